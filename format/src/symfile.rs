@@ -1,0 +1,159 @@
+//! `<module>.sym` and `<module>.dbg`.
+//!
+//! `.sym` is written in the 3-column form every uftrace reads (0.13 cannot read 4 columns):
+//! sorted by offset, sizes implied by the next line, so a `?` line closes every function that
+//! does not run into the next one, and a final `? __sym_end` closes the last.
+
+use std::io::{self, Write};
+
+/// One function, as an offset from its map line's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymLine {
+    pub offset: u64,
+    /// 0 when unknown: the function then runs to the next symbol.
+    pub size: u64,
+    pub name: String,
+    /// `true` for global (`T`), `false` for local (`t`) symbols.
+    pub global: bool,
+}
+
+/// One function's source location, for `--srcline`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbgLine {
+    pub offset: u64,
+    pub name: String,
+    pub file: String,
+    pub line: u32,
+}
+
+fn clean(name: &str) -> String {
+    // A TAB ends the name and a newline the line: neither may appear inside.
+    name.replace(['\t', '\n', '\r'], " ")
+}
+
+/// Sorts by offset, keeps the first of several symbols at one offset (uftrace drops later
+/// aliases anyway), and returns what [`write_sym`] will write.
+pub fn normalize(mut syms: Vec<SymLine>) -> Vec<SymLine> {
+    syms.sort_by(|a, b| {
+        a.offset
+            .cmp(&b.offset)
+            .then(b.global.cmp(&a.global))
+            .then(a.name.cmp(&b.name))
+    });
+    syms.dedup_by_key(|s| s.offset);
+    syms
+}
+
+/// Writes a `.sym` file. `limit` is the module's size: no function may run past it.
+pub fn write_sym(w: &mut impl Write, syms: &[SymLine], limit: u64) -> io::Result<()> {
+    let syms = normalize(syms.to_vec());
+    for (i, s) in syms.iter().enumerate() {
+        writeln!(
+            w,
+            "{:x} {} {}",
+            s.offset,
+            if s.global { 'T' } else { 't' },
+            clean(&s.name)
+        )?;
+        // The last symbol is closed by the end marker below.
+        if let Some(next) = syms.get(i + 1).map(|n| n.offset) {
+            if s.size != 0 && s.offset + s.size < next {
+                writeln!(w, "{:x} ? __func_end", s.offset + s.size)?;
+            }
+        }
+    }
+    if let Some(last) = syms.last() {
+        let end = if last.size == 0 {
+            limit.max(last.offset + 1)
+        } else {
+            last.offset + last.size
+        };
+        writeln!(w, "{end:x} ? __sym_end")?;
+    }
+    Ok(())
+}
+
+/// Writes a `.dbg` file: sorted `F:`/`L:` pairs, only for offsets that start a symbol of
+/// `syms` (a line outside every symbol stops uftrace from reading the rest).
+pub fn write_dbg(w: &mut impl Write, syms: &[SymLine], lines: &[DbgLine]) -> io::Result<()> {
+    let starts: std::collections::HashSet<u64> = syms.iter().map(|s| s.offset).collect();
+    let mut lines: Vec<&DbgLine> = lines
+        .iter()
+        .filter(|l| starts.contains(&l.offset) && l.line > 0)
+        .collect();
+    lines.sort_by_key(|l| l.offset);
+    lines.dedup_by_key(|l| l.offset);
+    for l in lines {
+        writeln!(w, "F: {:x} {}", l.offset, clean(&l.name))?;
+        writeln!(w, "L: {} {}", l.line, clean(&l.file))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(offset: u64, size: u64, name: &str) -> SymLine {
+        SymLine {
+            offset,
+            size,
+            name: name.into(),
+            global: true,
+        }
+    }
+
+    fn sym_text(syms: &[SymLine], limit: u64) -> String {
+        let mut out = Vec::new();
+        write_sym(&mut out, syms, limit).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn gaps_and_end_are_marked() {
+        let text = sym_text(
+            &[s(0x20, 0x10, "b"), s(0, 0x20, "a"), s(0x40, 8, "c")],
+            0x100,
+        );
+        assert_eq!(
+            text,
+            "0 T a\n20 T b\n30 ? __func_end\n40 T c\n48 ? __sym_end\n"
+        );
+    }
+
+    #[test]
+    fn sizeless_last_symbol_runs_to_the_limit() {
+        assert_eq!(
+            sym_text(&[s(0, 0, "start")], 0x80),
+            "0 T start\n80 ? __sym_end\n"
+        );
+    }
+
+    #[test]
+    fn aliases_are_collapsed() {
+        let text = sym_text(&[s(0, 4, "alias"), s(0, 4, "a")], 0x10);
+        assert_eq!(text, "0 T a\n4 ? __sym_end\n");
+    }
+
+    #[test]
+    fn dbg_keeps_only_symbol_starts() {
+        let syms = [s(0, 4, "a")];
+        let lines = [
+            DbgLine {
+                offset: 0,
+                name: "a".into(),
+                file: "a.c".into(),
+                line: 3,
+            },
+            DbgLine {
+                offset: 2,
+                name: "x".into(),
+                file: "a.c".into(),
+                line: 4,
+            },
+        ];
+        let mut out = Vec::new();
+        write_dbg(&mut out, &syms, &lines).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "F: 0 a\nL: 3 a.c\n");
+    }
+}

@@ -1,0 +1,1 @@
+//! qemu-uftrace TCG plugin.

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Installs everything qemu-uftrace needs to build, record and test, idempotently.
+# Used by the README, by the tests (via .ci/run) and by bench/.
+#   - QEMU >= 9.2 with plugin support (bookworm-backports ships 10.0)
+#   - uftrace (Debian's 0.13)
+#   - the aarch64 cross compiler for the example and test guests
+#   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
+set -euo pipefail
+
+CACHE="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+log() { echo "install-deps: $*" >&2; }
+
+have_qemu() {
+    command -v qemu-system-aarch64 >/dev/null 2>&1 || return 1
+    local v
+    v=$(qemu-system-aarch64 --version | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+    set -- $v
+    [ "${1:-0}" -gt 9 ] || { [ "${1:-0}" -eq 9 ] && [ "${2:-0}" -ge 2 ]; }
+}
+
+need=()
+have_qemu || need+=(qemu)
+command -v uftrace >/dev/null 2>&1 || need+=(uftrace)
+command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
+command -v aarch64-linux-gnu-nm >/dev/null 2>&1 || need+=(binutils-aarch64-linux-gnu)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
+command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
+command -v zstd >/dev/null 2>&1 || need+=(zstd)
+
+if [ "${#need[@]}" -gt 0 ]; then
+    log "installing: ${need[*]}"
+    . /etc/os-release
+    if [ "${VERSION_CODENAME:-}" = bookworm ] && ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        log "adding the bookworm-backports suite (QEMU 10.0 with plugins)"
+        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd)
+    $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+    if [ "${VERSION_CODENAME:-}" = bookworm ]; then
+        $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm >/dev/null
+    else
+        $SUDO apt-get install -y -qq --no-install-recommends qemu-system-arm >/dev/null
+    fi
+fi
+have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
+
+# Debian's arm64 cloud kernel: the real-kernel test and the benchmark boot it to its panic.
+mkdir -p "$CACHE/kernel"
+if [ ! -s "$CACHE/kernel/vmlinuz" ]; then
+    log "fetching Debian's arm64 cloud kernel into $CACHE/kernel"
+    dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+    $SUDO apt-get update -qq
+    pkg=$(apt-cache depends linux-image-cloud-arm64:arm64 2>/dev/null | sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*-cloud-arm64\).*/\1/p' | head -n1)
+    [ -n "$pkg" ] || { log "cannot find the linux-image-*-cloud-arm64 package"; exit 1; }
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download -qq "$pkg:arm64")
+    dpkg-deb -x "$tmp"/*.deb "$tmp/x"
+    cp "$tmp"/x/boot/vmlinuz-* "$CACHE/kernel/vmlinuz.tmp"
+    cp "$tmp"/x/boot/System.map-* "$CACHE/kernel/System.map" 2>/dev/null || true
+    echo "$pkg" >"$CACHE/kernel/package"
+    mv "$CACHE/kernel/vmlinuz.tmp" "$CACHE/kernel/vmlinuz"
+    rm -rf "$tmp"
+fi
+log "ok (cache: $CACHE)"

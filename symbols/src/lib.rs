@@ -1,0 +1,1 @@
+//! Symbol sources for qemu-uftrace traces.
