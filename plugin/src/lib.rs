@@ -1,1 +1,189 @@
-//! qemu-uftrace TCG plugin.
+//! qemu-uftrace's QEMU TCG plugin: follows every guest call and return and writes uftrace
+//! records, one task per vCPU.
+//!
+//! Layout: `translate` instruments calls and returns found by `isa`; `callbacks` run when
+//! they execute and drive `hot` (the per-event engine) over `shadow` stacks; `resync` rebuilds
+//! a lost stack from guest frame records; `output` writes records off the vCPU threads;
+//! `finish` runs at exit.
+
+mod callbacks;
+mod clock;
+mod config;
+mod guest;
+mod hot;
+mod isa;
+mod output;
+mod resync;
+mod shadow;
+mod stats;
+mod translate;
+mod vcpu;
+
+use config::{Config, Mode};
+use isa::Isa;
+use output::Output;
+use qemu_plugin::install::{Args, Info};
+use qemu_plugin::plugin::{HasCallbacks, Register};
+use qemu_plugin::{PluginId, VCPUIndex};
+use std::io::Write;
+use std::sync::OnceLock;
+
+static ISA: OnceLock<&'static dyn Isa> = OnceLock::new();
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static OUTPUT: OnceLock<Output> = OnceLock::new();
+static TARGET: OnceLock<String> = OnceLock::new();
+
+pub(crate) fn isa_or_default() -> &'static dyn Isa {
+    ISA.get().copied().unwrap_or(&isa::aarch64::Aarch64)
+}
+
+/// Newer QEMUs report discontinuities (exceptions, interrupts) to plugins. Looked up at run
+/// time: QEMU binds plugins immediately, so naming a missing symbol would fail the load.
+fn has_discontinuity_api() -> bool {
+    // SAFETY: dlsym with a NUL-terminated name.
+    !unsafe {
+        libc::dlsym(
+            libc::RTLD_DEFAULT,
+            c"qemu_plugin_register_vcpu_discon_cb".as_ptr(),
+        )
+    }
+    .is_null()
+}
+
+struct Plugin;
+
+/// Refuses to load. The crate's install entry would turn an error into a panic across FFI,
+/// so say what is wrong in one line and end QEMU before it starts the guest.
+fn fail(msg: &str) -> ! {
+    eprintln!("qemu-uftrace plugin: {msg}");
+    // SAFETY: nothing of ours needs tearing down yet.
+    unsafe { libc::_exit(1) }
+}
+
+impl Register for Plugin {
+    fn register(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
+        let mode = config::parse(&args.raw).unwrap_or_else(|msg| fail(&msg));
+        let isa = isa::for_target(&info.target_name);
+        if let Mode::Probe = mode {
+            println!(
+                "qemu-uftrace-probe target={} api={} supported={}",
+                info.target_name,
+                info.version.current,
+                isa.is_some() as u8
+            );
+            let _ = std::io::stdout().flush();
+            // SAFETY: ends the probe QEMU before it builds a machine.
+            unsafe { libc::_exit(0) };
+        }
+        let Mode::Record(cfg) = mode else {
+            unreachable!()
+        };
+        let Some(isa) = isa else {
+            fail(&format!("target {} is not supported yet", info.target_name))
+        };
+        let _ = ISA.set(isa);
+        let _ = TARGET.set(info.target_name.clone());
+        vcpu::init(match &info.system {
+            Some(s) => s.max_vcpus.max(s.smp_vcpus).max(1) as usize,
+            None => 4096, // user mode: one vCPU per guest thread
+        });
+        let output =
+            Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
+        let _ = OUTPUT.set(output);
+        clock::init(cfg.clock);
+        let _ = CONFIG.set(cfg);
+        // SAFETY: registering a plain extern "C" callback for our own plugin id.
+        unsafe {
+            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_trans_cb(
+                id,
+                Some(translate::on_tb_translate),
+            )
+        };
+        qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| finish())?;
+        Ok(())
+    }
+}
+
+impl HasCallbacks for Plugin {
+    fn on_vcpu_init(&mut self, _id: PluginId, vcpu_id: VCPUIndex) -> qemu_plugin::Result<()> {
+        let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
+            return Ok(());
+        };
+        guest::init_registers(isa_or_default());
+        let tid = vcpu_id + 1; // uftrace task ids must not be 0
+        let spill = Box::new(move |full: Vec<u8>| {
+            out.send(tid, full);
+            out.fresh()
+        });
+        let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
+        vcpu::install(
+            vcpu_id,
+            vcpu::VcpuState {
+                tid,
+                engine,
+                regs: guest::ByteBuf::new(),
+            },
+        );
+        Ok(())
+    }
+}
+
+/// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
+fn finish() {
+    let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
+        return;
+    };
+    let mut states = vcpu::take_all();
+    for s in &mut states {
+        s.engine.flush();
+    }
+    let written = out.finish();
+    let mut total = stats::Stats::default();
+    let mut text = String::new();
+    let mut tids = Vec::new();
+    for s in &states {
+        total.add(&s.engine.stats);
+        if written.bytes.get(&s.tid).copied().unwrap_or(0) > 0 {
+            tids.push(s.tid.to_string());
+        }
+    }
+    let complete = written.errors.is_empty();
+    text.push_str(&format!("complete={}\n", complete as u8));
+    text.push_str(&format!(
+        "target={}\n",
+        TARGET.get().map_or("", |t| t.as_str())
+    ));
+    text.push_str(&format!("clock={}\n", cfg.clock.name()));
+    text.push_str(&format!("vcpus={}\n", states.len()));
+    text.push_str(&format!("tids={}\n", tids.join(",")));
+    for (k, v) in total.lines() {
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    text.push_str(&format!("bytes={}\n", written.bytes.values().sum::<u64>()));
+    text.push_str(&format!("max_depth={}\n", cfg.max_depth));
+    text.push_str(&format!(
+        "discontinuity_api={}\n",
+        has_discontinuity_api() as u8
+    ));
+    for s in &states {
+        let open: usize = s.engine.stacks.iter().map(|(_, st)| st.len()).sum();
+        text.push_str(&format!("vcpu{}.open_frames={open}\n", s.tid - 1));
+        for (k, v) in s.engine.stats.lines() {
+            text.push_str(&format!("vcpu{}.{k}={v}\n", s.tid - 1));
+        }
+    }
+    for e in &written.errors {
+        text.push_str(&format!("error={e}\n"));
+    }
+    let tmp = cfg.out.join("plugin.stats.tmp");
+    let result = std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, cfg.out.join("plugin.stats")));
+    if let Err(e) = result {
+        eprintln!(
+            "qemu-uftrace plugin: cannot write {}: {e}",
+            cfg.out.join("plugin.stats").display()
+        );
+    }
+}
+
+qemu_plugin::register!(Plugin);

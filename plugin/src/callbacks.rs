@@ -1,0 +1,58 @@
+//! The functions QEMU calls on every executed call and return instruction: find the vCPU,
+//! take the time, read a register only when the target is not known at translation, and hand
+//! over to the engine (`hot.rs`).
+
+use crate::clock;
+use crate::guest::QemuGuest;
+use crate::vcpu;
+use std::ffi::{c_uint, c_void};
+
+/// What translation learned about one call or return instruction.
+pub struct Site {
+    /// Direct call target, or the register that holds the target / return address.
+    pub target: u64,
+    pub reg: u8,
+    pub ret_addr: u64,
+}
+
+/// # Safety
+/// `site` is a `&'static Site` registered at translation.
+pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, site: *mut c_void) {
+    let site = unsafe { &*(site as *const Site) };
+    let now = clock::now(vcpu_index);
+    vcpu::with(vcpu_index, |v| {
+        v.engine.call(now, site.target, site.ret_addr)
+    });
+}
+
+/// # Safety
+/// As [`on_direct_call`]; registered with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, site: *mut c_void) {
+    let site = unsafe { &*(site as *const Site) };
+    let now = clock::now(vcpu_index);
+    vcpu::with(vcpu_index, |v| {
+        if let Some(target) = v.regs.read_gpr(site.reg) {
+            v.engine.call(now, target, site.ret_addr);
+        }
+    });
+}
+
+/// # Safety
+/// As [`on_direct_call`]; registered with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_return(vcpu_index: c_uint, site: *mut c_void) {
+    let site = unsafe { &*(site as *const Site) };
+    let now = clock::now(vcpu_index);
+    vcpu::with(vcpu_index, |v| {
+        if let Some(target) = v.regs.read_gpr(site.reg) {
+            let isa = crate::isa_or_default();
+            v.engine.ret(
+                now,
+                target,
+                &mut QemuGuest {
+                    buf: &mut v.regs,
+                    isa,
+                },
+            );
+        }
+    });
+}

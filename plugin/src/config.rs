@@ -1,0 +1,61 @@
+//! Plugin arguments, as the CLI passes them: `out=DIR,clock=insn|wall[,max_depth=N]`, or
+//! `probe=on` to check that this QEMU loads the plugin at all.
+
+use crate::clock::ClockKind;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub out: PathBuf,
+    pub clock: ClockKind,
+    /// Frames recorded per stack; deeper ones are followed but not recorded.
+    pub max_depth: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum Mode {
+    Probe,
+    Record(Config),
+}
+
+/// Parses `key=value` arguments; errors are one line for QEMU to print.
+pub fn parse(raw: &[String]) -> Result<Mode, String> {
+    let mut out = None;
+    let mut clock = ClockKind::Insn;
+    let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
+    for arg in raw {
+        let (key, value) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("argument {arg:?} is not key=value"))?;
+        match key {
+            "probe" => return Ok(Mode::Probe),
+            "out" => out = Some(PathBuf::from(value)),
+            "clock" => {
+                clock = match value {
+                    "insn" => ClockKind::Insn,
+                    "wall" => ClockKind::Wall,
+                    _ => return Err(format!("clock={value}: expected insn or wall")),
+                }
+            }
+            "max_depth" => {
+                max_depth = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|d| (1..=qemu_uftrace_format::MAX_STACK as usize).contains(d))
+                    .ok_or_else(|| {
+                        format!(
+                            "max_depth={value}: expected 1..={}",
+                            qemu_uftrace_format::MAX_STACK
+                        )
+                    })?
+            }
+            _ => return Err(format!("unknown argument {key:?}")),
+        }
+    }
+    let out = out.ok_or("missing out=DIR")?;
+    Ok(Mode::Record(Config {
+        out,
+        clock,
+        max_depth,
+    }))
+}

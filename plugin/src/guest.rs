@@ -1,0 +1,132 @@
+//! Raw access to guest registers and memory, on the hot path's terms: register handles
+//! looked up once, one reused GByteArray per vCPU (the crate's wrappers allocate per read).
+
+use crate::isa::{InsnKind, Isa, Target};
+use crate::resync::{CallSite, GuestView};
+use qemu_plugin::sys::{
+    qemu_plugin_get_registers, qemu_plugin_read_memory_vaddr, qemu_plugin_read_register,
+    qemu_plugin_reg_descriptor, qemu_plugin_register, GArray, GByteArray,
+};
+use std::ffi::CStr;
+use std::sync::OnceLock;
+
+extern "C" {
+    // glib is loaded with QEMU; the plugin API wants buffers glib can grow.
+    fn g_byte_array_new() -> *mut GByteArray;
+    fn g_array_free(array: *mut GArray, free_segment: i32) -> *mut i8;
+}
+
+/// Handles for the general registers, indexed by number (`None`: QEMU lacks it).
+pub struct Registers {
+    gpr: Vec<Option<usize>>,
+}
+
+static REGISTERS: OnceLock<Registers> = OnceLock::new();
+
+/// Looks the register handles up; must run on a vCPU thread (vCPU init).
+pub fn init_registers(isa: &dyn Isa) {
+    REGISTERS.get_or_init(|| {
+        let mut gpr = vec![None; 32];
+        // SAFETY: called from a vCPU callback, where QEMU allows it; the array is ours to free.
+        unsafe {
+            let array = qemu_plugin_get_registers();
+            if !array.is_null() {
+                let descs = (*array).data as *const qemu_plugin_reg_descriptor;
+                for i in 0..(*array).len as usize {
+                    let d = &*descs.add(i);
+                    let name = CStr::from_ptr(d.name).to_string_lossy();
+                    if let Some(n) = (0..32u8).find(|&n| isa.gpr_name(n) == name) {
+                        gpr[n as usize] = Some(d.handle as usize);
+                    }
+                }
+                g_array_free(array, 1);
+            }
+        }
+        Registers { gpr }
+    });
+}
+
+/// A reusable GByteArray owned by one vCPU.
+pub struct ByteBuf(*mut GByteArray);
+
+// The buffer is only used by the vCPU that owns it (under its slot lock).
+unsafe impl Send for ByteBuf {}
+
+impl ByteBuf {
+    pub fn new() -> ByteBuf {
+        // SAFETY: plain glib allocation.
+        ByteBuf(unsafe { g_byte_array_new() })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: data/len describe the array's live contents.
+        unsafe { std::slice::from_raw_parts((*self.0).data, (*self.0).len as usize) }
+    }
+
+    fn le_u64(&self, at: usize) -> Option<u64> {
+        let b = self.bytes().get(at..at + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    }
+
+    /// Reads general register `n` of the current vCPU (the callback must have R_REGS).
+    #[inline]
+    pub fn read_gpr(&mut self, n: u8) -> Option<u64> {
+        let handle = REGISTERS.get()?.gpr.get(n as usize).copied().flatten()?;
+        // SAFETY: a valid handle, a live array; gdbstub appends, so empty it first.
+        unsafe {
+            (*self.0).len = 0;
+            if qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0) < 8 {
+                return None;
+            }
+        }
+        self.le_u64(0)
+    }
+
+    fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
+        // SAFETY: QEMU sizes the array itself.
+        let ok = unsafe { qemu_plugin_read_memory_vaddr(addr, self.0, len) };
+        if ok && self.bytes().len() >= len {
+            Some(&self.bytes()[..len])
+        } else {
+            None
+        }
+    }
+}
+
+/// The current vCPU as the slow paths see it.
+pub struct QemuGuest<'a> {
+    pub buf: &'a mut ByteBuf,
+    pub isa: &'static dyn Isa,
+}
+
+impl GuestView for QemuGuest<'_> {
+    fn frame_pointer(&mut self) -> Option<u64> {
+        self.buf.read_gpr(self.isa.frame_pointer())
+    }
+
+    fn frame_record(&mut self, addr: u64) -> Option<(u64, u64)> {
+        let b = self.buf.read_memory(addr, 16)?;
+        let fp = u64::from_le_bytes(b[..8].try_into().ok()?);
+        let lr = u64::from_le_bytes(b[8..16].try_into().ok()?);
+        Some((fp, lr))
+    }
+
+    fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {
+        let pc = ret_addr.checked_sub(self.isa.call_len())?;
+        let len = self.isa.fetch_len();
+        let insn = self.buf.read_memory(pc, len)?.to_vec();
+        match self.isa.classify(pc, &insn) {
+            InsnKind::Call {
+                target,
+                ret_addr: r,
+            } if r == ret_addr => Some(CallSite {
+                pc,
+                target: match target {
+                    Target::Direct(t) => Some(t),
+                    Target::Register(_) => None,
+                },
+            }),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! A64 call/return classification from instruction words.
+
+use super::{InsnKind, Isa, Target};
+
+pub struct Aarch64;
+
+const LINK_REG: u8 = 30;
+
+fn sign_extend(value: u32, bits: u32) -> i64 {
+    let shift = 64 - bits;
+    ((value as i64) << shift) >> shift
+}
+
+impl Aarch64 {
+    pub fn classify_word(pc: u64, insn: u32) -> InsnKind {
+        let rn = ((insn >> 5) & 31) as u8;
+        let ret_addr = pc.wrapping_add(4);
+        if insn & 0xfc00_0000 == 0x9400_0000 {
+            // BL imm26
+            let offset = sign_extend(insn & 0x03ff_ffff, 26) << 2;
+            let target = pc.wrapping_add(offset as u64);
+            return InsnKind::Call {
+                target: Target::Direct(target),
+                ret_addr,
+            };
+        }
+        if insn & 0xffff_fc1f == 0xd63f_0000    // BLR Xn
+            || insn & 0xffff_f81f == 0xd63f_081f // BLRAAZ, BLRABZ Xn
+            || insn & 0xffff_f800 == 0xd73f_0800
+        // BLRAA, BLRAB Xn, Xm
+        {
+            return InsnKind::Call {
+                target: Target::Register(rn),
+                ret_addr,
+            };
+        }
+        if insn & 0xffff_fc1f == 0xd65f_0000 {
+            // RET {Xn}
+            return InsnKind::Return { reg: rn };
+        }
+        if insn == 0xd65f_0bff || insn == 0xd65f_0fff {
+            // RETAA, RETAB: always through the link register
+            return InsnKind::Return { reg: LINK_REG };
+        }
+        if insn == 0xd69f_03e0 || insn == 0xd69f_0bff || insn == 0xd69f_0fff {
+            // ERET, ERETAA, ERETAB
+            return InsnKind::ExceptionReturn;
+        }
+        if insn & 0xffe0_001c == 0xd400_0000 && insn & 3 != 0 {
+            // SVC, HVC, SMC #imm16
+            return InsnKind::Trap;
+        }
+        InsnKind::Other
+    }
+}
+
+impl Isa for Aarch64 {
+    fn classify(&self, pc: u64, bytes: &[u8]) -> InsnKind {
+        match bytes.get(..4) {
+            Some(b) => Self::classify_word(pc, u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            None => InsnKind::Other,
+        }
+    }
+
+    fn fetch_len(&self) -> usize {
+        4
+    }
+
+    fn gpr_name(&self, n: u8) -> String {
+        format!("x{n}")
+    }
+
+    fn frame_pointer(&self) -> u8 {
+        29
+    }
+
+    fn call_len(&self) -> u64 {
+        4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(pc: u64, insn: u32) -> InsnKind {
+        Aarch64::classify_word(pc, insn)
+    }
+
+    #[test]
+    fn bl_forward_and_backward() {
+        // bl +0x100 at 0x40080000
+        assert_eq!(
+            k(0x4008_0000, 0x9400_0040),
+            InsnKind::Call {
+                target: Target::Direct(0x4008_0100),
+                ret_addr: 0x4008_0004
+            }
+        );
+        // bl -4
+        assert_eq!(
+            k(0x1000, 0x97ff_ffff),
+            InsnKind::Call {
+                target: Target::Direct(0xffc),
+                ret_addr: 0x1004
+            }
+        );
+        // kernel addresses wrap correctly
+        assert_eq!(
+            k(0xffff_8000_0800_0000, 0x97ff_ffff),
+            InsnKind::Call {
+                target: Target::Direct(0xffff_8000_07ff_fffc),
+                ret_addr: 0xffff_8000_0800_0004
+            }
+        );
+    }
+
+    #[test]
+    fn indirect_calls() {
+        let call = |rn| InsnKind::Call {
+            target: Target::Register(rn),
+            ret_addr: 4,
+        };
+        assert_eq!(k(0, 0xd63f_0100), call(8)); // blr x8
+        assert_eq!(k(0, 0xd63f_0a1f), call(16)); // blraaz x16
+        assert_eq!(k(0, 0xd63f_0e1f), call(16)); // blrabz x16
+        assert_eq!(k(0, 0xd73f_0a11), call(16)); // blraa x16, x17
+        assert_eq!(k(0, 0xd73f_0e11), call(16)); // blrab x16, x17
+    }
+
+    #[test]
+    fn returns() {
+        assert_eq!(k(0, 0xd65f_03c0), InsnKind::Return { reg: 30 }); // ret
+        assert_eq!(k(0, 0xd65f_0020), InsnKind::Return { reg: 1 }); // ret x1
+        assert_eq!(k(0, 0xd65f_0bff), InsnKind::Return { reg: 30 }); // retaa
+        assert_eq!(k(0, 0xd65f_0fff), InsnKind::Return { reg: 30 }); // retab
+    }
+
+    #[test]
+    fn exceptions_and_others() {
+        assert_eq!(k(0, 0xd69f_03e0), InsnKind::ExceptionReturn); // eret
+        assert_eq!(k(0, 0xd400_0001), InsnKind::Trap); // svc #0
+        assert_eq!(k(0, 0xd400_0002), InsnKind::Trap); // hvc #0
+        assert_eq!(k(0, 0xd400_0003), InsnKind::Trap); // smc #0
+        assert_eq!(k(0, 0xd61f_0200), InsnKind::Other); // br x16 (a jump, not a call)
+        assert_eq!(k(0, 0x1400_0010), InsnKind::Other); // b
+        assert_eq!(k(0, 0xd503_201f), InsnKind::Other); // nop
+        assert_eq!(k(0, 0xd420_0000), InsnKind::Other); // brk #0
+    }
+}

@@ -1,0 +1,119 @@
+//! Recovering the call stack when a return matches no saved return address: longjmp back to
+//! a setjmp whose frame is gone, a context switch, a stack we started tracing in the middle.
+
+use crate::hot::Engine;
+use crate::shadow::{Frame, ShadowStack};
+
+/// Frame records followed at most: enough for real stacks, bounded for corrupt ones.
+const MAX_CHAIN: usize = 64;
+
+/// The call instruction found just before a return address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSite {
+    pub pc: u64,
+    /// Known for direct calls.
+    pub target: Option<u64>,
+}
+
+/// Read access to the guest that the slow paths need.
+pub trait GuestView {
+    /// The frame-pointer register.
+    fn frame_pointer(&mut self) -> Option<u64>;
+    /// A frame record at `addr`: (caller's frame pointer, return address).
+    fn frame_record(&mut self, addr: u64) -> Option<(u64, u64)>;
+    /// The call instruction that `ret_addr` returns from, if the instruction before it is one.
+    fn call_before(&mut self, ret_addr: u64) -> Option<CallSite>;
+}
+
+/// Return addresses from the frame-record chain, innermost first.
+pub fn frame_chain(guest: &mut dyn GuestView) -> Vec<u64> {
+    let mut chain = Vec::new();
+    let Some(mut fp) = guest.frame_pointer() else {
+        return chain;
+    };
+    while chain.len() < MAX_CHAIN && fp != 0 && fp % 8 == 0 {
+        let Some((next, lr)) = guest.frame_record(fp) else {
+            break;
+        };
+        if lr == 0 {
+            break;
+        }
+        chain.push(lr);
+        // Callers' records sit higher on a downward-growing stack; anything else is junk.
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    chain
+}
+
+/// The innermost open frame whose function can contain `pc`: the one with the highest entry
+/// not above it (functions do not overlap, so no other open function's entry lies between).
+fn containing_frame(stack: &ShadowStack, pc: u64) -> Option<usize> {
+    stack
+        .frames()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.func <= pc)
+        .max_by_key(|(i, f)| (f.func, *i))
+        .map(|(i, _)| i)
+}
+
+/// Rebuilds the current stack after a return to `target` that matched no frame.
+pub fn resync(engine: &mut Engine, now: u64, target: u64, guest: &mut dyn GuestView) {
+    let chain = frame_chain(guest);
+    // 1. The innermost frame record we already know marks where our stack is still right.
+    let known = chain
+        .iter()
+        .enumerate()
+        .find_map(|(k, lr)| engine.stacks.current().find(*lr).map(|frame| (k, frame)));
+    if let Some((k, frame)) = known {
+        engine.close_down_to(now, frame + 1);
+        open_chain(engine, now, target, &chain[..k], guest);
+        engine.stats.resyncs += 1;
+        return;
+    }
+    // 2. A second return from a call an open frame made (longjmp to setjmp's return
+    //    address): close everything that frame called.
+    if let Some(site) = guest.call_before(target) {
+        if let Some(i) = containing_frame(engine.stacks.current(), site.pc) {
+            engine.close_down_to(now, i + 1);
+            engine.stats.resyncs += 1;
+            return;
+        }
+    }
+    // 3. A stack we never saw: close ours, open what the frame records show.
+    engine.close_down_to(now, 0);
+    if !chain.is_empty() {
+        open_chain(engine, now, target, &chain, guest);
+        engine.stats.resyncs += 1;
+    }
+}
+
+/// Opens frames we never saw entered, outermost first. An entry is the target of the call
+/// before its return address when that call is direct; otherwise any address inside the
+/// function names it just as well for uftrace.
+fn open_chain(
+    engine: &mut Engine,
+    now: u64,
+    target: u64,
+    chain: &[u64],
+    guest: &mut dyn GuestView,
+) {
+    for k in (0..chain.len()).rev() {
+        let inside = if k == 0 { target } else { chain[k - 1] };
+        let func = guest
+            .call_before(chain[k])
+            .and_then(|c| c.target)
+            .unwrap_or(inside);
+        engine.stats.synthetic_entries += 1;
+        engine.open(
+            now,
+            Frame {
+                func,
+                ret_addr: chain[k],
+            },
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! Shadow call stacks.
+//!
+//! A vCPU owns a [`StackSet`]: several stacks, of which one is current. Today a vCPU uses one
+//! stack; the set exists so that a later engine can keep one stack per guest task and per
+//! exception level, switching only at discontinuities (exception entry/return, a return that
+//! matches nothing) — never by reading a register on every event.
+
+/// One open call: the function entered and where it will return to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    pub func: u64,
+    pub ret_addr: u64,
+}
+
+/// Open calls, innermost last. A frame's index is its uftrace depth.
+#[derive(Debug, Default)]
+pub struct ShadowStack {
+    frames: Vec<Frame>,
+}
+
+impl ShadowStack {
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    #[inline(always)]
+    pub fn top(&self) -> Option<&Frame> {
+        self.frames.last()
+    }
+
+    #[inline(always)]
+    pub fn push(&mut self, frame: Frame) {
+        self.frames.push(frame);
+    }
+
+    #[inline(always)]
+    pub fn pop(&mut self) -> Option<Frame> {
+        self.frames.pop()
+    }
+
+    /// Index of the innermost frame that returns to `ret_addr`.
+    pub fn find(&self, ret_addr: u64) -> Option<usize> {
+        self.frames.iter().rposition(|f| f.ret_addr == ret_addr)
+    }
+
+    /// Open frames, outermost first.
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+}
+
+/// Which guest context a stack belongs to. Only [`StackKey::DEFAULT`] is used today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    /// Exception/privilege level the stack runs at.
+    pub level: u8,
+    /// Identifies the guest task (e.g. its stack region); 0 when unknown.
+    pub task: u64,
+}
+
+impl StackKey {
+    pub const DEFAULT: StackKey = StackKey { level: 0, task: 0 };
+}
+
+/// The stacks of one vCPU.
+#[derive(Debug)]
+pub struct StackSet {
+    stacks: Vec<(StackKey, ShadowStack)>,
+    current: usize,
+}
+
+impl Default for StackSet {
+    fn default() -> Self {
+        StackSet {
+            stacks: vec![(StackKey::DEFAULT, ShadowStack::default())],
+            current: 0,
+        }
+    }
+}
+
+impl StackSet {
+    #[inline(always)]
+    pub fn current(&self) -> &ShadowStack {
+        &self.stacks[self.current].1
+    }
+
+    #[inline(always)]
+    pub fn current_mut(&mut self) -> &mut ShadowStack {
+        &mut self.stacks[self.current].1
+    }
+
+    #[allow(dead_code)] // for the multi-stack engine and tests
+    pub fn current_key(&self) -> StackKey {
+        self.stacks[self.current].0
+    }
+
+    /// Makes the stack for `key` current, creating it when new.
+    #[allow(dead_code)] // for the multi-stack engine and tests
+    pub fn select(&mut self, key: StackKey) {
+        self.current = match self.stacks.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                self.stacks.push((key, ShadowStack::default()));
+                self.stacks.len() - 1
+            }
+        };
+    }
+
+    /// Every stack with its key, for the final accounting.
+    pub fn iter(&self) -> impl Iterator<Item = &(StackKey, ShadowStack)> {
+        self.stacks.iter()
+    }
+}

@@ -1,0 +1,53 @@
+//! Per-vCPU counters, summed and written to `plugin.stats` at exit.
+
+/// What one vCPU saw. Every field is a plain count.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Call instructions executed.
+    pub calls: u64,
+    /// Return instructions executed.
+    pub returns: u64,
+    /// Records written (entries, exits and markers).
+    pub events: u64,
+    /// Returns that matched a frame below the top (longjmp, or frames that never returned).
+    pub deep_returns: u64,
+    /// Returns that matched no frame at all.
+    pub unmatched_returns: u64,
+    /// Unmatched returns after which the stack was rebuilt from guest frame records.
+    pub resyncs: u64,
+    /// Frames opened by a resync (their real entry was not seen).
+    pub synthetic_entries: u64,
+    /// Calls deeper than the recorded depth cap: followed but not recorded.
+    pub depth_cap_hits: u64,
+    /// Calls beyond the shadow stack's hard limit: not followed at all.
+    pub stack_overflows: u64,
+}
+
+impl Stats {
+    pub fn add(&mut self, o: &Stats) {
+        self.calls += o.calls;
+        self.returns += o.returns;
+        self.events += o.events;
+        self.deep_returns += o.deep_returns;
+        self.unmatched_returns += o.unmatched_returns;
+        self.resyncs += o.resyncs;
+        self.synthetic_entries += o.synthetic_entries;
+        self.depth_cap_hits += o.depth_cap_hits;
+        self.stack_overflows += o.stack_overflows;
+    }
+
+    /// `key=value` lines, in a fixed order.
+    pub fn lines(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("events", self.events),
+            ("calls", self.calls),
+            ("returns", self.returns),
+            ("deep_returns", self.deep_returns),
+            ("unmatched_returns", self.unmatched_returns),
+            ("resyncs", self.resyncs),
+            ("synthetic_entries", self.synthetic_entries),
+            ("depth_cap_hits", self.depth_cap_hits),
+            ("stack_overflows", self.stack_overflows),
+        ]
+    }
+}

@@ -1,0 +1,96 @@
+//! Translation-time instrumentation: classify every instruction of a new block from its bytes
+//! and attach a callback only to calls and returns.
+
+use crate::callbacks::{on_direct_call, on_indirect_call, on_return, Site};
+use crate::isa::{InsnKind, Target};
+use qemu_plugin::sys::{
+    qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_vaddr,
+    qemu_plugin_op, qemu_plugin_register_vcpu_insn_exec_cb,
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
+    qemu_plugin_tb_n_insns, qemu_plugin_vcpu_udata_cb_t,
+};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+/// Sites live as long as QEMU may call back with them: interned by (pc, kind, target) so that
+/// retranslating the same code reuses them instead of leaking anew.
+type SiteKey = (u64, u8, u64);
+static SITES: OnceLock<Mutex<HashMap<SiteKey, &'static Site>>> = OnceLock::new();
+
+fn site(pc: u64, tag: u8, target: u64, reg: u8, ret_addr: u64) -> &'static Site {
+    let mut map = SITES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    map.entry((pc, tag, target | (reg as u64) << 56))
+        .or_insert_with(|| {
+            Box::leak(Box::new(Site {
+                target,
+                reg,
+                ret_addr,
+            }))
+        })
+}
+
+/// # Safety
+/// Called by QEMU with a live translation block handle.
+pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    let isa = crate::isa_or_default();
+    let n = unsafe { qemu_plugin_tb_n_insns(tb) };
+    if let Some(counter) = crate::clock::insn_counter() {
+        // Counted once per block at its start: calls and returns end blocks, so the count
+        // at a callback already includes the calling or returning instruction.
+        unsafe {
+            qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
+                tb,
+                qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,
+                counter,
+                n as u64,
+            )
+        };
+    }
+    let mut bytes = [0u8; 16];
+    for i in 0..n {
+        let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
+        let len = unsafe {
+            qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
+        };
+        let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        let (cb, flags, site): (qemu_plugin_vcpu_udata_cb_t, _, _) =
+            match isa.classify(pc, &bytes[..len]) {
+                InsnKind::Call {
+                    target: Target::Direct(t),
+                    ret_addr,
+                } => (
+                    Some(on_direct_call),
+                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                    site(pc, 0, t, 0, ret_addr),
+                ),
+                InsnKind::Call {
+                    target: Target::Register(r),
+                    ret_addr,
+                } => (
+                    Some(on_indirect_call),
+                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
+                    site(pc, 1, 0, r, ret_addr),
+                ),
+                InsnKind::Return { reg } => (
+                    Some(on_return),
+                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
+                    site(pc, 2, 0, reg, 0),
+                ),
+                // Exception entry/return and traps are not instrumented yet: calls and returns
+                // made in handlers nest on the interrupted stack and balance themselves.
+                InsnKind::ExceptionReturn | InsnKind::Trap | InsnKind::Other => continue,
+            };
+        unsafe {
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                insn,
+                cb,
+                flags,
+                site as *const Site as *mut c_void,
+            )
+        };
+    }
+}

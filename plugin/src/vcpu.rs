@@ -1,0 +1,133 @@
+//! Per-vCPU state, found by index without any global lock.
+//!
+//! A vCPU's callbacks always run on one thread at a time, so the hot path needs no atomic
+//! read-modify-write. The one outsider is exit, which may run on another vCPU's thread (a
+//! semihosting exit) while the others still execute. The two sides meet Dekker-style with an
+//! asymmetric fence: the hot path marks itself busy with plain stores and checks `closed`
+//! behind a compiler fence; exit sets `closed`, then `membarrier()` makes every thread of the
+//! process execute a full barrier, after which a vCPU either sees `closed` or exit sees it
+//! busy and waits. Where membarrier is unavailable, the hot path takes a real lock instead.
+
+use crate::guest::ByteBuf;
+use crate::hot::Engine;
+use std::cell::UnsafeCell;
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+pub struct VcpuState {
+    pub tid: u32,
+    pub engine: Engine,
+    pub regs: ByteBuf,
+}
+
+pub struct Slot {
+    busy: AtomicBool,
+    closed: AtomicBool,
+    state: UnsafeCell<Option<VcpuState>>,
+}
+
+// Access to `state` is serialised by the busy/closed handshake.
+unsafe impl Sync for Slot {}
+
+static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
+/// Whether the cheap handshake is usable (membarrier registered).
+static ASYMMETRIC: OnceLock<bool> = OnceLock::new();
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+fn membarrier(cmd: libc::c_long) -> bool {
+    // SAFETY: a plain syscall with no pointers.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        ) == 0
+    }
+}
+
+pub fn init(capacity: usize) {
+    ASYMMETRIC.get_or_init(|| membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED));
+    SLOTS.get_or_init(|| {
+        (0..capacity.max(1))
+            .map(|_| Slot {
+                busy: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                state: UnsafeCell::new(None),
+            })
+            .collect()
+    });
+}
+
+/// Runs `f` on the vCPU's state, if it has one (none before init or after exit).
+#[inline(always)]
+pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
+    let slot = SLOTS.get()?.get(index as usize)?;
+    if ASYMMETRIC.get() == Some(&true) {
+        slot.busy.store(true, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        if slot.closed.load(Ordering::Relaxed) {
+            slot.busy.store(false, Ordering::Release);
+            return None;
+        }
+        // SAFETY: exit waits while we are busy and we checked it has not closed the slot.
+        let r = unsafe { (*slot.state.get()).as_mut().map(f) };
+        slot.busy.store(false, Ordering::Release);
+        r
+    } else {
+        lock(&slot.busy);
+        // SAFETY: we hold the slot lock.
+        let r = unsafe { (*slot.state.get()).as_mut().map(f) };
+        slot.busy.store(false, Ordering::Release);
+        r
+    }
+}
+
+fn lock(flag: &AtomicBool) {
+    while flag
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
+    }
+}
+
+/// Installs a vCPU's state (at vCPU init, on that vCPU's thread, before it runs code).
+pub fn install(index: u32, state: VcpuState) -> bool {
+    let Some(slot) = SLOTS.get().and_then(|s| s.get(index as usize)) else {
+        return false;
+    };
+    lock(&slot.busy);
+    // SAFETY: the vCPU has not started executing, and exit has not run.
+    unsafe { *slot.state.get() = Some(state) };
+    slot.busy.store(false, Ordering::Release);
+    true
+}
+
+/// Takes every vCPU's state away; later callbacks find nothing and do nothing.
+pub fn take_all() -> Vec<VcpuState> {
+    let Some(slots) = SLOTS.get() else {
+        return Vec::new();
+    };
+    for slot in slots.iter() {
+        slot.closed.store(true, Ordering::Relaxed);
+    }
+    fence(Ordering::SeqCst);
+    if ASYMMETRIC.get() == Some(&true) && !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
+        // Cannot happen once registered; waiting on `busy` below still covers the lock mode.
+        eprintln!("qemu-uftrace plugin: membarrier failed at exit");
+    }
+    slots
+        .iter()
+        .filter_map(|slot| {
+            // A vCPU in the middle of a callback finishes it; none can start another.
+            lock(&slot.busy);
+            // SAFETY: we own `busy` and `closed` keeps everyone else out.
+            let state = unsafe { (*slot.state.get()).take() };
+            slot.busy.store(false, Ordering::Release);
+            state
+        })
+        .collect()
+}

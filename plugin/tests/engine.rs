@@ -1,0 +1,303 @@
+//! Tests of the plugin's pure parts: instruction classification and the call/return engine.
+//! The cdylib cannot link a test harness (it needs QEMU's symbols), so the modules that do
+//! not touch QEMU are compiled into this test directly.
+
+#[path = "../src/hot.rs"]
+mod hot;
+#[allow(dead_code)]
+#[path = "../src/isa/mod.rs"]
+mod isa;
+#[path = "../src/resync.rs"]
+mod resync;
+#[path = "../src/shadow.rs"]
+mod shadow;
+#[allow(dead_code)] // the exit summary is not under test here
+#[path = "../src/stats.rs"]
+mod stats;
+
+use hot::Engine;
+use qemu_uftrace_format::record::{decode_all, Record, RecordType};
+use resync::{CallSite, GuestView};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A guest whose frame records and call instructions the test lays out by hand.
+#[derive(Default)]
+struct FakeGuest {
+    fp: u64,
+    records: HashMap<u64, (u64, u64)>,
+    direct_calls: HashMap<u64, u64>,
+    indirect_calls: Vec<u64>,
+}
+
+impl GuestView for FakeGuest {
+    fn frame_pointer(&mut self) -> Option<u64> {
+        Some(self.fp)
+    }
+    fn frame_record(&mut self, addr: u64) -> Option<(u64, u64)> {
+        self.records.get(&addr).copied()
+    }
+    fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {
+        let target = self.direct_calls.get(&ret_addr).copied();
+        let indirect = self.indirect_calls.contains(&ret_addr);
+        (target.is_some() || indirect).then_some(CallSite {
+            pc: ret_addr - 4,
+            target,
+        })
+    }
+}
+
+struct Rig {
+    engine: Engine,
+    out: Arc<Mutex<Vec<u8>>>,
+    t: u64,
+}
+
+impl Rig {
+    fn new(record_depth: usize) -> Rig {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&out);
+        let spill = Box::new(move |full: Vec<u8>| {
+            sink.lock().unwrap().extend_from_slice(&full);
+            Vec::with_capacity(64)
+        });
+        Rig {
+            engine: Engine::new(Vec::with_capacity(64), spill, record_depth),
+            out,
+            t: 0,
+        }
+    }
+    fn call(&mut self, func: u64, ret_addr: u64) {
+        self.t += 10;
+        self.engine.call(self.t, func, ret_addr);
+    }
+    fn ret(&mut self, target: u64, guest: &mut FakeGuest) {
+        self.t += 10;
+        self.engine.ret(self.t, target, guest);
+    }
+    fn records(&mut self) -> Vec<Record> {
+        self.engine.flush();
+        decode_all(&self.out.lock().unwrap()).unwrap()
+    }
+    /// `+addr@depth` for entries, `-addr@depth` for exits.
+    fn shape(&mut self) -> Vec<String> {
+        self.records()
+            .iter()
+            .map(|r| {
+                let sign = if r.kind == RecordType::Entry {
+                    '+'
+                } else {
+                    '-'
+                };
+                format!("{sign}{:x}@{}", r.addr, r.depth)
+            })
+            .collect()
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn nested_calls_and_leaf_share_depth() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // main
+    r.call(0x200, 0x108); //  f
+    r.call(0x300, 0x204); //   leaf
+    r.ret(0x204, &mut g);
+    r.ret(0x108, &mut g);
+    r.ret(0x14, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+200@1", "+300@2", "-300@2", "-200@1", "-100@0"])
+    );
+    let recs = r.records();
+    assert!(recs.windows(2).all(|w| w[0].time <= w[1].time));
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+}
+
+#[test]
+fn recursion_buffers_spill_without_loss() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    for i in 0..50 {
+        r.call(0x500, 0x1000 + i * 4);
+    }
+    for i in (0..50).rev() {
+        r.ret(0x1000 + i * 4, &mut g);
+    }
+    let recs = r.records();
+    assert_eq!(recs.len(), 100);
+    assert_eq!(recs[49].depth, 49);
+    assert_eq!(recs[50].kind, RecordType::Exit);
+    assert_eq!(recs[50].depth, 49);
+    assert_eq!(r.engine.stats.events, 100);
+}
+
+#[test]
+fn longjmp_without_frame_pointers_returns_into_the_setjmp_caller() {
+    let mut g = FakeGuest::default();
+    g.direct_calls.insert(0x110, 0x180); // main: bl setjmp at 0x10c
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // main
+    r.call(0x180, 0x110); //  setjmp
+    r.ret(0x110, &mut g);
+    r.call(0x200, 0x118); //  a
+    r.call(0x300, 0x208); //   b
+    r.call(0x400, 0x308); //    longjmp: returns to setjmp's return address
+    r.ret(0x110, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+100@0", "+180@1", "-180@1", "+200@1", "+300@2", "+400@3", "-400@3", "-300@2",
+            "-200@1"
+        ])
+    );
+    assert_eq!(r.engine.stats.unmatched_returns, 1);
+    assert_eq!(r.engine.stacks.current().len(), 1);
+}
+
+#[test]
+fn longjmp_with_frame_pointers_follows_the_records() {
+    // longjmp restored main's frame pointer: its record returns to the start code at 0x14.
+    let mut g = FakeGuest {
+        fp: 0x7f00,
+        ..Default::default()
+    };
+    g.records.insert(0x7f00, (0, 0x14));
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // main
+    r.call(0x200, 0x118); //  a
+    r.call(0x300, 0x208); //   b
+    r.call(0x400, 0x308); //    longjmp
+    r.ret(0x110, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+200@1", "+300@2", "+400@3", "-400@3", "-300@2", "-200@1"])
+    );
+    assert_eq!(r.engine.stats.resyncs, 1);
+}
+
+#[test]
+fn a_return_that_skips_frames_closes_them() {
+    // `b` was left by a jump (tail call into code that returned straight to a's caller).
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14);
+    r.call(0x200, 0x108);
+    r.call(0x300, 0x204);
+    r.ret(0x108, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+200@1", "+300@2", "-300@2", "-200@1"])
+    );
+    assert_eq!(r.engine.stats.deep_returns, 1);
+}
+
+#[test]
+fn unmatched_return_resyncs_from_frame_records() {
+    // We enter tracing inside `g`, called by `h`, called by `k`: a return from g's callee
+    // lands in g. Frame records: fp0 -> (fp1, ret into h), fp1 -> (0, ret into k).
+    let mut g = FakeGuest {
+        fp: 0x8000,
+        ..Default::default()
+    };
+    g.records.insert(0x8000, (0x8100, 0x2010)); // g returns to 0x2010 in h
+    g.records.insert(0x8100, (0, 0x3010)); // h returns to 0x3010 in k
+    g.direct_calls.insert(0x2010, 0x1000); // bl g at 0x200c
+    g.direct_calls.insert(0x3010, 0x2000); // bl h at 0x300c
+    g.indirect_calls.push(0x1050); // g called something through a pointer
+    let mut r = Rig::new(1024);
+    r.ret(0x1050, &mut g); // a return into g we never saw called
+    assert_eq!(r.engine.stats.unmatched_returns, 1);
+    assert_eq!(r.engine.stats.resyncs, 1);
+    assert_eq!(r.shape(), s(&["+2000@0", "+1000@1"]));
+    // Later returns now match the rebuilt frames.
+    r.ret(0x2010, &mut g);
+    r.ret(0x3010, &mut g);
+    assert_eq!(r.engine.stats.unmatched_returns, 1);
+    assert_eq!(r.shape(), s(&["+2000@0", "+1000@1", "-1000@1", "-2000@0"]));
+}
+
+#[test]
+fn resync_keeps_the_frames_it_still_knows() {
+    // main called worker (ret 0x14); worker switched stacks and returns somewhere we did not
+    // follow, into `x`, whose caller is main's callee `worker` (its record returns to 0x14).
+    let mut g = FakeGuest {
+        fp: 0x9000,
+        ..Default::default()
+    };
+    g.records.insert(0x9000, (0x9100, 0x5010)); // x returns into worker's body at 0x5010
+    g.records.insert(0x9100, (0, 0x14)); // worker returns to main
+    let mut r = Rig::new(1024);
+    r.call(0x5000, 0x14); // worker
+    r.call(0x6000, 0x5008); //  y
+    r.ret(0x7777, &mut g); // unmatched: back in x, which worker called from 0x500c (indirect)
+                           // y closes, worker stays, x is opened (named by an address inside it: the target).
+    assert_eq!(r.shape(), s(&["+5000@0", "+6000@1", "-6000@1", "+7777@1"]));
+}
+
+#[test]
+fn hopeless_return_closes_everything() {
+    let mut g = FakeGuest {
+        fp: 0,
+        ..Default::default()
+    };
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14);
+    r.call(0x200, 0x104);
+    r.ret(0xdead, &mut g);
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "-200@1", "-100@0"]));
+    assert_eq!(r.engine.stats.resyncs, 0);
+    assert_eq!(r.engine.stats.unmatched_returns, 1);
+}
+
+#[test]
+fn frames_past_the_depth_cap_are_followed_not_recorded() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(2);
+    for i in 0..4 {
+        r.call(0x100 * (i + 1), 0x10 + i);
+    }
+    for i in (0..4).rev() {
+        r.ret(0x10 + i, &mut g);
+    }
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "-200@1", "-100@0"]));
+    assert_eq!(r.engine.stats.depth_cap_hits, 2);
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+}
+
+#[test]
+fn time_never_goes_backwards() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(16);
+    r.engine.call(100, 0x100, 0x14);
+    r.engine.ret(50, 0x14, &mut g);
+    let recs = r.records();
+    assert_eq!(recs[1].time, 100);
+}
+
+#[test]
+fn stack_set_switches_and_keeps_stacks_apart() {
+    use shadow::{Frame, StackKey, StackSet};
+    let mut set = StackSet::default();
+    set.current_mut().push(Frame {
+        func: 1,
+        ret_addr: 2,
+    });
+    let irq = StackKey { level: 1, task: 0 };
+    set.select(irq);
+    assert_eq!(set.current_key(), irq);
+    assert!(set.current().top().is_none());
+    set.select(StackKey::DEFAULT);
+    assert_eq!(
+        set.current().frames(),
+        &[Frame {
+            func: 1,
+            ret_addr: 2
+        }]
+    );
+    assert_eq!(set.iter().count(), 2);
+}
