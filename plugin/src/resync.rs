@@ -25,7 +25,9 @@ pub trait GuestView {
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite>;
 }
 
-/// Return addresses from the frame-record chain, innermost first.
+/// Return addresses from the frame-record chain, innermost first. Code built without frame
+/// pointers leaves anything in the frame-pointer register, so a record only counts when its
+/// return address follows a call instruction.
 pub fn frame_chain(guest: &mut dyn GuestView) -> Vec<u64> {
     let mut chain = Vec::new();
     let Some(mut fp) = guest.frame_pointer() else {
@@ -35,7 +37,7 @@ pub fn frame_chain(guest: &mut dyn GuestView) -> Vec<u64> {
         let Some((next, lr)) = guest.frame_record(fp) else {
             break;
         };
-        if lr == 0 {
+        if lr == 0 || guest.call_before(lr).is_none() {
             break;
         }
         chain.push(lr);
@@ -74,9 +76,10 @@ pub fn resync(engine: &mut Engine, now: u64, target: u64, guest: &mut dyn GuestV
         engine.stats.resyncs += 1;
         return;
     }
-    // 2. A second return from a call an open frame made (longjmp to setjmp's return
-    //    address): close everything that frame called.
-    if let Some(site) = guest.call_before(target) {
+    // 2. Without frame records to go by: a second return from a call an open frame made
+    //    (longjmp to setjmp's return address) closes everything that frame called. With
+    //    records that match nothing we know, the guest is on another stack (step 3).
+    if let Some(site) = guest.call_before(target).filter(|_| chain.is_empty()) {
         if let Some(i) = containing_frame(engine.stacks.current(), site.pc) {
             engine.close_down_to(now, i + 1);
             engine.stats.resyncs += 1;

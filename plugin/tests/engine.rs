@@ -167,6 +167,7 @@ fn longjmp_with_frame_pointers_follows_the_records() {
         ..Default::default()
     };
     g.records.insert(0x7f00, (0, 0x14));
+    g.direct_calls.insert(0x14, 0x100); // the start code's bl main
     let mut r = Rig::new(1024);
     r.call(0x100, 0x14); // main
     r.call(0x200, 0x118); //  a
@@ -231,12 +232,54 @@ fn resync_keeps_the_frames_it_still_knows() {
     };
     g.records.insert(0x9000, (0x9100, 0x5010)); // x returns into worker's body at 0x5010
     g.records.insert(0x9100, (0, 0x14)); // worker returns to main
+    g.indirect_calls.extend([0x5010, 0x14]);
     let mut r = Rig::new(1024);
     r.call(0x5000, 0x14); // worker
     r.call(0x6000, 0x5008); //  y
     r.ret(0x7777, &mut g); // unmatched: back in x, which worker called from 0x500c (indirect)
                            // y closes, worker stays, x is opened (named by an address inside it: the target).
     assert_eq!(r.shape(), s(&["+5000@0", "+6000@1", "-6000@1", "+7777@1"]));
+}
+
+#[test]
+fn a_switch_to_another_stack_closes_ours_and_opens_its_frames() {
+    // Task A is in a() -> sched(); the guest switches to task B, whose frame records show
+    // b1() -> b2(), and returns into b2. a()'s entry lies below the target, but a() is not
+    // what B returns into: only the records tell.
+    let mut g = FakeGuest {
+        fp: 0xa000,
+        ..Default::default()
+    };
+    g.records.insert(0xa000, (0xa100, 0x8010)); // b2 returns into b1 at 0x8010
+    g.records.insert(0xa100, (0, 0x9010)); // b1 returns to 0x9010
+    g.direct_calls.insert(0x8010, 0x8800); // bl b2 in b1
+    g.direct_calls.insert(0x9010, 0x8000); // bl b1
+    g.direct_calls.insert(0x8850, 0x4000); // b2 called sched too: bl at 0x884c
+    let mut r = Rig::new(1024);
+    r.call(0x1000, 0x14); // a
+    r.call(0x4000, 0x1010); //  sched
+    r.ret(0x8850, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&["+1000@0", "+4000@1", "-4000@1", "-1000@0", "+8000@0", "+8800@1"])
+    );
+    assert_eq!(r.engine.stats.resyncs, 1);
+}
+
+#[test]
+fn frame_records_that_are_not_records_are_ignored() {
+    // Frame-pointer-less code: x29 points at data whose "return address" follows no call.
+    let mut g = FakeGuest {
+        fp: 0xb000,
+        ..Default::default()
+    };
+    g.records.insert(0xb000, (0xb100, 0x5555));
+    g.direct_calls.insert(0x110, 0x180); // bl setjmp at 0x10c in main
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14);
+    r.call(0x200, 0x118);
+    r.ret(0x110, &mut g);
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "-200@1"]));
 }
 
 #[test]
