@@ -1,1 +1,87 @@
-fn main() {}
+//! Builds the QEMU plugin (a cdylib in the same workspace) and copies it into `OUT_DIR`, so
+//! that `src/embedded.rs` can `include_bytes!` it and the installed binary is self-contained.
+//!
+//! A nested `cargo build` is the only way to get a cdylib artifact from a build script today
+//! (artifact dependencies are unstable). It uses its own target directory: the outer build
+//! holds the lock on the outer one, so sharing it would deadlock.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const PLUGIN_PACKAGE: &str = "qemu-uftrace-plugin";
+const PLUGIN_FILE: &str = "libqemu_uftrace_plugin.so";
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let workspace = manifest_dir
+        .parent()
+        .expect("cli/ lives inside the workspace")
+        .to_path_buf();
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets it"));
+    let target = env::var("TARGET").expect("cargo sets it");
+
+    for rel in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "plugin/Cargo.toml",
+        "plugin/src",
+        "format/Cargo.toml",
+        "format/src",
+    ] {
+        println!("cargo:rerun-if-changed={}", workspace.join(rel).display());
+    }
+
+    let plugin_target = out_dir.join("plugin-target");
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--release")
+        .args(["-p", PLUGIN_PACKAGE])
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&plugin_target)
+        // Explicit, so a cross build embeds a plugin for the machine the CLI runs on.
+        .args(["--target", &target])
+        .current_dir(&workspace);
+    // Inherited settings meant for the outer build: a redirected target dir would bring
+    // back the lock deadlock; flags such as coverage instrumentation or clippy's wrapper do
+    // not belong in the plugin that QEMU loads.
+    for var in [
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_MANIFEST_DIR",
+        "CARGO_MANIFEST_PATH",
+    ] {
+        cmd.env_remove(var);
+    }
+
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build the QEMU plugin: {e}"));
+    if !status.success() {
+        panic!("building the QEMU plugin ({PLUGIN_PACKAGE}) failed: {status}");
+    }
+
+    let built = plugin_target
+        .join(&target)
+        .join("release")
+        .join(PLUGIN_FILE);
+    copy(&built, &out_dir.join(PLUGIN_FILE));
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to).unwrap_or_else(|e| {
+        panic!(
+            "cannot copy the built plugin {} to {}: {e}",
+            from.display(),
+            to.display()
+        )
+    });
+}

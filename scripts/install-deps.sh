@@ -13,6 +13,11 @@ SUDO=""
 
 log() { echo "install-deps: $*" >&2; }
 
+command -v cargo >/dev/null 2>&1 || {
+    log "cargo not found: install a Rust toolchain >= 1.88 (rustup) first"
+    exit 1
+}
+
 have_qemu() {
     command -v qemu-system-aarch64 >/dev/null 2>&1 || return 1
     local v
@@ -29,6 +34,11 @@ command -v aarch64-linux-gnu-nm >/dev/null 2>&1 || need+=(binutils-aarch64-linux
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
+# -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped below).
+[ -f /usr/share/qemu/efi-virtio.rom ] || need+=(ipxe-qemu)
+# A real QEMU built without plugin support, for the CLI's bad-input tests.
+command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static)
+command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 
 if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
@@ -45,12 +55,13 @@ SRC
     fi
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd)
+    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd make time
+        qemu-user-static)
     $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
     if [ "${VERSION_CODENAME:-}" = bookworm ]; then
-        $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm >/dev/null
+        $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm ipxe-qemu >/dev/null
     else
-        $SUDO apt-get install -y -qq --no-install-recommends qemu-system-arm >/dev/null
+        $SUDO apt-get install -y -qq --no-install-recommends qemu-system-arm ipxe-qemu >/dev/null
     fi
 fi
 have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
@@ -73,3 +84,40 @@ if [ ! -s "$CACHE/kernel/vmlinuz" ]; then
     rm -rf "$tmp"
 fi
 log "ok (cache: $CACHE)"
+
+# --- kernel debug symbols (symbols crate) ---
+# The symbols crate's kernel-scale tests and bench/symbols.sh need the DWARF vmlinux and the
+# real System.map of the very kernel cached above; the -dbg package is ~260 MB, so only those
+# two files are kept, outside the repo.
+kernel_debug_symbols() {
+    # /usr/bin/time: peak RSS for bench/symbols.sh; the arm64 libc headers and crt files:
+    # the symbols tests build dynamic executables and PIEs.
+    local extra=()
+    [ -x /usr/bin/time ] || extra+=(time)
+    dpkg -s libc6-dev-arm64-cross >/dev/null 2>&1 || extra+=(libc6-dev-arm64-cross)
+    if [ "${#extra[@]}" -gt 0 ]; then
+        log "installing: ${extra[*]}"
+        $SUDO apt-get install -y -qq --no-install-recommends "${extra[@]}" >/dev/null
+    fi
+    local dir="$CACHE/kernel-dbg" pkg
+    mkdir -p "$dir"
+    [ -s "$dir/vmlinux" ] && [ -s "$dir/System.map" ] && return 0
+    pkg="$(cat "$CACHE/kernel/package")-dbg"
+    log "fetching $pkg into $dir (large)"
+    dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+    apt-cache show "$pkg:arm64" >/dev/null 2>&1 || $SUDO apt-get update -qq
+    local tmp
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download -qq "$pkg:arm64")
+    # Extract only the two files we need (the package unpacks to ~1.4 GB).
+    dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" --wildcards \
+        './usr/lib/debug/boot/vmlinux-*' './usr/lib/debug/boot/System.map-*'
+    cp "$tmp"/usr/lib/debug/boot/System.map-* "$dir/System.map.tmp"
+    cp "$tmp"/usr/lib/debug/boot/vmlinux-* "$dir/vmlinux.tmp"
+    echo "$pkg" >"$dir/package"
+    mv "$dir/System.map.tmp" "$dir/System.map"
+    mv "$dir/vmlinux.tmp" "$dir/vmlinux"
+    rm -rf "$tmp"
+}
+kernel_debug_symbols
+# --- end kernel debug symbols ---

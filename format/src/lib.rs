@@ -8,6 +8,7 @@
 
 pub mod info;
 pub mod map;
+pub mod note;
 pub mod record;
 pub mod symfile;
 pub mod task;

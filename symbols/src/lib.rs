@@ -6,6 +6,20 @@
 
 use std::path::{Path, PathBuf};
 
+mod demangle;
+mod detect;
+mod dwarf_lines;
+mod elf;
+mod file_data;
+mod functions;
+mod kallsyms_tables;
+mod kernel_image;
+mod source_arg;
+mod system_map;
+
+pub use detect::{detect_kind, Kind};
+pub use source_arg::parse_source_arg;
+
 /// Guest architectures qemu-uftrace knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Arch {
@@ -55,7 +69,9 @@ pub struct Image {
     pub functions: Vec<Function>,
     /// Architecture, when the source says (ELF header, raw image header).
     pub arch: Option<Arch>,
-    /// Kernel module symbols found in a kallsyms dump, kept apart from the kernel's.
+    /// Kernel module symbols found in a kallsyms dump, kept apart from the kernel's: one
+    /// [`Image`] per module, whose `path` is just the module name (`PathBuf::from("ext4")`),
+    /// with no `arch` and no nested modules.
     pub modules: Vec<Image>,
 }
 
@@ -76,7 +92,10 @@ pub struct LoadOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum SymbolError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: not an ELF file, System.map, kallsyms dump or kernel image")]
     Unrecognized { path: PathBuf },
     #[error("{path}: {reason}")]
@@ -84,16 +103,92 @@ pub enum SymbolError {
     #[error("{path} has no function symbols (stripped?): {hint}")]
     Stripped { path: PathBuf, hint: String },
     #[error("{path} is built for {found}, not {expected}")]
-    WrongArch { path: PathBuf, found: String, expected: Arch },
+    WrongArch {
+        path: PathBuf,
+        found: String,
+        expected: Arch,
+    },
 }
 
-/// Reads any supported symbol source, detecting its kind from its contents.
-pub fn load(path: &Path, _opts: &LoadOptions) -> Result<Image, SymbolError> {
-    Err(SymbolError::Unrecognized { path: path.to_path_buf() })
+/// Reads any supported symbol source, detecting its kind from its contents (see [`Kind`]).
+pub fn load(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
+    let data = file_data::map(path)?;
+    match detect::detect(&data) {
+        Kind::Elf => elf::load(path, &data, opts),
+        Kind::SystemMap | Kind::Kallsyms => system_map::load(path, &data, opts),
+        Kind::KernelImage => kernel_image::load(path, &data, opts),
+    }
+}
+
+/// Reads an ELF file (executable, shared object, vmlinux), with DWARF source lines when
+/// `opts.source_lines` is set.
+pub fn load_elf(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
+    let data = file_data::map(path)?;
+    elf::load(path, &data, opts)
+}
+
+/// Reads a `System.map` (`nm` output: `addr type name`), keeping text symbols only.
+pub fn load_system_map(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
+    let data = file_data::map(path)?;
+    system_map::load(path, &data, opts)
+}
+
+/// Reads a `/proc/kallsyms` dump (`addr type name [module]`); module symbols go to
+/// [`Image::modules`].
+pub fn load_kallsyms(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
+    load_system_map(path, opts)
+}
+
+/// Recovers the symbols of a raw kernel image (arm64 `Image`, possibly gzip-compressed or
+/// an EFI zboot `vmlinuz`) from the kallsyms tables built into it.
+pub fn load_kernel_image(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
+    let data = file_data::map(path)?;
+    kernel_image::load(path, &data, opts)
 }
 
 /// The architecture of an ELF file, or `None` when `path` is not ELF (a raw image).
 pub fn elf_arch(path: &Path) -> Result<Option<Arch>, SymbolError> {
-    let _ = path;
-    Ok(None)
+    let data = file_data::map(path)?;
+    if detect::detect(&data) != Kind::Elf {
+        return Ok(None);
+    }
+    elf::arch(path, &data).map(|(arch, _)| arch)
+}
+
+/// Parsers over in-memory bytes, for the fuzz targets: same code paths as the loaders, no
+/// file access. Not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    pub fn elf(data: &[u8], source_lines: bool) -> Result<Image, SymbolError> {
+        let opts = LoadOptions {
+            source_lines,
+            demangle: true,
+            ..Default::default()
+        };
+        elf::load(Path::new("fuzz"), data, &opts)
+    }
+
+    pub fn system_map(data: &[u8]) -> Result<Image, SymbolError> {
+        system_map::load(Path::new("fuzz"), data, &LoadOptions::default())
+    }
+
+    pub fn kernel_image(data: &[u8]) -> Result<Image, SymbolError> {
+        kernel_image::load(Path::new("fuzz"), data, &LoadOptions::default())
+    }
+
+    pub fn any(data: &[u8]) -> Result<Image, SymbolError> {
+        let opts = LoadOptions {
+            source_lines: true,
+            demangle: true,
+            ..Default::default()
+        };
+        let path = Path::new("fuzz");
+        match detect::detect(data) {
+            Kind::Elf => elf::load(path, data, &opts),
+            Kind::SystemMap | Kind::Kallsyms => system_map::load(path, data, &opts),
+            Kind::KernelImage => kernel_image::load(path, data, &opts),
+        }
+    }
 }

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+pub mod replay;
+
 /// The QEMU system emulator the guests run under.
 pub const QEMU: &str = "qemu-system-aarch64";
 

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Traced vs plain QEMU, measured in the same run (interleaved, median of RUNS):
+#   calldense  a call-dense bare-metal loop (20 M calls)
+#   kernel     Debian's arm64 cloud kernel booting to its "Unable to mount root fs" panic
+# Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload.
+# Usage: bench/run.sh [calldense] [kernel]    (RUNS=3 by default)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+runs=${RUNS:-3}
+cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$root/scripts/install-deps.sh" >&2
+cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
+qu="$root/target/release/qemu-uftrace"
+make -s -C "$root/bench/guests" O="$work/guests" >/dev/null
+
+# The QEMU command of a workload, into the array `argv`.
+workload_argv() {
+    argv=(qemu-system-aarch64 -M virt -cpu cortex-a57 -nographic -nic none)
+    case "$1" in
+        calldense) argv+=(-semihosting -kernel "$work/guests/calldense.elf") ;;
+        kernel) argv+=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz"
+            -append "console=ttyAMA0 panic=-1 nokaslr") ;;
+        *) echo "bench: unknown workload $1 (calldense, kernel)" >&2; exit 2 ;;
+    esac
+}
+
+# One timed run: prints "seconds max_rss_kb".
+timed() {
+    /usr/bin/time -f "%e %M" -o "$work/time" "$@" </dev/null >/dev/null 2>"$work/stderr" || true
+    cat "$work/time"
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+stat_of() { sed -n "s/^$1=//p" "$work/trace/plugin.stats" 2>/dev/null | head -n1; }
+
+printf '%-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
+    workload plain_s traced_s ratio plain_MB traced_MB trace_MB events events/s
+workloads=("$@")
+[ "${#workloads[@]}" -gt 0 ] || workloads=(calldense kernel)
+for name in "${workloads[@]}"; do
+    workload_argv "$name"
+    : >"$work/plain" ; : >"$work/traced"
+    for _ in $(seq "$runs"); do
+        timed "${argv[@]}" >>"$work/plain"
+        rm -rf "$work/trace" "$work/trace.old"
+        timed "$qu" record -o "$work/trace" -- "${argv[@]}" >>"$work/traced"
+    done
+    p=$(cut -d' ' -f1 "$work/plain" | median)
+    t=$(cut -d' ' -f1 "$work/traced" | median)
+    pm=$(cut -d' ' -f2 "$work/plain" | median)
+    tm=$(cut -d' ' -f2 "$work/traced" | median)
+    events=$(stat_of events)
+    bytes=$(du -sb "$work/trace" | cut -f1)
+    awk -v n="$name" -v p="$p" -v t="$t" -v pm="$pm" -v tm="$tm" -v b="$bytes" -v e="${events:-0}" 'BEGIN {
+        printf "%-10s %9.2f %9.2f %6.2fx %9.0f %9.0f %9.0f %12d %12.0f\n",
+            n, p, t, t / p, pm / 1024, tm / 1024, b / 1048576, e, e / t }'
+    grep -E '^(calls|returns|unmatched_returns|resyncs)=' "$work/trace/plugin.stats" | tr '\n' ' ' | sed 's/^/           /'
+    echo
+done

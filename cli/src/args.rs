@@ -1,0 +1,183 @@
+//! The command-line surface, as clap definitions (also the source of the man pages and
+//! shell completions).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Default trace directory, as uftrace's.
+pub const DEFAULT_DIR: &str = "uftrace.data";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "qemu-uftrace",
+    version,
+    about = "Record every guest function call and return under QEMU TCG, for uftrace",
+    long_about = "Record every guest function call and return under QEMU TCG and leave a \
+        uftrace.data/ directory that uftrace (0.13 and newer) replays, reports and graphs with \
+        function names.\n\n\
+        qemu-uftrace record -- qemu-system-aarch64 -M virt -cpu max -nographic -kernel Image\n\
+        qemu-uftrace replay",
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a QEMU command with the tracing plugin and write a uftrace data directory
+    Record(RecordArgs),
+    /// Add or replace function symbols of a trace directory from ELF files, System.map,
+    /// kallsyms dumps or kernel images
+    Symbols(SymbolsArgs),
+    /// Show the recorded calls in time order (uftrace replay)
+    Replay(UftraceArgs),
+    /// Show per-function totals (uftrace report)
+    Report(UftraceArgs),
+    /// Show the call graph (uftrace graph)
+    Graph(UftraceArgs),
+    /// Browse the trace interactively (uftrace tui)
+    Tui(UftraceArgs),
+    /// Dump the raw records, or convert them, e.g. `dump --chrome` (uftrace dump)
+    Dump(UftraceArgs),
+    /// Show what was recorded, when and how (uftrace info)
+    Info(UftraceArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+}
+
+/// The clock that stamps records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Clock {
+    /// Guest instructions executed: deterministic; uftrace prints these counts in its time
+    /// columns (shown as ns, read "instructions")
+    Insn,
+    /// Host wall-clock nanoseconds: real durations, including the emulation's slowness
+    Wall,
+}
+
+impl Clock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Insn => "insn",
+            Clock::Wall => "wall",
+        }
+    }
+}
+
+/// What to show right after recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Then {
+    Replay,
+    Report,
+    Graph,
+    Tui,
+}
+
+impl Then {
+    pub fn subcommand(self) -> &'static str {
+        match self {
+            Then::Replay => "replay",
+            Then::Report => "report",
+            Then::Graph => "graph",
+            Then::Tui => "tui",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Symbols are read from the guest images named on the QEMU command line \
+        (-kernel, -bios, -device loader,file=ELF) and from every --symbols source.\n\n\
+        Example:\n  qemu-uftrace record --then replay -- qemu-system-aarch64 -M virt -cpu max \
+        -nographic -kernel Image -append console=ttyAMA0"
+)]
+pub struct RecordArgs {
+    /// Trace directory to write (an existing one is moved to DIR.old)
+    #[arg(short, long, value_name = "DIR", default_value = DEFAULT_DIR)]
+    pub output: PathBuf,
+
+    /// Timestamp source: `insn` counts guest instructions (deterministic; uftrace's time
+    /// columns then show instruction counts), `wall` uses host nanoseconds
+    #[arg(long, value_enum, default_value_t = Clock::Insn)]
+    pub clock: Clock,
+
+    /// Extra symbol source (ELF, System.map, kallsyms dump, kernel image), loaded at
+    /// OFFSET (hex with 0x, or decimal) when given; repeatable
+    #[arg(long = "symbols", value_name = "FILE[:OFFSET]")]
+    pub symbols: Vec<OsString>,
+
+    /// Do not read symbols from the images on the QEMU command line (--symbols still apply)
+    #[arg(long)]
+    pub no_auto_symbols: bool,
+
+    /// Use this QEMU plugin instead of the one built into qemu-uftrace
+    #[arg(long, value_name = "PATH")]
+    pub plugin: Option<PathBuf>,
+
+    /// Do not record calls nested deeper than N
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(qemu_uftrace_format::MAX_STACK)))]
+    pub max_depth: Option<u16>,
+
+    /// Run this uftrace command on the new trace when recording ends
+    #[arg(long, value_enum, value_name = "VIEW")]
+    pub then: Option<Then>,
+
+    /// The QEMU command line to run, after `--`
+    #[arg(last = true, value_name = "QEMU_COMMAND", allow_hyphen_values = true)]
+    pub qemu_command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct SymbolsArgs {
+    /// Trace directory to update (created when missing)
+    #[arg(short = 'd', long = "data", value_name = "DIR", default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+
+    /// Write names as IMAGE:NAME, to tell images apart in uftrace's output
+    #[arg(long)]
+    pub prefix: bool,
+
+    /// Demangle C++ and Rust names
+    #[arg(long)]
+    pub demangle: bool,
+
+    /// Symbol sources: ELF, System.map, kallsyms dump or kernel image, each optionally
+    /// followed by :OFFSET, the address it was loaded at relative to its link address
+    #[arg(value_name = "SOURCE[:OFFSET]", required = true)]
+    pub sources: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct UftraceArgs {
+    /// Trace directory to read
+    #[arg(short = 'd', long = "data", value_name = "DIR", default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+
+    /// Options passed to uftrace as they are, e.g. `-F start_kernel -D 3` (put them after
+    /// `--` if one could be taken for ours)
+    #[arg(
+        value_name = "UFTRACE_ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        num_args = 0..
+    )]
+    pub uftrace_args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to print completions for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The clap command, for tests, man pages and completions.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}

@@ -1,0 +1,500 @@
+//! The trace directory's life: a staging directory `<DIR>.partial` that the plugin records
+//! into, the uftrace files written next to the plugin's `.dat` files once QEMU is gone, and
+//! the final swap (`<DIR>` → `<DIR>.old`, staging → `<DIR>`). Recorded data is never
+//! deleted silently: a leftover staging directory stops the next recording.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::{info, map, record::RECORD_SIZE, task};
+
+use crate::errors::{fail, usage};
+use crate::stats::Stats;
+use crate::symfiles::{self, PlacedImage};
+
+/// `<path><suffix>`, next to `path`.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s: OsString = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// The staging directory for `output`.
+pub fn staging_path(output: &Path) -> PathBuf {
+    sibling(output, ".partial")
+}
+
+/// Where the previous trace goes.
+pub fn old_path(output: &Path) -> PathBuf {
+    sibling(output, ".old")
+}
+
+/// Creates `<output>.partial`, refusing if it exists or cannot be made.
+pub fn create_staging(output: &Path) -> Result<PathBuf> {
+    let name_ok = output.file_name().is_some_and(|n| n != "." && n != "..");
+    if !name_ok {
+        return Err(usage(
+            format!("'{}' cannot be a trace directory name", output.display()),
+            "give -o a directory name such as uftrace.data",
+        ));
+    }
+    if output.exists() && !output.is_dir() {
+        return Err(usage(
+            format!("{} exists and is not a directory", output.display()),
+            "choose another -o DIR or move that file away",
+        ));
+    }
+    let staging = staging_path(output);
+    if staging.symlink_metadata().is_ok() {
+        return Err(fail(
+            format!(
+                "{} already exists: an earlier recording was interrupted and its data is there",
+                staging.display()
+            ),
+            format!(
+                "look at it or move it away (mv {0} somewhere), or delete it (rm -r {0}), then \
+                 record again",
+                staging.display()
+            ),
+        ));
+    }
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            fail(
+                format!("cannot create {}: {e}", parent.display()),
+                "choose an -o DIR in a writable place",
+            )
+        })?;
+    }
+    std::fs::create_dir(&staging).map_err(|e| {
+        fail(
+            format!("cannot create {}: {e}", staging.display()),
+            "choose an -o DIR in a writable place",
+        )
+    })?;
+    Ok(staging)
+}
+
+/// The task ids of the `.dat` files in `dir`, sorted, with their sizes.
+pub fn dat_files(dir: &Path) -> Result<Vec<(u32, u64)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(tid) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".dat"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if tid == 0 {
+            continue;
+        }
+        out.push((tid, entry.metadata()?.len()));
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// True when some `.dat` file holds at least one whole record.
+pub fn has_records(dir: &Path) -> bool {
+    dat_files(dir).is_ok_and(|d| d.iter().any(|&(_, len)| len >= RECORD_SIZE as u64))
+}
+
+/// Cuts a partial record off the end of each `.dat` file (QEMU killed mid-write).
+fn trim_partial_records(dir: &Path, dats: &mut [(u32, u64)]) -> Result<u64> {
+    let mut trimmed = 0;
+    for (tid, len) in dats.iter_mut() {
+        let rem = *len % RECORD_SIZE as u64;
+        if rem != 0 {
+            let path = dir.join(format!("{tid}.dat"));
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            f.set_len(*len - rem)
+                .with_context(|| format!("cannot trim {}", path.display()))?;
+            *len -= rem;
+            trimmed += 1;
+        }
+    }
+    Ok(trimmed)
+}
+
+/// Everything, beyond the staging directory's own contents, that the files describe.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The main guest image (the `-kernel` file), else the QEMU binary.
+    pub exename: String,
+    /// Our command line, as typed.
+    pub cmdline: String,
+    /// wait()-style status of QEMU.
+    pub wait_status: i32,
+    /// `ARM64 (QEMU TCG, qemu-system-aarch64 10.0.2)`.
+    pub cpu_desc: String,
+    pub memory: Option<String>,
+    pub started: SystemTime,
+    pub elapsed: Duration,
+    /// What the plugin reported; `None` when QEMU died before it flushed.
+    pub stats: Option<Stats>,
+    /// Symbol images, in priority order.
+    pub images: Vec<qemu_uftrace_symbols::Image>,
+}
+
+/// What assembling found and did.
+#[derive(Debug, Default)]
+pub struct Assembled {
+    pub tids: Vec<u32>,
+    pub bytes: u64,
+    pub placed: Vec<String>,
+    pub skipped: Vec<String>,
+    pub has_dbg: bool,
+    pub trimmed_files: u64,
+    /// Tids the plugin listed that have no `.dat` file.
+    pub missing_tids: Vec<u32>,
+}
+
+/// Why there is nothing to assemble.
+#[derive(Debug)]
+pub struct NoData;
+
+impl std::fmt::Display for NoData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no call or return was recorded")
+    }
+}
+
+impl std::error::Error for NoData {}
+
+/// A session id that differs between recordings.
+pub fn new_session_id() -> String {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = now.as_nanos() as u64 ^ (u64::from(std::process::id()) << 40);
+    // splitmix64: spread the bits so ids do not look alike.
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    task::session_id(x ^ (x >> 31))
+}
+
+/// Writes `info`, `task.txt`, `sid-<SID>.map` and the `.sym`/`.dbg` files into `dir`, which
+/// holds the plugin's output. Fails with [`NoData`] when no `.dat` file has a record.
+pub fn assemble(dir: &Path, rec: &Recording) -> Result<Assembled> {
+    let mut dats = dat_files(dir)?;
+    let mut done = Assembled::default();
+    if rec.stats.is_none() {
+        done.trimmed_files = trim_partial_records(dir, &mut dats)?;
+    }
+    if !dats.iter().any(|&(_, len)| len >= RECORD_SIZE as u64) {
+        return Err(NoData.into());
+    }
+    done.tids = dats.iter().map(|&(t, _)| t).collect();
+    done.bytes = dats.iter().map(|&(_, l)| l).sum();
+    if let Some(s) = &rec.stats {
+        done.missing_tids = s
+            .tids
+            .iter()
+            .copied()
+            .filter(|t| !done.tids.contains(t))
+            .collect();
+    }
+
+    let (placed, skipped) = symfiles::place(rec.images.clone(), &[]);
+    done.skipped = skipped;
+    for p in &placed {
+        done.has_dbg |= symfiles::write_files(dir, p, false)?;
+        done.placed.push(p.module_name().to_string());
+    }
+
+    let sid = new_session_id();
+    write_map(dir, &sid, &placed)?;
+
+    let tasks: Vec<task::Task> = done
+        .tids
+        .iter()
+        .map(|&tid| task::Task {
+            tid,
+            pid: tid,
+            name: format!("cpu{}", tid - 1),
+        })
+        .collect();
+    symfiles::write_with(&dir.join("task.txt"), |w| {
+        task::write_task_txt(w, &sid, &tasks)
+    })?;
+
+    let max_tid = done.tids.iter().copied().max().unwrap_or(1);
+    let cpus = rec.stats.as_ref().and_then(|s| s.vcpus).unwrap_or(max_tid);
+    let os = crate::host_info::os_info();
+    let info = info::Info {
+        exename: rec.exename.clone(),
+        cmdline: rec.cmdline.clone(),
+        exit_status: rec.wait_status,
+        nr_cpus_online: cpus,
+        nr_cpus_possible: cpus,
+        cpu_desc: rec.cpu_desc.clone(),
+        meminfo: rec
+            .memory
+            .as_ref()
+            .map(|m| format!("guest -m {m}"))
+            .unwrap_or_default(),
+        os_kernel: os.kernel,
+        os_hostname: os.hostname,
+        os_distro: os.distro,
+        tids: done.tids.clone(),
+        record_date: crate::host_info::ctime(rec.started),
+        elapsed_time: crate::host_info::elapsed(rec.elapsed),
+        version: format!("qemu-uftrace {}", env!("CARGO_PKG_VERSION")),
+        extra_features: if done.has_dbg {
+            info::feat::DEBUG_INFO
+        } else {
+            0
+        },
+    };
+    symfiles::write_with(&dir.join("info"), |w| info.write_to(w))?;
+    Ok(done)
+}
+
+/// Writes `sid-<sid>.map` for these images (the `[stack]` line included).
+pub fn write_map(dir: &Path, sid: &str, placed: &[PlacedImage]) -> Result<()> {
+    let entries: Vec<map::MapEntry> = placed.iter().map(|p| p.map.clone()).collect();
+    symfiles::write_with(&dir.join(format!("sid-{sid}.map")), |w| {
+        map::write_map(w, entries)
+    })
+}
+
+/// Leaves a `note.txt` that `uftrace info` shows, so that a trace cut short by QEMU's death
+/// never passes for complete.
+pub fn mark_incomplete(dir: &Path, why: &str) -> Result<()> {
+    let text = format!("INCOMPLETE TRACE: {why};\nthe last records of each vCPU are missing.\n");
+    symfiles::write_with(&dir.join("note.txt"), |w| {
+        qemu_uftrace_format::note::write_note(w, &text)
+    })
+}
+
+/// Moves an existing `output` to `<output>.old` (replacing an older one, as uftrace does)
+/// and the staging directory to `output`. Returns the `.old` path when one was made.
+pub fn publish(staging: &Path, output: &Path) -> Result<Option<PathBuf>> {
+    let mut moved = None;
+    if output.symlink_metadata().is_ok() {
+        let old = old_path(output);
+        match old.symlink_metadata() {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&old),
+            Ok(_) => std::fs::remove_file(&old),
+            Err(_) => Ok(()),
+        }
+        .with_context(|| format!("cannot remove the older {}", old.display()))?;
+        std::fs::rename(output, &old).with_context(|| {
+            format!(
+                "cannot move {} to {}; the new trace is in {}",
+                output.display(),
+                old.display(),
+                staging.display()
+            )
+        })?;
+        moved = Some(old);
+    }
+    std::fs::rename(staging, output).with_context(|| {
+        format!(
+            "cannot rename {} to {}; the new trace is in {}",
+            staging.display(),
+            output.display(),
+            staging.display()
+        )
+    })?;
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qemu_uftrace_format::record::{encode, RecordType};
+    use std::process::Command;
+
+    const KBASE: u64 = 0xffff_8000_8001_0000;
+
+    /// `start_kernel` calls `setup_arch`, then `rest_init` calls `leaf`, on two vCPUs.
+    fn write_dat(dir: &Path, tid: u32, base_time: u64) {
+        let recs = [
+            (10, RecordType::Entry, 0, KBASE),
+            (20, RecordType::Entry, 1, KBASE + 0x100),
+            (50, RecordType::Exit, 1, KBASE + 0x100),
+            (60, RecordType::Entry, 1, KBASE + 0x200),
+            (70, RecordType::Entry, 2, KBASE + 0x300),
+            (75, RecordType::Exit, 2, KBASE + 0x300),
+            (90, RecordType::Exit, 1, KBASE + 0x200),
+            (100, RecordType::Exit, 0, KBASE),
+        ];
+        let mut bytes = Vec::new();
+        for (t, kind, depth, addr) in recs {
+            bytes.extend_from_slice(&encode(base_time + t, kind, depth, addr));
+        }
+        std::fs::write(dir.join(format!("{tid}.dat")), bytes).unwrap();
+    }
+
+    fn kernel_image() -> qemu_uftrace_symbols::Image {
+        crate::symfiles::tests::image(
+            "/boot/vmlinux",
+            KBASE,
+            &[
+                (KBASE, 0x100, "start_kernel"),
+                (KBASE + 0x100, 0x40, "setup_arch"),
+                (KBASE + 0x200, 0x80, "rest_init"),
+                (KBASE + 0x300, 0x20, "leaf"),
+            ],
+        )
+    }
+
+    fn recording(stats: Option<Stats>) -> Recording {
+        Recording {
+            exename: "/boot/vmlinux".into(),
+            cmdline: "qemu-uftrace record -- qemu-system-aarch64 -kernel \"vmlinux\"".into(),
+            wait_status: 0,
+            cpu_desc: "ARM64 (QEMU TCG, qemu-system-aarch64 10.0.2)".into(),
+            memory: Some("512M".into()),
+            started: SystemTime::now(),
+            elapsed: Duration::from_millis(1500),
+            stats,
+            images: vec![kernel_image()],
+        }
+    }
+
+    fn uftrace(args: &[&str], dir: &Path) -> Option<String> {
+        let out = Command::new("uftrace")
+            .args(args)
+            .arg("-d")
+            .arg(dir)
+            .arg("--no-pager")
+            .output()
+            .ok()?;
+        assert!(
+            out.status.success(),
+            "uftrace {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    #[test]
+    fn assembled_directory_replays_with_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("uftrace.data");
+        let staging = create_staging(&output).unwrap();
+        write_dat(&staging, 1, 1000);
+        write_dat(&staging, 2, 5000);
+        let stats = Stats::parse("complete=1\nvcpus=2\ntids=1,2\nevents=16\n");
+        let done = assemble(&staging, &recording(Some(stats))).unwrap();
+        assert_eq!(done.tids, [1, 2]);
+        assert!(done.has_dbg);
+        assert_eq!(publish(&staging, &output).unwrap(), None);
+
+        let Some(replay) = uftrace(&["replay"], &output) else {
+            eprintln!("uftrace not installed: skipping the replay check");
+            return;
+        };
+        for name in [
+            "start_kernel() {",
+            "setup_arch();",
+            "rest_init() {",
+            "leaf();",
+        ] {
+            assert!(replay.contains(name), "{name} missing in:\n{replay}");
+        }
+        assert!(
+            !replay.contains("<8000"),
+            "unresolved address in:\n{replay}"
+        );
+
+        let info = uftrace(&["info"], &output).unwrap();
+        assert!(info.contains("ARM64 (QEMU TCG"), "{info}");
+        assert!(info.contains("/boot/vmlinux"), "{info}");
+        assert!(info.contains("qemu-uftrace "), "{info}");
+        assert!(info.contains("1.500000000 sec"), "{info}");
+
+        let chrome = uftrace(&["dump", "--chrome"], &output).unwrap();
+        assert!(chrome.contains("\"name\":\"rest_init\""), "{chrome}");
+        assert!(chrome.contains("\"ph\":\"B\""), "{chrome}");
+
+        let srcline = uftrace(&["replay", "--srcline"], &output).unwrap();
+        assert!(srcline.contains("src/x.c:10"), "{srcline}");
+    }
+
+    #[test]
+    fn incomplete_recording_is_trimmed_and_still_readable() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("t");
+        let staging = create_staging(&output).unwrap();
+        write_dat(&staging, 1, 1000);
+        // A half-written record at the end, as after SIGKILL.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(staging.join("1.dat"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, &[1, 2, 3]).unwrap();
+        let done = assemble(&staging, &recording(None)).unwrap();
+        assert_eq!(done.trimmed_files, 1);
+        mark_incomplete(&staging, "QEMU was killed by signal 9").unwrap();
+        assert_eq!(
+            std::fs::metadata(staging.join("1.dat")).unwrap().len(),
+            8 * RECORD_SIZE as u64
+        );
+        publish(&staging, &output).unwrap();
+        if let Some(replay) = uftrace(&["replay"], &output) {
+            assert!(replay.contains("rest_init"), "{replay}");
+            let info = uftrace(&["info"], &output).unwrap();
+            assert!(info.contains("INCOMPLETE TRACE: QEMU was killed"), "{info}");
+        }
+    }
+
+    #[test]
+    fn no_records_is_no_data() {
+        let tmp = tempfile::tempdir().unwrap();
+        let staging = create_staging(&tmp.path().join("t")).unwrap();
+        std::fs::write(staging.join("1.dat"), b"").unwrap();
+        let e = assemble(&staging, &recording(None)).unwrap_err();
+        assert!(e.downcast_ref::<NoData>().is_some());
+    }
+
+    #[test]
+    fn stale_staging_is_refused_and_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("uftrace.data");
+        let staging = create_staging(&output).unwrap();
+        std::fs::write(staging.join("1.dat"), b"precious").unwrap();
+        let e = create_staging(&output).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("interrupted"), "{msg}");
+        assert!(msg.contains("rm -r"), "{msg}");
+        assert_eq!(std::fs::read(staging.join("1.dat")).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn publish_rotates_old_traces() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("d");
+        for generation in ["one", "two", "three"] {
+            let staging = create_staging(&output).unwrap();
+            std::fs::write(staging.join("gen"), generation).unwrap();
+            publish(&staging, &output).unwrap();
+        }
+        assert_eq!(std::fs::read(output.join("gen")).unwrap(), b"three");
+        assert_eq!(
+            std::fs::read(old_path(&output).join("gen")).unwrap(),
+            b"two"
+        );
+        assert!(!staging_path(&output).exists());
+    }
+
+    #[test]
+    fn output_that_is_a_file_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("file");
+        std::fs::write(&output, b"x").unwrap();
+        let e = create_staging(&output).unwrap_err();
+        assert!(format!("{e:#}").contains("not a directory"));
+    }
+}

@@ -1,0 +1,82 @@
+//! qemu-uftrace: record guest function calls under QEMU TCG into a uftrace data directory.
+//!
+//! `main.rs` only calls [`main_with`]; everything else is here so tests can reach it.
+
+pub mod args;
+pub mod datadir;
+pub mod embedded;
+pub mod errors;
+pub mod host_info;
+pub mod man;
+pub mod plugin_cache;
+pub mod qemu_checks;
+pub mod qemu_cmd;
+pub mod record;
+pub mod run_qemu;
+pub mod stats;
+pub mod symbol_source;
+pub mod symbols_cmd;
+pub mod symfiles;
+pub mod uftrace_cmd;
+
+use std::ffi::OsString;
+
+use anyhow::Result;
+use clap::Parser;
+
+use args::{Cli, Command};
+
+/// Runs the program on `argv` (argv[0] included) and returns the exit status.
+pub fn main_with(argv: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            if let Some(err) = missing_double_dash(&e, &argv) {
+                errors::report(&err);
+                return errors::exit_code(&err);
+            }
+            // clap prints help/version to stdout (status 0) and usage errors to stderr (2).
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    match dispatch(cli, &argv) {
+        Ok(code) => code,
+        Err(err) => {
+            errors::report(&err);
+            errors::exit_code(&err)
+        }
+    }
+}
+
+/// `record qemu-system-aarch64 …` without `--`: one line saying where the `--` goes,
+/// instead of clap's "unexpected argument".
+fn missing_double_dash(e: &clap::Error, argv: &[OsString]) -> Option<anyhow::Error> {
+    let is_record = argv.get(1).is_some_and(|a| a == "record");
+    let has_dashdash = argv.iter().any(|a| a == "--");
+    if e.kind() == clap::error::ErrorKind::UnknownArgument && is_record && !has_dashdash {
+        return Some(errors::usage(
+            "the QEMU command must come after --",
+            "write: qemu-uftrace record [OPTIONS] -- qemu-system-aarch64 …",
+        ));
+    }
+    None
+}
+
+fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
+    match cli.command {
+        Command::Record(a) => record::run(a, argv),
+        Command::Symbols(a) => symbols_cmd::run(a),
+        Command::Replay(a) => uftrace_cmd::run("replay", &a.dir, &a.uftrace_args),
+        Command::Report(a) => uftrace_cmd::run("report", &a.dir, &a.uftrace_args),
+        Command::Graph(a) => uftrace_cmd::run("graph", &a.dir, &a.uftrace_args),
+        Command::Tui(a) => uftrace_cmd::run("tui", &a.dir, &a.uftrace_args),
+        Command::Dump(a) => uftrace_cmd::run("dump", &a.dir, &a.uftrace_args),
+        Command::Info(a) => uftrace_cmd::run("info", &a.dir, &a.uftrace_args),
+        Command::Completions(a) => {
+            let mut cmd = args::command();
+            clap_complete::generate(a.shell, &mut cmd, "qemu-uftrace", &mut std::io::stdout());
+            Ok(0)
+        }
+    }
+}

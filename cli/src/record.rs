@@ -1,0 +1,521 @@
+//! `qemu-uftrace record`: check the QEMU command, run it with the plugin into a staging
+//! directory, then assemble and publish the trace directory.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+use qemu_uftrace_symbols::Arch;
+
+use crate::args::{Clock, RecordArgs};
+use crate::datadir::{self, Assembled, Recording};
+use crate::errors::{fail, note, usage, warn};
+use crate::qemu_checks::{self, Qemu};
+use crate::qemu_cmd::{self, GuestImage};
+use crate::run_qemu::{self, QemuExit};
+use crate::stats::Stats;
+use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
+
+/// Runs the subcommand; returns our exit status. `typed` is our whole command line.
+pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
+    // `-o dir/` names `dir`: its staging directory is `dir.partial`, not `dir/.partial`.
+    args.output = args.output.components().collect();
+    let argv = &args.qemu_command;
+    if argv.is_empty() || argv[0].is_empty() {
+        return Err(usage(
+            "no QEMU command given",
+            "put it after --, e.g. qemu-uftrace record -- qemu-system-aarch64 -M virt -kernel Image",
+        ));
+    }
+    // The cheap checks on what was typed come first.
+    qemu_cmd::detect_emulator(&argv[0])?;
+    let extra_sources = args
+        .symbols
+        .iter()
+        .map(|s| symbol_source::parse_source_arg(s, "--symbols"))
+        .collect::<Result<Vec<_>>>()?;
+
+    let staging = datadir::create_staging(&args.output)?;
+    let outcome = record_into(&args, typed, &staging, extra_sources);
+    if outcome.is_err() {
+        remove_if_empty(&staging);
+    }
+    outcome
+}
+
+/// Removes a staging directory that holds no recorded byte (a failed start).
+fn remove_if_empty(staging: &Path) {
+    let empty = datadir::dat_files(staging)
+        .map(|d| d.iter().all(|&(_, len)| len == 0))
+        .unwrap_or(false);
+    if empty {
+        let _ = std::fs::remove_dir_all(staging);
+    }
+}
+
+fn plugin_path(args: &RecordArgs) -> Result<PathBuf> {
+    match &args.plugin {
+        Some(p) if p.is_file() => Ok(std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+        Some(p) => Err(usage(
+            format!("--plugin {}: no such file", p.display()),
+            "give the path of a built libqemu_uftrace_plugin.so, or leave --plugin out",
+        )),
+        None => crate::plugin_cache::embedded_plugin(),
+    }
+}
+
+fn record_into(
+    args: &RecordArgs,
+    typed: &[OsString],
+    staging: &Path,
+    extra_sources: Vec<SourceArg>,
+) -> Result<i32> {
+    let argv = &args.qemu_command;
+    let plugin = plugin_path(args)?;
+    let qemu = qemu_checks::preflight(argv, &plugin, args.plugin.is_some())?;
+    let opts = qemu_cmd::options(&argv[1..]);
+    let images = qemu_cmd::guest_images(&opts, qemu_cmd::file_is_elf);
+    let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
+    let loader = BackgroundLoad::start(sources.clone(), Some(Arch::Aarch64));
+
+    let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
+    let plugin_opt = qemu_cmd::plugin_option(&plugin, &abs_staging, args.clock, args.max_depth);
+    let full = qemu_cmd::with_plugin(argv, plugin_opt);
+    let started = SystemTime::now();
+    let exit = run_qemu::run(&qemu.path, &full[1..])?;
+
+    let loaded = loader.join();
+    if !datadir::has_records(staging) {
+        remove_if_empty(staging);
+        return Err(fail(
+            format!("no call or return was recorded: QEMU {}", exit.describe()),
+            "check QEMU's messages above (the guest must run under TCG)",
+        ));
+    }
+    let stats = Stats::read(staging).map_err(|e| {
+        fail(
+            format!(
+                "cannot read the plugin's statistics in {}: {e}",
+                staging.display()
+            ),
+            "the recorded data is still there",
+        )
+    })?;
+    let kaslr = kaslr_hint(&loaded, &opts);
+    let spinner = spinner(&args.output);
+    let rec = Recording {
+        exename: exename(&images, &qemu.path),
+        cmdline: shell_join(typed),
+        wait_status: exit.wait_status,
+        cpu_desc: cpu_desc(&qemu),
+        memory: qemu_cmd::memory(&opts),
+        started,
+        elapsed: exit.elapsed,
+        stats: stats.clone(),
+        images: Vec::new(),
+    };
+    let rec = Recording {
+        images: report_loaded(loaded),
+        ..rec
+    };
+    let assembled = datadir::assemble(staging, &rec);
+    if let Some(s) = &spinner {
+        s.finish_and_clear();
+    }
+    let assembled = assembled.map_err(|e| {
+        e.context(format!(
+            "cannot assemble the trace (the raw data stays in {})",
+            staging.display()
+        ))
+    })?;
+    if stats.is_none() {
+        datadir::mark_incomplete(
+            staging,
+            &format!(
+                "QEMU {} before the qemu-uftrace plugin flushed its buffers",
+                exit.describe()
+            ),
+        )?;
+    }
+    let old = datadir::publish(staging, &args.output)?;
+    if let Some(hint) = kaslr {
+        warn(hint);
+    }
+    summary(
+        args,
+        &exit,
+        stats.as_ref(),
+        &assembled,
+        old.as_deref(),
+        sources.is_empty(),
+    );
+
+    let mut code = exit.exit_code;
+    if let Some(then) = args.then {
+        let then_code = crate::uftrace_cmd::run(then.subcommand(), &args.output, &[])?;
+        if code == 0 {
+            code = then_code;
+        }
+    }
+    Ok(code)
+}
+
+/// `--symbols` sources first (the user's choice wins an overlap), then the images on the
+/// QEMU command line, without repeating a file.
+fn symbol_sources(extra: Vec<SourceArg>, images: &[GuestImage], no_auto: bool) -> Vec<SourceArg> {
+    let mut out = extra;
+    if !no_auto {
+        for img in images {
+            if !out.iter().any(|s| s.path == img.path) {
+                out.push(SourceArg {
+                    path: img.path.clone(),
+                    offset: 0,
+                    origin: img.origin.option(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A Linux kernel given with -kernel randomizes its base (KASLR) unless told not to, and
+/// then none of its symbols match: say how to turn it off.
+fn kaslr_hint(loaded: &[Loaded], opts: &[qemu_cmd::QemuOption]) -> Option<String> {
+    let linux_kernel = loaded.iter().any(|l| match l {
+        Loaded::Ok(src, img) => {
+            src.origin == qemu_cmd::ImageOrigin::Kernel.option()
+                && img.functions.iter().any(|f| f.name == "start_kernel")
+        }
+        Loaded::Failed(..) => false,
+    });
+    let said = |name: &str, needle: &str| {
+        opts.iter().any(|o| {
+            o.name == name
+                && o.value
+                    .as_ref()
+                    .is_some_and(|v| v.to_string_lossy().contains(needle))
+        })
+    };
+    let off = said("append", "nokaslr")
+        || said("M", "dtb-kaslr-seed=off")
+        || said("machine", "dtb-kaslr-seed=off");
+    (linux_kernel && !off).then(|| {
+        "the guest kernel picks a random base address (KASLR) unless booted with nokaslr, \
+         and then its symbols do not match; add nokaslr to -append"
+            .to_string()
+    })
+}
+
+/// Warns about each source that gave nothing; returns the images that loaded.
+fn report_loaded(loaded: Vec<Loaded>) -> Vec<qemu_uftrace_symbols::Image> {
+    let mut images = Vec::new();
+    for l in loaded {
+        match l {
+            Loaded::Ok(_, img) => images.push(img),
+            Loaded::Failed(src, why) => warn(format!(
+                "no symbols from {} ({}): {why}",
+                src.path.display(),
+                src.origin
+            )),
+        }
+    }
+    images
+}
+
+fn exename(images: &[GuestImage], qemu: &Path) -> String {
+    let p = images.first().map(|i| i.path.as_path()).unwrap_or(qemu);
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// uftrace picks the architecture from the description's first word.
+fn cpu_desc(q: &Qemu) -> String {
+    let arch = match q.emulator.arch.as_str() {
+        "aarch64" => "ARM64",
+        "riscv64" => "RISCV64",
+        other => other,
+    };
+    format!("{arch} (QEMU TCG, {})", q.describe())
+}
+
+/// Joins words so that a shell would split them back the same way.
+pub fn shell_join(words: &[OsString]) -> String {
+    words
+        .iter()
+        .map(|w| {
+            let s = w.to_string_lossy();
+            let plain = !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c));
+            if plain {
+                s.into_owned()
+            } else {
+                format!("'{}'", s.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn spinner(output: &Path) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_message(format!("assembling {}", output.display()));
+    pb.enable_steady_tick(Duration::from_millis(100));
+    Some(pb)
+}
+
+fn summary(
+    args: &RecordArgs,
+    exit: &QemuExit,
+    stats: Option<&Stats>,
+    done: &Assembled,
+    old: Option<&Path>,
+    no_sources: bool,
+) {
+    let secs = exit.elapsed.as_secs_f64();
+    let out = args.output.display();
+    match stats {
+        Some(s) => {
+            let rate = if secs > 0.0 {
+                format!(", {} events/s", group(s.events as f64 / secs))
+            } else {
+                String::new()
+            };
+            note(format!(
+                "recorded {} events ({} calls, {} returns) on {} vCPU{}: {} in {secs:.2} s{rate}",
+                group(s.events as f64),
+                group(s.calls as f64),
+                group(s.returns as f64),
+                s.vcpus.unwrap_or(done.tids.len() as u32),
+                if s.vcpus == Some(1) { "" } else { "s" },
+                bytes(s.bytes.max(done.bytes)),
+            ));
+            let oddities: Vec<String> = [
+                ("resyncs", s.resyncs),
+                ("unmatched returns", s.unmatched_returns),
+                ("depth-cap hits", s.depth_cap_hits),
+            ]
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(what, n)| format!("{what}: {}", group(*n as f64)))
+            .chain(
+                s.other
+                    .iter()
+                    .filter(|(k, v)| worth_showing(s, k, v))
+                    .map(|(k, v)| format!("{k}: {v}")),
+            )
+            .collect();
+            if !oddities.is_empty() {
+                note(format!("plugin also reports {}", oddities.join(", ")));
+            }
+            if !s.complete {
+                warn("the plugin did not report the recording as complete (complete=1 missing)");
+            }
+        }
+        None => {
+            warn(format!(
+                "INCOMPLETE TRACE: QEMU {} before the plugin flushed its buffers (no {}); \
+                 kept {} of records from {} vCPU file{}, but the last calls of each are missing",
+                exit.describe(),
+                crate::stats::STATS_FILE,
+                bytes(done.bytes),
+                done.tids.len(),
+                if done.tids.len() == 1 { "" } else { "s" },
+            ));
+        }
+    }
+    if !done.missing_tids.is_empty() {
+        warn(format!(
+            "no data file for task(s) {:?} that the plugin listed",
+            done.missing_tids
+        ));
+    }
+    if done.trimmed_files > 0 {
+        warn(format!(
+            "cut a half-written record off the end of {} file(s)",
+            done.trimmed_files
+        ));
+    }
+    for s in &done.skipped {
+        note(format!("symbols skipped: {s}"));
+    }
+    if no_sources {
+        warn(
+            "no symbol source: uftrace will show addresses instead of function names; \
+             add --symbols FILE[:OFFSET] (e.g. the guest's vmlinux), or run \
+             qemu-uftrace symbols -d DIR FILE later",
+        );
+    } else if done.placed.is_empty() {
+        warn(
+            "no symbols could be loaded: uftrace will show addresses; \
+             fix the sources named above or add --symbols FILE[:OFFSET]",
+        );
+    }
+    let old = old
+        .map(|o| format!(" (the previous one is now {})", o.display()))
+        .unwrap_or_default();
+    let dir_arg = if args.output == Path::new(crate::args::DEFAULT_DIR) {
+        String::new()
+    } else {
+        format!(
+            " -d {}",
+            crate::record::shell_join(&[args.output.clone().into()])
+        )
+    };
+    note(format!(
+        "wrote {out}{old}; look at it with: qemu-uftrace replay{dir_arg}"
+    ));
+    if args.clock == Clock::Insn {
+        note("clock=insn: uftrace's time columns count guest instructions, not nanoseconds");
+    }
+}
+
+/// Unknown plugin statistics are shown as they are, except zeros and the per-vCPU
+/// breakdown (`vcpu0.calls`) of totals that are shown anyway.
+fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
+    let per_vcpu_total = key
+        .strip_prefix("vcpu")
+        .and_then(|k| k.split_once('.'))
+        .is_some_and(|(n, total)| {
+            n.bytes().all(|b| b.is_ascii_digit())
+                && (STATS_TOTALS.contains(&total) || s.other.iter().any(|(k, _)| k == total))
+        });
+    value != "0" && !per_vcpu_total
+}
+
+/// Statistics that `summary` prints by name.
+const STATS_TOTALS: &[&str] = &[
+    "events",
+    "calls",
+    "returns",
+    "resyncs",
+    "unmatched_returns",
+    "depth_cap_hits",
+    "bytes",
+];
+
+/// `1,234,567`.
+fn group(n: f64) -> String {
+    let s = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `19.8 MB`.
+fn bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.1} GB", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} MB", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1} kB", n / 1e3)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_join_quotes_when_needed() {
+        let w: Vec<OsString> = [
+            "qemu-uftrace",
+            "-o",
+            "a b",
+            "it's",
+            "-append",
+            "console=ttyAMA0",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        assert_eq!(
+            shell_join(&w),
+            r"qemu-uftrace -o 'a b' 'it'\''s' -append console=ttyAMA0"
+        );
+    }
+
+    #[test]
+    fn kaslr_hint_only_for_linux_kernels_without_nokaslr() {
+        let kernel = || {
+            vec![Loaded::Ok(
+                SourceArg {
+                    path: "Image".into(),
+                    offset: 0,
+                    origin: "-kernel",
+                },
+                crate::symfiles::tests::image("Image", 0x1000, &[(0x1000, 4, "start_kernel")]),
+            )]
+        };
+        let opts =
+            |v: &[&str]| qemu_cmd::options(&v.iter().map(OsString::from).collect::<Vec<_>>());
+        assert!(kaslr_hint(&kernel(), &opts(&["-append", "console=ttyAMA0"])).is_some());
+        assert!(kaslr_hint(&kernel(), &opts(&["-append", "console=ttyAMA0 nokaslr"])).is_none());
+        assert!(kaslr_hint(&kernel(), &opts(&["-M", "virt,dtb-kaslr-seed=off"])).is_none());
+        let bare = vec![Loaded::Ok(
+            SourceArg {
+                path: "fw.elf".into(),
+                offset: 0,
+                origin: "-kernel",
+            },
+            crate::symfiles::tests::image("fw.elf", 0x1000, &[(0x1000, 4, "main")]),
+        )];
+        assert!(kaslr_hint(&bare, &opts(&[])).is_none());
+    }
+
+    #[test]
+    fn per_vcpu_copies_of_totals_are_not_shown() {
+        let s = Stats::parse("calls=3\nvcpu0.calls=3\nvcpu0.open_frames=2\nlost=1\nvcpu1.lost=1\n");
+        assert!(!worth_showing(&s, "vcpu0.calls", "3"));
+        assert!(worth_showing(&s, "vcpu0.open_frames", "2"));
+        assert!(!worth_showing(&s, "vcpu1.lost", "1"));
+        assert!(worth_showing(&s, "lost", "1"));
+        assert!(!worth_showing(&s, "zero", "0"));
+    }
+
+    #[test]
+    fn numbers_are_grouped() {
+        assert_eq!(group(1234567.0), "1,234,567");
+        assert_eq!(group(12.0), "12");
+        assert_eq!(bytes(19_800_000), "19.8 MB");
+    }
+
+    #[test]
+    fn user_symbols_come_first_and_files_are_not_repeated() {
+        let extra = vec![SourceArg {
+            path: "vmlinux".into(),
+            offset: 0,
+            origin: "--symbols",
+        }];
+        let images = [
+            GuestImage {
+                path: "vmlinux".into(),
+                origin: qemu_cmd::ImageOrigin::Kernel,
+            },
+            GuestImage {
+                path: "fw.elf".into(),
+                origin: qemu_cmd::ImageOrigin::Loader,
+            },
+        ];
+        let s = symbol_sources(extra.clone(), &images, false);
+        let paths: Vec<&Path> = s.iter().map(|s| s.path.as_path()).collect();
+        assert_eq!(paths, [Path::new("vmlinux"), Path::new("fw.elf")]);
+        assert_eq!(symbol_sources(extra, &images, true).len(), 1);
+    }
+}

@@ -1,0 +1,118 @@
+//! Running QEMU with the terminal left to it: stdin, stdout and stderr inherited (so
+//! `-nographic` consoles work), Ctrl-C reaching QEMU rather than killing us, SIGTERM and
+//! SIGHUP forwarded, QEMU's exit status kept.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// How QEMU ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QemuExit {
+    /// wait()-style status, for the info file.
+    pub wait_status: i32,
+    /// Our exit status: QEMU's code, or 128 + signal.
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub elapsed: Duration,
+}
+
+impl QemuExit {
+    pub fn from_status(status: ExitStatus, elapsed: Duration) -> Self {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => QemuExit {
+                wait_status: (code & 0xff) << 8,
+                exit_code: code,
+                signal: None,
+                elapsed,
+            },
+            (None, Some(sig)) => QemuExit {
+                wait_status: sig,
+                exit_code: 128 + sig,
+                signal: Some(sig),
+                elapsed,
+            },
+            (None, None) => QemuExit {
+                wait_status: 0,
+                exit_code: 1,
+                signal: None,
+                elapsed,
+            },
+        }
+    }
+
+    /// `exited with code 3`, `killed by signal 9`.
+    pub fn describe(&self) -> String {
+        match self.signal {
+            Some(sig) => format!("killed by signal {sig}"),
+            None => format!("exited with code {}", self.exit_code),
+        }
+    }
+}
+
+/// Makes SIGINT harmless to us without ignoring it: an ignored disposition would be
+/// inherited by QEMU through exec, and Ctrl-C must still stop QEMU (which then runs the
+/// plugin's exit hook). A handler is reset to the default in the child by exec.
+pub fn survive_sigint() -> Result<()> {
+    signal_hook::flag::register(SIGINT, Arc::new(AtomicBool::new(false)))
+        .context("cannot install the SIGINT handler")?;
+    Ok(())
+}
+
+/// Runs `program` with `args` and waits for it.
+pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
+    survive_sigint()?;
+    let mut signals =
+        Signals::new([SIGTERM, SIGHUP]).context("cannot install the SIGTERM/SIGHUP handlers")?;
+    let started = Instant::now();
+    let handle = duct::cmd(program, args)
+        .unchecked()
+        .start()
+        .with_context(|| format!("cannot start {}", program.display()))?;
+    let pids = handle.pids();
+    let forwarder_handle = signals.handle();
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            for &pid in &pids {
+                // SAFETY: kill has no memory effects; a stale pid at worst gets ESRCH.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, sig);
+                }
+            }
+        }
+    });
+    let waited = handle.wait().map(|o| o.status);
+    let elapsed = started.elapsed();
+    forwarder_handle.close();
+    let _ = forwarder.join();
+    let status = waited.with_context(|| format!("cannot wait for {}", program.display()))?;
+    Ok(QemuExit::from_status(status, elapsed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_and_signals_map_like_a_shell() {
+        let e = QemuExit::from_status(ExitStatus::from_raw(3 << 8), Duration::ZERO);
+        assert_eq!((e.exit_code, e.wait_status), (3, 3 << 8));
+        let e = QemuExit::from_status(ExitStatus::from_raw(9), Duration::ZERO);
+        assert_eq!((e.exit_code, e.wait_status, e.signal), (137, 9, Some(9)));
+        assert_eq!(e.describe(), "killed by signal 9");
+    }
+
+    #[test]
+    fn runs_and_reports_status() {
+        let e = run(Path::new("/bin/sh"), &["-c".into(), "exit 7".into()]).unwrap();
+        assert_eq!(e.exit_code, 7);
+    }
+}

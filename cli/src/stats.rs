@@ -1,0 +1,132 @@
+//! `plugin.stats`: what the plugin says about a recording, written at QEMU exit. Its absence
+//! means QEMU died before the plugin could flush.
+
+use std::path::Path;
+
+/// The file the plugin writes last (atomically).
+pub const STATS_FILE: &str = "plugin.stats";
+
+/// The keys we interpret; anything else is shown as it is.
+const KNOWN: &[&str] = &[
+    "complete",
+    "target",
+    "clock",
+    "vcpus",
+    "tids",
+    "events",
+    "calls",
+    "returns",
+    "resyncs",
+    "unmatched_returns",
+    "depth_cap_hits",
+    "bytes",
+];
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub complete: bool,
+    pub target: Option<String>,
+    pub clock: Option<String>,
+    pub vcpus: Option<u32>,
+    pub tids: Vec<u32>,
+    pub events: u64,
+    pub calls: u64,
+    pub returns: u64,
+    pub resyncs: u64,
+    pub unmatched_returns: u64,
+    pub depth_cap_hits: u64,
+    pub bytes: u64,
+    /// Keys this version does not know, in file order.
+    pub other: Vec<(String, String)>,
+}
+
+impl Stats {
+    /// Parses the text; malformed lines are kept under `other` rather than failing.
+    pub fn parse(text: &str) -> Stats {
+        let mut s = Stats::default();
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let Some((k, v)) = line.split_once('=') else {
+                s.other.push((line.to_string(), String::new()));
+                continue;
+            };
+            let num = || v.trim().parse::<u64>().ok();
+            let ok = match k {
+                "complete" => {
+                    s.complete = v == "1";
+                    true
+                }
+                "target" => {
+                    s.target = Some(v.to_string());
+                    true
+                }
+                "clock" => {
+                    s.clock = Some(v.to_string());
+                    true
+                }
+                "vcpus" => v.parse().map(|n| s.vcpus = Some(n)).is_ok(),
+                "tids" => {
+                    let tids: Result<Vec<u32>, _> = v
+                        .split(',')
+                        .filter(|t| !t.is_empty())
+                        .map(str::parse)
+                        .collect();
+                    tids.map(|t| s.tids = t).is_ok()
+                }
+                "events" => num().map(|n| s.events = n).is_some(),
+                "calls" => num().map(|n| s.calls = n).is_some(),
+                "returns" => num().map(|n| s.returns = n).is_some(),
+                "resyncs" => num().map(|n| s.resyncs = n).is_some(),
+                "unmatched_returns" => num().map(|n| s.unmatched_returns = n).is_some(),
+                "depth_cap_hits" => num().map(|n| s.depth_cap_hits = n).is_some(),
+                "bytes" => num().map(|n| s.bytes = n).is_some(),
+                _ => false,
+            };
+            if !ok || !KNOWN.contains(&k) {
+                s.other.push((k.to_string(), v.to_string()));
+            }
+        }
+        s
+    }
+
+    /// Reads `<dir>/plugin.stats`; `None` when the plugin never wrote it.
+    pub fn read(dir: &Path) -> std::io::Result<Option<Stats>> {
+        match std::fs::read_to_string(dir.join(STATS_FILE)) {
+            Ok(text) => Ok(Some(Stats::parse(&text))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_and_keeps_unknown_keys() {
+        let s = Stats::parse(
+            "complete=1\ntarget=aarch64\nclock=insn\nvcpus=2\ntids=1,2\nevents=10\ncalls=6\n\
+             returns=4\nresyncs=1\nunmatched_returns=0\ndepth_cap_hits=3\nbytes=160\n\
+             tb_flushes=7\nvcpus=lots\n",
+        );
+        assert!(s.complete);
+        assert_eq!(s.target.as_deref(), Some("aarch64"));
+        assert_eq!(s.vcpus, Some(2));
+        assert_eq!(s.tids, [1, 2]);
+        assert_eq!((s.events, s.calls, s.returns), (10, 6, 4));
+        assert_eq!((s.resyncs, s.depth_cap_hits, s.bytes), (1, 3, 160));
+        assert_eq!(
+            s.other,
+            [
+                ("tb_flushes".to_string(), "7".to_string()),
+                ("vcpus".into(), "lots".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn missing_file_is_none() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(Stats::read(d.path()).unwrap(), None);
+    }
+}

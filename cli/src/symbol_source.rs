@@ -1,0 +1,157 @@
+//! Symbol sources (`FILE[:OFFSET]`) and loading them, in a background thread while QEMU
+//! runs, with a warning line per source that gives nothing.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+
+use anyhow::Result;
+use qemu_uftrace_symbols::{self as symbols, Arch, Image, LoadOptions, SymbolError};
+
+use crate::errors::usage;
+
+/// One source and the offset its addresses are moved by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceArg {
+    pub path: PathBuf,
+    pub offset: u64,
+    /// Where the user named it, for messages (`--symbols`, `-kernel`, …).
+    pub origin: &'static str,
+}
+
+/// Parses `FILE[:OFFSET]` with the symbols crate's rule (the suffix is an offset only when
+/// it is a number, so file names containing `:` work), and refuses a suffix that was
+/// plainly meant as an offset but is malformed (`vmlinux:0xzz`), which would otherwise be
+/// taken for a file name.
+pub fn parse_source_arg(arg: &OsStr, origin: &'static str) -> Result<SourceArg> {
+    let text = arg.to_string_lossy();
+    if text.is_empty() {
+        return Err(usage("empty symbol source", "write FILE or FILE:OFFSET"));
+    }
+    let (path, offset) = symbols::parse_source_arg(&text);
+    if path.as_os_str() != text.as_ref() {
+        return Ok(SourceArg {
+            path,
+            offset,
+            origin,
+        });
+    }
+    if let Some((_, suffix)) = text.rsplit_once(':') {
+        let hex = suffix.starts_with("0x") || suffix.starts_with("0X");
+        let digits = !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit());
+        if hex || digits {
+            return Err(usage(
+                format!("bad symbol source '{text}'"),
+                "write FILE or FILE:OFFSET, with OFFSET in hex (0x…) or decimal",
+            ));
+        }
+    }
+    // Not split: keep the exact bytes (non-UTF-8 paths).
+    Ok(SourceArg {
+        path: PathBuf::from(arg),
+        offset: 0,
+        origin,
+    })
+}
+
+/// A source that loaded, or the one line saying why it did not.
+pub enum Loaded {
+    Ok(SourceArg, Image),
+    Failed(SourceArg, String),
+}
+
+/// Loads every source, in order.
+pub fn load_all(sources: &[SourceArg], arch: Option<Arch>, demangle: bool) -> Vec<Loaded> {
+    sources
+        .iter()
+        .map(|s| {
+            let opts = LoadOptions {
+                offset: s.offset,
+                demangle,
+                source_lines: true,
+                expected_arch: arch,
+            };
+            match symbols::load(&s.path, &opts) {
+                Ok(img) if img.functions.is_empty() && img.modules.is_empty() => Loaded::Failed(
+                    s.clone(),
+                    format!(
+                        "{} has no function symbols; {}",
+                        s.path.display(),
+                        "pass an unstripped ELF (e.g. vmlinux) with --symbols"
+                    ),
+                ),
+                Ok(img) => Loaded::Ok(s.clone(), img),
+                Err(e) => Loaded::Failed(s.clone(), failure_line(&e)),
+            }
+        })
+        .collect()
+}
+
+/// The warning for a source that gave nothing: the problem, then the way out.
+fn failure_line(e: &SymbolError) -> String {
+    let fix = match e {
+        SymbolError::Io { .. } => "check the path",
+        SymbolError::Unrecognized { .. } => {
+            "give an ELF with symbols, a System.map or a kallsyms dump with --symbols FILE[:OFFSET]"
+        }
+        SymbolError::Corrupt { .. } => "give another copy of the file, or its System.map",
+        SymbolError::Stripped { .. } => {
+            "give the unstripped ELF (e.g. vmlinux, or the .debug file) with --symbols"
+        }
+        SymbolError::WrongArch { .. } => "give the image built for the guest's architecture",
+    };
+    format!("{e}; {fix}")
+}
+
+/// Loads the sources in a thread; `join` returns what it found.
+pub struct BackgroundLoad(JoinHandle<Vec<Loaded>>);
+
+impl BackgroundLoad {
+    pub fn start(sources: Vec<SourceArg>, arch: Option<Arch>) -> Self {
+        BackgroundLoad(std::thread::spawn(move || load_all(&sources, arch, false)))
+    }
+
+    pub fn join(self) -> Vec<Loaded> {
+        // A panic in a loader costs the names, never the recorded trace.
+        self.0.join().unwrap_or_else(|_| {
+            crate::errors::warn("the symbol loader crashed; the trace has no function names");
+            Vec::new()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<(PathBuf, u64)> {
+        parse_source_arg(OsStr::new(s), "--symbols").map(|a| (a.path, a.offset))
+    }
+
+    #[test]
+    fn parses_file_and_offset() {
+        assert_eq!(p("vmlinux").unwrap(), ("vmlinux".into(), 0));
+        assert_eq!(
+            p("fw.elf:0x40000000").unwrap(),
+            ("fw.elf".into(), 0x4000_0000)
+        );
+        assert_eq!(p("fw.elf:4096").unwrap(), ("fw.elf".into(), 4096));
+        assert_eq!(p("/a:b/c.elf").unwrap(), ("/a:b/c.elf".into(), 0));
+        assert_eq!(p("c:weird").unwrap(), ("c:weird".into(), 0));
+        assert_eq!(p("a:b:0x10").unwrap(), ("a:b".into(), 0x10));
+    }
+
+    #[test]
+    fn rejects_bad_offsets() {
+        for bad in [
+            "fw.elf:0xzz",
+            "fw.elf:0x",
+            ":0x10",
+            "",
+            "x:99999999999999999999999",
+        ] {
+            let e = p(bad).unwrap_err();
+            assert_eq!(crate::errors::exit_code(&e), 2, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! `qemu-uftrace symbols`: add or replace the symbols of a trace directory after the fact
+//! (or prepare a directory of `.sym` files for `uftrace --with-syms`).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::map::{self, MapEntry};
+
+use crate::args::SymbolsArgs;
+use crate::errors::{fail, note, warn};
+use crate::symbol_source::{self, Loaded};
+use crate::symfiles;
+
+pub fn run(args: SymbolsArgs) -> Result<i32> {
+    let sources = args
+        .sources
+        .iter()
+        .map(|s| symbol_source::parse_source_arg(s, "SOURCE"))
+        .collect::<Result<Vec<_>>>()?;
+    let mut images = Vec::new();
+    let mut failed = 0;
+    for l in symbol_source::load_all(&sources, None, args.demangle) {
+        match l {
+            Loaded::Ok(_, img) => images.push(img),
+            Loaded::Failed(src, why) => {
+                failed += 1;
+                warn(format!("no symbols from {}: {why}", src.path.display()));
+            }
+        }
+    }
+    if images.is_empty() {
+        return Err(fail(
+            "no symbols could be loaded",
+            "give an ELF with symbols, a System.map, a kallsyms dump or a kernel image",
+        ));
+    }
+
+    let dir = &args.dir;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(
+            format!("cannot create {}: {e}", dir.display()),
+            "choose a writable -d DIR",
+        )
+    })?;
+    let mut maps = map_files(dir)?;
+    if maps.is_empty() {
+        let sid = session_of(dir).unwrap_or_else(crate::datadir::new_session_id);
+        maps.push(dir.join(format!("sid-{sid}.map")));
+    }
+
+    let mut written = std::collections::BTreeMap::new();
+    for map_path in &maps {
+        let old = match std::fs::read_to_string(map_path) {
+            Ok(t) => map::parse_map(&t),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", map_path.display())),
+        };
+        let keep = kept_entries(&old, &images);
+        for gone in old.iter().filter(|e| !keep.contains(e)) {
+            note(format!(
+                "replacing {} in {}",
+                gone.path,
+                file_name(map_path)
+            ));
+        }
+        let (placed, skipped) = symfiles::place(images.clone(), &keep);
+        for s in skipped {
+            note(format!("skipped: {s}"));
+        }
+        for p in &placed {
+            if !written.contains_key(p.module_name()) {
+                let dbg = symfiles::write_files(dir, p, args.prefix)?;
+                written.insert(p.module_name().to_string(), (p.clone(), dbg));
+            }
+        }
+        let mut entries = keep;
+        entries.extend(placed.iter().map(|p| p.map.clone()));
+        write_map_atomically(map_path, entries)?;
+    }
+
+    for (name, (p, dbg)) in &written {
+        note(format!(
+            "{}: {} functions{} at {:x}-{:x} -> {}",
+            name,
+            p.image.functions.len(),
+            if *dbg { " with source lines" } else { "" },
+            p.image.start,
+            p.image.end,
+            dir.join(format!("{name}.sym")).display()
+        ));
+    }
+    if !dir.join("info").exists() {
+        note(format!(
+            "{} holds no recording yet: use it with uftrace --with-syms {}, or record into it",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// Old map lines that stay: those of other modules that do not overlap a new image.
+fn kept_entries(old: &[MapEntry], images: &[qemu_uftrace_symbols::Image]) -> Vec<MapEntry> {
+    let mut fresh: Vec<qemu_uftrace_symbols::Image> = Vec::new();
+    for img in images {
+        fresh.push(img.clone());
+        fresh.extend(img.modules.iter().cloned());
+    }
+    let (new_placed, _) = symfiles::place(fresh.clone(), &[]);
+    old.iter()
+        .filter(|e| {
+            !new_placed.iter().any(|p| {
+                p.module_name() == e.module_name()
+                    || (qemu_uftrace_format::addr48(p.map.start) < e.end
+                        && qemu_uftrace_format::addr48(e.start)
+                            < qemu_uftrace_format::addr48(p.map.end.wrapping_sub(1)) + 1)
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The `sid-*.map` files of a directory.
+fn map_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("sid-") && name.ends_with(".map") {
+            out.push(e.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The session id named in `task.txt`, for a directory that lost its map.
+fn session_of(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("task.txt")).ok()?;
+    text.lines()
+        .filter(|l| l.starts_with("SESS "))
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix("sid="))
+        .map(str::to_string)
+}
+
+fn write_map_atomically(path: &Path, entries: Vec<MapEntry>) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".sid-")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write into {}", dir.display()))?;
+    {
+        let mut w = std::io::BufWriter::new(tmp.as_file_mut());
+        map::write_map(&mut w, entries)
+            .and_then(|()| std::io::Write::flush(&mut w))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    tmp.persist(path)
+        .with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symfiles::tests::image;
+
+    fn e(start: u64, end: u64, path: &str) -> MapEntry {
+        MapEntry {
+            start,
+            end,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn same_name_and_overlapping_lines_are_replaced() {
+        let old = vec![
+            e(0x1000, 0x2000, "/old/vmlinux"),
+            e(0x8000, 0x9000, "/fw/bios.elf"),
+            e(0x20000, 0x30000, "/x/other.elf"),
+        ];
+        let new = [
+            image("/new/vmlinux", 0x4000, &[(0x4000, 0x10, "a")]),
+            image("/y/fw2.elf", 0x8800, &[(0x8800, 0x10, "b")]),
+        ];
+        let keep = kept_entries(&old, &new);
+        assert_eq!(keep, [e(0x20000, 0x30000, "/x/other.elf")]);
+    }
+
+    #[test]
+    fn session_comes_from_task_txt() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("task.txt"),
+            "SESS timestamp=0.000000000 pid=1 sid=00000000deadbeef exename=\"cpu0\"\n",
+        )
+        .unwrap();
+        assert_eq!(session_of(d.path()).as_deref(), Some("00000000deadbeef"));
+    }
+}

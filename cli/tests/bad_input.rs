@@ -1,0 +1,309 @@
+//! Bad input gives one line `qemu-uftrace: error: <problem>; <way out>` and a non-zero
+//! status, without needing a working plugin.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn not_a_qemu_command() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args(["record", "--", "ls", "-l"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let line = single_error(&o);
+    assert!(
+        line.contains("'ls' is not a QEMU emulator (expected qemu-system-<arch> or qemu-<arch>); "),
+        "{line}"
+    );
+    // Nothing is left behind.
+    assert!(!home.path().join("uftrace.data.partial").exists());
+}
+
+#[test]
+fn missing_double_dash() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .args(["record", "qemu-system-aarch64", "-M", "virt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let line = single_error(&o);
+    assert!(line.contains("must come after --"), "{line}");
+    assert!(
+        line.contains("record [OPTIONS] -- qemu-system-aarch64"),
+        "{line}"
+    );
+}
+
+#[test]
+fn missing_command() {
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["record"][..],
+        &["record", "--"][..],
+        &["record", "-o", "x", "--"][..],
+    ] {
+        let o = qemu_uftrace(home.path()).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let line = single_error(&o);
+        assert!(
+            line.contains("no QEMU command given; put it after --"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn bad_symbols_offset() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .args([
+            "record",
+            "--symbols",
+            "vmlinux:0xzz",
+            "--",
+            "qemu-system-aarch64",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(single_error(&o).contains("bad symbol source 'vmlinux:0xzz'"));
+}
+
+#[test]
+fn unwritable_output_directory() {
+    // Root ignores permission bits: /proc refuses new entries to everyone, and a file in
+    // place of the parent directory cannot be worked around either.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("afile"), b"").unwrap();
+    let in_file = home.path().join("afile/trace");
+    for out in [std::path::Path::new("/proc/qemu-uftrace-test"), &in_file] {
+        let o = qemu_uftrace(home.path())
+            .arg("record")
+            .arg("-o")
+            .arg(out)
+            .args(["--", "qemu-system-aarch64", "-M", "virt"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let line = single_error(&o);
+        assert!(line.contains("cannot create"), "{line}");
+        assert!(
+            line.contains("choose an -o DIR in a writable place"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn qemu_not_on_path() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .env("PATH", "/nonexistent")
+        .args(["record", "--", "qemu-system-aarch64", "-M", "virt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let line = single_error(&o);
+    assert!(
+        line.contains("'qemu-system-aarch64' not found on PATH; install QEMU"),
+        "{line}"
+    );
+    // The staging directory made before the check is removed again: it holds nothing.
+    assert!(!home.path().join("uftrace.data.partial").exists());
+}
+
+#[test]
+fn qemu_too_old() {
+    let home = tempfile::tempdir().unwrap();
+    fake_qemu(home.path(), "qemu-system-aarch64");
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .env("PATH", path_with(home.path()))
+        .env("FAKE_VERSION", "9.1.0")
+        .args(["record", "--plugin", BIN, "--", "qemu-system-aarch64"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let line = single_error(&o);
+    assert!(
+        line.contains("is QEMU 9.1.0, but qemu-uftrace needs 9.2 or newer"),
+        "{line}"
+    );
+    assert!(line.contains("bookworm-backports"), "{line}");
+}
+
+#[test]
+fn qemu_without_plugin_support_fake() {
+    let home = tempfile::tempdir().unwrap();
+    fake_qemu(home.path(), "qemu-system-aarch64");
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .env("PATH", path_with(home.path()))
+        .env("FAKE_NO_PLUGINS", "1")
+        .args(["record", "--plugin", BIN, "--", "qemu-system-aarch64"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let line = single_error(&o);
+    assert!(
+        line.contains("was built without TCG plugin support; install"),
+        "{line}"
+    );
+}
+
+/// Debian's qemu-user-static is built without plugin support (and runs user mode, which
+/// is checked later): the plugin check must say so first.
+#[test]
+fn qemu_user_static_has_no_plugins() {
+    if !have("qemu-aarch64-static") {
+        eprintln!("qemu-aarch64-static not installed (apt-get install qemu-user-static): skipped");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args(["record", "--", "qemu-aarch64-static", "/bin/true"])
+        .output()
+        .unwrap();
+    let line = single_error(&o);
+    if line.contains("needs 9.2") {
+        eprintln!("this qemu-user-static is older than 9.2: {line}");
+        return;
+    }
+    assert!(line.contains("built without TCG plugin support"), "{line}");
+}
+
+#[test]
+fn unsupported_target_and_kvm() {
+    let home = tempfile::tempdir().unwrap();
+    fake_qemu(home.path(), "qemu-system-riscv64");
+    fake_qemu(home.path(), "qemu-system-aarch64");
+    let run = |args: &[&str]| {
+        qemu_uftrace(home.path())
+            .current_dir(home.path())
+            .env("PATH", path_with(home.path()))
+            .args(["record", "--plugin", BIN, "--"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["qemu-system-riscv64", "-M", "virt"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(single_error(&o).contains("system-mode riscv64 guests are not supported yet"));
+
+    for kvm in [
+        &["-enable-kvm"][..],
+        &["-accel", "kvm"][..],
+        &["-M", "virt,accel=hvf"][..],
+    ] {
+        let mut argv = vec!["qemu-system-aarch64"];
+        argv.extend_from_slice(kvm);
+        let o = run(&argv);
+        assert_eq!(o.status.code(), Some(2), "{kvm:?}");
+        let line = single_error(&o);
+        assert!(line.contains("qemu-uftrace needs TCG; remove it"), "{line}");
+    }
+    assert!(!home.path().join("uftrace.data.partial").exists());
+}
+
+#[test]
+fn missing_plugin_file() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args([
+            "record",
+            "--plugin",
+            "/nonexistent.so",
+            "--",
+            "qemu-system-aarch64",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(single_error(&o).contains("--plugin /nonexistent.so: no such file"));
+}
+
+#[test]
+fn plugin_that_does_not_load() {
+    if !have("qemu-system-aarch64") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let not_a_plugin = home.path().join("bad.so");
+    std::fs::write(&not_a_plugin, b"not an ELF").unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .arg("record")
+        .arg("--plugin")
+        .arg(&not_a_plugin)
+        .args(["--", "qemu-system-aarch64", "-M", "virt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let line = single_error(&o);
+    assert!(line.contains("could not load the plugin"), "{line}");
+    assert!(
+        line.contains("check the file given with --plugin"),
+        "{line}"
+    );
+}
+
+#[test]
+fn stale_partial_directory_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let partial = home.path().join("uftrace.data.partial");
+    std::fs::create_dir(&partial).unwrap();
+    std::fs::write(partial.join("1.dat"), b"recorded").unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args(["record", "--", "qemu-system-aarch64"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let line = single_error(&o);
+    assert!(
+        line.contains("an earlier recording was interrupted"),
+        "{line}"
+    );
+    assert_eq!(std::fs::read(partial.join("1.dat")).unwrap(), b"recorded");
+}
+
+#[test]
+fn viewer_without_trace_or_uftrace() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args(["replay", "-d", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(single_error(&o).contains("no trace directory at nope"));
+
+    std::fs::create_dir(home.path().join("d")).unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .env("PATH", "/nonexistent")
+        .args(["report", "-d", "d"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(single_error(&o).contains("apt-get install uftrace"));
+}
+
+#[test]
+fn completions_print_a_script() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("qemu-uftrace"));
+}

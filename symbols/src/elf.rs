@@ -1,0 +1,242 @@
+//! Function symbols of ELF files (executables, shared objects, vmlinux, firmware).
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use object::elf;
+use object::read::elf::{
+    ElfFile, FileHeader, ProgramHeader, SectionHeader, SectionTable, Sym, SymbolTable,
+};
+use object::{Endian, Endianness, FileKind, SymbolIndex};
+
+use crate::functions::{collapse, is_mapping_symbol, Candidate};
+use crate::{dwarf_lines, Arch, Image, LoadOptions, SymbolError};
+
+const STRIPPED_HINT: &str =
+    "install the -dbg package for vmlinux, or pass System.map; rebuild user programs without -s";
+
+fn corrupt(path: &Path, e: impl std::fmt::Display) -> SymbolError {
+    SymbolError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("bad ELF: {e}"),
+    }
+}
+
+/// The architecture of an ELF file (`None` for machines qemu-uftrace does not know) and the
+/// machine's name for error messages.
+pub(crate) fn arch(path: &Path, data: &[u8]) -> Result<(Option<Arch>, String), SymbolError> {
+    match FileKind::parse(data).map_err(|e| corrupt(path, e))? {
+        FileKind::Elf32 => arch_of::<elf::FileHeader32<Endianness>>(path, data),
+        FileKind::Elf64 => arch_of::<elf::FileHeader64<Endianness>>(path, data),
+        _ => Err(corrupt(path, "unknown ELF class")),
+    }
+}
+
+fn arch_of<Elf: FileHeader<Endian = Endianness>>(
+    path: &Path,
+    data: &[u8],
+) -> Result<(Option<Arch>, String), SymbolError> {
+    let header = Elf::parse(data).map_err(|e| corrupt(path, e))?;
+    let endian = header.endian().map_err(|e| corrupt(path, e))?;
+    Ok(machine(header.e_machine(endian), header.is_class_64()))
+}
+
+fn machine(e_machine: u16, is_64: bool) -> (Option<Arch>, String) {
+    match (e_machine, is_64) {
+        (elf::EM_AARCH64, true) => (Some(Arch::Aarch64), "aarch64".into()),
+        (elf::EM_X86_64, true) => (Some(Arch::X86_64), "x86_64".into()),
+        (elf::EM_RISCV, true) => (Some(Arch::Riscv64), "riscv64".into()),
+        (elf::EM_RISCV, false) => (None, "riscv32".into()),
+        (elf::EM_ARM, _) => (None, "arm".into()),
+        (elf::EM_386, _) => (None, "i386".into()),
+        (m, _) => (None, format!("ELF machine {m}")),
+    }
+}
+
+pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image, SymbolError> {
+    match FileKind::parse(data).map_err(|e| corrupt(path, e))? {
+        FileKind::Elf32 => load_as::<elf::FileHeader32<Endianness>>(path, data, opts),
+        FileKind::Elf64 => load_as::<elf::FileHeader64<Endianness>>(path, data, opts),
+        _ => Err(corrupt(path, "unknown ELF class")),
+    }
+}
+
+fn load_as<Elf: FileHeader<Endian = Endianness>>(
+    path: &Path,
+    data: &[u8],
+    opts: &LoadOptions,
+) -> Result<Image, SymbolError> {
+    let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| corrupt(path, e))?;
+    let endian = file.endian();
+    let header = file.elf_header();
+    let (arch, found) = machine(header.e_machine(endian), header.is_class_64());
+    if let Some(expected) = opts.expected_arch {
+        if arch != Some(expected) {
+            return Err(SymbolError::WrongArch {
+                path: path.to_path_buf(),
+                found,
+                expected,
+            });
+        }
+    }
+
+    let sections = file.elf_section_table();
+    // .symtab has everything; a stripped shared library still exports its .dynsym.
+    let mut cands = candidates(path, sections, file.elf_symbol_table(), endian)?;
+    if cands.is_empty() {
+        cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
+    }
+    if cands.is_empty() {
+        return Err(SymbolError::Stripped {
+            path: path.to_path_buf(),
+            hint: STRIPPED_HINT.into(),
+        });
+    }
+    let mut functions = collapse(cands, opts.demangle);
+
+    if opts.source_lines {
+        let entries: Vec<u64> = functions.iter().map(|f| f.addr).collect();
+        let sizes: Vec<u64> = functions.iter().map(|f| f.size).collect();
+        let load = |name: &str| section_data(sections, endian, data, name);
+        let lines = dwarf_lines::lines_for(&load, endian.is_little_endian(), &entries, &sizes);
+        for (f, line) in functions.iter_mut().zip(lines) {
+            f.line = line;
+        }
+    }
+
+    // The executable segments are what the guest runs; functions alone would miss the
+    // tail of the last one.
+    let mut range: Option<(u64, u64)> = None;
+    for ph in file.elf_program_headers() {
+        if ph.p_type(endian) == elf::PT_LOAD && ph.p_flags(endian) & elf::PF_X != 0 {
+            let lo = ph.p_vaddr(endian).into();
+            let hi = lo.saturating_add(ph.p_memsz(endian).into());
+            range = Some(range.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+    }
+    let (start, end) = range.unwrap_or_else(|| {
+        let lo = functions.first().map_or(0, |f| f.addr);
+        let hi = functions
+            .iter()
+            .map(|f| f.addr.saturating_add(f.size.max(1)))
+            .max()
+            .unwrap_or(0);
+        (lo, hi)
+    });
+
+    for f in &mut functions {
+        f.addr = f.addr.wrapping_add(opts.offset);
+    }
+    Ok(Image {
+        path: path.to_path_buf(),
+        start: start.wrapping_add(opts.offset),
+        end: end.wrapping_add(opts.offset),
+        functions,
+        arch,
+        modules: Vec::new(),
+    })
+}
+
+/// STT_FUNC/STT_GNU_IFUNC symbols, plus untyped labels inside executable sections (hand
+/// written assembly often leaves its entry points untyped).
+fn candidates<'data, Elf: FileHeader<Endian = Endianness>>(
+    path: &Path,
+    sections: &SectionTable<'data, Elf, &'data [u8]>,
+    symbols: &SymbolTable<'data, Elf, &'data [u8]>,
+    endian: Endianness,
+) -> Result<Vec<Candidate<'data>>, SymbolError> {
+    let mut out = Vec::new();
+    for (i, sym) in symbols.iter().enumerate() {
+        let typed = match sym.st_type() {
+            elf::STT_FUNC | elf::STT_GNU_IFUNC => true,
+            elf::STT_NOTYPE => false,
+            _ => continue,
+        };
+        let executable = match symbols
+            .symbol_section(endian, sym, SymbolIndex(i))
+            .map_err(|e| corrupt(path, e))?
+        {
+            Some(index) => {
+                let section = sections.section(index).map_err(|e| corrupt(path, e))?;
+                let flags: u64 = section.sh_flags(endian).into();
+                flags & u64::from(elf::SHF_EXECINSTR) != 0
+            }
+            // Undefined, or absolute/common: only an explicitly typed absolute function.
+            None => {
+                if sym.st_shndx(endian) != elf::SHN_ABS || !typed {
+                    continue;
+                }
+                true
+            }
+        };
+        // An untyped label is a function only in code; a typed function counts anywhere.
+        if !executable && !typed {
+            continue;
+        }
+        let name = symbols
+            .symbol_name(endian, sym)
+            .map_err(|e| corrupt(path, e))?;
+        if name.is_empty() || is_mapping_symbol(name) {
+            continue;
+        }
+        let global = matches!(
+            sym.st_bind(),
+            elf::STB_GLOBAL | elf::STB_WEAK | elf::STB_GNU_UNIQUE
+        );
+        out.push(Candidate {
+            addr: sym.st_value(endian).into(),
+            size: sym.st_size(endian).into(),
+            name,
+            global,
+            typed,
+        });
+    }
+    Ok(out)
+}
+
+/// Upper bound on a decompressed debug section: far above any real one, low enough that a
+/// forged compression header cannot make us allocate without limit.
+const MAX_DECOMPRESSED: u64 = 1 << 30;
+
+/// The contents of section `name`, decompressed when SHF_COMPRESSED (zlib). Missing,
+/// unreadable or oddly compressed sections read as empty: source lines are best effort.
+fn section_data<'data, Elf: FileHeader<Endian = Endianness>>(
+    sections: &SectionTable<'data, Elf, &'data [u8]>,
+    endian: Endianness,
+    data: &'data [u8],
+    name: &str,
+) -> Cow<'data, [u8]> {
+    let Some((_, section)) = sections.section_by_name(endian, name.as_bytes()) else {
+        return Cow::Borrowed(&[]);
+    };
+    if section.sh_type(endian) == elf::SHT_NOBITS {
+        return Cow::Borrowed(&[]);
+    }
+    match section.compression(endian, data) {
+        Ok(None) => Cow::Borrowed(section.data(endian, data).unwrap_or(&[])),
+        Ok(Some((chdr, offset, size))) => {
+            use object::read::elf::CompressionHeader;
+            let out_size: u64 = chdr.ch_size(endian).into();
+            if chdr.ch_type(endian) != elf::ELFCOMPRESS_ZLIB
+                || out_size > MAX_DECOMPRESSED
+                || out_size > size.saturating_mul(1032)
+            {
+                return Cow::Borrowed(&[]);
+            }
+            let Some(input) = usize::try_from(offset)
+                .ok()
+                .and_then(|o| data.get(o..o.checked_add(usize::try_from(size).ok()?)?))
+            else {
+                return Cow::Borrowed(&[]);
+            };
+            let mut out = Vec::with_capacity(out_size as usize);
+            let mut z = flate2::read::ZlibDecoder::new(input);
+            use std::io::Read;
+            match (&mut z).take(out_size).read_to_end(&mut out) {
+                Ok(_) => Cow::Owned(out),
+                Err(_) => Cow::Borrowed(&[]),
+            }
+        }
+        Err(_) => Cow::Borrowed(&[]),
+    }
+}

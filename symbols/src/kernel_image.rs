@@ -1,0 +1,261 @@
+//! Raw kernel images (arm64 `Image`, gzip-compressed, or EFI zboot `vmlinuz`): symbols
+//! recovered from the kallsyms tables the kernel carries for itself.
+
+use std::borrow::Cow;
+use std::io::Read;
+use std::path::Path;
+
+use crate::functions::{is_mapping_symbol, Candidate};
+use crate::kallsyms_tables::{self, u64_at, RawSymbol};
+use crate::system_map::{image_from_symbols, is_etext, is_text_type};
+use crate::{Arch, Image, LoadOptions, SymbolError};
+
+/// No decompressed kernel comes near this; the cap keeps a forged gzip stream from
+/// filling memory.
+const MAX_UNCOMPRESSED: u64 = 512 << 20;
+
+/// Where arm64 kernels are linked when the image itself does not tell: KIMAGE_VADDR for
+/// 48-bit VAs before 6.4 (`MODULES_END`), and after (6.4 moved modules below the kernel).
+const ARM64_KIMAGE_VADDRS: [u64; 2] = [0xffff_8000_0800_0000, 0xffff_8000_8000_0000];
+
+fn unrecognized(path: &Path) -> SymbolError {
+    SymbolError::Unrecognized {
+        path: path.to_path_buf(),
+    }
+}
+
+pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image, SymbolError> {
+    let image = unpack(path, data)?;
+    let arch = header_arch(&image);
+    if let (Some(expected), Some(found)) = (opts.expected_arch, arch) {
+        if expected != found {
+            return Err(SymbolError::WrongArch {
+                path: path.to_path_buf(),
+                found: found.to_string(),
+                expected,
+            });
+        }
+    }
+    let tables = kallsyms_tables::find(&image).ok_or_else(|| unrecognized(path))?;
+    let base = relative_base(&image, &tables).ok_or_else(|| SymbolError::Corrupt {
+        path: path.to_path_buf(),
+        reason: "found the kallsyms tables but not the kernel's base address".into(),
+    })?;
+    let symbols = tables.symbols(&image, base);
+
+    let etext = symbols.iter().find(|s| is_etext(&s.name)).map(|s| s.addr);
+    let cands: Vec<Candidate<'_>> = symbols
+        .iter()
+        .filter(|s| is_text_type(s.kind) && !is_mapping_symbol(&s.name))
+        .map(|s: &RawSymbol| Candidate {
+            addr: s.addr,
+            size: 0,
+            name: &s.name,
+            global: s.kind.is_ascii_uppercase(),
+            typed: true,
+        })
+        .collect();
+    if cands.is_empty() {
+        return Err(SymbolError::Corrupt {
+            path: path.to_path_buf(),
+            reason: "kallsyms tables hold no text symbols".into(),
+        });
+    }
+    let mut img = image_from_symbols(path.to_path_buf(), cands, etext, opts);
+    img.arch = arch;
+    Ok(img)
+}
+
+/// The kernel image itself: as is, gunzipped, or out of an EFI zboot container.
+fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError> {
+    if data.starts_with(&[0x1f, 0x8b]) {
+        return gunzip(path, data).map(Cow::Owned);
+    }
+    // EFI zboot (CONFIG_EFI_ZBOOT): "MZ", "zimg", payload offset and size, compression.
+    if data.starts_with(b"MZ") && data.get(4..8) == Some(b"zimg") {
+        let word = |at: usize| {
+            data.get(at..at + 4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        };
+        let (Some(off), Some(len)) = (word(8), word(12)) else {
+            return Err(unrecognized(path));
+        };
+        let payload = off
+            .checked_add(len)
+            .and_then(|end| data.get(off..end))
+            .ok_or_else(|| unrecognized(path))?;
+        let kind = data.get(24..28).unwrap_or_default();
+        return match kind {
+            b"gzip" => gunzip(path, payload).map(Cow::Owned),
+            _ => Err(SymbolError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "EFI zboot image compressed with {}: only gzip is supported; decompress it first",
+                    String::from_utf8_lossy(kind).trim_end_matches('\0')
+                ),
+            }),
+        };
+    }
+    Ok(Cow::Borrowed(data))
+}
+
+fn gunzip(path: &Path, data: &[u8]) -> Result<Vec<u8>, SymbolError> {
+    let mut out = Vec::new();
+    // MultiGzDecoder: a gzip file may hold several members; trailing padding is ignored.
+    flate2::read::MultiGzDecoder::new(data)
+        .take(MAX_UNCOMPRESSED)
+        .read_to_end(&mut out)
+        .or_else(|e| {
+            if out.is_empty() {
+                Err(e)
+            } else {
+                Ok(out.len())
+            }
+        })
+        .map_err(|e| SymbolError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("bad gzip data: {e}"),
+        })?;
+    Ok(out)
+}
+
+/// The architecture from the boot image header (Documentation/arch/*/booting).
+fn header_arch(image: &[u8]) -> Option<Arch> {
+    match image.get(0x38..0x3c) {
+        Some(b"ARM\x64") => Some(Arch::Aarch64),
+        Some(b"RSC\x05") => Some(Arch::Riscv64),
+        _ => None,
+    }
+}
+
+/// The value of `kallsyms_relative_base`. Relocatable arm64 kernels are linked with
+/// `--no-apply-dynamic-relocs`: the word is 0 in the image and its value lives in the
+/// R_AARCH64_RELATIVE entry the kernel applies to itself at boot, which we look up.
+fn relative_base(image: &[u8], tables: &kallsyms_tables::Tables) -> Option<u64> {
+    let Some((at, stored)) = tables.stored_relative_base(image) else {
+        return Some(0); // absolute addresses: no base
+    };
+    if stored != 0 {
+        return Some(stored);
+    }
+    // With CONFIG_KALLSYMS_ALL the tables list themselves: kallsyms_relative_base's own
+    // offset ties its link address to the base we are after.
+    let unbased = tables.symbols(image, 0);
+    let own = unbased
+        .iter()
+        .position(|s| s.name == b"kallsyms_relative_base");
+    let own_offset = own.and_then(|i| tables.offset_of(image, i)).map(u64::from);
+    let link_base = default_link_base(image);
+    rela_entries(image).find_map(|(r_offset, addend)| {
+        let consistent = match own_offset {
+            Some(off) => addend.wrapping_add(off) == r_offset,
+            None => Some(r_offset.wrapping_sub(at as u64)) == link_base,
+        };
+        consistent.then_some(addend)
+    })
+}
+
+/// Every (r_offset, r_addend) of an Elf64_Rela with r_info = R_AARCH64_RELATIVE, at any
+/// 8-aligned place of the image.
+fn rela_entries(image: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
+    const R_AARCH64_RELATIVE: u64 = 1027;
+    (8..image.len().saturating_sub(15))
+        .step_by(8)
+        .filter_map(|p| {
+            if u64_at(image, p)? != R_AARCH64_RELATIVE {
+                return None;
+            }
+            Some((u64_at(image, p - 8)?, u64_at(image, p + 8)?))
+        })
+}
+
+/// The arm64 link address of the image's first byte, from the version string: only used
+/// when kallsyms does not list its own tables.
+fn default_link_base(image: &[u8]) -> Option<u64> {
+    const PREFIX: &[u8] = b"Linux version ";
+    let at = image.windows(PREFIX.len()).position(|w| w == PREFIX)? + PREFIX.len();
+    let version = image.get(at..at + 8)?;
+    let mut nums = version
+        .split(|b| !b.is_ascii_digit())
+        .filter_map(|n| std::str::from_utf8(n).ok()?.parse::<u32>().ok());
+    let (major, minor) = (nums.next()?, nums.next()?);
+    Some(if (major, minor) < (6, 4) {
+        ARM64_KIMAGE_VADDRS[0]
+    } else {
+        ARM64_KIMAGE_VADDRS[1]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kallsyms_tables::{find, synthetic};
+
+    const BASE: u64 = 0xffff_8000_0800_0000;
+
+    fn symbols(own: u32) -> Vec<(u32, u8, String)> {
+        let mut v: Vec<(u32, u8, String)> = (0..300u32)
+            .map(|i| (0x1_0000 + i * 32, b't', format!("fn_{i}")))
+            .collect();
+        v.push((0x2_0000, b'D', "_etext".into()));
+        v.push((own, b'D', "kallsyms_relative_base".into()));
+        v.sort(); // scripts/kallsyms sorts by address
+        v
+    }
+
+    fn build(own: u32, stored: u64) -> Vec<u8> {
+        let syms = symbols(own);
+        let refs: Vec<(u32, u8, &str)> =
+            syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
+        synthetic(&refs, false, stored)
+    }
+
+    /// A relocatable arm64 image: the base word is 0, its value sits in a RELA entry.
+    #[test]
+    fn base_from_rela() {
+        // Where the base word lands does not depend on the offsets' values.
+        let probe = build(0x100, 0);
+        let at = find(&probe)
+            .unwrap()
+            .stored_relative_base(&probe)
+            .unwrap()
+            .0;
+        // relative_base = BASE (the image's first byte), so the word's own offset is `at`.
+        assert!(at < 0x1_0000);
+        let mut data = build(at as u32, 0);
+        while !data.len().is_multiple_of(8) {
+            data.push(0);
+        }
+        for v in [BASE + at as u64, 1027, BASE] {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        let img = load(Path::new("t"), &data, &LoadOptions::default()).unwrap();
+        assert_eq!(img.functions.len(), 300);
+        assert_eq!(img.functions[0].addr, BASE + 0x1_0000);
+        assert_eq!(img.start, BASE + 0x1_0000);
+        assert_eq!(img.end, BASE + 0x2_0000, "_etext");
+    }
+
+    #[test]
+    fn stored_base_and_gzip() {
+        let data = build(0x3_0000, BASE);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &data).unwrap();
+        let gz = gz.finish().unwrap();
+        for bytes in [&data, &gz] {
+            let img = load(Path::new("t"), bytes, &LoadOptions::default()).unwrap();
+            assert_eq!(img.functions[299].addr, BASE + 0x1_0000 + 299 * 32);
+            assert_eq!(img.functions[299].name, "fn_299");
+        }
+    }
+
+    #[test]
+    fn unbased_relocatable_image_is_corrupt() {
+        // Base word 0 and no relocation for it: refuse rather than guess wrong addresses.
+        let data = build(0x3_0000, 0);
+        assert!(matches!(
+            load(Path::new("t"), &data, &LoadOptions::default()),
+            Err(SymbolError::Corrupt { .. })
+        ));
+    }
+}

@@ -1,0 +1,187 @@
+//! ELF symbols against binutils' `nm`, and the errors for files we cannot use.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use qemu_uftrace_symbols::{elf_arch, load, Arch, LoadOptions, SymbolError};
+
+#[test]
+fn functions_match_nm() {
+    let dir = tempfile::tempdir().unwrap();
+    for opt in ["-O0", "-O2"] {
+        for path in build_all(dir.path(), opt) {
+            let image = load(&path, &LoadOptions::default()).unwrap();
+            assert_eq!(image.arch, Some(Arch::Aarch64));
+            assert_matches_nm(&image, &nm_functions(&path), 0);
+        }
+    }
+}
+
+#[test]
+fn statics_aliases_and_untyped_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = build_all(dir.path(), "-O2");
+    let exe = load(&paths[0], &LoadOptions::default()).unwrap();
+    let helpers: Vec<_> = exe
+        .functions
+        .iter()
+        .filter(|f| f.name == "helper")
+        .collect();
+    assert_eq!(helpers.len(), 2, "one static helper per file");
+    assert!(helpers.iter().all(|f| !f.global));
+    assert_ne!(helpers[0].addr, helpers[1].addr);
+    // The alias: one function, the shorter of the two global names.
+    let names: Vec<_> = exe.functions.iter().map(|f| f.name.as_str()).collect();
+    assert!(
+        names.contains(&"real_impl") && !names.contains(&"alias_impl"),
+        "{names:?}"
+    );
+    assert!(names.contains(&"weak_fn"));
+
+    let bare = load(&paths[2], &LoadOptions::default()).unwrap();
+    let entry = bare
+        .functions
+        .iter()
+        .find(|f| f.name == "untyped_entry")
+        .expect("untyped label");
+    assert!(entry.global);
+    assert_eq!(bare.start, 0x4008_0000, "start of the executable segment");
+    assert!(bare.end > bare.functions.last().unwrap().addr);
+    assert!(bare
+        .functions
+        .iter()
+        .all(|f| f.addr >= 0x4008_0000 && f.addr < bare.end));
+}
+
+#[test]
+fn pie_with_load_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let pie = &build_all(dir.path(), "-O0")[1];
+    let offset = 0x5555_5555_0000;
+    let plain = load(pie, &LoadOptions::default()).unwrap();
+    let moved = load(
+        pie,
+        &LoadOptions {
+            offset,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_matches_nm(&moved, &nm_functions(pie), offset);
+    assert_eq!(moved.start, plain.start + offset);
+    assert_eq!(moved.end, plain.end + offset);
+    assert!(moved.start < moved.end);
+}
+
+#[test]
+fn arch_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let bare = &build_all(dir.path(), "-O0")[2];
+    assert_eq!(elf_arch(bare).unwrap(), Some(Arch::Aarch64));
+    assert_eq!(
+        elf_arch(Path::new("/bin/true")).unwrap(),
+        Some(Arch::X86_64)
+    );
+    let text = dir.path().join("System.map");
+    std::fs::write(&text, "ffff800008000000 T _text\n").unwrap();
+    assert_eq!(elf_arch(&text).unwrap(), None);
+
+    let opts = LoadOptions {
+        expected_arch: Some(Arch::Aarch64),
+        ..Default::default()
+    };
+    match load(Path::new("/bin/true"), &opts) {
+        Err(SymbolError::WrongArch {
+            found,
+            expected: Arch::Aarch64,
+            ..
+        }) => assert_eq!(found, "x86_64"),
+        other => panic!("{other:?}"),
+    }
+    assert!(load(bare, &opts).is_ok());
+}
+
+#[test]
+fn stripped() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in build_all(dir.path(), "-O0") {
+        let stripped = dir.path().join("stripped");
+        run(std::process::Command::new(STRIP)
+            .arg("-o")
+            .arg(&stripped)
+            .arg(&path));
+        match load(&stripped, &LoadOptions::default()) {
+            Err(e @ SymbolError::Stripped { .. }) => {
+                assert!(e.to_string().contains("-dbg package"), "{e}")
+            }
+            other => panic!("{}: {other:?}", path.display()),
+        }
+    }
+}
+
+#[test]
+fn truncated_and_garbage() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = &build_all(dir.path(), "-O0")[0];
+    let bytes = std::fs::read(exe).unwrap();
+    let cut = dir.path().join("cut");
+    // Section headers sit at the end of the file: cutting anywhere loses them.
+    for len in [4, 16, 63, 64, 200, bytes.len() / 2, bytes.len() - 1] {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        match load(
+            &cut,
+            &LoadOptions {
+                source_lines: true,
+                ..Default::default()
+            },
+        ) {
+            Err(SymbolError::Corrupt { .. }) => {}
+            other => panic!("cut at {len}: {other:?}"),
+        }
+    }
+    // No cut point may panic, whatever it returns.
+    for len in (0..bytes.len()).step_by(97) {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let _ = load(
+            &cut,
+            &LoadOptions {
+                source_lines: true,
+                ..Default::default()
+            },
+        );
+    }
+    // Garbage in the DWARF must only cost lines.
+    let mut mangled = bytes.clone();
+    for (i, b) in mangled.iter_mut().enumerate().skip(0x1000) {
+        if i % 7 == 0 {
+            *b ^= 0x5a;
+        }
+    }
+    std::fs::write(&cut, &mangled).unwrap();
+    let _ = load(
+        &cut,
+        &LoadOptions {
+            source_lines: true,
+            ..Default::default()
+        },
+    );
+
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"\x00\x01 definitely not symbols").unwrap();
+    assert!(matches!(
+        load(&junk, &LoadOptions::default()),
+        Err(SymbolError::Unrecognized { .. })
+    ));
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    assert!(matches!(
+        load(&empty, &LoadOptions::default()),
+        Err(SymbolError::Unrecognized { .. })
+    ));
+    assert!(matches!(
+        load(&dir.path().join("missing"), &LoadOptions::default()),
+        Err(SymbolError::Io { .. })
+    ));
+}
