@@ -7,6 +7,7 @@ pub mod datadir;
 pub mod embedded;
 pub mod errors;
 pub mod host_info;
+pub mod kernel_alias;
 pub mod man;
 pub mod plugin_cache;
 pub mod qemu_checks;

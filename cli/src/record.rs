@@ -12,6 +12,7 @@ use qemu_uftrace_symbols::Arch;
 use crate::args::{Clock, RecordArgs};
 use crate::datadir::{self, Assembled, Recording};
 use crate::errors::{fail, note, usage, warn};
+use crate::kernel_alias;
 use crate::qemu_checks::{self, Qemu};
 use crate::qemu_cmd::{self, GuestImage};
 use crate::run_qemu::{self, QemuExit};
@@ -116,8 +117,17 @@ fn record_into(
         stats: stats.clone(),
         images: Vec::new(),
     };
+    let mut loaded_images = report_loaded(loaded);
+    let kernel = images
+        .iter()
+        .find(|i| i.origin == qemu_cmd::ImageOrigin::Kernel);
+    if let Some(alias) =
+        kernel.and_then(|k| kernel_alias::physical_alias(&loaded_images, &k.path, &opts))
+    {
+        loaded_images.push(alias);
+    }
     let rec = Recording {
-        images: report_loaded(loaded),
+        images: loaded_images,
         ..rec
     };
     let assembled = datadir::assemble(staging, &rec);

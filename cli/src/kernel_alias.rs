@@ -1,0 +1,189 @@
+//! An arm64 Linux kernel runs its first instructions with the MMU off, at the physical address
+//! QEMU loaded its `Image` to, and only later at its link address. The same symbols, shifted
+//! to that physical address, name those early calls.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use qemu_uftrace_symbols::{Function, Image};
+
+use crate::qemu_cmd::{keyval, QemuOption};
+
+/// Where the arm64 Image header keeps its magic, text_offset and image_size.
+const MAGIC_OFFSET: usize = 0x38;
+/// RAM starts here on QEMU's `virt` board (hw/arm/virt.c).
+const VIRT_RAM_BASE: u64 = 0x4000_0000;
+/// QEMU keeps its boot stub below this and moves a kernel with a small text_offset up by 2 MiB
+/// (hw/arm/boot.c); header-less images go at 0x80000.
+const BOOTLOADER_MAX_SIZE: u64 = 4 * 1024;
+const LEGACY_LOAD_OFFSET: u64 = 0x8_0000;
+
+/// The offset from RAM base at which QEMU loads this arm64 Image, or None when the file is not
+/// one (an ELF vmlinux, a compressed image, firmware).
+fn image_load_offset(kernel: &Path) -> Option<u64> {
+    let mut header = [0u8; 64];
+    std::fs::File::open(kernel)
+        .ok()?
+        .read_exact(&mut header)
+        .ok()?;
+    if &header[MAGIC_OFFSET..MAGIC_OFFSET + 4] != b"ARM\x64" {
+        return None;
+    }
+    let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]));
+    let (text_offset, image_size) = (word(8), word(16));
+    Some(match (image_size, text_offset) {
+        (0, _) => LEGACY_LOAD_OFFSET,
+        (_, t) if t < BOOTLOADER_MAX_SIZE => t + 2 * 1024 * 1024,
+        (_, t) => t,
+    })
+}
+
+/// RAM base of the machine named by `-M`/`-machine`, for the boards we know.
+fn ram_base(opts: &[QemuOption]) -> Option<u64> {
+    let machine = opts
+        .iter()
+        .rev()
+        .find(|o| o.name == "M" || o.name == "machine")?;
+    let value = machine.value.as_ref()?.to_string_lossy().into_owned();
+    let kind = keyval(&value, "type")
+        .into_iter()
+        .find(|(k, _)| k == "type")?
+        .1;
+    (kind == "virt" || kind.starts_with("virt-")).then_some(VIRT_RAM_BASE)
+}
+
+/// The link address of the Image's first byte: `_text`, which kallsyms tables often lack; then
+/// `_stext`, which follows the Image header within the 2 MiB-aligned start of the kernel
+/// (arch/arm64/kernel/vmlinux.lds.S).
+fn kernel_text(img: &Image) -> Option<u64> {
+    let find = |name: &str| {
+        img.functions
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.addr)
+    };
+    find("_text").or_else(|| find("_stext").map(|a| a & !(2 * 1024 * 1024 - 1)))
+}
+
+/// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64
+/// Image on a board we know and one of `images` holds its link-time symbols (`_text`).
+pub fn physical_alias(images: &[Image], kernel: &Path, opts: &[QemuOption]) -> Option<Image> {
+    let load = ram_base(opts)? + image_load_offset(kernel)?;
+    let (img, text) = images
+        .iter()
+        .find_map(|img| kernel_text(img).map(|t| (img, t)))?;
+    let shift = |addr: u64| addr.wrapping_sub(text).wrapping_add(load);
+    let functions: Vec<Function> = img
+        .functions
+        .iter()
+        .filter(|f| f.addr >= text)
+        .map(|f| Function {
+            addr: shift(f.addr),
+            ..f.clone()
+        })
+        .collect();
+    let mut path = std::path::absolute(&img.path)
+        .unwrap_or_else(|_| img.path.clone())
+        .into_os_string();
+    path.push(".phys");
+    Some(Image {
+        path: PathBuf::from(path),
+        start: load,
+        end: shift(img.end),
+        functions,
+        arch: img.arch,
+        modules: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn opt(name: &str, value: &str) -> QemuOption {
+        QemuOption {
+            name: name.into(),
+            value: Some(OsString::from(value)),
+        }
+    }
+
+    fn arm64_image(dir: &Path, text_offset: u64, image_size: u64) -> PathBuf {
+        let mut h = vec![0u8; 64];
+        h[8..16].copy_from_slice(&text_offset.to_le_bytes());
+        h[16..24].copy_from_slice(&image_size.to_le_bytes());
+        h[MAGIC_OFFSET..MAGIC_OFFSET + 4].copy_from_slice(b"ARM\x64");
+        let p = dir.join("Image");
+        std::fs::write(&p, h).unwrap();
+        p
+    }
+
+    fn kernel_syms() -> Image {
+        let f = |addr, name: &str| Function {
+            addr,
+            size: 0x10,
+            name: name.into(),
+            global: true,
+            line: None,
+        };
+        Image {
+            path: PathBuf::from("/k/Image"),
+            start: 0xffff_8000_0800_0000,
+            end: 0xffff_8000_0a00_0000,
+            functions: vec![
+                f(0xffff_8000_0800_0000, "_text"),
+                f(0xffff_8000_08bd_2098, "init_kernel_el"),
+            ],
+            arch: None,
+            modules: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn debian_image_on_virt_lands_two_mib_into_ram() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = arm64_image(dir.path(), 0, 0x1ab_0000);
+        let alias =
+            physical_alias(&[kernel_syms()], &k, &[opt("M", "virt,gic-version=3")]).unwrap();
+        assert_eq!(alias.start, 0x4020_0000);
+        assert_eq!(alias.functions[1].addr, 0x40dd_2098);
+        assert_eq!(alias.functions[1].name, "init_kernel_el");
+        assert!(alias.path.to_string_lossy().ends_with("Image.phys"));
+    }
+
+    #[test]
+    fn kallsyms_without_text_fall_back_to_stext() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = arm64_image(dir.path(), 0, 0x1ab_0000);
+        let mut syms = kernel_syms();
+        syms.functions[0].addr = 0xffff_8000_0801_0000;
+        syms.functions[0].name = "_stext".into();
+        let alias = physical_alias(&[syms], &k, &[opt("M", "virt")]).unwrap();
+        assert_eq!(alias.functions[0].addr, 0x4021_0000);
+        assert_eq!(alias.functions[1].addr, 0x40dd_2098);
+    }
+
+    #[test]
+    fn only_for_arm64_images_on_known_boards() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = arm64_image(dir.path(), 0, 0x1000);
+        assert!(physical_alias(&[kernel_syms()], &k, &[opt("M", "sbsa-ref")]).is_none());
+        assert!(physical_alias(&[kernel_syms()], &k, &[]).is_none());
+        let elf = dir.path().join("vmlinux");
+        std::fs::write(&elf, b"\x7fELF").unwrap();
+        assert!(physical_alias(&[kernel_syms()], &elf, &[opt("M", "virt")]).is_none());
+    }
+
+    #[test]
+    fn legacy_and_high_text_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            image_load_offset(&arm64_image(dir.path(), 0x80000, 0)),
+            Some(LEGACY_LOAD_OFFSET)
+        );
+        assert_eq!(
+            image_load_offset(&arm64_image(dir.path(), 0x80000, 0x1000)),
+            Some(0x80000)
+        );
+    }
+}

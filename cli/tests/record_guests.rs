@@ -1,0 +1,184 @@
+//! `qemu-uftrace record` on real guests under real QEMU, read back with real uftrace: the call
+//! sequence uftrace replays must equal what the guest itself logged (`-finstrument-functions`
+//! oracle), and every uftrace view must work on the result.
+
+use qemu_uftrace_tests::replay::{replay_events, tail_call_shape, uftrace, without};
+use qemu_uftrace_tests::{
+    guest_elf, hello_elf, is_runtime_function, nm_functions, oracle_names, parse_oracle, qemu_args,
+    run_plain_qemu, test_program, Variant,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn qemu_uftrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+}
+
+/// Records `elf` into a fresh directory; panics with QEMU's and our output on failure.
+fn record(elf: &Path, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = qemu_uftrace()
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(extra)
+        .arg("--")
+        .args(qemu_args(elf))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    assert!(
+        out.status.success(),
+        "record {} failed: {}\nstdout: {}\nstderr: {}",
+        elf.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (tmp, dir)
+}
+
+/// What the guest's own instrumentation logged, as names.
+fn oracle(program: &str) -> Vec<String> {
+    let elf = guest_elf(program, Variant::Oracle).expect("build guests");
+    let (code, uart) = run_plain_qemu(&elf).expect("run oracle guest");
+    assert_eq!(code, 0, "{program} oracle exited {code}: {uart}");
+    let events = parse_oracle(&uart).expect("oracle log");
+    oracle_names(&events, &nm_functions(&elf).expect("nm"))
+}
+
+/// The scenario's calls from a trace: the start code goes, its callees stay; the runtime
+/// (UART, semihosting, oracle hooks, setjmp/longjmp) goes with everything it calls.
+fn traced(program: &str, variant: Variant) -> Vec<String> {
+    let elf = guest_elf(program, variant).expect("build guests");
+    let (_tmp, dir) = record(&elf, &[]);
+    let events = replay_events(&dir, 1).expect("uftrace replay");
+    let events = without(&events, |n| n == "_start", false);
+    without(&events, is_runtime_function, true)
+}
+
+fn check_program(program: &str) {
+    let spec = test_program(program).expect("known program");
+    let oracle = oracle(program);
+    // The instrumented build itself, traced: exactly its own log.
+    assert_eq!(
+        traced(program, Variant::Oracle),
+        oracle,
+        "{program}-oracle.elf"
+    );
+    // The natural and frame-pointer-less builds: the same calls, except that a tail call
+    // (`b f`) gives f no frame of its own.
+    let expected = tail_call_shape(&oracle, spec.tail_calls);
+    assert_eq!(traced(program, Variant::Natural), expected, "{program}.elf");
+    assert_eq!(
+        traced(program, Variant::NoFp),
+        expected,
+        "{program}-nofp.elf"
+    );
+}
+
+#[test]
+fn nested_calls_match_the_oracle() {
+    check_program("nested");
+}
+
+#[test]
+fn recursion_matches_the_oracle() {
+    check_program("recursion");
+}
+
+#[test]
+fn calls_through_pointers_match_the_oracle() {
+    check_program("fnptr");
+}
+
+#[test]
+fn leaf_functions_without_frame_records_match_the_oracle() {
+    check_program("leaf");
+}
+
+#[test]
+fn tail_calls_fold_into_their_caller() {
+    check_program("tailcall");
+    // State the shape outright, not only through the transformation.
+    let natural = traced("tailcall", Variant::Natural);
+    assert!(
+        natural.iter().all(|e| e != "E tail_b" && e != "E tail_c"),
+        "{natural:?}"
+    );
+}
+
+#[test]
+fn longjmp_closes_the_frames_it_skips() {
+    check_program("longjmp");
+}
+
+#[test]
+fn example_replays_with_names_and_nesting() {
+    let (_tmp, dir) = record(&hello_elf().expect("build example"), &[]);
+    let d = dir.to_string_lossy().to_string();
+    let text = uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay");
+    assert!(!text.contains(" <"), "unresolved addresses in:\n{text}");
+    // Leaves merge onto one line and nest under their callers.
+    let lines: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once("| ").map(|(_, f)| f))
+        .collect();
+    let find = |s: &str| {
+        lines
+            .iter()
+            .position(|l| *l == s)
+            .unwrap_or_else(|| panic!("no {s:?} in:\n{text}"))
+    };
+    // `_start` is entered by a jump, not a call: `bl main` is the first call, so main is
+    // the root.
+    assert_eq!(lines[0], "main() {", "{text}");
+    let run_demo = find("  run_demo() {");
+    let compute = find("    compute_report() {");
+    let sum = find("      sum_squares() {");
+    let square = find("        square();");
+    assert!(
+        run_demo < compute && compute < sum && sum < square,
+        "{text}"
+    );
+    find("    op_mul();");
+    // factorial(10) recurses: nine open frames, then the leaf call factorial(1).
+    let opened = lines
+        .iter()
+        .filter(|l| l.trim_start() == "factorial() {")
+        .count();
+    assert_eq!(opened, 9, "{text}");
+    find(&format!("{}factorial();", "  ".repeat(10)));
+}
+
+#[test]
+fn example_works_in_every_uftrace_view() {
+    let (_tmp, dir) = record(&hello_elf().expect("build example"), &[]);
+    let d = dir.to_string_lossy().to_string();
+    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("report");
+    for f in ["main", "factorial", "uart_putc", "op_mul"] {
+        assert!(
+            report.lines().any(|l| l.trim_end().ends_with(f)),
+            "report lacks {f}:\n{report}"
+        );
+    }
+    let graph = uftrace(&["graph", "--no-pager", "-d", &d]).expect("graph");
+    assert!(graph.contains("compute_report"), "{graph}");
+    let info = uftrace(&["info", "-d", &d]).expect("info");
+    assert!(info.contains("hello.elf"), "{info}");
+    assert!(info.contains("ARM64"), "{info}");
+    let chrome = uftrace(&["dump", "--chrome", "-d", &d]).expect("dump --chrome");
+    assert!(
+        chrome.trim_start().starts_with('{') && chrome.contains("\"name\":\"factorial\""),
+        "{chrome}"
+    );
+    let srcline =
+        uftrace(&["replay", "--no-pager", "--srcline", "-d", &d]).expect("replay --srcline");
+    assert!(
+        srcline
+            .lines()
+            .any(|l| l.contains("square();") && l.contains("main.c:")),
+        "no source lines:\n{srcline}"
+    );
+}

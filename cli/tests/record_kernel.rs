@@ -1,0 +1,114 @@
+//! Debian's arm64 cloud kernel boots under `qemu-uftrace record` to its "Unable to mount root
+//! fs" panic; uftrace reads the whole trace without complaint, with kernel names from the
+//! Image's own kallsyms, including the first calls made at physical addresses.
+
+use qemu_uftrace_tests::replay::uftrace;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn kernel() -> PathBuf {
+    let cache = std::env::var_os("QEMU_UFTRACE_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("qemu-uftrace"))
+        })
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/qemu-uftrace")))
+        .expect("a cache directory");
+    let k = cache.join("kernel/vmlinuz");
+    assert!(
+        k.is_file(),
+        "{} is missing: run scripts/install-deps.sh",
+        k.display()
+    );
+    k
+}
+
+fn stat(dir: &std::path::Path, key: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in plugin.stats:\n{text}"))
+}
+
+#[test]
+fn debian_kernel_boots_to_its_panic_under_record() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kernel.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args([
+            "--",
+            "qemu-system-aarch64",
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a57",
+            "-m",
+            "1G",
+        ])
+        .args(["-nographic", "-nic", "none", "-no-reboot", "-kernel"])
+        .arg(kernel())
+        .args(["-append", "console=ttyAMA0 panic=-1 nokaslr"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stderr}", out.status);
+    assert!(
+        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{console}"
+    );
+
+    // About 8 M calls and as many returns; every one of them in the trace.
+    let (calls, returns, events) = (
+        stat(&dir, "calls"),
+        stat(&dir, "returns"),
+        stat(&dir, "events"),
+    );
+    assert!(calls > 5_000_000, "only {calls} calls");
+    assert!(
+        calls.abs_diff(returns) < calls / 100,
+        "{calls} calls, {returns} returns"
+    );
+    assert!(
+        events >= calls + returns - calls / 100,
+        "{events} events for {calls} calls"
+    );
+    let dat = std::fs::metadata(dir.join("1.dat")).expect("1.dat").len();
+    assert_eq!(dat, events * 16, "every event is a 16-byte record");
+
+    let d = dir.to_string_lossy().to_string();
+    let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
+    assert!(info.contains("vmlinuz"), "{info}");
+    // The first calls run with the MMU off, at the physical load address; then the kernel
+    // proper. Both resolve.
+    let top = uftrace(&["replay", "--no-pager", "-D", "2", "-d", &d]).expect("uftrace replay");
+    assert!(
+        !top.contains("| <"),
+        "unresolved top-level calls:\n{}",
+        &top[..top.len().min(4000)]
+    );
+    for f in [
+        "preserve_boot_args();",
+        "init_kernel_el() {",
+        "create_idmap();",
+        "start_kernel();",
+    ] {
+        assert!(
+            top.contains(f),
+            "no {f} in:\n{}",
+            &top[..top.len().min(4000)]
+        );
+    }
+    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+    for f in ["kernel_init", "do_one_initcall", "mount_root"] {
+        assert!(
+            report.lines().any(|l| l.trim_end().ends_with(f)),
+            "report lacks {f}"
+        );
+    }
+}
