@@ -35,7 +35,7 @@ command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 # -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped below).
-[ -f /usr/share/qemu/efi-virtio.rom ] || need+=(ipxe-qemu)
+dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
 # A real QEMU built without plugin support, for the CLI's bad-input tests.
 command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static)
 command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)

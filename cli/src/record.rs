@@ -397,7 +397,9 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
             n.bytes().all(|b| b.is_ascii_digit())
                 && (STATS_TOTALS.contains(&total) || s.other.iter().any(|(k, _)| k == total))
         });
-    value != "0" && !per_vcpu_total
+    // Settings echoed back by the plugin are not findings.
+    let setting = matches!(key, "max_depth" | "discontinuity_api");
+    value != "0" && !per_vcpu_total && !setting
 }
 
 /// Statistics that `summary` prints by name.
