@@ -2,7 +2,6 @@
 //! take the time, read a register only when the target is not known at translation, and hand
 //! over to the engine (`hot.rs`).
 
-use crate::clock;
 use crate::guest::QemuGuest;
 use crate::vcpu;
 use std::ffi::{c_uint, c_void};
@@ -19,8 +18,8 @@ pub struct Site {
 /// `site` is a `&'static Site` registered at translation.
 pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, site: *mut c_void) {
     let site = unsafe { &*(site as *const Site) };
-    let now = clock::now(vcpu_index);
     vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now(vcpu_index);
         v.engine.call(now, site.target, site.ret_addr)
     });
 }
@@ -29,8 +28,8 @@ pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, site: *mut c_void) {
 /// As [`on_direct_call`]; registered with QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, site: *mut c_void) {
     let site = unsafe { &*(site as *const Site) };
-    let now = clock::now(vcpu_index);
     vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now(vcpu_index);
         if let Some(target) = v.regs.read_gpr(site.reg) {
             v.engine.call(now, target, site.ret_addr);
         }
@@ -41,18 +40,15 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, site: *mut c_void)
 /// As [`on_direct_call`]; registered with QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_return(vcpu_index: c_uint, site: *mut c_void) {
     let site = unsafe { &*(site as *const Site) };
-    let now = clock::now(vcpu_index);
     vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now(vcpu_index);
         if let Some(target) = v.regs.read_gpr(site.reg) {
             let isa = crate::isa_or_default();
-            v.engine.ret(
-                now,
-                target,
-                &mut QemuGuest {
-                    buf: &mut v.regs,
-                    isa,
-                },
-            );
+            let mut guest = QemuGuest {
+                buf: &mut v.regs,
+                isa,
+            };
+            v.engine.ret(now, target, &mut guest);
         }
     });
 }

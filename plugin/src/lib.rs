@@ -32,6 +32,7 @@ static ISA: OnceLock<&'static dyn Isa> = OnceLock::new();
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static OUTPUT: OnceLock<Output> = OnceLock::new();
 static TARGET: OnceLock<String> = OnceLock::new();
+static SYSTEM_MODE: OnceLock<bool> = OnceLock::new();
 
 pub(crate) fn isa_or_default() -> &'static dyn Isa {
     ISA.get().copied().unwrap_or(&isa::aarch64::Aarch64)
@@ -83,6 +84,7 @@ impl Register for Plugin {
         };
         let _ = ISA.set(isa);
         let _ = TARGET.set(info.target_name.clone());
+        let _ = SYSTEM_MODE.set(info.system.is_some());
         vcpu::init(match &info.system {
             Some(s) => s.max_vcpus.max(s.smp_vcpus).max(1) as usize,
             None => 4096, // user mode: one vCPU per guest thread
@@ -116,14 +118,20 @@ impl HasCallbacks for Plugin {
             out.fresh()
         });
         let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
+        let system = SYSTEM_MODE.get().copied().unwrap_or(false);
+        let clock = clock::VcpuClock::for_vcpu(vcpu_id, system);
+        let regs = guest::ByteBuf::new();
         vcpu::install(
             vcpu_id,
             vcpu::VcpuState {
                 tid,
+                clock,
                 engine,
-                regs: guest::ByteBuf::new(),
+                regs,
             },
         );
+        // Creating a vCPU may have grown the scoreboard: point every vCPU at the new one.
+        vcpu::for_each(|i, s| s.clock = clock::VcpuClock::for_vcpu(i, system));
         Ok(())
     }
 }

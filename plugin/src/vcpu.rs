@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 
 pub struct VcpuState {
     pub tid: u32,
+    pub clock: crate::clock::VcpuClock,
     pub engine: Engine,
     pub regs: ByteBuf,
 }
@@ -104,6 +105,19 @@ pub fn install(index: u32, state: VcpuState) -> bool {
     unsafe { *slot.state.get() = Some(state) };
     slot.busy.store(false, Ordering::Release);
     true
+}
+
+/// Runs `f` on every installed vCPU state (at vCPU init, before the guest runs).
+pub fn for_each(mut f: impl FnMut(u32, &mut VcpuState)) {
+    let Some(slots) = SLOTS.get() else { return };
+    for (i, slot) in slots.iter().enumerate() {
+        lock(&slot.busy);
+        // SAFETY: we hold the slot's lock.
+        if let Some(state) = unsafe { (*slot.state.get()).as_mut() } {
+            f(i as u32, state);
+        }
+        slot.busy.store(false, Ordering::Release);
+    }
 }
 
 /// Takes every vCPU's state away; later callbacks find nothing and do nothing.
