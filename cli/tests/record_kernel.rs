@@ -85,7 +85,7 @@ fn debian_kernel_boots_to_its_panic_under_record() {
     let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
     assert!(info.contains("vmlinuz"), "{info}");
     // The first calls run with the MMU off, at the physical load address; then the kernel
-    // proper. Both resolve.
+    // proper. Both resolve. init_kernel_el leaves by ERET to its caller: a plain leaf call.
     let top = uftrace(&["replay", "--no-pager", "-D", "2", "-d", &d]).expect("uftrace replay");
     assert!(
         !top.contains("| <"),
@@ -93,10 +93,10 @@ fn debian_kernel_boots_to_its_panic_under_record() {
         &top[..top.len().min(4000)]
     );
     for f in [
-        "preserve_boot_args();",
-        "init_kernel_el() {",
-        "create_idmap();",
-        "start_kernel();",
+        "| preserve_boot_args();",
+        "| init_kernel_el();",
+        "| create_idmap()",
+        "| start_kernel() {",
     ] {
         assert!(
             top.contains(f),

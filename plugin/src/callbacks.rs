@@ -52,3 +52,22 @@ pub unsafe extern "C" fn on_return(vcpu_index: c_uint, site: *mut c_void) {
         }
     });
 }
+
+/// # Safety
+/// As [`on_direct_call`], with the ERET's own address in `target`; registered with
+/// QEMU_PLUGIN_CB_R_REGS. Exception returns are rare: two register reads are fine here.
+pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, site: *mut c_void) {
+    let site = unsafe { &*(site as *const Site) };
+    let isa = crate::isa_or_default();
+    vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now(vcpu_index);
+        let level = v
+            .regs
+            .read_named(isa.status_register())
+            .map(|s| isa.exception_level(s));
+        let link = level.and_then(|l| isa.exception_link_register(l));
+        if let Some(target) = link.and_then(|name| v.regs.read_named(name)) {
+            v.engine.exception_return(now, target, site.target);
+        }
+    });
+}

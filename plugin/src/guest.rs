@@ -19,6 +19,8 @@ extern "C" {
 /// Handles for the general registers, indexed by number (`None`: QEMU lacks it).
 pub struct Registers {
     gpr: Vec<Option<usize>>,
+    /// Every other register, by QEMU's name (system registers, status).
+    named: std::collections::HashMap<String, usize>,
 }
 
 static REGISTERS: OnceLock<Registers> = OnceLock::new();
@@ -27,6 +29,7 @@ static REGISTERS: OnceLock<Registers> = OnceLock::new();
 pub fn init_registers(isa: &dyn Isa) {
     REGISTERS.get_or_init(|| {
         let mut gpr = vec![None; 32];
+        let mut named = std::collections::HashMap::new();
         // SAFETY: called from a vCPU callback, where QEMU allows it; the array is ours to free.
         unsafe {
             let array = qemu_plugin_get_registers();
@@ -35,14 +38,17 @@ pub fn init_registers(isa: &dyn Isa) {
                 for i in 0..(*array).len as usize {
                     let d = &*descs.add(i);
                     let name = CStr::from_ptr(d.name).to_string_lossy();
-                    if let Some(n) = (0..32u8).find(|&n| isa.gpr_name(n) == name) {
-                        gpr[n as usize] = Some(d.handle as usize);
+                    match (0..32u8).find(|&n| isa.gpr_name(n) == name) {
+                        Some(n) => gpr[n as usize] = Some(d.handle as usize),
+                        None => {
+                            named.insert(name.into_owned(), d.handle as usize);
+                        }
                     }
                 }
                 g_array_free(array, 1);
             }
         }
-        Registers { gpr }
+        Registers { gpr, named }
     });
 }
 
@@ -68,18 +74,39 @@ impl ByteBuf {
         Some(u64::from_le_bytes(b.try_into().ok()?))
     }
 
+    /// The register just read, zero-extended: status registers are 32-bit in gdb's view.
+    fn le_value(&self, size: usize) -> Option<u64> {
+        let b = self.bytes().get(..size.min(8))?;
+        let mut word = [0u8; 8];
+        word[..b.len()].copy_from_slice(b);
+        Some(u64::from_le_bytes(word))
+    }
+
     /// Reads general register `n` of the current vCPU (the callback must have R_REGS).
     #[inline]
     pub fn read_gpr(&mut self, n: u8) -> Option<u64> {
         let handle = REGISTERS.get()?.gpr.get(n as usize).copied().flatten()?;
+        self.read_handle(handle)
+    }
+
+    /// Reads a register by QEMU's name (the callback must have R_REGS); not for hot paths.
+    pub fn read_named(&mut self, name: &str) -> Option<u64> {
+        let handle = *REGISTERS.get()?.named.get(name)?;
+        self.read_handle(handle)
+    }
+
+    #[inline]
+    fn read_handle(&mut self, handle: usize) -> Option<u64> {
         // SAFETY: a valid handle, a live array; gdbstub appends, so empty it first.
-        unsafe {
+        let size = unsafe {
             (*self.0).len = 0;
-            if qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0) < 8 {
-                return None;
-            }
+            qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0)
+        };
+        match size {
+            8 => self.le_u64(0),
+            1..=7 => self.le_value(size as usize),
+            _ => None,
         }
-        self.le_u64(0)
     }
 
     fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {

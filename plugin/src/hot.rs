@@ -54,7 +54,7 @@ impl Engine {
     }
 
     #[inline(always)]
-    fn clamp(&mut self, now: u64) -> u64 {
+    pub(crate) fn clamp(&mut self, now: u64) -> u64 {
         self.last_time = self.last_time.max(now);
         self.last_time
     }

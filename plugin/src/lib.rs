@@ -9,6 +9,7 @@
 mod callbacks;
 mod clock;
 mod config;
+mod exceptions;
 mod guest;
 mod hot;
 mod isa;

@@ -21,6 +21,8 @@ pub struct Stats {
     pub depth_cap_hits: u64,
     /// Calls beyond the shadow stack's hard limit: not followed at all.
     pub stack_overflows: u64,
+    /// Exception returns (ERET) that returned from the top frame.
+    pub eret_returns: u64,
 }
 
 impl Stats {
@@ -34,6 +36,7 @@ impl Stats {
         self.synthetic_entries += o.synthetic_entries;
         self.depth_cap_hits += o.depth_cap_hits;
         self.stack_overflows += o.stack_overflows;
+        self.eret_returns += o.eret_returns;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -48,6 +51,7 @@ impl Stats {
             ("synthetic_entries", self.synthetic_entries),
             ("depth_cap_hits", self.depth_cap_hits),
             ("stack_overflows", self.stack_overflows),
+            ("eret_returns", self.eret_returns),
         ]
     }
 }

@@ -1,7 +1,7 @@
 //! Translation-time instrumentation: classify every instruction of a new block from its bytes
 //! and attach a callback only to calls and returns.
 
-use crate::callbacks::{on_direct_call, on_indirect_call, on_return, Site};
+use crate::callbacks::{on_direct_call, on_exception_return, on_indirect_call, on_return, Site};
 use crate::isa::{InsnKind, Target};
 use qemu_plugin::sys::{
     qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_vaddr,
@@ -80,9 +80,14 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
                     site(pc, 2, 0, reg, 0),
                 ),
-                // Exception entry/return and traps are not instrumented yet: calls and returns
-                // made in handlers nest on the interrupted stack and balance themselves.
-                InsnKind::ExceptionReturn | InsnKind::Trap | InsnKind::Other => continue,
+                InsnKind::ExceptionReturn => (
+                    Some(on_exception_return),
+                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
+                    site(pc, 3, pc, 0, 0),
+                ),
+                // Exception entry and traps are not instrumented yet: calls and returns made in
+                // handlers nest on the interrupted stack and balance themselves.
+                InsnKind::Trap | InsnKind::Other => continue,
             };
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cb(

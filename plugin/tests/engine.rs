@@ -2,6 +2,8 @@
 //! The cdylib cannot link a test harness (it needs QEMU's symbols), so the modules that do
 //! not touch QEMU are compiled into this test directly.
 
+#[path = "../src/exceptions.rs"]
+mod exceptions;
 #[path = "../src/hot.rs"]
 mod hot;
 #[allow(dead_code)]
@@ -343,4 +345,26 @@ fn stack_set_switches_and_keeps_stacks_apart() {
         }]
     );
     assert_eq!(set.iter().count(), 2);
+}
+
+#[test]
+fn an_eret_to_the_callers_return_address_from_inside_the_callee_is_a_return() {
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // start
+    r.call(0x4000, 0x108); //  init_el: ends with `msr elr_el1, lr; eret`
+    r.engine.exception_return(100, 0x108, 0x4030);
+    assert_eq!(r.engine.stats.eret_returns, 1);
+    assert_eq!(r.shape(), s(&["+100@0", "+4000@1", "-4000@1"]));
+}
+
+#[test]
+fn an_interrupt_return_never_closes_a_frame() {
+    // Direct recursion: the inner f returned to 0x208 inside the outer f, whose own frame also
+    // returns to 0x208; an interrupt taken right there returns (ERET) from vector code.
+    let mut r = Rig::new(1024);
+    r.call(0x200, 0x14);
+    r.call(0x200, 0x208);
+    r.engine.exception_return(100, 0x208, 0xffff_0800);
+    assert_eq!(r.engine.stats.eret_returns, 0);
+    assert_eq!(r.engine.stacks.current().len(), 2);
 }

@@ -77,6 +77,23 @@ impl Isa for Aarch64 {
     fn call_len(&self) -> u64 {
         4
     }
+
+    fn status_register(&self) -> &'static str {
+        "cpsr"
+    }
+
+    fn exception_level(&self, status: u64) -> u8 {
+        ((status >> 2) & 3) as u8 // PSTATE.EL
+    }
+
+    fn exception_link_register(&self, level: u8) -> Option<&'static str> {
+        match level {
+            1 => Some("ELR_EL1"),
+            2 => Some("ELR_EL2"),
+            3 => Some("ELR_EL3"),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -134,6 +151,14 @@ mod tests {
         assert_eq!(k(0, 0xd65f_0020), InsnKind::Return { reg: 1 }); // ret x1
         assert_eq!(k(0, 0xd65f_0bff), InsnKind::Return { reg: 30 }); // retaa
         assert_eq!(k(0, 0xd65f_0fff), InsnKind::Return { reg: 30 }); // retab
+    }
+
+    #[test]
+    fn exception_levels_and_link_registers() {
+        assert_eq!(Aarch64.exception_level(0x3c5), 1); // EL1h, DAIF masked
+        assert_eq!(Aarch64.exception_level(0x3c9), 2); // EL2h
+        assert_eq!(Aarch64.exception_link_register(2), Some("ELR_EL2"));
+        assert_eq!(Aarch64.exception_link_register(0), None);
     }
 
     #[test]

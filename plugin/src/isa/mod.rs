@@ -44,6 +44,12 @@ pub trait Isa: Sync + Send {
     fn frame_pointer(&self) -> u8;
     /// Size of the call instruction that precedes a return address, to re-decode it.
     fn call_len(&self) -> u64;
+    /// The register holding the processor state, from which [`Isa::exception_level`] reads
+    /// the privilege level.
+    fn status_register(&self) -> &'static str;
+    fn exception_level(&self, status: u64) -> u8;
+    /// The register an exception return at `level` jumps to.
+    fn exception_link_register(&self, level: u8) -> Option<&'static str>;
 }
 
 /// The decoder for a QEMU target name (`info->target_name`).

@@ -1,0 +1,705 @@
+//! The whole life of `qemu-uftrace record` with the real qemu-system-aarch64, the embedded
+//! plugin and uftrace: what the trace directory holds and what we print, the rotation of
+//! an earlier trace, exit statuses, QEMU dying (SIGKILL), stopped (Ctrl-C) or told to stop
+//! (SIGTERM) mid-run, `--then`, and `symbols` on an existing trace.
+//!
+//! Guests: `examples/hello`, and from `tests/guests` `exit3` (ends QEMU with status 3) and
+//! `spin` (never ends); Debian's arm64 kernel for QEMU killed mid-boot.
+
+mod common;
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use qemu_uftrace_tests::{guest_elf, hello_elf, qemu_args, Variant, QEMU};
+
+/// How long a signal test waits for the trace to grow, or for us to exit.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A temporary home: the working directory, plugin cache and output of one test.
+struct Env {
+    home: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            home: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        self.home.path()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir().join(rel)
+    }
+
+    /// `qemu-uftrace` run in the home directory.
+    fn cmd(&self) -> Command {
+        let mut c = qemu_uftrace(self.dir());
+        c.current_dir(self.dir());
+        c
+    }
+
+    /// `qemu-uftrace record [extra] -- <qemu argv>`, without waiting.
+    fn record_cmd(&self, extra: &[&str], qemu: &[String]) -> Command {
+        let mut c = self.cmd();
+        c.arg("record").args(extra).arg("--").args(qemu);
+        c
+    }
+
+    /// `qemu-uftrace record [extra] -- qemu-system-aarch64 … -kernel <elf>`.
+    fn record(&self, extra: &[&str], elf: &Path) -> Output {
+        self.record_cmd(extra, &qemu_args(elf))
+            .output()
+            .expect("run qemu-uftrace record")
+    }
+
+    /// `uftrace ARGS -d <home>/<data>`; fails on a warning or error from uftrace.
+    fn uftrace(&self, args: &[&str], data: &str) -> String {
+        let d = self.path(data).to_string_lossy().into_owned();
+        let mut all = args.to_vec();
+        all.extend(["-d", &d]);
+        qemu_uftrace_tests::replay::uftrace(&all)
+            .unwrap_or_else(|e| panic!("uftrace {args:?} -d {data}: {e:#}"))
+    }
+
+    /// Starts `record` in a process group of its own (as a shell runs a foreground job),
+    /// with stdout and stderr going to files: a pipe nobody reads would stop QEMU.
+    fn spawn_record(&self, extra: &[&str], qemu: &[String]) -> Running {
+        let out = self.path("record.stdout");
+        let err = self.path("record.stderr");
+        let mut c = self.record_cmd(extra, qemu);
+        c.stdout(File::create(&out).unwrap())
+            .stderr(File::create(&err).unwrap())
+            .process_group(0);
+        Running {
+            child: c.spawn().expect("start qemu-uftrace record"),
+            out,
+            err,
+        }
+    }
+}
+
+/// A `record` started by [`Env::spawn_record`].
+struct Running {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Running {
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    /// Waits until `path` holds at least `min_bytes` (the plugin writes in 1 MiB buffers).
+    fn wait_for_data(&mut self, path: &Path, min_bytes: u64) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if std::fs::metadata(path).is_ok_and(|m| m.len() >= min_bytes) {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "record ended ({status}) before {} held {min_bytes} bytes:\n{}",
+                    path.display(),
+                    self.stderr()
+                );
+            }
+            if Instant::now() > deadline {
+                self.kill_group();
+                panic!(
+                    "{} never held {min_bytes} bytes:\n{}",
+                    path.display(),
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for `record` to exit.
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                self.kill_group();
+                panic!("record did not exit:\n{}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill_group(&mut self) {
+        signal(-self.pid(), libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    /// A failed assertion must not leave QEMU running.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill_group();
+        }
+    }
+}
+
+/// kill(2); a negative pid is a process group.
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill has no memory effects; the targets are processes this test started.
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The QEMU that `parent` runs with the plugin (not one of its probes), from /proc: its
+/// pid and command line.
+fn qemu_child_of(parent: i32) -> Option<(i32, Vec<String>)> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces, so split after its ')'.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid != Some(parent) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if argv.get(1).is_some_and(|a| a == "-plugin") {
+            return Some((pid, argv));
+        }
+    }
+    None
+}
+
+/// Debian's arm64 kernel that scripts/install-deps.sh caches.
+fn kernel() -> PathBuf {
+    let cache = std::env::var_os("QEMU_UFTRACE_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("qemu-uftrace"))
+        })
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/qemu-uftrace")))
+        .expect("a cache directory");
+    let k = cache.join("kernel/vmlinuz");
+    assert!(
+        k.is_file(),
+        "{} is missing: run scripts/install-deps.sh",
+        k.display()
+    );
+    k
+}
+
+fn hello() -> PathBuf {
+    require(QEMU);
+    require("uftrace");
+    hello_elf().expect("build the guests (run scripts/install-deps.sh)")
+}
+
+/// A `tests/guests` program (natural build).
+fn guest(name: &str) -> PathBuf {
+    require(QEMU);
+    require("uftrace");
+    guest_elf(name, Variant::Natural).expect("build the guests (run scripts/install-deps.sh)")
+}
+
+/// The numbers of `recorded 1,234 events (617 calls, 617 returns) on 1 vCPU`.
+fn summary_counts(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("qemu-uftrace: recorded "))
+        .unwrap_or_else(|| panic!("no summary in:\n{stderr}"));
+    let nums: Vec<u64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == ','))
+        .filter(|w| !w.is_empty() && *w != ",")
+        .take(3)
+        .map(|w| w.replace(',', "").parse().unwrap())
+        .collect();
+    (nums[0], nums[1], nums[2])
+}
+
+/// `key=value` from a `plugin.stats`.
+fn stat(dir: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in plugin.stats:\n{text}"))
+        .to_string()
+}
+
+/// The one `sid-*.map` of a trace directory: its path and text.
+fn the_map(dir: &Path) -> (PathBuf, String) {
+    let maps: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with("sid-") && n.ends_with(".map")
+        })
+        .collect();
+    assert_eq!(maps.len(), 1, "{maps:?}");
+    let text = std::fs::read_to_string(&maps[0]).unwrap();
+    (maps[0].clone(), text)
+}
+
+/// A `.dat` file of whole 16-byte records, not empty.
+fn assert_records(dat: &Path) -> u64 {
+    let len = std::fs::metadata(dat)
+        .unwrap_or_else(|e| panic!("{}: {e}", dat.display()))
+        .len();
+    assert!(
+        len > 0 && len.is_multiple_of(16),
+        "{}: {len} bytes",
+        dat.display()
+    );
+    len
+}
+
+#[test]
+fn records_assembles_and_names_functions() {
+    let elf = hello();
+    let env = Env::new();
+    let o = env.record(&["-o", "hello.data"], &elf);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{}\n{err}", o.status);
+    // The guest's console is ours.
+    let out = stdout(&o);
+    assert!(out.contains("Hello from qemu-uftrace!"), "{out}");
+    assert!(out.contains("Goodbye."), "{out}");
+
+    // The summary: counts, where it went, the clock; nothing to warn about.
+    let (events, calls, returns) = summary_counts(&err);
+    assert!(calls > 100 && calls == returns, "{err}");
+    assert_eq!(events, calls + returns, "{err}");
+    assert!(err.contains(" on 1 vCPU: "), "{err}");
+    assert!(
+        err.contains(
+            "qemu-uftrace: wrote hello.data; look at it with: qemu-uftrace replay -d hello.data"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("clock=insn: uftrace's time columns count guest instructions"),
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+
+    let data = env.path("hello.data");
+    assert!(!env.path("hello.data.partial").exists());
+    assert_eq!(stat(&data, "complete"), "1");
+    assert_eq!(stat(&data, "events"), events.to_string());
+    assert_eq!(assert_records(&data.join("1.dat")), events * 16);
+    for f in ["info", "task.txt", "hello.elf.sym", "hello.elf.dbg"] {
+        assert!(data.join(f).is_file(), "{f} missing");
+    }
+
+    // The map names the ELF at its link address, then uftrace's [stack] line; its session
+    // is task.txt's.
+    let (map_path, map) = the_map(&data);
+    let lines: Vec<&str> = map.lines().collect();
+    assert_eq!(lines.len(), 2, "{map}");
+    assert!(lines[0].starts_with("40080000-"), "{map}");
+    assert!(lines[0].ends_with(&format!(" {}", elf.display())), "{map}");
+    assert!(lines[1].ends_with(" [stack]"), "{map}");
+    let sid = map_path.file_name().unwrap().to_string_lossy()[4..20].to_string();
+    let tasks = std::fs::read_to_string(data.join("task.txt")).unwrap();
+    assert!(tasks.contains(&format!("sid={sid}")), "{tasks}");
+    assert!(tasks.contains("tid=1"), "{tasks}");
+
+    // The .sym file: `<hex offset> <type> <name>`, sorted, closed by `__sym_end`.
+    let sym = std::fs::read_to_string(data.join("hello.elf.sym")).unwrap();
+    let mut last = 0;
+    for line in sym.lines() {
+        let cols: Vec<&str> = line.split(' ').collect();
+        assert_eq!(cols.len(), 3, "{line:?} in\n{sym}");
+        let addr = u64::from_str_radix(cols[0], 16).unwrap();
+        assert!(addr >= last, "not sorted at {line:?}:\n{sym}");
+        last = addr;
+    }
+    assert!(sym.lines().any(|l| l.ends_with(" T main")), "{sym}");
+    assert!(sym.lines().any(|l| l.ends_with(" T factorial")), "{sym}");
+    assert!(
+        sym.lines().last().unwrap().ends_with(" ? __sym_end"),
+        "{sym}"
+    );
+    let dbg = std::fs::read_to_string(data.join("hello.elf.dbg")).unwrap();
+    assert!(dbg.contains("F: ") && dbg.contains("main.c"), "{dbg}");
+
+    // What uftrace makes of it: names, source lines, and who recorded it how.
+    let replay = env.uftrace(&["replay", "--no-pager", "--srcline"], "hello.data");
+    for f in ["main() {", "factorial() {", "op_mul();"] {
+        assert!(replay.contains(f), "{f} missing in\n{replay}");
+    }
+    assert!(
+        replay
+            .lines()
+            .any(|l| l.contains("square();") && l.contains("main.c:")),
+        "no source lines in\n{replay}"
+    );
+    // Through our own `info` subcommand.
+    let info = env
+        .cmd()
+        .args(["info", "-d", "hello.data"])
+        .output()
+        .unwrap();
+    assert!(info.status.success(), "{}", stderr(&info));
+    let info = stdout(&info);
+    assert!(
+        info.contains("ARM64 (QEMU TCG, qemu-system-aarch64 "),
+        "{info}"
+    );
+    assert!(
+        info.contains("qemu-uftrace record -o hello.data -- qemu-system-aarch64 -M virt"),
+        "{info}"
+    );
+    assert!(info.contains(&elf.display().to_string()), "{info}");
+    assert!(info.contains("exited with code: 0"), "{info}");
+}
+
+#[test]
+fn previous_trace_moves_to_old() {
+    let elf = hello();
+    let env = Env::new();
+    let data = env.path("uftrace.data");
+    let old = env.path("uftrace.data.old");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("marker"), b"first").unwrap();
+    std::fs::create_dir(&old).unwrap();
+    std::fs::write(old.join("marker"), b"older").unwrap();
+
+    let o = env.record(&[], &elf);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(std::fs::read(old.join("marker")).unwrap(), b"first");
+    assert!(!data.join("marker").exists());
+    assert!(data.join("info").exists());
+    assert!(
+        err.contains("wrote uftrace.data (the previous one is now uftrace.data.old); look at it with: qemu-uftrace replay\n"),
+        "{err}"
+    );
+
+    // Again, without any symbol source: warned, with the way out; the trace just made is
+    // now the old one.
+    let first_map = the_map(&data).0.file_name().unwrap().to_owned();
+    let o = env.record(&["--no-auto-symbols"], &elf);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(old.join(&first_map).is_file());
+    assert!(!old.join("marker").exists());
+    assert!(err.contains("warning: no symbol source"), "{err}");
+    assert!(err.contains("--symbols FILE[:OFFSET]"), "{err}");
+    assert!(!data.join("hello.elf.sym").exists());
+
+    // A source that gives nothing is named, and the trace is still written (with the
+    // names from the ELF).
+    std::fs::write(env.path("notes.txt"), "not a symbol table\n").unwrap();
+    let o = env.record(&["--symbols", "notes.txt"], &elf);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: no symbols from notes.txt (--symbols)"),
+        "{err}"
+    );
+    let replay = env.uftrace(&["replay", "--no-pager"], "uftrace.data");
+    assert!(replay.contains("main() {"), "{replay}");
+}
+
+#[test]
+fn guest_exit_status_becomes_ours() {
+    let elf = guest("exit3");
+    let env = Env::new();
+    // `-o t/` names `t`: its staging directory is `t.partial`.
+    let o = env.record(&["-o", "t/"], &elf);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("exiting with status 3"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(env.path("t/info").exists());
+    assert!(!env.path("t.partial").exists());
+    assert!(!env.path("t/.partial").exists());
+    let info = env.uftrace(&["info"], "t");
+    assert!(info.contains("exited with code: 3"), "{info}");
+    let replay = env.uftrace(&["replay", "--no-pager"], "t");
+    assert!(replay.contains("exit_status();"), "{replay}");
+}
+
+#[test]
+fn qemu_that_fails_to_start_leaves_nothing() {
+    require(QEMU);
+    let env = Env::new();
+    // An earlier trace must survive the failed run untouched.
+    let data = env.path("uftrace.data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("marker"), b"earlier").unwrap();
+    let qemu = qemu_args(Path::new("/nonexistent/Image"));
+    let plain = Command::new(&qemu[0])
+        .args(&qemu[1..])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-system-aarch64");
+    assert!(!plain.status.success(), "QEMU started without a kernel?");
+
+    let o = env.record_cmd(&[], &qemu).output().unwrap();
+    assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
+    // QEMU's own complaint reaches the user, then one line of ours.
+    let qemu_says = stderr(&plain);
+    let qemu_says = qemu_says.lines().next().unwrap_or_default();
+    assert!(stderr(&o).contains(qemu_says), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains(&format!(
+            "no call or return was recorded: QEMU exited with code {}",
+            plain.status.code().unwrap()
+        )),
+        "{line}"
+    );
+    assert!(!env.path("uftrace.data.partial").exists());
+    assert!(!env.path("uftrace.data.old").exists());
+    assert_eq!(std::fs::read(data.join("marker")).unwrap(), b"earlier");
+}
+
+/// QEMU killed (SIGKILL) halfway through a kernel boot: no plugin.stats, the last buffers
+/// lost. We say so, keep what reached the disk, assemble it, and leave a note that
+/// `uftrace info` shows; uftrace still reads the trace.
+#[test]
+fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
+    require(QEMU);
+    require("uftrace");
+    let vmlinuz = kernel();
+    let env = Env::new();
+    let qemu: Vec<String> = [
+        QEMU,
+        "-M",
+        "virt",
+        "-cpu",
+        "cortex-a57",
+        "-m",
+        "1G",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        &vmlinuz.to_string_lossy(),
+        "-append",
+        "console=ttyAMA0 panic=-1 nokaslr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut run = env.spawn_record(&["-o", "k", "--max-depth", "64"], &qemu);
+    // A few buffers in: start_kernel has been entered, and the boot is far from over.
+    run.wait_for_data(&env.path("k.partial/1.dat"), 8 << 20);
+    let (qemu_pid, argv) =
+        qemu_child_of(run.pid()).unwrap_or_else(|| panic!("no QEMU child:\n{}", run.stderr()));
+    // The plugin option comes first, naming the staging directory and our options; then
+    // the command as typed.
+    let staging = env.dir().canonicalize().unwrap().join("k.partial");
+    assert!(argv[0].ends_with("/qemu-system-aarch64"), "{argv:?}");
+    assert!(
+        argv[2].starts_with(
+            &env.path("cache/qemu-uftrace/plugins/")
+                .display()
+                .to_string()
+        ),
+        "{argv:?}"
+    );
+    assert!(
+        argv[2].ends_with(&format!(
+            ".so,out={},clock=insn,max_depth=64",
+            staging.display()
+        )),
+        "{argv:?}"
+    );
+    assert_eq!(argv[3..], qemu[1..], "{argv:?}");
+    signal(qemu_pid, libc::SIGKILL);
+
+    let status = run.wait();
+    let err = run.stderr();
+    assert_eq!(status.code(), Some(128 + 9), "{err}");
+    assert!(
+        err.contains(
+            "warning: INCOMPLETE TRACE: QEMU killed by signal 9 before the plugin flushed its \
+             buffers (no plugin.stats); kept "
+        ),
+        "{err}"
+    );
+    assert!(err.contains("wrote k; look at it with"), "{err}");
+    assert!(!err.contains("recorded "), "{err}");
+
+    let data = env.path("k");
+    assert!(!env.path("k.partial").exists());
+    assert!(!data.join("plugin.stats").exists());
+    assert!(assert_records(&data.join("1.dat")) >= 8 << 20);
+    for f in ["info", "task.txt", "note.txt", "vmlinuz.sym"] {
+        assert!(data.join(f).is_file(), "{f} missing");
+    }
+    let info = env.uftrace(&["info"], "k");
+    assert!(
+        info.contains("INCOMPLETE TRACE: QEMU killed by signal 9"),
+        "{info}"
+    );
+    assert!(info.contains("vmlinuz"), "{info}");
+    let replay = env.uftrace(&["replay", "--no-pager", "-D", "2"], "k");
+    assert!(replay.contains("start_kernel() {"), "{replay}");
+    assert!(
+        !run.stdout().contains("Kernel panic"),
+        "the boot ended before the kill"
+    );
+}
+
+/// Ctrl-C in a terminal signals the whole foreground process group: QEMU stops (and its
+/// plugin flushes), we survive it and assemble a complete trace.
+#[test]
+fn ctrl_c_stops_qemu_but_not_us() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let mut run = env.spawn_record(&["-o", "int"], &qemu_args(&elf));
+    run.wait_for_data(&env.path("int.partial/1.dat"), 1);
+    signal(-run.pid(), libc::SIGINT);
+    let status = run.wait();
+    let err = run.stderr();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("terminating on signal 2"), "{err}");
+    assert!(run.stdout().contains("spinning until stopped"));
+    check_stopped_trace(&env, "int", &err);
+}
+
+/// SIGTERM sent to us alone reaches QEMU, which stops as on Ctrl-C.
+#[test]
+fn sigterm_is_forwarded_to_qemu() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let mut run = env.spawn_record(&["-o", "term"], &qemu_args(&elf));
+    run.wait_for_data(&env.path("term.partial/1.dat"), 1);
+    signal(run.pid(), libc::SIGTERM);
+    let status = run.wait();
+    let err = run.stderr();
+    assert_eq!(status.code(), Some(0), "{err}");
+    // QEMU names the sender: us.
+    assert!(
+        err.contains(&format!("terminating on signal 15 from pid {}", run.pid())),
+        "{err}"
+    );
+    check_stopped_trace(&env, "term", &err);
+}
+
+/// A trace of `spin` that QEMU ended properly: complete, assembled, readable.
+fn check_stopped_trace(env: &Env, name: &str, err: &str) {
+    let data = env.path(name);
+    assert!(!env.path(&format!("{name}.partial")).exists());
+    assert_eq!(stat(&data, "complete"), "1");
+    let (events, ..) = summary_counts(err);
+    assert_eq!(assert_records(&data.join("1.dat")), events * 16);
+    assert!(!err.contains("INCOMPLETE"), "{err}");
+    assert!(data.join("info").is_file() && data.join("spin.elf.sym").is_file());
+    let replay = env.uftrace(&["replay", "--no-pager", "-D", "3"], name);
+    assert!(replay.contains("spin_tick() {"), "{replay}");
+    assert!(replay.contains("spin_work();"), "{replay}");
+}
+
+#[test]
+fn then_runs_uftrace_report() {
+    let elf = hello();
+    let env = Env::new();
+    let o = env.record(&["--then", "report"], &elf);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Total time"), "{out}");
+    for f in ["main", "factorial", "op_mul"] {
+        assert!(
+            out.lines().any(|l| l.trim_end().ends_with(f)),
+            "report lacks {f}:\n{out}"
+        );
+    }
+}
+
+/// `symbols` on a trace recorded without names: an offset places the ELF's map line, a
+/// second run replaces that line (not a second one), and replay shows the names.
+#[test]
+fn symbols_subcommand_updates_the_map() {
+    let elf = hello();
+    let env = Env::new();
+    let o = env.record(&["-o", "s", "--no-auto-symbols"], &elf);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (map_path, map) = the_map(&env.path("s"));
+    assert_eq!(map.lines().count(), 1, "{map}");
+    let replay = env.uftrace(&["replay", "--no-pager"], "s");
+    assert!(!replay.contains("main() {"), "{replay}");
+    assert!(replay.contains("| <4008"), "{replay}");
+
+    let symbols = |source: String, prefix: bool| {
+        let mut c = env.cmd();
+        c.args(["symbols", "-d", "s"]);
+        if prefix {
+            c.arg("--prefix");
+        }
+        let o = c.arg(source).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let map = std::fs::read_to_string(&map_path).unwrap();
+        (stderr(&o), map)
+    };
+    // Loaded 0x1000 higher than linked: the line moves with it.
+    let (_, map) = symbols(format!("{}:0x1000", elf.display()), false);
+    let lines: Vec<&str> = map.lines().collect();
+    assert_eq!(lines.len(), 2, "{map}");
+    assert!(lines[0].starts_with("40081000-"), "{map}");
+    assert!(lines[0].ends_with(&format!(" {}", elf.display())), "{map}");
+    assert!(map.ends_with("[stack]\n"), "{map}");
+    let replay = env.uftrace(&["replay", "--no-pager"], "s");
+    assert!(!replay.contains("main() {"), "{replay}");
+
+    // At its link address, with image-prefixed names: the line is replaced.
+    let (err, map) = symbols(elf.display().to_string(), true);
+    assert!(err.contains("replacing "), "{err}");
+    let lines: Vec<&str> = map.lines().collect();
+    assert_eq!(lines.len(), 2, "{map}");
+    assert!(lines[0].starts_with("40080000-"), "{map}");
+    assert!(map.ends_with("[stack]\n"), "{map}");
+    let replay = env.uftrace(&["replay", "--no-pager"], "s");
+    assert!(replay.contains("hello.elf:main() {"), "{replay}");
+    assert!(replay.contains("hello.elf:factorial() {"), "{replay}");
+    assert!(!replay.contains("| <"), "{replay}");
+}
