@@ -36,8 +36,8 @@ command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 # -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped below).
 dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
-# A real QEMU built without plugin support, for the CLI's bad-input tests.
-command -v qemu-aarch64-static >/dev/null 2>&1 || need+=(qemu-user-static)
+# A real emulator for a target qemu-uftrace does not support yet (the CLI's bad-input tests).
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 
 if [ "${#need[@]}" -gt 0 ]; then
@@ -55,16 +55,34 @@ SRC
     fi
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd make time
-        qemu-user-static)
+    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd make time)
     $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
     if [ "${VERSION_CODENAME:-}" = bookworm ]; then
-        $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm ipxe-qemu >/dev/null
+        $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
     else
-        $SUDO apt-get install -y -qq --no-install-recommends qemu-system-arm ipxe-qemu >/dev/null
+        $SUDO apt-get install -y -qq --no-install-recommends qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
     fi
 fi
 have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
+
+# Real QEMUs that qemu-uftrace must refuse, unpacked into the cache (installing them would
+# register binfmt handlers system-wide): bookworm's 7.2 (too old) and the backported 10.0 user
+# emulator, which Debian builds static, without plugin support.
+unpack_qemu() { # DIR PACKAGE/RELEASE
+    [ -d "$CACHE/$1" ] && return 0
+    local tmp
+    tmp=$(mktemp -d)
+    (cd "$tmp" && apt-get download -qq "$2" 2>/dev/null) || { $SUDO apt-get update -qq; (cd "$tmp" && apt-get download -qq "$2"); }
+    dpkg-deb -x "$tmp"/*.deb "$tmp/x"
+    mkdir -p "$CACHE/$1.tmp"
+    cp "$tmp"/x/usr/bin/qemu-aarch64* "$CACHE/$1.tmp/"
+    mv "$CACHE/$1.tmp" "$CACHE/$1"
+    rm -rf "$tmp"
+}
+if [ "${VERSION_CODENAME:-$(. /etc/os-release; echo "$VERSION_CODENAME")}" = bookworm ]; then
+    unpack_qemu qemu-7.2 qemu-user-static/bookworm
+    unpack_qemu qemu-user-10.0 qemu-user/bookworm-backports
+fi
 
 # Debian's arm64 cloud kernel: the real-kernel test and the benchmark boot it to its panic.
 mkdir -p "$CACHE/kernel"

@@ -1,7 +1,6 @@
 //! Bad input gives one line `qemu-uftrace: error: <problem>; <way out>` and a non-zero
-//! status, and leaves nothing behind. The QEMU checks run against the installed QEMUs; a
-//! stand-in (`fake_qemu`) only plays what no installed QEMU is: too old, plugin-less yet
-//! new enough, or a riscv64 system emulator.
+//! status, and leaves nothing behind. The QEMU checks run against real QEMUs: the installed
+//! ones, and Debian's 7.2 and plugin-less user-mode builds that install-deps unpacks.
 
 mod common;
 
@@ -120,95 +119,89 @@ fn qemu_not_on_path() {
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
+/// Real Debian QEMUs that must be refused, unpacked into the cache by install-deps.
+fn cached_qemu(dir: &str, name: &str) -> std::path::PathBuf {
+    let cache = std::env::var_os("QEMU_UFTRACE_CACHE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(|d| std::path::PathBuf::from(d).join("qemu-uftrace"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| std::path::PathBuf::from(h).join(".cache/qemu-uftrace"))
+        })
+        .expect("a cache directory");
+    let path = cache.join(dir).join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/install-deps.sh",
+        path.display()
+    );
+    path
+}
+
+/// Bookworm's own QEMU (7.2) is too old.
 #[test]
 fn qemu_too_old() {
     let home = tempfile::tempdir().unwrap();
-    fake_qemu(home.path(), "qemu-system-aarch64");
+    let qemu = cached_qemu("qemu-7.2", "qemu-aarch64-static");
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
-        .env("PATH", path_with(home.path()))
-        .env("FAKE_VERSION", "9.1.0")
-        .args(["record", "--plugin", BIN, "--", "qemu-system-aarch64"])
+        .args(["record", "--"])
+        .arg(&qemu)
+        .arg("/bin/true")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let line = single_error(&o);
+    assert!(line.contains("is QEMU 7.2"), "{line}");
     assert!(
-        line.contains("is QEMU 9.1.0, but qemu-uftrace needs 9.2 or newer"),
+        line.contains("but qemu-uftrace needs 9.2 or newer"),
         "{line}"
     );
     assert!(line.contains("bookworm-backports"), "{line}");
+    assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
+/// Debian builds its user-mode QEMU static, without plugin support: new enough, but it
+/// cannot load the plugin, and the check says so before anything else about user mode.
 #[test]
-fn qemu_without_plugin_support_fake() {
+fn qemu_without_plugin_support() {
     let home = tempfile::tempdir().unwrap();
-    fake_qemu(home.path(), "qemu-system-aarch64");
+    let qemu = cached_qemu("qemu-user-10.0", "qemu-aarch64");
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
-        .env("PATH", path_with(home.path()))
-        .env("FAKE_NO_PLUGINS", "1")
-        .args(["record", "--plugin", BIN, "--", "qemu-system-aarch64"])
+        .args(["record", "--"])
+        .arg(&qemu)
+        .arg("/bin/true")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let line = single_error(&o);
     assert!(
         line.contains("was built without TCG plugin support; install"),
         "{line}"
     );
-}
-
-/// Debian's qemu-user-static is built without plugin support (and runs user mode, which
-/// is checked later): the plugin check must say so first. A qemu-user-static older than 9.2
-/// (bookworm's own) is refused by the version check, which comes before.
-#[test]
-fn qemu_user_static_has_no_plugins() {
-    require("qemu-aarch64-static");
-    let version = std::process::Command::new("qemu-aarch64-static")
-        .arg("--version")
-        .output()
-        .expect("run qemu-aarch64-static --version");
-    let version = stdout(&version);
-    let (major, minor) = version
-        .split_whitespace()
-        .skip_while(|w| *w != "version")
-        .nth(1)
-        .and_then(|v| {
-            let mut parts = v.split('.').map(|n| n.parse::<u32>().ok());
-            Some((parts.next()??, parts.next()??))
-        })
-        .unwrap_or_else(|| panic!("no version in {version:?}"));
-    let home = tempfile::tempdir().unwrap();
-    let o = qemu_uftrace(home.path())
-        .current_dir(home.path())
-        .args(["record", "--", "qemu-aarch64-static", "/bin/true"])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let line = single_error(&o);
-    if (major, minor) < (9, 2) {
-        assert!(line.contains("needs 9.2 or newer"), "{line}");
-    } else {
-        assert!(line.contains("built without TCG plugin support"), "{line}");
-    }
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
-/// No riscv64 system emulator is installed (nor needed): a stand-in answers the checks.
+/// A real emulator for a target the plugin does not decode yet.
 #[test]
 fn unsupported_target() {
+    require("qemu-system-x86_64");
     let home = tempfile::tempdir().unwrap();
-    fake_qemu(home.path(), "qemu-system-riscv64");
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
-        .env("PATH", path_with(home.path()))
-        .args(["record", "--plugin", BIN, "--"])
-        .args(["qemu-system-riscv64", "-M", "virt"])
+        .args(["record", "--", "qemu-system-x86_64", "-M", "q35"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(single_error(&o).contains("system-mode riscv64 guests are not supported yet"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains("system-mode x86_64 guests are not supported yet"),
+        "{line}"
+    );
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 

@@ -2,8 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_qemu-uftrace");
@@ -46,46 +45,4 @@ pub fn require(cmd: &str) {
         .status()
         .is_ok_and(|s| s.success());
     assert!(found, "{cmd} is not installed: run scripts/install-deps.sh");
-}
-
-/// A stand-in QEMU (a shell script) in `<dir>/bin`, only for what no installed QEMU can
-/// show: an old version, a QEMU without plugin support that passes the version check, an
-/// unsupported target. Driven by environment variables:
-/// - `FAKE_VERSION`: what `--version` says (default 10.0.2);
-/// - `FAKE_NO_PLUGINS`: answer the probe like a QEMU built without plugins.
-///
-/// Anything past the checks exits 99.
-pub fn fake_qemu(dir: &Path, name: &str) -> PathBuf {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let script = r#"#!/bin/sh
-if [ "$1" = --version ]; then
-    echo "QEMU emulator version ${FAKE_VERSION:-10.0.2} (fake)"
-    exit 0
-fi
-for a in "$@"; do
-    case "$a" in
-    *probe=on*)
-        if [ -n "$FAKE_NO_PLUGINS" ]; then
-            echo "qemu-system-aarch64: -plugin: invalid option" >&2
-            exit 1
-        fi
-        echo "qemu-uftrace-probe target=aarch64 api=4"
-        exit 0;;
-    esac
-done
-exit 99
-"#;
-    let path = bin.join(name);
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
-/// PATH with `<dir>/bin` first.
-pub fn path_with(dir: &Path) -> std::ffi::OsString {
-    let mut p = std::ffi::OsString::from(dir.join("bin"));
-    p.push(":");
-    p.push(std::env::var_os("PATH").unwrap_or_default());
-    p
 }
