@@ -395,23 +395,13 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
         .and_then(|k| k.split_once('.'))
         .is_some_and(|(n, total)| {
             n.bytes().all(|b| b.is_ascii_digit())
-                && (STATS_TOTALS.contains(&total) || s.other.iter().any(|(k, _)| k == total))
+                && (crate::stats::TOTALS.contains(&total)
+                    || s.other.iter().any(|(k, _)| k == total))
         });
     // Settings echoed back by the plugin are not findings.
     let setting = matches!(key, "max_depth" | "discontinuity_api");
     value != "0" && !per_vcpu_total && !setting
 }
-
-/// Statistics that `summary` prints by name.
-const STATS_TOTALS: &[&str] = &[
-    "events",
-    "calls",
-    "returns",
-    "resyncs",
-    "unmatched_returns",
-    "depth_cap_hits",
-    "bytes",
-];
 
 /// `1,234,567`.
 fn group(n: f64) -> String {

@@ -7,12 +7,10 @@ use std::path::Path;
 pub const STATS_FILE: &str = "plugin.stats";
 
 /// The keys we interpret; anything else is shown as it is.
-const KNOWN: &[&str] = &[
-    "complete",
-    "target",
-    "clock",
-    "vcpus",
-    "tids",
+const HEADER: &[&str] = &["complete", "target", "clock", "vcpus", "tids"];
+
+/// The totals the record summary prints by name; with [`HEADER`], every key parsed into a field.
+pub const TOTALS: &[&str] = &[
     "events",
     "calls",
     "returns",
@@ -21,6 +19,10 @@ const KNOWN: &[&str] = &[
     "depth_cap_hits",
     "bytes",
 ];
+
+fn is_known(key: &str) -> bool {
+    HEADER.contains(&key) || TOTALS.contains(&key)
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -81,7 +83,7 @@ impl Stats {
                 "bytes" => num().map(|n| s.bytes = n).is_some(),
                 _ => false,
             };
-            if !ok || !KNOWN.contains(&k) {
+            if !ok || !is_known(k) {
                 s.other.push((k.to_string(), v.to_string()));
             }
         }

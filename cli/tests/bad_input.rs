@@ -119,33 +119,11 @@ fn qemu_not_on_path() {
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
-/// Real Debian QEMUs that must be refused, unpacked into the cache by install-deps.
-fn cached_qemu(dir: &str, name: &str) -> std::path::PathBuf {
-    let cache = std::env::var_os("QEMU_UFTRACE_CACHE")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(|d| std::path::PathBuf::from(d).join("qemu-uftrace"))
-        })
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|h| std::path::PathBuf::from(h).join(".cache/qemu-uftrace"))
-        })
-        .expect("a cache directory");
-    let path = cache.join(dir).join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/install-deps.sh",
-        path.display()
-    );
-    path
-}
-
 /// Bookworm's own QEMU (7.2) is too old.
 #[test]
 fn qemu_too_old() {
     let home = tempfile::tempdir().unwrap();
-    let qemu = cached_qemu("qemu-7.2", "qemu-aarch64-static");
+    let qemu = qemu_uftrace_tests::cached("qemu-7.2/qemu-aarch64-static");
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
         .args(["record", "--"])
@@ -169,7 +147,7 @@ fn qemu_too_old() {
 #[test]
 fn qemu_without_plugin_support() {
     let home = tempfile::tempdir().unwrap();
-    let qemu = cached_qemu("qemu-user-10.0", "qemu-aarch64");
+    let qemu = qemu_uftrace_tests::cached("qemu-user-10.0/qemu-aarch64");
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
         .args(["record", "--"])

@@ -2,26 +2,9 @@
 //! fs" panic; uftrace reads the whole trace without complaint, with kernel names from the
 //! Image's own kallsyms, including the first calls made at physical addresses.
 
+use qemu_uftrace_tests::debian_kernel;
 use qemu_uftrace_tests::replay::uftrace;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-
-fn kernel() -> PathBuf {
-    let cache = std::env::var_os("QEMU_UFTRACE_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("qemu-uftrace"))
-        })
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/qemu-uftrace")))
-        .expect("a cache directory");
-    let k = cache.join("kernel/vmlinuz");
-    assert!(
-        k.is_file(),
-        "{} is missing: run scripts/install-deps.sh",
-        k.display()
-    );
-    k
-}
 
 fn stat(dir: &std::path::Path, key: &str) -> u64 {
     let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
@@ -50,7 +33,7 @@ fn debian_kernel_boots_to_its_panic_under_record() {
             "1G",
         ])
         .args(["-nographic", "-nic", "none", "-no-reboot", "-kernel"])
-        .arg(kernel())
+        .arg(debian_kernel())
         .args(["-append", "console=ttyAMA0 panic=-1 nokaslr"])
         .stdin(Stdio::null())
         .output()

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use qemu_uftrace_tests::{guest_elf, hello_elf, qemu_args, Variant, QEMU};
+use qemu_uftrace_tests::{debian_kernel, guest_elf, hello_elf, qemu_args, Variant, QEMU};
 
 /// How long a signal test waits for the trace to grow, or for us to exit.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -210,24 +210,6 @@ fn qemu_child_of(parent: i32) -> Option<(i32, Vec<String>)> {
         }
     }
     None
-}
-
-/// Debian's arm64 kernel that scripts/install-deps.sh caches.
-fn kernel() -> PathBuf {
-    let cache = std::env::var_os("QEMU_UFTRACE_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("qemu-uftrace"))
-        })
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/qemu-uftrace")))
-        .expect("a cache directory");
-    let k = cache.join("kernel/vmlinuz");
-    assert!(
-        k.is_file(),
-        "{} is missing: run scripts/install-deps.sh",
-        k.display()
-    );
-    k
 }
 
 fn hello() -> PathBuf {
@@ -507,7 +489,7 @@ fn qemu_that_fails_to_start_leaves_nothing() {
 fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     require(QEMU);
     require("uftrace");
-    let vmlinuz = kernel();
+    let vmlinuz = debian_kernel();
     let env = Env::new();
     let qemu: Vec<String> = [
         QEMU,

@@ -190,6 +190,34 @@ pub fn workspace_root() -> PathBuf {
     here.parent().unwrap_or(here).to_path_buf()
 }
 
+/// Where `scripts/install-deps.sh` caches what it downloads (`$QEMU_UFTRACE_CACHE`, else
+/// `$XDG_CACHE_HOME/qemu-uftrace`, else `~/.cache/qemu-uftrace`), as the script computes it.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("QEMU_UFTRACE_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("qemu-uftrace"))
+        })
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/qemu-uftrace")))
+        .unwrap_or_else(|| PathBuf::from(".cache/qemu-uftrace"))
+}
+
+/// A file the install script caches, failing loudly when it is missing.
+pub fn cached(relative: &str) -> PathBuf {
+    let path = cache_dir().join(relative);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/install-deps.sh",
+        path.display()
+    );
+    path
+}
+
+/// Debian's arm64 cloud kernel `Image`.
+pub fn debian_kernel() -> PathBuf {
+    cached("kernel/vmlinuz")
+}
+
 /// The tool prefix of the AArch64 cross toolchain: `$QEMU_UFTRACE_CROSS`,
 /// else `aarch64-linux-gnu-`.
 pub fn cross_prefix() -> String {
