@@ -34,7 +34,8 @@ pub fn elapsed(d: Duration) -> String {
     format!("{}.{:09} sec", d.as_secs(), d.subsec_nanos())
 }
 
-/// Kernel (`Linux 6.1.0-…`), host name and distribution, as uftrace's osinfo lines.
+/// The host's kernel, name and distribution, as uftrace's osinfo lines. uftrace labels the
+/// first "kernel version", which in a guest trace would pass for the guest's: it says "host".
 pub struct OsInfo {
     pub kernel: String,
     pub hostname: String,
@@ -52,7 +53,7 @@ pub fn os_info() -> OsInfo {
         })
         .unwrap_or_default();
     OsInfo {
-        kernel,
+        kernel: format!("host {kernel}"),
         hostname,
         distro,
     }
