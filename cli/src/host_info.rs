@@ -85,6 +85,6 @@ mod tests {
         let d = ctime(SystemTime::now());
         // "Mon Jun  3 12:00:00 2024"
         assert_eq!(d.len(), 24, "{d}");
-        assert!(os_info().kernel.starts_with("Linux "));
+        assert!(os_info().kernel.starts_with("host Linux "));
     }
 }
