@@ -139,3 +139,70 @@ kernel_debug_symbols() {
 }
 kernel_debug_symbols
 # --- end kernel debug symbols ---
+
+# --- kernel 6.12 and vmlinux-to-elf (symbols crate) ---
+# The symbols crate recovers kallsyms from raw images of every kernel Debian ships: 6.1
+# (cached above) and 6.12 (bookworm-backports; trixie's default). Its peer test compares the
+# recovered functions with those of vmlinux-to-elf (PyPI), installed into a venv in the cache.
+kernel_6_12_and_peer() {
+    local dir="$CACHE/kernel-6.12"
+    mkdir -p "$dir"
+    if [ ! -s "$dir/vmlinuz" ] || [ ! -s "$dir/package" ]; then
+        dpkg --print-foreign-architectures | grep -qx arm64 || $SUDO dpkg --add-architecture arm64
+        local suite="" codename
+        codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
+        if [ "$codename" = bookworm ]; then
+            suite=/bookworm-backports
+            if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+                log "adding the bookworm-backports suite (Linux 6.12)"
+                $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+            fi
+        fi
+        # The package's name carries the full version: after a point release the lists name
+        # a new one and the old file is gone from the mirror, so a failed download updates
+        # the lists and resolves the name again.
+        local pkg tmp attempt
+        tmp=$(mktemp -d)
+        for attempt in 1 2; do
+            pkg=$(apt-cache depends "linux-image-cloud-arm64:arm64$suite" 2>/dev/null |
+                sed -n 's/.*Depends: \(linux-image-6\.12\.[^ ]*-cloud-arm64\).*/\1/p' | head -n1)
+            if [ -n "$pkg" ]; then
+                log "fetching $pkg into $dir"
+                (cd "$tmp" && apt-get download -qq "$pkg:arm64$suite") && break
+            fi
+            [ "$attempt" = 1 ] || { log "cannot fetch Debian's linux-image-6.12.*-cloud-arm64 package"; exit 1; }
+            $SUDO apt-get update -qq
+        done
+        # Only the image: Debian's 6.12 vmlinuz is a raw arm64 Image (no EFI zboot).
+        dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" --wildcards './boot/vmlinuz-*'
+        cp "$tmp"/boot/vmlinuz-* "$dir/vmlinuz.tmp"
+        echo "$pkg" >"$dir/package"
+        mv "$dir/vmlinuz.tmp" "$dir/vmlinuz"
+        rm -rf "$tmp"
+    fi
+
+    # Debian's python3 (not whatever python3 comes first in PATH), with its venv module.
+    local venv="$CACHE/venv"
+    if ! "$venv/bin/vmlinux-to-elf" --help >/dev/null 2>&1; then
+        dpkg -s python3-venv >/dev/null 2>&1 || {
+            log "installing: python3-venv"
+            $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null 2>&1 || {
+                $SUDO apt-get update -qq
+                $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+            }
+        }
+        log "installing vmlinux-to-elf into $venv"
+        rm -rf "$venv"
+        /usr/bin/python3 -m venv "$venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check vmlinux-to-elf==1.4.0
+        "$venv/bin/vmlinux-to-elf" --help >/dev/null
+    fi
+}
+kernel_6_12_and_peer
+# --- end kernel 6.12 and vmlinux-to-elf ---

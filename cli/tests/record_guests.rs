@@ -76,6 +76,8 @@ fn check_program(program: &str) {
         expected,
         "{program}-nofp.elf"
     );
+    // Signed return addresses (paciasp … retaa, under -cpu max): the same again.
+    assert_eq!(traced(program, Variant::Pac), expected, "{program}-pac.elf");
 }
 
 #[test]

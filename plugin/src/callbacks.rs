@@ -12,6 +12,10 @@ pub struct Site {
     pub target: u64,
     pub reg: u8,
     pub ret_addr: u64,
+    /// A return through the link register, which `link` may know without a read.
+    pub via_link: bool,
+    /// A return that authenticates its (signed) target, which must be stripped to compare.
+    pub signed: bool,
 }
 
 /// # Safety
@@ -20,6 +24,7 @@ pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, site: *mut c_void) {
     let site = unsafe { &*(site as *const Site) };
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
+        v.note_call(site.ret_addr);
         v.engine.call(now, site.target, site.ret_addr)
     });
 }
@@ -31,6 +36,7 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, site: *mut c_void)
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
         if let Some(target) = v.regs.read_gpr(site.reg) {
+            v.note_call(site.ret_addr);
             v.engine.call(now, target, site.ret_addr);
         }
     });
@@ -42,7 +48,21 @@ pub unsafe extern "C" fn on_return(vcpu_index: c_uint, site: *mut c_void) {
     let site = unsafe { &*(site as *const Site) };
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
-        if let Some(target) = v.regs.read_gpr(site.reg) {
+        let known = site.via_link && v.link.is_clean();
+        let target = if known {
+            v.engine.stats.returns_link_known += 1;
+            Some(v.last_call_ret)
+        } else {
+            let read = v.regs.read_gpr(site.reg);
+            read.map(|t| {
+                if site.signed {
+                    crate::isa_or_default().strip_authentication(t)
+                } else {
+                    t
+                }
+            })
+        };
+        if let Some(target) = target {
             let isa = crate::isa_or_default();
             let mut guest = QemuGuest {
                 buf: &mut v.regs,
@@ -69,5 +89,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, site: *mut c_vo
         if let Some(target) = link.and_then(|name| v.regs.read_named(name)) {
             v.engine.exception_return(now, target, site.target);
         }
+        // Whatever the handler did, the link register is not known any more.
+        v.link.set_unknown();
     });
 }

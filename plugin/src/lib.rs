@@ -13,6 +13,7 @@ mod exceptions;
 mod guest;
 mod hot;
 mod isa;
+mod link;
 mod output;
 mod resync;
 mod shadow;
@@ -94,6 +95,7 @@ impl Register for Plugin {
             Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
         let _ = OUTPUT.set(output);
         clock::init(cfg.clock);
+        link::init();
         let _ = CONFIG.set(cfg);
         // SAFETY: registering a plain extern "C" callback for our own plugin id.
         unsafe {
@@ -120,19 +122,20 @@ impl HasCallbacks for Plugin {
         });
         let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
         let system = SYSTEM_MODE.get().copied().unwrap_or(false);
-        let clock = clock::VcpuClock::for_vcpu(vcpu_id, system);
-        let regs = guest::ByteBuf::new();
-        vcpu::install(
-            vcpu_id,
-            vcpu::VcpuState {
-                tid,
-                clock,
-                engine,
-                regs,
-            },
-        );
-        // Creating a vCPU may have grown the scoreboard: point every vCPU at the new one.
-        vcpu::for_each(|i, s| s.clock = clock::VcpuClock::for_vcpu(i, system));
+        let state = vcpu::VcpuState {
+            tid,
+            clock: clock::VcpuClock::for_vcpu(vcpu_id, system),
+            link: link::LinkFlag::for_vcpu(vcpu_id, system),
+            last_call_ret: 0,
+            engine,
+            regs: guest::ByteBuf::new(),
+        };
+        vcpu::install(vcpu_id, state);
+        // Creating a vCPU may have grown the scoreboards: point every vCPU at the new ones.
+        vcpu::for_each(|i, s| {
+            s.clock = clock::VcpuClock::for_vcpu(i, system);
+            s.link = link::LinkFlag::for_vcpu(i, system);
+        });
         Ok(())
     }
 }

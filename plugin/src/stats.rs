@@ -23,6 +23,8 @@ pub struct Stats {
     pub stack_overflows: u64,
     /// Exception returns (ERET) that returned from the top frame.
     pub eret_returns: u64,
+    /// Returns whose target was known without reading the link register.
+    pub returns_link_known: u64,
 }
 
 impl Stats {
@@ -37,6 +39,7 @@ impl Stats {
         self.depth_cap_hits += o.depth_cap_hits;
         self.stack_overflows += o.stack_overflows;
         self.eret_returns += o.eret_returns;
+        self.returns_link_known += o.returns_link_known;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -52,6 +55,7 @@ impl Stats {
             ("depth_cap_hits", self.depth_cap_hits),
             ("stack_overflows", self.stack_overflows),
             ("eret_returns", self.eret_returns),
+            ("returns_link_known", self.returns_link_known),
         ]
     }
 }

@@ -6,6 +6,7 @@ use crate::isa::{InsnKind, Target};
 use qemu_plugin::sys::{
     qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_vaddr,
     qemu_plugin_op, qemu_plugin_register_vcpu_insn_exec_cb,
+    qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
     qemu_plugin_tb_n_insns, qemu_plugin_vcpu_udata_cb_t,
 };
@@ -19,18 +20,25 @@ type SiteKey = (u64, u8, u64);
 static SITES: OnceLock<Mutex<HashMap<SiteKey, &'static Site>>> = OnceLock::new();
 
 fn site(pc: u64, tag: u8, target: u64, reg: u8, ret_addr: u64) -> &'static Site {
+    intern(pc, tag, target, reg, ret_addr, false)
+}
+
+fn intern(pc: u64, tag: u8, target: u64, reg: u8, ret_addr: u64, signed: bool) -> &'static Site {
     let mut map = SITES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    map.entry((pc, tag, target | (reg as u64) << 56))
-        .or_insert_with(|| {
-            Box::leak(Box::new(Site {
-                target,
-                reg,
-                ret_addr,
-            }))
-        })
+    let key = (pc, tag | (signed as u8) << 7, target | (reg as u64) << 56);
+    map.entry(key).or_insert_with(|| {
+        let via_link = tag == 2 && crate::isa_or_default().link_register() == Some(reg);
+        Box::leak(Box::new(Site {
+            target,
+            reg,
+            ret_addr,
+            via_link,
+            signed,
+        }))
+    })
 }
 
 /// # Safety
@@ -57,6 +65,19 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        if let Some(clean) =
+            crate::link::entry().filter(|_| isa.may_write_link_register(&bytes[..len]))
+        {
+            // Before the instruction: from here on the link register is not known.
+            unsafe {
+                qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                    insn,
+                    qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64,
+                    clean,
+                    0,
+                )
+            };
+        }
         let (cb, flags, site): (qemu_plugin_vcpu_udata_cb_t, _, _) =
             match isa.classify(pc, &bytes[..len]) {
                 InsnKind::Call {
@@ -75,10 +96,10 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
                     site(pc, 1, 0, r, ret_addr),
                 ),
-                InsnKind::Return { reg } => (
+                InsnKind::Return { reg, signed } => (
                     Some(on_return),
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    site(pc, 2, 0, reg, 0),
+                    intern(pc, 2, 0, reg, 0, signed),
                 ),
                 InsnKind::ExceptionReturn => (
                     Some(on_exception_return),

@@ -4,32 +4,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use common::*;
 use qemu_uftrace_symbols::{detect_kind, load, Arch, Kind, LoadOptions};
-
-fn cache() -> PathBuf {
-    if let Some(dir) = std::env::var_os("QEMU_UFTRACE_CACHE") {
-        return dir.into();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-    base.join("qemu-uftrace")
-}
-
-fn cached(rel: &str) -> PathBuf {
-    let p = cache().join(rel);
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/install-deps.sh",
-        p.display()
-    );
-    p
-}
 
 /// System.map's text symbols, as kallsyms keeps them: no `__efistub_` aliases (the EFI
 /// stub's private names), no mapping symbols.

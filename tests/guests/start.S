@@ -11,6 +11,17 @@ _start:
     mov     x0, #(3 << 20)
     msr     cpacr_el1, x0
     isb
+#ifdef PAC
+    // -pac builds: turn on instruction-address signing with key A (SCTLR_EL1.EnIA) and give
+    // the key a value, so that return addresses really carry authentication codes.
+    mov     x0, #0x5a5a
+    msr     apiakeylo_el1, x0
+    msr     apiakeyhi_el1, x0
+    mrs     x0, sctlr_el1
+    orr     x0, x0, #(1 << 31)
+    msr     sctlr_el1, x0
+    isb
+#endif
 
     ldr     x0, =__stack_top
     mov     sp, x0

@@ -156,10 +156,18 @@ pub enum Variant {
     NoFp,
     /// `<prog>-oracle.elf`: `-finstrument-functions`; prints the oracle log.
     Oracle,
+    /// `<prog>-pac.elf`: natural, with return addresses signed by pointer authentication
+    /// (`paciasp` … `retaa`, leaves included); runs under `-cpu max`.
+    Pac,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 3] = [Variant::Natural, Variant::NoFp, Variant::Oracle];
+    pub const ALL: [Variant; 4] = [
+        Variant::Natural,
+        Variant::NoFp,
+        Variant::Oracle,
+        Variant::Pac,
+    ];
 
     /// The file name suffix before `.elf`.
     pub fn suffix(self) -> &'static str {
@@ -167,6 +175,7 @@ impl Variant {
             Variant::Natural => "",
             Variant::NoFp => "-nofp",
             Variant::Oracle => "-oracle",
+            Variant::Pac => "-pac",
         }
     }
 }
@@ -349,12 +358,14 @@ pub fn calldense_elf() -> Result<PathBuf> {
 /// drops virt's default virtio NIC, whose option ROM (ipxe-qemu) may not be
 /// installed.
 pub fn qemu_args(elf: &Path) -> Vec<String> {
+    // Pointer-authenticated builds need a CPU with FEAT_PAuth; retaa is undefined on an A57.
+    let pac = elf.to_string_lossy().ends_with("-pac.elf");
     [
         QEMU,
         "-M",
         "virt",
         "-cpu",
-        "cortex-a57",
+        if pac { "max" } else { "cortex-a57" },
         "-nographic",
         "-semihosting",
         "-nic",

@@ -20,9 +20,11 @@ pub enum InsnKind {
         target: Target,
         ret_addr: u64,
     },
-    /// A return to the address held in general register `reg`.
+    /// A return to the address held in general register `reg`; `signed` when that address
+    /// carries a pointer-authentication code the instruction checks and strips (RETAA).
     Return {
         reg: u8,
+        signed: bool,
     },
     /// Exception return (ERET): leaves a handler or drops privilege.
     ExceptionReturn,
@@ -50,6 +52,16 @@ pub trait Isa: Sync + Send {
     fn exception_level(&self, status: u64) -> u8;
     /// The register an exception return at `level` jumps to.
     fn exception_link_register(&self, level: u8) -> Option<&'static str>;
+    /// A code address without its pointer-authentication bits.
+    fn strip_authentication(&self, addr: u64) -> u64 {
+        addr
+    }
+    /// The register calls write their return address to, if the ISA has one.
+    fn link_register(&self) -> Option<u8>;
+    /// Whether the instruction may write the link register other than as a call. May say yes
+    /// when unsure (that only costs a register read at the next return); must never say no
+    /// wrongly.
+    fn may_write_link_register(&self, bytes: &[u8]) -> bool;
 }
 
 /// The decoder for a QEMU target name (`info->target_name`).

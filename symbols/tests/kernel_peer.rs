@@ -1,0 +1,205 @@
+//! The kallsyms recovered from Debian's raw arm64 kernel images (6.1: the older table
+//! layout; 6.12: the 6.4+ one, linked at the 6.4+ base) against a peer that reads the same
+//! tables on its own: vmlinux-to-elf, whose output ELF lists them as symbols.
+//! scripts/install-deps.sh caches both images and installs vmlinux-to-elf into a venv; a
+//! missing one fails these tests.
+//!
+//! The peer is slow (a Python decoder: ~12 s for 6.1, ~22 s for 6.12), so its output is
+//! cached too, keyed by the image's size and modification time.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Instant, UNIX_EPOCH};
+
+use common::{cache, cached};
+use object::elf::{FileHeader64, SHT_SYMTAB, STB_LOCAL, STT_FUNC};
+use object::read::elf::{FileHeader, Sym};
+use object::LittleEndian;
+use qemu_uftrace_symbols::{detect_kind, load, Arch, Kind, LoadOptions};
+
+/// vmlinux-to-elf's ELF for `image`, made on first use and kept under the cache.
+fn peer_elf(image: &Path, label: &str) -> PathBuf {
+    let tool = cached("venv/bin/vmlinux-to-elf");
+    let meta = std::fs::metadata(image).unwrap();
+    let mtime = meta.modified().unwrap().duration_since(UNIX_EPOCH).unwrap();
+    let dir = cache().join("vmlinux-to-elf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(format!(
+        "{label}-{}-{}.{:09}.elf",
+        meta.len(),
+        mtime.as_secs(),
+        mtime.subsec_nanos()
+    ));
+    if out.is_file() {
+        return out;
+    }
+    // Written aside and renamed: an interrupted run never leaves a truncated peer behind.
+    let tmp = dir.join(format!("{label}.{}.tmp", std::process::id()));
+    let t = Instant::now();
+    let run = Command::new(&tool)
+        .arg(image)
+        .arg(&tmp)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e} (run scripts/install-deps.sh)",
+                tool.display()
+            )
+        });
+    assert!(
+        run.status.success() && tmp.is_file(),
+        "vmlinux-to-elf {} failed: {}{}",
+        image.display(),
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    eprintln!("vmlinux-to-elf {label}: {:?}", t.elapsed());
+    // Outputs for earlier images under the same label are stale.
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&format!("{label}-")) && name.ends_with(".elf") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+/// One address of the peer's functions: its names and whether any is non-local.
+#[derive(Debug, Default)]
+struct PeerEntry {
+    names: BTreeSet<String>,
+    global: bool,
+}
+
+/// The peer's function symbols: vmlinux-to-elf types kallsyms' `T`/`t`/`W`/`w` symbols
+/// STT_FUNC and everything else STT_OBJECT, so its functions are exactly kallsyms' text
+/// symbols. (Its section flags are no help: one RWX section holds the whole image.) Read
+/// through the section table alone: the peer writes its program headers at an unaligned
+/// offset, which `object::File` refuses.
+fn peer_functions(elf: &Path) -> BTreeMap<u64, PeerEntry> {
+    let data = std::fs::read(elf).unwrap();
+    let data = &*data;
+    let header = FileHeader64::<LittleEndian>::parse(data).unwrap();
+    let endian = header.endian().unwrap();
+    let sections = header.sections(endian, data).unwrap();
+    let symbols = sections.symbols(endian, data, SHT_SYMTAB).unwrap();
+    let mut map: BTreeMap<u64, PeerEntry> = BTreeMap::new();
+    for sym in symbols.iter() {
+        if sym.st_type() != STT_FUNC {
+            continue;
+        }
+        let name = sym.name(endian, symbols.strings()).unwrap();
+        let e = map.entry(sym.st_value(endian)).or_default();
+        e.names.insert(String::from_utf8(name.to_vec()).unwrap());
+        e.global |= sym.st_bind() != STB_LOCAL;
+    }
+    map
+}
+
+/// Our functions from the raw image equal the peer's: the same addresses, our name one of
+/// the peer's names there, and the same binding.
+///
+/// The one difference by design: the peer keeps every alias (several names at one address,
+/// e.g. `memcpy`, `__memcpy`, `__pi_memcpy` or the `cpu_show_*` weak defaults), where we keep
+/// one function per address. Mapping symbols (`$x`), which we drop, are not in kallsyms
+/// (scripts/kallsyms leaves them out), so the address sets agree exactly. Binding: the peer
+/// makes kallsyms' `w` (local weak) STB_WEAK where we call it local; neither kernel has a
+/// function named only by `w` symbols, so the bindings agree too (a kernel that has one
+/// fails here, to be looked at).
+fn compare_with_peer(image_rel: &str, label: &str, min_functions: usize) -> Vec<(u64, String)> {
+    let vmlinuz = cached(image_rel);
+    assert_eq!(detect_kind(&vmlinuz).unwrap(), Kind::KernelImage);
+    let t = Instant::now();
+    let image = load(
+        &vmlinuz,
+        &LoadOptions {
+            expected_arch: Some(Arch::Aarch64),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ours_time = t.elapsed();
+    assert_eq!(image.arch, Some(Arch::Aarch64));
+    let peer = peer_functions(&peer_elf(&vmlinuz, label));
+    let peer_symbols: usize = peer.values().map(|e| e.names.len()).sum();
+    eprintln!(
+        "{label}: ours {} functions in {ours_time:?}; vmlinux-to-elf {} addresses, {} function \
+         symbols (aliases included)",
+        image.functions.len(),
+        peer.len(),
+        peer_symbols
+    );
+
+    let ours: BTreeMap<u64, &qemu_uftrace_symbols::Function> =
+        image.functions.iter().map(|f| (f.addr, f)).collect();
+    let only_peer: Vec<_> = peer
+        .iter()
+        .filter(|(a, _)| !ours.contains_key(a))
+        .take(10)
+        .collect();
+    let only_ours: Vec<_> = ours
+        .iter()
+        .filter(|(a, _)| !peer.contains_key(a))
+        .take(10)
+        .collect();
+    assert!(
+        only_peer.is_empty() && only_ours.is_empty(),
+        "{label}: only the peer has {only_peer:x?}\nonly we have {only_ours:x?}"
+    );
+    let wrong: Vec<_> = ours
+        .iter()
+        .filter(|(a, f)| {
+            let e = &peer[a];
+            !e.names.contains(&f.name) || e.global != f.global
+        })
+        .map(|(a, f)| (*a, f, &peer[a]))
+        .take(10)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{label}: name or binding differs: {wrong:x?}"
+    );
+
+    assert!(
+        image.functions.len() >= min_functions,
+        "{label}: only {} functions",
+        image.functions.len()
+    );
+    for name in ["start_kernel", "_stext"] {
+        assert!(
+            image.functions.iter().any(|f| f.name == name)
+                && peer.values().any(|e| e.names.contains(name)),
+            "{label}: {name} missing"
+        );
+    }
+    image
+        .functions
+        .iter()
+        .map(|f| (f.addr, f.name.clone()))
+        .collect()
+}
+
+#[test]
+fn debian_6_1_matches_vmlinux_to_elf() {
+    let functions = compare_with_peer("kernel/vmlinuz", "6.1", 40_000);
+    // Linked at the pre-6.4 KIMAGE_VADDR.
+    let (addr, _) = functions.iter().find(|(_, n)| n == "_stext").unwrap();
+    assert_eq!(*addr, 0xffff_8000_0801_0000);
+}
+
+#[test]
+fn debian_6_12_matches_vmlinux_to_elf() {
+    let package = std::fs::read_to_string(cached("kernel-6.12/package")).unwrap();
+    assert!(
+        package.starts_with("linux-image-6.12."),
+        "kernel-6.12/package names {package:?}"
+    );
+    let functions = compare_with_peer("kernel-6.12/vmlinuz", "6.12", 45_000);
+    // 6.4 moved the kernel image to the start of the vmalloc area.
+    let (addr, _) = functions.iter().find(|(_, n)| n == "_stext").unwrap();
+    assert_eq!(*addr, 0xffff_8000_8001_0000);
+}
