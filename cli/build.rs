@@ -12,6 +12,8 @@ use std::process::Command;
 const PLUGIN_PACKAGE: &str = "qemu-uftrace-plugin";
 const PLUGIN_FILE: &str = "libqemu_uftrace_plugin.so";
 
+use sha2::Digest;
+
 fn main() {
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let workspace = manifest_dir
@@ -44,7 +46,10 @@ fn main() {
         .arg(&plugin_target)
         // Explicit, so a cross build embeds a plugin for the machine the CLI runs on.
         .args(["--target", &target])
-        .current_dir(&workspace);
+        .current_dir(&workspace)
+        // QEMU only needs the code: a stripped plugin is a fifth the size to embed and load.
+        .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
     // Inherited settings meant for the outer build: a redirected target dir would bring
     // back the lock deadlock; flags such as coverage instrumentation or clippy's wrapper do
     // not belong in the plugin that QEMU loads.
@@ -74,6 +79,14 @@ fn main() {
         .join("release")
         .join(PLUGIN_FILE);
     copy(&built, &out_dir.join(PLUGIN_FILE));
+
+    // The name the plugin gets in the user's cache, from its content: computed here once
+    // rather than hashing megabytes at every run.
+    let bytes =
+        std::fs::read(&built).unwrap_or_else(|e| panic!("cannot read the built plugin: {e}"));
+    let digest = sha2::Sha256::digest(&bytes);
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    println!("cargo:rustc-env=QEMU_UFTRACE_PLUGIN_NAME=qemu-uftrace-plugin-{hex}.so");
 }
 
 fn copy(from: &Path, to: &Path) {

@@ -10,6 +10,7 @@ pub mod host_info;
 pub mod kernel_alias;
 pub mod man;
 pub mod plugin_cache;
+pub mod probe_memo;
 pub mod qemu_checks;
 pub mod qemu_cmd;
 pub mod record;

@@ -30,12 +30,21 @@ pub fn cache_dir() -> PathBuf {
 
 /// Returns the path of the embedded plugin in the default cache, writing it if needed.
 pub fn embedded_plugin() -> Result<PathBuf> {
-    ensure_in(&cache_dir(), crate::embedded::PLUGIN_SO)
+    ensure_named(
+        &cache_dir(),
+        crate::embedded::PLUGIN_NAME,
+        crate::embedded::PLUGIN_SO,
+    )
 }
 
 /// Writes `bytes` into `dir` under its content name unless an identical file is there.
 pub fn ensure_in(dir: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    let path = dir.join(file_name(bytes));
+    ensure_named(dir, &file_name(bytes), bytes)
+}
+
+/// Writes `bytes` into `dir` as `name` (which names that content) unless it is there.
+fn ensure_named(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
+    let path = dir.join(name);
     if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64) {
         return Ok(path);
     }
@@ -84,5 +93,16 @@ mod tests {
     fn embedded_plugin_is_present() {
         // Whatever the plugin crate builds (even a stub) is a shared object.
         assert!(crate::embedded::PLUGIN_SO.starts_with(b"\x7fELF"));
+    }
+}
+
+#[cfg(test)]
+mod embedded_name {
+    #[test]
+    fn the_build_names_the_plugin_by_its_content() {
+        assert_eq!(
+            super::file_name(crate::embedded::PLUGIN_SO),
+            crate::embedded::PLUGIN_NAME
+        );
     }
 }

@@ -45,8 +45,15 @@ pub fn preflight(argv: &[OsString], plugin: &Path, plugin_given: bool) -> Result
     let argv0 = &argv[0];
     let emulator = qemu_cmd::detect_emulator(argv0)?;
     let path = find_executable(argv0)?;
-    let version = check_version(&path)?;
-    probe_plugin(&path, &emulator, plugin, plugin_given)?;
+    let version = match crate::probe_memo::recall(&path, plugin) {
+        Some(version) => version,
+        None => {
+            let version = check_version(&path)?;
+            probe_plugin(&path, &emulator, plugin, plugin_given)?;
+            crate::probe_memo::remember(&path, plugin, &version);
+            version
+        }
+    };
     if !emulator.is_supported() {
         return Err(usage(
             format!(

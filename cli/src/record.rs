@@ -89,6 +89,8 @@ fn record_into(
 
     let loaded = loader.join();
     if !datadir::has_records(staging) {
+        // Whatever went wrong, check this QEMU afresh next time.
+        crate::probe_memo::forget(&qemu.path, &plugin);
         remove_if_empty(staging);
         return Err(fail(
             format!("no call or return was recorded: QEMU {}", exit.describe()),

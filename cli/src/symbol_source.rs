@@ -108,7 +108,10 @@ pub struct BackgroundLoad(JoinHandle<Vec<Loaded>>);
 
 impl BackgroundLoad {
     pub fn start(sources: Vec<SourceArg>, arch: Option<Arch>) -> Self {
-        BackgroundLoad(std::thread::spawn(move || load_all(&sources, arch, false)))
+        BackgroundLoad(std::thread::spawn(move || {
+            yield_to_qemu();
+            load_all(&sources, arch, false)
+        }))
     }
 
     pub fn join(self) -> Vec<Loaded> {
@@ -117,6 +120,16 @@ impl BackgroundLoad {
             crate::errors::warn("the symbol loader crashed; the trace has no function names");
             Vec::new()
         })
+    }
+}
+
+/// Lowers the calling thread's priority: symbols load while QEMU runs, and on a small machine
+/// they should take what QEMU leaves rather than slow the guest down.
+fn yield_to_qemu() {
+    // SAFETY: plain syscalls on the calling thread (Linux nice values are per thread).
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
     }
 }
 
