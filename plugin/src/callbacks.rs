@@ -1,27 +1,16 @@
 //! The functions QEMU calls on every executed call and return instruction: find the vCPU,
-//! take the time, read a register only when the target is not known at translation, and hand
-//! over to the engine (`hot.rs`).
+//! take the time, read a register only when the target is not known otherwise, and hand over
+//! to the engine (`hot.rs`). What each site needs comes from `sites`.
 
 use crate::guest::QemuGuest;
+use crate::sites::{call_site_at, ReturnSite};
 use crate::vcpu;
 use std::ffi::{c_uint, c_void};
 
-/// What translation learned about one call or return instruction.
-pub struct Site {
-    /// Direct call target, or the register that holds the target / return address.
-    pub target: u64,
-    pub reg: u8,
-    pub ret_addr: u64,
-    /// A return through the link register, which `link` may know without a read.
-    pub via_link: bool,
-    /// A return that authenticates its (signed) target, which must be stripped to compare.
-    pub signed: bool,
-}
-
 /// # Safety
-/// `site` is a `&'static Site` registered at translation.
-pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, site: *mut c_void) {
-    let site = unsafe { &*(site as *const Site) };
+/// `data` is a call site from `sites::call_site`.
+pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
         v.note_call(site.ret_addr);
@@ -30,12 +19,13 @@ pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, site: *mut c_void) {
 }
 
 /// # Safety
-/// As [`on_direct_call`]; registered with QEMU_PLUGIN_CB_R_REGS.
-pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, site: *mut c_void) {
-    let site = unsafe { &*(site as *const Site) };
+/// As [`on_direct_call`], the target field holding the register number; registered with
+/// QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
-        if let Some(target) = v.regs.read_gpr(site.reg) {
+        if let Some(target) = v.regs.read_gpr(site.target as u8) {
             v.note_call(site.ret_addr);
             v.engine.call(now, target, site.ret_addr);
         }
@@ -43,20 +33,20 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, site: *mut c_void)
 }
 
 /// # Safety
-/// As [`on_direct_call`]; registered with QEMU_PLUGIN_CB_R_REGS.
-pub unsafe extern "C" fn on_return(vcpu_index: c_uint, site: *mut c_void) {
-    let site = unsafe { &*(site as *const Site) };
+/// `data` is a packed [`ReturnSite`]; registered with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
+    let site = ReturnSite::unpack(data);
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
-        let known = site.via_link && v.link.is_clean();
-        let target = if known {
+        let target = if site.via_link && v.link.is_clean() {
             v.engine.stats.returns_link_known += 1;
             Some(v.last_call_ret)
         } else {
+            let isa = crate::isa_or_default();
             let read = v.regs.read_gpr(site.reg);
             read.map(|t| {
                 if site.signed {
-                    crate::isa_or_default().strip_authentication(t)
+                    isa.strip_authentication(t)
                 } else {
                     t
                 }
@@ -74,10 +64,10 @@ pub unsafe extern "C" fn on_return(vcpu_index: c_uint, site: *mut c_void) {
 }
 
 /// # Safety
-/// As [`on_direct_call`], with the ERET's own address in `target`; registered with
-/// QEMU_PLUGIN_CB_R_REGS. Exception returns are rare: two register reads are fine here.
-pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, site: *mut c_void) {
-    let site = unsafe { &*(site as *const Site) };
+/// `data` is the ERET's own address; registered with QEMU_PLUGIN_CB_R_REGS. Exception returns
+/// are rare: two register reads are fine here.
+pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_void) {
+    let eret_pc = data as u64;
     let isa = crate::isa_or_default();
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
@@ -87,7 +77,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, site: *mut c_vo
             .map(|s| isa.exception_level(s));
         let link = level.and_then(|l| isa.exception_link_register(l));
         if let Some(target) = link.and_then(|name| v.regs.read_named(name)) {
-            v.engine.exception_return(now, target, site.target);
+            v.engine.exception_return(now, target, eret_pc);
         }
         // Whatever the handler did, the link register is not known any more.
         v.link.set_unknown();

@@ -17,6 +17,7 @@ mod link;
 mod output;
 mod resync;
 mod shadow;
+mod sites;
 mod stats;
 mod translate;
 mod vcpu;

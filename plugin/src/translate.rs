@@ -1,8 +1,9 @@
 //! Translation-time instrumentation: classify every instruction of a new block from its bytes
 //! and attach a callback only to calls and returns.
 
-use crate::callbacks::{on_direct_call, on_exception_return, on_indirect_call, on_return, Site};
+use crate::callbacks::{on_direct_call, on_exception_return, on_indirect_call, on_return};
 use crate::isa::{InsnKind, Target};
+use crate::sites::{call_site, ReturnSite};
 use qemu_plugin::sys::{
     qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_vaddr,
     qemu_plugin_op, qemu_plugin_register_vcpu_insn_exec_cb,
@@ -10,36 +11,7 @@ use qemu_plugin::sys::{
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
     qemu_plugin_tb_n_insns, qemu_plugin_vcpu_udata_cb_t,
 };
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Mutex, OnceLock};
-
-/// Sites live as long as QEMU may call back with them: interned by (pc, kind, target) so that
-/// retranslating the same code reuses them instead of leaking anew.
-type SiteKey = (u64, u8, u64);
-static SITES: OnceLock<Mutex<HashMap<SiteKey, &'static Site>>> = OnceLock::new();
-
-fn site(pc: u64, tag: u8, target: u64, reg: u8, ret_addr: u64) -> &'static Site {
-    intern(pc, tag, target, reg, ret_addr, false)
-}
-
-fn intern(pc: u64, tag: u8, target: u64, reg: u8, ret_addr: u64, signed: bool) -> &'static Site {
-    let mut map = SITES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let key = (pc, tag | (signed as u8) << 7, target | (reg as u64) << 56);
-    map.entry(key).or_insert_with(|| {
-        let via_link = tag == 2 && crate::isa_or_default().link_register() == Some(reg);
-        Box::leak(Box::new(Site {
-            target,
-            reg,
-            ret_addr,
-            via_link,
-            signed,
-        }))
-    })
-}
 
 /// # Safety
 /// Called by QEMU with a live translation block handle.
@@ -78,7 +50,7 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                 )
             };
         }
-        let (cb, flags, site): (qemu_plugin_vcpu_udata_cb_t, _, _) =
+        let (cb, flags, data): (qemu_plugin_vcpu_udata_cb_t, _, _) =
             match isa.classify(pc, &bytes[..len]) {
                 InsnKind::Call {
                     target: Target::Direct(t),
@@ -86,7 +58,7 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                 } => (
                     Some(on_direct_call),
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
-                    site(pc, 0, t, 0, ret_addr),
+                    call_site(pc, t, ret_addr),
                 ),
                 InsnKind::Call {
                     target: Target::Register(r),
@@ -94,29 +66,28 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                 } => (
                     Some(on_indirect_call),
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    site(pc, 1, 0, r, ret_addr),
+                    // The register number, marked so it never meets a direct target.
+                    call_site(pc, r as u64 | 1 << 63, ret_addr),
                 ),
                 InsnKind::Return { reg, signed } => (
                     Some(on_return),
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    intern(pc, 2, 0, reg, 0, signed),
+                    ReturnSite {
+                        reg,
+                        via_link: isa.link_register() == Some(reg),
+                        signed,
+                    }
+                    .pack(),
                 ),
                 InsnKind::ExceptionReturn => (
                     Some(on_exception_return),
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    site(pc, 3, pc, 0, 0),
+                    pc as usize as *mut c_void,
                 ),
                 // Exception entry and traps are not instrumented yet: calls and returns made in
                 // handlers nest on the interrupted stack and balance themselves.
                 InsnKind::Trap | InsnKind::Other => continue,
             };
-        unsafe {
-            qemu_plugin_register_vcpu_insn_exec_cb(
-                insn,
-                cb,
-                flags,
-                site as *const Site as *mut c_void,
-            )
-        };
+        unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
     }
 }

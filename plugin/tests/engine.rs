@@ -13,6 +13,8 @@ mod isa;
 mod resync;
 #[path = "../src/shadow.rs"]
 mod shadow;
+#[path = "../src/sites.rs"]
+mod sites;
 #[allow(dead_code)] // the exit summary is not under test here
 #[path = "../src/stats.rs"]
 mod stats;
