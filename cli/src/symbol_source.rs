@@ -95,9 +95,8 @@ fn failure_line(e: &SymbolError) -> String {
             "give an ELF with symbols, a System.map or a kallsyms dump with --symbols FILE[:OFFSET]"
         }
         SymbolError::Corrupt { .. } => "give another copy of the file, or its System.map",
-        SymbolError::Stripped { .. } => {
-            "give the unstripped ELF (e.g. vmlinux, or the .debug file) with --symbols"
-        }
+        // The library's message already says where to get the symbols.
+        SymbolError::Stripped { .. } => return e.to_string(),
         SymbolError::WrongArch { .. } => "give the image built for the guest's architecture",
     };
     format!("{e}; {fix}")

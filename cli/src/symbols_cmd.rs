@@ -11,6 +11,20 @@ use crate::errors::{fail, note, warn};
 use crate::symbol_source::{self, Loaded};
 use crate::symfiles;
 
+/// The guest architecture of an existing trace (its `info`), so that an image built for
+/// another one is refused as such.
+fn guest_arch(dir: &Path) -> Option<qemu_uftrace_symbols::Arch> {
+    use qemu_uftrace_symbols::Arch;
+    let desc = qemu_uftrace_format::info::read_cpu_desc(&std::fs::read(dir.join("info")).ok()?)?;
+    let first = desc.split_whitespace().next()?;
+    match first {
+        "ARM64" => Some(Arch::Aarch64),
+        "RISCV64" => Some(Arch::Riscv64),
+        "x86_64" => Some(Arch::X86_64),
+        _ => None,
+    }
+}
+
 pub fn run(args: SymbolsArgs) -> Result<i32> {
     let sources = args
         .sources
@@ -18,15 +32,20 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         .map(|s| symbol_source::parse_source_arg(s, "SOURCE"))
         .collect::<Result<Vec<_>>>()?;
     let mut images = Vec::new();
-    let mut failed = 0;
-    for l in symbol_source::load_all(&sources, None, args.demangle) {
+    let mut failures = Vec::new();
+    for l in symbol_source::load_all(&sources, guest_arch(&args.dir), args.demangle) {
         match l {
             Loaded::Ok(_, img) => images.push(img),
-            Loaded::Failed(src, why) => {
-                failed += 1;
-                warn(format!("no symbols from {}: {why}", src.path.display()));
-            }
+            Loaded::Failed(src, why) => failures.push((src, why)),
         }
+    }
+    let failed = failures.len();
+    if images.is_empty() && failed == 1 {
+        // One source, one problem: say it once, as the error.
+        return Err(anyhow::anyhow!("{}", failures[0].1));
+    }
+    for (src, why) in &failures {
+        warn(format!("no symbols from {}: {why}", src.path.display()));
     }
     if images.is_empty() {
         return Err(fail(

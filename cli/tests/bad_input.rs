@@ -300,3 +300,57 @@ fn completions_print_a_script() {
     assert!(o.status.success());
     assert!(stdout(&o).contains("qemu-uftrace"));
 }
+
+/// `symbols` on images that give nothing: one error line each, naming the problem. In a
+/// trace of an aarch64 guest, an x86-64 binary is refused as the wrong architecture.
+#[test]
+fn symbols_refuses_stripped_truncated_and_foreign_images() {
+    let home = tempfile::tempdir().unwrap();
+    let elf = qemu_uftrace_tests::guest_elf("nested", qemu_uftrace_tests::Variant::Natural)
+        .expect("build guests");
+    let stripped = home.path().join("stripped.elf");
+    let strip = format!("{}strip", qemu_uftrace_tests::cross_prefix());
+    let ok = std::process::Command::new(&strip)
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&elf)
+        .status()
+        .unwrap_or_else(|e| panic!("{strip}: {e} (run scripts/install-deps.sh)"));
+    assert!(ok.success());
+    let truncated = home.path().join("truncated.elf");
+    std::fs::write(&truncated, &std::fs::read(&elf).unwrap()[..1000]).unwrap();
+
+    let run = |dir: &str, file: &std::path::Path| {
+        qemu_uftrace(home.path())
+            .current_dir(home.path())
+            .args(["symbols", "-d", dir])
+            .arg(file)
+            .output()
+            .unwrap()
+    };
+    let o = run("t.data", &stripped);
+    assert_eq!(o.status.code(), Some(1));
+    let line = single_error(&o);
+    assert!(line.contains("has no function symbols"), "{line}");
+    assert!(
+        line.contains("-dbg package") || line.contains("System.map"),
+        "{line}"
+    );
+    let line = single_error(&run("t.data", &truncated));
+    assert!(
+        line.contains("truncated.elf") && line.contains("bad ELF"),
+        "{line}"
+    );
+
+    // A trace of an aarch64 guest knows its architecture.
+    let rec = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args(["record", "-o", "rec", "--"])
+        .args(qemu_uftrace_tests::qemu_args(&elf))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let line = single_error(&run("rec", std::path::Path::new("/bin/true")));
+    assert!(line.contains("is built for x86_64, not aarch64"), "{line}");
+}

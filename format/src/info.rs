@@ -140,6 +140,14 @@ impl Info {
     }
 }
 
+/// The `cpuinfo:desc=` value of an `info` file, which names the guest architecture.
+pub fn read_cpu_desc(info: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(info.get(HEADER_SIZE as usize..)?);
+    text.lines()
+        .find_map(|l| l.strip_prefix("cpuinfo:desc="))
+        .map(str::to_string)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +169,19 @@ mod tests {
         assert!(text.starts_with("exename:guest.elf\nexit_status:0\ncmdline:qemu \\\"a\\\\b\\\"\n"));
         assert!(text.contains("taskinfo:nr_tid=2\ntaskinfo:tids=1,2\n"));
         assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn cpu_desc_reads_back() {
+        let info = Info {
+            cpu_desc: "ARM64 (QEMU TCG)".into(),
+            tids: vec![1],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        info.write_to(&mut out).unwrap();
+        assert_eq!(read_cpu_desc(&out).as_deref(), Some("ARM64 (QEMU TCG)"));
+        assert_eq!(read_cpu_desc(b"short"), None);
     }
 
     #[test]
