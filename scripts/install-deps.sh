@@ -13,6 +13,21 @@ SUDO=""
 
 log() { echo "install-deps: $*" >&2; }
 
+# bookworm-backports carries QEMU 10.0 and Linux 6.12; bookworm itself is too old for both.
+ensure_backports() {
+    if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        log "adding the bookworm-backports suite"
+        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+        $SUDO apt-get update -qq
+    fi
+}
+
 command -v cargo >/dev/null 2>&1 || {
     log "cargo not found: install a Rust toolchain >= 1.88 (rustup) first"
     exit 1
@@ -43,16 +58,7 @@ command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
     . /etc/os-release
-    if [ "${VERSION_CODENAME:-}" = bookworm ] && ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        log "adding the bookworm-backports suite (QEMU 10.0 with plugins)"
-        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    fi
+    if [ "${VERSION_CODENAME:-}" = bookworm ]; then ensure_backports; fi
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
     pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd make time)
@@ -153,16 +159,7 @@ kernel_6_12_and_peer() {
         codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
         if [ "$codename" = bookworm ]; then
             suite=/bookworm-backports
-            if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-                log "adding the bookworm-backports suite (Linux 6.12)"
-                $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-            fi
+            ensure_backports
         fi
         # The package's name carries the full version: after a point release the lists name
         # a new one and the old file is gone from the mirror, so a failed download updates

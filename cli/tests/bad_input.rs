@@ -119,49 +119,42 @@ fn qemu_not_on_path() {
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
-/// Bookworm's own QEMU (7.2) is too old.
-#[test]
-fn qemu_too_old() {
+/// Records `/bin/true` under a real QEMU that must be refused; returns the one error line.
+fn refused(qemu: &std::path::Path) -> String {
     let home = tempfile::tempdir().unwrap();
-    let qemu = qemu_uftrace_tests::cached("qemu-7.2/qemu-aarch64-static");
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
         .args(["record", "--"])
-        .arg(&qemu)
+        .arg(qemu)
         .arg("/bin/true")
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let line = single_error(&o);
+    assert!(!home.path().join("uftrace.data.partial").exists());
+    single_error(&o)
+}
+
+/// Bookworm's own QEMU (7.2) is too old.
+#[test]
+fn qemu_too_old() {
+    let line = refused(&qemu_uftrace_tests::cached("qemu-7.2/qemu-aarch64-static"));
     assert!(line.contains("is QEMU 7.2"), "{line}");
     assert!(
         line.contains("but qemu-uftrace needs 9.2 or newer"),
         "{line}"
     );
     assert!(line.contains("bookworm-backports"), "{line}");
-    assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
 /// Debian builds its user-mode QEMU static, without plugin support: new enough, but it
 /// cannot load the plugin, and the check says so before anything else about user mode.
 #[test]
 fn qemu_without_plugin_support() {
-    let home = tempfile::tempdir().unwrap();
-    let qemu = qemu_uftrace_tests::cached("qemu-user-10.0/qemu-aarch64");
-    let o = qemu_uftrace(home.path())
-        .current_dir(home.path())
-        .args(["record", "--"])
-        .arg(&qemu)
-        .arg("/bin/true")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    let line = single_error(&o);
+    let line = refused(&qemu_uftrace_tests::cached("qemu-user-10.0/qemu-aarch64"));
     assert!(
         line.contains("was built without TCG plugin support; install"),
         "{line}"
     );
-    assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
 /// A real emulator for a target the plugin does not decode yet.
