@@ -95,3 +95,61 @@ fn debian_kernel_boots_to_its_panic_under_record() {
         );
     }
 }
+
+/// With Debian's DWARF `vmlinux` as `--symbols`, every recorded address resolves and replay
+/// shows source lines, from the first MMU-off call on.
+#[test]
+fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
+    let vmlinux = qemu_uftrace_tests::cached("kernel-dbg/vmlinux");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kernel.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--symbols")
+        .arg(&vmlinux)
+        .args([
+            "--",
+            "qemu-system-aarch64",
+            "-M",
+            "virt",
+            "-cpu",
+            "cortex-a57",
+            "-m",
+            "1G",
+        ])
+        .args(["-nographic", "-nic", "none", "-no-reboot", "-kernel"])
+        .arg(debian_kernel())
+        .args(["-append", "console=ttyAMA0 panic=-1 nokaslr"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = dir.to_string_lossy().to_string();
+    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+    let unresolved: Vec<&str> = report
+        .lines()
+        .filter(|l| l.contains(" <"))
+        .take(5)
+        .collect();
+    assert!(
+        unresolved.is_empty(),
+        "unresolved functions: {unresolved:?}"
+    );
+    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "1", "-d", &d]).expect("replay");
+    let line = |f: &str| {
+        top.lines()
+            .find(|l| l.contains(f))
+            .unwrap_or_else(|| panic!("no {f} in:\n{top}"))
+    };
+    assert!(
+        line("| preserve_boot_args();").contains("arch/arm64/kernel/head.S:"),
+        "{top}"
+    );
+    assert!(line("| start_kernel();").contains("init/main.c:"), "{top}");
+}
