@@ -135,7 +135,8 @@ impl GuestView for QemuGuest<'_> {
         let b = self.buf.read_memory(addr, 16)?;
         let fp = u64::from_le_bytes(b[..8].try_into().ok()?);
         let lr = u64::from_le_bytes(b[8..16].try_into().ok()?);
-        Some((fp, lr))
+        // With pointer authentication on, saved return addresses are signed.
+        Some((fp, self.isa.strip_authentication(lr)))
     }
 
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {

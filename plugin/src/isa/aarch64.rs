@@ -66,11 +66,9 @@ impl Aarch64 {
 /// (9:5); register pairs and LD64B's eight registers cannot end in x30 (their first register
 /// is even). Where those bits hold an immediate instead, a 30 there gives a harmless yes.
 fn may_write_x30(insn: u32) -> bool {
-    // PACIASP/PACIBSP/PACIAZ/PACIBZ sign x30 and AUTIASP/AUTIBSP/AUTIAZ/AUTIBZ check it (hint
-    // #24..#31), XPACLRI strips it: they name no register.
-    if insn & 0xffff_ff1f == 0xd503_231f || insn == 0xd503_20ff {
-        return true;
-    }
+    // PACIASP … AUTIASP (hint #24..#31) and XPACLRI change x30's authentication bits only: by
+    // the return (a plain RET after AUTIASP, or RETAA, which authenticates itself) the address
+    // it jumps to is again the one the call wrote, in any program that returns at all.
     let field = |shift: u32| (insn >> shift) & 31;
     let lr = LINK_REG as u32;
     let loads_and_stores = (insn >> 25) & 0b0101 == 0b0100;
@@ -256,9 +254,9 @@ mod tests {
         assert!(!w(0xa9420fa2)); // ldp x2, x3, [x29, #32]
         assert!(!w(0xa94267b8)); // ldp x24, x25, [x29, #32]
         assert!(w(0xa9bf7bfd)); // stp x29, x30, [sp, #-16]! (a store: conservatively yes)
-        assert!(w(0xd503233f)); // paciasp
-        assert!(w(0xd50323bf)); // autiasp
-        assert!(w(0xd50320ff)); // xpaclri
+        assert!(!w(0xd503233f)); // paciasp: the return address survives signing
+        assert!(!w(0xd50323bf)); // autiasp
+        assert!(!w(0xd50320ff)); // xpaclri
         assert!(!w(0xd503201f)); // nop (hint #0)
         assert!(!w(0x8b020020)); // add x0, x1, x2
         assert!(!w(0xd65f03c0)); // ret
