@@ -21,16 +21,17 @@ pub(crate) fn is_mapping_symbol(name: &[u8]) -> bool {
     matches!(name, [b'$', b'x' | b'd' | b'a' | b't', ..])
 }
 
-/// Sorts by address and collapses aliases (same address) into one function: global over
-/// local, typed over untyped, then the shortest name, then the lexicographically first, so
-/// the choice never depends on symbol-table order. Size is the largest among aliases, as a
-/// label alias carries no size of its own.
+/// Sorts by address and collapses aliases (same address) into one function named by the best
+/// alias: typed over untyped (a function's own name over a linker label such as `_stext` on
+/// the same address), global over local, then the shortest name, then the lexicographically
+/// first, so the choice never depends on symbol-table order. The function is global when any
+/// alias is. Size is the largest among aliases, as a label alias carries no size of its own.
 pub(crate) fn collapse(mut cands: Vec<Candidate<'_>>, demangle_names: bool) -> Vec<Function> {
     cands.sort_unstable_by(|a, b| {
         a.addr
             .cmp(&b.addr)
-            .then(b.global.cmp(&a.global))
             .then(b.typed.cmp(&a.typed))
+            .then(b.global.cmp(&a.global))
             .then(a.name.len().cmp(&b.name.len()))
             .then(a.name.cmp(b.name))
     });
@@ -39,9 +40,11 @@ pub(crate) fn collapse(mut cands: Vec<Candidate<'_>>, demangle_names: bool) -> V
     while i < cands.len() {
         let best = cands[i];
         let mut size = best.size;
+        let mut global = best.global;
         let mut j = i + 1;
         while j < cands.len() && cands[j].addr == best.addr {
             size = size.max(cands[j].size);
+            global |= cands[j].global;
             j += 1;
         }
         let name = String::from_utf8_lossy(best.name).into_owned();
@@ -49,7 +52,7 @@ pub(crate) fn collapse(mut cands: Vec<Candidate<'_>>, demangle_names: bool) -> V
             addr: best.addr,
             size,
             name: if demangle_names { demangle(name) } else { name },
-            global: best.global,
+            global,
             line: None,
         });
         i = j;
@@ -90,6 +93,22 @@ mod tests {
             .collect();
         assert_eq!(names, [(0x10, "aaaa_fn", 8), (0x20, "a", 4)]);
         assert!(f[0].global);
+    }
+
+    #[test]
+    fn a_function_beats_a_label_on_its_address() {
+        // arm64 vmlinux: `_stext` (global label) and `gic_handle_irq` (local function).
+        let f = collapse(
+            vec![
+                c(0x10, "_stext", true, false, 0),
+                c(0x10, "gic_handle_irq", false, true, 0x88),
+            ],
+            false,
+        );
+        assert_eq!(
+            (f[0].name.as_str(), f[0].size, f[0].global),
+            ("gic_handle_irq", 0x88, true)
+        );
     }
 
     #[test]
