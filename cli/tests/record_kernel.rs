@@ -2,11 +2,41 @@
 //! fs" panic; uftrace reads the whole trace without complaint, with kernel names from the
 //! Image's own kallsyms, including the first calls made at physical addresses.
 
-use qemu_uftrace_tests::debian_kernel;
 use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::{cached, kernel_boot_args};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn stat(dir: &std::path::Path, key: &str) -> u64 {
+/// Records the boot on `cpu`, with extra `record` options; returns the temp dir (keep it
+/// alive), the trace and the guest console.
+fn record_boot(cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kernel.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(options)
+        .arg("--")
+        .args(kernel_boot_args(cpu))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{console}"
+    );
+    (tmp, dir, console)
+}
+
+fn stat(dir: &Path, key: &str) -> u64 {
     let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
@@ -16,35 +46,7 @@ fn stat(dir: &std::path::Path, key: &str) -> u64 {
 
 #[test]
 fn debian_kernel_boots_to_its_panic_under_record() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args([
-            "--",
-            "qemu-system-aarch64",
-            "-M",
-            "virt",
-            "-cpu",
-            "cortex-a57",
-            "-m",
-            "1G",
-        ])
-        .args(["-nographic", "-nic", "none", "-no-reboot", "-kernel"])
-        .arg(debian_kernel())
-        .args(["-append", "console=ttyAMA0 panic=-1 nokaslr"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{}\n{stderr}", out.status);
-    assert!(
-        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
-        "the guest did not reach its panic:\n{console}"
-    );
+    let (_tmp, dir, _) = record_boot("cortex-a57", &[]);
 
     // About 8 M calls and as many returns; every one of them in the trace.
     let (calls, returns, events) = (
@@ -70,22 +72,15 @@ fn debian_kernel_boots_to_its_panic_under_record() {
     // The first calls run with the MMU off, at the physical load address; then the kernel
     // proper. Both resolve. init_kernel_el leaves by ERET to its caller: a plain leaf call.
     let top = uftrace(&["replay", "--no-pager", "-D", "2", "-d", &d]).expect("uftrace replay");
-    assert!(
-        !top.contains("| <"),
-        "unresolved top-level calls:\n{}",
-        &top[..top.len().min(4000)]
-    );
+    let head = &top[..top.len().min(4000)];
+    assert!(!top.contains("| <"), "unresolved top-level calls:\n{head}");
     for f in [
         "| preserve_boot_args();",
         "| init_kernel_el();",
         "| create_idmap()",
         "| start_kernel() {",
     ] {
-        assert!(
-            top.contains(f),
-            "no {f} in:\n{}",
-            &top[..top.len().min(4000)]
-        );
+        assert!(top.contains(f), "no {f} in:\n{head}");
     }
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     for f in ["kernel_init", "do_one_initcall", "mount_root"] {
@@ -100,36 +95,8 @@ fn debian_kernel_boots_to_its_panic_under_record() {
 /// shows source lines, from the first MMU-off call on.
 #[test]
 fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
-    let vmlinux = qemu_uftrace_tests::cached("kernel-dbg/vmlinux");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--symbols")
-        .arg(&vmlinux)
-        .args([
-            "--",
-            "qemu-system-aarch64",
-            "-M",
-            "virt",
-            "-cpu",
-            "cortex-a57",
-            "-m",
-            "1G",
-        ])
-        .args(["-nographic", "-nic", "none", "-no-reboot", "-kernel"])
-        .arg(debian_kernel())
-        .args(["-append", "console=ttyAMA0 panic=-1 nokaslr"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let vmlinux = cached("kernel-dbg/vmlinux").to_string_lossy().into_owned();
+    let (_tmp, dir, _) = record_boot("cortex-a57", &["--symbols", &vmlinux]);
     let d = dir.to_string_lossy().to_string();
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     let unresolved: Vec<&str> = report
@@ -160,39 +127,11 @@ fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
 /// switches); reading signed frame records unstripped made them four times as many.
 #[test]
 fn debian_kernel_with_pointer_authentication() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args([
-            "--",
-            "qemu-system-aarch64",
-            "-M",
-            "virt",
-            "-cpu",
-            "max",
-            "-m",
-            "1G",
-        ])
-        .args(["-nographic", "-nic", "none", "-no-reboot", "-kernel"])
-        .arg(debian_kernel())
-        .args(["-append", "console=ttyAMA0 panic=-1 nokaslr"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_tmp, dir, console) = record_boot("max", &[]);
     assert!(
         console.contains("detected: Address authentication"),
         "no PAC in:\n{console}"
     );
-    assert!(console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"));
     let (calls, unmatched) = (stat(&dir, "calls"), stat(&dir, "unmatched_returns"));
     assert!(calls > 5_000_000, "only {calls} calls");
     assert!(

@@ -15,7 +15,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use qemu_uftrace_tests::{debian_kernel, guest_elf, hello_elf, qemu_args, Variant, QEMU};
+use qemu_uftrace_tests::{guest_elf, hello_elf, kernel_boot_args, qemu_args, Variant, QEMU};
 
 /// How long a signal test waits for the trace to grow, or for us to exit.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -489,28 +489,8 @@ fn qemu_that_fails_to_start_leaves_nothing() {
 fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     require(QEMU);
     require("uftrace");
-    let vmlinuz = debian_kernel();
     let env = Env::new();
-    let qemu: Vec<String> = [
-        QEMU,
-        "-M",
-        "virt",
-        "-cpu",
-        "cortex-a57",
-        "-m",
-        "1G",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        &vmlinuz.to_string_lossy(),
-        "-append",
-        "console=ttyAMA0 panic=-1 nokaslr",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let qemu = kernel_boot_args("cortex-a57");
     let mut run = env.spawn_record(&["-o", "k", "--max-depth", "64"], &qemu);
     // A few buffers in: start_kernel has been entered, and the boot is far from over.
     run.wait_for_data(&env.path("k.partial/1.dat"), 8 << 20);

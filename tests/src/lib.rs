@@ -227,6 +227,34 @@ pub fn debian_kernel() -> PathBuf {
     cached("kernel/vmlinuz")
 }
 
+/// The QEMU command that boots Debian's kernel to its "Unable to mount root fs" panic on
+/// `cpu` (`nokaslr`, so that its symbols line up; `-no-reboot`, so that QEMU then exits).
+pub fn kernel_boot_args(cpu: &str) -> Vec<String> {
+    let kernel = debian_kernel().to_string_lossy().into_owned();
+    [
+        QEMU,
+        "-M",
+        "virt",
+        "-cpu",
+        cpu,
+        "-m",
+        "1G",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        "-kernel".into(),
+        kernel,
+        "-append".into(),
+        "console=ttyAMA0 panic=-1 nokaslr".into(),
+    ])
+    .collect()
+}
+
 /// The tool prefix of the AArch64 cross toolchain: `$QEMU_UFTRACE_CROSS`,
 /// else `aarch64-linux-gnu-`.
 pub fn cross_prefix() -> String {
