@@ -400,8 +400,11 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
                 && (crate::stats::TOTALS.contains(&total)
                     || s.other.iter().any(|(k, _)| k == total))
         });
-    // Settings echoed back by the plugin are not findings.
-    let setting = matches!(key, "max_depth" | "discontinuity_api");
+    // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
+    let setting = matches!(
+        key,
+        "max_depth" | "discontinuity_api" | "returns_link_known" | "eret_returns"
+    );
     value != "0" && !per_vcpu_total && !setting
 }
 
