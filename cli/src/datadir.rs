@@ -184,7 +184,7 @@ pub fn new_session_id() -> String {
 
 /// Writes `info`, `task.txt`, `sid-<SID>.map` and the `.sym`/`.dbg` files into `dir`, which
 /// holds the plugin's output. Fails with [`NoData`] when no `.dat` file has a record.
-pub fn assemble(dir: &Path, rec: &Recording) -> Result<Assembled> {
+pub fn assemble(dir: &Path, rec: Recording) -> Result<Assembled> {
     let mut dats = dat_files(dir)?;
     let mut done = Assembled::default();
     if rec.stats.is_none() {
@@ -204,7 +204,7 @@ pub fn assemble(dir: &Path, rec: &Recording) -> Result<Assembled> {
             .collect();
     }
 
-    let (placed, skipped) = symfiles::place(rec.images.clone(), &[]);
+    let (placed, skipped) = symfiles::place(rec.images, &[]);
     done.skipped = skipped;
     for p in &placed {
         done.has_dbg |= symfiles::write_files(dir, p, false)?;
@@ -388,7 +388,7 @@ mod tests {
         write_dat(&staging, 1, 1000);
         write_dat(&staging, 2, 5000);
         let stats = Stats::parse("complete=1\nvcpus=2\ntids=1,2\nevents=16\n");
-        let done = assemble(&staging, &recording(Some(stats))).unwrap();
+        let done = assemble(&staging, recording(Some(stats))).unwrap();
         assert_eq!(done.tids, [1, 2]);
         assert!(done.has_dbg);
         assert_eq!(publish(&staging, &output).unwrap(), None);
@@ -433,7 +433,7 @@ mod tests {
             .open(staging.join("1.dat"))
             .unwrap();
         std::io::Write::write_all(&mut f, &[1, 2, 3]).unwrap();
-        let done = assemble(&staging, &recording(None)).unwrap();
+        let done = assemble(&staging, recording(None)).unwrap();
         assert_eq!(done.trimmed_files, 1);
         mark_incomplete(&staging, "QEMU was killed by signal 9").unwrap();
         assert_eq!(
@@ -452,7 +452,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let staging = create_staging(&tmp.path().join("t")).unwrap();
         std::fs::write(staging.join("1.dat"), b"").unwrap();
-        let e = assemble(&staging, &recording(None)).unwrap_err();
+        let e = assemble(&staging, recording(None)).unwrap_err();
         assert!(e.downcast_ref::<NoData>().is_some());
     }
 

@@ -108,17 +108,6 @@ fn record_into(
     })?;
     let kaslr = kaslr_hint(&loaded, &opts);
     let spinner = spinner(&args.output);
-    let rec = Recording {
-        exename: exename(&images, &qemu.path),
-        cmdline: shell_join(typed),
-        wait_status: exit.wait_status,
-        cpu_desc: cpu_desc(&qemu),
-        memory: qemu_cmd::memory(&opts),
-        started,
-        elapsed: exit.elapsed,
-        stats: stats.clone(),
-        images: Vec::new(),
-    };
     let mut loaded_images = report_loaded(loaded);
     let kernel = images
         .iter()
@@ -129,10 +118,17 @@ fn record_into(
         loaded_images.push(alias);
     }
     let rec = Recording {
+        exename: exename(&images, &qemu.path),
+        cmdline: shell_join(typed),
+        wait_status: exit.wait_status,
+        cpu_desc: cpu_desc(&qemu),
+        memory: qemu_cmd::memory(&opts),
+        started,
+        elapsed: exit.elapsed,
+        stats: stats.clone(),
         images: loaded_images,
-        ..rec
     };
-    let assembled = datadir::assemble(staging, &rec);
+    let assembled = datadir::assemble(staging, rec);
     if let Some(s) = &spinner {
         s.finish_and_clear();
     }
