@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use common::*;
-use qemu_uftrace_symbols::{detect_kind, load, Arch, Kind, LoadOptions};
+use qemu_uftrace_symbols::{load, Arch, LoadOptions};
 
 /// System.map's text symbols, as kallsyms keeps them: no `__efistub_` aliases (the EFI
 /// stub's private names), no mapping symbols.
@@ -115,16 +115,7 @@ fn vmlinux_lines_after_ftrace_nops() {
 #[test]
 fn kallsyms_from_raw_image_match_system_map() {
     let vmlinuz = cached("kernel/vmlinuz");
-    assert_eq!(detect_kind(&vmlinuz).unwrap(), Kind::KernelImage);
-    let image = load(
-        &vmlinuz,
-        &LoadOptions {
-            expected_arch: Some(Arch::Aarch64),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert_eq!(image.arch, Some(Arch::Aarch64));
+    let image = load_kernel_image("kernel/vmlinuz");
     let map = system_map_text();
     let mut wrong = Vec::new();
     for f in &image.functions {

@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Instant, UNIX_EPOCH};
 
-use common::{cache, cached};
+use common::{assert_same_addresses, cache, cached, load_kernel_image};
 use object::elf::{FileHeader64, SHT_SYMTAB, STB_LOCAL, STT_FUNC};
 use object::read::elf::{FileHeader, Sym};
 use object::LittleEndian;
-use qemu_uftrace_symbols::{detect_kind, load, Arch, Kind, LoadOptions};
 
 /// vmlinux-to-elf's ELF for `image`, made on first use and kept under the cache.
 fn peer_elf(image: &Path, label: &str) -> PathBuf {
@@ -112,18 +111,9 @@ fn peer_functions(elf: &Path) -> BTreeMap<u64, PeerEntry> {
 /// fails here, to be looked at).
 fn compare_with_peer(image_rel: &str, label: &str, min_functions: usize) -> Vec<(u64, String)> {
     let vmlinuz = cached(image_rel);
-    assert_eq!(detect_kind(&vmlinuz).unwrap(), Kind::KernelImage);
     let t = Instant::now();
-    let image = load(
-        &vmlinuz,
-        &LoadOptions {
-            expected_arch: Some(Arch::Aarch64),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let image = load_kernel_image(image_rel);
     let ours_time = t.elapsed();
-    assert_eq!(image.arch, Some(Arch::Aarch64));
     let peer = peer_functions(&peer_elf(&vmlinuz, label));
     let peer_symbols: usize = peer.values().map(|e| e.names.len()).sum();
     eprintln!(
@@ -136,20 +126,7 @@ fn compare_with_peer(image_rel: &str, label: &str, min_functions: usize) -> Vec<
 
     let ours: BTreeMap<u64, &qemu_uftrace_symbols::Function> =
         image.functions.iter().map(|f| (f.addr, f)).collect();
-    let only_peer: Vec<_> = peer
-        .iter()
-        .filter(|(a, _)| !ours.contains_key(a))
-        .take(10)
-        .collect();
-    let only_ours: Vec<_> = ours
-        .iter()
-        .filter(|(a, _)| !peer.contains_key(a))
-        .take(10)
-        .collect();
-    assert!(
-        only_peer.is_empty() && only_ours.is_empty(),
-        "{label}: only the peer has {only_peer:x?}\nonly we have {only_ours:x?}"
-    );
+    assert_same_addresses(&ours, &peer, &format!("the {label} peer"));
     let wrong: Vec<_> = ours
         .iter()
         .filter(|(a, f)| {

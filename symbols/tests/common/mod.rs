@@ -165,6 +165,42 @@ pub fn nm_functions(path: &Path) -> BTreeMap<u64, NmEntry> {
     map
 }
 
+/// A cached raw kernel `Image`, detected as one and read (kallsyms recovered) for aarch64.
+pub fn load_kernel_image(rel: &str) -> qemu_uftrace_symbols::Image {
+    use qemu_uftrace_symbols::{detect_kind, load, Arch, Kind, LoadOptions};
+    let path = cached(rel);
+    assert_eq!(detect_kind(&path).unwrap(), Kind::KernelImage);
+    let opts = LoadOptions {
+        expected_arch: Some(Arch::Aarch64),
+        ..Default::default()
+    };
+    let image = load(&path, &opts).unwrap();
+    assert_eq!(image.arch, Some(Arch::Aarch64));
+    image
+}
+
+/// Asserts that two tables cover the same addresses, showing up to ten of each side's extras.
+pub fn assert_same_addresses<A: std::fmt::Debug, B: std::fmt::Debug>(
+    ours: &BTreeMap<u64, A>,
+    theirs: &BTreeMap<u64, B>,
+    theirs_name: &str,
+) {
+    let only_theirs: Vec<_> = theirs
+        .iter()
+        .filter(|(a, _)| !ours.contains_key(a))
+        .take(10)
+        .collect();
+    let only_ours: Vec<_> = ours
+        .iter()
+        .filter(|(a, _)| !theirs.contains_key(a))
+        .take(10)
+        .collect();
+    assert!(
+        only_theirs.is_empty() && only_ours.is_empty(),
+        "only {theirs_name} has {only_theirs:x?}\nonly we have {only_ours:x?}"
+    );
+}
+
 /// Compares an image's functions with `nm`'s: same addresses (shifted by `offset`), same
 /// sizes, our name one of nm's names there, global when any alias is.
 pub fn assert_matches_nm(
@@ -178,20 +214,7 @@ pub fn assert_matches_nm(
         .map(|f| (f.addr.wrapping_sub(offset), f))
         .collect();
     assert_eq!(ours.len(), image.functions.len(), "duplicate addresses");
-    let only_nm: Vec<_> = nm
-        .iter()
-        .filter(|(a, _)| !ours.contains_key(a))
-        .take(10)
-        .collect();
-    let only_ours: Vec<_> = ours
-        .iter()
-        .filter(|(a, _)| !nm.contains_key(a))
-        .take(10)
-        .collect();
-    assert!(
-        only_nm.is_empty() && only_ours.is_empty(),
-        "only nm: {only_nm:?}\nonly ours: {only_ours:?}"
-    );
+    assert_same_addresses(&ours, nm, "nm");
     for (addr, f) in ours {
         let e = &nm[&addr];
         assert!(
