@@ -77,28 +77,9 @@ pub fn build_all(dir: &Path, opt: &str) -> Vec<PathBuf> {
     ]
 }
 
-/// Where `scripts/install-deps.sh` caches what it downloads (`$QEMU_UFTRACE_CACHE`, else
-/// `$XDG_CACHE_HOME/qemu-uftrace`, else `~/.cache/qemu-uftrace`), as the script computes it.
-pub fn cache() -> PathBuf {
-    if let Some(dir) = std::env::var_os("QEMU_UFTRACE_CACHE") {
-        return dir.into();
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-    base.join("qemu-uftrace")
-}
-
-/// A file the install script caches; a missing one fails the test.
-pub fn cached(rel: &str) -> PathBuf {
-    let p = cache().join(rel);
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/install-deps.sh",
-        p.display()
-    );
-    p
-}
+/// The install script's cache, and a file in it (failing loudly when missing).
+#[allow(unused_imports)] // not every test file looks in the cache
+pub use qemu_uftrace_tests::{cache_dir as cache, cached};
 
 /// One address's symbols as `nm --defined-only -S` lists them.
 #[derive(Debug, Default, Clone)]
