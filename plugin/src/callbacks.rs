@@ -36,13 +36,13 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void)
 /// `data` is a packed [`ReturnSite`]; registered with QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
     let site = ReturnSite::unpack(data);
+    let isa = crate::isa_or_default();
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
         let target = if site.via_link && v.link.is_clean() {
             v.engine.stats.returns_link_known += 1;
             Some(v.last_call_ret)
         } else {
-            let isa = crate::isa_or_default();
             let read = v.regs.read_gpr(site.reg);
             read.map(|t| {
                 if site.signed {
@@ -53,7 +53,6 @@ pub unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
             })
         };
         if let Some(target) = target {
-            let isa = crate::isa_or_default();
             let mut guest = QemuGuest {
                 buf: &mut v.regs,
                 isa,

@@ -69,11 +69,6 @@ impl ByteBuf {
         unsafe { std::slice::from_raw_parts((*self.0).data, (*self.0).len as usize) }
     }
 
-    fn le_u64(&self, at: usize) -> Option<u64> {
-        let b = self.bytes().get(at..at + 8)?;
-        Some(u64::from_le_bytes(b.try_into().ok()?))
-    }
-
     /// The register just read, zero-extended: status registers are 32-bit in gdb's view.
     fn le_value(&self, size: usize) -> Option<u64> {
         let b = self.bytes().get(..size.min(8))?;
@@ -103,8 +98,7 @@ impl ByteBuf {
             qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0)
         };
         match size {
-            8 => self.le_u64(0),
-            1..=7 => self.le_value(size as usize),
+            1..=8 => self.le_value(size as usize),
             _ => None,
         }
     }
