@@ -120,19 +120,12 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
 
 /// Old map lines that stay: those of other modules that do not overlap a new image.
 fn kept_entries(old: &[MapEntry], images: &[qemu_uftrace_symbols::Image]) -> Vec<MapEntry> {
-    let mut fresh: Vec<qemu_uftrace_symbols::Image> = Vec::new();
-    for img in images {
-        fresh.push(img.clone());
-        fresh.extend(img.modules.iter().cloned());
-    }
-    let (new_placed, _) = symfiles::place(fresh.clone(), &[]);
+    // Placed the way they will be, kernel modules included.
+    let (new_placed, _) = symfiles::place(images.to_vec(), &[]);
     old.iter()
         .filter(|e| {
             !new_placed.iter().any(|p| {
-                p.module_name() == e.module_name()
-                    || (qemu_uftrace_format::addr48(p.map.start) < e.end
-                        && qemu_uftrace_format::addr48(e.start)
-                            < qemu_uftrace_format::addr48(p.map.end.wrapping_sub(1)) + 1)
+                p.module_name() == e.module_name() || map::overlaps(p.map.range48(), e.range48())
             })
         })
         .cloned()

@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use qemu_uftrace_format::map::MapEntry;
+use qemu_uftrace_format::map::{self, MapEntry};
 use qemu_uftrace_format::symfile::{self, DbgLine, SymLine};
 use qemu_uftrace_format::{addr48, ADDR_MASK};
 use qemu_uftrace_symbols::Image;
@@ -29,13 +29,7 @@ impl PlacedImage {
 
 /// 48-bit start and (exclusive) end, as the map line will say.
 fn range48(img: &Image) -> (u64, u64) {
-    let start = addr48(img.start);
-    let end = addr48(img.end.wrapping_sub(1)) + 1;
-    (start, end.max(start))
-}
-
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
-    a.0 < b.1 && b.0 < a.1
+    map::range48(img.start, img.end)
 }
 
 /// The map path for an image file: absolute when the file exists (so `uftrace info` and
@@ -75,15 +69,8 @@ pub type Skipped = Vec<String>;
 /// that stay), is skipped with a note; module names are made unique against `keep` too.
 pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skipped) {
     let mut used: HashSet<String> = keep.iter().map(|e| e.module_name().to_string()).collect();
-    let mut taken: Vec<((u64, u64), String)> = keep
-        .iter()
-        .map(|e| {
-            (
-                (addr48(e.start), addr48(e.end.wrapping_sub(1)) + 1),
-                e.path.clone(),
-            )
-        })
-        .collect();
+    let mut taken: Vec<((u64, u64), String)> =
+        keep.iter().map(|e| (e.range48(), e.path.clone())).collect();
     let mut placed = Vec::new();
     let mut skipped = Vec::new();
     let mut queue: Vec<Image> = Vec::new();
@@ -98,7 +85,7 @@ pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skippe
             skipped.push(format!("{}: no functions in range", img.path.display()));
             continue;
         }
-        if let Some((_, other)) = taken.iter().find(|(t, _)| overlaps(*t, r)) {
+        if let Some((_, other)) = taken.iter().find(|(t, _)| map::overlaps(*t, r)) {
             skipped.push(format!(
                 "{} overlaps {other} in the guest address space; keeping {other}'s symbols",
                 img.path.display()

@@ -18,14 +18,29 @@ pub struct MapEntry {
     pub path: String,
 }
 
+/// The 48-bit start and exclusive end a map line gives the range `start..end`, as uftrace
+/// compares them with record addresses.
+pub fn range48(start: u64, end: u64) -> (u64, u64) {
+    let start = crate::addr48(start);
+    // An end of exactly 2^48 (top of the space) must not wrap to 0.
+    let end = crate::addr48(end.wrapping_sub(1)) + 1;
+    (start, end.max(start))
+}
+
+/// Whether two 48-bit ranges share an address.
+pub fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
 impl MapEntry {
+    pub fn range48(&self) -> (u64, u64) {
+        range48(self.start, self.end)
+    }
     fn start48(&self) -> u64 {
-        crate::addr48(self.start)
+        self.range48().0
     }
     fn end48(&self) -> u64 {
-        // An end of exactly 2^48 (top of the space) must not wrap to 0.
-        let e = crate::addr48(self.end.wrapping_sub(1)) + 1;
-        e.max(self.start48())
+        self.range48().1
     }
     /// The `.sym`/`.dbg` file stem uftrace derives from this line.
     pub fn module_name(&self) -> &str {
