@@ -72,14 +72,6 @@ pub fn load_all(sources: &[SourceArg], arch: Option<Arch>, demangle: bool) -> Ve
                 expected_arch: arch,
             };
             match symbols::load(&s.path, &opts) {
-                Ok(img) if img.functions.is_empty() && img.modules.is_empty() => Loaded::Failed(
-                    s.clone(),
-                    format!(
-                        "{} has no function symbols; {}",
-                        s.path.display(),
-                        "pass an unstripped ELF (e.g. vmlinux) with --symbols"
-                    ),
-                ),
                 Ok(img) => Loaded::Ok(s.clone(), img),
                 Err(e) => Loaded::Failed(s.clone(), failure_line(&e)),
             }

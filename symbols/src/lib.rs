@@ -111,6 +111,8 @@ pub enum SymbolError {
 }
 
 /// Reads any supported symbol source, detecting its kind from its contents (see [`Kind`]).
+/// A source that yields no function at all is an error ([`SymbolError::Stripped`] or
+/// [`SymbolError::Corrupt`]), never an empty image.
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
     let data = file_data::map(path)?;
     match detect::detect(&data) {
