@@ -46,7 +46,13 @@ pub fn normalize(mut syms: Vec<SymLine>) -> Vec<SymLine> {
 
 /// Writes a `.sym` file. `limit` is the module's size: no function may run past it.
 pub fn write_sym(w: &mut impl Write, syms: &[SymLine], limit: u64) -> io::Result<()> {
-    let syms = normalize(syms.to_vec());
+    // Symbol loaders already hand over sorted, alias-free tables: copy only when needed.
+    let sorted = syms.windows(2).all(|w| w[0].offset < w[1].offset);
+    let syms: std::borrow::Cow<[SymLine]> = if sorted {
+        syms.into()
+    } else {
+        normalize(syms.to_vec()).into()
+    };
     for (i, s) in syms.iter().enumerate() {
         writeln!(
             w,
