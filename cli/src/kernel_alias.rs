@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use qemu_uftrace_symbols::{Function, Image};
 
-use crate::qemu_cmd::{keyval, QemuOption};
+use crate::qemu_cmd::{last_option_key, QemuOption};
 
 /// Where the arm64 Image header keeps its magic, text_offset and image_size.
 const MAGIC_OFFSET: usize = 0x38;
@@ -40,15 +40,7 @@ fn image_load_offset(kernel: &Path) -> Option<u64> {
 
 /// RAM base of the machine named by `-M`/`-machine`, for the boards we know.
 fn ram_base(opts: &[QemuOption]) -> Option<u64> {
-    let machine = opts
-        .iter()
-        .rev()
-        .find(|o| o.name == "M" || o.name == "machine")?;
-    let value = machine.value.as_ref()?.to_string_lossy().into_owned();
-    let kind = keyval(&value, "type")
-        .into_iter()
-        .find(|(k, _)| k == "type")?
-        .1;
+    let kind = last_option_key(opts, &["M", "machine"], "type", "type")?;
     (kind == "virt" || kind.starts_with("virt-")).then_some(VIRT_RAM_BASE)
 }
 

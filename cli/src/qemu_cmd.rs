@@ -411,20 +411,29 @@ pub fn hardware_accel(opts: &[QemuOption]) -> Option<String> {
     None
 }
 
+/// The value of `key` in the last of the options named in `names` (QEMU keeps the last),
+/// reading a bare first value as `implied` (`-m 1G` is `size=1G`, `-M virt` is `type=virt`).
+pub fn last_option_key(
+    opts: &[QemuOption],
+    names: &[&str],
+    implied: &str,
+    key: &str,
+) -> Option<String> {
+    let value = opts
+        .iter()
+        .rev()
+        .find(|o| names.contains(&o.name.as_str()))?
+        .value
+        .as_ref()?;
+    keyval(&value.to_string_lossy(), implied)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
 /// The guest memory size (`-m`), for the info file.
 pub fn memory(opts: &[QemuOption]) -> Option<String> {
-    opts.iter()
-        .rev()
-        .find(|o| o.name == "m")
-        .and_then(|o| o.value.as_ref())
-        .map(|v| {
-            let v = v.to_string_lossy();
-            keyval(&v, "size")
-                .into_iter()
-                .find(|(k, _)| k == "size")
-                .map(|(_, s)| s)
-                .unwrap_or_else(|| v.into_owned())
-        })
+    last_option_key(opts, &["m"], "size", "size")
 }
 
 /// The `-plugin` value that loads our plugin and points it at the staging directory.
