@@ -6,10 +6,12 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
-/// The file name for a plugin with these bytes.
+/// The file name for a plugin with these bytes, as `build.rs` computes it for the embedded one
+/// (the tests hold the two to the same rule).
+#[cfg(test)]
 pub fn file_name(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
     let digest = Sha256::digest(bytes);
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     format!("qemu-uftrace-plugin-{hex}.so")
@@ -38,6 +40,7 @@ pub fn embedded_plugin() -> Result<PathBuf> {
 }
 
 /// Writes `bytes` into `dir` under its content name unless an identical file is there.
+#[cfg(test)]
 pub fn ensure_in(dir: &Path, bytes: &[u8]) -> Result<PathBuf> {
     ensure_named(dir, &file_name(bytes), bytes)
 }
