@@ -397,10 +397,7 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
                     || s.other.iter().any(|(k, _)| k == total))
         });
     // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
-    let setting = matches!(
-        key,
-        "max_depth" | "discontinuity_api" | "returns_link_known" | "eret_returns"
-    );
+    let setting = matches!(key, "max_depth" | "discontinuity_api" | "eret_returns");
     value != "0" && !per_vcpu_total && !setting
 }
 

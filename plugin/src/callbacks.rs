@@ -1,11 +1,20 @@
-//! The functions QEMU calls on every executed call and return instruction: find the vCPU,
-//! take the time, read a register only when the target is not known otherwise, and hand over
-//! to the engine (`hot.rs`). What each site needs comes from `sites`.
+//! The functions QEMU calls on every executed call, on every return's landing block and on
+//! exception returns: find the vCPU, take the time, read a register only when the target is
+//! not known otherwise, and hand over to the engine (`hot.rs`). What each site needs comes
+//! from `sites`.
 
 use crate::guest::QemuGuest;
-use crate::sites::{call_site_at, ReturnSite};
-use crate::vcpu;
+use crate::sites::call_site_at;
+use crate::vcpu::{self, VcpuState};
 use std::ffi::{c_uint, c_void};
+
+/// A return that landed where no landing block saw it is settled before the next event.
+#[inline(always)]
+fn settle(v: &mut VcpuState, now: u64) {
+    if v.pending.take() {
+        v.engine.ret_unseen(now);
+    }
+}
 
 /// # Safety
 /// `data` is a call site from `sites::call_site`.
@@ -13,7 +22,7 @@ pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
-        v.note_call(site.ret_addr);
+        settle(v, now);
         v.engine.call(now, site.target, site.ret_addr)
     });
 }
@@ -25,40 +34,29 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void)
     let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
+        settle(v, now);
         if let Some(target) = v.regs.read_gpr(site.target as u8) {
-            v.note_call(site.ret_addr);
             v.engine.call(now, target, site.ret_addr);
         }
     });
 }
 
+/// A block that starts just after a call, entered while a return is pending: that return
+/// went here.
+///
 /// # Safety
-/// `data` is a packed [`ReturnSite`]; registered with QEMU_PLUGIN_CB_R_REGS.
-pub unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
-    let site = ReturnSite::unpack(data);
-    let isa = crate::isa_or_default();
+/// `data` is the block's address; registered with QEMU_PLUGIN_CB_R_REGS, conditional on the
+/// vCPU's pending flag.
+pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
     vcpu::with(vcpu_index, |v| {
+        v.pending.take();
         let now = v.clock.now(vcpu_index);
-        let target = if site.via_link && v.link.is_clean() {
-            v.engine.stats.returns_link_known += 1;
-            Some(v.last_call_ret)
-        } else {
-            let read = v.regs.read_gpr(site.reg);
-            read.map(|t| {
-                if site.signed {
-                    isa.strip_authentication(t)
-                } else {
-                    t
-                }
-            })
+        let mut guest = QemuGuest {
+            buf: &mut v.regs,
+            isa: crate::isa_or_default(),
         };
-        if let Some(target) = target {
-            let mut guest = QemuGuest {
-                buf: &mut v.regs,
-                isa,
-            };
-            v.engine.ret(now, target, &mut guest);
-        }
+        v.engine.ret(now, target, &mut guest);
     });
 }
 
@@ -70,6 +68,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     let isa = crate::isa_or_default();
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now(vcpu_index);
+        settle(v, now);
         let level = v
             .regs
             .read_named(isa.status_register())
@@ -78,7 +77,5 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
         if let Some(target) = link.and_then(|name| v.regs.read_named(name)) {
             v.engine.exception_return(now, target, eret_pc);
         }
-        // Whatever the handler did, the link register is not known any more.
-        v.link.set_unknown();
     });
 }

@@ -103,7 +103,8 @@ impl ByteBuf {
         }
     }
 
-    fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
+    /// Reads guest virtual memory through the current vCPU's MMU.
+    pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: QEMU sizes the array itself.
         let ok = unsafe { qemu_plugin_read_memory_vaddr(addr, self.0, len) };
         if ok && self.bytes().len() >= len {

@@ -110,6 +110,21 @@ impl Engine {
         }
     }
 
+    /// A return whose landing no block saw: most likely the top frame's. If it was not, the
+    /// next return that matches nothing resynchronises.
+    #[cold]
+    #[inline(never)]
+    pub fn ret_unseen(&mut self, now: u64) {
+        let now = self.clamp(now);
+        self.stats.returns += 1;
+        self.stats.returns_unseen += 1;
+        if self.overflow > 0 {
+            self.overflow -= 1;
+            return;
+        }
+        self.close_top(now);
+    }
+
     #[cold]
     #[inline(never)]
     fn ret_slow(&mut self, now: u64, target: u64, guest: &mut dyn GuestView) {

@@ -13,7 +13,7 @@ mod exceptions;
 mod guest;
 mod hot;
 mod isa;
-mod link;
+mod landing;
 mod output;
 mod resync;
 mod shadow;
@@ -96,7 +96,7 @@ impl Register for Plugin {
             Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
         let _ = OUTPUT.set(output);
         clock::init(cfg.clock);
-        link::init();
+        landing::init();
         let _ = CONFIG.set(cfg);
         // SAFETY: registering a plain extern "C" callback for our own plugin id.
         unsafe {
@@ -126,8 +126,7 @@ impl HasCallbacks for Plugin {
         let state = vcpu::VcpuState {
             tid,
             clock: clock::VcpuClock::for_vcpu(vcpu_id, system),
-            link: link::LinkFlag::for_vcpu(vcpu_id, system),
-            last_call_ret: 0,
+            pending: landing::Pending::for_vcpu(vcpu_id, system),
             engine,
             regs: guest::ByteBuf::new(),
         };
@@ -135,7 +134,7 @@ impl HasCallbacks for Plugin {
         // Creating a vCPU may have grown the scoreboards: point every vCPU at the new ones.
         vcpu::for_each(|i, s| {
             s.clock = clock::VcpuClock::for_vcpu(i, system);
-            s.link = link::LinkFlag::for_vcpu(i, system);
+            s.pending = landing::Pending::for_vcpu(i, system);
         });
         Ok(())
     }

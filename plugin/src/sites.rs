@@ -1,10 +1,10 @@
 //! What translation hands to the execution callbacks, in the form cheapest to read there.
 //!
 //! A kernel has a hundred thousand call sites, so per-site data read on every execution
-//! misses the cache. A return needs only a register number and two flags: they travel in
-//! the callback's user-data word itself, with nothing to load. A call needs two addresses:
-//! they sit in 16-byte entries of an arena that never moves (four to a cache line), interned
-//! by call-site address so that retranslated code reuses its entry.
+//! misses the cache. A call needs two addresses: they sit in 16-byte entries of an arena that
+//! never moves (four to a cache line), interned by call-site address so that retranslated
+//! code reuses its entry. A return's landing needs only its own address, which travels in
+//! the callback's user-data word.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -70,54 +70,9 @@ pub unsafe fn call_site_at(data: *mut c_void) -> &'static CallSite {
     unsafe { &*(data as *const CallSite) }
 }
 
-/// A return, packed into the user-data word: the register holding its target, whether that
-/// is the link register (known without a read while untouched, see `link`), and whether the
-/// target is signed (RETAA: strip before comparing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReturnSite {
-    pub reg: u8,
-    pub via_link: bool,
-    pub signed: bool,
-}
-
-impl ReturnSite {
-    pub fn pack(self) -> *mut c_void {
-        (self.reg as usize | (self.via_link as usize) << 8 | (self.signed as usize) << 9)
-            as *mut c_void
-    }
-
-    #[inline(always)]
-    pub fn unpack(data: *mut c_void) -> ReturnSite {
-        let bits = data as usize;
-        ReturnSite {
-            reg: bits as u8,
-            via_link: bits & 1 << 8 != 0,
-            signed: bits & 1 << 9 != 0,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn returns_round_trip_through_the_word() {
-        for site in [
-            ReturnSite {
-                reg: 30,
-                via_link: true,
-                signed: false,
-            },
-            ReturnSite {
-                reg: 1,
-                via_link: false,
-                signed: true,
-            },
-        ] {
-            assert_eq!(ReturnSite::unpack(site.pack()), site);
-        }
-    }
 
     #[test]
     fn call_sites_are_interned_and_stable() {

@@ -23,8 +23,9 @@ pub struct Stats {
     pub stack_overflows: u64,
     /// Exception returns (ERET) that returned from the top frame.
     pub eret_returns: u64,
-    /// Returns whose target was known without reading the link register.
-    pub returns_link_known: u64,
+    /// Returns whose landing no block saw (a new task's start, an exception taken on the
+    /// way): taken as the top frame's.
+    pub returns_unseen: u64,
 }
 
 impl Stats {
@@ -39,7 +40,7 @@ impl Stats {
         self.depth_cap_hits += o.depth_cap_hits;
         self.stack_overflows += o.stack_overflows;
         self.eret_returns += o.eret_returns;
-        self.returns_link_known += o.returns_link_known;
+        self.returns_unseen += o.returns_unseen;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -55,7 +56,7 @@ impl Stats {
             ("depth_cap_hits", self.depth_cap_hits),
             ("stack_overflows", self.stack_overflows),
             ("eret_returns", self.eret_returns),
-            ("returns_link_known", self.returns_link_known),
+            ("returns_unseen", self.returns_unseen),
         ]
     }
 }

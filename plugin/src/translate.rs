@@ -1,15 +1,16 @@
-//! Translation-time instrumentation: classify every instruction of a new block from its bytes
-//! and attach a callback only to calls and returns.
+//! Translation-time instrumentation: classify every instruction of a new block from its bytes,
+//! attach a callback to calls, a flag store to returns, and a conditional callback to blocks
+//! where returns land (`landing`).
 
-use crate::callbacks::{on_direct_call, on_exception_return, on_indirect_call, on_return};
+use crate::callbacks::{on_direct_call, on_exception_return, on_indirect_call, on_landing};
 use crate::isa::{InsnKind, Target};
-use crate::sites::{call_site, ReturnSite};
+use crate::sites::call_site;
 use qemu_plugin::sys::{
-    qemu_plugin_cb_flags, qemu_plugin_id_t, qemu_plugin_insn_data, qemu_plugin_insn_vaddr,
-    qemu_plugin_op, qemu_plugin_register_vcpu_insn_exec_cb,
-    qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
-    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
-    qemu_plugin_tb_n_insns, qemu_plugin_vcpu_udata_cb_t,
+    qemu_plugin_cb_flags, qemu_plugin_cond, qemu_plugin_id_t, qemu_plugin_insn_data,
+    qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr, qemu_plugin_op,
+    qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
+    qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
+    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, qemu_plugin_vcpu_udata_cb_t,
 };
 use std::ffi::c_void;
 
@@ -18,6 +19,30 @@ use std::ffi::c_void;
 pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     let isa = crate::isa_or_default();
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
+    if n == 0 {
+        return;
+    }
+    let pending = crate::landing::entry();
+    let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
+    let start = unsafe { qemu_plugin_insn_vaddr(first) };
+    if let Some(flag) = pending {
+        let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
+        if crate::landing::is_landing(isa, start, haddr) {
+            // Registered before the clock's add, so the return is timed before this block.
+            // R_REGS: a return that matches no frame reads frame records to resynchronise.
+            unsafe {
+                qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                    tb,
+                    Some(on_landing),
+                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
+                    qemu_plugin_cond::QEMU_PLUGIN_COND_EQ,
+                    flag,
+                    1,
+                    start as usize as *mut c_void,
+                )
+            };
+        }
+    }
     if let Some(counter) = crate::clock::insn_counter() {
         // Counted once per block at its start: calls and returns end blocks, so the count
         // at a callback already includes the calling or returning instruction.
@@ -37,19 +62,6 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
-        if let Some(clean) =
-            crate::link::entry().filter(|_| isa.may_write_link_register(&bytes[..len]))
-        {
-            // Before the instruction: from here on the link register is not known.
-            unsafe {
-                qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
-                    insn,
-                    qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64,
-                    clean,
-                    0,
-                )
-            };
-        }
         let (cb, flags, data): (qemu_plugin_vcpu_udata_cb_t, _, _) =
             match isa.classify(pc, &bytes[..len]) {
                 InsnKind::Call {
@@ -69,16 +81,19 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                     // The register number, marked so it never meets a direct target.
                     call_site(pc, r as u64 | 1 << 63, ret_addr),
                 ),
-                InsnKind::Return { reg, signed } => (
-                    Some(on_return),
-                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    ReturnSite {
-                        reg,
-                        via_link: isa.link_register() == Some(reg),
-                        signed,
+                InsnKind::Return => {
+                    if let Some(flag) = pending {
+                        unsafe {
+                            qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                                insn,
+                                qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64,
+                                flag,
+                                1,
+                            )
+                        };
                     }
-                    .pack(),
-                ),
+                    continue;
+                }
                 InsnKind::ExceptionReturn => (
                     Some(on_exception_return),
                     qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,

@@ -17,9 +17,8 @@ use std::sync::OnceLock;
 pub struct VcpuState {
     pub tid: u32,
     pub clock: crate::clock::VcpuClock,
-    pub link: crate::link::LinkFlag,
-    /// The return address the last call wrote to the link register.
-    pub last_call_ret: u64,
+    /// Set by a return instruction until its landing block (or the next event) takes it.
+    pub pending: crate::landing::Pending,
     pub engine: Engine,
     pub regs: ByteBuf,
 }
@@ -63,14 +62,6 @@ pub fn init(capacity: usize) {
             })
             .collect()
     });
-}
-
-impl VcpuState {
-    #[inline(always)]
-    pub fn note_call(&mut self, ret_addr: u64) {
-        self.last_call_ret = ret_addr;
-        self.link.set_clean();
-    }
 }
 
 /// Runs `f` on the vCPU's state, if it has one (none before init or after exit).

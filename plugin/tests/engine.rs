@@ -370,3 +370,26 @@ fn an_interrupt_return_never_closes_a_frame() {
     assert_eq!(r.engine.stats.eret_returns, 0);
     assert_eq!(r.engine.stacks.current().len(), 2);
 }
+
+#[test]
+fn a_return_whose_landing_was_not_seen_closes_the_top_frame() {
+    // A new task's first run returns to `ret_from_fork`, which no call precedes: the next
+    // event settles it as the top frame's return.
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14);
+    r.call(0x200, 0x104);
+    r.engine.ret_unseen(30);
+    r.call(0x300, 0x108);
+    r.ret(0x108, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+200@1", "-200@1", "+300@1", "-300@1"])
+    );
+    assert_eq!(r.engine.stats.returns_unseen, 1);
+    assert_eq!(r.engine.stats.returns, 2);
+    // With nothing open there is nothing to close.
+    let mut empty = Rig::new(1024);
+    empty.engine.ret_unseen(10);
+    assert!(empty.shape().is_empty());
+}

@@ -4,8 +4,6 @@ use super::{InsnKind, Isa, Target};
 
 pub struct Aarch64;
 
-const LINK_REG: u8 = 30;
-
 fn sign_extend(value: u32, bits: u32) -> i64 {
     let shift = 64 - bits;
     ((value as i64) << shift) >> shift
@@ -36,17 +34,11 @@ impl Aarch64 {
         }
         if insn & 0xffff_fc1f == 0xd65f_0000 {
             // RET {Xn}
-            return InsnKind::Return {
-                reg: rn,
-                signed: false,
-            };
+            return InsnKind::Return;
         }
         if insn == 0xd65f_0bff || insn == 0xd65f_0fff {
-            // RETAA, RETAB: always through the link register
-            return InsnKind::Return {
-                reg: LINK_REG,
-                signed: true,
-            };
+            // RETAA, RETAB
+            return InsnKind::Return;
         }
         if insn == 0xd69f_03e0 || insn == 0xd69f_0bff || insn == 0xd69f_0fff {
             // ERET, ERETAA, ERETAB
@@ -57,25 +49,6 @@ impl Aarch64 {
             return InsnKind::Trap;
         }
         InsnKind::Other
-    }
-}
-
-/// Whether an A64 instruction that is not a call may write x30. Data-processing and system
-/// instructions write Rd/Rt in bits 4:0. Loads and stores write at most Rt (4:0), Rt2 (14:10,
-/// pairs), Rs (20:16: CAS's compare value, STXR's status) and, with writeback, the base Rn
-/// (9:5); register pairs and LD64B's eight registers cannot end in x30 (their first register
-/// is even). Where those bits hold an immediate instead, a 30 there gives a harmless yes.
-fn may_write_x30(insn: u32) -> bool {
-    // PACIASP … AUTIASP (hint #24..#31) and XPACLRI change x30's authentication bits only: by
-    // the return (a plain RET after AUTIASP, or RETAA, which authenticates itself) the address
-    // it jumps to is again the one the call wrote, in any program that returns at all.
-    let field = |shift: u32| (insn >> shift) & 31;
-    let lr = LINK_REG as u32;
-    let loads_and_stores = (insn >> 25) & 0b0101 == 0b0100;
-    if loads_and_stores {
-        [0, 5, 10, 16].iter().any(|&s| field(s) == lr)
-    } else {
-        field(0) == lr
     }
 }
 
@@ -119,21 +92,6 @@ impl Isa for Aarch64 {
             addr | 0xffff_0000_0000_0000
         } else {
             addr & 0x0000_ffff_ffff_ffff
-        }
-    }
-
-    fn link_register(&self) -> Option<u8> {
-        Some(LINK_REG)
-    }
-
-    fn may_write_link_register(&self, bytes: &[u8]) -> bool {
-        match bytes.get(..4) {
-            Some(b) => {
-                let insn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                !matches!(Self::classify_word(0, insn), InsnKind::Call { .. })
-                    && may_write_x30(insn)
-            }
-            None => true,
         }
     }
 
@@ -198,34 +156,10 @@ mod tests {
 
     #[test]
     fn returns() {
-        assert_eq!(
-            k(0, 0xd65f_03c0),
-            InsnKind::Return {
-                reg: 30,
-                signed: false
-            }
-        ); // ret
-        assert_eq!(
-            k(0, 0xd65f_0020),
-            InsnKind::Return {
-                reg: 1,
-                signed: false
-            }
-        ); // ret x1
-        assert_eq!(
-            k(0, 0xd65f_0bff),
-            InsnKind::Return {
-                reg: 30,
-                signed: true
-            }
-        ); // retaa
-        assert_eq!(
-            k(0, 0xd65f_0fff),
-            InsnKind::Return {
-                reg: 30,
-                signed: true
-            }
-        ); // retab
+        assert_eq!(k(0, 0xd65f_03c0), InsnKind::Return); // ret
+        assert_eq!(k(0, 0xd65f_0020), InsnKind::Return); // ret x1
+        assert_eq!(k(0, 0xd65f_0bff), InsnKind::Return); // retaa
+        assert_eq!(k(0, 0xd65f_0fff), InsnKind::Return); // retab
     }
 
     #[test]
@@ -238,33 +172,6 @@ mod tests {
             Aarch64.strip_authentication(0xff85_8000_0801_0204),
             0xffff_8000_0801_0204
         );
-    }
-
-    #[test]
-    fn link_register_writers() {
-        let w = |insn: u32| Aarch64.may_write_link_register(&insn.to_le_bytes());
-        assert!(w(0xa8c17bfd)); // ldp x29, x30, [sp], #16
-        assert!(w(0xf84107fe)); // ldr x30, [sp], #16
-        assert!(w(0xaa0003fe)); // mov x30, x0
-        assert!(w(0xd538d09e)); // mrs x30, tpidr_el1
-        assert!(w(0xf84087c0)); // ldr x0, [x30], #8 (base writeback)
-        assert!(w(0xc8be7c41)); // cas x30, x1, [x2]
-        assert!(w(0xc81e7c20)); // stxr w30, x0, [x1]
-        assert!(!w(0xf83fd2f6)); // ld64b x22, [x23]: x22..x29
-        assert!(!w(0xa9420fa2)); // ldp x2, x3, [x29, #32]
-        assert!(!w(0xa94267b8)); // ldp x24, x25, [x29, #32]
-        assert!(w(0xa9bf7bfd)); // stp x29, x30, [sp, #-16]! (a store: conservatively yes)
-        assert!(!w(0xd503233f)); // paciasp: the return address survives signing
-        assert!(!w(0xd50323bf)); // autiasp
-        assert!(!w(0xd50320ff)); // xpaclri
-        assert!(!w(0xd503201f)); // nop (hint #0)
-        assert!(!w(0x8b020020)); // add x0, x1, x2
-        assert!(!w(0xd65f03c0)); // ret
-        assert!(!w(0x94000040)); // bl: a call, handled as one
-        assert!(!w(0xd63f0100)); // blr x8
-        assert!(!w(0xd503201f)); // nop
-        assert!(!w(0xf90003e0)); // str x0, [sp]
-        assert!(!w(0x14000010)); // b
     }
 
     #[test]

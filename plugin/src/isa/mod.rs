@@ -20,12 +20,9 @@ pub enum InsnKind {
         target: Target,
         ret_addr: u64,
     },
-    /// A return to the address held in general register `reg`; `signed` when that address
-    /// carries a pointer-authentication code the instruction checks and strips (RETAA).
-    Return {
-        reg: u8,
-        signed: bool,
-    },
+    /// A return (RET, RETAA, RETAB). Where it goes is seen where it lands (`landing`), so
+    /// the register it reads does not matter.
+    Return,
     /// Exception return (ERET): leaves a handler or drops privilege.
     ExceptionReturn,
     /// Synchronous exception taken on purpose (SVC, HVC, SMC).
@@ -56,12 +53,6 @@ pub trait Isa: Sync + Send {
     fn strip_authentication(&self, addr: u64) -> u64 {
         addr
     }
-    /// The register calls write their return address to, if the ISA has one.
-    fn link_register(&self) -> Option<u8>;
-    /// Whether the instruction may write the link register other than as a call. May say yes
-    /// when unsure (that only costs a register read at the next return); must never say no
-    /// wrongly.
-    fn may_write_link_register(&self, bytes: &[u8]) -> bool;
 }
 
 /// The decoder for a QEMU target name (`info->target_name`).
