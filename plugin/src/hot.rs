@@ -15,30 +15,32 @@ pub const HARD_STACK_LIMIT: usize = 16 * 1024;
 /// Takes a full record buffer and gives back an empty one.
 pub type Spill = Box<dyn FnMut(Vec<u8>) -> Vec<u8> + Send>;
 
-/// Call/return tracking and record output for one vCPU.
+/// Call/return tracking and record output for one vCPU. Laid out in C order, what every
+/// event touches first, so that an event reads two or three cache lines, not five.
+#[repr(C)]
 pub struct Engine {
-    pub stacks: StackSet,
-    pub stats: Stats,
+    /// Keeps time monotonic within the file whatever the clock does.
+    last_time: u64,
     buf: Vec<u8>,
-    spill: Spill,
+    pub stacks: StackSet,
     /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack).
     record_depth: usize,
     /// Calls ignored past HARD_STACK_LIMIT; their returns are swallowed one for one.
     overflow: u64,
-    /// Keeps time monotonic within the file whatever the clock does.
-    last_time: u64,
+    pub stats: Stats,
+    spill: Spill,
 }
 
 impl Engine {
     pub fn new(buf: Vec<u8>, spill: Spill, record_depth: usize) -> Engine {
         Engine {
-            stacks: StackSet::default(),
-            stats: Stats::default(),
+            last_time: 0,
             buf,
-            spill,
+            stacks: StackSet::default(),
             record_depth,
             overflow: 0,
-            last_time: 0,
+            stats: Stats::default(),
+            spill,
         }
     }
 
@@ -47,9 +49,16 @@ impl Engine {
         if self.buf.capacity() - self.buf.len() < RECORD_SIZE {
             self.flush();
         }
-        self.buf.extend_from_slice(&time.to_le_bytes());
-        self.buf
-            .extend_from_slice(&encode_word(kind, depth as u32, addr).to_le_bytes());
+        let len = self.buf.len();
+        // SAFETY: there is room for a record (checked above), and its bytes are set here.
+        unsafe {
+            store_record(
+                self.buf.as_mut_ptr().add(len),
+                time,
+                encode_word(kind, depth as u32, addr),
+            );
+            self.buf.set_len(len + RECORD_SIZE);
+        }
         self.stats.events += 1;
     }
 
@@ -152,10 +161,36 @@ impl Engine {
     /// Hands the filled buffer to the writer.
     #[cold]
     pub fn flush(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a plain fence; it orders the streaming stores before the hand-over.
+        unsafe {
+            core::arch::x86_64::_mm_sfence()
+        };
         if !self.buf.is_empty() {
             let full = std::mem::take(&mut self.buf);
             self.buf = (self.spill)(full);
             self.buf.clear();
         }
     }
+}
+
+/// Writes one record (time, then the packed word, little-endian) at `p`.
+///
+/// # Safety
+/// `p` is valid for 16 bytes of writes.
+#[inline(always)]
+unsafe fn store_record(p: *mut u8, time: u64, word: u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as the caller promises. Streaming stores: a record is written once and read by
+    // the writer thread much later, and a plain store would first fetch every line of a cold
+    // buffer (read for ownership) into the vCPU's cache. `flush` fences them.
+    unsafe {
+        core::arch::x86_64::_mm_stream_si64(p as *mut i64, time as i64);
+        core::arch::x86_64::_mm_stream_si64(p.add(8) as *mut i64, word as i64);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as the caller promises.
+    unsafe {
+        (p as *mut [u64; 2]).write_unaligned([time.to_le(), word.to_le()])
+    };
 }

@@ -88,7 +88,7 @@ pub enum Pending {
     /// scoreboards while the guest runs (see `clock::VcpuClock::Direct`).
     Direct(*mut u64),
     /// Through the API, for user mode, where new guest threads grow the scoreboards.
-    Api(qemu_plugin_u64, u32),
+    Api(u32),
     None,
 }
 
@@ -102,7 +102,7 @@ impl Pending {
             Some(e) if system_mode => Pending::Direct(unsafe {
                 qemu_plugin_scoreboard_find(e.score, vcpu_index) as *mut u64
             }),
-            Some(e) => Pending::Api(e, vcpu_index),
+            Some(_) => Pending::Api(vcpu_index),
             None => Pending::None,
         }
     }
@@ -120,13 +120,13 @@ impl Pending {
                 set
             },
             // SAFETY: a live scoreboard entry of this vCPU.
-            Pending::Api(e, i) => unsafe {
+            Pending::Api(i) => entry().is_some_and(|e| unsafe {
                 let set = qemu_plugin_u64_get(e, i) != 0;
                 if set {
                     qemu_plugin_u64_set(e, i, 0);
                 }
                 set
-            },
+            }),
             Pending::None => false,
         }
     }

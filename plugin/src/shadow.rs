@@ -63,52 +63,56 @@ impl StackKey {
     pub const DEFAULT: StackKey = StackKey { level: 0, task: 0 };
 }
 
-/// The stacks of one vCPU.
-#[derive(Debug)]
+/// The stacks of one vCPU. The current one sits inline, so the hot path reaches its frames
+/// with no index and no extra pointer; the others wait in a list until selected.
+#[derive(Debug, Default)]
+#[repr(C)]
 pub struct StackSet {
-    stacks: Vec<(StackKey, ShadowStack)>,
-    current: usize,
+    current: ShadowStack,
+    others: Vec<(StackKey, ShadowStack)>,
+    current_key: StackKey,
 }
 
-impl Default for StackSet {
+impl Default for StackKey {
     fn default() -> Self {
-        StackSet {
-            stacks: vec![(StackKey::DEFAULT, ShadowStack::default())],
-            current: 0,
-        }
+        StackKey::DEFAULT
     }
 }
 
 impl StackSet {
     #[inline(always)]
     pub fn current(&self) -> &ShadowStack {
-        &self.stacks[self.current].1
+        &self.current
     }
 
     #[inline(always)]
     pub fn current_mut(&mut self) -> &mut ShadowStack {
-        &mut self.stacks[self.current].1
+        &mut self.current
     }
 
     #[allow(dead_code)] // for the multi-stack engine and tests
     pub fn current_key(&self) -> StackKey {
-        self.stacks[self.current].0
+        self.current_key
     }
 
     /// Makes the stack for `key` current, creating it when new.
     #[allow(dead_code)] // for the multi-stack engine and tests
     pub fn select(&mut self, key: StackKey) {
-        self.current = match self.stacks.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.stacks.push((key, ShadowStack::default()));
-                self.stacks.len() - 1
-            }
+        if key == self.current_key {
+            return;
+        }
+        let next = match self.others.iter().position(|(k, _)| *k == key) {
+            Some(i) => self.others.swap_remove(i).1,
+            None => ShadowStack::default(),
         };
+        let previous = std::mem::replace(&mut self.current, next);
+        self.others.push((self.current_key, previous));
+        self.current_key = key;
     }
 
     /// Every stack with its key, for the final accounting.
-    pub fn iter(&self) -> impl Iterator<Item = &(StackKey, ShadowStack)> {
-        self.stacks.iter()
+    pub fn iter(&self) -> impl Iterator<Item = (StackKey, &ShadowStack)> {
+        std::iter::once((self.current_key, &self.current))
+            .chain(self.others.iter().map(|(k, s)| (*k, s)))
     }
 }

@@ -2,6 +2,7 @@
 
 /// What one vCPU saw. Every field is a plain count.
 #[derive(Debug, Default, Clone, Copy)]
+#[repr(C)] // the counts every event bumps first
 pub struct Stats {
     /// Call instructions executed.
     pub calls: u64,

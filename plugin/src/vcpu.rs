@@ -14,15 +14,19 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+/// In C order: the engine's hot fields follow the slot's flags on the first cache line.
+#[repr(C)]
 pub struct VcpuState {
-    pub tid: u32,
+    pub engine: Engine,
     pub clock: crate::clock::VcpuClock,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: crate::landing::Pending,
-    pub engine: Engine,
+    pub tid: u32,
     pub regs: ByteBuf,
 }
 
+/// One vCPU's state behind its flags, on cache lines of its own.
+#[repr(C, align(64))]
 pub struct Slot {
     busy: AtomicBool,
     closed: AtomicBool,
