@@ -140,8 +140,35 @@ pub struct Recording {
     pub elapsed: Duration,
     /// What the plugin reported; `None` when QEMU died before it flushed.
     pub stats: Option<Stats>,
-    /// Symbol images, in priority order.
-    pub images: Vec<qemu_uftrace_symbols::Image>,
+}
+
+/// The symbol side of a trace, written by [`write_symbols`] (while QEMU runs) and completed
+/// by [`assemble`].
+#[derive(Debug, Default)]
+pub struct SymbolFiles {
+    /// The session the map file is named after; `task.txt` refers to it.
+    pub sid: String,
+    pub placed: Vec<String>,
+    pub skipped: Vec<String>,
+    pub has_dbg: bool,
+}
+
+/// Writes the `.sym`/`.dbg` files of these images (in priority order) and the session's
+/// `sid-<SID>.map` into `dir`. They depend on the images only, so `record` writes them while
+/// QEMU runs rather than after.
+pub fn write_symbols(dir: &Path, images: Vec<qemu_uftrace_symbols::Image>) -> Result<SymbolFiles> {
+    let (placed, skipped) = symfiles::place(images, &[]);
+    let mut files = SymbolFiles {
+        sid: new_session_id(),
+        skipped,
+        ..Default::default()
+    };
+    for p in &placed {
+        files.has_dbg |= symfiles::write_files(dir, p, false)?;
+        files.placed.push(p.module_name().to_string());
+    }
+    write_map(dir, &files.sid, &placed)?;
+    Ok(files)
 }
 
 /// What assembling found and did.
@@ -182,9 +209,9 @@ pub fn new_session_id() -> String {
     task::session_id(x ^ (x >> 31))
 }
 
-/// Writes `info`, `task.txt`, `sid-<SID>.map` and the `.sym`/`.dbg` files into `dir`, which
-/// holds the plugin's output. Fails with [`NoData`] when no `.dat` file has a record.
-pub fn assemble(dir: &Path, rec: Recording) -> Result<Assembled> {
+/// Writes `info` and `task.txt` into `dir`, which holds the plugin's output and the symbol
+/// files. Fails with [`NoData`] when no `.dat` file has a record.
+pub fn assemble(dir: &Path, rec: Recording, syms: SymbolFiles) -> Result<Assembled> {
     let mut dats = dat_files(dir)?;
     let mut done = Assembled::default();
     if rec.stats.is_none() {
@@ -204,15 +231,10 @@ pub fn assemble(dir: &Path, rec: Recording) -> Result<Assembled> {
             .collect();
     }
 
-    let (placed, skipped) = symfiles::place(rec.images, &[]);
-    done.skipped = skipped;
-    for p in &placed {
-        done.has_dbg |= symfiles::write_files(dir, p, false)?;
-        done.placed.push(p.module_name().to_string());
-    }
-
-    let sid = new_session_id();
-    write_map(dir, &sid, &placed)?;
+    let sid = syms.sid;
+    done.placed = syms.placed;
+    done.skipped = syms.skipped;
+    done.has_dbg = syms.has_dbg;
 
     let tasks: Vec<task::Task> = done
         .tids
@@ -359,8 +381,11 @@ mod tests {
             started: SystemTime::now(),
             elapsed: Duration::from_millis(1500),
             stats,
-            images: vec![kernel_image()],
         }
+    }
+
+    fn symbols(dir: &Path) -> SymbolFiles {
+        write_symbols(dir, vec![kernel_image()]).unwrap()
     }
 
     /// uftrace's output; a missing uftrace fails the test, it does not skip it.
@@ -388,7 +413,7 @@ mod tests {
         write_dat(&staging, 1, 1000);
         write_dat(&staging, 2, 5000);
         let stats = Stats::parse("complete=1\nvcpus=2\ntids=1,2\nevents=16\n");
-        let done = assemble(&staging, recording(Some(stats))).unwrap();
+        let done = assemble(&staging, recording(Some(stats)), symbols(&staging)).unwrap();
         assert_eq!(done.tids, [1, 2]);
         assert!(done.has_dbg);
         assert_eq!(publish(&staging, &output).unwrap(), None);
@@ -433,7 +458,7 @@ mod tests {
             .open(staging.join("1.dat"))
             .unwrap();
         std::io::Write::write_all(&mut f, &[1, 2, 3]).unwrap();
-        let done = assemble(&staging, recording(None)).unwrap();
+        let done = assemble(&staging, recording(None), symbols(&staging)).unwrap();
         assert_eq!(done.trimmed_files, 1);
         mark_incomplete(&staging, "QEMU was killed by signal 9").unwrap();
         assert_eq!(
@@ -452,7 +477,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let staging = create_staging(&tmp.path().join("t")).unwrap();
         std::fs::write(staging.join("1.dat"), b"").unwrap();
-        let e = assemble(&staging, recording(None)).unwrap_err();
+        let e = assemble(&staging, recording(None), symbols(&staging)).unwrap_err();
         assert!(e.downcast_ref::<NoData>().is_some());
     }
 

@@ -79,15 +79,20 @@ fn record_into(
     let opts = qemu_cmd::options(&argv[1..]);
     let images = qemu_cmd::guest_images(&opts, qemu_cmd::file_is_elf);
     let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
-    let loader = BackgroundLoad::start(sources.clone(), Some(Arch::Aarch64));
+    let loader = start_symbol_files(&sources, &images, &opts, staging);
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let plugin_opt = qemu_cmd::plugin_option(&plugin, &abs_staging, args.clock, args.max_depth);
     let full = qemu_cmd::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
-    let exit = run_qemu::run(&qemu.path, &full[1..])?;
-
-    let loaded = loader.join();
+    let exit = run_qemu::run(&qemu.path, &full[1..]);
+    // Joined whatever QEMU did: the thread writes into the staging directory.
+    let symbols = loader.join().unwrap_or_else(|| {
+        // A panic in a loader costs the names, never the recorded trace.
+        warn("the symbol loader crashed; the trace has no function names");
+        SymbolJob::default()
+    });
+    let exit = exit?;
     if !datadir::has_records(staging) {
         // Whatever went wrong, check this QEMU afresh next time.
         crate::probe_memo::forget(&qemu.path, &plugin);
@@ -106,16 +111,9 @@ fn record_into(
             "the recorded data is still there",
         )
     })?;
-    let kaslr = kaslr_hint(&loaded, &opts);
     let spinner = spinner(&args.output);
-    let mut loaded_images = report_loaded(loaded);
-    let kernel = images
-        .iter()
-        .find(|i| i.origin == qemu_cmd::ImageOrigin::Kernel);
-    if let Some(alias) =
-        kernel.and_then(|k| kernel_alias::physical_alias(&loaded_images, &k.path, &opts))
-    {
-        loaded_images.push(alias);
+    for line in &symbols.failures {
+        warn(line);
     }
     let rec = Recording {
         exename: exename(&images, &qemu.path),
@@ -126,9 +124,10 @@ fn record_into(
         started,
         elapsed: exit.elapsed,
         stats: stats.clone(),
-        images: loaded_images,
     };
-    let assembled = datadir::assemble(staging, rec);
+    let assembled = symbols
+        .files
+        .and_then(|files| datadir::assemble(staging, rec, files));
     if let Some(s) = &spinner {
         s.finish_and_clear();
     }
@@ -148,7 +147,7 @@ fn record_into(
         )?;
     }
     let old = datadir::publish(staging, &args.output)?;
-    if let Some(hint) = kaslr {
+    if let Some(hint) = symbols.kaslr {
         warn(hint);
     }
     summary(
@@ -216,20 +215,65 @@ fn kaslr_hint(loaded: &[Loaded], opts: &[qemu_cmd::QemuOption]) -> Option<String
     })
 }
 
-/// Warns about each source that gave nothing; returns the images that loaded.
-fn report_loaded(loaded: Vec<Loaded>) -> Vec<qemu_uftrace_symbols::Image> {
-    let mut images = Vec::new();
-    for l in loaded {
-        match l {
-            Loaded::Ok(_, img) => images.push(img),
-            Loaded::Failed(src, why) => warn(format!(
-                "no symbols from {} ({}): {why}",
-                src.path.display(),
-                src.origin
-            )),
+/// What the symbol thread did while QEMU ran.
+struct SymbolJob {
+    /// One line per source that gave nothing, shown once QEMU is done with the terminal.
+    failures: Vec<String>,
+    kaslr: Option<String>,
+    files: Result<datadir::SymbolFiles>,
+}
+
+impl Default for SymbolJob {
+    /// No symbols at all: the trace still gets its session.
+    fn default() -> Self {
+        SymbolJob {
+            failures: Vec::new(),
+            kaslr: None,
+            files: Ok(datadir::SymbolFiles {
+                sid: datadir::new_session_id(),
+                ..Default::default()
+            }),
         }
     }
-    images
+}
+
+/// Loads the symbol sources and writes the trace's symbol files into `staging`, in a
+/// low-priority thread while QEMU runs: none of it depends on the run.
+fn start_symbol_files(
+    sources: &[SourceArg],
+    images: &[GuestImage],
+    opts: &[qemu_cmd::QemuOption],
+    staging: &Path,
+) -> BackgroundLoad<SymbolJob> {
+    let kernel = images
+        .iter()
+        .find(|i| i.origin == qemu_cmd::ImageOrigin::Kernel)
+        .map(|k| k.path.clone());
+    let opts = opts.to_vec();
+    let staging = staging.to_path_buf();
+    BackgroundLoad::start(sources.to_vec(), Some(Arch::Aarch64), move |loaded| {
+        let kaslr = kaslr_hint(&loaded, &opts);
+        let mut images = Vec::new();
+        let mut failures = Vec::new();
+        for l in loaded {
+            match l {
+                Loaded::Ok(_, img) => images.push(img),
+                Loaded::Failed(src, why) => failures.push(format!(
+                    "no symbols from {} ({}): {why}",
+                    src.path.display(),
+                    src.origin
+                )),
+            }
+        }
+        if let Some(alias) = kernel.and_then(|k| kernel_alias::physical_alias(&images, &k, &opts)) {
+            images.push(alias);
+        }
+        SymbolJob {
+            failures,
+            kaslr,
+            files: datadir::write_symbols(&staging, images),
+        }
+    })
 }
 
 fn exename(images: &[GuestImage], qemu: &Path) -> String {

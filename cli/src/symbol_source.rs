@@ -94,23 +94,25 @@ fn failure_line(e: &SymbolError) -> String {
     format!("{e}; {fix}")
 }
 
-/// Loads the sources in a thread; `join` returns what it found.
-pub struct BackgroundLoad(JoinHandle<Vec<Loaded>>);
+/// Loads the sources in a low-priority thread and hands what it found to `then`, still in
+/// that thread; `join` returns `then`'s result.
+pub struct BackgroundLoad<T>(JoinHandle<T>);
 
-impl BackgroundLoad {
-    pub fn start(sources: Vec<SourceArg>, arch: Option<Arch>) -> Self {
+impl<T: Send + 'static> BackgroundLoad<T> {
+    pub fn start(
+        sources: Vec<SourceArg>,
+        arch: Option<Arch>,
+        then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static,
+    ) -> Self {
         BackgroundLoad(std::thread::spawn(move || {
             yield_to_qemu();
-            load_all(&sources, arch, false)
+            then(load_all(&sources, arch, false))
         }))
     }
 
-    pub fn join(self) -> Vec<Loaded> {
-        // A panic in a loader costs the names, never the recorded trace.
-        self.0.join().unwrap_or_else(|_| {
-            crate::errors::warn("the symbol loader crashed; the trace has no function names");
-            Vec::new()
-        })
+    /// `None` when the thread panicked.
+    pub fn join(self) -> Option<T> {
+        self.0.join().ok()
     }
 }
 
