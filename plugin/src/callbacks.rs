@@ -52,10 +52,7 @@ pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     vcpu::with(vcpu_index, |v| {
         v.pending.take();
         let now = v.clock.now(vcpu_index);
-        let mut guest = QemuGuest {
-            buf: &mut v.regs,
-            isa: crate::isa_or_default(),
-        };
+        let mut guest = QemuGuest { buf: &mut v.regs };
         v.engine.ret(now, target, &mut guest);
     });
 }

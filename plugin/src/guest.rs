@@ -118,12 +118,18 @@ impl ByteBuf {
 /// The current vCPU as the slow paths see it.
 pub struct QemuGuest<'a> {
     pub buf: &'a mut ByteBuf,
-    pub isa: &'static dyn Isa,
+}
+
+impl QemuGuest<'_> {
+    /// Looked up here, on the slow paths, rather than by every return.
+    fn isa(&self) -> &'static dyn Isa {
+        crate::isa_or_default()
+    }
 }
 
 impl GuestView for QemuGuest<'_> {
     fn frame_pointer(&mut self) -> Option<u64> {
-        self.buf.read_gpr(self.isa.frame_pointer())
+        self.buf.read_gpr(self.isa().frame_pointer())
     }
 
     fn frame_record(&mut self, addr: u64) -> Option<(u64, u64)> {
@@ -131,14 +137,14 @@ impl GuestView for QemuGuest<'_> {
         let fp = u64::from_le_bytes(b[..8].try_into().ok()?);
         let lr = u64::from_le_bytes(b[8..16].try_into().ok()?);
         // With pointer authentication on, saved return addresses are signed.
-        Some((fp, self.isa.strip_authentication(lr)))
+        Some((fp, self.isa().strip_authentication(lr)))
     }
 
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {
-        let pc = ret_addr.checked_sub(self.isa.call_len())?;
-        let len = self.isa.fetch_len();
+        let pc = ret_addr.checked_sub(self.isa().call_len())?;
+        let len = self.isa().fetch_len();
         let insn = self.buf.read_memory(pc, len)?.to_vec();
-        match self.isa.classify(pc, &insn) {
+        match self.isa().classify(pc, &insn) {
             InsnKind::Call {
                 target,
                 ret_addr: r,

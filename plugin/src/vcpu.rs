@@ -11,16 +11,17 @@
 use crate::guest::ByteBuf;
 use crate::hot::Engine;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-/// In C order: the engine's hot fields follow the slot's flags on the first cache line.
+/// In C order: what every event reads first, after the slot's flags, then the engine (whose
+/// own hot fields come first).
 #[repr(C)]
 pub struct VcpuState {
-    pub engine: Engine,
     pub clock: crate::clock::VcpuClock,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: crate::landing::Pending,
+    pub engine: Engine,
     pub tid: u32,
     pub regs: ByteBuf,
 }
@@ -37,8 +38,12 @@ pub struct Slot {
 unsafe impl Sync for Slot {}
 
 static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
+/// The slots as the hot path reads them: two plain loads, no initialisation check. Set once
+/// by `init`, before any vCPU exists.
+static SLOT_PTR: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
+static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Whether the cheap handshake is usable (membarrier registered).
-static ASYMMETRIC: OnceLock<bool> = OnceLock::new();
+static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
@@ -56,8 +61,14 @@ fn membarrier(cmd: libc::c_long) -> bool {
 }
 
 pub fn init(capacity: usize) {
-    ASYMMETRIC.get_or_init(|| membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED));
-    SLOTS.get_or_init(|| {
+    if SLOTS.get().is_some() {
+        return;
+    }
+    ASYMMETRIC.store(
+        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED),
+        Ordering::Release,
+    );
+    let slots = SLOTS.get_or_init(|| {
         (0..capacity.max(1))
             .map(|_| Slot {
                 busy: AtomicBool::new(false),
@@ -66,13 +77,19 @@ pub fn init(capacity: usize) {
             })
             .collect()
     });
+    SLOT_COUNT.store(slots.len(), Ordering::Release);
+    SLOT_PTR.store(slots.as_ptr() as *mut Slot, Ordering::Release);
 }
 
 /// Runs `f` on the vCPU's state, if it has one (none before init or after exit).
 #[inline(always)]
 pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
-    let slot = SLOTS.get()?.get(index as usize)?;
-    if ASYMMETRIC.get() == Some(&true) {
+    if index as usize >= SLOT_COUNT.load(Ordering::Relaxed) {
+        return None;
+    }
+    // SAFETY: the slots never move or shrink once published, and `index` is in range.
+    let slot = unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index as usize) };
+    if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
         if slot.closed.load(Ordering::Relaxed) {
@@ -135,7 +152,7 @@ pub fn take_all() -> Vec<VcpuState> {
         slot.closed.store(true, Ordering::Relaxed);
     }
     fence(Ordering::SeqCst);
-    if ASYMMETRIC.get() == Some(&true) && !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
+    if ASYMMETRIC.load(Ordering::Relaxed) && !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
         // Cannot happen once registered; waiting on `busy` below still covers the lock mode.
         eprintln!("qemu-uftrace plugin: membarrier failed at exit");
     }
