@@ -117,6 +117,44 @@ fn longjmp_closes_the_frames_it_skips() {
 }
 
 #[test]
+fn returns_that_land_on_a_page_start_are_seen() {
+    // The call before such a landing is on the previous page: the plugin reads it from guest
+    // memory. Missed, each return would only be settled by the caller's own return, as a
+    // return that skips a frame.
+    let elf = guest_elf("pageedge", Variant::Natural).expect("build guests");
+    let (_tmp, dir) = record(&elf, &[]);
+    let events = without(
+        &replay_events(&dir, 1).expect("replay"),
+        |n| n == "_start",
+        false,
+    );
+    let events = without(&events, is_runtime_function, true);
+    let once = [
+        "E edge_caller",
+        "E edge_callee",
+        "X edge_callee",
+        "X edge_caller",
+        "E edge_indirect",
+        "E edge_callee",
+        "X edge_callee",
+        "X edge_indirect",
+    ];
+    let mut expected = vec!["E main".to_string()];
+    for _ in 0..3 {
+        expected.extend(once.iter().map(|e| e.to_string()));
+    }
+    expected.push("X main".to_string());
+    assert_eq!(events, expected);
+    let stats = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    for key in ["deep_returns", "unmatched_returns", "returns_unseen"] {
+        assert!(
+            stats.lines().any(|l| l == format!("{key}=0")),
+            "{key} is not 0:\n{stats}"
+        );
+    }
+}
+
+#[test]
 fn example_replays_with_names_and_nesting() {
     let (_tmp, dir) = record(&hello_elf().expect("build example"), &[]);
     let d = dir.to_string_lossy().to_string();
