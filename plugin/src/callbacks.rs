@@ -21,7 +21,7 @@ fn settle(v: &mut VcpuState, now: u64) {
 pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now(vcpu_index);
+        let now = v.clock.now();
         settle(v, now);
         v.engine.call(now, site.target, site.ret_addr)
     });
@@ -33,7 +33,7 @@ pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
 pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now(vcpu_index);
+        let now = v.clock.now();
         settle(v, now);
         if let Some(target) = v.regs.read_gpr(site.target as u8) {
             v.engine.call(now, target, site.ret_addr);
@@ -51,7 +51,7 @@ pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
         v.pending.take();
-        let now = v.clock.now(vcpu_index);
+        let now = v.clock.now();
         let mut guest = QemuGuest { buf: &mut v.regs };
         v.engine.ret(now, target, &mut guest);
     });
@@ -64,7 +64,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     let eret_pc = data as u64;
     let isa = crate::isa_or_default();
     vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now(vcpu_index);
+        let now = v.clock.now();
         settle(v, now);
         let level = v
             .regs

@@ -127,18 +127,15 @@ impl Engine {
         let now = self.clamp(now);
         self.stats.returns += 1;
         self.stats.returns_unseen += 1;
-        if self.overflow > 0 {
-            self.overflow -= 1;
-            return;
+        if !self.overflowed_return() {
+            self.close_top(now);
         }
-        self.close_top(now);
     }
 
     #[cold]
     #[inline(never)]
     fn ret_slow(&mut self, now: u64, target: u64, guest: &mut dyn GuestView) {
-        if self.overflow > 0 {
-            self.overflow -= 1;
+        if self.overflowed_return() {
             return;
         }
         if let Some(i) = self.stacks.current().find(target) {
@@ -149,6 +146,15 @@ impl Engine {
         }
         self.stats.unmatched_returns += 1;
         crate::resync::resync(self, now, target, guest);
+    }
+
+    /// Whether a return belongs to a call ignored past HARD_STACK_LIMIT (then swallowed).
+    fn overflowed_return(&mut self) -> bool {
+        let overflowed = self.overflow > 0;
+        if overflowed {
+            self.overflow -= 1;
+        }
+        overflowed
     }
 
     /// Closes frames until only `keep` remain.

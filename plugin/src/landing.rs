@@ -14,10 +14,8 @@
 
 use crate::guest::ByteBuf;
 use crate::isa::{InsnKind, Isa};
-use qemu_plugin::sys::{
-    qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
-    qemu_plugin_u64_set,
-};
+use crate::scoreboard::{Scoreboard, VcpuWord};
+use qemu_plugin::sys::qemu_plugin_u64;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -25,27 +23,16 @@ use std::sync::OnceLock;
 /// memory is contiguous.
 const MIN_PAGE: u64 = 1024;
 
-struct Flag(qemu_plugin_u64);
-
-// The scoreboard is QEMU's and built for concurrent per-vCPU use.
-unsafe impl Send for Flag {}
-unsafe impl Sync for Flag {}
-
-static PENDING: OnceLock<Flag> = OnceLock::new();
+static PENDING: OnceLock<Scoreboard> = OnceLock::new();
 
 pub fn init() {
-    // SAFETY: plain allocation of one zeroed u64 per vCPU: no return is pending at start.
-    PENDING.get_or_init(|| {
-        Flag(qemu_plugin_u64 {
-            score: unsafe { qemu_plugin_scoreboard_new(8) },
-            offset: 0,
-        })
-    });
+    // Zeroed: no return is pending at start.
+    PENDING.get_or_init(Scoreboard::new);
 }
 
 /// The flag a return sets inline and a landing block's callback is conditional on.
 pub fn entry() -> Option<qemu_plugin_u64> {
-    PENDING.get().map(|f| f.0)
+    PENDING.get().map(Scoreboard::entry)
 }
 
 /// Whether a block starting at `pc` is where a call returns: the instruction before it is a
@@ -82,52 +69,23 @@ pub fn is_landing(isa: &dyn Isa, pc: u64, haddr: *const u8) -> bool {
 }
 
 /// One vCPU's flag, as its callbacks read and clear it.
-#[derive(Debug, Clone, Copy)]
-pub enum Pending {
-    /// Straight through the scoreboard entry: only in system mode, where QEMU never grows
-    /// scoreboards while the guest runs (see `clock::VcpuClock::Direct`).
-    Direct(*mut u64),
-    /// Through the API, for user mode, where new guest threads grow the scoreboards.
-    Api(u32),
-    None,
-}
-
-// Only used on the vCPU's own thread.
-unsafe impl Send for Pending {}
+#[derive(Clone, Copy)]
+pub struct Pending(Option<VcpuWord>);
 
 impl Pending {
     pub fn for_vcpu(vcpu_index: u32, system_mode: bool) -> Pending {
-        match entry() {
-            // SAFETY: a live scoreboard, sized for this vCPU before its init.
-            Some(e) if system_mode => Pending::Direct(unsafe {
-                qemu_plugin_scoreboard_find(e.score, vcpu_index) as *mut u64
-            }),
-            Some(_) => Pending::Api(vcpu_index),
-            None => Pending::None,
-        }
+        Pending(PENDING.get().map(|s| s.for_vcpu(vcpu_index, system_mode)))
     }
 
     /// Whether a return is pending; clears it.
     #[inline(always)]
     pub fn take(self) -> bool {
-        match self {
-            // SAFETY: see `Direct`; the inline store setting it runs on this same thread.
-            Pending::Direct(p) => unsafe {
-                let set = p.read_volatile() != 0;
-                if set {
-                    p.write_volatile(0);
-                }
-                set
-            },
-            // SAFETY: a live scoreboard entry of this vCPU.
-            Pending::Api(i) => entry().is_some_and(|e| unsafe {
-                let set = qemu_plugin_u64_get(e, i) != 0;
-                if set {
-                    qemu_plugin_u64_set(e, i, 0);
-                }
-                set
-            }),
-            Pending::None => false,
+        match self.0 {
+            Some(word) if word.get() != 0 => {
+                word.set(0);
+                true
+            }
+            _ => false,
         }
     }
 }

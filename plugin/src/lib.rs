@@ -16,6 +16,7 @@ mod isa;
 mod landing;
 mod output;
 mod resync;
+mod scoreboard;
 mod shadow;
 mod sites;
 mod stats;

@@ -12,7 +12,6 @@ use crate::guest::ByteBuf;
 use crate::hot::Engine;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 /// In C order: what every event reads first, after the slot's flags, then the engine (whose
 /// own hot fields come first).
@@ -37,9 +36,8 @@ pub struct Slot {
 // Access to `state` is serialised by the busy/closed handshake.
 unsafe impl Sync for Slot {}
 
-static SLOTS: OnceLock<Box<[Slot]>> = OnceLock::new();
-/// The slots as the hot path reads them: two plain loads, no initialisation check. Set once
-/// by `init`, before any vCPU exists.
+/// The slots, as two plain loads on the hot path (no initialisation check). Set once by
+/// `init`, before any vCPU exists, and never freed.
 static SLOT_PTR: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
 static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Whether the cheap handshake is usable (membarrier registered).
@@ -61,34 +59,40 @@ fn membarrier(cmd: libc::c_long) -> bool {
 }
 
 pub fn init(capacity: usize) {
-    if SLOTS.get().is_some() {
+    if !slots().is_empty() {
         return;
     }
     ASYMMETRIC.store(
         membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED),
         Ordering::Release,
     );
-    let slots = SLOTS.get_or_init(|| {
+    let slots: &'static [Slot] = Box::leak(
         (0..capacity.max(1))
             .map(|_| Slot {
                 busy: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 state: UnsafeCell::new(None),
             })
-            .collect()
-    });
+            .collect(),
+    );
     SLOT_COUNT.store(slots.len(), Ordering::Release);
     SLOT_PTR.store(slots.as_ptr() as *mut Slot, Ordering::Release);
+}
+
+/// Every slot; empty before `init`.
+fn slots() -> &'static [Slot] {
+    let ptr = SLOT_PTR.load(Ordering::Acquire);
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: published by `init` (pointer after count), leaked, never moved or shrunk.
+    unsafe { std::slice::from_raw_parts(ptr, SLOT_COUNT.load(Ordering::Relaxed)) }
 }
 
 /// Runs `f` on the vCPU's state, if it has one (none before init or after exit).
 #[inline(always)]
 pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
-    if index as usize >= SLOT_COUNT.load(Ordering::Relaxed) {
-        return None;
-    }
-    // SAFETY: the slots never move or shrink once published, and `index` is in range.
-    let slot = unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index as usize) };
+    let slot = slots().get(index as usize)?;
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
@@ -120,7 +124,7 @@ fn lock(flag: &AtomicBool) {
 
 /// Installs a vCPU's state (at vCPU init, on that vCPU's thread, before it runs code).
 pub fn install(index: u32, state: VcpuState) -> bool {
-    let Some(slot) = SLOTS.get().and_then(|s| s.get(index as usize)) else {
+    let Some(slot) = slots().get(index as usize) else {
         return false;
     };
     lock(&slot.busy);
@@ -132,8 +136,7 @@ pub fn install(index: u32, state: VcpuState) -> bool {
 
 /// Runs `f` on every installed vCPU state (at vCPU init, before the guest runs).
 pub fn for_each(mut f: impl FnMut(u32, &mut VcpuState)) {
-    let Some(slots) = SLOTS.get() else { return };
-    for (i, slot) in slots.iter().enumerate() {
+    for (i, slot) in slots().iter().enumerate() {
         lock(&slot.busy);
         // SAFETY: we hold the slot's lock.
         if let Some(state) = unsafe { (*slot.state.get()).as_mut() } {
@@ -145,10 +148,8 @@ pub fn for_each(mut f: impl FnMut(u32, &mut VcpuState)) {
 
 /// Takes every vCPU's state away; later callbacks find nothing and do nothing.
 pub fn take_all() -> Vec<VcpuState> {
-    let Some(slots) = SLOTS.get() else {
-        return Vec::new();
-    };
-    for slot in slots.iter() {
+    let slots = slots();
+    for slot in slots {
         slot.closed.store(true, Ordering::Relaxed);
     }
     fence(Ordering::SeqCst);

@@ -1,0 +1,79 @@
+//! Per-vCPU words that inline ops update (the instruction counter, the pending-return flag),
+//! as callbacks read and write them.
+//!
+//! In system mode a vCPU reaches its word through a pointer taken at vCPU init: QEMU grows a
+//! scoreboard only when it creates a vCPU, all vCPUs exist before the guest runs, and every
+//! vCPU init refreshes every vCPU's pointers. In user mode guest threads create vCPUs while
+//! others run, so words go through the API.
+
+use qemu_plugin::sys::{
+    qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
+    qemu_plugin_u64_set,
+};
+
+/// One zero-initialised u64 per vCPU.
+pub struct Scoreboard(qemu_plugin_u64);
+
+// The scoreboard is QEMU's and built for concurrent per-vCPU use.
+unsafe impl Send for Scoreboard {}
+unsafe impl Sync for Scoreboard {}
+
+impl Scoreboard {
+    pub fn new() -> Scoreboard {
+        // SAFETY: plain allocation of one zeroed u64 per vCPU.
+        Scoreboard(qemu_plugin_u64 {
+            score: unsafe { qemu_plugin_scoreboard_new(8) },
+            offset: 0,
+        })
+    }
+
+    /// The entry that inline ops name.
+    pub fn entry(&self) -> qemu_plugin_u64 {
+        self.0
+    }
+
+    /// How vCPU `vcpu_index` reaches its word; `self` lives in a static.
+    pub fn for_vcpu(&'static self, vcpu_index: u32, system_mode: bool) -> VcpuWord {
+        if system_mode {
+            // SAFETY: a live scoreboard, sized for this vCPU before its init.
+            VcpuWord::Direct(
+                unsafe { qemu_plugin_scoreboard_find(self.0.score, vcpu_index) } as *mut u64,
+            )
+        } else {
+            VcpuWord::Api(self, vcpu_index)
+        }
+    }
+}
+
+/// One vCPU's word.
+#[derive(Clone, Copy)]
+pub enum VcpuWord {
+    /// Valid until the next vCPU init (module comment).
+    Direct(*mut u64),
+    Api(&'static Scoreboard, u32),
+}
+
+// Only used on the vCPU's own thread, where the inline ops on the word also run.
+unsafe impl Send for VcpuWord {}
+
+impl VcpuWord {
+    #[inline(always)]
+    pub fn get(self) -> u64 {
+        match self {
+            // SAFETY: see `Direct`.
+            VcpuWord::Direct(p) => unsafe { p.read_volatile() },
+            // SAFETY: a live scoreboard entry of this vCPU.
+            VcpuWord::Api(s, i) => unsafe { qemu_plugin_u64_get(s.0, i) },
+        }
+    }
+
+    #[inline(always)]
+    pub fn set(self, value: u64) {
+        match self {
+            // SAFETY: see `Direct`.
+            VcpuWord::Direct(p) => unsafe { p.write_volatile(value) },
+            // SAFETY: a live scoreboard entry of this vCPU.
+            VcpuWord::Api(s, i) => unsafe { qemu_plugin_u64_set(s.0, i, value) },
+        }
+    }
+}
