@@ -3,7 +3,7 @@
 //! Image's own kallsyms, including the first calls made at physical addresses.
 
 use qemu_uftrace_tests::replay::uftrace;
-use qemu_uftrace_tests::{cached, kernel_boot_args};
+use qemu_uftrace_tests::{cached, kernel_boot_args, plugin_stat};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -37,11 +37,10 @@ fn record_boot(cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, Stri
 }
 
 fn stat(dir: &Path, key: &str) -> u64 {
-    let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key} in plugin.stats:\n{text}"))
+    let value = plugin_stat(dir, key);
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{key}={value} in plugin.stats is not a count"))
 }
 
 #[test]

@@ -15,7 +15,9 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use qemu_uftrace_tests::{guest_elf, hello_elf, kernel_boot_args, qemu_args, Variant, QEMU};
+use qemu_uftrace_tests::{
+    guest_elf, hello_elf, kernel_boot_args, plugin_stat, qemu_args, Variant, QEMU,
+};
 
 /// How long a signal test waits for the trace to grow, or for us to exit.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -240,15 +242,6 @@ fn summary_counts(stderr: &str) -> (u64, u64, u64) {
     (nums[0], nums[1], nums[2])
 }
 
-/// `key=value` from a `plugin.stats`.
-fn stat(dir: &Path, key: &str) -> String {
-    let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key}=")))
-        .unwrap_or_else(|| panic!("no {key} in plugin.stats:\n{text}"))
-        .to_string()
-}
-
 /// The one `sid-*.map` of a trace directory: its path and text.
 fn the_map(dir: &Path) -> (PathBuf, String) {
     let maps: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -308,8 +301,8 @@ fn records_assembles_and_names_functions() {
 
     let data = env.path("hello.data");
     assert!(!env.path("hello.data.partial").exists());
-    assert_eq!(stat(&data, "complete"), "1");
-    assert_eq!(stat(&data, "events"), events.to_string());
+    assert_eq!(plugin_stat(&data, "complete"), "1");
+    assert_eq!(plugin_stat(&data, "events"), events.to_string());
     assert_eq!(assert_records(&data.join("1.dat")), events * 16);
     for f in ["info", "task.txt", "hello.elf.sym", "hello.elf.dbg"] {
         assert!(data.join(f).is_file(), "{f} missing");
@@ -592,7 +585,7 @@ fn sigterm_is_forwarded_to_qemu() {
 fn check_stopped_trace(env: &Env, name: &str, err: &str) {
     let data = env.path(name);
     assert!(!env.path(&format!("{name}.partial")).exists());
-    assert_eq!(stat(&data, "complete"), "1");
+    assert_eq!(plugin_stat(&data, "complete"), "1");
     let (events, ..) = summary_counts(err);
     assert_eq!(assert_records(&data.join("1.dat")), events * 16);
     assert!(!err.contains("INCOMPLETE"), "{err}");

@@ -406,6 +406,16 @@ pub fn qemu_args(elf: &Path) -> Vec<String> {
     .collect()
 }
 
+/// `key=value` from the `plugin.stats` of a trace directory; panics, quoting the file, when
+/// the key is missing.
+pub fn plugin_stat(dir: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in plugin.stats:\n{text}"))
+        .to_string()
+}
+
 /// Runs a guest under plain QEMU (no plugin) with stdin closed and returns
 /// QEMU's exit status (the guest's `main` return value) and the UART output.
 pub fn run_plain_qemu(elf: &Path) -> Result<(i32, String)> {
