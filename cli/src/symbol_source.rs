@@ -117,18 +117,13 @@ impl<T: Send + 'static> BackgroundLoad<T> {
 }
 
 /// Lowers the calling thread's priority: symbols load while QEMU runs, and on a small machine
-/// they should take only what QEMU leaves. SCHED_IDLE runs the thread only on an otherwise idle
-/// CPU (a niced thread still got time slices on the vCPU's core: ~0.03 s of a kernel boot);
-/// nice 19 where that policy is refused.
+/// they should take what QEMU leaves rather than slow the guest down. Not SCHED_IDLE: on a
+/// machine busy with other work that would starve the thread, and `record` waits for it.
 fn yield_to_qemu() {
-    // SAFETY: plain syscalls on the calling thread (Linux policies and nice values are per
-    // thread); `param` outlives the call.
+    // SAFETY: plain syscalls on the calling thread (Linux nice values are per thread).
     unsafe {
-        let param = libc::sched_param { sched_priority: 0 };
-        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-        }
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
     }
 }
 
