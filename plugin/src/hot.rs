@@ -33,6 +33,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(buf: Vec<u8>, spill: Spill, record_depth: usize) -> Engine {
+        detect_prefetch();
         Engine {
             last_time: 0,
             buf,
@@ -52,11 +53,10 @@ impl Engine {
         let len = self.buf.len();
         // SAFETY: there is room for a record (checked above), and its bytes are set here.
         unsafe {
-            store_record(
-                self.buf.as_mut_ptr().add(len),
-                time,
-                encode_word(kind, depth as u32, addr),
-            );
+            let p = self.buf.as_mut_ptr().add(len);
+            prefetch_for_write(p.wrapping_add(PREFETCH_AHEAD));
+            (p as *mut [u64; 2])
+                .write_unaligned([time.to_le(), encode_word(kind, depth as u32, addr).to_le()]);
             self.buf.set_len(len + RECORD_SIZE);
         }
         self.stats.events += 1;
@@ -167,11 +167,6 @@ impl Engine {
     /// Hands the filled buffer to the writer.
     #[cold]
     pub fn flush(&mut self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a plain fence; it orders the streaming stores before the hand-over.
-        unsafe {
-            core::arch::x86_64::_mm_sfence()
-        };
         if !self.buf.is_empty() {
             let full = std::mem::take(&mut self.buf);
             self.buf = (self.spill)(full);
@@ -180,23 +175,45 @@ impl Engine {
     }
 }
 
-/// Writes one record (time, then the packed word, little-endian) at `p`.
-///
-/// # Safety
-/// `p` is valid for 16 bytes of writes.
-#[inline(always)]
-unsafe fn store_record(p: *mut u8, time: u64, word: u64) {
+/// How far ahead of the write position the record buffer is prefetched. A recycled buffer
+/// is cold (the writer thread read it last), and a store to a cold line waits for it: the
+/// records of a kernel boot took ~0.1 s that way, streaming stores as much. Fetched 4 KiB
+/// (~25 µs) ahead, the lines are there when written; the boot saves 0.05–0.09 s.
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Whether this CPU has PREFETCHW (cheaper here than a read prefetch; the encoding is not
+/// promised to be harmless on older Intel CPUs, so it is used only when CPUID says so).
+#[cfg(target_arch = "x86_64")]
+static PREFETCHW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Looks up what `prefetch_for_write` may use (at vCPU init, before the vCPU runs).
+fn detect_prefetch() {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as the caller promises. Streaming stores: a record is written once and read by
-    // the writer thread much later, and a plain store would first fetch every line of a cold
-    // buffer (read for ownership) into the vCPU's cache. `flush` fences them.
-    unsafe {
-        core::arch::x86_64::_mm_stream_si64(p as *mut i64, time as i64);
-        core::arch::x86_64::_mm_stream_si64(p.add(8) as *mut i64, word as i64);
+    {
+        // Leaf 0x8000_0001 exists on every x86-64 CPU; ECX bit 8 is PRFCHW (3DNowPrefetch).
+        let ecx = core::arch::x86_64::__cpuid(0x8000_0001).ecx;
+        PREFETCHW.store(ecx & (1 << 8) != 0, std::sync::atomic::Ordering::Relaxed);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: as the caller promises.
+}
+
+/// Asks for the line at `p`, in a writable state where the CPU allows. A hint: never faults,
+/// whatever `p` is.
+#[inline(always)]
+fn prefetch_for_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetches have no architectural effect; PREFETCHW only where CPUID has it.
     unsafe {
-        (p as *mut [u64; 2]).write_unaligned([time.to_le(), word.to_le()])
+        if PREFETCHW.load(std::sync::atomic::Ordering::Relaxed) {
+            core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+        } else {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+        }
     };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above.
+    unsafe {
+        core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = p;
 }
