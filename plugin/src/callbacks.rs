@@ -4,7 +4,7 @@
 //! from `sites`.
 
 use crate::guest::QemuGuest;
-use crate::sites::call_site_at;
+use crate::sites::{call_site_at, unpack};
 use crate::vcpu::{self, VcpuState};
 use std::ffi::{c_uint, c_void};
 
@@ -16,15 +16,26 @@ fn settle(v: &mut VcpuState, now: u64) {
     }
 }
 
+#[inline(always)]
+fn direct_call(vcpu_index: c_uint, target: u64, ret_addr: u64) {
+    vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now();
+        settle(v, now);
+        v.engine.call(now, target, ret_addr)
+    });
+}
+
+/// A direct call whose addresses `sites::pack` fitted into `data` (most of them).
+pub extern "C" fn on_packed_call(vcpu_index: c_uint, data: *mut c_void) {
+    let (target, ret_addr) = unpack(data as u64);
+    direct_call(vcpu_index, target, ret_addr);
+}
+
 /// # Safety
 /// `data` is a call site from `sites::call_site`.
 pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
-    vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now();
-        settle(v, now);
-        v.engine.call(now, site.target, site.ret_addr)
-    });
+    direct_call(vcpu_index, site.target, site.ret_addr);
 }
 
 /// # Safety

@@ -2,9 +2,11 @@
 //! attach a callback to calls, a flag store to returns, and a conditional callback to blocks
 //! where returns land (`landing`).
 
-use crate::callbacks::{on_direct_call, on_exception_return, on_indirect_call, on_landing};
+use crate::callbacks::{
+    on_direct_call, on_exception_return, on_indirect_call, on_landing, on_packed_call,
+};
 use crate::isa::{InsnKind, Target};
-use crate::sites::call_site;
+use crate::sites::{call_site, pack};
 use qemu_plugin::sys::{
     qemu_plugin_cb_flags, qemu_plugin_cond, qemu_plugin_id_t, qemu_plugin_insn_data,
     qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr, qemu_plugin_op,
@@ -67,11 +69,18 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
                 InsnKind::Call {
                     target: Target::Direct(t),
                     ret_addr,
-                } => (
-                    Some(on_direct_call),
-                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
-                    call_site(pc, t, ret_addr),
-                ),
+                } => match pack(t, ret_addr) {
+                    Some(word) => (
+                        Some(on_packed_call),
+                        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                        word as usize as *mut c_void,
+                    ),
+                    None => (
+                        Some(on_direct_call),
+                        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
+                        call_site(pc, t, ret_addr),
+                    ),
+                },
                 InsnKind::Call {
                     target: Target::Register(r),
                     ret_addr,
