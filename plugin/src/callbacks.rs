@@ -16,26 +16,26 @@ fn settle(v: &mut VcpuState, now: u64) {
     }
 }
 
+/// A call whose target is known. Each callback wraps this in its own closure, which the
+/// compiler then inlines (one shared closure was left out of line).
 #[inline(always)]
-fn direct_call(vcpu_index: c_uint, target: u64, ret_addr: u64) {
-    vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now();
-        settle(v, now);
-        v.engine.call(now, target, ret_addr)
-    });
+fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
+    let now = v.clock.now();
+    settle(v, now);
+    v.engine.call(now, target, ret_addr)
 }
 
 /// A direct call whose addresses `sites::pack` fitted into `data` (most of them).
 pub extern "C" fn on_packed_call(vcpu_index: c_uint, data: *mut c_void) {
     let (target, ret_addr) = unpack(data as u64);
-    direct_call(vcpu_index, target, ret_addr);
+    vcpu::with(vcpu_index, |v| direct_call(v, target, ret_addr));
 }
 
 /// # Safety
 /// `data` is a call site from `sites::call_site`.
 pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
-    direct_call(vcpu_index, site.target, site.ret_addr);
+    vcpu::with(vcpu_index, |v| direct_call(v, site.target, site.ret_addr));
 }
 
 /// # Safety

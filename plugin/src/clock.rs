@@ -22,9 +22,10 @@ impl ClockKind {
 /// The per-vCPU counter an inline op bumps at every block start (`None`: wall clock).
 static COUNTER: OnceLock<Option<Scoreboard>> = OnceLock::new();
 
-pub fn init(kind: ClockKind) {
+/// `counter`: a zeroed per-vCPU word, used when counting instructions.
+pub fn init(kind: ClockKind, counter: Scoreboard) {
     COUNTER.get_or_init(|| match kind {
-        ClockKind::Insn => Some(Scoreboard::new()),
+        ClockKind::Insn => Some(counter),
         ClockKind::Wall => None,
     });
 }

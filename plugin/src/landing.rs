@@ -25,9 +25,9 @@ const MIN_PAGE: u64 = 1024;
 
 static PENDING: OnceLock<Scoreboard> = OnceLock::new();
 
-pub fn init() {
-    // Zeroed: no return is pending at start.
-    PENDING.get_or_init(Scoreboard::new);
+/// `flag`: a zeroed per-vCPU word (no return is pending at start).
+pub fn init(flag: Scoreboard) {
+    PENDING.get_or_init(|| flag);
 }
 
 /// The flag a return sets inline and a landing block's callback is conditional on.

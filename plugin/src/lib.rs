@@ -96,8 +96,9 @@ impl Register for Plugin {
         let output =
             Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
         let _ = OUTPUT.set(output);
-        clock::init(cfg.clock);
-        landing::init();
+        let (counter, pending) = scoreboard::clock_and_pending();
+        clock::init(cfg.clock, counter);
+        landing::init(pending);
         let _ = CONFIG.set(cfg);
         // SAFETY: registering a plain extern "C" callback for our own plugin id.
         unsafe {

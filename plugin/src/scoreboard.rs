@@ -1,5 +1,6 @@
 //! Per-vCPU words that inline ops update (the instruction counter, the pending-return flag),
-//! as callbacks read and write them.
+//! as callbacks read and write them. Both live in one 16-byte scoreboard element, so that
+//! an event finds them on one cache line.
 //!
 //! In system mode a vCPU reaches its word through a pointer taken at vCPU init: QEMU grows a
 //! scoreboard only when it creates a vCPU, all vCPUs exist before the guest runs, and every
@@ -14,19 +15,22 @@ use qemu_plugin::sys::{
 /// One zero-initialised u64 per vCPU.
 pub struct Scoreboard(qemu_plugin_u64);
 
+/// The words every event reads, in one scoreboard: `[instruction counter, pending flag]`.
+pub fn clock_and_pending() -> (Scoreboard, Scoreboard) {
+    // SAFETY: plain allocation of two zeroed u64 per vCPU; elements are 16-byte aligned
+    // (GArray's malloc), so a vCPU's two words never straddle a cache line.
+    let score = unsafe { qemu_plugin_scoreboard_new(16) };
+    (
+        Scoreboard(qemu_plugin_u64 { score, offset: 0 }),
+        Scoreboard(qemu_plugin_u64 { score, offset: 8 }),
+    )
+}
+
 // The scoreboard is QEMU's and built for concurrent per-vCPU use.
 unsafe impl Send for Scoreboard {}
 unsafe impl Sync for Scoreboard {}
 
 impl Scoreboard {
-    pub fn new() -> Scoreboard {
-        // SAFETY: plain allocation of one zeroed u64 per vCPU.
-        Scoreboard(qemu_plugin_u64 {
-            score: unsafe { qemu_plugin_scoreboard_new(8) },
-            offset: 0,
-        })
-    }
-
     /// The entry that inline ops name.
     pub fn entry(&self) -> qemu_plugin_u64 {
         self.0
@@ -35,10 +39,12 @@ impl Scoreboard {
     /// How vCPU `vcpu_index` reaches its word; `self` lives in a static.
     pub fn for_vcpu(&'static self, vcpu_index: u32, system_mode: bool) -> VcpuWord {
         if system_mode {
-            // SAFETY: a live scoreboard, sized for this vCPU before its init.
-            VcpuWord::Direct(
-                unsafe { qemu_plugin_scoreboard_find(self.0.score, vcpu_index) } as *mut u64,
-            )
+            // SAFETY: a live scoreboard, sized for this vCPU before its init; the offset is
+            // within its element.
+            VcpuWord::Direct(unsafe {
+                (qemu_plugin_scoreboard_find(self.0.score, vcpu_index) as *mut u8)
+                    .add(self.0.offset)
+            } as *mut u64)
         } else {
             VcpuWord::Api(self, vcpu_index)
         }
