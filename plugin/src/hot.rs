@@ -16,7 +16,8 @@ pub const HARD_STACK_LIMIT: usize = 16 * 1024;
 pub type Spill = Box<dyn FnMut(Vec<u8>) -> Vec<u8> + Send>;
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
-/// event touches first, so that an event reads two or three cache lines, not five.
+/// event touches first (through the stats' call and return counts), so that with the vCPU
+/// slot's header an event reads two cache lines of it, not three.
 #[repr(C)]
 pub struct Engine {
     /// Keeps time monotonic within the file whatever the clock does.
@@ -25,9 +26,12 @@ pub struct Engine {
     pub stacks: StackSet,
     /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack).
     record_depth: usize,
+    /// `events` is not counted here but by [`Engine::stats`], from the records emitted.
+    pub stats: Stats,
     /// Calls ignored past HARD_STACK_LIMIT; their returns are swallowed one for one.
     overflow: u64,
-    pub stats: Stats,
+    /// Records handed to the writer so far.
+    spilled: u64,
     spill: Spill,
 }
 
@@ -39,9 +43,18 @@ impl Engine {
             buf,
             stacks: StackSet::default(),
             record_depth,
-            overflow: 0,
             stats: Stats::default(),
+            overflow: 0,
+            spilled: 0,
             spill,
+        }
+    }
+
+    /// The counts so far, with the records emitted.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            events: self.spilled + (self.buf.len() / RECORD_SIZE) as u64,
+            ..self.stats
         }
     }
 
@@ -59,7 +72,6 @@ impl Engine {
                 .write_unaligned([time.to_le(), encode_word(kind, depth as u32, addr).to_le()]);
             self.buf.set_len(len + RECORD_SIZE);
         }
-        self.stats.events += 1;
     }
 
     #[inline(always)]
@@ -168,6 +180,7 @@ impl Engine {
     #[cold]
     pub fn flush(&mut self) {
         if !self.buf.is_empty() {
+            self.spilled += (self.buf.len() / RECORD_SIZE) as u64;
             let full = std::mem::take(&mut self.buf);
             self.buf = (self.spill)(full);
             self.buf.clear();

@@ -156,7 +156,7 @@ fn finish() {
     let mut text = String::new();
     let mut tids = Vec::new();
     for s in &states {
-        total.add(&s.engine.stats);
+        total.add(&s.engine.stats());
         if written.bytes.get(&s.tid).copied().unwrap_or(0) > 0 {
             tids.push(s.tid.to_string());
         }
@@ -182,7 +182,7 @@ fn finish() {
     for s in &states {
         let open: usize = s.engine.stacks.iter().map(|(_, st)| st.len()).sum();
         text.push_str(&format!("vcpu{}.open_frames={open}\n", s.tid - 1));
-        for (k, v) in s.engine.stats.lines() {
+        for (k, v) in s.engine.stats().lines() {
             text.push_str(&format!("vcpu{}.{k}={v}\n", s.tid - 1));
         }
     }

@@ -8,7 +8,7 @@ pub struct Stats {
     pub calls: u64,
     /// Return instructions executed.
     pub returns: u64,
-    /// Records written (entries, exits and markers).
+    /// Records written (entries, exits and markers); filled in by `Engine::stats`.
     pub events: u64,
     /// Returns that matched a frame below the top (longjmp, or frames that never returned).
     pub deep_returns: u64,

@@ -137,7 +137,7 @@ fn recursion_buffers_spill_without_loss() {
     assert_eq!(recs[49].depth, 49);
     assert_eq!(recs[50].kind, RecordType::Exit);
     assert_eq!(recs[50].depth, 49);
-    assert_eq!(r.engine.stats.events, 100);
+    assert_eq!(r.engine.stats().events, 100);
 }
 
 #[test]
