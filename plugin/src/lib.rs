@@ -133,11 +133,16 @@ impl HasCallbacks for Plugin {
             regs: guest::ByteBuf::new(),
         };
         vcpu::install(vcpu_id, state);
-        // Creating a vCPU may have grown the scoreboards: point every vCPU at the new ones.
-        vcpu::for_each(|i, s| {
-            s.clock = clock::VcpuClock::for_vcpu(i, system);
-            s.pending = landing::Pending::for_vcpu(i, system);
-        });
+        if system {
+            // Creating a vCPU may have grown the scoreboards: point every vCPU at the new
+            // ones. Only system mode caches pointers (all vCPUs exist before the guest
+            // runs); user mode's words go through the API and never go stale, and its
+            // other vCPUs are running, so their state must not be touched from here.
+            vcpu::for_each(|i, s| {
+                s.clock = clock::VcpuClock::for_vcpu(i, system);
+                s.pending = landing::Pending::for_vcpu(i, system);
+            });
+        }
         Ok(())
     }
 }
