@@ -141,21 +141,28 @@ impl GuestView for QemuGuest<'_> {
     }
 
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {
-        let pc = ret_addr.checked_sub(self.isa().call_len())?;
-        let len = self.isa().fetch_len();
-        let insn = self.buf.read_memory(pc, len)?.to_vec();
-        match self.isa().classify(pc, &insn) {
-            InsnKind::Call {
-                target,
-                ret_addr: r,
-            } if r == ret_addr => Some(CallSite {
-                pc,
-                target: match target {
-                    Target::Direct(t) => Some(t),
-                    Target::Register(_) => None,
-                },
-            }),
-            _ => None,
-        }
+        let isa = self.isa();
+        let pc = ret_addr.checked_sub(isa.call_len())?;
+        let insn = self.buf.read_memory(pc, isa.fetch_len())?.to_vec();
+        call_returning_to(isa, ret_addr, &insn)
+    }
+}
+
+/// The call whose bytes `insn` are (at `ret_addr` minus a call's length), if it returns to
+/// `ret_addr`.
+pub fn call_returning_to(isa: &dyn Isa, ret_addr: u64, insn: &[u8]) -> Option<CallSite> {
+    let pc = ret_addr.checked_sub(isa.call_len())?;
+    match isa.classify(pc, insn) {
+        InsnKind::Call {
+            target,
+            ret_addr: r,
+        } if r == ret_addr => Some(CallSite {
+            pc,
+            target: match target {
+                Target::Direct(t) => Some(t),
+                Target::Register(_) => None,
+            },
+        }),
+        _ => None,
     }
 }

@@ -12,8 +12,8 @@
 //! between a return and its landing block) leaves the flag set; the next callback finds it
 //! and closes the top frame, the return's most likely owner (`Engine::ret_unseen`).
 
-use crate::guest::ByteBuf;
-use crate::isa::{InsnKind, Isa};
+use crate::guest::{call_returning_to, ByteBuf};
+use crate::isa::Isa;
 use crate::scoreboard::{Scoreboard, VcpuWord};
 use qemu_plugin::sys::qemu_plugin_u64;
 use std::cell::RefCell;
@@ -65,7 +65,7 @@ pub fn is_landing(isa: &dyn Isa, pc: u64, haddr: *const u8) -> bool {
             return false;
         }
     }
-    matches!(isa.classify(before, &bytes[..n]), InsnKind::Call { ret_addr, .. } if ret_addr == pc)
+    call_returning_to(isa, pc, &bytes[..n]).is_some()
 }
 
 /// One vCPU's flag, as its callbacks read and clear it.

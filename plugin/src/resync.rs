@@ -25,10 +25,17 @@ pub trait GuestView {
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite>;
 }
 
-/// Return addresses from the frame-record chain, innermost first. Code built without frame
-/// pointers leaves anything in the frame-pointer register, so a record only counts when its
-/// return address follows a call instruction.
-pub fn frame_chain(guest: &mut dyn GuestView) -> Vec<u64> {
+/// One frame record's return address, with the target of the call before it when direct.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    ret_addr: u64,
+    callee: Option<u64>,
+}
+
+/// The frame-record chain, innermost first. Code built without frame pointers leaves
+/// anything in the frame-pointer register, so a record only counts when its return address
+/// follows a call instruction.
+fn frame_chain(guest: &mut dyn GuestView) -> Vec<Link> {
     let mut chain = Vec::new();
     let Some(mut fp) = guest.frame_pointer() else {
         return chain;
@@ -37,10 +44,16 @@ pub fn frame_chain(guest: &mut dyn GuestView) -> Vec<u64> {
         let Some((next, lr)) = guest.frame_record(fp) else {
             break;
         };
-        if lr == 0 || guest.call_before(lr).is_none() {
+        if lr == 0 {
             break;
         }
-        chain.push(lr);
+        let Some(call) = guest.call_before(lr) else {
+            break;
+        };
+        chain.push(Link {
+            ret_addr: lr,
+            callee: call.target,
+        });
         // Callers' records sit higher on a downward-growing stack; anything else is junk.
         if next <= fp {
             break;
@@ -66,30 +79,32 @@ fn containing_frame(stack: &ShadowStack, pc: u64) -> Option<usize> {
 pub fn resync(engine: &mut Engine, now: u64, target: u64, guest: &mut dyn GuestView) {
     let chain = frame_chain(guest);
     // 1. The innermost frame record we already know marks where our stack is still right.
-    let known = chain
-        .iter()
-        .enumerate()
-        .find_map(|(k, lr)| engine.stacks.current().find(*lr).map(|frame| (k, frame)));
+    let known = chain.iter().enumerate().find_map(|(k, link)| {
+        let frame = engine.stacks.current().find(link.ret_addr)?;
+        Some((k, frame))
+    });
     if let Some((k, frame)) = known {
         engine.close_down_to(now, frame + 1);
-        open_chain(engine, now, target, &chain[..k], guest);
+        open_chain(engine, now, target, &chain[..k]);
         engine.stats.resyncs += 1;
         return;
     }
     // 2. Without frame records to go by: a second return from a call an open frame made
     //    (longjmp to setjmp's return address) closes everything that frame called. With
     //    records that match nothing we know, the guest is on another stack (step 3).
-    if let Some(site) = guest.call_before(target).filter(|_| chain.is_empty()) {
-        if let Some(i) = containing_frame(engine.stacks.current(), site.pc) {
-            engine.close_down_to(now, i + 1);
-            engine.stats.resyncs += 1;
-            return;
+    if chain.is_empty() {
+        if let Some(site) = guest.call_before(target) {
+            if let Some(i) = containing_frame(engine.stacks.current(), site.pc) {
+                engine.close_down_to(now, i + 1);
+                engine.stats.resyncs += 1;
+                return;
+            }
         }
     }
     // 3. A stack we never saw: close ours, open what the frame records show.
     engine.close_down_to(now, 0);
     if !chain.is_empty() {
-        open_chain(engine, now, target, &chain, guest);
+        open_chain(engine, now, target, &chain);
         engine.stats.resyncs += 1;
     }
 }
@@ -97,25 +112,19 @@ pub fn resync(engine: &mut Engine, now: u64, target: u64, guest: &mut dyn GuestV
 /// Opens frames we never saw entered, outermost first. An entry is the target of the call
 /// before its return address when that call is direct; otherwise any address inside the
 /// function names it just as well for uftrace.
-fn open_chain(
-    engine: &mut Engine,
-    now: u64,
-    target: u64,
-    chain: &[u64],
-    guest: &mut dyn GuestView,
-) {
+fn open_chain(engine: &mut Engine, now: u64, target: u64, chain: &[Link]) {
     for k in (0..chain.len()).rev() {
-        let inside = if k == 0 { target } else { chain[k - 1] };
-        let func = guest
-            .call_before(chain[k])
-            .and_then(|c| c.target)
-            .unwrap_or(inside);
+        let inside = if k == 0 {
+            target
+        } else {
+            chain[k - 1].ret_addr
+        };
         engine.stats.synthetic_entries += 1;
         engine.open(
             now,
             Frame {
-                func,
-                ret_addr: chain[k],
+                func: chain[k].callee.unwrap_or(inside),
+                ret_addr: chain[k].ret_addr,
             },
         );
     }
