@@ -65,8 +65,8 @@ const CHUNK: usize = 4096;
 
 #[derive(Default)]
 struct Arena {
-    chunks: Vec<Box<[CallSite]>>,
-    used: usize,
+    /// Each chunk is filled up to its capacity and never beyond, so it never reallocates.
+    chunks: Vec<Vec<CallSite>>,
     index: HashMap<(u64, u64, u64), &'static CallSite>,
 }
 
@@ -85,22 +85,14 @@ pub fn call_site(pc: u64, target: u64, ret_addr: u64) -> *mut c_void {
     if let Some(site) = arena.index.get(&key) {
         return *site as *const CallSite as *mut c_void;
     }
-    if arena.chunks.is_empty() || arena.used == CHUNK {
-        let chunk: Box<[CallSite]> = (0..CHUNK)
-            .map(|_| CallSite {
-                target: 0,
-                ret_addr: 0,
-            })
-            .collect();
-        arena.chunks.push(chunk);
-        arena.used = 0;
+    if arena.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+        arena.chunks.push(Vec::with_capacity(CHUNK));
     }
-    let used = arena.used;
     let chunk = arena.chunks.last_mut().expect("a chunk was just ensured");
-    chunk[used] = CallSite { target, ret_addr };
-    let ptr: *const CallSite = &chunk[used];
-    arena.used += 1;
-    // SAFETY: chunks are never freed or moved (boxed slices inside the arena's Vec).
+    chunk.push(CallSite { target, ret_addr });
+    let ptr: *const CallSite = chunk.last().expect("just pushed");
+    // SAFETY: a chunk's buffer is never freed, and never moves: it is not pushed to past
+    // its capacity.
     let site: &'static CallSite = unsafe { &*ptr };
     arena.index.insert(key, site);
     ptr as *mut c_void
