@@ -5,7 +5,7 @@
 # Runs symbols/examples/load (release); prints its counts and /usr/bin/time's figures.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
+. "$root/bench/common.sh"
 vmlinux=${1:-$cache/kernel-dbg/vmlinux}
 image=${2:-$cache/kernel/vmlinuz}
 if [ ! -s "$vmlinux" ] || [ ! -s "$image" ] || [ ! -x /usr/bin/time ]; then
