@@ -36,12 +36,6 @@ impl MapEntry {
     pub fn range48(&self) -> (u64, u64) {
         range48(self.start, self.end)
     }
-    fn start48(&self) -> u64 {
-        self.range48().0
-    }
-    fn end48(&self) -> u64 {
-        self.range48().1
-    }
     /// The `.sym`/`.dbg` file stem uftrace derives from this line.
     pub fn module_name(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or(&self.path)
@@ -78,21 +72,23 @@ impl std::error::Error for MapError {}
 /// Sorts and checks entries: non-empty, non-overlapping (in 48 bits), unique module names.
 pub fn normalize(mut entries: Vec<MapEntry>) -> Result<Vec<MapEntry>, MapError> {
     entries.retain(|e| e.path != "[stack]");
-    entries.sort_by_key(|e| e.start48());
+    entries.sort_by_key(|e| e.range48().0);
     let mut names = std::collections::HashSet::new();
     for e in &entries {
         if e.path.is_empty() || e.path.chars().any(char::is_whitespace) {
             return Err(MapError::BadPath(e.path.clone()));
         }
-        if e.end48() <= e.start48() {
+        let (start, end) = e.range48();
+        if end <= start {
             return Err(MapError::Empty(e.path.clone()));
         }
         if !names.insert(e.module_name().to_string()) {
             return Err(MapError::SameName(e.module_name().to_string()));
         }
     }
+    // Sorted by start and all non-empty, so this is just w[1] starting before w[0] ends.
     for w in entries.windows(2) {
-        if w[1].start48() < w[0].end48() {
+        if overlaps(w[0].range48(), w[1].range48()) {
             return Err(MapError::Overlap(w[0].path.clone(), w[1].path.clone()));
         }
     }
@@ -104,13 +100,8 @@ pub fn write_map(w: &mut impl Write, entries: Vec<MapEntry>) -> io::Result<()> {
     let entries = normalize(entries)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     for e in &entries {
-        writeln!(
-            w,
-            "{:x}-{:x} r-xp 00000000 00:00 0 {}",
-            e.start48(),
-            e.end48(),
-            e.path
-        )?;
+        let (start, end) = e.range48();
+        writeln!(w, "{start:x}-{end:x} r-xp 00000000 00:00 0 {}", e.path)?;
     }
     writeln!(w, "{STACK_LINE}")
 }
@@ -171,7 +162,7 @@ mod tests {
     #[test]
     fn end_at_top_of_space_does_not_wrap() {
         let m = e(0xffff_ffff_ffff_0000, 0, "/top");
-        assert_eq!(m.end48(), 0x1_0000_0000_0000);
+        assert_eq!(m.range48().1, 0x1_0000_0000_0000);
     }
 
     #[test]

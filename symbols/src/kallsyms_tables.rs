@@ -56,7 +56,7 @@ fn u16_at(data: &[u8], at: usize) -> Option<u16> {
         data.get(at..at.checked_add(2)?)?.try_into().ok()?,
     ))
 }
-fn u32_at(data: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(data: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(
         data.get(at..at.checked_add(4)?)?.try_into().ok()?,
     ))
@@ -84,7 +84,7 @@ pub(crate) fn find(data: &[u8]) -> Option<Tables> {
     None
 }
 
-fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
     let first = *needle.first()?;
     let mut i = 0;
     while i + needle.len() <= hay.len() {

@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use std::io::Read;
 use std::path::Path;
 
-use crate::functions::{is_mapping_symbol, Candidate};
-use crate::kallsyms_tables::{self, u64_at, RawSymbol};
-use crate::system_map::{image_from_symbols, is_etext, is_text_type};
+use crate::functions::Candidate;
+use crate::kallsyms_tables::{self, find_bytes, u32_at, u64_at, RawSymbol};
+use crate::system_map::{image_from_symbols, is_etext, text_candidate};
 use crate::{Arch, Image, LoadOptions, SymbolError};
 
 /// No decompressed kernel comes near this; the cap keeps a forged gzip stream from
@@ -37,23 +37,21 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
         }
     }
     let tables = kallsyms_tables::find(&image).ok_or_else(|| unrecognized(path))?;
-    let base = relative_base(&image, &tables).ok_or_else(|| SymbolError::Corrupt {
+    // Decoded once with base 0: relative_base needs the names, and a relative address is
+    // base + offset either way (absolute tables get base 0).
+    let mut symbols = tables.symbols(&image, 0);
+    let base = relative_base(&image, &tables, &symbols).ok_or_else(|| SymbolError::Corrupt {
         path: path.to_path_buf(),
         reason: "found the kallsyms tables but not the kernel's base address".into(),
     })?;
-    let symbols = tables.symbols(&image, base);
+    for s in &mut symbols {
+        s.addr = s.addr.wrapping_add(base);
+    }
 
     let etext = symbols.iter().find(|s| is_etext(&s.name)).map(|s| s.addr);
     let cands: Vec<Candidate<'_>> = symbols
         .iter()
-        .filter(|s| is_text_type(s.kind) && !is_mapping_symbol(&s.name))
-        .map(|s: &RawSymbol| Candidate {
-            addr: s.addr,
-            size: 0,
-            name: &s.name,
-            global: s.kind.is_ascii_uppercase(),
-            typed: true,
-        })
+        .filter_map(|s| text_candidate(s.addr, s.kind, &s.name))
         .collect();
     if cands.is_empty() {
         return Err(SymbolError::Corrupt {
@@ -73,10 +71,7 @@ fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError>
     }
     // EFI zboot (CONFIG_EFI_ZBOOT): "MZ", "zimg", payload offset and size, compression.
     if data.starts_with(b"MZ") && data.get(4..8) == Some(b"zimg") {
-        let word = |at: usize| {
-            data.get(at..at + 4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
-        };
+        let word = |at: usize| u32_at(data, at).map(|v| v as usize);
         let (Some(off), Some(len)) = (word(8), word(12)) else {
             return Err(unrecognized(path));
         };
@@ -131,7 +126,12 @@ fn header_arch(image: &[u8]) -> Option<Arch> {
 /// The value of `kallsyms_relative_base`. Relocatable arm64 kernels are linked with
 /// `--no-apply-dynamic-relocs`: the word is 0 in the image and its value lives in the
 /// R_AARCH64_RELATIVE entry the kernel applies to itself at boot, which we look up.
-fn relative_base(image: &[u8], tables: &kallsyms_tables::Tables) -> Option<u64> {
+/// `unbased` is `tables.symbols(image, 0)`.
+fn relative_base(
+    image: &[u8],
+    tables: &kallsyms_tables::Tables,
+    unbased: &[RawSymbol],
+) -> Option<u64> {
     let Some((at, stored)) = tables.stored_relative_base(image) else {
         return Some(0); // absolute addresses: no base
     };
@@ -140,19 +140,22 @@ fn relative_base(image: &[u8], tables: &kallsyms_tables::Tables) -> Option<u64> 
     }
     // With CONFIG_KALLSYMS_ALL the tables list themselves: kallsyms_relative_base's own
     // offset ties its link address to the base we are after.
-    let unbased = tables.symbols(image, 0);
     let own = unbased
         .iter()
         .position(|s| s.name == b"kallsyms_relative_base");
     let own_offset = own.and_then(|i| tables.offset_of(image, i)).map(u64::from);
-    let link_base = default_link_base(image);
-    rela_entries(image).find_map(|(r_offset, addend)| {
-        let consistent = match own_offset {
-            Some(off) => addend.wrapping_add(off) == r_offset,
-            None => Some(r_offset.wrapping_sub(at as u64)) == link_base,
-        };
-        consistent.then_some(addend)
-    })
+    match own_offset {
+        Some(off) => rela_entries(image).find_map(|(r_offset, addend)| {
+            (addend.wrapping_add(off) == r_offset).then_some(addend)
+        }),
+        None => {
+            // Only needed here; without it no entry can match.
+            let link_base = default_link_base(image)?;
+            rela_entries(image).find_map(|(r_offset, addend)| {
+                (r_offset.wrapping_sub(at as u64) == link_base).then_some(addend)
+            })
+        }
+    }
 }
 
 /// Every (r_offset, r_addend) of an Elf64_Rela with r_info = R_AARCH64_RELATIVE, at any
@@ -173,7 +176,7 @@ fn rela_entries(image: &[u8]) -> impl Iterator<Item = (u64, u64)> + '_ {
 /// when kallsyms does not list its own tables.
 fn default_link_base(image: &[u8]) -> Option<u64> {
     const PREFIX: &[u8] = b"Linux version ";
-    let at = image.windows(PREFIX.len()).position(|w| w == PREFIX)? + PREFIX.len();
+    let at = find_bytes(image, PREFIX)? + PREFIX.len();
     let version = image.get(at..at + 8)?;
     let mut nums = version
         .split(|b| !b.is_ascii_digit())

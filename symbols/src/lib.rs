@@ -115,10 +115,15 @@ pub enum SymbolError {
 /// [`SymbolError::Corrupt`]), never an empty image.
 pub fn load(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
     let data = file_data::map(path)?;
-    match detect::detect(&data) {
-        Kind::Elf => elf::load(path, &data, opts),
-        Kind::SystemMap | Kind::Kallsyms => system_map::load(path, &data, opts),
-        Kind::KernelImage => kernel_image::load(path, &data, opts),
+    load_detected(path, &data, opts)
+}
+
+/// Dispatches on the detected kind; shared with `fuzzing::any`.
+fn load_detected(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image, SymbolError> {
+    match detect::detect(data) {
+        Kind::Elf => elf::load(path, data, opts),
+        Kind::SystemMap | Kind::Kallsyms => system_map::load(path, data, opts),
+        Kind::KernelImage => kernel_image::load(path, data, opts),
     }
 }
 
@@ -186,11 +191,6 @@ pub mod fuzzing {
             demangle: true,
             ..Default::default()
         };
-        let path = Path::new("fuzz");
-        match detect::detect(data) {
-            Kind::Elf => elf::load(path, data, &opts),
-            Kind::SystemMap | Kind::Kallsyms => system_map::load(path, data, &opts),
-            Kind::KernelImage => kernel_image::load(path, data, &opts),
-        }
+        load_detected(Path::new("fuzz"), data, &opts)
     }
 }

@@ -18,6 +18,18 @@ pub(crate) fn is_text_type(t: u8) -> bool {
     matches!(t, b'T' | b't' | b'W' | b'w')
 }
 
+/// A text symbol of `nm` type `kind` as a candidate function; `None` for other types and
+/// mapping symbols. Shared by System.map/kallsyms text and kallsyms tables in raw images.
+pub(crate) fn text_candidate(addr: u64, kind: u8, name: &[u8]) -> Option<Candidate<'_>> {
+    (is_text_type(kind) && !is_mapping_symbol(name)).then_some(Candidate {
+        addr,
+        size: 0,
+        name,
+        global: kind.is_ascii_uppercase(),
+        typed: true,
+    })
+}
+
 /// Whether a symbol marks the end of the kernel's main text.
 pub(crate) fn is_etext(name: &[u8]) -> bool {
     name == b"_etext" || name == b"__etext"
@@ -43,17 +55,10 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
         if is_etext(name) {
             etext = Some(addr);
         }
-        if !is_text_type(*kind) || is_mapping_symbol(name) {
+        let Some(sym) = text_candidate(addr, *kind, name) else {
             continue;
-        }
-        any_nonzero |= addr != 0;
-        let sym = Candidate {
-            addr,
-            size: 0,
-            name,
-            global: kind.is_ascii_uppercase(),
-            typed: true,
         };
+        any_nonzero |= addr != 0;
         match fields
             .next()
             .and_then(|m| m.strip_prefix(b"["))
