@@ -20,31 +20,25 @@ pub struct SourceArg {
 }
 
 /// Parses `FILE[:OFFSET]` with the symbols crate's rule (the suffix is an offset only when
-/// it is a number, so file names containing `:` work), and refuses a suffix that was
-/// plainly meant as an offset but is malformed (`vmlinux:0xzz`), which would otherwise be
-/// taken for a file name.
+/// it looks like a number, so file names containing `:` work), refusing a suffix that was
+/// plainly meant as an offset but is malformed (`vmlinux:0xzz`).
 pub fn parse_source_arg(arg: &OsStr, origin: &'static str) -> Result<SourceArg> {
     let text = arg.to_string_lossy();
     if text.is_empty() {
         return Err(usage("empty symbol source", "write FILE or FILE:OFFSET"));
     }
-    let (path, offset) = symbols::parse_source_arg(&text);
+    let Some((path, offset)) = symbols::parse_source_arg(&text) else {
+        return Err(usage(
+            format!("bad symbol source '{text}'"),
+            "write FILE or FILE:OFFSET, with OFFSET in hex (0x…) or decimal",
+        ));
+    };
     if path.as_os_str() != text.as_ref() {
         return Ok(SourceArg {
             path,
             offset,
             origin,
         });
-    }
-    if let Some((_, suffix)) = text.rsplit_once(':') {
-        let hex = suffix.starts_with("0x") || suffix.starts_with("0X");
-        let digits = !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit());
-        if hex || digits {
-            return Err(usage(
-                format!("bad symbol source '{text}'"),
-                "write FILE or FILE:OFFSET, with OFFSET in hex (0x…) or decimal",
-            ));
-        }
     }
     // Not split: keep the exact bytes (non-UTF-8 paths).
     Ok(SourceArg {

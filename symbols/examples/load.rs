@@ -25,7 +25,8 @@ fn main() -> ExitCode {
     }
     let mut status = ExitCode::SUCCESS;
     for arg in files {
-        let (path, offset) = parse_source_arg(&arg);
+        // A malformed offset stays part of the file name, as this tool always took it.
+        let (path, offset) = parse_source_arg(&arg).unwrap_or_else(|| (arg.clone().into(), 0));
         let opts = LoadOptions {
             offset,
             source_lines,
