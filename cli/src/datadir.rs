@@ -101,7 +101,12 @@ pub fn dat_files(dir: &Path) -> Result<Vec<(u32, u64)>> {
 
 /// True when some `.dat` file holds at least one whole record.
 pub fn has_records(dir: &Path) -> bool {
-    dat_files(dir).is_ok_and(|d| d.iter().any(|&(_, len)| len >= RECORD_SIZE as u64))
+    dat_files(dir).is_ok_and(|d| any_record(&d))
+}
+
+/// True when one of `dats` (from [`dat_files`]) is long enough for a whole record.
+fn any_record(dats: &[(u32, u64)]) -> bool {
+    dats.iter().any(|&(_, len)| len >= RECORD_SIZE as u64)
 }
 
 /// Cuts a partial record off the end of each `.dat` file (QEMU killed mid-write).
@@ -217,7 +222,7 @@ pub fn assemble(dir: &Path, rec: Recording, syms: SymbolFiles) -> Result<Assembl
     if rec.stats.is_none() {
         done.trimmed_files = trim_partial_records(dir, &mut dats)?;
     }
-    if !dats.iter().any(|&(_, len)| len >= RECORD_SIZE as u64) {
+    if !any_record(&dats) {
         return Err(NoData.into());
     }
     done.tids = dats.iter().map(|&(t, _)| t).collect();

@@ -40,10 +40,15 @@ impl Qemu {
     }
 }
 
-/// Runs every check, in order, on the QEMU command `argv` with `plugin`.
-pub fn preflight(argv: &[OsString], plugin: &Path, plugin_given: bool) -> Result<Qemu> {
-    let argv0 = &argv[0];
-    let emulator = qemu_cmd::detect_emulator(argv0)?;
+/// Runs the remaining checks, in order, on the QEMU command `argv0` `opts` with `plugin`.
+/// The first check, [`qemu_cmd::detect_emulator`], is the caller's: it gives `emulator`.
+pub fn preflight(
+    argv0: &OsString,
+    emulator: Emulator,
+    opts: &[qemu_cmd::QemuOption],
+    plugin: &Path,
+    plugin_given: bool,
+) -> Result<Qemu> {
     let path = find_executable(argv0)?;
     let version = match crate::probe_memo::recall(&path, plugin) {
         Some(version) => version,
@@ -63,7 +68,7 @@ pub fn preflight(argv: &[OsString], plugin: &Path, plugin_given: bool) -> Result
             "only system-mode aarch64 (qemu-system-aarch64) can be recorded for now",
         ));
     }
-    if let Some(opt) = qemu_cmd::hardware_accel(&qemu_cmd::options(&argv[1..])) {
+    if let Some(opt) = qemu_cmd::hardware_accel(opts) {
         return Err(usage(
             format!("'{opt}' runs the guest on a hardware accelerator, but qemu-uftrace needs TCG"),
             "remove it (or use -accel tcg)",

@@ -14,7 +14,7 @@ use crate::datadir::{self, Assembled, Recording};
 use crate::errors::{fail, note, usage, warn};
 use crate::kernel_alias;
 use crate::qemu_checks::{self, Qemu};
-use crate::qemu_cmd::{self, GuestImage};
+use crate::qemu_cmd::{self, Emulator, GuestImage};
 use crate::run_qemu::{self, QemuExit};
 use crate::stats::Stats;
 use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
@@ -31,7 +31,7 @@ pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
         ));
     }
     // The cheap checks on what was typed come first.
-    qemu_cmd::detect_emulator(&argv[0])?;
+    let emulator = qemu_cmd::detect_emulator(&argv[0])?;
     let extra_sources = args
         .symbols
         .iter()
@@ -39,7 +39,7 @@ pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
         .collect::<Result<Vec<_>>>()?;
 
     let staging = datadir::create_staging(&args.output)?;
-    let outcome = record_into(&args, typed, &staging, extra_sources);
+    let outcome = record_into(&args, typed, &staging, emulator, extra_sources);
     if outcome.is_err() {
         remove_if_empty(&staging);
     }
@@ -71,12 +71,13 @@ fn record_into(
     args: &RecordArgs,
     typed: &[OsString],
     staging: &Path,
+    emulator: Emulator,
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let argv = &args.qemu_command;
     let plugin = plugin_path(args)?;
-    let qemu = qemu_checks::preflight(argv, &plugin, args.plugin.is_some())?;
     let opts = qemu_cmd::options(&argv[1..]);
+    let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin, args.plugin.is_some())?;
     let images = qemu_cmd::guest_images(&opts, qemu_cmd::file_is_elf);
     let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
     let loader = start_symbol_files(&sources, &images, &opts, staging);
@@ -96,7 +97,7 @@ fn record_into(
     if !datadir::has_records(staging) {
         // Whatever went wrong, check this QEMU afresh next time.
         crate::probe_memo::forget(&qemu.path, &plugin);
-        remove_if_empty(staging);
+        // `run` removes the empty staging directory on this error.
         return Err(fail(
             format!("no call or return was recorded: QEMU {}", exit.describe()),
             "check QEMU's messages above (the guest must run under TCG)",

@@ -25,27 +25,27 @@ pub struct QemuExit {
     pub elapsed: Duration,
 }
 
+/// A child's status as a shell would pass it on: its code, or 128 + the signal that killed it.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
 impl QemuExit {
     pub fn from_status(status: ExitStatus, elapsed: Duration) -> Self {
-        match (status.code(), status.signal()) {
-            (Some(code), _) => QemuExit {
-                wait_status: (code & 0xff) << 8,
-                exit_code: code,
-                signal: None,
-                elapsed,
-            },
-            (None, Some(sig)) => QemuExit {
-                wait_status: sig,
-                exit_code: 128 + sig,
-                signal: Some(sig),
-                elapsed,
-            },
-            (None, None) => QemuExit {
-                wait_status: 0,
-                exit_code: 1,
-                signal: None,
-                elapsed,
-            },
+        let (wait_status, signal) = match (status.code(), status.signal()) {
+            (Some(code), _) => ((code & 0xff) << 8, None),
+            (None, Some(sig)) => (sig, Some(sig)),
+            (None, None) => (0, None),
+        };
+        QemuExit {
+            wait_status,
+            exit_code: exit_code(status),
+            signal,
+            elapsed,
         }
     }
 

@@ -6,10 +6,7 @@ use std::path::Path;
 /// The file the plugin writes last (atomically).
 pub const STATS_FILE: &str = "plugin.stats";
 
-/// The keys we interpret; anything else is shown as it is.
-const HEADER: &[&str] = &["complete", "target", "clock", "vcpus", "tids"];
-
-/// The totals the record summary prints by name; with [`HEADER`], every key parsed into a field.
+/// The totals the record summary prints by name, so it skips their per-vCPU copies.
 pub const TOTALS: &[&str] = &[
     "events",
     "calls",
@@ -19,10 +16,6 @@ pub const TOTALS: &[&str] = &[
     "depth_cap_hits",
     "bytes",
 ];
-
-fn is_known(key: &str) -> bool {
-    HEADER.contains(&key) || TOTALS.contains(&key)
-}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -83,7 +76,8 @@ impl Stats {
                 "bytes" => num().map(|n| s.bytes = n).is_some(),
                 _ => false,
             };
-            if !ok || !is_known(k) {
+            // Unknown keys and unparsable values alike are kept as they are.
+            if !ok {
                 s.other.push((k.to_string(), v.to_string()));
             }
         }

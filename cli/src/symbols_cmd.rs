@@ -67,6 +67,8 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         maps.push(dir.join(format!("sid-{sid}.map")));
     }
 
+    // Placed the way they will be, kernel modules included; the same for every map file.
+    let (new_placed, _) = symfiles::place(images.clone(), &[]);
     let mut written = std::collections::BTreeMap::new();
     for map_path in &maps {
         let old = match std::fs::read_to_string(map_path) {
@@ -74,7 +76,7 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", map_path.display())),
         };
-        let keep = kept_entries(&old, &images);
+        let keep = kept_entries(&old, &new_placed);
         for gone in old.iter().filter(|e| !keep.contains(e)) {
             note(format!(
                 "replacing {} in {}",
@@ -89,7 +91,13 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         for p in &placed {
             if !written.contains_key(p.module_name()) {
                 let dbg = symfiles::write_files(dir, p, args.prefix)?;
-                written.insert(p.module_name().to_string(), (p.clone(), dbg));
+                let summary = Written {
+                    functions: p.image.functions.len(),
+                    start: p.image.start,
+                    end: p.image.end,
+                    source_lines: dbg,
+                };
+                written.insert(p.module_name().to_string(), summary);
             }
         }
         let mut entries = keep;
@@ -97,14 +105,18 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         write_map_atomically(map_path, entries)?;
     }
 
-    for (name, (p, dbg)) in &written {
+    for (name, w) in &written {
         note(format!(
             "{}: {} functions{} at {:x}-{:x} -> {}",
             name,
-            p.image.functions.len(),
-            if *dbg { " with source lines" } else { "" },
-            p.image.start,
-            p.image.end,
+            w.functions,
+            if w.source_lines {
+                " with source lines"
+            } else {
+                ""
+            },
+            w.start,
+            w.end,
             dir.join(format!("{name}.sym")).display()
         ));
     }
@@ -118,10 +130,17 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
-/// Old map lines that stay: those of other modules that do not overlap a new image.
-fn kept_entries(old: &[MapEntry], images: &[qemu_uftrace_symbols::Image]) -> Vec<MapEntry> {
-    // Placed the way they will be, kernel modules included.
-    let (new_placed, _) = symfiles::place(images.to_vec(), &[]);
+/// What the closing summary says of a module whose files were written.
+struct Written {
+    functions: usize,
+    start: u64,
+    end: u64,
+    source_lines: bool,
+}
+
+/// Old map lines that stay: those of other modules that do not overlap a new image
+/// (`new_placed`, placed against no kept line).
+fn kept_entries(old: &[MapEntry], new_placed: &[symfiles::PlacedImage]) -> Vec<MapEntry> {
     old.iter()
         .filter(|e| {
             !new_placed.iter().any(|p| {
@@ -204,7 +223,8 @@ mod tests {
             image("/new/vmlinux", 0x4000, &[(0x4000, 0x10, "a")]),
             image("/y/fw2.elf", 0x8800, &[(0x8800, 0x10, "b")]),
         ];
-        let keep = kept_entries(&old, &new);
+        let (new_placed, _) = symfiles::place(new.to_vec(), &[]);
+        let keep = kept_entries(&old, &new_placed);
         assert_eq!(keep, [e(0x20000, 0x30000, "/x/other.elf")]);
     }
 

@@ -2,7 +2,6 @@
 //! passed on.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -39,9 +38,5 @@ pub fn run(sub: &str, dir: &Path, extra: &[OsString]) -> Result<i32> {
                 )
             }
         })?;
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => code,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    })
+    Ok(crate::run_qemu::exit_code(status))
 }
