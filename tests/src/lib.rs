@@ -387,7 +387,9 @@ pub fn calldense_elf() -> Result<PathBuf> {
 /// installed.
 pub fn qemu_args(elf: &Path) -> Vec<String> {
     // Pointer-authenticated builds need a CPU with FEAT_PAuth; retaa is undefined on an A57.
-    let pac = elf.to_string_lossy().ends_with("-pac.elf");
+    let pac = elf
+        .to_string_lossy()
+        .ends_with(&format!("{}.elf", Variant::Pac.suffix()));
     [
         QEMU,
         "-M",
