@@ -17,9 +17,21 @@ fn settle(v: &mut VcpuState, now: u64) {
 }
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
-/// compiler then inlines (one shared closure was left out of line).
+/// compiler then inlines (one shared closure was left out of line). The common case is a
+/// leaf with no call in it: anything unusual goes to `call_general` before changing state.
 #[inline(always)]
 fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
+    if let Some((now, false)) = v.fast.read() {
+        if v.engine.try_call(now, target, ret_addr) {
+            return;
+        }
+    }
+    call_general(v, target, ret_addr)
+}
+
+#[cold]
+#[inline(never)]
+fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
     let now = v.clock.now();
     settle(v, now);
     v.engine.call(now, target, ret_addr)
@@ -43,11 +55,11 @@ pub unsafe extern "C" fn on_direct_call(vcpu_index: c_uint, data: *mut c_void) {
 /// QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
-    vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now();
-        settle(v, now);
-        if let Some(target) = v.regs.read_gpr(site.target as u8) {
-            v.engine.call(now, target, site.ret_addr);
+    vcpu::with(vcpu_index, |v| match v.regs.read_gpr(site.target as u8) {
+        Some(target) => direct_call(v, target, site.ret_addr),
+        None => {
+            let now = v.clock.now();
+            settle(v, now);
         }
     });
 }
@@ -61,11 +73,22 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void)
 pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
-        v.pending.take();
-        let now = v.clock.now();
-        let mut guest = QemuGuest { buf: &mut v.regs };
-        v.engine.ret(now, target, &mut guest);
+        if let Some(now) = v.fast.land() {
+            if v.engine.try_ret(now, target) {
+                return;
+            }
+        }
+        landing_general(v, target)
     });
+}
+
+#[cold]
+#[inline(never)]
+fn landing_general(v: &mut VcpuState, target: u64) {
+    v.pending.take();
+    let now = v.clock.now();
+    let mut guest = QemuGuest { buf: &mut v.regs };
+    v.engine.ret(now, target, &mut guest);
 }
 
 /// # Safety

@@ -1,6 +1,6 @@
 //! Timestamps: guest instructions retired (deterministic) or host monotonic nanoseconds.
 
-use crate::scoreboard::{Scoreboard, VcpuWord};
+use crate::scoreboard::{FastWords, Scoreboard, VcpuWord};
 use qemu_plugin::sys::qemu_plugin_u64;
 use std::sync::OnceLock;
 
@@ -52,6 +52,15 @@ impl VcpuClock {
         match counter() {
             Some(counter) => VcpuClock::Insn(counter.for_vcpu(vcpu_index, system_mode)),
             None => VcpuClock::Wall,
+        }
+    }
+
+    /// The counter with the pending flag beside it, for the hot path (none with the wall
+    /// clock, or where words go through the API).
+    pub fn fast_words(self) -> FastWords {
+        match self {
+            VcpuClock::Insn(word) => FastWords::at_counter(word),
+            VcpuClock::Wall => FastWords::NONE,
         }
     }
 

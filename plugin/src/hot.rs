@@ -26,6 +26,9 @@ pub struct Engine {
     pub stacks: StackSet,
     /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack).
     record_depth: usize,
+    /// Below this depth a call or return takes the fast path (`try_call`, `try_ret`): it is
+    /// recorded, and no call has been ignored past the hard limit.
+    fast_depth: usize,
     /// `events` is not counted here but by [`Engine::stats`], from the records emitted.
     pub stats: Stats,
     /// Calls ignored past HARD_STACK_LIMIT; their returns are swallowed one for one.
@@ -43,6 +46,7 @@ impl Engine {
             buf,
             stacks: StackSet::default(),
             record_depth,
+            fast_depth: record_depth.min(HARD_STACK_LIMIT - 1),
             stats: Stats::default(),
             overflow: 0,
             spilled: 0,
@@ -60,11 +64,24 @@ impl Engine {
 
     #[inline(always)]
     fn emit(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
-        if self.buf.capacity() - self.buf.len() < RECORD_SIZE {
+        if !self.has_room() {
             self.flush();
         }
+        // SAFETY: there is room now.
+        unsafe { self.emit_unchecked(time, kind, depth, addr) }
+    }
+
+    #[inline(always)]
+    fn has_room(&self) -> bool {
+        self.buf.capacity() - self.buf.len() >= RECORD_SIZE
+    }
+
+    /// # Safety
+    /// The buffer has room for a record.
+    #[inline(always)]
+    unsafe fn emit_unchecked(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
         let len = self.buf.len();
-        // SAFETY: there is room for a record (checked above), and its bytes are set here.
+        // SAFETY: there is room for a record (the contract), and its bytes are set here.
         unsafe {
             let p = self.buf.as_mut_ptr().add(len);
             prefetch_for_write(p.wrapping_add(PREFETCH_AHEAD));
@@ -78,6 +95,49 @@ impl Engine {
     pub(crate) fn clamp(&mut self, now: u64) -> u64 {
         self.last_time = self.last_time.max(now);
         self.last_time
+    }
+
+    /// The common call, with a time from the instruction counter (which never goes back,
+    /// so it needs no clamp): shallow enough to record, room in the buffer. Changes nothing
+    /// and returns false when the general path (`call`) must decide.
+    #[inline(always)]
+    pub fn try_call(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
+        let depth = self.stacks.current().len();
+        if depth >= self.fast_depth || !self.has_room() {
+            return false;
+        }
+        self.last_time = now;
+        self.stats.calls += 1;
+        // SAFETY: depth < fast_depth < HARD_STACK_LIMIT; the buffer has room.
+        unsafe {
+            self.stacks
+                .current_mut()
+                .push_below_limit(Frame { func, ret_addr });
+            self.emit_unchecked(now, RecordType::Entry, depth, func);
+        }
+        true
+    }
+
+    /// The common return, to the top frame's return address, with a time as for
+    /// [`Engine::try_call`]. Changes nothing and returns false when `ret` must decide.
+    #[inline(always)]
+    pub fn try_ret(&mut self, now: u64, target: u64) -> bool {
+        let stack = self.stacks.current();
+        let depth = stack.len();
+        // Within fast_depth no call was ignored past the hard limit (that happens only at
+        // the limit), so the top frame owns this return; its entry was recorded.
+        let func = match stack.top() {
+            Some(f) if f.ret_addr == target && depth <= self.fast_depth && self.has_room() => {
+                f.func
+            }
+            _ => return false,
+        };
+        self.last_time = now;
+        self.stats.returns += 1;
+        self.stacks.current_mut().pop();
+        // SAFETY: checked above.
+        unsafe { self.emit_unchecked(now, RecordType::Exit, depth - 1, func) };
+        true
     }
 
     #[inline]

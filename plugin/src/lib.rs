@@ -125,9 +125,11 @@ impl HasCallbacks for Plugin {
         });
         let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
         let system = SYSTEM_MODE.get().copied().unwrap_or(false);
+        let clock = clock::VcpuClock::for_vcpu(vcpu_id, system);
         let state = vcpu::VcpuState {
             tid,
-            clock: clock::VcpuClock::for_vcpu(vcpu_id, system),
+            fast: clock.fast_words(),
+            clock,
             pending: landing::Pending::for_vcpu(vcpu_id, system),
             engine,
             regs: guest::ByteBuf::new(),
@@ -140,6 +142,7 @@ impl HasCallbacks for Plugin {
             // other vCPUs are running, so their state must not be touched from here.
             vcpu::for_each(|i, s| {
                 s.clock = clock::VcpuClock::for_vcpu(i, system);
+                s.fast = s.clock.fast_words();
                 s.pending = landing::Pending::for_vcpu(i, system);
             });
         }

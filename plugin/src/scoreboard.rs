@@ -51,6 +51,54 @@ impl Scoreboard {
     }
 }
 
+/// One vCPU's whole `[instruction counter, pending flag]` element, as the hot path reads it:
+/// only where words are reached directly (system mode) and instructions are counted.
+#[derive(Clone, Copy)]
+pub struct FastWords(*mut [u64; 2]);
+
+// As VcpuWord.
+unsafe impl Send for FastWords {}
+
+impl FastWords {
+    /// Every event takes the general path.
+    pub const NONE: FastWords = FastWords(std::ptr::null_mut());
+
+    /// `counter` is the direct counter word of `clock_and_pending`, the flag right after it.
+    pub fn at_counter(counter: VcpuWord) -> FastWords {
+        match counter {
+            VcpuWord::Direct(p) => FastWords(p as *mut [u64; 2]),
+            VcpuWord::Api(..) => FastWords::NONE,
+        }
+    }
+
+    /// The time and whether a return is pending, when the hot path may read them.
+    #[inline(always)]
+    pub fn read(self) -> Option<(u64, bool)> {
+        if self.0.is_null() {
+            return None;
+        }
+        // SAFETY: a direct element, valid as `VcpuWord::Direct`.
+        unsafe {
+            let w = self.0 as *const u64;
+            Some((w.read_volatile(), w.add(1).read_volatile() != 0))
+        }
+    }
+
+    /// At a landing: the time, taking the pending return (the flag is cleared).
+    #[inline(always)]
+    pub fn land(self) -> Option<u64> {
+        if self.0.is_null() {
+            return None;
+        }
+        // SAFETY: as in `read`.
+        unsafe {
+            let w = self.0 as *mut u64;
+            w.add(1).write_volatile(0);
+            Some(w.read_volatile())
+        }
+    }
+}
+
 /// One vCPU's word.
 #[derive(Clone, Copy)]
 pub enum VcpuWord {

@@ -5,6 +5,8 @@
 //! exception level, switching only at discontinuities (exception entry/return, a return that
 //! matches nothing) — never by reading a register on every event.
 
+use crate::hot::HARD_STACK_LIMIT;
+
 /// One open call: the function entered and where it will return to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
@@ -13,9 +15,19 @@ pub struct Frame {
 }
 
 /// Open calls, innermost last. A frame's index is its uftrace depth.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ShadowStack {
+    /// Reserved for [`HARD_STACK_LIMIT`] frames up front (pages the guest never reaches
+    /// are never touched), so that the hot path pushes without a capacity check.
     frames: Vec<Frame>,
+}
+
+impl Default for ShadowStack {
+    fn default() -> Self {
+        ShadowStack {
+            frames: Vec::with_capacity(HARD_STACK_LIMIT),
+        }
+    }
 }
 
 impl ShadowStack {
@@ -32,6 +44,21 @@ impl ShadowStack {
     #[inline(always)]
     pub fn push(&mut self, frame: Frame) {
         self.frames.push(frame);
+    }
+
+    /// Pushes without a capacity check.
+    ///
+    /// # Safety
+    /// The stack holds fewer than [`HARD_STACK_LIMIT`] frames.
+    #[inline(always)]
+    pub unsafe fn push_below_limit(&mut self, frame: Frame) {
+        let len = self.frames.len();
+        debug_assert!(len < HARD_STACK_LIMIT && len < self.frames.capacity());
+        // SAFETY: the capacity reserved at creation exceeds `len` (contract above).
+        unsafe {
+            self.frames.as_mut_ptr().add(len).write(frame);
+            self.frames.set_len(len + 1);
+        }
     }
 
     #[inline(always)]

@@ -14,13 +14,16 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// In C order: what every event reads first, after the slot's flags, then the engine (whose
-/// own hot fields come first).
+/// own hot fields come first), so that the common case reads two cache lines of the slot.
 #[repr(C)]
 pub struct VcpuState {
+    /// The clock and pending flag as the common case reads them (`FastWords::NONE`: never).
+    pub fast: crate::scoreboard::FastWords,
+    pub engine: Engine,
+    /// The clock and the pending flag as the general path reads them.
     pub clock: crate::clock::VcpuClock,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: crate::landing::Pending,
-    pub engine: Engine,
     pub tid: u32,
     pub regs: ByteBuf,
 }
@@ -75,24 +78,35 @@ pub fn init(capacity: usize) {
             })
             .collect(),
     );
-    SLOT_COUNT.store(slots.len(), Ordering::Release);
     SLOT_PTR.store(slots.as_ptr() as *mut Slot, Ordering::Release);
+    SLOT_COUNT.store(slots.len(), Ordering::Release);
 }
 
 /// Every slot; empty before `init`.
 fn slots() -> &'static [Slot] {
-    let ptr = SLOT_PTR.load(Ordering::Acquire);
-    if ptr.is_null() {
+    let count = SLOT_COUNT.load(Ordering::Acquire);
+    if count == 0 {
         return &[];
     }
-    // SAFETY: published by `init` (pointer after count), leaked, never moved or shrunk.
-    unsafe { std::slice::from_raw_parts(ptr, SLOT_COUNT.load(Ordering::Relaxed)) }
+    // SAFETY: published by `init` (count after pointer), leaked, never moved or shrunk.
+    unsafe { std::slice::from_raw_parts(SLOT_PTR.load(Ordering::Relaxed), count) }
+}
+
+/// Slot `index`, if there is one.
+#[inline(always)]
+fn slot(index: u32) -> Option<&'static Slot> {
+    let index = index as usize;
+    if index >= SLOT_COUNT.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: a count above `index` was published after the pointer (`init`).
+    Some(unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index) })
 }
 
 /// Runs `f` on the vCPU's state, if it has one (none before init or after exit).
 #[inline(always)]
 pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
-    let slot = slots().get(index as usize)?;
+    let slot = slot(index)?;
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
@@ -124,7 +138,7 @@ fn lock(flag: &AtomicBool) {
 
 /// Installs a vCPU's state (at vCPU init, on that vCPU's thread, before it runs code).
 pub fn install(index: u32, state: VcpuState) -> bool {
-    let Some(slot) = slots().get(index as usize) else {
+    let Some(slot) = slot(index) else {
         return false;
     };
     lock(&slot.busy);

@@ -55,10 +55,21 @@ struct Rig {
     engine: Engine,
     out: Arc<Mutex<Vec<u8>>>,
     t: u64,
+    /// Whether events try the fast path first, as the plugin's callbacks do.
+    fast: bool,
 }
 
 impl Rig {
+    /// An engine driven as the plugin drives it: fast path first.
     fn new(record_depth: usize) -> Rig {
+        Rig {
+            fast: true,
+            ..Rig::general(record_depth)
+        }
+    }
+
+    /// An engine driven through the general path only.
+    fn general(record_depth: usize) -> Rig {
         let out = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&out);
         let spill = Box::new(move |full: Vec<u8>| {
@@ -69,15 +80,20 @@ impl Rig {
             engine: Engine::new(Vec::with_capacity(64), spill, record_depth),
             out,
             t: 0,
+            fast: false,
         }
     }
     fn call(&mut self, func: u64, ret_addr: u64) {
         self.t += 10;
-        self.engine.call(self.t, func, ret_addr);
+        if !(self.fast && self.engine.try_call(self.t, func, ret_addr)) {
+            self.engine.call(self.t, func, ret_addr);
+        }
     }
     fn ret(&mut self, target: u64, guest: &mut FakeGuest) {
         self.t += 10;
-        self.engine.ret(self.t, target, guest);
+        if !(self.fast && self.engine.try_ret(self.t, target)) {
+            self.engine.ret(self.t, target, guest);
+        }
     }
     fn records(&mut self) -> Vec<Record> {
         self.engine.flush();
@@ -318,8 +334,9 @@ fn frames_past_the_depth_cap_are_followed_not_recorded() {
 
 #[test]
 fn time_never_goes_backwards() {
+    // The general path clamps; the fast path is only given the instruction counter.
     let mut g = FakeGuest::default();
-    let mut r = Rig::new(16);
+    let mut r = Rig::general(16);
     r.engine.call(100, 0x100, 0x14);
     r.engine.ret(50, 0x14, &mut g);
     let recs = r.records();
@@ -392,4 +409,82 @@ fn a_return_whose_landing_was_not_seen_closes_the_top_frame() {
     let mut empty = Rig::new(1024);
     empty.engine.ret_unseen(10);
     assert!(empty.shape().is_empty());
+}
+
+/// A tiny deterministic generator, so the sequences below are the same on every run.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Runs one event sequence through a rig: calls, returns to the top frame, to a frame
+/// further down (longjmp), to nowhere (resync), and returns whose landing was not seen.
+fn drive(r: &mut Rig, seed: u64, events: usize) {
+    let mut g = FakeGuest::default();
+    let mut rng = XorShift(seed);
+    for _ in 0..events {
+        let open: Vec<u64> = r
+            .engine
+            .stacks
+            .current()
+            .frames()
+            .iter()
+            .map(|f| f.ret_addr)
+            .collect();
+        match rng.below(20) {
+            0..=9 => r.call(0x1000 + rng.below(8) * 0x100, 0x8000 + rng.below(64) * 4),
+            10..=16 if !open.is_empty() => r.ret(open[open.len() - 1], &mut g),
+            17 if !open.is_empty() => r.ret(open[rng.below(open.len() as u64) as usize], &mut g),
+            18 => r.ret(0x9_0000 + rng.below(16) * 4, &mut g),
+            _ => {
+                r.t += 10;
+                r.engine.ret_unseen(r.t);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_fast_path_records_exactly_what_the_general_path_does() {
+    // A record depth of 5 and four-record buffers make the fast path's refusals common.
+    for seed in 1..=20u64 {
+        let mut fast = Rig::new(5);
+        let mut general = Rig::general(5);
+        drive(&mut fast, seed, 5_000);
+        drive(&mut general, seed, 5_000);
+        let (a, b) = (fast.records(), general.records());
+        assert!(!a.is_empty());
+        assert_eq!(a, b, "seed {seed}");
+        assert_eq!(
+            format!("{:?}", fast.engine.stats()),
+            format!("{:?}", general.engine.stats()),
+            "seed {seed}"
+        );
+    }
+}
+
+#[test]
+fn calls_past_the_hard_stack_limit_are_counted_and_their_returns_swallowed() {
+    let limit = hot::HARD_STACK_LIMIT as u64;
+    let mut g = FakeGuest::default();
+    for mut r in [Rig::new(1024), Rig::general(1024)] {
+        for i in 0..limit + 3 {
+            r.call(0x100, 0x10_0000 + i * 4);
+        }
+        assert_eq!(r.engine.stats.stack_overflows, 3);
+        for i in (0..limit + 3).rev() {
+            r.ret(0x10_0000 + i * 4, &mut g);
+        }
+        assert_eq!(r.engine.stacks.current().len(), 0);
+        assert_eq!(r.engine.stats.unmatched_returns, 0);
+        let recs = r.records();
+        assert_eq!(recs.len(), 2 * 1024);
+        assert_eq!(recs.last().map(|x| x.depth), Some(0));
+    }
 }
