@@ -2,7 +2,6 @@
 //! cache directory, named by content hash so that different qemu-uftrace versions coexist
 //! and a half-written file is never loaded (temp file + rename).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -17,17 +16,22 @@ pub fn file_name(bytes: &[u8]) -> String {
     format!("qemu-uftrace-plugin-{hex}.so")
 }
 
-/// Where cached plugins live: `~/.cache/qemu-uftrace/plugins`, or a per-user directory
-/// under the temp dir when there is no home.
-pub fn cache_dir() -> PathBuf {
+/// qemu-uftrace's cache: `~/.cache/qemu-uftrace`, or a per-user directory under the temp
+/// dir when there is no home.
+pub fn cache_root() -> PathBuf {
     match directories::ProjectDirs::from("", "", "qemu-uftrace") {
-        Some(dirs) => dirs.cache_dir().join("plugins"),
+        Some(dirs) => dirs.cache_dir().to_path_buf(),
         None => {
             // SAFETY: getuid cannot fail.
             let uid = unsafe { libc::getuid() };
             std::env::temp_dir().join(format!("qemu-uftrace-{uid}"))
         }
     }
+}
+
+/// Where cached plugins live.
+pub fn cache_dir() -> PathBuf {
+    cache_root().join("plugins")
 }
 
 /// Returns the path of the embedded plugin in the default cache, writing it if needed.
@@ -53,17 +57,9 @@ fn ensure_named(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
     }
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create the plugin cache {}", dir.display()))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".plugin-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write into the plugin cache {}", dir.display()))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .with_context(|| format!("cannot write the plugin into {}", dir.display()))?;
     // A concurrent run may have renamed the same bytes in first: same content, no harm.
-    tmp.persist(&path)
-        .with_context(|| format!("cannot install the plugin as {}", path.display()))?;
+    crate::atomic_file::replace(&path, |w| w.write_all(bytes))
+        .with_context(|| format!("cannot install the plugin in the cache {}", dir.display()))?;
     Ok(path)
 }
 

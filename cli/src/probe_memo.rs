@@ -18,7 +18,7 @@ fn stamp(path: &Path) -> Option<(PathBuf, u64, SystemTime)> {
 fn memo_path(qemu: &Path, plugin: &Path) -> Option<PathBuf> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (stamp(qemu)?, stamp(plugin)?).hash(&mut h);
-    let dir = crate::plugin_cache::cache_dir().parent()?.join("probes");
+    let dir = crate::plugin_cache::cache_root().join("probes");
     Some(dir.join(format!("{:016x}", h.finish())))
 }
 
@@ -37,10 +37,7 @@ pub fn remember(qemu: &Path, plugin: &Path, version: &str) {
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let tmp = path.with_extension("tmp");
-    if std::fs::write(&tmp, format!("ok {version}\n")).is_ok() {
-        let _ = std::fs::rename(&tmp, &path);
-    }
+    let _ = crate::atomic_file::replace(&path, |w| writeln!(w, "ok {version}"));
 }
 
 /// Forgets a memo (the recording it allowed produced nothing).

@@ -183,20 +183,7 @@ fn session_of(dir: &Path) -> Option<String> {
 }
 
 fn write_map_atomically(path: &Path, entries: Vec<MapEntry>) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".sid-")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write into {}", dir.display()))?;
-    {
-        let mut w = std::io::BufWriter::new(tmp.as_file_mut());
-        map::write_map(&mut w, entries)
-            .and_then(|()| std::io::Write::flush(&mut w))
-            .with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    tmp.persist(path)
-        .with_context(|| format!("cannot replace {}", path.display()))?;
-    Ok(())
+    crate::atomic_file::replace(path, |mut w| map::write_map(&mut w, entries))
 }
 
 #[cfg(test)]
