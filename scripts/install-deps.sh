@@ -41,6 +41,14 @@ have_qemu() {
     [ "${1:-0}" -gt 9 ] || { [ "${1:-0}" -eq 9 ] && [ "${2:-0}" -ge 2 ]; }
 }
 
+# On bookworm, QEMU, the 6.12 kernel and the user-mode QEMU come from backports.
+codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
+backports=""
+if [ "$codename" = bookworm ]; then
+    ensure_backports
+    backports=/bookworm-backports
+fi
+
 need=()
 have_qemu || need+=(qemu)
 command -v uftrace >/dev/null 2>&1 || need+=(uftrace)
@@ -60,18 +68,15 @@ dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)
 
 if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
-    . /etc/os-release
-    if [ "${VERSION_CODENAME:-}" = bookworm ]; then ensure_backports; fi
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
     pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd make time
         libc6-dev-arm64-cross python3-venv)
     $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
-    if [ "${VERSION_CODENAME:-}" = bookworm ]; then
-        $SUDO apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
-    else
-        $SUDO apt-get install -y -qq --no-install-recommends qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
-    fi
+    qemu_release=()
+    [ -z "$backports" ] || qemu_release=(-t "${backports#/}")
+    $SUDO apt-get install -y -qq --no-install-recommends "${qemu_release[@]}" \
+        qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
 fi
 have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
 
@@ -121,11 +126,7 @@ kernel_from() {
     keep_from_deb "$pkg:arm64$suite" "$dir" "$@" && echo "$pkg" >"$dir/package"
 }
 
-codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
-backports=""
 if [ "$codename" = bookworm ]; then
-    ensure_backports
-    backports=/bookworm-backports
     # bookworm's own 7.2 (too old) and the backported 10.0 user-mode emulator, which Debian
     # builds static, without plugin support: the CLI's bad-input tests.
     [ -s "$CACHE/qemu-7.2/qemu-aarch64-static" ] || after_update keep_from_deb \
