@@ -5,7 +5,7 @@
 //! overflow) leaves through [`Engine::ret_slow`], which is cold.
 
 use crate::resync::GuestView;
-use crate::shadow::{Frame, StackSet};
+use crate::shadow::{Frame, StackSet, RESERVED_FRAMES};
 use crate::stats::Stats;
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
@@ -26,8 +26,8 @@ pub struct Engine {
     pub stacks: StackSet,
     /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack).
     record_depth: usize,
-    /// Below this depth a call or return takes the fast path (`try_call`, `try_ret`): it is
-    /// recorded, and no call has been ignored past the hard limit.
+    /// Below this depth a call or return may take the fast path (`try_call`, `try_ret`): its
+    /// frame is recorded, and the stack has room without growing.
     fast_depth: usize,
     /// `events` is not counted here but by [`Engine::stats`], from the records emitted.
     pub stats: Stats,
@@ -46,7 +46,7 @@ impl Engine {
             buf,
             stacks: StackSet::default(),
             record_depth,
-            fast_depth: record_depth.min(HARD_STACK_LIMIT - 1),
+            fast_depth: record_depth.min(RESERVED_FRAMES),
             stats: Stats::default(),
             overflow: 0,
             spilled: 0,
@@ -108,11 +108,11 @@ impl Engine {
         }
         self.last_time = now;
         self.stats.calls += 1;
-        // SAFETY: depth < fast_depth < HARD_STACK_LIMIT; the buffer has room.
+        // SAFETY: depth < fast_depth <= RESERVED_FRAMES; the buffer has room.
         unsafe {
             self.stacks
                 .current_mut()
-                .push_below_limit(Frame { func, ret_addr });
+                .push_reserved(Frame { func, ret_addr });
             self.emit_unchecked(now, RecordType::Entry, depth, func);
         }
         true
@@ -124,8 +124,9 @@ impl Engine {
     pub fn try_ret(&mut self, now: u64, target: u64) -> bool {
         let stack = self.stacks.current();
         let depth = stack.len();
-        // Within fast_depth no call was ignored past the hard limit (that happens only at
-        // the limit), so the top frame owns this return; its entry was recorded.
+        // As in `ret`, a return to the top frame's address closes it (calls ignored past the
+        // hard limit are only considered when it does not match); within fast_depth its entry
+        // was recorded, so its exit is.
         let func = match stack.top() {
             Some(f) if f.ret_addr == target && depth <= self.fast_depth && self.has_room() => {
                 f.func

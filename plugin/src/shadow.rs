@@ -5,8 +5,6 @@
 //! exception level, switching only at discontinuities (exception entry/return, a return that
 //! matches nothing) — never by reading a register on every event.
 
-use crate::hot::HARD_STACK_LIMIT;
-
 /// One open call: the function entered and where it will return to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
@@ -14,18 +12,20 @@ pub struct Frame {
     pub ret_addr: u64,
 }
 
+/// Frames every stack has room for from the start: as deep as uftrace records (16 KiB), so
+/// that the hot path pushes recorded frames without a capacity check. Deeper stacks grow.
+pub const RESERVED_FRAMES: usize = qemu_uftrace_format::MAX_STACK as usize;
+
 /// Open calls, innermost last. A frame's index is its uftrace depth.
 #[derive(Debug)]
 pub struct ShadowStack {
-    /// Reserved for [`HARD_STACK_LIMIT`] frames up front (pages the guest never reaches
-    /// are never touched), so that the hot path pushes without a capacity check.
     frames: Vec<Frame>,
 }
 
 impl Default for ShadowStack {
     fn default() -> Self {
         ShadowStack {
-            frames: Vec::with_capacity(HARD_STACK_LIMIT),
+            frames: Vec::with_capacity(RESERVED_FRAMES),
         }
     }
 }
@@ -49,11 +49,11 @@ impl ShadowStack {
     /// Pushes without a capacity check.
     ///
     /// # Safety
-    /// The stack holds fewer than [`HARD_STACK_LIMIT`] frames.
+    /// The stack holds fewer than [`RESERVED_FRAMES`] frames.
     #[inline(always)]
-    pub unsafe fn push_below_limit(&mut self, frame: Frame) {
+    pub unsafe fn push_reserved(&mut self, frame: Frame) {
         let len = self.frames.len();
-        debug_assert!(len < HARD_STACK_LIMIT && len < self.frames.capacity());
+        debug_assert!(len < RESERVED_FRAMES && len < self.frames.capacity());
         // SAFETY: the capacity reserved at creation exceeds `len` (contract above).
         unsafe {
             self.frames.as_mut_ptr().add(len).write(frame);

@@ -57,6 +57,8 @@ struct Rig {
     t: u64,
     /// Whether events try the fast path first, as the plugin's callbacks do.
     fast: bool,
+    /// Events the fast path took.
+    fast_hits: u64,
 }
 
 impl Rig {
@@ -81,17 +83,22 @@ impl Rig {
             out,
             t: 0,
             fast: false,
+            fast_hits: 0,
         }
     }
     fn call(&mut self, func: u64, ret_addr: u64) {
         self.t += 10;
-        if !(self.fast && self.engine.try_call(self.t, func, ret_addr)) {
+        if self.fast && self.engine.try_call(self.t, func, ret_addr) {
+            self.fast_hits += 1;
+        } else {
             self.engine.call(self.t, func, ret_addr);
         }
     }
     fn ret(&mut self, target: u64, guest: &mut FakeGuest) {
         self.t += 10;
-        if !(self.fast && self.engine.try_ret(self.t, target)) {
+        if self.fast && self.engine.try_ret(self.t, target) {
+            self.fast_hits += 1;
+        } else {
             self.engine.ret(self.t, target, guest);
         }
     }
@@ -458,6 +465,12 @@ fn the_fast_path_records_exactly_what_the_general_path_does() {
         let mut general = Rig::general(5);
         drive(&mut fast, seed, 5_000);
         drive(&mut general, seed, 5_000);
+        // Most events are shallow calls and matching returns: the fast path must take them.
+        assert!(
+            fast.fast_hits > 1_000,
+            "seed {seed}: {} fast",
+            fast.fast_hits
+        );
         let (a, b) = (fast.records(), general.records());
         assert!(!a.is_empty());
         assert_eq!(a, b, "seed {seed}");
@@ -472,19 +485,25 @@ fn the_fast_path_records_exactly_what_the_general_path_does() {
 #[test]
 fn calls_past_the_hard_stack_limit_are_counted_and_their_returns_swallowed() {
     let limit = hot::HARD_STACK_LIMIT as u64;
-    let mut g = FakeGuest::default();
-    for mut r in [Rig::new(1024), Rig::general(1024)] {
-        for i in 0..limit + 3 {
-            r.call(0x100, 0x10_0000 + i * 4);
+    // Distinct return addresses, and recursion from one call site (all the same).
+    for step in [4, 0] {
+        let mut g = FakeGuest::default();
+        let mut rigs = [Rig::new(1024), Rig::general(1024)];
+        for r in &mut rigs {
+            for i in 0..limit + 3 {
+                r.call(0x100, 0x10_0000 + i * step);
+            }
+            assert_eq!(r.engine.stats.stack_overflows, 3);
+            for i in (0..limit + 3).rev() {
+                r.ret(0x10_0000 + i * step, &mut g);
+            }
+            assert_eq!(r.engine.stacks.current().len(), 0);
+            assert_eq!(r.engine.stats.unmatched_returns, 0);
         }
-        assert_eq!(r.engine.stats.stack_overflows, 3);
-        for i in (0..limit + 3).rev() {
-            r.ret(0x10_0000 + i * 4, &mut g);
-        }
-        assert_eq!(r.engine.stacks.current().len(), 0);
-        assert_eq!(r.engine.stats.unmatched_returns, 0);
-        let recs = r.records();
+        let [fast, general] = &mut rigs;
+        let recs = fast.records();
         assert_eq!(recs.len(), 2 * 1024);
         assert_eq!(recs.last().map(|x| x.depth), Some(0));
+        assert_eq!(recs, general.records(), "step {step}");
     }
 }
