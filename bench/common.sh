@@ -24,3 +24,16 @@ warm_memory() {
 
 # The median of the numbers on standard input, one per line.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# timed_into FORMAT FILE CMD...: runs CMD under /usr/bin/time (FORMAT into FILE), stdin
+# closed, output dropped, stderr kept in FILE.err. A command that fails ends the benchmark:
+# GNU time would otherwise put a "Command exited" line in FILE, which sorts as a time of 0.
+timed_into() {
+    local fmt=$1 out=$2
+    shift 2
+    if ! /usr/bin/time -f "$fmt" -o "$out" "$@" </dev/null >/dev/null 2>"$out.err"; then
+        echo "bench: failed: $*" >&2
+        tail -n 5 "$out.err" >&2
+        exit 1
+    fi
+}

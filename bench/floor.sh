@@ -43,7 +43,7 @@ for i in $(seq "$runs"); do
         [ -n "$arg" ] && extra=(-plugin "$arg")
         mkdir -p "$work/trace"
         warm_memory
-        /usr/bin/time -f "%e" -o "$work/time" "${argv[@]}" "${extra[@]}" </dev/null >/dev/null 2>&1 || true
+        timed_into "%e" "$work/time" "${argv[@]}" "${extra[@]}"
         cat "$work/time" >>"$work/$layer"
         rm -rf "$work/trace"
     done

@@ -20,7 +20,7 @@ make -s -C "$root/bench/guests" O="$work/guests" >/dev/null
 # One timed run: prints "seconds max_rss_kb".
 timed() {
     warm_memory
-    /usr/bin/time -f "%e %M" -o "$work/time" "$@" </dev/null >/dev/null 2>"$work/stderr" || true
+    timed_into "%e %M" "$work/time" "$@"
     cat "$work/time"
 }
 
