@@ -16,28 +16,58 @@ pub fn file_name(bytes: &[u8]) -> String {
     format!("qemu-uftrace-plugin-{hex}.so")
 }
 
-/// qemu-uftrace's cache: `~/.cache/qemu-uftrace`, or a per-user directory under the temp
-/// dir when there is no home.
-pub fn cache_root() -> PathBuf {
+/// qemu-uftrace's cache, and whether it sits in a directory other users share.
+fn root() -> (PathBuf, bool) {
     match directories::ProjectDirs::from("", "", "qemu-uftrace") {
-        Some(dirs) => dirs.cache_dir().to_path_buf(),
+        Some(dirs) => (dirs.cache_dir().to_path_buf(), false),
         None => {
             // SAFETY: getuid cannot fail.
             let uid = unsafe { libc::getuid() };
-            std::env::temp_dir().join(format!("qemu-uftrace-{uid}"))
+            let dir = std::env::temp_dir().join(format!("qemu-uftrace-{uid}"));
+            (dir, true)
         }
     }
 }
 
-/// Where cached plugins live.
-pub fn cache_dir() -> PathBuf {
-    cache_root().join("plugins")
+/// qemu-uftrace's cache, ready for use: `~/.cache/qemu-uftrace`, or, with no home directory
+/// at all, a per-user directory under the shared temp dir, created mode 0700 and refused when
+/// it is not ours alone (QEMU loads the plugin found there).
+pub fn private_root() -> Result<PathBuf> {
+    let (dir, shared) = root();
+    if shared {
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(e)
+                    .with_context(|| format!("cannot create the cache {}", dir.display()));
+            }
+            _ => check_private(&dir)?,
+        }
+    }
+    Ok(dir)
+}
+
+/// Refuses a directory that is a symlink, belongs to another user or others may write to.
+fn check_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("cannot use the cache {}", dir.display()))?;
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o022 != 0 {
+        anyhow::bail!(
+            "the cache {} is not a private directory of yours; remove it, or set HOME to a \
+             directory of your own",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Returns the path of the embedded plugin in the default cache, writing it if needed.
 pub fn embedded_plugin() -> Result<PathBuf> {
     ensure_named(
-        &cache_dir(),
+        &private_root()?.join("plugins"),
         crate::embedded::PLUGIN_NAME,
         crate::embedded::PLUGIN_SO,
     )
@@ -59,13 +89,29 @@ fn ensure_named(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf> {
         .with_context(|| format!("cannot create the plugin cache {}", dir.display()))?;
     // A concurrent run may have renamed the same bytes in first: same content, no harm.
     crate::atomic_file::replace(&path, |w| w.write_all(bytes))
-        .with_context(|| format!("cannot install the plugin in the cache {}", dir.display()))?;
+        .context("cannot install the plugin in the cache")?;
     Ok(path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_cache_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&cache).unwrap();
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(check_private(&cache).is_ok());
+        std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = check_private(&cache).unwrap_err().to_string();
+        assert!(err.contains("not a private directory"), "{err}");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&cache, &link).unwrap();
+        assert!(check_private(&link).is_err());
+    }
 
     #[test]
     fn writes_once_and_reuses() {

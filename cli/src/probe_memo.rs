@@ -18,7 +18,7 @@ fn stamp(path: &Path) -> Option<(PathBuf, u64, SystemTime)> {
 fn memo_path(qemu: &Path, plugin: &Path) -> Option<PathBuf> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (stamp(qemu)?, stamp(plugin)?).hash(&mut h);
-    let dir = crate::plugin_cache::cache_root().join("probes");
+    let dir = crate::plugin_cache::private_root().ok()?.join("probes");
     Some(dir.join(format!("{:016x}", h.finish())))
 }
 
