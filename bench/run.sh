@@ -24,6 +24,9 @@ timed() {
     cat "$work/time"
 }
 
+# "min-max" of the first column of a file of timings.
+spread() { cut -d' ' -f1 "$1" | sort -n | sed -n '1p;$p' | paste -sd-; }
+
 stat_of() { sed -n "s/^$1=//p" "$work/trace/plugin.stats" 2>/dev/null | head -n1; }
 
 printf '%-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
@@ -51,5 +54,7 @@ for name in "${workloads[@]}"; do
         printf "%-10s %9.2f %9.2f %6.2fx %9.0f %9.0f %9.0f %12d %12.0f\n",
             n, p, t, t / p, pm / 1024, tm / 1024, b / 1048576, e, e / t }'
     grep -E '^(calls|returns|unmatched_returns|resyncs)=' "$work/trace/plugin.stats" | tr '\n' ' ' | sed 's/^/           /'
+    # The spread says how far the medians can be trusted on a noisy machine.
     echo
+    printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
 done
