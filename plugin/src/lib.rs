@@ -125,12 +125,12 @@ impl HasCallbacks for Plugin {
         });
         let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
         let system = SYSTEM_MODE.get().copied().unwrap_or(false);
-        let clock = clock::VcpuClock::for_vcpu(vcpu_id, system);
+        let (fast, clock, pending) = vcpu_words(vcpu_id, system);
         let state = vcpu::VcpuState {
             tid,
-            fast: clock.fast_words(),
+            fast,
             clock,
-            pending: landing::Pending::for_vcpu(vcpu_id, system),
+            pending,
             engine,
             regs: guest::ByteBuf::new(),
         };
@@ -140,14 +140,21 @@ impl HasCallbacks for Plugin {
             // ones. Only system mode caches pointers (all vCPUs exist before the guest
             // runs); user mode's words go through the API and never go stale, and its
             // other vCPUs are running, so their state must not be touched from here.
-            vcpu::for_each(|i, s| {
-                s.clock = clock::VcpuClock::for_vcpu(i, system);
-                s.fast = s.clock.fast_words();
-                s.pending = landing::Pending::for_vcpu(i, system);
-            });
+            vcpu::for_each(|i, s| (s.fast, s.clock, s.pending) = vcpu_words(i, system));
         }
         Ok(())
     }
+}
+
+/// How vCPU `i` reaches its instruction counter and pending flag: the fast path's pointer
+/// and the general path's words, taken together so that they never disagree.
+fn vcpu_words(i: u32, system: bool) -> (scoreboard::FastWords, clock::VcpuClock, landing::Pending) {
+    let clock = clock::VcpuClock::for_vcpu(i, system);
+    (
+        clock.fast_words(),
+        clock,
+        landing::Pending::for_vcpu(i, system),
+    )
 }
 
 /// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
