@@ -102,7 +102,7 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         }
         let mut entries = keep;
         entries.extend(placed.iter().map(|p| p.map.clone()));
-        write_map_atomically(map_path, entries)?;
+        crate::atomic_file::replace(map_path, |mut w| map::write_map(&mut w, entries))?;
     }
 
     for (name, w) in &written {
@@ -180,10 +180,6 @@ fn session_of(dir: &Path) -> Option<String> {
         .flat_map(|l| l.split_whitespace())
         .find_map(|w| w.strip_prefix("sid="))
         .map(str::to_string)
-}
-
-fn write_map_atomically(path: &Path, entries: Vec<MapEntry>) -> Result<()> {
-    crate::atomic_file::replace(path, |mut w| map::write_map(&mut w, entries))
 }
 
 #[cfg(test)]
