@@ -2,10 +2,20 @@
 
 cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
 
+# The emulator of a QEMU version the install script provides: 10.0 (bookworm-backports, on
+# PATH), 10.2.2 (built from Debian's source), 11.1.3 (trixie-backports); or a path.
+qemu_program() {
+    case "$1" in
+        10.0) echo qemu-system-aarch64 ;;
+        10.2.2 | 11.1.3) echo "$cache/qemu-$1/bin/qemu-system-aarch64" ;;
+        *) echo "$1" ;;
+    esac
+}
+
 # The QEMU command of a workload, into the array `argv` (calldense needs its guest built
-# into "$work/guests").
+# into "$work/guests"), on the emulator $qemu (default: the one on PATH).
 workload_argv() {
-    argv=(qemu-system-aarch64 -M virt -cpu cortex-a57 -nographic -nic none)
+    argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu cortex-a57 -nographic -nic none)
     case "$1" in
         calldense) argv+=(-semihosting -kernel "$work/guests/calldense.elf") ;;
         kernel) argv+=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz"

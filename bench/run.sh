@@ -2,8 +2,9 @@
 # Traced vs plain QEMU, measured in the same run (interleaved, median of RUNS):
 #   calldense  a call-dense bare-metal loop (20 M calls)
 #   kernel     Debian's arm64 cloud kernel booting to its "Unable to mount root fs" panic
-# Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload.
-# Usage: bench/run.sh [calldense] [kernel]    (RUNS=3 by default)
+# Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
+# each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel]    (RUNS=3 by default)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,32 +30,35 @@ spread() { cut -d' ' -f1 "$1" | sort -n | sed -n '1p;$p' | paste -sd-; }
 
 stat_of() { sed -n "s/^$1=//p" "$work/trace/plugin.stats" 2>/dev/null | head -n1; }
 
-printf '%-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
-    workload plain_s traced_s ratio plain_MB traced_MB trace_MB events events/s
+printf '%-8s %-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
+    qemu workload plain_s traced_s ratio plain_MB traced_MB trace_MB events events/s
 workloads=("$@")
 [ "${#workloads[@]}" -gt 0 ] || workloads=(calldense kernel)
-for name in "${workloads[@]}"; do
-    workload_argv "$name"
-    : >"$work/plain" ; : >"$work/traced"
-    for i in $(seq "$runs"); do
-        timed "${argv[@]}" >>"$work/plain"
-        timed "$qu" record -o "$work/trace" -- "${argv[@]}" >>"$work/traced"
-        # Keep the last trace for its figures. Delete the others at once: left in the page
-        # cache, a fresh 250 MB trace slows the next run (measured: ~0.05 s on the boot), and
-        # that must not fall on the plain runs only.
-        if [ "$i" -lt "$runs" ]; then rm -rf "$work/trace" "$work/trace.old"; fi
+for version in ${QEMUS:-10.0}; do
+    qemu=$(qemu_program "$version")
+    for name in "${workloads[@]}"; do
+        workload_argv "$name"
+        : >"$work/plain" ; : >"$work/traced"
+        for i in $(seq "$runs"); do
+            timed "${argv[@]}" >>"$work/plain"
+            timed "$qu" record -o "$work/trace" -- "${argv[@]}" >>"$work/traced"
+            # Keep the last trace for its figures. Delete the others at once: left in the page
+            # cache, a fresh 250 MB trace slows the next run (measured: ~0.05 s on the boot), and
+            # that must not fall on the plain runs only.
+            if [ "$i" -lt "$runs" ]; then rm -rf "$work/trace" "$work/trace.old"; fi
+        done
+        p=$(cut -d' ' -f1 "$work/plain" | median)
+        t=$(cut -d' ' -f1 "$work/traced" | median)
+        pm=$(cut -d' ' -f2 "$work/plain" | median)
+        tm=$(cut -d' ' -f2 "$work/traced" | median)
+        events=$(stat_of events)
+        bytes=$(du -sb "$work/trace" | cut -f1)
+        awk -v q="$version" -v n="$name" -v p="$p" -v t="$t" -v pm="$pm" -v tm="$tm" -v b="$bytes" -v e="${events:-0}" 'BEGIN {
+            printf "%-8s %-10s %9.2f %9.2f %6.2fx %9.0f %9.0f %9.0f %12d %12.0f\n",
+                q, n, p, t, t / p, pm / 1024, tm / 1024, b / 1048576, e, e / t }'
+        grep -E '^(calls|returns|unmatched_returns|resyncs)=' "$work/trace/plugin.stats" | tr '\n' ' ' | sed 's/^/           /'
+        # The spread says how far the medians can be trusted on a noisy machine.
+        echo
+        printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
     done
-    p=$(cut -d' ' -f1 "$work/plain" | median)
-    t=$(cut -d' ' -f1 "$work/traced" | median)
-    pm=$(cut -d' ' -f2 "$work/plain" | median)
-    tm=$(cut -d' ' -f2 "$work/traced" | median)
-    events=$(stat_of events)
-    bytes=$(du -sb "$work/trace" | cut -f1)
-    awk -v n="$name" -v p="$p" -v t="$t" -v pm="$pm" -v tm="$tm" -v b="$bytes" -v e="${events:-0}" 'BEGIN {
-        printf "%-10s %9.2f %9.2f %6.2fx %9.0f %9.0f %9.0f %12d %12.0f\n",
-            n, p, t, t / p, pm / 1024, tm / 1024, b / 1048576, e, e / t }'
-    grep -E '^(calls|returns|unmatched_returns|resyncs)=' "$work/trace/plugin.stats" | tr '\n' ' ' | sed 's/^/           /'
-    # The spread says how far the medians can be trusted on a noisy machine.
-    echo
-    printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
 done

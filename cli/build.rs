@@ -3,7 +3,8 @@
 //!
 //! A nested `cargo build` is the only way to get a cdylib artifact from a build script today
 //! (artifact dependencies are unstable). It uses its own target directory: the outer build
-//! holds the lock on the outer one, so sharing it would deadlock.
+//! holds the lock on the outer one, so sharing it would deadlock. The plugin is built once per
+//! plugin-API family QEMU may require (v4 and v7), and both are embedded.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -35,18 +36,42 @@ fn main() {
     }
 
     let plugin_target = out_dir.join("plugin-target");
+    // One build per plugin ABI family (plugin/src/api.rs); `embedded.rs` lists the same.
+    for (api, features) in [(4, ""), (7, "api-v7")] {
+        build_plugin(&workspace, &plugin_target, &target, features);
+        let built = plugin_target
+            .join(&target)
+            .join("release")
+            .join(PLUGIN_FILE);
+        copy(&built, &out_dir.join(format!("plugin-v{api}.so")));
+        // The name the plugin gets in the user's cache, from its content: computed here once
+        // rather than hashing megabytes at every run.
+        let bytes =
+            std::fs::read(&built).unwrap_or_else(|e| panic!("cannot read the built plugin: {e}"));
+        let digest = sha2::Sha256::digest(&bytes);
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        println!(
+            "cargo:rustc-env=QEMU_UFTRACE_PLUGIN_V{api}_NAME=qemu-uftrace-plugin-v{api}-{hex}.so"
+        );
+    }
+}
+
+/// `cargo build` of the plugin with `features` (the two builds share the target directory,
+/// so only the plugin crate itself is compiled twice).
+fn build_plugin(workspace: &Path, plugin_target: &Path, target: &str, features: &str) {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.arg("build")
         .arg("--release")
         .args(["-p", PLUGIN_PACKAGE])
+        .args(["--features", features])
         .arg("--manifest-path")
         .arg(workspace.join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&plugin_target)
+        .arg(plugin_target)
         // Explicit, so a cross build embeds a plugin for the machine the CLI runs on.
-        .args(["--target", &target])
-        .current_dir(&workspace)
+        .args(["--target", target])
+        .current_dir(workspace)
         // QEMU only needs the code: a stripped plugin is a fifth the size to embed and load.
         .env("CARGO_PROFILE_RELEASE_DEBUG", "false")
         .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
@@ -71,22 +96,10 @@ fn main() {
         .status()
         .unwrap_or_else(|e| panic!("cannot run cargo to build the QEMU plugin: {e}"));
     if !status.success() {
-        panic!("building the QEMU plugin ({PLUGIN_PACKAGE}) failed: {status}");
+        panic!(
+            "building the QEMU plugin ({PLUGIN_PACKAGE}, features '{features}') failed: {status}"
+        );
     }
-
-    let built = plugin_target
-        .join(&target)
-        .join("release")
-        .join(PLUGIN_FILE);
-    copy(&built, &out_dir.join(PLUGIN_FILE));
-
-    // The name the plugin gets in the user's cache, from its content: computed here once
-    // rather than hashing megabytes at every run.
-    let bytes =
-        std::fs::read(&built).unwrap_or_else(|e| panic!("cannot read the built plugin: {e}"));
-    let digest = sha2::Sha256::digest(&bytes);
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    println!("cargo:rustc-env=QEMU_UFTRACE_PLUGIN_NAME=qemu-uftrace-plugin-{hex}.so");
 }
 
 fn copy(from: &Path, to: &Path) {

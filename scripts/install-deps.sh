@@ -2,9 +2,13 @@
 # Installs everything qemu-uftrace needs to build, record and test, idempotently.
 # Used by the README, by the tests (via .ci/run) and by bench/.
 #   - QEMU >= 9.2 with plugin support (bookworm-backports ships 10.0)
+#   - QEMU 10.2.2 built from Debian's source package (plugins in user mode too, the
+#     discontinuity callback), and QEMU 11.1.3 from trixie-backports in a trixie root (plugin
+#     API 7), both cached outside the repo: every test runs on all three
 #   - uftrace (Debian's 0.13)
 #   - the aarch64 cross compiler for the example and test guests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
+# Package mirrors come from the machine's own apt sources; no host name is written here.
 set -euo pipefail
 
 CACHE="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
@@ -13,13 +17,27 @@ SUDO=""
 
 log() { echo "install-deps: $*" >&2; }
 
+# The Debian archive this machine already uses: the first `deb` source whose suite is the
+# release itself (not -security, not -updates), from deb822 or one-line sources.
+debian_mirror() {
+    local uri
+    uri=$(awk -v rel="$codename" '
+        /^URIs:/ { uris = $2 }
+        /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == rel) { print uris; exit } }
+        /^$/ { uris = "" }' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
+    [ -n "$uri" ] || uri=$(awk -v rel="$codename" '$1 == "deb" && $3 == rel { print $2; exit }' \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1)
+    [ -n "$uri" ] || { log "cannot find the Debian mirror in /etc/apt/sources*"; return 1; }
+    echo "${uri%/}"
+}
+
 # bookworm-backports carries QEMU 10.0 and Linux 6.12; bookworm itself is too old for both.
 ensure_backports() {
     if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
         log "adding the bookworm-backports suite"
-        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
+        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<SRC
 Types: deb
-URIs: http://deb.debian.org/debian
+URIs: $(debian_mirror)
 Suites: bookworm-backports
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
@@ -171,5 +189,100 @@ if ! "$venv/bin/vmlinux-to-elf" --help >/dev/null 2>&1; then
     "$venv/bin/pip" install -q --disable-pip-version-check vmlinux-to-elf==1.4.0
     "$venv/bin/vmlinux-to-elf" --help >/dev/null
 fi
+
+# QEMU 10.2.2 from Debian's source package (`+ds`, patches applied), built for the targets
+# qemu-uftrace traces with plugins enabled, user mode included: Debian's binaries lack plugins
+# in user mode and 10.0 lacks the discontinuity callback. About 13 minutes on two cores, once.
+QEMU_SRC_VERSION=1:10.2.2+ds-1
+QEMU_TARGETS=aarch64-softmmu,x86_64-softmmu,riscv64-softmmu,aarch64-linux-user,x86_64-linux-user,riscv64-linux-user
+q102="$CACHE/qemu-10.2.2"
+if [ ! -x "$q102/bin/qemu-system-aarch64" ] || [ "$(cat "$q102/targets" 2>/dev/null)" != "$QEMU_TARGETS" ]; then
+    log "building QEMU ${QEMU_SRC_VERSION#1:} from Debian's source package into $q102 (~13 min)"
+    build_need=()
+    for pkg in ninja-build libglib2.0-dev libpixman-1-dev libfdt-dev libcapstone-dev pkg-config \
+        flex bison dpkg-dev zlib1g-dev; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || build_need+=("$pkg")
+    done
+    [ "${#build_need[@]}" -eq 0 ] ||
+        $SUDO apt-get install -y -qq --no-install-recommends "${build_need[@]}" >/dev/null
+    # QEMU 10.2 wants meson >= 1.5 and pycotap: bookworm-backports has both.
+    $SUDO apt-get install -y -qq --no-install-recommends ${backports:+-t "${backports#/}"} \
+        meson python3-pycotap >/dev/null
+    work=$(mktemp -d)
+    # Only the source: a private apt state for sid's deb-src, so the system's lists stay as
+    # they are.
+    mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
+    cat >"$work/apt/src.sources" <<SRC
+Types: deb-src
+URIs: $(debian_mirror)
+Suites: sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt_src=(-o Dir::Etc::SourceList="$work/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
+        -o Dir::State::Lists="$work/apt/lists" -o Dir::Cache="$work/apt/cache")
+    apt-get "${apt_src[@]}" update -qq
+    (cd "$work" && apt-get "${apt_src[@]}" source --download-only -qq "qemu=$QEMU_SRC_VERSION") \
+        2>/dev/null
+    # apt checked the files against the signed index; the .dsc's own signature needs keys
+    # this machine has no reason to hold.
+    dpkg-source --no-check -x "$work"/qemu_*.dsc "$work/qemu" >/dev/null
+    mkdir "$work/qemu/build"
+    (cd "$work/qemu/build" && ../configure --python=/usr/bin/python3 --prefix="$q102" \
+        --target-list="$QEMU_TARGETS" --without-default-features --enable-plugins \
+        --enable-capstone --enable-fdt=system --enable-tcg --disable-docs --disable-werror \
+        --disable-install-blobs --disable-download \
+        --firmwarepath=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu \
+        >"$work/configure.log" 2>&1) ||
+        { tail -n 30 "$work/configure.log" >&2; log "configuring QEMU failed"; exit 1; }
+    bins=(qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64 qemu-aarch64 qemu-x86_64
+        qemu-riscv64)
+    # QEMU's own uftrace plugin and execlog: the peers the benchmarks and tests compare with.
+    peers=(contrib/plugins/libuftrace.so contrib/plugins/libexeclog.so)
+    ninja -C "$work/qemu/build" "${bins[@]}" "${peers[@]}" >"$work/build.log" 2>&1 ||
+        { tail -n 30 "$work/build.log" >&2; log "building QEMU failed"; exit 1; }
+    rm -rf "$q102.tmp"
+    mkdir -p "$q102.tmp/bin" "$q102.tmp/plugins"
+    for b in "${bins[@]}"; do strip -o "$q102.tmp/bin/$b" "$work/qemu/build/$b"; done
+    for p in "${peers[@]}"; do cp "$work/qemu/build/$p" "$q102.tmp/plugins/"; done
+    echo "$QEMU_TARGETS" >"$q102.tmp/targets"
+    rm -rf "$q102" && mv "$q102.tmp" "$q102"
+    rm -rf "$work"
+fi
+
+# QEMU 11.1.3 (plugin API 7 only) from trixie-backports. Its binaries need trixie's libc, so
+# they live in a minimal trixie root and run on its dynamic loader and libraries, behind
+# wrappers named like the emulators: every host path stays visible, no mount or chroot.
+troot="$CACHE/trixie-root"
+q111="$CACHE/qemu-11.1.3"
+if [ ! -x "$troot/usr/bin/qemu-system-aarch64" ]; then
+    command -v debootstrap >/dev/null 2>&1 ||
+        $SUDO apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+    mirror=$(debian_mirror)
+    log "making a trixie root with QEMU 11.1 in $troot"
+    rm -rf "$troot.tmp"
+    $SUDO debootstrap --variant=minbase trixie "$troot.tmp" "$mirror" >/dev/null
+    printf 'deb %s trixie main\ndeb %s trixie-backports main\n' "$mirror" "$mirror" |
+        $SUDO tee "$troot.tmp/etc/apt/sources.list" >/dev/null
+    $SUDO cp /etc/resolv.conf "$troot.tmp/etc/resolv.conf" 2>/dev/null || true
+    $SUDO chroot "$troot.tmp" sh -c 'export DEBIAN_FRONTEND=noninteractive;
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
+        qemu-system-arm qemu-system-x86 qemu-system-misc >/dev/null'
+    rm -rf "$troot" && mv "$troot.tmp" "$troot"
+fi
+for emu in qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64; do
+    wrapper="$q111/bin/$emu"
+    [ -x "$wrapper" ] && grep -qs "$troot/" "$wrapper" && continue
+    mkdir -p "$q111/bin"
+    cat >"$wrapper.tmp" <<WRAP
+#!/bin/sh
+# QEMU 11.1 from trixie-backports on trixie's own loader and libraries (install-deps.sh).
+QEMU_MODULE_DIR="$troot/usr/lib/x86_64-linux-gnu/qemu" exec "$troot/lib64/ld-linux-x86-64.so.2" \\
+    --library-path "$troot/usr/lib/x86_64-linux-gnu" "$troot/usr/bin/$emu" "\$@"
+WRAP
+    chmod +x "$wrapper.tmp" && mv "$wrapper.tmp" "$wrapper"
+done
+"$q111/bin/qemu-system-aarch64" --version | grep -q "version 11\.1" ||
+    { log "the QEMU 11.1 wrapper in $q111 does not run"; exit 1; }
 
 log "ok (cache: $CACHE)"

@@ -7,4 +7,6 @@ cd "$root"
 scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
+cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
 cargo test --workspace --no-fail-fast

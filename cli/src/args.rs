@@ -47,6 +47,9 @@ pub enum Command {
     Dump(UftraceArgs),
     /// Show what was recorded, when and how (uftrace info)
     Info(UftraceArgs),
+    /// Check the QEMUs on PATH (or the ones named) and uftrace: versions, plugin API,
+    /// plugin support, exception reporting; exits non-zero when recording cannot work
+    Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -168,6 +171,17 @@ pub struct UftraceArgs {
         num_args = 0..
     )]
     pub uftrace_args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  qemu-uftrace doctor\n  qemu-uftrace doctor /opt/qemu/bin/qemu-system-aarch64"
+)]
+pub struct DoctorArgs {
+    /// QEMU emulators to check (names on PATH or paths); default: every qemu-system-<arch>
+    /// and qemu-<arch> on PATH
+    #[arg(value_name = "QEMU")]
+    pub qemus: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]

@@ -1,8 +1,36 @@
-//! The QEMU plugin, built by `build.rs` and carried inside this binary.
+//! The QEMU plugins, built by `build.rs` and carried inside this binary: one per plugin-API
+//! family QEMU may require (`plugin/src/api.rs`), oldest first.
 
-/// The plugin shared object, byte for byte.
-pub static PLUGIN_SO: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/libqemu_uftrace_plugin.so"));
+/// One plugin build.
+#[derive(Debug)]
+pub struct EmbeddedPlugin {
+    /// The `qemu_plugin_version` it declares.
+    pub api: u32,
+    /// The shared object, byte for byte.
+    pub bytes: &'static [u8],
+    /// Its file name in the cache, named by content (sha256) at build time.
+    pub name: &'static str,
+}
 
-/// Its file name in the cache, named by content (sha256) at build time.
-pub const PLUGIN_NAME: &str = env!("QEMU_UFTRACE_PLUGIN_NAME");
+/// Every build, by API version, oldest first.
+pub static PLUGINS: &[EmbeddedPlugin] = &[
+    EmbeddedPlugin {
+        api: 4,
+        bytes: include_bytes!(concat!(env!("OUT_DIR"), "/plugin-v4.so")),
+        name: env!("QEMU_UFTRACE_PLUGIN_V4_NAME"),
+    },
+    EmbeddedPlugin {
+        api: 7,
+        bytes: include_bytes!(concat!(env!("OUT_DIR"), "/plugin-v7.so")),
+        name: env!("QEMU_UFTRACE_PLUGIN_V7_NAME"),
+    },
+];
+
+/// The API versions carried, for messages: `4, 7`.
+pub fn api_list() -> String {
+    PLUGINS
+        .iter()
+        .map(|p| p.api.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -5,12 +5,14 @@
 pub mod args;
 pub mod atomic_file;
 pub mod datadir;
+pub mod doctor;
 pub mod embedded;
 pub mod errors;
 pub mod host_info;
 pub mod kernel_alias;
 pub mod man;
 pub mod plugin_cache;
+pub mod plugin_select;
 pub mod probe_memo;
 pub mod qemu_checks;
 pub mod qemu_cmd;
@@ -76,6 +78,7 @@ fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
         Command::Tui(a) => uftrace_cmd::run("tui", &a.dir, &a.uftrace_args),
         Command::Dump(a) => uftrace_cmd::run("dump", &a.dir, &a.uftrace_args),
         Command::Info(a) => uftrace_cmd::run("info", &a.dir, &a.uftrace_args),
+        Command::Doctor(a) => doctor::run(&a.qemus),
         Command::Completions(a) => {
             let mut cmd = args::command();
             clap_complete::generate(a.shell, &mut cmd, "qemu-uftrace", &mut std::io::stdout());

@@ -1,4 +1,4 @@
-//! Puts the embedded plugin where QEMU can `dlopen` it: once per plugin build, in the user's
+//! Puts an embedded plugin where QEMU can `dlopen` it: once per plugin build, in the user's
 //! cache directory, named by content hash so that different qemu-uftrace versions coexist
 //! and a half-written file is never loaded (temp file + rename).
 
@@ -9,11 +9,11 @@ use anyhow::{Context, Result};
 /// The file name for a plugin with these bytes, as `build.rs` computes it for the embedded one
 /// (the tests hold the two to the same rule).
 #[cfg(test)]
-pub fn file_name(bytes: &[u8]) -> String {
+pub fn file_name(api: u32, bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(bytes);
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("qemu-uftrace-plugin-{hex}.so")
+    format!("qemu-uftrace-plugin-v{api}-{hex}.so")
 }
 
 /// qemu-uftrace's cache, and whether it sits in a directory other users share.
@@ -64,19 +64,15 @@ fn check_private(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Returns the path of the embedded plugin in the default cache, writing it if needed.
-pub fn embedded_plugin() -> Result<PathBuf> {
-    ensure_named(
-        &private_root()?.join("plugins"),
-        crate::embedded::PLUGIN_NAME,
-        crate::embedded::PLUGIN_SO,
-    )
+/// Returns the path of an embedded plugin in the default cache, writing it if needed.
+pub fn embedded_plugin(plugin: &crate::embedded::EmbeddedPlugin) -> Result<PathBuf> {
+    ensure_named(&private_root()?.join("plugins"), plugin.name, plugin.bytes)
 }
 
 /// Writes `bytes` into `dir` under its content name unless an identical file is there.
 #[cfg(test)]
 pub fn ensure_in(dir: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    ensure_named(dir, &file_name(bytes), bytes)
+    ensure_named(dir, &file_name(4, bytes), bytes)
 }
 
 /// Writes `bytes` into `dir` as `name` (which names that content) unless it is there.
@@ -130,24 +126,31 @@ mod tests {
 
     #[test]
     fn name_is_a_hash_prefix() {
-        let n = file_name(b"");
-        assert_eq!(n, "qemu-uftrace-plugin-e3b0c44298fc1c14.so");
+        let n = file_name(4, b"");
+        assert_eq!(n, "qemu-uftrace-plugin-v4-e3b0c44298fc1c14.so");
     }
 
     #[test]
-    fn embedded_plugin_is_present() {
-        // Whatever the plugin crate builds (even a stub) is a shared object.
-        assert!(crate::embedded::PLUGIN_SO.starts_with(b"\x7fELF"));
+    fn embedded_plugins_are_present() {
+        // Whatever the plugin crate builds (even a stub) is a shared object, one per API.
+        let apis: Vec<u32> = crate::embedded::PLUGINS.iter().map(|p| p.api).collect();
+        assert_eq!(apis, [4, 7]);
+        for p in crate::embedded::PLUGINS {
+            assert!(p.bytes.starts_with(b"\x7fELF"), "v{}", p.api);
+        }
+        assert_ne!(
+            crate::embedded::PLUGINS[0].bytes,
+            crate::embedded::PLUGINS[1].bytes
+        );
     }
 }
 
 #[cfg(test)]
 mod embedded_name {
     #[test]
-    fn the_build_names_the_plugin_by_its_content() {
-        assert_eq!(
-            super::file_name(crate::embedded::PLUGIN_SO),
-            crate::embedded::PLUGIN_NAME
-        );
+    fn the_build_names_the_plugins_by_their_content() {
+        for p in crate::embedded::PLUGINS {
+            assert_eq!(super::file_name(p.api, p.bytes), p.name);
+        }
     }
 }

@@ -2,8 +2,9 @@
 //! recording does not start QEMU twice every time (the probe costs a QEMU start-up, ~50 ms).
 //!
 //! A memo is keyed by the QEMU executable (canonical path, size, modification time) and the
-//! plugin file (path, size, modification time): upgrading either makes a new key. It holds
-//! the version text. `forget` drops it when a recording with it produced nothing.
+//! plugin files it may load (path, size, modification time): upgrading any makes a new key.
+//! It holds the version text and the probe's answer. `forget` drops it when a recording with
+//! it produced nothing.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -15,34 +16,38 @@ fn stamp(path: &Path) -> Option<(PathBuf, u64, SystemTime)> {
     Some((real, meta.len(), meta.modified().ok()?))
 }
 
-fn memo_path(qemu: &Path, plugin: &Path) -> Option<PathBuf> {
+fn memo_path(qemu: &Path, plugins: &[PathBuf]) -> Option<PathBuf> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    (stamp(qemu)?, stamp(plugin)?).hash(&mut h);
+    stamp(qemu)?.hash(&mut h);
+    for p in plugins {
+        stamp(p)?.hash(&mut h);
+    }
     let dir = crate::plugin_cache::private_root().ok()?.join("probes");
     Some(dir.join(format!("{:016x}", h.finish())))
 }
 
-/// The version text of a QEMU that passed both checks with this plugin before.
-pub fn recall(qemu: &Path, plugin: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(memo_path(qemu, plugin)?).ok()?;
-    text.strip_prefix("ok ").map(|v| v.trim_end().to_string())
+/// The version text and probe answer of a QEMU that passed both checks with these plugins.
+pub fn recall(qemu: &Path, plugins: &[PathBuf]) -> Option<(String, String)> {
+    let text = std::fs::read_to_string(memo_path(qemu, plugins)?).ok()?;
+    let (version, probe) = text.strip_prefix("ok ")?.split_once('\n')?;
+    Some((version.to_string(), probe.trim_end().to_string()))
 }
 
-/// Notes that `qemu` (version `version`) passed both checks with `plugin`. Best effort: a
-/// cache that cannot be written only means probing again next time.
-pub fn remember(qemu: &Path, plugin: &Path, version: &str) {
-    let Some(path) = memo_path(qemu, plugin) else {
+/// Notes that `qemu` (version `version`) passed both checks with `plugins`, answering
+/// `probe`. Best effort: a cache that cannot be written only means probing again next time.
+pub fn remember(qemu: &Path, plugins: &[PathBuf], version: &str, probe: &str) {
+    let Some(path) = memo_path(qemu, plugins) else {
         return;
     };
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let _ = crate::atomic_file::replace(&path, |w| writeln!(w, "ok {version}"));
+    let _ = crate::atomic_file::replace(&path, |w| writeln!(w, "ok {version}\n{probe}"));
 }
 
 /// Forgets a memo (the recording it allowed produced nothing).
-pub fn forget(qemu: &Path, plugin: &Path) {
-    if let Some(path) = memo_path(qemu, plugin) {
+pub fn forget(qemu: &Path, plugins: &[PathBuf]) {
+    if let Some(path) = memo_path(qemu, plugins) {
         let _ = std::fs::remove_file(path);
     }
 }
@@ -52,19 +57,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_memo_follows_both_files() {
+    fn a_memo_follows_every_file() {
         let dir = tempfile::tempdir().unwrap();
         let (q, p) = (dir.path().join("qemu"), dir.path().join("plugin.so"));
+        let p7 = dir.path().join("plugin7.so");
         std::fs::write(&q, "qemu").unwrap();
         std::fs::write(&p, "plugin").unwrap();
-        forget(&q, &p);
-        assert_eq!(recall(&q, &p), None);
-        remember(&q, &p, "10.0.2");
-        assert_eq!(recall(&q, &p).as_deref(), Some("10.0.2"));
+        std::fs::write(&p7, "plugin 7").unwrap();
+        let both = [p.clone(), p7.clone()];
+        forget(&q, &both);
+        assert_eq!(recall(&q, &both), None);
+        remember(&q, &both, "10.0.2", "qemu-uftrace-probe target=aarch64");
+        assert_eq!(
+            recall(&q, &both),
+            Some(("10.0.2".into(), "qemu-uftrace-probe target=aarch64".into()))
+        );
+        assert_eq!(recall(&q, &both[..1]), None);
         // A rebuilt plugin (other size) is a new key.
-        std::fs::write(&p, "plugin, rebuilt").unwrap();
-        assert_eq!(recall(&q, &p), None);
-        std::fs::write(&p, "plugin").unwrap();
-        forget(&q, &p);
+        std::fs::write(&p7, "plugin 7, rebuilt").unwrap();
+        assert_eq!(recall(&q, &both), None);
+        forget(&q, &both);
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use crate::errors::{fail, usage};
+use crate::plugin_select::Accepts;
 use crate::qemu_cmd::{self, Emulator, Mode};
 
 /// Oldest QEMU whose plugin API has what the plugin needs.
@@ -26,6 +27,12 @@ pub struct Qemu {
     pub path: PathBuf,
     /// `10.0.2`, as `--version` says.
     pub version: String,
+    /// The plugin file this QEMU loads.
+    pub plugin: PathBuf,
+    /// What the plugin said about this QEMU when probed.
+    pub probe: ProbeInfo,
+    /// The files the probe memo is keyed on (see [`crate::probe_memo`]).
+    memo_key: Vec<PathBuf>,
 }
 
 impl Qemu {
@@ -38,6 +45,18 @@ impl Qemu {
             .unwrap_or_default();
         format!("{name} {}", self.version)
     }
+
+    /// Whatever went wrong with a recording, check this QEMU afresh next time.
+    pub fn forget_probe(&self) {
+        crate::probe_memo::forget(&self.path, &self.memo_key);
+    }
+}
+
+/// The plugin to load: one the user named, or the embedded build this QEMU accepts.
+#[derive(Debug, Clone)]
+pub enum PluginChoice {
+    Given(PathBuf),
+    Embedded,
 }
 
 /// Runs the remaining checks, in order, on the QEMU command `argv0` `opts` with `plugin`.
@@ -46,24 +65,14 @@ pub fn preflight(
     argv0: &OsString,
     emulator: Emulator,
     opts: &[qemu_cmd::QemuOption],
-    plugin: &Path,
-    plugin_given: bool,
+    plugin: &PluginChoice,
 ) -> Result<Qemu> {
-    let path = find_executable(argv0)?;
-    let version = match crate::probe_memo::recall(&path, plugin) {
-        Some(version) => version,
-        None => {
-            let version = check_version(&path)?;
-            probe_plugin(&path, &emulator, plugin, plugin_given)?;
-            crate::probe_memo::remember(&path, plugin, &version);
-            version
-        }
-    };
-    if !emulator.is_supported() {
+    let qemu = check_qemu(argv0, emulator, plugin)?;
+    if !qemu.emulator.is_supported() {
         return Err(usage(
             format!(
                 "{} guests are not supported yet by qemu-uftrace",
-                emulator.describe()
+                qemu.emulator.describe()
             ),
             "only system-mode aarch64 (qemu-system-aarch64) can be recorded for now",
         ));
@@ -74,10 +83,52 @@ pub fn preflight(
             "remove it (or use -accel tcg)",
         ));
     }
+    Ok(qemu)
+}
+
+/// Finds the QEMU, checks its version and finds the plugin build it loads (probing it, or
+/// recalling an earlier probe of the same files).
+pub fn check_qemu(argv0: &OsString, emulator: Emulator, plugin: &PluginChoice) -> Result<Qemu> {
+    let path = find_executable(argv0)?;
+    let candidates: Vec<(u32, PathBuf)> = match plugin {
+        PluginChoice::Given(p) => vec![(0, p.clone())],
+        PluginChoice::Embedded => crate::embedded::PLUGINS
+            .iter()
+            .map(|p| Ok((p.api, crate::plugin_cache::embedded_plugin(p)?)))
+            .collect::<Result<_>>()?,
+    };
+    let memo_key: Vec<PathBuf> = candidates.iter().map(|(_, p)| p.clone()).collect();
+    let recalled = crate::probe_memo::recall(&path, &memo_key)
+        .and_then(|(version, line)| Some((version, parse_probe_line(&line)?)));
+    let (version, info) = match recalled {
+        Some(found) => found,
+        None => {
+            let version = check_version(&path)?;
+            let (line, info) = probe_builds(&path, &emulator, &candidates, &version, plugin)?;
+            crate::probe_memo::remember(&path, &memo_key, &version, &line);
+            (version, info)
+        }
+    };
+    let plugin = match plugin {
+        PluginChoice::Given(p) => p.clone(),
+        PluginChoice::Embedded => candidates
+            .iter()
+            .find(|(api, _)| *api == info.plugin_api)
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| {
+                fail(
+                    format!("the probe answered for plugin API {}", info.plugin_api),
+                    "run the command again (the probe memo was stale)",
+                )
+            })?,
+    };
     Ok(Qemu {
         emulator,
         path,
         version,
+        plugin,
+        probe: info,
+        memo_key,
     })
 }
 
@@ -106,7 +157,7 @@ pub fn find_executable(argv0: &OsString) -> Result<PathBuf> {
         })
 }
 
-fn install_hint() -> String {
+pub fn install_hint() -> String {
     format!(
         "install QEMU {}.{} or newer (Debian: apt-get install qemu-system-arm, from \
          bookworm-backports on bookworm)",
@@ -136,20 +187,26 @@ pub fn parse_version(text: &str) -> Option<(u32, u32, u32, String)> {
     Some((major, minor, micro, word.to_string()))
 }
 
-fn check_version(path: &Path) -> Result<String> {
+/// QEMU's version text as `--version` gives it (`10.0.2`); `None` when it names none.
+pub fn read_version(path: &Path) -> Result<Option<String>> {
     let out = run_with_timeout(path, &["--version".into()]).map_err(|e| {
         fail(
             format!("cannot run {} --version: {e}", path.display()),
             install_hint(),
         )
     })?;
-    let Some((major, minor, _, text)) = parse_version(&out.stdout) else {
+    Ok(parse_version(&out.stdout).map(|v| v.3))
+}
+
+fn check_version(path: &Path) -> Result<String> {
+    let Some(text) = read_version(path)? else {
         crate::errors::warn(format!(
             "cannot tell the version of {} from --version; going on",
             path.display()
         ));
         return Ok(String::from("(unknown version)"));
     };
+    let (major, minor, _, _) = parse_version(&format!("version {text}")).unwrap_or_default();
     if (major, minor) < MIN_VERSION {
         return Err(fail(
             format!(
@@ -193,13 +250,53 @@ fn run_with_timeout(path: &Path, args: &[OsString]) -> std::io::Result<Captured>
     }
 }
 
+/// What the plugin's probe line says about the QEMU that loaded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// The target as QEMU names it (`aarch64`).
+    pub target: String,
+    /// QEMU's plugin API range.
+    pub api_min: u32,
+    pub api_cur: u32,
+    /// The API the loaded plugin build declares.
+    pub plugin_api: u32,
+    pub system: bool,
+    /// Whether the plugin can record this target.
+    pub supported: bool,
+    /// Whether QEMU reports discontinuities (exceptions, interrupts) to plugins (10.2 on).
+    pub discontinuity: bool,
+}
+
+/// Reads `qemu-uftrace-probe target=aarch64 api=4 api_min=2 plugin_api=4 …`.
+pub fn parse_probe_line(line: &str) -> Option<ProbeInfo> {
+    let fields = line.strip_prefix(PROBE_PREFIX)?;
+    let get = |key: &str| {
+        fields
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+    };
+    let num = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok());
+    let flag = |key: &str| get(key) == Some("1");
+    Some(ProbeInfo {
+        target: get("target")?.to_string(),
+        api_cur: num("api")?,
+        api_min: num("api_min").unwrap_or(0),
+        plugin_api: num("plugin_api").unwrap_or(0),
+        system: flag("system"),
+        supported: flag("supported"),
+        discontinuity: flag("discontinuity"),
+    })
+}
+
 /// Result of the plugin probe.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ProbeOutcome {
-    /// The plugin answered with its target.
-    Ok { target: String },
+    /// The plugin answered with this line.
+    Ok { line: String, info: ProbeInfo },
     /// This QEMU cannot load plugins at all.
     NoPluginSupport,
+    /// QEMU refused the plugin for its API version, and said what it accepts.
+    WrongApi(Accepts),
     /// QEMU tried and failed; its reason.
     LoadFailed(String),
     /// QEMU ran but the plugin did not answer (not our plugin, or an old one).
@@ -215,12 +312,16 @@ pub fn classify_probe(success: bool, stdout: &str, stderr: &str) -> ProbeOutcome
         return ProbeOutcome::NoPluginSupport;
     }
     if let Some(line) = stdout.lines().find(|l| l.starts_with(PROBE_PREFIX)) {
-        let target = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("target="))
-            .unwrap_or("")
-            .to_string();
-        return ProbeOutcome::Ok { target };
+        return match parse_probe_line(line) {
+            Some(info) => ProbeOutcome::Ok {
+                line: line.to_string(),
+                info,
+            },
+            None => ProbeOutcome::NoAnswer,
+        };
+    }
+    if let Some(accepts) = crate::plugin_select::parse_refusal(stderr) {
+        return ProbeOutcome::WrongApi(accepts);
     }
     if success {
         return ProbeOutcome::NoAnswer;
@@ -234,7 +335,8 @@ pub fn classify_probe(success: bool, stdout: &str, stderr: &str) -> ProbeOutcome
     ProbeOutcome::LoadFailed(reason)
 }
 
-fn probe_plugin(path: &Path, emulator: &Emulator, plugin: &Path, plugin_given: bool) -> Result<()> {
+/// Runs the probe of one plugin file.
+pub fn probe_once(path: &Path, emulator: &Emulator, plugin: &Path) -> Result<ProbeOutcome> {
     let probe = format!(
         "{},probe=on",
         qemu_cmd::escape_keyval(&plugin.to_string_lossy())
@@ -254,37 +356,141 @@ fn probe_plugin(path: &Path, emulator: &Emulator, plugin: &Path, plugin_given: b
             "check that this QEMU starts at all",
         )
     })?;
-    let way_out = if plugin_given {
-        "check the file given with --plugin (it must be qemu-uftrace's plugin)".to_string()
-    } else {
-        "reinstall qemu-uftrace (cargo install --path cli), or pass --plugin PATH".to_string()
-    };
-    match classify_probe(out.status.success(), &out.stdout, &out.stderr) {
-        ProbeOutcome::Ok { .. } => Ok(()),
-        ProbeOutcome::NoPluginSupport => Err(fail(
-            format!("{} was built without TCG plugin support", path.display()),
+    Ok(classify_probe(
+        out.status.success(),
+        &out.stdout,
+        &out.stderr,
+    ))
+}
+
+/// Probes `candidates` (API version, file), starting with the oldest build, until one loads
+/// in the build this QEMU's API range calls for. Returns the probe line and what it says.
+fn probe_builds(
+    path: &Path,
+    emulator: &Emulator,
+    candidates: &[(u32, PathBuf)],
+    version: &str,
+    choice: &PluginChoice,
+) -> Result<(String, ProbeInfo)> {
+    let builds: Vec<u32> = candidates.iter().map(|(api, _)| *api).collect();
+    let mut tried = Vec::new();
+    let mut next = candidates.first().map(|(api, _)| *api);
+    while let Some(api) = next.filter(|a| !tried.contains(a)) {
+        tried.push(api);
+        let plugin = &candidates
+            .iter()
+            .find(|(a, _)| *a == api)
+            .expect("chosen among the candidates")
+            .1;
+        let accepts = match probe_once(path, emulator, plugin)? {
+            ProbeOutcome::Ok { line, info } => {
+                let range = Accepts::Range {
+                    min: info.api_min,
+                    cur: info.api_cur,
+                };
+                let best = crate::plugin_select::choose(&builds, range);
+                if matches!(choice, PluginChoice::Given(_)) || best == Some(api) || best.is_none() {
+                    return Ok((line, info));
+                }
+                next = best;
+                continue;
+            }
+            ProbeOutcome::WrongApi(accepts) => accepts,
+            other => return Err(probe_error(path, plugin, choice, other)),
+        };
+        next = match choice {
+            PluginChoice::Given(_) => None,
+            PluginChoice::Embedded => crate::plugin_select::choose(&builds, accepts),
+        };
+        if next.is_none() || next.is_some_and(|a| tried.contains(&a)) {
+            return Err(api_mismatch(path, version, accepts, choice));
+        }
+    }
+    Err(fail(
+        format!("no plugin build loads in {}", path.display()),
+        "report this as a qemu-uftrace bug",
+    ))
+}
+
+/// The one line for a QEMU that accepts none of the plugin builds carried.
+fn api_mismatch(
+    path: &Path,
+    version: &str,
+    accepts: Accepts,
+    choice: &PluginChoice,
+) -> anyhow::Error {
+    match choice {
+        PluginChoice::Given(p) => fail(
             format!(
-                "install a QEMU {}.{} or newer with plugins (Debian: qemu-system-arm, from \
-                 bookworm-backports on bookworm)",
-                MIN_VERSION.0, MIN_VERSION.1
+                "{} (QEMU {version}) accepts plugin API {}, which {} was not built for",
+                path.display(),
+                accepts.describe(),
+                p.display()
             ),
-        )),
-        ProbeOutcome::LoadFailed(reason) => Err(fail(
+            "leave --plugin out to use the plugins built into qemu-uftrace",
+        ),
+        PluginChoice::Embedded => fail(
+            format!(
+                "{} is QEMU {version}, which accepts plugin API {}, but qemu-uftrace carries \
+                 plugins for API {} only",
+                path.display(),
+                accepts.describe(),
+                crate::embedded::api_list()
+            ),
+            "use a qemu-uftrace release that supports this QEMU, or a QEMU from 9.2 up to the \
+             newest API listed",
+        ),
+    }
+}
+
+fn probe_error(
+    path: &Path,
+    plugin: &Path,
+    choice: &PluginChoice,
+    outcome: ProbeOutcome,
+) -> anyhow::Error {
+    let way_out = match choice {
+        PluginChoice::Given(_) => {
+            "check the file given with --plugin (it must be qemu-uftrace's plugin)".to_string()
+        }
+        PluginChoice::Embedded => {
+            "reinstall qemu-uftrace (cargo install --path cli), or pass --plugin PATH".to_string()
+        }
+    };
+    match outcome {
+        ProbeOutcome::NoPluginSupport => fail(
+            format!("{} was built without TCG plugin support", path.display()),
+            no_plugins_hint(),
+        ),
+        ProbeOutcome::LoadFailed(reason) => fail(
             format!(
                 "{} could not load the plugin {}: {reason}",
                 path.display(),
                 plugin.display()
             ),
             way_out,
-        )),
-        ProbeOutcome::NoAnswer => Err(fail(
+        ),
+        ProbeOutcome::NoAnswer => fail(
             format!(
                 "the plugin {} loaded but did not answer qemu-uftrace's probe",
                 plugin.display()
             ),
             way_out,
-        )),
+        ),
+        ProbeOutcome::Ok { .. } | ProbeOutcome::WrongApi(_) => {
+            unreachable!("handled by probe_builds")
+        }
     }
+}
+
+/// How to get a QEMU that loads plugins.
+pub fn no_plugins_hint() -> String {
+    format!(
+        "install a QEMU {}.{} or newer built with plugins (Debian: qemu-system-arm, from \
+         bookworm-backports on bookworm; Debian's qemu-user has none: build QEMU from source \
+         with --enable-plugins)",
+        MIN_VERSION.0, MIN_VERSION.1
+    )
 }
 
 #[cfg(test)]
@@ -308,11 +514,31 @@ mod tests {
 
     #[test]
     fn classifies_probe_output() {
+        let line = "qemu-uftrace-probe target=aarch64 api=7 api_min=7 plugin_api=7 system=1 \
+                    supported=1 discontinuity=1";
         assert_eq!(
-            classify_probe(true, "qemu-uftrace-probe target=aarch64 api=4\n", ""),
+            classify_probe(true, &format!("{line}\n"), ""),
             ProbeOutcome::Ok {
-                target: "aarch64".into()
+                line: line.into(),
+                info: ProbeInfo {
+                    target: "aarch64".into(),
+                    api_min: 7,
+                    api_cur: 7,
+                    plugin_api: 7,
+                    system: true,
+                    supported: true,
+                    discontinuity: true,
+                }
             }
+        );
+        assert_eq!(
+            classify_probe(
+                false,
+                "",
+                "qemu-system-aarch64: Could not load plugin /c/p.so: plugin requires API version \
+                 4, but this QEMU supports only a minimum version of 7\n"
+            ),
+            ProbeOutcome::WrongApi(Accepts::AtLeast(7))
         );
         assert_eq!(
             classify_probe(false, "", "qemu: unknown option 'plugin'\n"),

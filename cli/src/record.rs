@@ -3,7 +3,7 @@
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
@@ -13,7 +13,7 @@ use crate::args::{Clock, RecordArgs};
 use crate::datadir::{self, Assembled, Recording};
 use crate::errors::{fail, note, usage, warn};
 use crate::kernel_alias;
-use crate::qemu_checks::{self, Qemu};
+use crate::qemu_checks::{self, PluginChoice, Qemu};
 use crate::qemu_cmd::{self, Emulator, GuestImage};
 use crate::run_qemu::{self, QemuExit};
 use crate::stats::Stats;
@@ -56,14 +56,16 @@ fn remove_if_empty(staging: &Path) {
     }
 }
 
-fn plugin_path(args: &RecordArgs) -> Result<PathBuf> {
+fn plugin_choice(args: &RecordArgs) -> Result<PluginChoice> {
     match &args.plugin {
-        Some(p) if p.is_file() => Ok(std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+        Some(p) if p.is_file() => Ok(PluginChoice::Given(
+            std::path::absolute(p).unwrap_or_else(|_| p.clone()),
+        )),
         Some(p) => Err(usage(
             format!("--plugin {}: no such file", p.display()),
             "give the path of a built libqemu_uftrace_plugin.so, or leave --plugin out",
         )),
-        None => crate::plugin_cache::embedded_plugin(),
+        None => Ok(PluginChoice::Embedded),
     }
 }
 
@@ -75,15 +77,15 @@ fn record_into(
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let argv = &args.qemu_command;
-    let plugin = plugin_path(args)?;
     let opts = qemu_cmd::options(&argv[1..]);
-    let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin, args.plugin.is_some())?;
+    let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
     let images = qemu_cmd::guest_images(&opts, qemu_cmd::file_is_elf);
     let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
     let loader = start_symbol_files(&sources, &images, &opts, staging);
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
-    let plugin_opt = qemu_cmd::plugin_option(&plugin, &abs_staging, args.clock, args.max_depth);
+    let plugin_opt =
+        qemu_cmd::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
     let full = qemu_cmd::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);
@@ -96,7 +98,7 @@ fn record_into(
     let exit = exit?;
     if !datadir::has_records(staging) {
         // Whatever went wrong, check this QEMU afresh next time.
-        crate::probe_memo::forget(&qemu.path, &plugin);
+        qemu.forget_probe();
         // `run` removes the empty staging directory on this error.
         return Err(fail(
             format!("no call or return was recorded: QEMU {}", exit.describe()),
@@ -292,7 +294,11 @@ fn cpu_desc(q: &Qemu) -> String {
         "riscv64" => "RISCV64",
         other => other,
     };
-    format!("{arch} (QEMU TCG, {})", q.describe())
+    format!(
+        "{arch} (QEMU TCG, {}, plugin API {})",
+        q.describe(),
+        q.probe.plugin_api
+    )
 }
 
 /// Joins words so that a shell would split them back the same way.
@@ -442,7 +448,10 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
                     || s.other.iter().any(|(k, _)| k == total))
         });
     // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
-    let setting = matches!(key, "max_depth" | "discontinuity_api" | "eret_returns");
+    let setting = matches!(
+        key,
+        "max_depth" | "discontinuity_api" | "eret_returns" | "plugin_api" | "qemu_api"
+    );
     value != "0" && !per_vcpu_total && !setting
 }
 

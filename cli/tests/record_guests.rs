@@ -5,7 +5,8 @@
 use qemu_uftrace_tests::replay::{replay_events, tail_call_shape, uftrace, without};
 use qemu_uftrace_tests::{
     guest_elf, hello_elf, is_runtime_function, nm_functions, oracle_names, parse_oracle,
-    plugin_stat, qemu_args, run_plain_qemu, test_program, Variant,
+    plugin_stat, qemu_args, qemu_args_on, run_plain_qemu, system_qemus, test_program, SystemQemu,
+    Variant,
 };
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,6 +17,11 @@ fn qemu_uftrace() -> Command {
 
 /// Records `elf` into a fresh directory; panics with QEMU's and our output on failure.
 fn record(elf: &Path, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    record_with(&qemu_args(elf), elf, extra)
+}
+
+/// [`record`] with the QEMU command line `qemu`.
+fn record_with(qemu: &[String], elf: &Path, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
     let out = qemu_uftrace()
@@ -24,7 +30,7 @@ fn record(elf: &Path, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
         .arg(&dir)
         .args(extra)
         .arg("--")
-        .args(qemu_args(elf))
+        .args(qemu)
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
@@ -51,33 +57,35 @@ fn oracle(program: &str) -> Vec<String> {
 /// The scenario's calls from a trace: the start code goes, its callees stay; the runtime
 /// (UART, semihosting, oracle hooks, setjmp/longjmp) goes with everything it calls.
 fn traced(program: &str, variant: Variant) -> Vec<String> {
+    traced_on(&system_qemus()[0], program, variant)
+}
+
+/// [`traced`] under the QEMU `qemu`.
+fn traced_on(qemu: &SystemQemu, program: &str, variant: Variant) -> Vec<String> {
     let elf = guest_elf(program, variant).expect("build guests");
-    let (_tmp, dir) = record(&elf, &[]);
+    let (_tmp, dir) = record_with(&qemu_args_on(&qemu.program, &elf), &elf, &[]);
     let events = replay_events(&dir, 1).expect("uftrace replay");
     let events = without(&events, |n| n == "_start", false);
     without(&events, is_runtime_function, true)
 }
 
+/// Every build of `program`, on every QEMU (plugin API 4, 5 and 7), against its oracle.
 fn check_program(program: &str) {
     let spec = test_program(program).expect("known program");
     let oracle = oracle(program);
-    // The instrumented build itself, traced: exactly its own log.
-    assert_eq!(
-        traced(program, Variant::Oracle),
-        oracle,
-        "{program}-oracle.elf"
-    );
     // The natural and frame-pointer-less builds: the same calls, except that a tail call
     // (`b f`) gives f no frame of its own.
     let expected = tail_call_shape(&oracle, spec.tail_calls);
-    assert_eq!(traced(program, Variant::Natural), expected, "{program}.elf");
-    assert_eq!(
-        traced(program, Variant::NoFp),
-        expected,
-        "{program}-nofp.elf"
-    );
-    // Signed return addresses (paciasp … retaa, under -cpu max): the same again.
-    assert_eq!(traced(program, Variant::Pac), expected, "{program}-pac.elf");
+    for qemu in system_qemus() {
+        let on = |variant| traced_on(&qemu, program, variant);
+        let q = qemu.label;
+        // The instrumented build itself, traced: exactly its own log.
+        assert_eq!(on(Variant::Oracle), oracle, "{program}-oracle.elf on {q}");
+        assert_eq!(on(Variant::Natural), expected, "{program}.elf on {q}");
+        assert_eq!(on(Variant::NoFp), expected, "{program}-nofp.elf on {q}");
+        // Signed return addresses (paciasp … retaa, under -cpu max): the same again.
+        assert_eq!(on(Variant::Pac), expected, "{program}-pac.elf on {q}");
+    }
 }
 
 #[test]

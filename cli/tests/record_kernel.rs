@@ -3,13 +3,18 @@
 //! Image's own kallsyms, including the first calls made at physical addresses.
 
 use qemu_uftrace_tests::replay::uftrace;
-use qemu_uftrace_tests::{cached, kernel_boot_args, plugin_stat};
+use qemu_uftrace_tests::{cached, kernel_boot_args_on, plugin_stat, system_qemus, QEMU};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Records the boot on `cpu`, with extra `record` options; returns the temp dir (keep it
 /// alive), the trace and the guest console.
 fn record_boot(cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    record_boot_on(QEMU, cpu, options)
+}
+
+/// [`record_boot`] under the emulator `qemu`.
+fn record_boot_on(qemu: &str, cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("kernel.data");
     let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
@@ -18,7 +23,7 @@ fn record_boot(cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, Stri
         .arg(&dir)
         .args(options)
         .arg("--")
-        .args(kernel_boot_args(cpu))
+        .args(kernel_boot_args_on(qemu, cpu))
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
@@ -43,17 +48,36 @@ fn stat(dir: &Path, key: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{key}={value} in plugin.stats is not a count"))
 }
 
+/// On every QEMU (plugin API 4, 5 with the discontinuity callback, and 7 only), with the
+/// plugin build each one needs.
 #[test]
 fn debian_kernel_boots_to_its_panic_under_record() {
-    let (_tmp, dir, _) = record_boot("cortex-a57", &[]);
+    for qemu in system_qemus() {
+        let (_tmp, dir, _) = record_boot_on(&qemu.program, "cortex-a57", &[]);
+        check_boot(&dir, qemu.label);
+    }
+}
+
+fn check_boot(dir: &Path, qemu: &str) {
+    let (plugin_api, discontinuity) = match qemu {
+        "10.0" => ("4", "0"),
+        "10.2.2" => ("4", "1"),
+        _ => ("7", "1"),
+    };
+    assert_eq!(plugin_stat(dir, "plugin_api"), plugin_api, "on {qemu}");
+    assert_eq!(
+        plugin_stat(dir, "discontinuity_api"),
+        discontinuity,
+        "on {qemu}"
+    );
 
     // About 8 M calls and as many returns; every one of them in the trace.
     let (calls, returns, events) = (
-        stat(&dir, "calls"),
-        stat(&dir, "returns"),
-        stat(&dir, "events"),
+        stat(dir, "calls"),
+        stat(dir, "returns"),
+        stat(dir, "events"),
     );
-    assert!(calls > 5_000_000, "only {calls} calls");
+    assert!(calls > 5_000_000, "only {calls} calls on {qemu}");
     assert!(
         calls.abs_diff(returns) < calls / 100,
         "{calls} calls, {returns} returns"
@@ -68,6 +92,14 @@ fn debian_kernel_boots_to_its_panic_under_record() {
     let d = dir.to_string_lossy().to_string();
     let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
     assert!(info.contains("vmlinuz"), "{info}");
+    assert!(
+        info.contains(&format!("QEMU TCG, qemu-system-aarch64 {qemu}")),
+        "{info}"
+    );
+    assert!(
+        info.contains(&format!("plugin API {plugin_api})")),
+        "{info}"
+    );
     // The first calls run with the MMU off, at the physical load address; then the kernel
     // proper. Both resolve. init_kernel_el leaves by ERET to its caller: a plain leaf call.
     let top = uftrace(&["replay", "--no-pager", "-D", "2", "-d", &d]).expect("uftrace replay");
@@ -79,7 +111,7 @@ fn debian_kernel_boots_to_its_panic_under_record() {
         "| create_idmap()",
         "| start_kernel() {",
     ] {
-        assert!(top.contains(f), "no {f} in:\n{head}");
+        assert!(top.contains(f), "no {f} on {qemu} in:\n{head}");
     }
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     for f in ["kernel_init", "do_one_initcall", "mount_root"] {

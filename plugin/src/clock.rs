@@ -1,7 +1,7 @@
 //! Timestamps: guest instructions retired (deterministic) or host monotonic nanoseconds.
 
+use crate::api::qemu_plugin_u64;
 use crate::scoreboard::{FastWords, Scoreboard, VcpuWord};
-use qemu_plugin::sys::qemu_plugin_u64;
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,20 +1,15 @@
 //! Raw access to guest registers and memory, on the hot path's terms: register handles
 //! looked up once, one reused GByteArray per vCPU (the crate's wrappers allocate per read).
 
+use crate::api::{
+    g_array_free, g_array_get_element_size, g_byte_array_new, qemu_plugin_get_registers,
+    qemu_plugin_read_memory_vaddr, qemu_plugin_read_register, qemu_plugin_reg_descriptor,
+    qemu_plugin_register, GByteArray,
+};
 use crate::isa::{InsnKind, Isa, Target};
 use crate::resync::{CallSite, GuestView};
-use qemu_plugin::sys::{
-    qemu_plugin_get_registers, qemu_plugin_read_memory_vaddr, qemu_plugin_read_register,
-    qemu_plugin_reg_descriptor, qemu_plugin_register, GArray, GByteArray,
-};
 use std::ffi::CStr;
 use std::sync::OnceLock;
-
-extern "C" {
-    // glib is loaded with QEMU; the plugin API wants buffers glib can grow.
-    fn g_byte_array_new() -> *mut GByteArray;
-    fn g_array_free(array: *mut GArray, free_segment: i32) -> *mut i8;
-}
 
 /// Handles for the general registers, indexed by number (`None`: QEMU lacks it).
 pub struct Registers {
@@ -34,9 +29,11 @@ pub fn init_registers(isa: &dyn Isa) {
         unsafe {
             let array = qemu_plugin_get_registers();
             if !array.is_null() {
-                let descs = (*array).data as *const qemu_plugin_reg_descriptor;
+                // The descriptor grew a field in API v5: step by glib's element size.
+                let stride = g_array_get_element_size(array) as usize;
+                let base = (*array).data as *const u8;
                 for i in 0..(*array).len as usize {
-                    let d = &*descs.add(i);
+                    let d = &*(base.add(i * stride) as *const qemu_plugin_reg_descriptor);
                     let name = CStr::from_ptr(d.name).to_string_lossy();
                     match (0..32u8).find(|&n| isa.gpr_name(n) == name) {
                         Some(n) => gpr[n as usize] = Some(d.handle as usize),
@@ -90,15 +87,19 @@ impl ByteBuf {
         self.read_handle(handle)
     }
 
+    /// The size read is the buffer's, never the return value: that is a byte count before
+    /// API v6 and a bool from v6 on (where taking it as a size would read one byte of every
+    /// register). The buffer is emptied first, so a failed read leaves it empty.
     #[inline]
     fn read_handle(&mut self, handle: usize) -> Option<u64> {
         // SAFETY: a valid handle, a live array; gdbstub appends, so empty it first.
         let size = unsafe {
             (*self.0).len = 0;
-            qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0)
+            qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0);
+            (*self.0).len as usize
         };
         match size {
-            1..=8 => self.le_value(size as usize),
+            1..=8 => self.le_value(size),
             _ => None,
         }
     }

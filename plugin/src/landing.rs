@@ -12,10 +12,10 @@
 //! between a return and its landing block) leaves the flag set; the next callback finds it
 //! and closes the top frame, the return's most likely owner (`Engine::ret_unseen`).
 
+use crate::api::qemu_plugin_u64;
 use crate::guest::{call_returning_to, ByteBuf};
 use crate::isa::Isa;
 use crate::scoreboard::{Scoreboard, VcpuWord};
-use qemu_plugin::sys::qemu_plugin_u64;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 

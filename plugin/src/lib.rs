@@ -6,6 +6,7 @@
 //! a lost stack from guest frame records; `output` writes records off the vCPU threads;
 //! `finish` runs at exit.
 
+pub mod api;
 mod callbacks;
 mod clock;
 mod config;
@@ -26,9 +27,7 @@ mod vcpu;
 use config::{Config, Mode};
 use isa::Isa;
 use output::Output;
-use qemu_plugin::install::{Args, Info};
-use qemu_plugin::plugin::{HasCallbacks, Register};
-use qemu_plugin::{PluginId, VCPUIndex};
+use std::ffi::{c_char, c_int, CStr};
 use std::io::Write;
 use std::sync::OnceLock;
 
@@ -37,112 +36,126 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 static OUTPUT: OnceLock<Output> = OnceLock::new();
 static TARGET: OnceLock<String> = OnceLock::new();
 static SYSTEM_MODE: OnceLock<bool> = OnceLock::new();
+/// The running QEMU's plugin API range, `(min, cur)`, as it told us at install.
+static QEMU_API: OnceLock<(i32, i32)> = OnceLock::new();
 
 pub(crate) fn isa_or_default() -> &'static dyn Isa {
     ISA.get().copied().unwrap_or(&isa::aarch64::Aarch64)
 }
 
-/// Newer QEMUs report discontinuities (exceptions, interrupts) to plugins. Looked up at run
-/// time: QEMU binds plugins immediately, so naming a missing symbol would fail the load.
-fn has_discontinuity_api() -> bool {
-    // SAFETY: dlsym with a NUL-terminated name.
-    !unsafe {
-        libc::dlsym(
-            libc::RTLD_DEFAULT,
-            c"qemu_plugin_register_vcpu_discon_cb".as_ptr(),
-        )
-    }
-    .is_null()
-}
+/// The API version QEMU reads before it calls `qemu_plugin_install`.
+#[no_mangle]
+pub static qemu_plugin_version: c_int = api::API_VERSION;
 
-struct Plugin;
-
-/// Refuses to load. The crate's install entry would turn an error into a panic across FFI,
-/// so say what is wrong in one line and end QEMU before it starts the guest.
+/// Refuses to load: says what is wrong in one line and ends QEMU before it starts the guest.
 fn fail(msg: &str) -> ! {
     eprintln!("qemu-uftrace plugin: {msg}");
     // SAFETY: nothing of ours needs tearing down yet.
     unsafe { libc::_exit(1) }
 }
 
-impl Register for Plugin {
-    fn register(&mut self, id: PluginId, args: &Args, info: &Info) -> qemu_plugin::Result<()> {
-        let mode = config::parse(&args.raw).unwrap_or_else(|msg| fail(&msg));
-        let isa = isa::for_target(&info.target_name);
-        if let Mode::Probe = mode {
-            println!(
-                "qemu-uftrace-probe target={} api={} supported={}",
-                info.target_name,
-                info.version.current,
-                isa.is_some() as u8
-            );
-            let _ = std::io::stdout().flush();
-            // SAFETY: ends the probe QEMU before it builds a machine.
-            unsafe { libc::_exit(0) };
-        }
-        let Mode::Record(cfg) = mode else {
-            unreachable!()
-        };
-        let Some(isa) = isa else {
-            fail(&format!("target {} is not supported yet", info.target_name))
-        };
-        let _ = ISA.set(isa);
-        let _ = TARGET.set(info.target_name.clone());
-        let _ = SYSTEM_MODE.set(info.system.is_some());
-        vcpu::init(match &info.system {
-            Some(s) => s.max_vcpus.max(s.smp_vcpus).max(1) as usize,
-            None => 4096, // user mode: one vCPU per guest thread
-        });
-        let output =
-            Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
-        let _ = OUTPUT.set(output);
-        let (counter, pending) = scoreboard::clock_and_pending();
-        clock::init(cfg.clock, counter);
-        landing::init(pending);
-        let _ = CONFIG.set(cfg);
-        // SAFETY: registering a plain extern "C" callback for our own plugin id.
-        unsafe {
-            qemu_plugin::sys::qemu_plugin_register_vcpu_tb_trans_cb(
-                id,
-                Some(translate::on_tb_translate),
-            )
-        };
-        qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| finish())?;
-        Ok(())
+/// QEMU's entry point.
+///
+/// # Safety
+/// Called once by QEMU with a live `info` and `argc` NUL-terminated arguments.
+#[no_mangle]
+pub unsafe extern "C" fn qemu_plugin_install(
+    id: api::qemu_plugin_id_t,
+    info: *const api::qemu_info_t,
+    argc: c_int,
+    argv: *const *const c_char,
+) -> c_int {
+    // SAFETY: QEMU passes valid pointers (the function's contract).
+    let (info, args) = unsafe {
+        let args: Vec<String> = (0..argc.max(0) as usize)
+            .map(|i| CStr::from_ptr(*argv.add(i)).to_string_lossy().into_owned())
+            .collect();
+        (&*info, args)
+    };
+    // A panic must not unwind into QEMU's C frames.
+    match std::panic::catch_unwind(|| install(id, info, &args)) {
+        Ok(()) => 0,
+        Err(_) => fail("internal error while loading (see the message above)"),
     }
 }
 
-impl HasCallbacks for Plugin {
-    fn on_vcpu_init(&mut self, _id: PluginId, vcpu_id: VCPUIndex) -> qemu_plugin::Result<()> {
-        let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
-            return Ok(());
-        };
-        guest::init_registers(isa_or_default());
-        let tid = vcpu_id + 1; // uftrace task ids must not be 0
-        let spill = Box::new(move |full: Vec<u8>| {
-            out.send(tid, full);
-            out.fresh()
-        });
-        let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
-        let system = SYSTEM_MODE.get().copied().unwrap_or(false);
-        let (fast, clock, pending) = vcpu_words(vcpu_id, system);
-        let state = vcpu::VcpuState {
-            tid,
-            fast,
-            clock,
-            pending,
-            engine,
-            regs: guest::ByteBuf::new(),
-        };
-        vcpu::install(vcpu_id, state);
-        if system {
-            // Creating a vCPU may have grown the scoreboards: point every vCPU at the new
-            // ones. Only system mode caches pointers (all vCPUs exist before the guest
-            // runs); user mode's words go through the API and never go stale, and its
-            // other vCPUs are running, so their state must not be touched from here.
-            vcpu::for_each(|i, s| (s.fast, s.clock, s.pending) = vcpu_words(i, system));
-        }
-        Ok(())
+fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[String]) {
+    // SAFETY: QEMU's target name is a NUL-terminated string, live during install.
+    let target_name = unsafe { CStr::from_ptr(info.target_name) }
+        .to_string_lossy()
+        .into_owned();
+    let _ = QEMU_API.set((info.version_min, info.version_cur));
+    let mode = config::parse(args).unwrap_or_else(|msg| fail(&msg));
+    let isa = isa::for_target(&target_name);
+    if let Mode::Probe = mode {
+        println!(
+            "qemu-uftrace-probe target={target_name} api={} api_min={} plugin_api={} \
+             system={} supported={} discontinuity={}",
+            info.version_cur,
+            info.version_min,
+            api::API_VERSION,
+            info.system_emulation as u8,
+            isa.is_some() as u8,
+            api::discontinuity_api().is_some() as u8,
+        );
+        let _ = std::io::stdout().flush();
+        // SAFETY: ends the probe QEMU before it builds a machine.
+        unsafe { libc::_exit(0) };
+    }
+    let Mode::Record(cfg) = mode else {
+        unreachable!()
+    };
+    let Some(isa) = isa else {
+        fail(&format!("target {target_name} is not supported yet"))
+    };
+    let _ = ISA.set(isa);
+    let _ = TARGET.set(target_name);
+    let system = info.system_emulation;
+    let _ = SYSTEM_MODE.set(system);
+    vcpu::init(if system {
+        info.max_vcpus.max(info.smp_vcpus).max(1) as usize
+    } else {
+        4096 // user mode: one vCPU per guest thread
+    });
+    let output =
+        Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
+    let _ = OUTPUT.set(output);
+    let (counter, pending) = scoreboard::clock_and_pending();
+    clock::init(cfg.clock, counter);
+    landing::init(pending);
+    let _ = CONFIG.set(cfg);
+    // SAFETY: registering our callbacks for our own plugin id, during install.
+    unsafe { api::register_callbacks(id) };
+}
+
+pub(crate) fn vcpu_init(vcpu_id: u32) {
+    let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
+        return;
+    };
+    guest::init_registers(isa_or_default());
+    let tid = vcpu_id + 1; // uftrace task ids must not be 0
+    let spill = Box::new(move |full: Vec<u8>| {
+        out.send(tid, full);
+        out.fresh()
+    });
+    let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
+    let system = SYSTEM_MODE.get().copied().unwrap_or(false);
+    let (fast, clock, pending) = vcpu_words(vcpu_id, system);
+    let state = vcpu::VcpuState {
+        tid,
+        fast,
+        clock,
+        pending,
+        engine,
+        regs: guest::ByteBuf::new(),
+    };
+    vcpu::install(vcpu_id, state);
+    if system {
+        // Creating a vCPU may have grown the scoreboards: point every vCPU at the new
+        // ones. Only system mode caches pointers (all vCPUs exist before the guest
+        // runs); user mode's words go through the API and never go stale, and its
+        // other vCPUs are running, so their state must not be touched from here.
+        vcpu::for_each(|i, s| (s.fast, s.clock, s.pending) = vcpu_words(i, system));
     }
 }
 
@@ -158,7 +171,7 @@ fn vcpu_words(i: u32, system: bool) -> (scoreboard::FastWords, clock::VcpuClock,
 }
 
 /// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
-fn finish() {
+pub(crate) fn finish() {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
         return;
     };
@@ -192,8 +205,11 @@ fn finish() {
     text.push_str(&format!("max_depth={}\n", cfg.max_depth));
     text.push_str(&format!(
         "discontinuity_api={}\n",
-        has_discontinuity_api() as u8
+        api::discontinuity_api().is_some() as u8
     ));
+    let (api_min, api_cur) = QEMU_API.get().copied().unwrap_or_default();
+    text.push_str(&format!("plugin_api={}\n", api::API_VERSION));
+    text.push_str(&format!("qemu_api={api_min}..{api_cur}\n"));
     for s in &states {
         let open: usize = s.engine.stacks.iter().map(|(_, st)| st.len()).sum();
         text.push_str(&format!("vcpu{}.open_frames={open}\n", s.tid - 1));
@@ -214,5 +230,3 @@ fn finish() {
         );
     }
 }
-
-qemu_plugin::register!(Plugin);

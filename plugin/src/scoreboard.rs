@@ -7,7 +7,7 @@
 //! vCPU init refreshes every vCPU's pointers. In user mode guest threads create vCPUs while
 //! others run, so words go through the API.
 
-use qemu_plugin::sys::{
+use crate::api::{
     qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
     qemu_plugin_u64_set,
 };

@@ -2,23 +2,23 @@
 //! attach a callback to calls, a flag store to returns, and a conditional callback to blocks
 //! where returns land (`landing`).
 
+use crate::api::{
+    qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
+    qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
+    qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
+    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, VcpuUdataCb, CB_NO_REGS,
+    CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
+};
 use crate::callbacks::{
     on_direct_call, on_exception_return, on_indirect_call, on_landing, on_packed_call,
 };
 use crate::isa::{InsnKind, Target};
 use crate::sites::{call_site, pack};
-use qemu_plugin::sys::{
-    qemu_plugin_cb_flags, qemu_plugin_cond, qemu_plugin_id_t, qemu_plugin_insn_data,
-    qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr, qemu_plugin_op,
-    qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
-    qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
-    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, qemu_plugin_vcpu_udata_cb_t,
-};
 use std::ffi::c_void;
 
 /// # Safety
-/// Called by QEMU with a live translation block handle.
-pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+/// `tb` is a live translation block handle (QEMU's translation callback).
+pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let isa = crate::isa_or_default();
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     if n == 0 {
@@ -35,9 +35,9 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
             unsafe {
                 qemu_plugin_register_vcpu_tb_exec_cond_cb(
                     tb,
-                    Some(on_landing),
-                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    qemu_plugin_cond::QEMU_PLUGIN_COND_EQ,
+                    on_landing,
+                    CB_R_REGS,
+                    COND_EQ,
                     flag,
                     1,
                     start as usize as *mut c_void,
@@ -49,12 +49,7 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
         // Counted once per block at its start: calls and returns end blocks, so the count
         // at a callback already includes the calling or returning instruction.
         unsafe {
-            qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
-                tb,
-                qemu_plugin_op::QEMU_PLUGIN_INLINE_ADD_U64,
-                counter,
-                n as u64,
-            )
+            qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
         };
     }
     let mut bytes = [0u8; 16];
@@ -64,54 +59,43 @@ pub unsafe extern "C" fn on_tb_translate(_id: qemu_plugin_id_t, tb: *mut qemu_pl
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
-        let (cb, flags, data): (qemu_plugin_vcpu_udata_cb_t, _, _) =
-            match isa.classify(pc, &bytes[..len]) {
-                InsnKind::Call {
-                    target: Target::Direct(t),
-                    ret_addr,
-                } => match pack(t, ret_addr) {
-                    Some(word) => (
-                        Some(on_packed_call),
-                        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
-                        word as usize as *mut c_void,
-                    ),
-                    None => (
-                        Some(on_direct_call),
-                        qemu_plugin_cb_flags::QEMU_PLUGIN_CB_NO_REGS,
-                        call_site(pc, t, ret_addr),
-                    ),
-                },
-                InsnKind::Call {
-                    target: Target::Register(r),
-                    ret_addr,
-                } => (
-                    Some(on_indirect_call),
-                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    // The register number, marked so it never meets a direct target.
-                    call_site(pc, r as u64 | 1 << 63, ret_addr),
-                ),
-                InsnKind::Return => {
-                    if let Some(flag) = pending {
-                        unsafe {
-                            qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
-                                insn,
-                                qemu_plugin_op::QEMU_PLUGIN_INLINE_STORE_U64,
-                                flag,
-                                1,
-                            )
-                        };
-                    }
-                    continue;
+        let (cb, flags, data): (VcpuUdataCb, _, _) = match isa.classify(pc, &bytes[..len]) {
+            InsnKind::Call {
+                target: Target::Direct(t),
+                ret_addr,
+            } => match pack(t, ret_addr) {
+                Some(word) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
+                None => (on_direct_call, CB_NO_REGS, call_site(pc, t, ret_addr)),
+            },
+            InsnKind::Call {
+                target: Target::Register(r),
+                ret_addr,
+            } => (
+                on_indirect_call,
+                CB_R_REGS,
+                // The register number, marked so it never meets a direct target.
+                call_site(pc, r as u64 | 1 << 63, ret_addr),
+            ),
+            InsnKind::Return => {
+                if let Some(flag) = pending {
+                    unsafe {
+                        qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                            insn,
+                            INLINE_STORE_U64,
+                            flag,
+                            1,
+                        )
+                    };
                 }
-                InsnKind::ExceptionReturn => (
-                    Some(on_exception_return),
-                    qemu_plugin_cb_flags::QEMU_PLUGIN_CB_R_REGS,
-                    pc as usize as *mut c_void,
-                ),
-                // Exception entry and traps are not instrumented yet: calls and returns made in
-                // handlers nest on the interrupted stack and balance themselves.
-                InsnKind::Trap | InsnKind::Other => continue,
-            };
+                continue;
+            }
+            InsnKind::ExceptionReturn => {
+                (on_exception_return, CB_R_REGS, pc as usize as *mut c_void)
+            }
+            // Exception entry and traps are not instrumented yet: calls and returns made in
+            // handlers nest on the interrupted stack and balance themselves.
+            InsnKind::Trap | InsnKind::Other => continue,
+        };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
     }
 }

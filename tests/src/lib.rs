@@ -21,6 +21,36 @@ pub mod replay;
 /// The QEMU system emulator the guests run under.
 pub const QEMU: &str = "qemu-system-aarch64";
 
+/// One of the aarch64 system QEMUs every recording test runs on.
+#[derive(Debug, Clone)]
+pub struct SystemQemu {
+    /// `10.0`, `10.2.2`, `11.1.3`: for messages.
+    pub label: &'static str,
+    /// The emulator, as a command line's first word.
+    pub program: String,
+}
+
+/// Every QEMU the recording tests run on, as `scripts/install-deps.sh` leaves them:
+/// bookworm-backports' 10.0 on PATH (plugin API 4), 10.2.2 built from Debian's source
+/// (API 5, the discontinuity callback) and 11.1.3 from trixie-backports (API 7 only).
+pub fn system_qemus() -> Vec<SystemQemu> {
+    let cached = |dir: &str| cached(&format!("{dir}/bin/{QEMU}")).display().to_string();
+    vec![
+        SystemQemu {
+            label: "10.0",
+            program: QEMU.to_string(),
+        },
+        SystemQemu {
+            label: "10.2.2",
+            program: cached("qemu-10.2.2"),
+        },
+        SystemQemu {
+            label: "11.1.3",
+            program: cached("qemu-11.1.3"),
+        },
+    ]
+}
+
 /// How long [`run_plain_qemu`] lets a guest run (the slowest, `calldense`,
 /// takes about a second).
 pub const QEMU_TIMEOUT: Duration = Duration::from_secs(60);
@@ -230,9 +260,14 @@ pub fn debian_kernel() -> PathBuf {
 /// The QEMU command that boots Debian's kernel to its "Unable to mount root fs" panic on
 /// `cpu` (`nokaslr`, so that its symbols line up; `-no-reboot`, so that QEMU then exits).
 pub fn kernel_boot_args(cpu: &str) -> Vec<String> {
+    kernel_boot_args_on(QEMU, cpu)
+}
+
+/// [`kernel_boot_args`] on the emulator `qemu`.
+pub fn kernel_boot_args_on(qemu: &str, cpu: &str) -> Vec<String> {
     let kernel = debian_kernel().to_string_lossy().into_owned();
     [
-        QEMU,
+        qemu,
         "-M",
         "virt",
         "-cpu",
@@ -386,12 +421,17 @@ pub fn calldense_elf() -> Result<PathBuf> {
 /// drops virt's default virtio NIC, whose option ROM (ipxe-qemu) may not be
 /// installed.
 pub fn qemu_args(elf: &Path) -> Vec<String> {
+    qemu_args_on(QEMU, elf)
+}
+
+/// [`qemu_args`] on the emulator `qemu`.
+pub fn qemu_args_on(qemu: &str, elf: &Path) -> Vec<String> {
     // Pointer-authenticated builds need a CPU with FEAT_PAuth; retaa is undefined on an A57.
     let pac = elf
         .to_string_lossy()
         .ends_with(&format!("{}.elf", Variant::Pac.suffix()));
     [
-        QEMU,
+        qemu,
         "-M",
         "virt",
         "-cpu",

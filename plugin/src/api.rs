@@ -1,0 +1,311 @@
+//! The part of QEMU's TCG plugin C API this plugin uses, declared for one ABI family.
+//!
+//! QEMU accepts a plugin whose `qemu_plugin_version` lies between its minimum and current API
+//! versions, and the ABI changed on the way (../shared/docs/qemu-plugin-api.md):
+//! - v4 (QEMU 9.2, 10.0; 10.1 and 10.2 speak v5 and still accept v4): the layout below.
+//! - v6 (11.0): `read_register` returns `bool`, not a size. We never use its value (the size
+//!   comes from the buffer), so the v4 build also reads registers correctly there.
+//! - v7 (11.1, whose minimum is 7): the vCPU init and at-exit callbacks lose the plugin id and
+//!   gain a `userdata` argument, and their register functions take that `userdata`.
+//!
+//! One shared object exports one version, so the crate is built once per family: the default
+//! build is v4, the `api-v7` feature gives v7. The CLI embeds both and picks by what the
+//! running QEMU accepts. Only the callback and registration shapes differ between them:
+//! [`register_callbacks`] hands the same plugin functions to QEMU whatever the build.
+//!
+//! v7's exact shapes were read off QEMU 11.1.3's own code (what it passes to each callback):
+//! the translation callback is `(tb, userdata)`, the discontinuity callback
+//! `(vcpu_index, type, from_pc, to_pc, userdata)`, vCPU init `(vcpu_index, userdata)`, at
+//! exit `(userdata)`; every register function takes `userdata` last.
+//!
+//! Declared by hand from the documented API rather than from a binding crate: the published
+//! one stops at v5, and these few declarations are all that is needed.
+
+#![allow(non_camel_case_types)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// The API version this build declares to QEMU.
+#[cfg(not(feature = "api-v7"))]
+pub const API_VERSION: c_int = 4;
+#[cfg(feature = "api-v7")]
+pub const API_VERSION: c_int = 7;
+
+pub type qemu_plugin_id_t = u64;
+
+/// `qemu_info_t`: unchanged from v2 to v7.
+#[repr(C)]
+pub struct qemu_info_t {
+    pub target_name: *const c_char,
+    pub version_min: c_int,
+    pub version_cur: c_int,
+    pub system_emulation: bool,
+    pub smp_vcpus: c_int,
+    pub max_vcpus: c_int,
+}
+
+#[repr(C)]
+pub struct qemu_plugin_tb {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct qemu_plugin_insn {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct qemu_plugin_scoreboard {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+pub struct qemu_plugin_register {
+    _opaque: [u8; 0],
+}
+
+/// A `uint64_t` member of a scoreboard entry, as inline ops name it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct qemu_plugin_u64 {
+    pub score: *mut qemu_plugin_scoreboard,
+    pub offset: usize,
+}
+
+/// The leading fields of `qemu_plugin_reg_descriptor`. v5 appended `is_readonly`, so the
+/// array's stride is taken from glib (`g_array_get_element_size`), never from this type.
+#[repr(C)]
+pub struct qemu_plugin_reg_descriptor {
+    pub handle: *mut qemu_plugin_register,
+    pub name: *const c_char,
+}
+
+/// glib's `GArray` header.
+#[repr(C)]
+pub struct GArray {
+    pub data: *mut c_char,
+    pub len: c_uint,
+}
+
+// glib is loaded with QEMU; the plugin API wants buffers glib can grow.
+extern "C" {
+    pub fn g_byte_array_new() -> *mut GByteArray;
+    pub fn g_array_free(array: *mut GArray, free_segment: c_int) -> *mut c_char;
+    pub fn g_array_get_element_size(array: *mut GArray) -> c_uint;
+}
+
+/// glib's `GByteArray` header.
+#[repr(C)]
+pub struct GByteArray {
+    pub data: *mut u8,
+    pub len: c_uint,
+}
+
+/// `enum qemu_plugin_cb_flags`.
+pub type CbFlags = c_int;
+pub const CB_NO_REGS: CbFlags = 0;
+pub const CB_R_REGS: CbFlags = 1;
+
+/// `enum qemu_plugin_cond`.
+pub type Cond = c_int;
+pub const COND_EQ: Cond = 2;
+
+/// `enum qemu_plugin_op`.
+pub type Op = c_int;
+pub const INLINE_ADD_U64: Op = 0;
+pub const INLINE_STORE_U64: Op = 1;
+
+/// `qemu_plugin_vcpu_udata_cb_t`, the same in every version.
+pub type VcpuUdataCb = unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void);
+
+/// The discontinuity callback (QEMU 10.2 on, found with dlsym): v7 drops the id and adds
+/// `userdata`, as for every callback.
+#[cfg(not(feature = "api-v7"))]
+pub type DisconCb = unsafe extern "C" fn(
+    id: qemu_plugin_id_t,
+    vcpu_index: c_uint,
+    kind: c_int,
+    from_pc: u64,
+    to_pc: u64,
+);
+#[cfg(feature = "api-v7")]
+pub type DisconCb = unsafe extern "C" fn(
+    vcpu_index: c_uint,
+    kind: c_int,
+    from_pc: u64,
+    to_pc: u64,
+    userdata: *mut c_void,
+);
+
+extern "C" {
+    pub fn qemu_plugin_tb_n_insns(tb: *const qemu_plugin_tb) -> usize;
+    pub fn qemu_plugin_tb_get_insn(tb: *const qemu_plugin_tb, idx: usize) -> *mut qemu_plugin_insn;
+    pub fn qemu_plugin_insn_data(
+        insn: *const qemu_plugin_insn,
+        dest: *mut c_void,
+        len: usize,
+    ) -> usize;
+    pub fn qemu_plugin_insn_vaddr(insn: *const qemu_plugin_insn) -> u64;
+    pub fn qemu_plugin_insn_haddr(insn: *const qemu_plugin_insn) -> *mut c_void;
+    pub fn qemu_plugin_register_vcpu_insn_exec_cb(
+        insn: *mut qemu_plugin_insn,
+        cb: VcpuUdataCb,
+        flags: CbFlags,
+        userdata: *mut c_void,
+    );
+    pub fn qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+        insn: *mut qemu_plugin_insn,
+        op: Op,
+        entry: qemu_plugin_u64,
+        imm: u64,
+    );
+    pub fn qemu_plugin_register_vcpu_tb_exec_cond_cb(
+        tb: *mut qemu_plugin_tb,
+        cb: VcpuUdataCb,
+        flags: CbFlags,
+        cond: Cond,
+        entry: qemu_plugin_u64,
+        imm: u64,
+        userdata: *mut c_void,
+    );
+    pub fn qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
+        tb: *mut qemu_plugin_tb,
+        op: Op,
+        entry: qemu_plugin_u64,
+        imm: u64,
+    );
+    pub fn qemu_plugin_scoreboard_new(element_size: usize) -> *mut qemu_plugin_scoreboard;
+    pub fn qemu_plugin_scoreboard_find(
+        score: *mut qemu_plugin_scoreboard,
+        vcpu_index: c_uint,
+    ) -> *mut c_void;
+    pub fn qemu_plugin_u64_get(entry: qemu_plugin_u64, vcpu_index: c_uint) -> u64;
+    pub fn qemu_plugin_u64_set(entry: qemu_plugin_u64, vcpu_index: c_uint, val: u64);
+    pub fn qemu_plugin_get_registers() -> *mut GArray;
+    pub fn qemu_plugin_read_memory_vaddr(addr: u64, data: *mut GByteArray, len: usize) -> bool;
+}
+
+// The return value is a size before v6 and a bool from v6 on: declared as it is in each
+// build's family, and never trusted either way (see `guest::ByteBuf::read_handle`).
+#[cfg(not(feature = "api-v7"))]
+extern "C" {
+    pub fn qemu_plugin_read_register(
+        handle: *mut qemu_plugin_register,
+        buf: *mut GByteArray,
+    ) -> c_int;
+}
+#[cfg(feature = "api-v7")]
+extern "C" {
+    pub fn qemu_plugin_read_register(
+        handle: *mut qemu_plugin_register,
+        buf: *mut GByteArray,
+    ) -> bool;
+}
+
+#[cfg(not(feature = "api-v7"))]
+extern "C" {
+    fn qemu_plugin_register_vcpu_tb_trans_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb),
+    );
+    fn qemu_plugin_register_vcpu_init_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
+    );
+    fn qemu_plugin_register_atexit_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(id: qemu_plugin_id_t, userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+}
+
+#[cfg(feature = "api-v7")]
+extern "C" {
+    fn qemu_plugin_register_vcpu_tb_trans_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(tb: *mut qemu_plugin_tb, userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+    fn qemu_plugin_register_vcpu_init_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+    fn qemu_plugin_register_atexit_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+}
+
+// The callbacks in this build's shapes, each handing over to the plugin's own function.
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    // SAFETY: QEMU passes a live block handle for the duration of the callback.
+    unsafe { crate::translate::on_tb_translate(tb) }
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_tb_trans(tb: *mut qemu_plugin_tb, _userdata: *mut c_void) {
+    // SAFETY: QEMU passes a live block handle for the duration of the callback.
+    unsafe { crate::translate::on_tb_translate(tb) }
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
+    crate::vcpu_init(vcpu_index)
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_vcpu_init(vcpu_index: c_uint, _userdata: *mut c_void) {
+    crate::vcpu_init(vcpu_index)
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_exit(_id: qemu_plugin_id_t, _userdata: *mut c_void) {
+    crate::finish()
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_exit(_userdata: *mut c_void) {
+    crate::finish()
+}
+
+/// Registers the translation, vCPU init and exit callbacks in this build's ABI.
+///
+/// # Safety
+/// `id` is this plugin's id, during `qemu_plugin_install`.
+pub unsafe fn register_callbacks(id: qemu_plugin_id_t) {
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
+        qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
+        qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
+    }
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        let none = std::ptr::null_mut();
+        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans, none);
+        qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
+        qemu_plugin_register_atexit_cb(id, on_exit, none);
+    }
+}
+
+/// An optional API function of this QEMU, looked up at run time: QEMU binds plugins
+/// immediately, so naming a function an older QEMU lacks would fail the load.
+pub fn optional(name: &std::ffi::CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with a NUL-terminated name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+/// `qemu_plugin_register_vcpu_discon_cb` in this build's ABI (v7 adds `userdata`).
+#[cfg(not(feature = "api-v7"))]
+pub type RegisterDiscon = unsafe extern "C" fn(id: qemu_plugin_id_t, kind: c_int, cb: DisconCb);
+#[cfg(feature = "api-v7")]
+pub type RegisterDiscon =
+    unsafe extern "C" fn(id: qemu_plugin_id_t, kind: c_int, cb: DisconCb, userdata: *mut c_void);
+
+/// The discontinuity callback's registration function, where this QEMU has one (10.2 on,
+/// whatever API version it reports).
+pub fn discontinuity_api() -> Option<RegisterDiscon> {
+    let p = optional(c"qemu_plugin_register_vcpu_discon_cb")?;
+    // SAFETY: the symbol QEMU exports under this name has this signature in the ABI family
+    // this build is for (read off 10.2.2 and 11.1.3).
+    Some(unsafe { std::mem::transmute::<*mut c_void, RegisterDiscon>(p) })
+}
