@@ -209,13 +209,13 @@ if [ ! -x "$q102/bin/qemu-system-aarch64" ] || [ "$(cat "$q102/targets" 2>/dev/n
     $SUDO apt-get install -y -qq --no-install-recommends ${backports:+-t "${backports#/}"} \
         meson python3-pycotap >/dev/null
     work=$(mktemp -d)
-    # Only the source: a private apt state for sid's deb-src, so the system's lists stay as
-    # they are.
+    # Only the source: a private apt state for the deb-src of the suites that carry (or
+    # carried) this version, so the system's lists stay as they are.
     mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
     cat >"$work/apt/src.sources" <<SRC
 Types: deb-src
 URIs: $(debian_mirror)
-Suites: sid
+Suites: sid forky
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
@@ -265,9 +265,12 @@ if [ ! -x "$troot/usr/bin/qemu-system-aarch64" ]; then
     printf 'deb %s trixie main\ndeb %s trixie-backports main\n' "$mirror" "$mirror" |
         $SUDO tee "$troot.tmp/etc/apt/sources.list" >/dev/null
     $SUDO cp /etc/resolv.conf "$troot.tmp/etc/resolv.conf" 2>/dev/null || true
+    # apt in a chroot without /dev/pts complains that it cannot log: kept out of sight
+    # unless the install fails.
     $SUDO chroot "$troot.tmp" sh -c 'export DEBIAN_FRONTEND=noninteractive;
         apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
-        qemu-system-arm qemu-system-x86 qemu-system-misc >/dev/null'
+        qemu-system-arm qemu-system-x86 qemu-system-misc' >"$CACHE/trixie-root.log" 2>&1 ||
+        { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing QEMU 11.1 in $troot.tmp failed"; exit 1; }
     rm -rf "$troot" && mv "$troot.tmp" "$troot"
 fi
 for emu in qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64; do

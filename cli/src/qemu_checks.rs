@@ -77,6 +77,13 @@ pub fn preflight(
             "only system-mode aarch64 (qemu-system-aarch64) can be recorded for now",
         ));
     }
+    if opts.iter().any(|o| o.name == "daemonize") {
+        return Err(usage(
+            "-daemonize makes QEMU return at once and run on in the background, so the trace \
+             would be assembled while QEMU still writes it",
+            "remove -daemonize (record runs QEMU in the foreground; stop it with Ctrl-C)",
+        ));
+    }
     if let Some(opt) = qemu_cmd::hardware_accel(opts) {
         return Err(usage(
             format!("'{opt}' runs the guest on a hardware accelerator, but qemu-uftrace needs TCG"),
@@ -559,6 +566,23 @@ mod tests {
             )
         );
         assert_eq!(classify_probe(true, "", ""), ProbeOutcome::NoAnswer);
+    }
+
+    #[test]
+    fn a_qemu_no_build_fits_is_named_with_both_sides_versions() {
+        let e = api_mismatch(
+            Path::new("/opt/qemu/bin/qemu-system-aarch64"),
+            "12.0.0",
+            Accepts::AtLeast(8),
+            &PluginChoice::Embedded,
+        );
+        assert_eq!(
+            format!("{e:#}"),
+            "/opt/qemu/bin/qemu-system-aarch64 is QEMU 12.0.0, which accepts plugin API 8 and \
+             newer, but qemu-uftrace carries plugins for API 4, 7 only; use a qemu-uftrace \
+             release that supports this QEMU, or a QEMU from 9.2 up to the newest API listed"
+        );
+        assert!(!format!("{e:#}").contains("reinstall"));
     }
 
     #[test]

@@ -67,14 +67,42 @@ pub fn survive_sigint() -> Result<()> {
     Ok(())
 }
 
+/// In the child, before exec: QEMU gets SIGTERM when we die, even by SIGKILL, so that it
+/// stops (its plugin flushing into the staging directory, which the next `record` into the
+/// same directory reports) instead of running on unwatched. The signal goes with the thread
+/// that spawned QEMU, which is the one that waits for it. A parent already gone before the
+/// setting took effect is caught by comparing the parent's pid.
+fn die_with_parent(parent: libc::pid_t) {
+    // SAFETY: plain syscalls with no pointers.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+        if libc::getppid() != parent {
+            libc::raise(libc::SIGTERM);
+        }
+    }
+}
+
 /// Runs `program` with `args` and waits for it.
 pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
     survive_sigint()?;
     let mut signals =
         Signals::new([SIGTERM, SIGHUP]).context("cannot install the SIGTERM/SIGHUP handlers")?;
     let started = Instant::now();
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
     let handle = duct::cmd(program, args)
         .unchecked()
+        .before_spawn(move |cmd| {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl, getppid and raise are async-signal-safe, as pre_exec requires.
+            unsafe {
+                cmd.pre_exec(move || {
+                    die_with_parent(parent);
+                    Ok(())
+                })
+            };
+            Ok(())
+        })
         .start()
         .with_context(|| format!("cannot start {}", program.display()))?;
     let pids = handle.pids();

@@ -200,6 +200,32 @@ fn hardware_accelerators_are_refused() {
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
+/// `-daemonize` would have QEMU return at once and run on while we assemble the trace.
+#[test]
+fn daemonize_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let o = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args([
+            "record",
+            "--",
+            "qemu-system-aarch64",
+            "-M",
+            "virt",
+            "-daemonize",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains("-daemonize makes QEMU return at once")
+            && line.contains("; remove -daemonize"),
+        "{line}"
+    );
+    assert!(!home.path().join("uftrace.data.partial").exists());
+}
+
 #[test]
 fn missing_plugin_file() {
     let home = tempfile::tempdir().unwrap();

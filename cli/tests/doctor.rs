@@ -99,22 +99,21 @@ fn doctor_without_uftrace_or_without_any_qemu_says_so() {
         bin.join("qemu-system-aarch64"),
     )
     .unwrap();
-    let out = qemu_uftrace(home.path())
-        .arg("doctor")
-        .env("PATH", &bin)
-        .output()
-        .unwrap();
+    let doctor = || {
+        qemu_uftrace(home.path())
+            .arg("doctor")
+            .env("PATH", &bin)
+            .output()
+            .unwrap()
+    };
+    let out = doctor();
     assert_eq!(out.status.code(), Some(1));
     assert!(stdout(&out).contains("uftrace  missing: not found on PATH"));
     assert!(single_error(&out).contains("uftrace is not installed"));
     // uftrace, and no QEMU at all.
     std::fs::remove_file(bin.join("qemu-system-aarch64")).unwrap();
     std::os::unix::fs::symlink("/usr/bin/uftrace", bin.join("uftrace")).unwrap();
-    let out = qemu_uftrace(home.path())
-        .arg("doctor")
-        .env("PATH", &bin)
-        .output()
-        .unwrap();
+    let out = doctor();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         single_error(&out).contains("no QEMU emulator (qemu-system-<arch> or qemu-<arch>) on PATH")

@@ -562,6 +562,54 @@ fn ctrl_c_stops_qemu_but_not_us() {
     check_stopped_trace(&env, "int", &err);
 }
 
+/// The pids of processes whose command line contains `needle`.
+fn pids_with_arg(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// SIGKILL of `record` itself (no handler can run) must not leave QEMU running unwatched:
+/// QEMU gets SIGTERM from the kernel when we die, stops, and its plugin flushes into the
+/// staging directory; the next `record` into the same directory says what is there.
+#[test]
+fn killing_record_stops_qemu_and_the_next_record_explains() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let mut run = env.spawn_record(&["-o", "killed"], &qemu_args(&elf));
+    let staging = env.path("killed.partial");
+    run.wait_for_data(&staging.join("1.dat"), 1);
+    let needle = format!("out={}", staging.display());
+    assert_eq!(pids_with_arg(&needle).len(), 1, "QEMU is not running");
+    signal(run.pid(), libc::SIGKILL);
+    run.wait();
+    let deadline = Instant::now() + PATIENCE;
+    while !pids_with_arg(&needle).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "QEMU still runs after record was killed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // QEMU stopped properly: its plugin wrote its statistics.
+    assert_eq!(plugin_stat(&staging, "complete"), "1");
+    let again = env.record(&["-o", "killed"], &elf);
+    assert_eq!(again.status.code(), Some(1));
+    let line = single_error(&again);
+    assert!(
+        line.contains("killed.partial already exists: an earlier recording was interrupted"),
+        "{line}"
+    );
+}
+
 /// SIGTERM sent to us alone reaches QEMU, which stops as on Ctrl-C.
 #[test]
 fn sigterm_is_forwarded_to_qemu() {
