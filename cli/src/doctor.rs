@@ -128,7 +128,7 @@ fn examine(argv0: &OsString) -> Finding {
         }
     };
     match qemu_checks::read_version(&path) {
-        Ok(Some(v)) => line(&mut text, "version", &v),
+        Ok(Some((_, _, v))) => line(&mut text, "version", &v),
         Ok(None) => line(&mut text, "version", "unknown (--version says no number)"),
         Err(e) => line(&mut text, "version", &format!("{e:#}")),
     }

@@ -194,26 +194,26 @@ pub fn parse_version(text: &str) -> Option<(u32, u32, u32, String)> {
     Some((major, minor, micro, word.to_string()))
 }
 
-/// QEMU's version text as `--version` gives it (`10.0.2`); `None` when it names none.
-pub fn read_version(path: &Path) -> Result<Option<String>> {
+/// QEMU's version as `--version` gives it: major, minor and the text (`10.0.2`); `None`
+/// when it names none.
+pub fn read_version(path: &Path) -> Result<Option<(u32, u32, String)>> {
     let out = run_with_timeout(path, &["--version".into()]).map_err(|e| {
         fail(
             format!("cannot run {} --version: {e}", path.display()),
             install_hint(),
         )
     })?;
-    Ok(parse_version(&out.stdout).map(|v| v.3))
+    Ok(parse_version(&out.stdout).map(|(major, minor, _, text)| (major, minor, text)))
 }
 
 fn check_version(path: &Path) -> Result<String> {
-    let Some(text) = read_version(path)? else {
+    let Some((major, minor, text)) = read_version(path)? else {
         crate::errors::warn(format!(
             "cannot tell the version of {} from --version; going on",
             path.display()
         ));
         return Ok(String::from("(unknown version)"));
     };
-    let (major, minor, _, _) = parse_version(&format!("version {text}")).unwrap_or_default();
     if (major, minor) < MIN_VERSION {
         return Err(fail(
             format!(
