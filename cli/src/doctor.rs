@@ -127,18 +127,21 @@ fn examine(argv0: &OsString) -> Finding {
             };
         }
     };
-    match qemu_checks::read_version(&path) {
-        Ok(Some((_, _, v))) => line(&mut text, "version", &v),
-        Ok(None) => line(&mut text, "version", "unknown (--version says no number)"),
-        Err(e) => line(&mut text, "version", &format!("{e:#}")),
-    }
     let checked = qemu_checks::check_qemu(argv0, emulator.clone(), &PluginChoice::Embedded);
     let can_record = match checked {
         Ok(q) => {
+            line(&mut text, "version", &q.version);
             describe_probe(&mut text, &q.probe);
             target_line(&mut text, &emulator, &q.probe)
         }
         Err(e) => {
+            // The checks stopped early, perhaps at the version itself: ask QEMU for it
+            // here, so that the report shows it whatever failed.
+            match qemu_checks::read_version(&path) {
+                Ok(Some((_, _, v))) => line(&mut text, "version", &v),
+                Ok(None) => line(&mut text, "version", "unknown (--version says no number)"),
+                Err(e) => line(&mut text, "version", &format!("{e:#}")),
+            }
             line(&mut text, "plugins", &format!("no: {e:#}"));
             false
         }

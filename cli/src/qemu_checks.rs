@@ -267,7 +267,6 @@ pub struct ProbeInfo {
     pub api_cur: u32,
     /// The API the loaded plugin build declares.
     pub plugin_api: u32,
-    pub system: bool,
     /// Whether the plugin can record this target.
     pub supported: bool,
     /// Whether QEMU reports discontinuities (exceptions, interrupts) to plugins (10.2 on).
@@ -289,7 +288,6 @@ pub fn parse_probe_line(line: &str) -> Option<ProbeInfo> {
         api_cur: num("api")?,
         api_min: num("api_min").unwrap_or(0),
         plugin_api: num("plugin_api").unwrap_or(0),
-        system: flag("system"),
         supported: flag("supported"),
         discontinuity: flag("discontinuity"),
     })
@@ -343,7 +341,7 @@ pub fn classify_probe(success: bool, stdout: &str, stderr: &str) -> ProbeOutcome
 }
 
 /// Runs the probe of one plugin file.
-pub fn probe_once(path: &Path, emulator: &Emulator, plugin: &Path) -> Result<ProbeOutcome> {
+fn probe_once(path: &Path, emulator: &Emulator, plugin: &Path) -> Result<ProbeOutcome> {
     let probe = format!(
         "{},probe=on",
         qemu_cmd::escape_keyval(&plugin.to_string_lossy())
@@ -532,7 +530,6 @@ mod tests {
                     api_min: 7,
                     api_cur: 7,
                     plugin_api: 7,
-                    system: true,
                     supported: true,
                     discontinuity: true,
                 }

@@ -1,5 +1,5 @@
 //! Raw access to guest registers and memory, on the hot path's terms: register handles
-//! looked up once, one reused GByteArray per vCPU (the crate's wrappers allocate per read).
+//! looked up once, one reused GByteArray per vCPU (no allocation per read).
 
 use crate::api::{
     g_array_free, g_array_get_element_size, g_byte_array_new, qemu_plugin_get_registers,
