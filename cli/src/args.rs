@@ -57,8 +57,11 @@ pub enum Command {
 /// The clock that stamps records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Clock {
+    /// `insn` on a machine with one vCPU, `wall` with several
+    Auto,
     /// Guest instructions executed: deterministic; uftrace prints these counts in its time
-    /// columns (shown as ns, read "instructions")
+    /// columns (shown as ns, read "instructions"). With several vCPUs each counts its own:
+    /// times are not comparable across vCPUs, and a task's times only never go back
     Insn,
     /// Host wall-clock nanoseconds: real durations, including the emulation's slowness
     Wall,
@@ -67,6 +70,7 @@ pub enum Clock {
 impl Clock {
     pub fn as_str(self) -> &'static str {
         match self {
+            Clock::Auto => "auto",
             Clock::Insn => "insn",
             Clock::Wall => "wall",
         }
@@ -106,9 +110,16 @@ pub struct RecordArgs {
     pub output: PathBuf,
 
     /// Timestamp source: `insn` counts guest instructions (deterministic; uftrace's time
-    /// columns then show instruction counts), `wall` uses host nanoseconds
-    #[arg(long, value_enum, default_value_t = Clock::Insn)]
+    /// columns then show instruction counts), `wall` uses host nanoseconds (one timeline
+    /// across vCPUs), `auto` takes `insn` with one vCPU and `wall` with several
+    #[arg(long, value_enum, default_value_t = Clock::Auto)]
     pub clock: Clock,
+
+    /// One uftrace task per privilege level of each guest context (aarch64: EL3, EL2,
+    /// EL1, EL0, Secure or not), as QEMU's own plugin does with trace-privilege-level=on;
+    /// needs a QEMU that reports exceptions to plugins (10.2 or newer)
+    #[arg(long)]
+    pub split_levels: bool,
 
     /// Extra symbol source (ELF, System.map, kallsyms dump, kernel image), loaded at
     /// OFFSET (hex with 0x, or decimal) when given; repeatable

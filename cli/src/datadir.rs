@@ -8,11 +8,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
-use qemu_uftrace_format::{info, map, record::RECORD_SIZE, task};
+use qemu_uftrace_format::symfile::{self, SymLine};
+use qemu_uftrace_format::{info, map, pseudo, record::RECORD_SIZE, task};
 
 use crate::errors::{fail, usage};
+use crate::guest_tasks;
 use crate::stats::Stats;
 use crate::symfiles::{self, PlacedImage};
+use qemu_uftrace_engine::tasks::boot_vcpu;
 
 /// `<path><suffix>`, next to `path`.
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -97,6 +100,37 @@ pub fn dat_files(dir: &Path) -> Result<Vec<(u32, u64)>> {
     }
     out.sort_unstable();
     Ok(out)
+}
+
+/// A guest that never showed an OS task (bare metal, firmware, a kernel killed before its
+/// first task) keeps the task ids vCPUs always had: vCPU n is task n+1. While QEMU runs the
+/// plugin cannot know that, and numbers vCPUs' boot code apart from the guest's PIDs.
+fn renumber_boot_tasks(
+    dir: &Path,
+    dats: &mut [(u32, u64)],
+    guest: &mut [guest_tasks::GuestTask],
+    stats: Option<&mut Stats>,
+) -> Result<()> {
+    let only_boot = dats.iter().all(|&(tid, _)| boot_vcpu(tid).is_some())
+        && guest.iter().all(|t| t.boot && t.level.is_empty());
+    if dats.is_empty() || !only_boot {
+        return Ok(());
+    }
+    let new_tid = |tid: u32| boot_vcpu(tid).map_or(tid, |v| v + 1);
+    for (tid, _) in dats.iter_mut() {
+        let (from, to) = (dir.join(format!("{tid}.dat")), new_tid(*tid));
+        std::fs::rename(&from, dir.join(format!("{to}.dat")))
+            .with_context(|| format!("cannot rename {}", from.display()))?;
+        *tid = to;
+    }
+    dats.sort_unstable();
+    for t in guest.iter_mut() {
+        t.tid = new_tid(t.tid);
+    }
+    if let Some(s) = stats {
+        s.tids.iter_mut().for_each(|t| *t = new_tid(*t));
+    }
+    Ok(())
 }
 
 /// True when some `.dat` file holds at least one whole record.
@@ -187,6 +221,10 @@ pub struct Assembled {
     pub trimmed_files: u64,
     /// Tids the plugin listed that have no `.dat` file.
     pub missing_tids: Vec<u32>,
+    /// The guest contexts the plugin found.
+    pub tasks: Vec<crate::guest_tasks::GuestTask>,
+    /// `note.txt` lines listing them, when the guest has OS tasks.
+    pub task_note: Vec<String>,
 }
 
 /// Why there is nothing to assemble.
@@ -216,8 +254,10 @@ pub fn new_session_id() -> String {
 
 /// Writes `info` and `task.txt` into `dir`, which holds the plugin's output and the symbol
 /// files. Fails with [`NoData`] when no `.dat` file has a record.
-pub fn assemble(dir: &Path, rec: Recording, syms: SymbolFiles) -> Result<Assembled> {
+pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Assembled> {
     let mut dats = dat_files(dir)?;
+    let mut guest = guest_tasks::read(dir);
+    renumber_boot_tasks(dir, &mut dats, &mut guest, rec.stats.as_mut())?;
     let mut done = Assembled::default();
     if rec.stats.is_none() {
         done.trimmed_files = trim_partial_records(dir, &mut dats)?;
@@ -247,12 +287,27 @@ pub fn assemble(dir: &Path, rec: Recording, syms: SymbolFiles) -> Result<Assembl
         .map(|&tid| task::Task {
             tid,
             pid: tid,
-            name: format!("cpu{}", tid - 1),
+            name: guest
+                .iter()
+                .find(|t| t.tid == tid)
+                .map(|t| t.display_name())
+                .unwrap_or_else(|| match boot_vcpu(tid) {
+                    Some(vcpu) => format!("cpu{vcpu}"),
+                    None => format!("task-{tid}"),
+                }),
         })
         .collect();
     symfiles::write_with(&dir.join("task.txt"), |w| {
         task::write_task_txt(w, &sid, &tasks)
     })?;
+    done.task_note = guest_tasks::note_lines(&guest, &done.tids);
+    done.tasks = guest;
+    if !done.task_note.is_empty() {
+        let text = done.task_note.join("\n");
+        symfiles::write_with(&dir.join("note.txt"), |w| {
+            qemu_uftrace_format::note::write_note(w, &text)
+        })?;
+    }
 
     let max_tid = done.tids.iter().copied().max().unwrap_or(1);
     let cpus = rec.stats.as_ref().and_then(|s| s.vcpus).unwrap_or(max_tid);
@@ -286,9 +341,35 @@ pub fn assemble(dir: &Path, rec: Recording, syms: SymbolFiles) -> Result<Assembl
     Ok(done)
 }
 
-/// Writes `sid-<sid>.map` for these images (the `[stack]` line included).
+/// Writes `sid-<sid>.map` for these images (the `[stack]` line included), with the
+/// pseudo-functions' module (exception entries) and its `.sym` file.
 pub fn write_map(dir: &Path, sid: &str, placed: &[PlacedImage]) -> Result<()> {
-    let entries: Vec<map::MapEntry> = placed.iter().map(|p| p.map.clone()).collect();
+    let mut entries: Vec<map::MapEntry> = placed.iter().map(|p| p.map.clone()).collect();
+    let pseudo_start = pseudo::BASE;
+    let clashes = entries.iter().any(|e| {
+        let (start, end) = e.range48();
+        start < pseudo_start + pseudo::size() && pseudo_start < end
+    });
+    // An image reaching into the last page of the address space keeps it; exception entries
+    // then show as addresses.
+    if !clashes {
+        entries.push(map::MapEntry {
+            start: pseudo_start,
+            end: pseudo_start + pseudo::size(),
+            path: pseudo::MODULE.to_string(),
+        });
+        let syms: Vec<SymLine> = pseudo::symbols()
+            .map(|(offset, name)| SymLine {
+                offset,
+                size: 0x10,
+                name: name.to_string(),
+                global: true,
+            })
+            .collect();
+        symfiles::write_with(&dir.join(format!("{}.sym", pseudo::MODULE)), |w| {
+            symfile::write_sym(w, &syms, pseudo::size())
+        })?;
+    }
     symfiles::write_with(&dir.join(format!("sid-{sid}.map")), |w| {
         map::write_map(w, entries)
     })
@@ -297,7 +378,10 @@ pub fn write_map(dir: &Path, sid: &str, placed: &[PlacedImage]) -> Result<()> {
 /// Leaves a `note.txt` that `uftrace info` shows, so that a trace cut short by QEMU's death
 /// never passes for complete.
 pub fn mark_incomplete(dir: &Path, why: &str) -> Result<()> {
-    let text = format!("INCOMPLETE TRACE: {why};\nthe last records of each vCPU are missing.\n");
+    // What the note said already (the task list) follows the warning.
+    let before = std::fs::read_to_string(dir.join("note.txt")).unwrap_or_default();
+    let text =
+        format!("INCOMPLETE TRACE: {why};\nthe last records of each vCPU are missing.\n{before}");
     symfiles::write_with(&dir.join("note.txt"), |w| {
         qemu_uftrace_format::note::write_note(w, &text)
     })

@@ -8,6 +8,7 @@ pub mod datadir;
 pub mod doctor;
 pub mod embedded;
 pub mod errors;
+pub mod guest_tasks;
 pub mod host_info;
 pub mod kernel_alias;
 pub mod man;

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use qemu_uftrace_symbols::Arch;
 
-use crate::args::{Clock, RecordArgs};
+use crate::args::RecordArgs;
 use crate::datadir::{self, Assembled, Recording};
 use crate::errors::{fail, note, usage, warn};
 use crate::kernel_alias;
@@ -84,8 +84,21 @@ fn record_into(
     let loader = start_symbol_files(&sources, &images, &opts, staging);
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
-    let plugin_opt =
+    let mut plugin_opt =
         qemu_cmd::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
+    if args.split_levels {
+        if !qemu.probe.discontinuity {
+            return Err(usage(
+                format!(
+                    "--split-levels needs a QEMU that reports exceptions to plugins (10.2 or \
+                     newer), and {} does not",
+                    argv[0].to_string_lossy()
+                ),
+                "use a newer QEMU or record without --split-levels",
+            ));
+        }
+        plugin_opt.push(",split_levels=on");
+    }
     let full = qemu_cmd::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);
@@ -431,8 +444,14 @@ fn summary(
     note(format!(
         "wrote {out}{old}; look at it with: qemu-uftrace replay{dir_arg}"
     ));
-    if args.clock == Clock::Insn {
-        note("clock=insn: uftrace's time columns count guest instructions, not nanoseconds");
+    if stats.and_then(|s| s.clock.as_deref()) == Some("insn") {
+        let vcpus = stats.and_then(|s| s.vcpus).unwrap_or(1);
+        note(if vcpus > 1 {
+            "clock=insn: uftrace's time columns count each vCPU's guest instructions, \
+             not nanoseconds, and are not comparable across vCPUs"
+        } else {
+            "clock=insn: uftrace's time columns count guest instructions, not nanoseconds"
+        });
     }
 }
 

@@ -21,6 +21,8 @@ use qemu_uftrace_tests::{
 
 /// How long a signal test waits for the trace to grow, or for us to exit.
 const PATIENCE: Duration = Duration::from_secs(60);
+/// The task id the plugin gives vCPU 0's boot code while QEMU runs (see `tasks::BOOT_TID_BASE`).
+const BOOT_TID: u32 = qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 
 /// A temporary home: the working directory, plugin cache and output of one test.
 struct Env {
@@ -308,14 +310,18 @@ fn records_assembles_and_names_functions() {
         assert!(data.join(f).is_file(), "{f} missing");
     }
 
-    // The map names the ELF at its link address, then uftrace's [stack] line; its session
-    // is task.txt's.
+    // The map names the ELF at its link address, then the exception entries' module in the
+    // last page, then uftrace's [stack] line; its session is task.txt's.
     let (map_path, map) = the_map(&data);
     let lines: Vec<&str> = map.lines().collect();
-    assert_eq!(lines.len(), 2, "{map}");
+    assert_eq!(lines.len(), 3, "{map}");
     assert!(lines[0].starts_with("40080000-"), "{map}");
     assert!(lines[0].ends_with(&format!(" {}", elf.display())), "{map}");
-    assert!(lines[1].ends_with(" [stack]"), "{map}");
+    assert!(
+        lines[1].starts_with("fffffffff000-") && lines[1].ends_with(" qemu-uftrace-exceptions"),
+        "{map}"
+    );
+    assert!(lines[2].ends_with(" [stack]"), "{map}");
     let sid = map_path.file_name().unwrap().to_string_lossy()[4..20].to_string();
     let tasks = std::fs::read_to_string(data.join("task.txt")).unwrap();
     assert!(tasks.contains(&format!("sid={sid}")), "{tasks}");
@@ -486,7 +492,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     let qemu = kernel_boot_args("cortex-a57");
     let mut run = env.spawn_record(&["-o", "k", "--max-depth", "64"], &qemu);
     // A few buffers in: start_kernel has been entered, and the boot is far from over.
-    run.wait_for_data(&env.path("k.partial/1.dat"), 8 << 20);
+    run.wait_for_data(&env.path(&format!("k.partial/{BOOT_TID}.dat")), 8 << 20);
     let (qemu_pid, argv) =
         qemu_child_of(run.pid()).unwrap_or_else(|| panic!("no QEMU child:\n{}", run.stderr()));
     // The plugin option comes first, naming the staging directory and our options; then
@@ -503,7 +509,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     );
     assert!(
         argv[2].ends_with(&format!(
-            ".so,out={},clock=insn,max_depth=64",
+            ".so,out={},clock=auto,max_depth=64",
             staging.display()
         )),
         "{argv:?}"
@@ -527,7 +533,12 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     let data = env.path("k");
     assert!(!env.path("k.partial").exists());
     assert!(!data.join("plugin.stats").exists());
-    assert!(assert_records(&data.join("1.dat")) >= 8 << 20);
+    // vCPU 0's boot code, under its own id when the kernel had started tasks by then.
+    let boot = [data.join("1.dat"), data.join(format!("{BOOT_TID}.dat"))]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("vCPU 0's boot records");
+    assert!(assert_records(&boot) >= 8 << 20);
     for f in ["info", "task.txt", "note.txt", "vmlinuz.sym"] {
         assert!(data.join(f).is_file(), "{f} missing");
     }
@@ -552,7 +563,7 @@ fn ctrl_c_stops_qemu_but_not_us() {
     let elf = guest("spin");
     let env = Env::new();
     let mut run = env.spawn_record(&["-o", "int"], &qemu_args(&elf));
-    run.wait_for_data(&env.path("int.partial/1.dat"), 1);
+    run.wait_for_data(&env.path(&format!("int.partial/{BOOT_TID}.dat")), 1);
     signal(-run.pid(), libc::SIGINT);
     let status = run.wait();
     let err = run.stderr();
@@ -586,7 +597,7 @@ fn killing_record_stops_qemu_and_the_next_record_explains() {
     let env = Env::new();
     let mut run = env.spawn_record(&["-o", "killed"], &qemu_args(&elf));
     let staging = env.path("killed.partial");
-    run.wait_for_data(&staging.join("1.dat"), 1);
+    run.wait_for_data(&staging.join(format!("{BOOT_TID}.dat")), 1);
     let needle = format!("out={}", staging.display());
     assert_eq!(pids_with_arg(&needle).len(), 1, "QEMU is not running");
     signal(run.pid(), libc::SIGKILL);
@@ -616,7 +627,7 @@ fn sigterm_is_forwarded_to_qemu() {
     let elf = guest("spin");
     let env = Env::new();
     let mut run = env.spawn_record(&["-o", "term"], &qemu_args(&elf));
-    run.wait_for_data(&env.path("term.partial/1.dat"), 1);
+    run.wait_for_data(&env.path(&format!("term.partial/{BOOT_TID}.dat")), 1);
     signal(run.pid(), libc::SIGTERM);
     let status = run.wait();
     let err = run.stderr();
@@ -668,7 +679,7 @@ fn symbols_subcommand_updates_the_map() {
     let o = env.record(&["-o", "s", "--no-auto-symbols"], &elf);
     assert!(o.status.success(), "{}", stderr(&o));
     let (map_path, map) = the_map(&env.path("s"));
-    assert_eq!(map.lines().count(), 1, "{map}");
+    assert_eq!(map.lines().count(), 2, "{map}"); // exception entries, [stack]
     let replay = env.uftrace(&["replay", "--no-pager"], "s");
     assert!(!replay.contains("main() {"), "{replay}");
     assert!(replay.contains("| <4008"), "{replay}");
@@ -687,7 +698,7 @@ fn symbols_subcommand_updates_the_map() {
     // Loaded 0x1000 higher than linked: the line moves with it.
     let (_, map) = symbols(format!("{}:0x1000", elf.display()), false);
     let lines: Vec<&str> = map.lines().collect();
-    assert_eq!(lines.len(), 2, "{map}");
+    assert_eq!(lines.len(), 3, "{map}");
     assert!(lines[0].starts_with("40081000-"), "{map}");
     assert!(lines[0].ends_with(&format!(" {}", elf.display())), "{map}");
     assert!(map.ends_with("[stack]\n"), "{map}");
@@ -698,7 +709,7 @@ fn symbols_subcommand_updates_the_map() {
     let (err, map) = symbols(elf.display().to_string(), true);
     assert!(err.contains("replacing "), "{err}");
     let lines: Vec<&str> = map.lines().collect();
-    assert_eq!(lines.len(), 2, "{map}");
+    assert_eq!(lines.len(), 3, "{map}");
     assert!(lines[0].starts_with("40080000-"), "{map}");
     assert!(map.ends_with("[stack]\n"), "{map}");
     let replay = env.uftrace(&["replay", "--no-pager"], "s");

@@ -9,6 +9,7 @@
 pub mod info;
 pub mod map;
 pub mod note;
+pub mod pseudo;
 pub mod record;
 pub mod symfile;
 pub mod task;

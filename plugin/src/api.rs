@@ -266,6 +266,53 @@ unsafe extern "C" fn on_exit(_userdata: *mut c_void) {
     crate::finish()
 }
 
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_discon(
+    _id: qemu_plugin_id_t,
+    vcpu_index: c_uint,
+    kind: c_int,
+    from_pc: u64,
+    to_pc: u64,
+) {
+    crate::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_discon(
+    vcpu_index: c_uint,
+    kind: c_int,
+    from_pc: u64,
+    to_pc: u64,
+    _userdata: *mut c_void,
+) {
+    crate::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+}
+
+/// `enum qemu_plugin_discon_type` bits.
+pub const DISCON_INTERRUPT: c_int = 1;
+pub const DISCON_EXCEPTION: c_int = 2;
+pub const DISCON_HOSTCALL: c_int = 4;
+
+/// Registers the discontinuity callback for interrupts, exceptions and host calls, where
+/// this QEMU has it. Returns whether it did.
+///
+/// # Safety
+/// `id` is this plugin's id, during `qemu_plugin_install`.
+pub unsafe fn register_discontinuities(id: qemu_plugin_id_t) -> bool {
+    let Some(register) = discontinuity_api() else {
+        return false;
+    };
+    let all = DISCON_INTERRUPT | DISCON_EXCEPTION | DISCON_HOSTCALL;
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        register(id, all, on_discon)
+    };
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        register(id, all, on_discon, std::ptr::null_mut())
+    };
+    true
+}
+
 /// Registers the translation, vCPU init and exit callbacks in this build's ABI.
 ///
 /// # Safety

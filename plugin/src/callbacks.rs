@@ -1,12 +1,16 @@
-//! The functions QEMU calls on every executed call, on every return's landing block and on
-//! exception returns: find the vCPU, take the time, read a register only when the target is
-//! not known otherwise, and hand over to the engine (`hot.rs`). What each site needs comes
-//! from `sites`.
+//! The functions QEMU calls on every executed call, on every return's landing block, on
+//! exception entries and returns and on writes of the OS's task register: find the vCPU,
+//! take the time, read a register only when the value is not known otherwise, and hand over
+//! to the engine (its `hot` engine, or the task table at a switch). What each call site
+//! needs comes from `sites`.
 
+use crate::api;
 use crate::guest::QemuGuest;
-use crate::sites::{call_site_at, unpack};
 use crate::vcpu::{self, VcpuState};
-use std::ffi::{c_uint, c_void};
+use qemu_uftrace_engine::arch::{Discontinuity, Isa, Level};
+use qemu_uftrace_engine::sites::{call_site_at, unpack};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A return that landed where no landing block saw it is settled before the next event.
 #[inline(always)]
@@ -91,22 +95,139 @@ fn landing_general(v: &mut VcpuState, target: u64) {
     v.engine.ret(now, target, &mut guest);
 }
 
-/// # Safety
-/// `data` is the ERET's own address; registered with QEMU_PLUGIN_CB_R_REGS. Exception returns
-/// are rare: two register reads are fine here.
-pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_void) {
-    let eret_pc = data as u64;
+/// Whether exception entries are shown (the discontinuity callback is registered).
+static DISCONTINUITIES: AtomicBool = AtomicBool::new(false);
+
+pub fn set_discontinuities_registered() {
+    DISCONTINUITIES.store(true, Ordering::Relaxed);
+}
+
+pub fn discontinuities_registered() -> bool {
+    DISCONTINUITIES.load(Ordering::Relaxed)
+}
+
+/// The level the vCPU runs at now, from its status register and the security state it was
+/// in before.
+fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
+    let status = v.regs.read_named(isa.status_register())?;
+    Some(isa.running_level(status, v.level))
+}
+
+/// QEMU's discontinuity callback (10.2 on): an interrupt or exception was just taken (the
+/// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
+pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u64) {
+    let what = match kind {
+        api::DISCON_INTERRUPT => Discontinuity::Interrupt,
+        api::DISCON_EXCEPTION => Discontinuity::Exception,
+        // No handler runs and no exception return comes: nothing to show as an entry.
+        _ => return,
+    };
     let isa = crate::isa_or_default();
+    let split = crate::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now();
         settle(v, now);
-        let level = v
-            .regs
-            .read_named(isa.status_register())
-            .map(|s| isa.exception_level(s));
-        let link = level.and_then(|l| isa.exception_link_register(l));
+        // Interrupts need no register unless levels are kept apart; exceptions need the
+        // syndrome of the level they were taken to.
+        let level = if split || what == Discontinuity::Exception {
+            current_level(v, isa)
+        } else {
+            None
+        };
+        let syndrome = match (what, level) {
+            (Discontinuity::Exception, Some(l)) => isa
+                .syndrome_register(l)
+                .and_then(|name| v.regs.read_named(name)),
+            _ => None,
+        };
+        if let Some(level) = level {
+            if split {
+                crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
+            }
+            v.level = Some(level);
+        }
+        let kind = isa.exception_kind(what, syndrome);
+        v.engine.exception_entry(now, kind, from_pc);
+    });
+}
+
+/// # Safety
+/// `data` is the ERET's own address; registered with QEMU_PLUGIN_CB_R_REGS. Exception returns
+/// are rare: a few register reads are fine here.
+pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_void) {
+    let eret_pc = data as u64;
+    let isa = crate::isa_or_default();
+    let split = crate::config().is_some_and(|c| c.split_levels);
+    vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now();
+        settle(v, now);
+        let Some(level) = current_level(v, isa) else {
+            return;
+        };
+        let link = isa.exception_link_register(level);
         if let Some(target) = link.and_then(|name| v.regs.read_named(name)) {
             v.engine.exception_return(now, target, eret_pc);
         }
+        // Where the return goes: SPSR's level, and (leaving EL3) SCR's security state.
+        let saved = isa
+            .saved_status_register(level)
+            .and_then(|name| v.regs.read_named(name));
+        if let Some(saved) = saved {
+            let security = isa
+                .security_register(level)
+                .and_then(|name| v.regs.read_named(name));
+            let to = isa.return_level(level, saved, security);
+            if split {
+                crate::with_tasks(|t| {
+                    // The level left is known now, if it was not (a boot context).
+                    t.level(&mut v.engine, vcpu_index, now, level);
+                    t.level(&mut v.engine, vcpu_index, now, to)
+                });
+            }
+            v.level = Some(to);
+        }
     });
+}
+
+/// # Safety
+/// `data` is the source register's number; registered with QEMU_PLUGIN_CB_R_REGS. Runs
+/// before the instruction, when the register holds the value about to be written.
+pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) {
+    let src = data as u64 as u8;
+    let isa = crate::isa_or_default();
+    vcpu::with(vcpu_index, |v| {
+        let Some(ptr) = v.regs.read_gpr(src) else {
+            return;
+        };
+        // Entries from user space write the running task again, and returns to it the
+        // user's stack pointer: neither is a switch.
+        if ptr == v.task_ptr || !isa.is_task_pointer(ptr) {
+            return;
+        }
+        let pid = isa
+            .task_id_register()
+            .and_then(|name| v.regs.read_named(name))
+            .map_or(0, |id| id as u32);
+        let comm = crate::config().and_then(|c| c.task_comm);
+        let leaving = v.task_ptr;
+        let name = match comm {
+            Some(offset) if leaving != 0 => v.regs.read_memory(leaving + offset, 16).map(task_name),
+            _ => None,
+        };
+        let now = v.clock.now();
+        settle(v, now);
+        v.task_ptr = ptr;
+        crate::with_tasks(|t| {
+            if let Some(name) = name {
+                t.name_running(vcpu_index, name);
+            }
+            t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid)
+        });
+    });
+}
+
+/// A NUL-padded name field as text.
+fn task_name(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }

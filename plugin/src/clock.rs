@@ -48,9 +48,9 @@ pub enum VcpuClock {
 }
 
 impl VcpuClock {
-    pub fn for_vcpu(vcpu_index: u32, system_mode: bool) -> VcpuClock {
+    pub fn for_vcpu(vcpu_index: u32, direct: bool) -> VcpuClock {
         match counter() {
-            Some(counter) => VcpuClock::Insn(counter.for_vcpu(vcpu_index, system_mode)),
+            Some(counter) => VcpuClock::Insn(counter.for_vcpu(vcpu_index, direct)),
             None => VcpuClock::Wall,
         }
     }

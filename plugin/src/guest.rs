@@ -6,8 +6,8 @@ use crate::api::{
     qemu_plugin_read_memory_vaddr, qemu_plugin_read_register, qemu_plugin_reg_descriptor,
     qemu_plugin_register, GByteArray,
 };
-use crate::isa::{InsnKind, Isa, Target};
-use crate::resync::{CallSite, GuestView};
+use qemu_uftrace_engine::arch::Isa;
+use qemu_uftrace_engine::guest::{call_returning_to, CallSite, GuestView};
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
@@ -146,24 +146,5 @@ impl GuestView for QemuGuest<'_> {
         let pc = ret_addr.checked_sub(isa.call_len())?;
         let insn = self.buf.read_memory(pc, isa.fetch_len())?.to_vec();
         call_returning_to(isa, ret_addr, &insn)
-    }
-}
-
-/// The call whose bytes `insn` are (at `ret_addr` minus a call's length), if it returns to
-/// `ret_addr`.
-pub fn call_returning_to(isa: &dyn Isa, ret_addr: u64, insn: &[u8]) -> Option<CallSite> {
-    let pc = ret_addr.checked_sub(isa.call_len())?;
-    match isa.classify(pc, insn) {
-        InsnKind::Call {
-            target,
-            ret_addr: r,
-        } if r == ret_addr => Some(CallSite {
-            pc,
-            target: match target {
-                Target::Direct(t) => Some(t),
-                Target::Register(_) => None,
-            },
-        }),
-        _ => None,
     }
 }

@@ -13,9 +13,10 @@
 //! and closes the top frame, the return's most likely owner (`Engine::ret_unseen`).
 
 use crate::api::qemu_plugin_u64;
-use crate::guest::{call_returning_to, ByteBuf};
-use crate::isa::Isa;
+use crate::guest::ByteBuf;
 use crate::scoreboard::{Scoreboard, VcpuWord};
+use qemu_uftrace_engine::arch::Isa;
+use qemu_uftrace_engine::guest::call_returning_to;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
@@ -73,8 +74,8 @@ pub fn is_landing(isa: &dyn Isa, pc: u64, haddr: *const u8) -> bool {
 pub struct Pending(Option<VcpuWord>);
 
 impl Pending {
-    pub fn for_vcpu(vcpu_index: u32, system_mode: bool) -> Pending {
-        Pending(PENDING.get().map(|s| s.for_vcpu(vcpu_index, system_mode)))
+    pub fn for_vcpu(vcpu_index: u32, direct: bool) -> Pending {
+        Pending(PENDING.get().map(|s| s.for_vcpu(vcpu_index, direct)))
     }
 
     /// Whether a return is pending; clears it.

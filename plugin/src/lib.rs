@@ -1,46 +1,59 @@
 //! qemu-uftrace's QEMU TCG plugin: follows every guest call and return and writes uftrace
-//! records, one task per vCPU.
+//! records, one task per guest context (a vCPU's boot code, an OS task, a privilege level).
 //!
-//! Layout: `translate` instruments calls and returns found by `isa`; `callbacks` run when
-//! they execute and drive `hot` (the per-event engine) over `shadow` stacks; `resync` rebuilds
-//! a lost stack from guest frame records; `output` writes records off the vCPU threads;
-//! `finish` runs at exit.
+//! Layout: `translate` instruments calls, returns, exception returns and task-register
+//! writes found by the engine's `arch`; `callbacks` run when they execute and drive the
+//! engine (`qemu_uftrace_engine`: per-vCPU `hot` engines, the `tasks` table); `guest` reads
+//! registers and memory for the engine's slow paths; `output` writes records off the vCPU
+//! threads; `finish` runs at exit.
 
 pub mod api;
 mod callbacks;
 mod clock;
 mod config;
-mod exceptions;
 mod guest;
-mod hot;
-mod isa;
 mod landing;
 mod output;
-mod resync;
 mod scoreboard;
-mod shadow;
-mod sites;
-mod stats;
 mod translate;
 mod vcpu;
 
-use config::{Config, Mode};
-use isa::Isa;
+use config::{ClockChoice, Config, Mode};
 use output::Output;
+use qemu_uftrace_engine::arch::{Arch, Isa};
+use qemu_uftrace_engine::tasks::TaskTable;
+use qemu_uftrace_engine::{hot, stats};
 use std::ffi::{c_char, c_int, CStr};
 use std::io::Write;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
-static ISA: OnceLock<&'static dyn Isa> = OnceLock::new();
+static ARCH: OnceLock<Arch> = OnceLock::new();
+/// Every guest context and the stacks of those that wait; taken only at context switches
+/// and privilege level changes, never per event.
+static TASKS: Mutex<Option<TaskTable>> = Mutex::new(None);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static OUTPUT: OnceLock<Output> = OnceLock::new();
 static TARGET: OnceLock<String> = OnceLock::new();
 static SYSTEM_MODE: OnceLock<bool> = OnceLock::new();
 /// The running QEMU's plugin API range, `(min, cur)`, as it told us at install.
 static QEMU_API: OnceLock<(i32, i32)> = OnceLock::new();
+/// Whether all records share one instruction counter (one vCPU): the hot path may then take
+/// the counter as the time without clamping it per task.
+static ONE_CLOCK: OnceLock<bool> = OnceLock::new();
 
 pub(crate) fn isa_or_default() -> &'static dyn Isa {
-    ISA.get().copied().unwrap_or(&isa::aarch64::Aarch64)
+    ARCH.get().copied().unwrap_or(Arch::Aarch64).isa()
+}
+
+pub(crate) fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+/// Runs `f` on the task table (a poisoned lock still holds a usable table: every change to
+/// it is completed before anything can panic).
+pub(crate) fn with_tasks<R>(f: impl FnOnce(&mut TaskTable) -> R) -> Option<R> {
+    let mut guard = TASKS.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_mut().map(f)
 }
 
 /// The API version QEMU reads before it calls `qemu_plugin_install`.
@@ -86,7 +99,7 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[String]) 
         .into_owned();
     let _ = QEMU_API.set((info.version_min, info.version_cur));
     let mode = config::parse(args).unwrap_or_else(|msg| fail(&msg));
-    let isa = isa::for_target(&target_name);
+    let arch = Arch::from_qemu_target(&target_name);
     if let Mode::Probe = mode {
         println!(
             "qemu-uftrace-probe target={target_name} api={} api_min={} plugin_api={} \
@@ -95,37 +108,54 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[String]) 
             info.version_min,
             api::API_VERSION,
             info.system_emulation as u8,
-            isa.is_some() as u8,
+            arch.is_some() as u8,
             api::discontinuity_api().is_some() as u8,
         );
         let _ = std::io::stdout().flush();
         // SAFETY: ends the probe QEMU before it builds a machine.
         unsafe { libc::_exit(0) };
     }
-    let Mode::Record(cfg) = mode else {
+    let Mode::Record(mut cfg) = mode else {
         unreachable!()
     };
-    let Some(isa) = isa else {
+    let Some(arch) = arch else {
         fail(&format!("target {target_name} is not supported yet"))
     };
-    let _ = ISA.set(isa);
+    let _ = ARCH.set(arch);
     let _ = TARGET.set(target_name);
     let system = info.system_emulation;
     let _ = SYSTEM_MODE.set(system);
-    vcpu::init(if system {
+    let vcpus = if system {
         info.max_vcpus.max(info.smp_vcpus).max(1) as usize
     } else {
         4096 // user mode: one vCPU per guest thread
-    });
+    };
+    // Instruction counts are one clock only on one vCPU: with several, each vCPU counts its
+    // own, and a task moving between them would see time jump.
+    let one_vcpu = system && vcpus == 1;
+    let clock = match cfg.clock {
+        ClockChoice::Auto if one_vcpu => clock::ClockKind::Insn,
+        ClockChoice::Auto => clock::ClockKind::Wall,
+        ClockChoice::Fixed(kind) => kind,
+    };
+    cfg.clock = ClockChoice::Fixed(clock);
+    let _ = ONE_CLOCK.set(one_vcpu);
+    *TASKS.lock().unwrap_or_else(|e| e.into_inner()) = Some(TaskTable::new(cfg.split_levels));
+    vcpu::init(vcpus);
     let output =
         Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
     let (counter, pending) = scoreboard::clock_and_pending();
-    clock::init(cfg.clock, counter);
+    clock::init(clock, counter);
     landing::init(pending);
     let _ = CONFIG.set(cfg);
     // SAFETY: registering our callbacks for our own plugin id, during install.
-    unsafe { api::register_callbacks(id) };
+    unsafe {
+        api::register_callbacks(id);
+        if api::register_discontinuities(id) {
+            callbacks::set_discontinuities_registered();
+        }
+    }
 }
 
 pub(crate) fn vcpu_init(vcpu_id: u32) {
@@ -133,41 +163,36 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
         return;
     };
     guest::init_registers(isa_or_default());
-    let tid = vcpu_id + 1; // uftrace task ids must not be 0
-    let spill = Box::new(move |full: Vec<u8>| {
+    if vcpu::is_installed(vcpu_id) {
+        // QEMU initialises a vCPU index again after unplugging it: its engine, with the
+        // records and stacks it holds, carries on.
+        return;
+    }
+    let Some(tid) = with_tasks(|t| t.start_vcpu(vcpu_id)) else {
+        return;
+    };
+    let spill = Box::new(move |tid: u32, full: Vec<u8>| {
         out.send(tid, full);
         out.fresh()
     });
-    let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth);
-    let system = SYSTEM_MODE.get().copied().unwrap_or(false);
-    let (fast, clock, pending) = vcpu_words(vcpu_id, system);
+    let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
+    let direct = ONE_CLOCK.get().copied().unwrap_or(false);
+    let clock = clock::VcpuClock::for_vcpu(vcpu_id, direct);
     let state = vcpu::VcpuState {
-        tid,
-        fast,
+        fast: clock.fast_words(),
         clock,
-        pending,
+        pending: landing::Pending::for_vcpu(vcpu_id, direct),
         engine,
         regs: guest::ByteBuf::new(),
+        level: None,
+        task_ptr: 0,
     };
-    vcpu::install(vcpu_id, state);
-    if system {
-        // Creating a vCPU may have grown the scoreboards: point every vCPU at the new
-        // ones. Only system mode caches pointers (all vCPUs exist before the guest
-        // runs); user mode's words go through the API and never go stale, and its
-        // other vCPUs are running, so their state must not be touched from here.
-        vcpu::for_each(|i, s| (s.fast, s.clock, s.pending) = vcpu_words(i, system));
+    if !vcpu::install(vcpu_id, state) {
+        out.note_error(format!(
+            "vCPU {vcpu_id} has no slot (QEMU said at most {} vCPUs): its events are not recorded",
+            vcpu::capacity()
+        ));
     }
-}
-
-/// How vCPU `i` reaches its instruction counter and pending flag: the fast path's pointer
-/// and the general path's words, taken together so that they never disagree.
-fn vcpu_words(i: u32, system: bool) -> (scoreboard::FastWords, clock::VcpuClock, landing::Pending) {
-    let clock = clock::VcpuClock::for_vcpu(i, system);
-    (
-        clock.fast_words(),
-        clock,
-        landing::Pending::for_vcpu(i, system),
-    )
 }
 
 /// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
@@ -176,57 +201,116 @@ pub(crate) fn finish() {
         return;
     };
     let mut states = vcpu::take_all();
-    for s in &mut states {
+    for (_, s) in &mut states {
         s.engine.flush();
     }
     let written = out.finish();
+    let table = TASKS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_else(|| TaskTable::new(false));
     let mut total = stats::Stats::default();
-    let mut text = String::new();
-    let mut tids = Vec::new();
-    for s in &states {
+    for (_, s) in &states {
         total.add(&s.engine.stats());
-        if written.bytes.get(&s.tid).copied().unwrap_or(0) > 0 {
-            tids.push(s.tid.to_string());
-        }
     }
+    let mut tids: Vec<u32> = table
+        .contexts()
+        .iter()
+        .map(|c| c.tid)
+        .filter(|t| written.bytes.get(t).copied().unwrap_or(0) > 0)
+        .collect();
+    tids.sort_unstable();
+    let open: usize = states
+        .iter()
+        .map(|(_, s)| s.engine.stack().len())
+        .sum::<usize>()
+        + table
+            .contexts()
+            .iter()
+            .map(|c| c.waiting_frames())
+            .sum::<usize>();
     let complete = written.errors.is_empty();
-    text.push_str(&format!("complete={}\n", complete as u8));
-    text.push_str(&format!(
-        "target={}\n",
-        TARGET.get().map_or("", |t| t.as_str())
-    ));
-    text.push_str(&format!("clock={}\n", cfg.clock.name()));
-    text.push_str(&format!("vcpus={}\n", states.len()));
-    text.push_str(&format!("tids={}\n", tids.join(",")));
+    let mut text = String::new();
+    let mut line = |k: &str, v: &dyn std::fmt::Display| text.push_str(&format!("{k}={v}\n"));
+    line("complete", &(complete as u8));
+    line("target", &TARGET.get().map_or("", |t| t.as_str()));
+    line(
+        "clock",
+        &match cfg.clock {
+            ClockChoice::Fixed(k) => k.name(),
+            ClockChoice::Auto => "auto",
+        },
+    );
+    line("vcpus", &states.len());
+    line(
+        "tids",
+        &tids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    line("tasks", &table.contexts().len());
+    line("task_conflicts", &table.conflicts);
     for (k, v) in total.lines() {
-        text.push_str(&format!("{k}={v}\n"));
+        line(k, &v);
     }
-    text.push_str(&format!("bytes={}\n", written.bytes.values().sum::<u64>()));
-    text.push_str(&format!("max_depth={}\n", cfg.max_depth));
-    text.push_str(&format!(
-        "discontinuity_api={}\n",
-        api::discontinuity_api().is_some() as u8
-    ));
+    line("open_frames", &open);
+    line("bytes", &written.bytes.values().sum::<u64>());
+    line("max_depth", &cfg.max_depth);
+    line("split_levels", &(cfg.split_levels as u8));
+    line(
+        "discontinuity_api",
+        &(api::discontinuity_api().is_some() as u8),
+    );
+    line(
+        "exceptions_shown",
+        &(callbacks::discontinuities_registered() as u8),
+    );
     let (api_min, api_cur) = QEMU_API.get().copied().unwrap_or_default();
-    text.push_str(&format!("plugin_api={}\n", api::API_VERSION));
-    text.push_str(&format!("qemu_api={api_min}..{api_cur}\n"));
-    for s in &states {
-        let open: usize = s.engine.stacks.iter().map(|(_, st)| st.len()).sum();
-        text.push_str(&format!("vcpu{}.open_frames={open}\n", s.tid - 1));
+    line("plugin_api", &api::API_VERSION);
+    line("qemu_api", &format!("{api_min}..{api_cur}"));
+    for (i, s) in &states {
+        line(&format!("vcpu{i}.open_frames"), &s.engine.stack().len());
         for (k, v) in s.engine.stats().lines() {
-            text.push_str(&format!("vcpu{}.{k}={v}\n", s.tid - 1));
+            line(&format!("vcpu{i}.{k}"), &v);
         }
     }
     for e in &written.errors {
-        text.push_str(&format!("error={e}\n"));
+        line("error", e);
     }
-    let tmp = cfg.out.join("plugin.stats.tmp");
-    let result = std::fs::write(&tmp, text)
-        .and_then(|()| std::fs::rename(&tmp, cfg.out.join("plugin.stats")));
+    write_atomically(&cfg.out, "plugin.stats", &text);
+    write_atomically(&cfg.out, "plugin.tasks", &task_lines(&table));
+}
+
+/// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.
+fn task_lines(table: &TaskTable) -> String {
+    let isa = isa_or_default();
+    let mut text = String::new();
+    for c in table.contexts() {
+        let vcpus: Vec<String> = c.vcpus.iter().map(u32::to_string).collect();
+        text.push_str(&format!(
+            "tid={}\tpid={}\tkind={}\tlevel={}\tvcpus={}\tboot_of={}\tname={}\n",
+            c.tid,
+            c.pid().unwrap_or(0),
+            if c.is_boot() { "boot" } else { "task" },
+            c.key.level.map(|l| isa.level_name(l)).unwrap_or_default(),
+            vcpus.join(","),
+            c.was_boot_of.map(|v| v.to_string()).unwrap_or_default(),
+            c.name.as_deref().unwrap_or("").replace(['\t', '\n'], " "),
+        ));
+    }
+    text
+}
+
+fn write_atomically(dir: &std::path::Path, name: &str, text: &str) {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, dir.join(name)));
     if let Err(e) = result {
         eprintln!(
             "qemu-uftrace plugin: cannot write {}: {e}",
-            cfg.out.join("plugin.stats").display()
+            dir.join(name).display()
         );
     }
 }

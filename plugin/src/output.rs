@@ -31,6 +31,8 @@ pub struct Output {
     tx: SyncSender<Msg>,
     pool: Arc<Mutex<Vec<Vec<u8>>>>,
     writer: Mutex<Option<JoinHandle<Written>>>,
+    /// Problems met off the writer thread, reported with its own at the end.
+    noted: Mutex<Vec<String>>,
 }
 
 impl Output {
@@ -45,6 +47,7 @@ impl Output {
             tx,
             pool,
             writer: Mutex::new(Some(writer)),
+            noted: Mutex::new(Vec::new()),
         })
     }
 
@@ -56,22 +59,40 @@ impl Output {
 
     /// Queues a full buffer for `tid`'s file (blocks while the queue is full).
     pub fn send(&self, tid: u32, buf: Vec<u8>) {
-        // The writer only stops after `finish`; a send after that has nowhere to go.
-        let _ = self.tx.send(Msg::Data { tid, buf });
+        let records = buf.len() / qemu_uftrace_format::record::RECORD_SIZE;
+        // Fails only when the writer thread is gone (it died, or exit already ran).
+        if self.tx.send(Msg::Data { tid, buf }).is_err() {
+            self.note_error(format!(
+                "{tid}.dat: {records} records not written: the writer thread had stopped"
+            ));
+        }
+    }
+
+    /// Records a problem for `plugin.stats` (which then says the trace is incomplete).
+    pub fn note_error(&self, msg: String) {
+        eprintln!("qemu-uftrace plugin: {msg}");
+        self.noted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(msg);
     }
 
     /// Waits until everything queued is written.
     pub fn finish(&self) -> Written {
+        // A writer that already stopped has nothing left to finish; `join` says why.
         let _ = self.tx.send(Msg::Finish);
         let handle = self.writer.lock().ok().and_then(|mut w| w.take());
-        match handle.map(JoinHandle::join) {
+        let mut written = match handle.map(JoinHandle::join) {
             Some(Ok(written)) => written,
             Some(Err(_)) => Written {
                 errors: vec!["writer thread panicked".into()],
                 ..Default::default()
             },
             None => Written::default(),
-        }
+        };
+        let noted = std::mem::take(&mut *self.noted.lock().unwrap_or_else(|e| e.into_inner()));
+        written.errors.extend(noted);
+        written
     }
 }
 

@@ -2,10 +2,12 @@
 //! as callbacks read and write them. Both live in one 16-byte scoreboard element, so that
 //! an event finds them on one cache line.
 //!
-//! In system mode a vCPU reaches its word through a pointer taken at vCPU init: QEMU grows a
-//! scoreboard only when it creates a vCPU, all vCPUs exist before the guest runs, and every
-//! vCPU init refreshes every vCPU's pointers. In user mode guest threads create vCPUs while
-//! others run, so words go through the API.
+//! A machine with one vCPU reaches its words through a pointer taken at vCPU init: QEMU
+//! moves a scoreboard only when it creates a vCPU past the scoreboard's size, which one vCPU
+//! never is. With several (and in user mode, where threads create vCPUs while others run),
+//! a vCPU created late can make QEMU reallocate every scoreboard between two events of a
+//! running vCPU, before any plugin callback could tell it: those go through the API, which
+//! finds the word where it is now.
 
 use crate::api::{
     qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
@@ -37,8 +39,8 @@ impl Scoreboard {
     }
 
     /// How vCPU `vcpu_index` reaches its word; `self` lives in a static.
-    pub fn for_vcpu(&'static self, vcpu_index: u32, system_mode: bool) -> VcpuWord {
-        if system_mode {
+    pub fn for_vcpu(&'static self, vcpu_index: u32, direct: bool) -> VcpuWord {
+        if direct {
             // SAFETY: a live scoreboard, sized for this vCPU before its init; the offset is
             // within its element.
             VcpuWord::Direct(unsafe {
@@ -102,7 +104,7 @@ impl FastWords {
 /// One vCPU's word.
 #[derive(Clone, Copy)]
 pub enum VcpuWord {
-    /// Valid until the next vCPU init (module comment).
+    /// Valid for the whole run: only used on a one-vCPU machine (module comment).
     Direct(*mut u64),
     Api(&'static Scoreboard, u32),
 }

@@ -1,6 +1,6 @@
 //! Translation-time instrumentation: classify every instruction of a new block from its bytes,
-//! attach a callback to calls, a flag store to returns, and a conditional callback to blocks
-//! where returns land (`landing`).
+//! attach a callback to calls, exception returns and writes of the OS's task register, a flag
+//! store to returns, and a conditional callback to blocks where returns land (`landing`).
 
 use crate::api::{
     qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
@@ -11,9 +11,10 @@ use crate::api::{
 };
 use crate::callbacks::{
     on_direct_call, on_exception_return, on_indirect_call, on_landing, on_packed_call,
+    on_task_pointer,
 };
-use crate::isa::{InsnKind, Target};
-use crate::sites::{call_site, pack};
+use qemu_uftrace_engine::arch::{InsnKind, Target};
+use qemu_uftrace_engine::sites::{call_site, pack};
 use std::ffi::c_void;
 
 /// # Safety
@@ -92,8 +93,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             InsnKind::ExceptionReturn => {
                 (on_exception_return, CB_R_REGS, pc as usize as *mut c_void)
             }
-            // Exception entry and traps are not instrumented yet: calls and returns made in
-            // handlers nest on the interrupted stack and balance themselves.
+            InsnKind::SetTaskPointer { src } => {
+                (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
+            }
+            // Exceptions are seen when taken (the discontinuity callback), traps included.
             InsnKind::Trap | InsnKind::Other => continue,
         };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };

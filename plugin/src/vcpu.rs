@@ -9,7 +9,8 @@
 //! busy and waits. Where membarrier is unavailable, the hot path takes a real lock instead.
 
 use crate::guest::ByteBuf;
-use crate::hot::Engine;
+use qemu_uftrace_engine::arch::Level;
+use qemu_uftrace_engine::hot::Engine;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
@@ -24,8 +25,12 @@ pub struct VcpuState {
     pub clock: crate::clock::VcpuClock,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: crate::landing::Pending,
-    pub tid: u32,
     pub regs: ByteBuf,
+    /// The privilege level the vCPU runs at, once an exception or its return said.
+    pub level: Option<Level>,
+    /// The OS task pointer last written on this vCPU (0: none yet), so that rewriting the
+    /// same one (every entry from user space) does not take the task table's lock.
+    pub task_ptr: u64,
 }
 
 /// One vCPU's state behind its flags, on cache lines of its own.
@@ -142,26 +147,24 @@ pub fn install(index: u32, state: VcpuState) -> bool {
         return false;
     };
     lock(&slot.busy);
-    // SAFETY: the vCPU has not started executing, and exit has not run.
+    // SAFETY: we hold the slot lock; only this vCPU's thread (this one) and exit use it.
     unsafe { *slot.state.get() = Some(state) };
     slot.busy.store(false, Ordering::Release);
     true
 }
 
-/// Runs `f` on every installed vCPU state (at vCPU init, before the guest runs).
-pub fn for_each(mut f: impl FnMut(u32, &mut VcpuState)) {
-    for (i, slot) in slots().iter().enumerate() {
-        lock(&slot.busy);
-        // SAFETY: we hold the slot's lock.
-        if let Some(state) = unsafe { (*slot.state.get()).as_mut() } {
-            f(i as u32, state);
-        }
-        slot.busy.store(false, Ordering::Release);
-    }
+/// Whether vCPU `index` has its state already (a vCPU initialised again).
+pub fn is_installed(index: u32) -> bool {
+    with(index, |_| ()).is_some()
+}
+
+/// How many vCPU slots there are.
+pub fn capacity() -> usize {
+    SLOT_COUNT.load(Ordering::Acquire)
 }
 
 /// Takes every vCPU's state away; later callbacks find nothing and do nothing.
-pub fn take_all() -> Vec<VcpuState> {
+pub fn take_all() -> Vec<(u32, VcpuState)> {
     let slots = slots();
     for slot in slots {
         slot.closed.store(true, Ordering::Relaxed);
@@ -173,13 +176,14 @@ pub fn take_all() -> Vec<VcpuState> {
     }
     slots
         .iter()
-        .filter_map(|slot| {
+        .enumerate()
+        .filter_map(|(i, slot)| {
             // A vCPU in the middle of a callback finishes it; none can start another.
             lock(&slot.busy);
             // SAFETY: we own `busy` and `closed` keeps everyone else out.
             let state = unsafe { (*slot.state.get()).take() };
             slot.busy.store(false, Ordering::Release);
-            state
+            state.map(|s| (i as u32, s))
         })
         .collect()
 }

@@ -1,28 +1,25 @@
 //! Recovering the call stack when a return matches no saved return address: longjmp back to
-//! a setjmp whose frame is gone, a context switch, a stack we started tracing in the middle.
+//! a setjmp whose frame is gone, a stack we started tracing in the middle, a task switch the
+//! engine did not see.
+//!
+//! Pure planning: [`plan`] reads the guest and the open frames and says which frames stay
+//! and which to open; the engine applies the plan (so this module knows nothing of it).
 
-use crate::hot::Engine;
+use crate::guest::GuestView;
 use crate::shadow::{Frame, ShadowStack};
 
 /// Frame records followed at most: enough for real stacks, bounded for corrupt ones.
 const MAX_CHAIN: usize = 64;
 
-/// The call instruction found just before a return address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallSite {
-    pub pc: u64,
-    /// Known for direct calls.
-    pub target: Option<u64>,
-}
-
-/// Read access to the guest that the slow paths need.
-pub trait GuestView {
-    /// The frame-pointer register.
-    fn frame_pointer(&mut self) -> Option<u64>;
-    /// A frame record at `addr`: (caller's frame pointer, return address).
-    fn frame_record(&mut self, addr: u64) -> Option<(u64, u64)>;
-    /// The call instruction that `ret_addr` returns from, if the instruction before it is one.
-    fn call_before(&mut self, ret_addr: u64) -> Option<CallSite>;
+/// What to do with the current stack after an unmatched return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Open frames that stay (the outermost `keep`); the others are closed.
+    pub keep: usize,
+    /// Frames never seen entered, outermost first, to open after that.
+    pub open: Vec<Frame>,
+    /// Whether the stack is now believed right (false: everything was closed, nothing known).
+    pub resynced: bool,
 }
 
 /// One frame record's return address, with the target of the call before it when direct.
@@ -75,57 +72,59 @@ fn containing_frame(stack: &ShadowStack, pc: u64) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Rebuilds the current stack after a return to `target` that matched no frame.
-pub fn resync(engine: &mut Engine, now: u64, target: u64, guest: &mut dyn GuestView) {
+/// How to rebuild `stack` after a return to `target` that matched no frame.
+pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan {
     let chain = frame_chain(guest);
     // 1. The innermost frame record we already know marks where our stack is still right.
-    let known = chain.iter().enumerate().find_map(|(k, link)| {
-        let frame = engine.stacks.current().find(link.ret_addr)?;
-        Some((k, frame))
-    });
+    let known = chain
+        .iter()
+        .enumerate()
+        .find_map(|(k, link)| Some((k, stack.find(link.ret_addr)?)));
     if let Some((k, frame)) = known {
-        engine.close_down_to(now, frame + 1);
-        open_chain(engine, now, target, &chain[..k]);
-        engine.stats.resyncs += 1;
-        return;
+        return Plan {
+            keep: frame + 1,
+            open: frames_of(target, &chain[..k]),
+            resynced: true,
+        };
     }
     // 2. Without frame records to go by: a second return from a call an open frame made
     //    (longjmp to setjmp's return address) closes everything that frame called. With
     //    records that match nothing we know, the guest is on another stack (step 3).
     if chain.is_empty() {
         if let Some(site) = guest.call_before(target) {
-            if let Some(i) = containing_frame(engine.stacks.current(), site.pc) {
-                engine.close_down_to(now, i + 1);
-                engine.stats.resyncs += 1;
-                return;
+            if let Some(i) = containing_frame(stack, site.pc) {
+                return Plan {
+                    keep: i + 1,
+                    open: Vec::new(),
+                    resynced: true,
+                };
             }
         }
     }
     // 3. A stack we never saw: close ours, open what the frame records show.
-    engine.close_down_to(now, 0);
-    if !chain.is_empty() {
-        open_chain(engine, now, target, &chain);
-        engine.stats.resyncs += 1;
+    Plan {
+        keep: 0,
+        resynced: !chain.is_empty(),
+        open: frames_of(target, &chain),
     }
 }
 
-/// Opens frames we never saw entered, outermost first. An entry is the target of the call
-/// before its return address when that call is direct; otherwise any address inside the
-/// function names it just as well for uftrace.
-fn open_chain(engine: &mut Engine, now: u64, target: u64, chain: &[Link]) {
-    for k in (0..chain.len()).rev() {
-        let inside = if k == 0 {
-            target
-        } else {
-            chain[k - 1].ret_addr
-        };
-        engine.stats.synthetic_entries += 1;
-        engine.open(
-            now,
+/// Frames we never saw entered, outermost first. An entry is the target of the call before
+/// its return address when that call is direct; otherwise any address inside the function
+/// names it just as well for uftrace.
+fn frames_of(target: u64, chain: &[Link]) -> Vec<Frame> {
+    (0..chain.len())
+        .rev()
+        .map(|k| {
+            let inside = if k == 0 {
+                target
+            } else {
+                chain[k - 1].ret_addr
+            };
             Frame {
                 func: chain[k].callee.unwrap_or(inside),
                 ret_addr: chain[k].ret_addr,
-            },
-        );
-    }
+            }
+        })
+        .collect()
 }

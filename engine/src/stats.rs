@@ -27,6 +27,17 @@ pub struct Stats {
     /// Returns whose landing no block saw (a new task's start, an exception taken on the
     /// way): taken as the top frame's.
     pub returns_unseen: u64,
+    /// Exceptions and interrupts shown as entries (`[irq]`, `[svc]` …).
+    pub exceptions: u64,
+    /// Exception returns that closed an exception entry.
+    pub exception_returns: u64,
+    /// Of those, returns that went elsewhere than where the exception was taken (a kernel
+    /// fixup, a signal, exec).
+    pub eret_redirects: u64,
+    /// Context switches between guest tasks (or privilege levels with `split_levels`).
+    pub switches: u64,
+    /// LOST records written where the engine had to guess (a stack rebuilt).
+    pub lost_marks: u64,
 }
 
 impl Stats {
@@ -42,6 +53,11 @@ impl Stats {
         self.stack_overflows += o.stack_overflows;
         self.eret_returns += o.eret_returns;
         self.returns_unseen += o.returns_unseen;
+        self.exceptions += o.exceptions;
+        self.exception_returns += o.exception_returns;
+        self.eret_redirects += o.eret_redirects;
+        self.switches += o.switches;
+        self.lost_marks += o.lost_marks;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -58,6 +74,11 @@ impl Stats {
             ("stack_overflows", self.stack_overflows),
             ("eret_returns", self.eret_returns),
             ("returns_unseen", self.returns_unseen),
+            ("exceptions", self.exceptions),
+            ("exception_returns", self.exception_returns),
+            ("eret_redirects", self.eret_redirects),
+            ("switches", self.switches),
+            ("lost_marks", self.lost_marks),
         ]
     }
 }

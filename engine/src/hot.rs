@@ -2,18 +2,41 @@
 //!
 //! A call pushes a frame and writes an ENTRY; a return whose target is the top frame's
 //! return address pops it and writes the EXIT. Everything else (longjmp, lost context,
-//! overflow) leaves through [`Engine::ret_slow`], which is cold.
+//! overflow) leaves through [`Engine::ret_slow`], which is cold. The engine works on the
+//! running context's stack and writes that context's records; switching contexts (tasks,
+//! privilege levels) is the task table's business (`tasks`), done through
+//! [`Engine::suspend`] and [`Engine::resume`].
 
-use crate::resync::GuestView;
-use crate::shadow::{Frame, StackSet, RESERVED_FRAMES};
+use crate::guest::GuestView;
+use crate::shadow::{Frame, ShadowStack, RESERVED_FRAMES};
 use crate::stats::Stats;
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
 /// Frames kept beyond the recorded depth (so their returns still match) before giving up.
 pub const HARD_STACK_LIMIT: usize = 16 * 1024;
 
-/// Takes a full record buffer and gives back an empty one.
-pub type Spill = Box<dyn FnMut(Vec<u8>) -> Vec<u8> + Send>;
+/// The smallest record buffer the engine works with: whatever a spill gives back, it is
+/// grown to this, so that a record always fits after a flush.
+pub const MIN_BUFFER_BYTES: usize = 64 * RECORD_SIZE;
+
+/// Takes a full record buffer of task `tid` and gives back an empty one.
+pub type Spill = Box<dyn FnMut(u32, Vec<u8>) -> Vec<u8> + Send>;
+
+/// uftrace's scheduler events: a sched-out followed by a sched-in in the same task shows as
+/// `linux:schedule`, the time the task was away.
+pub const EVENT_SCHED_IN: u64 = 200_001;
+pub const EVENT_SCHED_OUT: u64 = 200_002;
+
+/// What a context leaves behind when it stops running on a vCPU.
+#[derive(Debug, Default)]
+pub struct Suspended {
+    pub stack: ShadowStack,
+    /// Calls ignored past HARD_STACK_LIMIT whose returns are still to come.
+    pub overflow: u64,
+    /// The context's latest record time: it resumes no earlier (its file stays sorted even
+    /// when the vCPU it moves to counts time differently).
+    pub last_time: u64,
+}
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
 /// event touches first (through the stats' call and return counts), so that with the vCPU
@@ -23,7 +46,8 @@ pub struct Engine {
     /// Keeps time monotonic within the file whatever the clock does.
     last_time: u64,
     buf: Vec<u8>,
-    pub stacks: StackSet,
+    /// The running context's open calls.
+    stack: ShadowStack,
     /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack).
     record_depth: usize,
     /// Below this depth a call or return may take the fast path (`try_call`, `try_ret`): its
@@ -35,21 +59,27 @@ pub struct Engine {
     overflow: u64,
     /// Records handed to the writer so far.
     spilled: u64,
+    /// The task whose records the buffer holds.
+    tid: u32,
     spill: Spill,
 }
 
 impl Engine {
-    pub fn new(buf: Vec<u8>, spill: Spill, record_depth: usize) -> Engine {
+    /// An engine writing task `tid`'s records into `buf` (grown if it is too small).
+    pub fn new(mut buf: Vec<u8>, spill: Spill, record_depth: usize, tid: u32) -> Engine {
         detect_prefetch();
+        buf.clear();
+        buf.reserve(MIN_BUFFER_BYTES);
         Engine {
             last_time: 0,
             buf,
-            stacks: StackSet::default(),
+            stack: ShadowStack::default(),
             record_depth,
             fast_depth: record_depth.min(RESERVED_FRAMES),
             stats: Stats::default(),
             overflow: 0,
             spilled: 0,
+            tid,
             spill,
         }
     }
@@ -62,12 +92,27 @@ impl Engine {
         }
     }
 
+    /// The running context's open calls.
+    pub fn stack(&self) -> &ShadowStack {
+        &self.stack
+    }
+
+    /// The task whose records this engine writes now.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    /// The latest time written.
+    pub fn last_time(&self) -> u64 {
+        self.last_time
+    }
+
     #[inline(always)]
     fn emit(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
         if !self.has_room() {
             self.flush();
         }
-        // SAFETY: there is room now.
+        // SAFETY: `flush` leaves an empty buffer of at least MIN_BUFFER_BYTES.
         unsafe { self.emit_unchecked(time, kind, depth, addr) }
     }
 
@@ -81,6 +126,7 @@ impl Engine {
     #[inline(always)]
     unsafe fn emit_unchecked(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
         let len = self.buf.len();
+        debug_assert!(self.has_room());
         // SAFETY: there is room for a record (the contract), and its bytes are set here.
         unsafe {
             let p = self.buf.as_mut_ptr().add(len);
@@ -92,7 +138,7 @@ impl Engine {
     }
 
     #[inline(always)]
-    pub(crate) fn clamp(&mut self, now: u64) -> u64 {
+    pub fn clamp(&mut self, now: u64) -> u64 {
         self.last_time = self.last_time.max(now);
         self.last_time
     }
@@ -102,17 +148,16 @@ impl Engine {
     /// and returns false when the general path (`call`) must decide.
     #[inline(always)]
     pub fn try_call(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
-        let depth = self.stacks.current().len();
+        let depth = self.stack.len();
         if depth >= self.fast_depth || !self.has_room() {
             return false;
         }
         self.last_time = now;
         self.stats.calls += 1;
-        // SAFETY: depth < fast_depth <= RESERVED_FRAMES; the buffer has room.
+        // SAFETY: depth < fast_depth <= RESERVED_FRAMES, and the running stack always has
+        // that much reserved (`new`, `resume`); the buffer has room.
         unsafe {
-            self.stacks
-                .current_mut()
-                .push_reserved(Frame { func, ret_addr });
+            self.stack.push_reserved(Frame { func, ret_addr });
             self.emit_unchecked(now, RecordType::Entry, depth, func);
         }
         true
@@ -122,12 +167,11 @@ impl Engine {
     /// [`Engine::try_call`]. Changes nothing and returns false when `ret` must decide.
     #[inline(always)]
     pub fn try_ret(&mut self, now: u64, target: u64) -> bool {
-        let stack = self.stacks.current();
-        let depth = stack.len();
+        let depth = self.stack.len();
         // As in `ret`, a return to the top frame's address closes it (calls ignored past the
         // hard limit are only considered when it does not match); within fast_depth its entry
         // was recorded, so its exit is.
-        let func = match stack.top() {
+        let func = match self.stack.top() {
             Some(f) if f.ret_addr == target && depth <= self.fast_depth && self.has_room() => {
                 f.func
             }
@@ -135,7 +179,7 @@ impl Engine {
         };
         self.last_time = now;
         self.stats.returns += 1;
-        self.stacks.current_mut().pop();
+        self.stack.pop();
         // SAFETY: checked above.
         unsafe { self.emit_unchecked(now, RecordType::Exit, depth - 1, func) };
         true
@@ -151,13 +195,13 @@ impl Engine {
     /// Pushes a frame, recording it when it is shallow enough.
     #[inline(always)]
     pub(crate) fn open(&mut self, now: u64, frame: Frame) {
-        let depth = self.stacks.current().len();
+        let depth = self.stack.len();
         if depth >= HARD_STACK_LIMIT {
             self.stats.stack_overflows += 1;
             self.overflow += 1;
             return;
         }
-        self.stacks.current_mut().push(frame);
+        self.stack.push(frame);
         if depth < self.record_depth {
             self.emit(now, RecordType::Entry, depth, frame.func);
         } else {
@@ -168,8 +212,8 @@ impl Engine {
     /// Pops the top frame, recording its exit when its entry was recorded.
     #[inline(always)]
     pub(crate) fn close_top(&mut self, now: u64) {
-        if let Some(frame) = self.stacks.current_mut().pop() {
-            let depth = self.stacks.current().len();
+        if let Some(frame) = self.stack.pop() {
+            let depth = self.stack.len();
             if depth < self.record_depth {
                 self.emit(now, RecordType::Exit, depth, frame.func);
             }
@@ -180,12 +224,7 @@ impl Engine {
     pub fn ret(&mut self, now: u64, target: u64, guest: &mut dyn GuestView) {
         let now = self.clamp(now);
         self.stats.returns += 1;
-        if self
-            .stacks
-            .current()
-            .top()
-            .is_some_and(|f| f.ret_addr == target)
-        {
+        if self.stack.top().is_some_and(|f| f.ret_addr == target) {
             self.close_top(now);
         } else {
             self.ret_slow(now, target, guest);
@@ -200,7 +239,8 @@ impl Engine {
         let now = self.clamp(now);
         self.stats.returns += 1;
         self.stats.returns_unseen += 1;
-        if !self.overflowed_return() {
+        // An exception entry is never closed by a plain return: its ERET closes it.
+        if !self.overflowed_return() && !self.stack.top().is_some_and(Frame::is_exception) {
             self.close_top(now);
         }
     }
@@ -211,14 +251,50 @@ impl Engine {
         if self.overflowed_return() {
             return;
         }
-        if let Some(i) = self.stacks.current().find(target) {
+        // Returns never cross an exception entry: frames below it belong to the code it
+        // interrupted, which resumes only through the ERET.
+        let floor = self.stack.innermost_exception().map_or(0, |i| i + 1);
+        if let Some(i) = self.stack.find(target).filter(|&i| i >= floor) {
             // longjmp, or callees that left without returning: close them all.
             self.stats.deep_returns += 1;
             self.close_down_to(now, i);
             return;
         }
         self.stats.unmatched_returns += 1;
-        crate::resync::resync(self, now, target, guest);
+        let plan = crate::resync::plan(&self.stack, target, guest);
+        let keep = plan.keep.max(floor);
+        if keep == self.stack.len() && plan.open.is_empty() {
+            return;
+        }
+        self.close_down_to(now, keep);
+        // Frames opened without their entries, or a stack given up: the engine guessed from
+        // here on, so say so where uftrace shows it. (Closing down to a frame the guest's
+        // frame records still hold, as after a longjmp, is no guess.)
+        if !plan.open.is_empty() || !plan.resynced {
+            self.mark_lost(now);
+        }
+        for frame in plan.open {
+            self.stats.synthetic_entries += 1;
+            self.open(now, frame);
+        }
+        if plan.resynced {
+            self.stats.resyncs += 1;
+        }
+    }
+
+    /// A LOST record at the current depth: uftrace shows "LOST some records" there and
+    /// takes the depths of the records that follow as they are.
+    pub fn mark_lost(&mut self, now: u64) {
+        self.stats.lost_marks += 1;
+        let depth = self.stack.len().min(self.record_depth);
+        self.emit(now, RecordType::Lost, depth, 0);
+    }
+
+    /// An event record (uftrace's EVENT type) at the current depth.
+    pub fn event(&mut self, now: u64, id: u64) {
+        let now = self.clamp(now);
+        let depth = self.stack.len().min(self.record_depth);
+        self.emit(now, RecordType::Event, depth, id);
     }
 
     /// Whether a return belongs to a call ignored past HARD_STACK_LIMIT (then swallowed).
@@ -231,21 +307,48 @@ impl Engine {
     }
 
     /// Closes frames until only `keep` remain.
-    pub(crate) fn close_down_to(&mut self, now: u64, keep: usize) {
-        while self.stacks.current().len() > keep {
+    pub fn close_down_to(&mut self, now: u64, keep: usize) {
+        while self.stack.len() > keep {
             self.close_top(now);
         }
     }
 
-    /// Hands the filled buffer to the writer.
+    /// Hands the filled buffer to the writer, and makes sure the next one has room.
     #[cold]
     pub fn flush(&mut self) {
         if !self.buf.is_empty() {
             self.spilled += (self.buf.len() / RECORD_SIZE) as u64;
             let full = std::mem::take(&mut self.buf);
-            self.buf = (self.spill)(full);
+            self.buf = (self.spill)(self.tid, full);
             self.buf.clear();
         }
+        if self.buf.capacity() < MIN_BUFFER_BYTES {
+            self.buf.reserve(MIN_BUFFER_BYTES);
+        }
+    }
+
+    /// Stops running the current context: its records go to the writer, its stack is handed
+    /// back for the task table to keep.
+    pub fn suspend(&mut self) -> Suspended {
+        self.flush();
+        // The engine is without a stack until `resume` gives it one (the table does both).
+        let mut stack = std::mem::replace(&mut self.stack, ShadowStack::empty());
+        stack.suspend();
+        Suspended {
+            stack,
+            overflow: std::mem::take(&mut self.overflow),
+            last_time: self.last_time,
+        }
+    }
+
+    /// Runs context `tid` from its suspended state.
+    pub fn resume(&mut self, tid: u32, mut state: Suspended) {
+        debug_assert!(self.buf.is_empty(), "suspend flushes");
+        state.stack.resume();
+        self.stack = state.stack;
+        self.overflow = state.overflow;
+        self.last_time = self.last_time.max(state.last_time);
+        self.tid = tid;
     }
 }
 

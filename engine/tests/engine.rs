@@ -1,27 +1,9 @@
-//! Tests of the plugin's pure parts: instruction classification and the call/return engine.
-//! The cdylib cannot link a test harness (it needs QEMU's symbols), so the modules that do
-//! not touch QEMU are compiled into this test directly.
+//! Tests of the engine: instruction classification aside (in `arch`), the call/return
+//! engine, its slow paths and the task and exception model, on drawn event sequences.
 
-#[path = "../src/exceptions.rs"]
-mod exceptions;
-#[path = "../src/hot.rs"]
-mod hot;
-#[allow(dead_code)]
-#[path = "../src/isa/mod.rs"]
-mod isa;
-#[path = "../src/resync.rs"]
-mod resync;
-#[path = "../src/shadow.rs"]
-mod shadow;
-#[path = "../src/sites.rs"]
-mod sites;
-#[allow(dead_code)] // the exit summary is not under test here
-#[path = "../src/stats.rs"]
-mod stats;
-
-use hot::Engine;
+use qemu_uftrace_engine::guest::{CallSite, GuestView};
+use qemu_uftrace_engine::hot::Engine;
 use qemu_uftrace_format::record::{decode_all, Record, RecordType};
-use resync::{CallSite, GuestView};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -74,12 +56,12 @@ impl Rig {
     fn general(record_depth: usize) -> Rig {
         let out = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&out);
-        let spill = Box::new(move |full: Vec<u8>| {
+        let spill = Box::new(move |_tid: u32, full: Vec<u8>| {
             sink.lock().unwrap().extend_from_slice(&full);
             Vec::with_capacity(64)
         });
         Rig {
-            engine: Engine::new(Vec::with_capacity(64), spill, record_depth),
+            engine: Engine::new(Vec::with_capacity(64), spill, record_depth, 1),
             out,
             t: 0,
             fast: false,
@@ -111,10 +93,11 @@ impl Rig {
         self.records()
             .iter()
             .map(|r| {
-                let sign = if r.kind == RecordType::Entry {
-                    '+'
-                } else {
-                    '-'
+                let sign = match r.kind {
+                    RecordType::Entry => '+',
+                    RecordType::Exit => '-',
+                    RecordType::Lost => return format!("L@{}", r.depth),
+                    RecordType::Event => '!',
                 };
                 format!("{sign}{:x}@{}", r.addr, r.depth)
             })
@@ -183,7 +166,7 @@ fn longjmp_without_frame_pointers_returns_into_the_setjmp_caller() {
         ])
     );
     assert_eq!(r.engine.stats.unmatched_returns, 1);
-    assert_eq!(r.engine.stacks.current().len(), 1);
+    assert_eq!(r.engine.stack().len(), 1);
 }
 
 #[test]
@@ -241,12 +224,15 @@ fn unmatched_return_resyncs_from_frame_records() {
     r.ret(0x1050, &mut g); // a return into g we never saw called
     assert_eq!(r.engine.stats.unmatched_returns, 1);
     assert_eq!(r.engine.stats.resyncs, 1);
-    assert_eq!(r.shape(), s(&["+2000@0", "+1000@1"]));
+    assert_eq!(r.shape(), s(&["L@0", "+2000@0", "+1000@1"]));
     // Later returns now match the rebuilt frames.
     r.ret(0x2010, &mut g);
     r.ret(0x3010, &mut g);
     assert_eq!(r.engine.stats.unmatched_returns, 1);
-    assert_eq!(r.shape(), s(&["+2000@0", "+1000@1", "-1000@1", "-2000@0"]));
+    assert_eq!(
+        r.shape(),
+        s(&["L@0", "+2000@0", "+1000@1", "-1000@1", "-2000@0"])
+    );
 }
 
 #[test]
@@ -265,7 +251,10 @@ fn resync_keeps_the_frames_it_still_knows() {
     r.call(0x6000, 0x5008); //  y
     r.ret(0x7777, &mut g); // unmatched: back in x, which worker called from 0x500c (indirect)
                            // y closes, worker stays, x is opened (named by an address inside it: the target).
-    assert_eq!(r.shape(), s(&["+5000@0", "+6000@1", "-6000@1", "+7777@1"]));
+    assert_eq!(
+        r.shape(),
+        s(&["+5000@0", "+6000@1", "-6000@1", "L@1", "+7777@1"])
+    );
 }
 
 #[test]
@@ -288,7 +277,7 @@ fn a_switch_to_another_stack_closes_ours_and_opens_its_frames() {
     r.ret(0x8850, &mut g);
     assert_eq!(
         r.shape(),
-        s(&["+1000@0", "+4000@1", "-4000@1", "-1000@0", "+8000@0", "+8800@1"])
+        s(&["+1000@0", "+4000@1", "-4000@1", "-1000@0", "L@0", "+8000@0", "+8800@1"])
     );
     assert_eq!(r.engine.stats.resyncs, 1);
 }
@@ -319,7 +308,10 @@ fn hopeless_return_closes_everything() {
     r.call(0x100, 0x14);
     r.call(0x200, 0x104);
     r.ret(0xdead, &mut g);
-    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "-200@1", "-100@0"]));
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+200@1", "-200@1", "-100@0", "L@0"])
+    );
     assert_eq!(r.engine.stats.resyncs, 0);
     assert_eq!(r.engine.stats.unmatched_returns, 1);
 }
@@ -351,29 +343,6 @@ fn time_never_goes_backwards() {
 }
 
 #[test]
-fn stack_set_switches_and_keeps_stacks_apart() {
-    use shadow::{Frame, StackKey, StackSet};
-    let mut set = StackSet::default();
-    set.current_mut().push(Frame {
-        func: 1,
-        ret_addr: 2,
-    });
-    let irq = StackKey { level: 1, task: 0 };
-    set.select(irq);
-    assert_eq!(set.current_key(), irq);
-    assert!(set.current().top().is_none());
-    set.select(StackKey::DEFAULT);
-    assert_eq!(
-        set.current().frames(),
-        &[Frame {
-            func: 1,
-            ret_addr: 2
-        }]
-    );
-    assert_eq!(set.iter().count(), 2);
-}
-
-#[test]
 fn an_eret_to_the_callers_return_address_from_inside_the_callee_is_a_return() {
     let mut r = Rig::new(1024);
     r.call(0x100, 0x14); // start
@@ -392,7 +361,7 @@ fn an_interrupt_return_never_closes_a_frame() {
     r.call(0x200, 0x208);
     r.engine.exception_return(100, 0x208, 0xffff_0800);
     assert_eq!(r.engine.stats.eret_returns, 0);
-    assert_eq!(r.engine.stacks.current().len(), 2);
+    assert_eq!(r.engine.stack().len(), 2);
 }
 
 #[test]
@@ -438,8 +407,7 @@ fn drive(r: &mut Rig, seed: u64, events: usize) {
     for _ in 0..events {
         let open: Vec<u64> = r
             .engine
-            .stacks
-            .current()
+            .stack()
             .frames()
             .iter()
             .map(|f| f.ret_addr)
@@ -484,7 +452,7 @@ fn the_fast_path_records_exactly_what_the_general_path_does() {
 
 #[test]
 fn calls_past_the_hard_stack_limit_are_counted_and_their_returns_swallowed() {
-    let limit = hot::HARD_STACK_LIMIT as u64;
+    let limit = qemu_uftrace_engine::hot::HARD_STACK_LIMIT as u64;
     // Distinct return addresses, and recursion from one call site (all the same).
     for step in [4, 0] {
         let mut g = FakeGuest::default();
@@ -497,7 +465,7 @@ fn calls_past_the_hard_stack_limit_are_counted_and_their_returns_swallowed() {
             for i in (0..limit + 3).rev() {
                 r.ret(0x10_0000 + i * step, &mut g);
             }
-            assert_eq!(r.engine.stacks.current().len(), 0);
+            assert_eq!(r.engine.stack().len(), 0);
             assert_eq!(r.engine.stats.unmatched_returns, 0);
         }
         let [fast, general] = &mut rigs;

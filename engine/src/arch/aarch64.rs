@@ -1,0 +1,335 @@
+//! A64 call/return classification from instruction words.
+
+use super::{Discontinuity, ExceptionKind, InsnKind, Isa, Level, Target};
+
+/// `Level` bit for the Secure state (EL3 is always Secure and never carries it).
+const SECURE: u8 = 4;
+
+pub struct Aarch64;
+
+fn sign_extend(value: u32, bits: u32) -> i64 {
+    let shift = 64 - bits;
+    ((value as i64) << shift) >> shift
+}
+
+impl Aarch64 {
+    pub fn classify_word(pc: u64, insn: u32) -> InsnKind {
+        let rn = ((insn >> 5) & 31) as u8;
+        let ret_addr = pc.wrapping_add(4);
+        if insn & 0xfc00_0000 == 0x9400_0000 {
+            // BL imm26
+            let offset = sign_extend(insn & 0x03ff_ffff, 26) << 2;
+            let target = pc.wrapping_add(offset as u64);
+            return InsnKind::Call {
+                target: Target::Direct(target),
+                ret_addr,
+            };
+        }
+        if insn & 0xffff_fc1f == 0xd63f_0000    // BLR Xn
+            || insn & 0xffff_f81f == 0xd63f_081f // BLRAAZ, BLRABZ Xn
+            || insn & 0xffff_f800 == 0xd73f_0800
+        // BLRAA, BLRAB Xn, Xm
+        {
+            return InsnKind::Call {
+                target: Target::Register(rn),
+                ret_addr,
+            };
+        }
+        if insn & 0xffff_fc1f == 0xd65f_0000 {
+            // RET {Xn}
+            return InsnKind::Return;
+        }
+        if insn == 0xd65f_0bff || insn == 0xd65f_0fff {
+            // RETAA, RETAB
+            return InsnKind::Return;
+        }
+        if insn == 0xd69f_03e0 || insn == 0xd69f_0bff || insn == 0xd69f_0fff {
+            // ERET, ERETAA, ERETAB
+            return InsnKind::ExceptionReturn;
+        }
+        if insn & 0xffff_ffe0 == 0xd518_4100 {
+            // MSR SP_EL0, Xt: Linux keeps `current` in SP_EL0 at EL1.
+            return InsnKind::SetTaskPointer {
+                src: (insn & 31) as u8,
+            };
+        }
+        if insn & 0xffe0_001c == 0xd400_0000 && insn & 3 != 0 {
+            // SVC, HVC, SMC #imm16
+            return InsnKind::Trap;
+        }
+        InsnKind::Other
+    }
+}
+
+impl Isa for Aarch64 {
+    fn classify(&self, pc: u64, bytes: &[u8]) -> InsnKind {
+        match bytes.get(..4) {
+            Some(b) => Self::classify_word(pc, u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            None => InsnKind::Other,
+        }
+    }
+
+    fn fetch_len(&self) -> usize {
+        4
+    }
+
+    fn gpr_name(&self, n: u8) -> String {
+        format!("x{n}")
+    }
+
+    fn frame_pointer(&self) -> u8 {
+        29
+    }
+
+    fn call_len(&self) -> u64 {
+        4
+    }
+
+    fn status_register(&self) -> &'static str {
+        "cpsr"
+    }
+
+    fn exception_level(&self, status: u64) -> Level {
+        Level(((status >> 2) & 3) as u8) // PSTATE.EL
+    }
+
+    /// The pointer-authentication code sits in the bits above the virtual address; the
+    /// stripped address repeats bit 55 there (kernel addresses ones, user addresses zeros).
+    /// Assumes 48-bit virtual addresses.
+    fn strip_authentication(&self, addr: u64) -> u64 {
+        if addr & (1 << 55) != 0 {
+            addr | 0xffff_0000_0000_0000
+        } else {
+            addr & 0x0000_ffff_ffff_ffff
+        }
+    }
+
+    fn exception_link_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            1 => Some("ELR_EL1"),
+            2 => Some("ELR_EL2"),
+            3 => Some("ELR_EL3"),
+            _ => None,
+        }
+    }
+
+    /// EL3 is always Secure; below it an exception keeps the security state (which only
+    /// an exception return from EL3 changes, see `return_level`).
+    fn running_level(&self, status: u64, previous: Option<Level>) -> Level {
+        let el = self.exception_level(status);
+        match previous {
+            Some(p) if el.0 != 3 && p.0 & 3 != 3 && p.0 & SECURE != 0 => Level(el.0 | SECURE),
+            _ => el,
+        }
+    }
+
+    fn saved_status_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            1 => Some("SPSR_EL1"),
+            2 => Some("SPSR_EL2"),
+            3 => Some("SPSR_EL3"),
+            _ => None,
+        }
+    }
+
+    fn syndrome_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            1 => Some("ESR_EL1"),
+            2 => Some("ESR_EL2"),
+            3 => Some("ESR_EL3"),
+            _ => None,
+        }
+    }
+
+    /// From ESR_ELx.EC (bits 31:26).
+    fn exception_kind(&self, what: Discontinuity, syndrome: Option<u64>) -> ExceptionKind {
+        match what {
+            Discontinuity::Interrupt => ExceptionKind::Irq,
+            Discontinuity::HostCall => ExceptionKind::Other,
+            Discontinuity::Exception => match syndrome.map(|esr| (esr >> 26) & 0x3f) {
+                Some(0x11 | 0x15) => ExceptionKind::Svc,
+                Some(0x12 | 0x16) => ExceptionKind::Hvc,
+                Some(0x13 | 0x17) => ExceptionKind::Smc,
+                Some(0x20 | 0x21) => ExceptionKind::InsnAbort,
+                Some(0x24 | 0x25) => ExceptionKind::DataAbort,
+                Some(0x38 | 0x3c) => ExceptionKind::Brk,
+                Some(0x2f) => ExceptionKind::SError,
+                _ => ExceptionKind::Other,
+            },
+        }
+    }
+
+    fn task_pointer_register(&self) -> Option<&'static str> {
+        Some("SP_EL0")
+    }
+
+    /// A task_struct lives in the kernel's half (bit 55 set); the user stack pointer that
+    /// the return to EL0 restores into SP_EL0 does not.
+    fn is_task_pointer(&self, value: u64) -> bool {
+        value & (1 << 55) != 0
+    }
+
+    /// CONFIG_PID_IN_CONTEXTIDR (Debian's arm64 kernels) keeps the PID there.
+    fn task_id_register(&self) -> Option<&'static str> {
+        Some("CONTEXTIDR_EL1")
+    }
+
+    fn security_register(&self, level: Level) -> Option<&'static str> {
+        (level.0 & 3 == 3).then_some("SCR_EL3")
+    }
+
+    /// SPSR.M[3:2] is the EL returned to; leaving EL3, SCR_EL3.NS (bit 0) picks the
+    /// security state; otherwise it stays.
+    fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level {
+        let el = ((saved >> 2) & 3) as u8;
+        let secure = if from.0 & 3 == 3 {
+            security.is_some_and(|scr| scr & 1 == 0)
+        } else {
+            from.0 & SECURE != 0
+        };
+        if el == 3 {
+            Level(3)
+        } else {
+            Level(el | if secure { SECURE } else { 0 })
+        }
+    }
+
+    fn level_name(&self, level: Level) -> String {
+        let el = level.0 & 3;
+        if level.0 & SECURE != 0 && el != 3 {
+            format!("S-EL{el}")
+        } else {
+            format!("EL{el}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(pc: u64, insn: u32) -> InsnKind {
+        Aarch64::classify_word(pc, insn)
+    }
+
+    #[test]
+    fn bl_forward_and_backward() {
+        // bl +0x100 at 0x40080000
+        assert_eq!(
+            k(0x4008_0000, 0x9400_0040),
+            InsnKind::Call {
+                target: Target::Direct(0x4008_0100),
+                ret_addr: 0x4008_0004
+            }
+        );
+        // bl -4
+        assert_eq!(
+            k(0x1000, 0x97ff_ffff),
+            InsnKind::Call {
+                target: Target::Direct(0xffc),
+                ret_addr: 0x1004
+            }
+        );
+        // kernel addresses wrap correctly
+        assert_eq!(
+            k(0xffff_8000_0800_0000, 0x97ff_ffff),
+            InsnKind::Call {
+                target: Target::Direct(0xffff_8000_07ff_fffc),
+                ret_addr: 0xffff_8000_0800_0004
+            }
+        );
+    }
+
+    #[test]
+    fn indirect_calls() {
+        let call = |rn| InsnKind::Call {
+            target: Target::Register(rn),
+            ret_addr: 4,
+        };
+        assert_eq!(k(0, 0xd63f_0100), call(8)); // blr x8
+        assert_eq!(k(0, 0xd63f_0a1f), call(16)); // blraaz x16
+        assert_eq!(k(0, 0xd63f_0e1f), call(16)); // blrabz x16
+        assert_eq!(k(0, 0xd73f_0a11), call(16)); // blraa x16, x17
+        assert_eq!(k(0, 0xd73f_0e11), call(16)); // blrab x16, x17
+    }
+
+    #[test]
+    fn returns() {
+        assert_eq!(k(0, 0xd65f_03c0), InsnKind::Return); // ret
+        assert_eq!(k(0, 0xd65f_0020), InsnKind::Return); // ret x1
+        assert_eq!(k(0, 0xd65f_0bff), InsnKind::Return); // retaa
+        assert_eq!(k(0, 0xd65f_0fff), InsnKind::Return); // retab
+    }
+
+    #[test]
+    fn signed_return_addresses_are_stripped() {
+        assert_eq!(
+            Aarch64.strip_authentication(0x003a_0000_4008_0104),
+            0x4008_0104
+        );
+        assert_eq!(
+            Aarch64.strip_authentication(0xff85_8000_0801_0204),
+            0xffff_8000_0801_0204
+        );
+    }
+
+    #[test]
+    fn exception_levels_and_link_registers() {
+        assert_eq!(Aarch64.exception_level(0x3c5), Level(1)); // EL1h, DAIF masked
+        assert_eq!(Aarch64.exception_level(0x3c9), Level(2)); // EL2h
+        assert_eq!(Aarch64.exception_link_register(Level(2)), Some("ELR_EL2"));
+        assert_eq!(Aarch64.exception_link_register(Level(0)), None);
+    }
+
+    #[test]
+    fn task_pointer_writes() {
+        assert_eq!(k(0, 0xd518_4101), InsnKind::SetTaskPointer { src: 1 }); // msr sp_el0, x1
+        assert_eq!(k(0, 0xd518_4117), InsnKind::SetTaskPointer { src: 23 }); // msr sp_el0, x23
+        assert_eq!(k(0, 0xd538_4101), InsnKind::Other); // mrs x1, sp_el0
+        assert!(Aarch64.is_task_pointer(0xffff_0000_c0ab_8000));
+        assert!(!Aarch64.is_task_pointer(0x0000_ffff_f7ff_e000));
+    }
+
+    #[test]
+    fn exception_kinds_from_the_syndrome() {
+        let kind = |ec: u64| Aarch64.exception_kind(Discontinuity::Exception, Some(ec << 26));
+        assert_eq!(kind(0x15), ExceptionKind::Svc);
+        assert_eq!(kind(0x24), ExceptionKind::DataAbort);
+        assert_eq!(kind(0x21), ExceptionKind::InsnAbort);
+        assert_eq!(kind(0x3c), ExceptionKind::Brk);
+        assert_eq!(kind(0x07), ExceptionKind::Other);
+        assert_eq!(
+            Aarch64.exception_kind(Discontinuity::Interrupt, None),
+            ExceptionKind::Irq
+        );
+    }
+
+    #[test]
+    fn levels_returned_to() {
+        // ERET from EL3 to EL1h with SCR_EL3.NS clear: Secure EL1.
+        assert_eq!(
+            Aarch64.return_level(Level(3), 0x3c5, Some(0)),
+            Level(1 | SECURE)
+        );
+        assert_eq!(Aarch64.return_level(Level(3), 0x3c5, Some(1)), Level(1));
+        // Secure EL1 to Secure EL0 stays Secure.
+        assert_eq!(
+            Aarch64.return_level(Level(1 | SECURE), 0, None),
+            Level(SECURE)
+        );
+        assert_eq!(Aarch64.level_name(Level(1 | SECURE)), "S-EL1");
+        assert_eq!(Aarch64.level_name(Level(3)), "EL3");
+    }
+
+    #[test]
+    fn exceptions_and_others() {
+        assert_eq!(k(0, 0xd69f_03e0), InsnKind::ExceptionReturn); // eret
+        assert_eq!(k(0, 0xd400_0001), InsnKind::Trap); // svc #0
+        assert_eq!(k(0, 0xd400_0002), InsnKind::Trap); // hvc #0
+        assert_eq!(k(0, 0xd400_0003), InsnKind::Trap); // smc #0
+        assert_eq!(k(0, 0xd61f_0200), InsnKind::Other); // br x16 (a jump, not a call)
+        assert_eq!(k(0, 0x1400_0010), InsnKind::Other); // b
+        assert_eq!(k(0, 0xd503_201f), InsnKind::Other); // nop
+        assert_eq!(k(0, 0xd420_0000), InsnKind::Other); // brk #0
+    }
+}

@@ -1,0 +1,98 @@
+//! Exceptions and interrupts in the call graph.
+//!
+//! An exception entry opens a pseudo-frame (`[irq]`, `[svc]` …, see
+//! `qemu_uftrace_format::pseudo`) on the running context's stack, returning to where the
+//! exception was taken; the handler's calls nest beneath it, and the exception return
+//! (ERET) closes it with whatever the handler left open. Returns never cross it.
+//!
+//! Early kernel and firmware code also "returns" to its caller by dropping (or keeping) the
+//! exception level with ERET to the link register (arm64 `init_kernel_el`), with no
+//! exception entry to close. Such an ERET counts as the top frame's return when it goes to
+//! that frame's return address and is executed inside that frame's function (near its
+//! entry). Without exception entries (a QEMU without the discontinuity callback), returns
+//! from interrupt handlers run in vector code, not in the interrupted function, so they never
+//! close a frame that way.
+
+use crate::hot::Engine;
+use crate::shadow::Frame;
+use qemu_uftrace_format::pseudo;
+
+/// How far past a function's entry its own ERET may sit.
+const SAME_FUNCTION_WINDOW: u64 = 4096;
+
+/// What an exception entry is shown as; each is a pseudo-function of the same index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ExceptionKind {
+    Irq = 0,
+    Fiq = 1,
+    Svc = 2,
+    Hvc = 3,
+    Smc = 4,
+    DataAbort = 5,
+    InsnAbort = 6,
+    Brk = 7,
+    SError = 8,
+    Other = 9,
+}
+
+impl ExceptionKind {
+    /// The pseudo-function's address (as a frame's `func`).
+    pub fn addr(self) -> u64 {
+        pseudo::addr(self as u8)
+    }
+
+    pub fn name(self) -> &'static str {
+        pseudo::NAMES[self as usize]
+    }
+}
+
+/// What an exception return did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EretOutcome {
+    /// Closed the innermost exception entry (and the handler frames above it).
+    ClosedException,
+    /// Closed the top frame: an ERET used as a function return.
+    ClosedFunction,
+    /// Nothing to close (a new task's first return to user space, a level drop at boot).
+    Nothing,
+}
+
+impl Engine {
+    /// Opens an exception entry of `kind`, taken where the code will resume at `resume_pc`.
+    pub fn exception_entry(&mut self, now: u64, kind: ExceptionKind, resume_pc: u64) {
+        let now = self.clamp(now);
+        self.stats.exceptions += 1;
+        self.open(
+            now,
+            Frame {
+                func: kind.addr(),
+                ret_addr: resume_pc,
+            },
+        );
+    }
+
+    /// An exception return to `target`, executed at `eret_pc`.
+    pub fn exception_return(&mut self, now: u64, target: u64, eret_pc: u64) -> EretOutcome {
+        let now = self.clamp(now);
+        if let Some(i) = self.stack().innermost_exception() {
+            // Exceptions nest, so an ERET leaves the innermost one, wherever it goes.
+            if self.stack().frames()[i].ret_addr != target {
+                self.stats.eret_redirects += 1;
+            }
+            self.stats.exception_returns += 1;
+            self.close_down_to(now, i);
+            return EretOutcome::ClosedException;
+        }
+        let Some(top) = self.stack().top().copied() else {
+            return EretOutcome::Nothing;
+        };
+        let inside_top = eret_pc.wrapping_sub(top.func) < SAME_FUNCTION_WINDOW;
+        if top.ret_addr == target && inside_top {
+            self.stats.eret_returns += 1;
+            self.close_top(now);
+            return EretOutcome::ClosedFunction;
+        }
+        EretOutcome::Nothing
+    }
+}

@@ -1,0 +1,17 @@
+//! The pure parts of qemu-uftrace's QEMU plugin, testable without QEMU: what each
+//! architecture's instructions and registers mean (`arch`), shadow stacks (`shadow`), the
+//! per-vCPU call/return engine (`hot`) with its slow paths (`resync`, `exceptions`), and the
+//! whole-system model of which context runs where (`tasks`).
+//!
+//! Data flows one way: `tasks` drives `hot`'s engines, `hot` asks `resync` for a plan, and
+//! `resync` reads the guest through `guest::GuestView`; the plugin supplies the guest.
+
+pub mod arch;
+pub mod exceptions;
+pub mod guest;
+pub mod hot;
+pub mod resync;
+pub mod shadow;
+pub mod sites;
+pub mod stats;
+pub mod tasks;

@@ -1,0 +1,116 @@
+//! Shadow call stacks: one per guest context (a task, or a vCPU before any task is known).
+//! The engine works on the running context's stack; the others wait in the task table
+//! (`tasks`), switched only at discontinuities — never by reading a register per event.
+
+/// One open call: the function entered and where it will return to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    pub func: u64,
+    pub ret_addr: u64,
+}
+
+impl Frame {
+    /// Whether this frame is an exception entry (`[irq]`, `[svc]` …): its `func` is a
+    /// pseudo-function's address exactly (48-bit, so no real 64-bit kernel address equals it).
+    #[inline]
+    pub fn is_exception(&self) -> bool {
+        (PSEUDO_BASE..PSEUDO_BASE + qemu_uftrace_format::pseudo::size()).contains(&self.func)
+    }
+}
+
+const PSEUDO_BASE: u64 = qemu_uftrace_format::pseudo::BASE;
+
+/// Frames every stack has room for from the start: as deep as uftrace records (16 KiB), so
+/// that the hot path pushes recorded frames without a capacity check. Deeper stacks grow.
+pub const RESERVED_FRAMES: usize = qemu_uftrace_format::MAX_STACK as usize;
+
+/// Open calls, innermost last. A frame's index is its uftrace depth.
+#[derive(Debug)]
+pub struct ShadowStack {
+    frames: Vec<Frame>,
+}
+
+impl Default for ShadowStack {
+    fn default() -> Self {
+        ShadowStack {
+            frames: Vec::with_capacity(RESERVED_FRAMES),
+        }
+    }
+}
+
+impl ShadowStack {
+    /// A stack with no room reserved (until [`ShadowStack::resume`]).
+    pub fn empty() -> ShadowStack {
+        ShadowStack { frames: Vec::new() }
+    }
+
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    #[inline(always)]
+    pub fn top(&self) -> Option<&Frame> {
+        self.frames.last()
+    }
+
+    #[inline(always)]
+    pub fn push(&mut self, frame: Frame) {
+        self.frames.push(frame);
+    }
+
+    /// Pushes without a capacity check.
+    ///
+    /// # Safety
+    /// The stack holds fewer than [`RESERVED_FRAMES`] frames.
+    #[inline(always)]
+    pub unsafe fn push_reserved(&mut self, frame: Frame) {
+        let len = self.frames.len();
+        debug_assert!(len < RESERVED_FRAMES && len < self.frames.capacity());
+        // SAFETY: the capacity reserved at creation exceeds `len` (contract above).
+        unsafe {
+            self.frames.as_mut_ptr().add(len).write(frame);
+            self.frames.set_len(len + 1);
+        }
+    }
+
+    #[inline(always)]
+    pub fn pop(&mut self) -> Option<Frame> {
+        self.frames.pop()
+    }
+
+    /// Index of the innermost frame that returns to `ret_addr`.
+    pub fn find(&self, ret_addr: u64) -> Option<usize> {
+        self.frames.iter().rposition(|f| f.ret_addr == ret_addr)
+    }
+
+    /// Open frames, outermost first.
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    /// Gives back the room a waiting stack does not need (a boot has thousands of tasks).
+    pub fn suspend(&mut self) {
+        self.frames.shrink_to_fit();
+    }
+
+    /// Makes room again for [`ShadowStack::push_reserved`] before the stack runs.
+    pub fn resume(&mut self) {
+        self.frames
+            .reserve(RESERVED_FRAMES.saturating_sub(self.frames.len()));
+    }
+
+    /// Whether `push_reserved` may be used up to [`RESERVED_FRAMES`].
+    pub fn has_reserve(&self) -> bool {
+        self.frames.capacity() >= RESERVED_FRAMES
+    }
+
+    /// Index of the innermost exception entry (a pseudo-frame), if one is open.
+    pub fn innermost_exception(&self) -> Option<usize> {
+        self.frames.iter().rposition(Frame::is_exception)
+    }
+}

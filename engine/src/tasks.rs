@@ -1,0 +1,315 @@
+//! Which guest context runs on each vCPU, and the stacks of those that wait.
+//!
+//! A whole system runs many contexts: each vCPU's boot code (firmware, bare metal, early
+//! kernel), then the OS's tasks, which move between vCPUs; with `split_levels`, each
+//! privilege level of each of them apart. Every context is one uftrace task with its own
+//! stack; a switch suspends the running context's stack as it is (no exits written) and
+//! resumes the next one's (no entries written), so a function that sleeps keeps its frame
+//! open and its duration includes the time away, as uftrace shows it natively.
+//!
+//! This is a pure state machine over the events the plugin sees (a vCPU starting, the OS
+//! writing its running-task register, a privilege level change), applied to the vCPU's
+//! [`Engine`]; it is tested on drawn timelines without QEMU. The plugin keeps one table
+//! behind a lock and calls it only at those events.
+
+use crate::arch::Level;
+use crate::hot::{Engine, Suspended, EVENT_SCHED_IN, EVENT_SCHED_OUT};
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Task ids of contexts that are not an OS task with a PID: Linux PIDs stay below
+/// PID_MAX_LIMIT (2^22), so the guest's PIDs can be used as they are below it.
+pub const BOOT_TID_BASE: u32 = 1 << 22;
+/// vCPUs the boot range leaves room for; synthetic ids follow.
+pub const MAX_VCPUS: u32 = 1 << 16;
+
+/// The vCPU whose boot context has task id `tid`, if it is one.
+pub fn boot_vcpu(tid: u32) -> Option<u32> {
+    tid.checked_sub(BOOT_TID_BASE).filter(|&v| v < MAX_VCPUS)
+}
+const SYNTHETIC_TID_BASE: u32 = BOOT_TID_BASE + MAX_VCPUS;
+
+/// Who runs, as far as the engine can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Who {
+    /// What vCPU `n` runs before any OS task shows: firmware, bare metal, early boot.
+    Boot(u32),
+    /// An OS task: its kernel pointer (arm64 Linux: `current`) and its PID, 0 when the OS
+    /// does not say. Pointers are reused after a task ends; the PID tells the tasks apart.
+    Task { ptr: u64, pid: u32 },
+}
+
+/// A context: who runs, at which level when levels are kept apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub who: Who,
+    /// `None` without `split_levels`, or while a boot context's level is not known yet.
+    pub level: Option<Level>,
+}
+
+/// One context, as uftrace will show it.
+#[derive(Debug)]
+pub struct Context {
+    pub key: Key,
+    pub tid: u32,
+    /// Every vCPU it ran on.
+    pub vcpus: BTreeSet<u32>,
+    /// A name learned from the guest (e.g. Linux's `comm`), latest first seen last.
+    pub name: Option<String>,
+    /// Where a boot context's records went before it turned out to be a task.
+    pub was_boot_of: Option<u32>,
+    /// Its stack while it waits; `None` while it runs.
+    state: Option<Suspended>,
+    running_on: Option<u32>,
+}
+
+impl Context {
+    /// Frames open in its stack while it waits (a running context's are the engine's).
+    pub fn waiting_frames(&self) -> usize {
+        self.state.as_ref().map_or(0, |s| s.stack.len())
+    }
+
+    pub fn is_boot(&self) -> bool {
+        matches!(self.key.who, Who::Boot(_))
+    }
+
+    /// The guest's PID, when the context is an OS task that has one.
+    pub fn pid(&self) -> Option<u32> {
+        match self.key.who {
+            Who::Task { pid, .. } if pid > 0 => Some(pid),
+            _ => None,
+        }
+    }
+}
+
+/// What a call into the table did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// The context was already running.
+    Same,
+    /// The running boot context turned out to be this task: same stack, same task id.
+    Adopted,
+    /// Another context runs now.
+    Switched,
+}
+
+/// Every context of the guest.
+#[derive(Debug)]
+pub struct TaskTable {
+    split_levels: bool,
+    contexts: Vec<Context>,
+    index: HashMap<Key, usize>,
+    /// Per vCPU, the running context.
+    running: Vec<Option<usize>>,
+    used_tids: HashSet<u32>,
+    next_synthetic: u32,
+    /// vCPUs whose boot context became an OS task (only the first task does that).
+    adopted: HashSet<u32>,
+    /// Switches to a context still running on another vCPU: its stack could not be taken
+    /// over, so the context restarted with an empty one there.
+    pub conflicts: u64,
+}
+
+impl TaskTable {
+    pub fn new(split_levels: bool) -> TaskTable {
+        TaskTable {
+            split_levels,
+            contexts: Vec::new(),
+            index: HashMap::new(),
+            running: Vec::new(),
+            used_tids: HashSet::new(),
+            next_synthetic: SYNTHETIC_TID_BASE,
+            adopted: HashSet::new(),
+            conflicts: 0,
+        }
+    }
+
+    /// The boot context of a vCPU that starts; its task id is the engine's first.
+    pub fn start_vcpu(&mut self, vcpu: u32) -> u32 {
+        let key = Key {
+            who: Who::Boot(vcpu),
+            level: None,
+        };
+        let i = self.context(key);
+        self.contexts[i].state = None;
+        self.contexts[i].running_on = Some(vcpu);
+        self.contexts[i].vcpus.insert(vcpu);
+        self.set_running(vcpu, Some(i));
+        self.contexts[i].tid
+    }
+
+    /// Every context so far, in the order they appeared.
+    pub fn contexts(&self) -> &[Context] {
+        &self.contexts
+    }
+
+    /// The context running on `vcpu`.
+    pub fn running(&self, vcpu: u32) -> Option<&Context> {
+        let i = (*self.running.get(vcpu as usize)?)?;
+        self.contexts.get(i)
+    }
+
+    /// Names the context running on `vcpu`.
+    pub fn name_running(&mut self, vcpu: u32, name: String) {
+        if let Some(Some(i)) = self.running.get(vcpu as usize).copied() {
+            self.contexts[i].name = Some(name);
+        }
+    }
+
+    /// The OS on `vcpu` wrote `ptr` into its running-task register (with `pid` read beside
+    /// it, 0 when unknown): the task it names runs from now.
+    pub fn task_pointer(
+        &mut self,
+        engine: &mut Engine,
+        vcpu: u32,
+        now: u64,
+        ptr: u64,
+        pid: u32,
+    ) -> Switch {
+        let level = self.running(vcpu).and_then(|c| c.key.level);
+        let key = Key {
+            who: Who::Task { ptr, pid },
+            level,
+        };
+        let Some(cur) = self.running.get(vcpu as usize).copied().flatten() else {
+            return self.switch(engine, vcpu, now, key, true);
+        };
+        let current = self.contexts[cur].key;
+        if current == key {
+            return Switch::Same;
+        }
+        // The first task a vCPU names is what its boot code was becoming (Linux: the idle
+        // task, whose stack holds the boot path to `start_kernel`).
+        if current.who == Who::Boot(vcpu)
+            && !self.adopted.contains(&vcpu)
+            && !self.index.contains_key(&key)
+        {
+            self.adopted.insert(vcpu);
+            self.index.remove(&current);
+            self.index.insert(key, cur);
+            let c = &mut self.contexts[cur];
+            c.key = key;
+            c.was_boot_of = Some(vcpu);
+            return Switch::Adopted;
+        }
+        self.switch(engine, vcpu, now, key, true)
+    }
+
+    /// `vcpu` runs at `level` from now (an exception taken, an exception return). Without
+    /// `split_levels` nothing changes.
+    pub fn level(&mut self, engine: &mut Engine, vcpu: u32, now: u64, level: Level) -> Switch {
+        if !self.split_levels {
+            return Switch::Same;
+        }
+        let Some(cur) = self.running.get(vcpu as usize).copied().flatten() else {
+            return Switch::Same;
+        };
+        let current = self.contexts[cur].key;
+        match current.level {
+            Some(l) if l == level => Switch::Same,
+            // A boot context learns the level it was running at all along.
+            None => {
+                let key = Key {
+                    level: Some(level),
+                    ..current
+                };
+                if self.index.contains_key(&key) {
+                    return self.switch(engine, vcpu, now, key, false);
+                }
+                self.index.remove(&current);
+                self.index.insert(key, cur);
+                self.contexts[cur].key = key;
+                Switch::Same
+            }
+            Some(_) => {
+                let key = Key {
+                    level: Some(level),
+                    ..current
+                };
+                self.switch(engine, vcpu, now, key, false)
+            }
+        }
+    }
+
+    fn switch(&mut self, engine: &mut Engine, vcpu: u32, now: u64, key: Key, task: bool) -> Switch {
+        let from = self.running.get(vcpu as usize).copied().flatten();
+        let next = self.context(key);
+        if task && from.is_some() {
+            engine.event(now, EVENT_SCHED_OUT);
+        }
+        let state = engine.suspend();
+        if let Some(from) = from {
+            let c = &mut self.contexts[from];
+            c.state = Some(state);
+            c.running_on = None;
+        }
+        let c = &mut self.contexts[next];
+        let resumed = match (c.running_on, c.state.take()) {
+            (None, Some(state)) => Some(state),
+            (None, None) => None, // new
+            (Some(_), _) => {
+                // Running elsewhere: the guest switched to it before we saw it leave.
+                self.conflicts += 1;
+                None
+            }
+        };
+        let seen_before = resumed.is_some();
+        c.running_on = Some(vcpu);
+        c.vcpus.insert(vcpu);
+        let tid = c.tid;
+        engine.resume(tid, resumed.unwrap_or_default());
+        if task && seen_before {
+            engine.event(now, EVENT_SCHED_IN);
+        }
+        engine.stats.switches += 1;
+        self.set_running(vcpu, Some(next));
+        Switch::Switched
+    }
+
+    fn set_running(&mut self, vcpu: u32, i: Option<usize>) {
+        let v = vcpu as usize;
+        if self.running.len() <= v {
+            self.running.resize(v + 1, None);
+        }
+        self.running[v] = i;
+    }
+
+    /// The context for `key`, created (waiting, with an empty stack) when new.
+    fn context(&mut self, key: Key) -> usize {
+        if let Some(&i) = self.index.get(&key) {
+            return i;
+        }
+        let tid = self.new_tid(key);
+        let i = self.contexts.len();
+        self.contexts.push(Context {
+            key,
+            tid,
+            vcpus: BTreeSet::new(),
+            name: None,
+            was_boot_of: None,
+            state: None,
+            running_on: None,
+        });
+        self.index.insert(key, i);
+        i
+    }
+
+    /// The guest's PID where it has one that no other context uses; a boot context's
+    /// reserved id for the first level of a vCPU; otherwise the next synthetic id.
+    fn new_tid(&mut self, key: Key) -> u32 {
+        let wanted = match key.who {
+            Who::Task { pid, .. } if pid > 0 && pid < BOOT_TID_BASE => Some(pid),
+            Who::Boot(vcpu) if vcpu < MAX_VCPUS => Some(BOOT_TID_BASE + vcpu),
+            _ => None,
+        };
+        let tid = match wanted {
+            Some(t) if !self.used_tids.contains(&t) => t,
+            _ => {
+                let t = self.next_synthetic;
+                self.next_synthetic += 1;
+                t
+            }
+        };
+        self.used_tids.insert(tid);
+        tid
+    }
+}

@@ -1,0 +1,352 @@
+//! The whole-system model on drawn timelines: tasks switching and migrating between vCPUs,
+//! exceptions nesting, privilege levels apart. Each test drives per-vCPU engines and the task
+//! table as the plugin's callbacks do, and reads back what each uftrace task's file holds.
+
+use qemu_uftrace_engine::arch::Level;
+use qemu_uftrace_engine::exceptions::{EretOutcome, ExceptionKind};
+use qemu_uftrace_engine::guest::{CallSite, GuestView};
+use qemu_uftrace_engine::hot::{Engine, EVENT_SCHED_IN, EVENT_SCHED_OUT};
+use qemu_uftrace_engine::tasks::{Switch, TaskTable, BOOT_TID_BASE};
+use qemu_uftrace_format::pseudo;
+use qemu_uftrace_format::record::{decode_all, RecordType};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// A guest with no frame records: resync has nothing to go by.
+struct NoGuest;
+
+impl GuestView for NoGuest {
+    fn frame_pointer(&mut self) -> Option<u64> {
+        None
+    }
+    fn frame_record(&mut self, _: u64) -> Option<(u64, u64)> {
+        None
+    }
+    fn call_before(&mut self, _: u64) -> Option<CallSite> {
+        None
+    }
+}
+
+type Files = Arc<Mutex<BTreeMap<u32, Vec<u8>>>>;
+
+/// A machine: one engine per vCPU, one task table, one file per uftrace task.
+struct Machine {
+    engines: Vec<Engine>,
+    table: TaskTable,
+    files: Files,
+    t: u64,
+}
+
+impl Machine {
+    fn new(vcpus: u32, split_levels: bool) -> Machine {
+        let files: Files = Arc::default();
+        let mut table = TaskTable::new(split_levels);
+        let engines = (0..vcpus)
+            .map(|v| {
+                let tid = table.start_vcpu(v);
+                let sink = Arc::clone(&files);
+                let spill = Box::new(move |tid: u32, full: Vec<u8>| {
+                    sink.lock()
+                        .unwrap()
+                        .entry(tid)
+                        .or_default()
+                        .extend_from_slice(&full);
+                    Vec::new()
+                });
+                Engine::new(Vec::new(), spill, 1024, tid)
+            })
+            .collect();
+        Machine {
+            engines,
+            table,
+            files,
+            t: 0,
+        }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.t += 10;
+        self.t
+    }
+
+    fn call(&mut self, vcpu: usize, func: u64, ret_addr: u64) {
+        let t = self.tick();
+        self.engines[vcpu].call(t, func, ret_addr);
+    }
+
+    fn ret(&mut self, vcpu: usize, target: u64) {
+        let t = self.tick();
+        self.engines[vcpu].ret(t, target, &mut NoGuest);
+    }
+
+    fn task(&mut self, vcpu: usize, ptr: u64, pid: u32) -> Switch {
+        let t = self.tick();
+        self.table
+            .task_pointer(&mut self.engines[vcpu], vcpu as u32, t, ptr, pid)
+    }
+
+    fn level(&mut self, vcpu: usize, level: u8) -> Switch {
+        let t = self.tick();
+        self.table
+            .level(&mut self.engines[vcpu], vcpu as u32, t, Level(level))
+    }
+
+    fn exception(&mut self, vcpu: usize, kind: ExceptionKind, resume: u64) {
+        let t = self.tick();
+        self.engines[vcpu].exception_entry(t, kind, resume);
+    }
+
+    fn eret(&mut self, vcpu: usize, target: u64) -> EretOutcome {
+        let t = self.tick();
+        self.engines[vcpu].exception_return(t, target, 0xdead_0000)
+    }
+
+    fn tid_of(&self, vcpu: usize) -> u32 {
+        self.engines[vcpu].tid()
+    }
+
+    /// Every task's records as `+func@depth`, `-func@depth`, `out`/`in` (sched events).
+    fn shapes(&mut self) -> BTreeMap<u32, Vec<String>> {
+        for e in &mut self.engines {
+            e.flush();
+        }
+        let files = self.files.lock().unwrap();
+        files
+            .iter()
+            .map(|(&tid, bytes)| {
+                let recs = decode_all(bytes).unwrap();
+                assert!(
+                    recs.windows(2).all(|w| w[0].time <= w[1].time),
+                    "task {tid}'s times go back"
+                );
+                let shape = recs
+                    .iter()
+                    .map(|r| match r.kind {
+                        RecordType::Entry => format!("+{:x}@{}", r.addr, r.depth),
+                        RecordType::Exit => format!("-{:x}@{}", r.addr, r.depth),
+                        RecordType::Lost => format!("L@{}", r.depth),
+                        RecordType::Event if r.addr == EVENT_SCHED_OUT => "out".into(),
+                        RecordType::Event if r.addr == EVENT_SCHED_IN => "in".into(),
+                        RecordType::Event => format!("event {}", r.addr),
+                    })
+                    .collect();
+                (tid, shape)
+            })
+            .collect()
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+const TASK_A: u64 = 0xffff_0000_0100_0000;
+const TASK_B: u64 = 0xffff_0000_0200_0000;
+
+/// Boot code calls start_kernel, names the idle task (adopted: same stack, same tid), which
+/// forks A; A runs on the same vCPU through a switch inside schedule, then the idle task
+/// resumes where it was. No frame closes at a switch; each task's file has its own calls.
+#[test]
+fn a_switch_suspends_one_stack_and_resumes_another() {
+    let mut m = Machine::new(1, false);
+    let boot = m.tid_of(0);
+    assert_eq!(boot, BOOT_TID_BASE);
+    m.call(0, 0x100, 0x14); // start_kernel
+    assert_eq!(m.task(0, TASK_A - 0x1000, 0), Switch::Adopted);
+    assert_eq!(m.tid_of(0), boot);
+    m.call(0, 0x200, 0x104); //  schedule
+    m.call(0, 0x300, 0x204); //   cpu_switch_to
+    assert_eq!(m.task(0, TASK_A, 7), Switch::Switched);
+    assert_eq!(m.tid_of(0), 7, "a task's tid is its PID");
+    m.call(0, 0x400, 0x1004); // A: kernel_init
+    m.call(0, 0x200, 0x404); //   schedule
+    m.call(0, 0x300, 0x204); //    cpu_switch_to
+    assert_eq!(m.task(0, TASK_A - 0x1000, 0), Switch::Switched);
+    m.ret(0, 0x204); // idle: cpu_switch_to returns
+    m.ret(0, 0x104); //  schedule returns; start_kernel stays open
+    let shapes = m.shapes();
+    assert_eq!(
+        shapes[&boot],
+        s(&["+100@0", "+200@1", "+300@2", "out", "in", "-300@2", "-200@1"])
+    );
+    assert_eq!(shapes[&7], s(&["+400@0", "+200@1", "+300@2", "out"]));
+    assert_eq!(m.engines[0].stats.switches, 2);
+    assert_eq!(m.engines[0].stats.unmatched_returns, 0);
+}
+
+/// A task that moves to another vCPU takes its stack along: its returns there match the
+/// calls it made on the first vCPU, in one file.
+#[test]
+fn a_task_migrates_between_vcpus_with_its_stack() {
+    let mut m = Machine::new(2, false);
+    m.task(0, TASK_A - 0x1000, 0); // vCPU 0's idle task
+    m.task(1, TASK_B - 0x1000, 0); // vCPU 1's idle task
+    assert_ne!(m.tid_of(0), m.tid_of(1));
+    m.task(0, TASK_A, 10);
+    m.call(0, 0x500, 0x14); // A: worker
+    m.call(0, 0x200, 0x504); //  schedule
+    m.task(0, TASK_A - 0x1000, 0); // A sleeps; vCPU 0 idles
+    m.task(1, TASK_A, 10); // A wakes on vCPU 1
+    assert_eq!(m.tid_of(1), 10);
+    m.ret(1, 0x504);
+    m.ret(1, 0x14);
+    let shapes = m.shapes();
+    assert_eq!(
+        shapes[&10],
+        s(&["+500@0", "+200@1", "out", "in", "-200@1", "-500@0"])
+    );
+    let a = m.table.contexts().iter().find(|c| c.tid == 10).unwrap();
+    assert_eq!(a.vcpus.iter().copied().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(m.table.conflicts, 0);
+}
+
+/// A task structure reused for a new PID is a new task; the same PID on a new structure too.
+#[test]
+fn reused_task_structures_are_new_tasks() {
+    let mut m = Machine::new(1, false);
+    m.task(0, TASK_B, 0);
+    m.task(0, TASK_A, 20);
+    m.call(0, 0x100, 0x14);
+    m.task(0, TASK_B, 0);
+    m.task(0, TASK_A, 21); // task 20 died; its task_struct now runs PID 21
+    assert_eq!(m.tid_of(0), 21);
+    m.call(0, 0x200, 0x14);
+    let shapes = m.shapes();
+    assert_eq!(shapes[&20], s(&["+100@0", "out"]));
+    assert_eq!(shapes[&21], s(&["+200@0"]), "a new task starts empty");
+}
+
+/// An interrupt taken inside f nests under it as `[irq]`, with the handler's calls beneath;
+/// its ERET closes whatever the handler left open. A syscall's ERET closes `[svc]` even when
+/// it returns elsewhere (a fixup, a signal), and counts that.
+#[test]
+fn exceptions_are_entries_closed_by_their_return() {
+    let mut m = Machine::new(1, false);
+    let tid = m.tid_of(0);
+    m.call(0, 0x100, 0x14); // f
+    m.exception(0, ExceptionKind::Irq, 0x120);
+    m.call(0, 0x900, 0x804); //  handler
+    m.call(0, 0x950, 0x904); //   never returns before the ERET (it switched stacks)
+    assert_eq!(m.eret(0, 0x120), EretOutcome::ClosedException);
+    m.exception(0, ExceptionKind::Svc, 0x130);
+    m.exception(0, ExceptionKind::DataAbort, 0x960); // nested: a fault in the handler
+    assert_eq!(m.eret(0, 0x960), EretOutcome::ClosedException);
+    assert_eq!(m.eret(0, 0x4000), EretOutcome::ClosedException);
+    m.ret(0, 0x14);
+    let irq = format!("{:x}", pseudo::addr(ExceptionKind::Irq as u8));
+    let svc = format!("{:x}", pseudo::addr(ExceptionKind::Svc as u8));
+    let abort = format!("{:x}", pseudo::addr(ExceptionKind::DataAbort as u8));
+    assert_eq!(
+        m.shapes()[&tid],
+        vec![
+            "+100@0".to_string(),
+            format!("+{irq}@1"),
+            "+900@2".into(),
+            "+950@3".into(),
+            "-950@3".into(),
+            "-900@2".into(),
+            format!("-{irq}@1"),
+            format!("+{svc}@1"),
+            format!("+{abort}@2"),
+            format!("-{abort}@2"),
+            format!("-{svc}@1"),
+            "-100@0".into(),
+        ]
+    );
+    let stats = m.engines[0].stats;
+    assert_eq!((stats.exceptions, stats.exception_returns), (3, 3));
+    assert_eq!(stats.eret_redirects, 1);
+    assert_eq!(stats.unmatched_returns, 0);
+}
+
+/// A return never closes an exception entry, not even one whose landing was not seen, and
+/// a return that matches only a frame below the entry leaves the entry and what it
+/// interrupted alone.
+#[test]
+fn returns_never_cross_an_exception_entry() {
+    let mut m = Machine::new(1, false);
+    let tid = m.tid_of(0);
+    m.call(0, 0x100, 0x14); // f
+    m.exception(0, ExceptionKind::Irq, 0x120);
+    let t = m.tick();
+    m.engines[0].ret_unseen(t); // a handler's return to vector code
+    m.ret(0, 0x14); // matches f, below the entry: not taken as f's return
+    assert_eq!(m.engines[0].stack().len(), 2);
+    m.eret(0, 0x120);
+    m.ret(0, 0x14);
+    let shapes = m.shapes();
+    assert_eq!(shapes[&tid].first().map(String::as_str), Some("+100@0"));
+    assert_eq!(shapes[&tid].last().map(String::as_str), Some("-100@0"));
+    assert_eq!(m.engines[0].stats.deep_returns, 0);
+}
+
+/// Without split levels a syscall from user code nests under the user function that made
+/// it, in the user's task; with them, each level is a task of its own and the exception
+/// entry opens in the level it enters.
+#[test]
+fn split_levels_keep_each_level_apart() {
+    let mut m = Machine::new(1, true);
+    let firmware = m.tid_of(0);
+    m.call(0, 0x100, 0x14); // EL3 firmware
+    assert_eq!(
+        m.level(0, 3),
+        Switch::Same,
+        "the boot context learns its level"
+    );
+    assert_eq!(m.level(0, 1), Switch::Switched); // ERET to EL1
+    let kernel = m.tid_of(0);
+    assert_ne!(kernel, firmware);
+    m.call(0, 0x4000, 0x40);
+    m.level(0, 0); // ERET to EL0
+    let user = m.tid_of(0);
+    m.call(0, 0x7000, 0x7100); // user function
+    m.level(0, 1); // SVC taken to EL1
+    assert_eq!(m.tid_of(0), kernel);
+    m.exception(0, ExceptionKind::Svc, 0x7204);
+    m.call(0, 0x4100, 0x40);
+    m.ret(0, 0x40);
+    m.eret(0, 0x7204);
+    m.level(0, 0);
+    m.ret(0, 0x7100);
+    let shapes = m.shapes();
+    assert_eq!(shapes[&firmware], s(&["+100@0"]));
+    let svc = format!("{:x}", pseudo::addr(ExceptionKind::Svc as u8));
+    assert_eq!(
+        shapes[&kernel],
+        vec![
+            "+4000@0".to_string(),
+            format!("+{svc}@1"),
+            "+4100@2".into(),
+            "-4100@2".into(),
+            format!("-{svc}@1"),
+        ]
+    );
+    assert_eq!(shapes[&user], s(&["+7000@0", "-7000@0"]));
+    // Level switches are not the scheduler's: no sched events.
+    assert!(shapes.values().flatten().all(|r| r != "out" && r != "in"));
+}
+
+/// Without split levels the level calls change nothing.
+#[test]
+fn levels_are_one_task_without_split() {
+    let mut m = Machine::new(1, false);
+    let tid = m.tid_of(0);
+    assert_eq!(m.level(0, 3), Switch::Same);
+    assert_eq!(m.level(0, 1), Switch::Same);
+    assert_eq!(m.tid_of(0), tid);
+}
+
+/// The guest switching to a task still running elsewhere (a switch we missed) does not
+/// take its stack from under the other vCPU: the task restarts empty there, counted.
+#[test]
+fn a_task_running_elsewhere_is_not_taken_over() {
+    let mut m = Machine::new(2, false);
+    m.task(0, TASK_B - 0x1000, 0);
+    m.task(1, TASK_B - 0x2000, 0);
+    m.task(0, TASK_A, 5);
+    m.call(0, 0x100, 0x14);
+    m.task(1, TASK_A, 5);
+    assert_eq!(m.table.conflicts, 1);
+    assert_eq!(m.engines[1].stack().len(), 0);
+    assert_eq!(m.engines[0].stack().len(), 1);
+}
