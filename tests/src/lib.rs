@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 pub mod cpio;
+pub mod execlog;
 pub mod linux_guest;
 pub mod replay;
 
