@@ -13,7 +13,7 @@
 //! finds those in the kernel's disassembly, so a test compares only functions that have none,
 //! and a trace must never show more calls than execlog saw executions, for any function.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -94,6 +94,20 @@ pub fn system_map_addresses(map: &Path, names: &[&str]) -> Result<BTreeMap<Strin
         }
     }
     Ok(out)
+}
+
+/// Every text symbol name of a System.map.
+pub fn system_map_names(map: &Path) -> Result<BTreeSet<String>> {
+    let text =
+        std::fs::read_to_string(map).with_context(|| format!("reading {}", map.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            matches!(kind, "T" | "t" | "W" | "w").then(|| name.to_owned())
+        })
+        .collect())
 }
 
 /// One execlog session: the functions it watches and the log file QEMU writes.

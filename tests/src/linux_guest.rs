@@ -41,13 +41,14 @@ pub enum InitTask {
     Child,
 }
 
-/// `(function, task, calls)`: every function of `init.c`, how often it is called (entered by
+/// `(function, task, calls)`: the functions of `init.c`, how often they are called (entered by
 /// `bl`: the build has no sibling calls) and by which process. `do_fork` is entered once, by
 /// PID 1; the child starts life inside it (returning from `fork`) and calls `child_work`.
+/// `main` is not listed: glibc's `__wrap_main` enters it by a tail call (`b main`), so a
+/// trace shows its calls inside `__wrap_main` and no call of `main` itself.
 pub fn init_expected_calls() -> Vec<(&'static str, InitTask, u64)> {
     use InitTask::*;
     vec![
-        ("main", Init, 1),
         ("do_write", Init, init_count("WRITE_CALLS")),
         ("do_getpid_loop", Init, 1),
         ("one_getpid", Init, init_count("GETPID_CALLS")),
