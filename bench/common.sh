@@ -12,16 +12,42 @@ qemu_program() {
     esac
 }
 
-# The QEMU command of a workload, into the array `argv` (calldense needs its guest built
-# into "$work/guests"), on the emulator $qemu (default: the one on PATH).
-workload_argv() {
-    argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu cortex-a57 -nographic -nic none)
+# Builds what a workload's guest needs into "$work/guests": calldense's ELF (make), the
+# initramfs guest's cpio and /init ELF (the tests crate writes the cpio); nothing for the
+# kernel boots.
+build_workload_guest() {
     case "$1" in
-        calldense) argv+=(-semihosting -kernel "$work/guests/calldense.elf") ;;
-        kernel) argv+=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz"
-            -append "console=ttyAMA0 panic=-1 nokaslr") ;;
-        *) echo "bench: unknown workload $1 (calldense, kernel)" >&2; exit 2 ;;
+        calldense) make -s -C "$root/bench/guests" O="$work/guests" >/dev/null ;;
+        initramfs) QEMU_UFTRACE_GUEST_DIR="$work/guests" cargo run --quiet \
+            --manifest-path "$root/Cargo.toml" -p qemu-uftrace-tests --example initramfs >/dev/null ;;
     esac
+}
+
+# The QEMU command of a workload, into the array `argv`, and the `record` options it needs
+# into `record_opts` (after build_workload_guest), on the emulator $qemu (default: the one on
+# PATH):
+#   calldense  a call-dense bare-metal loop (20 M calls)
+#   kernel     Debian's kernel booting to its "Unable to mount root fs" panic
+#   smp4       the same boot on 4 vCPUs
+#   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
+#              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
+workload_argv() {
+    local cpu=cortex-a57 extra
+    local kernel=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz" -append "console=ttyAMA0 panic=-1 nokaslr")
+    record_opts=()
+    case "$1" in
+        calldense) extra=(-semihosting -kernel "$work/guests/calldense.elf") ;;
+        kernel) extra=("${kernel[@]}") ;;
+        smp4) extra=("${kernel[@]}" -smp 4) ;;
+        initramfs)
+            cpu=max
+            extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"
+                -initrd "$work/guests/linux/initramfs.cpio"
+                -append "console=ttyAMA0 panic=-1 nokaslr rdinit=/init")
+            record_opts=(--symbols "$work/guests/linux/init.elf") ;;
+        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs)" >&2; exit 2 ;;
+    esac
+    argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu "$cpu" -nographic -nic none "${extra[@]}")
 }
 
 # Touches 1.5 GiB and frees it. On a VM whose balloon reports free pages to the host (this

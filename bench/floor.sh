@@ -7,7 +7,7 @@
 #   empty    + callbacks on calls and landings, flag stores on returns, all doing nothing
 #   minimal  + a shadow stack and 16-byte records into a ring (no writer, no checks)
 #   plugin   qemu-uftrace's plugin, writing its trace
-# Usage: bench/floor.sh [kernel|calldense]    (RUNS=9 by default)
+# Usage: bench/floor.sh [kernel|calldense|smp4|initramfs]    (RUNS=9 by default)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +21,7 @@ cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
 plugin="${CARGO_TARGET_DIR:-$root/target}/release/libqemu_uftrace_plugin.so"
 gcc -O2 -shared -fPIC -o "$work/floor.so" "$root/bench/floor/floor.c"
 workload=${1:-kernel}
-[ "$workload" = calldense ] && make -s -C "$root/bench/guests" O="$work/guests" >/dev/null
+build_workload_guest "$workload"
 workload_argv "$workload"
 
 layers=(plain tax counter empty minimal plugin)

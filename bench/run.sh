@@ -2,9 +2,13 @@
 # Traced vs plain QEMU, measured in the same run (interleaved, median of RUNS):
 #   calldense  a call-dense bare-metal loop (20 M calls)
 #   kernel     Debian's arm64 cloud kernel booting to its "Unable to mount root fs" panic
+#   smp4       the same boot on 4 vCPUs
+#   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
+#              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel]    (RUNS=3 by default)
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
+#        (RUNS=3 by default; no workload named: calldense and kernel)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +20,6 @@ trap 'rm -rf "$work"' EXIT
 "$root/scripts/install-deps.sh" >&2
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
 qu="$root/target/release/qemu-uftrace"
-make -s -C "$root/bench/guests" O="$work/guests" >/dev/null
 
 # One timed run: prints "seconds max_rss_kb".
 timed() {
@@ -34,6 +37,7 @@ printf '%-8s %-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
     qemu workload plain_s traced_s ratio plain_MB traced_MB trace_MB events events/s
 workloads=("$@")
 [ "${#workloads[@]}" -gt 0 ] || workloads=(calldense kernel)
+for name in "${workloads[@]}"; do build_workload_guest "$name"; done
 for version in ${QEMUS:-10.0}; do
     qemu=$(qemu_program "$version")
     for name in "${workloads[@]}"; do
@@ -41,7 +45,7 @@ for version in ${QEMUS:-10.0}; do
         : >"$work/plain" ; : >"$work/traced"
         for i in $(seq "$runs"); do
             timed "${argv[@]}" >>"$work/plain"
-            timed "$qu" record -o "$work/trace" -- "${argv[@]}" >>"$work/traced"
+            timed "$qu" record -o "$work/trace" "${record_opts[@]}" -- "${argv[@]}" >>"$work/traced"
             # Keep the last trace for its figures. Delete the others at once: left in the page
             # cache, a fresh 250 MB trace slows the next run (measured: ~0.05 s on the boot), and
             # that must not fall on the plain runs only.

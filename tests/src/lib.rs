@@ -1,7 +1,9 @@
 //! Helpers for qemu-uftrace's integration tests: building the bare-metal
 //! AArch64 guests (`tests/guests`, `examples/hello`, `bench/guests`),
 //! running them under plain QEMU, reading the oracle log that the `-oracle`
-//! builds print, and looking at the guests' symbols and code.
+//! builds print, and looking at the guests' symbols and code; the Linux
+//! userland guest (Debian's kernel booting an initramfs of our own `/init`,
+//! [`linux_guest`]).
 //!
 //! Every test program is built in three [`Variant`]s from the same source;
 //! [`TEST_PROGRAMS`] describes what each one contains (leaves, tail calls,
@@ -16,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
+pub mod cpio;
+pub mod execlog;
+pub mod linux_guest;
 pub mod replay;
 
 /// The QEMU system emulator the guests run under.
@@ -379,7 +384,7 @@ fn build_guests_uncached() -> Result<PathBuf> {
 
 /// `program` under `flock lock` when flock(1) exists: two test processes
 /// sharing a target directory must not run make on one tree concurrently.
-fn locked(lock: &Path, program: &str) -> Command {
+pub(crate) fn locked(lock: &Path, program: &str) -> Command {
     let have_flock = Command::new("flock")
         .arg("--version")
         .stdout(Stdio::null())
@@ -492,7 +497,7 @@ pub fn run_plain_qemu_with_timeout(elf: &Path, timeout: Duration) -> Result<(i32
 /// `None` on timeout (the child is then killed), `Some(None)` when a signal
 /// ended it, else `Some(Some(code))`.
 #[allow(clippy::type_complexity)]
-fn wait_with_timeout(
+pub(crate) fn wait_with_timeout(
     mut child: Child,
     timeout: Duration,
 ) -> Result<(Option<Option<i32>>, String, String)> {

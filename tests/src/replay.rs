@@ -2,6 +2,7 @@
 //! tests assert on what a user sees.
 
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -73,6 +74,176 @@ pub fn parse_replay(text: &str, tid: u32) -> Result<Vec<String>> {
         }
     }
     Ok(events)
+}
+
+/// Calls per function from `uftrace report -f call` over the trace `dir`, with `extra`
+/// options (`--tid N`, `-F …`). uftrace counts one call per entry it reads.
+pub fn report_calls(dir: &Path, extra: &[&str]) -> Result<BTreeMap<String, u64>> {
+    let d = dir.to_string_lossy();
+    let mut args = vec!["report", "--no-pager", "-f", "call", "-d", &d];
+    args.extend_from_slice(extra);
+    parse_report_calls(&uftrace(&args)?)
+}
+
+/// Parses `uftrace report -f call` text (`  COUNT  NAME` under a two-line header).
+pub fn parse_report_calls(text: &str) -> Result<BTreeMap<String, u64>> {
+    let mut calls = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some((count, name)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let Ok(count) = count.parse::<u64>() else {
+            continue; // the header and its ==== rule
+        };
+        *calls.entry(name.trim().to_owned()).or_default() += count;
+    }
+    Ok(calls)
+}
+
+/// A uftrace `-F`/`-N`/`-T` pattern matching exactly `name`: uftrace reads patterns as
+/// unanchored regular expressions (`-F schedule` also shows `schedule_tail`).
+pub fn exactly(name: &str) -> String {
+    let mut out = String::from("^");
+    for c in name.chars() {
+        if "\\.^$|?*+()[]{}".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('$');
+    out
+}
+
+/// One function call as `uftrace replay` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub name: String,
+    pub tid: u32,
+    /// The entry's timestamp in the trace's clock units (nanoseconds, or instructions under
+    /// `--clock insn`), when the replay showed `-f time`.
+    pub time: Option<u64>,
+    /// The enclosing call (same task), as an index into the call list.
+    pub parent: Option<usize>,
+    pub children: Vec<usize>,
+    /// Whether the replay showed its return (`name();` or `} /* name */`).
+    pub returned: bool,
+}
+
+/// The calls of replay text (any `-f` fields, any tasks), in the order they were entered;
+/// each task keeps its own stack. Exits with no open entry are skipped (a filtered replay
+/// starts inside calls).
+pub fn parse_calls(text: &str) -> Result<Vec<Call>> {
+    let mut calls: Vec<Call> = Vec::new();
+    let mut stacks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((head, body)) = line.split_once('|') else {
+            continue;
+        };
+        let Some((tid, time)) = parse_head(head) else {
+            continue;
+        };
+        let body = body.trim();
+        let stack = stacks.entry(tid).or_default();
+        let (name, leaf) = if let Some(name) = body.strip_suffix("() {") {
+            (name, false)
+        } else if let Some(name) = body.strip_suffix("();") {
+            (name, true)
+        } else if let Some(rest) = body.strip_prefix("} /* ") {
+            let name = rest
+                .strip_suffix(" */")
+                .with_context(|| format!("replay line {line:?}"))?;
+            if let Some(i) = stack.pop() {
+                if calls[i].name != name {
+                    bail!("replay line {line:?} closes {} instead", calls[i].name);
+                }
+                calls[i].returned = true;
+            }
+            continue;
+        } else if body.starts_with("/*") {
+            continue;
+        } else {
+            bail!("unexpected replay line {line:?}");
+        };
+        let index = calls.len();
+        let parent = stack.last().copied();
+        calls.push(Call {
+            name: name.to_owned(),
+            tid,
+            time,
+            parent,
+            children: Vec::new(),
+            returned: leaf,
+        });
+        if let Some(p) = parent {
+            calls[p].children.push(index);
+        }
+        if !leaf {
+            stack.push(index);
+        }
+    }
+    Ok(calls)
+}
+
+/// The task id and, when shown, the timestamp of a replay line's head: `   0.387 us [  1] `
+/// (duration, tid) or ` [     1]        0.099190045 ` (`-f tid,time`).
+fn parse_head(head: &str) -> Option<(u32, Option<u64>)> {
+    let (_, rest) = head.split_once('[')?;
+    let (tid, after) = rest.split_once(']')?;
+    let tid = tid.trim().parse().ok()?;
+    let time = after.split_whitespace().next().and_then(parse_timestamp);
+    Some((tid, time))
+}
+
+/// `SECONDS.NANOSECONDS` (uftrace's timestamp column) as nanoseconds.
+fn parse_timestamp(s: &str) -> Option<u64> {
+    let (secs, frac) = s.split_once('.')?;
+    if frac.len() != 9 {
+        return None;
+    }
+    Some(secs.parse::<u64>().ok()? * 1_000_000_000 + frac.parse::<u64>().ok()?)
+}
+
+/// The names from the outermost call down to `calls[i]` itself.
+pub fn call_path(calls: &[Call], i: usize) -> Vec<&str> {
+    let mut path = vec![calls[i].name.as_str()];
+    let mut at = calls[i].parent;
+    while let Some(p) = at {
+        path.push(&calls[p].name);
+        at = calls[p].parent;
+    }
+    path.reverse();
+    path
+}
+
+/// Every call below `calls[i]` (children, their children, …), in entry order.
+pub fn descendants(calls: &[Call], i: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut todo: Vec<usize> = calls[i].children.iter().rev().copied().collect();
+    while let Some(c) = todo.pop() {
+        out.push(c);
+        todo.extend(calls[c].children.iter().rev());
+    }
+    out
+}
+
+/// The `TASK` lines of a trace's `task.txt`: `(tid, pid)`.
+pub fn task_list(dir: &Path) -> Result<Vec<(u32, u32)>> {
+    let path = dir.join("task.txt");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut tasks = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("TASK ")) {
+        let field = |key: &str| -> Result<u32> {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .with_context(|| format!("no {key} in {line:?}"))?
+                .parse()
+                .with_context(|| format!("bad {key} in {line:?}"))
+        };
+        tasks.push((field("tid=")?, field("pid=")?));
+    }
+    Ok(tasks)
 }
 
 /// Drops every event of a function for which `drop` holds, with the events of everything it
@@ -192,5 +363,54 @@ mod tests {
             without(&ev, |n| n.starts_with("rt_"), false),
             v(&["E main", "E leaf", "X leaf", "X main"])
         );
+    }
+
+    #[test]
+    fn parses_report_calls() {
+        let text = "       Calls  Function\n  ==========  ====================\n      776201  mpihelp_addmul_1\n         100  one_getpid\n           3  [irq]\n";
+        let calls = parse_report_calls(text).unwrap();
+        assert_eq!(calls["mpihelp_addmul_1"], 776201);
+        assert_eq!(calls["one_getpid"], 100);
+        assert_eq!(calls["[irq]"], 3);
+        assert_eq!(calls.len(), 3);
+    }
+
+    #[test]
+    fn anchors_patterns() {
+        assert_eq!(exactly("schedule"), "^schedule$");
+        assert_eq!(exactly("[irq]"), "^\\[irq\\]$");
+        assert_eq!(
+            exactly("el0_svc_common.constprop.0"),
+            "^el0_svc_common\\.constprop\\.0$"
+        );
+    }
+
+    #[test]
+    fn parses_call_trees_with_timestamps() {
+        let text = "#   TID        TIMESTAMP       FUNCTION\n [     1]        0.099190045 | __cpu_up() {\n [     2]        0.000000155 | secondary_start_kernel() {\n [     1]        0.099190072 |   psci_0_2_cpu_on();\n [     1]        0.099195113 | } /* __cpu_up */\n [     2]        1.000000155 |   do_idle() {\n\nuftrace stopped tracing with remaining functions\n[1] secondary_start_kernel\n";
+        let calls = parse_calls(text).unwrap();
+        let names: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "__cpu_up",
+                "secondary_start_kernel",
+                "psci_0_2_cpu_on",
+                "do_idle"
+            ]
+        );
+        assert_eq!(calls[0].time, Some(99_190_045));
+        assert_eq!(calls[3].time, Some(1_000_000_155));
+        assert_eq!(calls[0].children, vec![2]);
+        assert!(calls[0].returned && calls[2].returned);
+        assert!(!calls[1].returned && !calls[3].returned);
+        assert_eq!(call_path(&calls, 3), ["secondary_start_kernel", "do_idle"]);
+        assert_eq!(descendants(&calls, 1), vec![3]);
+        // Durations instead of timestamps: no time.
+        let calls = parse_calls("   0.387 us [     1] | } /* x */\n            [     1] | y() {\n")
+            .unwrap();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].time, None);
+        assert!(parse_calls(" [1] 0.000000001 | a() {\n [1] 0.000000002 | } /* b */\n").is_err());
     }
 }

@@ -1,0 +1,235 @@
+//! The Linux userland guest: Debian's arm64 kernel booting an initramfs whose only program is
+//! `/init` (`tests/guests/linux/init.c`), a static glibc program whose functions make known
+//! syscalls and take known page faults a known number of times (`counts.h`), fork a child,
+//! and power the machine off, so that QEMU exits with status 0.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::cpio::{write_newc, Entry};
+use crate::{
+    cross_prefix, debian_kernel, guest_build_dir, locked, wait_with_timeout, workspace_root,
+};
+
+/// `tests/guests/linux/counts.h`, the one place the call counts are written.
+const COUNTS_H: &str = include_str!("../guests/linux/counts.h");
+
+/// A `#define` of `counts.h` (`WRITE_CALLS`, `GETPID_CALLS`, `SLEEP_CALLS`, `FAULT_PAGES`,
+/// `CHILD_STEPS`).
+pub fn init_count(name: &str) -> u64 {
+    COUNTS_H
+        .lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("#define") && words.next() == Some(name))
+                .then(|| words.next()?.parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no #define {name} in counts.h"))
+}
+
+/// Which of the guest's processes makes a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitTask {
+    /// `/init` itself: PID 1.
+    Init,
+    /// The child `do_fork` forks.
+    Child,
+}
+
+/// `(function, task, calls)`: the functions of `init.c`, how often they are called (entered by
+/// `bl`: the build has no sibling calls) and by which process. `do_fork` is entered once, by
+/// PID 1; the child starts life inside it (returning from `fork`) and calls `child_work`.
+/// `main` is not listed: glibc's `__wrap_main` enters it by a tail call (`b main`), so a
+/// trace shows its calls inside `__wrap_main` and no call of `main` itself.
+pub fn init_expected_calls() -> Vec<(&'static str, InitTask, u64)> {
+    use InitTask::*;
+    vec![
+        ("do_write", Init, init_count("WRITE_CALLS")),
+        ("do_getpid_loop", Init, 1),
+        ("one_getpid", Init, init_count("GETPID_CALLS")),
+        ("do_sleep", Init, init_count("SLEEP_CALLS")),
+        ("do_fault", Init, 1),
+        ("touch_page", Init, init_count("FAULT_PAGES")),
+        ("do_fork", Init, 1),
+        ("child_work", Child, 1),
+        ("child_step", Child, init_count("CHILD_STEPS")),
+    ]
+}
+
+/// The line `/init` prints when everything went as planned, and the one with its figures
+/// (`INIT: pid=1 getpid_sum=100 fault=0 child=N`).
+pub const INIT_OK: &str = "INIT: ok";
+
+/// The child's PID as `/init` printed it (`child=N`), when it did.
+pub fn init_child_pid(console: &str) -> Option<u32> {
+    console
+        .lines()
+        .find(|l| l.contains("INIT: pid="))?
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("child="))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Builds `/init` and its initramfs once per process; returns `(cpio, init ELF)`:
+/// `<guest_build_dir>/linux/init.elf` (static, with symbols: a `--symbols` source) and
+/// `<guest_build_dir>/linux/initramfs.cpio` (newc, uncompressed: `/dev`, `/dev/console`,
+/// `/init`).
+pub fn initramfs_guest() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the initramfs guest failed: {e}"))
+}
+
+fn build_initramfs() -> Result<(PathBuf, PathBuf)> {
+    let root = guest_build_dir();
+    let dir = root.join("linux");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cross = cross_prefix();
+    let output = locked(&root.join(".lock"), "make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root().join("tests/guests/linux"))
+        .arg(format!("O={}", dir.display()))
+        .arg(format!("CROSS={cross}"))
+        .stdin(Stdio::null())
+        .output()
+        .context("running make in tests/guests/linux (is make installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "make -C tests/guests/linux failed ({}; the static link needs the arm64 glibc of \
+             scripts/install-deps.sh):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let elf = dir.join("init.elf");
+    let init = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+    let mut cpio = Vec::with_capacity(init.len() + 1024);
+    write_newc(
+        &mut cpio,
+        &[
+            Entry::Dir {
+                path: "dev",
+                mode: 0o755,
+            },
+            Entry::CharDev {
+                path: "dev/console",
+                mode: 0o600,
+                major: 5,
+                minor: 1,
+            },
+            Entry::File {
+                path: "init",
+                mode: 0o755,
+                data: &init,
+            },
+        ],
+    )?;
+    // Another test process may be reading the archive: replace it whole, never rewrite it.
+    let path = dir.join("initramfs.cpio");
+    let tmp = dir.join(format!("initramfs.cpio.{}", std::process::id()));
+    std::fs::write(&tmp, &cpio).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok((path, elf))
+}
+
+/// The kernel command line of the initramfs boot: `/init` from the initramfs, no KASLR (so
+/// that System.map's addresses hold), QEMU ends at the panic if `/init` ever exits.
+pub const INITRAMFS_APPEND: &str = "console=ttyAMA0 panic=-1 nokaslr rdinit=/init";
+
+/// The QEMU command (argv, emulator first) that boots Debian's kernel into the initramfs
+/// guest on `smp` vCPUs: `-M virt -cpu max -m 512M -nographic -nic none -kernel vmlinuz
+/// -initrd initramfs.cpio -append "…" -no-reboot -smp N`. Builds the guest first.
+pub fn initramfs_boot_args_on(qemu: &str, smp: u32) -> Result<Vec<String>> {
+    let (cpio, _) = initramfs_guest()?;
+    let kernel = debian_kernel();
+    let args: Vec<String> = [
+        qemu,
+        "-M",
+        "virt",
+        "-cpu",
+        "max",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        &smp.to_string(),
+        "-kernel",
+        &kernel.to_string_lossy(),
+        "-initrd",
+        &cpio.to_string_lossy(),
+        "-append",
+        INITRAMFS_APPEND,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    Ok(args)
+}
+
+/// How long the initramfs boot may take under plain QEMU (about 2 s on this project's
+/// machines) or traced.
+pub const INITRAMFS_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `argv` (emulator first) with stdin closed, killing it after `timeout`; returns the
+/// exit code (`None` when killed or timed out) and the console (stdout), failing only when
+/// QEMU cannot be started.
+pub fn run_qemu_argv(argv: &[String], timeout: Duration) -> Result<(Option<i32>, String)> {
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} (run scripts/install-deps.sh)", argv[0]))?;
+    let (status, stdout, stderr) =
+        wait_with_timeout(child, timeout).with_context(|| format!("running {}", argv.join(" ")))?;
+    let console = if stderr.is_empty() {
+        stdout
+    } else {
+        format!("{stdout}\n[stderr]\n{stderr}")
+    };
+    Ok((status.flatten(), console))
+}
+
+/// The guest's ELF symbols are at the static binary's link addresses (0x400000 up), far
+/// from the kernel's (0xffff8000_0000_0000 up), so both name spaces can be given to one
+/// trace. Returns the `[lowest, highest]` function address of an ELF, for that check.
+pub fn function_span(elf: &Path) -> Result<(u64, u64)> {
+    let map = crate::nm_functions(elf)?;
+    let lo = map.keys().next().copied();
+    let hi = map.keys().next_back().copied();
+    lo.zip(hi)
+        .ok_or_else(|| anyhow!("{} has no functions", elf.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_come_from_the_header() {
+        assert_eq!(init_count("GETPID_CALLS"), 100);
+        assert!(init_expected_calls().iter().all(|(_, _, n)| *n > 0));
+    }
+
+    #[test]
+    fn finds_the_child_pid() {
+        let console = "x\nINIT: pid=1 getpid_sum=100 fault=0 child=71\r\nINIT: ok\n";
+        assert_eq!(init_child_pid(console), Some(71));
+        assert_eq!(init_child_pid("INIT: ok"), None);
+    }
+}
