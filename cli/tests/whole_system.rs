@@ -189,23 +189,37 @@ fn replay_calls(rec: &Recorded, args: &[&str]) -> Vec<Call> {
 
 /// Compares the trace's call counts with execlog's entry counts: equal for every function
 /// in `exact`, never above for any.
+///
+/// With several vCPUs execlog itself loses lines: two vCPUs logging at once leave a blank
+/// line where one of them was (measured: a trace's 114,899 calls of `__cond_resched` against
+/// execlog's 114,866 lines and 33 blank ones). Each blank line may then be any function's, so
+/// the trace may exceed execlog by the blank lines in all, never more.
 fn compare_with_execlog(rec: &Recorded, exact: &BTreeSet<String>, e: &mut Expect) {
     let seen = rec.execlog.entry_counts().expect("the execlog log");
+    let lost = rec.execlog.lost_lines().expect("the execlog log");
     let traced = report_calls(&rec.dir, &[]).expect("uftrace report");
+    let mut excess = 0;
     for (name, executed) in &seen {
         let calls = traced.get(name).copied().unwrap_or(0);
+        excess += calls.saturating_sub(*executed);
         if exact.contains(name) {
-            e.eq(
-                &format!("{name}: calls in the trace against execlog's entries"),
-                calls,
-                *executed,
-            );
+            e.that(calls >= *executed && calls <= executed + lost, || {
+                format!(
+                    "{name}: {calls} calls in the trace against execlog's {executed} entries \
+                     ({lost} execlog lines lost)"
+                )
+            });
         } else {
-            e.that(calls <= *executed, || {
-                format!("{name}: {calls} calls in the trace, more than the {executed} executions of its entry execlog saw")
+            e.that(calls <= executed + lost, || {
+                format!("{name}: {calls} calls in the trace, more than the {executed} executions of its entry execlog saw ({lost} lines lost)")
             });
         }
     }
+    e.that(excess <= lost, || {
+        format!(
+            "the trace exceeds execlog by {excess} calls in all, more than its {lost} lost lines"
+        )
+    });
 }
 
 /// The path from the call `top` down to `calls[i]`, names only (`top` first).
@@ -233,13 +247,14 @@ fn svc_chain(syscall: &str) -> Vec<String> {
 }
 
 /// Each call of `function` (in the replay `calls`) makes exactly one syscall, shown as one
-/// `[svc]` entry under it (possibly through user functions such as glibc's wrapper), with
+/// `[svc]` entry under it (possibly through user functions such as glibc's wrapper: no
+/// kernel function between them; glibc's names are not all `init.elf`'s symbol names), with
 /// exactly the handler chain `svc_chain(syscall)` down to the syscall's function.
 fn check_syscalls_under(
     calls: &[Call],
     function: &str,
     syscall: &str,
-    user: &BTreeSet<String>,
+    kernel: &BTreeSet<String>,
     e: &mut Expect,
 ) {
     let tops: Vec<usize> = (0..calls.len())
@@ -263,7 +278,7 @@ fn check_syscalls_under(
             && path_below(calls, svcs[0], handlers[0]) == svc_chain(syscall)
             && path_below(calls, top, svcs[0])[1..]
                 .iter()
-                .all(|n| n == "[svc]" || user.contains(n));
+                .all(|n| n == "[svc]" || !kernel.contains(n));
         if !ok && shown < 2 {
             shown += 1;
             let tree: Vec<String> = below
@@ -303,6 +318,7 @@ fn initramfs_boot_one_task_per_process_with_exception_entries() {
     );
     let child = init_child_pid(&rec.console).expect("/init prints its child's PID");
     let user = user_only_names(&init_elf);
+    let kernel = system_map_names(&debian_system_map()).expect("System.map");
 
     // The counts, over the whole trace and per task; execlog agrees in the same run.
     let everywhere = report_calls(&rec.dir, &[]).expect("report");
@@ -353,12 +369,18 @@ fn initramfs_boot_one_task_per_process_with_exception_entries() {
     // Syscalls as [svc] entries with the handler chain beneath, under the function that made
     // them, in the task that made them.
     let getpids = replay_calls(&rec, &["--tid", "1", "-F", &exactly("one_getpid")]);
-    check_syscalls_under(&getpids, "one_getpid", "__arm64_sys_getpid", &user, &mut e);
+    check_syscalls_under(
+        &getpids,
+        "one_getpid",
+        "__arm64_sys_getpid",
+        &kernel,
+        &mut e,
+    );
     let steps = replay_calls(
         &rec,
         &["--tid", &child.to_string(), "-F", &exactly("child_step")],
     );
-    check_syscalls_under(&steps, "child_step", "__arm64_sys_getppid", &user, &mut e);
+    check_syscalls_under(&steps, "child_step", "__arm64_sys_getppid", &kernel, &mut e);
 
     // Sleeping: the nanosleep syscall schedules PID 1 out; its schedule() stays in task 1,
     // and the idle task that runs meanwhile does not appear inside it.
