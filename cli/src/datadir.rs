@@ -381,7 +381,7 @@ pub fn mark_incomplete(dir: &Path, why: &str) -> Result<()> {
     // What the note said already (the task list) follows the warning.
     let before = std::fs::read_to_string(dir.join("note.txt")).unwrap_or_default();
     let text =
-        format!("INCOMPLETE TRACE: {why};\nthe last records of each vCPU are missing.\n{before}");
+        format!("INCOMPLETE TRACE: {why};\nthe last records of each task are missing.\n{before}");
     symfiles::write_with(&dir.join("note.txt"), |w| {
         qemu_uftrace_format::note::write_note(w, &text)
     })

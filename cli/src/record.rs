@@ -153,6 +153,7 @@ fn record_into(
             staging.display()
         ))
     })?;
+    let incomplete = stats.as_ref().and_then(Stats::incomplete_reason);
     if stats.is_none() {
         datadir::mark_incomplete(
             staging,
@@ -161,6 +162,8 @@ fn record_into(
                 exit.describe()
             ),
         )?;
+    } else if let Some(why) = &incomplete {
+        datadir::mark_incomplete(staging, why)?;
     }
     let old = datadir::publish(staging, &args.output)?;
     if let Some(hint) = symbols.kaslr {
@@ -176,6 +179,10 @@ fn record_into(
     );
 
     let mut code = exit.exit_code;
+    if incomplete.is_some() && code == 0 {
+        // The trace is published for what it holds, but it is not all the guest did.
+        code = 1;
+    }
     if let Some(then) = args.then {
         let then_code = crate::uftrace_cmd::run(then.subcommand(), &args.output, &[])?;
         if code == 0 {
@@ -360,8 +367,13 @@ fn summary(
             } else {
                 String::new()
             };
+            let unwritten = if s.lost_records > 0 {
+                format!(", {} of them not written", group(s.lost_records as f64))
+            } else {
+                String::new()
+            };
             note(format!(
-                "recorded {} events ({} calls, {} returns) on {} vCPU{}: {} in {secs:.2} s{rate}",
+                "recorded {} events ({} calls, {} returns{unwritten}) on {} vCPU{}: {} in {secs:.2} s{rate}",
                 group(s.events as f64),
                 group(s.calls as f64),
                 group(s.returns as f64),
@@ -387,8 +399,8 @@ fn summary(
             if !oddities.is_empty() {
                 note(format!("plugin also reports {}", oddities.join(", ")));
             }
-            if !s.complete {
-                warn("the plugin did not report the recording as complete (complete=1 missing)");
+            if let Some(why) = s.incomplete_reason() {
+                warn(format!("INCOMPLETE TRACE: {why}"));
             }
         }
         None => {

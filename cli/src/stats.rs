@@ -31,11 +31,39 @@ pub struct Stats {
     pub unmatched_returns: u64,
     pub depth_cap_hits: u64,
     pub bytes: u64,
+    /// Records the plugin could not write (after it stopped writing).
+    pub lost_records: u64,
+    /// Why the plugin stopped writing before the end (a write error, the disk filling up).
+    pub stopped: Option<String>,
+    /// Problems the plugin met (`error=` lines).
+    pub errors: Vec<String>,
     /// Keys this version does not know, in file order.
     pub other: Vec<(String, String)>,
 }
 
 impl Stats {
+    /// Why the trace is not complete although the plugin reported: what it said, in one
+    /// line (`None` when it is complete).
+    pub fn incomplete_reason(&self) -> Option<String> {
+        if self.complete {
+            return None;
+        }
+        let mut why: Vec<String> = self.stopped.iter().cloned().collect();
+        why.extend(self.errors.iter().cloned());
+        if why.is_empty() {
+            why.push("the plugin did not report the recording as complete".into());
+        }
+        let mut text = why.join("; ");
+        if self.lost_records > 0 {
+            text.push_str(&format!(
+                "; {} records after that point were not written (each task's file ends with a \
+                 LOST record there)",
+                self.lost_records
+            ));
+        }
+        Some(text)
+    }
+
     /// Parses the text; malformed lines are kept under `other` rather than failing.
     pub fn parse(text: &str) -> Stats {
         let mut s = Stats::default();
@@ -74,6 +102,15 @@ impl Stats {
                 "unmatched_returns" => num().map(|n| s.unmatched_returns = n).is_some(),
                 "depth_cap_hits" => num().map(|n| s.depth_cap_hits = n).is_some(),
                 "bytes" => num().map(|n| s.bytes = n).is_some(),
+                "lost_records" => num().map(|n| s.lost_records = n).is_some(),
+                "stopped" => {
+                    s.stopped = Some(v.to_string());
+                    true
+                }
+                "error" => {
+                    s.errors.push(v.to_string());
+                    true
+                }
                 _ => false,
             };
             // Unknown keys and unparsable values alike are kept as they are.

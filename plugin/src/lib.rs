@@ -230,7 +230,8 @@ pub(crate) fn finish() {
             .iter()
             .map(|c| c.waiting_frames())
             .sum::<usize>();
-    let complete = written.errors.is_empty();
+    let lost: u64 = written.lost.values().map(|l| l.records).sum();
+    let complete = written.errors.is_empty() && written.stopped.is_none() && lost == 0;
     let mut text = String::new();
     let mut line = |k: &str, v: &dyn std::fmt::Display| text.push_str(&format!("{k}={v}\n"));
     line("complete", &(complete as u8));
@@ -276,6 +277,10 @@ pub(crate) fn finish() {
         for (k, v) in s.engine.stats().lines() {
             line(&format!("vcpu{i}.{k}"), &v);
         }
+    }
+    line("lost_records", &lost);
+    if let Some(why) = &written.stopped {
+        line("stopped", why);
     }
     for e in &written.errors {
         line("error", e);

@@ -2,10 +2,12 @@
 //! vCPU never waits on `write()`. The queue is bounded: if the disk falls behind, vCPUs
 //! wait for it rather than grow memory or drop records.
 
+use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -25,6 +27,10 @@ enum Msg {
 pub struct Written {
     pub bytes: HashMap<u32, u64>,
     pub errors: Vec<String>,
+    /// Why the writer stopped writing, if it did.
+    pub stopped: Option<String>,
+    /// What it could not write after that, per task id.
+    pub lost: HashMap<u32, Lost>,
 }
 
 pub struct Output {
@@ -59,7 +65,7 @@ impl Output {
 
     /// Queues a full buffer for `tid`'s file (blocks while the queue is full).
     pub fn send(&self, tid: u32, buf: Vec<u8>) {
-        let records = buf.len() / qemu_uftrace_format::record::RECORD_SIZE;
+        let records = buf.len() / RECORD_SIZE;
         // Fails only when the writer thread is gone (it died, or exit already ran).
         if self.tx.send(Msg::Data { tid, buf }).is_err() {
             self.note_error(format!(
@@ -96,27 +102,129 @@ impl Output {
     }
 }
 
+/// Free space the writer leaves on the trace's filesystem: what `record` writes after QEMU
+/// exits (symbol files, task list, info) must still fit, so that a full disk still gives a
+/// trace uftrace replays up to where recording stopped.
+pub const RESERVE_BYTES: u64 = 32 << 20;
+
+/// Records that reached the writer after it stopped.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Lost {
+    pub records: u64,
+    /// The time of the first of them, where the task's LOST record goes.
+    pub first_time: u64,
+}
+
+/// Bytes free for us on the filesystem holding `dir` (`None`: cannot tell).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The writer's state: open files, what was written, and once it stopped, why and what it
+/// could not write.
+struct Writer {
+    dir: PathBuf,
+    files: HashMap<u32, File>,
+    written: Written,
+}
+
+impl Writer {
+    /// Writes one buffer for `tid`, or counts it lost once writing has stopped. Stops at the
+    /// first error (a torn record would misalign every later one: the file is cut back to
+    /// the last whole buffer) and before the free space falls below the reserve.
+    fn write(&mut self, tid: u32, buf: &[u8]) {
+        if self.written.stopped.is_none() {
+            let free = free_bytes(&self.dir);
+            if free.is_some_and(|f| f < RESERVE_BYTES + buf.len() as u64) {
+                self.written.stopped = Some(format!(
+                    "recording stopped with {} MiB left on the trace's filesystem (kept for \
+                     assembling the trace)",
+                    free.unwrap_or(0) >> 20
+                ));
+            } else if let Err(e) = self.append(tid, buf) {
+                self.written.stopped = Some(format!("{tid}.dat: {e}"));
+            }
+        }
+        if self.written.stopped.is_some() {
+            let lost = self.written.lost.entry(tid).or_default();
+            if lost.records == 0 {
+                lost.first_time = first_time(buf);
+            }
+            lost.records += (buf.len() / RECORD_SIZE) as u64;
+        }
+    }
+
+    fn append(&mut self, tid: u32, buf: &[u8]) -> std::io::Result<()> {
+        let path = self.dir.join(format!("{tid}.dat"));
+        let file = match self.files.entry(tid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(File::create(&path)?),
+        };
+        let before = self.written.bytes.get(&tid).copied().unwrap_or(0);
+        if let Err(e) = file.write_all(buf) {
+            // Part of the buffer may be on disk: cut back to the last whole buffer.
+            if let Err(cut) = file.set_len(before) {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{e}, and cutting it back to {before} bytes failed: {cut}"),
+                ));
+            }
+            return Err(e);
+        }
+        *self.written.bytes.entry(tid).or_default() += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Ends each file that lost records with a LOST record, so that replay shows where and
+    /// how many (the reserve keeps room for them).
+    fn mark_lost(&mut self) {
+        let lost: Vec<(u32, Lost)> = self.written.lost.iter().map(|(t, l)| (*t, *l)).collect();
+        for (tid, lost) in lost {
+            let count = lost.records.min(qemu_uftrace_format::ADDR_MASK);
+            let record = encode(lost.first_time, RecordType::Lost, 0, count);
+            let path = self.dir.join(format!("{tid}.dat"));
+            let result = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&path)
+                .and_then(|mut f| f.write_all(&record));
+            match result {
+                Ok(()) => *self.written.bytes.entry(tid).or_default() += RECORD_SIZE as u64,
+                Err(e) => self
+                    .written
+                    .errors
+                    .push(format!("{tid}.dat: cannot mark the lost records: {e}")),
+            }
+        }
+    }
+}
+
+/// The time of a buffer's first record.
+fn first_time(buf: &[u8]) -> u64 {
+    buf.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 fn write_loop(dir: PathBuf, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -> Written {
-    let mut files: HashMap<u32, File> = HashMap::new();
-    let mut written = Written::default();
+    let mut w = Writer {
+        dir,
+        files: HashMap::new(),
+        written: Written::default(),
+    };
     while let Ok(msg) = rx.recv() {
         let (tid, mut buf) = match msg {
             Msg::Data { tid, buf } => (tid, buf),
             Msg::Finish => break,
         };
-        let result = match files.entry(tid) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut().write_all(&buf),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                match File::create(dir.join(format!("{tid}.dat"))) {
-                    Ok(f) => e.insert(f).write_all(&buf),
-                    Err(err) => Err(err),
-                }
-            }
-        };
-        match result {
-            Ok(()) => *written.bytes.entry(tid).or_default() += buf.len() as u64,
-            Err(e) => written.errors.push(format!("{tid}.dat: {e}")),
-        }
+        w.write(tid, &buf);
         buf.clear();
         if let Ok(mut p) = pool.lock() {
             if p.len() < QUEUE_DEPTH {
@@ -126,6 +234,7 @@ fn write_loop(dir: PathBuf, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -
     }
     // No fsync: the records are safe in the page cache once written, whatever happens to
     // QEMU, and syncing a trace of hundreds of megabytes took a tenth of a kernel boot.
-    drop(files);
-    written
+    w.files.clear();
+    w.mark_lost();
+    w.written
 }
