@@ -327,7 +327,7 @@ fn target_dir() -> PathBuf {
 
 /// Builds all guests once per process and returns [`guest_build_dir`]:
 ///
-/// * `<dir>/<prog>{,-nofp,-oracle}.elf` from `tests/guests`,
+/// * `<dir>/<prog>{,-nofp,-oracle}.elf` and `<dir>/el3{,-oracle}.elf` from `tests/guests`,
 /// * `<dir>/hello/hello.elf` from `examples/hello`,
 /// * `<dir>/bench/calldense.elf` from `bench/guests`.
 ///
@@ -453,6 +453,21 @@ pub fn qemu_args_on(qemu: &str, elf: &Path) -> Vec<String> {
     .collect()
 }
 
+/// The QEMU command line of `el3.elf` (`tests/guests/el3.c`), which starts at EL3, on the
+/// emulator `qemu`: [`qemu_args_on`] with `-M virt,secure=on,virtualization=on,gic-version=2`.
+/// `secure=on` gives the CPU EL3, where QEMU starts an ELF `-kernel` (at its entry point, with
+/// nothing set up); `virtualization=on` adds EL2, which the guest leaves unused; the guest
+/// programs the GICv2 (QEMU's default on `virt`, named so that it stays that).
+pub fn el3_qemu_args_on(qemu: &str, elf: &Path) -> Vec<String> {
+    let mut args = qemu_args_on(qemu, elf);
+    let machine = args
+        .iter()
+        .position(|a| a == "virt")
+        .expect("qemu_args_on names the virt machine");
+    args[machine] = "virt,secure=on,virtualization=on,gic-version=2".to_string();
+    args
+}
+
 /// `key=value` from the `plugin.stats` of a trace directory; panics, quoting the file, when
 /// the key is missing.
 pub fn plugin_stat(dir: &Path, key: &str) -> String {
@@ -471,14 +486,18 @@ pub fn run_plain_qemu(elf: &Path) -> Result<(i32, String)> {
 
 /// [`run_plain_qemu`] with an explicit time limit; QEMU is killed past it.
 pub fn run_plain_qemu_with_timeout(elf: &Path, timeout: Duration) -> Result<(i32, String)> {
-    let args = qemu_args(elf);
+    run_plain_qemu_argv(&qemu_args(elf), timeout)
+}
+
+/// [`run_plain_qemu_with_timeout`] of the QEMU command line `args` (program first).
+pub fn run_plain_qemu_argv(args: &[String], timeout: Duration) -> Result<(i32, String)> {
     let child = Command::new(&args[0])
         .args(&args[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .with_context(|| format!("starting {QEMU} (run scripts/install-deps.sh)"))?;
+        .with_context(|| format!("starting {} (run scripts/install-deps.sh)", args[0]))?;
     let (status, stdout, stderr) =
         wait_with_timeout(child, timeout).with_context(|| format!("running {}", args.join(" ")))?;
     let Some(code) = status else {

@@ -123,6 +123,9 @@ pub struct Call {
     /// The entry's timestamp in the trace's clock units (nanoseconds, or instructions under
     /// `--clock insn`), when the replay showed `-f time`.
     pub time: Option<u64>,
+    /// The return's timestamp, when the replay showed it on a line of its own
+    /// (`} /* name */`, not `name();`) with `-f time`.
+    pub end_time: Option<u64>,
     /// The enclosing call (same task), as an index into the call list.
     pub parent: Option<usize>,
     pub children: Vec<usize>,
@@ -158,6 +161,7 @@ pub fn parse_calls(text: &str) -> Result<Vec<Call>> {
                     bail!("replay line {line:?} closes {} instead", calls[i].name);
                 }
                 calls[i].returned = true;
+                calls[i].end_time = time;
             }
             continue;
         } else if body.starts_with("/*") {
@@ -171,6 +175,7 @@ pub fn parse_calls(text: &str) -> Result<Vec<Call>> {
             name: name.to_owned(),
             tid,
             time,
+            end_time: None,
             parent,
             children: Vec::new(),
             returned: leaf,
@@ -244,6 +249,36 @@ pub fn task_list(dir: &Path) -> Result<Vec<(u32, u32)>> {
         tasks.push((field("tid=")?, field("pid=")?));
     }
     Ok(tasks)
+}
+
+/// The name of every task of a trace (tid → name), as `uftrace info` shows them: `task.txt`'s
+/// `TASK` lines give each tid its session (`pid=`), whose `SESS` line has the `exename`.
+pub fn task_names(dir: &Path) -> Result<BTreeMap<u32, String>> {
+    let path = dir.join("task.txt");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut sessions = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("SESS ")) {
+        let pid = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("pid="))
+            .and_then(|p| p.parse::<u32>().ok())
+            .with_context(|| format!("no pid in {line:?}"))?;
+        let name = line
+            .split_once("exename=\"")
+            .and_then(|(_, rest)| rest.strip_suffix('"'))
+            .with_context(|| format!("no exename in {line:?}"))?;
+        sessions.insert(pid, name.to_string());
+    }
+    task_list(dir)?
+        .into_iter()
+        .map(|(tid, pid)| {
+            let name = sessions
+                .get(&pid)
+                .with_context(|| format!("task {tid}: no SESS line for pid {pid}"))?;
+            Ok((tid, name.clone()))
+        })
+        .collect()
 }
 
 /// Drops every event of a function for which `drop` holds, with the events of everything it
@@ -401,6 +436,8 @@ mod tests {
         );
         assert_eq!(calls[0].time, Some(99_190_045));
         assert_eq!(calls[3].time, Some(1_000_000_155));
+        assert_eq!(calls[0].end_time, Some(99_195_113));
+        assert_eq!(calls[2].end_time, None);
         assert_eq!(calls[0].children, vec![2]);
         assert!(calls[0].returned && calls[2].returned);
         assert!(!calls[1].returned && !calls[3].returned);
