@@ -4,7 +4,7 @@
 //!
 //! Fast at kernel scale (a vmlinux has ~175 MB of `.debug_info`): the name is looked for in
 //! the string sections first, so a file whose DWARF never mentions the struct is rejected
-//! without parsing it; then only the top-level entries of each unit are read (the compiler's
+//! without parsing it (or reading most of it); then only the top-level entries of each unit are read (the compiler's
 //! `DW_AT_sibling` links skip their children), and the first complete definition ends the
 //! walk. Every unit of a kernel that includes `<linux/sched.h>` defines `task_struct` (in
 //! Debian's vmlinux the first one, init/main.c, does: ~2 ms, ~60 ms from a cold page cache),
@@ -53,7 +53,8 @@ pub(crate) fn member_offset<'d>(
     };
     // Only what names and types need (and what gimli reads for each unit's root: its line
     // program header and base address): a compressed vmlinux would otherwise decompress
-    // its location and range lists for nothing.
+    // its location and range lists for nothing. The string sections come first, then the
+    // entries: the scan below relies on that order.
     let mut loaded: Vec<(SectionId, Cow<'d, [u8]>)> = [
         SectionId::DebugStr,
         SectionId::DebugLineStr,
@@ -76,13 +77,18 @@ pub(crate) fn member_offset<'d>(
     if bytes(SectionId::DebugInfo).is_empty() && bytes(SectionId::DebugTypes).is_empty() {
         return Err(Missing::NoDwarf);
     }
-    // The string sections first; the name can be inline in `.debug_info` too
-    // (`DW_FORM_string`), which only a miss scans.
+    // GCC and Clang put every name longer than a section offset in the string sections (for
+    // the linker to merge), so a long name missing there is missing; a short one, or any
+    // name in a file without string sections, may be inline (`DW_FORM_string`), and only
+    // then are the entries themselves scanned (a cold 175 MB read for a big ELF).
     let mut needle = structure.as_bytes().to_vec();
     needle.push(0);
     let finder = memchr::memmem::Finder::new(&needle);
-    // The first four loaded are those that can hold a name.
-    let mentioned = loaded[..4].iter().any(|(_, d)| finder.find(d).is_some());
+    let found_in = |d: &[u8]| finder.find(d).is_some();
+    let (strings, entries) = loaded.split_at(2);
+    let no_strings = strings.iter().all(|(_, d)| d.is_empty());
+    let mentioned = strings.iter().any(|(_, d)| found_in(d))
+        || ((needle.len() <= 8 || no_strings) && entries[..2].iter().any(|(_, d)| found_in(d)));
     if !mentioned {
         return Err(Missing::NoStruct);
     }
