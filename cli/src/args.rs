@@ -122,7 +122,8 @@ pub struct RecordArgs {
     pub split_levels: bool,
 
     /// Extra symbol source (ELF, System.map, kallsyms dump, kernel image), loaded at
-    /// OFFSET (hex with 0x, or decimal) when given; repeatable
+    /// OFFSET (hex with 0x, or decimal) when given; repeatable. A Linux vmlinux with DWARF
+    /// also names the guest's tasks (otherwise pid-N)
     #[arg(long = "symbols", value_name = "FILE[:OFFSET]")]
     pub symbols: Vec<OsString>,
 

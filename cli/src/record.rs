@@ -99,6 +99,10 @@ fn record_into(
         }
         plugin_opt.push(",split_levels=on");
     }
+    // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`).
+    if let Some(offset) = symbol_source::task_comm_offset(&sources) {
+        plugin_opt.push(format!(",task_comm={offset}"));
+    }
     let full = qemu_cmd::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);

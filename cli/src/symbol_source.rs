@@ -48,6 +48,19 @@ pub fn parse_source_arg(arg: &OsStr, origin: &'static str) -> Result<SourceArg> 
     })
 }
 
+/// Where Linux's `task_struct.comm` sits, read from the first source whose DWARF defines
+/// the struct (a vmlinux with debug information), for the plugin to name the guest's tasks;
+/// `None` when no source says (tasks are then named `pid-N`). Sources that are not ELF, or
+/// have no DWARF, are passed over at once: this runs before QEMU starts, since the plugin
+/// takes the offset as an argument (~2 ms with Debian's 273 MB vmlinux, ~60 ms when it is
+/// not in the page cache).
+pub fn task_comm_offset(sources: &[SourceArg]) -> Option<u64> {
+    sources
+        .iter()
+        .find_map(|s| symbols::struct_member_offset(&s.path, "task_struct", "comm").ok())
+        .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
+}
+
 /// A source that loaded, or the one line saying why it did not.
 pub enum Loaded {
     Ok(SourceArg, Image),
@@ -140,6 +153,20 @@ mod tests {
         assert_eq!(p("/a:b/c.elf").unwrap(), ("/a:b/c.elf".into(), 0));
         assert_eq!(p("c:weird").unwrap(), ("c:weird".into(), 0));
         assert_eq!(p("a:b:0x10").unwrap(), ("a:b".into(), 0x10));
+    }
+
+    #[test]
+    fn no_task_names_without_dwarf() {
+        let dir = tempfile::tempdir().unwrap();
+        let map = dir.path().join("System.map");
+        std::fs::write(&map, "ffff800008000000 T _text\n").unwrap();
+        let src = |path: PathBuf| SourceArg {
+            path,
+            offset: 0,
+            origin: "--symbols",
+        };
+        let sources = [src(map), src(dir.path().join("absent"))];
+        assert_eq!(task_comm_offset(&sources), None);
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! fs" panic; uftrace reads the whole trace without complaint, with kernel names from the
 //! Image's own kallsyms, including the first calls made at physical addresses.
 
+use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
+use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest, INIT_OK};
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::{cached, kernel_boot_args_on, plugin_stat, system_qemus, QEMU};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -39,6 +42,39 @@ fn record_boot_on(qemu: &str, cpu: &str, options: &[&str]) -> (tempfile::TempDir
         "the guest did not reach its panic:\n{console}"
     );
     (tmp, dir, console)
+}
+
+/// The task id of the boot CPU's idle task (its boot context, which became `swapper/0`).
+const IDLE0: u32 = BOOT_TID_BASE;
+
+/// QEMU 10.2.2, as `system_qemus` names it.
+fn qemu_10_2() -> String {
+    system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus")
+        .program
+}
+
+/// Each task's name as task.txt gives it to uftrace (its session's exename), by tid.
+fn task_names(dir: &Path) -> BTreeMap<u32, String> {
+    let text = std::fs::read_to_string(dir.join("task.txt")).expect("task.txt");
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("SESS ")?;
+            let pid = rest
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("pid="))?;
+            let name = rest.split_once("exename=\"")?.1.strip_suffix('"')?;
+            Some((pid.parse().ok()?, name.to_string()))
+        })
+        .collect()
+}
+
+/// A guest name as uftrace shows it: a slash would make uftrace show only what follows it
+/// (it takes the basename), so task.txt writes U+2215 instead.
+fn shown(name: &str) -> String {
+    name.replace('/', "\u{2215}")
 }
 
 fn stat(dir: &Path, key: &str) -> u64 {
@@ -125,6 +161,28 @@ fn check_boot(dir: &Path, qemu: &str) {
     assert!(
         info.contains(&format!("plugin API {plugin_api})")),
         "{info}"
+    );
+    // Without the kernel's DWARF the plugin is not told where task names are: tasks are
+    // named after their PIDs, the boot CPU's idle task after the CPU.
+    let names = task_names(dir);
+    assert_eq!(
+        names.get(&1).map(String::as_str),
+        Some("pid-1"),
+        "on {qemu}"
+    );
+    assert_eq!(
+        names.get(&2).map(String::as_str),
+        Some("pid-2"),
+        "on {qemu}"
+    );
+    assert_eq!(
+        names.get(&IDLE0).map(String::as_str),
+        Some("cpu0"),
+        "on {qemu}"
+    );
+    assert!(
+        info.contains(" 1(pid-1), 2(pid-2), ") && info.contains(&format!("{IDLE0}(cpu0)")),
+        "task list on {qemu}: {info}"
     );
     // The first calls run with the MMU off, at the physical load address; then the kernel
     // proper. Both resolve. init_kernel_el leaves by ERET to its caller: a plain leaf call.
@@ -221,5 +279,108 @@ fn debian_kernel_with_pointer_authentication() {
     assert!(
         unmatched < 20,
         "{unmatched} unmatched returns for {calls} calls"
+    );
+}
+
+/// With the DWARF vmlinux as a symbol source, `record` finds `task_struct.comm` and the
+/// plugin reads each task's name at its switches: tasks carry the kernel's own names in
+/// task.txt, `uftrace info`'s task list and the note of guest tasks.
+#[test]
+fn debian_kernel_tasks_carry_the_kernels_names() {
+    let vmlinux = cached("kernel-dbg/vmlinux").to_string_lossy().into_owned();
+    let (_tmp, dir, _) = record_boot_on(&qemu_10_2(), "cortex-a57", &["--symbols", &vmlinux]);
+    let names = task_names(&dir);
+    let name = |tid: u32| names.get(&tid).cloned().unwrap_or_default();
+    // PID 1 runs kernel_init under the name it was forked with, init_task's; with no root
+    // file system it never execs. PID 2 is kthreadd; the boot CPU's idle task swapper/0.
+    assert_eq!(name(1), shown("swapper/0"), "{names:?}");
+    assert_eq!(name(2), "kthreadd", "{names:?}");
+    assert_eq!(name(IDLE0), shown("swapper/0"), "{names:?}");
+    for (tid, expected) in [(13, "ksoftirqd/0"), (15, "migration/0"), (17, "cpuhp/0")] {
+        assert_eq!(name(tid), shown(expected), "{names:?}");
+    }
+    let kworkers = names
+        .values()
+        .filter(|n| n.starts_with(&shown("kworker/")))
+        .count();
+    assert!(kworkers >= 5, "{kworkers} kworker tasks: {names:?}");
+    // Every task was named: none fell back to pid-N or cpuN.
+    let unnamed: Vec<_> = names
+        .iter()
+        .filter(|(_, n)| {
+            let fallback = |prefix: &str| {
+                n.strip_prefix(prefix)
+                    .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()))
+            };
+            n.is_empty() || fallback("pid-") || fallback("cpu")
+        })
+        .collect();
+    assert!(unnamed.is_empty(), "tasks without a name: {unnamed:?}");
+
+    let d = dir.to_string_lossy().to_string();
+    let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
+    let list = info
+        .lines()
+        .find(|l| l.contains("task list"))
+        .unwrap_or_else(|| panic!("no task list in {info}"));
+    for entry in [
+        format!(" 1({})", shown("swapper/0")),
+        " 2(kthreadd)".to_string(),
+        format!(" 7({})", shown("kworker/0:0")),
+        format!(" {IDLE0}({})", shown("swapper/0")),
+    ] {
+        assert!(list.contains(&entry), "no {entry} in {list}");
+    }
+    // The note keeps the names exactly, slashes included.
+    for line in [
+        "  1: swapper/0, pid 1, vCPU 0",
+        "  2: kthreadd, pid 2, vCPU 0",
+    ] {
+        assert!(info.contains(line), "no {line:?} in {info}");
+    }
+}
+
+/// A task that execs takes its new name: the initramfs guest's PID 1 runs as swapper/0
+/// until the kernel execs `/init`, then sleeps (a switch) as `init`; its forked child is
+/// `init` too.
+#[test]
+fn initramfs_init_is_named_after_its_exec() {
+    let (_, init_elf) = initramfs_guest().expect("the guest builds");
+    let argv = initramfs_boot_args_on(&qemu_10_2(), 1).expect("the guest builds");
+    let vmlinux = cached("kernel-dbg/vmlinux");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("init.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--symbols")
+        .arg(&vmlinux)
+        .arg("--symbols")
+        .arg(&init_elf)
+        .arg("--")
+        .args(&argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && console.contains(INIT_OK),
+        "{}\n{}\n{console}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let child = qemu_uftrace_tests::linux_guest::init_child_pid(&console).expect("child PID");
+    let names = task_names(&dir);
+    assert_eq!(names.get(&1).map(String::as_str), Some("init"), "{names:?}");
+    assert_eq!(
+        names.get(&child).map(String::as_str),
+        Some("init"),
+        "{names:?}"
+    );
+    assert_eq!(
+        names.get(&2).map(String::as_str),
+        Some("kthreadd"),
+        "{names:?}"
     );
 }

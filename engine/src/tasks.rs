@@ -28,6 +28,12 @@ pub fn boot_vcpu(tid: u32) -> Option<u32> {
 }
 const SYNTHETIC_TID_BASE: u32 = BOOT_TID_BASE + MAX_VCPUS;
 
+/// Bytes of a task's name read at each switch (Linux `TASK_COMM_LEN`).
+pub const TASK_NAME_BYTES: usize = 16;
+/// The plugin refuses a name offset (`task_comm=`) this large: no task structure is that
+/// big, and the CLI checks the offset it passes against the same bound.
+pub const MAX_TASK_NAME_OFFSET: u64 = 1 << 20;
+
 /// Who runs, as far as the engine can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Who {

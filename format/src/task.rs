@@ -7,7 +7,7 @@ use std::io::{self, Write};
 pub struct Task {
     pub tid: u32,
     pub pid: u32,
-    /// Shown as the task's "comm" (basename, first 15 characters); may contain spaces.
+    /// Shown as the task's "comm" (see [`exename`]); may contain spaces and slashes.
     pub name: String,
 }
 
@@ -26,7 +26,7 @@ pub fn write_task_txt(w: &mut impl Write, sid: &str, tasks: &[Task]) -> io::Resu
         ));
     }
     for t in tasks {
-        let name = t.name.replace(['\n', '"'], " ");
+        let name = exename(&t.name);
         writeln!(
             w,
             "SESS timestamp=0.000000000 pid={} sid={sid} exename=\"{name}\"",
@@ -37,6 +37,25 @@ pub fn write_task_txt(w: &mut impl Write, sid: &str, tasks: &[Task]) -> io::Resu
         writeln!(w, "TASK timestamp=0.000000000 tid={} pid={}", t.tid, t.pid)?;
     }
     Ok(())
+}
+
+/// The SESS exename that makes uftrace show `name` as the task's comm. uftrace keeps the
+/// basename of the exename, and 15 bytes of that: a guest's task names have slashes (Linux
+/// `swapper/0`, `kworker/0:1`, `ksoftirqd/0`), which would leave `0`, `0:1`… So each `/`
+/// becomes U+2215 DIVISION SLASH (`swapper∕0`), and a name longer than 15 bytes is cut at a
+/// character boundary rather than by uftrace in the middle of one. Newlines and quotes,
+/// which would end the line or the field, become spaces.
+pub fn exename(name: &str) -> String {
+    const COMM_BYTES: usize = 15;
+    let mut out = name.replace(['\n', '"'], " ").replace('/', "\u{2215}");
+    if out.len() > COMM_BYTES && !out.is_char_boundary(COMM_BYTES) {
+        let mut end = COMM_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out
 }
 
 /// A module loaded after the start, looked up in `<basename(libname)>.sym` from `base`.
@@ -82,5 +101,18 @@ mod tests {
         );
         assert!(lines[1].starts_with("SESS"));
         assert_eq!(lines[2], "TASK timestamp=0.000000000 tid=1 pid=1");
+    }
+
+    #[test]
+    fn names_survive_uftraces_basename() {
+        assert_eq!(exename("kthreadd"), "kthreadd");
+        assert_eq!(exename("swapper/0"), "swapper\u{2215}0");
+        assert_eq!(exename("kworker/u2:0"), "kworker\u{2215}u2:0");
+        assert_eq!(exename("a\"b\nc"), "a b c");
+        // Plain ASCII is left for uftrace to cut; a character across byte 15 is dropped.
+        assert_eq!(exename("task-4259840 EL0"), "task-4259840 EL0");
+        assert_eq!(exename("irq/9-virtio0-c"), "irq\u{2215}9-virtio0-c");
+        assert_eq!(exename("abcdefghijklm/x"), "abcdefghijklm");
+        assert_eq!(exename("abcdefghijkl/xy"), "abcdefghijkl\u{2215}xy");
     }
 }

@@ -1,8 +1,9 @@
-//! ELF symbols and DWARF line tables from arbitrary bytes: errors, never panics.
+//! ELF symbols, DWARF line tables and struct layouts from arbitrary bytes: errors, never panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = qemu_uftrace_symbols::fuzzing::elf(data, true);
+    let _ = qemu_uftrace_symbols::fuzzing::member_offset(data);
 });

@@ -9,6 +9,7 @@ use crate::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, Isa, Level};
 use qemu_uftrace_engine::sites::{call_site_at, unpack};
+use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -208,20 +209,32 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
             .task_id_register()
             .and_then(|name| v.regs.read_named(name))
             .map_or(0, |id| id as u32);
+        // Names (Linux `comm`) are read at switches only: the task leaving has its latest
+        // name (set after it started: kthreads, exec), and the one arriving its name so
+        // far, which a task still running when the guest stops (the CPU that powers off or
+        // panics, an idle task never preempted) would otherwise never get. The last read
+        // wins. A task that execs and never switches again keeps its name from before.
         let comm = crate::config().and_then(|c| c.task_comm);
-        let leaving = v.task_ptr;
-        let name = match comm {
-            Some(offset) if leaving != 0 => v.regs.read_memory(leaving + offset, 16).map(task_name),
-            _ => None,
+        let name_at = |regs: &mut crate::guest::ByteBuf, task: u64| {
+            let offset = comm?;
+            (task != 0)
+                .then(|| regs.read_memory(task.wrapping_add(offset), TASK_NAME_BYTES))
+                .flatten()
+                .map(task_name)
         };
+        let leaving = name_at(&mut v.regs, v.task_ptr);
+        let arriving = name_at(&mut v.regs, ptr);
         let now = v.clock.now();
         settle(v, now);
         v.task_ptr = ptr;
         crate::with_tasks(|t| {
-            if let Some(name) = name {
+            if let Some(name) = leaving {
                 t.name_running(vcpu_index, name);
             }
-            t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid)
+            t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid);
+            if let Some(name) = arriving {
+                t.name_running(vcpu_index, name);
+            }
         });
     });
 }

@@ -64,7 +64,7 @@ pub fn parse(raw: &[String]) -> Result<Mode, String> {
                     value
                         .parse::<u64>()
                         .ok()
-                        .filter(|&o| o < 1 << 20)
+                        .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
                         .ok_or_else(|| format!("task_comm={value}: expected a byte offset"))?,
                 )
             }

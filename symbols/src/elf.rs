@@ -9,8 +9,9 @@ use object::read::elf::{
 };
 use object::{Endian, Endianness, FileKind, SymbolIndex};
 
+use crate::dwarf_types::{self, Missing};
 use crate::functions::{collapse, is_mapping_symbol, Candidate};
-use crate::{dwarf_lines, Arch, Image, LoadOptions, SymbolError};
+use crate::{dwarf_lines, Arch, Image, LoadOptions, MemberError, SymbolError};
 
 const STRIPPED_HINT: &str =
     "install the -dbg package for vmlinux, or pass System.map; rebuild user programs without -s";
@@ -134,6 +135,60 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
         functions,
         arch,
         modules: Vec::new(),
+    })
+}
+
+/// The byte offset of `member` in `struct structure`, from the file's DWARF.
+pub(crate) fn member_offset(
+    path: &Path,
+    data: &[u8],
+    structure: &str,
+    member: &str,
+) -> Result<u64, MemberError> {
+    match FileKind::parse(data) {
+        Ok(FileKind::Elf32) => {
+            member_offset_as::<elf::FileHeader32<Endianness>>(path, data, structure, member)
+        }
+        Ok(FileKind::Elf64) => {
+            member_offset_as::<elf::FileHeader64<Endianness>>(path, data, structure, member)
+        }
+        _ => Err(MemberError::NotElf {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+fn member_offset_as<Elf: FileHeader<Endian = Endianness>>(
+    path: &Path,
+    data: &[u8],
+    structure: &str,
+    member: &str,
+) -> Result<u64, MemberError> {
+    let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| MemberError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("bad ELF: {e}"),
+    })?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let load = |name: &str| section_data(sections, endian, data, name);
+    dwarf_types::member_offset(&load, endian.is_little_endian(), structure, member).map_err(|m| {
+        let path = path.to_path_buf();
+        match m {
+            Missing::NoDwarf => MemberError::NoDwarf { path },
+            Missing::NoStruct => MemberError::NoStruct {
+                path,
+                structure: structure.to_string(),
+            },
+            Missing::NoMember => MemberError::NoMember {
+                path,
+                structure: structure.to_string(),
+                member: member.to_string(),
+            },
+            Missing::Corrupt(reason) => MemberError::Corrupt {
+                path,
+                reason: format!("bad DWARF: {reason}"),
+            },
+        }
     })
 }
 

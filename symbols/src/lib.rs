@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 mod demangle;
 mod detect;
 mod dwarf_lines;
+mod dwarf_types;
 mod elf;
 mod file_data;
 mod functions;
@@ -110,6 +111,49 @@ pub enum SymbolError {
     },
 }
 
+/// Why a struct member's offset could not be read from a file's DWARF.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not an ELF file")]
+    NotElf { path: PathBuf },
+    #[error("{path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("{path} has no DWARF debug information")]
+    NoDwarf { path: PathBuf },
+    #[error("{path}: its DWARF does not define struct {structure}")]
+    NoStruct { path: PathBuf, structure: String },
+    #[error("{path}: struct {structure} has no member {member}")]
+    NoMember {
+        path: PathBuf,
+        structure: String,
+        member: String,
+    },
+}
+
+/// The byte offset of `member` in `struct structure` (C), from an ELF file's DWARF: the
+/// first complete definition found decides (a Linux vmlinux: `task_struct`, `comm`, in a
+/// few milliseconds). Members of anonymous structs and unions count as the struct's own.
+/// Only definitions at a unit's top level are found (not types local to a function).
+pub fn struct_member_offset(
+    path: &Path,
+    structure: &str,
+    member: &str,
+) -> Result<u64, MemberError> {
+    let data = file_data::map(path).map_err(|e| match e {
+        SymbolError::Io { path, source } => MemberError::Io { path, source },
+        other => MemberError::Corrupt {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
+    })?;
+    elf::member_offset(path, &data, structure, member)
+}
+
 /// Reads any supported symbol source, detecting its kind from its contents (see [`Kind`]).
 /// A source that yields no function at all is an error ([`SymbolError::Stripped`] or
 /// [`SymbolError::Corrupt`]), never an empty image.
@@ -183,6 +227,10 @@ pub mod fuzzing {
 
     pub fn kernel_image(data: &[u8]) -> Result<Image, SymbolError> {
         kernel_image::load(Path::new("fuzz"), data, &LoadOptions::default())
+    }
+
+    pub fn member_offset(data: &[u8]) -> Result<u64, MemberError> {
+        elf::member_offset(Path::new("fuzz"), data, "task_struct", "comm")
     }
 
     pub fn any(data: &[u8]) -> Result<Image, SymbolError> {
