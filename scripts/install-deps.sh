@@ -51,6 +51,15 @@ command -v cargo >/dev/null 2>&1 || {
     exit 1
 }
 
+# Miri (nightly) runs the engine's tests in scripts/test.sh; cargo-fuzz needs nightly too.
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null 2>&1 || { log "rustup not found: Miri needs a nightly toolchain"; exit 1; }
+    log "installing the nightly toolchain's miri component"
+    rustup toolchain install nightly --profile minimal --component miri >/dev/null 2>&1 ||
+        rustup component add --toolchain nightly miri >/dev/null
+    cargo +nightly miri setup >/dev/null 2>&1
+fi
+
 have_qemu() {
     command -v qemu-system-aarch64 >/dev/null 2>&1 || return 1
     local v

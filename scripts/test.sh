@@ -10,3 +10,6 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
 cargo test --workspace --no-fail-fast
+# The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
+# under Miri's checks (about two minutes).
+cargo +nightly miri test -p qemu-uftrace-engine

@@ -301,6 +301,18 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         task::write_task_txt(w, &sid, &tasks)
     })?;
     done.task_note = guest_tasks::note_lines(&guest, &done.tids);
+    if rec
+        .stats
+        .as_ref()
+        .and_then(|s| s.other_count("exceptions_shown"))
+        == Some(0)
+    {
+        done.task_note.push(
+            "exceptions and interrupts are not shown as entries: the QEMU that recorded this \
+             does not report them to plugins (10.2 and newer do)"
+                .into(),
+        );
+    }
     done.tasks = guest;
     if !done.task_note.is_empty() {
         let text = done.task_note.join("\n");

@@ -376,8 +376,17 @@ fn summary(
             } else {
                 String::new()
             };
+            let count = |key: &str| s.other_count(key);
+            let tasks = match count("tasks") {
+                Some(n) if n > 1 => format!(", {} tasks", group(n as f64)),
+                _ => String::new(),
+            };
+            let exceptions = match (count("exceptions_shown"), count("exceptions")) {
+                (Some(1), Some(n)) => format!(", {} exceptions and interrupts", group(n as f64)),
+                _ => String::new(),
+            };
             note(format!(
-                "recorded {} events ({} calls, {} returns{unwritten}) on {} vCPU{}: {} in {secs:.2} s{rate}",
+                "recorded {} events ({} calls, {} returns{unwritten}) on {} vCPU{}{tasks}{exceptions}: {} in {secs:.2} s{rate}",
                 group(s.events as f64),
                 group(s.calls as f64),
                 group(s.returns as f64),
@@ -385,6 +394,13 @@ fn summary(
                 if s.vcpus == Some(1) { "" } else { "s" },
                 bytes(s.bytes.max(done.bytes)),
             ));
+            if count("exceptions_shown") == Some(0) {
+                note(
+                    "exceptions and interrupts are not shown as entries: this QEMU does not \
+                     report them to plugins (10.2 and newer do); their handlers' calls nest \
+                     where they ran",
+                );
+            }
             let oddities: Vec<String> = [
                 ("resyncs", s.resyncs),
                 ("unmatched returns", s.unmatched_returns),
@@ -483,9 +499,22 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
                     || s.other.iter().any(|(k, _)| k == total))
         });
     // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
+    // The whole-system model's ordinary counts are in the summary line, not findings.
     let setting = matches!(
         key,
-        "max_depth" | "discontinuity_api" | "eret_returns" | "plugin_api" | "qemu_api"
+        "max_depth"
+            | "discontinuity_api"
+            | "eret_returns"
+            | "plugin_api"
+            | "qemu_api"
+            | "tasks"
+            | "switches"
+            | "exceptions"
+            | "exception_returns"
+            | "exceptions_shown"
+            | "split_levels"
+            | "returns_unseen"
+            | "open_frames"
     );
     value != "0" && !per_vcpu_total && !setting
 }

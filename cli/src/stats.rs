@@ -42,6 +42,14 @@ pub struct Stats {
 }
 
 impl Stats {
+    /// A count the plugin reported that this version keeps under `other`.
+    pub fn other_count(&self, key: &str) -> Option<u64> {
+        self.other
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.parse().ok())
+    }
+
     /// Why the trace is not complete although the plugin reported: what it said, in one
     /// line (`None` when it is complete).
     pub fn incomplete_reason(&self) -> Option<String> {

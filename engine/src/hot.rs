@@ -15,9 +15,9 @@ use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 /// Frames kept beyond the recorded depth (so their returns still match) before giving up.
 pub const HARD_STACK_LIMIT: usize = 16 * 1024;
 
-/// The smallest record buffer the engine works with: whatever a spill gives back, it is
-/// grown to this, so that a record always fits after a flush.
-pub const MIN_BUFFER_BYTES: usize = 64 * RECORD_SIZE;
+/// The smallest record buffer the engine works with: whatever a spill gives back (even an
+/// empty vector) is grown to this, so that a record always fits after a flush.
+pub const MIN_BUFFER_BYTES: usize = 4 * RECORD_SIZE;
 
 /// Takes a full record buffer of task `tid` and gives back an empty one.
 pub type Spill = Box<dyn FnMut(u32, Vec<u8>) -> Vec<u8> + Send>;
@@ -360,12 +360,12 @@ const PREFETCH_AHEAD: usize = 4096;
 
 /// Whether this CPU has PREFETCHW (cheaper here than a read prefetch; the encoding is not
 /// promised to be harmless on older Intel CPUs, so it is used only when CPUID says so).
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 static PREFETCHW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Looks up what `prefetch_for_write` may use (at vCPU init, before the vCPU runs).
 fn detect_prefetch() {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         // Leaf 0x8000_0001 exists on every x86-64 CPU; ECX bit 8 is PRFCHW (3DNowPrefetch).
         let ecx = core::arch::x86_64::__cpuid(0x8000_0001).ecx;
@@ -377,7 +377,7 @@ fn detect_prefetch() {
 /// whatever `p` is.
 #[inline(always)]
 fn prefetch_for_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     // SAFETY: prefetches have no architectural effect; PREFETCHW only where CPUID has it.
     unsafe {
         if PREFETCHW.load(std::sync::atomic::Ordering::Relaxed) {
@@ -386,11 +386,12 @@ fn prefetch_for_write(p: *const u8) {
             core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
         }
     };
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", not(miri)))]
     // SAFETY: as above.
     unsafe {
         core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
     };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    // Miri runs the engine's tests without inline assembly: prefetches are only hints.
+    #[cfg(any(miri, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     let _ = p;
 }
