@@ -384,3 +384,59 @@ fn initramfs_init_is_named_after_its_exec() {
         "{names:?}"
     );
 }
+
+/// 32 vCPUs: past the 16 that QEMU's scoreboards start with, so QEMU reallocates them while
+/// creating vCPUs. Every vCPU records, nothing is left unmatched, no task is found running on
+/// two vCPUs at once, and each task's records are in time order (one wall clock).
+#[test]
+fn debian_kernel_on_32_vcpus() {
+    let qemu = system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2");
+    let mut argv = kernel_boot_args_on(&qemu.program, "cortex-a57");
+    argv.splice(1..1, ["-smp".to_string(), "32".to_string()]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("k32");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .args(["record", "-o"])
+        .arg(&dir)
+        .arg("--")
+        .args(&argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(console.contains("Brought up 1 node, 32 CPUs"), "{console}");
+    assert_eq!(plugin_stat(&dir, "vcpus"), "32");
+    assert_eq!(plugin_stat(&dir, "clock"), "wall");
+    assert_eq!(plugin_stat(&dir, "complete"), "1");
+    for v in 0..32 {
+        assert!(
+            stat(&dir, &format!("vcpu{v}.events")) > 0,
+            "vCPU {v} recorded nothing"
+        );
+    }
+    assert!(stat(&dir, "unmatched_returns") < 20);
+    assert_eq!(stat(&dir, "task_conflicts"), 0);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "dat") {
+            let bytes = std::fs::read(&path).unwrap();
+            let times: Vec<u64> = bytes
+                .chunks_exact(16)
+                .map(|r| u64::from_le_bytes(r[..8].try_into().unwrap()))
+                .collect();
+            assert!(
+                times.windows(2).all(|w| w[0] <= w[1]),
+                "{} goes back in time",
+                path.display()
+            );
+        }
+    }
+}
