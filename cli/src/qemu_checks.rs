@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use crate::errors::{fail, usage};
 use crate::plugin_select::Accepts;
-use crate::qemu_cmd::{self, Emulator, Mode};
+use crate::qemu::{self, Emulator, Mode};
 
 /// Oldest QEMU whose plugin API has what the plugin needs.
 pub const MIN_VERSION: (u32, u32) = (9, 2);
@@ -60,11 +60,11 @@ pub enum PluginChoice {
 }
 
 /// Runs the remaining checks, in order, on the QEMU command `argv0` `opts` with `plugin`.
-/// The first check, [`qemu_cmd::detect_emulator`], is the caller's: it gives `emulator`.
+/// The first check, [`qemu::detect_emulator`], is the caller's: it gives `emulator`.
 pub fn preflight(
     argv0: &OsString,
     emulator: Emulator,
-    opts: &[qemu_cmd::QemuOption],
+    opts: &[qemu::QemuOption],
     plugin: &PluginChoice,
 ) -> Result<Qemu> {
     let qemu = check_qemu(argv0, emulator, plugin)?;
@@ -84,7 +84,7 @@ pub fn preflight(
             "remove -daemonize (record runs QEMU in the foreground; stop it with Ctrl-C)",
         ));
     }
-    if let Some(opt) = qemu_cmd::hardware_accel(opts) {
+    if let Some(opt) = qemu::refusals::hardware_accel(opts) {
         return Err(usage(
             format!("'{opt}' runs the guest on a hardware accelerator, but qemu-uftrace needs TCG"),
             "remove it (or use -accel tcg)",
@@ -344,7 +344,7 @@ pub fn classify_probe(success: bool, stdout: &str, stderr: &str) -> ProbeOutcome
 fn probe_once(path: &Path, emulator: &Emulator, plugin: &Path) -> Result<ProbeOutcome> {
     let probe = format!(
         "{},probe=on",
-        qemu_cmd::escape_keyval(&plugin.to_string_lossy())
+        qemu::escape_keyval(&plugin.to_string_lossy())
     );
     let args: Vec<OsString> = match emulator.mode {
         Mode::System => ["-M", "none", "-nodefaults", "-display", "none", "-plugin"]

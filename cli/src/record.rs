@@ -13,8 +13,8 @@ use crate::args::{Clock, RecordArgs};
 use crate::datadir::{self, Assembled, Recording};
 use crate::errors::{fail, note, usage, warn};
 use crate::kernel_alias;
+use crate::qemu::{self, Emulator, GuestImage};
 use crate::qemu_checks::{self, PluginChoice, Qemu};
-use crate::qemu_cmd::{self, Emulator, GuestImage};
 use crate::run_qemu::{self, QemuExit};
 use crate::stats::Stats;
 use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
@@ -31,7 +31,7 @@ pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
         ));
     }
     // The cheap checks on what was typed come first.
-    let emulator = qemu_cmd::detect_emulator(&argv[0])?;
+    let emulator = qemu::detect_emulator(&argv[0])?;
     let extra_sources = args
         .symbols
         .iter()
@@ -77,16 +77,15 @@ fn record_into(
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let argv = &args.qemu_command;
-    let opts = qemu_cmd::options(&argv[1..]);
+    let opts = qemu::options(&argv[1..]);
     let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
-    let images = qemu_cmd::guest_images(&opts, qemu_cmd::file_is_elf);
+    let images = qemu::guest_images(&opts, qemu::file_is_elf);
     let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
     let loader = start_symbol_files(&sources, &images, &opts, staging);
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
-    let plugin_opt =
-        qemu_cmd::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
-    let full = qemu_cmd::with_plugin(argv, plugin_opt);
+    let plugin_opt = qemu::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
+    let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);
     // Joined whatever QEMU did: the thread writes into the staging directory.
@@ -123,7 +122,7 @@ fn record_into(
         cmdline: shell_join(typed),
         wait_status: exit.wait_status,
         cpu_desc: cpu_desc(&qemu),
-        memory: qemu_cmd::memory(&opts),
+        memory: qemu::memory(&opts),
         started,
         elapsed: exit.elapsed,
         stats: stats.clone(),
@@ -192,10 +191,10 @@ fn symbol_sources(extra: Vec<SourceArg>, images: &[GuestImage], no_auto: bool) -
 
 /// A Linux kernel given with -kernel randomizes its base (KASLR) unless told not to, and
 /// then none of its symbols match: say how to turn it off.
-fn kaslr_hint(loaded: &[Loaded], opts: &[qemu_cmd::QemuOption]) -> Option<String> {
+fn kaslr_hint(loaded: &[Loaded], opts: &[qemu::QemuOption]) -> Option<String> {
     let linux_kernel = loaded.iter().any(|l| match l {
         Loaded::Ok(src, img) => {
-            src.origin == qemu_cmd::ImageOrigin::Kernel.option()
+            src.origin == qemu::ImageOrigin::Kernel.option()
                 && img.functions.iter().any(|f| f.name == "start_kernel")
         }
         Loaded::Failed(..) => false,
@@ -245,12 +244,12 @@ impl Default for SymbolJob {
 fn start_symbol_files(
     sources: &[SourceArg],
     images: &[GuestImage],
-    opts: &[qemu_cmd::QemuOption],
+    opts: &[qemu::QemuOption],
     staging: &Path,
 ) -> BackgroundLoad<SymbolJob> {
     let kernel = images
         .iter()
-        .find(|i| i.origin == qemu_cmd::ImageOrigin::Kernel)
+        .find(|i| i.origin == qemu::ImageOrigin::Kernel)
         .map(|k| k.path.clone());
     let opts = opts.to_vec();
     let staging = staging.to_path_buf();
@@ -517,8 +516,7 @@ mod tests {
                 crate::symfiles::tests::image("Image", 0x1000, &[(0x1000, 4, "start_kernel")]),
             )]
         };
-        let opts =
-            |v: &[&str]| qemu_cmd::options(&v.iter().map(OsString::from).collect::<Vec<_>>());
+        let opts = |v: &[&str]| qemu::options(&v.iter().map(OsString::from).collect::<Vec<_>>());
         assert!(kaslr_hint(&kernel(), &opts(&["-append", "console=ttyAMA0"])).is_some());
         assert!(kaslr_hint(&kernel(), &opts(&["-append", "console=ttyAMA0 nokaslr"])).is_none());
         assert!(kaslr_hint(&kernel(), &opts(&["-M", "virt,dtb-kaslr-seed=off"])).is_none());
@@ -560,11 +558,11 @@ mod tests {
         let images = [
             GuestImage {
                 path: "vmlinux".into(),
-                origin: qemu_cmd::ImageOrigin::Kernel,
+                origin: qemu::ImageOrigin::Kernel,
             },
             GuestImage {
                 path: "fw.elf".into(),
-                origin: qemu_cmd::ImageOrigin::Loader,
+                origin: qemu::ImageOrigin::Loader,
             },
         ];
         let s = symbol_sources(extra.clone(), &images, false);
