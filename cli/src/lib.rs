@@ -18,6 +18,7 @@ pub mod qemu;
 pub mod qemu_checks;
 pub mod record;
 pub mod run_qemu;
+pub mod signal_scope;
 pub mod stats;
 pub mod symbol_source;
 pub mod symbols_cmd;

@@ -1,18 +1,16 @@
 //! Running QEMU with the terminal left to it: stdin, stdout and stderr inherited (so
 //! `-nographic` consoles work), Ctrl-C reaching QEMU rather than killing us, SIGTERM and
-//! SIGHUP forwarded, QEMU's exit status kept.
+//! SIGHUP forwarded (for the run only: [`crate::signal_scope`]), QEMU's exit status kept.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
+
+use crate::signal_scope::SignalScope;
 
 /// How QEMU ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +56,6 @@ impl QemuExit {
     }
 }
 
-/// Makes SIGINT harmless to us without ignoring it: an ignored disposition would be
-/// inherited by QEMU through exec, and Ctrl-C must still stop QEMU (which then runs the
-/// plugin's exit hook). A handler is reset to the default in the child by exec.
-pub fn survive_sigint() -> Result<()> {
-    signal_hook::flag::register(SIGINT, Arc::new(AtomicBool::new(false)))
-        .context("cannot install the SIGINT handler")?;
-    Ok(())
-}
-
 /// In the child, before exec: QEMU gets SIGTERM when we die, even by SIGKILL, so that it
 /// stops (its plugin flushing into the staging directory, which the next `record` into the
 /// same directory reports) instead of running on unwatched. The signal goes with the thread
@@ -84,9 +73,9 @@ fn die_with_parent(parent: libc::pid_t) {
 
 /// Runs `program` with `args` and waits for it.
 pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
-    survive_sigint()?;
-    let mut signals =
-        Signals::new([SIGTERM, SIGHUP]).context("cannot install the SIGTERM/SIGHUP handlers")?;
+    // Handlers, not an ignored disposition, which exec would pass on to QEMU: Ctrl-C must
+    // still stop QEMU (which then runs the plugin's exit hook).
+    let scope = SignalScope::qemu()?;
     let started = Instant::now();
     // SAFETY: getpid cannot fail.
     let parent = unsafe { libc::getpid() };
@@ -105,22 +94,14 @@ pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
         })
         .start()
         .with_context(|| format!("cannot start {}", program.display()))?;
-    let pids = handle.pids();
-    let forwarder_handle = signals.handle();
-    let forwarder = std::thread::spawn(move || {
-        for sig in signals.forever() {
-            for &pid in &pids {
-                // SAFETY: kill has no memory effects; a stale pid at worst gets ESRCH.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, sig);
-                }
-            }
-        }
-    });
+    if let Some(&pid) = handle.pids().first() {
+        scope.child_started(pid);
+    }
     let waited = handle.wait().map(|o| o.status);
     let elapsed = started.elapsed();
-    forwarder_handle.close();
-    let _ = forwarder.join();
+    scope.child_reaped();
+    // From here on our signals have their default actions.
+    drop(scope);
     let status = waited.with_context(|| format!("cannot wait for {}", program.display()))?;
     Ok(QemuExit::from_status(status, elapsed))
 }

@@ -629,6 +629,137 @@ fn sigterm_is_forwarded_to_qemu() {
     check_stopped_trace(&env, "term", &err);
 }
 
+/// The pid of a child of `parent` running `program` (by the file name of its argv[0]).
+fn child_running(parent: i32, program: &str) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let ppid: i32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let argv0 = cmdline.split(|&b| b == 0).next()?;
+            let name =
+                Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(argv0))
+                    .file_name()?;
+            (ppid == parent && name == program).then_some(pid)
+        })
+}
+
+/// Waits for `record` to exit after a signal that must end it: promptly, by that signal.
+fn ended_by(run: &mut Running, sig: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = run.child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            run.kill_group();
+            panic!("record ignored signal {sig}:\n{}", run.stderr());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(sig), "{status}:\n{}", run.stderr());
+}
+
+/// Once QEMU has exited, SIGTERM, SIGHUP and Ctrl-C end `record` as they end any program,
+/// here while it waits for a symbol source that never comes (a FIFO nobody writes to). The
+/// recorded data stays in DIR.partial, and the next `record` into DIR says what it is.
+#[test]
+fn signals_after_qemu_exits_end_record() {
+    let elf = hello();
+    let env = Env::new();
+    let fifo = env.path("never.fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    // Ctrl-C: SIGINT to the whole foreground process group, as a terminal sends it.
+    for (sig, group) in [
+        (libc::SIGTERM, false),
+        (libc::SIGHUP, false),
+        (libc::SIGINT, true),
+    ] {
+        let name = format!("sig{sig}");
+        let mut run = env.spawn_record(&["-o", &name, "--symbols", "never.fifo"], &qemu_args(&elf));
+        let staging = env.path(&format!("{name}.partial"));
+        // QEMU is done: the plugin has written its statistics.
+        let deadline = Instant::now() + PATIENCE;
+        while !staging.join("plugin.stats").exists() || child_running(run.pid(), QEMU).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "QEMU did not end:\n{}",
+                run.stderr()
+            );
+            assert!(run.child.try_wait().unwrap().is_none(), "{}", run.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(if group { -run.pid() } else { run.pid() }, sig);
+        ended_by(&mut run, sig);
+        assert!(run.stdout().contains("Goodbye."), "{}", run.stdout());
+        assert!(!env.path(&name).exists());
+        assert_eq!(plugin_stat(&staging, "complete"), "1");
+        assert!(assert_records(&staging.join("1.dat")) > 0);
+    }
+    let again = env.record(&["-o", "sig15"], &elf);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    let line = single_error(&again);
+    assert!(
+        line.contains("sig15.partial already exists: an earlier recording was interrupted"),
+        "{line}"
+    );
+}
+
+/// SIGTERM during `--then` ends `record` at once, with the trace already in place: here
+/// `uftrace replay` blocks on a full pipe, as a long replay would.
+#[test]
+fn sigterm_during_then_ends_record() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let err = env.path("record.stderr");
+    let mut c = env.record_cmd(&["-o", "then", "--then", "replay"], &qemu_args(&elf));
+    // A pipe this test never reads: replay fills it and waits.
+    c.stdout(Stdio::piped())
+        .stderr(File::create(&err).unwrap())
+        .process_group(0);
+    let mut run = Running {
+        child: c.spawn().expect("start qemu-uftrace record"),
+        out: env.path("no.stdout"),
+        err,
+    };
+    run.wait_for_data(&env.path("then.partial/1.dat"), 1);
+    let qemu = child_running(run.pid(), QEMU).expect("QEMU runs");
+    signal(qemu, libc::SIGTERM);
+    let deadline = Instant::now() + PATIENCE;
+    let uftrace = loop {
+        if let Some(pid) = child_running(run.pid(), "uftrace") {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no uftrace:\n{}", run.stderr());
+        assert!(run.child.try_wait().unwrap().is_none(), "{}", run.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(run.pid(), libc::SIGTERM);
+    ended_by(&mut run, libc::SIGTERM);
+    // uftrace, left waiting on the pipe, goes with the test.
+    // SAFETY: kill has no memory effects; uftrace is a process this test started.
+    unsafe { libc::kill(uftrace, libc::SIGKILL) };
+    assert!(
+        run.stderr().contains("wrote then; look at it with"),
+        "{}",
+        run.stderr()
+    );
+    assert!(!env.path("then.partial").exists());
+    assert_eq!(plugin_stat(&env.path("then"), "complete"), "1");
+}
+
 /// A trace of `spin` that QEMU ended properly: complete, assembled, readable.
 fn check_stopped_trace(env: &Env, name: &str, err: &str) {
     let data = env.path(name);
