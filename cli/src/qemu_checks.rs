@@ -1,6 +1,7 @@
 //! Checks, before recording, that the QEMU command can be traced, in an order that makes
 //! the first failing one the most useful to report: is it QEMU at all, is it installed, is it
-//! new enough, can it load our plugin, is its target supported, does it run under TCG.
+//! new enough, can it load our plugin, is its target supported, then what its command line
+//! asks for ([`crate::qemu::refusals`]: TCG, a foreground QEMU that can end, a kernel file).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -77,19 +78,7 @@ pub fn preflight(
             "only system-mode aarch64 (qemu-system-aarch64) can be recorded for now",
         ));
     }
-    if opts.iter().any(|o| o.name == "daemonize") {
-        return Err(usage(
-            "-daemonize makes QEMU return at once and run on in the background, so the trace \
-             would be assembled while QEMU still writes it",
-            "remove -daemonize (record runs QEMU in the foreground; stop it with Ctrl-C)",
-        ));
-    }
-    if let Some(opt) = qemu::refusals::hardware_accel(opts) {
-        return Err(usage(
-            format!("'{opt}' runs the guest on a hardware accelerator, but qemu-uftrace needs TCG"),
-            "remove it (or use -accel tcg)",
-        ));
-    }
+    qemu::refusals::check(opts)?;
     Ok(qemu)
 }
 

@@ -99,10 +99,21 @@ fn record_into(
         // Whatever went wrong, check this QEMU afresh next time.
         qemu.forget_probe();
         // `run` removes the empty staging directory on this error.
-        return Err(fail(
-            format!("no call or return was recorded: QEMU {}", exit.describe()),
-            "check QEMU's messages above (the guest must run under TCG)",
-        ));
+        return Err(match exit.complaint().filter(|_| exit.failed()) {
+            // QEMU refused its command line (a machine, CPU or device it does not know, a
+            // file it cannot load): its own words name the problem.
+            Some(complaint) => fail(
+                format!(
+                    "QEMU {} before recording anything: {complaint}",
+                    exit.describe()
+                ),
+                "fix the QEMU command line (QEMU's messages are above)",
+            ),
+            None => fail(
+                format!("no call or return was recorded: QEMU {}", exit.describe()),
+                "check QEMU's messages above (the guest must run under TCG)",
+            ),
+        });
     }
     let stats = Stats::read(staging).map_err(|e| {
         fail(

@@ -448,13 +448,15 @@ fn qemu_that_fails_to_start_leaves_nothing() {
     let data = env.path("uftrace.data");
     std::fs::create_dir(&data).unwrap();
     std::fs::write(data.join("marker"), b"earlier").unwrap();
-    let qemu = qemu_args(Path::new("/nonexistent/Image"));
+    let mut qemu = qemu_args(&hello());
+    let cpu = qemu.iter().position(|a| a == "-cpu").unwrap() + 1;
+    qemu[cpu] = "nosuchcpu".into();
     let plain = Command::new(&qemu[0])
         .args(&qemu[1..])
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-system-aarch64");
-    assert!(!plain.status.success(), "QEMU started without a kernel?");
+    assert!(!plain.status.success(), "QEMU started with an unknown CPU?");
 
     let o = env.record_cmd(&[], &qemu).output().unwrap();
     assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
@@ -465,7 +467,8 @@ fn qemu_that_fails_to_start_leaves_nothing() {
     let line = single_error(&o);
     assert!(
         line.contains(&format!(
-            "no call or return was recorded: QEMU exited with code {}",
+            "QEMU exited with code {} before recording anything: {qemu_says}; fix the QEMU \
+             command line",
             plain.status.code().unwrap()
         )),
         "{line}"

@@ -1,6 +1,105 @@
-//! Options that take the guest away from what the plugin sees.
+//! Options of a system-mode command line that qemu-uftrace refuses before running QEMU,
+//! each with one line naming the problem and the way out: those that take the guest away
+//! from the plugin (a hardware accelerator), keep QEMU from ever ending or from ending in
+//! the foreground (`-S` with nothing to continue it, `-daemonize`), clash with our own
+//! `-plugin`, or name no kernel QEMU could load.
+
+use std::path::Path;
+
+use anyhow::Result;
 
 use super::options::{keyval, QemuOption};
+use crate::errors::{fail, usage};
+
+/// Refuses the command line `opts` (without argv[0]) at its first problem.
+pub fn check(opts: &[QemuOption]) -> Result<()> {
+    if opts.iter().any(|o| o.name == "daemonize") {
+        return Err(usage(
+            "-daemonize makes QEMU return at once and run on in the background, so the trace \
+             would be assembled while QEMU still writes it",
+            "remove -daemonize (record runs QEMU in the foreground; stop it with Ctrl-C)",
+        ));
+    }
+    if let Some(opt) = hardware_accel(opts) {
+        return Err(usage(
+            format!("'{opt}' runs the guest on a hardware accelerator, but qemu-uftrace needs TCG"),
+            "remove it (or use -accel tcg)",
+        ));
+    }
+    if let Some(o) = opts.iter().find(|o| o.name == "plugin") {
+        let value = o.value.as_deref().unwrap_or_default().to_string_lossy();
+        return Err(usage(
+            format!(
+                "the QEMU command already loads a plugin (-plugin {value}), and qemu-uftrace \
+                 adds its own"
+            ),
+            "remove that -plugin (to record with another build of qemu-uftrace's plugin, \
+             give it with --plugin PATH)",
+        ));
+    }
+    if paused_for_good(opts) {
+        return Err(usage(
+            "-S starts the guest paused, and nothing on this command line can continue it (no \
+             gdb stub, no monitor): QEMU would wait forever",
+            "remove -S, or add -s and continue from gdb (target remote :1234, then continue), \
+             or add -monitor stdio and type cont",
+        ));
+    }
+    check_kernel(opts)
+}
+
+/// True when `-S` pauses the guest at start and the command gives nothing that could
+/// continue it: no gdb stub (`-s`, `-gdb`), no monitor (`-monitor`, `-mon`, `-qmp`, a
+/// `mon:` serial or parallel port, or the one `-nographic` puts on stdio unless
+/// `-nodefaults`). The monitor of a graphical display is not counted: nothing on the
+/// command line says that a display will open.
+fn paused_for_good(opts: &[QemuOption]) -> bool {
+    let has = |name: &str| opts.iter().any(|o| o.name == name);
+    let value = |o: &QemuOption| {
+        o.value
+            .as_ref()
+            .map(|v| v.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let can_continue = opts.iter().any(|o| match o.name.as_str() {
+        "s" | "mon" | "qmp" | "qmp-pretty" => true,
+        "gdb" | "monitor" => value(o) != "none",
+        "serial" | "parallel" => value(o).starts_with("mon:"),
+        "nographic" => !has("nodefaults"),
+        _ => false,
+    });
+    has("S") && !can_continue
+}
+
+/// The kernel QEMU would load (the last `-kernel`) must be a file: refused here, QEMU's own
+/// failure would come after the plugin and symbol loading have started, as a bare "could
+/// not load kernel".
+fn check_kernel(opts: &[QemuOption]) -> Result<()> {
+    let Some(value) = opts
+        .iter()
+        .rev()
+        .find(|o| o.name == "kernel")
+        .and_then(|o| o.value.as_ref())
+    else {
+        return Ok(());
+    };
+    let path = Path::new(value);
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(usage(
+            format!("-kernel {} is a directory", path.display()),
+            "give the kernel image file itself (an ELF such as vmlinux, or an arm64 Image)",
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(usage(
+            format!("-kernel {}: no such file", path.display()),
+            "give the path of the kernel or bare-metal ELF to boot",
+        )),
+        Err(e) => Err(fail(
+            format!("-kernel {}: {e}", path.display()),
+            "make the kernel image readable, or give another one",
+        )),
+    }
+}
 
 /// Hardware accelerators that bypass TCG, and so our plugin.
 const HW_ACCELS: &[&str] = &["kvm", "hvf", "whpx", "xen", "nvmm"];
@@ -72,5 +171,57 @@ mod tests {
                 "{argv:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_paused_start_needs_something_to_continue_it() {
+        let paused = |v: &[&str]| paused_for_good(&options(&os(v)));
+        assert!(paused(&["-S"]));
+        assert!(paused(&["-S", "-display", "none", "-monitor", "none"]));
+        assert!(paused(&["-S", "-nographic", "-nodefaults"]));
+        assert!(paused(&["-S", "-gdb", "none"]));
+        assert!(!paused(&["-M", "virt"]));
+        assert!(!paused(&["-S", "-s"]));
+        assert!(!paused(&["-S", "-gdb", "tcp::1234"]));
+        assert!(!paused(&["-S", "-qmp", "unix:/tmp/q,server,wait=off"]));
+        assert!(!paused(&["-S", "-monitor", "stdio"]));
+        assert!(!paused(&["-S", "-serial", "mon:stdio"]));
+        assert!(!paused(&["-S", "-nographic"]));
+        // `-S` as the value of another option is no pause.
+        assert!(!paused(&["-append", "-S"]));
+    }
+
+    #[test]
+    fn refusals_name_the_option() {
+        let refused = |v: &[&str]| {
+            let e = check(&options(&os(v))).unwrap_err();
+            (crate::errors::exit_code(&e), format!("{e:#}"))
+        };
+        let (code, msg) = refused(&["-plugin", "/x/libexeclog.so,arg=1", "-M", "virt"]);
+        assert_eq!(code, 2);
+        assert!(
+            msg.starts_with(
+                "the QEMU command already loads a plugin (-plugin /x/libexeclog.so,arg=1)"
+            ),
+            "{msg}"
+        );
+        let (code, msg) = refused(&["-kernel", "/nonexistent/Image"]);
+        assert_eq!(code, 2);
+        assert!(
+            msg.starts_with("-kernel /nonexistent/Image: no such file; "),
+            "{msg}"
+        );
+        let (code, msg) = refused(&["-kernel", "/"]);
+        assert_eq!(code, 2);
+        assert!(msg.starts_with("-kernel / is a directory; "), "{msg}");
+        // The last -kernel is the one QEMU loads.
+        assert!(check(&options(&os(&[
+            "-kernel",
+            "/nonexistent",
+            "-kernel",
+            "/bin/sh"
+        ])))
+        .is_ok());
+        assert!(check(&options(&os(&["-M", "virt", "-kernel"]))).is_ok());
     }
 }
