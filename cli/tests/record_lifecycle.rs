@@ -656,6 +656,28 @@ fn child_running(parent: i32, program: &str) -> Option<i32> {
         })
 }
 
+/// How many children of `parent` have not exited yet (zombies do not count).
+fn live_children(parent: i32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|entry| {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                return false;
+            };
+            // "pid (comm) state ppid …"
+            let mut rest = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace();
+            let state = rest.next();
+            let ppid = rest.next().and_then(|p| p.parse::<i32>().ok());
+            ppid == Some(parent) && state != Some("Z")
+        })
+        .count()
+}
+
 /// Waits for `record` to exit after a signal that must end it: promptly, by that signal.
 fn ended_by(run: &mut Running, sig: i32) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -693,9 +715,10 @@ fn signals_after_qemu_exits_end_record() {
         let name = format!("sig{sig}");
         let mut run = env.spawn_record(&["-o", &name, "--symbols", "never.fifo"], &qemu_args(&elf));
         let staging = env.path(&format!("{name}.partial"));
-        // QEMU is done: the plugin has written its statistics.
+        // QEMU is done: the plugin has written its statistics, and QEMU has exited (a zombie
+        // at most; an exiting process already has no command line, so its state is read).
         let deadline = Instant::now() + PATIENCE;
-        while !staging.join("plugin.stats").exists() || child_running(run.pid(), QEMU).is_some() {
+        while !staging.join("plugin.stats").exists() || live_children(run.pid()) > 0 {
             assert!(
                 Instant::now() < deadline,
                 "QEMU did not end:\n{}",
