@@ -331,18 +331,15 @@ pub fn classify_probe(success: bool, stdout: &str, stderr: &str) -> ProbeOutcome
 
 /// Runs the probe of one plugin file.
 fn probe_once(path: &Path, emulator: &Emulator, plugin: &Path) -> Result<ProbeOutcome> {
-    let probe = format!(
-        "{},probe=on",
-        qemu::escape_keyval(&plugin.to_string_lossy())
-    );
+    let probe = qemu::rewrite::plugin_value(plugin, &[("probe", "on".as_ref())]);
     let args: Vec<OsString> = match emulator.mode {
         Mode::System => ["-M", "none", "-nodefaults", "-display", "none", "-plugin"]
             .iter()
             .map(OsString::from)
-            .chain([OsString::from(probe)])
+            .chain([probe])
             .collect(),
         // User mode loads plugins before the guest program, which the probe never reaches.
-        Mode::User => vec!["-plugin".into(), probe.into(), "/bin/true".into()],
+        Mode::User => vec!["-plugin".into(), probe, "/bin/true".into()],
     };
     let out = run_with_timeout(path, &args).map_err(|e| {
         fail(

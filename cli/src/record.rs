@@ -311,19 +311,35 @@ fn cpu_desc(q: &Qemu) -> String {
     )
 }
 
-/// Joins words so that a shell would split them back the same way.
+/// Joins words so that a shell would split them back the same way. A word that is not
+/// UTF-8 (a file name) is written `$'…\xNN…'` (bash, zsh, ksh and POSIX sh from 2024), so
+/// that a command we print can still be pasted.
 pub fn shell_join(words: &[OsString]) -> String {
     words
         .iter()
-        .map(|w| {
-            let s = w.to_string_lossy();
-            let plain = !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c));
-            if plain {
-                s.into_owned()
-            } else {
-                format!("'{}'", s.replace('\'', r"'\''"))
+        .map(|w| match w.to_str() {
+            Some(s) => {
+                let plain = !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c));
+                if plain {
+                    s.to_string()
+                } else {
+                    format!("'{}'", s.replace('\'', r"'\''"))
+                }
+            }
+            None => {
+                use std::os::unix::ffi::OsStrExt;
+                let mut out = String::from("$'");
+                for &b in w.as_bytes() {
+                    match b {
+                        b'\'' | b'\\' => out.push_str(&format!("\\{}", b as char)),
+                        0x20..=0x7e => out.push(b as char),
+                        _ => out.push_str(&format!("\\x{b:02x}")),
+                    }
+                }
+                out.push('\'');
+                out
             }
         })
         .collect::<Vec<_>>()
@@ -513,6 +529,9 @@ mod tests {
             shell_join(&w),
             r"qemu-uftrace -o 'a b' 'it'\''s' -append console=ttyAMA0"
         );
+        use std::os::unix::ffi::OsStrExt;
+        let raw = std::ffi::OsStr::from_bytes(b"t\xffr 'a\\b\n").to_os_string();
+        assert_eq!(shell_join(&[raw]), r"$'t\xffr \'a\\b\x0a'");
     }
 
     #[test]

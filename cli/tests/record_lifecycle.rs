@@ -371,6 +371,50 @@ fn records_assembles_and_names_functions() {
     assert!(info.contains("exited with code: 0"), "{info}");
 }
 
+/// A trace directory whose name is not UTF-8 and holds `,` and `=` (which QEMU's option
+/// parser treats specially), with the plugin cached under such a name too: both reach QEMU
+/// and the plugin byte for byte, and the trace replays with names.
+#[test]
+fn output_directory_of_any_bytes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let elf = hello();
+    let env = Env::new();
+    let name = OsStr::from_bytes(b"t=r\xffce,a,,b");
+    let o = env
+        .cmd()
+        .env("XDG_CACHE_HOME", env.path("ca=c,he"))
+        .arg("record")
+        .arg("-o")
+        .arg(name)
+        .arg("--")
+        .args(qemu_args(&elf))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(r"look at it with: qemu-uftrace replay -d $'t=r\xffce,a,,b'"),
+        "{err}"
+    );
+    let data = env.dir().join(name);
+    assert_eq!(plugin_stat(&data, "complete"), "1");
+    let mut partial = name.to_os_string();
+    partial.push(".partial");
+    assert!(!env.dir().join(partial).exists());
+    let replay = env
+        .cmd()
+        .arg("replay")
+        .arg("-d")
+        .arg(name)
+        .arg("--no-pager")
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let replay = stdout(&replay);
+    assert!(replay.contains("factorial() {"), "{replay}");
+}
+
 #[test]
 fn previous_trace_moves_to_old() {
     let elf = hello();
@@ -497,11 +541,10 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     let staging = env.dir().canonicalize().unwrap().join("k.partial");
     assert!(argv[0].ends_with("/qemu-system-aarch64"), "{argv:?}");
     assert!(
-        argv[2].starts_with(
-            &env.path("cache/qemu-uftrace/plugins/")
-                .display()
-                .to_string()
-        ),
+        argv[2].starts_with(&format!(
+            "file={}",
+            env.path("cache/qemu-uftrace/plugins/").display()
+        )),
         "{argv:?}"
     );
     assert!(

@@ -51,16 +51,17 @@ pub fn guest_images(opts: &[QemuOption], is_elf: impl Fn(&Path) -> bool) -> Vec<
                 origin: ImageOrigin::Bios,
             }),
             "device" => {
+                // JSON is UTF-8 (QEMU refuses anything else); key=value strings are bytes.
                 let text = value.to_string_lossy();
                 let kv = if text.trim_start().starts_with('{') {
                     json_fields(&text)
                 } else {
-                    keyval(&text, "driver")
+                    keyval(value, "driver")
                 };
                 let is_loader = kv.iter().any(|(k, v)| k == "driver" && v == "loader");
-                let raw = kv
-                    .iter()
-                    .any(|(k, v)| k == "force-raw" && matches!(v.as_str(), "on" | "true" | "yes"));
+                let raw = kv.iter().any(|(k, v)| {
+                    k == "force-raw" && matches!(v.to_str(), Some("on" | "true" | "yes"))
+                });
                 if !is_loader || raw {
                     continue;
                 }

@@ -2,7 +2,8 @@
 //! (`options`), QEMU's `key=value,…` strings (`keyval`, `escape_keyval`) and JSON objects
 //! (`json_fields`), and what a given option says (`last_option_key`, `memory`).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 /// Options of qemu-system-* that take no argument (QEMU 9.2–10, plus a few older spellings);
 /// every other option takes exactly one. Found by running each option of `-help` alone.
@@ -81,104 +82,93 @@ pub fn options(args: &[OsString]) -> Vec<QemuOption> {
     out
 }
 
-/// Splits a QEMU `key=value,key=value` option string; `,,` is a literal comma. A first
-/// element without `=` is returned under `implied_key` (`driver` for -device, `accel` for
-/// -accel, `type` for -machine).
-pub fn keyval(value: &str, implied_key: &str) -> Vec<(String, String)> {
-    let mut parts = Vec::new();
-    let mut cur = String::new();
-    let mut chars = value.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == ',' {
-            if chars.peek() == Some(&',') {
-                chars.next();
-                cur.push(',');
-            } else {
-                parts.push(std::mem::take(&mut cur));
+/// Splits a QEMU `key=value,key=value` option string the way QEMU's option parser
+/// (`QemuOpts`) does, byte by byte, since a value may be a file name that is not UTF-8. A
+/// first element with no `=` before its first comma is the value of `implied_key` (`driver`
+/// for -device, `accel` for -accel, `type` for -machine); a later one is a flag (`foo` is
+/// `foo=on`, `nofoo` is `foo=off`). In values `,,` is a literal comma; names end at the
+/// first `=` or `,`.
+pub fn keyval(value: &OsStr, implied_key: &str) -> Vec<(String, OsString)> {
+    /// A value up to the first single comma, and what follows it.
+    fn opt_value(p: &[u8]) -> (Vec<u8>, &[u8]) {
+        let mut value = Vec::new();
+        let mut i = 0;
+        while i < p.len() {
+            if p[i] == b',' {
+                if p.get(i + 1) != Some(&b',') {
+                    return (value, &p[i + 1..]);
+                }
+                i += 1;
             }
+            value.push(p[i]);
+            i += 1;
+        }
+        (value, &[])
+    }
+    let os = |b: &[u8]| OsStr::from_bytes(b).to_os_string();
+    let mut out = Vec::new();
+    let mut p = value.as_bytes();
+    let mut first = true;
+    while !p.is_empty() {
+        let len = p
+            .iter()
+            .position(|&b| b == b'=' || b == b',')
+            .unwrap_or(p.len());
+        let name = String::from_utf8_lossy(&p[..len]).into_owned();
+        if p.get(len) == Some(&b'=') {
+            let (v, rest) = opt_value(&p[len + 1..]);
+            out.push((name, os(&v)));
+            p = rest;
+        } else if first {
+            let (v, rest) = opt_value(p);
+            out.push((implied_key.to_string(), os(&v)));
+            p = rest;
         } else {
-            cur.push(c);
+            match name.strip_prefix("no") {
+                Some(flag) => out.push((flag.to_string(), "off".into())),
+                None => out.push((name, "on".into())),
+            }
+            p = p.get(len + 1..).unwrap_or_default();
+        }
+        first = false;
+    }
+    out
+}
+
+/// Escapes a value for a QEMU option string: a comma is written twice.
+pub fn escape_keyval(value: &OsStr) -> OsString {
+    let mut out = Vec::with_capacity(value.len());
+    for &b in value.as_bytes() {
+        out.push(b);
+        if b == b',' {
+            out.push(b',');
         }
     }
-    parts.push(cur);
-    parts
+    OsString::from_vec(out)
+}
+
+/// The fields of a JSON object (`-device {"driver":"loader",…}`): strings as they are,
+/// numbers and booleans as JSON writes them; nested values are left out. Text that is no
+/// JSON object has no fields (QEMU refuses it anyway).
+pub fn json_fields(text: &str) -> Vec<(String, OsString)> {
+    let Ok(fields) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
+    else {
+        return Vec::new();
+    };
+    fields
         .into_iter()
-        .enumerate()
-        .filter(|(_, p)| !p.is_empty())
-        .map(|(i, p)| match p.split_once('=') {
-            Some((k, v)) => (k.to_string(), v.to_string()),
-            None if i == 0 => (implied_key.to_string(), p),
-            // A bare flag (`,foo`) means `foo=on`.
-            None => (p, "on".to_string()),
+        .filter_map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Number(n) => n.to_string(),
+                serde_json::Value::Bool(b) => b.to_string(),
+                _ => return None,
+            };
+            Some((k, v.into()))
         })
         .collect()
 }
 
-/// Escapes a value for a QEMU option string: a comma is written twice.
-pub fn escape_keyval(value: &str) -> String {
-    value.replace(',', ",,")
-}
-
-/// The string and scalar fields of a flat JSON object (`-device {"driver":"loader",…}`),
-/// enough for the generic loader's options; anything unparsable ends the scan.
-pub fn json_fields(text: &str) -> Vec<(String, String)> {
-    fn string(chars: &mut std::iter::Peekable<std::str::Chars>) -> Option<String> {
-        let mut out = String::new();
-        loop {
-            match chars.next()? {
-                '"' => return Some(out),
-                '\\' => match chars.next()? {
-                    'n' => out.push('\n'),
-                    't' => out.push('\t'),
-                    'u' => {
-                        let hex: String = chars.by_ref().take(4).collect();
-                        out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
-                    }
-                    c => out.push(c),
-                },
-                c => out.push(c),
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut chars = text
-        .trim()
-        .strip_prefix('{')
-        .unwrap_or("")
-        .chars()
-        .peekable();
-    loop {
-        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ',') {
-            chars.next();
-        }
-        if chars.next() != Some('"') {
-            break;
-        }
-        let Some(key) = string(&mut chars) else { break };
-        while chars.peek().is_some_and(|c| c.is_whitespace() || *c == ':') {
-            chars.next();
-        }
-        let value = if chars.peek() == Some(&'"') {
-            chars.next();
-            match string(&mut chars) {
-                Some(v) => v,
-                None => break,
-            }
-        } else {
-            let mut v = String::new();
-            while let Some(&c) = chars.peek() {
-                if c == ',' || c == '}' || c.is_whitespace() {
-                    break;
-                }
-                v.push(c);
-                chars.next();
-            }
-            v
-        };
-        out.push((key, value));
-    }
-    out
-}
 /// The value of `key` in the last of the options named in `names` (QEMU keeps the last),
 /// reading a bare first value as `implied` (`-m 1G` is `size=1G`, `-M virt` is `type=virt`).
 pub fn last_option_key(
@@ -193,10 +183,10 @@ pub fn last_option_key(
         .find(|o| names.contains(&o.name.as_str()))?
         .value
         .as_ref()?;
-    keyval(&value.to_string_lossy(), implied)
+    keyval(value, implied)
         .into_iter()
         .find(|(k, _)| k == key)
-        .map(|(_, v)| v)
+        .map(|(_, v)| v.to_string_lossy().into_owned())
 }
 
 /// The guest memory size (`-m`), for the info file.
@@ -243,32 +233,76 @@ mod tests {
         );
     }
 
+    /// `keyval` with its values as text.
+    fn kv(value: &str, implied: &str) -> Vec<(String, String)> {
+        keyval(OsStr::new(value), implied)
+            .into_iter()
+            .map(|(k, v)| (k, v.to_string_lossy().into_owned()))
+            .collect()
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn keyval_handles_implied_key_escapes_and_flags() {
         assert_eq!(
-            keyval("loader,file=a,,b.elf,cpu-num=0,force-raw", "driver"),
-            [
-                ("driver".to_string(), "loader".to_string()),
-                ("file".into(), "a,b.elf".into()),
-                ("cpu-num".into(), "0".into()),
-                ("force-raw".into(), "on".into()),
-            ]
+            kv("loader,file=a,,b.elf,cpu-num=0,force-raw,noquiet", "driver"),
+            pairs(&[
+                ("driver", "loader"),
+                ("file", "a,b.elf"),
+                ("cpu-num", "0"),
+                ("force-raw", "on"),
+                ("quiet", "off"),
+            ])
         );
-        assert_eq!(escape_keyval("a,b"), "a,,b");
+        // As QEMU: the implied value runs to the first single comma, `=` included.
+        assert_eq!(
+            kv("a,,b=c,x=1", "driver"),
+            pairs(&[("driver", "a,b=c"), ("x", "1")])
+        );
+        assert_eq!(
+            kv("file=/p=q/r.so,out=a=b", "file"),
+            pairs(&[("file", "/p=q/r.so"), ("out", "a=b")])
+        );
+        assert_eq!(kv("virt,", "type"), pairs(&[("type", "virt")]));
+        assert_eq!(kv("", "type"), pairs(&[]));
+    }
+
+    #[test]
+    fn keyval_keeps_bytes_and_escape_undoes_it() {
+        let raw = OsStr::from_bytes(b"/t\xffr,a,,b=c");
+        let escaped = escape_keyval(raw);
+        assert_eq!(escaped.as_bytes(), b"/t\xffr,,a,,,,b=c");
+        let mut option = OsString::from("p.so,out=");
+        option.push(&escaped);
+        option.push(",clock=insn");
+        let kv = keyval(&option, "file");
+        assert_eq!(kv[1], ("out".to_string(), raw.to_os_string()));
+        assert_eq!(kv[2], ("clock".to_string(), "insn".into()));
     }
 
     #[test]
     fn json_device_fields() {
-        assert_eq!(
-            json_fields(r#"{"driver":"loader", "file":"a\"b.elf", "addr":4096,"x":true}"#),
-            [
-                ("driver".to_string(), "loader".to_string()),
-                ("file".into(), "a\"b.elf".into()),
-                ("addr".into(), "4096".into()),
-                ("x".into(), "true".into()),
-            ]
+        let mut fields = json_fields(
+            r#"{"driver":"loader", "file":"a\"b\r.elf", "addr":4096,"x":true,"n":{"y":1}}"#,
         );
+        fields.sort();
+        let want: Vec<(String, OsString)> = [
+            ("addr", "4096"),
+            ("driver", "loader"),
+            ("file", "a\"b\r.elf"),
+            ("x", "true"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.into()))
+        .collect();
+        assert_eq!(fields, want);
         assert!(json_fields("{broken").is_empty());
+        assert!(json_fields("[1]").is_empty());
     }
 
     #[test]

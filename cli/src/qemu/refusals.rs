@@ -107,27 +107,26 @@ const HW_ACCELS: &[&str] = &["kvm", "hvf", "whpx", "xen", "nvmm"];
 /// The option that asks for a hardware accelerator, if any, as the user wrote it.
 pub fn hardware_accel(opts: &[QemuOption]) -> Option<String> {
     for o in opts {
-        let value = o.value.as_ref().map(|v| v.to_string_lossy().into_owned());
-        match (o.name.as_str(), value) {
-            ("enable-kvm", _) => return Some("-enable-kvm".into()),
-            ("accel", Some(v)) => {
-                let kv = keyval(&v, "accel");
-                if let Some((_, a)) = kv.iter().find(|(k, _)| k == "accel") {
-                    if HW_ACCELS.contains(&a.as_str()) {
-                        return Some(format!("-accel {v}"));
-                    }
-                }
+        let Some(v) = &o.value else {
+            if o.name == "enable-kvm" {
+                return Some("-enable-kvm".into());
             }
-            ("machine" | "M", Some(v)) => {
-                let kv = keyval(&v, "type");
-                if let Some((_, list)) = kv.iter().find(|(k, _)| k == "accel") {
-                    // `accel=kvm:tcg` tries KVM first.
-                    if list.split(':').any(|a| HW_ACCELS.contains(&a)) {
-                        return Some(format!("-{} {v}", o.name));
-                    }
-                }
-            }
-            _ => {}
+            continue;
+        };
+        let (implied, written) = match o.name.as_str() {
+            "accel" => ("accel", "-accel"),
+            "machine" => ("type", "-machine"),
+            "M" => ("type", "-M"),
+            _ => continue,
+        };
+        let accels = keyval(v, implied)
+            .into_iter()
+            .find(|(k, _)| k == "accel")
+            .map(|(_, a)| a.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // `-M accel=kvm:tcg` tries KVM first.
+        if accels.split(':').any(|a| HW_ACCELS.contains(&a)) {
+            return Some(format!("{written} {}", v.to_string_lossy()));
         }
     }
     None

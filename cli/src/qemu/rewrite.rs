@@ -1,10 +1,24 @@
 //! The command QEMU runs: the user's, with our `-plugin` option added.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
 
 use super::options::escape_keyval;
 use crate::args::Clock;
+
+/// A `-plugin` value: `file=PLUGIN,key=value,…`, every path escaped and carried byte for
+/// byte (QEMU's option parser and the plugin both take bytes, so a directory name that is
+/// not UTF-8 arrives intact). `file=` is spelled out: as an implied first value, a path
+/// with `=` in it would be read as `name=value`.
+pub fn plugin_value(plugin: &Path, args: &[(&str, &OsStr)]) -> OsString {
+    let mut v = OsString::from("file=");
+    v.push(escape_keyval(plugin.as_os_str()));
+    for (key, value) in args {
+        v.push(format!(",{key}="));
+        v.push(escape_keyval(value));
+    }
+    v
+}
 
 /// The `-plugin` value that loads our plugin and points it at the staging directory.
 pub fn plugin_option(
@@ -13,16 +27,15 @@ pub fn plugin_option(
     clock: Clock,
     max_depth: Option<u16>,
 ) -> OsString {
-    let mut v = format!(
-        "{},out={},clock={}",
-        escape_keyval(&plugin.to_string_lossy()),
-        escape_keyval(&out_dir.to_string_lossy()),
-        clock.as_str()
-    );
-    if let Some(d) = max_depth {
-        v.push_str(&format!(",max_depth={d}"));
+    let depth = max_depth.map(|d| d.to_string());
+    let mut args = vec![
+        ("out", out_dir.as_os_str()),
+        ("clock", OsStr::new(clock.as_str())),
+    ];
+    if let Some(d) = &depth {
+        args.push(("max_depth", OsStr::new(d)));
     }
-    v.into()
+    plugin_value(plugin, &args)
 }
 
 /// The command with `-plugin <value>` inserted right after argv[0], so that it comes before
@@ -54,7 +67,7 @@ mod tests {
         );
         assert_eq!(
             v,
-            OsString::from("/c/p,,1.so,out=/t/uftrace.data.partial,clock=insn,max_depth=64")
+            OsString::from("file=/c/p,,1.so,out=/t/uftrace.data.partial,clock=insn,max_depth=64")
         );
         let argv = with_plugin(
             &os(&["qemu-system-aarch64", "-M", "virt"]),
