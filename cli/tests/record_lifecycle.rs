@@ -75,9 +75,13 @@ impl Env {
     /// Starts `record` in a process group of its own (as a shell runs a foreground job),
     /// with stdout and stderr going to files: a pipe nobody reads would stop QEMU.
     fn spawn_record(&self, extra: &[&str], qemu: &[String]) -> Running {
+        self.spawn(self.record_cmd(extra, qemu))
+    }
+
+    /// [`Env::spawn_record`] of a command made by [`Env::record_cmd`].
+    fn spawn(&self, mut c: Command) -> Running {
         let out = self.path("record.stdout");
         let err = self.path("record.stderr");
-        let mut c = self.record_cmd(extra, qemu);
         c.stdout(File::create(&out).unwrap())
             .stderr(File::create(&err).unwrap())
             .process_group(0);
@@ -741,6 +745,7 @@ fn ended_by(run: &mut Running, sig: i32) {
 /// Once QEMU has exited, SIGTERM, SIGHUP and Ctrl-C end `record` as they end any program,
 /// here while it waits for a symbol source that never comes (a FIFO nobody writes to). The
 /// recorded data stays in DIR.partial, and the next `record` into DIR says what it is.
+/// Under `nohup` (SIGHUP ignored from the start) SIGHUP stays ignored.
 #[test]
 fn signals_after_qemu_exits_end_record() {
     let elf = hello();
@@ -749,14 +754,19 @@ fn signals_after_qemu_exits_end_record() {
     let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-    // Ctrl-C: SIGINT to the whole foreground process group, as a terminal sends it.
-    for (sig, group) in [
-        (libc::SIGTERM, false),
-        (libc::SIGHUP, false),
-        (libc::SIGINT, true),
-    ] {
-        let name = format!("sig{sig}");
-        let mut run = env.spawn_record(&["-o", &name, "--symbols", "never.fifo"], &qemu_args(&elf));
+    // `record` into `name`, stalled on the FIFO once QEMU is done.
+    let stalled = |name: &str, nohup: bool| {
+        let mut c = env.record_cmd(&["-o", name, "--symbols", "never.fifo"], &qemu_args(&elf));
+        if nohup {
+            // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+            unsafe {
+                c.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                })
+            };
+        }
+        let mut run = env.spawn(c);
         let staging = env.path(&format!("{name}.partial"));
         // QEMU is done: the plugin has written its statistics, and QEMU has exited (a zombie
         // at most; an exiting process already has no command line, so its state is read).
@@ -770,13 +780,34 @@ fn signals_after_qemu_exits_end_record() {
             assert!(run.child.try_wait().unwrap().is_none(), "{}", run.stderr());
             std::thread::sleep(Duration::from_millis(20));
         }
+        run
+    };
+    // Ctrl-C: SIGINT to the whole foreground process group, as a terminal sends it.
+    for (sig, group) in [
+        (libc::SIGTERM, false),
+        (libc::SIGHUP, false),
+        (libc::SIGINT, true),
+    ] {
+        let name = format!("sig{sig}");
+        let mut run = stalled(&name, false);
         signal(if group { -run.pid() } else { run.pid() }, sig);
         ended_by(&mut run, sig);
         assert!(run.stdout().contains("Goodbye."), "{}", run.stdout());
         assert!(!env.path(&name).exists());
+        let staging = env.path(&format!("{name}.partial"));
         assert_eq!(plugin_stat(&staging, "complete"), "1");
         assert!(assert_records(&staging.join("1.dat")) > 0);
     }
+    let mut run = stalled("nohup", true);
+    signal(run.pid(), libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        run.child.try_wait().unwrap().is_none(),
+        "SIGHUP ended record under nohup"
+    );
+    signal(run.pid(), libc::SIGTERM);
+    ended_by(&mut run, libc::SIGTERM);
+
     let again = env.record(&["-o", "sig15"], &elf);
     assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
     let line = single_error(&again);
