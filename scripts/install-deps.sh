@@ -8,6 +8,7 @@
 #   - uftrace (Debian's 0.13)
 #   - the aarch64 cross compiler for the example and test guests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
+#   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
 # Package mirrors come from the machine's own apt sources; no host name is written here.
 set -euo pipefail
 
@@ -49,6 +50,17 @@ SRC
 command -v cargo >/dev/null 2>&1 || {
     log "cargo not found: install a Rust toolchain >= 1.88 (rustup) first"
     exit 1
+}
+
+# The fuzz targets (fuzz/run.sh, which scripts/test.sh runs for a bounded time) need the
+# nightly toolchain and cargo-fuzz.
+rustup run nightly rustc --version >/dev/null 2>&1 || {
+    log "installing the nightly Rust toolchain (for the fuzz targets)"
+    rustup toolchain install nightly --profile minimal
+}
+command -v cargo-fuzz >/dev/null 2>&1 || {
+    log "installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
 }
 
 have_qemu() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, lints, unit tests and the integration tests that drive real
-# QEMU and real uftrace. Installs what is missing first.
+# Runs every test: formatting, lints, unit tests, the integration tests that drive real
+# QEMU and real uftrace, and every fuzz target for FUZZ_SECONDS (default 20) each. Installs
+# what is missing first.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -10,3 +11,5 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
 cargo test --workspace --no-fail-fast
+# Bounded: the fuzzers' first build takes a few minutes, then 6 targets x FUZZ_SECONDS.
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} fuzz/run.sh
