@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Runs each symbols fuzz target for a bounded time (cargo-fuzz, nightly).
-#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default: 60 s, all targets)
+# Runs each fuzz target for a bounded time (cargo-fuzz, nightly; scripts/install-deps.sh
+# installs both): the symbol parsers (elf, system_map, kernel_image, any), the plugin's
+# argument parser (plugin_args) and the CLI's QEMU command-line reader (qemu_cmdline).
+#   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default: $FUZZ_SECONDS or 60 s, all)
 # Corpora are seeded from real inputs: the test ELFs compiled from symbols/tests/data,
-# Debian's System.map, and the head of the cached kernel image. Crashes land in
-# fuzz/artifacts/<target>/ and make this script fail.
+# Debian's System.map, the head of the cached kernel image, plugin arguments and QEMU
+# command lines as record writes and reads them. Crashes land in fuzz/artifacts/<target>/
+# and make this script fail; a table of executions per target ends the output.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 secs=${1:-${FUZZ_SECONDS:-60}}
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(elf system_map kernel_image any)
+[ "${#targets[@]}" -gt 0 ] || targets=(elf system_map kernel_image any plugin_args qemu_cmdline)
 cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
 
-command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked
-rustup run nightly rustc --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal
+if ! command -v cargo-fuzz >/dev/null 2>&1 || ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "fuzz/run.sh: cargo-fuzz or the nightly toolchain is missing: run scripts/install-deps.sh" >&2
+    exit 1
+fi
 
 seed() {
     local dir="$here/corpus/$1"
@@ -41,16 +46,42 @@ seed() {
         printf '0\0001\0002\0003\0004\0005\0006\0007\0008\0009\000' >"$dir/digits"
         ;;
     esac
+    case $1 in
+    plugin_args)
+        # NUL-separated arguments, as QEMU hands them over; the first doubles as a directory.
+        printf 'out=/tmp/t=r\377ce,a.partial\0clock=insn\0max_depth=64' >"$dir/record"
+        printf 'probe=on' >"$dir/probe"
+        ;;
+    qemu_cmdline)
+        # NUL-separated words, as argv.
+        printf '%s\0' qemu-system-aarch64 -M virt,accel=tcg -cpu max -nographic -semihosting \
+            -kernel hello.elf -device loader,file=fw,,1.elf,addr=0x1000,force-raw=off \
+            -m size=1G >"$dir/bare-metal"
+        printf '%s\0' qemu-system-aarch64 -S -s -device '{"driver":"loader","file":"a.elf"}' \
+            -accel kvm -plugin p.so,out=d -bios edk2.fd disk.img >"$dir/refused"
+        ;;
+    esac
     [ -n "$(ls -A "$dir")" ] || printf 'x' >"$dir/empty"
 }
 
 cd "$here"
 status=0
+table=()
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for t in "${targets[@]}"; do
     seed "$t"
     echo "fuzz/run.sh: $t for ${secs}s" >&2
     args=(-max_total_time="$secs" -max_len=262144 -rss_limit_mb=2048 -timeout=10)
-    [ "$t" = kernel_image ] && args+=(-dict="$here/kernel_image.dict")
-    cargo +nightly fuzz run "$t" "corpus/$t" -- "${args[@]}" || status=1
+    [ -f "$here/$t.dict" ] && args+=(-dict="$here/$t.dict")
+    result=ok
+    cargo +nightly fuzz run "$t" "corpus/$t" -- "${args[@]}" 2>&1 | tee "$log" >&2 ||
+        { result="FAILED (a crash lands in fuzz/artifacts/$t/)"; status=1; }
+    # libFuzzer's last words: "Done 123456 runs in 21 second(s)".
+    done_line=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -n1 || true)
+    table+=("$(printf '%-14s %12s runs %5s s  %s' "$t" \
+        "$(echo "$done_line" | awk '{print $2}')" "$(echo "$done_line" | awk '{print $5}')" "$result")")
 done
+echo "fuzz/run.sh: summary" >&2
+printf '  %s\n' "${table[@]}" >&2
 exit $status

@@ -8,6 +8,7 @@
 #   - uftrace (Debian's 0.13)
 #   - the aarch64 cross compiler for the example and test guests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
+#   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
 # Package mirrors come from the machine's own apt sources; no host name is written here.
 set -euo pipefail
 
@@ -51,14 +52,22 @@ command -v cargo >/dev/null 2>&1 || {
     exit 1
 }
 
-# Miri (nightly) runs the engine's tests in scripts/test.sh; cargo-fuzz needs nightly too.
-if ! cargo +nightly miri --version >/dev/null 2>&1; then
-    command -v rustup >/dev/null 2>&1 || { log "rustup not found: Miri needs a nightly toolchain"; exit 1; }
+# The nightly toolchain: Miri runs the engine's tests and cargo-fuzz the fuzz targets
+# (scripts/test.sh runs both, the fuzzers for a bounded time).
+command -v rustup >/dev/null 2>&1 || { log "rustup not found: Miri and cargo-fuzz need a nightly toolchain"; exit 1; }
+rustup run nightly rustc --version >/dev/null 2>&1 || {
+    log "installing the nightly Rust toolchain (Miri, fuzz targets)"
+    rustup toolchain install nightly --profile minimal
+}
+cargo +nightly miri --version >/dev/null 2>&1 || {
     log "installing the nightly toolchain's miri component"
-    rustup toolchain install nightly --profile minimal --component miri >/dev/null 2>&1 ||
-        rustup component add --toolchain nightly miri >/dev/null
-    cargo +nightly miri setup >/dev/null 2>&1
-fi
+    rustup component add --toolchain nightly miri >/dev/null
+}
+cargo +nightly miri setup >/dev/null 2>&1
+command -v cargo-fuzz >/dev/null 2>&1 || {
+    log "installing cargo-fuzz"
+    cargo install cargo-fuzz --locked
+}
 
 have_qemu() {
     command -v qemu-system-aarch64 >/dev/null 2>&1 || return 1

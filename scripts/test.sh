@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, lints, unit tests and the integration tests that drive real
-# QEMU and real uftrace. Installs what is missing first.
+# Runs every test: formatting, lints, unit tests, the integration tests that drive real
+# QEMU and real uftrace, the engine's tests under Miri, and every fuzz target for FUZZ_SECONDS (default 20) each. Installs
+# what is missing first.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -13,3 +14,5 @@ cargo test --workspace --no-fail-fast
 # The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
 # under Miri's checks (about two minutes).
 cargo +nightly miri test -p qemu-uftrace-engine
+# Bounded: the fuzzers' first build takes a few minutes, then 6 targets x FUZZ_SECONDS.
+FUZZ_SECONDS=${FUZZ_SECONDS:-20} fuzz/run.sh

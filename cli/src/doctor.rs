@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::errors::fail;
+use crate::qemu::{self, Emulator};
 use crate::qemu_checks::{self, PluginChoice, ProbeInfo};
-use crate::qemu_cmd::{self, Emulator};
 
 /// What doctor found about one QEMU.
 struct Finding {
@@ -79,7 +79,7 @@ fn emulators_on_path() -> Vec<OsString> {
         let mut names: Vec<OsString> = entries.filter_map(|e| Some(e.ok()?.file_name())).collect();
         names.sort();
         for name in names {
-            if qemu_cmd::detect_emulator(&name).is_ok() && seen.insert(name.clone()) {
+            if qemu::detect_emulator(&name).is_ok() && seen.insert(name.clone()) {
                 let full = dir.join(&name);
                 if qemu_checks::find_executable(&full.clone().into_os_string()).is_ok() {
                     out.push(full.into_os_string());
@@ -97,7 +97,7 @@ fn examine(argv0: &OsString) -> Finding {
     let line = |text: &mut String, key: &str, value: &str| {
         let _ = writeln!(text, "  {key:<14} {value}");
     };
-    let emulator = match qemu_cmd::detect_emulator(argv0) {
+    let emulator = match qemu::detect_emulator(argv0) {
         Ok(e) => e,
         Err(e) => {
             let _ = writeln!(text, "{shown}");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use qemu_uftrace_symbols::{Function, Image};
 
-use crate::qemu_cmd::{last_option_key, QemuOption};
+use crate::qemu::{last_option_key, QemuOption};
 
 /// Where the arm64 Image header keeps its magic, text_offset and image_size.
 const MAGIC_OFFSET: usize = 0x38;

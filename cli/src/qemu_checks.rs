@@ -1,6 +1,7 @@
 //! Checks, before recording, that the QEMU command can be traced, in an order that makes
 //! the first failing one the most useful to report: is it QEMU at all, is it installed, is it
-//! new enough, can it load our plugin, is its target supported, does it run under TCG.
+//! new enough, can it load our plugin, is its target supported, then what its command line
+//! asks for ([`crate::qemu::refusals`]: TCG, a foreground QEMU that can end, a kernel file).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use anyhow::Result;
 
 use crate::errors::{fail, usage};
 use crate::plugin_select::Accepts;
-use crate::qemu_cmd::{self, Emulator, Mode};
+use crate::qemu::{self, Emulator, Mode};
 
 /// Oldest QEMU whose plugin API has what the plugin needs.
 pub const MIN_VERSION: (u32, u32) = (9, 2);
@@ -60,11 +61,11 @@ pub enum PluginChoice {
 }
 
 /// Runs the remaining checks, in order, on the QEMU command `argv0` `opts` with `plugin`.
-/// The first check, [`qemu_cmd::detect_emulator`], is the caller's: it gives `emulator`.
+/// The first check, [`qemu::detect_emulator`], is the caller's: it gives `emulator`.
 pub fn preflight(
     argv0: &OsString,
     emulator: Emulator,
-    opts: &[qemu_cmd::QemuOption],
+    opts: &[qemu::QemuOption],
     plugin: &PluginChoice,
 ) -> Result<Qemu> {
     let qemu = check_qemu(argv0, emulator, plugin)?;
@@ -77,19 +78,7 @@ pub fn preflight(
             "only system-mode aarch64 (qemu-system-aarch64) can be recorded for now",
         ));
     }
-    if opts.iter().any(|o| o.name == "daemonize") {
-        return Err(usage(
-            "-daemonize makes QEMU return at once and run on in the background, so the trace \
-             would be assembled while QEMU still writes it",
-            "remove -daemonize (record runs QEMU in the foreground; stop it with Ctrl-C)",
-        ));
-    }
-    if let Some(opt) = qemu_cmd::hardware_accel(opts) {
-        return Err(usage(
-            format!("'{opt}' runs the guest on a hardware accelerator, but qemu-uftrace needs TCG"),
-            "remove it (or use -accel tcg)",
-        ));
-    }
+    qemu::refusals::check(opts)?;
     Ok(qemu)
 }
 
@@ -342,18 +331,15 @@ pub fn classify_probe(success: bool, stdout: &str, stderr: &str) -> ProbeOutcome
 
 /// Runs the probe of one plugin file.
 fn probe_once(path: &Path, emulator: &Emulator, plugin: &Path) -> Result<ProbeOutcome> {
-    let probe = format!(
-        "{},probe=on",
-        qemu_cmd::escape_keyval(&plugin.to_string_lossy())
-    );
+    let probe = qemu::rewrite::plugin_value(plugin, &[("probe", "on".as_ref())]);
     let args: Vec<OsString> = match emulator.mode {
         Mode::System => ["-M", "none", "-nodefaults", "-display", "none", "-plugin"]
             .iter()
             .map(OsString::from)
-            .chain([OsString::from(probe)])
+            .chain([probe])
             .collect(),
         // User mode loads plugins before the guest program, which the probe never reaches.
-        Mode::User => vec!["-plugin".into(), probe.into(), "/bin/true".into()],
+        Mode::User => vec!["-plugin".into(), probe, "/bin/true".into()],
     };
     let out = run_with_timeout(path, &args).map_err(|e| {
         fail(

@@ -13,8 +13,8 @@ use crate::args::RecordArgs;
 use crate::datadir::{self, Assembled, Recording};
 use crate::errors::{fail, note, usage, warn};
 use crate::kernel_alias;
+use crate::qemu::{self, Emulator, GuestImage};
 use crate::qemu_checks::{self, PluginChoice, Qemu};
-use crate::qemu_cmd::{self, Emulator, GuestImage};
 use crate::run_qemu::{self, QemuExit};
 use crate::stats::Stats;
 use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
@@ -31,7 +31,7 @@ pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
         ));
     }
     // The cheap checks on what was typed come first.
-    let emulator = qemu_cmd::detect_emulator(&argv[0])?;
+    let emulator = qemu::detect_emulator(&argv[0])?;
     let extra_sources = args
         .symbols
         .iter()
@@ -77,15 +77,15 @@ fn record_into(
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let argv = &args.qemu_command;
-    let opts = qemu_cmd::options(&argv[1..]);
+    let opts = qemu::options(&argv[1..]);
     let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
-    let images = qemu_cmd::guest_images(&opts, qemu_cmd::file_is_elf);
+    let images = qemu::guest_images(&opts, qemu::file_is_elf);
     let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
     let loader = start_symbol_files(&sources, &images, &opts, staging);
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let mut plugin_opt =
-        qemu_cmd::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
+        qemu::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
     if args.split_levels {
         if !qemu.probe.discontinuity {
             return Err(usage(
@@ -103,7 +103,7 @@ fn record_into(
     if let Some(offset) = symbol_source::task_comm_offset(&sources) {
         plugin_opt.push(format!(",task_comm={offset}"));
     }
-    let full = qemu_cmd::with_plugin(argv, plugin_opt);
+    let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);
     // Joined whatever QEMU did: the thread writes into the staging directory.
@@ -117,10 +117,21 @@ fn record_into(
         // Whatever went wrong, check this QEMU afresh next time.
         qemu.forget_probe();
         // `run` removes the empty staging directory on this error.
-        return Err(fail(
-            format!("no call or return was recorded: QEMU {}", exit.describe()),
-            "check QEMU's messages above (the guest must run under TCG)",
-        ));
+        return Err(match exit.complaint().filter(|_| exit.failed()) {
+            // QEMU refused its command line (a machine, CPU or device it does not know, a
+            // file it cannot load): its own words name the problem.
+            Some(complaint) => fail(
+                format!(
+                    "QEMU {} before recording anything: {complaint}",
+                    exit.describe()
+                ),
+                "fix the QEMU command line (QEMU's messages are above)",
+            ),
+            None => fail(
+                format!("no call or return was recorded: QEMU {}", exit.describe()),
+                "check QEMU's messages above (the guest must run under TCG)",
+            ),
+        });
     }
     let stats = Stats::read(staging).map_err(|e| {
         fail(
@@ -140,7 +151,7 @@ fn record_into(
         cmdline: shell_join(typed),
         wait_status: exit.wait_status,
         cpu_desc: cpu_desc(&qemu),
-        memory: qemu_cmd::memory(&opts),
+        memory: qemu::memory(&opts),
         started,
         elapsed: exit.elapsed,
         stats: stats.clone(),
@@ -216,10 +227,10 @@ fn symbol_sources(extra: Vec<SourceArg>, images: &[GuestImage], no_auto: bool) -
 
 /// A Linux kernel given with -kernel randomizes its base (KASLR) unless told not to, and
 /// then none of its symbols match: say how to turn it off.
-fn kaslr_hint(loaded: &[Loaded], opts: &[qemu_cmd::QemuOption]) -> Option<String> {
+fn kaslr_hint(loaded: &[Loaded], opts: &[qemu::QemuOption]) -> Option<String> {
     let linux_kernel = loaded.iter().any(|l| match l {
         Loaded::Ok(src, img) => {
-            src.origin == qemu_cmd::ImageOrigin::Kernel.option()
+            src.origin == qemu::ImageOrigin::Kernel.option()
                 && img.functions.iter().any(|f| f.name == "start_kernel")
         }
         Loaded::Failed(..) => false,
@@ -269,12 +280,12 @@ impl Default for SymbolJob {
 fn start_symbol_files(
     sources: &[SourceArg],
     images: &[GuestImage],
-    opts: &[qemu_cmd::QemuOption],
+    opts: &[qemu::QemuOption],
     staging: &Path,
 ) -> BackgroundLoad<SymbolJob> {
     let kernel = images
         .iter()
-        .find(|i| i.origin == qemu_cmd::ImageOrigin::Kernel)
+        .find(|i| i.origin == qemu::ImageOrigin::Kernel)
         .map(|k| k.path.clone());
     let opts = opts.to_vec();
     let staging = staging.to_path_buf();
@@ -325,19 +336,35 @@ fn cpu_desc(q: &Qemu) -> String {
     )
 }
 
-/// Joins words so that a shell would split them back the same way.
+/// Joins words so that a shell would split them back the same way. A word that is not
+/// UTF-8 (a file name) is written `$'…\xNN…'` (bash, zsh, ksh and POSIX sh from 2024), so
+/// that a command we print can still be pasted.
 pub fn shell_join(words: &[OsString]) -> String {
     words
         .iter()
-        .map(|w| {
-            let s = w.to_string_lossy();
-            let plain = !s.is_empty()
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c));
-            if plain {
-                s.into_owned()
-            } else {
-                format!("'{}'", s.replace('\'', r"'\''"))
+        .map(|w| match w.to_str() {
+            Some(s) => {
+                let plain = !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c));
+                if plain {
+                    s.to_string()
+                } else {
+                    format!("'{}'", s.replace('\'', r"'\''"))
+                }
+            }
+            None => {
+                use std::os::unix::ffi::OsStrExt;
+                let mut out = String::from("$'");
+                for &b in w.as_bytes() {
+                    match b {
+                        b'\'' | b'\\' => out.push_str(&format!("\\{}", b as char)),
+                        0x20..=0x7e => out.push(b as char),
+                        _ => out.push_str(&format!("\\x{b:02x}")),
+                    }
+                }
+                out.push('\'');
+                out
             }
         })
         .collect::<Vec<_>>()
@@ -567,6 +594,9 @@ mod tests {
             shell_join(&w),
             r"qemu-uftrace -o 'a b' 'it'\''s' -append console=ttyAMA0"
         );
+        use std::os::unix::ffi::OsStrExt;
+        let raw = std::ffi::OsStr::from_bytes(b"t\xffr 'a\\b\n").to_os_string();
+        assert_eq!(shell_join(&[raw]), r"$'t\xffr \'a\\b\x0a'");
     }
 
     #[test]
@@ -581,8 +611,7 @@ mod tests {
                 crate::symfiles::tests::image("Image", 0x1000, &[(0x1000, 4, "start_kernel")]),
             )]
         };
-        let opts =
-            |v: &[&str]| qemu_cmd::options(&v.iter().map(OsString::from).collect::<Vec<_>>());
+        let opts = |v: &[&str]| qemu::options(&v.iter().map(OsString::from).collect::<Vec<_>>());
         assert!(kaslr_hint(&kernel(), &opts(&["-append", "console=ttyAMA0"])).is_some());
         assert!(kaslr_hint(&kernel(), &opts(&["-append", "console=ttyAMA0 nokaslr"])).is_none());
         assert!(kaslr_hint(&kernel(), &opts(&["-M", "virt,dtb-kaslr-seed=off"])).is_none());
@@ -624,11 +653,11 @@ mod tests {
         let images = [
             GuestImage {
                 path: "vmlinux".into(),
-                origin: qemu_cmd::ImageOrigin::Kernel,
+                origin: qemu::ImageOrigin::Kernel,
             },
             GuestImage {
                 path: "fw.elf".into(),
-                origin: qemu_cmd::ImageOrigin::Loader,
+                origin: qemu::ImageOrigin::Loader,
             },
         ];
         let s = symbol_sources(extra.clone(), &images, false);

@@ -1,21 +1,23 @@
-//! Running QEMU with the terminal left to it: stdin, stdout and stderr inherited (so
-//! `-nographic` consoles work), Ctrl-C reaching QEMU rather than killing us, SIGTERM and
-//! SIGHUP forwarded, QEMU's exit status kept.
+//! Running QEMU with the terminal left to it: stdin and stdout inherited (so `-nographic`
+//! consoles work), its messages (stderr) passed on to ours as they come, the first lines
+//! kept to name QEMU's complaint should it fail; Ctrl-C reaching QEMU rather than killing us,
+//! SIGTERM and SIGHUP forwarded (for the run only: [`crate::signal_scope`]), QEMU's exit
+//! status kept.
 
 use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
+
+use crate::signal_scope::SignalScope;
 
 /// How QEMU ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QemuExit {
     /// wait()-style status, for the info file.
     pub wait_status: i32,
@@ -23,6 +25,8 @@ pub struct QemuExit {
     pub exit_code: i32,
     pub signal: Option<i32>,
     pub elapsed: Duration,
+    /// The first lines QEMU wrote to stderr.
+    pub said: Vec<String>,
 }
 
 /// A child's status as a shell would pass it on: its code, or 128 + the signal that killed it.
@@ -46,7 +50,22 @@ impl QemuExit {
             exit_code: exit_code(status),
             signal,
             elapsed,
+            said: Vec::new(),
         }
+    }
+
+    /// True when QEMU ended with an error (a status other than 0, or a signal).
+    pub fn failed(&self) -> bool {
+        self.exit_code != 0
+    }
+
+    /// What QEMU said was wrong: its first message that is not a warning (QEMU prints
+    /// `qemu-system-aarch64: unsupported machine type: "x"`, then a hint).
+    pub fn complaint(&self) -> Option<&str> {
+        let said = || self.said.iter().map(|l| l.trim()).filter(|l| !l.is_empty());
+        said()
+            .find(|l| !l.contains("warning:"))
+            .or_else(|| said().next())
     }
 
     /// `exited with code 3`, `killed by signal 9`.
@@ -56,15 +75,6 @@ impl QemuExit {
             None => format!("exited with code {}", self.exit_code),
         }
     }
-}
-
-/// Makes SIGINT harmless to us without ignoring it: an ignored disposition would be
-/// inherited by QEMU through exec, and Ctrl-C must still stop QEMU (which then runs the
-/// plugin's exit hook). A handler is reset to the default in the child by exec.
-pub fn survive_sigint() -> Result<()> {
-    signal_hook::flag::register(SIGINT, Arc::new(AtomicBool::new(false)))
-        .context("cannot install the SIGINT handler")?;
-    Ok(())
 }
 
 /// In the child, before exec: QEMU gets SIGTERM when we die, even by SIGKILL, so that it
@@ -84,14 +94,17 @@ fn die_with_parent(parent: libc::pid_t) {
 
 /// Runs `program` with `args` and waits for it.
 pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
-    survive_sigint()?;
-    let mut signals =
-        Signals::new([SIGTERM, SIGHUP]).context("cannot install the SIGTERM/SIGHUP handlers")?;
+    // Handlers, not an ignored disposition, which exec would pass on to QEMU: Ctrl-C must
+    // still stop QEMU (which then runs the plugin's exit hook).
+    let scope = SignalScope::qemu()?;
     let started = Instant::now();
     // SAFETY: getpid cannot fail.
     let parent = unsafe { libc::getpid() };
+    let (stderr_in, stderr_out) =
+        std::io::pipe().context("cannot make a pipe for QEMU's stderr")?;
     let handle = duct::cmd(program, args)
         .unchecked()
+        .stderr_file(stderr_out)
         .before_spawn(move |cmd| {
             use std::os::unix::process::CommandExt;
             // SAFETY: prctl, getppid and raise are async-signal-safe, as pre_exec requires.
@@ -105,24 +118,79 @@ pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
         })
         .start()
         .with_context(|| format!("cannot start {}", program.display()))?;
-    let pids = handle.pids();
-    let forwarder_handle = signals.handle();
-    let forwarder = std::thread::spawn(move || {
-        for sig in signals.forever() {
-            for &pid in &pids {
-                // SAFETY: kill has no memory effects; a stale pid at worst gets ESRCH.
-                unsafe {
-                    libc::kill(pid as libc::pid_t, sig);
-                }
-            }
-        }
-    });
+    if let Some(&pid) = handle.pids().first() {
+        scope.child_started(pid);
+    }
+    let relay = Relay::start(stderr_in);
     let waited = handle.wait().map(|o| o.status);
     let elapsed = started.elapsed();
-    forwarder_handle.close();
-    let _ = forwarder.join();
+    scope.child_reaped();
+    // From here on our signals have their default actions.
+    drop(scope);
     let status = waited.with_context(|| format!("cannot wait for {}", program.display()))?;
-    Ok(QemuExit::from_status(status, elapsed))
+    let mut exit = QemuExit::from_status(status, elapsed);
+    exit.said = relay.finish();
+    Ok(exit)
+}
+
+/// How many of QEMU's first stderr lines are kept, and how long each may be.
+const KEPT_LINES: usize = 16;
+const KEPT_LINE_BYTES: usize = 1024;
+
+/// A thread that copies QEMU's stderr to ours as it comes and keeps its first lines.
+struct Relay {
+    kept: Arc<Mutex<Vec<String>>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Relay {
+    fn start(mut from: std::io::PipeReader) -> Relay {
+        let kept = Arc::new(Mutex::new(Vec::new()));
+        let (tx, done) = mpsc::channel();
+        let lines = Arc::clone(&kept);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            let mut line = Vec::new();
+            loop {
+                let n = match from.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                // Our stderr gone (a closed terminal) must not stop QEMU: keep draining.
+                let _ = std::io::stderr().write_all(&buf[..n]);
+                let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+                for &b in &buf[..n] {
+                    if lines.len() >= KEPT_LINES {
+                        break;
+                    }
+                    if b == b'\n' {
+                        lines.push(String::from_utf8_lossy(&line).into_owned());
+                        line.clear();
+                    } else if line.len() < KEPT_LINE_BYTES {
+                        line.push(b);
+                    }
+                }
+            }
+            if !line.is_empty() {
+                let mut lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+                if lines.len() < KEPT_LINES {
+                    lines.push(String::from_utf8_lossy(&line).into_owned());
+                }
+            }
+            let _ = tx.send(());
+        });
+        Relay { kept, done }
+    }
+
+    /// The lines kept, once QEMU's stderr is closed. A process QEMU started may hold it
+    /// open past QEMU's exit: then the thread keeps copying, and we take what came so far.
+    fn finish(self) -> Vec<String> {
+        let _ = self.done.recv_timeout(Duration::from_secs(1));
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.clone()
+    }
 }
 
 #[cfg(test)]
@@ -142,5 +210,23 @@ mod tests {
     fn runs_and_reports_status() {
         let e = run(Path::new("/bin/sh"), &["-c".into(), "exit 7".into()]).unwrap();
         assert_eq!(e.exit_code, 7);
+        assert!(e.failed() && e.said.is_empty() && e.complaint().is_none());
+    }
+
+    #[test]
+    fn names_the_first_complaint_that_is_no_warning() {
+        let script = "echo 'q: warning: old option' >&2; echo >&2; \
+                      printf 'q: unsupported machine type: \"x\"\\nUse -machine help\\n' >&2; \
+                      exit 1";
+        let e = run(Path::new("/bin/sh"), &["-c".into(), script.into()]).unwrap();
+        assert_eq!(e.said.len(), 4, "{:?}", e.said);
+        assert_eq!(e.complaint(), Some(r#"q: unsupported machine type: "x""#));
+        let e = run(
+            Path::new("/bin/sh"),
+            &["-c".into(), "echo 'q: warning: w' >&2".into()],
+        )
+        .unwrap();
+        assert!(!e.failed());
+        assert_eq!(e.complaint(), Some("q: warning: w"));
     }
 }

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::errors::fail;
 
@@ -17,14 +17,14 @@ pub fn run(sub: &str, dir: &Path, extra: &[OsString]) -> Result<i32> {
             "record one with qemu-uftrace record -- qemu-system-aarch64 …, or pass -d DIR",
         ));
     }
-    // Ctrl-C belongs to uftrace (its pager, tui); we only wait for it to finish.
-    crate::run_qemu::survive_sigint()?;
-    let status = Command::new("uftrace")
+    // Ctrl-C belongs to uftrace (its pager, tui) while it runs; we only wait for it.
+    let scope = crate::signal_scope::SignalScope::viewer()?;
+    let mut child = Command::new("uftrace")
         .arg(sub)
         .arg("-d")
         .arg(dir)
         .args(extra)
-        .status()
+        .spawn()
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 fail(
@@ -38,5 +38,8 @@ pub fn run(sub: &str, dir: &Path, extra: &[OsString]) -> Result<i32> {
                 )
             }
         })?;
+    scope.child_started(child.id());
+    let status = child.wait().context("cannot wait for uftrace")?;
+    scope.child_reaped();
     Ok(crate::run_qemu::exit_code(status))
 }

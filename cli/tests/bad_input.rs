@@ -226,6 +226,122 @@ fn daemonize_is_refused() {
     assert!(!home.path().join("uftrace.data.partial").exists());
 }
 
+/// `record -- qemu-system-aarch64 <qemu>` in a fresh directory: its output, after checking
+/// that nothing was left behind (no staging directory, no trace). A command that would
+/// keep QEMU waiting fails the test after a minute instead of hanging it.
+fn record_with(qemu: &[&str]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    require("qemu-system-aarch64");
+    let home = tempfile::tempdir().unwrap();
+    let mut child = qemu_uftrace(home.path())
+        .current_dir(home.path())
+        .args(["record", "--", "qemu-system-aarch64"])
+        .args(qemu)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kill has no memory effects; the group is the record this test started.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            panic!("record {qemu:?} did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        !home.path().join("uftrace.data.partial").exists(),
+        "{qemu:?}"
+    );
+    assert!(!home.path().join("uftrace.data").exists(), "{qemu:?}");
+    o
+}
+
+/// A `-kernel` that is no file is refused before QEMU runs, naming the file.
+#[test]
+fn kernel_that_is_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_text = dir.path().to_str().unwrap();
+    for (kernel, problem) in [
+        (
+            "/nonexistent/Image",
+            "-kernel /nonexistent/Image: no such file; ".to_string(),
+        ),
+        (
+            dir_text,
+            format!("-kernel {dir_text} is a directory; give the kernel image file"),
+        ),
+    ] {
+        let o = record_with(&["-M", "virt", "-nographic", "-kernel", kernel]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let line = single_error(&o);
+        assert!(line.contains(&problem), "{line}");
+        // QEMU never ran: its own complaint is not there.
+        assert!(
+            !stderr(&o).contains("could not load kernel"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// qemu-uftrace adds its own -plugin: a second copy of ours on the command line is refused
+/// (other plugins, such as QEMU's execlog, run beside it: `whole_system.rs` does that).
+#[test]
+fn plugin_already_on_the_command_line() {
+    let o = record_with(&[
+        "-M",
+        "virt",
+        "-plugin",
+        "/opt/libqemu_uftrace_plugin.so,out=/tmp/x",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains(
+            "the QEMU command already loads qemu-uftrace's plugin (-plugin \
+             /opt/libqemu_uftrace_plugin.so,out=/tmp/x), and record adds its own; remove that \
+             -plugin"
+        ),
+        "{line}"
+    );
+}
+
+/// `-S` with nothing that could continue the guest would have QEMU wait forever.
+#[test]
+fn paused_start_that_nothing_continues() {
+    let o = record_with(&["-M", "virt", "-display", "none", "-S"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains(
+            "-S starts the guest paused, and nothing on this command line can continue it"
+        ),
+        "{line}"
+    );
+    assert!(line.contains("; remove -S, or add -s"), "{line}");
+}
+
+/// A machine QEMU does not know: QEMU fails at once, and our one line names its complaint.
+#[test]
+fn unknown_machine() {
+    let o = record_with(&["-M", "nosuchboard", "-nographic"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains(
+            r#"QEMU exited with code 1 before recording anything: qemu-system-aarch64: unsupported machine type: "nosuchboard"; fix the QEMU command line"#
+        ),
+        "{line}"
+    );
+    // QEMU's own lines come first, as QEMU wrote them.
+    assert!(stderr(&o).contains("Use -machine help"), "{}", stderr(&o));
+}
+
 #[test]
 fn missing_plugin_file() {
     let home = tempfile::tempdir().unwrap();

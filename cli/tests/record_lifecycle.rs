@@ -77,9 +77,13 @@ impl Env {
     /// Starts `record` in a process group of its own (as a shell runs a foreground job),
     /// with stdout and stderr going to files: a pipe nobody reads would stop QEMU.
     fn spawn_record(&self, extra: &[&str], qemu: &[String]) -> Running {
+        self.spawn(self.record_cmd(extra, qemu))
+    }
+
+    /// [`Env::spawn_record`] of a command made by [`Env::record_cmd`].
+    fn spawn(&self, mut c: Command) -> Running {
         let out = self.path("record.stdout");
         let err = self.path("record.stderr");
-        let mut c = self.record_cmd(extra, qemu);
         c.stdout(File::create(&out).unwrap())
             .stderr(File::create(&err).unwrap())
             .process_group(0);
@@ -377,6 +381,50 @@ fn records_assembles_and_names_functions() {
     assert!(info.contains("exited with code: 0"), "{info}");
 }
 
+/// A trace directory whose name is not UTF-8 and holds `,` and `=` (which QEMU's option
+/// parser treats specially), with the plugin cached under such a name too: both reach QEMU
+/// and the plugin byte for byte, and the trace replays with names.
+#[test]
+fn output_directory_of_any_bytes() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let elf = hello();
+    let env = Env::new();
+    let name = OsStr::from_bytes(b"t=r\xffce,a,,b");
+    let o = env
+        .cmd()
+        .env("XDG_CACHE_HOME", env.path("ca=c,he"))
+        .arg("record")
+        .arg("-o")
+        .arg(name)
+        .arg("--")
+        .args(qemu_args(&elf))
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(r"look at it with: qemu-uftrace replay -d $'t=r\xffce,a,,b'"),
+        "{err}"
+    );
+    let data = env.dir().join(name);
+    assert_eq!(plugin_stat(&data, "complete"), "1");
+    let mut partial = name.to_os_string();
+    partial.push(".partial");
+    assert!(!env.dir().join(partial).exists());
+    let replay = env
+        .cmd()
+        .arg("replay")
+        .arg("-d")
+        .arg(name)
+        .arg("--no-pager")
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", stderr(&replay));
+    let replay = stdout(&replay);
+    assert!(replay.contains("factorial() {"), "{replay}");
+}
+
 #[test]
 fn previous_trace_moves_to_old() {
     let elf = hello();
@@ -454,13 +502,15 @@ fn qemu_that_fails_to_start_leaves_nothing() {
     let data = env.path("uftrace.data");
     std::fs::create_dir(&data).unwrap();
     std::fs::write(data.join("marker"), b"earlier").unwrap();
-    let qemu = qemu_args(Path::new("/nonexistent/Image"));
+    let mut qemu = qemu_args(&hello());
+    let cpu = qemu.iter().position(|a| a == "-cpu").unwrap() + 1;
+    qemu[cpu] = "nosuchcpu".into();
     let plain = Command::new(&qemu[0])
         .args(&qemu[1..])
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-system-aarch64");
-    assert!(!plain.status.success(), "QEMU started without a kernel?");
+    assert!(!plain.status.success(), "QEMU started with an unknown CPU?");
 
     let o = env.record_cmd(&[], &qemu).output().unwrap();
     assert_eq!(o.status.code(), plain.status.code(), "{}", stderr(&o));
@@ -471,7 +521,8 @@ fn qemu_that_fails_to_start_leaves_nothing() {
     let line = single_error(&o);
     assert!(
         line.contains(&format!(
-            "no call or return was recorded: QEMU exited with code {}",
+            "QEMU exited with code {} before recording anything: {qemu_says}; fix the QEMU \
+             command line",
             plain.status.code().unwrap()
         )),
         "{line}"
@@ -500,11 +551,10 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     let staging = env.dir().canonicalize().unwrap().join("k.partial");
     assert!(argv[0].ends_with("/qemu-system-aarch64"), "{argv:?}");
     assert!(
-        argv[2].starts_with(
-            &env.path("cache/qemu-uftrace/plugins/")
-                .display()
-                .to_string()
-        ),
+        argv[2].starts_with(&format!(
+            "file={}",
+            env.path("cache/qemu-uftrace/plugins/").display()
+        )),
         "{argv:?}"
     );
     assert!(
@@ -638,6 +688,187 @@ fn sigterm_is_forwarded_to_qemu() {
         "{err}"
     );
     check_stopped_trace(&env, "term", &err);
+}
+
+/// The pid of a child of `parent` running `program` (by the file name of its argv[0]).
+fn child_running(parent: i32, program: &str) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            let ppid: i32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let argv0 = cmdline.split(|&b| b == 0).next()?;
+            let name =
+                Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(argv0))
+                    .file_name()?;
+            (ppid == parent && name == program).then_some(pid)
+        })
+}
+
+/// How many children of `parent` have not exited yet (zombies do not count).
+fn live_children(parent: i32) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|entry| {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                return false;
+            };
+            // "pid (comm) state ppid …"
+            let mut rest = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace();
+            let state = rest.next();
+            let ppid = rest.next().and_then(|p| p.parse::<i32>().ok());
+            ppid == Some(parent) && state != Some("Z")
+        })
+        .count()
+}
+
+/// Waits for `record` to exit after a signal that must end it: promptly, by that signal.
+fn ended_by(run: &mut Running, sig: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = run.child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            run.kill_group();
+            panic!("record ignored signal {sig}:\n{}", run.stderr());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(sig), "{status}:\n{}", run.stderr());
+}
+
+/// Once QEMU has exited, SIGTERM, SIGHUP and Ctrl-C end `record` as they end any program,
+/// here while it waits for a symbol source that never comes (a FIFO nobody writes to). The
+/// recorded data stays in DIR.partial, and the next `record` into DIR says what it is.
+/// Under `nohup` (SIGHUP ignored from the start) SIGHUP stays ignored.
+#[test]
+fn signals_after_qemu_exits_end_record() {
+    let elf = hello();
+    let env = Env::new();
+    let fifo = env.path("never.fifo");
+    let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    // `record` into `name`, stalled on the FIFO once QEMU is done.
+    let stalled = |name: &str, nohup: bool| {
+        let mut c = env.record_cmd(&["-o", name, "--symbols", "never.fifo"], &qemu_args(&elf));
+        if nohup {
+            // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+            unsafe {
+                c.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                })
+            };
+        }
+        let mut run = env.spawn(c);
+        let staging = env.path(&format!("{name}.partial"));
+        // QEMU is done: the plugin has written its statistics, and QEMU has exited (a zombie
+        // at most; an exiting process already has no command line, so its state is read).
+        let deadline = Instant::now() + PATIENCE;
+        while !staging.join("plugin.stats").exists() || live_children(run.pid()) > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "QEMU did not end:\n{}",
+                run.stderr()
+            );
+            assert!(run.child.try_wait().unwrap().is_none(), "{}", run.stderr());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        run
+    };
+    // Ctrl-C: SIGINT to the whole foreground process group, as a terminal sends it.
+    for (sig, group) in [
+        (libc::SIGTERM, false),
+        (libc::SIGHUP, false),
+        (libc::SIGINT, true),
+    ] {
+        let name = format!("sig{sig}");
+        let mut run = stalled(&name, false);
+        signal(if group { -run.pid() } else { run.pid() }, sig);
+        ended_by(&mut run, sig);
+        assert!(run.stdout().contains("Goodbye."), "{}", run.stdout());
+        assert!(!env.path(&name).exists());
+        let staging = env.path(&format!("{name}.partial"));
+        assert_eq!(plugin_stat(&staging, "complete"), "1");
+        assert!(assert_records(&staging.join("1.dat")) > 0);
+    }
+    let mut run = stalled("nohup", true);
+    signal(run.pid(), libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        run.child.try_wait().unwrap().is_none(),
+        "SIGHUP ended record under nohup"
+    );
+    signal(run.pid(), libc::SIGTERM);
+    ended_by(&mut run, libc::SIGTERM);
+
+    let again = env.record(&["-o", "sig15"], &elf);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    let line = single_error(&again);
+    assert!(
+        line.contains("sig15.partial already exists: an earlier recording was interrupted"),
+        "{line}"
+    );
+}
+
+/// SIGTERM during `--then` ends `record` at once, with the trace already in place: here
+/// `uftrace replay` blocks on a full pipe, as a long replay would.
+#[test]
+fn sigterm_during_then_ends_record() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let err = env.path("record.stderr");
+    let mut c = env.record_cmd(&["-o", "then", "--then", "replay"], &qemu_args(&elf));
+    // A pipe this test never reads: replay fills it and waits.
+    c.stdout(Stdio::piped())
+        .stderr(File::create(&err).unwrap())
+        .process_group(0);
+    let mut run = Running {
+        child: c.spawn().expect("start qemu-uftrace record"),
+        out: env.path("no.stdout"),
+        err,
+    };
+    run.wait_for_data(&env.path("then.partial/1.dat"), 1);
+    let qemu = child_running(run.pid(), QEMU).expect("QEMU runs");
+    signal(qemu, libc::SIGTERM);
+    let deadline = Instant::now() + PATIENCE;
+    let uftrace = loop {
+        if let Some(pid) = child_running(run.pid(), "uftrace") {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no uftrace:\n{}", run.stderr());
+        assert!(run.child.try_wait().unwrap().is_none(), "{}", run.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(run.pid(), libc::SIGTERM);
+    ended_by(&mut run, libc::SIGTERM);
+    // uftrace, left waiting on the pipe, goes with the test.
+    // SAFETY: kill has no memory effects; uftrace is a process this test started.
+    unsafe { libc::kill(uftrace, libc::SIGKILL) };
+    assert!(
+        run.stderr().contains("wrote then; look at it with"),
+        "{}",
+        run.stderr()
+    );
+    assert!(!env.path("then.partial").exists());
+    assert_eq!(plugin_stat(&env.path("then"), "complete"), "1");
 }
 
 /// A trace of `spin` that QEMU ended properly: complete, assembled, readable.

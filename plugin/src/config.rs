@@ -1,8 +1,11 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]`, or
-//! `probe=on` to check that this QEMU loads the plugin at all.
+//! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
+//! a file name, which need not be UTF-8.
 
 use crate::clock::ClockKind;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone)]
@@ -31,19 +34,25 @@ pub enum Mode {
 }
 
 /// Parses `key=value` arguments; errors are one line for QEMU to print.
-pub fn parse(raw: &[String]) -> Result<Mode, String> {
+pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut out = None;
     let mut clock = ClockChoice::Auto;
     let mut split_levels = false;
     let mut task_comm = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
     for arg in raw {
-        let (key, value) = arg
-            .split_once('=')
+        let bytes = arg.as_bytes();
+        let eq = bytes
+            .iter()
+            .position(|&b| b == b'=')
             .ok_or_else(|| format!("argument {arg:?} is not key=value"))?;
-        match key {
+        let key = String::from_utf8_lossy(&bytes[..eq]);
+        let raw_value = OsStr::from_bytes(&bytes[eq + 1..]);
+        let value = raw_value.to_string_lossy();
+        let value = value.as_ref();
+        match key.as_ref() {
             "probe" => return Ok(Mode::Probe),
-            "out" => out = Some(PathBuf::from(value)),
+            "out" => out = Some(PathBuf::from(raw_value)),
             "clock" => {
                 clock = match value {
                     "auto" => ClockChoice::Auto,

@@ -23,8 +23,9 @@ use output::Output;
 use qemu_uftrace_engine::arch::{Arch, Isa};
 use qemu_uftrace_engine::tasks::TaskTable;
 use qemu_uftrace_engine::{hot, stats};
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, CStr, OsStr, OsString};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
@@ -80,8 +81,9 @@ pub unsafe extern "C" fn qemu_plugin_install(
 ) -> c_int {
     // SAFETY: QEMU passes valid pointers (the function's contract).
     let (info, args) = unsafe {
-        let args: Vec<String> = (0..argc.max(0) as usize)
-            .map(|i| CStr::from_ptr(*argv.add(i)).to_string_lossy().into_owned())
+        // Bytes, not text: a directory name need not be UTF-8.
+        let args: Vec<OsString> = (0..argc.max(0) as usize)
+            .map(|i| OsStr::from_bytes(CStr::from_ptr(*argv.add(i)).to_bytes()).to_owned())
             .collect();
         (&*info, args)
     };
@@ -92,7 +94,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     }
 }
 
-fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[String]) {
+fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]) {
     // SAFETY: QEMU's target name is a NUL-terminated string, live during install.
     let target_name = unsafe { CStr::from_ptr(info.target_name) }
         .to_string_lossy()

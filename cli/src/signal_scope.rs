@@ -1,0 +1,165 @@
+//! What SIGINT, SIGTERM and SIGHUP do to us while a child shares our terminal, and only
+//! then. While QEMU runs, Ctrl-C (which the terminal sends to QEMU as well) must stop QEMU,
+//! not us, or nobody would assemble the trace; SIGTERM and SIGHUP sent to us alone are passed
+//! on to QEMU, which then stops as on Ctrl-C. While a viewer (uftrace) runs, Ctrl-C is its
+//! own. Once the child has exited, each signal does what it does by default again (ends
+//! us), so that symbol loading, assembly and `--then` stop like any other program.
+//!
+//! Whose a signal is gets decided in the handler, when the signal arrives: a thread reading
+//! the signals later could find the child gone and take the user's Ctrl-C for ours.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::low_level::{self, emulate_default_handler};
+use signal_hook::SigId;
+
+/// The signals a child's run takes over: each ends us by default.
+const TAKEN: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+/// Each signal of [`TAKEN`] we handle at all, with the switch of its default action: true
+/// while no child's run takes the signal over.
+type Defaults = Vec<(i32, Arc<AtomicBool>)>;
+
+static DEFAULTS: Mutex<Option<Defaults>> = Mutex::new(None);
+
+/// Sets up, once, the default action of each signal we take over. signal-hook never puts
+/// back the disposition it replaced: once the last action of a signal is unregistered, its
+/// handler stays installed and swallows the signal. So the default action is an action too
+/// (`register_conditional_default`, which resets the disposition and re-raises), armed
+/// whenever no child's run takes the signal. It is registered first, so it runs first. A
+/// signal ignored when we started (`nohup` ignores SIGHUP) is left alone: it stays ignored.
+fn defaults() -> Result<Defaults> {
+    let mut slot = DEFAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_none() {
+        let mut defaults = Vec::new();
+        for sig in TAKEN.into_iter().filter(|&s| !ignored(s)) {
+            let armed = Arc::new(AtomicBool::new(true));
+            signal_hook::flag::register_conditional_default(sig, Arc::clone(&armed))
+                .with_context(|| format!("cannot install the handler of signal {sig}"))?;
+            defaults.push((sig, armed));
+        }
+        *slot = Some(defaults);
+    }
+    Ok(slot.clone().unwrap_or_default())
+}
+
+/// True when `sig` is ignored (SIG_IGN).
+fn ignored(sig: i32) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// True when our child `pid` has exited, reaped or not (a zombie, which no signal reaches).
+/// A plain syscall, so a signal handler may call it.
+fn exited(pid: i32) -> bool {
+    // SAFETY: waitid writes into `info` only; WNOWAIT leaves the child to its waiter.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        // An error is ECHILD: reaped already.
+        r != 0 || info.si_pid() != 0
+    }
+}
+
+/// The child of a run, as the signal handlers see it.
+struct Child {
+    /// Its pid; 0 until it is spawned.
+    pid: AtomicI32,
+    /// Set once it has been waited for.
+    reaped: AtomicBool,
+}
+
+/// The handling of our signals during one child's run; dropping it (once the child has
+/// been waited for) gives each signal its default action back.
+pub struct SignalScope {
+    child: Arc<Child>,
+    /// The default-action switches of the signals this run takes over.
+    armed: Vec<Arc<AtomicBool>>,
+    /// The run's own actions, unregistered when it ends.
+    actions: Vec<SigId>,
+}
+
+impl SignalScope {
+    /// For QEMU's run: Ctrl-C is left to QEMU, SIGTERM and SIGHUP are passed on to it.
+    pub fn qemu() -> Result<SignalScope> {
+        SignalScope::new(&TAKEN, &[SIGTERM, SIGHUP])
+    }
+
+    /// For a viewer's run (uftrace, its pager or tui): Ctrl-C is its own; SIGTERM and SIGHUP
+    /// still end us.
+    pub fn viewer() -> Result<SignalScope> {
+        SignalScope::new(&[SIGINT], &[])
+    }
+
+    /// Takes over the signals `taken`, passing those in `forwarded` on to the child. Until
+    /// the child is started, and once it has exited, a signal does what it does by default.
+    fn new(taken: &[i32], forwarded: &[i32]) -> Result<SignalScope> {
+        let child = Arc::new(Child {
+            pid: AtomicI32::new(0),
+            reaped: AtomicBool::new(false),
+        });
+        let mut scope = SignalScope {
+            child: Arc::clone(&child),
+            armed: Vec::new(),
+            actions: Vec::new(),
+        };
+        for (sig, armed) in defaults()?.into_iter().filter(|(s, _)| taken.contains(s)) {
+            let forward = forwarded.contains(&sig);
+            let child = Arc::clone(&child);
+            let action = move || {
+                let pid = child.pid.load(Ordering::SeqCst);
+                if pid == 0 || child.reaped.load(Ordering::SeqCst) || exited(pid) {
+                    let _ = emulate_default_handler(sig);
+                } else if forward {
+                    // SAFETY: kill has no memory effects.
+                    unsafe {
+                        libc::kill(pid, sig);
+                    }
+                }
+            };
+            // SAFETY: the action only reads atomics and makes async-signal-safe syscalls
+            // (waitid, kill, and sigaction and raise in emulate_default_handler).
+            let id = unsafe { low_level::register(sig, action) }
+                .with_context(|| format!("cannot install the handler of signal {sig}"))?;
+            scope.actions.push(id);
+            // The run's action now stands in for the default one.
+            armed.store(false, Ordering::SeqCst);
+            scope.armed.push(armed);
+        }
+        Ok(scope)
+    }
+
+    /// The child runs as process `pid`.
+    pub fn child_started(&self, pid: u32) {
+        self.child.pid.store(pid as i32, Ordering::SeqCst);
+    }
+
+    /// The child has been waited for: signals from now on are ours.
+    pub fn child_reaped(&self) {
+        self.child.reaped.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for SignalScope {
+    fn drop(&mut self) {
+        self.child_reaped();
+        // The default first, then the run's actions go: no signal falls in between.
+        for a in &self.armed {
+            a.store(true, Ordering::SeqCst);
+        }
+        for id in self.actions.drain(..) {
+            low_level::unregister(id);
+        }
+    }
+}
