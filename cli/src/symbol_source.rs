@@ -57,6 +57,9 @@ pub fn parse_source_arg(arg: &OsStr, origin: &'static str) -> Result<SourceArg> 
 pub fn task_comm_offset(sources: &[SourceArg]) -> Option<u64> {
     sources
         .iter()
+        // Only regular files: this runs before QEMU starts, and reading a FIFO or a device
+        // (which the symbol loader reads later, while QEMU runs) could block it for good.
+        .filter(|s| std::fs::metadata(&s.path).is_ok_and(|m| m.is_file()))
         .find_map(|s| symbols::struct_member_offset(&s.path, "task_struct", "comm").ok())
         .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
 }

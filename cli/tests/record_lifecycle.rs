@@ -807,7 +807,7 @@ fn signals_after_qemu_exits_end_record() {
         assert!(!env.path(&name).exists());
         let staging = env.path(&format!("{name}.partial"));
         assert_eq!(plugin_stat(&staging, "complete"), "1");
-        assert!(assert_records(&staging.join("1.dat")) > 0);
+        assert!(assert_records(&staging.join(format!("{BOOT_TID}.dat"))) > 0);
     }
     let mut run = stalled("nohup", true);
     signal(run.pid(), libc::SIGHUP);
@@ -845,7 +845,7 @@ fn sigterm_during_then_ends_record() {
         out: env.path("no.stdout"),
         err,
     };
-    run.wait_for_data(&env.path("then.partial/1.dat"), 1);
+    run.wait_for_data(&env.path(&format!("then.partial/{BOOT_TID}.dat")), 1);
     let qemu = child_running(run.pid(), QEMU).expect("QEMU runs");
     signal(qemu, libc::SIGTERM);
     let deadline = Instant::now() + PATIENCE;

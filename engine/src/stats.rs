@@ -38,6 +38,10 @@ pub struct Stats {
     pub switches: u64,
     /// LOST records written where the engine had to guess (a stack rebuilt).
     pub lost_marks: u64,
+    /// Register reads QEMU refused where one was needed (an indirect call's target, an
+    /// exception's syndrome or return address): that event is not recorded, and a LOST
+    /// record marks the place.
+    pub register_read_failures: u64,
 }
 
 impl Stats {
@@ -58,6 +62,7 @@ impl Stats {
         self.eret_redirects += o.eret_redirects;
         self.switches += o.switches;
         self.lost_marks += o.lost_marks;
+        self.register_read_failures += o.register_read_failures;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -79,6 +84,7 @@ impl Stats {
             ("eret_redirects", self.eret_redirects),
             ("switches", self.switches),
             ("lost_marks", self.lost_marks),
+            ("register_read_failures", self.register_read_failures),
         ]
     }
 }

@@ -34,6 +34,17 @@ fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
     call_general(v, target, ret_addr)
 }
 
+/// A register QEMU would not give: the event it was for is not recorded; counted, and a
+/// LOST record marks the place.
+#[cold]
+#[inline(never)]
+fn read_failed(v: &mut VcpuState) {
+    let now = v.clock.now();
+    settle(v, now);
+    v.engine.stats.register_read_failures += 1;
+    v.engine.mark_lost(now);
+}
+
 #[cold]
 #[inline(never)]
 fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
@@ -62,10 +73,7 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void)
     let site = unsafe { call_site_at(data) };
     vcpu::with(vcpu_index, |v| match v.regs.read_gpr(site.target as u8) {
         Some(target) => direct_call(v, target, site.ret_addr),
-        None => {
-            let now = v.clock.now();
-            settle(v, now);
-        }
+        None => read_failed(v),
     });
 }
 
@@ -163,11 +171,15 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
         let now = v.clock.now();
         settle(v, now);
         let Some(level) = current_level(v, isa) else {
+            v.engine.stats.register_read_failures += 1;
             return;
         };
         let link = isa.exception_link_register(level);
-        if let Some(target) = link.and_then(|name| v.regs.read_named(name)) {
-            v.engine.exception_return(now, target, eret_pc);
+        match link.and_then(|name| v.regs.read_named(name)) {
+            Some(target) => {
+                v.engine.exception_return(now, target, eret_pc);
+            }
+            None => v.engine.stats.register_read_failures += 1,
         }
         // Where the return goes: SPSR's level, and (leaving EL3) SCR's security state.
         let saved = isa
