@@ -29,7 +29,8 @@ struct Link {
     callee: Option<u64>,
 }
 
-/// The frame-record chain, innermost first. Code built without frame pointers leaves
+/// The frame-record chain, innermost first (each record where the architecture keeps it
+/// around its frame pointer: `GuestView::frame_record`). Code built without frame pointers leaves
 /// anything in the frame-pointer register, so a record only counts when its return address
 /// follows a call instruction.
 fn frame_chain(guest: &mut dyn GuestView) -> Vec<Link> {
