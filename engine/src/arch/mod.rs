@@ -4,6 +4,9 @@
 //! uftrace's `arch/<arch>/`); nothing outside `arch/` knows an encoding or a register name.
 
 pub mod aarch64;
+#[cfg(test)]
+mod test_asm;
+pub mod x86_64;
 
 /// Where a call goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,10 +154,11 @@ pub struct Level(pub u8);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Arch {
     Aarch64,
+    X86_64,
 }
 
 impl Arch {
-    pub const ALL: &'static [Arch] = &[Arch::Aarch64];
+    pub const ALL: &'static [Arch] = &[Arch::Aarch64, Arch::X86_64];
 
     /// The architecture of a QEMU target name (`info->target_name`, `qemu-system-<name>`).
     pub fn from_qemu_target(name: &str) -> Option<Arch> {
@@ -164,12 +168,14 @@ impl Arch {
     pub fn qemu_target(self) -> &'static str {
         match self {
             Arch::Aarch64 => "aarch64",
+            Arch::X86_64 => "x86_64",
         }
     }
 
     pub fn isa(self) -> &'static dyn Isa {
         match self {
             Arch::Aarch64 => &aarch64::Aarch64,
+            Arch::X86_64 => &x86_64::X86_64,
         }
     }
 
@@ -177,6 +183,8 @@ impl Arch {
     pub fn uftrace_cpu_desc(self) -> &'static str {
         match self {
             Arch::Aarch64 => "ARM64",
+            // uftrace takes any description it does not know as x86-64.
+            Arch::X86_64 => "x86_64",
         }
     }
 }
