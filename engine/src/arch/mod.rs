@@ -4,6 +4,7 @@
 //! uftrace's `arch/<arch>/`); nothing outside `arch/` knows an encoding or a register name.
 
 pub mod aarch64;
+pub mod riscv64;
 #[cfg(test)]
 mod test_asm;
 pub mod x86_64;
@@ -155,10 +156,11 @@ pub struct Level(pub u8);
 pub enum Arch {
     Aarch64,
     X86_64,
+    Riscv64,
 }
 
 impl Arch {
-    pub const ALL: &'static [Arch] = &[Arch::Aarch64, Arch::X86_64];
+    pub const ALL: &'static [Arch] = &[Arch::Aarch64, Arch::X86_64, Arch::Riscv64];
 
     /// The architecture of a QEMU target name (`info->target_name`, `qemu-system-<name>`).
     pub fn from_qemu_target(name: &str) -> Option<Arch> {
@@ -169,6 +171,7 @@ impl Arch {
         match self {
             Arch::Aarch64 => "aarch64",
             Arch::X86_64 => "x86_64",
+            Arch::Riscv64 => "riscv64",
         }
     }
 
@@ -176,6 +179,7 @@ impl Arch {
         match self {
             Arch::Aarch64 => &aarch64::Aarch64,
             Arch::X86_64 => &x86_64::X86_64,
+            Arch::Riscv64 => &riscv64::Riscv64,
         }
     }
 
@@ -185,6 +189,7 @@ impl Arch {
             Arch::Aarch64 => "ARM64",
             // uftrace takes any description it does not know as x86-64.
             Arch::X86_64 => "x86_64",
+            Arch::Riscv64 => "RISCV64",
         }
     }
 }
@@ -314,6 +319,22 @@ pub use crate::exceptions::ExceptionKind;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn architectures_by_qemu_target() {
+        assert_eq!(Arch::from_qemu_target("aarch64"), Some(Arch::Aarch64));
+        assert_eq!(Arch::from_qemu_target("x86_64"), Some(Arch::X86_64));
+        assert_eq!(Arch::from_qemu_target("riscv64"), Some(Arch::Riscv64));
+        assert_eq!(Arch::from_qemu_target("riscv32"), None);
+        assert_eq!(Arch::from_qemu_target("i386"), None);
+        let descs: Vec<&str> = Arch::ALL.iter().map(|a| a.uftrace_cpu_desc()).collect();
+        assert_eq!(descs, ["ARM64", "x86_64", "RISCV64"]);
+        for a in Arch::ALL {
+            let isa = a.isa();
+            assert!(isa.call_lookbehind() <= 16 && isa.fetch_len() <= 16);
+            assert!(!isa.gpr_name(isa.frame_pointer()).is_empty());
+        }
+    }
 
     #[test]
     fn memory_operands_wrap_at_their_address_size() {

@@ -29,6 +29,20 @@ pub const X86_64: Binutils = Binutils {
     ld_flags: &["-m", "elf_x86_64"],
 };
 
+pub const RISCV64: Binutils = Binutils {
+    prefix: "riscv64-linux-gnu-",
+    package: "binutils-riscv64-linux-gnu",
+    as_flags: &["-march=rv64gc", "-mabi=lp64d"],
+    ld_flags: &["-m", "elf64lriscv", "--no-relax"],
+};
+
+pub const RISCV32: Binutils = Binutils {
+    prefix: "riscv64-linux-gnu-",
+    package: "binutils-riscv64-linux-gnu",
+    as_flags: &["-march=rv32gc", "-mabi=ilp32d"],
+    ld_flags: &["-m", "elf32lriscv", "--no-relax"],
+};
+
 fn run(tools: &Binutils, tool: &str, args: &[&str], dir: &Path) -> Vec<u8> {
     let name = format!("{}{tool}", tools.prefix);
     let out = Command::new(&name)
