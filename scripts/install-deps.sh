@@ -6,7 +6,8 @@
 #     discontinuity callback), and QEMU 11.1.3 from trixie-backports in a trixie root (plugin
 #     API 7), both cached outside the repo: every test runs on all three
 #   - uftrace (Debian's 0.13)
-#   - the aarch64 cross compiler for the example and test guests
+#   - the aarch64 cross compiler for the example and test guests; x86 and riscv64 binutils for
+#     the instruction decoders' tests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
 #   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
 # Package mirrors come from the machine's own apt sources; no host name is written here.
@@ -90,6 +91,10 @@ have_qemu || need+=(qemu)
 command -v uftrace >/dev/null 2>&1 || need+=(uftrace)
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
 command -v aarch64-linux-gnu-nm >/dev/null 2>&1 || need+=(binutils-aarch64-linux-gnu)
+# The instruction decoders' tests assemble x86 (native binutils, named explicitly) and
+# RISC-V code.
+command -v x86_64-linux-gnu-as >/dev/null 2>&1 || need+=(binutils-x86-64-linux-gnu)
+command -v riscv64-linux-gnu-as >/dev/null 2>&1 || need+=(binutils-riscv64-linux-gnu)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
@@ -106,8 +111,8 @@ if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
-    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu tmux hyperfine zstd make time
-        libc6-dev-arm64-cross python3-venv)
+    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu binutils-x86-64-linux-gnu
+        binutils-riscv64-linux-gnu tmux hyperfine zstd make time libc6-dev-arm64-cross python3-venv)
     $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
     qemu_release=()
     [ -z "$backports" ] || qemu_release=(-t "${backports#/}")

@@ -29,7 +29,8 @@ struct Link {
     callee: Option<u64>,
 }
 
-/// The frame-record chain, innermost first. Code built without frame pointers leaves
+/// The frame-record chain, innermost first (each record where the architecture keeps it
+/// around its frame pointer: `GuestView::frame_record`). Code built without frame pointers leaves
 /// anything in the frame-pointer register, so a record only counts when its return address
 /// follows a call instruction.
 fn frame_chain(guest: &mut dyn GuestView) -> Vec<Link> {
@@ -127,4 +128,98 @@ fn frames_of(target: u64, chain: &[Link]) -> Vec<Frame> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::{Arch, Isa, Mode};
+    use crate::guest::{read_frame_record, CallSite};
+    use std::collections::HashMap;
+
+    /// A guest whose memory holds real frame records and call instructions, read the way
+    /// the plugin reads them: records at the architecture's slots, calls decoded before
+    /// return addresses.
+    struct MemoryGuest {
+        isa: &'static dyn Isa,
+        fp: u64,
+        memory: HashMap<u64, u8>,
+    }
+
+    impl MemoryGuest {
+        fn store(&mut self, addr: u64, bytes: &[u8]) {
+            for (i, b) in bytes.iter().enumerate() {
+                self.memory.insert(addr + i as u64, *b);
+            }
+        }
+        fn read(&self, addr: u64, out: &mut [u8]) -> Option<()> {
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = *self.memory.get(&(addr + i as u64))?;
+            }
+            Some(())
+        }
+    }
+
+    impl GuestView for MemoryGuest {
+        fn frame_pointer(&mut self) -> Option<u64> {
+            Some(self.fp)
+        }
+        fn frame_record(&mut self, fp: u64) -> Option<(u64, u64)> {
+            read_frame_record(self.isa, fp, |addr, out| self.read(addr, out))
+        }
+        fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {
+            let mut before = [0u8; 4];
+            self.read(ret_addr - 4, &mut before)?;
+            self.isa.call_ending_at(Mode::Bits64, ret_addr, &before)
+        }
+    }
+
+    /// `jal ra, offset`.
+    fn jal_ra(offset: i32) -> [u8; 4] {
+        let i = offset as u32;
+        let word = ((i >> 20) & 1) << 31
+            | ((i >> 1) & 0x3ff) << 21
+            | ((i >> 11) & 1) << 20
+            | ((i >> 12) & 0xff) << 12
+            | 1 << 7
+            | 0x6f;
+        word.to_le_bytes()
+    }
+
+    #[test]
+    fn risc_v_frame_records_below_the_frame_pointer() {
+        // k calls h (jal at 0x300c, returns to 0x3010), h calls g (jal at 0x200c, returns to
+        // 0x2010); g's frame pointer is 0x8000, h's 0x8100. RISC-V keeps each record at
+        // [fp - 16] (caller's fp), [fp - 8] (return address).
+        let mut g = MemoryGuest {
+            isa: Arch::Riscv64.isa(),
+            fp: 0x8000,
+            memory: HashMap::new(),
+        };
+        g.store(0x200c, &jal_ra(0x1000 - 0x200c)); // jal ra, g (0x1000)
+        g.store(0x300c, &jal_ra(0x2000 - 0x300c)); // jal ra, h (0x2000)
+        g.store(0x8000 - 16, &0x8100u64.to_le_bytes());
+        g.store(0x8000 - 8, &0x2010u64.to_le_bytes());
+        g.store(0x8100 - 16, &0u64.to_le_bytes());
+        g.store(0x8100 - 8, &0x3010u64.to_le_bytes());
+        let plan = plan(&ShadowStack::default(), 0x1040, &mut g);
+        assert!(plan.resynced);
+        assert_eq!(
+            plan.open,
+            [
+                Frame {
+                    func: 0x2000,
+                    ret_addr: 0x3010
+                },
+                Frame {
+                    func: 0x1000,
+                    ret_addr: 0x2010
+                }
+            ]
+        );
+        // The same memory read as AArch64 lays records out ([fp], [fp + 8]) holds none.
+        g.isa = Arch::Aarch64.isa();
+        let plan = super::plan(&ShadowStack::default(), 0x1040, &mut g);
+        assert!(plan.open.is_empty() && !plan.resynced);
+    }
 }

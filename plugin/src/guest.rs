@@ -6,8 +6,8 @@ use crate::api::{
     qemu_plugin_read_memory_vaddr, qemu_plugin_read_register, qemu_plugin_reg_descriptor,
     qemu_plugin_register, GByteArray,
 };
-use qemu_uftrace_engine::arch::Isa;
-use qemu_uftrace_engine::guest::{call_returning_to, CallSite, GuestView};
+use qemu_uftrace_engine::arch::{Isa, Mode};
+use qemu_uftrace_engine::guest::{call_returning_to, read_frame_record, CallSite, GuestView};
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
@@ -104,6 +104,29 @@ impl ByteBuf {
         }
     }
 
+    /// Reads the `len` bytes (at most [`LOOKBEHIND_MAX`]) that end at `addr` into the end of
+    /// `out`; gives how many it read. Where they start on a page that cannot be read, only
+    /// those on `addr`'s own page (a variable-length call may be shorter than `len`).
+    pub fn read_before(
+        &mut self,
+        addr: u64,
+        len: usize,
+        out: &mut [u8; LOOKBEHIND_MAX],
+    ) -> Option<usize> {
+        let all = len.min(LOOKBEHIND_MAX).min(addr as usize);
+        if let Some(b) = self.read_memory(addr - all as u64, all) {
+            out[LOOKBEHIND_MAX - all..].copy_from_slice(b);
+            return Some(all);
+        }
+        let n = all.min((addr % MIN_PAGE) as usize);
+        if n == 0 || n == all {
+            return None;
+        }
+        let b = self.read_memory(addr - n as u64, n)?;
+        out[LOOKBEHIND_MAX - n..].copy_from_slice(b);
+        Some(n)
+    }
+
     /// Reads guest virtual memory through the current vCPU's MMU.
     pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: QEMU sizes the array itself.
@@ -133,18 +156,35 @@ impl GuestView for QemuGuest<'_> {
         self.buf.read_gpr(self.isa().frame_pointer())
     }
 
-    fn frame_record(&mut self, addr: u64) -> Option<(u64, u64)> {
-        let b = self.buf.read_memory(addr, 16)?;
-        let fp = u64::from_le_bytes(b[..8].try_into().ok()?);
-        let lr = u64::from_le_bytes(b[8..16].try_into().ok()?);
+    fn frame_record(&mut self, fp: u64) -> Option<(u64, u64)> {
+        let isa = self.isa();
+        let (caller_fp, lr) = read_frame_record(isa, fp, |addr, out| {
+            out.copy_from_slice(self.buf.read_memory(addr, out.len())?);
+            Some(())
+        })?;
         // With pointer authentication on, saved return addresses are signed.
-        Some((fp, self.isa().strip_authentication(lr)))
+        Some((caller_fp, isa.strip_authentication(lr)))
     }
 
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite> {
         let isa = self.isa();
-        let pc = ret_addr.checked_sub(isa.call_len())?;
-        let insn = self.buf.read_memory(pc, isa.fetch_len())?.to_vec();
-        call_returning_to(isa, ret_addr, &insn)
+        let mode = current_mode(isa, self.buf);
+        let mut bytes = [0u8; LOOKBEHIND_MAX];
+        let n = self
+            .buf
+            .read_before(ret_addr, isa.call_lookbehind(), &mut bytes)?;
+        call_returning_to(isa, mode, ret_addr, &bytes[LOOKBEHIND_MAX - n..])
     }
+}
+
+/// The smallest guest page QEMU may use (Arm's 1 KiB): within it, guest memory is either
+/// all readable or not, and its host copy is contiguous.
+pub const MIN_PAGE: u64 = 1024;
+
+/// The most bytes any architecture's `call_lookbehind` asks for.
+pub const LOOKBEHIND_MAX: usize = 16;
+
+/// The width of the code the vCPU runs now (fixed-width architectures read no register).
+pub fn current_mode(isa: &dyn Isa, buf: &mut ByteBuf) -> Mode {
+    isa.current_mode(&mut |name| buf.read_named(name))
 }

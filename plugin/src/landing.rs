@@ -13,16 +13,12 @@
 //! and closes the top frame, the return's most likely owner (`Engine::ret_unseen`).
 
 use crate::api::qemu_plugin_u64;
-use crate::guest::ByteBuf;
+use crate::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
 use crate::scoreboard::{Scoreboard, VcpuWord};
-use qemu_uftrace_engine::arch::Isa;
+use qemu_uftrace_engine::arch::{Isa, Mode};
 use qemu_uftrace_engine::guest::call_returning_to;
 use std::cell::RefCell;
 use std::sync::OnceLock;
-
-/// The smallest guest page QEMU may use (Arm's 1 KiB): within it, the host copy of guest
-/// memory is contiguous.
-const MIN_PAGE: u64 = 1024;
 
 static PENDING: OnceLock<Scoreboard> = OnceLock::new();
 
@@ -36,20 +32,27 @@ pub fn entry() -> Option<qemu_plugin_u64> {
     PENDING.get().map(Scoreboard::entry)
 }
 
-/// Whether a block starting at `pc` is where a call returns: the instruction before it is a
-/// call whose return address is `pc`. `haddr` is the host copy of the block's first
-/// instruction, when QEMU has one.
-pub fn is_landing(isa: &dyn Isa, pc: u64, haddr: *const u8) -> bool {
-    let len = isa.call_len();
-    let Some(before) = pc.checked_sub(len) else {
+/// Whether a block starting at `pc` (in code of width `mode`) is where a call returns: the
+/// instruction before it is a call whose return address is `pc` (the architecture decides,
+/// from the bytes before `pc`: `Isa::call_ending_at`). `haddr` is the host copy of the
+/// block's first instruction, when QEMU has one.
+pub fn is_landing(isa: &dyn Isa, mode: Mode, pc: u64, haddr: *const u8) -> bool {
+    let len = isa.call_lookbehind().min(LOOKBEHIND_MAX);
+    if pc < len as u64 {
         return false;
-    };
-    let mut bytes = [0u8; 16];
-    let n = (isa.fetch_len()).min(bytes.len());
-    if pc % MIN_PAGE >= len && !haddr.is_null() {
-        // SAFETY: the call sits on the same guest page as `pc`, so its bytes are in the same
+    }
+    let mut bytes = [0u8; LOOKBEHIND_MAX];
+    let n = if pc % MIN_PAGE >= len as u64 && !haddr.is_null() {
+        // SAFETY: the bytes sit on the same guest page as `pc`, so they are in the same
         // contiguous host mapping, right before `haddr`.
-        unsafe { std::ptr::copy_nonoverlapping(haddr.sub(len as usize), bytes.as_mut_ptr(), n) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                haddr.sub(len),
+                bytes.as_mut_ptr().add(LOOKBEHIND_MAX - len),
+                len,
+            )
+        };
+        len
     } else {
         // A page start (or code QEMU has no host copy of): read through the guest's MMU.
         thread_local! {
@@ -57,16 +60,15 @@ pub fn is_landing(isa: &dyn Isa, pc: u64, haddr: *const u8) -> bool {
         }
         let read = BUF.with(|b| {
             let mut b = b.borrow_mut();
-            let buf = b.get_or_insert_with(ByteBuf::new);
-            buf.read_memory(before, n)
-                .map(|m| bytes[..n].copy_from_slice(m))
-                .is_some()
+            b.get_or_insert_with(ByteBuf::new)
+                .read_before(pc, len, &mut bytes)
         });
-        if !read {
-            return false;
+        match read {
+            Some(n) => n,
+            None => return false,
         }
-    }
-    call_returning_to(isa, pc, &bytes[..n]).is_some()
+    };
+    call_returning_to(isa, mode, pc, &bytes[LOOKBEHIND_MAX - n..]).is_some()
 }
 
 /// One vCPU's flag, as its callbacks read and clear it.

@@ -13,9 +13,26 @@ use crate::callbacks::{
     on_direct_call, on_exception_return, on_indirect_call, on_landing, on_packed_call,
     on_task_pointer,
 };
-use qemu_uftrace_engine::arch::{InsnKind, Target};
+use crate::guest::ByteBuf;
+use qemu_uftrace_engine::arch::{InsnKind, Isa, Mode, Target};
 use qemu_uftrace_engine::sites::{call_site, pack};
+use std::cell::RefCell;
 use std::ffi::c_void;
+
+/// The width of the code a block being translated runs (the vCPU is at the block's start).
+/// Fixed-width architectures read no register.
+fn code_mode(isa: &dyn Isa) -> Mode {
+    thread_local! {
+        static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
+    }
+    isa.current_mode(&mut |name| {
+        BUF.with(|b| {
+            b.borrow_mut()
+                .get_or_insert_with(ByteBuf::new)
+                .read_named(name)
+        })
+    })
+}
 
 /// # Safety
 /// `tb` is a live translation block handle (QEMU's translation callback).
@@ -26,11 +43,12 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         return;
     }
     let pending = crate::landing::entry();
+    let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
     let start = unsafe { qemu_plugin_insn_vaddr(first) };
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
-        if crate::landing::is_landing(isa, start, haddr) {
+        if crate::landing::is_landing(isa, mode, start, haddr) {
             // Registered before the clock's add, so the return is timed before this block.
             // R_REGS: a return that matches no frame reads frame records to resynchronise.
             unsafe {
@@ -60,7 +78,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
-        let (cb, flags, data): (VcpuUdataCb, _, _) = match isa.classify(pc, &bytes[..len]) {
+        let (cb, flags, data): (VcpuUdataCb, _, _) = match isa.classify(mode, pc, &bytes[..len]) {
             InsnKind::Call {
                 target: Target::Direct(t),
                 ret_addr,
@@ -77,6 +95,12 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 // The register number, marked so it never meets a direct target.
                 call_site(pc, r as u64 | 1 << 63, ret_addr),
             ),
+            // Not produced for the architectures the plugin records (AArch64): x86 and RISC-V
+            // calls through memory or through a register plus an offset, once they are wired.
+            InsnKind::Call {
+                target: Target::RegisterOffset { .. } | Target::Memory(_),
+                ..
+            } => continue,
             InsnKind::Return => {
                 if let Some(flag) = pending {
                     unsafe {

@@ -1,6 +1,8 @@
 //! A64 call/return classification from instruction words.
 
-use super::{Discontinuity, ExceptionKind, InsnKind, Isa, Level, Target};
+use super::{
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, Mode, Target,
+};
 
 /// `Level` bit for the Secure state (EL3 is always Secure and never carries it).
 const SECURE: u8 = 4;
@@ -62,7 +64,7 @@ impl Aarch64 {
 }
 
 impl Isa for Aarch64 {
-    fn classify(&self, pc: u64, bytes: &[u8]) -> InsnKind {
+    fn classify(&self, _mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
         match bytes.get(..4) {
             Some(b) => Self::classify_word(pc, u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
             None => InsnKind::Other,
@@ -81,8 +83,13 @@ impl Isa for Aarch64 {
         29
     }
 
-    fn call_len(&self) -> u64 {
+    fn call_lookbehind(&self) -> usize {
         4
+    }
+
+    /// Every call is one 4-byte word: the word before `pc`.
+    fn call_ending_at(&self, mode: Mode, pc: u64, before: &[u8]) -> Option<CallSite> {
+        call_of_len(self, mode, pc, before, 4)
     }
 
     fn status_register(&self) -> &'static str {
@@ -251,6 +258,31 @@ mod tests {
         assert_eq!(k(0, 0xd63f_0e1f), call(16)); // blrabz x16
         assert_eq!(k(0, 0xd73f_0a11), call(16)); // blraa x16, x17
         assert_eq!(k(0, 0xd73f_0e11), call(16)); // blrab x16, x17
+    }
+
+    #[test]
+    fn the_call_before_a_return_address() {
+        let bl = 0x9400_0040u32.to_le_bytes(); // bl +0x100, at 0x1000
+        let blr = 0xd63f_0100u32.to_le_bytes(); // blr x8
+        let nop = 0xd503_201fu32.to_le_bytes();
+        let at = |pc, before: &[u8]| Aarch64.call_ending_at(Mode::Bits64, pc, before);
+        assert_eq!(
+            at(0x1004, &bl),
+            Some(CallSite {
+                pc: 0x1000,
+                target: Some(0x1100)
+            })
+        );
+        assert_eq!(
+            at(0x1004, &[nop, blr].concat()),
+            Some(CallSite {
+                pc: 0x1000,
+                target: None
+            })
+        );
+        assert_eq!(at(0x1004, &[bl, nop].concat()), None); // only the word before counts
+        assert_eq!(at(0x1004, &bl[1..]), None); // too few bytes
+        assert_eq!(at(2, &bl), None); // no room for a call before address 2
     }
 
     #[test]

@@ -1,17 +1,116 @@
 //! Everything about a guest architecture, behind [`Isa`]: instruction classes from bytes,
-//! call length, frame-record layout, the exception model and the registers that say which
-//! task and privilege level run. One module per architecture (as uftrace's `arch/<arch>/`);
-//! nothing outside `arch/` knows an encoding or a register name.
+//! which call ends where a return lands, frame-record layout, the exception model and the
+//! registers that say which task and privilege level run. One module per architecture (as
+//! uftrace's `arch/<arch>/`); nothing outside `arch/` knows an encoding or a register name.
 
 pub mod aarch64;
+pub mod riscv64;
+#[cfg(test)]
+mod test_asm;
+pub mod x86_64;
 
 /// Where a call goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// Known at translation time (BL): no register read when it executes.
+    /// Known at translation time (BL, x86 CALL rel, RISC-V JAL): no register read when it
+    /// executes.
     Direct(u64),
-    /// In a general register (BLR and its pointer-authenticated forms).
+    /// In a general register (BLR and its pointer-authenticated forms, x86 `call *%rax`,
+    /// RISC-V `jalr ra, 0(rs1)`), numbered as [`Isa::gpr_name`] names it.
     Register(u8),
+    /// A general register plus an offset (RISC-V `jalr ra, imm(rs1)` with `imm != 0`).
+    RegisterOffset { reg: u8, offset: i64 },
+    /// Read from memory (x86 `call *disp(%base,%index,scale)`): the address comes from
+    /// registers (or is known at translation, RIP-relative), the target from a memory read.
+    Memory(MemOperand),
+}
+
+/// A memory operand a call reads its target from: the effective address is
+/// `base + index * scale + disp`, wrapped to `addr_bits`, in segment `segment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemOperand {
+    /// General register numbers as [`Isa::gpr_name`] names them.
+    pub base: Option<u8>,
+    pub index: Option<u8>,
+    /// 1, 2, 4 or 8 (1 without an index).
+    pub scale: u8,
+    /// Sign-extended displacement. A PC-relative operand (x86-64 `disp(%rip)`) has no base
+    /// and no index: its absolute address, known at translation, is `disp`.
+    pub disp: i64,
+    /// Address-size width: 16, 32 or 64 (the effective address wraps there).
+    pub addr_bits: u8,
+    /// Bytes read for the target's offset (2, 4 or 8).
+    pub size: u8,
+    /// A far call (x86 `lcall *m`): a 16-bit code-segment selector follows the offset.
+    pub far: bool,
+    /// The segment register (QEMU's name) whose base the effective address is relative
+    /// to, when that base can be non-zero: `fs`/`gs` in 64-bit mode (QEMU gives their bases
+    /// as `fs_base`/`gs_base`); in 16- and 32-bit code the segment used, by override or by
+    /// default (`ss` for BP/SP-based addresses, else `ds`): in real mode its base is the
+    /// selector times 16, in protected mode a descriptor's base that QEMU does not show
+    /// (flat, 0, in practice).
+    pub segment: Option<&'static str>,
+}
+
+impl MemOperand {
+    /// The effective address (segment base not added), with `gpr` reading a general
+    /// register.
+    pub fn effective_address(&self, mut gpr: impl FnMut(u8) -> Option<u64>) -> Option<u64> {
+        let mut addr = self.disp as u64;
+        if let Some(b) = self.base {
+            addr = addr.wrapping_add(gpr(b)?);
+        }
+        if let Some(i) = self.index {
+            addr = addr.wrapping_add(gpr(i)?.wrapping_mul(self.scale as u64));
+        }
+        Some(match self.addr_bits {
+            16 => addr & 0xffff,
+            32 => addr & 0xffff_ffff,
+            _ => addr,
+        })
+    }
+}
+
+/// The call instruction found just before a return address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallSite {
+    pub pc: u64,
+    /// Known for direct calls.
+    pub target: Option<u64>,
+}
+
+/// How wide the code the guest runs is: decoding depends on it where the architecture has
+/// several widths (x86: real-mode/16-bit, 32-bit and 64-bit code; RISC-V: RV32 code, where
+/// C.JAL exists, or RV64). AArch64 code is always [`Mode::Bits64`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Bits16,
+    Bits32,
+    Bits64,
+}
+
+/// Where the frame record of a frame-pointer value keeps its two words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSlots {
+    /// Address of the caller's frame pointer.
+    pub caller_fp: u64,
+    /// Address of the return address.
+    pub ret_addr: u64,
+}
+
+/// A thunk recognised from the bytes at its entry: code that a call or a jump reaches but
+/// that is not a function of the program's own (x86 Linux's retpolines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thunk {
+    /// Branches to the address in general register `reg` (`__x86_indirect_thunk_<reg>`):
+    /// a call to the thunk is an indirect call through `reg`, and the calls and returns
+    /// inside it (a retpoline's `call` that pushes a return address its `ret` never uses)
+    /// are not the program's.
+    IndirectBranch { reg: u8 },
+    /// Drops the return address that the call to it pushed and returns for its caller
+    /// (`srso_safe_ret`, which `srso_return_thunk` calls): a call to it is no call, its
+    /// return is its caller's.
+    ReturnForCaller,
 }
 
 /// What an instruction means for the call graph.
@@ -56,10 +155,12 @@ pub struct Level(pub u8);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Arch {
     Aarch64,
+    X86_64,
+    Riscv64,
 }
 
 impl Arch {
-    pub const ALL: &'static [Arch] = &[Arch::Aarch64];
+    pub const ALL: &'static [Arch] = &[Arch::Aarch64, Arch::X86_64, Arch::Riscv64];
 
     /// The architecture of a QEMU target name (`info->target_name`, `qemu-system-<name>`).
     pub fn from_qemu_target(name: &str) -> Option<Arch> {
@@ -69,12 +170,16 @@ impl Arch {
     pub fn qemu_target(self) -> &'static str {
         match self {
             Arch::Aarch64 => "aarch64",
+            Arch::X86_64 => "x86_64",
+            Arch::Riscv64 => "riscv64",
         }
     }
 
     pub fn isa(self) -> &'static dyn Isa {
         match self {
             Arch::Aarch64 => &aarch64::Aarch64,
+            Arch::X86_64 => &x86_64::X86_64,
+            Arch::Riscv64 => &riscv64::Riscv64,
         }
     }
 
@@ -82,23 +187,59 @@ impl Arch {
     pub fn uftrace_cpu_desc(self) -> &'static str {
         match self {
             Arch::Aarch64 => "ARM64",
+            // uftrace takes any description it does not know as x86-64.
+            Arch::X86_64 => "x86_64",
+            Arch::Riscv64 => "RISCV64",
         }
     }
 }
 
 /// The guest architecture as the plugin needs it.
 pub trait Isa: Sync + Send {
-    /// Classifies the instruction at `pc` from its bytes (never from disassembly text).
-    fn classify(&self, pc: u64, bytes: &[u8]) -> InsnKind;
-    /// How many bytes `classify` wants (fixed-width ISAs: the instruction size).
+    /// Classifies the instruction at `pc` from its bytes (never from disassembly text), in
+    /// code of width `mode`. `bytes` starts at `pc` and holds the instruction (the plugin
+    /// gives exactly its bytes, at most [`Isa::fetch_len`]); too few bytes make it `Other`.
+    fn classify(&self, mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind;
+    /// How many bytes `classify` wants: the longest instruction (fixed-width ISAs: the
+    /// instruction size).
     fn fetch_len(&self) -> usize;
+    /// The width of the code the vCPU runs now, from registers `read` by QEMU's name (the
+    /// plugin reads them at translation, when they describe the block's start). Fixed-width
+    /// architectures read nothing.
+    fn current_mode(&self, _read: &mut dyn FnMut(&'static str) -> Option<u64>) -> Mode {
+        Mode::Bits64
+    }
+    /// How many bytes before an address [`Isa::call_ending_at`] looks at: the longest call.
+    fn call_lookbehind(&self) -> usize;
+    /// The call instruction that ends exactly at `pc` and returns there, if the bytes before
+    /// `pc` hold one: where a return lands (a block starting just after a call), or which
+    /// call a frame record's return address returns from. `before` ends at `pc`
+    /// (`before[before.len() - 1]` is the byte at `pc - 1`) and holds up to
+    /// [`Isa::call_lookbehind`] bytes (fewer at the start of readable memory).
+    fn call_ending_at(&self, mode: Mode, pc: u64, before: &[u8]) -> Option<CallSite>;
     /// Name of general register `n` in QEMU's register list (as gdb names it).
     fn gpr_name(&self, n: u8) -> String;
-    /// The frame-pointer register, whose frame records (`[fp] = caller fp`, `[fp+8] = return
-    /// address`) let the plugin rebuild a stack it lost track of.
+    /// The frame-pointer register, whose frame records let the plugin rebuild a stack it
+    /// lost track of.
     fn frame_pointer(&self) -> u8;
-    /// Size of the call instruction that precedes a return address, to re-decode it.
-    fn call_len(&self) -> u64;
+    /// Where the frame record that frame-pointer value `fp` points at keeps the caller's
+    /// frame pointer and the return address (AArch64 and x86-64: `[fp]`, `[fp + 8]`;
+    /// RISC-V: `[fp - 16]`, `[fp - 8]`).
+    fn frame_slots(&self, fp: u64) -> FrameSlots {
+        FrameSlots {
+            caller_fp: fp,
+            ret_addr: fp.wrapping_add(8),
+        }
+    }
+    /// A thunk starting with `entry` (the bytes at a call's or jump's target, up to
+    /// [`Isa::thunk_fetch_len`]), where the architecture's kernels have such thunks.
+    fn thunk(&self, _mode: Mode, _entry: &[u8]) -> Option<Thunk> {
+        None
+    }
+    /// How many bytes [`Isa::thunk`] looks at (0: no thunks to recognise).
+    fn thunk_fetch_len(&self) -> usize {
+        0
+    }
     /// The register holding the processor state, from which [`Isa::exception_level`] reads
     /// the privilege level.
     fn status_register(&self) -> &'static str;
@@ -145,8 +286,90 @@ pub trait Isa: Sync + Send {
     /// status is `saved`, given the security register's value.
     fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level;
     /// `level` (as [`Isa::exception_level`] gives it, with what the engine knows of the
-    /// security state) for names such as `EL1`, `S-EL1`, `ring 0`.
+    /// security state) for names such as `EL1`, `S-EL1`, `ring0`, `S`.
     fn level_name(&self, level: Level) -> String;
 }
 
+/// The call of exactly `len` bytes that ends at `pc` and returns there, if the last `len`
+/// bytes of `before` are one: the step every [`Isa::call_ending_at`] takes for each length
+/// a call of its architecture can have.
+pub fn call_of_len<I: Isa + ?Sized>(
+    isa: &I,
+    mode: Mode,
+    pc: u64,
+    before: &[u8],
+    len: usize,
+) -> Option<CallSite> {
+    let start = before.len().checked_sub(len)?;
+    let call_pc = pc.checked_sub(len as u64)?;
+    match isa.classify(mode, call_pc, &before[start..]) {
+        InsnKind::Call { target, ret_addr } if ret_addr == pc => Some(CallSite {
+            pc: call_pc,
+            target: match target {
+                Target::Direct(t) => Some(t),
+                _ => None,
+            },
+        }),
+        _ => None,
+    }
+}
+
 pub use crate::exceptions::ExceptionKind;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architectures_by_qemu_target() {
+        assert_eq!(Arch::from_qemu_target("aarch64"), Some(Arch::Aarch64));
+        assert_eq!(Arch::from_qemu_target("x86_64"), Some(Arch::X86_64));
+        assert_eq!(Arch::from_qemu_target("riscv64"), Some(Arch::Riscv64));
+        assert_eq!(Arch::from_qemu_target("riscv32"), None);
+        assert_eq!(Arch::from_qemu_target("i386"), None);
+        let descs: Vec<&str> = Arch::ALL.iter().map(|a| a.uftrace_cpu_desc()).collect();
+        assert_eq!(descs, ["ARM64", "x86_64", "RISCV64"]);
+        for a in Arch::ALL {
+            let isa = a.isa();
+            assert!(isa.call_lookbehind() <= 16 && isa.fetch_len() <= 16);
+            assert!(!isa.gpr_name(isa.frame_pointer()).is_empty());
+        }
+    }
+
+    #[test]
+    fn memory_operands_wrap_at_their_address_size() {
+        let op = MemOperand {
+            base: Some(0),
+            index: Some(1),
+            scale: 8,
+            disp: -0x10,
+            addr_bits: 64,
+            size: 8,
+            far: false,
+            segment: None,
+        };
+        let regs = |n: u8| Some([0x1000u64, 3][n as usize]);
+        assert_eq!(op.effective_address(regs), Some(0x1000 + 24 - 0x10));
+        let narrow = MemOperand {
+            addr_bits: 16,
+            disp: 0xffff,
+            ..op
+        };
+        assert_eq!(
+            narrow.effective_address(regs),
+            Some((0x1000 + 24 + 0xffff) & 0xffff)
+        );
+        let absolute = MemOperand {
+            base: None,
+            index: None,
+            scale: 1,
+            disp: 0xffff_ffff_8200_0000_u64 as i64,
+            ..op
+        };
+        assert_eq!(
+            absolute.effective_address(|_| None),
+            Some(0xffff_ffff_8200_0000)
+        );
+        assert_eq!(op.effective_address(|_| None), None);
+    }
+}

@@ -1,0 +1,590 @@
+//! RISC-V call/return classification from instruction bytes (RV64GC; RV32's C.JAL too).
+//!
+//! Calls and returns are JAL/JALR as the ISA's return-address-stack hints define them
+//! (unprivileged spec, "JALR": x1 `ra` and x5 `t0` are link registers): a JAL or JALR that
+//! writes a link register is a call (pushes); a JALR that jumps through a link register
+//! without writing one is a return (pops: `ret` is `jalr x0, 0(ra)`), whatever its offset. A JALR that writes one link register
+//! and jumps through the other (pop, then push: a coroutine swap) is taken as a call.
+//! Compressed: C.JALR (call through rs1, links ra), C.JR ra / C.JR t0 (return), C.JAL
+//! (RV32 only; RV64 has C.ADDIW there). Zcmp's `cm.popret` and Zcmt's `cm.jalt` share
+//! encodings with C.FSDSP and C.FLDSP of RV64GC, so they are not decoded.
+//!
+//! Registers are x0..x31, named as QEMU's gdb stub names them (`riscv-64bit-cpu.xml`: ABI
+//! names, with x8 as `fp`); the privilege level is QEMU's virtual `priv` register (system
+//! mode: 0 U, 1 S, 3 M, plus 4 when virtualisation is on).
+
+use super::{
+    call_of_len, CallSite, Discontinuity, ExceptionKind, FrameSlots, InsnKind, Isa, Level, Mode,
+    Target,
+};
+
+pub struct Riscv64;
+
+const RA: u8 = 1;
+const T0: u8 = 5;
+const FP: u8 = 8;
+
+const NAMES: [&str; 32] = [
+    "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "fp", "s1", "a0", "a1", "a2", "a3", "a4",
+    "a5", "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4",
+    "t5", "t6",
+];
+
+/// Level bit for virtualisation (VS, VU), as QEMU's `priv` register has it.
+const VIRT: u8 = 4;
+const PRV_U: u8 = 0;
+const PRV_S: u8 = 1;
+const PRV_M: u8 = 3;
+
+fn is_link(r: u8) -> bool {
+    r == RA || r == T0
+}
+
+fn sign_extend(value: u32, bits: u32) -> i64 {
+    let shift = 64 - bits;
+    ((value as i64) << shift) >> shift
+}
+
+fn call(pc: u64, len: u64, target: Target) -> InsnKind {
+    InsnKind::Call {
+        target,
+        ret_addr: pc.wrapping_add(len),
+    }
+}
+
+/// The target of a JALR-style call through `rs1` plus `offset`.
+fn through(rs1: u8, offset: i64) -> Target {
+    if offset == 0 {
+        Target::Register(rs1)
+    } else {
+        Target::RegisterOffset { reg: rs1, offset }
+    }
+}
+
+impl Riscv64 {
+    /// Whether the 16-bit parcel `low` starts a compressed (2-byte) instruction.
+    pub fn is_compressed(low: u16) -> bool {
+        low & 3 != 3
+    }
+
+    /// A 32-bit instruction.
+    pub fn classify_word(pc: u64, insn: u32) -> InsnKind {
+        let rd = ((insn >> 7) & 31) as u8;
+        let rs1 = ((insn >> 15) & 31) as u8;
+        match insn & 0x7f {
+            // JAL
+            0x6f if is_link(rd) => {
+                let imm = (insn >> 31) << 20
+                    | ((insn >> 21) & 0x3ff) << 1
+                    | ((insn >> 20) & 1) << 11
+                    | ((insn >> 12) & 0xff) << 12;
+                let target = pc.wrapping_add(sign_extend(imm, 21) as u64);
+                call(pc, 4, Target::Direct(target))
+            }
+            // JALR
+            0x67 if (insn >> 12) & 7 == 0 => {
+                let offset = sign_extend(insn >> 20, 12);
+                if is_link(rd) {
+                    call(pc, 4, through(rs1, offset))
+                } else if is_link(rs1) {
+                    InsnKind::Return
+                } else {
+                    InsnKind::Other
+                }
+            }
+            // SYSTEM
+            0x73 => match insn {
+                0x0000_0073 | 0x0010_0073 => InsnKind::Trap, // ECALL, EBREAK
+                // SRET, MRET, MNRET (Smrnmi)
+                0x1020_0073 | 0x3020_0073 | 0x7020_0073 => InsnKind::ExceptionReturn,
+                _ => InsnKind::Other,
+            },
+            _ => InsnKind::Other,
+        }
+    }
+
+    /// A 16-bit (compressed) instruction in code of width `mode`.
+    pub fn classify_half(mode: Mode, pc: u64, insn: u16) -> InsnKind {
+        let insn = insn as u32;
+        let funct3 = insn >> 13;
+        match insn & 3 {
+            // C.JAL: jal ra, offset (RV32 only; C.ADDIW on RV64).
+            1 if funct3 == 1 && mode == Mode::Bits32 => {
+                let b = |from: u32, to: u32| ((insn >> from) & 1) << to;
+                let imm = b(12, 11)
+                    | b(11, 4)
+                    | ((insn >> 9) & 3) << 8
+                    | b(8, 10)
+                    | b(7, 6)
+                    | b(6, 7)
+                    | ((insn >> 3) & 7) << 1
+                    | b(2, 5);
+                let target = pc.wrapping_add(sign_extend(imm, 12) as u64);
+                call(pc, 2, Target::Direct(target))
+            }
+            2 if funct3 == 4 => {
+                let rs1 = ((insn >> 7) & 31) as u8;
+                let rs2 = (insn >> 2) & 31;
+                let link = (insn >> 12) & 1 != 0;
+                match (link, rs1, rs2) {
+                    // C.EBREAK
+                    (true, 0, 0) => InsnKind::Trap,
+                    // C.JALR: jalr ra, 0(rs1)
+                    (true, _, 0) => call(pc, 2, Target::Register(rs1)),
+                    // C.JR: jalr x0, 0(rs1)
+                    (false, r, 0) if is_link(r) => InsnKind::Return,
+                    // C.JR to other registers, C.MV, C.ADD.
+                    _ => InsnKind::Other,
+                }
+            }
+            _ => InsnKind::Other,
+        }
+    }
+}
+
+impl Isa for Riscv64 {
+    /// 2 bytes when the low two bits of the first parcel are not `11`, else 4 (longer
+    /// encodings are reserved and QEMU has none).
+    fn classify(&self, mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
+        let Some(low) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
+            return InsnKind::Other;
+        };
+        if Self::is_compressed(low) {
+            return Self::classify_half(mode, pc, low);
+        }
+        match bytes.get(..4) {
+            Some(b) => Self::classify_word(pc, u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            None => InsnKind::Other,
+        }
+    }
+
+    fn fetch_len(&self) -> usize {
+        4
+    }
+
+    fn call_lookbehind(&self) -> usize {
+        4
+    }
+
+    /// A 4-byte call (JAL, JALR), else a 2-byte one (C.JALR, C.JAL). The two can read the
+    /// same bytes when a 4-byte instruction's upper half encodes C.JALR (or a compressed
+    /// call follows a parcel that looks like the low half of a JAL or JALR); the 4-byte
+    /// reading wins. Either way a call returns to `pc`, so landings are right; only the
+    /// site found may be the wrong one.
+    fn call_ending_at(&self, mode: Mode, pc: u64, before: &[u8]) -> Option<CallSite> {
+        call_of_len(self, mode, pc, before, 4).or_else(|| call_of_len(self, mode, pc, before, 2))
+    }
+
+    fn gpr_name(&self, n: u8) -> String {
+        NAMES.get(n as usize).unwrap_or(&"").to_string()
+    }
+
+    /// s0, which QEMU names `fp`.
+    fn frame_pointer(&self) -> u8 {
+        FP
+    }
+
+    /// The standard frame record sits just below the frame pointer (which points at the
+    /// caller's stack pointer): `[fp - 8]` = ra, `[fp - 16]` = the caller's fp. GCC's leaf
+    /// functions save only fp, at `[fp - 8]`: their "return address" is then a stack
+    /// address, which no call precedes, and the chain stops there.
+    fn frame_slots(&self, fp: u64) -> FrameSlots {
+        FrameSlots {
+            caller_fp: fp.wrapping_sub(16),
+            ret_addr: fp.wrapping_sub(8),
+        }
+    }
+
+    /// QEMU's virtual register: the privilege level, with bit 2 for virtualisation.
+    fn status_register(&self) -> &'static str {
+        "priv"
+    }
+
+    fn exception_level(&self, status: u64) -> Level {
+        Level((status & 7) as u8)
+    }
+
+    fn exception_link_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            PRV_M => Some("mepc"),
+            PRV_S => Some("sepc"),
+            _ => None,
+        }
+    }
+
+    fn saved_status_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            PRV_M => Some("mstatus"),
+            PRV_S => Some("sstatus"),
+            _ => None,
+        }
+    }
+
+    fn syndrome_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            PRV_M => Some("mcause"),
+            PRV_S => Some("scause"),
+            _ => None,
+        }
+    }
+
+    /// From the cause register: its top bit marks interrupts, the rest is the exception
+    /// code. An environment call from U-mode is a system call; from S-mode a call to the
+    /// M-mode firmware (SBI), shown as an SMC; from VS-mode a hypervisor call.
+    fn exception_kind(&self, what: Discontinuity, syndrome: Option<u64>) -> ExceptionKind {
+        match what {
+            Discontinuity::Interrupt => ExceptionKind::Irq,
+            Discontinuity::HostCall => ExceptionKind::Other,
+            Discontinuity::Exception => match syndrome {
+                Some(cause) if cause >> 63 != 0 => ExceptionKind::Irq,
+                Some(8) => ExceptionKind::Svc,
+                Some(9 | 11) => ExceptionKind::Smc,
+                Some(10) => ExceptionKind::Hvc,
+                Some(3) => ExceptionKind::Brk,
+                // Instruction access fault, page fault, guest-page fault.
+                Some(1 | 12 | 20) => ExceptionKind::InsnAbort,
+                // Load/store misaligned, access fault, page fault, guest-page fault.
+                Some(4..=7 | 13 | 15 | 21 | 23) => ExceptionKind::DataAbort,
+                _ => ExceptionKind::Other,
+            },
+        }
+    }
+
+    /// MRET goes to mstatus.MPP (with MPV, bit 39, for a virtualised level below M); SRET to
+    /// sstatus.SPP (U or S), virtualised when returning from VS. From HS, whether SRET
+    /// enters a guest (hstatus.SPV) is not read: the level returned to is taken as not
+    /// virtualised.
+    fn return_level(&self, from: Level, saved: u64, _security: Option<u64>) -> Level {
+        if from.0 & 3 == PRV_M {
+            let mpp = ((saved >> 11) & 3) as u8;
+            let mpv = mpp != PRV_M && (saved >> 39) & 1 != 0;
+            Level(mpp | if mpv { VIRT } else { 0 })
+        } else {
+            let spp = ((saved >> 8) & 1) as u8;
+            Level(spp | (from.0 & VIRT))
+        }
+    }
+
+    fn level_name(&self, level: Level) -> String {
+        let virt = if level.0 & VIRT != 0 { "V" } else { "" };
+        match level.0 & 3 {
+            PRV_U => format!("{virt}U"),
+            PRV_S => format!("{virt}S"),
+            PRV_M => "M".to_string(),
+            n => format!("priv{n}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_asm::{assemble, bytes_through, Binutils, RISCV32, RISCV64};
+    use super::*;
+
+    enum E {
+        Direct(u64),
+        /// A direct call to the listing's line `n` (label `insn_<n>`).
+        ToLine(usize),
+        Reg(u8),
+        RegOff(u8, i64),
+        Ret,
+        Eret,
+        Trap,
+        Other,
+    }
+
+    const A0: u8 = 10;
+    const A5: u8 = 15;
+    const S1: u8 = 9;
+    const T1: u8 = 6;
+
+    /// Assembles `cases` after `header`, checks each line's class and size (`len`, or
+    /// whatever the assembler chose when 0), and finds each call from its return address.
+    fn check(tools: &Binutils, mode: Mode, base: u64, header: &str, cases: &[(&str, usize, E)]) {
+        let lines: Vec<&str> = cases.iter().map(|c| c.0).collect();
+        let listing = assemble(tools, base, header, &lines);
+        for (insn, (_, len, e)) in listing.iter().zip(cases) {
+            if *len != 0 {
+                assert_eq!(insn.bytes.len(), *len, "{}", insn.source);
+            }
+            let next = insn.addr + insn.bytes.len() as u64;
+            let call = |target| InsnKind::Call {
+                target,
+                ret_addr: next,
+            };
+            let want = match e {
+                E::Direct(t) => call(Target::Direct(*t)),
+                E::ToLine(n) => call(Target::Direct(listing[*n].addr)),
+                E::Reg(r) => call(Target::Register(*r)),
+                E::RegOff(reg, offset) => call(Target::RegisterOffset {
+                    reg: *reg,
+                    offset: *offset,
+                }),
+                E::Ret => InsnKind::Return,
+                E::Eret => InsnKind::ExceptionReturn,
+                E::Trap => InsnKind::Trap,
+                E::Other => InsnKind::Other,
+            };
+            assert_eq!(
+                Riscv64.classify(mode, insn.addr, &insn.bytes),
+                want,
+                "{} ({:02x?})",
+                insn.source,
+                insn.bytes
+            );
+            // Followed by the next instruction's bytes, as the plugin may fetch them.
+            let mut longer = insn.bytes.clone();
+            longer.extend_from_slice(&[0x13, 0, 0, 0]);
+            assert_eq!(Riscv64.classify(mode, insn.addr, &longer), want);
+            assert_eq!(
+                Riscv64.classify(mode, insn.addr, &insn.bytes[..1]),
+                InsnKind::Other
+            );
+            if let InsnKind::Call { target, ret_addr } = want {
+                let before = bytes_through(&listing, base, insn);
+                let window = &before[before.len().saturating_sub(4)..];
+                let site = Riscv64.call_ending_at(mode, ret_addr, window);
+                let direct = match target {
+                    Target::Direct(t) => Some(t),
+                    _ => None,
+                };
+                assert_eq!(
+                    site,
+                    Some(CallSite {
+                        pc: insn.addr,
+                        target: direct
+                    }),
+                    "{}",
+                    insn.source
+                );
+            } else {
+                let before = bytes_through(&listing, base, insn);
+                let window = &before[before.len().saturating_sub(4)..];
+                assert_eq!(
+                    Riscv64.call_ending_at(mode, next, window),
+                    None,
+                    "{}",
+                    insn.source
+                );
+            }
+        }
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn full_size_instructions() {
+        check(
+            &RISCV64,
+            Mode::Bits64,
+            0x8020_0000,
+            ".option norvc",
+            &[
+                ("jal ra, 0x80201000", 4, E::Direct(0x8020_1000)),
+                ("jal t0, 0x80180000", 4, E::Direct(0x8018_0000)),
+                ("jal ra, 0x802ffffe", 4, E::Direct(0x802f_fffe)),
+                ("jal zero, 0x80200000", 4, E::Other), // j
+                ("jal a0, 0x80200100", 4, E::Other),   // links no return-address register
+                ("jalr ra, 0(a0)", 4, E::Reg(A0)),
+                ("jalr ra, 16(a5)", 4, E::RegOff(A5, 16)),
+                ("jalr ra, -8(s1)", 4, E::RegOff(S1, -8)),
+                ("jalr ra, 2047(a0)", 4, E::RegOff(A0, 2047)),
+                ("jalr ra, -2048(a0)", 4, E::RegOff(A0, -2048)),
+                ("jalr t0, 0(t1)", 4, E::Reg(T1)),
+                // rd = rs1, a link register: push.
+                ("jalr ra, 0(ra)", 4, E::Reg(RA)),
+                ("jalr t0, 0(t0)", 4, E::Reg(T0)),
+                // One link register through the other: pop, then push (a call).
+                ("jalr ra, 0(t0)", 4, E::Reg(T0)),
+                // `call` far away: auipc, then jalr through ra with the low offset.
+                ("auipc ra, 0x100", 4, E::Other),
+                ("jalr ra, -0x20(ra)", 4, E::RegOff(RA, -0x20)),
+                ("ret", 4, E::Ret),
+                ("jr t0", 4, E::Ret),
+                ("jalr zero, 0(ra)", 4, E::Ret),
+                ("jalr zero, 8(ra)", 4, E::Ret),
+                ("jalr a1, 0(ra)", 4, E::Ret), // pops, links a1
+                ("jr a0", 4, E::Other),
+                ("jalr zero, 0(a0)", 4, E::Other),
+                ("jalr a1, 0(a0)", 4, E::Other),
+                ("ecall", 4, E::Trap),
+                ("ebreak", 4, E::Trap),
+                ("sret", 4, E::Eret),
+                ("mret", 4, E::Eret),
+                ("wfi", 4, E::Other),
+                ("sfence.vma", 4, E::Other),
+                ("csrrw tp, sscratch, tp", 4, E::Other),
+                ("addi sp, sp, -16", 4, E::Other),
+                ("sd ra, 8(sp)", 4, E::Other),
+                ("beq a0, a1, insn_0", 4, E::Other),
+                ("lui a0, 0x12345", 4, E::Other),
+                ("nop", 4, E::Other),
+            ],
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn compressed_instructions() {
+        check(
+            &RISCV64,
+            Mode::Bits64,
+            0xffff_ffff_8000_0000,
+            ".option rvc",
+            &[
+                ("c.jalr a0", 2, E::Reg(A0)),
+                ("c.jalr ra", 2, E::Reg(RA)),
+                ("c.jalr t0", 2, E::Reg(T0)),
+                ("c.jalr s1", 2, E::Reg(S1)),
+                ("jalr a5", 2, E::Reg(A5)), // compressed by the assembler
+                ("c.jr ra", 2, E::Ret),
+                ("c.jr t0", 2, E::Ret),
+                ("ret", 2, E::Ret),
+                ("c.jr a5", 2, E::Other),
+                ("c.ebreak", 2, E::Trap),
+                ("c.mv a0, a1", 2, E::Other),
+                ("c.mv ra, a1", 2, E::Other),
+                ("c.add a0, a1", 2, E::Other),
+                // C.JAL's encoding: C.ADDIW on RV64.
+                ("c.addiw a0, 1", 2, E::Other),
+                ("c.addiw ra, -1", 2, E::Other),
+                ("c.fsdsp fa0, 8(sp)", 2, E::Other),
+                ("c.fldsp fa0, 8(sp)", 2, E::Other),
+                ("c.nop", 2, E::Other),
+                // Full-size calls among compressed code.
+                (
+                    "jal ra, 0xffffffff80001000",
+                    4,
+                    E::Direct(0xffff_ffff_8000_1000),
+                ),
+                ("c.addi sp, -16", 2, E::Other),
+                ("jalr ra, 8(a0)", 4, E::RegOff(A0, 8)),
+                ("c.jalr a0", 2, E::Reg(A0)),
+                ("c.li a0, 1", 2, E::Other),
+                ("jalr t0, 0(t1)", 4, E::Reg(T1)),
+                ("c.jr t0", 2, E::Ret),
+            ],
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn rv32_compressed_jal() {
+        check(
+            &RISCV32,
+            Mode::Bits32,
+            0x8000_0000,
+            ".option rvc",
+            &[
+                // (A numeric target would make the assembler write a JAL.)
+                ("c.jal insn_3", 2, E::ToLine(3)),
+                ("c.jal insn_0", 2, E::ToLine(0)),
+                ("c.jal insn_1", 2, E::ToLine(1)),
+                ("c.nop", 2, E::Other),
+                ("jal ra, insn_0", 4, E::ToLine(0)),
+                ("c.jalr a0", 2, E::Reg(A0)),
+                ("c.j insn_0", 2, E::Other),
+                ("ret", 2, E::Ret),
+            ],
+        );
+    }
+
+    #[test]
+    fn forms_by_hand() {
+        let k = |insn: u32| Riscv64.classify(Mode::Bits64, 0x1000, &insn.to_le_bytes());
+        assert_eq!(k(0x7020_0073), InsnKind::ExceptionReturn); // mnret (Smrnmi)
+        assert_eq!(k(0x0000_0073), InsnKind::Trap); // ecall
+                                                    // jalr with funct3 != 0 is reserved.
+        assert_eq!(k(0x0000_10e7), InsnKind::Other);
+        // A 32-bit instruction cut to its first parcel.
+        assert_eq!(
+            Riscv64.classify(Mode::Bits64, 0, &0x0000_80e7u32.to_le_bytes()[..2]),
+            InsnKind::Other
+        );
+        // C.JAL as RV32 sees it; C.ADDIW as RV64 does.
+        let c_jal = 0x2001u16.to_le_bytes(); // c.jal +0
+        assert_eq!(
+            Riscv64.classify(Mode::Bits32, 0x100, &c_jal),
+            InsnKind::Call {
+                target: Target::Direct(0x100),
+                ret_addr: 0x102
+            }
+        );
+        assert_eq!(
+            Riscv64.classify(Mode::Bits64, 0x100, &c_jal),
+            InsnKind::Other
+        );
+        assert!(Riscv64::is_compressed(0x8082));
+        assert!(!Riscv64::is_compressed(0x8067));
+    }
+
+    #[test]
+    fn registers_as_qemu_names_them() {
+        assert_eq!(Riscv64.gpr_name(0), "zero");
+        assert_eq!(Riscv64.gpr_name(RA), "ra");
+        assert_eq!(Riscv64.gpr_name(T0), "t0");
+        assert_eq!(Riscv64.gpr_name(Riscv64.frame_pointer()), "fp");
+        assert_eq!(Riscv64.gpr_name(31), "t6");
+        assert_eq!(Riscv64.gpr_name(32), "");
+    }
+
+    #[test]
+    fn frame_records_sit_below_the_frame_pointer() {
+        assert_eq!(
+            Riscv64.frame_slots(0x8000_1000),
+            FrameSlots {
+                caller_fp: 0x8000_0ff0,
+                ret_addr: 0x8000_0ff8
+            }
+        );
+    }
+
+    #[test]
+    fn privilege_levels() {
+        let r = Riscv64;
+        assert_eq!(r.exception_level(3), Level(PRV_M));
+        assert_eq!(r.exception_level(1), Level(PRV_S));
+        assert_eq!(r.exception_level(5), Level(PRV_S | VIRT));
+        let names: Vec<String> = [0, 1, 3, 4, 5].map(|l| r.level_name(Level(l))).to_vec();
+        assert_eq!(names, ["U", "S", "M", "VU", "VS"]);
+        assert_eq!(r.exception_link_register(Level(PRV_M)), Some("mepc"));
+        assert_eq!(r.exception_link_register(Level(PRV_S)), Some("sepc"));
+        assert_eq!(r.exception_link_register(Level(PRV_U)), None);
+        assert_eq!(r.saved_status_register(Level(PRV_M)), Some("mstatus"));
+        assert_eq!(r.syndrome_register(Level(PRV_S)), Some("scause"));
+        // MRET to S (MPP = 01), to U, to VS (MPV); SRET to U (SPP = 0) and to S.
+        assert_eq!(r.return_level(Level(PRV_M), 1 << 11, None), Level(PRV_S));
+        assert_eq!(r.return_level(Level(PRV_M), 0, None), Level(PRV_U));
+        assert_eq!(
+            r.return_level(Level(PRV_M), 1 << 11 | 1 << 39, None),
+            Level(PRV_S | VIRT)
+        );
+        assert_eq!(
+            r.return_level(Level(PRV_M), 3 << 11 | 1 << 39, None),
+            Level(PRV_M)
+        );
+        assert_eq!(r.return_level(Level(PRV_S), 0, None), Level(PRV_U));
+        assert_eq!(r.return_level(Level(PRV_S), 1 << 8, None), Level(PRV_S));
+        assert_eq!(
+            r.return_level(Level(PRV_S | VIRT), 0, None),
+            Level(PRV_U | VIRT)
+        );
+    }
+
+    #[test]
+    fn exception_kinds_from_the_cause() {
+        let kind = |cause: u64| Riscv64.exception_kind(Discontinuity::Exception, Some(cause));
+        assert_eq!(kind(8), ExceptionKind::Svc); // ecall from U
+        assert_eq!(kind(9), ExceptionKind::Smc); // ecall from S: SBI
+        assert_eq!(kind(10), ExceptionKind::Hvc); // ecall from VS
+        assert_eq!(kind(3), ExceptionKind::Brk);
+        assert_eq!(kind(12), ExceptionKind::InsnAbort);
+        assert_eq!(kind(13), ExceptionKind::DataAbort);
+        assert_eq!(kind(15), ExceptionKind::DataAbort);
+        assert_eq!(kind(2), ExceptionKind::Other); // illegal instruction
+        assert_eq!(kind(1 << 63 | 5), ExceptionKind::Irq); // supervisor timer
+        assert_eq!(
+            Riscv64.exception_kind(Discontinuity::Interrupt, None),
+            ExceptionKind::Irq
+        );
+    }
+}

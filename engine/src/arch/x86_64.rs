@@ -1,0 +1,1232 @@
+//! x86 call/return classification from instruction bytes, in 16-, 32- and 64-bit code
+//! (`qemu-system-x86_64` runs all three: SeaBIOS starts in real mode, Linux's boot code goes
+//! through 32-bit protected mode to long mode).
+//!
+//! Only the instructions that matter to the call graph are decoded: near and far calls
+//! (direct, through a register, through memory), near and far returns, IRET, SYSRET,
+//! SYSEXIT and RSM (exception returns), SYSCALL, SYSENTER and INT n / INT3 / INT1 / INTO
+//! (traps). Everything else is `Other`, whatever its length.
+//!
+//! Registers are numbered as QEMU's x86-64 register list (gdb's `i386-64bit-core.xml`)
+//! lists them: rax, rbx, rcx, rdx, rsi, rdi, rbp, rsp, r8 … r15 — not in the encoding's
+//! order (ax, cx, dx, bx, sp, bp, si, di).
+//!
+//! Known approximations, none of them met in compiled code:
+//! - a direct call's target in 16-bit code is `pc + length + displacement`: the linear
+//!   address, right unless IP wraps around its 64 KiB segment; a 16-bit-operand call in
+//!   32-bit code truncates EIP to 16 bits (assumes a flat code segment);
+//! - a far call's target is `selector * 16 + offset` in 16-bit code (real mode) and the
+//!   offset in 32-bit code (a flat code segment: descriptor bases are not visible);
+//! - a 16-bit-operand call through a register (`call *%ax`) jumps to the register's low
+//!   16 bits: [`Target::Register`] names the whole register;
+//! - in 64-bit mode the operand-size prefix does not shorten a near call or its target
+//!   (Intel's and QEMU's behaviour; AMD CPUs truncate RIP to 16 bits).
+
+use super::{
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, MemOperand, Mode,
+    Target, Thunk,
+};
+
+pub struct X86_64;
+
+/// The architectural limit: a longer instruction raises #GP.
+const MAX_INSN: usize = 15;
+
+/// QEMU's register number of each encoding register number 0..=7 (ax, cx, dx, bx, sp, bp,
+/// si, di); r8..r15 keep theirs.
+const GDB_OF_ENCODING: [u8; 8] = [0, 2, 3, 1, 7, 6, 4, 5];
+
+const RSP: u8 = 7;
+const RBP: u8 = 6;
+
+/// A general register's number in QEMU's list, from its encoding (REX bit included).
+fn gpr(encoding: u8) -> u8 {
+    match GDB_OF_ENCODING.get(encoding as usize) {
+        Some(&n) => n,
+        None => encoding,
+    }
+}
+
+/// The prefixes before an opcode.
+#[derive(Default)]
+struct Prefixes {
+    /// 66: the other operand size.
+    operand_size: bool,
+    /// 67: the other address size.
+    address_size: bool,
+    /// The last segment override (QEMU's register name).
+    segment: Option<&'static str>,
+    /// The REX byte, when it directly precedes the opcode (64-bit mode only).
+    rex: u8,
+}
+
+impl Prefixes {
+    fn rex_w(&self) -> bool {
+        self.rex & 8 != 0
+    }
+    fn rex_x(&self) -> u8 {
+        (self.rex & 2) << 2
+    }
+    fn rex_b(&self) -> u8 {
+        (self.rex & 1) << 3
+    }
+}
+
+/// The prefixes at the start of `bytes` and the opcode's index. A REX byte counts only
+/// right before the opcode: a legacy prefix after it makes the CPU ignore it.
+fn prefixes(mode: Mode, bytes: &[u8]) -> (Prefixes, usize) {
+    let mut p = Prefixes::default();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            0x26 => p.segment = Some("es"),
+            0x2e => p.segment = Some("cs"),
+            0x36 => p.segment = Some("ss"),
+            // Also `notrack` (CET) on indirect calls and jumps.
+            0x3e => p.segment = Some("ds"),
+            0x64 => p.segment = Some("fs"),
+            0x65 => p.segment = Some("gs"),
+            0x66 => p.operand_size = true,
+            0x67 => p.address_size = true,
+            // LOCK, REPNE (also `bnd`), REP.
+            0xf0 | 0xf2 | 0xf3 => {}
+            0x40..=0x4f if mode == Mode::Bits64 => {
+                p.rex = b;
+                i += 1;
+                continue;
+            }
+            _ => break,
+        }
+        p.rex = 0;
+        i += 1;
+    }
+    (p, i)
+}
+
+/// A little-endian, sign-extended immediate or displacement of `size` bytes at `at`.
+fn signed(bytes: &[u8], at: usize, size: usize) -> Option<i64> {
+    let b = bytes.get(at..at + size)?;
+    Some(match size {
+        0 => 0,
+        1 => b[0] as i8 as i64,
+        2 => i16::from_le_bytes([b[0], b[1]]) as i64,
+        4 => i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64,
+        _ => return None,
+    })
+}
+
+/// Whether code of width `mode` with these prefixes has 16-bit operands.
+fn operand16(mode: Mode, p: &Prefixes) -> bool {
+    match mode {
+        Mode::Bits16 => !p.operand_size,
+        Mode::Bits32 => p.operand_size,
+        Mode::Bits64 => false,
+    }
+}
+
+fn address_bits(mode: Mode, p: &Prefixes) -> u8 {
+    match (mode, p.address_size) {
+        (Mode::Bits16, false) | (Mode::Bits32, true) => 16,
+        (Mode::Bits16, true) | (Mode::Bits32, false) | (Mode::Bits64, true) => 32,
+        (Mode::Bits64, false) => 64,
+    }
+}
+
+/// A ModRM operand.
+enum Operand {
+    Register(u8),
+    /// `rip_relative`: `disp` is relative to the next instruction (resolved by the caller,
+    /// who knows the instruction's length).
+    Memory {
+        op: MemOperand,
+        rip_relative: bool,
+    },
+}
+
+/// Decodes the ModRM operand (and SIB, displacement) at `at`; gives it and the index past
+/// its last byte.
+fn modrm(mode: Mode, p: &Prefixes, bytes: &[u8], at: usize) -> Option<(Operand, usize)> {
+    let m = *bytes.get(at)?;
+    let (md, rm) = (m >> 6, m & 7);
+    if md == 3 {
+        return Some((Operand::Register(gpr(rm | p.rex_b())), at + 1));
+    }
+    let addr_bits = address_bits(mode, p);
+    let mut k = at + 1;
+    let mut base = None;
+    let mut index = None;
+    let mut scale = 1;
+    let mut rip_relative = false;
+    let mut disp_size = [0, 1, 4][md as usize];
+    if addr_bits == 16 {
+        const BX: u8 = 1;
+        const SI: u8 = 4;
+        const DI: u8 = 5;
+        disp_size = [0, 1, 2][md as usize];
+        let (b, x) = match rm {
+            0 => (BX, Some(SI)),
+            1 => (BX, Some(DI)),
+            2 => (RBP, Some(SI)),
+            3 => (RBP, Some(DI)),
+            4 => (SI, None),
+            5 => (DI, None),
+            6 => (RBP, None),
+            _ => (BX, None),
+        };
+        if md == 0 && rm == 6 {
+            disp_size = 2; // [disp16]
+        } else {
+            base = Some(b);
+            index = x;
+        }
+    } else if rm == 4 {
+        let sib = *bytes.get(k)?;
+        k += 1;
+        let i = (sib >> 3) & 7 | p.rex_x();
+        if i != 4 {
+            index = Some(gpr(i));
+            scale = 1 << (sib >> 6);
+        }
+        if sib & 7 == 5 && md == 0 {
+            disp_size = 4; // [index * scale + disp32]
+        } else {
+            base = Some(gpr(sib & 7 | p.rex_b()));
+        }
+    } else if rm == 5 && md == 0 {
+        disp_size = 4;
+        // RIP-relative in 64-bit mode (REX.B does not change that), absolute otherwise.
+        rip_relative = mode == Mode::Bits64;
+    } else {
+        base = Some(gpr(rm | p.rex_b()));
+    }
+    let disp = signed(bytes, k, disp_size)?;
+    k += disp_size;
+    let segment = match mode {
+        // Only FS and GS have a base in 64-bit mode; other overrides are ignored.
+        Mode::Bits64 => p.segment.filter(|s| matches!(*s, "fs" | "gs")),
+        _ => p.segment.or(Some(match base {
+            Some(RBP | RSP) => "ss",
+            _ => "ds",
+        })),
+    };
+    let op = MemOperand {
+        base,
+        index,
+        scale,
+        disp,
+        addr_bits,
+        size: 0,
+        far: false,
+        segment,
+    };
+    Some((Operand::Memory { op, rip_relative }, k))
+}
+
+/// A call whose return address and target depend on its length `len`.
+fn call(pc: u64, len: usize, target: Target) -> InsnKind {
+    InsnKind::Call {
+        target,
+        ret_addr: pc.wrapping_add(len as u64),
+    }
+}
+
+impl X86_64 {
+    /// Classifies the instruction at the start of `bytes` in code of width `mode`.
+    pub fn classify_bytes(mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
+        Self::decode(mode, pc, &bytes[..bytes.len().min(MAX_INSN)]).unwrap_or(InsnKind::Other)
+    }
+
+    /// `None`: too few bytes for the instruction (or longer than the architecture allows).
+    fn decode(mode: Mode, pc: u64, bytes: &[u8]) -> Option<InsnKind> {
+        let (p, i) = prefixes(mode, bytes);
+        let op = *bytes.get(i)?;
+        let long = mode == Mode::Bits64;
+        let op16 = operand16(mode, &p);
+        let need = |n: usize| (bytes.len() >= n).then_some(());
+        Some(match op {
+            // CALL rel16/rel32
+            0xe8 => {
+                let size = if op16 { 2 } else { 4 };
+                let len = i + 1 + size;
+                let rel = signed(bytes, i + 1, size)?;
+                let mut target = pc.wrapping_add(len as u64).wrapping_add(rel as u64);
+                if mode == Mode::Bits32 {
+                    target &= if op16 { 0xffff } else { 0xffff_ffff };
+                }
+                call(pc, len, Target::Direct(target))
+            }
+            // CALL ptr16:16 / ptr16:32 (invalid in 64-bit mode)
+            0x9a if !long => {
+                let size = if op16 { 2 } else { 4 };
+                let len = i + 1 + size + 2;
+                let b = bytes.get(i + 1..len)?;
+                let mut offset = [0u8; 8];
+                offset[..size].copy_from_slice(&b[..size]);
+                let offset = u64::from_le_bytes(offset);
+                let selector = u16::from_le_bytes([b[size], b[size + 1]]) as u64;
+                let target = match mode {
+                    Mode::Bits16 => (selector << 4) + offset,
+                    _ => offset,
+                };
+                call(pc, len, Target::Direct(target))
+            }
+            // Group 5: /2 CALL r/m (near), /3 CALL m16:16/32/64 (far).
+            0xff => {
+                let reg = (*bytes.get(i + 1)? >> 3) & 7;
+                if reg != 2 && reg != 3 {
+                    return Some(InsnKind::Other);
+                }
+                let far = reg == 3;
+                let (operand, len) = modrm(mode, &p, bytes, i + 1)?;
+                let target = match operand {
+                    Operand::Register(_) if far => return Some(InsnKind::Other), // #UD
+                    Operand::Register(r) => Target::Register(r),
+                    Operand::Memory {
+                        mut op,
+                        rip_relative,
+                    } => {
+                        if rip_relative {
+                            let abs = pc.wrapping_add(len as u64).wrapping_add(op.disp as u64);
+                            op.disp = if op.addr_bits == 32 {
+                                (abs & 0xffff_ffff) as i64
+                            } else {
+                                abs as i64
+                            };
+                        }
+                        op.far = far;
+                        op.size = match (long, far) {
+                            (true, false) => 8,
+                            (true, true) if p.rex_w() => 8,
+                            (true, true) if p.operand_size => 2,
+                            (true, true) => 4,
+                            (false, _) if op16 => 2,
+                            (false, _) => 4,
+                        };
+                        Target::Memory(op)
+                    }
+                };
+                call(pc, len, target)
+            }
+            // RET, RET imm16, far RET, far RET imm16
+            0xc3 | 0xcb => InsnKind::Return,
+            0xc2 | 0xca => need(i + 3).map(|()| InsnKind::Return)?,
+            // IRET, IRETD, IRETQ
+            0xcf => InsnKind::ExceptionReturn,
+            // INT3, INT1 (ICEBP)
+            0xcc | 0xf1 => InsnKind::Trap,
+            // INT n
+            0xcd => need(i + 2).map(|()| InsnKind::Trap)?,
+            // INTO (invalid in 64-bit mode)
+            0xce if !long => InsnKind::Trap,
+            0x0f => match *bytes.get(i + 1)? {
+                // SYSCALL, SYSENTER
+                0x05 | 0x34 => InsnKind::Trap,
+                // SYSRET, SYSEXIT, RSM (leaves System Management Mode)
+                0x07 | 0x35 | 0xaa => InsnKind::ExceptionReturn,
+                _ => InsnKind::Other,
+            },
+            _ => InsnKind::Other,
+        })
+    }
+
+    /// Recognises the thunks of Linux's speculation mitigations (arch/x86/lib/retpoline.S)
+    /// from the bytes at their entry:
+    /// - `__x86_indirect_thunk_<reg>` as a retpoline, `call 1f; <trap: pause; lfence;
+    ///   jmp trap>; 1: mov %reg, (%rsp); ret` (or `jmp __x86_return_thunk` for the `ret`),
+    ///   and as the kernel patches it when retpolines are off: `lfence; jmp *%reg`, or
+    ///   `jmp *%reg`;
+    /// - `srso_safe_ret`, `lea 8(%rsp), %rsp; ret` (or `add $8, %rsp; ret`), which
+    ///   `srso_return_thunk` calls to return for its caller.
+    ///
+    /// `__x86_return_thunk` itself (`ret; int3`), which functions reach by `jmp` instead of
+    /// `ret`, needs nothing: its `ret` is the function's return, seen where it lands.
+    pub fn thunk_at(mode: Mode, entry: &[u8]) -> Option<Thunk> {
+        let b = |i: usize| entry.get(i).copied();
+        // `[REX] op modrm` with the register in ModRM's `reg` or `rm` field.
+        let rex_at = |i: usize| match b(i) {
+            Some(r @ 0x40..=0x4f) if mode == Mode::Bits64 => (r, i + 1),
+            _ => (0, i),
+        };
+        // jmp *%reg: [REX.B] ff /4 with mod = 11.
+        let jmp_reg = |i: usize| {
+            let (rex, i) = rex_at(i);
+            match (b(i)?, b(i + 1)?) {
+                (0xff, m) if m & 0xf8 == 0xe0 => Some(gpr(m & 7 | (rex & 1) << 3)),
+                _ => None,
+            }
+        };
+        const LFENCE: [u8; 3] = [0x0f, 0xae, 0xe8];
+        if entry.starts_with(&LFENCE) {
+            return jmp_reg(3).map(|reg| Thunk::IndirectBranch { reg });
+        }
+        if let Some(reg) = jmp_reg(0) {
+            return Some(Thunk::IndirectBranch { reg });
+        }
+        const DROP_RET: [&[u8]; 2] = [
+            &[0x48, 0x8d, 0x64, 0x24, 0x08, 0xc3], // lea 0x8(%rsp), %rsp; ret
+            &[0x48, 0x83, 0xc4, 0x08, 0xc3],       // add $0x8, %rsp; ret
+        ];
+        if mode == Mode::Bits64 && DROP_RET.iter().any(|s| entry.starts_with(s)) {
+            return Some(Thunk::ReturnForCaller);
+        }
+        // The retpoline: call over a speculation trap that ends in a short jump back.
+        if b(0)? != 0xe8 {
+            return None;
+        }
+        let skip = i32::from_le_bytes(entry.get(1..5)?.try_into().ok()?);
+        if !(2..=16).contains(&skip) {
+            return None;
+        }
+        let trap_end = 5 + skip as usize;
+        if b(trap_end - 2)? != 0xeb || (b(trap_end - 1)? as i8) >= 0 {
+            return None;
+        }
+        // mov %reg, (%esp/%rsp): [REX.W(R)] 89 /r with mod = 00, rm = 100, SIB = 0x24.
+        let (rex, i) = rex_at(trap_end);
+        let m = b(i + 1)?;
+        if b(i)? != 0x89 || m & 0xc7 != 0x04 || b(i + 2)? != 0x24 {
+            return None;
+        }
+        // Then the return: `ret`, or a jump to the return thunk.
+        if !matches!(b(i + 3)?, 0xc3 | 0xe9) {
+            return None;
+        }
+        Some(Thunk::IndirectBranch {
+            reg: gpr((m >> 3) & 7 | (rex & 4) << 1),
+        })
+    }
+}
+
+/// Call lengths tried before a return address, in the order the most common calls have
+/// them (`call rel32`, `call *%reg`, `call *%r8..15` or `call *disp8(%reg)`, `call
+/// *disp32(%rip)` …).
+const CALL_LENGTHS: [usize; 14] = [5, 2, 3, 6, 7, 4, 8, 9, 10, 11, 12, 13, 14, 15];
+
+impl Isa for X86_64 {
+    fn classify(&self, mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
+        Self::classify_bytes(mode, pc, bytes)
+    }
+
+    fn fetch_len(&self) -> usize {
+        16
+    }
+
+    /// Real mode (CR0.PE clear) and virtual-8086 mode (EFLAGS.VM) run 16-bit code; with
+    /// EFER.LMA (long mode active) code is 64-bit; otherwise 32-bit. QEMU does not show the
+    /// code segment's D and L bits, so this assumes 32-bit segments in protected mode and
+    /// 64-bit ones in long mode: 16-bit protected-mode code and 32-bit code under a 64-bit
+    /// kernel (compatibility mode) are decoded with the wrong width. Without `cr0` (user
+    /// mode), 64-bit.
+    fn current_mode(&self, read: &mut dyn FnMut(&'static str) -> Option<u64>) -> Mode {
+        const PE: u64 = 1;
+        const VM: u64 = 1 << 17;
+        const LMA: u64 = 1 << 10;
+        let Some(cr0) = read("cr0") else {
+            return Mode::Bits64;
+        };
+        if cr0 & PE == 0 || read("eflags").is_some_and(|f| f & VM != 0) {
+            Mode::Bits16
+        } else if read("efer").is_some_and(|e| e & LMA != 0) {
+            Mode::Bits64
+        } else {
+            Mode::Bits32
+        }
+    }
+
+    fn call_lookbehind(&self) -> usize {
+        MAX_INSN
+    }
+
+    /// Decoding backwards is ambiguous on x86: this takes the first length (in the order of
+    /// [`CALL_LENGTHS`]) at which the bytes before `pc` are a call of exactly that length.
+    /// Bytes that only look like a call (the tail of a longer instruction) can make a false
+    /// landing: harmless, since a landing's callback fires only when a return is pending,
+    /// and the block it starts is then where that return went. A call preceded by prefixes
+    /// may be found without them (`41 ff d3`, `call *%r11`, as `ff d3`): the site's address
+    /// is then a byte or two late, which nothing depends on.
+    fn call_ending_at(&self, mode: Mode, pc: u64, before: &[u8]) -> Option<CallSite> {
+        CALL_LENGTHS
+            .iter()
+            .find_map(|&len| call_of_len(self, mode, pc, before, len))
+    }
+
+    fn gpr_name(&self, n: u8) -> String {
+        const NAMES: [&str; 8] = ["rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp"];
+        match NAMES.get(n as usize) {
+            Some(name) => name.to_string(),
+            None => format!("r{n}"),
+        }
+    }
+
+    /// RBP: `push %rbp; mov %rsp, %rbp` leaves the caller's RBP at `[rbp]` and the return
+    /// address at `[rbp + 8]` (the default frame record).
+    fn frame_pointer(&self) -> u8 {
+        RBP
+    }
+
+    fn thunk(&self, mode: Mode, entry: &[u8]) -> Option<Thunk> {
+        Self::thunk_at(mode, entry)
+    }
+
+    fn thunk_fetch_len(&self) -> usize {
+        24
+    }
+
+    /// The code segment selector: its low two bits are the current privilege level in
+    /// protected and long mode (in real mode the CPU runs at ring 0 whatever CS holds; a
+    /// real-mode CS with low bits set reads as another ring).
+    fn status_register(&self) -> &'static str {
+        "cs"
+    }
+
+    fn exception_level(&self, status: u64) -> Level {
+        Level((status & 3) as u8)
+    }
+
+    /// IRET pops its target from the stack: no register holds it.
+    fn exception_link_register(&self, _level: Level) -> Option<&'static str> {
+        None
+    }
+
+    /// IRET pops the code segment it returns to from the stack (after RIP): no register
+    /// holds it.
+    fn saved_status_register(&self, _level: Level) -> Option<&'static str> {
+        None
+    }
+
+    /// The vector is not visible to plugins.
+    fn syndrome_register(&self, _level: Level) -> Option<&'static str> {
+        None
+    }
+
+    fn exception_kind(&self, what: Discontinuity, _syndrome: Option<u64>) -> ExceptionKind {
+        match what {
+            Discontinuity::Interrupt => ExceptionKind::Irq,
+            Discontinuity::Exception | Discontinuity::HostCall => ExceptionKind::Other,
+        }
+    }
+
+    /// `saved`: the code segment selector returned to (its RPL is the ring).
+    fn return_level(&self, _from: Level, saved: u64, _security: Option<u64>) -> Level {
+        Level((saved & 3) as u8)
+    }
+
+    fn level_name(&self, level: Level) -> String {
+        format!("ring{}", level.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_asm::{assemble, bytes_through, Insn, X86_64 as BINUTILS};
+    use super::*;
+
+    /// What a listing line must classify as (addresses from the assembled listing).
+    enum E {
+        Direct(u64),
+        Reg(u8),
+        Mem(MemOperand),
+        /// RIP-relative: the absolute address is the next instruction's plus this.
+        MemRip(i64, MemOperand),
+        Ret,
+        Eret,
+        Trap,
+        Other,
+    }
+
+    fn mem(
+        base: Option<u8>,
+        index: Option<u8>,
+        scale: u8,
+        disp: i64,
+        addr_bits: u8,
+        size: u8,
+    ) -> MemOperand {
+        MemOperand {
+            base,
+            index,
+            scale,
+            disp,
+            addr_bits,
+            size,
+            far: false,
+            segment: None,
+        }
+    }
+
+    fn seg(op: MemOperand, segment: &'static str) -> MemOperand {
+        MemOperand {
+            segment: Some(segment),
+            ..op
+        }
+    }
+
+    fn far(op: MemOperand) -> MemOperand {
+        MemOperand { far: true, ..op }
+    }
+
+    fn expected(e: &E, insn: &Insn) -> InsnKind {
+        let next = insn.addr + insn.bytes.len() as u64;
+        let call = |target| InsnKind::Call {
+            target,
+            ret_addr: next,
+        };
+        match e {
+            E::Direct(t) => call(Target::Direct(*t)),
+            E::Reg(r) => call(Target::Register(*r)),
+            E::Mem(op) => call(Target::Memory(*op)),
+            E::MemRip(d, op) => {
+                let abs = next.wrapping_add(*d as u64);
+                let abs = if op.addr_bits == 32 {
+                    abs & 0xffff_ffff
+                } else {
+                    abs
+                };
+                call(Target::Memory(MemOperand {
+                    disp: abs as i64,
+                    ..*op
+                }))
+            }
+            E::Ret => InsnKind::Return,
+            E::Eret => InsnKind::ExceptionReturn,
+            E::Trap => InsnKind::Trap,
+            E::Other => InsnKind::Other,
+        }
+    }
+
+    /// Assembles the lines in code of width `mode` at `base`; checks each line's class and,
+    /// for each call, that the bytes before its return address (the listing's own code up
+    /// to it) show the call ending there.
+    fn check(mode: Mode, base: u64, cases: &[(&str, E)]) {
+        let header = match mode {
+            Mode::Bits16 => ".code16",
+            Mode::Bits32 => ".code32",
+            Mode::Bits64 => ".code64",
+        };
+        let lines: Vec<&str> = cases.iter().map(|c| c.0).collect();
+        let listing = assemble(&BINUTILS, base, header, &lines);
+        for (insn, (_, e)) in listing.iter().zip(cases) {
+            let want = expected(e, insn);
+            let got = X86_64.classify(mode, insn.addr, &insn.bytes);
+            assert_eq!(got, want, "{} ({:02x?})", insn.source, insn.bytes);
+            // With trailing bytes (the next instruction) the class is the same.
+            let mut longer = insn.bytes.clone();
+            longer.extend_from_slice(&[0x90; 16]);
+            assert_eq!(X86_64.classify(mode, insn.addr, &longer), want);
+            // One byte short, a call is nothing (its operand is cut).
+            if let InsnKind::Call { target, ret_addr } = want {
+                let cut = &insn.bytes[..insn.bytes.len() - 1];
+                assert!(
+                    !matches!(X86_64.classify(mode, insn.addr, cut),
+                        InsnKind::Call { ret_addr: r, .. } if r == ret_addr),
+                    "{} cut short",
+                    insn.source
+                );
+                let before = bytes_through(&listing, base, insn);
+                let window = &before[before.len().saturating_sub(MAX_INSN)..];
+                let site = X86_64.call_ending_at(mode, ret_addr, window);
+                let direct = match target {
+                    Target::Direct(t) => Some(t),
+                    _ => None,
+                };
+                let site = site.unwrap_or_else(|| panic!("no call before {}", insn.source));
+                assert_eq!(site.target, direct, "{}", insn.source);
+                // Found exactly, or without some of its prefixes.
+                assert!(
+                    site.pc >= insn.addr && site.pc < ret_addr - 1,
+                    "{}: call found at {:#x}, not {:#x}",
+                    insn.source,
+                    site.pc,
+                    insn.addr
+                );
+            }
+        }
+    }
+
+    const RAX: u8 = 0;
+    const RBX: u8 = 1;
+    const RCX: u8 = 2;
+    const RDX: u8 = 3;
+    const RSI: u8 = 4;
+    const RDI: u8 = 5;
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn calls_in_64_bit_code() {
+        let m = |base, index, scale, disp| mem(base, index, scale, disp, 64, 8);
+        check(
+            Mode::Bits64,
+            0xffff_ffff_8100_0000,
+            &[
+                ("call 0xffffffff81234560", E::Direct(0xffff_ffff_8123_4560)),
+                ("call 0xffffffff80fff000", E::Direct(0xffff_ffff_80ff_f000)),
+                (
+                    "bnd call 0xffffffff81000100",
+                    E::Direct(0xffff_ffff_8100_0100),
+                ),
+                ("call *%rax", E::Reg(RAX)),
+                ("call *%rbx", E::Reg(RBX)),
+                ("call *%rcx", E::Reg(RCX)),
+                ("call *%rdx", E::Reg(RDX)),
+                ("call *%rsi", E::Reg(RSI)),
+                ("call *%rdi", E::Reg(RDI)),
+                ("call *%rbp", E::Reg(RBP)),
+                ("call *%rsp", E::Reg(RSP)),
+                ("call *%r8", E::Reg(8)),
+                ("call *%r11", E::Reg(11)),
+                ("call *%r15", E::Reg(15)),
+                ("notrack call *%rax", E::Reg(RAX)),
+                ("notrack call *%r11", E::Reg(11)),
+                // The operand-size prefix does not shorten a near call in 64-bit mode.
+                ("callw *%ax", E::Reg(RAX)),
+                ("call *(%rax)", E::Mem(m(Some(RAX), None, 1, 0))),
+                ("call *0x8(%rbx)", E::Mem(m(Some(RBX), None, 1, 8))),
+                ("call *-0x80(%rbp)", E::Mem(m(Some(RBP), None, 1, -0x80))),
+                (
+                    "call *0x12345678(%rcx)",
+                    E::Mem(m(Some(RCX), None, 1, 0x1234_5678)),
+                ),
+                (
+                    "call *-0x1000(%rdx)",
+                    E::Mem(m(Some(RDX), None, 1, -0x1000)),
+                ),
+                ("call *(%rsp)", E::Mem(m(Some(RSP), None, 1, 0))),
+                ("call *0x10(%rsp)", E::Mem(m(Some(RSP), None, 1, 0x10))),
+                ("call *(%r12)", E::Mem(m(Some(12), None, 1, 0))),
+                ("call *(%r13)", E::Mem(m(Some(13), None, 1, 0))),
+                ("call *0x18(%r14)", E::Mem(m(Some(14), None, 1, 0x18))),
+                (
+                    "call *0x10(%rax,%rbx,4)",
+                    E::Mem(m(Some(RAX), Some(RBX), 4, 0x10)),
+                ),
+                ("call *(%rax,%r9,8)", E::Mem(m(Some(RAX), Some(9), 8, 0))),
+                ("call *(%r8,%r12,2)", E::Mem(m(Some(8), Some(12), 2, 0))),
+                ("call *(%rbp,%rsi)", E::Mem(m(Some(RBP), Some(RSI), 1, 0))),
+                // The kernel's system-call table: no base, an index, a sign-extended disp32.
+                (
+                    "call *0xffffffff82000000(,%rax,8)",
+                    E::Mem(m(None, Some(RAX), 8, 0xffff_ffff_8200_0000_u64 as i64)),
+                ),
+                ("call *(,%r13,1)", E::Mem(m(None, Some(13), 1, 0))),
+                ("call *0x1000", E::Mem(m(None, None, 1, 0x1000))),
+                ("call *0x1234(%rip)", E::MemRip(0x1234, m(None, None, 1, 0))),
+                ("call *-0x10(%rip)", E::MemRip(-0x10, m(None, None, 1, 0))),
+                (
+                    "notrack call *0x40(%rip)",
+                    E::MemRip(0x40, m(None, None, 1, 0)),
+                ),
+                ("call *%fs:0x28", E::Mem(seg(m(None, None, 1, 0x28), "fs"))),
+                (
+                    "call *%gs:(%rax)",
+                    E::Mem(seg(m(Some(RAX), None, 1, 0), "gs")),
+                ),
+                (
+                    "call *%gs:0x10(%r12)",
+                    E::Mem(seg(m(Some(12), None, 1, 0x10), "gs")),
+                ),
+                // Other segments have no base in 64-bit mode.
+                ("cs call *(%rax)", E::Mem(m(Some(RAX), None, 1, 0))),
+                ("notrack call *(%rax)", E::Mem(m(Some(RAX), None, 1, 0))),
+                ("notrack call *0x8(%r11)", E::Mem(m(Some(11), None, 1, 8))),
+                (
+                    "addr32 call *(%eax)",
+                    E::Mem(mem(Some(RAX), None, 1, 0, 32, 8)),
+                ),
+                (
+                    "addr32 call *0x4(%r8d,%ecx,2)",
+                    E::Mem(mem(Some(8), Some(RCX), 2, 4, 32, 8)),
+                ),
+                (
+                    "call *0x10(%eip)",
+                    E::MemRip(0x10, mem(None, None, 1, 0, 32, 8)),
+                ),
+                (
+                    "lcall *(%rax)",
+                    E::Mem(far(mem(Some(RAX), None, 1, 0, 64, 4))),
+                ),
+                (
+                    "rex64 lcall *(%rax)",
+                    E::Mem(far(mem(Some(RAX), None, 1, 0, 64, 8))),
+                ),
+                (
+                    "lcallw *(%rax)",
+                    E::Mem(far(mem(Some(RAX), None, 1, 0, 64, 2))),
+                ),
+                ("ret", E::Ret),
+                ("ret $0x10", E::Ret),
+                ("rep ret", E::Ret),
+                ("bnd ret", E::Ret),
+                ("lretl", E::Ret),
+                ("lretl $8", E::Ret),
+                ("lretq", E::Ret),
+                ("iretq", E::Eret),
+                ("iretl", E::Eret),
+                ("iretw", E::Eret),
+                ("sysretq", E::Eret),
+                ("sysretl", E::Eret),
+                ("sysexitl", E::Eret),
+                ("sysexitq", E::Eret),
+                ("rsm", E::Eret),
+                ("syscall", E::Trap),
+                ("sysenter", E::Trap),
+                ("int $0x80", E::Trap),
+                ("int3", E::Trap),
+                ("int1", E::Trap),
+                ("jmp *%rax", E::Other),
+                ("jmp *(%rax)", E::Other),
+                ("notrack jmp *(%rax,%rcx,8)", E::Other),
+                ("jmp 0xffffffff81000000", E::Other),
+                ("ljmp *(%rax)", E::Other),
+                ("push (%rax)", E::Other),
+                ("inc %eax", E::Other),
+                ("decq (%rax)", E::Other),
+                ("push %rbp", E::Other),
+                ("mov %rsp, %rbp", E::Other),
+                ("mov %rax, (%rsp)", E::Other),
+                ("nop", E::Other),
+                ("nopw 0x0(%rax,%rax,1)", E::Other),
+                ("endbr64", E::Other),
+                ("lfence", E::Other),
+                ("pause", E::Other),
+                ("ud2", E::Other),
+                ("hlt", E::Other),
+                ("movabs $0xe8e8e8e8e8e8e8e8, %rax", E::Other),
+            ],
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn calls_in_32_bit_code() {
+        let m = |base, index, scale, disp| mem(base, index, scale, disp, 32, 4);
+        check(
+            Mode::Bits32,
+            0x0010_0000,
+            &[
+                ("call 0x00200000", E::Direct(0x0020_0000)),
+                ("call 0x00000800", E::Direct(0x800)),
+                ("call *%eax", E::Reg(RAX)),
+                ("call *%ecx", E::Reg(RCX)),
+                ("call *%edi", E::Reg(RDI)),
+                ("call *%esp", E::Reg(RSP)),
+                ("callw *%ax", E::Reg(RAX)),
+                (
+                    "call *0x8(%ebx)",
+                    E::Mem(seg(m(Some(RBX), None, 1, 8), "ds")),
+                ),
+                // No RIP-relative addressing: mod 00, rm 101 is an absolute address.
+                (
+                    "call *0x12345678",
+                    E::Mem(seg(m(None, None, 1, 0x1234_5678), "ds")),
+                ),
+                ("call *(%esp)", E::Mem(seg(m(Some(RSP), None, 1, 0), "ss"))),
+                (
+                    "call *0x8(%ebp)",
+                    E::Mem(seg(m(Some(RBP), None, 1, 8), "ss")),
+                ),
+                (
+                    "call *%cs:(%eax)",
+                    E::Mem(seg(m(Some(RAX), None, 1, 0), "cs")),
+                ),
+                ("call *%fs:0x10", E::Mem(seg(m(None, None, 1, 0x10), "fs"))),
+                (
+                    "call *(%eax,%ecx,4)",
+                    E::Mem(seg(m(Some(RAX), Some(RCX), 4, 0), "ds")),
+                ),
+                (
+                    "call *0x10(,%esi,8)",
+                    E::Mem(seg(m(None, Some(RSI), 8, 0x10), "ds")),
+                ),
+                (
+                    "callw *(%eax)",
+                    E::Mem(seg(mem(Some(RAX), None, 1, 0, 32, 2), "ds")),
+                ),
+                (
+                    "addr16 call *(%bx,%si)",
+                    E::Mem(seg(mem(Some(RBX), Some(RSI), 1, 0, 16, 4), "ds")),
+                ),
+                // A flat code segment: the far target is the offset.
+                ("lcall $0x10, $0x12345", E::Direct(0x12345)),
+                (
+                    "lcall *(%eax)",
+                    E::Mem(far(seg(m(Some(RAX), None, 1, 0), "ds"))),
+                ),
+                (
+                    "lcallw *(%eax)",
+                    E::Mem(far(seg(mem(Some(RAX), None, 1, 0, 32, 2), "ds"))),
+                ),
+                ("ret", E::Ret),
+                ("retw", E::Ret),
+                ("ret $4", E::Ret),
+                ("lret", E::Ret),
+                ("iret", E::Eret),
+                ("sysexit", E::Eret),
+                ("int $0x80", E::Trap),
+                ("into", E::Trap),
+                ("sysenter", E::Trap),
+                ("syscall", E::Trap),
+                // 0x48 is DEC EAX here, not a REX prefix.
+                ("dec %eax", E::Other),
+                ("jmp *%eax", E::Other),
+                ("push %ebp", E::Other),
+            ],
+        );
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn calls_in_16_bit_code() {
+        // SeaBIOS's segment: real-mode linear addresses.
+        let m =
+            |base, index, disp, size, segment| seg(mem(base, index, 1, disp, 16, size), segment);
+        check(
+            Mode::Bits16,
+            0xf_0000,
+            &[
+                ("call 0xf1234", E::Direct(0xf_1234)),
+                ("call 0xf0002", E::Direct(0xf_0002)),
+                // gcc -m16 code: 32-bit operands, rel32.
+                ("calll 0xf2000", E::Direct(0xf_2000)),
+                ("call *%ax", E::Reg(RAX)),
+                ("call *%si", E::Reg(RSI)),
+                ("calll *%eax", E::Reg(RAX)),
+                (
+                    "call *(%bx,%si)",
+                    E::Mem(m(Some(RBX), Some(RSI), 0, 2, "ds")),
+                ),
+                (
+                    "call *0x10(%bx,%di)",
+                    E::Mem(m(Some(RBX), Some(RDI), 0x10, 2, "ds")),
+                ),
+                (
+                    "call *0x10(%bp,%si)",
+                    E::Mem(m(Some(RBP), Some(RSI), 0x10, 2, "ss")),
+                ),
+                (
+                    "call *-0x2(%bp,%di)",
+                    E::Mem(m(Some(RBP), Some(RDI), -2, 2, "ss")),
+                ),
+                ("call *(%si)", E::Mem(m(Some(RSI), None, 0, 2, "ds"))),
+                (
+                    "call *0x1234(%di)",
+                    E::Mem(m(Some(RDI), None, 0x1234, 2, "ds")),
+                ),
+                ("call *0x1234", E::Mem(m(None, None, 0x1234, 2, "ds"))),
+                ("call *(%bp)", E::Mem(m(Some(RBP), None, 0, 2, "ss"))),
+                ("call *(%bx)", E::Mem(m(Some(RBX), None, 0, 2, "ds"))),
+                ("calll *(%bx)", E::Mem(m(Some(RBX), None, 0, 4, "ds"))),
+                ("call *%cs:(%bx)", E::Mem(m(Some(RBX), None, 0, 2, "cs"))),
+                ("call *%es:8(%bp)", E::Mem(m(Some(RBP), None, 8, 2, "es"))),
+                // 32-bit addressing in 16-bit code.
+                (
+                    "call *(%eax)",
+                    E::Mem(seg(mem(Some(RAX), None, 1, 0, 32, 2), "ds")),
+                ),
+                (
+                    "calll *0x8(%esp)",
+                    E::Mem(seg(mem(Some(RSP), None, 1, 8, 32, 4), "ss")),
+                ),
+                // Real mode: selector * 16 + offset.
+                ("lcall $0xf000, $0xe05b", E::Direct(0xf_e05b)),
+                ("lcall $0xc000, $0x3", E::Direct(0xc_0003)),
+                ("lcall *(%bx)", E::Mem(far(m(Some(RBX), None, 0, 2, "ds")))),
+                ("lcalll *(%bx)", E::Mem(far(m(Some(RBX), None, 0, 4, "ds")))),
+                ("ret", E::Ret),
+                ("retl", E::Ret),
+                ("lret", E::Ret),
+                ("lretl", E::Ret),
+                ("iret", E::Eret),
+                ("int $0x10", E::Trap),
+                ("int3", E::Trap),
+                ("into", E::Trap),
+                ("inc %ax", E::Other),
+                ("jmp *%ax", E::Other),
+                ("ljmp $0xf000, $0xe05b", E::Other),
+            ],
+        );
+    }
+
+    fn k(mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
+        X86_64.classify(mode, pc, bytes)
+    }
+
+    /// Forms the assemblers will not write.
+    #[test]
+    fn forms_by_hand() {
+        let call = |t, r| InsnKind::Call {
+            target: Target::Direct(t),
+            ret_addr: r,
+        };
+        // 66 e8 rel32 in 64-bit mode: the prefix is ignored (Intel, QEMU).
+        assert_eq!(
+            k(Mode::Bits64, 0x1000, &[0x66, 0xe8, 0x10, 0, 0, 0]),
+            call(0x1016, 0x1006)
+        );
+        // 66 e8 rel16 in 32-bit code: EIP is truncated to 16 bits.
+        assert_eq!(
+            k(Mode::Bits32, 0x1_0000, &[0x66, 0xe8, 0x00, 0x10]),
+            call(0x1004, 0x1_0004)
+        );
+        // ptr16:32 does not exist in 64-bit mode; INTO neither.
+        let lcall = [0x9a, 0x45, 0x23, 0x01, 0x00, 0x10, 0x00];
+        assert_eq!(k(Mode::Bits64, 0, &lcall), InsnKind::Other);
+        assert_eq!(k(Mode::Bits32, 0, &lcall), call(0x12345, 7));
+        assert_eq!(k(Mode::Bits64, 0, &[0xce]), InsnKind::Other);
+        // A REX prefix counts only right before the opcode: 41 66 ff d3 is call *%bx.
+        let call_reg = |r, ret| InsnKind::Call {
+            target: Target::Register(r),
+            ret_addr: ret,
+        };
+        assert_eq!(
+            k(Mode::Bits64, 0, &[0x41, 0x66, 0xff, 0xd3]),
+            call_reg(RBX, 4)
+        );
+        assert_eq!(
+            k(Mode::Bits64, 0, &[0x66, 0x41, 0xff, 0xd3]),
+            call_reg(11, 4)
+        );
+        // Far calls through a register do not exist (#UD).
+        assert_eq!(k(Mode::Bits64, 0, &[0xff, 0xd8]), InsnKind::Other);
+        // Longer than 15 bytes: #GP.
+        let mut long = vec![0x66; 14];
+        long.extend([0xff, 0xd0]);
+        assert_eq!(k(Mode::Bits64, 0, &long), InsnKind::Other);
+        assert_eq!(
+            k(Mode::Bits64, 0, &long[1..]),
+            call_reg(RAX, 15),
+            "15 bytes is the limit"
+        );
+        // Cut short.
+        assert_eq!(k(Mode::Bits64, 0, &[0xe8, 0, 0]), InsnKind::Other);
+        assert_eq!(k(Mode::Bits64, 0, &[0xff]), InsnKind::Other);
+        assert_eq!(k(Mode::Bits64, 0, &[0xff, 0x14]), InsnKind::Other);
+        assert_eq!(k(Mode::Bits64, 0, &[0x66]), InsnKind::Other);
+        assert_eq!(k(Mode::Bits64, 0, &[]), InsnKind::Other);
+        // The bytes copied from objdump of Debian's 6.1 kernel: call __x86_indirect_thunk_rax.
+        assert_eq!(
+            k(
+                Mode::Bits64,
+                0xffff_ffff_8100_1000,
+                &[0xe8, 0x3b, 0x07, 0xe0, 0x00]
+            ),
+            call(0xffff_ffff_81e0_173b + 5, 0xffff_ffff_8100_1005)
+        );
+    }
+
+    /// A thunk assembled from `lines` (which may name each other's labels `insn_<i>`).
+    fn thunk_of(mode: Mode, lines: &[&str]) -> Option<Thunk> {
+        let header = if mode == Mode::Bits64 {
+            ".code64"
+        } else {
+            ".code32"
+        };
+        let listing = assemble(&BINUTILS, 0xffff_ffff_81e0_1740, header, lines);
+        let mut entry: Vec<u8> = listing.iter().flat_map(|i| i.bytes.clone()).collect();
+        entry.resize(X86_64.thunk_fetch_len(), 0xcc);
+        X86_64.thunk(mode, &entry)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn linux_thunks() {
+        // arch/x86/lib/retpoline.S, RETPOLINE reg: the speculation trap between the call and
+        // the mov, then `ret` or (CONFIG_RETHUNK) `jmp __x86_return_thunk`.
+        let retpoline = |reg: &'static str, ret: &'static str| {
+            let mov = format!("mov %{reg}, (%rsp)");
+            thunk_of(
+                Mode::Bits64,
+                &["call insn_4", "pause", "lfence", "jmp insn_1", &mov, ret],
+            )
+        };
+        for (name, reg) in [
+            ("rax", RAX),
+            ("rbx", RBX),
+            ("rbp", RBP),
+            ("r11", 11),
+            ("r15", 15),
+        ] {
+            assert_eq!(
+                retpoline(name, "ret"),
+                Some(Thunk::IndirectBranch { reg }),
+                "{name}"
+            );
+            assert_eq!(
+                retpoline(name, "jmp 0xffffffff81e01ef0"),
+                Some(Thunk::IndirectBranch { reg }),
+                "{name}"
+            );
+        }
+        // i386's __x86_indirect_thunk_eax.
+        assert_eq!(
+            thunk_of(
+                Mode::Bits32,
+                &[
+                    "call insn_4",
+                    "pause",
+                    "lfence",
+                    "jmp insn_1",
+                    "mov %eax, (%esp)",
+                    "ret"
+                ]
+            ),
+            Some(Thunk::IndirectBranch { reg: RAX })
+        );
+        // Patched by the kernel when retpolines are off.
+        let branch = |reg| Some(Thunk::IndirectBranch { reg });
+        assert_eq!(
+            thunk_of(Mode::Bits64, &["lfence", "jmp *%rax", "int3"]),
+            branch(RAX)
+        );
+        assert_eq!(thunk_of(Mode::Bits64, &["jmp *%r11", "int3"]), branch(11));
+        assert_eq!(thunk_of(Mode::Bits64, &["jmp *%rdx"]), branch(RDX));
+        // srso_safe_ret, and the same with an add.
+        assert_eq!(
+            thunk_of(Mode::Bits64, &["lea 0x8(%rsp), %rsp", "ret", "int3"]),
+            Some(Thunk::ReturnForCaller)
+        );
+        assert_eq!(
+            thunk_of(Mode::Bits64, &["add $8, %rsp", "ret"]),
+            Some(Thunk::ReturnForCaller)
+        );
+        // Functions.
+        for body in [
+            &["ret", "int3"][..],
+            &["push %rbp", "mov %rsp, %rbp"],
+            &["call insn_2", "nop", "mov %rax, (%rsp)", "ret"],
+            &[
+                "call insn_4",
+                "pause",
+                "lfence",
+                "jmp insn_1",
+                "mov %rax, 8(%rsp)",
+                "ret",
+            ],
+            &[
+                "call insn_4",
+                "pause",
+                "lfence",
+                "jmp insn_1",
+                "mov %rax, (%rsp)",
+                "nop",
+            ],
+            &["jmp *(%rax)"],
+            &["lea 0x10(%rsp), %rsp", "ret"],
+        ] {
+            assert_eq!(thunk_of(Mode::Bits64, body), None, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn thunks_of_debian_6_1() {
+        // objdump of Debian's linux-image-6.1.0-56-cloud-amd64 (vmlinux-to-elf for symbols).
+        let rax = [
+            0xe8, 0x07, 0x00, 0x00, 0x00, // call __x86_indirect_thunk_array+0xc
+            0xf3, 0x90, // pause
+            0x0f, 0xae, 0xe8, // lfence
+            0xeb, 0xf9, // jmp __x86_indirect_thunk_array+0x5
+            0x48, 0x89, 0x04, 0x24, // mov %rax,(%rsp)
+            0xe9, 0x9b, 0x07, 0x00, 0x00, // jmp __x86_return_thunk
+            0x66, 0x66, 0x2e,
+        ];
+        let r11 = [
+            0xe8, 0x07, 0x00, 0x00, 0x00, 0xf3, 0x90, 0x0f, 0xae, 0xe8, 0xeb, 0xf9, //
+            0x4c, 0x89, 0x1c, 0x24, // mov %r11,(%rsp)
+            0xe9, 0x3b, 0x06, 0x00, 0x00, 0x66, 0x66, 0x2e,
+        ];
+        let srso_safe_ret = [0x48, 0x8d, 0x64, 0x24, 0x08, 0xc3, 0xcc, 0xcc];
+        let return_thunk = [0xc3, 0xcc, 0xcc, 0xcc];
+        let its_thunk_rax = [0xff, 0xe0, 0xcc, 0xcc];
+        let m = Mode::Bits64;
+        assert_eq!(
+            X86_64.thunk(m, &rax),
+            Some(Thunk::IndirectBranch { reg: RAX })
+        );
+        assert_eq!(
+            X86_64.thunk(m, &r11),
+            Some(Thunk::IndirectBranch { reg: 11 })
+        );
+        assert_eq!(
+            X86_64.thunk(m, &srso_safe_ret),
+            Some(Thunk::ReturnForCaller)
+        );
+        assert_eq!(X86_64.thunk(m, &return_thunk), None);
+        assert_eq!(
+            X86_64.thunk(m, &its_thunk_rax),
+            Some(Thunk::IndirectBranch { reg: RAX })
+        );
+        // Cut short: not enough to tell.
+        assert_eq!(X86_64.thunk(m, &rax[..15]), None);
+    }
+
+    #[test]
+    fn bytes_that_only_look_like_a_call() {
+        let m = Mode::Bits64;
+        assert_eq!(X86_64.call_ending_at(m, 0x1010, &[0x90; 16]), None);
+        assert_eq!(X86_64.call_ending_at(m, 0x1010, &[0xc3]), None);
+        assert_eq!(X86_64.call_ending_at(m, 0x1010, &[]), None);
+        // movabs $0xe8e8e8e8e8e8e8e8, %rax: its last five bytes read as `call rel32`. Such a
+        // false landing costs a conditional callback, never a wrong event (the callback
+        // fires only when a return is pending, which then went exactly there).
+        let movabs = [0x48, 0xb8, 0xe8, 0xe8, 0xe8, 0xe8, 0xe8, 0xe8, 0xe8, 0xe8];
+        assert_eq!(
+            X86_64.call_ending_at(m, 0x100a, &movabs),
+            Some(CallSite {
+                pc: 0x1005,
+                target: Some(0x100a_u64.wrapping_add(0xe8e8_e8e8_u32 as i32 as u64))
+            })
+        );
+        // Fewer bytes than a call can have.
+        assert_eq!(X86_64.call_ending_at(m, 0x1000, &[0xd0]), None);
+        assert_eq!(X86_64.call_ending_at(m, 1, &[0xff, 0xd0]), None);
+    }
+
+    #[test]
+    fn registers_as_qemu_names_them() {
+        let names: Vec<String> = (0..16).map(|n| X86_64.gpr_name(n)).collect();
+        assert_eq!(
+            names,
+            [
+                "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rbp", "rsp", "r8", "r9", "r10", "r11",
+                "r12", "r13", "r14", "r15"
+            ]
+        );
+        assert_eq!(X86_64.gpr_name(X86_64.frame_pointer()), "rbp");
+        // Encoding order ax, cx, dx, bx, sp, bp, si, di.
+        let by_encoding: Vec<String> = (0..8).map(|e| X86_64.gpr_name(gpr(e))).collect();
+        assert_eq!(
+            by_encoding,
+            ["rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi"]
+        );
+    }
+
+    #[test]
+    fn the_mode_follows_cr0_eflags_and_efer() {
+        let mode = |cr0: Option<u64>, eflags: u64, efer: u64| {
+            X86_64.current_mode(&mut |name| match name {
+                "cr0" => cr0,
+                "eflags" => Some(eflags),
+                "efer" => Some(efer),
+                _ => None,
+            })
+        };
+        assert_eq!(mode(Some(0x6000_0010), 0x2, 0), Mode::Bits16); // reset: real mode
+        assert_eq!(mode(Some(0x11), 0x2, 0), Mode::Bits32); // protected mode
+        assert_eq!(mode(Some(0x11), 0x2_0202, 0), Mode::Bits16); // virtual-8086
+        assert_eq!(mode(Some(0x8000_0011), 0x2, 0x500), Mode::Bits64); // LME + LMA
+        assert_eq!(mode(Some(0x8000_0011), 0x2, 0x100), Mode::Bits32); // LME, paging not yet on
+        assert_eq!(mode(None, 0, 0), Mode::Bits64); // no control registers: user mode
+    }
+
+    #[test]
+    fn rings() {
+        assert_eq!(X86_64.exception_level(0x10), Level(0)); // __KERNEL_CS
+        assert_eq!(X86_64.exception_level(0x33), Level(3)); // __USER_CS
+        assert_eq!(X86_64.level_name(Level(3)), "ring3");
+        assert_eq!(X86_64.return_level(Level(0), 0x2b, None), Level(3));
+        assert_eq!(
+            X86_64.exception_kind(Discontinuity::Interrupt, None),
+            ExceptionKind::Irq
+        );
+        assert_eq!(X86_64.exception_link_register(Level(0)), None);
+    }
+}
