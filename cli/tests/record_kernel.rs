@@ -18,6 +18,17 @@ fn record_boot(cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, Stri
 
 /// [`record_boot`] under the emulator `qemu`.
 fn record_boot_on(qemu: &str, cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, dir, console) = record_argv(&kernel_boot_args_on(qemu, cpu), options);
+    assert!(
+        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{console}"
+    );
+    (tmp, dir, console)
+}
+
+/// `qemu-uftrace record [options] -- argv` into a fresh directory, which must succeed;
+/// returns the temp dir (keep it alive), the trace and the guest console.
+fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("kernel.data");
     let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
@@ -26,7 +37,7 @@ fn record_boot_on(qemu: &str, cpu: &str, options: &[&str]) -> (tempfile::TempDir
         .arg(&dir)
         .args(options)
         .arg("--")
-        .args(kernel_boot_args_on(qemu, cpu))
+        .args(argv)
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
@@ -36,10 +47,6 @@ fn record_boot_on(qemu: &str, cpu: &str, options: &[&str]) -> (tempfile::TempDir
         "{}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
-        "the guest did not reach its panic:\n{console}"
     );
     (tmp, dir, console)
 }
@@ -348,28 +355,10 @@ fn initramfs_init_is_named_after_its_exec() {
     let (_, init_elf) = initramfs_guest().expect("the guest builds");
     let argv = initramfs_boot_args_on(&qemu_10_2(), 1).expect("the guest builds");
     let vmlinux = cached("kernel-dbg/vmlinux");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("init.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--symbols")
-        .arg(&vmlinux)
-        .arg("--symbols")
-        .arg(&init_elf)
-        .arg("--")
-        .args(&argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && console.contains(INIT_OK),
-        "{}\n{}\n{console}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let symbols = [vmlinux.to_string_lossy(), init_elf.to_string_lossy()];
+    let (_tmp, dir, console) =
+        record_argv(&argv, &["--symbols", &symbols[0], "--symbols", &symbols[1]]);
+    assert!(console.contains(INIT_OK), "{console}");
     let child = qemu_uftrace_tests::linux_guest::init_child_pid(&console).expect("child PID");
     let names = task_names(&dir);
     assert_eq!(names.get(&1).map(String::as_str), Some("init"), "{names:?}");
@@ -390,28 +379,9 @@ fn initramfs_init_is_named_after_its_exec() {
 /// two vCPUs at once, and each task's records are in time order (one wall clock).
 #[test]
 fn debian_kernel_on_32_vcpus() {
-    let qemu = system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2");
-    let mut argv = kernel_boot_args_on(&qemu.program, "cortex-a57");
+    let mut argv = kernel_boot_args_on(&qemu_10_2(), "cortex-a57");
     argv.splice(1..1, ["-smp".to_string(), "32".to_string()]);
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("k32");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .args(["record", "-o"])
-        .arg(&dir)
-        .arg("--")
-        .args(&argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_tmp, dir, console) = record_argv(&argv, &[]);
     assert!(console.contains("Brought up 1 node, 32 CPUs"), "{console}");
     assert_eq!(plugin_stat(&dir, "vcpus"), "32");
     assert_eq!(plugin_stat(&dir, "clock"), "wall");
