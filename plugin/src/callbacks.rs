@@ -210,6 +210,8 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
     let isa = crate::isa_or_default();
     vcpu::with(vcpu_index, |v| {
         let Some(ptr) = v.regs.read_gpr(src) else {
+            // A task switch may go unseen: counted (the next unmatched return resyncs).
+            v.engine.stats.register_read_failures += 1;
             return;
         };
         // Entries from user space write the running task again, and returns to it the
