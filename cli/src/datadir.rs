@@ -257,7 +257,19 @@ pub fn new_session_id() -> String {
 pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Assembled> {
     let mut dats = dat_files(dir)?;
     let mut guest = guest_tasks::read(dir);
-    renumber_boot_tasks(dir, &mut dats, &mut guest, rec.stats.as_mut())?;
+    // A user-mode trace's task ids are the guest's thread ids, never vCPU numbers, and its
+    // threads are the program's.
+    if rec.stats.as_ref().is_some_and(Stats::is_user_mode) {
+        let program = Path::new(&rec.exename)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for t in guest.iter_mut().filter(|t| t.name.is_empty()) {
+            t.name = program.clone();
+        }
+    } else {
+        renumber_boot_tasks(dir, &mut dats, &mut guest, rec.stats.as_mut())?;
+    }
     let mut done = Assembled::default();
     if rec.stats.is_none() {
         done.trimmed_files = trim_partial_records(dir, &mut dats)?;

@@ -75,10 +75,15 @@ pub fn preflight(
                 "{} guests are not supported yet by qemu-uftrace",
                 qemu.emulator.describe()
             ),
-            "only system-mode aarch64 (qemu-system-aarch64) can be recorded for now",
+            "only aarch64 (qemu-system-aarch64, qemu-aarch64) can be recorded for now",
         ));
     }
-    qemu::refusals::check(opts)?;
+    match qemu.emulator.mode {
+        Mode::System => qemu::refusals::check(opts)?,
+        // User mode has no kernel, accelerator or monitor: only a second copy of our plugin
+        // is in the way.
+        Mode::User => qemu::refusals::check_plugin_clash(opts)?,
+    }
     Ok(qemu)
 }
 

@@ -77,9 +77,27 @@ fn record_into(
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let argv = &args.qemu_command;
-    let opts = qemu::options(&argv[1..]);
+    let mode = emulator.mode;
+    // User mode: QEMU's options end at the program, whose own arguments follow.
+    let (opts, program) = match mode {
+        qemu::Mode::System => (qemu::options(&argv[1..]), None),
+        qemu::Mode::User => {
+            let cmd = qemu::user::user_command(&argv[1..]);
+            (cmd.opts, Some(cmd.program))
+        }
+    };
     let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
-    let images = qemu::guest_images(&opts, qemu::file_is_elf);
+    let images = match program {
+        None => qemu::guest_images(&opts, qemu::file_is_elf),
+        Some(program) => {
+            let name = Path::new(&argv[0])
+                .file_name()
+                .unwrap_or(argv[0].as_os_str())
+                .to_string_lossy()
+                .into_owned();
+            vec![qemu::user::check_program(program.as_ref(), &name)?]
+        }
+    };
     let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
     let loader = start_symbol_files(&sources, &images, &opts, staging);
 
@@ -412,8 +430,15 @@ fn summary(
                 (Some(1), Some(n)) => format!(", {} exceptions and interrupts", group(n as f64)),
                 _ => String::new(),
             };
+            // User mode runs each guest thread on a vCPU of its own.
+            let unit = if s.is_user_mode() { "thread" } else { "vCPU" };
+            let tasks = if s.is_user_mode() {
+                String::new()
+            } else {
+                tasks
+            };
             note(format!(
-                "recorded {} events ({} calls, {} returns{unwritten}) on {} vCPU{}{tasks}{exceptions}: {} in {secs:.2} s{rate}",
+                "recorded {} events ({} calls, {} returns{unwritten}) on {} {unit}{}{tasks}{exceptions}: {} in {secs:.2} s{rate}",
                 group(s.events as f64),
                 group(s.calls as f64),
                 group(s.returns as f64),
@@ -542,6 +567,7 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
             | "split_levels"
             | "returns_unseen"
             | "open_frames"
+            | "mode"
     );
     value != "0" && !per_vcpu_total && !setting
 }

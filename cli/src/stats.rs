@@ -73,6 +73,12 @@ impl Stats {
     }
 
     /// Parses the text; malformed lines are kept under `other` rather than failing.
+    /// Whether the plugin ran in a user-mode QEMU (`mode=user`): tasks are the guest's
+    /// threads, by their thread ids.
+    pub fn is_user_mode(&self) -> bool {
+        self.other.iter().any(|(k, v)| k == "mode" && v == "user")
+    }
+
     pub fn parse(text: &str) -> Stats {
         let mut s = Stats::default();
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {

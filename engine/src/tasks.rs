@@ -42,6 +42,9 @@ pub enum Who {
     /// An OS task: its kernel pointer (arm64 Linux: `current`) and its PID, 0 when the OS
     /// does not say. Pointers are reused after a task ends; the PID tells the tasks apart.
     Task { ptr: u64, pid: u32 },
+    /// A guest thread of a user-mode emulator (QEMU's linux-user): one per vCPU for its
+    /// whole life, known by its thread id (the host's, which is the guest's there).
+    Thread(u32),
 }
 
 /// A context: who runs, at which level when levels are kept apart.
@@ -82,6 +85,7 @@ impl Context {
     pub fn pid(&self) -> Option<u32> {
         match self.key.who {
             Who::Task { pid, .. } if pid > 0 => Some(pid),
+            Who::Thread(tid) if tid > 0 => Some(tid),
             _ => None,
         }
     }
@@ -141,6 +145,35 @@ impl TaskTable {
         self.contexts[i].vcpus.insert(vcpu);
         self.set_running(vcpu, Some(i));
         self.contexts[i].tid
+    }
+
+    /// A user-mode guest thread starts on `vcpu` (QEMU's linux-user gives each thread a
+    /// vCPU of its own): its context, task id `tid` (the thread's id) where no other
+    /// context has it, runs there with an empty stack. Returns its task id.
+    pub fn start_thread(&mut self, vcpu: u32, tid: u32) -> u32 {
+        let i = self.context(Key {
+            who: Who::Thread(tid),
+            level: None,
+        });
+        let c = &mut self.contexts[i];
+        c.state = None;
+        c.running_on = Some(vcpu);
+        c.vcpus.insert(vcpu);
+        let tid = c.tid;
+        self.set_running(vcpu, Some(i));
+        tid
+    }
+
+    /// `vcpu` is gone (a user-mode thread exited): nothing runs on it, and the context that
+    /// ran there keeps no stack (its engine was flushed as it was). QEMU may give the index
+    /// to a later thread.
+    pub fn end_vcpu(&mut self, vcpu: u32) {
+        let Some(i) = self.running.get_mut(vcpu as usize).and_then(Option::take) else {
+            return;
+        };
+        let c = &mut self.contexts[i];
+        c.running_on = None;
+        c.state = None;
     }
 
     /// Every context so far, in the order they appeared.
@@ -304,6 +337,7 @@ impl TaskTable {
     fn new_tid(&mut self, key: Key) -> u32 {
         let wanted = match key.who {
             Who::Task { pid, .. } if pid > 0 && pid < BOOT_TID_BASE => Some(pid),
+            Who::Thread(tid) if tid > 0 && tid < BOOT_TID_BASE => Some(tid),
             Who::Boot(vcpu) if vcpu < MAX_VCPUS => Some(BOOT_TID_BASE + vcpu),
             _ => None,
         };

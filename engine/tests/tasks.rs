@@ -350,3 +350,31 @@ fn a_task_running_elsewhere_is_not_taken_over() {
     assert_eq!(m.engines[1].stack().len(), 0);
     assert_eq!(m.engines[0].stack().len(), 1);
 }
+
+#[test]
+fn user_mode_threads_are_tasks_named_by_their_thread_ids() {
+    let mut table = TaskTable::new(false);
+    assert_eq!(table.start_thread(0, 4242), 4242);
+    assert_eq!(table.start_thread(1, 4243), 4243);
+    // The second thread exits; QEMU gives its vCPU index to the next thread.
+    table.end_vcpu(1);
+    assert!(table.running(1).is_none());
+    assert_eq!(table.start_thread(1, 4244), 4244);
+    let tids: Vec<(u32, Option<u32>, bool)> = table
+        .contexts()
+        .iter()
+        .map(|c| (c.tid, c.pid(), c.is_boot()))
+        .collect();
+    assert_eq!(
+        tids,
+        [
+            (4242, Some(4242), false),
+            (4243, Some(4243), false),
+            (4244, Some(4244), false)
+        ]
+    );
+    assert_eq!(table.running(1).map(|c| c.tid), Some(4244));
+    assert_eq!(table.running(0).map(|c| c.tid), Some(4242));
+    // No thread id is a boot context's: the CLI never renumbers them.
+    assert!(tids.iter().all(|&(t, _, _)| t < BOOT_TID_BASE));
+}

@@ -214,6 +214,10 @@ extern "C" {
         cb: unsafe extern "C" fn(id: qemu_plugin_id_t, userdata: *mut c_void),
         userdata: *mut c_void,
     );
+    fn qemu_plugin_register_vcpu_exit_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
+    );
 }
 
 #[cfg(feature = "api-v7")]
@@ -231,6 +235,11 @@ extern "C" {
     fn qemu_plugin_register_atexit_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+    fn qemu_plugin_register_vcpu_exit_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
         userdata: *mut c_void,
     );
 }
@@ -255,6 +264,15 @@ unsafe extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_vcpu_init(vcpu_index: c_uint, _userdata: *mut c_void) {
     crate::vcpu_init(vcpu_index)
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
+    crate::vcpu_exit(vcpu_index)
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_vcpu_exit(vcpu_index: c_uint, _userdata: *mut c_void) {
+    crate::vcpu_exit(vcpu_index)
 }
 
 #[cfg(not(feature = "api-v7"))]
@@ -313,15 +331,20 @@ pub unsafe fn register_discontinuities(id: qemu_plugin_id_t) -> bool {
     true
 }
 
-/// Registers the translation, vCPU init and exit callbacks in this build's ABI.
+/// Registers the translation, vCPU init and exit callbacks in this build's ABI, and with
+/// `vcpu_exits` (user mode, where each guest thread is a vCPU that ends with the thread)
+/// the vCPU exit callback.
 ///
 /// # Safety
 /// `id` is this plugin's id, during `qemu_plugin_install`.
-pub unsafe fn register_callbacks(id: qemu_plugin_id_t) {
+pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
     #[cfg(not(feature = "api-v7"))]
     unsafe {
         qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
+        if vcpu_exits {
+            qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit);
+        }
         qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
     }
     #[cfg(feature = "api-v7")]
@@ -329,6 +352,9 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t) {
         let none = std::ptr::null_mut();
         qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans, none);
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
+        if vcpu_exits {
+            qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit, none);
+        }
         qemu_plugin_register_atexit_cb(id, on_exit, none);
     }
 }

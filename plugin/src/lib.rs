@@ -46,6 +46,8 @@ static QEMU_API: OnceLock<(i32, i32)> = OnceLock::new();
 /// Whether all records share one instruction counter (one vCPU): the hot path may then take
 /// the counter as the time without clamping it per task.
 static ONE_CLOCK: OnceLock<bool> = OnceLock::new();
+/// User mode: the states of vCPUs whose guest thread exited, flushed, for the statistics.
+static RETIRED: Mutex<Vec<(u32, vcpu::VcpuState)>> = Mutex::new(Vec::new());
 
 pub(crate) fn isa_or_default() -> &'static dyn Isa {
     ARCH.get().copied().unwrap_or(Arch::Aarch64).isa()
@@ -158,7 +160,7 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     let _ = CONFIG.set(cfg);
     // SAFETY: registering our callbacks for our own plugin id, during install.
     unsafe {
-        api::register_callbacks(id);
+        api::register_callbacks(id, !system);
         if api::register_discontinuities(id) {
             callbacks::set_discontinuities_registered();
         }
@@ -175,7 +177,16 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
         // records and stacks it holds, carries on.
         return;
     }
-    let Some(tid) = with_tasks(|t| t.start_vcpu(vcpu_id)) else {
+    // User mode runs each guest thread as a vCPU, and QEMU calls vCPU init on the new
+    // vCPU's own thread when it starts running (queued work): the host thread id is the
+    // guest's (linux-user threads are host threads).
+    let user_thread = (!SYSTEM_MODE.get().copied().unwrap_or(true))
+        // SAFETY: gettid has no preconditions.
+        .then(|| unsafe { libc::gettid() } as u32);
+    let Some(tid) = with_tasks(|t| match user_thread {
+        Some(thread) => t.start_thread(vcpu_id, thread),
+        None => t.start_vcpu(vcpu_id),
+    }) else {
         return;
     };
     let spill = Box::new(move |tid: u32, full: Vec<u8>| {
@@ -185,10 +196,14 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
     let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
     let clock = clock::VcpuClock::for_vcpu(vcpu_id, direct);
+    let pending = landing::Pending::for_vcpu(vcpu_id, direct);
+    // A user-mode vCPU index is reused by a later thread: a return left pending by the
+    // thread that had it is not this one's.
+    pending.take();
     let state = vcpu::VcpuState {
         fast: clock.fast_words(),
         clock,
-        pending: landing::Pending::for_vcpu(vcpu_id, direct),
+        pending,
         engine,
         regs: guest::ByteBuf::new(),
         level: None,
@@ -202,6 +217,23 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
     }
 }
 
+/// User mode: a guest thread exited (on its own thread). Its records go to the writer now
+/// and its vCPU slot is emptied, ready for the thread QEMU gives the index to next.
+pub(crate) fn vcpu_exit(vcpu_id: u32) {
+    if SYSTEM_MODE.get().copied().unwrap_or(true) {
+        return;
+    }
+    let Some(mut state) = vcpu::remove(vcpu_id) else {
+        return;
+    };
+    state.engine.flush();
+    with_tasks(|t| t.end_vcpu(vcpu_id));
+    RETIRED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((vcpu_id, state));
+}
+
 /// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
 pub(crate) fn finish() {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
@@ -211,6 +243,9 @@ pub(crate) fn finish() {
     for (_, s) in &mut states {
         s.engine.flush();
     }
+    // Exited threads' vCPUs, flushed when they exited; listed in the order they ran.
+    let retired = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
+    states.splice(0..0, retired);
     let written = out.finish();
     let table = TASKS
         .lock()
@@ -243,6 +278,14 @@ pub(crate) fn finish() {
     let mut line = |k: &str, v: &dyn std::fmt::Display| text.push_str(&format!("{k}={v}\n"));
     line("complete", &(complete as u8));
     line("target", &TARGET.get().map_or("", |t| t.as_str()));
+    line(
+        "mode",
+        &if SYSTEM_MODE.get().copied().unwrap_or(true) {
+            "system"
+        } else {
+            "user"
+        },
+    );
     line(
         "clock",
         &match cfg.clock {
@@ -279,7 +322,13 @@ pub(crate) fn finish() {
     let (api_min, api_cur) = QEMU_API.get().copied().unwrap_or_default();
     line("plugin_api", &api::API_VERSION);
     line("qemu_api", &format!("{api_min}..{api_cur}"));
-    for (i, s) in &states {
+    // User mode reuses vCPU indexes for later threads: per-vCPU lines would repeat keys.
+    let per_vcpu = if SYSTEM_MODE.get().copied().unwrap_or(true) {
+        &states[..]
+    } else {
+        &[]
+    };
+    for (i, s) in per_vcpu {
         line(&format!("vcpu{i}.open_frames"), &s.engine.stack().len());
         for (k, v) in s.engine.stats().lines() {
             line(&format!("vcpu{i}.{k}"), &v);

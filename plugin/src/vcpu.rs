@@ -153,6 +153,17 @@ pub fn install(index: u32, state: VcpuState) -> bool {
     true
 }
 
+/// Takes vCPU `index`'s state away (its thread exited), on that vCPU's own thread: no
+/// callback of it can run meanwhile; exit, on another thread, may have taken it already.
+pub fn remove(index: u32) -> Option<VcpuState> {
+    let slot = slot(index)?;
+    lock(&slot.busy);
+    // SAFETY: we hold the slot lock; the vCPU's own callbacks run on this thread.
+    let state = unsafe { (*slot.state.get()).take() };
+    slot.busy.store(false, Ordering::Release);
+    state
+}
+
 /// Whether vCPU `index` has its state already (a vCPU initialised again).
 pub fn is_installed(index: u32) -> bool {
     with(index, |_| ()).is_some()

@@ -409,6 +409,52 @@ pub fn guest_elf(program: &str, variant: Variant) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// The user-mode emulator the user-mode tests run (QEMU 10.2.2, built from Debian's source
+/// by `scripts/install-deps.sh` with plugin support; Debian's qemu-user has none).
+pub fn user_qemu() -> PathBuf {
+    cached("qemu-10.2.2/bin/qemu-aarch64")
+}
+
+/// A Linux user-mode program of `tests/guests/user` (`nested.elf`, `nested-oracle.elf`,
+/// `exit3.elf`, `threads.elf`…), built once per process with make into
+/// `<guest_build_dir>/user`.
+pub fn user_guest_elf(name: &str) -> Result<PathBuf> {
+    static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    let dir = BUILT
+        .get_or_init(|| build_user_guests().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the user-mode guests failed: {e}"))?;
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!("no user-mode guest {}", path.display());
+    }
+    Ok(path)
+}
+
+fn build_user_guests() -> Result<PathBuf> {
+    let cross = cross_prefix();
+    let dir = guest_build_dir().join("user");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let output = locked(&dir.join(".lock"), "make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root().join("tests/guests/user"))
+        .arg(format!("O={}", dir.display()))
+        .arg(format!("CROSS={cross}"))
+        .stdin(Stdio::null())
+        .output()
+        .context("running make in tests/guests/user (is make installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "make -C tests/guests/user failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(dir)
+}
+
 /// `examples/hello`'s ELF, building the guests first.
 pub fn hello_elf() -> Result<PathBuf> {
     Ok(build_guests()?.join("hello").join("hello.elf"))

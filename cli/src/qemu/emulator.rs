@@ -23,9 +23,9 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// The one combination the plugin supports today.
+    /// The combinations the plugin supports today: aarch64, in system and user mode.
     pub fn is_supported(&self) -> bool {
-        self.mode == Mode::System && self.arch == "aarch64"
+        self.arch == "aarch64"
     }
 
     /// `system-mode aarch64`, `user-mode x86_64`: for messages.
@@ -143,7 +143,10 @@ mod tests {
         assert!(detect_emulator("qemu-system-aarch64".as_ref())
             .unwrap()
             .is_supported());
-        assert!(!user.is_supported());
+        assert!(user.is_supported());
+        assert!(!detect_emulator("qemu-x86_64".as_ref())
+            .unwrap()
+            .is_supported());
         assert!(!detect_emulator("qemu-system-riscv64".as_ref())
             .unwrap()
             .is_supported());

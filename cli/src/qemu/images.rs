@@ -11,6 +11,8 @@ pub enum ImageOrigin {
     Kernel,
     Bios,
     Loader,
+    /// The program a user-mode QEMU runs.
+    Program,
 }
 
 impl ImageOrigin {
@@ -19,6 +21,7 @@ impl ImageOrigin {
             ImageOrigin::Kernel => "-kernel",
             ImageOrigin::Bios => "-bios",
             ImageOrigin::Loader => "-device loader",
+            ImageOrigin::Program => "the program",
         }
     }
 }

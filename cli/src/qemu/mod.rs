@@ -1,13 +1,15 @@
 //! Understanding the QEMU command line we are given, one job per file: which emulator it
 //! runs (`emulator`), how QEMU splits it into options and values (`options`), which guest
-//! images it loads, our symbol sources (`images`), which options we refuse (`refusals`), and
-//! where our `-plugin` option goes (`rewrite`). Pure functions: nothing here runs QEMU.
+//! images it loads, our symbol sources (`images`), which options we refuse (`refusals`),
+//! where our `-plugin` option goes (`rewrite`), and a user-mode command's options and
+//! program (`user`). Pure functions: nothing here runs QEMU.
 
 pub mod emulator;
 pub mod images;
 pub mod options;
 pub mod refusals;
 pub mod rewrite;
+pub mod user;
 
 pub use emulator::{detect_emulator, Emulator, Mode};
 pub use images::{file_is_elf, guest_images, GuestImage, ImageOrigin};

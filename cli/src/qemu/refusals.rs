@@ -26,6 +26,20 @@ pub fn check(opts: &[QemuOption]) -> Result<()> {
             "remove it (or use -accel tcg)",
         ));
     }
+    check_plugin_clash(opts)?;
+    if paused_for_good(opts) {
+        return Err(usage(
+            "-S starts the guest paused, and nothing on this command line can continue it (no \
+             gdb stub, no monitor): QEMU would wait forever",
+            "remove -S, or add -s and continue from gdb (target remote :1234, then continue), \
+             or add -monitor stdio and type cont",
+        ));
+    }
+    check_kernel(opts)
+}
+
+/// Refuses a command that loads qemu-uftrace's plugin itself (system and user mode).
+pub fn check_plugin_clash(opts: &[QemuOption]) -> Result<()> {
     // Other plugins (QEMU's execlog, say) run beside ours; a second copy of ours would write
     // into a trace of its own choosing, or into ours.
     if let Some(o) = opts
@@ -42,15 +56,7 @@ pub fn check(opts: &[QemuOption]) -> Result<()> {
              give it with --plugin PATH)",
         ));
     }
-    if paused_for_good(opts) {
-        return Err(usage(
-            "-S starts the guest paused, and nothing on this command line can continue it (no \
-             gdb stub, no monitor): QEMU would wait forever",
-            "remove -S, or add -s and continue from gdb (target remote :1234, then continue), \
-             or add -monitor stdio and type cont",
-        ));
-    }
-    check_kernel(opts)
+    Ok(())
 }
 
 /// Whether a `-plugin` option loads qemu-uftrace's plugin: a file named like our builds

@@ -1,0 +1,186 @@
+//! `qemu-uftrace record -- qemu-aarch64 PROGRAM ARGS…`: user mode under the real QEMU 10.2.2
+//! user-mode emulator, read back with real uftrace. The test guests run as static Linux
+//! programs (`tests/guests/user`): uftrace's replay must equal the program's own
+//! `-finstrument-functions` log, printed on its stdout in the same run, which `record` passes
+//! through with the exit status; a threaded program gives one task per thread, by its id.
+
+use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls, task_list, without};
+use qemu_uftrace_tests::{
+    is_runtime_function, nm_functions, oracle_names, parse_oracle, user_guest_elf, user_qemu,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// `qemu-uftrace record -o DIR -- qemu-aarch64 ARGS…`, its output, and DIR.
+fn record(args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .arg(user_qemu())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Records `program`'s user-mode build and checks that it ran through: status 0.
+fn record_ok(elf: &Path) -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, dir, out) = record(&[&elf.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "record {} failed: {}\nstdout: {}\nstderr: {}",
+        elf.display(),
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    (tmp, dir, text(&out.stdout))
+}
+
+/// The one task of a single-threaded trace.
+fn only_task(dir: &Path) -> u32 {
+    let tasks = task_list(dir).expect("task.txt");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    tasks[0].0
+}
+
+/// The scenario's calls in a trace: `_start` and the runtime go (their callees with them).
+fn traced(dir: &Path) -> Vec<String> {
+    let events = replay_events(dir, only_task(dir)).expect("uftrace replay");
+    let events = without(&events, |n| n == "_start", false);
+    without(&events, is_runtime_function, true)
+}
+
+/// The oracle build, recorded: its trace is exactly the log it printed in that same run;
+/// the natural build (no tail calls in these programs) traces the same calls.
+fn check_program(program: &str) {
+    let oracle_elf = user_guest_elf(&format!("{program}-oracle.elf")).expect("build");
+    let (_tmp, dir, stdout) = record_ok(&oracle_elf);
+    let log = parse_oracle(&stdout).expect("the program's oracle log on record's stdout");
+    let oracle = oracle_names(&log, &nm_functions(&oracle_elf).expect("nm"));
+    assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
+    assert_eq!(traced(&dir), oracle, "{program}-oracle.elf");
+
+    let natural = user_guest_elf(&format!("{program}.elf")).expect("build");
+    let (_tmp, dir, stdout) = record_ok(&natural);
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+    assert_eq!(traced(&dir), oracle, "{program}.elf");
+}
+
+#[test]
+fn user_nested_calls_match_the_oracle() {
+    check_program("nested");
+}
+
+#[test]
+fn user_recursion_matches_the_oracle() {
+    check_program("recursion");
+}
+
+#[test]
+fn user_calls_through_pointers_match_the_oracle() {
+    check_program("fnptr");
+}
+
+#[test]
+fn user_program_stdout_and_exit_status_pass_through() {
+    let elf = user_guest_elf("exit3.elf").expect("build");
+    let (_tmp, dir, out) = record(&["-cpu", "max", &elf.to_string_lossy(), "ignored-arg"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "exiting with status 3\n");
+    // The trace is complete all the same, with the program's names.
+    assert_eq!(
+        traced(&dir),
+        ["E main", "E exit_status", "X exit_status", "X main"]
+    );
+    let stats = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.lines().any(|l| l == "mode=user"), "{stats}");
+    assert!(stats.lines().any(|l| l == "complete=1"), "{stats}");
+}
+
+#[test]
+fn user_threads_are_one_task_each_by_thread_id() {
+    let elf = user_guest_elf("threads.elf").expect("build");
+    let (_tmp, dir, stdout) = record_ok(&elf);
+    // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
+    let field = |line: &str, key: &str| -> u32 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+    };
+    let main_tid = stdout
+        .lines()
+        .find(|l| l.starts_with("main "))
+        .map(|l| field(l, "tid="))
+        .expect("main's line");
+    let threads: BTreeMap<u32, u64> = stdout
+        .lines()
+        .filter(|l| l.starts_with("thread "))
+        .map(|l| (field(l, "tid="), u64::from(field(l, "steps="))))
+        .collect();
+    assert_eq!(threads.len(), 3, "{stdout}");
+    assert_eq!(
+        threads
+            .values()
+            .copied()
+            .collect::<Vec<_>>()
+            .iter()
+            .sum::<u64>(),
+        5 + 9 + 13
+    );
+    let mut tids: Vec<u32> = task_list(&dir)
+        .expect("task.txt")
+        .iter()
+        .map(|t| t.0)
+        .collect();
+    tids.sort_unstable();
+    let mut want: Vec<u32> = threads.keys().copied().chain([main_tid]).collect();
+    want.sort_unstable();
+    assert_eq!(tids, want, "one uftrace task per thread, by its thread id");
+    let step = exactly("thread_step");
+    for (&tid, &steps) in &threads {
+        let calls =
+            report_calls(&dir, &["--tid", &tid.to_string(), "-F", &step]).expect("uftrace report");
+        assert_eq!(
+            calls.get("thread_step"),
+            Some(&steps),
+            "tid {tid}: {calls:?}"
+        );
+        let calls = report_calls(
+            &dir,
+            &["--tid", &tid.to_string(), "-F", &exactly("thread_main")],
+        )
+        .expect("uftrace report");
+        assert_eq!(calls.get("thread_main"), Some(&1), "tid {tid}: {calls:?}");
+    }
+    let calls = report_calls(&dir, &["--tid", &main_tid.to_string()]).expect("uftrace report");
+    assert_eq!(
+        calls.get("thread_step"),
+        None,
+        "main calls no thread_step: {calls:?}"
+    );
+    assert_eq!(calls.get("pthread_create"), Some(&3), "{calls:?}");
+}
+
+#[test]
+fn user_missing_program_is_one_line() {
+    let (tmp, dir, out) = record(&["-cpu", "max", "/nonexistent/prog", "arg"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "qemu-uftrace: error: the program /nonexistent/prog does not exist; give its path \
+         (qemu-aarch64 does not search PATH)\n"
+    );
+    assert!(!dir.exists() && std::fs::read_dir(tmp.path()).unwrap().next().is_none());
+}
