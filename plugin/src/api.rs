@@ -218,7 +218,28 @@ extern "C" {
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
     );
+    fn qemu_plugin_register_vcpu_syscall_cb(id: qemu_plugin_id_t, cb: SyscallCb);
+    fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: SyscallRetCb);
 }
+
+/// The syscall entry and return callbacks in API 4: the plugin id first.
+#[cfg(not(feature = "api-v7"))]
+type SyscallCb = unsafe extern "C" fn(
+    id: qemu_plugin_id_t,
+    vcpu_index: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    a6: u64,
+    a7: u64,
+    a8: u64,
+);
+#[cfg(not(feature = "api-v7"))]
+type SyscallRetCb =
+    unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint, num: i64, ret: i64);
 
 #[cfg(feature = "api-v7")]
 extern "C" {
@@ -242,7 +263,37 @@ extern "C" {
         cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
         userdata: *mut c_void,
     );
+    fn qemu_plugin_register_vcpu_syscall_cb(
+        id: qemu_plugin_id_t,
+        cb: SyscallCb,
+        userdata: *mut c_void,
+    );
+    fn qemu_plugin_register_vcpu_syscall_ret_cb(
+        id: qemu_plugin_id_t,
+        cb: SyscallRetCb,
+        userdata: *mut c_void,
+    );
 }
+
+/// The syscall entry and return callbacks: v7 drops the id and adds `userdata` last (read
+/// off 11.1.3's `qemu_plugin_vcpu_syscall`: vCPU index, number, a1…a8, then userdata).
+#[cfg(feature = "api-v7")]
+type SyscallCb = unsafe extern "C" fn(
+    vcpu_index: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    a4: u64,
+    a5: u64,
+    a6: u64,
+    a7: u64,
+    a8: u64,
+    userdata: *mut c_void,
+);
+#[cfg(feature = "api-v7")]
+type SyscallRetCb =
+    unsafe extern "C" fn(vcpu_index: c_uint, num: i64, ret: i64, userdata: *mut c_void);
 
 // The callbacks in this build's shapes, each handing over to the plugin's own function.
 
@@ -305,6 +356,50 @@ unsafe extern "C" fn on_discon(
     crate::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
 }
 
+#[cfg(not(feature = "api-v7"))]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_syscall(
+    _id: qemu_plugin_id_t,
+    _vcpu_index: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    _a4: u64,
+    a5: u64,
+    a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    crate::usermap::syscall(num, a1, a2, a3, a5, a6)
+}
+#[cfg(feature = "api-v7")]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_syscall(
+    _vcpu_index: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    _a4: u64,
+    a5: u64,
+    a6: u64,
+    _a7: u64,
+    _a8: u64,
+    _userdata: *mut c_void,
+) {
+    crate::usermap::syscall(num, a1, a2, a3, a5, a6)
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, _vcpu: c_uint, num: i64, ret: i64) {
+    crate::usermap::syscall_ret(num, ret)
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_syscall_ret(_vcpu: c_uint, num: i64, ret: i64, _userdata: *mut c_void) {
+    crate::usermap::syscall_ret(num, ret)
+}
+
 /// `enum qemu_plugin_discon_type` bits.
 pub const DISCON_INTERRUPT: c_int = 1;
 pub const DISCON_EXCEPTION: c_int = 2;
@@ -333,7 +428,7 @@ pub unsafe fn register_discontinuities(id: qemu_plugin_id_t) -> bool {
 
 /// Registers the translation, vCPU init and exit callbacks in this build's ABI, and with
 /// `vcpu_exits` (user mode, where each guest thread is a vCPU that ends with the thread)
-/// the vCPU exit callback.
+/// the vCPU exit callback and the syscall callbacks that follow file mappings (`usermap`).
 ///
 /// # Safety
 /// `id` is this plugin's id, during `qemu_plugin_install`.
@@ -344,6 +439,8 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
         if vcpu_exits {
             qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit);
+            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
+            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret);
         }
         qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
     }
@@ -354,6 +451,8 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
         if vcpu_exits {
             qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit, none);
+            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall, none);
+            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret, none);
         }
         qemu_plugin_register_atexit_cb(id, on_exit, none);
     }

@@ -16,6 +16,7 @@ mod landing;
 mod output;
 mod scoreboard;
 mod translate;
+mod usermap;
 mod vcpu;
 
 use config::{ClockChoice, Config, Mode};
@@ -343,6 +344,9 @@ pub(crate) fn finish() {
     }
     write_atomically(&cfg.out, "plugin.stats", &text);
     write_atomically(&cfg.out, "plugin.tasks", &task_lines(&table));
+    if !SYSTEM_MODE.get().copied().unwrap_or(true) {
+        write_atomically(&cfg.out, "plugin.maps", &usermap::lines());
+    }
 }
 
 /// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.

@@ -46,6 +46,18 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
     let start = unsafe { qemu_plugin_insn_vaddr(first) };
+    // User mode: the first block is the program's (or its loader's) entry, run once; its
+    // first instruction reads the auxiliary vector off the initial stack.
+    if !crate::SYSTEM_MODE.get().copied().unwrap_or(true) && crate::usermap::arm_startup() {
+        unsafe {
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                first,
+                crate::usermap::on_startup,
+                CB_R_REGS,
+                std::ptr::null_mut(),
+            )
+        };
+    }
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         if crate::landing::is_landing(isa, mode, start, haddr) {

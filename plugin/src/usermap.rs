@@ -1,0 +1,193 @@
+//! User mode: where the program, its dynamic loader and its libraries are in the guest's
+//! address space, for the CLI to place their symbols (`plugin.maps`).
+//!
+//! QEMU loads the program and its interpreter itself, so their places come from the initial
+//! stack's auxiliary vector (`AT_ENTRY`, `AT_PHDR`, `AT_BASE`), read once at the first
+//! instruction. Libraries are mapped by the guest's loader: the syscall callbacks see each
+//! `openat` (the path) and each `mmap` of a file with `PROT_EXEC` (fd, offset, returned
+//! address). Nothing here runs per call or return.
+
+use crate::guest::ByteBuf;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// aarch64 Linux syscall numbers.
+const SYS_OPENAT: i64 = 56;
+const SYS_CLOSE: i64 = 57;
+const SYS_MMAP: i64 = 222;
+const PROT_EXEC: u64 = 4;
+
+const AT_NULL: u64 = 0;
+const AT_PHDR: u64 = 3;
+const AT_BASE: u64 = 7;
+const AT_ENTRY: u64 = 9;
+
+/// The auxiliary vector's entries we keep.
+#[derive(Default, Clone, Copy)]
+struct Aux {
+    phdr: u64,
+    base: u64,
+    entry: u64,
+}
+
+/// One executable file mapping.
+struct Mapping {
+    start: u64,
+    len: u64,
+    offset: u64,
+    path: Vec<u8>,
+}
+
+enum Pending {
+    Openat(Vec<u8>),
+    Mmap { len: u64, fd: i64, offset: u64 },
+}
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static STARTED: AtomicBool = AtomicBool::new(false);
+static AUX: Mutex<Option<Aux>> = Mutex::new(None);
+static FDS: Mutex<Option<HashMap<i64, Vec<u8>>>> = Mutex::new(None);
+static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The syscall this guest thread is in, between its entry and return callbacks.
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
+}
+
+fn with_buf<R>(f: impl FnOnce(&mut ByteBuf) -> R) -> R {
+    BUF.with(|b| f(b.borrow_mut().get_or_insert_with(ByteBuf::new)))
+}
+
+/// Whether the first block still needs its startup callback (true once only).
+pub fn arm_startup() -> bool {
+    !ARMED.swap(true, Ordering::Relaxed)
+}
+
+/// At the program's first instruction (the callback has R_REGS): reads the auxiliary vector
+/// off the initial stack (argc, argv…, NULL, envp…, NULL, auxv pairs).
+pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_void) {
+    if STARTED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let aux = with_buf(|buf| {
+        let sp = buf.read_named("sp")?;
+        let mut word = |addr: u64| -> Option<u64> {
+            let b = buf.read_memory(addr, 8)?;
+            Some(u64::from_le_bytes(b.try_into().ok()?))
+        };
+        let argc = word(sp)?;
+        let mut p = sp + 8 * (argc + 2); // past argv and its NULL
+        while word(p)? != 0 {
+            p += 8;
+        }
+        p += 8;
+        let mut aux = Aux::default();
+        for _ in 0..64 {
+            let (key, value) = (word(p)?, word(p + 8)?);
+            match key {
+                AT_NULL => break,
+                AT_PHDR => aux.phdr = value,
+                AT_BASE => aux.base = value,
+                AT_ENTRY => aux.entry = value,
+                _ => {}
+            }
+            p += 16;
+        }
+        Some(aux)
+    });
+    *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
+}
+
+/// Reads a NUL-terminated path from guest memory (at most 4 KiB).
+fn read_path(buf: &mut ByteBuf, addr: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < 4096 {
+        // Chunks that never cross a page, so an unmapped next page does not fail the read.
+        let n = (64 - (at % 64)) as usize;
+        let chunk = buf.read_memory(at, n)?;
+        if let Some(end) = chunk.iter().position(|&c| c == 0) {
+            out.extend_from_slice(&chunk[..end]);
+            return Some(out);
+        }
+        out.extend_from_slice(chunk);
+        at += n as u64;
+    }
+    None
+}
+
+/// A syscall starts on this thread.
+pub fn syscall(num: i64, a1: u64, a2: u64, a3: u64, a5: u64, a6: u64) {
+    let pending = match num {
+        SYS_OPENAT => with_buf(|b| read_path(b, a2)).map(Pending::Openat),
+        SYS_MMAP if a3 & PROT_EXEC != 0 && (a5 as i64) >= 0 => Some(Pending::Mmap {
+            len: a2,
+            fd: a5 as i64,
+            offset: a6,
+        }),
+        SYS_CLOSE => {
+            if let Some(fds) = FDS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                fds.remove(&(a1 as i64));
+            }
+            None
+        }
+        _ => None,
+    };
+    PENDING.with(|p| *p.borrow_mut() = pending);
+}
+
+/// The syscall this thread started returned `ret`.
+pub fn syscall_ret(num: i64, ret: i64) {
+    let Some(pending) = PENDING.with(|p| p.borrow_mut().take()) else {
+        return;
+    };
+    if ret < 0 {
+        return;
+    }
+    match (num, pending) {
+        (SYS_OPENAT, Pending::Openat(path)) => {
+            FDS.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(HashMap::new)
+                .insert(ret, path);
+        }
+        (SYS_MMAP, Pending::Mmap { len, fd, offset }) => {
+            let fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(path) = fds.as_ref().and_then(|f| f.get(&fd)) {
+                MAPS.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Mapping {
+                        start: ret as u64,
+                        len,
+                        offset,
+                        path: path.clone(),
+                    });
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `plugin.maps`: an `aux` line (what the kernel, here QEMU, told the program), then one
+/// `mmap` line per executable file mapping, tab-separated `key=value` fields, the path last.
+pub fn lines() -> String {
+    let mut text = String::new();
+    if let Some(a) = *AUX.lock().unwrap_or_else(|e| e.into_inner()) {
+        text.push_str(&format!(
+            "aux\tentry={:#x}\tphdr={:#x}\tbase={:#x}\n",
+            a.entry, a.phdr, a.base
+        ));
+    }
+    for m in MAPS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let path = String::from_utf8_lossy(&m.path).replace(['\t', '\n'], " ");
+        text.push_str(&format!(
+            "mmap\tstart={:#x}\tlen={:#x}\toffset={:#x}\tpath={path}\n",
+            m.start, m.len, m.offset
+        ));
+    }
+    text
+}
