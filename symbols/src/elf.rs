@@ -87,6 +87,13 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     if cands.is_empty() {
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
+    if !cands.is_empty()
+        && header.e_machine(endian) == elf::EM_AARCH64
+        && header.is_class_64()
+        && endian.is_little_endian()
+    {
+        cands.extend(plt_entries(&file, data));
+    }
     if cands.is_empty() {
         return Err(SymbolError::Stripped {
             path: path.to_path_buf(),
@@ -190,6 +197,53 @@ fn member_offset_as<Elf: FileHeader<Endian = Endianness>>(
             },
         }
     })
+}
+
+/// AArch64 lazy-binding PLT entries, named after the function each jumps to (`malloc`, not
+/// `malloc@plt`): a call through the PLT branches on into the function without a call of
+/// its own, so the entry's frame is the whole call. `.plt` is a 32-byte header then one
+/// 16-byte entry per `.rela.plt` relocation, in order. Anything unexpected gives none.
+fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'data, Elf, &'data [u8]>,
+    data: &'data [u8],
+) -> Vec<Candidate<'data>> {
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let (Some((_, plt)), Some((_, rela))) = (
+        sections.section_by_name(endian, b".plt"),
+        sections.section_by_name(endian, b".rela.plt"),
+    ) else {
+        return Vec::new();
+    };
+    let Ok(relocs) = rela.data(endian, data) else {
+        return Vec::new();
+    };
+    let dynsym = file.elf_dynamic_symbol_table();
+    let plt_addr: u64 = plt.sh_addr(endian).into();
+    let plt_size: u64 = plt.sh_size(endian).into();
+    let mut out = Vec::new();
+    // Elf64_Rela: r_offset, r_info (symbol index in the high half), r_addend.
+    for (i, r) in relocs.chunks_exact(24).enumerate() {
+        let addr = plt_addr + 32 + 16 * i as u64;
+        if addr + 16 > plt_addr + plt_size {
+            break;
+        }
+        let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+        let Ok(sym) = dynsym.symbol(SymbolIndex((info >> 32) as usize)) else {
+            continue;
+        };
+        match dynsym.symbol_name(endian, sym) {
+            Ok(name) if !name.is_empty() => out.push(Candidate {
+                addr,
+                size: 16,
+                name,
+                global: true,
+                typed: true,
+            }),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// STT_FUNC/STT_GNU_IFUNC symbols, plus untyped labels inside executable sections (hand

@@ -143,6 +143,25 @@ pub fn nm_functions(path: &Path) -> BTreeMap<u64, NmEntry> {
         });
         e.global |= class.chars().all(|c| c.is_ascii_uppercase());
     }
+    // PLT entries, which we name after their targets: objdump's `<malloc@plt>` labels.
+    if exec.iter().any(|s| s == ".plt") {
+        let out = run(Command::new(OBJDUMP).args(["-d", "-j", ".plt"]).arg(path));
+        for line in out.lines() {
+            let Some((addr, rest)) = line.split_once(" <") else {
+                continue;
+            };
+            let (Ok(addr), Some(name)) = (
+                u64::from_str_radix(addr.trim(), 16),
+                rest.strip_suffix("@plt>:"),
+            ) else {
+                continue;
+            };
+            let e = map.entry(addr).or_default();
+            e.names.push(name.to_string());
+            e.size = 16;
+            e.global = true;
+        }
+    }
     map
 }
 
