@@ -98,8 +98,14 @@ fn record_into(
             vec![qemu::user::check_program(program.as_ref(), &name)?]
         }
     };
-    let sources = symbol_sources(extra_sources, &images, args.no_auto_symbols);
-    let loader = start_symbol_files(&sources, &images, &opts, staging);
+    // User mode: where the program and its libraries landed is known once it ran.
+    let user_mode = mode == qemu::Mode::User;
+    let mut sources = symbol_sources(
+        extra_sources,
+        if user_mode { &[] } else { &images },
+        args.no_auto_symbols,
+    );
+    let loader = (!user_mode).then(|| start_symbol_files(&sources, &images, &opts, staging));
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let mut plugin_opt =
@@ -124,6 +130,18 @@ fn record_into(
     let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);
+    let loader = loader.unwrap_or_else(|| {
+        if let (Some(program), false) = (images.first(), args.no_auto_symbols) {
+            let maps = qemu::user_maps::read(staging).unwrap_or_default();
+            let root = qemu::user_maps::sysroot(&opts);
+            for s in qemu::user_maps::sources(&program.path, root.as_deref(), &maps) {
+                if !sources.iter().any(|t| t.path == s.path) {
+                    sources.push(s);
+                }
+            }
+        }
+        start_symbol_files(&sources, &images, &opts, staging)
+    });
     // Joined whatever QEMU did: the thread writes into the staging directory.
     let symbols = loader.join().unwrap_or_else(|| {
         // A panic in a loader costs the names, never the recorded trace.

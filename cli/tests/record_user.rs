@@ -184,3 +184,91 @@ fn user_missing_program_is_one_line() {
     );
     assert!(!dir.exists() && std::fs::read_dir(tmp.path()).unwrap().next().is_none());
 }
+
+/// A program built now with the cross toolchain (default PIE, dynamically linked against
+/// the aarch64 glibc in /usr/aarch64-linux-gnu), with `extra` gcc flags.
+fn cross_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = dir.join("libcalls.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
+         __attribute__((noinline)) void *make(size_t n) { return malloc(n); }\n\
+         __attribute__((noinline)) void fill(char *d, const char *s, size_t n) \
+         { memcpy(d, s, n); }\n\
+         __attribute__((noinline)) void say(const char *s) { printf(\"libcalls: %s\\n\", s); }\n\
+         int main(int argc, char **argv) {\n\
+           (void)argv;\n\
+           char *p = make(32);\n\
+           fill(p, \"hello world\", 11 + argc);\n\
+           say(p);\n\
+           free(p);\n\
+           return 0;\n\
+         }\n",
+    )
+    .expect("write the source");
+    let out = dir.join(name);
+    let status = Command::new("aarch64-linux-gnu-gcc")
+        .args(["-O1", "-g"])
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("run aarch64-linux-gnu-gcc");
+    assert!(status.success(), "aarch64-linux-gnu-gcc failed");
+    out
+}
+
+/// The first function `parent` calls, each time it is called.
+fn first_callees(events: &[String], parent: &str) -> Vec<String> {
+    let enter = format!("E {parent}");
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| **e == enter)
+        .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
+        .collect()
+}
+
+/// A PIE program linked with glibc: the program, the loader and libc are found where they
+/// were mapped (run under `-L`, as qemu-user needs), and the library calls are named by the
+/// PLT entries they go through, nested under the program's own functions.
+#[test]
+fn user_dynamic_pie_program_names_its_library_calls() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = cross_program(tmp.path(), "libcalls", &[]);
+    let (_t, dir, out) = record(&["-L", "/usr/aarch64-linux-gnu", &elf.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "libcalls: hello world\n");
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    assert_eq!(first_callees(&events, "main"), ["make"]);
+    assert_eq!(first_callees(&events, "make"), ["malloc"]);
+    assert_eq!(first_callees(&events, "fill"), ["memcpy"]);
+    assert_eq!(first_callees(&events, "say"), ["printf"]);
+    // Inside libc and the loader, their exported names.
+    assert!(events.iter().any(|e| e == "E __libc_start_main"), "libc");
+    assert!(
+        events.iter().any(|e| e == "E _dl_allocate_tls_init"),
+        "ld.so"
+    );
+    let maps = std::fs::read_to_string(dir.join("plugin.maps")).expect("plugin.maps");
+    assert!(maps.starts_with("aux\t"), "{maps}");
+    assert!(maps.contains("path=/lib/libc.so.6"), "{maps}");
+}
+
+/// A static PIE program: loaded at a bias QEMU picks, read off the auxiliary vector.
+#[test]
+fn user_static_pie_program_is_named_at_its_load_bias() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = cross_program(tmp.path(), "libcalls-static-pie", &["-static-pie"]);
+    let (_t, dir, out) = record(&[&elf.to_string_lossy()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    // Static glibc's aliases: malloc is `__malloc`; main may show as `__wrap_main`.
+    let malloc = first_callees(&events, "make");
+    assert!(
+        malloc.len() == 1 && malloc[0].ends_with("malloc"),
+        "{malloc:?}"
+    );
+    assert_eq!(first_callees(&events, "say"), ["printf"]);
+}

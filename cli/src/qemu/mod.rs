@@ -10,6 +10,7 @@ pub mod options;
 pub mod refusals;
 pub mod rewrite;
 pub mod user;
+pub mod user_maps;
 
 pub use emulator::{detect_emulator, Emulator, Mode};
 pub use images::{file_is_elf, guest_images, GuestImage, ImageOrigin};

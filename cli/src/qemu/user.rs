@@ -59,10 +59,13 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
 const EM_AARCH64: u16 = 183;
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
+const PT_LOAD: u32 = 1;
 const PT_INTERP: u32 = 3;
+const PF_X: u32 = 1;
 
-/// Checks the program a user-mode command runs: it exists and is a static, non-PIE aarch64
-/// ELF (whose symbols are at their link addresses). Returns it as a symbol source.
+/// Checks the program a user-mode command runs: it exists and is an aarch64 ELF program
+/// (static or dynamic, PIE or not: where it and its libraries land is read at run time,
+/// `user_maps`). Returns it as a symbol source.
 pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<GuestImage> {
     let Some(program) = program else {
         return Err(usage(
@@ -90,69 +93,139 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
             ))
         }
     };
-    let why = elf_problem(&bytes);
-    match why {
-        None => Ok(GuestImage {
+    match Elf::parse(&bytes) {
+        Ok(_) => Ok(GuestImage {
             path,
             origin: ImageOrigin::Program,
         }),
-        Some(Problem::NotElf) => Err(usage(
+        Err(Problem::NotElf) => Err(usage(
             format!("{shown} is not an ELF program"),
-            "give a static aarch64 Linux program",
+            "give an aarch64 Linux program",
         )),
-        Some(Problem::NotAarch64) => Err(usage(
+        Err(Problem::NotAarch64) => Err(usage(
             format!("{shown} is not an aarch64 (64-bit little-endian) program"),
             "build it for aarch64 (aarch64-linux-gnu-gcc)",
-        )),
-        Some(Problem::Dynamic) => Err(usage(
-            format!("{shown} is dynamically linked, which qemu-uftrace does not support yet"),
-            "link it statically (-static -no-pie)",
-        )),
-        Some(Problem::Pie) => Err(usage(
-            format!(
-                "{shown} is a position-independent (PIE) program, which qemu-uftrace does not \
-                 support yet"
-            ),
-            "link it with -static -no-pie",
         )),
     }
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum Problem {
+pub enum Problem {
     NotElf,
     NotAarch64,
-    Dynamic,
-    Pie,
 }
 
-/// What keeps an ELF file from being recorded with its link-time symbols, if anything.
-fn elf_problem(b: &[u8]) -> Option<Problem> {
-    if b.len() < 64 || &b[..4] != b"\x7fELF" {
-        return Some(Problem::NotElf);
+/// One loadable segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+    pub exec: bool,
+}
+
+/// What placing an aarch64 ELF file's symbols needs from its headers.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Elf {
+    /// `ET_DYN` (PIE, shared library, loader): loaded wherever it is put.
+    pub relocatable: bool,
+    pub entry: u64,
+    /// `PT_INTERP`: the dynamic loader's guest path.
+    pub interp: Option<Vec<u8>>,
+    pub loads: Vec<Segment>,
+}
+
+impl Elf {
+    pub fn read(path: &std::path::Path) -> Option<Elf> {
+        Elf::parse(&std::fs::read(path).ok()?).ok()
     }
-    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
-    let u32_at = |o: usize| {
-        b.get(o..o + 4)
-            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    };
-    let u64_at = |o: usize| {
-        b.get(o..o + 8)
-            .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-    };
-    // ELFCLASS64, ELFDATA2LSB, EM_AARCH64.
-    if b[4] != 2 || b[5] != 1 || u16_at(18) != Some(EM_AARCH64) {
-        return Some(Problem::NotAarch64);
+
+    pub fn parse(b: &[u8]) -> std::result::Result<Elf, Problem> {
+        if b.len() < 64 || &b[..4] != b"\x7fELF" {
+            return Err(Problem::NotElf);
+        }
+        let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+        let u32_at = |o: usize| {
+            b.get(o..o + 4)
+                .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        };
+        let u64_at = |o: usize| {
+            b.get(o..o + 8)
+                .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+        };
+        // ELFCLASS64, ELFDATA2LSB, EM_AARCH64.
+        if b[4] != 2 || b[5] != 1 || u16_at(18) != Some(EM_AARCH64) {
+            return Err(Problem::NotAarch64);
+        }
+        let relocatable = match u16_at(16) {
+            Some(ET_DYN) => true,
+            Some(ET_EXEC) => false,
+            _ => return Err(Problem::NotElf),
+        };
+        let entry = u64_at(24).ok_or(Problem::NotElf)?;
+        let phoff = u64_at(32)
+            .and_then(|o| usize::try_from(o).ok())
+            .ok_or(Problem::NotElf)?;
+        let phentsize = usize::from(u16_at(54).ok_or(Problem::NotElf)?);
+        let phnum = usize::from(u16_at(56).ok_or(Problem::NotElf)?);
+        let mut elf = Elf {
+            relocatable,
+            entry,
+            interp: None,
+            loads: Vec::new(),
+        };
+        for i in 0..phnum {
+            let ph = phoff + i * phentsize;
+            let (Some(kind), Some(flags), Some(offset), Some(vaddr), Some(filesz)) = (
+                u32_at(ph),
+                u32_at(ph + 4),
+                u64_at(ph + 8),
+                u64_at(ph + 16),
+                u64_at(ph + 32),
+            ) else {
+                continue;
+            };
+            match kind {
+                PT_LOAD => elf.loads.push(Segment {
+                    offset,
+                    vaddr,
+                    filesz,
+                    exec: flags & PF_X != 0,
+                }),
+                PT_INTERP => {
+                    let at = usize::try_from(offset).unwrap_or(usize::MAX);
+                    let len = usize::try_from(filesz).unwrap_or(0);
+                    if let Some(text) = b.get(at..at.saturating_add(len)) {
+                        let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
+                        elf.interp = Some(text[..end].to_vec());
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(elf)
     }
-    let phoff = u64_at(32).and_then(|o| usize::try_from(o).ok())?;
-    let phentsize = usize::from(u16_at(54)?);
-    let phnum = usize::from(u16_at(56)?);
-    let interp = (0..phnum).any(|i| u32_at(phoff + i * phentsize) == Some(PT_INTERP));
-    match u16_at(16) {
-        _ if interp => Some(Problem::Dynamic),
-        Some(ET_DYN) => Some(Problem::Pie),
-        Some(ET_EXEC) => None,
-        _ => Some(Problem::NotElf),
+
+    /// The load bias of this file when its bytes at `file_offset` were mapped at `start`
+    /// (a loader maps each segment from its page-aligned file offset).
+    pub fn bias_of_mapping(&self, start: u64, file_offset: u64) -> u64 {
+        // The executable segment that mapping holds: the one starting within a page (of
+        // any size up to 64 KiB) of the mapped offset.
+        let seg = self
+            .loads
+            .iter()
+            .filter(|s| s.offset >= file_offset && s.offset - file_offset < 0x10000)
+            .min_by_key(|s| (!s.exec, s.offset));
+        match seg {
+            Some(s) => (start + (s.offset - file_offset)).wrapping_sub(s.vaddr),
+            None => start.wrapping_sub(file_offset),
+        }
+    }
+
+    /// The load bias when the file's lowest segment starts at `base` (`AT_BASE`).
+    pub fn bias_of_base(&self, base: u64) -> u64 {
+        let low = self.loads.iter().map(|s| s.vaddr).min().unwrap_or(0);
+        base.wrapping_sub(low & !0xfff)
     }
 }
 
@@ -206,38 +279,81 @@ mod tests {
     }
 
     fn elf(e_type: u16, machine: u16, interp: bool) -> Vec<u8> {
-        let mut b = vec![0u8; 64 + 56 * 2];
+        let mut b = vec![0u8; 64 + 56 * 2 + 32];
         b[..4].copy_from_slice(b"\x7fELF");
         b[4] = 2;
         b[5] = 1;
         b[16..18].copy_from_slice(&e_type.to_le_bytes());
         b[18..20].copy_from_slice(&machine.to_le_bytes());
+        b[24..32].copy_from_slice(&0x640u64.to_le_bytes());
         b[32..40].copy_from_slice(&64u64.to_le_bytes());
         b[54..56].copy_from_slice(&56u16.to_le_bytes());
         b[56..58].copy_from_slice(&2u16.to_le_bytes());
-        b[64..68].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+        b[64..68].copy_from_slice(&PT_LOAD.to_le_bytes());
+        b[68..72].copy_from_slice(&5u32.to_le_bytes()); // R+X
+        b[96..104].copy_from_slice(&0x700u64.to_le_bytes()); // filesz
         if interp {
             b[120..124].copy_from_slice(&PT_INTERP.to_le_bytes());
+            b[128..136].copy_from_slice(&176u64.to_le_bytes());
+            b[152..160].copy_from_slice(&9u64.to_le_bytes());
+            b[176..185].copy_from_slice(b"/lib/ld\0\0");
         }
         b
     }
 
     #[test]
-    fn only_static_non_pie_aarch64_programs_pass() {
-        assert_eq!(elf_problem(&elf(ET_EXEC, EM_AARCH64, false)), None);
+    fn static_dynamic_and_pie_aarch64_programs_pass() {
+        let e = Elf::parse(&elf(ET_EXEC, EM_AARCH64, false)).unwrap();
+        assert!(!e.relocatable);
+        assert_eq!(e.interp, None);
+        let e = Elf::parse(&elf(ET_DYN, EM_AARCH64, true)).unwrap();
+        assert!(e.relocatable);
+        assert_eq!(e.entry, 0x640);
+        assert_eq!(e.interp.as_deref(), Some(&b"/lib/ld"[..]));
         assert_eq!(
-            elf_problem(&elf(ET_DYN, EM_AARCH64, false)),
-            Some(Problem::Pie)
+            e.loads,
+            [Segment {
+                offset: 0,
+                vaddr: 0,
+                filesz: 0x700,
+                exec: true
+            }]
         );
         assert_eq!(
-            elf_problem(&elf(ET_DYN, EM_AARCH64, true)),
-            Some(Problem::Dynamic)
+            Elf::parse(&elf(ET_EXEC, 62, false)),
+            Err(Problem::NotAarch64)
         );
+        assert_eq!(Elf::parse(b"#!/bin/sh\n"), Err(Problem::NotElf));
+    }
+
+    #[test]
+    fn load_bias_from_a_mapping() {
+        // lld-style: text at file offset 0x10000 linked at 0x20000.
+        let e = Elf {
+            relocatable: true,
+            entry: 0,
+            interp: None,
+            loads: vec![
+                Segment {
+                    offset: 0,
+                    vaddr: 0,
+                    filesz: 0x1000,
+                    exec: false,
+                },
+                Segment {
+                    offset: 0x10000,
+                    vaddr: 0x20000,
+                    filesz: 0x5000,
+                    exec: true,
+                },
+            ],
+        };
         assert_eq!(
-            elf_problem(&elf(ET_EXEC, 62, false)),
-            Some(Problem::NotAarch64)
+            e.bias_of_mapping(0x7f00_0002_0000, 0x10000),
+            0x7f00_0000_0000
         );
-        assert_eq!(elf_problem(b"#!/bin/sh\n"), Some(Problem::NotElf));
+        assert_eq!(e.bias_of_mapping(0x7f00_0000_0000, 0), 0x7f00_0000_0000);
+        assert_eq!(e.bias_of_base(0x5500_0000), 0x5500_0000);
     }
 
     #[test]

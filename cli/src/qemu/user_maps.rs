@@ -1,0 +1,167 @@
+//! User mode: where the program, its dynamic loader and its shared libraries were in the
+//! guest, from the plugin's `plugin.maps`, turned into symbol sources at their load biases.
+//!
+//! Guest paths are looked up under the sysroot as qemu-user does (`-L`, else
+//! `QEMU_LD_PREFIX`): the file there if it exists, else the path as it is.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::options::QemuOption;
+use super::user::Elf;
+use crate::symbol_source::SourceArg;
+
+/// What the plugin saw: the auxiliary vector and the executable file mappings.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PluginMaps {
+    /// `AT_ENTRY`, `AT_BASE` (0: no interpreter).
+    pub aux: Option<(u64, u64)>,
+    /// (guest path, start, file offset), in the order they were mapped.
+    pub mmaps: Vec<(Vec<u8>, u64, u64)>,
+}
+
+fn hex(v: &str) -> Option<u64> {
+    u64::from_str_radix(v.strip_prefix("0x").unwrap_or(v), 16).ok()
+}
+
+/// Parses `plugin.maps`; unknown lines and fields are passed over.
+pub fn parse(text: &str) -> PluginMaps {
+    let mut maps = PluginMaps::default();
+    for line in text.lines() {
+        let mut fields = line.split('\t');
+        let kind = fields.next().unwrap_or("");
+        let mut get = std::collections::HashMap::new();
+        for f in fields {
+            if let Some((k, v)) = f.split_once('=') {
+                get.insert(k, v);
+            }
+        }
+        let num = |k: &str| get.get(k).and_then(|v| hex(v));
+        match kind {
+            "aux" => {
+                if let (Some(entry), Some(base)) = (num("entry"), num("base")) {
+                    maps.aux = Some((entry, base));
+                }
+            }
+            "mmap" => {
+                if let (Some(start), Some(offset), Some(path)) =
+                    (num("start"), num("offset"), get.get("path"))
+                {
+                    maps.mmaps.push((path.as_bytes().to_vec(), start, offset));
+                }
+            }
+            _ => {}
+        }
+    }
+    maps
+}
+
+/// The sysroot qemu-user looks guest paths up under: `-L`, else `QEMU_LD_PREFIX`.
+pub fn sysroot(opts: &[QemuOption]) -> Option<PathBuf> {
+    let given = opts
+        .iter()
+        .rev()
+        .find(|o| o.name == "L")
+        .and_then(|o| o.value.clone())
+        .or_else(|| std::env::var_os("QEMU_LD_PREFIX"));
+    given.filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// A guest path on the host: under the sysroot when the file is there, else as it is.
+pub fn host_path(sysroot: Option<&Path>, guest: &[u8]) -> PathBuf {
+    let guest = Path::new(OsStr::from_bytes(guest));
+    if let Some(root) = sysroot {
+        if guest.is_absolute() {
+            let under = root.join(guest.strip_prefix("/").unwrap_or(guest));
+            if under.exists() {
+                return under;
+            }
+        }
+    }
+    guest.to_path_buf()
+}
+
+/// The symbol sources of a user-mode run: the program at its load bias (`AT_ENTRY` minus
+/// its entry), the interpreter at `AT_BASE`, then each library mapped executable, once each.
+/// Without the plugin's maps (it died first), the program at its link addresses.
+pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec<SourceArg> {
+    let mut out: Vec<SourceArg> = Vec::new();
+    let mut add = |path: PathBuf, offset: u64, origin: &'static str| {
+        if !out.iter().any(|s| s.path == path) {
+            out.push(SourceArg {
+                path,
+                offset,
+                origin,
+            });
+        }
+    };
+    let elf = Elf::read(program);
+    let program_bias = match (&elf, maps.aux) {
+        (Some(e), Some((entry, _))) if e.relocatable => entry.wrapping_sub(e.entry),
+        _ => 0,
+    };
+    add(program.to_path_buf(), program_bias, "the program");
+    if let (Some(interp), Some((_, base))) = (elf.as_ref().and_then(|e| e.interp.clone()), maps.aux)
+    {
+        let path = host_path(sysroot, &interp);
+        if base != 0 {
+            if let Some(ld) = Elf::read(&path) {
+                add(path, ld.bias_of_base(base), "the dynamic loader");
+            }
+        }
+    }
+    for (guest, start, offset) in &maps.mmaps {
+        let path = host_path(sysroot, guest);
+        if let Some(lib) = Elf::read(&path) {
+            add(
+                path,
+                lib.bias_of_mapping(*start, *offset),
+                "a shared library",
+            );
+        }
+    }
+    out
+}
+
+/// Reads `plugin.maps` from the trace directory (`None` when the plugin wrote none).
+pub fn read(dir: &Path) -> Option<PluginMaps> {
+    std::fs::read_to_string(dir.join("plugin.maps"))
+        .ok()
+        .map(|t| parse(&t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_plugin_file() {
+        let m = parse(
+            "aux\tentry=0x5500000740\tphdr=0x5500000040\tbase=0x7f0000000000\n\
+             mmap\tstart=0x7f1000000000\tlen=0x1000\toffset=0x0\tpath=/lib/libc.so.6\n\
+             junk\n",
+        );
+        assert_eq!(m.aux, Some((0x55_0000_0740, 0x7f00_0000_0000)));
+        assert_eq!(m.mmaps, [(b"/lib/libc.so.6".to_vec(), 0x7f10_0000_0000, 0)]);
+    }
+
+    #[test]
+    fn guest_paths_resolve_under_the_sysroot_when_there() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        std::fs::write(dir.path().join("lib/libx.so"), b"").unwrap();
+        assert_eq!(
+            host_path(Some(dir.path()), b"/lib/libx.so"),
+            dir.path().join("lib/libx.so")
+        );
+        assert_eq!(
+            host_path(Some(dir.path()), b"/lib/liby.so"),
+            PathBuf::from("/lib/liby.so")
+        );
+        assert_eq!(
+            host_path(None, b"/lib/libx.so"),
+            PathBuf::from("/lib/libx.so")
+        );
+    }
+}
