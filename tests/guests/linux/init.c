@@ -6,7 +6,7 @@
  *   main
  *     do_write            x WRITE_CALLS   one write(2) to the console each
  *     do_getpid_loop      once            one_getpid x GETPID_CALLS, one getpid(2) each
- *     do_sleep            x SLEEP_CALLS   one nanosleep(2) of 1 ms each
+ *     do_sleep            x SLEEP_CALLS   one nanosleep(2) of 50 ms each
  *     do_fault            once            mmap(2), touch_page x FAULT_PAGES: one page fault each
  *     do_fork             once            fork(2); the child runs child_work (child_step x
  *                                         CHILD_STEPS, one getppid(2) each) and _exit(2)s;
@@ -52,10 +52,12 @@ NOIPA long do_getpid_loop(int n)
     return sum;
 }
 
-/* One nanosleep(2) of a millisecond. */
+/* One nanosleep(2) of 50 ms: long enough that the timer cannot fire before the kernel
+ * schedules the task out (with 1 ms, a host preempting QEMU's vCPU thread at that moment
+ * let the timer expire first, and nanosleep returned without sleeping). */
 NOIPA void do_sleep(void)
 {
-    struct timespec ts = {0, 1000000};
+    struct timespec ts = {0, 50000000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
