@@ -6,7 +6,8 @@
 #     discontinuity callback), and QEMU 11.1.3 from trixie-backports in a trixie root (plugin
 #     API 7), both cached outside the repo: every test runs on all three
 #   - uftrace (Debian's 0.13)
-#   - the aarch64 cross compiler for the example and test guests; x86 and riscv64 binutils for
+#   - the aarch64 cross compiler for the example and test guests (riscv64's for the riscv64
+#     user-mode tests); x86 and riscv64 binutils for
 #     the instruction decoders' tests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
 #   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
@@ -106,13 +107,17 @@ command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 # The symbols tests build dynamic and PIE arm64 programs; vmlinux-to-elf lives in a venv.
 dpkg -s libc6-dev-arm64-cross >/dev/null 2>&1 || need+=(libc6-dev-arm64-cross)
 dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)
+# The riscv64 user-mode tests build static and dynamic riscv64 programs.
+command -v riscv64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-riscv64-linux-gnu)
+dpkg -s libc6-dev-riscv64-cross >/dev/null 2>&1 || need+=(libc6-dev-riscv64-cross)
 
 if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
     pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu binutils-x86-64-linux-gnu
-        binutils-riscv64-linux-gnu tmux hyperfine zstd make time libc6-dev-arm64-cross python3-venv)
+        binutils-riscv64-linux-gnu tmux hyperfine zstd make time libc6-dev-arm64-cross python3-venv
+        gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
     $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
     qemu_release=()
     [ -z "$backports" ] || qemu_release=(-t "${backports#/}")

@@ -75,7 +75,8 @@ pub fn preflight(
                 "{} guests are not supported yet by qemu-uftrace",
                 qemu.emulator.describe()
             ),
-            "only aarch64 (qemu-system-aarch64, qemu-aarch64) can be recorded for now",
+            "aarch64 (qemu-system-aarch64, qemu-aarch64) and riscv64 user mode (qemu-riscv64) \
+             can be recorded for now",
         ));
     }
     match qemu.emulator.mode {

@@ -105,7 +105,8 @@ fn record_into(
         if user_mode { &[] } else { &images },
         args.no_auto_symbols,
     );
-    let loader = (!user_mode).then(|| start_symbol_files(&sources, &images, &opts, staging));
+    let loader = (!user_mode)
+        .then(|| start_symbol_files(&sources, &images, &opts, staging, &qemu.emulator.arch));
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let mut plugin_opt =
@@ -140,7 +141,7 @@ fn record_into(
                 }
             }
         }
-        start_symbol_files(&sources, &images, &opts, staging)
+        start_symbol_files(&sources, &images, &opts, staging, &qemu.emulator.arch)
     });
     // Joined whatever QEMU did: the thread writes into the staging directory.
     let symbols = loader.join().unwrap_or_else(|| {
@@ -318,6 +319,7 @@ fn start_symbol_files(
     images: &[GuestImage],
     opts: &[qemu::QemuOption],
     staging: &Path,
+    target: &str,
 ) -> BackgroundLoad<SymbolJob> {
     let kernel = images
         .iter()
@@ -325,7 +327,11 @@ fn start_symbol_files(
         .map(|k| k.path.clone());
     let opts = opts.to_vec();
     let staging = staging.to_path_buf();
-    BackgroundLoad::start(sources.to_vec(), Some(Arch::Aarch64), move |loaded| {
+    let arch = match target {
+        "riscv64" => Arch::Riscv64,
+        _ => Arch::Aarch64,
+    };
+    BackgroundLoad::start(sources.to_vec(), Some(arch), move |loaded| {
         let kaslr = kaslr_hint(&loaded, &opts);
         let mut images = Vec::new();
         let mut failures = Vec::new();

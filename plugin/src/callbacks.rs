@@ -77,6 +77,25 @@ pub unsafe extern "C" fn on_indirect_call(vcpu_index: c_uint, data: *mut c_void)
     });
 }
 
+/// The register and offset of a register-plus-offset call's target field (see
+/// `translate::offset_call_word`).
+#[inline(always)]
+pub fn offset_call_parts(word: u64) -> (u8, i64) {
+    (word as u8, (word >> 8) as u32 as i32 as i64)
+}
+
+/// # Safety
+/// As [`on_indirect_call`], the target field holding the register and an offset to add
+/// (RISC-V's JALR, whose target's low bit is cleared).
+pub unsafe extern "C" fn on_offset_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
+    let (reg, offset) = offset_call_parts(site.target);
+    vcpu::with(vcpu_index, |v| match v.regs.read_gpr(reg) {
+        Some(base) => direct_call(v, base.wrapping_add(offset as u64) & !1, site.ret_addr),
+        None => read_failed(v),
+    });
+}
+
 /// A block that starts just after a call, entered while a return is pending: that return
 /// went here.
 ///

@@ -82,8 +82,17 @@ impl ByteBuf {
     }
 
     /// Reads a register by QEMU's name (the callback must have R_REGS); not for hot paths.
+    /// A general register by name too (RISC-V's `sp`, which is x2).
     pub fn read_named(&mut self, name: &str) -> Option<u64> {
-        let handle = *REGISTERS.get()?.named.get(name)?;
+        let regs = REGISTERS.get()?;
+        let handle = match regs.named.get(name) {
+            Some(&handle) => handle,
+            None => {
+                let isa = crate::isa_or_default();
+                let n = (0..32u8).find(|&n| isa.gpr_name(n) == name)?;
+                regs.gpr[n as usize]?
+            }
+        };
         self.read_handle(handle)
     }
 

@@ -10,8 +10,8 @@ use crate::api::{
     CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
 };
 use crate::callbacks::{
-    on_direct_call, on_exception_return, on_indirect_call, on_landing, on_packed_call,
-    on_task_pointer,
+    on_direct_call, on_exception_return, on_indirect_call, on_landing, on_offset_call,
+    on_packed_call, on_task_pointer,
 };
 use crate::guest::ByteBuf;
 use qemu_uftrace_engine::arch::{InsnKind, Isa, Mode, Target};
@@ -107,8 +107,16 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 // The register number, marked so it never meets a direct target.
                 call_site(pc, r as u64 | 1 << 63, ret_addr),
             ),
-            // Not produced for the architectures the plugin records (AArch64): x86 and RISC-V
-            // calls through memory or through a register plus an offset, once they are wired.
+            // RISC-V's JALR: the register plus a 32-bit offset (always fits: 12 bits).
+            InsnKind::Call {
+                target: Target::RegisterOffset { reg, offset },
+                ret_addr,
+            } if i32::try_from(offset).is_ok() => (
+                on_offset_call,
+                CB_R_REGS,
+                call_site(pc, offset_call_word(reg, offset), ret_addr),
+            ),
+            // x86 calls through memory, once they are wired.
             InsnKind::Call {
                 target: Target::RegisterOffset { .. } | Target::Memory(_),
                 ..
@@ -136,5 +144,27 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             InsnKind::Trap | InsnKind::Other => continue,
         };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
+    }
+}
+
+/// A register-plus-offset call's target field: marked as [`on_indirect_call`]'s, the
+/// register in bits 0..8 and the offset's 32 bits in bits 8..40.
+fn offset_call_word(reg: u8, offset: i64) -> u64 {
+    1 << 63 | (offset as i32 as u32 as u64) << 8 | reg as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callbacks::offset_call_parts;
+
+    #[test]
+    fn offset_calls_keep_register_and_signed_offset() {
+        for (reg, offset) in [(1u8, 0i64), (5, -2048), (31, 2047), (10, i32::MIN as i64)] {
+            assert_eq!(
+                offset_call_parts(offset_call_word(reg, offset)),
+                (reg, offset)
+            );
+        }
     }
 }

@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// aarch64 Linux syscall numbers.
+/// Linux's generic syscall numbers, which aarch64 and riscv64 share.
 const SYS_OPENAT: i64 = 56;
 const SYS_CLOSE: i64 = 57;
 const SYS_MMAP: i64 = 222;

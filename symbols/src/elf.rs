@@ -88,7 +88,7 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
     if !cands.is_empty()
-        && header.e_machine(endian) == elf::EM_AARCH64
+        && matches!(header.e_machine(endian), elf::EM_AARCH64 | elf::EM_RISCV)
         && header.is_class_64()
         && endian.is_little_endian()
     {
@@ -199,7 +199,7 @@ fn member_offset_as<Elf: FileHeader<Endian = Endianness>>(
     })
 }
 
-/// AArch64 lazy-binding PLT entries, named after the function each jumps to (`malloc`, not
+/// AArch64 and RISC-V (LP64) lazy-binding PLT entries (the same layout), named after the function each jumps to (`malloc`, not
 /// `malloc@plt`): a call through the PLT branches on into the function without a call of
 /// its own, so the entry's frame is the whole call. `.plt` is a 32-byte header then one
 /// 16-byte entry per `.rela.plt` relocation, in order. Anything unexpected gives none.

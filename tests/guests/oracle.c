@@ -82,13 +82,20 @@ NOINSTR static void oracle_unwind_to(void *fp)
  * its x29 is its frame record; the hook's own frame record (which using
  * __builtin_frame_address forces) holds that x29 in its first slot.
  */
+#ifdef __riscv
+/* RISC-V's frame pointer points past its record: the caller's fp is at fp - 16. */
+#define CALLER_FP(fp) (((void **)(fp))[-2])
+#else
+#define CALLER_FP(fp) (((void **)(fp))[0])
+#endif
+
 NOINSTR void __cyg_profile_func_enter(void *this_fn, void *call_site)
 {
     void **hook_fp = __builtin_frame_address(0);
-    void **fp = hook_fp[0];
+    void **fp = CALLER_FP(hook_fp);
 
     /* fp[0] is the caller's x29: everything above the caller's frame is dead. */
-    oracle_unwind_to(fp[0]);
+    oracle_unwind_to(CALLER_FP(fp));
     if (depth < ORACLE_MAX_DEPTH) {
         frames[depth].fn = this_fn;
         frames[depth].site = call_site;
@@ -103,7 +110,7 @@ NOINSTR void __cyg_profile_func_enter(void *this_fn, void *call_site)
 NOINSTR void __cyg_profile_func_exit(void *this_fn, void *call_site)
 {
     void **hook_fp = __builtin_frame_address(0);
-    void *fp = hook_fp[0];
+    void *fp = CALLER_FP(hook_fp);
 
     oracle_unwind_to(fp);
     /* An unmatched exit is still logged: the test then sees an unbalanced log. */

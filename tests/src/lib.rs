@@ -432,8 +432,40 @@ pub fn user_guest_elf(name: &str) -> Result<PathBuf> {
 }
 
 fn build_user_guests() -> Result<PathBuf> {
-    let cross = cross_prefix();
-    let dir = guest_build_dir().join("user");
+    build_user_guests_in(&cross_prefix(), "user", &[])
+}
+
+/// qemu-riscv64, as [`user_qemu`].
+pub fn user_qemu_riscv64() -> PathBuf {
+    cached("qemu-10.2.2/bin/qemu-riscv64")
+}
+
+/// A program of `tests/guests/user` built for riscv64 (`riscv64-linux-gnu-gcc`), with frame
+/// pointers or (`omit_fp`) without, once per process into `<guest_build_dir>/user-riscv64`
+/// (`-nofp`).
+pub fn user_guest_elf_riscv64(name: &str, omit_fp: bool) -> Result<PathBuf> {
+    static BUILT: [OnceLock<std::result::Result<PathBuf, String>>; 2] =
+        [OnceLock::new(), OnceLock::new()];
+    let dir = BUILT[omit_fp as usize]
+        .get_or_init(|| {
+            let (sub, extra): (_, &[&str]) = if omit_fp {
+                ("user-riscv64-nofp", &["FRAME=-fomit-frame-pointer"])
+            } else {
+                ("user-riscv64", &[])
+            };
+            build_user_guests_in("riscv64-linux-gnu-", sub, extra).map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+        .map_err(|e| anyhow!("building the riscv64 user-mode guests failed: {e}"))?;
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!("no riscv64 user-mode guest {}", path.display());
+    }
+    Ok(path)
+}
+
+fn build_user_guests_in(cross: &str, sub: &str, extra: &[&str]) -> Result<PathBuf> {
+    let dir = guest_build_dir().join(sub);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let output = locked(&dir.join(".lock"), "make")
         .arg("-s")
@@ -441,6 +473,7 @@ fn build_user_guests() -> Result<PathBuf> {
         .arg(workspace_root().join("tests/guests/user"))
         .arg(format!("O={}", dir.display()))
         .arg(format!("CROSS={cross}"))
+        .args(extra)
         .stdin(Stdio::null())
         .output()
         .context("running make in tests/guests/user (is make installed?)")?;
@@ -730,7 +763,8 @@ pub fn nm_functions(elf: &Path) -> Result<BTreeMap<u64, String>> {
         else {
             continue;
         };
-        if !matches!(kind, "T" | "t" | "W" | "w") {
+        // `$x…`: RISC-V mapping symbols, which a non-RISC-V nm lists as local text.
+        if !matches!(kind, "T" | "t" | "W" | "w") || name.starts_with('$') {
             continue;
         }
         let addr = parse_hex(addr).with_context(|| format!("{nm} line {line:?}"))?;

@@ -23,9 +23,10 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// The combinations the plugin supports today: aarch64, in system and user mode.
+    /// The combinations the plugin supports today: aarch64, in system and user mode, and
+    /// riscv64 in user mode.
     pub fn is_supported(&self) -> bool {
-        self.arch == "aarch64"
+        self.arch == "aarch64" || (self.mode == Mode::User && self.arch == "riscv64")
     }
 
     /// `system-mode aarch64`, `user-mode x86_64`: for messages.
@@ -148,6 +149,9 @@ mod tests {
             .unwrap()
             .is_supported());
         assert!(!detect_emulator("qemu-system-riscv64".as_ref())
+            .unwrap()
+            .is_supported());
+        assert!(detect_emulator("qemu-riscv64".as_ref())
             .unwrap()
             .is_supported());
     }

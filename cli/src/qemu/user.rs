@@ -57,6 +57,9 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
 }
 
 const EM_AARCH64: u16 = 183;
+const EM_RISCV: u16 = 243;
+/// The user-mode emulators' targets and the ELF machine of the programs each runs.
+const MACHINES: &[(&str, u16)] = &[("aarch64", EM_AARCH64), ("riscv64", EM_RISCV)];
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
 const PT_LOAD: u32 = 1;
@@ -93,7 +96,20 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
             ))
         }
     };
+    // The emulator runs programs of its own machine only (its name ends in its target,
+    // `-static` aside).
+    let target = emulator.strip_suffix("-static").unwrap_or(emulator);
+    let wanted = MACHINES
+        .iter()
+        .find(|(arch, _)| target.strip_prefix("qemu-") == Some(*arch));
     match Elf::parse(&bytes) {
+        Ok(_) if wanted.is_some_and(|&(_, m)| machine_of(&bytes) != m) => {
+            let (arch, _) = wanted.expect("checked");
+            Err(usage(
+                format!("{shown} is not a {arch} (64-bit little-endian) program"),
+                format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
+            ))
+        }
         Ok(_) => Ok(GuestImage {
             path,
             origin: ImageOrigin::Program,
@@ -107,6 +123,12 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
             "build it for aarch64 (aarch64-linux-gnu-gcc)",
         )),
     }
+}
+
+/// An ELF header's `e_machine`.
+fn machine_of(b: &[u8]) -> u16 {
+    b.get(18..20)
+        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -153,8 +175,9 @@ impl Elf {
             b.get(o..o + 8)
                 .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
         };
-        // ELFCLASS64, ELFDATA2LSB, EM_AARCH64.
-        if b[4] != 2 || b[5] != 1 || u16_at(18) != Some(EM_AARCH64) {
+        // ELFCLASS64, ELFDATA2LSB, a machine a user-mode emulator runs.
+        let known = MACHINES.iter().any(|&(_, m)| u16_at(18) == Some(m));
+        if b[4] != 2 || b[5] != 1 || !known {
             return Err(Problem::NotAarch64);
         }
         let relocatable = match u16_at(16) {
@@ -324,6 +347,24 @@ mod tests {
             Err(Problem::NotAarch64)
         );
         assert_eq!(Elf::parse(b"#!/bin/sh\n"), Err(Problem::NotElf));
+    }
+
+    #[test]
+    fn riscv64_programs_pass_for_qemu_riscv64_only() {
+        let dir = std::env::temp_dir().join(format!("qu-user-riscv-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rv = dir.join("rv");
+        let arm = dir.join("arm");
+        std::fs::write(&rv, elf(ET_DYN, EM_RISCV, true)).unwrap();
+        std::fs::write(&arm, elf(ET_EXEC, EM_AARCH64, false)).unwrap();
+        assert!(Elf::parse(&elf(ET_EXEC, EM_RISCV, false)).is_ok());
+        assert!(check_program(Some(&rv.clone().into()), "qemu-riscv64").is_ok());
+        assert!(check_program(Some(&arm.clone().into()), "qemu-aarch64-static").is_ok());
+        let e = check_program(Some(&arm.into()), "qemu-riscv64").unwrap_err();
+        assert!(format!("{e:#}").contains("is not a riscv64 (64-bit little-endian) program"));
+        let e = check_program(Some(&rv.into()), "qemu-aarch64").unwrap_err();
+        assert!(format!("{e:#}").contains("build it for aarch64 (aarch64-linux-gnu-gcc)"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -12,12 +12,21 @@ NOINSTR static void rt_flush(void)
     unsigned long done = 0;
 
     while (done < used) {
+#ifdef __riscv
+        register long x0 __asm__("a0") = 1;
+        register long x1 __asm__("a1") = (long)(out + done);
+        register long x2 __asm__("a2") = (long)(used - done);
+        register long x8 __asm__("a7") = 64; /* write */
+
+        __asm__ volatile("ecall" : "+r"(x0) : "r"(x1), "r"(x2), "r"(x8) : "memory");
+#else
         register long x0 __asm__("x0") = 1;
         register long x1 __asm__("x1") = (long)(out + done);
         register long x2 __asm__("x2") = (long)(used - done);
         register long x8 __asm__("x8") = 64; /* write */
 
         __asm__ volatile("svc #0" : "+r"(x0) : "r"(x1), "r"(x2), "r"(x8) : "memory");
+#endif
         if (x0 <= 0)
             break;
         done += (unsigned long)x0;

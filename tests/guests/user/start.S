@@ -2,6 +2,32 @@
 // shape as ../start.S (a zero frame record, `bl main`, `bl rt_fini`, exit with main's
 // status) without the machine set-up; Linux gives the stack and zeroes .bss.
 
+#ifdef __riscv
+// riscv64 (qemu-riscv64): the same, with a zero frame pointer and return address; gp is
+// set up for linker relaxation.
+    .text
+    .global _start
+    .type _start, %function
+_start:
+    .option push
+    .option norelax
+    lla     gp, __global_pointer$
+    .option pop
+    li      fp, 0
+    li      ra, 0
+    call    main
+    call    rt_fini
+    j       rt_exit
+    .size _start, . - _start
+
+    .global rt_exit
+    .type rt_exit, %function
+rt_exit:
+    li      a7, 94
+    ecall
+    j       rt_exit
+    .size rt_exit, . - rt_exit
+#else
     .text
     .global _start
     .type _start, %function
@@ -21,3 +47,4 @@ rt_exit:
     svc     #0
     b       rt_exit
     .size rt_exit, . - rt_exit
+#endif
