@@ -33,6 +33,9 @@ use std::sync::{Mutex, OnceLock};
 /// their exception model, code width and thunks are not wired here yet: those targets are
 /// refused as unsupported.
 const RECORDED: &[Arch] = &[Arch::Aarch64];
+/// Recorded in user mode only (Linux programs under qemu-<arch>): no exception model or
+/// code-width changes to follow there.
+const RECORDED_USER: &[Arch] = &[Arch::X86_64];
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
 /// Every guest context and the stacks of those that wait; taken only at context switches
@@ -109,7 +112,8 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
         .into_owned();
     let _ = QEMU_API.set((info.version_min, info.version_cur));
     let mode = config::parse(args).unwrap_or_else(|msg| fail(&msg));
-    let arch = Arch::from_qemu_target(&target_name).filter(|a| RECORDED.contains(a));
+    let arch = Arch::from_qemu_target(&target_name)
+        .filter(|a| RECORDED.contains(a) || (!info.system_emulation && RECORDED_USER.contains(a)));
     if let Mode::Probe = mode {
         println!(
             "qemu-uftrace-probe target={target_name} api={} api_min={} plugin_api={} \

@@ -25,7 +25,8 @@ pub struct Emulator {
 impl Emulator {
     /// The combinations the plugin supports today: aarch64, in system and user mode.
     pub fn is_supported(&self) -> bool {
-        self.arch == "aarch64"
+        // x86_64: Linux programs (user mode) only.
+        self.arch == "aarch64" || (self.mode == Mode::User && self.arch == "x86_64")
     }
 
     /// `system-mode aarch64`, `user-mode x86_64`: for messages.

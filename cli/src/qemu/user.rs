@@ -57,11 +57,21 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
 }
 
 const EM_AARCH64: u16 = 183;
+const EM_X86_64: u16 = 62;
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
 const PT_LOAD: u32 = 1;
 const PT_INTERP: u32 = 3;
 const PF_X: u32 = 1;
+
+/// The ELF machine and the cross compiler of a user-mode emulator's architecture.
+fn machine_of(emulator: &str) -> (u16, &'static str, &'static str) {
+    let arch = emulator.strip_suffix("-static").unwrap_or(emulator);
+    match arch.strip_prefix("qemu-") {
+        Some("x86_64") => (EM_X86_64, "x86_64", "x86_64-linux-gnu-gcc"),
+        _ => (EM_AARCH64, "aarch64", "aarch64-linux-gnu-gcc"),
+    }
+}
 
 /// Checks the program a user-mode command runs: it exists and is an aarch64 ELF program
 /// (static or dynamic, PIE or not: where it and its libraries land is read at run time,
@@ -93,7 +103,12 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
             ))
         }
     };
+    let (machine, arch, gcc) = machine_of(emulator);
     match Elf::parse(&bytes) {
+        Ok(_) if bytes.get(18..20) != Some(&machine.to_le_bytes()[..]) => Err(usage(
+            format!("{shown} is not an {arch} (64-bit little-endian) program"),
+            format!("build it for {arch} ({gcc})"),
+        )),
         Ok(_) => Ok(GuestImage {
             path,
             origin: ImageOrigin::Program,
@@ -103,8 +118,8 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
             "give an aarch64 Linux program",
         )),
         Err(Problem::NotAarch64) => Err(usage(
-            format!("{shown} is not an aarch64 (64-bit little-endian) program"),
-            "build it for aarch64 (aarch64-linux-gnu-gcc)",
+            format!("{shown} is not an {arch} (64-bit little-endian) program"),
+            format!("build it for {arch} ({gcc})"),
         )),
     }
 }
@@ -153,8 +168,9 @@ impl Elf {
             b.get(o..o + 8)
                 .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
         };
-        // ELFCLASS64, ELFDATA2LSB, EM_AARCH64.
-        if b[4] != 2 || b[5] != 1 || u16_at(18) != Some(EM_AARCH64) {
+        // ELFCLASS64, ELFDATA2LSB, EM_AARCH64 or EM_X86_64 (which one the emulator runs:
+        // `check_program`).
+        if b[4] != 2 || b[5] != 1 || !matches!(u16_at(18), Some(EM_AARCH64 | EM_X86_64)) {
             return Err(Problem::NotAarch64);
         }
         let relocatable = match u16_at(16) {
@@ -302,6 +318,24 @@ mod tests {
     }
 
     #[test]
+    fn each_emulator_takes_its_own_machine() {
+        assert!(Elf::parse(&elf(ET_EXEC, EM_X86_64, false)).is_ok());
+        assert_eq!(machine_of("qemu-x86_64").0, EM_X86_64);
+        assert_eq!(machine_of("qemu-x86_64-static").0, EM_X86_64);
+        assert_eq!(machine_of("qemu-aarch64").0, EM_AARCH64);
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("prog");
+        std::fs::write(&prog, elf(ET_EXEC, EM_X86_64, false)).unwrap();
+        let prog = prog.into_os_string();
+        assert!(check_program(Some(&prog), "qemu-x86_64").is_ok());
+        let e = check_program(Some(&prog), "qemu-aarch64").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("is not an aarch64 (64-bit little-endian) program"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
     fn static_dynamic_and_pie_aarch64_programs_pass() {
         let e = Elf::parse(&elf(ET_EXEC, EM_AARCH64, false)).unwrap();
         assert!(!e.relocatable);
@@ -320,7 +354,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            Elf::parse(&elf(ET_EXEC, 62, false)),
+            Elf::parse(&elf(ET_EXEC, 3, false)),
             Err(Problem::NotAarch64)
         );
         assert_eq!(Elf::parse(b"#!/bin/sh\n"), Err(Problem::NotElf));
