@@ -78,6 +78,10 @@ fn record_into(
 ) -> Result<i32> {
     let argv = &args.qemu_command;
     let mode = emulator.mode;
+    let guest_arch = [Arch::X86_64, Arch::Riscv64]
+        .into_iter()
+        .find(|a| a.to_string() == emulator.arch)
+        .unwrap_or(Arch::Aarch64);
     // User mode: QEMU's options end at the program, whose own arguments follow.
     let (opts, program) = match mode {
         qemu::Mode::System => (qemu::options(&argv[1..]), None),
@@ -105,8 +109,8 @@ fn record_into(
         if user_mode { &[] } else { &images },
         args.no_auto_symbols,
     );
-    let loader = (!user_mode)
-        .then(|| start_symbol_files(&sources, &images, &opts, staging, &qemu.emulator.arch));
+    let loader =
+        (!user_mode).then(|| start_symbol_files(&sources, &images, &opts, staging, guest_arch));
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let mut plugin_opt =
@@ -141,7 +145,7 @@ fn record_into(
                 }
             }
         }
-        start_symbol_files(&sources, &images, &opts, staging, &qemu.emulator.arch)
+        start_symbol_files(&sources, &images, &opts, staging, guest_arch)
     });
     // Joined whatever QEMU did: the thread writes into the staging directory.
     let symbols = loader.join().unwrap_or_else(|| {
@@ -319,7 +323,7 @@ fn start_symbol_files(
     images: &[GuestImage],
     opts: &[qemu::QemuOption],
     staging: &Path,
-    target: &str,
+    arch: Arch,
 ) -> BackgroundLoad<SymbolJob> {
     let kernel = images
         .iter()
@@ -327,10 +331,6 @@ fn start_symbol_files(
         .map(|k| k.path.clone());
     let opts = opts.to_vec();
     let staging = staging.to_path_buf();
-    let arch = match target {
-        "riscv64" => Arch::Riscv64,
-        _ => Arch::Aarch64,
-    };
     BackgroundLoad::start(sources.to_vec(), Some(arch), move |loaded| {
         let kaslr = kaslr_hint(&loaded, &opts);
         let mut images = Vec::new();

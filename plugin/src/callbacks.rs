@@ -7,7 +7,7 @@
 use crate::api;
 use crate::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{Discontinuity, Isa, Level};
+use qemu_uftrace_engine::arch::{Discontinuity, Isa, Level, MemOperand};
 use qemu_uftrace_engine::sites::{call_site_at, unpack};
 use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
@@ -93,6 +93,60 @@ pub unsafe extern "C" fn on_offset_call(vcpu_index: c_uint, data: *mut c_void) {
     vcpu::with(vcpu_index, |v| match v.regs.read_gpr(reg) {
         Some(base) => direct_call(v, base.wrapping_add(offset as u64) & !1, site.ret_addr),
         None => read_failed(v),
+    });
+}
+
+/// A call that reads its target from memory at an address computed from registers (x86
+/// `call *disp(%base,%index,scale)`), made once per call site at translation and never
+/// freed.
+pub struct MemorySite {
+    pub op: MemOperand,
+    pub ret_addr: u64,
+}
+
+/// The little-endian pointer of `size` bytes at `addr`.
+fn read_pointer(regs: &mut crate::guest::ByteBuf, addr: u64, size: usize) -> Option<u64> {
+    let bytes = regs.read_memory(addr, size)?;
+    let mut word = [0u8; 8];
+    word[..size.min(8)].copy_from_slice(&bytes[..size.min(8)]);
+    Some(u64::from_le_bytes(word))
+}
+
+/// # Safety
+/// `data` is a `&'static MemorySite`; registered with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { &*(data as *const MemorySite) };
+    let op = &site.op;
+    vcpu::with(vcpu_index, |v| {
+        let target = (|| {
+            let mut addr = op.effective_address(|r| v.regs.read_gpr(r))?;
+            // 64-bit code: only FS and GS have a base (QEMU shows it as `fs_base`/`gs_base`).
+            match op.segment {
+                Some("fs") => addr = addr.wrapping_add(v.regs.read_named("fs_base")?),
+                Some("gs") => addr = addr.wrapping_add(v.regs.read_named("gs_base")?),
+                _ => {}
+            }
+            read_pointer(&mut v.regs, addr, op.size as usize)
+        })();
+        match target {
+            Some(target) => direct_call(v, target, site.ret_addr),
+            None => read_failed(v),
+        }
+    });
+}
+
+/// A call through a pointer at an address known at translation (x86-64 RIP-relative
+/// `call *disp(%rip)`): one memory read, no register.
+///
+/// # Safety
+/// `data` is a call site from `sites::call_site`, its target field the pointer's address.
+pub unsafe extern "C" fn on_absolute_memory_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
+    vcpu::with(vcpu_index, |v| {
+        match read_pointer(&mut v.regs, site.target, 8) {
+            Some(target) => direct_call(v, target, site.ret_addr),
+            None => read_failed(v),
+        }
     });
 }
 

@@ -33,8 +33,9 @@ use std::sync::{Mutex, OnceLock};
 /// their exception model, code width and thunks are not wired here yet: those targets are
 /// refused as unsupported.
 const RECORDED: &[Arch] = &[Arch::Aarch64];
-/// Recorded in user mode only (no exception model or kernel thunks needed there).
-const RECORDED_USER: &[Arch] = &[Arch::Riscv64];
+/// Recorded in user mode only (Linux programs under qemu-<arch>): no exception model,
+/// code-width changes or kernel thunks to follow there.
+const RECORDED_USER: &[Arch] = &[Arch::Riscv64, Arch::X86_64];
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
 /// Every guest context and the stacks of those that wait; taken only at context switches

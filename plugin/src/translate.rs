@@ -10,14 +10,33 @@ use crate::api::{
     CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
 };
 use crate::callbacks::{
-    on_direct_call, on_exception_return, on_indirect_call, on_landing, on_offset_call,
-    on_packed_call, on_task_pointer,
+    on_absolute_memory_call, on_direct_call, on_exception_return, on_indirect_call, on_landing,
+    on_memory_call, on_offset_call, on_packed_call, on_task_pointer, MemorySite,
 };
 use crate::guest::ByteBuf;
-use qemu_uftrace_engine::arch::{InsnKind, Isa, Mode, Target};
+use qemu_uftrace_engine::arch::{InsnKind, Isa, MemOperand, Mode, Target};
 use qemu_uftrace_engine::sites::{call_site, pack};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// The site of a call through memory at `pc`: one per call instruction, kept for good (a
+/// block translated again finds its site).
+fn memory_site(pc: u64, op: MemOperand, ret_addr: u64) -> *mut c_void {
+    static SITES: Mutex<Option<HashMap<u64, &'static MemorySite>>> = Mutex::new(None);
+    let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
+    let sites = sites.get_or_insert_with(HashMap::new);
+    let site = match sites.get(&pc) {
+        Some(s) if s.op == op && s.ret_addr == ret_addr => *s,
+        _ => {
+            let s: &'static MemorySite = Box::leak(Box::new(MemorySite { op, ret_addr }));
+            sites.insert(pc, s);
+            s
+        }
+    };
+    site as *const MemorySite as *mut c_void
+}
 
 /// The width of the code a block being translated runs (the vCPU is at the block's start).
 /// Fixed-width architectures read no register.
@@ -116,7 +135,22 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 CB_R_REGS,
                 call_site(pc, offset_call_word(reg, offset), ret_addr),
             ),
-            // x86 calls through memory, once they are wired.
+            // x86 `call *m`: the target is read from memory when the call runs. A RIP-relative
+            // (or absolute) operand's address is known now; a far call is not followed.
+            InsnKind::Call {
+                target: Target::Memory(op),
+                ret_addr,
+            } if !op.far => {
+                if op.base.is_none() && op.index.is_none() && op.segment.is_none() && op.size == 8 {
+                    (
+                        on_absolute_memory_call,
+                        CB_NO_REGS,
+                        call_site(pc, op.disp as u64, ret_addr),
+                    )
+                } else {
+                    (on_memory_call, CB_R_REGS, memory_site(pc, op, ret_addr))
+                }
+            }
             InsnKind::Call {
                 target: Target::RegisterOffset { .. } | Target::Memory(_),
                 ..

@@ -14,10 +14,6 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Linux's generic syscall numbers, which aarch64 and riscv64 share.
-const SYS_OPENAT: i64 = 56;
-const SYS_CLOSE: i64 = 57;
-const SYS_MMAP: i64 = 222;
 const PROT_EXEC: u64 = 4;
 
 const AT_NULL: u64 = 0;
@@ -74,7 +70,13 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
         return;
     }
     let aux = with_buf(|buf| {
-        let sp = buf.read_named("sp")?;
+        // A general register on some architectures (x86-64's `rsp`), a named one on others.
+        let isa = crate::isa_or_default();
+        let name = isa.linux_user().stack_pointer;
+        let sp = match (0..32u8).find(|&n| isa.gpr_name(n) == name) {
+            Some(n) => buf.read_gpr(n),
+            None => buf.read_named(name),
+        }?;
         let mut word = |addr: u64| -> Option<u64> {
             let b = buf.read_memory(addr, 8)?;
             Some(u64::from_le_bytes(b.try_into().ok()?))
@@ -122,14 +124,15 @@ fn read_path(buf: &mut ByteBuf, addr: u64) -> Option<Vec<u8>> {
 
 /// A syscall starts on this thread.
 pub fn syscall(num: i64, a1: u64, a2: u64, a3: u64, a5: u64, a6: u64) {
+    let sys = crate::isa_or_default().linux_user();
     let pending = match num {
-        SYS_OPENAT => with_buf(|b| read_path(b, a2)).map(Pending::Openat),
-        SYS_MMAP if a3 & PROT_EXEC != 0 && (a5 as i64) >= 0 => Some(Pending::Mmap {
+        n if n == sys.openat => with_buf(|b| read_path(b, a2)).map(Pending::Openat),
+        n if n == sys.mmap && a3 & PROT_EXEC != 0 && (a5 as i64) >= 0 => Some(Pending::Mmap {
             len: a2,
             fd: a5 as i64,
             offset: a6,
         }),
-        SYS_CLOSE => {
+        n if n == sys.close => {
             if let Some(fds) = FDS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                 fds.remove(&(a1 as i64));
             }
@@ -148,14 +151,15 @@ pub fn syscall_ret(num: i64, ret: i64) {
     if ret < 0 {
         return;
     }
+    let sys = crate::isa_or_default().linux_user();
     match (num, pending) {
-        (SYS_OPENAT, Pending::Openat(path)) => {
+        (n, Pending::Openat(path)) if n == sys.openat => {
             FDS.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get_or_insert_with(HashMap::new)
                 .insert(ret, path);
         }
-        (SYS_MMAP, Pending::Mmap { len, fd, offset }) => {
+        (n, Pending::Mmap { len, fd, offset }) if n == sys.mmap => {
             let fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = fds.as_ref().and_then(|f| f.get(&fd)) {
                 MAPS.lock()

@@ -26,7 +26,9 @@ impl Emulator {
     /// The combinations the plugin supports today: aarch64, in system and user mode, and
     /// riscv64 in user mode.
     pub fn is_supported(&self) -> bool {
-        self.arch == "aarch64" || (self.mode == Mode::User && self.arch == "riscv64")
+        // riscv64 and x86_64: Linux programs (user mode) only.
+        self.arch == "aarch64"
+            || (self.mode == Mode::User && (self.arch == "riscv64" || self.arch == "x86_64"))
     }
 
     /// `system-mode aarch64`, `user-mode x86_64`: for messages.
@@ -145,7 +147,10 @@ mod tests {
             .unwrap()
             .is_supported());
         assert!(user.is_supported());
-        assert!(!detect_emulator("qemu-x86_64".as_ref())
+        assert!(detect_emulator("qemu-x86_64".as_ref())
+            .unwrap()
+            .is_supported());
+        assert!(!detect_emulator("qemu-system-x86_64".as_ref())
             .unwrap()
             .is_supported());
         assert!(!detect_emulator("qemu-system-riscv64".as_ref())

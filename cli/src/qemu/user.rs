@@ -58,8 +58,13 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
 
 const EM_AARCH64: u16 = 183;
 const EM_RISCV: u16 = 243;
+const EM_X86_64: u16 = 62;
 /// The user-mode emulators' targets and the ELF machine of the programs each runs.
-const MACHINES: &[(&str, u16)] = &[("aarch64", EM_AARCH64), ("riscv64", EM_RISCV)];
+const MACHINES: &[(&str, u16)] = &[
+    ("aarch64", EM_AARCH64),
+    ("riscv64", EM_RISCV),
+    ("x86_64", EM_X86_64),
+];
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
 const PT_LOAD: u32 = 1;
@@ -106,7 +111,7 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
         Ok(_) if wanted.is_some_and(|&(_, m)| machine_of(&bytes) != m) => {
             let (arch, _) = wanted.expect("checked");
             Err(usage(
-                format!("{shown} is not a {arch} (64-bit little-endian) program"),
+                format!("{shown} is not a program for {arch} (64-bit little-endian)"),
                 format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
             ))
         }
@@ -118,10 +123,13 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
             format!("{shown} is not an ELF program"),
             "give an aarch64 Linux program",
         )),
-        Err(Problem::NotAarch64) => Err(usage(
-            format!("{shown} is not an aarch64 (64-bit little-endian) program"),
-            "build it for aarch64 (aarch64-linux-gnu-gcc)",
-        )),
+        Err(Problem::NotAarch64) => {
+            let arch = wanted.map_or("aarch64", |&(arch, _)| arch);
+            Err(usage(
+                format!("{shown} is not a program for {arch} (64-bit little-endian)"),
+                format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
+            ))
+        }
     }
 }
 
@@ -325,6 +333,21 @@ mod tests {
     }
 
     #[test]
+    fn each_emulator_takes_its_own_machine() {
+        assert!(Elf::parse(&elf(ET_EXEC, EM_X86_64, false)).is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let prog = dir.path().join("prog");
+        std::fs::write(&prog, elf(ET_EXEC, EM_X86_64, false)).unwrap();
+        let prog = prog.into_os_string();
+        assert!(check_program(Some(&prog), "qemu-x86_64").is_ok());
+        let e = check_program(Some(&prog), "qemu-aarch64").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("is not a program for aarch64 (64-bit little-endian)"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
     fn static_dynamic_and_pie_aarch64_programs_pass() {
         let e = Elf::parse(&elf(ET_EXEC, EM_AARCH64, false)).unwrap();
         assert!(!e.relocatable);
@@ -343,7 +366,7 @@ mod tests {
             }]
         );
         assert_eq!(
-            Elf::parse(&elf(ET_EXEC, 62, false)),
+            Elf::parse(&elf(ET_EXEC, 3, false)),
             Err(Problem::NotAarch64)
         );
         assert_eq!(Elf::parse(b"#!/bin/sh\n"), Err(Problem::NotElf));
@@ -361,7 +384,7 @@ mod tests {
         assert!(check_program(Some(&rv.clone().into()), "qemu-riscv64").is_ok());
         assert!(check_program(Some(&arm.clone().into()), "qemu-aarch64-static").is_ok());
         let e = check_program(Some(&arm.into()), "qemu-riscv64").unwrap_err();
-        assert!(format!("{e:#}").contains("is not a riscv64 (64-bit little-endian) program"));
+        assert!(format!("{e:#}").contains("is not a program for riscv64 (64-bit little-endian)"));
         let e = check_program(Some(&rv.into()), "qemu-aarch64").unwrap_err();
         assert!(format!("{e:#}").contains("build it for aarch64 (aarch64-linux-gnu-gcc)"));
         std::fs::remove_dir_all(&dir).unwrap();

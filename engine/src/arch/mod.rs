@@ -98,6 +98,25 @@ pub struct FrameSlots {
     pub ret_addr: u64,
 }
 
+/// What user mode (Linux programs under qemu-<arch>) needs to follow where files are mapped:
+/// the syscall numbers of `openat`, `close` and `mmap`, and the stack pointer's name, where
+/// the initial stack (argc, argv, envp, auxv) is at the first instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinuxUser {
+    pub openat: i64,
+    pub close: i64,
+    pub mmap: i64,
+    pub stack_pointer: &'static str,
+}
+
+/// Linux's generic syscall table (asm-generic/unistd.h: aarch64, riscv64).
+pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
+    openat: 56,
+    close: 57,
+    mmap: 222,
+    stack_pointer: "sp",
+};
+
 /// A thunk recognised from the bytes at its entry: code that a call or a jump reaches but
 /// that is not a function of the program's own (x86 Linux's retpolines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,6 +304,11 @@ pub trait Isa: Sync + Send {
     /// `level` as the level the guest runs after an exception return from `from` whose saved
     /// status is `saved`, given the security register's value.
     fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level;
+    /// Linux user mode's syscall numbers and stack pointer (the generic table unless the
+    /// architecture has its own).
+    fn linux_user(&self) -> LinuxUser {
+        GENERIC_LINUX_USER
+    }
     /// `level` (as [`Isa::exception_level`] gives it, with what the engine knows of the
     /// security state) for names such as `EL1`, `S-EL1`, `ring0`, `S`.
     fn level_name(&self, level: Level) -> String;
@@ -334,6 +358,10 @@ mod tests {
             assert!(isa.call_lookbehind() <= 16 && isa.fetch_len() <= 16);
             assert!(!isa.gpr_name(isa.frame_pointer()).is_empty());
         }
+        assert_eq!(Arch::Aarch64.isa().linux_user(), GENERIC_LINUX_USER);
+        let x86 = Arch::X86_64.isa().linux_user();
+        assert_eq!((x86.openat, x86.close, x86.mmap), (257, 3, 9));
+        assert_eq!(x86.stack_pointer, "rsp");
     }
 
     #[test]

@@ -23,8 +23,8 @@
 //!   (Intel's and QEMU's behaviour; AMD CPUs truncate RIP to 16 bits).
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, MemOperand, Mode,
-    Target, Thunk,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinuxUser,
+    MemOperand, Mode, Target, Thunk,
 };
 
 pub struct X86_64;
@@ -509,6 +509,16 @@ impl Isa for X86_64 {
     /// `saved`: the code segment selector returned to (its RPL is the ring).
     fn return_level(&self, _from: Level, saved: u64, _security: Option<u64>) -> Level {
         Level((saved & 3) as u8)
+    }
+
+    /// arch/x86/entry/syscalls/syscall_64.tbl; gdb names the stack pointer `rsp`.
+    fn linux_user(&self) -> LinuxUser {
+        LinuxUser {
+            openat: 257,
+            close: 3,
+            mmap: 9,
+            stack_pointer: "rsp",
+        }
     }
 
     fn level_name(&self, level: Level) -> String {

@@ -1,0 +1,170 @@
+//! `qemu-uftrace record -- qemu-x86_64 PROGRAM`: x86_64 Linux programs under the real QEMU
+//! 10.2.2 user-mode emulator, read back with real uftrace. The test guests
+//! (`tests/guests/user-x86_64`, built with the host gcc) must replay exactly as their own
+//! `-finstrument-functions` log says, with and without frame pointers; a PIE glibc program
+//! shows its own functions around its library calls.
+
+use qemu_uftrace_tests::replay::{replay_events, task_list, without};
+use qemu_uftrace_tests::{
+    cached, guest_build_dir, is_runtime_function, nm_functions, oracle_names, parse_oracle,
+    workspace_root,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+fn qemu_x86_64() -> PathBuf {
+    cached("qemu-10.2.2/bin/qemu-x86_64")
+}
+
+/// A program of `tests/guests/user-x86_64`, built once per process.
+fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let dir = guest_build_dir().join("user-x86_64");
+        std::fs::create_dir_all(&dir).expect("guest dir");
+        let out = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(workspace_root().join("tests/guests/user-x86_64"))
+            .arg(format!("O={}", dir.display()))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run make");
+        assert!(
+            out.status.success(),
+            "make: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    });
+    dir.join(name)
+}
+
+fn record(args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .arg(qemu_x86_64())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    assert!(
+        out.status.success(),
+        "record {args:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (tmp, dir, out)
+}
+
+fn only_task(dir: &Path) -> u32 {
+    let tasks = task_list(dir).expect("task.txt");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    tasks[0].0
+}
+
+fn traced(dir: &Path) -> Vec<String> {
+    let events = replay_events(dir, only_task(dir)).expect("uftrace replay");
+    let events = without(&events, |n| n == "_start", false);
+    without(&events, is_runtime_function, true)
+}
+
+/// The oracle build's trace is exactly its log; the natural and frame-pointer-less builds
+/// trace the same calls.
+fn check_program(program: &str) {
+    let oracle_elf = guest(&format!("{program}-oracle.elf"));
+    let (_tmp, dir, out) = record(&[&oracle_elf.to_string_lossy()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = parse_oracle(&stdout).expect("the oracle log on record's stdout");
+    let oracle = oracle_names(&log, &nm_functions(&oracle_elf).expect("nm"));
+    assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
+    assert_eq!(traced(&dir), oracle, "{program}-oracle.elf");
+    for build in ["", "-nofp"] {
+        let elf = guest(&format!("{program}{build}.elf"));
+        let (_tmp, dir, out) = record(&[&elf.to_string_lossy()]);
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("MISMATCH"));
+        assert_eq!(traced(&dir), oracle, "{program}{build}.elf");
+    }
+}
+
+#[test]
+fn x86_64_user_nested_calls_match_the_oracle() {
+    check_program("nested");
+}
+
+#[test]
+fn x86_64_user_recursion_matches_the_oracle() {
+    check_program("recursion");
+}
+
+#[test]
+fn x86_64_user_calls_through_pointers_match_the_oracle() {
+    check_program("fnptr");
+}
+
+/// A PIE program linked with the host's glibc: its own functions are named at its load
+/// bias, libc is found where it was mapped, and calls through pointers in memory (RIP-relative
+/// and through registers) are followed.
+#[test]
+fn x86_64_user_dynamic_pie_program_names_its_functions() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = tmp.path().join("libcalls.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n\
+         __attribute__((noinline)) int leaf(int x) { return x * 3; }\n\
+         struct ops { int (*f)(int); };\n\
+         struct ops *volatile table;\n\
+         __attribute__((noinline)) void *make(size_t n) { return malloc(n); }\n\
+         __attribute__((noinline)) void fill(char *d, const char *s, size_t n) \
+         { memcpy(d, s, n); }\n\
+         __attribute__((noinline)) void say(const char *s) { printf(\"libcalls: %s\\n\", s); }\n\
+         int main(int argc, char **argv) {\n\
+           (void)argv;\n\
+           static struct ops o = { leaf };\n\
+           table = &o;\n\
+           int r = table->f(argc);\n\
+           char *p = make(32);\n\
+           fill(p, \"hello world\", 11 + argc);\n\
+           say(p);\n\
+           free(p);\n\
+           return r != 3;\n\
+         }\n",
+    )
+    .expect("write the source");
+    let elf = tmp.path().join("libcalls");
+    let status = Command::new("gcc")
+        .args(["-O1", "-g", "-fpie", "-pie", "-o"])
+        .arg(&elf)
+        .arg(&src)
+        .status()
+        .expect("run gcc");
+    assert!(status.success());
+    let (_t, dir, out) = record(&[&elf.to_string_lossy()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "libcalls: hello world\n"
+    );
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let main = events.iter().position(|e| e == "E main").expect("main");
+    let own: Vec<&String> = events[main..]
+        .iter()
+        .filter(|e| ["leaf", "make", "fill", "say"].contains(&&e[2..]))
+        .collect();
+    assert_eq!(
+        own,
+        ["E leaf", "X leaf", "E make", "X make", "E fill", "X fill", "E say", "X say"]
+    );
+    // Inside libc, its exported names.
+    assert!(events.iter().any(|e| e == "E __libc_start_main"), "libc");
+    assert!(events.iter().any(|e| e == "E memcpy"), "libc's memcpy");
+    let maps = std::fs::read_to_string(dir.join("plugin.maps")).expect("plugin.maps");
+    assert!(maps.starts_with("aux\t"), "{maps}");
+    assert!(maps.contains("libc.so.6"), "{maps}");
+}

@@ -1,0 +1,87 @@
+/*
+ * ../user/rt.c for x86_64 Linux user mode (the syscall differs): output goes to stdout through write(2),
+ * buffered and flushed by rt_fini, so that the program's own calls are all there is.
+ */
+#include "../guest.h"
+
+static char out[1 << 16];
+static unsigned long used;
+
+NOINSTR static void rt_flush(void)
+{
+    unsigned long done = 0;
+
+    while (done < used) {
+        long x0 = 1; /* rax: write(2), then its result */
+
+        __asm__ volatile("syscall"
+                         : "+a"(x0)
+                         : "D"(1L), "S"(out + done), "d"(used - done)
+                         : "rcx", "r11", "memory");
+        if (x0 <= 0)
+            break;
+        done += (unsigned long)x0;
+    }
+    used = 0;
+}
+
+NOINSTR void rt_putc(char c)
+{
+    if (used == sizeof(out))
+        rt_flush();
+    out[used++] = c;
+}
+
+NOINSTR void rt_puts(const char *s)
+{
+    while (*s)
+        rt_putc(*s++);
+}
+
+NOINSTR void rt_put_dec(long v)
+{
+    char buf[24];
+    int i = 0;
+    unsigned long u = v < 0 ? -(unsigned long)v : (unsigned long)v;
+
+    do {
+        buf[i++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        rt_putc('-');
+    while (i > 0)
+        rt_putc(buf[--i]);
+}
+
+NOINSTR void rt_put_hex(unsigned long v)
+{
+    int shift = 60;
+
+    while (shift > 0 && ((v >> shift) & 0xf) == 0)
+        shift -= 4;
+    for (; shift >= 0; shift -= 4)
+        rt_putc("0123456789abcdef"[(v >> shift) & 0xf]);
+}
+
+NOINSTR int rt_check(const char *what, long got, long want)
+{
+    rt_puts(what);
+    rt_puts(" = ");
+    rt_put_dec(got);
+    if (got != want) {
+        rt_puts(" MISMATCH, expected ");
+        rt_put_dec(want);
+    }
+    rt_putc('\n');
+    return got != want;
+}
+
+NOINSTR int rt_fini(int status)
+{
+#ifdef ORACLE
+    oracle_dump();
+#endif
+    rt_flush();
+    return status;
+}
