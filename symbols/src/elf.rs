@@ -87,12 +87,12 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     if cands.is_empty() {
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
-    if !cands.is_empty()
-        && matches!(header.e_machine(endian), elf::EM_AARCH64 | elf::EM_RISCV)
-        && header.is_class_64()
-        && endian.is_little_endian()
-    {
-        cands.extend(plt_entries(&file, data));
+    if !cands.is_empty() && header.is_class_64() && endian.is_little_endian() {
+        match header.e_machine(endian) {
+            elf::EM_AARCH64 | elf::EM_RISCV => cands.extend(plt_entries(&file, data)),
+            elf::EM_X86_64 => cands.extend(x86_64_plt_entries(&file, data)),
+            _ => {}
+        }
     }
     if cands.is_empty() {
         return Err(SymbolError::Stripped {
@@ -244,6 +244,115 @@ fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
         }
     }
     out
+}
+
+/// x86_64 PLT entries, named after the function each jumps to (`malloc`, not `malloc@plt`).
+/// Every entry a program calls is `[endbr64] [bnd] jmp *GOT(%rip)`: in `.plt.sec` when the
+/// PLT is IBT-enabled (`.plt` then holds only the lazy-binding stubs), else in `.plt` after
+/// the 16-byte PLT0, and in `.plt.got` for functions whose address is also taken. The GOT
+/// slot the jump reads names the entry: an `R_X86_64_JUMP_SLOT` in `.rela.plt` or an
+/// `R_X86_64_GLOB_DAT` in `.rela.dyn`. Entries that decode otherwise are left out.
+fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'data, Elf, &'data [u8]>,
+    data: &'data [u8],
+) -> Vec<Candidate<'data>> {
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let dynsym = file.elf_dynamic_symbol_table();
+    // GOT slot address -> the name of the symbol it holds the address of.
+    let mut slots = std::collections::HashMap::new();
+    for (section, kind) in [
+        (&b".rela.plt"[..], elf::R_X86_64_JUMP_SLOT),
+        (&b".rela.dyn"[..], elf::R_X86_64_GLOB_DAT),
+    ] {
+        let Some(relocs) = sections
+            .section_by_name(endian, section)
+            .and_then(|(_, s)| s.data(endian, data).ok())
+        else {
+            continue;
+        };
+        // Elf64_Rela: r_offset, r_info (symbol index high, type low), r_addend.
+        for r in relocs.chunks_exact(24) {
+            let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
+            let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+            if info & 0xffff_ffff != u64::from(kind) {
+                continue;
+            }
+            let Ok(sym) = dynsym.symbol(SymbolIndex((info >> 32) as usize)) else {
+                continue;
+            };
+            match dynsym.symbol_name(endian, sym) {
+                Ok(name) if !name.is_empty() => {
+                    slots.insert(offset, name);
+                }
+                _ => {}
+            }
+        }
+    }
+    if slots.is_empty() {
+        return Vec::new();
+    }
+
+    let mut out = Vec::new();
+    let (calls, skip) = match sections.section_by_name(endian, b".plt.sec") {
+        Some((_, sec)) => (sec, 0),
+        None => match sections.section_by_name(endian, b".plt") {
+            Some((_, plt)) => (plt, 16),
+            None => return out,
+        },
+    };
+    let got = sections
+        .section_by_name(endian, b".plt.got")
+        .map(|(_, s)| s);
+    for (section, skip) in std::iter::once((calls, skip)).chain(got.map(|s| (s, 0))) {
+        let Ok(bytes) = section.data(endian, data) else {
+            continue;
+        };
+        let base: u64 = section.sh_addr(endian).into();
+        let entsize: u64 = section.sh_entsize(endian).into();
+        // .plt and .plt.sec entries are 16 bytes; .plt.got's 8, or 16 with endbr64.
+        let entsize = if matches!(entsize, 8 | 16) {
+            entsize
+        } else {
+            16
+        };
+        let Some(bytes) = bytes.get(skip..) else {
+            continue;
+        };
+        for (i, entry) in bytes.chunks_exact(entsize as usize).enumerate() {
+            let addr = base + skip as u64 + entsize * i as u64;
+            let Some(slot) = jmp_rip_slot(addr, entry) else {
+                continue;
+            };
+            if let Some(&name) = slots.get(&slot) {
+                out.push(Candidate {
+                    addr,
+                    size: entsize,
+                    name,
+                    global: true,
+                    typed: true,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The address `jmp *disp32(%rip)` at `addr` reads its target from, if `code` starts with
+/// one (after an optional `endbr64` and an optional `bnd` prefix).
+fn jmp_rip_slot(addr: u64, code: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    if code.starts_with(&[0xf3, 0x0f, 0x1e, 0xfa]) {
+        at += 4;
+    }
+    if code.get(at) == Some(&0xf2) {
+        at += 1;
+    }
+    if code.get(at..at + 2)? != [0xff, 0x25] {
+        return None;
+    }
+    let disp = i32::from_le_bytes(code.get(at + 2..at + 6)?.try_into().ok()?);
+    Some((addr + at as u64 + 6).wrapping_add_signed(disp.into()))
 }
 
 /// STT_FUNC/STT_GNU_IFUNC symbols, plus untyped labels inside executable sections (hand
