@@ -108,9 +108,21 @@ fn x86_64_user_calls_through_pointers_match_the_oracle() {
     check_program("fnptr");
 }
 
+/// The functions `parent`'s entries call first, in order.
+fn first_callees(events: &[String], parent: &str) -> Vec<String> {
+    let enter = format!("E {parent}");
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| **e == enter)
+        .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
+        .collect()
+}
+
 /// A PIE program linked with the host's glibc: its own functions are named at its load
-/// bias, libc is found where it was mapped, and calls through pointers in memory (RIP-relative
-/// and through registers) are followed.
+/// bias, libc is found where it was mapped, calls through pointers in memory (RIP-relative
+/// and through registers) are followed, and the library calls are named by the PLT entries
+/// they go through.
 #[test]
 fn x86_64_user_dynamic_pie_program_names_its_functions() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -161,6 +173,9 @@ fn x86_64_user_dynamic_pie_program_names_its_functions() {
         own,
         ["E leaf", "X leaf", "E make", "X make", "E fill", "X fill", "E say", "X say"]
     );
+    assert_eq!(first_callees(&events, "make"), ["malloc"]);
+    assert_eq!(first_callees(&events, "fill"), ["memcpy"]);
+    assert_eq!(first_callees(&events, "say"), ["printf"]);
     // Inside libc, its exported names.
     assert!(events.iter().any(|e| e == "E __libc_start_main"), "libc");
     assert!(events.iter().any(|e| e == "E memcpy"), "libc's memcpy");
