@@ -65,6 +65,9 @@ pub fn arm_startup() -> bool {
 
 /// At the program's first instruction (the callback has R_REGS): reads the auxiliary vector
 /// off the initial stack (argc, argv…, NULL, envp…, NULL, auxv pairs).
+///
+/// # Safety
+/// Called by QEMU as an instruction callback registered with R_REGS.
 pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_void) {
     if STARTED.swap(true, Ordering::Relaxed) {
         return;
@@ -81,12 +84,18 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
             let b = buf.read_memory(addr, 8)?;
             Some(u64::from_le_bytes(b.try_into().ok()?))
         };
+        // The stack is the guest's: its numbers are checked, never trusted to stay in range.
         let argc = word(sp)?;
-        let mut p = sp + 8 * (argc + 2); // past argv and its NULL
+        let mut p = sp.checked_add(argc.checked_add(2)?.checked_mul(8)?)?; // past argv, NULL
+        let mut envs = 0;
         while word(p)? != 0 {
-            p += 8;
+            envs += 1;
+            if envs > 1 << 16 {
+                return None;
+            }
+            p = p.checked_add(8)?;
         }
-        p += 8;
+        p = p.checked_add(8)?;
         let mut aux = Aux::default();
         for _ in 0..64 {
             let (key, value) = (word(p)?, word(p + 8)?);
@@ -97,7 +106,7 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
                 AT_ENTRY => aux.entry = value,
                 _ => {}
             }
-            p += 16;
+            p = p.checked_add(16)?;
         }
         Some(aux)
     });
@@ -117,7 +126,7 @@ fn read_path(buf: &mut ByteBuf, addr: u64) -> Option<Vec<u8>> {
             return Some(out);
         }
         out.extend_from_slice(chunk);
-        at += n as u64;
+        at = at.checked_add(n as u64)?;
     }
     None
 }
