@@ -1,5 +1,6 @@
 /*
- * The runtime of ../rt.c for Linux user mode: output goes to stdout through write(2),
+ * The runtime of ../rt.c for Linux user mode (aarch64, riscv64, x86_64; user-x86_64/ builds
+ * it too): output goes to stdout through write(2),
  * buffered and flushed by rt_fini, so that the program's own calls are all there is.
  */
 #include "../guest.h"
@@ -12,7 +13,14 @@ NOINSTR static void rt_flush(void)
     unsigned long done = 0;
 
     while (done < used) {
-#ifdef __riscv
+#if defined(__x86_64__)
+        long x0 = 1; /* rax: write(2), then its result */
+
+        __asm__ volatile("syscall"
+                         : "+a"(x0)
+                         : "D"(1L), "S"(out + done), "d"(used - done)
+                         : "rcx", "r11", "memory");
+#elif defined(__riscv)
         register long x0 __asm__("a0") = 1;
         register long x1 __asm__("a1") = (long)(out + done);
         register long x2 __asm__("a2") = (long)(used - done);
