@@ -4,77 +4,28 @@
 //! `-finstrument-functions` log, printed on its stdout in the same run, which `record` passes
 //! through with the exit status; a threaded program gives one task per thread, by its id.
 
-use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls, task_list, without};
-use qemu_uftrace_tests::{
-    is_runtime_function, nm_functions, oracle_names, parse_oracle, user_guest_elf, user_qemu,
-};
+mod common;
+
+use common::user::{self, check_oracle, first_callees, only_task, record_ok, text, traced};
+use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls, task_list};
+use qemu_uftrace_tests::{user_guest_elf, user_qemu};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 /// `qemu-uftrace record -o DIR -- qemu-aarch64 ARGS…`, its output, and DIR.
 fn record(args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .arg(user_qemu())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    (tmp, dir, out)
+    user::record(&user_qemu(), args)
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Records `program`'s user-mode build and checks that it ran through: status 0.
-fn record_ok(elf: &Path) -> (tempfile::TempDir, PathBuf, String) {
-    let (tmp, dir, out) = record(&[&elf.to_string_lossy()]);
-    assert!(
-        out.status.success(),
-        "record {} failed: {}\nstdout: {}\nstderr: {}",
-        elf.display(),
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    (tmp, dir, text(&out.stdout))
-}
-
-/// The one task of a single-threaded trace.
-fn only_task(dir: &Path) -> u32 {
-    let tasks = task_list(dir).expect("task.txt");
-    assert_eq!(tasks.len(), 1, "{tasks:?}");
-    tasks[0].0
-}
-
-/// The scenario's calls in a trace: `_start` and the runtime go (their callees with them).
-fn traced(dir: &Path) -> Vec<String> {
-    let events = replay_events(dir, only_task(dir)).expect("uftrace replay");
-    let events = without(&events, |n| n == "_start", false);
-    without(&events, is_runtime_function, true)
-}
-
-/// The oracle build, recorded: its trace is exactly the log it printed in that same run;
-/// the natural build (no tail calls in these programs) traces the same calls.
+/// The oracle build's trace is exactly its log; the natural build traces the same calls.
 fn check_program(program: &str) {
-    let oracle_elf = user_guest_elf(&format!("{program}-oracle.elf")).expect("build");
-    let (_tmp, dir, stdout) = record_ok(&oracle_elf);
-    let log = parse_oracle(&stdout).expect("the program's oracle log on record's stdout");
-    let oracle = oracle_names(&log, &nm_functions(&oracle_elf).expect("nm"));
-    assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
-    assert_eq!(traced(&dir), oracle, "{program}-oracle.elf");
-
-    let natural = user_guest_elf(&format!("{program}.elf")).expect("build");
-    let (_tmp, dir, stdout) = record_ok(&natural);
-    assert!(!stdout.contains("MISMATCH"), "{stdout}");
-    assert_eq!(traced(&dir), oracle, "{program}.elf");
+    let elf = |name: String| user_guest_elf(&name).expect("build");
+    check_oracle(
+        &user_qemu(),
+        &elf(format!("{program}-oracle.elf")),
+        &[elf(format!("{program}.elf"))],
+    );
 }
 
 #[test]
@@ -111,7 +62,7 @@ fn user_program_stdout_and_exit_status_pass_through() {
 #[test]
 fn user_threads_are_one_task_each_by_thread_id() {
     let elf = user_guest_elf("threads.elf").expect("build");
-    let (_tmp, dir, stdout) = record_ok(&elf);
+    let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&elf.to_string_lossy()]);
     // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
     let field = |line: &str, key: &str| -> u32 {
         line.split_whitespace()
@@ -217,17 +168,6 @@ fn cross_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
         .expect("run aarch64-linux-gnu-gcc");
     assert!(status.success(), "aarch64-linux-gnu-gcc failed");
     out
-}
-
-/// The first function `parent` calls, each time it is called.
-fn first_callees(events: &[String], parent: &str) -> Vec<String> {
-    let enter = format!("E {parent}");
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| **e == enter)
-        .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
-        .collect()
 }
 
 /// A PIE program linked with glibc: the program, the loader and libc are found where they

@@ -3,76 +3,29 @@
 //! riscv64-linux-gnu-gcc (with and without frame pointers), must trace exactly their own
 //! `-finstrument-functions` log; a dynamic glibc program run under `-L` shows its names.
 
-use qemu_uftrace_tests::replay::{replay_events, task_list, without};
-use qemu_uftrace_tests::{
-    is_runtime_function, nm_functions, oracle_names, parse_oracle, user_guest_elf_riscv64,
-    user_qemu_riscv64,
-};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
 
-/// `qemu-uftrace record -o DIR -- qemu-riscv64 ARGS…`, its output, and DIR.
-fn record(args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .arg(user_qemu_riscv64())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    (tmp, dir, out)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn record_ok(args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
-    let (tmp, dir, out) = record(args);
-    assert!(
-        out.status.success(),
-        "record {args:?} failed: {}\nstdout: {}\nstderr: {}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    (tmp, dir, text(&out.stdout))
-}
-
-fn only_task(dir: &Path) -> u32 {
-    let tasks = task_list(dir).expect("task.txt");
-    assert_eq!(tasks.len(), 1, "{tasks:?}");
-    tasks[0].0
-}
-
-/// The scenario's calls: `_start` and the runtime go (their callees with them).
-fn traced(dir: &Path) -> Vec<String> {
-    let events = replay_events(dir, only_task(dir)).expect("uftrace replay");
-    let events = without(&events, |n| n == "_start", false);
-    without(&events, is_runtime_function, true)
-}
+use common::user::{self, check_oracle, first_callees, only_task, record_ok, text, traced};
+use qemu_uftrace_tests::replay::replay_events;
+use qemu_uftrace_tests::{user_guest_elf_riscv64, user_qemu_riscv64};
+use std::path::PathBuf;
+use std::process::{Command, Output};
 
 /// The oracle build's trace is exactly the log it printed in the same run; the natural
 /// build (with frame pointers, or without: `omit_fp`) traces the same calls. The oracle
 /// itself needs frame pointers.
 fn check_program(program: &str, omit_fp: bool) {
-    let oracle_elf =
-        user_guest_elf_riscv64(&format!("{program}-oracle.elf"), false).expect("build");
-    let (_tmp, dir, stdout) = record_ok(&[&oracle_elf.to_string_lossy()]);
-    let log = parse_oracle(&stdout).expect("the program's oracle log on record's stdout");
-    let oracle = oracle_names(&log, &nm_functions(&oracle_elf).expect("nm"));
-    assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
-    assert_eq!(traced(&dir), oracle, "{program}-oracle.elf");
+    let elf = |name: String, omit_fp| user_guest_elf_riscv64(&name, omit_fp).expect("build");
+    check_oracle(
+        &user_qemu_riscv64(),
+        &elf(format!("{program}-oracle.elf"), false),
+        &[elf(format!("{program}.elf"), omit_fp)],
+    );
+}
 
-    let natural = user_guest_elf_riscv64(&format!("{program}.elf"), omit_fp).expect("build");
-    let (_tmp, dir, stdout) = record_ok(&[&natural.to_string_lossy()]);
-    assert!(!stdout.contains("MISMATCH"), "{stdout}");
-    assert_eq!(traced(&dir), oracle, "{program}.elf (omit_fp={omit_fp})");
+/// `qemu-uftrace record -o DIR -- qemu-riscv64 ARGS…`, its output, and DIR.
+fn record(args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
+    user::record(&user_qemu_riscv64(), args)
 }
 
 #[test]
@@ -115,17 +68,6 @@ fn riscv64_user_exit_status_passes_through() {
     );
 }
 
-/// The first function `parent` calls, each time it is called.
-fn first_callees(events: &[String], parent: &str) -> Vec<String> {
-    let enter = format!("E {parent}");
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| **e == enter)
-        .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
-        .collect()
-}
-
 /// A PIE program linked with riscv64 glibc, run under `-L`: the program's functions by
 /// name, its library calls named by the PLT entries they go through.
 #[test]
@@ -155,7 +97,10 @@ fn riscv64_user_dynamic_program_names_its_library_calls() {
         .status()
         .expect("run riscv64-linux-gnu-gcc (scripts/install-deps.sh)");
     assert!(status.success(), "riscv64-linux-gnu-gcc failed");
-    let (_t, dir, stdout) = record_ok(&["-L", "/usr/riscv64-linux-gnu", &elf.to_string_lossy()]);
+    let (_t, dir, stdout) = record_ok(
+        &user_qemu_riscv64(),
+        &["-L", "/usr/riscv64-linux-gnu", &elf.to_string_lossy()],
+    );
     assert_eq!(stdout, "libcalls: hello world\n");
     let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
     assert_eq!(first_callees(&events, "main"), ["make"]);

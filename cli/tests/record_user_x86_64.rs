@@ -4,13 +4,13 @@
 //! `-finstrument-functions` log says, with and without frame pointers; a PIE glibc program
 //! shows its own functions around its library calls.
 
-use qemu_uftrace_tests::replay::{replay_events, task_list, without};
-use qemu_uftrace_tests::{
-    cached, guest_build_dir, is_runtime_function, nm_functions, oracle_names, parse_oracle,
-    workspace_root,
-};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use common::user::{check_oracle, first_callees, only_task, record_ok};
+use qemu_uftrace_tests::replay::replay_events;
+use qemu_uftrace_tests::{cached, guest_build_dir, workspace_root};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 fn qemu_x86_64() -> PathBuf {
@@ -41,56 +41,17 @@ fn guest(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn record(args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .arg(qemu_x86_64())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    assert!(
-        out.status.success(),
-        "record {args:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (tmp, dir, out)
-}
-
-fn only_task(dir: &Path) -> u32 {
-    let tasks = task_list(dir).expect("task.txt");
-    assert_eq!(tasks.len(), 1, "{tasks:?}");
-    tasks[0].0
-}
-
-fn traced(dir: &Path) -> Vec<String> {
-    let events = replay_events(dir, only_task(dir)).expect("uftrace replay");
-    let events = without(&events, |n| n == "_start", false);
-    without(&events, is_runtime_function, true)
-}
-
 /// The oracle build's trace is exactly its log; the natural and frame-pointer-less builds
 /// trace the same calls.
 fn check_program(program: &str) {
-    let oracle_elf = guest(&format!("{program}-oracle.elf"));
-    let (_tmp, dir, out) = record(&[&oracle_elf.to_string_lossy()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let log = parse_oracle(&stdout).expect("the oracle log on record's stdout");
-    let oracle = oracle_names(&log, &nm_functions(&oracle_elf).expect("nm"));
-    assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
-    assert_eq!(traced(&dir), oracle, "{program}-oracle.elf");
-    for build in ["", "-nofp"] {
-        let elf = guest(&format!("{program}{build}.elf"));
-        let (_tmp, dir, out) = record(&[&elf.to_string_lossy()]);
-        assert!(!String::from_utf8_lossy(&out.stdout).contains("MISMATCH"));
-        assert_eq!(traced(&dir), oracle, "{program}{build}.elf");
-    }
+    check_oracle(
+        &qemu_x86_64(),
+        &guest(&format!("{program}-oracle.elf")),
+        &[
+            guest(&format!("{program}.elf")),
+            guest(&format!("{program}-nofp.elf")),
+        ],
+    );
 }
 
 #[test]
@@ -109,20 +70,6 @@ fn x86_64_user_calls_through_pointers_match_the_oracle() {
 }
 
 /// The functions `parent`'s entries call first, in order.
-fn first_callees(events: &[String], parent: &str) -> Vec<String> {
-    let enter = format!("E {parent}");
-    events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| **e == enter)
-        .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
-        .collect()
-}
-
-/// A PIE program linked with the host's glibc: its own functions are named at its load
-/// bias, libc is found where it was mapped, calls through pointers in memory (RIP-relative
-/// and through registers) are followed, and the library calls are named by the PLT entries
-/// they go through.
 #[test]
 fn x86_64_user_dynamic_pie_program_names_its_functions() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -158,11 +105,8 @@ fn x86_64_user_dynamic_pie_program_names_its_functions() {
         .status()
         .expect("run gcc");
     assert!(status.success());
-    let (_t, dir, out) = record(&[&elf.to_string_lossy()]);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "libcalls: hello world\n"
-    );
+    let (_t, dir, stdout) = record_ok(&qemu_x86_64(), &[&elf.to_string_lossy()]);
+    assert_eq!(stdout, "libcalls: hello world\n");
     let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
     let main = events.iter().position(|e| e == "E main").expect("main");
     let own: Vec<&String> = events[main..]

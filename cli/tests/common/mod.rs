@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod user;
+
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -1,0 +1,82 @@
+//! What the user-mode tests (`record_user*.rs`, one per architecture) share: recording a
+//! program under a `qemu-<arch>`, the calls of a single-threaded trace, and the oracle check.
+
+use qemu_uftrace_tests::replay::{replay_events, task_list, without};
+use qemu_uftrace_tests::{is_runtime_function, nm_functions, oracle_names, parse_oracle};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// `qemu-uftrace record -o DIR -- QEMU ARGS…`, its output, and DIR.
+pub fn record(qemu: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(super::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .arg(qemu)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// [`record`], which must succeed; the program's stdout instead of the whole output.
+pub fn record_ok(qemu: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, dir, out) = record(qemu, args);
+    assert!(
+        out.status.success(),
+        "record {args:?} failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    (tmp, dir, text(&out.stdout))
+}
+
+/// The one task of a single-threaded trace.
+pub fn only_task(dir: &Path) -> u32 {
+    let tasks = task_list(dir).expect("task.txt");
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    tasks[0].0
+}
+
+/// The scenario's calls in a trace: `_start` and the runtime go (their callees with them).
+pub fn traced(dir: &Path) -> Vec<String> {
+    let events = replay_events(dir, only_task(dir)).expect("uftrace replay");
+    let events = without(&events, |n| n == "_start", false);
+    without(&events, is_runtime_function, true)
+}
+
+/// The oracle build, recorded under `qemu`: its trace is exactly the log it printed in that
+/// same run; each of the `others` (builds without the oracle: no tail calls in these
+/// programs) traces the same calls.
+pub fn check_oracle(qemu: &Path, oracle_elf: &Path, others: &[PathBuf]) {
+    let (_tmp, dir, stdout) = record_ok(qemu, &[&oracle_elf.to_string_lossy()]);
+    let log = parse_oracle(&stdout).expect("the program's oracle log on record's stdout");
+    let oracle = oracle_names(&log, &nm_functions(oracle_elf).expect("nm"));
+    assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
+    assert_eq!(traced(&dir), oracle, "{}", oracle_elf.display());
+    for elf in others {
+        let (_tmp, dir, stdout) = record_ok(qemu, &[&elf.to_string_lossy()]);
+        assert!(!stdout.contains("MISMATCH"), "{stdout}");
+        assert_eq!(traced(&dir), oracle, "{}", elf.display());
+    }
+}
+
+/// The first function `parent` calls, each time it is called (`E name` events).
+pub fn first_callees(events: &[String], parent: &str) -> Vec<String> {
+    let enter = format!("E {parent}");
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| **e == enter)
+        .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
+        .collect()
+}
