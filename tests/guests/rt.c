@@ -1,6 +1,11 @@
-/* Minimal runtime: PL011 UART output on QEMU virt, and the end of the run. */
+/*
+ * Minimal runtime: PL011 UART output on QEMU virt, and the end of the run. The Linux user
+ * programs (user/rt.c) include this file with their own rt_putc and rt_flush
+ * (RT_OUTPUT_DEFINED); everything else is shared.
+ */
 #include "guest.h"
 
+#ifndef RT_OUTPUT_DEFINED
 #define UART0_BASE 0x09000000UL
 #define UART_DR (*(volatile unsigned int *)(UART0_BASE + 0x00))
 #define UART_FR (*(volatile unsigned int *)(UART0_BASE + 0x18))
@@ -12,6 +17,12 @@ NOINSTR void rt_putc(char c)
         ;
     UART_DR = (unsigned int)(unsigned char)c;
 }
+
+/* The UART is unbuffered. */
+NOINSTR static void rt_flush(void)
+{
+}
+#endif
 
 NOINSTR void rt_puts(const char *s)
 {
@@ -64,5 +75,6 @@ NOINSTR int rt_fini(int status)
 #ifdef ORACLE
     oracle_dump();
 #endif
+    rt_flush();
     return status;
 }

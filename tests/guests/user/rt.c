@@ -49,56 +49,6 @@ NOINSTR void rt_putc(char c)
     out[used++] = c;
 }
 
-NOINSTR void rt_puts(const char *s)
-{
-    while (*s)
-        rt_putc(*s++);
-}
-
-NOINSTR void rt_put_dec(long v)
-{
-    char buf[24];
-    int i = 0;
-    unsigned long u = v < 0 ? -(unsigned long)v : (unsigned long)v;
-
-    do {
-        buf[i++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0)
-        rt_putc('-');
-    while (i > 0)
-        rt_putc(buf[--i]);
-}
-
-NOINSTR void rt_put_hex(unsigned long v)
-{
-    int shift = 60;
-
-    while (shift > 0 && ((v >> shift) & 0xf) == 0)
-        shift -= 4;
-    for (; shift >= 0; shift -= 4)
-        rt_putc("0123456789abcdef"[(v >> shift) & 0xf]);
-}
-
-NOINSTR int rt_check(const char *what, long got, long want)
-{
-    rt_puts(what);
-    rt_puts(" = ");
-    rt_put_dec(got);
-    if (got != want) {
-        rt_puts(" MISMATCH, expected ");
-        rt_put_dec(want);
-    }
-    rt_putc('\n');
-    return got != want;
-}
-
-NOINSTR int rt_fini(int status)
-{
-#ifdef ORACLE
-    oracle_dump();
-#endif
-    rt_flush();
-    return status;
-}
+/* The rest (rt_puts, rt_put_dec, rt_check, rt_fini …) is the bare-metal runtime's. */
+#define RT_OUTPUT_DEFINED
+#include "../rt.c"
