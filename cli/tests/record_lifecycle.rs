@@ -714,7 +714,20 @@ fn child_running(parent: i32, program: &str) -> Option<i32> {
         })
 }
 
-/// How many children of `parent` have not exited yet (zombies do not count).
+/// The state letter and parent pid in a `/proc/…/stat` text ("pid (comm) state ppid …").
+fn state_and_ppid(stat: &str) -> (Option<&str>, Option<i32>) {
+    let mut rest = stat
+        .rsplit_once(')')
+        .map_or("", |(_, r)| r)
+        .split_whitespace();
+    let state = rest.next();
+    (state, rest.next().and_then(|p| p.parse::<i32>().ok()))
+}
+
+/// How many children of `parent` have not exited yet (zombies do not count). A process is a
+/// zombie, one its parent can reap (and so knows to have exited), only once every thread is
+/// gone: QEMU's main thread shows `Z` while its other threads still tear down, so every
+/// thread in `/proc/PID/task` is looked at.
 fn live_children(parent: i32) -> usize {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
@@ -724,14 +737,16 @@ fn live_children(parent: i32) -> usize {
             let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
                 return false;
             };
-            // "pid (comm) state ppid …"
-            let mut rest = stat
-                .rsplit_once(')')
-                .map_or("", |(_, r)| r)
-                .split_whitespace();
-            let state = rest.next();
-            let ppid = rest.next().and_then(|p| p.parse::<i32>().ok());
-            ppid == Some(parent) && state != Some("Z")
+            if state_and_ppid(&stat).1 != Some(parent) {
+                return false;
+            }
+            let Ok(tasks) = std::fs::read_dir(entry.path().join("task")) else {
+                return false;
+            };
+            tasks.flatten().any(|t| {
+                std::fs::read_to_string(t.path().join("stat"))
+                    .is_ok_and(|s| !matches!(state_and_ppid(&s).0, Some("Z" | "X")))
+            })
         })
         .count()
 }
