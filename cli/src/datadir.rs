@@ -179,6 +179,11 @@ pub struct Recording {
     pub elapsed: Duration,
     /// What the plugin reported; `None` when QEMU died before it flushed.
     pub stats: Option<Stats>,
+    /// User mode: the `task.txt` lines of the guest's processes after the first (FORK,
+    /// and SESS and TASK for exec'd programs: `qemu::user_procs`), written after the first's.
+    pub later_processes: Vec<String>,
+    /// The threads of those processes, which the first's session does not take.
+    pub later_tids: Vec<u32>,
 }
 
 /// The symbol side of a trace, written by [`write_symbols`] (while QEMU runs) and completed
@@ -296,6 +301,7 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
     let tasks: Vec<task::Task> = done
         .tids
         .iter()
+        .filter(|tid| !rec.later_tids.contains(tid))
         .map(|&tid| task::Task {
             tid,
             pid: tid,
@@ -310,7 +316,10 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         })
         .collect();
     symfiles::write_with(&dir.join("task.txt"), |w| {
-        task::write_task_txt(w, &sid, &tasks)
+        task::write_task_txt(w, &sid, &tasks)?;
+        rec.later_processes
+            .iter()
+            .try_for_each(|line| std::io::Write::write_all(w, format!("{line}\n").as_bytes()))
     })?;
     done.task_note = guest_tasks::note_lines(&guest, &done.tids);
     if rec
@@ -494,6 +503,8 @@ mod tests {
             started: SystemTime::now(),
             elapsed: Duration::from_millis(1500),
             stats,
+            later_processes: Vec::new(),
+            later_tids: Vec::new(),
         }
     }
 

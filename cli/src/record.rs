@@ -83,11 +83,11 @@ fn record_into(
         .find(|a| a.to_string() == emulator.arch)
         .unwrap_or(Arch::Aarch64);
     // User mode: QEMU's options end at the program, whose own arguments follow.
-    let (opts, program) = match mode {
-        qemu::Mode::System => (qemu::options(&argv[1..]), None),
+    let (opts, program, user_opts) = match mode {
+        qemu::Mode::System => (qemu::options(&argv[1..]), None, None),
         qemu::Mode::User => {
             let cmd = qemu::user::user_command(&argv[1..]);
-            (cmd.opts, Some(cmd.program))
+            (cmd.opts, Some(cmd.program), Some(cmd.opt_words))
         }
     };
     let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
@@ -132,9 +132,21 @@ fn record_into(
     if let Some(offset) = symbol_source::task_comm_offset(&sources) {
         plugin_opt.push(format!(",task_comm={offset}"));
     }
+    // User mode: the plugin runs QEMU again with these options for a program the guest
+    // execs (`qemu::user_procs`).
+    if let Some(n) = user_opts {
+        plugin_opt.push(format!(",user_opts={n}"));
+    }
     let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);
+    // User mode: the guest's other processes (forked, exec'd) may still be writing.
+    let procs = if user_mode {
+        qemu::user_procs::wait_all(staging);
+        qemu::user_procs::list(staging)
+    } else {
+        Vec::new()
+    };
     let loader = loader.unwrap_or_else(|| {
         if let (Some(program), false) = (images.first(), args.no_auto_symbols) {
             let maps = qemu::user_maps::read(staging).unwrap_or_default();
@@ -174,6 +186,10 @@ fn record_into(
             ),
         });
     }
+    let user = user_processes(&procs, staging, &opts, guest_arch, args.no_auto_symbols);
+    for line in &user.failures {
+        warn(line);
+    }
     let stats = Stats::read(staging).map_err(|e| {
         fail(
             format!(
@@ -196,6 +212,8 @@ fn record_into(
         started,
         elapsed: exit.elapsed,
         stats: stats.clone(),
+        later_processes: user.task_lines,
+        later_tids: user.tids,
     };
     let assembled = symbols
         .files
@@ -209,7 +227,12 @@ fn record_into(
             staging.display()
         ))
     })?;
-    let incomplete = stats.as_ref().and_then(Stats::incomplete_reason);
+    let incomplete = stats
+        .as_ref()
+        .and_then(Stats::incomplete_reason)
+        .into_iter()
+        .chain(user.problems)
+        .reduce(|a, b| format!("{a}; {b}"));
     if stats.is_none() {
         datadir::mark_incomplete(
             staging,
@@ -246,6 +269,83 @@ fn record_into(
         }
     }
     Ok(code)
+}
+
+/// What the guest's processes after the first add to a user-mode trace.
+#[derive(Default)]
+struct UserProcesses {
+    /// Their `task.txt` lines (FORK, and SESS and TASK for an exec'd program).
+    task_lines: Vec<String>,
+    /// The threads they recorded, which the first process's session does not hold.
+    tids: Vec<u32>,
+    /// Why their part of the trace is not complete.
+    problems: Vec<String>,
+    failures: Vec<String>,
+}
+
+/// Each exec'd program gets its session's map and symbols (its own image, loader and
+/// libraries, where it mapped them); each process image tells whether it wrote all.
+fn user_processes(
+    procs: &[qemu::user_procs::Proc],
+    staging: &Path,
+    opts: &[qemu::QemuOption],
+    arch: Arch,
+    no_auto_symbols: bool,
+) -> UserProcesses {
+    use qemu::user_procs::Kind;
+    let mut out = UserProcesses::default();
+    let root = qemu::user_maps::sysroot(opts);
+    let mut sids = std::collections::HashMap::new();
+    for p in procs {
+        let what = match &p.kind {
+            Kind::Fork { .. } => format!("forked process {}", p.pid),
+            Kind::Exec { exe } => format!("process {} ({})", p.pid, exe.display()),
+        };
+        match Stats::read(&p.dir) {
+            Ok(Some(s)) => {
+                if let Some(why) = s.incomplete_reason() {
+                    out.problems.push(format!("{what}: {why}"));
+                }
+            }
+            _ => out.problems.push(format!(
+                "{what} ended before the qemu-uftrace plugin flushed its buffers"
+            )),
+        }
+        if let Kind::Exec { exe } = &p.kind {
+            let sources = if no_auto_symbols {
+                Vec::new()
+            } else {
+                let maps = qemu::user_maps::read(&p.dir).unwrap_or_default();
+                qemu::user_maps::sources(exe, root.as_deref(), &maps)
+            };
+            let mut images = Vec::new();
+            for l in symbol_source::load_all(&sources, Some(arch), false) {
+                match l {
+                    Loaded::Ok(_, img) => images.push(img),
+                    Loaded::Failed(src, why) => out.failures.push(format!(
+                        "no symbols from {} ({}): {why}",
+                        src.path.display(),
+                        src.origin
+                    )),
+                }
+            }
+            match datadir::write_symbols(staging, images) {
+                Ok(files) => {
+                    sids.insert(p.dir.clone(), files.sid);
+                }
+                Err(e) => out.failures.push(format!("{what}: no symbols: {e:#}")),
+            }
+        }
+    }
+    let tids_of = |p: &qemu::user_procs::Proc| -> Vec<u32> {
+        crate::guest_tasks::read(&p.dir)
+            .iter()
+            .map(|t| t.tid)
+            .collect()
+    };
+    out.task_lines = qemu::user_procs::task_lines(procs, |p| sids.get(&p.dir).cloned(), tids_of);
+    out.tids = procs.iter().flat_map(tids_of).collect();
+    out
 }
 
 /// `--symbols` sources first (the user's choice wins an overlap), then the images on the

@@ -327,6 +327,16 @@ impl Engine {
         }
     }
 
+    /// User mode, in a forked child process: the buffered records are the parent's (which
+    /// writes its own copy), so they are dropped; the call stack carries on as task `tid`'s,
+    /// counted from zero.
+    pub fn fork_child(&mut self, tid: u32) {
+        self.buf.clear();
+        self.stats = Stats::default();
+        self.spilled = 0;
+        self.tid = tid;
+    }
+
     /// Stops running the current context: its records go to the writer, its stack is handed
     /// back for the task table to keep.
     pub fn suspend(&mut self) -> Suspended {

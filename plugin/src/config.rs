@@ -1,5 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
-//! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]`, or
+//! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]`
+//! `[,user_opts=N][,proc=PID.N]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -18,6 +19,12 @@ pub struct Config {
     pub split_levels: bool,
     /// Where an OS task's name sits in its task structure (Linux `task_struct.comm`).
     pub task_comm: Option<u64>,
+    /// User mode: this QEMU runs a guest process other than the first (a forked child's
+    /// image after exec), whose files go to `procs/<KEY>/` (see `process`).
+    pub proc_key: Option<String>,
+    /// User mode: how many of QEMU's arguments after `-plugin VALUE` are its own options
+    /// (the program follows), for running QEMU again at an exec.
+    pub user_opts: Option<usize>,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -40,6 +47,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut split_levels = false;
     let mut task_comm = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
+    let mut proc_key = None;
+    let mut user_opts = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -89,6 +98,20 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         )
                     })?
             }
+            "proc" => {
+                // A directory name of our making: `<pid>.<n>`.
+                if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+                    return Err(format!("proc={value}: expected PID.N"));
+                }
+                proc_key = Some(value.to_string())
+            }
+            "user_opts" => {
+                user_opts = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| format!("user_opts={value}: expected a count"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -99,5 +122,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_depth,
         split_levels,
         task_comm,
+        proc_key,
+        user_opts,
     }))
 }

@@ -14,6 +14,7 @@ mod config;
 mod guest;
 mod landing;
 mod output;
+mod process;
 mod scoreboard;
 mod translate;
 mod usermap;
@@ -162,6 +163,9 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     let (counter, pending) = scoreboard::clock_and_pending();
     clock::init(clock, counter);
     landing::init(pending);
+    if !system {
+        process::install(cfg.proc_key.clone());
+    }
     let _ = CONFIG.set(cfg);
     // SAFETY: registering our callbacks for our own plugin id, during install.
     unsafe {
@@ -346,11 +350,14 @@ pub(crate) fn finish() {
     for e in &written.errors {
         line("error", e);
     }
-    write_atomically(&cfg.out, "plugin.stats", &text);
-    write_atomically(&cfg.out, "plugin.tasks", &task_lines(&table));
+    // User mode: each guest process image has its own files (`process`).
+    let dir = process::files_dir(&cfg.out);
+    // The maps and tasks first: `plugin.stats` tells the record command this image is done.
     if !SYSTEM_MODE.get().copied().unwrap_or(true) {
-        write_atomically(&cfg.out, "plugin.maps", &usermap::lines());
+        write_atomically(&dir, "plugin.maps", &usermap::lines());
     }
+    write_atomically(&dir, "plugin.tasks", &task_lines(&table));
+    write_atomically(&dir, "plugin.stats", &text);
 }
 
 /// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.

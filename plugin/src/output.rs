@@ -34,32 +34,64 @@ pub struct Written {
 }
 
 pub struct Output {
-    tx: SyncSender<Msg>,
-    pool: Arc<Mutex<Vec<Vec<u8>>>>,
-    writer: Mutex<Option<JoinHandle<Written>>>,
+    /// Taken by vCPU threads only (at each full buffer), never by the writer: a forked
+    /// child, whose writer thread did not survive the fork, finds it free and replaces it.
+    chan: Mutex<Chan>,
     /// Problems met off the writer thread, reported with its own at the end.
     noted: Mutex<Vec<String>>,
 }
 
-impl Output {
-    pub fn start(dir: PathBuf) -> std::io::Result<Output> {
+/// The queue to one writer thread.
+struct Chan {
+    tx: SyncSender<Msg>,
+    pool: Arc<Mutex<Vec<Vec<u8>>>>,
+    writer: Option<JoinHandle<Written>>,
+}
+
+impl Chan {
+    fn start(dir: PathBuf) -> std::io::Result<Chan> {
         let (tx, rx) = sync_channel(QUEUE_DEPTH);
         let pool = Arc::new(Mutex::new(Vec::new()));
         let writer_pool = Arc::clone(&pool);
         let writer = std::thread::Builder::new()
             .name("uftrace-writer".into())
             .spawn(move || write_loop(dir, rx, writer_pool))?;
-        Ok(Output {
+        Ok(Chan {
             tx,
             pool,
-            writer: Mutex::new(Some(writer)),
+            writer: Some(writer),
+        })
+    }
+}
+
+impl Output {
+    pub fn start(dir: PathBuf) -> std::io::Result<Output> {
+        Ok(Output {
+            chan: Mutex::new(Chan::start(dir)?),
             noted: Mutex::new(Vec::new()),
         })
     }
 
+    fn chan(&self) -> std::sync::MutexGuard<'_, Chan> {
+        self.chan.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// In a forked child: the parent's writer thread is not there, and its buffer pool may
+    /// have been locked by it at the fork. Both are left behind (never touched again) for a
+    /// new writer and pool; what the parent had queued is the parent's to write.
+    pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
+        let fresh = Chan::start(dir)?;
+        let old = std::mem::replace(&mut *self.chan(), fresh);
+        // Dropping it would detach a thread that does not exist here.
+        std::mem::forget(old);
+        self.noted.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(())
+    }
+
     /// An empty buffer, recycled when possible.
     pub fn fresh(&self) -> Vec<u8> {
-        let recycled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        let pool = Arc::clone(&self.chan().pool);
+        let recycled = pool.lock().ok().and_then(|mut p| p.pop());
         recycled.unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
     }
 
@@ -67,7 +99,8 @@ impl Output {
     pub fn send(&self, tid: u32, buf: Vec<u8>) {
         let records = buf.len() / RECORD_SIZE;
         // Fails only when the writer thread is gone (it died, or exit already ran).
-        if self.tx.send(Msg::Data { tid, buf }).is_err() {
+        let tx = self.chan().tx.clone();
+        if tx.send(Msg::Data { tid, buf }).is_err() {
             self.note_error(format!(
                 "{tid}.dat: {records} records not written: the writer thread had stopped"
             ));
@@ -86,8 +119,11 @@ impl Output {
     /// Waits until everything queued is written.
     pub fn finish(&self) -> Written {
         // A writer that already stopped has nothing left to finish; `join` says why.
-        let _ = self.tx.send(Msg::Finish);
-        let handle = self.writer.lock().ok().and_then(|mut w| w.take());
+        let (tx, handle) = {
+            let mut chan = self.chan();
+            (chan.tx.clone(), chan.writer.take())
+        };
+        let _ = tx.send(Msg::Finish);
         let mut written = match handle.map(JoinHandle::join) {
             Some(Ok(written)) => written,
             Some(Err(_)) => Written {
@@ -131,7 +167,8 @@ fn free_bytes(dir: &Path) -> Option<u64> {
 /// could not write.
 struct Writer {
     dir: PathBuf,
-    files: HashMap<u32, File>,
+    /// Open files, with the length each had when opened.
+    files: HashMap<u32, (File, u64)>,
     written: Written,
 }
 
@@ -163,11 +200,20 @@ impl Writer {
 
     fn append(&mut self, tid: u32, buf: &[u8]) -> std::io::Result<()> {
         let path = self.dir.join(format!("{tid}.dat"));
-        let file = match self.files.entry(tid) {
+        let (file, opened_at) = match self.files.entry(tid) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(File::create(&path)?),
+            // Appended to: a program that exec'd carries on in its thread's file (the image
+            // before it wrote its part and is gone).
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path)?;
+                let len = file.metadata()?.len();
+                e.insert((file, len))
+            }
         };
-        let before = self.written.bytes.get(&tid).copied().unwrap_or(0);
+        let before = *opened_at + self.written.bytes.get(&tid).copied().unwrap_or(0);
         if let Err(e) = file.write_all(buf) {
             // Part of the buffer may be on disk: cut back to the last whole buffer.
             if let Err(cut) = file.set_len(before) {

@@ -54,7 +54,7 @@ thread_local! {
     static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
 }
 
-fn with_buf<R>(f: impl FnOnce(&mut ByteBuf) -> R) -> R {
+pub(crate) fn with_buf<R>(f: impl FnOnce(&mut ByteBuf) -> R) -> R {
     BUF.with(|b| f(b.borrow_mut().get_or_insert_with(ByteBuf::new)))
 }
 
@@ -115,9 +115,14 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
 
 /// Reads a NUL-terminated path from guest memory (at most 4 KiB).
 fn read_path(buf: &mut ByteBuf, addr: u64) -> Option<Vec<u8>> {
+    read_cstr(buf, addr, 4096)
+}
+
+/// Reads a NUL-terminated string of at most `max` bytes from guest memory.
+pub(crate) fn read_cstr(buf: &mut ByteBuf, addr: u64, max: usize) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut at = addr;
-    while out.len() < 4096 {
+    while out.len() < max {
         // Chunks that never cross a page, so an unmapped next page does not fail the read.
         let n = (64 - (at % 64)) as usize;
         let chunk = buf.read_memory(at, n)?;

@@ -11,6 +11,7 @@ pub mod refusals;
 pub mod rewrite;
 pub mod user;
 pub mod user_maps;
+pub mod user_procs;
 
 pub use emulator::{detect_emulator, Emulator, Mode};
 pub use images::{file_is_elf, guest_images, GuestImage, ImageOrigin};

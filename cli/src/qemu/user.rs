@@ -26,6 +26,8 @@ pub struct UserCommand {
     pub opts: Vec<QemuOption>,
     /// The program, as given (QEMU opens it as a path, with no PATH search).
     pub program: Option<OsString>,
+    /// How many words the options take (a `--` before the program not counted).
+    pub opt_words: usize,
 }
 
 /// Splits `args` as linux-user does: options until the first word that does not start with
@@ -34,6 +36,7 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
     let mut opts = Vec::new();
     let mut it = args.iter();
     let mut program = None;
+    let mut opt_words = 0;
     while let Some(word) = it.next() {
         let bytes = word.as_bytes();
         let Some(name) = bytes.strip_prefix(b"-") else {
@@ -44,6 +47,7 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
             program = it.next().cloned();
             break;
         }
+        opt_words += 1;
         let name = name.strip_prefix(b"-").unwrap_or(name);
         let name = String::from_utf8_lossy(name).into_owned();
         let value = if ARG_OPTIONS.contains(&name.as_str()) {
@@ -51,9 +55,14 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
         } else {
             None
         };
+        opt_words += usize::from(value.is_some());
         opts.push(QemuOption { name, value });
     }
-    UserCommand { opts, program }
+    UserCommand {
+        opts,
+        program,
+        opt_words,
+    }
 }
 
 const EM_AARCH64: u16 = 183;
@@ -289,6 +298,7 @@ mod tests {
         ]));
         let names: Vec<&str> = cmd.opts.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names, ["L", "cpu", "strace", "E", "d", "one-insn-per-tb"]);
+        assert_eq!(cmd.opt_words, 10);
         assert_eq!(cmd.opts[1].value.as_deref(), Some("max".as_ref()));
         assert_eq!(cmd.opts[2].value, None);
         assert_eq!(cmd.program.as_deref(), Some("prog".as_ref()));
@@ -299,6 +309,7 @@ mod tests {
         let cmd = user_command(&os(&["-0", "name", "-seed", "7", "--", "-prog", "a"]));
         assert_eq!(cmd.opts.len(), 2);
         assert_eq!(cmd.program.as_deref(), Some("-prog".as_ref()));
+        assert_eq!(cmd.opt_words, 4);
         let cmd = user_command(&os(&["-version"]));
         assert_eq!(cmd.program, None);
         assert_eq!(

@@ -201,6 +201,14 @@ impl Isa for Aarch64 {
         }
     }
 
+    /// The generic syscall table; programs are `EM_AARCH64`.
+    fn linux_user(&self) -> super::LinuxUser {
+        super::LinuxUser {
+            elf_machine: 183,
+            ..super::GENERIC_LINUX_USER
+        }
+    }
+
     fn level_name(&self, level: Level) -> String {
         let el = level.0 & 3;
         if level.0 & SECURE != 0 && el != 3 {

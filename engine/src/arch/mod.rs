@@ -106,6 +106,10 @@ pub struct LinuxUser {
     pub openat: i64,
     pub close: i64,
     pub mmap: i64,
+    pub execve: i64,
+    /// The ELF `e_machine` of the programs this architecture's emulator runs (the generic
+    /// table's 0 is each architecture's to set).
+    pub elf_machine: u16,
     pub stack_pointer: &'static str,
 }
 
@@ -114,6 +118,8 @@ pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
     openat: 56,
     close: 57,
     mmap: 222,
+    execve: 221,
+    elf_machine: 0,
     stack_pointer: "sp",
 };
 
@@ -358,9 +364,15 @@ mod tests {
             assert!(isa.call_lookbehind() <= 16 && isa.fetch_len() <= 16);
             assert!(!isa.gpr_name(isa.frame_pointer()).is_empty());
         }
-        assert_eq!(Arch::Aarch64.isa().linux_user(), GENERIC_LINUX_USER);
+        let arm = Arch::Aarch64.isa().linux_user();
+        assert_eq!((arm.openat, arm.execve, arm.elf_machine), (56, 221, 183));
+        assert_eq!(Arch::Riscv64.isa().linux_user().elf_machine, 243);
         let x86 = Arch::X86_64.isa().linux_user();
-        assert_eq!((x86.openat, x86.close, x86.mmap), (257, 3, 9));
+        assert_eq!(
+            (x86.openat, x86.close, x86.mmap, x86.execve),
+            (257, 3, 9, 59)
+        );
+        assert_eq!(x86.elf_machine, 62);
         assert_eq!(x86.stack_pointer, "rsp");
     }
 

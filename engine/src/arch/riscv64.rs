@@ -265,6 +265,14 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// The generic syscall table; programs are `EM_RISCV`.
+    fn linux_user(&self) -> super::LinuxUser {
+        super::LinuxUser {
+            elf_machine: 243,
+            ..super::GENERIC_LINUX_USER
+        }
+    }
+
     fn level_name(&self, level: Level) -> String {
         let virt = if level.0 & VIRT != 0 { "V" } else { "" };
         match level.0 & 3 {

@@ -517,6 +517,8 @@ impl Isa for X86_64 {
             openat: 257,
             close: 3,
             mmap: 9,
+            execve: 59,
+            elf_machine: 62,
             stack_pointer: "rsp",
         }
     }

@@ -1,0 +1,201 @@
+//! User mode: the guest processes other than the first, each recorded by its own QEMU (a
+//! forked child is a fork of QEMU, an exec'd program QEMU run again by the plugin), each
+//! with its `plugin.*` files in `procs/<pid>.<n>/` after a `plugin.proc` line saying what
+//! it is. They may outlive the first QEMU: [`wait_all`] waits for them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How a process image began.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// Forked by `ppid`: uftrace's FORK, the parent's session carried on.
+    Fork { ppid: u32 },
+    /// A program exec'd: a new session, with the program's symbols.
+    Exec { exe: PathBuf },
+}
+
+/// One process image other than the first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    /// Its directory, `procs/<pid>.<n>`.
+    pub dir: PathBuf,
+    pub pid: u32,
+    /// When it began, on the records' clock (nanoseconds).
+    pub time: u64,
+    pub kind: Kind,
+}
+
+/// Parses a `plugin.proc` line.
+pub fn parse(dir: PathBuf, text: &str) -> Option<Proc> {
+    let mut get = std::collections::HashMap::new();
+    for f in text.trim_end_matches('\n').split('\t') {
+        if let Some((k, v)) = f.split_once('=') {
+            get.insert(k, v);
+        }
+    }
+    let num = |k: &str| get.get(k).and_then(|v| v.parse::<u64>().ok());
+    let kind = match *get.get("kind")? {
+        "fork" => Kind::Fork {
+            ppid: u32::try_from(num("ppid")?).ok()?,
+        },
+        "exec" => Kind::Exec {
+            exe: PathBuf::from(get.get("exe")?),
+        },
+        _ => return None,
+    };
+    Some(Proc {
+        dir,
+        pid: u32::try_from(num("pid")?).ok()?,
+        time: num("time")?,
+        kind,
+    })
+}
+
+/// The process images recorded into `staging`, in the order they began.
+pub fn list(staging: &Path) -> Vec<Proc> {
+    let Ok(entries) = std::fs::read_dir(staging.join("procs")) else {
+        return Vec::new();
+    };
+    let mut procs: Vec<Proc> = entries
+        .flatten()
+        .filter_map(|e| {
+            let text = std::fs::read_to_string(e.path().join("plugin.proc")).ok()?;
+            parse(e.path(), &text)
+        })
+        .collect();
+    procs.sort_by_key(|p| (p.time, p.pid));
+    procs
+}
+
+/// Whether process `pid` still runs (a zombie has ended: its plugin wrote all it will).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may hold anything.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// Whether the image has written its files (`plugin.stats` comes last).
+pub fn done(p: &Proc) -> bool {
+    p.dir.join("plugin.stats").exists()
+}
+
+/// Waits until every process image has written its files or its process has ended (it was
+/// killed before it could: the trace then says so).
+pub fn wait_all(staging: &Path) {
+    loop {
+        let procs = list(staging);
+        // An exec'd image shares its pid with the one before it, which is done: the pid's
+        // latest image decides.
+        let waiting = procs.iter().any(|p| {
+            !done(p) && alive(p.pid) && {
+                let latest = procs.iter().rfind(|q| q.pid == p.pid);
+                latest == Some(p)
+            }
+        });
+        if !waiting {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The `task.txt` timestamp of `ns`.
+fn timestamp(ns: u64) -> String {
+    format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
+}
+
+/// The `task.txt` lines of the processes after the first, as uftrace writes them: a FORK
+/// line for a forked child (it carries on in its parent's session), a SESS line and the
+/// TASK lines of its threads for an exec'd program. `sid_of` gives an exec's session id,
+/// `tids_of` the threads each image recorded.
+pub fn task_lines(
+    procs: &[Proc],
+    sid_of: impl Fn(&Proc) -> Option<String>,
+    tids_of: impl Fn(&Proc) -> Vec<u32>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    for p in procs {
+        let at = timestamp(p.time);
+        let mut tids = tids_of(p);
+        tids.sort_unstable();
+        match &p.kind {
+            Kind::Fork { ppid } => {
+                lines.push(format!("FORK timestamp={at} pid={} ppid={ppid}", p.pid));
+                tids.retain(|&t| t != p.pid);
+            }
+            Kind::Exec { exe } => {
+                let Some(sid) = sid_of(p) else { continue };
+                let name = exe
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                lines.push(format!(
+                    "SESS timestamp={at} pid={} sid={sid} exename=\"{}\"",
+                    p.pid,
+                    qemu_uftrace_format::task::exename(&name)
+                ));
+                if !tids.contains(&p.pid) {
+                    tids.insert(0, p.pid);
+                }
+            }
+        }
+        for t in tids {
+            lines.push(format!("TASK timestamp={at} tid={t} pid={}", p.pid));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fork_then_exec_reads_as_uftrace_writes_it() {
+        let fork = parse(
+            "procs/12.0".into(),
+            "kind=fork\tpid=12\tppid=10\ttime=1500000000\n",
+        )
+        .unwrap();
+        let exec = parse(
+            "procs/12.1".into(),
+            "kind=exec\tpid=12\ttime=2000000001\texe=/x/execd.elf\n",
+        )
+        .unwrap();
+        assert_eq!(fork.kind, Kind::Fork { ppid: 10 });
+        assert_eq!(
+            task_lines(
+                &[fork, exec],
+                |_| Some("0123456789abcdef".into()),
+                |p| vec![p.pid]
+            ),
+            [
+                "FORK timestamp=1.500000000 pid=12 ppid=10",
+                "SESS timestamp=2.000000001 pid=12 sid=0123456789abcdef exename=\"execd.elf\"",
+                "TASK timestamp=2.000000001 tid=12 pid=12",
+            ]
+        );
+        assert_eq!(parse("d".into(), "kind=spawn\tpid=1\ttime=0"), None);
+    }
+
+    #[test]
+    fn a_process_that_ended_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("procs/999999999.0");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(
+            p.join("plugin.proc"),
+            "kind=fork\tpid=999999999\tppid=1\ttime=5\n",
+        )
+        .unwrap();
+        assert_eq!(list(dir.path()).len(), 1);
+        wait_all(dir.path());
+        assert!(alive(std::process::id()));
+    }
+}

@@ -1,0 +1,280 @@
+//! User mode: the guest's processes, each traced into its own files as uftrace does.
+//!
+//! A guest `fork` (or `vfork`, or `clone` without `CLONE_VM`: qemu-user makes them all a
+//! host `fork()`) forks QEMU and us with it: the child carries the parent's whole state
+//! but not its writer thread. At the fork's return in the child it takes over: a writer of
+//! its own, its thread alone in the task table, the call stack carried on (uftrace's fork
+//! semantics) without the records the parent had not written yet (the parent writes them).
+//!
+//! A guest `execve` is a host `execve` of the guest's path, which would run a foreign
+//! program through binfmt_misc without us. When the path is an ELF program of this
+//! emulator's machine, this image writes all it has and runs QEMU again itself, with the
+//! same options and the plugin, for the new program: a new uftrace session, with the same
+//! thread and its file. Anything else (a script, a host program) runs as the guest asked,
+//! untraced.
+//!
+//! Each image other than the first has a key `<pid>.<n>` (`n` counts the execs in that
+//! process) and writes its `plugin.*` files into `procs/<key>/`, after a `plugin.proc`
+//! line that says what it is: `kind=fork pid= ppid= time=` or `kind=exec pid= time= exe=`.
+//! The record command waits until each has its `plugin.stats` or its process is gone.
+
+use std::cell::Cell;
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Set in a forked child by the atfork handler; the fork's return there takes it.
+static FORKED: AtomicBool = AtomicBool::new(false);
+/// This image's key (`None`: the first process, whose files are at the top).
+static KEY: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    /// Set in the parent on the thread that forked, until the fork's return takes it.
+    static FORKED_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+extern "C" fn forked_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn forked_parent() {
+    FORKED_HERE.with(|f| f.set(true));
+}
+
+fn key() -> Option<String> {
+    KEY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// At install (user mode): which image this is, and the fork handlers.
+pub fn install(key: Option<String>) {
+    *KEY.lock().unwrap_or_else(|e| e.into_inner()) = key;
+    // SAFETY: handlers with no arguments that only set flags.
+    unsafe { libc::pthread_atfork(None, Some(forked_parent), Some(forked_child)) };
+}
+
+/// Where this image's `plugin.*` files go.
+pub fn files_dir(out: &Path) -> PathBuf {
+    match key() {
+        None => out.to_path_buf(),
+        Some(k) => out.join("procs").join(k),
+    }
+}
+
+fn now_ns(vcpu: u32) -> u64 {
+    crate::vcpu::with(vcpu, |s| s.engine.clamp(s.clock.now())).unwrap_or(0)
+}
+
+/// Writes `procs/<key>/plugin.proc` (made before the image runs, so that the record
+/// command waits for it).
+fn announce(out: &Path, key: &str, line: &str) -> std::io::Result<()> {
+    let dir = out.join("procs").join(key);
+    std::fs::create_dir_all(&dir)?;
+    // SAFETY: getpid and gettid cannot fail.
+    let tmp = dir.join(format!("plugin.proc.{}", unsafe { libc::gettid() }));
+    std::fs::write(&tmp, format!("{line}\n"))?;
+    std::fs::rename(&tmp, dir.join("plugin.proc"))
+}
+
+/// A syscall starts on vCPU `vcpu`.
+pub fn syscall(vcpu: u32, num: i64, a1: u64, a2: u64, a3: u64) {
+    if num == crate::isa_or_default().linux_user().execve {
+        exec(vcpu, a1, a2, a3);
+    }
+}
+
+/// The syscall vCPU `vcpu` started returned `ret`.
+pub fn syscall_ret(vcpu: u32, ret: i64) {
+    if FORKED.swap(false, Ordering::Relaxed) && ret == 0 {
+        take_over(vcpu);
+    } else if FORKED_HERE.with(|f| f.replace(false)) && ret > 0 {
+        // The parent names its child's directory first: the child may not have run yet
+        // when the parent (and the first QEMU) ends.
+        if let Some(cfg) = crate::config() {
+            // SAFETY: getpid cannot fail.
+            let ppid = unsafe { libc::getpid() };
+            let line = format!("kind=fork\tpid={ret}\tppid={ppid}\ttime={}", now_ns(vcpu));
+            let _ = announce(&cfg.out, &format!("{ret}.0"), &line);
+        }
+    }
+}
+
+/// In a forked child, on the thread that forked (the only one the child has).
+fn take_over(vcpu: u32) {
+    let (Some(cfg), Some(out)) = (crate::CONFIG.get(), crate::OUTPUT.get()) else {
+        return;
+    };
+    // SAFETY: getpid, getppid and gettid cannot fail.
+    let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid() as u32) };
+    let key = format!("{pid}.0");
+    let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
+    if let Err(e) = announce(&cfg.out, &key, &line) {
+        eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: {e}");
+        return;
+    }
+    *KEY.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
+    if let Err(e) = out.restart_after_fork(cfg.out.clone()) {
+        eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: writer: {e}");
+        return;
+    }
+    // The other threads' states are the parent's: they do not exist here.
+    for i in 0..crate::vcpu::capacity() as u32 {
+        if i != vcpu {
+            drop(crate::vcpu::remove(i));
+        }
+    }
+    crate::RETIRED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
+    let mut table = qemu_uftrace_engine::tasks::TaskTable::new(cfg.split_levels);
+    let tid = table.start_thread(vcpu, tid);
+    *crate::TASKS.lock().unwrap_or_else(|e| e.into_inner()) = Some(table);
+    crate::vcpu::with(vcpu, |s| s.engine.fork_child(tid));
+}
+
+/// The guest runs `execve(path, argv, envp)` on vCPU `vcpu`: when it is a program of this
+/// emulator's machine, this image ends and QEMU runs it with the plugin (this call then
+/// does not return).
+fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
+    let Some(cfg) = crate::config() else { return };
+    let Some(user_opts) = cfg.user_opts else {
+        return;
+    };
+    let Some((path, argv, envp)) = crate::usermap::with_buf(|b| {
+        let path = crate::usermap::read_cstr(b, path_ptr, 4096)?;
+        Some((path, read_strings(b, argv_ptr)?, read_strings(b, envp_ptr)?))
+    }) else {
+        return;
+    };
+    let host = Path::new(OsStr::from_bytes(&path));
+    if !runs_here(host) {
+        return;
+    }
+    let Some(qemu_args) = own_command(user_opts) else {
+        return;
+    };
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let next = match key().and_then(|k| k.split_once('.').map(|(_, n)| n.to_string())) {
+        Some(n) => n.parse::<u32>().unwrap_or(0) + 1,
+        None => 1,
+    };
+    let key = format!("{pid}.{next}");
+    let exe = std::path::absolute(host).unwrap_or_else(|_| host.to_path_buf());
+    let line = format!(
+        "kind=exec\tpid={pid}\ttime={}\texe={}",
+        now_ns(vcpu),
+        String::from_utf8_lossy(exe.as_os_str().as_bytes()).replace(['\t', '\n'], " ")
+    );
+    if let Err(e) = announce(&cfg.out, &key, &line) {
+        eprintln!("qemu-uftrace plugin: {} runs untraced: {e}", host.display());
+        return;
+    }
+    // Everything this image recorded goes to disk before it is replaced.
+    crate::finish();
+    let mut words: Vec<Vec<u8>> = Vec::new();
+    words.push(qemu_args.argv0);
+    words.push(b"-plugin".to_vec());
+    let mut value = qemu_args.plugin;
+    value.extend_from_slice(format!(",proc={key},user_opts={}", user_opts + 2).as_bytes());
+    words.push(value);
+    words.extend(qemu_args.opts);
+    words.push(b"-0".to_vec());
+    words.push(argv.first().cloned().unwrap_or_else(|| path.clone()));
+    words.push(b"--".to_vec());
+    words.push(path.clone());
+    words.extend(argv.into_iter().skip(1));
+    let err = run(&qemu_args.exe, &words, &envp);
+    // Nothing is left to record into: the guest cannot go on traced.
+    eprintln!(
+        "qemu-uftrace plugin: cannot run QEMU again for {}: {err}",
+        host.display()
+    );
+    // SAFETY: ends the process, as a failed exec in a vfork child would.
+    unsafe { libc::_exit(127) }
+}
+
+/// Reads a NULL-terminated array of string pointers (argv, envp) from guest memory.
+fn read_strings(b: &mut crate::guest::ByteBuf, mut at: u64) -> Option<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    if at == 0 {
+        return Some(out);
+    }
+    loop {
+        let ptr = u64::from_le_bytes(b.read_memory(at, 8)?.try_into().ok()?);
+        if ptr == 0 {
+            return Some(out);
+        }
+        // Linux's own limits: MAX_ARG_STRLEN per string, and far fewer strings.
+        out.push(crate::usermap::read_cstr(b, ptr, 128 << 10)?);
+        if out.len() > 1 << 16 {
+            return None;
+        }
+        at = at.checked_add(8)?;
+    }
+}
+
+/// Whether `path` is an executable ELF program of this emulator's machine.
+fn runs_here(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+        return false;
+    }
+    let mut head = [0u8; 20];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    let machine = crate::isa_or_default().linux_user().elf_machine;
+    read.is_ok()
+        && head[..4] == *b"\x7fELF"
+        && head[4] == 2 // ELFCLASS64
+        && head[5] == 1 // little-endian
+        && u16::from_le_bytes([head[18], head[19]]) == machine
+}
+
+/// This QEMU's command, as the record command gave it (`qemu -plugin VALUE opts… prog…`).
+struct OwnCommand {
+    exe: PathBuf,
+    argv0: Vec<u8>,
+    plugin: Vec<u8>,
+    opts: Vec<Vec<u8>>,
+}
+
+fn own_command(user_opts: usize) -> Option<OwnCommand> {
+    let cmdline = std::fs::read("/proc/self/cmdline").ok()?;
+    let words: Vec<Vec<u8>> = cmdline.split(|&b| b == 0).map(<[u8]>::to_vec).collect();
+    if words.get(1).map(Vec::as_slice) != Some(b"-plugin") {
+        return None;
+    }
+    Some(OwnCommand {
+        exe: std::fs::read_link("/proc/self/exe").ok()?,
+        argv0: words.first()?.clone(),
+        plugin: words.get(2)?.clone(),
+        opts: words.get(3..3 + user_opts)?.to_vec(),
+    })
+}
+
+/// `execve`, returning only its error.
+fn run(exe: &Path, argv: &[Vec<u8>], envp: &[Vec<u8>]) -> std::io::Error {
+    let cstrings = |v: &[Vec<u8>]| -> Option<Vec<CString>> {
+        v.iter().map(|w| CString::new(w.clone()).ok()).collect()
+    };
+    let (Some(exe), Some(argv), Some(envp)) = (
+        CString::new(exe.as_os_str().as_bytes()).ok(),
+        cstrings(argv),
+        cstrings(envp),
+    ) else {
+        return std::io::Error::other("an argument holds a NUL byte");
+    };
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    // SAFETY: NUL-terminated strings in NULL-terminated arrays, alive across the call.
+    unsafe { libc::execve(exe.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr()) };
+    std::io::Error::last_os_error()
+}
