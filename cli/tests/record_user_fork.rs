@@ -1,0 +1,194 @@
+//! `qemu-uftrace record -- qemu-aarch64 PROGRAM` where the program forks and its child
+//! execs another program (`tests/guests/user/forkexec.c`, `execd.c`), read back with real
+//! uftrace: the trace is laid out as `uftrace record` lays out a native fork and exec (the
+//! parent's session, a FORK line for the child, which carries on in it, and a session of
+//! its own for the exec'd program, with that program's names).
+
+mod common;
+
+use common::user::record_ok;
+use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls};
+use qemu_uftrace_tests::{user_guest_elf, user_qemu};
+use std::path::Path;
+
+/// The number after `key` in a line of the program's output.
+fn field(stdout: &str, prefix: &str, key: &str) -> u32 {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix(key)))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix}…{key} in {stdout:?}"))
+}
+
+/// `task.txt` without its timestamps and session ids, which differ from run to run.
+fn task_lines(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("task.txt")).expect("task.txt");
+    text.lines()
+        .map(|l| {
+            l.split(' ')
+                .filter(|w| !w.starts_with("timestamp=") && !w.starts_with("sid="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+fn sids(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("task.txt")).expect("task.txt");
+    text.lines()
+        .filter_map(|l| l.split(' ').find_map(|w| w.strip_prefix("sid=")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `uftrace report` call counts of the functions `names` in task `tid`.
+fn calls(dir: &Path, tid: u32, names: &[&str]) -> Vec<(String, u64)> {
+    let tid = tid.to_string();
+    let mut args = vec!["--tid", &tid];
+    let filters: Vec<String> = names.iter().map(|n| exactly(n)).collect();
+    for f in &filters {
+        args.extend(["-F", f.as_str()]);
+    }
+    let found = report_calls(dir, &args).expect("uftrace report");
+    names
+        .iter()
+        .map(|n| (n.to_string(), found.get(*n).copied().unwrap_or(0)))
+        .collect()
+}
+
+fn counts(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+    list.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+#[test]
+fn user_fork_exec_wait_gives_each_process_its_session_and_names() {
+    let parent = user_guest_elf("forkexec.elf").expect("build");
+    let execd = user_guest_elf("execd.elf").expect("build");
+    let (_tmp, dir, stdout) = record_ok(
+        &user_qemu(),
+        &[&parent.to_string_lossy(), &execd.to_string_lossy()],
+    );
+    // The exec'd program ran (no binfmt_misc needed: the plugin ran QEMU for it) with the
+    // arguments it was given, and the parent saw its exit status.
+    let p = field(&stdout, "parent ", "pid=");
+    let c = field(&stdout, "parent ", "child=");
+    assert_eq!(field(&stdout, "parent ", "status="), 2, "{stdout}");
+    assert_eq!(field(&stdout, "execd ", "pid="), c, "{stdout}");
+    assert!(
+        stdout.contains("argv0=execd argv1=from-child acc=168"),
+        "{stdout}"
+    );
+    // As `uftrace record` writes a native fork and exec.
+    assert_eq!(
+        task_lines(&dir),
+        [
+            format!("SESS pid={p} exename=\"forkexec.elf\""),
+            format!("TASK tid={p} pid={p}"),
+            format!("FORK pid={c} ppid={p}"),
+            format!("SESS pid={c} exename=\"execd.elf\""),
+            format!("TASK tid={c} pid={c}"),
+        ]
+    );
+    let sids = sids(&dir);
+    assert_ne!(
+        sids[0], sids[1],
+        "the exec'd program has a session of its own"
+    );
+    for sid in &sids {
+        assert!(
+            dir.join(format!("sid-{sid}.map")).is_file(),
+            "sid-{sid}.map"
+        );
+    }
+    let info = common::stdout(
+        &std::process::Command::new("uftrace")
+            .args(["info", "-d"])
+            .arg(&dir)
+            .output()
+            .expect("uftrace info"),
+    );
+    assert!(
+        info.lines().any(|l| l.starts_with("# task list")
+            && l.ends_with(&format!(": {p}(forkexec.elf), {c}(execd.elf)"))),
+        "{info}"
+    );
+    // (`report` counts calls that returned: neither program's main does, both exit.)
+    let names = ["parent_step", "child_step", "execd_step", "waitpid"];
+    assert_eq!(
+        calls(&dir, p, &names),
+        counts(&[
+            ("parent_step", 4),
+            ("child_step", 0),
+            ("execd_step", 0),
+            ("waitpid", 1),
+        ])
+    );
+    // The child: its part of forkexec.elf, then execd.elf's main, by their own names.
+    assert_eq!(
+        calls(&dir, c, &names),
+        counts(&[
+            ("parent_step", 0),
+            ("child_step", 6),
+            ("execd_step", 7),
+            ("waitpid", 0),
+        ])
+    );
+    let events = replay_events(&dir, c).expect("uftrace replay");
+    let at = |e: &str| {
+        events
+            .iter()
+            .position(|x| x == e)
+            .unwrap_or_else(|| panic!("no {e:?} in {events:?}"))
+    };
+    // The child carries on its parent's stack: it first leaves fork().
+    assert!(at("X fork") < at("E child"), "{events:?}");
+    assert!(at("E child") < at("E execl"), "{events:?}");
+    // The new image starts from its entry, at depth 0 (the exec'd frames stay open).
+    assert!(at("E execve") < at("E __libc_start_main"), "{events:?}");
+    assert!(at("E __libc_start_main") < at("E execd_step"), "{events:?}");
+    // Each later image said it wrote everything.
+    let stats: Vec<String> = std::fs::read_dir(dir.join("procs"))
+        .expect("procs")
+        .map(|e| std::fs::read_to_string(e.unwrap().path().join("plugin.stats")).unwrap())
+        .collect();
+    assert_eq!(stats.len(), 2, "the forked image and the exec'd one");
+    assert!(stats.iter().all(|s| s.lines().any(|l| l == "complete=1")));
+}
+
+#[test]
+fn user_forked_child_that_exits_at_once_loses_nothing() {
+    let parent = user_guest_elf("forkexec.elf").expect("build");
+    let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&parent.to_string_lossy()]);
+    let p = field(&stdout, "parent ", "pid=");
+    let c = field(&stdout, "parent ", "child=");
+    assert_eq!(field(&stdout, "parent ", "status="), 5, "{stdout}");
+    assert_eq!(
+        task_lines(&dir),
+        [
+            format!("SESS pid={p} exename=\"forkexec.elf\""),
+            format!("TASK tid={p} pid={p}"),
+            format!("FORK pid={c} ppid={p}"),
+        ]
+    );
+    // Every call the child made before _exit, in its parent's session's names.
+    let events = replay_events(&dir, c).expect("uftrace replay");
+    let steps = events.iter().filter(|e| *e == "E child_step").count();
+    let returns = events.iter().filter(|e| *e == "X child_step").count();
+    assert_eq!((steps, returns), (6, 6), "{events:?}");
+    // glibc's _exit, by the name its symbol table gives first.
+    assert!(
+        matches!(
+            events.last().map(String::as_str),
+            Some("E _exit" | "E _Exit")
+        ),
+        "{events:?}"
+    );
+    assert_eq!(
+        calls(&dir, p, &["parent_step", "child_step"]),
+        counts(&[("parent_step", 4), ("child_step", 0)])
+    );
+    let stats = std::fs::read_to_string(dir.join(format!("procs/{c}.0/plugin.stats")))
+        .unwrap_or_else(|e| panic!("the child's statistics: {e}"));
+    assert!(stats.lines().any(|l| l == "complete=1"), "{stats}");
+}
