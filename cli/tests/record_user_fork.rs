@@ -8,7 +8,7 @@ mod common;
 
 use common::user::record_ok;
 use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls};
-use qemu_uftrace_tests::{user_guest_elf, user_qemu};
+use qemu_uftrace_tests::{user_guest_elf, user_guest_elf_riscv64, user_qemu, user_qemu_riscv64};
 use std::path::Path;
 
 /// The number after `key` in a line of the program's output.
@@ -63,12 +63,23 @@ fn counts(list: &[(&str, u64)]) -> Vec<(String, u64)> {
 
 #[test]
 fn user_fork_exec_wait_gives_each_process_its_session_and_names() {
-    let parent = user_guest_elf("forkexec.elf").expect("build");
-    let execd = user_guest_elf("execd.elf").expect("build");
-    let (_tmp, dir, stdout) = record_ok(
-        &user_qemu(),
-        &[&parent.to_string_lossy(), &execd.to_string_lossy()],
+    let elf = |n: &str| user_guest_elf(n).expect("build");
+    fork_exec_wait(&user_qemu(), &elf("forkexec.elf"), &elf("execd.elf"));
+}
+
+#[test]
+fn user_riscv64_fork_exec_wait_gives_each_process_its_session_and_names() {
+    let elf = |n: &str| user_guest_elf_riscv64(n, false).expect("build");
+    fork_exec_wait(
+        &user_qemu_riscv64(),
+        &elf("forkexec.elf"),
+        &elf("execd.elf"),
     );
+}
+
+fn fork_exec_wait(qemu: &Path, parent: &Path, execd: &Path) {
+    let (_tmp, dir, stdout) =
+        record_ok(qemu, &[&parent.to_string_lossy(), &execd.to_string_lossy()]);
     // The exec'd program ran (no binfmt_misc needed: the plugin ran QEMU for it) with the
     // arguments it was given, and the parent saw its exit status.
     let p = field(&stdout, "parent ", "pid=");
