@@ -139,14 +139,19 @@ fn record_into(
     }
     let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
+    // User mode: the guest's other processes (forked, exec'd) may outlive the first QEMU;
+    // SIGTERM and SIGHUP reach them too, from QEMU's start to the end of the wait.
+    let others = user_mode
+        .then(crate::signal_scope::SignalScope::others)
+        .transpose()?;
     let exit = run_qemu::run(&qemu.path, &full[1..]);
-    // User mode: the guest's other processes (forked, exec'd) may still be writing.
     let procs = if user_mode {
-        qemu::user_procs::wait_all(staging);
+        qemu::user_procs::wait_all(staging, others.as_ref());
         qemu::user_procs::list(staging)
     } else {
         Vec::new()
     };
+    drop(others);
     let loader = loader.unwrap_or_else(|| {
         if let (Some(program), false) = (images.first(), args.no_auto_symbols) {
             let maps = qemu::user_maps::read(staging).unwrap_or_default();
@@ -227,6 +232,9 @@ fn record_into(
             staging.display()
         ))
     })?;
+    for why in &user.problems {
+        warn(format!("INCOMPLETE TRACE: {why}"));
+    }
     let incomplete = stats
         .as_ref()
         .and_then(Stats::incomplete_reason)

@@ -25,6 +25,20 @@ type Defaults = Vec<(i32, Arc<AtomicBool>)>;
 
 static DEFAULTS: Mutex<Option<Defaults>> = Mutex::new(None);
 
+/// How many live scopes take each signal of [`TAKEN`] (user mode waits on the guest's other
+/// processes in a scope around QEMU's run): the default action comes back with the last.
+static TAKERS: Mutex<[usize; TAKEN.len()]> = Mutex::new([0; TAKEN.len()]);
+
+/// Counts a scope taking (`+1`) or leaving (`-1`) `sig`; true when none takes it any more.
+fn count_taker(sig: i32, delta: isize) -> bool {
+    let Some(i) = TAKEN.iter().position(|&s| s == sig) else {
+        return true;
+    };
+    let mut takers = TAKERS.lock().unwrap_or_else(|e| e.into_inner());
+    takers[i] = takers[i].saturating_add_signed(delta);
+    takers[i] == 0
+}
+
 /// Sets up, once, the default action of each signal we take over. signal-hook never puts
 /// back the disposition it replaced: once the last action of a signal is unregistered, its
 /// handler stays installed and swallows the signal. So the default action is an action too
@@ -78,6 +92,11 @@ struct Child {
     pid: AtomicI32,
     /// Set once it has been waited for.
     reaped: AtomicBool,
+    /// Not our child (a process a guest program forked, whose QEMU was not started by
+    /// us): waitid cannot see it, so it counts as running while a signal reaches it.
+    foreign: bool,
+    /// Foreign children: the signal passed on so far, for each process waited on later.
+    pending: AtomicI32,
 }
 
 /// The handling of our signals during one child's run; dropping it (once the child has
@@ -85,7 +104,7 @@ struct Child {
 pub struct SignalScope {
     child: Arc<Child>,
     /// The default-action switches of the signals this run takes over.
-    armed: Vec<Arc<AtomicBool>>,
+    armed: Vec<(i32, Arc<AtomicBool>)>,
     /// The run's own actions, unregistered when it ends.
     actions: Vec<SigId>,
 }
@@ -93,21 +112,32 @@ pub struct SignalScope {
 impl SignalScope {
     /// For QEMU's run: Ctrl-C is left to QEMU, SIGTERM and SIGHUP are passed on to it.
     pub fn qemu() -> Result<SignalScope> {
-        SignalScope::new(&TAKEN, &[SIGTERM, SIGHUP])
+        SignalScope::new(&TAKEN, &[SIGTERM, SIGHUP], false)
     }
 
     /// For a viewer's run (uftrace, its pager or tui): Ctrl-C is its own; SIGTERM and SIGHUP
     /// still end us.
     pub fn viewer() -> Result<SignalScope> {
-        SignalScope::new(&[SIGINT], &[])
+        SignalScope::new(&[SIGINT], &[], false)
+    }
+
+    /// Around QEMU's run and the wait on processes that are not our children (user mode:
+    /// the guest's other processes, each in its own QEMU, which may outlive the first).
+    /// Ctrl-C is theirs (the terminal sends it to them too); SIGTERM and SIGHUP are passed
+    /// on to each process named by [`SignalScope::child_started`], even if they came before.
+    /// Nothing here ends us: QEMU's own scope, inside, does what it does.
+    pub fn others() -> Result<SignalScope> {
+        SignalScope::new(&TAKEN, &[SIGTERM, SIGHUP], true)
     }
 
     /// Takes over the signals `taken`, passing those in `forwarded` on to the child. Until
     /// the child is started, and once it has exited, a signal does what it does by default.
-    fn new(taken: &[i32], forwarded: &[i32]) -> Result<SignalScope> {
+    fn new(taken: &[i32], forwarded: &[i32], foreign: bool) -> Result<SignalScope> {
         let child = Arc::new(Child {
             pid: AtomicI32::new(0),
             reaped: AtomicBool::new(false),
+            foreign,
+            pending: AtomicI32::new(0),
         });
         let mut scope = SignalScope {
             child: Arc::clone(&child),
@@ -119,7 +149,15 @@ impl SignalScope {
             let child = Arc::clone(&child);
             let action = move || {
                 let pid = child.pid.load(Ordering::SeqCst);
-                if pid == 0 || child.reaped.load(Ordering::SeqCst) || exited(pid) {
+                if child.foreign {
+                    if forward {
+                        child.pending.store(sig, Ordering::SeqCst);
+                        if pid != 0 {
+                            // SAFETY: kill has no memory effects.
+                            unsafe { libc::kill(pid, sig) };
+                        }
+                    }
+                } else if pid == 0 || child.reaped.load(Ordering::SeqCst) || exited(pid) {
                     let _ = emulate_default_handler(sig);
                 } else if forward {
                     // SAFETY: kill has no memory effects.
@@ -134,8 +172,9 @@ impl SignalScope {
                 .with_context(|| format!("cannot install the handler of signal {sig}"))?;
             scope.actions.push(id);
             // The run's action now stands in for the default one.
+            count_taker(sig, 1);
             armed.store(false, Ordering::SeqCst);
-            scope.armed.push(armed);
+            scope.armed.push((sig, armed));
         }
         Ok(scope)
     }
@@ -143,6 +182,11 @@ impl SignalScope {
     /// The child runs as process `pid`.
     pub fn child_started(&self, pid: u32) {
         self.child.pid.store(pid as i32, Ordering::SeqCst);
+        let pending = self.child.pending.load(Ordering::SeqCst);
+        if self.child.foreign && pending != 0 {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(pid as i32, pending) };
+        }
     }
 
     /// The child has been waited for: signals from now on are ours.
@@ -154,9 +198,12 @@ impl SignalScope {
 impl Drop for SignalScope {
     fn drop(&mut self) {
         self.child_reaped();
-        // The default first, then the run's actions go: no signal falls in between.
-        for a in &self.armed {
-            a.store(true, Ordering::SeqCst);
+        // The default first, then the run's actions go: no signal falls in between. A
+        // signal another live scope takes stays its.
+        for (sig, a) in &self.armed {
+            if count_taker(*sig, -1) {
+                a.store(true, Ordering::SeqCst);
+            }
         }
         for id in self.actions.drain(..) {
             low_level::unregister(id);

@@ -203,3 +203,88 @@ fn user_forked_child_that_exits_at_once_loses_nothing() {
         .unwrap_or_else(|e| panic!("the child's statistics: {e}"));
     assert!(stats.lines().any(|l| l == "complete=1"), "{stats}");
 }
+
+#[test]
+fn user_record_waits_for_a_child_that_outlives_the_program() {
+    let parent = user_guest_elf("forkexec.elf").expect("build");
+    let started = std::time::Instant::now();
+    let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&parent.to_string_lossy(), "-orphan", "2"]);
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    let c = field(&stdout, "parent ", "child=");
+    assert_eq!(field(&stdout, "child ", "pid="), c, "{stdout}");
+    assert_eq!(
+        calls(&dir, c, &["child_step", "sleep"]),
+        counts(&[("child_step", 6), ("sleep", 1)])
+    );
+}
+
+#[test]
+fn user_sigterm_while_waiting_for_a_child_stops_it_and_says_so() {
+    let parent = user_guest_elf("forkexec.elf").expect("build");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let staging = tmp.path().join("uftrace.data.partial");
+    let record = std::process::Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .arg(user_qemu())
+        .arg(&parent)
+        .args(["-orphan", "60"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run qemu-uftrace");
+    // The program (the first QEMU) is done and its child sleeps: record waits for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let child_dir = loop {
+        let found = std::fs::read_dir(staging.join("procs"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(Result::ok)
+            .map(|e| e.path());
+        if let Some(d) = found.filter(|_| staging.join("plugin.stats").exists()) {
+            break d;
+        }
+        assert!(std::time::Instant::now() < deadline, "no child process");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: a signal to the process we started.
+    unsafe { libc::kill(record.id() as i32, libc::SIGTERM) };
+    let started = std::time::Instant::now();
+    let out = record.wait_with_output().expect("wait");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    // qemu-user dies of SIGTERM without its exit hooks: the child's part is lost, and the
+    // published trace says so (record itself is not killed: it passed the signal on).
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let c = child_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('.').next())
+        .expect("PID.N")
+        .to_string();
+    assert!(
+        common::stderr(&out).contains(&format!(
+            "qemu-uftrace: warning: INCOMPLETE TRACE: forked process {c} ended before"
+        )),
+        "{}",
+        common::stderr(&out)
+    );
+    let info = common::stdout(
+        &std::process::Command::new("uftrace")
+            .args(["info", "-d"])
+            .arg(&dir)
+            .output()
+            .expect("uftrace info"),
+    );
+    assert!(
+        info.contains(&format!(
+            "INCOMPLETE TRACE: forked process {c} ended before the qemu-uftrace plugin \
+             flushed its buffers"
+        )),
+        "{info}"
+    );
+}

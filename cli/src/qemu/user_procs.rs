@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::signal_scope::SignalScope;
+
 /// How a process image began.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -86,23 +88,50 @@ pub fn done(p: &Proc) -> bool {
 }
 
 /// Waits until every process image has written its files or its process has ended (it was
-/// killed before it could: the trace then says so).
-pub fn wait_all(staging: &Path) {
+/// killed before it could: the trace then says so). `scope` (made before the first QEMU
+/// ran: [`SignalScope::others`]) passes SIGTERM and SIGHUP on to each; after a while, says
+/// whom it waits for.
+pub fn wait_all(staging: &Path, scope: Option<&SignalScope>) {
+    let started = std::time::Instant::now();
+    let mut told = false;
     loop {
-        let procs = list(staging);
-        // An exec'd image shares its pid with the one before it, which is done: the pid's
-        // latest image decides.
-        let waiting = procs.iter().any(|p| {
-            !done(p) && alive(p.pid) && {
-                let latest = procs.iter().rfind(|q| q.pid == p.pid);
-                latest == Some(p)
-            }
-        });
-        if !waiting {
+        let waiting = waiting(&list(staging));
+        let Some(&first) = waiting.first() else {
             return;
+        };
+        if let Some(s) = scope {
+            for &pid in &waiting {
+                s.child_started(pid);
+            }
+            s.child_started(first);
+        }
+        if !told && started.elapsed() > Duration::from_secs(2) {
+            told = true;
+            let pids: Vec<String> = waiting.iter().map(u32::to_string).collect();
+            crate::errors::note(format!(
+                "the program ended, but processes it started still run (pid {}): waiting \
+                 for them to end to complete the trace (Ctrl-C stops them)",
+                pids.join(", ")
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The pids of the process images still to write their files.
+fn waiting(procs: &[Proc]) -> Vec<u32> {
+    let mut pids: Vec<u32> = procs
+        .iter()
+        .filter(|p| {
+            // An exec'd image shares its pid with the one before it, which is done: the
+            // pid's latest image decides.
+            let latest = procs.iter().rfind(|q| q.pid == p.pid);
+            latest == Some(*p) && !done(p) && alive(p.pid)
+        })
+        .map(|p| p.pid)
+        .collect();
+    pids.dedup();
+    pids
 }
 
 /// The `task.txt` timestamp of `ns`.
@@ -195,7 +224,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(list(dir.path()).len(), 1);
-        wait_all(dir.path());
+        wait_all(dir.path(), None);
         assert!(alive(std::process::id()));
     }
 }
