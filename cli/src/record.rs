@@ -204,6 +204,24 @@ fn record_into(
             "the recorded data is still there",
         )
     })?;
+    // The guest's other processes count in what was recorded (their own completeness is
+    // in `user.problems`).
+    let stats = stats.map(|mut s| {
+        let threads = s.tids.len();
+        for p in &user.stats {
+            s.events += p.events;
+            s.calls += p.calls;
+            s.returns += p.returns;
+            s.bytes += p.bytes;
+            s.tids.extend(&p.tids);
+        }
+        // A thread that exec'd is one thread in two images.
+        s.tids.sort_unstable();
+        s.tids.dedup();
+        let more = s.tids.len().saturating_sub(threads) as u32;
+        s.vcpus = s.vcpus.map(|v| v + more);
+        s
+    });
     let spinner = spinner(&args.output);
     for line in &symbols.failures {
         warn(line);
@@ -288,6 +306,8 @@ struct UserProcesses {
     tids: Vec<u32>,
     /// Why their part of the trace is not complete.
     problems: Vec<String>,
+    /// What their plugins reported.
+    stats: Vec<Stats>,
     failures: Vec<String>,
 }
 
@@ -314,6 +334,7 @@ fn user_processes(
                 if let Some(why) = s.incomplete_reason() {
                     out.problems.push(format!("{what}: {why}"));
                 }
+                out.stats.push(s);
             }
             _ => out.problems.push(format!(
                 "{what} ended before the qemu-uftrace plugin flushed its buffers"
