@@ -8,8 +8,11 @@ mod common;
 
 use common::user::record_ok;
 use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls};
+use qemu_uftrace_tests::{cached, guest_build_dir, workspace_root};
 use qemu_uftrace_tests::{user_guest_elf, user_guest_elf_riscv64, user_qemu, user_qemu_riscv64};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 /// The number after `key` in a line of the program's output.
 fn field(stdout: &str, prefix: &str, key: &str) -> u32 {
@@ -75,6 +78,41 @@ fn user_riscv64_fork_exec_wait_gives_each_process_its_session_and_names() {
         &elf("forkexec.elf"),
         &elf("execd.elf"),
     );
+}
+
+#[test]
+fn user_x86_64_fork_exec_wait_gives_each_process_its_session_and_names() {
+    fork_exec_wait(
+        &cached("qemu-10.2.2/bin/qemu-x86_64"),
+        &x86_64_guest("forkexec.elf"),
+        &x86_64_guest("execd.elf"),
+    );
+}
+
+/// `tests/guests/user`'s glibc programs built with the host gcc, once per process.
+fn x86_64_guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let dir = guest_build_dir().join("user-x86_64-glibc");
+        std::fs::create_dir_all(&dir).expect("guest dir");
+        let out = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(workspace_root().join("tests/guests/user"))
+            .arg(format!("O={}", dir.display()))
+            .arg("CROSS=")
+            .args([dir.join("forkexec.elf"), dir.join("execd.elf")])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run make");
+        assert!(
+            out.status.success(),
+            "make: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    });
+    dir.join(name)
 }
 
 fn fork_exec_wait(qemu: &Path, parent: &Path, execd: &Path) {
