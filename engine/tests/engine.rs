@@ -510,3 +510,19 @@ fn calls_past_the_hard_stack_limit_are_counted_and_their_returns_swallowed() {
         assert_eq!(recs, general.records(), "step {step}");
     }
 }
+
+#[test]
+fn a_forked_child_keeps_the_stack_but_not_the_parents_records() {
+    let mut r = Rig::general(64);
+    let mut g = FakeGuest::default();
+    r.call(0x100, 0x504);
+    r.call(0x200, 0x604);
+    // The fork: the two entries buffered are the parent's to write.
+    r.engine.fork_child(7);
+    assert_eq!(r.engine.tid(), 7);
+    assert_eq!(r.engine.stats().events, 0);
+    r.ret(0x604, &mut g);
+    r.ret(0x504, &mut g);
+    assert_eq!(r.shape(), s(&["-200@1", "-100@0"]));
+    assert_eq!(r.engine.stats().returns, 2);
+}
