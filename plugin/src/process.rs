@@ -107,16 +107,19 @@ fn take_over(vcpu: u32) {
     };
     // SAFETY: getpid, getppid and gettid cannot fail.
     let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid() as u32) };
+    // From here on this image's files are its own, never the parent's.
     let key = format!("{pid}.0");
-    let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
-    if let Err(e) = announce(&cfg.out, &key, &line) {
-        eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: {e}");
+    *KEY.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.clone());
+    if let Err(e) = out.restart_after_fork(cfg.out.clone()) {
+        // Nothing may reach the parent's queue, which nobody reads here: record nothing.
+        eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: writer: {e}");
+        drop(crate::vcpu::take_all());
         return;
     }
-    *KEY.lock().unwrap_or_else(|e| e.into_inner()) = Some(key);
-    if let Err(e) = out.restart_after_fork(cfg.out.clone()) {
-        eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: writer: {e}");
-        return;
+    let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
+    if let Err(e) = announce(&cfg.out, &key, &line) {
+        // The parent wrote the same line already, unless the disk is failing.
+        out.note_error(format!("procs/{key}/plugin.proc: {e}"));
     }
     // The other threads' states are the parent's: they do not exist here.
     for i in 0..crate::vcpu::capacity() as u32 {
