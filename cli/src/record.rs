@@ -373,7 +373,12 @@ fn user_processes(
             .collect()
     };
     out.task_lines = qemu::user_procs::task_lines(procs, |p| sids.get(&p.dir).cloned(), tids_of);
-    out.tids = procs.iter().flat_map(tids_of).collect();
+    // A process's first thread is the process (a child killed before it wrote its task
+    // list still has it).
+    out.tids = procs
+        .iter()
+        .flat_map(|p| tids_of(p).into_iter().chain([p.pid]))
+        .collect();
     out
 }
 

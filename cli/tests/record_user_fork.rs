@@ -304,6 +304,13 @@ fn user_sigterm_while_waiting_for_a_child_stops_it_and_says_so() {
         .and_then(|n| n.split('.').next())
         .expect("PID.N")
         .to_string();
+    // The child is in the trace all the same, as the parent's fork said.
+    let lines = task_lines(&dir);
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[2].starts_with(&format!("FORK pid={c} ppid=")),
+        "{lines:?}"
+    );
     assert!(
         common::stderr(&out).contains(&format!(
             "qemu-uftrace: warning: INCOMPLETE TRACE: forked process {c} ended before"
