@@ -10,15 +10,24 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// Whether this frame is an exception entry (`[irq]`, `[svc]` …): its `func` is a
-    /// pseudo-function's address exactly (48-bit, so no real 64-bit kernel address equals it).
+    /// Whether this frame is an exception entry (`[irq]`, `[svc]` …): its `func` is an
+    /// exception pseudo-function's address exactly (48-bit, so no real 64-bit kernel address
+    /// equals it). Signal deliveries are not: a longjmp may leave them.
     #[inline]
     pub fn is_exception(&self) -> bool {
-        (PSEUDO_BASE..PSEUDO_BASE + qemu_uftrace_format::pseudo::size()).contains(&self.func)
+        (PSEUDO_BASE..SIGNALS_BASE).contains(&self.func)
+    }
+
+    /// Whether this frame is a user-mode signal delivery (`[SIGALRM]` …).
+    #[inline]
+    pub fn is_signal(&self) -> bool {
+        qemu_uftrace_format::pseudo::is_signal(self.func) && self.func >= PSEUDO_BASE
     }
 }
 
 const PSEUDO_BASE: u64 = qemu_uftrace_format::pseudo::BASE;
+const SIGNALS_BASE: u64 =
+    qemu_uftrace_format::pseudo::addr(qemu_uftrace_format::pseudo::SIGNAL_BASE);
 
 /// Frames every stack has room for from the start: as deep as uftrace records (16 KiB), so
 /// that the hot path pushes recorded frames without a capacity check. Deeper stacks grow.
@@ -112,5 +121,10 @@ impl ShadowStack {
     /// Index of the innermost exception entry (a pseudo-frame), if one is open.
     pub fn innermost_exception(&self) -> Option<usize> {
         self.frames.iter().rposition(Frame::is_exception)
+    }
+
+    /// Index of the innermost signal delivery (a pseudo-frame), if one is open.
+    pub fn innermost_signal(&self) -> Option<usize> {
+        self.frames.iter().rposition(Frame::is_signal)
     }
 }

@@ -360,7 +360,7 @@ unsafe extern "C" fn on_discon(
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn on_syscall(
     _id: qemu_plugin_id_t,
-    _vcpu_index: c_uint,
+    vcpu_index: c_uint,
     num: i64,
     a1: u64,
     a2: u64,
@@ -371,12 +371,13 @@ unsafe extern "C" fn on_syscall(
     _a7: u64,
     _a8: u64,
 ) {
-    crate::usermap::syscall(num, a1, a2, a3, a5, a6)
+    crate::usermap::syscall(num, a1, a2, a3, a5, a6);
+    crate::signals::syscall(vcpu_index, num, a1, a2)
 }
 #[cfg(feature = "api-v7")]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn on_syscall(
-    _vcpu_index: c_uint,
+    vcpu_index: c_uint,
     num: i64,
     a1: u64,
     a2: u64,
@@ -388,7 +389,8 @@ unsafe extern "C" fn on_syscall(
     _a8: u64,
     _userdata: *mut c_void,
 ) {
-    crate::usermap::syscall(num, a1, a2, a3, a5, a6)
+    crate::usermap::syscall(num, a1, a2, a3, a5, a6);
+    crate::signals::syscall(vcpu_index, num, a1, a2)
 }
 
 #[cfg(not(feature = "api-v7"))]

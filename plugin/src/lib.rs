@@ -15,6 +15,7 @@ mod guest;
 mod landing;
 mod output;
 mod scoreboard;
+mod signals;
 mod translate;
 mod usermap;
 mod vcpu;

@@ -77,6 +77,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             )
         };
     }
+    if !crate::SYSTEM_MODE.get().copied().unwrap_or(true) {
+        unsafe { crate::signals::instrument(first, start) };
+    }
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         if crate::landing::is_landing(isa, mode, start, haddr) {

@@ -23,8 +23,8 @@
 //!   (Intel's and QEMU's behaviour; AMD CPUs truncate RIP to 16 bits).
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinuxUser,
-    MemOperand, Mode, Target, Thunk,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinkSlot,
+    LinuxSignals, LinuxUser, MemOperand, Mode, Target, Thunk,
 };
 
 pub struct X86_64;
@@ -518,6 +518,19 @@ impl Isa for X86_64 {
             close: 3,
             mmap: 9,
             stack_pointer: "rsp",
+        }
+    }
+
+    /// syscall_64.tbl; the kernel's `struct sigaction` starts with `sa_handler` (then
+    /// flags, restorer, mask); a delivered handler starts as if called from the restorer:
+    /// the return address on top of the stack, the signal number in rdi.
+    fn linux_signals(&self) -> LinuxSignals {
+        LinuxSignals {
+            rt_sigaction: 13,
+            rt_sigreturn: 15,
+            sigaction_handler: 0,
+            link: LinkSlot::StackTop("rsp"),
+            first_argument: "rdi",
         }
     }
 
