@@ -70,9 +70,22 @@ impl Engine {
     /// frames above the open function that holds the call are closed (never across an
     /// exception entry). Nothing changes when no open function can hold it.
     pub fn realign_for_call(&mut self, now: u64, ret_addr: u64) {
-        let floor = self.stack().innermost_exception().map_or(0, |i| i + 1);
         // The call instruction ends just before its return address.
-        let Some(i) = containing_frame(self.stack(), ret_addr.wrapping_sub(1)) else {
+        self.resume_in_function_of(now, ret_addr.wrapping_sub(1));
+    }
+
+    /// A jump through a register right after a stack switch (x86-64's longjmp, an unwinder
+    /// installing a handler) goes to `target`: frames above the open function that holds
+    /// it are closed, as for [`Engine::realign_for_call`].
+    pub fn stack_switch_jump(&mut self, now: u64, target: u64) {
+        self.resume_in_function_of(now, target);
+    }
+
+    /// Execution resumes at `pc`: closes the frames above the innermost open function that
+    /// can hold it, if that is not the top one.
+    fn resume_in_function_of(&mut self, now: u64, pc: u64) {
+        let floor = self.stack().innermost_exception().map_or(0, |i| i + 1);
+        let Some(i) = containing_frame(self.stack(), pc) else {
             return;
         };
         if i < floor || i + 1 >= self.stack().len() {
@@ -284,6 +297,26 @@ mod tests {
         e.realign_for_call(8, 0x9010);
         assert_eq!(e.stack().len(), 3);
         assert_eq!(e.stats.unwinds, 1);
+    }
+
+    #[test]
+    fn a_jump_after_a_stack_switch_closes_what_it_leaves() {
+        let (mut e, records) = engine();
+        e.call(1, 0x1000, 0x10); // main
+        e.call(2, 0x2000, 0x1014); // loop: set the jump point
+        e.call(3, 0x3000, 0x2024); // leaf
+        e.signal_entry(4, 10, 0x4000, TRAMPOLINE);
+        e.call(5, 0x6000, 0x4014); // longjmp
+        e.stack_switch_jump(6, 0x2014);
+        assert_eq!(e.stack().len(), 2);
+        let ev = events(&mut e, &records);
+        assert_eq!(
+            ev[ev.len() - 4..],
+            ["X throw", "X handler", "X [SIGUSR1]", "X leaf"]
+        );
+        // A jump within the top function (a switch) changes nothing.
+        e.stack_switch_jump(7, 0x2100);
+        assert_eq!(e.stack().len(), 2);
     }
 
     #[test]

@@ -47,7 +47,8 @@ pub struct Stats {
     /// Signal returns (rt_sigreturn) that closed a delivery's entry.
     pub signal_returns: u64,
     /// Unwinds placed at the first call after a return that landed unseen (a C++ landing
-    /// pad): frames the unwinding skipped, closed there.
+    /// pad), or at a jump after a stack switch (x86-64's longjmp and unwinder): frames the
+    /// unwinding skipped, closed there.
     pub unwinds: u64,
 }
 

@@ -7,7 +7,9 @@
 //! a callback on its first instruction, which tells a delivery from a call by the return
 //! address (a call just pushed that frame; a delivery returns to the sigreturn trampoline)
 //! and reads the signal number only for a delivery. `rt_sigreturn` closes the delivery.
-//! Nothing here runs per call or return.
+//! A jump through a register right after a stack switch (x86-64's longjmp and unwinder,
+//! which leave by `jmp *%reg`, not by a return) reads its target register, and the frames
+//! it leaves close there. Nothing here runs per call or return.
 
 use crate::api::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_R_REGS};
 use crate::guest::ByteBuf;
@@ -117,5 +119,38 @@ pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void)
         }
         let signo = read_register(isa, &mut v.regs, abi.first_argument).unwrap_or(0);
         v.engine.signal_entry(now, signo, handler, link);
+    });
+}
+
+/// At translation: `insn` jumps through general register `reg` after a stack switch.
+///
+/// # Safety
+/// `insn` is an instruction of the block QEMU is translating.
+pub unsafe fn instrument_stack_switch_jump(insn: *mut qemu_plugin_insn, reg: u8) {
+    unsafe {
+        qemu_plugin_register_vcpu_insn_exec_cb(
+            insn,
+            on_stack_switch_jump,
+            CB_R_REGS,
+            reg as usize as *mut c_void,
+        )
+    };
+}
+
+/// A jump through a register after a stack switch is about to run (the register holds its
+/// target): execution resumes in an outer frame.
+///
+/// # Safety
+/// `data` is the register's number; registered with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_stack_switch_jump(vcpu_index: c_uint, data: *mut c_void) {
+    let reg = data as usize as u8;
+    vcpu::with(vcpu_index, |v| {
+        let target = v.regs.read_gpr(reg);
+        let now = v.clock.now();
+        crate::callbacks::settle(v, now);
+        match target {
+            Some(target) => v.engine.stack_switch_jump(now, target),
+            None => v.engine.stats.register_read_failures += 1,
+        }
     });
 }

@@ -334,6 +334,17 @@ pub trait Isa: Sync + Send {
     }
     /// Linux user mode's signal delivery, as [`LinuxSignals`] describes.
     fn linux_signals(&self) -> LinuxSignals;
+    /// Whether the instruction at the start of `bytes` moves another register's value into
+    /// the stack pointer: the stack switch of a longjmp or of an unwinder installing a
+    /// handler (not an epilogue's copy of the frame pointer). Only architectures whose
+    /// longjmp and unwinder leave by a jump through a register need it.
+    fn switches_stack(&self, _mode: Mode, _bytes: &[u8]) -> bool {
+        false
+    }
+    /// The register a jump through a register at the start of `bytes` goes to (not a call).
+    fn register_jump(&self, _mode: Mode, _bytes: &[u8]) -> Option<u8> {
+        None
+    }
     /// `level` (as [`Isa::exception_level`] gives it, with what the engine knows of the
     /// security state) for names such as `EL1`, `S-EL1`, `ring0`, `S`.
     fn level_name(&self, level: Level) -> String;
