@@ -8,8 +8,11 @@
 mod common;
 
 use common::user::{only_task, record_ok};
-use qemu_uftrace_tests::replay::{replay_events, uftrace};
-use qemu_uftrace_tests::{cached, guest_build_dir, plugin_stat, workspace_root};
+use qemu_uftrace_tests::replay::{parse_replay, replay_events, uftrace};
+use qemu_uftrace_tests::{
+    cached, guest_build_dir, nm_functions, oracle_names, parse_oracle, plugin_stat, workspace_root,
+};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -260,6 +263,30 @@ fn check_throw(target: &Target) {
     assert_demangled(&dir);
 }
 
+/// The `-finstrument-functions` build logs its own entries and exits (GCC runs the exit
+/// hooks as cleanups while the exception passes): the trace of the program's functions is
+/// exactly that log, in order (main aside: static glibc enters it by a branch).
+fn check_throw_oracle(target: &Target) {
+    let elf = guest(target, "throw-oracle.elf");
+    let (_tmp, dir, stdout) = record_ok(&cached(target.qemu), &[&elf.to_string_lossy()]);
+    let log = parse_oracle(&stdout).expect("the oracle log on record's stdout");
+    let names = nm_functions(&elf).expect("nm");
+    let oracle: Vec<String> = oracle_names(&log, &names)
+        .into_iter()
+        .filter(|e| &e[2..] != "main")
+        .collect();
+    assert!(oracle.len() > 30, "{oracle:?}");
+    let functions: HashSet<&str> = oracle.iter().map(|e| &e[2..]).collect();
+    let d = dir.to_string_lossy();
+    let text = uftrace(&["replay", "--no-pager", "--demangle=no", "-d", &d]).expect("replay");
+    let traced: Vec<String> = parse_replay(&text, only_task(&dir))
+        .expect("replay text")
+        .into_iter()
+        .filter(|e| functions.contains(&e[2..]))
+        .collect();
+    assert_eq!(traced, oracle);
+}
+
 /// The symbol files keep the names as the ELF has them; uftrace's `--demangle` decides.
 fn assert_demangled(dir: &Path) {
     let sym = std::fs::read_to_string(dir.join("throw.elf.sym")).expect("throw.elf.sym");
@@ -308,6 +335,11 @@ fn aarch64_cxx_exception_closes_frames_where_it_is_caught() {
 }
 
 #[test]
+fn aarch64_cxx_exception_matches_the_oracle() {
+    check_throw_oracle(&AARCH64);
+}
+
+#[test]
 fn riscv64_sigalrm_handler_nests_under_the_interrupted_function() {
     check_sigalrm(&RISCV64);
 }
@@ -323,6 +355,11 @@ fn riscv64_cxx_exception_closes_frames_where_it_is_caught() {
 }
 
 #[test]
+fn riscv64_cxx_exception_matches_the_oracle() {
+    check_throw_oracle(&RISCV64);
+}
+
+#[test]
 fn x86_64_sigalrm_handler_nests_under_the_interrupted_function() {
     check_sigalrm(&X86_64);
 }
@@ -335,4 +372,9 @@ fn x86_64_siglongjmp_out_of_a_handler_closes_the_skipped_frames() {
 #[test]
 fn x86_64_cxx_exception_closes_frames_where_it_is_caught() {
     check_throw(&X86_64);
+}
+
+#[test]
+fn x86_64_cxx_exception_matches_the_oracle() {
+    check_throw_oracle(&X86_64);
 }
