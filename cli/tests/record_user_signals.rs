@@ -4,6 +4,7 @@
 //! libstdc++) print what they did; the replay must show each delivery as `[SIGxxx]` under
 //! the function it interrupted with the handler beneath, close the frames a longjmp or an
 //! exception skipped where execution resumed, and keep every exit paired with its entry.
+//! C++ and Rust names show demangled, as uftrace demangles them.
 
 mod common;
 
@@ -38,37 +39,43 @@ const X86_64: Target = Target {
 
 /// `tests/guests/user`'s signal programs for `target`, built once per process.
 fn guest(target: &Target, name: &str) -> PathBuf {
-    static BUILT: OnceLock<std::sync::Mutex<Vec<(String, PathBuf)>>> = OnceLock::new();
-    let built = BUILT.get_or_init(Default::default);
-    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = match built.iter().find(|(c, _)| c == target.cross) {
-        Some((_, dir)) => dir.clone(),
-        None => {
-            let dir =
-                guest_build_dir().join(format!("signals-{}", target.cross.trim_end_matches('-')));
-            std::fs::create_dir_all(&dir).expect("guest dir");
-            let out = Command::new("make")
-                .arg("-s")
-                .arg("-C")
-                .arg(workspace_root().join("tests/guests/user"))
-                .arg(format!("O={}", dir.display()))
-                .arg(format!("CROSS={}", target.cross))
-                .arg("signals")
-                .stdin(Stdio::null())
-                .output()
-                .expect("run make");
-            assert!(
-                out.status.success(),
-                "make signals CROSS={}: {}{}",
-                target.cross,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            built.push((target.cross.to_string(), dir.clone()));
-            dir
-        }
-    };
-    dir.join(name)
+    built(target, "signals").join(name)
+}
+
+/// The directory where `make GOAL` built `tests/guests/user`'s programs for `target`
+/// (once per process and goal).
+fn built(target: &Target, goal: &str) -> PathBuf {
+    type Built = std::sync::Mutex<Vec<(String, PathBuf)>>;
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    let key = format!("{}{goal}", target.cross);
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some((_, dir)) = built.iter().find(|(k, _)| *k == key) {
+        return dir.clone();
+    }
+    let dir = guest_build_dir().join(format!("signals-{}", target.cross.trim_end_matches('-')));
+    std::fs::create_dir_all(&dir).expect("guest dir");
+    let out = Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root().join("tests/guests/user"))
+        .arg(format!("O={}", dir.display()))
+        .arg(format!("CROSS={}", target.cross))
+        .arg(goal)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run make");
+    assert!(
+        out.status.success(),
+        "make {goal} CROSS={}: {}{}",
+        target.cross,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.push((key, dir.clone()));
+    dir
 }
 
 /// Records `name` for `target`; its stdout, the trace's events and the trace directory.
@@ -377,4 +384,31 @@ fn x86_64_cxx_exception_closes_frames_where_it_is_caught() {
 #[test]
 fn x86_64_cxx_exception_matches_the_oracle() {
     check_throw_oracle(&X86_64);
+}
+
+/// Rust's legacy mangling (`_ZN6shapes5total17h<hash>E`) is demangled by uftrace itself,
+/// hash dropped.
+#[test]
+fn x86_64_rust_names_are_demangled() {
+    let elf = built(&X86_64, "rust").join("shapes-rust.elf");
+    let (_tmp, dir, stdout) = record_ok(&cached(X86_64.qemu), &[&elf.to_string_lossy()]);
+    assert_eq!(stdout, "total=25\n");
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let area = "shapes::geometry::Square::area";
+    assert_eq!(
+        only(&events, &["shapes::total", area]),
+        [
+            "E shapes::total",
+            &format!("E {area}"),
+            &format!("X {area}"),
+            &format!("E {area}"),
+            &format!("X {area}"),
+            "X shapes::total"
+        ]
+    );
+    let sym = std::fs::read_to_string(dir.join("shapes-rust.elf.sym")).expect(".sym");
+    assert!(
+        sym.contains(" _ZN6shapes5total17h"),
+        "mangled in the .sym file"
+    );
 }
