@@ -110,6 +110,11 @@ dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)
 # The riscv64 user-mode tests build static and dynamic riscv64 programs.
 command -v riscv64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-riscv64-linux-gnu)
 dpkg -s libc6-dev-riscv64-cross >/dev/null 2>&1 || need+=(libc6-dev-riscv64-cross)
+# The signal and unwinding tests build a C++ program for each user-mode architecture (the
+# host g++ is x86_64-linux-gnu-g++).
+command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-aarch64-linux-gnu)
+command -v riscv64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-riscv64-linux-gnu)
+command -v x86_64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++)
 
 if [ "${#need[@]}" -gt 0 ]; then
     log "installing: ${need[*]}"
@@ -117,7 +122,8 @@ if [ "${#need[@]}" -gt 0 ]; then
     $SUDO apt-get update -qq
     pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu binutils-x86-64-linux-gnu
         binutils-riscv64-linux-gnu tmux hyperfine zstd make time libc6-dev-arm64-cross python3-venv
-        gcc-riscv64-linux-gnu libc6-dev-riscv64-cross)
+        gcc-riscv64-linux-gnu libc6-dev-riscv64-cross g++-aarch64-linux-gnu g++-riscv64-linux-gnu
+        g++)
     $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
     qemu_release=()
     [ -z "$backports" ] || qemu_release=(-t "${backports#/}")

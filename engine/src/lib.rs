@@ -12,6 +12,7 @@ pub mod guest;
 pub mod hot;
 pub mod resync;
 pub mod shadow;
+pub mod signals;
 pub mod sites;
 pub mod stats;
 pub mod tasks;

@@ -63,7 +63,7 @@ fn frame_chain(guest: &mut dyn GuestView) -> Vec<Link> {
 
 /// The innermost open frame whose function can contain `pc`: the one with the highest entry
 /// not above it (functions do not overlap, so no other open function's entry lies between).
-fn containing_frame(stack: &ShadowStack, pc: u64) -> Option<usize> {
+pub(crate) fn containing_frame(stack: &ShadowStack, pc: u64) -> Option<usize> {
     stack
         .frames()
         .iter()

@@ -10,15 +10,26 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// Whether this frame is an exception entry (`[irq]`, `[svc]` …): its `func` is a
-    /// pseudo-function's address exactly (48-bit, so no real 64-bit kernel address equals it).
+    /// Whether this frame is an exception entry (`[irq]`, `[svc]` …): its `func` is an
+    /// exception pseudo-function's address exactly (48-bit, so no real 64-bit kernel address
+    /// equals it). Signal deliveries are not: a longjmp may leave them.
     #[inline]
     pub fn is_exception(&self) -> bool {
-        (PSEUDO_BASE..PSEUDO_BASE + qemu_uftrace_format::pseudo::size()).contains(&self.func)
+        (PSEUDO_BASE..SIGNALS_BASE).contains(&self.func)
+    }
+
+    /// Whether this frame is a user-mode signal delivery (`[SIGALRM]` …).
+    #[inline]
+    pub fn is_signal(&self) -> bool {
+        (SIGNALS_BASE..=SIGNALS_LAST).contains(&self.func)
     }
 }
 
 const PSEUDO_BASE: u64 = qemu_uftrace_format::pseudo::BASE;
+const SIGNALS_LAST: u64 =
+    qemu_uftrace_format::pseudo::signal_addr(qemu_uftrace_format::pseudo::MAX_SIGNAL as u64);
+const SIGNALS_BASE: u64 =
+    qemu_uftrace_format::pseudo::addr(qemu_uftrace_format::pseudo::SIGNAL_BASE);
 
 /// Frames every stack has room for from the start: as deep as uftrace records (16 KiB), so
 /// that the hot path pushes recorded frames without a capacity check. Deeper stacks grow.
@@ -112,5 +123,29 @@ impl ShadowStack {
     /// Index of the innermost exception entry (a pseudo-frame), if one is open.
     pub fn innermost_exception(&self) -> Option<usize> {
         self.frames.iter().rposition(Frame::is_exception)
+    }
+
+    /// Index of the innermost signal delivery (a pseudo-frame), if one is open.
+    pub fn innermost_signal(&self) -> Option<usize> {
+        self.frames.iter().rposition(Frame::is_signal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qemu_uftrace_format::pseudo;
+
+    #[test]
+    fn signal_and_exception_frames_are_told_apart() {
+        let frame = |func| Frame { func, ret_addr: 0 };
+        assert!(frame(pseudo::addr(0)).is_exception() && !frame(pseudo::addr(0)).is_signal());
+        let alrm = frame(pseudo::signal_addr(14));
+        assert!(alrm.is_signal() && !alrm.is_exception());
+        assert!(frame(pseudo::signal_addr(0)).is_signal());
+        // A 64-bit kernel address in the top page is neither (records keep 48 bits).
+        let top = frame(0xffff_ffff_ffff_f000 | (pseudo::signal_addr(14) & 0xfff));
+        assert!(!top.is_signal() && !top.is_exception());
+        assert!(!frame(0x40_0000).is_signal());
     }
 }

@@ -42,6 +42,14 @@ pub struct Stats {
     /// exception's syndrome or return address): that event is not recorded, and a LOST
     /// record marks the place.
     pub register_read_failures: u64,
+    /// User mode: signal deliveries shown as entries (`[SIGALRM]` …).
+    pub signals: u64,
+    /// Signal returns (rt_sigreturn) that closed a delivery's entry.
+    pub signal_returns: u64,
+    /// Unwinds placed at the first call after a return that landed unseen (a C++ landing
+    /// pad), or at a jump after a stack switch (x86-64's longjmp and unwinder): frames the
+    /// unwinding skipped, closed there.
+    pub unwinds: u64,
 }
 
 impl Stats {
@@ -63,6 +71,9 @@ impl Stats {
         self.switches += o.switches;
         self.lost_marks += o.lost_marks;
         self.register_read_failures += o.register_read_failures;
+        self.signals += o.signals;
+        self.signal_returns += o.signal_returns;
+        self.unwinds += o.unwinds;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -85,6 +96,9 @@ impl Stats {
             ("switches", self.switches),
             ("lost_marks", self.lost_marks),
             ("register_read_failures", self.register_read_failures),
+            ("signals", self.signals),
+            ("signal_returns", self.signal_returns),
+            ("unwinds", self.unwinds),
         ]
     }
 }

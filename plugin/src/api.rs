@@ -373,6 +373,7 @@ unsafe extern "C" fn on_syscall(
 ) {
     crate::usermap::syscall(num, a1, a2, a3, a5, a6);
     crate::process::syscall(vcpu_index, num, a1, a2, a3);
+    crate::signals::syscall(vcpu_index, num, a1, a2);
 }
 #[cfg(feature = "api-v7")]
 #[allow(clippy::too_many_arguments)]
@@ -391,6 +392,7 @@ unsafe extern "C" fn on_syscall(
 ) {
     crate::usermap::syscall(num, a1, a2, a3, a5, a6);
     crate::process::syscall(vcpu_index, num, a1, a2, a3);
+    crate::signals::syscall(vcpu_index, num, a1, a2);
 }
 
 #[cfg(not(feature = "api-v7"))]

@@ -14,11 +14,14 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A return that landed where no landing block saw it is settled before the next event.
+/// Returns whether one did.
 #[inline(always)]
-fn settle(v: &mut VcpuState, now: u64) {
-    if v.pending.take() {
+pub(crate) fn settle(v: &mut VcpuState, now: u64) -> bool {
+    let pending = v.pending.take();
+    if pending {
         v.engine.ret_unseen(now);
     }
+    pending
 }
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
@@ -49,7 +52,11 @@ fn read_failed(v: &mut VcpuState) {
 #[inline(never)]
 fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
     let now = v.clock.now();
-    settle(v, now);
+    // User mode: a return that landed unseen right before a call is most often an
+    // unwinder's into a C++ landing pad; the call says which function resumed.
+    if settle(v, now) && !crate::SYSTEM_MODE.get().copied().unwrap_or(true) {
+        v.engine.realign_for_call(now, ret_addr);
+    }
     v.engine.call(now, target, ret_addr)
 }
 

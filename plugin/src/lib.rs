@@ -16,6 +16,7 @@ mod landing;
 mod output;
 mod process;
 mod scoreboard;
+mod signals;
 mod translate;
 mod usermap;
 mod vcpu;

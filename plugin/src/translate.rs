@@ -77,6 +77,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             )
         };
     }
+    let user = !crate::SYSTEM_MODE.get().copied().unwrap_or(true);
+    if user {
+        unsafe { crate::signals::instrument(first, start) };
+    }
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         if crate::landing::is_landing(isa, mode, start, haddr) {
@@ -103,12 +107,23 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
     }
     let mut bytes = [0u8; 16];
+    let mut switched = false;
     for i in 0..n {
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
         let len = unsafe {
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        // User mode: a jump through a register after a stack switch in the same block
+        // (x86-64's longjmp, an unwinder installing a handler) resumes an outer frame.
+        if user {
+            if isa.switches_stack(mode, &bytes[..len]) {
+                switched = true;
+            } else if let Some(reg) = isa.register_jump(mode, &bytes[..len]).filter(|_| switched) {
+                unsafe { crate::signals::instrument_stack_switch_jump(insn, reg) };
+                continue;
+            }
+        }
         let (cb, flags, data): (VcpuUdataCb, _, _) = match isa.classify(mode, pc, &bytes[..len]) {
             InsnKind::Call {
                 target: Target::Direct(t),

@@ -1,7 +1,8 @@
 //! A64 call/return classification from instruction words.
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, Mode, Target,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinkSlot,
+    LinuxSignals, Mode, Target,
 };
 
 /// `Level` bit for the Secure state (EL3 is always Secure and never carries it).
@@ -43,6 +44,12 @@ impl Aarch64 {
         }
         if insn == 0xd65f_0bff || insn == 0xd65f_0fff {
             // RETAA, RETAB
+            return InsnKind::Return;
+        }
+        if insn == 0xd61f_03c0 {
+            // BR X30: a return by another name. glibc's `__longjmp` ends so ("ret is
+            // guaranteed to mispredict"), and where it lands (after the call to setjmp) the
+            // frames it leaves are closed like any return's.
             return InsnKind::Return;
         }
         if insn == 0xd69f_03e0 || insn == 0xd69f_0bff || insn == 0xd69f_0fff {
@@ -209,6 +216,18 @@ impl Isa for Aarch64 {
         }
     }
 
+    /// `struct sigaction` starts with `sa_handler`; a delivered
+    /// handler starts with the trampoline in x30 and the signal number in x0.
+    fn linux_signals(&self) -> LinuxSignals {
+        LinuxSignals {
+            rt_sigaction: 134,
+            rt_sigreturn: 139,
+            sigaction_handler: 0,
+            link: LinkSlot::Register("x30"),
+            first_argument: "x0",
+        }
+    }
+
     fn level_name(&self, level: Level) -> String {
         let el = level.0 & 3;
         if level.0 & SECURE != 0 && el != 3 {
@@ -299,6 +318,7 @@ mod tests {
         assert_eq!(k(0, 0xd65f_0020), InsnKind::Return); // ret x1
         assert_eq!(k(0, 0xd65f_0bff), InsnKind::Return); // retaa
         assert_eq!(k(0, 0xd65f_0fff), InsnKind::Return); // retab
+        assert_eq!(k(0, 0xd61f_03c0), InsnKind::Return); // br x30 (glibc's longjmp)
     }
 
     #[test]

@@ -123,6 +123,29 @@ pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
     stack_pointer: "sp",
 };
 
+/// What user mode needs to show signal deliveries: the syscalls that install a handler and
+/// end one, where the handler is in the kernel's `struct sigaction`, and the registers a
+/// delivered handler starts with (its return address, the sigreturn trampoline, and its
+/// first argument, the signal number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinuxSignals {
+    pub rt_sigaction: i64,
+    pub rt_sigreturn: i64,
+    /// Byte offset of `sa_handler` in the `struct sigaction` that `rt_sigaction` reads.
+    pub sigaction_handler: u64,
+    pub link: LinkSlot,
+    pub first_argument: &'static str,
+}
+
+/// Where a function finds its return address at its first instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkSlot {
+    /// In this register (the link register).
+    Register(&'static str),
+    /// In the word at the top of the stack, whose pointer is this register (x86's `call`).
+    StackTop(&'static str),
+}
+
 /// A thunk recognised from the bytes at its entry: code that a call or a jump reaches but
 /// that is not a function of the program's own (x86 Linux's retpolines).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,6 +337,19 @@ pub trait Isa: Sync + Send {
     /// architecture has its own).
     fn linux_user(&self) -> LinuxUser {
         GENERIC_LINUX_USER
+    }
+    /// Linux user mode's signal delivery, as [`LinuxSignals`] describes.
+    fn linux_signals(&self) -> LinuxSignals;
+    /// Whether the instruction at the start of `bytes` moves another register's value into
+    /// the stack pointer: the stack switch of a longjmp or of an unwinder installing a
+    /// handler (not an epilogue's copy of the frame pointer). Only architectures whose
+    /// longjmp and unwinder leave by a jump through a register need it.
+    fn switches_stack(&self, _mode: Mode, _bytes: &[u8]) -> bool {
+        false
+    }
+    /// The register a jump through a register at the start of `bytes` goes to (not a call).
+    fn register_jump(&self, _mode: Mode, _bytes: &[u8]) -> Option<u8> {
+        None
     }
     /// `level` (as [`Isa::exception_level`] gives it, with what the engine knows of the
     /// security state) for names such as `EL1`, `S-EL1`, `ring0`, `S`.

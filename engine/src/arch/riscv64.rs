@@ -14,8 +14,8 @@
 //! mode: 0 U, 1 S, 3 M, plus 4 when virtualisation is on).
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, FrameSlots, InsnKind, Isa, Level, Mode,
-    Target,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, FrameSlots, InsnKind, Isa, Level,
+    LinkSlot, LinuxSignals, Mode, Target,
 };
 
 pub struct Riscv64;
@@ -270,6 +270,18 @@ impl Isa for Riscv64 {
         super::LinuxUser {
             elf_machine: 243,
             ..super::GENERIC_LINUX_USER
+        }
+    }
+
+    /// `struct sigaction` starts with `sa_handler`; a delivered
+    /// handler starts with the trampoline in ra and the signal number in a0.
+    fn linux_signals(&self) -> LinuxSignals {
+        LinuxSignals {
+            rt_sigaction: 134,
+            rt_sigreturn: 139,
+            sigaction_handler: 0,
+            link: LinkSlot::Register("ra"),
+            first_argument: "a0",
         }
     }
 

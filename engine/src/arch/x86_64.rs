@@ -23,8 +23,8 @@
 //!   (Intel's and QEMU's behaviour; AMD CPUs truncate RIP to 16 bits).
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinuxUser,
-    MemOperand, Mode, Target, Thunk,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinkSlot,
+    LinuxSignals, LinuxUser, MemOperand, Mode, Target, Thunk,
 };
 
 pub struct X86_64;
@@ -523,6 +523,50 @@ impl Isa for X86_64 {
         }
     }
 
+    /// syscall_64.tbl; the kernel's `struct sigaction` starts with `sa_handler` (then
+    /// flags, restorer, mask); a delivered handler starts as if called from the restorer:
+    /// the return address on top of the stack, the signal number in rdi.
+    fn linux_signals(&self) -> LinuxSignals {
+        LinuxSignals {
+            rt_sigaction: 13,
+            rt_sigreturn: 15,
+            sigaction_handler: 0,
+            link: LinkSlot::StackTop("rsp"),
+            first_argument: "rdi",
+        }
+    }
+
+    /// `mov %reg, %rsp` (89 /r or 8B /r, 64-bit operands) from any register but RBP, whose
+    /// copy into RSP is an epilogue's. glibc's `__longjmp` switches with `mov %r8,%rsp`,
+    /// libgcc's handler installation with `mov %rcx,%rsp`.
+    fn switches_stack(&self, mode: Mode, bytes: &[u8]) -> bool {
+        if mode != Mode::Bits64 {
+            return false;
+        }
+        let (p, i) = prefixes(mode, bytes);
+        let (Some(&op), Some(&m)) = (bytes.get(i), bytes.get(i + 1)) else {
+            return false;
+        };
+        if !p.rex_w() || m >> 6 != 3 {
+            return false;
+        }
+        let reg = ((m >> 3) & 7) | ((p.rex & 4) << 1);
+        let rm = (m & 7) | p.rex_b();
+        let (dst, src) = match op {
+            0x89 => (rm, reg),
+            0x8b => (reg, rm),
+            _ => return false,
+        };
+        gpr(dst) == RSP && gpr(src) != RBP && gpr(src) != RSP
+    }
+
+    /// `jmp *%reg` (FF /4, register operand).
+    fn register_jump(&self, mode: Mode, bytes: &[u8]) -> Option<u8> {
+        let (p, i) = prefixes(mode, bytes);
+        let (&op, &m) = (bytes.get(i)?, bytes.get(i + 1)?);
+        (op == 0xff && (m >> 3) & 7 == 4 && m >> 6 == 3).then(|| gpr((m & 7) | p.rex_b()))
+    }
+
     fn level_name(&self, level: Level) -> String {
         format!("ring{}", level.0)
     }
@@ -532,6 +576,33 @@ impl Isa for X86_64 {
 mod tests {
     use super::super::test_asm::{assemble, bytes_through, Insn, X86_64 as BINUTILS};
     use super::*;
+
+    #[test]
+    fn stack_switches_and_register_jumps() {
+        let isa = X86_64;
+        let sw = |b: &[u8]| isa.switches_stack(Mode::Bits64, b);
+        assert!(sw(&[0x4c, 0x89, 0xc4])); // mov %r8,%rsp (glibc __longjmp)
+        assert!(sw(&[0x48, 0x89, 0xcc])); // mov %rcx,%rsp (libgcc eh_return)
+        assert!(sw(&[0x48, 0x8b, 0xe0])); // mov %rax,%rsp (8B form)
+        assert!(!sw(&[0x48, 0x89, 0xec])); // mov %rbp,%rsp: an epilogue
+        assert!(!sw(&[0x48, 0x89, 0xc5])); // mov %rax,%rbp
+        assert!(!sw(&[0x89, 0xcc])); // mov %ecx,%esp: not 64-bit
+        assert!(!sw(&[0x48, 0x8b, 0x61, 0x08])); // mov 8(%rcx),%rsp: from memory
+        assert!(!isa.switches_stack(Mode::Bits32, &[0x89, 0xcc]));
+        let jmp = |b: &[u8]| isa.register_jump(Mode::Bits64, b);
+        assert_eq!(jmp(&[0xff, 0xe2]), Some(3)); // jmp *%rdx (QEMU's rdx is 3)
+        assert_eq!(jmp(&[0xff, 0xe1]), Some(2)); // jmp *%rcx
+        assert_eq!(jmp(&[0x41, 0xff, 0xe3]), Some(11)); // jmp *%r11
+        assert_eq!(jmp(&[0x3e, 0xff, 0xe0]), Some(0)); // notrack jmp *%rax
+        assert_eq!(jmp(&[0xff, 0xd0]), None); // call *%rax
+        assert_eq!(jmp(&[0xff, 0x25, 0, 0, 0, 0]), None); // jmp *0(%rip): memory
+        assert_eq!(
+            super::super::Arch::Aarch64
+                .isa()
+                .register_jump(Mode::Bits64, &[0xc0, 0x03, 0x1f, 0xd6]),
+            None
+        );
+    }
 
     /// What a listing line must classify as (addresses from the assembled listing).
     enum E {

@@ -1,0 +1,61 @@
+/*
+ * A static glibc program interrupted by SIGALRM: an interval timer fires while main's busy
+ * loop calls spin_step() over and over; the handler calls on_alarm(), which stops the timer
+ * at the ALARMS-th, and the loop ends then. Output: "alarms=<n> steps=<m>".
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+
+#define NOIPA __attribute__((noipa))
+#define ALARMS 3
+
+static volatile sig_atomic_t alarms;
+
+NOIPA void on_alarm(int sig)
+{
+    if (sig == SIGALRM && ++alarms == ALARMS) {
+        /* setitimer is async-signal-safe; no alarm follows the last. */
+        struct itimerval off;
+        memset(&off, 0, sizeof off);
+        setitimer(ITIMER_REAL, &off, NULL);
+    }
+}
+
+NOIPA void handler(int sig)
+{
+    on_alarm(sig);
+}
+
+NOIPA long spin_step(long x)
+{
+    return x * 3 + 1;
+}
+
+NOIPA long spin(void)
+{
+    long acc = 0, steps = 0;
+
+    while (alarms < ALARMS) {
+        acc += spin_step(steps);
+        steps++;
+    }
+    return steps + (acc & 0);
+}
+
+int main(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, NULL) != 0)
+        return 1;
+    struct itimerval every = {{0, 2000}, {0, 2000}};
+    if (setitimer(ITIMER_REAL, &every, NULL) != 0)
+        return 1;
+    long steps = spin();
+    printf("alarms=%d steps=%ld\n", (int)alarms, steps);
+    return 0;
+}
