@@ -212,3 +212,60 @@ fn user_static_pie_program_is_named_at_its_load_bias() {
     );
     assert_eq!(first_callees(&events, "say"), ["printf"]);
 }
+
+/// Ctrl-C on a running program: the terminal's SIGINT reaches QEMU (and record, which
+/// leaves it to QEMU). qemu-user has no handler for it while the guest has none, so the
+/// plugin takes it, writes everything, and ends QEMU with it: the trace is complete and
+/// record's status says the program was interrupted.
+#[test]
+fn user_ctrl_c_keeps_everything_recorded() {
+    use std::os::unix::process::CommandExt;
+    let elf = user_guest_elf("spin.elf").expect("build");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let staging = tmp.path().join("uftrace.data.partial");
+    let mut record = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .arg(user_qemu())
+        .arg(&elf)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        // Its own process group, as a shell's foreground job: Ctrl-C signals all of it.
+        .process_group(0)
+        .spawn()
+        .expect("run qemu-uftrace");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Running, and past the point where the plugin set itself up (records on disk).
+    while !std::fs::read_dir(&staging).is_ok_and(|d| {
+        d.flatten().any(|e| {
+            e.path().extension().is_some_and(|x| x == "dat")
+                && e.metadata().is_ok_and(|m| m.len() > 0)
+        })
+    }) {
+        assert!(std::time::Instant::now() < deadline, "nothing recorded");
+        assert!(record.try_wait().expect("wait").is_none(), "record ended");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: a signal to the process group we made.
+    unsafe { libc::kill(-(record.id() as i32), libc::SIGINT) };
+    let out = record.wait_with_output().expect("wait");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(!err.contains("INCOMPLETE"), "{err}");
+    let stats = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.lines().any(|l| l == "complete=1"), "{stats}");
+    // Every spin_tick that returned called spin_work once; at most the one running when the
+    // signal came is still open.
+    only_task(&dir);
+    let calls = report_calls(&dir, &[]).expect("uftrace report");
+    let count = |n: &str| calls.get(n).copied().unwrap_or(0);
+    assert!(count("spin_tick") > 10, "{calls:?}");
+    assert!(
+        count("spin_work").abs_diff(count("spin_tick")) <= 1,
+        "{calls:?}"
+    );
+}

@@ -17,6 +17,7 @@ mod output;
 mod process;
 mod scoreboard;
 mod signals;
+mod stop_signals;
 mod translate;
 mod usermap;
 mod vcpu;
@@ -246,6 +247,13 @@ pub(crate) fn vcpu_exit(vcpu_id: u32) {
 
 /// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
 pub(crate) fn finish() {
+    // Once: QEMU's at-exit, an exec and a stopping signal may meet; a second caller waits
+    // until the first is done, so that the process never ends in the middle of the writing.
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(finish_once);
+}
+
+fn finish_once() {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
         return;
     };

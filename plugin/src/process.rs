@@ -116,6 +116,7 @@ fn take_over(vcpu: u32) {
         drop(crate::vcpu::take_all());
         return;
     }
+    crate::stop_signals::after_fork();
     let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
     if let Err(e) = announce(&cfg.out, &key, &line) {
         // The parent wrote the same line already, unless the disk is failing.

@@ -72,6 +72,8 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
     if STARTED.swap(true, Ordering::Relaxed) {
         return;
     }
+    // After QEMU's own signal set-up, which reads the dispositions it finds.
+    crate::stop_signals::install();
     let aux = with_buf(|buf| {
         // A general register on some architectures (x86-64's `rsp`), a named one on others.
         let isa = crate::isa_or_default();
