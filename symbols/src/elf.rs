@@ -199,10 +199,13 @@ fn member_offset_as<Elf: FileHeader<Endian = Endianness>>(
     })
 }
 
-/// AArch64 and RISC-V (LP64) lazy-binding PLT entries (the same layout), named after the function each jumps to (`malloc`, not
-/// `malloc@plt`): a call through the PLT branches on into the function without a call of
-/// its own, so the entry's frame is the whole call. `.plt` is a 32-byte header then one
-/// 16-byte entry per `.rela.plt` relocation, in order. Anything unexpected gives none.
+/// AArch64 and RISC-V (LP64) lazy-binding PLT entries (the same layout), named after the
+/// function each jumps to (`malloc`, not `malloc@plt`): a call through the PLT branches on
+/// into the function without a call of its own, so the entry's frame is the whole call.
+/// `.plt` is a 32-byte header then one 16-byte entry per `.rela.plt` relocation, in order;
+/// a static program's `.plt` (its iplt) has no header, and each of its entries is named
+/// after the IFUNC symbol its `IRELATIVE` relocation resolves (`memcpy`, where the nearest
+/// symbol would say `_init`). Anything unexpected gives none.
 fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'data, Elf, &'data [u8]>,
     data: &'data [u8],
@@ -221,19 +224,35 @@ fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     let dynsym = file.elf_dynamic_symbol_table();
     let plt_addr: u64 = plt.sh_addr(endian).into();
     let plt_size: u64 = plt.sh_size(endian).into();
+    let irelative = match file.elf_header().e_machine(endian) {
+        elf::EM_AARCH64 => elf::R_AARCH64_IRELATIVE,
+        _ => elf::R_RISCV_IRELATIVE,
+    };
+    let header = if plt_size == 16 * (relocs.len() / 24) as u64 {
+        0
+    } else {
+        32
+    };
+    let ifuncs = ifunc_names(file);
     let mut out = Vec::new();
     // Elf64_Rela: r_offset, r_info (symbol index in the high half), r_addend.
     for (i, r) in relocs.chunks_exact(24).enumerate() {
-        let addr = plt_addr + 32 + 16 * i as u64;
+        let addr = plt_addr + header + 16 * i as u64;
         if addr + 16 > plt_addr + plt_size {
             break;
         }
         let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
-        let Ok(sym) = dynsym.symbol(SymbolIndex((info >> 32) as usize)) else {
-            continue;
+        let name = if info & 0xffff_ffff == u64::from(irelative) {
+            let addend = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
+            ifuncs.get(&addend).copied()
+        } else {
+            dynsym
+                .symbol(SymbolIndex((info >> 32) as usize))
+                .ok()
+                .and_then(|sym| dynsym.symbol_name(endian, sym).ok())
         };
-        match dynsym.symbol_name(endian, sym) {
-            Ok(name) if !name.is_empty() => out.push(Candidate {
+        match name {
+            Some(name) if !name.is_empty() => out.push(Candidate {
                 addr,
                 size: 16,
                 name,
@@ -289,15 +308,35 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
             }
         }
     }
+    // A static program's iplt: `R_X86_64_IRELATIVE` slots, named after the IFUNC symbol
+    // whose resolver the addend is (`memcpy`, where the nearest symbol would say `_init`).
+    let ifuncs = ifunc_names(file);
+    if let Some(relocs) = sections
+        .section_by_name(endian, b".rela.plt")
+        .and_then(|(_, s)| s.data(endian, data).ok())
+    {
+        for r in relocs.chunks_exact(24) {
+            let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
+            let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+            let addend = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
+            if info & 0xffff_ffff == u64::from(elf::R_X86_64_IRELATIVE) {
+                if let Some(&name) = ifuncs.get(&addend) {
+                    slots.insert(offset, name);
+                }
+            }
+        }
+    }
     if slots.is_empty() {
         return Vec::new();
     }
 
     let mut out = Vec::new();
+    // PLT0 (`push`, `jmp *GOT+16`) never reads like an entry, and a static program's `.plt`
+    // has none: every 16 bytes are tried.
     let (calls, skip) = match sections.section_by_name(endian, b".plt.sec") {
         Some((_, sec)) => (sec, 0),
         None => match sections.section_by_name(endian, b".plt") {
-            Some((_, plt)) => (plt, 16),
+            Some((_, plt)) => (plt, 0),
             None => return out,
         },
     };
@@ -310,9 +349,13 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
         };
         let base: u64 = section.sh_addr(endian).into();
         let entsize: u64 = section.sh_entsize(endian).into();
-        // .plt and .plt.sec entries are 16 bytes; .plt.got's 8, or 16 with endbr64.
+        let size: u64 = section.sh_size(endian).into();
+        // .plt and .plt.sec entries are 16 bytes; .plt.got's 8, or 16 with endbr64; a
+        // static program's .plt (its iplt, no entry size given) 8 each, one per slot.
         let entsize = if matches!(entsize, 8 | 16) {
             entsize
+        } else if size == 8 * slots.len() as u64 {
+            8
         } else {
             16
         };
@@ -333,6 +376,29 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
                     typed: true,
                 });
             }
+        }
+    }
+    out
+}
+
+/// IFUNC symbols by value (their resolver's address), globals first.
+fn ifunc_names<'data, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'data, Elf, &'data [u8]>,
+) -> std::collections::HashMap<u64, &'data [u8]> {
+    let endian = file.endian();
+    let symbols = file.elf_symbol_table();
+    let mut out = std::collections::HashMap::new();
+    for sym in symbols.iter() {
+        if sym.st_type() != elf::STT_GNU_IFUNC {
+            continue;
+        }
+        let Ok(name) = symbols.symbol_name(endian, sym) else {
+            continue;
+        };
+        let global = sym.st_bind() != elf::STB_LOCAL;
+        let value: u64 = sym.st_value(endian).into();
+        if global || !out.contains_key(&value) {
+            out.insert(value, name);
         }
     }
     out
