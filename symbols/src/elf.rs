@@ -9,6 +9,7 @@ use object::read::elf::{
 };
 use object::{Endian, Endianness, FileKind, SymbolIndex};
 
+use crate::debug_file::{self, DebugRefs};
 use crate::dwarf_types::{self, Missing};
 use crate::functions::{collapse, is_mapping_symbol, Candidate};
 use crate::{dwarf_lines, Arch, Image, LoadOptions, MemberError, SymbolError};
@@ -82,8 +83,31 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     }
 
     let sections = file.elf_section_table();
+    // A stripped file's .symtab and DWARF may be in a separate debug file (a -dbg or
+    // -dbgsym package, `objcopy --only-keep-debug`): looked for only when missing here.
+    let has_symtab = !file.elf_symbol_table().is_empty();
+    let has_lines = !section_data(sections, endian, data, ".debug_line").is_empty();
+    let debug_map = if !has_symtab || (opts.source_lines && !has_lines) {
+        debug_file::find(path, &DebugRefs::of(&file)).map(|(_, map)| map)
+    } else {
+        None
+    };
+    // The debug file describes the same layout (NOBITS where the code was), so its symbols
+    // and sections read as the file's own.
+    let debug = debug_map
+        .as_deref()
+        .and_then(|m| ElfFile::<Elf, &[u8]>::parse(m).ok())
+        .filter(|d| d.elf_header().e_machine(endian) == header.e_machine(endian));
+
     // .symtab has everything; a stripped shared library still exports its .dynsym.
     let mut cands = candidates(path, sections, file.elf_symbol_table(), endian)?;
+    if cands.is_empty() {
+        if let Some(d) = &debug {
+            // A debug file that does not parse loses its symbols only.
+            cands = candidates(path, d.elf_section_table(), d.elf_symbol_table(), endian)
+                .unwrap_or_default();
+        }
+    }
     if cands.is_empty() {
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
@@ -105,7 +129,10 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     if opts.source_lines {
         let entries: Vec<u64> = functions.iter().map(|f| f.addr).collect();
         let sizes: Vec<u64> = functions.iter().map(|f| f.size).collect();
-        let load = |name: &str| section_data(sections, endian, data, name);
+        let load = |name: &str| match (&debug, debug_map.as_deref(), has_lines) {
+            (Some(d), Some(m), false) => section_data(d.elf_section_table(), endian, m, name),
+            _ => section_data(sections, endian, data, name),
+        };
         let lines = dwarf_lines::lines_for(&load, endian.is_little_endian(), &entries, &sizes);
         for (f, line) in functions.iter_mut().zip(lines) {
             f.line = line;
