@@ -62,7 +62,21 @@ fn user_program_stdout_and_exit_status_pass_through() {
 #[test]
 fn user_threads_are_one_task_each_by_thread_id() {
     let elf = user_guest_elf("threads.elf").expect("build");
-    let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&elf.to_string_lossy()]);
+    check_threads(&[&elf.to_string_lossy()]);
+}
+
+/// The same program, dynamic: its threads start in libc (`start_thread`), are created through
+/// the PLT, and their stacks are mmapped by a libc the CLI finds under `-L`.
+#[test]
+fn dynamic_user_threads_are_one_task_each_by_thread_id() {
+    let elf = user_guest_elf("threads-dyn.elf").expect("build");
+    check_threads(&["-L", "/usr/aarch64-linux-gnu", &elf.to_string_lossy()]);
+}
+
+/// Records the threads program (`args`: QEMU's, ending with its path): one task per thread,
+/// by the thread ids it prints, each with its exact `thread_step` count.
+fn check_threads(args: &[&str]) {
+    let (_tmp, dir, stdout) = record_ok(&user_qemu(), args);
     // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
     let field = |line: &str, key: &str| -> u32 {
         line.split_whitespace()
