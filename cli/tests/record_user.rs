@@ -43,6 +43,16 @@ fn user_calls_through_pointers_match_the_oracle() {
     check_program("fnptr");
 }
 
+/// Return addresses signed by pointer authentication (`paciasp` … `retaa`, leaves
+/// included), under `-cpu max`: the same exact sequences.
+#[test]
+fn user_pac_builds_match_the_oracle() {
+    for program in ["nested", "recursion", "fnptr"] {
+        let elf = user_guest_elf(&format!("{program}-pac-oracle.elf")).expect("build");
+        user::check_oracle_with(&user_qemu(), &["-cpu", "max"], &elf, &[]);
+    }
+}
+
 #[test]
 fn user_program_stdout_and_exit_status_pass_through() {
     let elf = user_guest_elf("exit3.elf").expect("build");

@@ -58,13 +58,27 @@ pub fn traced(dir: &Path) -> Vec<String> {
 /// same run; each of the `others` (builds without the oracle: no tail calls in these
 /// programs) traces the same calls.
 pub fn check_oracle(qemu: &Path, oracle_elf: &Path, others: &[PathBuf]) {
-    let (_tmp, dir, stdout) = record_ok(qemu, &[&oracle_elf.to_string_lossy()]);
+    check_oracle_with(qemu, &[], oracle_elf, others);
+}
+
+/// [`check_oracle`] with QEMU options (`-cpu max`) before each program.
+pub fn check_oracle_with(qemu: &Path, qemu_opts: &[&str], oracle_elf: &Path, others: &[PathBuf]) {
+    let args = |elf: &Path| -> Vec<String> {
+        let mut a: Vec<String> = qemu_opts.iter().map(|s| s.to_string()).collect();
+        a.push(elf.to_string_lossy().into_owned());
+        a
+    };
+    let record_ok = |elf: &Path| {
+        let a = args(elf);
+        record_ok(qemu, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (_tmp, dir, stdout) = record_ok(oracle_elf);
     let log = parse_oracle(&stdout).expect("the program's oracle log on record's stdout");
     let oracle = oracle_names(&log, &nm_functions(oracle_elf).expect("nm"));
     assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
     assert_eq!(traced(&dir), oracle, "{}", oracle_elf.display());
     for elf in others {
-        let (_tmp, dir, stdout) = record_ok(qemu, &[&elf.to_string_lossy()]);
+        let (_tmp, dir, stdout) = record_ok(elf);
         assert!(!stdout.contains("MISMATCH"), "{stdout}");
         assert_eq!(traced(&dir), oracle, "{}", elf.display());
     }
