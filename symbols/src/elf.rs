@@ -424,6 +424,12 @@ fn candidates<'data, Elf: FileHeader<Endian = Endianness>>(
         if name.is_empty() || is_mapping_symbol(name) {
             continue;
         }
+        // glibc's .symtab (in its debug file) spells versioned symbols `memcpy@@GLIBC_2.14`:
+        // the name is what comes before the version, as .dynsym has it.
+        let name = match memchr::memchr(b'@', name) {
+            Some(at) if at > 0 => &name[..at],
+            _ => name,
+        };
         let global = matches!(
             sym.st_bind(),
             elf::STB_GLOBAL | elf::STB_WEAK | elf::STB_GNU_UNIQUE

@@ -183,3 +183,37 @@ fn build_id(path: &Path) -> String {
         .trim()
         .to_string()
 }
+
+/// A versioned library's .symtab spells its symbols `lib_entry@@V1` (glibc's debug file
+/// does): named as .dynsym does, without the version.
+#[test]
+fn versioned_symbols_are_named_without_their_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // As glibc defines its versioned symbols: .symver puts the version in the name.
+    std::fs::write(
+        dir.join("v.c"),
+        "int lib_entry_v1(int x) { return x + 1; }\n\
+         __asm__(\".symver lib_entry_v1, lib_entry@@V1\");\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("v.map"), "V1 { global: lib_entry; local: *; };\n").unwrap();
+    let lib = dir.join("libv.so");
+    run(Command::new(CC)
+        .current_dir(dir)
+        .args([
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-Wl,--version-script=v.map",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg("v.c"));
+    let symtab = run(Command::new(READELF).args(["-W", "--syms"]).arg(&lib));
+    assert!(symtab.contains("lib_entry@@V1"), "{symtab}");
+    let image = load(&lib, &LoadOptions::default()).unwrap();
+    let names: Vec<&str> = image.functions.iter().map(|f| f.name.as_str()).collect();
+    assert!(names.contains(&"lib_entry"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains('@')), "{names:?}");
+}
