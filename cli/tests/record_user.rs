@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::user::{self, check_oracle, first_callees, only_task, record_ok, text, traced};
-use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls, task_list};
+use common::user::{self, check_oracle, check_threads, first_callees, only_task, text, traced};
+use qemu_uftrace_tests::replay::replay_events;
 use qemu_uftrace_tests::{user_guest_elf, user_qemu};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -72,7 +71,7 @@ fn user_program_stdout_and_exit_status_pass_through() {
 #[test]
 fn user_threads_are_one_task_each_by_thread_id() {
     let elf = user_guest_elf("threads.elf").expect("build");
-    check_threads(&[&elf.to_string_lossy()]);
+    check_threads(&user_qemu(), &[&elf.to_string_lossy()]);
 }
 
 /// The same program, dynamic: its threads start in libc (`start_thread`), are created through
@@ -80,72 +79,10 @@ fn user_threads_are_one_task_each_by_thread_id() {
 #[test]
 fn dynamic_user_threads_are_one_task_each_by_thread_id() {
     let elf = user_guest_elf("threads-dyn.elf").expect("build");
-    check_threads(&["-L", "/usr/aarch64-linux-gnu", &elf.to_string_lossy()]);
-}
-
-/// Records the threads program (`args`: QEMU's, ending with its path): one task per thread,
-/// by the thread ids it prints, each with its exact `thread_step` count.
-fn check_threads(args: &[&str]) {
-    let (_tmp, dir, stdout) = record_ok(&user_qemu(), args);
-    // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
-    let field = |line: &str, key: &str| -> u32 {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-    };
-    let main_tid = stdout
-        .lines()
-        .find(|l| l.starts_with("main "))
-        .map(|l| field(l, "tid="))
-        .expect("main's line");
-    let threads: BTreeMap<u32, u64> = stdout
-        .lines()
-        .filter(|l| l.starts_with("thread "))
-        .map(|l| (field(l, "tid="), u64::from(field(l, "steps="))))
-        .collect();
-    assert_eq!(threads.len(), 3, "{stdout}");
-    assert_eq!(
-        threads
-            .values()
-            .copied()
-            .collect::<Vec<_>>()
-            .iter()
-            .sum::<u64>(),
-        5 + 9 + 13
+    check_threads(
+        &user_qemu(),
+        &["-L", "/usr/aarch64-linux-gnu", &elf.to_string_lossy()],
     );
-    let mut tids: Vec<u32> = task_list(&dir)
-        .expect("task.txt")
-        .iter()
-        .map(|t| t.0)
-        .collect();
-    tids.sort_unstable();
-    let mut want: Vec<u32> = threads.keys().copied().chain([main_tid]).collect();
-    want.sort_unstable();
-    assert_eq!(tids, want, "one uftrace task per thread, by its thread id");
-    let step = exactly("thread_step");
-    for (&tid, &steps) in &threads {
-        let calls =
-            report_calls(&dir, &["--tid", &tid.to_string(), "-F", &step]).expect("uftrace report");
-        assert_eq!(
-            calls.get("thread_step"),
-            Some(&steps),
-            "tid {tid}: {calls:?}"
-        );
-        let calls = report_calls(
-            &dir,
-            &["--tid", &tid.to_string(), "-F", &exactly("thread_main")],
-        )
-        .expect("uftrace report");
-        assert_eq!(calls.get("thread_main"), Some(&1), "tid {tid}: {calls:?}");
-    }
-    let calls = report_calls(&dir, &["--tid", &main_tid.to_string()]).expect("uftrace report");
-    assert_eq!(
-        calls.get("thread_step"),
-        None,
-        "main calls no thread_step: {calls:?}"
-    );
-    assert_eq!(calls.get("pthread_create"), Some(&3), "{calls:?}");
 }
 
 #[test]
