@@ -12,7 +12,8 @@
 #   sqlite    the sqlite3 shell running generated SQL on an in-memory database (inserts,
 #             indexes, group by, a join): ~15 M calls per second of plain QEMU
 # Prints wall times, both ratios, peak RSS, trace sizes, events, and our plugin's call/return
-# counts (every call and return recorded: no unmatched return, no resync, nothing lost).
+# counts (every call and return recorded: no unmatched return, no resync, nothing lost); then
+# the CPU time of each (user + system, every thread, record's own included) and its ratio.
 # Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] bench/user.sh [bzip2] [sqlite]
 #        (no workload named: both)
 set -euo pipefail
@@ -81,13 +82,14 @@ user_argv() {
     esac
 }
 
-# One timed run in DIR (QEMU's plugin writes ./uftrace.data): prints "seconds max_rss_kb".
+# One timed run in DIR (QEMU's plugin writes ./uftrace.data): prints "seconds max_rss_kb
+# cpu_seconds" (user + system, all threads: the figure a shared machine disturbs least).
 timed_in() {
     local dir=$1
     shift
     warm_memory
-    (cd "$dir" && timed_into "%e %M" "$work/time" "$@")
-    cat "$work/time"
+    (cd "$dir" && timed_into "%e %M %U %S" "$work/time" "$@")
+    awk '{ printf "%s %s %.2f\n", $1, $2, $3 + $4 }' "$work/time"
 }
 
 # "min-max" of the first column of a file of timings.
@@ -136,6 +138,11 @@ measure() {
         printf 'contrib trace %s MB' "$(du -sm "$work/contrib/uftrace.data" | cut -f1)"
     fi
     echo
+    cpu() { cut -d' ' -f3 "$work/$1.t" | median; }
+    awk -v p="$(cpu plain)" -v o="$(cpu ours)" -v c="$( [ "$with_contrib" = 1 ] && cpu contrib || echo 0)" 'BEGIN {
+        printf "                  cpu: plain %.2f s, ours %.2f s (%.2fx)", p, o, o / p
+        if (c > 0) printf ", contrib %.2f s (%.2fx)", c, c / p
+        printf "\n" }'
     printf '                  range: plain %s s, ours %s s' "$(spread "$work/plain.t")" "$(spread "$work/ours.t")"
     [ "$with_contrib" = 0 ] || printf ', contrib %s s' "$(spread "$work/contrib.t")"
     echo
