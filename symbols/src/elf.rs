@@ -86,7 +86,10 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     // A stripped file's .symtab and DWARF may be in a separate debug file (a -dbg or
     // -dbgsym package, `objcopy --only-keep-debug`): looked for only when missing here.
     let has_symtab = !file.elf_symbol_table().is_empty();
-    let has_lines = !section_data(sections, endian, data, ".debug_line").is_empty();
+    // By its header: decompressing a kernel's .debug_line just to see it is there costs.
+    let has_lines = sections
+        .section_by_name(endian, b".debug_line")
+        .is_some_and(|(_, s)| s.sh_type(endian) != elf::SHT_NOBITS && s.sh_size(endian).into() > 0);
     let debug_map = if !has_symtab || (opts.source_lines && !has_lines) {
         debug_file::find(path, &DebugRefs::of(&file)).map(|(_, map)| map)
     } else {
