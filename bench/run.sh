@@ -5,10 +5,12 @@
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
+#   user       user mode, bench/user.sh: bzip2 and the sqlite3 shell under qemu-aarch64,
+#              qemu-x86_64 and qemu-riscv64 (10.2.2), with QEMU's own uftrace plugin beside
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
-#        (RUNS=3 by default; no workload named: calldense and kernel)
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs] [user]
+#        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,10 +35,15 @@ spread() { cut -d' ' -f1 "$1" | sort -n | sed -n '1p;$p' | paste -sd-; }
 
 stat_of() { sed -n "s/^$1=//p" "$work/trace/plugin.stats" 2>/dev/null | head -n1; }
 
-printf '%-8s %-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
+workloads=()
+user_mode=0
+for name in "${@:-calldense kernel user}"; do
+    for w in $name; do
+        if [ "$w" = user ]; then user_mode=1; else workloads+=("$w"); fi
+    done
+done
+[ "${#workloads[@]}" -eq 0 ] || printf '%-8s %-10s %9s %9s %7s %9s %9s %9s %12s %12s\n' \
     qemu workload plain_s traced_s ratio plain_MB traced_MB trace_MB events events/s
-workloads=("$@")
-[ "${#workloads[@]}" -gt 0 ] || workloads=(calldense kernel)
 for name in "${workloads[@]}"; do build_workload_guest "$name"; done
 for version in ${QEMUS:-10.0}; do
     qemu=$(qemu_program "$version")
@@ -66,3 +73,9 @@ for version in ${QEMUS:-10.0}; do
         printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
     done
 done
+
+# User mode has its own table (per guest architecture, QEMU's plugin beside ours).
+if [ "$user_mode" = 1 ]; then
+    echo
+    QEMU_UFTRACE_BENCH_READY=1 RUNS="$runs" "$root/bench/user.sh"
+fi

@@ -322,4 +322,78 @@ done
 "$q111/bin/qemu-system-aarch64" --version | grep -q "version 11\.1" ||
     { log "the QEMU 11.1 wrapper in $q111 does not run"; exit 1; }
 
+# source_package PKG SUITES DIR: Debian's source package PKG (NAME or NAME=VERSION) from the
+# deb-src of SUITES, unpacked with its patches into DIR, through a private apt state so the
+# system's lists stay as they are.
+source_package() {
+    local pkg=$1 suites=$2 dir=$3 tmp
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache/archives/partial"
+    cat >"$tmp/apt/src.sources" <<SRC
+Types: deb-src
+URIs: $(debian_mirror)
+Suites: $suites
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    local apt_src=(-o Dir::Etc::SourceList="$tmp/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
+        -o Dir::State::Lists="$tmp/apt/lists" -o Dir::Cache="$tmp/apt/cache")
+    apt-get "${apt_src[@]}" update -qq &&
+        (cd "$tmp" && apt-get "${apt_src[@]}" source --download-only -qq "$pkg" 2>/dev/null) &&
+        dpkg-source --no-check -x "$tmp"/*.dsc "$dir" >/dev/null || { rm -rf "$tmp"; return 1; }
+    rm -rf "$tmp"
+}
+
+# bench/user.sh's workloads, real CPU-bound programs from Debian's source packages, built for
+# each user-mode target as dynamic PIEs against the cross glibc (x86_64: the host's), with
+# DWARF and frame pointers (QEMU's own uftrace plugin, the benchmark's peer, walks them;
+# without, it writes gigabytes of noise); cached. bzip2 (seconds to build) makes few calls:
+# its hot loops are inlined.
+bz="$CACHE/bzip2"
+if [ "$(cat "$bz/cflags" 2>/dev/null)" != frame-pointers ] || [ ! -x "$bz/aarch64/bzip2" ] || [ ! -x "$bz/x86_64/bzip2" ] || [ ! -x "$bz/riscv64/bzip2" ]; then
+    log "building bzip2 from Debian's source package into $bz"
+    work=$(mktemp -d)
+    source_package bzip2 "$codename" "$work/src" || { log "cannot fetch bzip2's source package"; exit 1; }
+    rm -rf "$bz.tmp"
+    for arch in aarch64 x86_64 riscv64; do
+        cc=gcc
+        [ "$arch" = x86_64 ] || cc=$arch-linux-gnu-gcc
+        mkdir -p "$bz.tmp/$arch"
+        (cd "$work/src" && $cc -O2 -g -fno-omit-frame-pointer -D_FILE_OFFSET_BITS=64 -o "$bz.tmp/$arch/bzip2" blocksort.c \
+            huffman.c crctable.c randtable.c compress.c decompress.c bzlib.c bzip2.c) ||
+            { log "building bzip2 for $arch failed"; exit 1; }
+    done
+    dpkg-parsechangelog -l "$work/src/debian/changelog" -S Version >"$bz.tmp/version"
+    echo frame-pointers >"$bz.tmp/cflags"
+    rm -rf "$bz" && mv "$bz.tmp" "$bz"
+    rm -rf "$work"
+fi
+
+# The sqlite3 shell (~2 min to build): a call-dense workload. The amalgamation is made on the
+# host (tclsh), then compiled by each cross compiler.
+sq="$CACHE/sqlite3"
+if [ "$(cat "$sq/cflags" 2>/dev/null)" != frame-pointers ] || [ ! -x "$sq/aarch64/sqlite3" ] || [ ! -x "$sq/x86_64/sqlite3" ] || [ ! -x "$sq/riscv64/sqlite3" ]; then
+    log "building the sqlite3 shell from Debian's source package into $sq (~2 min)"
+    command -v tclsh >/dev/null 2>&1 || $SUDO apt-get install -y -qq --no-install-recommends tcl >/dev/null
+    work=$(mktemp -d)
+    source_package sqlite3 "$codename" "$work/src" || { log "cannot fetch sqlite3's source package"; exit 1; }
+    mkdir "$work/build"
+    (cd "$work/build" && ../src/configure --disable-tcl >"$work/configure.log" 2>&1 &&
+        make sqlite3.c shell.c >"$work/make.log" 2>&1) ||
+        { tail -n 20 "$work"/*.log >&2; log "making sqlite's amalgamation failed"; exit 1; }
+    rm -rf "$sq.tmp"
+    for arch in aarch64 x86_64 riscv64; do
+        cc=gcc
+        [ "$arch" = x86_64 ] || cc=$arch-linux-gnu-gcc
+        mkdir -p "$sq.tmp/$arch"
+        (cd "$work/build" && $cc -O2 -g -fno-omit-frame-pointer -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
+            -o "$sq.tmp/$arch/sqlite3" shell.c sqlite3.c -lm) ||
+            { log "building sqlite3 for $arch failed"; exit 1; }
+    done
+    dpkg-parsechangelog -l "$work/src/debian/changelog" -S Version >"$sq.tmp/version"
+    echo frame-pointers >"$sq.tmp/cflags"
+    rm -rf "$sq" && mv "$sq.tmp" "$sq"
+    rm -rf "$work"
+fi
+
 log "ok (cache: $CACHE)"

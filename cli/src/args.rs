@@ -100,9 +100,15 @@ impl Then {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Symbols are read from the guest images named on the QEMU command line \
-        (-kernel, -bios, -device loader,file=ELF) and from every --symbols source.\n\n\
-        Example:\n  qemu-uftrace record --then replay -- qemu-system-aarch64 -M virt -cpu max \
-        -nographic -kernel Image -append console=ttyAMA0"
+        (-kernel, -bios, -device loader,file=ELF) and from every --symbols source. In user \
+        mode (qemu-aarch64, qemu-x86_64, qemu-riscv64: a build with plugin support) they come \
+        from the program, its dynamic loader and every shared library where the guest mapped \
+        them, looked up under -L or QEMU_LD_PREFIX; a stripped file's separate debug file is \
+        found by build ID or .gnu_debuglink (beside it, in .debug/, under usr/lib/debug of / \
+        or of the sysroot it lies in).\n\n\
+        Examples:\n  qemu-uftrace record --then replay -- qemu-system-aarch64 -M virt -cpu max \
+        -nographic -kernel Image -append console=ttyAMA0\n  \
+        qemu-uftrace record -- qemu-aarch64 -L /usr/aarch64-linux-gnu ./prog args"
 )]
 pub struct RecordArgs {
     /// Trace directory to write (an existing one is moved to DIR.old)

@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::user::{self, check_oracle, first_callees, only_task, record_ok, text, traced};
-use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls, task_list};
+use common::user::{self, check_oracle, check_threads, first_callees, only_task, text, traced};
+use qemu_uftrace_tests::replay::replay_events;
 use qemu_uftrace_tests::{user_guest_elf, user_qemu};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -43,6 +42,16 @@ fn user_calls_through_pointers_match_the_oracle() {
     check_program("fnptr");
 }
 
+/// Return addresses signed by pointer authentication (`paciasp` … `retaa`, leaves
+/// included), under `-cpu max`: the same exact sequences.
+#[test]
+fn user_pac_builds_match_the_oracle() {
+    for program in ["nested", "recursion", "fnptr"] {
+        let elf = user_guest_elf(&format!("{program}-pac-oracle.elf")).expect("build");
+        user::check_oracle_with(&user_qemu(), &["-cpu", "max"], &elf, &[]);
+    }
+}
+
 #[test]
 fn user_program_stdout_and_exit_status_pass_through() {
     let elf = user_guest_elf("exit3.elf").expect("build");
@@ -62,66 +71,18 @@ fn user_program_stdout_and_exit_status_pass_through() {
 #[test]
 fn user_threads_are_one_task_each_by_thread_id() {
     let elf = user_guest_elf("threads.elf").expect("build");
-    let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&elf.to_string_lossy()]);
-    // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
-    let field = |line: &str, key: &str| -> u32 {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-    };
-    let main_tid = stdout
-        .lines()
-        .find(|l| l.starts_with("main "))
-        .map(|l| field(l, "tid="))
-        .expect("main's line");
-    let threads: BTreeMap<u32, u64> = stdout
-        .lines()
-        .filter(|l| l.starts_with("thread "))
-        .map(|l| (field(l, "tid="), u64::from(field(l, "steps="))))
-        .collect();
-    assert_eq!(threads.len(), 3, "{stdout}");
-    assert_eq!(
-        threads
-            .values()
-            .copied()
-            .collect::<Vec<_>>()
-            .iter()
-            .sum::<u64>(),
-        5 + 9 + 13
+    check_threads(&user_qemu(), &[&elf.to_string_lossy()]);
+}
+
+/// The same program, dynamic: its threads start in libc (`start_thread`), are created through
+/// the PLT, and their stacks are mmapped by a libc the CLI finds under `-L`.
+#[test]
+fn dynamic_user_threads_are_one_task_each_by_thread_id() {
+    let elf = user_guest_elf("threads-dyn.elf").expect("build");
+    check_threads(
+        &user_qemu(),
+        &["-L", "/usr/aarch64-linux-gnu", &elf.to_string_lossy()],
     );
-    let mut tids: Vec<u32> = task_list(&dir)
-        .expect("task.txt")
-        .iter()
-        .map(|t| t.0)
-        .collect();
-    tids.sort_unstable();
-    let mut want: Vec<u32> = threads.keys().copied().chain([main_tid]).collect();
-    want.sort_unstable();
-    assert_eq!(tids, want, "one uftrace task per thread, by its thread id");
-    let step = exactly("thread_step");
-    for (&tid, &steps) in &threads {
-        let calls =
-            report_calls(&dir, &["--tid", &tid.to_string(), "-F", &step]).expect("uftrace report");
-        assert_eq!(
-            calls.get("thread_step"),
-            Some(&steps),
-            "tid {tid}: {calls:?}"
-        );
-        let calls = report_calls(
-            &dir,
-            &["--tid", &tid.to_string(), "-F", &exactly("thread_main")],
-        )
-        .expect("uftrace report");
-        assert_eq!(calls.get("thread_main"), Some(&1), "tid {tid}: {calls:?}");
-    }
-    let calls = report_calls(&dir, &["--tid", &main_tid.to_string()]).expect("uftrace report");
-    assert_eq!(
-        calls.get("thread_step"),
-        None,
-        "main calls no thread_step: {calls:?}"
-    );
-    assert_eq!(calls.get("pthread_create"), Some(&3), "{calls:?}");
 }
 
 #[test]

@@ -68,6 +68,18 @@ fn riscv64_user_exit_status_passes_through() {
     );
 }
 
+/// Three pthreads, static and dynamic: one task each by thread id, exact call counts.
+#[test]
+fn riscv64_user_threads_are_one_task_each() {
+    let elf = user_guest_elf_riscv64("threads.elf", false).expect("build");
+    user::check_threads(&user_qemu_riscv64(), &[&elf.to_string_lossy()]);
+    let elf = user_guest_elf_riscv64("threads-dyn.elf", false).expect("build");
+    user::check_threads(
+        &user_qemu_riscv64(),
+        &["-L", "/usr/riscv64-linux-gnu", &elf.to_string_lossy()],
+    );
+}
+
 /// A PIE program linked with riscv64 glibc, run under `-L`: the program's functions by
 /// name, its library calls named by the PLT entries they go through.
 #[test]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::user::{check_oracle, first_callees, only_task, record_ok};
+use common::user::{check_oracle, check_threads, first_callees, only_task, record_ok};
 use qemu_uftrace_tests::replay::replay_events;
 use qemu_uftrace_tests::{cached, guest_build_dir, workspace_root};
 use std::path::PathBuf;
@@ -126,4 +126,15 @@ fn x86_64_user_dynamic_pie_program_names_its_functions() {
     let maps = std::fs::read_to_string(dir.join("plugin.maps")).expect("plugin.maps");
     assert!(maps.starts_with("aux\t"), "{maps}");
     assert!(maps.contains("libc.so.6"), "{maps}");
+}
+
+/// Three pthreads, static and dynamic (the host's glibc): one task each by thread id, exact
+/// call counts.
+#[test]
+fn x86_64_user_threads_are_one_task_each() {
+    check_threads(&qemu_x86_64(), &[&guest("threads.elf").to_string_lossy()]);
+    check_threads(
+        &qemu_x86_64(),
+        &[&guest("threads-dyn.elf").to_string_lossy()],
+    );
 }

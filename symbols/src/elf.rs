@@ -9,6 +9,7 @@ use object::read::elf::{
 };
 use object::{Endian, Endianness, FileKind, SymbolIndex};
 
+use crate::debug_file::{self, DebugRefs};
 use crate::dwarf_types::{self, Missing};
 use crate::functions::{collapse, is_mapping_symbol, Candidate};
 use crate::{dwarf_lines, Arch, Image, LoadOptions, MemberError, SymbolError};
@@ -82,8 +83,34 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     }
 
     let sections = file.elf_section_table();
+    // A stripped file's .symtab and DWARF may be in a separate debug file (a -dbg or
+    // -dbgsym package, `objcopy --only-keep-debug`): looked for only when missing here.
+    let has_symtab = !file.elf_symbol_table().is_empty();
+    // By its header: decompressing a kernel's .debug_line just to see it is there costs.
+    let has_lines = sections
+        .section_by_name(endian, b".debug_line")
+        .is_some_and(|(_, s)| s.sh_type(endian) != elf::SHT_NOBITS && s.sh_size(endian).into() > 0);
+    let debug_map = if !has_symtab || (opts.source_lines && !has_lines) {
+        debug_file::find(path, &DebugRefs::of(&file)).map(|(_, map)| map)
+    } else {
+        None
+    };
+    // The debug file describes the same layout (NOBITS where the code was), so its symbols
+    // and sections read as the file's own.
+    let debug = debug_map
+        .as_deref()
+        .and_then(|m| ElfFile::<Elf, &[u8]>::parse(m).ok())
+        .filter(|d| d.elf_header().e_machine(endian) == header.e_machine(endian));
+
     // .symtab has everything; a stripped shared library still exports its .dynsym.
     let mut cands = candidates(path, sections, file.elf_symbol_table(), endian)?;
+    if cands.is_empty() {
+        if let Some(d) = &debug {
+            // A debug file that does not parse loses its symbols only.
+            cands = candidates(path, d.elf_section_table(), d.elf_symbol_table(), endian)
+                .unwrap_or_default();
+        }
+    }
     if cands.is_empty() {
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
@@ -105,7 +132,10 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     if opts.source_lines {
         let entries: Vec<u64> = functions.iter().map(|f| f.addr).collect();
         let sizes: Vec<u64> = functions.iter().map(|f| f.size).collect();
-        let load = |name: &str| section_data(sections, endian, data, name);
+        let load = |name: &str| match (&debug, debug_map.as_deref(), has_lines) {
+            (Some(d), Some(m), false) => section_data(d.elf_section_table(), endian, m, name),
+            _ => section_data(sections, endian, data, name),
+        };
         let lines = dwarf_lines::lines_for(&load, endian.is_little_endian(), &entries, &sizes);
         for (f, line) in functions.iter_mut().zip(lines) {
             f.line = line;
@@ -463,6 +493,12 @@ fn candidates<'data, Elf: FileHeader<Endian = Endianness>>(
         if name.is_empty() || is_mapping_symbol(name) {
             continue;
         }
+        // glibc's .symtab (in its debug file) spells versioned symbols `memcpy@@GLIBC_2.14`:
+        // the name is what comes before the version, as .dynsym has it.
+        let name = match memchr::memchr(b'@', name) {
+            Some(at) if at > 0 => &name[..at],
+            _ => name,
+        };
         let global = matches!(
             sym.st_bind(),
             elf::STB_GLOBAL | elf::STB_WEAK | elf::STB_GNU_UNIQUE

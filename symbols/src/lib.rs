@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod debug_file;
 mod demangle;
 mod detect;
 mod dwarf_lines;

@@ -1,8 +1,9 @@
 //! What the user-mode tests (`record_user*.rs`, one per architecture) share: recording a
 //! program under a `qemu-<arch>`, the calls of a single-threaded trace, and the oracle check.
 
-use qemu_uftrace_tests::replay::{replay_events, task_list, without};
+use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls, task_list, without};
 use qemu_uftrace_tests::{is_runtime_function, nm_functions, oracle_names, parse_oracle};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -58,13 +59,27 @@ pub fn traced(dir: &Path) -> Vec<String> {
 /// same run; each of the `others` (builds without the oracle: no tail calls in these
 /// programs) traces the same calls.
 pub fn check_oracle(qemu: &Path, oracle_elf: &Path, others: &[PathBuf]) {
-    let (_tmp, dir, stdout) = record_ok(qemu, &[&oracle_elf.to_string_lossy()]);
+    check_oracle_with(qemu, &[], oracle_elf, others);
+}
+
+/// [`check_oracle`] with QEMU options (`-cpu max`) before each program.
+pub fn check_oracle_with(qemu: &Path, qemu_opts: &[&str], oracle_elf: &Path, others: &[PathBuf]) {
+    let args = |elf: &Path| -> Vec<String> {
+        let mut a: Vec<String> = qemu_opts.iter().map(|s| s.to_string()).collect();
+        a.push(elf.to_string_lossy().into_owned());
+        a
+    };
+    let record_ok = |elf: &Path| {
+        let a = args(elf);
+        record_ok(qemu, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let (_tmp, dir, stdout) = record_ok(oracle_elf);
     let log = parse_oracle(&stdout).expect("the program's oracle log on record's stdout");
     let oracle = oracle_names(&log, &nm_functions(oracle_elf).expect("nm"));
     assert!(oracle.len() > 4 && oracle[0] == "E main", "{oracle:?}");
     assert_eq!(traced(&dir), oracle, "{}", oracle_elf.display());
     for elf in others {
-        let (_tmp, dir, stdout) = record_ok(qemu, &[&elf.to_string_lossy()]);
+        let (_tmp, dir, stdout) = record_ok(elf);
         assert!(!stdout.contains("MISMATCH"), "{stdout}");
         assert_eq!(traced(&dir), oracle, "{}", elf.display());
     }
@@ -79,4 +94,70 @@ pub fn first_callees(events: &[String], parent: &str) -> Vec<String> {
         .filter(|(_, e)| **e == enter)
         .filter_map(|(i, _)| events.get(i + 1)?.strip_prefix("E ").map(str::to_string))
         .collect()
+}
+
+/// Records the threads program (tests/guests/user/threads.c) under `qemu` (`args`: QEMU's,
+/// ending with the program's path): one task per thread,
+/// by the thread ids it prints, each with its exact `thread_step` count.
+pub fn check_threads(qemu: &Path, args: &[&str]) {
+    let (_tmp, dir, stdout) = record_ok(qemu, args);
+    // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
+    let field = |line: &str, key: &str| -> u32 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+    };
+    let main_tid = stdout
+        .lines()
+        .find(|l| l.starts_with("main "))
+        .map(|l| field(l, "tid="))
+        .expect("main's line");
+    let threads: BTreeMap<u32, u64> = stdout
+        .lines()
+        .filter(|l| l.starts_with("thread "))
+        .map(|l| (field(l, "tid="), u64::from(field(l, "steps="))))
+        .collect();
+    assert_eq!(threads.len(), 3, "{stdout}");
+    assert_eq!(
+        threads
+            .values()
+            .copied()
+            .collect::<Vec<_>>()
+            .iter()
+            .sum::<u64>(),
+        5 + 9 + 13
+    );
+    let mut tids: Vec<u32> = task_list(&dir)
+        .expect("task.txt")
+        .iter()
+        .map(|t| t.0)
+        .collect();
+    tids.sort_unstable();
+    let mut want: Vec<u32> = threads.keys().copied().chain([main_tid]).collect();
+    want.sort_unstable();
+    assert_eq!(tids, want, "one uftrace task per thread, by its thread id");
+    let step = exactly("thread_step");
+    for (&tid, &steps) in &threads {
+        let calls =
+            report_calls(&dir, &["--tid", &tid.to_string(), "-F", &step]).expect("uftrace report");
+        assert_eq!(
+            calls.get("thread_step"),
+            Some(&steps),
+            "tid {tid}: {calls:?}"
+        );
+        let calls = report_calls(
+            &dir,
+            &["--tid", &tid.to_string(), "-F", &exactly("thread_main")],
+        )
+        .expect("uftrace report");
+        assert_eq!(calls.get("thread_main"), Some(&1), "tid {tid}: {calls:?}");
+    }
+    let calls = report_calls(&dir, &["--tid", &main_tid.to_string()]).expect("uftrace report");
+    assert_eq!(
+        calls.get("thread_step"),
+        None,
+        "main calls no thread_step: {calls:?}"
+    );
+    assert_eq!(calls.get("pthread_create"), Some(&3), "{calls:?}");
 }

@@ -1,5 +1,5 @@
 /*
- * A static glibc program with three threads besides main: thread k calls thread_step()
+ * A glibc program (static, or dynamic: threads-dyn.elf) with three threads besides main: thread k calls thread_step()
  * THREAD_STEPS_k times, prints its thread id, and ends; main joins them in order.
  * Output: "main tid=<T>", then one "thread <k> tid=<T> steps=<n>" line per thread.
  */
