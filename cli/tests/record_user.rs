@@ -7,7 +7,7 @@
 mod common;
 
 use common::user::{self, check_oracle, check_threads, first_callees, only_task, text, traced};
-use qemu_uftrace_tests::replay::replay_events;
+use qemu_uftrace_tests::replay::{replay_events, report_calls};
 use qemu_uftrace_tests::{user_guest_elf, user_qemu};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
