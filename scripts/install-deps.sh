@@ -103,6 +103,8 @@ command -v zstd >/dev/null 2>&1 || need+=(zstd)
 dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
 # A real emulator for a target qemu-uftrace does not support yet (the CLI's bad-input tests).
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+# riscv64 system mode (Debian splits it out of qemu-system-misc; opensbi comes with it).
+command -v qemu-system-riscv64 >/dev/null 2>&1 || need+=(qemu-system-riscv)
 command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 # The symbols tests build dynamic and PIE arm64 programs; vmlinux-to-elf lives in a venv.
 dpkg -s libc6-dev-arm64-cross >/dev/null 2>&1 || need+=(libc6-dev-arm64-cross)
@@ -122,7 +124,7 @@ if [ "${#need[@]}" -gt 0 ]; then
     qemu_release=()
     [ -z "$backports" ] || qemu_release=(-t "${backports#/}")
     $SUDO apt-get install -y -qq --no-install-recommends "${qemu_release[@]}" \
-        qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
+        qemu-system-arm qemu-system-x86 qemu-system-riscv ipxe-qemu >/dev/null
 fi
 have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
 
@@ -297,9 +299,18 @@ if [ ! -x "$troot/usr/bin/qemu-system-aarch64" ]; then
     # unless the install fails.
     $SUDO chroot "$troot.tmp" sh -c 'export DEBIAN_FRONTEND=noninteractive;
         apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
-        qemu-system-arm qemu-system-x86 qemu-system-misc' >"$CACHE/trixie-root.log" 2>&1 ||
+        qemu-system-arm qemu-system-x86 qemu-system-misc qemu-system-riscv' >"$CACHE/trixie-root.log" 2>&1 ||
         { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing QEMU 11.1 in $troot.tmp failed"; exit 1; }
     rm -rf "$troot" && mv "$troot.tmp" "$troot"
+fi
+# trixie's qemu-system-misc no longer brings the riscv64 emulator: a root made before it was
+# asked for gets it now.
+if [ ! -x "$troot/usr/bin/qemu-system-riscv64" ]; then
+    log "installing QEMU 11.1's riscv64 emulator in $troot"
+    $SUDO chroot "$troot" sh -c 'export DEBIAN_FRONTEND=noninteractive;
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
+        qemu-system-riscv' >"$CACHE/trixie-root.log" 2>&1 ||
+        { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing qemu-system-riscv in $troot failed"; exit 1; }
 fi
 for emu in qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64; do
     wrapper="$q111/bin/$emu"
