@@ -229,7 +229,8 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u
             v.level = Some(level);
         }
         let kind = isa.exception_kind(what, syndrome);
-        v.engine.exception_entry(now, kind, from_pc);
+        let resume = isa.exception_resume_pc(what, syndrome, from_pc);
+        v.engine.exception_entry(now, kind, resume);
     });
 }
 

@@ -250,6 +250,16 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// QEMU reports an exception at the instruction that took it (mepc/sepc): an
+    /// environment call's handler returns past the ECALL, as every SBI and syscall handler
+    /// does.
+    fn exception_resume_pc(&self, what: Discontinuity, syndrome: Option<u64>, from_pc: u64) -> u64 {
+        match (what, syndrome) {
+            (Discontinuity::Exception, Some(8..=11)) => from_pc.wrapping_add(4),
+            _ => from_pc,
+        }
+    }
+
     /// MRET goes to mstatus.MPP (with MPV, bit 39, for a virtualised level below M); SRET to
     /// sstatus.SPP (U or S), virtualised when returning from VS. From HS, whether SRET
     /// enters a guest (hstatus.SPV) is not read: the level returned to is taken as not
@@ -280,6 +290,7 @@ impl Isa for Riscv64 {
 mod tests {
     use super::super::test_asm::{assemble, bytes_through, Binutils, RISCV32, RISCV64};
     use super::*;
+    use crate::arch::Arch;
 
     enum E {
         Direct(u64),
@@ -585,6 +596,26 @@ mod tests {
         assert_eq!(
             Riscv64.exception_kind(Discontinuity::Interrupt, None),
             ExceptionKind::Irq
+        );
+    }
+
+    #[test]
+    fn environment_calls_resume_past_the_ecall() {
+        let resume = |what, cause| Riscv64.exception_resume_pc(what, cause, 0x8000_1000);
+        for cause in 8..=11 {
+            assert_eq!(resume(Discontinuity::Exception, Some(cause)), 0x8000_1004);
+        }
+        // A fault is retried, an interrupted instruction runs when the handler is done.
+        assert_eq!(resume(Discontinuity::Exception, Some(13)), 0x8000_1000);
+        assert_eq!(resume(Discontinuity::Exception, None), 0x8000_1000);
+        assert_eq!(resume(Discontinuity::Interrupt, None), 0x8000_1000);
+        assert_eq!(
+            Arch::Aarch64.isa().exception_resume_pc(
+                Discontinuity::Exception,
+                Some(0x5600_0000),
+                0x1000
+            ),
+            0x1000
         );
     }
 }
