@@ -310,12 +310,23 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
                 .flatten()
                 .map(task_name)
         };
-        let leaving = name_at(&mut v.regs, v.task_ptr);
+        // The first write a vCPU shows: the register still holds the task running so far,
+        // where the OS set it up in a way not instrumented (RISC-V Linux's boot: `la tp,
+        // init_task`); that task is what the boot code became.
+        let before = (v.task_ptr == 0)
+            .then(|| isa.task_pointer_register())
+            .flatten()
+            .and_then(|name| v.regs.read_named(name))
+            .filter(|&old| old != ptr && isa.is_task_pointer(old));
+        let leaving = name_at(&mut v.regs, before.unwrap_or(v.task_ptr));
         let arriving = name_at(&mut v.regs, ptr);
         let now = v.clock.now();
         settle(v, now);
         v.task_ptr = ptr;
         crate::with_tasks(|t| {
+            if let Some(old) = before {
+                t.task_pointer(&mut v.engine, vcpu_index, now, old, 0);
+            }
             if let Some(name) = leaving {
                 t.name_running(vcpu_index, name);
             }
