@@ -94,3 +94,41 @@ fn build() -> Result<PathBuf> {
     }
     Ok(dir)
 }
+
+/// The riscv64 kernel `scripts/install-deps.sh` builds from Debian's linux source: its `Image`
+/// (kallsyms inside) and, beside it, its DWARF `vmlinux`.
+pub fn riscv64_kernel() -> PathBuf {
+    cached("kernel-riscv64/Image")
+}
+
+/// The DWARF `vmlinux` of [`riscv64_kernel`].
+pub fn riscv64_vmlinux() -> PathBuf {
+    cached("kernel-riscv64/vmlinux")
+}
+
+/// The QEMU command that boots [`riscv64_kernel`] on `qemu` under QEMU's own OpenSBI
+/// (`-bios default`, M-mode) to its "Unable to mount root fs" panic; `-no-reboot`, so that
+/// QEMU then exits.
+pub fn riscv64_kernel_boot_args_on(qemu: &str) -> Vec<String> {
+    let kernel = riscv64_kernel().display().to_string();
+    [
+        qemu,
+        "-M",
+        "virt",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-bios",
+        "default",
+        "-kernel",
+        &kernel,
+        "-append",
+        "console=ttyS0 panic=-1 nokaslr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
