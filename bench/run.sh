@@ -5,9 +5,11 @@
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
+#   riscv64    a riscv64 kernel (Debian's 6.12 source, tests/guests/riscv64/kernel.config)
+#              from OpenSBI's first instruction to its panic, under qemu-system-riscv64
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs] [riscv64]
 #        (RUNS=3 by default; no workload named: calldense and kernel)
 set -euo pipefail
 
