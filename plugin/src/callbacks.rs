@@ -197,7 +197,7 @@ fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
 
 /// QEMU's discontinuity callback (10.2 on): an interrupt or exception was just taken (the
 /// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
-pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u64) {
+pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u64) {
     let what = match kind {
         api::DISCON_INTERRUPT => Discontinuity::Interrupt,
         api::DISCON_EXCEPTION => Discontinuity::Exception,
@@ -222,6 +222,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u
                 .and_then(|name| v.regs.read_named(name)),
             _ => None,
         };
+        let previous = v.level;
         if let Some(level) = level {
             if split {
                 crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
@@ -229,6 +230,13 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u
             v.level = Some(level);
         }
         let kind = isa.exception_kind(what, syndrome);
+        // Code that faults into its own twin does so at its own level (a kernel turning its
+        // MMU on); a fault from a lower level that happens to share the vector's page offset
+        // is a real one.
+        if level.is_some() && level == previous && v.engine.continues_remapped(kind, from_pc, to_pc)
+        {
+            return;
+        }
         let resume = isa.exception_resume_pc(what, syndrome, from_pc);
         v.engine.exception_entry(now, kind, resume);
     });
