@@ -31,6 +31,8 @@ build_workload_guest() {
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
+#   riscv64    the riscv64 kernel (built from Debian's source) booting from OpenSBI to its
+#              "Unable to mount root fs" panic, on qemu-system-riscv64
 workload_argv() {
     local cpu=cortex-a57 extra
     local kernel=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz" -append "console=ttyAMA0 panic=-1 nokaslr")
@@ -45,7 +47,15 @@ workload_argv() {
                 -initrd "$work/guests/linux/initramfs.cpio"
                 -append "console=ttyAMA0 panic=-1 nokaslr rdinit=/init")
             record_opts=(--symbols "$work/guests/linux/init.elf") ;;
-        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs)" >&2; exit 2 ;;
+        riscv64)
+            # The riscv64 kernel install-deps builds, from OpenSBI (QEMU's own) to its panic,
+            # on the riscv64 emulator of the same QEMU.
+            local rv=${qemu:-qemu-system-aarch64}
+            argv=("${rv/qemu-system-aarch64/qemu-system-riscv64}" -M virt -m 512M -nographic
+                -nic none -no-reboot -bios default -kernel "$cache/kernel-riscv64/Image"
+                -append "console=ttyS0 panic=-1 nokaslr")
+            return ;;
+        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs, riscv64)" >&2; exit 2 ;;
     esac
     argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu "$cpu" -nographic -nic none "${extra[@]}")
 }

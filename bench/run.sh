@@ -7,10 +7,12 @@
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   user       user mode, bench/user.sh: bzip2 and the sqlite3 shell under qemu-aarch64,
 #              qemu-x86_64 and qemu-riscv64 (10.2.2), with QEMU's own uftrace plugin beside
+#   riscv64    a riscv64 kernel (Debian's 6.12 source, tests/guests/riscv64/kernel.config)
+#              from OpenSBI's first instruction to its panic, under qemu-system-riscv64
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs] [user]
-#        (RUNS=3 by default; no workload named: calldense, kernel and user)
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
+#        [user] [riscv64]   (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

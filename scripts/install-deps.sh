@@ -10,6 +10,7 @@
 #     user-mode tests); x86 and riscv64 binutils for
 #     the instruction decoders' tests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
+#   - a riscv64 kernel built from Debian's linux source (cached) for the riscv64 kernel test
 #   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
 # Package mirrors come from the machine's own apt sources; no host name is written here.
 set -euo pipefail
@@ -103,6 +104,8 @@ command -v zstd >/dev/null 2>&1 || need+=(zstd)
 dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
 # A real emulator for a target qemu-uftrace does not support yet (the CLI's bad-input tests).
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+# riscv64 system mode (Debian splits it out of qemu-system-misc; opensbi comes with it).
+command -v qemu-system-riscv64 >/dev/null 2>&1 || need+=(qemu-system-riscv)
 command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 # The symbols tests build dynamic and PIE arm64 programs; vmlinux-to-elf lives in a venv.
 dpkg -s libc6-dev-arm64-cross >/dev/null 2>&1 || need+=(libc6-dev-arm64-cross)
@@ -128,7 +131,7 @@ if [ "${#need[@]}" -gt 0 ]; then
     qemu_release=()
     [ -z "$backports" ] || qemu_release=(-t "${backports#/}")
     $SUDO apt-get install -y -qq --no-install-recommends "${qemu_release[@]}" \
-        qemu-system-arm qemu-system-x86 ipxe-qemu >/dev/null
+        qemu-system-arm qemu-system-x86 qemu-system-riscv ipxe-qemu >/dev/null
 fi
 have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
 
@@ -284,6 +287,50 @@ SRC
     rm -rf "$work"
 fi
 
+# A riscv64 Linux kernel (the riscv64 kernel test and benchmark boot it to its panic), built
+# from Debian's trixie linux source: trixie's riscv64 binary package lists fail here with
+# "File has unexpected size" on every retry (the mirror's riscv64 indexes are older than its
+# Release file, and their by-hash copies are missing), so no riscv64 .deb can be verified.
+# tinyconfig plus tests/guests/riscv64/kernel.config: ~10 minutes on two cores, once; the
+# config's hash is part of the stamp, so changing it rebuilds.
+LINUX_SRC_VERSION=6.12.107-1
+krv="$CACHE/kernel-riscv64"
+krv_config="$(cd "$(dirname "$0")/.." && pwd)/tests/guests/riscv64/kernel.config"
+krv_stamp="linux $LINUX_SRC_VERSION $(sha256sum "$krv_config" | cut -c1-16)"
+if [ ! -s "$krv/Image" ] || [ "$(cat "$krv/package" 2>/dev/null)" != "$krv_stamp" ]; then
+    log "building a riscv64 kernel from Debian's linux $LINUX_SRC_VERSION source into $krv (~10 min)"
+    for pkg in bc flex bison dpkg-dev; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || $SUDO apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+    done
+    work=$(mktemp -d)
+    mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
+    cat >"$work/apt/src.sources" <<SRC
+Types: deb-src
+URIs: $(debian_mirror)
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt_src=(-o Dir::Etc::SourceList="$work/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
+        -o Dir::State::Lists="$work/apt/lists" -o Dir::Cache="$work/apt/cache")
+    apt-get "${apt_src[@]}" update -qq
+    (cd "$work" && apt-get "${apt_src[@]}" source --download-only -qq "linux=$LINUX_SRC_VERSION") \
+        2>/dev/null || { log "cannot fetch Debian's linux $LINUX_SRC_VERSION source"; exit 1; }
+    dpkg-source --no-check -x "$work"/linux_*.dsc "$work/linux" >/dev/null
+    kmake=(make -s -C "$work/linux" O="$work/build" ARCH=riscv CROSS_COMPILE=riscv64-linux-gnu-)
+    "${kmake[@]}" tinyconfig >/dev/null
+    "$work/linux/scripts/kconfig/merge_config.sh" -m -O "$work/build" "$work/build/.config" \
+        "$krv_config" >/dev/null
+    "${kmake[@]}" olddefconfig >/dev/null
+    "${kmake[@]}" -j"$(nproc)" Image >"$work/build.log" 2>&1 ||
+        { tail -n 30 "$work/build.log" >&2; log "building the riscv64 kernel failed"; exit 1; }
+    rm -rf "$krv.tmp" && mkdir -p "$krv.tmp"
+    cp "$work/build/arch/riscv/boot/Image" "$work/build/vmlinux" "$work/build/.config" "$krv.tmp/"
+    echo "$krv_stamp" >"$krv.tmp/package"
+    rm -rf "$krv" && mv "$krv.tmp" "$krv"
+    rm -rf "$work"
+fi
+
 # QEMU 11.1.3 (plugin API 7 only) from trixie-backports. Its binaries need trixie's libc, so
 # they live in a minimal trixie root and run on its dynamic loader and libraries, behind
 # wrappers named like the emulators: every host path stays visible, no mount or chroot.
@@ -303,9 +350,18 @@ if [ ! -x "$troot/usr/bin/qemu-system-aarch64" ]; then
     # unless the install fails.
     $SUDO chroot "$troot.tmp" sh -c 'export DEBIAN_FRONTEND=noninteractive;
         apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
-        qemu-system-arm qemu-system-x86 qemu-system-misc' >"$CACHE/trixie-root.log" 2>&1 ||
+        qemu-system-arm qemu-system-x86 qemu-system-misc qemu-system-riscv' >"$CACHE/trixie-root.log" 2>&1 ||
         { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing QEMU 11.1 in $troot.tmp failed"; exit 1; }
     rm -rf "$troot" && mv "$troot.tmp" "$troot"
+fi
+# trixie's qemu-system-misc no longer brings the riscv64 emulator: a root made before it was
+# asked for gets it now.
+if [ ! -x "$troot/usr/bin/qemu-system-riscv64" ]; then
+    log "installing QEMU 11.1's riscv64 emulator in $troot"
+    $SUDO chroot "$troot" sh -c 'export DEBIAN_FRONTEND=noninteractive;
+        apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
+        qemu-system-riscv' >"$CACHE/trixie-root.log" 2>&1 ||
+        { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing qemu-system-riscv in $troot failed"; exit 1; }
 fi
 for emu in qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64; do
     wrapper="$q111/bin/$emu"

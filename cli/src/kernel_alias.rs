@@ -1,6 +1,6 @@
-//! An arm64 Linux kernel runs its first instructions with the MMU off, at the physical address
-//! QEMU loaded its `Image` to, and only later at its link address. The same symbols, shifted
-//! to that physical address, name those early calls.
+//! An arm64 or riscv64 Linux kernel runs its first instructions with the MMU off, at the
+//! physical address QEMU loaded its `Image` to, and only later at its link address. The same
+//! symbols, shifted to that physical address, name those early calls.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -18,24 +18,62 @@ const VIRT_RAM_BASE: u64 = 0x4000_0000;
 const BOOTLOADER_MAX_SIZE: u64 = 4 * 1024;
 const LEGACY_LOAD_OFFSET: u64 = 0x8_0000;
 
-/// The offset from RAM base at which QEMU loads this arm64 Image, or None when the file is not
-/// one (an ELF vmlinux, a compressed image, firmware).
-fn image_load_offset(kernel: &Path) -> Option<u64> {
+/// RAM starts here on QEMU's riscv `virt` board (hw/riscv/virt.c).
+const RISCV_VIRT_RAM_BASE: u64 = 0x8000_0000;
+
+/// The kind of boot image a kernel file is, from its header's magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ImageKind {
+    Arm64,
+    Riscv64,
+}
+
+fn image_header(kernel: &Path) -> Option<(ImageKind, [u8; 64])> {
     let mut header = [0u8; 64];
     std::fs::File::open(kernel)
         .ok()?
         .read_exact(&mut header)
         .ok()?;
-    if &header[MAGIC_OFFSET..MAGIC_OFFSET + 4] != b"ARM\x64" {
-        return None;
+    let kind = match &header[MAGIC_OFFSET..MAGIC_OFFSET + 4] {
+        b"ARM\x64" => ImageKind::Arm64,
+        b"RSC\x05" => ImageKind::Riscv64,
+        _ => return None,
+    };
+    Some((kind, header))
+}
+
+/// Where QEMU loads a RISC-V Image on `virt` (hw/riscv/boot.c): the first 2 MiB boundary
+/// after the firmware, which starts RAM (OpenSBI is far smaller than 2 MiB); at RAM base
+/// itself with `-bios none`.
+fn riscv_load_address(opts: &[QemuOption]) -> u64 {
+    let no_firmware = opts
+        .iter()
+        .rev()
+        .find(|o| o.name == "bios")
+        .and_then(|o| o.value.as_ref())
+        .is_some_and(|v| v == "none");
+    RISCV_VIRT_RAM_BASE + if no_firmware { 0 } else { 2 * 1024 * 1024 }
+}
+
+/// Where QEMU loads this kernel Image on the board `opts` name, or None when the file is not
+/// one (an ELF vmlinux, a compressed image, firmware) or the board is not one we know.
+fn image_load_address(kernel: &Path, opts: &[QemuOption]) -> Option<u64> {
+    let (kind, header) = image_header(kernel)?;
+    match kind {
+        ImageKind::Arm64 => Some(ram_base(opts)? + image_load_offset(&header)),
+        ImageKind::Riscv64 => ram_base(opts).map(|_| riscv_load_address(opts)),
     }
+}
+
+/// The offset from RAM base at which QEMU loads an arm64 Image with this header.
+fn image_load_offset(header: &[u8; 64]) -> u64 {
     let word = |at: usize| u64::from_le_bytes(header[at..at + 8].try_into().unwrap_or([0; 8]));
     let (text_offset, image_size) = (word(8), word(16));
-    Some(match (image_size, text_offset) {
+    match (image_size, text_offset) {
         (0, _) => LEGACY_LOAD_OFFSET,
         (_, t) if t < BOOTLOADER_MAX_SIZE => t + 2 * 1024 * 1024,
         (_, t) => t,
-    })
+    }
 }
 
 /// RAM base of the machine named by `-M`/`-machine`, for the boards we know.
@@ -44,26 +82,33 @@ fn ram_base(opts: &[QemuOption]) -> Option<u64> {
     (kind == "virt" || kind.starts_with("virt-")).then_some(VIRT_RAM_BASE)
 }
 
-/// The link address of the Image's first byte: `_text`, which kallsyms tables often lack; then
-/// `_stext`, which follows the Image header within the 2 MiB-aligned start of the kernel
-/// (arch/arm64/kernel/vmlinux.lds.S).
-fn kernel_text(img: &Image) -> Option<u64> {
+/// The link address of the Image's first byte. arm64: `_text`, which kallsyms tables often
+/// lack; then `_stext`, which follows the Image header within the 2 MiB-aligned start of the
+/// kernel (arch/arm64/kernel/vmlinux.lds.S). riscv64: `_start`, the header's own code
+/// (`_text` is a page further, arch/riscv/kernel/vmlinux.lds.S).
+fn kernel_text(img: &Image, kind: ImageKind) -> Option<u64> {
     let find = |name: &str| {
         img.functions
             .iter()
             .find(|f| f.name == name)
             .map(|f| f.addr)
     };
-    find("_text").or_else(|| find("_stext").map(|a| a & !(2 * 1024 * 1024 - 1)))
+    match kind {
+        ImageKind::Arm64 => {
+            find("_text").or_else(|| find("_stext").map(|a| a & !(2 * 1024 * 1024 - 1)))
+        }
+        ImageKind::Riscv64 => find("_start"),
+    }
 }
 
-/// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64
-/// Image on a board we know and one of `images` holds its link-time symbols (`_text`).
+/// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64 or
+/// riscv64 Image on a board we know and one of `images` holds its link-time symbols (`_text`).
 pub fn physical_alias(images: &[Image], kernel: &Path, opts: &[QemuOption]) -> Option<Image> {
-    let load = ram_base(opts)? + image_load_offset(kernel)?;
+    let load = image_load_address(kernel, opts)?;
+    let (kind, _) = image_header(kernel)?;
     let (img, text) = images
         .iter()
-        .find_map(|img| kernel_text(img).map(|t| (img, t)))?;
+        .find_map(|img| kernel_text(img, kind).map(|t| (img, t)))?;
     let shift = |addr: u64| addr.wrapping_sub(text).wrapping_add(load);
     let functions: Vec<Function> = img
         .functions
@@ -169,13 +214,49 @@ mod tests {
     #[test]
     fn legacy_and_high_text_offsets() {
         let dir = tempfile::tempdir().unwrap();
+        let offset =
+            |k: PathBuf| image_load_address(&k, &[opt("M", "virt")]).unwrap() - VIRT_RAM_BASE;
         assert_eq!(
-            image_load_offset(&arm64_image(dir.path(), 0x80000, 0)),
-            Some(LEGACY_LOAD_OFFSET)
+            offset(arm64_image(dir.path(), 0x80000, 0)),
+            LEGACY_LOAD_OFFSET
         );
-        assert_eq!(
-            image_load_offset(&arm64_image(dir.path(), 0x80000, 0x1000)),
-            Some(0x80000)
-        );
+        assert_eq!(offset(arm64_image(dir.path(), 0x80000, 0x1000)), 0x80000);
+    }
+
+    #[test]
+    fn riscv64_image_on_virt_follows_the_firmware() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = vec![0u8; 64];
+        h[8..16].copy_from_slice(&0x20_0000u64.to_le_bytes());
+        h[48..56].copy_from_slice(b"RISCV\0\0\0");
+        h[MAGIC_OFFSET..MAGIC_OFFSET + 4].copy_from_slice(b"RSC\x05");
+        let k = dir.path().join("Image");
+        std::fs::write(&k, h).unwrap();
+        let f = |addr, name: &str| Function {
+            addr,
+            size: 0x10,
+            name: name.into(),
+            global: true,
+            line: None,
+        };
+        let syms = Image {
+            path: PathBuf::from("/k/Image"),
+            start: 0xffff_ffff_8000_0000,
+            end: 0xffff_ffff_8200_0000,
+            functions: vec![
+                f(0xffff_ffff_8000_0000, "_start"),
+                f(0xffff_ffff_8000_1000, "_text"),
+                f(0xffff_ffff_8019_5db0, "setup_vm"),
+            ],
+            arch: None,
+            modules: Vec::new(),
+        };
+        // OpenSBI (-bios default or a firmware file) starts RAM: the kernel 2 MiB above.
+        let alias = physical_alias(std::slice::from_ref(&syms), &k, &[opt("M", "virt")]).unwrap();
+        assert_eq!(alias.start, 0x8020_0000);
+        assert_eq!(alias.functions[2].addr, 0x8039_5db0);
+        let bare = [opt("M", "virt"), opt("bios", "none")];
+        let alias = physical_alias(&[syms], &k, &bare).unwrap();
+        assert_eq!(alias.functions[2].addr, 0x8019_5db0);
     }
 }

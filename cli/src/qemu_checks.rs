@@ -75,8 +75,8 @@ pub fn preflight(
                 "{} guests are not supported yet by qemu-uftrace",
                 qemu.emulator.describe()
             ),
-            "aarch64 (qemu-system-aarch64, qemu-aarch64) and riscv64 user mode (qemu-riscv64) \
-             can be recorded for now",
+            "aarch64 and riscv64 (qemu-system-<arch>, qemu-<arch>) and x86_64 user mode \
+             (qemu-x86_64) can be recorded for now",
         ));
     }
     match qemu.emulator.mode {

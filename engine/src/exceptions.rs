@@ -72,6 +72,26 @@ impl Engine {
         );
     }
 
+    /// Whether an exception QEMU reported at `from_pc`, whose handler starts at `to_pc`, is the
+    /// code going on through another mapping rather than an exception to show: an
+    /// instruction fetch fault whose handler is the faulting instruction's own page offset
+    /// elsewhere. RISC-V Linux turns its MMU on so (`relocate_enable_mmu` points stvec at the
+    /// virtual twin of the instruction after its satp write): no handler runs and nothing
+    /// returns from it, and the open calls return to the twins of their return addresses
+    /// (the kernel moves `ra` by the same offset), so the stack moves with the code.
+    pub fn continues_remapped(&mut self, kind: ExceptionKind, from_pc: u64, to_pc: u64) -> bool {
+        const PAGE_OFFSET: u64 = 0xfff;
+        if kind != ExceptionKind::InsnAbort
+            || from_pc == to_pc
+            || (from_pc ^ to_pc) & PAGE_OFFSET != 0
+        {
+            return false;
+        }
+        self.stack_mut()
+            .shift_return_addresses(to_pc.wrapping_sub(from_pc));
+        true
+    }
+
     /// An exception return to `target`, executed at `eret_pc`.
     pub fn exception_return(&mut self, now: u64, target: u64, eret_pc: u64) -> EretOutcome {
         let now = self.clamp(now);

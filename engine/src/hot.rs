@@ -97,6 +97,10 @@ impl Engine {
         &self.stack
     }
 
+    pub(crate) fn stack_mut(&mut self) -> &mut ShadowStack {
+        &mut self.stack
+    }
+
     /// The task whose records this engine writes now.
     pub fn tid(&self) -> u32 {
         self.tid

@@ -120,6 +120,14 @@ impl ShadowStack {
         self.frames.capacity() >= RESERVED_FRAMES
     }
 
+    /// Moves every open call's return address by `delta` (wrapping): the code they return
+    /// to now runs at another address (a new mapping of the same code).
+    pub fn shift_return_addresses(&mut self, delta: u64) {
+        for f in &mut self.frames {
+            f.ret_addr = f.ret_addr.wrapping_add(delta);
+        }
+    }
+
     /// Index of the innermost exception entry (a pseudo-frame), if one is open.
     pub fn innermost_exception(&self) -> Option<usize> {
         self.frames.iter().rposition(Frame::is_exception)

@@ -353,6 +353,37 @@ fn an_eret_to_the_callers_return_address_from_inside_the_callee_is_a_return() {
 }
 
 #[test]
+fn a_fetch_fault_into_the_same_code_elsewhere_moves_the_stack_with_it() {
+    use qemu_uftrace_engine::exceptions::ExceptionKind;
+    // RISC-V Linux's relocate_enable_mmu, called at a physical address: the fetch after its
+    // satp write faults into the same instruction's virtual twin, and it returns to the twin
+    // of its return address.
+    let mut r = Rig::new(1024);
+    let offset = 0xffff_ffff_0000_0000_u64.wrapping_sub(0x200000);
+    r.call(0x8020_0040, 0x8020_00d0);
+    assert!(!r.engine.continues_remapped(
+        ExceptionKind::DataAbort,
+        0x8020_0090,
+        0x8020_0090 + offset
+    ));
+    assert!(!r.engine.continues_remapped(
+        ExceptionKind::InsnAbort,
+        0x8020_0090,
+        0xffff_ffff_8000_0100
+    ));
+    assert!(r.engine.continues_remapped(
+        ExceptionKind::InsnAbort,
+        0x8020_0090,
+        0x8020_0090 + offset
+    ));
+    let mut g = FakeGuest::default();
+    r.ret(0x8020_00d0_u64.wrapping_add(offset), &mut g);
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+    assert_eq!(r.engine.stats.exceptions, 0);
+    assert_eq!(r.shape(), s(&["+80200040@0", "-80200040@0"]));
+}
+
+#[test]
 fn an_interrupt_return_never_closes_a_frame() {
     // Direct recursion: the inner f returned to 0x208 inside the outer f, whose own frame also
     // returns to 0x208; an interrupt taken right there returns (ERET) from vector code.

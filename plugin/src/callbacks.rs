@@ -204,7 +204,7 @@ fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
 
 /// QEMU's discontinuity callback (10.2 on): an interrupt or exception was just taken (the
 /// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
-pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u64) {
+pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u64) {
     let what = match kind {
         api::DISCON_INTERRUPT => Discontinuity::Interrupt,
         api::DISCON_EXCEPTION => Discontinuity::Exception,
@@ -229,6 +229,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u
                 .and_then(|name| v.regs.read_named(name)),
             _ => None,
         };
+        let previous = v.level;
         if let Some(level) = level {
             if split {
                 crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
@@ -236,7 +237,15 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, _to_pc: u
             v.level = Some(level);
         }
         let kind = isa.exception_kind(what, syndrome);
-        v.engine.exception_entry(now, kind, from_pc);
+        // Code that faults into its own twin does so at its own level (a kernel turning its
+        // MMU on); a fault from a lower level that happens to share the vector's page offset
+        // is a real one.
+        if level.is_some() && level == previous && v.engine.continues_remapped(kind, from_pc, to_pc)
+        {
+            return;
+        }
+        let resume = isa.exception_resume_pc(what, syndrome, from_pc);
+        v.engine.exception_entry(now, kind, resume);
     });
 }
 
@@ -316,12 +325,23 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
                 .flatten()
                 .map(task_name)
         };
-        let leaving = name_at(&mut v.regs, v.task_ptr);
+        // The first write a vCPU shows: the register still holds the task running so far,
+        // where the OS set it up in a way not instrumented (RISC-V Linux's boot: `la tp,
+        // init_task`); that task is what the boot code became.
+        let before = (v.task_ptr == 0)
+            .then(|| isa.task_pointer_register())
+            .flatten()
+            .and_then(|name| v.regs.read_named(name))
+            .filter(|&old| old != ptr && isa.is_task_pointer(old));
+        let leaving = name_at(&mut v.regs, before.unwrap_or(v.task_ptr));
         let arriving = name_at(&mut v.regs, ptr);
         let now = v.clock.now();
         settle(v, now);
         v.task_ptr = ptr;
         crate::with_tasks(|t| {
+            if let Some(old) = before {
+                t.task_pointer(&mut v.engine, vcpu_index, now, old, 0);
+            }
             if let Some(name) = leaving {
                 t.name_running(vcpu_index, name);
             }

@@ -32,13 +32,12 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
-/// The architectures the plugin records. The engine decodes x86-64 and RISC-V too, but
-/// their exception model, code width and thunks are not wired here yet: those targets are
-/// refused as unsupported.
-const RECORDED: &[Arch] = &[Arch::Aarch64];
+/// The architectures the plugin records in system and user mode. The engine decodes x86-64
+/// too, but its code-width changes and kernel thunks are not wired here yet.
+const RECORDED: &[Arch] = &[Arch::Aarch64, Arch::Riscv64];
 /// Recorded in user mode only (Linux programs under qemu-<arch>): no exception model,
 /// code-width changes or kernel thunks to follow there.
-const RECORDED_USER: &[Arch] = &[Arch::Riscv64, Arch::X86_64];
+const RECORDED_USER: &[Arch] = &[Arch::X86_64];
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
 /// Every guest context and the stacks of those that wait; taken only at context switches

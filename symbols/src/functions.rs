@@ -17,7 +17,12 @@ pub(crate) struct Candidate<'a> {
 /// code/data boundaries, not functions. arm64 kernels also carry them with the prefix of
 /// the KVM hypervisor objects (`__kvm_nvhe_$x`).
 pub(crate) fn is_mapping_symbol(name: &[u8]) -> bool {
-    let name = name.strip_prefix(b"__kvm_nvhe_").unwrap_or(name);
+    // arm64's nVHE hypervisor objects and riscv64's early position-independent ones
+    // (arch/riscv/kernel/pi) have every symbol renamed with a prefix, mapping symbols too.
+    let name = name
+        .strip_prefix(b"__kvm_nvhe_")
+        .or_else(|| name.strip_prefix(b"__pi_"))
+        .unwrap_or(name);
     matches!(name, [b'$', b'x' | b'd' | b'a' | b't', ..])
 }
 
@@ -122,6 +127,7 @@ mod tests {
             "$d.3",
             "$xrv64i2p1",
             "__kvm_nvhe_$x",
+            "__pi_$x",
         ] {
             assert!(is_mapping_symbol(s.as_bytes()), "{s}");
         }

@@ -312,6 +312,18 @@ pub trait Isa: Sync + Send {
     fn syndrome_register(&self, level: Level) -> Option<&'static str>;
     /// What kind of exception QEMU reported, from the syndrome when there is one.
     fn exception_kind(&self, what: Discontinuity, syndrome: Option<u64>) -> ExceptionKind;
+    /// Where the code resumes after an exception QEMU reported as taken at `from_pc` (the
+    /// exception entry's return address): `from_pc` itself where QEMU reports the
+    /// preferred return address (aarch64's ELR); RISC-V reports an ECALL's own address,
+    /// which handlers step over.
+    fn exception_resume_pc(
+        &self,
+        _what: Discontinuity,
+        _syndrome: Option<u64>,
+        from_pc: u64,
+    ) -> u64 {
+        from_pc
+    }
     /// The register an OS keeps its running task in, written by [`InsnKind::SetTaskPointer`].
     fn task_pointer_register(&self) -> Option<&'static str> {
         None

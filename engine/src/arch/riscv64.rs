@@ -21,6 +21,7 @@ use super::{
 pub struct Riscv64;
 
 const RA: u8 = 1;
+const TP: u8 = 4;
 const T0: u8 = 5;
 const FP: u8 = 8;
 
@@ -92,6 +93,16 @@ impl Riscv64 {
                     InsnKind::Other
                 }
             }
+            // ADDI tp, rs1, 0 (`mv tp, rs1`): Linux's __switch_to installs the next task
+            // (`move tp, a1`); S-mode Linux keeps `current` in tp.
+            0x13 if rd == TP
+                && (insn >> 12) & 7 == 0
+                && insn >> 20 == 0
+                && rs1 != 0
+                && rs1 != TP =>
+            {
+                InsnKind::SetTaskPointer { src: rs1 }
+            }
             // SYSTEM
             0x73 => match insn {
                 0x0000_0073 | 0x0010_0073 => InsnKind::Trap, // ECALL, EBREAK
@@ -133,6 +144,10 @@ impl Riscv64 {
                     (true, _, 0) => call(pc, 2, Target::Register(rs1)),
                     // C.JR: jalr x0, 0(rs1)
                     (false, r, 0) if is_link(r) => InsnKind::Return,
+                    // C.MV tp, rs2: as ADDI tp, rs2, 0.
+                    (false, r, src) if r == TP && src != 0 => {
+                        InsnKind::SetTaskPointer { src: src as u8 }
+                    }
                     // C.JR to other registers, C.MV, C.ADD.
                     _ => InsnKind::Other,
                 }
@@ -250,6 +265,16 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// QEMU reports an exception at the instruction that took it (mepc/sepc): an
+    /// environment call's handler returns past the ECALL, as every SBI and syscall handler
+    /// does.
+    fn exception_resume_pc(&self, what: Discontinuity, syndrome: Option<u64>, from_pc: u64) -> u64 {
+        match (what, syndrome) {
+            (Discontinuity::Exception, Some(8..=11)) => from_pc.wrapping_add(4),
+            _ => from_pc,
+        }
+    }
+
     /// MRET goes to mstatus.MPP (with MPV, bit 39, for a virtualised level below M); SRET to
     /// sstatus.SPP (U or S), virtualised when returning from VS. From HS, whether SRET
     /// enters a guest (hstatus.SPV) is not read: the level returned to is taken as not
@@ -285,6 +310,18 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// S-mode Linux keeps `current` in tp (user code keeps its TLS pointer there, which the
+    /// kernel swaps through sscratch at every trap).
+    fn task_pointer_register(&self) -> Option<&'static str> {
+        Some("tp")
+    }
+
+    /// A task_struct lives in the kernel's half of the address space (Sv39, Sv48, Sv57: the
+    /// top bit set); a user TLS pointer does not.
+    fn is_task_pointer(&self, value: u64) -> bool {
+        value >> 63 != 0
+    }
+
     fn level_name(&self, level: Level) -> String {
         let virt = if level.0 & VIRT != 0 { "V" } else { "" };
         match level.0 & 3 {
@@ -300,6 +337,7 @@ impl Isa for Riscv64 {
 mod tests {
     use super::super::test_asm::{assemble, bytes_through, Binutils, RISCV32, RISCV64};
     use super::*;
+    use crate::arch::Arch;
 
     enum E {
         Direct(u64),
@@ -605,6 +643,42 @@ mod tests {
         assert_eq!(
             Riscv64.exception_kind(Discontinuity::Interrupt, None),
             ExceptionKind::Irq
+        );
+    }
+
+    #[test]
+    fn writes_of_tp_set_the_task_pointer() {
+        // mv tp, a1 (addi x4, x11, 0) and c.mv tp, a1, as __switch_to has them.
+        let word = |insn: u32| Riscv64.classify(Mode::Bits64, 0x1000, &insn.to_le_bytes());
+        let half = |insn: u16| Riscv64.classify(Mode::Bits64, 0x1000, &insn.to_le_bytes());
+        assert_eq!(word(0x0005_8213), InsnKind::SetTaskPointer { src: 11 });
+        assert_eq!(half(0x822e), InsnKind::SetTaskPointer { src: 11 });
+        // addi tp, tp, 8 (half of `la tp, sym`), li tp, 0, and mv t0, a1: something else.
+        assert_eq!(word(0x0082_0213), InsnKind::Other);
+        assert_eq!(word(0x0000_0213), InsnKind::Other);
+        assert_eq!(word(0x0005_8293), InsnKind::Other);
+        assert!(Riscv64.is_task_pointer(0xffff_ffd8_0123_4000));
+        assert!(!Riscv64.is_task_pointer(0x3f_f7ff_e800));
+        assert_eq!(Riscv64.task_pointer_register(), Some("tp"));
+    }
+
+    #[test]
+    fn environment_calls_resume_past_the_ecall() {
+        let resume = |what, cause| Riscv64.exception_resume_pc(what, cause, 0x8000_1000);
+        for cause in 8..=11 {
+            assert_eq!(resume(Discontinuity::Exception, Some(cause)), 0x8000_1004);
+        }
+        // A fault is retried, an interrupted instruction runs when the handler is done.
+        assert_eq!(resume(Discontinuity::Exception, Some(13)), 0x8000_1000);
+        assert_eq!(resume(Discontinuity::Exception, None), 0x8000_1000);
+        assert_eq!(resume(Discontinuity::Interrupt, None), 0x8000_1000);
+        assert_eq!(
+            Arch::Aarch64.isa().exception_resume_pc(
+                Discontinuity::Exception,
+                Some(0x5600_0000),
+                0x1000
+            ),
+            0x1000
         );
     }
 }

@@ -1,0 +1,216 @@
+//! A riscv64 Linux kernel (Debian's 6.12 source, `tests/guests/riscv64/kernel.config`) boots
+//! under `qemu-uftrace record` from OpenSBI's first instruction (M-mode, `-bios default`) to
+//! its "Unable to mount root fs" panic, on QEMU 10.0, 10.2.2 and 11.1.3: kernel names from the
+//! Image's own kallsyms (the first calls at physical addresses too), one task per kernel task
+//! (found where `__switch_to` writes tp), calls and returns in step, ECALLs and interrupts as
+//! entries where QEMU reports them; with the DWARF vmlinux, task names and source lines.
+
+use qemu_uftrace_tests::plugin_stat;
+use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::riscv64::{riscv64_kernel_boot_args_on, riscv64_qemus, riscv64_vmlinux};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Records the boot on `qemu` with extra `record` options; returns the temp dir (keep it
+/// alive) and the trace.
+fn record_boot(qemu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kernel.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(options)
+        .arg("--")
+        .args(riscv64_kernel_boot_args_on(qemu))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{console}"
+    );
+    (tmp, dir)
+}
+
+fn stat(dir: &Path, key: &str) -> u64 {
+    let value = plugin_stat(dir, key);
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{key}={value} in plugin.stats is not a count"))
+}
+
+/// The top-level calls of task `tid` (`replay -D 1`), in order.
+fn roots(d: &str, tid: u32) -> Vec<String> {
+    let text = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-D",
+        "1",
+        "--tid",
+        &tid.to_string(),
+        "-d",
+        d,
+    ])
+    .expect("uftrace replay");
+    text.lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split('|').nth(1).unwrap_or("").trim().to_string())
+        .collect()
+}
+
+#[test]
+fn riscv64_kernel_boots_to_its_panic_under_record() {
+    for qemu in riscv64_qemus() {
+        let q = qemu.label;
+        let (_tmp, dir) = record_boot(&qemu.program, &[]);
+        // About 0.9 M calls and as many returns, every one of them in the trace.
+        let (calls, returns, events) = (
+            stat(&dir, "calls"),
+            stat(&dir, "returns"),
+            stat(&dir, "events"),
+        );
+        assert!(calls > 500_000, "only {calls} calls on {q}");
+        assert!(
+            calls.abs_diff(returns) < calls / 1000,
+            "{calls} calls, {returns} returns on {q}"
+        );
+        let dat: u64 = std::fs::read_dir(&dir)
+            .expect("trace dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".dat"))
+            .map(|e| e.metadata().expect("dat").len())
+            .sum();
+        assert_eq!(dat, events * 16, "every event is a 16-byte record on {q}");
+        // One task per kernel task, switched where __switch_to writes tp.
+        assert!(stat(&dir, "tasks") >= 10, "tasks on {q}");
+        assert!(stat(&dir, "switches") > 500, "switches on {q}");
+        // relocate_enable_mmu returns to its caller's virtual address, not the physical one
+        // it was called from: where QEMU reports the fetch fault that enters virtual
+        // addresses (10.2 on), the stack moves with it; without, that one return is unmatched.
+        let unmatched = if q == "10.0" { 1 } else { 0 };
+        assert_eq!(
+            stat(&dir, "unmatched_returns"),
+            unmatched,
+            "unmatched returns on {q}"
+        );
+        assert_eq!(stat(&dir, "deep_returns"), 0, "deep returns on {q}");
+        if q == "10.0" {
+            assert_eq!(stat(&dir, "exceptions"), 0, "on {q}");
+        } else {
+            // OpenSBI's probing traps, the SBI calls and interrupts, each closed by its
+            // MRET/SRET but the panic's.
+            let (taken, left) = (stat(&dir, "exceptions"), stat(&dir, "exception_returns"));
+            assert!(taken > 50, "{taken} exceptions on {q}");
+            assert!(
+                taken - left < 5,
+                "{taken} exceptions, {left} returns on {q}"
+            );
+        }
+
+        let d = dir.to_string_lossy().into_owned();
+        let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
+        assert!(info.contains("RISCV64 (QEMU TCG"), "{info}");
+        assert!(info.contains("Image"), "{info}");
+        // The boot hart's first kernel calls run at physical addresses (MMU off), named by
+        // the Image's symbols shifted there; then the kernel proper.
+        let boot = uftrace(&["replay", "--no-pager", "--tid", "4194304", "-d", &d])
+            .expect("uftrace replay");
+        // relocate_enable_mmu enters virtual addresses by a fetch fault and returns there: a
+        // leaf call where QEMU reports the fault.
+        if q == "10.0" {
+            assert!(boot.contains("relocate_enable_mmu() {"), "on {q}");
+        } else {
+            assert!(boot.contains("relocate_enable_mmu();"), "on {q}");
+            assert!(!boot.contains("relocate_enable_mmu() {"), "on {q}");
+        }
+        for f in ["setup_vm() {", "setup_arch() {", "sched_init() {"] {
+            assert!(boot.contains(f), "no {f} on {q}");
+        }
+        // Every other task starts in schedule_tail (after ret_from_fork's switch); the first
+        // one forked is PID 1, which runs kernel_init to the panic.
+        let tasks: Vec<u32> = info
+            .lines()
+            .find_map(|l| l.strip_prefix("# task list           : "))
+            .expect("task list")
+            .split(", ")
+            .filter_map(|t| t.split('(').next()?.parse().ok())
+            .collect();
+        assert_eq!(tasks[0], 4194304, "{info}");
+        let pid1 = roots(&d, tasks[1]);
+        assert_eq!(
+            pid1.get(..2),
+            Some(
+                &[
+                    "schedule_tail();".to_string(),
+                    "kernel_init() {".to_string()
+                ][..]
+            ),
+            "PID 1 on {q}: {pid1:?}"
+        );
+        let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+        for f in [
+            "kernel_init",
+            "do_one_initcall",
+            "mount_root",
+            "__switch_to",
+            "schedule",
+        ] {
+            assert!(
+                report.lines().any(|l| l.trim_end().ends_with(f)),
+                "report lacks {f} on {q}"
+            );
+        }
+        // Nothing in kernel text is left unnamed (OpenSBI's M-mode code has no symbols here).
+        let unnamed: Vec<&str> = report
+            .lines()
+            .filter(|l| l.contains("<ffff") || l.contains("<802") || l.contains("<803"))
+            .take(5)
+            .collect();
+        assert!(
+            unnamed.is_empty(),
+            "unnamed kernel functions on {q}: {unnamed:?}"
+        );
+        if q != "10.0" {
+            let all = uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay");
+            assert!(all.contains(" [irq]() {"), "no interrupt entry on {q}");
+            assert!(all.contains(" [smc]() {"), "no SBI call entry on {q}");
+        }
+    }
+}
+
+/// With the kernel's DWARF vmlinux: tasks named after the kernel's own names (read at
+/// switches through the task_struct's `comm`), source lines.
+#[test]
+fn riscv64_kernel_with_its_vmlinux_names_tasks_and_lines() {
+    let vmlinux = riscv64_vmlinux().display().to_string();
+    let qemu = &riscv64_qemus()[1];
+    let (_tmp, dir) = record_boot(&qemu.program, &["--symbols", &vmlinux]);
+    let d = dir.to_string_lossy().into_owned();
+    let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
+    for name in [
+        "4194304(swapper)",
+        "(kthreadd)",
+        "(ksoftirqd\u{2215}0)",
+        "(kswapd0)",
+    ] {
+        assert!(info.contains(name), "no task {name} in:\n{info}");
+    }
+    let lines = uftrace(&["replay", "--no-pager", "--srcline", "-D", "2", "-d", &d])
+        .expect("uftrace replay --srcline");
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains("kernel_init() {") && l.contains("init/main.c:")),
+        "no source lines:\n{}",
+        &lines[..lines.len().min(3000)]
+    );
+}

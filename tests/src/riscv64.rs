@@ -1,0 +1,134 @@
+//! The riscv64 bare-metal guests (`tests/guests/riscv64`): the test programs built with
+//! riscv64-linux-gnu-gcc for `qemu-system-riscv64 -M virt -bios none`, and the riscv64
+//! system QEMUs the recording tests run them on.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::{cached, guest_build_dir, locked, workspace_root, SystemQemu, Variant};
+
+/// The riscv64 system emulator on PATH (bookworm-backports' 10.0, `qemu-system-riscv`).
+pub const QEMU_RISCV64: &str = "qemu-system-riscv64";
+
+/// Every riscv64 system QEMU the recording tests run on, as [`crate::system_qemus`] lists
+/// the aarch64 ones: 10.0 on PATH (plugin API 4), 10.2.2 built from Debian's source (API 5,
+/// the discontinuity callback) and 11.1.3 from trixie-backports (API 7).
+pub fn riscv64_qemus() -> Vec<SystemQemu> {
+    let cached = |dir: &str| {
+        cached(&format!("{dir}/bin/{QEMU_RISCV64}"))
+            .display()
+            .to_string()
+    };
+    vec![
+        SystemQemu {
+            label: "10.0",
+            program: QEMU_RISCV64.to_string(),
+        },
+        SystemQemu {
+            label: "10.2.2",
+            program: cached("qemu-10.2.2"),
+        },
+        SystemQemu {
+            label: "11.1.3",
+            program: cached("qemu-11.1.3"),
+        },
+    ]
+}
+
+/// The QEMU command line that runs a riscv64 guest ELF on `qemu`: `-M virt -bios none`
+/// (QEMU's reset code enters the ELF in M-mode), the console on stdout, no NIC.
+pub fn riscv64_qemu_args_on(qemu: &str, elf: &Path) -> Vec<String> {
+    [
+        qemu,
+        "-M",
+        "virt",
+        "-bios",
+        "none",
+        "-nographic",
+        "-nic",
+        "none",
+        "-kernel",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(std::iter::once(elf.display().to_string()))
+    .collect()
+}
+
+/// A riscv64 test guest (`nested`, `exit3`…) in `variant` (natural, -nofp or -oracle), built
+/// once per process with make into `<guest_build_dir>/riscv64`.
+pub fn riscv64_guest_elf(program: &str, variant: Variant) -> Result<PathBuf> {
+    static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    let dir = BUILT
+        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the riscv64 guests failed: {e}"))?;
+    let path = dir.join(format!("{program}{}.elf", variant.suffix()));
+    if !path.is_file() {
+        bail!("no riscv64 guest {}", path.display());
+    }
+    Ok(path)
+}
+
+fn build() -> Result<PathBuf> {
+    let dir = guest_build_dir().join("riscv64");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let output = locked(&dir.join(".lock"), "make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root().join("tests/guests/riscv64"))
+        .arg(format!("O={}", dir.display()))
+        .stdin(Stdio::null())
+        .output()
+        .context("running make in tests/guests/riscv64 (is make installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "make -C tests/guests/riscv64 failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(dir)
+}
+
+/// The riscv64 kernel `scripts/install-deps.sh` builds from Debian's linux source: its `Image`
+/// (kallsyms inside) and, beside it, its DWARF `vmlinux`.
+pub fn riscv64_kernel() -> PathBuf {
+    cached("kernel-riscv64/Image")
+}
+
+/// The DWARF `vmlinux` of [`riscv64_kernel`].
+pub fn riscv64_vmlinux() -> PathBuf {
+    cached("kernel-riscv64/vmlinux")
+}
+
+/// The QEMU command that boots [`riscv64_kernel`] on `qemu` under QEMU's own OpenSBI
+/// (`-bios default`, M-mode) to its "Unable to mount root fs" panic; `-no-reboot`, so that
+/// QEMU then exits.
+pub fn riscv64_kernel_boot_args_on(qemu: &str) -> Vec<String> {
+    let kernel = riscv64_kernel().display().to_string();
+    [
+        qemu,
+        "-M",
+        "virt",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-bios",
+        "default",
+        "-kernel",
+        &kernel,
+        "-append",
+        "console=ttyS0 panic=-1 nokaslr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
