@@ -7,7 +7,7 @@
 use crate::api;
 use crate::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{Discontinuity, Isa, Level, MemOperand};
+use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level, MemOperand};
 use qemu_uftrace_engine::sites::{call_site_at, unpack};
 use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
@@ -243,6 +243,19 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now();
         settle(v, now);
+        if let Some(to) = exception_return_from_memory(v, isa, eret_pc) {
+            match to {
+                Some(to) => {
+                    if split {
+                        crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
+                    }
+                    v.level = Some(to.level);
+                    v.engine.exception_return(now, to.target, eret_pc);
+                }
+                None => v.engine.stats.register_read_failures += 1,
+            }
+            return;
+        }
         let Some(level) = current_level(v, isa) else {
             v.engine.stats.register_read_failures += 1;
             return;
@@ -273,6 +286,39 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             v.level = Some(to);
         }
     });
+}
+
+/// Where the exception return at `pc` goes, on architectures that read it from memory or
+/// general registers (x86 IRET, SYSRET): its bytes are read again here (exception returns are
+/// rare), as is the code width.
+fn exception_return_from_memory(
+    v: &mut VcpuState,
+    isa: &dyn Isa,
+    pc: u64,
+) -> Option<Option<ExceptionReturnTo>> {
+    let mode = crate::guest::current_mode(isa, &mut v.regs);
+    let len = (isa.fetch_len() as u64).min(crate::guest::MIN_PAGE - pc % crate::guest::MIN_PAGE);
+    let mut insn = [0u8; 16];
+    let n = match v.regs.read_memory(pc, len as usize) {
+        Some(b) => {
+            insn[..b.len()].copy_from_slice(b);
+            b.len()
+        }
+        None => 0,
+    };
+    let regs = std::cell::RefCell::new(&mut v.regs);
+    isa.exception_return_to(
+        mode,
+        &insn[..n],
+        &mut |name| regs.borrow_mut().read_named(name),
+        &mut |addr, size| {
+            let mut regs = regs.borrow_mut();
+            let b = regs.read_memory(addr, size)?;
+            let mut word = [0u8; 8];
+            word[..size.min(8)].copy_from_slice(&b[..size.min(8)]);
+            Some(u64::from_le_bytes(word))
+        },
+    )
 }
 
 /// # Safety

@@ -29,13 +29,12 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
-/// The architectures the plugin records. The engine decodes x86-64 and RISC-V too, but
-/// their exception model, code width and thunks are not wired here yet: those targets are
-/// refused as unsupported.
-const RECORDED: &[Arch] = &[Arch::Aarch64];
-/// Recorded in user mode only (Linux programs under qemu-<arch>): no exception model,
-/// code-width changes or kernel thunks to follow there.
-const RECORDED_USER: &[Arch] = &[Arch::Riscv64, Arch::X86_64];
+/// The architectures the plugin records in system and user mode. The engine decodes RISC-V
+/// too, but its exception model is not wired here yet.
+const RECORDED: &[Arch] = &[Arch::Aarch64, Arch::X86_64];
+/// Recorded in user mode only (Linux programs under qemu-<arch>): no exception model to
+/// follow there.
+const RECORDED_USER: &[Arch] = &[Arch::Riscv64];
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
 /// Every guest context and the stacks of those that wait; taken only at context switches

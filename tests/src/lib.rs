@@ -22,6 +22,7 @@ pub mod cpio;
 pub mod execlog;
 pub mod linux_guest;
 pub mod replay;
+pub mod x86_64_guests;
 
 /// The QEMU system emulator the guests run under.
 pub const QEMU: &str = "qemu-system-aarch64";

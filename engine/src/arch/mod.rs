@@ -169,6 +169,16 @@ pub enum Discontinuity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Level(pub u8);
 
+/// Where an exception return goes, when the architecture reads it from memory rather than
+/// from registers (x86 IRET pops it off the stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExceptionReturnTo {
+    /// The address execution resumes at.
+    pub target: u64,
+    /// The privilege level it resumes at.
+    pub level: Level,
+}
+
 /// The guest architectures the engine knows. The plugin picks one from QEMU's target name;
 /// the CLI from the emulator's name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -271,6 +281,21 @@ pub trait Isa: Sync + Send {
     }
     /// The register an exception return at `level` jumps to.
     fn exception_link_register(&self, level: Level) -> Option<&'static str>;
+    /// Where the exception return `insn` (its bytes, in code of width `mode`) goes, for
+    /// architectures whose exception returns take their target from memory or from general
+    /// registers rather than from [`Isa::exception_link_register`]: `read` reads a register
+    /// by QEMU's name, `memory` the little-endian value of 1 to 8 bytes of guest virtual
+    /// memory. Outer `None`: the architecture uses the link and saved-status registers;
+    /// inner `None`: a read failed or the instruction's target is unknown.
+    fn exception_return_to(
+        &self,
+        _mode: Mode,
+        _insn: &[u8],
+        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
+        _memory: &mut dyn FnMut(u64, usize) -> Option<u64>,
+    ) -> Option<Option<ExceptionReturnTo>> {
+        None
+    }
     /// A code address without its pointer-authentication bits.
     fn strip_authentication(&self, addr: u64) -> u64 {
         addr

@@ -23,8 +23,8 @@
 //!   (Intel's and QEMU's behaviour; AMD CPUs truncate RIP to 16 bits).
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinuxUser,
-    MemOperand, Mode, Target, Thunk,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, ExceptionReturnTo, InsnKind, Isa, Level,
+    LinuxUser, MemOperand, Mode, Target, Thunk,
 };
 
 pub struct X86_64;
@@ -523,6 +523,61 @@ impl Isa for X86_64 {
 
     fn level_name(&self, level: Level) -> String {
         format!("ring{}", level.0)
+    }
+
+    /// IRET pops the instruction pointer and then the code segment off the stack, in slots
+    /// of its operand size (2, 4 or 8 bytes); in 16-bit code (real mode) the stack is at
+    /// `ss * 16 + sp` and the target at `cs * 16 + ip`, elsewhere segments are flat. SYSRET
+    /// returns to RCX and SYSEXIT to RDX, in ring 3. RSM (leaving System Management Mode)
+    /// restores a state saved in SMRAM: unknown.
+    fn exception_return_to(
+        &self,
+        mode: Mode,
+        insn: &[u8],
+        read: &mut dyn FnMut(&'static str) -> Option<u64>,
+        memory: &mut dyn FnMut(u64, usize) -> Option<u64>,
+    ) -> Option<Option<ExceptionReturnTo>> {
+        let (p, i) = prefixes(mode, insn);
+        let wide = |v: u64| match (mode, p.rex_w()) {
+            (Mode::Bits64, true) => v,
+            _ => v & 0xffff_ffff,
+        };
+        let ring3 = |target: u64| ExceptionReturnTo {
+            target,
+            level: Level(3),
+        };
+        Some(match (insn.get(i), insn.get(i + 1)) {
+            (Some(0xcf), _) => (|| {
+                let slot = match mode {
+                    Mode::Bits64 if p.rex_w() => 8,
+                    Mode::Bits16 if !p.operand_size => 2,
+                    Mode::Bits16 => 4,
+                    _ if p.operand_size => 2,
+                    _ => 4,
+                };
+                let sp = read("rsp")?;
+                let stack = match mode {
+                    Mode::Bits16 => (read("ss")? << 4) + (sp & 0xffff),
+                    Mode::Bits32 => sp & 0xffff_ffff,
+                    Mode::Bits64 => sp,
+                };
+                let ip = memory(stack, slot)?;
+                let cs = memory(stack.wrapping_add(slot as u64), 2)?;
+                Some(match mode {
+                    Mode::Bits16 => ExceptionReturnTo {
+                        target: (cs << 4) + (ip & 0xffff),
+                        level: Level(0),
+                    },
+                    _ => ExceptionReturnTo {
+                        target: ip,
+                        level: Level((cs & 3) as u8),
+                    },
+                })
+            })(),
+            (Some(0x0f), Some(0x07)) => read("rcx").map(|t| ring3(wide(t))),
+            (Some(0x0f), Some(0x35)) => read("rdx").map(|t| ring3(wide(t))),
+            _ => None,
+        })
     }
 }
 
@@ -1238,5 +1293,66 @@ mod tests {
             ExceptionKind::Irq
         );
         assert_eq!(X86_64.exception_link_register(Level(0)), None);
+    }
+
+    #[test]
+    fn exception_returns_read_their_target_off_the_stack() {
+        // A stack of 8-byte slots at 0x8000 (64-bit code), 4 (32-bit), 2 (real mode, ss=0x700).
+        let stack = |mode: Mode, insn: &[u8]| {
+            let mut read = |name: &'static str| match name {
+                "rsp" => Some(if mode == Mode::Bits16 { 0x10 } else { 0x8000 }),
+                "ss" => Some(0x700),
+                "rcx" => Some(0xffff_0000_0040_1000u64),
+                "rdx" => Some(0x0804_8000),
+                _ => None,
+            };
+            let mut memory = |addr: u64, size: usize| {
+                let words: &[(u64, u64)] = &[
+                    (0x8000, 0xffff_ffff_8100_1234), // rip / eip
+                    (0x8008, 0x33),                  // cs (iretq)
+                    (0x8004, 0x23),                  // cs (iretd)
+                    (0x7010, 0x1234),                // ip
+                    (0x7012, 0xf000),                // cs (real mode)
+                ];
+                let mask = if size == 8 {
+                    u64::MAX
+                } else {
+                    (1 << (size * 8)) - 1
+                };
+                words.iter().find(|w| w.0 == addr).map(|w| w.1 & mask)
+            };
+            X86_64.exception_return_to(mode, insn, &mut read, &mut memory)
+        };
+        let to = |target: u64, ring: u8| {
+            Some(Some(ExceptionReturnTo {
+                target,
+                level: Level(ring),
+            }))
+        };
+        assert_eq!(
+            stack(Mode::Bits64, &[0x48, 0xcf]),
+            to(0xffff_ffff_8100_1234, 3)
+        );
+        assert_eq!(stack(Mode::Bits32, &[0xcf]), to(0x8100_1234, 3));
+        assert_eq!(stack(Mode::Bits16, &[0xcf]), to(0xf1234, 0));
+        assert_eq!(
+            stack(Mode::Bits64, &[0x48, 0x0f, 0x07]),
+            to(0xffff_0000_0040_1000, 3)
+        );
+        assert_eq!(stack(Mode::Bits64, &[0x0f, 0x07]), to(0x0040_1000, 3));
+        assert_eq!(stack(Mode::Bits32, &[0x0f, 0x35]), to(0x0804_8000, 3));
+        // RSM: the state comes from SMRAM; an unreadable stack: unknown.
+        assert_eq!(stack(Mode::Bits64, &[0x0f, 0xaa]), Some(None));
+        assert_eq!(stack(Mode::Bits64, &[]), Some(None));
+        // Other architectures take exception returns from registers.
+        assert_eq!(
+            super::super::aarch64::Aarch64.exception_return_to(
+                Mode::Bits64,
+                &[0xe0, 0x03, 0x9f, 0xd6],
+                &mut |_| None,
+                &mut |_, _| None
+            ),
+            None
+        );
     }
 }
