@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// A return that landed where no landing block saw it is settled before the next event.
 #[inline(always)]
 fn settle(v: &mut VcpuState, now: u64) {
-    if v.pending.take() {
+    if v.pending.take() && !std::mem::take(&mut v.thunk_ret) {
         v.engine.ret_unseen(now);
     }
 }
@@ -159,12 +159,41 @@ pub unsafe extern "C" fn on_absolute_memory_call(vcpu_index: c_uint, data: *mut 
 pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
+        if v.thunk_ret && thunk_landing(v, target) {
+            return;
+        }
         if let Some(now) = v.fast.land() {
             if v.engine.try_ret(now, target) {
                 return;
             }
         }
         landing_general(v, target)
+    });
+}
+
+/// A landing while a retpoline's return is pending: the return went to the callee's entry
+/// (a block that happens to look like a landing) and is no return at all; otherwise the
+/// callee returned too, before any other event, and the landing is its return.
+#[cold]
+#[inline(never)]
+fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
+    v.thunk_ret = false;
+    if v.engine.stack().top().is_some_and(|f| f.func == target) {
+        v.pending.take();
+        return true;
+    }
+    false
+}
+
+/// A retpoline's own call (`call 1f` in `__x86_indirect_thunk_<reg>`, reaching
+/// [`Thunk::BranchByReturn`]): no frame; the return it makes next is not one.
+///
+/// [`Thunk::BranchByReturn`]: qemu_uftrace_engine::arch::Thunk::BranchByReturn
+pub extern "C" fn on_thunk_branch(vcpu_index: c_uint, _data: *mut c_void) {
+    vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now();
+        settle(v, now);
+        v.thunk_ret = true;
     });
 }
 

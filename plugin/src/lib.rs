@@ -212,6 +212,7 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
         regs: guest::ByteBuf::new(),
         level: None,
         task_ptr: 0,
+        thunk_ret: false,
     };
     if !vcpu::install(vcpu_id, state) {
         out.note_error(format!(

@@ -130,6 +130,10 @@ pub enum Thunk {
     /// (`srso_safe_ret`, which `srso_return_thunk` calls): a call to it is no call, its
     /// return is its caller's.
     ReturnForCaller,
+    /// Overwrites the return address the call to it pushed with a branch target and
+    /// returns there (the second half of a retpoline, which the thunk calls): that call and
+    /// its return are a jump, neither the program's.
+    BranchByReturn,
 }
 
 /// What an instruction means for the call graph.

@@ -336,7 +336,9 @@ impl X86_64 {
     ///   and as the kernel patches it when retpolines are off: `lfence; jmp *%reg`, or
     ///   `jmp *%reg`;
     /// - `srso_safe_ret`, `lea 8(%rsp), %rsp; ret` (or `add $8, %rsp; ret`), which
-    ///   `srso_return_thunk` calls to return for its caller.
+    ///   `srso_return_thunk` calls to return for its caller;
+    /// - the retpoline's second half, `mov %reg, (%rsp); ret` (or `jmp __x86_return_thunk`),
+    ///   which its `call` reaches: that call and return only branch to `%reg`.
     ///
     /// `__x86_return_thunk` itself (`ret; int3`), which functions reach by `jmp` instead of
     /// `ret`, needs nothing: its `ret` is the function's return, seen where it lands.
@@ -368,6 +370,19 @@ impl X86_64 {
         ];
         if mode == Mode::Bits64 && DROP_RET.iter().any(|s| entry.starts_with(s)) {
             return Some(Thunk::ReturnForCaller);
+        }
+        // The retpoline's second half, which its `call` reaches: `mov %reg, (%rsp)` and the
+        // return (`ret` or a jump to the return thunk).
+        if mode == Mode::Bits64 {
+            let (_, i) = rex_at(0);
+            let m = b(i + 1)?;
+            if b(i)? == 0x89
+                && m & 0xc7 == 0x04
+                && b(i + 2)? == 0x24
+                && matches!(b(i + 3)?, 0xc3 | 0xe9)
+            {
+                return Some(Thunk::BranchByReturn);
+            }
         }
         // The retpoline: call over a speculation trap that ends in a short jump back.
         if b(0)? != 0xe8 {
@@ -1215,6 +1230,9 @@ mod tests {
             Some(Thunk::ReturnForCaller)
         );
         assert_eq!(X86_64.thunk(m, &return_thunk), None);
+        // Where the retpoline's own call goes.
+        assert_eq!(X86_64.thunk(m, &rax[12..]), Some(Thunk::BranchByReturn));
+        assert_eq!(X86_64.thunk(m, &r11[12..]), Some(Thunk::BranchByReturn));
         assert_eq!(
             X86_64.thunk(m, &its_thunk_rax),
             Some(Thunk::IndirectBranch { reg: RAX })
