@@ -1,6 +1,7 @@
 //! An arm64 Linux kernel runs its first instructions with the MMU off, at the physical address
-//! QEMU loaded its `Image` to, and only later at its link address. The same symbols, shifted
-//! to that physical address, name those early calls.
+//! QEMU loaded its `Image` to, and only later at its link address; an x86 kernel likewise runs
+//! its first instructions at the physical address its bzImage decompressor put it at. The same
+//! symbols, shifted to that physical address, name those early calls.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,22 @@ fn image_load_offset(kernel: &Path) -> Option<u64> {
     })
 }
 
+/// Where an x86 bzImage's kernel runs before it switches to its link address: the setup
+/// header's `pref_address` (boot protocol 2.10+), where the decompressor puts a relocatable
+/// kernel when it does not randomise it (`nokaslr`).
+fn bzimage_load_address(kernel: &Path) -> Option<u64> {
+    let mut header = [0u8; 0x260];
+    std::fs::File::open(kernel)
+        .ok()?
+        .read_exact(&mut header)
+        .ok()?;
+    let version = u16::from_le_bytes([header[0x206], header[0x207]]);
+    if &header[0x202..0x206] != b"HdrS" || version < 0x20a {
+        return None;
+    }
+    Some(u64::from_le_bytes(header[0x258..0x260].try_into().ok()?))
+}
+
 /// RAM base of the machine named by `-M`/`-machine`, for the boards we know.
 fn ram_base(opts: &[QemuOption]) -> Option<u64> {
     let kind = last_option_key(opts, &["M", "machine"], "type", "type")?;
@@ -58,9 +75,13 @@ fn kernel_text(img: &Image) -> Option<u64> {
 }
 
 /// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64
-/// Image on a board we know and one of `images` holds its link-time symbols (`_text`).
+/// Image on a board we know, or an x86 bzImage, and one of `images` holds its link-time
+/// symbols (`_text`).
 pub fn physical_alias(images: &[Image], kernel: &Path, opts: &[QemuOption]) -> Option<Image> {
-    let load = ram_base(opts)? + image_load_offset(kernel)?;
+    let load = match image_load_offset(kernel) {
+        Some(offset) => ram_base(opts)? + offset,
+        None => bzimage_load_address(kernel)?,
+    };
     let (img, text) = images
         .iter()
         .find_map(|img| kernel_text(img).map(|t| (img, t)))?;
@@ -164,6 +185,27 @@ mod tests {
         let elf = dir.path().join("vmlinux");
         std::fs::write(&elf, b"\x7fELF").unwrap();
         assert!(physical_alias(&[kernel_syms()], &elf, &[opt("M", "virt")]).is_none());
+    }
+
+    #[test]
+    fn x86_bzimages_at_their_preferred_address_on_any_board() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = vec![0u8; 0x260];
+        h[0x202..0x206].copy_from_slice(b"HdrS");
+        h[0x206..0x208].copy_from_slice(&0x20fu16.to_le_bytes());
+        h[0x258..0x260].copy_from_slice(&0x100_0000u64.to_le_bytes());
+        let k = dir.path().join("bzImage");
+        std::fs::write(&k, &h).unwrap();
+        let mut syms = kernel_syms();
+        syms.functions[0].addr = 0xffff_ffff_8100_0000;
+        syms.functions[1].addr = 0xffff_ffff_8100_0e30;
+        let alias = physical_alias(&[syms.clone()], &k, &[opt("M", "pc")]).unwrap();
+        assert_eq!(alias.functions[0].addr, 0x100_0000);
+        assert_eq!(alias.functions[1].addr, 0x100_0e30);
+        // Boot protocol before 2.10: no pref_address.
+        h[0x206..0x208].copy_from_slice(&0x209u16.to_le_bytes());
+        std::fs::write(&k, &h).unwrap();
+        assert!(physical_alias(&[syms], &k, &[]).is_none());
     }
 
     #[test]
