@@ -31,6 +31,8 @@ build_workload_guest() {
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
+#   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic on -M pc, from
+#              SeaBIOS on
 workload_argv() {
     local cpu=cortex-a57 extra
     local kernel=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz" -append "console=ttyAMA0 panic=-1 nokaslr")
@@ -45,7 +47,14 @@ workload_argv() {
                 -initrd "$work/guests/linux/initramfs.cpio"
                 -append "console=ttyAMA0 panic=-1 nokaslr rdinit=/init")
             record_opts=(--symbols "$work/guests/linux/init.elf") ;;
-        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs)" >&2; exit 2 ;;
+        kernel-x86)
+            # The same QEMU's x86_64 emulator (named like the aarch64 one), on the PC machine.
+            local q=${qemu:-qemu-system-aarch64}
+            argv=("${q%aarch64}x86_64" -M pc -m 512M -nographic -nic none -no-reboot
+                -kernel "$cache/kernel-amd64/vmlinuz" -append "console=ttyS0 panic=-1 nokaslr")
+            return ;;
+        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs, kernel-x86)" >&2
+           exit 2 ;;
     esac
     argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu "$cpu" -nographic -nic none "${extra[@]}")
 }

@@ -5,9 +5,12 @@
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
+#   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic under
+#              qemu-system-x86_64 -M pc, SeaBIOS and the decompressor included
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
+#        [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense and kernel)
 set -euo pipefail
 

@@ -132,6 +132,15 @@ fn record_into(
     if let Some(offset) = symbol_source::task_comm_offset(&sources) {
         plugin_opt.push(format!(",task_comm={offset}"));
     }
+    // x86_64 Linux keeps its running task in per-CPU memory: where, from the kernel image.
+    let kernel = images
+        .iter()
+        .find(|i| i.origin == qemu::ImageOrigin::Kernel);
+    if let (Arch::X86_64, qemu::Mode::System, Some(kernel)) = (guest_arch, mode, kernel) {
+        if let Some(slot) = symbol_source::task_slot(&kernel.path) {
+            plugin_opt.push(format!(",task_slot={slot}"));
+        }
+    }
     let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     let exit = run_qemu::run(&qemu.path, &full[1..]);

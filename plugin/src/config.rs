@@ -1,5 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
-//! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]`, or
+//! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
+//! [,task_slot=ADDR]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -18,6 +19,9 @@ pub struct Config {
     pub split_levels: bool,
     /// Where an OS task's name sits in its task structure (Linux `task_struct.comm`).
     pub task_comm: Option<u64>,
+    /// Where the OS keeps its running task in per-CPU memory, when not in a register
+    /// (x86_64 Linux: `current_task`'s per-CPU offset); its stores are task switches.
+    pub task_slot: Option<u64>,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -39,6 +43,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut clock = ClockChoice::Auto;
     let mut split_levels = false;
     let mut task_comm = None;
+    let mut task_slot = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
     for arg in raw {
         let bytes = arg.as_bytes();
@@ -77,6 +82,13 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("task_comm={value}: expected a byte offset"))?,
                 )
             }
+            "task_slot" => {
+                task_slot = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| format!("task_slot={value}: expected an address"))?,
+                )
+            }
             "max_depth" => {
                 max_depth = value
                     .parse::<usize>()
@@ -99,5 +111,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_depth,
         split_levels,
         task_comm,
+        task_slot,
     }))
 }

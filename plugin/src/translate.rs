@@ -102,6 +102,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
         };
     }
+    let task_slot = crate::config().and_then(|c| c.task_slot);
     let mut bytes = [0u8; 16];
     for i in 0..n {
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
@@ -185,6 +186,15 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             }
             InsnKind::SetTaskPointer { src } => {
                 (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
+            }
+            // A store to the per-CPU variable holding the running task: a task switch.
+            InsnKind::Other if task_slot.is_some() => {
+                match isa.per_cpu_store(mode, pc, &bytes[..len]) {
+                    Some((src, at)) if Some(at) == task_slot => {
+                        (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
+                    }
+                    _ => continue,
+                }
             }
             // Exceptions are seen when taken (the discontinuity callback), traps included.
             InsnKind::Trap | InsnKind::Other => continue,

@@ -64,6 +64,29 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
     Ok(img)
 }
 
+/// The address of the kallsyms symbol `name` (any kind); `None` when the image holds no
+/// kallsyms tables or no such symbol.
+pub(crate) fn symbol_address(
+    path: &Path,
+    data: &[u8],
+    name: &str,
+) -> Result<Option<u64>, SymbolError> {
+    let image = unpack(path, data)?;
+    let Some(tables) = kallsyms_tables::find(&image) else {
+        return Ok(None);
+    };
+    let symbols = tables.symbols(&image, 0);
+    let Some(base) = relative_base(&image, &tables, &symbols) else {
+        return Ok(None);
+    };
+    // Decoded again with the base: absolute per-CPU entries must not get it added.
+    Ok(tables
+        .symbols(&image, base)
+        .into_iter()
+        .find(|s| s.name == name.as_bytes())
+        .map(|s| s.addr))
+}
+
 /// The kernel image itself: as is, gunzipped, out of an EFI zboot container, or out of an x86
 /// bzImage.
 fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError> {

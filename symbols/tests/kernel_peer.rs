@@ -248,3 +248,27 @@ fn debian_amd64_bzimage_matches_vmlinux_to_elf() {
     let (addr, _) = functions.iter().find(|(_, n)| n == "_text").unwrap();
     assert_eq!(*addr, 0xffff_ffff_8100_0000);
 }
+
+/// Data symbols too: the per-CPU `current_task` (the plugin follows x86_64 task switches
+/// through its writes) at its offset in the per-CPU area, functions at their addresses.
+#[test]
+fn debian_amd64_bzimage_kernel_symbol_addresses() {
+    let bzimage = cached("kernel-amd64/vmlinuz");
+    let current = qemu_uftrace_symbols::kernel_symbol_address(&bzimage, "current_task")
+        .unwrap()
+        .expect("current_task in kallsyms");
+    assert!(
+        current > 0 && current < 0x10_0000,
+        "current_task at {current:#x}"
+    );
+    let image = load_kernel_image_as("kernel-amd64/vmlinuz", Arch::X86_64);
+    let start_kernel = image.functions.iter().find(|f| f.name == "start_kernel");
+    assert_eq!(
+        qemu_uftrace_symbols::kernel_symbol_address(&bzimage, "start_kernel").unwrap(),
+        start_kernel.map(|f| f.addr)
+    );
+    assert_eq!(
+        qemu_uftrace_symbols::kernel_symbol_address(&bzimage, "no_such_symbol").unwrap(),
+        None
+    );
+}

@@ -316,6 +316,14 @@ pub trait Isa: Sync + Send {
     fn task_pointer_register(&self) -> Option<&'static str> {
         None
     }
+    /// Where an OS keeps its running task in memory rather than in a register (x86_64 Linux:
+    /// the per-CPU `current_task`, reached through GS): when `bytes` (at `pc`, in code of
+    /// width `mode`) store a general register at an address known at translation relative
+    /// to that per-CPU base, the register and the address. A task switch is such a store
+    /// to the variable's address.
+    fn per_cpu_store(&self, _mode: Mode, _pc: u64, _bytes: &[u8]) -> Option<(u8, u64)> {
+        None
+    }
     /// Whether a value written there names a task (rather than, say, a user stack pointer
     /// restored on the way back to user space).
     fn is_task_pointer(&self, _value: u64) -> bool {

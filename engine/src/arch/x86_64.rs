@@ -540,6 +540,45 @@ impl Isa for X86_64 {
         format!("ring{}", level.0)
     }
 
+    /// `mov %reg, %gs:addr` (64-bit), with `addr` absolute (`%gs:0x1fb80`) or RIP-relative
+    /// (`%gs:disp(%rip)`, as GCC writes `this_cpu_write`): Linux's per-CPU variables are at
+    /// GS's base plus their link address in the per-CPU section.
+    fn per_cpu_store(&self, mode: Mode, pc: u64, bytes: &[u8]) -> Option<(u8, u64)> {
+        if mode != Mode::Bits64 {
+            return None;
+        }
+        let (p, i) = prefixes(mode, bytes);
+        if p.segment != Some("gs") || !p.rex_w() || *bytes.get(i)? != 0x89 {
+            return None;
+        }
+        let src = gpr((bytes.get(i + 1)? >> 3) & 7 | (p.rex & 4) << 1);
+        match modrm(mode, &p, bytes, i + 1)? {
+            (
+                Operand::Memory {
+                    op,
+                    rip_relative: true,
+                },
+                len,
+            ) => Some((
+                src,
+                pc.wrapping_add(len as u64).wrapping_add(op.disp as u64),
+            )),
+            (
+                Operand::Memory {
+                    op,
+                    rip_relative: false,
+                },
+                _,
+            ) if op.base.is_none() && op.index.is_none() => Some((src, op.disp as u64)),
+            _ => None,
+        }
+    }
+
+    /// A task pointer is a kernel address (the upper half); user values never are.
+    fn is_task_pointer(&self, value: u64) -> bool {
+        value >= 0xffff_8000_0000_0000
+    }
+
     /// IRET pops the instruction pointer and then the code segment off the stack, in slots
     /// of its operand size (2, 4 or 8 bytes); in 16-bit code (real mode) the stack is at
     /// `ss * 16 + sp` and the target at `cs * 16 + ip`, elsewhere segments are flat. SYSRET
@@ -1372,5 +1411,30 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn per_cpu_stores() {
+        let m = Mode::Bits64;
+        // Debian 6.1 __switch_to: mov %rbx,%gs:0x7eff07d4(%rip) at ffffffff8102f3a4.
+        let rip = [0x65, 0x48, 0x89, 0x1d, 0xd4, 0x07, 0xff, 0x7e];
+        assert_eq!(
+            X86_64.per_cpu_store(m, 0xffff_ffff_8102_f3a4, &rip),
+            Some((RBX, 0x1fb80))
+        );
+        // mov %r12,%gs:0x1fb80
+        let abs = [0x65, 0x4c, 0x89, 0x24, 0x25, 0x80, 0xfb, 0x01, 0x00];
+        assert_eq!(X86_64.per_cpu_store(m, 0, &abs), Some((12, 0x1fb80)));
+        // Loads, 32-bit stores, other segments, register bases: not such stores.
+        let load = [0x65, 0x48, 0x8b, 0x04, 0x25, 0x80, 0xfb, 0x01, 0x00];
+        let narrow = [0x65, 0x89, 0x1d, 0xd4, 0x07, 0xff, 0x7e];
+        let fs = [0x64, 0x48, 0x89, 0x1d, 0xd4, 0x07, 0xff, 0x7e];
+        let based = [0x65, 0x48, 0x89, 0x18];
+        for b in [&load[..], &narrow, &fs, &based] {
+            assert_eq!(X86_64.per_cpu_store(m, 0, b), None, "{b:x?}");
+        }
+        assert_eq!(X86_64.per_cpu_store(Mode::Bits32, 0, &abs), None);
+        assert!(X86_64.is_task_pointer(0xffff_8880_0310_0000));
+        assert!(!X86_64.is_task_pointer(0x7ffd_1234_5678));
     }
 }
