@@ -120,11 +120,9 @@ pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
     vcpu::with(vcpu_index, |v| {
         let target = (|| {
             let mut addr = op.effective_address(|r| v.regs.read_gpr(r))?;
-            // 64-bit code: only FS and GS have a base (QEMU shows it as `fs_base`/`gs_base`).
-            match op.segment {
-                Some("fs") => addr = addr.wrapping_add(v.regs.read_named("fs_base")?),
-                Some("gs") => addr = addr.wrapping_add(v.regs.read_named("gs_base")?),
-                _ => {}
+            if let Some(segment) = op.segment {
+                let isa = crate::isa_or_default();
+                addr = addr.wrapping_add(isa.segment_base(segment, &mut |n| v.regs.read_named(n))?);
             }
             read_pointer(&mut v.regs, addr, op.size as usize)
         })();

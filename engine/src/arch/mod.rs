@@ -300,6 +300,16 @@ pub trait Isa: Sync + Send {
     ) -> Option<Option<ExceptionReturnTo>> {
         None
     }
+    /// The base address of segment `segment` (a [`MemOperand::segment`]), from registers
+    /// `read` by QEMU's name; `None` when a register cannot be read. Architectures without
+    /// segments never name one.
+    fn segment_base(
+        &self,
+        _segment: &'static str,
+        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        Some(0)
+    }
     /// A code address without its pointer-authentication bits.
     fn strip_authentication(&self, addr: u64) -> u64 {
         addr

@@ -540,6 +540,22 @@ impl Isa for X86_64 {
         format!("ring{}", level.0)
     }
 
+    /// FS and GS by their base registers (QEMU shows `fs_base`/`gs_base`); the others have
+    /// base `selector * 16` in real mode (CR0.PE clear) and, in protected mode, a
+    /// descriptor's base that QEMU does not show: flat, 0.
+    fn segment_base(
+        &self,
+        segment: &'static str,
+        read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        match segment {
+            "fs" => read("fs_base"),
+            "gs" => read("gs_base"),
+            _ if read("cr0")? & 1 == 0 => Some(read(segment)? << 4),
+            _ => Some(0),
+        }
+    }
+
     /// `mov %reg, %gs:addr` (64-bit), with `addr` absolute (`%gs:0x1fb80`) or RIP-relative
     /// (`%gs:disp(%rip)`, as GCC writes `this_cpu_write`): Linux's per-CPU variables are at
     /// GS's base plus their link address in the per-CPU section.
@@ -1436,5 +1452,29 @@ mod tests {
         assert_eq!(X86_64.per_cpu_store(Mode::Bits32, 0, &abs), None);
         assert!(X86_64.is_task_pointer(0xffff_8880_0310_0000));
         assert!(!X86_64.is_task_pointer(0x7ffd_1234_5678));
+    }
+
+    #[test]
+    fn segment_bases() {
+        let regs = |cr0: u64| {
+            move |name: &'static str| match name {
+                "fs_base" => Some(0x7f00_0000_0000),
+                "gs_base" => Some(0xffff_8880_1fc0_0000),
+                "cr0" => Some(cr0),
+                "ds" => Some(0xf000),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            X86_64.segment_base("gs", &mut regs(0x8000_0011)),
+            Some(0xffff_8880_1fc0_0000)
+        );
+        assert_eq!(
+            X86_64.segment_base("fs", &mut regs(0x8000_0011)),
+            Some(0x7f00_0000_0000)
+        );
+        assert_eq!(X86_64.segment_base("ds", &mut regs(0x11)), Some(0));
+        assert_eq!(X86_64.segment_base("ds", &mut regs(0x10)), Some(0xf_0000));
+        assert_eq!(X86_64.segment_base("ss", &mut regs(0x10)), None);
     }
 }
