@@ -1,6 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
-//! [,task_slot=ADDR]`, or
+//! [,task_slot=ADDR|task_slot_file=FILE]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -22,6 +22,9 @@ pub struct Config {
     /// Where the OS keeps its running task in per-CPU memory, when not in a register
     /// (x86_64 Linux: `current_task`'s per-CPU offset); its stores are task switches.
     pub task_slot: Option<u64>,
+    /// The same, written by the CLI into this file while QEMU starts (it takes a bzImage's
+    /// kallsyms to find): read once the guest first runs kernel code.
+    pub task_slot_file: Option<PathBuf>,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -44,6 +47,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut split_levels = false;
     let mut task_comm = None;
     let mut task_slot = None;
+    let mut task_slot_file = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
     for arg in raw {
         let bytes = arg.as_bytes();
@@ -89,6 +93,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .map_err(|_| format!("task_slot={value}: expected an address"))?,
                 )
             }
+            "task_slot_file" => task_slot_file = Some(PathBuf::from(raw_value)),
             "max_depth" => {
                 max_depth = value
                     .parse::<usize>()
@@ -112,5 +117,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         split_levels,
         task_comm,
         task_slot,
+        task_slot_file,
     }))
 }

@@ -60,6 +60,41 @@ pub(crate) fn config() -> Option<&'static Config> {
     CONFIG.get()
 }
 
+/// Where the OS keeps its running task in per-CPU memory (see `Config::task_slot`), for a
+/// block at `pc` being translated. From a file, it is read when the guest first runs code in
+/// the upper half (the kernel proper), waiting for the CLI to finish writing it: the
+/// firmware and the kernel's decompressor run long before, so that wait is normally none.
+pub(crate) fn task_slot(pc: u64) -> Option<u64> {
+    static FROM_FILE: OnceLock<Option<u64>> = OnceLock::new();
+    let cfg = CONFIG.get()?;
+    if cfg.task_slot.is_some() {
+        return cfg.task_slot;
+    }
+    let file = cfg.task_slot_file.as_ref()?;
+    if let Some(slot) = FROM_FILE.get() {
+        return *slot;
+    }
+    if !isa_or_default().is_task_pointer(pc) {
+        return None;
+    }
+    *FROM_FILE.get_or_init(|| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(file) {
+                return text.trim().parse().ok();
+            }
+            if std::time::Instant::now() > deadline {
+                eprintln!(
+                    "qemu-uftrace plugin: {} never appeared: guest tasks are not told apart",
+                    file.display()
+                );
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    })
+}
+
 /// Runs `f` on the task table (a poisoned lock still holds a usable table: every change to
 /// it is completed before anything can panic).
 pub(crate) fn with_tasks<R>(f: impl FnOnce(&mut TaskTable) -> R) -> Option<R> {

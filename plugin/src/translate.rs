@@ -102,7 +102,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
         };
     }
-    let task_slot = crate::config().and_then(|c| c.task_slot);
+    let task_slot = crate::task_slot(start);
     let mut bytes = [0u8; 16];
     for i in 0..n {
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };

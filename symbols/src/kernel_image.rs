@@ -75,11 +75,17 @@ pub(crate) fn symbol_address(
     let Some(tables) = kallsyms_tables::find(&image) else {
         return Ok(None);
     };
-    let symbols = tables.symbols(&image, 0);
-    let Some(base) = relative_base(&image, &tables, &symbols) else {
-        return Ok(None);
+    // Decoded once when the image stores its base (x86), else twice (arm64's is relocated
+    // at boot and found from the unbased names); with the base, so that absolute per-CPU
+    // entries do not get it added.
+    let base = match tables.stored_relative_base(&image) {
+        None => 0,
+        Some((_, stored)) if stored != 0 => stored,
+        Some(_) => match relative_base(&image, &tables, &tables.symbols(&image, 0)) {
+            Some(base) => base,
+            None => return Ok(None),
+        },
     };
-    // Decoded again with the base: absolute per-CPU entries must not get it added.
     Ok(tables
         .symbols(&image, base)
         .into_iter()
