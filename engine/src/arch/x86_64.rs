@@ -439,10 +439,14 @@ impl Isa for X86_64 {
         let Some(cr0) = read("cr0") else {
             return Mode::Bits64;
         };
-        if cr0 & PE == 0 || read("eflags").is_some_and(|f| f & VM != 0) {
+        // Long mode has no virtual-8086 mode: EFLAGS is read only outside it (one register
+        // read fewer per block translated in 64-bit code).
+        if cr0 & PE == 0 {
             Mode::Bits16
         } else if read("efer").is_some_and(|e| e & LMA != 0) {
             Mode::Bits64
+        } else if read("eflags").is_some_and(|f| f & VM != 0) {
+            Mode::Bits16
         } else {
             Mode::Bits32
         }
