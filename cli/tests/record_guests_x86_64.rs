@@ -105,3 +105,8 @@ fn x86_64_leaf_functions_match_the_oracle() {
 fn x86_64_tail_calls_fold_into_their_caller() {
     check_program("tailcall");
 }
+
+#[test]
+fn x86_64_longjmp_closes_the_frames_it_skips() {
+    check_program("longjmp");
+}
