@@ -186,3 +186,33 @@ fn check_boot(dir: &Path, qemu: &str) {
         "no initcall under do_one_initcall on {qemu}"
     );
 }
+
+/// `qemu-uftrace symbols` takes the bzImage too: its kallsyms, as uftrace's symbol file.
+#[test]
+fn symbols_subcommand_reads_a_bzimage() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("syms.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("symbols")
+        .arg("-d")
+        .arg(&dir)
+        .arg(cached("kernel-amd64/vmlinuz"))
+        .output()
+        .expect("run qemu-uftrace symbols");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sym = std::fs::read_to_string(dir.join("vmlinuz.sym")).expect("vmlinuz.sym");
+    let names: Vec<&str> = sym.lines().filter_map(|l| l.split(' ').nth(2)).collect();
+    assert!(names.len() > 40_000, "{} functions", names.len());
+    for f in [
+        "start_kernel",
+        "__switch_to",
+        "x86_64_start_kernel",
+        "do_one_initcall",
+    ] {
+        assert!(names.contains(&f), "no {f}");
+    }
+}
