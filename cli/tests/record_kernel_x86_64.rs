@@ -86,14 +86,20 @@ fn check_boot(dir: &Path, qemu: &str) {
     // firmware's and the boot code's far jumps and far returns (the kernel enters
     // x86_64_start_kernel by `lretq`), each new task's first return (to ret_from_fork),
     // well under 0.1 %. Retpolines, which made 0.9 M calls each followed by a return to the
-    // callee's entry, leave no unseen return behind.
+    // callee's entry, leave no unseen return behind; the 32 calls that refill the return
+    // stack buffer at each context switch are no calls, so no return closes them all at
+    // once.
     let (calls, returns) = (stat(dir, "calls"), stat(dir, "returns"));
     assert!(calls > 5_000_000, "only {calls} calls on {qemu}");
     assert!(
         calls.abs_diff(returns) < calls / 100,
         "{calls} calls, {returns} returns on {qemu}"
     );
-    for (key, bound) in [("unmatched_returns", 3_000), ("returns_unseen", 1_000)] {
+    for (key, bound) in [
+        ("unmatched_returns", 3_000),
+        ("returns_unseen", 1_000),
+        ("deep_returns", 500),
+    ] {
         let n = stat(dir, key);
         assert!(n < bound, "{n} {key} on {qemu} (bound {bound})");
     }

@@ -249,6 +249,12 @@ impl X86_64 {
                 let size = if op16 { 2 } else { 4 };
                 let len = i + 1 + size;
                 let rel = signed(bytes, i + 1, size)?;
+                // A call over one byte (`call 1f; int3; 1:`) is Linux's return-stack-buffer
+                // stuffing (__FILL_RETURN_BUFFER, on every context switch): nothing returns
+                // to it, the stack pointer is moved back over all of them at once.
+                if rel == 1 {
+                    return Some(InsnKind::Other);
+                }
                 let mut target = pc.wrapping_add(len as u64).wrapping_add(rel as u64);
                 if mode == Mode::Bits32 {
                     target &= if op16 { 0xffff } else { 0xffff_ffff };
@@ -1480,5 +1486,22 @@ mod tests {
         assert_eq!(X86_64.segment_base("ds", &mut regs(0x11)), Some(0));
         assert_eq!(X86_64.segment_base("ds", &mut regs(0x10)), Some(0xf_0000));
         assert_eq!(X86_64.segment_base("ss", &mut regs(0x10)), None);
+    }
+
+    #[test]
+    fn return_stack_stuffing_is_no_call() {
+        // __FILL_RETURN_BUFFER as the kernel patches it in: call 1f; int3; 1: call 2f; …
+        let stuffing = [0xe8, 0x01, 0x00, 0x00, 0x00, 0xcc];
+        assert_eq!(k(Mode::Bits64, 0x1000, &stuffing), InsnKind::Other);
+        assert_eq!(
+            X86_64.call_ending_at(Mode::Bits64, 0x1005, &stuffing[..5]),
+            None
+        );
+        // A call two bytes on is one.
+        let two = [0xe8, 0x02, 0x00, 0x00, 0x00];
+        assert!(matches!(
+            k(Mode::Bits64, 0x1000, &two),
+            InsnKind::Call { .. }
+        ));
     }
 }
