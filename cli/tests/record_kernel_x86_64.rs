@@ -96,7 +96,7 @@ fn check_boot(dir: &Path, qemu: &str) {
         "{calls} calls, {returns} returns on {qemu}"
     );
     for (key, bound) in [
-        ("unmatched_returns", 3_000),
+        ("unmatched_returns", 1_000),
         ("returns_unseen", 1_000),
         ("deep_returns", 500),
     ] {

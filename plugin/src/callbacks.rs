@@ -169,18 +169,19 @@ pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     });
 }
 
-/// A landing while a retpoline's return is pending: the return went to the callee's entry
-/// (a block that happens to look like a landing) and is no return at all; otherwise the
-/// callee returned too, before any other event, and the landing is its return.
+/// A landing while a retpoline's return is pending. At the callee's own return address the
+/// callee returned too, before any other event: the landing is its return. Anywhere else
+/// the landing is in the callee (its entry, or a block it jumped to that happens to follow
+/// a call) and the pending return was the retpoline's, no return at all.
 #[cold]
 #[inline(never)]
 fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
     v.thunk_ret = false;
-    if v.engine.stack().top().is_some_and(|f| f.func == target) {
-        v.pending.take();
-        return true;
+    if v.engine.stack().top().is_some_and(|f| f.ret_addr == target) {
+        return false;
     }
-    false
+    v.pending.take();
+    true
 }
 
 /// A retpoline's own call (`call 1f` in `__x86_indirect_thunk_<reg>`, reaching
