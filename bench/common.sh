@@ -33,6 +33,8 @@ build_workload_guest() {
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   riscv64    the riscv64 kernel (built from Debian's source) booting from OpenSBI to its
 #              "Unable to mount root fs" panic, on qemu-system-riscv64
+#   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic on -M pc, from
+#              SeaBIOS on
 workload_argv() {
     local cpu=cortex-a57 extra
     local kernel=(-m 1G -no-reboot -kernel "$cache/kernel/vmlinuz" -append "console=ttyAMA0 panic=-1 nokaslr")
@@ -55,7 +57,14 @@ workload_argv() {
                 -nic none -no-reboot -bios default -kernel "$cache/kernel-riscv64/Image"
                 -append "console=ttyS0 panic=-1 nokaslr")
             return ;;
-        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs, riscv64)" >&2; exit 2 ;;
+        kernel-x86)
+            # The same QEMU's x86_64 emulator (named like the aarch64 one), on the PC machine.
+            local q=${qemu:-qemu-system-aarch64}
+            argv=("${q%aarch64}x86_64" -M pc -m 512M -nographic -nic none -no-reboot
+                -kernel "$cache/kernel-amd64/vmlinuz" -append "console=ttyS0 panic=-1 nokaslr")
+            return ;;
+        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs, riscv64, kernel-x86)" >&2
+           exit 2 ;;
     esac
     argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu "$cpu" -nographic -nic none "${extra[@]}")
 }

@@ -9,10 +9,13 @@
 #              qemu-x86_64 and qemu-riscv64 (10.2.2), with QEMU's own uftrace plugin beside
 #   riscv64    a riscv64 kernel (Debian's 6.12 source, tests/guests/riscv64/kernel.config)
 #              from OpenSBI's first instruction to its panic, under qemu-system-riscv64
+#   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic under
+#              qemu-system-x86_64 -M pc, SeaBIOS and the decompressor included
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
-#        [user] [riscv64]   (RUNS=3 by default; no workload named: calldense, kernel and user)
+#        [user] [riscv64] [kernel-x86]
+#        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -29,6 +29,8 @@ fn main() {
         "Cargo.lock",
         "plugin/Cargo.toml",
         "plugin/src",
+        "engine/Cargo.toml",
+        "engine/src",
         "format/Cargo.toml",
         "format/src",
     ] {

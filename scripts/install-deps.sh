@@ -106,6 +106,8 @@ dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 # riscv64 system mode (Debian splits it out of qemu-system-misc; opensbi comes with it).
 command -v qemu-system-riscv64 >/dev/null 2>&1 || need+=(qemu-system-riscv)
+# lz4 decompresses the amd64 bzImage's payload for the kallsyms peer test.
+command -v lz4 >/dev/null 2>&1 || need+=(lz4)
 command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
 # The symbols tests build dynamic and PIE arm64 programs; vmlinux-to-elf lives in a venv.
 dpkg -s libc6-dev-arm64-cross >/dev/null 2>&1 || need+=(libc6-dev-arm64-cross)
@@ -214,6 +216,22 @@ fi
 if [ ! -s "$CACHE/kernel-6.12/vmlinuz" ] || [ ! -s "$CACHE/kernel-6.12/package" ]; then
     after_update kernel_from "$backports" "6\\.12\\.[^ ]*" "$CACHE/kernel-6.12" 'boot/vmlinuz-*=vmlinuz' ||
         { log "cannot fetch Debian's linux-image-6.12.*-cloud-arm64 package"; exit 1; }
+fi
+
+# Debian's amd64 cloud kernel (6.1, the host's own architecture): the x86_64 whole-system
+# test and benchmark boot its bzImage to its panic.
+if [ ! -s "$CACHE/kernel-amd64/vmlinuz" ] || [ ! -s "$CACHE/kernel-amd64/package" ]; then
+    kernel_amd64() {
+        local pkg
+        pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+            sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*-cloud-amd64\).*/\1/p' | head -n1)
+        [ -n "$pkg" ] || return 1
+        log "fetching $pkg into $CACHE/kernel-amd64"
+        keep_from_deb "$pkg" "$CACHE/kernel-amd64" 'boot/vmlinuz-*=vmlinuz' &&
+            echo "$pkg" >"$CACHE/kernel-amd64/package"
+    }
+    after_update kernel_amd64 ||
+        { log "cannot fetch Debian's linux-image-*-cloud-amd64 package"; exit 1; }
 fi
 
 # vmlinux-to-elf (PyPI), the peer the kallsyms tests compare with, in a venv of Debian's

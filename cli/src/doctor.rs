@@ -184,7 +184,7 @@ fn target_line(text: &mut String, emulator: &Emulator, p: &ProbeInfo) -> bool {
         if ok {
             "can record"
         } else {
-            "not supported yet by qemu-uftrace (aarch64 and riscv64 are, in system and user mode)"
+            "not supported yet by qemu-uftrace (aarch64, riscv64 and x86_64 are, in system and user mode)"
         }
     );
     ok

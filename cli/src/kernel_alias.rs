@@ -1,5 +1,7 @@
 //! An arm64 or riscv64 Linux kernel runs its first instructions with the MMU off, at the
-//! physical address QEMU loaded its `Image` to, and only later at its link address. The same
+//! physical address QEMU loaded its `Image` to, and only later at its link address; an x86
+//! kernel likewise runs its first instructions at the physical address its bzImage
+//! decompressor put it at. The same
 //! symbols, shifted to that physical address, name those early calls.
 
 use std::io::Read;
@@ -26,6 +28,8 @@ const RISCV_VIRT_RAM_BASE: u64 = 0x8000_0000;
 enum ImageKind {
     Arm64,
     Riscv64,
+    /// A bzImage (its setup header, not an Image header).
+    X86,
 }
 
 fn image_header(kernel: &Path) -> Option<(ImageKind, [u8; 64])> {
@@ -62,6 +66,7 @@ fn image_load_address(kernel: &Path, opts: &[QemuOption]) -> Option<u64> {
     match kind {
         ImageKind::Arm64 => Some(ram_base(opts)? + image_load_offset(&header)),
         ImageKind::Riscv64 => ram_base(opts).map(|_| riscv_load_address(opts)),
+        ImageKind::X86 => None,
     }
 }
 
@@ -74,6 +79,22 @@ fn image_load_offset(header: &[u8; 64]) -> u64 {
         (_, t) if t < BOOTLOADER_MAX_SIZE => t + 2 * 1024 * 1024,
         (_, t) => t,
     }
+}
+
+/// Where an x86 bzImage's kernel runs before it switches to its link address: the setup
+/// header's `pref_address` (boot protocol 2.10+), where the decompressor puts a relocatable
+/// kernel when it does not randomise it (`nokaslr`).
+fn bzimage_load_address(kernel: &Path) -> Option<u64> {
+    let mut header = [0u8; 0x260];
+    std::fs::File::open(kernel)
+        .ok()?
+        .read_exact(&mut header)
+        .ok()?;
+    let version = u16::from_le_bytes([header[0x206], header[0x207]]);
+    if &header[0x202..0x206] != b"HdrS" || version < 0x20a {
+        return None;
+    }
+    Some(u64::from_le_bytes(header[0x258..0x260].try_into().ok()?))
 }
 
 /// RAM base of the machine named by `-M`/`-machine`, for the boards we know.
@@ -98,14 +119,18 @@ fn kernel_text(img: &Image, kind: ImageKind) -> Option<u64> {
             find("_text").or_else(|| find("_stext").map(|a| a & !(2 * 1024 * 1024 - 1)))
         }
         ImageKind::Riscv64 => find("_start"),
+        ImageKind::X86 => find("_text"),
     }
 }
 
 /// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64 or
-/// riscv64 Image on a board we know and one of `images` holds its link-time symbols (`_text`).
+/// riscv64 Image on a board we know, or an x86 bzImage, and one of `images` holds its
+/// link-time symbols (`_text`).
 pub fn physical_alias(images: &[Image], kernel: &Path, opts: &[QemuOption]) -> Option<Image> {
-    let load = image_load_address(kernel, opts)?;
-    let (kind, _) = image_header(kernel)?;
+    let (load, kind) = match image_header(kernel) {
+        Some((kind, _)) => (image_load_address(kernel, opts)?, kind),
+        None => (bzimage_load_address(kernel)?, ImageKind::X86),
+    };
     let (img, text) = images
         .iter()
         .find_map(|img| kernel_text(img, kind).map(|t| (img, t)))?;
@@ -209,6 +234,27 @@ mod tests {
         let elf = dir.path().join("vmlinux");
         std::fs::write(&elf, b"\x7fELF").unwrap();
         assert!(physical_alias(&[kernel_syms()], &elf, &[opt("M", "virt")]).is_none());
+    }
+
+    #[test]
+    fn x86_bzimages_at_their_preferred_address_on_any_board() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = vec![0u8; 0x260];
+        h[0x202..0x206].copy_from_slice(b"HdrS");
+        h[0x206..0x208].copy_from_slice(&0x20fu16.to_le_bytes());
+        h[0x258..0x260].copy_from_slice(&0x100_0000u64.to_le_bytes());
+        let k = dir.path().join("bzImage");
+        std::fs::write(&k, &h).unwrap();
+        let mut syms = kernel_syms();
+        syms.functions[0].addr = 0xffff_ffff_8100_0000;
+        syms.functions[1].addr = 0xffff_ffff_8100_0e30;
+        let alias = physical_alias(&[syms.clone()], &k, &[opt("M", "pc")]).unwrap();
+        assert_eq!(alias.functions[0].addr, 0x100_0000);
+        assert_eq!(alias.functions[1].addr, 0x100_0e30);
+        // Boot protocol before 2.10: no pref_address.
+        h[0x206..0x208].copy_from_slice(&0x209u16.to_le_bytes());
+        std::fs::write(&k, &h).unwrap();
+        assert!(physical_alias(&[syms], &k, &[]).is_none());
     }
 
     #[test]

@@ -137,6 +137,28 @@ fn record_into(
     if let Some(n) = user_opts {
         plugin_opt.push(format!(",user_opts={n}"));
     }
+    // x86_64 Linux keeps its running task in per-CPU memory: where, from the kernel image.
+    let kernel = images
+        .iter()
+        .find(|i| i.origin == qemu::ImageOrigin::Kernel);
+    // Found while QEMU starts (decompressing a bzImage takes ~0.1 s); the plugin waits for
+    // the file only once the kernel proper runs.
+    let slot_file = abs_staging.join(".task_slot");
+    let mut slot_job = None;
+    if let (Arch::X86_64, qemu::Mode::System, Some(kernel)) = (guest_arch, mode, kernel) {
+        let kernel = kernel.path.clone();
+        let file = slot_file.clone();
+        slot_job = Some(std::thread::spawn(move || {
+            let text = symbol_source::task_slot(&kernel).map_or(String::new(), |s| s.to_string());
+            let tmp = file.with_extension("tmp");
+            // Written aside and renamed: the plugin never reads half a number.
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &file);
+            }
+        }));
+        plugin_opt.push(",task_slot_file=");
+        plugin_opt.push(qemu::escape_keyval(slot_file.as_os_str()));
+    }
     let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     // User mode: the guest's other processes (forked, exec'd) may outlive the first QEMU;
@@ -152,6 +174,11 @@ fn record_into(
         Vec::new()
     };
     drop(others);
+    // Not part of the trace (joined first: a QEMU that failed at once may beat it).
+    if let Some(job) = slot_job {
+        let _ = job.join();
+    }
+    let _ = std::fs::remove_file(&slot_file);
     let loader = loader.unwrap_or_else(|| {
         if let (Some(program), false) = (images.first(), args.no_auto_symbols) {
             let maps = qemu::user_maps::read(staging).unwrap_or_default();

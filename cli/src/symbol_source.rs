@@ -64,6 +64,19 @@ pub fn task_comm_offset(sources: &[SourceArg]) -> Option<u64> {
         .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
 }
 
+/// Where an x86_64 Linux kernel keeps its running task, from a kernel image's kallsyms: the
+/// per-CPU `current_task` (6.1), or `pcpu_hot`, whose first member it is (6.2 on). The plugin
+/// sees task switches as stores there. Like [`task_comm_offset`], this runs before QEMU
+/// starts (decompressing a bzImage's kallsyms: ~0.1 s).
+pub fn task_slot(kernel: &std::path::Path) -> Option<u64> {
+    if !std::fs::metadata(kernel).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    ["current_task", "pcpu_hot"]
+        .iter()
+        .find_map(|name| symbols::kernel_symbol_address(kernel, name).ok().flatten())
+}
+
 /// A source that loaded, or the one line saying why it did not.
 pub enum Loaded {
     Ok(SourceArg, Image),

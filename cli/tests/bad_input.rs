@@ -160,17 +160,17 @@ fn qemu_without_plugin_support() {
 /// A real emulator for a target the plugin does not decode yet.
 #[test]
 fn unsupported_target() {
-    require("qemu-system-x86_64");
+    require("qemu-system-s390x");
     let home = tempfile::tempdir().unwrap();
     let o = qemu_uftrace(home.path())
         .current_dir(home.path())
-        .args(["record", "--", "qemu-system-x86_64", "-M", "q35"])
+        .args(["record", "--", "qemu-system-s390x"])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let line = single_error(&o);
     assert!(
-        line.contains("system-mode x86_64 guests are not supported yet"),
+        line.contains("system-mode s390x guests are not supported yet"),
         "{line}"
     );
     assert!(!home.path().join("uftrace.data.partial").exists());

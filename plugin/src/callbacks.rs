@@ -7,7 +7,7 @@
 use crate::api;
 use crate::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{Discontinuity, Isa, Level, MemOperand};
+use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level, MemOperand};
 use qemu_uftrace_engine::sites::{call_site_at, unpack};
 use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
@@ -17,11 +17,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Returns whether one did.
 #[inline(always)]
 pub(crate) fn settle(v: &mut VcpuState, now: u64) -> bool {
-    let pending = v.pending.take();
-    if pending {
+    // A retpoline's own return (`thunk_ret`) is no return of the guest's.
+    let unseen = v.pending.take() && !std::mem::take(&mut v.thunk_ret);
+    if unseen {
         v.engine.ret_unseen(now);
     }
-    pending
+    unseen
 }
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
@@ -127,11 +128,9 @@ pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
     vcpu::with(vcpu_index, |v| {
         let target = (|| {
             let mut addr = op.effective_address(|r| v.regs.read_gpr(r))?;
-            // 64-bit code: only FS and GS have a base (QEMU shows it as `fs_base`/`gs_base`).
-            match op.segment {
-                Some("fs") => addr = addr.wrapping_add(v.regs.read_named("fs_base")?),
-                Some("gs") => addr = addr.wrapping_add(v.regs.read_named("gs_base")?),
-                _ => {}
+            if let Some(segment) = op.segment {
+                let isa = crate::isa_or_default();
+                addr = addr.wrapping_add(isa.segment_base(segment, &mut |n| v.regs.read_named(n))?);
             }
             read_pointer(&mut v.regs, addr, op.size as usize)
         })();
@@ -166,12 +165,42 @@ pub unsafe extern "C" fn on_absolute_memory_call(vcpu_index: c_uint, data: *mut 
 pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
+        if v.thunk_ret && thunk_landing(v, target) {
+            return;
+        }
         if let Some(now) = v.fast.land() {
             if v.engine.try_ret(now, target) {
                 return;
             }
         }
         landing_general(v, target)
+    });
+}
+
+/// A landing while a retpoline's return is pending. At the callee's own return address the
+/// callee returned too, before any other event: the landing is its return. Anywhere else
+/// the landing is in the callee (its entry, or a block it jumped to that happens to follow
+/// a call) and the pending return was the retpoline's, no return at all.
+#[cold]
+#[inline(never)]
+fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
+    v.thunk_ret = false;
+    if v.engine.stack().top().is_some_and(|f| f.ret_addr == target) {
+        return false;
+    }
+    v.pending.take();
+    true
+}
+
+/// A retpoline's own call (`call 1f` in `__x86_indirect_thunk_<reg>`, reaching
+/// [`Thunk::BranchByReturn`]): no frame; the return it makes next is not one.
+///
+/// [`Thunk::BranchByReturn`]: qemu_uftrace_engine::arch::Thunk::BranchByReturn
+pub extern "C" fn on_thunk_branch(vcpu_index: c_uint, _data: *mut c_void) {
+    vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now();
+        settle(v, now);
+        v.thunk_ret = true;
     });
 }
 
@@ -259,6 +288,19 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now();
         settle(v, now);
+        if let Some(to) = exception_return_from_memory(v, isa, eret_pc) {
+            match to {
+                Some(to) => {
+                    if split {
+                        crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
+                    }
+                    v.level = Some(to.level);
+                    v.engine.exception_return(now, to.target, eret_pc);
+                }
+                None => v.engine.stats.register_read_failures += 1,
+            }
+            return;
+        }
         let Some(level) = current_level(v, isa) else {
             v.engine.stats.register_read_failures += 1;
             return;
@@ -289,6 +331,39 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             v.level = Some(to);
         }
     });
+}
+
+/// Where the exception return at `pc` goes, on architectures that read it from memory or
+/// general registers (x86 IRET, SYSRET): its bytes are read again here (exception returns are
+/// rare), as is the code width.
+fn exception_return_from_memory(
+    v: &mut VcpuState,
+    isa: &dyn Isa,
+    pc: u64,
+) -> Option<Option<ExceptionReturnTo>> {
+    let mode = crate::guest::current_mode(isa, &mut v.regs);
+    let len = (isa.fetch_len() as u64).min(crate::guest::MIN_PAGE - pc % crate::guest::MIN_PAGE);
+    let mut insn = [0u8; 16];
+    let n = match v.regs.read_memory(pc, len as usize) {
+        Some(b) => {
+            insn[..b.len()].copy_from_slice(b);
+            b.len()
+        }
+        None => 0,
+    };
+    let regs = std::cell::RefCell::new(&mut v.regs);
+    isa.exception_return_to(
+        mode,
+        &insn[..n],
+        &mut |name| regs.borrow_mut().read_named(name),
+        &mut |addr, size| {
+            let mut regs = regs.borrow_mut();
+            let b = regs.read_memory(addr, size)?;
+            let mut word = [0u8; 8];
+            word[..size.min(8)].copy_from_slice(&b[..size.min(8)]);
+            Some(u64::from_le_bytes(word))
+        },
+    )
 }
 
 /// # Safety

@@ -1,6 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
-//! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]`
-//! `[,user_opts=N][,proc=PID.N]`, or
+//! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
+//! `[,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -25,6 +25,12 @@ pub struct Config {
     /// User mode: how many of QEMU's arguments after `-plugin VALUE` are its own options
     /// (the program follows), for running QEMU again at an exec.
     pub user_opts: Option<usize>,
+    /// Where the OS keeps its running task in per-CPU memory, when not in a register
+    /// (x86_64 Linux: `current_task`'s per-CPU offset); its stores are task switches.
+    pub task_slot: Option<u64>,
+    /// The same, written by the CLI into this file while QEMU starts (it takes a bzImage's
+    /// kallsyms to find): read once the guest first runs kernel code.
+    pub task_slot_file: Option<PathBuf>,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -46,6 +52,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut clock = ClockChoice::Auto;
     let mut split_levels = false;
     let mut task_comm = None;
+    let mut task_slot = None;
+    let mut task_slot_file = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
     let mut proc_key = None;
     let mut user_opts = None;
@@ -86,6 +94,14 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("task_comm={value}: expected a byte offset"))?,
                 )
             }
+            "task_slot" => {
+                task_slot = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| format!("task_slot={value}: expected an address"))?,
+                )
+            }
+            "task_slot_file" => task_slot_file = Some(PathBuf::from(raw_value)),
             "max_depth" => {
                 max_depth = value
                     .parse::<usize>()
@@ -124,5 +140,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         task_comm,
         proc_key,
         user_opts,
+        task_slot,
+        task_slot_file,
     }))
 }

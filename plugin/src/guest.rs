@@ -6,7 +6,7 @@ use crate::api::{
     qemu_plugin_read_memory_vaddr, qemu_plugin_read_register, qemu_plugin_reg_descriptor,
     qemu_plugin_register, GByteArray,
 };
-use qemu_uftrace_engine::arch::{Isa, Mode};
+use qemu_uftrace_engine::arch::{Isa, Mode, Thunk};
 use qemu_uftrace_engine::guest::{call_returning_to, read_frame_record, CallSite, GuestView};
 use std::ffi::CStr;
 use std::sync::OnceLock;
@@ -182,7 +182,19 @@ impl GuestView for QemuGuest<'_> {
         let n = self
             .buf
             .read_before(ret_addr, isa.call_lookbehind(), &mut bytes)?;
-        call_returning_to(isa, mode, ret_addr, &bytes[LOOKBEHIND_MAX - n..])
+        let mut site = call_returning_to(isa, mode, ret_addr, &bytes[LOOKBEHIND_MAX - n..])?;
+        // A call to a thunk that branches through a register went elsewhere (x86 retpolines).
+        if let Some(t) = site.target.filter(|_| isa.thunk_fetch_len() > 0) {
+            let len = (isa.thunk_fetch_len() as u64).min(MIN_PAGE - t % MIN_PAGE) as usize;
+            let entry = self.buf.read_memory(t, len);
+            if matches!(
+                entry.and_then(|e| isa.thunk(mode, e)),
+                Some(Thunk::IndirectBranch { .. })
+            ) {
+                site.target = None;
+            }
+        }
+        Some(site)
     }
 }
 

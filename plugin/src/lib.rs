@@ -32,12 +32,8 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
 
-/// The architectures the plugin records in system and user mode. The engine decodes x86-64
-/// too, but its code-width changes and kernel thunks are not wired here yet.
-const RECORDED: &[Arch] = &[Arch::Aarch64, Arch::Riscv64];
-/// Recorded in user mode only (Linux programs under qemu-<arch>): no exception model,
-/// code-width changes or kernel thunks to follow there.
-const RECORDED_USER: &[Arch] = &[Arch::X86_64];
+/// The architectures the plugin records, in system and user mode.
+const RECORDED: &[Arch] = &[Arch::Aarch64, Arch::Riscv64, Arch::X86_64];
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
 /// Every guest context and the stacks of those that wait; taken only at context switches
@@ -61,6 +57,41 @@ pub(crate) fn isa_or_default() -> &'static dyn Isa {
 
 pub(crate) fn config() -> Option<&'static Config> {
     CONFIG.get()
+}
+
+/// Where the OS keeps its running task in per-CPU memory (see `Config::task_slot`), for a
+/// block at `pc` being translated. From a file, it is read when the guest first runs code in
+/// the upper half (the kernel proper), waiting for the CLI to finish writing it: the
+/// firmware and the kernel's decompressor run long before, so that wait is normally none.
+pub(crate) fn task_slot(pc: u64) -> Option<u64> {
+    static FROM_FILE: OnceLock<Option<u64>> = OnceLock::new();
+    let cfg = CONFIG.get()?;
+    if cfg.task_slot.is_some() {
+        return cfg.task_slot;
+    }
+    let file = cfg.task_slot_file.as_ref()?;
+    if let Some(slot) = FROM_FILE.get() {
+        return *slot;
+    }
+    if !isa_or_default().is_task_pointer(pc) {
+        return None;
+    }
+    *FROM_FILE.get_or_init(|| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(file) {
+                return text.trim().parse().ok();
+            }
+            if std::time::Instant::now() > deadline {
+                eprintln!(
+                    "qemu-uftrace plugin: {} never appeared: guest tasks are not told apart",
+                    file.display()
+                );
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    })
 }
 
 /// Runs `f` on the task table (a poisoned lock still holds a usable table: every change to
@@ -114,8 +145,7 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
         .into_owned();
     let _ = QEMU_API.set((info.version_min, info.version_cur));
     let mode = config::parse(args).unwrap_or_else(|msg| fail(&msg));
-    let arch = Arch::from_qemu_target(&target_name)
-        .filter(|a| RECORDED.contains(a) || (!info.system_emulation && RECORDED_USER.contains(a)));
+    let arch = Arch::from_qemu_target(&target_name).filter(|a| RECORDED.contains(a));
     if let Mode::Probe = mode {
         println!(
             "qemu-uftrace-probe target={target_name} api={} api_min={} plugin_api={} \
@@ -218,6 +248,7 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
         regs: guest::ByteBuf::new(),
         level: None,
         task_ptr: 0,
+        thunk_ret: false,
     };
     if !vcpu::install(vcpu_id, state) {
         out.note_error(format!(

@@ -6,15 +6,15 @@ use crate::api::{
     qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
     qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
     qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
-    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, VcpuUdataCb, CB_NO_REGS,
-    CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
+    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb,
+    CB_NO_REGS, CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
 };
 use crate::callbacks::{
     on_absolute_memory_call, on_direct_call, on_exception_return, on_indirect_call, on_landing,
-    on_memory_call, on_offset_call, on_packed_call, on_task_pointer, MemorySite,
+    on_memory_call, on_offset_call, on_packed_call, on_task_pointer, on_thunk_branch, MemorySite,
 };
-use crate::guest::ByteBuf;
-use qemu_uftrace_engine::arch::{InsnKind, Isa, MemOperand, Mode, Target};
+use crate::guest::{ByteBuf, MIN_PAGE};
+use qemu_uftrace_engine::arch::{InsnKind, Isa, MemOperand, Mode, Target, Thunk};
 use qemu_uftrace_engine::sites::{call_site, pack};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -106,6 +106,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
         };
     }
+    let task_slot = crate::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
     for i in 0..n {
@@ -125,13 +126,25 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             }
         }
         let (cb, flags, data): (VcpuUdataCb, _, _) = match isa.classify(mode, pc, &bytes[..len]) {
+            // Calls to a kernel's thunks stand for other branches (x86 retpolines).
             InsnKind::Call {
                 target: Target::Direct(t),
                 ret_addr,
-            } => match pack(t, ret_addr) {
-                Some(word) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
-                None => (on_direct_call, CB_NO_REGS, call_site(pc, t, ret_addr)),
+            } if isa.thunk_fetch_len() > 0 => match thunk_at(isa, mode, t) {
+                Some(Thunk::IndirectBranch { reg }) => (
+                    on_indirect_call,
+                    CB_R_REGS,
+                    call_site(pc, reg as u64 | 1 << 63, ret_addr),
+                ),
+                Some(Thunk::BranchByReturn) => (on_thunk_branch, CB_NO_REGS, std::ptr::null_mut()),
+                // Its return is the caller's.
+                Some(Thunk::ReturnForCaller) => continue,
+                None => direct_call_site(t, ret_addr, pc),
             },
+            InsnKind::Call {
+                target: Target::Direct(t),
+                ret_addr,
+            } => direct_call_site(t, ret_addr, pc),
             InsnKind::Call {
                 target: Target::Register(r),
                 ret_addr,
@@ -189,11 +202,44 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             InsnKind::SetTaskPointer { src } => {
                 (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
             }
+            // A store to the per-CPU variable holding the running task: a task switch.
+            InsnKind::Other if task_slot.is_some() => {
+                match isa.per_cpu_store(mode, pc, &bytes[..len]) {
+                    Some((src, at)) if Some(at) == task_slot => {
+                        (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
+                    }
+                    _ => continue,
+                }
+            }
             // Exceptions are seen when taken (the discontinuity callback), traps included.
             InsnKind::Trap | InsnKind::Other => continue,
         };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
     }
+}
+
+/// The callback of a direct call to `target`: the packed form when its addresses fit.
+fn direct_call_site(target: u64, ret_addr: u64, pc: u64) -> (VcpuUdataCb, CbFlags, *mut c_void) {
+    match pack(target, ret_addr) {
+        Some(word) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
+        None => (on_direct_call, CB_NO_REGS, call_site(pc, target, ret_addr)),
+    }
+}
+
+/// The thunk a call's target starts with, from guest memory (read at translation; the
+/// target's page may not be mapped yet: no thunk then).
+fn thunk_at(isa: &dyn Isa, mode: Mode, target: u64) -> Option<Thunk> {
+    thread_local! {
+        static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
+    }
+    let len = (isa.thunk_fetch_len() as u64).min(MIN_PAGE - target % MIN_PAGE) as usize;
+    BUF.with(|b| {
+        let mut b = b.borrow_mut();
+        let bytes = b
+            .get_or_insert_with(ByteBuf::new)
+            .read_memory(target, len)?;
+        isa.thunk(mode, bytes)
+    })
 }
 
 /// A register-plus-offset call's target field: marked as [`on_indirect_call`]'s, the

@@ -31,6 +31,9 @@ pub struct VcpuState {
     /// The OS task pointer last written on this vCPU (0: none yet), so that rewriting the
     /// same one (every entry from user space) does not take the task table's lock.
     pub task_ptr: u64,
+    /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
+    /// next only branches to the callee, whose frame the call to the thunk opened.
+    pub thunk_ret: bool,
 }
 
 /// One vCPU's state behind its flags, on cache lines of its own.

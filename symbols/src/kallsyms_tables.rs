@@ -38,6 +38,9 @@ pub(crate) enum Addresses {
     Relative {
         offsets_at: usize,
         relative_base_at: usize,
+        /// CONFIG_KALLSYMS_ABSOLUTE_PERCPU (x86_64): a non-negative offset is an absolute
+        /// address (per-CPU variables, from 0), a negative one `relative_base - 1 - offset`.
+        absolute_percpu: bool,
     },
     /// `kallsyms_addresses` (u64 each), kernels without CONFIG_KALLSYMS_BASE_RELATIVE.
     Absolute { addresses_at: usize },
@@ -263,20 +266,22 @@ fn addresses(
     // 6.1: offsets, relative_base, num_syms.
     if let Some(relative_base_at) = num_syms_at.checked_sub(8) {
         if let Some(offsets_at) = relative_base_at.checked_sub(offsets_len) {
-            if sorted_u32(data, offsets_at, n) {
+            if let Some(absolute_percpu) = sorted_offsets(data, offsets_at, n) {
                 return Some(Addresses::Relative {
                     offsets_at,
                     relative_base_at,
+                    absolute_percpu,
                 });
             }
         }
     }
     // 6.4+: token_index, offsets, relative_base.
     let offsets_at = align_up(token_index_end, 8);
-    if sorted_u32(data, offsets_at, n) {
+    if let Some(absolute_percpu) = sorted_offsets(data, offsets_at, n) {
         return Some(Addresses::Relative {
             offsets_at,
             relative_base_at: offsets_at + offsets_len,
+            absolute_percpu,
         });
     }
     let addresses_at = num_syms_at.checked_sub(n.checked_mul(8)?)?;
@@ -284,6 +289,25 @@ fn addresses(
         return Some(Addresses::Absolute { addresses_at });
     }
     None
+}
+
+/// Whether `n` offsets at `at` are sorted by the addresses they stand for: as plain u32
+/// (`Some(false)`) or with absolute per-CPU addresses (`Some(true)`: non-negative values
+/// rising from 0, then negative ones falling, as `relative_base - 1 - offset` rises).
+fn sorted_offsets(data: &[u8], at: usize, n: usize) -> Option<bool> {
+    if sorted_u32(data, at, n) {
+        return Some(false);
+    }
+    let bytes = at.checked_add(n * 4).and_then(|end| data.get(at..end))?;
+    let vals: Vec<i32> = bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let split = vals.iter().position(|&v| v < 0)?;
+    let (absolute, relative) = vals.split_at(split);
+    let rising = absolute.windows(2).all(|w| w[0] <= w[1]);
+    let falling = relative.windows(2).all(|w| w[0] >= w[1]);
+    (rising && falling && relative.len() > absolute.len()).then_some(true)
 }
 
 fn sorted_u32(data: &[u8], at: usize, n: usize) -> bool {
@@ -345,8 +369,18 @@ impl Tables {
                 continue;
             };
             let addr = match self.addresses {
-                Addresses::Relative { offsets_at, .. } => relative_base
-                    .wrapping_add(u64::from(u32_at(data, offsets_at + 4 * i).unwrap_or(0))),
+                Addresses::Relative {
+                    offsets_at,
+                    absolute_percpu,
+                    ..
+                } => {
+                    let offset = u32_at(data, offsets_at + 4 * i).unwrap_or(0);
+                    match (absolute_percpu, offset as i32) {
+                        (true, v) if v >= 0 => u64::from(offset),
+                        (true, _) => relative_base.wrapping_add(u64::from(!offset)),
+                        (false, _) => relative_base.wrapping_add(u64::from(offset)),
+                    }
+                }
                 Addresses::Absolute { addresses_at } => {
                     u64_at(data, addresses_at + 8 * i).unwrap_or(0)
                 }

@@ -1,5 +1,5 @@
-//! Raw kernel images (arm64 `Image`, gzip-compressed, or EFI zboot `vmlinuz`): symbols
-//! recovered from the kallsyms tables the kernel carries for itself.
+//! Raw kernel images (arm64 `Image`, gzip-compressed, or EFI zboot `vmlinuz`; x86
+//! `bzImage`): symbols recovered from the kallsyms tables the kernel carries for itself.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -64,8 +64,41 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
     Ok(img)
 }
 
-/// The kernel image itself: as is, gunzipped, or out of an EFI zboot container.
+/// The address of the kallsyms symbol `name` (any kind); `None` when the image holds no
+/// kallsyms tables or no such symbol.
+pub(crate) fn symbol_address(
+    path: &Path,
+    data: &[u8],
+    name: &str,
+) -> Result<Option<u64>, SymbolError> {
+    let image = unpack(path, data)?;
+    let Some(tables) = kallsyms_tables::find(&image) else {
+        return Ok(None);
+    };
+    // Decoded once when the image stores its base (x86), else twice (arm64's is relocated
+    // at boot and found from the unbased names); with the base, so that absolute per-CPU
+    // entries do not get it added.
+    let base = match tables.stored_relative_base(&image) {
+        None => 0,
+        Some((_, stored)) if stored != 0 => stored,
+        Some(_) => match relative_base(&image, &tables, &tables.symbols(&image, 0)) {
+            Some(base) => base,
+            None => return Ok(None),
+        },
+    };
+    Ok(tables
+        .symbols(&image, base)
+        .into_iter()
+        .find(|s| s.name == name.as_bytes())
+        .map(|s| s.addr))
+}
+
+/// The kernel image itself: as is, gunzipped, out of an EFI zboot container, or out of an x86
+/// bzImage.
 fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError> {
+    if let Some(payload) = bzimage_payload(data) {
+        return decompress_payload(path, payload).map(Cow::Owned);
+    }
     if data.starts_with(&[0x1f, 0x8b]) {
         return gunzip(path, data).map(Cow::Owned);
     }
@@ -94,6 +127,83 @@ fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError>
     Ok(Cow::Borrowed(data))
 }
 
+/// An x86 bzImage's compressed kernel (Documentation/arch/x86/boot.rst): the real-mode
+/// setup (`setup_sects` + 1 sectors, 4 if 0) is followed by the protected-mode code, in
+/// which the payload sits at `payload_offset`, `payload_length` bytes long.
+fn bzimage_payload(data: &[u8]) -> Option<&[u8]> {
+    if data.get(0x1fe..0x200) != Some(&[0x55, 0xaa]) || data.get(0x202..0x206) != Some(b"HdrS") {
+        return None;
+    }
+    let setup_sects = match *data.get(0x1f1)? {
+        0 => 4,
+        n => n as usize,
+    };
+    let offset = u32_at(data, 0x248)? as usize;
+    let len = u32_at(data, 0x24c)? as usize;
+    let start = (setup_sects + 1) * 512 + offset;
+    data.get(start..start.checked_add(len)?)
+}
+
+/// A bzImage payload, as the kernel's build compressed it (CONFIG_KERNEL_*): gzip, or LZ4
+/// in legacy frames (Debian's amd64 kernels); the others are named, not decompressed.
+fn decompress_payload(path: &Path, payload: &[u8]) -> Result<Vec<u8>, SymbolError> {
+    const LZ4_LEGACY: [u8; 4] = [0x02, 0x21, 0x4c, 0x18];
+    let other = |what: &str| SymbolError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!(
+            "bzImage payload compressed with {what}: only gzip and LZ4 are supported; \
+             give the vmlinux (or extract-vmlinux's output) instead"
+        ),
+    };
+    if payload.starts_with(&[0x1f, 0x8b]) {
+        gunzip(path, payload)
+    } else if payload.starts_with(&LZ4_LEGACY) {
+        lz4_legacy(path, payload)
+    } else if payload.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        Err(other("xz"))
+    } else if payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Err(other("zstd"))
+    } else {
+        Err(other("an unknown method"))
+    }
+}
+
+/// LZ4's legacy frame format (`lz4 -l`, the kernel's `unlz4`): the magic, then blocks of a
+/// 32-bit little-endian compressed size and that many bytes, each at most 8 MiB once
+/// decompressed; another magic starts a new frame, and what does not fit as a block (the
+/// size the kernel's build appends) ends the stream.
+fn lz4_legacy(path: &Path, data: &[u8]) -> Result<Vec<u8>, SymbolError> {
+    const MAGIC: u32 = 0x184c_2102;
+    const BLOCK_MAX: usize = 8 << 20;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; BLOCK_MAX];
+    let mut at = 0;
+    while let Some(word) = u32_at(data, at) {
+        at += 4;
+        if word == MAGIC {
+            continue;
+        }
+        let Some(block) = at
+            .checked_add(word as usize)
+            .and_then(|end| data.get(at..end))
+        else {
+            break;
+        };
+        at += word as usize;
+        let n = lz4_flex::block::decompress_into(block, &mut buf).map_err(|e| {
+            SymbolError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("bad LZ4 block at byte {}: {e}", at - word as usize),
+            }
+        })?;
+        out.extend_from_slice(&buf[..n]);
+        if out.len() as u64 > MAX_UNCOMPRESSED {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 fn gunzip(path: &Path, data: &[u8]) -> Result<Vec<u8>, SymbolError> {
     let mut out = Vec::new();
     // MultiGzDecoder: a gzip file may hold several members; trailing padding is ignored.
@@ -116,6 +226,15 @@ fn gunzip(path: &Path, data: &[u8]) -> Result<Vec<u8>, SymbolError> {
 
 /// The architecture from the boot image header (Documentation/arch/*/booting).
 fn header_arch(image: &[u8]) -> Option<Arch> {
+    // A bzImage's payload is the vmlinux ELF itself.
+    if image.starts_with(b"\x7fELF") {
+        return match image.get(0x12..0x14) {
+            Some([62, 0]) => Some(Arch::X86_64),
+            Some([183, 0]) => Some(Arch::Aarch64),
+            Some([243, 0]) => Some(Arch::Riscv64),
+            _ => None,
+        };
+    }
     match image.get(0x38..0x3c) {
         Some(b"ARM\x64") => Some(Arch::Aarch64),
         Some(b"RSC\x05") => Some(Arch::Riscv64),

@@ -155,6 +155,17 @@ pub fn struct_member_offset(
     elf::member_offset(path, &data, structure, member)
 }
 
+/// The address of the kernel symbol `name`, of any kind (per-CPU variables included, at
+/// their offset in the per-CPU area), from a raw kernel image's kallsyms (an x86 bzImage:
+/// `current_task`). `Ok(None)`: the file is not a kernel image, or has no such symbol.
+pub fn kernel_symbol_address(path: &Path, name: &str) -> Result<Option<u64>, SymbolError> {
+    let data = file_data::map(path)?;
+    if detect::detect(&data) != Kind::KernelImage {
+        return Ok(None);
+    }
+    kernel_image::symbol_address(path, &data, name)
+}
+
 /// Reads any supported symbol source, detecting its kind from its contents (see [`Kind`]).
 /// A source that yields no function at all is an error ([`SymbolError::Stripped`] or
 /// [`SymbolError::Corrupt`]), never an empty image.

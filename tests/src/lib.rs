@@ -23,6 +23,7 @@ pub mod execlog;
 pub mod linux_guest;
 pub mod replay;
 pub mod riscv64;
+pub mod x86_64_guests;
 
 /// The QEMU system emulator the guests run under.
 pub const QEMU: &str = "qemu-system-aarch64";

@@ -23,13 +23,10 @@ pub struct Emulator {
 }
 
 impl Emulator {
-    /// The combinations the plugin supports today: aarch64 and riscv64, in system and user
-    /// mode, and x86_64 in user mode.
+    /// The combinations the plugin supports today: aarch64, riscv64 and x86_64, in system
+    /// and user mode.
     pub fn is_supported(&self) -> bool {
-        // x86_64: Linux programs (user mode) only.
-        self.arch == "aarch64"
-            || self.arch == "riscv64"
-            || (self.mode == Mode::User && self.arch == "x86_64")
+        matches!(self.arch.as_str(), "aarch64" | "riscv64" | "x86_64")
     }
 
     /// `system-mode aarch64`, `user-mode x86_64`: for messages.
@@ -151,7 +148,7 @@ mod tests {
         assert!(detect_emulator("qemu-x86_64".as_ref())
             .unwrap()
             .is_supported());
-        assert!(!detect_emulator("qemu-system-x86_64".as_ref())
+        assert!(detect_emulator("qemu-system-x86_64".as_ref())
             .unwrap()
             .is_supported());
         assert!(detect_emulator("qemu-system-riscv64".as_ref())

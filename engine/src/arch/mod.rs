@@ -159,6 +159,10 @@ pub enum Thunk {
     /// (`srso_safe_ret`, which `srso_return_thunk` calls): a call to it is no call, its
     /// return is its caller's.
     ReturnForCaller,
+    /// Overwrites the return address the call to it pushed with a branch target and
+    /// returns there (the second half of a retpoline, which the thunk calls): that call and
+    /// its return are a jump, neither the program's.
+    BranchByReturn,
 }
 
 /// What an instruction means for the call graph.
@@ -197,6 +201,16 @@ pub enum Discontinuity {
 /// Secure state; x86: ring), kept apart by `split_levels`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Level(pub u8);
+
+/// Where an exception return goes, when the architecture reads it from memory rather than
+/// from registers (x86 IRET pops it off the stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExceptionReturnTo {
+    /// The address execution resumes at.
+    pub target: u64,
+    /// The privilege level it resumes at.
+    pub level: Level,
+}
 
 /// The guest architectures the engine knows. The plugin picks one from QEMU's target name;
 /// the CLI from the emulator's name.
@@ -300,6 +314,31 @@ pub trait Isa: Sync + Send {
     }
     /// The register an exception return at `level` jumps to.
     fn exception_link_register(&self, level: Level) -> Option<&'static str>;
+    /// Where the exception return `insn` (its bytes, in code of width `mode`) goes, for
+    /// architectures whose exception returns take their target from memory or from general
+    /// registers rather than from [`Isa::exception_link_register`]: `read` reads a register
+    /// by QEMU's name, `memory` the little-endian value of 1 to 8 bytes of guest virtual
+    /// memory. Outer `None`: the architecture uses the link and saved-status registers;
+    /// inner `None`: a read failed or the instruction's target is unknown.
+    fn exception_return_to(
+        &self,
+        _mode: Mode,
+        _insn: &[u8],
+        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
+        _memory: &mut dyn FnMut(u64, usize) -> Option<u64>,
+    ) -> Option<Option<ExceptionReturnTo>> {
+        None
+    }
+    /// The base address of segment `segment` (a [`MemOperand::segment`]), from registers
+    /// `read` by QEMU's name; `None` when a register cannot be read. Architectures without
+    /// segments never name one.
+    fn segment_base(
+        &self,
+        _segment: &'static str,
+        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        Some(0)
+    }
     /// A code address without its pointer-authentication bits.
     fn strip_authentication(&self, addr: u64) -> u64 {
         addr
@@ -326,6 +365,14 @@ pub trait Isa: Sync + Send {
     }
     /// The register an OS keeps its running task in, written by [`InsnKind::SetTaskPointer`].
     fn task_pointer_register(&self) -> Option<&'static str> {
+        None
+    }
+    /// Where an OS keeps its running task in memory rather than in a register (x86_64 Linux:
+    /// the per-CPU `current_task`, reached through GS): when `bytes` (at `pc`, in code of
+    /// width `mode`) store a general register at an address known at translation relative
+    /// to that per-CPU base, the register and the address. A task switch is such a store
+    /// to the variable's address.
+    fn per_cpu_store(&self, _mode: Mode, _pc: u64, _bytes: &[u8]) -> Option<(u8, u64)> {
         None
     }
     /// Whether a value written there names a task (rather than, say, a user stack pointer

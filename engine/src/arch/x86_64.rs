@@ -23,8 +23,8 @@
 //!   (Intel's and QEMU's behaviour; AMD CPUs truncate RIP to 16 bits).
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinkSlot,
-    LinuxSignals, LinuxUser, MemOperand, Mode, Target, Thunk,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, ExceptionReturnTo, InsnKind, Isa, Level,
+    LinkSlot, LinuxSignals, LinuxUser, MemOperand, Mode, Target, Thunk,
 };
 
 pub struct X86_64;
@@ -249,6 +249,12 @@ impl X86_64 {
                 let size = if op16 { 2 } else { 4 };
                 let len = i + 1 + size;
                 let rel = signed(bytes, i + 1, size)?;
+                // A call over one byte (`call 1f; int3; 1:`) is Linux's return-stack-buffer
+                // stuffing (__FILL_RETURN_BUFFER, on every context switch): nothing returns
+                // to it, the stack pointer is moved back over all of them at once.
+                if rel == 1 {
+                    return Some(InsnKind::Other);
+                }
                 let mut target = pc.wrapping_add(len as u64).wrapping_add(rel as u64);
                 if mode == Mode::Bits32 {
                     target &= if op16 { 0xffff } else { 0xffff_ffff };
@@ -336,7 +342,9 @@ impl X86_64 {
     ///   and as the kernel patches it when retpolines are off: `lfence; jmp *%reg`, or
     ///   `jmp *%reg`;
     /// - `srso_safe_ret`, `lea 8(%rsp), %rsp; ret` (or `add $8, %rsp; ret`), which
-    ///   `srso_return_thunk` calls to return for its caller.
+    ///   `srso_return_thunk` calls to return for its caller;
+    /// - the retpoline's second half, `mov %reg, (%rsp); ret` (or `jmp __x86_return_thunk`),
+    ///   which its `call` reaches: that call and return only branch to `%reg`.
     ///
     /// `__x86_return_thunk` itself (`ret; int3`), which functions reach by `jmp` instead of
     /// `ret`, needs nothing: its `ret` is the function's return, seen where it lands.
@@ -368,6 +376,19 @@ impl X86_64 {
         ];
         if mode == Mode::Bits64 && DROP_RET.iter().any(|s| entry.starts_with(s)) {
             return Some(Thunk::ReturnForCaller);
+        }
+        // The retpoline's second half, which its `call` reaches: `mov %reg, (%rsp)` and the
+        // return (`ret` or a jump to the return thunk).
+        if mode == Mode::Bits64 {
+            let (_, i) = rex_at(0);
+            let m = b(i + 1)?;
+            if b(i)? == 0x89
+                && m & 0xc7 == 0x04
+                && b(i + 2)? == 0x24
+                && matches!(b(i + 3)?, 0xc3 | 0xe9)
+            {
+                return Some(Thunk::BranchByReturn);
+            }
         }
         // The retpoline: call over a speculation trap that ends in a short jump back.
         if b(0)? != 0xe8 {
@@ -424,10 +445,14 @@ impl Isa for X86_64 {
         let Some(cr0) = read("cr0") else {
             return Mode::Bits64;
         };
-        if cr0 & PE == 0 || read("eflags").is_some_and(|f| f & VM != 0) {
+        // Long mode has no virtual-8086 mode: EFLAGS is read only outside it (one register
+        // read fewer per block translated in 64-bit code).
+        if cr0 & PE == 0 {
             Mode::Bits16
         } else if read("efer").is_some_and(|e| e & LMA != 0) {
             Mode::Bits64
+        } else if read("eflags").is_some_and(|f| f & VM != 0) {
+            Mode::Bits16
         } else {
             Mode::Bits32
         }
@@ -569,6 +594,116 @@ impl Isa for X86_64 {
 
     fn level_name(&self, level: Level) -> String {
         format!("ring{}", level.0)
+    }
+
+    /// FS and GS by their base registers (QEMU shows `fs_base`/`gs_base`); the others have
+    /// base `selector * 16` in real mode (CR0.PE clear) and, in protected mode, a
+    /// descriptor's base that QEMU does not show: flat, 0.
+    fn segment_base(
+        &self,
+        segment: &'static str,
+        read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        match segment {
+            "fs" => read("fs_base"),
+            "gs" => read("gs_base"),
+            _ if read("cr0")? & 1 == 0 => Some(read(segment)? << 4),
+            _ => Some(0),
+        }
+    }
+
+    /// `mov %reg, %gs:addr` (64-bit), with `addr` absolute (`%gs:0x1fb80`) or RIP-relative
+    /// (`%gs:disp(%rip)`, as GCC writes `this_cpu_write`): Linux's per-CPU variables are at
+    /// GS's base plus their link address in the per-CPU section.
+    fn per_cpu_store(&self, mode: Mode, pc: u64, bytes: &[u8]) -> Option<(u8, u64)> {
+        if mode != Mode::Bits64 {
+            return None;
+        }
+        let (p, i) = prefixes(mode, bytes);
+        if p.segment != Some("gs") || !p.rex_w() || *bytes.get(i)? != 0x89 {
+            return None;
+        }
+        let src = gpr((bytes.get(i + 1)? >> 3) & 7 | (p.rex & 4) << 1);
+        match modrm(mode, &p, bytes, i + 1)? {
+            (
+                Operand::Memory {
+                    op,
+                    rip_relative: true,
+                },
+                len,
+            ) => Some((
+                src,
+                pc.wrapping_add(len as u64).wrapping_add(op.disp as u64),
+            )),
+            (
+                Operand::Memory {
+                    op,
+                    rip_relative: false,
+                },
+                _,
+            ) if op.base.is_none() && op.index.is_none() => Some((src, op.disp as u64)),
+            _ => None,
+        }
+    }
+
+    /// A task pointer is a kernel address (the upper half); user values never are.
+    fn is_task_pointer(&self, value: u64) -> bool {
+        value >= 0xffff_8000_0000_0000
+    }
+
+    /// IRET pops the instruction pointer and then the code segment off the stack, in slots
+    /// of its operand size (2, 4 or 8 bytes); in 16-bit code (real mode) the stack is at
+    /// `ss * 16 + sp` and the target at `cs * 16 + ip`, elsewhere segments are flat. SYSRET
+    /// returns to RCX and SYSEXIT to RDX, in ring 3. RSM (leaving System Management Mode)
+    /// restores a state saved in SMRAM: unknown.
+    fn exception_return_to(
+        &self,
+        mode: Mode,
+        insn: &[u8],
+        read: &mut dyn FnMut(&'static str) -> Option<u64>,
+        memory: &mut dyn FnMut(u64, usize) -> Option<u64>,
+    ) -> Option<Option<ExceptionReturnTo>> {
+        let (p, i) = prefixes(mode, insn);
+        let wide = |v: u64| match (mode, p.rex_w()) {
+            (Mode::Bits64, true) => v,
+            _ => v & 0xffff_ffff,
+        };
+        let ring3 = |target: u64| ExceptionReturnTo {
+            target,
+            level: Level(3),
+        };
+        Some(match (insn.get(i), insn.get(i + 1)) {
+            (Some(0xcf), _) => (|| {
+                let slot = match mode {
+                    Mode::Bits64 if p.rex_w() => 8,
+                    Mode::Bits16 if !p.operand_size => 2,
+                    Mode::Bits16 => 4,
+                    _ if p.operand_size => 2,
+                    _ => 4,
+                };
+                let sp = read("rsp")?;
+                let stack = match mode {
+                    Mode::Bits16 => (read("ss")? << 4) + (sp & 0xffff),
+                    Mode::Bits32 => sp & 0xffff_ffff,
+                    Mode::Bits64 => sp,
+                };
+                let ip = memory(stack, slot)?;
+                let cs = memory(stack.wrapping_add(slot as u64), 2)?;
+                Some(match mode {
+                    Mode::Bits16 => ExceptionReturnTo {
+                        target: (cs << 4) + (ip & 0xffff),
+                        level: Level(0),
+                    },
+                    _ => ExceptionReturnTo {
+                        target: ip,
+                        level: Level((cs & 3) as u8),
+                    },
+                })
+            })(),
+            (Some(0x0f), Some(0x07)) => read("rcx").map(|t| ring3(wide(t))),
+            (Some(0x0f), Some(0x35)) => read("rdx").map(|t| ring3(wide(t))),
+            _ => None,
+        })
     }
 }
 
@@ -1233,6 +1368,9 @@ mod tests {
             Some(Thunk::ReturnForCaller)
         );
         assert_eq!(X86_64.thunk(m, &return_thunk), None);
+        // Where the retpoline's own call goes.
+        assert_eq!(X86_64.thunk(m, &rax[12..]), Some(Thunk::BranchByReturn));
+        assert_eq!(X86_64.thunk(m, &r11[12..]), Some(Thunk::BranchByReturn));
         assert_eq!(
             X86_64.thunk(m, &its_thunk_rax),
             Some(Thunk::IndirectBranch { reg: RAX })
@@ -1311,5 +1449,132 @@ mod tests {
             ExceptionKind::Irq
         );
         assert_eq!(X86_64.exception_link_register(Level(0)), None);
+    }
+
+    #[test]
+    fn exception_returns_read_their_target_off_the_stack() {
+        // A stack of 8-byte slots at 0x8000 (64-bit code), 4 (32-bit), 2 (real mode, ss=0x700).
+        let stack = |mode: Mode, insn: &[u8]| {
+            let mut read = |name: &'static str| match name {
+                "rsp" => Some(if mode == Mode::Bits16 { 0x10 } else { 0x8000 }),
+                "ss" => Some(0x700),
+                "rcx" => Some(0xffff_0000_0040_1000u64),
+                "rdx" => Some(0x0804_8000),
+                _ => None,
+            };
+            let mut memory = |addr: u64, size: usize| {
+                let words: &[(u64, u64)] = &[
+                    (0x8000, 0xffff_ffff_8100_1234), // rip / eip
+                    (0x8008, 0x33),                  // cs (iretq)
+                    (0x8004, 0x23),                  // cs (iretd)
+                    (0x7010, 0x1234),                // ip
+                    (0x7012, 0xf000),                // cs (real mode)
+                ];
+                let mask = if size == 8 {
+                    u64::MAX
+                } else {
+                    (1 << (size * 8)) - 1
+                };
+                words.iter().find(|w| w.0 == addr).map(|w| w.1 & mask)
+            };
+            X86_64.exception_return_to(mode, insn, &mut read, &mut memory)
+        };
+        let to = |target: u64, ring: u8| {
+            Some(Some(ExceptionReturnTo {
+                target,
+                level: Level(ring),
+            }))
+        };
+        assert_eq!(
+            stack(Mode::Bits64, &[0x48, 0xcf]),
+            to(0xffff_ffff_8100_1234, 3)
+        );
+        assert_eq!(stack(Mode::Bits32, &[0xcf]), to(0x8100_1234, 3));
+        assert_eq!(stack(Mode::Bits16, &[0xcf]), to(0xf1234, 0));
+        assert_eq!(
+            stack(Mode::Bits64, &[0x48, 0x0f, 0x07]),
+            to(0xffff_0000_0040_1000, 3)
+        );
+        assert_eq!(stack(Mode::Bits64, &[0x0f, 0x07]), to(0x0040_1000, 3));
+        assert_eq!(stack(Mode::Bits32, &[0x0f, 0x35]), to(0x0804_8000, 3));
+        // RSM: the state comes from SMRAM; an unreadable stack: unknown.
+        assert_eq!(stack(Mode::Bits64, &[0x0f, 0xaa]), Some(None));
+        assert_eq!(stack(Mode::Bits64, &[]), Some(None));
+        // Other architectures take exception returns from registers.
+        assert_eq!(
+            super::super::aarch64::Aarch64.exception_return_to(
+                Mode::Bits64,
+                &[0xe0, 0x03, 0x9f, 0xd6],
+                &mut |_| None,
+                &mut |_, _| None
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn per_cpu_stores() {
+        let m = Mode::Bits64;
+        // Debian 6.1 __switch_to: mov %rbx,%gs:0x7eff07d4(%rip) at ffffffff8102f3a4.
+        let rip = [0x65, 0x48, 0x89, 0x1d, 0xd4, 0x07, 0xff, 0x7e];
+        assert_eq!(
+            X86_64.per_cpu_store(m, 0xffff_ffff_8102_f3a4, &rip),
+            Some((RBX, 0x1fb80))
+        );
+        // mov %r12,%gs:0x1fb80
+        let abs = [0x65, 0x4c, 0x89, 0x24, 0x25, 0x80, 0xfb, 0x01, 0x00];
+        assert_eq!(X86_64.per_cpu_store(m, 0, &abs), Some((12, 0x1fb80)));
+        // Loads, 32-bit stores, other segments, register bases: not such stores.
+        let load = [0x65, 0x48, 0x8b, 0x04, 0x25, 0x80, 0xfb, 0x01, 0x00];
+        let narrow = [0x65, 0x89, 0x1d, 0xd4, 0x07, 0xff, 0x7e];
+        let fs = [0x64, 0x48, 0x89, 0x1d, 0xd4, 0x07, 0xff, 0x7e];
+        let based = [0x65, 0x48, 0x89, 0x18];
+        for b in [&load[..], &narrow, &fs, &based] {
+            assert_eq!(X86_64.per_cpu_store(m, 0, b), None, "{b:x?}");
+        }
+        assert_eq!(X86_64.per_cpu_store(Mode::Bits32, 0, &abs), None);
+        assert!(X86_64.is_task_pointer(0xffff_8880_0310_0000));
+        assert!(!X86_64.is_task_pointer(0x7ffd_1234_5678));
+    }
+
+    #[test]
+    fn segment_bases() {
+        let regs = |cr0: u64| {
+            move |name: &'static str| match name {
+                "fs_base" => Some(0x7f00_0000_0000),
+                "gs_base" => Some(0xffff_8880_1fc0_0000),
+                "cr0" => Some(cr0),
+                "ds" => Some(0xf000),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            X86_64.segment_base("gs", &mut regs(0x8000_0011)),
+            Some(0xffff_8880_1fc0_0000)
+        );
+        assert_eq!(
+            X86_64.segment_base("fs", &mut regs(0x8000_0011)),
+            Some(0x7f00_0000_0000)
+        );
+        assert_eq!(X86_64.segment_base("ds", &mut regs(0x11)), Some(0));
+        assert_eq!(X86_64.segment_base("ds", &mut regs(0x10)), Some(0xf_0000));
+        assert_eq!(X86_64.segment_base("ss", &mut regs(0x10)), None);
+    }
+
+    #[test]
+    fn return_stack_stuffing_is_no_call() {
+        // __FILL_RETURN_BUFFER as the kernel patches it in: call 1f; int3; 1: call 2f; …
+        let stuffing = [0xe8, 0x01, 0x00, 0x00, 0x00, 0xcc];
+        assert_eq!(k(Mode::Bits64, 0x1000, &stuffing), InsnKind::Other);
+        assert_eq!(
+            X86_64.call_ending_at(Mode::Bits64, 0x1005, &stuffing[..5]),
+            None
+        );
+        // A call two bytes on is one.
+        let two = [0xe8, 0x02, 0x00, 0x00, 0x00];
+        assert!(matches!(
+            k(Mode::Bits64, 0x1000, &two),
+            InsnKind::Call { .. }
+        ));
     }
 }

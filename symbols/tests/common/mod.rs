@@ -167,15 +167,23 @@ pub fn nm_functions(path: &Path) -> BTreeMap<u64, NmEntry> {
 
 /// A cached raw kernel `Image`, detected as one and read (kallsyms recovered) for aarch64.
 pub fn load_kernel_image(rel: &str) -> qemu_uftrace_symbols::Image {
-    use qemu_uftrace_symbols::{detect_kind, load, Arch, Kind, LoadOptions};
+    load_kernel_image_as(rel, qemu_uftrace_symbols::Arch::Aarch64)
+}
+
+/// [`load_kernel_image`] of a kernel for `arch` (an x86 bzImage).
+pub fn load_kernel_image_as(
+    rel: &str,
+    arch: qemu_uftrace_symbols::Arch,
+) -> qemu_uftrace_symbols::Image {
+    use qemu_uftrace_symbols::{detect_kind, load, Kind, LoadOptions};
     let path = cached(rel);
     assert_eq!(detect_kind(&path).unwrap(), Kind::KernelImage);
     let opts = LoadOptions {
-        expected_arch: Some(Arch::Aarch64),
+        expected_arch: Some(arch),
         ..Default::default()
     };
     let image = load(&path, &opts).unwrap();
-    assert_eq!(image.arch, Some(Arch::Aarch64));
+    assert_eq!(image.arch, Some(arch));
     image
 }
 

@@ -1,0 +1,224 @@
+//! Debian's amd64 cloud kernel (a bzImage) boots under `qemu-uftrace record --
+//! qemu-system-x86_64 -M pc -kernel bzImage` to its "Unable to mount root fs" panic, traced
+//! from SeaBIOS's first calls (real mode, then 32-bit) through the kernel's decompressor into
+//! the kernel (64-bit), with names from the bzImage alone (its kallsyms, also at the physical
+//! address the kernel starts at). The kernel calls indirectly through retpolines
+//! (`__x86_indirect_thunk_<reg>`): those calls show as calls of their targets.
+
+use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
+use qemu_uftrace_tests::{cached, plugin_stat};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The QEMU command that boots Debian's amd64 kernel to its panic on `qemu`.
+fn boot_args(qemu: &str) -> Vec<String> {
+    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
+    [
+        qemu,
+        "-M",
+        "pc",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        &kernel,
+        "-append",
+        "console=ttyS0 panic=-1 nokaslr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Records the boot; returns the temp dir (keep it alive) and the trace.
+fn record_boot(qemu: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kernel.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .args(boot_args(qemu))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{console}"
+    );
+    (tmp, dir)
+}
+
+fn stat(dir: &Path, key: &str) -> u64 {
+    let value = plugin_stat(dir, key);
+    value
+        .parse()
+        .unwrap_or_else(|_| panic!("{key}={value} in plugin.stats is not a count"))
+}
+
+#[test]
+fn debian_amd64_kernel_boots_to_its_panic_under_record() {
+    for qemu in system_qemus_x86_64() {
+        let (_tmp, dir) = record_boot(&qemu.program);
+        check_boot(&dir, qemu.label);
+    }
+}
+
+fn check_boot(dir: &Path, qemu: &str) {
+    assert_eq!(plugin_stat(dir, "target"), "x86_64");
+    // The task variable's address went to the plugin through a file that is not the trace's.
+    assert!(!dir.join(".task_slot").exists(), "on {qemu}");
+    let discontinuity = qemu != "10.0";
+
+    // About 9.5 M calls and as many returns. A return with no frame to close is rare: the
+    // firmware's and the boot code's far jumps and far returns (the kernel enters
+    // x86_64_start_kernel by `lretq`), each new task's first return (to ret_from_fork),
+    // well under 0.1 %. Retpolines, which made 0.9 M calls each followed by a return to the
+    // callee's entry, leave no unseen return behind; the 32 calls that refill the return
+    // stack buffer at each context switch are no calls, so no return closes them all at
+    // once.
+    let (calls, returns) = (stat(dir, "calls"), stat(dir, "returns"));
+    assert!(calls > 5_000_000, "only {calls} calls on {qemu}");
+    assert!(
+        calls.abs_diff(returns) < calls / 100,
+        "{calls} calls, {returns} returns on {qemu}"
+    );
+    for (key, bound) in [
+        ("unmatched_returns", 1_000),
+        ("returns_unseen", 1_000),
+        ("deep_returns", 500),
+    ] {
+        let n = stat(dir, key);
+        assert!(n < bound, "{n} {key} on {qemu} (bound {bound})");
+    }
+    // One task per guest task, found by the stores to the per-CPU `current_task` (its
+    // address from the bzImage's kallsyms): switches suspend and resume stacks.
+    assert!(stat(dir, "tasks") > 30, "tasks on {qemu}");
+    assert!(stat(dir, "switches") > 300, "switches on {qemu}");
+    // Interrupts and exceptions as entries where QEMU reports them, each closed by its IRET.
+    if discontinuity {
+        let (taken, left) = (stat(dir, "exceptions"), stat(dir, "exception_returns"));
+        assert!(taken > 100, "{taken} exceptions on {qemu}");
+        assert!(
+            taken - left < 5,
+            "{taken} exceptions, {left} returns on {qemu}"
+        );
+    } else {
+        assert_eq!(stat(dir, "exceptions"), 0);
+    }
+
+    let d = dir.to_string_lossy().to_string();
+    // SeaBIOS first (no symbols: its addresses below 1 MiB), in real and 32-bit mode.
+    let head = uftrace(&["replay", "--no-pager", "-D", "1", "-d", &d]).expect("uftrace replay");
+    let first = head
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split('<').nth(1))
+        .and_then(|a| u64::from_str_radix(a.split('>').next()?, 16).ok());
+    assert!(
+        first.is_some_and(|a| (0xe_0000..0x10_0000).contains(&a)),
+        "the trace does not start in SeaBIOS on {qemu}:\n{}",
+        &head[..head.len().min(2000)]
+    );
+    // PID 1's kernel stack starts at ret_from_fork: schedule_tail, then kernel_init (called
+    // through a retpoline).
+    let roots = uftrace(&["replay", "--no-pager", "-D", "1", "-d", &d]).expect("uftrace replay");
+    assert!(
+        roots
+            .lines()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[0].ends_with("| schedule_tail();")
+                && w[1].contains("| kernel_init()")
+                && w[0].split('|').next().map(|c| c.split('[').nth(1))
+                    == w[1].split('|').next().map(|c| c.split('[').nth(1))),
+        "no task starting with schedule_tail, kernel_init on {qemu}"
+    );
+    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+    let has = |f: &str| {
+        report
+            .lines()
+            .any(|l| l.trim_end().ends_with(&format!("  {f}")))
+    };
+    // The kernel's first calls run at its physical address (0x1000000), named all the same;
+    // then the kernel at its link address, to the panic.
+    for f in [
+        "startup_64_setup_env",
+        "__startup_64",
+        "early_setup_idt",
+        "setup_arch",
+        "rest_init",
+        "kernel_init",
+        "mount_root",
+        "panic",
+    ] {
+        assert!(has(f), "report lacks {f} on {qemu}");
+    }
+    // Calls through retpolines show as calls of their targets, never of the thunk.
+    assert!(
+        !report.contains("__x86_indirect_thunk_"),
+        "a retpoline shows as a function on {qemu}"
+    );
+    // Indirect calls made through them: initcalls, the cgroup callbacks.
+    assert!(
+        has("do_one_initcall") && has("cpuset_css_online"),
+        "on {qemu}"
+    );
+    let initcalls = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-F",
+        "^do_one_initcall$",
+        "-D",
+        "2",
+        "-d",
+        &d,
+    ])
+    .expect("uftrace replay -F do_one_initcall");
+    assert!(
+        initcalls.contains("init_per_zone_wmark_min"),
+        "no initcall under do_one_initcall on {qemu}"
+    );
+}
+
+/// `qemu-uftrace symbols` takes the bzImage too: its kallsyms, as uftrace's symbol file.
+#[test]
+fn symbols_subcommand_reads_a_bzimage() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("syms.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("symbols")
+        .arg("-d")
+        .arg(&dir)
+        .arg(cached("kernel-amd64/vmlinuz"))
+        .output()
+        .expect("run qemu-uftrace symbols");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sym = std::fs::read_to_string(dir.join("vmlinuz.sym")).expect("vmlinuz.sym");
+    let names: Vec<&str> = sym.lines().filter_map(|l| l.split(' ').nth(2)).collect();
+    assert!(names.len() > 40_000, "{} functions", names.len());
+    for f in [
+        "start_kernel",
+        "__switch_to",
+        "x86_64_start_kernel",
+        "do_one_initcall",
+    ] {
+        assert!(names.contains(&f), "no {f}");
+    }
+}
