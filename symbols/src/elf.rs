@@ -411,13 +411,18 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     out
 }
 
-/// IFUNC symbols by value (their resolver's address), globals first.
+/// IFUNC symbols by value (their resolver's address), each named by its best alias as
+/// [`collapse`](crate::functions) chooses among a function's names: global (or weak) over
+/// local, then the shortest, then the lexicographically first. glibc gives one IFUNC several
+/// names (`memcpy`, `__libc_memcpy` on aarch64; weak `memcpy`, `__new_memcpy` on x86_64):
+/// the choice must be the name users write, not whichever the symbol table lists last.
 fn ifunc_names<'data, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'data, Elf, &'data [u8]>,
 ) -> std::collections::HashMap<u64, &'data [u8]> {
     let endian = file.endian();
     let symbols = file.elf_symbol_table();
-    let mut out = std::collections::HashMap::new();
+    let mut out: std::collections::HashMap<u64, (bool, &'data [u8])> =
+        std::collections::HashMap::new();
     for sym in symbols.iter() {
         if sym.st_type() != elf::STT_GNU_IFUNC {
             continue;
@@ -425,13 +430,17 @@ fn ifunc_names<'data, Elf: FileHeader<Endian = Endianness>>(
         let Ok(name) = symbols.symbol_name(endian, sym) else {
             continue;
         };
-        let global = sym.st_bind() != elf::STB_LOCAL;
+        let local = sym.st_bind() == elf::STB_LOCAL;
         let value: u64 = sym.st_value(endian).into();
-        if global || !out.contains_key(&value) {
-            out.insert(value, name);
+        let rank = |(local, name): (bool, &[u8])| (local, name.len(), name.to_vec());
+        match out.get(&value) {
+            Some(&best) if rank(best) <= rank((local, name)) => {}
+            _ => {
+                out.insert(value, (local, name));
+            }
         }
     }
-    out
+    out.into_iter().map(|(v, (_, name))| (v, name)).collect()
 }
 
 /// The address `jmp *disp32(%rip)` at `addr` reads its target from, if `code` starts with

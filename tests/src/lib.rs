@@ -20,6 +20,7 @@ use anyhow::{anyhow, bail, Context, Result};
 
 pub mod cpio;
 pub mod execlog;
+pub mod libcalls;
 pub mod linux_guest;
 pub mod replay;
 pub mod riscv64;

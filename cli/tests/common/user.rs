@@ -161,3 +161,88 @@ pub fn check_threads(qemu: &Path, args: &[&str]) {
     );
     assert_eq!(calls.get("pthread_create"), Some(&3), "{calls:?}");
 }
+
+/// The glibc oracle (tests/guests/user/libcalls.c): `oracle_elf` (QEMU options `qemu_opts`
+/// before it) traces exactly its own log — its functions and the libc calls they make,
+/// libc's own calls below those left out — and so does each of the `others` (the same
+/// calls, unlogged). Names go through the program's aliases (static glibc's `__libc_malloc`,
+/// `_IO_printf`, `__libc_memcpy`: nm's names at one address); `__wrap_main`, static aarch64
+/// glibc's `b main`, is main's frame.
+pub fn check_libcalls_oracle(
+    qemu: &Path,
+    qemu_opts: &[&str],
+    oracle_elf: &Path,
+    others: &[PathBuf],
+) {
+    use qemu_uftrace_tests::libcalls::{
+        canonical_names, nm_aliases, parse_libcalls_oracle, program_and_direct_callees,
+    };
+    use std::collections::BTreeSet;
+    let run = |elf: &Path| {
+        let mut a: Vec<String> = qemu_opts.iter().map(|s| s.to_string()).collect();
+        a.push(elf.to_string_lossy().into_owned());
+        record_ok(qemu, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let canonical = |elf: &Path| {
+        let mut names = canonical_names(&nm_aliases(elf).expect("nm"));
+        names.insert("__wrap_main".into(), "main".into());
+        move |n: &str| names.get(n).cloned().unwrap_or_else(|| n.to_owned())
+    };
+    let rename = |events: Vec<String>, name: &dyn Fn(&str) -> String| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| format!("{}{}", &e[..2], name(&e[2..])))
+            .collect()
+    };
+    let (_tmp, dir, stdout) = run(oracle_elf);
+    let aliases = nm_aliases(oracle_elf).expect("nm");
+    let name = canonical(oracle_elf);
+    let log = parse_libcalls_oracle(&stdout, &aliases).expect("the program's oracle log");
+    let oracle: Vec<String> = log
+        .iter()
+        .map(|(e, _)| format!("{}{}", &e[..2], name(&e[2..])))
+        .collect();
+    // The program's own functions: those its log names by address.
+    let own: BTreeSet<String> = oracle
+        .iter()
+        .zip(&log)
+        .filter(|(_, (_, lib))| !lib)
+        .map(|(e, _)| e[2..].to_owned())
+        .collect();
+    assert!(
+        oracle.len() > 20 && oracle[0] == "E main" && oracle.contains(&"E memcpy".to_owned()),
+        "{oracle:?}"
+    );
+    let traced = |dir: &Path, name: &dyn Fn(&str) -> String| -> Vec<String> {
+        let events = rename(
+            replay_events(dir, only_task(dir)).expect("uftrace replay"),
+            name,
+        );
+        // From main's entry to its return: the start-up and the oracle's own dump go.
+        let start = events
+            .iter()
+            .position(|e| e == "E main")
+            .unwrap_or_else(|| panic!("no main in {events:?}"));
+        let mut depth = 0usize;
+        let mut end = events.len();
+        for (i, e) in events.iter().enumerate().skip(start) {
+            if e.starts_with("E ") {
+                depth += 1;
+            } else {
+                depth -= 1;
+                if depth == 0 {
+                    end = i + 1;
+                    break;
+                }
+            }
+        }
+        let events = without(&events[start..end], is_runtime_function, true);
+        program_and_direct_callees(&events, &own)
+    };
+    assert_eq!(traced(&dir, &name), oracle, "{}", oracle_elf.display());
+    for elf in others {
+        let (_tmp, dir, stdout) = run(elf);
+        assert!(!stdout.contains("ORACLE"), "{stdout}");
+        assert_eq!(traced(&dir, &canonical(elf)), oracle, "{}", elf.display());
+    }
+}
