@@ -146,12 +146,10 @@ fn x86_64_dynamic_glibc_calls_bound_now_match_the_oracle() {
 }
 
 /// Lazy binding: each first call through the PLT runs `_dl_runtime_resolve_*`, which ends
-/// `mov %rbx,%rsp; …; add $0x18,%rsp; jmp *%r11` into the resolved function. The plugin
-/// takes that `mov %reg,%rsp` + `jmp *%reg` block for a longjmp (plugin/src/translate.rs,
-/// `switches_stack` in engine/src/arch/x86_64.rs) and closes every open frame. Leaving RBX
-/// out of `switches_stack`, as RBP is, makes this test pass.
+/// `mov %rbx,%rsp; …; add $0x18,%rsp; jmp *%r11` into the resolved function: a tail call,
+/// not the longjmp a `mov %reg,%rsp` + `jmp *%reg` block usually is (`switches_stack` in
+/// engine/src/arch/x86_64.rs leaves RBX out, as it does RBP).
 #[test]
-#[ignore = "x86_64 lazy binding: ld.so's resolver return is taken for a longjmp"]
 fn x86_64_dynamic_glibc_calls_match_the_oracle() {
     check(&X86_64, "dyn", &["oracle", "nofp-oracle"]);
 }

@@ -38,6 +38,7 @@ const GDB_OF_ENCODING: [u8; 8] = [0, 2, 3, 1, 7, 6, 4, 5];
 
 const RSP: u8 = 7;
 const RBP: u8 = 6;
+const RBX: u8 = 1;
 
 /// A general register's number in QEMU's list, from its encoding (REX bit included).
 fn gpr(encoding: u8) -> u8 {
@@ -561,9 +562,12 @@ impl Isa for X86_64 {
         }
     }
 
-    /// `mov %reg, %rsp` (89 /r or 8B /r, 64-bit operands) from any register but RBP, whose
-    /// copy into RSP is an epilogue's. glibc's `__longjmp` switches with `mov %r8,%rsp`,
-    /// libgcc's handler installation with `mov %rcx,%rsp`.
+    /// `mov %reg, %rsp` (89 /r or 8B /r, 64-bit operands) from any register but RBP and
+    /// RBX, whose copies into RSP restore a frame: an epilogue's (RBP), and ld.so's lazy
+    /// binding trampoline (`_dl_runtime_resolve_*` keeps its entry RSP in RBX and leaves by
+    /// `mov %rbx,%rsp; … jmp *%r11` into the function it resolved, a tail call, not an
+    /// unwind). glibc's `__longjmp` switches with `mov %r8,%rsp`, libgcc's handler
+    /// installation with `mov %rcx,%rsp`.
     fn switches_stack(&self, mode: Mode, bytes: &[u8]) -> bool {
         if mode != Mode::Bits64 {
             return false;
@@ -582,7 +586,7 @@ impl Isa for X86_64 {
             0x8b => (reg, rm),
             _ => return false,
         };
-        gpr(dst) == RSP && gpr(src) != RBP && gpr(src) != RSP
+        gpr(dst) == RSP && ![RBP, RBX, RSP].contains(&gpr(src))
     }
 
     /// `jmp *%reg` (FF /4, register operand).
@@ -720,6 +724,7 @@ mod tests {
         assert!(sw(&[0x48, 0x89, 0xcc])); // mov %rcx,%rsp (libgcc eh_return)
         assert!(sw(&[0x48, 0x8b, 0xe0])); // mov %rax,%rsp (8B form)
         assert!(!sw(&[0x48, 0x89, 0xec])); // mov %rbp,%rsp: an epilogue
+        assert!(!sw(&[0x48, 0x89, 0xdc])); // mov %rbx,%rsp: ld.so's _dl_runtime_resolve
         assert!(!sw(&[0x48, 0x89, 0xc5])); // mov %rax,%rbp
         assert!(!sw(&[0x89, 0xcc])); // mov %ecx,%esp: not 64-bit
         assert!(!sw(&[0x48, 0x8b, 0x61, 0x08])); // mov 8(%rcx),%rsp: from memory
