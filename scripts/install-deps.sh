@@ -10,7 +10,8 @@
 #     user-mode tests); x86 and riscv64 binutils for
 #     the instruction decoders' tests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
-#   - a riscv64 kernel built from Debian's linux source (cached) for the riscv64 kernel test
+#   - a riscv64 kernel built from Debian's linux source (cached) for the riscv64 kernel test,
+#     and OpenSBI with its symbols from Debian's opensbi source (cached)
 #   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
 # Package mirrors come from the machine's own apt sources; no host name is written here.
 set -euo pipefail
@@ -396,13 +397,18 @@ done
 "$q111/bin/qemu-system-aarch64" --version | grep -q "version 11\.1" ||
     { log "the QEMU 11.1 wrapper in $q111 does not run"; exit 1; }
 
-# source_package PKG SUITES DIR: Debian's source package PKG (NAME or NAME=VERSION) from the
-# deb-src of SUITES, unpacked with its patches into DIR, through a private apt state so the
-# system's lists stay as they are.
-source_package() {
-    local pkg=$1 suites=$2 dir=$3 tmp
+# source_download PKG SUITES DIR [OPTION...]: the files of Debian's source package PKG (NAME or
+# NAME=VERSION) from the deb-src of SUITES into DIR, through a private apt state so the
+# system's lists stay as they are; OPTIONs go to `apt-get source` (`--tar-only`). apt checks
+# each file against the signed Sources index.
+source_download() {
+    local pkg=$1 suites=$2 dest=$3 tmp
+    shift 3
     tmp=$(mktemp -d)
-    mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache/archives/partial"
+    # apt downloads as its own user when it can reach the lists (else it warns and does it
+    # as root).
+    chmod go+rx "$tmp"
+    mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache/archives/partial" "$dest"
     cat >"$tmp/apt/src.sources" <<SRC
 Types: deb-src
 URIs: $(debian_mirror)
@@ -413,10 +419,48 @@ SRC
     local apt_src=(-o Dir::Etc::SourceList="$tmp/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
         -o Dir::State::Lists="$tmp/apt/lists" -o Dir::Cache="$tmp/apt/cache")
     apt-get "${apt_src[@]}" update -qq &&
-        (cd "$tmp" && apt-get "${apt_src[@]}" source --download-only -qq "$pkg" 2>/dev/null) &&
+        (cd "$dest" && apt-get "${apt_src[@]}" source --download-only -qq "$@" "$pkg" 2>/dev/null) ||
+        { rm -rf "$tmp"; return 1; }
+    rm -rf "$tmp"
+}
+
+# source_package PKG SUITES DIR: Debian's source package PKG (NAME or NAME=VERSION) from the
+# deb-src of SUITES, unpacked with its patches into DIR.
+source_package() {
+    local pkg=$1 suites=$2 dir=$3 tmp
+    tmp=$(mktemp -d)
+    source_download "$pkg" "$suites" "$tmp" &&
         dpkg-source --no-check -x "$tmp"/*.dsc "$dir" >/dev/null || { rm -rf "$tmp"; return 1; }
     rm -rf "$tmp"
 }
+
+# OpenSBI with its symbols, for the riscv64 kernel test that names the M-mode firmware: QEMU's
+# bundled `-bios default` is a raw blob, and Debian's `opensbi` package ships fw_dynamic.elf
+# stripped and linked at 0 (QEMU refuses it as -bios: it overlaps the reset ROM). OpenSBI is
+# always position-independent since 1.6 (FW_PIC is gone); FW_TEXT_START links it where
+# `-M virt` loads firmware, which makes an ET_EXEC ELF with its symbols there. Built from
+# trixie's source package (~20 s); only its upstream tarball: the mirror lacks the .dsc and
+# Debian's own tarball.
+OPENSBI_SRC_VERSION=1.6-1
+OPENSBI_TEXT_START=0x80000000
+sbi="$CACHE/opensbi-riscv64"
+sbi_stamp="opensbi $OPENSBI_SRC_VERSION FW_TEXT_START=$OPENSBI_TEXT_START"
+if [ ! -s "$sbi/fw_dynamic.elf" ] || [ "$(cat "$sbi/package" 2>/dev/null)" != "$sbi_stamp" ]; then
+    log "building OpenSBI from Debian's opensbi $OPENSBI_SRC_VERSION source into $sbi (~20 s)"
+    work=$(mktemp -d)
+    source_download "opensbi=$OPENSBI_SRC_VERSION" trixie "$work" --tar-only ||
+        { log "cannot fetch Debian's opensbi $OPENSBI_SRC_VERSION source"; exit 1; }
+    mkdir "$work/src"
+    tar -xzf "$work"/opensbi_*.orig.tar.gz -C "$work/src" --strip-components=1
+    make -s -C "$work/src" PLATFORM=generic CROSS_COMPILE=riscv64-linux-gnu- \
+        FW_TEXT_START="$OPENSBI_TEXT_START" -j"$(nproc)" >"$work/build.log" 2>&1 ||
+        { tail -n 30 "$work/build.log" >&2; log "building OpenSBI failed"; exit 1; }
+    rm -rf "$sbi.tmp" && mkdir -p "$sbi.tmp"
+    cp "$work/src/build/platform/generic/firmware/fw_dynamic.elf" "$sbi.tmp/"
+    echo "$sbi_stamp" >"$sbi.tmp/package"
+    rm -rf "$sbi" && mv "$sbi.tmp" "$sbi"
+    rm -rf "$work"
+fi
 
 # bench/user.sh's workloads, real CPU-bound programs from Debian's source packages, built for
 # each user-mode target as dynamic PIEs against the cross glibc (x86_64: the host's), with

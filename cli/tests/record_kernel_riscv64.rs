@@ -3,17 +3,27 @@
 //! its "Unable to mount root fs" panic, on QEMU 10.0, 10.2.2 and 11.1.3: kernel names from the
 //! Image's own kallsyms (the first calls at physical addresses too), one task per kernel task
 //! (found where `__switch_to` writes tp), calls and returns in step, ECALLs and interrupts as
-//! entries where QEMU reports them; with the DWARF vmlinux, task names and source lines.
+//! entries where QEMU reports them; with the DWARF vmlinux, task names and source lines. Under
+//! an OpenSBI ELF with symbols as `-bios`, the M-mode firmware is named too.
 
 use qemu_uftrace_tests::plugin_stat;
 use qemu_uftrace_tests::replay::uftrace;
-use qemu_uftrace_tests::riscv64::{riscv64_kernel_boot_args_on, riscv64_qemus, riscv64_vmlinux};
+use qemu_uftrace_tests::riscv64::{
+    riscv64_kernel_boot_args_on, riscv64_kernel_boot_args_with, riscv64_opensbi, riscv64_qemus,
+    riscv64_vmlinux,
+};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Records the boot on `qemu` with extra `record` options; returns the temp dir (keep it
 /// alive) and the trace.
 fn record_boot(qemu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    record_boot_cmd(&riscv64_kernel_boot_args_on(qemu), options).0
+}
+
+/// Records the QEMU command `boot` with extra `record` options; returns the temp dir, the
+/// trace and the guest's console.
+fn record_boot_cmd(boot: &[String], options: &[&str]) -> ((tempfile::TempDir, PathBuf), String) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("kernel.data");
     let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
@@ -22,7 +32,7 @@ fn record_boot(qemu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf) {
         .arg(&dir)
         .args(options)
         .arg("--")
-        .args(riscv64_kernel_boot_args_on(qemu))
+        .args(boot)
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
@@ -37,7 +47,8 @@ fn record_boot(qemu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf) {
         console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
         "the guest did not reach its panic:\n{console}"
     );
-    (tmp, dir)
+    let console = console.into_owned();
+    ((tmp, dir), console)
 }
 
 fn stat(dir: &Path, key: &str) -> u64 {
@@ -213,4 +224,157 @@ fn riscv64_kernel_with_its_vmlinux_names_tasks_and_lines() {
         "no source lines:\n{}",
         &lines[..lines.len().min(3000)]
     );
+}
+
+/// The functions of `uftrace report --tid TID`, unnamed ones (`<addr>`) included.
+fn reported(d: &str, tid: u32) -> Vec<String> {
+    uftrace(&["report", "--no-pager", "--tid", &tid.to_string(), "-d", d])
+        .expect("uftrace report")
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect()
+}
+
+/// Under OpenSBI built with its symbols (`-bios fw_dynamic.elf`, which the CLI reads as a
+/// symbol source beside the Image), the M-mode firmware is named from its first instruction:
+/// its boot path in `cpu0 M`, and with `--split-levels` each SBI call the kernel makes as an
+/// `[smc]` entry into `sbi_trap_handler` and `sbi_ecall_handler`, at M level, apart from the
+/// kernel's own `sbi_init` at S level; OpenSBI's DWARF gives its source lines.
+#[test]
+fn riscv64_kernel_under_opensbi_elf_names_the_firmware_in_m_mode() {
+    let bios = riscv64_opensbi().display().to_string();
+    for qemu in riscv64_qemus() {
+        let q = qemu.label;
+        // 10.0 reports no exceptions to plugins: no levels apart, no entries.
+        let levels = q != "10.0";
+        let options: &[&str] = if levels { &["--split-levels"] } else { &[] };
+        let ((_tmp, dir), console) = record_boot_cmd(
+            &riscv64_kernel_boot_args_with(&qemu.program, &bios),
+            options,
+        );
+        assert!(console.contains("OpenSBI v1.6"), "not our OpenSBI on {q}");
+        let (calls, returns) = (stat(&dir, "calls"), stat(&dir, "returns"));
+        assert!(
+            calls.abs_diff(returns) < calls / 1000,
+            "{calls} calls, {returns} returns on {q}"
+        );
+        let unmatched = if levels { 0 } else { 1 };
+        assert_eq!(stat(&dir, "unmatched_returns"), unmatched, "on {q}");
+        assert_eq!(stat(&dir, "deep_returns"), 0, "on {q}");
+
+        let d = dir.to_string_lossy().into_owned();
+        let info = uftrace(&["info", "-d", &d]).expect("uftrace info");
+        let cpu0 = if levels {
+            "4194304(cpu0 M)"
+        } else {
+            "4194304(cpu0)"
+        };
+        assert!(info.contains(cpu0), "no {cpu0} on {q}:\n{info}");
+        // fw_dynamic's boot path, call for call, up to sbi_init (which never returns: it
+        // leaves for S-mode by MRET in sbi_hart_switch_mode).
+        let boot = roots(&d, 4194304);
+        assert_eq!(
+            boot.get(..11),
+            Some(
+                &[
+                    "fw_boot_hart();",
+                    "_reset_regs();",
+                    "fw_save_info();",
+                    "fw_platform_init();",
+                    "fw_next_arg1();",
+                    "fw_next_addr();",
+                    "fw_next_mode();",
+                    "fw_options();",
+                    "fw_next_arg1();",
+                    "_reset_regs();",
+                    "sbi_init() {",
+                ]
+                .map(String::from)[..]
+            ),
+            "cpu0's first calls on {q}: {boot:?}"
+        );
+        let lines = uftrace(&[
+            "replay",
+            "--no-pager",
+            "--srcline",
+            "-D",
+            "1",
+            "--tid",
+            "4194304",
+            "-d",
+            &d,
+        ])
+        .expect("uftrace replay --srcline");
+        assert!(
+            lines.contains("fw_platform_init(); /* platform/generic/platform.c:"),
+            "no OpenSBI source lines on {q}:\n{lines}"
+        );
+        let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+        for f in [
+            "sbi_hart_switch_mode",
+            "sbi_trap_handler",
+            "sbi_ecall_handler",
+            // The panic reboots through the SBI's system reset (QEMU exits: -no-reboot).
+            "sbi_ecall_srst_handler",
+            "__sbi_base_ecall",
+        ] {
+            assert!(
+                report.lines().any(|l| l.trim_end().ends_with(f)),
+                "report lacks {f} on {q}"
+            );
+        }
+        if !levels {
+            continue;
+        }
+        // Every M-level task is named through and through: the firmware's text is covered.
+        let m_tasks: Vec<u32> = info
+            .lines()
+            .find_map(|l| l.strip_prefix("# task list           : "))
+            .expect("task list")
+            .split(", ")
+            .filter(|t| t.ends_with(" M)"))
+            .filter_map(|t| t.split('(').next()?.parse().ok())
+            .collect();
+        assert!(m_tasks.len() >= 2, "M tasks on {q}: {info}");
+        for &tid in &m_tasks {
+            let unnamed: Vec<String> = reported(&d, tid)
+                .into_iter()
+                .filter(|f| f.starts_with('<'))
+                .collect();
+            assert!(
+                unnamed.is_empty(),
+                "unnamed in task {tid} on {q}: {unnamed:?}"
+            );
+        }
+        // The kernel's first SBI calls (from `cpu0 S`, before its first switch) enter the
+        // firmware at M level in `cpu0 M`, named from the -bios ELF.
+        let m = uftrace(&["replay", "--no-pager", "--tid", "4194304", "-d", &d])
+            .expect("uftrace replay");
+        let m: Vec<&str> = m
+            .lines()
+            .map(|l| l.split('|').nth(1).unwrap_or("").trim())
+            .collect();
+        let entries = m
+            .windows(3)
+            .filter(|w| w == &["[smc]() {", "sbi_trap_handler() {", "sbi_ecall_handler() {"])
+            .count();
+        assert!(entries >= 5, "{entries} SBI calls named in cpu0 M on {q}");
+        // The kernel's own sbi_init (arch/riscv/kernel/sbi.c) at S level, making those calls.
+        let s = uftrace(&[
+            "replay",
+            "--no-pager",
+            "-D",
+            "3",
+            "--tid",
+            "4259840",
+            "-d",
+            &d,
+        ])
+        .expect("uftrace replay");
+        assert!(
+            s.contains("  sbi_init() {") && s.contains("  __sbi_base_ecall("),
+            "no kernel sbi_init in cpu0 S on {q}"
+        );
+    }
 }

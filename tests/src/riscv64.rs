@@ -106,10 +106,22 @@ pub fn riscv64_vmlinux() -> PathBuf {
     cached("kernel-riscv64/vmlinux")
 }
 
+/// OpenSBI's `fw_dynamic.elf` with its symbols, which `scripts/install-deps.sh` builds from
+/// Debian's opensbi source linked at 0x80000000, where `-M virt` loads its firmware.
+pub fn riscv64_opensbi() -> PathBuf {
+    cached("opensbi-riscv64/fw_dynamic.elf")
+}
+
 /// The QEMU command that boots [`riscv64_kernel`] on `qemu` under QEMU's own OpenSBI
 /// (`-bios default`, M-mode) to its "Unable to mount root fs" panic; `-no-reboot`, so that
 /// QEMU then exits.
 pub fn riscv64_kernel_boot_args_on(qemu: &str) -> Vec<String> {
+    riscv64_kernel_boot_args_with(qemu, "default")
+}
+
+/// [`riscv64_kernel_boot_args_on`] with `bios` as the firmware (`default`, or an ELF such
+/// as [`riscv64_opensbi`]).
+pub fn riscv64_kernel_boot_args_with(qemu: &str, bios: &str) -> Vec<String> {
     let kernel = riscv64_kernel().display().to_string();
     [
         qemu,
@@ -122,7 +134,7 @@ pub fn riscv64_kernel_boot_args_on(qemu: &str) -> Vec<String> {
         "none",
         "-no-reboot",
         "-bios",
-        "default",
+        bios,
         "-kernel",
         &kernel,
         "-append",
