@@ -31,7 +31,7 @@ const SIG_IGN: u64 = 1;
 
 /// A syscall starts on vCPU `vcpu` (user mode's syscall callback).
 pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
-    let abi = crate::isa_or_default().linux_signals();
+    let abi = crate::isa_or_default().linux_user();
     if num == abi.rt_sigaction && a2 != 0 {
         // rt_sigaction(signum, act, oldact, sigsetsize): a new action when `act` is set.
         let handler = vcpu::with(vcpu_index, |v| {
@@ -99,7 +99,7 @@ fn read_register(isa: &dyn Isa, regs: &mut ByteBuf, name: &str) -> Option<u64> {
 pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void) {
     let handler = data as u64;
     let isa = crate::isa_or_default();
-    let abi = isa.linux_signals();
+    let abi = isa.linux_user();
     vcpu::with(vcpu_index, |v| {
         let link = match abi.link {
             LinkSlot::Register(name) => read_register(isa, &mut v.regs, name),

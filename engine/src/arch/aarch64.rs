@@ -1,8 +1,8 @@
 //! A64 call/return classification from instruction words.
 
 use super::{
-    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinkSlot,
-    LinuxSignals, Mode, Target,
+    call_of_len, CallSite, Discontinuity, ExceptionKind, InsnKind, Isa, Level, LinkSlot, LinuxUser,
+    Mode, Target, GENERIC_LINUX_USER,
 };
 
 /// `Level` bit for the Secure state (EL3 is always Secure and never carries it).
@@ -208,23 +208,14 @@ impl Isa for Aarch64 {
         }
     }
 
-    /// The generic syscall table; programs are `EM_AARCH64`.
-    fn linux_user(&self) -> super::LinuxUser {
-        super::LinuxUser {
+    /// The generic syscall table; programs are `EM_AARCH64`; a delivered handler starts with the
+    /// trampoline in x30 and the signal number in x0.
+    fn linux_user(&self) -> LinuxUser {
+        LinuxUser {
             elf_machine: 183,
-            ..super::GENERIC_LINUX_USER
-        }
-    }
-
-    /// `struct sigaction` starts with `sa_handler`; a delivered
-    /// handler starts with the trampoline in x30 and the signal number in x0.
-    fn linux_signals(&self) -> LinuxSignals {
-        LinuxSignals {
-            rt_sigaction: 134,
-            rt_sigreturn: 139,
-            sigaction_handler: 0,
             link: LinkSlot::Register("x30"),
             first_argument: "x0",
+            ..GENERIC_LINUX_USER
         }
     }
 

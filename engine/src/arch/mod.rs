@@ -98,9 +98,13 @@ pub struct FrameSlots {
     pub ret_addr: u64,
 }
 
-/// What user mode (Linux programs under qemu-<arch>) needs to follow where files are mapped:
-/// the syscall numbers of `openat`, `close` and `mmap`, and the stack pointer's name, where
-/// the initial stack (argc, argv, envp, auxv) is at the first instruction.
+/// What user mode (Linux programs under qemu-<arch>) needs of the Linux ABI: the syscall
+/// numbers of `openat`, `close`, `mmap` and `execve` (where files are mapped, and new
+/// images), the stack pointer's name (the initial stack: argc, argv, envp, auxv, at the
+/// first instruction), and signal delivery: the syscalls that install a handler and end
+/// one, where the handler is in the kernel's `struct sigaction`, and the registers a
+/// delivered handler starts with (its return address, the sigreturn trampoline, and its
+/// first argument, the signal number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinuxUser {
     pub openat: i64,
@@ -111,24 +115,6 @@ pub struct LinuxUser {
     /// table's 0 is each architecture's to set).
     pub elf_machine: u16,
     pub stack_pointer: &'static str,
-}
-
-/// Linux's generic syscall table (asm-generic/unistd.h: aarch64, riscv64).
-pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
-    openat: 56,
-    close: 57,
-    mmap: 222,
-    execve: 221,
-    elf_machine: 0,
-    stack_pointer: "sp",
-};
-
-/// What user mode needs to show signal deliveries: the syscalls that install a handler and
-/// end one, where the handler is in the kernel's `struct sigaction`, and the registers a
-/// delivered handler starts with (its return address, the sigreturn trampoline, and its
-/// first argument, the signal number).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinuxSignals {
     pub rt_sigaction: i64,
     pub rt_sigreturn: i64,
     /// Byte offset of `sa_handler` in the `struct sigaction` that `rt_sigaction` reads.
@@ -136,6 +122,23 @@ pub struct LinuxSignals {
     pub link: LinkSlot,
     pub first_argument: &'static str,
 }
+
+/// Linux's generic syscall table (asm-generic/unistd.h: aarch64, riscv64), whose
+/// `struct sigaction` starts with `sa_handler`. The machine and the registers a handler
+/// starts with are each architecture's to set.
+pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
+    openat: 56,
+    close: 57,
+    mmap: 222,
+    execve: 221,
+    elf_machine: 0,
+    stack_pointer: "sp",
+    rt_sigaction: 134,
+    rt_sigreturn: 139,
+    sigaction_handler: 0,
+    link: LinkSlot::Register(""),
+    first_argument: "",
+};
 
 /// Where a function finds its return address at its first instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -392,13 +395,8 @@ pub trait Isa: Sync + Send {
     /// `level` as the level the guest runs after an exception return from `from` whose saved
     /// status is `saved`, given the security register's value.
     fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level;
-    /// Linux user mode's syscall numbers and stack pointer (the generic table unless the
-    /// architecture has its own).
-    fn linux_user(&self) -> LinuxUser {
-        GENERIC_LINUX_USER
-    }
-    /// Linux user mode's signal delivery, as [`LinuxSignals`] describes.
-    fn linux_signals(&self) -> LinuxSignals;
+    /// Linux user mode's ABI, as [`LinuxUser`] describes.
+    fn linux_user(&self) -> LinuxUser;
     /// Whether the instruction at the start of `bytes` moves another register's value into
     /// the stack pointer: the stack switch of a longjmp or of an unwinder installing a
     /// handler (not an epilogue's copy of the frame pointer). Only architectures whose

@@ -15,7 +15,7 @@
 
 use super::{
     call_of_len, CallSite, Discontinuity, ExceptionKind, FrameSlots, InsnKind, Isa, Level,
-    LinkSlot, LinuxSignals, Mode, Target,
+    LinkSlot, LinuxUser, Mode, Target, GENERIC_LINUX_USER,
 };
 
 pub struct Riscv64;
@@ -290,36 +290,15 @@ impl Isa for Riscv64 {
         }
     }
 
-    /// The generic syscall table; programs are `EM_RISCV`.
-    fn linux_user(&self) -> super::LinuxUser {
-        super::LinuxUser {
+    /// The generic syscall table; programs are `EM_RISCV`; a delivered handler starts with the
+    /// trampoline in ra and the signal number in a0.
+    fn linux_user(&self) -> LinuxUser {
+        LinuxUser {
             elf_machine: 243,
-            ..super::GENERIC_LINUX_USER
-        }
-    }
-
-    /// `struct sigaction` starts with `sa_handler`; a delivered
-    /// handler starts with the trampoline in ra and the signal number in a0.
-    fn linux_signals(&self) -> LinuxSignals {
-        LinuxSignals {
-            rt_sigaction: 134,
-            rt_sigreturn: 139,
-            sigaction_handler: 0,
             link: LinkSlot::Register("ra"),
             first_argument: "a0",
+            ..GENERIC_LINUX_USER
         }
-    }
-
-    /// S-mode Linux keeps `current` in tp (user code keeps its TLS pointer there, which the
-    /// kernel swaps through sscratch at every trap).
-    fn task_pointer_register(&self) -> Option<&'static str> {
-        Some("tp")
-    }
-
-    /// A task_struct lives in the kernel's half of the address space (Sv39, Sv48, Sv57: the
-    /// top bit set); a user TLS pointer does not.
-    fn is_task_pointer(&self, value: u64) -> bool {
-        value >> 63 != 0
     }
 
     fn level_name(&self, level: Level) -> String {

@@ -24,7 +24,7 @@
 
 use super::{
     call_of_len, CallSite, Discontinuity, ExceptionKind, ExceptionReturnTo, InsnKind, Isa, Level,
-    LinkSlot, LinuxSignals, LinuxUser, MemOperand, Mode, Target, Thunk,
+    LinkSlot, LinuxUser, MemOperand, Mode, Target, Thunk,
 };
 
 pub struct X86_64;
@@ -537,7 +537,10 @@ impl Isa for X86_64 {
         Level((saved & 3) as u8)
     }
 
-    /// arch/x86/entry/syscalls/syscall_64.tbl; gdb names the stack pointer `rsp`.
+    /// arch/x86/entry/syscalls/syscall_64.tbl; gdb names the stack pointer `rsp`; the
+    /// kernel's `struct sigaction` starts with `sa_handler` (then flags, restorer, mask); a
+    /// delivered handler starts as if called from the restorer: the return address on top of
+    /// the stack, the signal number in rdi.
     fn linux_user(&self) -> LinuxUser {
         LinuxUser {
             openat: 257,
@@ -546,14 +549,6 @@ impl Isa for X86_64 {
             execve: 59,
             elf_machine: 62,
             stack_pointer: "rsp",
-        }
-    }
-
-    /// syscall_64.tbl; the kernel's `struct sigaction` starts with `sa_handler` (then
-    /// flags, restorer, mask); a delivered handler starts as if called from the restorer:
-    /// the return address on top of the stack, the signal number in rdi.
-    fn linux_signals(&self) -> LinuxSignals {
-        LinuxSignals {
             rt_sigaction: 13,
             rt_sigreturn: 15,
             sigaction_handler: 0,
