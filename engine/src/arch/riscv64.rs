@@ -301,6 +301,18 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// S-mode Linux keeps `current` in tp (user code keeps its TLS pointer there, which the
+    /// kernel swaps through sscratch at every trap).
+    fn task_pointer_register(&self) -> Option<&'static str> {
+        Some("tp")
+    }
+
+    /// A task_struct lives in the kernel's half of the address space (Sv39, Sv48, Sv57: the
+    /// top bit set); a user TLS pointer does not.
+    fn is_task_pointer(&self, value: u64) -> bool {
+        value >> 63 != 0
+    }
+
     fn level_name(&self, level: Level) -> String {
         let virt = if level.0 & VIRT != 0 { "V" } else { "" };
         match level.0 & 3 {
