@@ -152,6 +152,29 @@ fn check_boot(dir: &Path, qemu: &str) {
                     == w[1].split('|').next().map(|c| c.split('[').nth(1))),
         "no task starting with schedule_tail, kernel_init on {qemu}"
     );
+    // The boot context became the boot CPU's idle task (`current_task` held init_task before
+    // anything stored to it), not the first task switched to: kthreadd runs in a task of
+    // its own (the idle task, its stack open down to rest_init's schedule, never runs
+    // again before the panic: PID 1 and the kthreads always have work).
+    let kthreadd = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-F",
+        "^kthreadd$",
+        "-D",
+        "1",
+        "-d",
+        &d,
+    ])
+    .expect("uftrace replay -F kthreadd");
+    let runs = kthreadd
+        .lines()
+        .find(|l| l.contains("| kthreadd() {"))
+        .unwrap_or_else(|| panic!("no kthreadd on {qemu}:\n{kthreadd}"));
+    assert!(
+        !runs.contains("[4194304]"),
+        "kthreadd took the boot stack on {qemu}"
+    );
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     let has = |f: &str| {
         report
