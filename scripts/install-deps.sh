@@ -10,6 +10,7 @@
 #     user-mode tests); x86 and riscv64 binutils for
 #     the instruction decoders' tests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
+#   - Debian's amd64 cloud kernel and its -dbg vmlinux (cached) for the x86_64 kernel test
 #   - a riscv64 kernel built from Debian's linux source (cached) for the riscv64 kernel test,
 #     and OpenSBI with its symbols from Debian's opensbi source (cached)
 #   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
@@ -233,6 +234,16 @@ if [ ! -s "$CACHE/kernel-amd64/vmlinuz" ] || [ ! -s "$CACHE/kernel-amd64/package
     }
     after_update kernel_amd64 ||
         { log "cannot fetch Debian's linux-image-*-cloud-amd64 package"; exit 1; }
+fi
+# From its -dbg package (~283 MB) only the DWARF vmlinux of that very kernel: names for every
+# address of its text and source lines (`--symbols`), task_struct's comm and pid offsets.
+if [ ! -s "$CACHE/kernel-amd64-dbg/vmlinux" ] || [ ! -s "$CACHE/kernel-amd64-dbg/package" ]; then
+    dbg="$(cat "$CACHE/kernel-amd64/package")-dbg"
+    log "fetching $dbg into $CACHE/kernel-amd64-dbg (large)"
+    after_update keep_from_deb "$dbg" "$CACHE/kernel-amd64-dbg" \
+        'usr/lib/debug/boot/vmlinux-*=vmlinux' ||
+        { log "cannot fetch $dbg"; exit 1; }
+    echo "$dbg" >"$CACHE/kernel-amd64-dbg/package"
 fi
 
 # vmlinux-to-elf (PyPI), the peer the kallsyms tests compare with, in a venv of Debian's

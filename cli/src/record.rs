@@ -128,9 +128,13 @@ fn record_into(
         }
         plugin_opt.push(",split_levels=on");
     }
-    // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`).
+    // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`), and
+    // where their PIDs are for a guest with no PID register (else synthetic ids).
     if let Some(offset) = symbol_source::task_comm_offset(&sources) {
         plugin_opt.push(format!(",task_comm={offset}"));
+    }
+    if let Some(offset) = symbol_source::task_pid_offset(&sources) {
+        plugin_opt.push(format!(",task_pid={offset}"));
     }
     // User mode: the plugin runs QEMU again with these options for a program the guest
     // execs (`qemu::user_procs`).

@@ -55,12 +55,22 @@ pub fn parse_source_arg(arg: &OsStr, origin: &'static str) -> Result<SourceArg> 
 /// takes the offset as an argument (~2 ms with Debian's 273 MB vmlinux, ~60 ms when it is
 /// not in the page cache).
 pub fn task_comm_offset(sources: &[SourceArg]) -> Option<u64> {
+    task_struct_member(sources, "comm")
+}
+
+/// Where `task_struct.pid` sits, found like [`task_comm_offset`]: on a guest with no PID
+/// register (x86_64), the plugin reads a task's PID there at each switch to it.
+pub fn task_pid_offset(sources: &[SourceArg]) -> Option<u64> {
+    task_struct_member(sources, "pid")
+}
+
+fn task_struct_member(sources: &[SourceArg], member: &str) -> Option<u64> {
     sources
         .iter()
         // Only regular files: this runs before QEMU starts, and reading a FIFO or a device
         // (which the symbol loader reads later, while QEMU runs) could block it for good.
         .filter(|s| std::fs::metadata(&s.path).is_ok_and(|m| m.is_file()))
-        .find_map(|s| symbols::struct_member_offset(&s.path, "task_struct", "comm").ok())
+        .find_map(|s| symbols::struct_member_offset(&s.path, "task_struct", member).ok())
         .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
 }
 
@@ -183,6 +193,7 @@ mod tests {
         };
         let sources = [src(map), src(dir.path().join("absent"))];
         assert_eq!(task_comm_offset(&sources), None);
+        assert_eq!(task_pid_offset(&sources), None);
     }
 
     #[test]

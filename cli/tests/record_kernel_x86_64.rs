@@ -3,9 +3,13 @@
 //! from SeaBIOS's first calls (real mode, then 32-bit) through the kernel's decompressor into
 //! the kernel (64-bit), with names from the bzImage alone (its kallsyms, also at the physical
 //! address the kernel starts at). The kernel calls indirectly through retpolines
-//! (`__x86_indirect_thunk_<reg>`): those calls show as calls of their targets.
+//! (`__x86_indirect_thunk_<reg>`): those calls show as calls of their targets. With the
+//! kernel's DWARF vmlinux (Debian's -dbg package) as `--symbols`, every kernel address has
+//! its name and source line, and tasks carry the kernel's names and PIDs.
 
-use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
+use qemu_uftrace_symbols::LoadOptions;
+use qemu_uftrace_tests::replay::{task_names, uftrace};
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
 use qemu_uftrace_tests::{cached, plugin_stat};
 use std::path::{Path, PathBuf};
@@ -34,14 +38,16 @@ fn boot_args(qemu: &str) -> Vec<String> {
     .collect()
 }
 
-/// Records the boot; returns the temp dir (keep it alive) and the trace.
-fn record_boot(qemu: &str) -> (tempfile::TempDir, PathBuf) {
+/// Records the boot with `extra` options for `record`; returns the temp dir (keep it alive)
+/// and the trace.
+fn record_boot(qemu: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("kernel.data");
     let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
         .arg("record")
         .arg("-o")
         .arg(&dir)
+        .args(extra)
         .arg("--")
         .args(boot_args(qemu))
         .stdin(Stdio::null())
@@ -71,7 +77,7 @@ fn stat(dir: &Path, key: &str) -> u64 {
 #[test]
 fn debian_amd64_kernel_boots_to_its_panic_under_record() {
     for qemu in system_qemus_x86_64() {
-        let (_tmp, dir) = record_boot(&qemu.program);
+        let (_tmp, dir) = record_boot(&qemu.program, &[]);
         check_boot(&dir, qemu.label);
     }
 }
@@ -146,6 +152,29 @@ fn check_boot(dir: &Path, qemu: &str) {
                     == w[1].split('|').next().map(|c| c.split('[').nth(1))),
         "no task starting with schedule_tail, kernel_init on {qemu}"
     );
+    // The boot context became the boot CPU's idle task (`current_task` held init_task before
+    // anything stored to it), not the first task switched to: kthreadd runs in a task of
+    // its own (the idle task, its stack open down to rest_init's schedule, never runs
+    // again before the panic: PID 1 and the kthreads always have work).
+    let kthreadd = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-F",
+        "^kthreadd$",
+        "-D",
+        "1",
+        "-d",
+        &d,
+    ])
+    .expect("uftrace replay -F kthreadd");
+    let runs = kthreadd
+        .lines()
+        .find(|l| l.contains("| kthreadd() {"))
+        .unwrap_or_else(|| panic!("no kthreadd on {qemu}:\n{kthreadd}"));
+    assert!(
+        !runs.contains("[4194304]"),
+        "kthreadd took the boot stack on {qemu}"
+    );
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     let has = |f: &str| {
         report
@@ -191,6 +220,123 @@ fn check_boot(dir: &Path, qemu: &str) {
         initcalls.contains("init_per_zone_wmark_min"),
         "no initcall under do_one_initcall on {qemu}"
     );
+}
+
+/// With the kernel's DWARF vmlinux as `--symbols`: no address of the kernel's text is left
+/// unnamed (at its link address or at the physical one its first calls run at), replay
+/// shows source lines, and `record` finds `task_struct.comm` and `task_struct.pid` there:
+/// tasks carry the kernel's names, and their tids are the guest's PIDs.
+#[test]
+fn debian_amd64_kernel_with_its_debug_vmlinux() {
+    let vmlinux = cached("kernel-amd64-dbg/vmlinux");
+    let image = qemu_uftrace_symbols::load(&vmlinux, &LoadOptions::default())
+        .expect("load the -dbg vmlinux");
+    // Where the kernel runs: its link addresses, and the copy at its physical address
+    // (0x1000000, the setup header's pref_address) its first calls run at.
+    let physical = 0x100_0000u64.wrapping_sub(image.start);
+    let in_kernel = |a: u64| {
+        (image.start..image.end).contains(&a)
+            || (image.start..image.end).contains(&a.wrapping_sub(physical))
+    };
+    let vmlinux = vmlinux.to_string_lossy().into_owned();
+    for qemu in system_qemus_x86_64() {
+        let label = qemu.label;
+        let (_tmp, dir) = record_boot(&qemu.program, &["--symbols", &vmlinux]);
+        let d = dir.to_string_lossy().to_string();
+
+        // Unnamed functions are SeaBIOS's, the kernel's real-mode setup code's and its
+        // decompressor's (none has symbols here), never the kernel's.
+        let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+        let unnamed: Vec<u64> = report
+            .lines()
+            .filter_map(|l| l.trim_end().strip_suffix('>')?.rsplit_once(" <"))
+            .filter_map(|(_, a)| u64::from_str_radix(a, 16).ok())
+            .collect();
+        assert!(!unnamed.is_empty(), "SeaBIOS named on {label}?\n{report}");
+        let in_text: Vec<String> = unnamed
+            .iter()
+            .filter(|&&a| in_kernel(a))
+            .map(|a| format!("{a:#x}"))
+            .collect();
+        assert!(
+            in_text.is_empty(),
+            "kernel addresses left unnamed on {label}: {in_text:?}"
+        );
+
+        // Source lines, at the physical address (the first C call) and the link address;
+        // each function's outermost calls.
+        let functions = [
+            ("startup_64_setup_env", "arch/x86/kernel/head64.c:"),
+            ("arch_call_rest_init", "init/main.c:"),
+            ("kernel_init", "init/main.c:"),
+            ("kthreadd", "kernel/kthread.c:"),
+        ];
+        let mut args = vec!["replay", "--no-pager", "--srcline", "-D", "1", "-d", &d];
+        let patterns: Vec<String> = functions.iter().map(|(f, _)| format!("^{f}$")).collect();
+        for p in &patterns {
+            args.extend(["-F", p]);
+        }
+        let top = uftrace(&args).expect("uftrace replay --srcline");
+        for (f, file) in functions {
+            let call = format!("| {f}()");
+            let line = top
+                .lines()
+                .find(|l| l.contains(&call))
+                .unwrap_or_else(|| panic!("no {call} on {label} in:\n{top}"));
+            assert!(line.contains(file), "{line} without {file} on {label}");
+        }
+
+        // Tasks: the kernel's names, and tids that are the guest's PIDs. PID 1 runs
+        // kernel_init under init_task's name (no root file system: it never execs), PID 2
+        // is kthreadd; the boot context became the boot CPU's idle task, swapper/0 (PID 0:
+        // a boot id).
+        let names = task_names(&dir).expect("task names");
+        let name = |tid: u32| names.get(&tid).cloned().unwrap_or_default();
+        let shown = |n: &str| n.replace('/', "\u{2215}");
+        assert_eq!(name(1), shown("swapper/0"), "on {label}: {names:?}");
+        assert_eq!(name(2), "kthreadd", "on {label}: {names:?}");
+        assert_eq!(
+            name(BOOT_TID_BASE),
+            shown("swapper/0"),
+            "on {label}: {names:?}"
+        );
+        for expected in ["ksoftirqd/0", "migration/0", "cpuhp/0", "kworker/0:0"] {
+            assert!(
+                names.values().any(|n| *n == shown(expected)),
+                "no {expected} on {label}: {names:?}"
+            );
+        }
+        let kworkers = names
+            .values()
+            .filter(|n| n.starts_with(&shown("kworker/")))
+            .count();
+        assert!(kworkers >= 5, "{kworkers} kworkers on {label}: {names:?}");
+        // Every tid but the boot context's is a PID (below Linux's PID_MAX_LIMIT), none is
+        // named after its id.
+        let synthetic: Vec<_> = names
+            .iter()
+            .filter(|(&tid, n)| tid > BOOT_TID_BASE || n.starts_with("task-"))
+            .collect();
+        assert!(synthetic.is_empty(), "on {label}: {synthetic:?}");
+        assert!(names.len() > 30, "{} tasks on {label}", names.len());
+        // The PID is the task's own: kernel_init runs in PID 1, kthreadd in PID 2.
+        let in_task = |f: &str, tid: u32| {
+            top.lines()
+                .any(|l| l.contains(&format!("[{tid:>6}] | {f}() {{")))
+        };
+        assert!(
+            in_task("kernel_init", 1),
+            "kernel_init not in PID 1 on {label}"
+        );
+        assert!(in_task("kthreadd", 2), "kthreadd not in PID 2 on {label}");
+        let note = std::fs::read_to_string(dir.join("note.txt")).expect("note.txt");
+        for l in [
+            "  1: swapper/0, pid 1, vCPU 0",
+            "  2: kthreadd, pid 2, vCPU 0",
+        ] {
+            assert!(note.contains(l), "no {l:?} on {label} in {note}");
+        }
+    }
 }
 
 /// `qemu-uftrace symbols` takes the bzImage too: its kallsyms, as uftrace's symbol file.

@@ -383,10 +383,13 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         if ptr == v.task_ptr || !isa.is_task_pointer(ptr) {
             return;
         }
-        let pid = isa
-            .task_id_register()
-            .and_then(|name| v.regs.read_named(name))
-            .map_or(0, |id| id as u32);
+        // The PID: from the ISA's register where the OS keeps one (aarch64 CONTEXTIDR_EL1),
+        // else from the arriving task's structure when the kernel's DWARF said where (one
+        // 4-byte read per switch), else unknown (0: a synthetic id).
+        let pid = match isa.task_id_register() {
+            Some(name) => v.regs.read_named(name).map_or(0, |id| id as u32),
+            None => pid_in_task(&mut v.regs, ptr),
+        };
         // Names (Linux `comm`) are read at switches only: the task leaving has its latest
         // name (set after it started: kthreads, exec), and the one arriving its name so
         // far, which a task still running when the guest stops (the CPU that powers off or
@@ -400,22 +403,28 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
                 .flatten()
                 .map(task_name)
         };
-        // The first write a vCPU shows: the register still holds the task running so far,
-        // where the OS set it up in a way not instrumented (RISC-V Linux's boot: `la tp,
-        // init_task`); that task is what the boot code became.
+        // The first write a vCPU shows: the register or slot still holds the task running
+        // so far, which the OS set up in a way not instrumented; that task is what the boot
+        // code became.
         let before = (v.task_ptr == 0)
-            .then(|| isa.task_pointer_register())
+            .then(|| running_before(&mut v.regs, isa))
             .flatten()
-            .and_then(|name| v.regs.read_named(name))
             .filter(|&old| old != ptr && isa.is_task_pointer(old));
-        let leaving = name_at(&mut v.regs, before.unwrap_or(v.task_ptr));
+        let before = before.map(|old| {
+            let pid = match isa.task_id_register() {
+                Some(_) => 0,
+                None => pid_in_task(&mut v.regs, old),
+            };
+            (old, pid)
+        });
+        let leaving = name_at(&mut v.regs, before.map_or(v.task_ptr, |(old, _)| old));
         let arriving = name_at(&mut v.regs, ptr);
         let now = v.clock.now();
         settle(v, now);
         v.task_ptr = ptr;
         crate::with_tasks(|t| {
-            if let Some(old) = before {
-                t.task_pointer(&mut v.engine, vcpu_index, now, old, 0);
+            if let Some((old, pid)) = before {
+                t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);
             }
             if let Some(name) = leaving {
                 t.name_running(vcpu_index, name);
@@ -426,6 +435,32 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
             }
         });
     });
+}
+
+/// The task a vCPU ran before the first switch it shows, where the OS set it up without an
+/// instrumented write: in the task register (RISC-V Linux's boot: `la tp, init_task`), or
+/// in the per-CPU slot (x86_64 Linux's `current_task`, `&init_task` from the start).
+fn running_before(regs: &mut crate::guest::ByteBuf, isa: &dyn Isa) -> Option<u64> {
+    if let Some(name) = isa.task_pointer_register() {
+        return regs.read_named(name);
+    }
+    let base = regs.read_named(isa.per_cpu_base_register()?)?;
+    let at = base.wrapping_add(crate::task_slot_known()?);
+    let bytes = regs.read_memory(at, 8)?;
+    // Every guest architecture supported is little-endian.
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// A task's PID read from its structure, where the kernel's DWARF said it is (`task_pid=`);
+/// 0 (unknown: a synthetic id) otherwise.
+fn pid_in_task(regs: &mut crate::guest::ByteBuf, task: u64) -> u32 {
+    crate::config()
+        .and_then(|c| c.task_pid)
+        .filter(|_| task != 0)
+        .and_then(|offset| regs.read_memory(task.wrapping_add(offset), 4))
+        .and_then(|b| b.try_into().ok())
+        // Every guest architecture supported is little-endian.
+        .map_or(0, u32::from_le_bytes)
 }
 
 /// A NUL-padded name field as text.

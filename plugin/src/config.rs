@@ -1,6 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
-//! `[,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`, or
+//! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -19,6 +19,9 @@ pub struct Config {
     pub split_levels: bool,
     /// Where an OS task's name sits in its task structure (Linux `task_struct.comm`).
     pub task_comm: Option<u64>,
+    /// Where an OS task's PID sits in its task structure (Linux `task_struct.pid`), read at
+    /// switches on a guest whose ISA keeps no PID in a register.
+    pub task_pid: Option<u64>,
     /// User mode: this QEMU runs a guest process other than the first (a forked child's
     /// image after exec), whose files go to `procs/<KEY>/` (see `process`).
     pub proc_key: Option<String>,
@@ -46,12 +49,22 @@ pub enum Mode {
     Record(Config),
 }
 
+/// A byte offset in the guest's task structure, below a bound no such structure reaches.
+fn task_offset(key: &str, value: &str) -> Result<u64, String> {
+    value
+        .parse::<u64>()
+        .ok()
+        .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
+        .ok_or_else(|| format!("{key}={value}: expected a byte offset"))
+}
+
 /// Parses `key=value` arguments; errors are one line for QEMU to print.
 pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut out = None;
     let mut clock = ClockChoice::Auto;
     let mut split_levels = false;
     let mut task_comm = None;
+    let mut task_pid = None;
     let mut task_slot = None;
     let mut task_slot_file = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
@@ -85,15 +98,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                     _ => return Err(format!("split_levels={value}: expected on or off")),
                 }
             }
-            "task_comm" => {
-                task_comm = Some(
-                    value
-                        .parse::<u64>()
-                        .ok()
-                        .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
-                        .ok_or_else(|| format!("task_comm={value}: expected a byte offset"))?,
-                )
-            }
+            "task_comm" => task_comm = Some(task_offset("task_comm", value)?),
+            "task_pid" => task_pid = Some(task_offset("task_pid", value)?),
             "task_slot" => {
                 task_slot = Some(
                     value
@@ -138,6 +144,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_depth,
         split_levels,
         task_comm,
+        task_pid,
         proc_key,
         user_opts,
         task_slot,

@@ -64,19 +64,18 @@ pub(crate) fn config() -> Option<&'static Config> {
 /// the upper half (the kernel proper), waiting for the CLI to finish writing it: the
 /// firmware and the kernel's decompressor run long before, so that wait is normally none.
 pub(crate) fn task_slot(pc: u64) -> Option<u64> {
-    static FROM_FILE: OnceLock<Option<u64>> = OnceLock::new();
     let cfg = CONFIG.get()?;
     if cfg.task_slot.is_some() {
         return cfg.task_slot;
     }
     let file = cfg.task_slot_file.as_ref()?;
-    if let Some(slot) = FROM_FILE.get() {
+    if let Some(slot) = SLOT_FROM_FILE.get() {
         return *slot;
     }
     if !isa_or_default().is_task_pointer(pc) {
         return None;
     }
-    *FROM_FILE.get_or_init(|| {
+    *SLOT_FROM_FILE.get_or_init(|| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
             if let Ok(text) = std::fs::read_to_string(file) {
@@ -92,6 +91,17 @@ pub(crate) fn task_slot(pc: u64) -> Option<u64> {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     })
+}
+
+/// The task slot from the file, once read (see [`task_slot`]).
+static SLOT_FROM_FILE: OnceLock<Option<u64>> = OnceLock::new();
+
+/// The task slot, if known by now (never waits: a switch was seen only once it was).
+pub(crate) fn task_slot_known() -> Option<u64> {
+    CONFIG
+        .get()?
+        .task_slot
+        .or_else(|| SLOT_FROM_FILE.get().copied().flatten())
 }
 
 /// Runs `f` on the task table (a poisoned lock still holds a usable table: every change to

@@ -378,6 +378,13 @@ pub trait Isa: Sync + Send {
     fn per_cpu_store(&self, _mode: Mode, _pc: u64, _bytes: &[u8]) -> Option<(u8, u64)> {
         None
     }
+    /// The register holding the base of the per-CPU area [`Isa::per_cpu_store`] addresses
+    /// are relative to (x86_64: `gs_base` in the kernel). Read once per vCPU, at the first
+    /// switch it shows: the task running until then is in the slot already (x86_64 Linux
+    /// starts with `current_task` statically `&init_task`, never stored).
+    fn per_cpu_base_register(&self) -> Option<&'static str> {
+        None
+    }
     /// Whether a value written there names a task (rather than, say, a user stack pointer
     /// restored on the way back to user space).
     fn is_task_pointer(&self, _value: u64) -> bool {

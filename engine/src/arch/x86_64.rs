@@ -645,6 +645,12 @@ impl Isa for X86_64 {
         }
     }
 
+    /// GS's base, as QEMU's gdb stub names it: in the kernel (after `swapgs`) the per-CPU
+    /// area's.
+    fn per_cpu_base_register(&self) -> Option<&'static str> {
+        Some("gs_base")
+    }
+
     /// A task pointer is a kernel address (the upper half); user values never are.
     fn is_task_pointer(&self, value: u64) -> bool {
         value >= 0xffff_8000_0000_0000
