@@ -7,7 +7,9 @@
 #   empty    + callbacks on calls and landings, flag stores on returns, all doing nothing
 #   minimal  + a shadow stack and 16-byte records into a ring (no writer, no checks)
 #   plugin   qemu-uftrace's plugin, writing its trace
-# Usage: bench/floor.sh [kernel|calldense|smp4|initramfs]    (RUNS=9 by default)
+# Usage: bench/floor.sh [kernel|calldense|smp4|initramfs|kernel-x86|riscv64]    (RUNS=9 by default)
+# kernel-x86 decodes x86_64 calls in the empty and minimal layers (64-bit forms only; the plugin
+# runs without the kernel's task slot, which `record` finds); riscv64 has no such layers.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,13 +27,18 @@ build_workload_guest "$workload"
 workload_argv "$workload"
 
 layers=(plain tax counter empty minimal plugin)
+isa=
+case "$workload" in
+    kernel-x86) isa=,isa=x86 ;;
+    riscv64) layers=(plain tax counter plugin) ;;
+esac
 plugin_arg() {
     case "$1" in
         plain) ;;
         tax) echo "$work/floor.so,level=1" ;;
         counter) echo "$work/floor.so,level=2" ;;
-        empty) echo "$work/floor.so,level=3" ;;
-        minimal) echo "$work/floor.so,level=4" ;;
+        empty) echo "$work/floor.so,level=3$isa" ;;
+        minimal) echo "$work/floor.so,level=4$isa" ;;
         plugin) echo "$plugin,out=$work/trace" ;;
     esac
 }

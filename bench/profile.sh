@@ -3,7 +3,8 @@
 # time on a noisy box (DEVELOPERS.md): each build runs RUNS times, interleaved, under
 # `perf record -e cpu-clock`; printed are the medians of the plugin's self time and of all
 # of QEMU's threads but the writer, in ms.
-# Usage: bench/profile.sh NAME=PLUGIN.so [NAME=PLUGIN.so,ARG=VALUE ...]    (RUNS=5 by default)
+# Usage: bench/profile.sh NAME=PLUGIN.so [NAME=PLUGIN.so,ARG=VALUE ...]    (RUNS=5 by default;
+#        WORKLOAD=kernel-x86 or another of bench/common.sh's for another boot than arm64's)
 # A build is a plugin .so (e.g. target/release/libqemu_uftrace_plugin.so, copied aside);
 # extra plugin arguments may follow it, as on QEMU's -plugin option.
 set -euo pipefail
@@ -17,7 +18,7 @@ command -v perf >/dev/null || { echo "bench/profile.sh: perf not found; install 
 "$root/scripts/install-deps.sh" >&2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-workload_argv kernel
+workload_argv "${WORKLOAD:-kernel}"
 
 # Samples of one perf report column ($1: sort key) whose name matches $2.
 samples() {

@@ -1,5 +1,6 @@
 /*
- * The floor of qemu-uftrace's design, in layers: a throwaway QEMU plugin (aarch64, one vCPU)
+ * The floor of qemu-uftrace's design, in layers: a throwaway QEMU plugin (aarch64, or x86_64
+ * with `isa=x86`; one vCPU)
  * that does what the real plugin does to the generated code, with callbacks that do nothing
  * or nearly nothing. bench/floor.sh runs each layer against plain QEMU and the real plugin,
  * so that what our own code costs can be told from what any plugin of this design costs.
@@ -53,6 +54,7 @@ void *qemu_plugin_insn_haddr(const struct qemu_plugin_insn *);
 __attribute__((visibility("default"))) int qemu_plugin_version = 4;
 
 static int level = 4;
+static int x86; /* isa=x86: 64-bit x86 code (CALL rel32, CALL r/m, RET) */
 static struct qemu_plugin_scoreboard *board;
 static qemu_plugin_u64 counter, pending;
 /* vCPU 0's counter and flag, found at the first callback (all vCPUs exist by then). */
@@ -67,6 +69,50 @@ static uint64_t *ring, *ring_at, *ring_end;
 static int is_bl(uint32_t w) { return (w & 0xFC000000u) == 0x94000000u; }
 static int is_blr(uint32_t w) { return (w & 0xFFFFFC1Fu) == 0xD63F0000u; }
 static int is_ret(uint32_t w) { return (w & 0xFFFFFC1Fu) == 0xD65F0000u; }
+
+/* x86_64: the length of the legacy and REX prefixes at `b`. */
+static size_t x86_prefixes(const uint8_t *b, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (b[i] == 0x66 || b[i] == 0x67 || b[i] == 0xf0 || b[i] == 0xf2 || b[i] == 0xf3 ||
+                     b[i] == 0x26 || b[i] == 0x2e || b[i] == 0x36 || b[i] == 0x3e ||
+                     b[i] == 0x64 || b[i] == 0x65 || (b[i] & 0xf0) == 0x40)) {
+        i++;
+    }
+    return i;
+}
+
+/* x86_64: 1 for a direct call, 2 for a call through a register or memory, 3 for a return. */
+static int x86_kind(const uint8_t *b, size_t n)
+{
+    size_t i = x86_prefixes(b, n);
+    if (i >= n) {
+        return 0;
+    }
+    if (b[i] == 0xe8) {
+        return 1;
+    }
+    if (b[i] == 0xff && i + 1 < n && ((b[i + 1] >> 3) & 7) == 2) {
+        return 2;
+    }
+    return b[i] == 0xc3 || b[i] == 0xc2 ? 3 : 0;
+}
+
+/* x86_64: whether the bytes before `host` end a call (the common forms only). */
+static int x86_after_call(const uint8_t *host)
+{
+    if (host[-5] == 0xe8) {
+        return 1;
+    }
+    static const int lens[] = {2, 3, 6, 7};
+    for (size_t k = 0; k < 4; k++) {
+        const uint8_t *at = host - lens[k];
+        if (at[0] == 0xff && ((at[1] >> 3) & 7) == 2) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static void find_words(void)
 {
@@ -88,7 +134,8 @@ static inline void emit(uint64_t time, uint64_t word)
     ring_at += 2;
 }
 
-/* `data`: the call's own address; the callee is named by it, the return lands after it. */
+/* `data`: the call's own address; the callee is named by it, the return lands after it (x86:
+ * `data` is the return address itself). */
 static void on_call(unsigned int vcpu, void *data)
 {
     if (level < 4) {
@@ -104,7 +151,7 @@ static void on_call(unsigned int vcpu, void *data)
     }
     if (depth < STACK_MAX) {
         stack[depth][0] = pc;
-        stack[depth][1] = pc + 4;
+        stack[depth][1] = x86 ? pc : pc + 4;
         emit(*counter_word, pc | (uint64_t)depth << 48);
         depth++;
     }
@@ -133,10 +180,10 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
     struct qemu_plugin_insn *first = qemu_plugin_tb_get_insn(tb, 0);
     uint64_t start = qemu_plugin_insn_vaddr(first);
     const uint8_t *host = qemu_plugin_insn_haddr(first);
-    if (level >= 3 && host && start % 1024 >= 4) {
+    if (level >= 3 && host && start % 1024 >= 8) {
         uint32_t before;
         memcpy(&before, host - 4, 4);
-        if (is_bl(before) || is_blr(before)) {
+        if (x86 ? x86_after_call(host) : is_bl(before) || is_blr(before)) {
             qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, on_landing, CB_R_REGS, COND_EQ,
                                                       pending, 1, (void *)(uintptr_t)start);
         }
@@ -150,7 +197,23 @@ static void on_translate(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         uint32_t w = 0;
         qemu_plugin_insn_data(insn, &w, 4);
         void *pc = (void *)(uintptr_t)qemu_plugin_insn_vaddr(insn);
-        if (is_bl(w)) {
+        if (x86) {
+            uint8_t b[16];
+            size_t len = qemu_plugin_insn_data(insn, b, sizeof(b));
+            void *ret = (char *)pc + len;
+            switch (x86_kind(b, len)) {
+            case 1:
+                qemu_plugin_register_vcpu_insn_exec_cb(insn, on_call, CB_NO_REGS, ret);
+                break;
+            case 2:
+                qemu_plugin_register_vcpu_insn_exec_cb(insn, on_call, CB_R_REGS, ret);
+                break;
+            case 3:
+                qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(insn, INLINE_STORE_U64,
+                                                                    pending, 1);
+                break;
+            }
+        } else if (is_bl(w)) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, on_call, CB_NO_REGS, pc);
         } else if (is_blr(w)) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, on_call, CB_R_REGS, pc);
@@ -167,6 +230,8 @@ qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, char **argv
     for (int i = 0; i < argc; i++) {
         if (!strncmp(argv[i], "level=", 6)) {
             level = atoi(argv[i] + 6);
+        } else if (!strcmp(argv[i], "isa=x86")) {
+            x86 = 1;
         }
     }
     board = qemu_plugin_scoreboard_new(16);

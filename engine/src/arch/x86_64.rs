@@ -424,6 +424,27 @@ impl X86_64 {
 /// *disp32(%rip)` …).
 const CALL_LENGTHS: [usize; 14] = [5, 2, 3, 6, 7, 4, 8, 9, 10, 11, 12, 13, 14, 15];
 
+/// Whether an instruction starting with byte `b` can be a call: a call's opcode (E8, 9A,
+/// FF) or a prefix [`prefixes`] skips before it.
+fn may_start_call(mode: Mode, b: u8) -> bool {
+    matches!(
+        b,
+        0xe8 | 0x9a
+            | 0xff
+            | 0x26
+            | 0x2e
+            | 0x36
+            | 0x3e
+            | 0x64
+            | 0x65
+            | 0x66
+            | 0x67
+            | 0xf0
+            | 0xf2
+            | 0xf3
+    ) || (mode == Mode::Bits64 && (0x40..=0x4f).contains(&b))
+}
+
 impl Isa for X86_64 {
     fn classify(&self, mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
         Self::classify_bytes(mode, pc, bytes)
@@ -443,16 +464,18 @@ impl Isa for X86_64 {
         const PE: u64 = 1;
         const VM: u64 = 1 << 17;
         const LMA: u64 = 1 << 10;
+        // This runs for every block translated, and most run in long mode: EFER first, one
+        // register read. LMA implies paging, which implies CR0.PE (QEMU clears LMA when
+        // paging goes off), so CR0 would say nothing more.
+        if read("efer").is_some_and(|e| e & LMA != 0) {
+            return Mode::Bits64;
+        }
         let Some(cr0) = read("cr0") else {
             return Mode::Bits64;
         };
-        // Long mode has no virtual-8086 mode: EFLAGS is read only outside it (one register
-        // read fewer per block translated in 64-bit code).
-        if cr0 & PE == 0 {
-            Mode::Bits16
-        } else if read("efer").is_some_and(|e| e & LMA != 0) {
-            Mode::Bits64
-        } else if read("eflags").is_some_and(|f| f & VM != 0) {
+        // Real mode, or virtual-8086 mode (which long mode has not: EFLAGS is read only
+        // outside it).
+        if cr0 & PE == 0 || read("eflags").is_some_and(|f| f & VM != 0) {
             Mode::Bits16
         } else {
             Mode::Bits32
@@ -473,6 +496,12 @@ impl Isa for X86_64 {
     fn call_ending_at(&self, mode: Mode, pc: u64, before: &[u8]) -> Option<CallSite> {
         CALL_LENGTHS
             .iter()
+            // This runs for every block translated: one byte rules out most lengths before
+            // decoding them.
+            .filter(|&&len| {
+                let first = before.len().checked_sub(len).map(|at| before[at]);
+                first.is_some_and(|b| may_start_call(mode, b))
+            })
             .find_map(|&len| call_of_len(self, mode, pc, before, len))
     }
 
@@ -1442,6 +1471,13 @@ mod tests {
         assert_eq!(mode(Some(0x8000_0011), 0x2, 0x500), Mode::Bits64); // LME + LMA
         assert_eq!(mode(Some(0x8000_0011), 0x2, 0x100), Mode::Bits32); // LME, paging not yet on
         assert_eq!(mode(None, 0, 0), Mode::Bits64); // no control registers: user mode
+                                                    // Long mode is told by EFER alone: one register read per block translated.
+        let mut read = Vec::new();
+        let m = X86_64.current_mode(&mut |name| {
+            read.push(name);
+            Some(if name == "efer" { 0x500 } else { 0x8000_0011 })
+        });
+        assert_eq!((m, read), (Mode::Bits64, vec!["efer"]));
     }
 
     #[test]
@@ -1582,5 +1618,49 @@ mod tests {
             k(Mode::Bits64, 0x1000, &two),
             InsnKind::Call { .. }
         ));
+    }
+
+    /// The one-byte filter in `call_ending_at` only skips lengths the decoder would reject:
+    /// random windows rich in call and prefix bytes find the same call as a scan of every
+    /// length.
+    #[test]
+    fn call_filter_keeps_every_call() {
+        const BYTES: [u8; 12] = [
+            0xe8, 0xff, 0x9a, 0x41, 0x66, 0x2e, 0xd0, 0x15, 0x14, 0x24, 0, 1,
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut found = 0;
+        for _ in 0..200_000 {
+            let mut window = [0u8; MAX_INSN];
+            for b in &mut window {
+                let r = next();
+                *b = if r & 1 == 0 {
+                    BYTES[(r >> 8) as usize % BYTES.len()]
+                } else {
+                    (r >> 16) as u8
+                };
+            }
+            let len = (next() % (MAX_INSN as u64 + 1)) as usize;
+            let window = &window[MAX_INSN - len..];
+            for mode in [Mode::Bits16, Mode::Bits32, Mode::Bits64] {
+                let pc = 0x10_0000;
+                let all = CALL_LENGTHS
+                    .iter()
+                    .find_map(|&n| call_of_len(&X86_64, mode, pc, window, n));
+                found += all.is_some() as u32;
+                assert_eq!(
+                    X86_64.call_ending_at(mode, pc, window),
+                    all,
+                    "{window:02x?}"
+                );
+            }
+        }
+        assert!(found > 10_000, "too few calls generated: {found}");
     }
 }
