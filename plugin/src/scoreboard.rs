@@ -7,7 +7,8 @@
 //! never is. With several (and in user mode, where threads create vCPUs while others run),
 //! a vCPU created late can make QEMU reallocate every scoreboard between two events of a
 //! running vCPU, before any plugin callback could tell it: those go through the API, which
-//! finds the word where it is now.
+//! finds the word where it is now, or (user mode's hot path) under a base taken again at
+//! every translation (`MOVING_BASE`).
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 
