@@ -87,56 +87,53 @@ pub fn refresh_base() {
 
 /// One vCPU's whole `[instruction counter, pending flag]` element and its time, as the hot
 /// path reads them: a direct element with the instruction counter (one vCPU, system mode),
-/// or the element under `MOVING_BASE` with the wall clock (user mode, with the TSC).
+/// or the element under `MOVING_BASE` with the wall clock (user mode, with the TSC). One
+/// word, as the system-mode slot layout was laid out for: 0 is none, an element's address
+/// (16-byte aligned) is direct, `index * 16 | 1` is under the moving base.
 #[derive(Clone, Copy)]
-pub enum FastWords {
-    /// Every event takes the general path.
-    None,
-    Counter(*mut [u64; 2]),
-    Wall(usize),
-}
+pub struct FastWords(usize);
 
 // As VcpuWord.
 unsafe impl Send for FastWords {}
 
 impl FastWords {
-    pub const NONE: FastWords = FastWords::None;
+    /// Every event takes the general path.
+    pub const NONE: FastWords = FastWords(0);
 
     /// `counter` is the direct counter word of `clock_and_pending`, the flag right after it.
     pub fn at_counter(counter: VcpuWord) -> FastWords {
         match counter {
-            VcpuWord::Direct(p) => FastWords::Counter(p as *mut [u64; 2]),
-            VcpuWord::Api(..) => FastWords::NONE,
+            VcpuWord::Direct(p) if (p as usize) & 15 == 0 => FastWords(p as usize),
+            _ => FastWords::NONE,
         }
     }
 
     /// vCPU `vcpu_index`'s element under the moving base, its time the wall clock.
     pub fn wall(vcpu_index: u32) -> FastWords {
-        FastWords::Wall(vcpu_index as usize * 16)
+        FastWords((vcpu_index as usize * 16) | 1)
     }
 
     /// The element and the time, or none (the general path decides).
     #[inline(always)]
     fn words(self, last: u64) -> Option<(*mut u64, u64)> {
-        match self {
-            FastWords::None => None,
+        if self.0 & 1 == 0 {
+            if self.0 == 0 {
+                return None;
+            }
+            let p = self.0 as *mut u64;
             // SAFETY: a direct element, valid as `VcpuWord::Direct`.
-            FastWords::Counter(p) => {
-                Some((p as *mut u64, unsafe { (p as *const u64).read_volatile() }))
-            }
-            FastWords::Wall(offset) => {
-                let base = MOVING_BASE.load(Ordering::Relaxed);
-                if base.is_null() {
-                    return None;
-                }
-                // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
-                // moved may read a hair earlier than its last event.
-                let now = crate::clock::fast_wall_ns()?.max(last);
-                // SAFETY: the base is the current one (`MOVING_BASE`) and the scoreboard
-                // holds this vCPU (QEMU grew it before the vCPU's init).
-                Some((unsafe { base.add(offset) } as *mut u64, now))
-            }
+            return Some((p, unsafe { p.read_volatile() }));
         }
+        let base = MOVING_BASE.load(Ordering::Relaxed);
+        if base.is_null() {
+            return None;
+        }
+        // The TSC is synchronised across CPUs, not to the nanosecond: a thread that moved
+        // may read a hair earlier than its last event.
+        let now = crate::clock::fast_wall_ns()?.max(last);
+        // SAFETY: the base is the current one (`MOVING_BASE`) and the scoreboard holds this
+        // vCPU (QEMU grew it before the vCPU's init).
+        Some((unsafe { base.add(self.0 & !1) } as *mut u64, now))
     }
 
     /// The time and whether a return is pending, when the hot path may read them. `last`:
