@@ -30,7 +30,7 @@ pub(crate) fn settle(v: &mut VcpuState, now: u64) -> bool {
 /// leaf with no call in it: anything unusual goes to `call_general` before changing state.
 #[inline(always)]
 fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
-    if let Some((now, false)) = v.fast.read() {
+    if let Some((now, false)) = v.fast.read(v.engine.last_time()) {
         if v.engine.try_call(now, target, ret_addr) {
             return;
         }
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
         if v.thunk_ret && thunk_landing(v, target) {
             return;
         }
-        if let Some(now) = v.fast.land() {
+        if let Some(now) = v.fast.land(v.engine.last_time()) {
             if v.engine.try_ret(now, target) {
                 return;
             }

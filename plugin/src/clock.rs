@@ -59,11 +59,13 @@ impl VcpuClock {
         }
     }
 
-    /// The counter with the pending flag beside it, for the hot path (none with the wall
-    /// clock, or where words go through the API).
-    pub fn fast_words(self) -> FastWords {
+    /// The counter with the pending flag beside it, for the hot path (none where words go
+    /// through the API). With the wall clock: the TSC and vCPU `vcpu_index`'s element under
+    /// the moving base where scoreboards may move (`moving`: user mode); none elsewhere.
+    pub fn fast_words(self, vcpu_index: u32, moving: bool) -> FastWords {
         match self {
             VcpuClock::Insn(word) => FastWords::at_counter(word),
+            VcpuClock::Wall if moving && fast_wall_ns().is_some() => FastWords::wall(vcpu_index),
             VcpuClock::Wall => FastWords::NONE,
         }
     }
@@ -85,6 +87,16 @@ fn wall_ns() -> u64 {
         return tsc.now();
     }
     monotonic_ns()
+}
+
+/// The wall clock where it is cheap to read (the TSC), for the hot path.
+#[inline(always)]
+pub fn fast_wall_ns() -> Option<u64> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(tsc) = TSC.get().copied().flatten() {
+        return Some(tsc.now());
+    }
+    None
 }
 
 fn monotonic_ns() -> u64 {

@@ -202,6 +202,9 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
         Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
     let (counter, pending) = scoreboard::clock_and_pending();
+    if !system {
+        scoreboard::track_moving(&pending);
+    }
     clock::init(clock, counter);
     landing::init(pending);
     if !system {
@@ -245,13 +248,15 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
     });
     let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
+    // This vCPU may have just grown the scoreboards (`scoreboard::refresh_base`).
+    scoreboard::refresh_base();
     let clock = clock::VcpuClock::for_vcpu(vcpu_id, direct);
     let pending = landing::Pending::for_vcpu(vcpu_id, direct);
     // A user-mode vCPU index is reused by a later thread: a return left pending by the
     // thread that had it is not this one's.
     pending.take();
     let state = vcpu::VcpuState {
-        fast: clock.fast_words(),
+        fast: clock.fast_words(vcpu_id, user_thread.is_some()),
         clock,
         pending,
         engine,

@@ -7,7 +7,10 @@
 //! never is. With several (and in user mode, where threads create vCPUs while others run),
 //! a vCPU created late can make QEMU reallocate every scoreboard between two events of a
 //! running vCPU, before any plugin callback could tell it: those go through the API, which
-//! finds the word where it is now.
+//! finds the word where it is now, or (user mode's hot path) under a base taken again at
+//! every translation (`MOVING_BASE`).
+
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::api::{
     qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
@@ -53,51 +56,102 @@ impl Scoreboard {
     }
 }
 
-/// One vCPU's whole `[instruction counter, pending flag]` element, as the hot path reads it:
-/// only where words are reached directly (system mode) and instructions are counted.
+/// Where the `clock_and_pending` scoreboard's elements start now, for vCPUs whose words may
+/// move (user mode). QEMU grows scoreboards only with every vCPU stopped (`start_exclusive`,
+/// when a vCPU index reaches the allocation) and flushes every translation in that same
+/// exclusive section: no instrumented code runs again before a block is translated anew.
+/// So each translation (and each vCPU init) takes the base again (`refresh_base`), and an
+/// event's element is `base + index * 16`, read afresh by every event. Null: not known yet.
+static MOVING_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+/// The `clock_and_pending` scoreboard whose base `MOVING_BASE` holds (null: none).
+static MOVING: AtomicPtr<crate::api::qemu_plugin_scoreboard> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Takes `pending`'s scoreboard as the one whose base user-mode events read.
+pub fn track_moving(pending: &Scoreboard) {
+    MOVING.store(pending.0.score, Ordering::Relaxed);
+}
+
+/// Takes the base of the tracked scoreboard again; at translation and vCPU init, when a
+/// vCPU exists (QEMU asserts the index is below the vCPU count).
+pub fn refresh_base() {
+    let score = MOVING.load(Ordering::Relaxed);
+    if score.is_null() {
+        return;
+    }
+    // SAFETY: a live scoreboard; vCPU 0 exists once any vCPU does.
+    let base = unsafe { qemu_plugin_scoreboard_find(score, 0) } as *mut u8;
+    if MOVING_BASE.load(Ordering::Relaxed) != base {
+        MOVING_BASE.store(base, Ordering::Relaxed);
+    }
+}
+
+/// One vCPU's whole `[instruction counter, pending flag]` element and its time, as the hot
+/// path reads them: a direct element with the instruction counter (one vCPU, system mode),
+/// or the element under `MOVING_BASE` with the wall clock (user mode, with the TSC). One
+/// word, as the system-mode slot layout was laid out for: 0 is none, an element's address
+/// (16-byte aligned) is direct, `index * 16 | 1` is under the moving base.
 #[derive(Clone, Copy)]
-pub struct FastWords(*mut [u64; 2]);
+pub struct FastWords(usize);
 
 // As VcpuWord.
 unsafe impl Send for FastWords {}
 
 impl FastWords {
     /// Every event takes the general path.
-    pub const NONE: FastWords = FastWords(std::ptr::null_mut());
+    pub const NONE: FastWords = FastWords(0);
 
     /// `counter` is the direct counter word of `clock_and_pending`, the flag right after it.
     pub fn at_counter(counter: VcpuWord) -> FastWords {
         match counter {
-            VcpuWord::Direct(p) => FastWords(p as *mut [u64; 2]),
-            VcpuWord::Api(..) => FastWords::NONE,
+            VcpuWord::Direct(p) if (p as usize) & 15 == 0 => FastWords(p as usize),
+            _ => FastWords::NONE,
         }
     }
 
-    /// The time and whether a return is pending, when the hot path may read them.
+    /// vCPU `vcpu_index`'s element under the moving base, its time the wall clock.
+    pub fn wall(vcpu_index: u32) -> FastWords {
+        FastWords((vcpu_index as usize * 16) | 1)
+    }
+
+    /// The element and the time, or none (the general path decides).
     #[inline(always)]
-    pub fn read(self) -> Option<(u64, bool)> {
-        if self.0.is_null() {
+    fn words(self, last: u64) -> Option<(*mut u64, u64)> {
+        if self.0 & 1 == 0 {
+            if self.0 == 0 {
+                return None;
+            }
+            let p = self.0 as *mut u64;
+            // SAFETY: a direct element, valid as `VcpuWord::Direct`.
+            return Some((p, unsafe { p.read_volatile() }));
+        }
+        let base = MOVING_BASE.load(Ordering::Relaxed);
+        if base.is_null() {
             return None;
         }
-        // SAFETY: a direct element, valid as `VcpuWord::Direct`.
-        unsafe {
-            let w = self.0 as *const u64;
-            Some((w.read_volatile(), w.add(1).read_volatile() != 0))
-        }
+        // The TSC is synchronised across CPUs, not to the nanosecond: a thread that moved
+        // may read a hair earlier than its last event.
+        let now = crate::clock::fast_wall_ns()?.max(last);
+        // SAFETY: the base is the current one (`MOVING_BASE`) and the scoreboard holds this
+        // vCPU (QEMU grew it before the vCPU's init).
+        Some((unsafe { base.add(self.0 & !1) } as *mut u64, now))
+    }
+
+    /// The time and whether a return is pending, when the hot path may read them. `last`:
+    /// the engine's last time, which a wall-clock time is kept from going back before.
+    #[inline(always)]
+    pub fn read(self, last: u64) -> Option<(u64, bool)> {
+        let (w, now) = self.words(last)?;
+        // SAFETY: an element of this vCPU (`words`).
+        Some((now, unsafe { w.add(1).read_volatile() } != 0))
     }
 
     /// At a landing: the time, taking the pending return (the flag is cleared).
     #[inline(always)]
-    pub fn land(self) -> Option<u64> {
-        if self.0.is_null() {
-            return None;
-        }
+    pub fn land(self, last: u64) -> Option<u64> {
+        let (w, now) = self.words(last)?;
         // SAFETY: as in `read`.
-        unsafe {
-            let w = self.0 as *mut u64;
-            w.add(1).write_volatile(0);
-            Some(w.read_volatile())
-        }
+        unsafe { w.add(1).write_volatile(0) };
+        Some(now)
     }
 }
 

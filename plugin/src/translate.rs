@@ -61,6 +61,8 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     if n == 0 {
         return;
     }
+    // User mode: a new thread may have moved the scoreboards since the last translation.
+    crate::scoreboard::refresh_base();
     let pending = crate::landing::entry();
     let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
