@@ -98,12 +98,6 @@ impl Engine {
         if let Some(i) = self.stack().innermost_exception() {
             // Exceptions nest, so an ERET leaves the innermost one, wherever it goes.
             if self.stack().frames()[i].ret_addr != target {
-                if std::env::var_os("DBG_ERET").is_some() {
-                    eprintln!(
-                        "ERET at {eret_pc:#x} to {target:#x}, entry resumes {:#x}",
-                        self.stack().frames()[i].ret_addr
-                    );
-                }
                 self.stats.eret_redirects += 1;
             }
             self.stats.exception_returns += 1;
