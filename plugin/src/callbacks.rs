@@ -278,6 +278,35 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
     });
 }
 
+/// An exception return whose target the architecture reads from memory or general
+/// registers (x86 IRET, SYSRET; chosen at translation by [`Isa::exception_return_to`]).
+///
+/// # Safety
+/// `data` is the instruction's own address; registered with QEMU_PLUGIN_CB_R_REGS.
+/// Exception returns are rare: a few register and memory reads are fine here.
+pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, data: *mut c_void) {
+    let eret_pc = data as u64;
+    let isa = crate::isa_or_default();
+    let split = crate::config().is_some_and(|c| c.split_levels);
+    vcpu::with(vcpu_index, |v| {
+        let now = v.clock.now();
+        settle(v, now);
+        match exception_return_from_memory(v, isa, eret_pc).flatten() {
+            Some(to) => {
+                if split {
+                    crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
+                }
+                v.level = Some(to.level);
+                v.engine.exception_return(now, to.target, eret_pc);
+            }
+            None => v.engine.stats.register_read_failures += 1,
+        }
+    });
+}
+
+/// An exception return through the architecture's link and saved-status registers (ERET,
+/// MRET, SRET).
+///
 /// # Safety
 /// `data` is the ERET's own address; registered with QEMU_PLUGIN_CB_R_REGS. Exception returns
 /// are rare: a few register reads are fine here.
@@ -288,19 +317,6 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     vcpu::with(vcpu_index, |v| {
         let now = v.clock.now();
         settle(v, now);
-        if let Some(to) = exception_return_from_memory(v, isa, eret_pc) {
-            match to {
-                Some(to) => {
-                    if split {
-                        crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
-                    }
-                    v.level = Some(to.level);
-                    v.engine.exception_return(now, to.target, eret_pc);
-                }
-                None => v.engine.stats.register_read_failures += 1,
-            }
-            return;
-        }
         let Some(level) = current_level(v, isa) else {
             v.engine.stats.register_read_failures += 1;
             return;

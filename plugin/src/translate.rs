@@ -10,8 +10,9 @@ use crate::api::{
     CB_NO_REGS, CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
 };
 use crate::callbacks::{
-    on_absolute_memory_call, on_direct_call, on_exception_return, on_indirect_call, on_landing,
-    on_memory_call, on_offset_call, on_packed_call, on_task_pointer, on_thunk_branch, MemorySite,
+    on_absolute_memory_call, on_direct_call, on_exception_return, on_exception_return_from_memory,
+    on_indirect_call, on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer,
+    on_thunk_branch, MemorySite,
 };
 use crate::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{InsnKind, Isa, MemOperand, Mode, Target, Thunk};
@@ -199,7 +200,18 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 continue;
             }
             InsnKind::ExceptionReturn => {
-                (on_exception_return, CB_R_REGS, pc as usize as *mut c_void)
+                // Whether the target comes from memory or general registers (x86), asked
+                // here where the bytes are at hand, so that other architectures' ERETs read
+                // no guest memory when they run.
+                let from_memory = isa
+                    .exception_return_to(mode, &bytes[..len], &mut |_| None, &mut |_, _| None)
+                    .is_some();
+                let cb = if from_memory {
+                    on_exception_return_from_memory
+                } else {
+                    on_exception_return
+                };
+                (cb, CB_R_REGS, pc as usize as *mut c_void)
             }
             InsnKind::SetTaskPointer { src } => {
                 (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
