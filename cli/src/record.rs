@@ -141,19 +141,23 @@ fn record_into(
     if let Some(n) = user_opts {
         plugin_opt.push(format!(",user_opts={n}"));
     }
-    // x86_64 Linux keeps its running task in per-CPU memory: where, from the kernel image.
+    // Where the kernel keeps its running task, when in per-CPU memory (x86_64), from the
+    // kernel image.
     let kernel = images
         .iter()
         .find(|i| i.origin == qemu::ImageOrigin::Kernel);
+    let slot_names = qemu_uftrace_engine::arch::Arch::from_qemu_target(&guest_arch.to_string())
+        .map_or(&[][..], |a| a.isa().task_slot_symbols());
     // Found while QEMU starts (decompressing a bzImage takes ~0.1 s); the plugin waits for
     // the file only once the kernel proper runs.
     let slot_file = abs_staging.join(".task_slot");
     let mut slot_job = None;
-    if let (Arch::X86_64, qemu::Mode::System, Some(kernel)) = (guest_arch, mode, kernel) {
+    if let (qemu::Mode::System, Some(kernel), false) = (mode, kernel, slot_names.is_empty()) {
         let kernel = kernel.path.clone();
         let file = slot_file.clone();
         slot_job = Some(std::thread::spawn(move || {
-            let text = symbol_source::task_slot(&kernel).map_or(String::new(), |s| s.to_string());
+            let text = symbol_source::task_slot(&kernel, slot_names)
+                .map_or(String::new(), |s| s.to_string());
             let tmp = file.with_extension("tmp");
             // Written aside and renamed: the plugin never reads half a number.
             if std::fs::write(&tmp, text).is_ok() {

@@ -74,15 +74,17 @@ fn task_struct_member(sources: &[SourceArg], member: &str) -> Option<u64> {
         .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
 }
 
-/// Where an x86_64 Linux kernel keeps its running task, from a kernel image's kallsyms: the
-/// per-CPU `current_task` (6.1), or `pcpu_hot`, whose first member it is (6.2 on). The plugin
-/// sees task switches as stores there. Like [`task_comm_offset`], this runs before QEMU
-/// starts (decompressing a bzImage's kallsyms: ~0.1 s).
-pub fn task_slot(kernel: &std::path::Path) -> Option<u64> {
+/// Where a Linux kernel keeps its running task when no register holds it, from a kernel
+/// image's kallsyms: the first of `names` (the architecture's [`Isa::task_slot_symbols`]) it
+/// has. The plugin sees task switches as stores there. Like [`task_comm_offset`], this runs
+/// while QEMU starts (decompressing a bzImage's kallsyms: ~0.1 s).
+///
+/// [`Isa::task_slot_symbols`]: qemu_uftrace_engine::arch::Isa::task_slot_symbols
+pub fn task_slot(kernel: &std::path::Path, names: &[&str]) -> Option<u64> {
     if !std::fs::metadata(kernel).is_ok_and(|m| m.is_file()) {
         return None;
     }
-    ["current_task", "pcpu_hot"]
+    names
         .iter()
         .find_map(|name| symbols::kernel_symbol_address(kernel, name).ok().flatten())
 }

@@ -378,6 +378,12 @@ pub trait Isa: Sync + Send {
     fn per_cpu_store(&self, _mode: Mode, _pc: u64, _bytes: &[u8]) -> Option<(u8, u64)> {
         None
     }
+    /// The kernel symbols, first found first, of the per-CPU variable holding Linux's running
+    /// task when no register holds it (x86_64: `current_task`, 6.1; `pcpu_hot`, whose first
+    /// member it is, 6.2 on). Stores to it ([`Isa::per_cpu_store`]) are task switches.
+    fn task_slot_symbols(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// The register holding the base of the per-CPU area [`Isa::per_cpu_store`] addresses
     /// are relative to (x86_64: `gs_base` in the kernel). Read once per vCPU, at the first
     /// switch it shows: the task running until then is in the slot already (x86_64 Linux

@@ -676,6 +676,10 @@ impl Isa for X86_64 {
 
     /// GS's base, as QEMU's gdb stub names it: in the kernel (after `swapgs`) the per-CPU
     /// area's.
+    fn task_slot_symbols(&self) -> &'static [&'static str] {
+        &["current_task", "pcpu_hot"]
+    }
+
     fn per_cpu_base_register(&self) -> Option<&'static str> {
         Some("gs_base")
     }
@@ -1636,7 +1640,9 @@ mod tests {
             x
         };
         let mut found = 0;
-        for _ in 0..200_000 {
+        // Miri runs each window ~1000 times slower: fewer there, all of them natively.
+        let rounds = if cfg!(miri) { 300 } else { 200_000 };
+        for _ in 0..rounds {
             let mut window = [0u8; MAX_INSN];
             for b in &mut window {
                 let r = next();
@@ -1661,6 +1667,6 @@ mod tests {
                 );
             }
         }
-        assert!(found > 10_000, "too few calls generated: {found}");
+        assert!(found > rounds / 20, "too few calls generated: {found}");
     }
 }
