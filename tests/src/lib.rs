@@ -423,15 +423,7 @@ pub fn user_qemu() -> PathBuf {
 /// `<guest_build_dir>/user`.
 pub fn user_guest_elf(name: &str) -> Result<PathBuf> {
     static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    let dir = BUILT
-        .get_or_init(|| build_user_guests().map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(|e| anyhow!("building the user-mode guests failed: {e}"))?;
-    let path = dir.join(name);
-    if !path.is_file() {
-        bail!("no user-mode guest {}", path.display());
-    }
-    Ok(path)
+    built_guest(&BUILT, build_user_guests, "user-mode guests", name)
 }
 
 fn build_user_guests() -> Result<PathBuf> {
@@ -468,27 +460,53 @@ pub fn user_guest_elf_riscv64(name: &str, omit_fp: bool) -> Result<PathBuf> {
 }
 
 fn build_user_guests_in(cross: &str, sub: &str, extra: &[&str]) -> Result<PathBuf> {
+    let mut args = vec![format!("CROSS={cross}")];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    make_guests("user", sub, &args)
+}
+
+/// Builds the guests of `tests/guests/<src>` with make into `<guest_build_dir>/<sub>`, with
+/// `args` for make (one build at a time across test processes: the directory is locked).
+pub(crate) fn make_guests(src: &str, sub: &str, args: &[String]) -> Result<PathBuf> {
     let dir = guest_build_dir().join(sub);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let output = locked(&dir.join(".lock"), "make")
         .arg("-s")
         .arg("-C")
-        .arg(workspace_root().join("tests/guests/user"))
+        .arg(workspace_root().join("tests/guests").join(src))
         .arg(format!("O={}", dir.display()))
-        .arg(format!("CROSS={cross}"))
-        .args(extra)
+        .args(args)
         .stdin(Stdio::null())
         .output()
-        .context("running make in tests/guests/user (is make installed?)")?;
+        .with_context(|| format!("running make in tests/guests/{src} (is make installed?)"))?;
     if !output.status.success() {
         bail!(
-            "make -C tests/guests/user failed ({}):\n{}{}",
+            "make -C tests/guests/{src} failed ({}):\n{}{}",
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
     }
     Ok(dir)
+}
+
+/// `file` in the directory `build` makes, which runs once per process (`built` keeps its
+/// outcome); `what` names the guests in errors.
+pub(crate) fn built_guest(
+    built: &OnceLock<std::result::Result<PathBuf, String>>,
+    build: impl FnOnce() -> Result<PathBuf>,
+    what: &str,
+    file: &str,
+) -> Result<PathBuf> {
+    let dir = built
+        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the {what} failed: {e}"))?;
+    let path = dir.join(file);
+    if !path.is_file() {
+        bail!("no {what} file {}", path.display());
+    }
+    Ok(path)
 }
 
 /// `examples/hello`'s ELF, building the guests first.

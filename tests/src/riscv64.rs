@@ -3,12 +3,11 @@
 //! system QEMUs the recording tests run them on.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::Result;
 
-use crate::{cached, guest_build_dir, locked, workspace_root, SystemQemu, Variant};
+use crate::{built_guest, cached, make_guests, SystemQemu, Variant};
 
 /// The riscv64 system emulator on PATH (bookworm-backports' 10.0, `qemu-system-riscv`).
 pub const QEMU_RISCV64: &str = "qemu-system-riscv64";
@@ -62,37 +61,13 @@ pub fn riscv64_qemu_args_on(qemu: &str, elf: &Path) -> Vec<String> {
 /// once per process with make into `<guest_build_dir>/riscv64`.
 pub fn riscv64_guest_elf(program: &str, variant: Variant) -> Result<PathBuf> {
     static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    let dir = BUILT
-        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(|e| anyhow!("building the riscv64 guests failed: {e}"))?;
-    let path = dir.join(format!("{program}{}.elf", variant.suffix()));
-    if !path.is_file() {
-        bail!("no riscv64 guest {}", path.display());
-    }
-    Ok(path)
-}
-
-fn build() -> Result<PathBuf> {
-    let dir = guest_build_dir().join("riscv64");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let output = locked(&dir.join(".lock"), "make")
-        .arg("-s")
-        .arg("-C")
-        .arg(workspace_root().join("tests/guests/riscv64"))
-        .arg(format!("O={}", dir.display()))
-        .stdin(Stdio::null())
-        .output()
-        .context("running make in tests/guests/riscv64 (is make installed?)")?;
-    if !output.status.success() {
-        bail!(
-            "make -C tests/guests/riscv64 failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(dir)
+    let file = format!("{program}{}.elf", variant.suffix());
+    built_guest(
+        &BUILT,
+        || make_guests("riscv64", "riscv64", &[]),
+        "riscv64 guests",
+        &file,
+    )
 }
 
 /// The riscv64 kernel `scripts/install-deps.sh` builds from Debian's linux source: its `Image`

@@ -3,12 +3,11 @@
 //! mode, run by `qemu-system-x86_64 -M pc` after SeaBIOS.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::Result;
 
-use crate::{cached, guest_build_dir, locked, workspace_root, SystemQemu, Variant};
+use crate::{built_guest, cached, make_guests, SystemQemu, Variant};
 
 /// The x86_64 system emulator, as a command line's first word.
 pub const QEMU_X86_64: &str = "qemu-system-x86_64";
@@ -41,37 +40,13 @@ pub fn system_qemus_x86_64() -> Vec<SystemQemu> {
 /// per process with make into `<guest_build_dir>/x86_64`.
 pub fn x86_64_guest_elf(program: &str, variant: Variant) -> Result<PathBuf> {
     static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    let dir = BUILT
-        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
-        .clone()
-        .map_err(|e| anyhow!("building the x86_64 guests failed: {e}"))?;
-    let path = dir.join(format!("{program}{}.elf", variant.suffix()));
-    if !path.is_file() {
-        bail!("no x86_64 guest {}", path.display());
-    }
-    Ok(path)
-}
-
-fn build() -> Result<PathBuf> {
-    let dir = guest_build_dir().join("x86_64");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let output = locked(&dir.join(".lock"), "make")
-        .arg("-s")
-        .arg("-C")
-        .arg(workspace_root().join("tests/guests/x86_64"))
-        .arg(format!("O={}", dir.display()))
-        .stdin(Stdio::null())
-        .output()
-        .context("running make in tests/guests/x86_64 (is make installed?)")?;
-    if !output.status.success() {
-        bail!(
-            "make -C tests/guests/x86_64 failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(dir)
+    let file = format!("{program}{}.elf", variant.suffix());
+    built_guest(
+        &BUILT,
+        || make_guests("x86_64", "x86_64", &[]),
+        "x86_64 guests",
+        &file,
+    )
 }
 
 /// The QEMU command line that runs an x86_64 guest on `qemu` (program first): the PC
