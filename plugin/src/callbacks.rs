@@ -112,14 +112,6 @@ pub struct MemorySite {
     pub ret_addr: u64,
 }
 
-/// The little-endian pointer of `size` bytes at `addr`.
-fn read_pointer(regs: &mut crate::guest::ByteBuf, addr: u64, size: usize) -> Option<u64> {
-    let bytes = regs.read_memory(addr, size)?;
-    let mut word = [0u8; 8];
-    word[..size.min(8)].copy_from_slice(&bytes[..size.min(8)]);
-    Some(u64::from_le_bytes(word))
-}
-
 /// # Safety
 /// `data` is a `&'static MemorySite`; registered with QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
@@ -132,7 +124,7 @@ pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
                 let isa = crate::isa_or_default();
                 addr = addr.wrapping_add(isa.segment_base(segment, &mut |n| v.regs.read_named(n))?);
             }
-            read_pointer(&mut v.regs, addr, op.size as usize)
+            v.regs.read_le(addr, op.size as usize)
         })();
         match target {
             Some(target) => direct_call(v, target, site.ret_addr),
@@ -148,11 +140,9 @@ pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
 /// `data` is a call site from `sites::call_site`, its target field the pointer's address.
 pub unsafe extern "C" fn on_absolute_memory_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
-    vcpu::with(vcpu_index, |v| {
-        match read_pointer(&mut v.regs, site.target, 8) {
-            Some(target) => direct_call(v, target, site.ret_addr),
-            None => read_failed(v),
-        }
+    vcpu::with(vcpu_index, |v| match v.regs.read_le(site.target, 8) {
+        Some(target) => direct_call(v, target, site.ret_addr),
+        None => read_failed(v),
     });
 }
 
@@ -372,13 +362,7 @@ fn exception_return_from_memory(
         mode,
         &insn[..n],
         &mut |name| regs.borrow_mut().read_named(name),
-        &mut |addr, size| {
-            let mut regs = regs.borrow_mut();
-            let b = regs.read_memory(addr, size)?;
-            let mut word = [0u8; 8];
-            word[..size.min(8)].copy_from_slice(&b[..size.min(8)]);
-            Some(u64::from_le_bytes(word))
-        },
+        &mut |addr, size| regs.borrow_mut().read_le(addr, size),
     )
 }
 
@@ -462,9 +446,7 @@ fn running_before(regs: &mut crate::guest::ByteBuf, isa: &dyn Isa) -> Option<u64
     }
     let base = regs.read_named(isa.per_cpu_base_register()?)?;
     let at = base.wrapping_add(crate::task_slot_known()?);
-    let bytes = regs.read_memory(at, 8)?;
-    // Every guest architecture supported is little-endian.
-    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    regs.read_le(at, 8)
 }
 
 /// A task's PID read from its structure, where the kernel's DWARF said it is (`task_pid=`);
@@ -473,10 +455,8 @@ fn pid_in_task(regs: &mut crate::guest::ByteBuf, task: u64) -> u32 {
     crate::config()
         .and_then(|c| c.task_pid)
         .filter(|_| task != 0)
-        .and_then(|offset| regs.read_memory(task.wrapping_add(offset), 4))
-        .and_then(|b| b.try_into().ok())
-        // Every guest architecture supported is little-endian.
-        .map_or(0, u32::from_le_bytes)
+        .and_then(|offset| regs.read_le(task.wrapping_add(offset), 4))
+        .map_or(0, |pid| pid as u32)
 }
 
 /// A NUL-padded name field as text.

@@ -63,7 +63,7 @@ pub fn init_registers(isa: &dyn Isa) {
                     if let Some(n) = (0..32u8).find(|&n| isa.gpr_name(n) == name) {
                         gpr[n as usize] = Some(d.handle as usize);
                     }
-                    // General registers too: read by name, the fallback below allocates.
+                    // General registers too, for reads by name.
                     named.insert(name.into_owned(), d.handle as usize);
                 }
                 g_array_free(array, 1);
@@ -106,17 +106,10 @@ impl ByteBuf {
     }
 
     /// Reads a register by QEMU's name (the callback must have R_REGS); not for hot paths.
-    /// A general register by name too (RISC-V's `sp`, which is x2).
+    /// A general register by name too (RISC-V's `sp`, which is x2): every register QEMU
+    /// lists is in the name table.
     pub fn read_named(&mut self, name: &str) -> Option<u64> {
-        let regs = REGISTERS.get()?;
-        let handle = match regs.named.get(name) {
-            Some(&handle) => handle,
-            None => {
-                let isa = crate::isa_or_default();
-                let n = (0..32u8).find(|&n| isa.gpr_name(n) == name)?;
-                regs.gpr[n as usize]?
-            }
-        };
+        let handle = *REGISTERS.get()?.named.get(name)?;
         self.read_handle(handle)
     }
 
@@ -161,6 +154,16 @@ impl ByteBuf {
     }
 
     /// Reads guest virtual memory through the current vCPU's MMU.
+    /// The little-endian value of `size` (1 to 8) bytes of guest virtual memory at `addr`,
+    /// zero-extended (every guest architecture supported is little-endian).
+    pub fn read_le(&mut self, addr: u64, size: usize) -> Option<u64> {
+        let size = size.clamp(1, 8);
+        let bytes = self.read_memory(addr, size)?;
+        let mut word = [0u8; 8];
+        word[..size].copy_from_slice(bytes);
+        Some(u64::from_le_bytes(word))
+    }
+
     pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: QEMU sizes the array itself.
         let ok = unsafe { qemu_plugin_read_memory_vaddr(addr, self.0, len) };

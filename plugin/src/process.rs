@@ -207,7 +207,7 @@ fn read_strings(b: &mut crate::guest::ByteBuf, mut at: u64) -> Option<Vec<Vec<u8
         return Some(out);
     }
     loop {
-        let ptr = u64::from_le_bytes(b.read_memory(at, 8)?.try_into().ok()?);
+        let ptr = b.read_le(at, 8)?;
         if ptr == 0 {
             return Some(out);
         }

@@ -12,9 +12,8 @@
 //! it leaves close there. Nothing here runs per call or return.
 
 use crate::api::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_R_REGS};
-use crate::guest::ByteBuf;
 use crate::vcpu;
-use qemu_uftrace_engine::arch::{Isa, LinkSlot};
+use qemu_uftrace_engine::arch::LinkSlot;
 use std::collections::HashSet;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,10 +34,7 @@ pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
     if num == abi.rt_sigaction && a2 != 0 {
         // rt_sigaction(signum, act, oldact, sigsetsize): a new action when `act` is set.
         let handler = vcpu::with(vcpu_index, |v| {
-            let bytes = v
-                .regs
-                .read_memory(a2.wrapping_add(abi.sigaction_handler), 8)?;
-            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+            v.regs.read_le(a2.wrapping_add(abi.sigaction_handler), 8)
         })
         .flatten();
         if let Some(handler) = handler.filter(|&h| h > SIG_IGN) {
@@ -84,14 +80,6 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
     }
 }
 
-/// A register by the name QEMU gives it (a general register, or another one).
-fn read_register(isa: &dyn Isa, regs: &mut ByteBuf, name: &str) -> Option<u64> {
-    match (0..32u8).find(|&n| isa.gpr_name(n) == name) {
-        Some(n) => regs.read_gpr(n),
-        None => regs.read_named(name),
-    }
-}
-
 /// A handler's first instruction runs: called, or started by a signal.
 ///
 /// # Safety
@@ -102,11 +90,8 @@ pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void)
     let abi = isa.linux_user();
     vcpu::with(vcpu_index, |v| {
         let link = match abi.link {
-            LinkSlot::Register(name) => read_register(isa, &mut v.regs, name),
-            LinkSlot::StackTop(sp) => read_register(isa, &mut v.regs, sp).and_then(|sp| {
-                let bytes = v.regs.read_memory(sp, 8)?;
-                Some(u64::from_le_bytes(bytes.try_into().ok()?))
-            }),
+            LinkSlot::Register(name) => v.regs.read_named(name),
+            LinkSlot::StackTop(sp) => v.regs.read_named(sp).and_then(|sp| v.regs.read_le(sp, 8)),
         };
         let now = v.clock.now();
         crate::callbacks::settle(v, now);
@@ -117,7 +102,7 @@ pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void)
         if v.engine.entered_by_call(handler, link) {
             return;
         }
-        let signo = read_register(isa, &mut v.regs, abi.first_argument).unwrap_or(0);
+        let signo = v.regs.read_named(abi.first_argument).unwrap_or(0);
         v.engine.signal_entry(now, signo, handler, link);
     });
 }

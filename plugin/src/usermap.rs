@@ -75,17 +75,8 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
     // After QEMU's own signal set-up, which reads the dispositions it finds.
     crate::stop_signals::install();
     let aux = with_buf(|buf| {
-        // A general register on some architectures (x86-64's `rsp`), a named one on others.
-        let isa = crate::isa_or_default();
-        let name = isa.linux_user().stack_pointer;
-        let sp = match (0..32u8).find(|&n| isa.gpr_name(n) == name) {
-            Some(n) => buf.read_gpr(n),
-            None => buf.read_named(name),
-        }?;
-        let mut word = |addr: u64| -> Option<u64> {
-            let b = buf.read_memory(addr, 8)?;
-            Some(u64::from_le_bytes(b.try_into().ok()?))
-        };
+        let sp = buf.read_named(crate::isa_or_default().linux_user().stack_pointer)?;
+        let mut word = |addr: u64| buf.read_le(addr, 8);
         // The stack is the guest's: its numbers are checked, never trusted to stay in range.
         let argc = word(sp)?;
         let mut p = sp.checked_add(argc.checked_add(2)?.checked_mul(8)?)?; // past argv, NULL
