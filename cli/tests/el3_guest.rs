@@ -16,7 +16,7 @@
 
 mod common;
 
-use qemu_uftrace_tests::replay::{parse_calls, replay_events, task_names, uftrace, without};
+use qemu_uftrace_tests::replay::{parse_calls, replay_events, task_names, tree, uftrace, without};
 use qemu_uftrace_tests::{
     el3_qemu_args_on, guest_elf, is_runtime_function, nm_functions, oracle_names, parse_oracle,
     plugin_stat, run_plain_qemu_argv, system_qemus, SystemQemu, Variant, QEMU_TIMEOUT,
@@ -111,26 +111,6 @@ main
         irq_work
   firmware_call
 ";
-
-/// An indented call tree as `"E name"` / `"X name"` events.
-fn tree(text: &str) -> Vec<String> {
-    let mut events = Vec::new();
-    let mut open: Vec<&str> = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let name = line.trim_start();
-        let depth = (line.len() - name.len()) / 2;
-        while open.len() > depth {
-            events.push(format!("X {}", open.pop().expect("open call")));
-        }
-        assert_eq!(open.len(), depth, "bad indentation in {line:?}");
-        events.push(format!("E {name}"));
-        open.push(name);
-    }
-    while let Some(name) = open.pop() {
-        events.push(format!("X {name}"));
-    }
-    events
-}
 
 /// Functions the guest runs at EL3 (el3.c names them so); all others run at EL1.
 fn runs_at_el3(name: &str) -> bool {

@@ -2,13 +2,15 @@
 //! fs" panic; uftrace reads the whole trace without complaint, with kernel names from the
 //! Image's own kallsyms, including the first calls made at physical addresses.
 
+mod common;
+
+use common::{record_argv, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest, INIT_OK};
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::{cached, kernel_boot_args_on, plugin_stat, system_qemus, QEMU};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// Records the boot on `cpu`, with extra `record` options; returns the temp dir (keep it
 /// alive), the trace and the guest console.
@@ -18,37 +20,7 @@ fn record_boot(cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, Stri
 
 /// [`record_boot`] under the emulator `qemu`.
 fn record_boot_on(qemu: &str, cpu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
-    let (tmp, dir, console) = record_argv(&kernel_boot_args_on(qemu, cpu), options);
-    assert!(
-        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
-        "the guest did not reach its panic:\n{console}"
-    );
-    (tmp, dir, console)
-}
-
-/// `qemu-uftrace record [options] -- argv` into a fresh directory, which must succeed;
-/// returns the temp dir (keep it alive), the trace and the guest console.
-fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(options)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (tmp, dir, console)
+    record_to_panic(&kernel_boot_args_on(qemu, cpu), options)
 }
 
 /// The task id of the boot CPU's idle task (its boot context, which became `swapper/0`).

@@ -6,6 +6,9 @@
 //! entries where QEMU reports them; with the DWARF vmlinux, task names and source lines. Under
 //! an OpenSBI ELF with symbols as `-bios`, the M-mode firmware is named too.
 
+mod common;
+
+use common::record_to_panic;
 use qemu_uftrace_tests::plugin_stat;
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::riscv64::{
@@ -13,7 +16,6 @@ use qemu_uftrace_tests::riscv64::{
     riscv64_vmlinux,
 };
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// Records the boot on `qemu` with extra `record` options; returns the temp dir (keep it
 /// alive) and the trace.
@@ -21,33 +23,10 @@ fn record_boot(qemu: &str, options: &[&str]) -> (tempfile::TempDir, PathBuf) {
     record_boot_cmd(&riscv64_kernel_boot_args_on(qemu), options).0
 }
 
-/// Records the QEMU command `boot` with extra `record` options; returns the temp dir, the
-/// trace and the guest's console.
+/// Records `boot` (QEMU's command line) with `options` for `record`; returns the temp dir
+/// (keep it alive) with the trace, and the guest's console.
 fn record_boot_cmd(boot: &[String], options: &[&str]) -> ((tempfile::TempDir, PathBuf), String) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(options)
-        .arg("--")
-        .args(boot)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
-        "the guest did not reach its panic:\n{console}"
-    );
-    let console = console.into_owned();
+    let (tmp, dir, console) = record_to_panic(boot, options);
     ((tmp, dir), console)
 }
 

@@ -7,13 +7,16 @@
 //! kernel's DWARF vmlinux (Debian's -dbg package) as `--symbols`, every kernel address has
 //! its name and source line, and tasks carry the kernel's names and PIDs.
 
+mod common;
+
+use common::record_to_panic;
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_symbols::LoadOptions;
 use qemu_uftrace_tests::replay::{task_names, uftrace};
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
 use qemu_uftrace_tests::{cached, plugin_stat};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The QEMU command that boots Debian's amd64 kernel to its panic on `qemu`.
 fn boot_args(qemu: &str) -> Vec<String> {
@@ -41,29 +44,7 @@ fn boot_args(qemu: &str) -> Vec<String> {
 /// Records the boot with `extra` options for `record`; returns the temp dir (keep it alive)
 /// and the trace.
 fn record_boot(qemu: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(extra)
-        .arg("--")
-        .args(boot_args(qemu))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
-        "the guest did not reach its panic:\n{console}"
-    );
+    let (tmp, dir, _) = record_to_panic(&boot_args(qemu), extra);
     (tmp, dir)
 }
 

@@ -8,10 +8,9 @@ mod common;
 
 use common::user::record_ok;
 use qemu_uftrace_tests::replay::{exactly, replay_events, report_calls};
-use qemu_uftrace_tests::{cached, guest_build_dir, workspace_root};
+use qemu_uftrace_tests::{cached, guest_build_dir, make_guests};
 use qemu_uftrace_tests::{user_guest_elf, user_guest_elf_riscv64, user_qemu, user_qemu_riscv64};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The number after `key` in a line of the program's output.
@@ -94,23 +93,13 @@ fn x86_64_guest(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let dir = guest_build_dir().join("user-x86_64-glibc");
-        std::fs::create_dir_all(&dir).expect("guest dir");
-        let out = Command::new("make")
-            .arg("-s")
-            .arg("-C")
-            .arg(workspace_root().join("tests/guests/user"))
-            .arg(format!("O={}", dir.display()))
-            .arg("CROSS=")
-            .args([dir.join("forkexec.elf"), dir.join("execd.elf")])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run make");
-        assert!(
-            out.status.success(),
-            "make: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
+        let target = |f: &str| dir.join(f).display().to_string();
+        let args = [
+            "CROSS=".to_string(),
+            target("forkexec.elf"),
+            target("execd.elf"),
+        ];
+        make_guests("user", "user-x86_64-glibc", &args).expect("building the x86_64 guests")
     });
     dir.join(name)
 }

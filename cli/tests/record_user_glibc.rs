@@ -9,9 +9,8 @@
 mod common;
 
 use common::user::check_libcalls_oracle;
-use qemu_uftrace_tests::{guest_build_dir, user_qemu, user_qemu_riscv64, workspace_root};
+use qemu_uftrace_tests::{make_guests, user_qemu, user_qemu_riscv64};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 struct Arch {
@@ -55,24 +54,9 @@ fn guest(arch: &Arch, name: &str) -> PathBuf {
         _ => &BUILT[2],
     };
     let dir = slot.get_or_init(|| {
-        let dir = guest_build_dir().join(format!("user-glibc-{}", arch.name));
-        std::fs::create_dir_all(&dir).expect("guest dir");
-        let out = Command::new("make")
-            .arg("-s")
-            .arg("-C")
-            .arg(workspace_root().join("tests/guests/user"))
-            .arg("glibc")
-            .arg(format!("CROSS={}", arch.cross))
-            .arg(format!("O={}", dir.display()))
-            .stdin(Stdio::null())
-            .output()
-            .expect("run make");
-        assert!(
-            out.status.success(),
-            "make glibc: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
+        let args = ["glibc".to_string(), format!("CROSS={}", arch.cross)];
+        make_guests("user", &format!("user-glibc-{}", arch.name), &args)
+            .expect("building the glibc guests")
     });
     dir.join(name)
 }

@@ -11,11 +11,10 @@ mod common;
 use common::user::{only_task, record_ok};
 use qemu_uftrace_tests::replay::{parse_replay, replay_events, uftrace};
 use qemu_uftrace_tests::{
-    cached, guest_build_dir, nm_functions, oracle_names, parse_oracle, plugin_stat, workspace_root,
+    cached, make_guests, nm_functions, oracle_names, parse_oracle, plugin_stat,
 };
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// One user-mode architecture: its emulator and its compilers' prefix.
@@ -55,25 +54,10 @@ fn built(target: &Target, goal: &str) -> PathBuf {
     if let Some((_, dir)) = built.iter().find(|(k, _)| *k == key) {
         return dir.clone();
     }
-    let dir = guest_build_dir().join(format!("signals-{}", target.cross.trim_end_matches('-')));
-    std::fs::create_dir_all(&dir).expect("guest dir");
-    let out = Command::new("make")
-        .arg("-s")
-        .arg("-C")
-        .arg(workspace_root().join("tests/guests/user"))
-        .arg(format!("O={}", dir.display()))
-        .arg(format!("CROSS={}", target.cross))
-        .arg(goal)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run make");
-    assert!(
-        out.status.success(),
-        "make {goal} CROSS={}: {}{}",
-        target.cross,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let sub = format!("signals-{}", target.cross.trim_end_matches('-'));
+    let args = [format!("CROSS={}", target.cross), goal.to_string()];
+    let dir = make_guests("user", &sub, &args)
+        .unwrap_or_else(|e| panic!("make {goal} CROSS={}: {e:#}", target.cross));
     built.push((key, dir.clone()));
     dir
 }

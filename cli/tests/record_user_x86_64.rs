@@ -8,9 +8,9 @@ mod common;
 
 use common::user::{check_oracle, check_threads, first_callees, only_task, record_ok};
 use qemu_uftrace_tests::replay::replay_events;
-use qemu_uftrace_tests::{cached, guest_build_dir, workspace_root};
+use qemu_uftrace_tests::{cached, make_guests};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 fn qemu_x86_64() -> PathBuf {
@@ -21,22 +21,7 @@ fn qemu_x86_64() -> PathBuf {
 fn guest(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let dir = guest_build_dir().join("user-x86_64");
-        std::fs::create_dir_all(&dir).expect("guest dir");
-        let out = Command::new("make")
-            .arg("-s")
-            .arg("-C")
-            .arg(workspace_root().join("tests/guests/user-x86_64"))
-            .arg(format!("O={}", dir.display()))
-            .stdin(Stdio::null())
-            .output()
-            .expect("run make");
-        assert!(
-            out.status.success(),
-            "make: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir
+        make_guests("user-x86_64", "user-x86_64", &[]).expect("building the x86_64 guests")
     });
     dir.join(name)
 }

@@ -11,7 +11,7 @@
 //!   `cpu0 U`, each entry in the task of the level that serves it;
 //! - on QEMU 10.0, without exception entries: the handlers nest where they ran.
 
-use qemu_uftrace_tests::replay::{replay_events, task_names, uftrace, without};
+use qemu_uftrace_tests::replay::{replay_events, task_names, tree, uftrace, without};
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, riscv64_qemus};
 use qemu_uftrace_tests::{is_runtime_function, plugin_stat, SystemQemu, Variant};
 use std::path::PathBuf;
@@ -83,26 +83,6 @@ u_main
   u_work
   u_ecall
 ";
-
-/// An indented call tree as `"E name"` / `"X name"` events.
-fn tree(text: &str) -> Vec<String> {
-    let mut events = Vec::new();
-    let mut open: Vec<&str> = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let name = line.trim_start();
-        let depth = (line.len() - name.len()) / 2;
-        while open.len() > depth {
-            events.push(format!("X {}", open.pop().expect("open call")));
-        }
-        assert_eq!(open.len(), depth, "bad indentation in {line:?}");
-        events.push(format!("E {name}"));
-        open.push(name);
-    }
-    while let Some(name) = open.pop() {
-        events.push(format!("X {name}"));
-    }
-    events
-}
 
 struct Recorded {
     _tmp: tempfile::TempDir,

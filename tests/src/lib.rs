@@ -467,7 +467,7 @@ fn build_user_guests_in(cross: &str, sub: &str, extra: &[&str]) -> Result<PathBu
 
 /// Builds the guests of `tests/guests/<src>` with make into `<guest_build_dir>/<sub>`, with
 /// `args` for make (one build at a time across test processes: the directory is locked).
-pub(crate) fn make_guests(src: &str, sub: &str, args: &[String]) -> Result<PathBuf> {
+pub fn make_guests(src: &str, sub: &str, args: &[String]) -> Result<PathBuf> {
     let dir = guest_build_dir().join(sub);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let output = locked(&dir.join(".lock"), "make")

@@ -359,6 +359,27 @@ fn is_last_call_of_caller(oracle: &[String], i: usize) -> bool {
     false
 }
 
+/// An indented call tree (one call a line, two spaces a level) as `"E name"` / `"X name"`
+/// events, as [`replay_events`] gives them.
+pub fn tree(text: &str) -> Vec<String> {
+    let mut events = Vec::new();
+    let mut open: Vec<&str> = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let name = line.trim_start();
+        let depth = (line.len() - name.len()) / 2;
+        while open.len() > depth {
+            events.push(format!("X {}", open.pop().expect("open call")));
+        }
+        assert_eq!(open.len(), depth, "bad indentation in {line:?}");
+        events.push(format!("E {name}"));
+        open.push(name);
+    }
+    while let Some(name) = open.pop() {
+        events.push(format!("X {name}"));
+    }
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

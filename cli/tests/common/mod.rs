@@ -4,8 +4,8 @@
 
 pub mod user;
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_qemu-uftrace");
 
@@ -47,4 +47,39 @@ pub fn require(cmd: &str) {
         .status()
         .is_ok_and(|s| s.success());
     assert!(found, "{cmd} is not installed: run scripts/install-deps.sh");
+}
+
+/// `qemu-uftrace record [options] -- argv` into a fresh directory, which must succeed;
+/// returns the temp dir (keep it alive), the trace and the guest console.
+pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kernel.data");
+    let out = Command::new(BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(options)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (tmp, dir, console)
+}
+
+/// [`record_argv`] of a Linux boot, which must reach its "Unable to mount root fs" panic.
+pub fn record_to_panic(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, dir, console) = record_argv(argv, options);
+    assert!(
+        console.contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{console}"
+    );
+    (tmp, dir, console)
 }

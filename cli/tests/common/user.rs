@@ -96,12 +96,10 @@ pub fn first_callees(events: &[String], parent: &str) -> Vec<String> {
         .collect()
 }
 
-/// Records the threads program (tests/guests/user/threads.c) under `qemu` (`args`: QEMU's,
-/// ending with the program's path): one task per thread,
-/// by the thread ids it prints, each with its exact `thread_step` count.
-pub fn check_threads(qemu: &Path, args: &[&str]) {
-    let (_tmp, dir, stdout) = record_ok(qemu, args);
-    // The program's own word on its thread ids: `main tid=T`, `thread K tid=T steps=N …`.
+/// A threads program's trace against its own word on its threads (`main tid=T`,
+/// `thread K tid=T steps=N …` on stdout): one uftrace task per thread, by that id, each with
+/// exactly its `thread_step` count. Returns main's id and each thread's steps.
+pub fn check_thread_tasks(dir: &Path, stdout: &str) -> (u32, BTreeMap<u32, u64>) {
     let field = |line: &str, key: &str| -> u32 {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(key))
@@ -118,17 +116,7 @@ pub fn check_threads(qemu: &Path, args: &[&str]) {
         .filter(|l| l.starts_with("thread "))
         .map(|l| (field(l, "tid="), u64::from(field(l, "steps="))))
         .collect();
-    assert_eq!(threads.len(), 3, "{stdout}");
-    assert_eq!(
-        threads
-            .values()
-            .copied()
-            .collect::<Vec<_>>()
-            .iter()
-            .sum::<u64>(),
-        5 + 9 + 13
-    );
-    let mut tids: Vec<u32> = task_list(&dir)
+    let mut tids: Vec<u32> = task_list(dir)
         .expect("task.txt")
         .iter()
         .map(|t| t.0)
@@ -140,12 +128,25 @@ pub fn check_threads(qemu: &Path, args: &[&str]) {
     let step = exactly("thread_step");
     for (&tid, &steps) in &threads {
         let calls =
-            report_calls(&dir, &["--tid", &tid.to_string(), "-F", &step]).expect("uftrace report");
+            report_calls(dir, &["--tid", &tid.to_string(), "-F", &step]).expect("uftrace report");
         assert_eq!(
             calls.get("thread_step"),
             Some(&steps),
             "tid {tid}: {calls:?}"
         );
+    }
+    (main_tid, threads)
+}
+
+/// Records the threads program (tests/guests/user/threads.c) under `qemu` (`args`: QEMU's,
+/// ending with the program's path): one task per thread,
+/// by the thread ids it prints, each with its exact `thread_step` count.
+pub fn check_threads(qemu: &Path, args: &[&str]) {
+    let (_tmp, dir, stdout) = record_ok(qemu, args);
+    let (main_tid, threads) = check_thread_tasks(&dir, &stdout);
+    assert_eq!(threads.len(), 3, "{stdout}");
+    assert_eq!(threads.values().sum::<u64>(), 5 + 9 + 13);
+    for &tid in threads.keys() {
         let calls = report_calls(
             &dir,
             &["--tid", &tid.to_string(), "-F", &exactly("thread_main")],
