@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
+use qemu_uftrace_format::Arch;
 
 use crate::errors::{fail, usage};
 use crate::plugin_select::Accepts;
@@ -62,30 +63,31 @@ pub enum PluginChoice {
 
 /// Runs the remaining checks, in order, on the QEMU command `argv0` `opts` with `plugin`.
 /// The first check, [`qemu::detect_emulator`], is the caller's: it gives `emulator`.
+/// Returns the QEMU and the guest architecture it emulates.
 pub fn preflight(
     argv0: &OsString,
     emulator: Emulator,
     opts: &[qemu::QemuOption],
     plugin: &PluginChoice,
-) -> Result<Qemu> {
+) -> Result<(Qemu, Arch)> {
     let qemu = check_qemu(argv0, emulator, plugin)?;
-    if !qemu.emulator.is_supported() {
+    let Some(arch) = qemu.emulator.arch else {
         return Err(usage(
             format!(
                 "{} guests are not supported yet by qemu-uftrace",
                 qemu.emulator.describe()
             ),
-            "aarch64 and riscv64 (qemu-system-<arch>, qemu-<arch>) and x86_64 user mode \
-             (qemu-x86_64) can be recorded for now",
+            "aarch64, x86_64 and riscv64 guests can be recorded, in system mode \
+             (qemu-system-<arch>) and user mode (qemu-<arch>)",
         ));
-    }
+    };
     match qemu.emulator.mode {
         Mode::System => qemu::refusals::check(opts)?,
         // User mode has no kernel, accelerator or monitor: only a second copy of our plugin
         // is in the way.
         Mode::User => qemu::refusals::check_plugin_clash(opts)?,
     }
-    Ok(qemu)
+    Ok((qemu, arch))
 }
 
 /// Finds the QEMU, checks its version and finds the plugin build it loads (probing it, or

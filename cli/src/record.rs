@@ -78,10 +78,6 @@ fn record_into(
 ) -> Result<i32> {
     let argv = &args.qemu_command;
     let mode = emulator.mode;
-    let guest_arch = [Arch::X86_64, Arch::Riscv64]
-        .into_iter()
-        .find(|a| a.to_string() == emulator.arch)
-        .unwrap_or(Arch::Aarch64);
     // User mode: QEMU's options end at the program, whose own arguments follow.
     let (opts, program, user_opts) = match mode {
         qemu::Mode::System => (qemu::options(&argv[1..]), None, None),
@@ -90,7 +86,8 @@ fn record_into(
             (cmd.opts, Some(cmd.program), Some(cmd.opt_words))
         }
     };
-    let qemu = qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
+    let (qemu, guest_arch) =
+        qemu_checks::preflight(&argv[0], emulator, &opts, &plugin_choice(args)?)?;
     let images = match program {
         None => qemu::guest_images(&opts, qemu::file_is_elf),
         Some(program) => {
@@ -99,7 +96,11 @@ fn record_into(
                 .unwrap_or(argv[0].as_os_str())
                 .to_string_lossy()
                 .into_owned();
-            vec![qemu::user::check_program(program.as_ref(), &name)?]
+            vec![qemu::user::check_program(
+                program.as_ref(),
+                &name,
+                guest_arch,
+            )?]
         }
     };
     // User mode: where the program and its libraries landed is known once it ran.
@@ -146,8 +147,7 @@ fn record_into(
     let kernel = images
         .iter()
         .find(|i| i.origin == qemu::ImageOrigin::Kernel);
-    let slot_names = qemu_uftrace_engine::arch::Arch::from_qemu_target(&guest_arch.to_string())
-        .map_or(&[][..], |a| a.isa().task_slot_symbols());
+    let slot_names = qemu_uftrace_engine::arch::isa(guest_arch).task_slot_symbols();
     // Found while QEMU starts (decompressing a bzImage takes ~0.1 s); the plugin waits for
     // the file only once the kernel proper runs.
     let slot_file = abs_staging.join(".task_slot");
@@ -265,7 +265,7 @@ fn record_into(
         exename: exename(&images, &qemu.path),
         cmdline: shell_join(typed),
         wait_status: exit.wait_status,
-        cpu_desc: cpu_desc(&qemu),
+        cpu_desc: cpu_desc(&qemu, guest_arch),
         memory: qemu::memory(&opts),
         started,
         elapsed: exit.elapsed,
@@ -534,14 +534,10 @@ fn exename(images: &[GuestImage], qemu: &Path) -> String {
 }
 
 /// uftrace picks the architecture from the description's first word.
-fn cpu_desc(q: &Qemu) -> String {
-    let arch = match q.emulator.arch.as_str() {
-        "aarch64" => "ARM64",
-        "riscv64" => "RISCV64",
-        other => other,
-    };
+fn cpu_desc(q: &Qemu, arch: Arch) -> String {
     format!(
-        "{arch} (QEMU TCG, {}, plugin API {})",
+        "{} (QEMU TCG, {}, plugin API {})",
+        arch.uftrace_cpu_desc(),
         q.describe(),
         q.probe.plugin_api
     )

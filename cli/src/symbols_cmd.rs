@@ -14,15 +14,8 @@ use crate::symfiles;
 /// The guest architecture of an existing trace (its `info`), so that an image built for
 /// another one is refused as such.
 fn guest_arch(dir: &Path) -> Option<qemu_uftrace_symbols::Arch> {
-    use qemu_uftrace_symbols::Arch;
     let desc = qemu_uftrace_format::info::read_cpu_desc(&std::fs::read(dir.join("info")).ok()?)?;
-    let first = desc.split_whitespace().next()?;
-    match first {
-        "ARM64" => Some(Arch::Aarch64),
-        "RISCV64" => Some(Arch::Riscv64),
-        "x86_64" => Some(Arch::X86_64),
-        _ => None,
-    }
+    qemu_uftrace_symbols::Arch::from_uftrace_cpu_desc(&desc)
 }
 
 pub fn run(args: SymbolsArgs) -> Result<i32> {

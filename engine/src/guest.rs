@@ -56,7 +56,7 @@ pub fn read_frame_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::Arch;
+    use crate::arch::{isa, Arch};
     use std::collections::HashMap;
 
     fn memory(words: &[(u64, u64)]) -> HashMap<u64, u8> {
@@ -81,7 +81,7 @@ mod tests {
     #[test]
     fn aarch64_frame_records_sit_at_the_frame_pointer() {
         let m = memory(&[(0x8000, 0x8100), (0x8008, 0x4000_1234)]);
-        let isa = Arch::Aarch64.isa();
+        let isa = isa(Arch::Aarch64);
         assert_eq!(
             read_frame_record(isa, 0x8000, reader(&m)),
             Some((0x8100, 0x4000_1234))

@@ -133,7 +133,7 @@ fn frames_of(target: u64, chain: &[Link]) -> Vec<Frame> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::{Arch, Isa, Mode};
+    use crate::arch::{isa, Arch, Isa, Mode};
     use crate::guest::{read_frame_record, CallSite};
     use std::collections::HashMap;
 
@@ -192,7 +192,7 @@ mod tests {
         // 0x2010); g's frame pointer is 0x8000, h's 0x8100. RISC-V keeps each record at
         // [fp - 16] (caller's fp), [fp - 8] (return address).
         let mut g = MemoryGuest {
-            isa: Arch::Riscv64.isa(),
+            isa: isa(Arch::Riscv64),
             fp: 0x8000,
             memory: HashMap::new(),
         };
@@ -218,7 +218,7 @@ mod tests {
             ]
         );
         // The same memory read as AArch64 lays records out ([fp], [fp + 8]) holds none.
-        g.isa = Arch::Aarch64.isa();
+        g.isa = isa(Arch::Aarch64);
         let plan = super::plan(&ShadowStack::default(), 0x1040, &mut g);
         assert!(plan.open.is_empty() && !plan.resynced);
     }

@@ -6,6 +6,7 @@
 //! session maps with a `[stack]` line, 3-column `.sym` files with gap and end markers, and
 //! `.dbg` files.
 
+pub mod arch;
 pub mod info;
 pub mod map;
 pub mod note;
@@ -13,6 +14,8 @@ pub mod pseudo;
 pub mod record;
 pub mod symfile;
 pub mod task;
+
+pub use arch::Arch;
 
 /// Record addresses hold 48 bits; maps and `.sym` offsets must be truncated the same way.
 pub const ADDR_MASK: u64 = 0xffff_ffff_ffff;

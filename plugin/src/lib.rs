@@ -24,16 +24,13 @@ mod vcpu;
 
 use config::{ClockChoice, Config, Mode};
 use output::Output;
-use qemu_uftrace_engine::arch::{Arch, Isa};
+use qemu_uftrace_engine::arch::{isa, Arch, Isa};
 use qemu_uftrace_engine::tasks::TaskTable;
 use qemu_uftrace_engine::{hot, stats};
 use std::ffi::{c_char, c_int, CStr, OsStr, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::{Mutex, OnceLock};
-
-/// The architectures the plugin records, in system and user mode.
-const RECORDED: &[Arch] = &[Arch::Aarch64, Arch::Riscv64, Arch::X86_64];
 
 static ARCH: OnceLock<Arch> = OnceLock::new();
 /// Every guest context and the stacks of those that wait; taken only at context switches
@@ -51,8 +48,13 @@ static ONE_CLOCK: OnceLock<bool> = OnceLock::new();
 /// User mode: the states of vCPUs whose guest thread exited, flushed, for the statistics.
 static RETIRED: Mutex<Vec<(u32, vcpu::VcpuState)>> = Mutex::new(Vec::new());
 
+/// The guest's architecture (set at install, before any callback runs).
+pub(crate) fn arch_or_default() -> Arch {
+    ARCH.get().copied().unwrap_or(Arch::Aarch64)
+}
+
 pub(crate) fn isa_or_default() -> &'static dyn Isa {
-    ARCH.get().copied().unwrap_or(Arch::Aarch64).isa()
+    isa(arch_or_default())
 }
 
 pub(crate) fn config() -> Option<&'static Config> {
@@ -155,7 +157,7 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
         .into_owned();
     let _ = QEMU_API.set((info.version_min, info.version_cur));
     let mode = config::parse(args).unwrap_or_else(|msg| fail(&msg));
-    let arch = Arch::from_qemu_target(&target_name).filter(|a| RECORDED.contains(a));
+    let arch = Arch::from_qemu_target(&target_name);
     if let Mode::Probe = mode {
         println!(
             "qemu-uftrace-probe target={target_name} api={} api_min={} plugin_api={} \

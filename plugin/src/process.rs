@@ -232,7 +232,7 @@ fn runs_here(path: &Path) -> bool {
     }
     let mut head = [0u8; 20];
     let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
-    let machine = crate::isa_or_default().linux_user().elf_machine;
+    let machine = crate::arch_or_default().elf_machine();
     read.is_ok()
         && head[..4] == *b"\x7fELF"
         && head[4] == 2 // ELFCLASS64

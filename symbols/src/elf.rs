@@ -44,10 +44,10 @@ fn arch_of<Elf: FileHeader<Endian = Endianness>>(
 }
 
 fn machine(e_machine: u16, is_64: bool) -> (Option<Arch>, String) {
+    if let Some(arch) = Arch::from_elf_machine(e_machine).filter(|_| is_64) {
+        return (Some(arch), arch.to_string());
+    }
     match (e_machine, is_64) {
-        (elf::EM_AARCH64, true) => (Some(Arch::Aarch64), "aarch64".into()),
-        (elf::EM_X86_64, true) => (Some(Arch::X86_64), "x86_64".into()),
-        (elf::EM_RISCV, true) => (Some(Arch::Riscv64), "riscv64".into()),
         (elf::EM_RISCV, false) => (None, "riscv32".into()),
         (elf::EM_ARM, _) => (None, "arm".into()),
         (elf::EM_386, _) => (None, "i386".into()),

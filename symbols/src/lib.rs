@@ -22,23 +22,8 @@ mod system_map;
 pub use detect::{detect_kind, Kind};
 pub use source_arg::parse_source_arg;
 
-/// Guest architectures qemu-uftrace knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Arch {
-    Aarch64,
-    X86_64,
-    Riscv64,
-}
-
-impl std::fmt::Display for Arch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Arch::Aarch64 => "aarch64",
-            Arch::X86_64 => "x86_64",
-            Arch::Riscv64 => "riscv64",
-        })
-    }
-}
+/// Guest architectures, shared with the CLI and the plugin.
+pub use qemu_uftrace_format::Arch;
 
 /// A function's source location (from DWARF line tables).
 #[derive(Debug, Clone, PartialEq, Eq)]

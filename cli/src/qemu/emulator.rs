@@ -4,6 +4,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use anyhow::Result;
+use qemu_uftrace_format::Arch;
 
 use crate::errors::usage;
 
@@ -18,15 +19,15 @@ pub enum Mode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Emulator {
     pub mode: Mode,
-    /// The target as QEMU names it (`aarch64`, `x86_64`, `riscv64`, …).
-    pub arch: String,
+    /// The target as QEMU names it (`aarch64`, `x86_64`, `riscv64`, `mips`, …).
+    pub target: String,
+    /// The target, when it is one qemu-uftrace records (in both modes).
+    pub arch: Option<Arch>,
 }
 
 impl Emulator {
-    /// The combinations the plugin supports today: aarch64, riscv64 and x86_64, in system
-    /// and user mode.
     pub fn is_supported(&self) -> bool {
-        matches!(self.arch.as_str(), "aarch64" | "riscv64" | "x86_64")
+        self.arch.is_some()
     }
 
     /// `system-mode aarch64`, `user-mode x86_64`: for messages.
@@ -35,7 +36,7 @@ impl Emulator {
             Mode::System => "system-mode",
             Mode::User => "user-mode",
         };
-        format!("{mode} {}", self.arch)
+        format!("{mode} {}", self.target)
     }
 }
 
@@ -101,7 +102,8 @@ pub fn detect_emulator(argv0: &OsStr) -> Result<Emulator> {
     }
     Ok(Emulator {
         mode,
-        arch: arch.to_string(),
+        target: arch.to_string(),
+        arch: Arch::from_qemu_target(arch),
     })
 }
 
@@ -128,19 +130,21 @@ mod tests {
             detect_emulator("qemu-system-aarch64".as_ref()).unwrap(),
             Emulator {
                 mode: Mode::System,
-                arch: "aarch64".into()
+                target: "aarch64".into(),
+                arch: Some(Arch::Aarch64),
             }
         );
         assert_eq!(
             detect_emulator("/opt/q/bin/qemu-system-x86_64".as_ref()).unwrap(),
             Emulator {
                 mode: Mode::System,
-                arch: "x86_64".into()
+                target: "x86_64".into(),
+                arch: Some(Arch::X86_64),
             }
         );
         let user = detect_emulator("qemu-aarch64-static".as_ref()).unwrap();
         assert_eq!(user.mode, Mode::User);
-        assert_eq!(user.arch, "aarch64");
+        assert_eq!(user.arch, Some(Arch::Aarch64));
         assert!(detect_emulator("qemu-system-aarch64".as_ref())
             .unwrap()
             .is_supported());

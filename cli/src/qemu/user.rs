@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use qemu_uftrace_format::Arch;
 
 use super::images::{GuestImage, ImageOrigin};
 use super::options::QemuOption;
@@ -65,25 +66,16 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
     }
 }
 
-const EM_AARCH64: u16 = 183;
-const EM_RISCV: u16 = 243;
-const EM_X86_64: u16 = 62;
-/// The user-mode emulators' targets and the ELF machine of the programs each runs.
-const MACHINES: &[(&str, u16)] = &[
-    ("aarch64", EM_AARCH64),
-    ("riscv64", EM_RISCV),
-    ("x86_64", EM_X86_64),
-];
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
 const PT_LOAD: u32 = 1;
 const PT_INTERP: u32 = 3;
 const PF_X: u32 = 1;
 
-/// Checks the program a user-mode command runs: it exists and is an aarch64 ELF program
-/// (static or dynamic, PIE or not: where it and its libraries land is read at run time,
-/// `user_maps`). Returns it as a symbol source.
-pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<GuestImage> {
+/// Checks the program a user-mode command runs: it exists and is an ELF program for `arch`,
+/// the emulator's own (static or dynamic, PIE or not: where it and its libraries land is
+/// read at run time, `user_maps`). Returns it as a symbol source.
+pub fn check_program(program: Option<&OsString>, emulator: &str, arch: Arch) -> Result<GuestImage> {
     let Some(program) = program else {
         return Err(usage(
             format!("the {emulator} command names no program to run"),
@@ -106,39 +98,28 @@ pub fn check_program(program: Option<&OsString>, emulator: &str) -> Result<Guest
         Err(e) => {
             return Err(usage(
                 format!("cannot read the program {shown}: {e}"),
-                "give a readable aarch64 Linux program",
+                format!("give a readable {arch} Linux program"),
             ))
         }
     };
-    // The emulator runs programs of its own machine only (its name ends in its target,
-    // `-static` aside).
-    let target = emulator.strip_suffix("-static").unwrap_or(emulator);
-    let wanted = MACHINES
-        .iter()
-        .find(|(arch, _)| target.strip_prefix("qemu-") == Some(*arch));
+    let other_machine = || {
+        usage(
+            format!("{shown} is not a program for {arch} (64-bit little-endian)"),
+            format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
+        )
+    };
     match Elf::parse(&bytes) {
-        Ok(_) if wanted.is_some_and(|&(_, m)| machine_of(&bytes) != m) => {
-            let (arch, _) = wanted.expect("checked");
-            Err(usage(
-                format!("{shown} is not a program for {arch} (64-bit little-endian)"),
-                format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
-            ))
-        }
+        // The emulator runs programs of its own machine only.
+        Ok(_) if machine_of(&bytes) != arch.elf_machine() => Err(other_machine()),
         Ok(_) => Ok(GuestImage {
             path,
             origin: ImageOrigin::Program,
         }),
         Err(Problem::NotElf) => Err(usage(
             format!("{shown} is not an ELF program"),
-            "give an aarch64 Linux program",
+            format!("give an ELF program built for {arch}"),
         )),
-        Err(Problem::NotAarch64) => {
-            let arch = wanted.map_or("aarch64", |&(arch, _)| arch);
-            Err(usage(
-                format!("{shown} is not a program for {arch} (64-bit little-endian)"),
-                format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
-            ))
-        }
+        Err(Problem::OtherMachine) => Err(other_machine()),
     }
 }
 
@@ -151,7 +132,8 @@ fn machine_of(b: &[u8]) -> u16 {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Problem {
     NotElf,
-    NotAarch64,
+    /// Not a 64-bit little-endian program of an architecture qemu-uftrace records.
+    OtherMachine,
 }
 
 /// One loadable segment.
@@ -163,7 +145,7 @@ pub struct Segment {
     pub exec: bool,
 }
 
-/// What placing an aarch64 ELF file's symbols needs from its headers.
+/// What placing an ELF file's symbols needs from its headers.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Elf {
     /// `ET_DYN` (PIE, shared library, loader): loaded wherever it is put.
@@ -193,9 +175,9 @@ impl Elf {
                 .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
         };
         // ELFCLASS64, ELFDATA2LSB, a machine a user-mode emulator runs.
-        let known = MACHINES.iter().any(|&(_, m)| u16_at(18) == Some(m));
+        let known = u16_at(18).and_then(Arch::from_elf_machine).is_some();
         if b[4] != 2 || b[5] != 1 || !known {
-            return Err(Problem::NotAarch64);
+            return Err(Problem::OtherMachine);
         }
         let relocatable = match u16_at(16) {
             Some(ET_DYN) => true,
@@ -272,6 +254,10 @@ impl Elf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const EM_AARCH64: u16 = 183;
+    const EM_RISCV: u16 = 243;
+    const EM_X86_64: u16 = 62;
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
@@ -350,8 +336,8 @@ mod tests {
         let prog = dir.path().join("prog");
         std::fs::write(&prog, elf(ET_EXEC, EM_X86_64, false)).unwrap();
         let prog = prog.into_os_string();
-        assert!(check_program(Some(&prog), "qemu-x86_64").is_ok());
-        let e = check_program(Some(&prog), "qemu-aarch64").unwrap_err();
+        assert!(check_program(Some(&prog), "qemu-x86_64", Arch::X86_64).is_ok());
+        let e = check_program(Some(&prog), "qemu-aarch64", Arch::Aarch64).unwrap_err();
         assert!(
             format!("{e:#}").contains("is not a program for aarch64 (64-bit little-endian)"),
             "{e:#}"
@@ -378,7 +364,7 @@ mod tests {
         );
         assert_eq!(
             Elf::parse(&elf(ET_EXEC, 3, false)),
-            Err(Problem::NotAarch64)
+            Err(Problem::OtherMachine)
         );
         assert_eq!(Elf::parse(b"#!/bin/sh\n"), Err(Problem::NotElf));
     }
@@ -392,11 +378,16 @@ mod tests {
         std::fs::write(&rv, elf(ET_DYN, EM_RISCV, true)).unwrap();
         std::fs::write(&arm, elf(ET_EXEC, EM_AARCH64, false)).unwrap();
         assert!(Elf::parse(&elf(ET_EXEC, EM_RISCV, false)).is_ok());
-        assert!(check_program(Some(&rv.clone().into()), "qemu-riscv64").is_ok());
-        assert!(check_program(Some(&arm.clone().into()), "qemu-aarch64-static").is_ok());
-        let e = check_program(Some(&arm.into()), "qemu-riscv64").unwrap_err();
+        assert!(check_program(Some(&rv.clone().into()), "qemu-riscv64", Arch::Riscv64).is_ok());
+        assert!(check_program(
+            Some(&arm.clone().into()),
+            "qemu-aarch64-static",
+            Arch::Aarch64
+        )
+        .is_ok());
+        let e = check_program(Some(&arm.into()), "qemu-riscv64", Arch::Riscv64).unwrap_err();
         assert!(format!("{e:#}").contains("is not a program for riscv64 (64-bit little-endian)"));
-        let e = check_program(Some(&rv.into()), "qemu-aarch64").unwrap_err();
+        let e = check_program(Some(&rv.into()), "qemu-aarch64", Arch::Aarch64).unwrap_err();
         assert!(format!("{e:#}").contains("build it for aarch64 (aarch64-linux-gnu-gcc)"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -433,13 +424,18 @@ mod tests {
 
     #[test]
     fn a_missing_program_is_one_line() {
-        let e = check_program(Some(&"/nonexistent/prog".into()), "qemu-aarch64").unwrap_err();
+        let e = check_program(
+            Some(&"/nonexistent/prog".into()),
+            "qemu-aarch64",
+            Arch::Aarch64,
+        )
+        .unwrap_err();
         assert_eq!(
             format!("{e:#}"),
             "the program /nonexistent/prog does not exist; give its path (qemu-aarch64 does \
              not search PATH)"
         );
-        let e = check_program(None, "qemu-aarch64").unwrap_err();
+        let e = check_program(None, "qemu-aarch64", Arch::Aarch64).unwrap_err();
         assert!(format!("{e:#}").starts_with("the qemu-aarch64 command names no program"));
     }
 }

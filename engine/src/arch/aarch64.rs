@@ -212,7 +212,6 @@ impl Isa for Aarch64 {
     /// trampoline in x30 and the signal number in x0.
     fn linux_user(&self) -> LinuxUser {
         LinuxUser {
-            elf_machine: 183,
             link: LinkSlot::Register("x30"),
             first_argument: "x0",
             ..GENERIC_LINUX_USER

@@ -111,9 +111,6 @@ pub struct LinuxUser {
     pub close: i64,
     pub mmap: i64,
     pub execve: i64,
-    /// The ELF `e_machine` of the programs this architecture's emulator runs (the generic
-    /// table's 0 is each architecture's to set).
-    pub elf_machine: u16,
     pub stack_pointer: &'static str,
     pub rt_sigaction: i64,
     pub rt_sigreturn: i64,
@@ -131,7 +128,6 @@ pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
     close: 57,
     mmap: 222,
     execve: 221,
-    elf_machine: 0,
     stack_pointer: "sp",
     rt_sigaction: 134,
     rt_sigreturn: 139,
@@ -215,47 +211,14 @@ pub struct ExceptionReturnTo {
     pub level: Level,
 }
 
-/// The guest architectures the engine knows. The plugin picks one from QEMU's target name;
-/// the CLI from the emulator's name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Arch {
-    Aarch64,
-    X86_64,
-    Riscv64,
-}
+pub use qemu_uftrace_format::Arch;
 
-impl Arch {
-    pub const ALL: &'static [Arch] = &[Arch::Aarch64, Arch::X86_64, Arch::Riscv64];
-
-    /// The architecture of a QEMU target name (`info->target_name`, `qemu-system-<name>`).
-    pub fn from_qemu_target(name: &str) -> Option<Arch> {
-        Arch::ALL.iter().copied().find(|a| a.qemu_target() == name)
-    }
-
-    pub fn qemu_target(self) -> &'static str {
-        match self {
-            Arch::Aarch64 => "aarch64",
-            Arch::X86_64 => "x86_64",
-            Arch::Riscv64 => "riscv64",
-        }
-    }
-
-    pub fn isa(self) -> &'static dyn Isa {
-        match self {
-            Arch::Aarch64 => &aarch64::Aarch64,
-            Arch::X86_64 => &x86_64::X86_64,
-            Arch::Riscv64 => &riscv64::Riscv64,
-        }
-    }
-
-    /// How uftrace's `info` recognises the architecture (`cpuinfo:desc=` prefix).
-    pub fn uftrace_cpu_desc(self) -> &'static str {
-        match self {
-            Arch::Aarch64 => "ARM64",
-            // uftrace takes any description it does not know as x86-64.
-            Arch::X86_64 => "x86_64",
-            Arch::Riscv64 => "RISCV64",
-        }
+/// The decoder and exception model of `arch`.
+pub fn isa(arch: Arch) -> &'static dyn Isa {
+    match arch {
+        Arch::Aarch64 => &aarch64::Aarch64,
+        Arch::X86_64 => &x86_64::X86_64,
+        Arch::Riscv64 => &riscv64::Riscv64,
     }
 }
 
@@ -457,28 +420,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn architectures_by_qemu_target() {
-        assert_eq!(Arch::from_qemu_target("aarch64"), Some(Arch::Aarch64));
-        assert_eq!(Arch::from_qemu_target("x86_64"), Some(Arch::X86_64));
-        assert_eq!(Arch::from_qemu_target("riscv64"), Some(Arch::Riscv64));
-        assert_eq!(Arch::from_qemu_target("riscv32"), None);
-        assert_eq!(Arch::from_qemu_target("i386"), None);
-        let descs: Vec<&str> = Arch::ALL.iter().map(|a| a.uftrace_cpu_desc()).collect();
-        assert_eq!(descs, ["ARM64", "x86_64", "RISCV64"]);
-        for a in Arch::ALL {
-            let isa = a.isa();
+    fn every_architecture_has_an_isa() {
+        for &a in Arch::ALL {
+            let isa = isa(a);
             assert!(isa.call_lookbehind() <= 16 && isa.fetch_len() <= 16);
             assert!(!isa.gpr_name(isa.frame_pointer()).is_empty());
         }
-        let arm = Arch::Aarch64.isa().linux_user();
-        assert_eq!((arm.openat, arm.execve, arm.elf_machine), (56, 221, 183));
-        assert_eq!(Arch::Riscv64.isa().linux_user().elf_machine, 243);
-        let x86 = Arch::X86_64.isa().linux_user();
+        let arm = isa(Arch::Aarch64).linux_user();
+        assert_eq!((arm.openat, arm.execve), (56, 221));
+        let x86 = isa(Arch::X86_64).linux_user();
         assert_eq!(
             (x86.openat, x86.close, x86.mmap, x86.execve),
             (257, 3, 9, 59)
         );
-        assert_eq!(x86.elf_machine, 62);
         assert_eq!(x86.stack_pointer, "rsp");
     }
 

@@ -294,7 +294,6 @@ impl Isa for Riscv64 {
     /// trampoline in ra and the signal number in a0.
     fn linux_user(&self) -> LinuxUser {
         LinuxUser {
-            elf_machine: 243,
             link: LinkSlot::Register("ra"),
             first_argument: "a0",
             ..GENERIC_LINUX_USER
@@ -328,7 +327,7 @@ impl Isa for Riscv64 {
 mod tests {
     use super::super::test_asm::{assemble, bytes_through, Binutils, RISCV32, RISCV64};
     use super::*;
-    use crate::arch::Arch;
+    use crate::arch::{isa, Arch};
 
     enum E {
         Direct(u64),
@@ -664,7 +663,7 @@ mod tests {
         assert_eq!(resume(Discontinuity::Exception, None), 0x8000_1000);
         assert_eq!(resume(Discontinuity::Interrupt, None), 0x8000_1000);
         assert_eq!(
-            Arch::Aarch64.isa().exception_resume_pc(
+            isa(Arch::Aarch64).exception_resume_pc(
                 Discontinuity::Exception,
                 Some(0x5600_0000),
                 0x1000

@@ -576,7 +576,6 @@ impl Isa for X86_64 {
             close: 3,
             mmap: 9,
             execve: 59,
-            elf_machine: 62,
             stack_pointer: "rsp",
             rt_sigaction: 13,
             rt_sigreturn: 15,
@@ -771,8 +770,7 @@ mod tests {
         assert_eq!(jmp(&[0xff, 0xd0]), None); // call *%rax
         assert_eq!(jmp(&[0xff, 0x25, 0, 0, 0, 0]), None); // jmp *0(%rip): memory
         assert_eq!(
-            super::super::Arch::Aarch64
-                .isa()
+            super::super::isa(super::super::Arch::Aarch64)
                 .register_jump(Mode::Bits64, &[0xc0, 0x03, 0x1f, 0xd6]),
             None
         );
