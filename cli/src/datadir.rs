@@ -181,7 +181,7 @@ pub struct Recording {
     pub stats: Option<Stats>,
     /// User mode: the `task.txt` lines of the guest's processes after the first (FORK,
     /// and SESS and TASK for exec'd programs: `qemu::user_procs`), written after the first's.
-    pub later_processes: Vec<String>,
+    pub later_processes: Vec<task::Later>,
     /// The threads of those processes, which the first's session does not take.
     pub later_tids: Vec<u32>,
 }
@@ -317,9 +317,7 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         .collect();
     symfiles::write_with(&dir.join("task.txt"), |w| {
         task::write_task_txt(w, &sid, &tasks)?;
-        rec.later_processes
-            .iter()
-            .try_for_each(|line| std::io::Write::write_all(w, format!("{line}\n").as_bytes()))
+        task::write_later(w, &rec.later_processes)
     })?;
     done.task_note = guest_tasks::note_lines(&guest, &done.tids);
     if rec

@@ -336,7 +336,7 @@ fn record_into(
 #[derive(Default)]
 struct UserProcesses {
     /// Their `task.txt` lines (FORK, and SESS and TASK for an exec'd program).
-    task_lines: Vec<String>,
+    task_lines: Vec<qemu_uftrace_format::task::Later>,
     /// The threads they recorded, which the first process's session does not hold.
     tids: Vec<u32>,
     /// Why their part of the trace is not complete.

@@ -39,6 +39,48 @@ pub fn write_task_txt(w: &mut impl Write, sid: &str, tasks: &[Task]) -> io::Resu
     Ok(())
 }
 
+/// A `task.txt` line for a process after the first (user mode), as uftrace writes them
+/// when a traced program forks and execs: times in nanoseconds from the trace's start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Later {
+    /// A forked child, which carries on in its parent's session.
+    Fork { ns: u64, pid: u32, ppid: u32 },
+    /// An exec'd program's own session; `name` as in [`exename`].
+    Session {
+        ns: u64,
+        pid: u32,
+        sid: String,
+        name: String,
+    },
+    /// A thread of a later process.
+    Task { ns: u64, tid: u32, pid: u32 },
+}
+
+impl std::fmt::Display for Later {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |ns: u64| format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000);
+        match self {
+            Later::Fork { ns, pid, ppid } => {
+                write!(f, "FORK timestamp={} pid={pid} ppid={ppid}", at(*ns))
+            }
+            Later::Session { ns, pid, sid, name } => write!(
+                f,
+                "SESS timestamp={} pid={pid} sid={sid} exename=\"{}\"",
+                at(*ns),
+                exename(name)
+            ),
+            Later::Task { ns, tid, pid } => {
+                write!(f, "TASK timestamp={} tid={tid} pid={pid}", at(*ns))
+            }
+        }
+    }
+}
+
+/// Writes the lines of later processes after [`write_task_txt`]'s.
+pub fn write_later(w: &mut impl Write, lines: &[Later]) -> io::Result<()> {
+    lines.iter().try_for_each(|l| writeln!(w, "{l}"))
+}
+
 /// The SESS exename that makes uftrace show `name` as the task's comm. uftrace keeps the
 /// basename of the exename, and 15 bytes of that: a guest's task names have slashes (Linux
 /// `swapper/0`, `kworker/0:1`, `ksoftirqd/0`), which would leave `0`, `0:1`… So each `/`
@@ -101,6 +143,36 @@ mod tests {
         );
         assert!(lines[1].starts_with("SESS"));
         assert_eq!(lines[2], "TASK timestamp=0.000000000 tid=1 pid=1");
+    }
+
+    #[test]
+    fn later_processes_read_as_uftrace_writes_them() {
+        let mut out = Vec::new();
+        let lines = [
+            Later::Fork {
+                ns: 1_500_000_000,
+                pid: 12,
+                ppid: 10,
+            },
+            Later::Session {
+                ns: 2_000_000_001,
+                pid: 12,
+                sid: session_id(0x0123_4567_89ab_cdef),
+                name: "execd.elf".into(),
+            },
+            Later::Task {
+                ns: 2_000_000_001,
+                tid: 12,
+                pid: 12,
+            },
+        ];
+        write_later(&mut out, &lines).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "FORK timestamp=1.500000000 pid=12 ppid=10\n\
+             SESS timestamp=2.000000001 pid=12 sid=0123456789abcdef exename=\"execd.elf\"\n\
+             TASK timestamp=2.000000001 tid=12 pid=12\n"
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! with its `plugin.*` files in `procs/<pid>.<n>/` after a `plugin.proc` line saying what
 //! it is. They may outlive the first QEMU: [`wait_all`] waits for them.
 
+use qemu_uftrace_format::task::Later;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -134,11 +135,6 @@ fn waiting(procs: &[Proc]) -> Vec<u32> {
     pids
 }
 
-/// The `task.txt` timestamp of `ns`.
-fn timestamp(ns: u64) -> String {
-    format!("{}.{:09}", ns / 1_000_000_000, ns % 1_000_000_000)
-}
-
 /// The `task.txt` lines of the processes after the first, as uftrace writes them: a FORK
 /// line for a forked child (it carries on in its parent's session), a SESS line and the
 /// TASK lines of its threads for an exec'd program. `sid_of` gives an exec's session id,
@@ -147,16 +143,20 @@ pub fn task_lines(
     procs: &[Proc],
     sid_of: impl Fn(&Proc) -> Option<String>,
     tids_of: impl Fn(&Proc) -> Vec<u32>,
-) -> Vec<String> {
+) -> Vec<Later> {
     let mut lines = Vec::new();
     for p in procs {
-        let at = timestamp(p.time);
+        let (ns, pid) = (p.time, p.pid);
         let mut tids = tids_of(p);
         tids.sort_unstable();
         match &p.kind {
             Kind::Fork { ppid } => {
-                lines.push(format!("FORK timestamp={at} pid={} ppid={ppid}", p.pid));
-                tids.retain(|&t| t != p.pid);
+                lines.push(Later::Fork {
+                    ns,
+                    pid,
+                    ppid: *ppid,
+                });
+                tids.retain(|&t| t != pid);
             }
             Kind::Exec { exe } => {
                 let Some(sid) = sid_of(p) else { continue };
@@ -164,19 +164,13 @@ pub fn task_lines(
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                lines.push(format!(
-                    "SESS timestamp={at} pid={} sid={sid} exename=\"{}\"",
-                    p.pid,
-                    qemu_uftrace_format::task::exename(&name)
-                ));
-                if !tids.contains(&p.pid) {
-                    tids.insert(0, p.pid);
+                lines.push(Later::Session { ns, pid, sid, name });
+                if !tids.contains(&pid) {
+                    tids.insert(0, pid);
                 }
             }
         }
-        for t in tids {
-            lines.push(format!("TASK timestamp={at} tid={t} pid={}", p.pid));
-        }
+        lines.extend(tids.into_iter().map(|tid| Later::Task { ns, tid, pid }));
     }
     lines
 }
@@ -205,9 +199,22 @@ mod tests {
                 |p| vec![p.pid]
             ),
             [
-                "FORK timestamp=1.500000000 pid=12 ppid=10",
-                "SESS timestamp=2.000000001 pid=12 sid=0123456789abcdef exename=\"execd.elf\"",
-                "TASK timestamp=2.000000001 tid=12 pid=12",
+                Later::Fork {
+                    ns: 1_500_000_000,
+                    pid: 12,
+                    ppid: 10
+                },
+                Later::Session {
+                    ns: 2_000_000_001,
+                    pid: 12,
+                    sid: "0123456789abcdef".into(),
+                    name: "execd.elf".into()
+                },
+                Later::Task {
+                    ns: 2_000_000_001,
+                    tid: 12,
+                    pid: 12
+                },
             ]
         );
         assert_eq!(parse("d".into(), "kind=spawn\tpid=1\ttime=0"), None);
