@@ -8,24 +8,14 @@
 // with (cause, epc, saved registers), writes the epc it returns, restores, and returns with
 // mret/sret.
 
+#include "reset.inc"
+
     .section .text.start, "ax"
     .global _start
     .type _start, %function
 _start:
-    .option push
-    .option norelax
-    lla     gp, __global_pointer$
-    .option pop
-    lla     sp, __stack_top
-    li      fp, 0
-    li      ra, 0
-    lla     t0, __bss_start
-    lla     t1, __bss_end
-1:  bgeu    t0, t1, 2f
-    sd      zero, 0(t0)
-    addi    t0, t0, 8
-    j       1b
-2:  lla     t0, m_vector
+    reset_to_c
+    lla     t0, m_vector
     csrw    mtvec, t0
     // S and U may touch all memory (the UART, the test device): one PMP entry over it all.
     li      t0, -1
@@ -120,16 +110,4 @@ u_entry:
     vector  m_vector, mcause, mepc, m_trap_handler, mret
     vector  s_vector, scause, sepc, s_trap_handler, sret
 
-// void rt_exit(int status): the test device, as in start.S.
-    .global rt_exit
-    .type rt_exit, %function
-rt_exit:
-    li      t0, 0x100000
-    li      t1, 0x5555
-    beqz    a0, 3f
-    slli    t1, a0, 16
-    li      t2, 0x3333
-    or      t1, t1, t2
-3:  sw      t1, 0(t0)
-4:  j       4b
-    .size rt_exit, . - rt_exit
+    rt_exit_body
