@@ -38,15 +38,25 @@ pub struct SystemQemu {
     pub program: String,
 }
 
-/// Every QEMU the recording tests run on, as `scripts/install-deps.sh` leaves them:
-/// bookworm-backports' 10.0 on PATH (plugin API 4), 10.2.2 built from Debian's source
-/// (API 5, the discontinuity callback) and 11.1.3 from trixie-backports (API 7 only).
+/// Every aarch64 QEMU the recording tests run on, as `scripts/install-deps.sh` leaves them
+/// ([`system_qemus_of`]).
 pub fn system_qemus() -> Vec<SystemQemu> {
-    let cached = |dir: &str| cached(&format!("{dir}/bin/{QEMU}")).display().to_string();
+    system_qemus_of(QEMU)
+}
+
+/// `emulator` (`qemu-system-<arch>`) in each QEMU the recording tests run on: 10.0 on PATH
+/// (plugin API 4), 10.2.2 built from Debian's source (API 5, the discontinuity callback) and
+/// 11.1.3 from trixie-backports behind a wrapper (API 7).
+pub fn system_qemus_of(emulator: &str) -> Vec<SystemQemu> {
+    let cached = |dir: &str| {
+        cached(&format!("{dir}/bin/{emulator}"))
+            .display()
+            .to_string()
+    };
     vec![
         SystemQemu {
             label: "10.0",
-            program: QEMU.to_string(),
+            program: emulator.to_string(),
         },
         SystemQemu {
             label: "10.2.2",

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use anyhow::Result;
 
-use crate::{built_guest, cached, make_guests, SystemQemu, Variant};
+use crate::{built_guest, cached, make_guests, system_qemus_of, SystemQemu, Variant};
 
 /// The riscv64 system emulator on PATH (bookworm-backports' 10.0, `qemu-system-riscv`).
 pub const QEMU_RISCV64: &str = "qemu-system-riscv64";
@@ -16,25 +16,7 @@ pub const QEMU_RISCV64: &str = "qemu-system-riscv64";
 /// the aarch64 ones: 10.0 on PATH (plugin API 4), 10.2.2 built from Debian's source (API 5,
 /// the discontinuity callback) and 11.1.3 from trixie-backports (API 7).
 pub fn riscv64_qemus() -> Vec<SystemQemu> {
-    let cached = |dir: &str| {
-        cached(&format!("{dir}/bin/{QEMU_RISCV64}"))
-            .display()
-            .to_string()
-    };
-    vec![
-        SystemQemu {
-            label: "10.0",
-            program: QEMU_RISCV64.to_string(),
-        },
-        SystemQemu {
-            label: "10.2.2",
-            program: cached("qemu-10.2.2"),
-        },
-        SystemQemu {
-            label: "11.1.3",
-            program: cached("qemu-11.1.3"),
-        },
-    ]
+    system_qemus_of(QEMU_RISCV64)
 }
 
 /// The QEMU command line that runs a riscv64 guest ELF on `qemu`: `-M virt -bios none`

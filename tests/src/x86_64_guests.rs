@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use anyhow::Result;
 
-use crate::{built_guest, cached, make_guests, SystemQemu, Variant};
+use crate::{built_guest, make_guests, system_qemus_of, SystemQemu, Variant};
 
 /// The x86_64 system emulator, as a command line's first word.
 pub const QEMU_X86_64: &str = "qemu-system-x86_64";
@@ -15,25 +15,7 @@ pub const QEMU_X86_64: &str = "qemu-system-x86_64";
 /// Every x86_64 system QEMU the recording tests run on, as [`crate::system_qemus`] lists the
 /// aarch64 ones: 10.0 on PATH, 10.2.2 and 11.1.3 from the cache.
 pub fn system_qemus_x86_64() -> Vec<SystemQemu> {
-    let cached = |dir: &str| {
-        cached(&format!("{dir}/bin/{QEMU_X86_64}"))
-            .display()
-            .to_string()
-    };
-    vec![
-        SystemQemu {
-            label: "10.0",
-            program: QEMU_X86_64.to_string(),
-        },
-        SystemQemu {
-            label: "10.2.2",
-            program: cached("qemu-10.2.2"),
-        },
-        SystemQemu {
-            label: "11.1.3",
-            program: cached("qemu-11.1.3"),
-        },
-    ]
+    system_qemus_of(QEMU_X86_64)
 }
 
 /// A program of `tests/guests/x86_64` in `variant` (natural, `-nofp`, `-oracle`), built once
