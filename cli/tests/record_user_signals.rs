@@ -207,6 +207,38 @@ fn check_siglongjmp(target: &Target) {
     assert_eq!(plugin_stat(&dir, "signal_returns"), "0");
 }
 
+/// A handler that ran as a plain function before `sigaction` installed it: QEMU had
+/// translated it without the handler's entry callback, so the plugin has it translated again.
+fn check_sigearly(target: &Target) {
+    let (_tmp, dir, stdout, events) = record(target, "sigearly.elf");
+    assert_eq!(stdout, "direct=1 delivered=2\n");
+    let open = walk(&events, |_| {});
+    assert!(!open.iter().any(|f| f.starts_with("[SIG")), "{open:?}");
+    let direct = ["E handler", "E on_signal", "X on_signal", "X handler"];
+    let delivery = [
+        "E poke",
+        "E [SIGUSR1]",
+        "E handler",
+        "E on_signal",
+        "X on_signal",
+        "X handler",
+        "X [SIGUSR1]",
+        "X poke",
+    ];
+    let expected: Vec<&str> = direct
+        .iter()
+        .chain(&delivery)
+        .chain(&delivery)
+        .copied()
+        .collect();
+    assert_eq!(
+        only(&events, &["poke", "[SIGUSR1]", "handler", "on_signal"]),
+        expected
+    );
+    assert_eq!(plugin_stat(&dir, "signals"), "2");
+    assert_eq!(plugin_stat(&dir, "signal_returns"), "2");
+}
+
 fn check_throw(target: &Target) {
     let (_tmp, dir, stdout, events) = record(target, "throw.elf");
     assert_eq!(stdout, "rounds=2 caught=21 released=2\n");
@@ -316,6 +348,11 @@ fn aarch64_sigalrm_handler_nests_under_the_interrupted_function() {
 }
 
 #[test]
+fn aarch64_handler_that_ran_before_sigaction_still_shows_deliveries() {
+    check_sigearly(&AARCH64);
+}
+
+#[test]
 fn aarch64_siglongjmp_out_of_a_handler_closes_the_skipped_frames() {
     check_siglongjmp(&AARCH64);
 }
@@ -336,6 +373,11 @@ fn riscv64_sigalrm_handler_nests_under_the_interrupted_function() {
 }
 
 #[test]
+fn riscv64_handler_that_ran_before_sigaction_still_shows_deliveries() {
+    check_sigearly(&RISCV64);
+}
+
+#[test]
 fn riscv64_siglongjmp_out_of_a_handler_closes_the_skipped_frames() {
     check_siglongjmp(&RISCV64);
 }
@@ -353,6 +395,11 @@ fn riscv64_cxx_exception_matches_the_oracle() {
 #[test]
 fn x86_64_sigalrm_handler_nests_under_the_interrupted_function() {
     check_sigalrm(&X86_64);
+}
+
+#[test]
+fn x86_64_handler_that_ran_before_sigaction_still_shows_deliveries() {
+    check_sigearly(&X86_64);
 }
 
 #[test]

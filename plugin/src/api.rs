@@ -472,6 +472,16 @@ pub fn optional(name: &std::ffi::CStr) -> Option<*mut c_void> {
     (!p.is_null()).then_some(p)
 }
 
+/// `qemu_plugin_write_memory_vaddr` (API v5, QEMU 10.1 on; the same in every ABI family).
+pub type WriteMemoryVaddr = unsafe extern "C" fn(addr: u64, data: *mut GByteArray) -> bool;
+
+/// The guest-memory write function, where this QEMU has one.
+pub fn write_memory_api() -> Option<WriteMemoryVaddr> {
+    let p = optional(c"qemu_plugin_write_memory_vaddr")?;
+    // SAFETY: the symbol QEMU exports under this name has this signature (10.1 on).
+    Some(unsafe { std::mem::transmute::<*mut c_void, WriteMemoryVaddr>(p) })
+}
+
 /// `qemu_plugin_register_vcpu_discon_cb` in this build's ABI (v7 adds `userdata`).
 #[cfg(not(feature = "api-v7"))]
 pub type RegisterDiscon = unsafe extern "C" fn(id: qemu_plugin_id_t, kind: c_int, cb: DisconCb);

@@ -164,6 +164,19 @@ impl ByteBuf {
         Some(u64::from_le_bytes(word))
     }
 
+    /// Writes the guest's own byte at `addr` back, unchanged: QEMU then drops what it
+    /// translated from that page (a write to code goes through its self-modifying-code
+    /// path), so the next run of that code is translated, and instrumented, again. False
+    /// where this QEMU cannot write guest memory (before 10.1) or the byte is not mapped.
+    pub fn retranslate(&mut self, addr: u64) -> bool {
+        let Some(write) = crate::api::write_memory_api() else {
+            return false;
+        };
+        // The buffer now holds exactly the byte read: written back as it is.
+        // SAFETY: a live GByteArray of length 1.
+        self.read_memory(addr, 1).is_some() && unsafe { write(addr, self.0) }
+    }
+
     pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: QEMU sizes the array itself.
         let ok = unsafe { qemu_plugin_read_memory_vaddr(addr, self.0, len) };

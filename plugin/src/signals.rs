@@ -38,12 +38,17 @@ pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
         })
         .flatten();
         if let Some(handler) = handler.filter(|&h| h > SIG_IGN) {
-            HANDLERS
+            let new = HANDLERS
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get_or_insert_with(HashSet::new)
                 .insert(handler);
             ANY.store(true, Ordering::Relaxed);
+            // The handler may have run (and been translated) before it was installed: its
+            // translation has no entry callback, so it is made again.
+            if new {
+                vcpu::with(vcpu_index, |v| v.regs.retranslate(handler));
+            }
         }
     } else if num == abi.rt_sigreturn {
         vcpu::with(vcpu_index, |v| {
