@@ -419,6 +419,42 @@ mod tests {
         }
     }
 
+    /// 7.0+ tables inside an ELF (an x86 bzImage's payload): the addresses come from the
+    /// segment that holds them, not from any architecture's default.
+    #[test]
+    fn place_relative_tables_in_an_elf() {
+        const VADDR: u64 = 0xffff_ffff_8100_0000;
+        const HEADERS: usize = 64 + 56;
+        let syms: Vec<(u32, u8, String)> = (0..300u32)
+            .map(|i| (0x40 + i * 32, b't', format!("fn_{i}")))
+            .collect();
+        let refs: Vec<(u32, u8, &str)> =
+            syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
+        let tables = synthetic(&refs, Layout::V7_0, 0);
+        let mut elf = vec![0u8; HEADERS];
+        elf[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        elf[0x10] = 2; // ET_EXEC
+        elf[0x12] = 62; // EM_X86_64
+        elf[0x14] = 1; // EV_CURRENT
+        elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+        let len = (HEADERS + tables.len()) as u64;
+        let ph = 64;
+        elf[ph..ph + 4].copy_from_slice(&object::elf::PT_LOAD.to_le_bytes());
+        elf[ph + 16..ph + 24].copy_from_slice(&VADDR.to_le_bytes()); // p_vaddr at offset 0
+        elf[ph + 32..ph + 40].copy_from_slice(&len.to_le_bytes()); // p_filesz
+        elf[ph + 40..ph + 48].copy_from_slice(&len.to_le_bytes()); // p_memsz
+        elf.extend_from_slice(&tables);
+        let img = load(Path::new("t"), &elf, &LoadOptions::default()).unwrap();
+        assert_eq!(img.arch, Some(Arch::X86_64));
+        assert_eq!(img.functions.len(), 300);
+        // The symbols' offsets were file offsets within the tables, now after the headers.
+        assert_eq!(img.functions[0].addr, VADDR + HEADERS as u64 + 0x40);
+        assert_eq!(img.functions[299].name, "fn_299");
+    }
+
     #[test]
     fn unbased_relocatable_image_is_corrupt() {
         // Base word 0 and no relocation for it: refuse rather than guess wrong addresses.
