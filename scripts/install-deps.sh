@@ -319,8 +319,9 @@ fi
 
 # Debian's riscv64 kernel (the riscv64 kernel test and benchmark boot it to its panic, the
 # symbols crate reads its kallsyms) and its -dbg vmlinux. bookworm has no riscv64 port: the
-# packages come from trixie, or from forky when trixie's riscv64 lists fail (here they do, with
-# "File has unexpected size": the mirror's riscv64 indexes are older than its Release file).
+# packages come from trixie, or from forky (then sid) when trixie's riscv64 lists fail (here
+# they do, with "File has unexpected size": the mirror's riscv64 indexes are older than its
+# Release file).
 # A private apt state for riscv64 alone: the system's architectures, lists and pins stay as
 # they are, and nothing from those suites can be installed on it.
 krv="$CACHE/kernel-riscv64"
@@ -370,7 +371,7 @@ if ! rv_stamp_ok "$krv" vmlinuz || ! rv_stamp_ok "$krv_dbg" vmlinux ||
     rvtmp=$(mktemp -d)
     chmod go+rx "$rvtmp"
     rv_suite=""
-    for suite in trixie forky; do
+    for suite in trixie forky sid; do
         if rv_apt_init "$rvtmp/apt" "$suite"; then rv_suite=$suite; break; fi
         # Only the reason: apt's lines name the mirror.
         log "$suite's riscv64 package lists fail ($(grep -oEm1 'File has unexpected size|Hash Sum mismatch|[45][0-9][0-9] [A-Z][A-Za-z ]+' "$rvtmp/apt/update.log" || echo "apt-get update failed")), trying the next suite"
