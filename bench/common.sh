@@ -50,11 +50,11 @@ workload_argv() {
                 -append "console=ttyAMA0 panic=-1 nokaslr rdinit=/init")
             record_opts=(--symbols "$work/guests/linux/init.elf") ;;
         riscv64)
-            # The riscv64 kernel install-deps builds, from OpenSBI (QEMU's own) to its panic,
-            # on the riscv64 emulator of the same QEMU.
+            # Debian's riscv64 kernel install-deps caches, from OpenSBI (QEMU's own) to its
+            # panic, on the riscv64 emulator of the same QEMU.
             local rv=${qemu:-qemu-system-aarch64}
             argv=("${rv/qemu-system-aarch64/qemu-system-riscv64}" -M virt -m 512M -nographic
-                -nic none -no-reboot -bios default -kernel "$cache/kernel-riscv64/Image"
+                -nic none -no-reboot -bios default -kernel "$cache/kernel-riscv64/vmlinuz"
                 -append "console=ttyS0 panic=-1 nokaslr")
             return ;;
         kernel-x86)

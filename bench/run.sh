@@ -7,8 +7,9 @@
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   user       user mode, bench/user.sh: bzip2 and the sqlite3 shell under qemu-aarch64,
 #              qemu-x86_64 and qemu-riscv64 (10.2.2), with QEMU's own uftrace plugin beside
-#   riscv64    a riscv64 kernel (Debian's 6.12 source, tests/guests/riscv64/kernel.config)
-#              from OpenSBI's first instruction to its panic, under qemu-system-riscv64
+#   riscv64    Debian's riscv64 kernel (linux-image-*-riscv64: trixie's, or forky's 7.x where
+#              trixie's lists fail) from OpenSBI's first instruction to its panic, under
+#              qemu-system-riscv64
 #   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic under
 #              qemu-system-x86_64 -M pc, SeaBIOS and the decompressor included
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on

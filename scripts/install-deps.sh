@@ -11,7 +11,7 @@
 #     the instruction decoders' tests
 #   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
 #   - Debian's amd64 cloud kernel and its -dbg vmlinux (cached) for the x86_64 kernel test
-#   - a riscv64 kernel built from Debian's linux source (cached) for the riscv64 kernel test,
+#   - Debian's riscv64 kernel and its -dbg vmlinux (cached) for the riscv64 kernel test,
 #     and OpenSBI with its symbols from Debian's opensbi source (cached)
 #   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
 # Package mirrors come from the machine's own apt sources; no host name is written here.
@@ -317,48 +317,83 @@ SRC
     rm -rf "$work"
 fi
 
-# A riscv64 Linux kernel (the riscv64 kernel test and benchmark boot it to its panic), built
-# from Debian's trixie linux source: trixie's riscv64 binary package lists fail here with
-# "File has unexpected size" on every retry (the mirror's riscv64 indexes are older than its
-# Release file, and their by-hash copies are missing), so no riscv64 .deb can be verified.
-# tinyconfig plus tests/guests/riscv64/kernel.config: ~10 minutes on two cores, once; the
-# config's hash is part of the stamp, so changing it rebuilds.
-LINUX_SRC_VERSION=6.12.107-1
+# Debian's riscv64 kernel (the riscv64 kernel test and benchmark boot it to its panic, the
+# symbols crate reads its kallsyms) and its -dbg vmlinux. bookworm has no riscv64 port: the
+# packages come from trixie, or from forky (then sid) when trixie's riscv64 lists fail (here
+# they do, with "File has unexpected size": the mirror's riscv64 indexes are older than its
+# Release file).
+# A private apt state for riscv64 alone: the system's architectures, lists and pins stay as
+# they are, and nothing from those suites can be installed on it.
 krv="$CACHE/kernel-riscv64"
-krv_config="$(cd "$(dirname "$0")/.." && pwd)/tests/guests/riscv64/kernel.config"
-krv_stamp="linux $LINUX_SRC_VERSION $(sha256sum "$krv_config" | cut -c1-16)"
-if [ ! -s "$krv/Image" ] || [ "$(cat "$krv/package" 2>/dev/null)" != "$krv_stamp" ]; then
-    log "building a riscv64 kernel from Debian's linux $LINUX_SRC_VERSION source into $krv (~10 min)"
-    for pkg in bc flex bison dpkg-dev; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || $SUDO apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
-    done
-    work=$(mktemp -d)
-    mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
-    cat >"$work/apt/src.sources" <<SRC
-Types: deb-src
+krv_dbg="$CACHE/kernel-riscv64-dbg"
+# rv_apt_init DIR SUITE: a private apt state in DIR with SUITE's riscv64 lists.
+rv_apt_init() {
+    local dir=$1 suite=$2
+    rm -rf "$dir" && mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+    # apt downloads as its own user when it can reach the state (else it warns).
+    chmod go+rx "$dir"
+    : >"$dir/status"
+    cat >"$dir/rv.sources" <<SRC
+Types: deb
 URIs: $(debian_mirror)
-Suites: trixie
+Suites: $suite
 Components: main
+Architectures: riscv64
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-    apt_src=(-o Dir::Etc::SourceList="$work/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
-        -o Dir::State::Lists="$work/apt/lists" -o Dir::Cache="$work/apt/cache")
-    apt-get "${apt_src[@]}" update -qq
-    (cd "$work" && apt-get "${apt_src[@]}" source --download-only -qq "linux=$LINUX_SRC_VERSION") \
-        2>/dev/null || { log "cannot fetch Debian's linux $LINUX_SRC_VERSION source"; exit 1; }
-    dpkg-source --no-check -x "$work"/linux_*.dsc "$work/linux" >/dev/null
-    kmake=(make -s -C "$work/linux" O="$work/build" ARCH=riscv CROSS_COMPILE=riscv64-linux-gnu-)
-    "${kmake[@]}" tinyconfig >/dev/null
-    "$work/linux/scripts/kconfig/merge_config.sh" -m -O "$work/build" "$work/build/.config" \
-        "$krv_config" >/dev/null
-    "${kmake[@]}" olddefconfig >/dev/null
-    "${kmake[@]}" -j"$(nproc)" Image >"$work/build.log" 2>&1 ||
-        { tail -n 30 "$work/build.log" >&2; log "building the riscv64 kernel failed"; exit 1; }
-    rm -rf "$krv.tmp" && mkdir -p "$krv.tmp"
-    cp "$work/build/arch/riscv/boot/Image" "$work/build/vmlinux" "$work/build/.config" "$krv.tmp/"
-    echo "$krv_stamp" >"$krv.tmp/package"
-    rm -rf "$krv" && mv "$krv.tmp" "$krv"
-    rm -rf "$work"
+    rv_apt=(-o Dir::Etc::SourceList="$dir/rv.sources" -o Dir::Etc::SourceParts=/nonexistent
+        -o Dir::Etc::Preferences=/nonexistent -o Dir::Etc::PreferencesParts=/nonexistent
+        -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache"
+        -o Dir::State::status="$dir/status" -o APT::Architecture=riscv64
+        -o APT::Architectures=riscv64 -o Debug::NoLocking=1)
+    apt-get "${rv_apt[@]}" update -qq >"$dir/update.log" 2>&1 &&
+        ! grep -qE '^(E:|W: (Failed to fetch|Some index files))' "$dir/update.log"
+}
+# rv_keep PACKAGE DIR NAME PATTERN...: downloads PACKAGE with the private state and keeps
+# its first file matching one of the tar PATTERNs as DIR/NAME.tmp (the -dbg package is
+# ~1.2 GB: dpkg-deb streams it to tar, which writes only the matching file; tar exits 2
+# for the patterns that match nothing, so the file itself is the check).
+rv_keep() {
+    local pkg=$1 dir=$2 name=$3 tmp member
+    shift 3
+    tmp=$(mktemp -d)
+    chmod go+rx "$tmp"
+    mkdir "$tmp/x"
+    (cd "$tmp" && apt-get "${rv_apt[@]}" download -qq "$pkg" 2>/dev/null) &&
+        { dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp/x" --wildcards "$@" 2>/dev/null || true; } &&
+        member=$(find "$tmp/x" -type f -size +0 | head -n1) && [ -n "$member" ] &&
+        mkdir -p "$dir" && mv "$member" "$dir/$name.tmp" || { rm -rf "$tmp"; return 1; }
+    rm -rf "$tmp"
+}
+rv_stamp_ok() { [ -s "$1/$2" ] && grep -qs '^linux-image-' "$1/package"; }
+if ! rv_stamp_ok "$krv" vmlinuz || ! rv_stamp_ok "$krv_dbg" vmlinux ||
+    [ "$(cat "$krv/package")-dbg" != "$(cat "$krv_dbg/package")" ]; then
+    rvtmp=$(mktemp -d)
+    chmod go+rx "$rvtmp"
+    rv_suite=""
+    for suite in trixie forky sid; do
+        if rv_apt_init "$rvtmp/apt" "$suite"; then rv_suite=$suite; break; fi
+        # Only the reason: apt's lines name the mirror.
+        log "$suite's riscv64 package lists fail ($(grep -oEm1 'File has unexpected size|Hash Sum mismatch|[45][0-9][0-9] [A-Z][A-Za-z ]+' "$rvtmp/apt/update.log" || echo "apt-get update failed")), trying the next suite"
+    done
+    [ -n "$rv_suite" ] || { log "no riscv64 package lists could be fetched"; exit 1; }
+    # The kernel the metapackage depends on; since 6.16 its image sits in linux-binary-*.
+    pkg=$(apt-cache "${rv_apt[@]}" depends linux-image-riscv64 2>/dev/null |
+        sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*-riscv64\)$/\1/p' | head -n1)
+    [ -n "$pkg" ] || { log "no linux-image-*-riscv64 in $rv_suite"; exit 1; }
+    holder=$pkg
+    binary="linux-binary-${pkg#linux-image-}"
+    apt-cache "${rv_apt[@]}" show "$binary" >/dev/null 2>&1 && holder=$binary
+    log "fetching $holder and $pkg-dbg ($rv_suite, ~1.2 GB) into $krv and $krv_dbg"
+    rm -rf "$krv" "$krv_dbg"
+    rv_keep "$holder" "$krv" vmlinuz './boot/vmlinuz-*' './usr/lib/modules/*/vmlinuz' ||
+        { log "cannot fetch $holder's kernel image"; exit 1; }
+    rv_keep "$pkg-dbg" "$krv_dbg" vmlinux './usr/lib/debug/boot/vmlinux-*' \
+        './usr/lib/debug/lib/modules/*/vmlinux' './usr/lib/debug/usr/lib/modules/*/vmlinux' ||
+        { log "cannot fetch $pkg-dbg's vmlinux"; exit 1; }
+    mv "$krv/vmlinuz.tmp" "$krv/vmlinuz" && echo "$pkg" >"$krv/package"
+    mv "$krv_dbg/vmlinux.tmp" "$krv_dbg/vmlinux" && echo "$pkg-dbg" >"$krv_dbg/package"
+    rm -rf "$rvtmp"
 fi
 
 # QEMU 11.1.3 (plugin API 7 only) from trixie-backports. Its binaries need trixie's libc, so

@@ -15,7 +15,7 @@ use crate::callbacks::{
     on_thunk_branch, MemorySite,
 };
 use crate::guest::{ByteBuf, MIN_PAGE};
-use qemu_uftrace_engine::arch::{InsnKind, Isa, MemOperand, Mode, Target, Thunk};
+use qemu_uftrace_engine::arch::{classify_after, InsnKind, Isa, MemOperand, Mode, Target, Thunk};
 use qemu_uftrace_engine::sites::{call_site, pack};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -112,12 +112,16 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let task_slot = crate::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
+    // The previous instruction of this block (address, bytes, length): a call through a
+    // register it set may have a known target (RISC-V's auipc + jalr).
+    let mut prev: Option<(u64, [u8; 16], usize)> = None;
     for i in 0..n {
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
         let len = unsafe {
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        let before = prev.replace((pc, bytes, len));
         // User mode: a jump through a register after a stack switch in the same block
         // (x86-64's longjmp, an unwinder installing a handler) resumes an outer frame.
         if user {
@@ -128,7 +132,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 continue;
             }
         }
-        let (cb, flags, data): (VcpuUdataCb, _, _) = match isa.classify(mode, pc, &bytes[..len]) {
+        let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
+        let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
+        let (cb, flags, data): (VcpuUdataCb, _, _) = match kind {
             // Calls to a kernel's thunks stand for other branches (x86 retpolines).
             InsnKind::Call {
                 target: Target::Direct(t),

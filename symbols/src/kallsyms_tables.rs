@@ -5,7 +5,10 @@
 //! - 6.1 (and older): `offsets` `relative_base` `num_syms` `names` `markers`
 //!   [`seqs_of_names` in 6.1.y backports and 6.2+] `token_table` `token_index`;
 //! - 6.4+: `num_syms` `names` `markers` `token_table` `token_index` `offsets`
-//!   `relative_base` `seqs_of_names`.
+//!   `relative_base` `seqs_of_names`;
+//! - 7.0+ ("kallsyms: Get rid of kallsyms relative base"): the same without `relative_base`,
+//!   each offset now relative to its own place (`&kallsyms_offsets[i] + offsets[i]`), and the
+//!   labels only 4-aligned.
 //!
 //! The search anchors on the token table (single-character tokens `0`..`9` stay in
 //! place because every digit occurs in some symbol), checks it against the token index that
@@ -44,6 +47,9 @@ pub(crate) enum Addresses {
     },
     /// `kallsyms_addresses` (u64 each), kernels without CONFIG_KALLSYMS_BASE_RELATIVE.
     Absolute { addresses_at: usize },
+    /// 7.0+: `kallsyms_offsets` (i32 each) relative to their own place, so a symbol's
+    /// address is its file offset in the image plus the image's link address.
+    PlaceRelative { offsets_at: usize },
 }
 
 /// Tokens are merged character pairs, a few dozen bytes at most; the bound keeps the walk
@@ -284,6 +290,14 @@ fn addresses(
             absolute_percpu,
         });
     }
+    // 7.0+: token_index, place-relative offsets. Tried after 6.4's: a sorted table is
+    // sorted read either way, while place-relative values are not (aliases share an
+    // address, so their offsets fall by 4).
+    for offsets_at in [token_index_end, align_up(token_index_end, 8)] {
+        if sorted_place_relative(data, offsets_at, n) {
+            return Some(Addresses::PlaceRelative { offsets_at });
+        }
+    }
     let addresses_at = num_syms_at.checked_sub(n.checked_mul(8)?)?;
     if sorted_u64(data, addresses_at, n) {
         return Some(Addresses::Absolute { addresses_at });
@@ -308,6 +322,24 @@ fn sorted_offsets(data: &[u8], at: usize, n: usize) -> Option<bool> {
     let rising = absolute.windows(2).all(|w| w[0] <= w[1]);
     let falling = relative.windows(2).all(|w| w[0] >= w[1]);
     (rising && falling && relative.len() > absolute.len()).then_some(true)
+}
+
+/// Whether `n` place-relative offsets at `at` stand for sorted addresses within the data
+/// (symbols past its end are bss, but never before its start).
+fn sorted_place_relative(data: &[u8], at: usize, n: usize) -> bool {
+    let Some(bytes) = at.checked_add(n * 4).and_then(|end| data.get(at..end)) else {
+        return false;
+    };
+    let mut prev = 0i64;
+    for (i, c) in bytes.chunks_exact(4).enumerate() {
+        let off = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let addr = (at + 4 * i) as i64 + i64::from(off);
+        if addr < prev {
+            return false;
+        }
+        prev = addr;
+    }
+    n > 0
 }
 
 fn sorted_u32(data: &[u8], at: usize, n: usize) -> bool {
@@ -384,6 +416,11 @@ impl Tables {
                 Addresses::Absolute { addresses_at } => {
                     u64_at(data, addresses_at + 8 * i).unwrap_or(0)
                 }
+                Addresses::PlaceRelative { offsets_at } => {
+                    let place = (offsets_at + 4 * i) as u64;
+                    let offset = u32_at(data, offsets_at + 4 * i).unwrap_or(0) as i32;
+                    relative_base.wrapping_add(place.wrapping_add_signed(i64::from(offset)))
+                }
             };
             out.push(RawSymbol {
                 addr,
@@ -400,7 +437,16 @@ impl Tables {
             Addresses::Relative {
                 relative_base_at, ..
             } => Some((relative_base_at, u64_at(data, relative_base_at)?)),
-            Addresses::Absolute { .. } => None,
+            Addresses::Absolute { .. } | Addresses::PlaceRelative { .. } => None,
+        }
+    }
+
+    /// Where the place-relative offsets table is (7.0+): decoded with base 0, addresses
+    /// are then file offsets, and the base to add is the link address of the image's start.
+    pub(crate) fn place_relative_at(&self) -> Option<usize> {
+        match self.addresses {
+            Addresses::PlaceRelative { offsets_at } => Some(offsets_at),
+            _ => None,
         }
     }
 
@@ -408,24 +454,33 @@ impl Tables {
     pub(crate) fn offset_of(&self, data: &[u8], i: usize) -> Option<u32> {
         match self.addresses {
             Addresses::Relative { offsets_at, .. } => u32_at(data, offsets_at + 4 * i),
-            Addresses::Absolute { .. } => None,
+            Addresses::Absolute { .. } | Addresses::PlaceRelative { .. } => None,
         }
     }
 }
 
-/// Builds kallsyms tables the way scripts/kallsyms lays them out, with one token per
-/// character (real kernels merge frequent pairs; the decoder does not care).
+/// The layouts `scripts/kallsyms` has had (see the module comment).
 #[cfg(test)]
-pub(crate) fn synthetic(
-    symbols: &[(u32, u8, &str)],
-    layout_6_4: bool,
-    stored_base: u64,
-) -> Vec<u8> {
-    fn pad8(v: &mut Vec<u8>) {
-        while !v.len().is_multiple_of(8) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    V6_1,
+    V6_4,
+    V7_0,
+}
+
+/// Builds kallsyms tables the way scripts/kallsyms lays them out, with one token per
+/// character (real kernels merge frequent pairs; the decoder does not care). Each symbol's
+/// `u32` is its offset from the relative base, or for [`Layout::V7_0`] its offset in the
+/// returned data (its address is the image's link address plus that).
+#[cfg(test)]
+pub(crate) fn synthetic(symbols: &[(u32, u8, &str)], layout: Layout, stored_base: u64) -> Vec<u8> {
+    // 7.0's labels are only 4-aligned: the tables start 4 bytes off 8 to show it.
+    let align = if layout == Layout::V7_0 { 4 } else { 8 };
+    let pad = |v: &mut Vec<u8>| {
+        while !v.len().is_multiple_of(align) {
             v.push(0);
         }
-    }
+    };
     let mut tokens: Vec<Vec<u8>> = (0..=255u8)
         .map(|i| {
             if i.is_ascii_graphic() {
@@ -436,10 +491,6 @@ pub(crate) fn synthetic(
         })
         .collect();
     tokens[0] = b"zz".to_vec();
-    let mut offsets = Vec::new();
-    for &(off, _, _) in symbols {
-        offsets.extend_from_slice(&off.to_le_bytes());
-    }
     let mut names = Vec::new();
     let mut markers = Vec::new();
     for (i, &(_, kind, name)) in symbols.iter().enumerate() {
@@ -450,23 +501,25 @@ pub(crate) fn synthetic(
         names.push(kind);
         names.extend_from_slice(name.as_bytes());
     }
-    let mut out = vec![0xeeu8; 64];
-    let put_addresses = |out: &mut Vec<u8>| {
-        pad8(out);
-        out.extend_from_slice(&offsets);
-        pad8(out);
+    let mut out = vec![0xeeu8; if layout == Layout::V7_0 { 68 } else { 64 }];
+    let put_offsets = |out: &mut Vec<u8>| {
+        pad(out);
+        for &(off, _, _) in symbols {
+            out.extend_from_slice(&off.to_le_bytes());
+        }
+        pad(out);
         out.extend_from_slice(&stored_base.to_le_bytes());
     };
-    if !layout_6_4 {
-        put_addresses(&mut out);
+    if layout == Layout::V6_1 {
+        put_offsets(&mut out);
     }
-    pad8(&mut out);
+    pad(&mut out);
     out.extend_from_slice(&(symbols.len() as u32).to_le_bytes());
-    pad8(&mut out);
+    pad(&mut out);
     out.extend_from_slice(&names);
-    pad8(&mut out);
+    pad(&mut out);
     out.extend_from_slice(&markers);
-    pad8(&mut out);
+    pad(&mut out);
     let mut index = Vec::new();
     let table_at = out.len();
     for t in &tokens {
@@ -474,10 +527,21 @@ pub(crate) fn synthetic(
         out.extend_from_slice(t);
         out.push(0);
     }
-    pad8(&mut out);
+    pad(&mut out);
     out.extend_from_slice(&index);
-    if layout_6_4 {
-        put_addresses(&mut out);
+    match layout {
+        Layout::V6_1 => {}
+        Layout::V6_4 => put_offsets(&mut out),
+        Layout::V7_0 => {
+            pad(&mut out);
+            for &(off, _, _) in symbols {
+                let place = out.len() as i64;
+                let rel = i32::try_from(i64::from(off) - place).expect("offset in range");
+                out.extend_from_slice(&rel.to_le_bytes());
+            }
+            // seqs_of_names follows: 3 bytes a symbol.
+            out.extend(std::iter::repeat_n(0x5a, 3 * symbols.len()));
+        }
     }
     out.extend_from_slice(&[0xee; 64]);
     out
@@ -500,12 +564,12 @@ mod tests {
     }
 
     #[test]
-    fn both_layouts() {
+    fn base_relative_layouts() {
         let syms = sample();
         let refs: Vec<(u32, u8, &str)> =
             syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
-        for layout_6_4 in [false, true] {
-            let data = synthetic(&refs, layout_6_4, 0xffff_8000_0801_0000);
+        for layout in [Layout::V6_1, Layout::V6_4] {
+            let data = synthetic(&refs, layout, 0xffff_8000_0801_0000);
             let t = find(&data).expect("tables");
             assert_eq!(t.num_syms, 700);
             let (_, base) = t.stored_relative_base(&data).unwrap();
@@ -517,6 +581,30 @@ mod tests {
                 assert_eq!(g.kind, *kind);
                 assert_eq!(g.name, name.as_bytes());
             }
+        }
+    }
+
+    /// 7.0+: offsets relative to their own place give file offsets; aliases (two names at
+    /// one address) make the raw values fall, which the 6.4 reading must not accept.
+    #[test]
+    fn place_relative_layout() {
+        let mut syms = sample();
+        syms[10].0 = syms[9].0;
+        syms[400].0 = syms[399].0;
+        let refs: Vec<(u32, u8, &str)> =
+            syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
+        let data = synthetic(&refs, Layout::V7_0, 0);
+        let t = find(&data).expect("tables");
+        assert_eq!(t.num_syms, 700);
+        assert!(t.place_relative_at().is_some());
+        assert!(t.stored_relative_base(&data).is_none());
+        let base = 0xffff_ffff_8000_0000;
+        let got = t.symbols(&data, base);
+        assert_eq!(got.len(), 700);
+        for (g, (off, kind, name)) in got.iter().zip(&syms) {
+            assert_eq!(g.addr, base + u64::from(*off), "{name}");
+            assert_eq!(g.kind, *kind);
+            assert_eq!(g.name, name.as_bytes());
         }
     }
 

@@ -17,6 +17,9 @@ const MAX_UNCOMPRESSED: u64 = 512 << 20;
 /// Where arm64 kernels are linked when the image itself does not tell: KIMAGE_VADDR for
 /// 48-bit VAs before 6.4 (`MODULES_END`), and after (6.4 moved modules below the kernel).
 const ARM64_KIMAGE_VADDRS: [u64; 2] = [0xffff_8000_0800_0000, 0xffff_8000_8000_0000];
+/// Where riscv64 kernels are linked (KERNEL_LINK_ADDR, the top 2 GiB): the Image starts
+/// with `_start` there.
+const RISCV64_KERNEL_LINK_ADDR: u64 = 0xffff_ffff_8000_0000;
 
 fn unrecognized(path: &Path) -> SymbolError {
     SymbolError::Unrecognized {
@@ -40,7 +43,7 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
     // Decoded once with base 0: relative_base needs the names, and a relative address is
     // base + offset either way (absolute tables get base 0).
     let mut symbols = tables.symbols(&image, 0);
-    let base = relative_base(&image, &tables, &symbols).ok_or_else(|| SymbolError::Corrupt {
+    let base = base(&image, arch, &tables, &symbols).ok_or_else(|| SymbolError::Corrupt {
         path: path.to_path_buf(),
         reason: "found the kallsyms tables but not the kernel's base address".into(),
     })?;
@@ -79,6 +82,12 @@ pub(crate) fn symbol_address(
     // at boot and found from the unbased names); with the base, so that absolute per-CPU
     // entries do not get it added.
     let base = match tables.stored_relative_base(&image) {
+        None if tables.place_relative_at().is_some() => {
+            match base(&image, header_arch(&image), &tables, &[]) {
+                Some(base) => base,
+                None => return Ok(None),
+            }
+        }
         None => 0,
         Some((_, stored)) if stored != 0 => stored,
         Some(_) => match relative_base(&image, &tables, &tables.symbols(&image, 0)) {
@@ -242,6 +251,45 @@ fn header_arch(image: &[u8]) -> Option<Arch> {
     }
 }
 
+/// What to add to the addresses the tables give with base 0: for 7.0+'s place-relative
+/// offsets those are file offsets, so the link address of the image's first byte (of the
+/// file offset 0 of an ELF, from the segment holding the tables); else the relative base.
+fn base(
+    image: &[u8],
+    arch: Option<Arch>,
+    tables: &kallsyms_tables::Tables,
+    unbased: &[RawSymbol],
+) -> Option<u64> {
+    let Some(offsets_at) = tables.place_relative_at() else {
+        return relative_base(image, tables, unbased);
+    };
+    if image.starts_with(b"\x7fELF") {
+        return elf_link_base(image, offsets_at);
+    }
+    match arch? {
+        Arch::Riscv64 => Some(RISCV64_KERNEL_LINK_ADDR),
+        Arch::Aarch64 => default_link_base(image),
+        Arch::X86_64 => None,
+    }
+}
+
+/// `p_vaddr - p_offset` of the ELF segment whose file bytes hold `at`.
+fn elf_link_base(image: &[u8], at: usize) -> Option<u64> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(image).ok()?;
+    let endian = header.endian().ok()?;
+    let at = at as u64;
+    header
+        .program_headers(endian, image)
+        .ok()?
+        .iter()
+        .find(|ph| {
+            let (off, size) = (ph.p_offset(endian), ph.p_filesz(endian));
+            ph.p_type(endian) == object::elf::PT_LOAD && off <= at && at - off < size
+        })
+        .map(|ph| ph.p_vaddr(endian).wrapping_sub(ph.p_offset(endian)))
+}
+
 /// The value of `kallsyms_relative_base`. Relocatable arm64 kernels are linked with
 /// `--no-apply-dynamic-relocs`: the word is 0 in the image and its value lives in the
 /// R_AARCH64_RELATIVE entry the kernel applies to itself at boot, which we look up.
@@ -311,7 +359,7 @@ fn default_link_base(image: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kallsyms_tables::{find, synthetic};
+    use crate::kallsyms_tables::{find, synthetic, Layout};
 
     const BASE: u64 = 0xffff_8000_0800_0000;
 
@@ -329,7 +377,7 @@ mod tests {
         let syms = symbols(own);
         let refs: Vec<(u32, u8, &str)> =
             syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
-        synthetic(&refs, false, stored)
+        synthetic(&refs, Layout::V6_1, stored)
     }
 
     /// A relocatable arm64 image: the base word is 0, its value sits in a RELA entry.
@@ -369,6 +417,42 @@ mod tests {
             assert_eq!(img.functions[299].addr, BASE + 0x1_0000 + 299 * 32);
             assert_eq!(img.functions[299].name, "fn_299");
         }
+    }
+
+    /// 7.0+ tables inside an ELF (an x86 bzImage's payload): the addresses come from the
+    /// segment that holds them, not from any architecture's default.
+    #[test]
+    fn place_relative_tables_in_an_elf() {
+        const VADDR: u64 = 0xffff_ffff_8100_0000;
+        const HEADERS: usize = 64 + 56;
+        let syms: Vec<(u32, u8, String)> = (0..300u32)
+            .map(|i| (0x40 + i * 32, b't', format!("fn_{i}")))
+            .collect();
+        let refs: Vec<(u32, u8, &str)> =
+            syms.iter().map(|(a, k, n)| (*a, *k, n.as_str())).collect();
+        let tables = synthetic(&refs, Layout::V7_0, 0);
+        let mut elf = vec![0u8; HEADERS];
+        elf[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        elf[0x10] = 2; // ET_EXEC
+        elf[0x12] = 62; // EM_X86_64
+        elf[0x14] = 1; // EV_CURRENT
+        elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        elf[0x34..0x36].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+        let len = (HEADERS + tables.len()) as u64;
+        let ph = 64;
+        elf[ph..ph + 4].copy_from_slice(&object::elf::PT_LOAD.to_le_bytes());
+        elf[ph + 16..ph + 24].copy_from_slice(&VADDR.to_le_bytes()); // p_vaddr at offset 0
+        elf[ph + 32..ph + 40].copy_from_slice(&len.to_le_bytes()); // p_filesz
+        elf[ph + 40..ph + 48].copy_from_slice(&len.to_le_bytes()); // p_memsz
+        elf.extend_from_slice(&tables);
+        let img = load(Path::new("t"), &elf, &LoadOptions::default()).unwrap();
+        assert_eq!(img.arch, Some(Arch::X86_64));
+        assert_eq!(img.functions.len(), 300);
+        // The symbols' offsets were file offsets within the tables, now after the headers.
+        assert_eq!(img.functions[0].addr, VADDR + HEADERS as u64 + 0x40);
+        assert_eq!(img.functions[299].name, "fn_299");
     }
 
     #[test]

@@ -52,15 +52,15 @@ pub fn riscv64_guest_elf(program: &str, variant: Variant) -> Result<PathBuf> {
     )
 }
 
-/// The riscv64 kernel `scripts/install-deps.sh` builds from Debian's linux source: its `Image`
-/// (kallsyms inside) and, beside it, its DWARF `vmlinux`.
+/// Debian's riscv64 kernel image that `scripts/install-deps.sh` caches (trixie's, or forky's
+/// where trixie's lists fail): a raw `Image` with an EFI stub, kallsyms inside.
 pub fn riscv64_kernel() -> PathBuf {
-    cached("kernel-riscv64/Image")
+    cached("kernel-riscv64/vmlinuz")
 }
 
-/// The DWARF `vmlinux` of [`riscv64_kernel`].
+/// The DWARF `vmlinux` of [`riscv64_kernel`], from its -dbg package.
 pub fn riscv64_vmlinux() -> PathBuf {
-    cached("kernel-riscv64/vmlinux")
+    cached("kernel-riscv64-dbg/vmlinux")
 }
 
 /// OpenSBI's `fw_dynamic.elf` with its symbols, which `scripts/install-deps.sh` builds from

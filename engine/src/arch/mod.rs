@@ -223,6 +223,42 @@ pub fn isa(arch: Arch) -> &'static dyn Isa {
 }
 
 /// The guest architecture as the plugin needs it.
+/// [`Isa::classify`] of the instruction at `pc`, given the one before it in the same block
+/// (`prev`: its address and bytes, `None` at a block's start): a call through a register
+/// the previous instruction set to a known value becomes a direct call
+/// ([`Isa::register_set_by`]). Within a block the two always run back to back: blocks are
+/// entered at their start, and interrupts are taken between blocks.
+pub fn classify_after(
+    isa: &dyn Isa,
+    mode: Mode,
+    prev: Option<(u64, &[u8])>,
+    pc: u64,
+    bytes: &[u8],
+) -> InsnKind {
+    let kind = isa.classify(mode, pc, bytes);
+    let (reg, offset, ret_addr) = match kind {
+        InsnKind::Call {
+            target: Target::Register(reg),
+            ret_addr,
+        } => (reg, 0, ret_addr),
+        InsnKind::Call {
+            target: Target::RegisterOffset { reg, offset },
+            ret_addr,
+        } => (reg, offset, ret_addr),
+        _ => return kind,
+    };
+    let known = prev
+        .filter(|&(prev_pc, prev)| prev_pc.wrapping_add(prev.len() as u64) == pc)
+        .and_then(|(prev_pc, prev)| isa.register_set_by(prev_pc, prev, reg));
+    match known {
+        Some(value) => InsnKind::Call {
+            target: Target::Direct(value.wrapping_add_signed(offset)),
+            ret_addr,
+        },
+        None => kind,
+    }
+}
+
 pub trait Isa: Sync + Send {
     /// Classifies the instruction at `pc` from its bytes (never from disassembly text), in
     /// code of width `mode`. `bytes` starts at `pc` and holds the instruction (the plugin
@@ -231,6 +267,13 @@ pub trait Isa: Sync + Send {
     /// How many bytes `classify` wants: the longest instruction (fixed-width ISAs: the
     /// instruction size).
     fn fetch_len(&self) -> usize;
+    /// What register `reg` holds after the instruction `prev` at `prev_pc` when that value
+    /// is known from the instruction alone (RISC-V `auipc`: `prev_pc` plus its immediate).
+    /// A call through `reg` right after it in the same block then has a known target: the
+    /// far `call` (`auipc ra, hi; jalr ra, lo(ra)`) is a direct call, read no register.
+    fn register_set_by(&self, _prev_pc: u64, _prev: &[u8], _reg: u8) -> Option<u64> {
+        None
+    }
     /// The width of the code the vCPU runs now, from registers `read` by QEMU's name (the
     /// plugin reads them at translation, when they describe the block's start). Fixed-width
     /// architectures read nothing.

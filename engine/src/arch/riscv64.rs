@@ -160,6 +160,15 @@ impl Riscv64 {
 impl Isa for Riscv64 {
     /// 2 bytes when the low two bits of the first parcel are not `11`, else 4 (longer
     /// encodings are reserved and QEMU has none).
+    /// AUIPC rd, imm: rd = pc + sign-extended `imm << 12` (the high part of the far `call`,
+    /// which kernels built without linker relaxation use for every call).
+    fn register_set_by(&self, prev_pc: u64, prev: &[u8], reg: u8) -> Option<u64> {
+        let insn = u32::from_le_bytes(prev.try_into().ok()?);
+        let rd = ((insn >> 7) & 31) as u8;
+        (insn & 0x7f == 0x17 && rd == reg && rd != 0)
+            .then(|| prev_pc.wrapping_add_signed(i64::from((insn & 0xffff_f000) as i32)))
+    }
+
     fn classify(&self, mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
         let Some(low) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
             return InsnKind::Other;
@@ -416,6 +425,83 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The far `call` (auipc + jalr, what kernels built without linker relaxation use for
+    /// every call) is a direct call when both are in one block; a jalr whose register the
+    /// instruction before did not set by auipc stays a call through it.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn auipc_then_jalr_is_a_direct_call() {
+        let listing = assemble(
+            &RISCV64,
+            0x8020_0000,
+            ".option norvc",
+            &[
+                "auipc ra, 0x100",
+                "jalr ra, -0x20(ra)",
+                "auipc t1, 0xfffff",
+                "jalr ra, 8(t1)",
+                "auipc t1, 0x1",
+                "jalr t0, 0(t1)",
+                "auipc a0, 0x1",
+                "jalr ra, 16(a5)",
+                "jalr ra, 16(a5)",
+            ],
+        );
+        let isa = Riscv64;
+        let kind = |i: usize, prev: bool| {
+            let before = (prev && i > 0).then(|| (listing[i - 1].addr, &listing[i - 1].bytes[..]));
+            crate::arch::classify_after(
+                &isa,
+                Mode::Bits64,
+                before,
+                listing[i].addr,
+                &listing[i].bytes,
+            )
+        };
+        let direct = |t: u64, i: usize| InsnKind::Call {
+            target: Target::Direct(t),
+            ret_addr: listing[i].addr + 4,
+        };
+        assert_eq!(kind(1, true), direct(0x8020_0000 + 0x10_0000 - 0x20, 1));
+        assert_eq!(kind(3, true), direct(0x8020_0008 - 0x1000 + 8, 3));
+        assert_eq!(kind(5, true), direct(0x8020_0010 + 0x1000, 5));
+        // At a block's start, or after an auipc of another register: through the register.
+        assert_eq!(
+            kind(1, false),
+            isa.classify(Mode::Bits64, listing[1].addr, &listing[1].bytes)
+        );
+        let through_a5 = InsnKind::Call {
+            target: Target::RegisterOffset {
+                reg: A5,
+                offset: 16,
+            },
+            ret_addr: listing[7].addr + 4,
+        };
+        assert_eq!(kind(7, true), through_a5);
+        assert!(matches!(
+            kind(8, true),
+            InsnKind::Call {
+                target: Target::RegisterOffset {
+                    reg: A5,
+                    offset: 16
+                },
+                ..
+            }
+        ));
+        // Not adjacent: no pairing.
+        let far = crate::arch::classify_after(
+            &isa,
+            Mode::Bits64,
+            Some((listing[0].addr - 4, &listing[0].bytes[..])),
+            listing[1].addr,
+            &listing[1].bytes,
+        );
+        assert_eq!(
+            far,
+            isa.classify(Mode::Bits64, listing[1].addr, &listing[1].bytes)
+        );
     }
 
     #[test]
