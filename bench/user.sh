@@ -14,7 +14,7 @@
 # Prints wall times, both ratios, peak RSS, trace sizes, events, and our plugin's call/return
 # counts (every call and return recorded: no unmatched return, no resync, nothing lost); then
 # the CPU time of each (user + system, every thread, record's own included) and its ratio.
-# Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] bench/user.sh [bzip2] [sqlite]
+# Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] [CONTRIB=0] bench/user.sh [bzip2] [sqlite]
 #        (no workload named: both)
 set -euo pipefail
 
@@ -102,6 +102,8 @@ measure() {
     local arch=$1 workload=$2 with_contrib=1 i p o pm om c cm bytes events
     user_argv "$arch" "$workload"
     [ "$arch" != riscv64 ] || with_contrib=0
+    # CONTRIB=0: ours against plain only (QEMU's plugin runs 10-19x longer).
+    [ "${CONTRIB:-1}" = 1 ] || with_contrib=0
     mkdir -p "$work/plain" "$work/ours" "$work/contrib"
     : >"$work/plain.t"; : >"$work/ours.t"; : >"$work/contrib.t"
     for i in $(seq "$runs"); do

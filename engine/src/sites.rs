@@ -107,9 +107,47 @@ pub unsafe fn call_site_at(data: *mut c_void) -> &'static CallSite {
     unsafe { &*(data as *const CallSite) }
 }
 
+/// The target field of a call that loads its target from memory (x86 `call *m`): the
+/// pointer's size in bytes (2, 4 or 8) in bits 0..8, and above them the base of the code
+/// segment that the loaded offset is relative to (real mode's `cs * 16`; 0 elsewhere).
+pub fn memory_call_word(size: u8, code_base: u64) -> u64 {
+    code_base << 8 | size as u64
+}
+
+/// Where a memory call goes, from its target field and the value its load read (QEMU leaves
+/// the bytes above the access's width undefined).
+#[inline(always)]
+pub fn memory_call_target(word: u64, loaded: u64) -> u64 {
+    let size = (word & 0xff) as u32;
+    let offset = if size >= 8 {
+        loaded
+    } else {
+        loaded & ((1u64 << (size * 8)) - 1)
+    };
+    (word >> 8).wrapping_add(offset)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_calls_take_the_loaded_width_and_code_base() {
+        let garbage = 0xdead_beef_0000_0000u64;
+        assert_eq!(
+            memory_call_target(memory_call_word(8, 0), 0xffff_ffff_8100_0000),
+            0xffff_ffff_8100_0000
+        );
+        assert_eq!(
+            memory_call_target(memory_call_word(4, 0), garbage | 0x0010_2030),
+            0x0010_2030
+        );
+        // Real mode: `call *%bx`'s 16-bit offset inside the code segment at 0xf0000.
+        assert_eq!(
+            memory_call_target(memory_call_word(2, 0xf0000), garbage | 0x1234_5678),
+            0xf5678
+        );
+    }
 
     #[test]
     fn calls_pack_into_one_word_when_they_fit() {

@@ -115,6 +115,25 @@ pub const INLINE_STORE_U64: Op = 1;
 /// `qemu_plugin_vcpu_udata_cb_t`, the same in every version.
 pub type VcpuUdataCb = unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void);
 
+/// `qemu_plugin_meminfo_t`: an opaque word describing one access.
+pub type MemInfo = u32;
+
+/// `qemu_plugin_vcpu_mem_cb_t`, the same in every version (it had `userdata` before v7).
+pub type VcpuMemCb =
+    unsafe extern "C" fn(vcpu_index: c_uint, info: MemInfo, vaddr: u64, userdata: *mut c_void);
+
+/// `enum qemu_plugin_mem_rw`.
+pub type MemRw = c_int;
+pub const MEM_R: MemRw = 1;
+
+/// `qemu_plugin_mem_value` (API 4, QEMU 9.2 on): the type tag, then a union of `uint8_t` …
+/// `uint64_t` and a 128-bit pair, little-endian, of which only the tagged width is set.
+#[repr(C)]
+pub struct MemValue {
+    pub kind: c_int,
+    pub data: [u64; 2],
+}
+
 /// The discontinuity callback (QEMU 10.2 on, found with dlsym): v7 drops the id and adds
 /// `userdata`, as for every callback.
 #[cfg(not(feature = "api-v7"))]
@@ -136,6 +155,16 @@ pub type DisconCb = unsafe extern "C" fn(
 
 extern "C" {
     pub fn qemu_plugin_tb_n_insns(tb: *const qemu_plugin_tb) -> usize;
+    pub fn qemu_plugin_register_vcpu_mem_cb(
+        insn: *mut qemu_plugin_insn,
+        cb: VcpuMemCb,
+        flags: CbFlags,
+        rw: MemRw,
+        userdata: *mut c_void,
+    );
+    /// The value the access `info` describes loaded or stored (read by QEMU from the vCPU's
+    /// last access, so only inside that access's memory callback).
+    pub fn qemu_plugin_mem_get_value(info: MemInfo) -> MemValue;
     pub fn qemu_plugin_tb_get_insn(tb: *const qemu_plugin_tb, idx: usize) -> *mut qemu_plugin_insn;
     pub fn qemu_plugin_insn_data(
         insn: *const qemu_plugin_insn,

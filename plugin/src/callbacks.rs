@@ -7,8 +7,8 @@
 use crate::api;
 use crate::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level, MemOperand};
-use qemu_uftrace_engine::sites::{call_site_at, unpack};
+use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
+use qemu_uftrace_engine::sites::{call_site_at, memory_call_target, unpack};
 use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,46 +104,26 @@ pub unsafe extern "C" fn on_offset_call(vcpu_index: c_uint, data: *mut c_void) {
     });
 }
 
-/// A call that reads its target from memory at an address computed from registers (x86
-/// `call *disp(%base,%index,scale)`), made once per call site at translation and never
-/// freed.
-pub struct MemorySite {
-    pub op: MemOperand,
-    pub ret_addr: u64,
-}
-
-/// # Safety
-/// `data` is a `&'static MemorySite`; registered with QEMU_PLUGIN_CB_R_REGS.
-pub unsafe extern "C" fn on_memory_call(vcpu_index: c_uint, data: *mut c_void) {
-    let site = unsafe { &*(data as *const MemorySite) };
-    let op = &site.op;
-    vcpu::with(vcpu_index, |v| {
-        let target = (|| {
-            let mut addr = op.effective_address(|r| v.regs.read_gpr(r))?;
-            if let Some(segment) = op.segment {
-                let isa = crate::isa_or_default();
-                addr = addr.wrapping_add(isa.segment_base(segment, &mut |n| v.regs.read_named(n))?);
-            }
-            v.regs.read_le(addr, op.size as usize)
-        })();
-        match target {
-            Some(target) => direct_call(v, target, site.ret_addr),
-            None => read_failed(v),
-        }
-    });
-}
-
-/// A call through a pointer at an address known at translation (x86-64 RIP-relative
-/// `call *disp(%rip)`): one memory read, no register.
+/// A call that reads its target from memory (x86 `call *m`), told by the load itself: a
+/// memory callback on the call's read of the pointer hands over the value it loaded, so no
+/// register and no guest memory is read (reading the pointer again through the API took a
+/// lock in user mode and several register reads for `disp(%base,%index,scale)`). A load that
+/// faults calls nothing: the call did not happen.
 ///
 /// # Safety
-/// `data` is a call site from `sites::call_site`, its target field the pointer's address.
-pub unsafe extern "C" fn on_absolute_memory_call(vcpu_index: c_uint, data: *mut c_void) {
+/// `data` is a call site from `sites::call_site` whose target field is
+/// `sites::memory_call_word`'s; registered as a read callback of the call instruction alone.
+pub unsafe extern "C" fn on_memory_call(
+    vcpu_index: c_uint,
+    info: api::MemInfo,
+    _vaddr: u64,
+    data: *mut c_void,
+) {
     let site = unsafe { call_site_at(data) };
-    vcpu::with(vcpu_index, |v| match v.regs.read_le(site.target, 8) {
-        Some(target) => direct_call(v, target, site.ret_addr),
-        None => read_failed(v),
-    });
+    // SAFETY: inside the memory callback of the access `info` describes.
+    let loaded = unsafe { api::qemu_plugin_mem_get_value(info) }.data[0];
+    let target = memory_call_target(site.target, loaded);
+    vcpu::with(vcpu_index, |v| direct_call(v, target, site.ret_addr));
 }
 
 /// A block that starts just after a call, entered while a return is pending: that return

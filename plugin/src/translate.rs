@@ -5,53 +5,43 @@
 use crate::api::{
     qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
     qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
-    qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
-    qemu_plugin_tb, qemu_plugin_tb_get_insn, qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb,
-    CB_NO_REGS, CB_R_REGS, COND_EQ, INLINE_ADD_U64, INLINE_STORE_U64,
+    qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
+    qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb, CB_NO_REGS, CB_R_REGS, COND_EQ, INLINE_ADD_U64,
+    INLINE_STORE_U64, MEM_R,
 };
 use crate::callbacks::{
-    on_absolute_memory_call, on_direct_call, on_exception_return, on_exception_return_from_memory,
-    on_indirect_call, on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer,
-    on_thunk_branch, MemorySite,
+    on_direct_call, on_exception_return, on_exception_return_from_memory, on_indirect_call,
+    on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer, on_thunk_branch,
 };
 use crate::guest::{ByteBuf, MIN_PAGE};
-use qemu_uftrace_engine::arch::{classify_after, InsnKind, Isa, MemOperand, Mode, Target, Thunk};
-use qemu_uftrace_engine::sites::{call_site, pack};
+use qemu_uftrace_engine::arch::{classify_after, InsnKind, Isa, Mode, Target, Thunk};
+use qemu_uftrace_engine::sites::{call_site, memory_call_word, pack};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
-
-/// The site of a call through memory at `pc`: one per call instruction, kept for good (a
-/// block translated again finds its site).
-fn memory_site(pc: u64, op: MemOperand, ret_addr: u64) -> *mut c_void {
-    static SITES: Mutex<Option<HashMap<u64, &'static MemorySite>>> = Mutex::new(None);
-    let mut sites = SITES.lock().unwrap_or_else(|e| e.into_inner());
-    let sites = sites.get_or_insert_with(HashMap::new);
-    let site = match sites.get(&pc) {
-        Some(s) if s.op == op && s.ret_addr == ret_addr => *s,
-        _ => {
-            let s: &'static MemorySite = Box::leak(Box::new(MemorySite { op, ret_addr }));
-            sites.insert(pc, s);
-            s
-        }
-    };
-    site as *const MemorySite as *mut c_void
-}
 
 /// The width of the code a block being translated runs (the vCPU is at the block's start).
 /// Fixed-width architectures read no register.
 fn code_mode(isa: &dyn Isa) -> Mode {
+    with_buf(|b| isa.current_mode(&mut |name| b.read_named(name)))
+}
+
+/// The translating thread's buffer for register and guest-memory reads.
+fn with_buf<R>(f: impl FnOnce(&mut ByteBuf) -> R) -> R {
     thread_local! {
         static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
     }
-    isa.current_mode(&mut |name| {
-        BUF.with(|b| {
-            b.borrow_mut()
-                .get_or_insert_with(ByteBuf::new)
-                .read_named(name)
-        })
-    })
+    BUF.with(|b| f(b.borrow_mut().get_or_insert_with(ByteBuf::new)))
+}
+
+/// The base of the code segment a block runs in, which a 16-bit call's target offset is
+/// relative to (real mode: the selector times 16); 0 in 32- and 64-bit code (flat). Read
+/// once at translation, where the vCPU is at the block's start.
+fn code_base(isa: &dyn Isa, mode: Mode) -> Option<u64> {
+    if mode != Mode::Bits16 {
+        return Some(0);
+    }
+    with_buf(|b| isa.segment_base("cs", &mut |name| b.read_named(name)))
 }
 
 /// # Safety
@@ -172,21 +162,26 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 CB_R_REGS,
                 call_site(pc, offset_call_word(reg, offset), ret_addr),
             ),
-            // x86 `call *m`: the target is read from memory when the call runs. A RIP-relative
-            // (or absolute) operand's address is known now; a far call is not followed.
+            // x86 `call *m`: the target is the value its own load reads, handed to a memory
+            // callback; a far call is not followed.
             InsnKind::Call {
                 target: Target::Memory(op),
                 ret_addr,
             } if !op.far => {
-                if op.base.is_none() && op.index.is_none() && op.segment.is_none() && op.size == 8 {
-                    (
-                        on_absolute_memory_call,
+                let Some(code_base) = code_base(isa, mode) else {
+                    continue;
+                };
+                let word = memory_call_word(op.size, code_base);
+                unsafe {
+                    qemu_plugin_register_vcpu_mem_cb(
+                        insn,
+                        on_memory_call,
                         CB_NO_REGS,
-                        call_site(pc, op.disp as u64, ret_addr),
+                        MEM_R,
+                        call_site(pc, word, ret_addr),
                     )
-                } else {
-                    (on_memory_call, CB_R_REGS, memory_site(pc, op, ret_addr))
-                }
+                };
+                continue;
             }
             InsnKind::Call {
                 target: Target::RegisterOffset { .. } | Target::Memory(_),
@@ -249,17 +244,8 @@ fn direct_call_site(target: u64, ret_addr: u64, pc: u64) -> (VcpuUdataCb, CbFlag
 /// The thunk a call's target starts with, from guest memory (read at translation; the
 /// target's page may not be mapped yet: no thunk then).
 fn thunk_at(isa: &dyn Isa, mode: Mode, target: u64) -> Option<Thunk> {
-    thread_local! {
-        static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
-    }
     let len = (isa.thunk_fetch_len() as u64).min(MIN_PAGE - target % MIN_PAGE) as usize;
-    BUF.with(|b| {
-        let mut b = b.borrow_mut();
-        let bytes = b
-            .get_or_insert_with(ByteBuf::new)
-            .read_memory(target, len)?;
-        isa.thunk(mode, bytes)
-    })
+    with_buf(|b| isa.thunk(mode, b.read_memory(target, len)?))
 }
 
 /// A register-plus-offset call's target field: marked as [`on_indirect_call`]'s, the

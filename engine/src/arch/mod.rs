@@ -26,7 +26,9 @@ pub enum Target {
 }
 
 /// A memory operand a call reads its target from: the effective address is
-/// `base + index * scale + disp`, wrapped to `addr_bits`, in segment `segment`.
+/// `base + index * scale + disp`, wrapped to `addr_bits`, in segment `segment`. The plugin
+/// takes the target from the call's own load (a memory callback), so only the decoder's
+/// tests look inside; `size` and `far` decide how the load is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemOperand {
     /// General register numbers as [`Isa::gpr_name`] names them.
@@ -50,25 +52,6 @@ pub struct MemOperand {
     /// selector times 16, in protected mode a descriptor's base that QEMU does not show
     /// (flat, 0, in practice).
     pub segment: Option<&'static str>,
-}
-
-impl MemOperand {
-    /// The effective address (segment base not added), with `gpr` reading a general
-    /// register.
-    pub fn effective_address(&self, mut gpr: impl FnMut(u8) -> Option<u64>) -> Option<u64> {
-        let mut addr = self.disp as u64;
-        if let Some(b) = self.base {
-            addr = addr.wrapping_add(gpr(b)?);
-        }
-        if let Some(i) = self.index {
-            addr = addr.wrapping_add(gpr(i)?.wrapping_mul(self.scale as u64));
-        }
-        Some(match self.addr_bits {
-            16 => addr & 0xffff,
-            32 => addr & 0xffff_ffff,
-            _ => addr,
-        })
-    }
 }
 
 /// The call instruction found just before a return address.
@@ -477,42 +460,5 @@ mod tests {
             (257, 3, 9, 59)
         );
         assert_eq!(x86.stack_pointer, "rsp");
-    }
-
-    #[test]
-    fn memory_operands_wrap_at_their_address_size() {
-        let op = MemOperand {
-            base: Some(0),
-            index: Some(1),
-            scale: 8,
-            disp: -0x10,
-            addr_bits: 64,
-            size: 8,
-            far: false,
-            segment: None,
-        };
-        let regs = |n: u8| Some([0x1000u64, 3][n as usize]);
-        assert_eq!(op.effective_address(regs), Some(0x1000 + 24 - 0x10));
-        let narrow = MemOperand {
-            addr_bits: 16,
-            disp: 0xffff,
-            ..op
-        };
-        assert_eq!(
-            narrow.effective_address(regs),
-            Some((0x1000 + 24 + 0xffff) & 0xffff)
-        );
-        let absolute = MemOperand {
-            base: None,
-            index: None,
-            scale: 1,
-            disp: 0xffff_ffff_8200_0000_u64 as i64,
-            ..op
-        };
-        assert_eq!(
-            absolute.effective_address(|_| None),
-            Some(0xffff_ffff_8200_0000)
-        );
-        assert_eq!(op.effective_address(|_| None), None);
     }
 }
