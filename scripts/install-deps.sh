@@ -104,8 +104,9 @@ command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
 command -v zstd >/dev/null 2>&1 || need+=(zstd)
 # -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped below).
 dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
-# A real emulator for a target qemu-uftrace does not support yet (the CLI's bad-input tests).
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+# A real emulator for a target qemu-uftrace does not support (the CLI's bad-input tests).
+command -v qemu-system-s390x >/dev/null 2>&1 || need+=(qemu-system-s390x)
 # riscv64 system mode (Debian splits it out of qemu-system-misc; opensbi comes with it).
 command -v qemu-system-riscv64 >/dev/null 2>&1 || need+=(qemu-system-riscv)
 # lz4 decompresses the amd64 bzImage's payload for the kallsyms peer test.
@@ -135,7 +136,7 @@ if [ "${#need[@]}" -gt 0 ]; then
     qemu_release=()
     [ -z "$backports" ] || qemu_release=(-t "${backports#/}")
     $SUDO apt-get install -y -qq --no-install-recommends "${qemu_release[@]}" \
-        qemu-system-arm qemu-system-x86 qemu-system-riscv ipxe-qemu >/dev/null
+        qemu-system-arm qemu-system-x86 qemu-system-riscv qemu-system-s390x ipxe-qemu >/dev/null
 fi
 have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
 

@@ -34,6 +34,18 @@ pub enum ExceptionKind {
     Brk = 7,
     SError = 8,
     Other = 9,
+    PageFault = 10,
+    GeneralProtection = 11,
+    InvalidOp = 12,
+    Int3 = 13,
+    Debug = 14,
+    Nmi = 15,
+    DivideError = 16,
+    DoubleFault = 17,
+    MachineCheck = 18,
+    DeviceNotAvailable = 19,
+    /// A software interrupt (x86 `INT n`) that is no system call.
+    SoftInt = 20,
 }
 
 impl ExceptionKind {

@@ -26,6 +26,19 @@ pub const NAMES: &[&str] = &[
     "[brk]",
     "[serror]",
     "[exception]",
+    // x86's exceptions, named as Linux names their handlers (`exc_page_fault` …); software
+    // interrupts other than a system call's are `[int]`.
+    "[page-fault]",
+    "[general-protection]",
+    "[invalid-op]",
+    "[int3]",
+    "[debug]",
+    "[nmi]",
+    "[divide-error]",
+    "[double-fault]",
+    "[machine-check]",
+    "[device-not-available]",
+    "[int]",
 ];
 
 /// Index of the first signal's pseudo-function: signal `n` (1 to [`MAX_SIGNAL`]) is shown

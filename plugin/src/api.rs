@@ -122,6 +122,9 @@ pub type MemInfo = u32;
 pub type VcpuMemCb =
     unsafe extern "C" fn(vcpu_index: c_uint, info: MemInfo, vaddr: u64, userdata: *mut c_void);
 
+/// `QEMU_PLUGIN_MEM_VALUE_U16` of `enum qemu_plugin_mem_value_type` (U8 is 0).
+pub const MEM_VALUE_U16: c_int = 1;
+
 /// `enum qemu_plugin_mem_rw`.
 pub type MemRw = c_int;
 pub const MEM_R: MemRw = 1;

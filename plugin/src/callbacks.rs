@@ -213,6 +213,10 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
     let isa = crate::isa_or_default();
     let split = crate::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
+        let Some(what) = v.announced.see(what, from_pc, to_pc) else {
+            // Raised, not yet delivered (x86): the delivery comes next.
+            return;
+        };
         let now = v.clock.now();
         settle(v, now);
         // Interrupts need no register unless levels are kept apart; exceptions need the
@@ -227,6 +231,13 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
                 .syndrome_register(l)
                 .and_then(|name| v.regs.read_named(name)),
             _ => None,
+        };
+        // Without a syndrome register (x86): from the trapping instruction or the IDT.
+        let syndrome = match what {
+            Discontinuity::Exception if syndrome.is_none() => {
+                crate::vectors::syndrome(v, isa, from_pc, to_pc)
+            }
+            _ => syndrome,
         };
         let previous = v.level;
         if let Some(level) = level {

@@ -21,6 +21,7 @@ mod stop_signals;
 mod translate;
 mod usermap;
 mod vcpu;
+mod vectors;
 
 use config::{ClockChoice, Config, Mode};
 use output::Output;
@@ -265,6 +266,8 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
         regs: guest::ByteBuf::new(),
         level: None,
         task_ptr: 0,
+        announced: Default::default(),
+        vectors: Default::default(),
         thunk_ret: false,
     };
     if !vcpu::install(vcpu_id, state) {

@@ -122,6 +122,19 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 continue;
             }
         }
+        // x86 `lidt`: where exceptions are delivered through (`vectors`).
+        if let Some(mask) = isa.loads_vector_table(mode, &bytes[..len]) {
+            unsafe {
+                qemu_plugin_register_vcpu_mem_cb(
+                    insn,
+                    crate::vectors::on_vector_table_load,
+                    CB_NO_REGS,
+                    MEM_R,
+                    mask as usize as *mut c_void,
+                )
+            };
+            continue;
+        }
         let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
         let (cb, flags, data): (VcpuUdataCb, _, _) = match kind {

@@ -31,6 +31,10 @@ pub struct VcpuState {
     /// The OS task pointer last written on this vCPU (0: none yet), so that rewriting the
     /// same one (every entry from user space) does not take the task table's lock.
     pub task_ptr: u64,
+    /// An exception QEMU announced before delivering it (x86).
+    pub announced: qemu_uftrace_engine::arch::Announced,
+    /// Where exceptions are delivered through, where no register names them (x86).
+    pub vectors: crate::vectors::VectorTable,
     /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
     /// next only branches to the callee, whose frame the call to the thunk opened.
     pub thunk_ret: bool,

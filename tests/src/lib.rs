@@ -107,11 +107,16 @@ pub const TEST_PROGRAMS: &[GuestProgram] = &[
             "op_add",
             "op_sub",
             "op_twice_sum",
+            "table_call",
         ],
         leaves: &["op_add", "op_sub"],
         tail_calls: &[],
         frameless: &["op_add", "op_sub"],
-        output: &["fp_apply_all(7, 3) = 34", "direct_op(10, 4) = 6"],
+        output: &[
+            "fp_apply_all(7, 3) = 34",
+            "direct_op(10, 4) = 6",
+            "table_call(5, 6) = 22",
+        ],
     },
     GuestProgram {
         name: "leaf",

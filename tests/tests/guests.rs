@@ -255,6 +255,7 @@ fn fnptr_guest() {
                 ],
             ),
             leaf("op_sub"),
+            call("table_call", &[call("op_twice_sum", &[leaf("op_add")])]),
         ],
     );
     assert_eq!(oracle_names(&events, &syms), want);

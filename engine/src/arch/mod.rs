@@ -179,6 +179,33 @@ pub enum Discontinuity {
     HostCall,
 }
 
+/// QEMU's x86 target reports an exception twice: when the instruction raises it (an
+/// exception discontinuity whose `to_pc` is still `from_pc`: nothing was delivered yet), and
+/// again when it is delivered, as an interrupt discontinuity from the same `from_pc` to the
+/// handler (measured on 10.2.2 and 11.1.3: SeaBIOS's `INT n`s come as such pairs). Other
+/// targets report each exception once, already delivered. This folds a pair into one
+/// exception taken to the handler, and leaves hardware interrupts as they are.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Announced(Option<u64>);
+
+impl Announced {
+    /// What a discontinuity QEMU reported is, or `None` for an announcement (the delivery
+    /// comes next).
+    pub fn see(&mut self, what: Discontinuity, from_pc: u64, to_pc: u64) -> Option<Discontinuity> {
+        let announced = self.0.take();
+        match what {
+            Discontinuity::Exception if from_pc == to_pc => {
+                self.0 = Some(from_pc);
+                None
+            }
+            Discontinuity::Interrupt if announced == Some(from_pc) => {
+                Some(Discontinuity::Exception)
+            }
+            _ => Some(what),
+        }
+    }
+}
+
 /// A privilege level as the architecture numbers it (aarch64: EL, with bit 2 set in the
 /// Secure state; x86: ring), kept apart by `split_levels`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -355,6 +382,28 @@ pub trait Isa: Sync + Send {
     ) -> u64 {
         from_pc
     }
+    /// Where no register says which exception was taken (x86), the size of one entry of the
+    /// table the vCPU, running code of width `mode`, delivers exceptions through (x86's IDT
+    /// gates, real mode's vectors); `None` where a syndrome register says it.
+    fn vector_entry_size(&self, _mode: Mode) -> Option<usize> {
+        None
+    }
+    /// Where `bytes` load the vector table's place (x86 `lidt m`, which reads a 2-byte
+    /// limit and then the base; the plugin takes both from the loads themselves): the mask
+    /// the instruction applies to the base it loads (x86: 24 bits with a 16-bit operand).
+    fn loads_vector_table(&self, _mode: Mode, _bytes: &[u8]) -> Option<u64> {
+        None
+    }
+    /// The syndrome of an exception the instruction `insn` raises by itself (x86 `INT n`,
+    /// `INT3`, `SYSCALL`): its vector, and its length, past which the handler returns.
+    fn trap_syndrome(&self, _mode: Mode, _insn: &[u8]) -> Option<u64> {
+        None
+    }
+    /// The syndrome of an exception delivered to `handler`: the first vector of `table`
+    /// (the vector table's bytes, of [`Isa::vector_entry_size`] entries) that leads there.
+    fn vector_syndrome(&self, _mode: Mode, _table: &[u8], _handler: u64) -> Option<u64> {
+        None
+    }
     /// The register an OS keeps its running task in, written by [`InsnKind::SetTaskPointer`].
     fn task_pointer_register(&self) -> Option<&'static str> {
         None
@@ -443,6 +492,28 @@ pub use crate::exceptions::ExceptionKind;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_announced_exception_is_one_with_its_delivery() {
+        use super::{Announced, Discontinuity::*};
+        let mut a = Announced::default();
+        // x86: `INT 10h` at 0xfd09b raised, then delivered to its handler.
+        assert_eq!(a.see(Exception, 0xfd09b, 0xfd09b), None);
+        assert_eq!(a.see(Interrupt, 0xfd09b, 0xc578b), Some(Exception));
+        // A hardware interrupt, with no announcement before it.
+        assert_eq!(a.see(Interrupt, 0xf879f, 0xffea5), Some(Interrupt));
+        // An announcement followed by an interrupt from elsewhere: that one is an interrupt,
+        // and the announcement is forgotten.
+        assert_eq!(a.see(Exception, 0x1000, 0x1000), None);
+        assert_eq!(a.see(Interrupt, 0x2000, 0x3000), Some(Interrupt));
+        assert_eq!(a.see(Interrupt, 0x1000, 0x3000), Some(Interrupt));
+        // Other targets report exceptions once, delivered (aarch64's SVC), and host calls.
+        assert_eq!(
+            a.see(Exception, 0x4000_0004, 0xffff_8000_0801_0400),
+            Some(Exception)
+        );
+        assert_eq!(a.see(HostCall, 0x4000_0008, 0x4000_0008), Some(HostCall));
+    }
+
     use super::*;
 
     #[test]

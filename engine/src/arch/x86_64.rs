@@ -29,6 +29,16 @@ use super::{
 
 pub struct X86_64;
 
+/// An x86 exception's syndrome, as the plugin computes it (no register holds one): the vector
+/// in the low bits ([`SYSCALL_VECTOR`] for `SYSCALL`/`SYSENTER`, which use none), and for a
+/// trap raised by an instruction its length above [`TRAP_LEN_SHIFT`].
+fn syndrome(vector: u64, trap_len: usize) -> u64 {
+    vector | (trap_len as u64) << TRAP_LEN_SHIFT
+}
+const VECTOR_MASK: u64 = 0x1ff;
+const SYSCALL_VECTOR: u64 = 0x100;
+const TRAP_LEN_SHIFT: u32 = 16;
+
 /// The architectural limit: a longer instruction raises #GP.
 const MAX_INSN: usize = 15;
 
@@ -549,16 +559,111 @@ impl Isa for X86_64 {
         None
     }
 
-    /// The vector is not visible to plugins.
+    /// The vector is not visible to plugins: it comes from the trapping instruction or the
+    /// IDT ([`Isa::trap_syndrome`], [`Isa::vector_syndrome`]).
     fn syndrome_register(&self, _level: Level) -> Option<&'static str> {
         None
     }
 
-    fn exception_kind(&self, what: Discontinuity, _syndrome: Option<u64>) -> ExceptionKind {
+    /// `syndrome`: [`syndrome`]'s vector (and length), named as Linux names the handlers.
+    fn exception_kind(&self, what: Discontinuity, syndrome: Option<u64>) -> ExceptionKind {
+        use ExceptionKind as K;
         match what {
-            Discontinuity::Interrupt => ExceptionKind::Irq,
-            Discontinuity::Exception | Discontinuity::HostCall => ExceptionKind::Other,
+            Discontinuity::Interrupt => K::Irq,
+            Discontinuity::HostCall => K::Other,
+            Discontinuity::Exception => {
+                let Some(s) = syndrome else {
+                    return K::Other;
+                };
+                // Raised by an instruction of its own (`INT n` whatever its number: a BIOS
+                // call is `INT 10h`), or by a fault.
+                let trap = s >> TRAP_LEN_SHIFT != 0;
+                match s & VECTOR_MASK {
+                    SYSCALL_VECTOR | 0x80 if trap => K::Svc,
+                    0 => K::DivideError,
+                    1 => K::Debug,
+                    2 => K::Nmi,
+                    3 => K::Int3,
+                    _ if trap => K::SoftInt,
+                    6 => K::InvalidOp,
+                    7 => K::DeviceNotAvailable,
+                    8 => K::DoubleFault,
+                    13 => K::GeneralProtection,
+                    14 => K::PageFault,
+                    18 => K::MachineCheck,
+                    _ => K::Other,
+                }
+            }
         }
+    }
+
+    /// A trap (`INT n`, `INT3`, `SYSCALL`) returns past the instruction that raised it; a
+    /// fault or an interrupt to the instruction QEMU reported.
+    fn exception_resume_pc(&self, what: Discontinuity, syndrome: Option<u64>, from_pc: u64) -> u64 {
+        match (what, syndrome) {
+            (Discontinuity::Exception, Some(s)) => from_pc.wrapping_add(s >> TRAP_LEN_SHIFT),
+            _ => from_pc,
+        }
+    }
+
+    /// IDT gates: 16 bytes in long mode, 8 in protected mode; real mode's vectors are 4-byte
+    /// `offset:segment` pairs.
+    fn vector_entry_size(&self, mode: Mode) -> Option<usize> {
+        Some(match mode {
+            Mode::Bits64 => 16,
+            Mode::Bits32 => 8,
+            Mode::Bits16 => 4,
+        })
+    }
+
+    /// `lidt m` (0F 01 /3, a memory operand); with a 16-bit operand size it keeps 24 bits
+    /// of the base.
+    fn loads_vector_table(&self, mode: Mode, bytes: &[u8]) -> Option<u64> {
+        let (p, i) = prefixes(mode, bytes);
+        if !matches!(bytes.get(i..i + 3)?, [0x0f, 0x01, m] if m >> 6 != 3 && (m >> 3) & 7 == 3) {
+            return None;
+        }
+        let op16 = mode != Mode::Bits64 && ((mode == Mode::Bits16) != p.operand_size);
+        Some(if op16 { 0xff_ffff } else { u64::MAX })
+    }
+
+    fn trap_syndrome(&self, mode: Mode, insn: &[u8]) -> Option<u64> {
+        let (_, i) = prefixes(mode, insn);
+        let (vector, len) = match insn.get(i..)? {
+            [0xcc, ..] => (3, 1),
+            [0xf1, ..] => (1, 1),
+            [0xce, ..] if mode != Mode::Bits64 => (4, 1),
+            [0xcd, n, ..] => (u64::from(*n), 2),
+            [0x0f, 0x05 | 0x34, ..] => (SYSCALL_VECTOR, 2),
+            _ => return None,
+        };
+        Some(syndrome(vector, i + len))
+    }
+
+    fn vector_syndrome(&self, mode: Mode, table: &[u8], handler: u64) -> Option<u64> {
+        let size = self.vector_entry_size(mode)?;
+        let vector = table.chunks_exact(size).position(|e| {
+            let offset = |lo: usize, hi: usize| {
+                u64::from(u16::from_le_bytes([e[lo], e[lo + 1]]))
+                    | u64::from(u16::from_le_bytes([e[hi], e[hi + 1]])) << 16
+            };
+            // Gates must be present (type byte bit 7); a real-mode vector is a far pointer.
+            match size {
+                16 => {
+                    e[5] & 0x80 != 0
+                        && offset(0, 6)
+                            | u64::from(u32::from_le_bytes([e[8], e[9], e[10], e[11]])) << 32
+                            == handler
+                }
+                8 => e[5] & 0x80 != 0 && offset(0, 6) == handler,
+                _ => {
+                    let off = u64::from(u16::from_le_bytes([e[0], e[1]]));
+                    let seg = u64::from(u16::from_le_bytes([e[2], e[3]]));
+                    (seg << 4) + off == handler
+                }
+            }
+        })?;
+        Some(syndrome(vector as u64, 0))
     }
 
     /// `saved`: the code segment selector returned to (its RPL is the ring).
@@ -1414,6 +1519,125 @@ mod tests {
         );
         // Cut short: not enough to tell.
         assert_eq!(X86_64.thunk(m, &rax[..15]), None);
+    }
+
+    #[test]
+    fn exceptions_are_named_by_their_vector() {
+        use ExceptionKind as K;
+        let x = X86_64;
+        let kind = |s: Option<u64>| x.exception_kind(Discontinuity::Exception, s);
+        // Raised by an instruction: its vector, and its length to step over.
+        let trap = |m: Mode, bytes: &[u8]| x.trap_syndrome(m, bytes);
+        let m = Mode::Bits64;
+        assert_eq!(kind(trap(m, &[0xcc])), K::Int3);
+        assert_eq!(kind(trap(m, &[0xcd, 0x03])), K::Int3);
+        assert_eq!(kind(trap(m, &[0xcd, 0x80])), K::Svc);
+        assert_eq!(kind(trap(m, &[0x0f, 0x05])), K::Svc);
+        assert_eq!(kind(trap(m, &[0xf1])), K::Debug);
+        // A BIOS call's vector is below 32; it is still a software interrupt.
+        assert_eq!(kind(trap(Mode::Bits16, &[0xcd, 0x10])), K::SoftInt);
+        assert_eq!(kind(trap(Mode::Bits32, &[0xce])), K::SoftInt);
+        assert_eq!(trap(m, &[0xce]), None, "INTO is invalid in 64-bit mode");
+        assert_eq!(trap(m, &[0x48, 0x89, 0x07]), None, "a fault's instruction");
+        assert_eq!(
+            x.exception_resume_pc(Discontinuity::Exception, trap(m, &[0x0f, 0x05]), 0x1000),
+            0x1002
+        );
+        assert_eq!(
+            x.exception_resume_pc(
+                Discontinuity::Exception,
+                trap(m, &[0x2e, 0xcd, 0x21]),
+                0x1000
+            ),
+            0x1003
+        );
+        // A fault resumes at the faulting instruction; an interrupt where it was taken.
+        let fault = x.vector_syndrome(m, &gate64(14, 0xffff_ffff_8100_0e50), 0xffff_ffff_8100_0e50);
+        assert_eq!(kind(fault), K::PageFault);
+        assert_eq!(
+            x.exception_resume_pc(Discontinuity::Exception, fault, 0x1000),
+            0x1000
+        );
+        assert_eq!(
+            x.exception_resume_pc(Discontinuity::Interrupt, None, 0x1000),
+            0x1000
+        );
+        assert_eq!(x.exception_kind(Discontinuity::Interrupt, fault), K::Irq);
+        assert_eq!(kind(None), K::Other);
+    }
+
+    /// A long-mode IDT of `vector + 1` gates, the last one leading to `handler`.
+    fn gate64(vector: usize, handler: u64) -> Vec<u8> {
+        let mut idt = vec![0u8; (vector + 1) * 16];
+        let g = &mut idt[vector * 16..];
+        g[0..2].copy_from_slice(&(handler as u16).to_le_bytes());
+        g[2..4].copy_from_slice(&0x10u16.to_le_bytes());
+        g[5] = 0x8e; // present, interrupt gate
+        g[6..8].copy_from_slice(&((handler >> 16) as u16).to_le_bytes());
+        g[8..12].copy_from_slice(&((handler >> 32) as u32).to_le_bytes());
+        idt
+    }
+
+    #[test]
+    fn vectors_are_found_in_each_kind_of_table() {
+        let x = X86_64;
+        let vector = |m, table: &[u8], handler| x.vector_syndrome(m, table, handler);
+        let idt = gate64(13, 0xffff_ffff_8100_0cc0);
+        assert_eq!(vector(Mode::Bits64, &idt, 0xffff_ffff_8100_0cc0), Some(13));
+        assert_eq!(vector(Mode::Bits64, &idt, 0xffff_ffff_8100_0cc1), None);
+        // A gate that is not present leads nowhere.
+        let mut absent = idt.clone();
+        absent[13 * 16 + 5] = 0x0e;
+        assert_eq!(vector(Mode::Bits64, &absent, 0xffff_ffff_8100_0cc0), None);
+        // Protected mode: 8-byte gates.
+        let mut idt32 = vec![0u8; 8 * 8];
+        idt32[6 * 8..6 * 8 + 8].copy_from_slice(&[0x78, 0x56, 0x08, 0, 0, 0x8e, 0x34, 0x12]);
+        assert_eq!(vector(Mode::Bits32, &idt32, 0x1234_5678), Some(6));
+        // Real mode: offset:segment pairs, the first vector leading there wins.
+        let mut ivt = vec![0u8; 0x20 * 4];
+        for v in [0x10, 0x13] {
+            ivt[v * 4..v * 4 + 4].copy_from_slice(&[0x65, 0xf0, 0x00, 0xf0]);
+        }
+        assert_eq!(vector(Mode::Bits16, &ivt, 0xff065), Some(0x10));
+        // A table cut short holds whole entries only.
+        assert_eq!(
+            vector(Mode::Bits64, &idt[..idt.len() - 1], 0xffff_ffff_8100_0cc0),
+            None
+        );
+    }
+
+    #[test]
+    fn lidt_is_told_apart_from_its_neighbours() {
+        let x = X86_64;
+        let m = Mode::Bits64;
+        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0x18]), Some(u64::MAX)); // lidt (%rax)
+                                                                                  // lidt 0x10(%rip), lidt 8(%rsp)
+        assert!(x
+            .loads_vector_table(m, &[0x0f, 0x01, 0x1d, 0x10, 0, 0, 0])
+            .is_some());
+        assert!(x
+            .loads_vector_table(m, &[0x0f, 0x01, 0x5c, 0x24, 0x08])
+            .is_some());
+        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0x10]), None); // lgdt (%rax)
+        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0x08]), None); // sidt (%rax)
+        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0xd8]), None); // vmrun (mod 3)
+                                                                        // A 16-bit operand keeps 24 bits of the base: real mode's default, 32-bit code's 66h.
+        assert_eq!(
+            x.loads_vector_table(Mode::Bits16, &[0x0f, 0x01, 0x1e, 0, 0x10]),
+            Some(0xff_ffff)
+        );
+        assert_eq!(
+            x.loads_vector_table(Mode::Bits16, &[0x66, 0x0f, 0x01, 0x1e, 0, 0x10]),
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            x.loads_vector_table(Mode::Bits32, &[0x66, 0x0f, 0x01, 0x18]),
+            Some(0xff_ffff)
+        );
+        assert_eq!(
+            x.loads_vector_table(Mode::Bits32, &[0x0f, 0x01, 0x18]),
+            Some(u64::MAX)
+        );
     }
 
     #[test]
