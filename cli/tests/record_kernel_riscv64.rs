@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::record_to_panic;
+use common::{check_secondary_start, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_tests::plugin_stat;
 use qemu_uftrace_tests::replay::{task_names, uftrace};
@@ -212,6 +212,19 @@ fn riscv64_kernel_boots_to_its_panic_under_record() {
 /// With the kernel's DWARF vmlinux: every address in kernel text named, tids that are the
 /// guest's PIDs and tasks named after the kernel's own names (read at switches through the
 /// task_struct's `pid` and `comm`), source lines.
+/// Two harts (`-smp 2`): both record on one timeline; the secondary hart, started through
+/// OpenSBI's HSM extension by the boot hart's `sbi_cpu_start`, runs `smp_callin` in its own
+/// boot context after that call; tasks move between the harts.
+#[test]
+fn two_harts_share_one_timeline() {
+    for qemu in riscv64_qemus() {
+        let mut args = riscv64_kernel_boot_args_on(&qemu.program);
+        args.extend(["-smp", "2"].map(String::from));
+        let ((_tmp, dir), _) = record_boot_cmd(&args, &[]);
+        check_secondary_start(&dir, "sbi_cpu_start", "smp_callin", false, qemu.label);
+    }
+}
+
 #[test]
 fn riscv64_kernel_with_its_vmlinux_names_tasks_and_lines() {
     let vmlinux = riscv64_vmlinux().display().to_string();

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::record_to_panic;
+use common::{check_secondary_start, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_symbols::LoadOptions;
 use qemu_uftrace_tests::replay::{task_names, uftrace};
@@ -60,6 +60,25 @@ fn debian_amd64_kernel_boots_to_its_panic_under_record() {
     for qemu in system_qemus_x86_64() {
         let (_tmp, dir) = record_boot(&qemu.program, &[]);
         check_boot(&dir, qemu.label);
+    }
+}
+
+/// Two vCPUs (`-smp 2`): both record, on one wall-clock timeline; the secondary CPU, woken by
+/// the boot CPU's INIT/SIPI in `native_cpu_up`, runs its first C code (`cpu_init_secondary`)
+/// in its own boot context while that call is still open; tasks move between the vCPUs.
+#[test]
+fn two_vcpus_share_one_timeline() {
+    for qemu in system_qemus_x86_64() {
+        let mut args = boot_args(&qemu.program);
+        args.extend(["-smp", "2"].map(String::from));
+        let (_tmp, dir, _) = record_to_panic(&args, &[]);
+        check_secondary_start(
+            &dir,
+            "native_cpu_up",
+            "cpu_init_secondary",
+            true,
+            qemu.label,
+        );
     }
 }
 

@@ -83,3 +83,81 @@ pub fn record_to_panic(argv: &[String], options: &[&str]) -> (tempfile::TempDir,
     );
     (tmp, dir, console)
 }
+
+/// A kernel boot recorded on two vCPUs (`dir`): both record, on one wall-clock timeline, and
+/// the secondary CPU's first traced function `started` runs in a context of its own after the
+/// boot CPU's call `wake` (which wakes it) began: inside it where `wake` waits for the
+/// secondary (`inside`); tasks move between the vCPUs.
+pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool, label: &str) {
+    let stat = |key: &str| -> u64 {
+        let v = qemu_uftrace_tests::plugin_stat(dir, key);
+        v.parse().unwrap_or_else(|_| panic!("{key}={v} on {label}"))
+    };
+    assert_eq!(stat("vcpus"), 2, "on {label}");
+    assert_eq!(
+        qemu_uftrace_tests::plugin_stat(dir, "clock"),
+        "wall",
+        "on {label}"
+    );
+    for vcpu in 0..2 {
+        let events = stat(&format!("vcpu{vcpu}.events"));
+        assert!(events > 10_000, "vCPU {vcpu}: {events} events on {label}");
+    }
+    let (calls, returns) = (stat("calls"), stat("returns"));
+    assert!(
+        calls.abs_diff(returns) < calls / 100,
+        "{calls} calls, {returns} returns on {label}"
+    );
+    assert!(stat("unmatched_returns") < 1_000, "on {label}");
+
+    let d = dir.to_string_lossy().to_string();
+    let (wake_filter, started_filter) = (format!("^{wake}$"), format!("^{started}$"));
+    let args = [
+        "replay",
+        "--no-pager",
+        "-f",
+        "time,tid",
+        "-D",
+        "1",
+        "-d",
+        &d,
+        "-F",
+        &wake_filter,
+        "-F",
+        &started_filter,
+    ];
+    let replay = qemu_uftrace_tests::replay::uftrace(&args).expect("uftrace replay");
+    // `[tid]  seconds.nanoseconds | function`
+    let event = |what: &str| -> Option<(u32, f64)> {
+        let line = replay.lines().find(|l| l.contains(what))?;
+        let mut words = line.split_whitespace();
+        let tid = words.next()?.trim_matches(['[', ']']).parse().ok()?;
+        Some((tid, words.next()?.parse().ok()?))
+    };
+    let missing = || format!("on {label}:\n{replay}");
+    let (wake_tid, woken) =
+        event(&format!("| {wake}()")).unwrap_or_else(|| panic!("{}", missing()));
+    let (start_tid, start) =
+        event(&format!("| {started}()")).unwrap_or_else(|| panic!("{}", missing()));
+    assert!(start > woken, "{started} before {wake} {}", missing());
+    if inside {
+        let (_, done) =
+            event(&format!("}} /* {wake} */")).unwrap_or_else(|| panic!("{}", missing()));
+        assert!(
+            start < done,
+            "{started} after {wake} returned {}",
+            missing()
+        );
+    }
+    assert_ne!(
+        start_tid,
+        wake_tid,
+        "{started} in {wake}'s task {}",
+        missing()
+    );
+    let note = std::fs::read_to_string(dir.join("note.txt")).expect("note.txt");
+    assert!(
+        note.lines().any(|l| l.trim_end().ends_with("vCPU 0,1")),
+        "no task ran on both vCPUs on {label}:\n{note}"
+    );
+}
