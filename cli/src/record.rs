@@ -110,8 +110,16 @@ fn record_into(
         if user_mode { &[] } else { &images },
         args.no_auto_symbols,
     );
-    let loader =
-        (!user_mode).then(|| start_symbol_files(&sources, &images, &opts, staging, guest_arch));
+    let loader = (!user_mode).then(|| {
+        start_symbol_files(
+            &sources,
+            &images,
+            &opts,
+            staging,
+            guest_arch,
+            Default::default(),
+        )
+    });
 
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let mut plugin_opt =
@@ -174,6 +182,17 @@ fn record_into(
     let others = user_mode
         .then(crate::signal_scope::SignalScope::others)
         .transpose()?;
+    // User mode: the program's files are read while it runs, at offset 0; where they were
+    // loaded is known once it ran.
+    let preload = match (user_mode, images.first(), args.no_auto_symbols) {
+        (true, Some(program), false) => {
+            let root = qemu::user_maps::sysroot(&opts);
+            let files =
+                qemu::user_maps::expected_images(&program.path, root.as_deref(), guest_arch);
+            Some(symbol_source::preload(files, Some(guest_arch)))
+        }
+        _ => None,
+    };
     let exit = run_qemu::run(&qemu.path, &full[1..]);
     let procs = if user_mode {
         qemu::user_procs::wait_all(staging, others.as_ref());
@@ -197,7 +216,8 @@ fn record_into(
                 }
             }
         }
-        start_symbol_files(&sources, &images, &opts, staging, guest_arch)
+        let preloaded = preload.and_then(|p| p.join().ok()).unwrap_or_default();
+        start_symbol_files(&sources, &images, &opts, staging, guest_arch, preloaded)
     });
     // Joined whatever QEMU did: the thread writes into the staging directory.
     let symbols = loader.join().unwrap_or_else(|| {
@@ -493,6 +513,7 @@ fn start_symbol_files(
     opts: &[qemu::QemuOption],
     staging: &Path,
     arch: Arch,
+    preloaded: symbol_source::Preloaded,
 ) -> BackgroundLoad<SymbolJob> {
     let kernel = images
         .iter()
@@ -500,7 +521,7 @@ fn start_symbol_files(
         .map(|k| k.path.clone());
     let opts = opts.to_vec();
     let staging = staging.to_path_buf();
-    BackgroundLoad::start(sources.to_vec(), Some(arch), move |loaded| {
+    BackgroundLoad::start(sources.to_vec(), Some(arch), preloaded, move |loaded| {
         let kaslr = kaslr_hint(&loaded, &opts);
         let mut images = Vec::new();
         let mut failures = Vec::new();

@@ -1,6 +1,7 @@
 //! Symbol sources (`FILE[:OFFSET]`) and loading them, in a background thread while QEMU
 //! runs, with a warning line per source that gives nothing.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
@@ -97,21 +98,62 @@ pub enum Loaded {
 
 /// Loads every source, in order.
 pub fn load_all(sources: &[SourceArg], arch: Option<Arch>, demangle: bool) -> Vec<Loaded> {
+    load_all_with(sources, arch, demangle, &mut Preloaded::new())
+}
+
+/// Images read at offset 0 before the place they were loaded at was known (user mode: the
+/// program's files, read while it runs), by path; [`load_all_with`] moves each to its
+/// source's offset instead of reading it again.
+pub type Preloaded = HashMap<PathBuf, Image>;
+
+fn options(offset: u64, demangle: bool, arch: Option<Arch>) -> LoadOptions {
+    LoadOptions {
+        offset,
+        demangle,
+        source_lines: true,
+        expected_arch: arch,
+    }
+}
+
+/// Loads every source, in order, taking those already read from `preloaded`.
+pub fn load_all_with(
+    sources: &[SourceArg],
+    arch: Option<Arch>,
+    demangle: bool,
+    preloaded: &mut Preloaded,
+) -> Vec<Loaded> {
     sources
         .iter()
         .map(|s| {
-            let opts = LoadOptions {
-                offset: s.offset,
-                demangle,
-                source_lines: true,
-                expected_arch: arch,
-            };
-            match symbols::load(&s.path, &opts) {
+            if let Some(img) = preloaded.remove(&same_file(&s.path)).filter(|_| !demangle) {
+                return Loaded::Ok(s.clone(), img.shifted(s.offset));
+            }
+            match symbols::load(&s.path, &options(s.offset, demangle, arch)) {
                 Ok(img) => Loaded::Ok(s.clone(), img),
                 Err(e) => Loaded::Failed(s.clone(), failure_line(&e)),
             }
         })
         .collect()
+}
+
+/// One name per file (the loader's `/lib/…` and the sysroot's `/usr/lib/…` may be one).
+fn same_file(path: &std::path::Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Reads `paths` at offset 0 in a low-priority thread, keeping what loads (a file that does
+/// not is read again, for its warning, if it turns out to be a source).
+pub fn preload(paths: Vec<PathBuf>, arch: Option<Arch>) -> JoinHandle<Preloaded> {
+    std::thread::spawn(move || {
+        yield_to_qemu();
+        paths
+            .into_iter()
+            .filter_map(|p| {
+                let img = symbols::load(&p, &options(0, false, arch)).ok()?;
+                Some((same_file(&p), img))
+            })
+            .collect()
+    })
 }
 
 /// The warning for a source that gave nothing: the problem, then the way out.
@@ -137,11 +179,12 @@ impl<T: Send + 'static> BackgroundLoad<T> {
     pub fn start(
         sources: Vec<SourceArg>,
         arch: Option<Arch>,
+        mut preloaded: Preloaded,
         then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static,
     ) -> Self {
         BackgroundLoad(std::thread::spawn(move || {
             yield_to_qemu();
-            then(load_all(&sources, arch, false))
+            then(load_all_with(&sources, arch, false, &mut preloaded))
         }))
     }
 

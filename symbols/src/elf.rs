@@ -63,6 +63,30 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
     }
 }
 
+/// `DT_NEEDED` names of a dynamic ELF file (64-bit: the emulators' guests), in order.
+pub(crate) fn needed_libraries(data: &[u8]) -> Vec<String> {
+    needed_as::<elf::FileHeader64<Endianness>>(data).unwrap_or_default()
+}
+
+fn needed_as<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<String>> {
+    use object::read::elf::Dyn;
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, data).ok()?;
+    // The dynamic entries and their string table's index.
+    let (entries, strtab) = sections.dynamic(endian, data).ok()??;
+    let strings = sections.strings(endian, data, strtab).ok()?;
+    Some(
+        entries
+            .iter()
+            .take_while(|d| d.d_tag(endian).into() != u64::from(elf::DT_NULL))
+            .filter(|d| d.d_tag(endian).into() == u64::from(elf::DT_NEEDED))
+            .filter_map(|d| d.string(endian, strings).ok())
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .collect(),
+    )
+}
+
 fn load_as<Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
     data: &[u8],

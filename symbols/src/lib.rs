@@ -62,6 +62,20 @@ pub struct Image {
     pub modules: Vec<Image>,
 }
 
+impl Image {
+    /// The same symbols loaded `by` bytes further (a library whose place is known only once
+    /// the program ran was read at offset 0).
+    pub fn shifted(mut self, by: u64) -> Image {
+        self.start = self.start.wrapping_add(by);
+        self.end = self.end.wrapping_add(by);
+        for f in &mut self.functions {
+            f.addr = f.addr.wrapping_add(by);
+        }
+        self.modules = self.modules.into_iter().map(|m| m.shifted(by)).collect();
+        self
+    }
+}
+
 /// How to read one source.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -192,6 +206,14 @@ pub fn load_kallsyms(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolErr
 pub fn load_kernel_image(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
     let data = file_data::map(path)?;
     kernel_image::load(path, &data, opts)
+}
+
+/// The libraries a dynamic ELF file names (`DT_NEEDED`), in order; none for a static one or
+/// a file that is not ELF.
+pub fn needed_libraries(path: &Path) -> Vec<String> {
+    file_data::map(path)
+        .map(|data| elf::needed_libraries(&data))
+        .unwrap_or_default()
 }
 
 /// The architecture of an ELF file, or `None` when `path` is not ELF (a raw image).

@@ -73,6 +73,42 @@ fn pie_with_load_offset() {
     assert_eq!(moved.start, plain.start + offset);
     assert_eq!(moved.end, plain.end + offset);
     assert!(moved.start < moved.end);
+    // Read at 0 and moved afterwards (user mode reads files before it knows where they go):
+    // the same image.
+    let shifted = plain.shifted(offset);
+    assert_eq!(shifted.functions, moved.functions);
+    assert_eq!((shifted.start, shifted.end), (moved.start, moved.end));
+}
+
+/// `DT_NEEDED` as binutils' `readelf -d` lists it, in order; none for a static program.
+#[test]
+fn needed_libraries_match_readelf() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = build_all(dir.path(), "-O0");
+    for path in paths
+        .iter()
+        .map(|p| p.as_path())
+        .chain([Path::new("/bin/sh")])
+    {
+        let out = std::process::Command::new("readelf")
+            .args(["-d", "-W"])
+            .arg(path)
+            .output()
+            .expect("readelf runs");
+        let want: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("(NEEDED)"))
+            .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_string()))
+            .collect();
+        assert_eq!(
+            qemu_uftrace_symbols::needed_libraries(path),
+            want,
+            "{}",
+            path.display()
+        );
+    }
+    assert!(qemu_uftrace_symbols::needed_libraries(Path::new("/bin/sh"))
+        .contains(&"libc.so.6".to_string()));
 }
 
 #[test]

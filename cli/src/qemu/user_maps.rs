@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use super::options::QemuOption;
 use super::user::Elf;
 use crate::symbol_source::SourceArg;
+use qemu_uftrace_format::Arch;
 
 /// What the plugin saw: the auxiliary vector and the executable file mappings.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -82,6 +83,42 @@ pub fn host_path(sysroot: Option<&Path>, guest: &[u8]) -> PathBuf {
     guest.to_path_buf()
 }
 
+/// The files a user-mode program will most likely map, known before it runs: itself, its
+/// dynamic loader, and the libraries it needs (`DT_NEEDED`, transitively), looked up in the
+/// sysroot's (or the host's) library directories as the loader would. Only a guess, to read
+/// their symbols while the program runs: where they really were comes from `plugin.maps`.
+pub fn expected_images(program: &Path, sysroot: Option<&Path>, arch: Arch) -> Vec<PathBuf> {
+    let root = sysroot.unwrap_or(Path::new("/"));
+    let triplet = format!("{}-linux-gnu", arch.qemu_target());
+    let dirs: Vec<PathBuf> = [
+        format!("lib/{triplet}"),
+        format!("usr/lib/{triplet}"),
+        "lib".into(),
+        "usr/lib".into(),
+        "lib64".into(),
+        "usr/lib64".into(),
+    ]
+    .iter()
+    .map(|d| root.join(d))
+    .collect();
+    let mut out = vec![program.to_path_buf()];
+    if let Some(interp) = Elf::read(program).and_then(|e| e.interp) {
+        out.push(host_path(sysroot, &interp));
+    }
+    let mut next = 0;
+    while next < out.len() && out.len() < 64 {
+        let needed = qemu_uftrace_symbols::needed_libraries(&out[next]);
+        next += 1;
+        for name in needed {
+            let found = dirs.iter().map(|d| d.join(&name)).find(|p| p.is_file());
+            if let Some(path) = found.filter(|p| !out.contains(p)) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
 /// The symbol sources of a user-mode run: the program at its load bias (`AT_ENTRY` minus
 /// its entry), the interpreter at `AT_BASE`, then each library mapped executable, once each.
 /// Without the plugin's maps (it died first), the program at its link addresses.
@@ -134,6 +171,29 @@ pub fn read(dir: &Path) -> Option<PluginMaps> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The host's own shell as qemu-x86_64 would run it: itself, its loader (PT_INTERP), and
+    /// libc found in the multiarch directory, where the loader finds it.
+    #[test]
+    fn expected_images_follow_interp_and_needed() {
+        let sh = Path::new("/bin/sh");
+        let files = expected_images(sh, None, Arch::X86_64);
+        assert_eq!(files[0], sh);
+        let interp = Elf::read(sh)
+            .and_then(|e| e.interp)
+            .expect("a dynamic shell");
+        assert_eq!(files[1], host_path(None, &interp));
+        assert!(
+            files.contains(&PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6")),
+            "{files:?}"
+        );
+        // A file that is no ELF is only itself.
+        let text = tempfile::NamedTempFile::new().unwrap();
+        assert_eq!(
+            expected_images(text.path(), None, Arch::X86_64),
+            [text.path()]
+        );
+    }
 
     #[test]
     fn parses_the_plugin_file() {
