@@ -35,6 +35,7 @@ use args::{Cli, Command};
 
 /// Runs the program on `argv` (argv[0] included) and returns the exit status.
 pub fn main_with(argv: Vec<OsString>) -> i32 {
+    record::note_start();
     let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) => {

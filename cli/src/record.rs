@@ -20,6 +20,21 @@ use crate::stats::Stats;
 use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
 
 /// Runs the subcommand; returns our exit status. `typed` is our whole command line.
+/// The time-stamp counter and CLOCK_MONOTONIC as the CLI started (x86-64 hosts): the plugin
+/// calibrates its wall clock over the CLI's start-up instead of sleeping for it.
+static START: std::sync::OnceLock<Option<qemu_uftrace_engine::tsc::TscSample>> =
+    std::sync::OnceLock::new();
+
+/// Takes the start sample; first thing in `main`.
+pub fn note_start() {
+    START.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        return Some(qemu_uftrace_engine::tsc::TscSample::now());
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    });
+}
+
 pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
     // `-o dir/` names `dir`: its staging directory is `dir.partial`, not `dir/.partial`.
     args.output = args.output.components().collect();
@@ -124,6 +139,9 @@ fn record_into(
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let mut plugin_opt =
         qemu::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
+    if let Some(start) = START.get().copied().flatten() {
+        plugin_opt.push(format!(",tsc={}", start.to_arg()));
+    }
     if args.split_levels {
         if !qemu.probe.discontinuity {
             return Err(usage(

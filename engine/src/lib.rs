@@ -16,3 +16,4 @@ pub mod signals;
 pub mod sites;
 pub mod stats;
 pub mod tasks;
+pub mod tsc;

@@ -2,6 +2,9 @@
 
 use crate::api::qemu_plugin_u64;
 use crate::scoreboard::{FastWords, Scoreboard, VcpuWord};
+use qemu_uftrace_engine::tsc::TscSample;
+#[cfg(target_arch = "x86_64")]
+use qemu_uftrace_engine::tsc::TscScale;
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +25,15 @@ impl ClockKind {
 /// The per-vCPU counter an inline op bumps at every block start (`None`: wall clock).
 static COUNTER: OnceLock<Option<Scoreboard>> = OnceLock::new();
 
-/// `counter`: a zeroed per-vCPU word, used when counting instructions.
-pub fn init(kind: ClockKind, counter: Scoreboard) {
+/// `counter`: a zeroed per-vCPU word, used when counting instructions; `early`: the CLI's
+/// sample of the time-stamp counter, to calibrate it against.
+pub fn init(kind: ClockKind, counter: Scoreboard, early: Option<TscSample>) {
     #[cfg(target_arch = "x86_64")]
     if kind == ClockKind::Wall {
-        TSC.get_or_init(Tsc::calibrate);
+        TSC.get_or_init(|| calibrate(early));
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = early;
     COUNTER.get_or_init(|| match kind {
         ClockKind::Insn => Some(counter),
         ClockKind::Wall => None,
@@ -84,7 +90,7 @@ impl VcpuClock {
 fn wall_ns() -> u64 {
     #[cfg(target_arch = "x86_64")]
     if let Some(tsc) = TSC.get().copied().flatten() {
-        return tsc.now();
+        return tsc_now(tsc);
     }
     monotonic_ns()
 }
@@ -94,7 +100,7 @@ fn wall_ns() -> u64 {
 pub fn fast_wall_ns() -> Option<u64> {
     #[cfg(target_arch = "x86_64")]
     if let Some(tsc) = TSC.get().copied().flatten() {
-        return Some(tsc.now());
+        return Some(tsc_now(tsc));
     }
     None
 }
@@ -109,53 +115,33 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The time-stamp counter as nanoseconds: 10 ns a read here against 25 for clock_gettime,
+/// The time-stamp counter as nanoseconds: 8-10 ns a read here against 25 for clock_gettime,
 /// which several vCPUs (wall time by default) pay on every event. Used only where the host
 /// kernel itself keeps time with it (clocksource `tsc`: invariant and synchronised across
-/// CPUs, checked at boot); calibrated against CLOCK_MONOTONIC at install.
+/// CPUs, checked at boot); calibrated against CLOCK_MONOTONIC from the CLI's sample taken
+/// as it started (`tsc=`) to one taken at install, or, without one, over 20 ms here.
 #[cfg(target_arch = "x86_64")]
-#[derive(Debug, Clone, Copy)]
-struct Tsc {
-    base_tsc: u64,
-    base_ns: u64,
-    /// Nanoseconds per tick, as a 32.32 fixed-point number.
-    mult: u64,
+static TSC: OnceLock<Option<TscScale>> = OnceLock::new();
+
+#[cfg(target_arch = "x86_64")]
+fn calibrate(early: Option<TscSample>) -> Option<TscScale> {
+    let source =
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .ok()?;
+    if source.trim() != "tsc" {
+        return None;
+    }
+    let now = TscSample::now();
+    if let Some(scale) = early.and_then(|e| e.scale_to(now)) {
+        return Some(scale);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    now.scale_to(TscSample::now())
 }
 
 #[cfg(target_arch = "x86_64")]
-static TSC: OnceLock<Option<Tsc>> = OnceLock::new();
-
-#[cfg(target_arch = "x86_64")]
-impl Tsc {
-    fn calibrate() -> Option<Tsc> {
-        let source = std::fs::read_to_string(
-            "/sys/devices/system/clocksource/clocksource0/current_clocksource",
-        )
-        .ok()?;
-        if source.trim() != "tsc" {
-            return None;
-        }
-        // SAFETY: RDTSC exists on every x86-64 CPU.
-        let read = || unsafe { core::arch::x86_64::_rdtsc() };
-        let (t0, n0) = (read(), monotonic_ns());
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let (t1, n1) = (read(), monotonic_ns());
-        let (ticks, ns) = (t1.checked_sub(t0)?, n1.checked_sub(n0)?);
-        if ticks == 0 || ns == 0 {
-            return None;
-        }
-        Some(Tsc {
-            base_tsc: t1,
-            base_ns: n1,
-            mult: ((u128::from(ns) << 32) / u128::from(ticks)) as u64,
-        })
-    }
-
-    #[inline(always)]
-    fn now(self) -> u64 {
-        // SAFETY: as in `calibrate`.
-        let t = unsafe { core::arch::x86_64::_rdtsc() };
-        let ticks = t.saturating_sub(self.base_tsc);
-        self.base_ns + ((u128::from(ticks) * u128::from(self.mult)) >> 32) as u64
-    }
+#[inline(always)]
+fn tsc_now(scale: TscScale) -> u64 {
+    // SAFETY: RDTSC exists on every x86-64 CPU.
+    scale.ns(unsafe { core::arch::x86_64::_rdtsc() })
 }

@@ -1,10 +1,12 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
-//! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`, or
+//! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
+//! `[,tsc=TICKS:NS]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
 use crate::clock::ClockKind;
+use qemu_uftrace_engine::tsc::TscSample;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -34,6 +36,9 @@ pub struct Config {
     /// The same, written by the CLI into this file while QEMU starts (it takes a bzImage's
     /// kallsyms to find): read once the guest first runs kernel code.
     pub task_slot_file: Option<PathBuf>,
+    /// The CLI's paired reading of the time-stamp counter and CLOCK_MONOTONIC, taken as it
+    /// started: the wall clock's calibration runs from it to the plugin's install.
+    pub tsc: Option<TscSample>,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -70,6 +75,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
     let mut proc_key = None;
     let mut user_opts = None;
+    let mut tsc = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -134,6 +140,12 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .map_err(|_| format!("user_opts={value}: expected a count"))?,
                 )
             }
+            "tsc" => {
+                tsc = Some(
+                    TscSample::parse_arg(value)
+                        .ok_or_else(|| format!("tsc={value}: expected TICKS:NANOSECONDS"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -149,5 +161,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         user_opts,
         task_slot,
         task_slot_file,
+        tsc,
     }))
 }

@@ -208,7 +208,7 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     if !system {
         scoreboard::track_moving(&pending);
     }
-    clock::init(clock, counter);
+    clock::init(clock, counter, cfg.tsc);
     landing::init(pending);
     if !system {
         process::install(cfg.proc_key.clone());

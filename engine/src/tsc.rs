@@ -1,0 +1,129 @@
+//! The host's time-stamp counter as CLOCK_MONOTONIC nanoseconds: a linear map from two
+//! paired samples. The CLI takes the first sample as it starts and hands it to the plugin
+//! (`tsc=TICKS:NS`), which takes the second at install: the CLI's own start-up (tens of ms)
+//! is the span, where the plugin used to sleep 20 ms on the guest's critical path.
+//!
+//! Only valid where the host kernel itself keeps time with the TSC (clocksource `tsc`:
+//! invariant and synchronised across CPUs); reading the counter is the caller's business.
+
+/// `ns = base_ns + (ticks - base_tsc) * mult / 2^32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TscScale {
+    pub base_tsc: u64,
+    pub base_ns: u64,
+    /// Nanoseconds per tick, as a 32.32 fixed-point number.
+    pub mult: u64,
+}
+
+/// The shortest span between two samples that gives the scale to a few parts per million
+/// (a sample pair is known to ~20 ns).
+pub const MIN_SPAN_NS: u64 = 5_000_000;
+
+impl TscScale {
+    /// The map through `(tsc0, ns0)` and `(tsc1, ns1)`, when they are far enough apart.
+    pub fn from_samples(tsc0: u64, ns0: u64, tsc1: u64, ns1: u64) -> Option<TscScale> {
+        let (ticks, ns) = (tsc1.checked_sub(tsc0)?, ns1.checked_sub(ns0)?);
+        if ticks == 0 || ns < MIN_SPAN_NS {
+            return None;
+        }
+        Some(TscScale {
+            base_tsc: tsc1,
+            base_ns: ns1,
+            mult: ((u128::from(ns) << 32) / u128::from(ticks)) as u64,
+        })
+    }
+
+    /// Nanoseconds at counter value `ticks` (never before the base).
+    #[inline(always)]
+    pub fn ns(self, ticks: u64) -> u64 {
+        let ticks = ticks.saturating_sub(self.base_tsc);
+        self.base_ns + ((u128::from(ticks) * u128::from(self.mult)) >> 32) as u64
+    }
+}
+
+/// One paired reading of the counter and CLOCK_MONOTONIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TscSample {
+    pub tsc: u64,
+    pub ns: u64,
+}
+
+impl TscSample {
+    /// As the plugin argument carries it: `TICKS:NS`.
+    pub fn to_arg(self) -> String {
+        format!("{}:{}", self.tsc, self.ns)
+    }
+
+    pub fn parse_arg(s: &str) -> Option<TscSample> {
+        let (tsc, ns) = s.split_once(':')?;
+        Some(TscSample {
+            tsc: tsc.parse().ok()?,
+            ns: ns.parse().ok()?,
+        })
+    }
+
+    /// The counter and CLOCK_MONOTONIC now, read together (x86-64 hosts: the only ones
+    /// with a counter we use).
+    #[cfg(target_arch = "x86_64")]
+    pub fn now() -> TscSample {
+        // SAFETY: RDTSC exists on every x86-64 CPU.
+        let tsc = unsafe { core::arch::x86_64::_rdtsc() };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid pointer; CLOCK_MONOTONIC cannot fail.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        TscSample {
+            tsc,
+            ns: ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+        }
+    }
+
+    /// The map from this sample to a later one, when they are far enough apart.
+    pub fn scale_to(self, later: TscSample) -> Option<TscScale> {
+        TscScale::from_samples(self.tsc, self.ns, later.tsc, later.ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_samples_map_ticks_to_nanoseconds() {
+        // A 3 GHz counter sampled 10 ms apart.
+        let s = TscScale::from_samples(1_000_000, 5_000, 31_000_000, 10_005_000).unwrap();
+        assert_eq!(s.ns(31_000_000), 10_005_000);
+        assert!(s.ns(61_000_000).abs_diff(20_005_000) <= 1);
+        // Three seconds on: within a nanosecond per second of the true line.
+        assert!(s.ns(31_000_000 + 9_000_000_000).abs_diff(3_010_005_000) <= 3);
+        // Before the base: the base.
+        assert_eq!(s.ns(0), 10_005_000);
+    }
+
+    #[test]
+    fn samples_too_close_or_out_of_order_give_none() {
+        assert_eq!(
+            TscScale::from_samples(10, 0, 10 + 3_000_000, 1_000_000),
+            None
+        );
+        assert_eq!(TscScale::from_samples(10, 0, 5, 10_000_000), None);
+        assert_eq!(TscScale::from_samples(10, 10_000_000, 20, 0), None);
+        assert_eq!(TscScale::from_samples(10, 0, 10, 10_000_000), None);
+    }
+
+    #[test]
+    fn the_argument_round_trips() {
+        let s = TscSample { tsc: 123, ns: 456 };
+        assert_eq!(TscSample::parse_arg(&s.to_arg()), Some(s));
+        for bad in ["", "1", "1:2:3", "a:2", "1:"] {
+            assert_eq!(TscSample::parse_arg(bad), None, "{bad}");
+        }
+        let later = TscSample {
+            tsc: 123 + 30_000_000,
+            ns: 456 + 10_000_000,
+        };
+        assert_eq!(s.scale_to(later).map(|m| m.ns(later.tsc)), Some(later.ns));
+    }
+}
