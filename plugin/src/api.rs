@@ -431,11 +431,13 @@ unsafe extern "C" fn on_syscall(
 unsafe extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
     crate::usermap::syscall_ret(num, ret);
     crate::process::syscall_ret(vcpu, ret);
+    crate::clock::after_syscall(vcpu);
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_syscall_ret(vcpu: c_uint, num: i64, ret: i64, _userdata: *mut c_void) {
     crate::usermap::syscall_ret(num, ret);
     crate::process::syscall_ret(vcpu, ret);
+    crate::clock::after_syscall(vcpu);
 }
 
 /// `enum qemu_plugin_discon_type` bits.

@@ -30,7 +30,7 @@ pub(crate) fn settle(v: &mut VcpuState, now: u64) -> bool {
 /// leaf with no call in it: anything unusual goes to `call_general` before changing state.
 #[inline(always)]
 fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
-    if let Some((now, false)) = v.fast.read(v.engine.last_time()) {
+    if let Some((now, false)) = v.fast.read(&mut v.interp, v.engine.last_time()) {
         if v.engine.try_call(now, target, ret_addr) {
             return;
         }
@@ -43,7 +43,7 @@ fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
 #[cold]
 #[inline(never)]
 fn read_failed(v: &mut VcpuState) {
-    let now = v.clock.now();
+    let now = v.now();
     settle(v, now);
     v.engine.stats.register_read_failures += 1;
     v.engine.mark_lost(now);
@@ -52,7 +52,7 @@ fn read_failed(v: &mut VcpuState) {
 #[cold]
 #[inline(never)]
 fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
-    let now = v.clock.now();
+    let now = v.now();
     // User mode: a return that landed unseen right before a call is most often an
     // unwinder's into a C++ landing pad; the call says which function resumed.
     if settle(v, now) && !crate::SYSTEM_MODE.get().copied().unwrap_or(true) {
@@ -138,7 +138,7 @@ pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
         if v.thunk_ret && thunk_landing(v, target) {
             return;
         }
-        if let Some(now) = v.fast.land(v.engine.last_time()) {
+        if let Some(now) = v.fast.land(&mut v.interp, v.engine.last_time()) {
             if v.engine.try_ret(now, target) {
                 return;
             }
@@ -168,7 +168,7 @@ fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
 /// [`Thunk::BranchByReturn`]: qemu_uftrace_engine::arch::Thunk::BranchByReturn
 pub extern "C" fn on_thunk_branch(vcpu_index: c_uint, _data: *mut c_void) {
     vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now();
+        let now = v.now();
         settle(v, now);
         v.thunk_ret = true;
     });
@@ -178,7 +178,7 @@ pub extern "C" fn on_thunk_branch(vcpu_index: c_uint, _data: *mut c_void) {
 #[inline(never)]
 fn landing_general(v: &mut VcpuState, target: u64) {
     v.pending.take();
-    let now = v.clock.now();
+    let now = v.now();
     let mut guest = QemuGuest { buf: &mut v.regs };
     v.engine.ret(now, target, &mut guest);
 }
@@ -217,7 +217,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
             // Raised, not yet delivered (x86): the delivery comes next.
             return;
         };
-        let now = v.clock.now();
+        let now = v.now();
         settle(v, now);
         // Interrupts need no register unless levels are kept apart; exceptions need the
         // syndrome of the level they were taken to.
@@ -270,7 +270,7 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
     let isa = crate::isa_or_default();
     let split = crate::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now();
+        let now = v.now();
         settle(v, now);
         match exception_return_from_memory(v, isa, eret_pc).flatten() {
             Some(to) => {
@@ -296,7 +296,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     let isa = crate::isa_or_default();
     let split = crate::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
-        let now = v.clock.now();
+        let now = v.now();
         settle(v, now);
         let Some(level) = current_level(v, isa) else {
             v.engine.stats.register_read_failures += 1;
@@ -410,7 +410,7 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         });
         let leaving = name_at(&mut v.regs, before.map_or(v.task_ptr, |(old, _)| old));
         let arriving = name_at(&mut v.regs, ptr);
-        let now = v.clock.now();
+        let now = v.now();
         settle(v, now);
         v.task_ptr = ptr;
         crate::with_tasks(|t| {

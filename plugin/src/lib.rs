@@ -208,7 +208,7 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     if !system {
         scoreboard::track_moving(&pending);
     }
-    clock::init(clock, counter, cfg.tsc);
+    clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
     if !system {
         process::install(cfg.proc_key.clone());
@@ -261,6 +261,7 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
     let state = vcpu::VcpuState {
         fast: clock.fast_words(vcpu_id, user_thread.is_some()),
         clock,
+        interp: Default::default(),
         pending,
         engine,
         regs: guest::ByteBuf::new(),

@@ -63,7 +63,11 @@ pub fn files_dir(out: &Path) -> PathBuf {
 }
 
 fn now_ns(vcpu: u32) -> u64 {
-    crate::vcpu::with(vcpu, |s| s.engine.clamp(s.clock.now())).unwrap_or(0)
+    crate::vcpu::with(vcpu, |s| {
+        let now = s.now();
+        s.engine.clamp(now)
+    })
+    .unwrap_or(0)
 }
 
 /// Writes `procs/<key>/plugin.proc` (made before the image runs, so that the record

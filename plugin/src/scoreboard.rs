@@ -10,6 +10,7 @@
 //! finds the word where it is now, or (user mode's hot path) under a base taken again at
 //! every translation (`MOVING_BASE`).
 
+use qemu_uftrace_engine::tsc::Interpolated;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::api::{
@@ -87,14 +88,26 @@ pub fn refresh_base() {
 
 /// One vCPU's whole `[instruction counter, pending flag]` element and its time, as the hot
 /// path reads them: a direct element with the instruction counter (one vCPU, system mode),
-/// or the element under `MOVING_BASE` with the wall clock (user mode, with the TSC). One
+/// or the element under `MOVING_BASE` (user mode) with the time from [`TimeFrom`]. One
 /// word, as the system-mode slot layout was laid out for: 0 is none, an element's address
-/// (16-byte aligned) is direct, `index * 16 | 1` is under the moving base.
+/// (16-byte aligned) is direct, `index * 16 | TimeFrom` is under the moving base.
 #[derive(Clone, Copy)]
 pub struct FastWords(usize);
 
 // As VcpuWord.
 unsafe impl Send for FastWords {}
+
+/// Where a moving element's time comes from (the low bits of its [`FastWords`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum TimeFrom {
+    /// The TSC, read at every event.
+    Tsc = 1,
+    /// The element's instruction counter.
+    Counter = 2,
+    /// The TSC interpolated by the counter (`Interpolated`).
+    Interpolated = 3,
+}
 
 impl FastWords {
     /// Every event takes the general path.
@@ -108,15 +121,16 @@ impl FastWords {
         }
     }
 
-    /// vCPU `vcpu_index`'s element under the moving base, its time the wall clock.
-    pub fn wall(vcpu_index: u32) -> FastWords {
-        FastWords((vcpu_index as usize * 16) | 1)
+    /// vCPU `vcpu_index`'s element under the moving base, its time from `time`.
+    pub fn moving(vcpu_index: u32, time: TimeFrom) -> FastWords {
+        FastWords((vcpu_index as usize * 16) | time as usize)
     }
 
     /// The element and the time, or none (the general path decides).
     #[inline(always)]
-    fn words(self, last: u64) -> Option<(*mut u64, u64)> {
-        if self.0 & 1 == 0 {
+    fn words(self, interp: &mut Interpolated, last: u64) -> Option<(*mut u64, u64)> {
+        let tag = self.0 & 3;
+        if tag == 0 {
             if self.0 == 0 {
                 return None;
             }
@@ -128,27 +142,37 @@ impl FastWords {
         if base.is_null() {
             return None;
         }
-        // The TSC is synchronised across CPUs, not to the nanosecond: a thread that moved
-        // may read a hair earlier than its last event.
-        let now = crate::clock::fast_wall_ns()?.max(last);
         // SAFETY: the base is the current one (`MOVING_BASE`) and the scoreboard holds this
         // vCPU (QEMU grew it before the vCPU's init).
-        Some((unsafe { base.add(self.0 & !1) } as *mut u64, now))
+        let p = unsafe { base.add(self.0 & !3) } as *mut u64;
+        let now = if tag == TimeFrom::Counter as usize {
+            // SAFETY: as above.
+            unsafe { p.read_volatile() }
+        } else if tag == TimeFrom::Interpolated as usize {
+            let insns = unsafe { p.read_volatile() };
+            interp.at(insns, last, || crate::clock::fast_wall_ns().unwrap_or(last))
+        } else {
+            // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
+            // moved may read a hair earlier than its last event.
+            crate::clock::fast_wall_ns()?.max(last)
+        };
+        Some((p, now))
     }
 
     /// The time and whether a return is pending, when the hot path may read them. `last`:
-    /// the engine's last time, which a wall-clock time is kept from going back before.
+    /// the engine's last time, which a wall-clock time is kept from going back before;
+    /// `interp`: the vCPU's interpolation of the wall clock.
     #[inline(always)]
-    pub fn read(self, last: u64) -> Option<(u64, bool)> {
-        let (w, now) = self.words(last)?;
+    pub fn read(self, interp: &mut Interpolated, last: u64) -> Option<(u64, bool)> {
+        let (w, now) = self.words(interp, last)?;
         // SAFETY: an element of this vCPU (`words`).
         Some((now, unsafe { w.add(1).read_volatile() } != 0))
     }
 
     /// At a landing: the time, taking the pending return (the flag is cleared).
     #[inline(always)]
-    pub fn land(self, last: u64) -> Option<u64> {
-        let (w, now) = self.words(last)?;
+    pub fn land(self, interp: &mut Interpolated, last: u64) -> Option<u64> {
+        let (w, now) = self.words(interp, last)?;
         // SAFETY: as in `read`.
         unsafe { w.add(1).write_volatile(0) };
         Some(now)

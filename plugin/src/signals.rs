@@ -52,7 +52,7 @@ pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
         }
     } else if num == abi.rt_sigreturn {
         vcpu::with(vcpu_index, |v| {
-            let now = v.clock.now();
+            let now = v.now();
             // The handler's return to the trampoline, which follows no call, is pending.
             crate::callbacks::settle(v, now);
             v.engine.signal_return(now);
@@ -98,7 +98,7 @@ pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void)
             LinkSlot::Register(name) => v.regs.read_named(name),
             LinkSlot::StackTop(sp) => v.regs.read_named(sp).and_then(|sp| v.regs.read_le(sp, 8)),
         };
-        let now = v.clock.now();
+        let now = v.now();
         crate::callbacks::settle(v, now);
         let Some(link) = link else {
             v.engine.stats.register_read_failures += 1;
@@ -136,7 +136,7 @@ pub unsafe extern "C" fn on_stack_switch_jump(vcpu_index: c_uint, data: *mut c_v
     let reg = data as usize as u8;
     vcpu::with(vcpu_index, |v| {
         let target = v.regs.read_gpr(reg);
-        let now = v.clock.now();
+        let now = v.now();
         crate::callbacks::settle(v, now);
         match target {
             Some(target) => v.engine.stack_switch_jump(now, target),

@@ -23,6 +23,8 @@ pub struct VcpuState {
     pub engine: Engine,
     /// The clock and the pending flag as the general path reads them.
     pub clock: crate::clock::VcpuClock,
+    /// The wall clock's interpolation by instructions (user mode).
+    pub interp: qemu_uftrace_engine::tsc::Interpolated,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: crate::landing::Pending,
     pub regs: ByteBuf,
@@ -38,6 +40,14 @@ pub struct VcpuState {
     /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
     /// next only branches to the callee, whose frame the call to the thunk opened.
     pub thunk_ret: bool,
+}
+
+impl VcpuState {
+    /// The time now, on the general path.
+    #[inline(always)]
+    pub fn now(&mut self) -> u64 {
+        self.clock.now(&mut self.interp, self.engine.last_time())
+    }
 }
 
 /// One vCPU's state behind its flags, on cache lines of its own.

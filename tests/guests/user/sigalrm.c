@@ -1,7 +1,7 @@
 /*
- * A static glibc program interrupted by SIGALRM: an interval timer fires while main's busy
- * loop calls spin_step() over and over; the handler calls on_alarm(), which stops the timer
- * at the ALARMS-th, and the loop ends then. Output: "alarms=<n> steps=<m>".
+ * A static glibc program interrupted by SIGALRM: a timer fires while main's busy loop calls
+ * spin_step() over and over; the handler calls on_alarm(), which arms it again until the
+ * ALARMS-th, and the loop ends then. Output: "alarms=<n> steps=<m>".
  */
 #include <signal.h>
 #include <stdio.h>
@@ -13,14 +13,14 @@
 
 static volatile sig_atomic_t alarms;
 
+/* One alarm at a time: each arms the next, so no extra one can be pending once the last
+ * has come (an interval timer could fire once more before it was stopped). */
+static const struct itimerval once = {{0, 0}, {0, 2000}};
+
 NOIPA void on_alarm(int sig)
 {
-    if (sig == SIGALRM && ++alarms == ALARMS) {
-        /* setitimer is async-signal-safe; no alarm follows the last. */
-        struct itimerval off;
-        memset(&off, 0, sizeof off);
-        setitimer(ITIMER_REAL, &off, NULL);
-    }
+    if (sig == SIGALRM && ++alarms < ALARMS)
+        setitimer(ITIMER_REAL, &once, NULL); /* async-signal-safe */
 }
 
 NOIPA void handler(int sig)
@@ -52,8 +52,7 @@ int main(void)
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGALRM, &sa, NULL) != 0)
         return 1;
-    struct itimerval every = {{0, 2000}, {0, 2000}};
-    if (setitimer(ITIMER_REAL, &every, NULL) != 0)
+    if (setitimer(ITIMER_REAL, &once, NULL) != 0)
         return 1;
     long steps = spin();
     printf("alarms=%d steps=%ld\n", (int)alarms, steps);
