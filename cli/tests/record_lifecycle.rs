@@ -557,8 +557,16 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         )),
         "{argv:?}"
     );
+    // Last, the CLI's sample of the host's time-stamp counter, `tsc=TICKS:NS` (x86-64).
+    let (options, tsc) = argv[2]
+        .rsplit_once(",tsc=")
+        .unwrap_or((argv[2].as_str(), "0:0"));
     assert!(
-        argv[2].ends_with(&format!(
+        tsc.split(':').count() == 2 && tsc.split(':').all(|n| n.parse::<u64>().is_ok()),
+        "{argv:?}"
+    );
+    assert!(
+        options.ends_with(&format!(
             ".so,out={},clock=auto,max_depth=64",
             staging.display()
         )),
