@@ -19,7 +19,6 @@ use crate::run_qemu::{self, QemuExit};
 use crate::stats::Stats;
 use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
 
-/// Runs the subcommand; returns our exit status. `typed` is our whole command line.
 /// The time-stamp counter and CLOCK_MONOTONIC as the CLI started (x86-64 hosts): the plugin
 /// calibrates its wall clock over the CLI's start-up instead of sleeping for it.
 static START: std::sync::OnceLock<Option<qemu_uftrace_engine::tsc::TscSample>> =
@@ -35,6 +34,7 @@ pub fn note_start() {
     });
 }
 
+/// Runs the subcommand; returns our exit status. `typed` is our whole command line.
 pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
     // `-o dir/` names `dir`: its staging directory is `dir.partial`, not `dir/.partial`.
     args.output = args.output.components().collect();
