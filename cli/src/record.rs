@@ -205,8 +205,9 @@ fn record_into(
     let preload = match (user_mode, images.first(), args.no_auto_symbols) {
         (true, Some(program), false) => {
             let root = qemu::user_maps::sysroot(&opts);
+            let program = program.path.clone();
             let files =
-                qemu::user_maps::expected_images(&program.path, root.as_deref(), guest_arch);
+                move || qemu::user_maps::expected_images(&program, root.as_deref(), guest_arch);
             Some(symbol_source::preload(files, Some(guest_arch)))
         }
         _ => None,

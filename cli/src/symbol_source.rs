@@ -141,12 +141,16 @@ fn same_file(path: &std::path::Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Reads `paths` at offset 0 in a low-priority thread, keeping what loads (a file that does
-/// not is read again, for its warning, if it turns out to be a source).
-pub fn preload(paths: Vec<PathBuf>, arch: Option<Arch>) -> JoinHandle<Preloaded> {
+/// Reads the files `paths` lists at offset 0 in a low-priority thread (listing them reads
+/// files too: QEMU need not wait for it), keeping what loads (a file that does not is read
+/// again, for its warning, if it turns out to be a source).
+pub fn preload(
+    paths: impl FnOnce() -> Vec<PathBuf> + Send + 'static,
+    arch: Option<Arch>,
+) -> JoinHandle<Preloaded> {
     std::thread::spawn(move || {
         yield_to_qemu();
-        paths
+        paths()
             .into_iter()
             .filter_map(|p| {
                 let img = symbols::load(&p, &options(0, false, arch)).ok()?;

@@ -6,12 +6,14 @@
 //! beneath, once (QEMU reports each x86 exception twice), closed by its IRETQ, on the QEMUs
 //! that report exceptions (10.2.2, 11.1.3).
 
+mod common;
+
+use common::record_argv;
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::x86_64_guests::{
     system_qemus_x86_64, x86_64_guest_elf, x86_64_qemu_args_on,
 };
 use qemu_uftrace_tests::{is_runtime_function, Variant};
-use std::process::{Command, Stdio};
 
 /// `main`'s calls, each line a call, indented two spaces per level.
 const EXPECTED: &str = "
@@ -53,29 +55,16 @@ fn x86_64_exceptions_are_named_by_their_vector() {
         .collect();
     assert_eq!(qemus.len(), 2, "expected QEMU 10.2.2 and 11.1.3");
     for qemu in qemus {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let dir = tmp.path().join("uftrace.data");
-        let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-            .arg("record")
-            .arg("-o")
-            .arg(&dir)
-            .arg("--")
-            .args(x86_64_qemu_args_on(&qemu.program, &elf))
-            .stdin(Stdio::null())
-            .output()
-            .expect("run qemu-uftrace");
-        let console = String::from_utf8_lossy(&out.stdout);
-        let what = format!("traps.elf on {}", qemu.label);
+        let (_tmp, dir, console) = record_argv(&x86_64_qemu_args_on(&qemu.program, &elf), &[]);
+        // SeaBIOS's last words have no newline before the guest's.
         assert!(
-            // SeaBIOS's last words have no newline before the guest's.
-            out.status.success()
-                && console
-                    .lines()
-                    .any(|l| l.trim_end().ends_with("seen = 11111")),
-            "{what} ({}):\n{}\nconsole:\n{console}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
+            console
+                .lines()
+                .any(|l| l.trim_end().ends_with("seen = 11111")),
+            "traps.elf on {}: console:\n{console}",
+            qemu.label
         );
+        let what = format!("traps.elf on {}", qemu.label);
         let d = dir.to_string_lossy().to_string();
         let replay =
             uftrace(&["replay", "--no-pager", "-F", "^main$", "-d", &d]).expect("uftrace replay");

@@ -6,6 +6,17 @@
 //! Only valid where the host kernel itself keeps time with the TSC (clocksource `tsc`:
 //! invariant and synchronised across CPUs); reading the counter is the caller's business.
 
+/// CLOCK_MONOTONIC in nanoseconds: the host time that processes share.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer; CLOCK_MONOTONIC cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// `ns = base_ns + (ticks - base_tsc) * mult / 2^32`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TscScale {
@@ -68,15 +79,9 @@ impl TscSample {
     pub fn now() -> TscSample {
         // SAFETY: RDTSC exists on every x86-64 CPU.
         let tsc = unsafe { core::arch::x86_64::_rdtsc() };
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid pointer; CLOCK_MONOTONIC cannot fail.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
         TscSample {
             tsc,
-            ns: ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64,
+            ns: monotonic_ns(),
         }
     }
 

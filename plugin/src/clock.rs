@@ -6,7 +6,7 @@ use crate::api::qemu_plugin_u64;
 use crate::scoreboard::{FastWords, Scoreboard, TimeFrom, VcpuWord};
 #[cfg(target_arch = "x86_64")]
 use qemu_uftrace_engine::tsc::TscScale;
-use qemu_uftrace_engine::tsc::{Interpolated, TscSample};
+use qemu_uftrace_engine::tsc::{monotonic_ns, Interpolated, TscSample};
 use std::sync::OnceLock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,16 +131,6 @@ pub fn fast_wall_ns() -> Option<u64> {
         return Some(tsc_now(tsc));
     }
     None
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer; CLOCK_MONOTONIC cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The time-stamp counter as nanoseconds: 8-10 ns a read here against 25 for clock_gettime,

@@ -145,12 +145,14 @@ impl FastWords {
         // SAFETY: the base is the current one (`MOVING_BASE`) and the scoreboard holds this
         // vCPU (QEMU grew it before the vCPU's init).
         let p = unsafe { base.add(self.0 & !3) } as *mut u64;
-        let now = if tag == TimeFrom::Counter as usize {
+        let now = if tag != TimeFrom::Tsc as usize {
             // SAFETY: as above.
-            unsafe { p.read_volatile() }
-        } else if tag == TimeFrom::Interpolated as usize {
             let insns = unsafe { p.read_volatile() };
-            interp.at(insns, last, || crate::clock::fast_wall_ns().unwrap_or(last))
+            if tag == TimeFrom::Counter as usize {
+                insns
+            } else {
+                interp.at(insns, last, || crate::clock::fast_wall_ns().unwrap_or(last))
+            }
         } else {
             // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
             // moved may read a hair earlier than its last event.

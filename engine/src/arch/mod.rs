@@ -186,23 +186,23 @@ pub enum Discontinuity {
 /// such pairs). Other targets report each exception once, already delivered. This folds a
 /// pair into one exception taken to the handler, and leaves hardware interrupts as they are.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Announced(Option<u64>);
+pub struct Announced(bool);
 
 impl Announced {
     /// What a discontinuity QEMU reported is, or `None` for an announcement (the delivery
     /// comes next).
     pub fn see(&mut self, what: Discontinuity, from_pc: u64, to_pc: u64) -> Option<Discontinuity> {
-        let announced = self.0.take();
+        let announced = std::mem::take(&mut self.0);
         match what {
             Discontinuity::Exception if from_pc == to_pc => {
-                self.0 = Some(from_pc);
+                self.0 = true;
                 None
             }
             // QEMU delivers a raised exception before anything else, so the next interrupt
             // is its delivery. Its `from_pc` need not be the announcement's: a fault raised
             // by a memory access is announced at a pc not yet brought up to date (the
             // block's start), and delivered from the faulting instruction.
-            Discontinuity::Interrupt if announced.is_some() => Some(Discontinuity::Exception),
+            Discontinuity::Interrupt if announced => Some(Discontinuity::Exception),
             _ => Some(what),
         }
     }

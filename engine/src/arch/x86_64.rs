@@ -1610,34 +1610,27 @@ mod tests {
     fn lidt_is_told_apart_from_its_neighbours() {
         let x = X86_64;
         let m = Mode::Bits64;
-        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0x18]), Some(u64::MAX)); // lidt (%rax)
-                                                                                  // lidt 0x10(%rip), lidt 8(%rsp)
-        assert!(x
-            .loads_vector_table(m, &[0x0f, 0x01, 0x1d, 0x10, 0, 0, 0])
-            .is_some());
-        assert!(x
-            .loads_vector_table(m, &[0x0f, 0x01, 0x5c, 0x24, 0x08])
-            .is_some());
-        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0x10]), None); // lgdt (%rax)
-        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0x08]), None); // sidt (%rax)
-        assert_eq!(x.loads_vector_table(m, &[0x0f, 0x01, 0xd8]), None); // vmrun (mod 3)
-                                                                        // A 16-bit operand keeps 24 bits of the base: real mode's default, 32-bit code's 66h.
+        let lidt = |m, bytes: &[u8]| x.loads_vector_table(m, bytes);
+        // lidt (%rax), lidt 0x10(%rip), lidt 8(%rsp)
+        assert_eq!(lidt(m, &[0x0f, 0x01, 0x18]), Some(u64::MAX));
+        assert_eq!(lidt(m, &[0x0f, 0x01, 0x1d, 0x10, 0, 0, 0]), Some(u64::MAX));
+        assert_eq!(lidt(m, &[0x0f, 0x01, 0x5c, 0x24, 0x08]), Some(u64::MAX));
+        // lgdt (%rax), sidt (%rax), vmrun (mod 3)
+        assert_eq!(lidt(m, &[0x0f, 0x01, 0x10]), None);
+        assert_eq!(lidt(m, &[0x0f, 0x01, 0x08]), None);
+        assert_eq!(lidt(m, &[0x0f, 0x01, 0xd8]), None);
+        // A 16-bit operand keeps 24 bits of the base: real mode's default, 32-bit code's 66h.
+        let real = Mode::Bits16;
+        assert_eq!(lidt(real, &[0x0f, 0x01, 0x1e, 0, 0x10]), Some(0xff_ffff));
         assert_eq!(
-            x.loads_vector_table(Mode::Bits16, &[0x0f, 0x01, 0x1e, 0, 0x10]),
-            Some(0xff_ffff)
-        );
-        assert_eq!(
-            x.loads_vector_table(Mode::Bits16, &[0x66, 0x0f, 0x01, 0x1e, 0, 0x10]),
+            lidt(real, &[0x66, 0x0f, 0x01, 0x1e, 0, 0x10]),
             Some(u64::MAX)
         );
         assert_eq!(
-            x.loads_vector_table(Mode::Bits32, &[0x66, 0x0f, 0x01, 0x18]),
+            lidt(Mode::Bits32, &[0x66, 0x0f, 0x01, 0x18]),
             Some(0xff_ffff)
         );
-        assert_eq!(
-            x.loads_vector_table(Mode::Bits32, &[0x0f, 0x01, 0x18]),
-            Some(u64::MAX)
-        );
+        assert_eq!(lidt(Mode::Bits32, &[0x0f, 0x01, 0x18]), Some(u64::MAX));
     }
 
     #[test]
