@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# Installs everything qemu-uftrace needs to build, record and test, idempotently.
-# Used by the README, by the tests (via .ci/run) and by bench/.
-#   - QEMU >= 9.2 with plugin support (bookworm-backports ships 10.0)
-#   - QEMU 10.2.2 built from Debian's source package (plugins in user mode too, the
-#     discontinuity callback), and QEMU 11.1.3 from trixie-backports in a trixie root (plugin
-#     API 7), both cached outside the repo: every test runs on all three
-#   - uftrace (Debian's 0.13)
-#   - the aarch64 cross compiler for the example and test guests (riscv64's for the riscv64
-#     user-mode tests); x86 and riscv64 binutils for
-#     the instruction decoders' tests
-#   - Debian's arm64 cloud kernel (cached outside the repo) for the kernel test and benchmark
-#   - Debian's amd64 cloud kernel and its -dbg vmlinux (cached) for the x86_64 kernel test
-#   - Debian's riscv64 kernel and its -dbg vmlinux (cached) for the riscv64 kernel test,
-#     and OpenSBI with its symbols from Debian's opensbi source (cached)
-#   - the nightly Rust toolchain and cargo-fuzz for the fuzz targets
-# Package mirrors come from the machine's own apt sources; no host name is written here.
+# Installs what qemu-uftrace needs, idempotently.
+#   install-deps.sh demo   what scripts/demo.sh uses: QEMU >= 9.2 with plugins (bookworm-backports
+#                          has 10.0), uftrace, the aarch64 cross compiler (a minute or two)
+#   install-deps.sh [test] also everything the tests and bench/ run on (scripts/test.sh, .ci/run):
+#     - QEMU 10.2.2 built from Debian's source package (plugins in user mode, the
+#       discontinuity callback) and QEMU 11.1.3 from trixie-backports in a trixie root
+#     - Debian's arm64, amd64 and riscv64 kernels with their -dbg vmlinux, OpenSBI with symbols
+#     - cross compilers and binutils for the guests, bzip2 and sqlite3 for the benchmarks
+#     - the nightly Rust toolchain with Miri, and cargo-fuzz
+# Files kept from Debian's packages go to the cache ($QEMU_UFTRACE_CACHE), each written under a
+# temporary name and renamed into place, its stamp last: an interrupted run leaves nothing a
+# later one takes for complete. Which file of which package holds a kernel is decided by
+# `cargo xtask` (xtask/: every layout the archive has used, tested on fixtures). Package mirrors
+# come from the machine's own apt sources; no host name is written here.
+# A mirror mid-sync, or no network: put the .deb (or a source package's .dsc and files) in a
+# directory named by $QEMU_UFTRACE_DEBS and run again.
 set -euo pipefail
 
+what=${1:-test}
+case "$what" in demo | test) ;; *) echo "usage: $0 [demo|test]" >&2; exit 2 ;; esac
+root=$(cd "$(dirname "$0")/.." && pwd)
 CACHE="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
 
 log() { echo "install-deps: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain >= 1.88 (rustup) first"
+
+codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
 
 # The Debian archive this machine already uses: the first `deb` source whose suite is the
 # release itself (not -security, not -updates), from deb822 or one-line sources.
@@ -33,33 +42,139 @@ debian_mirror() {
         /^$/ { uris = "" }' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1)
     [ -n "$uri" ] || uri=$(awk -v rel="$codename" '$1 == "deb" && $3 == rel { print $2; exit }' \
         /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1)
-    [ -n "$uri" ] || { log "cannot find the Debian mirror in /etc/apt/sources*"; return 1; }
+    [ -n "$uri" ] || die "cannot find the Debian mirror in /etc/apt/sources*: add the release's own suite ($codename)"
     echo "${uri%/}"
 }
 
-# bookworm-backports carries QEMU 10.0 and Linux 6.12; bookworm itself is too old for both.
-ensure_backports() {
+# private_apt DIR TYPE SUITES [ARCH]: an apt state of its own in DIR (lists, cache, sources), so
+# that other suites or architectures never touch the system's; prints the APT_CONFIG file.
+# Fails when a suite's lists cannot be fetched (a mirror mid-sync serves indexes older than
+# its Release file: "File has unexpected size").
+private_apt() {
+    local dir=$1 type=$2 suites=$3 arch=${4:-}
+    rm -rf "$dir" && mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial" "$dir/parts"
+    # apt downloads as its own user when it can reach the state (else it warns).
+    chmod -R go+rx "$dir"
+    : >"$dir/status"
+    {
+        echo "Types: $type"
+        echo "URIs: $(debian_mirror)"
+        echo "Suites: $suites"
+        echo "Components: main"
+        [ -z "$arch" ] || echo "Architectures: $arch"
+        echo "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
+    } >"$dir/sources.sources"
+    {
+        echo "Dir::Etc::SourceList \"$dir/sources.sources\";"
+        echo "Dir::Etc::SourceParts \"$dir/parts\";"
+        echo "Dir::Etc::Preferences \"/dev/null\";"
+        echo "Dir::Etc::PreferencesParts \"$dir/parts\";"
+        echo "Dir::State::Lists \"$dir/lists\";"
+        echo "Dir::Cache \"$dir/cache\";"
+        echo "Dir::State::status \"$dir/status\";"
+        echo "Debug::NoLocking \"1\";"
+        [ -z "$arch" ] || echo "APT::Architecture \"$arch\"; APT::Architectures { \"$arch\"; };"
+    } >"$dir/apt.conf"
+    APT_CONFIG="$dir/apt.conf" apt-get update -qq >"$dir/update.log" 2>&1 &&
+        ! grep -qE '^(E:|W: (Failed to fetch|Some index files))' "$dir/update.log" || return 1
+    echo "$dir/apt.conf"
+}
+
+# Only the reason of a failed `apt-get update`: apt's own lines name the mirror.
+apt_failure() {
+    grep -oEm1 'File has unexpected size|Hash Sum mismatch|Release file .* is not valid yet|[45][0-9][0-9] [A-Z][A-Za-z ]+' "$1" ||
+        echo "apt-get update failed"
+}
+
+apt_install() {
+    $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
+        die "apt-get install $* failed: run apt-get update, then this script again"
+}
+
+# On bookworm, QEMU >= 9.2 (10.0), the 6.12 kernel and meson >= 1.5 come from backports.
+backports=""
+if [ "$codename" = bookworm ]; then
+    backports=bookworm-backports
     if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
         log "adding the bookworm-backports suite"
-        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<SRC
-Types: deb
-URIs: $(debian_mirror)
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+        printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+            "$(debian_mirror)" | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
         $SUDO apt-get update -qq
     fi
+fi
+
+have_qemu() {
+    command -v qemu-system-aarch64 >/dev/null 2>&1 || return 1
+    local v
+    v=$(qemu-system-aarch64 --version | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+    set -- $v
+    [ "${1:-0}" -gt 9 ] || { [ "${1:-0}" -eq 9 ] && [ "${2:-0}" -ge 2 ]; }
 }
 
-command -v cargo >/dev/null 2>&1 || {
-    log "cargo not found: install a Rust toolchain >= 1.88 (rustup) first"
-    exit 1
+# need_cmd COMMAND PACKAGE / need_pkg PACKAGE: collect what is missing, installed at once.
+need=()
+need_cmd() { command -v "$1" >/dev/null 2>&1 || need+=("$2"); }
+need_pkg() { dpkg -s "$1" >/dev/null 2>&1 || need+=("$1"); }
+install_needed() {
+    [ "${#need[@]}" -gt 0 ] || return 0
+    log "installing: ${need[*]}"
+    $SUDO apt-get update -qq
+    local qemu=() plain=() p
+    for p in "${need[@]}"; do
+        case "$p" in qemu-system-* | ipxe-qemu) qemu+=("$p") ;; *) plain+=("$p") ;; esac
+    done
+    [ "${#plain[@]}" -eq 0 ] || apt_install "${plain[@]}"
+    [ "${#qemu[@]}" -eq 0 ] || apt_install ${backports:+-t "$backports"} "${qemu[@]}"
+    need=()
 }
 
-# The nightly toolchain: Miri runs the engine's tests and cargo-fuzz the fuzz targets
-# (scripts/test.sh runs both, the fuzzers for a bounded time).
-command -v rustup >/dev/null 2>&1 || { log "rustup not found: Miri and cargo-fuzz need a nightly toolchain"; exit 1; }
+# ---- The demo's needs: QEMU with plugins for aarch64, uftrace, the example's cross compiler.
+have_qemu || need+=(qemu-system-arm)
+need_cmd uftrace uftrace
+need_cmd aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu
+need_cmd make make
+install_needed
+have_qemu || die "qemu-system-aarch64 >= 9.2 is still missing (Debian ships 10.0 in bookworm-backports and trixie)"
+if [ "$what" = demo ]; then
+    log "ok (the demo's needs)"
+    exit 0
+fi
+
+# ---- The tests' needs.
+need_cmd aarch64-linux-gnu-nm binutils-aarch64-linux-gnu
+# The instruction decoders' tests assemble x86 (native binutils, named explicitly) and RISC-V.
+need_cmd x86_64-linux-gnu-as binutils-x86-64-linux-gnu
+need_cmd riscv64-linux-gnu-as binutils-riscv64-linux-gnu
+need_cmd tmux tmux
+need_cmd hyperfine hyperfine
+need_cmd zstd zstd
+need_cmd lz4 lz4 # the amd64 bzImage's payload, for the kallsyms peer test
+need_cmd /usr/bin/time time
+need_cmd tclsh tcl # sqlite's amalgamation
+need_cmd debootstrap debootstrap
+# -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped).
+need_pkg ipxe-qemu
+need_cmd qemu-system-x86_64 qemu-system-x86
+need_cmd qemu-system-riscv64 qemu-system-riscv
+# A real emulator for a target qemu-uftrace does not support (the CLI's bad-input tests).
+need_cmd qemu-system-s390x qemu-system-s390x
+# Dynamic and PIE guests for all three user-mode targets, C++ for the unwinding tests.
+need_pkg libc6-dev-arm64-cross
+need_cmd riscv64-linux-gnu-gcc gcc-riscv64-linux-gnu
+need_pkg libc6-dev-riscv64-cross
+need_cmd aarch64-linux-gnu-g++ g++-aarch64-linux-gnu
+need_cmd riscv64-linux-gnu-g++ g++-riscv64-linux-gnu
+need_cmd x86_64-linux-gnu-g++ g++
+need_pkg python3-venv
+# Building QEMU 10.2.2 (meson >= 1.5 and pycotap come from backports on bookworm).
+for p in ninja-build libglib2.0-dev libpixman-1-dev libfdt-dev libcapstone-dev pkg-config flex \
+    bison dpkg-dev zlib1g-dev; do need_pkg "$p"; done
+install_needed
+$SUDO apt-get install -y -qq --no-install-recommends ${backports:+-t "$backports"} meson python3-pycotap >/dev/null ||
+    die "cannot install meson and python3-pycotap${backports:+ from $backports}"
+
+# The nightly toolchain: Miri runs the engine's tests, cargo-fuzz the fuzz targets.
+command -v rustup >/dev/null 2>&1 || die "rustup not found: Miri and cargo-fuzz need a nightly toolchain"
 rustup run nightly rustc --version >/dev/null 2>&1 || {
     log "installing the nightly Rust toolchain (Miri, fuzz targets)"
     rustup toolchain install nightly --profile minimal
@@ -74,177 +189,94 @@ command -v cargo-fuzz >/dev/null 2>&1 || {
     cargo install cargo-fuzz --locked
 }
 
-have_qemu() {
-    command -v qemu-system-aarch64 >/dev/null 2>&1 || return 1
-    local v
-    v=$(qemu-system-aarch64 --version | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
-    set -- $v
-    [ "${1:-0}" -gt 9 ] || { [ "${1:-0}" -eq 9 ] && [ "${2:-0}" -ge 2 ]; }
-}
+# The archive work: which file of which package (xtask/), built once (seconds).
+xtask() { cargo run --quiet --manifest-path "$root/Cargo.toml" --package xtask -- "$@"; }
 
-# On bookworm, QEMU, the 6.12 kernel and the user-mode QEMU come from backports.
-codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
-backports=""
-if [ "$codename" = bookworm ]; then
-    ensure_backports
-    backports=/bookworm-backports
-fi
-
-need=()
-have_qemu || need+=(qemu)
-command -v uftrace >/dev/null 2>&1 || need+=(uftrace)
-command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-aarch64-linux-gnu)
-command -v aarch64-linux-gnu-nm >/dev/null 2>&1 || need+=(binutils-aarch64-linux-gnu)
-# The instruction decoders' tests assemble x86 (native binutils, named explicitly) and
-# RISC-V code.
-command -v x86_64-linux-gnu-as >/dev/null 2>&1 || need+=(binutils-x86-64-linux-gnu)
-command -v riscv64-linux-gnu-as >/dev/null 2>&1 || need+=(binutils-riscv64-linux-gnu)
-command -v tmux >/dev/null 2>&1 || need+=(tmux)
-command -v hyperfine >/dev/null 2>&1 || need+=(hyperfine)
-command -v zstd >/dev/null 2>&1 || need+=(zstd)
-# -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped below).
-dpkg -s ipxe-qemu >/dev/null 2>&1 || need+=(ipxe-qemu)
-command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
-# A real emulator for a target qemu-uftrace does not support (the CLI's bad-input tests).
-command -v qemu-system-s390x >/dev/null 2>&1 || need+=(qemu-system-s390x)
-# riscv64 system mode (Debian splits it out of qemu-system-misc; opensbi comes with it).
-command -v qemu-system-riscv64 >/dev/null 2>&1 || need+=(qemu-system-riscv)
-# lz4 decompresses the amd64 bzImage's payload for the kallsyms peer test.
-command -v lz4 >/dev/null 2>&1 || need+=(lz4)
-command -v /usr/bin/time >/dev/null 2>&1 || need+=(time)
-# The symbols tests build dynamic and PIE arm64 programs; vmlinux-to-elf lives in a venv.
-dpkg -s libc6-dev-arm64-cross >/dev/null 2>&1 || need+=(libc6-dev-arm64-cross)
-dpkg -s python3-venv >/dev/null 2>&1 || need+=(python3-venv)
-# The riscv64 user-mode tests build static and dynamic riscv64 programs.
-command -v riscv64-linux-gnu-gcc >/dev/null 2>&1 || need+=(gcc-riscv64-linux-gnu)
-dpkg -s libc6-dev-riscv64-cross >/dev/null 2>&1 || need+=(libc6-dev-riscv64-cross)
-# The signal and unwinding tests build a C++ program for each user-mode architecture (the
-# host g++ is x86_64-linux-gnu-g++).
-command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-aarch64-linux-gnu)
-command -v riscv64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-riscv64-linux-gnu)
-command -v x86_64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++)
-
-if [ "${#need[@]}" -gt 0 ]; then
-    log "installing: ${need[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    $SUDO apt-get update -qq
-    pkgs=(uftrace gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu binutils-x86-64-linux-gnu
-        binutils-riscv64-linux-gnu tmux hyperfine zstd make time libc6-dev-arm64-cross python3-venv
-        gcc-riscv64-linux-gnu libc6-dev-riscv64-cross g++-aarch64-linux-gnu g++-riscv64-linux-gnu
-        g++)
-    $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
-    qemu_release=()
-    [ -z "$backports" ] || qemu_release=(-t "${backports#/}")
-    $SUDO apt-get install -y -qq --no-install-recommends "${qemu_release[@]}" \
-        qemu-system-arm qemu-system-x86 qemu-system-riscv qemu-system-s390x ipxe-qemu >/dev/null
-fi
-have_qemu || { log "qemu-system-aarch64 >= 9.2 is still missing"; exit 1; }
-
-# Files from Debian packages, kept in the cache rather than installed (arm64 kernels; QEMUs
-# that installing would register as binfmt handlers system-wide).
-
-# keep_from_deb PACKAGE DIR PATH=NAME...: downloads PACKAGE (apt's name, with :arch and
-# /suite as needed) and keeps each file matching PATH (a glob inside the package) as
-# DIR/NAME. The files appear together, once all are extracted.
-keep_from_deb() {
-    local pkg=$1 dir=$2 spec tmp globs=() ok=1
-    shift 2
-    tmp=$(mktemp -d)
-    for spec in "$@"; do globs+=("./${spec%%=*}"); done
-    # Called where `set -e` does not apply (after ||): every step is checked.
-    (cd "$tmp" && apt-get download -qq "$pkg" 2>/dev/null) &&
-        dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" --wildcards "${globs[@]}" &&
-        mkdir -p "$dir" || ok=0
-    for spec in "$@"; do
-        [ "$ok" = 1 ] && cp "$tmp"/${spec%%=*} "$dir/${spec#*=}.tmp" || ok=0
-    done
-    for spec in "$@"; do
-        [ "$ok" = 1 ] && mv "$dir/${spec#*=}.tmp" "$dir/${spec#*=}" || ok=0
-    done
-    rm -rf "$tmp"
-    [ "$ok" = 1 ]
-}
-
-# after_update CMD...: runs CMD; when it fails, refreshes the package lists and runs it
-# once more. Kernel package names carry the full version: after a point release the mirror
-# drops the old file and stale lists still name it.
-after_update() {
-    "$@" && return 0
-    $SUDO apt-get update -qq
-    "$@"
-}
-
-# kernel_from SUITE VERSION DIR PATH=NAME...: the arm64 cloud kernel the metapackage in SUITE
-# depends on (VERSION: a sed pattern for the version part) into DIR, named in DIR/package.
-kernel_from() {
-    local suite=$1 version=$2 dir=$3 pkg
+# fetch_kernel DIR META QUAL WANT=NAME...: the versioned kernel package that metapackage META
+# pulls in (QUAL: `:ARCH` and `/SUITE` as apt takes them), its files kept as DIR/NAME; then
+# DIR/package names it (the stamp, written last). Once more after `apt-get update` when the
+# lists are stale (a point release drops the old file).
+fetch_kernel() {
+    local dir=$1 meta=$2 qual=$3 pkg s keeps=()
     shift 3
-    pkg=$(apt-cache depends "linux-image-cloud-arm64:arm64$suite" 2>/dev/null |
-        sed -n "s/.*Depends: \(linux-image-$version-cloud-arm64\).*/\1/p" | head -n1)
-    [ -n "$pkg" ] || return 1
+    for s in "$@"; do keeps+=("${s%%=*}=$dir/${s#*=}"); done
+    pkg=$(xtask kernel-package "$meta$qual") || return 1
     log "fetching $pkg into $dir"
-    keep_from_deb "$pkg:arm64$suite" "$dir" "$@" && echo "$pkg" >"$dir/package"
+    if ! xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null; then
+        [ -z "${APT_CONFIG:-}" ] || return 1
+        log "retrying after apt-get update"
+        $SUDO apt-get update -qq
+        pkg=$(xtask kernel-package "$meta$qual") && xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
+    fi
+    echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
+}
+# fetch_dbg DIR IMAGE_DIR QUAL WANT=NAME...: the -dbg package of the kernel in IMAGE_DIR.
+fetch_dbg() {
+    local dir=$1 image=$2 qual=$3 pkg s keeps=()
+    shift 3
+    pkg="$(cat "$image/package")-dbg"
+    for s in "$@"; do keeps+=("${s%%=*}=$dir/${s#*=}"); done
+    log "fetching $pkg into $dir (large)"
+    xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
+    echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
+}
+# fresh DIR FILE...: DIR has its stamp and every FILE.
+fresh() {
+    local dir=$1 f
+    shift
+    [ -s "$dir/package" ] || return 1
+    for f in "$@"; do [ -s "$dir/$f" ] || return 1; done
 }
 
 if [ "$codename" = bookworm ]; then
-    # bookworm's own 7.2 (too old) and the backported 10.0 user-mode emulator, which Debian
-    # builds static, without plugin support: the CLI's bad-input tests.
-    [ -s "$CACHE/qemu-7.2/qemu-aarch64-static" ] || after_update keep_from_deb \
-        qemu-user-static/bookworm "$CACHE/qemu-7.2" usr/bin/qemu-aarch64-static=qemu-aarch64-static
-    [ -s "$CACHE/qemu-user-10.0/qemu-aarch64" ] || after_update keep_from_deb \
-        qemu-user/bookworm-backports "$CACHE/qemu-user-10.0" usr/bin/qemu-aarch64=qemu-aarch64
+    # bookworm's own QEMU 7.2 (too old) and backports' static user-mode 10.0 (no plugins): the
+    # CLI's bad-input tests.
+    [ -s "$CACHE/qemu-7.2/qemu-aarch64-static" ] ||
+        xtask keep qemu-user-static/bookworm \
+            "path:usr/bin/qemu-aarch64-static=$CACHE/qemu-7.2/qemu-aarch64-static" >/dev/null ||
+        die "cannot keep bookworm's qemu-aarch64-static"
+    [ -s "$CACHE/qemu-user-10.0/qemu-aarch64" ] ||
+        xtask keep qemu-user/bookworm-backports \
+            "path:usr/bin/qemu-aarch64=$CACHE/qemu-user-10.0/qemu-aarch64" >/dev/null ||
+        die "cannot keep bookworm-backports' qemu-aarch64"
 fi
 
 dpkg --print-foreign-architectures | grep -qx arm64 ||
     { $SUDO dpkg --add-architecture arm64; $SUDO apt-get update -qq; }
 
-# Debian's arm64 cloud kernel (the real-kernel tests and the benchmark boot it to its panic),
-# and from its -dbg package (~260 MB) the DWARF vmlinux and real System.map of that very
-# kernel, for the symbols crate's kernel-scale tests and bench/symbols.sh.
-if [ ! -s "$CACHE/kernel/vmlinuz" ] || [ ! -s "$CACHE/kernel/package" ]; then
-    after_update kernel_from "" "[0-9][^ ]*" "$CACHE/kernel" 'boot/vmlinuz-*=vmlinuz' ||
-        { log "cannot fetch Debian's linux-image-*-cloud-arm64 package"; exit 1; }
-fi
-if [ ! -s "$CACHE/kernel-dbg/vmlinux" ] || [ ! -s "$CACHE/kernel-dbg/System.map" ]; then
-    dbg="$(cat "$CACHE/kernel/package")-dbg"
-    log "fetching $dbg into $CACHE/kernel-dbg (large)"
-    after_update keep_from_deb "$dbg:arm64" "$CACHE/kernel-dbg" \
-        'usr/lib/debug/boot/vmlinux-*=vmlinux' 'usr/lib/debug/boot/System.map-*=System.map' ||
-        { log "cannot fetch $dbg"; exit 1; }
-    echo "$dbg" >"$CACHE/kernel-dbg/package"
-fi
+# Debian's arm64 cloud kernel (the kernel tests and the benchmark boot it to its panic) and,
+# from its -dbg package (~260 MB), the DWARF vmlinux and real System.map of that very kernel.
+fresh "$CACHE/kernel" vmlinuz ||
+    fetch_kernel "$CACHE/kernel" linux-image-cloud-arm64 :arm64 kernel-image=vmlinuz || exit 1
+fresh "$CACHE/kernel-dbg" vmlinux System.map &&
+    [ "$(cat "$CACHE/kernel/package")-dbg" = "$(cat "$CACHE/kernel-dbg/package")" ] ||
+    fetch_dbg "$CACHE/kernel-dbg" "$CACHE/kernel" :arm64 dbg-vmlinux=vmlinux system-map=System.map || exit 1
+# The newer arm64 kernel Debian ships (backports on bookworm): the symbols crate reads the
+# kallsyms of both kernels' raw images.
+fresh "$CACHE/kernel-6.12" vmlinuz ||
+    fetch_kernel "$CACHE/kernel-6.12" linux-image-cloud-arm64 ":arm64${backports:+/$backports}" kernel-image=vmlinuz || exit 1
+# Debian's amd64 cloud kernel and its DWARF vmlinux (~283 MB package): the x86_64 kernel test.
+fresh "$CACHE/kernel-amd64" vmlinuz ||
+    fetch_kernel "$CACHE/kernel-amd64" linux-image-cloud-amd64 "" kernel-image=vmlinuz || exit 1
+fresh "$CACHE/kernel-amd64-dbg" vmlinux &&
+    [ "$(cat "$CACHE/kernel-amd64/package")-dbg" = "$(cat "$CACHE/kernel-amd64-dbg/package")" ] ||
+    fetch_dbg "$CACHE/kernel-amd64-dbg" "$CACHE/kernel-amd64" "" dbg-vmlinux=vmlinux || exit 1
 
-# Debian's 6.12 (bookworm-backports; trixie's default): the symbols crate recovers kallsyms
-# from the raw images of both kernels Debian ships. Only the image: it is a raw arm64 Image.
-if [ ! -s "$CACHE/kernel-6.12/vmlinuz" ] || [ ! -s "$CACHE/kernel-6.12/package" ]; then
-    after_update kernel_from "$backports" "6\\.12\\.[^ ]*" "$CACHE/kernel-6.12" 'boot/vmlinuz-*=vmlinuz' ||
-        { log "cannot fetch Debian's linux-image-6.12.*-cloud-arm64 package"; exit 1; }
-fi
-
-# Debian's amd64 cloud kernel (6.1, the host's own architecture): the x86_64 whole-system
-# test and benchmark boot its bzImage to its panic.
-if [ ! -s "$CACHE/kernel-amd64/vmlinuz" ] || [ ! -s "$CACHE/kernel-amd64/package" ]; then
-    kernel_amd64() {
-        local pkg
-        pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
-            sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*-cloud-amd64\).*/\1/p' | head -n1)
-        [ -n "$pkg" ] || return 1
-        log "fetching $pkg into $CACHE/kernel-amd64"
-        keep_from_deb "$pkg" "$CACHE/kernel-amd64" 'boot/vmlinuz-*=vmlinuz' &&
-            echo "$pkg" >"$CACHE/kernel-amd64/package"
-    }
-    after_update kernel_amd64 ||
-        { log "cannot fetch Debian's linux-image-*-cloud-amd64 package"; exit 1; }
-fi
-# From its -dbg package (~283 MB) only the DWARF vmlinux of that very kernel: names for every
-# address of its text and source lines (`--symbols`), task_struct's comm and pid offsets.
-if [ ! -s "$CACHE/kernel-amd64-dbg/vmlinux" ] || [ ! -s "$CACHE/kernel-amd64-dbg/package" ]; then
-    dbg="$(cat "$CACHE/kernel-amd64/package")-dbg"
-    log "fetching $dbg into $CACHE/kernel-amd64-dbg (large)"
-    after_update keep_from_deb "$dbg" "$CACHE/kernel-amd64-dbg" \
-        'usr/lib/debug/boot/vmlinux-*=vmlinux' ||
-        { log "cannot fetch $dbg"; exit 1; }
-    echo "$dbg" >"$CACHE/kernel-amd64-dbg/package"
+# Debian's riscv64 kernel and its -dbg vmlinux (~1.2 GB package, streamed). bookworm has no
+# riscv64 port: trixie's, else forky's, else sid's, whichever suite's riscv64 lists fetch.
+krv="$CACHE/kernel-riscv64" krv_dbg="$CACHE/kernel-riscv64-dbg"
+if ! fresh "$krv" vmlinuz || ! fresh "$krv_dbg" vmlinux ||
+    [ "$(cat "$krv/package")-dbg" != "$(cat "$krv_dbg/package")" ]; then
+    rvstate=$(mktemp -d)
+    conf=""
+    for suite in trixie forky sid; do
+        conf=$(private_apt "$rvstate/$suite" deb "$suite" riscv64) && break
+        log "$suite's riscv64 package lists fail ($(apt_failure "$rvstate/$suite/update.log")), trying the next suite"
+    done
+    [ -n "$conf" ] || die "no suite's riscv64 package lists could be fetched (trixie, forky, sid): the mirror may be mid-sync, retry later"
+    APT_CONFIG=$conf fetch_kernel "$krv" linux-image-riscv64 "" kernel-image=vmlinuz || exit 1
+    APT_CONFIG=$conf fetch_dbg "$krv_dbg" "$krv" "" dbg-vmlinux=vmlinux || exit 1
+    rm -rf "$rvstate"
 fi
 
 # vmlinux-to-elf (PyPI), the peer the kallsyms tests compare with, in a venv of Debian's
@@ -254,47 +286,58 @@ if ! "$venv/bin/vmlinux-to-elf" --help >/dev/null 2>&1; then
     log "installing vmlinux-to-elf into $venv"
     rm -rf "$venv"
     /usr/bin/python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check vmlinux-to-elf==1.4.0
+    "$venv/bin/pip" install -q --disable-pip-version-check vmlinux-to-elf==1.4.0 ||
+        die "pip cannot install vmlinux-to-elf 1.4.0 into $venv: retry"
     "$venv/bin/vmlinux-to-elf" --help >/dev/null
 fi
 
-# QEMU 10.2.2 from Debian's source package (`+ds`, patches applied), built for the targets
-# qemu-uftrace traces with plugins enabled, user mode included: Debian's binaries lack plugins
-# in user mode and 10.0 lacks the discontinuity callback. About 13 minutes on two cores, once.
+# source_package NAME VERSION SUITES DIR [OPTION...]: the files of Debian's source package
+# (VERSION may be empty: the newest) from the deb-src of SUITES into DIR, through a private apt
+# state; OPTIONs go to `apt-get source` (`--tar-only`). apt checks each file against the signed
+# Sources index. A .dsc already in $QEMU_UFTRACE_DEBS is taken from there.
+source_package() {
+    local name=$1 version=$2 suites=$3 dest=$4 state conf local_dsc
+    shift 4
+    mkdir -p "$dest"
+    local_dsc=$(ls "${QEMU_UFTRACE_DEBS:-/nonexistent}/${name}_${version#*:}"*.dsc 2>/dev/null | head -n1 || true)
+    if [ -n "$local_dsc" ] && [ -n "$version" ]; then
+        cp "$(dirname "$local_dsc")/${name}_"* "$dest"/ && return 0
+    fi
+    state=$(mktemp -d)
+    conf=$(private_apt "$state" deb-src "$suites") ||
+        { log "the deb-src lists of $suites fail ($(apt_failure "$state/update.log")): retry later"; rm -rf "$state"; return 1; }
+    if ! (cd "$dest" && APT_CONFIG=$conf apt-get source --download-only -qq "$@" "$name${version:+=$version}" \
+        >/dev/null 2>&1); then
+        local carried
+        carried=$(APT_CONFIG=$conf apt-cache showsrc "$name" 2>/dev/null | sed -n 's/^Version: //p' | sort -u | tr '\n' ' ')
+        log "Debian's source package $name${version:+ $version} is not in $suites (they carry: ${carried:-nothing});" \
+            "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS${version:+, or change the version in scripts/install-deps.sh}"
+        rm -rf "$state"
+        return 1
+    fi
+    rm -rf "$state"
+}
+# unpack_source NAME VERSION SUITES DIR: the same, unpacked with its patches into DIR.
+unpack_source() {
+    local tmp
+    tmp=$(mktemp -d)
+    source_package "$1" "$2" "$3" "$tmp" &&
+        dpkg-source --no-check -x "$tmp"/*.dsc "$4" >/dev/null || { rm -rf "$tmp"; return 1; }
+    rm -rf "$tmp"
+}
+
+# QEMU 10.2.2 from Debian's source package, built for the targets qemu-uftrace traces with
+# plugins enabled, user mode included: Debian's binaries lack plugins in user mode and 10.0
+# lacks the discontinuity callback. About 13 minutes on two cores, once.
 QEMU_SRC_VERSION=1:10.2.2+ds-1
 QEMU_TARGETS=aarch64-softmmu,x86_64-softmmu,riscv64-softmmu,aarch64-linux-user,x86_64-linux-user,riscv64-linux-user
 q102="$CACHE/qemu-10.2.2"
 if [ ! -x "$q102/bin/qemu-system-aarch64" ] || [ "$(cat "$q102/targets" 2>/dev/null)" != "$QEMU_TARGETS" ]; then
     log "building QEMU ${QEMU_SRC_VERSION#1:} from Debian's source package into $q102 (~13 min)"
-    build_need=()
-    for pkg in ninja-build libglib2.0-dev libpixman-1-dev libfdt-dev libcapstone-dev pkg-config \
-        flex bison dpkg-dev zlib1g-dev; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || build_need+=("$pkg")
-    done
-    [ "${#build_need[@]}" -eq 0 ] ||
-        $SUDO apt-get install -y -qq --no-install-recommends "${build_need[@]}" >/dev/null
-    # QEMU 10.2 wants meson >= 1.5 and pycotap: bookworm-backports has both.
-    $SUDO apt-get install -y -qq --no-install-recommends ${backports:+-t "${backports#/}"} \
-        meson python3-pycotap >/dev/null
     work=$(mktemp -d)
-    # Only the source: a private apt state for the deb-src of the suites that carry (or
-    # carried) this version, so the system's lists stay as they are.
-    mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial"
-    cat >"$work/apt/src.sources" <<SRC
-Types: deb-src
-URIs: $(debian_mirror)
-Suites: sid forky
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    apt_src=(-o Dir::Etc::SourceList="$work/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
-        -o Dir::State::Lists="$work/apt/lists" -o Dir::Cache="$work/apt/cache")
-    apt-get "${apt_src[@]}" update -qq
-    (cd "$work" && apt-get "${apt_src[@]}" source --download-only -qq "qemu=$QEMU_SRC_VERSION") \
-        2>/dev/null
-    # apt checked the files against the signed index; the .dsc's own signature needs keys
-    # this machine has no reason to hold.
-    dpkg-source --no-check -x "$work"/qemu_*.dsc "$work/qemu" >/dev/null
+    # apt checked the files against the signed index; the .dsc's own signature needs keys this
+    # machine has no reason to hold.
+    unpack_source qemu "$QEMU_SRC_VERSION" "sid forky trixie-backports" "$work/qemu" || exit 1
     mkdir "$work/qemu/build"
     (cd "$work/qemu/build" && ../configure --python=/usr/bin/python3 --prefix="$q102" \
         --target-list="$QEMU_TARGETS" --without-default-features --enable-plugins \
@@ -302,13 +345,13 @@ SRC
         --disable-install-blobs --disable-download \
         --firmwarepath=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu \
         >"$work/configure.log" 2>&1) ||
-        { tail -n 30 "$work/configure.log" >&2; log "configuring QEMU failed"; exit 1; }
+        { tail -n 30 "$work/configure.log" >&2; die "configuring QEMU failed"; }
     bins=(qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64 qemu-aarch64 qemu-x86_64
         qemu-riscv64)
     # QEMU's own uftrace plugin and execlog: the peers the benchmarks and tests compare with.
     peers=(contrib/plugins/libuftrace.so contrib/plugins/libexeclog.so)
     ninja -C "$work/qemu/build" "${bins[@]}" "${peers[@]}" >"$work/build.log" 2>&1 ||
-        { tail -n 30 "$work/build.log" >&2; log "building QEMU failed"; exit 1; }
+        { tail -n 30 "$work/build.log" >&2; die "building QEMU failed"; }
     rm -rf "$q102.tmp"
     mkdir -p "$q102.tmp/bin" "$q102.tmp/plugins"
     for b in "${bins[@]}"; do strip -o "$q102.tmp/bin/$b" "$work/qemu/build/$b"; done
@@ -318,116 +361,27 @@ SRC
     rm -rf "$work"
 fi
 
-# Debian's riscv64 kernel (the riscv64 kernel test and benchmark boot it to its panic, the
-# symbols crate reads its kallsyms) and its -dbg vmlinux. bookworm has no riscv64 port: the
-# packages come from trixie, or from forky (then sid) when trixie's riscv64 lists fail (here
-# they do, with "File has unexpected size": the mirror's riscv64 indexes are older than its
-# Release file).
-# A private apt state for riscv64 alone: the system's architectures, lists and pins stay as
-# they are, and nothing from those suites can be installed on it.
-krv="$CACHE/kernel-riscv64"
-krv_dbg="$CACHE/kernel-riscv64-dbg"
-# rv_apt_init DIR SUITE: a private apt state in DIR with SUITE's riscv64 lists.
-rv_apt_init() {
-    local dir=$1 suite=$2
-    rm -rf "$dir" && mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
-    # apt downloads as its own user when it can reach the state (else it warns).
-    chmod go+rx "$dir"
-    : >"$dir/status"
-    cat >"$dir/rv.sources" <<SRC
-Types: deb
-URIs: $(debian_mirror)
-Suites: $suite
-Components: main
-Architectures: riscv64
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    rv_apt=(-o Dir::Etc::SourceList="$dir/rv.sources" -o Dir::Etc::SourceParts=/nonexistent
-        -o Dir::Etc::Preferences=/nonexistent -o Dir::Etc::PreferencesParts=/nonexistent
-        -o Dir::State::Lists="$dir/lists" -o Dir::Cache="$dir/cache"
-        -o Dir::State::status="$dir/status" -o APT::Architecture=riscv64
-        -o APT::Architectures=riscv64 -o Debug::NoLocking=1)
-    apt-get "${rv_apt[@]}" update -qq >"$dir/update.log" 2>&1 &&
-        ! grep -qE '^(E:|W: (Failed to fetch|Some index files))' "$dir/update.log"
-}
-# rv_keep PACKAGE DIR NAME PATTERN...: downloads PACKAGE with the private state and keeps
-# its first file matching one of the tar PATTERNs as DIR/NAME.tmp (the -dbg package is
-# ~1.2 GB: dpkg-deb streams it to tar, which writes only the matching file; tar exits 2
-# for the patterns that match nothing, so the file itself is the check).
-rv_keep() {
-    local pkg=$1 dir=$2 name=$3 tmp member
-    shift 3
-    tmp=$(mktemp -d)
-    chmod go+rx "$tmp"
-    mkdir "$tmp/x"
-    (cd "$tmp" && apt-get "${rv_apt[@]}" download -qq "$pkg" 2>/dev/null) &&
-        { dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp/x" --wildcards "$@" 2>/dev/null || true; } &&
-        member=$(find "$tmp/x" -type f -size +0 | head -n1) && [ -n "$member" ] &&
-        mkdir -p "$dir" && mv "$member" "$dir/$name.tmp" || { rm -rf "$tmp"; return 1; }
-    rm -rf "$tmp"
-}
-rv_stamp_ok() { [ -s "$1/$2" ] && grep -qs '^linux-image-' "$1/package"; }
-if ! rv_stamp_ok "$krv" vmlinuz || ! rv_stamp_ok "$krv_dbg" vmlinux ||
-    [ "$(cat "$krv/package")-dbg" != "$(cat "$krv_dbg/package")" ]; then
-    rvtmp=$(mktemp -d)
-    chmod go+rx "$rvtmp"
-    rv_suite=""
-    for suite in trixie forky sid; do
-        if rv_apt_init "$rvtmp/apt" "$suite"; then rv_suite=$suite; break; fi
-        # Only the reason: apt's lines name the mirror.
-        log "$suite's riscv64 package lists fail ($(grep -oEm1 'File has unexpected size|Hash Sum mismatch|[45][0-9][0-9] [A-Z][A-Za-z ]+' "$rvtmp/apt/update.log" || echo "apt-get update failed")), trying the next suite"
-    done
-    [ -n "$rv_suite" ] || { log "no riscv64 package lists could be fetched"; exit 1; }
-    # The kernel the metapackage depends on; since 6.16 its image sits in linux-binary-*.
-    pkg=$(apt-cache "${rv_apt[@]}" depends linux-image-riscv64 2>/dev/null |
-        sed -n 's/.*Depends: \(linux-image-[0-9][^ ]*-riscv64\)$/\1/p' | head -n1)
-    [ -n "$pkg" ] || { log "no linux-image-*-riscv64 in $rv_suite"; exit 1; }
-    holder=$pkg
-    binary="linux-binary-${pkg#linux-image-}"
-    apt-cache "${rv_apt[@]}" show "$binary" >/dev/null 2>&1 && holder=$binary
-    log "fetching $holder and $pkg-dbg ($rv_suite, ~1.2 GB) into $krv and $krv_dbg"
-    rm -rf "$krv" "$krv_dbg"
-    rv_keep "$holder" "$krv" vmlinuz './boot/vmlinuz-*' './usr/lib/modules/*/vmlinuz' ||
-        { log "cannot fetch $holder's kernel image"; exit 1; }
-    rv_keep "$pkg-dbg" "$krv_dbg" vmlinux './usr/lib/debug/boot/vmlinux-*' \
-        './usr/lib/debug/lib/modules/*/vmlinux' './usr/lib/debug/usr/lib/modules/*/vmlinux' ||
-        { log "cannot fetch $pkg-dbg's vmlinux"; exit 1; }
-    mv "$krv/vmlinuz.tmp" "$krv/vmlinuz" && echo "$pkg" >"$krv/package"
-    mv "$krv_dbg/vmlinux.tmp" "$krv_dbg/vmlinux" && echo "$pkg-dbg" >"$krv_dbg/package"
-    rm -rf "$rvtmp"
-fi
-
 # QEMU 11.1.3 (plugin API 7 only) from trixie-backports. Its binaries need trixie's libc, so
 # they live in a minimal trixie root and run on its dynamic loader and libraries, behind
 # wrappers named like the emulators: every host path stays visible, no mount or chroot.
 troot="$CACHE/trixie-root"
 q111="$CACHE/qemu-11.1.3"
-if [ ! -x "$troot/usr/bin/qemu-system-aarch64" ]; then
-    command -v debootstrap >/dev/null 2>&1 ||
-        $SUDO apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+if [ ! -x "$troot/usr/bin/qemu-system-aarch64" ] || [ ! -x "$troot/usr/bin/qemu-system-riscv64" ]; then
     mirror=$(debian_mirror)
     log "making a trixie root with QEMU 11.1 in $troot"
     rm -rf "$troot.tmp"
-    $SUDO debootstrap --variant=minbase trixie "$troot.tmp" "$mirror" >/dev/null
+    $SUDO debootstrap --variant=minbase trixie "$troot.tmp" "$mirror" >"$CACHE/trixie-root.log" 2>&1 ||
+        { tail -n 5 "$CACHE/trixie-root.log" >&2; die "debootstrap of trixie failed: retry later (mirror mid-sync?)"; }
     printf 'deb %s trixie main\ndeb %s trixie-backports main\n' "$mirror" "$mirror" |
         $SUDO tee "$troot.tmp/etc/apt/sources.list" >/dev/null
     $SUDO cp /etc/resolv.conf "$troot.tmp/etc/resolv.conf" 2>/dev/null || true
-    # apt in a chroot without /dev/pts complains that it cannot log: kept out of sight
-    # unless the install fails.
+    # apt in a chroot without /dev/pts complains that it cannot log: kept out of sight unless
+    # the install fails.
     $SUDO chroot "$troot.tmp" sh -c 'export DEBIAN_FRONTEND=noninteractive;
         apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
-        qemu-system-arm qemu-system-x86 qemu-system-misc qemu-system-riscv' >"$CACHE/trixie-root.log" 2>&1 ||
-        { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing QEMU 11.1 in $troot.tmp failed"; exit 1; }
+        qemu-system-arm qemu-system-x86 qemu-system-misc qemu-system-riscv' >>"$CACHE/trixie-root.log" 2>&1 ||
+        { tail -n 20 "$CACHE/trixie-root.log" >&2; die "installing QEMU 11.1 in $troot.tmp failed"; }
     rm -rf "$troot" && mv "$troot.tmp" "$troot"
-fi
-# trixie's qemu-system-misc no longer brings the riscv64 emulator: a root made before it was
-# asked for gets it now.
-if [ ! -x "$troot/usr/bin/qemu-system-riscv64" ]; then
-    log "installing QEMU 11.1's riscv64 emulator in $troot"
-    $SUDO chroot "$troot" sh -c 'export DEBIAN_FRONTEND=noninteractive;
-        apt-get update -qq && apt-get install -y -qq --no-install-recommends -t trixie-backports \
-        qemu-system-riscv' >"$CACHE/trixie-root.log" 2>&1 ||
-        { tail -n 20 "$CACHE/trixie-root.log" >&2; log "installing qemu-system-riscv in $troot failed"; exit 1; }
 fi
 for emu in qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64; do
     wrapper="$q111/bin/$emu"
@@ -442,52 +396,13 @@ WRAP
     chmod +x "$wrapper.tmp" && mv "$wrapper.tmp" "$wrapper"
 done
 "$q111/bin/qemu-system-aarch64" --version | grep -q "version 11\.1" ||
-    { log "the QEMU 11.1 wrapper in $q111 does not run"; exit 1; }
-
-# source_download PKG SUITES DIR [OPTION...]: the files of Debian's source package PKG (NAME or
-# NAME=VERSION) from the deb-src of SUITES into DIR, through a private apt state so the
-# system's lists stay as they are; OPTIONs go to `apt-get source` (`--tar-only`). apt checks
-# each file against the signed Sources index.
-source_download() {
-    local pkg=$1 suites=$2 dest=$3 tmp
-    shift 3
-    tmp=$(mktemp -d)
-    # apt downloads as its own user when it can reach the lists (else it warns and does it
-    # as root).
-    chmod go+rx "$tmp"
-    mkdir -p "$tmp/apt/lists/partial" "$tmp/apt/cache/archives/partial" "$dest"
-    cat >"$tmp/apt/src.sources" <<SRC
-Types: deb-src
-URIs: $(debian_mirror)
-Suites: $suites
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    local apt_src=(-o Dir::Etc::SourceList="$tmp/apt/src.sources" -o Dir::Etc::SourceParts=/nonexistent
-        -o Dir::State::Lists="$tmp/apt/lists" -o Dir::Cache="$tmp/apt/cache")
-    apt-get "${apt_src[@]}" update -qq &&
-        (cd "$dest" && apt-get "${apt_src[@]}" source --download-only -qq "$@" "$pkg" 2>/dev/null) ||
-        { rm -rf "$tmp"; return 1; }
-    rm -rf "$tmp"
-}
-
-# source_package PKG SUITES DIR: Debian's source package PKG (NAME or NAME=VERSION) from the
-# deb-src of SUITES, unpacked with its patches into DIR.
-source_package() {
-    local pkg=$1 suites=$2 dir=$3 tmp
-    tmp=$(mktemp -d)
-    source_download "$pkg" "$suites" "$tmp" &&
-        dpkg-source --no-check -x "$tmp"/*.dsc "$dir" >/dev/null || { rm -rf "$tmp"; return 1; }
-    rm -rf "$tmp"
-}
+    die "the QEMU 11.1 wrapper in $q111 does not run (trixie-backports may have moved on from 11.1: see $troot)"
 
 # OpenSBI with its symbols, for the riscv64 kernel test that names the M-mode firmware: QEMU's
 # bundled `-bios default` is a raw blob, and Debian's `opensbi` package ships fw_dynamic.elf
-# stripped and linked at 0 (QEMU refuses it as -bios: it overlaps the reset ROM). OpenSBI is
-# always position-independent since 1.6 (FW_PIC is gone); FW_TEXT_START links it where
-# `-M virt` loads firmware, which makes an ET_EXEC ELF with its symbols there. Built from
-# trixie's source package (~20 s); only its upstream tarball: the mirror lacks the .dsc and
-# Debian's own tarball.
+# stripped and linked at 0 (QEMU refuses it as -bios: it overlaps the reset ROM).
+# FW_TEXT_START links it where `-M virt` loads firmware, which makes an ET_EXEC ELF with its
+# symbols there. Built from trixie's source package (~20 s); only its upstream tarball.
 OPENSBI_SRC_VERSION=1.6-1
 OPENSBI_TEXT_START=0x80000000
 sbi="$CACHE/opensbi-riscv64"
@@ -495,13 +410,12 @@ sbi_stamp="opensbi $OPENSBI_SRC_VERSION FW_TEXT_START=$OPENSBI_TEXT_START"
 if [ ! -s "$sbi/fw_dynamic.elf" ] || [ "$(cat "$sbi/package" 2>/dev/null)" != "$sbi_stamp" ]; then
     log "building OpenSBI from Debian's opensbi $OPENSBI_SRC_VERSION source into $sbi (~20 s)"
     work=$(mktemp -d)
-    source_download "opensbi=$OPENSBI_SRC_VERSION" trixie "$work" --tar-only ||
-        { log "cannot fetch Debian's opensbi $OPENSBI_SRC_VERSION source"; exit 1; }
+    source_package opensbi "$OPENSBI_SRC_VERSION" "trixie forky sid" "$work" --tar-only || exit 1
     mkdir "$work/src"
     tar -xzf "$work"/opensbi_*.orig.tar.gz -C "$work/src" --strip-components=1
     make -s -C "$work/src" PLATFORM=generic CROSS_COMPILE=riscv64-linux-gnu- \
         FW_TEXT_START="$OPENSBI_TEXT_START" -j"$(nproc)" >"$work/build.log" 2>&1 ||
-        { tail -n 30 "$work/build.log" >&2; log "building OpenSBI failed"; exit 1; }
+        { tail -n 30 "$work/build.log" >&2; die "building OpenSBI failed"; }
     rm -rf "$sbi.tmp" && mkdir -p "$sbi.tmp"
     cp "$work/src/build/platform/generic/firmware/fw_dynamic.elf" "$sbi.tmp/"
     echo "$sbi_stamp" >"$sbi.tmp/package"
@@ -510,51 +424,51 @@ if [ ! -s "$sbi/fw_dynamic.elf" ] || [ "$(cat "$sbi/package" 2>/dev/null)" != "$
 fi
 
 # bench/user.sh's workloads, real CPU-bound programs from Debian's source packages, built for
-# each user-mode target as dynamic PIEs against the cross glibc (x86_64: the host's), with
-# DWARF and frame pointers (QEMU's own uftrace plugin, the benchmark's peer, walks them;
-# without, it writes gigabytes of noise); cached. bzip2 (seconds to build) makes few calls:
-# its hot loops are inlined.
-bz="$CACHE/bzip2"
-if [ "$(cat "$bz/cflags" 2>/dev/null)" != frame-pointers ] || [ ! -x "$bz/aarch64/bzip2" ] || [ ! -x "$bz/x86_64/bzip2" ] || [ ! -x "$bz/riscv64/bzip2" ]; then
-    log "building bzip2 from Debian's source package into $bz"
-    work=$(mktemp -d)
-    source_package bzip2 "$codename" "$work/src" || { log "cannot fetch bzip2's source package"; exit 1; }
-    rm -rf "$bz.tmp"
+# each user-mode target as dynamic PIEs against the cross glibc (x86_64: the host's), with DWARF
+# and frame pointers (QEMU's own uftrace plugin, the benchmark's peer, walks them); cached.
+# build_workload NAME CACHE_DIR CC_ARGS...: builds NAME for the three targets in the source
+# tree's BUILD dir (the working directory), where CC_ARGS name the sources.
+build_workload() {
+    local name=$1 dir=$2 arch cc
+    shift 2
+    rm -rf "$dir.tmp"
     for arch in aarch64 x86_64 riscv64; do
         cc=gcc
         [ "$arch" = x86_64 ] || cc=$arch-linux-gnu-gcc
-        mkdir -p "$bz.tmp/$arch"
-        (cd "$work/src" && $cc -O2 -g -fno-omit-frame-pointer -D_FILE_OFFSET_BITS=64 -o "$bz.tmp/$arch/bzip2" blocksort.c \
-            huffman.c crctable.c randtable.c compress.c decompress.c bzlib.c bzip2.c) ||
-            { log "building bzip2 for $arch failed"; exit 1; }
+        mkdir -p "$dir.tmp/$arch"
+        $cc -O2 -g -fno-omit-frame-pointer -o "$dir.tmp/$arch/$name" "$@" || die "building $name for $arch failed"
     done
+}
+workload_fresh() {
+    [ "$(cat "$1/cflags" 2>/dev/null)" = frame-pointers ] && [ -x "$1/aarch64/$2" ] &&
+        [ -x "$1/x86_64/$2" ] && [ -x "$1/riscv64/$2" ]
+}
+# bzip2 (seconds to build) makes few calls: its hot loops are inlined.
+bz="$CACHE/bzip2"
+if ! workload_fresh "$bz" bzip2; then
+    log "building bzip2 from Debian's source package into $bz"
+    work=$(mktemp -d)
+    unpack_source bzip2 "" "$codename" "$work/src" || exit 1
+    (cd "$work/src" && build_workload bzip2 "$bz" -D_FILE_OFFSET_BITS=64 blocksort.c huffman.c \
+        crctable.c randtable.c compress.c decompress.c bzlib.c bzip2.c)
     dpkg-parsechangelog -l "$work/src/debian/changelog" -S Version >"$bz.tmp/version"
     echo frame-pointers >"$bz.tmp/cflags"
     rm -rf "$bz" && mv "$bz.tmp" "$bz"
     rm -rf "$work"
 fi
-
 # The sqlite3 shell (~2 min to build): a call-dense workload. The amalgamation is made on the
 # host (tclsh), then compiled by each cross compiler.
 sq="$CACHE/sqlite3"
-if [ "$(cat "$sq/cflags" 2>/dev/null)" != frame-pointers ] || [ ! -x "$sq/aarch64/sqlite3" ] || [ ! -x "$sq/x86_64/sqlite3" ] || [ ! -x "$sq/riscv64/sqlite3" ]; then
+if ! workload_fresh "$sq" sqlite3; then
     log "building the sqlite3 shell from Debian's source package into $sq (~2 min)"
-    command -v tclsh >/dev/null 2>&1 || $SUDO apt-get install -y -qq --no-install-recommends tcl >/dev/null
     work=$(mktemp -d)
-    source_package sqlite3 "$codename" "$work/src" || { log "cannot fetch sqlite3's source package"; exit 1; }
+    unpack_source sqlite3 "" "$codename" "$work/src" || exit 1
     mkdir "$work/build"
     (cd "$work/build" && ../src/configure --disable-tcl >"$work/configure.log" 2>&1 &&
         make sqlite3.c shell.c >"$work/make.log" 2>&1) ||
-        { tail -n 20 "$work"/*.log >&2; log "making sqlite's amalgamation failed"; exit 1; }
-    rm -rf "$sq.tmp"
-    for arch in aarch64 x86_64 riscv64; do
-        cc=gcc
-        [ "$arch" = x86_64 ] || cc=$arch-linux-gnu-gcc
-        mkdir -p "$sq.tmp/$arch"
-        (cd "$work/build" && $cc -O2 -g -fno-omit-frame-pointer -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
-            -o "$sq.tmp/$arch/sqlite3" shell.c sqlite3.c -lm) ||
-            { log "building sqlite3 for $arch failed"; exit 1; }
-    done
+        { tail -n 20 "$work"/*.log >&2; die "making sqlite's amalgamation failed"; }
+    (cd "$work/build" && build_workload sqlite3 "$sq" -DSQLITE_THREADSAFE=0 \
+        -DSQLITE_OMIT_LOAD_EXTENSION shell.c sqlite3.c -lm)
     dpkg-parsechangelog -l "$work/src/debian/changelog" -S Version >"$sq.tmp/version"
     echo frame-pointers >"$sq.tmp/cflags"
     rm -rf "$sq" && mv "$sq.tmp" "$sq"

@@ -1,0 +1,6 @@
+//! The install's archive work (`cargo xtask`, see `main.rs`): Debian package listings, the
+//! layouts kernel files have had, and keeping a file out of a package atomically.
+
+pub mod deb;
+pub mod layout;
+pub mod listing;
