@@ -7,20 +7,35 @@
 //! registers and memory for the engine's slow paths; `output` writes records off the vCPU
 //! threads; `finish` runs at exit.
 
+#[path = "ffi/mod.rs"]
 pub mod api;
+#[path = "handlers/callbacks.rs"]
 mod callbacks;
+#[path = "vcpu/clock.rs"]
 mod clock;
+#[path = "state/config.rs"]
 mod config;
+#[path = "state/guest.rs"]
 mod guest;
+#[path = "vcpu/landing.rs"]
 mod landing;
+#[path = "state/output.rs"]
 mod output;
+#[path = "lifecycle/process.rs"]
 mod process;
+#[path = "vcpu/scoreboard.rs"]
 mod scoreboard;
+#[path = "handlers/signals.rs"]
 mod signals;
+#[path = "lifecycle/stop_signals.rs"]
 mod stop_signals;
+#[path = "entry/translate.rs"]
 mod translate;
+#[path = "handlers/usermap.rs"]
 mod usermap;
+#[path = "vcpu/mod.rs"]
 mod vcpu;
+#[path = "vcpu/vectors.rs"]
 mod vectors;
 
 use config::{ClockChoice, Config, Mode};
