@@ -1,18 +1,8 @@
-//! The plugin's argument parser, compiled in directly as `engine.rs` does (the cdylib cannot
-//! link a test harness). Its one dependency in the plugin, the clock kind, is stood in for.
+//! The plugin's argument parser, compiled in directly (the cdylib cannot link a test harness).
 
 #[allow(dead_code)] // only the parser is under test
-#[path = "../src/config.rs"]
+#[path = "../src/state/config.rs"]
 mod config;
-
-/// The plugin's `clock::ClockKind`, which `config.rs` names (the real module needs QEMU).
-mod clock {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum ClockKind {
-        Insn,
-        Wall,
-    }
-}
 
 use config::{parse, Mode};
 use std::ffi::{OsStr, OsString};
@@ -34,7 +24,7 @@ fn out_keeps_every_byte() {
     );
     assert_eq!(
         cfg.clock,
-        config::ClockChoice::Fixed(clock::ClockKind::Wall)
+        config::ClockChoice::Fixed(config::ClockKind::Wall)
     );
     assert_eq!(cfg.max_depth, qemu_uftrace_format::MAX_STACK as usize);
 }

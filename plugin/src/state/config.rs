@@ -5,7 +5,6 @@
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
-use crate::clock::ClockKind;
 use qemu_uftrace_engine::tsc::TscSample;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -39,6 +38,22 @@ pub struct Config {
     /// The CLI's paired reading of the time-stamp counter and CLOCK_MONOTONIC, taken as it
     /// started: the wall clock's calibration runs from it to the plugin's install.
     pub tsc: Option<TscSample>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How records are timed: guest instructions retired, or host nanoseconds.
+pub enum ClockKind {
+    Insn,
+    Wall,
+}
+
+impl ClockKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockKind::Insn => "insn",
+            ClockKind::Wall => "wall",
+        }
+    }
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.

@@ -292,7 +292,7 @@ fn write_loop(dir: PathBuf, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -
 /// linux-user handler takes the thread it runs on for a guest thread: a guest's SIGALRM
 /// handled on the writer thread crashed QEMU (about one run in 25 of a program with an
 /// interval timer).
-pub(crate) fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
     // SAFETY: plain libc calls on sets that live on this stack.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();

@@ -8,7 +8,13 @@
 //! process execute a full barrier, after which a vCPU either sees `closed` or exit sees it
 //! busy and waits. Where membarrier is unavailable, the hot path takes a real lock instead.
 
-use crate::guest::ByteBuf;
+pub mod clock;
+pub mod landing;
+pub mod scoreboard;
+pub mod vectors;
+pub mod wall;
+
+use crate::state::guest::ByteBuf;
 use qemu_uftrace_engine::arch::Level;
 use qemu_uftrace_engine::hot::Engine;
 use std::cell::UnsafeCell;
@@ -19,14 +25,14 @@ use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsiz
 #[repr(C)]
 pub struct VcpuState {
     /// The clock and pending flag as the common case reads them (`FastWords::NONE`: never).
-    pub fast: crate::scoreboard::FastWords,
+    pub fast: scoreboard::FastWords,
     pub engine: Engine,
     /// The clock and the pending flag as the general path reads them.
-    pub clock: crate::clock::VcpuClock,
+    pub clock: clock::VcpuClock,
     /// The wall clock's interpolation by instructions (user mode).
     pub interp: qemu_uftrace_engine::tsc::Interpolated,
     /// Set by a return instruction until its landing block (or the next event) takes it.
-    pub pending: crate::landing::Pending,
+    pub pending: landing::Pending,
     pub regs: ByteBuf,
     /// The privilege level the vCPU runs at, once an exception or its return said.
     pub level: Option<Level>,
@@ -36,7 +42,7 @@ pub struct VcpuState {
     /// An exception QEMU announced before delivering it (x86).
     pub announced: qemu_uftrace_engine::arch::Announced,
     /// Where exceptions are delivered through, where no register names them (x86).
-    pub vectors: crate::vectors::VectorTable,
+    pub vectors: vectors::VectorTable,
     /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
     /// next only branches to the callee, whose frame the call to the thunk opened.
     pub thunk_ret: bool,

@@ -13,7 +13,7 @@
 use qemu_uftrace_engine::tsc::Interpolated;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::api::{
+use crate::ffi::{
     qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
     qemu_plugin_u64_set,
 };
@@ -65,7 +65,7 @@ impl Scoreboard {
 /// event's element is `base + index * 16`, read afresh by every event. Null: not known yet.
 static MOVING_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// The `clock_and_pending` scoreboard whose base `MOVING_BASE` holds (null: none).
-static MOVING: AtomicPtr<crate::api::qemu_plugin_scoreboard> = AtomicPtr::new(std::ptr::null_mut());
+static MOVING: AtomicPtr<crate::ffi::qemu_plugin_scoreboard> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Takes `pending`'s scoreboard as the one whose base user-mode events read.
 pub fn track_moving(pending: &Scoreboard) {
@@ -151,12 +151,12 @@ impl FastWords {
             if tag == TimeFrom::Counter as usize {
                 insns
             } else {
-                interp.at(insns, last, || crate::clock::fast_wall_ns().unwrap_or(last))
+                interp.at(insns, last, || super::wall::fast_wall_ns().unwrap_or(last))
             }
         } else {
             // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
             // moved may read a hair earlier than its last event.
-            crate::clock::fast_wall_ns()?.max(last)
+            super::wall::fast_wall_ns()?.max(last)
         };
         Some((p, now))
     }
