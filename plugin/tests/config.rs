@@ -51,3 +51,34 @@ fn bad_arguments_are_one_line() {
     }
     assert!(matches!(parse(&args(&[b"probe=on"])), Ok(Mode::Probe)));
 }
+
+#[test]
+fn max_size_and_its_exit() {
+    let Ok(Mode::Record(cfg)) = parse(&args(&[b"out=/t", b"max_size=4096", b"max_size_exit=on"]))
+    else {
+        panic!("refused");
+    };
+    assert_eq!((cfg.max_size, cfg.max_size_exit), (Some(4096), true));
+    let Ok(Mode::Record(cfg)) = parse(&args(&[b"out=/t"])) else {
+        panic!("refused");
+    };
+    assert_eq!((cfg.max_size, cfg.max_size_exit), (None, false));
+    for (bad, says) in [
+        (
+            &[b"out=/t" as &[u8], b"max_size=0"][..],
+            "max_size=0: expected a byte count",
+        ),
+        (
+            &[b"out=/t", b"max_size=1M"],
+            "max_size=1M: expected a byte count",
+        ),
+        (
+            &[b"out=/t", b"max_size=9", b"max_size_exit=yes"],
+            "expected on or off",
+        ),
+        (&[b"out=/t", b"max_size_exit=on"], "needs max_size=BYTES"),
+    ] {
+        let err = parse(&args(bad)).err().expect("refused");
+        assert!(err.contains(says), "{err}");
+    }
+}

@@ -5,7 +5,7 @@ use crate::ffi;
 use crate::handlers::callbacks;
 use crate::lifecycle::process;
 use crate::state::config::{self, ClockChoice, ClockKind, Mode};
-use crate::state::output::Output;
+use crate::state::output::{Limits, Output};
 use crate::state::{ARCH, CONFIG, ONE_CLOCK, OUTPUT, QEMU_API, SYSTEM_MODE, TARGET, TASKS};
 use crate::vcpu::{self, clock, landing, scoreboard};
 use qemu_uftrace_engine::arch::Arch;
@@ -101,8 +101,14 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     let _ = ONE_CLOCK.set(one_vcpu);
     *TASKS.lock().unwrap_or_else(|e| e.into_inner()) = Some(TaskTable::new(cfg.split_levels));
     vcpu::init(vcpus);
-    let output =
-        Output::start(cfg.out.clone()).unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
+    let limits = Limits {
+        max_bytes: cfg.max_size,
+        on_cap: cfg
+            .max_size_exit
+            .then_some(crate::lifecycle::finish::stop_at_size_cap as fn()),
+    };
+    let output = Output::start(cfg.out.clone(), limits)
+        .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
     let (counter, pending) = scoreboard::clock_and_pending();
     if !system {

@@ -25,6 +25,9 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+#[cfg(test)]
+mod test_stubs;
+
 /// The API version this build declares to QEMU.
 #[cfg(not(feature = "api-v7"))]
 pub const API_VERSION: c_int = 4;
@@ -87,6 +90,7 @@ pub struct GArray {
 // glib is loaded with QEMU; the plugin API wants buffers glib can grow.
 extern "C" {
     pub fn g_byte_array_new() -> *mut GByteArray;
+    pub fn g_byte_array_free(array: *mut GByteArray, free_segment: c_int) -> *mut u8;
     pub fn g_array_free(array: *mut GArray, free_segment: c_int) -> *mut c_char;
     pub fn g_array_get_element_size(array: *mut GArray) -> c_uint;
 }

@@ -2,7 +2,7 @@
 //! write `plugin.maps`, `plugin.tasks` and last `plugin.stats`, which says how it went.
 
 use super::image;
-use super::vcpus::RETIRED;
+use super::vcpus::{Ended, RETIRED};
 use crate::ffi;
 use crate::handlers::{callbacks, usermap};
 use crate::state::config::ClockChoice;
@@ -23,13 +23,13 @@ fn finish_once() {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
         return;
     };
-    let mut states = vcpu::take_all();
-    for (_, s) in &mut states {
+    // Exited threads' vCPUs, flushed when they exited, then the running ones: listed in the
+    // order they ran.
+    let mut states = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
+    for (i, mut s) in vcpu::take_all() {
         s.engine.flush();
+        states.push(Ended::of(i, &s));
     }
-    // Exited threads' vCPUs, flushed when they exited; listed in the order they ran.
-    let retired = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
-    states.splice(0..0, retired);
     let written = out.finish();
     let table = TASKS
         .lock()
@@ -37,8 +37,8 @@ fn finish_once() {
         .take()
         .unwrap_or_else(|| TaskTable::new(false));
     let mut total = stats::Stats::default();
-    for (_, s) in &states {
-        total.add(&s.engine.stats());
+    for s in &states {
+        total.add(&s.stats);
     }
     let mut tids: Vec<u32> = table
         .contexts()
@@ -47,17 +47,29 @@ fn finish_once() {
         .filter(|t| written.bytes.get(t).copied().unwrap_or(0) > 0)
         .collect();
     tids.sort_unstable();
-    let open: usize = states
-        .iter()
-        .map(|(_, s)| s.engine.stack().len())
-        .sum::<usize>()
+    let open: usize = states.iter().map(|s| s.open_frames).sum::<usize>()
         + table
             .contexts()
             .iter()
             .map(|c| c.waiting_frames())
             .sum::<usize>();
+    // User mode: each guest process image has its own files (`process`).
+    let dir = image::files_dir(&cfg.out);
+    // The maps and tasks first: `plugin.stats` tells the record command this image is done,
+    // and says it is incomplete if either is lost (a user-mode trace without its maps has
+    // no library symbols).
+    let mut written = written;
+    if !system_mode() {
+        if let Err(e) = write_atomically(&dir, "plugin.maps", &usermap::lines()) {
+            written.errors.push(e);
+        }
+    }
+    if let Err(e) = write_atomically(&dir, "plugin.tasks", &task_lines(&table)) {
+        written.errors.push(e);
+    }
     let lost: u64 = written.lost.values().map(|l| l.records).sum();
-    let complete = written.errors.is_empty() && written.stopped.is_none() && lost == 0;
+    let complete =
+        written.errors.is_empty() && written.stopped.is_none() && lost == 0 && !written.capped;
     let mut text = String::new();
     let mut line = |k: &str, v: &dyn std::fmt::Display| text.push_str(&format!("{k}={v}\n"));
     line("complete", &(complete as u8));
@@ -101,27 +113,26 @@ fn finish_once() {
     line("qemu_api", &format!("{api_min}..{api_cur}"));
     // User mode reuses vCPU indexes for later threads: per-vCPU lines would repeat keys.
     let per_vcpu = if system_mode() { &states[..] } else { &[] };
-    for (i, s) in per_vcpu {
-        line(&format!("vcpu{i}.open_frames"), &s.engine.stack().len());
-        for (k, v) in s.engine.stats().lines() {
+    for s in per_vcpu {
+        let i = s.index;
+        line(&format!("vcpu{i}.open_frames"), &s.open_frames);
+        for (k, v) in s.stats.lines() {
             line(&format!("vcpu{i}.{k}"), &v);
         }
     }
     line("lost_records", &lost);
+    if written.capped {
+        line("size_capped", &1);
+    }
     if let Some(why) = &written.stopped {
         line("stopped", why);
     }
     for e in &written.errors {
         line("error", e);
     }
-    // User mode: each guest process image has its own files (`process`).
-    let dir = image::files_dir(&cfg.out);
-    // The maps and tasks first: `plugin.stats` tells the record command this image is done.
-    if !system_mode() {
-        write_atomically(&dir, "plugin.maps", &usermap::lines());
+    if let Err(e) = write_atomically(&dir, "plugin.stats", &text) {
+        eprintln!("qemu-uftrace plugin: {e}");
     }
-    write_atomically(&dir, "plugin.tasks", &task_lines(&table));
-    write_atomically(&dir, "plugin.stats", &text);
 }
 
 /// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.
@@ -144,13 +155,35 @@ fn task_lines(table: &TaskTable) -> String {
     text
 }
 
-fn write_atomically(dir: &std::path::Path, name: &str, text: &str) {
+/// Writes `dir/name` whole or not at all; the error names the file.
+fn write_atomically(dir: &std::path::Path, name: &str, text: &str) -> Result<(), String> {
     let tmp = dir.join(format!("{name}.tmp"));
-    let result = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, dir.join(name)));
-    if let Err(e) = result {
-        eprintln!(
-            "qemu-uftrace plugin: cannot write {}: {e}",
-            dir.join(name).display()
-        );
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, dir.join(name)))
+        .map_err(|e| format!("cannot write {}: {e}", dir.join(name).display()))
+}
+
+/// The size cap was reached with `max_size_exit=on` (called on the writer thread, which the
+/// finish waits for: the stop runs on a thread of its own). A system QEMU is sent SIGTERM,
+/// on which it shuts down as at a guest's power-off (the at-exit callback finishes); a user
+/// QEMU finishes here and exits with status 0 (a signal would go to the guest).
+pub fn stop_at_size_cap() {
+    let stop = || {
+        if crate::state::system_mode() {
+            // SAFETY: plain signal to our own process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        } else {
+            finish();
+            // SAFETY: everything is written; nothing of ours needs tearing down.
+            unsafe { libc::_exit(0) };
+        }
+    };
+    let spawned = crate::state::output::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("uftrace-cap".into())
+            .spawn(stop)
+    });
+    if let Err(e) = spawned {
+        eprintln!("qemu-uftrace plugin: cannot stop QEMU at the size cap: {e}");
     }
 }

@@ -4,10 +4,29 @@
 use crate::state::{guest, isa_or_default, system_mode, with_tasks, CONFIG, ONE_CLOCK, OUTPUT};
 use crate::vcpu::{self, clock, landing, scoreboard};
 use qemu_uftrace_engine::hot;
+use qemu_uftrace_engine::stats::Stats;
 use std::sync::Mutex;
 
-/// User mode: the states of vCPUs whose guest thread exited, flushed, for the statistics.
-pub static RETIRED: Mutex<Vec<(u32, vcpu::VcpuState)>> = Mutex::new(Vec::new());
+/// What the end needs of a vCPU, once its records are flushed: its statistics and how many
+/// frames it left open (not its engine, buffer, stack and register buffer).
+pub struct Ended {
+    pub index: u32,
+    pub stats: Stats,
+    pub open_frames: usize,
+}
+
+impl Ended {
+    pub fn of(index: u32, state: &vcpu::VcpuState) -> Ended {
+        Ended {
+            index,
+            stats: state.engine.stats(),
+            open_frames: state.engine.stack().len(),
+        }
+    }
+}
+
+/// User mode: the vCPUs whose guest thread exited, in the order they did.
+pub static RETIRED: Mutex<Vec<Ended>> = Mutex::new(Vec::new());
 
 pub fn vcpu_init(vcpu_id: u32) {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
@@ -79,5 +98,5 @@ pub fn vcpu_exit(vcpu_id: u32) {
     RETIRED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push((vcpu_id, state));
+        .push(Ended::of(vcpu_id, &state));
 }

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS]`, or
+//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -38,6 +38,11 @@ pub struct Config {
     /// The CLI's paired reading of the time-stamp counter and CLOCK_MONOTONIC, taken as it
     /// started: the wall clock's calibration runs from it to the plugin's install.
     pub tsc: Option<TscSample>,
+    /// The most bytes of records this image writes (`max_size=`, the CLI's `--max-size`):
+    /// the writer stops at the last whole record within it, and the trace is incomplete.
+    pub max_size: Option<u64>,
+    /// Stop QEMU cleanly once `max_size` is reached (`max_size_exit=on`).
+    pub max_size_exit: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +96,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut proc_key = None;
     let mut user_opts = None;
     let mut tsc = None;
+    let mut max_size = None;
+    let mut max_size_exit = false;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -161,10 +168,31 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("tsc={value}: expected TICKS:NANOSECONDS"))?,
                 )
             }
+            "max_size" => {
+                max_size = Some(
+                    value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| {
+                            format!("max_size={value}: expected a byte count above 0")
+                        })?,
+                )
+            }
+            "max_size_exit" => {
+                max_size_exit = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("max_size_exit={value}: expected on or off")),
+                }
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
     let out = out.ok_or("missing out=DIR")?;
+    if max_size_exit && max_size.is_none() {
+        return Err("max_size_exit=on needs max_size=BYTES".into());
+    }
     Ok(Mode::Record(Config {
         out,
         clock,
@@ -177,5 +205,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         task_slot,
         task_slot_file,
         tsc,
+        max_size,
+        max_size_exit,
     }))
 }

@@ -2,9 +2,9 @@
 //! looked up once, one reused GByteArray per vCPU (no allocation per read).
 
 use crate::ffi::{
-    g_array_free, g_array_get_element_size, g_byte_array_new, qemu_plugin_get_registers,
-    qemu_plugin_read_memory_vaddr, qemu_plugin_read_register, qemu_plugin_reg_descriptor,
-    qemu_plugin_register, GByteArray,
+    g_array_free, g_array_get_element_size, g_byte_array_free, g_byte_array_new,
+    qemu_plugin_get_registers, qemu_plugin_read_memory_vaddr, qemu_plugin_read_register,
+    qemu_plugin_reg_descriptor, qemu_plugin_register, GByteArray,
 };
 use qemu_uftrace_engine::arch::{Isa, Mode, Thunk};
 use qemu_uftrace_engine::guest::{call_returning_to, read_frame_record, CallSite, GuestView};
@@ -185,6 +185,13 @@ impl ByteBuf {
         } else {
             None
         }
+    }
+}
+
+impl Drop for ByteBuf {
+    fn drop(&mut self) {
+        // SAFETY: our own array, freed once, with its contents.
+        unsafe { g_byte_array_free(self.0, 1) };
     }
 }
 
