@@ -128,3 +128,53 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::test_stubs::BYTE_ARRAYS_FREED;
+    use crate::lifecycle::vcpus::{vcpu_exit, vcpu_init, RETIRED};
+    use std::sync::atomic::Ordering;
+
+    /// A user-mode run without QEMU (its functions are the test stubs): the one test that
+    /// sets the plugin's process-wide state. A thread that exits keeps only what the end
+    /// needs (its register buffer is freed); `plugin.maps` that cannot be written makes the
+    /// trace incomplete, with an error naming it.
+    #[test]
+    fn a_user_mode_run_without_qemu() {
+        let dir = std::env::temp_dir().join(format!("plugin-run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let info = ffi::qemu_info_t {
+            target_name: c"x86_64".as_ptr(),
+            version_min: 2,
+            version_cur: 4,
+            system_emulation: false,
+            smp_vcpus: 1,
+            max_vcpus: 1,
+        };
+        let mut out = OsString::from("out=");
+        out.push(&dir);
+        install(1, &info, &[out, OsString::from("clock=wall")]);
+
+        vcpu_init(0);
+        let freed = BYTE_ARRAYS_FREED.load(Ordering::SeqCst);
+        vcpu_exit(0);
+        assert_eq!(BYTE_ARRAYS_FREED.load(Ordering::SeqCst), freed + 1);
+        assert_eq!(RETIRED.lock().unwrap().len(), 1);
+        vcpu_init(0);
+
+        // A directory where plugin.maps goes: its rename fails.
+        std::fs::create_dir_all(dir.join("plugin.maps").join("in-the-way")).unwrap();
+        crate::lifecycle::finish::finish();
+        let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(stats.starts_with("complete=0\n"), "{stats}");
+        assert!(stats.contains("vcpus=2\n"), "{stats}");
+        let error = stats
+            .lines()
+            .find(|l| l.starts_with("error="))
+            .unwrap_or("");
+        assert!(error.contains("plugin.maps"), "{stats}");
+    }
+}

@@ -26,7 +26,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 #[cfg(test)]
-mod test_stubs;
+pub mod test_stubs;
 
 /// The API version this build declares to QEMU.
 #[cfg(not(feature = "api-v7"))]

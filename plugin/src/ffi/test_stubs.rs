@@ -24,11 +24,16 @@ pub extern "C" fn g_byte_array_new() -> *mut GByteArray {
     }))
 }
 
+/// How many byte arrays the stub `g_byte_array_free` freed.
+pub static BYTE_ARRAYS_FREED: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
 #[no_mangle]
 pub unsafe extern "C" fn g_byte_array_free(
     array: *mut GByteArray,
     _free_segment: c_int,
 ) -> *mut u8 {
+    BYTE_ARRAYS_FREED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     // SAFETY: made by the stub `g_byte_array_new` (never given data here).
     drop(unsafe { Box::from_raw(array) });
     std::ptr::null_mut()
