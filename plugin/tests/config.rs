@@ -78,7 +78,7 @@ fn max_size_and_its_exit() {
         ),
         (&[b"out=/t", b"max_size_exit=on"], "needs max_size=BYTES"),
     ] {
-        let err = parse(&args(bad)).err().expect("refused");
+        let err = parse(&args(bad)).expect_err("refused");
         assert!(err.contains(says), "{err}");
     }
 }
