@@ -138,8 +138,9 @@ mod tests {
 
     /// A user-mode run without QEMU (its functions are the test stubs): the one test that
     /// sets the plugin's process-wide state. A thread that exits keeps only what the end
-    /// needs (its register buffer is freed); `plugin.maps` that cannot be written makes the
-    /// trace incomplete, with an error naming it.
+    /// needs (its register buffer is freed); a callback's panic is caught and reported;
+    /// `plugin.maps` that cannot be written makes the trace incomplete, with an error naming
+    /// it.
     #[test]
     fn a_user_mode_run_without_qemu() {
         let dir = std::env::temp_dir().join(format!("plugin-run-{}", std::process::id()));
@@ -163,6 +164,9 @@ mod tests {
         assert_eq!(BYTE_ARRAYS_FREED.load(Ordering::SeqCst), freed + 1);
         assert_eq!(RETIRED.lock().unwrap().len(), 1);
         vcpu_init(0);
+        // A callback that panics: caught at the boundary, the vCPU free for the next one.
+        assert_eq!(vcpu::with(0, |_| -> u8 { panic!("a bug") }), None);
+        assert_eq!(vcpu::with(0, |_| 1), Some(1));
 
         // A directory where plugin.maps goes: its rename fails.
         std::fs::create_dir_all(dir.join("plugin.maps").join("in-the-way")).unwrap();
@@ -171,10 +175,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert!(stats.starts_with("complete=0\n"), "{stats}");
         assert!(stats.contains("vcpus=2\n"), "{stats}");
-        let error = stats
-            .lines()
-            .find(|l| l.starts_with("error="))
-            .unwrap_or("");
-        assert!(error.contains("plugin.maps"), "{stats}");
+        let errors: Vec<&str> = stats.lines().filter(|l| l.starts_with("error=")).collect();
+        assert!(errors.iter().any(|e| e.contains("plugin.maps")), "{stats}");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("internal error in a vCPU callback") && e.contains("a bug")),
+            "{stats}"
+        );
     }
 }

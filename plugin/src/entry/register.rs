@@ -2,6 +2,7 @@
 //! function, and their registration at install.
 
 use crate::ffi::*;
+use crate::state::guard;
 use std::ffi::{c_int, c_uint, c_void};
 
 // The callbacks in this build's shapes, each handing over to the plugin's own function.
@@ -9,39 +10,51 @@ use std::ffi::{c_int, c_uint, c_void};
 #[cfg(not(feature = "api-v7"))]
 unsafe extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
     // SAFETY: QEMU passes a live block handle for the duration of the callback.
-    unsafe { crate::entry::translate::on_tb_translate(tb) }
+    guard("translation", || unsafe {
+        crate::entry::translate::on_tb_translate(tb)
+    });
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_tb_trans(tb: *mut qemu_plugin_tb, _userdata: *mut c_void) {
     // SAFETY: QEMU passes a live block handle for the duration of the callback.
-    unsafe { crate::entry::translate::on_tb_translate(tb) }
+    guard("translation", || unsafe {
+        crate::entry::translate::on_tb_translate(tb)
+    });
 }
 
 #[cfg(not(feature = "api-v7"))]
 unsafe extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
-    crate::lifecycle::vcpus::vcpu_init(vcpu_index)
+    guard("vCPU init", || {
+        crate::lifecycle::vcpus::vcpu_init(vcpu_index)
+    });
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_vcpu_init(vcpu_index: c_uint, _userdata: *mut c_void) {
-    crate::lifecycle::vcpus::vcpu_init(vcpu_index)
+    guard("vCPU init", || {
+        crate::lifecycle::vcpus::vcpu_init(vcpu_index)
+    });
 }
 
 #[cfg(not(feature = "api-v7"))]
 unsafe extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
-    crate::lifecycle::vcpus::vcpu_exit(vcpu_index)
+    guard("vCPU exit", || {
+        crate::lifecycle::vcpus::vcpu_exit(vcpu_index)
+    });
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_vcpu_exit(vcpu_index: c_uint, _userdata: *mut c_void) {
-    crate::lifecycle::vcpus::vcpu_exit(vcpu_index)
+    guard("vCPU exit", || {
+        crate::lifecycle::vcpus::vcpu_exit(vcpu_index)
+    });
 }
 
 #[cfg(not(feature = "api-v7"))]
 unsafe extern "C" fn on_exit(_id: qemu_plugin_id_t, _userdata: *mut c_void) {
-    crate::lifecycle::finish::finish()
+    guard("the end", crate::lifecycle::finish::finish);
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_exit(_userdata: *mut c_void) {
-    crate::lifecycle::finish::finish()
+    guard("the end", crate::lifecycle::finish::finish);
 }
 
 #[cfg(not(feature = "api-v7"))]
@@ -52,7 +65,9 @@ unsafe extern "C" fn on_discon(
     from_pc: u64,
     to_pc: u64,
 ) {
-    crate::handlers::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+    guard("an exception entry", || {
+        crate::handlers::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+    });
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_discon(
@@ -62,7 +77,9 @@ unsafe extern "C" fn on_discon(
     to_pc: u64,
     _userdata: *mut c_void,
 ) {
-    crate::handlers::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+    guard("an exception entry", || {
+        crate::handlers::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+    });
 }
 
 #[cfg(not(feature = "api-v7"))]
@@ -80,9 +97,7 @@ unsafe extern "C" fn on_syscall(
     _a7: u64,
     _a8: u64,
 ) {
-    crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
-    crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
-    crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
+    syscall(vcpu_index, num, [a1, a2, a3, a5, a6]);
 }
 #[cfg(feature = "api-v7")]
 #[allow(clippy::too_many_arguments)]
@@ -99,22 +114,16 @@ unsafe extern "C" fn on_syscall(
     _a8: u64,
     _userdata: *mut c_void,
 ) {
-    crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
-    crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
-    crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
+    syscall(vcpu_index, num, [a1, a2, a3, a5, a6]);
 }
 
 #[cfg(not(feature = "api-v7"))]
 unsafe extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
-    crate::handlers::usermap::syscall_ret(num, ret);
-    crate::lifecycle::process::syscall_ret(vcpu, ret);
-    crate::handlers::after_syscall(vcpu);
+    syscall_ret(vcpu, num, ret);
 }
 #[cfg(feature = "api-v7")]
 unsafe extern "C" fn on_syscall_ret(vcpu: c_uint, num: i64, ret: i64, _userdata: *mut c_void) {
-    crate::handlers::usermap::syscall_ret(num, ret);
-    crate::lifecycle::process::syscall_ret(vcpu, ret);
-    crate::handlers::after_syscall(vcpu);
+    syscall_ret(vcpu, num, ret);
 }
 
 /// Registers the discontinuity callback for interrupts, exceptions and host calls, where
@@ -168,4 +177,22 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
         }
         qemu_plugin_register_atexit_cb(id, on_exit, none);
     }
+}
+
+/// A syscall starts (user mode): file mappings, exec, signal handlers.
+fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
+    guard("a syscall", || {
+        crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
+        crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
+        crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
+    });
+}
+
+/// A syscall returned (user mode): mappings, fork, the clock.
+fn syscall_ret(vcpu: c_uint, num: i64, ret: i64) {
+    guard("a syscall's return", || {
+        crate::handlers::usermap::syscall_ret(num, ret);
+        crate::lifecycle::process::syscall_ret(vcpu, ret);
+        crate::handlers::after_syscall(vcpu);
+    });
 }

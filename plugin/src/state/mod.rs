@@ -95,3 +95,32 @@ pub fn with_tasks<R>(f: impl FnOnce(&mut TaskTable) -> R) -> Option<R> {
     let mut guard = TASKS.lock().unwrap_or_else(|e| e.into_inner());
     guard.as_mut().map(f)
 }
+
+/// Runs `f`, code QEMU called: a panic must not unwind into QEMU's C frames (that aborts
+/// QEMU and loses the records still buffered). It is caught, the trace marked incomplete,
+/// and QEMU runs on; `None` then.
+#[inline(always)]
+pub fn guard<R>(what: &str, f: impl FnOnce() -> R) -> Option<R> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => Some(r),
+        Err(payload) => {
+            panicked(what, payload);
+            None
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn panicked(what: &str, payload: Box<dyn std::any::Any + Send>) {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    let msg = format!("internal error in {what} (the trace is incomplete): {msg}");
+    match OUTPUT.get() {
+        Some(out) => out.note_error(msg),
+        None => eprintln!("qemu-uftrace plugin: {msg}"),
+    }
+}

@@ -14,6 +14,7 @@ pub mod scoreboard;
 pub mod vectors;
 pub mod wall;
 
+use crate::state::guard;
 use crate::state::guest::ByteBuf;
 use qemu_uftrace_engine::arch::Level;
 use qemu_uftrace_engine::hot::Engine;
@@ -138,20 +139,35 @@ pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
+        let busy = Busy(&slot.busy);
         if slot.closed.load(Ordering::Relaxed) {
-            slot.busy.store(false, Ordering::Release);
             return None;
         }
         // SAFETY: exit waits while we are busy and we checked it has not closed the slot.
-        let r = unsafe { (*slot.state.get()).as_mut().map(f) };
-        slot.busy.store(false, Ordering::Release);
-        r
+        let r = guard("a vCPU callback", || unsafe {
+            (*slot.state.get()).as_mut().map(f)
+        });
+        drop(busy);
+        r.flatten()
     } else {
         lock(&slot.busy);
+        let busy = Busy(&slot.busy);
         // SAFETY: we hold the slot lock.
-        let r = unsafe { (*slot.state.get()).as_mut().map(f) };
-        slot.busy.store(false, Ordering::Release);
-        r
+        let r = guard("a vCPU callback", || unsafe {
+            (*slot.state.get()).as_mut().map(f)
+        });
+        drop(busy);
+        r.flatten()
+    }
+}
+
+/// Marks a slot free when dropped: also when its callback panicked.
+struct Busy<'a>(&'a AtomicBool);
+
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
