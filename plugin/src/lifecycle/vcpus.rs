@@ -2,7 +2,7 @@
 //! where each guest thread is a vCPU) what is kept of it once its thread exited.
 
 use crate::state::{guest, isa_or_default, system_mode, with_tasks, CONFIG, ONE_CLOCK, OUTPUT};
-use crate::vcpu::{self, clock, landing, scoreboard};
+use crate::vcpu::{self, clock, landing};
 use qemu_uftrace_engine::hot;
 use qemu_uftrace_engine::stats::Stats;
 use std::sync::Mutex;
@@ -56,8 +56,11 @@ pub fn vcpu_init(vcpu_id: u32) {
     });
     let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
-    // This vCPU may have just grown the scoreboards (`scoreboard::refresh_base`).
-    scoreboard::refresh_base();
+    // No `scoreboard::refresh_base` here: vCPU init runs outside QEMU's exclusive section,
+    // beside other threads' translations and growths, and a base read before another
+    // thread grew the scoreboards would be stored after it. A growth flushes every
+    // translation, so none of this vCPU's instrumented code runs before a translation has
+    // taken the base anew.
     let clock = clock::VcpuClock::for_vcpu(vcpu_id, direct);
     let pending = landing::Pending::for_vcpu(vcpu_id, direct);
     // A user-mode vCPU index is reused by a later thread: a return left pending by the

@@ -61,7 +61,7 @@ impl Scoreboard {
 /// move (user mode). QEMU grows scoreboards only with every vCPU stopped (`start_exclusive`,
 /// when a vCPU index reaches the allocation) and flushes every translation in that same
 /// exclusive section: no instrumented code runs again before a block is translated anew.
-/// So each translation (and each vCPU init) takes the base again (`refresh_base`), and an
+/// So each translation takes the base again (`refresh_base`), and an
 /// event's element is `base + index * 16`, read afresh by every event. Null: not known yet.
 static MOVING_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// The `clock_and_pending` scoreboard whose base `MOVING_BASE` holds (null: none).
@@ -72,13 +72,18 @@ pub fn track_moving(pending: &Scoreboard) {
     MOVING.store(pending.0.score, Ordering::Relaxed);
 }
 
-/// Takes the base of the tracked scoreboard again; at translation and vCPU init, when a
-/// vCPU exists (QEMU asserts the index is below the vCPU count).
+/// Takes the base of the tracked scoreboard again; at translation only, when a vCPU exists
+/// (QEMU asserts the index is below the vCPU count). Translations never overlap a growth
+/// (that waits for every vCPU to leave its execution loop, where translation runs) and are
+/// serialised among themselves (QEMU's translation lock); the lock here keeps the read and
+/// the store one step all the same.
 pub fn refresh_base() {
+    static REFRESH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let score = MOVING.load(Ordering::Relaxed);
     if score.is_null() {
         return;
     }
+    let _one = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a live scoreboard; vCPU 0 exists once any vCPU does.
     let base = unsafe { qemu_plugin_scoreboard_find(score, 0) } as *mut u8;
     if MOVING_BASE.load(Ordering::Relaxed) != base {
@@ -212,4 +217,10 @@ impl VcpuWord {
             VcpuWord::Api(s, i) => unsafe { qemu_plugin_u64_set(s.0, i, value) },
         }
     }
+}
+
+/// The base user-mode events read now (for tests).
+#[cfg(test)]
+pub fn moving_base() -> *mut u8 {
+    MOVING_BASE.load(Ordering::Relaxed)
 }
