@@ -3,7 +3,7 @@
 use crate::entry::register;
 use crate::ffi;
 use crate::handlers::callbacks;
-use crate::lifecycle::process;
+use crate::lifecycle::{process, record_watch};
 use crate::state::config::{self, ClockChoice, ClockKind, Mode};
 use crate::state::output::{Limits, Output};
 use crate::state::{ARCH, CONFIG, ONE_CLOCK, OUTPUT, QEMU_API, SYSTEM_MODE, TARGET, TASKS};
@@ -118,6 +118,12 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     landing::init(pending);
     if !system {
         process::install(cfg.proc_key.clone());
+        // Every process of the run ends with `record` (a guest's forks too).
+        match cfg.record_pidfd {
+            Some(fd) => record_watch::start_inherited(fd),
+            None if cfg.proc_key.is_none() => record_watch::start_first(),
+            None => {}
+        }
     }
     let _ = CONFIG.set(cfg);
     // SAFETY: registering our callbacks for our own plugin id, during install.

@@ -4,5 +4,6 @@
 pub mod finish;
 pub mod image;
 pub mod process;
+pub mod record_watch;
 pub mod stop_signals;
 pub mod vcpus;

@@ -95,6 +95,8 @@ fn take_over(vcpu: u32) {
     let (Some(cfg), Some(out)) = (crate::state::CONFIG.get(), crate::state::OUTPUT.get()) else {
         return;
     };
+    // Watched like its parent, traced or not.
+    super::record_watch::after_fork();
     // SAFETY: getpid, getppid and gettid cannot fail.
     let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid() as u32) };
     // From here on this image's files are its own, never the parent's.
@@ -177,6 +179,9 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     words.push(b"-plugin".to_vec());
     let mut value = qemu_args.plugin;
     value.extend_from_slice(format!(",proc={key},user_opts={}", user_opts + 2).as_bytes());
+    if let Some(fd) = super::record_watch::for_exec() {
+        value.extend_from_slice(format!(",record_pidfd={fd}").as_bytes());
+    }
     words.push(value);
     words.extend(qemu_args.opts);
     words.push(b"-0".to_vec());

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]]`, or
+//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -43,6 +43,9 @@ pub struct Config {
     pub max_size: Option<u64>,
     /// Stop QEMU cleanly once `max_size` is reached (`max_size_exit=on`).
     pub max_size_exit: bool,
+    /// User mode, an exec'd image: the pidfd of `record` the image before it watched
+    /// (`lifecycle::record_watch`).
+    pub record_pidfd: Option<i32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +101,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut tsc = None;
     let mut max_size = None;
     let mut max_size_exit = false;
+    let mut record_pidfd = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -186,6 +190,15 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                     _ => return Err(format!("max_size_exit={value}: expected on or off")),
                 }
             }
+            "record_pidfd" => {
+                record_pidfd = Some(
+                    value
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|&fd| fd >= 0)
+                        .ok_or_else(|| format!("record_pidfd={value}: expected a descriptor"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -207,5 +220,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         tsc,
         max_size,
         max_size_exit,
+        record_pidfd,
     }))
 }
