@@ -13,51 +13,13 @@
 //! from interrupt handlers run in vector code, not in the interrupted function, so they never
 //! close a frame that way.
 
+// Defined with the architectures, which decide it; named here too, where it is used.
+pub use crate::arch::ExceptionKind;
 use crate::hot::Engine;
 use crate::shadow::Frame;
-use qemu_uftrace_format::pseudo;
 
 /// How far past a function's entry its own ERET may sit.
 const SAME_FUNCTION_WINDOW: u64 = 4096;
-
-/// What an exception entry is shown as; each is a pseudo-function of the same index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum ExceptionKind {
-    Irq = 0,
-    Fiq = 1,
-    Svc = 2,
-    Hvc = 3,
-    Smc = 4,
-    DataAbort = 5,
-    InsnAbort = 6,
-    Brk = 7,
-    SError = 8,
-    Other = 9,
-    PageFault = 10,
-    GeneralProtection = 11,
-    InvalidOp = 12,
-    Int3 = 13,
-    Debug = 14,
-    Nmi = 15,
-    DivideError = 16,
-    DoubleFault = 17,
-    MachineCheck = 18,
-    DeviceNotAvailable = 19,
-    /// A software interrupt (x86 `INT n`) that is no system call.
-    SoftInt = 20,
-}
-
-impl ExceptionKind {
-    /// The pseudo-function's address (as a frame's `func`).
-    pub fn addr(self) -> u64 {
-        pseudo::addr(self as u8)
-    }
-
-    pub fn name(self) -> &'static str {
-        pseudo::NAMES[self as usize]
-    }
-}
 
 /// What an exception return did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -158,12 +158,9 @@ impl Engine {
         }
         self.last_time = now;
         self.stats.calls += 1;
-        // SAFETY: depth < fast_depth <= RESERVED_FRAMES, and the running stack always has
-        // that much reserved (`new`, `resume`); the buffer has room.
-        unsafe {
-            self.stack.push_reserved(Frame { func, ret_addr });
-            self.emit_unchecked(now, RecordType::Entry, depth, func);
-        }
+        self.stack.push_reserved(Frame { func, ret_addr });
+        // SAFETY: the buffer has room (checked above).
+        unsafe { self.emit_unchecked(now, RecordType::Entry, depth, func) };
         true
     }
 

@@ -70,19 +70,14 @@ impl ShadowStack {
         self.frames.push(frame);
     }
 
-    /// Pushes without a capacity check.
-    ///
-    /// # Safety
-    /// The stack holds fewer than [`RESERVED_FRAMES`] frames.
+    /// The hot path's push: a store into the room reserved at creation and at
+    /// [`ShadowStack::resume`]. Its capacity check is what keeps safe code safe (a
+    /// suspended stack has no room: `Engine::suspend` then `try_call` wrote through a
+    /// dangling pointer); it is never false on a running stack, so the growth stays out of
+    /// line (`Vec::push`'s).
     #[inline(always)]
-    pub unsafe fn push_reserved(&mut self, frame: Frame) {
-        let len = self.frames.len();
-        debug_assert!(len < RESERVED_FRAMES && len < self.frames.capacity());
-        // SAFETY: the capacity reserved at creation exceeds `len` (contract above).
-        unsafe {
-            self.frames.as_mut_ptr().add(len).write(frame);
-            self.frames.set_len(len + 1);
-        }
+    pub fn push_reserved(&mut self, frame: Frame) {
+        self.frames.push(frame);
     }
 
     #[inline(always)]

@@ -1,18 +1,8 @@
-//! The plugin's argument parser, compiled in directly as `engine.rs` does (the cdylib cannot
-//! link a test harness). Its one dependency in the plugin, the clock kind, is stood in for.
+//! The plugin's argument parser, compiled in directly (the cdylib cannot link a test harness).
 
 #[allow(dead_code)] // only the parser is under test
-#[path = "../src/config.rs"]
+#[path = "../src/state/config.rs"]
 mod config;
-
-/// The plugin's `clock::ClockKind`, which `config.rs` names (the real module needs QEMU).
-mod clock {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum ClockKind {
-        Insn,
-        Wall,
-    }
-}
 
 use config::{parse, Mode};
 use std::ffi::{OsStr, OsString};
@@ -34,7 +24,7 @@ fn out_keeps_every_byte() {
     );
     assert_eq!(
         cfg.clock,
-        config::ClockChoice::Fixed(clock::ClockKind::Wall)
+        config::ClockChoice::Fixed(config::ClockKind::Wall)
     );
     assert_eq!(cfg.max_depth, qemu_uftrace_format::MAX_STACK as usize);
 }
@@ -60,4 +50,35 @@ fn bad_arguments_are_one_line() {
         }
     }
     assert!(matches!(parse(&args(&[b"probe=on"])), Ok(Mode::Probe)));
+}
+
+#[test]
+fn max_size_and_its_exit() {
+    let Ok(Mode::Record(cfg)) = parse(&args(&[b"out=/t", b"max_size=4096", b"max_size_exit=on"]))
+    else {
+        panic!("refused");
+    };
+    assert_eq!((cfg.max_size, cfg.max_size_exit), (Some(4096), true));
+    let Ok(Mode::Record(cfg)) = parse(&args(&[b"out=/t"])) else {
+        panic!("refused");
+    };
+    assert_eq!((cfg.max_size, cfg.max_size_exit), (None, false));
+    for (bad, says) in [
+        (
+            &[b"out=/t" as &[u8], b"max_size=0"][..],
+            "max_size=0: expected a byte count",
+        ),
+        (
+            &[b"out=/t", b"max_size=1M"],
+            "max_size=1M: expected a byte count",
+        ),
+        (
+            &[b"out=/t", b"max_size=9", b"max_size_exit=yes"],
+            "expected on or off",
+        ),
+        (&[b"out=/t", b"max_size_exit=on"], "needs max_size=BYTES"),
+    ] {
+        let err = parse(&args(bad)).expect_err("refused");
+        assert!(err.contains(says), "{err}");
+    }
 }

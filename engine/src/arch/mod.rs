@@ -490,7 +490,8 @@ pub fn call_of_len<I: Isa + ?Sized>(
     }
 }
 
-pub use crate::exceptions::ExceptionKind;
+mod exception_kind;
+pub use exception_kind::ExceptionKind;
 
 #[cfg(test)]
 mod tests {

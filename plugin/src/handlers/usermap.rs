@@ -7,10 +7,9 @@
 //! `openat` (the path) and each `mmap` of a file with `PROT_EXEC` (fd, offset, returned
 //! address). Nothing here runs per call or return.
 
-use crate::guest::ByteBuf;
+use crate::state::guest::ByteBuf;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -54,7 +53,7 @@ thread_local! {
     static BUF: RefCell<Option<ByteBuf>> = const { RefCell::new(None) };
 }
 
-pub(crate) fn with_buf<R>(f: impl FnOnce(&mut ByteBuf) -> R) -> R {
+pub fn with_buf<R>(f: impl FnOnce(&mut ByteBuf) -> R) -> R {
     BUF.with(|b| f(b.borrow_mut().get_or_insert_with(ByteBuf::new)))
 }
 
@@ -63,19 +62,15 @@ pub fn arm_startup() -> bool {
     !ARMED.swap(true, Ordering::Relaxed)
 }
 
-/// At the program's first instruction (the callback has R_REGS): reads the auxiliary vector
-/// off the initial stack (argc, argv…, NULL, envp…, NULL, auxv pairs).
-///
-/// # Safety
-/// Called by QEMU as an instruction callback registered with R_REGS.
-pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_void) {
+/// At the program's first instruction (a callback with R_REGS): reads the auxiliary vector
+/// off the initial stack (argc, argv…, NULL, envp…, NULL, auxv pairs). Returns false
+/// when it had run already.
+pub fn startup() -> bool {
     if STARTED.swap(true, Ordering::Relaxed) {
-        return;
+        return false;
     }
-    // After QEMU's own signal set-up, which reads the dispositions it finds.
-    crate::stop_signals::install();
     let aux = with_buf(|buf| {
-        let sp = buf.read_named(crate::isa_or_default().linux_user().stack_pointer)?;
+        let sp = buf.read_named(crate::state::isa_or_default().linux_user().stack_pointer)?;
         let mut word = |addr: u64| buf.read_le(addr, 8);
         // The stack is the guest's: its numbers are checked, never trusted to stay in range.
         let argc = word(sp)?;
@@ -104,6 +99,7 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
         Some(aux)
     });
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
+    true
 }
 
 /// Reads a NUL-terminated path from guest memory (at most 4 KiB).
@@ -112,7 +108,7 @@ fn read_path(buf: &mut ByteBuf, addr: u64) -> Option<Vec<u8>> {
 }
 
 /// Reads a NUL-terminated string of at most `max` bytes from guest memory.
-pub(crate) fn read_cstr(buf: &mut ByteBuf, addr: u64, max: usize) -> Option<Vec<u8>> {
+pub fn read_cstr(buf: &mut ByteBuf, addr: u64, max: usize) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut at = addr;
     while out.len() < max {
@@ -131,7 +127,7 @@ pub(crate) fn read_cstr(buf: &mut ByteBuf, addr: u64, max: usize) -> Option<Vec<
 
 /// A syscall starts on this thread.
 pub fn syscall(num: i64, a1: u64, a2: u64, a3: u64, a5: u64, a6: u64) {
-    let sys = crate::isa_or_default().linux_user();
+    let sys = crate::state::isa_or_default().linux_user();
     let pending = match num {
         n if n == sys.openat => with_buf(|b| read_path(b, a2)).map(Pending::Openat),
         n if n == sys.mmap && a3 & PROT_EXEC != 0 && (a5 as i64) >= 0 => Some(Pending::Mmap {
@@ -158,7 +154,7 @@ pub fn syscall_ret(num: i64, ret: i64) {
     if ret < 0 {
         return;
     }
-    let sys = crate::isa_or_default().linux_user();
+    let sys = crate::state::isa_or_default().linux_user();
     match (num, pending) {
         (n, Pending::Openat(path)) if n == sys.openat => {
             FDS.lock()

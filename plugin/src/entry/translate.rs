@@ -2,7 +2,7 @@
 //! attach a callback to calls, exception returns and writes of the OS's task register, a flag
 //! store to returns, and a conditional callback to blocks where returns land (`landing`).
 
-use crate::api::{
+use crate::ffi::{
     qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
     qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
     qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
@@ -10,11 +10,11 @@ use crate::api::{
     qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb, CB_NO_REGS, CB_R_REGS, COND_EQ, INLINE_ADD_U64,
     INLINE_STORE_U64, MEM_R,
 };
-use crate::callbacks::{
+use crate::handlers::callbacks::{
     on_direct_call, on_exception_return, on_exception_return_from_memory, on_indirect_call,
     on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer, on_thunk_branch,
 };
-use crate::guest::{ByteBuf, MIN_PAGE};
+use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{classify_after, InsnKind, Isa, Mode, Target, Thunk};
 use qemu_uftrace_engine::sites::{call_site, memory_call_word, pack};
 use std::cell::RefCell;
@@ -47,36 +47,36 @@ fn code_base(isa: &dyn Isa, mode: Mode) -> Option<u64> {
 /// # Safety
 /// `tb` is a live translation block handle (QEMU's translation callback).
 pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
-    let isa = crate::isa_or_default();
+    let isa = crate::state::isa_or_default();
     let n = unsafe { qemu_plugin_tb_n_insns(tb) };
     if n == 0 {
         return;
     }
     // User mode: a new thread may have moved the scoreboards since the last translation.
-    crate::scoreboard::refresh_base();
-    let pending = crate::landing::entry();
+    crate::vcpu::scoreboard::refresh_base();
+    let pending = crate::vcpu::landing::entry();
     let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
     let start = unsafe { qemu_plugin_insn_vaddr(first) };
     // User mode: the first block is the program's (or its loader's) entry, run once; its
     // first instruction reads the auxiliary vector off the initial stack.
-    if !crate::SYSTEM_MODE.get().copied().unwrap_or(true) && crate::usermap::arm_startup() {
+    if !crate::state::system_mode() && crate::handlers::usermap::arm_startup() {
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cb(
                 first,
-                crate::usermap::on_startup,
+                crate::entry::startup::on_startup,
                 CB_R_REGS,
                 std::ptr::null_mut(),
             )
         };
     }
-    let user = !crate::SYSTEM_MODE.get().copied().unwrap_or(true);
+    let user = !crate::state::system_mode();
     if user {
-        unsafe { crate::signals::instrument(first, start) };
+        unsafe { crate::handlers::signals::instrument(first, start) };
     }
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
-        if crate::landing::is_landing(isa, mode, start, haddr) {
+        if crate::vcpu::landing::is_landing(isa, mode, start, haddr) {
             // Registered before the clock's add, so the return is timed before this block.
             // R_REGS: a return that matches no frame reads frame records to resynchronise.
             unsafe {
@@ -92,14 +92,14 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             };
         }
     }
-    if let Some(counter) = crate::clock::insn_counter() {
+    if let Some(counter) = crate::vcpu::clock::insn_counter() {
         // Counted once per block at its start: calls and returns end blocks, so the count
         // at a callback already includes the calling or returning instruction.
         unsafe {
             qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
         };
     }
-    let task_slot = crate::task_slot(start);
+    let task_slot = crate::state::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
     // The previous instruction of this block (address, bytes, length): a call through a
@@ -118,7 +118,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             if isa.switches_stack(mode, &bytes[..len]) {
                 switched = true;
             } else if let Some(reg) = isa.register_jump(mode, &bytes[..len]).filter(|_| switched) {
-                unsafe { crate::signals::instrument_stack_switch_jump(insn, reg) };
+                unsafe { crate::handlers::signals::instrument_stack_switch_jump(insn, reg) };
                 continue;
             }
         }
@@ -127,7 +127,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             unsafe {
                 qemu_plugin_register_vcpu_mem_cb(
                     insn,
-                    crate::vectors::on_vector_table_load,
+                    crate::handlers::vector_table::on_vector_table_load,
                     CB_NO_REGS,
                     MEM_R,
                     mask as usize as *mut c_void,
@@ -270,7 +270,7 @@ fn offset_call_word(reg: u8, offset: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::callbacks::offset_call_parts;
+    use crate::handlers::callbacks::offset_call_parts;
 
     #[test]
     fn offset_calls_keep_register_and_signed_offset() {

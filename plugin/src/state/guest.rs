@@ -1,10 +1,10 @@
 //! Raw access to guest registers and memory, on the hot path's terms: register handles
 //! looked up once, one reused GByteArray per vCPU (no allocation per read).
 
-use crate::api::{
-    g_array_free, g_array_get_element_size, g_byte_array_new, qemu_plugin_get_registers,
-    qemu_plugin_read_memory_vaddr, qemu_plugin_read_register, qemu_plugin_reg_descriptor,
-    qemu_plugin_register, GByteArray,
+use crate::ffi::{
+    g_array_free, g_array_get_element_size, g_byte_array_free, g_byte_array_new,
+    qemu_plugin_get_registers, qemu_plugin_read_memory_vaddr, qemu_plugin_read_register,
+    qemu_plugin_reg_descriptor, qemu_plugin_register, GByteArray,
 };
 use qemu_uftrace_engine::arch::{Isa, Mode, Thunk};
 use qemu_uftrace_engine::guest::{call_returning_to, read_frame_record, CallSite, GuestView};
@@ -169,7 +169,7 @@ impl ByteBuf {
     /// path), so the next run of that code is translated, and instrumented, again. False
     /// where this QEMU cannot write guest memory (before 10.1) or the byte is not mapped.
     pub fn retranslate(&mut self, addr: u64) -> bool {
-        let Some(write) = crate::api::write_memory_api() else {
+        let Some(write) = crate::ffi::write_memory_api() else {
             return false;
         };
         // The buffer now holds exactly the byte read: written back as it is.
@@ -188,6 +188,13 @@ impl ByteBuf {
     }
 }
 
+impl Drop for ByteBuf {
+    fn drop(&mut self) {
+        // SAFETY: our own array, freed once, with its contents.
+        unsafe { g_byte_array_free(self.0, 1) };
+    }
+}
+
 /// The current vCPU as the slow paths see it.
 pub struct QemuGuest<'a> {
     pub buf: &'a mut ByteBuf,
@@ -196,7 +203,7 @@ pub struct QemuGuest<'a> {
 impl QemuGuest<'_> {
     /// Looked up here, on the slow paths, rather than by every return.
     fn isa(&self) -> &'static dyn Isa {
-        crate::isa_or_default()
+        crate::state::isa_or_default()
     }
 }
 

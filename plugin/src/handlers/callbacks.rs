@@ -4,8 +4,8 @@
 //! to the engine (its `hot` engine, or the task table at a switch). What each call site
 //! needs comes from `sites`.
 
-use crate::api;
-use crate::guest::QemuGuest;
+use crate::ffi;
+use crate::state::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
 use qemu_uftrace_engine::sites::{call_site_at, memory_call_target, unpack};
@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// A return that landed where no landing block saw it is settled before the next event.
 /// Returns whether one did.
 #[inline(always)]
-pub(crate) fn settle(v: &mut VcpuState, now: u64) -> bool {
+pub fn settle(v: &mut VcpuState, now: u64) -> bool {
     // A retpoline's own return (`thunk_ret`) is no return of the guest's.
     let unseen = v.pending.take() && !std::mem::take(&mut v.thunk_ret);
     if unseen {
@@ -55,7 +55,7 @@ fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
     let now = v.now();
     // User mode: a return that landed unseen right before a call is most often an
     // unwinder's into a C++ landing pad; the call says which function resumed.
-    if settle(v, now) && !crate::SYSTEM_MODE.get().copied().unwrap_or(true) {
+    if settle(v, now) && !crate::state::system_mode() {
         v.engine.realign_for_call(now, ret_addr);
     }
     v.engine.call(now, target, ret_addr)
@@ -115,13 +115,13 @@ pub unsafe extern "C" fn on_offset_call(vcpu_index: c_uint, data: *mut c_void) {
 /// `sites::memory_call_word`'s; registered as a read callback of the call instruction alone.
 pub unsafe extern "C" fn on_memory_call(
     vcpu_index: c_uint,
-    info: api::MemInfo,
+    info: ffi::MemInfo,
     _vaddr: u64,
     data: *mut c_void,
 ) {
     let site = unsafe { call_site_at(data) };
     // SAFETY: inside the memory callback of the access `info` describes.
-    let loaded = unsafe { api::qemu_plugin_mem_get_value(info) }.data[0];
+    let loaded = unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0];
     let target = memory_call_target(site.target, loaded);
     vcpu::with(vcpu_index, |v| direct_call(v, target, site.ret_addr));
 }
@@ -205,13 +205,13 @@ fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
 /// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
 pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u64) {
     let what = match kind {
-        api::DISCON_INTERRUPT => Discontinuity::Interrupt,
-        api::DISCON_EXCEPTION => Discontinuity::Exception,
+        ffi::DISCON_INTERRUPT => Discontinuity::Interrupt,
+        ffi::DISCON_EXCEPTION => Discontinuity::Exception,
         // No handler runs and no exception return comes: nothing to show as an entry.
         _ => return,
     };
-    let isa = crate::isa_or_default();
-    let split = crate::config().is_some_and(|c| c.split_levels);
+    let isa = crate::state::isa_or_default();
+    let split = crate::state::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let Some(what) = v.announced.see(what, from_pc, to_pc) else {
             // Raised, not yet delivered (x86): the delivery comes next.
@@ -235,14 +235,14 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         // Without a syndrome register (x86): from the trapping instruction or the IDT.
         let syndrome = match what {
             Discontinuity::Exception if syndrome.is_none() => {
-                crate::vectors::syndrome(v, isa, from_pc, to_pc)
+                v.vectors.syndrome(&mut v.regs, isa, from_pc, to_pc)
             }
             _ => syndrome,
         };
         let previous = v.level;
         if let Some(level) = level {
             if split {
-                crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
+                crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
             }
             v.level = Some(level);
         }
@@ -267,15 +267,15 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
 /// Exception returns are rare: a few register and memory reads are fine here.
 pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, data: *mut c_void) {
     let eret_pc = data as u64;
-    let isa = crate::isa_or_default();
-    let split = crate::config().is_some_and(|c| c.split_levels);
+    let isa = crate::state::isa_or_default();
+    let split = crate::state::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
         settle(v, now);
         match exception_return_from_memory(v, isa, eret_pc).flatten() {
             Some(to) => {
                 if split {
-                    crate::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
+                    crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
                 }
                 v.level = Some(to.level);
                 v.engine.exception_return(now, to.target, eret_pc);
@@ -293,8 +293,8 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
 /// are rare: a few register reads are fine here.
 pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_void) {
     let eret_pc = data as u64;
-    let isa = crate::isa_or_default();
-    let split = crate::config().is_some_and(|c| c.split_levels);
+    let isa = crate::state::isa_or_default();
+    let split = crate::state::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
         settle(v, now);
@@ -319,7 +319,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
                 .and_then(|name| v.regs.read_named(name));
             let to = isa.return_level(level, saved, security);
             if split {
-                crate::with_tasks(|t| {
+                crate::state::with_tasks(|t| {
                     // The level left is known now, if it was not (a boot context).
                     t.level(&mut v.engine, vcpu_index, now, level);
                     t.level(&mut v.engine, vcpu_index, now, to)
@@ -338,8 +338,9 @@ fn exception_return_from_memory(
     isa: &dyn Isa,
     pc: u64,
 ) -> Option<Option<ExceptionReturnTo>> {
-    let mode = crate::guest::current_mode(isa, &mut v.regs);
-    let len = (isa.fetch_len() as u64).min(crate::guest::MIN_PAGE - pc % crate::guest::MIN_PAGE);
+    let mode = crate::state::guest::current_mode(isa, &mut v.regs);
+    let len = (isa.fetch_len() as u64)
+        .min(crate::state::guest::MIN_PAGE - pc % crate::state::guest::MIN_PAGE);
     let mut insn = [0u8; 16];
     let n = match v.regs.read_memory(pc, len as usize) {
         Some(b) => {
@@ -362,7 +363,7 @@ fn exception_return_from_memory(
 /// before the instruction, when the register holds the value about to be written.
 pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) {
     let src = data as u64 as u8;
-    let isa = crate::isa_or_default();
+    let isa = crate::state::isa_or_default();
     vcpu::with(vcpu_index, |v| {
         let Some(ptr) = v.regs.read_gpr(src) else {
             // A task switch may go unseen: counted (the next unmatched return resyncs).
@@ -386,8 +387,8 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         // far, which a task still running when the guest stops (the CPU that powers off or
         // panics, an idle task never preempted) would otherwise never get. The last read
         // wins. A task that execs and never switches again keeps its name from before.
-        let comm = crate::config().and_then(|c| c.task_comm);
-        let name_at = |regs: &mut crate::guest::ByteBuf, task: u64| {
+        let comm = crate::state::config().and_then(|c| c.task_comm);
+        let name_at = |regs: &mut crate::state::guest::ByteBuf, task: u64| {
             let offset = comm?;
             (task != 0)
                 .then(|| regs.read_memory(task.wrapping_add(offset), TASK_NAME_BYTES))
@@ -413,7 +414,7 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         let now = v.now();
         settle(v, now);
         v.task_ptr = ptr;
-        crate::with_tasks(|t| {
+        crate::state::with_tasks(|t| {
             if let Some((old, pid)) = before {
                 t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);
             }
@@ -431,19 +432,19 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
 /// The task a vCPU ran before the first switch it shows, where the OS set it up without an
 /// instrumented write: in the task register (RISC-V Linux's boot: `la tp, init_task`), or
 /// in the per-CPU slot (x86_64 Linux's `current_task`, `&init_task` from the start).
-fn running_before(regs: &mut crate::guest::ByteBuf, isa: &dyn Isa) -> Option<u64> {
+fn running_before(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa) -> Option<u64> {
     if let Some(name) = isa.task_pointer_register() {
         return regs.read_named(name);
     }
     let base = regs.read_named(isa.per_cpu_base_register()?)?;
-    let at = base.wrapping_add(crate::task_slot_known()?);
+    let at = base.wrapping_add(crate::state::task_slot_known()?);
     regs.read_le(at, 8)
 }
 
 /// A task's PID read from its structure, where the kernel's DWARF said it is (`task_pid=`);
 /// 0 (unknown: a synthetic id) otherwise.
-fn pid_in_task(regs: &mut crate::guest::ByteBuf, task: u64) -> u32 {
-    crate::config()
+fn pid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64) -> u32 {
+    crate::state::config()
         .and_then(|c| c.task_pid)
         .filter(|_| task != 0)
         .and_then(|offset| regs.read_le(task.wrapping_add(offset), 4))

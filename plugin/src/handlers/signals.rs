@@ -11,7 +11,7 @@
 //! which leave by `jmp *%reg`, not by a return) reads its target register, and the frames
 //! it leaves close there. Nothing here runs per call or return.
 
-use crate::api::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_R_REGS};
+use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_R_REGS};
 use crate::vcpu;
 use qemu_uftrace_engine::arch::LinkSlot;
 use std::collections::HashSet;
@@ -30,7 +30,7 @@ const SIG_IGN: u64 = 1;
 
 /// A syscall starts on vCPU `vcpu` (user mode's syscall callback).
 pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
-    let abi = crate::isa_or_default().linux_user();
+    let abi = crate::state::isa_or_default().linux_user();
     if num == abi.rt_sigaction && a2 != 0 {
         // rt_sigaction(signum, act, oldact, sigsetsize): a new action when `act` is set.
         let handler = vcpu::with(vcpu_index, |v| {
@@ -54,7 +54,7 @@ pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
         vcpu::with(vcpu_index, |v| {
             let now = v.now();
             // The handler's return to the trampoline, which follows no call, is pending.
-            crate::callbacks::settle(v, now);
+            crate::handlers::callbacks::settle(v, now);
             v.engine.signal_return(now);
         });
     }
@@ -91,7 +91,7 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
 /// `data` is the handler's address; registered with QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void) {
     let handler = data as u64;
-    let isa = crate::isa_or_default();
+    let isa = crate::state::isa_or_default();
     let abi = isa.linux_user();
     vcpu::with(vcpu_index, |v| {
         let link = match abi.link {
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void)
             LinkSlot::StackTop(sp) => v.regs.read_named(sp).and_then(|sp| v.regs.read_le(sp, 8)),
         };
         let now = v.now();
-        crate::callbacks::settle(v, now);
+        crate::handlers::callbacks::settle(v, now);
         let Some(link) = link else {
             v.engine.stats.register_read_failures += 1;
             return;
@@ -137,7 +137,7 @@ pub unsafe extern "C" fn on_stack_switch_jump(vcpu_index: c_uint, data: *mut c_v
     vcpu::with(vcpu_index, |v| {
         let target = v.regs.read_gpr(reg);
         let now = v.now();
-        crate::callbacks::settle(v, now);
+        crate::handlers::callbacks::settle(v, now);
         match target {
             Some(target) => v.engine.stack_switch_jump(now, target),
             None => v.engine.stats.register_read_failures += 1,

@@ -70,7 +70,7 @@ fn start_watcher() -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     let [r, w] = fds;
-    crate::output::with_signals_blocked(|| {
+    crate::state::output::with_signals_blocked(|| {
         std::thread::Builder::new()
             .name("uftrace-signals".into())
             .spawn(move || watch(r))
@@ -99,7 +99,7 @@ fn watch(r: libc::c_int) {
         return;
     }
     let sig = libc::c_int::from(b);
-    crate::finish();
+    crate::lifecycle::finish::finish();
     // SAFETY: restores the default action and sends the signal to the whole process; this
     // thread blocks it, so another thread takes it and the process ends as it would have.
     unsafe {

@@ -11,7 +11,7 @@
 //! One shared object exports one version, so the crate is built once per family: the default
 //! build is v4, the `api-v7` feature gives v7. The CLI embeds both and picks by what the
 //! running QEMU accepts. Only the callback and registration shapes differ between them:
-//! [`register_callbacks`] hands the same plugin functions to QEMU whatever the build.
+//! `entry::register` hands the same plugin functions to QEMU whatever the build.
 //!
 //! v7's exact shapes were read off QEMU 11.1.3's own code (what it passes to each callback):
 //! the translation callback is `(tb, userdata)`, the discontinuity callback
@@ -24,6 +24,9 @@
 #![allow(non_camel_case_types)]
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
+
+#[cfg(test)]
+pub mod test_stubs;
 
 /// The API version this build declares to QEMU.
 #[cfg(not(feature = "api-v7"))]
@@ -87,6 +90,7 @@ pub struct GArray {
 // glib is loaded with QEMU; the plugin API wants buffers glib can grow.
 extern "C" {
     pub fn g_byte_array_new() -> *mut GByteArray;
+    pub fn g_byte_array_free(array: *mut GByteArray, free_segment: c_int) -> *mut u8;
     pub fn g_array_free(array: *mut GArray, free_segment: c_int) -> *mut c_char;
     pub fn g_array_get_element_size(array: *mut GArray) -> c_uint;
 }
@@ -233,30 +237,30 @@ extern "C" {
 
 #[cfg(not(feature = "api-v7"))]
 extern "C" {
-    fn qemu_plugin_register_vcpu_tb_trans_cb(
+    pub fn qemu_plugin_register_vcpu_tb_trans_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb),
     );
-    fn qemu_plugin_register_vcpu_init_cb(
+    pub fn qemu_plugin_register_vcpu_init_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
     );
-    fn qemu_plugin_register_atexit_cb(
+    pub fn qemu_plugin_register_atexit_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(id: qemu_plugin_id_t, userdata: *mut c_void),
         userdata: *mut c_void,
     );
-    fn qemu_plugin_register_vcpu_exit_cb(
+    pub fn qemu_plugin_register_vcpu_exit_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
     );
-    fn qemu_plugin_register_vcpu_syscall_cb(id: qemu_plugin_id_t, cb: SyscallCb);
-    fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: SyscallRetCb);
+    pub fn qemu_plugin_register_vcpu_syscall_cb(id: qemu_plugin_id_t, cb: SyscallCb);
+    pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: SyscallRetCb);
 }
 
 /// The syscall entry and return callbacks in API 4: the plugin id first.
 #[cfg(not(feature = "api-v7"))]
-type SyscallCb = unsafe extern "C" fn(
+pub type SyscallCb = unsafe extern "C" fn(
     id: qemu_plugin_id_t,
     vcpu_index: c_uint,
     num: i64,
@@ -270,37 +274,37 @@ type SyscallCb = unsafe extern "C" fn(
     a8: u64,
 );
 #[cfg(not(feature = "api-v7"))]
-type SyscallRetCb =
+pub type SyscallRetCb =
     unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint, num: i64, ret: i64);
 
 #[cfg(feature = "api-v7")]
 extern "C" {
-    fn qemu_plugin_register_vcpu_tb_trans_cb(
+    pub fn qemu_plugin_register_vcpu_tb_trans_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(tb: *mut qemu_plugin_tb, userdata: *mut c_void),
         userdata: *mut c_void,
     );
-    fn qemu_plugin_register_vcpu_init_cb(
+    pub fn qemu_plugin_register_vcpu_init_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
         userdata: *mut c_void,
     );
-    fn qemu_plugin_register_atexit_cb(
+    pub fn qemu_plugin_register_atexit_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(userdata: *mut c_void),
         userdata: *mut c_void,
     );
-    fn qemu_plugin_register_vcpu_exit_cb(
+    pub fn qemu_plugin_register_vcpu_exit_cb(
         id: qemu_plugin_id_t,
         cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
         userdata: *mut c_void,
     );
-    fn qemu_plugin_register_vcpu_syscall_cb(
+    pub fn qemu_plugin_register_vcpu_syscall_cb(
         id: qemu_plugin_id_t,
         cb: SyscallCb,
         userdata: *mut c_void,
     );
-    fn qemu_plugin_register_vcpu_syscall_ret_cb(
+    pub fn qemu_plugin_register_vcpu_syscall_ret_cb(
         id: qemu_plugin_id_t,
         cb: SyscallRetCb,
         userdata: *mut c_void,
@@ -310,7 +314,7 @@ extern "C" {
 /// The syscall entry and return callbacks: v7 drops the id and adds `userdata` last (read
 /// off 11.1.3's `qemu_plugin_vcpu_syscall`: vCPU index, number, a1…a8, then userdata).
 #[cfg(feature = "api-v7")]
-type SyscallCb = unsafe extern "C" fn(
+pub type SyscallCb = unsafe extern "C" fn(
     vcpu_index: c_uint,
     num: i64,
     a1: u64,
@@ -324,179 +328,13 @@ type SyscallCb = unsafe extern "C" fn(
     userdata: *mut c_void,
 );
 #[cfg(feature = "api-v7")]
-type SyscallRetCb =
+pub type SyscallRetCb =
     unsafe extern "C" fn(vcpu_index: c_uint, num: i64, ret: i64, userdata: *mut c_void);
-
-// The callbacks in this build's shapes, each handing over to the plugin's own function.
-
-#[cfg(not(feature = "api-v7"))]
-unsafe extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
-    // SAFETY: QEMU passes a live block handle for the duration of the callback.
-    unsafe { crate::translate::on_tb_translate(tb) }
-}
-#[cfg(feature = "api-v7")]
-unsafe extern "C" fn on_tb_trans(tb: *mut qemu_plugin_tb, _userdata: *mut c_void) {
-    // SAFETY: QEMU passes a live block handle for the duration of the callback.
-    unsafe { crate::translate::on_tb_translate(tb) }
-}
-
-#[cfg(not(feature = "api-v7"))]
-unsafe extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
-    crate::vcpu_init(vcpu_index)
-}
-#[cfg(feature = "api-v7")]
-unsafe extern "C" fn on_vcpu_init(vcpu_index: c_uint, _userdata: *mut c_void) {
-    crate::vcpu_init(vcpu_index)
-}
-
-#[cfg(not(feature = "api-v7"))]
-unsafe extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
-    crate::vcpu_exit(vcpu_index)
-}
-#[cfg(feature = "api-v7")]
-unsafe extern "C" fn on_vcpu_exit(vcpu_index: c_uint, _userdata: *mut c_void) {
-    crate::vcpu_exit(vcpu_index)
-}
-
-#[cfg(not(feature = "api-v7"))]
-unsafe extern "C" fn on_exit(_id: qemu_plugin_id_t, _userdata: *mut c_void) {
-    crate::finish()
-}
-#[cfg(feature = "api-v7")]
-unsafe extern "C" fn on_exit(_userdata: *mut c_void) {
-    crate::finish()
-}
-
-#[cfg(not(feature = "api-v7"))]
-unsafe extern "C" fn on_discon(
-    _id: qemu_plugin_id_t,
-    vcpu_index: c_uint,
-    kind: c_int,
-    from_pc: u64,
-    to_pc: u64,
-) {
-    crate::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
-}
-#[cfg(feature = "api-v7")]
-unsafe extern "C" fn on_discon(
-    vcpu_index: c_uint,
-    kind: c_int,
-    from_pc: u64,
-    to_pc: u64,
-    _userdata: *mut c_void,
-) {
-    crate::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
-}
-
-#[cfg(not(feature = "api-v7"))]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn on_syscall(
-    _id: qemu_plugin_id_t,
-    vcpu_index: c_uint,
-    num: i64,
-    a1: u64,
-    a2: u64,
-    a3: u64,
-    _a4: u64,
-    a5: u64,
-    a6: u64,
-    _a7: u64,
-    _a8: u64,
-) {
-    crate::usermap::syscall(num, a1, a2, a3, a5, a6);
-    crate::process::syscall(vcpu_index, num, a1, a2, a3);
-    crate::signals::syscall(vcpu_index, num, a1, a2);
-}
-#[cfg(feature = "api-v7")]
-#[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn on_syscall(
-    vcpu_index: c_uint,
-    num: i64,
-    a1: u64,
-    a2: u64,
-    a3: u64,
-    _a4: u64,
-    a5: u64,
-    a6: u64,
-    _a7: u64,
-    _a8: u64,
-    _userdata: *mut c_void,
-) {
-    crate::usermap::syscall(num, a1, a2, a3, a5, a6);
-    crate::process::syscall(vcpu_index, num, a1, a2, a3);
-    crate::signals::syscall(vcpu_index, num, a1, a2);
-}
-
-#[cfg(not(feature = "api-v7"))]
-unsafe extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
-    crate::usermap::syscall_ret(num, ret);
-    crate::process::syscall_ret(vcpu, ret);
-    crate::clock::after_syscall(vcpu);
-}
-#[cfg(feature = "api-v7")]
-unsafe extern "C" fn on_syscall_ret(vcpu: c_uint, num: i64, ret: i64, _userdata: *mut c_void) {
-    crate::usermap::syscall_ret(num, ret);
-    crate::process::syscall_ret(vcpu, ret);
-    crate::clock::after_syscall(vcpu);
-}
 
 /// `enum qemu_plugin_discon_type` bits.
 pub const DISCON_INTERRUPT: c_int = 1;
 pub const DISCON_EXCEPTION: c_int = 2;
 pub const DISCON_HOSTCALL: c_int = 4;
-
-/// Registers the discontinuity callback for interrupts, exceptions and host calls, where
-/// this QEMU has it. Returns whether it did.
-///
-/// # Safety
-/// `id` is this plugin's id, during `qemu_plugin_install`.
-pub unsafe fn register_discontinuities(id: qemu_plugin_id_t) -> bool {
-    let Some(register) = discontinuity_api() else {
-        return false;
-    };
-    let all = DISCON_INTERRUPT | DISCON_EXCEPTION | DISCON_HOSTCALL;
-    #[cfg(not(feature = "api-v7"))]
-    unsafe {
-        register(id, all, on_discon)
-    };
-    #[cfg(feature = "api-v7")]
-    unsafe {
-        register(id, all, on_discon, std::ptr::null_mut())
-    };
-    true
-}
-
-/// Registers the translation, vCPU init and exit callbacks in this build's ABI, and with
-/// `vcpu_exits` (user mode, where each guest thread is a vCPU that ends with the thread)
-/// the vCPU exit callback and the syscall callbacks that follow file mappings (`usermap`).
-///
-/// # Safety
-/// `id` is this plugin's id, during `qemu_plugin_install`.
-pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
-    #[cfg(not(feature = "api-v7"))]
-    unsafe {
-        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
-        qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
-        if vcpu_exits {
-            qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit);
-            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
-            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret);
-        }
-        qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
-    }
-    #[cfg(feature = "api-v7")]
-    unsafe {
-        let none = std::ptr::null_mut();
-        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans, none);
-        qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
-        if vcpu_exits {
-            qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit, none);
-            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall, none);
-            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret, none);
-        }
-        qemu_plugin_register_atexit_cb(id, on_exit, none);
-    }
-}
 
 /// An optional API function of this QEMU, looked up at run time: QEMU binds plugins
 /// immediately, so naming a function an older QEMU lacks would fail the load.

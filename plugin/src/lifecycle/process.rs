@@ -18,17 +18,15 @@
 //! line that says what it is: `kind=fork pid= ppid= time=` or `kind=exec pid= time= exe=`.
 //! The record command waits until each has its `plugin.stats` or its process is gone.
 
+use super::image;
 use std::cell::Cell;
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 /// Set in a forked child by the atfork handler; the fork's return there takes it.
 static FORKED: AtomicBool = AtomicBool::new(false);
-/// This image's key (`None`: the first process, whose files are at the top).
-static KEY: Mutex<Option<String>> = Mutex::new(None);
 
 thread_local! {
     /// Set in the parent on the thread that forked, until the fork's return takes it.
@@ -43,23 +41,11 @@ extern "C" fn forked_parent() {
     FORKED_HERE.with(|f| f.set(true));
 }
 
-fn key() -> Option<String> {
-    KEY.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
 /// At install (user mode): which image this is, and the fork handlers.
 pub fn install(key: Option<String>) {
-    *KEY.lock().unwrap_or_else(|e| e.into_inner()) = key;
+    image::set_key(key);
     // SAFETY: handlers with no arguments that only set flags.
     unsafe { libc::pthread_atfork(None, Some(forked_parent), Some(forked_child)) };
-}
-
-/// Where this image's `plugin.*` files go.
-pub fn files_dir(out: &Path) -> PathBuf {
-    match key() {
-        None => out.to_path_buf(),
-        Some(k) => out.join("procs").join(k),
-    }
 }
 
 fn now_ns(vcpu: u32) -> u64 {
@@ -83,7 +69,7 @@ fn announce(out: &Path, key: &str, line: &str) -> std::io::Result<()> {
 
 /// A syscall starts on vCPU `vcpu`.
 pub fn syscall(vcpu: u32, num: i64, a1: u64, a2: u64, a3: u64) {
-    if num == crate::isa_or_default().linux_user().execve {
+    if num == crate::state::isa_or_default().linux_user().execve {
         exec(vcpu, a1, a2, a3);
     }
 }
@@ -95,7 +81,7 @@ pub fn syscall_ret(vcpu: u32, ret: i64) {
     } else if FORKED_HERE.with(|f| f.replace(false)) && ret > 0 {
         // The parent names its child's directory first: the child may not have run yet
         // when the parent (and the first QEMU) ends.
-        if let Some(cfg) = crate::config() {
+        if let Some(cfg) = crate::state::config() {
             // SAFETY: getpid cannot fail.
             let ppid = unsafe { libc::getpid() };
             let line = format!("kind=fork\tpid={ret}\tppid={ppid}\ttime={}", now_ns(vcpu));
@@ -106,21 +92,23 @@ pub fn syscall_ret(vcpu: u32, ret: i64) {
 
 /// In a forked child, on the thread that forked (the only one the child has).
 fn take_over(vcpu: u32) {
-    let (Some(cfg), Some(out)) = (crate::CONFIG.get(), crate::OUTPUT.get()) else {
+    let (Some(cfg), Some(out)) = (crate::state::CONFIG.get(), crate::state::OUTPUT.get()) else {
         return;
     };
+    // Watched like its parent, traced or not.
+    super::record_watch::after_fork();
     // SAFETY: getpid, getppid and gettid cannot fail.
     let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid() as u32) };
     // From here on this image's files are its own, never the parent's.
     let key = format!("{pid}.0");
-    *KEY.lock().unwrap_or_else(|e| e.into_inner()) = Some(key.clone());
+    image::set_key(Some(key.clone()));
     if let Err(e) = out.restart_after_fork(cfg.out.clone()) {
         // Nothing may reach the parent's queue, which nobody reads here: record nothing.
         eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: writer: {e}");
         drop(crate::vcpu::take_all());
         return;
     }
-    crate::stop_signals::after_fork();
+    crate::lifecycle::stop_signals::after_fork();
     let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
     if let Err(e) = announce(&cfg.out, &key, &line) {
         // The parent wrote the same line already, unless the disk is failing.
@@ -132,13 +120,15 @@ fn take_over(vcpu: u32) {
             drop(crate::vcpu::remove(i));
         }
     }
-    crate::RETIRED
+    crate::lifecycle::vcpus::RETIRED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clear();
     let mut table = qemu_uftrace_engine::tasks::TaskTable::new(cfg.split_levels);
     let tid = table.start_thread(vcpu, tid);
-    *crate::TASKS.lock().unwrap_or_else(|e| e.into_inner()) = Some(table);
+    *crate::state::TASKS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(table);
     crate::vcpu::with(vcpu, |s| s.engine.fork_child(tid));
 }
 
@@ -146,12 +136,14 @@ fn take_over(vcpu: u32) {
 /// emulator's machine, this image ends and QEMU runs it with the plugin (this call then
 /// does not return).
 fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
-    let Some(cfg) = crate::config() else { return };
+    let Some(cfg) = crate::state::config() else {
+        return;
+    };
     let Some(user_opts) = cfg.user_opts else {
         return;
     };
-    let Some((path, argv, envp)) = crate::usermap::with_buf(|b| {
-        let path = crate::usermap::read_cstr(b, path_ptr, 4096)?;
+    let Some((path, argv, envp)) = crate::handlers::usermap::with_buf(|b| {
+        let path = crate::handlers::usermap::read_cstr(b, path_ptr, 4096)?;
         Some((path, read_strings(b, argv_ptr)?, read_strings(b, envp_ptr)?))
     }) else {
         return;
@@ -165,7 +157,7 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     };
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() };
-    let next = match key().and_then(|k| k.split_once('.').map(|(_, n)| n.to_string())) {
+    let next = match image::key().and_then(|k| k.split_once('.').map(|(_, n)| n.to_string())) {
         Some(n) => n.parse::<u32>().unwrap_or(0) + 1,
         None => 1,
     };
@@ -181,12 +173,15 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
         return;
     }
     // Everything this image recorded goes to disk before it is replaced.
-    crate::finish();
+    crate::lifecycle::finish::finish();
     let mut words: Vec<Vec<u8>> = Vec::new();
     words.push(qemu_args.argv0);
     words.push(b"-plugin".to_vec());
     let mut value = qemu_args.plugin;
     value.extend_from_slice(format!(",proc={key},user_opts={}", user_opts + 2).as_bytes());
+    if let Some(fd) = super::record_watch::for_exec() {
+        value.extend_from_slice(format!(",record_pidfd={fd}").as_bytes());
+    }
     words.push(value);
     words.extend(qemu_args.opts);
     words.push(b"-0".to_vec());
@@ -205,7 +200,7 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
 }
 
 /// Reads a NULL-terminated array of string pointers (argv, envp) from guest memory.
-fn read_strings(b: &mut crate::guest::ByteBuf, mut at: u64) -> Option<Vec<Vec<u8>>> {
+fn read_strings(b: &mut crate::state::guest::ByteBuf, mut at: u64) -> Option<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     if at == 0 {
         return Some(out);
@@ -216,7 +211,7 @@ fn read_strings(b: &mut crate::guest::ByteBuf, mut at: u64) -> Option<Vec<Vec<u8
             return Some(out);
         }
         // Linux's own limits: MAX_ARG_STRLEN per string, and far fewer strings.
-        out.push(crate::usermap::read_cstr(b, ptr, 128 << 10)?);
+        out.push(crate::handlers::usermap::read_cstr(b, ptr, 128 << 10)?);
         if out.len() > 1 << 16 {
             return None;
         }
@@ -236,7 +231,7 @@ fn runs_here(path: &Path) -> bool {
     }
     let mut head = [0u8; 20];
     let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
-    let machine = crate::arch_or_default().elf_machine();
+    let machine = crate::state::arch_or_default().elf_machine();
     read.is_ok()
         && head[..4] == *b"\x7fELF"
         && head[4] == 2 // ELFCLASS64

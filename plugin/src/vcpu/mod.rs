@@ -8,7 +8,14 @@
 //! process execute a full barrier, after which a vCPU either sees `closed` or exit sees it
 //! busy and waits. Where membarrier is unavailable, the hot path takes a real lock instead.
 
-use crate::guest::ByteBuf;
+pub mod clock;
+pub mod landing;
+pub mod scoreboard;
+pub mod vectors;
+pub mod wall;
+
+use crate::state::guard;
+use crate::state::guest::ByteBuf;
 use qemu_uftrace_engine::arch::Level;
 use qemu_uftrace_engine::hot::Engine;
 use std::cell::UnsafeCell;
@@ -19,14 +26,14 @@ use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsiz
 #[repr(C)]
 pub struct VcpuState {
     /// The clock and pending flag as the common case reads them (`FastWords::NONE`: never).
-    pub fast: crate::scoreboard::FastWords,
+    pub fast: scoreboard::FastWords,
     pub engine: Engine,
     /// The clock and the pending flag as the general path reads them.
-    pub clock: crate::clock::VcpuClock,
+    pub clock: clock::VcpuClock,
     /// The wall clock's interpolation by instructions (user mode).
     pub interp: qemu_uftrace_engine::tsc::Interpolated,
     /// Set by a return instruction until its landing block (or the next event) takes it.
-    pub pending: crate::landing::Pending,
+    pub pending: landing::Pending,
     pub regs: ByteBuf,
     /// The privilege level the vCPU runs at, once an exception or its return said.
     pub level: Option<Level>,
@@ -36,7 +43,7 @@ pub struct VcpuState {
     /// An exception QEMU announced before delivering it (x86).
     pub announced: qemu_uftrace_engine::arch::Announced,
     /// Where exceptions are delivered through, where no register names them (x86).
-    pub vectors: crate::vectors::VectorTable,
+    pub vectors: vectors::VectorTable,
     /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
     /// next only branches to the callee, whose frame the call to the thunk opened.
     pub thunk_ret: bool,
@@ -132,20 +139,35 @@ pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
+        let busy = Busy(&slot.busy);
         if slot.closed.load(Ordering::Relaxed) {
-            slot.busy.store(false, Ordering::Release);
             return None;
         }
         // SAFETY: exit waits while we are busy and we checked it has not closed the slot.
-        let r = unsafe { (*slot.state.get()).as_mut().map(f) };
-        slot.busy.store(false, Ordering::Release);
-        r
+        let r = guard("a vCPU callback", || unsafe {
+            (*slot.state.get()).as_mut().map(f)
+        });
+        drop(busy);
+        r.flatten()
     } else {
         lock(&slot.busy);
+        let busy = Busy(&slot.busy);
         // SAFETY: we hold the slot lock.
-        let r = unsafe { (*slot.state.get()).as_mut().map(f) };
-        slot.busy.store(false, Ordering::Release);
-        r
+        let r = guard("a vCPU callback", || unsafe {
+            (*slot.state.get()).as_mut().map(f)
+        });
+        drop(busy);
+        r.flatten()
+    }
+}
+
+/// Marks a slot free when dropped: also when its callback panicked.
+struct Busy<'a>(&'a AtomicBool);
+
+impl Drop for Busy<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

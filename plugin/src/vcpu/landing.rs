@@ -12,9 +12,9 @@
 //! between a return and its landing block) leaves the flag set; the next callback finds it
 //! and closes the top frame, the return's most likely owner (`Engine::ret_unseen`).
 
-use crate::api::qemu_plugin_u64;
-use crate::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
-use crate::scoreboard::{Scoreboard, VcpuWord};
+use crate::ffi::qemu_plugin_u64;
+use crate::state::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
+use crate::vcpu::scoreboard::{Scoreboard, VcpuWord};
 use qemu_uftrace_engine::arch::{Isa, Mode};
 use qemu_uftrace_engine::guest::call_returning_to;
 use std::cell::RefCell;

@@ -13,7 +13,7 @@
 use qemu_uftrace_engine::tsc::Interpolated;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::api::{
+use crate::ffi::{
     qemu_plugin_scoreboard_find, qemu_plugin_scoreboard_new, qemu_plugin_u64, qemu_plugin_u64_get,
     qemu_plugin_u64_set,
 };
@@ -61,24 +61,29 @@ impl Scoreboard {
 /// move (user mode). QEMU grows scoreboards only with every vCPU stopped (`start_exclusive`,
 /// when a vCPU index reaches the allocation) and flushes every translation in that same
 /// exclusive section: no instrumented code runs again before a block is translated anew.
-/// So each translation (and each vCPU init) takes the base again (`refresh_base`), and an
+/// So each translation takes the base again (`refresh_base`), and an
 /// event's element is `base + index * 16`, read afresh by every event. Null: not known yet.
 static MOVING_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// The `clock_and_pending` scoreboard whose base `MOVING_BASE` holds (null: none).
-static MOVING: AtomicPtr<crate::api::qemu_plugin_scoreboard> = AtomicPtr::new(std::ptr::null_mut());
+static MOVING: AtomicPtr<crate::ffi::qemu_plugin_scoreboard> = AtomicPtr::new(std::ptr::null_mut());
 
 /// Takes `pending`'s scoreboard as the one whose base user-mode events read.
 pub fn track_moving(pending: &Scoreboard) {
     MOVING.store(pending.0.score, Ordering::Relaxed);
 }
 
-/// Takes the base of the tracked scoreboard again; at translation and vCPU init, when a
-/// vCPU exists (QEMU asserts the index is below the vCPU count).
+/// Takes the base of the tracked scoreboard again; at translation only, when a vCPU exists
+/// (QEMU asserts the index is below the vCPU count). Translations never overlap a growth
+/// (that waits for every vCPU to leave its execution loop, where translation runs) and are
+/// serialised among themselves (QEMU's translation lock); the lock here keeps the read and
+/// the store one step all the same.
 pub fn refresh_base() {
+    static REFRESH: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let score = MOVING.load(Ordering::Relaxed);
     if score.is_null() {
         return;
     }
+    let _one = REFRESH.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a live scoreboard; vCPU 0 exists once any vCPU does.
     let base = unsafe { qemu_plugin_scoreboard_find(score, 0) } as *mut u8;
     if MOVING_BASE.load(Ordering::Relaxed) != base {
@@ -151,12 +156,12 @@ impl FastWords {
             if tag == TimeFrom::Counter as usize {
                 insns
             } else {
-                interp.at(insns, last, || crate::clock::fast_wall_ns().unwrap_or(last))
+                interp.at(insns, last, || super::wall::fast_wall_ns().unwrap_or(last))
             }
         } else {
             // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
             // moved may read a hair earlier than its last event.
-            crate::clock::fast_wall_ns()?.max(last)
+            super::wall::fast_wall_ns()?.max(last)
         };
         Some((p, now))
     }
@@ -212,4 +217,10 @@ impl VcpuWord {
             VcpuWord::Api(s, i) => unsafe { qemu_plugin_u64_set(s.0, i, value) },
         }
     }
+}
+
+/// The base user-mode events read now (for tests).
+#[cfg(test)]
+pub fn moving_base() -> *mut u8 {
+    MOVING_BASE.load(Ordering::Relaxed)
 }

@@ -1,11 +1,10 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS]`, or
+//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
-use crate::clock::ClockKind;
 use qemu_uftrace_engine::tsc::TscSample;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -39,6 +38,30 @@ pub struct Config {
     /// The CLI's paired reading of the time-stamp counter and CLOCK_MONOTONIC, taken as it
     /// started: the wall clock's calibration runs from it to the plugin's install.
     pub tsc: Option<TscSample>,
+    /// The most bytes of records this image writes (`max_size=`, the CLI's `--max-size`):
+    /// the writer stops at the last whole record within it, and the trace is incomplete.
+    pub max_size: Option<u64>,
+    /// Stop QEMU cleanly once `max_size` is reached (`max_size_exit=on`).
+    pub max_size_exit: bool,
+    /// User mode, an exec'd image: the pidfd of `record` the image before it watched
+    /// (`lifecycle::record_watch`).
+    pub record_pidfd: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How records are timed: guest instructions retired, or host nanoseconds.
+pub enum ClockKind {
+    Insn,
+    Wall,
+}
+
+impl ClockKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ClockKind::Insn => "insn",
+            ClockKind::Wall => "wall",
+        }
+    }
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -76,6 +99,9 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut proc_key = None;
     let mut user_opts = None;
     let mut tsc = None;
+    let mut max_size = None;
+    let mut max_size_exit = false;
+    let mut record_pidfd = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -146,10 +172,40 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("tsc={value}: expected TICKS:NANOSECONDS"))?,
                 )
             }
+            "max_size" => {
+                max_size = Some(
+                    value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or_else(|| {
+                            format!("max_size={value}: expected a byte count above 0")
+                        })?,
+                )
+            }
+            "max_size_exit" => {
+                max_size_exit = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("max_size_exit={value}: expected on or off")),
+                }
+            }
+            "record_pidfd" => {
+                record_pidfd = Some(
+                    value
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|&fd| fd >= 0)
+                        .ok_or_else(|| format!("record_pidfd={value}: expected a descriptor"))?,
+                )
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
     let out = out.ok_or("missing out=DIR")?;
+    if max_size_exit && max_size.is_none() {
+        return Err("max_size_exit=on needs max_size=BYTES".into());
+    }
     Ok(Mode::Record(Config {
         out,
         clock,
@@ -162,5 +218,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         task_slot,
         task_slot_file,
         tsc,
+        max_size,
+        max_size_exit,
+        record_pidfd,
     }))
 }

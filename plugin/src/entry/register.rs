@@ -1,0 +1,198 @@
+//! QEMU's callbacks in this build's ABI shapes (`ffi`), each handing over to the plugin's own
+//! function, and their registration at install.
+
+use crate::ffi::*;
+use crate::state::guard;
+use std::ffi::{c_int, c_uint, c_void};
+
+// The callbacks in this build's shapes, each handing over to the plugin's own function.
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_tb_trans(_id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb) {
+    // SAFETY: QEMU passes a live block handle for the duration of the callback.
+    guard("translation", || unsafe {
+        crate::entry::translate::on_tb_translate(tb)
+    });
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_tb_trans(tb: *mut qemu_plugin_tb, _userdata: *mut c_void) {
+    // SAFETY: QEMU passes a live block handle for the duration of the callback.
+    guard("translation", || unsafe {
+        crate::entry::translate::on_tb_translate(tb)
+    });
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
+    guard("vCPU init", || {
+        crate::lifecycle::vcpus::vcpu_init(vcpu_index)
+    });
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_vcpu_init(vcpu_index: c_uint, _userdata: *mut c_void) {
+    guard("vCPU init", || {
+        crate::lifecycle::vcpus::vcpu_init(vcpu_index)
+    });
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_vcpu_exit(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
+    guard("vCPU exit", || {
+        crate::lifecycle::vcpus::vcpu_exit(vcpu_index)
+    });
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_vcpu_exit(vcpu_index: c_uint, _userdata: *mut c_void) {
+    guard("vCPU exit", || {
+        crate::lifecycle::vcpus::vcpu_exit(vcpu_index)
+    });
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_exit(_id: qemu_plugin_id_t, _userdata: *mut c_void) {
+    guard("the end", crate::lifecycle::finish::finish);
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_exit(_userdata: *mut c_void) {
+    guard("the end", crate::lifecycle::finish::finish);
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_discon(
+    _id: qemu_plugin_id_t,
+    vcpu_index: c_uint,
+    kind: c_int,
+    from_pc: u64,
+    to_pc: u64,
+) {
+    guard("an exception entry", || {
+        crate::handlers::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+    });
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_discon(
+    vcpu_index: c_uint,
+    kind: c_int,
+    from_pc: u64,
+    to_pc: u64,
+    _userdata: *mut c_void,
+) {
+    guard("an exception entry", || {
+        crate::handlers::callbacks::on_discontinuity(vcpu_index, kind, from_pc, to_pc)
+    });
+}
+
+#[cfg(not(feature = "api-v7"))]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_syscall(
+    _id: qemu_plugin_id_t,
+    vcpu_index: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    _a4: u64,
+    a5: u64,
+    a6: u64,
+    _a7: u64,
+    _a8: u64,
+) {
+    syscall(vcpu_index, num, [a1, a2, a3, a5, a6]);
+}
+#[cfg(feature = "api-v7")]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn on_syscall(
+    vcpu_index: c_uint,
+    num: i64,
+    a1: u64,
+    a2: u64,
+    a3: u64,
+    _a4: u64,
+    a5: u64,
+    a6: u64,
+    _a7: u64,
+    _a8: u64,
+    _userdata: *mut c_void,
+) {
+    syscall(vcpu_index, num, [a1, a2, a3, a5, a6]);
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_syscall_ret(_id: qemu_plugin_id_t, vcpu: c_uint, num: i64, ret: i64) {
+    syscall_ret(vcpu, num, ret);
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_syscall_ret(vcpu: c_uint, num: i64, ret: i64, _userdata: *mut c_void) {
+    syscall_ret(vcpu, num, ret);
+}
+
+/// Registers the discontinuity callback for interrupts, exceptions and host calls, where
+/// this QEMU has it. Returns whether it did.
+///
+/// # Safety
+/// `id` is this plugin's id, during `qemu_plugin_install`.
+pub unsafe fn register_discontinuities(id: qemu_plugin_id_t) -> bool {
+    let Some(register) = discontinuity_api() else {
+        return false;
+    };
+    let all = DISCON_INTERRUPT | DISCON_EXCEPTION | DISCON_HOSTCALL;
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        register(id, all, on_discon)
+    };
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        register(id, all, on_discon, std::ptr::null_mut())
+    };
+    true
+}
+
+/// Registers the translation, vCPU init and exit callbacks in this build's ABI, and with
+/// `vcpu_exits` (user mode, where each guest thread is a vCPU that ends with the thread)
+/// the vCPU exit callback and the syscall callbacks that follow file mappings (`usermap`).
+///
+/// # Safety
+/// `id` is this plugin's id, during `qemu_plugin_install`.
+pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
+        qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
+        if vcpu_exits {
+            qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit);
+            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
+            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret);
+        }
+        qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
+    }
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        let none = std::ptr::null_mut();
+        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans, none);
+        qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
+        if vcpu_exits {
+            qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit, none);
+            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall, none);
+            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret, none);
+        }
+        qemu_plugin_register_atexit_cb(id, on_exit, none);
+    }
+}
+
+/// A syscall starts (user mode): file mappings, exec, signal handlers.
+fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
+    guard("a syscall", || {
+        crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
+        crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
+        crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
+    });
+}
+
+/// A syscall returned (user mode): mappings, fork, the clock.
+fn syscall_ret(vcpu: c_uint, num: i64, ret: i64) {
+    guard("a syscall's return", || {
+        crate::handlers::usermap::syscall_ret(num, ret);
+        crate::lifecycle::process::syscall_ret(vcpu, ret);
+        crate::handlers::after_syscall(vcpu);
+    });
+}

@@ -1,0 +1,16 @@
+//! The callbacks that run while the guest does: calls, returns, exceptions and task switches
+//! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`) and
+//! x86 vector tables (`vector_table`).
+
+pub mod callbacks;
+pub mod signals;
+pub mod usermap;
+pub mod vector_table;
+
+/// A system call returned on `vcpu`: it may have waited with no instruction run, so its
+/// next time is read, not interpolated.
+pub fn after_syscall(vcpu: u32) {
+    if crate::vcpu::clock::interpolated() {
+        crate::vcpu::with(vcpu, |v| v.interp.invalidate());
+    }
+}

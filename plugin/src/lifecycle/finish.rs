@@ -1,0 +1,189 @@
+//! The end of the run (or of a process image): flush every vCPU, wait for the writer, then
+//! write `plugin.maps`, `plugin.tasks` and last `plugin.stats`, which says how it went.
+
+use super::image;
+use super::vcpus::{Ended, RETIRED};
+use crate::ffi;
+use crate::handlers::{callbacks, usermap};
+use crate::state::config::ClockChoice;
+use crate::state::{isa_or_default, system_mode, CONFIG, OUTPUT, QEMU_API, TARGET, TASKS};
+use crate::vcpu;
+use qemu_uftrace_engine::stats;
+use qemu_uftrace_engine::tasks::TaskTable;
+
+/// At QEMU exit: flush every vCPU, wait for the writer, then say how it went.
+pub fn finish() {
+    // Once: QEMU's at-exit, an exec and a stopping signal may meet; a second caller waits
+    // until the first is done, so that the process never ends in the middle of the writing.
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(finish_once);
+}
+
+fn finish_once() {
+    let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
+        return;
+    };
+    // Exited threads' vCPUs, flushed when they exited, then the running ones: listed in the
+    // order they ran.
+    let mut states = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
+    for (i, mut s) in vcpu::take_all() {
+        s.engine.flush();
+        states.push(Ended::of(i, &s));
+    }
+    let written = out.finish();
+    let table = TASKS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_else(|| TaskTable::new(false));
+    let mut total = stats::Stats::default();
+    for s in &states {
+        total.add(&s.stats);
+    }
+    let mut tids: Vec<u32> = table
+        .contexts()
+        .iter()
+        .map(|c| c.tid)
+        .filter(|t| written.bytes.get(t).copied().unwrap_or(0) > 0)
+        .collect();
+    tids.sort_unstable();
+    let open: usize = states.iter().map(|s| s.open_frames).sum::<usize>()
+        + table
+            .contexts()
+            .iter()
+            .map(|c| c.waiting_frames())
+            .sum::<usize>();
+    // User mode: each guest process image has its own files (`process`).
+    let dir = image::files_dir(&cfg.out);
+    // The maps and tasks first: `plugin.stats` tells the record command this image is done,
+    // and says it is incomplete if either is lost (a user-mode trace without its maps has
+    // no library symbols).
+    let mut written = written;
+    if !system_mode() {
+        if let Err(e) = write_atomically(&dir, "plugin.maps", &usermap::lines()) {
+            written.errors.push(e);
+        }
+    }
+    if let Err(e) = write_atomically(&dir, "plugin.tasks", &task_lines(&table)) {
+        written.errors.push(e);
+    }
+    let lost: u64 = written.lost.values().map(|l| l.records).sum();
+    let complete =
+        written.errors.is_empty() && written.stopped.is_none() && lost == 0 && !written.capped;
+    let mut text = String::new();
+    let mut line = |k: &str, v: &dyn std::fmt::Display| text.push_str(&format!("{k}={v}\n"));
+    line("complete", &(complete as u8));
+    line("target", &TARGET.get().map_or("", |t| t.as_str()));
+    line("mode", &if system_mode() { "system" } else { "user" });
+    line(
+        "clock",
+        &match cfg.clock {
+            ClockChoice::Fixed(k) => k.name(),
+            ClockChoice::Auto => "auto",
+        },
+    );
+    line("vcpus", &states.len());
+    line(
+        "tids",
+        &tids
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    line("tasks", &table.contexts().len());
+    line("task_conflicts", &table.conflicts);
+    for (k, v) in total.lines() {
+        line(k, &v);
+    }
+    line("open_frames", &open);
+    line("bytes", &written.bytes.values().sum::<u64>());
+    line("max_depth", &cfg.max_depth);
+    line("split_levels", &(cfg.split_levels as u8));
+    line(
+        "discontinuity_api",
+        &(ffi::discontinuity_api().is_some() as u8),
+    );
+    line(
+        "exceptions_shown",
+        &(callbacks::discontinuities_registered() as u8),
+    );
+    let (api_min, api_cur) = QEMU_API.get().copied().unwrap_or_default();
+    line("plugin_api", &ffi::API_VERSION);
+    line("qemu_api", &format!("{api_min}..{api_cur}"));
+    // User mode reuses vCPU indexes for later threads: per-vCPU lines would repeat keys.
+    let per_vcpu = if system_mode() { &states[..] } else { &[] };
+    for s in per_vcpu {
+        let i = s.index;
+        line(&format!("vcpu{i}.open_frames"), &s.open_frames);
+        for (k, v) in s.stats.lines() {
+            line(&format!("vcpu{i}.{k}"), &v);
+        }
+    }
+    line("lost_records", &lost);
+    if written.capped {
+        line("size_capped", &1);
+    }
+    if let Some(why) = &written.stopped {
+        line("stopped", why);
+    }
+    for e in &written.errors {
+        line("error", e);
+    }
+    if let Err(e) = write_atomically(&dir, "plugin.stats", &text) {
+        eprintln!("qemu-uftrace plugin: {e}");
+    }
+}
+
+/// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.
+fn task_lines(table: &TaskTable) -> String {
+    let isa = isa_or_default();
+    let mut text = String::new();
+    for c in table.contexts() {
+        let vcpus: Vec<String> = c.vcpus.iter().map(u32::to_string).collect();
+        text.push_str(&format!(
+            "tid={}\tpid={}\tkind={}\tlevel={}\tvcpus={}\tboot_of={}\tname={}\n",
+            c.tid,
+            c.pid().unwrap_or(0),
+            if c.is_boot() { "boot" } else { "task" },
+            c.key.level.map(|l| isa.level_name(l)).unwrap_or_default(),
+            vcpus.join(","),
+            c.was_boot_of.map(|v| v.to_string()).unwrap_or_default(),
+            c.name.as_deref().unwrap_or("").replace(['\t', '\n'], " "),
+        ));
+    }
+    text
+}
+
+/// Writes `dir/name` whole or not at all; the error names the file.
+fn write_atomically(dir: &std::path::Path, name: &str, text: &str) -> Result<(), String> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, dir.join(name)))
+        .map_err(|e| format!("cannot write {}: {e}", dir.join(name).display()))
+}
+
+/// The size cap was reached with `max_size_exit=on` (called on the writer thread, which the
+/// finish waits for: the stop runs on a thread of its own). A system QEMU is sent SIGTERM,
+/// on which it shuts down as at a guest's power-off (the at-exit callback finishes); a user
+/// QEMU finishes here and exits with status 0 (a signal would go to the guest).
+pub fn stop_at_size_cap() {
+    let stop = || {
+        if crate::state::system_mode() {
+            // SAFETY: plain signal to our own process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        } else {
+            finish();
+            // SAFETY: everything is written; nothing of ours needs tearing down.
+            unsafe { libc::_exit(0) };
+        }
+    };
+    let spawned = crate::state::output::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("uftrace-cap".into())
+            .spawn(stop)
+    });
+    if let Err(e) = spawned {
+        eprintln!("qemu-uftrace plugin: cannot stop QEMU at the size cap: {e}");
+    }
+}

@@ -1,0 +1,105 @@
+//! A vCPU's start and end: its engine, clock and slot made at vCPU init, and (user mode,
+//! where each guest thread is a vCPU) what is kept of it once its thread exited.
+
+use crate::state::{guest, isa_or_default, system_mode, with_tasks, CONFIG, ONE_CLOCK, OUTPUT};
+use crate::vcpu::{self, clock, landing};
+use qemu_uftrace_engine::hot;
+use qemu_uftrace_engine::stats::Stats;
+use std::sync::Mutex;
+
+/// What the end needs of a vCPU, once its records are flushed: its statistics and how many
+/// frames it left open (not its engine, buffer, stack and register buffer).
+pub struct Ended {
+    pub index: u32,
+    pub stats: Stats,
+    pub open_frames: usize,
+}
+
+impl Ended {
+    pub fn of(index: u32, state: &vcpu::VcpuState) -> Ended {
+        Ended {
+            index,
+            stats: state.engine.stats(),
+            open_frames: state.engine.stack().len(),
+        }
+    }
+}
+
+/// User mode: the vCPUs whose guest thread exited, in the order they did.
+pub static RETIRED: Mutex<Vec<Ended>> = Mutex::new(Vec::new());
+
+pub fn vcpu_init(vcpu_id: u32) {
+    let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
+        return;
+    };
+    guest::init_registers(isa_or_default());
+    if vcpu::is_installed(vcpu_id) {
+        // QEMU initialises a vCPU index again after unplugging it: its engine, with the
+        // records and stacks it holds, carries on.
+        return;
+    }
+    // User mode runs each guest thread as a vCPU, and QEMU calls vCPU init on the new
+    // vCPU's own thread when it starts running (queued work): the host thread id is the
+    // guest's (linux-user threads are host threads).
+    let user_thread = (!system_mode())
+        // SAFETY: gettid has no preconditions.
+        .then(|| unsafe { libc::gettid() } as u32);
+    let Some(tid) = with_tasks(|t| match user_thread {
+        Some(thread) => t.start_thread(vcpu_id, thread),
+        None => t.start_vcpu(vcpu_id),
+    }) else {
+        return;
+    };
+    let spill = Box::new(move |tid: u32, full: Vec<u8>| {
+        out.send(tid, full);
+        out.fresh()
+    });
+    let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
+    let direct = ONE_CLOCK.get().copied().unwrap_or(false);
+    // No `scoreboard::refresh_base` here: vCPU init runs outside QEMU's exclusive section,
+    // beside other threads' translations and growths, and a base read before another
+    // thread grew the scoreboards would be stored after it. A growth flushes every
+    // translation, so none of this vCPU's instrumented code runs before a translation has
+    // taken the base anew.
+    let clock = clock::VcpuClock::for_vcpu(vcpu_id, direct);
+    let pending = landing::Pending::for_vcpu(vcpu_id, direct);
+    // A user-mode vCPU index is reused by a later thread: a return left pending by the
+    // thread that had it is not this one's.
+    pending.take();
+    let state = vcpu::VcpuState {
+        fast: clock.fast_words(vcpu_id, user_thread.is_some()),
+        clock,
+        interp: Default::default(),
+        pending,
+        engine,
+        regs: guest::ByteBuf::new(),
+        level: None,
+        task_ptr: 0,
+        announced: Default::default(),
+        vectors: Default::default(),
+        thunk_ret: false,
+    };
+    if !vcpu::install(vcpu_id, state) {
+        out.note_error(format!(
+            "vCPU {vcpu_id} has no slot (QEMU said at most {} vCPUs): its events are not recorded",
+            vcpu::capacity()
+        ));
+    }
+}
+
+/// User mode: a guest thread exited (on its own thread). Its records go to the writer now
+/// and its vCPU slot is emptied, ready for the thread QEMU gives the index to next.
+pub fn vcpu_exit(vcpu_id: u32) {
+    if system_mode() {
+        return;
+    }
+    let Some(mut state) = vcpu::remove(vcpu_id) else {
+        return;
+    };
+    state.engine.flush();
+    with_tasks(|t| t.end_vcpu(vcpu_id));
+    RETIRED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(Ended::of(vcpu_id, &state));
+}

@@ -1,0 +1,737 @@
+//! Record buffers leave the vCPU threads here and are written by one writer thread, so a
+//! vCPU never waits on `write()`. The queue is bounded: if the disk falls behind, vCPUs
+//! wait for it rather than grow memory or drop records.
+
+use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Size of one record buffer: 64 Ki records.
+pub const BUFFER_BYTES: usize = 1 << 20;
+/// Full buffers that may wait for the writer (bounds memory to about 32 MiB).
+const QUEUE_DEPTH: usize = 32;
+
+enum Msg {
+    Data { tid: u32, buf: Vec<u8> },
+    Finish,
+}
+
+/// What the writer wrote, per task id.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub bytes: HashMap<u32, u64>,
+    pub errors: Vec<String>,
+    /// Why the writer stopped writing, if it did.
+    pub stopped: Option<String>,
+    /// What it could not write after that, per task id.
+    pub lost: HashMap<u32, Lost>,
+    /// Whether it stopped at the size cap (`max_size=`): the records past it were dropped
+    /// whole, and no error is behind it.
+    pub capped: bool,
+}
+
+/// How much the writer may write: `max_bytes` of records in all (`max_size=`), and what
+/// happens when they are reached (`on_cap`, called once on the writer thread; it must not
+/// wait for the writer).
+#[derive(Clone, Copy, Default)]
+pub struct Limits {
+    pub max_bytes: Option<u64>,
+    pub on_cap: Option<fn()>,
+}
+
+pub struct Output {
+    limits: Limits,
+    /// Taken by vCPU threads only (at each full buffer), never by the writer: a forked
+    /// child, whose writer thread did not survive the fork, finds it free and replaces it.
+    chan: Mutex<Chan>,
+    /// Problems met off the writer thread, reported with its own at the end.
+    noted: Mutex<Vec<String>>,
+}
+
+/// The queue to one writer thread.
+struct Chan {
+    tx: SyncSender<Msg>,
+    pool: Arc<Mutex<Vec<Vec<u8>>>>,
+    writer: Option<JoinHandle<Written>>,
+}
+
+impl Chan {
+    fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Chan> {
+        Chan::start_with(Writer::new(dir, limits))
+    }
+
+    fn start_with(w: Writer) -> std::io::Result<Chan> {
+        let (tx, rx) = sync_channel(QUEUE_DEPTH);
+        let pool = Arc::new(Mutex::new(Vec::new()));
+        let writer_pool = Arc::clone(&pool);
+        let writer = with_signals_blocked(|| {
+            std::thread::Builder::new()
+                .name("uftrace-writer".into())
+                .spawn(move || write_loop(w, rx, writer_pool))
+        })?;
+        Ok(Chan {
+            tx,
+            pool,
+            writer: Some(writer),
+        })
+    }
+}
+
+impl Output {
+    pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
+        Ok(Output {
+            limits,
+            chan: Mutex::new(Chan::start(dir, limits)?),
+            noted: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn chan(&self) -> std::sync::MutexGuard<'_, Chan> {
+        self.chan.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// In a forked child: the parent's writer thread is not there, and its buffer pool may
+    /// have been locked by it at the fork. Both are left behind (never touched again) for a
+    /// new writer and pool; what the parent had queued is the parent's to write.
+    pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
+        let fresh = Chan::start(dir, self.limits)?;
+        let old = std::mem::replace(&mut *self.chan(), fresh);
+        // Dropping it would detach a thread that does not exist here.
+        std::mem::forget(old);
+        self.noted.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(())
+    }
+
+    /// An empty buffer, recycled when possible.
+    pub fn fresh(&self) -> Vec<u8> {
+        let pool = Arc::clone(&self.chan().pool);
+        let recycled = pool.lock().ok().and_then(|mut p| p.pop());
+        recycled.unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
+    }
+
+    /// Queues a full buffer for `tid`'s file (blocks while the queue is full).
+    pub fn send(&self, tid: u32, buf: Vec<u8>) {
+        let records = buf.len() / RECORD_SIZE;
+        // Fails only when the writer thread is gone (it died, or exit already ran).
+        let tx = self.chan().tx.clone();
+        if tx.send(Msg::Data { tid, buf }).is_err() {
+            self.note_error(format!(
+                "{tid}.dat: {records} records not written: the writer thread had stopped"
+            ));
+        }
+    }
+
+    /// Records a problem for `plugin.stats` (which then says the trace is incomplete).
+    pub fn note_error(&self, msg: String) {
+        eprintln!("qemu-uftrace plugin: {msg}");
+        self.noted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(msg);
+    }
+
+    /// Waits until everything queued is written.
+    pub fn finish(&self) -> Written {
+        // A writer that already stopped has nothing left to finish; `join` says why.
+        let (tx, handle) = {
+            let mut chan = self.chan();
+            (chan.tx.clone(), chan.writer.take())
+        };
+        let _ = tx.send(Msg::Finish);
+        let mut written = match handle.map(JoinHandle::join) {
+            Some(Ok(written)) => written,
+            Some(Err(_)) => Written {
+                errors: vec!["writer thread panicked".into()],
+                ..Default::default()
+            },
+            None => Written::default(),
+        };
+        let noted = std::mem::take(&mut *self.noted.lock().unwrap_or_else(|e| e.into_inner()));
+        written.errors.extend(noted);
+        written
+    }
+}
+
+/// Free space the writer leaves on the trace's filesystem: what `record` writes after QEMU
+/// exits (symbol files, task list, info) must still fit, so that a full disk still gives a
+/// trace uftrace replays up to where recording stopped.
+pub const RESERVE_BYTES: u64 = 32 << 20;
+
+/// Records that reached the writer after it stopped.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Lost {
+    pub records: u64,
+    /// The time of the first of them, where the task's LOST record goes.
+    pub first_time: u64,
+}
+
+/// Bytes free for us on the filesystem holding `dir` (`None`: cannot tell).
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain data, for which all zeroes is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct to fill.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Where the writer puts one task's records: a file, or in tests one that fails on cue.
+pub trait Sink: Write + Send {
+    /// Cuts the file back to `len` bytes.
+    fn set_len(&mut self, len: u64) -> std::io::Result<()>;
+    /// The file's length now.
+    fn len(&mut self) -> std::io::Result<u64>;
+}
+
+impl Sink for File {
+    fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+        File::set_len(self, len)
+    }
+
+    fn len(&mut self) -> std::io::Result<u64> {
+        Ok(self.metadata()?.len())
+    }
+}
+
+/// Opens a task's file for appending (created if missing).
+type Opener = Box<dyn FnMut(&Path) -> std::io::Result<Box<dyn Sink>> + Send>;
+
+fn open_append(path: &Path) -> std::io::Result<Box<dyn Sink>> {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)?;
+    Ok(Box::new(file))
+}
+
+/// The writer's state: open files, what was written, and once it stopped, why and what it
+/// could not write.
+struct Writer {
+    dir: PathBuf,
+    /// Open files, with the length each had when opened.
+    files: HashMap<u32, (Box<dyn Sink>, u64)>,
+    written: Written,
+    open: Opener,
+    free: fn(&Path) -> Option<u64>,
+    limits: Limits,
+    /// Record bytes written so far, for the size cap.
+    total: u64,
+    /// Files left with a partial buffer at their end (the cut back failed): where the last
+    /// whole one ended. Nothing may be appended to them.
+    torn: HashMap<u32, u64>,
+}
+
+impl Writer {
+    fn new(dir: PathBuf, limits: Limits) -> Writer {
+        Writer {
+            dir,
+            files: HashMap::new(),
+            written: Written::default(),
+            open: Box::new(open_append),
+            free: free_bytes,
+            limits,
+            total: 0,
+            torn: HashMap::new(),
+        }
+    }
+
+    /// Writes one buffer for `tid`, or counts it lost once writing has stopped. Stops at the
+    /// first error (a torn record would misalign every later one: the file is cut back to
+    /// the last whole buffer), before the free space falls below the reserve, and at the
+    /// size cap (whole records up to it are written, the rest dropped).
+    fn write(&mut self, tid: u32, buf: &[u8]) {
+        if self.written.capped {
+            return;
+        }
+        let mut buf = buf;
+        if self.written.stopped.is_none() {
+            if let Some(max) = self.limits.max_bytes {
+                let room = max.saturating_sub(self.total) as usize / RECORD_SIZE * RECORD_SIZE;
+                if buf.len() >= room {
+                    self.written.capped = true;
+                    buf = &buf[..room];
+                }
+            }
+        }
+        if self.written.stopped.is_none() && !buf.is_empty() {
+            let free = (self.free)(&self.dir);
+            if free.is_some_and(|f| f < RESERVE_BYTES + buf.len() as u64) {
+                self.written.stopped = Some(format!(
+                    "recording stopped with {} MiB left on the trace's filesystem (kept for \
+                     assembling the trace)",
+                    free.unwrap_or(0) >> 20
+                ));
+            } else if let Err(e) = self.append(tid, buf) {
+                self.written.stopped = Some(format!("{tid}.dat: {e}"));
+            } else {
+                self.total += buf.len() as u64;
+            }
+        }
+        if self.written.stopped.is_some() {
+            // An error, not the cap, is what lost these.
+            self.written.capped = false;
+            let lost = self.written.lost.entry(tid).or_default();
+            if lost.records == 0 {
+                lost.first_time = first_time(buf);
+            }
+            lost.records += (buf.len() / RECORD_SIZE) as u64;
+        } else if self.written.capped {
+            if let Some(on_cap) = self.limits.on_cap {
+                on_cap();
+            }
+        }
+    }
+
+    fn append(&mut self, tid: u32, buf: &[u8]) -> std::io::Result<()> {
+        let path = self.dir.join(format!("{tid}.dat"));
+        let (file, opened_at) = match self.files.entry(tid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            // Appended to: a program that exec'd carries on in its thread's file (the image
+            // before it wrote its part and is gone).
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let mut file = (self.open)(&path)?;
+                let len = file.len()?;
+                e.insert((file, len))
+            }
+        };
+        let before = *opened_at + self.written.bytes.get(&tid).copied().unwrap_or(0);
+        if let Err(e) = file.write_all(buf) {
+            // Part of the buffer may be on disk: cut back to the last whole buffer.
+            if let Err(cut) = file.set_len(before) {
+                self.torn.insert(tid, before);
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{e}, and cutting it back to {before} bytes failed: {cut}"),
+                ));
+            }
+            return Err(e);
+        }
+        *self.written.bytes.entry(tid).or_default() += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Ends each file that lost records with a LOST record, so that replay shows where and
+    /// how many (the reserve keeps room for them). A file whose tail is torn is cut back
+    /// first; if that fails again, nothing goes after the torn record, and the error says
+    /// where the whole records end.
+    fn mark_lost(&mut self) {
+        let lost: Vec<(u32, Lost)> = self.written.lost.iter().map(|(t, l)| (*t, *l)).collect();
+        for (tid, lost) in lost {
+            let count = lost.records.min(qemu_uftrace_format::ADDR_MASK);
+            let record = encode(lost.first_time, RecordType::Lost, 0, count);
+            let path = self.dir.join(format!("{tid}.dat"));
+            let torn = self.torn.get(&tid).copied();
+            let result = (self.open)(&path).and_then(|mut f| {
+                if let Some(at) = torn {
+                    f.set_len(at).map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("it ends in a torn record after byte {at}: {e}"),
+                        )
+                    })?;
+                }
+                f.write_all(&record)
+            });
+            match result {
+                Ok(()) => *self.written.bytes.entry(tid).or_default() += RECORD_SIZE as u64,
+                Err(e) => self
+                    .written
+                    .errors
+                    .push(format!("{tid}.dat: cannot mark the lost records: {e}")),
+            }
+        }
+    }
+}
+
+/// The time of a buffer's first record.
+fn first_time(buf: &[u8]) -> u64 {
+    buf.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -> Written {
+    while let Ok(msg) = rx.recv() {
+        let (tid, mut buf) = match msg {
+            Msg::Data { tid, buf } => (tid, buf),
+            Msg::Finish => break,
+        };
+        w.write(tid, &buf);
+        buf.clear();
+        if let Ok(mut p) = pool.lock() {
+            if p.len() < QUEUE_DEPTH {
+                p.push(buf);
+            }
+        }
+    }
+    // No fsync: the records are safe in the page cache once written, whatever happens to
+    // QEMU, and syncing a trace of hundreds of megabytes took a tenth of a kernel boot.
+    w.files.clear();
+    w.mark_lost();
+    w.written
+}
+
+/// Runs `f` (which starts a thread: it inherits the mask) with every signal blocked. A
+/// process-directed signal goes to any thread that does not block it, and QEMU's
+/// linux-user handler takes the thread it runs on for a guest thread: a guest's SIGALRM
+/// handled on the writer thread crashed QEMU (about one run in 25 of a program with an
+/// interval timer).
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: plain libc calls on sets that live on this stack.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0;
+        let result = f();
+        if blocked {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qemu_uftrace_format::record::{decode_all, Record};
+
+    /// One fake file: its bytes, and how it fails.
+    #[derive(Default)]
+    struct Fake {
+        data: Vec<u8>,
+        /// Bytes accepted before each write fails with `errno` (`None`: never fails).
+        accept: Option<usize>,
+        errno: i32,
+        set_len_fails: bool,
+    }
+
+    type Disk = Arc<Mutex<HashMap<PathBuf, Fake>>>;
+
+    struct FakeFile {
+        disk: Disk,
+        path: PathBuf,
+    }
+
+    impl Write for FakeFile {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let mut disk = self.disk.lock().unwrap();
+            let f = disk.get_mut(&self.path).unwrap();
+            match f.accept {
+                Some(0) => Err(std::io::Error::from_raw_os_error(f.errno)),
+                Some(n) => {
+                    let k = n.min(b.len());
+                    f.data.extend_from_slice(&b[..k]);
+                    f.accept = Some(n - k);
+                    Ok(k)
+                }
+                None => {
+                    f.data.extend_from_slice(b);
+                    Ok(b.len())
+                }
+            }
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Sink for FakeFile {
+        fn set_len(&mut self, len: u64) -> std::io::Result<()> {
+            let mut disk = self.disk.lock().unwrap();
+            let f = disk.get_mut(&self.path).unwrap();
+            if f.set_len_fails {
+                return Err(std::io::Error::from_raw_os_error(libc::EIO));
+            }
+            f.data.truncate(len as usize);
+            Ok(())
+        }
+
+        fn len(&mut self) -> std::io::Result<u64> {
+            Ok(self.disk.lock().unwrap()[&self.path].data.len() as u64)
+        }
+    }
+
+    fn plenty(_: &Path) -> Option<u64> {
+        Some(1 << 40)
+    }
+
+    /// A writer on a fake disk with plenty of room, and that disk.
+    fn writer(limits: Limits) -> (Writer, Disk) {
+        let disk: Disk = Arc::default();
+        let mut w = Writer::new(PathBuf::from("/fake"), limits);
+        let d = Arc::clone(&disk);
+        w.open = Box::new(move |path: &Path| {
+            d.lock().unwrap().entry(path.to_path_buf()).or_default();
+            Ok(Box::new(FakeFile {
+                disk: Arc::clone(&d),
+                path: path.to_path_buf(),
+            }) as Box<dyn Sink>)
+        });
+        w.free = plenty;
+        (w, disk)
+    }
+
+    /// `n` entry records timed from `t`.
+    fn records(t: u64, n: usize) -> Vec<u8> {
+        (0..n as u64)
+            .flat_map(|i| encode(t + i, RecordType::Entry, 0, 0x1000 + i))
+            .collect()
+    }
+
+    fn file(disk: &Disk, tid: u32) -> Vec<u8> {
+        disk.lock().unwrap()[&PathBuf::from(format!("/fake/{tid}.dat"))]
+            .data
+            .clone()
+    }
+
+    fn fail_next(disk: &Disk, tid: u32, accept: usize, errno: i32, set_len_fails: bool) {
+        let mut d = disk.lock().unwrap();
+        let f = d
+            .get_mut(&PathBuf::from(format!("/fake/{tid}.dat")))
+            .unwrap();
+        f.accept = Some(accept);
+        f.errno = errno;
+        f.set_len_fails = set_len_fails;
+    }
+
+    fn heal(disk: &Disk, tid: u32) {
+        let mut d = disk.lock().unwrap();
+        let f = d
+            .get_mut(&PathBuf::from(format!("/fake/{tid}.dat")))
+            .unwrap();
+        f.accept = None;
+        f.set_len_fails = false;
+    }
+
+    fn lost_record(r: &Record) -> Option<u64> {
+        (r.kind == RecordType::Lost).then_some(r.addr)
+    }
+
+    /// A failed write (ENOSPC, EIO, after part of the buffer went out) is cut back to the
+    /// last whole buffer; what follows is counted and marked by one LOST record there.
+    #[test]
+    fn a_failed_write_is_cut_back_and_marked_lost() {
+        for (errno, accept) in [(libc::ENOSPC, 0), (libc::EIO, 0), (libc::EIO, 40)] {
+            let (mut w, disk) = writer(Limits::default());
+            w.write(7, &records(100, 4));
+            fail_next(&disk, 7, accept, errno, false);
+            w.write(7, &records(200, 3));
+            heal(&disk, 7);
+            w.write(7, &records(300, 2));
+            w.mark_lost();
+            let data = file(&disk, 7);
+            let recs = decode_all(&data).unwrap();
+            assert_eq!(
+                data.len() % RECORD_SIZE,
+                0,
+                "errno {errno}, accept {accept}"
+            );
+            assert_eq!(recs.len(), 5, "4 written and the LOST record: {recs:?}");
+            assert_eq!(recs[..4], decode_all(&records(100, 4)).unwrap()[..]);
+            assert_eq!(lost_record(&recs[4]), Some(5));
+            assert_eq!(recs[4].time, 200);
+            let stopped = w.written.stopped.as_deref().unwrap();
+            let expected = std::io::Error::from_raw_os_error(errno).to_string();
+            assert!(stopped.contains(&expected), "{stopped}");
+            assert_eq!(w.written.lost[&7].records, 5);
+            assert_eq!(w.written.bytes[&7], 5 * RECORD_SIZE as u64);
+        }
+    }
+
+    /// write(2) returning less than asked is no error: the rest follows.
+    #[test]
+    fn a_short_write_goes_on() {
+        struct Short(Vec<u8>);
+        impl Write for Short {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                let k = b.len().min(7);
+                self.0.extend_from_slice(&b[..k]);
+                Ok(k)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        impl Sink for Short {
+            fn set_len(&mut self, _: u64) -> std::io::Result<()> {
+                unreachable!("nothing failed")
+            }
+            fn len(&mut self) -> std::io::Result<u64> {
+                Ok(0)
+            }
+        }
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let (mut w, _) = writer(Limits::default());
+        let o = Arc::clone(&out);
+        w.open = Box::new(move |_: &Path| {
+            struct Shared(Arc<Mutex<Vec<u8>>>, Short);
+            impl Write for Shared {
+                fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                    let k = self.1.write(b)?;
+                    self.0.lock().unwrap().extend_from_slice(&b[..k]);
+                    Ok(k)
+                }
+                fn flush(&mut self) -> std::io::Result<()> {
+                    Ok(())
+                }
+            }
+            impl Sink for Shared {
+                fn set_len(&mut self, l: u64) -> std::io::Result<()> {
+                    self.1.set_len(l)
+                }
+                fn len(&mut self) -> std::io::Result<u64> {
+                    self.1.len()
+                }
+            }
+            Ok(Box::new(Shared(Arc::clone(&o), Short(Vec::new()))) as Box<dyn Sink>)
+        });
+        w.write(1, &records(0, 3));
+        assert!(w.written.stopped.is_none());
+        assert_eq!(*out.lock().unwrap(), records(0, 3));
+    }
+
+    /// A write that fails after part of a buffer, and a cut back that fails too: the torn
+    /// tail must never be followed by a LOST record (it would be misaligned); the end cuts
+    /// back again, and if that fails the error says where the whole records end.
+    #[test]
+    fn a_torn_tail_is_never_appended_to() {
+        let (mut w, disk) = writer(Limits::default());
+        w.write(3, &records(100, 2));
+        fail_next(&disk, 3, 20, libc::EIO, true);
+        w.write(3, &records(200, 2));
+        w.write(3, &records(300, 1));
+        // Still failing at the end: nothing is appended after the torn record.
+        w.mark_lost();
+        let data = file(&disk, 3);
+        assert_eq!(data.len(), 2 * RECORD_SIZE + 20, "unchanged");
+        let errors = w.written.errors.join("\n");
+        assert!(errors.contains("torn record after byte 32"), "{errors}");
+
+        // The disk recovers by the end: cut back, then the LOST record, aligned.
+        let (mut w, disk) = writer(Limits::default());
+        w.write(3, &records(100, 2));
+        fail_next(&disk, 3, 20, libc::EIO, true);
+        w.write(3, &records(200, 2));
+        heal(&disk, 3);
+        w.mark_lost();
+        let recs = decode_all(&file(&disk, 3)).unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(lost_record(&recs[2]), Some(2));
+        assert!(w.written.errors.is_empty(), "{:?}", w.written.errors);
+    }
+
+    /// Below the reserve of free space the writer stops before writing anything more.
+    #[test]
+    fn the_reserve_stops_the_writer() {
+        let (mut w, disk) = writer(Limits::default());
+        w.write(1, &records(0, 2));
+        w.free = |_| Some(RESERVE_BYTES);
+        w.write(1, &records(10, 2));
+        w.mark_lost();
+        let recs = decode_all(&file(&disk, 1)).unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(lost_record(&recs[2]), Some(2));
+        assert!(w.written.stopped.as_deref().unwrap().contains("MiB left"));
+    }
+
+    /// `max_size=`: whole records up to the cap, across tasks, then nothing; no LOST
+    /// record, no error, and `on_cap` once.
+    #[test]
+    fn the_size_cap_keeps_whole_records() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static CAPPED: AtomicUsize = AtomicUsize::new(0);
+        let limits = Limits {
+            max_bytes: Some(10 * RECORD_SIZE as u64 + 5),
+            on_cap: Some(|| {
+                CAPPED.fetch_add(1, Ordering::Relaxed);
+            }),
+        };
+        let (mut w, disk) = writer(limits);
+        w.write(1, &records(0, 4));
+        w.write(2, &records(0, 4));
+        w.write(1, &records(100, 4));
+        w.write(2, &records(100, 4));
+        w.mark_lost();
+        assert_eq!(decode_all(&file(&disk, 1)).unwrap().len(), 6);
+        assert_eq!(file(&disk, 2), records(0, 4));
+        assert!(w.written.capped);
+        assert!(w.written.stopped.is_none() && w.written.errors.is_empty());
+        assert!(w.written.lost.is_empty());
+        assert_eq!(CAPPED.load(Ordering::Relaxed), 1);
+    }
+
+    /// The cap reached exactly: the buffer that fills it is written whole.
+    #[test]
+    fn a_cap_reached_exactly_writes_the_last_buffer() {
+        let (mut w, disk) = writer(Limits {
+            max_bytes: Some(4 * RECORD_SIZE as u64),
+            on_cap: None,
+        });
+        w.write(1, &records(0, 4));
+        w.write(1, &records(10, 1));
+        assert_eq!(file(&disk, 1), records(0, 4));
+        assert!(w.written.capped);
+    }
+
+    /// The writer thread dying: later buffers cannot be queued, and the end says so (the
+    /// trace is incomplete) instead of hanging or passing the records off as written.
+    #[test]
+    fn a_dead_writer_thread_is_reported() {
+        let (mut w, _) = writer(Limits::default());
+        w.open = Box::new(|_: &Path| panic!("the writer dies"));
+        let out = Output {
+            limits: Limits::default(),
+            chan: Mutex::new(Chan::start_with(w).unwrap()),
+            noted: Mutex::new(Vec::new()),
+        };
+        out.send(5, records(0, 2));
+        // The thread is gone once the queue's receiver is: sends fail from then on.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while out
+            .chan()
+            .tx
+            .try_send(Msg::Data {
+                tid: 5,
+                buf: Vec::new(),
+            })
+            .is_ok()
+            || !out.chan().writer.as_ref().unwrap().is_finished()
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never died"
+            );
+            std::thread::yield_now();
+        }
+        out.send(5, records(10, 3));
+        let written = out.finish();
+        let errors = written.errors.join("\n");
+        assert!(errors.contains("writer thread panicked"), "{errors}");
+        assert!(errors.contains("5.dat: 3 records not written"), "{errors}");
+    }
+
+    /// Real files: ENOSPC from a full device (`/dev/full`) stops the writer with that error.
+    #[test]
+    fn a_full_device_stops_the_writer() {
+        let (mut w, _) = writer(Limits::default());
+        w.open = Box::new(|_: &Path| {
+            let f = std::fs::OpenOptions::new().write(true).open("/dev/full")?;
+            Ok(Box::new(f) as Box<dyn Sink>)
+        });
+        w.write(9, &records(0, 2));
+        let stopped = w.written.stopped.unwrap();
+        let enospc = std::io::Error::from_raw_os_error(libc::ENOSPC).to_string();
+        assert!(stopped.contains(&enospc), "{stopped}");
+        assert_eq!(w.written.lost[&9].records, 2);
+    }
+}
