@@ -49,7 +49,8 @@ pub fn assemble(
         symbols,
         ..
     } = ran;
-    let user = user_processes(&procs, staging, inv, prep.arch, no_auto_symbols);
+    let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
+    let user = user_processes(&procs, staging, inv, prep.arch, no_auto_symbols, cap);
     for line in &user.failures {
         warn(line);
     }
@@ -96,7 +97,7 @@ pub fn assemble(
     }
     let incomplete = stats
         .as_ref()
-        .and_then(Stats::incomplete_reason)
+        .and_then(|s| s.incomplete_reason(cap))
         .into_iter()
         .chain(user.problems)
         .reduce(|a, b| format!("{a}; {b}"));
@@ -164,6 +165,7 @@ fn user_processes(
     inv: &Invocation,
     arch: Arch,
     no_auto_symbols: bool,
+    cap: Option<&str>,
 ) -> UserProcesses {
     use qemu::user_procs::Kind;
     let mut out = UserProcesses::default();
@@ -176,7 +178,7 @@ fn user_processes(
         };
         match Stats::read(&p.dir) {
             Ok(Some(s)) => {
-                if let Some(why) = s.incomplete_reason() {
+                if let Some(why) = s.incomplete_reason(cap) {
                     out.problems.push(format!("{what}: {why}"));
                 }
                 out.stats.push(s);

@@ -78,7 +78,8 @@ fn record_into(
         staging,
         args.no_auto_symbols,
     )?;
-    summary::print(args, &exit, &published, no_sources);
+    let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
+    summary::print(args, &exit, &published, no_sources, cap);
 
     let mut code = exit.exit_code;
     if published.incomplete.is_some() && code == 0 {

@@ -12,6 +12,7 @@ use qemu_uftrace_symbols::Arch;
 
 use crate::args::RecordArgs;
 use crate::errors::{usage, warn};
+use crate::max_size::{Cap, MaxSize};
 use crate::qemu::{self, GuestImage, ImageOrigin, Mode};
 use crate::qemu_checks::{self, PluginChoice, Qemu};
 use crate::symbol_source::{self, BackgroundLoad, Preloaded, SourceArg};
@@ -32,6 +33,8 @@ pub struct Prepared {
     pub command: Vec<OsString>,
     /// The KASLR warning still to give once symbols show a Linux kernel.
     pub kaslr_warning: Option<String>,
+    /// The size cap the plugin stops writing at.
+    pub cap: Option<Cap>,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -100,6 +103,14 @@ pub fn prepare(
     if args.split_levels {
         plugin_opt.push(",split_levels=on");
     }
+    let cap = match &args.max_size {
+        Some(MaxSize::Off) => None,
+        Some(MaxSize::Cap(cap)) => Some(cap.clone()),
+        None => None,
+    };
+    if let Some(cap) = &cap {
+        plugin_opt.push(cap_options(cap));
+    }
     // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`), and
     // where their PIDs are for a guest with no PID register (else synthetic ids).
     if let Some(offset) = symbol_source::task_comm_offset(&sources) {
@@ -149,6 +160,7 @@ pub fn prepare(
             sources,
             command,
             kaslr_warning,
+            cap,
         },
         Jobs {
             symbols,
@@ -156,6 +168,13 @@ pub fn prepare(
             task_slot,
         },
     ))
+}
+
+/// The plugin's options for a size cap: it stops writing at `max_size` bytes, and stops
+/// QEMU there with `max_size_exit=on`.
+fn cap_options(cap: &Cap) -> String {
+    let exit = if cap.exit { ",max_size_exit=on" } else { "" };
+    format!(",max_size={}{exit}", cap.bytes)
 }
 
 fn plugin_choice(args: &RecordArgs) -> Result<PluginChoice> {
@@ -207,4 +226,22 @@ fn start_task_slot(kernel: &Path, staging: &Path, arch: Arch) -> Option<TaskSlot
         }
     });
     Some(TaskSlot { job, file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cap_reaches_the_plugin_as_bytes() {
+        let cap = |text: &str| match crate::max_size::parse(text).unwrap() {
+            MaxSize::Cap(c) => c,
+            MaxSize::Off => panic!(),
+        };
+        assert_eq!(cap_options(&cap("500M")), ",max_size=524288000");
+        assert_eq!(
+            cap_options(&cap("2G,exit")),
+            ",max_size=2147483648,max_size_exit=on"
+        );
+    }
 }

@@ -13,7 +13,13 @@ use crate::stats::Stats;
 use super::assemble::Published;
 
 /// Says what was recorded, whether it is complete, and where to look at it.
-pub fn print(args: &RecordArgs, exit: &QemuExit, published: &Published, no_sources: bool) {
+pub fn print(
+    args: &RecordArgs,
+    exit: &QemuExit,
+    published: &Published,
+    no_sources: bool,
+    cap: Option<&str>,
+) {
     let stats = published.stats.as_ref();
     let done = &published.assembled;
     let old = published.old.as_deref();
@@ -81,7 +87,7 @@ pub fn print(args: &RecordArgs, exit: &QemuExit, published: &Published, no_sourc
             if !oddities.is_empty() {
                 note(format!("plugin also reports {}", oddities.join(", ")));
             }
-            if let Some(why) = s.incomplete_reason() {
+            if let Some(why) = s.incomplete_reason(cap) {
                 warn(format!("INCOMPLETE TRACE: {why}"));
             }
         }
