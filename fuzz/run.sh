@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs each fuzz target for a bounded time (cargo-fuzz, nightly; scripts/install-deps.sh
 # installs both): the symbol parsers (elf, system_map, kernel_image, any), the plugin's
-# argument parser (plugin_args) and the CLI's QEMU command-line reader (qemu_cmdline).
+# argument parser (plugin_args), the CLI's QEMU command-line reader (qemu_cmdline) and its
+# user-mode program reader (user_elf).
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default: $FUZZ_SECONDS or 60 s, all)
 # Corpora are seeded from real inputs: the test ELFs compiled from symbols/tests/data,
 # Debian's System.map, the head of the cached kernel image, plugin arguments and QEMU
@@ -12,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 secs=${1:-${FUZZ_SECONDS:-60}}
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(elf system_map kernel_image any plugin_args qemu_cmdline)
+[ "${#targets[@]}" -gt 0 ] || targets=(elf system_map kernel_image any plugin_args qemu_cmdline user_elf)
 cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
 
 if ! command -v cargo-fuzz >/dev/null 2>&1 || ! rustup run nightly rustc --version >/dev/null 2>&1; then
@@ -32,6 +33,13 @@ seed() {
                 -o "$dir/bare" "$d/bare.c" || true
             aarch64-linux-gnu-gcc -g -O0 -ffreestanding -nostdlib -static -o "$dir/bare-O0" "$d/bare.c" || true
         fi
+        ;;
+    esac
+    case $1 in
+    user_elf)
+        # A host program, and the bare-metal ELFs (a machine user mode refuses).
+        cp /bin/true "$dir/true"
+        cp "$here/corpus/elf/"* "$dir/" 2>/dev/null || true
         ;;
     esac
     case $1 in

@@ -147,6 +147,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(qemu_uftrace_format::MAX_STACK)))]
     pub max_depth: Option<u16>,
 
+    /// Stop writing the trace at SIZE (500M, 2G: powers of 1024, as QEMU's -m), and with
+    /// `,exit` stop QEMU too; the trace is marked incomplete. Without it the cap is the
+    /// free disk space less 1 GiB (QEMU runs on); `none` sets no cap
+    #[arg(long, value_name = "SIZE[,exit]", value_parser = crate::max_size::parse)]
+    pub max_size: Option<crate::max_size::MaxSize>,
+
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]
     pub then: Option<Then>,

@@ -244,17 +244,16 @@ impl std::fmt::Display for NoData {
 
 impl std::error::Error for NoData {}
 
-/// A session id that differs between recordings.
+/// A session id that differs between recordings: random, from the OS (the clock and our
+/// pid should the OS have no randomness to give).
 pub fn new_session_id() -> String {
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut x = now.as_nanos() as u64 ^ (u64::from(std::process::id()) << 40);
-    // splitmix64: spread the bits so ids do not look alike.
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    task::session_id(x ^ (x >> 31))
+    let id = getrandom::u64().unwrap_or_else(|_| {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        now.as_nanos() as u64 ^ (u64::from(std::process::id()) << 40)
+    });
+    task::session_id(id)
 }
 
 /// Writes `info` and `task.txt` into `dir`, which holds the plugin's output and the symbol

@@ -1,32 +1,17 @@
 //! Facts about the host for the `info` file, in the forms uftrace record uses.
 
-use std::ffi::CStr;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-/// `Mon Jun  3 12:00:00 2024`, as ctime(3) prints local time.
+/// `Mon Jun  3 12:00:00 2024`, as ctime(3) prints local time (empty when the time cannot
+/// be told: the info file has no date then).
 pub fn ctime(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as libc::time_t;
-    // SAFETY: localtime_r and strftime write only into the buffers we pass.
-    unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&secs, &mut tm).is_null() {
-            return String::new();
-        }
-        let mut buf = [0 as libc::c_char; 64];
-        let n = libc::strftime(
-            buf.as_mut_ptr(),
-            buf.len(),
-            c"%a %b %e %H:%M:%S %Y".as_ptr(),
-            &tm,
-        );
-        if n == 0 {
-            return String::new();
-        }
-        CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned()
-    }
+    jiff::Timestamp::try_from(t)
+        .map(|ts| {
+            ts.to_zoned_datetime(jiff::tz::TimeZone::system())
+                .strftime("%a %b %e %H:%M:%S %Y")
+                .to_string()
+        })
+        .unwrap_or_default()
 }
 
 /// `1.234567890 sec`, as uftrace record writes elapsed_time.
@@ -43,35 +28,28 @@ pub struct OsInfo {
 }
 
 pub fn os_info() -> OsInfo {
-    let (kernel, hostname) = uname();
-    let distro = std::fs::read_to_string("/etc/os-release")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
-                .map(|v| v.trim_matches('"').to_string())
-        })
-        .unwrap_or_default();
+    let u = rustix::system::uname();
+    let text = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();
     OsInfo {
-        kernel: format!("host {kernel}"),
-        hostname,
-        distro,
+        kernel: format!("host {} {}", text(u.sysname()), text(u.release())),
+        hostname: text(u.nodename()),
+        distro: distro(),
     }
 }
 
-fn uname() -> (String, String) {
-    // SAFETY: uname fills the struct; its fields are NUL-terminated.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) != 0 {
-            return (String::new(), String::new());
-        }
-        let s = |f: &[libc::c_char]| CStr::from_ptr(f.as_ptr()).to_string_lossy().into_owned();
-        (
-            format!("{} {}", s(&u.sysname), s(&u.release)),
-            s(&u.nodename),
-        )
-    }
+/// The distribution's `PRETTY_NAME` from os-release(5): `/etc/os-release`, else
+/// `/usr/lib/os-release`. Read here rather than with the os-release crate, whose one
+/// release (0.1.0, 2018) is unmaintained and, like this, reads only the first file.
+fn distro() -> String {
+    ["/etc/os-release", "/usr/lib/os-release"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(f).ok())
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+                .map(|v| v.trim().trim_matches(['"', '\'']).to_string())
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -85,6 +63,12 @@ mod tests {
         let d = ctime(SystemTime::now());
         // "Mon Jun  3 12:00:00 2024"
         assert_eq!(d.len(), 24, "{d}");
-        assert!(os_info().kernel.starts_with("host Linux "));
+        // The day of the month is padded with a space, as ctime(3) does.
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(3 * 86_400 + 12 * 3600);
+        let d = ctime(t);
+        assert!(d.ends_with(" 1970") && d.contains("Jan  "), "{d}");
+        let info = os_info();
+        assert!(info.kernel.starts_with("host Linux "));
+        assert!(!info.hostname.is_empty());
     }
 }

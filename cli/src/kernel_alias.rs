@@ -11,6 +11,32 @@ use qemu_uftrace_symbols::{Function, Image};
 
 use crate::qemu::{last_option_key, QemuOption};
 
+/// What of the QEMU command line decides where a kernel Image lands: the board (`-M`) and
+/// whether firmware comes first (`-bios none` says none). Read once, with the rest of the
+/// command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Board {
+    /// The machine type, `virt` in `-M virt,gic-version=3` (the last `-M`/`-machine`).
+    pub machine: Option<String>,
+    /// `-bios none` (the last `-bios`).
+    pub no_firmware: bool,
+}
+
+impl Board {
+    pub fn from_options(opts: &[QemuOption]) -> Board {
+        let no_firmware = opts
+            .iter()
+            .rev()
+            .find(|o| o.name == "bios")
+            .and_then(|o| o.value.as_ref())
+            .is_some_and(|v| v == "none");
+        Board {
+            machine: last_option_key(opts, &["M", "machine"], "type", "type"),
+            no_firmware,
+        }
+    }
+}
+
 /// Where the arm64 Image header keeps its magic, text_offset and image_size.
 const MAGIC_OFFSET: usize = 0x38;
 /// RAM starts here on QEMU's `virt` board (hw/arm/virt.c).
@@ -49,23 +75,22 @@ fn image_header(kernel: &Path) -> Option<(ImageKind, [u8; 64])> {
 /// Where QEMU loads a RISC-V Image on `virt` (hw/riscv/boot.c): the first 2 MiB boundary
 /// after the firmware, which starts RAM (OpenSBI is far smaller than 2 MiB); at RAM base
 /// itself with `-bios none`.
-fn riscv_load_address(opts: &[QemuOption]) -> u64 {
-    let no_firmware = opts
-        .iter()
-        .rev()
-        .find(|o| o.name == "bios")
-        .and_then(|o| o.value.as_ref())
-        .is_some_and(|v| v == "none");
-    RISCV_VIRT_RAM_BASE + if no_firmware { 0 } else { 2 * 1024 * 1024 }
+fn riscv_load_address(board: &Board) -> u64 {
+    RISCV_VIRT_RAM_BASE
+        + if board.no_firmware {
+            0
+        } else {
+            2 * 1024 * 1024
+        }
 }
 
-/// Where QEMU loads this kernel Image on the board `opts` name, or None when the file is not
-/// one (an ELF vmlinux, a compressed image, firmware) or the board is not one we know.
-fn image_load_address(kernel: &Path, opts: &[QemuOption]) -> Option<u64> {
+/// Where QEMU loads this kernel Image on `board`, or None when the file is not one (an ELF
+/// vmlinux, a compressed image, firmware) or the board is not one we know.
+fn image_load_address(kernel: &Path, board: &Board) -> Option<u64> {
     let (kind, header) = image_header(kernel)?;
     match kind {
-        ImageKind::Arm64 => Some(ram_base(opts)? + image_load_offset(&header)),
-        ImageKind::Riscv64 => ram_base(opts).map(|_| riscv_load_address(opts)),
+        ImageKind::Arm64 => Some(ram_base(board)? + image_load_offset(&header)),
+        ImageKind::Riscv64 => ram_base(board).map(|_| riscv_load_address(board)),
         ImageKind::X86 => None,
     }
 }
@@ -98,8 +123,8 @@ fn bzimage_load_address(kernel: &Path) -> Option<u64> {
 }
 
 /// RAM base of the machine named by `-M`/`-machine`, for the boards we know.
-fn ram_base(opts: &[QemuOption]) -> Option<u64> {
-    let kind = last_option_key(opts, &["M", "machine"], "type", "type")?;
+fn ram_base(board: &Board) -> Option<u64> {
+    let kind = board.machine.as_deref()?;
     (kind == "virt" || kind.starts_with("virt-")).then_some(VIRT_RAM_BASE)
 }
 
@@ -123,12 +148,24 @@ fn kernel_text(img: &Image, kind: ImageKind) -> Option<u64> {
     }
 }
 
+/// Whether `kernel` starts with a Linux boot image's header: an arm64 or riscv64 `Image`,
+/// or an x86 bzImage's setup header.
+pub fn is_linux_image(kernel: &Path) -> bool {
+    if image_header(kernel).is_some() {
+        return true;
+    }
+    let mut header = [0u8; 0x206];
+    std::fs::File::open(kernel)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .is_ok_and(|()| &header[0x202..0x206] == b"HdrS")
+}
+
 /// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64 or
 /// riscv64 Image on a board we know, or an x86 bzImage, and one of `images` holds its
 /// link-time symbols (`_text`).
-pub fn physical_alias(images: &[Image], kernel: &Path, opts: &[QemuOption]) -> Option<Image> {
+pub fn physical_alias(images: &[Image], kernel: &Path, board: &Board) -> Option<Image> {
     let (load, kind) = match image_header(kernel) {
-        Some((kind, _)) => (image_load_address(kernel, opts)?, kind),
+        Some((kind, _)) => (image_load_address(kernel, board)?, kind),
         None => (bzimage_load_address(kernel)?, ImageKind::X86),
     };
     let (img, text) = images
@@ -170,6 +207,10 @@ mod tests {
         }
     }
 
+    fn board(opts: &[QemuOption]) -> Board {
+        Board::from_options(opts)
+    }
+
     fn arm64_image(dir: &Path, text_offset: u64, image_size: u64) -> PathBuf {
         let mut h = vec![0u8; 64];
         h[8..16].copy_from_slice(&text_offset.to_le_bytes());
@@ -205,8 +246,12 @@ mod tests {
     fn debian_image_on_virt_lands_two_mib_into_ram() {
         let dir = tempfile::tempdir().unwrap();
         let k = arm64_image(dir.path(), 0, 0x1ab_0000);
-        let alias =
-            physical_alias(&[kernel_syms()], &k, &[opt("M", "virt,gic-version=3")]).unwrap();
+        let alias = physical_alias(
+            &[kernel_syms()],
+            &k,
+            &board(&[opt("M", "virt,gic-version=3")]),
+        )
+        .unwrap();
         assert_eq!(alias.start, 0x4020_0000);
         assert_eq!(alias.functions[1].addr, 0x40dd_2098);
         assert_eq!(alias.functions[1].name, "init_kernel_el");
@@ -220,7 +265,7 @@ mod tests {
         let mut syms = kernel_syms();
         syms.functions[0].addr = 0xffff_8000_0801_0000;
         syms.functions[0].name = "_stext".into();
-        let alias = physical_alias(&[syms], &k, &[opt("M", "virt")]).unwrap();
+        let alias = physical_alias(&[syms], &k, &board(&[opt("M", "virt")])).unwrap();
         assert_eq!(alias.functions[0].addr, 0x4021_0000);
         assert_eq!(alias.functions[1].addr, 0x40dd_2098);
     }
@@ -229,11 +274,11 @@ mod tests {
     fn only_for_arm64_images_on_known_boards() {
         let dir = tempfile::tempdir().unwrap();
         let k = arm64_image(dir.path(), 0, 0x1000);
-        assert!(physical_alias(&[kernel_syms()], &k, &[opt("M", "sbsa-ref")]).is_none());
-        assert!(physical_alias(&[kernel_syms()], &k, &[]).is_none());
+        assert!(physical_alias(&[kernel_syms()], &k, &board(&[opt("M", "sbsa-ref")])).is_none());
+        assert!(physical_alias(&[kernel_syms()], &k, &Board::default()).is_none());
         let elf = dir.path().join("vmlinux");
         std::fs::write(&elf, b"\x7fELF").unwrap();
-        assert!(physical_alias(&[kernel_syms()], &elf, &[opt("M", "virt")]).is_none());
+        assert!(physical_alias(&[kernel_syms()], &elf, &board(&[opt("M", "virt")])).is_none());
     }
 
     #[test]
@@ -248,20 +293,21 @@ mod tests {
         let mut syms = kernel_syms();
         syms.functions[0].addr = 0xffff_ffff_8100_0000;
         syms.functions[1].addr = 0xffff_ffff_8100_0e30;
-        let alias = physical_alias(&[syms.clone()], &k, &[opt("M", "pc")]).unwrap();
+        let alias = physical_alias(&[syms.clone()], &k, &board(&[opt("M", "pc")])).unwrap();
         assert_eq!(alias.functions[0].addr, 0x100_0000);
         assert_eq!(alias.functions[1].addr, 0x100_0e30);
         // Boot protocol before 2.10: no pref_address.
         h[0x206..0x208].copy_from_slice(&0x209u16.to_le_bytes());
         std::fs::write(&k, &h).unwrap();
-        assert!(physical_alias(&[syms], &k, &[]).is_none());
+        assert!(physical_alias(&[syms], &k, &Board::default()).is_none());
     }
 
     #[test]
     fn legacy_and_high_text_offsets() {
         let dir = tempfile::tempdir().unwrap();
-        let offset =
-            |k: PathBuf| image_load_address(&k, &[opt("M", "virt")]).unwrap() - VIRT_RAM_BASE;
+        let offset = |k: PathBuf| {
+            image_load_address(&k, &board(&[opt("M", "virt")])).unwrap() - VIRT_RAM_BASE
+        };
         assert_eq!(
             offset(arm64_image(dir.path(), 0x80000, 0)),
             LEGACY_LOAD_OFFSET
@@ -298,11 +344,12 @@ mod tests {
             modules: Vec::new(),
         };
         // OpenSBI (-bios default or a firmware file) starts RAM: the kernel 2 MiB above.
-        let alias = physical_alias(std::slice::from_ref(&syms), &k, &[opt("M", "virt")]).unwrap();
+        let alias =
+            physical_alias(std::slice::from_ref(&syms), &k, &board(&[opt("M", "virt")])).unwrap();
         assert_eq!(alias.start, 0x8020_0000);
         assert_eq!(alias.functions[2].addr, 0x8039_5db0);
         let bare = [opt("M", "virt"), opt("bios", "none")];
-        let alias = physical_alias(&[syms], &k, &bare).unwrap();
+        let alias = physical_alias(&[syms], &k, &board(&bare)).unwrap();
         assert_eq!(alias.functions[2].addr, 0x8019_5db0);
     }
 }

@@ -12,6 +12,7 @@ pub mod guest_tasks;
 pub mod host_info;
 pub mod kernel_alias;
 pub mod man;
+pub mod max_size;
 pub mod plugin_cache;
 pub mod plugin_select;
 pub mod probe_memo;

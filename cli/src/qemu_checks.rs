@@ -136,12 +136,14 @@ pub fn check_qemu(argv0: &OsString, emulator: Emulator, plugin: &PluginChoice) -
     })
 }
 
-/// Resolves argv[0] the way `execvp` would.
+/// Resolves argv[0] the way `execvp` would (the `which` crate: a name with a `/` as a path,
+/// any other searched on PATH).
 pub fn find_executable(argv0: &OsString) -> Result<PathBuf> {
     let p = Path::new(argv0);
+    let found = which::which(p).ok();
     if p.components().count() > 1 {
-        return if is_executable(p) {
-            Ok(p.to_path_buf())
+        return if let Some(found) = found {
+            Ok(found)
         } else {
             Err(fail(
                 format!("{} does not exist or is not executable", p.display()),
@@ -149,16 +151,12 @@ pub fn find_executable(argv0: &OsString) -> Result<PathBuf> {
             ))
         };
     }
-    let path_var = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path_var)
-        .map(|dir| dir.join(p))
-        .find(|c| is_executable(c))
-        .ok_or_else(|| {
-            fail(
-                format!("'{}' not found on PATH", p.display()),
-                install_hint(),
-            )
-        })
+    found.ok_or_else(|| {
+        fail(
+            format!("'{}' not found on PATH", p.display()),
+            install_hint(),
+        )
+    })
 }
 
 pub fn install_hint() -> String {
@@ -167,13 +165,6 @@ pub fn install_hint() -> String {
          bookworm-backports on bookworm)",
         MIN_VERSION.0, MIN_VERSION.1
     )
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
 }
 
 /// Parses `QEMU emulator version 10.0.2 (Debian …)` or `qemu-aarch64 version 7.2.0`.

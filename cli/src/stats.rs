@@ -35,6 +35,8 @@ pub struct Stats {
     pub lost_records: u64,
     /// Why the plugin stopped writing before the end (a write error, the disk filling up).
     pub stopped: Option<String>,
+    /// The plugin stopped writing at the size cap (`max_size`).
+    pub size_capped: bool,
     /// Problems the plugin met (`error=` lines).
     pub errors: Vec<String>,
     /// Keys this version does not know, in file order.
@@ -51,10 +53,14 @@ impl Stats {
     }
 
     /// Why the trace is not complete although the plugin reported: what it said, in one
-    /// line (`None` when it is complete).
-    pub fn incomplete_reason(&self) -> Option<String> {
+    /// line (`None` when it is complete). `cap` says where the size cap came from (`--max-size
+    /// 500M`), for a plugin that stopped there.
+    pub fn incomplete_reason(&self, cap: Option<&str>) -> Option<String> {
         if self.complete {
             return None;
+        }
+        if self.size_capped {
+            return Some(self.capped_reason(cap));
         }
         let mut why: Vec<String> = self.stopped.iter().cloned().collect();
         why.extend(self.errors.iter().cloned());
@@ -72,13 +78,35 @@ impl Stats {
         Some(text)
     }
 
-    /// Parses the text; malformed lines are kept under `other` rather than failing.
+    /// The size cap's reason: what the trace holds, and where to go next.
+    fn capped_reason(&self, cap: Option<&str>) -> String {
+        let mut text = format!(
+            "the size cap ({}) was reached: the trace holds the run up to that point",
+            cap.unwrap_or("max_size")
+        );
+        if self.lost_records > 0 {
+            text.push_str(&format!(
+                " ({} later records not written)",
+                self.lost_records
+            ));
+        }
+        for e in &self.errors {
+            text.push_str(&format!("; {e}"));
+        }
+        text.push_str(
+            "; record again with a larger --max-size (or none), or record less: --max-depth N, \
+             or a guest that ends sooner",
+        );
+        text
+    }
+
     /// Whether the plugin ran in a user-mode QEMU (`mode=user`): tasks are the guest's
     /// threads, by their thread ids.
     pub fn is_user_mode(&self) -> bool {
         self.other.iter().any(|(k, v)| k == "mode" && v == "user")
     }
 
+    /// Parses the text; malformed lines are kept under `other` rather than failing.
     pub fn parse(text: &str) -> Stats {
         let mut s = Stats::default();
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -117,6 +145,10 @@ impl Stats {
                 "depth_cap_hits" => num().map(|n| s.depth_cap_hits = n).is_some(),
                 "bytes" => num().map(|n| s.bytes = n).is_some(),
                 "lost_records" => num().map(|n| s.lost_records = n).is_some(),
+                "size_capped" => {
+                    s.size_capped = v == "1";
+                    true
+                }
                 "stopped" => {
                     s.stopped = Some(v.to_string());
                     true
@@ -169,6 +201,25 @@ mod tests {
                 ("vcpus".into(), "lots".into())
             ]
         );
+    }
+
+    #[test]
+    fn a_size_cap_says_which_and_where_to_go_next() {
+        let s =
+            Stats::parse("complete=0\nsize_capped=1\nstopped=max_size reached\nlost_records=12\n");
+        assert!(s.size_capped);
+        assert_eq!(
+            s.incomplete_reason(Some("--max-size 500M")).unwrap(),
+            "the size cap (--max-size 500M) was reached: the trace holds the run up to that \
+             point (12 later records not written); record again with a larger --max-size (or \
+             none), or record less: --max-depth N, or a guest that ends sooner"
+        );
+        let full = Stats::parse("complete=0\nstopped=No space left on device\n");
+        assert_eq!(
+            full.incomplete_reason(Some("--max-size 500M")).unwrap(),
+            "No space left on device"
+        );
+        assert_eq!(Stats::parse("complete=1\n").incomplete_reason(None), None);
     }
 
     #[test]

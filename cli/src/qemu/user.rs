@@ -7,6 +7,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::LittleEndian;
 use qemu_uftrace_format::Arch;
 
 use super::images::{GuestImage, ImageOrigin};
@@ -66,12 +69,6 @@ pub fn user_command(args: &[OsString]) -> UserCommand {
     }
 }
 
-const ET_EXEC: u16 = 2;
-const ET_DYN: u16 = 3;
-const PT_LOAD: u32 = 1;
-const PT_INTERP: u32 = 3;
-const PF_X: u32 = 1;
-
 /// Checks the program a user-mode command runs: it exists and is an ELF program for `arch`,
 /// the emulator's own (static or dynamic, PIE or not: where it and its libraries land is
 /// read at run time, `user_maps`). Returns it as a symbol source.
@@ -110,7 +107,7 @@ pub fn check_program(program: Option<&OsString>, emulator: &str, arch: Arch) -> 
     };
     match Elf::parse(&bytes) {
         // The emulator runs programs of its own machine only.
-        Ok(_) if machine_of(&bytes) != arch.elf_machine() => Err(other_machine()),
+        Ok(elf) if elf.machine != arch.elf_machine() => Err(other_machine()),
         Ok(_) => Ok(GuestImage {
             path,
             origin: ImageOrigin::Program,
@@ -121,12 +118,6 @@ pub fn check_program(program: Option<&OsString>, emulator: &str, arch: Arch) -> 
         )),
         Err(Problem::OtherMachine) => Err(other_machine()),
     }
-}
-
-/// An ELF header's `e_machine`.
-fn machine_of(b: &[u8]) -> u16 {
-    b.get(18..20)
-        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -148,6 +139,8 @@ pub struct Segment {
 /// What placing an ELF file's symbols needs from its headers.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Elf {
+    /// `e_machine`: one of the architectures qemu-uftrace records.
+    pub machine: u16,
     /// `ET_DYN` (PIE, shared library, loader): loaded wherever it is put.
     pub relocatable: bool,
     pub entry: u64,
@@ -161,71 +154,56 @@ impl Elf {
         Elf::parse(&std::fs::read(path).ok()?).ok()
     }
 
+    /// Reads the headers with the `object` crate, which checks every offset and size
+    /// against the file: a header table out of the file is no ELF program.
     pub fn parse(b: &[u8]) -> std::result::Result<Elf, Problem> {
-        if b.len() < 64 || &b[..4] != b"\x7fELF" {
+        if b.get(..4) != Some(b"\x7fELF") {
             return Err(Problem::NotElf);
         }
-        let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
-        let u32_at = |o: usize| {
-            b.get(o..o + 4)
-                .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-        };
-        let u64_at = |o: usize| {
-            b.get(o..o + 8)
-                .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-        };
         // ELFCLASS64, ELFDATA2LSB, a machine a user-mode emulator runs.
-        let known = u16_at(18).and_then(Arch::from_elf_machine).is_some();
-        if b[4] != 2 || b[5] != 1 || !known {
+        if b.get(4..6) != Some(&[elf::ELFCLASS64, elf::ELFDATA2LSB]) {
             return Err(Problem::OtherMachine);
         }
-        let relocatable = match u16_at(16) {
-            Some(ET_DYN) => true,
-            Some(ET_EXEC) => false,
+        let header = elf::FileHeader64::<LittleEndian>::parse(b).map_err(|_| Problem::NotElf)?;
+        let endian = header.endian().map_err(|_| Problem::NotElf)?;
+        let machine = header.e_machine(endian);
+        if Arch::from_elf_machine(machine).is_none() {
+            return Err(Problem::OtherMachine);
+        }
+        let relocatable = match header.e_type(endian) {
+            elf::ET_DYN => true,
+            elf::ET_EXEC => false,
             _ => return Err(Problem::NotElf),
         };
-        let entry = u64_at(24).ok_or(Problem::NotElf)?;
-        let phoff = u64_at(32)
-            .and_then(|o| usize::try_from(o).ok())
-            .ok_or(Problem::NotElf)?;
-        let phentsize = usize::from(u16_at(54).ok_or(Problem::NotElf)?);
-        let phnum = usize::from(u16_at(56).ok_or(Problem::NotElf)?);
-        let mut elf = Elf {
+        let segments = header
+            .program_headers(endian, b)
+            .map_err(|_| Problem::NotElf)?;
+        let mut out = Elf {
+            machine,
             relocatable,
-            entry,
+            entry: header.e_entry(endian),
             interp: None,
             loads: Vec::new(),
         };
-        for i in 0..phnum {
-            let ph = phoff + i * phentsize;
-            let (Some(kind), Some(flags), Some(offset), Some(vaddr), Some(filesz)) = (
-                u32_at(ph),
-                u32_at(ph + 4),
-                u64_at(ph + 8),
-                u64_at(ph + 16),
-                u64_at(ph + 32),
-            ) else {
-                continue;
-            };
-            match kind {
-                PT_LOAD => elf.loads.push(Segment {
-                    offset,
-                    vaddr,
-                    filesz,
-                    exec: flags & PF_X != 0,
+        for ph in segments {
+            match ph.p_type(endian) {
+                elf::PT_LOAD => out.loads.push(Segment {
+                    offset: ph.p_offset(endian),
+                    vaddr: ph.p_vaddr(endian),
+                    filesz: ph.p_filesz(endian),
+                    exec: ph.p_flags(endian) & elf::PF_X != 0,
                 }),
-                PT_INTERP => {
-                    let at = usize::try_from(offset).unwrap_or(usize::MAX);
-                    let len = usize::try_from(filesz).unwrap_or(0);
-                    if let Some(text) = b.get(at..at.saturating_add(len)) {
+                elf::PT_INTERP => {
+                    // The path up to its NUL (or the segment's end, should it lack one).
+                    if let Ok(text) = ph.data(endian, b) {
                         let end = text.iter().position(|&c| c == 0).unwrap_or(text.len());
-                        elf.interp = Some(text[..end].to_vec());
+                        out.interp = Some(text[..end].to_vec());
                     }
                 }
                 _ => {}
             }
         }
-        Ok(elf)
+        Ok(out)
     }
 
     /// The load bias of this file when its bytes at `file_offset` were mapped at `start`
@@ -239,7 +217,10 @@ impl Elf {
             .filter(|s| s.offset >= file_offset && s.offset - file_offset < 0x10000)
             .min_by_key(|s| (!s.exec, s.offset));
         match seg {
-            Some(s) => (start + (s.offset - file_offset)).wrapping_sub(s.vaddr),
+            // Wrapping: the addresses come from the guest, whatever they are.
+            Some(s) => start
+                .wrapping_add(s.offset - file_offset)
+                .wrapping_sub(s.vaddr),
             None => start.wrapping_sub(file_offset),
         }
     }
@@ -254,6 +235,8 @@ impl Elf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use object::elf::{ET_DYN, ET_EXEC, PT_INTERP, PT_LOAD};
 
     const EM_AARCH64: u16 = 183;
     const EM_RISCV: u16 = 243;
@@ -311,6 +294,7 @@ mod tests {
         b[..4].copy_from_slice(b"\x7fELF");
         b[4] = 2;
         b[5] = 1;
+        b[6] = 1; // EV_CURRENT, which QEMU's loader checks too
         b[16..18].copy_from_slice(&e_type.to_le_bytes());
         b[18..20].copy_from_slice(&machine.to_le_bytes());
         b[24..32].copy_from_slice(&0x640u64.to_le_bytes());
@@ -392,10 +376,32 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Header offsets whose sums overflowed the hand-written reader (a debug build
+    /// panicked): a program header table past the end of the file is no ELF program.
+    #[test]
+    fn crafted_headers_are_refused_not_panicked() {
+        let mut b = elf(ET_DYN, EM_AARCH64, true);
+        b[32..40].copy_from_slice(&(u64::MAX - 8).to_le_bytes()); // e_phoff
+        assert_eq!(Elf::parse(&b), Err(Problem::NotElf));
+        let mut b = elf(ET_DYN, EM_AARCH64, true);
+        b[56..58].copy_from_slice(&u16::MAX.to_le_bytes()); // e_phnum
+        assert_eq!(Elf::parse(&b), Err(Problem::NotElf));
+        // A PT_INTERP pointing out of the file is no interpreter.
+        let mut b = elf(ET_DYN, EM_AARCH64, true);
+        b[128..136].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(Elf::parse(&b).unwrap().interp, None);
+        assert_eq!(Elf::parse(&b"\x7fELF"[..]), Err(Problem::OtherMachine));
+        assert_eq!(Elf::parse(&b"\x7fELF\x02\x01"[..]), Err(Problem::NotElf));
+        // Guest addresses near the top wrap instead of overflowing.
+        let e = Elf::parse(&elf(ET_DYN, EM_AARCH64, false)).unwrap();
+        assert_eq!(e.bias_of_mapping(u64::MAX, 0), u64::MAX);
+    }
+
     #[test]
     fn load_bias_from_a_mapping() {
         // lld-style: text at file offset 0x10000 linked at 0x20000.
         let e = Elf {
+            machine: EM_AARCH64,
             relocatable: true,
             entry: 0,
             interp: None,

@@ -3,9 +3,14 @@
 //! with its `plugin.*` files in `procs/<pid>.<n>/` after a `plugin.proc` line saying what
 //! it is. They may outlive the first QEMU: [`wait_all`] waits for them.
 
-use qemu_uftrace_format::task::Later;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use qemu_uftrace_format::task::Later;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::process::{pidfd_open, Pid, PidfdFlags};
 
 use crate::signal_scope::SignalScope;
 
@@ -71,15 +76,52 @@ pub fn list(staging: &Path) -> Vec<Proc> {
     procs
 }
 
-/// Whether process `pid` still runs (a zombie has ended: its plugin wrote all it will).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses, which may hold anything.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
+/// The guest processes waited for, each watched through a pidfd taken when first seen: a
+/// pid the kernel hands to a new process after ours ended does not pass for ours.
+#[derive(Default)]
+struct Watched {
+    /// `None`: the process had already ended when first seen.
+    fds: HashMap<u32, Option<OwnedFd>>,
+}
+
+impl Watched {
+    /// Whether process `pid` still runs (a zombie has ended: its plugin wrote all it will).
+    fn alive(&mut self, pid: u32) -> bool {
+        let fd = self.fds.entry(pid).or_insert_with(|| {
+            let pid = Pid::from_raw(i32::try_from(pid).ok()?)?;
+            pidfd_open(pid, PidfdFlags::empty()).ok()
+        });
+        // A pidfd turns readable when its process ends.
+        fd.as_ref()
+            .is_some_and(|fd| ready(&[fd.as_fd()], Duration::ZERO) == 0)
+    }
+
+    /// Waits up to `timeout` for one of `pids` to end.
+    fn wait_any(&mut self, pids: &[u32], timeout: Duration) {
+        let fds: Vec<BorrowedFd<'_>> = pids
+            .iter()
+            .filter_map(|p| self.fds.get(p)?.as_ref().map(|fd| fd.as_fd()))
+            .collect();
+        if fds.is_empty() {
+            std::thread::sleep(timeout);
+        } else {
+            ready(&fds, timeout);
+        }
+    }
+}
+
+/// How many of `fds` are readable within `timeout` (0 on an error: the caller looks again).
+fn ready(fds: &[BorrowedFd<'_>], timeout: Duration) -> usize {
+    let mut polled: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::new(fd, PollFlags::IN))
+        .collect();
+    let timeout = Timespec::try_from(timeout).ok();
+    loop {
+        match rustix::event::poll(&mut polled, timeout.as_ref()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => return r.unwrap_or(0),
+        }
     }
 }
 
@@ -95,8 +137,9 @@ pub fn done(p: &Proc) -> bool {
 pub fn wait_all(staging: &Path, scope: Option<&SignalScope>) {
     let started = std::time::Instant::now();
     let mut told = false;
+    let mut watched = Watched::default();
     loop {
-        let waiting = waiting(&list(staging));
+        let waiting = waiting(&list(staging), &mut watched);
         let Some(&first) = waiting.first() else {
             return;
         };
@@ -115,19 +158,21 @@ pub fn wait_all(staging: &Path, scope: Option<&SignalScope>) {
                 pids.join(", ")
             ));
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Woken at once by a process's end; the files a process writes, and new processes,
+        // are looked for every 20 ms.
+        watched.wait_any(&waiting, Duration::from_millis(20));
     }
 }
 
 /// The pids of the process images still to write their files.
-fn waiting(procs: &[Proc]) -> Vec<u32> {
+fn waiting(procs: &[Proc], watched: &mut Watched) -> Vec<u32> {
     let mut pids: Vec<u32> = procs
         .iter()
         .filter(|p| {
             // An exec'd image shares its pid with the one before it, which is done: the
             // pid's latest image decides.
             let latest = procs.iter().rfind(|q| q.pid == p.pid);
-            latest == Some(*p) && !done(p) && alive(p.pid)
+            latest == Some(*p) && !done(p) && watched.alive(p.pid)
         })
         .map(|p| p.pid)
         .collect();
@@ -232,6 +277,17 @@ mod tests {
         .unwrap();
         assert_eq!(list(dir.path()).len(), 1);
         wait_all(dir.path(), None);
-        assert!(alive(std::process::id()));
+        let mut watched = Watched::default();
+        assert!(watched.alive(std::process::id()));
+        // A child: alive until it ends, then ended (a zombie too, before it is reaped).
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        assert!(watched.alive(child.id()));
+        child.kill().unwrap();
+        watched.wait_any(&[child.id()], Duration::from_secs(30));
+        assert!(!watched.alive(child.id()));
+        child.wait().unwrap();
     }
 }

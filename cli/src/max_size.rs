@@ -1,0 +1,196 @@
+//! `record --max-size SIZE[,exit]`: how much trace data the plugin may write before it
+//! stops writing (and, with `exit`, stops QEMU), marking the trace incomplete.
+//!
+//! Sizes are read as QEMU reads `-m` on the same command line: a number, with an optional
+//! fraction, and a suffix `K`, `M`, `G` or `T` in powers of 1024 (`B` or none: bytes);
+//! `KiB`/`MiB`/… and `KB`/`MB`/… (powers of 1000) are taken too.
+
+use std::path::Path;
+
+/// What `--max-size` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaxSize {
+    /// `--max-size none`: no cap at all, not even the default one.
+    Off,
+    Cap(Cap),
+}
+
+/// A cap on the trace's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cap {
+    pub bytes: u64,
+    /// Stop QEMU when it is reached (else QEMU runs on, unrecorded).
+    pub exit: bool,
+    /// How it came about, for messages: `--max-size 500M`, or the default's reason.
+    pub origin: String,
+}
+
+/// Parses `SIZE[,exit]` or `none` (clap's value parser).
+pub fn parse(text: &str) -> Result<MaxSize, String> {
+    if text == "none" {
+        return Ok(MaxSize::Off);
+    }
+    let (size, exit) = match text.split_once(',') {
+        Some((size, "exit")) => (size, true),
+        Some((_, other)) => {
+            return Err(format!(
+                "'{other}' after the size: expected SIZE or SIZE,exit (e.g. 500M,exit)"
+            ))
+        }
+        None => (text, false),
+    };
+    let bytes = parse_size(size)?;
+    if bytes == 0 {
+        return Err("a size of 0 would record nothing: give e.g. 500M, or none".into());
+    }
+    Ok(MaxSize::Cap(Cap {
+        bytes,
+        exit,
+        origin: format!("--max-size {text}"),
+    }))
+}
+
+/// `500M`, `2G`, `1.5G`, `4096`, `100MB`, `1GiB`.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let bad =
+        || format!("'{text}' is not a size: give e.g. 500M or 2G (powers of 1024, as QEMU's -m)");
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale: u64 = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KIB" => 1 << 10,
+        "M" | "MIB" => 1 << 20,
+        "G" | "GIB" => 1 << 30,
+        "T" | "TIB" => 1 << 40,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        _ => return Err(bad()),
+    };
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let bytes = value * scale as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
+/// The space kept free on the trace's filesystem when the user gave no `--max-size`: 1 GiB,
+/// or a tenth of a smaller filesystem.
+const RESERVE: u64 = 1 << 30;
+
+/// The cap a recording gets when the user gave none: the free space of the filesystem the
+/// trace goes to, less a reserve, so that a guest that never ends (a kernel looping after
+/// its panic writes ~260 MB/s) fills the trace, not the disk. QEMU runs on: a user who
+/// forgot a cap gets a trace marked incomplete, not a guest stopped under them. `None`
+/// when the free space cannot be read.
+pub fn default_cap(dir: &Path) -> Option<Cap> {
+    let st = rustix::fs::statvfs(dir).ok()?;
+    let block = st.f_frsize.max(1);
+    let free = st.f_bavail.saturating_mul(block);
+    let total = st.f_blocks.saturating_mul(block);
+    Some(default_for(free, total))
+}
+
+fn default_for(free: u64, total: u64) -> Cap {
+    let reserve = RESERVE.min(total / 10);
+    let bytes = match free.saturating_sub(reserve) {
+        // Already short of the reserve: half of what is left.
+        0 => (free / 2).max(1),
+        n => n,
+    };
+    Cap {
+        bytes,
+        exit: false,
+        origin: format!(
+            "the default cap of {}: the free disk space less {} kept free; --max-size sets \
+             another",
+            indicatif::HumanBytes(bytes),
+            indicatif::HumanBytes(free.saturating_sub(bytes)),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap(text: &str) -> (u64, bool) {
+        match parse(text).unwrap() {
+            MaxSize::Cap(c) => (c.bytes, c.exit),
+            MaxSize::Off => panic!("{text}: off"),
+        }
+    }
+
+    #[test]
+    fn human_sizes_as_qemu_reads_them() {
+        assert_eq!(cap("500M"), (500 << 20, false));
+        assert_eq!(cap("2G,exit"), (2 << 30, true));
+        assert_eq!(cap("1.5g"), (3 << 29, false));
+        assert_eq!(cap("4096"), (4096, false));
+        assert_eq!(cap("64k"), (64 << 10, false));
+        assert_eq!(cap("100MB"), (100_000_000, false));
+        assert_eq!(cap("1GiB"), (1 << 30, false));
+        assert_eq!(parse("none"), Ok(MaxSize::Off));
+        let MaxSize::Cap(c) = parse("500M,exit").unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.origin, "--max-size 500M,exit");
+    }
+
+    #[test]
+    fn record_takes_it_before_the_qemu_command() {
+        use clap::Parser;
+        let cli = crate::args::Cli::try_parse_from([
+            "qemu-uftrace",
+            "record",
+            "--max-size",
+            "2G,exit",
+            "--",
+            "qemu-system-aarch64",
+        ])
+        .unwrap();
+        let crate::args::Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
+        assert!(
+            matches!(r.max_size, Some(MaxSize::Cap(Cap { bytes, exit: true, .. })) if bytes == 2 << 30)
+        );
+        let e = crate::args::Cli::try_parse_from(["qemu-uftrace", "record", "--max-size", "2X"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'2X' is not a size"), "{e}");
+    }
+
+    #[test]
+    fn bad_sizes_say_what_is_expected() {
+        for bad in ["", "M", "500X", "-1G", "1e400", "1..5G", "99999999999T"] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("is not a size: give e.g. 500M"), "{bad}: {e}");
+        }
+        assert!(parse("500M,stop")
+            .unwrap_err()
+            .contains("expected SIZE or SIZE,exit"));
+        assert!(parse("0").unwrap_err().contains("would record nothing"));
+    }
+
+    #[test]
+    fn the_default_keeps_a_reserve_free() {
+        let gib = 1u64 << 30;
+        let c = default_for(50 * gib, 100 * gib);
+        assert_eq!(c.bytes, 49 * gib);
+        assert!(!c.exit);
+        assert!(
+            c.origin.starts_with("the default cap of 49.00 GiB"),
+            "{}",
+            c.origin
+        );
+        // A small filesystem keeps a tenth free; one already short of it, half of the rest.
+        assert_eq!(default_for(gib, 2 * gib).bytes, gib - gib / 5);
+        assert_eq!(default_for(100, 100 * gib).bytes, 50);
+        assert!(default_cap(Path::new("/")).is_some_and(|c| c.bytes > 0));
+    }
+}

@@ -1,0 +1,256 @@
+//! Stage 4 of `record`: the data directory. The plugin's statistics (with the guest's other
+//! processes, in user mode), the uftrace files around the recorded data, the incomplete
+//! mark when the trace is not all the guest did, and the swap into place.
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use qemu_uftrace_symbols::Arch;
+
+use crate::datadir::{self, Assembled, Recording};
+use crate::errors::{fail, warn};
+use crate::qemu::{self, GuestImage};
+use crate::qemu_checks::Qemu;
+use crate::stats::Stats;
+use crate::symbol_source::{self, Loaded};
+
+use super::invocation::Invocation;
+use super::prepare::Prepared;
+use super::run::Ran;
+use super::symbols;
+
+/// The published trace.
+pub struct Published {
+    /// What the plugin(s) reported (`None`: QEMU died before the plugin flushed).
+    pub stats: Option<Stats>,
+    pub assembled: Assembled,
+    /// Where the previous trace went.
+    pub old: Option<PathBuf>,
+    /// Why the trace is not complete.
+    pub incomplete: Option<String>,
+}
+
+pub fn assemble(
+    output: &Path,
+    typed: &[OsString],
+    inv: &Invocation,
+    prep: &Prepared,
+    ran: Ran,
+    staging: &Path,
+    no_auto_symbols: bool,
+) -> Result<Published> {
+    let Ran {
+        exit,
+        started,
+        procs,
+        symbols,
+        ..
+    } = ran;
+    let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
+    let user = user_processes(&procs, staging, inv, prep.arch, no_auto_symbols, cap);
+    for line in &user.failures {
+        warn(line);
+    }
+    let stats = Stats::read(staging).map_err(|e| {
+        fail(
+            format!(
+                "cannot read the plugin's statistics in {}: {e}",
+                staging.display()
+            ),
+            "the recorded data is still there",
+        )
+    })?;
+    let stats = stats.map(|s| with_other_processes(s, &user.stats));
+    let spinner = spinner(output);
+    for line in &symbols.failures {
+        warn(line);
+    }
+    let rec = Recording {
+        exename: exename(&prep.images, &prep.qemu.path),
+        cmdline: super::shell_join(typed),
+        wait_status: exit.wait_status,
+        cpu_desc: cpu_desc(&prep.qemu, prep.arch),
+        memory: inv.memory.clone(),
+        started,
+        elapsed: exit.elapsed,
+        stats: stats.clone(),
+        later_processes: user.task_lines,
+        later_tids: user.tids,
+    };
+    let assembled = symbols
+        .files
+        .and_then(|files| datadir::assemble(staging, rec, files));
+    if let Some(s) = &spinner {
+        s.finish_and_clear();
+    }
+    let assembled = assembled.map_err(|e| {
+        e.context(format!(
+            "cannot assemble the trace (the raw data stays in {})",
+            staging.display()
+        ))
+    })?;
+    for why in &user.problems {
+        warn(format!("INCOMPLETE TRACE: {why}"));
+    }
+    let incomplete = stats
+        .as_ref()
+        .and_then(|s| s.incomplete_reason(cap))
+        .into_iter()
+        .chain(user.problems)
+        .reduce(|a, b| format!("{a}; {b}"));
+    if stats.is_none() {
+        datadir::mark_incomplete(
+            staging,
+            &format!(
+                "QEMU {} before the qemu-uftrace plugin flushed its buffers",
+                exit.describe()
+            ),
+        )?;
+    } else if let Some(why) = &incomplete {
+        datadir::mark_incomplete(staging, why)?;
+    }
+    let old = datadir::publish(staging, output)?;
+    if let Some(hint) = symbols.kaslr {
+        warn(hint);
+    }
+    Ok(Published {
+        stats,
+        assembled,
+        old,
+        incomplete,
+    })
+}
+
+/// The guest's other processes count in what was recorded (their own completeness is in
+/// [`UserProcesses::problems`]).
+fn with_other_processes(mut s: Stats, others: &[Stats]) -> Stats {
+    let threads = s.tids.len();
+    for p in others {
+        s.events += p.events;
+        s.calls += p.calls;
+        s.returns += p.returns;
+        s.bytes += p.bytes;
+        s.tids.extend(&p.tids);
+    }
+    // A thread that exec'd is one thread in two images.
+    s.tids.sort_unstable();
+    s.tids.dedup();
+    let more = s.tids.len().saturating_sub(threads) as u32;
+    s.vcpus = s.vcpus.map(|v| v + more);
+    s
+}
+
+/// What the guest's processes after the first add to a user-mode trace.
+#[derive(Default)]
+struct UserProcesses {
+    /// Their `task.txt` lines (FORK, and SESS and TASK for an exec'd program).
+    task_lines: Vec<qemu_uftrace_format::task::Later>,
+    /// The threads they recorded, which the first process's session does not hold.
+    tids: Vec<u32>,
+    /// Why their part of the trace is not complete.
+    problems: Vec<String>,
+    /// What their plugins reported.
+    stats: Vec<Stats>,
+    failures: Vec<String>,
+}
+
+/// Each exec'd program gets its session's map and symbols (its own image, loader and
+/// libraries, where it mapped them); each process image tells whether it wrote all.
+fn user_processes(
+    procs: &[qemu::user_procs::Proc],
+    staging: &Path,
+    inv: &Invocation,
+    arch: Arch,
+    no_auto_symbols: bool,
+    cap: Option<&str>,
+) -> UserProcesses {
+    use qemu::user_procs::Kind;
+    let mut out = UserProcesses::default();
+    let root = inv.sysroot.as_deref();
+    let mut sids = std::collections::HashMap::new();
+    for p in procs {
+        let what = match &p.kind {
+            Kind::Fork { .. } => format!("forked process {}", p.pid),
+            Kind::Exec { exe } => format!("process {} ({})", p.pid, exe.display()),
+        };
+        match Stats::read(&p.dir) {
+            Ok(Some(s)) => {
+                if let Some(why) = s.incomplete_reason(cap) {
+                    out.problems.push(format!("{what}: {why}"));
+                }
+                out.stats.push(s);
+            }
+            _ => out.problems.push(format!(
+                "{what} ended before the qemu-uftrace plugin flushed its buffers"
+            )),
+        }
+        if let Kind::Exec { exe } = &p.kind {
+            let sources = if no_auto_symbols {
+                Vec::new()
+            } else {
+                let maps = qemu::user_maps::read(&p.dir).unwrap_or_default();
+                qemu::user_maps::sources(exe, root, &maps)
+            };
+            let mut images = Vec::new();
+            for l in symbol_source::load_all(&sources, Some(arch), false) {
+                match l {
+                    Loaded::Ok(_, img) => images.push(img),
+                    Loaded::Failed(src, why) => {
+                        out.failures.push(symbols::failure_line(&src, &why))
+                    }
+                }
+            }
+            match datadir::write_symbols(staging, images) {
+                Ok(files) => {
+                    sids.insert(p.dir.clone(), files.sid);
+                }
+                Err(e) => out.failures.push(format!("{what}: no symbols: {e:#}")),
+            }
+        }
+    }
+    let tids_of = |p: &qemu::user_procs::Proc| -> Vec<u32> {
+        crate::guest_tasks::read(&p.dir)
+            .iter()
+            .map(|t| t.tid)
+            .collect()
+    };
+    out.task_lines = qemu::user_procs::task_lines(procs, |p| sids.get(&p.dir).cloned(), tids_of);
+    // A process's first thread is the process (a child killed before it wrote its task
+    // list still has it).
+    out.tids = procs
+        .iter()
+        .flat_map(|p| tids_of(p).into_iter().chain([p.pid]))
+        .collect();
+    out
+}
+
+fn exename(images: &[GuestImage], qemu: &Path) -> String {
+    let p = images.first().map(|i| i.path.as_path()).unwrap_or(qemu);
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// uftrace picks the architecture from the description's first word.
+fn cpu_desc(q: &Qemu, arch: Arch) -> String {
+    format!(
+        "{} (QEMU TCG, {}, plugin API {})",
+        arch.uftrace_cpu_desc(),
+        q.describe(),
+        q.probe.plugin_api
+    )
+}
+
+fn spinner(output: &Path) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_message(format!("assembling {}", output.display()));
+    pb.enable_steady_tick(Duration::from_millis(100));
+    Some(pb)
+}

@@ -1,0 +1,242 @@
+//! Stage 1 of `record`: the QEMU command line, read once into the typed facts the later
+//! stages need. Nothing after this stage looks at the command line's words again.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use qemu_uftrace_symbols::Arch;
+
+use crate::errors::usage;
+use crate::kernel_alias::Board;
+use crate::qemu::{self, Emulator, Mode, QemuOption};
+
+/// A QEMU command as `record` runs it.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// The command as typed, argv[0] first.
+    pub argv: Vec<OsString>,
+    /// Which QEMU argv[0] names.
+    pub emulator: Emulator,
+    /// QEMU's own options (in user mode, those before the program).
+    pub opts: Vec<QemuOption>,
+    /// User mode: the program and where QEMU's options end.
+    pub user: Option<UserProgram>,
+    /// `-m`, for the info file.
+    pub memory: Option<String>,
+    /// User mode: where guest paths are looked up (`-L`, else `QEMU_LD_PREFIX`).
+    pub sysroot: Option<PathBuf>,
+    /// System mode: what decides where a kernel Image lands.
+    pub board: Board,
+    /// Whether the command line turns the kernel's address randomisation off, the way the
+    /// emulator's architecture allows.
+    pub kaslr_off: bool,
+}
+
+/// What follows QEMU's options in a user-mode command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserProgram {
+    /// The program, as given (`None`: the command names none, refused in preparation).
+    pub program: Option<OsString>,
+    /// How many words QEMU's options take: the plugin runs QEMU again with them for a
+    /// program the guest execs.
+    pub opt_words: usize,
+}
+
+impl Invocation {
+    /// Reads `argv` (the words after `--`). Only what was typed is checked here: the cheap
+    /// checks come first.
+    pub fn parse(argv: &[OsString]) -> Result<Invocation> {
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(usage(
+                "no QEMU command given",
+                "put it after --, e.g. qemu-uftrace record -- qemu-system-aarch64 -M virt -kernel Image",
+            ));
+        }
+        let emulator = qemu::detect_emulator(&argv[0])?;
+        // User mode: QEMU's options end at the program, whose own arguments follow.
+        let (opts, user) = match emulator.mode {
+            Mode::System => (qemu::options(&argv[1..]), None),
+            Mode::User => {
+                let cmd = qemu::user::user_command(&argv[1..]);
+                let user = UserProgram {
+                    program: cmd.program,
+                    opt_words: cmd.opt_words,
+                };
+                (cmd.opts, Some(user))
+            }
+        };
+        let kaslr_off = kaslr_off(emulator.arch, &opts);
+        Ok(Invocation {
+            argv: argv.to_vec(),
+            memory: qemu::memory(&opts),
+            sysroot: qemu::user_maps::sysroot(&opts),
+            board: Board::from_options(&opts),
+            kaslr_off,
+            emulator,
+            opts,
+            user,
+        })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.emulator.mode
+    }
+
+    pub fn is_user_mode(&self) -> bool {
+        self.emulator.mode == Mode::User
+    }
+
+    /// argv[0] as typed.
+    pub fn argv0(&self) -> &OsString {
+        &self.argv[0]
+    }
+
+    /// argv[0]'s file name (`qemu-aarch64`), for messages.
+    pub fn name(&self) -> String {
+        let argv0 = self.argv0();
+        Path::new(argv0)
+            .file_name()
+            .unwrap_or(argv0.as_os_str())
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// How to turn KASLR off on this emulator's architecture, for the warning.
+    pub fn kaslr_advice(&self) -> &'static str {
+        match self.emulator.arch {
+            Some(Arch::Aarch64) => {
+                "add nokaslr to -append (or -M virt,dtb-kaslr-seed=off, which gives the kernel \
+                 no seed)"
+            }
+            _ => "add nokaslr to -append",
+        }
+    }
+}
+
+/// Whether the command line keeps a Linux kernel at its link address: `nokaslr` on the
+/// kernel command line (every architecture), or, on arm64, a `virt` board that gives the
+/// kernel no random seed in its device tree (`dtb-randomness=off`). x86_64 kernels take
+/// their seed from the CPU and riscv64 QEMU has no such switch: only `nokaslr` holds there.
+fn kaslr_off(arch: Option<Arch>, opts: &[QemuOption]) -> bool {
+    let nokaslr = opts
+        .iter()
+        .filter(|o| o.name == "append")
+        .filter_map(|o| o.value.as_ref())
+        .any(|v| {
+            v.to_string_lossy()
+                .split_whitespace()
+                .any(|w| w == "nokaslr")
+        });
+    // `dtb-kaslr-seed` is QEMU's older name of `dtb-randomness` (both in 10.2).
+    let no_seed = || {
+        ["dtb-randomness", "dtb-kaslr-seed"].iter().any(|key| {
+            qemu::last_option_key(opts, &["M", "machine"], "type", key)
+                .is_some_and(|v| matches!(v.as_str(), "off" | "false" | "no"))
+        })
+    };
+    nokaslr || (arch == Some(Arch::Aarch64) && no_seed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &[&str]) -> Invocation {
+        Invocation::parse(&v.iter().map(OsString::from).collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn system_command_is_read_once() {
+        let inv = parse(&[
+            "qemu-system-aarch64",
+            "-M",
+            "virt,gic-version=3",
+            "-m",
+            "1G",
+            "-bios",
+            "none",
+            "-append",
+            "console=ttyAMA0",
+        ]);
+        assert_eq!(inv.mode(), Mode::System);
+        assert_eq!(inv.memory.as_deref(), Some("1G"));
+        assert_eq!(inv.board.machine.as_deref(), Some("virt"));
+        assert!(inv.board.no_firmware);
+        assert!(inv.user.is_none());
+        assert!(!inv.kaslr_off);
+    }
+
+    #[test]
+    fn user_command_splits_at_the_program() {
+        let inv = parse(&["qemu-aarch64", "-L", "/sysroot", "./prog", "-L", "x"]);
+        assert!(inv.is_user_mode());
+        assert_eq!(inv.sysroot.as_deref(), Some(Path::new("/sysroot")));
+        assert_eq!(inv.name(), "qemu-aarch64");
+        let user = inv.user.unwrap();
+        assert_eq!(user.program.as_deref(), Some("./prog".as_ref()));
+        assert_eq!(user.opt_words, 2);
+    }
+
+    #[test]
+    fn no_command_is_a_usage_error() {
+        let e = Invocation::parse(&[]).unwrap_err();
+        assert!(format!("{e:#}").starts_with("no QEMU command given"));
+        assert!(Invocation::parse(&["ls".into()]).is_err());
+    }
+
+    #[test]
+    fn kaslr_switches_per_architecture() {
+        let off = |v: &[&str]| parse(v).kaslr_off;
+        assert!(off(&[
+            "qemu-system-aarch64",
+            "-append",
+            "console=ttyAMA0 nokaslr"
+        ]));
+        assert!(off(&[
+            "qemu-system-aarch64",
+            "-M",
+            "virt,dtb-kaslr-seed=off"
+        ]));
+        assert!(off(&[
+            "qemu-system-aarch64",
+            "-machine",
+            "type=virt,dtb-kaslr-seed=no"
+        ]));
+        assert!(!off(&[
+            "qemu-system-aarch64",
+            "-M",
+            "virt,dtb-kaslr-seed=on"
+        ]));
+        assert!(off(&[
+            "qemu-system-aarch64",
+            "-M",
+            "virt,dtb-randomness=off"
+        ]));
+        assert!(!off(&[
+            "qemu-system-aarch64",
+            "-append",
+            "console=ttyAMA0 xnokaslr"
+        ]));
+        assert!(off(&["qemu-system-x86_64", "-append", "nokaslr"]));
+        assert!(off(&[
+            "qemu-system-riscv64",
+            "-append",
+            "console=ttyS0 nokaslr"
+        ]));
+        // Only arm64 kernels take their seed from QEMU's device tree.
+        assert!(!off(&[
+            "qemu-system-riscv64",
+            "-M",
+            "virt,dtb-kaslr-seed=off"
+        ]));
+        assert!(!off(&["qemu-system-x86_64", "-append", "console=ttyS0"]));
+        assert!(parse(&["qemu-system-aarch64"])
+            .kaslr_advice()
+            .contains("dtb-kaslr-seed=off"));
+        assert_eq!(
+            parse(&["qemu-system-riscv64"]).kaslr_advice(),
+            "add nokaslr to -append"
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! `qemu-uftrace record`, as a pipeline whose data walks forward once:
+//! [`invocation`] reads the QEMU command line, [`prepare`] checks QEMU and decides what the
+//! plugin gets and what runs beside it, [`run`] runs QEMU, [`assemble`] makes and publishes
+//! the data directory, [`summary`] says what was recorded.
+
+pub mod assemble;
+pub mod invocation;
+pub mod kaslr;
+pub mod prepare;
+pub mod run;
+pub mod summary;
+pub mod symbols;
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use anyhow::Result;
+
+use crate::args::RecordArgs;
+use crate::datadir;
+use crate::symbol_source::{self, SourceArg};
+
+use invocation::Invocation;
+
+/// The time-stamp counter and CLOCK_MONOTONIC as the CLI started (x86-64 hosts): the plugin
+/// calibrates its wall clock over the CLI's start-up instead of sleeping for it.
+static START: std::sync::OnceLock<Option<qemu_uftrace_engine::tsc::TscSample>> =
+    std::sync::OnceLock::new();
+
+/// Takes the start sample; first thing in `main`.
+pub fn note_start() {
+    START.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        return Some(qemu_uftrace_engine::tsc::TscSample::now());
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    });
+}
+
+/// Runs the subcommand; returns our exit status. `typed` is our whole command line.
+pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
+    // `-o dir/` names `dir`: its staging directory is `dir.partial`, not `dir/.partial`.
+    args.output = args.output.components().collect();
+    // The cheap checks on what was typed come first.
+    let inv = Invocation::parse(&args.qemu_command)?;
+    let extra_sources = args
+        .symbols
+        .iter()
+        .map(|s| symbol_source::parse_source_arg(s, "--symbols"))
+        .collect::<Result<Vec<_>>>()?;
+
+    let staging = datadir::create_staging(&args.output)?;
+    let outcome = record_into(&args, typed, &inv, &staging, extra_sources);
+    if outcome.is_err() {
+        remove_if_empty(&staging);
+    }
+    outcome
+}
+
+/// The pipeline, from a staging directory to the published trace and our exit status.
+fn record_into(
+    args: &RecordArgs,
+    typed: &[OsString],
+    inv: &Invocation,
+    staging: &Path,
+    extra_sources: Vec<SourceArg>,
+) -> Result<i32> {
+    let (prep, jobs) = prepare::prepare(args, inv, staging, extra_sources)?;
+    let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols)?;
+    let exit = ran.exit.clone();
+    let no_sources = ran.sources.is_empty();
+    let published = assemble::assemble(
+        &args.output,
+        typed,
+        inv,
+        &prep,
+        ran,
+        staging,
+        args.no_auto_symbols,
+    )?;
+    let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
+    summary::print(args, &exit, &published, no_sources, cap);
+
+    let mut code = exit.exit_code;
+    if published.incomplete.is_some() && code == 0 {
+        // The trace is published for what it holds, but it is not all the guest did.
+        code = 1;
+    }
+    if let Some(then) = args.then {
+        let then_code = crate::uftrace_cmd::run(then.subcommand(), &args.output, &[])?;
+        if code == 0 {
+            code = then_code;
+        }
+    }
+    Ok(code)
+}
+
+/// Removes a staging directory that holds no recorded byte (a failed start).
+fn remove_if_empty(staging: &Path) {
+    let empty = datadir::dat_files(staging)
+        .map(|d| d.iter().all(|&(_, len)| len == 0))
+        .unwrap_or(false);
+    if empty {
+        let _ = std::fs::remove_dir_all(staging);
+    }
+}
+
+/// Joins words so that a shell would split them back the same way, so that a command we
+/// print can still be pasted: a word of plain characters as it is, any other quoted by
+/// shell-quote for bash (`$'…'`, which bash, zsh, ksh and POSIX sh from 2024 read; a word
+/// that is not UTF-8, a file name, with `\xNN` escapes).
+pub fn shell_join(words: &[OsString]) -> String {
+    words
+        .iter()
+        .map(|w| match w.to_str() {
+            Some(s)
+                if !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c)) =>
+            {
+                s.to_string()
+            }
+            _ => String::from_utf8_lossy(&shell_quote::Bash::quote_vec(w.as_os_str())).into_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_join_quotes_when_needed() {
+        let w: Vec<OsString> = [
+            "qemu-uftrace",
+            "-o",
+            "a b",
+            "it's",
+            "-append",
+            "console=ttyAMA0",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        assert_eq!(
+            shell_join(&w),
+            r"qemu-uftrace -o $'a b' $'it\'s' -append console=ttyAMA0"
+        );
+        use std::os::unix::ffi::OsStrExt;
+        let raw = std::ffi::OsStr::from_bytes(b"t\xffr 'a\\b\n").to_os_string();
+        assert_eq!(
+            shell_join(std::slice::from_ref(&raw)),
+            r"$'t\xFFr \'a\\b\n'"
+        );
+        // bash splits them back into the same bytes.
+        let mut words = w.clone();
+        words.push(raw);
+        let out = std::process::Command::new("bash")
+            .args(["-c", &format!("printf '%s\\0' {}", shell_join(&words))])
+            .output()
+            .unwrap();
+        let back: Vec<&[u8]> = out.stdout.split(|&b| b == 0).collect();
+        let want: Vec<&[u8]> = words
+            .iter()
+            .map(|w| w.as_bytes())
+            .chain([&b""[..]])
+            .collect();
+        assert_eq!(back, want);
+    }
+}

@@ -1,0 +1,247 @@
+//! Stage 2 of `record`: everything decided before QEMU starts. The checks on this QEMU and
+//! its command line (in the order that makes the first failure the most useful), the plugin
+//! it loads and the options it gets, and the jobs that run beside QEMU: the symbol files
+//! (system mode), the program's expected files (user mode), the kernel's task slot.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use anyhow::Result;
+use qemu_uftrace_symbols::Arch;
+
+use crate::args::RecordArgs;
+use crate::errors::{usage, warn};
+use crate::max_size::{Cap, MaxSize};
+use crate::qemu::{self, GuestImage, ImageOrigin, Mode};
+use crate::qemu_checks::{self, PluginChoice, Qemu};
+use crate::symbol_source::{self, BackgroundLoad, Preloaded, SourceArg};
+
+use super::invocation::Invocation;
+use super::kaslr;
+use super::symbols::{self, SymbolContext, SymbolJob};
+
+/// What the run and the assembly need from preparation.
+pub struct Prepared {
+    pub qemu: Qemu,
+    pub arch: Arch,
+    /// The guest images on the command line (user mode: the program).
+    pub images: Vec<GuestImage>,
+    /// The symbol sources known before the run (user mode adds the libraries after it).
+    pub sources: Vec<SourceArg>,
+    /// The command QEMU runs: the user's, with our `-plugin` option.
+    pub command: Vec<OsString>,
+    /// The KASLR warning still to give once symbols show a Linux kernel.
+    pub kaslr_warning: Option<String>,
+    /// The size cap the plugin stops writing at.
+    pub cap: Option<Cap>,
+}
+
+/// The work that runs beside QEMU, joined by the run stage.
+pub struct Jobs {
+    /// System mode: the symbol files, written while QEMU runs.
+    pub symbols: Option<BackgroundLoad<SymbolJob>>,
+    /// User mode: the program's files read while it runs.
+    pub preload: Option<JoinHandle<Preloaded>>,
+    /// x86_64: where the kernel keeps its running task, found while QEMU starts.
+    pub task_slot: Option<TaskSlot>,
+}
+
+/// The thread that writes the task slot file the plugin waits for, and the file.
+pub struct TaskSlot {
+    pub job: JoinHandle<()>,
+    pub file: PathBuf,
+}
+
+pub fn prepare(
+    args: &RecordArgs,
+    inv: &Invocation,
+    staging: &Path,
+    extra_sources: Vec<SourceArg>,
+) -> Result<(Prepared, Jobs)> {
+    let (qemu, arch) = qemu_checks::preflight(
+        inv.argv0(),
+        inv.emulator.clone(),
+        &inv.opts,
+        &plugin_choice(args)?,
+    )?;
+    let images = match &inv.user {
+        None => qemu::guest_images(&inv.opts, qemu::file_is_elf),
+        Some(user) => vec![qemu::user::check_program(
+            user.program.as_ref(),
+            &inv.name(),
+            arch,
+        )?],
+    };
+    if args.split_levels && !qemu.probe.discontinuity {
+        return Err(usage(
+            format!(
+                "--split-levels needs a QEMU that reports exceptions to plugins (10.2 or \
+                 newer), and {} does not",
+                inv.argv0().to_string_lossy()
+            ),
+            "use a newer QEMU or record without --split-levels",
+        ));
+    }
+    let kernel = images
+        .iter()
+        .find(|i| i.origin == ImageOrigin::Kernel)
+        .map(|k| k.path.clone());
+    let kaslr_warning = kaslr_first(inv, kernel.as_deref());
+    // User mode: where the program and its libraries landed is known once it ran.
+    let sources = symbols::sources(
+        extra_sources,
+        if inv.is_user_mode() { &[] } else { &images },
+        args.no_auto_symbols,
+    );
+    let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
+    let mut plugin_opt =
+        qemu::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
+    if let Some(start) = super::START.get().copied().flatten() {
+        plugin_opt.push(format!(",tsc={}", start.to_arg()));
+    }
+    if args.split_levels {
+        plugin_opt.push(",split_levels=on");
+    }
+    let cap = match &args.max_size {
+        Some(MaxSize::Off) => None,
+        Some(MaxSize::Cap(cap)) => Some(cap.clone()),
+        None => None,
+    };
+    if let Some(cap) = &cap {
+        plugin_opt.push(cap_options(cap));
+    }
+    // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`), and
+    // where their PIDs are for a guest with no PID register (else synthetic ids).
+    if let Some(offset) = symbol_source::task_comm_offset(&sources) {
+        plugin_opt.push(format!(",task_comm={offset}"));
+    }
+    if let Some(offset) = symbol_source::task_pid_offset(&sources) {
+        plugin_opt.push(format!(",task_pid={offset}"));
+    }
+    // User mode: the plugin runs QEMU again with these options for a program the guest
+    // execs (`qemu::user_procs`).
+    if let Some(user) = &inv.user {
+        plugin_opt.push(format!(",user_opts={}", user.opt_words));
+    }
+    let task_slot = match (inv.mode(), &kernel) {
+        (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
+        _ => None,
+    };
+    if let Some(slot) = &task_slot {
+        plugin_opt.push(",task_slot_file=");
+        plugin_opt.push(qemu::escape_keyval(slot.file.as_os_str()));
+    }
+    let symbols = (!inv.is_user_mode()).then(|| {
+        let ctx = SymbolContext {
+            kernel: kernel.clone(),
+            board: inv.board.clone(),
+            kaslr_warning: kaslr_warning.clone(),
+        };
+        symbols::start(&sources, staging, arch, Default::default(), ctx)
+    });
+    // User mode: the program's files are read while it runs, at offset 0; where they were
+    // loaded is known once it ran.
+    let preload = match (inv.is_user_mode(), images.first(), args.no_auto_symbols) {
+        (true, Some(program), false) => {
+            let root = inv.sysroot.clone();
+            let program = program.path.clone();
+            let files = move || qemu::user_maps::expected_images(&program, root.as_deref(), arch);
+            Some(symbol_source::preload(files, Some(arch)))
+        }
+        _ => None,
+    };
+    let command = qemu::with_plugin(&inv.argv, plugin_opt);
+    Ok((
+        Prepared {
+            qemu,
+            arch,
+            images,
+            sources,
+            command,
+            kaslr_warning,
+            cap,
+        },
+        Jobs {
+            symbols,
+            preload,
+            task_slot,
+        },
+    ))
+}
+
+/// The plugin's options for a size cap: it stops writing at `max_size` bytes, and stops
+/// QEMU there with `max_size_exit=on`.
+fn cap_options(cap: &Cap) -> String {
+    let exit = if cap.exit { ",max_size_exit=on" } else { "" };
+    format!(",max_size={}{exit}", cap.bytes)
+}
+
+fn plugin_choice(args: &RecordArgs) -> Result<PluginChoice> {
+    match &args.plugin {
+        Some(p) if p.is_file() => Ok(PluginChoice::Given(
+            std::path::absolute(p).unwrap_or_else(|_| p.clone()),
+        )),
+        Some(p) => Err(usage(
+            format!("--plugin {}: no such file", p.display()),
+            "give the path of a built libqemu_uftrace_plugin.so, or leave --plugin out",
+        )),
+        None => Ok(PluginChoice::Embedded),
+    }
+}
+
+/// Says before QEMU starts that a Linux kernel will randomise its base (then none of its
+/// symbols would match). Returns the warning still to give after the run, for a kernel
+/// whose file did not tell (the symbols will), `None` when there is none to give.
+fn kaslr_first(inv: &Invocation, kernel: Option<&Path>) -> Option<String> {
+    if inv.kaslr_off || inv.is_user_mode() {
+        return None;
+    }
+    let text = kaslr::warning(inv.kaslr_advice());
+    if kernel.is_some_and(kaslr::is_linux_kernel) {
+        warn(text);
+        return None;
+    }
+    Some(text)
+}
+
+/// Finds where the kernel keeps its running task, when in per-CPU memory (x86_64), while
+/// QEMU starts (decompressing a bzImage takes ~0.1 s): the plugin waits for the file only
+/// once the kernel proper runs.
+fn start_task_slot(kernel: &Path, staging: &Path, arch: Arch) -> Option<TaskSlot> {
+    let slot_names = qemu_uftrace_engine::arch::isa(arch).task_slot_symbols();
+    if slot_names.is_empty() {
+        return None;
+    }
+    let file = staging.join(".task_slot");
+    let kernel = kernel.to_path_buf();
+    let out = file.clone();
+    let job = std::thread::spawn(move || {
+        let text =
+            symbol_source::task_slot(&kernel, slot_names).map_or(String::new(), |s| s.to_string());
+        let tmp = out.with_extension("tmp");
+        // Written aside and renamed: the plugin never reads half a number.
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &out);
+        }
+    });
+    Some(TaskSlot { job, file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cap_reaches_the_plugin_as_bytes() {
+        let cap = |text: &str| match crate::max_size::parse(text).unwrap() {
+            MaxSize::Cap(c) => c,
+            MaxSize::Off => panic!(),
+        };
+        assert_eq!(cap_options(&cap("500M")), ",max_size=524288000");
+        assert_eq!(
+            cap_options(&cap("2G,exit")),
+            ",max_size=2147483648,max_size_exit=on"
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! Stage 5 of `record`: the summary on stderr. What was recorded, whether it is all the
+//! guest did, and where to look at it.
+
+use std::path::Path;
+
+use indicatif::{HumanBytes, HumanCount};
+
+use crate::args::RecordArgs;
+use crate::errors::{note, warn};
+use crate::run_qemu::QemuExit;
+use crate::stats::Stats;
+
+use super::assemble::Published;
+
+/// Says what was recorded, whether it is complete, and where to look at it.
+pub fn print(
+    args: &RecordArgs,
+    exit: &QemuExit,
+    published: &Published,
+    no_sources: bool,
+    cap: Option<&str>,
+) {
+    let stats = published.stats.as_ref();
+    let done = &published.assembled;
+    let old = published.old.as_deref();
+    let secs = exit.elapsed.as_secs_f64();
+    let out = args.output.display();
+    match stats {
+        Some(s) => {
+            let rate = if secs > 0.0 {
+                format!(", {} events/s", group(s.events as f64 / secs))
+            } else {
+                String::new()
+            };
+            let unwritten = if s.lost_records > 0 {
+                format!(", {} of them not written", group(s.lost_records as f64))
+            } else {
+                String::new()
+            };
+            let count = |key: &str| s.other_count(key);
+            let tasks = match count("tasks") {
+                Some(n) if n > 1 => format!(", {} tasks", group(n as f64)),
+                _ => String::new(),
+            };
+            let exceptions = match (count("exceptions_shown"), count("exceptions")) {
+                (Some(1), Some(n)) => format!(", {} exceptions and interrupts", group(n as f64)),
+                _ => String::new(),
+            };
+            // User mode runs each guest thread on a vCPU of its own.
+            let unit = if s.is_user_mode() { "thread" } else { "vCPU" };
+            let tasks = if s.is_user_mode() {
+                String::new()
+            } else {
+                tasks
+            };
+            note(format!(
+                "recorded {} events ({} calls, {} returns{unwritten}) on {} {unit}{}{tasks}{exceptions}: {} in {secs:.2} s{rate}",
+                group(s.events as f64),
+                group(s.calls as f64),
+                group(s.returns as f64),
+                s.vcpus.unwrap_or(done.tids.len() as u32),
+                if s.vcpus == Some(1) { "" } else { "s" },
+                bytes(s.bytes.max(done.bytes)),
+            ));
+            if count("exceptions_shown") == Some(0) {
+                note(
+                    "exceptions and interrupts are not shown as entries: this QEMU does not \
+                     report them to plugins (10.2 and newer do); their handlers' calls nest \
+                     where they ran",
+                );
+            }
+            let oddities: Vec<String> = [
+                ("resyncs", s.resyncs),
+                ("unmatched returns", s.unmatched_returns),
+                ("depth-cap hits", s.depth_cap_hits),
+            ]
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(what, n)| format!("{what}: {}", group(*n as f64)))
+            .chain(
+                s.other
+                    .iter()
+                    .filter(|(k, v)| worth_showing(s, k, v))
+                    .map(|(k, v)| format!("{k}: {v}")),
+            )
+            .collect();
+            if !oddities.is_empty() {
+                note(format!("plugin also reports {}", oddities.join(", ")));
+            }
+            if let Some(why) = s.incomplete_reason(cap) {
+                warn(format!("INCOMPLETE TRACE: {why}"));
+            }
+        }
+        None => {
+            warn(format!(
+                "INCOMPLETE TRACE: QEMU {} before the plugin flushed its buffers (no {}); \
+                 kept {} of records from {} vCPU file{}, but the last calls of each are missing",
+                exit.describe(),
+                crate::stats::STATS_FILE,
+                bytes(done.bytes),
+                done.tids.len(),
+                if done.tids.len() == 1 { "" } else { "s" },
+            ));
+        }
+    }
+    if !done.missing_tids.is_empty() {
+        warn(format!(
+            "no data file for task(s) {:?} that the plugin listed",
+            done.missing_tids
+        ));
+    }
+    if done.trimmed_files > 0 {
+        warn(format!(
+            "cut a half-written record off the end of {} file(s)",
+            done.trimmed_files
+        ));
+    }
+    for s in &done.skipped {
+        note(format!("symbols skipped: {s}"));
+    }
+    if no_sources {
+        warn(
+            "no symbol source: uftrace will show addresses instead of function names; \
+             add --symbols FILE[:OFFSET] (e.g. the guest's vmlinux), or run \
+             qemu-uftrace symbols -d DIR FILE later",
+        );
+    } else if done.placed.is_empty() {
+        warn(
+            "no symbols could be loaded: uftrace will show addresses; \
+             fix the sources named above or add --symbols FILE[:OFFSET]",
+        );
+    }
+    let old = old
+        .map(|o| format!(" (the previous one is now {})", o.display()))
+        .unwrap_or_default();
+    let dir_arg = if args.output == Path::new(crate::args::DEFAULT_DIR) {
+        String::new()
+    } else {
+        format!(" -d {}", super::shell_join(&[args.output.clone().into()]))
+    };
+    note(format!(
+        "wrote {out}{old}; look at it with: qemu-uftrace replay{dir_arg}"
+    ));
+    if stats.and_then(|s| s.clock.as_deref()) == Some("insn") {
+        let vcpus = stats.and_then(|s| s.vcpus).unwrap_or(1);
+        note(if vcpus > 1 {
+            "clock=insn: uftrace's time columns count each vCPU's guest instructions, \
+             not nanoseconds, and are not comparable across vCPUs"
+        } else {
+            "clock=insn: uftrace's time columns count guest instructions, not nanoseconds"
+        });
+    }
+}
+
+/// Unknown plugin statistics are shown as they are, except zeros and the per-vCPU
+/// breakdown (`vcpu0.calls`) of totals that are shown anyway.
+fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
+    let per_vcpu_total = key
+        .strip_prefix("vcpu")
+        .and_then(|k| k.split_once('.'))
+        .is_some_and(|(n, total)| {
+            n.bytes().all(|b| b.is_ascii_digit())
+                && (crate::stats::TOTALS.contains(&total)
+                    || s.other.iter().any(|(k, _)| k == total))
+        });
+    // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
+    // The whole-system model's ordinary counts are in the summary line, not findings.
+    let setting = matches!(
+        key,
+        "max_depth"
+            | "discontinuity_api"
+            | "eret_returns"
+            | "plugin_api"
+            | "qemu_api"
+            | "tasks"
+            | "switches"
+            | "exceptions"
+            | "exception_returns"
+            | "exceptions_shown"
+            | "split_levels"
+            | "returns_unseen"
+            | "open_frames"
+            | "mode"
+    );
+    value != "0" && !per_vcpu_total && !setting
+}
+
+/// `1,234,567`.
+fn group(n: f64) -> String {
+    HumanCount(n.max(0.0).round() as u64).to_string()
+}
+
+/// `18.9 MiB`.
+fn bytes(n: u64) -> String {
+    HumanBytes(n).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_vcpu_copies_of_totals_are_not_shown() {
+        let s = Stats::parse("calls=3\nvcpu0.calls=3\nvcpu0.open_frames=2\nlost=1\nvcpu1.lost=1\n");
+        assert!(!worth_showing(&s, "vcpu0.calls", "3"));
+        assert!(worth_showing(&s, "vcpu0.open_frames", "2"));
+        assert!(!worth_showing(&s, "vcpu1.lost", "1"));
+        assert!(worth_showing(&s, "lost", "1"));
+        assert!(!worth_showing(&s, "zero", "0"));
+    }
+
+    #[test]
+    fn numbers_are_grouped() {
+        assert_eq!(group(1234567.0), "1,234,567");
+        assert_eq!(group(12.0), "12");
+        assert_eq!(group(-3.0), "0");
+        assert_eq!(bytes(19_800_000), "18.88 MiB");
+        assert_eq!(bytes(512), "512 B");
+    }
+}

@@ -1,0 +1,172 @@
+//! The symbol job of `record`: which sources to read, and a low-priority thread that loads
+//! them and writes the trace's symbol files while QEMU runs (none of it depends on the run).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use qemu_uftrace_symbols::Arch;
+
+use crate::datadir;
+use crate::errors::warn;
+use crate::kernel_alias::{self, Board};
+use crate::qemu::GuestImage;
+use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
+
+use super::kaslr;
+
+/// What the symbol thread did.
+pub struct SymbolJob {
+    /// One line per source that gave nothing, shown once QEMU is done with the terminal.
+    pub failures: Vec<String>,
+    /// The KASLR warning, when the symbols show a Linux kernel that preparation could not
+    /// tell from its file.
+    pub kaslr: Option<String>,
+    pub files: Result<datadir::SymbolFiles>,
+}
+
+impl Default for SymbolJob {
+    /// No symbols at all: the trace still gets its session.
+    fn default() -> Self {
+        SymbolJob {
+            failures: Vec::new(),
+            kaslr: None,
+            files: Ok(datadir::SymbolFiles {
+                sid: datadir::new_session_id(),
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+impl SymbolJob {
+    /// Waits for the thread. A panic in a loader costs the names, never the recorded trace.
+    pub fn join(load: BackgroundLoad<SymbolJob>) -> SymbolJob {
+        load.join().unwrap_or_else(|| {
+            warn("the symbol loader crashed; the trace has no function names");
+            SymbolJob::default()
+        })
+    }
+}
+
+/// What the thread needs besides the sources.
+pub struct SymbolContext {
+    /// The kernel (`-kernel`), whose symbols may also be placed at its physical address.
+    pub kernel: Option<PathBuf>,
+    pub board: Board,
+    /// The KASLR warning still to give if the symbols show a Linux kernel (`None`: KASLR is
+    /// off, or it was said before QEMU started).
+    pub kaslr_warning: Option<String>,
+}
+
+/// `--symbols` sources first (the user's choice wins an overlap), then the images on the
+/// QEMU command line, without repeating a file.
+pub fn sources(extra: Vec<SourceArg>, images: &[GuestImage], no_auto: bool) -> Vec<SourceArg> {
+    let mut out = extra;
+    if !no_auto {
+        for img in images {
+            if !out.iter().any(|s| s.path == img.path) {
+                out.push(SourceArg {
+                    path: img.path.clone(),
+                    offset: 0,
+                    origin: img.origin.option(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Loads `sources` and writes the trace's symbol files into `staging`, in a low-priority
+/// thread.
+pub fn start(
+    sources: &[SourceArg],
+    staging: &Path,
+    arch: Arch,
+    preloaded: symbol_source::Preloaded,
+    ctx: SymbolContext,
+) -> BackgroundLoad<SymbolJob> {
+    let staging = staging.to_path_buf();
+    BackgroundLoad::start(sources.to_vec(), Some(arch), preloaded, move |loaded| {
+        let kaslr = ctx
+            .kaslr_warning
+            .filter(|_| kaslr::symbols_show_linux(&loaded));
+        let mut images = Vec::new();
+        let mut failures = Vec::new();
+        for l in loaded {
+            match l {
+                Loaded::Ok(_, img) => images.push(img),
+                Loaded::Failed(src, why) => failures.push(failure_line(&src, &why)),
+            }
+        }
+        let alias = ctx
+            .kernel
+            .and_then(|k| kernel_alias::physical_alias(&images, &k, &ctx.board));
+        images.extend(alias);
+        SymbolJob {
+            failures,
+            kaslr,
+            files: datadir::write_symbols(&staging, images),
+        }
+    })
+}
+
+/// `no symbols from FILE (ORIGIN): WHY`.
+pub fn failure_line(src: &SourceArg, why: &str) -> String {
+    format!(
+        "no symbols from {} ({}): {why}",
+        src.path.display(),
+        src.origin
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qemu::ImageOrigin;
+
+    #[test]
+    fn user_symbols_come_first_and_files_are_not_repeated() {
+        let extra = vec![SourceArg {
+            path: "vmlinux".into(),
+            offset: 0,
+            origin: "--symbols",
+        }];
+        let images = [
+            GuestImage {
+                path: "vmlinux".into(),
+                origin: ImageOrigin::Kernel,
+            },
+            GuestImage {
+                path: "fw.elf".into(),
+                origin: ImageOrigin::Loader,
+            },
+        ];
+        let s = sources(extra.clone(), &images, false);
+        let paths: Vec<&Path> = s.iter().map(|s| s.path.as_path()).collect();
+        assert_eq!(paths, [Path::new("vmlinux"), Path::new("fw.elf")]);
+        assert_eq!(sources(extra, &images, true).len(), 1);
+    }
+
+    #[test]
+    fn late_kaslr_warning_only_for_linux_kernels() {
+        let loaded = |origin: &'static str, name: &str| {
+            vec![Loaded::Ok(
+                SourceArg {
+                    path: "Image".into(),
+                    offset: 0,
+                    origin,
+                },
+                crate::symfiles::tests::image("Image", 0x1000, &[(0x1000, 4, name)]),
+            )]
+        };
+        assert!(kaslr::symbols_show_linux(&loaded(
+            "-kernel",
+            "start_kernel"
+        )));
+        assert!(!kaslr::symbols_show_linux(&loaded("-kernel", "main")));
+        assert!(!kaslr::symbols_show_linux(&loaded(
+            "--symbols",
+            "start_kernel"
+        )));
+    }
+}

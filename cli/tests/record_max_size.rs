@@ -1,0 +1,124 @@
+//! `record --max-size SIZE[,exit]` with the real qemu-system-aarch64, the embedded plugin and
+//! uftrace: the plugin stops writing at the cap (and with `,exit` stops QEMU, so a guest that
+//! never ends still ends the recording), the trace is published, marked incomplete, says
+//! which cap stopped it and where to go next, and uftrace reads what it holds.
+//!
+//! Needs the plugin's `max_size`/`max_size_exit` options (plugin branch).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+use qemu_uftrace_tests::{calldense_elf, guest_elf, qemu_args, Variant, QEMU};
+
+fn require_tools() {
+    require(QEMU);
+    require("uftrace");
+}
+
+/// `qemu-uftrace record -o DIR [extra] -- argv`, in a fresh home.
+fn record(home: &Path, extra: &[&str], argv: &[String]) -> Output {
+    qemu_uftrace(home)
+        .current_dir(home)
+        .arg("record")
+        .arg("-o")
+        .arg(home.join("t"))
+        .args(extra)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace")
+}
+
+/// The bytes of the trace's `.dat` files.
+fn dat_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
+fn replay(dir: &Path) -> String {
+    let o = Command::new("uftrace")
+        .args(["replay", "--no-pager", "-d"])
+        .arg(dir)
+        .output()
+        .expect("run uftrace");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The cap stops the writing, not QEMU: the guest (which calls far more than 64 KiB of
+/// records' worth) runs to its end, and the trace holds its start.
+#[test]
+fn the_cap_stops_writing_and_marks_the_trace_incomplete() {
+    require_tools();
+    let elf: PathBuf = calldense_elf().expect("build the guests (run scripts/install-deps.sh)");
+    let home = tempfile::tempdir().unwrap();
+    let o = record(home.path(), &["--max-size", "64K"], &qemu_args(&elf));
+    let err = stderr(&o);
+    // The trace is not all the guest did: our status says so.
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "INCOMPLETE TRACE: the size cap (--max-size 64K) was reached: the trace holds the \
+             run up to that point"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("record again with a larger --max-size (or none)"),
+        "{err}"
+    );
+    let dir = home.path().join("t");
+    let bytes = dat_bytes(&dir);
+    assert!(bytes > 0 && bytes <= 64 << 10, "{bytes} bytes of records");
+    let note = std::fs::read_to_string(dir.join("note.txt")).unwrap_or_default();
+    assert!(
+        note.contains("the size cap (--max-size 64K) was reached"),
+        "{note}"
+    );
+    assert!(replay(&dir).contains("main() {"));
+}
+
+/// With `,exit` a guest that never ends still ends the recording.
+#[test]
+fn exit_stops_qemu_at_the_cap() {
+    require_tools();
+    let elf = guest_elf("spin", Variant::Natural).expect("build the guests");
+    let home = tempfile::tempdir().unwrap();
+    let o = record(home.path(), &["--max-size", "256K,exit"], &qemu_args(&elf));
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("INCOMPLETE TRACE: the size cap (--max-size 256K,exit) was reached"),
+        "{err}"
+    );
+    let dir = home.path().join("t");
+    let bytes = dat_bytes(&dir);
+    assert!(bytes > 0 && bytes <= 256 << 10, "{bytes} bytes of records");
+    assert!(!replay(&dir).is_empty());
+}
+
+/// A size that is none is one line naming it, before anything runs.
+#[test]
+fn a_bad_size_is_one_line() {
+    let home = tempfile::tempdir().unwrap();
+    let o = record(
+        home.path(),
+        &["--max-size", "500X"],
+        &["qemu-system-aarch64".to_string()],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains("'500X' is not a size: give e.g. 500M or 2G"),
+        "{err}"
+    );
+    assert!(!home.path().join("t.partial").exists());
+}
