@@ -93,7 +93,7 @@ pub fn preflight(
 /// Finds the QEMU, checks its version and finds the plugin build it loads (probing it, or
 /// recalling an earlier probe of the same files).
 pub fn check_qemu(argv0: &OsString, emulator: Emulator, plugin: &PluginChoice) -> Result<Qemu> {
-    let path = find_executable(argv0)?;
+    let path = find_emulator(argv0, emulator.mode)?;
     let candidates: Vec<(u32, PathBuf)> = match plugin {
         PluginChoice::Given(p) => vec![(0, p.clone())],
         PluginChoice::Embedded => crate::embedded::PLUGINS
@@ -138,6 +138,18 @@ pub fn check_qemu(argv0: &OsString, emulator: Emulator, plugin: &PluginChoice) -
 
 /// Resolves argv[0] the way `execvp` would.
 pub fn find_executable(argv0: &OsString) -> Result<PathBuf> {
+    find_executable_or(argv0, install_hint)
+}
+
+/// [`find_executable`] for this kind of emulator, whose missing one is found elsewhere.
+pub fn find_emulator(argv0: &OsString, mode: Mode) -> Result<PathBuf> {
+    match mode {
+        Mode::System => find_executable(argv0),
+        Mode::User => find_executable_or(argv0, user_install_hint),
+    }
+}
+
+fn find_executable_or(argv0: &OsString, install_hint: fn() -> String) -> Result<PathBuf> {
     let p = Path::new(argv0);
     if p.components().count() > 1 {
         return if is_executable(p) {
@@ -167,6 +179,14 @@ pub fn install_hint() -> String {
          bookworm-backports on bookworm)",
         MIN_VERSION.0, MIN_VERSION.1
     )
+}
+
+/// Debian's qemu-user is built without plugin support, so no package is the way out.
+pub fn user_install_hint() -> String {
+    "user mode needs a QEMU built with plugin support (Debian's qemu-user is not): \
+     scripts/install-deps.sh builds one into ~/.cache/qemu-uftrace/qemu-10.2.2/bin; put that \
+     directory on PATH or name the emulator by its path"
+        .to_string()
 }
 
 fn is_executable(p: &Path) -> bool {

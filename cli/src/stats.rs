@@ -72,13 +72,38 @@ impl Stats {
         Some(text)
     }
 
-    /// Parses the text; malformed lines are kept under `other` rather than failing.
     /// Whether the plugin ran in a user-mode QEMU (`mode=user`): tasks are the guest's
     /// threads, by their thread ids.
     pub fn is_user_mode(&self) -> bool {
         self.other.iter().any(|(k, v)| k == "mode" && v == "user")
     }
 
+    /// What uftrace's time columns count, said where the trace's times are not
+    /// nanoseconds (`None` for the wall clock): uftrace prints every duration as time.
+    pub fn clock_unit_note(&self) -> Option<&'static str> {
+        if self.clock.as_deref() != Some("insn") {
+            return None;
+        }
+        Some(if self.vcpus.unwrap_or(1) > 1 {
+            "clock insn: times count each vCPU's guest instructions, not nanoseconds \
+             (1 us = 1,000 instructions; not comparable across vCPUs)"
+        } else {
+            "clock insn: times count guest instructions, not nanoseconds \
+             (1 us = 1,000 instructions, -t 1ms = 1,000,000)"
+        })
+    }
+
+    /// The clock in a few words, for the `info` file's version line (`uftrace info`'s
+    /// "program version", and the metadata of `dump --chrome`).
+    pub fn clock_words(&self) -> Option<&'static str> {
+        match self.clock.as_deref()? {
+            "insn" => Some("clock insn: times count guest instructions, not ns"),
+            "wall" => Some("clock wall: times are host nanoseconds"),
+            _ => None,
+        }
+    }
+
+    /// Parses the text; malformed lines are kept under `other` rather than failing.
     pub fn parse(text: &str) -> Stats {
         let mut s = Stats::default();
         for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
