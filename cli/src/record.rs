@@ -682,23 +682,9 @@ fn summary(
                      where they ran",
                 );
             }
-            let oddities: Vec<String> = [
-                ("resyncs", s.resyncs),
-                ("unmatched returns", s.unmatched_returns),
-                ("depth-cap hits", s.depth_cap_hits),
-            ]
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(what, n)| format!("{what}: {}", group(*n as f64)))
-            .chain(
-                s.other
-                    .iter()
-                    .filter(|(k, v)| worth_showing(s, k, v))
-                    .map(|(k, v)| format!("{k}: {v}")),
-            )
-            .collect();
-            if !oddities.is_empty() {
-                note(format!("plugin also reports {}", oddities.join(", ")));
+            // Only counts a user can act on; the others are explained in the README.
+            for line in crate::stats::findings(s) {
+                note(line);
             }
             if let Some(why) = s.incomplete_reason() {
                 warn(format!("INCOMPLETE TRACE: {why}"));
@@ -766,39 +752,6 @@ fn summary(
             "clock=insn: uftrace's time columns count guest instructions, not nanoseconds"
         });
     }
-}
-
-/// Unknown plugin statistics are shown as they are, except zeros and the per-vCPU
-/// breakdown (`vcpu0.calls`) of totals that are shown anyway.
-fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
-    let per_vcpu_total = key
-        .strip_prefix("vcpu")
-        .and_then(|k| k.split_once('.'))
-        .is_some_and(|(n, total)| {
-            n.bytes().all(|b| b.is_ascii_digit())
-                && (crate::stats::TOTALS.contains(&total)
-                    || s.other.iter().any(|(k, _)| k == total))
-        });
-    // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
-    // The whole-system model's ordinary counts are in the summary line, not findings.
-    let setting = matches!(
-        key,
-        "max_depth"
-            | "discontinuity_api"
-            | "eret_returns"
-            | "plugin_api"
-            | "qemu_api"
-            | "tasks"
-            | "switches"
-            | "exceptions"
-            | "exception_returns"
-            | "exceptions_shown"
-            | "split_levels"
-            | "returns_unseen"
-            | "open_frames"
-            | "mode"
-    );
-    value != "0" && !per_vcpu_total && !setting
 }
 
 /// `1,234,567`.
