@@ -114,7 +114,7 @@ const RECORD_HELP: &str = "Symbols are read from the guest images named on the Q
         guest, Ctrl-A x stops QEMU (the trace is complete up to there). A Linux kernel that \
         panics spins in its panic loop, recording hundreds of MB a second, unless booted with \
         panic=-1 and QEMU run with -no-reboot.\n\n\
-        Examples:\n  qemu-uftrace record --then replay -- qemu-system-aarch64 -M virt -cpu \
+        Examples:\n  qemu-uftrace record --then report -- qemu-system-aarch64 -M virt -cpu \
         cortex-a57 -m 1G -nographic -no-reboot -kernel Image -append \
         \"console=ttyAMA0 nokaslr panic=-1\"\n  \
         qemu-uftrace record -- qemu-aarch64 -L /usr/aarch64-linux-gnu ./prog 10";

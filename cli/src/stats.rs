@@ -30,7 +30,11 @@ pub struct Count {
 
 /// Every count the plugin writes (`plugin.stats`), in its order.
 pub const COUNTS: &[Count] = &[
-    count("events", "records written (entries, exits and markers)", None),
+    count(
+        "events",
+        "records written (entries, exits and markers)",
+        None,
+    ),
     count("calls", "call instructions executed", None),
     count("returns", "return instructions executed", None),
     count(
@@ -67,15 +71,27 @@ pub const COUNTS: &[Count] = &[
          never saw unwind): not recorded",
         Some("their frames are missing from the trace; --max-depth does not help"),
     ),
-    count("eret_returns", "exception returns that returned from the top frame", None),
+    count(
+        "eret_returns",
+        "exception returns that returned from the top frame",
+        None,
+    ),
     count(
         "returns_unseen",
         "returns whose landing no block saw (a new task's start, an exception on the way), \
          taken as the top frame's",
         None,
     ),
-    count("exceptions", "exceptions and interrupts shown as entries ([irq], [svc] …)", None),
-    count("exception_returns", "exception returns that closed an exception entry", None),
+    count(
+        "exceptions",
+        "exceptions and interrupts shown as entries ([irq], [svc] …)",
+        None,
+    ),
+    count(
+        "exception_returns",
+        "exception returns that closed an exception entry",
+        None,
+    ),
     count(
         "eret_redirects",
         "exception returns that went elsewhere than where the exception was taken (a \
@@ -95,8 +111,16 @@ pub const COUNTS: &[Count] = &[
          exception's return address): that event is missing, a LOST record marks the place",
         Some("the trace is missing those events; report it with the QEMU version"),
     ),
-    count("signals", "user mode: signal deliveries shown as entries ([SIGALRM] …)", None),
-    count("signal_returns", "user mode: rt_sigreturns that closed a delivery's entry", None),
+    count(
+        "signals",
+        "user mode: signal deliveries shown as entries ([SIGALRM] …)",
+        None,
+    ),
+    count(
+        "signal_returns",
+        "user mode: rt_sigreturns that closed a delivery's entry",
+        None,
+    ),
     count(
         "unwinds",
         "frames skipped by an unwinder (C++ exceptions, longjmp on x86-64) closed where \
@@ -356,9 +380,18 @@ mod tests {
         );
         let f = findings(&s);
         assert_eq!(f.len(), 2, "{f:?}");
-        assert!(f[0].starts_with("depth_cap_hits 3: calls nested deeper"), "{f:?}");
-        assert!(f[0].ends_with("--max-depth (up to 1024) to see them"), "{f:?}");
-        assert!(f[1].starts_with("register_read_failures 11: register reads"), "{f:?}");
+        assert!(
+            f[0].starts_with("depth_cap_hits 3: calls nested deeper"),
+            "{f:?}"
+        );
+        assert!(
+            f[0].ends_with("--max-depth (up to 1024) to see them"),
+            "{f:?}"
+        );
+        assert!(
+            f[1].starts_with("register_read_failures 11: register reads"),
+            "{f:?}"
+        );
     }
 
     #[test]

@@ -109,7 +109,15 @@ pub fn detect_emulator(argv0: &OsStr) -> Result<Emulator> {
 
 /// QEMU's programs that are not emulators, whose names also start with `qemu-`.
 const QEMU_TOOLS: &[&str] = &[
-    "img", "nbd", "io", "edid", "ga", "keymap", "pr-helper", "storage-daemon", "bridge-helper",
+    "img",
+    "nbd",
+    "io",
+    "edid",
+    "ga",
+    "keymap",
+    "pr-helper",
+    "storage-daemon",
+    "bridge-helper",
     "vmsr-helper",
 ];
 
