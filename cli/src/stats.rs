@@ -107,9 +107,10 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "register_read_failures",
-        "register reads QEMU refused where one was needed (an indirect call's target, an \
-         exception's return address): that event is missing, a LOST record marks the place",
-        Some("the trace is missing those events; report it with the QEMU version"),
+        "register or memory reads QEMU refused where one was needed (an indirect call's \
+         target, an exception's return address, an x86 IRET frame): that one event is \
+         missing (a LOST record marks a missed call); a few per boot are ordinary",
+        None,
     ),
     count(
         "signals",
@@ -379,19 +380,9 @@ mod tests {
              register_read_failures=11\nswitches=900\n",
         );
         let f = findings(&s);
-        assert_eq!(f.len(), 2, "{f:?}");
-        assert!(
-            f[0].starts_with("depth_cap_hits 3: calls nested deeper"),
-            "{f:?}"
-        );
-        assert!(
-            f[0].ends_with("--max-depth (up to 1024) to see them"),
-            "{f:?}"
-        );
-        assert!(
-            f[1].starts_with("register_read_failures 11: register reads"),
-            "{f:?}"
-        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].starts_with("depth_cap_hits 3: calls nested deeper"));
+        assert!(f[0].ends_with("--max-depth (up to 1024) to see them"));
     }
 
     #[test]
