@@ -835,16 +835,6 @@ mod tests {
     }
 
     #[test]
-    fn per_vcpu_copies_of_totals_are_not_shown() {
-        let s = Stats::parse("calls=3\nvcpu0.calls=3\nvcpu0.open_frames=2\nlost=1\nvcpu1.lost=1\n");
-        assert!(!worth_showing(&s, "vcpu0.calls", "3"));
-        assert!(worth_showing(&s, "vcpu0.open_frames", "2"));
-        assert!(!worth_showing(&s, "vcpu1.lost", "1"));
-        assert!(worth_showing(&s, "lost", "1"));
-        assert!(!worth_showing(&s, "zero", "0"));
-    }
-
-    #[test]
     fn numbers_are_grouped() {
         assert_eq!(group(1234567.0), "1,234,567");
         assert_eq!(group(12.0), "12");
