@@ -17,8 +17,11 @@ pub const DEFAULT_DIR: &str = "uftrace.data";
     long_about = "Record every guest function call and return under QEMU TCG and leave a \
         uftrace.data/ directory that uftrace (0.13 and newer) replays, reports and graphs with \
         function names.\n\n\
-        qemu-uftrace record -- qemu-system-aarch64 -M virt -cpu max -nographic -kernel Image\n\
-        qemu-uftrace replay",
+        qemu-uftrace record -- qemu-system-aarch64 -M virt -cpu cortex-a57 -m 1G -nographic \
+        -no-reboot -kernel Image -append \"console=ttyAMA0 nokaslr panic=-1\"\n\
+        qemu-uftrace replay\n\n\
+        Under -nographic the terminal is the guest's console: Ctrl-C goes to the guest, \
+        Ctrl-A x stops QEMU.",
     propagate_version = true,
     subcommand_required = true,
     arg_required_else_help = true
@@ -99,18 +102,27 @@ impl Then {
     }
 }
 
-#[derive(Debug, Args)]
-#[command(
-    after_help = "Symbols are read from the guest images named on the QEMU command line \
+/// `record --help`: where symbols come from, stopping QEMU, examples.
+const RECORD_HELP: &str = "Symbols are read from the guest images named on the QEMU command line \
         (-kernel, -bios, -device loader,file=ELF) and from every --symbols source. In user \
         mode (qemu-aarch64, qemu-x86_64, qemu-riscv64: a build with plugin support) they come \
         from the program, its dynamic loader and every shared library where the guest mapped \
         them, looked up under -L or QEMU_LD_PREFIX; a stripped file's separate debug file is \
         found by build ID or .gnu_debuglink (beside it, in .debug/, under usr/lib/debug of / \
         or of the sysroot it lies in).\n\n\
-        Examples:\n  qemu-uftrace record --then replay -- qemu-system-aarch64 -M virt -cpu max \
-        -nographic -kernel Image -append console=ttyAMA0\n  \
-        qemu-uftrace record -- qemu-aarch64 -L /usr/aarch64-linux-gnu ./prog args"
+        Under -nographic the terminal is the guest's serial console: Ctrl-C goes to the \
+        guest, Ctrl-A x stops QEMU (the trace is complete up to there). A Linux kernel that \
+        panics spins in its panic loop, recording hundreds of MB a second, unless booted with \
+        panic=-1 and QEMU run with -no-reboot.\n\n\
+        Examples:\n  qemu-uftrace record --then report -- qemu-system-aarch64 -M virt -cpu \
+        cortex-a57 -m 1G -nographic -no-reboot -kernel Image -append \
+        \"console=ttyAMA0 nokaslr panic=-1\"\n  \
+        qemu-uftrace record -- qemu-aarch64 -L /usr/aarch64-linux-gnu ./prog 10";
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = RECORD_HELP,
+    after_long_help = record_long_help()
 )]
 pub struct RecordArgs {
     /// Trace directory to write (an existing one is moved to DIR.old)
@@ -160,6 +172,17 @@ pub struct RecordArgs {
     /// The QEMU command line to run, after `--`
     #[arg(last = true, value_name = "QEMU_COMMAND", allow_hyphen_values = true)]
     pub qemu_command: Vec<OsString>,
+}
+
+/// `record --help` and its man page: the short help, then what the counts at the end of
+/// a recording mean (from the table the summary itself uses).
+fn record_long_help() -> String {
+    format!(
+        "{RECORD_HELP}\n\n\
+         The counts in plugin.stats (the trace directory): record's last lines show only \
+         those that need action.\n{}",
+        crate::stats::counts_help()
+    )
 }
 
 #[derive(Debug, Args)]

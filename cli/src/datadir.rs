@@ -360,7 +360,12 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         tids: done.tids.clone(),
         record_date: crate::host_info::ctime(rec.started),
         elapsed_time: crate::host_info::elapsed(rec.elapsed),
-        version: format!("qemu-uftrace {}", env!("CARGO_PKG_VERSION")),
+        // uftrace prints every duration as time: the version line, which `uftrace info` and
+        // exported files show, says what the times count.
+        version: match rec.stats.as_ref().and_then(Stats::clock_words) {
+            Some(clock) => format!("qemu-uftrace {} ({clock})", env!("CARGO_PKG_VERSION")),
+            None => format!("qemu-uftrace {}", env!("CARGO_PKG_VERSION")),
+        },
         extra_features: if done.has_dbg {
             info::feat::DEBUG_INFO
         } else {

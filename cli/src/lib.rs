@@ -69,12 +69,30 @@ fn missing_double_dash(e: &clap::Error, argv: &[OsString]) -> Option<anyhow::Err
             "write: qemu-uftrace record [OPTIONS] -- qemu-system-aarch64 …",
         ));
     }
+    // clap's own tip (`-- --fast`) would hand the word to QEMU as the program to run.
+    if e.kind() == clap::error::ErrorKind::UnknownArgument && is_record {
+        let word = match e.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(w)) => w.clone(),
+            _ => "this option".into(),
+        };
+        return Some(errors::usage(
+            format!("record has no option {word}"),
+            "see qemu-uftrace record --help for its options; QEMU's own options go after -- \
+             with the QEMU command",
+        ));
+    }
     None
 }
 
 fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
     match cli.command {
-        Command::Record(a) => record::run(a, argv),
+        Command::Record(a) => {
+            // Refused before QEMU runs, not after a long recording.
+            if a.then == Some(args::Then::Tui) {
+                uftrace_cmd::require_terminal()?;
+            }
+            record::run(a, argv)
+        }
         Command::Symbols(a) => symbols_cmd::run(a),
         Command::Replay(a) => uftrace_cmd::run("replay", &a.dir, &a.uftrace_args),
         Command::Report(a) => uftrace_cmd::run("report", &a.dir, &a.uftrace_args),

@@ -93,7 +93,7 @@ pub fn preflight(
 /// Finds the QEMU, checks its version and finds the plugin build it loads (probing it, or
 /// recalling an earlier probe of the same files).
 pub fn check_qemu(argv0: &OsString, emulator: Emulator, plugin: &PluginChoice) -> Result<Qemu> {
-    let path = find_executable(argv0)?;
+    let path = find_emulator(argv0, emulator.mode)?;
     let candidates: Vec<(u32, PathBuf)> = match plugin {
         PluginChoice::Given(p) => vec![(0, p.clone())],
         PluginChoice::Embedded => crate::embedded::PLUGINS
@@ -139,6 +139,18 @@ pub fn check_qemu(argv0: &OsString, emulator: Emulator, plugin: &PluginChoice) -
 /// Resolves argv[0] the way `execvp` would (the `which` crate: a name with a `/` as a path,
 /// any other searched on PATH).
 pub fn find_executable(argv0: &OsString) -> Result<PathBuf> {
+    find_executable_or(argv0, install_hint)
+}
+
+/// [`find_executable`] for this kind of emulator, whose missing one is found elsewhere.
+pub fn find_emulator(argv0: &OsString, mode: Mode) -> Result<PathBuf> {
+    match mode {
+        Mode::System => find_executable(argv0),
+        Mode::User => find_executable_or(argv0, user_install_hint),
+    }
+}
+
+fn find_executable_or(argv0: &OsString, install_hint: fn() -> String) -> Result<PathBuf> {
     let p = Path::new(argv0);
     let found = which::which(p).ok();
     if p.components().count() > 1 {
@@ -165,6 +177,14 @@ pub fn install_hint() -> String {
          bookworm-backports on bookworm)",
         MIN_VERSION.0, MIN_VERSION.1
     )
+}
+
+/// Debian's qemu-user is built without plugin support, so no package is the way out.
+pub fn user_install_hint() -> String {
+    "user mode needs a QEMU built with plugin support (Debian's qemu-user is not): \
+     scripts/install-deps.sh builds one into ~/.cache/qemu-uftrace/qemu-10.2.2/bin; put that \
+     directory on PATH or name the emulator by its path"
+        .to_string()
 }
 
 /// Parses `QEMU emulator version 10.0.2 (Debian …)` or `qemu-aarch64 version 7.2.0`.

@@ -17,6 +17,173 @@ pub const TOTALS: &[&str] = &[
     "bytes",
 ];
 
+/// What a count in `plugin.stats` means, and whether the end-of-record summary shows it:
+/// only counts a user can act on, or that say part of the trace is missing, are shown; the
+/// rest are the ordinary bookkeeping of following a guest and are explained here (and in
+/// the README and `qemu-uftrace-record(1)`, which come from this table).
+pub struct Count {
+    pub key: &'static str,
+    pub meaning: &'static str,
+    /// What to do about a non-zero count; `Some` means the summary shows it.
+    pub action: Option<&'static str>,
+}
+
+/// Every count the plugin writes (`plugin.stats`), in its order.
+pub const COUNTS: &[Count] = &[
+    count(
+        "events",
+        "records written (entries, exits and markers)",
+        None,
+    ),
+    count("calls", "call instructions executed", None),
+    count("returns", "return instructions executed", None),
+    count(
+        "deep_returns",
+        "returns that closed frames below the top (longjmp, frames that never returned); \
+         ordinary",
+        None,
+    ),
+    count(
+        "unmatched_returns",
+        "returns that matched no open frame: ordinary where the trace starts inside a call \
+         (a task's first switch-in, a kernel entering at a return)",
+        None,
+    ),
+    count(
+        "resyncs",
+        "unmatched returns after which the call stack was rebuilt from the guest's frame \
+         records; the replay shows a LOST record there",
+        None,
+    ),
+    count(
+        "synthetic_entries",
+        "frames opened by a resync, whose real entry was not seen",
+        None,
+    ),
+    count(
+        "depth_cap_hits",
+        "calls nested deeper than the depth cap, followed but not recorded",
+        Some("record with a larger --max-depth (up to 1024) to see them"),
+    ),
+    count(
+        "stack_overflows",
+        "calls beyond the 1024 frames the plugin follows (runaway recursion, or a stack it \
+         never saw unwind): not recorded",
+        Some("their frames are missing from the trace; --max-depth does not help"),
+    ),
+    count(
+        "eret_returns",
+        "exception returns that returned from the top frame",
+        None,
+    ),
+    count(
+        "returns_unseen",
+        "returns whose landing no block saw (a new task's start, an exception on the way), \
+         taken as the top frame's",
+        None,
+    ),
+    count(
+        "exceptions",
+        "exceptions and interrupts shown as entries ([irq], [svc] …)",
+        None,
+    ),
+    count(
+        "exception_returns",
+        "exception returns that closed an exception entry",
+        None,
+    ),
+    count(
+        "eret_redirects",
+        "exception returns that went elsewhere than where the exception was taken (a \
+         kernel fixup, a signal, exec)",
+        None,
+    ),
+    count("switches", "context switches between guest tasks", None),
+    count(
+        "lost_marks",
+        "LOST records written where the plugin had to guess (a rebuilt stack, a register \
+         QEMU would not read)",
+        None,
+    ),
+    count(
+        "register_read_failures",
+        "register or memory reads QEMU refused where one was needed (an indirect call's \
+         target, an exception's return address, an x86 IRET frame): that one event is \
+         missing (a LOST record marks a missed call); a few per boot are ordinary",
+        None,
+    ),
+    count(
+        "signals",
+        "user mode: signal deliveries shown as entries ([SIGALRM] …)",
+        None,
+    ),
+    count(
+        "signal_returns",
+        "user mode: rt_sigreturns that closed a delivery's entry",
+        None,
+    ),
+    count(
+        "unwinds",
+        "frames skipped by an unwinder (C++ exceptions, longjmp on x86-64) closed where \
+         execution resumed",
+        None,
+    ),
+    count(
+        "task_conflicts",
+        "switches to a task still running on another vCPU: it restarted with an empty stack",
+        None,
+    ),
+    count(
+        "open_frames",
+        "frames still open when QEMU exited (the replay shows them unfinished)",
+        None,
+    ),
+    count(
+        "lost_records",
+        "records not written after the plugin stopped writing (disk full, write error): the \
+         trace is marked INCOMPLETE",
+        Some("free disk space, or record to another directory"),
+    ),
+];
+
+const fn count(key: &'static str, meaning: &'static str, action: Option<&'static str>) -> Count {
+    Count {
+        key,
+        meaning,
+        action,
+    }
+}
+
+/// The end-of-record lines for the counts a user can act on: what each means and what to
+/// do (`lost_records` is said with the INCOMPLETE warning instead).
+pub fn findings(s: &Stats) -> Vec<String> {
+    let value = |key: &str| match key {
+        "depth_cap_hits" => Some(s.depth_cap_hits),
+        "lost_records" => None,
+        k => s.other_count(k),
+    };
+    COUNTS
+        .iter()
+        .filter_map(|c| {
+            let action = c.action?;
+            let n = value(c.key).filter(|&n| n > 0)?;
+            Some(format!("{} {n}: {}; {action}", c.key, c.meaning))
+        })
+        .collect()
+}
+
+/// The counts explained, as the README's list and the man page's section have them.
+pub fn counts_help() -> String {
+    COUNTS
+        .iter()
+        .map(|c| match c.action {
+            Some(a) => format!("{}: {} (shown when not 0: {a})", c.key, c.meaning),
+            None => format!("{}: {}", c.key, c.meaning),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     pub complete: bool,
@@ -104,6 +271,31 @@ impl Stats {
     /// threads, by their thread ids.
     pub fn is_user_mode(&self) -> bool {
         self.other.iter().any(|(k, v)| k == "mode" && v == "user")
+    }
+
+    /// What uftrace's time columns count, said where the trace's times are not
+    /// nanoseconds (`None` for the wall clock): uftrace prints every duration as time.
+    pub fn clock_unit_note(&self) -> Option<&'static str> {
+        if self.clock.as_deref() != Some("insn") {
+            return None;
+        }
+        Some(if self.vcpus.unwrap_or(1) > 1 {
+            "clock insn: times count each vCPU's guest instructions, not nanoseconds \
+             (1 us = 1,000 instructions; not comparable across vCPUs)"
+        } else {
+            "clock insn: times count guest instructions, not nanoseconds \
+             (1 us = 1,000 instructions, -t 1ms = 1,000,000)"
+        })
+    }
+
+    /// The clock in a few words, for the `info` file's version line (`uftrace info`'s
+    /// "program version", and the metadata of `dump --chrome`).
+    pub fn clock_words(&self) -> Option<&'static str> {
+        match self.clock.as_deref()? {
+            "insn" => Some("clock insn: times count guest instructions, not ns"),
+            "wall" => Some("clock wall: times are host nanoseconds"),
+            _ => None,
+        }
     }
 
     /// Parses the text; malformed lines are kept under `other` rather than failing.
@@ -201,6 +393,28 @@ mod tests {
                 ("vcpus".into(), "lots".into())
             ]
         );
+    }
+
+    /// Every count the engine writes is explained, so the summary never prints (nor the
+    /// docs omit) a number nobody explained.
+    #[test]
+    fn every_engine_count_is_explained() {
+        let engine = qemu_uftrace_engine::stats::Stats::default();
+        for (key, _) in engine.lines() {
+            assert!(COUNTS.iter().any(|c| c.key == key), "{key} unexplained");
+        }
+    }
+
+    #[test]
+    fn findings_show_only_actionable_counts() {
+        let s = Stats::parse(
+            "complete=1\nclock=insn\nresyncs=85\nunmatched_returns=617\ndepth_cap_hits=3\n\
+             register_read_failures=11\nswitches=900\n",
+        );
+        let f = findings(&s);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].starts_with("depth_cap_hits 3: calls nested deeper"));
+        assert!(f[0].ends_with("--max-depth (up to 1024) to see them"));
     }
 
     #[test]

@@ -165,7 +165,8 @@ fn failure_line(e: &SymbolError) -> String {
     let fix = match e {
         SymbolError::Io { .. } => "check the path",
         SymbolError::Unrecognized { .. } => {
-            "give an ELF with symbols, a System.map or a kallsyms dump with --symbols FILE[:OFFSET]"
+            // Said for `record --symbols`, `-kernel` and the `symbols` subcommand alike.
+            "give an ELF with symbols, a System.map, a kallsyms dump or a kernel image in its place"
         }
         SymbolError::Corrupt { .. } => "give another copy of the file, or its System.map",
         // The library's message already says where to get the symbols.

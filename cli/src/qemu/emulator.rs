@@ -98,13 +98,59 @@ pub fn detect_emulator(argv0: &OsStr) -> Result<Emulator> {
         return Err(not_an_emulator(argv0));
     };
     if !QEMU_TARGETS.contains(&arch) {
-        return Err(not_an_emulator(argv0));
+        return Err(misspelled(argv0, mode, arch).unwrap_or_else(|| not_an_emulator(argv0)));
     }
     Ok(Emulator {
         mode,
         target: arch.to_string(),
         arch: Arch::from_qemu_target(arch),
     })
+}
+
+/// QEMU's programs that are not emulators, whose names also start with `qemu-`.
+const QEMU_TOOLS: &[&str] = &[
+    "img",
+    "nbd",
+    "io",
+    "edid",
+    "ga",
+    "keymap",
+    "pr-helper",
+    "storage-daemon",
+    "bridge-helper",
+    "vmsr-helper",
+];
+
+/// `qemu-system-aarch46`: a name no program on PATH has, close to an emulator's, is a
+/// typo, not some other program: say it is not found, and the name meant.
+fn misspelled(argv0: &OsStr, mode: Mode, arch: &str) -> Option<anyhow::Error> {
+    if (mode == Mode::User && QEMU_TOOLS.contains(&arch)) || exists(argv0) {
+        return None;
+    }
+    let best = QEMU_TARGETS
+        .iter()
+        .map(|t| (strsim::damerau_levenshtein(arch, t), *t))
+        .filter(|(d, t)| *d <= 2 && *d < t.len())
+        .min()?
+        .1;
+    let prefix = match mode {
+        Mode::System => "qemu-system-",
+        Mode::User => "qemu-",
+    };
+    Some(usage(
+        format!("'{}' not found on PATH", argv0.to_string_lossy()),
+        format!("did you mean {prefix}{best}?"),
+    ))
+}
+
+/// Whether the program exists: as a path when it has a `/`, else on PATH.
+fn exists(argv0: &OsStr) -> bool {
+    let p = Path::new(argv0);
+    if p.components().count() > 1 {
+        return p.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
 }
 
 fn not_an_emulator(argv0: &OsStr) -> anyhow::Error {
@@ -176,6 +222,14 @@ mod tests {
             let r = detect_emulator(name.as_ref());
             assert!(r.is_err(), "{name} accepted");
         }
+        assert_eq!(
+            err_text(detect_emulator("qemu-system-aarch46".as_ref())),
+            "'qemu-system-aarch46' not found on PATH; did you mean qemu-system-aarch64?"
+        );
+        assert_eq!(
+            err_text(detect_emulator("qemu-riscv46".as_ref())),
+            "'qemu-riscv46' not found on PATH; did you mean qemu-riscv64?"
+        );
         assert!(err_text(detect_emulator("ls".as_ref())).starts_with(
             "'ls' is not a QEMU emulator (expected qemu-system-<arch> or qemu-<arch>)"
         ));

@@ -8,7 +8,6 @@ use indicatif::{HumanBytes, HumanCount};
 use crate::args::RecordArgs;
 use crate::errors::{note, warn};
 use crate::run_qemu::QemuExit;
-use crate::stats::Stats;
 
 use super::assemble::Published;
 
@@ -69,23 +68,9 @@ pub fn print(
                      where they ran",
                 );
             }
-            let oddities: Vec<String> = [
-                ("resyncs", s.resyncs),
-                ("unmatched returns", s.unmatched_returns),
-                ("depth-cap hits", s.depth_cap_hits),
-            ]
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(what, n)| format!("{what}: {}", group(*n as f64)))
-            .chain(
-                s.other
-                    .iter()
-                    .filter(|(k, v)| worth_showing(s, k, v))
-                    .map(|(k, v)| format!("{k}: {v}")),
-            )
-            .collect();
-            if !oddities.is_empty() {
-                note(format!("plugin also reports {}", oddities.join(", ")));
+            // Only counts a user can act on; the others are explained in the README.
+            for line in crate::stats::findings(s) {
+                note(line);
             }
             if let Some(why) = s.incomplete_reason(cap) {
                 warn(format!("INCOMPLETE TRACE: {why}"));
@@ -152,39 +137,6 @@ pub fn print(
     }
 }
 
-/// Unknown plugin statistics are shown as they are, except zeros and the per-vCPU
-/// breakdown (`vcpu0.calls`) of totals that are shown anyway.
-fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
-    let per_vcpu_total = key
-        .strip_prefix("vcpu")
-        .and_then(|k| k.split_once('.'))
-        .is_some_and(|(n, total)| {
-            n.bytes().all(|b| b.is_ascii_digit())
-                && (crate::stats::TOTALS.contains(&total)
-                    || s.other.iter().any(|(k, _)| k == total))
-        });
-    // Settings echoed back by the plugin, and counts of its fast paths, are not findings.
-    // The whole-system model's ordinary counts are in the summary line, not findings.
-    let setting = matches!(
-        key,
-        "max_depth"
-            | "discontinuity_api"
-            | "eret_returns"
-            | "plugin_api"
-            | "qemu_api"
-            | "tasks"
-            | "switches"
-            | "exceptions"
-            | "exception_returns"
-            | "exceptions_shown"
-            | "split_levels"
-            | "returns_unseen"
-            | "open_frames"
-            | "mode"
-    );
-    value != "0" && !per_vcpu_total && !setting
-}
-
 /// `1,234,567`.
 fn group(n: f64) -> String {
     HumanCount(n.max(0.0).round() as u64).to_string()
@@ -198,16 +150,6 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn per_vcpu_copies_of_totals_are_not_shown() {
-        let s = Stats::parse("calls=3\nvcpu0.calls=3\nvcpu0.open_frames=2\nlost=1\nvcpu1.lost=1\n");
-        assert!(!worth_showing(&s, "vcpu0.calls", "3"));
-        assert!(worth_showing(&s, "vcpu0.open_frames", "2"));
-        assert!(!worth_showing(&s, "vcpu1.lost", "1"));
-        assert!(worth_showing(&s, "lost", "1"));
-        assert!(!worth_showing(&s, "zero", "0"));
-    }
 
     #[test]
     fn numbers_are_grouped() {
