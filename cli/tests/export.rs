@@ -106,7 +106,7 @@ fn threads(t: &Value) -> &Vec<Value> {
     t["threads"].as_array().expect("threads")
 }
 
-fn thread<'a>(t: &'a Value, tid: u64) -> &'a Value {
+fn thread(t: &Value, tid: u64) -> &Value {
     threads(t)
         .iter()
         .find(|th| th["tid"].as_u64() == Some(tid))
