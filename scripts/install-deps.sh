@@ -257,6 +257,12 @@ if ! "$venv/bin/vmlinux-to-elf" --help >/dev/null 2>&1; then
     "$venv/bin/pip" install -q --disable-pip-version-check vmlinux-to-elf==1.4.0
     "$venv/bin/vmlinux-to-elf" --help >/dev/null
 fi
+# Perfetto's trace schema (PyPI perfetto ships perfetto_trace_pb2) and protobuf: the export
+# tests decode every exported trace with them, offline.
+if ! "$venv/bin/python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+    log "installing perfetto and protobuf into $venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2
+fi
 
 # QEMU 10.2.2 from Debian's source package (`+ds`, patches applied), built for the targets
 # qemu-uftrace traces with plugins enabled, user mode included: Debian's binaries lack plugins
