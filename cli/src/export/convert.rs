@@ -68,7 +68,6 @@ pub struct Context<'a> {
 #[derive(Debug, Default)]
 pub struct TaskSummary {
     pub records: u64,
-    /// Slices begun, by name (what `uftrace report` counts as calls).
     pub first_time: Option<u64>,
     pub last_time: u64,
     /// Slices still open at the end (the trace leaves them open).
@@ -348,27 +347,22 @@ pub fn task<W: Write>(
                 }
                 RecordType::Lost => {
                     after_lost = true;
-                    let (name, note) = if rec.addr == 0 {
-                        (
+                    // The engine writes a count of 0 where it guessed (a stack rebuilt), the
+                    // writer the number of records it could not write.
+                    if rec.addr == 0 {
+                        s.instant(
+                            time,
                             "guessed: stack rebuilt",
-                            "the recorder lost track of this context's calls here and rebuilt \
-                             its stack from the guest's frame records",
-                        )
+                            Some((
+                                "why",
+                                "the recorder lost track of this context's calls here and \
+                                 rebuilt its stack from the guest's frame records",
+                            )),
+                        )?;
                     } else {
-                        (
-                            "LOST records",
-                            "records the recorder could not write (uftrace: LOST N records)",
-                        )
-                    };
-                    let count = rec.addr.to_string();
-                    s.instant(
-                        time,
-                        name,
-                        Some((
-                            if rec.addr == 0 { "why" } else { "lost" },
-                            if rec.addr == 0 { note } else { &count },
-                        )),
-                    )?;
+                        let count = rec.addr.to_string();
+                        s.instant(time, "LOST records", Some(("lost", &count)))?;
+                    }
                 }
                 RecordType::Event => match rec.addr {
                     SCHED_OUT => s.begin(time, KEY_SCHEDULE, Open::Schedule)?,
