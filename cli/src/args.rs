@@ -221,6 +221,11 @@ pub struct ExportArgs {
     /// Compress with gzip (Perfetto's UI opens .gz traces as they are)
     #[arg(long)]
     pub gzip: bool,
+
+    /// Give each function's slices its source file and line, from the trace's .dbg files
+    /// (recorded with DWARF symbols); a few bytes more per call
+    #[arg(long)]
+    pub srcline: bool,
 }
 
 impl ExportArgs {
@@ -229,6 +234,7 @@ impl ExportArgs {
             dir: self.dir.clone(),
             output: self.output.clone(),
             gzip: self.gzip,
+            srcline: self.srcline,
         }
     }
 }

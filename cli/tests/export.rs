@@ -223,6 +223,34 @@ fn bare_metal_guest_exports_as_uftrace_reads_it() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     let gz = qemu_uftrace::export::default_output(&dir, true);
     assert_eq!(decode(&gz), t);
+    assert_eq!(thread(&t, 1)["srclines"], serde_json::json!({}));
+
+    // --srcline: each function's slices carry the location `uftrace replay --srcline` shows.
+    let with_lines = dir.with_extension("lines.pftrace");
+    let out = export(&dir, &["--srcline", "-o", &with_lines.to_string_lossy()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let t2 = decode(&with_lines);
+    assert_eq!(slice_counts(&t2, &[]), slice_counts(&t, &[]));
+    let lines = thread(&t2, 1)["srclines"].as_object().unwrap().clone();
+    let replay = qemu_uftrace_tests::replay::uftrace(&[
+        "replay",
+        "--no-pager",
+        "--srcline",
+        "-d",
+        &dir.to_string_lossy(),
+    ])
+    .unwrap();
+    for name in ["main", "nest_level1", "nest_leaf"] {
+        let loc = lines[name]
+            .as_str()
+            .unwrap_or_else(|| panic!("no line for {name}: {lines:?}"));
+        assert!(
+            replay
+                .lines()
+                .any(|l| l.contains(&format!("{name}(")) && l.contains(loc)),
+            "{name} at {loc} is not what replay --srcline shows:\n{replay}"
+        );
+    }
 }
 
 /// A copy of `dir` (the test then damages the copy).

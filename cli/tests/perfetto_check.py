@@ -58,13 +58,15 @@ def main():
     attributes = {}
     problems = []
     seq = collections.defaultdict(
-        lambda: {"names": {}, "clock": None, "track": None, "clocks": {}, "cleared": False}
+        lambda: {"names": {}, "locs": {}, "clock": None, "track": None, "clocks": {},
+                 "cleared": False}
     )
     # Per track: open slice names, slice counts by name, last timestamp, instants.
     stacks = collections.defaultdict(list)
     counts = collections.defaultdict(collections.Counter)
     last_ts = {}
     instants = collections.defaultdict(list)
+    srclines = collections.defaultdict(dict)
     clock_decl = []
     n_packets = 0
 
@@ -73,7 +75,7 @@ def main():
         sid = p.trusted_packet_sequence_id
         st = seq[sid]
         if p.sequence_flags & CLEARED:
-            st.update(names={}, clock=None, track=None, clocks={}, cleared=True)
+            st.update(names={}, locs={}, clock=None, track=None, clocks={}, cleared=True)
         if p.HasField("trace_packet_defaults"):
             d = p.trace_packet_defaults
             if d.HasField("timestamp_clock_id"):
@@ -85,6 +87,8 @@ def main():
                 problems.append(f"sequence {sid}: interned data before its state was cleared")
             for en in p.interned_data.event_names:
                 st["names"][en.iid] = en.name
+            for sl in p.interned_data.source_locations:
+                st["locs"][sl.iid] = f"{sl.file_name}:{sl.line_number}"
         if p.HasField("trace_attributes"):
             for a in p.trace_attributes.attribute:
                 attributes[a.key] = a.string_value or a.long_value
@@ -144,6 +148,12 @@ def main():
                 name = f"?{te.name_iid}"
         else:
             name = te.name
+        if te.HasField("source_location_iid"):
+            loc = st["locs"].get(te.source_location_iid)
+            if loc is None:
+                problems.append(f"sequence {sid}: source_location_iid not interned")
+            else:
+                srclines[track][name] = loc
         if te.type == BEGIN:
             stacks[track].append(name)
             counts[track][name] += 1
@@ -167,6 +177,7 @@ def main():
                 open_at_end=stacks.get(k, []),
                 instants=instants.get(k, []),
                 last_ts=last_ts.get(k),
+                srclines=srclines.get(k, {}),
             )
             for k, v in threads.items()
         ],

@@ -62,6 +62,8 @@ pub struct Context<'a> {
     pub event_names: &'a HashMap<u64, String>,
     /// Why the recording is incomplete, marked at each task's last record.
     pub incomplete: Option<&'a str>,
+    /// Attach each function's source location (`.dbg`) to its slices.
+    pub srcline: bool,
 }
 
 /// What converting one task found.
@@ -96,7 +98,8 @@ struct Sequence<'a, 'c, W: Write> {
     out: &'a mut Out<W>,
     ctx: &'a Context<'c>,
     seq: u32,
-    iids: HashMap<u64, u64>,
+    /// Interning key → (iid, whether a source location of that iid was interned too).
+    iids: HashMap<u64, (u64, bool)>,
     prev: u64,
     scratch: Vec<u8>,
     te: Vec<u8>,
@@ -104,17 +107,23 @@ struct Sequence<'a, 'c, W: Write> {
 }
 
 impl<W: Write> Sequence<'_, '_, W> {
-    fn name_of(&self, key: u64) -> String {
+    /// The name of an interning key, and its source location when asked for and known.
+    fn name_of(&self, key: u64) -> (String, Option<(String, u32)>) {
         match key {
-            KEY_SCHEDULE => "linux:schedule".into(),
-            KEY_SCHEDULE_PREEMPT => "linux:schedule (pre-empted)".into(),
+            KEY_SCHEDULE => ("linux:schedule".into(), None),
+            KEY_SCHEDULE_PREEMPT => ("linux:schedule (pre-empted)".into(), None),
             key => {
                 let addr = key & qemu_uftrace_format::ADDR_MASK;
-                self.ctx
-                    .sessions
-                    .get((key >> 48) as usize)
-                    .and_then(|(_, syms)| syms.lookup(addr))
-                    .map_or_else(|| format!("<{addr:x}>"), str::to_string)
+                let syms = self.ctx.sessions.get((key >> 48) as usize).map(|s| s.1);
+                if self.ctx.srcline {
+                    if let Some((name, file, line)) = syms.and_then(|s| s.lookup_line(addr)) {
+                        return (name.to_string(), Some((file.to_string(), line)));
+                    }
+                }
+                let name = syms
+                    .and_then(|s| s.lookup(addr))
+                    .map_or_else(|| format!("<{addr:x}>"), str::to_string);
+                (name, None)
             }
         }
     }
@@ -128,15 +137,36 @@ impl<W: Write> Sequence<'_, '_, W> {
         self.te.clear();
         self.te
             .extend_from_slice(&[(event::TYPE << 3) as u8, kind as u8]);
-        let mut new_name = None;
+        let mut interned = None;
         if let Some(key) = key {
-            let next = self.iids.len() as u64 + 1;
-            let iid = *self.iids.entry(key).or_insert_with(|| {
-                new_name = Some(next);
-                next
-            });
+            let (iid, has_line) = match self.iids.get(&key) {
+                Some(&known) => known,
+                None => {
+                    let iid = self.iids.len() as u64 + 1;
+                    let (name, line) = self.name_of(key);
+                    let mut id = Msg::new();
+                    let mut en = Msg::new();
+                    en.uint(interned::IID, iid).string(interned::NAME, &name);
+                    id.message(interned::EVENT_NAMES, &en);
+                    if let Some((file, n)) = &line {
+                        let mut sl = Msg::new();
+                        sl.uint(interned::IID, iid)
+                            .string(interned::FILE_NAME, file)
+                            .string(interned::FUNCTION_NAME, &name)
+                            .uint(interned::LINE_NUMBER, u64::from(*n));
+                        id.message(interned::SOURCE_LOCATIONS, &sl);
+                    }
+                    interned = Some(id);
+                    self.iids.insert(key, (iid, line.is_some()));
+                    (iid, line.is_some())
+                }
+            };
             self.te.push((event::NAME_IID << 3) as u8);
             put_varint(&mut self.te, iid);
+            if has_line {
+                put_varint(&mut self.te, u64::from(event::SOURCE_LOCATION_IID << 3));
+                put_varint(&mut self.te, iid);
+            }
         }
         let s = &mut self.scratch;
         s.push((packet::TIMESTAMP << 3) as u8);
@@ -146,12 +176,8 @@ impl<W: Write> Sequence<'_, '_, W> {
         s.push((packet::TRACK_EVENT << 3 | 2) as u8);
         put_varint(s, self.te.len() as u64);
         s.extend_from_slice(&self.te);
-        if let (Some(iid), Some(key)) = (new_name, key) {
-            let name = self.name_of(key);
-            let mut en = Msg::new();
-            en.uint(interned::IID, iid).string(interned::NAME, &name);
-            let mut id = Msg::new();
-            id.message(interned::EVENT_NAMES, &en);
+        if let Some(id) = interned {
+            // A name (and its location) is interned in the packet of its first use.
             let mut m = Msg {
                 buf: std::mem::take(&mut self.scratch),
             };

@@ -30,6 +30,8 @@ pub struct Options {
     /// `None`: `<DIR>.pftrace` beside the directory; `-`: standard output.
     pub output: Option<PathBuf>,
     pub gzip: bool,
+    /// Source locations from the trace's `.dbg` files on each function's slices.
+    pub srcline: bool,
 }
 
 /// uuid spaces of the tracks (any unique numbers do).
@@ -73,14 +75,15 @@ pub fn run(opts: &Options) -> Result<i32> {
     let summary = if to_stdout {
         let stdout = std::io::stdout().lock();
         let mut w = std::io::BufWriter::new(stdout);
-        let s = write_to(dir, gzip, &mut w).context("cannot write the trace to standard output")?;
+        let s = write_to(dir, gzip, opts.srcline, &mut w)
+            .context("cannot write the trace to standard output")?;
         w.flush()
             .context("cannot write the trace to standard output")?;
         s
     } else {
         let mut summary = None;
         let mut failure = None;
-        crate::atomic_file::replace(&output, |w| match write_to(dir, gzip, w) {
+        crate::atomic_file::replace(&output, |w| match write_to(dir, gzip, opts.srcline, w) {
             Ok(s) => {
                 summary = Some(s);
                 Ok(())
@@ -123,20 +126,21 @@ pub fn then(dir: &Path) -> Result<i32> {
         dir: dir.to_path_buf(),
         output: None,
         gzip: false,
+        srcline: false,
     })
 }
 
 /// Writes the whole trace of `dir` into `w`, gzip-compressed or not.
-pub fn write_to(dir: &Path, gzip: bool, w: &mut dyn Write) -> Result<Summary> {
+pub fn write_to(dir: &Path, gzip: bool, srcline: bool, w: &mut dyn Write) -> Result<Summary> {
     if gzip {
         // Level 1: a boot's trace compresses to a fifth of its size at that level already,
         // and higher levels cost seconds for a few percent.
         let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::fast());
-        let s = write_trace(dir, &mut gz)?;
+        let s = write_trace(dir, srcline, &mut gz)?;
         gz.finish().context("cannot finish the gzip stream")?;
         Ok(s)
     } else {
-        write_trace(dir, w)
+        write_trace(dir, srcline, w)
     }
 }
 
@@ -152,7 +156,7 @@ fn task_ids(dir: &Path) -> Result<Vec<u32>> {
     Ok(dats.into_iter().map(|(t, _)| t).collect())
 }
 
-fn write_trace(dir: &Path, w: &mut dyn Write) -> Result<Summary> {
+fn write_trace(dir: &Path, srcline: bool, w: &mut dyn Write) -> Result<Summary> {
     let tids = task_ids(dir)?;
     let task_txt = std::fs::read_to_string(dir.join("task.txt")).map_err(|e| {
         fail(
@@ -195,12 +199,13 @@ fn write_trace(dir: &Path, w: &mut dyn Write) -> Result<Summary> {
         let sessions = tasks.sessions(tid);
         for (_, sid) in &sessions {
             if !symbols.contains_key(*sid) {
-                let loaded = Symbols::load(dir, sid, tasks.dlopens(sid)).unwrap_or_else(|e| {
-                    summary.warnings.push(format!(
-                        "{e:#}: the functions of session {sid} are shown as addresses"
-                    ));
-                    Symbols::default()
-                });
+                let loaded =
+                    Symbols::load(dir, sid, tasks.dlopens(sid), srcline).unwrap_or_else(|e| {
+                        summary.warnings.push(format!(
+                            "{e:#}: the functions of session {sid} are shown as addresses"
+                        ));
+                        Symbols::default()
+                    });
                 symbols.insert(sid.to_string(), loaded);
             }
         }
@@ -218,6 +223,7 @@ fn write_trace(dir: &Path, w: &mut dyn Write) -> Result<Summary> {
             sessions: resolved,
             event_names: &event_names,
             incomplete: incomplete.as_deref(),
+            srcline,
         };
         let file = std::io::BufReader::with_capacity(0, open(tid)?);
         let seq = u32::try_from(i + 2).context("too many tasks")?;

@@ -66,6 +66,7 @@ pub mod event {
     pub const NAME_IID: u32 = 10;
     pub const TRACK_UUID: u32 = 11;
     pub const NAME: u32 = 23;
+    pub const SOURCE_LOCATION_IID: u32 = 34;
     pub const SLICE_BEGIN: u64 = 1;
     pub const SLICE_END: u64 = 2;
     pub const INSTANT: u64 = 3;
@@ -74,11 +75,16 @@ pub mod event {
     pub const ANNOTATION_UINT: u32 = 3;
 }
 
-/// `InternedData.event_names` and `EventName`.
+/// `InternedData.event_names` and `EventName`; `InternedData.source_locations` and
+/// `SourceLocation`.
 pub mod interned {
     pub const EVENT_NAMES: u32 = 2;
     pub const IID: u32 = 1;
     pub const NAME: u32 = 2;
+    pub const SOURCE_LOCATIONS: u32 = 4;
+    pub const FILE_NAME: u32 = 2;
+    pub const FUNCTION_NAME: u32 = 3;
+    pub const LINE_NUMBER: u32 = 4;
 }
 
 /// `TraceAttributes.attribute` and its key/value.

@@ -234,12 +234,17 @@ impl SymTable {
     }
 
     pub fn lookup(&self, offset: u64) -> Option<&str> {
+        self.lookup_start(offset).map(|(_, name)| name)
+    }
+
+    /// The function holding `offset`: its start and name.
+    pub fn lookup_start(&self, offset: u64) -> Option<(u64, &str)> {
         let i = self
             .syms
             .partition_point(|s| s.0 <= offset)
             .checked_sub(1)?;
         let (start, end, name) = &self.syms[i];
-        (*start <= offset && offset < *end).then_some(name.as_str())
+        (*start <= offset && offset < *end).then_some((*start, name.as_str()))
     }
 
     pub fn len(&self) -> usize {
@@ -251,6 +256,26 @@ impl SymTable {
     }
 }
 
+/// A `.dbg` file's source locations: function start offset → (file, line).
+pub fn parse_dbg(text: &str) -> HashMap<u64, (String, u32)> {
+    let mut out = HashMap::new();
+    let mut function = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("F: ") {
+            let offset = rest.split(' ').next().unwrap_or("");
+            function = u64::from_str_radix(offset.trim_start_matches("0x"), 16).ok();
+        } else if let Some(rest) = line.strip_prefix("L: ") {
+            let (Some(f), Some((n, file))) = (function.take(), rest.split_once(' ')) else {
+                continue;
+            };
+            if let Ok(n) = n.parse() {
+                out.insert(f, (file.to_string(), n));
+            }
+        }
+    }
+    out
+}
+
 /// The address space of one session: its map's images, then its DLOP modules.
 #[derive(Debug, Default)]
 pub struct Symbols {
@@ -259,12 +284,19 @@ pub struct Symbols {
     /// (base48, module index) of modules loaded later.
     dlopens: Vec<(u64, usize)>,
     modules: Vec<SymTable>,
+    /// Each module's `.dbg` locations, when asked for (`--srcline`).
+    lines: Vec<HashMap<u64, (String, u32)>>,
 }
 
 impl Symbols {
     /// Reads `sid-<sid>.map` and the `.sym` file of each image in it. A missing `.sym`
     /// leaves that image's addresses unresolved (uftrace would read the host's ELF file).
-    pub fn load(dir: &Path, sid: &str, dlopens: &[(u64, String)]) -> Result<Symbols> {
+    pub fn load(
+        dir: &Path,
+        sid: &str,
+        dlopens: &[(u64, String)],
+        srcline: bool,
+    ) -> Result<Symbols> {
         let path = dir.join(format!("sid-{sid}.map"));
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -276,6 +308,12 @@ impl Symbols {
                     .map(|t| SymTable::parse(&t))
                     .unwrap_or_default();
                 s.modules.push(table);
+                let lines = srcline
+                    .then(|| std::fs::read_to_string(dir.join(format!("{name}.dbg"))).ok())
+                    .flatten()
+                    .map(|t| parse_dbg(&t))
+                    .unwrap_or_default();
+                s.lines.push(lines);
                 s.modules.len() - 1
             })
         };
@@ -302,15 +340,30 @@ impl Symbols {
 
     /// The function at a 48-bit record address.
     pub fn lookup(&self, addr: u64) -> Option<&str> {
+        self.locate(addr).map(|(_, _, name)| name)
+    }
+
+    /// The function at `addr` and its source location, when the trace has it.
+    pub fn lookup_line(&self, addr: u64) -> Option<(&str, &str, u32)> {
+        let (m, start, name) = self.locate(addr)?;
+        let (file, line) = self.lines.get(m)?.get(&start)?;
+        Some((name, file.as_str(), *line))
+    }
+
+    /// (module, function start offset, name) of `addr`.
+    fn locate(&self, addr: u64) -> Option<(usize, u64, &str)> {
         if let Some(&(start, _, m)) = self.ranges.iter().find(|r| r.0 <= addr && addr < r.1) {
-            if let Some(name) = self.modules[m].lookup(addr - start) {
-                return Some(name);
+            if let Some((f, name)) = self.modules[m].lookup_start(addr - start) {
+                return Some((m, f, name));
             }
         }
         self.dlopens
             .iter()
             .filter(|d| d.0 <= addr)
-            .find_map(|&(base, m)| self.modules[m].lookup(addr - base))
+            .find_map(|&(base, m)| {
+                let (f, name) = self.modules[m].lookup_start(addr - base)?;
+                Some((m, f, name))
+            })
     }
 }
 
@@ -400,6 +453,14 @@ mod tests {
             [(0x7f00, "m.ko".to_string())]
         );
         assert_eq!(timestamp("2.000000001"), Some(2_000_000_001));
+    }
+
+    #[test]
+    fn dbg_locations() {
+        let d = parse_dbg("F: 10 main\nL: 12 src/main.c\nF: 0x40 f\nL: 3 a b.c\nF: 50 g\n");
+        assert_eq!(d[&0x10], ("src/main.c".to_string(), 12));
+        assert_eq!(d[&0x40], ("a b.c".to_string(), 3));
+        assert!(!d.contains_key(&0x50));
     }
 
     #[test]
