@@ -423,3 +423,130 @@ fn initramfs_boot_exports_processes_and_syscalls() {
     assert!(calls.get("[svc]").copied().unwrap_or(0) > 5, "{calls:?}");
     assert!(calls.contains_key("invoke_syscall"), "{calls:?}");
 }
+
+/// A hand-made directory in uftrace's format (no QEMU): a scheduler gap inside `main`
+/// (uftrace's `linux:schedule`), a guessed stack (LOST 0), a LOST count; its export counts
+/// every function as `uftrace report` does, the gap included.
+#[test]
+fn hand_made_trace_with_scheduler_gap_and_lost_records() {
+    use qemu_uftrace_format::record::{encode, RecordType::*};
+    use qemu_uftrace_format::{info::Info, map, symfile, task};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("uftrace.data");
+    std::fs::create_dir(&dir).unwrap();
+    let base = 0x40_0000u64;
+    let recs = [
+        (100, Entry, 0, base),
+        (110, Event, 1, 200_002),
+        (150, Event, 1, 200_001),
+        (160, Entry, 1, base + 0x10),
+        (170, Exit, 1, base + 0x10),
+        (175, Lost, 1, 0),
+        (180, Entry, 1, base + 0x20),
+        (190, Exit, 1, base + 0x20),
+        (200, Exit, 0, base),
+        (210, Lost, 0, 17),
+    ];
+    let bytes: Vec<u8> = recs
+        .iter()
+        .flat_map(|&(t, k, d, a)| encode(t, k, d, a))
+        .collect();
+    std::fs::write(dir.join("7.dat"), bytes).unwrap();
+    let mut w = Vec::new();
+    Info {
+        exename: "prog".into(),
+        tids: vec![7],
+        ..Default::default()
+    }
+    .write_to(&mut w)
+    .unwrap();
+    std::fs::write(dir.join("info"), w).unwrap();
+    let sid = task::session_id(0xabc);
+    let mut w = Vec::new();
+    task::write_task_txt(
+        &mut w,
+        &sid,
+        &[task::Task {
+            tid: 7,
+            pid: 7,
+            name: "prog".into(),
+        }],
+    )
+    .unwrap();
+    std::fs::write(dir.join("task.txt"), w).unwrap();
+    let mut w = Vec::new();
+    map::write_map(
+        &mut w,
+        vec![map::MapEntry {
+            start: base,
+            end: base + 0x100,
+            path: "/bin/prog".into(),
+        }],
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("sid-{sid}.map")), w).unwrap();
+    let syms: Vec<symfile::SymLine> = ["main", "f", "g"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| symfile::SymLine {
+            offset: i as u64 * 0x10,
+            size: 0x10,
+            name: n.to_string(),
+            global: true,
+        })
+        .collect();
+    let mut w = Vec::new();
+    symfile::write_sym(&mut w, &syms, 0x100).unwrap();
+    std::fs::write(dir.join("prog.sym"), w).unwrap();
+
+    let out = export(&dir, &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let t = decode(&qemu_uftrace::export::default_output(&dir, false));
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    let report = report_calls(&dir, &[]).expect("uftrace report");
+    assert_eq!(report.get("linux:schedule"), Some(&1), "{report:?}");
+    assert_eq!(slice_counts(&t, &[]), report);
+    let th = thread(&t, 7);
+    assert_eq!(th["name"], "prog");
+    assert_eq!(process_name(&t, 7), "prog");
+    assert_eq!(th["open_at_end"], Value::Array(vec![]));
+    let marks: Vec<(u64, &str)> = th["instants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["ts"].as_u64().unwrap(), i["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        marks,
+        [(175, "guessed: stack rebuilt"), (210, "LOST records")]
+    );
+    assert_eq!(th["instants"][1]["notes"]["lost"], "17");
+    // No plugin.stats, no clock named: nanoseconds.
+    assert!(t["attributes"]["clock"]
+        .as_str()
+        .unwrap()
+        .starts_with("ns:"));
+}
+
+/// Bad input is one line naming the problem and the way out.
+#[test]
+fn bad_input_is_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = export(&tmp.path().join("missing"), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = common::single_error(&out);
+    assert!(line.contains("no trace directory at"), "{line}");
+    let out = export(tmp.path(), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = common::single_error(&out);
+    assert!(line.contains("holds no <tid>.dat file"), "{line}");
+    std::fs::write(tmp.path().join("1.dat"), [0u8; 16]).unwrap();
+    let out = export(tmp.path(), &[]);
+    let line = common::single_error(&out);
+    assert!(
+        line.contains("task.txt") && line.contains("not a complete uftrace.data"),
+        "{line}"
+    );
+    // Nothing half-written is left behind.
+    assert!(!qemu_uftrace::export::default_output(tmp.path(), false).exists());
+}
