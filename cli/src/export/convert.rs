@@ -6,6 +6,10 @@
 //! the delta from the one before (one or two bytes instead of eight). A function's name is
 //! interned in the packet of its first call on the sequence and referred to by `name_iid`
 //! after. Memory holds the open slices and the names seen, never the events.
+//!
+//! `SEQ_NEEDS_INCREMENTAL_STATE` is set on the packets that intern names, not on every event:
+//! it only tells a reader to drop packets whose sequence lost its start (a ring buffer that
+//! wrapped), which a file written whole never does, and it would cost 2 bytes an event.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
