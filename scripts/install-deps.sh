@@ -290,6 +290,12 @@ if ! "$venv/bin/vmlinux-to-elf" --help >/dev/null 2>&1; then
         die "pip cannot install vmlinux-to-elf 1.4.0 into $venv: retry"
     "$venv/bin/vmlinux-to-elf" --help >/dev/null
 fi
+# Perfetto's trace schema (PyPI perfetto ships perfetto_trace_pb2) and protobuf: the export
+# tests decode every exported trace with them, offline.
+if ! "$venv/bin/python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+    log "installing perfetto and protobuf into $venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2
+fi
 
 # source_package NAME VERSION SUITES DIR [OPTION...]: the files of Debian's source package
 # (VERSION may be empty: the newest) from the deb-src of SUITES into DIR, through a private apt

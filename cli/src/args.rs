@@ -50,6 +50,8 @@ pub enum Command {
     Dump(UftraceArgs),
     /// Show what was recorded, when and how (uftrace info)
     Info(UftraceArgs),
+    /// Write the trace in Perfetto's protobuf format, for ui.perfetto.dev
+    Export(ExportArgs),
     /// Check the QEMUs on PATH (or the ones named) and uftrace: versions, plugin API,
     /// plugin support, exception reporting; exits non-zero when recording cannot work
     Doctor(DoctorArgs),
@@ -89,6 +91,8 @@ pub enum Then {
     Report,
     Graph,
     Tui,
+    /// Write `<DIR>.pftrace` for Perfetto (as `qemu-uftrace export -d DIR` does)
+    Export,
 }
 
 impl Then {
@@ -98,6 +102,7 @@ impl Then {
             Then::Report => "report",
             Then::Graph => "graph",
             Then::Tui => "tui",
+            Then::Export => "export",
         }
     }
 }
@@ -220,6 +225,47 @@ pub struct UftraceArgs {
         num_args = 0..
     )]
     pub uftrace_args: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "One slice per call, exception entry and scheduler gap on a thread track per \
+        task, grouped into processes (the guest's; a kernel's idle contexts; each vCPU's \
+        firmware); LOST records, guessed stacks and the cut of an incomplete trace are instant \
+        events. With --clock insn the timeline counts guest instructions (shown as ns), and the \
+        trace says so in its `clock` attribute and track.\n\n\
+        Examples:\n  qemu-uftrace export -d uftrace.data -o boot.pftrace\n  \
+        qemu-uftrace export -o - | gzip > trace.pftrace.gz"
+)]
+pub struct ExportArgs {
+    /// Trace directory to read
+    #[arg(short = 'd', long = "data", value_name = "DIR", default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+
+    /// File to write, `-` for standard output (default: DIR.pftrace, DIR.pftrace.gz with
+    /// --gzip); a name ending in .gz is gzip-compressed
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Compress with gzip (Perfetto's UI opens .gz traces as they are)
+    #[arg(long)]
+    pub gzip: bool,
+
+    /// Give each function's slices its source file and line, from the trace's .dbg files
+    /// (recorded with DWARF symbols); a few bytes more per call
+    #[arg(long)]
+    pub srcline: bool,
+}
+
+impl ExportArgs {
+    pub fn options(&self) -> crate::export::Options {
+        crate::export::Options {
+            dir: self.dir.clone(),
+            output: self.output.clone(),
+            gzip: self.gzip,
+            srcline: self.srcline,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

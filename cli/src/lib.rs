@@ -8,6 +8,7 @@ pub mod datadir;
 pub mod doctor;
 pub mod embedded;
 pub mod errors;
+pub mod export;
 pub mod guest_tasks;
 pub mod host_info;
 pub mod kernel_alias;
@@ -100,6 +101,7 @@ fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
         Command::Tui(a) => uftrace_cmd::run("tui", &a.dir, &a.uftrace_args),
         Command::Dump(a) => uftrace_cmd::run("dump", &a.dir, &a.uftrace_args),
         Command::Info(a) => uftrace_cmd::run("info", &a.dir, &a.uftrace_args),
+        Command::Export(a) => export::run(&a.options()),
         Command::Doctor(a) => doctor::run(&a.qemus),
         Command::Completions(a) => {
             let mut cmd = args::command();

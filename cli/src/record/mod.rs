@@ -87,7 +87,10 @@ fn record_into(
         code = 1;
     }
     if let Some(then) = args.then {
-        let then_code = crate::uftrace_cmd::run(then.subcommand(), &args.output, &[])?;
+        let then_code = match then {
+            crate::args::Then::Export => crate::export::then(&args.output)?,
+            _ => crate::uftrace_cmd::run(then.subcommand(), &args.output, &[])?,
+        };
         if code == 0 {
             code = then_code;
         }

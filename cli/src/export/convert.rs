@@ -1,0 +1,435 @@
+//! One task's `.dat` file to one Perfetto packet sequence, in one pass.
+//!
+//! Each task is a sequence of its own: its first packet clears the incremental state and
+//! sets the defaults (its thread track, its clock), so event packets carry neither a track
+//! nor a clock id. The clock is sequence-scoped and incremental: a packet's timestamp is
+//! the delta from the one before (one or two bytes instead of eight). A function's name is
+//! interned in the packet of its first call on the sequence and referred to by `name_iid`
+//! after. Memory holds the open slices and the names seen, never the events.
+//!
+//! `SEQ_NEEDS_INCREMENTAL_STATE` is set on the packets that intern names, not on every event:
+//! it only tells a reader to drop packets whose sequence lost its start (a ring buffer that
+//! wrapped), which a file written whole never does, and it would cost 2 bytes an event.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+
+use qemu_uftrace_format::record::{self, RecordType, RECORD_SIZE};
+
+use super::proto::{self, clock, defaults, event, interned, packet, put_varint, Msg};
+use super::source::Symbols;
+
+/// uftrace's scheduler events (perf's ids), which it shows as a `linux:schedule` call.
+const SCHED_IN: u64 = 200_001;
+const SCHED_OUT: u64 = 200_002;
+const SCHED_OUT_PREEMPT: u64 = 200_007;
+
+/// Where packets go: framed, buffered, counted.
+pub struct Out<W: Write> {
+    w: W,
+    buf: Vec<u8>,
+    pub bytes: u64,
+}
+
+impl<W: Write> Out<W> {
+    pub fn new(w: W) -> Out<W> {
+        Out {
+            w,
+            buf: Vec::with_capacity(1 << 20),
+            bytes: 0,
+        }
+    }
+
+    pub fn packet(&mut self, body: &[u8]) -> std::io::Result<()> {
+        let before = self.buf.len();
+        proto::frame(&mut self.buf, body);
+        self.bytes += (self.buf.len() - before) as u64;
+        if self.buf.len() >= 1 << 20 {
+            self.w.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.w.write_all(&self.buf)?;
+        self.w.flush()?;
+        Ok(self.w)
+    }
+}
+
+/// What the trace as a whole tells every task.
+pub struct Context<'a> {
+    /// The task's sessions' symbols, by the time each starts (the first at 0).
+    pub sessions: Vec<(u64, &'a Symbols)>,
+    /// User events' names (`events.txt`).
+    pub event_names: &'a HashMap<u64, String>,
+    /// Why the recording is incomplete, marked at each task's last record.
+    pub incomplete: Option<&'a str>,
+    /// Attach each function's source location (`.dbg`) to its slices.
+    pub srcline: bool,
+}
+
+/// What converting one task found.
+#[derive(Debug, Default)]
+pub struct TaskSummary {
+    pub records: u64,
+    pub first_time: Option<u64>,
+    pub last_time: u64,
+    /// Slices still open at the end (the trace leaves them open).
+    pub open_at_end: usize,
+    /// Returns with no call open, left out.
+    pub unmatched_returns: u64,
+    /// Records stamped earlier than the one before, exported at that one's time.
+    pub time_went_back: u64,
+    /// Why the file could not be read to its end.
+    pub cut: Option<String>,
+}
+
+/// What a slice on the stack stands for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Call,
+    Schedule,
+}
+
+/// Interning keys of names that are not functions (a function's is its 48-bit address and
+/// its session's index above it).
+const KEY_SCHEDULE: u64 = 1 << 60;
+const KEY_SCHEDULE_PREEMPT: u64 = (1 << 60) + 1;
+
+struct Sequence<'a, 'c, W: Write> {
+    out: &'a mut Out<W>,
+    ctx: &'a Context<'c>,
+    seq: u32,
+    /// Interning key → (iid, whether a source location of that iid was interned too).
+    iids: HashMap<u64, (u64, bool)>,
+    prev: u64,
+    scratch: Vec<u8>,
+    te: Vec<u8>,
+    stack: Vec<Open>,
+}
+
+impl<W: Write> Sequence<'_, '_, W> {
+    /// The name of an interning key, and its source location when asked for and known.
+    fn name_of(&self, key: u64) -> (String, Option<(String, u32)>) {
+        match key {
+            KEY_SCHEDULE => ("linux:schedule".into(), None),
+            KEY_SCHEDULE_PREEMPT => ("linux:schedule (pre-empted)".into(), None),
+            key => {
+                let addr = key & qemu_uftrace_format::ADDR_MASK;
+                let syms = self.ctx.sessions.get((key >> 48) as usize).map(|s| s.1);
+                if self.ctx.srcline {
+                    if let Some((name, file, line)) = syms.and_then(|s| s.lookup_line(addr)) {
+                        return (name.to_string(), Some((file.to_string(), line)));
+                    }
+                }
+                let name = syms
+                    .and_then(|s| s.lookup(addr))
+                    .map_or_else(|| format!("<{addr:x}>"), str::to_string);
+                (name, None)
+            }
+        }
+    }
+
+    /// The packet of one track event at `time`: `kind`, and for a begin its name (interned
+    /// here on first use).
+    fn event(&mut self, time: u64, kind: u64, key: Option<u64>) -> std::io::Result<()> {
+        let delta = time.saturating_sub(self.prev);
+        self.prev = self.prev.max(time);
+        self.scratch.clear();
+        self.te.clear();
+        self.te
+            .extend_from_slice(&[(event::TYPE << 3) as u8, kind as u8]);
+        let mut interned = None;
+        if let Some(key) = key {
+            let (iid, has_line) = match self.iids.get(&key) {
+                Some(&known) => known,
+                None => {
+                    let iid = self.iids.len() as u64 + 1;
+                    let (name, line) = self.name_of(key);
+                    let mut id = Msg::new();
+                    let mut en = Msg::new();
+                    en.uint(interned::IID, iid).string(interned::NAME, &name);
+                    id.message(interned::EVENT_NAMES, &en);
+                    if let Some((file, n)) = &line {
+                        let mut sl = Msg::new();
+                        sl.uint(interned::IID, iid)
+                            .string(interned::FILE_NAME, file)
+                            .string(interned::FUNCTION_NAME, &name)
+                            .uint(interned::LINE_NUMBER, u64::from(*n));
+                        id.message(interned::SOURCE_LOCATIONS, &sl);
+                    }
+                    interned = Some(id);
+                    self.iids.insert(key, (iid, line.is_some()));
+                    (iid, line.is_some())
+                }
+            };
+            self.te.push((event::NAME_IID << 3) as u8);
+            put_varint(&mut self.te, iid);
+            if has_line {
+                put_varint(&mut self.te, u64::from(event::SOURCE_LOCATION_IID << 3));
+                put_varint(&mut self.te, iid);
+            }
+        }
+        let s = &mut self.scratch;
+        s.push((packet::TIMESTAMP << 3) as u8);
+        put_varint(s, delta);
+        s.push((packet::SEQUENCE_ID << 3) as u8);
+        put_varint(s, u64::from(self.seq));
+        s.push((packet::TRACK_EVENT << 3 | 2) as u8);
+        put_varint(s, self.te.len() as u64);
+        s.extend_from_slice(&self.te);
+        if let Some(id) = interned {
+            // A name (and its location) is interned in the packet of its first use.
+            let mut m = Msg {
+                buf: std::mem::take(&mut self.scratch),
+            };
+            m.message(packet::INTERNED_DATA, &id)
+                .uint(packet::SEQUENCE_FLAGS, packet::SEQ_NEEDS_INCREMENTAL_STATE);
+            self.scratch = m.buf;
+        }
+        self.out.packet(&self.scratch)
+    }
+
+    /// An instant with a literal name (rare markers: LOST, the cut) and a note.
+    fn instant(
+        &mut self,
+        time: u64,
+        name: &str,
+        note: Option<(&str, &str)>,
+    ) -> std::io::Result<()> {
+        let delta = time.saturating_sub(self.prev);
+        self.prev = self.prev.max(time);
+        let mut te = Msg::new();
+        te.uint(event::TYPE, event::INSTANT)
+            .string(event::NAME, name);
+        if let Some((k, v)) = note {
+            let mut a = Msg::new();
+            a.string(event::ANNOTATION_NAME, k)
+                .string(event::ANNOTATION_STRING, v);
+            te.message(event::DEBUG_ANNOTATIONS, &a);
+        }
+        let mut p = Msg::new();
+        p.uint(packet::TIMESTAMP, delta)
+            .uint(packet::SEQUENCE_ID, u64::from(self.seq))
+            .message(packet::TRACK_EVENT, &te);
+        self.out.packet(&p.buf)
+    }
+
+    fn begin(&mut self, time: u64, key: u64, what: Open) -> std::io::Result<()> {
+        self.stack.push(what);
+        self.event(time, event::SLICE_BEGIN, Some(key))
+    }
+
+    fn end(&mut self, time: u64) -> std::io::Result<()> {
+        self.stack.pop();
+        self.event(time, event::SLICE_END, None)
+    }
+}
+
+/// The first packets of a task's sequence: state cleared, its defaults (thread track,
+/// clock), then the clock snapshot that puts the sequence's clock at `first` on the trace's
+/// timeline.
+fn start_sequence<W: Write>(
+    out: &mut Out<W>,
+    seq: u32,
+    track_uuid: u64,
+    first: u64,
+) -> std::io::Result<()> {
+    let mut ted = Msg::new();
+    ted.uint(defaults::TRACK_UUID, track_uuid);
+    let mut d = Msg::new();
+    d.uint(defaults::TIMESTAMP_CLOCK_ID, clock::CUSTOM)
+        .message(defaults::TRACK_EVENT_DEFAULTS, &ted);
+    let mut p = Msg::new();
+    p.uint(packet::SEQUENCE_ID, u64::from(seq))
+        .uint(
+            packet::SEQUENCE_FLAGS,
+            packet::SEQ_INCREMENTAL_STATE_CLEARED | packet::SEQ_NEEDS_INCREMENTAL_STATE,
+        )
+        .message(packet::DEFAULTS, &d);
+    out.packet(&p.buf)?;
+
+    let mut boottime = Msg::new();
+    boottime
+        .uint(clock::CLOCK_ID, clock::BOOTTIME)
+        .uint(clock::TIMESTAMP, first);
+    let mut own = Msg::new();
+    own.uint(clock::CLOCK_ID, clock::CUSTOM)
+        .uint(clock::TIMESTAMP, first)
+        .uint(clock::IS_INCREMENTAL, 1)
+        .uint(clock::UNIT_MULTIPLIER_NS, 1);
+    let mut snap = Msg::new();
+    snap.message(clock::CLOCKS, &boottime)
+        .message(clock::CLOCKS, &own);
+    let mut p = Msg::new();
+    p.uint(packet::SEQUENCE_ID, u64::from(seq))
+        .message(packet::CLOCK_SNAPSHOT, &snap);
+    out.packet(&p.buf)
+}
+
+/// The time of a file's first record, if it has one (to place sequences and markers).
+pub fn first_time(mut r: impl Read) -> Option<u64> {
+    let mut b = [0u8; RECORD_SIZE];
+    r.read_exact(&mut b).ok()?;
+    record::decode(&b).ok().map(|rec| rec.time)
+}
+
+/// Converts one task's records (`input`, the `.dat` file's bytes in order).
+pub fn task<W: Write>(
+    out: &mut Out<W>,
+    ctx: &Context,
+    seq: u32,
+    track_uuid: u64,
+    mut input: impl Read,
+) -> std::io::Result<TaskSummary> {
+    let mut sum = TaskSummary::default();
+    let mut s = Sequence {
+        out,
+        ctx,
+        seq,
+        iids: HashMap::new(),
+        prev: 0,
+        scratch: Vec::with_capacity(64),
+        te: Vec::with_capacity(16),
+        stack: Vec::new(),
+    };
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut have = 0usize;
+    let mut last = 0u64;
+    let mut after_lost = false;
+    let mut offset = 0u64;
+    // The session records resolve in (an exec starts another), and when the next starts.
+    let mut session = 0usize;
+    let next_session = |i: usize| ctx.sessions.get(i + 1).map_or(u64::MAX, |s| s.0);
+    let mut switch_at = next_session(0);
+    'file: loop {
+        let n = match input.read(&mut chunk[have..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        have += n;
+        let whole = have - have % RECORD_SIZE;
+        for rec_bytes in chunk[..whole].chunks_exact(RECORD_SIZE) {
+            let bytes: &[u8; RECORD_SIZE] = rec_bytes.try_into().expect("chunks of RECORD_SIZE");
+            let rec = match record::decode(bytes) {
+                Ok(r) => r,
+                Err(_) => {
+                    sum.cut = Some(format!(
+                        "record {} (byte {offset}) is not a uftrace record (bad magic); the rest \
+                         of the file is left out",
+                        offset / RECORD_SIZE as u64
+                    ));
+                    have = 0;
+                    break 'file;
+                }
+            };
+            offset += RECORD_SIZE as u64;
+            if sum.first_time.is_none() {
+                start_sequence(s.out, seq, track_uuid, rec.time)?;
+                s.prev = rec.time;
+                sum.first_time = Some(rec.time);
+                last = rec.time;
+            }
+            let time = if rec.time < last {
+                sum.time_went_back += 1;
+                last
+            } else {
+                rec.time
+            };
+            last = time;
+            sum.records += 1;
+            while time >= switch_at {
+                session += 1;
+                switch_at = next_session(session);
+            }
+            // After a LOST record uftrace trusts the next record's depth: slices deeper
+            // than it are over.
+            if after_lost {
+                after_lost = false;
+                let level = match rec.kind {
+                    RecordType::Exit => usize::from(rec.depth) + 1,
+                    _ => usize::from(rec.depth),
+                };
+                while s.stack.len() > level && rec.kind != RecordType::Lost {
+                    s.end(time)?;
+                }
+            }
+            match rec.kind {
+                RecordType::Entry => {
+                    // Names are interned per session: one address, two programs.
+                    s.begin(time, rec.addr | (session as u64) << 48, Open::Call)?
+                }
+                RecordType::Exit => {
+                    // A return closes the innermost call (uftrace's rule), a scheduler gap
+                    // open above it included.
+                    while s.stack.last() == Some(&Open::Schedule) {
+                        s.end(time)?;
+                    }
+                    if s.stack.is_empty() {
+                        sum.unmatched_returns += 1;
+                    } else {
+                        s.end(time)?;
+                    }
+                }
+                RecordType::Lost => {
+                    after_lost = true;
+                    // The engine writes a count of 0 where it guessed (a stack rebuilt), the
+                    // writer the number of records it could not write.
+                    if rec.addr == 0 {
+                        s.instant(
+                            time,
+                            "guessed: stack rebuilt",
+                            Some((
+                                "why",
+                                "the recorder lost track of this context's calls here and \
+                                 rebuilt its stack from the guest's frame records",
+                            )),
+                        )?;
+                    } else {
+                        let count = rec.addr.to_string();
+                        s.instant(time, "LOST records", Some(("lost", &count)))?;
+                    }
+                }
+                RecordType::Event => match rec.addr {
+                    SCHED_OUT => s.begin(time, KEY_SCHEDULE, Open::Schedule)?,
+                    SCHED_OUT_PREEMPT => s.begin(time, KEY_SCHEDULE_PREEMPT, Open::Schedule)?,
+                    SCHED_IN => {
+                        if s.stack.last() == Some(&Open::Schedule) {
+                            s.end(time)?;
+                        }
+                    }
+                    id => {
+                        let name = ctx
+                            .event_names
+                            .get(&id)
+                            .cloned()
+                            .unwrap_or_else(|| format!("user_event:{id}"));
+                        s.instant(time, &name, None)?;
+                    }
+                },
+            }
+        }
+        chunk.copy_within(whole..have, 0);
+        have -= whole;
+    }
+    if have > 0 && sum.cut.is_none() {
+        sum.cut = Some(format!(
+            "ends in a partial record ({have} of {RECORD_SIZE} bytes), left out"
+        ));
+    }
+    sum.last_time = last;
+    if sum.first_time.is_some() {
+        if let Some(cut) = &sum.cut {
+            s.instant(last, "cut: unreadable data", Some(("why", cut)))?;
+        }
+        if let Some(why) = ctx.incomplete {
+            s.instant(last, "INCOMPLETE TRACE", Some(("why", why)))?;
+        }
+    }
+    sum.open_at_end = s.stack.len();
+    Ok(sum)
+}

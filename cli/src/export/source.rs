@@ -1,0 +1,484 @@
+//! What a `uftrace.data` directory says besides its records: tasks and sessions
+//! (`task.txt`), where each image lies (`sid-<SID>.map`), function names (`<module>.sym`),
+//! the clock, and whether the trace was cut. Read as uftrace reads them
+//! (/work/shared/docs/uftrace-data-format.md), for any writer's directory, not only ours.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::map;
+
+/// One `SESS` line.
+#[derive(Debug, Clone)]
+struct Session {
+    ns: u64,
+    pid: u32,
+    sid: String,
+    exename: String,
+}
+
+/// `task.txt`: sessions, tasks (tid → pid), forks and late-loaded modules.
+#[derive(Debug, Default)]
+pub struct TaskFile {
+    sessions: Vec<Session>,
+    /// tid → (pid, TASK time).
+    tasks: HashMap<u32, (u32, u64)>,
+    /// child pid → parent pid.
+    forks: HashMap<u32, u32>,
+    /// sid → (base, module basename) of each DLOP line.
+    dlopens: HashMap<String, Vec<(u64, String)>>,
+}
+
+/// `<sec>.<nsec>`, the nanoseconds read as an integer (as uftrace does).
+fn timestamp(v: &str) -> Option<u64> {
+    let (s, ns) = v.split_once('.').unwrap_or((v, "0"));
+    Some(s.parse::<u64>().ok()? * 1_000_000_000 + ns.parse::<u64>().ok()?)
+}
+
+/// The value of ` key=` in a line (up to the next space).
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let at = line.find(&format!(" {key}="))? + key.len() + 2;
+    line[at..].split(' ').next()
+}
+
+/// A quoted value that runs to the line's last `"` (names may hold spaces).
+fn quoted<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let at = line.find(&format!("{key}=\""))? + key.len() + 2;
+    let end = line.rfind('"').filter(|&e| e >= at)?;
+    Some(&line[at..end])
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+impl TaskFile {
+    pub fn parse(text: &str) -> TaskFile {
+        let mut t = TaskFile::default();
+        for line in text.lines() {
+            let num = |k| field(line, k).and_then(|v| v.parse::<u32>().ok());
+            let ns = field(line, "timestamp").and_then(timestamp).unwrap_or(0);
+            if line.starts_with("SESS ") {
+                if let (Some(pid), Some(sid)) = (num("pid"), field(line, "sid")) {
+                    t.sessions.push(Session {
+                        ns,
+                        pid,
+                        sid: sid.to_string(),
+                        exename: quoted(line, "exename").unwrap_or("").to_string(),
+                    });
+                }
+            } else if line.starts_with("TASK ") {
+                if let (Some(tid), Some(pid)) = (num("tid"), num("pid")) {
+                    t.tasks.insert(tid, (pid, ns));
+                }
+            } else if line.starts_with("FORK ") {
+                if let (Some(pid), Some(ppid)) = (num("pid"), num("ppid")) {
+                    t.forks.insert(pid, ppid);
+                }
+            } else if line.starts_with("DLOP ") {
+                let base = field(line, "base").and_then(|b| u64::from_str_radix(b, 16).ok());
+                if let (Some(sid), Some(base), Some(lib)) =
+                    (field(line, "sid"), base, quoted(line, "libname"))
+                {
+                    t.dlopens
+                        .entry(sid.to_string())
+                        .or_default()
+                        .push((base, basename(lib).to_string()));
+                }
+            }
+        }
+        t
+    }
+
+    /// The pid a task belongs to (its own tid when task.txt does not say).
+    pub fn pid(&self, tid: u32) -> u32 {
+        self.tasks.get(&tid).map_or(tid, |&(pid, _)| pid)
+    }
+
+    /// The sessions a task's records resolve in, by the time each starts: the one its
+    /// process had when the task began (a forked child's parent's, if it had none), then
+    /// each later session of its process (an exec), as uftrace looks sessions up by time.
+    pub fn sessions(&self, tid: u32) -> Vec<(u64, &str)> {
+        self.session_list(tid)
+            .into_iter()
+            .map(|(ns, i)| (ns, self.sessions[i].sid.as_str()))
+            .collect()
+    }
+
+    /// [`TaskFile::sessions`] as indexes into the SESS lines.
+    fn session_list(&self, tid: u32) -> Vec<(u64, usize)> {
+        let (pid, at) = self.tasks.get(&tid).copied().unwrap_or((tid, 0));
+        let mut out: Vec<(u64, usize)> = Vec::new();
+        let mut owner = pid;
+        for _ in 0..64 {
+            let first = (0..self.sessions.len())
+                .filter(|&i| self.sessions[i].pid == owner && self.sessions[i].ns <= at)
+                .max_by_key(|&i| self.sessions[i].ns);
+            if let Some(i) = first {
+                out.push((0, i));
+                break;
+            }
+            match self.forks.get(&owner) {
+                Some(&parent) => owner = parent,
+                None => break,
+            }
+        }
+        let mut later: Vec<usize> = (0..self.sessions.len())
+            .filter(|&i| {
+                let s = &self.sessions[i];
+                s.pid == pid && (s.ns > at || out.is_empty())
+            })
+            .collect();
+        later.sort_by_key(|&i| self.sessions[i].ns);
+        for i in later {
+            let ns = if out.is_empty() {
+                0
+            } else {
+                self.sessions[i].ns
+            };
+            out.push((ns, i));
+        }
+        out
+    }
+
+    /// The session a task starts in.
+    fn session(&self, tid: u32) -> Option<&Session> {
+        let i = self.session_list(tid).first()?.1;
+        self.sessions.get(i)
+    }
+
+    /// The modules a session loaded later (DLOP lines).
+    pub fn dlopens(&self, sid: &str) -> &[(u64, String)] {
+        self.dlopens.get(sid).map_or(&[], Vec::as_slice)
+    }
+
+    /// The "comm" uftrace shows for a task: its session's exename, basename.
+    pub fn comm(&self, tid: u32) -> Option<String> {
+        self.session(tid)
+            .map(|s| basename(&s.exename).to_string())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// The name of a process: its latest session's exename, basename.
+    pub fn process_name(&self, pid: u32) -> Option<String> {
+        self.sessions
+            .iter()
+            .filter(|s| s.pid == pid)
+            .max_by_key(|s| s.ns)
+            .map(|s| basename(&s.exename).to_string())
+            .filter(|n| !n.is_empty())
+    }
+}
+
+/// One module's functions: `(start, end, name)` by start, offsets from its map line.
+#[derive(Debug, Default)]
+pub struct SymTable {
+    syms: Vec<(u64, u64, String)>,
+}
+
+/// The type letters uftrace keeps (others are dropped, as it does).
+fn kept_type(t: &str) -> bool {
+    matches!(t, "T" | "t" | "w" | "P" | "K" | "D" | "d" | "v" | "u" | "?")
+}
+
+/// Names that only end the function before them.
+fn is_end_marker(t: &str, name: &str) -> bool {
+    t == "?" || matches!(name, "__sym_end" | "__dynsym_end" | "__func_end")
+}
+
+impl SymTable {
+    /// Parses a `.sym` file, 3-column (`addr type name`: a function runs to the next line)
+    /// or 4-column (`addr size type name`), as uftrace's `load_module_symbol_file` does.
+    pub fn parse(text: &str) -> SymTable {
+        // (start, explicit size, type, name) in file order.
+        let mut lines: Vec<(u64, Option<u64>, &str, &str)> = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let line = line.split('\t').next().unwrap_or(line);
+            let mut parts = line.splitn(2, ' ');
+            let (Some(addr), Some(rest)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(addr) = u64::from_str_radix(addr.trim_start_matches("0x"), 16) else {
+                continue;
+            };
+            // A second column starting with a decimal digit is a size (uftrace's rule).
+            let (size, rest) = match rest.split_once(' ') {
+                Some((s, r)) if s.starts_with(|c: char| c.is_ascii_digit()) => {
+                    (u64::from_str_radix(s, 16).ok(), r)
+                }
+                _ => (None, rest),
+            };
+            let (kind, name) = rest.split_once(' ').unwrap_or((rest, ""));
+            if kept_type(kind) {
+                lines.push((addr, size, kind, name));
+            }
+        }
+        let mut syms = Vec::new();
+        for (i, &(start, size, kind, name)) in lines.iter().enumerate() {
+            if is_end_marker(kind, name) || name.is_empty() {
+                continue;
+            }
+            let end = match size {
+                Some(s) if s > 0 => start + s,
+                _ => lines.get(i + 1).map_or(start, |n| n.0),
+            };
+            if end > start {
+                syms.push((start, end, name.to_string()));
+            }
+        }
+        syms.sort_by_key(|s| s.0);
+        // Aliases at one address: uftrace keeps the first.
+        syms.dedup_by_key(|s| s.0);
+        SymTable { syms }
+    }
+
+    pub fn lookup(&self, offset: u64) -> Option<&str> {
+        self.lookup_start(offset).map(|(_, name)| name)
+    }
+
+    /// The function holding `offset`: its start and name.
+    pub fn lookup_start(&self, offset: u64) -> Option<(u64, &str)> {
+        let i = self
+            .syms
+            .partition_point(|s| s.0 <= offset)
+            .checked_sub(1)?;
+        let (start, end, name) = &self.syms[i];
+        (*start <= offset && offset < *end).then_some((*start, name.as_str()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.syms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.syms.is_empty()
+    }
+}
+
+/// A `.dbg` file's source locations: function start offset → (file, line).
+pub fn parse_dbg(text: &str) -> HashMap<u64, (String, u32)> {
+    let mut out = HashMap::new();
+    let mut function = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("F: ") {
+            let offset = rest.split(' ').next().unwrap_or("");
+            function = u64::from_str_radix(offset.trim_start_matches("0x"), 16).ok();
+        } else if let Some(rest) = line.strip_prefix("L: ") {
+            let (Some(f), Some((n, file))) = (function.take(), rest.split_once(' ')) else {
+                continue;
+            };
+            if let Ok(n) = n.parse() {
+                out.insert(f, (file.to_string(), n));
+            }
+        }
+    }
+    out
+}
+
+/// The address space of one session: its map's images, then its DLOP modules.
+#[derive(Debug, Default)]
+pub struct Symbols {
+    /// (start48, end48, module index) in map order: the first range holding an address wins.
+    ranges: Vec<(u64, u64, usize)>,
+    /// (base48, module index) of modules loaded later.
+    dlopens: Vec<(u64, usize)>,
+    modules: Vec<SymTable>,
+    /// Each module's `.dbg` locations, when asked for (`--srcline`).
+    lines: Vec<HashMap<u64, (String, u32)>>,
+}
+
+impl Symbols {
+    /// Reads `sid-<sid>.map` and the `.sym` file of each image in it. A missing `.sym`
+    /// leaves that image's addresses unresolved (uftrace would read the host's ELF file).
+    pub fn load(
+        dir: &Path,
+        sid: &str,
+        dlopens: &[(u64, String)],
+        srcline: bool,
+    ) -> Result<Symbols> {
+        let path = dir.join(format!("sid-{sid}.map"));
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut s = Symbols::default();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let mut module = |name: &str, s: &mut Symbols| -> usize {
+            *by_name.entry(name.to_string()).or_insert_with(|| {
+                let table = std::fs::read_to_string(dir.join(format!("{name}.sym")))
+                    .map(|t| SymTable::parse(&t))
+                    .unwrap_or_default();
+                s.modules.push(table);
+                let lines = srcline
+                    .then(|| std::fs::read_to_string(dir.join(format!("{name}.dbg"))).ok())
+                    .flatten()
+                    .map(|t| parse_dbg(&t))
+                    .unwrap_or_default();
+                s.lines.push(lines);
+                s.modules.len() - 1
+            })
+        };
+        // Consecutive lines of one path merge into one range, as uftrace merges them.
+        let mut last: Option<String> = None;
+        for e in map::parse_map(&text) {
+            let (start, end) = e.range48();
+            let name = e.module_name().to_string();
+            match (&last, s.ranges.last_mut()) {
+                (Some(prev), Some(r)) if *prev == name => r.1 = end,
+                _ => {
+                    let m = module(&name, &mut s);
+                    s.ranges.push((start, end, m));
+                }
+            }
+            last = Some(name);
+        }
+        for (base, name) in dlopens {
+            let m = module(name, &mut s);
+            s.dlopens.push((qemu_uftrace_format::addr48(*base), m));
+        }
+        Ok(s)
+    }
+
+    /// The function at a 48-bit record address.
+    pub fn lookup(&self, addr: u64) -> Option<&str> {
+        self.locate(addr).map(|(_, _, name)| name)
+    }
+
+    /// The function at `addr` and its source location, when the trace has it.
+    pub fn lookup_line(&self, addr: u64) -> Option<(&str, &str, u32)> {
+        let (m, start, name) = self.locate(addr)?;
+        let (file, line) = self.lines.get(m)?.get(&start)?;
+        Some((name, file.as_str(), *line))
+    }
+
+    /// (module, function start offset, name) of `addr`.
+    fn locate(&self, addr: u64) -> Option<(usize, u64, &str)> {
+        if let Some(&(start, _, m)) = self.ranges.iter().find(|r| r.0 <= addr && addr < r.1) {
+            if let Some((f, name)) = self.modules[m].lookup_start(addr - start) {
+                return Some((m, f, name));
+            }
+        }
+        self.dlopens
+            .iter()
+            .filter(|d| d.0 <= addr)
+            .find_map(|&(base, m)| {
+                let (f, name) = self.modules[m].lookup_start(addr - base)?;
+                Some((m, f, name))
+            })
+    }
+}
+
+/// The clock the records are stamped with, as far as the directory says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceClock {
+    /// Nanoseconds (host wall clock, or uftrace's own).
+    Nanoseconds,
+    /// Guest instructions executed (`--clock insn`).
+    Instructions,
+}
+
+/// The clock named by the `info` file (a `clock` line, should one be written there) or by
+/// `plugin.stats`'s `clock=` line; nanoseconds when neither names one (uftrace's traces).
+pub fn trace_clock(dir: &Path) -> TraceClock {
+    let says_insn = |text: &str| {
+        text.lines().any(|l| {
+            let l = l.trim();
+            ["clock:", "clock=", "clock: "].iter().any(|p| {
+                l.strip_prefix(p)
+                    .is_some_and(|v| v.trim().starts_with("insn"))
+            })
+        })
+    };
+    let info = std::fs::read(dir.join("info")).unwrap_or_default();
+    let info_text = String::from_utf8_lossy(info.get(40..).unwrap_or_default());
+    let stats = std::fs::read_to_string(dir.join(crate::stats::STATS_FILE)).unwrap_or_default();
+    if says_insn(&info_text) || says_insn(&stats) {
+        TraceClock::Instructions
+    } else {
+        TraceClock::Nanoseconds
+    }
+}
+
+/// Why the trace is incomplete, when `note.txt` says so (`record` writes that note when
+/// QEMU died or the plugin stopped writing).
+pub fn incomplete_reason(dir: &Path) -> Option<String> {
+    let note = std::fs::read_to_string(dir.join("note.txt")).ok()?;
+    let at = note.find("INCOMPLETE TRACE:")?;
+    let rest = &note[at..];
+    // The reason runs to the sentence's end, which may wrap onto the next lines.
+    let end = rest
+        .find(";\n")
+        .unwrap_or_else(|| rest.find('\n').unwrap_or(rest.len()));
+    Some(rest[..end].replace('\n', " "))
+}
+
+/// `events.txt`'s names of user events (`EVENT: <id> <provider>:<name>`).
+pub fn event_names(dir: &Path) -> HashMap<u64, String> {
+    let text = std::fs::read_to_string(dir.join("events.txt")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (id, name) = l.strip_prefix("EVENT: ")?.split_once(' ')?;
+            Some((id.parse().ok()?, name.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_file_sessions_forks_and_names() {
+        let t = TaskFile::parse(
+            "SESS timestamp=0.000000000 pid=10 sid=00000000000000aa exename=\"/bin/a b\"\n\
+             TASK timestamp=0.000000000 tid=10 pid=10\n\
+             TASK timestamp=0.000000000 tid=11 pid=10\n\
+             FORK timestamp=1.500000000 pid=12 ppid=10\n\
+             TASK timestamp=1.500000000 tid=12 pid=12\n\
+             SESS timestamp=2.000000001 pid=12 sid=00000000000000bb exename=\"/bin/c\"\n\
+             TASK timestamp=2.000000001 tid=13 pid=12\n\
+             DLOP timestamp=0.000000000 tid=10 sid=00000000000000aa base=7f00 libname=\"/l/m.ko\"\n",
+        );
+        assert_eq!(t.pid(11), 10);
+        assert_eq!(t.sessions(11), [(0, "00000000000000aa")]);
+        // The child before its exec carries on in its parent's session, after it in its own.
+        assert_eq!(
+            t.sessions(12),
+            [(0, "00000000000000aa"), (2_000_000_001, "00000000000000bb")]
+        );
+        assert_eq!(t.sessions(13), [(0, "00000000000000bb")]);
+        assert_eq!(t.comm(10).as_deref(), Some("a b"));
+        assert_eq!(t.process_name(12).as_deref(), Some("c"));
+        assert_eq!(
+            t.dlopens["00000000000000aa"],
+            [(0x7f00, "m.ko".to_string())]
+        );
+        assert_eq!(timestamp("2.000000001"), Some(2_000_000_001));
+    }
+
+    #[test]
+    fn dbg_locations() {
+        let d = parse_dbg("F: 10 main\nL: 12 src/main.c\nF: 0x40 f\nL: 3 a b.c\nF: 50 g\n");
+        assert_eq!(d[&0x10], ("src/main.c".to_string(), 12));
+        assert_eq!(d[&0x40], ("a b.c".to_string(), 3));
+        assert!(!d.contains_key(&0x50));
+    }
+
+    #[test]
+    fn sym_tables_as_uftrace_sizes_them() {
+        let three = SymTable::parse(
+            "0000 T start\n0010 t helper\n0020 ? __gap\n0040 T last\n0050 ? __sym_end\n",
+        );
+        assert_eq!(three.lookup(0), Some("start"));
+        assert_eq!(three.lookup(0x1f), Some("helper"));
+        assert_eq!(three.lookup(0x20), None);
+        assert_eq!(three.lookup(0x4f), Some("last"));
+        assert_eq!(three.lookup(0x50), None);
+        let four = SymTable::parse(
+            "# symbols: 2\n0000000000000100 00000010 T f\n0000000000000200 00000008 t g\n",
+        );
+        assert_eq!(four.lookup(0x10f), Some("f"));
+        assert_eq!(four.lookup(0x110), None);
+        assert_eq!(four.lookup(0x207), Some("g"));
+        assert_eq!(four.len(), 2);
+    }
+}

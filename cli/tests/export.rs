@@ -1,0 +1,552 @@
+//! `qemu-uftrace export` on real recordings, decoded with Perfetto's official schema (PyPI's
+//! `perfetto` and `protobuf`, in the venv scripts/install-deps.sh makes; missing, they fail
+//! the test, never skip it) by `perfetto_check.py`, and held against uftrace's own reading of
+//! the same directory: per-function slice counts equal `uftrace report`'s calls, each track's
+//! slices nest (open at the end only where the task's records leave calls open), its times
+//! never go back, tracks carry the tasks' names and pids, and the clock is declared.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use qemu_uftrace_tests::replay::report_calls;
+use serde_json::Value;
+
+/// The venv's Python with `perfetto` and `protobuf`.
+fn python() -> PathBuf {
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let ok = Command::new(&py)
+        .args([
+            "-c",
+            "import perfetto.protos.perfetto.trace.perfetto_trace_pb2, google.protobuf",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{} cannot import perfetto's schema (PyPI perfetto, protobuf): run scripts/install-deps.sh",
+        py.display()
+    );
+    py
+}
+
+/// The decoded trace (see perfetto_check.py for its fields).
+fn decode(trace: &Path) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(trace)
+        .output()
+        .expect("run perfetto_check.py");
+    assert!(
+        out.status.success(),
+        "decoding {} failed: {}",
+        trace.display(),
+        common::stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON")
+}
+
+/// `qemu-uftrace export -d DIR extra…`.
+fn export(dir: &Path, extra: &[&str]) -> Output {
+    Command::new(common::BIN)
+        .arg("export")
+        .arg("-d")
+        .arg(dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace export")
+}
+
+/// Exports `dir` to `<dir>.pftrace`, which must succeed, and decodes it.
+fn export_ok(dir: &Path) -> Value {
+    let out = export(dir, &[]);
+    assert!(
+        out.status.success(),
+        "export failed: {}",
+        common::stderr(&out)
+    );
+    let trace = qemu_uftrace::export::default_output(dir, false);
+    decode(&trace)
+}
+
+/// Calls each task leaves open at its end, by uftrace's rule (a return closes the innermost
+/// call; one with none open is dropped), from the `.dat` files themselves.
+fn open_at_end(dir: &Path) -> BTreeMap<u64, usize> {
+    let mut open = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(tid) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".dat"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let bytes = std::fs::read(&path).unwrap();
+        let mut depth = 0usize;
+        for r in bytes.chunks_exact(16) {
+            let word = u64::from_le_bytes(r[8..].try_into().unwrap());
+            match word & 3 {
+                0 => depth += 1,
+                1 => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        open.insert(tid, depth);
+    }
+    open
+}
+
+fn threads(t: &Value) -> &Vec<Value> {
+    t["threads"].as_array().expect("threads")
+}
+
+fn thread(t: &Value, tid: u64) -> &Value {
+    threads(t)
+        .iter()
+        .find(|th| th["tid"].as_u64() == Some(tid))
+        .unwrap_or_else(|| panic!("no thread track for tid {tid}"))
+}
+
+fn process_name(t: &Value, pid: u64) -> String {
+    t["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"].as_u64() == Some(pid))
+        .and_then(|p| p["name"].as_str())
+        .unwrap_or_else(|| panic!("no process track for pid {pid}: {}", t["processes"]))
+        .to_string()
+}
+
+/// Slices per name over the threads `tids` (all when empty).
+fn slice_counts(t: &Value, tids: &[u64]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for th in threads(t) {
+        if !tids.is_empty() && !tids.contains(&th["tid"].as_u64().unwrap()) {
+            continue;
+        }
+        for (name, n) in th["slices"].as_object().unwrap() {
+            *counts.entry(name.clone()).or_default() += n.as_u64().unwrap();
+        }
+    }
+    counts
+}
+
+/// What every export must satisfy against its directory: a clean decode, one thread track
+/// per task, slices nested and open at the end only as the records leave them, per-function
+/// counts equal to `uftrace report`'s calls, and the clock `plugin.stats` names declared.
+fn check_against_uftrace(dir: &Path, t: &Value) {
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    let open = open_at_end(dir);
+    assert_eq!(threads(t).len(), open.len(), "one thread track per task");
+    for th in threads(t) {
+        let tid = th["tid"].as_u64().unwrap();
+        let left = th["open_at_end"].as_array().unwrap().len();
+        assert_eq!(
+            Some(&left),
+            open.get(&tid),
+            "tid {tid}: slices left open {}",
+            th["open_at_end"]
+        );
+    }
+    let report = report_calls(dir, &[]).expect("uftrace report");
+    let slices = slice_counts(t, &[]);
+    assert_eq!(
+        slices, report,
+        "slices per function vs uftrace report's calls"
+    );
+    let clock = qemu_uftrace_tests::plugin_stat(dir, "clock");
+    let declared = t["attributes"]["clock"].as_str().unwrap_or_default();
+    let named = t["named_tracks"].as_array().unwrap().iter().any(|n| {
+        n["name"]
+            .as_str()
+            .unwrap_or("")
+            .contains("guest instructions")
+    });
+    if clock == "insn" {
+        assert!(declared.starts_with("insn:"), "clock attribute: {declared}");
+        assert!(
+            named,
+            "no track naming the instruction clock: {}",
+            t["named_tracks"]
+        );
+    } else {
+        assert!(declared.starts_with("ns:"), "clock attribute: {declared}");
+        assert!(!named);
+    }
+    // Every task's sequence has its own incremental clock, in ns units.
+    let clocks = t["clocks"].as_array().unwrap();
+    assert_eq!(clocks.len(), open.len(), "{clocks:?}");
+    assert!(clocks
+        .iter()
+        .all(|c| c["incremental"] == Value::Bool(true) && c["unit_multiplier_ns"] == 1));
+}
+
+/// The bare-metal oracle guest: one vCPU's firmware process and task, every call a slice,
+/// the instruction clock declared; `-o -`, `--gzip` and a `.gz` name give the same trace.
+#[test]
+fn bare_metal_guest_exports_as_uftrace_reads_it() {
+    let elf = qemu_uftrace_tests::guest_elf("nested", qemu_uftrace_tests::Variant::Oracle)
+        .expect("build guests");
+    let (_tmp, dir, _) = common::record_argv(&qemu_uftrace_tests::qemu_args(&elf), &[]);
+    let t = export_ok(&dir);
+    check_against_uftrace(&dir, &t);
+    assert_eq!(threads(&t).len(), 1);
+    let th = thread(&t, 1);
+    assert_eq!(th["name"], "cpu0");
+    assert_eq!(th["pid"], 1);
+    assert_eq!(process_name(&t, 1), "cpu0");
+    assert_eq!(
+        slice_counts(&t, &[])["nest_leaf"],
+        report_calls(&dir, &[]).unwrap()["nest_leaf"]
+    );
+
+    // Standard output, gzip by option and by name: the same packets.
+    let plain = std::fs::read(qemu_uftrace::export::default_output(&dir, false)).unwrap();
+    let out = export(&dir, &["-o", "-"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(out.stdout, plain, "-o - writes the same trace");
+    let gz = dir.with_extension("trace.gz");
+    let out = export(&dir, &["-o", &gz.to_string_lossy()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let bytes = std::fs::read(&gz).unwrap();
+    assert_eq!(bytes[..2], [0x1f, 0x8b], "a .gz name compresses");
+    assert!(bytes.len() < plain.len());
+    assert_eq!(decode(&gz), t);
+    let out = export(&dir, &["--gzip"]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let gz = qemu_uftrace::export::default_output(&dir, true);
+    assert_eq!(decode(&gz), t);
+    assert_eq!(thread(&t, 1)["srclines"], serde_json::json!({}));
+
+    // --srcline: each function's slices carry the location `uftrace replay --srcline` shows.
+    let with_lines = dir.with_extension("lines.pftrace");
+    let out = export(&dir, &["--srcline", "-o", &with_lines.to_string_lossy()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let t2 = decode(&with_lines);
+    assert_eq!(slice_counts(&t2, &[]), slice_counts(&t, &[]));
+    let lines = thread(&t2, 1)["srclines"].as_object().unwrap().clone();
+    let replay = qemu_uftrace_tests::replay::uftrace(&[
+        "replay",
+        "--no-pager",
+        "--srcline",
+        "-d",
+        &dir.to_string_lossy(),
+    ])
+    .unwrap();
+    for name in ["main", "nest_level1", "nest_leaf"] {
+        let loc = lines[name]
+            .as_str()
+            .unwrap_or_else(|| panic!("no line for {name}: {lines:?}"));
+        assert!(
+            replay
+                .lines()
+                .any(|l| l.contains(&format!("{name}(")) && l.contains(loc)),
+            "{name} at {loc} is not what replay --srcline shows:\n{replay}"
+        );
+    }
+}
+
+/// A copy of `dir` (the test then damages the copy).
+fn copy_dir(dir: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let e = entry.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// Damaged and cut traces: what is readable is exported, the cut is marked where it is
+/// (an instant at the task's last readable record) and named on stderr, and the exit
+/// status says the trace is not whole; a recording `record` marked INCOMPLETE stays marked.
+#[test]
+fn truncated_and_incomplete_traces_are_marked() {
+    let elf = qemu_uftrace_tests::guest_elf("nested", qemu_uftrace_tests::Variant::Oracle)
+        .expect("build guests");
+    let (tmp, dir, _) = common::record_argv(&qemu_uftrace_tests::qemu_args(&elf), &[]);
+    let whole = std::fs::read(dir.join("1.dat")).unwrap();
+    let records = whole.len() / 16;
+    assert!(records > 40, "{records} records");
+
+    // Cut in the middle of a record, halfway through: calls are open at the cut.
+    let cut = tmp.path().join("cut.data");
+    copy_dir(&dir, &cut);
+    let keep = records / 2;
+    std::fs::write(cut.join("1.dat"), &whole[..keep * 16 + 7]).unwrap();
+    let out = export(&cut, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("warning: damaged trace: 1.dat: ends in a partial record (7 of 16 bytes)"),
+        "{err}"
+    );
+    let t = decode(&qemu_uftrace::export::default_output(&cut, false));
+    assert_eq!(t["problems"], Value::Array(vec![]));
+    let th = thread(&t, 1);
+    let marks = th["instants"].as_array().unwrap();
+    let last = marks.last().expect("a cut marker");
+    assert_eq!(last["name"], "cut: unreadable data");
+    assert_eq!(
+        last["ts"], th["last_ts"],
+        "the marker sits at the last readable record"
+    );
+    std::fs::write(cut.join("1.dat"), &whole[..keep * 16]).unwrap();
+    let open = open_at_end(&cut)[&1];
+    assert!(open > 0, "the cut leaves calls open");
+    assert_eq!(th["open_at_end"].as_array().unwrap().len(), open);
+    let begun: u64 = slice_counts(&t, &[]).values().sum();
+    let entries = whole[..keep * 16]
+        .chunks_exact(16)
+        .filter(|r| r[8] & 3 == 0)
+        .count() as u64;
+    assert_eq!(
+        begun, entries,
+        "every whole record before the cut is exported"
+    );
+
+    // A record that is not one (bad magic): the records before it are kept.
+    let mut bad = whole.clone();
+    bad[keep * 16 + 8] ^= 0x08;
+    std::fs::write(cut.join("1.dat"), &bad).unwrap();
+    let out = export(&cut, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    assert!(
+        common::stderr(&out).contains(&format!("1.dat: record {keep} (byte {})", keep * 16)),
+        "{}",
+        common::stderr(&out)
+    );
+    let t = decode(&qemu_uftrace::export::default_output(&cut, false));
+    assert_eq!(slice_counts(&t, &[]).values().sum::<u64>(), entries);
+
+    // A trace record marked INCOMPLETE: exported whole, marked at each task's end and in
+    // the trace's attributes.
+    std::fs::write(cut.join("1.dat"), &whole).unwrap();
+    std::fs::write(
+        cut.join("note.txt"),
+        "INCOMPLETE TRACE: QEMU was killed by signal 9;\nthe last records of each task are missing.\n",
+    )
+    .unwrap();
+    let out = export(&cut, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains("INCOMPLETE TRACE: QEMU was killed by signal 9"));
+    let t = decode(&qemu_uftrace::export::default_output(&cut, false));
+    let last = thread(&t, 1)["instants"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["name"], "INCOMPLETE TRACE");
+    assert_eq!(
+        last["notes"]["why"],
+        "INCOMPLETE TRACE: QEMU was killed by signal 9"
+    );
+    assert_eq!(
+        t["attributes"]["incomplete"],
+        "INCOMPLETE TRACE: QEMU was killed by signal 9"
+    );
+}
+
+/// `record --then export` leaves `<DIR>.pftrace` beside the trace.
+#[test]
+fn record_then_export_writes_the_perfetto_trace() {
+    let elf = qemu_uftrace_tests::hello_elf().expect("build guests");
+    let (_tmp, dir, _) =
+        common::record_argv(&qemu_uftrace_tests::qemu_args(&elf), &["--then", "export"]);
+    let t = decode(&qemu_uftrace::export::default_output(&dir, false));
+    check_against_uftrace(&dir, &t);
+}
+
+/// The user-mode threaded program: one process (the program, by its pid), a thread track
+/// per thread by its thread id, each with its exact thread_step slices.
+#[test]
+fn user_threads_export_as_threads_of_one_process() {
+    let elf = qemu_uftrace_tests::user_guest_elf("threads.elf").expect("build");
+    let (_tmp, dir, stdout) =
+        common::user::record_ok(&qemu_uftrace_tests::user_qemu(), &[&elf.to_string_lossy()]);
+    let (main_tid, steps) = common::user::check_thread_tasks(&dir, &stdout);
+    let t = export_ok(&dir);
+    check_against_uftrace(&dir, &t);
+    assert_eq!(process_name(&t, u64::from(main_tid)), "threads.elf");
+    for (&tid, &n) in &steps {
+        let th = thread(&t, u64::from(tid));
+        assert_eq!(th["pid"].as_u64(), Some(u64::from(main_tid)));
+        assert_eq!(th["name"], "threads.elf");
+        assert_eq!(th["slices"]["thread_step"].as_u64(), Some(n), "tid {tid}");
+        let report = report_calls(&dir, &["--tid", &tid.to_string()]).unwrap();
+        assert_eq!(slice_counts(&t, &[u64::from(tid)]), report, "tid {tid}");
+    }
+}
+
+/// Linux booting the initramfs guest: the kernel's idle contexts in one process, each
+/// task a process of its own by its PID (init, its forked child, kthreadd), system calls
+/// as `[svc]` slices with the handlers beneath, every function counted as uftrace does.
+#[test]
+fn initramfs_boot_exports_processes_and_syscalls() {
+    use qemu_uftrace_tests::linux_guest::{
+        init_child_pid, initramfs_boot_args_on, initramfs_guest, INIT_OK,
+    };
+    let (_, init_elf) = initramfs_guest().expect("the guest builds");
+    let qemu = qemu_uftrace_tests::system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2")
+        .program;
+    let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
+    let vmlinux = qemu_uftrace_tests::cached("kernel-dbg/vmlinux");
+    let symbols = [vmlinux.to_string_lossy(), init_elf.to_string_lossy()];
+    let (_tmp, dir, console) =
+        common::record_argv(&argv, &["--symbols", &symbols[0], "--symbols", &symbols[1]]);
+    assert!(console.contains(INIT_OK), "{console}");
+    let child = u64::from(init_child_pid(&console).expect("child PID"));
+    let t = export_ok(&dir);
+    check_against_uftrace(&dir, &t);
+    assert_eq!(process_name(&t, 1), "init");
+    assert_eq!(process_name(&t, child), "init");
+    assert_eq!(process_name(&t, 2), "kthreadd");
+    assert!(threads(&t).iter().any(|th| th["name"]
+        .as_str()
+        .is_some_and(|n| n.starts_with("swapper"))
+        || process_name(&t, th["pid"].as_u64().unwrap()) == "kernel"));
+    let init: Vec<u64> = threads(&t)
+        .iter()
+        .filter(|th| th["pid"].as_u64() == Some(1))
+        .map(|th| th["tid"].as_u64().unwrap())
+        .collect();
+    let calls = slice_counts(&t, &init);
+    assert!(calls.get("[svc]").copied().unwrap_or(0) > 5, "{calls:?}");
+    assert!(calls.contains_key("invoke_syscall"), "{calls:?}");
+}
+
+/// A hand-made directory in uftrace's format (no QEMU): a scheduler gap inside `main`
+/// (uftrace's `linux:schedule`), a guessed stack (LOST 0), a LOST count; its export counts
+/// every function as `uftrace report` does, the gap included.
+#[test]
+fn hand_made_trace_with_scheduler_gap_and_lost_records() {
+    use qemu_uftrace_format::record::{encode, RecordType::*};
+    use qemu_uftrace_format::{info::Info, map, symfile, task};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("uftrace.data");
+    std::fs::create_dir(&dir).unwrap();
+    let base = 0x40_0000u64;
+    let recs = [
+        (100, Entry, 0, base),
+        (110, Event, 1, 200_002),
+        (150, Event, 1, 200_001),
+        (160, Entry, 1, base + 0x10),
+        (170, Exit, 1, base + 0x10),
+        (175, Lost, 1, 0),
+        (180, Entry, 1, base + 0x20),
+        (190, Exit, 1, base + 0x20),
+        (200, Exit, 0, base),
+        (210, Lost, 0, 17),
+    ];
+    let bytes: Vec<u8> = recs
+        .iter()
+        .flat_map(|&(t, k, d, a)| encode(t, k, d, a))
+        .collect();
+    std::fs::write(dir.join("7.dat"), bytes).unwrap();
+    let mut w = Vec::new();
+    Info {
+        exename: "prog".into(),
+        tids: vec![7],
+        ..Default::default()
+    }
+    .write_to(&mut w)
+    .unwrap();
+    std::fs::write(dir.join("info"), w).unwrap();
+    let sid = task::session_id(0xabc);
+    let mut w = Vec::new();
+    task::write_task_txt(
+        &mut w,
+        &sid,
+        &[task::Task {
+            tid: 7,
+            pid: 7,
+            name: "prog".into(),
+        }],
+    )
+    .unwrap();
+    std::fs::write(dir.join("task.txt"), w).unwrap();
+    let mut w = Vec::new();
+    map::write_map(
+        &mut w,
+        vec![map::MapEntry {
+            start: base,
+            end: base + 0x100,
+            path: "/bin/prog".into(),
+        }],
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("sid-{sid}.map")), w).unwrap();
+    let syms: Vec<symfile::SymLine> = ["main", "f", "g"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| symfile::SymLine {
+            offset: i as u64 * 0x10,
+            size: 0x10,
+            name: n.to_string(),
+            global: true,
+        })
+        .collect();
+    let mut w = Vec::new();
+    symfile::write_sym(&mut w, &syms, 0x100).unwrap();
+    std::fs::write(dir.join("prog.sym"), w).unwrap();
+
+    let out = export(&dir, &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let t = decode(&qemu_uftrace::export::default_output(&dir, false));
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    let report = report_calls(&dir, &[]).expect("uftrace report");
+    assert_eq!(report.get("linux:schedule"), Some(&1), "{report:?}");
+    assert_eq!(slice_counts(&t, &[]), report);
+    let th = thread(&t, 7);
+    assert_eq!(th["name"], "prog");
+    assert_eq!(process_name(&t, 7), "prog");
+    assert_eq!(th["open_at_end"], Value::Array(vec![]));
+    let marks: Vec<(u64, &str)> = th["instants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["ts"].as_u64().unwrap(), i["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        marks,
+        [(175, "guessed: stack rebuilt"), (210, "LOST records")]
+    );
+    assert_eq!(th["instants"][1]["notes"]["lost"], "17");
+    // No plugin.stats, no clock named: nanoseconds.
+    assert!(t["attributes"]["clock"]
+        .as_str()
+        .unwrap()
+        .starts_with("ns:"));
+}
+
+/// Bad input is one line naming the problem and the way out.
+#[test]
+fn bad_input_is_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = export(&tmp.path().join("missing"), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = common::single_error(&out);
+    assert!(line.contains("no trace directory at"), "{line}");
+    let out = export(tmp.path(), &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let line = common::single_error(&out);
+    assert!(line.contains("holds no <tid>.dat file"), "{line}");
+    std::fs::write(tmp.path().join("1.dat"), [0u8; 16]).unwrap();
+    let out = export(tmp.path(), &[]);
+    let line = common::single_error(&out);
+    assert!(
+        line.contains("task.txt") && line.contains("not a complete uftrace.data"),
+        "{line}"
+    );
+    // Nothing half-written is left behind.
+    assert!(!qemu_uftrace::export::default_output(tmp.path(), false).exists());
+}

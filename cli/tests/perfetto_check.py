@@ -1,0 +1,197 @@
+"""Decodes a Perfetto trace with the official schema (PyPI's `perfetto` package and
+`protobuf`) and prints what the export tests assert on, as JSON.
+
+Usage: python perfetto_check.py TRACE[.gz]
+
+Packets are read one at a time with the `Trace` framing (tag 0x0A, varint length), each
+decoded as a `TracePacket`. Per sequence it follows what Perfetto's trace processor does:
+incremental state cleared by sequence_flags, TracePacketDefaults (clock and track),
+interned event names, and incremental sequence-scoped clocks (a packet's timestamp is a
+delta from the previous one; the first after a ClockSnapshot is relative to its value).
+"""
+
+import collections
+import gzip
+import json
+import sys
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+BEGIN, END, INSTANT = 1, 2, 3
+CLEARED = 1
+
+
+def varint(data, pos):
+    shift = value = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def packets(data):
+    pos = 0
+    while pos < len(data):
+        tag, pos = varint(data, pos)
+        if tag != 0x0A:
+            raise SystemExit(f"byte {pos}: tag {tag:#x} is not Trace.packet")
+        n, pos = varint(data, pos)
+        if pos + n > len(data):
+            raise SystemExit(f"byte {pos}: packet of {n} bytes runs past the end")
+        yield pb.TracePacket.FromString(data[pos : pos + n])
+        pos += n
+
+
+def main():
+    path = sys.argv[1]
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+
+    processes = {}  # uuid -> {pid, name}
+    threads = {}  # uuid -> {pid, tid, name}
+    named_tracks = {}  # uuid -> {name, description}
+    attributes = {}
+    problems = []
+    seq = collections.defaultdict(
+        lambda: {"names": {}, "locs": {}, "clock": None, "track": None, "clocks": {},
+                 "cleared": False}
+    )
+    # Per track: open slice names, slice counts by name, last timestamp, instants.
+    stacks = collections.defaultdict(list)
+    counts = collections.defaultdict(collections.Counter)
+    last_ts = {}
+    instants = collections.defaultdict(list)
+    srclines = collections.defaultdict(dict)
+    clock_decl = []
+    n_packets = 0
+
+    for p in packets(data):
+        n_packets += 1
+        sid = p.trusted_packet_sequence_id
+        st = seq[sid]
+        if p.sequence_flags & CLEARED:
+            st.update(names={}, locs={}, clock=None, track=None, clocks={}, cleared=True)
+        if p.HasField("trace_packet_defaults"):
+            d = p.trace_packet_defaults
+            if d.HasField("timestamp_clock_id"):
+                st["clock"] = d.timestamp_clock_id
+            if d.track_event_defaults.HasField("track_uuid"):
+                st["track"] = d.track_event_defaults.track_uuid
+        if p.HasField("interned_data"):
+            if not st["cleared"]:
+                problems.append(f"sequence {sid}: interned data before its state was cleared")
+            for en in p.interned_data.event_names:
+                st["names"][en.iid] = en.name
+            for sl in p.interned_data.source_locations:
+                st["locs"][sl.iid] = f"{sl.file_name}:{sl.line_number}"
+        if p.HasField("trace_attributes"):
+            for a in p.trace_attributes.attribute:
+                attributes[a.key] = a.string_value or a.long_value
+        if p.HasField("clock_snapshot"):
+            for c in p.clock_snapshot.clocks:
+                if c.clock_id >= 64:
+                    st["clocks"][c.clock_id] = {
+                        "value": c.timestamp,
+                        "incremental": c.is_incremental,
+                        "unit_multiplier_ns": c.unit_multiplier_ns or 1,
+                        "fresh": True,
+                    }
+                    clock_decl.append(
+                        {"seq": sid, "clock_id": c.clock_id, "unit_multiplier_ns": c.unit_multiplier_ns,
+                         "incremental": c.is_incremental}
+                    )
+        if p.HasField("track_descriptor"):
+            td = p.track_descriptor
+            if td.HasField("process"):
+                processes[td.uuid] = {"pid": td.process.pid, "name": td.process.process_name}
+            elif td.HasField("thread"):
+                threads[td.uuid] = {
+                    "pid": td.thread.pid,
+                    "tid": td.thread.tid,
+                    "name": td.thread.thread_name,
+                }
+            else:
+                named_tracks[td.uuid] = {"name": td.name, "description": td.description}
+        if not p.HasField("track_event"):
+            continue
+        # The event's time on the trace's timeline.
+        clock_id = p.timestamp_clock_id or st["clock"]
+        if clock_id and clock_id >= 64:
+            c = st["clocks"].get(clock_id)
+            if c is None:
+                problems.append(f"sequence {sid}: clock {clock_id} used before its snapshot")
+                continue
+            if c["incremental"]:
+                c["value"] += p.timestamp
+            else:
+                c["value"] = p.timestamp
+            ts = c["value"] * c["unit_multiplier_ns"]
+        else:
+            ts = p.timestamp
+        te = p.track_event
+        track = te.track_uuid if te.HasField("track_uuid") else st["track"]
+        if track is None:
+            problems.append(f"sequence {sid}: event without a track")
+            continue
+        if track in last_ts and ts < last_ts[track]:
+            problems.append(f"track {track}: time goes back from {last_ts[track]} to {ts}")
+        last_ts[track] = ts
+        if te.HasField("name_iid"):
+            name = st["names"].get(te.name_iid)
+            if name is None:
+                problems.append(f"sequence {sid}: name_iid {te.name_iid} not interned")
+                name = f"?{te.name_iid}"
+        else:
+            name = te.name
+        if te.HasField("source_location_iid"):
+            loc = st["locs"].get(te.source_location_iid)
+            if loc is None:
+                problems.append(f"sequence {sid}: source_location_iid not interned")
+            else:
+                srclines[track][name] = loc
+        if te.type == BEGIN:
+            stacks[track].append(name)
+            counts[track][name] += 1
+        elif te.type == END:
+            if not stacks[track]:
+                problems.append(f"track {track}: slice end at {ts} with no slice open")
+            else:
+                stacks[track].pop()
+        elif te.type == INSTANT:
+            notes = {a.name: (a.string_value or a.uint_value) for a in te.debug_annotations}
+            instants[track].append({"ts": ts, "name": name, "notes": notes})
+
+    out = {
+        "packets": n_packets,
+        "processes": [dict(v, uuid=k) for k, v in processes.items()],
+        "threads": [
+            dict(
+                v,
+                uuid=k,
+                slices=dict(counts.get(k, {})),
+                open_at_end=stacks.get(k, []),
+                instants=instants.get(k, []),
+                last_ts=last_ts.get(k),
+                srclines=srclines.get(k, {}),
+            )
+            for k, v in threads.items()
+        ],
+        "named_tracks": [
+            dict(v, uuid=k, instants=instants.get(k, [])) for k, v in named_tracks.items()
+        ],
+        "attributes": attributes,
+        "clocks": clock_decl,
+        "problems": problems,
+    }
+    unknown = set(counts) - set(threads)
+    if unknown:
+        out["problems"].append(f"events on undeclared tracks {sorted(unknown)}")
+    json.dump(out, sys.stdout)
+
+
+main()
