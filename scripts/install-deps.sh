@@ -294,7 +294,8 @@ fi
 # tests decode every exported trace with them, offline.
 if ! "$venv/bin/python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
     log "installing perfetto and protobuf into $venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2
+    "$venv/bin/pip" install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2 ||
+        die "pip cannot install perfetto 0.59.1 and protobuf 7.36.2 into $venv: retry"
 fi
 
 # source_package NAME VERSION SUITES DIR [OPTION...]: the files of Debian's source package
