@@ -16,7 +16,10 @@ fn the_size_cap_stops_a_guest_that_never_ends() {
     let elf = guest_elf("spin", Variant::Natural).expect("build the guests");
     let tmp = tempfile::tempdir().expect("temp dir");
     // API 4: the QEMUs before 11.1 take it.
-    let plugin = PLUGINS.iter().find(|p| p.api == 4).expect("the API 4 build");
+    let plugin = PLUGINS
+        .iter()
+        .find(|p| p.api == 4)
+        .expect("the API 4 build");
     let so = tmp.path().join("plugin.so");
     std::fs::write(&so, plugin.bytes).expect("write the plugin");
     let out = tmp.path().join("trace");
