@@ -1,4 +1,4 @@
-//! The plugin's argument parser (`plugin/src/config.rs`, compiled in as the plugin's own
+//! The plugin's argument parser (`plugin/src/state/config.rs`, compiled in as the plugin's own
 //! tests do: the plugin is a cdylib that needs QEMU's symbols). Two properties: any argument
 //! list (NUL-separated bytes, as QEMU's argv) gets a result, never a panic; and the round trip
 //! `record` relies on: an `-o` directory of any bytes, written into `-plugin` by the CLI and
@@ -14,17 +14,8 @@ use qemu_uftrace::args::Clock;
 use qemu_uftrace::qemu::{options::keyval, rewrite::plugin_option};
 
 #[allow(dead_code)] // only the parser is fuzzed
-#[path = "../../plugin/src/config.rs"]
+#[path = "../../plugin/src/state/config.rs"]
 mod config;
-
-/// The plugin's `clock::ClockKind`, which `config.rs` names (the real module needs QEMU).
-mod clock {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum ClockKind {
-        Insn,
-        Wall,
-    }
-}
 
 fuzz_target!(|data: &[u8]| {
     let args: Vec<OsString> = data
@@ -55,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
     match config::parse(&passed) {
         Ok(config::Mode::Record(cfg)) => {
             assert_eq!(cfg.out, dir, "{value:?}");
-            assert_eq!(cfg.clock, config::ClockChoice::Fixed(clock::ClockKind::Wall));
+            assert_eq!(cfg.clock, config::ClockChoice::Fixed(config::ClockKind::Wall));
             assert_eq!(cfg.max_depth, 64);
         }
         other => panic!("{value:?} gave {other:?}"),

@@ -8,7 +8,7 @@
 //!
 //! The descriptor is a guest-visible number: a guest that closes descriptors it did not
 //! open (a daemon closing all of them) stops the watch, never the guest. Before acting on a
-//! wake-up, the watcher checks the descriptor is still a pidfd whose process is gone.
+//! wake-up, the watcher checks the descriptor is still a pidfd.
 
 use std::os::fd::{BorrowedFd, IntoRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -77,8 +77,8 @@ fn spawn(fd: RawFd) {
     }
 }
 
-/// The process a pidfd refers to (`Some(-1)`: it ended), from `/proc/self/fdinfo`; `None`
-/// when `fd` is no pidfd (any more).
+/// The process a pidfd refers to (`Some(-1)`: it ended and was reaped), from
+/// `/proc/self/fdinfo`; `None` when `fd` is no pidfd (any more).
 fn watched_pid(fd: RawFd) -> Option<i64> {
     let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
     info.lines()
@@ -100,8 +100,10 @@ fn watch(fd: RawFd) {
             Err(_) => return,
         }
     }
-    // A pidfd is readable once its process ended; anything else is not ours to act on.
-    if watched_pid(fd) != Some(-1) {
+    // A pidfd is readable once its process ended (its `Pid:` turns -1 only once it is
+    // reaped, which may come later); a descriptor that is no pidfd any more is not ours to
+    // act on.
+    if watched_pid(fd).is_none() {
         return;
     }
     crate::lifecycle::finish::finish();

@@ -13,9 +13,11 @@
 //! set-up, which reads the host's dispositions. A guest that sets its own handler or
 //! disposition gets QEMU's, which replaces ours: the guest's semantics never change.
 
+use nix::sys::signal::{kill, sigaction, signal, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::unistd::Pid;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+const SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
 /// The pipe's write end for the handler (-1: none).
 static PIPE_W: AtomicI32 = AtomicI32::new(-1);
@@ -34,20 +36,24 @@ pub fn install() {
     if start_watcher().is_err() {
         return;
     }
+    let ours = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
     for sig in SIGNALS {
-        // SAFETY: sigaction with structs on this stack; the handler is async-signal-safe.
-        unsafe {
+        // Only where QEMU left the default. Asked with libc: nix's `sigaction` always sets
+        // one, and setting ours to read QEMU's, then putting QEMU's back, would let a signal
+        // meant for the guest reach ours in between.
+        // SAFETY: sigaction reading into a struct on this stack.
+        let default = unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
-                || old.sa_sigaction != libc::SIG_DFL
-            {
-                continue;
-            }
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-            new.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut new.sa_mask);
-            libc::sigaction(sig, &new, std::ptr::null_mut());
+            libc::sigaction(sig as libc::c_int, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_DFL
+        };
+        if default {
+            // SAFETY: the handler is async-signal-safe (one write(2)).
+            let _ = unsafe { sigaction(sig, &ours) };
         }
     }
 }
@@ -98,12 +104,13 @@ fn watch(r: libc::c_int) {
     if n != 1 {
         return;
     }
-    let sig = libc::c_int::from(b);
+    let Ok(sig) = Signal::try_from(libc::c_int::from(b)) else {
+        return;
+    };
     crate::lifecycle::finish::finish();
-    // SAFETY: restores the default action and sends the signal to the whole process; this
-    // thread blocks it, so another thread takes it and the process ends as it would have.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        libc::kill(libc::getpid(), sig);
-    }
+    // Restores the default action and sends the signal to the whole process; this thread
+    // blocks it, so another thread takes it and the process ends as it would have.
+    // SAFETY: setting a default action.
+    let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+    let _ = kill(Pid::this(), sig);
 }

@@ -8,39 +8,17 @@ use crate::ffi::{
 };
 use qemu_uftrace_engine::arch::{Isa, Mode, Thunk};
 use qemu_uftrace_engine::guest::{call_returning_to, read_frame_record, CallSite, GuestView};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::ffi::CStr;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 /// Handles for the general registers, indexed by number (`None`: QEMU lacks it).
 pub struct Registers {
     gpr: Vec<Option<usize>>,
     /// Every register, by QEMU's name (system registers, status, the general ones too).
-    named: HashMap<String, usize, BuildHasherDefault<Fnv>>,
-}
-
-/// FNV-1a: register names are a few bytes long, and the code width is read by name for
-/// every block translated, where SipHash took most of a lookup's time.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-        self.0 = h;
-    }
+    /// FxHash: register names are a few bytes long, and the code width is read by name for
+    /// every block translated, where SipHash took most of a lookup's time.
+    named: FxHashMap<String, usize>,
 }
 
 static REGISTERS: OnceLock<Registers> = OnceLock::new();
@@ -49,7 +27,7 @@ static REGISTERS: OnceLock<Registers> = OnceLock::new();
 pub fn init_registers(isa: &dyn Isa) {
     REGISTERS.get_or_init(|| {
         let mut gpr = vec![None; 32];
-        let mut named = HashMap::default();
+        let mut named = FxHashMap::default();
         // SAFETY: called from a vCPU callback, where QEMU allows it; the array is ours to free.
         unsafe {
             let array = qemu_plugin_get_registers();

@@ -385,18 +385,14 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
 /// handled on the writer thread crashed QEMU (about one run in 25 of a program with an
 /// interval timer).
 pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: plain libc calls on sets that live on this stack.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        let blocked = libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) == 0;
-        let result = f();
-        if blocked {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        }
-        result
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let mut old = SigSet::empty();
+    let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), Some(&mut old));
+    let result = f();
+    if blocked.is_ok() {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
+    result
 }
 
 #[cfg(test)]

@@ -139,26 +139,23 @@ pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        let busy = Busy(&slot.busy);
         if slot.closed.load(Ordering::Relaxed) {
+            slot.busy.store(false, Ordering::Release);
             return None;
         }
-        // SAFETY: exit waits while we are busy and we checked it has not closed the slot.
-        let r = guard("a vCPU callback", || unsafe {
-            (*slot.state.get()).as_mut().map(f)
-        });
-        drop(busy);
-        r.flatten()
     } else {
         lock(&slot.busy);
-        let busy = Busy(&slot.busy);
-        // SAFETY: we hold the slot lock.
-        let r = guard("a vCPU callback", || unsafe {
-            (*slot.state.get()).as_mut().map(f)
-        });
-        drop(busy);
-        r.flatten()
     }
+    let busy = Busy(&slot.busy);
+    // One call of `f`, which the compiler then inlines (two, one per branch, were left out
+    // of line once the call was guarded).
+    // SAFETY: exit waits while we are busy and we checked it has not closed the slot, or we
+    // hold the slot lock (then a closed slot's state is gone).
+    let r = guard("a vCPU callback", || unsafe {
+        (*slot.state.get()).as_mut().map(f)
+    });
+    drop(busy);
+    r.flatten()
 }
 
 /// Marks a slot free when dropped: also when its callback panicked.
