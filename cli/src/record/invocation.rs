@@ -106,7 +106,7 @@ impl Invocation {
     pub fn kaslr_advice(&self) -> &'static str {
         match self.emulator.arch {
             Some(Arch::Aarch64) => {
-                "add nokaslr to -append (or -M virt,dtb-kaslr-seed=off, which gives the kernel \
+                "add nokaslr to -append (or -M virt,dtb-randomness=off, which gives the kernel \
                  no seed)"
             }
             _ => "add nokaslr to -append",
@@ -233,7 +233,7 @@ mod tests {
         assert!(!off(&["qemu-system-x86_64", "-append", "console=ttyS0"]));
         assert!(parse(&["qemu-system-aarch64"])
             .kaslr_advice()
-            .contains("dtb-kaslr-seed=off"));
+            .contains("-M virt,dtb-randomness=off"));
         assert_eq!(
             parse(&["qemu-system-riscv64"]).kaslr_advice(),
             "add nokaslr to -append"
