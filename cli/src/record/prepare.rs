@@ -103,10 +103,11 @@ pub fn prepare(
     if args.split_levels {
         plugin_opt.push(",split_levels=on");
     }
+    // A user who gave no cap gets one that keeps the disk from filling up.
     let cap = match &args.max_size {
         Some(MaxSize::Off) => None,
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),
-        None => None,
+        None => crate::max_size::default_cap(staging),
     };
     if let Some(cap) = &cap {
         plugin_opt.push(cap_options(cap));
