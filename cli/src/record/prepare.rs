@@ -66,7 +66,7 @@ pub fn prepare(
         &plugin_choice(args)?,
     )?;
     let images = match &inv.user {
-        None => qemu::guest_images(&inv.opts, qemu::file_is_elf),
+        None => inv.images.clone(),
         Some(user) => vec![qemu::user::check_program(
             user.program.as_ref(),
             &inv.name(),
