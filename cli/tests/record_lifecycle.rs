@@ -404,7 +404,7 @@ fn output_directory_of_any_bytes() {
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains(r"look at it with: qemu-uftrace replay -d $'t=r\xffce,a,,b'"),
+        err.contains(r"look at it with: qemu-uftrace replay -d $'t=r\xFFce,a,,b'"),
         "{err}"
     );
     let data = env.dir().join(name);

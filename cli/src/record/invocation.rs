@@ -9,7 +9,7 @@ use qemu_uftrace_symbols::Arch;
 
 use crate::errors::usage;
 use crate::kernel_alias::Board;
-use crate::qemu::{self, Emulator, Mode, QemuOption};
+use crate::qemu::{self, Emulator, GuestImage, Mode, QemuOption};
 
 /// A QEMU command as `record` runs it.
 #[derive(Debug, Clone)]
@@ -22,6 +22,9 @@ pub struct Invocation {
     pub opts: Vec<QemuOption>,
     /// User mode: the program and where QEMU's options end.
     pub user: Option<UserProgram>,
+    /// System mode: the guest images the command line loads (`-kernel`, `-bios`, `-device
+    /// loader`), our symbol sources. (User mode's program is checked once QEMU is.)
+    pub images: Vec<GuestImage>,
     /// `-m`, for the info file.
     pub memory: Option<String>,
     /// User mode: where guest paths are looked up (`-L`, else `QEMU_LD_PREFIX`).
@@ -67,12 +70,17 @@ impl Invocation {
             }
         };
         let kaslr_off = kaslr_off(emulator.arch, &opts);
+        let images = match emulator.mode {
+            Mode::System => qemu::guest_images(&opts, qemu::file_is_elf),
+            Mode::User => Vec::new(),
+        };
         Ok(Invocation {
             argv: argv.to_vec(),
             memory: qemu::memory(&opts),
             sysroot: qemu::user_maps::sysroot(&opts),
             board: Board::from_options(&opts),
             kaslr_off,
+            images,
             emulator,
             opts,
             user,
@@ -106,7 +114,7 @@ impl Invocation {
     pub fn kaslr_advice(&self) -> &'static str {
         match self.emulator.arch {
             Some(Arch::Aarch64) => {
-                "add nokaslr to -append (or -M virt,dtb-kaslr-seed=off, which gives the kernel \
+                "add nokaslr to -append (or -M virt,dtb-randomness=off, which gives the kernel \
                  no seed)"
             }
             _ => "add nokaslr to -append",
@@ -233,7 +241,7 @@ mod tests {
         assert!(!off(&["qemu-system-x86_64", "-append", "console=ttyS0"]));
         assert!(parse(&["qemu-system-aarch64"])
             .kaslr_advice()
-            .contains("dtb-kaslr-seed=off"));
+            .contains("-M virt,dtb-randomness=off"));
         assert_eq!(
             parse(&["qemu-system-riscv64"]).kaslr_advice(),
             "add nokaslr to -append"

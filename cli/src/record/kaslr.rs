@@ -22,7 +22,22 @@ pub fn warning(advice: &str) -> String {
 
 /// Whether `kernel` is a Linux kernel, from its first bytes (or an ELF's symbol table).
 pub fn is_linux_kernel(kernel: &Path) -> bool {
-    crate::kernel_alias::is_linux_image(kernel) || elf_has_start_kernel(kernel)
+    crate::kernel_alias::is_linux_image(kernel)
+        || gzipped_arm64_image(kernel)
+        || elf_has_start_kernel(kernel)
+}
+
+/// A gzip-compressed arm64 `Image` (some distributions' `vmlinuz`), which QEMU unpacks:
+/// the Image header's magic in its first unpacked bytes.
+fn gzipped_arm64_image(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut header = [0u8; 64];
+    flate2::read::GzDecoder::new(file)
+        .read_exact(&mut header)
+        .is_ok_and(|()| &header[0x38..0x3c] == b"ARM\x64")
 }
 
 /// An ELF vmlinux has `start_kernel`; bare-metal and firmware ELFs do not. Read through a
@@ -69,6 +84,13 @@ mod tests {
         h[0x202..0x206].copy_from_slice(b"HdrS");
         std::fs::write(&bz, &h).unwrap();
         assert!(is_linux_kernel(&bz));
+        let gz = dir.path().join("vmlinuz");
+        let mut h = vec![0u8; 64];
+        h[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, &h).unwrap();
+        std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+        assert!(is_linux_kernel(&gz));
         // An ELF without start_kernel (a bare-metal guest, here a host program), or no file.
         assert!(!is_linux_kernel(Path::new("/bin/sh")));
         assert!(!is_linux_kernel(&dir.path().join("none")));

@@ -31,8 +31,6 @@ pub struct Prepared {
     pub sources: Vec<SourceArg>,
     /// The command QEMU runs: the user's, with our `-plugin` option.
     pub command: Vec<OsString>,
-    /// The KASLR warning still to give once symbols show a Linux kernel.
-    pub kaslr_warning: Option<String>,
     /// The size cap the plugin stops writing at.
     pub cap: Option<Cap>,
 }
@@ -66,7 +64,7 @@ pub fn prepare(
         &plugin_choice(args)?,
     )?;
     let images = match &inv.user {
-        None => qemu::guest_images(&inv.opts, qemu::file_is_elf),
+        None => inv.images.clone(),
         Some(user) => vec![qemu::user::check_program(
             user.program.as_ref(),
             &inv.name(),
@@ -94,49 +92,31 @@ pub fn prepare(
         if inv.is_user_mode() { &[] } else { &images },
         args.no_auto_symbols,
     );
-    let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
-    let mut plugin_opt =
-        qemu::plugin_option(&qemu.plugin, &abs_staging, args.clock, args.max_depth);
-    if let Some(start) = super::START.get().copied().flatten() {
-        plugin_opt.push(format!(",tsc={}", start.to_arg()));
-    }
-    if args.split_levels {
-        plugin_opt.push(",split_levels=on");
-    }
+    // A user who gave no cap gets one that keeps the disk from filling up.
     let cap = match &args.max_size {
         Some(MaxSize::Off) => None,
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),
-        None => None,
+        None => crate::max_size::default_cap(staging),
     };
-    if let Some(cap) = &cap {
-        plugin_opt.push(cap_options(cap));
-    }
-    // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`), and
-    // where their PIDs are for a guest with no PID register (else synthetic ids).
-    if let Some(offset) = symbol_source::task_comm_offset(&sources) {
-        plugin_opt.push(format!(",task_comm={offset}"));
-    }
-    if let Some(offset) = symbol_source::task_pid_offset(&sources) {
-        plugin_opt.push(format!(",task_pid={offset}"));
-    }
-    // User mode: the plugin runs QEMU again with these options for a program the guest
-    // execs (`qemu::user_procs`).
-    if let Some(user) = &inv.user {
-        plugin_opt.push(format!(",user_opts={}", user.opt_words));
-    }
+    let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let task_slot = match (inv.mode(), &kernel) {
         (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
         _ => None,
     };
-    if let Some(slot) = &task_slot {
-        plugin_opt.push(",task_slot_file=");
-        plugin_opt.push(qemu::escape_keyval(slot.file.as_os_str()));
+    let plugin = PluginOptions {
+        args,
+        inv,
+        sources: &sources,
+        staging: &abs_staging,
+        task_slot: task_slot.as_ref(),
+        cap: cap.as_ref(),
     }
+    .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
         let ctx = SymbolContext {
             kernel: kernel.clone(),
             board: inv.board.clone(),
-            kaslr_warning: kaslr_warning.clone(),
+            kaslr_warning,
         };
         symbols::start(&sources, staging, arch, Default::default(), ctx)
     });
@@ -151,7 +131,7 @@ pub fn prepare(
         }
         _ => None,
     };
-    let command = qemu::with_plugin(&inv.argv, plugin_opt);
+    let command = qemu::with_plugin(&inv.argv, plugin);
     Ok((
         Prepared {
             qemu,
@@ -159,7 +139,6 @@ pub fn prepare(
             images,
             sources,
             command,
-            kaslr_warning,
             cap,
         },
         Jobs {
@@ -168,6 +147,52 @@ pub fn prepare(
             task_slot,
         },
     ))
+}
+
+/// What the plugin's `-plugin` value is made of.
+struct PluginOptions<'a> {
+    args: &'a RecordArgs,
+    inv: &'a Invocation,
+    sources: &'a [SourceArg],
+    /// The staging directory, absolute.
+    staging: &'a Path,
+    task_slot: Option<&'a TaskSlot>,
+    cap: Option<&'a Cap>,
+}
+
+impl PluginOptions<'_> {
+    /// `file=PLUGIN,out=STAGING,clock=…` and whatever else this recording needs.
+    fn value(&self, qemu: &Qemu) -> OsString {
+        let args = self.args;
+        let mut v = qemu::plugin_option(&qemu.plugin, self.staging, args.clock, args.max_depth);
+        if let Some(start) = super::START.get().copied().flatten() {
+            v.push(format!(",tsc={}", start.to_arg()));
+        }
+        if args.split_levels {
+            v.push(",split_levels=on");
+        }
+        if let Some(cap) = self.cap {
+            v.push(cap_options(cap));
+        }
+        // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
+        // and where their PIDs are for a guest with no PID register (else synthetic ids).
+        if let Some(offset) = symbol_source::task_comm_offset(self.sources) {
+            v.push(format!(",task_comm={offset}"));
+        }
+        if let Some(offset) = symbol_source::task_pid_offset(self.sources) {
+            v.push(format!(",task_pid={offset}"));
+        }
+        // User mode: the plugin runs QEMU again with these options for a program the guest
+        // execs (`qemu::user_procs`).
+        if let Some(user) = &self.inv.user {
+            v.push(format!(",user_opts={}", user.opt_words));
+        }
+        if let Some(slot) = self.task_slot {
+            v.push(",task_slot_file=");
+            v.push(qemu::escape_keyval(slot.file.as_os_str()));
+        }
+        v
+    }
 }
 
 /// The plugin's options for a size cap: it stops writing at `max_size` bytes, and stops
