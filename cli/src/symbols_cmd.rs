@@ -65,7 +65,11 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
     let mut written = std::collections::BTreeMap::new();
     for map_path in &maps {
         let old = match std::fs::read_to_string(map_path) {
-            Ok(t) => map::parse_map(&t),
+            // Lines naming code by its address are derived again below.
+            Ok(t) => map::parse_map(&t)
+                .into_iter()
+                .filter(|e| !e.module_name().starts_with(crate::unnamed::PREFIX))
+                .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", map_path.display())),
         };
@@ -112,6 +116,13 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
             w.end,
             dir.join(format!("{name}.sym")).display()
         ));
+    }
+    // The images given may cover code that was named by its address.
+    let stats = crate::stats::Stats::read(dir).ok().flatten();
+    let mut said = Vec::new();
+    crate::unnamed::after_recording(dir, stats.as_ref(), &mut said);
+    for s in said {
+        note(s);
     }
     if !dir.join("info").exists() {
         note(format!(
