@@ -32,10 +32,15 @@ pub const PREFIX: &str = "unnamed-";
 /// Addresses closer than this belong to one region.
 const GAP: u64 = 0x1_0000;
 
-/// A 48-bit record address as the guest sees it: canonical addresses of the upper half
-/// (aarch64, x86_64, riscv64 Sv39/Sv48 kernels) have every bit above 47 set.
-pub fn whole(addr48: u64) -> u64 {
-    if addr48 & (1 << 47) != 0 {
+/// A 48-bit record address as the guest sees it: a kernel's addresses (the upper half:
+/// bit 47 set) have every bit above 47 set on x86_64 and riscv64 (whose user space stays
+/// below 2^47). On aarch64 a user program's addresses reach 2^48, its libraries and stack
+/// near the top: there only the kernel's ranges (image, modules, vmalloc, fixmap: below
+/// 0xffff_0000_0000 once cut) are taken for the kernel's.
+pub fn whole(addr48: u64, arch: Option<Arch>) -> u64 {
+    let upper = addr48 & (1 << 47) != 0;
+    let user_top = arch == Some(Arch::Aarch64) && addr48 >= 0xffff_0000_0000;
+    if upper && !user_top {
         addr48 | !((1 << 48) - 1)
     } else {
         addr48
@@ -80,7 +85,11 @@ pub fn regions(addrs: &BTreeSet<u64>, covered: &[(u64, u64)], bounds: &[u64]) ->
         let mut start = first & !0xfff;
         let mut end = ((last + 0x1000) & !0xfff).min(1 << 48);
         // Never into an image's line: its addresses are named there.
-        for (s, e) in covered.iter().copied().chain(bounds.iter().map(|&b| (b, b))) {
+        for (s, e) in covered
+            .iter()
+            .copied()
+            .chain(bounds.iter().map(|&b| (b, b)))
+        {
             if e <= first && e > start {
                 start = e;
             }
@@ -96,14 +105,14 @@ pub fn regions(addrs: &BTreeSet<u64>, covered: &[(u64, u64)], bounds: &[u64]) ->
 
 /// The symbols of one region: see the module's documentation.
 fn symbols(r: &Region, arch: Option<Arch>) -> Option<Vec<SymLine>> {
-    if r.start & (1 << 47) != 0 {
+    if whole(r.start, arch) != r.start {
         return Some(
             r.addrs
                 .iter()
                 .map(|&a| SymLine {
                     offset: a - r.start,
                     size: 1,
-                    name: format!("<{:x}>", whole(a)),
+                    name: format!("<{:x}>", whole(a, arch)),
                     global: true,
                 })
                 .collect(),
@@ -230,7 +239,9 @@ pub fn after_recording(dir: &Path, stats: Option<&crate::stats::Stats>, said: &m
     };
     let arch = s.target.as_deref().and_then(Arch::from_qemu_target);
     if let Err(e) = refresh(dir, arch) {
-        said.push(format!("code without symbols is shown as uftrace cuts it: {e:#}"));
+        said.push(format!(
+            "code without symbols is shown as uftrace cuts it: {e:#}"
+        ));
     }
 }
 
@@ -240,9 +251,12 @@ mod tests {
 
     #[test]
     fn upper_half_addresses_are_whole() {
-        assert_eq!(whole(0xffff_81a0_7a30), 0xffff_ffff_81a0_7a30);
-        assert_eq!(whole(0x8000_8001_0000), 0xffff_8000_8001_0000);
-        assert_eq!(whole(0xf_d0a2), 0xf_d0a2);
+        let x86 = Some(Arch::X86_64);
+        let arm = Some(Arch::Aarch64);
+        assert_eq!(whole(0xffff_81a0_7a30, x86), 0xffff_ffff_81a0_7a30);
+        assert_eq!(whole(0x8000_8001_0000, arm), 0xffff_8000_8001_0000);
+        assert_eq!(whole(0xf_d0a2, x86), 0xf_d0a2);
+        assert_eq!(whole(0xffff_b7a0_1000, arm), 0xffff_b7a0_1000);
     }
 
     #[test]

@@ -301,7 +301,10 @@ fn debian_amd64_kernel_with_its_debug_vmlinux() {
             .filter_map(|l| l.trim_end().strip_suffix(']')?.rsplit_once(' '))
             .filter_map(|(_, r)| {
                 let (s, e) = r.split_once('-')?;
-                Some((u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?))
+                Some((
+                    u64::from_str_radix(s, 16).ok()?,
+                    u64::from_str_radix(e, 16).ok()?,
+                ))
             })
             .collect();
         assert!(
