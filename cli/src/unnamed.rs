@@ -146,8 +146,18 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
         let i = covered.partition_point(|&(s, _)| s <= a);
         i > 0 && a < covered[i - 1].1
     };
-    for (tid, _) in crate::datadir::dat_files(dir)? {
-        let path = dir.join(format!("{tid}.dat"));
+    // Every task's records: `<tid>.dat`.
+    let dats = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "dat")
+                && p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .is_some_and(|s| s.parse::<u32>().is_ok())
+        });
+    for path in dats {
         let mut f = std::fs::File::open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         let mut buf = vec![0u8; 1 << 20];
