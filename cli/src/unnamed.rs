@@ -142,9 +142,18 @@ fn symbols(r: &Region, arch: Option<Arch>) -> Option<Vec<SymLine>> {
 /// holds (ranges sorted by start).
 fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>> {
     let mut out = BTreeSet::new();
-    let inside = |a: u64| {
+    // The range that held the last address: most calls stay within one image.
+    let mut hit = (0u64, 0u64);
+    let mut inside = |a: u64| {
+        if hit.0 <= a && a < hit.1 {
+            return true;
+        }
         let i = covered.partition_point(|&(s, _)| s <= a);
-        i > 0 && a < covered[i - 1].1
+        let found = i > 0 && a < covered[i - 1].1;
+        if found {
+            hit = covered[i - 1];
+        }
+        found
     };
     // Every task's records: `<tid>.dat`.
     let dats = std::fs::read_dir(dir)
@@ -160,7 +169,7 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
     for path in dats {
         let mut f = std::fs::File::open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; 4 << 20];
         let mut filled = 0;
         loop {
             let n = f
@@ -168,15 +177,12 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
                 .with_context(|| format!("cannot read {}", path.display()))?;
             filled += n;
             let whole_records = filled / 16 * 16;
-            let mut last = u64::MAX;
             for rec in buf[..whole_records].chunks_exact(16) {
                 let word = u64::from_le_bytes(rec[8..16].try_into().unwrap_or_default());
                 // Entries only (type 0): an exit's address is its function's too.
-                let addr = word >> 16;
-                if word & 3 == 0 && addr != last && !inside(addr) {
-                    out.insert(addr);
+                if word & 3 == 0 && !inside(word >> 16) {
+                    out.insert(word >> 16);
                 }
-                last = addr;
             }
             buf.copy_within(whole_records..filled, 0);
             filled -= whole_records;
