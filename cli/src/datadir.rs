@@ -373,6 +373,7 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         },
     };
     symfiles::write_with(&dir.join("info"), |w| info.write_to(w))?;
+    crate::unnamed::after_recording(dir, rec.stats.as_ref(), &mut done.skipped);
     Ok(done)
 }
 

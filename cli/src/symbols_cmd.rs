@@ -65,7 +65,11 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
     let mut written = std::collections::BTreeMap::new();
     for map_path in &maps {
         let old = match std::fs::read_to_string(map_path) {
-            Ok(t) => map::parse_map(&t),
+            // Lines naming code by its address are derived again below.
+            Ok(t) => map::parse_map(&t)
+                .into_iter()
+                .filter(|e| !e.module_name().starts_with(crate::unnamed::PREFIX))
+                .collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", map_path.display())),
         };
@@ -112,6 +116,16 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
             w.end,
             dir.join(format!("{name}.sym")).display()
         ));
+    }
+    if let Some(line) = unnamed_tasks_note(dir, &sources) {
+        note(line);
+    }
+    // The images given may cover code that was named by its address.
+    let stats = crate::stats::Stats::read(dir).ok().flatten();
+    let mut said = Vec::new();
+    crate::unnamed::after_recording(dir, stats.as_ref(), &mut said);
+    for s in said {
+        note(s);
     }
     if !dir.join("info").exists() {
         note(format!(
@@ -173,6 +187,41 @@ fn session_of(dir: &Path) -> Option<String> {
         .flat_map(|l| l.split_whitespace())
         .find_map(|w| w.strip_prefix("sid="))
         .map(str::to_string)
+}
+
+/// A DWARF vmlinux given after recording names functions, not the `pid-N`/`task-N` tasks:
+/// a task's name is `task_struct.comm` in the guest's memory, gone with QEMU; the DWARF
+/// gives only where it sits, and the plugin reads it at each switch when `record` has it.
+fn unnamed_tasks_note(dir: &Path, sources: &[symbol_source::SourceArg]) -> Option<String> {
+    let tasks = std::fs::read_to_string(dir.join("task.txt")).ok()?;
+    let unnamed = tasks
+        .lines()
+        .filter(|l| l.starts_with("SESS "))
+        .filter_map(|l| l.split("exename=\"").nth(1))
+        .filter(|n| {
+            n.strip_prefix("pid-")
+                .or_else(|| n.strip_prefix("task-"))
+                .is_some_and(|d| {
+                    d.split([' ', '"'])
+                        .next()
+                        .is_some_and(|d| d.parse::<u32>().is_ok())
+                })
+        })
+        .count();
+    if unnamed == 0 {
+        return None;
+    }
+    symbol_source::task_comm_offset(sources)?;
+    Some(format!(
+        "{unnamed} task(s) keep their pid-N/task-N names: a task's name is in the guest's \
+         memory (task_struct.comm), which is gone once QEMU has exited, and the vmlinux only \
+         says where it was; record again with --symbols {} to have tasks named",
+        sources
+            .iter()
+            .find(|s| symbol_source::task_comm_offset(std::slice::from_ref(*s)).is_some())
+            .map(|s| s.path.display().to_string())
+            .unwrap_or_else(|| "vmlinux".into())
+    ))
 }
 
 #[cfg(test)]

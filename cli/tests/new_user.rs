@@ -485,3 +485,115 @@ fn counts_are_shown_with_their_meaning() {
     );
     assert!(!err.contains("plugin also reports"), "{err}");
 }
+
+/// Whether `text` holds an address cut to 48 bits from an upper-half one: `<` and 12 hex
+/// digits whose first is 8 or above, then `>`.
+fn cut_address(text: &str) -> Option<&str> {
+    text.split('<').skip(1).find_map(|rest| {
+        let a = rest.split('>').next()?;
+        (a.len() == 12
+            && a.bytes().all(|b| b.is_ascii_hexdigit())
+            && u8::from_str_radix(&a[..1], 16).is_ok_and(|d| d >= 8))
+        .then_some(a)
+    })
+}
+
+/// A kernel recorded without symbols shows its addresses whole, as System.map and the
+/// kernel's own oops output have them, in report and in graph's backtraces.
+#[test]
+fn kernel_addresses_without_symbols_are_shown_whole() {
+    let argv = qemu_uftrace_tests::kernel_boot_args("cortex-a57");
+    let (_tmp, dir, _) = record_to_panic(&argv, &["--no-auto-symbols"]);
+    let d = dir.to_string_lossy().into_owned();
+    let map = std::fs::read_to_string(cached("kernel-dbg/System.map")).unwrap();
+    let start_kernel = map
+        .lines()
+        .find_map(|l| l.strip_suffix(" T start_kernel"))
+        .expect("start_kernel in System.map");
+    let report = qemu_uftrace_tests::replay::uftrace(&["report", "-d", &d]).unwrap();
+    assert!(
+        report.contains(&format!("<{start_kernel}>")),
+        "start_kernel ({start_kernel}) not shown whole:\n{}",
+        &report[..report.len().min(3000)]
+    );
+    assert_eq!(cut_address(&report), None);
+    // graph's backtraces give each frame's address too, as uftrace reads it from the record.
+    let o = Command::new(BIN)
+        .args(["graph", "-d", &d])
+        .arg(format!("<{start_kernel}>"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let graph = stdout(&o);
+    assert!(
+        graph
+            .lines()
+            .any(|l| l.trim_start().starts_with("[0] <")
+                && l.ends_with(&format!("(0x{start_kernel})"))),
+        "{}",
+        &graph[..graph.len().min(3000)]
+    );
+    assert_eq!(cut_address(&graph), None);
+    assert!(
+        !graph.contains("(0x8000"),
+        "{}",
+        &graph[..graph.len().min(3000)]
+    );
+}
+
+/// x86_64: SeaBIOS, the option ROMs and the bzImage's real-mode and decompressor code have
+/// no symbols: each region is one marked function, and no address is left bare. A DWARF
+/// vmlinux given to `symbols` afterwards says why the tasks keep their numbers.
+#[test]
+fn x86_firmware_regions_are_marked_and_tasks_explained() {
+    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
+    let argv: Vec<String> = [
+        "qemu-system-x86_64",
+        "-M",
+        "pc",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        &kernel,
+        "-append",
+        "console=ttyS0 panic=-1 nokaslr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let (_tmp, dir, _) = record_argv(&argv, &[]);
+    let d = dir.to_string_lossy().into_owned();
+    let report = qemu_uftrace_tests::replay::uftrace(&["report", "-d", &d]).unwrap();
+    for region in ["[x86 BIOS e", "[x86 option ROM c", "[x86 real-mode code "] {
+        assert!(report.contains(region), "no {region}…]:\n{report}");
+    }
+    let bare: Vec<&str> = report
+        .lines()
+        .filter(|l| l.trim_end().ends_with('>'))
+        .take(5)
+        .collect();
+    assert!(bare.is_empty(), "addresses left bare: {bare:?}");
+
+    let o = Command::new(BIN)
+        .args(["symbols", "-d", &d])
+        .arg(cached("kernel-amd64-dbg/vmlinux"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.lines()
+            .any(|l| l.contains("task(s) keep their pid-N/task-N names")
+                && l.contains("record again with --symbols")),
+        "{err}"
+    );
+    // The regions the vmlinux does not cover stay marked.
+    let report = qemu_uftrace_tests::replay::uftrace(&["report", "-d", &d]).unwrap();
+    assert!(report.contains("[x86 BIOS e"), "{report}");
+}

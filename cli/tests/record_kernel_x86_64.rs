@@ -168,13 +168,14 @@ fn check_boot(dir: &Path, qemu: &str) {
     if discontinuity {
         check_exception_kinds(&d, qemu);
     }
-    // SeaBIOS first (no symbols: its addresses below 1 MiB), in real and 32-bit mode.
+    // SeaBIOS first (no symbols: its region below 1 MiB is one marked function), in real
+    // and 32-bit mode.
     let head = uftrace(&["replay", "--no-pager", "-D", "1", "-d", &d]).expect("uftrace replay");
     let first = head
         .lines()
         .nth(1)
-        .and_then(|l| l.split('<').nth(1))
-        .and_then(|a| u64::from_str_radix(a.split('>').next()?, 16).ok());
+        .and_then(|l| l.split("| [x86 BIOS ").nth(1))
+        .and_then(|a| u64::from_str_radix(a.split('-').next()?, 16).ok());
     assert!(
         first.is_some_and(|a| (0xe_0000..0x10_0000).contains(&a)),
         "the trace does not start in SeaBIOS on {qemu}:\n{}",
@@ -294,7 +295,30 @@ fn debian_amd64_kernel_with_its_debug_vmlinux() {
             .filter_map(|l| l.trim_end().strip_suffix('>')?.rsplit_once(" <"))
             .filter_map(|(_, a)| u64::from_str_radix(a, 16).ok())
             .collect();
-        assert!(!unnamed.is_empty(), "SeaBIOS named on {label}?\n{report}");
+        // Code without symbols is one marked function per region, never in the kernel.
+        let regions: Vec<(u64, u64)> = report
+            .lines()
+            .filter_map(|l| l.trim_end().strip_suffix(']')?.rsplit_once(' '))
+            .filter_map(|(_, r)| {
+                let (s, e) = r.split_once('-')?;
+                Some((
+                    u64::from_str_radix(s, 16).ok()?,
+                    u64::from_str_radix(e, 16).ok()?,
+                ))
+            })
+            .collect();
+        assert!(
+            report.contains("[x86 BIOS "),
+            "SeaBIOS not marked on {label}?\n{report}"
+        );
+        let kernel_regions: Vec<_> = regions
+            .iter()
+            .filter(|&&(s, e)| (s..e).step_by(0x1000).any(in_kernel))
+            .collect();
+        assert!(
+            kernel_regions.is_empty(),
+            "kernel code folded as unnamed on {label}: {kernel_regions:x?}"
+        );
         let in_text: Vec<String> = unnamed
             .iter()
             .filter(|&&a| in_kernel(a))
