@@ -72,6 +72,12 @@ pub fn run(opts: &Options) -> Result<i32> {
         ));
     }
     let to_stdout = opts.output.as_deref() == Some(Path::new("-"));
+    if to_stdout && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Err(crate::errors::usage(
+            "-o - writes a binary trace, and standard output is a terminal",
+            "redirect it (-o - > trace.pftrace) or pipe it",
+        ));
+    }
     let output = opts
         .output
         .clone()
