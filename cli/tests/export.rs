@@ -353,14 +353,22 @@ fn truncated_and_incomplete_traces_are_marked() {
     );
 }
 
-/// `record --then export` leaves `<DIR>.pftrace` beside the trace.
+/// `record --then export` leaves `<DIR>.pftrace` beside the trace; a wall-clock trace is
+/// declared in nanoseconds.
 #[test]
 fn record_then_export_writes_the_perfetto_trace() {
     let elf = qemu_uftrace_tests::hello_elf().expect("build guests");
-    let (_tmp, dir, _) =
-        common::record_argv(&qemu_uftrace_tests::qemu_args(&elf), &["--then", "export"]);
+    let (_tmp, dir, _) = common::record_argv(
+        &qemu_uftrace_tests::qemu_args(&elf),
+        &["--clock", "wall", "--then", "export"],
+    );
+    assert_eq!(qemu_uftrace_tests::plugin_stat(&dir, "clock"), "wall");
     let t = decode(&qemu_uftrace::export::default_output(&dir, false));
     check_against_uftrace(&dir, &t);
+    assert!(t["attributes"]["clock"]
+        .as_str()
+        .unwrap()
+        .starts_with("ns:"));
 }
 
 /// The user-mode threaded program: one process (the program, by its pid), a thread track
