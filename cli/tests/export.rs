@@ -73,8 +73,8 @@ fn export_ok(dir: &Path) -> Value {
     decode(&trace)
 }
 
-/// Calls each task leaves open at its end, by uftrace's rule (a return closes the innermost
-/// call; one with none open is dropped), from the `.dat` files themselves.
+/// Calls (and scheduler gaps) each task leaves open at its end, by uftrace's rule (a return
+/// closes the innermost call; one with none open is dropped), from the `.dat` files.
 fn open_at_end(dir: &Path) -> BTreeMap<u64, usize> {
     let mut open = BTreeMap::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -88,16 +88,28 @@ fn open_at_end(dir: &Path) -> BTreeMap<u64, usize> {
             continue;
         };
         let bytes = std::fs::read(&path).unwrap();
-        let mut depth = 0usize;
+        // Open calls, and scheduler gaps (uftrace's linux:schedule: a sched-out event, 200002
+        // or 200007, until the sched-in, 200001), innermost last.
+        let mut stack: Vec<bool> = Vec::new();
         for r in bytes.chunks_exact(16) {
             let word = u64::from_le_bytes(r[8..].try_into().unwrap());
-            match word & 3 {
-                0 => depth += 1,
-                1 => depth = depth.saturating_sub(1),
+            let gap = |s: &Vec<bool>| s.last() == Some(&true);
+            match (word & 3, word >> 16) {
+                (0, _) => stack.push(false),
+                (1, _) => {
+                    while gap(&stack) {
+                        stack.pop();
+                    }
+                    stack.pop();
+                }
+                (3, 200_002 | 200_007) => stack.push(true),
+                (3, 200_001) if gap(&stack) => {
+                    stack.pop();
+                }
                 _ => {}
             }
         }
-        open.insert(tid, depth);
+        open.insert(tid, stack.len());
     }
     open
 }
@@ -353,14 +365,22 @@ fn truncated_and_incomplete_traces_are_marked() {
     );
 }
 
-/// `record --then export` leaves `<DIR>.pftrace` beside the trace.
+/// `record --then export` leaves `<DIR>.pftrace` beside the trace; a wall-clock trace is
+/// declared in nanoseconds.
 #[test]
 fn record_then_export_writes_the_perfetto_trace() {
     let elf = qemu_uftrace_tests::hello_elf().expect("build guests");
-    let (_tmp, dir, _) =
-        common::record_argv(&qemu_uftrace_tests::qemu_args(&elf), &["--then", "export"]);
+    let (_tmp, dir, _) = common::record_argv(
+        &qemu_uftrace_tests::qemu_args(&elf),
+        &["--clock", "wall", "--then", "export"],
+    );
+    assert_eq!(qemu_uftrace_tests::plugin_stat(&dir, "clock"), "wall");
     let t = decode(&qemu_uftrace::export::default_output(&dir, false));
     check_against_uftrace(&dir, &t);
+    assert!(t["attributes"]["clock"]
+        .as_str()
+        .unwrap()
+        .starts_with("ns:"));
 }
 
 /// The user-mode threaded program: one process (the program, by its pid), a thread track
@@ -393,12 +413,8 @@ fn initramfs_boot_exports_processes_and_syscalls() {
         init_child_pid, initramfs_boot_args_on, initramfs_guest, INIT_OK,
     };
     let (_, init_elf) = initramfs_guest().expect("the guest builds");
-    let qemu = qemu_uftrace_tests::system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2")
-        .program;
-    let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-aarch64");
+    let argv = initramfs_boot_args_on(&qemu.to_string_lossy(), 1).expect("the guest builds");
     let vmlinux = qemu_uftrace_tests::cached("kernel-dbg/vmlinux");
     let symbols = [vmlinux.to_string_lossy(), init_elf.to_string_lossy()];
     let (_tmp, dir, console) =

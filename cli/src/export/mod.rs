@@ -41,7 +41,12 @@ const CLOCK_UUID: u64 = 3 << 40;
 
 /// Where the trace goes when `-o` is not given: `<DIR>.pftrace`, `.gz` added with gzip.
 pub fn default_output(dir: &Path, gzip: bool) -> PathBuf {
-    let mut s = dir.as_os_str().to_owned();
+    // `uftrace.data/` is `uftrace.data`, and `.` or `..` the directory's own name.
+    let mut dir = dir.components().as_path().to_path_buf();
+    if dir.file_name().is_none() {
+        dir = dir.canonicalize().unwrap_or(dir);
+    }
+    let mut s = dir.into_os_string();
     s.push(if gzip { ".pftrace.gz" } else { ".pftrace" });
     PathBuf::from(s)
 }
@@ -67,6 +72,12 @@ pub fn run(opts: &Options) -> Result<i32> {
         ));
     }
     let to_stdout = opts.output.as_deref() == Some(Path::new("-"));
+    if to_stdout && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Err(crate::errors::usage(
+            "-o - writes a binary trace, and standard output is a terminal",
+            "redirect it (-o - > trace.pftrace) or pipe it",
+        ));
+    }
     let output = opts
         .output
         .clone()
@@ -337,4 +348,20 @@ fn header<W: Write>(
         out.packet(&p.buf)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_output_is_beside_the_directory() {
+        let p = |d: &str, gz| default_output(Path::new(d), gz);
+        assert_eq!(p("uftrace.data", false), Path::new("uftrace.data.pftrace"));
+        assert_eq!(p("t/boot/", true), Path::new("t/boot.pftrace.gz"));
+        let here = std::env::current_dir().unwrap();
+        let mut name = here.as_os_str().to_owned();
+        name.push(".pftrace");
+        assert_eq!(p(".", false), PathBuf::from(name));
+    }
 }

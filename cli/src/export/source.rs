@@ -28,6 +28,8 @@ pub struct TaskFile {
     forks: HashMap<u32, u32>,
     /// sid → (base, module basename) of each DLOP line.
     dlopens: HashMap<String, Vec<(u64, String)>>,
+    /// The pid of the first TASK line.
+    first_pid: Option<u32>,
 }
 
 /// `<sec>.<nsec>`, the nanoseconds read as an integer (as uftrace does).
@@ -71,6 +73,7 @@ impl TaskFile {
             } else if line.starts_with("TASK ") {
                 if let (Some(tid), Some(pid)) = (num("tid"), num("pid")) {
                     t.tasks.insert(tid, (pid, ns));
+                    t.first_pid.get_or_insert(pid);
                 }
             } else if line.starts_with("FORK ") {
                 if let (Some(pid), Some(ppid)) = (num("pid"), num("ppid")) {
@@ -94,6 +97,18 @@ impl TaskFile {
     /// The pid a task belongs to (its own tid when task.txt does not say).
     pub fn pid(&self, tid: u32) -> u32 {
         self.tasks.get(&tid).map_or(tid, |&(pid, _)| pid)
+    }
+
+    /// A user-mode task's process. qemu-uftrace writes the first process's threads each as
+    /// a session of its own (pid = tid, so that uftrace names each), its main thread first;
+    /// a later process's lines (FORK, and TASK lines of its threads) carry its real pid.
+    pub fn user_pid(&self, tid: u32) -> u32 {
+        let pid = self.pid(tid);
+        if pid != tid || self.forks.contains_key(&pid) {
+            pid
+        } else {
+            self.first_pid.unwrap_or(pid)
+        }
     }
 
     /// The sessions a task's records resolve in, by the time each starts: the one its
@@ -439,6 +454,9 @@ mod tests {
              DLOP timestamp=0.000000000 tid=10 sid=00000000000000aa base=7f00 libname=\"/l/m.ko\"\n",
         );
         assert_eq!(t.pid(11), 10);
+        assert_eq!(t.user_pid(11), 10);
+        assert_eq!(t.user_pid(12), 12, "a forked child is a process of its own");
+        assert_eq!(t.user_pid(13), 12);
         assert_eq!(t.sessions(11), [(0, "00000000000000aa")]);
         // The child before its exec carries on in its parent's session, after it in its own.
         assert_eq!(

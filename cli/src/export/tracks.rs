@@ -42,23 +42,31 @@ pub fn plan(tids: &[u32], tasks: &TaskFile, guest: &[GuestTask], user_mode: bool
     // no guest PID reaches: they are numbered apart).
     let mut kernel_pid = None;
     for &tid in tids {
+        if user_mode {
+            let pid = tasks.user_pid(tid);
+            let name = tasks.comm(tid).unwrap_or_else(|| format!("task-{tid}"));
+            let pname = tasks.process_name(pid).unwrap_or_else(|| name.clone());
+            if !p.processes.iter().any(|q| q.pid == pid) {
+                p.processes.push(Process { pid, name: pname });
+            }
+            p.threads.push(Thread { tid, pid, name });
+            continue;
+        }
         let g = guest.iter().find(|g| g.tid == tid);
         let name = g
             .map(GuestTask::display_name)
             .or_else(|| tasks.comm(tid))
             .unwrap_or_else(|| format!("task-{tid}"));
         let (pid, pname) = match g {
-            Some(g) if !user_mode && g.boot => (tid, name.clone()),
-            Some(g) if !user_mode && g.pid > 0 => {
+            Some(g) if g.boot => (tid, name.clone()),
+            Some(g) if g.pid > 0 => {
                 let base = GuestTask {
                     level: String::new(),
                     ..g.clone()
                 };
                 (g.pid, base.display_name())
             }
-            Some(g) if !user_mode && g.boot_of.is_some() => {
-                (*kernel_pid.get_or_insert(tid), KERNEL.to_string())
-            }
+            Some(g) if g.boot_of.is_some() => (*kernel_pid.get_or_insert(tid), KERNEL.to_string()),
             _ => {
                 let pid = tasks.pid(tid);
                 let pname = tasks
@@ -119,12 +127,28 @@ mod tests {
 
     #[test]
     fn user_mode_follows_task_txt() {
+        // As qemu-uftrace writes a user-mode trace: each thread of the first process a
+        // session of its own, then a forked child.
         let t = TaskFile::parse(
             "SESS timestamp=0.000000000 pid=10 sid=00000000000000aa exename=\"/bin/prog\"\n\
+             SESS timestamp=0.000000000 pid=11 sid=00000000000000aa exename=\"/bin/prog\"\n\
              TASK timestamp=0.000000000 tid=10 pid=10\n\
-             TASK timestamp=0.000000000 tid=11 pid=10\n",
+             TASK timestamp=0.000000000 tid=11 pid=11\n\
+             FORK timestamp=1.000000000 pid=12 ppid=10\n\
+             TASK timestamp=1.000000000 tid=12 pid=12\n",
         );
-        let p = plan(&[10, 11], &t, &[], true);
+        let guest = crate::guest_tasks::parse("tid=11\tpid=11\tkind=task\tname=\n");
+        let p = plan(&[10, 11, 12], &t, &guest, true);
+        assert_eq!(
+            p.threads[2],
+            Thread {
+                tid: 12,
+                pid: 12,
+                name: "prog".into()
+            }
+        );
+        assert_eq!(p.processes.len(), 2);
+        let p = plan(&[10, 11], &t, &guest, true);
         assert_eq!(
             p.processes,
             [Process {
