@@ -290,3 +290,32 @@ pub struct CompletionsArgs {
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_takes_it_before_the_qemu_command() {
+        use clap::Parser;
+        let cli = Cli::try_parse_from([
+            "qemu-uftrace",
+            "record",
+            "--max-size",
+            "2G,exit",
+            "--",
+            "qemu-system-aarch64",
+        ])
+        .unwrap();
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
+        assert!(
+            matches!(r.max_size, Some(crate::max_size::MaxSize::Cap(crate::max_size::Cap { bytes, exit: true, .. })) if bytes == 2 << 30)
+        );
+        let e = Cli::try_parse_from(["qemu-uftrace", "record", "--max-size", "2X"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'2X' is not a size"), "{e}");
+    }
+}

@@ -142,30 +142,6 @@ mod tests {
     }
 
     #[test]
-    fn record_takes_it_before_the_qemu_command() {
-        use clap::Parser;
-        let cli = crate::args::Cli::try_parse_from([
-            "qemu-uftrace",
-            "record",
-            "--max-size",
-            "2G,exit",
-            "--",
-            "qemu-system-aarch64",
-        ])
-        .unwrap();
-        let crate::args::Command::Record(r) = cli.command else {
-            panic!("not record")
-        };
-        assert!(
-            matches!(r.max_size, Some(MaxSize::Cap(Cap { bytes, exit: true, .. })) if bytes == 2 << 30)
-        );
-        let e = crate::args::Cli::try_parse_from(["qemu-uftrace", "record", "--max-size", "2X"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("'2X' is not a size"), "{e}");
-    }
-
-    #[test]
     fn bad_sizes_say_what_is_expected() {
         for bad in ["", "M", "500X", "-1G", "1e400", "1..5G", "99999999999T"] {
             let e = parse(bad).unwrap_err();
