@@ -226,6 +226,14 @@ pub fn refresh(dir: &Path, arch: Option<Arch>) -> Result<usize> {
         &[]
     };
     let found = regions(&uncovered_entries(dir, &covered)?, &covered, bounds);
+    // The files of regions named before (an image given since may cover them).
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(PREFIX) && name.ends_with(".sym") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     let mut named = 0;
     for r in &found {
         let Some(syms) = symbols(r, arch) else {
