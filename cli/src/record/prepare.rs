@@ -119,6 +119,15 @@ pub fn prepare(
     if let Some(offset) = symbol_source::task_pid_offset(&sources) {
         plugin_opt.push(format!(",task_pid={offset}"));
     }
+    // A Linux guest's processes: where they map files, watched where the kernel's DWARF
+    // says (issue 24); without it, said when there is a userland to name.
+    if inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel) {
+        match crate::guest_procs::watch_options(&sources) {
+            Ok(opts) => plugin_opt.push(opts),
+            Err(why) if crate::guest_procs::initrd_path(inv).is_some() => warn(why),
+            Err(_) => {}
+        }
+    }
     // User mode: the plugin runs QEMU again with these options for a program the guest
     // execs (`qemu::user_procs`).
     if let Some(user) = &inv.user {

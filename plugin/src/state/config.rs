@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
+//! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -46,6 +46,10 @@ pub struct Config {
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
+    /// System mode, Linux: the kernel functions where guest processes map files, exec and
+    /// start (`handlers::procmaps`), and where the fields read there are.
+    pub proc_watch: Option<crate::handlers::procmaps::Watch>,
+    pub proc_offsets: Option<crate::handlers::procmaps::Offsets>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +106,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut max_size = None;
     let mut max_size_exit = false;
     let mut record_pidfd = None;
+    let mut proc_watch = None;
+    let mut proc_offsets = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -199,6 +205,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("record_pidfd={value}: expected a descriptor"))?,
                 )
             }
+            "proc_watch" => proc_watch = Some(crate::handlers::procmaps::Watch::parse(value)?),
+            "proc_offsets" => {
+                proc_offsets = Some(crate::handlers::procmaps::Offsets::parse(value)?)
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -221,5 +231,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_size,
         max_size_exit,
         record_pidfd,
+        proc_watch,
+        proc_offsets,
     }))
 }

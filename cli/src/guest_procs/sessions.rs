@@ -1,0 +1,251 @@
+//! One uftrace session per guest address space: its map is the kernel's (the trace's first
+//! session) plus the process's files where that process mapped them, so that uftrace names
+//! a process's own functions, its libraries' and the kernel's beneath its syscalls. Threads
+//! are grouped by process (uftrace's pid is the guest's thread group).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::map::{self, MapEntry};
+use qemu_uftrace_format::task::{session_id, Later};
+use qemu_uftrace_symbols::{Arch, Image, LoadOptions};
+
+use super::events::{Procs, Space};
+use super::initrd;
+use crate::guest_tasks::GuestTask;
+use crate::qemu::user::Elf;
+use crate::symfiles;
+
+/// Where the guest's files are found.
+pub struct GuestFiles {
+    /// The `-initrd` archive's files, when it was given and read.
+    pub initrd: Option<initrd::Files>,
+    /// `--symbols` files, found by their file name.
+    pub symbols: Vec<PathBuf>,
+}
+
+/// What naming the processes gave.
+#[derive(Debug, Default)]
+pub struct Named {
+    /// `task.txt` lines for the processes' threads (written after the first session's).
+    pub lines: Vec<Later>,
+    /// The threads those lines cover (the first session leaves them out).
+    pub tids: Vec<u32>,
+    /// Address spaces written, and files named in them.
+    pub spaces: usize,
+    pub files: usize,
+    /// What was not named, and why (one line each).
+    pub problems: Vec<String>,
+}
+
+/// The subdirectory of the trace that holds the guest's files taken from the archive: the
+/// map lines point there, so that `uftrace` finds them later.
+pub const FILES_DIR: &str = "guest-files";
+
+/// Writes a session for each address space of `procs` into `dir`, next to the first
+/// session `base_sid` (whose map holds the kernel), for the threads `tids` (uftrace's tids,
+/// the guest's PIDs) that have records.
+pub fn write(
+    dir: &Path,
+    base_sid: &str,
+    procs: &Procs,
+    files: &GuestFiles,
+    arch: Arch,
+    tasks: &[GuestTask],
+    tids: &[u32],
+) -> Result<Named> {
+    let mut named = Named::default();
+    let base_map = dir.join(format!("sid-{base_sid}.map"));
+    let keep = map::parse_map(
+        &std::fs::read_to_string(&base_map)
+            .with_context(|| format!("cannot read {}", base_map.display()))?,
+    );
+    let mut finder = Finder {
+        dir,
+        files,
+        found: HashMap::new(),
+        images: HashMap::new(),
+        arch,
+        written: HashSet::new(),
+    };
+    // The guest's PID of each recorded thread, and its process.
+    let pid_of = |tid: u32| {
+        tasks
+            .iter()
+            .find(|t| t.tid == tid && t.pid > 0)
+            .map_or(tid, |t| t.pid)
+    };
+    let mut threads: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for &tid in tids {
+        if let Some(&tgid) = procs.tgid_of.get(&pid_of(tid)) {
+            if procs.spaces.iter().any(|s| s.tgid == tgid) {
+                threads.entry(tgid).or_default().push(tid);
+            }
+        }
+    }
+    let name_of = |tgid: u32| {
+        tasks
+            .iter()
+            .find(|t| t.pid == tgid)
+            .map(GuestTask::display_name)
+            .unwrap_or_else(|| format!("pid-{tgid}"))
+    };
+    let mut seq = 0u64;
+    for (&tgid, members) in &threads {
+        // Before its first address space (a kernel thread until it execs): the kernel's
+        // session, named after the process.
+        named.lines.push(Later::Session {
+            ns: 0,
+            pid: tgid,
+            sid: base_sid.to_string(),
+            name: name_of(tgid),
+        });
+        named.lines.extend(members.iter().map(|&tid| Later::Task {
+            ns: 0,
+            tid,
+            pid: tgid,
+        }));
+        named.tids.extend(members);
+        for space in procs.spaces.iter().filter(|s| s.tgid == tgid) {
+            seq += 1;
+            let sid = session_id(
+                u64::from_str_radix(base_sid, 16).unwrap_or(0) ^ (seq << 32 | u64::from(tgid)),
+            );
+            let entries = finder.place(space, &keep, &mut named)?;
+            named.files += entries.len();
+            named.spaces += 1;
+            let mut all = keep.clone();
+            all.extend(entries);
+            symfiles::write_with(&dir.join(format!("sid-{sid}.map")), |w| {
+                map::write_map(w, all)
+            })?;
+            let name = match space.program().filter(|_| space.exec) {
+                Some(p) => p.rsplit('/').next().unwrap_or(p).to_string(),
+                None => name_of(tgid),
+            };
+            named.lines.push(Later::Session {
+                ns: space.from,
+                pid: tgid,
+                sid,
+                name,
+            });
+            named.lines.extend(members.iter().map(|&tid| Later::Task {
+                ns: space.from,
+                tid,
+                pid: tgid,
+            }));
+        }
+    }
+    named.problems.sort();
+    named.problems.dedup();
+    Ok(named)
+}
+
+/// Finds, reads and writes the symbols of guest files, each once.
+struct Finder<'a> {
+    dir: &'a Path,
+    files: &'a GuestFiles,
+    /// Guest path → the file on the host (`None`: not found).
+    found: HashMap<String, Option<PathBuf>>,
+    /// Host file → its symbols at offset 0 (`None`: it has none).
+    images: HashMap<PathBuf, Option<Image>>,
+    arch: Arch,
+    /// Module names whose `.sym` files are written.
+    written: HashSet<String>,
+}
+
+impl Finder<'_> {
+    /// The host file for a guest path: the archive's copy (written under the trace), else a
+    /// `--symbols` file of the same name.
+    fn host_file(&mut self, guest: &str) -> Result<Option<PathBuf>> {
+        if let Some(f) = self.found.get(guest) {
+            return Ok(f.clone());
+        }
+        let mut host = None;
+        if let Some(data) = self.files.initrd.as_ref().and_then(|f| f.get(guest)) {
+            let rel = guest
+                .trim_start_matches('/')
+                .replace(char::is_whitespace, "_");
+            let path = self.dir.join(FILES_DIR).join(rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            std::fs::write(&path, data)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            host = Some(path);
+        } else {
+            let name = guest.rsplit('/').next().unwrap_or(guest);
+            host = self
+                .files
+                .symbols
+                .iter()
+                .find(|p| p.file_name().is_some_and(|n| n == name))
+                .cloned()
+                .or(host);
+        }
+        self.found.insert(guest.to_string(), host.clone());
+        Ok(host)
+    }
+
+    /// The map lines of one address space's files (their `.sym` files written), each file
+    /// at the load bias its first code mapping gives.
+    fn place(
+        &mut self,
+        space: &Space,
+        keep: &[MapEntry],
+        named: &mut Named,
+    ) -> Result<Vec<MapEntry>> {
+        let mut images = Vec::new();
+        let mut seen = HashSet::new();
+        for m in &space.maps {
+            if !seen.insert(m.path.as_str()) {
+                continue;
+            }
+            let Some(host) = self.host_file(&m.path)? else {
+                named.problems.push(format!(
+                    "no file found for {} (it is not in the -initrd archive; give it with \
+                     --symbols)",
+                    m.path
+                ));
+                continue;
+            };
+            let Some(elf) = Elf::read(&host) else {
+                named.problems.push(format!(
+                    "{} ({}) is not an ELF file",
+                    m.path,
+                    host.display()
+                ));
+                continue;
+            };
+            let bias = elf.bias_of_mapping(m.start, m.offset);
+            let arch = self.arch;
+            let img = self.images.entry(host.clone()).or_insert_with(|| {
+                let opts = LoadOptions {
+                    offset: 0,
+                    demangle: false,
+                    source_lines: true,
+                    expected_arch: Some(arch),
+                };
+                qemu_uftrace_symbols::load(&host, &opts).ok()
+            });
+            match img {
+                Some(img) => images.push(img.clone().shifted(bias)),
+                None => named.problems.push(format!(
+                    "{} ({}) has no symbols (give an unstripped copy with --symbols)",
+                    m.path,
+                    host.display()
+                )),
+            }
+        }
+        let (placed, skipped) = symfiles::place(images, keep);
+        named.problems.extend(skipped);
+        for p in &placed {
+            if self.written.insert(p.module_name().to_string()) {
+                symfiles::write_files(self.dir, p, false)?;
+            }
+        }
+        Ok(placed.into_iter().map(|p| p.map).collect())
+    }
+}

@@ -1,0 +1,3 @@
+/* How often the process tests' programs call their functions (read by the tests too). */
+#define INIT_STEPS 7
+#define WORKER_STEPS 11
