@@ -59,29 +59,167 @@ fn record(symbols: &[&Path]) -> Recorded {
     }
 }
 
+/// The calls uftrace reports for one task: `report -f call --tid T`.
+fn calls_of(dir: &Path, tid: u32) -> BTreeMap<String, u64> {
+    report_calls(dir, &["--tid", &tid.to_string()]).expect("uftrace report")
+}
+
+/// The replayed calls of one task.
+fn replay_of(dir: &Path, tid: u32) -> (String, Vec<Call>) {
+    let d = dir.to_string_lossy();
+    let text = uftrace(&["replay", "--no-pager", "-d", &d, "--tid", &tid.to_string()])
+        .expect("uftrace replay");
+    let calls = parse_calls(&text).expect("replay parses");
+    (text, calls)
+}
+
+/// Every range the trace's maps give a file whose module name starts with `stem` (the
+/// program itself and its aliases, `/worker#2`).
+fn ranges_of(dir: &Path, stem: &str) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("trace dir") {
+        let path = entry.expect("dir entry").path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.starts_with("sid-") && name.ends_with(".map")) {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path).expect("map").lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let Some(file) = words.get(5) else { continue };
+            let module = file.rsplit('/').next().unwrap_or(file);
+            if module == stem || module.starts_with(&format!("{stem}#")) {
+                let (a, b) = words[0].split_once('-').expect("range");
+                out.push((
+                    u64::from_str_radix(a, 16).unwrap(),
+                    u64::from_str_radix(b, 16).unwrap(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The addresses uftrace left unnamed at entries (`<aaaab1cd0aa0>() {`).
+fn unnamed_entries(replay: &str) -> Vec<u64> {
+    replay
+        .lines()
+        .filter_map(|l| {
+            let body = l.split_once('|')?.1.trim();
+            let hex = body.strip_prefix('<')?.split_once('>')?;
+            (hex.1 == "() {" || hex.1 == "();").then(|| u64::from_str_radix(hex.0, 16).ok())?
+        })
+        .collect()
+}
+
+/// The worker PIDs `/init` printed (`INIT: worker N status 0`), in order.
+fn worker_pids(console: &str) -> Vec<u32> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("INIT: worker ").nth(1)?;
+            let (pid, status) = rest.split_once(" status ")?;
+            assert_eq!(status.trim(), "0", "a worker failed: {l}");
+            pid.parse().ok()
+        })
+        .collect()
+}
+
 #[test]
 fn dynamic_pie_processes_are_named() {
     let vmlinux = debian_vmlinux();
     let r = record(&[&vmlinux]);
-    let d = r.dir.to_string_lossy().into_owned();
-    eprintln!("stderr:\n{}\nconsole:\n{}", r.stderr, r.console);
-    eprintln!(
-        "{}",
-        std::fs::read_to_string(r.dir.join("task.txt")).unwrap()
+    let workers = worker_pids(&r.console);
+    assert_eq!(workers.len(), 2, "console:\n{}", r.console);
+    let init_steps = procs_count("INIT_STEPS");
+    let worker_steps = procs_count("WORKER_STEPS");
+    let mut failed = Vec::new();
+    let mut expect = |what: String, got: u64, want: u64| {
+        if got != want {
+            failed.push(format!("{what}: got {got}, expected {want}"));
+        }
+    };
+
+    // /init, PID 1: its own functions, libc's, and nothing of the worker's.
+    let init = calls_of(&r.dir, 1);
+    let n = |calls: &BTreeMap<String, u64>, f: &str| calls.get(f).copied().unwrap_or(0);
+    for (f, want) in [
+        ("main", 1),
+        ("init_step", init_steps),
+        ("run_worker", 2),
+        ("getppid", init_steps),
+        ("fork", 2),
+        ("waitpid", 2),
+        ("printf", 3),
+        ("puts", 1),
+        ("worker_step", 0),
+    ] {
+        expect(format!("pid 1: calls of {f}"), n(&init, f), want);
+    }
+    // Each worker: the same program twice, at different addresses, in its own process.
+    for &pid in &workers {
+        let w = calls_of(&r.dir, pid);
+        for (f, want) in [
+            ("main", 1),
+            ("worker_step", worker_steps),
+            ("worker_report", 1),
+            ("getpid", worker_steps),
+            ("snprintf", 1),
+            ("init_step", 0),
+        ] {
+            expect(format!("pid {pid}: calls of {f}"), n(&w, f), want);
+        }
+        // The syscall beneath its user caller: getpid(2)'s kernel side under libc's
+        // getpid under worker_step, every time.
+        let (text, calls) = replay_of(&r.dir, pid);
+        let under = calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.name == "__arm64_sys_getpid")
+            .filter(|(i, _)| {
+                let path = qemu_uftrace_tests::replay::call_path(&calls, *i);
+                path.contains(&"worker_step") && path.contains(&"getpid")
+            })
+            .count() as u64;
+        expect(
+            format!("pid {pid}: __arm64_sys_getpid under worker_step > getpid"),
+            under,
+            worker_steps,
+        );
+        // Nothing unnamed inside the program (whose symbols are all there).
+        let ranges = ranges_of(&r.dir, "worker");
+        let unnamed: Vec<String> = unnamed_entries(&text)
+            .into_iter()
+            .filter(|a| ranges.iter().any(|(s, e)| s <= a && a < e))
+            .map(|a| format!("{a:x}"))
+            .collect();
+        expect(
+            format!("pid {pid}: unnamed entries inside /worker ({unnamed:?})"),
+            unnamed.len() as u64,
+            0,
+        );
+    }
+    let (text, _) = replay_of(&r.dir, 1);
+    let ranges = ranges_of(&r.dir, "init");
+    let unnamed = unnamed_entries(&text)
+        .into_iter()
+        .filter(|a| ranges.iter().any(|(s, e)| s <= a && a < e))
+        .count() as u64;
+    expect("pid 1: unnamed entries inside /init".into(), unnamed, 0);
+    // Processes are named after their programs.
+    let names = qemu_uftrace_tests::replay::task_names(&r.dir).expect("task names");
+    let name = |pid: u32| names.get(&pid).cloned().unwrap_or_default();
+    if name(1) != "init" || workers.iter().any(|&p| name(p) != "worker") {
+        failed.push(format!(
+            "task names: 1 → {:?}, workers → {:?}",
+            name(1),
+            workers.iter().map(|&p| name(p)).collect::<Vec<_>>()
+        ));
+    }
+    assert!(
+        failed.is_empty(),
+        "{} expectation(s) failed:\n- {}\nrecord said:\n{}",
+        failed.len(),
+        failed.join("\n- "),
+        r.stderr
     );
-    let replay = uftrace(&["replay", "--no-pager", "-d", &d, "-f", "tid"]).expect("replay");
-    let calls = parse_calls(&replay).expect("parse replay");
-    let _ = (
-        calls,
-        report_calls,
-        procs_count,
-        BTreeMap::<u32, u32>::new(),
-    );
-    let _: Option<Call> = None;
-    std::fs::write("/tmp/procs-replay.txt", &replay).unwrap();
-    let _ = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(&r.dir)
-        .arg("/tmp/procs-trace.data")
-        .status();
 }

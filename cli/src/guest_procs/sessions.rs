@@ -11,7 +11,7 @@ use qemu_uftrace_format::map::{self, MapEntry};
 use qemu_uftrace_format::task::{session_id, Later};
 use qemu_uftrace_symbols::{Arch, Image, LoadOptions};
 
-use super::events::{Procs, Space};
+use super::events::{Mapping, Procs, Space};
 use super::initrd;
 use crate::guest_tasks::GuestTask;
 use crate::qemu::user::Elf;
@@ -39,8 +39,8 @@ pub struct Named {
     pub problems: Vec<String>,
 }
 
-/// The subdirectory of the trace that holds the guest's files taken from the archive: the
-/// map lines point there, so that `uftrace` finds them later.
+/// The subdirectory of the staging directory where the guest's files taken from the archive
+/// are read from (removed once their symbols are written).
 pub const FILES_DIR: &str = "guest-files";
 
 /// Writes a session for each address space of `procs` into `dir`, next to the first
@@ -68,7 +68,9 @@ pub fn write(
         images: HashMap::new(),
         arch,
         written: HashSet::new(),
+        biases: BTreeMap::new(),
     };
+    finder.learn_biases(&procs.spaces)?;
     // The guest's PID of each recorded thread, and its process.
     let pid_of = |tid: u32| {
         tasks
@@ -139,6 +141,12 @@ pub fn write(
     }
     named.problems.sort();
     named.problems.dedup();
+    // The map lines name the guest's files; the copies were only read for their symbols.
+    let copies = dir.join(FILES_DIR);
+    if copies.exists() {
+        std::fs::remove_dir_all(&copies)
+            .with_context(|| format!("cannot remove {}", copies.display()))?;
+    }
     Ok(named)
 }
 
@@ -153,11 +161,13 @@ struct Finder<'a> {
     arch: Arch,
     /// Module names whose `.sym` files are written.
     written: HashSet<String>,
+    /// Guest path → its host file and every load bias any process gave it.
+    biases: BTreeMap<String, (PathBuf, Vec<u64>)>,
 }
 
 impl Finder<'_> {
-    /// The host file for a guest path: the archive's copy (written under the trace), else a
-    /// `--symbols` file of the same name.
+    /// The host file for a guest path: the archive's copy (written under the trace while
+    /// its symbols are read), else a `--symbols` file of the same name.
     fn host_file(&mut self, guest: &str) -> Result<Option<PathBuf>> {
         if let Some(f) = self.found.get(guest) {
             return Ok(f.clone());
@@ -189,63 +199,145 @@ impl Finder<'_> {
         Ok(host)
     }
 
-    /// The map lines of one address space's files (their `.sym` files written), each file
-    /// at the load bias its first code mapping gives.
-    fn place(
-        &mut self,
-        space: &Space,
-        keep: &[MapEntry],
-        named: &mut Named,
-    ) -> Result<Vec<MapEntry>> {
-        let mut images = Vec::new();
-        let mut seen = HashSet::new();
-        for m in &space.maps {
-            if !seen.insert(m.path.as_str()) {
-                continue;
+    /// A mapping's file on the host and the load bias the mapping gives it, or why not.
+    fn bias(&mut self, m: &Mapping) -> Result<std::result::Result<(PathBuf, u64), String>> {
+        let Some(host) = self.host_file(&m.path)? else {
+            return Ok(Err(format!(
+                "no file found for {} (it is not in the -initrd archive; give it with \
+                 --symbols)",
+                m.path
+            )));
+        };
+        let Some(elf) = Elf::read(&host) else {
+            return Ok(Err(format!(
+                "{} ({}) is not an ELF file",
+                m.path,
+                host.display()
+            )));
+        };
+        Ok(Ok((host, elf.bias_of_mapping(m.start, m.offset))))
+    }
+
+    /// Notes every load bias of every file (see [`Finder::place`]).
+    fn learn_biases(&mut self, spaces: &[Space]) -> Result<()> {
+        for space in spaces {
+            for m in &space.maps {
+                if let Ok((host, bias)) = self.bias(m)? {
+                    let all = &mut self
+                        .biases
+                        .entry(m.path.clone())
+                        .or_insert_with(|| (host, Vec::new()))
+                        .1;
+                    if !all.contains(&bias) {
+                        all.push(bias);
+                    }
+                }
             }
-            let Some(host) = self.host_file(&m.path)? else {
-                named.problems.push(format!(
-                    "no file found for {} (it is not in the -initrd archive; give it with \
-                     --symbols)",
-                    m.path
-                ));
-                continue;
-            };
-            let Some(elf) = Elf::read(&host) else {
-                named.problems.push(format!(
-                    "{} ({}) is not an ELF file",
-                    m.path,
-                    host.display()
-                ));
-                continue;
-            };
-            let bias = elf.bias_of_mapping(m.start, m.offset);
-            let arch = self.arch;
-            let img = self.images.entry(host.clone()).or_insert_with(|| {
+        }
+        Ok(())
+    }
+
+    /// A host file's symbols at offset 0, read once.
+    fn image(&mut self, host: &Path) -> Option<Image> {
+        let arch = self.arch;
+        self.images
+            .entry(host.to_path_buf())
+            .or_insert_with(|| {
                 let opts = LoadOptions {
                     offset: 0,
                     demangle: false,
                     source_lines: true,
                     expected_arch: Some(arch),
                 };
-                qemu_uftrace_symbols::load(&host, &opts).ok()
-            });
-            match img {
-                Some(img) => images.push(img.clone().shifted(bias)),
-                None => named.problems.push(format!(
+                qemu_uftrace_symbols::load(host, &opts).ok()
+            })
+            .clone()
+    }
+
+    /// The map lines of one address space's files (their `.sym` files written), each file
+    /// at the load bias its first code mapping gives; then every file any process mapped,
+    /// at every bias it had, where nothing of this space is. Two reasons: QEMU translates
+    /// code once per physical page on arm64 (its translations are position-independent,
+    /// and the plugin's addresses are those of the translation), so a call into a file
+    /// another process ran first is seen at that process's addresses; and the frames an
+    /// exec leaves open (`execve` never returns) close in the space after it.
+    fn place(
+        &mut self,
+        space: &Space,
+        keep: &[MapEntry],
+        named: &mut Named,
+    ) -> Result<Vec<MapEntry>> {
+        let mut own = Vec::new();
+        let mut aliases = Vec::new();
+        let mut guest_dirs = HashMap::new();
+        let mut seen = HashSet::new();
+        let mut seen_bias = HashSet::new();
+        for m in &space.maps {
+            if !seen.insert(m.path.as_str()) {
+                continue;
+            }
+            let (host, bias) = match self.bias(m)? {
+                Ok(found) => found,
+                Err(why) => {
+                    named.problems.push(why);
+                    continue;
+                }
+            };
+            let Some(img) = self.image(&host) else {
+                named.problems.push(format!(
                     "{} ({}) has no symbols (give an unstripped copy with --symbols)",
                     m.path,
                     host.display()
-                )),
+                ));
+                continue;
+            };
+            if let Some(name) = host.file_name() {
+                let dir = m.path.rsplit_once('/').map_or("", |(d, _)| d);
+                guest_dirs.insert(name.to_string_lossy().into_owned(), dir.to_string());
+            }
+            own.push(img.shifted(bias));
+            seen_bias.insert((m.path.clone(), bias));
+        }
+        let all: Vec<(String, PathBuf, Vec<u64>)> = self
+            .biases
+            .iter()
+            .map(|(g, (h, b))| (g.clone(), h.clone(), b.clone()))
+            .collect();
+        for (guest, host, biases) in all {
+            let Some(img) = self.image(&host) else {
+                continue;
+            };
+            if let Some(name) = host.file_name() {
+                let dir = guest.rsplit_once('/').map_or("", |(d, _)| d);
+                guest_dirs.insert(name.to_string_lossy().into_owned(), dir.to_string());
+            }
+            for b in biases {
+                if !seen_bias.contains(&(guest.clone(), b)) {
+                    aliases.push(img.clone().shifted(b));
+                }
             }
         }
-        let (placed, skipped) = symfiles::place(images, keep);
+        let (mut placed, skipped) = symfiles::place(own, keep);
         named.problems.extend(skipped);
-        for p in &placed {
-            if self.written.insert(p.module_name().to_string()) {
-                symfiles::write_files(self.dir, p, false)?;
+        let mut taken: Vec<MapEntry> = keep.to_vec();
+        taken.extend(placed.iter().map(|p| p.map.clone()));
+        // An alias that meets this process's own files is left out: there the address is
+        // this process's.
+        placed.extend(symfiles::place(aliases, &taken).0);
+        let mut out = Vec::new();
+        for mut p in placed {
+            // The map line names the guest's file (`/lib/libc.so.6`), whose module name the
+            // `.sym` file has.
+            let module = p.module_name().to_string();
+            let stem = module.split('#').next().unwrap_or(&module);
+            if let Some(dir) = guest_dirs.get(stem) {
+                p.map.path = format!("{dir}/{module}").replace(char::is_whitespace, "_");
             }
+            if self.written.insert(p.module_name().to_string()) {
+                symfiles::write_files(self.dir, &p, false)?;
+            }
+            out.push(p.map);
         }
-        Ok(placed.into_iter().map(|p| p.map).collect())
+        Ok(out)
     }
 }
