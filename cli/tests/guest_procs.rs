@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::procs_guest::{procs_boot_args_on, procs_count};
 use qemu_uftrace_tests::replay::{parse_calls, report_calls, uftrace, Call};
+use qemu_uftrace_tests::system_qemus;
 
 /// One `record` run.
 struct Recorded {
@@ -25,7 +26,13 @@ struct Recorded {
 }
 
 fn record(symbols: &[&Path]) -> Recorded {
-    let qemu = "qemu-system-aarch64".to_string();
+    // 10.2.2: the QEMU that reports exceptions to plugins, so a syscall shows as `[svc]`
+    // with the kernel's functions beneath it.
+    let qemu = system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus")
+        .program;
     let argv = procs_boot_args_on(&qemu).expect("the process guest builds");
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("trace.data");
@@ -168,8 +175,8 @@ fn dynamic_pie_processes_are_named() {
         ] {
             expect(format!("pid {pid}: calls of {f}"), n(&w, f), want);
         }
-        // The syscall beneath its user caller: getpid(2)'s kernel side under libc's
-        // getpid under worker_step, every time.
+        // The syscall beneath its user caller: getpid(2)'s kernel side under `[svc]` under
+        // libc's getpid under worker_step, every time.
         let (text, calls) = replay_of(&r.dir, pid);
         let under = calls
             .iter()
@@ -177,11 +184,16 @@ fn dynamic_pie_processes_are_named() {
             .filter(|(_, c)| c.name == "__arm64_sys_getpid")
             .filter(|(i, _)| {
                 let path = qemu_uftrace_tests::replay::call_path(&calls, *i);
-                path.contains(&"worker_step") && path.contains(&"getpid")
+                // `[svc]`: the exception that enters the kernel, between them.
+                let at = |name| path.iter().position(|p| *p == name);
+                matches!(
+                    (at("worker_step"), at("getpid"), at("[svc]")),
+                    (Some(a), Some(b), Some(c)) if a < b && b < c
+                )
             })
             .count() as u64;
         expect(
-            format!("pid {pid}: __arm64_sys_getpid under worker_step > getpid"),
+            format!("pid {pid}: __arm64_sys_getpid under worker_step > getpid > [svc]"),
             under,
             worker_steps,
         );
@@ -222,4 +234,21 @@ fn dynamic_pie_processes_are_named() {
         failed.join("\n- "),
         r.stderr
     );
+}
+
+/// Without the kernel's DWARF, record says why the processes' own functions are not named,
+/// in one line, and the trace is still written.
+#[test]
+fn without_dwarf_record_says_why() {
+    let r = record(&[]);
+    assert!(
+        r.stderr.contains(
+            "the guest's processes' own functions are not named: no symbol source has the \
+             kernel's DWARF (give the vmlinux of its -dbg package with --symbols)"
+        ),
+        "record said:\n{}",
+        r.stderr
+    );
+    assert!(!r.dir.join("plugin.procs").exists());
+    assert!(r.dir.join("task.txt").exists());
 }

@@ -21,6 +21,8 @@ use crate::symfiles;
 pub struct GuestFiles {
     /// The `-initrd` archive's files, when it was given and read.
     pub initrd: Option<initrd::Files>,
+    /// `--sysroot`: the guest's root file system.
+    pub sysroot: Option<PathBuf>,
     /// `--symbols` files, found by their file name.
     pub symbols: Vec<PathBuf>,
 }
@@ -167,7 +169,8 @@ struct Finder<'a> {
 
 impl Finder<'_> {
     /// The host file for a guest path: the archive's copy (written under the trace while
-    /// its symbols are read), else a `--symbols` file of the same name.
+    /// its symbols are read), else the file under `--sysroot`, else a `--symbols` file of
+    /// the same name.
     fn host_file(&mut self, guest: &str) -> Result<Option<PathBuf>> {
         if let Some(f) = self.found.get(guest) {
             return Ok(f.clone());
@@ -185,6 +188,14 @@ impl Finder<'_> {
             std::fs::write(&path, data)
                 .with_context(|| format!("cannot write {}", path.display()))?;
             host = Some(path);
+        } else if let Some(file) = self
+            .files
+            .sysroot
+            .as_ref()
+            .map(|root| root.join(guest.trim_start_matches('/')))
+            .filter(|p| p.is_file())
+        {
+            host = Some(file);
         } else {
             let name = guest.rsplit('/').next().unwrap_or(guest);
             host = self
@@ -203,8 +214,8 @@ impl Finder<'_> {
     fn bias(&mut self, m: &Mapping) -> Result<std::result::Result<(PathBuf, u64), String>> {
         let Some(host) = self.host_file(&m.path)? else {
             return Ok(Err(format!(
-                "no file found for {} (it is not in the -initrd archive; give it with \
-                 --symbols)",
+                "no file found for {} (not in the -initrd archive nor under --sysroot; \
+                 give it with --symbols)",
                 m.path
             )));
         };
@@ -295,6 +306,15 @@ impl Finder<'_> {
                 let dir = m.path.rsplit_once('/').map_or("", |(d, _)| d);
                 guest_dirs.insert(name.to_string_lossy().into_owned(), dir.to_string());
             }
+            // Only global functions: the file's (or its debug file's) symbol table was not
+            // there, only the exported ones.
+            if img.functions.iter().all(|f| f.global) {
+                named.problems.push(format!(
+                    "{} has only its exported symbols: its internal functions show as \
+                     addresses (give a copy with its symbol table or debug file with --symbols)",
+                    m.path
+                ));
+            }
             own.push(img.shifted(bias));
             seen_bias.insert((m.path.clone(), bias));
         }
@@ -339,5 +359,57 @@ impl Finder<'_> {
             out.push(p.map);
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finder<'a>(dir: &'a Path, files: &'a GuestFiles) -> Finder<'a> {
+        Finder {
+            dir,
+            files,
+            found: HashMap::new(),
+            images: HashMap::new(),
+            arch: Arch::Aarch64,
+            written: HashSet::new(),
+            biases: BTreeMap::new(),
+        }
+    }
+
+    /// The archive first, then the sysroot, then a `--symbols` file of the same name.
+    #[test]
+    fn files_are_found_in_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("bin/sh"), b"from the sysroot").unwrap();
+        std::fs::write(root.join("bin/init"), b"from the sysroot").unwrap();
+        let extra = tmp.path().join("tool");
+        std::fs::write(&extra, b"given").unwrap();
+        let files = GuestFiles {
+            initrd: Some(HashMap::from([(
+                "/bin/init".to_string(),
+                b"archive".to_vec(),
+            )])),
+            sysroot: Some(root.clone()),
+            symbols: vec![extra.clone()],
+        };
+        let staging = tmp.path().join("staging");
+        let mut f = finder(&staging, &files);
+        let init = f.host_file("/bin/init").unwrap().unwrap();
+        assert_eq!(std::fs::read(&init).unwrap(), b"archive");
+        assert_eq!(f.host_file("/bin/sh").unwrap(), Some(root.join("bin/sh")));
+        assert_eq!(f.host_file("/usr/bin/tool").unwrap(), Some(extra));
+        assert_eq!(f.host_file("/usr/bin/none").unwrap(), None);
+        let m = Mapping {
+            path: "/usr/bin/none".into(),
+            start: 0x1000,
+            len: 0x1000,
+            offset: 0,
+        };
+        let why = f.bias(&m).unwrap().unwrap_err();
+        assert!(why.starts_with("no file found for /usr/bin/none"), "{why}");
     }
 }

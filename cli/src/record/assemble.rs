@@ -126,8 +126,8 @@ pub fn assemble(
 }
 
 /// System mode, Linux guest: a session per address space of each guest process, from what
-/// the plugin saw (`plugin.procs`) and the files found in the `-initrd` archive and
-/// `--symbols`; what was not named is said, one line each.
+/// the plugin saw (`plugin.procs`) and the files found in the `-initrd` archive,
+/// `--sysroot` and `--symbols`; what was not named is said, one line each.
 fn guest_processes(
     staging: &Path,
     inv: &Invocation,
@@ -150,6 +150,7 @@ fn guest_processes(
     });
     let guest_files = sessions::GuestFiles {
         initrd: archive,
+        sysroot: inv.sysroot.clone(),
         symbols: prep.sources.iter().map(|s| s.path.clone()).collect(),
     };
     let tids: Vec<u32> = datadir::dat_files(staging)

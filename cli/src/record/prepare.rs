@@ -124,7 +124,9 @@ pub fn prepare(
     if inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel) {
         match crate::guest_procs::watch_options(&sources) {
             Ok(opts) => plugin_opt.push(opts),
-            Err(why) if crate::guest_procs::initrd_path(inv).is_some() => warn(why),
+            Err(why) if crate::guest_procs::initrd_path(inv).is_some() || inv.sysroot.is_some() => {
+                warn(why)
+            }
             Err(_) => {}
         }
     }
