@@ -10,66 +10,8 @@
 use std::ffi::{c_uint, c_void};
 use std::sync::Mutex;
 
+use crate::state::config::{Offsets, Watch};
 use crate::state::guest::{ByteBuf, MIN_PAGE};
-
-/// The watched functions' entry addresses (`proc_watch=MMAP:EXEC:NEWTASK`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Watch {
-    pub mmap_region: u64,
-    pub begin_new_exec: u64,
-    pub wake_up_new_task: u64,
-}
-
-/// Where the fields read are (`proc_offsets=TGID:FILE_DENTRY:D_NAME:D_PARENT`):
-/// `task_struct.tgid`, `file.f_path.dentry`, `dentry.d_name.name`, `dentry.d_parent`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Offsets {
-    pub tgid: u64,
-    pub file_dentry: u64,
-    pub d_name: u64,
-    pub d_parent: u64,
-}
-
-fn numbers<const N: usize>(key: &str, value: &str) -> Result<[u64; N], String> {
-    let parts: Vec<u64> = value
-        .split(':')
-        .map(str::parse::<u64>)
-        .collect::<Result<_, _>>()
-        .map_err(|_| format!("{key}={value}: expected {N} numbers separated by ':'"))?;
-    parts
-        .try_into()
-        .map_err(|_| format!("{key}={value}: expected {N} numbers separated by ':'"))
-}
-
-impl Watch {
-    pub fn parse(value: &str) -> Result<Watch, String> {
-        let [mmap_region, begin_new_exec, wake_up_new_task] = numbers("proc_watch", value)?;
-        Ok(Watch {
-            mmap_region,
-            begin_new_exec,
-            wake_up_new_task,
-        })
-    }
-}
-
-impl Offsets {
-    pub fn parse(value: &str) -> Result<Offsets, String> {
-        let [tgid, file_dentry, d_name, d_parent] = numbers("proc_offsets", value)?;
-        // Bounded like the other structure offsets: a wild one would read far off.
-        if [tgid, file_dentry, d_name, d_parent]
-            .iter()
-            .any(|&o| o >= qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
-        {
-            return Err(format!("proc_offsets={value}: expected byte offsets"));
-        }
-        Ok(Offsets {
-            tgid,
-            file_dentry,
-            d_name,
-            d_parent,
-        })
-    }
-}
 
 /// What a watched instruction is, for the translator: `None` for every other one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +22,7 @@ enum Point {
 }
 
 fn watch() -> Option<(Watch, Offsets)> {
-    let cfg = crate::state::config()?;
-    Some((cfg.proc_watch?, cfg.proc_offsets?))
+    crate::state::config()?.proc_watch.as_deref().copied()
 }
 
 /// Called by the translator for each instruction: registers the callback on a watched one.
@@ -250,25 +191,4 @@ fn c_string(regs: &mut ByteBuf, at: u64) -> Option<String> {
         addr += len as u64;
     }
     Some(String::from_utf8_lossy(&out).into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_watch_and_offsets() {
-        assert_eq!(
-            Watch::parse("1:2:3"),
-            Ok(Watch {
-                mmap_region: 1,
-                begin_new_exec: 2,
-                wake_up_new_task: 3
-            })
-        );
-        assert!(Watch::parse("1:2").is_err());
-        assert!(Watch::parse("1:x:3").is_err());
-        assert_eq!(Offsets::parse("1240:24:40:32").map(|o| o.tgid), Ok(1240));
-        assert!(Offsets::parse("1:2:3:99999999").is_err());
-    }
 }
