@@ -2,9 +2,11 @@
 //! gzip-compressed initramfs whose `/init` and `/worker` are dynamic PIEs with glibc and the
 //! dynamic loader (`tests/guests/procs`); `record` is given only the kernel's DWARF vmlinux
 //! and the QEMU command line, and finds the programs and libraries in the `-initrd` archive.
-//! Checked on uftrace's own output: exact call counts of the programs' functions per
-//! process, libc's functions named, syscalls under their user caller, and no unnamed address
-//! inside a file a process mapped.
+//! The guest has two programs, one of them run twice (same code, other addresses), a child
+//! forked without exec and a thread. Checked on uftrace's own output: exact call counts of
+//! the programs' functions per process and thread, libc's functions named, syscalls under
+//! their user caller, threads in their process's session, and no unnamed address inside the
+//! programs (glibc's internal functions have no symbols in the cross toolchain's copy).
 //!
 //! Run: `cargo test -p qemu-uftrace --test guest_procs`.
 
@@ -118,16 +120,45 @@ fn unnamed_entries(replay: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The worker PIDs `/init` printed (`INIT: worker N status 0`), in order.
-fn worker_pids(console: &str) -> Vec<u32> {
+/// The PIDs `/init` printed for its children of one kind (`INIT: worker N status 0`,
+/// `INIT: child N status 0`), in order; each must have exited with status 0.
+fn child_pids(console: &str, kind: &str) -> Vec<u32> {
+    let prefix = format!("INIT: {kind} ");
     console
         .lines()
         .filter_map(|l| {
-            let rest = l.split("INIT: worker ").nth(1)?;
+            let rest = l.split(prefix.as_str()).nth(1)?;
             let (pid, status) = rest.split_once(" status ")?;
-            assert_eq!(status.trim(), "0", "a worker failed: {l}");
+            assert_eq!(status.trim(), "0", "a {kind} failed: {l}");
             pid.parse().ok()
         })
+        .collect()
+}
+
+/// A worker's thread as it printed it (`WORKER a: pid P thread T sum S`): `(P, T)`.
+fn worker_threads(console: &str) -> Vec<(u32, u32)> {
+    console
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("WORKER ").nth(1)?;
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let at = |key: &str| -> Option<u32> {
+                let i = words.iter().position(|w| *w == key)?;
+                words.get(i + 1)?.parse().ok()
+            };
+            Some((at("pid")?, at("thread")?))
+        })
+        .collect()
+}
+
+/// Asserts no entry of `tid` left unnamed inside the program `stem`'s ranges.
+fn unnamed_in(dir: &Path, tid: u32, stem: &str) -> Vec<String> {
+    let (text, _) = replay_of(dir, tid);
+    let ranges = ranges_of(dir, stem);
+    unnamed_entries(&text)
+        .into_iter()
+        .filter(|a| ranges.iter().any(|(s, e)| s <= a && a < e))
+        .map(|a| format!("{a:x}"))
         .collect()
 }
 
@@ -135,56 +166,80 @@ fn worker_pids(console: &str) -> Vec<u32> {
 fn dynamic_pie_processes_are_named() {
     let vmlinux = debian_vmlinux();
     let r = record(&[&vmlinux]);
-    let workers = worker_pids(&r.console);
+    let workers = child_pids(&r.console, "worker");
+    let children = child_pids(&r.console, "child");
+    let threads = worker_threads(&r.console);
     assert_eq!(workers.len(), 2, "console:\n{}", r.console);
-    let init_steps = procs_count("INIT_STEPS");
-    let worker_steps = procs_count("WORKER_STEPS");
+    assert_eq!(children.len(), 1, "console:\n{}", r.console);
+    assert_eq!(threads.len(), 2, "console:\n{}", r.console);
+    let count = procs_count;
     let mut failed = Vec::new();
     let mut expect = |what: String, got: u64, want: u64| {
         if got != want {
             failed.push(format!("{what}: got {got}, expected {want}"));
         }
     };
-
-    // /init, PID 1: its own functions, libc's, and nothing of the worker's.
-    let init = calls_of(&r.dir, 1);
     let n = |calls: &BTreeMap<String, u64>, f: &str| calls.get(f).copied().unwrap_or(0);
+
+    // /init, PID 1: its own functions, libc's, and nothing of the others'.
+    let init = calls_of(&r.dir, 1);
     for (f, want) in [
         ("main", 1),
-        ("init_step", init_steps),
+        ("init_step", count("INIT_STEPS")),
+        ("do_fork", 1),
         ("run_worker", 2),
-        ("getppid", init_steps),
-        ("fork", 2),
-        ("waitpid", 2),
-        ("printf", 3),
+        ("getppid", count("INIT_STEPS")),
+        ("fork", 3),
+        ("waitpid", 3),
+        ("printf", 4),
         ("puts", 1),
+        ("child_step", 0),
         ("worker_step", 0),
     ] {
         expect(format!("pid 1: calls of {f}"), n(&init, f), want);
+    }
+    // The child forked without exec: /init's code, in a process of its own.
+    for &pid in &children {
+        let c = calls_of(&r.dir, pid);
+        for (f, want) in [
+            ("child_step", count("CHILD_STEPS")),
+            ("getpid", count("CHILD_STEPS")),
+            ("init_step", 0),
+            ("run_worker", 0),
+        ] {
+            expect(format!("child {pid}: calls of {f}"), n(&c, f), want);
+        }
+        let unnamed = unnamed_in(&r.dir, pid, "init");
+        expect(
+            format!("child {pid}: unnamed entries inside /init ({unnamed:?})"),
+            unnamed.len() as u64,
+            0,
+        );
     }
     // Each worker: the same program twice, at different addresses, in its own process.
     for &pid in &workers {
         let w = calls_of(&r.dir, pid);
         for (f, want) in [
             ("main", 1),
-            ("worker_step", worker_steps),
+            ("worker_step", count("WORKER_STEPS")),
             ("worker_report", 1),
-            ("getpid", worker_steps),
+            ("getpid", count("WORKER_STEPS") + 1),
             ("snprintf", 1),
+            ("pthread_create", 1),
+            ("thread_step", 0),
             ("init_step", 0),
         ] {
-            expect(format!("pid {pid}: calls of {f}"), n(&w, f), want);
+            expect(format!("worker {pid}: calls of {f}"), n(&w, f), want);
         }
         // The syscall beneath its user caller: getpid(2)'s kernel side under `[svc]` under
         // libc's getpid under worker_step, every time.
-        let (text, calls) = replay_of(&r.dir, pid);
+        let (_, calls) = replay_of(&r.dir, pid);
         let under = calls
             .iter()
             .enumerate()
             .filter(|(_, c)| c.name == "__arm64_sys_getpid")
             .filter(|(i, _)| {
                 let path = qemu_uftrace_tests::replay::call_path(&calls, *i);
-                // `[svc]`: the exception that enters the kernel, between them.
                 let at = |name| path.iter().position(|p| *p == name);
                 matches!(
                     (at("worker_step"), at("getpid"), at("[svc]")),
@@ -193,39 +248,61 @@ fn dynamic_pie_processes_are_named() {
             })
             .count() as u64;
         expect(
-            format!("pid {pid}: __arm64_sys_getpid under worker_step > getpid > [svc]"),
+            format!("worker {pid}: __arm64_sys_getpid under worker_step > getpid > [svc]"),
             under,
-            worker_steps,
+            count("WORKER_STEPS"),
         );
-        // Nothing unnamed inside the program (whose symbols are all there).
-        let ranges = ranges_of(&r.dir, "worker");
-        let unnamed: Vec<String> = unnamed_entries(&text)
-            .into_iter()
-            .filter(|a| ranges.iter().any(|(s, e)| s <= a && a < e))
-            .map(|a| format!("{a:x}"))
-            .collect();
+        let unnamed = unnamed_in(&r.dir, pid, "worker");
         expect(
-            format!("pid {pid}: unnamed entries inside /worker ({unnamed:?})"),
+            format!("worker {pid}: unnamed entries inside /worker ({unnamed:?})"),
             unnamed.len() as u64,
             0,
         );
     }
-    let (text, _) = replay_of(&r.dir, 1);
-    let ranges = ranges_of(&r.dir, "init");
-    let unnamed = unnamed_entries(&text)
-        .into_iter()
-        .filter(|a| ranges.iter().any(|(s, e)| s <= a && a < e))
-        .count() as u64;
-    expect("pid 1: unnamed entries inside /init".into(), unnamed, 0);
-    // Processes are named after their programs.
+    // Each worker's thread: its own task, in its process's session.
+    let tasks = qemu_uftrace_tests::replay::task_list(&r.dir).expect("task.txt");
+    for &(pid, tid) in &threads {
+        let t = calls_of(&r.dir, tid);
+        for (f, want) in [
+            ("thread_step", count("THREAD_STEPS")),
+            ("gettid", count("THREAD_STEPS") + 1),
+            ("worker_step", 0),
+        ] {
+            expect(format!("thread {tid}: calls of {f}"), n(&t, f), want);
+        }
+        let grouped = tasks.iter().any(|&(t, p)| t == tid && p == pid)
+            && tasks.iter().all(|&(t, p)| t != tid || p == pid);
+        expect(
+            format!("thread {tid}: TASK lines with pid={pid} only ({tasks:?})"),
+            grouped as u64,
+            1,
+        );
+        let unnamed = unnamed_in(&r.dir, tid, "worker");
+        expect(
+            format!("thread {tid}: unnamed entries inside /worker ({unnamed:?})"),
+            unnamed.len() as u64,
+            0,
+        );
+    }
+    let unnamed = unnamed_in(&r.dir, 1, "init");
+    expect(
+        format!("pid 1: unnamed entries inside /init ({unnamed:?})"),
+        unnamed.len() as u64,
+        0,
+    );
+    // Processes are named after their programs, threads after their process.
     let names = qemu_uftrace_tests::replay::task_names(&r.dir).expect("task names");
-    let name = |pid: u32| names.get(&pid).cloned().unwrap_or_default();
-    if name(1) != "init" || workers.iter().any(|&p| name(p) != "worker") {
-        failed.push(format!(
-            "task names: 1 → {:?}, workers → {:?}",
-            name(1),
-            workers.iter().map(|&p| name(p)).collect::<Vec<_>>()
-        ));
+    let name = |tid: u32| names.get(&tid).cloned().unwrap_or_default();
+    let want: Vec<(u32, &str)> = [(1, "init")]
+        .into_iter()
+        .chain(children.iter().map(|&p| (p, "init")))
+        .chain(workers.iter().map(|&p| (p, "worker")))
+        .chain(threads.iter().map(|&(_, t)| (t, "worker")))
+        .collect();
+    for (tid, want) in want {
+        if name(tid) != want {
+            failed.push(format!("task {tid} is named {:?}, not {want:?}", name(tid)));
+        }
     }
     assert!(
         failed.is_empty(),

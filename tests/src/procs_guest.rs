@@ -15,7 +15,7 @@ use crate::{cross_prefix, debian_kernel, guest_build_dir, locked, workspace_root
 /// `tests/guests/procs/counts.h`.
 const COUNTS_H: &str = include_str!("../guests/procs/counts.h");
 
-/// A `#define` of `counts.h` (`INIT_STEPS`, `WORKER_STEPS`).
+/// A `#define` of `counts.h` (`INIT_STEPS`, `CHILD_STEPS`, `WORKER_STEPS`, `THREAD_STEPS`).
 pub fn procs_count(name: &str) -> u64 {
     COUNTS_H
         .lines()
@@ -188,5 +188,7 @@ mod tests {
     fn counts_come_from_the_header() {
         assert_eq!(procs_count("INIT_STEPS"), 7);
         assert_eq!(procs_count("WORKER_STEPS"), 11);
+        assert_eq!(procs_count("CHILD_STEPS"), 5);
+        assert_eq!(procs_count("THREAD_STEPS"), 13);
     }
 }

@@ -1,8 +1,10 @@
 /*
  * The second program of the process tests: /init runs it twice. Each run calls
- * worker_step WORKER_STEPS times, each making one getpid(2), and formats its result with
- * snprintf from libc.
+ * worker_step WORKER_STEPS times, each making one getpid(2), runs a thread that calls
+ * thread_step THREAD_STEPS times, and formats its result with snprintf from libc.
  */
+#define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,18 +18,40 @@ NOIPA long worker_step(long acc)
     return acc + getpid();
 }
 
+NOIPA long thread_step(long acc)
+{
+    return acc + gettid();
+}
+
+static long thread_tid;
+
+static void *thread_main(void *arg)
+{
+    long acc = 0;
+    (void)arg;
+    thread_tid = gettid();
+    for (int i = 0; i < THREAD_STEPS; i++)
+        acc = thread_step(acc);
+    return (void *)acc;
+}
+
 NOIPA void worker_report(const char *tag, long acc)
 {
-    char line[64];
-    snprintf(line, sizeof line, "WORKER %s: %ld\n", tag, acc);
+    char line[96];
+    snprintf(line, sizeof line, "WORKER %s: pid %d thread %ld sum %ld\n", tag, getpid(),
+             thread_tid, acc);
     (void)!write(1, line, strlen(line));
 }
 
 int main(int argc, char **argv)
 {
     long acc = 0;
+    pthread_t thread;
+    void *ret = NULL;
     for (int i = 0; i < WORKER_STEPS; i++)
         acc = worker_step(acc);
-    worker_report(argc > 1 ? argv[1] : "-", acc);
+    if (pthread_create(&thread, NULL, thread_main, NULL) == 0)
+        pthread_join(thread, &ret);
+    worker_report(argc > 1 ? argv[1] : "-", acc + (long)ret);
     return 0;
 }
