@@ -34,7 +34,8 @@ pub struct Named {
     pub lines: Vec<Later>,
     /// The threads those lines cover (the first session leaves them out).
     pub tids: Vec<u32>,
-    /// Address spaces written, and files named in them.
+    /// Processes named, address spaces written, and files placed in them (aliases too).
+    pub processes: usize,
     pub spaces: usize,
     pub files: usize,
     /// What was not named, and why (one line each).
@@ -97,6 +98,7 @@ pub fn write(
     };
     let mut seq = 0u64;
     for (&tgid, members) in &threads {
+        named.processes += 1;
         // Before its first address space (a kernel thread until it execs): the kernel's
         // session, named after the process.
         named.lines.push(Later::Session {

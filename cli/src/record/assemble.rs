@@ -169,6 +169,12 @@ fn guest_processes(
         &tids,
     ) {
         Ok(named) => {
+            if named.spaces > 0 {
+                crate::errors::note(format!(
+                    "guest processes: {} named, in {} address spaces ({} files placed)",
+                    named.processes, named.spaces, named.files
+                ));
+            }
             for why in &named.problems {
                 warn(format!("guest processes: {why}"));
             }
