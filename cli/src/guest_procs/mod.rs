@@ -10,8 +10,6 @@ pub mod sessions;
 
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSymbol};
-
 use crate::symbol_source::SourceArg;
 
 /// The kernel functions watched, in the order `proc_watch=` takes them.
@@ -74,23 +72,13 @@ pub fn watch_options(sources: &[SourceArg]) -> Result<String, String> {
 
 /// The entry addresses of [`WATCHED`] in a vmlinux's symbol table, moved by `offset`.
 fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Vec<u64>, String> {
-    let file = std::fs::File::open(vmlinux).map_err(|e| format!("{}: {e}", vmlinux.display()))?;
-    let cache = object::read::ReadCache::new(file);
-    let elf = object::File::parse(&cache).map_err(|e| format!("{}: {e}", vmlinux.display()))?;
-    let mut found = [None; WATCHED.len()];
-    for s in elf.symbols() {
-        if let Some(i) = WATCHED
-            .iter()
-            .position(|w| s.name_bytes().is_ok_and(|n| n == w.as_bytes()))
-        {
-            found[i].get_or_insert(s.address().wrapping_add(offset));
-        }
-    }
+    let found = qemu_uftrace_symbols::elf_symbol_addresses(vmlinux, &WATCHED)
+        .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
     WATCHED
         .iter()
         .zip(found)
         .map(|(name, a)| {
-            a.ok_or_else(|| {
+            a.map(|a| a.wrapping_add(offset)).ok_or_else(|| {
                 format!(
                     "the guest's processes' own functions are not named: {} has no function \
                      {name} to watch",

@@ -342,9 +342,11 @@ impl Finder<'_> {
         let (mut placed, skipped) = symfiles::place(own, keep);
         // A file that overlaps the first session's images is named there already (given
         // with --symbols at its link address: a static program).
-        named
-            .problems
-            .extend(skipped.into_iter().filter(|why| !why.contains(" overlaps ")));
+        named.problems.extend(
+            skipped
+                .into_iter()
+                .filter(|why| !why.contains(" overlaps ")),
+        );
         let mut taken: Vec<MapEntry> = keep.to_vec();
         taken.extend(placed.iter().map(|p| p.map.clone()));
         // An alias that meets this process's own files is left out: there the address is
