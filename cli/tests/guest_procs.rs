@@ -3,7 +3,7 @@
 //! dynamic loader (`tests/guests/procs`); `record` is given only the kernel's DWARF vmlinux
 //! and the QEMU command line, and finds the programs and libraries in the `-initrd` archive.
 //! The guest has two programs, one of them run twice (same code, other addresses), a child
-//! forked without exec and a thread. Checked on uftrace's own output: exact call counts of
+//! forked without exec, a thread and a library loaded with `dlopen`. Checked on uftrace's own output: exact call counts of
 //! the programs' functions per process and thread, libc's functions named, syscalls under
 //! their user caller, threads in their process's session, and no unnamed address inside the
 //! programs (glibc's internal functions have no symbols in the cross toolchain's copy).
@@ -217,7 +217,9 @@ fn dynamic_pie_processes_are_named() {
         );
     }
     // Each worker: the same program twice, at different addresses, in its own process.
-    for &pid in &workers {
+    for (run, &pid) in workers.iter().enumerate() {
+        // The first run loads a library with dlopen (see worker.c for why only the first).
+        let first = (run == 0) as u64;
         let w = calls_of(&r.dir, pid);
         for (f, want) in [
             ("main", 1),
@@ -226,6 +228,8 @@ fn dynamic_pie_processes_are_named() {
             ("getpid", count("WORKER_STEPS") + 1),
             ("snprintf", 1),
             ("pthread_create", 1),
+            ("dlopen", first),
+            ("plug_step", first * count("PLUG_STEPS")),
             ("thread_step", 0),
             ("init_step", 0),
         ] {
@@ -252,13 +256,21 @@ fn dynamic_pie_processes_are_named() {
             under,
             count("WORKER_STEPS"),
         );
-        let unnamed = unnamed_in(&r.dir, pid, "worker");
-        expect(
-            format!("worker {pid}: unnamed entries inside /worker ({unnamed:?})"),
-            unnamed.len() as u64,
-            0,
-        );
+        for file in ["worker", "libplug.so"] {
+            let unnamed = unnamed_in(&r.dir, pid, file);
+            expect(
+                format!("worker {pid}: unnamed entries inside {file} ({unnamed:?})"),
+                unnamed.len() as u64,
+                0,
+            );
+        }
     }
+    // The library the first worker loaded with dlopen is placed where it loaded it.
+    expect(
+        "map lines of /lib/libplug.so".into(),
+        ranges_of(&r.dir, "libplug.so").is_empty() as u64,
+        0,
+    );
     // Each worker's thread: its own task, in its process's session.
     let tasks = qemu_uftrace_tests::replay::task_list(&r.dir).expect("task.txt");
     for &(pid, tid) in &threads {

@@ -15,7 +15,8 @@ use crate::{cross_prefix, debian_kernel, guest_build_dir, locked, workspace_root
 /// `tests/guests/procs/counts.h`.
 const COUNTS_H: &str = include_str!("../guests/procs/counts.h");
 
-/// A `#define` of `counts.h` (`INIT_STEPS`, `CHILD_STEPS`, `WORKER_STEPS`, `THREAD_STEPS`).
+/// A `#define` of `counts.h` (`INIT_STEPS`, `CHILD_STEPS`, `WORKER_STEPS`, `THREAD_STEPS`,
+/// `PLUG_STEPS`).
 pub fn procs_count(name: &str) -> u64 {
     COUNTS_H
         .lines()
@@ -35,7 +36,7 @@ pub const CROSS_LIB: &str = "/usr/aarch64-linux-gnu/lib";
 #[derive(Debug, Clone)]
 pub struct ProcsGuest {
     /// `initramfs.cpio.gz`: `/dev/console`, `/init`, `/worker`, `/lib/ld-linux-aarch64.so.1`,
-    /// `/lib/libc.so.6`.
+    /// `/lib/libc.so.6`, `/lib/libplug.so` (the worker's `dlopen`).
     pub cpio: PathBuf,
     pub init: PathBuf,
     pub worker: PathBuf,
@@ -80,6 +81,7 @@ fn build() -> Result<ProcsGuest> {
     let lib = Path::new(CROSS_LIB);
     let ld = read(&lib.join("ld-linux-aarch64.so.1"))?;
     let libc = read(&lib.join("libc.so.6"))?;
+    let plug = read(&dir.join("libplug.so"))?;
     let mut cpio = Vec::new();
     write_newc(
         &mut cpio,
@@ -107,6 +109,11 @@ fn build() -> Result<ProcsGuest> {
                 path: "lib/libc.so.6",
                 mode: 0o755,
                 data: &libc,
+            },
+            Entry::File {
+                path: "lib/libplug.so",
+                mode: 0o755,
+                data: &plug,
             },
             Entry::File {
                 path: "init",
@@ -190,5 +197,6 @@ mod tests {
         assert_eq!(procs_count("WORKER_STEPS"), 11);
         assert_eq!(procs_count("CHILD_STEPS"), 5);
         assert_eq!(procs_count("THREAD_STEPS"), 13);
+        assert_eq!(procs_count("PLUG_STEPS"), 3);
     }
 }

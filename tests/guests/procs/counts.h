@@ -3,3 +3,4 @@
 #define CHILD_STEPS 5
 #define WORKER_STEPS 11
 #define THREAD_STEPS 13
+#define PLUG_STEPS 3
