@@ -20,6 +20,8 @@ build_workload_guest() {
         calldense) make -s -C "$root/bench/guests" O="$work/guests" >/dev/null ;;
         initramfs) QEMU_UFTRACE_GUEST_DIR="$work/guests" cargo run --quiet \
             --manifest-path "$root/Cargo.toml" -p qemu-uftrace-tests --example initramfs >/dev/null ;;
+        procs | procs-nowatch) QEMU_UFTRACE_GUEST_DIR="$work/guests" cargo run --quiet \
+            --manifest-path "$root/Cargo.toml" -p qemu-uftrace-tests --example procs >/dev/null ;;
     esac
 }
 
@@ -31,6 +33,11 @@ build_workload_guest() {
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
+#   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
+#              glibc and the loader, /init runs /worker twice; --symbols with the kernel's
+#              DWARF vmlinux, so every process is named (the mapping watch on)
+#   procs-nowatch  the same boot with --symbols System.map: no DWARF, so no mapping watch
+#              (nor task names), for the watch's cost apart
 #   riscv64    the riscv64 kernel (built from Debian's source) booting from OpenSBI to its
 #              "Unable to mount root fs" panic, on qemu-system-riscv64
 #   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic on -M pc, from
@@ -49,6 +56,16 @@ workload_argv() {
                 -initrd "$work/guests/linux/initramfs.cpio"
                 -append "console=ttyAMA0 panic=-1 nokaslr rdinit=/init")
             record_opts=(--symbols "$work/guests/linux/init.elf") ;;
+        procs | procs-nowatch)
+            cpu=max
+            extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"
+                -initrd "$work/guests/procs/initramfs.cpio.gz"
+                -append "console=ttyAMA0 panic=-1 nokaslr rdinit=/init")
+            if [ "$1" = procs ]; then
+                record_opts=(--symbols "$cache/kernel-dbg/vmlinux")
+            else
+                record_opts=(--symbols "$cache/kernel-dbg/System.map")
+            fi ;;
         riscv64)
             # Debian's riscv64 kernel install-deps caches, from OpenSBI (QEMU's own) to its
             # panic, on the riscv64 emulator of the same QEMU.
@@ -63,7 +80,7 @@ workload_argv() {
             argv=("${q%aarch64}x86_64" -M pc -m 512M -nographic -nic none -no-reboot
                 -kernel "$cache/kernel-amd64/vmlinuz" -append "console=ttyS0 panic=-1 nokaslr")
             return ;;
-        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs, riscv64, kernel-x86)" >&2
+        *) echo "bench: unknown workload $1 (calldense, kernel, smp4, initramfs, procs, procs-nowatch, riscv64, kernel-x86)" >&2
            exit 2 ;;
     esac
     argv=("${qemu:-qemu-system-aarch64}" -M virt -cpu "$cpu" -nographic -nic none "${extra[@]}")

@@ -5,6 +5,9 @@
 #   smp4       the same boot on 4 vCPUs
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
+#   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
+#              one program) with the kernel's DWARF vmlinux: every process named
+#   procs-nowatch  the same boot with System.map only (no DWARF: no mapping watch)
 #   user       user mode, bench/user.sh: bzip2 and the sqlite3 shell under qemu-aarch64,
 #              qemu-x86_64 and qemu-riscv64 (10.2.2), with QEMU's own uftrace plugin beside
 #   riscv64    Debian's riscv64 kernel (linux-image-*-riscv64: trixie's, or forky's 7.x where
@@ -15,7 +18,7 @@
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
-#        [user] [riscv64] [kernel-x86]
+#        [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 

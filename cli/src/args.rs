@@ -152,6 +152,12 @@ pub struct RecordArgs {
     #[arg(long = "symbols", value_name = "FILE[:OFFSET]")]
     pub symbols: Vec<OsString>,
 
+    /// System mode, Linux guest: the guest's root file system (extracted or mounted), where
+    /// the files its processes map are found (after the -initrd archive) to name their
+    /// functions; needs the kernel's DWARF vmlinux among --symbols
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Option<PathBuf>,
+
     /// Do not read symbols from the images on the QEMU command line (--symbols still apply)
     #[arg(long)]
     pub no_auto_symbols: bool,

@@ -9,6 +9,7 @@ pub mod doctor;
 pub mod embedded;
 pub mod errors;
 pub mod export;
+pub mod guest_procs;
 pub mod guest_tasks;
 pub mod host_info;
 pub mod kernel_alias;

@@ -165,6 +165,26 @@ pub fn kernel_symbol_address(path: &Path, name: &str) -> Result<Option<u64>, Sym
     kernel_image::symbol_address(path, &data, name)
 }
 
+/// The addresses of the symbols `names` in an ELF file's symbol table (`None` for one it
+/// lacks; the first of a name counts), read through a mapping of the file: a Linux vmlinux's
+/// ~150 K symbols in milliseconds, where buffered reads of its 273 MB took half a second.
+pub fn elf_symbol_addresses(path: &Path, names: &[&str]) -> Result<Vec<Option<u64>>, SymbolError> {
+    use object::{Object, ObjectSymbol};
+    let data = file_data::map(path)?;
+    let file = object::File::parse(&*data).map_err(|e| SymbolError::Corrupt {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let mut found = vec![None; names.len()];
+    for sym in file.symbols() {
+        let Ok(name) = sym.name_bytes() else { continue };
+        if let Some(i) = names.iter().position(|n| n.as_bytes() == name) {
+            found[i].get_or_insert(sym.address());
+        }
+    }
+    Ok(found)
+}
+
 /// Reads any supported symbol source, detecting its kind from its contents (see [`Kind`]).
 /// A source that yields no function at all is an error ([`SymbolError::Stripped`] or
 /// [`SymbolError::Corrupt`]), never an empty image.

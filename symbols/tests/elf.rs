@@ -221,3 +221,20 @@ fn truncated_and_garbage() {
         Err(SymbolError::Io { .. })
     ));
 }
+
+/// Symbol addresses by name from an ELF's symbol table: this test binary's own `main`, and
+/// nothing for a name it lacks.
+#[test]
+fn symbol_addresses_by_name() {
+    let exe = std::env::current_exe().unwrap();
+    let found =
+        qemu_uftrace_symbols::elf_symbol_addresses(&exe, &["main", "no_such_symbol_anywhere_here"])
+            .unwrap();
+    assert!(found[0].is_some_and(|a| a != 0), "{found:?}");
+    assert_eq!(found[1], None);
+    assert!(qemu_uftrace_symbols::elf_symbol_addresses(
+        std::path::Path::new("/nonexistent/vmlinux"),
+        &["main"]
+    )
+    .is_err());
+}

@@ -68,6 +68,7 @@ pub fn assemble(
     for line in &symbols.failures {
         warn(line);
     }
+    let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
         cmdline: super::shell_join(typed),
@@ -77,8 +78,8 @@ pub fn assemble(
         started,
         elapsed: exit.elapsed,
         stats: stats.clone(),
-        later_processes: user.task_lines,
-        later_tids: user.tids,
+        later_processes: user.task_lines.into_iter().chain(procs.lines).collect(),
+        later_tids: user.tids.into_iter().chain(procs.tids).collect(),
     };
     let assembled = symbols
         .files
@@ -122,6 +123,70 @@ pub fn assemble(
         old,
         incomplete,
     })
+}
+
+/// System mode, Linux guest: a session per address space of each guest process, from what
+/// the plugin saw (`plugin.procs`) and the files found in the `-initrd` archive,
+/// `--sysroot` and `--symbols`; what was not named is said, one line each.
+fn guest_processes(
+    staging: &Path,
+    inv: &Invocation,
+    prep: &Prepared,
+    files: &Result<datadir::SymbolFiles>,
+) -> crate::guest_procs::sessions::Named {
+    use crate::guest_procs::{events, initrd, sessions};
+    let (Some(procs), Ok(files)) = (events::read(staging), files) else {
+        return Default::default();
+    };
+    let archive = crate::guest_procs::initrd_path(inv).and_then(|p| match initrd::read(&p) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            warn(format!(
+                "the guest's files in {} cannot be read: {e:#}",
+                p.display()
+            ));
+            None
+        }
+    });
+    let guest_files = sessions::GuestFiles {
+        initrd: archive,
+        sysroot: inv.sysroot.clone(),
+        symbols: prep.sources.iter().map(|s| s.path.clone()).collect(),
+    };
+    let tids: Vec<u32> = datadir::dat_files(staging)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    let tasks = crate::guest_tasks::read(staging);
+    match sessions::write(
+        staging,
+        &files.sid,
+        &procs,
+        &guest_files,
+        prep.arch,
+        &tasks,
+        &tids,
+    ) {
+        Ok(named) => {
+            if named.spaces > 0 {
+                crate::errors::note(format!(
+                    "guest processes: {} named, in {} address spaces ({} files placed)",
+                    named.processes, named.spaces, named.files
+                ));
+            }
+            for why in &named.problems {
+                warn(format!("guest processes: {why}"));
+            }
+            named
+        }
+        Err(e) => {
+            warn(format!(
+                "the guest's processes' own functions are not named: {e:#}"
+            ));
+            Default::default()
+        }
+    }
 }
 
 /// The guest's other processes count in what was recorded (their own completeness is in

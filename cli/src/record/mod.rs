@@ -42,7 +42,11 @@ pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
     // `-o dir/` names `dir`: its staging directory is `dir.partial`, not `dir/.partial`.
     args.output = args.output.components().collect();
     // The cheap checks on what was typed come first.
-    let inv = Invocation::parse(&args.qemu_command)?;
+    let mut inv = Invocation::parse(&args.qemu_command)?;
+    // System mode: the guest's root file system, where its processes' files are.
+    if let (Some(root), false) = (&args.sysroot, inv.is_user_mode()) {
+        inv.sysroot = Some(root.clone());
+    }
     let extra_sources = args
         .symbols
         .iter()

@@ -99,6 +99,22 @@ pub fn prepare(
         None => crate::max_size::default_cap(staging),
     };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
+    // A Linux guest's processes: where they map files, watched where the kernel's DWARF
+    // says (issue 24); without it, said when there is a userland to name.
+    let proc_watch =
+        if inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel) {
+            match crate::guest_procs::watch_options(&sources) {
+                Ok(opts) => Some(opts),
+                Err(why) => {
+                    if crate::guest_procs::initrd_path(inv).is_some() || inv.sysroot.is_some() {
+                        warn(why);
+                    }
+                    None
+                }
+            }
+        } else {
+            None
+        };
     let task_slot = match (inv.mode(), &kernel) {
         (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
         _ => None,
@@ -110,6 +126,7 @@ pub fn prepare(
         staging: &abs_staging,
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
+        proc_watch: proc_watch.as_deref(),
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -158,6 +175,8 @@ struct PluginOptions<'a> {
     staging: &'a Path,
     task_slot: Option<&'a TaskSlot>,
     cap: Option<&'a Cap>,
+    /// Where a Linux guest's processes map files (`guest_procs::watch_options`).
+    proc_watch: Option<&'a str>,
 }
 
 impl PluginOptions<'_> {
@@ -181,6 +200,9 @@ impl PluginOptions<'_> {
         }
         if let Some(offset) = symbol_source::task_pid_offset(self.sources) {
             v.push(format!(",task_pid={offset}"));
+        }
+        if let Some(watch) = self.proc_watch {
+            v.push(watch);
         }
         // User mode: the plugin runs QEMU again with these options for a program the guest
         // execs (`qemu::user_procs`).

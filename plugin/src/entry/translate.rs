@@ -111,6 +111,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        if !user {
+            // A Linux guest's process mappings: a few kernel functions' first instructions.
+            unsafe { crate::handlers::procmaps::instrument(insn, pc) };
+        }
         let before = prev.replace((pc, bytes, len));
         // User mode: a jump through a register after a stack switch in the same block
         // (x86-64's longjmp, an unwinder installing a handler) resumes an outer frame.

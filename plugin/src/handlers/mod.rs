@@ -1,8 +1,9 @@
 //! The callbacks that run while the guest does: calls, returns, exceptions and task switches
-//! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`) and
-//! x86 vector tables (`vector_table`).
+//! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`; in a
+//! Linux guest's processes: `procmaps`) and x86 vector tables (`vector_table`).
 
 pub mod callbacks;
+pub mod procmaps;
 pub mod signals;
 pub mod usermap;
 pub mod vector_table;

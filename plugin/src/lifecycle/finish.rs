@@ -64,6 +64,12 @@ fn finish_once() {
             written.errors.push(e);
         }
     }
+    if system_mode() && crate::handlers::procmaps::enabled() {
+        if let Err(e) = write_atomically(&dir, "plugin.procs", &crate::handlers::procmaps::lines())
+        {
+            written.errors.push(e);
+        }
+    }
     if let Err(e) = write_atomically(&dir, "plugin.tasks", &task_lines(&table)) {
         written.errors.push(e);
     }

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
+//! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -46,6 +46,10 @@ pub struct Config {
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
+    /// System mode, Linux: the kernel functions where guest processes map files, exec and
+    /// start (the plugin's `handlers::procmaps`), and where the fields read there are (boxed: rarely
+    /// given, and the configuration is moved around whole).
+    pub proc_watch: Option<Box<(Watch, Offsets)>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,7 +78,8 @@ pub enum ClockChoice {
 #[derive(Debug, Clone)]
 pub enum Mode {
     Probe,
-    Record(Config),
+    /// Boxed: the configuration is large, the probe's variant empty.
+    Record(Box<Config>),
 }
 
 /// A byte offset in the guest's task structure, below a bound no such structure reaches.
@@ -84,6 +89,67 @@ fn task_offset(key: &str, value: &str) -> Result<u64, String> {
         .ok()
         .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
         .ok_or_else(|| format!("{key}={value}: expected a byte offset"))
+}
+
+// System mode, Linux: the kernel points `handlers::procmaps` watches.
+
+/// The watched functions' entry addresses (`proc_watch=MMAP:EXEC:NEWTASK`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watch {
+    pub mmap_region: u64,
+    pub begin_new_exec: u64,
+    pub wake_up_new_task: u64,
+}
+
+/// Where the fields read are (`proc_offsets=TGID:FILE_DENTRY:D_NAME:D_PARENT`):
+/// `task_struct.tgid`, `file.f_path.dentry`, `dentry.d_name.name`, `dentry.d_parent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offsets {
+    pub tgid: u64,
+    pub file_dentry: u64,
+    pub d_name: u64,
+    pub d_parent: u64,
+}
+
+fn numbers<const N: usize>(key: &str, value: &str) -> Result<[u64; N], String> {
+    let parts: Vec<u64> = value
+        .split(':')
+        .map(str::parse::<u64>)
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("{key}={value}: expected {N} numbers separated by ':'"))?;
+    parts
+        .try_into()
+        .map_err(|_| format!("{key}={value}: expected {N} numbers separated by ':'"))
+}
+
+impl Watch {
+    pub fn parse(value: &str) -> Result<Watch, String> {
+        let [mmap_region, begin_new_exec, wake_up_new_task] = numbers("proc_watch", value)?;
+        Ok(Watch {
+            mmap_region,
+            begin_new_exec,
+            wake_up_new_task,
+        })
+    }
+}
+
+impl Offsets {
+    pub fn parse(value: &str) -> Result<Offsets, String> {
+        let [tgid, file_dentry, d_name, d_parent] = numbers("proc_offsets", value)?;
+        // Bounded like the other structure offsets: a wild one would read far off.
+        if [tgid, file_dentry, d_name, d_parent]
+            .iter()
+            .any(|&o| o >= qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
+        {
+            return Err(format!("proc_offsets={value}: expected byte offsets"));
+        }
+        Ok(Offsets {
+            tgid,
+            file_dentry,
+            d_name,
+            d_parent,
+        })
+    }
 }
 
 /// Parses `key=value` arguments; errors are one line for QEMU to print.
@@ -102,6 +168,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut max_size = None;
     let mut max_size_exit = false;
     let mut record_pidfd = None;
+    let mut proc_watch = None;
+    let mut proc_offsets = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -199,14 +267,21 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("record_pidfd={value}: expected a descriptor"))?,
                 )
             }
+            "proc_watch" => proc_watch = Some(Watch::parse(value)?),
+            "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
     let out = out.ok_or("missing out=DIR")?;
+    let proc_watch = match (proc_watch, proc_offsets) {
+        (Some(w), Some(o)) => Some(Box::new((w, o))),
+        (None, None) => None,
+        _ => return Err("proc_watch=… and proc_offsets=… go together".into()),
+    };
     if max_size_exit && max_size.is_none() {
         return Err("max_size_exit=on needs max_size=BYTES".into());
     }
-    Ok(Mode::Record(Config {
+    Ok(Mode::Record(Box::new(Config {
         out,
         clock,
         max_depth,
@@ -221,5 +296,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_size,
         max_size_exit,
         record_pidfd,
-    }))
+        proc_watch,
+    })))
 }

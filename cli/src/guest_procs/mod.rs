@@ -1,0 +1,100 @@
+//! System mode, Linux guest: every process named (issue 24). Before QEMU starts, the kernel
+//! facts the plugin needs to watch where processes map files ([`watch_options`]); after the
+//! run, its `plugin.procs` read into each process's address spaces over time ([`events`]),
+//! the files found in what the user has (the `-initrd` archive: [`initrd`]; `--symbols`),
+//! and one uftrace session per address space ([`sessions`]).
+
+pub mod events;
+pub mod initrd;
+pub mod sessions;
+
+use std::path::{Path, PathBuf};
+
+use crate::symbol_source::SourceArg;
+
+/// The kernel functions watched, in the order `proc_watch=` takes them.
+pub const WATCHED: [&str; 3] = ["mmap_region", "begin_new_exec", "wake_up_new_task"];
+
+/// `(struct, member path)` of the fields read, in the order `proc_offsets=` takes them.
+const FIELDS: [(&str, &[(&str, &str)]); 4] = [
+    ("task_struct.tgid", &[("task_struct", "tgid")]),
+    (
+        "file.f_path.dentry",
+        &[("file", "f_path"), ("path", "dentry")],
+    ),
+    (
+        "dentry.d_name.name",
+        &[("dentry", "d_name"), ("qstr", "name")],
+    ),
+    ("dentry.d_parent", &[("dentry", "d_parent")]),
+];
+
+/// The plugin's `,proc_watch=…,proc_offsets=…` for a Linux kernel whose DWARF vmlinux is
+/// among `sources`, or why processes' own functions cannot be named (one line).
+pub fn watch_options(sources: &[SourceArg]) -> Result<String, String> {
+    let dwarf = sources
+        .iter()
+        .filter(|s| std::fs::metadata(&s.path).is_ok_and(|m| m.is_file()))
+        .find(|s| {
+            qemu_uftrace_symbols::struct_member_offset(&s.path, "task_struct", "tgid").is_ok()
+        })
+        .ok_or_else(|| {
+            "the guest's processes' own functions are not named: no symbol source has the \
+             kernel's DWARF (give the vmlinux of its -dbg package with --symbols)"
+                .to_string()
+        })?;
+    let mut offsets = Vec::new();
+    for (what, path) in FIELDS {
+        let mut sum = 0;
+        for (structure, member) in path {
+            sum += qemu_uftrace_symbols::struct_member_offset(&dwarf.path, structure, member)
+                .map_err(|e| {
+                    format!(
+                        "the guest's processes' own functions are not named: {} has no {what} \
+                         ({e})",
+                        dwarf.path.display()
+                    )
+                })?;
+        }
+        offsets.push(sum.to_string());
+    }
+    let addresses = function_addresses(&dwarf.path, dwarf.offset)?;
+    Ok(format!(
+        ",proc_watch={},proc_offsets={}",
+        addresses
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(":"),
+        offsets.join(":")
+    ))
+}
+
+/// The entry addresses of [`WATCHED`] in a vmlinux's symbol table, moved by `offset`.
+fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Vec<u64>, String> {
+    let found = qemu_uftrace_symbols::elf_symbol_addresses(vmlinux, &WATCHED)
+        .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
+    WATCHED
+        .iter()
+        .zip(found)
+        .map(|(name, a)| {
+            a.map(|a| a.wrapping_add(offset)).ok_or_else(|| {
+                format!(
+                    "the guest's processes' own functions are not named: {} has no function \
+                     {name} to watch",
+                    vmlinux.display()
+                )
+            })
+        })
+        .collect()
+}
+
+/// The `-initrd` file of a system-mode command line (the last one counts, as for QEMU).
+pub fn initrd_path(inv: &crate::record::invocation::Invocation) -> Option<PathBuf> {
+    inv.opts
+        .iter()
+        .rev()
+        .find(|o| o.name == "initrd")
+        .and_then(|o| o.value.as_ref())
+        .map(PathBuf::from)
+}

@@ -1,0 +1,202 @@
+//! The process tests' guest (issue 24): Debian's arm64 kernel booting a gzip-compressed
+//! newc initramfs whose `/init` and `/worker` are dynamic PIEs (`tests/guests/procs`), with
+//! the cross toolchain's dynamic loader and glibc at `/lib`, as a distribution ships them.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::cpio::{write_newc, Entry};
+use crate::{cross_prefix, debian_kernel, guest_build_dir, locked, workspace_root};
+
+/// `tests/guests/procs/counts.h`.
+const COUNTS_H: &str = include_str!("../guests/procs/counts.h");
+
+/// A `#define` of `counts.h` (`INIT_STEPS`, `CHILD_STEPS`, `WORKER_STEPS`, `THREAD_STEPS`,
+/// `PLUG_STEPS`).
+pub fn procs_count(name: &str) -> u64 {
+    COUNTS_H
+        .lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("#define") && words.next() == Some(name))
+                .then(|| words.next()?.parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no #define {name} in counts.h"))
+}
+
+/// Where the cross toolchain keeps the guest's glibc and loader.
+pub const CROSS_LIB: &str = "/usr/aarch64-linux-gnu/lib";
+
+/// The built guest: the initramfs and the programs in it (with their symbols).
+#[derive(Debug, Clone)]
+pub struct ProcsGuest {
+    /// `initramfs.cpio.gz`: `/dev/console`, `/init`, `/worker`, `/lib/ld-linux-aarch64.so.1`,
+    /// `/lib/libc.so.6`, `/lib/libplug.so` (the worker's `dlopen`).
+    pub cpio: PathBuf,
+    pub init: PathBuf,
+    pub worker: PathBuf,
+}
+
+/// Builds the guest once per process.
+pub fn procs_guest() -> Result<ProcsGuest> {
+    static BUILT: OnceLock<std::result::Result<ProcsGuest, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the process guest failed: {e}"))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn build() -> Result<ProcsGuest> {
+    let root = guest_build_dir();
+    let dir = root.join("procs");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let output = locked(&root.join(".lock"), "make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root().join("tests/guests/procs"))
+        .arg(format!("O={}", dir.display()))
+        .arg(format!("CROSS={}", cross_prefix()))
+        .stdin(Stdio::null())
+        .output()
+        .context("running make in tests/guests/procs")?;
+    if !output.status.success() {
+        bail!(
+            "make -C tests/guests/procs failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let init = read(&dir.join("init"))?;
+    let worker = read(&dir.join("worker"))?;
+    let lib = Path::new(CROSS_LIB);
+    let ld = read(&lib.join("ld-linux-aarch64.so.1"))?;
+    let libc = read(&lib.join("libc.so.6"))?;
+    let plug = read(&dir.join("libplug.so"))?;
+    let mut cpio = Vec::new();
+    write_newc(
+        &mut cpio,
+        &[
+            Entry::Dir {
+                path: "dev",
+                mode: 0o755,
+            },
+            Entry::CharDev {
+                path: "dev/console",
+                mode: 0o600,
+                major: 5,
+                minor: 1,
+            },
+            Entry::Dir {
+                path: "lib",
+                mode: 0o755,
+            },
+            Entry::File {
+                path: "lib/ld-linux-aarch64.so.1",
+                mode: 0o755,
+                data: &ld,
+            },
+            Entry::File {
+                path: "lib/libc.so.6",
+                mode: 0o755,
+                data: &libc,
+            },
+            Entry::File {
+                path: "lib/libplug.so",
+                mode: 0o755,
+                data: &plug,
+            },
+            Entry::File {
+                path: "init",
+                mode: 0o755,
+                data: &init,
+            },
+            Entry::File {
+                path: "worker",
+                mode: 0o755,
+                data: &worker,
+            },
+        ],
+    )?;
+    // gzip(1), as distributions compress their initramfs; replaced whole, never rewritten,
+    // since another test process may be reading it.
+    let mut gz = Command::new("gzip")
+        .args(["-n", "-c"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running gzip")?;
+    let mut stdin = gz.stdin.take().context("gzip's stdin")?;
+    let writer = std::thread::spawn(move || stdin.write_all(&cpio));
+    let out = gz.wait_with_output().context("running gzip")?;
+    writer
+        .join()
+        .map_err(|_| anyhow!("writing to gzip panicked"))?
+        .context("writing to gzip")?;
+    if !out.status.success() {
+        bail!("gzip failed ({})", out.status);
+    }
+    let path = dir.join("initramfs.cpio.gz");
+    let tmp = dir.join(format!("initramfs.cpio.gz.{}", std::process::id()));
+    std::fs::write(&tmp, &out.stdout).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(ProcsGuest {
+        cpio: path,
+        init: dir.join("init"),
+        worker: dir.join("worker"),
+    })
+}
+
+/// The QEMU command (argv, emulator first) that boots Debian's arm64 kernel into this
+/// guest on one vCPU, as [`crate::linux_guest::initramfs_boot_args_on`] does.
+pub fn procs_boot_args_on(qemu: &str) -> Result<Vec<String>> {
+    let guest = procs_guest()?;
+    let kernel = debian_kernel();
+    Ok([
+        qemu,
+        "-M",
+        "virt",
+        "-cpu",
+        "max",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        "1",
+        "-kernel",
+        &kernel.to_string_lossy(),
+        "-initrd",
+        &guest.cpio.to_string_lossy(),
+        "-append",
+        crate::linux_guest::INITRAMFS_APPEND,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_come_from_the_header() {
+        assert_eq!(procs_count("INIT_STEPS"), 7);
+        assert_eq!(procs_count("WORKER_STEPS"), 11);
+        assert_eq!(procs_count("CHILD_STEPS"), 5);
+        assert_eq!(procs_count("THREAD_STEPS"), 13);
+        assert_eq!(procs_count("PLUG_STEPS"), 3);
+    }
+}
