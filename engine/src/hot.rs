@@ -8,7 +8,7 @@
 //! [`Engine::suspend`] and [`Engine::resume`].
 
 use crate::guest::GuestView;
-use crate::shadow::{Frame, ShadowStack, RESERVED_FRAMES};
+use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
@@ -196,6 +196,23 @@ impl Engine {
         self.open(now, Frame { func, ret_addr });
     }
 
+    /// A jump from one function to another's entry (a tail call, aarch64 glibc's `b main`):
+    /// shown as uftrace shows a tail call, a call nested in the jumper's frame. Nothing
+    /// returns to it: it closes when the frame below it returns (`ret`, `ret_unseen`).
+    #[cold]
+    #[inline(never)]
+    pub fn jump_entry(&mut self, now: u64, func: u64) {
+        let now = self.clamp(now);
+        self.stats.jump_entries += 1;
+        self.open(
+            now,
+            Frame {
+                func,
+                ret_addr: JUMPED,
+            },
+        );
+    }
+
     /// Pushes a frame, recording it when it is shallow enough.
     #[inline(always)]
     pub(crate) fn open(&mut self, now: u64, frame: Frame) {
@@ -243,9 +260,16 @@ impl Engine {
         let now = self.clamp(now);
         self.stats.returns += 1;
         self.stats.returns_unseen += 1;
-        // An exception entry is never closed by a plain return: its ERET closes it.
-        if !self.overflowed_return() && !self.stack.top().is_some_and(Frame::is_exception) {
+        // An exception entry is never closed by a plain return: its ERET closes it. Frames
+        // entered by a jump close with the frame they replaced.
+        if self.overflowed_return() {
+            return;
+        }
+        while let Some(top) = self.stack.top().copied().filter(|f| !f.is_exception()) {
             self.close_top(now);
+            if !top.is_jumped() {
+                break;
+            }
         }
     }
 
@@ -259,8 +283,12 @@ impl Engine {
         // interrupted, which resumes only through the ERET.
         let floor = self.stack.innermost_exception().map_or(0, |i| i + 1);
         if let Some(i) = self.stack.find(target).filter(|&i| i >= floor) {
-            // longjmp, or callees that left without returning: close them all.
-            self.stats.deep_returns += 1;
+            // longjmp, or callees that left without returning: close them all. Frames
+            // entered by a jump (tail calls) return with the frame they replaced: no
+            // frame was skipped then.
+            if !self.stack.frames()[i + 1..].iter().all(Frame::is_jumped) {
+                self.stats.deep_returns += 1;
+            }
             self.close_down_to(now, i);
             return;
         }

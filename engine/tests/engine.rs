@@ -557,3 +557,40 @@ fn a_forked_child_keeps_the_stack_but_not_the_parents_records() {
     assert_eq!(r.shape(), s(&["-200@1", "-100@0"]));
     assert_eq!(r.engine.stats().returns, 2);
 }
+
+#[test]
+fn a_function_entered_by_a_jump_nests_in_the_jumper_and_closes_with_it() {
+    let mut g = FakeGuest::default();
+    for fast in [true, false] {
+        let mut r = if fast {
+            Rig::new(1024)
+        } else {
+            Rig::general(1024)
+        };
+        r.call(0x100, 0x14); // start: bl __wrap_main
+        r.t += 10;
+        r.engine.jump_entry(r.t, 0x200); //  __wrap_main: b main
+        r.call(0x300, 0x208); //   main: bl f
+        r.t += 10;
+        r.engine.jump_entry(r.t, 0x400); //    f: b g (a tail call)
+        r.ret(0x208, &mut g); //    g returns to main
+        r.ret(0x14, &mut g); //   main returns for __wrap_main
+        assert_eq!(
+            r.shape(),
+            s(&["+100@0", "+200@1", "+300@2", "+400@3", "-400@3", "-300@2", "-200@1", "-100@0"])
+        );
+        assert_eq!(r.engine.stats.deep_returns, 0);
+        assert_eq!(r.engine.stats.unmatched_returns, 0);
+        assert_eq!(r.engine.stats.jump_entries, 2);
+        assert!(r.engine.stack().is_empty());
+    }
+    // A return no landing saw closes the jumped frames with the one they replaced.
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14);
+    r.call(0x300, 0x108);
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x400);
+    r.engine.jump_entry(r.t, 0x500);
+    r.engine.ret_unseen(r.t + 10);
+    assert_eq!(r.engine.stack().len(), 1);
+}
