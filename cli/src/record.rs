@@ -193,6 +193,17 @@ fn record_into(
         plugin_opt.push(",task_slot_file=");
         plugin_opt.push(qemu::escape_keyval(slot_file.as_os_str()));
     }
+    // User mode: the program's function entries, for jumps into them (tail calls).
+    let entries_file = abs_staging.join(".entries");
+    if let (true, Some(program), false) = (user_mode, images.first(), args.no_auto_symbols) {
+        let rebase = qemu::user::Elf::read(&program.path)
+            .filter(|e| e.relocatable)
+            .map(|e| e.entry);
+        if crate::entries::write_for_program(&program.path, guest_arch, rebase, &entries_file) {
+            plugin_opt.push(",entries=");
+            plugin_opt.push(qemu::escape_keyval(entries_file.as_os_str()));
+        }
+    }
     let full = qemu::with_plugin(argv, plugin_opt);
     let started = SystemTime::now();
     // User mode: the guest's other processes (forked, exec'd) may outlive the first QEMU;
@@ -225,6 +236,7 @@ fn record_into(
         let _ = job.join();
     }
     let _ = std::fs::remove_file(&slot_file);
+    let _ = std::fs::remove_file(&entries_file);
     let loader = loader.unwrap_or_else(|| {
         if let (Some(program), false) = (images.first(), args.no_auto_symbols) {
             let maps = qemu::user_maps::read(staging).unwrap_or_default();

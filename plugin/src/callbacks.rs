@@ -126,6 +126,17 @@ pub unsafe extern "C" fn on_memory_call(
     vcpu::with(vcpu_index, |v| direct_call(v, target, site.ret_addr));
 }
 
+/// A direct jump into another function's entry (a tail call; translation decided it from
+/// the CLI's function list): a call nested in the jumper's frame, closed with it.
+pub extern "C" fn on_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        let now = v.now();
+        settle(v, now);
+        v.engine.jump_entry(now, target);
+    });
+}
+
 /// A block that starts just after a call, entered while a return is pending: that return
 /// went here.
 ///

@@ -11,6 +11,7 @@ pub mod api;
 mod callbacks;
 mod clock;
 mod config;
+mod entries;
 mod guest;
 mod landing;
 mod output;
@@ -207,6 +208,9 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     let (counter, pending) = scoreboard::clock_and_pending();
     if !system {
         scoreboard::track_moving(&pending);
+    }
+    if let Some(path) = &cfg.entries {
+        entries::load(path).unwrap_or_else(|msg| fail(&msg));
     }
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
@@ -423,13 +427,18 @@ fn finish_once() {
 /// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.
 fn task_lines(table: &TaskTable) -> String {
     let isa = isa_or_default();
+    // User mode: every thread here is one of this process's (this image's own, after a
+    // fork or exec), which uftrace writes as `pid=` (getpid, as libmcount does).
+    // SAFETY: getpid cannot fail.
+    let process =
+        (!SYSTEM_MODE.get().copied().unwrap_or(true)).then(|| unsafe { libc::getpid() } as u32);
     let mut text = String::new();
     for c in table.contexts() {
         let vcpus: Vec<String> = c.vcpus.iter().map(u32::to_string).collect();
         text.push_str(&format!(
             "tid={}\tpid={}\tkind={}\tlevel={}\tvcpus={}\tboot_of={}\tname={}\n",
             c.tid,
-            c.pid().unwrap_or(0),
+            process.or(c.pid()).unwrap_or(0),
             if c.is_boot() { "boot" } else { "task" },
             c.key.level.map(|l| isa.level_name(l)).unwrap_or_default(),
             vcpus.join(","),

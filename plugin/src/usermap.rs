@@ -103,6 +103,9 @@ pub unsafe extern "C" fn on_startup(_vcpu: std::ffi::c_uint, _userdata: *mut c_v
         }
         Some(aux)
     });
+    if let Some(aux) = aux {
+        crate::entries::program_entry(aux.entry);
+    }
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
 }
 

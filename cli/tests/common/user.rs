@@ -125,6 +125,18 @@ pub fn check_thread_tasks(dir: &Path, stdout: &str) -> (u32, BTreeMap<u32, u64>)
     let mut want: Vec<u32> = threads.keys().copied().chain([main_tid]).collect();
     want.sort_unstable();
     assert_eq!(tids, want, "one uftrace task per thread, by its thread id");
+    // Threads of one process, as libmcount writes them: `pid=` the process, one session.
+    let tasks = task_list(dir).expect("task.txt");
+    assert!(
+        tasks.iter().all(|&(_, pid)| pid == main_tid),
+        "every thread's pid is the process's ({main_tid}): {tasks:?}"
+    );
+    let task_txt = std::fs::read_to_string(dir.join("task.txt")).expect("task.txt");
+    assert_eq!(
+        task_txt.lines().filter(|l| l.starts_with("SESS ")).count(),
+        1,
+        "one session per process:\n{task_txt}"
+    );
     let step = exactly("thread_step");
     for (&tid, &steps) in &threads {
         let calls =
