@@ -65,6 +65,38 @@ pub fn write_for_program(
     std::fs::write(file, text(&[image], relocatable)).is_ok()
 }
 
+/// System mode: the list of every symbol source at its offset, with a kernel Image's
+/// physical alias (its first code runs there with the MMU off), from symbol tables only.
+pub fn system_text(
+    sources: &[crate::symbol_source::SourceArg],
+    kernel: Option<&Path>,
+    opts: &[crate::qemu::QemuOption],
+    arch: Arch,
+) -> String {
+    let mut images: Vec<Image> = sources
+        .iter()
+        .filter_map(|s| {
+            let opts = LoadOptions {
+                offset: s.offset,
+                expected_arch: Some(arch),
+                ..Default::default()
+            };
+            symbols::load(&s.path, &opts).ok()
+        })
+        .collect();
+    if let Some(alias) = kernel.and_then(|k| crate::kernel_alias::physical_alias(&images, k, opts))
+    {
+        images.push(alias);
+    }
+    text(&images, None)
+}
+
+/// Writes `text` into `file` whole or not at all (the plugin may be reading it).
+pub fn write_atomically(file: &Path, text: &str) -> bool {
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, file).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -193,8 +193,31 @@ fn record_into(
         plugin_opt.push(",task_slot_file=");
         plugin_opt.push(qemu::escape_keyval(slot_file.as_os_str()));
     }
-    // User mode: the program's function entries, for jumps into them (tail calls).
+    // The guest's function entries, for jumps into them (tail calls): a kernel's are read
+    // while QEMU starts (the plugin waits for them where the kernel proper starts), others
+    // before.
     let entries_file = abs_staging.join(".entries");
+    let mut entries_job = None;
+    if !user_mode && !sources.is_empty() {
+        let (sources, opts, file) = (sources.clone(), opts.clone(), entries_file.clone());
+        let kernel_path = kernel.map(|k| k.path.clone());
+        let later = kernel_path.is_some();
+        let job = move || {
+            let text =
+                crate::entries::system_text(&sources, kernel_path.as_deref(), &opts, guest_arch);
+            crate::entries::write_atomically(&file, &text)
+        };
+        let key = if later {
+            entries_job = Some(std::thread::spawn(job));
+            Some(",entries_file=")
+        } else {
+            job().then_some(",entries=")
+        };
+        if let Some(key) = key {
+            plugin_opt.push(key);
+            plugin_opt.push(qemu::escape_keyval(entries_file.as_os_str()));
+        }
+    }
     if let (true, Some(program), false) = (user_mode, images.first(), args.no_auto_symbols) {
         let rebase = qemu::user::Elf::read(&program.path)
             .filter(|e| e.relocatable)
@@ -236,6 +259,9 @@ fn record_into(
         let _ = job.join();
     }
     let _ = std::fs::remove_file(&slot_file);
+    if let Some(job) = entries_job {
+        let _ = job.join();
+    }
     let _ = std::fs::remove_file(&entries_file);
     let loader = loader.unwrap_or_else(|| {
         if let (Some(program), false) = (images.first(), args.no_auto_symbols) {

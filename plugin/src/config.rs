@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS][,entries=FILE]`, or
+//! `[,tsc=TICKS:NS][,entries=FILE|entries_file=FILE]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -42,6 +42,9 @@ pub struct Config {
     /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
+    /// The same, written by the CLI while QEMU starts (a kernel's symbols): waited for when
+    /// the kernel proper is first translated.
+    pub entries_file: Option<PathBuf>,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -80,6 +83,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut user_opts = None;
     let mut tsc = None;
     let mut entries = None;
+    let mut entries_file = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -120,6 +124,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "task_slot_file" => task_slot_file = Some(PathBuf::from(raw_value)),
             // Empty: none (an exec'd program's QEMU drops the first program's list).
             "entries" => entries = (!raw_value.is_empty()).then(|| PathBuf::from(raw_value)),
+            "entries_file" => entries_file = Some(PathBuf::from(raw_value)),
             "max_depth" => {
                 max_depth = value
                     .parse::<usize>()
@@ -169,5 +174,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         task_slot_file,
         tsc,
         entries,
+        entries_file,
     }))
 }

@@ -211,6 +211,8 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     }
     if let Some(path) = &cfg.entries {
         entries::load(path).unwrap_or_else(|msg| fail(&msg));
+    } else if let Some(path) = &cfg.entries_file {
+        entries::load_later(path.clone());
     }
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);

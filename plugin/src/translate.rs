@@ -74,6 +74,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
     }
     let user = !crate::SYSTEM_MODE.get().copied().unwrap_or(true);
+    let system = !user;
     if user {
         unsafe { crate::signals::instrument(first, start) };
     }
@@ -105,7 +106,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let task_slot = crate::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
-    let jumps = crate::entries::active();
+    let jumps = crate::entries::active(system && isa.is_task_pointer(start));
     // The previous instruction of this block (address, bytes, length): a call through a
     // register it set may have a known target (RISC-V's auipc + jalr).
     let mut prev: Option<(u64, [u8; 16], usize)> = None;
