@@ -82,8 +82,14 @@ pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan
         .enumerate()
         .find_map(|(k, link)| Some((k, stack.find(link.ret_addr)?)));
     if let Some((k, frame)) = known {
+        // Functions that frame's function entered by a jump (tail calls) run in its stack
+        // frame: they stay with it.
+        let jumped = stack.frames()[frame + 1..]
+            .iter()
+            .take_while(|f| f.is_jumped())
+            .count();
         return Plan {
-            keep: frame + 1,
+            keep: frame + 1 + jumped,
             open: frames_of(target, &chain[..k]),
             resynced: true,
         };

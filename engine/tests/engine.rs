@@ -594,3 +594,32 @@ fn a_function_entered_by_a_jump_nests_in_the_jumper_and_closes_with_it() {
     r.engine.ret_unseen(r.t + 10);
     assert_eq!(r.engine.stack().len(), 1);
 }
+
+#[test]
+fn a_longjmp_into_a_function_entered_by_a_jump_keeps_it_open() {
+    // __libc_start_call_main calls __wrap_main, which enters main by `b main`; main's
+    // frame record (its frame pointer after the longjmp) returns to __libc_start_call_main.
+    let mut g = FakeGuest {
+        fp: 0x8000,
+        ..Default::default()
+    };
+    g.records.insert(0x8000, (0x9000, 0x108));
+    g.direct_calls.insert(0x108, 0x200);
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // __libc_start_call_main
+    r.call(0x200, 0x108); //  __wrap_main
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x300); //   main
+    r.call(0x180, 0x310); //    setjmp
+    r.ret(0x310, &mut g);
+    r.call(0x400, 0x3f0); //    fail (noreturn: its return address is past main's end)
+    r.call(0x500, 0x410); //     longjmp, back to setjmp's return address
+    r.ret(0x310, &mut g);
+    r.call(0x600, 0x314); //    after
+    let shape = r.shape();
+    assert_eq!(
+        shape[shape.len() - 4..],
+        s(&["+500@4", "-500@4", "-400@3", "+600@3"])
+    );
+    assert_eq!(r.engine.stack().len(), 4);
+}
