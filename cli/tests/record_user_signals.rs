@@ -112,8 +112,7 @@ fn check_sigalrm(target: &Target) {
         let top = stack[stack.len() - 1];
         if top == "[SIGALRM]" {
             deliveries += 1;
-            // Under the function it interrupted: the busy loop or what it called (main
-            // itself is entered by a branch in static glibc: `__wrap_main` shows instead).
+            // Under the function it interrupted: the busy loop or what it called.
             let at = stack.iter().position(|&f| f == "spin").expect("under spin");
             assert!(
                 stack[at + 1..stack.len() - 1]
