@@ -8,6 +8,7 @@ use crate::api;
 use crate::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
+use qemu_uftrace_engine::exceptions::EretOutcome;
 use qemu_uftrace_engine::sites::{call_site_at, memory_call_target, unpack};
 use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
@@ -314,12 +315,13 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             return;
         };
         let link = isa.exception_link_register(level);
-        match link.and_then(|name| v.regs.read_named(name)) {
-            Some(target) => {
-                v.engine.exception_return(now, target, eret_pc);
+        let outcome = match link.and_then(|name| v.regs.read_named(name)) {
+            Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
+            None => {
+                v.engine.stats.register_read_failures += 1;
+                None
             }
-            None => v.engine.stats.register_read_failures += 1,
-        }
+        };
         // Where the return goes: SPSR's level, and (leaving EL3) SCR's security state.
         let saved = isa
             .saved_status_register(level)
@@ -329,6 +331,9 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
                 .security_register(level)
                 .and_then(|name| v.regs.read_named(name));
             let to = isa.return_level(level, saved, security);
+            if to != level && outcome == Some(EretOutcome::Nothing) && isa.hands_over_from(level) {
+                v.engine.hand_over(now);
+            }
             if split {
                 crate::with_tasks(|t| {
                     // The level left is known now, if it was not (a boot context).

@@ -326,6 +326,12 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// M-mode firmware (OpenSBI) starts the kernel with an `mret` to S-mode from
+    /// `sbi_hart_switch_mode`; M-mode runs again only through traps.
+    fn hands_over_from(&self, level: Level) -> bool {
+        level.0 & 3 == PRV_M
+    }
+
     /// MRET goes to mstatus.MPP (with MPV, bit 39, for a virtualised level below M); SRET to
     /// sstatus.SPP (U or S), virtualised when returning from VS. From HS, whether SRET
     /// enters a guest (hstatus.SPV) is not read: the level returned to is taken as not
