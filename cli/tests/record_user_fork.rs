@@ -237,8 +237,16 @@ fn user_record_waits_for_a_child_that_outlives_the_program() {
     let started = std::time::Instant::now();
     let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&parent.to_string_lossy(), "-orphan", "2"]);
     assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    let p = field(&stdout, "parent ", "pid=");
     let c = field(&stdout, "parent ", "child=");
     assert_eq!(field(&stdout, "child ", "pid="), c, "{stdout}");
+    // The parent as it was at the fork, although it was gone (the child's getppid() then
+    // says 1, as after daemon()): uftrace ties the child to the parent's session by it.
+    let lines = task_lines(&dir);
+    assert!(
+        lines.contains(&format!("FORK pid={c} ppid={p}")),
+        "{lines:?}"
+    );
     assert_eq!(
         calls(&dir, c, &["child_step", "sleep"]),
         counts(&[("child_step", 6), ("sleep", 1)])
