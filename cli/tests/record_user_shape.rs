@@ -105,3 +105,38 @@ fn tail_calls_nest_in_their_caller_riscv64() {
 fn tail_calls_nest_in_their_caller_x86_64() {
     check(&X86_64);
 }
+
+/// longjmp out of a noreturn function at -O2 (tests/guests/user/ljnoreturn.c): the frames it
+/// skipped close where it lands, and main goes on at its own depth.
+fn check_longjmp_from_noreturn(target: &Target) {
+    let elf = guest(target, "ljnoreturn.elf");
+    let (_tmp, dir, stdout) = record_ok(&cached(target.qemu), &[&elf.to_string_lossy()]);
+    assert!(stdout.contains("r=7"), "{stdout}");
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let own = without(
+        &events,
+        |n| !["main", "work", "fail", "after"].contains(&n),
+        false,
+    );
+    let want = [
+        "E main", "E work", "X work", "E fail", "X fail", "E after", "X after", "E after",
+        "X after", "X main",
+    ];
+    assert_eq!(own, want, "{}: {events:?}", target.cross);
+    assert_eq!(plugin_stat(&dir, "deep_returns"), "0", "{}", target.cross);
+}
+
+#[test]
+fn longjmp_from_a_noreturn_function_aarch64() {
+    check_longjmp_from_noreturn(&AARCH64);
+}
+
+#[test]
+fn longjmp_from_a_noreturn_function_riscv64() {
+    check_longjmp_from_noreturn(&RISCV64);
+}
+
+#[test]
+fn longjmp_from_a_noreturn_function_x86_64() {
+    check_longjmp_from_noreturn(&X86_64);
+}
