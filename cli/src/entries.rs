@@ -17,6 +17,10 @@ fn split_part(name: &str) -> (&str, bool) {
     }
 }
 
+/// The names uftrace's replay treats as longjmps (its `fixup_syms`, matched exactly): at
+/// such an entry it puts the display back at setjmp's depth.
+const LONGJMPS: &[&str] = &["longjmp", "siglongjmp", "__longjmp_chk"];
+
 /// The list's text: `rebase LINK_ENTRY` first for a program placed at a bias known only
 /// when it runs, then `START END GROUP KIND` per function.
 pub fn text(images: &[Image], rebase: Option<u64>) -> String {
@@ -30,7 +34,13 @@ pub fn text(images: &[Image], rebase: Option<u64>) -> String {
             let (parent, cold) = split_part(&f.name);
             let next = groups.len();
             let group = *groups.entry(parent).or_insert(next);
-            let kind = if cold { 'c' } else { 'f' };
+            let kind = if cold {
+                'c'
+            } else if LONGJMPS.contains(&f.name.as_str()) {
+                'l'
+            } else {
+                'f'
+            };
             let _ = writeln!(
                 out,
                 "{:x} {:x} {group} {kind}",

@@ -5,8 +5,9 @@
 //!
 //! The CLI writes them as text, one function a line: `START END GROUP KIND` (hex addresses,
 //! END one past the last byte, GROUP a number shared by a function and its compiler-split
-//! parts such as `foo.cold`, KIND `f` for a function and `c` for such a part, which is
-//! never entered by a jump). A line `rebase LINK_ENTRY` (hex) says the addresses are link
+//! parts such as `foo.cold`, KIND `f` for a function, `l` for one that uftrace's replay
+//! treats as a longjmp by its name, and `c` for a split part, which is never entered by a
+//! jump). A line `rebase LINK_ENTRY` (hex) says the addresses are link
 //! addresses of a program loaded at a bias known only once it runs (user mode's PIE):
 //! `AT_ENTRY - LINK_ENTRY`.
 
@@ -17,6 +18,7 @@ struct Entry {
     end: u64,
     group: u32,
     cold: bool,
+    longjmp: bool,
 }
 
 /// The functions of the guest's known images, sorted by start.
@@ -53,16 +55,18 @@ impl Functions {
                     let start = hex(start).ok_or(err("bad start"))?;
                     let end = hex(end).ok_or(err("bad end"))?;
                     let group = group.parse().map_err(|_| err("bad group"))?;
-                    let cold = match kind {
-                        "f" => false,
-                        "c" => true,
-                        _ => return Err(err("kind is neither f nor c")),
+                    let (cold, longjmp) = match kind {
+                        "f" => (false, false),
+                        "l" => (false, true),
+                        "c" => (true, false),
+                        _ => return Err(err("kind is not f, l or c")),
                     };
                     f.entries.push(Entry {
                         start,
                         end: end.max(start),
                         group,
                         cold,
+                        longjmp,
                     });
                 }
                 _ => return Err(err("expected START END GROUP KIND")),
@@ -93,6 +97,13 @@ impl Functions {
         (pc < end).then_some(e)
     }
 
+    /// Whether the function starting at `func` is one uftrace's replay treats as a longjmp.
+    pub fn is_longjmp(&self, func: u64) -> bool {
+        self.entries
+            .binary_search_by_key(&func, |e| e.start)
+            .is_ok_and(|i| self.entries[i].longjmp)
+    }
+
     /// Whether a direct jump at `pc` to `target` enters another function: `target` is a
     /// function's first instruction, and the jump is not inside that function or one of its
     /// split parts (a loop back to the start, `foo.cold` jumping back into `foo`). A jump
@@ -120,9 +131,12 @@ mod tests {
             "1000 1010 1 f\n\
              1010 1040 2 f\n\
              1040 1040 3 f\n\
-             2000 2010 2 c\n",
+             2000 2010 2 c\n\
+             3000 3010 4 l\n",
         )
         .unwrap();
+        assert!(f.is_longjmp(0x3000) && !f.is_longjmp(0x1000) && !f.is_longjmp(0x3004));
+        assert!(f.enters(0x1004, 0x3000));
         // __wrap_main: b main.
         assert!(f.enters(0x1004, 0x1010));
         // A tail call from main to a function without a size.

@@ -62,6 +62,9 @@ pub struct Engine {
     /// The task whose records the buffer holds.
     tid: u32,
     spill: Spill,
+    /// Whether a function is one uftrace's replay treats as a longjmp (see
+    /// [`Engine::close_skipped`]); read on slow paths only.
+    is_longjmp: fn(u64) -> bool,
 }
 
 impl Engine {
@@ -81,7 +84,14 @@ impl Engine {
             spilled: 0,
             tid,
             spill,
+            is_longjmp: |_| false,
         }
+    }
+
+    /// Says which functions uftrace's replay treats as longjmps (by name: `longjmp`,
+    /// `siglongjmp`, `__longjmp_chk`).
+    pub fn set_longjmp_test(&mut self, is_longjmp: fn(u64) -> bool) {
+        self.is_longjmp = is_longjmp;
     }
 
     /// The counts so far, with the records emitted.
@@ -289,7 +299,7 @@ impl Engine {
             if !self.stack.frames()[i + 1..].iter().all(Frame::is_jumped) {
                 self.stats.deep_returns += 1;
             }
-            self.close_down_to(now, i);
+            self.close_skipped(now, i);
             return;
         }
         self.stats.unmatched_returns += 1;
@@ -298,7 +308,7 @@ impl Engine {
         if keep == self.stack.len() && plan.open.is_empty() {
             return;
         }
-        self.close_down_to(now, keep);
+        self.close_skipped(now, keep);
         // Frames opened without their entries, or a stack given up: the engine guessed from
         // here on, so say so where uftrace shows it. (Closing down to a frame the guest's
         // frame records still hold, as after a longjmp, is no guess.)
@@ -336,6 +346,23 @@ impl Engine {
             self.overflow -= 1;
         }
         overflowed
+    }
+
+    /// Closes the frames a longjmp (or an unwind) skipped, until only `keep` remain. When
+    /// one of them is a function uftrace's replay treats as a longjmp, only the outermost
+    /// one's exit is written, as libmcount writes a longjmp (one exit, at setjmp's depth):
+    /// replay puts the display back at setjmp's depth at that longjmp's entry, and every
+    /// further exit would draw what follows a level too far left. Those frames then count
+    /// in `report` as in a native trace (not at all).
+    pub(crate) fn close_skipped(&mut self, now: u64, keep: usize) {
+        let is_longjmp = self.is_longjmp;
+        let skipped = self.stack.frames().get(keep + 1..).unwrap_or_default();
+        if skipped.iter().any(|f| is_longjmp(f.func)) {
+            while self.stack.len() > keep + 1 {
+                self.stack.pop();
+            }
+        }
+        self.close_down_to(now, keep);
     }
 
     /// Closes frames until only `keep` remain.

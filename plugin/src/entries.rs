@@ -109,6 +109,16 @@ fn set_or_warn(path: &Path, text: &str) {
     }
 }
 
+/// Whether the function starting at `func` is one uftrace's replay treats as a longjmp
+/// (`hot::Engine::set_longjmp_test`; asked on slow paths only).
+pub fn is_longjmp(func: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.is_longjmp(func.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
 /// Whether a direct jump at `pc` to `target` enters another function.
 pub fn enters(pc: u64, target: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);

@@ -255,7 +255,8 @@ pub(crate) fn vcpu_init(vcpu_id: u32) {
         out.send(tid, full);
         out.fresh()
     });
-    let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
+    let mut engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
+    engine.set_longjmp_test(entries::is_longjmp);
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
     // This vCPU may have just grown the scoreboards (`scoreboard::refresh_base`).
     scoreboard::refresh_base();
