@@ -42,9 +42,9 @@ pub struct Config {
     /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
-    /// The same, written by the CLI while QEMU starts (a kernel's symbols): waited for when
-    /// the kernel proper is first translated.
-    pub entries_file: Option<PathBuf>,
+    /// `entries_file=`: the list is still being written by the CLI as QEMU starts (a
+    /// kernel's symbols), and waited for when the kernel proper is first translated.
+    pub entries_later: bool,
 }
 
 /// The clock asked for: `auto` picks instructions with one vCPU, wall time with several.
@@ -83,7 +83,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut user_opts = None;
     let mut tsc = None;
     let mut entries = None;
-    let mut entries_file = None;
+    let mut entries_later = false;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -123,8 +123,14 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "task_slot_file" => task_slot_file = Some(PathBuf::from(raw_value)),
             // Empty: none (an exec'd program's QEMU drops the first program's list).
-            "entries" => entries = (!raw_value.is_empty()).then(|| PathBuf::from(raw_value)),
-            "entries_file" => entries_file = Some(PathBuf::from(raw_value)),
+            "entries" => {
+                entries = (!raw_value.is_empty()).then(|| PathBuf::from(raw_value));
+                entries_later = false;
+            }
+            "entries_file" => {
+                entries = Some(PathBuf::from(raw_value));
+                entries_later = true;
+            }
             "max_depth" => {
                 max_depth = value
                     .parse::<usize>()
@@ -174,6 +180,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         task_slot_file,
         tsc,
         entries,
-        entries_file,
+        entries_later,
     }))
 }

@@ -66,7 +66,7 @@ pub fn active(pc_is_kernel: bool) -> bool {
     };
     if pc_is_kernel {
         wait_for(path);
-    } else if TRIES.fetch_add(1, Ordering::Relaxed) % 64 == 0 {
+    } else if TRIES.fetch_add(1, Ordering::Relaxed).is_multiple_of(64) {
         // A failed open costs a microsecond or two: not on every translation.
         if let Ok(text) = std::fs::read_to_string(path) {
             set_or_warn(path, &text);

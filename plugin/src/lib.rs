@@ -209,10 +209,10 @@ fn install(id: api::qemu_plugin_id_t, info: &api::qemu_info_t, args: &[OsString]
     if !system {
         scoreboard::track_moving(&pending);
     }
-    if let Some(path) = &cfg.entries {
-        entries::load(path).unwrap_or_else(|msg| fail(&msg));
-    } else if let Some(path) = &cfg.entries_file {
-        entries::load_later(path.clone());
+    match &cfg.entries {
+        Some(path) if cfg.entries_later => entries::load_later(path.clone()),
+        Some(path) => entries::load(path).unwrap_or_else(|msg| fail(&msg)),
+        None => {}
     }
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
