@@ -835,6 +835,7 @@ fn worth_showing(s: &Stats, key: &str, value: &str) -> bool {
             | "returns_unseen"
             | "open_frames"
             | "mode"
+            | "jump_entries"
     );
     value != "0" && !per_vcpu_total && !setting
 }
