@@ -8,7 +8,7 @@
 mod common;
 
 use common::user::{only_task, record_ok};
-use qemu_uftrace_tests::replay::{replay_events, without};
+use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
 
@@ -124,6 +124,24 @@ fn check_longjmp_from_noreturn(target: &Target) {
     ];
     assert_eq!(own, want, "{}: {events:?}", target.cross);
     assert_eq!(plugin_stat(&dir, "deep_returns"), "0", "{}", target.cross);
+    // As uftrace's replay draws it: it puts the display back at setjmp's depth at a
+    // longjmp's entry, so what follows the landing is drawn at main's callees' depth only
+    // when the trace has what libmcount writes there (one exit, at setjmp's depth).
+    let text = uftrace(&["replay", "--no-pager", "-d", &dir.to_string_lossy()]).expect("replay");
+    let indent = |call: &str| {
+        let line = (text.lines())
+            .find(|l| l.ends_with(&format!("| {call}")) || l.contains(&format!("|{call}")))
+            .or_else(|| text.lines().find(|l| l.trim_end().ends_with(call)))
+            .unwrap_or_else(|| panic!("no {call} in\n{text}"));
+        let after_bar = &line[line.find('|').expect("a replay line") + 1..];
+        after_bar.len() - after_bar.trim_start().len()
+    };
+    assert_eq!(
+        indent("work();"),
+        indent("after();"),
+        "{}:\n{text}",
+        target.cross
+    );
 }
 
 #[test]

@@ -349,15 +349,20 @@ impl Engine {
     }
 
     /// Closes the frames a longjmp (or an unwind) skipped, until only `keep` remain. When
-    /// one of them is a function uftrace's replay treats as a longjmp, only the outermost
-    /// one's exit is written, as libmcount writes a longjmp (one exit, at setjmp's depth):
-    /// replay puts the display back at setjmp's depth at that longjmp's entry, and every
-    /// further exit would draw what follows a level too far left. Those frames then count
-    /// in `report` as in a native trace (not at all).
+    /// one of them is a function uftrace's replay treats as a longjmp (by name), its
+    /// display is put back at setjmp's depth at that entry, and libmcount writes a single
+    /// exit after it (at setjmp's depth): so the frames entered after the longjmp (its own
+    /// callees) close as usual, the longjmp's frame and those between it and the outermost
+    /// skipped frame close without an exit, and the outermost one with its exit. `report`
+    /// then counts them as in a native trace (those without an exit not at all).
     pub(crate) fn close_skipped(&mut self, now: u64, keep: usize) {
         let is_longjmp = self.is_longjmp;
-        let skipped = self.stack.frames().get(keep + 1..).unwrap_or_default();
-        if skipped.iter().any(|f| is_longjmp(f.func)) {
+        let longjmp = (self.stack.frames().iter().enumerate())
+            .skip(keep + 1)
+            .find(|(_, f)| is_longjmp(f.func))
+            .map(|(j, _)| j);
+        if let Some(j) = longjmp {
+            self.close_down_to(now, j + 1);
             while self.stack.len() > keep + 1 {
                 self.stack.pop();
             }

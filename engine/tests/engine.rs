@@ -628,7 +628,7 @@ fn a_longjmp_into_a_function_entered_by_a_jump_keeps_it_open() {
 fn a_longjmp_leaves_one_exit_as_libmcount_does() {
     // As longjmp_without_frame_pointers_returns_into_the_setjmp_caller, with 0x400 a function
     // uftrace's replay treats as longjmp: of the frames it skips only the outermost (a, at
-    // setjmp's depth) gets its exit.
+    // setjmp's depth) and those entered after it get their exits.
     let mut g = FakeGuest::default();
     g.direct_calls.insert(0x110, 0x180);
     let mut r = Rig::new(1024);
@@ -639,11 +639,15 @@ fn a_longjmp_leaves_one_exit_as_libmcount_does() {
     r.call(0x200, 0x118); //  a
     r.call(0x300, 0x208); //   b
     r.call(0x400, 0x308); //    longjmp
+    r.call(0x600, 0x408); //     __longjmp (its callee: entered after it, closed as usual)
     r.ret(0x110, &mut g);
     r.call(0x500, 0x11c); //  after
     assert_eq!(
         r.shape(),
-        s(&["+100@0", "+180@1", "-180@1", "+200@1", "+300@2", "+400@3", "-200@1", "+500@1"])
+        s(&[
+            "+100@0", "+180@1", "-180@1", "+200@1", "+300@2", "+400@3", "+600@4", "-600@4",
+            "-200@1", "+500@1"
+        ])
     );
     assert_eq!(r.engine.stack().len(), 2);
 }
