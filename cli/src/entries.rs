@@ -20,6 +20,9 @@ fn split_part(name: &str) -> (&str, bool) {
 /// The names uftrace's replay treats as longjmps (its `fixup_syms`, matched exactly): at
 /// such an entry it puts the display back at setjmp's depth.
 const LONGJMPS: &[&str] = &["longjmp", "siglongjmp", "__longjmp_chk"];
+/// The names it treats as setjmps: the depth of the last one entered is where a longjmp
+/// returns to.
+const SETJMPS: &[&str] = &["setjmp", "_setjmp", "sigsetjmp", "__sigsetjmp"];
 
 /// The list's text: `rebase LINK_ENTRY` first for a program placed at a bias known only
 /// when it runs, then `START END GROUP KIND` per function.
@@ -38,6 +41,8 @@ pub fn text(images: &[Image], rebase: Option<u64>) -> String {
                 'c'
             } else if LONGJMPS.contains(&f.name.as_str()) {
                 'l'
+            } else if SETJMPS.contains(&f.name.as_str()) {
+                's'
             } else {
                 'f'
             };

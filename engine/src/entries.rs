@@ -5,9 +5,9 @@
 //!
 //! The CLI writes them as text, one function a line: `START END GROUP KIND` (hex addresses,
 //! END one past the last byte, GROUP a number shared by a function and its compiler-split
-//! parts such as `foo.cold`, KIND `f` for a function, `l` for one that uftrace's replay
-//! treats as a longjmp by its name, and `c` for a split part, which is never entered by a
-//! jump). A line `rebase LINK_ENTRY` (hex) says the addresses are link
+//! parts such as `foo.cold`, KIND `f` for a function, `l` and `s` for one that uftrace's
+//! replay treats as a longjmp or a setjmp by its name, and `c` for a split part, which is
+//! never entered by a jump). A line `rebase LINK_ENTRY` (hex) says the addresses are link
 //! addresses of a program loaded at a bias known only once it runs (user mode's PIE):
 //! `AT_ENTRY - LINK_ENTRY`.
 
@@ -19,6 +19,7 @@ struct Entry {
     group: u32,
     cold: bool,
     longjmp: bool,
+    setjmp: bool,
 }
 
 /// The functions of the guest's known images, sorted by start.
@@ -55,11 +56,12 @@ impl Functions {
                     let start = hex(start).ok_or(err("bad start"))?;
                     let end = hex(end).ok_or(err("bad end"))?;
                     let group = group.parse().map_err(|_| err("bad group"))?;
-                    let (cold, longjmp) = match kind {
-                        "f" => (false, false),
-                        "l" => (false, true),
-                        "c" => (true, false),
-                        _ => return Err(err("kind is not f, l or c")),
+                    let (cold, longjmp, setjmp) = match kind {
+                        "f" => (false, false, false),
+                        "l" => (false, true, false),
+                        "s" => (false, false, true),
+                        "c" => (true, false, false),
+                        _ => return Err(err("kind is not f, l, s or c")),
                     };
                     f.entries.push(Entry {
                         start,
@@ -67,6 +69,7 @@ impl Functions {
                         group,
                         cold,
                         longjmp,
+                        setjmp,
                     });
                 }
                 _ => return Err(err("expected START END GROUP KIND")),
@@ -116,8 +119,11 @@ impl Functions {
         if to.cold {
             return false;
         }
+        // Nor is a jump from one setjmp to another (x86-64 and riscv64 glibc's `_setjmp`
+        // ends with a jump to `__sigsetjmp`): uftrace's replay takes the last setjmp entered
+        // for where a longjmp returns to, and native traces show only the outer one.
         self.containing(pc)
-            .is_none_or(|from| from.group != to.group)
+            .is_none_or(|from| from.group != to.group && !(from.setjmp && to.setjmp))
     }
 }
 
@@ -132,11 +138,15 @@ mod tests {
              1010 1040 2 f\n\
              1040 1040 3 f\n\
              2000 2010 2 c\n\
-             3000 3010 4 l\n",
+             3000 3010 4 l\n\
+             4000 4010 5 s\n\
+             4010 4020 6 s\n",
         )
         .unwrap();
         assert!(f.is_longjmp(0x3000) && !f.is_longjmp(0x1000) && !f.is_longjmp(0x3004));
         assert!(f.enters(0x1004, 0x3000));
+        // _setjmp's jump to __sigsetjmp is one setjmp; a tail call into a setjmp enters it.
+        assert!(!f.enters(0x4004, 0x4010) && f.enters(0x1004, 0x4010));
         // __wrap_main: b main.
         assert!(f.enters(0x1004, 0x1010));
         // A tail call from main to a function without a size.
