@@ -651,3 +651,33 @@ fn a_longjmp_leaves_one_exit_as_libmcount_does() {
     );
     assert_eq!(r.engine.stack().len(), 2);
 }
+
+#[test]
+fn a_longjmp_into_a_function_without_a_frame_record_keeps_it_open() {
+    // main (no frame pointer) is entered by __wrap_main's jump; the frame pointer the
+    // longjmp restores is its caller's caller's, whose record returns to _start. The call
+    // before the landing (main's call to setjmp at 0x30c) places the landing in main.
+    let mut g = FakeGuest {
+        fp: 0x8000,
+        ..Default::default()
+    };
+    g.records.insert(0x8000, (0x9000, 0x14));
+    g.direct_calls.insert(0x14, 0x100);
+    g.direct_calls.insert(0x310, 0x180);
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // __libc_start_call_main
+    r.call(0x200, 0x108); //  __wrap_main
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x300); //   main
+    r.call(0x180, 0x310); //    setjmp
+    r.ret(0x310, &mut g);
+    r.call(0x400, 0x3f0); //    fail
+    r.call(0x500, 0x410); //     longjmp
+    r.ret(0x310, &mut g);
+    r.call(0x600, 0x314); //    after
+    let shape = r.shape();
+    assert_eq!(
+        shape[shape.len() - 4..],
+        s(&["+500@4", "-500@4", "-400@3", "+600@3"])
+    );
+}
