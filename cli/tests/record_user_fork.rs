@@ -126,7 +126,12 @@ fn fork_exec_wait(qemu: &Path, parent: &Path, execd: &Path) {
             format!("FORK pid={c} ppid={p}"),
             format!("SESS pid={c} exename=\"execd.elf\""),
             format!("TASK tid={c} pid={c}"),
-        ]
+        ],
+        "{}\n{:?}",
+        std::fs::read_to_string(dir.join("task.txt")).unwrap_or_default(),
+        std::fs::read_dir(dir.join("procs")).map(|d| d
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("plugin.proc")).ok())
+            .collect::<Vec<_>>())
     );
     let sids = sids(&dir);
     assert_ne!(
