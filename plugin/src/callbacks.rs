@@ -331,7 +331,13 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
                 .security_register(level)
                 .and_then(|name| v.regs.read_named(name));
             let to = isa.return_level(level, saved, security);
-            if to != level && outcome == Some(EretOutcome::Nothing) && isa.hands_over_from(level) {
+            // Only where exceptions are seen: without them, a handler's return to a lower
+            // level closes nothing either.
+            if to != level
+                && outcome == Some(EretOutcome::Nothing)
+                && isa.hands_over_from(level)
+                && discontinuities_registered()
+            {
                 v.engine.hand_over(now);
             }
             if split {
