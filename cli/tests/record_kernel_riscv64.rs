@@ -352,12 +352,10 @@ fn riscv64_kernel_under_opensbi_elf_names_the_firmware_in_m_mode() {
         };
         assert!(info.contains(cpu0), "no {cpu0} on {q}:\n{info}");
         // fw_dynamic's boot path, call for call, up to sbi_init (which never returns: it
-        // leaves for S-mode by MRET in sbi_hart_switch_mode).
+        // leaves for S-mode by MRET in sbi_hart_switch_mode, where its frames close).
         let boot = roots(&d, 4194304);
-        // `_start` ends with `j _start_warm`, which calls _reset_regs and sbi_init: a jump
-        // into another function's entry, shown as a call.
         assert_eq!(
-            boot.get(..10),
+            boot.get(..11),
             Some(
                 &[
                     "fw_boot_hart();",
@@ -369,7 +367,10 @@ fn riscv64_kernel_under_opensbi_elf_names_the_firmware_in_m_mode() {
                     "fw_next_mode();",
                     "fw_options();",
                     "fw_next_arg1();",
-                    "_start_warm() {",
+                    "_reset_regs();",
+                    // Closed where sbi_hart_switch_mode hands the hart to the kernel by MRET
+                    // (a hand-over, not a return: the kernel starts at depth 0).
+                    "sbi_init();",
                 ]
                 .map(String::from)[..]
             ),
