@@ -263,7 +263,8 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
     let mut guest = guest_tasks::read(dir);
     // A user-mode trace's task ids are the guest's thread ids, never vCPU numbers, and its
     // threads are the program's.
-    if rec.stats.as_ref().is_some_and(Stats::is_user_mode) {
+    let user_mode = rec.stats.as_ref().is_some_and(Stats::is_user_mode);
+    if user_mode {
         let program = Path::new(&rec.exename)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -303,7 +304,12 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         .filter(|tid| !rec.later_tids.contains(tid))
         .map(|&tid| task::Task {
             tid,
-            pid: tid,
+            // User mode: a thread's process, as the plugin saw it (getpid); each system-mode
+            // context is a process of its own.
+            pid: guest
+                .iter()
+                .find(|t| t.tid == tid && user_mode && t.pid > 0)
+                .map_or(tid, |t| t.pid),
             name: guest
                 .iter()
                 .find(|t| t.tid == tid)

@@ -7,6 +7,7 @@ pub mod atomic_file;
 pub mod datadir;
 pub mod doctor;
 pub mod embedded;
+pub mod entries;
 pub mod errors;
 pub mod export;
 pub mod guest_procs;

@@ -56,6 +56,12 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "jump_entries",
+        "functions entered by a jump to their first instruction (a tail call, `b main`), shown \
+         as calls nested in the jumper's frame, as uftrace shows them; ordinary",
+        None,
+    ),
+    count(
         "synthetic_entries",
         "frames opened by a resync, whose real entry was not seen",
         None,

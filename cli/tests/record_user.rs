@@ -165,7 +165,7 @@ fn user_static_pie_program_is_named_at_its_load_bias() {
     let (_t, dir, out) = record(&[&elf.to_string_lossy()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
-    // Static glibc's aliases: malloc is `__malloc`; main may show as `__wrap_main`.
+    // Static glibc's aliases: malloc is `__malloc`.
     let malloc = first_callees(&events, "make");
     assert!(
         malloc.len() == 1 && malloc[0].ends_with("malloc"),

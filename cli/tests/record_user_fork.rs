@@ -126,7 +126,12 @@ fn fork_exec_wait(qemu: &Path, parent: &Path, execd: &Path) {
             format!("FORK pid={c} ppid={p}"),
             format!("SESS pid={c} exename=\"execd.elf\""),
             format!("TASK tid={c} pid={c}"),
-        ]
+        ],
+        "{}\n{:?}",
+        std::fs::read_to_string(dir.join("task.txt")).unwrap_or_default(),
+        std::fs::read_dir(dir.join("procs")).map(|d| d
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("plugin.proc")).ok())
+            .collect::<Vec<_>>())
     );
     let sids = sids(&dir);
     assert_ne!(
@@ -237,8 +242,16 @@ fn user_record_waits_for_a_child_that_outlives_the_program() {
     let started = std::time::Instant::now();
     let (_tmp, dir, stdout) = record_ok(&user_qemu(), &[&parent.to_string_lossy(), "-orphan", "2"]);
     assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    let p = field(&stdout, "parent ", "pid=");
     let c = field(&stdout, "parent ", "child=");
     assert_eq!(field(&stdout, "child ", "pid="), c, "{stdout}");
+    // The parent as it was at the fork, although it was gone (the child's getppid() then
+    // says 1, as after daemon()): uftrace ties the child to the parent's session by it.
+    let lines = task_lines(&dir);
+    assert!(
+        lines.contains(&format!("FORK pid={c} ppid={p}")),
+        "{lines:?}"
+    );
     assert_eq!(
         calls(&dir, c, &["child_step", "sleep"]),
         counts(&[("child_step", 6), ("sleep", 1)])

@@ -15,7 +15,8 @@ use qemu_uftrace_tests::x86_64_guests::{
 };
 use qemu_uftrace_tests::{is_runtime_function, Variant};
 
-/// `main`'s calls, each line a call, indented two spaces per level.
+/// `main`'s calls, each line a call, indented two spaces per level. Each entry stub ends
+/// with `jmp trap_common`: a jump into another symbol's first instruction, shown as a call.
 const EXPECTED: &str = "
 main
   set_gate
@@ -26,24 +27,29 @@ main
   load_idt
   cause_int3
     [int3]
-      trap_handler
-        on_int3
+      trap_common
+        trap_handler
+          on_int3
   cause_ud
     [invalid-op]
-      trap_handler
-        on_ud
+      trap_common
+        trap_handler
+          on_ud
   cause_gp
     [general-protection]
-      trap_handler
-        on_gp
+      trap_common
+        trap_handler
+          on_gp
   cause_pf
     [page-fault]
-      trap_handler
-        on_pf
+      trap_common
+        trap_handler
+          on_pf
   cause_svc
     [svc]
-      trap_handler
-        on_svc
+      trap_common
+        trap_handler
+          on_svc
 ";
 
 #[test]

@@ -66,6 +66,14 @@ impl Engine {
         true
     }
 
+    /// A firmware handed the vCPU to the next stage by an exception return that closed
+    /// nothing (`Isa::hands_over_from`): its frames are never returned to, and the next
+    /// stage starts at depth 0 rather than inside them.
+    pub fn hand_over(&mut self, now: u64) {
+        let now = self.clamp(now);
+        self.close_down_to(now, 0);
+    }
+
     /// An exception return to `target`, executed at `eret_pc`.
     pub fn exception_return(&mut self, now: u64, target: u64, eret_pc: u64) -> EretOutcome {
         let now = self.clamp(now);

@@ -8,7 +8,7 @@
 //! [`Engine::suspend`] and [`Engine::resume`].
 
 use crate::guest::GuestView;
-use crate::shadow::{Frame, ShadowStack, RESERVED_FRAMES};
+use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
@@ -62,6 +62,9 @@ pub struct Engine {
     /// The task whose records the buffer holds.
     tid: u32,
     spill: Spill,
+    /// Whether a function is one uftrace's replay treats as a longjmp (see
+    /// [`Engine::close_skipped`]); read on slow paths only.
+    is_longjmp: fn(u64) -> bool,
 }
 
 impl Engine {
@@ -81,7 +84,14 @@ impl Engine {
             spilled: 0,
             tid,
             spill,
+            is_longjmp: |_| false,
         }
+    }
+
+    /// Says which functions uftrace's replay treats as longjmps (by name: `longjmp`,
+    /// `siglongjmp`, `__longjmp_chk`).
+    pub fn set_longjmp_test(&mut self, is_longjmp: fn(u64) -> bool) {
+        self.is_longjmp = is_longjmp;
     }
 
     /// The counts so far, with the records emitted.
@@ -193,6 +203,23 @@ impl Engine {
         self.open(now, Frame { func, ret_addr });
     }
 
+    /// A jump from one function to another's entry (a tail call, aarch64 glibc's `b main`):
+    /// shown as uftrace shows a tail call, a call nested in the jumper's frame. Nothing
+    /// returns to it: it closes when the frame below it returns (`ret`, `ret_unseen`).
+    #[cold]
+    #[inline(never)]
+    pub fn jump_entry(&mut self, now: u64, func: u64) {
+        let now = self.clamp(now);
+        self.stats.jump_entries += 1;
+        self.open(
+            now,
+            Frame {
+                func,
+                ret_addr: JUMPED,
+            },
+        );
+    }
+
     /// Pushes a frame, recording it when it is shallow enough.
     #[inline(always)]
     pub(crate) fn open(&mut self, now: u64, frame: Frame) {
@@ -240,9 +267,16 @@ impl Engine {
         let now = self.clamp(now);
         self.stats.returns += 1;
         self.stats.returns_unseen += 1;
-        // An exception entry is never closed by a plain return: its ERET closes it.
-        if !self.overflowed_return() && !self.stack.top().is_some_and(Frame::is_exception) {
+        // An exception entry is never closed by a plain return: its ERET closes it. Frames
+        // entered by a jump close with the frame they replaced.
+        if self.overflowed_return() {
+            return;
+        }
+        while let Some(top) = self.stack.top().copied().filter(|f| !f.is_exception()) {
             self.close_top(now);
+            if !top.is_jumped() {
+                break;
+            }
         }
     }
 
@@ -256,9 +290,13 @@ impl Engine {
         // interrupted, which resumes only through the ERET.
         let floor = self.stack.innermost_exception().map_or(0, |i| i + 1);
         if let Some(i) = self.stack.find(target).filter(|&i| i >= floor) {
-            // longjmp, or callees that left without returning: close them all.
-            self.stats.deep_returns += 1;
-            self.close_down_to(now, i);
+            // longjmp, or callees that left without returning: close them all. Frames
+            // entered by a jump (tail calls) return with the frame they replaced: no
+            // frame was skipped then.
+            if !self.stack.frames()[i + 1..].iter().all(Frame::is_jumped) {
+                self.stats.deep_returns += 1;
+            }
+            self.close_skipped(now, i);
             return;
         }
         self.stats.unmatched_returns += 1;
@@ -267,7 +305,7 @@ impl Engine {
         if keep == self.stack.len() && plan.open.is_empty() {
             return;
         }
-        self.close_down_to(now, keep);
+        self.close_skipped(now, keep);
         // Frames opened without their entries, or a stack given up: the engine guessed from
         // here on, so say so where uftrace shows it. (Closing down to a frame the guest's
         // frame records still hold, as after a longjmp, is no guess.)
@@ -305,6 +343,28 @@ impl Engine {
             self.overflow -= 1;
         }
         overflowed
+    }
+
+    /// Closes the frames a longjmp (or an unwind) skipped, until only `keep` remain. When
+    /// one of them is a function uftrace's replay treats as a longjmp (by name), its
+    /// display is put back at setjmp's depth at that entry, and libmcount writes a single
+    /// exit after it (at setjmp's depth): so the frames entered after the longjmp (its own
+    /// callees) close as usual, the longjmp's frame and those between it and the outermost
+    /// skipped frame close without an exit, and the outermost one with its exit. `report`
+    /// then counts them as in a native trace (those without an exit not at all).
+    pub(crate) fn close_skipped(&mut self, now: u64, keep: usize) {
+        let is_longjmp = self.is_longjmp;
+        let longjmp = (self.stack.frames().iter().enumerate())
+            .skip(keep + 1)
+            .find(|(_, f)| is_longjmp(f.func))
+            .map(|(j, _)| j);
+        if let Some(j) = longjmp {
+            self.close_down_to(now, j + 1);
+            while self.stack.len() > keep + 1 {
+                self.stack.pop();
+            }
+        }
+        self.close_down_to(now, keep);
     }
 
     /// Closes frames until only `keep` remain.

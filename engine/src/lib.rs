@@ -7,6 +7,7 @@
 //! `resync` reads the guest through `guest::GuestView`; the plugin supplies the guest.
 
 pub mod arch;
+pub mod entries;
 pub mod exceptions;
 pub mod guest;
 pub mod hot;

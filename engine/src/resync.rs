@@ -73,6 +73,16 @@ pub(crate) fn containing_frame(stack: &ShadowStack, pc: u64) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
+/// How many frames stay when frame `i` does: those its function entered by a jump (tail
+/// calls) run in its stack frame and stay with it.
+fn with_jumped(stack: &ShadowStack, i: usize) -> usize {
+    let jumped = stack.frames()[i + 1..]
+        .iter()
+        .take_while(|f| f.is_jumped())
+        .count();
+    i + 1 + jumped
+}
+
 /// How to rebuild `stack` after a return to `target` that matched no frame.
 pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan {
     let chain = frame_chain(guest);
@@ -82,8 +92,25 @@ pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan
         .enumerate()
         .find_map(|(k, link)| Some((k, stack.find(link.ret_addr)?)));
     if let Some((k, frame)) = known {
+        let mut keep = with_jumped(stack, frame);
+        // Functions built without frame pointers leave no record: a longjmp back into one
+        // (aarch64 -O2 `main`, entered by `__wrap_main`'s jump) finds the record of a caller
+        // further out. The function holding the call before the landing, when open above
+        // that frame (and not recursing, where the instance is not known), is still live.
+        if k == 0 {
+            if let Some(i) = guest
+                .call_before(target)
+                .and_then(|site| containing_frame(stack, site.pc))
+                .filter(|&i| i >= keep)
+            {
+                let func = stack.frames()[i].func;
+                if !stack.frames()[keep..i].iter().any(|f| f.func == func) {
+                    keep = with_jumped(stack, i);
+                }
+            }
+        }
         return Plan {
-            keep: frame + 1,
+            keep,
             open: frames_of(target, &chain[..k]),
             resynced: true,
         };

@@ -9,7 +9,17 @@ pub struct Frame {
     pub ret_addr: u64,
 }
 
+/// The return address of a frame entered by a jump rather than a call (a tail call): no
+/// return comes back to it; it closes with the frame it replaced, the one below it.
+pub const JUMPED: u64 = u64::MAX;
+
 impl Frame {
+    /// Whether this frame was entered by a jump ([`JUMPED`]).
+    #[inline]
+    pub fn is_jumped(&self) -> bool {
+        self.ret_addr == JUMPED
+    }
+
     /// Whether this frame is an exception entry (`[irq]`, `[svc]` …): its `func` is an
     /// exception pseudo-function's address exactly (48-bit, so no real 64-bit kernel address
     /// equals it). Signal deliveries are not: a longjmp may leave them.
@@ -118,7 +128,7 @@ impl ShadowStack {
     /// Moves every open call's return address by `delta` (wrapping): the code they return
     /// to now runs at another address (a new mapping of the same code).
     pub fn shift_return_addresses(&mut self, delta: u64) {
-        for f in &mut self.frames {
+        for f in self.frames.iter_mut().filter(|f| !f.is_jumped()) {
             f.ret_addr = f.ret_addr.wrapping_add(delta);
         }
     }

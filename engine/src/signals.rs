@@ -93,7 +93,7 @@ impl Engine {
         }
         let now = self.clamp(now);
         self.stats.unwinds += 1;
-        self.close_down_to(now, i + 1);
+        self.close_skipped(now, i + 1);
     }
 }
 

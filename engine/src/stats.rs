@@ -50,6 +50,9 @@ pub struct Stats {
     /// pad), or at a jump after a stack switch (x86-64's longjmp and unwinder): frames the
     /// unwinding skipped, closed there.
     pub unwinds: u64,
+    /// Functions entered by a jump from another function (a tail call, `b main`), shown as
+    /// calls nested in the jumper's frame and closed with it.
+    pub jump_entries: u64,
 }
 
 impl Stats {
@@ -74,6 +77,7 @@ impl Stats {
         self.signals += o.signals;
         self.signal_returns += o.signal_returns;
         self.unwinds += o.unwinds;
+        self.jump_entries += o.jump_entries;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -99,6 +103,7 @@ impl Stats {
             ("signals", self.signals),
             ("signal_returns", self.signal_returns),
             ("unwinds", self.unwinds),
+            ("jump_entries", self.jump_entries),
         ]
     }
 }

@@ -557,3 +557,127 @@ fn a_forked_child_keeps_the_stack_but_not_the_parents_records() {
     assert_eq!(r.shape(), s(&["-200@1", "-100@0"]));
     assert_eq!(r.engine.stats().returns, 2);
 }
+
+#[test]
+fn a_function_entered_by_a_jump_nests_in_the_jumper_and_closes_with_it() {
+    let mut g = FakeGuest::default();
+    for fast in [true, false] {
+        let mut r = if fast {
+            Rig::new(1024)
+        } else {
+            Rig::general(1024)
+        };
+        r.call(0x100, 0x14); // start: bl __wrap_main
+        r.t += 10;
+        r.engine.jump_entry(r.t, 0x200); //  __wrap_main: b main
+        r.call(0x300, 0x208); //   main: bl f
+        r.t += 10;
+        r.engine.jump_entry(r.t, 0x400); //    f: b g (a tail call)
+        r.ret(0x208, &mut g); //    g returns to main
+        r.ret(0x14, &mut g); //   main returns for __wrap_main
+        assert_eq!(
+            r.shape(),
+            s(&["+100@0", "+200@1", "+300@2", "+400@3", "-400@3", "-300@2", "-200@1", "-100@0"])
+        );
+        assert_eq!(r.engine.stats.deep_returns, 0);
+        assert_eq!(r.engine.stats.unmatched_returns, 0);
+        assert_eq!(r.engine.stats.jump_entries, 2);
+        assert!(r.engine.stack().is_empty());
+    }
+    // A return no landing saw closes the jumped frames with the one they replaced.
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14);
+    r.call(0x300, 0x108);
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x400);
+    r.engine.jump_entry(r.t, 0x500);
+    r.engine.ret_unseen(r.t + 10);
+    assert_eq!(r.engine.stack().len(), 1);
+}
+
+#[test]
+fn a_longjmp_into_a_function_entered_by_a_jump_keeps_it_open() {
+    // __libc_start_call_main calls __wrap_main, which enters main by `b main`; main's
+    // frame record (its frame pointer after the longjmp) returns to __libc_start_call_main.
+    let mut g = FakeGuest {
+        fp: 0x8000,
+        ..Default::default()
+    };
+    g.records.insert(0x8000, (0x9000, 0x108));
+    g.direct_calls.insert(0x108, 0x200);
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // __libc_start_call_main
+    r.call(0x200, 0x108); //  __wrap_main
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x300); //   main
+    r.call(0x180, 0x310); //    setjmp
+    r.ret(0x310, &mut g);
+    r.call(0x400, 0x3f0); //    fail (noreturn: its return address is past main's end)
+    r.call(0x500, 0x410); //     longjmp, back to setjmp's return address
+    r.ret(0x310, &mut g);
+    r.call(0x600, 0x314); //    after
+    let shape = r.shape();
+    assert_eq!(
+        shape[shape.len() - 4..],
+        s(&["+500@4", "-500@4", "-400@3", "+600@3"])
+    );
+    assert_eq!(r.engine.stack().len(), 4);
+}
+
+#[test]
+fn a_longjmp_leaves_one_exit_as_libmcount_does() {
+    // As longjmp_without_frame_pointers_returns_into_the_setjmp_caller, with 0x400 a function
+    // uftrace's replay treats as longjmp: of the frames it skips only the outermost (a, at
+    // setjmp's depth) and those entered after it get their exits.
+    let mut g = FakeGuest::default();
+    g.direct_calls.insert(0x110, 0x180);
+    let mut r = Rig::new(1024);
+    r.engine.set_longjmp_test(|f| f == 0x400);
+    r.call(0x100, 0x14); // main
+    r.call(0x180, 0x110); //  setjmp
+    r.ret(0x110, &mut g);
+    r.call(0x200, 0x118); //  a
+    r.call(0x300, 0x208); //   b
+    r.call(0x400, 0x308); //    longjmp
+    r.call(0x600, 0x408); //     __longjmp (its callee: entered after it, closed as usual)
+    r.ret(0x110, &mut g);
+    r.call(0x500, 0x11c); //  after
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+100@0", "+180@1", "-180@1", "+200@1", "+300@2", "+400@3", "+600@4", "-600@4",
+            "-200@1", "+500@1"
+        ])
+    );
+    assert_eq!(r.engine.stack().len(), 2);
+}
+
+#[test]
+fn a_longjmp_into_a_function_without_a_frame_record_keeps_it_open() {
+    // main (no frame pointer) is entered by __wrap_main's jump; the frame pointer the
+    // longjmp restores is its caller's caller's, whose record returns to _start. The call
+    // before the landing (main's call to setjmp at 0x30c) places the landing in main.
+    let mut g = FakeGuest {
+        fp: 0x8000,
+        ..Default::default()
+    };
+    g.records.insert(0x8000, (0x9000, 0x14));
+    g.direct_calls.insert(0x14, 0x100);
+    g.direct_calls.insert(0x310, 0x180);
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // __libc_start_call_main
+    r.call(0x200, 0x108); //  __wrap_main
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x300); //   main
+    r.call(0x180, 0x310); //    setjmp
+    r.ret(0x310, &mut g);
+    r.call(0x400, 0x3f0); //    fail
+    r.call(0x500, 0x410); //     longjmp
+    r.ret(0x310, &mut g);
+    r.call(0x600, 0x314); //    after
+    let shape = r.shape();
+    assert_eq!(
+        shape[shape.len() - 4..],
+        s(&["+500@4", "-500@4", "-400@3", "+600@3"])
+    );
+}

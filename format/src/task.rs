@@ -16,8 +16,8 @@ pub fn session_id(seed: u64) -> String {
     format!("{seed:016x}")
 }
 
-/// Writes every SESS line before the TASK lines, all at time 0 so that no record predates
-/// its session.
+/// Writes every SESS line (one per process) before the TASK lines, all at time 0 so that no
+/// record predates its session.
 pub fn write_task_txt(w: &mut impl Write, sid: &str, tasks: &[Task]) -> io::Result<()> {
     if sid.len() != 16 || !sid.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(io::Error::new(
@@ -25,7 +25,10 @@ pub fn write_task_txt(w: &mut impl Write, sid: &str, tasks: &[Task]) -> io::Resu
             "session id must be 16 hex digits",
         ));
     }
-    for t in tasks {
+    // One session per process, as libmcount writes it: a process's threads are its tasks
+    // (the first task of each process names it).
+    let mut sessions = std::collections::BTreeSet::new();
+    for t in tasks.iter().filter(|t| sessions.insert(t.pid)) {
         let name = exename(&t.name);
         writeln!(
             w,
@@ -143,6 +146,25 @@ mod tests {
         );
         assert!(lines[1].starts_with("SESS"));
         assert_eq!(lines[2], "TASK timestamp=0.000000000 tid=1 pid=1");
+    }
+
+    #[test]
+    fn threads_of_one_process_share_its_session() {
+        let mut out = Vec::new();
+        let task = |tid, pid| Task {
+            tid,
+            pid,
+            name: "threads.elf".into(),
+        };
+        let tasks = [task(40, 40), task(41, 40), task(42, 40)];
+        write_task_txt(&mut out, &session_id(0xabc), &tasks).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "SESS timestamp=0.000000000 pid=40 sid=0000000000000abc exename=\"threads.elf\"\n\
+             TASK timestamp=0.000000000 tid=40 pid=40\n\
+             TASK timestamp=0.000000000 tid=41 pid=40\n\
+             TASK timestamp=0.000000000 tid=42 pid=40\n"
+        );
     }
 
     #[test]

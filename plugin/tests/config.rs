@@ -114,3 +114,19 @@ fn process_watch_takes_both_keys() {
         assert!(parse(&args(bad)).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn function_entries_come_now_or_later_and_an_empty_list_is_none() {
+    let cfg = |a: &[&[u8]]| match parse(&args(a)) {
+        Ok(Mode::Record(cfg)) => (cfg.entries, cfg.entries_later),
+        _ => panic!("refused {a:?}"),
+    };
+    let p = |s: &str| Some(Path::new(s).to_path_buf());
+    assert_eq!(cfg(&[b"out=/t", b"entries=/t/.e"]), (p("/t/.e"), false));
+    assert_eq!(cfg(&[b"out=/t", b"entries_file=/t/.e"]), (p("/t/.e"), true));
+    // An exec'd program's QEMU drops the first program's list.
+    assert_eq!(
+        cfg(&[b"out=/t", b"entries=/t/.e", b"entries="]),
+        (None, false)
+    );
+}

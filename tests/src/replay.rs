@@ -308,6 +308,27 @@ pub fn without(events: &[String], drop: impl Fn(&str) -> bool, with_callees: boo
     out
 }
 
+/// What a trace shows for a longjmp, as libmcount writes it (and uftrace's replay expects):
+/// of the frames it skips, only the outermost gets its exit. In `oracle` (a log that closes
+/// every skipped frame where the longjmp lands), the exits right before each entry of
+/// `landing` (the first call made after the landing) are cut to the last, outermost one.
+pub fn longjmp_shape(oracle: &[String], landing: &str) -> Vec<String> {
+    let enter = format!("E {landing}");
+    let mut out: Vec<String> = Vec::new();
+    for ev in oracle {
+        if *ev == enter {
+            let exits = out.iter().rev().take_while(|e| e.starts_with("X ")).count();
+            if exits > 1 {
+                let outermost = out.pop().expect("counted");
+                out.truncate(out.len() - (exits - 1));
+                out.push(outermost);
+            }
+        }
+        out.push(ev.clone());
+    }
+    out
+}
+
 /// What a trace shows for calls made as tail calls (`b f` / `br xN` in the last position):
 /// the tail-called function never gets a frame of its own; what it does appears inside its
 /// caller, which returns when it returns. `tail_calls` lists (caller, callee) pairs (callee
@@ -406,6 +427,17 @@ mod tests {
         assert_eq!(shape, v(&["E a", "E b", "X b", "X a"]));
         let shape = tail_call_shape(&oracle, &[("a", None)]);
         assert_eq!(shape, v(&["E a", "E b", "E c", "X c", "X b", "X a"]));
+    }
+
+    #[test]
+    fn a_longjmp_keeps_the_outermost_exit() {
+        let oracle = v(&[
+            "E o", "E a", "E b", "X b", "X a", "E after", "X after", "X o", "E a", "X a",
+        ]);
+        assert_eq!(
+            longjmp_shape(&oracle, "after"),
+            v(&["E o", "E a", "E b", "X a", "E after", "X after", "X o", "E a", "X a"])
+        );
     }
 
     #[test]

@@ -43,6 +43,16 @@ pub struct Jobs {
     pub preload: Option<JoinHandle<Preloaded>>,
     /// x86_64: where the kernel keeps its running task, found while QEMU starts.
     pub task_slot: Option<TaskSlot>,
+    pub entries: Option<Entries>,
+}
+
+/// The guest's function entries, for the jumps into them (tail calls), and the thread still
+/// writing them (a kernel's: the plugin waits for them where the kernel proper starts).
+pub struct Entries {
+    pub file: PathBuf,
+    /// Still being written as QEMU starts (`entries_file=`), else written (`entries=`).
+    pub later: bool,
+    pub job: Option<std::thread::JoinHandle<bool>>,
 }
 
 /// The thread that writes the task slot file the plugin waits for, and the file.
@@ -119,6 +129,15 @@ pub fn prepare(
         (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
         _ => None,
     };
+    let entries = start_entries(
+        inv,
+        &images,
+        &sources,
+        kernel.as_deref(),
+        arch,
+        &abs_staging,
+        args.no_auto_symbols,
+    );
     let plugin = PluginOptions {
         args,
         inv,
@@ -127,6 +146,7 @@ pub fn prepare(
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
         proc_watch: proc_watch.as_deref(),
+        entries: entries.as_ref(),
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -162,6 +182,7 @@ pub fn prepare(
             symbols,
             preload,
             task_slot,
+            entries,
         },
     ))
 }
@@ -177,6 +198,7 @@ struct PluginOptions<'a> {
     cap: Option<&'a Cap>,
     /// Where a Linux guest's processes map files (`guest_procs::watch_options`).
     proc_watch: Option<&'a str>,
+    entries: Option<&'a Entries>,
 }
 
 impl PluginOptions<'_> {
@@ -212,6 +234,14 @@ impl PluginOptions<'_> {
         if let Some(slot) = self.task_slot {
             v.push(",task_slot_file=");
             v.push(qemu::escape_keyval(slot.file.as_os_str()));
+        }
+        if let Some(e) = self.entries {
+            v.push(if e.later {
+                ",entries_file="
+            } else {
+                ",entries="
+            });
+            v.push(qemu::escape_keyval(e.file.as_os_str()));
         }
         v
     }
@@ -273,6 +303,58 @@ fn start_task_slot(kernel: &Path, staging: &Path, arch: Arch) -> Option<TaskSlot
         }
     });
     Some(TaskSlot { job, file })
+}
+
+/// The guest's function entries, written where the plugin reads them: a user-mode program's
+/// (rebased at its entry when it is a PIE) and a bare-metal guest's before QEMU starts, a
+/// kernel's while it starts. `None` where there are none to give.
+fn start_entries(
+    inv: &Invocation,
+    images: &[crate::qemu::GuestImage],
+    sources: &[SourceArg],
+    kernel: Option<&Path>,
+    arch: Arch,
+    staging: &Path,
+    no_auto_symbols: bool,
+) -> Option<Entries> {
+    let file = staging.join(".entries");
+    if inv.is_user_mode() {
+        // Without automatic symbols the program's functions are not known either.
+        let program = images.first().filter(|_| !no_auto_symbols)?;
+        let rebase = qemu::user::Elf::read(&program.path)
+            .filter(|e| e.relocatable)
+            .map(|e| e.entry);
+        return crate::entries::write_for_program(&program.path, arch, rebase, &file).then_some(
+            Entries {
+                file,
+                later: false,
+                job: None,
+            },
+        );
+    }
+    if sources.is_empty() {
+        return None;
+    }
+    let (sources, board, path) = (sources.to_vec(), inv.board.clone(), file.clone());
+    let kernel = kernel.map(Path::to_path_buf);
+    let later = kernel.is_some();
+    let job = move || {
+        let text = crate::entries::system_text(&sources, kernel.as_deref(), &board, arch);
+        crate::entries::write_atomically(&path, &text)
+    };
+    if later {
+        Some(Entries {
+            file,
+            later,
+            job: Some(std::thread::spawn(job)),
+        })
+    } else {
+        job().then_some(Entries {
+            file,
+            later,
+            job: None,
+        })
+    }
 }
 
 #[cfg(test)]

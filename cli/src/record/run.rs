@@ -54,6 +54,12 @@ pub fn run(
         let _ = slot.job.join();
         let _ = std::fs::remove_file(&slot.file);
     }
+    if let Some(entries) = jobs.entries {
+        if let Some(job) = entries.job {
+            let _ = job.join();
+        }
+        let _ = std::fs::remove_file(&entries.file);
+    }
     let mut sources = prep.sources.clone();
     let load = jobs.symbols.unwrap_or_else(|| {
         // User mode: the program's libraries are sources where it mapped them.

@@ -71,6 +71,14 @@ impl Aarch64 {
 }
 
 impl Isa for Aarch64 {
+    /// B imm26.
+    fn direct_jump(&self, _mode: Mode, pc: u64, bytes: &[u8]) -> Option<u64> {
+        let b = bytes.get(..4)?;
+        let insn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        (insn & 0xfc00_0000 == 0x1400_0000)
+            .then(|| pc.wrapping_add((sign_extend(insn & 0x03ff_ffff, 26) << 2) as u64))
+    }
+
     fn classify(&self, _mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
         match bytes.get(..4) {
             Some(b) => Self::classify_word(pc, u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
@@ -230,6 +238,15 @@ impl Isa for Aarch64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn direct_jumps_are_b_only() {
+        let at = |w: u32| Aarch64.direct_jump(Mode::Bits64, 0x1000, &w.to_le_bytes());
+        assert_eq!(at(0x1400_0002), Some(0x1008)); // b .+8
+        assert_eq!(at(0x17ff_ffff), Some(0xffc)); // b .-4
+        assert_eq!(at(0x9400_0002), None); // bl
+        assert_eq!(at(0x5400_0040), None); // b.eq: conditional
+    }
+
     use super::*;
 
     fn k(pc: u64, insn: u32) -> InsnKind {

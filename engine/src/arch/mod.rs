@@ -271,6 +271,26 @@ pub fn classify_after(
     }
 }
 
+/// Where the unconditional jump (not a call, not a return) at `pc` goes when that is known
+/// at translation: a direct jump ([`Isa::direct_jump`]), or a jump through a register the
+/// instruction before it in the same block set to a known value (RISC-V's far tail call,
+/// `auipc t1, hi; jr lo(t1)`), as for [`classify_after`]'s calls.
+pub fn jump_target_after(
+    isa: &dyn Isa,
+    mode: Mode,
+    prev: Option<(u64, &[u8])>,
+    pc: u64,
+    bytes: &[u8],
+) -> Option<u64> {
+    if let Some(target) = isa.direct_jump(mode, pc, bytes) {
+        return Some(target);
+    }
+    let (reg, offset) = isa.register_offset_jump(mode, bytes)?;
+    let (prev_pc, prev) = prev.filter(|&(p, b)| p.wrapping_add(b.len() as u64) == pc)?;
+    let base = isa.register_set_by(prev_pc, prev, reg)?;
+    Some(base.wrapping_add_signed(offset) & !1)
+}
+
 pub trait Isa: Sync + Send {
     /// Classifies the instruction at `pc` from its bytes (never from disassembly text), in
     /// code of width `mode`. `bytes` starts at `pc` and holds the instruction (the plugin
@@ -448,6 +468,12 @@ pub trait Isa: Sync + Send {
     /// `level` as the level the guest runs after an exception return from `from` whose saved
     /// status is `saved`, given the security register's value.
     fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level;
+    /// Whether an exception return from `level` that leaves no exception entry is a
+    /// firmware handing the vCPU to the next stage (RISC-V: OpenSBI's `mret` from M-mode
+    /// into the kernel), not a return: the firmware's frames are never returned to.
+    fn hands_over_from(&self, _level: Level) -> bool {
+        false
+    }
     /// Linux user mode's ABI, as [`LinuxUser`] describes.
     fn linux_user(&self) -> LinuxUser;
     /// Whether the instruction at the start of `bytes` moves another register's value into
@@ -459,6 +485,17 @@ pub trait Isa: Sync + Send {
     }
     /// The register a jump through a register at the start of `bytes` goes to (not a call).
     fn register_jump(&self, _mode: Mode, _bytes: &[u8]) -> Option<u8> {
+        None
+    }
+    /// The target of the unconditional direct jump at `pc` (aarch64 `B`, x86 `JMP rel`,
+    /// RISC-V `J`/`C.J`): not a call, and not a conditional branch (its callback could not
+    /// tell whether it was taken).
+    fn direct_jump(&self, _mode: Mode, _pc: u64, _bytes: &[u8]) -> Option<u64> {
+        None
+    }
+    /// A jump (neither call nor return) through a general register plus an offset, where
+    /// [`Isa::register_set_by`] can know the register (RISC-V `jalr zero, imm(rs1)`).
+    fn register_offset_jump(&self, _mode: Mode, _bytes: &[u8]) -> Option<(u8, i64)> {
         None
     }
     /// `level` (as [`Isa::exception_level`] gives it, with what the engine knows of the

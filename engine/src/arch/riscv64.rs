@@ -169,6 +169,48 @@ impl Isa for Riscv64 {
             .then(|| prev_pc.wrapping_add_signed(i64::from((insn & 0xffff_f000) as i32)))
     }
 
+    /// JAL zero (`j`), and C.J.
+    fn direct_jump(&self, _mode: Mode, pc: u64, bytes: &[u8]) -> Option<u64> {
+        let low = u16::from_le_bytes([*bytes.first()?, *bytes.get(1)?]);
+        if Self::is_compressed(low) {
+            let insn = low as u32;
+            // C.J: funct3 101, quadrant 1 (the offset as C.JAL's).
+            if insn & 0xe003 != 0xa001 {
+                return None;
+            }
+            let b = |from: u32, to: u32| ((insn >> from) & 1) << to;
+            let imm = b(12, 11)
+                | b(11, 4)
+                | ((insn >> 9) & 3) << 8
+                | b(8, 10)
+                | b(7, 6)
+                | b(6, 7)
+                | ((insn >> 3) & 7) << 1
+                | b(2, 5);
+            return Some(pc.wrapping_add(sign_extend(imm, 12) as u64));
+        }
+        let insn = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+        if insn & 0xfff != 0x06f {
+            return None;
+        }
+        let imm = (insn >> 31) << 20
+            | ((insn >> 21) & 0x3ff) << 1
+            | ((insn >> 20) & 1) << 11
+            | ((insn >> 12) & 0xff) << 12;
+        Some(pc.wrapping_add(sign_extend(imm, 21) as u64))
+    }
+
+    /// JALR zero, imm(rs1) from a register that holds no return address (`jr t1` after
+    /// `auipc t1`: the far tail call). Returns (`jr ra`) and C.JR are left out: C.JR has no
+    /// offset and follows no `auipc` of its own register in practice.
+    fn register_offset_jump(&self, _mode: Mode, bytes: &[u8]) -> Option<(u8, i64)> {
+        let insn = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+        let rd = (insn >> 7) & 31;
+        let rs1 = ((insn >> 15) & 31) as u8;
+        (insn & 0x7f == 0x67 && (insn >> 12) & 7 == 0 && rd == 0 && !is_link(rs1) && rs1 != 0)
+            .then(|| (rs1, sign_extend(insn >> 20, 12)))
+    }
+
     fn classify(&self, mode: Mode, pc: u64, bytes: &[u8]) -> InsnKind {
         let Some(low) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
             return InsnKind::Other;
@@ -284,6 +326,12 @@ impl Isa for Riscv64 {
         }
     }
 
+    /// M-mode firmware (OpenSBI) starts the kernel with an `mret` to S-mode from
+    /// `sbi_hart_switch_mode`; M-mode runs again only through traps.
+    fn hands_over_from(&self, level: Level) -> bool {
+        level.0 & 3 == PRV_M
+    }
+
     /// MRET goes to mstatus.MPP (with MPV, bit 39, for a virtualised level below M); SRET to
     /// sstatus.SPP (U or S), virtualised when returning from VS. From HS, whether SRET
     /// enters a guest (hstatus.SPV) is not read: the level returned to is taken as not
@@ -334,6 +382,33 @@ impl Isa for Riscv64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn direct_jumps_are_j_and_c_j_and_far_tail_calls() {
+        let at = |b: &[u8]| Riscv64.direct_jump(Mode::Bits64, 0x1000, b);
+        assert_eq!(at(&0x0080_006fu32.to_le_bytes()), Some(0x1008)); // j .+8
+        assert_eq!(at(&0xa011u16.to_le_bytes()), Some(0x1004)); // c.j .+4
+        assert_eq!(at(&0x0080_00efu32.to_le_bytes()), None); // jal ra
+        let jr = 0x0103_0067u32.to_le_bytes(); // jalr zero, 16(t1)
+        assert_eq!(
+            Riscv64.register_offset_jump(Mode::Bits64, &jr),
+            Some((6, 16))
+        );
+        let ret = 0x0000_8067u32.to_le_bytes(); // jalr zero, 0(ra)
+        assert_eq!(Riscv64.register_offset_jump(Mode::Bits64, &ret), None);
+        // auipc t1, 0x1 at 0x1000, then jr 16(t1): a far tail call to 0x2010.
+        let auipc = 0x0000_1317u32.to_le_bytes();
+        assert_eq!(
+            crate::arch::jump_target_after(
+                &Riscv64,
+                Mode::Bits64,
+                Some((0x1000, &auipc)),
+                0x1004,
+                &jr
+            ),
+            Some(0x2010)
+        );
+    }
+
     use super::super::test_asm::{assemble, bytes_through, Binutils, RISCV32, RISCV64};
     use super::*;
     use crate::arch::{isa, Arch};

@@ -717,6 +717,26 @@ impl Isa for X86_64 {
         gpr(dst) == RSP && ![RBP, RBX, RSP].contains(&gpr(src))
     }
 
+    /// JMP rel8 (EB) and rel16/rel32 (E9).
+    fn direct_jump(&self, mode: Mode, pc: u64, bytes: &[u8]) -> Option<u64> {
+        let (p, i) = prefixes(mode, bytes);
+        let op16 = operand16(mode, &p);
+        let size = match *bytes.get(i)? {
+            0xeb => 1,
+            0xe9 if op16 => 2,
+            0xe9 => 4,
+            _ => return None,
+        };
+        let len = i + 1 + size;
+        let rel = signed(bytes, i + 1, size)?;
+        let target = pc.wrapping_add(len as u64).wrapping_add(rel as u64);
+        Some(match mode {
+            Mode::Bits64 => target,
+            _ if op16 => target & 0xffff,
+            _ => target & 0xffff_ffff,
+        })
+    }
+
     /// `jmp *%reg` (FF /4, register operand).
     fn register_jump(&self, mode: Mode, bytes: &[u8]) -> Option<u8> {
         let (p, i) = prefixes(mode, bytes);
@@ -851,6 +871,17 @@ impl Isa for X86_64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn direct_jumps_are_jmp_rel() {
+        let at = |b: &[u8]| X86_64.direct_jump(Mode::Bits64, 0x1000, b);
+        assert_eq!(at(&[0xe9, 0x00, 0x01, 0x00, 0x00]), Some(0x1105));
+        assert_eq!(at(&[0xeb, 0xfe]), Some(0x1000));
+        assert_eq!(at(&[0xf2, 0xe9, 0x00, 0x00, 0x00, 0x00]), Some(0x1006)); // bnd jmp
+        assert_eq!(at(&[0xe8, 0x00, 0x01, 0x00, 0x00]), None); // call
+        assert_eq!(at(&[0x74, 0x02]), None); // je: conditional
+        assert_eq!(at(&[0xe9, 0x00]), None); // truncated
+    }
+
     use super::super::test_asm::{assemble, bytes_through, Insn, X86_64 as BINUTILS};
     use super::*;
 

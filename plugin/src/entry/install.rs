@@ -115,6 +115,11 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     if !system {
         scoreboard::track_moving(&pending);
     }
+    match &cfg.entries {
+        Some(path) if cfg.entries_later => crate::state::entries::load_later(path.clone()),
+        Some(path) => crate::state::entries::load(path).unwrap_or_else(|msg| fail(&msg)),
+        None => {}
+    }
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
     if !system {

@@ -12,10 +12,13 @@ use crate::ffi::{
 };
 use crate::handlers::callbacks::{
     on_direct_call, on_exception_return, on_exception_return_from_memory, on_indirect_call,
-    on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer, on_thunk_branch,
+    on_jump_entry, on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer,
+    on_thunk_branch,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
-use qemu_uftrace_engine::arch::{classify_after, InsnKind, Isa, Mode, Target, Thunk};
+use qemu_uftrace_engine::arch::{
+    classify_after, jump_target_after, InsnKind, Isa, Mode, Target, Thunk,
+};
 use qemu_uftrace_engine::sites::{call_site, memory_call_word, pack};
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -71,6 +74,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
     }
     let user = !crate::state::system_mode();
+    let system = !user;
     if user {
         unsafe { crate::handlers::signals::instrument(first, start) };
     }
@@ -102,6 +106,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let task_slot = crate::state::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
+    let jumps = crate::state::entries::active(system && isa.is_task_pointer(start));
     // The previous instruction of this block (address, bytes, length): a call through a
     // register it set may have a known target (RISC-V's auipc + jalr).
     let mut prev: Option<(u64, [u8; 16], usize)> = None;
@@ -141,6 +146,23 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         }
         let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
+        // A direct jump into another function's entry: that function is entered (a tail
+        // call, `b main`), shown as a call nested in the jumper's frame.
+        if jumps && kind == InsnKind::Other {
+            let entered = jump_target_after(isa, mode, before, pc, &bytes[..len])
+                .filter(|&t| crate::state::entries::enters(pc, t) && !stub_at(isa, mode, t));
+            if let Some(target) = entered {
+                unsafe {
+                    qemu_plugin_register_vcpu_insn_exec_cb(
+                        insn,
+                        on_jump_entry,
+                        CB_NO_REGS,
+                        target as usize as *mut c_void,
+                    )
+                };
+                continue;
+            }
+        }
         let (cb, flags, data): (VcpuUdataCb, _, _) = match kind {
             // Calls to a kernel's thunks stand for other branches (x86 retpolines).
             InsnKind::Call {
@@ -263,6 +285,20 @@ fn direct_call_site(target: u64, ret_addr: u64, pc: u64) -> (VcpuUdataCb, CbFlag
 fn thunk_at(isa: &dyn Isa, mode: Mode, target: u64) -> Option<Thunk> {
     let len = (isa.thunk_fetch_len() as u64).min(MIN_PAGE - target % MIN_PAGE) as usize;
     with_buf(|b| isa.thunk(mode, b.read_memory(target, len)?))
+}
+
+/// Whether a jump's target is no function of the program's own: a kernel thunk (a jump to
+/// `__x86_indirect_thunk_<reg>` is an indirect tail call, not into the thunk), or code that
+/// returns at once (`__x86_return_thunk`, which kernels jump to in place of `ret`).
+fn stub_at(isa: &dyn Isa, mode: Mode, target: u64) -> bool {
+    if isa.thunk_fetch_len() > 0 && thunk_at(isa, mode, target).is_some() {
+        return true;
+    }
+    let len = (isa.fetch_len() as u64).min(MIN_PAGE - target % MIN_PAGE) as usize;
+    with_buf(|b| {
+        b.read_memory(target, len)
+            .is_some_and(|bytes| isa.classify(mode, target, bytes) == InsnKind::Return)
+    })
 }
 
 /// A register-plus-offset call's target field: marked as [`on_indirect_call`]'s, the

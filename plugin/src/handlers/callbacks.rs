@@ -8,6 +8,7 @@ use crate::ffi;
 use crate::state::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
+use qemu_uftrace_engine::exceptions::EretOutcome;
 use qemu_uftrace_engine::sites::{call_site_at, memory_call_target, unpack};
 use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
 use std::ffi::{c_int, c_uint, c_void};
@@ -124,6 +125,17 @@ pub unsafe extern "C" fn on_memory_call(
     let loaded = unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0];
     let target = memory_call_target(site.target, loaded);
     vcpu::with(vcpu_index, |v| direct_call(v, target, site.ret_addr));
+}
+
+/// A direct jump into another function's entry (a tail call; translation decided it from
+/// the CLI's function list): a call nested in the jumper's frame, closed with it.
+pub extern "C" fn on_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        let now = v.now();
+        settle(v, now);
+        v.engine.jump_entry(now, target);
+    });
 }
 
 /// A block that starts just after a call, entered while a return is pending: that return
@@ -303,12 +315,13 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             return;
         };
         let link = isa.exception_link_register(level);
-        match link.and_then(|name| v.regs.read_named(name)) {
-            Some(target) => {
-                v.engine.exception_return(now, target, eret_pc);
+        let outcome = match link.and_then(|name| v.regs.read_named(name)) {
+            Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
+            None => {
+                v.engine.stats.register_read_failures += 1;
+                None
             }
-            None => v.engine.stats.register_read_failures += 1,
-        }
+        };
         // Where the return goes: SPSR's level, and (leaving EL3) SCR's security state.
         let saved = isa
             .saved_status_register(level)
@@ -318,6 +331,15 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
                 .security_register(level)
                 .and_then(|name| v.regs.read_named(name));
             let to = isa.return_level(level, saved, security);
+            // Only where exceptions are seen: without them, a handler's return to a lower
+            // level closes nothing either.
+            if to != level
+                && outcome == Some(EretOutcome::Nothing)
+                && isa.hands_over_from(level)
+                && discontinuities_registered()
+            {
+                v.engine.hand_over(now);
+            }
             if split {
                 crate::state::with_tasks(|t| {
                     // The level left is known now, if it was not (a boot context).

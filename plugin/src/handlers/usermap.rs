@@ -98,6 +98,9 @@ pub fn startup() -> bool {
         }
         Some(aux)
     });
+    if let Some(aux) = aux {
+        crate::state::entries::program_entry(aux.entry);
+    }
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
     true
 }

@@ -144,13 +144,17 @@ fn finish_once() {
 /// `plugin.tasks`: one line per context, tab-separated `key=value` fields, the name last.
 fn task_lines(table: &TaskTable) -> String {
     let isa = isa_or_default();
+    // User mode: every thread here is one of this process's (this image's own, after a
+    // fork or exec), which uftrace writes as `pid=` (getpid, as libmcount does).
+    // SAFETY: getpid cannot fail.
+    let process = (!system_mode()).then(|| unsafe { libc::getpid() } as u32);
     let mut text = String::new();
     for c in table.contexts() {
         let vcpus: Vec<String> = c.vcpus.iter().map(u32::to_string).collect();
         text.push_str(&format!(
             "tid={}\tpid={}\tkind={}\tlevel={}\tvcpus={}\tboot_of={}\tname={}\n",
             c.tid,
-            c.pid().unwrap_or(0),
+            process.or(c.pid()).unwrap_or(0),
             if c.is_boot() { "boot" } else { "task" },
             c.key.level.map(|l| isa.level_name(l)).unwrap_or_default(),
             vcpus.join(","),

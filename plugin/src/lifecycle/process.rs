@@ -23,14 +23,22 @@ use std::cell::Cell;
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Set in a forked child by the atfork handler; the fork's return there takes it.
 static FORKED: AtomicBool = AtomicBool::new(false);
+/// The process that forked, set just before the fork (so the child inherits it): the
+/// child's parent even when it exits first (`daemon()`), where `getppid()` would say 1.
+static FORKING_PID: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
     /// Set in the parent on the thread that forked, until the fork's return takes it.
     static FORKED_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+extern "C" fn forking() {
+    // SAFETY: getpid cannot fail.
+    FORKING_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
 }
 
 extern "C" fn forked_child() {
@@ -45,7 +53,7 @@ extern "C" fn forked_parent() {
 pub fn install(key: Option<String>) {
     image::set_key(key);
     // SAFETY: handlers with no arguments that only set flags.
-    unsafe { libc::pthread_atfork(None, Some(forked_parent), Some(forked_child)) };
+    unsafe { libc::pthread_atfork(Some(forking), Some(forked_parent), Some(forked_child)) };
 }
 
 fn now_ns(vcpu: u32) -> u64 {
@@ -99,6 +107,12 @@ fn take_over(vcpu: u32) {
     super::record_watch::after_fork();
     // SAFETY: getpid, getppid and gettid cannot fail.
     let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid() as u32) };
+    // The parent as it was at the fork: it may have exited by now (`daemon()`), and the
+    // child been given to init.
+    let ppid = match FORKING_PID.load(Ordering::Relaxed) {
+        0 => ppid,
+        forker => forker as i32,
+    };
     // From here on this image's files are its own, never the parent's.
     let key = format!("{pid}.0");
     image::set_key(Some(key.clone()));
@@ -178,7 +192,8 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     words.push(qemu_args.argv0);
     words.push(b"-plugin".to_vec());
     let mut value = qemu_args.plugin;
-    value.extend_from_slice(format!(",proc={key},user_opts={}", user_opts + 2).as_bytes());
+    // The function entries were the first program's: none for this one.
+    value.extend_from_slice(format!(",proc={key},user_opts={},entries=", user_opts + 2).as_bytes());
     if let Some(fd) = super::record_watch::for_exec() {
         value.extend_from_slice(format!(",record_pidfd={fd}").as_bytes());
     }

@@ -54,7 +54,8 @@ pub fn vcpu_init(vcpu_id: u32) {
         out.send(tid, full);
         out.fresh()
     });
-    let engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
+    let mut engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
+    engine.set_longjmp_test(crate::state::entries::is_longjmp);
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
     // No `scoreboard::refresh_base` here: vCPU init runs outside QEMU's exclusive section,
     // beside other threads' translations and growths, and a base read before another

@@ -1,7 +1,8 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
+//! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
+//! `[,entries=FILE|entries_file=FILE]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -50,6 +51,12 @@ pub struct Config {
     /// start (the plugin's `handlers::procmaps`), and where the fields read there are (boxed: rarely
     /// given, and the configuration is moved around whole).
     pub proc_watch: Option<Box<(Watch, Offsets)>>,
+    /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
+    /// into another function's entry are shown as calls (`entries`).
+    pub entries: Option<PathBuf>,
+    /// `entries_file=`: the list is still being written by the CLI as QEMU starts (a
+    /// kernel's symbols), and waited for when the kernel proper is first translated.
+    pub entries_later: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +177,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut record_pidfd = None;
     let mut proc_watch = None;
     let mut proc_offsets = None;
+    let mut entries = None;
+    let mut entries_later = false;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -208,6 +217,15 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                 )
             }
             "task_slot_file" => task_slot_file = Some(PathBuf::from(raw_value)),
+            // Empty: none (an exec'd program's QEMU drops the first program's list).
+            "entries" => {
+                entries = (!raw_value.is_empty()).then(|| PathBuf::from(raw_value));
+                entries_later = false;
+            }
+            "entries_file" => {
+                entries = Some(PathBuf::from(raw_value));
+                entries_later = true;
+            }
             "max_depth" => {
                 max_depth = value
                     .parse::<usize>()
@@ -297,5 +315,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_size_exit,
         record_pidfd,
         proc_watch,
+        entries,
+        entries_later,
     })))
 }

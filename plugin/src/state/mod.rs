@@ -3,6 +3,8 @@
 //! (`guest`), and the few process-wide facts below.
 
 pub mod config;
+/// The guest's function entries, which a direct jump enters as a call (`entries=`).
+pub mod entries;
 pub mod guest;
 pub mod output;
 

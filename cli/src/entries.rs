@@ -1,0 +1,154 @@
+//! The function entries the plugin decides jumps by at translation time (`entries=FILE`,
+//! read by `qemu_uftrace_engine::entries`): a direct jump from one function to another's
+//! first instruction (a tail call, aarch64 glibc's `__wrap_main: b main`) enters it.
+
+use qemu_uftrace_symbols::{self as symbols, Arch, Image, LoadOptions};
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::Path;
+
+/// A compiler-split part's parent name (`foo` for `foo.cold` and `foo.cold.3`), and
+/// whether the name is such a part: a part is never entered by a jump, and jumps between it
+/// and its parent stay inside one function.
+fn split_part(name: &str) -> (&str, bool) {
+    match name.find(".cold") {
+        Some(i) if name[i + 5..].is_empty() || name[i + 5..].starts_with('.') => (&name[..i], true),
+        _ => (name, false),
+    }
+}
+
+/// The names uftrace's replay treats as longjmps (its `fixup_syms`, matched exactly): at
+/// such an entry it puts the display back at setjmp's depth.
+const LONGJMPS: &[&str] = &["longjmp", "siglongjmp", "__longjmp_chk"];
+/// The names it treats as setjmps: the depth of the last one entered is where a longjmp
+/// returns to.
+const SETJMPS: &[&str] = &["setjmp", "_setjmp", "sigsetjmp", "__sigsetjmp"];
+
+/// The list's text: `rebase LINK_ENTRY` first for a program placed at a bias known only
+/// when it runs, then `START END GROUP KIND` per function.
+pub fn text(images: &[Image], rebase: Option<u64>) -> String {
+    let mut out = String::new();
+    if let Some(entry) = rebase {
+        let _ = writeln!(out, "rebase {entry:x}");
+    }
+    let mut groups: HashMap<&str, usize> = HashMap::new();
+    for image in images {
+        for f in &image.functions {
+            let (parent, cold) = split_part(&f.name);
+            let next = groups.len();
+            let group = *groups.entry(parent).or_insert(next);
+            let kind = if cold {
+                'c'
+            } else if LONGJMPS.contains(&f.name.as_str()) {
+                'l'
+            } else if SETJMPS.contains(&f.name.as_str()) {
+                's'
+            } else {
+                'f'
+            };
+            let _ = writeln!(
+                out,
+                "{:x} {:x} {group} {kind}",
+                f.addr,
+                f.addr.wrapping_add(f.size)
+            );
+        }
+    }
+    out
+}
+
+/// User mode: writes the program's list into `file` before QEMU starts (reading a static
+/// program's symbol table takes milliseconds). `relocatable`/`entry`: a PIE's list is at
+/// link addresses, moved by the plugin once the program's entry point is known. Returns
+/// whether a list was written (a program without symbols has none).
+pub fn write_for_program(
+    program: &Path,
+    arch: Arch,
+    relocatable: Option<u64>,
+    file: &Path,
+) -> bool {
+    let opts = LoadOptions {
+        expected_arch: Some(arch),
+        ..Default::default()
+    };
+    let Ok(image) = symbols::load_elf(program, &opts) else {
+        return false;
+    };
+    if image.functions.is_empty() {
+        return false;
+    }
+    std::fs::write(file, text(&[image], relocatable)).is_ok()
+}
+
+/// System mode: the list of every symbol source at its offset, with a kernel Image's
+/// physical alias (its first code runs there with the MMU off), from symbol tables only.
+pub fn system_text(
+    sources: &[crate::symbol_source::SourceArg],
+    kernel: Option<&Path>,
+    board: &crate::kernel_alias::Board,
+    arch: Arch,
+) -> String {
+    let mut images: Vec<Image> = sources
+        .iter()
+        .filter_map(|s| {
+            let opts = LoadOptions {
+                offset: s.offset,
+                expected_arch: Some(arch),
+                ..Default::default()
+            };
+            symbols::load(&s.path, &opts).ok()
+        })
+        .collect();
+    if let Some(alias) = kernel.and_then(|k| crate::kernel_alias::physical_alias(&images, k, board))
+    {
+        images.push(alias);
+    }
+    text(&images, None)
+}
+
+/// Writes `text` into `file` whole or not at all (the plugin may be reading it).
+pub fn write_atomically(file: &Path, text: &str) -> bool {
+    let tmp = file.with_extension("tmp");
+    std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, file).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_parts_share_their_parent_group() {
+        assert_eq!(split_part("foo.cold"), ("foo", true));
+        assert_eq!(split_part("foo.cold.3"), ("foo", true));
+        assert_eq!(split_part("foo.part.0"), ("foo.part.0", false));
+        assert_eq!(split_part("coldest"), ("coldest", false));
+        let image = |funcs: &[(u64, u64, &str)]| Image {
+            path: "p".into(),
+            start: 0,
+            end: 0,
+            functions: funcs
+                .iter()
+                .map(|&(addr, size, name)| symbols::Function {
+                    addr,
+                    size,
+                    name: name.into(),
+                    global: true,
+                    line: None,
+                })
+                .collect(),
+            arch: None,
+            modules: Vec::new(),
+        };
+        let t = text(
+            &[image(&[
+                (0x10, 8, "main"),
+                (0x20, 4, "f"),
+                (0x90, 4, "main.cold"),
+            ])],
+            Some(0x10),
+        );
+        assert_eq!(t, "rebase 10\n10 18 0 f\n20 24 1 f\n90 94 0 c\n");
+        let f = qemu_uftrace_engine::entries::Functions::parse(&t).unwrap();
+        assert!(f.enters(0x14, 0x20) && !f.enters(0x92, 0x10));
+    }
+}

@@ -1,0 +1,129 @@
+//! Function entries from the CLI (see `qemu_uftrace_engine::entries`): which direct jumps
+//! enter another function. Asked only at translation time.
+//!
+//! The list comes as `entries=FILE`, written before QEMU starts (user mode, bare-metal
+//! guests: read at install), or as `entries_file=FILE`, written by the CLI while QEMU starts
+//! (a kernel's symbols take a few hundred milliseconds to read): looked for now and then
+//! while firmware and early boot code run, and waited for when the kernel proper (upper
+//! half) is first translated, so that its jumps are all decided with it.
+
+use qemu_uftrace_engine::entries::Functions;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+static FUNCTIONS: OnceLock<Functions> = OnceLock::new();
+/// The file the CLI is still writing (`entries_file=`).
+static PENDING: OnceLock<PathBuf> = OnceLock::new();
+/// Translations since the pending file was last looked for.
+static TRIES: AtomicU32 = AtomicU32::new(0);
+
+/// What to subtract from a guest address to compare it with the list's (user mode: a PIE
+/// program's load bias); `UNKNOWN` until the program's entry point is known.
+static BIAS: AtomicU64 = AtomicU64::new(UNKNOWN);
+const UNKNOWN: u64 = u64::MAX;
+
+fn parse(path: &Path, text: &str) -> Result<Functions, String> {
+    Functions::parse(text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn set(functions: Functions) {
+    if functions.rebase.is_none() {
+        BIAS.store(0, Ordering::Relaxed);
+    }
+    let _ = FUNCTIONS.set(functions);
+}
+
+/// Reads the CLI's list; an unreadable or malformed file is one line for QEMU to print.
+pub fn load(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read function entries {}: {e}", path.display()))?;
+    set(parse(path, &text)?);
+    Ok(())
+}
+
+/// The list will be in `path` once the CLI has written it.
+pub fn load_later(path: PathBuf) {
+    let _ = PENDING.set(path);
+}
+
+/// User mode: the program's entry point (`AT_ENTRY`), which places a PIE's functions.
+pub fn program_entry(at_entry: u64) {
+    if let Some(link) = FUNCTIONS.get().and_then(|f| f.rebase) {
+        BIAS.store(at_entry.wrapping_sub(link), Ordering::Relaxed);
+    }
+}
+
+/// Whether the list is there to ask for the block at `pc` being translated (a cheap test
+/// before decoding jumps). `kernel`: the block is the kernel proper's, whose translation
+/// waits for a list still being written.
+pub fn active(pc_is_kernel: bool) -> bool {
+    if let Some(f) = FUNCTIONS.get() {
+        return !f.is_empty();
+    }
+    let Some(path) = PENDING.get() else {
+        return false;
+    };
+    if pc_is_kernel {
+        wait_for(path);
+    } else if TRIES.fetch_add(1, Ordering::Relaxed).is_multiple_of(64) {
+        // A failed open costs a microsecond or two: not on every translation.
+        if let Ok(text) = std::fs::read_to_string(path) {
+            set_or_warn(path, &text);
+        }
+    }
+    FUNCTIONS.get().is_some_and(|f| !f.is_empty())
+}
+
+/// Waits (30 s at most) for the CLI to finish writing the list.
+fn wait_for(path: &Path) {
+    static WAITED: OnceLock<()> = OnceLock::new();
+    WAITED.get_or_init(|| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(path) {
+                set_or_warn(path, &text);
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                eprintln!(
+                    "qemu-uftrace plugin: {} never appeared: functions entered by a jump \
+                     (tail calls) are not shown as calls",
+                    path.display()
+                );
+                set(Functions::default());
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    });
+}
+
+fn set_or_warn(path: &Path, text: &str) {
+    match parse(path, text) {
+        Ok(f) => set(f),
+        Err(e) => {
+            eprintln!("qemu-uftrace plugin: {e}: tail calls are not shown as calls");
+            set(Functions::default());
+        }
+    }
+}
+
+/// Whether the function starting at `func` is one uftrace's replay treats as a longjmp
+/// (`hot::Engine::set_longjmp_test`; asked on slow paths only).
+pub fn is_longjmp(func: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.is_longjmp(func.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
+/// Whether a direct jump at `pc` to `target` enters another function.
+pub fn enters(pc: u64, target: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.enters(pc.wrapping_sub(bias), target.wrapping_sub(bias)),
+        _ => false,
+    }
+}
