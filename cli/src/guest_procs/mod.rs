@@ -8,7 +8,7 @@ pub mod events;
 pub mod initrd;
 pub mod sessions;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::symbol_source::SourceArg;
 
@@ -87,14 +87,4 @@ fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Vec<u64>, String> {
             })
         })
         .collect()
-}
-
-/// The `-initrd` file of a system-mode command line (the last one counts, as for QEMU).
-pub fn initrd_path(inv: &crate::record::invocation::Invocation) -> Option<PathBuf> {
-    inv.opts
-        .iter()
-        .rev()
-        .find(|o| o.name == "initrd")
-        .and_then(|o| o.value.as_ref())
-        .map(PathBuf::from)
 }

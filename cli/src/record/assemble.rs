@@ -138,7 +138,7 @@ fn guest_processes(
     let (Some(procs), Ok(files)) = (events::read(staging), files) else {
         return Default::default();
     };
-    let archive = crate::guest_procs::initrd_path(inv).and_then(|p| match initrd::read(&p) {
+    let archive = inv.initrd().and_then(|p| match initrd::read(&p) {
         Ok(f) => Some(f),
         Err(e) => {
             warn(format!(

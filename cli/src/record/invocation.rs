@@ -47,6 +47,16 @@ pub struct UserProgram {
 }
 
 impl Invocation {
+    /// The `-initrd` file of a system-mode command line (the last one counts, as for QEMU).
+    pub fn initrd(&self) -> Option<PathBuf> {
+        self.opts
+            .iter()
+            .rev()
+            .find(|o| o.name == "initrd")
+            .and_then(|o| o.value.as_ref())
+            .map(PathBuf::from)
+    }
+
     /// Reads `argv` (the words after `--`). Only what was typed is checked here: the cheap
     /// checks come first.
     pub fn parse(argv: &[OsString]) -> Result<Invocation> {

@@ -116,7 +116,7 @@ pub fn prepare(
             match crate::guest_procs::watch_options(&sources) {
                 Ok(opts) => Some(opts),
                 Err(why) => {
-                    if crate::guest_procs::initrd_path(inv).is_some() || inv.sysroot.is_some() {
+                    if inv.initrd().is_some() || inv.sysroot.is_some() {
                         warn(why);
                     }
                     None
