@@ -557,21 +557,31 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         )),
         "{argv:?}"
     );
-    // Last, the CLI's sample of the host's time-stamp counter, `tsc=TICKS:NS` (x86-64).
-    let (options, tsc) = argv[2]
-        .rsplit_once(",tsc=")
-        .unwrap_or((argv[2].as_str(), "0:0"));
-    assert!(
-        tsc.split(':').count() == 2 && tsc.split(':').all(|n| n.parse::<u64>().is_ok()),
-        "{argv:?}"
-    );
-    assert!(
-        options.ends_with(&format!(
-            ".so,out={},clock=auto,max_depth=64",
-            staging.display()
-        )),
-        "{argv:?}"
-    );
+    // Then the recording's own options, after the plugin file and the staging directory:
+    // the CLI's sample of the host's time-stamp counter (`tsc=TICKS:NS`, x86-64), the default
+    // size cap (`max_size=BYTES`), the kernel's function entries (`entries_file=`).
+    let head = format!(".so,out={},clock=auto,max_depth=64", staging.display());
+    let at = argv[2].find(&head).unwrap_or_else(|| panic!("{argv:?}"));
+    let rest = &argv[2][at + head.len()..];
+    for opt in rest.split(',').filter(|o| !o.is_empty()) {
+        let (key, value) = opt
+            .split_once('=')
+            .unwrap_or_else(|| panic!("{opt}: {argv:?}"));
+        match key {
+            "tsc" => assert!(
+                value.split(':').count() == 2 && value.split(':').all(|n| n.parse::<u64>().is_ok()),
+                "{argv:?}"
+            ),
+            "max_size" => assert!(value.parse::<u64>().is_ok_and(|n| n > 0), "{argv:?}"),
+            "entries_file" | "task_slot_file" => {
+                assert!(
+                    value.starts_with(&staging.display().to_string()),
+                    "{argv:?}"
+                )
+            }
+            _ => panic!("unexpected plugin option {opt}: {argv:?}"),
+        }
+    }
     assert_eq!(argv[3..], qemu[1..], "{argv:?}");
     signal(qemu_pid, libc::SIGKILL);
 
