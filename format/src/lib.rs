@@ -7,6 +7,7 @@
 //! `.dbg` files.
 
 pub mod arch;
+pub mod cookie;
 pub mod info;
 pub mod map;
 pub mod note;
