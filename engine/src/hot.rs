@@ -255,6 +255,9 @@ impl Engine {
         // Returns never cross an exception entry: frames below it belong to the code it
         // interrupted, which resumes only through the ERET.
         let floor = self.stack.innermost_exception().map_or(0, |i| i + 1);
+        if self.stack.is_empty() && self.stack.is_midway() {
+            return self.outer_return(now, target);
+        }
         if let Some(i) = self.stack.find(target).filter(|&i| i >= floor) {
             // longjmp, or callees that left without returning: close them all.
             self.stats.deep_returns += 1;
@@ -281,6 +284,17 @@ impl Engine {
         if plan.resynced {
             self.stats.resyncs += 1;
         }
+    }
+
+    /// A return past the bottom of a stack found mid-way (`midway`): it closes a call
+    /// opened before tracing began, which the CLI recovers by unwinding after the run. It is
+    /// written as an exit at depth 0 whose address is the return's target (the frame's
+    /// return address, which the CLI checks the recovered frame against); no frame of this
+    /// stack is closed and no guess is made.
+    #[cold]
+    fn outer_return(&mut self, now: u64, target: u64) {
+        self.stats.outer_returns += 1;
+        self.emit(now, RecordType::Exit, 0, target);
     }
 
     /// A LOST record at the current depth: uftrace shows "LOST some records" there and

@@ -10,6 +10,7 @@ pub mod arch;
 pub mod exceptions;
 pub mod guest;
 pub mod hot;
+pub mod midway;
 pub mod resync;
 pub mod shadow;
 pub mod signals;

@@ -50,6 +50,9 @@ pub struct Stats {
     /// pad), or at a jump after a stack switch (x86-64's longjmp and unwinder): frames the
     /// unwinding skipped, closed there.
     pub unwinds: u64,
+    /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
+    /// calls opened before tracing began, matched after the run to the unwound frames.
+    pub outer_returns: u64,
 }
 
 impl Stats {
@@ -74,6 +77,7 @@ impl Stats {
         self.signals += o.signals;
         self.signal_returns += o.signal_returns;
         self.unwinds += o.unwinds;
+        self.outer_returns += o.outer_returns;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -99,6 +103,7 @@ impl Stats {
             ("signals", self.signals),
             ("signal_returns", self.signal_returns),
             ("unwinds", self.unwinds),
+            ("outer_returns", self.outer_returns),
         ]
     }
 }
