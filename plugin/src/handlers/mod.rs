@@ -1,8 +1,10 @@
 //! The callbacks that run while the guest does: calls, returns, exceptions and task switches
 //! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`) and
-//! x86 vector tables (`vector_table`).
+//! x86 vector tables (`vector_table`), the stack cookie of a run that starts mid-way
+//! (`midway`).
 
 pub mod callbacks;
+pub mod midway;
 pub mod signals;
 pub mod usermap;
 pub mod vector_table;

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
+//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD][,resume=on]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -46,6 +46,9 @@ pub struct Config {
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
+    /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
+    /// saves a stack cookie (`resume=on`).
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +105,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut max_size = None;
     let mut max_size_exit = false;
     let mut record_pidfd = None;
+    let mut resume = false;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -199,6 +203,13 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("record_pidfd={value}: expected a descriptor"))?,
                 )
             }
+            "resume" => {
+                resume = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("resume={value}: expected on or off")),
+                }
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -221,5 +232,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_size,
         max_size_exit,
         record_pidfd,
+        resume,
     }))
 }
