@@ -27,6 +27,7 @@ pub mod symbol_source;
 pub mod symbols_cmd;
 pub mod symfiles;
 pub mod uftrace_cmd;
+pub mod unwind;
 
 use std::ffi::OsString;
 

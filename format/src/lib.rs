@@ -8,6 +8,7 @@
 
 pub mod arch;
 pub mod cookie;
+pub mod events;
 pub mod info;
 pub mod map;
 pub mod note;

@@ -31,6 +31,8 @@ pub struct Published {
     pub old: Option<PathBuf>,
     /// Why the trace is not complete.
     pub incomplete: Option<String>,
+    /// A run from a snapshot: the calls open at its start that were unwound.
+    pub recovered: Option<super::recover::Recovered>,
 }
 
 pub fn assemble(
@@ -67,6 +69,15 @@ pub fn assemble(
     let spinner = spinner(output);
     for line in &symbols.failures {
         warn(line);
+    }
+    // A run from a snapshot: the calls open at its start, unwound into the tasks' files
+    // before the assembly renumbers them.
+    let image_paths: Vec<&Path> = prep.images.iter().map(|i| i.path.as_path()).collect();
+    let recovered = super::recover::recover(staging, &image_paths)?;
+    if let Some(r) = &recovered {
+        for line in &r.problems {
+            warn(format!("stack not unwound: {line}"));
+        }
     }
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
@@ -121,6 +132,7 @@ pub fn assemble(
         assembled,
         old,
         incomplete,
+        recovered,
     })
 }
 

@@ -103,6 +103,9 @@ pub fn prepare(
     if args.split_levels {
         plugin_opt.push(",split_levels=on");
     }
+    if inv.resume {
+        plugin_opt.push(",resume=on");
+    }
     let cap = match &args.max_size {
         Some(MaxSize::Off) => None,
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),

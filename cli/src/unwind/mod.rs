@@ -1,0 +1,273 @@
+//! Unwinding a stack cookie after the run: the calls that were open when a run from a
+//! snapshot began, from the guest's own tables. DWARF CFI (`.eh_frame`, `.debug_frame`)
+//! where it covers the address; frame records where it does not (and the link register
+//! for the innermost function, which may not have saved it yet).
+
+pub mod cfi;
+pub mod image;
+
+use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
+use qemu_uftrace_engine::guest::read_frame_record;
+use qemu_uftrace_format::cookie::StackCookie;
+
+pub use image::Image;
+use cfi::Rule;
+
+/// How a frame's return address was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Method {
+    /// DWARF call frame information.
+    Cfi,
+    /// The frame-record chain (frame pointers).
+    FrameRecord,
+    /// The innermost function's link register, which holds its return address until it
+    /// calls (frames without CFI).
+    LinkRegister,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Cfi => "CFI",
+            Method::FrameRecord => "frame records",
+            Method::LinkRegister => "link register",
+        }
+    }
+}
+
+/// One open call, recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The function's entry (the pc itself where no symbol names one).
+    pub func: u64,
+    /// Where it returns to.
+    pub ret_addr: u64,
+    pub method: Method,
+}
+
+/// Frames followed at most (a corrupt stack must not loop).
+const MAX_FRAMES: usize = 256;
+
+/// DWARF register numbers of the registers a cookie holds.
+struct DwarfRegs {
+    sp: u16,
+    fp: u16,
+    /// The link register, on architectures that have one.
+    lr: Option<u16>,
+}
+
+fn dwarf_regs(arch: Arch) -> DwarfRegs {
+    match arch {
+        Arch::Aarch64 => DwarfRegs {
+            sp: 31,
+            fp: 29,
+            lr: Some(30),
+        },
+        Arch::Riscv64 => DwarfRegs {
+            sp: 2,
+            fp: 8,
+            lr: Some(1),
+        },
+        Arch::X86_64 => DwarfRegs {
+            sp: 7,
+            fp: 6,
+            lr: None,
+        },
+    }
+}
+
+/// The registers of the frame being unwound (`None`: not known in this frame).
+#[derive(Debug, Clone, Copy)]
+struct Regs {
+    pc: u64,
+    sp: Option<u64>,
+    fp: Option<u64>,
+    lr: Option<u64>,
+}
+
+/// The saved stack top.
+struct Stack<'a> {
+    base: u64,
+    bytes: &'a [u8],
+}
+
+impl Stack<'_> {
+    fn read_into(&self, addr: u64, out: &mut [u8]) -> Option<()> {
+        let at = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        out.copy_from_slice(self.bytes.get(at..at.checked_add(out.len())?)?);
+        Some(())
+    }
+
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let mut w = [0u8; 8];
+        self.read_into(addr, &mut w)?;
+        Some(u64::from_le_bytes(w))
+    }
+}
+
+struct Unwinder<'a> {
+    isa: &'static dyn Isa,
+    regs: DwarfRegs,
+    stack: Stack<'a>,
+    images: &'a [Image],
+}
+
+impl Unwinder<'_> {
+    fn image(&self, addr: u64) -> Option<&Image> {
+        self.images.iter().find(|i| i.has_code(addr))
+    }
+
+    fn reg(&self, r: &Regs, n: u16) -> Option<u64> {
+        if n == self.regs.sp {
+            r.sp
+        } else if n == self.regs.fp {
+            r.fp
+        } else if Some(n) == self.regs.lr {
+            r.lr
+        } else {
+            None
+        }
+    }
+
+    /// Whether `addr` follows a call instruction in a known file's code.
+    fn is_return_address(&self, addr: u64) -> bool {
+        self.image(addr.wrapping_sub(1))
+            .and_then(|i| i.code_before(addr, self.isa.call_lookbehind()))
+            .and_then(|before| self.isa.call_ending_at(Mode::Bits64, addr, before))
+            .is_some()
+    }
+
+    fn function_at(&self, addr: u64) -> Option<u64> {
+        self.image(addr)?.function_at(addr)
+    }
+
+    /// One step by CFI: the caller's registers and the return address.
+    fn cfi_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if first { r.pc } else { r.pc - 1 };
+        let rules = cfi::rules(self.image(lookup)?, lookup, self.regs.fp)?;
+        let (cfa_reg, offset) = rules.cfa?;
+        let cfa = self.reg(r, cfa_reg)?.checked_add_signed(offset)?;
+        let apply = |rule: Rule, current: Option<u64>| match rule {
+            Rule::Unchanged => current,
+            Rule::At(o) => self.stack.read_u64(cfa.checked_add_signed(o)?),
+            Rule::Value(o) => cfa.checked_add_signed(o),
+            Rule::Register(n) => self.reg(r, n),
+            Rule::Unsupported => None,
+        };
+        // An unmentioned return address is still in the link register only in the
+        // innermost frame; further out it would be the same address again.
+        let ra = match rules.ra {
+            Rule::Unchanged if !first => return None,
+            rule => apply(rule, self.reg(r, rules.ra_column))?,
+        };
+        let regs = Regs {
+            pc: ra,
+            sp: Some(cfa),
+            fp: apply(rules.fp, r.fp),
+            // The caller's link register still holds what its call put there.
+            lr: self.regs.lr.map(|_| ra),
+        };
+        Some((ra, regs))
+    }
+
+    /// One step by frame records, with the link register for the innermost function.
+    fn frame_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
+        let record = |fp: u64| {
+            read_frame_record(self.isa, fp, |addr, out| self.stack.read_into(addr, out))
+                .map(|(next, ra)| (next, self.isa.strip_authentication(ra)))
+        };
+        if first {
+            let here = self.function_at(r.pc);
+            // The innermost function's return address before its frame exists: in the
+            // link register (when it did not call since, the address follows a call from
+            // elsewhere), or on the stack top (x86-64, before `push %rbp`).
+            let candidate = match self.regs.lr {
+                Some(_) => r.lr,
+                None => r.sp.and_then(|sp| self.stack.read_u64(sp)),
+            };
+            if let Some(ra) = candidate.filter(|&ra| {
+                self.is_return_address(ra) && self.function_at(ra - 1) != here
+            }) {
+                // If it already saved its record, that record returns to the same place.
+                let fp = match r.fp.and_then(record) {
+                    Some((next, saved)) if saved == ra => Some(next),
+                    _ => r.fp,
+                };
+                let sp = match self.regs.lr {
+                    Some(_) => None,
+                    None => r.sp.map(|sp| sp + 8),
+                };
+                let regs = Regs {
+                    pc: ra,
+                    sp,
+                    fp,
+                    lr: None,
+                };
+                return Some((ra, regs, Method::LinkRegister));
+            }
+        }
+        let fp = r.fp.filter(|&fp| fp != 0)?;
+        let (next, ra) = record(fp)?;
+        // Callers' records sit higher on a downward-growing stack.
+        if !self.is_return_address(ra) || (next != 0 && next <= fp) {
+            return None;
+        }
+        let regs = Regs {
+            pc: ra,
+            sp: None,
+            fp: Some(next),
+            lr: None,
+        };
+        Some((ra, regs, Method::FrameRecord))
+    }
+}
+
+/// The calls open in `cookie`'s context, innermost first, as far as the tables and the
+/// saved stack reach. The outermost function (the one nobody called: `_start`, a thread's
+/// entry) is not among them: only frames whose return address was found are.
+pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> {
+    let u = Unwinder {
+        isa: isa(arch),
+        regs: dwarf_regs(arch),
+        stack: Stack {
+            base: cookie.stack_base,
+            bytes: &cookie.stack,
+        },
+        images,
+    };
+    let mut regs = Regs {
+        pc: cookie.pc,
+        sp: Some(cookie.sp),
+        fp: Some(cookie.fp),
+        lr: u.regs.lr.map(|_| cookie.lr),
+    };
+    let mut frames = Vec::new();
+    for i in 0..MAX_FRAMES {
+        let first = i == 0;
+        let lookup = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
+        let step = u
+            .cfi_step(first, &regs)
+            .map(|(ra, next)| (ra, next, Method::Cfi))
+            .or_else(|| u.frame_step(first, &regs));
+        let Some((ra, next, method)) = step else {
+            break;
+        };
+        // The end of the chain, or something that is not a return into known code.
+        if ra == 0 || !u.is_return_address(ra) {
+            break;
+        }
+        // A caller's frame is above its callee's: no progress means a loop.
+        if let (Some(old), Some(new)) = (regs.sp, next.sp) {
+            if new <= old {
+                break;
+            }
+        }
+        frames.push(Frame {
+            func: u.function_at(lookup).unwrap_or(lookup),
+            ret_addr: ra,
+            method,
+        });
+        regs = next;
+    }
+    frames
+}
