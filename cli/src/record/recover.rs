@@ -84,7 +84,9 @@ pub fn recover(dir: &Path, images: &[&Path]) -> Result<Option<Recovered>> {
     for path in images {
         match Image::load(path) {
             Ok(i) => loaded.push(i),
-            Err(e) => done.problems.push(format!("{e:#}: its frames are not unwound")),
+            Err(e) => done
+                .problems
+                .push(format!("{e:#}: its frames are not unwound")),
         }
     }
     for (tid, path) in cookies {
@@ -186,7 +188,10 @@ fn rewrite(records: &[Record], frames: &[unwind::Frame], capture: u64) -> (Vec<R
         match r.kind {
             RecordType::Exit if engine_open == 0 => {
                 // A return past the bottom: its address is the return's target.
-                match (0..open).rev().find(|&j| addr48(frames[j].ret_addr) == r.addr) {
+                match (0..open)
+                    .rev()
+                    .find(|&j| addr48(frames[j].ret_addr) == r.addr)
+                {
                     Some(j) => {
                         // Frames above it that the unwinder saw but that returned unseen
                         // close here too.
@@ -249,7 +254,10 @@ mod tests {
         ];
         let (out, matched, unmatched) = rewrite(&recorded, &frames, 5);
         assert_eq!((matched, unmatched), (2, 0));
-        let got: Vec<_> = out.iter().map(|x| (x.time, x.kind, x.depth, x.addr)).collect();
+        let got: Vec<_> = out
+            .iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect();
         assert_eq!(
             got,
             [

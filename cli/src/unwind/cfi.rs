@@ -2,8 +2,8 @@
 //! that give a frame's caller's registers at one address.
 
 use gimli::{
-    BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
-    RegisterRule, UnwindContext, UnwindSection,
+    BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection,
 };
 
 use super::image::Image;

@@ -27,7 +27,8 @@ pub struct Image {
 
 impl Image {
     pub fn load(path: &Path) -> Result<Image> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         Image::parse(&path.display().to_string(), &bytes)
     }
 

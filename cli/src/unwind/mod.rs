@@ -10,8 +10,8 @@ use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
 use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::StackCookie;
 
-pub use image::Image;
 use cfi::Rule;
+pub use image::Image;
 
 /// How a frame's return address was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,9 +185,9 @@ impl Unwinder<'_> {
                 Some(_) => r.lr,
                 None => r.sp.and_then(|sp| self.stack.read_u64(sp)),
             };
-            if let Some(ra) = candidate.filter(|&ra| {
-                self.is_return_address(ra) && self.function_at(ra - 1) != here
-            }) {
+            if let Some(ra) = candidate
+                .filter(|&ra| self.is_return_address(ra) && self.function_at(ra - 1) != here)
+            {
                 // If it already saved its record, that record returns to the same place.
                 let fp = match r.fp.and_then(record) {
                     Some((next, saved)) if saved == ra => Some(next),
@@ -244,7 +244,11 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
     let mut frames = Vec::new();
     for i in 0..MAX_FRAMES {
         let first = i == 0;
-        let lookup = if first { regs.pc } else { regs.pc.wrapping_sub(1) };
+        let lookup = if first {
+            regs.pc
+        } else {
+            regs.pc.wrapping_sub(1)
+        };
         let step = u
             .cfi_step(first, &regs)
             .map(|(ra, next)| (ra, next, Method::Cfi))
@@ -256,9 +260,10 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         if ra == 0 || !u.is_return_address(ra) {
             break;
         }
-        // A caller's frame is above its callee's: no progress means a loop.
+        // A caller's frame is above its callee's (the same only for an innermost function
+        // with no frame, on a link-register architecture): no progress means a loop.
         if let (Some(old), Some(new)) = (regs.sp, next.sp) {
-            if new <= old {
+            if new < old || (new == old && !first) {
                 break;
             }
         }
