@@ -24,6 +24,7 @@ pub mod libcalls;
 pub mod linux_guest;
 pub mod replay;
 pub mod riscv64;
+pub mod snapshot;
 pub mod x86_64_guests;
 
 /// The QEMU system emulator the guests run under.

@@ -1,0 +1,185 @@
+//! Runs that start mid-way: a guest stopped in a leaf five calls deep, saved with `savevm`
+//! through the QEMU monitor and recorded from that snapshot with `-loadvm`. The calls open
+//! at the start are unwound after the run from the guest's own tables and opened at the
+//! start of its stream: the chain exact, its returns in order, later calls at the right
+//! depth — by CFI with frame pointers, by CFI alone (`-fomit-frame-pointer`), and by frame
+//! records and the link register where the ELF has no CFI.
+
+use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
+use qemu_uftrace_tests::{
+    cross_prefix, guest_elf, is_runtime_function, plugin_stat, Variant, QEMU, QEMU_TIMEOUT,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The snap guest's calls seen from a run that starts in `snap_wait`.
+const EXPECTED: &[&str] = &[
+    "E main",
+    "E snap_a",
+    "E snap_b",
+    "E snap_c",
+    "E snap_d",
+    "E snap_wait",
+    "X snap_wait",
+    "E snap_after",
+    "X snap_after",
+    "X snap_d",
+    "X snap_c",
+    "X snap_b",
+    "X snap_a",
+    "E snap_later",
+    "X snap_later",
+    "X main",
+];
+
+/// What a recording from a snapshot left: the trace, `record`'s stderr, the guest's serial
+/// output.
+struct FromSnapshot {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    stderr: String,
+    uart: String,
+}
+
+/// Runs `elf` until it waits in `snap_wait`, saves it, and records the run from there,
+/// with a byte for the guest to receive.
+fn record_from_snapshot(elf: &Path) -> FromSnapshot {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let disk = tmp.path().join("disk.qcow2");
+    create_disk(&disk).expect("qemu-img");
+    let mut qemu: Vec<String> = [
+        QEMU,
+        "-M",
+        "virt",
+        "-cpu",
+        "cortex-a57",
+        "-display",
+        "none",
+        "-nic",
+        "none",
+        "-semihosting",
+        "-kernel",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    qemu.push(elf.display().to_string());
+    qemu.extend(disk_args(&disk));
+    let seen = save_at_marker(&qemu, tmp.path(), "snap: waiting", "s1", QEMU_TIMEOUT)
+        .expect("snapshot the guest in snap_wait");
+    assert!(seen.contains("snap: waiting"));
+
+    let release = tmp.path().join("release.txt");
+    std::fs::write(&release, "g").expect("write release");
+    let uart = tmp.path().join("uart.txt");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .args(&qemu)
+        .args(["-loadvm", "s1", "-monitor", "none", "-chardev"])
+        .arg(format!(
+            "file,id=uart,path={},input-path={}",
+            uart.display(),
+            release.display()
+        ))
+        .args(["-serial", "chardev:uart"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "record failed: {}\n{stderr}",
+        out.status
+    );
+    let uart = std::fs::read_to_string(&uart).expect("the guest's serial output");
+    FromSnapshot {
+        _tmp: tmp,
+        dir,
+        stderr,
+        uart,
+    }
+}
+
+/// Checks the trace of a run from the snapshot, with the summary line `methods` names.
+fn check(elf: &Path, methods: &str) {
+    let run = record_from_snapshot(elf);
+    // The guest went on from where it was saved, with the byte it was given.
+    assert!(
+        run.uart.contains("snap_a(1) = 242") && !run.uart.contains("snap: waiting"),
+        "{}",
+        run.uart
+    );
+    let events = replay_events(&run.dir, 1).expect("uftrace replay");
+    assert_eq!(without(&events, is_runtime_function, true), EXPECTED);
+    // The recovered frames are marked once, inside the innermost; nothing was guessed.
+    let text = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-d",
+        &run.dir.to_string_lossy(),
+        "-N",
+        "rt_.*",
+    ])
+    .expect("uftrace replay");
+    let lines: Vec<&str> = text.lines().collect();
+    let marks = lines
+        .iter()
+        .filter(|l| l.contains("/*") && !l.contains("} /*"));
+    assert_eq!(marks.count(), 1, "{text}");
+    let wait = lines
+        .iter()
+        .position(|l| l.ends_with("snap_wait() {"))
+        .expect("snap_wait opened");
+    assert!(lines[wait + 1].ends_with("/* qemu:unwound */"), "{text}");
+    assert_eq!(plugin_stat(&run.dir, "outer_returns"), "6");
+    assert_eq!(plugin_stat(&run.dir, "lost_marks"), "0");
+    let summary = format!("6 open frames recovered by unwinding 1 task ({methods})");
+    assert!(run.stderr.contains(&summary), "{}", run.stderr);
+    // The cookie was used up.
+    assert!(std::fs::read_dir(&run.dir).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".stack")));
+}
+
+#[test]
+fn frame_pointers_and_cfi_by_cfi() {
+    check(
+        &guest_elf("snap", Variant::Natural).expect("build guests"),
+        "6 by CFI",
+    );
+}
+
+#[test]
+fn cfi_only_without_frame_pointers() {
+    check(
+        &guest_elf("snap", Variant::NoFp).expect("build guests"),
+        "6 by CFI",
+    );
+}
+
+#[test]
+fn frame_records_where_there_is_no_cfi() {
+    let elf = guest_elf("snap", Variant::Natural).expect("build guests");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let stripped = tmp.path().join("snap-nocfi.elf");
+    let status = Command::new(format!("{}objcopy", cross_prefix()))
+        .args([
+            "--remove-section",
+            ".debug_frame",
+            "--remove-section",
+            ".eh_frame",
+        ])
+        .arg(&elf)
+        .arg(&stripped)
+        .status()
+        .expect("run objcopy");
+    assert!(status.success());
+    check(&stripped, "5 by frame records, 1 by link register");
+}
