@@ -3,13 +3,83 @@
 //! at the start are unwound after the run from the guest's own tables and opened at the
 //! start of its stream: the chain exact, its returns in order, later calls at the right
 //! depth — by CFI with frame pointers, by CFI alone (`-fomit-frame-pointer`), and by frame
-//! records and the link register where the ELF has no CFI.
+//! records and the leaf's return address where the ELF has no CFI; on aarch64, x86_64 and
+//! riscv64 bare metal.
 
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, QEMU_RISCV64};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
+use qemu_uftrace_tests::x86_64_guests::{x86_64_guest_elf, QEMU_X86_64};
 use qemu_uftrace_tests::{
     cross_prefix, guest_elf, is_runtime_function, plugin_stat, Variant, QEMU, QEMU_TIMEOUT,
 };
+
+/// The guest's board: the QEMU command line (no serial or monitor: the tests choose), the
+/// snap guest's builds, and the binutils that strip its CFI.
+#[derive(Clone, Copy)]
+enum Board {
+    Aarch64,
+    X86_64,
+    Riscv64,
+}
+
+impl Board {
+    fn qemu(self, elf: &Path) -> Vec<String> {
+        let args: &[&str] = match self {
+            Board::Aarch64 => &[QEMU, "-M", "virt", "-cpu", "cortex-a57", "-semihosting"],
+            // isa-debug-exit: a non-zero status ends QEMU with it (0 powers off).
+            Board::X86_64 => &[
+                QEMU_X86_64,
+                "-M",
+                "pc",
+                "-m",
+                "128M",
+                "-device",
+                "isa-debug-exit",
+            ],
+            Board::Riscv64 => &[QEMU_RISCV64, "-M", "virt", "-bios", "none"],
+        };
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        v.extend(["-display", "none", "-nic", "none", "-kernel"].map(String::from));
+        v.push(elf.display().to_string());
+        v
+    }
+
+    fn elf(self, variant: Variant) -> PathBuf {
+        match self {
+            Board::Aarch64 => guest_elf("snap", variant),
+            Board::X86_64 => x86_64_guest_elf("snap", variant),
+            Board::Riscv64 => riscv64_guest_elf("snap", variant),
+        }
+        .expect("build guests")
+    }
+
+    fn objcopy(self) -> String {
+        match self {
+            Board::Aarch64 => format!("{}objcopy", cross_prefix()),
+            Board::X86_64 => "objcopy".into(),
+            Board::Riscv64 => "riscv64-linux-gnu-objcopy".into(),
+        }
+    }
+
+    /// The natural build (frame pointers) without its CFI sections.
+    fn elf_without_cfi(self, dir: &Path) -> PathBuf {
+        let stripped = dir.join("snap-nocfi.elf");
+        let status = Command::new(self.objcopy())
+            .args([
+                "--remove-section",
+                ".debug_frame",
+                "--remove-section",
+                ".eh_frame",
+            ])
+            .arg(self.elf(Variant::Natural))
+            .arg(&stripped)
+            .status()
+            .expect("run objcopy");
+        assert!(status.success());
+        stripped
+    }
+}
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -44,27 +114,11 @@ struct FromSnapshot {
 
 /// Runs `elf` until it waits in `snap_wait`, saves it, and records the run from there,
 /// with a byte for the guest to receive.
-fn record_from_snapshot(elf: &Path) -> FromSnapshot {
+fn record_from_snapshot(board: Board, elf: &Path) -> FromSnapshot {
     let tmp = tempfile::tempdir().expect("temp dir");
     let disk = tmp.path().join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
-    let mut qemu: Vec<String> = [
-        QEMU,
-        "-M",
-        "virt",
-        "-cpu",
-        "cortex-a57",
-        "-display",
-        "none",
-        "-nic",
-        "none",
-        "-semihosting",
-        "-kernel",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    qemu.push(elf.display().to_string());
+    let mut qemu = board.qemu(elf);
     qemu.extend(disk_args(&disk));
     let seen = save_at_marker(&qemu, tmp.path(), "snap: waiting", "s1", QEMU_TIMEOUT)
         .expect("snapshot the guest in snap_wait");
@@ -106,8 +160,8 @@ fn record_from_snapshot(elf: &Path) -> FromSnapshot {
 }
 
 /// Checks the trace of a run from the snapshot, with the summary line `methods` names.
-fn check(elf: &Path, methods: &str) {
-    let run = record_from_snapshot(elf);
+fn check(board: Board, elf: &Path, methods: &str) {
+    let run = record_from_snapshot(board, elf);
     // The guest went on from where it was saved, with the byte it was given.
     assert!(
         run.uart.contains("snap_a(1) = 242") && !run.uart.contains("snap: waiting"),
@@ -148,38 +202,63 @@ fn check(elf: &Path, methods: &str) {
         .ends_with(".stack")));
 }
 
-#[test]
-fn frame_pointers_and_cfi_by_cfi() {
-    check(
-        &guest_elf("snap", Variant::Natural).expect("build guests"),
-        "6 by CFI",
-    );
+/// The three builds on `board`: with frame pointers and CFI, CFI only, frame pointers only.
+fn check_board(board: Board, variant: &str) {
+    match variant {
+        "natural" => check(board, &board.elf(Variant::Natural), "6 by CFI"),
+        "nofp" => check(board, &board.elf(Variant::NoFp), "6 by CFI"),
+        _ => {
+            let tmp = tempfile::tempdir().expect("temp dir");
+            check(
+                board,
+                &board.elf_without_cfi(tmp.path()),
+                "5 by frame records, 1 by leaf return address",
+            )
+        }
+    }
 }
 
 #[test]
-fn cfi_only_without_frame_pointers() {
-    check(
-        &guest_elf("snap", Variant::NoFp).expect("build guests"),
-        "6 by CFI",
-    );
+fn aarch64_by_cfi_with_frame_pointers() {
+    check_board(Board::Aarch64, "natural");
 }
 
 #[test]
-fn frame_records_where_there_is_no_cfi() {
-    let elf = guest_elf("snap", Variant::Natural).expect("build guests");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let stripped = tmp.path().join("snap-nocfi.elf");
-    let status = Command::new(format!("{}objcopy", cross_prefix()))
-        .args([
-            "--remove-section",
-            ".debug_frame",
-            "--remove-section",
-            ".eh_frame",
-        ])
-        .arg(&elf)
-        .arg(&stripped)
-        .status()
-        .expect("run objcopy");
-    assert!(status.success());
-    check(&stripped, "5 by frame records, 1 by link register");
+fn aarch64_by_cfi_without_frame_pointers() {
+    check_board(Board::Aarch64, "nofp");
+}
+
+#[test]
+fn aarch64_by_frame_records_without_cfi() {
+    check_board(Board::Aarch64, "nocfi");
+}
+
+#[test]
+fn x86_64_by_cfi_with_frame_pointers() {
+    check_board(Board::X86_64, "natural");
+}
+
+#[test]
+fn x86_64_by_cfi_without_frame_pointers() {
+    check_board(Board::X86_64, "nofp");
+}
+
+#[test]
+fn x86_64_by_frame_records_without_cfi() {
+    check_board(Board::X86_64, "nocfi");
+}
+
+#[test]
+fn riscv64_by_cfi_with_frame_pointers() {
+    check_board(Board::Riscv64, "natural");
+}
+
+#[test]
+fn riscv64_by_cfi_without_frame_pointers() {
+    check_board(Board::Riscv64, "nofp");
+}
+
+#[test]
+fn riscv64_by_frame_records_without_cfi() {
+    check_board(Board::Riscv64, "nocfi");
 }

@@ -20,9 +20,10 @@ pub enum Method {
     Cfi,
     /// The frame-record chain (frame pointers).
     FrameRecord,
-    /// The innermost function's link register, which holds its return address until it
-    /// calls (frames without CFI).
-    LinkRegister,
+    /// The innermost function's return address where a function keeps it on entry (the
+    /// link register until it calls, the stack top on x86-64 before it pushes anything),
+    /// for code without CFI.
+    LeafReturn,
 }
 
 impl Method {
@@ -30,7 +31,7 @@ impl Method {
         match self {
             Method::Cfi => "CFI",
             Method::FrameRecord => "frame records",
-            Method::LinkRegister => "link register",
+            Method::LeafReturn => "leaf return address",
         }
     }
 }
@@ -188,9 +189,18 @@ impl Unwinder<'_> {
             if let Some(ra) = candidate
                 .filter(|&ra| self.is_return_address(ra) && self.function_at(ra - 1) != here)
             {
-                // If it already saved its record, that record returns to the same place.
-                let fp = match r.fp.and_then(record) {
-                    Some((next, saved)) if saved == ra => Some(next),
+                let fp = match (r.fp, r.fp.and_then(record)) {
+                    // It already saved its record, which returns to the same place.
+                    (_, Some((next, saved))) if saved == ra => Some(next),
+                    // It saved only its caller's frame pointer, in the return address's
+                    // slot (RISC-V GCC's leaves).
+                    (Some(fp), Some((_, saved)))
+                        if saved > fp
+                            && !self.is_return_address(saved)
+                            && self.stack.read_u64(saved).is_some() =>
+                    {
+                        Some(saved)
+                    }
                     _ => r.fp,
                 };
                 let sp = match self.regs.lr {
@@ -203,7 +213,7 @@ impl Unwinder<'_> {
                     fp,
                     lr: None,
                 };
-                return Some((ra, regs, Method::LinkRegister));
+                return Some((ra, regs, Method::LeafReturn));
             }
         }
         let fp = r.fp.filter(|&fp| fp != 0)?;
