@@ -5,6 +5,7 @@
 
 pub mod cfi;
 pub mod image;
+pub mod sframe;
 
 use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
 use qemu_uftrace_engine::guest::read_frame_record;
