@@ -3,8 +3,9 @@
 //! at the start are unwound after the run from the guest's own tables and opened at the
 //! start of its stream: the chain exact, its returns in order, later calls at the right
 //! depth — by CFI with frame pointers, by CFI alone (`-fomit-frame-pointer`), and by frame
-//! records and the leaf's return address where the ELF has no CFI; on aarch64, x86_64 and
-//! riscv64 bare metal.
+//! records and the leaf's return address where the ELF has no CFI, by SFrame alone
+//! (`as --gsframe`, CFI removed); on aarch64, x86_64 and riscv64 bare metal (SFrame has
+//! no RISC-V ABI).
 
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, QEMU_RISCV64};
@@ -46,10 +47,14 @@ impl Board {
     }
 
     fn elf(self, variant: Variant) -> PathBuf {
+        self.program("snap", variant)
+    }
+
+    fn program(self, name: &str, variant: Variant) -> PathBuf {
         match self {
-            Board::Aarch64 => guest_elf("snap", variant),
-            Board::X86_64 => x86_64_guest_elf("snap", variant),
-            Board::Riscv64 => riscv64_guest_elf("snap", variant),
+            Board::Aarch64 => guest_elf(name, variant),
+            Board::X86_64 => x86_64_guest_elf(name, variant),
+            Board::Riscv64 => riscv64_guest_elf(name, variant),
         }
         .expect("build guests")
     }
@@ -62,8 +67,8 @@ impl Board {
         }
     }
 
-    /// The natural build (frame pointers) without its CFI sections.
-    fn elf_without_cfi(self, dir: &Path) -> PathBuf {
+    /// `elf` without its CFI sections.
+    fn without_cfi(self, elf: &Path, dir: &Path) -> PathBuf {
         let stripped = dir.join("snap-nocfi.elf");
         let status = Command::new(self.objcopy())
             .args([
@@ -72,7 +77,7 @@ impl Board {
                 "--remove-section",
                 ".eh_frame",
             ])
-            .arg(self.elf(Variant::Natural))
+            .arg(elf)
             .arg(&stripped)
             .status()
             .expect("run objcopy");
@@ -202,19 +207,23 @@ fn check(board: Board, elf: &Path, methods: &str) {
         .ends_with(".stack")));
 }
 
-/// The three builds on `board`: with frame pointers and CFI, CFI only, frame pointers only.
+/// The builds on `board`: with frame pointers and CFI, CFI only, frame pointers only,
+/// SFrame only.
 fn check_board(board: Board, variant: &str) {
+    let tmp = tempfile::tempdir().expect("temp dir");
     match variant {
         "natural" => check(board, &board.elf(Variant::Natural), "6 by CFI"),
         "nofp" => check(board, &board.elf(Variant::NoFp), "6 by CFI"),
-        _ => {
-            let tmp = tempfile::tempdir().expect("temp dir");
-            check(
-                board,
-                &board.elf_without_cfi(tmp.path()),
-                "5 by frame records, 1 by leaf return address",
-            )
-        }
+        "nocfi" => check(
+            board,
+            &board.without_cfi(&board.elf(Variant::Natural), tmp.path()),
+            "5 by frame records, 1 by leaf return address",
+        ),
+        _ => check(
+            board,
+            &board.without_cfi(&board.program("snap-sframe", Variant::Natural), tmp.path()),
+            "6 by SFrame",
+        ),
     }
 }
 
@@ -231,6 +240,16 @@ fn aarch64_by_cfi_without_frame_pointers() {
 #[test]
 fn aarch64_by_frame_records_without_cfi() {
     check_board(Board::Aarch64, "nocfi");
+}
+
+#[test]
+fn aarch64_by_sframe_alone() {
+    check_board(Board::Aarch64, "sframe");
+}
+
+#[test]
+fn x86_64_by_sframe_alone() {
+    check_board(Board::X86_64, "sframe");
 }
 
 #[test]

@@ -17,8 +17,10 @@ pub struct Image {
     pub name: String,
     /// `.eh_frame`, when the file has one.
     pub eh_frame: Option<Table>,
-    /// `.debug_frame` (compressed sections are not read: none here).
+    /// `.debug_frame`.
     pub debug_frame: Option<Table>,
+    /// `.sframe` (`as --gsframe`).
+    pub sframe: Option<Table>,
     /// Executable sections: (address, bytes).
     code: Vec<(u64, Vec<u8>)>,
     /// Function starts and sizes, sorted by address.
@@ -58,6 +60,7 @@ impl Image {
             name: name.to_string(),
             eh_frame: table(".eh_frame"),
             debug_frame: table(".debug_frame"),
+            sframe: table(".sframe"),
             code,
             functions,
         })

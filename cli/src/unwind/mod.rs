@@ -1,7 +1,7 @@
 //! Unwinding a stack cookie after the run: the calls that were open when a run from a
 //! snapshot began, from the guest's own tables. DWARF CFI (`.eh_frame`, `.debug_frame`)
-//! where it covers the address; frame records where it does not (and the link register
-//! for the innermost function, which may not have saved it yet).
+//! where it covers the address, else SFrame (`.sframe`); frame records where neither does
+//! (and the innermost function's return address where it keeps it on entry).
 
 pub mod cfi;
 pub mod image;
@@ -19,6 +19,8 @@ pub use image::Image;
 pub enum Method {
     /// DWARF call frame information.
     Cfi,
+    /// SFrame.
+    SFrame,
     /// The frame-record chain (frame pointers).
     FrameRecord,
     /// The innermost function's return address where a function keeps it on entry (the
@@ -31,6 +33,7 @@ impl Method {
     pub fn name(self) -> &'static str {
         match self {
             Method::Cfi => "CFI",
+            Method::SFrame => "SFrame",
             Method::FrameRecord => "frame records",
             Method::LeafReturn => "leaf return address",
         }
@@ -172,6 +175,33 @@ impl Unwinder<'_> {
         Some((ra, regs))
     }
 
+    /// One step by SFrame: the same as by CFI, from the compact table.
+    fn sframe_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if first { r.pc } else { r.pc - 1 };
+        let table = self.image(lookup)?.sframe.as_ref()?;
+        let sf = sframe::SFrame::parse(&table.data, table.addr).ok()?;
+        let row = sf.row_at(lookup)?;
+        let base = if row.cfa_base_fp { r.fp? } else { r.sp? };
+        let cfa = base.checked_add_signed(row.cfa as i64)?;
+        let at = |o: i32| self.stack.read_u64(cfa.checked_add_signed(o as i64)?);
+        let ra = match row.ra.or(sf.fixed_ra()) {
+            Some(o) => self.isa.strip_authentication(at(o)?),
+            // Not saved: still in the link register, in the innermost frame only.
+            None if first => r.lr?,
+            None => return None,
+        };
+        let regs = Regs {
+            pc: ra,
+            sp: Some(cfa),
+            fp: match row.fp {
+                Some(o) => Some(at(o)?),
+                None => r.fp,
+            },
+            lr: self.regs.lr.map(|_| ra),
+        };
+        Some((ra, regs))
+    }
+
     /// One step by frame records, with the link register for the innermost function.
     fn frame_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
         let record = |fp: u64| {
@@ -263,6 +293,10 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         let step = u
             .cfi_step(first, &regs)
             .map(|(ra, next)| (ra, next, Method::Cfi))
+            .or_else(|| {
+                u.sframe_step(first, &regs)
+                    .map(|(ra, next)| (ra, next, Method::SFrame))
+            })
             .or_else(|| u.frame_step(first, &regs));
         let Some((ra, next, method)) = step else {
             break;
