@@ -72,7 +72,13 @@ pub fn assemble(
     }
     // A run from a snapshot: the calls open at its start, unwound into the tasks' files
     // before the assembly renumbers them.
-    let image_paths: Vec<&Path> = prep.images.iter().map(|i| i.path.as_path()).collect();
+    // The ELF files among the images QEMU loads and the symbol sources (a vmlinux).
+    let mut image_paths: Vec<&Path> = prep.images.iter().map(|i| i.path.as_path()).collect();
+    for s in prep.sources.iter().filter(|s| s.offset == 0) {
+        if !image_paths.contains(&s.path.as_path()) && qemu::file_is_elf(&s.path) {
+            image_paths.push(&s.path);
+        }
+    }
     let recovered = super::recover::recover(staging, &image_paths)?;
     if let Some(r) = &recovered {
         for line in &r.problems {

@@ -21,6 +21,8 @@ pub struct Image {
     pub debug_frame: Option<Table>,
     /// `.sframe` (`as --gsframe`).
     pub sframe: Option<Table>,
+    /// An x86-64 kernel's ORC tables, parsed once (hundreds of thousands of entries).
+    pub orc: Option<super::orc::Orc>,
     /// Executable sections: (address, bytes).
     code: Vec<(u64, Vec<u8>)>,
     /// Function starts and sizes, sorted by address.
@@ -56,8 +58,23 @@ impl Image {
             .collect();
         functions.sort_unstable();
         functions.dedup_by_key(|f| f.0);
+        let orc = match (
+            file.section_by_name(".orc_unwind_ip"),
+            file.section_by_name(".orc_unwind"),
+        ) {
+            (Some(ip), Some(unwind)) => Some(
+                super::orc::Orc::parse(
+                    ip.data().context(".orc_unwind_ip")?,
+                    ip.address(),
+                    unwind.data().context(".orc_unwind")?,
+                )
+                .with_context(|| format!("{name}'s ORC tables"))?,
+            ),
+            _ => None,
+        };
         Ok(Image {
             name: name.to_string(),
+            orc,
             eh_frame: table(".eh_frame"),
             debug_frame: table(".debug_frame"),
             sframe: table(".sframe"),

@@ -1,10 +1,12 @@
 //! Unwinding a stack cookie after the run: the calls that were open when a run from a
 //! snapshot began, from the guest's own tables. DWARF CFI (`.eh_frame`, `.debug_frame`)
-//! where it covers the address, else SFrame (`.sframe`); frame records where neither does
-//! (and the innermost function's return address where it keeps it on entry).
+//! where it covers the address, else SFrame (`.sframe`), else an x86-64 kernel's ORC
+//! tables; frame records where none does (and the innermost function's return address
+//! where it keeps it on entry).
 
 pub mod cfi;
 pub mod image;
+pub mod orc;
 pub mod sframe;
 
 use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
@@ -21,6 +23,8 @@ pub enum Method {
     Cfi,
     /// SFrame.
     SFrame,
+    /// An x86-64 kernel's ORC tables.
+    Orc,
     /// The frame-record chain (frame pointers).
     FrameRecord,
     /// The innermost function's return address where a function keeps it on entry (the
@@ -34,6 +38,7 @@ impl Method {
         match self {
             Method::Cfi => "CFI",
             Method::SFrame => "SFrame",
+            Method::Orc => "ORC",
             Method::FrameRecord => "frame records",
             Method::LeafReturn => "leaf return address",
         }
@@ -202,6 +207,20 @@ impl Unwinder<'_> {
         Some((ra, regs))
     }
 
+    /// One step by ORC (x86-64 kernels).
+    fn orc_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if first { r.pc } else { r.pc - 1 };
+        let entry = self.image(lookup)?.orc.as_ref()?.find(lookup)?;
+        let (ra, sp, fp) = orc::step(&entry, r.sp, r.fp, |a| self.stack.read_u64(a))?;
+        let regs = Regs {
+            pc: ra,
+            sp: Some(sp),
+            fp,
+            lr: None,
+        };
+        Some((ra, regs))
+    }
+
     /// One step by frame records, with the link register for the innermost function.
     fn frame_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
         let record = |fp: u64| {
@@ -296,6 +315,10 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
             .or_else(|| {
                 u.sframe_step(first, &regs)
                     .map(|(ra, next)| (ra, next, Method::SFrame))
+            })
+            .or_else(|| {
+                u.orc_step(first, &regs)
+                    .map(|(ra, next)| (ra, next, Method::Orc))
             })
             .or_else(|| u.frame_step(first, &regs));
         let Some((ra, next, method)) = step else {
