@@ -128,12 +128,26 @@ fn recover_task(
     images: &[Image],
     done: &mut Recovered,
 ) -> Result<()> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let cookie = StackCookie::decode(&bytes).with_context(|| path.display().to_string())?;
-    let arch = Arch::from_elf_machine(cookie.machine)
-        .with_context(|| format!("{}: unknown ELF machine {}", path.display(), cookie.machine))?;
-    let mut frames = unwind::unwind(&cookie, arch, images);
-    frames.reverse();
+    // A cookie that cannot be read recovers nothing, but the task's stream is still
+    // rewritten: its returns past the bottom become LOST marks, not stray exits.
+    let unwound = std::fs::read(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .and_then(|bytes| StackCookie::decode(&bytes).with_context(|| path.display().to_string()))
+        .and_then(|cookie| {
+            let arch = Arch::from_elf_machine(cookie.machine).with_context(|| {
+                format!("{}: unknown ELF machine {}", path.display(), cookie.machine)
+            })?;
+            let mut frames = unwind::unwind(&cookie, arch, images);
+            frames.reverse();
+            Ok((frames, cookie.time))
+        });
+    let (frames, time) = match unwound {
+        Ok(f) => f,
+        Err(e) => {
+            done.problems.push(format!("task {tid}: {e:#}"));
+            (Vec::new(), u64::MAX)
+        }
+    };
     let dat = dir.join(format!("{tid}.dat"));
     let data = match std::fs::read(&dat) {
         Ok(d) => d,
@@ -143,7 +157,7 @@ fn recover_task(
     let whole = data.len() - data.len() % record::RECORD_SIZE;
     let records = record::decode_all(&data[..whole])
         .map_err(|e| anyhow::anyhow!("{}: bad record word {:#x}", dat.display(), e.0))?;
-    let (out, matched, unmatched) = rewrite(&records, &frames, cookie.time);
+    let (out, matched, unmatched) = rewrite(&records, &frames, time);
     let mut bytes = Vec::with_capacity(out.len() * record::RECORD_SIZE + data.len() - whole);
     for r in &out {
         bytes.extend_from_slice(&record::encode(r.time, r.kind, r.depth as u32, r.addr));
@@ -287,6 +301,32 @@ mod tests {
             .map(|x| (x.depth, x.addr))
             .collect();
         assert_eq!(exits, [(2, 0x300), (1, 0x200)]);
+    }
+
+    #[test]
+    fn a_damaged_cookie_is_one_line_and_its_returns_are_lost_marks() {
+        use RecordType::*;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(cookie::file_name(7)), b"QUSTACK\x01short").unwrap();
+        let dat: Vec<u8> = [r(10, Exit, 0, 0x210), r(20, Entry, 0, 0x400)]
+            .iter()
+            .flat_map(|x| record::encode(x.time, x.kind, x.depth as u32, x.addr))
+            .collect();
+        std::fs::write(dir.path().join("7.dat"), dat).unwrap();
+        let done = recover(dir.path(), &[])
+            .unwrap()
+            .expect("a cookie was there");
+        assert_eq!(done.problems.len(), 1, "{:?}", done.problems);
+        assert!(
+            done.problems[0].contains("truncated stack cookie"),
+            "{:?}",
+            done.problems
+        );
+        assert_eq!((done.frames(), done.unmatched), (0, 1));
+        let back = record::decode_all(&std::fs::read(dir.path().join("7.dat")).unwrap()).unwrap();
+        assert_eq!(back, [r(10, Lost, 0, 0), r(20, Entry, 0, 0x400)]);
+        assert!(!dir.path().join(cookie::file_name(7)).exists());
+        assert!(!dir.path().join("events.txt").exists());
     }
 
     #[test]
