@@ -344,3 +344,98 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
     }
     frames
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `testdata/remember.S` built with the host's gcc: the program and its symbols.
+    fn remember() -> (
+        tempfile::TempDir,
+        Image,
+        std::collections::HashMap<String, u64>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/unwind/testdata/remember.S"
+        );
+        let out = dir.path().join("remember");
+        let status = std::process::Command::new("gcc")
+            .args(["-nostdlib", "-static", "-no-pie", "-o"])
+            .arg(&out)
+            .arg(src)
+            .status()
+            .expect("gcc (run scripts/install-deps.sh)");
+        assert!(status.success());
+        let bytes = std::fs::read(&out).unwrap();
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(&*bytes).unwrap();
+        let syms = file
+            .symbols()
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
+            .collect();
+        let image = Image::parse("remember", &bytes).unwrap();
+        assert!(image.eh_frame.is_some());
+        (dir, image, syms)
+    }
+
+    fn cookie(pc: u64, sp: u64, words: &[u64]) -> StackCookie {
+        StackCookie {
+            machine: Arch::X86_64.elf_machine(),
+            tid: 1,
+            vcpu: 0,
+            time: 0,
+            pc,
+            sp,
+            fp: 0,
+            lr: 0,
+            stack_base: sp,
+            stack: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn cfi_rows_after_restore_state_hold_in_inner_and_outer_frames() {
+        let (_dir, image, sym) = remember();
+        let images = std::slice::from_ref(&image);
+        // Stopped in g, called by f from its restored state (rbx still pushed), called by
+        // _start, whose CFI ends the stack.
+        let stack = [sym["after_g"], 0x1111, sym["after_f"]];
+        let frames = unwind(&cookie(sym["g"], 0x8000, &stack), Arch::X86_64, images);
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: sym["g"],
+                    ret_addr: sym["after_g"],
+                    method: Method::Cfi
+                },
+                Frame {
+                    func: sym["f"],
+                    ret_addr: sym["after_f"],
+                    method: Method::Cfi
+                },
+            ]
+        );
+        // Stopped in f itself after the call returned: the restored row again (CFA rsp+16).
+        let frames = unwind(
+            &cookie(sym["after_g"], 0x8008, &stack[1..]),
+            Arch::X86_64,
+            images,
+        );
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].ret_addr, sym["after_f"]);
+    }
+
+    #[test]
+    fn a_stack_that_is_not_one_unwinds_to_nothing() {
+        let (_dir, image, sym) = remember();
+        // A "return address" that follows no call, and a stack copy too short to read.
+        let frames = unwind(&cookie(sym["g"], 0x8000, &[0x1234]), Arch::X86_64, &[image]);
+        assert!(frames.is_empty());
+        let (_dir, image, sym) = remember();
+        let frames = unwind(&cookie(sym["g"], 0x8000, &[]), Arch::X86_64, &[image]);
+        assert!(frames.is_empty());
+    }
+}
