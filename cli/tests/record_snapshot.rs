@@ -9,11 +9,15 @@
 
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, QEMU_RISCV64};
-use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
+use qemu_uftrace_tests::snapshot::{
+    create_disk, disk_args, migrate_at_marker, save_at_marker, wait_until_running,
+};
 use qemu_uftrace_tests::x86_64_guests::{x86_64_guest_elf, QEMU_X86_64};
 use qemu_uftrace_tests::{
     cross_prefix, guest_elf, is_runtime_function, plugin_stat, Variant, QEMU, QEMU_TIMEOUT,
 };
+use std::io::Write;
+use std::os::unix::net::UnixListener;
 
 /// The guest's board: the QEMU command line (no serial or monitor: the tests choose), the
 /// snap guest's builds, and the binutils that strip its CFI.
@@ -129,32 +133,19 @@ fn record_from_snapshot(board: Board, elf: &Path) -> FromSnapshot {
         .expect("snapshot the guest in snap_wait");
     assert!(seen.contains("snap: waiting"));
 
+    // The byte to receive is there from the start: -loadvm loads before any input arrives.
     let release = tmp.path().join("release.txt");
     std::fs::write(&release, "g").expect("write release");
     let uart = tmp.path().join("uart.txt");
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .args(&qemu)
-        .args(["-loadvm", "s1", "-monitor", "none", "-chardev"])
-        .arg(format!(
-            "file,id=uart,path={},input-path={}",
-            uart.display(),
-            release.display()
-        ))
-        .args(["-serial", "chardev:uart"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "record failed: {}\n{stderr}",
-        out.status
-    );
+    let mut args = qemu;
+    args.extend(["-loadvm", "s1", "-monitor", "none", "-chardev"].map(String::from));
+    args.push(format!(
+        "file,id=uart,path={},input-path={}",
+        uart.display(),
+        release.display()
+    ));
+    args.extend(["-serial", "chardev:uart"].map(String::from));
+    let (dir, stderr) = record(tmp.path(), &args);
     let uart = std::fs::read_to_string(&uart).expect("the guest's serial output");
     FromSnapshot {
         _tmp: tmp,
@@ -164,9 +155,72 @@ fn record_from_snapshot(board: Board, elf: &Path) -> FromSnapshot {
     }
 }
 
+/// Records `qemu` into `<tmp>/uftrace.data`; gives the directory and `record`'s stderr.
+fn record(tmp: &Path, qemu: &[String]) -> (PathBuf, String) {
+    let dir = tmp.join("uftrace.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .args(qemu)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "record failed: {}\n{stderr}",
+        out.status
+    );
+    (dir, stderr)
+}
+
+/// [`record_from_snapshot`] from a migration stream (`-incoming file:`): the byte is sent
+/// once the VM runs (input that arrives while the stream loads is lost to the migrated
+/// UART state).
+fn record_from_migration(board: Board, elf: &Path) -> FromSnapshot {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let qemu = board.qemu(elf);
+    let stream = tmp.path().join("vm.mig");
+    let seen = migrate_at_marker(&qemu, tmp.path(), "snap: waiting", &stream, QEMU_TIMEOUT)
+        .expect("migrate the guest in snap_wait to a file");
+    assert!(seen.contains("snap: waiting"));
+
+    let serial_path = tmp.path().join("uart.sock");
+    let qmp_path = tmp.path().join("qmp.sock");
+    let serial = UnixListener::bind(&serial_path).expect("serial socket");
+    let qmp = UnixListener::bind(&qmp_path).expect("QMP socket");
+    let mut args = qemu;
+    args.push("-incoming".into());
+    args.push(format!("file:{}", stream.display()));
+    args.extend(["-monitor", "none", "-serial"].map(String::from));
+    args.push(format!("unix:{}", serial_path.display()));
+    args.push("-qmp".into());
+    args.push(format!("unix:{}", qmp_path.display()));
+    let root = tmp.path().to_path_buf();
+    let run = std::thread::spawn(move || record(&root, &args));
+    // QEMU connects to both sockets as it starts.
+    let (mut uart, _) = serial.accept().expect("QEMU's serial connection");
+    wait_until_running(&qmp, QEMU_TIMEOUT).expect("the VM runs");
+    uart.write_all(b"g").expect("send the byte");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut uart, &mut text).expect("the guest's serial output");
+    let (dir, stderr) = run.join().expect("record");
+    FromSnapshot {
+        _tmp: tmp,
+        dir,
+        stderr,
+        uart: text,
+    }
+}
+
 /// Checks the trace of a run from the snapshot, with the summary line `methods` names.
 fn check(board: Board, elf: &Path, methods: &str) {
-    let run = record_from_snapshot(board, elf);
+    check_run(record_from_snapshot(board, elf), methods)
+}
+
+fn check_run(run: FromSnapshot, methods: &str) {
     // The guest went on from where it was saved, with the byte it was given.
     assert!(
         run.uart.contains("snap_a(1) = 242") && !run.uart.contains("snap: waiting"),
@@ -280,4 +334,13 @@ fn riscv64_by_cfi_without_frame_pointers() {
 #[test]
 fn riscv64_by_frame_records_without_cfi() {
     check_board(Board::Riscv64, "nocfi");
+}
+
+#[test]
+fn aarch64_from_a_migration_stream() {
+    let board = Board::Aarch64;
+    check_run(
+        record_from_migration(board, &board.elf(Variant::NoFp)),
+        "6 by CFI",
+    );
 }

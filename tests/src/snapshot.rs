@@ -47,6 +47,75 @@ pub fn save_at_marker(
     tag: &str,
     timeout: Duration,
 ) -> Result<String> {
+    // HMP runs one command after the other: savevm is done before the list is printed.
+    let commands = format!("stop\nsavevm {tag}\ninfo snapshots\nquit\n");
+    let (serial, stdout, stderr) = run_to_marker(qemu, work, marker, &commands, timeout)?;
+    // The snapshot list: a line whose second column is the tag (the monitor's echo of
+    // `savevm TAG` carries terminal escapes after it).
+    let listed = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("List of snapshots"))
+        .any(|l| l.split_whitespace().nth(1) == Some(tag));
+    if !listed {
+        bail!("snapshot {tag} is not listed after savevm:\n{stdout}\n{stderr}");
+    }
+    Ok(serial)
+}
+
+/// Like [`save_at_marker`], but migrates the running guest into the file `stream` (HMP's
+/// `migrate` without `-d` returns once the migration completed), for `-incoming
+/// file:STREAM`. The guest keeps running meanwhile: its state must not change after the
+/// marker (it waits).
+pub fn migrate_at_marker(
+    qemu: &[String],
+    work: &Path,
+    marker: &str,
+    stream: &Path,
+    timeout: Duration,
+) -> Result<String> {
+    let commands = format!("migrate file:{}\ninfo migrate\nquit\n", stream.display());
+    let (serial, stdout, stderr) = run_to_marker(qemu, work, marker, &commands, timeout)?;
+    if !stdout
+        .lines()
+        .any(|l| l.trim() == "Migration status: completed")
+    {
+        bail!("the migration did not complete:\n{stdout}\n{stderr}");
+    }
+    Ok(serial)
+}
+
+/// Waits, through QMP, until the VM runs: `query-status` says so, or a RESUME event comes (a
+/// run from a migration stream starts once the stream is loaded). QEMU connects to
+/// `listener` (`-qmp unix:PATH`, without `server=on`, with the test listening first).
+pub fn wait_until_running(listener: &UnixListener, timeout: Duration) -> Result<()> {
+    let (stream, _) = listener.accept().context("QEMU's QMP connection")?;
+    stream.set_read_timeout(Some(timeout))?;
+    let mut writer = stream.try_clone()?;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stream));
+    let mut next =
+        || -> Result<String> { Ok(lines.next().context("QMP closed")?.context("reading QMP")?) };
+    next()?; // the greeting
+    writer.write_all(b"{\"execute\": \"qmp_capabilities\"}\n")?;
+    while !next()?.contains("\"return\"") {}
+    writer.write_all(b"{\"execute\": \"query-status\"}\n")?;
+    loop {
+        let line = next()?;
+        if line.contains("\"running\": true") || line.contains("\"RESUME\"") {
+            return Ok(());
+        }
+    }
+}
+
+/// Runs `qemu` until its serial line shows `marker`, then gives the monitor `commands`
+/// (which end with `quit`) and waits for QEMU to exit. Gives the serial output seen and
+/// QEMU's stdout (the monitor) and stderr.
+fn run_to_marker(
+    qemu: &[String],
+    work: &Path,
+    marker: &str,
+    commands: &str,
+    timeout: Duration,
+) -> Result<(String, String, String)> {
     let socket: PathBuf = work.join("serial.sock");
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)
@@ -102,24 +171,14 @@ pub fn save_at_marker(
         let _ = child.wait();
         bail!("the guest's serial line ended before {marker:?}: {serial:?}");
     }
-    // HMP runs one command after the other: savevm is done before the list is printed.
     let mut stdin = child.stdin.take().context("QEMU's stdin")?;
     stdin
-        .write_all(format!("stop\nsavevm {tag}\ninfo snapshots\nquit\n").as_bytes())
+        .write_all(commands.as_bytes())
         .context("writing to QEMU's monitor")?;
     drop(stdin);
     let (status, stdout, stderr) = crate::wait_with_timeout(child, timeout)?;
     if status.is_none() {
         bail!("QEMU did not quit within {timeout:?}\n{stdout}\n{stderr}");
     }
-    // The snapshot list: a line whose second column is the tag (the monitor's echo of
-    // `savevm TAG` carries terminal escapes after it).
-    let listed = stdout
-        .lines()
-        .skip_while(|l| !l.starts_with("List of snapshots"))
-        .any(|l| l.split_whitespace().nth(1) == Some(tag));
-    if !listed {
-        bail!("snapshot {tag} is not listed after savevm:\n{stdout}\n{stderr}");
-    }
-    Ok(serial)
+    Ok((serial, stdout, stderr))
 }
