@@ -93,7 +93,7 @@ pub fn wait_until_running(listener: &UnixListener, timeout: Duration) -> Result<
     let mut writer = stream.try_clone()?;
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stream));
     let mut next =
-        || -> Result<String> { Ok(lines.next().context("QMP closed")?.context("reading QMP")?) };
+        || -> Result<String> { lines.next().context("QMP closed")?.context("reading QMP") };
     next()?; // the greeting
     writer.write_all(b"{\"execute\": \"qmp_capabilities\"}\n")?;
     while !next()?.contains("\"return\"") {}
