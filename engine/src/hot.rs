@@ -36,6 +36,8 @@ pub struct Suspended {
     /// The context's latest record time: it resumes no earlier (its file stays sorted even
     /// when the vCPU it moves to counts time differently).
     pub last_time: u64,
+    /// The context began before tracing did (`midway`).
+    pub midway: bool,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -62,6 +64,9 @@ pub struct Engine {
     /// The task whose records the buffer holds.
     tid: u32,
     spill: Spill,
+    /// The running context began before tracing did (`midway`): returns past the bottom of
+    /// its stack close calls opened before. Last, away from what every event reads.
+    pub(crate) midway: bool,
 }
 
 impl Engine {
@@ -81,6 +86,7 @@ impl Engine {
             spilled: 0,
             tid,
             spill,
+            midway: false,
         }
     }
 
@@ -255,7 +261,7 @@ impl Engine {
         // Returns never cross an exception entry: frames below it belong to the code it
         // interrupted, which resumes only through the ERET.
         let floor = self.stack.innermost_exception().map_or(0, |i| i + 1);
-        if self.stack.is_empty() && self.stack.is_midway() {
+        if self.midway && self.stack.is_empty() {
             return self.outer_return(now, target);
         }
         if let Some(i) = self.stack.find(target).filter(|&i| i >= floor) {
@@ -363,6 +369,7 @@ impl Engine {
             stack,
             overflow: std::mem::take(&mut self.overflow),
             last_time: self.last_time,
+            midway: std::mem::take(&mut self.midway),
         }
     }
 
@@ -372,6 +379,7 @@ impl Engine {
         state.stack.resume();
         self.stack = state.stack;
         self.overflow = state.overflow;
+        self.midway = state.midway;
         self.last_time = self.last_time.max(state.last_time);
         self.tid = tid;
     }

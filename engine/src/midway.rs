@@ -10,7 +10,7 @@ impl Engine {
     /// The running context began before tracing did: returns past its stack's bottom close
     /// calls opened before (until then, nothing else changes).
     pub fn start_midway(&mut self) {
-        self.stack_mut().set_midway();
+        self.midway = true;
     }
 }
 
@@ -73,6 +73,28 @@ mod tests {
         );
         assert_eq!(e.stats().outer_returns, 2);
         assert_eq!(e.stats().lost_marks, 0);
+    }
+
+    #[test]
+    fn the_mark_travels_with_its_context() {
+        let (mut e, out) = engine();
+        e.start_midway();
+        let first = e.suspend();
+        // Another context, begun under tracing: its unmatched return is no outer return.
+        e.resume(2, Default::default());
+        e.ret(10, 0x1010, &mut NoRecords);
+        let _ = e.suspend();
+        e.resume(1, first);
+        e.ret(20, 0x2010, &mut NoRecords);
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        let exits: Vec<_> = records
+            .iter()
+            .filter(|r| r.kind == RecordType::Exit)
+            .map(|r| (r.time, r.addr))
+            .collect();
+        assert_eq!(exits, [(20, 0x2010)]);
+        assert_eq!(e.stats().outer_returns, 1);
     }
 
     #[test]

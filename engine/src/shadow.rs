@@ -39,16 +39,12 @@ pub const RESERVED_FRAMES: usize = qemu_uftrace_format::MAX_STACK as usize;
 #[derive(Debug)]
 pub struct ShadowStack {
     frames: Vec<Frame>,
-    /// The context was found running with calls already open (a run from a snapshot): its
-    /// bottom is not the bottom of the guest's stack (see `midway`).
-    midway: bool,
 }
 
 impl Default for ShadowStack {
     fn default() -> Self {
         ShadowStack {
             frames: Vec::with_capacity(RESERVED_FRAMES),
-            midway: false,
         }
     }
 }
@@ -56,20 +52,7 @@ impl Default for ShadowStack {
 impl ShadowStack {
     /// A stack with no room reserved (until [`ShadowStack::resume`]).
     pub fn empty() -> ShadowStack {
-        ShadowStack {
-            frames: Vec::new(),
-            midway: false,
-        }
-    }
-
-    /// Whether calls opened before tracing began lie below this stack's frames.
-    #[inline]
-    pub fn is_midway(&self) -> bool {
-        self.midway
-    }
-
-    pub(crate) fn set_midway(&mut self) {
-        self.midway = true;
+        ShadowStack { frames: Vec::new() }
     }
 
     #[inline(always)]
