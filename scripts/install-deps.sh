@@ -158,6 +158,8 @@ need_cmd qemu-system-x86_64 qemu-system-x86
 need_cmd qemu-system-riscv64 qemu-system-riscv
 # A real emulator for a target qemu-uftrace does not support (the CLI's bad-input tests).
 need_cmd qemu-system-s390x qemu-system-s390x
+# qcow2 disks for the snapshot tests (savevm/-loadvm).
+need_cmd qemu-img qemu-utils
 # Dynamic and PIE guests for all three user-mode targets, C++ for the unwinding tests.
 need_pkg libc6-dev-arm64-cross
 need_cmd riscv64-linux-gnu-gcc gcc-riscv64-linux-gnu

@@ -376,6 +376,11 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
             info::feat::DEBUG_INFO
         } else {
             0
+        } | if dir.join("events.txt").is_file() {
+            // Names of user events (a run from a snapshot's `qemu:unwound`).
+            info::feat::EVENT
+        } else {
+            0
         },
     };
     symfiles::write_with(&dir.join("info"), |w| info.write_to(w))?;

@@ -30,6 +30,7 @@ pub mod symbols_cmd;
 pub mod symfiles;
 pub mod uftrace_cmd;
 pub mod unnamed;
+pub mod unwind;
 
 use std::ffi::OsString;
 

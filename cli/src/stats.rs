@@ -135,6 +135,12 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "outer_returns",
+        "returns past the bottom of a stack found mid-way (a run from a snapshot), matched \
+         after the run to the frames unwound from the stack cookie",
+        None,
+    ),
+    count(
         "task_conflicts",
         "switches to a task still running on another vCPU: it restarted with an empty stack",
         None,

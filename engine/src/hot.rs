@@ -36,6 +36,8 @@ pub struct Suspended {
     /// The context's latest record time: it resumes no earlier (its file stays sorted even
     /// when the vCPU it moves to counts time differently).
     pub last_time: u64,
+    /// The context began before tracing did (`midway`).
+    pub midway: bool,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -65,6 +67,9 @@ pub struct Engine {
     /// Whether a function is one uftrace's replay treats as a longjmp (see
     /// [`Engine::close_skipped`]); read on slow paths only.
     is_longjmp: fn(u64) -> bool,
+    /// The running context began before tracing did (`midway`): returns past the bottom of
+    /// its stack close calls opened before. Last, away from what every event reads.
+    pub(crate) midway: bool,
 }
 
 impl Engine {
@@ -85,6 +90,7 @@ impl Engine {
             tid,
             spill,
             is_longjmp: |_| false,
+            midway: false,
         }
     }
 
@@ -289,6 +295,9 @@ impl Engine {
         // Returns never cross an exception entry: frames below it belong to the code it
         // interrupted, which resumes only through the ERET.
         let floor = self.stack.innermost_exception().map_or(0, |i| i + 1);
+        if self.midway && self.stack.is_empty() {
+            return self.outer_return(now, target);
+        }
         if let Some(i) = self.stack.find(target).filter(|&i| i >= floor) {
             // longjmp, or callees that left without returning: close them all. Frames
             // entered by a jump (tail calls) return with the frame they replaced: no
@@ -319,6 +328,17 @@ impl Engine {
         if plan.resynced {
             self.stats.resyncs += 1;
         }
+    }
+
+    /// A return past the bottom of a stack found mid-way (`midway`): it closes a call
+    /// opened before tracing began, which the CLI recovers by unwinding after the run. It is
+    /// written as an exit at depth 0 whose address is the return's target (the frame's
+    /// return address, which the CLI checks the recovered frame against); no frame of this
+    /// stack is closed and no guess is made.
+    #[cold]
+    fn outer_return(&mut self, now: u64, target: u64) {
+        self.stats.outer_returns += 1;
+        self.emit(now, RecordType::Exit, 0, target);
     }
 
     /// A LOST record at the current depth: uftrace shows "LOST some records" there and
@@ -409,6 +429,7 @@ impl Engine {
             stack,
             overflow: std::mem::take(&mut self.overflow),
             last_time: self.last_time,
+            midway: std::mem::take(&mut self.midway),
         }
     }
 
@@ -418,6 +439,7 @@ impl Engine {
         state.stack.resume();
         self.stack = state.stack;
         self.overflow = state.overflow;
+        self.midway = state.midway;
         self.last_time = self.last_time.max(state.last_time);
         self.tid = tid;
     }

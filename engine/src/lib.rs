@@ -11,6 +11,7 @@ pub mod entries;
 pub mod exceptions;
 pub mod guest;
 pub mod hot;
+pub mod midway;
 pub mod resync;
 pub mod shadow;
 pub mod signals;

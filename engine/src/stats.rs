@@ -53,6 +53,9 @@ pub struct Stats {
     /// Functions entered by a jump from another function (a tail call, `b main`), shown as
     /// calls nested in the jumper's frame and closed with it.
     pub jump_entries: u64,
+    /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
+    /// calls opened before tracing began, matched after the run to the unwound frames.
+    pub outer_returns: u64,
 }
 
 impl Stats {
@@ -78,6 +81,7 @@ impl Stats {
         self.signal_returns += o.signal_returns;
         self.unwinds += o.unwinds;
         self.jump_entries += o.jump_entries;
+        self.outer_returns += o.outer_returns;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -104,6 +108,7 @@ impl Stats {
             ("signal_returns", self.signal_returns),
             ("unwinds", self.unwinds),
             ("jump_entries", self.jump_entries),
+            ("outer_returns", self.outer_returns),
         ]
     }
 }

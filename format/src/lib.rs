@@ -7,6 +7,8 @@
 //! `.dbg` files.
 
 pub mod arch;
+pub mod cookie;
+pub mod events;
 pub mod info;
 pub mod map;
 pub mod note;

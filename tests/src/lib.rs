@@ -25,6 +25,7 @@ pub mod linux_guest;
 pub mod procs_guest;
 pub mod replay;
 pub mod riscv64;
+pub mod snapshot;
 pub mod x86_64_guests;
 
 /// The QEMU system emulator the guests run under.

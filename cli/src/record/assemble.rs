@@ -31,6 +31,8 @@ pub struct Published {
     pub old: Option<PathBuf>,
     /// Why the trace is not complete.
     pub incomplete: Option<String>,
+    /// A run from a snapshot: the calls open at its start that were unwound.
+    pub recovered: Option<super::recover::Recovered>,
 }
 
 pub fn assemble(
@@ -67,6 +69,21 @@ pub fn assemble(
     let spinner = spinner(output);
     for line in &symbols.failures {
         warn(line);
+    }
+    // A run from a snapshot: the calls open at its start, unwound into the tasks' files
+    // before the assembly renumbers them.
+    // The ELF files among the images QEMU loads and the symbol sources (a vmlinux).
+    let mut image_paths: Vec<&Path> = prep.images.iter().map(|i| i.path.as_path()).collect();
+    for s in prep.sources.iter().filter(|s| s.offset == 0) {
+        if !image_paths.contains(&s.path.as_path()) && qemu::file_is_elf(&s.path) {
+            image_paths.push(&s.path);
+        }
+    }
+    let recovered = super::recover::recover(staging, &image_paths)?;
+    if let Some(r) = &recovered {
+        for line in &r.problems {
+            warn(format!("stack not unwound: {line}"));
+        }
     }
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
@@ -122,6 +139,7 @@ pub fn assemble(
         assembled,
         old,
         incomplete,
+        recovered,
     })
 }
 

@@ -34,6 +34,9 @@ pub struct Invocation {
     /// Whether the command line turns the kernel's address randomisation off, the way the
     /// emulator's architecture allows.
     pub kaslr_off: bool,
+    /// System mode: the run starts mid-way, from a snapshot (`-loadvm`) or a migration
+    /// stream (`-incoming`): the calls open at its start are unwound after it.
+    pub resume: bool,
 }
 
 /// What follows QEMU's options in a user-mode command.
@@ -84,7 +87,12 @@ impl Invocation {
             Mode::System => qemu::guest_images(&opts, qemu::file_is_elf),
             Mode::User => Vec::new(),
         };
+        let resume = emulator.mode == Mode::System
+            && opts
+                .iter()
+                .any(|o| o.name == "loadvm" || o.name == "incoming");
         Ok(Invocation {
+            resume,
             argv: argv.to_vec(),
             memory: qemu::memory(&opts),
             sysroot: qemu::user_maps::sysroot(&opts),
@@ -183,6 +191,15 @@ mod tests {
         assert!(inv.board.no_firmware);
         assert!(inv.user.is_none());
         assert!(!inv.kaslr_off);
+        assert!(!inv.resume);
+    }
+
+    #[test]
+    fn snapshots_and_migration_streams_start_mid_way() {
+        for (opt, value) in [("-loadvm", "s1"), ("-incoming", "file:/tmp/vm")] {
+            let inv = parse(&["qemu-system-aarch64", "-M", "virt", opt, value]);
+            assert!(inv.resume, "{opt}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod assemble;
 pub mod invocation;
 pub mod kaslr;
 pub mod prepare;
+pub mod recover;
 pub mod run;
 pub mod summary;
 pub mod symbols;

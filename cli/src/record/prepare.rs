@@ -212,6 +212,10 @@ impl PluginOptions<'_> {
         if args.split_levels {
             v.push(",split_levels=on");
         }
+        // A run from a snapshot: each vCPU's first block saves a stack cookie.
+        if self.inv.resume {
+            v.push(",resume=on");
+        }
         if let Some(cap) = self.cap {
             v.push(cap_options(cap));
         }

@@ -61,6 +61,13 @@ pub fn print(
                 if s.vcpus == Some(1) { "" } else { "s" },
                 bytes(s.bytes.max(done.bytes)),
             ));
+            if let Some(r) = &published.recovered {
+                note(format!(
+                    "{} in {:.0} ms",
+                    r.describe(),
+                    r.elapsed.as_secs_f64() * 1000.0
+                ));
+            }
             if count("exceptions_shown") == Some(0) {
                 note(
                     "exceptions and interrupts are not shown as entries: this QEMU does not \

@@ -73,6 +73,17 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             )
         };
     }
+    // A run from a snapshot: the first block each vCPU runs saves its stack cookie.
+    if crate::handlers::midway::armed() {
+        unsafe {
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                first,
+                crate::handlers::midway::on_first_insn,
+                CB_R_REGS,
+                start as usize as *mut c_void,
+            )
+        };
+    }
     let user = !crate::state::system_mode();
     let system = !user;
     if user {

@@ -1,8 +1,10 @@
 //! The callbacks that run while the guest does: calls, returns, exceptions and task switches
 //! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`; in a
-//! Linux guest's processes: `procmaps`) and x86 vector tables (`vector_table`).
+//! Linux guest's processes: `procmaps`), x86 vector tables (`vector_table`) and the stack
+//! cookie of a run that starts mid-way (`midway`).
 
 pub mod callbacks;
+pub mod midway;
 pub mod procmaps;
 pub mod signals;
 pub mod usermap;

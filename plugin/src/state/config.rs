@@ -2,7 +2,7 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,entries=FILE|entries_file=FILE]`, or
+//! `[,entries=FILE|entries_file=FILE][,resume=on]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -57,6 +57,9 @@ pub struct Config {
     /// `entries_file=`: the list is still being written by the CLI as QEMU starts (a
     /// kernel's symbols), and waited for when the kernel proper is first translated.
     pub entries_later: bool,
+    /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
+    /// saves a stack cookie (`resume=on`).
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,6 +182,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut proc_offsets = None;
     let mut entries = None;
     let mut entries_later = false;
+    let mut resume = false;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -287,6 +291,13 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "proc_watch" => proc_watch = Some(Watch::parse(value)?),
             "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
+            "resume" => {
+                resume = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("resume={value}: expected on or off")),
+                }
+            }
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -317,5 +328,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         proc_watch,
         entries,
         entries_later,
+        resume,
     })))
 }

@@ -1,0 +1,339 @@
+//! Between the run and the data directory's assembly, for a run that started mid-way
+//! (`-loadvm`, `-incoming`): each stack cookie the plugin saved is unwound with the guest's
+//! own tables (`crate::unwind`), and the calls it shows open are written at the start of
+//! that task's `.dat` file, followed by a `qemu:unwound` event that marks where the
+//! recovered frames end. The engine wrote each return past the bottom of its stack as an
+//! exit to the return's target (`Engine::outer_return`); each is matched here to the
+//! recovered frame that returns there, and every other record moves down by the frames
+//! still open.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::cookie::{self, StackCookie};
+use qemu_uftrace_format::record::{self, Record, RecordType};
+use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
+
+use crate::unwind::{self, Image, Method};
+
+/// The user event marking the end of recovered frames (`events.txt`).
+pub const UNWOUND_EVENT: u64 = qemu_uftrace_format::events::USER_BASE;
+pub const UNWOUND_EVENT_NAME: &str = "qemu:unwound";
+
+/// What recovery did, for the summary.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Tasks whose stack was unwound.
+    pub tasks: usize,
+    /// Frames recovered, by how their return address was found.
+    pub by_method: BTreeMap<Method, usize>,
+    /// Returns past the bottom that closed a recovered frame.
+    pub matched: u64,
+    /// Returns past the bottom that matched no recovered frame (a LOST record marks each).
+    pub unmatched: u64,
+    pub elapsed: Duration,
+    /// One line per cookie that could not be used.
+    pub problems: Vec<String>,
+}
+
+impl Recovered {
+    pub fn frames(&self) -> usize {
+        self.by_method.values().sum()
+    }
+
+    /// "6 frames recovered (4 by CFI, 2 by frame records)".
+    pub fn describe(&self) -> String {
+        let methods: Vec<String> = self
+            .by_method
+            .iter()
+            .map(|(m, n)| format!("{n} by {}", m.name()))
+            .collect();
+        let frames = self.frames();
+        let mut line = format!(
+            "the run started mid-way: {frames} open frame{} recovered by unwinding {} task{}",
+            if frames == 1 { "" } else { "s" },
+            self.tasks,
+            if self.tasks == 1 { "" } else { "s" },
+        );
+        if !methods.is_empty() {
+            line.push_str(&format!(" ({})", methods.join(", ")));
+        }
+        if self.unmatched > 0 {
+            line.push_str(&format!(
+                "; {} return{} past them matched no recovered frame (LOST marks them)",
+                self.unmatched,
+                if self.unmatched == 1 { "" } else { "s" }
+            ));
+        }
+        line
+    }
+}
+
+/// Unwinds every cookie in `dir` with the ELF files `images` and rewrites the tasks' files.
+/// `None` when the run left no cookie.
+pub fn recover(dir: &Path, images: &[&Path]) -> Result<Option<Recovered>> {
+    let cookies = cookie_files(dir)?;
+    if cookies.is_empty() {
+        return Ok(None);
+    }
+    let started = Instant::now();
+    let mut done = Recovered::default();
+    let mut loaded = Vec::new();
+    for path in images {
+        match Image::load(path) {
+            Ok(i) => loaded.push(i),
+            Err(e) => done
+                .problems
+                .push(format!("{e:#}: its frames are not unwound")),
+        }
+    }
+    for (tid, path) in cookies {
+        match recover_task(dir, tid, &path, &loaded, &mut done) {
+            Ok(()) => {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("cannot remove {}", path.display()))?;
+            }
+            Err(e) => done.problems.push(format!("task {tid}: {e:#}")),
+        }
+    }
+    if done.frames() > 0 {
+        let path = dir.join("events.txt");
+        crate::symfiles::write_with(&path, |w| {
+            qemu_uftrace_format::events::write_events(w, &[(UNWOUND_EVENT, UNWOUND_EVENT_NAME)])
+        })?;
+    }
+    done.elapsed = started.elapsed();
+    Ok(Some(done))
+}
+
+/// `unwind-<tid>.stack` files, by task.
+fn cookie_files(dir: &Path) -> Result<Vec<(u32, std::path::PathBuf)>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        if let Some(tid) = entry.file_name().to_str().and_then(cookie::tid_of) {
+            out.push((tid, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn recover_task(
+    dir: &Path,
+    tid: u32,
+    path: &Path,
+    images: &[Image],
+    done: &mut Recovered,
+) -> Result<()> {
+    // A cookie that cannot be read recovers nothing, but the task's stream is still
+    // rewritten: its returns past the bottom become LOST marks, not stray exits.
+    let unwound = std::fs::read(path)
+        .with_context(|| format!("cannot read {}", path.display()))
+        .and_then(|bytes| StackCookie::decode(&bytes).with_context(|| path.display().to_string()))
+        .and_then(|cookie| {
+            let arch = Arch::from_elf_machine(cookie.machine).with_context(|| {
+                format!("{}: unknown ELF machine {}", path.display(), cookie.machine)
+            })?;
+            let mut frames = unwind::unwind(&cookie, arch, images);
+            frames.reverse();
+            Ok((frames, cookie.time))
+        });
+    let (frames, time) = match unwound {
+        Ok(f) => f,
+        Err(e) => {
+            done.problems.push(format!("task {tid}: {e:#}"));
+            (Vec::new(), u64::MAX)
+        }
+    };
+    let dat = dir.join(format!("{tid}.dat"));
+    let data = match std::fs::read(&dat) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dat.display())),
+    };
+    let whole = data.len() - data.len() % record::RECORD_SIZE;
+    let records = record::decode_all(&data[..whole])
+        .map_err(|e| anyhow::anyhow!("{}: bad record word {:#x}", dat.display(), e.0))?;
+    let (out, matched, unmatched) = rewrite(&records, &frames, time);
+    let mut bytes = Vec::with_capacity(out.len() * record::RECORD_SIZE + data.len() - whole);
+    for r in &out {
+        bytes.extend_from_slice(&record::encode(r.time, r.kind, r.depth as u32, r.addr));
+    }
+    // A half-written last record stays for the assembly's own trimming to report.
+    bytes.extend_from_slice(&data[whole..]);
+    crate::atomic_file::replace(&dat, |w| w.write_all(&bytes))?;
+    done.tasks += 1;
+    for f in &frames {
+        *done.by_method.entry(f.method).or_default() += 1;
+    }
+    done.matched += matched;
+    done.unmatched += unmatched;
+    Ok(())
+}
+
+/// The records of a task whose stack began with `frames` open (outermost first): their
+/// entries and the marker first, then the recorded ones with returns past the bottom
+/// matched to them. Gives the records, and how many of those returns matched and did not.
+fn rewrite(records: &[Record], frames: &[unwind::Frame], capture: u64) -> (Vec<Record>, u64, u64) {
+    let max_depth = MAX_STACK - 1;
+    let start = records.first().map_or(capture, |r| r.time.min(capture));
+    let rec = |time, kind, depth: usize, addr| Record {
+        time,
+        kind,
+        depth: (depth as u16).min(max_depth),
+        addr: addr48(addr),
+    };
+    let mut out = Vec::with_capacity(records.len() + 2 * frames.len() + 1);
+    for (d, f) in frames.iter().enumerate() {
+        out.push(rec(start, RecordType::Entry, d, f.func));
+    }
+    if !frames.is_empty() {
+        out.push(rec(start, RecordType::Event, frames.len(), UNWOUND_EVENT));
+    }
+    let mut open = frames.len();
+    // How many frames the engine itself had open after the last record.
+    let mut engine_open = 0usize;
+    let (mut matched, mut unmatched) = (0, 0);
+    for r in records {
+        let depth = r.depth as usize;
+        match r.kind {
+            RecordType::Exit if engine_open == 0 => {
+                // A return past the bottom: its address is the return's target.
+                match (0..open)
+                    .rev()
+                    .find(|&j| addr48(frames[j].ret_addr) == r.addr)
+                {
+                    Some(j) => {
+                        // Frames above it that the unwinder saw but that returned unseen
+                        // close here too.
+                        for d in (j..open).rev() {
+                            out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
+                        }
+                        open = j;
+                        matched += 1;
+                    }
+                    None => {
+                        out.push(rec(r.time, RecordType::Lost, open, 0));
+                        unmatched += 1;
+                    }
+                }
+                continue;
+            }
+            RecordType::Entry => engine_open = depth + 1,
+            RecordType::Exit | RecordType::Lost | RecordType::Event => engine_open = depth,
+        }
+        out.push(rec(r.time, r.kind, depth + open, r.addr));
+    }
+    (out, matched, unmatched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::Frame;
+
+    fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
+        Record {
+            time,
+            kind,
+            depth,
+            addr,
+        }
+    }
+
+    fn frame(func: u64, ret_addr: u64) -> Frame {
+        Frame {
+            func,
+            ret_addr,
+            method: Method::Cfi,
+        }
+    }
+
+    #[test]
+    fn recovered_frames_open_the_stream_and_returns_close_them_in_order() {
+        use RecordType::*;
+        // main (0x100) > a (0x200) > leaf (0x300), stopped in the leaf; the leaf returns
+        // into a (0x210), a calls b (0x400) and returns into main (0x110), main returns.
+        let frames = [frame(0x100, 0x50), frame(0x200, 0x110), frame(0x300, 0x210)];
+        let recorded = [
+            r(10, Exit, 0, 0x210),
+            r(20, Entry, 0, 0x400),
+            r(30, Exit, 0, 0x400),
+            r(40, Exit, 0, 0x110),
+            r(50, Entry, 0, 0x500),
+            r(60, Exit, 0, 0x500),
+        ];
+        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5);
+        assert_eq!((matched, unmatched), (2, 0));
+        let got: Vec<_> = out
+            .iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (5, Entry, 0, 0x100),
+                (5, Entry, 1, 0x200),
+                (5, Entry, 2, 0x300),
+                (5, Event, 3, UNWOUND_EVENT),
+                (10, Exit, 2, 0x300),
+                (20, Entry, 2, 0x400),
+                (30, Exit, 2, 0x400),
+                (40, Exit, 1, 0x200),
+                (50, Entry, 1, 0x500),
+                (60, Exit, 1, 0x500),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_return_to_an_outer_frame_closes_the_ones_in_between() {
+        use RecordType::*;
+        let frames = [frame(0x100, 0x50), frame(0x200, 0x110), frame(0x300, 0x210)];
+        let (out, matched, _) = rewrite(&[r(10, Exit, 0, 0x110)], &frames, 5);
+        assert_eq!(matched, 1);
+        let exits: Vec<_> = out
+            .iter()
+            .filter(|x| x.kind == Exit)
+            .map(|x| (x.depth, x.addr))
+            .collect();
+        assert_eq!(exits, [(2, 0x300), (1, 0x200)]);
+    }
+
+    #[test]
+    fn a_damaged_cookie_is_one_line_and_its_returns_are_lost_marks() {
+        use RecordType::*;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(cookie::file_name(7)), b"QUSTACK\x01short").unwrap();
+        let dat: Vec<u8> = [r(10, Exit, 0, 0x210), r(20, Entry, 0, 0x400)]
+            .iter()
+            .flat_map(|x| record::encode(x.time, x.kind, x.depth as u32, x.addr))
+            .collect();
+        std::fs::write(dir.path().join("7.dat"), dat).unwrap();
+        let done = recover(dir.path(), &[])
+            .unwrap()
+            .expect("a cookie was there");
+        assert_eq!(done.problems.len(), 1, "{:?}", done.problems);
+        assert!(
+            done.problems[0].contains("truncated stack cookie"),
+            "{:?}",
+            done.problems
+        );
+        assert_eq!((done.frames(), done.unmatched), (0, 1));
+        let back = record::decode_all(&std::fs::read(dir.path().join("7.dat")).unwrap()).unwrap();
+        assert_eq!(back, [r(10, Lost, 0, 0), r(20, Entry, 0, 0x400)]);
+        assert!(!dir.path().join(cookie::file_name(7)).exists());
+        assert!(!dir.path().join("events.txt").exists());
+    }
+
+    #[test]
+    fn a_return_matching_nothing_is_a_lost_mark() {
+        use RecordType::*;
+        let (out, matched, unmatched) = rewrite(&[r(10, Exit, 0, 0x999)], &[], 5);
+        assert_eq!((matched, unmatched), (0, 1));
+        assert_eq!(out, [r(10, Lost, 0, 0)]);
+    }
+}

@@ -1,0 +1,110 @@
+//! What the unwinder needs of a guest ELF file: its CFI sections, its code (to check that a
+//! return address follows a call) and its function symbols (to name each frame's function).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+
+/// An unwind table section as loaded: its bytes and where it sits in the guest.
+pub struct Table {
+    pub data: Vec<u8>,
+    pub addr: u64,
+}
+
+/// One ELF file's unwinding facts, owned (the file is not kept open).
+pub struct Image {
+    pub name: String,
+    /// `.eh_frame`, when the file has one.
+    pub eh_frame: Option<Table>,
+    /// `.debug_frame`.
+    pub debug_frame: Option<Table>,
+    /// `.sframe` (`as --gsframe`).
+    pub sframe: Option<Table>,
+    /// An x86-64 kernel's ORC tables, parsed once (hundreds of thousands of entries).
+    pub orc: Option<super::orc::Orc>,
+    /// Executable sections: (address, bytes).
+    code: Vec<(u64, Vec<u8>)>,
+    /// Function starts and sizes, sorted by address.
+    functions: Vec<(u64, u64)>,
+}
+
+impl Image {
+    pub fn load(path: &Path) -> Result<Image> {
+        let bytes =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Image::parse(&path.display().to_string(), &bytes)
+    }
+
+    pub fn parse(name: &str, bytes: &[u8]) -> Result<Image> {
+        let file =
+            object::File::parse(bytes).with_context(|| format!("{name} is not an ELF file"))?;
+        let table = |name: &str| {
+            let s = file.section_by_name(name)?;
+            Some(Table {
+                data: s.uncompressed_data().ok()?.into_owned(),
+                addr: s.address(),
+            })
+        };
+        let code = file
+            .sections()
+            .filter(|s| s.kind() == SectionKind::Text)
+            .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
+            .collect();
+        let mut functions: Vec<(u64, u64)> = file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+            .map(|s| (s.address(), s.size()))
+            .collect();
+        functions.sort_unstable();
+        functions.dedup_by_key(|f| f.0);
+        let orc = match (
+            file.section_by_name(".orc_unwind_ip"),
+            file.section_by_name(".orc_unwind"),
+        ) {
+            (Some(ip), Some(unwind)) => Some(
+                super::orc::Orc::parse(
+                    ip.data().context(".orc_unwind_ip")?,
+                    ip.address(),
+                    unwind.data().context(".orc_unwind")?,
+                )
+                .with_context(|| format!("{name}'s ORC tables"))?,
+            ),
+            _ => None,
+        };
+        Ok(Image {
+            name: name.to_string(),
+            orc,
+            eh_frame: table(".eh_frame"),
+            debug_frame: table(".debug_frame"),
+            sframe: table(".sframe"),
+            code,
+            functions,
+        })
+    }
+
+    /// Whether `addr` is in this file's code.
+    pub fn has_code(&self, addr: u64) -> bool {
+        self.code
+            .iter()
+            .any(|(start, b)| (*start..*start + b.len() as u64).contains(&addr))
+    }
+
+    /// Up to `len` bytes of code that end at `addr` (fewer at a section's start).
+    pub fn code_before(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let (start, bytes) = self
+            .code
+            .iter()
+            .find(|(start, b)| *start < addr && addr <= *start + b.len() as u64)?;
+        let end = (addr - start) as usize;
+        Some(&bytes[end.saturating_sub(len)..end])
+    }
+
+    /// The start of the function that holds `addr`: the nearest symbol at or below it,
+    /// within its size when it has one.
+    pub fn function_at(&self, addr: u64) -> Option<u64> {
+        let i = self.functions.partition_point(|&(a, _)| a <= addr);
+        let &(start, size) = self.functions.get(i.checked_sub(1)?)?;
+        (size == 0 || addr < start + size).then_some(start)
+    }
+}

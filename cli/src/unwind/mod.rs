@@ -1,0 +1,441 @@
+//! Unwinding a stack cookie after the run: the calls that were open when a run from a
+//! snapshot began, from the guest's own tables. DWARF CFI (`.eh_frame`, `.debug_frame`)
+//! where it covers the address, else SFrame (`.sframe`), else an x86-64 kernel's ORC
+//! tables; frame records where none does (and the innermost function's return address
+//! where it keeps it on entry).
+
+pub mod cfi;
+pub mod image;
+pub mod orc;
+pub mod sframe;
+
+use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
+use qemu_uftrace_engine::guest::read_frame_record;
+use qemu_uftrace_format::cookie::StackCookie;
+
+use cfi::Rule;
+pub use image::Image;
+
+/// How a frame's return address was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Method {
+    /// DWARF call frame information.
+    Cfi,
+    /// SFrame.
+    SFrame,
+    /// An x86-64 kernel's ORC tables.
+    Orc,
+    /// The frame-record chain (frame pointers).
+    FrameRecord,
+    /// The innermost function's return address where a function keeps it on entry (the
+    /// link register until it calls, the stack top on x86-64 before it pushes anything),
+    /// for code without CFI.
+    LeafReturn,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Cfi => "CFI",
+            Method::SFrame => "SFrame",
+            Method::Orc => "ORC",
+            Method::FrameRecord => "frame records",
+            Method::LeafReturn => "leaf return address",
+        }
+    }
+}
+
+/// One open call, recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The function's entry (the pc itself where no symbol names one).
+    pub func: u64,
+    /// Where it returns to.
+    pub ret_addr: u64,
+    pub method: Method,
+}
+
+/// Frames followed at most (a corrupt stack must not loop).
+const MAX_FRAMES: usize = 256;
+
+/// DWARF register numbers of the registers a cookie holds.
+struct DwarfRegs {
+    sp: u16,
+    fp: u16,
+    /// The link register, on architectures that have one.
+    lr: Option<u16>,
+}
+
+fn dwarf_regs(arch: Arch) -> DwarfRegs {
+    match arch {
+        Arch::Aarch64 => DwarfRegs {
+            sp: 31,
+            fp: 29,
+            lr: Some(30),
+        },
+        Arch::Riscv64 => DwarfRegs {
+            sp: 2,
+            fp: 8,
+            lr: Some(1),
+        },
+        Arch::X86_64 => DwarfRegs {
+            sp: 7,
+            fp: 6,
+            lr: None,
+        },
+    }
+}
+
+/// The registers of the frame being unwound (`None`: not known in this frame).
+#[derive(Debug, Clone, Copy)]
+struct Regs {
+    pc: u64,
+    sp: Option<u64>,
+    fp: Option<u64>,
+    lr: Option<u64>,
+}
+
+/// The saved stack top.
+struct Stack<'a> {
+    base: u64,
+    bytes: &'a [u8],
+}
+
+impl Stack<'_> {
+    fn read_into(&self, addr: u64, out: &mut [u8]) -> Option<()> {
+        let at = usize::try_from(addr.checked_sub(self.base)?).ok()?;
+        out.copy_from_slice(self.bytes.get(at..at.checked_add(out.len())?)?);
+        Some(())
+    }
+
+    fn read_u64(&self, addr: u64) -> Option<u64> {
+        let mut w = [0u8; 8];
+        self.read_into(addr, &mut w)?;
+        Some(u64::from_le_bytes(w))
+    }
+}
+
+struct Unwinder<'a> {
+    isa: &'static dyn Isa,
+    regs: DwarfRegs,
+    stack: Stack<'a>,
+    images: &'a [Image],
+}
+
+impl Unwinder<'_> {
+    fn image(&self, addr: u64) -> Option<&Image> {
+        self.images.iter().find(|i| i.has_code(addr))
+    }
+
+    fn reg(&self, r: &Regs, n: u16) -> Option<u64> {
+        if n == self.regs.sp {
+            r.sp
+        } else if n == self.regs.fp {
+            r.fp
+        } else if Some(n) == self.regs.lr {
+            r.lr
+        } else {
+            None
+        }
+    }
+
+    /// Whether `addr` follows a call instruction in a known file's code.
+    fn is_return_address(&self, addr: u64) -> bool {
+        self.image(addr.wrapping_sub(1))
+            .and_then(|i| i.code_before(addr, self.isa.call_lookbehind()))
+            .and_then(|before| self.isa.call_ending_at(Mode::Bits64, addr, before))
+            .is_some()
+    }
+
+    fn function_at(&self, addr: u64) -> Option<u64> {
+        self.image(addr)?.function_at(addr)
+    }
+
+    /// One step by CFI: the caller's registers and the return address.
+    fn cfi_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if first { r.pc } else { r.pc - 1 };
+        let rules = cfi::rules(self.image(lookup)?, lookup, self.regs.fp)?;
+        let (cfa_reg, offset) = rules.cfa?;
+        let cfa = self.reg(r, cfa_reg)?.checked_add_signed(offset)?;
+        let apply = |rule: Rule, current: Option<u64>| match rule {
+            Rule::Unchanged => current,
+            Rule::At(o) => self.stack.read_u64(cfa.checked_add_signed(o)?),
+            Rule::Value(o) => cfa.checked_add_signed(o),
+            Rule::Register(n) => self.reg(r, n),
+            Rule::Unsupported => None,
+        };
+        // An unmentioned return address is still in the link register only in the
+        // innermost frame; further out it would be the same address again.
+        let ra = match rules.ra {
+            Rule::Unchanged if !first => return None,
+            rule => apply(rule, self.reg(r, rules.ra_column))?,
+        };
+        let regs = Regs {
+            pc: ra,
+            sp: Some(cfa),
+            fp: apply(rules.fp, r.fp),
+            // The caller's link register still holds what its call put there.
+            lr: self.regs.lr.map(|_| ra),
+        };
+        Some((ra, regs))
+    }
+
+    /// One step by SFrame: the same as by CFI, from the compact table.
+    fn sframe_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if first { r.pc } else { r.pc - 1 };
+        let table = self.image(lookup)?.sframe.as_ref()?;
+        let sf = sframe::SFrame::parse(&table.data, table.addr).ok()?;
+        let row = sf.row_at(lookup)?;
+        let base = if row.cfa_base_fp { r.fp? } else { r.sp? };
+        let cfa = base.checked_add_signed(row.cfa as i64)?;
+        let at = |o: i32| self.stack.read_u64(cfa.checked_add_signed(o as i64)?);
+        let ra = match row.ra.or(sf.fixed_ra()) {
+            Some(o) => self.isa.strip_authentication(at(o)?),
+            // Not saved: still in the link register, in the innermost frame only.
+            None if first => r.lr?,
+            None => return None,
+        };
+        let regs = Regs {
+            pc: ra,
+            sp: Some(cfa),
+            fp: match row.fp {
+                Some(o) => Some(at(o)?),
+                None => r.fp,
+            },
+            lr: self.regs.lr.map(|_| ra),
+        };
+        Some((ra, regs))
+    }
+
+    /// One step by ORC (x86-64 kernels).
+    fn orc_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if first { r.pc } else { r.pc - 1 };
+        let entry = self.image(lookup)?.orc.as_ref()?.find(lookup)?;
+        let (ra, sp, fp) = orc::step(&entry, r.sp, r.fp, |a| self.stack.read_u64(a))?;
+        let regs = Regs {
+            pc: ra,
+            sp: Some(sp),
+            fp,
+            lr: None,
+        };
+        Some((ra, regs))
+    }
+
+    /// One step by frame records, with the link register for the innermost function.
+    fn frame_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
+        let record = |fp: u64| {
+            read_frame_record(self.isa, fp, |addr, out| self.stack.read_into(addr, out))
+                .map(|(next, ra)| (next, self.isa.strip_authentication(ra)))
+        };
+        if first {
+            let here = self.function_at(r.pc);
+            // The innermost function's return address before its frame exists: in the
+            // link register (when it did not call since, the address follows a call from
+            // elsewhere), or on the stack top (x86-64, before `push %rbp`).
+            let candidate = match self.regs.lr {
+                Some(_) => r.lr,
+                None => r.sp.and_then(|sp| self.stack.read_u64(sp)),
+            };
+            if let Some(ra) = candidate
+                .filter(|&ra| self.is_return_address(ra) && self.function_at(ra - 1) != here)
+            {
+                let fp = match (r.fp, r.fp.and_then(record)) {
+                    // It already saved its record, which returns to the same place.
+                    (_, Some((next, saved))) if saved == ra => Some(next),
+                    // It saved only its caller's frame pointer, in the return address's
+                    // slot (RISC-V GCC's leaves).
+                    (Some(fp), Some((_, saved)))
+                        if saved > fp
+                            && !self.is_return_address(saved)
+                            && self.stack.read_u64(saved).is_some() =>
+                    {
+                        Some(saved)
+                    }
+                    _ => r.fp,
+                };
+                let sp = match self.regs.lr {
+                    Some(_) => None,
+                    None => r.sp.map(|sp| sp + 8),
+                };
+                let regs = Regs {
+                    pc: ra,
+                    sp,
+                    fp,
+                    lr: None,
+                };
+                return Some((ra, regs, Method::LeafReturn));
+            }
+        }
+        let fp = r.fp.filter(|&fp| fp != 0)?;
+        let (next, ra) = record(fp)?;
+        // Callers' records sit higher on a downward-growing stack.
+        if !self.is_return_address(ra) || (next != 0 && next <= fp) {
+            return None;
+        }
+        let regs = Regs {
+            pc: ra,
+            sp: None,
+            fp: Some(next),
+            lr: None,
+        };
+        Some((ra, regs, Method::FrameRecord))
+    }
+}
+
+/// The calls open in `cookie`'s context, innermost first, as far as the tables and the
+/// saved stack reach. The outermost function (the one nobody called: `_start`, a thread's
+/// entry) is not among them: only frames whose return address was found are.
+pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> {
+    let u = Unwinder {
+        isa: isa(arch),
+        regs: dwarf_regs(arch),
+        stack: Stack {
+            base: cookie.stack_base,
+            bytes: &cookie.stack,
+        },
+        images,
+    };
+    let mut regs = Regs {
+        pc: cookie.pc,
+        sp: Some(cookie.sp),
+        fp: Some(cookie.fp),
+        lr: u.regs.lr.map(|_| cookie.lr),
+    };
+    let mut frames = Vec::new();
+    for i in 0..MAX_FRAMES {
+        let first = i == 0;
+        let lookup = if first {
+            regs.pc
+        } else {
+            regs.pc.wrapping_sub(1)
+        };
+        let step = u
+            .cfi_step(first, &regs)
+            .map(|(ra, next)| (ra, next, Method::Cfi))
+            .or_else(|| {
+                u.sframe_step(first, &regs)
+                    .map(|(ra, next)| (ra, next, Method::SFrame))
+            })
+            .or_else(|| {
+                u.orc_step(first, &regs)
+                    .map(|(ra, next)| (ra, next, Method::Orc))
+            })
+            .or_else(|| u.frame_step(first, &regs));
+        let Some((ra, next, method)) = step else {
+            break;
+        };
+        // The end of the chain, or something that is not a return into known code.
+        if ra == 0 || !u.is_return_address(ra) {
+            break;
+        }
+        // A caller's frame is above its callee's (the same only for an innermost function
+        // with no frame, on a link-register architecture): no progress means a loop.
+        if let (Some(old), Some(new)) = (regs.sp, next.sp) {
+            if new < old || (new == old && !first) {
+                break;
+            }
+        }
+        frames.push(Frame {
+            func: u.function_at(lookup).unwrap_or(lookup),
+            ret_addr: ra,
+            method,
+        });
+        regs = next;
+    }
+    frames
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `testdata/remember.S` built with the host's gcc: the program and its symbols.
+    fn remember() -> (
+        tempfile::TempDir,
+        Image,
+        std::collections::HashMap<String, u64>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/unwind/testdata/remember.S"
+        );
+        let out = dir.path().join("remember");
+        let status = std::process::Command::new("gcc")
+            .args(["-nostdlib", "-static", "-no-pie", "-o"])
+            .arg(&out)
+            .arg(src)
+            .status()
+            .expect("gcc (run scripts/install-deps.sh)");
+        assert!(status.success());
+        let bytes = std::fs::read(&out).unwrap();
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(&*bytes).unwrap();
+        let syms = file
+            .symbols()
+            .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
+            .collect();
+        let image = Image::parse("remember", &bytes).unwrap();
+        assert!(image.eh_frame.is_some());
+        (dir, image, syms)
+    }
+
+    fn cookie(pc: u64, sp: u64, words: &[u64]) -> StackCookie {
+        StackCookie {
+            machine: Arch::X86_64.elf_machine(),
+            tid: 1,
+            vcpu: 0,
+            time: 0,
+            pc,
+            sp,
+            fp: 0,
+            lr: 0,
+            stack_base: sp,
+            stack: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn cfi_rows_after_restore_state_hold_in_inner_and_outer_frames() {
+        let (_dir, image, sym) = remember();
+        let images = std::slice::from_ref(&image);
+        // Stopped in g, called by f from its restored state (rbx still pushed), called by
+        // _start, whose CFI ends the stack.
+        let stack = [sym["after_g"], 0x1111, sym["after_f"]];
+        let frames = unwind(&cookie(sym["g"], 0x8000, &stack), Arch::X86_64, images);
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: sym["g"],
+                    ret_addr: sym["after_g"],
+                    method: Method::Cfi
+                },
+                Frame {
+                    func: sym["f"],
+                    ret_addr: sym["after_f"],
+                    method: Method::Cfi
+                },
+            ]
+        );
+        // Stopped in f itself after the call returned: the restored row again (CFA rsp+16).
+        let frames = unwind(
+            &cookie(sym["after_g"], 0x8008, &stack[1..]),
+            Arch::X86_64,
+            images,
+        );
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].ret_addr, sym["after_f"]);
+    }
+
+    #[test]
+    fn a_stack_that_is_not_one_unwinds_to_nothing() {
+        let (_dir, image, sym) = remember();
+        // A "return address" that follows no call, and a stack copy too short to read.
+        let frames = unwind(&cookie(sym["g"], 0x8000, &[0x1234]), Arch::X86_64, &[image]);
+        assert!(frames.is_empty());
+        let (_dir, image, sym) = remember();
+        let frames = unwind(&cookie(sym["g"], 0x8000, &[]), Arch::X86_64, &[image]);
+        assert!(frames.is_empty());
+    }
+}

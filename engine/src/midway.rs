@@ -1,0 +1,109 @@
+//! A context found running with calls already open: a run that starts from a snapshot
+//! (`-loadvm`, `-incoming`). The engine cannot know those calls while the guest runs (the
+//! CLI unwinds them after the run, from the stack cookie the plugin saved), so returns past
+//! the bottom of its stack are written for the CLI to match (`Engine::outer_return`)
+//! instead of being taken as a lost context to rebuild from frame records.
+
+use crate::hot::Engine;
+
+impl Engine {
+    /// The running context began before tracing did: returns past its stack's bottom close
+    /// calls opened before (until then, nothing else changes).
+    pub fn start_midway(&mut self) {
+        self.midway = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::guest::{CallSite, GuestView};
+    use crate::hot::Engine;
+    use qemu_uftrace_format::record::{decode_all, RecordType};
+    use std::sync::{Arc, Mutex};
+
+    /// A guest with no frame records: a resync could only guess.
+    struct NoRecords;
+
+    impl GuestView for NoRecords {
+        fn frame_pointer(&mut self) -> Option<u64> {
+            None
+        }
+        fn frame_record(&mut self, _fp: u64) -> Option<(u64, u64)> {
+            None
+        }
+        fn call_before(&mut self, _ret_addr: u64) -> Option<CallSite> {
+            None
+        }
+    }
+
+    fn engine() -> (Engine, Arc<Mutex<Vec<u8>>>) {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let spill = Box::new(move |_tid, buf: Vec<u8>| {
+            sink.lock().unwrap().extend_from_slice(&buf);
+            Vec::new()
+        });
+        (Engine::new(Vec::new(), spill, 1024, 1), out)
+    }
+
+    #[test]
+    fn returns_past_the_bottom_become_exits_to_their_targets() {
+        let (mut e, out) = engine();
+        e.start_midway();
+        // The leaf the snapshot stopped in returns, then its caller calls and returns
+        // (matched), then the caller returns too.
+        e.ret(10, 0x1010, &mut NoRecords);
+        e.call(20, 0x3000, 0x1020);
+        e.ret(30, 0x1020, &mut NoRecords);
+        e.ret(40, 0x2010, &mut NoRecords);
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        let got: Vec<_> = records
+            .iter()
+            .map(|r| (r.time, r.kind, r.depth, r.addr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (10, RecordType::Exit, 0, 0x1010),
+                (20, RecordType::Entry, 0, 0x3000),
+                (30, RecordType::Exit, 0, 0x3000),
+                (40, RecordType::Exit, 0, 0x2010),
+            ]
+        );
+        assert_eq!(e.stats().outer_returns, 2);
+        assert_eq!(e.stats().lost_marks, 0);
+    }
+
+    #[test]
+    fn the_mark_travels_with_its_context() {
+        let (mut e, out) = engine();
+        e.start_midway();
+        let first = e.suspend();
+        // Another context, begun under tracing: its unmatched return is no outer return.
+        e.resume(2, Default::default());
+        e.ret(10, 0x1010, &mut NoRecords);
+        let _ = e.suspend();
+        e.resume(1, first);
+        e.ret(20, 0x2010, &mut NoRecords);
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        let exits: Vec<_> = records
+            .iter()
+            .filter(|r| r.kind == RecordType::Exit)
+            .map(|r| (r.time, r.addr))
+            .collect();
+        assert_eq!(exits, [(20, 0x2010)]);
+        assert_eq!(e.stats().outer_returns, 1);
+    }
+
+    #[test]
+    fn without_midway_an_unmatched_return_writes_no_exit() {
+        let (mut e, out) = engine();
+        e.ret(10, 0x1010, &mut NoRecords);
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        assert!(records.iter().all(|r| r.kind != RecordType::Exit));
+        assert_eq!(e.stats().outer_returns, 0);
+    }
+}

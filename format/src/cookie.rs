@@ -1,0 +1,179 @@
+//! Stack cookies: what the plugin saves of a context whose call stack it found already open
+//! (a run that starts from a snapshot, `-loadvm` / `-incoming`), for the CLI to unwind after
+//! the run with the guest's own tables. Not a uftrace file: uftrace ignores
+//! `unwind-<tid>.stack`, and `record` removes it once the frames are in `<tid>.dat`.
+//!
+//! Layout (little-endian): the magic `QUSTACK\x01`, the ELF machine (u16), 6 bytes of zero,
+//! the task (u32), the vCPU (u32), the time of the capture (u64), pc, sp, the frame-pointer
+//! register, the link register (u64 each; 0 where the architecture has none or it could not
+//! be read), the stack copy's start address (u64) and length (u64), then the copy.
+
+/// A cookie file's name for task `tid` (the plugin's task id, before `record` renumbers).
+pub fn file_name(tid: u32) -> String {
+    format!("unwind-{tid}.stack")
+}
+
+/// The task a cookie file name stands for.
+pub fn tid_of(name: &str) -> Option<u32> {
+    name.strip_prefix("unwind-")?
+        .strip_suffix(".stack")?
+        .parse()
+        .ok()
+}
+
+const MAGIC: &[u8; 8] = b"QUSTACK\x01";
+const HEADER: usize = 8 + 8 + 4 + 4 + 8 + 4 * 8 + 8 + 8;
+
+/// The registers an unwinder starts from, and the top of the stack they point into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackCookie {
+    /// ELF `e_machine` of the guest.
+    pub machine: u16,
+    pub tid: u32,
+    pub vcpu: u32,
+    /// The record time of the capture (before the context's first record).
+    pub time: u64,
+    pub pc: u64,
+    pub sp: u64,
+    pub fp: u64,
+    /// The link register (AArch64 x30, RISC-V ra); 0 on x86-64.
+    pub lr: u64,
+    /// Where `stack` starts in guest virtual memory (the stack pointer, normally).
+    pub stack_base: u64,
+    pub stack: Vec<u8>,
+}
+
+/// Why bytes are not a stack cookie.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CookieError {
+    BadMagic,
+    Truncated { want: u64, have: u64 },
+}
+
+impl std::fmt::Display for CookieError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CookieError::BadMagic => write!(f, "not a qemu-uftrace stack cookie (bad magic)"),
+            CookieError::Truncated { want, have } => {
+                write!(f, "truncated stack cookie ({have} of {want} bytes)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CookieError {}
+
+impl StackCookie {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER + self.stack.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.machine.to_le_bytes());
+        out.extend_from_slice(&[0; 6]);
+        out.extend_from_slice(&self.tid.to_le_bytes());
+        out.extend_from_slice(&self.vcpu.to_le_bytes());
+        for v in [
+            self.time,
+            self.pc,
+            self.sp,
+            self.fp,
+            self.lr,
+            self.stack_base,
+            self.stack.len() as u64,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&self.stack);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<StackCookie, CookieError> {
+        if bytes.len() < 8 || &bytes[..8] != MAGIC {
+            return Err(CookieError::BadMagic);
+        }
+        let truncated = |want: usize| CookieError::Truncated {
+            want: want as u64,
+            have: bytes.len() as u64,
+        };
+        if bytes.len() < HEADER {
+            return Err(truncated(HEADER));
+        }
+        let u64_at = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let u32_at = |at: usize| {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&bytes[at..at + 4]);
+            u32::from_le_bytes(w)
+        };
+        let len = u64_at(HEADER - 8);
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| l.checked_add(HEADER))
+            .filter(|&end| end <= bytes.len())
+            .ok_or(CookieError::Truncated {
+                want: len.saturating_add(HEADER as u64),
+                have: bytes.len() as u64,
+            })?;
+        Ok(StackCookie {
+            machine: u16::from_le_bytes([bytes[8], bytes[9]]),
+            tid: u32_at(16),
+            vcpu: u32_at(20),
+            time: u64_at(24),
+            pc: u64_at(32),
+            sp: u64_at(40),
+            fp: u64_at(48),
+            lr: u64_at(56),
+            stack_base: u64_at(64),
+            stack: bytes[HEADER..end].to_vec(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> StackCookie {
+        StackCookie {
+            machine: 183,
+            tid: 7,
+            vcpu: 1,
+            time: 12345,
+            pc: 0x4008_0000,
+            sp: 0x4010_0000 - 0x40,
+            fp: 0x4010_0000 - 0x20,
+            lr: 0x4008_0124,
+            stack_base: 0x4010_0000 - 0x40,
+            stack: (0..64u8).collect(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let c = sample();
+        assert_eq!(StackCookie::decode(&c.encode()), Ok(c));
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        let bytes = sample().encode();
+        assert_eq!(StackCookie::decode(b"nope"), Err(CookieError::BadMagic));
+        for cut in [8, HEADER - 1, HEADER + 10] {
+            assert!(matches!(
+                StackCookie::decode(&bytes[..cut]),
+                Err(CookieError::Truncated { .. })
+            ));
+        }
+        let mut huge = bytes.clone();
+        huge[HEADER - 8..HEADER].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(StackCookie::decode(&huge).is_err());
+    }
+
+    #[test]
+    fn file_names_carry_the_task() {
+        assert_eq!(tid_of(&file_name(42)), Some(42));
+        assert_eq!(tid_of("42.dat"), None);
+    }
+}

@@ -1,0 +1,25 @@
+//! `events.txt`: names for user events (ids 1000000 and up), read when the `info` header's
+//! EVENT feature is set (`info::feat::EVENT`); replay shows `/* provider:name */`.
+
+use std::io::{self, Write};
+
+/// The first id of user events.
+pub const USER_BASE: u64 = 1_000_000;
+
+/// One `EVENT: <id> <provider>:<name>` line per event.
+pub fn write_events(w: &mut impl Write, events: &[(u64, &str)]) -> io::Result<()> {
+    for (id, name) in events {
+        writeln!(w, "EVENT: {id} {name}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lines_as_uftrace_reads_them() {
+        let mut out = Vec::new();
+        super::write_events(&mut out, &[(1_000_000, "qemu:unwound")]).unwrap();
+        assert_eq!(out, b"EVENT: 1000000 qemu:unwound\n");
+    }
+}
