@@ -106,6 +106,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         on_cap: cfg
             .max_size_exit
             .then_some(crate::lifecycle::finish::stop_at_size_cap as fn()),
+        insn_time: one_vcpu && clock == ClockKind::Insn,
     };
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));

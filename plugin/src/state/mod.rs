@@ -5,6 +5,7 @@
 pub mod config;
 pub mod guest;
 pub mod output;
+pub mod progress;
 
 use config::Config;
 use output::Output;

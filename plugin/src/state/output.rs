@@ -2,13 +2,14 @@
 //! vCPU never waits on `write()`. The queue is bounded: if the disk falls behind, vCPUs
 //! wait for it rather than grow memory or drop records.
 
+use super::progress::{self, Counts, Progress};
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -43,6 +44,9 @@ pub struct Written {
 pub struct Limits {
     pub max_bytes: Option<u64>,
     pub on_cap: Option<fn()>,
+    /// Record times count the only vCPU's guest instructions: the status file says how
+    /// many it ran.
+    pub insn_time: bool,
 }
 
 pub struct Output {
@@ -290,6 +294,25 @@ impl Writer {
         }
     }
 
+    /// What the status file says of the writer.
+    fn counts(&self) -> Counts {
+        Counts {
+            bytes: self.written.bytes.values().sum(),
+            tasks: self.written.bytes.len(),
+            lost: self.written.lost.values().map(|l| l.records).sum(),
+        }
+    }
+
+    fn state(&self) -> progress::State {
+        if self.written.stopped.is_some() {
+            progress::State::Stopped
+        } else if self.written.capped {
+            progress::State::Capped
+        } else {
+            progress::State::Recording
+        }
+    }
+
     fn append(&mut self, tid: u32, buf: &[u8]) -> std::io::Result<()> {
         let path = self.dir.join(format!("{tid}.dat"));
         let (file, opened_at) = match self.files.entry(tid) {
@@ -359,12 +382,23 @@ fn first_time(buf: &[u8]) -> u64 {
 }
 
 fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -> Written {
-    while let Ok(msg) = rx.recv() {
-        let (tid, mut buf) = match msg {
-            Msg::Data { tid, buf } => (tid, buf),
-            Msg::Finish => break,
+    let mut status = Progress::new(&w.dir, w.limits.insn_time);
+    status.write(progress::State::Recording, w.counts());
+    loop {
+        // Woken at least once a second, for the status of a guest that writes nothing.
+        let (tid, mut buf) = match rx.recv_timeout(progress::EVERY) {
+            Ok(Msg::Data { tid, buf }) => (tid, buf),
+            Ok(Msg::Finish) | Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {
+                status.write(w.state(), w.counts());
+                continue;
+            }
         };
         w.write(tid, &buf);
+        status.saw(&buf);
+        if status.due() {
+            status.write(w.state(), w.counts());
+        }
         buf.clear();
         if let Ok(mut p) = pool.lock() {
             if p.len() < QUEUE_DEPTH {
@@ -376,6 +410,7 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
     // QEMU, and syncing a trace of hundreds of megabytes took a tenth of a kernel boot.
     w.files.clear();
     w.mark_lost();
+    status.write(progress::State::Done, w.counts());
     w.written
 }
 
@@ -651,6 +686,7 @@ mod tests {
             on_cap: Some(|| {
                 CAPPED.fetch_add(1, Ordering::Relaxed);
             }),
+            ..Limits::default()
         };
         let (mut w, disk) = writer(limits);
         w.write(1, &records(0, 4));
@@ -671,7 +707,7 @@ mod tests {
     fn a_cap_reached_exactly_writes_the_last_buffer() {
         let (mut w, disk) = writer(Limits {
             max_bytes: Some(4 * RECORD_SIZE as u64),
-            on_cap: None,
+            ..Limits::default()
         });
         w.write(1, &records(0, 4));
         w.write(1, &records(10, 1));
