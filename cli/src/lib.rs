@@ -17,6 +17,7 @@ pub mod max_size;
 pub mod plugin_cache;
 pub mod plugin_select;
 pub mod probe_memo;
+pub mod progress;
 pub mod qemu;
 pub mod qemu_checks;
 pub mod record;
@@ -104,6 +105,7 @@ fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
         Command::Info(a) => uftrace_cmd::run("info", &a.dir, &a.uftrace_args),
         Command::Export(a) => export::run(&a.options()),
         Command::Doctor(a) => doctor::run(&a.qemus),
+        Command::Status(a) => progress::run(&a.dir, a.watch),
         Command::Completions(a) => {
             let mut cmd = args::command();
             clap_complete::generate(a.shell, &mut cmd, "qemu-uftrace", &mut std::io::stdout());

@@ -66,7 +66,10 @@ fn record_into(
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let (prep, jobs) = prepare::prepare(args, inv, staging, extra_sources)?;
-    let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols)?;
+    let title = crate::progress::Title::start(staging, args.quiet);
+    let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols);
+    drop(title);
+    let ran = ran?;
     let exit = ran.exit.clone();
     let no_sources = ran.sources.is_empty();
     let published = assemble::assemble(

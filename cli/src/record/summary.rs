@@ -115,6 +115,11 @@ pub fn print(
              fix the sources named above or add --symbols FILE[:OFFSET]",
         );
     }
+    note(written_line(
+        done.bytes,
+        stats.map_or(0, |s| s.lost_records),
+        stats.is_some_and(|s| s.size_capped),
+    ));
     let old = old
         .map(|o| format!(" (the previous one is now {})", o.display()))
         .unwrap_or_default();
@@ -135,6 +140,23 @@ pub fn print(
             "clock=insn: uftrace's time columns count guest instructions, not nanoseconds"
         });
     }
+}
+
+/// perf's closing line: what went to disk and what did not.
+/// `[ record: wrote 18.88 MiB, 1,234,567 records; 0 lost ]`.
+fn written_line(bytes: u64, lost: u64, capped: bool) -> String {
+    let records = bytes / qemu_uftrace_format::record::RECORD_SIZE as u64;
+    let cap = if capped {
+        "; the rest not written (size cap)"
+    } else {
+        ""
+    };
+    format!(
+        "[ record: wrote {}, {} records; {} lost{cap} ]",
+        self::bytes(bytes),
+        group(records as f64),
+        group(lost as f64),
+    )
 }
 
 /// `1,234,567`.
@@ -158,5 +180,17 @@ mod tests {
         assert_eq!(group(-3.0), "0");
         assert_eq!(bytes(19_800_000), "18.88 MiB");
         assert_eq!(bytes(512), "512 B");
+    }
+
+    #[test]
+    fn the_written_line_says_what_was_not_written() {
+        assert_eq!(
+            written_line(32 << 20, 0, false),
+            "[ record: wrote 32.00 MiB, 2,097,152 records; 0 lost ]"
+        );
+        assert_eq!(
+            written_line(160, 3, true),
+            "[ record: wrote 160 B, 10 records; 3 lost; the rest not written (size cap) ]"
+        );
     }
 }
