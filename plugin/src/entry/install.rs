@@ -111,6 +111,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
+    let _ = crate::handlers::stop_at::ON_STOP.set(crate::lifecycle::finish::stop_at_size_cap);
     let (counter, pending) = scoreboard::clock_and_pending();
     if !system {
         scoreboard::track_moving(&pending);

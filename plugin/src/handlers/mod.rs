@@ -4,6 +4,7 @@
 
 pub mod callbacks;
 pub mod signals;
+pub mod stop_at;
 pub mod usermap;
 pub mod vector_table;
 

@@ -97,6 +97,10 @@ fn finish_once() {
         line(k, &v);
     }
     line("open_frames", &open);
+    if let Some((addr, time)) = crate::handlers::stop_at::REACHED.get() {
+        line("stop_at_reached", &format_args!("{addr:#x}"));
+        line("stop_at_time", time);
+    }
     line("bytes", &written.bytes.values().sum::<u64>());
     line("max_depth", &cfg.max_depth);
     line("split_levels", &(cfg.split_levels as u8));

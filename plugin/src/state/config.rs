@@ -1,7 +1,8 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`, or
+//! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
+//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -43,6 +44,11 @@ pub struct Config {
     pub max_size: Option<u64>,
     /// Stop QEMU cleanly once `max_size` is reached (`max_size_exit=on`).
     pub max_size_exit: bool,
+    /// Where the trace ends (`stop_at=ADDR:ADDR…`, hex): the first entry into any of these
+    /// addresses (the CLI's `--stop-at FUNC`).
+    pub stop_at: Vec<u64>,
+    /// Stop QEMU there too (`stop_at_exit=on`).
+    pub stop_at_exit: bool,
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
@@ -102,6 +108,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut max_size = None;
     let mut max_size_exit = false;
     let mut record_pidfd = None;
+    let mut stop_at = Vec::new();
+    let mut stop_at_exit = false;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -190,6 +198,21 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                     _ => return Err(format!("max_size_exit={value}: expected on or off")),
                 }
             }
+            "stop_at" => {
+                stop_at = value
+                    .split(':')
+                    .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+                    .collect::<Option<Vec<u64>>>()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| format!("stop_at={value}: expected hex addresses ADDR:ADDR…"))?
+            }
+            "stop_at_exit" => {
+                stop_at_exit = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("stop_at_exit={value}: expected on or off")),
+                }
+            }
             "record_pidfd" => {
                 record_pidfd = Some(
                     value
@@ -221,5 +244,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_size,
         max_size_exit,
         record_pidfd,
+        stop_at,
+        stop_at_exit,
     }))
 }

@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -56,6 +57,8 @@ pub struct Output {
     chan: Mutex<Chan>,
     /// Problems met off the writer thread, reported with its own at the end.
     noted: Mutex<Vec<String>>,
+    /// `--stop-at`: records from this time on are not written (`u64::MAX`: none).
+    stop: Arc<AtomicU64>,
 }
 
 /// The queue to one writer thread.
@@ -66,8 +69,10 @@ struct Chan {
 }
 
 impl Chan {
-    fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Chan> {
-        Chan::start_with(Writer::new(dir, limits))
+    fn start(dir: PathBuf, limits: Limits, stop: &Arc<AtomicU64>) -> std::io::Result<Chan> {
+        let mut w = Writer::new(dir, limits);
+        w.stop = Arc::clone(stop);
+        Chan::start_with(w)
     }
 
     fn start_with(w: Writer) -> std::io::Result<Chan> {
@@ -89,10 +94,12 @@ impl Chan {
 
 impl Output {
     pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
+        let stop = Arc::new(AtomicU64::new(u64::MAX));
         Ok(Output {
             limits,
-            chan: Mutex::new(Chan::start(dir, limits)?),
+            chan: Mutex::new(Chan::start(dir, limits, &stop)?),
             noted: Mutex::new(Vec::new()),
+            stop,
         })
     }
 
@@ -104,7 +111,7 @@ impl Output {
     /// have been locked by it at the fork. Both are left behind (never touched again) for a
     /// new writer and pool; what the parent had queued is the parent's to write.
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
-        let fresh = Chan::start(dir, self.limits)?;
+        let fresh = Chan::start(dir, self.limits, &self.stop)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
@@ -129,6 +136,12 @@ impl Output {
                 "{tid}.dat: {records} records not written: the writer thread had stopped"
             ));
         }
+    }
+
+    /// Ends the trace at `time` (`--stop-at`): only records before it are written, from
+    /// now on and of the buffers still to come (a vCPU's buffer holds records of both).
+    pub fn stop_at(&self, time: u64) {
+        self.stop.fetch_min(time, Ordering::SeqCst);
     }
 
     /// Records a problem for `plugin.stats` (which then says the trace is incomplete).
@@ -231,6 +244,8 @@ struct Writer {
     /// Files left with a partial buffer at their end (the cut back failed): where the last
     /// whole one ended. Nothing may be appended to them.
     torn: HashMap<u32, u64>,
+    /// `--stop-at`: the time from which records are not written (`u64::MAX`: none).
+    stop: Arc<AtomicU64>,
 }
 
 impl Writer {
@@ -244,6 +259,7 @@ impl Writer {
             limits,
             total: 0,
             torn: HashMap::new(),
+            stop: Arc::new(AtomicU64::new(u64::MAX)),
         }
     }
 
@@ -255,7 +271,21 @@ impl Writer {
         if self.written.capped {
             return;
         }
+        let stop = self.stop.load(Ordering::Relaxed);
+        let before_stop: Vec<u8>;
         let mut buf = buf;
+        if stop != u64::MAX {
+            before_stop = buf
+                .chunks_exact(RECORD_SIZE)
+                .filter(|r| first_time(r) < stop)
+                .flatten()
+                .copied()
+                .collect();
+            buf = &before_stop;
+            if buf.is_empty() {
+                return;
+            }
+        }
         if self.written.stopped.is_none() {
             if let Some(max) = self.limits.max_bytes {
                 let room = max.saturating_sub(self.total) as usize / RECORD_SIZE * RECORD_SIZE;
@@ -715,6 +745,26 @@ mod tests {
         assert!(w.written.capped);
     }
 
+    /// `--stop-at`: records from the stop's time on are never written, in whatever buffer
+    /// they come.
+    #[test]
+    fn records_after_the_stop_are_not_written() {
+        let (mut w, disk) = writer(Limits::default());
+        w.write(1, &records(0, 4));
+        w.stop.store(102, Ordering::Relaxed);
+        w.write(1, &records(100, 4));
+        w.write(2, &records(200, 4));
+        w.mark_lost();
+        let recs = decode_all(&file(&disk, 1)).unwrap();
+        let times: Vec<u64> = recs.iter().map(|r| r.time).collect();
+        assert_eq!(times, [0, 1, 2, 3, 100, 101]);
+        assert!(!disk
+            .lock()
+            .unwrap()
+            .contains_key(&PathBuf::from("/fake/2.dat")));
+        assert!(w.written.stopped.is_none() && w.written.lost.is_empty());
+    }
+
     /// The writer thread dying: later buffers cannot be queued, and the end says so (the
     /// trace is incomplete) instead of hanging or passing the records off as written.
     #[test]
@@ -725,6 +775,7 @@ mod tests {
             limits: Limits::default(),
             chan: Mutex::new(Chan::start_with(w).unwrap()),
             noted: Mutex::new(Vec::new()),
+            stop: Arc::new(AtomicU64::new(u64::MAX)),
         };
         out.send(5, records(0, 2));
         // The thread is gone once the queue's receiver is: sends fail from then on.
