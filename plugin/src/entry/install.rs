@@ -74,9 +74,10 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         // SAFETY: ends the probe QEMU before it builds a machine.
         unsafe { libc::_exit(0) };
     }
-    let Mode::Record(mut cfg) = mode else {
+    let Mode::Record(cfg) = mode else {
         unreachable!()
     };
+    let mut cfg = *cfg;
     let Some(arch) = arch else {
         fail(&format!("target {target_name} is not supported yet"))
     };

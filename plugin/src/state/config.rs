@@ -80,7 +80,7 @@ pub enum ClockChoice {
 #[derive(Debug, Clone)]
 pub enum Mode {
     Probe,
-    Record(Config),
+    Record(Box<Config>),
 }
 
 /// A byte offset in the guest's task structure, below a bound no such structure reaches.
@@ -229,7 +229,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     if max_size_exit && max_size.is_none() {
         return Err("max_size_exit=on needs max_size=BYTES".into());
     }
-    Ok(Mode::Record(Config {
+    Ok(Mode::Record(Box::new(Config {
         out,
         clock,
         max_depth,
@@ -246,5 +246,5 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         record_pidfd,
         stop_at,
         stop_at_exit,
-    }))
+    })))
 }
