@@ -178,6 +178,11 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
+    /// End the trace at the first entry into FUNC (any task; the symbols on the command
+    /// line and --symbols name it), e.g. `panic`; with `,exit` stop QEMU there too
+    #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
+    pub stop_at: Option<crate::stop_at::StopAt>,
+
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]
     pub then: Option<Then>,

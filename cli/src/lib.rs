@@ -24,6 +24,7 @@ pub mod record;
 pub mod run_qemu;
 pub mod signal_scope;
 pub mod stats;
+pub mod stop_at;
 pub mod symbol_source;
 pub mod symbols_cmd;
 pub mod symfiles;

@@ -98,6 +98,10 @@ pub fn prepare(
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),
         None => crate::max_size::default_cap(staging),
     };
+    let stop_at = match &args.stop_at {
+        Some(stop) => Some(crate::stop_at::resolve(stop, &sources)?),
+        None => None,
+    };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     let task_slot = match (inv.mode(), &kernel) {
         (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
@@ -110,6 +114,7 @@ pub fn prepare(
         staging: &abs_staging,
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
+        stop_at: stop_at.as_deref(),
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -158,6 +163,8 @@ struct PluginOptions<'a> {
     staging: &'a Path,
     task_slot: Option<&'a TaskSlot>,
     cap: Option<&'a Cap>,
+    /// `--stop-at`'s addresses.
+    stop_at: Option<&'a [u64]>,
 }
 
 impl PluginOptions<'_> {
@@ -173,6 +180,9 @@ impl PluginOptions<'_> {
         }
         if let Some(cap) = self.cap {
             v.push(cap_options(cap));
+        }
+        if let (Some(stop), Some(addrs)) = (&args.stop_at, self.stop_at) {
+            v.push(crate::stop_at::plugin_options(stop, addrs));
         }
         // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
         // and where their PIDs are for a guest with no PID register (else synthetic ids).

@@ -72,6 +72,12 @@ pub fn print(
             for line in crate::stats::findings(s) {
                 note(line);
             }
+            if let Some(stop) = &args.stop_at {
+                match crate::stop_at::outcome(stop, s) {
+                    Ok(line) => note(line),
+                    Err(line) => warn(line),
+                }
+            }
             if let Some(why) = s.incomplete_reason(cap) {
                 warn(format!("INCOMPLETE TRACE: {why}"));
             }
