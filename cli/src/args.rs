@@ -183,6 +183,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
     pub stop_at: Option<crate::stop_at::StopAt>,
 
+    /// Begin the trace at the first entry into FUNC (any task); each task's frames open
+    /// then are written first, as entries at the times they were entered, so that the
+    /// replay nests
+    #[arg(long, value_name = "FUNC")]
+    pub start_at: Option<String>,
+
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]
     pub then: Option<Then>,

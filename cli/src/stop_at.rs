@@ -1,6 +1,6 @@
-//! `--stop-at FUNC[,exit]`: FUNC resolved to its addresses from the symbol sources before
-//! QEMU starts (the plugin instruments only those), and at the end, where the trace stopped
-//! or that FUNC was never reached.
+//! `--stop-at FUNC[,exit]` and `--start-at FUNC`: FUNC resolved to its addresses from the
+//! symbol sources before QEMU starts (the plugin instruments only those), and at the end,
+//! where the trace stopped or started, or that FUNC was never reached.
 
 use anyhow::Result;
 use qemu_uftrace_symbols::LoadOptions;
@@ -37,9 +37,9 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
     })
 }
 
-/// FUNC's addresses in `sources` (every source that defines it); an unknown name is one
-/// line with the names closest to it.
-pub fn resolve(stop: &StopAt, sources: &[SourceArg]) -> Result<Vec<u64>> {
+/// FUNC's addresses in `sources` (every source that defines it) for `option` (`--stop-at`);
+/// an unknown name is one line with the names closest to it.
+pub fn resolve(option: &str, func: &str, sources: &[SourceArg]) -> Result<Vec<u64>> {
     let mut addrs = Vec::new();
     let mut names: Vec<String> = Vec::new();
     for s in sources {
@@ -52,7 +52,7 @@ pub fn resolve(stop: &StopAt, sources: &[SourceArg]) -> Result<Vec<u64>> {
             continue;
         };
         for f in image.functions {
-            if f.name == stop.func {
+            if f.name == func {
                 addrs.push(f.addr);
             } else {
                 names.push(f.name);
@@ -64,7 +64,7 @@ pub fn resolve(stop: &StopAt, sources: &[SourceArg]) -> Result<Vec<u64>> {
     if !addrs.is_empty() {
         return Ok(addrs);
     }
-    let close = closest(&stop.func, &names);
+    let close = closest(func, &names);
     let hint = if close.is_empty() {
         "name a function of the guest's symbols (add --symbols FILE for others)".to_string()
     } else {
@@ -72,8 +72,7 @@ pub fn resolve(stop: &StopAt, sources: &[SourceArg]) -> Result<Vec<u64>> {
     };
     Err(usage(
         format!(
-            "--stop-at {}: no such function in the symbols ({} source{})",
-            stop.func,
+            "{option} {func}: no such function in the symbols ({} source{})",
             sources.len(),
             if sources.len() == 1 { "" } else { "s" }
         ),
@@ -93,11 +92,41 @@ fn closest(name: &str, names: &[String]) -> Vec<String> {
     scored.into_iter().take(3).map(|(_, n)| n.clone()).collect()
 }
 
-/// The plugin's options for it.
+/// The plugin's options for the stop.
 pub fn plugin_options(stop: &StopAt, addrs: &[u64]) -> String {
-    let list: Vec<String> = addrs.iter().map(|a| format!("{a:x}")).collect();
     let exit = if stop.exit { ",stop_at_exit=on" } else { "" };
-    format!(",stop_at={}{exit}", list.join(":"))
+    format!(",stop_at={}{exit}", hex_list(addrs))
+}
+
+/// The plugin's option for the start.
+pub fn start_option(addrs: &[u64]) -> String {
+    format!(",start_at={}", hex_list(addrs))
+}
+
+fn hex_list(addrs: &[u64]) -> String {
+    let list: Vec<String> = addrs.iter().map(|a| format!("{a:x}")).collect();
+    list.join(":")
+}
+
+/// What the summary says of `--start-at FUNC`.
+pub fn start_outcome(func: &str, stats: &Stats) -> Result<String, String> {
+    let value = |key: &str| {
+        stats
+            .other
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    match value("start_at_reached") {
+        Some(addr) => Ok(format!(
+            "started writing at the first entry into {func} ({addr}), after the {} frame(s) \
+             open then, written as entries at the times they were entered",
+            value("start_frames").unwrap_or_else(|| "0".into())
+        )),
+        None => Err(format!(
+            "--start-at {func}: the guest never entered it; nothing was written"
+        )),
+    }
 }
 
 /// What the summary says of it: where the trace stopped, or `Err` when FUNC was never

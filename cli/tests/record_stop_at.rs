@@ -1,6 +1,7 @@
-//! `--stop-at FUNC[,exit]` on the bare-metal guests: the trace is the unfiltered trace's
-//! beginning up to FUNC's first entry, event for event; `,exit` stops QEMU there; a FUNC
-//! never entered, and a name that is no function, are said.
+//! `--stop-at FUNC[,exit]` and `--start-at FUNC` on the bare-metal guests: the trace is the
+//! unfiltered trace's beginning up to FUNC's first entry, or its end from there after the
+//! frames open then, event for event; `,exit` stops QEMU there; a FUNC never entered, and
+//! a name that is no function, are said.
 
 mod common;
 
@@ -42,26 +43,36 @@ fn the_trace_ends_at_the_first_entry() {
         .iter()
         .position(|e| e == "E nest_level3")
         .expect("nest_level3 in the full trace");
-    for exit in [false, true] {
-        let arg = if exit {
-            "nest_level3,exit"
-        } else {
-            "nest_level3"
-        };
-        let (_t2, dir, out) = record("stop", &["--stop-at", arg], "nested");
-        let err = text(&out.stderr);
-        assert!(out.status.success(), "{err}");
-        let stopped = replay_events(&dir, 1).expect("replay");
-        assert_eq!(stopped, full[..=first], "{arg}: {err}");
-        assert!(
-            err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
-            "{err}"
-        );
-        // The guest's checks print after the first nest_level1: only a run that went on
-        // printed them.
-        let stdout = text(&out.stdout);
-        assert_eq!(stdout.contains("nest_level1(2)"), !exit, "{arg}: {stdout}");
-    }
+    let (_t2, dir, out) = record("stop", &["--stop-at", "nest_level3"], "nested");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stopped = replay_events(&dir, 1).expect("replay");
+    assert_eq!(stopped, full[..=first], "{err}");
+    assert!(
+        err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
+        "{err}"
+    );
+    // QEMU went on: the guest's checks printed.
+    assert!(text(&out.stdout).contains("nest_level1(2)"));
+}
+
+/// `,exit` stops a guest that never ends, at the first entry into `spin_work` (the trace
+/// ends with `main`, `spin_tick` and that entry).
+#[test]
+fn exit_stops_qemu_there() {
+    common::require(QEMU);
+    let (_t, dir, out) = record("exit", &["--stop-at", "spin_work,exit"], "spin");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("stopped writing at the first entry into spin_work (0x")
+            && err.contains("; QEMU was stopped there"),
+        "{err}"
+    );
+    let events = replay_events(&dir, 1).expect("replay");
+    let tail: Vec<&str> = events.iter().rev().take(2).map(|s| s.as_str()).collect();
+    assert_eq!(tail, ["E spin_work", "E spin_tick"], "{events:?}");
+    assert_eq!(events.iter().filter(|e| *e == "E spin_work").count(), 1);
 }
 
 #[test]
@@ -98,4 +109,48 @@ fn an_unknown_name_offers_close_ones() {
     );
     assert!(err.contains("did you mean nest_level3"), "{err}");
     assert!(!dir.exists() && !PathBuf::from(format!("{}.partial", dir.display())).exists());
+}
+
+/// Nothing before the first entry into `nest_level3`, the frames open then (`main`,
+/// `nest_level1`, `nest_level2`) once, then the unfiltered trace's rest: balanced.
+#[test]
+fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
+    common::require(QEMU);
+    let (_t1, full, out) = record("full", &[], "nested");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = replay_events(&full, 1).expect("replay");
+    let first = full
+        .iter()
+        .position(|e| e == "E nest_level3")
+        .expect("nest_level3 in the full trace");
+    let (_t2, dir, out) = record("start", &["--start-at", "nest_level3"], "nested");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let started = replay_events(&dir, 1).expect("replay");
+    let mut want: Vec<String> = ["E main", "E nest_level1", "E nest_level2"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    want.extend_from_slice(&full[first..]);
+    assert_eq!(started, want, "{err}");
+    let entries = started.iter().filter(|e| e.starts_with("E ")).count();
+    assert_eq!(entries * 2, started.len(), "unbalanced: {started:?}");
+    assert!(
+        err.contains("qemu-uftrace: started writing at the first entry into nest_level3 (0x")
+            && err.contains("after the 3 frame(s) open then"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_start_never_reached_is_said() {
+    common::require(QEMU);
+    let (_t, dir, out) = record("nostart", &["--start-at", "rt_put_hex"], "nested");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--start-at rt_put_hex: the guest never entered it; nothing was written"),
+        "{err}"
+    );
+    assert!(!dir.exists());
 }

@@ -99,7 +99,11 @@ pub fn prepare(
         None => crate::max_size::default_cap(staging),
     };
     let stop_at = match &args.stop_at {
-        Some(stop) => Some(crate::stop_at::resolve(stop, &sources)?),
+        Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &sources)?),
+        None => None,
+    };
+    let start_at = match &args.start_at {
+        Some(func) => Some(crate::stop_at::resolve("--start-at", func, &sources)?),
         None => None,
     };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
@@ -115,6 +119,7 @@ pub fn prepare(
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
         stop_at: stop_at.as_deref(),
+        start_at: start_at.as_deref(),
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -165,6 +170,8 @@ struct PluginOptions<'a> {
     cap: Option<&'a Cap>,
     /// `--stop-at`'s addresses.
     stop_at: Option<&'a [u64]>,
+    /// `--start-at`'s addresses.
+    start_at: Option<&'a [u64]>,
 }
 
 impl PluginOptions<'_> {
@@ -183,6 +190,9 @@ impl PluginOptions<'_> {
         }
         if let (Some(stop), Some(addrs)) = (&args.stop_at, self.stop_at) {
             v.push(crate::stop_at::plugin_options(stop, addrs));
+        }
+        if let Some(addrs) = self.start_at {
+            v.push(crate::stop_at::start_option(addrs));
         }
         // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
         // and where their PIDs are for a guest with no PID register (else synthetic ids).

@@ -78,6 +78,12 @@ pub fn print(
                     Err(line) => warn(line),
                 }
             }
+            if let Some(func) = &args.start_at {
+                match crate::stop_at::start_outcome(func, s) {
+                    Ok(line) => note(line),
+                    Err(line) => warn(line),
+                }
+            }
             if let Some(why) = s.incomplete_reason(cap) {
                 warn(format!("INCOMPLETE TRACE: {why}"));
             }

@@ -97,6 +97,11 @@ fn finish_once() {
         line(k, &v);
     }
     line("open_frames", &open);
+    if let Some((addr, time)) = crate::handlers::stop_at::STARTED.get() {
+        line("start_at_reached", &format_args!("{addr:#x}"));
+        line("start_at_time", time);
+        line("start_frames", &written.start_frames);
+    }
     if let Some((addr, time)) = crate::handlers::stop_at::REACHED.get() {
         line("stop_at_reached", &format_args!("{addr:#x}"));
         line("stop_at_time", time);

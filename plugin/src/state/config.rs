@@ -2,7 +2,7 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]]`, or
+//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -49,6 +49,9 @@ pub struct Config {
     pub stop_at: Vec<u64>,
     /// Stop QEMU there too (`stop_at_exit=on`).
     pub stop_at_exit: bool,
+    /// Where the trace begins (`start_at=ADDR:ADDR…`, hex): the first entry into any of
+    /// these (the CLI's `--start-at FUNC`).
+    pub start_at: Vec<u64>,
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
@@ -92,6 +95,16 @@ fn task_offset(key: &str, value: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{key}={value}: expected a byte offset"))
 }
 
+/// `ADDR:ADDR…`, hex.
+fn addresses(key: &str, value: &str) -> Result<Vec<u64>, String> {
+    value
+        .split(':')
+        .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .collect::<Option<Vec<u64>>>()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("{key}={value}: expected hex addresses ADDR:ADDR…"))
+}
+
 /// Parses `key=value` arguments; errors are one line for QEMU to print.
 pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut out = None;
@@ -110,6 +123,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut record_pidfd = None;
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
+    let mut start_at = Vec::new();
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -198,14 +212,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                     _ => return Err(format!("max_size_exit={value}: expected on or off")),
                 }
             }
-            "stop_at" => {
-                stop_at = value
-                    .split(':')
-                    .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
-                    .collect::<Option<Vec<u64>>>()
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| format!("stop_at={value}: expected hex addresses ADDR:ADDR…"))?
-            }
+            "stop_at" => stop_at = addresses(&key, value)?,
+            "start_at" => start_at = addresses(&key, value)?,
             "stop_at_exit" => {
                 stop_at_exit = match value {
                     "on" => true,
@@ -246,5 +254,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         record_pidfd,
         stop_at,
         stop_at_exit,
+        start_at,
     })))
 }

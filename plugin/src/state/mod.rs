@@ -6,6 +6,7 @@ pub mod config;
 pub mod guest;
 pub mod output;
 pub mod progress;
+pub mod start_gate;
 
 use config::Config;
 use output::Output;

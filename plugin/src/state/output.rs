@@ -3,6 +3,7 @@
 //! wait for it rather than grow memory or drop records.
 
 use super::progress::{self, Counts, Progress};
+use super::start_gate::StartGate;
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
@@ -36,6 +37,8 @@ pub struct Written {
     /// Whether it stopped at the size cap (`max_size=`): the records past it were dropped
     /// whole, and no error is behind it.
     pub capped: bool,
+    /// `--start-at`: the frames open at the start, written as entries.
+    pub start_frames: u64,
 }
 
 /// How much the writer may write: `max_bytes` of records in all (`max_size=`), and what
@@ -45,6 +48,8 @@ pub struct Written {
 pub struct Limits {
     pub max_bytes: Option<u64>,
     pub on_cap: Option<fn()>,
+    /// `--start-at FUNC`'s addresses: nothing is written before `Output::start_at`.
+    pub start_at: Option<&'static [u64]>,
     /// Record times count the only vCPU's guest instructions: the status file says how
     /// many it ran.
     pub insn_time: bool,
@@ -59,6 +64,8 @@ pub struct Output {
     noted: Mutex<Vec<String>>,
     /// `--stop-at`: records from this time on are not written (`u64::MAX`: none).
     stop: Arc<AtomicU64>,
+    /// `--start-at`: records before this time are not written (`u64::MAX`: not yet).
+    start: Arc<AtomicU64>,
 }
 
 /// The queue to one writer thread.
@@ -69,9 +76,17 @@ struct Chan {
 }
 
 impl Chan {
-    fn start(dir: PathBuf, limits: Limits, stop: &Arc<AtomicU64>) -> std::io::Result<Chan> {
+    fn start(
+        dir: PathBuf,
+        limits: Limits,
+        stop: &Arc<AtomicU64>,
+        start: &Arc<AtomicU64>,
+    ) -> std::io::Result<Chan> {
         let mut w = Writer::new(dir, limits);
         w.stop = Arc::clone(stop);
+        if let Some(addrs) = limits.start_at {
+            w.gate = Some(StartGate::new(Arc::clone(start), addrs));
+        }
         Chan::start_with(w)
     }
 
@@ -95,11 +110,13 @@ impl Chan {
 impl Output {
     pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
         let stop = Arc::new(AtomicU64::new(u64::MAX));
+        let start = Arc::new(AtomicU64::new(u64::MAX));
         Ok(Output {
             limits,
-            chan: Mutex::new(Chan::start(dir, limits, &stop)?),
+            chan: Mutex::new(Chan::start(dir, limits, &stop, &start)?),
             noted: Mutex::new(Vec::new()),
             stop,
+            start,
         })
     }
 
@@ -111,7 +128,7 @@ impl Output {
     /// have been locked by it at the fork. Both are left behind (never touched again) for a
     /// new writer and pool; what the parent had queued is the parent's to write.
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
-        let fresh = Chan::start(dir, self.limits, &self.stop)?;
+        let fresh = Chan::start(dir, self.limits, &self.stop, &self.start)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
@@ -142,6 +159,11 @@ impl Output {
     /// now on and of the buffers still to come (a vCPU's buffer holds records of both).
     pub fn stop_at(&self, time: u64) {
         self.stop.fetch_min(time, Ordering::SeqCst);
+    }
+
+    /// Starts the trace at `time` (`--start-at`): records before it are not written.
+    pub fn start_at(&self, time: u64) {
+        self.start.fetch_min(time, Ordering::AcqRel);
     }
 
     /// Records a problem for `plugin.stats` (which then says the trace is incomplete).
@@ -246,6 +268,8 @@ struct Writer {
     torn: HashMap<u32, u64>,
     /// `--stop-at`: the time from which records are not written (`u64::MAX`: none).
     stop: Arc<AtomicU64>,
+    /// `--start-at`: what is written before and at the start.
+    gate: Option<StartGate>,
 }
 
 impl Writer {
@@ -260,6 +284,7 @@ impl Writer {
             total: 0,
             torn: HashMap::new(),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
+            gate: None,
         }
     }
 
@@ -268,6 +293,19 @@ impl Writer {
     /// the last whole buffer), before the free space falls below the reserve, and at the
     /// size cap (whole records up to it are written, the rest dropped).
     fn write(&mut self, tid: u32, buf: &[u8]) {
+        match &mut self.gate {
+            Some(gate) => {
+                let passed = gate.pass(tid, buf);
+                if !passed.is_empty() {
+                    self.write_through(tid, &passed);
+                }
+            }
+            None => self.write_through(tid, buf),
+        }
+    }
+
+    /// [`Writer::write`] past the start.
+    fn write_through(&mut self, tid: u32, buf: &[u8]) {
         if self.written.capped {
             return;
         }
@@ -435,6 +473,13 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
                 p.push(buf);
             }
         }
+    }
+    // `--start-at`: the tasks that did not run after the start still have their open frames.
+    if let Some(mut gate) = w.gate.take() {
+        for (tid, frames) in gate.unwritten() {
+            w.write_through(tid, &frames);
+        }
+        w.written.start_frames = gate.written_frames;
     }
     // No fsync: the records are safe in the page cache once written, whatever happens to
     // QEMU, and syncing a trace of hundreds of megabytes took a tenth of a kernel boot.
@@ -776,6 +821,7 @@ mod tests {
             chan: Mutex::new(Chan::start_with(w).unwrap()),
             noted: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
+            start: Arc::new(AtomicU64::new(u64::MAX)),
         };
         out.send(5, records(0, 2));
         // The thread is gone once the queue's receiver is: sends fail from then on.
