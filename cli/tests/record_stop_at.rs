@@ -52,6 +52,14 @@ fn the_trace_ends_at_the_first_entry() {
         err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
         "{err}"
     );
+    // What the full trace has after the entry, and the entry's exit, not written.
+    let outside = full.len() - (first + 1);
+    assert!(
+        err.contains(&format!(
+            "; 0 lost; {outside} outside --start-at/--stop-at ]"
+        )),
+        "{outside}: {err}"
+    );
     // QEMU went on: the guest's checks printed.
     assert!(text(&out.stdout).contains("nest_level1(2)"));
 }
