@@ -6,11 +6,21 @@
 mod common;
 
 use qemu_uftrace_tests::replay::replay_events;
-use qemu_uftrace_tests::{guest_elf, qemu_args, Variant, QEMU};
+use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, Variant, QEMU};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 fn record(name: &str, extra: &[&str], program: &str) -> (tempfile::TempDir, PathBuf, Output) {
+    record_on(QEMU, name, extra, program)
+}
+
+/// [`record`] under the emulator `qemu`.
+fn record_on(
+    qemu: &str,
+    name: &str,
+    extra: &[&str],
+    program: &str,
+) -> (tempfile::TempDir, PathBuf, Output) {
     let elf = guest_elf(program, Variant::Natural).expect("build the guests");
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join(name);
@@ -20,7 +30,7 @@ fn record(name: &str, extra: &[&str], program: &str) -> (tempfile::TempDir, Path
         .arg(&dir)
         .args(extra)
         .arg("--")
-        .args(qemu_args(&elf))
+        .args(qemu_args_on(qemu, &elf))
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
@@ -36,32 +46,40 @@ fn text(b: &[u8]) -> String {
 #[test]
 fn the_trace_ends_at_the_first_entry() {
     common::require(QEMU);
-    let (_t1, full, out) = record("full", &[], "nested");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let full = replay_events(&full, 1).expect("replay");
-    let first = full
-        .iter()
-        .position(|e| e == "E nest_level3")
-        .expect("nest_level3 in the full trace");
-    let (_t2, dir, out) = record("stop", &["--stop-at", "nest_level3"], "nested");
-    let err = text(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let stopped = replay_events(&dir, 1).expect("replay");
-    assert_eq!(stopped, full[..=first], "{err}");
-    assert!(
-        err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
-        "{err}"
-    );
-    // What the full trace has after the entry, and the entry's exit, not written.
-    let outside = full.len() - (first + 1);
-    assert!(
-        err.contains(&format!(
-            "; 0 lost; {outside} outside --start-at/--stop-at ]"
-        )),
-        "{outside}: {err}"
-    );
-    // QEMU went on: the guest's checks printed.
-    assert!(text(&out.stdout).contains("nest_level1(2)"));
+    for qemu in system_qemus() {
+        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let full = replay_events(&full, 1).expect("replay");
+        let first = full
+            .iter()
+            .position(|e| e == "E nest_level3")
+            .expect("nest_level3 in the full trace");
+        let (_t2, dir, out) = record_on(
+            &qemu.program,
+            "stop",
+            &["--stop-at", "nest_level3"],
+            "nested",
+        );
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", qemu.label);
+        let stopped = replay_events(&dir, 1).expect("replay");
+        assert_eq!(stopped, full[..=first], "{}: {err}", qemu.label);
+        assert!(
+            err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
+            "{err}"
+        );
+        // What the full trace has after the entry, and the entry's exit, not written.
+        let outside = full.len() - (first + 1);
+        assert!(
+            err.contains(&format!(
+                "; 0 lost; {outside} outside --start-at/--stop-at ]"
+            )),
+            "{}: {outside}: {err}",
+            qemu.label
+        );
+        // QEMU went on: the guest's checks printed.
+        assert!(text(&out.stdout).contains("nest_level1(2)"));
+    }
 }
 
 /// `,exit` stops a guest that never ends, at the first entry into `spin_work` (the trace
@@ -124,30 +142,37 @@ fn an_unknown_name_offers_close_ones() {
 #[test]
 fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
     common::require(QEMU);
-    let (_t1, full, out) = record("full", &[], "nested");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let full = replay_events(&full, 1).expect("replay");
-    let first = full
-        .iter()
-        .position(|e| e == "E nest_level3")
-        .expect("nest_level3 in the full trace");
-    let (_t2, dir, out) = record("start", &["--start-at", "nest_level3"], "nested");
-    let err = text(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let started = replay_events(&dir, 1).expect("replay");
-    let mut want: Vec<String> = ["E main", "E nest_level1", "E nest_level2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    want.extend_from_slice(&full[first..]);
-    assert_eq!(started, want, "{err}");
-    let entries = started.iter().filter(|e| e.starts_with("E ")).count();
-    assert_eq!(entries * 2, started.len(), "unbalanced: {started:?}");
-    assert!(
-        err.contains("qemu-uftrace: started writing at the first entry into nest_level3 (0x")
-            && err.contains("after the 3 frame(s) open then"),
-        "{err}"
-    );
+    for qemu in system_qemus() {
+        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let full = replay_events(&full, 1).expect("replay");
+        let first = full
+            .iter()
+            .position(|e| e == "E nest_level3")
+            .expect("nest_level3 in the full trace");
+        let (_t2, dir, out) = record_on(
+            &qemu.program,
+            "start",
+            &["--start-at", "nest_level3"],
+            "nested",
+        );
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", qemu.label);
+        let started = replay_events(&dir, 1).expect("replay");
+        let mut want: Vec<String> = ["E main", "E nest_level1", "E nest_level2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        want.extend_from_slice(&full[first..]);
+        assert_eq!(started, want, "{}: {err}", qemu.label);
+        let entries = started.iter().filter(|e| e.starts_with("E ")).count();
+        assert_eq!(entries * 2, started.len(), "unbalanced: {started:?}");
+        assert!(
+            err.contains("qemu-uftrace: started writing at the first entry into nest_level3 (0x")
+                && err.contains("after the 3 frame(s) open then"),
+            "{err}"
+        );
+    }
 }
 
 #[test]
