@@ -48,7 +48,23 @@ impl Tmux {
 
     /// The terminal's text, with its scrollback.
     fn screen(&self) -> String {
-        self.output(&["capture-pane", "-p", "-J", "-S", "-10000"])
+        self.screen_of("0")
+    }
+
+    /// The text of window `window`.
+    fn screen_of(&self, window: &str) -> String {
+        let target = format!(":{window}");
+        self.output(&["capture-pane", "-p", "-J", "-S", "-10000", "-t", &target])
+    }
+
+    /// Runs `command` in a second terminal (window 1) beside the first.
+    fn second(&self, command: &str) {
+        let ok = self
+            .cmd()
+            .args(["new-window", "-d", command])
+            .status()
+            .expect("run tmux");
+        assert!(ok.success(), "tmux new-window failed");
     }
 
     fn output(&self, args: &[&str]) -> String {
@@ -140,6 +156,16 @@ fn the_status_shows_from_outside_and_in_the_title_never_in_the_console() {
         t.starts_with("qemu-uftrace: recording ").then_some(t)
     });
     assert!(title.contains(" events ("), "{title}");
+    // `status -w` in another terminal: one line rewritten in place, until the end.
+    tmux.second(&format!(
+        "{} status -w {} ; echo status-exit=$? ; exec cat",
+        quote(bin()),
+        quote(&dir.display().to_string())
+    ));
+    wait_for("status -w shows the recording", || {
+        let s = tmux.screen_of("1");
+        s.contains("recording ").then_some(s)
+    });
     stop_qemu(&dir);
     let screen = wait_for("record ends", || {
         let s = tmux.screen();
@@ -193,6 +219,15 @@ fn the_status_shows_from_outside_and_in_the_title_never_in_the_console() {
     );
     let (ok, out) = status(&dir);
     assert!(ok && out.starts_with("done "), "{out}");
+    let watched = wait_for("status -w ends", || {
+        let s = tmux.screen_of("1");
+        s.contains("status-exit=").then_some(s)
+    });
+    // The last reading replaced the earlier ones on the same line.
+    let lines: Vec<&str> = watched.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{watched}");
+    assert!(lines[0].starts_with("done "), "{watched}");
+    assert_eq!(lines[1], "status-exit=0", "{watched}");
 }
 
 #[test]
