@@ -189,6 +189,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "FUNC")]
     pub start_at: Option<String>,
 
+    /// Flight recorder: keep only the last SIZE of records (all vCPUs together; 8M, 1G:
+    /// powers of 1024), written when QEMU exits (Ctrl-C, SIGTERM, --stop-at …,exit); the
+    /// frames open at the window's start are written first, as entries
+    #[arg(long, value_name = "SIZE", value_parser = crate::max_size::parse_size)]
+    pub keep_last: Option<u64>,
+
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]
     pub then: Option<Then>,

@@ -71,9 +71,7 @@ fn the_trace_ends_at_the_first_entry() {
         // What the full trace has after the entry, and the entry's exit, not written.
         let outside = full.len() - (first + 1);
         assert!(
-            err.contains(&format!(
-                "; 0 lost; {outside} outside --start-at/--stop-at ]"
-            )),
+            err.contains(&format!("; 0 lost; {outside} outside the window ]")),
             "{}: {outside}: {err}",
             qemu.label
         );
@@ -186,4 +184,43 @@ fn a_start_never_reached_is_said() {
         "{err}"
     );
     assert!(!dir.exists());
+}
+
+/// `--keep-last`: the unfiltered trace's last records, event for event, after the frames
+/// open at the window's start (those of the full trace at that point, once).
+#[test]
+fn keep_last_keeps_the_tail_after_the_open_frames() {
+    common::require(QEMU);
+    let (_t1, full, out) = record("full", &[], "nested");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = replay_events(&full, 1).expect("replay");
+    // 100 records.
+    let (_t2, dir, out) = record("last", &["--keep-last", "1600"], "nested");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let kept = replay_events(&dir, 1).expect("replay");
+    let frames: usize = std::fs::read_to_string(dir.join("plugin.stats"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("keep_last_frames=")?.parse().ok())
+        .expect("keep_last_frames");
+    assert_eq!(kept.len() - frames, 100, "{kept:?}");
+    let tail = &full[full.len() - 100..];
+    assert_eq!(kept[frames..], *tail, "{err}");
+    // The open frames: the full trace's stack where the window starts, outermost first.
+    let mut stack: Vec<&str> = Vec::new();
+    for e in &full[..full.len() - 100] {
+        match e.split_once(' ') {
+            Some(("E", f)) => stack.push(f),
+            _ => {
+                stack.pop();
+            }
+        }
+    }
+    let opened: Vec<String> = stack.iter().map(|f| format!("E {f}")).collect();
+    assert_eq!(kept[..frames], opened[..], "{err}");
+    assert!(
+        err.contains("--keep-last 1.56 KiB: kept the last records"),
+        "{err}"
+    );
 }

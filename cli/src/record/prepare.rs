@@ -194,6 +194,9 @@ impl PluginOptions<'_> {
         if let Some(addrs) = self.start_at {
             v.push(crate::stop_at::start_option(addrs));
         }
+        if let Some(bytes) = args.keep_last {
+            v.push(format!(",keep_last={bytes}"));
+        }
         // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
         // and where their PIDs are for a guest with no PID register (else synthetic ids).
         if let Some(offset) = symbol_source::task_comm_offset(self.sources) {

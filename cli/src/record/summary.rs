@@ -78,6 +78,13 @@ pub fn print(
                     Err(line) => warn(line),
                 }
             }
+            if let (Some(size), Some(frames)) = (args.keep_last, count("keep_last_frames")) {
+                note(format!(
+                    "--keep-last {}: kept the last records of the run, after the {frames} \
+                     frame(s) open at the window's start, written as entries",
+                    bytes(size)
+                ));
+            }
             if let Some(func) = &args.start_at {
                 match crate::stop_at::start_outcome(func, s) {
                     Ok(line) => note(line),
@@ -127,13 +134,14 @@ pub fn print(
              fix the sources named above or add --symbols FILE[:OFFSET]",
         );
     }
-    // Events outside --start-at/--stop-at: what the plugin saw less what it wrote (the
+    // Events outside --start-at/--stop-at/--keep-last: what the plugin saw less what it wrote (the
     // open frames written at the start are records of events before it).
     let outside = stats
-        .filter(|_| args.start_at.is_some() || args.stop_at.is_some())
+        .filter(|_| args.start_at.is_some() || args.stop_at.is_some() || args.keep_last.is_some())
         .map(|s| {
             let records = done.bytes / qemu_uftrace_format::record::RECORD_SIZE as u64;
-            let frames = s.other_count("start_frames").unwrap_or(0);
+            let frames = s.other_count("start_frames").unwrap_or(0)
+                + s.other_count("keep_last_frames").unwrap_or(0);
             s.events.saturating_sub(records.saturating_sub(frames))
         });
     note(written_line(
@@ -174,7 +182,7 @@ fn written_line(bytes: u64, lost: u64, capped: bool, outside: Option<u64>) -> St
         ""
     };
     let outside = outside
-        .map(|n| format!("; {} outside --start-at/--stop-at", group(n as f64)))
+        .map(|n| format!("; {} outside the window", group(n as f64)))
         .unwrap_or_default();
     format!(
         "[ record: wrote {}, {} records; {} lost{cap}{outside} ]",
@@ -219,7 +227,7 @@ mod tests {
         );
         assert_eq!(
             written_line(352, 0, false, Some(1868)),
-            "[ record: wrote 352 B, 22 records; 0 lost; 1,868 outside --start-at/--stop-at ]"
+            "[ record: wrote 352 B, 22 records; 0 lost; 1,868 outside the window ]"
         );
     }
 }

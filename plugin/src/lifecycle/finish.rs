@@ -102,6 +102,9 @@ fn finish_once() {
         line("start_at_time", time);
         line("start_frames", &written.start_frames);
     }
+    if let Some(frames) = written.window_frames {
+        line("keep_last_frames", &frames);
+    }
     if let Some((addr, time)) = crate::handlers::stop_at::REACHED.get() {
         line("stop_at_reached", &format_args!("{addr:#x}"));
         line("stop_at_time", time);

@@ -2,7 +2,7 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…]`, or
+//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -49,6 +49,9 @@ pub struct Config {
     pub stop_at: Vec<u64>,
     /// Stop QEMU there too (`stop_at_exit=on`).
     pub stop_at_exit: bool,
+    /// The flight recorder's window in bytes of records (`keep_last=BYTES`, the CLI's
+    /// `--keep-last SIZE`).
+    pub keep_last: Option<u64>,
     /// Where the trace begins (`start_at=ADDR:ADDR…`, hex): the first entry into any of
     /// these (the CLI's `--start-at FUNC`).
     pub start_at: Vec<u64>,
@@ -124,6 +127,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
+    let mut keep_last = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -214,6 +218,15 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "stop_at" => stop_at = addresses(&key, value)?,
             "start_at" => start_at = addresses(&key, value)?,
+            "keep_last" => {
+                keep_last = Some(
+                    value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| n >= qemu_uftrace_format::record::RECORD_SIZE as u64)
+                        .ok_or_else(|| format!("keep_last={value}: expected a byte count"))?,
+                )
+            }
             "stop_at_exit" => {
                 stop_at_exit = match value {
                     "on" => true,
@@ -255,5 +268,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         stop_at,
         stop_at_exit,
         start_at,
+        keep_last,
     })))
 }

@@ -3,6 +3,7 @@
 //! (`guest`), and the few process-wide facts below.
 
 pub mod config;
+pub mod flight;
 pub mod guest;
 pub mod output;
 pub mod progress;

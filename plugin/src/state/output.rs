@@ -2,6 +2,7 @@
 //! vCPU never waits on `write()`. The queue is bounded: if the disk falls behind, vCPUs
 //! wait for it rather than grow memory or drop records.
 
+use super::flight::Ring;
 use super::progress::{self, Counts, Progress};
 use super::start_gate::StartGate;
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
@@ -39,6 +40,8 @@ pub struct Written {
     pub capped: bool,
     /// `--start-at`: the frames open at the start, written as entries.
     pub start_frames: u64,
+    /// `--keep-last`: the frames open at the window's start, written as entries.
+    pub window_frames: Option<u64>,
 }
 
 /// How much the writer may write: `max_bytes` of records in all (`max_size=`), and what
@@ -48,6 +51,9 @@ pub struct Written {
 pub struct Limits {
     pub max_bytes: Option<u64>,
     pub on_cap: Option<fn()>,
+    /// `--keep-last SIZE`: the writer keeps the last SIZE bytes of records, written at the
+    /// end.
+    pub keep_last: Option<u64>,
     /// `--start-at FUNC`'s addresses: nothing is written before `Output::start_at`.
     pub start_at: Option<&'static [u64]>,
     /// Record times count the only vCPU's guest instructions: the status file says how
@@ -270,6 +276,8 @@ struct Writer {
     stop: Arc<AtomicU64>,
     /// `--start-at`: what is written before and at the start.
     gate: Option<StartGate>,
+    /// `--keep-last`: the window, written at the end.
+    ring: Option<Ring>,
 }
 
 impl Writer {
@@ -285,6 +293,7 @@ impl Writer {
             torn: HashMap::new(),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
             gate: None,
+            ring: limits.keep_last.map(Ring::new),
         }
     }
 
@@ -293,13 +302,19 @@ impl Writer {
     /// the last whole buffer), before the free space falls below the reserve, and at the
     /// size cap (whole records up to it are written, the rest dropped).
     fn write(&mut self, tid: u32, buf: &[u8]) {
-        match &mut self.gate {
+        let passed;
+        let buf = match &mut self.gate {
             Some(gate) => {
-                let passed = gate.pass(tid, buf);
-                if !passed.is_empty() {
-                    self.write_through(tid, &passed);
-                }
+                passed = gate.pass(tid, buf);
+                &passed[..]
             }
+            None => buf,
+        };
+        if buf.is_empty() {
+            return;
+        }
+        match &mut self.ring {
+            Some(ring) => ring.push(tid, buf),
             None => self.write_through(tid, buf),
         }
     }
@@ -480,6 +495,14 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
             w.write_through(tid, &frames);
         }
         w.written.start_frames = gate.written_frames;
+    }
+    // `--keep-last`: the window now.
+    if let Some(ring) = w.ring.take() {
+        let (bufs, frames) = ring.drain();
+        for (tid, buf) in bufs {
+            w.write_through(tid, &buf);
+        }
+        w.written.window_frames = Some(frames);
     }
     // No fsync: the records are safe in the page cache once written, whatever happens to
     // QEMU, and syncing a trace of hundreds of megabytes took a tenth of a kernel boot.

@@ -90,18 +90,24 @@ impl StartGate {
         frames.concat()
     }
 
-    /// At the end, once the start was reached: the tasks that never ran after it, with
-    /// their open frames (each task's are written once, whether or not it ran again).
-    pub fn unwritten(&mut self) -> Vec<(u32, Vec<u8>)> {
-        if self.start.load(Ordering::Acquire) == u64::MAX {
-            return Vec::new();
-        }
+    /// Every task's open frames not written yet, whatever the start (the flight recorder's
+    /// window start).
+    pub fn all_open(&mut self) -> Vec<(u32, Vec<u8>)> {
         let mut tids: Vec<u32> = self.stacks.keys().copied().collect();
         tids.sort_unstable();
         tids.into_iter()
             .map(|t| (t, self.open_frames(t)))
             .filter(|(_, f)| !f.is_empty())
             .collect()
+    }
+
+    /// At the end, once the start was reached: the tasks that never ran after it, with
+    /// their open frames (each task's are written once, whether or not it ran again).
+    pub fn unwritten(&mut self) -> Vec<(u32, Vec<u8>)> {
+        if self.start.load(Ordering::Acquire) == u64::MAX {
+            return Vec::new();
+        }
+        self.all_open()
     }
 }
 
