@@ -55,6 +55,9 @@ pub enum Command {
     /// Check the QEMUs on PATH (or the ones named) and uftrace: versions, plugin API,
     /// plugin support, exception reporting; exits non-zero when recording cannot work
     Doctor(DoctorArgs),
+    /// Show how a recording is going (events, size, rate, tasks, LOST), from another
+    /// terminal while it runs, or how the one that wrote DIR ended
+    Status(StatusArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -176,6 +179,28 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE[,exit]", value_parser = crate::max_size::parse)]
     pub max_size: Option<crate::max_size::MaxSize>,
 
+    /// Do not show the recording's progress in the terminal's title (it is shown there,
+    /// never as text, when stderr is a terminal; `qemu-uftrace status` shows it anywhere)
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// End the trace at the first entry into FUNC (any task; the symbols on the command
+    /// line and --symbols name it), e.g. `panic`; with `,exit` stop QEMU there too
+    #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
+    pub stop_at: Option<crate::stop_at::StopAt>,
+
+    /// Begin the trace at the first entry into FUNC (any task); each task's frames open
+    /// then are written first, as entries at the times they were entered, so that the
+    /// replay nests
+    #[arg(long, value_name = "FUNC")]
+    pub start_at: Option<String>,
+
+    /// Flight recorder: keep only the last SIZE of records (all vCPUs together; 8M, 1G:
+    /// powers of 1024), written when QEMU exits (Ctrl-C, SIGTERM, --stop-at …,exit); the
+    /// frames open at the window's start are written first, as entries
+    #[arg(long, value_name = "SIZE", value_parser = crate::max_size::parse_size)]
+    pub keep_last: Option<u64>,
+
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]
     pub then: Option<Then>,
@@ -283,6 +308,21 @@ pub struct DoctorArgs {
     /// and qemu-<arch> on PATH
     #[arg(value_name = "QEMU")]
     pub qemus: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example, from another terminal while `qemu-uftrace record -o boot.data …` runs:\n  \
+        qemu-uftrace status -w boot.data"
+)]
+pub struct StatusArgs {
+    /// The trace directory the recording writes (its -o DIR)
+    #[arg(value_name = "DIR", default_value = DEFAULT_DIR)]
+    pub dir: PathBuf,
+
+    /// Show it again every second until the recording ends
+    #[arg(short, long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, Args)]

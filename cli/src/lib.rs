@@ -19,12 +19,14 @@ pub mod max_size;
 pub mod plugin_cache;
 pub mod plugin_select;
 pub mod probe_memo;
+pub mod progress;
 pub mod qemu;
 pub mod qemu_checks;
 pub mod record;
 pub mod run_qemu;
 pub mod signal_scope;
 pub mod stats;
+pub mod stop_at;
 pub mod symbol_source;
 pub mod symbols_cmd;
 pub mod symfiles;
@@ -107,6 +109,7 @@ fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
         Command::Info(a) => uftrace_cmd::run("info", &a.dir, &a.uftrace_args),
         Command::Export(a) => export::run(&a.options()),
         Command::Doctor(a) => doctor::run(&a.qemus),
+        Command::Status(a) => progress::run(&a.dir, a.watch),
         Command::Completions(a) => {
             let mut cmd = args::command();
             clap_complete::generate(a.shell, &mut cmd, "qemu-uftrace", &mut std::io::stdout());

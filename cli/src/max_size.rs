@@ -51,7 +51,7 @@ pub fn parse(text: &str) -> Result<MaxSize, String> {
 }
 
 /// `500M`, `2G`, `1.5G`, `4096`, `100MB`, `1GiB`.
-fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, String> {
     let bad =
         || format!("'{text}' is not a size: give e.g. 500M or 2G (powers of 1024, as QEMU's -m)");
     let split = text

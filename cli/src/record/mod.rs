@@ -71,7 +71,19 @@ fn record_into(
     extra_sources: Vec<SourceArg>,
 ) -> Result<i32> {
     let (prep, jobs) = prepare::prepare(args, inv, staging, extra_sources)?;
-    let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols)?;
+    let title = crate::progress::Title::start(staging, args.quiet);
+    let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols);
+    drop(title);
+    let ran = match (ran, &args.start_at) {
+        // Nothing written because the start never came: that, not a QEMU problem, is why.
+        (Err(_), Some(func)) if !datadir::has_records(staging) => {
+            return Err(crate::errors::fail(
+                format!("--start-at {func}: the guest never entered it; nothing was written"),
+                "start at a function the guest runs (a recording without --start-at shows them)",
+            ))
+        }
+        (ran, _) => ran?,
+    };
     let exit = ran.exit.clone();
     let no_sources = ran.sources.is_empty();
     let published = assemble::assemble(

@@ -108,6 +108,14 @@ pub fn prepare(
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),
         None => crate::max_size::default_cap(staging),
     };
+    let stop_at = match &args.stop_at {
+        Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &sources)?),
+        None => None,
+    };
+    let start_at = match &args.start_at {
+        Some(func) => Some(crate::stop_at::resolve("--start-at", func, &sources)?),
+        None => None,
+    };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // A Linux guest's processes: where they map files, watched where the kernel's DWARF
     // says (issue 24); without it, said when there is a userland to name.
@@ -147,6 +155,8 @@ pub fn prepare(
         cap: cap.as_ref(),
         proc_watch: proc_watch.as_deref(),
         entries: entries.as_ref(),
+        stop_at: stop_at.as_deref(),
+        start_at: start_at.as_deref(),
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -199,6 +209,10 @@ struct PluginOptions<'a> {
     /// Where a Linux guest's processes map files (`guest_procs::watch_options`).
     proc_watch: Option<&'a str>,
     entries: Option<&'a Entries>,
+    /// `--stop-at`'s addresses.
+    stop_at: Option<&'a [u64]>,
+    /// `--start-at`'s addresses.
+    start_at: Option<&'a [u64]>,
 }
 
 impl PluginOptions<'_> {
@@ -218,6 +232,15 @@ impl PluginOptions<'_> {
         }
         if let Some(cap) = self.cap {
             v.push(cap_options(cap));
+        }
+        if let (Some(stop), Some(addrs)) = (&args.stop_at, self.stop_at) {
+            v.push(crate::stop_at::plugin_options(stop, addrs));
+        }
+        if let Some(addrs) = self.start_at {
+            v.push(crate::stop_at::start_option(addrs));
+        }
+        if let Some(bytes) = args.keep_last {
+            v.push(format!(",keep_last={bytes}"));
         }
         // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
         // and where their PIDs are for a guest with no PID register (else synthetic ids).

@@ -79,6 +79,25 @@ pub fn print(
             for line in crate::stats::findings(s) {
                 note(line);
             }
+            if let Some(stop) = &args.stop_at {
+                match crate::stop_at::outcome(stop, s) {
+                    Ok(line) => note(line),
+                    Err(line) => warn(line),
+                }
+            }
+            if let (Some(size), Some(frames)) = (args.keep_last, count("keep_last_frames")) {
+                note(format!(
+                    "--keep-last {}: kept the last records of the run, after the {frames} \
+                     frame(s) open at the window's start, written as entries",
+                    bytes(size)
+                ));
+            }
+            if let Some(func) = &args.start_at {
+                match crate::stop_at::start_outcome(func, s) {
+                    Ok(line) => note(line),
+                    Err(line) => warn(line),
+                }
+            }
             if let Some(why) = s.incomplete_reason(cap) {
                 warn(format!("INCOMPLETE TRACE: {why}"));
             }
@@ -122,6 +141,22 @@ pub fn print(
              fix the sources named above or add --symbols FILE[:OFFSET]",
         );
     }
+    // Events outside --start-at/--stop-at/--keep-last: what the plugin saw less what it wrote (the
+    // open frames written at the start are records of events before it).
+    let outside = stats
+        .filter(|_| args.start_at.is_some() || args.stop_at.is_some() || args.keep_last.is_some())
+        .map(|s| {
+            let records = done.bytes / qemu_uftrace_format::record::RECORD_SIZE as u64;
+            let frames = s.other_count("start_frames").unwrap_or(0)
+                + s.other_count("keep_last_frames").unwrap_or(0);
+            s.events.saturating_sub(records.saturating_sub(frames))
+        });
+    note(written_line(
+        done.bytes,
+        stats.map_or(0, |s| s.lost_records),
+        stats.is_some_and(|s| s.size_capped),
+        outside,
+    ));
     let old = old
         .map(|o| format!(" (the previous one is now {})", o.display()))
         .unwrap_or_default();
@@ -142,6 +177,26 @@ pub fn print(
             "clock=insn: uftrace's time columns count guest instructions, not nanoseconds"
         });
     }
+}
+
+/// perf's closing line: what went to disk and what did not.
+/// `[ record: wrote 18.88 MiB, 1,234,567 records; 0 lost ]`.
+fn written_line(bytes: u64, lost: u64, capped: bool, outside: Option<u64>) -> String {
+    let records = bytes / qemu_uftrace_format::record::RECORD_SIZE as u64;
+    let cap = if capped {
+        "; the rest not written (size cap)"
+    } else {
+        ""
+    };
+    let outside = outside
+        .map(|n| format!("; {} outside the window", group(n as f64)))
+        .unwrap_or_default();
+    format!(
+        "[ record: wrote {}, {} records; {} lost{cap}{outside} ]",
+        self::bytes(bytes),
+        group(records as f64),
+        group(lost as f64),
+    )
 }
 
 /// `1,234,567`.
@@ -165,5 +220,21 @@ mod tests {
         assert_eq!(group(-3.0), "0");
         assert_eq!(bytes(19_800_000), "18.88 MiB");
         assert_eq!(bytes(512), "512 B");
+    }
+
+    #[test]
+    fn the_written_line_says_what_was_not_written() {
+        assert_eq!(
+            written_line(32 << 20, 0, false, None),
+            "[ record: wrote 32.00 MiB, 2,097,152 records; 0 lost ]"
+        );
+        assert_eq!(
+            written_line(160, 3, true, None),
+            "[ record: wrote 160 B, 10 records; 3 lost; the rest not written (size cap) ]"
+        );
+        assert_eq!(
+            written_line(352, 0, false, Some(1868)),
+            "[ record: wrote 352 B, 22 records; 0 lost; 1,868 outside the window ]"
+        );
     }
 }

@@ -107,10 +107,15 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         on_cap: cfg
             .max_size_exit
             .then_some(crate::lifecycle::finish::stop_at_size_cap as fn()),
+        insn_time: one_vcpu && clock == ClockKind::Insn,
+        // Leaked once: the writer of every process image reads them.
+        keep_last: cfg.keep_last,
+        start_at: (!cfg.start_at.is_empty()).then(|| &*cfg.start_at.clone().leak()),
     };
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
+    let _ = crate::handlers::stop_at::ON_STOP.set(crate::lifecycle::finish::stop_at_size_cap);
     let (counter, pending) = scoreboard::clock_and_pending();
     if !system {
         scoreboard::track_moving(&pending);

@@ -89,6 +89,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     if user {
         unsafe { crate::handlers::signals::instrument(first, start) };
     }
+    unsafe { crate::handlers::stop_at::instrument(first, start) };
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         if crate::vcpu::landing::is_landing(isa, mode, start, haddr) {

@@ -7,6 +7,7 @@ pub mod callbacks;
 pub mod midway;
 pub mod procmaps;
 pub mod signals;
+pub mod stop_at;
 pub mod usermap;
 pub mod vector_table;
 

@@ -103,6 +103,18 @@ fn finish_once() {
         line(k, &v);
     }
     line("open_frames", &open);
+    if let Some((addr, time)) = crate::handlers::stop_at::STARTED.get() {
+        line("start_at_reached", &format_args!("{addr:#x}"));
+        line("start_at_time", time);
+        line("start_frames", &written.start_frames);
+    }
+    if let Some(frames) = written.window_frames {
+        line("keep_last_frames", &frames);
+    }
+    if let Some((addr, time)) = crate::handlers::stop_at::REACHED.get() {
+        line("stop_at_reached", &format_args!("{addr:#x}"));
+        line("stop_at_time", time);
+    }
     line("bytes", &written.bytes.values().sum::<u64>());
     line("max_depth", &cfg.max_depth);
     line("split_levels", &(cfg.split_levels as u8));

@@ -2,7 +2,8 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,entries=FILE|entries_file=FILE][,resume=on]`, or
+//! `[,entries=FILE|entries_file=FILE][,resume=on]`
+//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -44,6 +45,17 @@ pub struct Config {
     pub max_size: Option<u64>,
     /// Stop QEMU cleanly once `max_size` is reached (`max_size_exit=on`).
     pub max_size_exit: bool,
+    /// Where the trace ends (`stop_at=ADDR:ADDR…`, hex): the first entry into any of these
+    /// addresses (the CLI's `--stop-at FUNC`).
+    pub stop_at: Vec<u64>,
+    /// Stop QEMU there too (`stop_at_exit=on`).
+    pub stop_at_exit: bool,
+    /// The flight recorder's window in bytes of records (`keep_last=BYTES`, the CLI's
+    /// `--keep-last SIZE`).
+    pub keep_last: Option<u64>,
+    /// Where the trace begins (`start_at=ADDR:ADDR…`, hex): the first entry into any of
+    /// these (the CLI's `--start-at FUNC`).
+    pub start_at: Vec<u64>,
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
@@ -162,6 +174,16 @@ impl Offsets {
     }
 }
 
+/// `ADDR:ADDR…`, hex.
+fn addresses(key: &str, value: &str) -> Result<Vec<u64>, String> {
+    value
+        .split(':')
+        .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .collect::<Option<Vec<u64>>>()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("{key}={value}: expected hex addresses ADDR:ADDR…"))
+}
+
 /// Parses `key=value` arguments; errors are one line for QEMU to print.
 pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut out = None;
@@ -183,6 +205,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut entries = None;
     let mut entries_later = false;
     let mut resume = false;
+    let mut stop_at = Vec::new();
+    let mut stop_at_exit = false;
+    let mut start_at = Vec::new();
+    let mut keep_last = None;
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -280,6 +306,24 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                     _ => return Err(format!("max_size_exit={value}: expected on or off")),
                 }
             }
+            "stop_at" => stop_at = addresses(&key, value)?,
+            "start_at" => start_at = addresses(&key, value)?,
+            "keep_last" => {
+                keep_last = Some(
+                    value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|&n| n >= qemu_uftrace_format::record::RECORD_SIZE as u64)
+                        .ok_or_else(|| format!("keep_last={value}: expected a byte count"))?,
+                )
+            }
+            "stop_at_exit" => {
+                stop_at_exit = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("stop_at_exit={value}: expected on or off")),
+                }
+            }
             "record_pidfd" => {
                 record_pidfd = Some(
                     value
@@ -329,5 +373,9 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         entries,
         entries_later,
         resume,
+        stop_at,
+        stop_at_exit,
+        start_at,
+        keep_last,
     })))
 }

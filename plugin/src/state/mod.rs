@@ -5,8 +5,11 @@
 pub mod config;
 /// The guest's function entries, which a direct jump enters as a call (`entries=`).
 pub mod entries;
+pub mod flight;
 pub mod guest;
 pub mod output;
+pub mod progress;
+pub mod start_gate;
 
 use config::Config;
 use output::Output;

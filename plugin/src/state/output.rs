@@ -2,13 +2,17 @@
 //! vCPU never waits on `write()`. The queue is bounded: if the disk falls behind, vCPUs
 //! wait for it rather than grow memory or drop records.
 
+use super::flight::Ring;
+use super::progress::{self, Counts, Progress};
+use super::start_gate::StartGate;
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -34,6 +38,10 @@ pub struct Written {
     /// Whether it stopped at the size cap (`max_size=`): the records past it were dropped
     /// whole, and no error is behind it.
     pub capped: bool,
+    /// `--start-at`: the frames open at the start, written as entries.
+    pub start_frames: u64,
+    /// `--keep-last`: the frames open at the window's start, written as entries.
+    pub window_frames: Option<u64>,
 }
 
 /// How much the writer may write: `max_bytes` of records in all (`max_size=`), and what
@@ -43,6 +51,14 @@ pub struct Written {
 pub struct Limits {
     pub max_bytes: Option<u64>,
     pub on_cap: Option<fn()>,
+    /// `--keep-last SIZE`: the writer keeps the last SIZE bytes of records, written at the
+    /// end.
+    pub keep_last: Option<u64>,
+    /// `--start-at FUNC`'s addresses: nothing is written before `Output::start_at`.
+    pub start_at: Option<&'static [u64]>,
+    /// Record times count the only vCPU's guest instructions: the status file says how
+    /// many it ran.
+    pub insn_time: bool,
 }
 
 pub struct Output {
@@ -52,6 +68,10 @@ pub struct Output {
     chan: Mutex<Chan>,
     /// Problems met off the writer thread, reported with its own at the end.
     noted: Mutex<Vec<String>>,
+    /// `--stop-at`: records from this time on are not written (`u64::MAX`: none).
+    stop: Arc<AtomicU64>,
+    /// `--start-at`: records before this time are not written (`u64::MAX`: not yet).
+    start: Arc<AtomicU64>,
 }
 
 /// The queue to one writer thread.
@@ -62,8 +82,18 @@ struct Chan {
 }
 
 impl Chan {
-    fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Chan> {
-        Chan::start_with(Writer::new(dir, limits))
+    fn start(
+        dir: PathBuf,
+        limits: Limits,
+        stop: &Arc<AtomicU64>,
+        start: &Arc<AtomicU64>,
+    ) -> std::io::Result<Chan> {
+        let mut w = Writer::new(dir, limits);
+        w.stop = Arc::clone(stop);
+        if let Some(addrs) = limits.start_at {
+            w.gate = Some(StartGate::new(Arc::clone(start), addrs));
+        }
+        Chan::start_with(w)
     }
 
     fn start_with(w: Writer) -> std::io::Result<Chan> {
@@ -85,10 +115,14 @@ impl Chan {
 
 impl Output {
     pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
+        let stop = Arc::new(AtomicU64::new(u64::MAX));
+        let start = Arc::new(AtomicU64::new(u64::MAX));
         Ok(Output {
             limits,
-            chan: Mutex::new(Chan::start(dir, limits)?),
+            chan: Mutex::new(Chan::start(dir, limits, &stop, &start)?),
             noted: Mutex::new(Vec::new()),
+            stop,
+            start,
         })
     }
 
@@ -100,7 +134,7 @@ impl Output {
     /// have been locked by it at the fork. Both are left behind (never touched again) for a
     /// new writer and pool; what the parent had queued is the parent's to write.
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
-        let fresh = Chan::start(dir, self.limits)?;
+        let fresh = Chan::start(dir, self.limits, &self.stop, &self.start)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
@@ -125,6 +159,17 @@ impl Output {
                 "{tid}.dat: {records} records not written: the writer thread had stopped"
             ));
         }
+    }
+
+    /// Ends the trace at `time` (`--stop-at`): only records before it are written, from
+    /// now on and of the buffers still to come (a vCPU's buffer holds records of both).
+    pub fn stop_at(&self, time: u64) {
+        self.stop.fetch_min(time, Ordering::SeqCst);
+    }
+
+    /// Starts the trace at `time` (`--start-at`): records before it are not written.
+    pub fn start_at(&self, time: u64) {
+        self.start.fetch_min(time, Ordering::AcqRel);
     }
 
     /// Records a problem for `plugin.stats` (which then says the trace is incomplete).
@@ -227,6 +272,12 @@ struct Writer {
     /// Files left with a partial buffer at their end (the cut back failed): where the last
     /// whole one ended. Nothing may be appended to them.
     torn: HashMap<u32, u64>,
+    /// `--stop-at`: the time from which records are not written (`u64::MAX`: none).
+    stop: Arc<AtomicU64>,
+    /// `--start-at`: what is written before and at the start.
+    gate: Option<StartGate>,
+    /// `--keep-last`: the window, written at the end.
+    ring: Option<Ring>,
 }
 
 impl Writer {
@@ -240,6 +291,9 @@ impl Writer {
             limits,
             total: 0,
             torn: HashMap::new(),
+            stop: Arc::new(AtomicU64::new(u64::MAX)),
+            gate: None,
+            ring: limits.keep_last.map(Ring::new),
         }
     }
 
@@ -248,10 +302,43 @@ impl Writer {
     /// the last whole buffer), before the free space falls below the reserve, and at the
     /// size cap (whole records up to it are written, the rest dropped).
     fn write(&mut self, tid: u32, buf: &[u8]) {
+        let passed;
+        let buf = match &mut self.gate {
+            Some(gate) => {
+                passed = gate.pass(tid, buf);
+                &passed[..]
+            }
+            None => buf,
+        };
+        if buf.is_empty() {
+            return;
+        }
+        match &mut self.ring {
+            Some(ring) => ring.push(tid, buf),
+            None => self.write_through(tid, buf),
+        }
+    }
+
+    /// [`Writer::write`] past the start.
+    fn write_through(&mut self, tid: u32, buf: &[u8]) {
         if self.written.capped {
             return;
         }
+        let stop = self.stop.load(Ordering::Relaxed);
+        let before_stop: Vec<u8>;
         let mut buf = buf;
+        if stop != u64::MAX {
+            before_stop = buf
+                .chunks_exact(RECORD_SIZE)
+                .filter(|r| first_time(r) < stop)
+                .flatten()
+                .copied()
+                .collect();
+            buf = &before_stop;
+            if buf.is_empty() {
+                return;
+            }
+        }
         if self.written.stopped.is_none() {
             if let Some(max) = self.limits.max_bytes {
                 let room = max.saturating_sub(self.total) as usize / RECORD_SIZE * RECORD_SIZE;
@@ -287,6 +374,25 @@ impl Writer {
             if let Some(on_cap) = self.limits.on_cap {
                 on_cap();
             }
+        }
+    }
+
+    /// What the status file says of the writer.
+    fn counts(&self) -> Counts {
+        Counts {
+            bytes: self.written.bytes.values().sum(),
+            tasks: self.written.bytes.len(),
+            lost: self.written.lost.values().map(|l| l.records).sum(),
+        }
+    }
+
+    fn state(&self) -> progress::State {
+        if self.written.stopped.is_some() {
+            progress::State::Stopped
+        } else if self.written.capped {
+            progress::State::Capped
+        } else {
+            progress::State::Recording
         }
     }
 
@@ -359,12 +465,23 @@ fn first_time(buf: &[u8]) -> u64 {
 }
 
 fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -> Written {
-    while let Ok(msg) = rx.recv() {
-        let (tid, mut buf) = match msg {
-            Msg::Data { tid, buf } => (tid, buf),
-            Msg::Finish => break,
+    let mut status = Progress::new(&w.dir, w.limits.insn_time);
+    status.write(progress::State::Recording, w.counts());
+    loop {
+        // Woken at least once a second, for the status of a guest that writes nothing.
+        let (tid, mut buf) = match rx.recv_timeout(progress::EVERY) {
+            Ok(Msg::Data { tid, buf }) => (tid, buf),
+            Ok(Msg::Finish) | Err(RecvTimeoutError::Disconnected) => break,
+            Err(RecvTimeoutError::Timeout) => {
+                status.write(w.state(), w.counts());
+                continue;
+            }
         };
         w.write(tid, &buf);
+        status.saw(&buf);
+        if status.due() {
+            status.write(w.state(), w.counts());
+        }
         buf.clear();
         if let Ok(mut p) = pool.lock() {
             if p.len() < QUEUE_DEPTH {
@@ -372,10 +489,26 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
             }
         }
     }
+    // `--start-at`: the tasks that did not run after the start still have their open frames.
+    if let Some(mut gate) = w.gate.take() {
+        for (tid, frames) in gate.unwritten() {
+            w.write_through(tid, &frames);
+        }
+        w.written.start_frames = gate.written_frames;
+    }
+    // `--keep-last`: the window now.
+    if let Some(ring) = w.ring.take() {
+        let (bufs, frames) = ring.drain();
+        for (tid, buf) in bufs {
+            w.write_through(tid, &buf);
+        }
+        w.written.window_frames = Some(frames);
+    }
     // No fsync: the records are safe in the page cache once written, whatever happens to
     // QEMU, and syncing a trace of hundreds of megabytes took a tenth of a kernel boot.
     w.files.clear();
     w.mark_lost();
+    status.write(progress::State::Done, w.counts());
     w.written
 }
 
@@ -651,6 +784,7 @@ mod tests {
             on_cap: Some(|| {
                 CAPPED.fetch_add(1, Ordering::Relaxed);
             }),
+            ..Limits::default()
         };
         let (mut w, disk) = writer(limits);
         w.write(1, &records(0, 4));
@@ -671,12 +805,32 @@ mod tests {
     fn a_cap_reached_exactly_writes_the_last_buffer() {
         let (mut w, disk) = writer(Limits {
             max_bytes: Some(4 * RECORD_SIZE as u64),
-            on_cap: None,
+            ..Limits::default()
         });
         w.write(1, &records(0, 4));
         w.write(1, &records(10, 1));
         assert_eq!(file(&disk, 1), records(0, 4));
         assert!(w.written.capped);
+    }
+
+    /// `--stop-at`: records from the stop's time on are never written, in whatever buffer
+    /// they come.
+    #[test]
+    fn records_after_the_stop_are_not_written() {
+        let (mut w, disk) = writer(Limits::default());
+        w.write(1, &records(0, 4));
+        w.stop.store(102, Ordering::Relaxed);
+        w.write(1, &records(100, 4));
+        w.write(2, &records(200, 4));
+        w.mark_lost();
+        let recs = decode_all(&file(&disk, 1)).unwrap();
+        let times: Vec<u64> = recs.iter().map(|r| r.time).collect();
+        assert_eq!(times, [0, 1, 2, 3, 100, 101]);
+        assert!(!disk
+            .lock()
+            .unwrap()
+            .contains_key(&PathBuf::from("/fake/2.dat")));
+        assert!(w.written.stopped.is_none() && w.written.lost.is_empty());
     }
 
     /// The writer thread dying: later buffers cannot be queued, and the end says so (the
@@ -689,6 +843,8 @@ mod tests {
             limits: Limits::default(),
             chan: Mutex::new(Chan::start_with(w).unwrap()),
             noted: Mutex::new(Vec::new()),
+            stop: Arc::new(AtomicU64::new(u64::MAX)),
+            start: Arc::new(AtomicU64::new(u64::MAX)),
         };
         out.send(5, records(0, 2));
         // The thread is gone once the queue's receiver is: sends fail from then on.

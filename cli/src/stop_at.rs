@@ -1,0 +1,189 @@
+//! `--stop-at FUNC[,exit]` and `--start-at FUNC`: FUNC resolved to its addresses from the
+//! symbol sources before QEMU starts (the plugin instruments only those), and at the end,
+//! where the trace stopped or started, or that FUNC was never reached.
+
+use anyhow::Result;
+use qemu_uftrace_symbols::LoadOptions;
+
+use crate::errors::usage;
+use crate::stats::Stats;
+use crate::symbol_source::SourceArg;
+
+/// `--stop-at FUNC[,exit]` as typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopAt {
+    pub func: String,
+    /// Stop QEMU too.
+    pub exit: bool,
+}
+
+/// Parses `FUNC[,exit]` (clap's value parser).
+pub fn parse(text: &str) -> Result<StopAt, String> {
+    let (func, exit) = match text.rsplit_once(',') {
+        Some((func, "exit")) => (func, true),
+        Some((_, other)) => {
+            return Err(format!(
+                "'{other}' after the function: expected FUNC or FUNC,exit (e.g. panic,exit)"
+            ))
+        }
+        None => (text, false),
+    };
+    if func.is_empty() {
+        return Err("no function named: give e.g. panic or panic,exit".into());
+    }
+    Ok(StopAt {
+        func: func.to_string(),
+        exit,
+    })
+}
+
+/// FUNC's addresses in `sources` (every source that defines it) for `option` (`--stop-at`);
+/// an unknown name is one line with the names closest to it.
+pub fn resolve(option: &str, func: &str, sources: &[SourceArg]) -> Result<Vec<u64>> {
+    let mut addrs = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for s in sources {
+        let opts = LoadOptions {
+            offset: s.offset,
+            ..Default::default()
+        };
+        // A source that cannot be read is said by the symbol job after the run.
+        let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) else {
+            continue;
+        };
+        for f in image.functions {
+            if f.name == func {
+                addrs.push(f.addr);
+            } else {
+                names.push(f.name);
+            }
+        }
+    }
+    addrs.sort_unstable();
+    addrs.dedup();
+    if !addrs.is_empty() {
+        return Ok(addrs);
+    }
+    let close = closest(func, &names);
+    let hint = if close.is_empty() {
+        "name a function of the guest's symbols (add --symbols FILE for others)".to_string()
+    } else {
+        format!("did you mean {}?", close.join(", "))
+    };
+    Err(usage(
+        format!(
+            "{option} {func}: no such function in the symbols ({} source{})",
+            sources.len(),
+            if sources.len() == 1 { "" } else { "s" }
+        ),
+        hint,
+    ))
+}
+
+/// Up to three names nearest to `name`.
+fn closest(name: &str, names: &[String]) -> Vec<String> {
+    let mut scored: Vec<(f64, &String)> = names
+        .iter()
+        .map(|n| (strsim::jaro_winkler(name, n), n))
+        .filter(|(score, _)| *score >= 0.8)
+        .collect();
+    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+    scored.dedup_by(|a, b| a.1 == b.1);
+    scored.into_iter().take(3).map(|(_, n)| n.clone()).collect()
+}
+
+/// The plugin's options for the stop.
+pub fn plugin_options(stop: &StopAt, addrs: &[u64]) -> String {
+    let exit = if stop.exit { ",stop_at_exit=on" } else { "" };
+    format!(",stop_at={}{exit}", hex_list(addrs))
+}
+
+/// The plugin's option for the start.
+pub fn start_option(addrs: &[u64]) -> String {
+    format!(",start_at={}", hex_list(addrs))
+}
+
+fn hex_list(addrs: &[u64]) -> String {
+    let list: Vec<String> = addrs.iter().map(|a| format!("{a:x}")).collect();
+    list.join(":")
+}
+
+/// What the summary says of `--start-at FUNC`.
+pub fn start_outcome(func: &str, stats: &Stats) -> Result<String, String> {
+    let value = |key: &str| {
+        stats
+            .other
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    match value("start_at_reached") {
+        Some(addr) => Ok(format!(
+            "started writing at the first entry into {func} ({addr}), after the {} frame(s) \
+             open then, written as entries at the times they were entered",
+            value("start_frames").unwrap_or_else(|| "0".into())
+        )),
+        None => Err(format!(
+            "--start-at {func}: the guest never entered it; nothing was written"
+        )),
+    }
+}
+
+/// What the summary says of it: where the trace stopped, or `Err` when FUNC was never
+/// reached (the trace then holds the whole run).
+pub fn outcome(stop: &StopAt, stats: &Stats) -> Result<String, String> {
+    let reached = stats
+        .other
+        .iter()
+        .find(|(k, _)| k == "stop_at_reached")
+        .map(|(_, v)| v.as_str());
+    match reached {
+        Some(addr) => Ok(format!(
+            "stopped writing at the first entry into {} ({addr}){}",
+            stop.func,
+            if stop.exit {
+                "; QEMU was stopped there"
+            } else {
+                ""
+            }
+        )),
+        None => Err(format!(
+            "--stop-at {}: the guest never entered it; the trace holds the whole run",
+            stop.func
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn func_and_exit_are_parsed() {
+        assert_eq!(
+            parse("panic,exit").unwrap(),
+            StopAt {
+                func: "panic".into(),
+                exit: true
+            }
+        );
+        assert!(!parse("panic").unwrap().exit);
+        assert!(parse("panic,now").unwrap_err().contains("'now'"));
+        assert!(parse(",exit").is_err());
+        assert_eq!(
+            plugin_options(&parse("f,exit").unwrap(), &[0x4000_0100, 0x10]),
+            ",stop_at=40000100:10,stop_at_exit=on"
+        );
+    }
+
+    #[test]
+    fn close_names_are_offered() {
+        let names: Vec<String> = ["do_panic", "panic_smp", "printk", "start_kernel"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let close = closest("panik", &names);
+        assert!(close.contains(&"panic_smp".to_string()), "{close:?}");
+        assert!(!close.contains(&"start_kernel".to_string()), "{close:?}");
+    }
+}

@@ -1,0 +1,226 @@
+//! `--stop-at FUNC[,exit]` and `--start-at FUNC` on the bare-metal guests: the trace is the
+//! unfiltered trace's beginning up to FUNC's first entry, or its end from there after the
+//! frames open then, event for event; `,exit` stops QEMU there; a FUNC never entered, and
+//! a name that is no function, are said.
+
+mod common;
+
+use qemu_uftrace_tests::replay::replay_events;
+use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, Variant, QEMU};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn record(name: &str, extra: &[&str], program: &str) -> (tempfile::TempDir, PathBuf, Output) {
+    record_on(QEMU, name, extra, program)
+}
+
+/// [`record`] under the emulator `qemu`.
+fn record_on(
+    qemu: &str,
+    name: &str,
+    extra: &[&str],
+    program: &str,
+) -> (tempfile::TempDir, PathBuf, Output) {
+    let elf = guest_elf(program, Variant::Natural).expect("build the guests");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join(name);
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(extra)
+        .arg("--")
+        .args(qemu_args_on(qemu, &elf))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Every event up to FUNC's first entry, and none after (`nest_level3` is entered inside
+/// the first `nest_level1`, with `main`, `nest_level1` and `nest_level2` open).
+#[test]
+fn the_trace_ends_at_the_first_entry() {
+    common::require(QEMU);
+    for qemu in system_qemus() {
+        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let full = replay_events(&full, 1).expect("replay");
+        let first = full
+            .iter()
+            .position(|e| e == "E nest_level3")
+            .expect("nest_level3 in the full trace");
+        let (_t2, dir, out) = record_on(
+            &qemu.program,
+            "stop",
+            &["--stop-at", "nest_level3"],
+            "nested",
+        );
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", qemu.label);
+        let stopped = replay_events(&dir, 1).expect("replay");
+        assert_eq!(stopped, full[..=first], "{}: {err}", qemu.label);
+        assert!(
+            err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
+            "{err}"
+        );
+        // What the full trace has after the entry, and the entry's exit, not written.
+        let outside = full.len() - (first + 1);
+        assert!(
+            err.contains(&format!("; 0 lost; {outside} outside the window ]")),
+            "{}: {outside}: {err}",
+            qemu.label
+        );
+        // QEMU went on: the guest's checks printed.
+        assert!(text(&out.stdout).contains("nest_level1(2)"));
+    }
+}
+
+/// `,exit` stops a guest that never ends, at the first entry into `spin_work` (the trace
+/// ends with `main`, `spin_tick` and that entry).
+#[test]
+fn exit_stops_qemu_there() {
+    common::require(QEMU);
+    let (_t, dir, out) = record("exit", &["--stop-at", "spin_work,exit"], "spin");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("stopped writing at the first entry into spin_work (0x")
+            && err.contains("; QEMU was stopped there"),
+        "{err}"
+    );
+    let events = replay_events(&dir, 1).expect("replay");
+    let tail: Vec<&str> = events.iter().rev().take(2).map(|s| s.as_str()).collect();
+    assert_eq!(tail, ["E spin_work", "E spin_tick"], "{events:?}");
+    assert_eq!(events.iter().filter(|e| *e == "E spin_work").count(), 1);
+}
+
+#[test]
+fn a_function_never_entered_is_said() {
+    common::require(QEMU);
+    // In the guest's runtime, never called by `nested`.
+    let (_t, dir, out) = record("never", &["--stop-at", "rt_put_hex"], "nested");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "qemu-uftrace: warning: --stop-at rt_put_hex: the guest never entered it; the \
+             trace holds the whole run"
+        ),
+        "{err}"
+    );
+    let events = replay_events(&dir, 1).expect("replay");
+    assert!(
+        events.iter().filter(|e| *e == "E nest_level1").count() == 2,
+        "{events:?}"
+    );
+}
+
+#[test]
+fn an_unknown_name_offers_close_ones() {
+    common::require(QEMU);
+    let (_t, dir, out) = record("unknown", &["--stop-at", "nest_levl3"], "nested");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--stop-at nest_levl3: no such function in the symbols (1 source)"),
+        "{err}"
+    );
+    assert!(err.contains("did you mean nest_level3"), "{err}");
+    assert!(!dir.exists() && !PathBuf::from(format!("{}.partial", dir.display())).exists());
+}
+
+/// Nothing before the first entry into `nest_level3`, the frames open then (`main`,
+/// `nest_level1`, `nest_level2`) once, then the unfiltered trace's rest: balanced.
+#[test]
+fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
+    common::require(QEMU);
+    for qemu in system_qemus() {
+        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let full = replay_events(&full, 1).expect("replay");
+        let first = full
+            .iter()
+            .position(|e| e == "E nest_level3")
+            .expect("nest_level3 in the full trace");
+        let (_t2, dir, out) = record_on(
+            &qemu.program,
+            "start",
+            &["--start-at", "nest_level3"],
+            "nested",
+        );
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", qemu.label);
+        let started = replay_events(&dir, 1).expect("replay");
+        let mut want: Vec<String> = ["E main", "E nest_level1", "E nest_level2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        want.extend_from_slice(&full[first..]);
+        assert_eq!(started, want, "{}: {err}", qemu.label);
+        let entries = started.iter().filter(|e| e.starts_with("E ")).count();
+        assert_eq!(entries * 2, started.len(), "unbalanced: {started:?}");
+        assert!(
+            err.contains("qemu-uftrace: started writing at the first entry into nest_level3 (0x")
+                && err.contains("after the 3 frame(s) open then"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_start_never_reached_is_said() {
+    common::require(QEMU);
+    let (_t, dir, out) = record("nostart", &["--start-at", "rt_put_hex"], "nested");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--start-at rt_put_hex: the guest never entered it; nothing was written"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+}
+
+/// `--keep-last`: the unfiltered trace's last records, event for event, after the frames
+/// open at the window's start (those of the full trace at that point, once).
+#[test]
+fn keep_last_keeps_the_tail_after_the_open_frames() {
+    common::require(QEMU);
+    let (_t1, full, out) = record("full", &[], "nested");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = replay_events(&full, 1).expect("replay");
+    // 100 records.
+    let (_t2, dir, out) = record("last", &["--keep-last", "1600"], "nested");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let kept = replay_events(&dir, 1).expect("replay");
+    let frames: usize = std::fs::read_to_string(dir.join("plugin.stats"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("keep_last_frames=")?.parse().ok())
+        .expect("keep_last_frames");
+    assert_eq!(kept.len() - frames, 100, "{kept:?}");
+    let tail = &full[full.len() - 100..];
+    assert_eq!(kept[frames..], *tail, "{err}");
+    // The open frames: the full trace's stack where the window starts, outermost first.
+    let mut stack: Vec<&str> = Vec::new();
+    for e in &full[..full.len() - 100] {
+        match e.split_once(' ') {
+            Some(("E", f)) => stack.push(f),
+            _ => {
+                stack.pop();
+            }
+        }
+    }
+    let opened: Vec<String> = stack.iter().map(|f| format!("E {f}")).collect();
+    assert_eq!(kept[..frames], opened[..], "{err}");
+    assert!(
+        err.contains("--keep-last 1.56 KiB: kept the last records"),
+        "{err}"
+    );
+}

@@ -1,0 +1,159 @@
+//! `--start-at FUNC`: nothing is written before FUNC's first entry, and each task's frames
+//! open at that moment are written as entries (at the times they were entered) before its
+//! first record after it, so that the replay nests. The writer thread follows every task's
+//! stack from the records it drops (never a vCPU: the hot path is unchanged).
+
+use qemu_uftrace_format::record::{decode, RecordType, RECORD_SIZE};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+type Raw = [u8; RECORD_SIZE];
+
+pub struct StartGate {
+    /// The start's time (`u64::MAX`: not reached yet), set by the vCPU that reached it.
+    pub start: Arc<AtomicU64>,
+    /// Per task, the entry records of its open frames, outermost first.
+    stacks: HashMap<u32, Vec<Raw>>,
+    /// Tasks whose open frames were written.
+    opened: HashSet<u32>,
+    /// Open frames written as entries, in all.
+    pub written_frames: u64,
+    /// FUNC's addresses (as records hold them): the start is the entry into one of them at
+    /// the start's time; records of the same time before it (a return timed in the block
+    /// that makes the call) are still before.
+    addrs: Vec<u64>,
+    begun: bool,
+}
+
+impl StartGate {
+    pub fn new(start: Arc<AtomicU64>, addrs: &[u64]) -> StartGate {
+        StartGate {
+            start,
+            stacks: HashMap::new(),
+            opened: HashSet::new(),
+            written_frames: 0,
+            addrs: addrs
+                .iter()
+                .map(|&a| qemu_uftrace_format::addr48(a))
+                .collect(),
+            begun: false,
+        }
+    }
+
+    /// What of `buf` (records of task `tid`) is written: nothing before the start (its
+    /// entries and exits only move the task's stack), and from the start on, the task's open
+    /// frames first, once.
+    pub fn pass(&mut self, tid: u32, buf: &[u8]) -> Vec<u8> {
+        let start = self.start.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        for raw in buf.chunks_exact(RECORD_SIZE) {
+            let Ok(raw) = <Raw>::try_from(raw) else {
+                continue;
+            };
+            let Ok(rec) = decode(&raw) else { continue };
+            if !self.begun && rec.time >= start {
+                self.begun = rec.kind == RecordType::Entry && self.addrs.contains(&rec.addr);
+            }
+            if rec.time < start || !self.begun {
+                self.follow(tid, raw);
+                continue;
+            }
+            if out.is_empty() {
+                out.extend(self.open_frames(tid));
+            }
+            out.extend_from_slice(&raw);
+        }
+        out
+    }
+
+    fn follow(&mut self, tid: u32, raw: Raw) {
+        let Ok(rec) = decode(&raw) else { return };
+        let stack = self.stacks.entry(tid).or_default();
+        match rec.kind {
+            RecordType::Entry => {
+                stack.truncate(rec.depth as usize);
+                stack.push(raw);
+            }
+            RecordType::Exit => stack.truncate(rec.depth as usize),
+            _ => {}
+        }
+    }
+
+    /// The task's open frames as entry records, the first time it is asked.
+    fn open_frames(&mut self, tid: u32) -> Vec<u8> {
+        if !self.opened.insert(tid) {
+            return Vec::new();
+        }
+        let frames = self.stacks.remove(&tid).unwrap_or_default();
+        self.written_frames += frames.len() as u64;
+        frames.concat()
+    }
+
+    /// Every task's open frames not written yet, whatever the start (the flight recorder's
+    /// window start).
+    pub fn all_open(&mut self) -> Vec<(u32, Vec<u8>)> {
+        let mut tids: Vec<u32> = self.stacks.keys().copied().collect();
+        tids.sort_unstable();
+        tids.into_iter()
+            .map(|t| (t, self.open_frames(t)))
+            .filter(|(_, f)| !f.is_empty())
+            .collect()
+    }
+
+    /// At the end, once the start was reached: the tasks that never ran after it, with
+    /// their open frames (each task's are written once, whether or not it ran again).
+    pub fn unwritten(&mut self) -> Vec<(u32, Vec<u8>)> {
+        if self.start.load(Ordering::Acquire) == u64::MAX {
+            return Vec::new();
+        }
+        self.all_open()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qemu_uftrace_format::record::{decode_all, encode};
+
+    fn rec(time: u64, kind: RecordType, depth: u32, addr: u64) -> Vec<u8> {
+        encode(time, kind, depth, addr).to_vec()
+    }
+
+    #[test]
+    fn the_open_frames_come_first_once() {
+        let start = Arc::new(AtomicU64::new(u64::MAX));
+        let mut g = StartGate::new(Arc::clone(&start), &[0x60]);
+        use RecordType::{Entry, Exit};
+        let before: Vec<u8> = [
+            rec(1, Entry, 0, 0x10),
+            rec(2, Entry, 1, 0x20),
+            rec(3, Exit, 1, 0x20),
+            rec(4, Entry, 1, 0x30),
+        ]
+        .concat();
+        assert!(g.pass(7, &before).is_empty());
+        assert!(g.pass(8, &rec(5, Entry, 0, 0x40)).is_empty());
+        start.store(10, Ordering::Release);
+        // The exit at the start's time comes before the entry into FUNC: not written.
+        let out = g.pass(
+            7,
+            &[
+                rec(9, Entry, 2, 0x50),
+                rec(10, Exit, 2, 0x50),
+                rec(10, Entry, 2, 0x60),
+            ]
+            .concat(),
+        );
+        let times: Vec<u64> = decode_all(&out).unwrap().iter().map(|r| r.time).collect();
+        // 0x10 and 0x30 open, then the entry into FUNC.
+        assert_eq!(times, [1, 4, 10]);
+        assert_eq!(g.pass(7, &rec(11, Exit, 2, 0x60)).len(), RECORD_SIZE);
+        // Task 8 never ran again: its frame at the end.
+        let rest = g.unwritten();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].0, 8);
+        assert_eq!(decode_all(&rest[0].1).unwrap()[0].addr, 0x40);
+        assert_eq!(g.written_frames, 3);
+    }
+}
