@@ -163,8 +163,13 @@ fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
             .collect();
         want.extend_from_slice(&full[first..]);
         assert_eq!(started, want, "{}: {err}", qemu.label);
-        let entries = started.iter().filter(|e| e.starts_with("E ")).count();
-        assert_eq!(entries * 2, started.len(), "unbalanced: {started:?}");
+        // Balanced but for rt_exit, which the start code enters by a jump and which never
+        // returns (it stays open, as native uftrace shows it).
+        let balanced = started
+            .strip_suffix(&["E rt_exit".to_string()])
+            .unwrap_or(&started);
+        let entries = balanced.iter().filter(|e| e.starts_with("E ")).count();
+        assert_eq!(entries * 2, balanced.len(), "unbalanced: {started:?}");
         assert!(
             err.contains("qemu-uftrace: started writing at the first entry into nest_level3 (0x")
                 && err.contains("after the 3 frame(s) open then"),
