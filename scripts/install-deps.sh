@@ -172,8 +172,11 @@ need_pkg python3-venv
 for p in ninja-build libglib2.0-dev libpixman-1-dev libfdt-dev libcapstone-dev pkg-config flex \
     bison dpkg-dev zlib1g-dev; do need_pkg "$p"; done
 install_needed
-$SUDO apt-get install -y -qq --no-install-recommends ${backports:+-t "$backports"} meson python3-pycotap >/dev/null ||
-    die "cannot install meson and python3-pycotap${backports:+ from $backports}"
+# QEMU 10.2 wants meson >= 1.5 (bookworm has 1.0) and pycotap.
+meson_ok() { dpkg --compare-versions "$(dpkg-query -W -f '${Version}' meson 2>/dev/null || echo 0)" ge 1.5; }
+if ! meson_ok || ! dpkg -s python3-pycotap >/dev/null 2>&1; then
+    apt_install ${backports:+-t "$backports"} meson python3-pycotap
+fi
 
 # The nightly toolchain: Miri runs the engine's tests, cargo-fuzz the fuzz targets.
 command -v rustup >/dev/null 2>&1 || die "rustup not found: Miri and cargo-fuzz need a nightly toolchain"
