@@ -312,8 +312,8 @@ pub struct DoctorArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example, from another terminal while `qemu-uftrace record -o boot.data …` runs:\n  \
-        qemu-uftrace status -w boot.data"
+    after_help = "Example, from another terminal while a recording into boot.data runs (its -o \
+        boot.data):\n  qemu-uftrace status -w boot.data"
 )]
 pub struct StatusArgs {
     /// The trace directory the recording writes (its -o DIR)
