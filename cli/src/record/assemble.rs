@@ -88,7 +88,7 @@ pub fn assemble(
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
-        cmdline: super::shell_join(typed),
+        cmdline: super::common::shell_join(typed),
         wait_status: exit.wait_status,
         cpu_desc: cpu_desc(&prep.qemu, prep.arch),
         memory: inv.memory.clone(),

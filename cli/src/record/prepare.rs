@@ -220,7 +220,7 @@ impl PluginOptions<'_> {
     fn value(&self, qemu: &Qemu) -> OsString {
         let args = self.args;
         let mut v = qemu::plugin_option(&qemu.plugin, self.staging, args.clock, args.max_depth);
-        if let Some(start) = super::START.get().copied().flatten() {
+        if let Some(start) = super::common::START.get().copied().flatten() {
             v.push(format!(",tsc={}", start.to_arg()));
         }
         if args.split_levels {

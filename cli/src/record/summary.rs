@@ -163,7 +163,10 @@ pub fn print(
     let dir_arg = if args.output == Path::new(crate::args::DEFAULT_DIR) {
         String::new()
     } else {
-        format!(" -d {}", super::shell_join(&[args.output.clone().into()]))
+        format!(
+            " -d {}",
+            super::common::shell_join(&[args.output.clone().into()])
+        )
     };
     note(format!(
         "wrote {out}{old}; look at it with: qemu-uftrace replay{dir_arg}"
