@@ -944,9 +944,30 @@ pub fn tail_calls(elf: &Path) -> Result<BTreeSet<(String, Option<String>)>> {
     Ok(calls)
 }
 
+/// The number a guest header `#define`s as `name` (`#define NAME 42`): the guests' counts
+/// headers are the one place their expected call counts are written.
+pub fn header_define(header: &str, name: &str) -> u64 {
+    header
+        .lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("#define") && words.next() == Some(name))
+                .then(|| words.next()?.parse().ok())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no #define {name} in counts.h"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_defines_are_read_by_name() {
+        let h = "#ifndef C_H\n#define WORKER_STEPS 7\n#define THREAD_STEPS   12 /* each */\n";
+        assert_eq!(header_define(h, "WORKER_STEPS"), 7);
+        assert_eq!(header_define(h, "THREAD_STEPS"), 12);
+    }
 
     #[test]
     fn parses_oracle_block() {

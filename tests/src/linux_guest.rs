@@ -21,15 +21,7 @@ const COUNTS_H: &str = include_str!("../guests/linux/counts.h");
 /// A `#define` of `counts.h` (`WRITE_CALLS`, `GETPID_CALLS`, `SLEEP_CALLS`, `FAULT_PAGES`,
 /// `CHILD_STEPS`).
 pub fn init_count(name: &str) -> u64 {
-    COUNTS_H
-        .lines()
-        .find_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("#define") && words.next() == Some(name))
-                .then(|| words.next()?.parse().ok())
-                .flatten()
-        })
-        .unwrap_or_else(|| panic!("no #define {name} in counts.h"))
+    crate::header_define(COUNTS_H, name)
 }
 
 /// Which of the guest's processes makes a call.

@@ -18,15 +18,7 @@ const COUNTS_H: &str = include_str!("../guests/procs/counts.h");
 /// A `#define` of `counts.h` (`INIT_STEPS`, `CHILD_STEPS`, `WORKER_STEPS`, `THREAD_STEPS`,
 /// `PLUG_STEPS`).
 pub fn procs_count(name: &str) -> u64 {
-    COUNTS_H
-        .lines()
-        .find_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("#define") && words.next() == Some(name))
-                .then(|| words.next()?.parse().ok())
-                .flatten()
-        })
-        .unwrap_or_else(|| panic!("no #define {name} in counts.h"))
+    crate::header_define(COUNTS_H, name)
 }
 
 /// Where the cross toolchain keeps the guest's glibc and loader.
