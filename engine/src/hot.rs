@@ -7,6 +7,7 @@
 //! privilege levels) is the task table's business (`tasks`), done through
 //! [`Engine::suspend`] and [`Engine::resume`].
 
+use crate::gates::{Gates, Place, Roots};
 use crate::guest::GuestView;
 use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
@@ -38,6 +39,8 @@ pub struct Suspended {
     pub last_time: u64,
     /// The context began before tracing did (`midway`).
     pub midway: bool,
+    /// Its open filter and notrace subtrees (`gates`).
+    pub roots: Roots,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -50,7 +53,8 @@ pub struct Engine {
     buf: Vec<u8>,
     /// The running context's open calls.
     stack: ShadowStack,
-    /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack).
+    /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack);
+    /// 0 with gates, which then decide (`open_beyond`, `close_beyond`).
     record_depth: usize,
     /// Below this depth a call or return may take the fast path (`try_call`, `try_ret`): its
     /// frame is recorded, and the stack has room without growing.
@@ -70,6 +74,8 @@ pub struct Engine {
     /// The running context began before tracing did (`midway`): returns past the bottom of
     /// its stack close calls opened before. Last, away from what every event reads.
     pub(crate) midway: bool,
+    /// `-F`/`-N` (`gates`); `None` (the common case) costs nothing on any path.
+    gates: Option<Box<Gates>>,
 }
 
 impl Engine {
@@ -91,7 +97,26 @@ impl Engine {
             spill,
             is_longjmp: |_| false,
             midway: false,
+            gates: None,
         }
+    }
+
+    /// Writes only the subtrees of `filter`'s functions (all when empty), less those of
+    /// `notrace`'s, `record_depth` frames deep from each filter root. Given before the
+    /// first event. Every event then takes the general path (the fast one writes without
+    /// asking), which is cheap beside the writing it saves.
+    pub fn set_gates(&mut self, filter: Vec<u64>, notrace: Vec<u64>) {
+        if filter.is_empty() && notrace.is_empty() {
+            return;
+        }
+        self.gates = Some(Box::new(Gates::new(filter, notrace, self.record_depth)));
+        self.record_depth = 0;
+        self.fast_depth = 0;
+    }
+
+    /// The gates, when `-F`/`-N` were given.
+    pub fn gates(&self) -> Option<&Gates> {
+        self.gates.as_deref()
     }
 
     /// Says which functions uftrace's replay treats as longjmps (by name: `longjmp`,
@@ -239,7 +264,49 @@ impl Engine {
         if depth < self.record_depth {
             self.emit(now, RecordType::Entry, depth, frame.func);
         } else {
+            self.open_beyond(now, depth, frame.func);
+        }
+    }
+
+    /// A frame pushed at `depth` past the recorded depth: too deep, or for the gates to say.
+    #[cold]
+    #[inline(never)]
+    fn open_beyond(&mut self, now: u64, depth: usize, func: u64) {
+        let Some(gates) = self.gates.as_deref_mut() else {
             self.stats.depth_cap_hits += 1;
+            return;
+        };
+        gates.enter(depth, func);
+        match gates.window(depth) {
+            Place::Written(d) => self.emit(now, RecordType::Entry, d, func),
+            Place::TooDeep => self.stats.depth_cap_hits += 1,
+            Place::Filtered => self.stats.filtered += 1,
+        }
+    }
+
+    /// The frame at `depth` (popped) was past the recorded depth: its exit is written when
+    /// its entry was.
+    #[cold]
+    #[inline(never)]
+    fn close_beyond(&mut self, now: u64, depth: usize, func: u64) {
+        let Some(gates) = self.gates.as_deref_mut() else {
+            return;
+        };
+        let place = gates.window(depth);
+        gates.left(depth);
+        match place {
+            Place::Written(d) => self.emit(now, RecordType::Exit, d, func),
+            Place::TooDeep => {}
+            Place::Filtered => self.stats.filtered += 1,
+        }
+    }
+
+    /// Where a marker is written now, if anywhere.
+    fn marker_depth(&self) -> Option<usize> {
+        let len = self.stack.len();
+        match self.gates.as_deref() {
+            None => Some(len.min(self.record_depth)),
+            Some(g) => g.marker_depth(len),
         }
     }
 
@@ -250,6 +317,8 @@ impl Engine {
             let depth = self.stack.len();
             if depth < self.record_depth {
                 self.emit(now, RecordType::Exit, depth, frame.func);
+            } else {
+                self.close_beyond(now, depth, frame.func);
             }
         }
     }
@@ -338,22 +407,26 @@ impl Engine {
     #[cold]
     fn outer_return(&mut self, now: u64, target: u64) {
         self.stats.outer_returns += 1;
-        self.emit(now, RecordType::Exit, 0, target);
+        if self.gates.as_deref().is_none_or(Gates::outer_written) {
+            self.emit(now, RecordType::Exit, 0, target);
+        }
     }
 
     /// A LOST record at the current depth: uftrace shows "LOST some records" there and
     /// takes the depths of the records that follow as they are.
     pub fn mark_lost(&mut self, now: u64) {
         self.stats.lost_marks += 1;
-        let depth = self.stack.len().min(self.record_depth);
-        self.emit(now, RecordType::Lost, depth, 0);
+        if let Some(depth) = self.marker_depth() {
+            self.emit(now, RecordType::Lost, depth, 0);
+        }
     }
 
     /// An event record (uftrace's EVENT type) at the current depth.
     pub fn event(&mut self, now: u64, id: u64) {
         let now = self.clamp(now);
-        let depth = self.stack.len().min(self.record_depth);
-        self.emit(now, RecordType::Event, depth, id);
+        if let Some(depth) = self.marker_depth() {
+            self.emit(now, RecordType::Event, depth, id);
+        }
     }
 
     /// Whether a return belongs to a call ignored past HARD_STACK_LIMIT (then swallowed).
@@ -382,6 +455,9 @@ impl Engine {
             self.close_down_to(now, j + 1);
             while self.stack.len() > keep + 1 {
                 self.stack.pop();
+            }
+            if let Some(gates) = self.gates.as_deref_mut() {
+                gates.left(self.stack.len());
             }
         }
         self.close_down_to(now, keep);
@@ -430,6 +506,8 @@ impl Engine {
             overflow: std::mem::take(&mut self.overflow),
             last_time: self.last_time,
             midway: std::mem::take(&mut self.midway),
+            roots: (self.gates.as_deref_mut())
+                .map_or_else(Roots::default, |g| std::mem::take(&mut g.roots)),
         }
     }
 
@@ -440,6 +518,9 @@ impl Engine {
         self.stack = state.stack;
         self.overflow = state.overflow;
         self.midway = state.midway;
+        if let Some(gates) = self.gates.as_deref_mut() {
+            gates.roots = state.roots;
+        }
         self.last_time = self.last_time.max(state.last_time);
         self.tid = tid;
     }

@@ -9,6 +9,7 @@
 pub mod arch;
 pub mod entries;
 pub mod exceptions;
+pub mod gates;
 pub mod guest;
 pub mod hot;
 pub mod midway;

@@ -56,6 +56,8 @@ pub struct Stats {
     /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
     /// calls opened before tracing began, matched after the run to the unwound frames.
     pub outer_returns: u64,
+    /// Entries and exits not written because `-F`/`-N` left them out.
+    pub filtered: u64,
 }
 
 impl Stats {
@@ -82,6 +84,7 @@ impl Stats {
         self.unwinds += o.unwinds;
         self.jump_entries += o.jump_entries;
         self.outer_returns += o.outer_returns;
+        self.filtered += o.filtered;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -109,6 +112,7 @@ impl Stats {
             ("unwinds", self.unwinds),
             ("jump_entries", self.jump_entries),
             ("outer_returns", self.outer_returns),
+            ("filtered", self.filtered),
         ]
     }
 }

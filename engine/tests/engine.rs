@@ -681,3 +681,160 @@ fn a_longjmp_into_a_function_without_a_frame_record_keeps_it_open() {
         s(&["+500@4", "-500@4", "-400@3", "+600@3"])
     );
 }
+
+/// What `-F filter -N notrace`, `depth` frames deep, keeps of an unfiltered trace, as
+/// uftrace's replay filters one: each record's frames from the task's open entries; depths
+/// counted from the outermost open filter function.
+fn filtered_reference(
+    all: &[Record],
+    filter: &[u64],
+    notrace: &[u64],
+    depth: usize,
+) -> Vec<Record> {
+    let mut open: Vec<u64> = Vec::new();
+    let mut out = Vec::new();
+    // Where a record with `frames` open below and at it is written.
+    let place = |frames: &[u64], d: usize| -> Option<usize> {
+        if frames.iter().any(|f| notrace.contains(f)) {
+            return None;
+        }
+        let root = if filter.is_empty() {
+            0
+        } else {
+            frames.iter().position(|f| filter.contains(f))?
+        };
+        Some(d - root).filter(|&d| d < depth)
+    };
+    for r in all {
+        let d = r.depth as usize;
+        let written = match r.kind {
+            RecordType::Entry => {
+                open.truncate(d);
+                open.push(r.addr);
+                place(&open, d)
+            }
+            RecordType::Exit => {
+                let p = place(&open[..=d], d);
+                open.truncate(d);
+                p
+            }
+            // Markers sit at the current depth, capped, inside a written subtree.
+            _ => {
+                let root = if filter.is_empty() {
+                    Some(0)
+                } else {
+                    open.iter().position(|f| filter.contains(f))
+                };
+                root.filter(|_| !open.iter().any(|f| notrace.contains(f)))
+                    .map(|root| (d - root).min(depth))
+            }
+        };
+        if let Some(d) = written {
+            out.push(Record {
+                depth: d as u16,
+                ..*r
+            });
+        }
+    }
+    out
+}
+
+#[test]
+fn filters_write_exactly_the_unfiltered_traces_subtrees() {
+    let (seeds, events) = if cfg!(miri) { (2, 300) } else { (20, 5_000) };
+    let cases: [(&[u64], &[u64], usize); 5] = [
+        (&[0x1200], &[], 1024),
+        (&[], &[0x1500], 1024),
+        (&[0x1200, 0x1300], &[0x1500], 1024),
+        (&[0x1200], &[], 2),
+        (&[0x1200], &[0x1200], 1024),
+    ];
+    for (filter, notrace, depth) in cases {
+        for seed in 1..=seeds {
+            let mut all = Rig::new(1024);
+            let mut some = Rig::new(depth);
+            some.engine.set_gates(filter.to_vec(), notrace.to_vec());
+            drive(&mut all, seed, events);
+            drive(&mut some, seed, events);
+            let expected = filtered_reference(&all.records(), filter, notrace, depth);
+            let got = some.records();
+            assert_eq!(
+                got, expected,
+                "{filter:x?} -N {notrace:x?} depth {depth}, seed {seed}"
+            );
+            assert!(!got.is_empty() || filter == notrace);
+            // Everything the unfiltered run wrote is written, filtered or too deep.
+            let stats = some.engine.stats();
+            assert_eq!(some.fast_hits, 0);
+            assert!(stats.filtered > 0, "seed {seed}");
+            assert_eq!(stats.calls, all.engine.stats().calls);
+        }
+    }
+}
+
+#[test]
+fn exceptions_stay_in_the_subtree_they_were_taken_in() {
+    use qemu_uftrace_engine::exceptions::ExceptionKind;
+    let irq = ExceptionKind::Irq.addr();
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.engine.set_gates(vec![0x200], vec![0x400]);
+    r.call(0x100, 0x10);
+    r.engine.exception_entry(30, ExceptionKind::Irq, 0x50);
+    r.t = 30;
+    r.call(0x300, 0x60);
+    r.ret(0x60, &mut g);
+    r.engine.exception_return(60, 0x50, 0x99);
+    r.t = 60;
+    r.call(0x200, 0x14);
+    r.engine.exception_entry(80, ExceptionKind::Irq, 0x70);
+    r.t = 80;
+    r.call(0x300, 0x64);
+    r.call(0x400, 0x68);
+    r.call(0x300, 0x6c);
+    r.ret(0x6c, &mut g);
+    r.ret(0x68, &mut g);
+    r.ret(0x64, &mut g);
+    r.engine.exception_return(150, 0x70, 0x99);
+    r.t = 150;
+    r.ret(0x14, &mut g);
+    r.ret(0x10, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+200@0",
+            &format!("+{irq:x}@1"),
+            "+300@2",
+            "-300@2",
+            &format!("-{irq:x}@1"),
+            "-200@0",
+        ])
+    );
+    // 0x100, the first irq and its 0x300, 0x400 and its 0x300: entries and exits.
+    assert_eq!(r.engine.stats().filtered, 2 * 5);
+    let g = r.engine.gates().unwrap();
+    assert!(g.filter_reached().eq([0x200]) && g.notrace_reached().eq([0x400]));
+}
+
+#[test]
+fn each_context_keeps_its_own_subtree() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.engine.set_gates(vec![0x200], vec![]);
+    r.call(0x200, 0x10);
+    let inside = r.engine.suspend();
+    // Another task, never in the filter: nothing of it is written, nor its scheduler event.
+    r.engine.resume(2, Default::default());
+    r.call(0x300, 0x20);
+    r.engine
+        .event(r.t, qemu_uftrace_engine::hot::EVENT_SCHED_OUT);
+    let outside = r.engine.suspend();
+    r.engine.resume(1, inside);
+    r.call(0x300, 0x24);
+    r.ret(0x24, &mut g);
+    r.ret(0x10, &mut g);
+    let _ = r.engine.suspend();
+    r.engine.resume(2, outside);
+    r.ret(0x20, &mut g);
+    assert_eq!(r.shape(), s(&["+200@0", "+300@1", "-300@1", "-200@0"]));
+}

@@ -1,0 +1,186 @@
+//! `-F/--filter` and `-N/--notrace` (uftrace's): which frames of a context are written.
+//!
+//! With filter functions, a context writes only the subtrees of their outermost open entry
+//! (its "root"); with notrace functions, nothing from the outermost open one on. The state is
+//! a context's two roots (stack depths), saved with its stack at a switch. Everything pushed
+//! on the stack inside a subtree (callees, exceptions and interrupts taken there, signal
+//! deliveries) is in it; what is pushed outside stays out. Depths are written relative to the
+//! filter root, as uftrace's libmcount writes them (a filtered function shows at depth 0),
+//! and `--depth` counts from there too.
+//!
+//! The engine consults this only off its fast path: with gates, its recorded depth is 0, so
+//! every call and return takes the general path, which comes here (see `Engine::set_gates`).
+//! Without them nothing here runs.
+
+/// Which functions open a filtered subtree or a left-out one, and where the running
+/// context's are open.
+#[derive(Debug, Clone, Default)]
+pub struct Gates {
+    /// Filter functions' entry addresses, sorted (empty: no `-F`, everything is inside).
+    filter: Vec<u64>,
+    /// Notrace functions' entry addresses, sorted.
+    notrace: Vec<u64>,
+    /// Entries into each filter and notrace function (same order as the addresses).
+    filter_hits: Vec<u64>,
+    notrace_hits: Vec<u64>,
+    /// Frames written per subtree (uftrace's depth), counted from the root.
+    max_depth: usize,
+    /// The running context's roots (see [`Roots`]).
+    pub(crate) roots: Roots,
+}
+
+/// Where a context's outermost open filter and notrace frames are (their stack depths).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Roots {
+    pub filter: Option<usize>,
+    pub notrace: Option<usize>,
+}
+
+/// What `Gates::window` says of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Written, at this depth.
+    Written(usize),
+    /// Inside a written subtree but deeper than the depth limit.
+    TooDeep,
+    /// Outside every filtered subtree, or inside a left-out one.
+    Filtered,
+}
+
+impl Gates {
+    /// Gates for these filter and notrace functions, writing `max_depth` frames per subtree.
+    pub fn new(mut filter: Vec<u64>, mut notrace: Vec<u64>, max_depth: usize) -> Gates {
+        filter.sort_unstable();
+        filter.dedup();
+        notrace.sort_unstable();
+        notrace.dedup();
+        Gates {
+            filter_hits: vec![0; filter.len()],
+            notrace_hits: vec![0; notrace.len()],
+            filter,
+            notrace,
+            max_depth,
+            roots: Roots::default(),
+        }
+    }
+
+    /// A frame of `func` is being pushed at `depth`: it may open a subtree.
+    #[inline]
+    pub fn enter(&mut self, depth: usize, func: u64) {
+        if let Ok(i) = self.notrace.binary_search(&func) {
+            self.notrace_hits[i] += 1;
+            self.roots.notrace.get_or_insert(depth);
+        }
+        if let Ok(i) = self.filter.binary_search(&func) {
+            self.filter_hits[i] += 1;
+            self.roots.filter.get_or_insert(depth);
+        }
+    }
+
+    /// The stack is down to `len` frames: subtrees rooted at or above it are closed.
+    #[inline]
+    pub fn left(&mut self, len: usize) {
+        if self.roots.filter.is_some_and(|r| r >= len) {
+            self.roots.filter = None;
+        }
+        if self.roots.notrace.is_some_and(|r| r >= len) {
+            self.roots.notrace = None;
+        }
+    }
+
+    /// Whether and where a frame at stack depth `depth` is written.
+    #[inline]
+    pub fn window(&self, depth: usize) -> Place {
+        if self.roots.notrace.is_some_and(|n| depth >= n) {
+            return Place::Filtered;
+        }
+        let base = if self.filter.is_empty() {
+            0
+        } else {
+            match self.roots.filter {
+                Some(root) if depth >= root => root,
+                _ => return Place::Filtered,
+            }
+        };
+        match depth - base {
+            d if d < self.max_depth => Place::Written(d),
+            _ => Place::TooDeep,
+        }
+    }
+
+    /// Where a marker (LOST, a scheduler event) taken with `len` frames open is written: at
+    /// the current depth when the context is inside a written subtree, else nowhere.
+    pub fn marker_depth(&self, len: usize) -> Option<usize> {
+        let root = if self.filter.is_empty() {
+            0
+        } else {
+            self.roots.filter?
+        };
+        if self.roots.notrace.is_some() {
+            return None;
+        }
+        Some((len - root).min(self.max_depth))
+    }
+
+    /// Whether a return past the bottom of the stack (`midway`) is written: only when every
+    /// frame is (no filter function, no left-out subtree open).
+    pub fn outer_written(&self) -> bool {
+        self.filter.is_empty() && self.roots.notrace.is_none()
+    }
+
+    /// The filter functions entered at least once, by address.
+    pub fn filter_reached(&self) -> impl Iterator<Item = u64> + '_ {
+        reached(&self.filter, &self.filter_hits)
+    }
+
+    /// The notrace functions entered at least once, by address.
+    pub fn notrace_reached(&self) -> impl Iterator<Item = u64> + '_ {
+        reached(&self.notrace, &self.notrace_hits)
+    }
+}
+
+fn reached<'a>(addrs: &'a [u64], hits: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+    addrs
+        .iter()
+        .zip(hits)
+        .filter(|(_, &h)| h > 0)
+        .map(|(&a, _)| a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_writes_its_subtree_from_depth_zero() {
+        let mut g = Gates::new(vec![0x200], vec![], 2);
+        assert_eq!(g.window(0), Place::Filtered);
+        g.enter(1, 0x200);
+        assert_eq!(g.window(1), Place::Written(0));
+        assert_eq!(g.window(2), Place::Written(1));
+        assert_eq!(g.window(3), Place::TooDeep);
+        assert_eq!(g.marker_depth(2), Some(1));
+        // A nested entry of the same function keeps the outer root.
+        g.enter(2, 0x200);
+        g.left(2);
+        assert_eq!(g.window(1), Place::Written(0));
+        g.left(1);
+        assert_eq!(g.window(1), Place::Filtered);
+        assert_eq!(g.marker_depth(1), None);
+        assert_eq!(g.filter_reached().collect::<Vec<_>>(), vec![0x200]);
+    }
+
+    #[test]
+    fn notrace_wins_inside_a_filter() {
+        let mut g = Gates::new(vec![0x200], vec![0x300], 100);
+        g.enter(0, 0x200);
+        g.enter(3, 0x300);
+        assert_eq!(g.window(2), Place::Written(2));
+        assert_eq!(g.window(3), Place::Filtered);
+        g.enter(4, 0x200);
+        assert_eq!(g.window(4), Place::Filtered);
+        g.left(3);
+        assert_eq!(g.window(3), Place::Written(3));
+        assert!(g.notrace_reached().eq([0x300]));
+    }
+}
