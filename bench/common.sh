@@ -31,6 +31,8 @@ build_workload_guest() {
 #   calldense  a call-dense bare-metal loop (20 M calls)
 #   kernel     Debian's kernel booting to its "Unable to mount root fs" panic
 #   smp4       the same boot on 4 vCPUs
+#   filter     the same boot recorded with -F of one small subtree (FILTER, default
+#              of_find_property: device-tree lookups all through the boot)
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -50,6 +52,7 @@ workload_argv() {
         calldense) extra=(-semihosting -kernel "$work/guests/calldense.elf") ;;
         kernel) extra=("${kernel[@]}") ;;
         smp4) extra=("${kernel[@]}" -smp 4) ;;
+        filter) extra=("${kernel[@]}"); record_opts=(-F "${FILTER:-of_find_property}") ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -3,6 +3,8 @@
 #   calldense  a call-dense bare-metal loop (20 M calls)
 #   kernel     Debian's arm64 cloud kernel booting to its "Unable to mount root fs" panic
 #   smp4       the same boot on 4 vCPUs
+#   filter     the same boot with -F of one small subtree (FILTER=FUNC, default
+#              of_find_property); also prints its trace's size as % of the unfiltered one's
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -17,7 +19,7 @@
 #              qemu-system-x86_64 -M pc, SeaBIOS and the decompressor included
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [initramfs]
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [initramfs]
 #        [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
@@ -28,7 +30,8 @@ runs=${RUNS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-"$root/scripts/install-deps.sh" >&2
+# QEMU_UFTRACE_BENCH_READY=1: the fixtures are known to be installed (as bench/user.sh).
+[ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
 qu="$root/target/release/qemu-uftrace"
 
@@ -80,6 +83,14 @@ for version in ${QEMUS:-10.0}; do
         # The spread says how far the medians can be trusted on a noisy machine.
         echo
         printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
+        # A filtered run's size against the whole trace's (recorded once more, untimed).
+        if [ "$name" = filter ]; then
+            "$qu" record -q -o "$work/full" -- "${argv[@]}" >/dev/null 2>&1 </dev/null
+            full=$(du -sb "$work/full" | cut -f1)
+            awk -v b="$bytes" -v f="$full" 'BEGIN {
+                printf "           trace: %.2f%% of the unfiltered one (%.0f MB)\n", 100 * b / f, f / 1048576 }'
+            rm -rf "$work/full" "$work/full.old"
+        fi
     done
 done
 

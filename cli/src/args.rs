@@ -31,6 +31,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per run: a large variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a QEMU command with the tracing plugin and write a uftrace data directory
@@ -169,8 +171,9 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
 
-    /// Do not record calls nested deeper than N
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(qemu_uftrace_format::MAX_STACK)))]
+    /// Do not record calls nested deeper than N (with -F, counted from each filtered
+    /// function; uftrace's -D/--depth)
+    #[arg(short = 'D', long, visible_alias = "depth", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(qemu_uftrace_format::MAX_STACK)))]
     pub max_depth: Option<u16>,
 
     /// Stop writing the trace at SIZE (500M, 2G: powers of 1024, as QEMU's -m), and with
@@ -200,6 +203,17 @@ pub struct RecordArgs {
     /// frames open at the window's start are written first, as entries
     #[arg(long, value_name = "SIZE", value_parser = crate::max_size::parse_size)]
     pub keep_last: Option<u64>,
+
+    /// Record only FUNC's calls and everything beneath them, per task (uftrace's -F):
+    /// a function name, or a regular expression when it holds one of .?*+^$|()[]{}\
+    /// (matched anywhere in a name, e.g. '^sys_'); exceptions taken inside stay in;
+    /// repeatable
+    #[arg(short = 'F', long, value_name = "FUNC")]
+    pub filter: Vec<String>,
+
+    /// Leave FUNC and everything beneath it out (uftrace's -N; FUNC as for -F); repeatable
+    #[arg(short = 'N', long, value_name = "FUNC")]
+    pub notrace: Vec<String>,
 
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]

@@ -141,6 +141,12 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "filtered",
+        "entries and exits not written because -F/-N left them out (outside every -F \
+         function's subtree, or inside a -N function's)",
+        None,
+    ),
+    count(
         "task_conflicts",
         "switches to a task still running on another vCPU: it restarted with an empty stack",
         None,

@@ -40,30 +40,42 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
 /// FUNC's addresses in `sources` (every source that defines it) for `option` (`--stop-at`);
 /// an unknown name is one line with the names closest to it.
 pub fn resolve(option: &str, func: &str, sources: &[SourceArg]) -> Result<Vec<u64>> {
-    let mut addrs = Vec::new();
-    let mut names: Vec<String> = Vec::new();
+    resolve_in(option, func, &functions(sources), sources.len())
+}
+
+/// Every function of `sources`, by name and address (a source that cannot be read is said
+/// by the symbol job after the run).
+pub fn functions(sources: &[SourceArg]) -> Vec<(String, u64)> {
+    let mut all = Vec::new();
     for s in sources {
         let opts = LoadOptions {
             offset: s.offset,
             ..Default::default()
         };
-        // A source that cannot be read is said by the symbol job after the run.
-        let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) else {
-            continue;
-        };
-        for f in image.functions {
-            if f.name == func {
-                addrs.push(f.addr);
-            } else {
-                names.push(f.name);
-            }
+        if let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) {
+            all.extend(image.functions.into_iter().map(|f| (f.name, f.addr)));
         }
     }
+    all
+}
+
+/// As [`resolve`], in `functions` (from `sources` sources).
+pub fn resolve_in(
+    option: &str,
+    func: &str,
+    functions: &[(String, u64)],
+    sources: usize,
+) -> Result<Vec<u64>> {
+    let mut addrs: Vec<u64> = (functions.iter())
+        .filter(|(name, _)| name == func)
+        .map(|&(_, addr)| addr)
+        .collect();
     addrs.sort_unstable();
     addrs.dedup();
     if !addrs.is_empty() {
         return Ok(addrs);
     }
+    let names: Vec<String> = functions.iter().map(|(n, _)| n.clone()).collect();
     let close = closest(func, &names);
     let hint = if close.is_empty() {
         "name a function of the guest's symbols (add --symbols FILE for others)".to_string()
@@ -73,8 +85,8 @@ pub fn resolve(option: &str, func: &str, sources: &[SourceArg]) -> Result<Vec<u6
     Err(usage(
         format!(
             "{option} {func}: no such function in the symbols ({} source{})",
-            sources.len(),
-            if sources.len() == 1 { "" } else { "s" }
+            sources,
+            if sources == 1 { "" } else { "s" }
         ),
         hint,
     ))
@@ -103,7 +115,7 @@ pub fn start_option(addrs: &[u64]) -> String {
     format!(",start_at={}", hex_list(addrs))
 }
 
-fn hex_list(addrs: &[u64]) -> String {
+pub fn hex_list(addrs: &[u64]) -> String {
     let list: Vec<String> = addrs.iter().map(|a| format!("{a:x}")).collect();
     list.join(":")
 }

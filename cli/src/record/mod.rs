@@ -69,6 +69,16 @@ fn record_into(
                 "start at a function the guest runs (a recording without --start-at shows them)",
             ))
         }
+        // Nothing written because no filtered function ran.
+        (Err(_), _) if !args.filter.is_empty() && !datadir::has_records(staging) => {
+            return Err(crate::errors::fail(
+                format!(
+                    "-F {}: the guest never entered it; nothing was written",
+                    args.filter.join(" -F ")
+                ),
+                "filter a function the guest runs (a recording without -F shows them)",
+            ))
+        }
         (ran, _) => ran?,
     };
     let exit = ran.exit.clone();
@@ -83,7 +93,7 @@ fn record_into(
         args.no_auto_symbols,
     )?;
     let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
-    summary::print(args, &exit, &published, no_sources, cap);
+    summary::print(args, &exit, &published, no_sources, cap, &prep.filters);
 
     let mut code = exit.exit_code;
     if published.incomplete.is_some() && code == 0 {

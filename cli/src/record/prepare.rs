@@ -33,6 +33,8 @@ pub struct Prepared {
     pub command: Vec<OsString>,
     /// The size cap the plugin stops writing at.
     pub cap: Option<Cap>,
+    /// `-F`/`-N`, resolved.
+    pub filters: crate::filter::Filters,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -116,6 +118,7 @@ pub fn prepare(
         Some(func) => Some(crate::stop_at::resolve("--start-at", func, &sources)?),
         None => None,
     };
+    let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &sources)?;
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // A Linux guest's processes: where they map files, watched where the kernel's DWARF
     // says (issue 24); without it, said when there is a userland to name.
@@ -157,6 +160,7 @@ pub fn prepare(
         entries: entries.as_ref(),
         stop_at: stop_at.as_deref(),
         start_at: start_at.as_deref(),
+        filters: &filters,
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -187,6 +191,7 @@ pub fn prepare(
             sources,
             command,
             cap,
+            filters,
         },
         Jobs {
             symbols,
@@ -213,6 +218,7 @@ struct PluginOptions<'a> {
     stop_at: Option<&'a [u64]>,
     /// `--start-at`'s addresses.
     start_at: Option<&'a [u64]>,
+    filters: &'a crate::filter::Filters,
 }
 
 impl PluginOptions<'_> {
@@ -242,6 +248,7 @@ impl PluginOptions<'_> {
         if let Some(bytes) = args.keep_last {
             v.push(format!(",keep_last={bytes}"));
         }
+        v.push(self.filters.plugin_options());
         // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
         // and where their PIDs are for a guest with no PID register (else synthetic ids).
         if let Some(offset) = symbol_source::task_comm_offset(self.sources) {

@@ -18,6 +18,7 @@ pub fn print(
     published: &Published,
     no_sources: bool,
     cap: Option<&str>,
+    filters: &crate::filter::Filters,
 ) {
     let stats = published.stats.as_ref();
     let done = &published.assembled;
@@ -98,6 +99,13 @@ pub fn print(
                     Err(line) => warn(line),
                 }
             }
+            for (warning, line) in filters.never_entered(s) {
+                if warning {
+                    warn(line)
+                } else {
+                    note(line)
+                }
+            }
             if let Some(why) = s.incomplete_reason(cap) {
                 warn(format!("INCOMPLETE TRACE: {why}"));
             }
@@ -151,11 +159,15 @@ pub fn print(
                 + s.other_count("keep_last_frames").unwrap_or(0);
             s.events.saturating_sub(records.saturating_sub(frames))
         });
+    let filtered = stats
+        .filter(|_| !filters.is_empty())
+        .map(|s| s.other_count("filtered").unwrap_or(0));
     note(written_line(
         done.bytes,
         stats.map_or(0, |s| s.lost_records),
         stats.is_some_and(|s| s.size_capped),
         outside,
+        filtered,
     ));
     let old = old
         .map(|o| format!(" (the previous one is now {})", o.display()))
@@ -184,7 +196,13 @@ pub fn print(
 
 /// perf's closing line: what went to disk and what did not.
 /// `[ record: wrote 18.88 MiB, 1,234,567 records; 0 lost ]`.
-fn written_line(bytes: u64, lost: u64, capped: bool, outside: Option<u64>) -> String {
+fn written_line(
+    bytes: u64,
+    lost: u64,
+    capped: bool,
+    outside: Option<u64>,
+    filtered: Option<u64>,
+) -> String {
     let records = bytes / qemu_uftrace_format::record::RECORD_SIZE as u64;
     let cap = if capped {
         "; the rest not written (size cap)"
@@ -194,8 +212,11 @@ fn written_line(bytes: u64, lost: u64, capped: bool, outside: Option<u64>) -> St
     let outside = outside
         .map(|n| format!("; {} outside the window", group(n as f64)))
         .unwrap_or_default();
+    let filtered = filtered
+        .map(|n| format!("; {} filtered out (-F/-N)", group(n as f64)))
+        .unwrap_or_default();
     format!(
-        "[ record: wrote {}, {} records; {} lost{cap}{outside} ]",
+        "[ record: wrote {}, {} records; {} lost{cap}{outside}{filtered} ]",
         self::bytes(bytes),
         group(records as f64),
         group(lost as f64),
@@ -228,16 +249,20 @@ mod tests {
     #[test]
     fn the_written_line_says_what_was_not_written() {
         assert_eq!(
-            written_line(32 << 20, 0, false, None),
+            written_line(32 << 20, 0, false, None, None),
             "[ record: wrote 32.00 MiB, 2,097,152 records; 0 lost ]"
         );
         assert_eq!(
-            written_line(160, 3, true, None),
+            written_line(160, 3, true, None, None),
             "[ record: wrote 160 B, 10 records; 3 lost; the rest not written (size cap) ]"
         );
         assert_eq!(
-            written_line(352, 0, false, Some(1868)),
+            written_line(352, 0, false, Some(1868), None),
             "[ record: wrote 352 B, 22 records; 0 lost; 1,868 outside the window ]"
+        );
+        assert_eq!(
+            written_line(352, 0, false, None, Some(90_210)),
+            "[ record: wrote 352 B, 22 records; 0 lost; 90,210 filtered out (-F/-N) ]"
         );
     }
 }

@@ -115,6 +115,24 @@ fn finish_once() {
         line("stop_at_reached", &format_args!("{addr:#x}"));
         line("stop_at_time", time);
     }
+    // `-F`/`-N`: which of their functions the guest entered (the CLI names those never
+    // entered).
+    let reached = |of: fn(&Ended) -> &Vec<u64>| {
+        let mut addrs: Vec<u64> = states.iter().flat_map(|s| of(s).iter().copied()).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        addrs
+            .iter()
+            .map(|a| format!("{a:#x}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if !cfg.filter.is_empty() {
+        line("filter_reached", &reached(|s| &s.filter_reached));
+    }
+    if !cfg.notrace.is_empty() {
+        line("notrace_reached", &reached(|s| &s.notrace_reached));
+    }
     line("bytes", &written.bytes.values().sum::<u64>());
     line("max_depth", &cfg.max_depth);
     line("split_levels", &(cfg.split_levels as u8));

@@ -13,6 +13,9 @@ pub struct Ended {
     pub index: u32,
     pub stats: Stats,
     pub open_frames: usize,
+    /// `-F`/`-N` functions it entered, by address.
+    pub filter_reached: Vec<u64>,
+    pub notrace_reached: Vec<u64>,
 }
 
 impl Ended {
@@ -21,6 +24,10 @@ impl Ended {
             index,
             stats: state.engine.stats(),
             open_frames: state.engine.stack().len(),
+            filter_reached: (state.engine.gates())
+                .map_or_else(Vec::new, |g| g.filter_reached().collect()),
+            notrace_reached: (state.engine.gates())
+                .map_or_else(Vec::new, |g| g.notrace_reached().collect()),
         }
     }
 }
@@ -56,6 +63,7 @@ pub fn vcpu_init(vcpu_id: u32) {
     });
     let mut engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     engine.set_longjmp_test(crate::state::entries::is_longjmp);
+    engine.set_gates(cfg.filter.clone(), cfg.notrace.clone());
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
     // No `scoreboard::refresh_base` here: vCPU init runs outside QEMU's exclusive section,
     // beside other threads' translations and growths, and a base read before another

@@ -3,7 +3,8 @@
 //! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,resume=on]`
-//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`, or
+//! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
+//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -56,6 +57,11 @@ pub struct Config {
     /// Where the trace begins (`start_at=ADDR:ADDR…`, hex): the first entry into any of
     /// these (the CLI's `--start-at FUNC`).
     pub start_at: Vec<u64>,
+    /// Only the subtrees of these functions are written (`filter=ADDR:ADDR…`, hex: the
+    /// CLI's `-F`); empty: all.
+    pub filter: Vec<u64>,
+    /// These functions' subtrees are left out (`notrace=ADDR:ADDR…`: the CLI's `-N`).
+    pub notrace: Vec<u64>,
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
@@ -209,6 +215,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
     let mut keep_last = None;
+    let mut filter = Vec::new();
+    let mut notrace = Vec::new();
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -308,6 +316,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "stop_at" => stop_at = addresses(&key, value)?,
             "start_at" => start_at = addresses(&key, value)?,
+            "filter" => filter = addresses(&key, value)?,
+            "notrace" => notrace = addresses(&key, value)?,
             "keep_last" => {
                 keep_last = Some(
                     value
@@ -377,5 +387,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         stop_at_exit,
         start_at,
         keep_last,
+        filter,
+        notrace,
     })))
 }

@@ -314,7 +314,23 @@ impl Writer {
             return;
         }
         match &mut self.ring {
-            Some(ring) => ring.push(tid, buf),
+            // The window ends at the stop (`--stop-at` with `--keep-last`): what comes
+            // after it never enters the ring, so it does not push the window's start on.
+            Some(ring) => {
+                let stop = self.stop.load(Ordering::Relaxed);
+                if stop == u64::MAX {
+                    ring.push(tid, buf);
+                } else {
+                    let before: Vec<u8> = (buf.chunks_exact(RECORD_SIZE))
+                        .filter(|r| first_time(r) < stop)
+                        .flatten()
+                        .copied()
+                        .collect();
+                    if !before.is_empty() {
+                        ring.push(tid, &before);
+                    }
+                }
+            }
             None => self.write_through(tid, buf),
         }
     }

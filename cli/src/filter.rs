@@ -1,0 +1,233 @@
+//! `-F/--filter FUNC` and `-N/--notrace FUNC` (uftrace's): each FUNC resolved to entry
+//! addresses from the symbol sources before QEMU starts (the plugin's engine then writes
+//! only the filtered subtrees, less the left-out ones), and at the end, which FUNC the guest
+//! never entered.
+//!
+//! As uftrace's, FUNC is a regular expression when it holds one of `.?*+^$|()[]{}\`
+//! (matched anywhere in a name: `^sys_` for names that begin so), else a whole name.
+
+use anyhow::Result;
+use regex::Regex;
+
+use crate::errors::usage;
+use crate::stats::Stats;
+use crate::stop_at::{hex_list, resolve_in};
+use crate::symbol_source::SourceArg;
+
+/// What makes a FUNC a regular expression (uftrace's REGEX_CHARS, with `\`).
+const REGEX_CHARS: &[char] = &[
+    '.', '?', '*', '+', '^', '$', '|', '(', ')', '[', ']', '{', '}', '\\',
+];
+
+/// One `-F`/`-N` FUNC and the entry addresses it stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    /// `-F` or `-N`.
+    pub option: &'static str,
+    pub text: String,
+    pub addrs: Vec<u64>,
+}
+
+/// Every `-F` and `-N` of a recording, resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filters {
+    pub patterns: Vec<Pattern>,
+}
+
+impl Filters {
+    /// Resolves `filter` (`-F`) and `notrace` (`-N`) in `sources`; a name that is no
+    /// function, a bad regular expression or one that matches none is one line.
+    pub fn resolve(filter: &[String], notrace: &[String], sources: &[SourceArg]) -> Result<Self> {
+        if filter.is_empty() && notrace.is_empty() {
+            return Ok(Filters::default());
+        }
+        let functions = crate::stop_at::functions(sources);
+        let given = (filter.iter().map(|f| ("-F", f))).chain(notrace.iter().map(|f| ("-N", f)));
+        let patterns = given
+            .map(|(option, text)| {
+                Ok(Pattern {
+                    option,
+                    text: text.clone(),
+                    addrs: matching(option, text, &functions, sources.len())?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Filters { patterns })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    fn addrs(&self, option: &str) -> Vec<u64> {
+        let mut all: Vec<u64> = (self.patterns.iter())
+            .filter(|p| p.option == option)
+            .flat_map(|p| p.addrs.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// The plugin's options (`,filter=A:B,notrace=C`).
+    pub fn plugin_options(&self) -> String {
+        let mut v = String::new();
+        for (option, key) in [("-F", "filter"), ("-N", "notrace")] {
+            let addrs = self.addrs(option);
+            if !addrs.is_empty() {
+                v.push_str(&format!(",{key}={}", hex_list(&addrs)));
+            }
+        }
+        v
+    }
+
+    /// The `-F`/`-N` FUNCs the guest never entered (`plugin.stats`' `filter_reached` and
+    /// `notrace_reached`), as lines for the summary: `-F`'s are warnings (the trace holds
+    /// nothing of them), `-N`'s notes.
+    pub fn never_entered(&self, stats: &Stats) -> Vec<(bool, String)> {
+        let reached = |key: &str| -> Vec<u64> {
+            (stats.other.iter())
+                .filter(|(k, _)| k == key)
+                .flat_map(|(_, v)| v.split(','))
+                .filter_map(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
+                .collect()
+        };
+        let (filter, notrace) = (reached("filter_reached"), reached("notrace_reached"));
+        let mut lines = Vec::new();
+        for p in &self.patterns {
+            let (seen, what) = match p.option {
+                "-F" => (&filter, "the trace holds nothing of it"),
+                _ => (&notrace, "nothing was left out for it"),
+            };
+            if !p.addrs.iter().any(|a| seen.contains(a)) {
+                let n = p.addrs.len();
+                let funcs = if n == 1 {
+                    String::new()
+                } else {
+                    format!(" (any of its {n} functions)")
+                };
+                lines.push((
+                    p.option == "-F",
+                    format!(
+                        "{} {}: the guest never entered it{funcs}; {what}",
+                        p.option, p.text
+                    ),
+                ));
+            }
+        }
+        lines
+    }
+}
+
+/// FUNC's addresses: a whole name's (close names offered when none), or every name a
+/// regular expression matches.
+fn matching(
+    option: &str,
+    text: &str,
+    functions: &[(String, u64)],
+    sources: usize,
+) -> Result<Vec<u64>> {
+    if !text.contains(REGEX_CHARS) {
+        return resolve_in(option, text, functions, sources);
+    }
+    let re = Regex::new(text).map_err(|e| {
+        let why = e.to_string();
+        let last = why.lines().last().unwrap_or("invalid").trim().to_string();
+        usage(
+            format!("{option} {text}: not a regular expression ({last})"),
+            "fix it, or give a whole function name",
+        )
+    })?;
+    let mut addrs: Vec<u64> = (functions.iter())
+        .filter(|(name, _)| re.is_match(name))
+        .map(|&(_, addr)| addr)
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err(usage(
+            format!(
+                "{option} {text}: the regular expression matches no symbol ({} function{} in \
+                 {sources} source{})",
+                functions.len(),
+                if functions.len() == 1 { "" } else { "s" },
+                if sources == 1 { "" } else { "s" }
+            ),
+            "match a function of the guest's symbols (add --symbols FILE for others)",
+        ));
+    }
+    Ok(addrs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn functions() -> Vec<(String, u64)> {
+        [("sys_read", 0x10), ("sys_write", 0x20), ("do_read", 0x30)]
+            .iter()
+            .map(|&(n, a)| (n.to_string(), a))
+            .collect()
+    }
+
+    #[test]
+    fn names_and_regular_expressions_are_told_apart() {
+        let f = functions();
+        assert_eq!(matching("-F", "sys_read", &f, 1).unwrap(), [0x10]);
+        assert_eq!(matching("-F", "^sys_", &f, 1).unwrap(), [0x10, 0x20]);
+        assert_eq!(matching("-F", "read$", &f, 1).unwrap(), [0x10, 0x30]);
+        let unknown = matching("-F", "sys_reed", &f, 1).unwrap_err().to_string();
+        assert!(unknown.contains("did you mean sys_read"), "{unknown}");
+        let none = matching("-N", "^vfs_", &f, 1).unwrap_err().to_string();
+        assert!(
+            none.starts_with(
+                "-N ^vfs_: the regular expression matches no symbol (3 functions in 1 source)"
+            ),
+            "{none}"
+        );
+        let bad = matching("-F", "sys_(", &f, 1).unwrap_err().to_string();
+        assert!(
+            bad.starts_with("-F sys_(: not a regular expression"),
+            "{bad}"
+        );
+        assert!(!bad.contains('\n'), "{bad}");
+    }
+
+    #[test]
+    fn options_and_the_functions_never_entered() {
+        let filters = Filters {
+            patterns: vec![
+                Pattern {
+                    option: "-F",
+                    text: "^sys_".into(),
+                    addrs: vec![0x10, 0x20],
+                },
+                Pattern {
+                    option: "-F",
+                    text: "do_read".into(),
+                    addrs: vec![0x30],
+                },
+                Pattern {
+                    option: "-N",
+                    text: "sys_write".into(),
+                    addrs: vec![0x20],
+                },
+            ],
+        };
+        assert_eq!(filters.plugin_options(), ",filter=10:20:30,notrace=20");
+        let stats = Stats::parse("filter_reached=0x20\nnotrace_reached=\n");
+        assert_eq!(
+            filters.never_entered(&stats),
+            [
+                (
+                    true,
+                    "-F do_read: the guest never entered it; the trace holds nothing of it".into()
+                ),
+                (
+                    false,
+                    "-N sys_write: the guest never entered it; nothing was left out for it".into()
+                ),
+            ]
+        );
+    }
+}

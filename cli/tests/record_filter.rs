@@ -1,0 +1,329 @@
+//! `-F/--filter`, `-N/--notrace` and `-D/--depth` on the bare-metal guests, on every QEMU:
+//! the trace recorded with them is, event for event and depth for depth, what uftrace's own
+//! replay shows of the unfiltered trace with the same options (its -F/-N/-D are the oracle);
+//! a FUNC that names nothing, or that the guest never enters, is said.
+
+mod common;
+
+use qemu_uftrace_tests::replay::{report_calls, uftrace};
+use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, Variant, QEMU};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn record_on(
+    qemu: &str,
+    name: &str,
+    extra: &[&str],
+    program: &str,
+) -> (tempfile::TempDir, PathBuf, Output) {
+    let elf = guest_elf(program, Variant::Natural).expect("build the guests");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join(name);
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(extra)
+        .arg("--")
+        .args(qemu_args_on(qemu, &elf))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `uftrace replay` of `dir` with `options`, as `E name@depth` / `X name@depth` (a leaf's
+/// `name();` is both), depth from the indentation.
+fn shape(dir: &Path, options: &[&str]) -> Vec<String> {
+    let d = dir.to_string_lossy();
+    let mut args = vec!["replay", "--no-pager", "-d", &d];
+    args.extend_from_slice(options);
+    let text = uftrace(&args).expect("replay");
+    let mut events = Vec::new();
+    for line in text.lines() {
+        let Some((_, body)) = line.split_once('|') else {
+            continue;
+        };
+        let trimmed = body.trim_start();
+        let depth = (body.len() - trimmed.len()).saturating_sub(1) / 2;
+        if let Some(name) = trimmed.strip_suffix("() {") {
+            events.push(format!("E {name}@{depth}"));
+        } else if let Some(name) = trimmed.strip_suffix("();") {
+            events.push(format!("E {name}@{depth}"));
+            events.push(format!("X {name}@{depth}"));
+        } else if let Some(name) = trimmed
+            .strip_prefix("} /* ")
+            .and_then(|r| r.strip_suffix(" */"))
+        {
+            events.push(format!("X {name}@{depth}"));
+        } else {
+            panic!("unexpected replay line {line:?}");
+        }
+    }
+    events
+}
+
+/// Records `nested` unfiltered and with `ours` on every QEMU, and checks the second against
+/// uftrace's replay of the first with `uftrace_options`; returns the last run's stderr.
+fn same_as_uftrace(ours: &[&str], uftrace_options: &[&str]) -> String {
+    common::require(QEMU);
+    let mut last = String::new();
+    for qemu in system_qemus() {
+        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let (_t2, dir, out) = record_on(&qemu.program, "filtered", ours, "nested");
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", qemu.label);
+        let want = shape(&full, uftrace_options);
+        assert!(!want.is_empty(), "{}: uftrace shows nothing", qemu.label);
+        assert_eq!(shape(&dir, &[]), want, "{} {ours:?}: {err}", qemu.label);
+        // uftrace's report of it counts the calls its replay of the full trace shows
+        // (`report -F` of the full trace would count the frames left open at the end too,
+        // filtered or not).
+        assert_eq!(
+            report_calls(&dir, &[]).unwrap(),
+            entries(&want),
+            "{} {ours:?}",
+            qemu.label
+        );
+        // What was left out is counted: the full trace's records less the ones written.
+        let records = |d: &Path| -> u64 {
+            std::fs::read_dir(d)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
+                .map(|e| e.metadata().unwrap().len() / 16)
+                .sum()
+        };
+        // Calls past --depth are not written either, nor counted as filtered.
+        let too_deep: u64 = std::fs::read_to_string(dir.join("plugin.stats"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("depth_cap_hits=")?.parse().ok())
+            .expect("depth_cap_hits");
+        let filtered = records(&full) - records(&dir) - 2 * too_deep;
+        assert!(
+            err.contains(&format!(
+                " records; 0 lost; {} filtered out (-F/-N) ]",
+                group(filtered)
+            )),
+            "{}: {filtered}: {err}",
+            qemu.label
+        );
+        last = err;
+    }
+    last
+}
+
+/// Calls per function among `E name@depth` events.
+fn entries(events: &[String]) -> BTreeMap<String, u64> {
+    let mut calls = BTreeMap::new();
+    for e in events {
+        if let Some((name, _)) = e.strip_prefix("E ").and_then(|e| e.rsplit_once('@')) {
+            *calls.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    calls
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `-F nest_level2`: its two calls and everything beneath, at depths from 0.
+#[test]
+fn a_filter_records_exactly_its_subtrees() {
+    let err = same_as_uftrace(&["-F", "nest_level2"], &["-F", "^nest_level2$"]);
+    assert!(!err.contains("never entered"), "{err}");
+}
+
+/// `-N nest_level3`: everything but its subtrees.
+#[test]
+fn notrace_leaves_out_exactly_its_subtrees() {
+    same_as_uftrace(&["--notrace", "nest_level3"], &["-N", "^nest_level3$"]);
+}
+
+/// `-F nest_level1 -N nest_level4`, and a regular expression naming two functions, one
+/// nested in the other (`nest_level2` and `nest_level4`: the outer one's subtree).
+#[test]
+fn filters_combine_and_match_several_functions() {
+    same_as_uftrace(
+        &["-F", "nest_level1", "-N", "nest_level4"],
+        &["-F", "^nest_level1$", "-N", "^nest_level4$"],
+    );
+    same_as_uftrace(
+        &["--filter", "^nest_level[24]$"],
+        &["-F", "^nest_level[24]$"],
+    );
+}
+
+/// `-D 2` alone, and counted from each filtered function as uftrace counts it.
+#[test]
+fn depth_limits_each_subtree() {
+    same_as_uftrace(
+        &["-F", "nest_level2", "--depth", "2"],
+        &["-F", "^nest_level2$", "-D", "2"],
+    );
+}
+
+#[test]
+fn a_filter_that_names_nothing_is_one_line() {
+    common::require(QEMU);
+    let (_t, dir, out) = record_on(QEMU, "none", &["-F", "^nosuch_"], "nested");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("-F ^nosuch_: the regular expression matches no symbol ("),
+        "{err}"
+    );
+    assert!(!dir.exists());
+    let (_t, _, out) = record_on(QEMU, "typo", &["-N", "nest_levl4"], "nested");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("-N nest_levl4: no such function in the symbols (1 source)")
+            && err.contains("did you mean nest_level4"),
+        "{err}"
+    );
+}
+
+/// A FUNC in the guest's runtime that `nested` never calls: alone, nothing is written and
+/// record fails; beside one that runs, the trace holds that one's and the other is said.
+#[test]
+fn a_filter_never_entered_is_said() {
+    common::require(QEMU);
+    let (_t, dir, out) = record_on(QEMU, "never", &["-F", "rt_put_hex"], "nested");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("-F rt_put_hex: the guest never entered it; nothing was written"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+    let (_t, dir, out) = record_on(
+        QEMU,
+        "some",
+        &["-F", "rt_put_hex", "-F", "nest_level3", "-N", "rt_put_hex"],
+        "nested",
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "qemu-uftrace: warning: -F rt_put_hex: the guest never entered it; the trace \
+             holds nothing of it"
+        ) && err.contains(
+            "qemu-uftrace: -N rt_put_hex: the guest never entered it; nothing was left out \
+             for it"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("-F nest_level3: the guest never"), "{err}");
+    let events = shape(&dir, &[]);
+    assert_eq!(events.first().map(String::as_str), Some("E nest_level3@0"));
+}
+
+/// `--keep-last` with `--stop-at`: the window ends at FUNC's first entry, after the frames
+/// open at its start.
+#[test]
+fn keep_last_ends_at_the_stop() {
+    common::require(QEMU);
+    let (_t1, full, out) = record_on(QEMU, "full", &[], "nested");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = shape(&full, &[]);
+    let first = full
+        .iter()
+        .position(|e| e.starts_with("E nest_level3@"))
+        .expect("nest_level3 in the full trace");
+    // 3 records, and the full trace's many after them, which must not enter the window.
+    assert!(first >= 3 && full.len() > first + 20, "{full:?}");
+    let (_t2, dir, out) = record_on(
+        QEMU,
+        "last",
+        &["--keep-last", "48", "--stop-at", "nest_level3"],
+        "nested",
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let kept = shape(&dir, &[]);
+    let frames: usize = std::fs::read_to_string(dir.join("plugin.stats"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("keep_last_frames=")?.parse().ok())
+        .expect("keep_last_frames");
+    let names = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .map(|e| e.rsplit_once('@').unwrap().0.to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(&kept[frames..]),
+        names(&full[first + 1 - 3..=first]),
+        "{err}"
+    );
+    assert!(
+        err.contains("stopped writing at the first entry into nest_level3"),
+        "{err}"
+    );
+}
+
+/// A Linux boot (the initramfs guest, QEMU 10.2.2: exceptions shown) with `-F` of the
+/// getpid(2) handler: every one of its calls and their callees, as many as the unfiltered
+/// boot's trace has beneath it (interrupts that happened to come in either aside), and
+/// nothing of the rest of the boot.
+#[test]
+fn a_kernel_subtree_is_recorded_whole() {
+    use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest, INIT_OK};
+    let qemu = system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus")
+        .program;
+    let (_, init_elf) = initramfs_guest().expect("the guest builds");
+    let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
+    let symbols = init_elf.to_string_lossy().into_owned();
+    let record = |name: &str, extra: &[&str]| {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+            .args(["record", "-o"])
+            .arg(&dir)
+            .args(["--symbols", &symbols])
+            .args(extra)
+            .arg("--")
+            .args(&argv)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run qemu-uftrace");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(text(&out.stdout).contains(INIT_OK), "{}", text(&out.stdout));
+        (tmp, dir, text(&out.stderr))
+    };
+    let (_t1, full, _) = record("full", &[]);
+    let (_t2, dir, err) = record("getpid", &["-F", "__arm64_sys_getpid"]);
+    let no_irq = ["-N", "^\\[irq\\]$"];
+    let mut want = vec!["-F", "^__arm64_sys_getpid$"];
+    want.extend_from_slice(&no_irq);
+    let want = entries(&shape(&full, &want));
+    let got = report_calls(&dir, &no_irq).unwrap();
+    assert_eq!(got, want, "{err}");
+    // /init's getpid loop, and its one getpid for the line it prints.
+    let calls = got.get("__arm64_sys_getpid").copied().unwrap_or(0);
+    assert!(calls > 100, "{got:?}");
+    assert!(!err.contains("never entered"), "{err}");
+}
