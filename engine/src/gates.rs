@@ -25,6 +25,8 @@ pub struct Gates {
     notrace_hits: Vec<u64>,
     /// Frames written per subtree (uftrace's depth), counted from the root.
     max_depth: usize,
+    /// The lowest and highest filter or notrace address: most calls are outside.
+    span: (u64, u64),
     /// The running context's roots (see [`Roots`]).
     pub(crate) roots: Roots,
 }
@@ -54,7 +56,13 @@ impl Gates {
         filter.dedup();
         notrace.sort_unstable();
         notrace.dedup();
+        let all = filter.iter().chain(&notrace);
+        let span = (
+            all.clone().copied().min().unwrap_or(u64::MAX),
+            all.copied().max().unwrap_or(0),
+        );
         Gates {
+            span,
             filter_hits: vec![0; filter.len()],
             notrace_hits: vec![0; notrace.len()],
             filter,
@@ -75,6 +83,21 @@ impl Gates {
             self.filter_hits[i] += 1;
             self.roots.filter.get_or_insert(depth);
         }
+    }
+
+    /// Whether a context with filter functions is outside every subtree (and no notrace
+    /// one is open): its calls and returns are only followed, until one enters `may_open`.
+    #[inline(always)]
+    pub fn outside(&self) -> bool {
+        self.roots.filter.is_none() && self.roots.notrace.is_none() && !self.filter.is_empty()
+    }
+
+    /// Whether a frame of `func` may open a subtree (or count as an entry of one).
+    #[inline(always)]
+    pub fn may_open(&self, func: u64) -> bool {
+        (self.span.0..=self.span.1).contains(&func)
+            && (self.filter.binary_search(&func).is_ok()
+                || self.notrace.binary_search(&func).is_ok())
     }
 
     /// The stack is down to `len` frames: subtrees rooted at or above it are closed.

@@ -227,6 +227,40 @@ impl Engine {
         true
     }
 
+    /// With `-F`, outside every filtered subtree: a call that opens none is only followed
+    /// (its frame pushed, nothing written), as the general path would, at the fast path's
+    /// cost. Changes nothing and returns false when `call` must decide. The plugin calls
+    /// it only where gates were given (chosen at translation), so it costs no other run.
+    #[inline(always)]
+    pub fn try_follow_call(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
+        let depth = self.stack.len();
+        match self.gates.as_deref() {
+            Some(g) if g.outside() && !g.may_open(func) && depth < RESERVED_FRAMES => {}
+            _ => return false,
+        }
+        self.last_time = now;
+        self.stats.calls += 1;
+        self.stats.filtered += 1;
+        self.stack.push_reserved(Frame { func, ret_addr });
+        true
+    }
+
+    /// The return matching [`Engine::try_follow_call`]: to the top frame's return address,
+    /// outside every subtree, so nothing is written. Changes nothing and returns false when
+    /// `ret` must decide.
+    #[inline(always)]
+    pub fn try_follow_ret(&mut self, now: u64, target: u64) -> bool {
+        match (self.gates.as_deref(), self.stack.top()) {
+            (Some(g), Some(f)) if g.outside() && f.ret_addr == target => {}
+            _ => return false,
+        }
+        self.last_time = now;
+        self.stats.returns += 1;
+        self.stats.filtered += 1;
+        self.stack.pop();
+        true
+    }
+
     #[inline]
     pub fn call(&mut self, now: u64, func: u64, ret_addr: u64) {
         let now = self.clamp(now);

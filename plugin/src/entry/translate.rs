@@ -11,9 +11,9 @@ use crate::ffi::{
     INLINE_STORE_U64, MEM_R,
 };
 use crate::handlers::callbacks::{
-    on_direct_call, on_exception_return, on_exception_return_from_memory, on_indirect_call,
-    on_jump_entry, on_landing, on_memory_call, on_offset_call, on_packed_call, on_task_pointer,
-    on_thunk_branch,
+    on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
+    on_indirect_call, on_jump_entry, on_landing, on_landing_gated, on_memory_call, on_offset_call,
+    on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{
@@ -98,7 +98,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             unsafe {
                 qemu_plugin_register_vcpu_tb_exec_cond_cb(
                     tb,
-                    on_landing,
+                    if gated() {
+                        on_landing_gated
+                    } else {
+                        on_landing
+                    },
                     CB_R_REGS,
                     COND_EQ,
                     flag,
@@ -284,12 +288,29 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     }
 }
 
-/// The callback of a direct call to `target`: the packed form when its addresses fit.
+/// The callback of a direct call to `target`: the packed form when its addresses fit; with
+/// `-F`, the forms that only follow calls outside the filtered subtrees.
 fn direct_call_site(target: u64, ret_addr: u64, pc: u64) -> (VcpuUdataCb, CbFlags, *mut c_void) {
-    match pack(target, ret_addr) {
-        Some(word) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
-        None => (on_direct_call, CB_NO_REGS, call_site(pc, target, ret_addr)),
+    match (pack(target, ret_addr), gated()) {
+        (Some(word), false) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
+        (Some(word), true) => (
+            on_packed_call_gated,
+            CB_NO_REGS,
+            word as usize as *mut c_void,
+        ),
+        (None, false) => (on_direct_call, CB_NO_REGS, call_site(pc, target, ret_addr)),
+        (None, true) => (
+            on_direct_call_gated,
+            CB_NO_REGS,
+            call_site(pc, target, ret_addr),
+        ),
     }
+}
+
+/// Whether `-F` was given: its calls and landings outside the filtered subtrees take
+/// callbacks of their own, so that other runs pay nothing for them.
+fn gated() -> bool {
+    crate::state::config().is_some_and(|c| !c.filter.is_empty())
 }
 
 /// The thunk a call's target starts with, from guest memory (read at translation; the

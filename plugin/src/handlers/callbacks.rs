@@ -62,6 +62,53 @@ fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
     v.engine.call(now, target, ret_addr)
 }
 
+/// With `-F` (translation chose it): a call outside every filtered subtree that opens none
+/// is only followed, on the fast path; anything else goes the general way (`try_call` never
+/// takes a gated call).
+#[inline(always)]
+fn gated_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
+    if let Some((now, false)) = v.fast.read(&mut v.interp, v.engine.last_time()) {
+        if v.engine.try_follow_call(now, target, ret_addr) {
+            return;
+        }
+    }
+    call_general(v, target, ret_addr)
+}
+
+/// [`on_packed_call`] with `-F`.
+pub extern "C" fn on_packed_call_gated(vcpu_index: c_uint, data: *mut c_void) {
+    let (target, ret_addr) = unpack(data as u64);
+    vcpu::with(vcpu_index, |v| gated_call(v, target, ret_addr));
+}
+
+/// [`on_direct_call`] with `-F`.
+///
+/// # Safety
+/// As [`on_direct_call`].
+pub unsafe extern "C" fn on_direct_call_gated(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
+    vcpu::with(vcpu_index, |v| gated_call(v, site.target, site.ret_addr));
+}
+
+/// [`on_landing`] with `-F`: a return outside every filtered subtree is only followed.
+///
+/// # Safety
+/// As [`on_landing`].
+pub unsafe extern "C" fn on_landing_gated(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        if v.thunk_ret && thunk_landing(v, target) {
+            return;
+        }
+        if let Some(now) = v.fast.land(&mut v.interp, v.engine.last_time()) {
+            if v.engine.try_follow_ret(now, target) {
+                return;
+            }
+        }
+        landing_general(v, target)
+    });
+}
+
 /// A direct call whose addresses `sites::pack` fitted into `data` (most of them).
 pub extern "C" fn on_packed_call(vcpu_index: c_uint, data: *mut c_void) {
     let (target, ret_addr) = unpack(data as u64);
