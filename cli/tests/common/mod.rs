@@ -38,6 +38,22 @@ pub fn single_error(o: &Output) -> String {
     lines[0].to_string()
 }
 
+/// The pids of the processes whose command line contains `needle`.
+pub fn pids_with_arg(needle: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
 /// Panics, saying how to install it, unless `cmd` is on PATH: a missing tool fails a test,
 /// it never skips it.
 pub fn require(cmd: &str) {
