@@ -217,15 +217,22 @@ impl SignalScope {
 impl Drop for SignalScope {
     fn drop(&mut self) {
         self.child_reaped();
-        // The default first, then the run's actions go: no signal falls in between. A
-        // signal another live scope takes stays its.
+        // A signal no other live scope takes gets its default first, then the run's actions
+        // go: no signal falls in between. One another scope takes stays counted as ours
+        // until our action is gone, so that the action leaves it to that scope to the end.
+        let mut still_taken = Vec::new();
         for (sig, a) in &self.armed {
-            if count_taker(*sig, -1) {
+            if taken_elsewhere(*sig) {
+                still_taken.push(*sig);
+            } else if count_taker(*sig, -1) {
                 a.store(true, Ordering::SeqCst);
             }
         }
         for id in self.actions.drain(..) {
             low_level::unregister(id);
+        }
+        for sig in still_taken {
+            count_taker(sig, -1);
         }
     }
 }
