@@ -65,9 +65,9 @@ pub fn require(cmd: &str) {
     assert!(found, "{cmd} is not installed: run scripts/install-deps.sh");
 }
 
-/// `qemu-uftrace record [options] -- argv` into a fresh directory, which must succeed;
-/// returns the temp dir (keep it alive), the trace and the guest console.
-pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+/// `qemu-uftrace record [options] -- argv` into a fresh directory: the temp dir (keep it
+/// alive), the trace's path and record's output.
+pub fn record_output(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("kernel.data");
     let out = Command::new(BIN)
@@ -80,10 +80,17 @@ pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, Pat
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+/// [`record_output`], which must succeed; returns the temp dir (keep it alive), the trace
+/// and the guest console.
+pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, dir, out) = record_output(argv, options);
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{}\n{}",
+        "record {options:?} -- {argv:?} failed ({}):\n{}\nconsole:\n{console}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

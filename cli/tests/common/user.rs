@@ -29,18 +29,13 @@ pub const X86_64: Target = Target {
 
 /// `qemu-uftrace record -o DIR -- QEMU ARGS…`, its output, and DIR.
 pub fn record(qemu: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(super::BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .arg(qemu)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let Run {
+        tmp,
+        dir,
+        mut command,
+        ..
+    } = record_command(qemu, args);
+    let out = command.output().expect("run qemu-uftrace");
     (tmp, dir, out)
 }
 
