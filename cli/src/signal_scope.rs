@@ -8,7 +8,7 @@
 //! Whose a signal is gets decided in the handler, when the signal arrives: a thread reading
 //! the signals later could find the child gone and take the user's Ctrl-C for ours.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -27,16 +27,27 @@ static DEFAULTS: Mutex<Option<Defaults>> = Mutex::new(None);
 
 /// How many live scopes take each signal of [`TAKEN`] (user mode waits on the guest's other
 /// processes in a scope around QEMU's run): the default action comes back with the last.
-static TAKERS: Mutex<[usize; TAKEN.len()]> = Mutex::new([0; TAKEN.len()]);
+/// Atomics: the handlers read them.
+static TAKERS: [AtomicUsize; TAKEN.len()] = [const { AtomicUsize::new(0) }; TAKEN.len()];
 
 /// Counts a scope taking (`+1`) or leaving (`-1`) `sig`; true when none takes it any more.
 fn count_taker(sig: i32, delta: isize) -> bool {
     let Some(i) = TAKEN.iter().position(|&s| s == sig) else {
         return true;
     };
-    let mut takers = TAKERS.lock().unwrap_or_else(|e| e.into_inner());
-    takers[i] = takers[i].saturating_add_signed(delta);
-    takers[i] == 0
+    let step = |n: usize| Some(n.saturating_add_signed(delta));
+    let before = TAKERS[i]
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, step)
+        .unwrap_or(0);
+    before.saturating_add_signed(delta) == 0
+}
+
+/// Whether a scope other than the one asking takes `sig`. Async-signal-safe.
+fn taken_elsewhere(sig: i32) -> bool {
+    TAKEN
+        .iter()
+        .position(|&s| s == sig)
+        .is_some_and(|i| TAKERS[i].load(Ordering::SeqCst) > 1)
 }
 
 /// Sets up, once, the default action of each signal we take over. signal-hook never puts
@@ -157,8 +168,16 @@ impl SignalScope {
                             unsafe { libc::kill(pid, sig) };
                         }
                     }
-                } else if pid == 0 || child.reaped.load(Ordering::SeqCst) || exited(pid) {
+                } else if pid == 0 {
                     let _ = emulate_default_handler(sig);
+                } else if child.reaped.load(Ordering::SeqCst) || exited(pid) {
+                    // The child is gone. In user mode the scope around this one waits on
+                    // the guest's other processes and passes the signal on to them: it
+                    // decides (a SIGTERM here, between the first QEMU's end and the wait,
+                    // ended us and left the other processes' traces unassembled).
+                    if !taken_elsewhere(sig) {
+                        let _ = emulate_default_handler(sig);
+                    }
                 } else if forward {
                     // SAFETY: kill has no memory effects.
                     unsafe {
@@ -198,15 +217,22 @@ impl SignalScope {
 impl Drop for SignalScope {
     fn drop(&mut self) {
         self.child_reaped();
-        // The default first, then the run's actions go: no signal falls in between. A
-        // signal another live scope takes stays its.
+        // A signal no other live scope takes gets its default first, then the run's actions
+        // go: no signal falls in between. One another scope takes stays counted as ours
+        // until our action is gone, so that the action leaves it to that scope to the end.
+        let mut still_taken = Vec::new();
         for (sig, a) in &self.armed {
-            if count_taker(*sig, -1) {
+            if taken_elsewhere(*sig) {
+                still_taken.push(*sig);
+            } else if count_taker(*sig, -1) {
                 a.store(true, Ordering::SeqCst);
             }
         }
         for id in self.actions.drain(..) {
             low_level::unregister(id);
+        }
+        for sig in still_taken {
+            count_taker(sig, -1);
         }
     }
 }

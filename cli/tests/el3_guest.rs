@@ -21,8 +21,7 @@ use qemu_uftrace_tests::{
     el3_qemu_args_on, guest_elf, is_runtime_function, nm_functions, oracle_names, parse_oracle,
     plugin_stat, run_plain_qemu_argv, system_qemus, SystemQemu, Variant, QEMU_TIMEOUT,
 };
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
 
 /// The scenario as the oracle logs it (and as QEMU 10.0's trace must show it): each line a
 /// call, indented two spaces per level of nesting. Handlers nest in the function that took
@@ -155,19 +154,6 @@ struct Recorded {
     what: String,
 }
 
-fn record_cmd(qemu: &SystemQemu, elf: &Path, dir: &Path, split: bool) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"));
-    cmd.arg("record").arg("-o").arg(dir);
-    if split {
-        cmd.arg("--split-levels");
-    }
-    cmd.arg("--")
-        .args(el3_qemu_args_on(&qemu.program, elf))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace")
-}
-
 /// Records the guest's `variant` on `qemu`; fails unless QEMU exits 0 with every check of
 /// the guest passing.
 fn record(qemu: &SystemQemu, variant: Variant, split: bool) -> Recorded {
@@ -178,16 +164,8 @@ fn record(qemu: &SystemQemu, variant: Variant, split: bool) -> Recorded {
         qemu.label,
         if split { " --split-levels" } else { "" }
     );
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = record_cmd(qemu, &elf, &dir, split);
-    let console = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "record {what} failed ({}):\n{}\nconsole:\n{console}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let options: &[&str] = if split { &["--split-levels"] } else { &[] };
+    let (tmp, dir, console) = common::record_argv(&el3_qemu_args_on(&qemu.program, &elf), options);
     assert_guest_ok(&console, &what);
     if variant == Variant::Oracle {
         // The traced run logged the same as the plain one.
@@ -376,9 +354,10 @@ fn without_the_discontinuity_callback_plain_calls_stay_right() {
         assert_eq!(plugin_stat(&rec.dir, "exceptions"), "0", "{}", rec.what);
     }
     // --split-levels needs the exception entries: refused, with one line, and no trace.
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = record_cmd(&qemu, &el3_elf(Variant::Natural), &dir, true);
+    let (_tmp, dir, out) = common::record_output(
+        &el3_qemu_args_on(&qemu.program, &el3_elf(Variant::Natural)),
+        &["--split-levels"],
+    );
     assert!(!out.status.success(), "--split-levels on 10.0 succeeded");
     let line = common::single_error(&out);
     assert!(

@@ -641,21 +641,6 @@ fn ctrl_c_stops_qemu_but_not_us() {
     check_stopped_trace(&env, "int", &err);
 }
 
-/// The pids of processes whose command line contains `needle`.
-fn pids_with_arg(needle: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmdline)
-                .contains(needle)
-                .then_some(pid)
-        })
-        .collect()
-}
-
 /// SIGKILL of `record` itself (no handler can run) must not leave QEMU running unwatched:
 /// QEMU gets SIGTERM from the kernel when we die, stops, and its plugin flushes into the
 /// staging directory; the next `record` into the same directory says what is there.

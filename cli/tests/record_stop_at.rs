@@ -6,7 +6,7 @@
 mod common;
 
 use qemu_uftrace_tests::replay::replay_events;
-use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, Variant, QEMU};
+use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, SystemQemu, Variant, QEMU};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
@@ -41,28 +41,41 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// `nested` recorded under `qemu` unfiltered, then with `option nest_level3`: the full
+/// trace's events, the index of its first `E nest_level3`, the filtered trace's events and
+/// the filtered run's output (both runs succeeded).
+fn full_and_filtered(qemu: &SystemQemu, option: &str) -> (Vec<String>, usize, Vec<String>, Output) {
+    let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = replay_events(&full, 1).expect("replay");
+    let first = full
+        .iter()
+        .position(|e| e == "E nest_level3")
+        .expect("nest_level3 in the full trace");
+    let (_t2, dir, out) = record_on(
+        &qemu.program,
+        "filtered",
+        &[option, "nest_level3"],
+        "nested",
+    );
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        qemu.label,
+        text(&out.stderr)
+    );
+    let filtered = replay_events(&dir, 1).expect("replay");
+    (full, first, filtered, out)
+}
+
 /// Every event up to FUNC's first entry, and none after (`nest_level3` is entered inside
 /// the first `nest_level1`, with `main`, `nest_level1` and `nest_level2` open).
 #[test]
 fn the_trace_ends_at_the_first_entry() {
     common::require(QEMU);
     for qemu in system_qemus() {
-        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let full = replay_events(&full, 1).expect("replay");
-        let first = full
-            .iter()
-            .position(|e| e == "E nest_level3")
-            .expect("nest_level3 in the full trace");
-        let (_t2, dir, out) = record_on(
-            &qemu.program,
-            "stop",
-            &["--stop-at", "nest_level3"],
-            "nested",
-        );
+        let (full, first, stopped, out) = full_and_filtered(&qemu, "--stop-at");
         let err = text(&out.stderr);
-        assert!(out.status.success(), "{}: {err}", qemu.label);
-        let stopped = replay_events(&dir, 1).expect("replay");
         assert_eq!(stopped, full[..=first], "{}: {err}", qemu.label);
         assert!(
             err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
@@ -141,22 +154,8 @@ fn an_unknown_name_offers_close_ones() {
 fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
     common::require(QEMU);
     for qemu in system_qemus() {
-        let (_t1, full, out) = record_on(&qemu.program, "full", &[], "nested");
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let full = replay_events(&full, 1).expect("replay");
-        let first = full
-            .iter()
-            .position(|e| e == "E nest_level3")
-            .expect("nest_level3 in the full trace");
-        let (_t2, dir, out) = record_on(
-            &qemu.program,
-            "start",
-            &["--start-at", "nest_level3"],
-            "nested",
-        );
+        let (full, first, started, out) = full_and_filtered(&qemu, "--start-at");
         let err = text(&out.stderr);
-        assert!(out.status.success(), "{}: {err}", qemu.label);
-        let started = replay_events(&dir, 1).expect("replay");
         let mut want: Vec<String> = ["E main", "E nest_level1", "E nest_level2"]
             .iter()
             .map(|s| s.to_string())

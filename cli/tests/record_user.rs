@@ -182,19 +182,13 @@ fn user_static_pie_program_is_named_at_its_load_bias() {
 fn user_ctrl_c_keeps_everything_recorded() {
     use std::os::unix::process::CommandExt;
     let elf = user_guest_elf("spin.elf").expect("build");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let staging = tmp.path().join("uftrace.data.partial");
-    let mut record = Command::new(common::BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .arg(user_qemu())
-        .arg(&elf)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+    let user::Run {
+        tmp: _tmp,
+        dir,
+        staging,
+        mut command,
+    } = user::record_command(&user_qemu(), &[&elf]);
+    let mut record = command
         // Its own process group, as a shell's foreground job: Ctrl-C signals all of it.
         .process_group(0)
         .spawn()

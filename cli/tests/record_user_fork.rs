@@ -261,37 +261,38 @@ fn user_record_waits_for_a_child_that_outlives_the_program() {
 #[test]
 fn user_sigterm_while_waiting_for_a_child_stops_it_and_keeps_its_trace() {
     let parent = user_guest_elf("forkexec.elf").expect("build");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let staging = tmp.path().join("uftrace.data.partial");
-    let record = std::process::Command::new(common::BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .arg(user_qemu())
-        .arg(&parent)
-        .args(["-orphan", "60"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run qemu-uftrace");
+    let common::user::Run {
+        tmp: _tmp,
+        dir,
+        staging,
+        mut command,
+    } = common::user::record_command(
+        &user_qemu(),
+        &[parent.as_os_str(), "-orphan".as_ref(), "60".as_ref()],
+    );
+    let record = command.spawn().expect("run qemu-uftrace");
     // The program (the first QEMU) is done and its child sleeps: record waits for it.
+    let child_dir =
+        common::user::first_done_and_a_child(&staging, std::time::Duration::from_secs(30));
+    let c = child_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.split('.').next())
+        .expect("PID.N")
+        .to_string();
+    // The child is in `sleep`: its guest thread (the process's first) waits in the host's
+    // clock_nanosleep.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let child_dir = loop {
-        let found = std::fs::read_dir(staging.join("procs"))
-            .ok()
-            .and_then(|mut d| d.next())
-            .and_then(Result::ok)
-            .map(|e| e.path());
-        if let Some(d) = found.filter(|_| staging.join("plugin.stats").exists()) {
-            break d;
-        }
-        assert!(std::time::Instant::now() < deadline, "no child process");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let nanosleep = libc::SYS_clock_nanosleep.to_string();
+    while !std::fs::read_to_string(format!("/proc/{c}/syscall"))
+        .is_ok_and(|s| s.split(' ').next() == Some(nanosleep.as_str()))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child never slept"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     // SAFETY: a signal to the process we started.
     unsafe { libc::kill(record.id() as i32, libc::SIGTERM) };
     let started = std::time::Instant::now();
@@ -306,12 +307,6 @@ fn user_sigterm_while_waiting_for_a_child_stops_it_and_keeps_its_trace() {
         "{}",
         common::stderr(&out)
     );
-    let c = child_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.split('.').next())
-        .expect("PID.N")
-        .to_string();
     let lines = task_lines(&dir);
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(

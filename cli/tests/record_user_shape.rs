@@ -7,28 +7,10 @@
 
 mod common;
 
-use common::user::{only_task, record_ok};
+use common::user::{only_task, record_ok, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
-
-struct Target {
-    qemu: &'static str,
-    cross: &'static str,
-}
-
-const AARCH64: Target = Target {
-    qemu: "qemu-10.2.2/bin/qemu-aarch64",
-    cross: "aarch64-linux-gnu-",
-};
-const RISCV64: Target = Target {
-    qemu: "qemu-10.2.2/bin/qemu-riscv64",
-    cross: "riscv64-linux-gnu-",
-};
-const X86_64: Target = Target {
-    qemu: "qemu-10.2.2/bin/qemu-x86_64",
-    cross: "x86_64-linux-gnu-",
-};
 
 /// `make shape` of tests/guests/user for `target`.
 fn guest(target: &Target, name: &str) -> PathBuf {

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::user::{only_task, record_ok};
+use common::user::{only_task, record_ok, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::replay::{parse_replay, replay_events, uftrace};
 use qemu_uftrace_tests::{
     cached, make_guests, nm_functions, oracle_names, parse_oracle, plugin_stat,
@@ -17,25 +17,6 @@ use qemu_uftrace_tests::{
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// One user-mode architecture: its emulator and its compilers' prefix.
-struct Target {
-    qemu: &'static str,
-    cross: &'static str,
-}
-
-const AARCH64: Target = Target {
-    qemu: "qemu-10.2.2/bin/qemu-aarch64",
-    cross: "aarch64-linux-gnu-",
-};
-const RISCV64: Target = Target {
-    qemu: "qemu-10.2.2/bin/qemu-riscv64",
-    cross: "riscv64-linux-gnu-",
-};
-const X86_64: Target = Target {
-    qemu: "qemu-10.2.2/bin/qemu-x86_64",
-    cross: "x86_64-linux-gnu-",
-};
 
 /// `tests/guests/user`'s signal programs for `target`, built once per process.
 fn guest(target: &Target, name: &str) -> PathBuf {

@@ -11,11 +11,12 @@
 //!   `cpu0 U`, each entry in the task of the level that serves it;
 //! - on QEMU 10.0, without exception entries: the handlers nest where they ran.
 
+mod common;
+
 use qemu_uftrace_tests::replay::{replay_events, task_names, tree, uftrace, without};
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, riscv64_qemus};
 use qemu_uftrace_tests::{is_runtime_function, plugin_stat, SystemQemu, Variant};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 /// Each line a call, indented two spaces per level of nesting.
 const WITH_EXCEPTIONS: &str = "
@@ -99,26 +100,9 @@ fn record(qemu: &SystemQemu, split: bool) -> Recorded {
         qemu.label,
         if split { " --split-levels" } else { "" }
     );
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"));
-    cmd.arg("record").arg("-o").arg(&dir);
-    if split {
-        cmd.arg("--split-levels");
-    }
-    let out = cmd
-        .arg("--")
-        .args(riscv64_qemu_args_on(&qemu.program, &elf))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let console = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "record {what} failed ({}):\n{}\nconsole:\n{console}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let options: &[&str] = if split { &["--split-levels"] } else { &[] };
+    let (tmp, dir, console) =
+        common::record_argv(&riscv64_qemu_args_on(&qemu.program, &elf), options);
     for line in [
         "m_work(2) = 17",
         "m_ecall(5) = 36",

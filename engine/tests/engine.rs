@@ -600,6 +600,24 @@ fn a_function_entered_by_a_jump_nests_in_the_jumper_and_closes_with_it() {
     assert_eq!(r.engine.stack().len(), 1);
 }
 
+/// `__libc_start_call_main` (0x100) calls `__wrap_main` (0x200), which enters `main`
+/// (0x300) by a jump; main calls setjmp (0x180), then `fail` (0x400), whose call to
+/// longjmp (0x500) returns to setjmp's return address; main then calls `after` (0x600).
+fn longjmp_in_jumped_main(g: &mut FakeGuest) -> Rig {
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // __libc_start_call_main
+    r.call(0x200, 0x108); //  __wrap_main
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x300); //   main
+    r.call(0x180, 0x310); //    setjmp
+    r.ret(0x310, g);
+    r.call(0x400, 0x3f0); //    fail (noreturn: its return address is past main's end)
+    r.call(0x500, 0x410); //     longjmp, back to setjmp's return address
+    r.ret(0x310, g);
+    r.call(0x600, 0x314); //    after
+    r
+}
+
 #[test]
 fn a_longjmp_into_a_function_entered_by_a_jump_keeps_it_open() {
     // __libc_start_call_main calls __wrap_main, which enters main by `b main`; main's
@@ -610,17 +628,7 @@ fn a_longjmp_into_a_function_entered_by_a_jump_keeps_it_open() {
     };
     g.records.insert(0x8000, (0x9000, 0x108));
     g.direct_calls.insert(0x108, 0x200);
-    let mut r = Rig::new(1024);
-    r.call(0x100, 0x14); // __libc_start_call_main
-    r.call(0x200, 0x108); //  __wrap_main
-    r.t += 10;
-    r.engine.jump_entry(r.t, 0x300); //   main
-    r.call(0x180, 0x310); //    setjmp
-    r.ret(0x310, &mut g);
-    r.call(0x400, 0x3f0); //    fail (noreturn: its return address is past main's end)
-    r.call(0x500, 0x410); //     longjmp, back to setjmp's return address
-    r.ret(0x310, &mut g);
-    r.call(0x600, 0x314); //    after
+    let mut r = longjmp_in_jumped_main(&mut g);
     let shape = r.shape();
     assert_eq!(
         shape[shape.len() - 4..],
@@ -669,17 +677,7 @@ fn a_longjmp_into_a_function_without_a_frame_record_keeps_it_open() {
     g.records.insert(0x8000, (0x9000, 0x14));
     g.direct_calls.insert(0x14, 0x100);
     g.direct_calls.insert(0x310, 0x180);
-    let mut r = Rig::new(1024);
-    r.call(0x100, 0x14); // __libc_start_call_main
-    r.call(0x200, 0x108); //  __wrap_main
-    r.t += 10;
-    r.engine.jump_entry(r.t, 0x300); //   main
-    r.call(0x180, 0x310); //    setjmp
-    r.ret(0x310, &mut g);
-    r.call(0x400, 0x3f0); //    fail
-    r.call(0x500, 0x410); //     longjmp
-    r.ret(0x310, &mut g);
-    r.call(0x600, 0x314); //    after
+    let mut r = longjmp_in_jumped_main(&mut g);
     let shape = r.shape();
     assert_eq!(
         shape[shape.len() - 4..],

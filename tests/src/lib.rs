@@ -778,9 +778,8 @@ pub fn oracle_names(events: &[OracleEvent], symbols: &BTreeMap<u64, String>) -> 
         .collect()
 }
 
-/// The guest's text symbols (address → name) from `aarch64-linux-gnu-nm`.
-/// Where several names share an address the first listed wins.
-pub fn nm_functions(elf: &Path) -> Result<BTreeMap<u64, String>> {
+/// What the cross toolchain's `nm --defined-only` lists for `elf`.
+pub fn nm_defined(elf: &Path) -> Result<String> {
     let nm = format!("{}nm", cross_prefix());
     let out = Command::new(&nm)
         .arg("--defined-only")
@@ -794,8 +793,14 @@ pub fn nm_functions(elf: &Path) -> Result<BTreeMap<u64, String>> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The guest's text symbols (address → name) from `aarch64-linux-gnu-nm`.
+/// Where several names share an address the first listed wins.
+pub fn nm_functions(elf: &Path) -> Result<BTreeMap<u64, String>> {
     let mut map = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in nm_defined(elf)?.lines() {
         let mut fields = line.split_whitespace();
         let (Some(addr), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
         else {
@@ -805,7 +810,8 @@ pub fn nm_functions(elf: &Path) -> Result<BTreeMap<u64, String>> {
         if !matches!(kind, "T" | "t" | "W" | "w") || name.starts_with('$') {
             continue;
         }
-        let addr = parse_hex(addr).with_context(|| format!("{nm} line {line:?}"))?;
+        let addr =
+            parse_hex(addr).with_context(|| format!("nm {} line {line:?}", elf.display()))?;
         map.entry(addr).or_insert_with(|| name.to_owned());
     }
     Ok(map)

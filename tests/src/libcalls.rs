@@ -4,25 +4,11 @@
 use anyhow::{bail, Context, Result};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 /// Every defined name of `elf` by address (`nm --defined-only`: functions, IFUNCs, aliases).
 pub fn nm_aliases(elf: &Path) -> Result<BTreeMap<u64, Vec<String>>> {
-    let nm = format!("{}nm", crate::cross_prefix());
-    let out = Command::new(&nm)
-        .arg("--defined-only")
-        .arg(elf)
-        .output()
-        .with_context(|| format!("running {nm} (run scripts/install-deps.sh)"))?;
-    if !out.status.success() {
-        bail!(
-            "{nm} {} failed: {}",
-            elf.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     let mut map: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in crate::nm_defined(elf)?.lines() {
         let mut fields = line.split_whitespace();
         let (Some(addr), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
         else {
@@ -31,7 +17,8 @@ pub fn nm_aliases(elf: &Path) -> Result<BTreeMap<u64, Vec<String>>> {
         if !matches!(kind, "T" | "t" | "W" | "w" | "i") || name.starts_with('$') {
             continue;
         }
-        let addr = u64::from_str_radix(addr, 16).with_context(|| format!("{nm}: {line:?}"))?;
+        let addr = u64::from_str_radix(addr, 16)
+            .with_context(|| format!("nm {}: {line:?}", elf.display()))?;
         map.entry(addr).or_default().push(name.to_owned());
     }
     Ok(map)

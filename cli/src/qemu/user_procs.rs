@@ -34,6 +34,18 @@ pub struct Proc {
     pub kind: Kind,
 }
 
+impl Proc {
+    /// Which image of its process this is: `n` of `procs/<pid>.<n>` (the fork's or first is 0).
+    pub fn image(&self) -> u32 {
+        self.dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split_once('.'))
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
 /// Parses a `plugin.proc` line.
 pub fn parse(dir: PathBuf, text: &str) -> Option<Proc> {
     let mut get = std::collections::HashMap::new();
@@ -72,7 +84,8 @@ pub fn list(staging: &Path) -> Vec<Proc> {
             parse(e.path(), &text)
         })
         .collect();
-    procs.sort_by_key(|p| (p.time, p.pid));
+    // A process's images in the order they ran (`<pid>.<n>`) where their times tie.
+    procs.sort_by_key(|p| (p.time, p.pid, p.image()));
     procs
 }
 
@@ -263,6 +276,22 @@ mod tests {
             ]
         );
         assert_eq!(parse("d".into(), "kind=spawn\tpid=1\ttime=0"), None);
+    }
+
+    #[test]
+    fn a_processs_images_tied_in_time_keep_the_order_they_ran_in() {
+        let dir = tempfile::tempdir().unwrap();
+        // Written exec first: the directory's order must not decide.
+        for (key, line) in [
+            ("12.1", "kind=exec\tpid=12\ttime=7\texe=/x/execd.elf\n"),
+            ("12.0", "kind=fork\tpid=12\tppid=10\ttime=7\n"),
+        ] {
+            let p = dir.path().join("procs").join(key);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("plugin.proc"), line).unwrap();
+        }
+        let images: Vec<u32> = list(dir.path()).iter().map(Proc::image).collect();
+        assert_eq!(images, [0, 1]);
     }
 
     #[test]

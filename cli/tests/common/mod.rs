@@ -38,6 +38,22 @@ pub fn single_error(o: &Output) -> String {
     lines[0].to_string()
 }
 
+/// The pids of the processes whose command line contains `needle`.
+pub fn pids_with_arg(needle: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline)
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
 /// Panics, saying how to install it, unless `cmd` is on PATH: a missing tool fails a test,
 /// it never skips it.
 pub fn require(cmd: &str) {
@@ -49,9 +65,9 @@ pub fn require(cmd: &str) {
     assert!(found, "{cmd} is not installed: run scripts/install-deps.sh");
 }
 
-/// `qemu-uftrace record [options] -- argv` into a fresh directory, which must succeed;
-/// returns the temp dir (keep it alive), the trace and the guest console.
-pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+/// `qemu-uftrace record [options] -- argv` into a fresh directory: the temp dir (keep it
+/// alive), the trace's path and record's output.
+pub fn record_output(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("kernel.data");
     let out = Command::new(BIN)
@@ -64,10 +80,17 @@ pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, Pat
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+/// [`record_output`], which must succeed; returns the temp dir (keep it alive), the trace
+/// and the guest console.
+pub fn record_argv(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let (tmp, dir, out) = record_output(argv, options);
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "{}\n{}",
+        "record {options:?} -- {argv:?} failed ({}):\n{}\nconsole:\n{console}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );

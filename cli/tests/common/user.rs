@@ -7,11 +7,54 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// One user-mode architecture: its emulator (a path in the cache) and its cross compilers'
+/// prefix.
+pub struct Target {
+    pub qemu: &'static str,
+    pub cross: &'static str,
+}
+
+pub const AARCH64: Target = Target {
+    qemu: "qemu-10.2.2/bin/qemu-aarch64",
+    cross: "aarch64-linux-gnu-",
+};
+pub const RISCV64: Target = Target {
+    qemu: "qemu-10.2.2/bin/qemu-riscv64",
+    cross: "riscv64-linux-gnu-",
+};
+pub const X86_64: Target = Target {
+    qemu: "qemu-10.2.2/bin/qemu-x86_64",
+    cross: "x86_64-linux-gnu-",
+};
+
 /// `qemu-uftrace record -o DIR -- QEMU ARGS…`, its output, and DIR.
 pub fn record(qemu: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
+    let Run {
+        tmp,
+        dir,
+        mut command,
+        ..
+    } = record_command(qemu, args);
+    let out = command.output().expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
+/// A run of `qemu-uftrace record -o DIR -- QEMU ARGS…` still going (stdin from /dev/null):
+/// its temp dir (keep it), DIR, DIR's staging directory (`DIR.partial`, while it runs), and
+/// the command to spawn (stdout and stderr piped unless the caller says otherwise).
+pub struct Run {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub staging: PathBuf,
+    pub command: Command,
+}
+
+pub fn record_command<S: AsRef<std::ffi::OsStr>>(qemu: &Path, args: &[S]) -> Run {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(super::BIN)
+    let staging = tmp.path().join("uftrace.data.partial");
+    let mut command = Command::new(super::BIN);
+    command
         .arg("record")
         .arg("-o")
         .arg(&dir)
@@ -19,9 +62,37 @@ pub fn record(qemu: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, Output
         .arg(qemu)
         .args(args)
         .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    (tmp, dir, out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Run {
+        tmp,
+        dir,
+        staging,
+        command,
+    }
+}
+
+/// Waits until the first QEMU of a run into `staging` is done (its `plugin.stats`) and a
+/// later process image has announced itself (`procs/<key>/plugin.proc`); returns that
+/// image's folder. Panics after `patience`.
+pub fn first_done_and_a_child(staging: &Path, patience: std::time::Duration) -> PathBuf {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let child = std::fs::read_dir(staging.join("procs"))
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(Result::ok)
+            .map(|e| e.path())
+            .filter(|d| d.join("plugin.proc").exists());
+        if let Some(d) = child.filter(|_| staging.join("plugin.stats").exists()) {
+            return d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the program's child never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 pub fn text(b: &[u8]) -> String {

@@ -128,7 +128,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
     if !system {
-        process::install(cfg.proc_key.clone());
+        process::install(&cfg.out, cfg.proc_key.clone());
         // Every process of the run ends with `record` (a guest's forks too).
         match cfg.record_pidfd {
             Some(fd) => record_watch::start_inherited(fd),

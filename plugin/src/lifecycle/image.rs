@@ -2,6 +2,7 @@
 //! trace directory, or a later one (`<pid>.<n>`, see `process`) with its own folder.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// This image's key (`None`: the first process, whose files are at the top).
@@ -21,4 +22,21 @@ pub fn files_dir(out: &Path) -> PathBuf {
         None => out.to_path_buf(),
         Some(k) => out.join("procs").join(k),
     }
+}
+
+/// The time an exec'd image's clock starts from (0: none): the exec's, as the image before
+/// wrote it into this image's `plugin.proc` (`process`).
+static TIME_FLOOR: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_time_floor(ns: u64) {
+    TIME_FLOOR.store(ns, Ordering::Relaxed);
+}
+
+/// No time of an exec'd image may be before its exec: uftrace gives a record the session of
+/// its process's latest SESS line at or before its time, and the exec's SESS line has the
+/// exec's time on the clock of the image before, which may have run ahead of the host
+/// (`tsc::Interpolated`). For wall clocks only: an instruction count starts from 0 in each
+/// image, and clamping it would flatten the whole image into one instant.
+pub fn time_floor() -> u64 {
+    TIME_FLOOR.load(Ordering::Relaxed)
 }

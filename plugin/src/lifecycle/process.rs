@@ -49,11 +49,24 @@ extern "C" fn forked_parent() {
     FORKED_HERE.with(|f| f.set(true));
 }
 
-/// At install (user mode): which image this is, and the fork handlers.
-pub fn install(key: Option<String>) {
+/// At install (user mode): which image this is (its files in `out`), and the fork handlers.
+pub fn install(out: &Path, key: Option<String>) {
+    if let Some(k) = key.as_deref().filter(|k| !k.ends_with(".0")) {
+        image::set_time_floor(exec_time(out, k).unwrap_or(0));
+    }
     image::set_key(key);
     // SAFETY: handlers with no arguments that only set flags.
     unsafe { libc::pthread_atfork(Some(forking), Some(forked_parent), Some(forked_child)) };
+}
+
+/// The `time=` of an exec'd image's `plugin.proc`.
+fn exec_time(out: &Path, key: &str) -> Option<u64> {
+    let line = std::fs::read_to_string(out.join("procs").join(key).join("plugin.proc")).ok()?;
+    line.trim_end()
+        .split('\t')
+        .find_map(|f| f.strip_prefix("time="))?
+        .parse()
+        .ok()
 }
 
 fn now_ns(vcpu: u32) -> u64 {
@@ -65,14 +78,41 @@ fn now_ns(vcpu: u32) -> u64 {
 }
 
 /// Writes `procs/<key>/plugin.proc` (made before the image runs, so that the record
-/// command waits for it).
-fn announce(out: &Path, key: &str, line: &str) -> std::io::Result<()> {
+/// command waits for it), whole or not at all. With `Announce::Placeholder` a line already
+/// there stays.
+fn announce(out: &Path, key: &str, line: &str, how: Announce) -> std::io::Result<()> {
     let dir = out.join("procs").join(key);
     std::fs::create_dir_all(&dir)?;
-    // SAFETY: getpid and gettid cannot fail.
+    // SAFETY: gettid cannot fail.
     let tmp = dir.join(format!("plugin.proc.{}", unsafe { libc::gettid() }));
     std::fs::write(&tmp, format!("{line}\n"))?;
-    std::fs::rename(&tmp, dir.join("plugin.proc"))
+    let path = dir.join("plugin.proc");
+    if how == Announce::Own {
+        return std::fs::rename(&tmp, path);
+    }
+    // A hard link is made only where the name is free, and holds the whole line.
+    let linked = std::fs::hard_link(&tmp, &path);
+    let done = match linked {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        // A filesystem without hard links: nearly as good.
+        Err(_) if !path.exists() => std::fs::rename(&tmp, &path),
+        r => r,
+    };
+    let _ = std::fs::remove_file(&tmp);
+    done
+}
+
+/// Who writes a `plugin.proc` line.
+#[derive(PartialEq, Eq)]
+enum Announce {
+    /// The image itself, or the one before it that execs it: the line is the truth.
+    Own,
+    /// A forked child's parent, so that record waits for the child even if the parent (and
+    /// the first QEMU) ends before the child ran. The child's own line, timed on its own
+    /// clock, must win: the parent may run again only after its child wrote it and even
+    /// exec'd, and a FORK line timed after the exec's SESS line would give the exec'd
+    /// program's records the parent's session (uftrace picks a record's session by time).
+    Placeholder,
 }
 
 /// A syscall starts on vCPU `vcpu`.
@@ -87,13 +127,13 @@ pub fn syscall_ret(vcpu: u32, ret: i64) {
     if FORKED.swap(false, Ordering::Relaxed) && ret == 0 {
         take_over(vcpu);
     } else if FORKED_HERE.with(|f| f.replace(false)) && ret > 0 {
-        // The parent names its child's directory first: the child may not have run yet
-        // when the parent (and the first QEMU) ends.
+        // A placeholder for the child's own line: the child may not have run yet when the
+        // parent (and the first QEMU) ends, and record must wait for it.
         if let Some(cfg) = crate::state::config() {
             // SAFETY: getpid cannot fail.
             let ppid = unsafe { libc::getpid() };
             let line = format!("kind=fork\tpid={ret}\tppid={ppid}\ttime={}", now_ns(vcpu));
-            let _ = announce(&cfg.out, &format!("{ret}.0"), &line);
+            let _ = announce(&cfg.out, &format!("{ret}.0"), &line, Announce::Placeholder);
         }
     }
 }
@@ -124,8 +164,7 @@ fn take_over(vcpu: u32) {
     }
     crate::lifecycle::stop_signals::after_fork();
     let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
-    if let Err(e) = announce(&cfg.out, &key, &line) {
-        // The parent wrote the same line already, unless the disk is failing.
+    if let Err(e) = announce(&cfg.out, &key, &line, Announce::Own) {
         out.note_error(format!("procs/{key}/plugin.proc: {e}"));
     }
     // The other threads' states are the parent's: they do not exist here.
@@ -177,12 +216,18 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     };
     let key = format!("{pid}.{next}");
     let exe = std::path::absolute(host).unwrap_or_else(|_| host.to_path_buf());
+    // The new program's session begins strictly after every record of this image, and the
+    // new image's clock starts there (`image::time_floor`): uftrace gives a record the
+    // session of its process's latest SESS line at or before its time. This image's clock
+    // may stand still here: a forked child inherits its parent's last time, which an
+    // interpolated clock can have put milliseconds ahead of the host, and its fork line,
+    // records and exec then all share that one time.
+    let time = now_ns(vcpu).saturating_add(1);
     let line = format!(
-        "kind=exec\tpid={pid}\ttime={}\texe={}",
-        now_ns(vcpu),
+        "kind=exec\tpid={pid}\ttime={time}\texe={}",
         String::from_utf8_lossy(exe.as_os_str().as_bytes()).replace(['\t', '\n'], " ")
     );
-    if let Err(e) = announce(&cfg.out, &key, &line) {
+    if let Err(e) = announce(&cfg.out, &key, &line, Announce::Own) {
         eprintln!("qemu-uftrace plugin: {} runs untraced: {e}", host.display());
         return;
     }
@@ -295,4 +340,48 @@ fn run(exe: &Path, argv: &[Vec<u8>], envp: &[Vec<u8>]) -> std::io::Error {
     // SAFETY: NUL-terminated strings in NULL-terminated arrays, alive across the call.
     unsafe { libc::execve(exe.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr()) };
     std::io::Error::last_os_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(out: &Path) -> String {
+        std::fs::read_to_string(out.join("procs/12.0/plugin.proc")).unwrap()
+    }
+
+    #[test]
+    fn the_childs_own_line_wins_over_its_parents_placeholder() {
+        let dir = std::env::temp_dir().join(format!("qu-announce-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Dir(dir);
+        // The parent first, as usual: the child's line replaces it.
+        announce(out.path(), "12.0", "parent", Announce::Placeholder).unwrap();
+        assert_eq!(line(out.path()), "parent\n");
+        announce(out.path(), "12.0", "child", Announce::Own).unwrap();
+        assert_eq!(line(out.path()), "child\n");
+        // The parent late (its child ran first, maybe exec'd): the child's line stays.
+        announce(out.path(), "12.0", "late parent", Announce::Placeholder).unwrap();
+        assert_eq!(line(out.path()), "child\n");
+        let left: Vec<_> = std::fs::read_dir(out.path().join("procs/12.0"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["plugin.proc"], "no temporary file is left");
+    }
+
+    /// A directory removed when dropped.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }

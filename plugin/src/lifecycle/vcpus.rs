@@ -1,6 +1,7 @@
 //! A vCPU's start and end: its engine, clock and slot made at vCPU init, and (user mode,
 //! where each guest thread is a vCPU) what is kept of it once its thread exited.
 
+use crate::state::config::{ClockChoice, ClockKind};
 use crate::state::{guest, isa_or_default, system_mode, with_tasks, CONFIG, ONE_CLOCK, OUTPUT};
 use crate::vcpu::{self, clock, landing};
 use qemu_uftrace_engine::hot;
@@ -64,6 +65,9 @@ pub fn vcpu_init(vcpu_id: u32) {
     let mut engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     engine.set_longjmp_test(crate::state::entries::is_longjmp);
     engine.set_gates(cfg.filter.clone(), cfg.notrace.clone());
+    if cfg.clock == ClockChoice::Fixed(ClockKind::Wall) {
+        engine.clamp(super::image::time_floor());
+    }
     let direct = ONE_CLOCK.get().copied().unwrap_or(false);
     // No `scoreboard::refresh_base` here: vCPU init runs outside QEMU's exclusive section,
     // beside other threads' translations and growths, and a base read before another
