@@ -21,6 +21,21 @@ pub fn tid_of(name: &str) -> Option<u32> {
         .ok()
 }
 
+/// The name of task `tid`'s second cookie, of its user-mode context: an OS task found
+/// asleep in the kernel has its user-mode calls open too, under the kernel's. The plugin
+/// saves them as the task first returns to user mode (the user registers are live there).
+pub fn user_file_name(tid: u32) -> String {
+    format!("unwind-{tid}.user.stack")
+}
+
+/// The task a user-mode cookie file name stands for.
+pub fn user_tid_of(name: &str) -> Option<u32> {
+    name.strip_prefix("unwind-")?
+        .strip_suffix(".user.stack")?
+        .parse()
+        .ok()
+}
+
 const MAGIC: &[u8; 8] = b"QUSTACK\x01";
 const HEADER: usize = 8 + 8 + 4 + 4 + 8 + 4 * 8 + 8 + 8;
 
@@ -175,5 +190,8 @@ mod tests {
     fn file_names_carry_the_task() {
         assert_eq!(tid_of(&file_name(42)), Some(42));
         assert_eq!(tid_of("42.dat"), None);
+        assert_eq!(user_tid_of(&user_file_name(42)), Some(42));
+        assert_eq!(tid_of(&user_file_name(42)), None);
+        assert_eq!(user_tid_of(&file_name(42)), None);
     }
 }

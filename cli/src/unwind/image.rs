@@ -10,6 +10,10 @@ use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 pub struct Table {
     pub data: Vec<u8>,
     pub addr: u64,
+    /// For CFI sections: each FDE's address range and offset, sorted by address, built at
+    /// the first lookup (gimli's own lookup walks every entry: too slow for a kernel's
+    /// tables, which hold tens of thousands).
+    pub fde_index: std::sync::OnceLock<Vec<(u64, u64, usize)>>,
 }
 
 /// One ELF file's unwinding facts, owned (the file is not kept open).
@@ -44,6 +48,7 @@ impl Image {
             Some(Table {
                 data: s.uncompressed_data().ok()?.into_owned(),
                 addr: s.address(),
+                fde_index: Default::default(),
             })
         };
         let code = file
