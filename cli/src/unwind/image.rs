@@ -35,8 +35,10 @@ pub struct Image {
 
 impl Image {
     pub fn load(path: &Path) -> Result<Image> {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        // Mapped: of a kernel's vmlinux (hundreds of MB with its DWARF), only the code,
+        // symbols and unwind tables are read.
+        let bytes = qemu_uftrace_symbols::map_file(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Image::parse(&path.display().to_string(), &bytes)
     }
 
