@@ -285,9 +285,8 @@ fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
     }
 
     // The summary: frames by CFI (the user part), frame records (the kernel's), and the
-    // exception entry between them. (The vCPU itself may have been stopped anywhere: in
-    // an interrupt handler on the IRQ stack, its chain ends where the copied stack does,
-    // and the returns past that are LOST marks in its own task.)
+    // exception entry between them. (The vCPU itself may have been stopped anywhere, its
+    // own task is not checked here.)
     let summary = run
         .stderr
         .lines()

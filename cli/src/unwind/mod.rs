@@ -99,17 +99,27 @@ struct Regs {
     lr: Option<u64>,
 }
 
-/// The saved stack top.
+/// The saved stack top, and the other stacks the chain went on to.
 struct Stack<'a> {
     base: u64,
     bytes: &'a [u8],
+    extra: &'a [(u64, Vec<u8>)],
 }
 
 impl Stack<'_> {
     fn read_into(&self, addr: u64, out: &mut [u8]) -> Option<()> {
-        let at = usize::try_from(addr.checked_sub(self.base)?).ok()?;
-        out.copy_from_slice(self.bytes.get(at..at.checked_add(out.len())?)?);
-        Some(())
+        let regions = std::iter::once((self.base, self.bytes))
+            .chain(self.extra.iter().map(|(b, bytes)| (*b, bytes.as_slice())));
+        for (base, bytes) in regions {
+            let Some(at) = addr.checked_sub(base).and_then(|a| usize::try_from(a).ok()) else {
+                continue;
+            };
+            if let Some(src) = at.checked_add(out.len()).and_then(|end| bytes.get(at..end)) {
+                out.copy_from_slice(src);
+                return Some(());
+            }
+        }
+        None
     }
 
     fn read_u64(&self, addr: u64) -> Option<u64> {
@@ -311,6 +321,7 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         stack: Stack {
             base: cookie.stack_base,
             bytes: &cookie.stack,
+            extra: &cookie.extra,
         },
         images,
     };
@@ -415,6 +426,7 @@ mod tests {
             lr: 0,
             stack_base: sp,
             stack: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+            extra: Vec::new(),
         }
     }
 
@@ -449,6 +461,22 @@ mod tests {
         );
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].ret_addr, sym["after_f"]);
+    }
+
+    #[test]
+    fn reads_reach_the_other_stacks() {
+        // An interrupt handler's stack copied first, the interrupted task's after.
+        let main = 5u64.to_le_bytes();
+        let extra = vec![(0x9000u64, 7u64.to_le_bytes().to_vec())];
+        let s = Stack {
+            base: 0x1000,
+            bytes: &main,
+            extra: &extra,
+        };
+        assert_eq!(s.read_u64(0x1000), Some(5));
+        assert_eq!(s.read_u64(0x9000), Some(7));
+        assert_eq!(s.read_u64(0x9004), None);
+        assert_eq!(s.read_u64(0x0ff8), None);
     }
 
     #[test]

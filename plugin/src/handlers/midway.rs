@@ -21,6 +21,8 @@
 use crate::state::guest::MIN_PAGE;
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
 use crate::vcpu::{self, VcpuState};
+use qemu_uftrace_engine::arch::Isa;
+use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
 use std::collections::HashSet;
@@ -164,6 +166,7 @@ pub fn at_return_to_user(v: &mut VcpuState, vcpu: u32, target: u64) {
         lr,
         stack_base: sp,
         stack,
+        extra: Vec::new(),
     };
     write(&cookie, cookie::user_file_name(tid));
 }
@@ -182,6 +185,51 @@ fn copy_stack(v: &mut VcpuState, sp: u64) -> Vec<u8> {
         addr = addr.wrapping_add(n as u64);
     }
     stack
+}
+
+/// Most stacks besides the first that a cookie copies.
+const OTHER_STACKS: usize = 2;
+
+/// Copies of the stacks the frame-record chain from `fp` goes on to beyond the first copy
+/// (`sp`, `copied` bytes): an interrupt handler on its own stack returns into the task it
+/// interrupted, whose frames are on the task's stack. Once per captured task.
+fn other_stacks(
+    v: &mut VcpuState,
+    isa: &dyn Isa,
+    sp: u64,
+    copied: usize,
+    fp: u64,
+) -> Vec<(u64, Vec<u8>)> {
+    let mut covered = vec![(sp, sp.saturating_add(copied as u64))];
+    let mut out = Vec::new();
+    let mut fp = fp;
+    for _ in 0..64 {
+        if fp == 0 || !fp.is_multiple_of(8) || !isa.is_task_pointer(fp) {
+            break;
+        }
+        // The record may sit below the frame pointer (RISC-V: at fp - 16).
+        let base = fp.saturating_sub(16);
+        if !covered.iter().any(|&(lo, hi)| (lo..hi).contains(&base)) {
+            if out.len() == OTHER_STACKS {
+                break;
+            }
+            let copy = copy_stack(v, base);
+            if copy.is_empty() {
+                break;
+            }
+            covered.push((base, base.saturating_add(copy.len() as u64)));
+            out.push((base, copy));
+        }
+        let record = read_frame_record(isa, fp, |addr, buf| {
+            buf.copy_from_slice(v.regs.read_memory(addr, buf.len())?);
+            Some(())
+        });
+        match record {
+            Some((next, _)) => fp = next,
+            None => break,
+        }
+    }
+    out
 }
 
 fn write(cookie: &StackCookie, name: String) {
@@ -214,6 +262,14 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
     let lr = lr_name.and_then(|n| v.regs.read_named(n)).unwrap_or(0);
     let stack = copy_stack(v, sp);
+    let extra = match arch {
+        // Kernels with frame records (arm64, riscv64): an interrupt handler's chain goes on
+        // on the interrupted task's stack. (x86-64 kernels keep none: rbp is any value.)
+        Arch::Aarch64 | Arch::Riscv64 if isa.is_task_pointer(sp) => {
+            other_stacks(v, isa, sp, stack.len(), fp)
+        }
+        _ => Vec::new(),
+    };
     let time = v.now();
     v.engine.start_midway();
     let tid = v.engine.tid();
@@ -236,6 +292,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
         lr,
         stack_base: sp,
         stack,
+        extra,
     };
     write(&cookie, cookie::file_name(tid));
 }
