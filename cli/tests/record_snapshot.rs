@@ -344,3 +344,38 @@ fn aarch64_from_a_migration_stream() {
         "6 by CFI",
     );
 }
+
+/// A plain run whose first instruction is no function's entry (`-device loader,addr=…,
+/// cpu-num=0` sets the pc inside `_start`, past its FP/SIMD setup, which the guest does not
+/// need to have run) takes the same path: its first block saves a cookie, which unwinds to
+/// nothing open (no frame yet), and the trace is the one from `_start`'s entry.
+#[test]
+fn aarch64_plain_run_started_inside_a_function() {
+    let elf = guest_elf("nested", Variant::Natural).expect("build guests");
+    let start = qemu_uftrace_tests::nm_functions(&elf)
+        .expect("nm")
+        .into_iter()
+        .find_map(|(a, n)| (n == "_start").then_some(a))
+        .expect("_start");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let qemu = Board::Aarch64.qemu(&elf);
+    // mov x0, #…; msr cpacr_el1, x0; isb: three instructions.
+    let mut mid = qemu.clone();
+    mid.extend([
+        "-device".to_string(),
+        format!("loader,addr={:#x},cpu-num=0", start + 12),
+    ]);
+    for d in ["plain", "mid"] {
+        std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
+    }
+    let (plain, _) = record(&tmp.path().join("plain"), &qemu);
+    let (from_mid, stderr) = record(&tmp.path().join("mid"), &mid);
+    assert!(
+        stderr.contains("the run started mid-way: 0 open frames recovered by unwinding 1 task"),
+        "{stderr}"
+    );
+    let events = |dir: &Path| replay_events(dir, 1).expect("uftrace replay");
+    let want = events(&plain);
+    assert!(want.iter().any(|e| e == "E nest_level4"), "{want:?}");
+    assert_eq!(events(&from_mid), want);
+}

@@ -87,6 +87,11 @@ impl Engine {
             return EretOutcome::ClosedException;
         }
         let Some(top) = self.stack().top().copied() else {
+            // A stack found mid-way: the exception entry it returns from was open at the
+            // start (a task asleep in a system call), for the CLI to match like a return.
+            if self.midway {
+                self.outer_return(now, target);
+            }
             return EretOutcome::Nothing;
         };
         let inside_top = eret_pc.wrapping_sub(top.func) < SAME_FUNCTION_WINDOW;

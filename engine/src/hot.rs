@@ -439,7 +439,7 @@ impl Engine {
     /// return address, which the CLI checks the recovered frame against); no frame of this
     /// stack is closed and no guess is made.
     #[cold]
-    fn outer_return(&mut self, now: u64, target: u64) {
+    pub(crate) fn outer_return(&mut self, now: u64, target: u64) {
         self.stats.outer_returns += 1;
         if self.gates.as_deref().is_none_or(Gates::outer_written) {
             self.emit(now, RecordType::Exit, 0, target);

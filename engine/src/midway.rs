@@ -98,6 +98,20 @@ mod tests {
     }
 
     #[test]
+    fn an_exception_return_past_the_bottom_is_an_outer_return() {
+        // A task found asleep in a system call: its ERET leaves an exception entry opened
+        // before the start, which the CLI matches like a return.
+        let (mut e, out) = engine();
+        e.start_midway();
+        e.exception_return(10, 0x40_1234, 0xffff_8000_0801_0000);
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        let got: Vec<_> = records.iter().map(|r| (r.kind, r.depth, r.addr)).collect();
+        assert_eq!(got, [(RecordType::Exit, 0, 0x40_1234)]);
+        assert_eq!(e.stats().outer_returns, 1);
+    }
+
+    #[test]
     fn without_midway_an_unmatched_return_writes_no_exit() {
         let (mut e, out) = engine();
         e.ret(10, 0x1010, &mut NoRecords);

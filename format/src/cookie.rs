@@ -6,7 +6,10 @@
 //! Layout (little-endian): the magic `QUSTACK\x01`, the ELF machine (u16), 6 bytes of zero,
 //! the task (u32), the vCPU (u32), the time of the capture (u64), pc, sp, the frame-pointer
 //! register, the link register (u64 each; 0 where the architecture has none or it could not
-//! be read), the stack copy's start address (u64) and length (u64), then the copy.
+//! be read), the stack copy's start address (u64) and length (u64), then the copy; then,
+//! optionally, copies of other stacks the frame-record chain leads to (an interrupt handler
+//! runs on its own stack and its chain goes on on the interrupted task's): each its start
+//! address (u64), length (u64) and bytes.
 
 /// A cookie file's name for task `tid` (the plugin's task id, before `record` renumbers).
 pub fn file_name(tid: u32) -> String {
@@ -17,6 +20,21 @@ pub fn file_name(tid: u32) -> String {
 pub fn tid_of(name: &str) -> Option<u32> {
     name.strip_prefix("unwind-")?
         .strip_suffix(".stack")?
+        .parse()
+        .ok()
+}
+
+/// The name of task `tid`'s second cookie, of its user-mode context: an OS task found
+/// asleep in the kernel has its user-mode calls open too, under the kernel's. The plugin
+/// saves them as the task first returns to user mode (the user registers are live there).
+pub fn user_file_name(tid: u32) -> String {
+    format!("unwind-{tid}.user.stack")
+}
+
+/// The task a user-mode cookie file name stands for.
+pub fn user_tid_of(name: &str) -> Option<u32> {
+    name.strip_prefix("unwind-")?
+        .strip_suffix(".user.stack")?
         .parse()
         .ok()
 }
@@ -41,6 +59,8 @@ pub struct StackCookie {
     /// Where `stack` starts in guest virtual memory (the stack pointer, normally).
     pub stack_base: u64,
     pub stack: Vec<u8>,
+    /// Other stacks the chain goes on on: (start address, bytes).
+    pub extra: Vec<(u64, Vec<u8>)>,
 }
 
 /// Why bytes are not a stack cookie.
@@ -83,6 +103,11 @@ impl StackCookie {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.extend_from_slice(&self.stack);
+        for (base, bytes) in &self.extra {
+            out.extend_from_slice(&base.to_le_bytes());
+            out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
         out
     }
 
@@ -127,8 +152,40 @@ impl StackCookie {
             lr: u64_at(56),
             stack_base: u64_at(64),
             stack: bytes[HEADER..end].to_vec(),
+            extra: extra_regions(&bytes[end..])?,
         })
     }
+}
+
+/// The optional regions after the main copy.
+fn extra_regions(mut rest: &[u8]) -> Result<Vec<(u64, Vec<u8>)>, CookieError> {
+    let mut out = Vec::new();
+    let word = |b: &[u8]| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[..8]);
+        u64::from_le_bytes(w)
+    };
+    while !rest.is_empty() {
+        let truncated = CookieError::Truncated {
+            want: 16,
+            have: rest.len() as u64,
+        };
+        if rest.len() < 16 {
+            return Err(truncated);
+        }
+        let (base, len) = (word(rest), word(&rest[8..]));
+        let body = &rest[16..];
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= body.len())
+            .ok_or(CookieError::Truncated {
+                want: len.saturating_add(16),
+                have: rest.len() as u64,
+            })?;
+        out.push((base, body[..len].to_vec()));
+        rest = &body[len..];
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -147,6 +204,7 @@ mod tests {
             lr: 0x4008_0124,
             stack_base: 0x4010_0000 - 0x40,
             stack: (0..64u8).collect(),
+            extra: Vec::new(),
         }
     }
 
@@ -154,6 +212,12 @@ mod tests {
     fn round_trip() {
         let c = sample();
         assert_eq!(StackCookie::decode(&c.encode()), Ok(c));
+        let mut c = sample();
+        c.extra = vec![(0x5000, vec![1, 2, 3]), (0x9000, Vec::new())];
+        assert_eq!(StackCookie::decode(&c.encode()), Ok(c.clone()));
+        // A region cut short is an error.
+        let bytes = c.encode();
+        assert!(StackCookie::decode(&bytes[..bytes.len() - 17]).is_err());
     }
 
     #[test]
@@ -175,5 +239,8 @@ mod tests {
     fn file_names_carry_the_task() {
         assert_eq!(tid_of(&file_name(42)), Some(42));
         assert_eq!(tid_of("42.dat"), None);
+        assert_eq!(user_tid_of(&user_file_name(42)), Some(42));
+        assert_eq!(tid_of(&user_file_name(42)), None);
+        assert_eq!(user_tid_of(&file_name(42)), None);
     }
 }

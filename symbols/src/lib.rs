@@ -185,6 +185,12 @@ pub fn elf_symbol_addresses(path: &Path, names: &[&str]) -> Result<Vec<Option<u6
     Ok(found)
 }
 
+/// `path` mapped read-only (never read into memory: a 300 MB vmlinux costs only the pages
+/// a parser touches), for other readers of guest files (the CLI's unwinder).
+pub fn map_file(path: &Path) -> Result<impl std::ops::Deref<Target = [u8]>, SymbolError> {
+    file_data::map(path)
+}
+
 /// Reads any supported symbol source, detecting its kind from its contents (see [`Kind`]).
 /// A source that yields no function at all is an error ([`SymbolError::Stripped`] or
 /// [`SymbolError::Corrupt`]), never an empty image.

@@ -76,12 +76,24 @@ pub fn init_child_pid(console: &str) -> Option<u32> {
 pub fn initramfs_guest() -> Result<(PathBuf, PathBuf)> {
     static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| build_initramfs().map_err(|e| format!("{e:#}")))
+        .get_or_init(|| build_initramfs("init").map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(|e| anyhow!("building the initramfs guest failed: {e}"))
 }
 
-fn build_initramfs() -> Result<(PathBuf, PathBuf)> {
+/// Like [`initramfs_guest`], with `tests/guests/linux/snapinit.c` as `/init` (PID 1 sleeps
+/// in `read(2)` five calls deep after printing `SNAP: waiting`):
+/// `<guest_build_dir>/linux/snapinit.{elf,cpio}`.
+pub fn snap_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("snapinit").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the snapshot initramfs guest failed: {e}"))
+}
+
+/// Builds `tests/guests/linux/<program>.c` and packs it as `/init`.
+fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
     let root = guest_build_dir();
     let dir = root.join("linux");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -104,7 +116,7 @@ fn build_initramfs() -> Result<(PathBuf, PathBuf)> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let elf = dir.join("init.elf");
+    let elf = dir.join(format!("{program}.elf"));
     let init = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
     let mut cpio = Vec::with_capacity(init.len() + 1024);
     write_newc(
@@ -128,8 +140,12 @@ fn build_initramfs() -> Result<(PathBuf, PathBuf)> {
         ],
     )?;
     // Another test process may be reading the archive: replace it whole, never rewrite it.
-    let path = dir.join("initramfs.cpio");
-    let tmp = dir.join(format!("initramfs.cpio.{}", std::process::id()));
+    let name = match program {
+        "init" => "initramfs.cpio".to_string(),
+        other => format!("{other}.cpio"),
+    };
+    let path = dir.join(&name);
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
     std::fs::write(&tmp, &cpio).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
     Ok((path, elf))

@@ -28,7 +28,7 @@ pub fn uftrace(args: &[&str]) -> Result<String> {
 }
 
 /// One line of a replay: the task id and the function part after `|`.
-fn replay_body(line: &str) -> Option<(u32, &str)> {
+pub fn replay_body(line: &str) -> Option<(u32, &str)> {
     let (head, body) = line.split_once('|')?;
     let tid = head
         .split('[')

@@ -73,7 +73,12 @@ pub fn assemble(
     // A run from a snapshot: the calls open at its start, unwound into the tasks' files
     // before the assembly renumbers them.
     // The ELF files among the images QEMU loads and the symbol sources (a vmlinux).
-    let mut image_paths: Vec<&Path> = prep.images.iter().map(|i| i.path.as_path()).collect();
+    let mut image_paths: Vec<&Path> = prep
+        .images
+        .iter()
+        .map(|i| i.path.as_path())
+        .filter(|p| qemu::file_is_elf(p))
+        .collect();
     for s in prep.sources.iter().filter(|s| s.offset == 0) {
         if !image_paths.contains(&s.path.as_path()) && qemu::file_is_elf(&s.path) {
             image_paths.push(&s.path);

@@ -90,7 +90,7 @@ impl Invocation {
         let resume = emulator.mode == Mode::System
             && opts
                 .iter()
-                .any(|o| o.name == "loadvm" || o.name == "incoming");
+                .any(|o| o.name == "loadvm" || o.name == "incoming" || sets_a_cpu_pc(o));
         Ok(Invocation {
             resume,
             argv: argv.to_vec(),
@@ -164,6 +164,16 @@ fn kaslr_off(arch: Option<Arch>, opts: &[QemuOption]) -> bool {
     nokaslr || (arch == Some(Arch::Aarch64) && no_seed())
 }
 
+/// `-device loader,addr=…,cpu-num=N`: the generic loader sets vCPU N's pc, so its first
+/// instruction need not be any function's entry (a run started in the middle of code).
+fn sets_a_cpu_pc(o: &QemuOption) -> bool {
+    o.name == "device"
+        && o.value.as_ref().and_then(|v| v.to_str()).is_some_and(|v| {
+            let mut props = v.split(',');
+            props.next() == Some("loader") && props.any(|p| p.starts_with("cpu-num="))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,10 +206,21 @@ mod tests {
 
     #[test]
     fn snapshots_and_migration_streams_start_mid_way() {
-        for (opt, value) in [("-loadvm", "s1"), ("-incoming", "file:/tmp/vm")] {
+        for (opt, value) in [
+            ("-loadvm", "s1"),
+            ("-incoming", "file:/tmp/vm"),
+            ("-device", "loader,addr=0x40080010,cpu-num=0"),
+        ] {
             let inv = parse(&["qemu-system-aarch64", "-M", "virt", opt, value]);
-            assert!(inv.resume, "{opt}");
+            assert!(inv.resume, "{opt} {value}");
         }
+        // A loader that only loads data leaves the pc alone.
+        let inv = parse(&[
+            "qemu-system-aarch64",
+            "-device",
+            "loader,file=blob.bin,addr=0x48000000",
+        ]);
+        assert!(!inv.resume);
     }
 
     #[test]

@@ -8,10 +8,11 @@
 //! still open.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use qemu_uftrace_engine::arch::ExceptionKind;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::record::{self, Record, RecordType};
 use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
@@ -89,11 +90,13 @@ pub fn recover(dir: &Path, images: &[&Path]) -> Result<Option<Recovered>> {
                 .push(format!("{e:#}: its frames are not unwound")),
         }
     }
-    for (tid, path) in cookies {
-        match recover_task(dir, tid, &path, &loaded, &mut done) {
+    for (tid, files) in cookies {
+        match recover_task(dir, tid, &files, &loaded, &mut done) {
             Ok(()) => {
-                std::fs::remove_file(&path)
-                    .with_context(|| format!("cannot remove {}", path.display()))?;
+                for path in files.main.iter().chain(files.user.iter()) {
+                    std::fs::remove_file(path)
+                        .with_context(|| format!("cannot remove {}", path.display()))?;
+                }
             }
             Err(e) => done.problems.push(format!("task {tid}: {e:#}")),
         }
@@ -108,45 +111,121 @@ pub fn recover(dir: &Path, images: &[&Path]) -> Result<Option<Recovered>> {
     Ok(Some(done))
 }
 
-/// `unwind-<tid>.stack` files, by task.
-fn cookie_files(dir: &Path) -> Result<Vec<(u32, std::path::PathBuf)>> {
-    let mut out = Vec::new();
+/// A task's cookie files: `unwind-<tid>.stack` and, for an OS task found asleep in the
+/// kernel, `unwind-<tid>.user.stack` (its user-mode calls, beneath the kernel's).
+#[derive(Debug, Default)]
+struct TaskCookies {
+    main: Option<PathBuf>,
+    user: Option<PathBuf>,
+}
+
+/// The cookie files of `dir`, by task.
+fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, TaskCookies>> {
+    let mut out: BTreeMap<u32, TaskCookies> = BTreeMap::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
-        if let Some(tid) = entry.file_name().to_str().and_then(cookie::tid_of) {
-            out.push((tid, entry.path()));
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(tid) = cookie::tid_of(name) {
+            out.entry(tid).or_default().main = Some(entry.path());
+        } else if let Some(tid) = cookie::user_tid_of(name) {
+            out.entry(tid).or_default().user = Some(entry.path());
         }
     }
-    out.sort();
     Ok(out)
+}
+
+/// One cookie file unwound: its frames, outermost first, and the cookie.
+fn unwind_file(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, StackCookie)> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let cookie = StackCookie::decode(&bytes).with_context(|| path.display().to_string())?;
+    let arch = Arch::from_elf_machine(cookie.machine)
+        .with_context(|| format!("{}: unknown ELF machine {}", path.display(), cookie.machine))?;
+    let mut frames = unwind::unwind(&cookie, arch, images);
+    frames.reverse();
+    Ok((frames, cookie))
+}
+
+/// The exception a task's user-mode code took where it resumes at `pc`: a system call if
+/// the instruction before is one (AArch64 `svc #0`), an interrupt otherwise.
+fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
+    const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
+    let is_svc = Arch::from_elf_machine(machine) == Some(Arch::Aarch64)
+        && images
+            .iter()
+            .find(|i| i.has_code(pc.wrapping_sub(4)))
+            .and_then(|i| i.code_before(pc, 4))
+            == Some(&SVC0[..]);
+    if is_svc {
+        ExceptionKind::Svc
+    } else {
+        ExceptionKind::Irq
+    }
+}
+
+/// A task's open frames, outermost first, the time of its first capture, and its
+/// architecture when a cookie could be read: its user-mode frames, the exception entry they
+/// took, then its kernel frames.
+fn task_frames(
+    tid: u32,
+    files: &TaskCookies,
+    images: &[Image],
+    done: &mut Recovered,
+) -> (Vec<unwind::Frame>, u64, Option<Arch>) {
+    let mut unwound = |path: &Option<PathBuf>| {
+        let path = path.as_ref()?;
+        match unwind_file(path, images) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                done.problems.push(format!("task {tid}: {e:#}"));
+                None
+            }
+        }
+    };
+    let main = unwound(&files.main);
+    let user = unwound(&files.user);
+    let time = main
+        .iter()
+        .chain(user.iter())
+        .map(|(_, c)| c.time)
+        .min()
+        .unwrap_or(u64::MAX);
+    let arch = main
+        .iter()
+        .chain(user.iter())
+        .find_map(|(_, c)| Arch::from_elf_machine(c.machine));
+    let mut frames = Vec::new();
+    if let Some((user_frames, cookie)) = user {
+        frames.extend(user_frames);
+        if main.is_some() {
+            frames.push(unwind::Frame {
+                func: exception_before(cookie.pc, cookie.machine, images).addr(),
+                ret_addr: cookie.pc,
+                method: Method::Exception,
+            });
+        }
+    }
+    if let Some((kernel_frames, _)) = main {
+        frames.extend(kernel_frames);
+    }
+    (frames, time, arch)
 }
 
 fn recover_task(
     dir: &Path,
     tid: u32,
-    path: &Path,
+    files: &TaskCookies,
     images: &[Image],
     done: &mut Recovered,
 ) -> Result<()> {
     // A cookie that cannot be read recovers nothing, but the task's stream is still
     // rewritten: its returns past the bottom become LOST marks, not stray exits.
-    let unwound = std::fs::read(path)
-        .with_context(|| format!("cannot read {}", path.display()))
-        .and_then(|bytes| StackCookie::decode(&bytes).with_context(|| path.display().to_string()))
-        .and_then(|cookie| {
-            let arch = Arch::from_elf_machine(cookie.machine).with_context(|| {
-                format!("{}: unknown ELF machine {}", path.display(), cookie.machine)
-            })?;
-            let mut frames = unwind::unwind(&cookie, arch, images);
-            frames.reverse();
-            Ok((frames, cookie.time))
-        });
-    let (frames, time) = match unwound {
-        Ok(f) => f,
-        Err(e) => {
-            done.problems.push(format!("task {tid}: {e:#}"));
-            (Vec::new(), u64::MAX)
-        }
+    let (frames, time, arch) = task_frames(tid, files, images, done);
+    // A task whose cookie unwound to nothing open began under tracing (a task created
+    // after the start, found at its first switch): its first "return" goes into its entry
+    // code, after no call, and closes nothing.
+    let fresh = |target: u64| {
+        frames.is_empty() && arch.is_some_and(|a| !unwind::follows_call(a, images, target))
     };
     let dat = dir.join(format!("{tid}.dat"));
     let data = match std::fs::read(&dat) {
@@ -157,7 +236,7 @@ fn recover_task(
     let whole = data.len() - data.len() % record::RECORD_SIZE;
     let records = record::decode_all(&data[..whole])
         .map_err(|e| anyhow::anyhow!("{}: bad record word {:#x}", dat.display(), e.0))?;
-    let (out, matched, unmatched) = rewrite(&records, &frames, time);
+    let (out, matched, unmatched) = rewrite(&records, &frames, time, &fresh);
     let mut bytes = Vec::with_capacity(out.len() * record::RECORD_SIZE + data.len() - whole);
     for r in &out {
         bytes.extend_from_slice(&record::encode(r.time, r.kind, r.depth as u32, r.addr));
@@ -177,7 +256,12 @@ fn recover_task(
 /// The records of a task whose stack began with `frames` open (outermost first): their
 /// entries and the marker first, then the recorded ones with returns past the bottom
 /// matched to them. Gives the records, and how many of those returns matched and did not.
-fn rewrite(records: &[Record], frames: &[unwind::Frame], capture: u64) -> (Vec<Record>, u64, u64) {
+fn rewrite(
+    records: &[Record],
+    frames: &[unwind::Frame],
+    capture: u64,
+    fresh: &dyn Fn(u64) -> bool,
+) -> (Vec<Record>, u64, u64) {
     let max_depth = MAX_STACK - 1;
     let start = records.first().map_or(capture, |r| r.time.min(capture));
     let rec = |time, kind, depth: usize, addr| Record {
@@ -215,6 +299,7 @@ fn rewrite(records: &[Record], frames: &[unwind::Frame], capture: u64) -> (Vec<R
                         open = j;
                         matched += 1;
                     }
+                    None if fresh(r.addr) => {}
                     None => {
                         out.push(rec(r.time, RecordType::Lost, open, 0));
                         unmatched += 1;
@@ -266,7 +351,7 @@ mod tests {
             r(50, Entry, 0, 0x500),
             r(60, Exit, 0, 0x500),
         ];
-        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5);
+        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
         assert_eq!((matched, unmatched), (2, 0));
         let got: Vec<_> = out
             .iter()
@@ -293,7 +378,7 @@ mod tests {
     fn a_return_to_an_outer_frame_closes_the_ones_in_between() {
         use RecordType::*;
         let frames = [frame(0x100, 0x50), frame(0x200, 0x110), frame(0x300, 0x210)];
-        let (out, matched, _) = rewrite(&[r(10, Exit, 0, 0x110)], &frames, 5);
+        let (out, matched, _) = rewrite(&[r(10, Exit, 0, 0x110)], &frames, 5, &|_| false);
         assert_eq!(matched, 1);
         let exits: Vec<_> = out
             .iter()
@@ -330,9 +415,20 @@ mod tests {
     }
 
     #[test]
+    fn a_fresh_tasks_first_return_into_its_entry_code_closes_nothing() {
+        use RecordType::*;
+        // A task created after the start, found at its first switch: nothing was open, and
+        // its switch returns into its entry code (not after a call).
+        let recorded = [r(10, Exit, 0, 0x999), r(20, Entry, 0, 0x400)];
+        let (out, matched, unmatched) = rewrite(&recorded, &[], 5, &|a| a == 0x999);
+        assert_eq!((matched, unmatched), (0, 0));
+        assert_eq!(out, [r(20, Entry, 0, 0x400)]);
+    }
+
+    #[test]
     fn a_return_matching_nothing_is_a_lost_mark() {
         use RecordType::*;
-        let (out, matched, unmatched) = rewrite(&[r(10, Exit, 0, 0x999)], &[], 5);
+        let (out, matched, unmatched) = rewrite(&[r(10, Exit, 0, 0x999)], &[], 5, &|_| false);
         assert_eq!((matched, unmatched), (0, 1));
         assert_eq!(out, [r(10, Lost, 0, 0)]);
     }

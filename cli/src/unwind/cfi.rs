@@ -2,11 +2,11 @@
 //! that give a frame's caller's registers at one address.
 
 use gimli::{
-    BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
+    RegisterRule, UnwindContext, UnwindSection,
 };
 
-use super::image::Image;
+use super::image::{Image, Table};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -47,15 +47,41 @@ fn rule(r: RegisterRule<usize>) -> Rule {
     }
 }
 
+/// The address ranges of `section`'s FDEs and their offsets, sorted by address.
+fn fde_index<'a, S: UnwindSection<Slice<'a>>>(
+    section: &S,
+    bases: &BaseAddresses,
+) -> Vec<(u64, u64, usize)> {
+    let mut out = Vec::new();
+    let mut entries = section.entries(bases);
+    // A damaged entry ends the walk: the entries before it still serve.
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(S::cie_from_offset) {
+                out.push((fde.initial_address(), fde.end_address(), fde.offset()));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
 fn rules_in<'a, S: UnwindSection<Slice<'a>>>(
     section: &S,
+    table: &Table,
     bases: &BaseAddresses,
     addr: u64,
     fp: u16,
 ) -> Option<Rules> {
+    let index = table.fde_index.get_or_init(|| fde_index(section, bases));
+    let i = index.partition_point(|&(start, _, _)| start <= addr);
+    let &(start, end, offset) = index.get(i.checked_sub(1)?)?;
+    if !(start..end).contains(&addr) {
+        return None;
+    }
     let mut ctx = UnwindContext::new();
     let fde = section
-        .fde_for_address(bases, addr, S::cie_from_offset)
+        .fde_from_offset(bases, S::Offset::from(offset), S::cie_from_offset)
         .ok()?;
     let ra_column = fde.cie().return_address_register().0;
     let row = fde
@@ -80,14 +106,14 @@ pub fn rules(image: &Image, addr: u64, fp: u16) -> Option<Rules> {
         let mut section = EhFrame::new(&t.data, LittleEndian);
         section.set_address_size(8);
         let bases = BaseAddresses::default().set_eh_frame(t.addr);
-        if let Some(r) = rules_in(&section, &bases, addr, fp) {
+        if let Some(r) = rules_in(&section, t, &bases, addr, fp) {
             return Some(r);
         }
     }
     if let Some(t) = &image.debug_frame {
         let mut section = DebugFrame::new(&t.data, LittleEndian);
         section.set_address_size(8);
-        if let Some(r) = rules_in(&section, &BaseAddresses::default(), addr, fp) {
+        if let Some(r) = rules_in(&section, t, &BaseAddresses::default(), addr, fp) {
             return Some(r);
         }
     }

@@ -10,6 +10,10 @@ use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 pub struct Table {
     pub data: Vec<u8>,
     pub addr: u64,
+    /// For CFI sections: each FDE's address range and offset, sorted by address, built at
+    /// the first lookup (gimli's own lookup walks every entry: too slow for a kernel's
+    /// tables, which hold tens of thousands).
+    pub fde_index: std::sync::OnceLock<Vec<(u64, u64, usize)>>,
 }
 
 /// One ELF file's unwinding facts, owned (the file is not kept open).
@@ -31,8 +35,10 @@ pub struct Image {
 
 impl Image {
     pub fn load(path: &Path) -> Result<Image> {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        // Mapped: of a kernel's vmlinux (hundreds of MB with its DWARF), only the code,
+        // symbols and unwind tables are read.
+        let bytes = qemu_uftrace_symbols::map_file(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         Image::parse(&path.display().to_string(), &bytes)
     }
 
@@ -44,6 +50,7 @@ impl Image {
             Some(Table {
                 data: s.uncompressed_data().ok()?.into_owned(),
                 addr: s.address(),
+                fde_index: Default::default(),
             })
         };
         let code = file

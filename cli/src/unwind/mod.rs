@@ -1,7 +1,7 @@
 //! Unwinding a stack cookie after the run: the calls that were open when a run from a
-//! snapshot began, from the guest's own tables. DWARF CFI (`.eh_frame`, `.debug_frame`)
-//! where it covers the address, else SFrame (`.sframe`), else an x86-64 kernel's ORC
-//! tables; frame records where none does (and the innermost function's return address
+//! snapshot began, from the guest's own tables: an x86-64 kernel's ORC tables where they
+//! cover the address, else DWARF CFI (`.eh_frame`, `.debug_frame`), else SFrame
+//! (`.sframe`); frame records where none does (and the innermost function's return address
 //! where it keeps it on entry).
 
 pub mod cfi;
@@ -31,6 +31,9 @@ pub enum Method {
     /// link register until it calls, the stack top on x86-64 before it pushes anything),
     /// for code without CFI.
     LeafReturn,
+    /// The exception entry between a task's user-mode calls and its kernel calls (a system
+    /// call it sleeps in), from the registers its return to user mode restored.
+    Exception,
 }
 
 impl Method {
@@ -41,6 +44,7 @@ impl Method {
             Method::Orc => "ORC",
             Method::FrameRecord => "frame records",
             Method::LeafReturn => "leaf return address",
+            Method::Exception => "exception entry",
         }
     }
 }
@@ -95,17 +99,27 @@ struct Regs {
     lr: Option<u64>,
 }
 
-/// The saved stack top.
+/// The saved stack top, and the other stacks the chain went on to.
 struct Stack<'a> {
     base: u64,
     bytes: &'a [u8],
+    extra: &'a [(u64, Vec<u8>)],
 }
 
 impl Stack<'_> {
     fn read_into(&self, addr: u64, out: &mut [u8]) -> Option<()> {
-        let at = usize::try_from(addr.checked_sub(self.base)?).ok()?;
-        out.copy_from_slice(self.bytes.get(at..at.checked_add(out.len())?)?);
-        Some(())
+        let regions = std::iter::once((self.base, self.bytes))
+            .chain(self.extra.iter().map(|(b, bytes)| (*b, bytes.as_slice())));
+        for (base, bytes) in regions {
+            let Some(at) = addr.checked_sub(base).and_then(|a| usize::try_from(a).ok()) else {
+                continue;
+            };
+            if let Some(src) = at.checked_add(out.len()).and_then(|end| bytes.get(at..end)) {
+                out.copy_from_slice(src);
+                return Some(());
+            }
+        }
+        None
     }
 
     fn read_u64(&self, addr: u64) -> Option<u64> {
@@ -168,7 +182,9 @@ impl Unwinder<'_> {
         // innermost frame; further out it would be the same address again.
         let ra = match rules.ra {
             Rule::Unchanged if !first => return None,
-            rule => apply(rule, self.reg(r, rules.ra_column))?,
+            rule => self
+                .isa
+                .strip_authentication(apply(rule, self.reg(r, rules.ra_column))?),
         };
         let regs = Regs {
             pc: ra,
@@ -282,6 +298,19 @@ impl Unwinder<'_> {
     }
 }
 
+/// Whether `addr` follows a call instruction in the code of one of `images`: a return
+/// into a caller, rather than a task's first jump into its entry code (a Linux task that
+/// began under tracing "returns" from its first switch into `ret_from_fork`).
+pub fn follows_call(arch: Arch, images: &[Image], addr: u64) -> bool {
+    let isa = isa(arch);
+    images
+        .iter()
+        .find(|i| i.has_code(addr.wrapping_sub(1)))
+        .and_then(|i| i.code_before(addr, isa.call_lookbehind()))
+        .and_then(|before| isa.call_ending_at(Mode::Bits64, addr, before))
+        .is_some()
+}
+
 /// The calls open in `cookie`'s context, innermost first, as far as the tables and the
 /// saved stack reach. The outermost function (the one nobody called: `_start`, a thread's
 /// entry) is not among them: only frames whose return address was found are.
@@ -292,6 +321,7 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         stack: Stack {
             base: cookie.stack_base,
             bytes: &cookie.stack,
+            extra: &cookie.extra,
         },
         images,
     };
@@ -299,7 +329,9 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         pc: cookie.pc,
         sp: Some(cookie.sp),
         fp: Some(cookie.fp),
-        lr: u.regs.lr.map(|_| cookie.lr),
+        // A link register signed on entry (arm64 `paciasp`, until `autiasp`) carries its
+        // authentication code in the top bits.
+        lr: u.regs.lr.map(|_| u.isa.strip_authentication(cookie.lr)),
     };
     let mut frames = Vec::new();
     for i in 0..MAX_FRAMES {
@@ -309,16 +341,18 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         } else {
             regs.pc.wrapping_sub(1)
         };
+        // An x86-64 kernel's ORC tables first: they are its own unwinder's, and cover its
+        // assembly, which its .debug_frame does not.
         let step = u
-            .cfi_step(first, &regs)
-            .map(|(ra, next)| (ra, next, Method::Cfi))
+            .orc_step(first, &regs)
+            .map(|(ra, next)| (ra, next, Method::Orc))
+            .or_else(|| {
+                u.cfi_step(first, &regs)
+                    .map(|(ra, next)| (ra, next, Method::Cfi))
+            })
             .or_else(|| {
                 u.sframe_step(first, &regs)
                     .map(|(ra, next)| (ra, next, Method::SFrame))
-            })
-            .or_else(|| {
-                u.orc_step(first, &regs)
-                    .map(|(ra, next)| (ra, next, Method::Orc))
             })
             .or_else(|| u.frame_step(first, &regs));
         let Some((ra, next, method)) = step else {
@@ -392,6 +426,7 @@ mod tests {
             lr: 0,
             stack_base: sp,
             stack: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+            extra: Vec::new(),
         }
     }
 
@@ -426,6 +461,22 @@ mod tests {
         );
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].ret_addr, sym["after_f"]);
+    }
+
+    #[test]
+    fn reads_reach_the_other_stacks() {
+        // An interrupt handler's stack copied first, the interrupted task's after.
+        let main = 5u64.to_le_bytes();
+        let extra = vec![(0x9000u64, 7u64.to_le_bytes().to_vec())];
+        let s = Stack {
+            base: 0x1000,
+            bytes: &main,
+            extra: &extra,
+        };
+        assert_eq!(s.read_u64(0x1000), Some(5));
+        assert_eq!(s.read_u64(0x9000), Some(7));
+        assert_eq!(s.read_u64(0x9004), None);
+        assert_eq!(s.read_u64(0x0ff8), None);
     }
 
     #[test]

@@ -270,13 +270,13 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 (cb, CB_R_REGS, pc as usize as *mut c_void)
             }
             InsnKind::SetTaskPointer { src } => {
-                (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
+                (on_task_pointer, CB_R_REGS, task_pointer_data(src, pc))
             }
             // A store to the per-CPU variable holding the running task: a task switch.
             InsnKind::Other if task_slot.is_some() => {
                 match isa.per_cpu_store(mode, pc, &bytes[..len]) {
                     Some((src, at)) if Some(at) == task_slot => {
-                        (on_task_pointer, CB_R_REGS, src as usize as *mut c_void)
+                        (on_task_pointer, CB_R_REGS, task_pointer_data(src, pc))
                     }
                     _ => continue,
                 }
@@ -286,6 +286,14 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
     }
+}
+
+/// A task switch's callback data: the source register in the low byte, the instruction's
+/// address above it (a run from a snapshot saves it in the arriving task's cookie). Kernel
+/// addresses are canonical (the top bits copy bit 55), so the 8 bits shifted out come back
+/// by sign extension (`handlers::callbacks::task_pointer_site`).
+fn task_pointer_data(src: u8, pc: u64) -> *mut c_void {
+    ((pc << 8) | src as u64) as usize as *mut c_void
 }
 
 /// The callback of a direct call to `target`: the packed form when its addresses fit; with

@@ -10,7 +10,7 @@ use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
 use qemu_uftrace_engine::exceptions::EretOutcome;
 use qemu_uftrace_engine::sites::{call_site_at, memory_call_target, unpack};
-use qemu_uftrace_engine::tasks::TASK_NAME_BYTES;
+use qemu_uftrace_engine::tasks::{Switch, TASK_NAME_BYTES};
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -362,7 +362,8 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             return;
         };
         let link = isa.exception_link_register(level);
-        let outcome = match link.and_then(|name| v.regs.read_named(name)) {
+        let target = link.and_then(|name| v.regs.read_named(name));
+        let outcome = match target {
             Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
             None => {
                 v.engine.stats.register_read_failures += 1;
@@ -395,6 +396,13 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
                 });
             }
             v.level = Some(to);
+            // A run from a snapshot: a task found asleep in the kernel has its user-mode
+            // registers back here.
+            if to.0 & 3 == 0 && level.0 & 3 != 0 && crate::handlers::midway::resuming() {
+                if let Some(target) = target {
+                    crate::handlers::midway::at_return_to_user(v, vcpu_index, target);
+                }
+            }
         }
     });
 }
@@ -431,7 +439,7 @@ fn exception_return_from_memory(
 /// `data` is the source register's number; registered with QEMU_PLUGIN_CB_R_REGS. Runs
 /// before the instruction, when the register holds the value about to be written.
 pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) {
-    let src = data as u64 as u8;
+    let (src, pc) = task_pointer_site(data as u64);
     let isa = crate::state::isa_or_default();
     vcpu::with(vcpu_index, |v| {
         let Some(ptr) = v.regs.read_gpr(src) else {
@@ -483,19 +491,32 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         let now = v.now();
         settle(v, now);
         v.task_ptr = ptr;
-        crate::state::with_tasks(|t| {
+        let arrived_new = crate::state::with_tasks(|t| {
             if let Some((old, pid)) = before {
                 t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);
             }
             if let Some(name) = leaving {
                 t.name_running(vcpu_index, name);
             }
-            t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid);
+            let known = t.contexts().len();
+            let switch = t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid);
             if let Some(name) = arriving {
                 t.name_running(vcpu_index, name);
             }
-        });
+            switch == Switch::Switched && t.contexts().len() > known
+        })
+        .unwrap_or(false);
+        // A run from a snapshot: a task seen for the first time was open mid-way.
+        if arrived_new && crate::handlers::midway::resuming() {
+            crate::handlers::midway::at_first_switch_in(v, vcpu_index, pc);
+        }
     });
+}
+
+/// A task switch callback's data: the source register and the instruction's address
+/// (`entry::translate::task_pointer_data`).
+fn task_pointer_site(data: u64) -> (u8, u64) {
+    (data as u8, ((data as i64) >> 8) as u64)
 }
 
 /// The task a vCPU ran before the first switch it shows, where the OS set it up without an
@@ -524,4 +545,15 @@ fn pid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64) -> u32 {
 fn task_name(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn task_switch_sites_keep_the_register_and_a_canonical_address() {
+        for pc in [0xffff_8000_0801_2345u64, 0x4008_0000, 0xffff_ffff_8100_0000] {
+            let data = (pc << 8) | 7;
+            assert_eq!(super::task_pointer_site(data), (7, pc));
+        }
+    }
 }

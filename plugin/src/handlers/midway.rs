@@ -11,12 +11,21 @@
 //! blocks keep the callback (a lock and a flag check per run); a vCPU that never runs (a
 //! secondary powered off in the snapshot) would keep that going forever, so the arming stops
 //! after [`TRANSLATIONS_AFTER_FIRST`] more translations.
+//!
+//! An OS's other tasks were open mid-way too: each gets its cookie when it first runs after
+//! the start, at the switch that makes it current ([`at_first_switch_in`]: the registers
+//! are the arriving task's there, as its switch code restored them), and, if it was asleep
+//! in the kernel, a second one of its user-mode registers when it first returns to user
+//! mode ([`at_return_to_user`]). Both run once per task, at events that are rare already.
 
 use crate::state::guest::MIN_PAGE;
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
 use crate::vcpu::{self, VcpuState};
+use qemu_uftrace_engine::arch::Isa;
+use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
+use std::collections::HashSet;
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -35,12 +44,19 @@ static WAITING: AtomicBool = AtomicBool::new(true);
 /// Translations left before the arming stops (counted down once a capture happened).
 static BUDGET: AtomicU64 = AtomicU64::new(TRANSLATIONS_AFTER_FIRST);
 static ANY_CAPTURED: AtomicBool = AtomicBool::new(false);
+/// Tasks captured in kernel mode whose user-mode cookie is still to take.
+static WANT_USER: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+
+/// Whether this run started mid-way (system mode, `resume=on`).
+pub fn resuming() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| system_mode() && config().is_some_and(|c| c.resume))
+}
 
 /// Whether a block being translated gets [`on_first_insn`]: only in a run that starts
 /// mid-way, while some vCPU has not been captured.
 pub fn armed() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    if !*ON.get_or_init(|| system_mode() && config().is_some_and(|c| c.resume)) {
+    if !resuming() {
         return false;
     }
     if !WAITING.load(Ordering::Relaxed) {
@@ -83,7 +99,20 @@ pub unsafe extern "C" fn on_first_insn(vcpu_index: c_uint, data: *mut c_void) {
         return;
     }
     let pc = data as u64;
-    vcpu::with(vcpu_index, |v| capture(v, vcpu_index, pc));
+    vcpu::with(vcpu_index, |v| {
+        // A vCPU resumed from a wait (WFI) runs an interrupt handler first: the engine has
+        // opened its exception entry, and the calls open are those of the code it
+        // interrupted, which resumes at the entry's return address (same stack: an
+        // interrupt of kernel code).
+        let frames = v.engine.stack().frames();
+        let pc = match frames {
+            [only] if only.is_exception() && isa_or_default().is_task_pointer(only.ret_addr) => {
+                only.ret_addr
+            }
+            _ => pc,
+        };
+        capture(v, vcpu_index, pc)
+    });
 }
 
 /// QEMU's names of the stack pointer and link register (none on x86-64, whose return
@@ -96,8 +125,128 @@ fn register_names(arch: Arch) -> (&'static str, Option<&'static str>) {
     }
 }
 
-fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
+/// A task the OS made current on `vcpu` for the first time since the start (the switch
+/// instruction at `pc`, whose registers are the arriving task's): its kernel stack was
+/// open mid-way, as its switch code left it.
+pub fn at_first_switch_in(v: &mut VcpuState, vcpu: u32, pc: u64) {
+    capture(v, vcpu, pc);
+}
+
+/// An exception return to user mode at `target` (the user registers restored, the user
+/// stack pointer in place): the task's user-mode cookie, if it still wants one.
+pub fn at_return_to_user(v: &mut VcpuState, vcpu: u32, target: u64) {
+    // AArch64 only, for now: the user stack pointer is SP_EL0 once the kernel restored it
+    // (level 0 is user mode there).
+    let sp_name = match arch_or_default() {
+        Arch::Aarch64 => "SP_EL0",
+        _ => return,
+    };
+    let tid = v.engine.tid();
+    {
+        let mut want = WANT_USER.lock().unwrap_or_else(|e| e.into_inner());
+        if !want.as_mut().is_some_and(|w| w.remove(&tid)) {
+            return;
+        }
+    }
+    let Some(sp) = v.regs.read_named(sp_name) else {
+        return;
+    };
+    let isa = isa_or_default();
+    let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
+    let lr = v.regs.read_named("x30").unwrap_or(0);
+    let stack = copy_stack(v, sp);
+    let cookie = StackCookie {
+        machine: arch_or_default().elf_machine(),
+        tid,
+        vcpu,
+        time: v.now(),
+        pc: target,
+        sp,
+        fp,
+        lr,
+        stack_base: sp,
+        stack,
+        extra: Vec::new(),
+    };
+    write(&cookie, cookie::user_file_name(tid));
+}
+
+/// Up to [`STACK_BYTES`] from `sp`, page by page (QEMU's smallest), up to the first that
+/// cannot be read: the end of RAM or of the stack's mapping.
+fn copy_stack(v: &mut VcpuState, sp: u64) -> Vec<u8> {
+    let mut stack = Vec::with_capacity(STACK_BYTES);
+    let mut addr = sp;
+    while stack.len() < STACK_BYTES {
+        let n = ((MIN_PAGE - addr % MIN_PAGE) as usize).min(STACK_BYTES - stack.len());
+        match v.regs.read_memory(addr, n) {
+            Some(bytes) => stack.extend_from_slice(bytes),
+            None => break,
+        }
+        addr = addr.wrapping_add(n as u64);
+    }
+    stack
+}
+
+/// Most stacks besides the first that a cookie copies.
+const OTHER_STACKS: usize = 2;
+
+/// Copies of the stacks the frame-record chain from `fp` goes on to beyond the first copy
+/// (`sp`, `copied` bytes): an interrupt handler on its own stack returns into the task it
+/// interrupted, whose frames are on the task's stack. Once per captured task.
+fn other_stacks(
+    v: &mut VcpuState,
+    isa: &dyn Isa,
+    sp: u64,
+    copied: usize,
+    fp: u64,
+) -> Vec<(u64, Vec<u8>)> {
+    let mut covered = vec![(sp, sp.saturating_add(copied as u64))];
+    let mut out = Vec::new();
+    let mut fp = fp;
+    for _ in 0..64 {
+        if fp == 0 || !fp.is_multiple_of(8) || !isa.is_task_pointer(fp) {
+            break;
+        }
+        // The record may sit below the frame pointer (RISC-V: at fp - 16).
+        let base = fp.saturating_sub(16);
+        if !covered.iter().any(|&(lo, hi)| (lo..hi).contains(&base)) {
+            if out.len() == OTHER_STACKS {
+                break;
+            }
+            let copy = copy_stack(v, base);
+            if copy.is_empty() {
+                break;
+            }
+            covered.push((base, base.saturating_add(copy.len() as u64)));
+            out.push((base, copy));
+        }
+        let record = read_frame_record(isa, fp, |addr, buf| {
+            buf.copy_from_slice(v.regs.read_memory(addr, buf.len())?);
+            Some(())
+        });
+        match record {
+            Some((next, _)) => fp = next,
+            None => break,
+        }
+    }
+    out
+}
+
+fn write(cookie: &StackCookie, name: String) {
     let (Some(cfg), Some(out)) = (config(), OUTPUT.get()) else {
+        return;
+    };
+    let path = cfg.out.join(name);
+    if let Err(e) = std::fs::write(&path, cookie.encode()) {
+        out.note_error(format!(
+            "cannot write {}: {e}; the calls open at the start are not recovered",
+            path.display()
+        ));
+    }
+}
+
+fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
+    let Some(out) = OUTPUT.get() else {
         return;
     };
     let arch = arch_or_default();
@@ -112,23 +261,29 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     };
     let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
     let lr = lr_name.and_then(|n| v.regs.read_named(n)).unwrap_or(0);
-    // Page by page (QEMU's smallest), up to the first that cannot be read: the end of RAM
-    // or of the stack's mapping.
-    let mut stack = Vec::with_capacity(STACK_BYTES);
-    let mut addr = sp;
-    while stack.len() < STACK_BYTES {
-        let n = ((MIN_PAGE - addr % MIN_PAGE) as usize).min(STACK_BYTES - stack.len());
-        match v.regs.read_memory(addr, n) {
-            Some(bytes) => stack.extend_from_slice(bytes),
-            None => break,
+    let stack = copy_stack(v, sp);
+    let extra = match arch {
+        // Kernels with frame records (arm64, riscv64): an interrupt handler's chain goes on
+        // on the interrupted task's stack. (x86-64 kernels keep none: rbp is any value.)
+        Arch::Aarch64 | Arch::Riscv64 if isa.is_task_pointer(sp) => {
+            other_stacks(v, isa, sp, stack.len(), fp)
         }
-        addr = addr.wrapping_add(n as u64);
-    }
+        _ => Vec::new(),
+    };
     let time = v.now();
     v.engine.start_midway();
+    let tid = v.engine.tid();
+    // In an OS's kernel (a kernel stack), the task's user-mode calls may be open beneath.
+    if isa.is_task_pointer(sp) {
+        WANT_USER
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashSet::new)
+            .insert(tid);
+    }
     let cookie = StackCookie {
         machine: arch.elf_machine(),
-        tid: v.engine.tid(),
+        tid,
         vcpu,
         time,
         pc,
@@ -137,12 +292,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
         lr,
         stack_base: sp,
         stack,
+        extra,
     };
-    let path = cfg.out.join(cookie::file_name(cookie.tid));
-    if let Err(e) = std::fs::write(&path, cookie.encode()) {
-        out.note_error(format!(
-            "cannot write {}: {e}; the calls open at the start are not recovered",
-            path.display()
-        ));
-    }
+    write(&cookie, cookie::file_name(tid));
 }

@@ -1,0 +1,405 @@
+//! A Linux guest recorded from a snapshot: Debian's arm64 kernel booted into an initramfs
+//! whose `/init` (`tests/guests/linux/snapinit.c`) sleeps in `read(2)` five calls deep, saved
+//! with `savevm` through the monitor (the test waits on the serial marker and the snapshot
+//! list), then recorded with `-loadvm` and given a line. Every task was open mid-way: each
+//! gets its stack cookie as it first runs after the start, unwound after the run — PID 1's
+//! kernel frames by the kernel's frame records, its user frames from `/init`'s own tables,
+//! kernel threads' chains down to `schedule`.
+
+use qemu_uftrace_tests::execlog::debian_vmlinux;
+use qemu_uftrace_tests::linux_guest::{snap_initramfs_guest, INITRAMFS_APPEND, INITRAMFS_TIMEOUT};
+use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
+use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
+use qemu_uftrace_tests::{cached, debian_kernel};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// What a recording from the snapshot left.
+struct Run {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    stderr: String,
+    console: String,
+}
+
+/// Boots the guest until PID 1 sleeps in `read(2)`, saves it, and records the run from the
+/// snapshot with a line for `/init` to read, `--symbols` its ELF.
+fn record_linux_from_snapshot() -> Run {
+    let (cpio, init_elf) = snap_initramfs_guest().expect("the guest builds");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let disk = tmp.path().join("disk.qcow2");
+    create_disk(&disk).expect("qemu-img");
+    // QEMU 10.2.2: the discontinuity callback shows the system call entries.
+    let qemu = cached("qemu-10.2.2/bin/qemu-system-aarch64");
+    let mut args: Vec<String> = [
+        qemu.to_str().expect("a UTF-8 path"),
+        "-M",
+        "virt",
+        "-cpu",
+        "max",
+        "-m",
+        "512M",
+        "-display",
+        "none",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        "1",
+        "-kernel",
+        &debian_kernel().to_string_lossy(),
+        "-initrd",
+        &cpio.to_string_lossy(),
+        "-append",
+        INITRAMFS_APPEND,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(disk_args(&disk));
+    let seen = save_at_marker(&args, tmp.path(), "SNAP: waiting", "s1", INITRAMFS_TIMEOUT)
+        .expect("snapshot the guest with /init asleep in read");
+    assert!(seen.contains("SNAP: waiting"), "{seen}");
+
+    // The line to read is there from the start: -loadvm loads before any input arrives.
+    let input = tmp.path().join("input.txt");
+    std::fs::write(&input, "g\n").expect("write the input");
+    let console = tmp.path().join("console.txt");
+    args.extend(["-loadvm", "s1", "-monitor", "none", "-chardev"].map(String::from));
+    args.push(format!(
+        "file,id=uart,path={},input-path={}",
+        console.display(),
+        input.display()
+    ));
+    args.extend(["-serial", "chardev:uart"].map(String::from));
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--symbols")
+        .arg(&init_elf)
+        .arg("--symbols")
+        .arg(debian_vmlinux())
+        .arg("--")
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "record failed: {}\n{stderr}",
+        out.status
+    );
+    let console = std::fs::read_to_string(&console).expect("the guest's console");
+    Run {
+        _tmp: tmp,
+        dir,
+        stderr,
+        console,
+    }
+}
+
+/// The calls a task's stream opens before the `qemu:unwound` mark: its recovered chain
+/// (empty when the task's stream does not begin so).
+fn recovered_chain(text: &str, tid: u32) -> Vec<String> {
+    let mut chain = Vec::new();
+    for (t, body) in text.lines().filter_map(replay_body) {
+        if t != tid {
+            continue;
+        }
+        if body.starts_with("/* qemu:unwound */") {
+            return chain;
+        }
+        match body.strip_suffix("() {") {
+            Some(name) => chain.push(name.to_string()),
+            None => return Vec::new(),
+        }
+    }
+    Vec::new()
+}
+
+fn replay(dir: &Path) -> String {
+    uftrace(&["replay", "--no-pager", "-d", &dir.to_string_lossy()]).expect("uftrace replay")
+}
+
+/// PID 1's open calls when it first runs after the start: its user-mode calls (from
+/// `/init`'s CFI, with glibc's start code), the system call it sleeps in, and its kernel
+/// calls down to the switch (by frame records, `cpu_switch_to` by its return address).
+const PID1_CHAIN: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "main",
+    "snap_a",
+    "snap_b",
+    "snap_c",
+    "snap_wait",
+    "read",
+    "[svc]",
+    "el0t_64_sync_handler",
+    "el0_svc",
+    "do_el0_svc",
+    "el0_svc_common.constprop.0",
+    "invoke_syscall",
+    "__arm64_sys_read",
+    "ksys_read",
+    "vfs_read",
+    "tty_read",
+    "n_tty_read",
+    "wait_woken",
+    "schedule_timeout",
+    "schedule",
+    "__schedule",
+    "__switch_to",
+    "cpu_switch_to",
+];
+
+/// A workqueue worker asleep waiting for work.
+const WORKER_CHAIN: &[&str] = &[
+    "kthread",
+    "worker_thread",
+    "schedule",
+    "__schedule",
+    "__switch_to",
+    "cpu_switch_to",
+];
+
+/// Replays `events` (`"E f"` / `"X f"`) on a stack: each exit closes the innermost open
+/// call, of the same name. Gives, for each entry, its caller (`None` at depth 0).
+fn callers(events: &[String]) -> Result<Vec<(String, Option<String>)>, String> {
+    let mut stack: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for (i, e) in events.iter().enumerate() {
+        if let Some(name) = e.strip_prefix("E ") {
+            out.push((name.to_string(), stack.last().map(|s| s.to_string())));
+            stack.push(name);
+        } else if let Some(name) = e.strip_prefix("X ") {
+            match stack.pop() {
+                Some(open) if open == name => {}
+                other => return Err(format!("event {i} {e:?} closes {other:?}")),
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[test]
+fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
+    let run = record_linux_from_snapshot();
+    assert!(run.console.contains("SNAP: done"), "{}", run.console);
+    let text = replay(&run.dir);
+    let context = || format!("{}\n{text}", run.stderr);
+
+    // PID 1: the chain exact, each recovered call closed in order (the stream nests), and
+    // main's later call made at main's depth.
+    assert_eq!(recovered_chain(&text, 1), PID1_CHAIN, "{}", context());
+    let events = parse_replay(&text, 1).expect("replay");
+    let pid1 = callers(&events).unwrap_or_else(|e| panic!("PID 1: {e}\n{}", context()));
+    let user_exits: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
+        .filter(|e| {
+            [
+                "read",
+                "snap_wait",
+                "snap_c",
+                "snap_b",
+                "snap_a",
+                "snap_later",
+            ]
+            .iter()
+            .any(|f| e[2..] == **f)
+        })
+        .collect();
+    assert_eq!(
+        user_exits,
+        [
+            "E snap_a",
+            "E snap_b",
+            "E snap_c",
+            "E snap_wait",
+            "E read",
+            "X read",
+            "X snap_wait",
+            "X snap_c",
+            "X snap_b",
+            "X snap_a",
+            "E snap_later",
+            "X snap_later",
+        ],
+        "{}",
+        context()
+    );
+    assert!(
+        pid1.contains(&("snap_later".to_string(), Some("main".to_string()))),
+        "{}",
+        context()
+    );
+    // The system call's exit closes the [svc] entry recovered with the chain.
+    let svc_exit = events.iter().position(|e| e == "X [svc]").expect("X [svc]");
+    // (An interrupt may come in between, and nest.)
+    let mut depth = 0usize;
+    let next_exit = events[svc_exit + 1..].iter().find(|e| {
+        if e.starts_with("E ") {
+            depth += 1;
+            false
+        } else if depth == 0 {
+            true
+        } else {
+            depth -= 1;
+            false
+        }
+    });
+    assert_eq!(
+        next_exit.map(String::as_str),
+        Some("X read"),
+        "{}",
+        context()
+    );
+
+    // Kernel threads: each first seen at its switch, its chain down to schedule; a worker
+    // that woke for work runs it from worker_thread, at that depth.
+    let tasks = task_list(&run.dir).expect("task.txt");
+    let workers: Vec<u32> = tasks
+        .iter()
+        .map(|&(tid, _)| tid)
+        .filter(|&tid| recovered_chain(&text, tid) == WORKER_CHAIN)
+        .collect();
+    assert!(!workers.is_empty(), "no worker chain: {}", context());
+    let mut worked = false;
+    for &tid in &workers {
+        let events = parse_replay(&text, tid).expect("replay");
+        let calls = callers(&events).unwrap_or_else(|e| panic!("task {tid}: {e}\n{}", context()));
+        worked |= calls.iter().any(|(f, caller)| {
+            f == "process_one_work" && caller.as_deref() == Some("worker_thread")
+        });
+    }
+    assert!(worked, "no worker ran work: {}", context());
+    for tid in std::iter::once(1).chain(workers) {
+        let lost = text
+            .lines()
+            .filter_map(replay_body)
+            .any(|(t, body)| t == tid && body.contains("LOST"));
+        assert!(!lost, "task {tid} has a LOST mark: {}", context());
+    }
+
+    // The summary: frames by CFI (the user part), frame records (the kernel's), and the
+    // exception entry between them. (The vCPU itself may have been stopped anywhere, its
+    // own task is not checked here.)
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("the run started mid-way"))
+        .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
+    for method in ["by CFI", "by frame records", "by exception entry"] {
+        assert!(summary.contains(method), "{summary}");
+    }
+
+    assert!(std::fs::read_dir(&run.dir).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with(".stack")));
+}
+
+/// Debian's amd64 kernel (no frame pointers: its unwinder is ORC) booted to its "Unable to
+/// mount root fs" panic, where it loops with interrupts off, saved there, and recorded from
+/// the snapshot until the loop's next `__const_udelay` call (`--stop-at …,exit`): the open
+/// chain unwound by the kernel's ORC tables (the -dbg vmlinux given with `--symbols`).
+#[test]
+fn x86_64_kernel_panic_loop_unwound_by_orc() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let disk = tmp.path().join("disk.qcow2");
+    create_disk(&disk).expect("qemu-img");
+    let qemu = cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let kernel = cached("kernel-amd64/vmlinuz");
+    let vmlinux = cached("kernel-amd64-dbg/vmlinux");
+    // No panic=: the kernel loops in panic() for ever.
+    let mut args: Vec<String> = [
+        qemu.to_str().expect("a UTF-8 path"),
+        "-M",
+        "pc",
+        "-m",
+        "512M",
+        "-display",
+        "none",
+        "-nic",
+        "none",
+        "-kernel",
+        &kernel.to_string_lossy(),
+        "-append",
+        "console=ttyS0 nokaslr",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(disk_args(&disk));
+    // The panic's last line: the loop follows it.
+    let seen = save_at_marker(
+        &args,
+        tmp.path(),
+        "---[ end Kernel panic",
+        "s1",
+        INITRAMFS_TIMEOUT,
+    )
+    .expect("snapshot the kernel in its panic loop");
+    assert!(seen.contains("Unable to mount root fs"), "{seen}");
+    args.extend(["-loadvm", "s1", "-monitor", "none", "-serial", "null"].map(String::from));
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--symbols")
+        .arg(&vmlinux)
+        .arg("--stop-at")
+        .arg("__const_udelay,exit")
+        .arg("--")
+        .args(&args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "record failed: {}\n{stderr}",
+        out.status
+    );
+    let text = replay(&dir);
+    // PID 1, a kernel thread here, in panic's delay loop (in delay_tsc, entered by tail
+    // calls from __const_udelay; in panic itself if the stop came between two calls).
+    let chain = recovered_chain(&text, 1);
+    let outer = [
+        "kernel_init",
+        "kernel_init_freeable",
+        "prepare_namespace",
+        "mount_block_root",
+        "panic",
+    ];
+    assert!(
+        chain.len() >= outer.len() && chain[..outer.len()] == outer,
+        "{chain:?}\n{stderr}\n{text}"
+    );
+    assert!(
+        chain[outer.len()..].iter().all(|f| f == "delay_tsc") && chain.len() <= outer.len() + 1,
+        "{chain:?}\n{text}"
+    );
+    // What was open below panic returns, and panic's next call is made at its depth.
+    let events = parse_replay(&text, 1).expect("replay");
+    let calls = callers(&events).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(
+        calls.last(),
+        Some(&("__const_udelay".to_string(), Some("panic".to_string()))),
+        "{text}"
+    );
+    let summary = stderr
+        .lines()
+        .find(|l| l.contains("the run started mid-way"))
+        .unwrap_or_else(|| panic!("no summary: {stderr}"));
+    assert!(
+        summary.contains(&format!("{} open frames", chain.len()))
+            && summary.contains(&format!("({} by ORC)", chain.len())),
+        "{summary}"
+    );
+}
