@@ -70,8 +70,9 @@ impl<W: Write> Out<W> {
         }
         if self.compress {
             // zlib's format, as traced's deflateInit writes it (the reader takes zlib or
-            // gzip); level 1: a level 6 bundle is a few percent smaller and takes twice
-            // as long.
+            // gzip). Level 1: Debian's arm64 boot is 8.1 MB in 1.7 s, 0.009x the JSON of
+            // `dump --chrome`; traced's level 6 is ~45% smaller at ~2.6x the compression
+            // time (C zlib on its 1 MiB bundles: 3.8 MB in 2.9 s against 6.8 MB in 1.1 s).
             self.deflated.clear();
             let mut z = flate2::write::ZlibEncoder::new(
                 std::mem::take(&mut self.deflated),
