@@ -467,6 +467,73 @@ fn initramfs_boot_exports_processes_and_syscalls() {
     assert!(calls.contains_key("invoke_syscall"), "{calls:?}");
 }
 
+/// A Linux guest's threads under their process (issue 22, issue 26 item 5): the process
+/// guest (tests/guests/procs) on Debian's arm64 kernel, recorded with its DWARF vmlinux, so
+/// the plugin reads each task's thread group at its switches. Each worker's thread is a
+/// thread track of the worker's process, which is named after its program, and
+/// `plugin.tasks` says the same.
+#[test]
+fn linux_threads_export_under_their_process() {
+    use qemu_uftrace_tests::procs_guest::{procs_boot_args_on, procs_count};
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-aarch64");
+    let argv = procs_boot_args_on(&qemu.to_string_lossy()).expect("the process guest builds");
+    let vmlinux = qemu_uftrace_tests::execlog::debian_vmlinux();
+    let (_tmp, dir, console) =
+        common::record_argv(&argv, &["--symbols", &vmlinux.to_string_lossy()]);
+    assert!(console.contains("INIT: ok"), "{console}");
+    // `WORKER a: pid P thread T sum S`, as each worker prints it.
+    let workers: Vec<(u64, u64)> = console
+        .lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split("WORKER ").nth(1)?.split_whitespace().collect();
+            let at = |key: &str| -> Option<u64> {
+                words
+                    .get(words.iter().position(|w| *w == key)? + 1)?
+                    .parse()
+                    .ok()
+            };
+            Some((at("pid")?, at("thread")?))
+        })
+        .collect();
+    assert_eq!(workers.len(), 2, "{console}");
+    let guest = qemu_uftrace::guest_tasks::read(&dir);
+    let t = export_ok(&dir);
+    // Not `check_against_uftrace`: this trace's later sessions (a map per address space)
+    // leave some library functions unnamed in the export where uftrace names them, so
+    // the per-name counts differ there (left for issue 22).
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    assert_eq!(
+        threads(&t).len(),
+        open_at_end(&dir).len(),
+        "one thread track per task"
+    );
+    for &(pid, tid) in &workers {
+        assert_ne!(pid, tid);
+        let g = guest
+            .iter()
+            .find(|g| u64::from(g.tid) == tid)
+            .expect("thread in plugin.tasks");
+        assert_eq!(u64::from(g.tgid), pid, "plugin.tasks: {g:?}");
+        let th = thread(&t, tid);
+        assert_eq!(th["pid"].as_u64(), Some(pid), "thread {tid}: {th}");
+        assert_eq!(thread(&t, pid)["pid"].as_u64(), Some(pid));
+        assert_eq!(process_name(&t, pid), "worker");
+        assert_eq!(
+            slice_counts(&t, &[tid]).get("thread_step").copied(),
+            Some(procs_count("THREAD_STEPS")),
+            "thread {tid}"
+        );
+        assert!(
+            threads(&t)
+                .iter()
+                .all(|other| other["tid"] == th["tid"] || other["pid"].as_u64() != Some(tid)),
+            "no thread of a process {tid}"
+        );
+    }
+    // Kernel threads are processes of their own, as Linux makes them.
+    assert_eq!(process_name(&t, 2), "kthreadd");
+}
+
 /// A hand-made directory in uftrace's format (no QEMU): a scheduler gap inside `main`
 /// (uftrace's `linux:schedule`), a guessed stack (LOST 0), a LOST count; its export counts
 /// every function as `uftrace report` does, the gap included.
