@@ -499,9 +499,9 @@ fn linux_threads_export_under_their_process() {
     let guest = qemu_uftrace::guest_tasks::read(&dir);
     let t = export_ok(&dir);
     // Not `check_against_uftrace`: at an exec, the export and uftrace pick the session of
-    // a call or two differently (a recording of this guest gave `execve` 2 calls in the
-    // export, 1 in `report`, which shows the other as an address), so per-name counts
-    // differ by those few (left for issue 22).
+    // a call or two differently (a recording of this guest: `execve` 2 calls in the
+    // export, 1 in `report`; one unnamed libc address 3 and 5; every other name equal),
+    // so per-name counts differ by those few (left for issue 22).
     assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
     assert_eq!(
         threads(&t).len(),
