@@ -278,9 +278,11 @@ pub struct UftraceArgs {
         task, grouped into processes (the guest's; a kernel's idle contexts; each vCPU's \
         firmware); LOST records, guessed stacks and the cut of an incomplete trace are instant \
         events. With --clock insn the timeline counts guest instructions (shown as ns), and the \
-        trace says so in its `clock` attribute and track.\n\n\
+        trace says so in its `clock` attribute and track. The packets are written in \
+        zlib-compressed bundles (TracePacket.compressed_packets, as Perfetto's traced writes \
+        them), which Perfetto's UI and trace processor read as they are.\n\n\
         Examples:\n  qemu-uftrace export -d uftrace.data -o boot.pftrace\n  \
-        qemu-uftrace export -o - | gzip > trace.pftrace.gz"
+        qemu-uftrace export --no-compress -o plain.pftrace"
 )]
 pub struct ExportArgs {
     /// Trace directory to read
@@ -296,6 +298,12 @@ pub struct ExportArgs {
     #[arg(long)]
     pub gzip: bool,
 
+    /// Write the packets plain, not in the zlib-compressed bundles (TracePacket
+    /// compressed_packets, as Perfetto's traced writes them) that Perfetto's tools inflate,
+    /// for a reader that does not
+    #[arg(long)]
+    pub no_compress: bool,
+
     /// Give each function's slices its source file and line, from the trace's .dbg files
     /// (recorded with DWARF symbols); a few bytes more per call
     #[arg(long)]
@@ -308,6 +316,7 @@ impl ExportArgs {
             dir: self.dir.clone(),
             output: self.output.clone(),
             gzip: self.gzip,
+            no_compress: self.no_compress,
             srcline: self.srcline,
         }
     }

@@ -304,12 +304,19 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         .filter(|tid| !rec.later_tids.contains(tid))
         .map(|&tid| task::Task {
             tid,
-            // User mode: a thread's process, as the plugin saw it (getpid); each system-mode
-            // context is a process of its own.
+            // User mode: a thread's process, as the plugin saw it (getpid). System mode: a
+            // guest task's process where its thread group was read (as libmcount writes a
+            // thread: pid= its process), else each context a process of its own.
             pid: guest
                 .iter()
-                .find(|t| t.tid == tid && user_mode && t.pid > 0)
-                .map_or(tid, |t| t.pid),
+                .find(|t| t.tid == tid)
+                .and_then(|t| match user_mode {
+                    true => Some(t.pid),
+                    false if t.tgid > 0 => Some(t.process()),
+                    false => None,
+                })
+                .filter(|&pid| pid > 0)
+                .unwrap_or(tid),
             name: guest
                 .iter()
                 .find(|t| t.tid == tid)
@@ -582,6 +589,60 @@ mod tests {
 
         let srcline = uftrace(&["replay", "--srcline"], &output);
         assert!(srcline.contains("src/x.c:10"), "{srcline}");
+    }
+
+    /// System mode with the tasks' thread groups read: a Linux thread is a task of its
+    /// process (one session per process, as libmcount writes threads), a kernel thread a
+    /// process of its own, a vCPU's boot code one too; uftrace names the thread after its
+    /// process and marks only the processes' main tasks.
+    #[test]
+    fn guest_threads_are_tasks_of_their_process() {
+        let tmp = tempfile::tempdir().unwrap();
+        let output = tmp.path().join("uftrace.data");
+        let staging = create_staging(&output).unwrap();
+        for tid in [1, 7, 8, 4194304] {
+            write_dat(&staging, tid, 1000);
+        }
+        std::fs::write(
+            staging.join(guest_tasks::TASKS_FILE),
+            "tid=4194304\tpid=0\ttgid=0\tkind=boot\tlevel=\tvcpus=0\tboot_of=\tname=\n\
+             tid=1\tpid=1\ttgid=1\tkind=task\tlevel=\tvcpus=0\tboot_of=\tname=init\n\
+             tid=7\tpid=7\ttgid=1\tkind=task\tlevel=\tvcpus=0\tboot_of=\tname=helper\n\
+             tid=8\tpid=8\ttgid=8\tkind=task\tlevel=\tvcpus=0\tboot_of=\tname=kworker/0:1\n",
+        )
+        .unwrap();
+        let stats = Stats::parse("complete=1\nvcpus=1\ntids=1,7,8,4194304\nevents=32\n");
+        assemble(&staging, recording(Some(stats)), symbols(&staging)).unwrap();
+        publish(&staging, &output).unwrap();
+        let text = std::fs::read_to_string(output.join("task.txt")).unwrap();
+        let tasks: Vec<&str> = text.lines().filter(|l| l.starts_with("TASK")).collect();
+        assert_eq!(
+            tasks,
+            [
+                "TASK timestamp=0.000000000 tid=1 pid=1",
+                "TASK timestamp=0.000000000 tid=7 pid=1",
+                "TASK timestamp=0.000000000 tid=8 pid=8",
+                "TASK timestamp=0.000000000 tid=4194304 pid=4194304",
+            ]
+        );
+        assert_eq!(text.lines().filter(|l| l.starts_with("SESS")).count(), 3);
+        // uftrace's task list: F marks a process's main task, S the one that starts its
+        // session; the thread has neither, and its process's name.
+        let list = uftrace(&["info", "--task"], &output);
+        let row = |tid: &str| {
+            list.lines()
+                .find(|l| l.contains(&format!("[{tid:>6}]")))
+                .unwrap_or_else(|| panic!("no task {tid} in:\n{list}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert!(row("1").ends_with("FS [ 1] init 0.000 MB"), "{list}");
+        assert!(
+            row("7").ends_with(".000000000 [ 7] init 0.000 MB"),
+            "{list}"
+        );
+        assert!(row("8").contains("FS [ 8] kworker"), "{list}");
     }
 
     #[test]

@@ -12,6 +12,9 @@ pub struct GuestTask {
     pub tid: u32,
     /// The guest's PID, 0 when unknown.
     pub pid: u32,
+    /// System mode: its process (Linux `tgid`, read at switches with the kernel's DWARF),
+    /// 0 when unknown.
+    pub tgid: u32,
     /// A vCPU's code before any OS task showed (firmware, bare metal).
     pub boot: bool,
     /// The vCPU whose boot code turned into this task (Linux: that CPU's idle task).
@@ -24,6 +27,16 @@ pub struct GuestTask {
 }
 
 impl GuestTask {
+    /// The process it belongs to, as uftrace's `pid=` and Perfetto's process: its thread
+    /// group where it was read, else the PID of a task, else none (0).
+    pub fn process(&self) -> u32 {
+        match (self.boot, self.tgid, self.pid) {
+            (true, ..) => 0,
+            (false, 0, pid) => pid,
+            (false, tgid, _) => tgid,
+        }
+    }
+
     /// What uftrace shows as the task's command: the guest's name, else `cpu<N>` for a
     /// vCPU's boot code, else `pid-<PID>`, else `task-<tid>`; the level after it.
     pub fn display_name(&self) -> String {
@@ -61,6 +74,7 @@ pub fn parse(text: &str) -> Vec<GuestTask> {
                         has_tid = true;
                     }
                     "pid" => t.pid = v.parse().ok()?,
+                    "tgid" => t.tgid = v.parse().ok()?,
                     "kind" => t.boot = v == "boot",
                     "level" => t.level = v.to_string(),
                     "vcpus" => {
@@ -118,12 +132,20 @@ mod tests {
     #[test]
     fn reads_the_plugin_list() {
         let text = "tid=4194304\tpid=0\tkind=boot\tlevel=\tvcpus=0\tname=\n\
-                    tid=1\tpid=1\tkind=task\tlevel=\tvcpus=0,1\tname=init\n\
+                    tid=1\tpid=1\ttgid=1\tkind=task\tlevel=\tvcpus=0,1\tname=init\n\
+                    tid=9\tpid=9\ttgid=1\tkind=task\tlevel=\tvcpus=0\tname=worker\n\
                     tid=4194305\tpid=0\tkind=task\tlevel=\tvcpus=1\tboot_of=1\tname=\n\
                     tid=4259840\tpid=0\tkind=task\tlevel=EL0\tvcpus=1\tname=\n\
                     garbage\n";
         let mut t = parse(text);
-        assert_eq!(t.len(), 4);
+        assert_eq!(t.len(), 5);
+        assert_eq!(
+            t.remove(2).process(),
+            1,
+            "a thread's process is its thread group"
+        );
+        assert_eq!(t[1].process(), 1);
+        assert_eq!(t[0].process(), 0, "a vCPU's boot code is no process");
         assert_eq!(t.remove(2).display_name(), "cpu1");
         assert_eq!(t[0].display_name(), "cpu0");
         assert_eq!(t[1].display_name(), "init");

@@ -65,6 +65,12 @@ pub fn task_pid_offset(sources: &[SourceArg]) -> Option<u64> {
     task_struct_member(sources, "pid")
 }
 
+/// Where `task_struct.tgid` sits: the plugin reads a task's process there at each switch
+/// to it, for `plugin.tasks` to group threads by process.
+pub fn task_tgid_offset(sources: &[SourceArg]) -> Option<u64> {
+    task_struct_member(sources, "tgid")
+}
+
 fn task_struct_member(sources: &[SourceArg], member: &str) -> Option<u64> {
     sources
         .iter()

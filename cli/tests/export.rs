@@ -32,8 +32,14 @@ fn python() -> PathBuf {
     py
 }
 
-/// The decoded trace (see perfetto_check.py for its fields).
+/// The decoded trace (see perfetto_check.py for its fields), without the count of
+/// compressed bundles its packets came in (the same trace, however compressed).
 fn decode(trace: &Path) -> Value {
+    decode_counting(trace).0
+}
+
+/// The decoded trace and the number of `compressed_packets` bundles that held its packets.
+fn decode_counting(trace: &Path) -> (Value, u64) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
     let out = Command::new(python())
         .arg(script)
@@ -46,7 +52,13 @@ fn decode(trace: &Path) -> Value {
         trace.display(),
         common::stderr(&out)
     );
-    serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON")
+    let mut v: Value = serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON");
+    let bundles = v
+        .as_object_mut()
+        .and_then(|o| o.remove("bundles"))
+        .and_then(|b| b.as_u64())
+        .expect("perfetto_check.py counts bundles");
+    (v, bundles)
 }
 
 /// `qemu-uftrace export -d DIR extra…`.
@@ -61,7 +73,8 @@ fn export(dir: &Path, extra: &[&str]) -> Output {
         .expect("run qemu-uftrace export")
 }
 
-/// Exports `dir` to `<dir>.pftrace`, which must succeed, and decodes it.
+/// Exports `dir` to `<dir>.pftrace`, which must succeed, and decodes it: its packets come in
+/// compressed bundles (the default).
 fn export_ok(dir: &Path) -> Value {
     let out = export(dir, &[]);
     assert!(
@@ -70,7 +83,9 @@ fn export_ok(dir: &Path) -> Value {
         common::stderr(&out)
     );
     let trace = qemu_uftrace::export::default_output(dir, false);
-    decode(&trace)
+    let (t, bundles) = decode_counting(&trace);
+    assert!(bundles > 0, "{} has no compressed bundle", trace.display());
+    t
 }
 
 /// Calls (and scheduler gaps) each task leaves open at its end, by uftrace's rule (a return
@@ -201,7 +216,8 @@ fn check_against_uftrace(dir: &Path, t: &Value) {
 }
 
 /// The bare-metal oracle guest: one vCPU's firmware process and task, every call a slice,
-/// the instruction clock declared; `-o -`, `--gzip` and a `.gz` name give the same trace.
+/// the instruction clock declared; `-o -`, `--gzip`, a `.gz` name and `--no-compress` give
+/// the same trace.
 #[test]
 fn bare_metal_guest_exports_as_uftrace_reads_it() {
     let elf = qemu_uftrace_tests::guest_elf("nested", qemu_uftrace_tests::Variant::Oracle)
@@ -219,11 +235,22 @@ fn bare_metal_guest_exports_as_uftrace_reads_it() {
         report_calls(&dir, &[]).unwrap()["nest_leaf"]
     );
 
-    // Standard output, gzip by option and by name: the same packets.
-    let plain = std::fs::read(qemu_uftrace::export::default_output(&dir, false)).unwrap();
+    // Standard output, gzip by option and by name, plain packets: the same trace.
+    let default = std::fs::read(qemu_uftrace::export::default_output(&dir, false)).unwrap();
     let out = export(&dir, &["-o", "-"]);
     assert!(out.status.success(), "{}", common::stderr(&out));
-    assert_eq!(out.stdout, plain, "-o - writes the same trace");
+    assert_eq!(out.stdout, default, "-o - writes the same trace");
+    let raw = dir.with_extension("raw.pftrace");
+    let out = export(&dir, &["--no-compress", "-o", &raw.to_string_lossy()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(decode_counting(&raw), (t.clone(), 0));
+    let plain = std::fs::read(&raw).unwrap();
+    assert!(
+        default.len() * 5 < plain.len(),
+        "compressed {} bytes, plain {}",
+        default.len(),
+        plain.len()
+    );
     let gz = dir.with_extension("trace.gz");
     let out = export(&dir, &["-o", &gz.to_string_lossy()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -440,6 +467,74 @@ fn initramfs_boot_exports_processes_and_syscalls() {
     assert!(calls.contains_key("invoke_syscall"), "{calls:?}");
 }
 
+/// A Linux guest's threads under their process (issue 22, issue 26 item 5): the process
+/// guest (tests/guests/procs) on Debian's arm64 kernel, recorded with its DWARF vmlinux, so
+/// the plugin reads each task's thread group at its switches. Each worker's thread is a
+/// thread track of the worker's process, which is named after its program, and
+/// `plugin.tasks` says the same.
+#[test]
+fn linux_threads_export_under_their_process() {
+    use qemu_uftrace_tests::procs_guest::{procs_boot_args_on, procs_count};
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-aarch64");
+    let argv = procs_boot_args_on(&qemu.to_string_lossy()).expect("the process guest builds");
+    let vmlinux = qemu_uftrace_tests::execlog::debian_vmlinux();
+    let (_tmp, dir, console) =
+        common::record_argv(&argv, &["--symbols", &vmlinux.to_string_lossy()]);
+    assert!(console.contains("INIT: ok"), "{console}");
+    // `WORKER a: pid P thread T sum S`, as each worker prints it.
+    let workers: Vec<(u64, u64)> = console
+        .lines()
+        .filter_map(|l| {
+            let words: Vec<&str> = l.split("WORKER ").nth(1)?.split_whitespace().collect();
+            let at = |key: &str| -> Option<u64> {
+                words
+                    .get(words.iter().position(|w| *w == key)? + 1)?
+                    .parse()
+                    .ok()
+            };
+            Some((at("pid")?, at("thread")?))
+        })
+        .collect();
+    assert_eq!(workers.len(), 2, "{console}");
+    let guest = qemu_uftrace::guest_tasks::read(&dir);
+    let t = export_ok(&dir);
+    // Not `check_against_uftrace`: at an exec, the export and uftrace pick the session of
+    // a call or two differently (a recording of this guest: `execve` 2 calls in the
+    // export, 1 in `report`; one unnamed libc address 3 and 5; every other name equal),
+    // so per-name counts differ by those few (left for issue 22).
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    assert_eq!(
+        threads(&t).len(),
+        open_at_end(&dir).len(),
+        "one thread track per task"
+    );
+    for &(pid, tid) in &workers {
+        assert_ne!(pid, tid);
+        let g = guest
+            .iter()
+            .find(|g| u64::from(g.tid) == tid)
+            .expect("thread in plugin.tasks");
+        assert_eq!(u64::from(g.tgid), pid, "plugin.tasks: {g:?}");
+        let th = thread(&t, tid);
+        assert_eq!(th["pid"].as_u64(), Some(pid), "thread {tid}: {th}");
+        assert_eq!(thread(&t, pid)["pid"].as_u64(), Some(pid));
+        assert_eq!(process_name(&t, pid), "worker");
+        assert_eq!(
+            slice_counts(&t, &[tid]).get("thread_step").copied(),
+            Some(procs_count("THREAD_STEPS")),
+            "thread {tid}"
+        );
+        assert!(
+            threads(&t)
+                .iter()
+                .all(|other| other["tid"] == th["tid"] || other["pid"].as_u64() != Some(tid)),
+            "no thread of a process {tid}"
+        );
+    }
+    // Kernel threads are processes of their own, as Linux makes them.
+    assert_eq!(process_name(&t, 2), "kthreadd");
+}
+
 /// A hand-made directory in uftrace's format (no QEMU): a scheduler gap inside `main`
 /// (uftrace's `linux:schedule`), a guessed stack (LOST 0), a LOST count; its export counts
 /// every function as `uftrace report` does, the gap included.
@@ -565,4 +660,8 @@ fn bad_input_is_one_line() {
     );
     // Nothing half-written is left behind.
     assert!(!qemu_uftrace::export::default_output(tmp.path(), false).exists());
+    let out = export(tmp.path(), &["--no-compress", "-o", "t.pftrace.gz"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = common::single_error(&out);
+    assert!(line.contains("--no-compress"), "{line}");
 }

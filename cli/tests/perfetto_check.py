@@ -4,7 +4,11 @@
 Usage: python perfetto_check.py TRACE[.gz]
 
 Packets are read one at a time with the `Trace` framing (tag 0x0A, varint length), each
-decoded as a `TracePacket`. Per sequence it follows what Perfetto's trace processor does:
+decoded as a `TracePacket`. A packet holding `compressed_packets` (a zlib or gzip stream of
+framed packets, as traced writes with DEFLATE compression) is inflated and its packets read
+in its place, with the checks Perfetto's trace processor makes (`ProtoTraceTokenizer`):
+one whole stream with nothing after it, every packet inside framed as `Trace.packet`, and
+no bundle inside a bundle (the reader would abort on one). Per sequence it follows what Perfetto's trace processor does:
 incremental state cleared by sequence_flags, TracePacketDefaults (clock and track),
 interned event names, and incremental sequence-scoped clocks (a packet's timestamp is a
 delta from the previous one; the first after a ClockSnapshot is relative to its value).
@@ -14,6 +18,7 @@ import collections
 import gzip
 import json
 import sys
+import zlib
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
@@ -32,7 +37,19 @@ def varint(data, pos):
         shift += 7
 
 
-def packets(data):
+BUNDLES = [0]
+
+
+def inflate(blob):
+    # zlib or gzip, as the trace processor's inflateInit2(32 + MAX_WBITS) takes it.
+    d = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    out = d.decompress(blob)
+    if not d.eof or d.unused_data:
+        raise SystemExit("compressed_packets: not one whole zlib stream")
+    return out
+
+
+def packets(data, bundled=False):
     pos = 0
     while pos < len(data):
         tag, pos = varint(data, pos)
@@ -41,8 +58,15 @@ def packets(data):
         n, pos = varint(data, pos)
         if pos + n > len(data):
             raise SystemExit(f"byte {pos}: packet of {n} bytes runs past the end")
-        yield pb.TracePacket.FromString(data[pos : pos + n])
+        p = pb.TracePacket.FromString(data[pos : pos + n])
         pos += n
+        if p.HasField("compressed_packets"):
+            if bundled:
+                raise SystemExit("compressed_packets inside compressed_packets")
+            BUNDLES[0] += 1
+            yield from packets(inflate(p.compressed_packets), True)
+        else:
+            yield p
 
 
 def main():
@@ -168,6 +192,7 @@ def main():
 
     out = {
         "packets": n_packets,
+        "bundles": BUNDLES[0],
         "processes": [dict(v, uuid=k) for k, v in processes.items()],
         "threads": [
             dict(

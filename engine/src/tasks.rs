@@ -117,6 +117,8 @@ pub struct TaskTable {
     /// Switches to a context still running on another vCPU: its stack could not be taken
     /// over, so the context restarted with an empty one there.
     pub conflicts: u64,
+    /// Guest PID → its thread group (Linux `tgid`: the process), where the OS said.
+    thread_groups: HashMap<u32, u32>,
 }
 
 impl TaskTable {
@@ -130,6 +132,7 @@ impl TaskTable {
             next_synthetic: SYNTHETIC_TID_BASE,
             adopted: HashSet::new(),
             conflicts: 0,
+            thread_groups: HashMap::new(),
         }
     }
 
@@ -191,6 +194,22 @@ impl TaskTable {
     pub fn name_running(&mut self, vcpu: u32, name: String) {
         if let Some(Some(i)) = self.running.get(vcpu as usize).copied() {
             self.contexts[i].name = Some(name);
+        }
+    }
+
+    /// The OS task with PID `pid` belongs to thread group `tgid` (read at a switch to it;
+    /// the last reading wins, as a PID may be reused). PID 0 is no task's.
+    pub fn thread_group(&mut self, pid: u32, tgid: u32) {
+        if pid > 0 && tgid > 0 {
+            self.thread_groups.insert(pid, tgid);
+        }
+    }
+
+    /// The thread group (process) of a context that is an OS task, when it was read.
+    pub fn tgid(&self, c: &Context) -> Option<u32> {
+        match c.key.who {
+            Who::Task { pid, .. } if pid > 0 => self.thread_groups.get(&pid).copied(),
+            _ => None,
         }
     }
 

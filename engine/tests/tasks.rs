@@ -378,3 +378,35 @@ fn user_mode_threads_are_tasks_named_by_their_thread_ids() {
     // No thread id is a boot context's: the CLI never renumbers them.
     assert!(tids.iter().all(|&(t, _, _)| t < BOOT_TID_BASE));
 }
+
+/// Threads read with their thread group are that process's, at every level of theirs; a
+/// boot context, a task with no PID and one never read have none.
+#[test]
+fn threads_carry_their_thread_group() {
+    let mut m = Machine::new(1, true);
+    m.level(0, 1);
+    m.task(0, TASK_A, 7);
+    m.table.thread_group(7, 7);
+    m.task(0, TASK_B, 9);
+    m.table.thread_group(9, 7);
+    m.level(0, 0); // the thread in user space: a context of its own
+    m.task(0, TASK_B + 0x1000, 0);
+    m.table.thread_group(0, 7);
+    m.task(0, TASK_B + 0x2000, 11);
+    let groups: Vec<(Option<u32>, Option<u32>)> = m
+        .table
+        .contexts()
+        .iter()
+        .map(|c| (c.pid(), m.table.tgid(c)))
+        .collect();
+    assert_eq!(
+        groups,
+        [
+            (Some(7), Some(7)), // the boot context adopted as task 7
+            (Some(9), Some(7)),
+            (Some(9), Some(7)), // task 9 at EL0
+            (None, None),
+            (Some(11), None),
+        ]
+    );
+}

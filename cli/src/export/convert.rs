@@ -24,18 +24,31 @@ const SCHED_IN: u64 = 200_001;
 const SCHED_OUT: u64 = 200_002;
 const SCHED_OUT_PREEMPT: u64 = 200_007;
 
-/// Where packets go: framed, buffered, counted.
+/// Packets gathered before they are written: 1 MiB, the chunk traced writes into a file and
+/// compresses as one `compressed_packets` bundle.
+const BUNDLE: usize = 1 << 20;
+
+/// Where packets go: framed, buffered, counted, and with `compress` deflated a bundle at a
+/// time into `TracePacket.compressed_packets`, as traced writes a trace whose config asks
+/// for `COMPRESSION_TYPE_DEFLATE`. Perfetto's trace processor (and so its UI) inflates each
+/// bundle and reads the packets in it as if they stood in the file (`ProtoTraceTokenizer`);
+/// a call trace's packets shrink about twentyfold.
 pub struct Out<W: Write> {
     w: W,
     buf: Vec<u8>,
+    compress: bool,
+    deflated: Vec<u8>,
+    /// The packets' bytes, before any compression.
     pub bytes: u64,
 }
 
 impl<W: Write> Out<W> {
-    pub fn new(w: W) -> Out<W> {
+    pub fn new(w: W, compress: bool) -> Out<W> {
         Out {
             w,
-            buf: Vec::with_capacity(1 << 20),
+            buf: Vec::with_capacity(BUNDLE + 4096),
+            compress,
+            deflated: Vec::new(),
             bytes: 0,
         }
     }
@@ -44,15 +57,41 @@ impl<W: Write> Out<W> {
         let before = self.buf.len();
         proto::frame(&mut self.buf, body);
         self.bytes += (self.buf.len() - before) as u64;
-        if self.buf.len() >= 1 << 20 {
-            self.w.write_all(&self.buf)?;
-            self.buf.clear();
+        if self.buf.len() >= BUNDLE {
+            self.write_buffered()?;
         }
         Ok(())
     }
 
+    /// Writes the packets gathered, as they are or as one compressed bundle.
+    fn write_buffered(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        if self.compress {
+            // zlib's format, as traced's deflateInit writes it (the reader takes zlib or
+            // gzip). Level 1: Debian's arm64 boot is 8.1 MB in 1.7 s, 0.009x the JSON of
+            // `dump --chrome`; traced's level 6 is ~45% smaller at ~2.6x the compression
+            // time (C zlib on its 1 MiB bundles: 3.8 MB in 2.9 s against 6.8 MB in 1.1 s).
+            self.deflated.clear();
+            let mut z = flate2::write::ZlibEncoder::new(
+                std::mem::take(&mut self.deflated),
+                flate2::Compression::fast(),
+            );
+            z.write_all(&self.buf)?;
+            self.deflated = z.finish()?;
+            self.w
+                .write_all(&proto::bundle_header(self.deflated.len()))?;
+            self.w.write_all(&self.deflated)?;
+        } else {
+            self.w.write_all(&self.buf)?;
+        }
+        self.buf.clear();
+        Ok(())
+    }
+
     pub fn finish(mut self) -> std::io::Result<W> {
-        self.w.write_all(&self.buf)?;
+        self.write_buffered()?;
         self.w.flush()?;
         Ok(self.w)
     }

@@ -2,7 +2,9 @@
 //! stream of Perfetto's `trace.proto`), which ui.perfetto.dev opens as it is or gzipped.
 //!
 //! One pass over each task's file; memory holds the tasks, the symbol tables and the names
-//! seen, never the events. Layout (see `convert` for the per-task sequences):
+//! seen, never the events. Packets go out in zlib-compressed `compressed_packets` bundles of
+//! 1 MiB, as traced writes a compressed trace (`--no-compress`: plain; `--gzip`: the whole
+//! file gzipped, plain inside). Layout (see `convert` for the per-task sequences):
 //! - sequence 1: the trace's attributes (its clock, whether it is complete) and the track
 //!   descriptors, a process track per guest process and a thread track per task (`tracks`);
 //! - sequence 2 + i: task i's slices, one per call, exception entry and scheduler gap, and
@@ -30,6 +32,9 @@ pub struct Options {
     /// `None`: `<DIR>.pftrace` beside the directory; `-`: standard output.
     pub output: Option<PathBuf>,
     pub gzip: bool,
+    /// Packets as they are, not in compressed bundles (for readers that do not inflate
+    /// `compressed_packets`).
+    pub no_compress: bool,
     /// Source locations from the trace's `.dbg` files on each function's slices.
     pub srcline: bool,
 }
@@ -83,10 +88,17 @@ pub fn run(opts: &Options) -> Result<i32> {
         .clone()
         .unwrap_or_else(|| default_output(dir, opts.gzip));
     let gzip = opts.gzip || output.extension().is_some_and(|e| e == "gz");
+    if gzip && opts.no_compress {
+        return Err(crate::errors::usage(
+            "--no-compress asks for plain packets, and a .gz name or --gzip for a gzipped file",
+            "drop one of them",
+        ));
+    }
+    let how = Compression::of(gzip, opts.no_compress);
     let summary = if to_stdout {
         let stdout = std::io::stdout().lock();
         let mut w = std::io::BufWriter::new(stdout);
-        let s = write_to(dir, gzip, opts.srcline, &mut w)
+        let s = write_to(dir, how, opts.srcline, &mut w)
             .context("cannot write the trace to standard output")?;
         w.flush()
             .context("cannot write the trace to standard output")?;
@@ -94,7 +106,7 @@ pub fn run(opts: &Options) -> Result<i32> {
     } else {
         let mut summary = None;
         let mut failure = None;
-        crate::atomic_file::replace(&output, |w| match write_to(dir, gzip, opts.srcline, w) {
+        crate::atomic_file::replace(&output, |w| match write_to(dir, how, opts.srcline, w) {
             Ok(s) => {
                 summary = Some(s);
                 Ok(())
@@ -125,7 +137,11 @@ pub fn run(opts: &Options) -> Result<i32> {
             output.display(),
             summary.tasks,
             summary.records,
-            if gzip { ", gzip-compressed" } else { "" }
+            match how {
+                Compression::Gzip => ", gzip-compressed",
+                Compression::Bundles => ", compressed packets",
+                Compression::None => "",
+            }
         ));
     }
     Ok(if summary.damaged.is_empty() { 0 } else { 1 })
@@ -137,21 +153,45 @@ pub fn then(dir: &Path) -> Result<i32> {
         dir: dir.to_path_buf(),
         output: None,
         gzip: false,
+        no_compress: false,
         srcline: false,
     })
 }
 
-/// Writes the whole trace of `dir` into `w`, gzip-compressed or not.
-pub fn write_to(dir: &Path, gzip: bool, srcline: bool, w: &mut dyn Write) -> Result<Summary> {
-    if gzip {
+/// How the packets are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// In zlib-compressed `compressed_packets` bundles (the default).
+    Bundles,
+    /// The whole stream gzipped, packets plain inside.
+    Gzip,
+    /// Plain packets.
+    None,
+}
+
+impl Compression {
+    pub fn of(gzip: bool, no_compress: bool) -> Compression {
+        if gzip {
+            Compression::Gzip
+        } else if no_compress {
+            Compression::None
+        } else {
+            Compression::Bundles
+        }
+    }
+}
+
+/// Writes the whole trace of `dir` into `w`, compressed as `how` says.
+pub fn write_to(dir: &Path, how: Compression, srcline: bool, w: &mut dyn Write) -> Result<Summary> {
+    if how == Compression::Gzip {
         // Level 1: a boot's trace compresses to a fifth of its size at that level already,
         // and higher levels cost seconds for a few percent.
         let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::fast());
-        let s = write_trace(dir, srcline, &mut gz)?;
+        let s = write_trace(dir, srcline, false, &mut gz)?;
         gz.finish().context("cannot finish the gzip stream")?;
         Ok(s)
     } else {
-        write_trace(dir, srcline, w)
+        write_trace(dir, srcline, how == Compression::Bundles, w)
     }
 }
 
@@ -167,7 +207,7 @@ fn task_ids(dir: &Path) -> Result<Vec<u32>> {
     Ok(dats.into_iter().map(|(t, _)| t).collect())
 }
 
-fn write_trace(dir: &Path, srcline: bool, w: &mut dyn Write) -> Result<Summary> {
+fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> Result<Summary> {
     let tids = task_ids(dir)?;
     let task_txt = std::fs::read_to_string(dir.join("task.txt")).map_err(|e| {
         fail(
@@ -200,7 +240,7 @@ fn write_trace(dir: &Path, srcline: bool, w: &mut dyn Write) -> Result<Summary> 
         .collect::<Result<_>>()?;
     let start = firsts.iter().flatten().min().copied().unwrap_or(0);
 
-    let mut out = convert::Out::new(w);
+    let mut out = convert::Out::new(w, bundles);
     header(&mut out, &plan, &clock, incomplete.as_deref(), start)?;
 
     // One symbol table per session, loaded when a task first needs it.

@@ -12,6 +12,9 @@ pub const TRACE_PACKET: u32 = 1;
 pub mod packet {
     pub const CLOCK_SNAPSHOT: u32 = 6;
     pub const TIMESTAMP: u32 = 8;
+    /// Serialized `Trace` packets, zlib-compressed (what traced writes with
+    /// `compression_type: COMPRESSION_TYPE_DEFLATE`).
+    pub const COMPRESSED_PACKETS: u32 = 50;
     pub const SEQUENCE_ID: u32 = 10;
     pub const TRACK_EVENT: u32 = 11;
     pub const INTERNED_DATA: u32 = 12;
@@ -158,6 +161,19 @@ pub fn frame(out: &mut Vec<u8>, packet: &[u8]) {
     out.extend_from_slice(packet);
 }
 
+/// The bytes before a `Trace.packet` holding only `compressed_packets` of `len` bytes: the
+/// packet's framing and the field's tag and length (the compressed bytes follow).
+pub fn bundle_header(len: usize) -> Vec<u8> {
+    let mut field = Vec::with_capacity(8);
+    put_tag(&mut field, packet::COMPRESSED_PACKETS, LEN);
+    put_varint(&mut field, len as u64);
+    let mut out = Vec::with_capacity(16);
+    put_tag(&mut out, TRACE_PACKET, LEN);
+    put_varint(&mut out, (field.len() + len) as u64);
+    out.extend_from_slice(&field);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +204,19 @@ mod tests {
         let mut m = Msg::new();
         m.uint(packet::TRACE_ATTRIBUTES, 0);
         assert_eq!(m.buf, [0xf0, 0x07, 0]);
+    }
+
+    #[test]
+    fn bundle_header_frames_a_compressed_packets_field() {
+        // Field 50, length-delimited: tag 402 = 0x92 0x03; 300 bytes: 0xac 0x02.
+        assert_eq!(
+            bundle_header(300),
+            [0x0a, 0xb0, 0x02, 0x92, 0x03, 0xac, 0x02]
+        );
+        let mut m = Msg::new();
+        m.bytes(packet::COMPRESSED_PACKETS, &[7; 300]);
+        let mut framed = Vec::new();
+        frame(&mut framed, &m.buf);
+        assert_eq!(framed[..7], bundle_header(300)[..]);
     }
 }

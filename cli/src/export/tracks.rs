@@ -3,8 +3,9 @@
 //! A thread track per task, named as the recording names it. Processes: in user mode the
 //! guest's processes (task.txt's pids); in system mode a vCPU's firmware or bare-metal code
 //! is a process of its own per vCPU, the kernel's idle contexts share one "kernel" process,
-//! and each guest task with a known PID is a process holding its contexts (its privilege
-//! levels with `--split-levels`). Traces without `plugin.tasks` (older ones, uftrace's own)
+//! and each guest process holds its tasks' contexts: a task's thread group where the plugin
+//! read it (Linux `tgid`, with the kernel's DWARF), else its PID, and its privilege levels
+//! with `--split-levels`. A process is named after its main thread. Traces without `plugin.tasks` (older ones, uftrace's own)
 //! follow task.txt.
 
 use crate::guest_tasks::GuestTask;
@@ -59,12 +60,17 @@ pub fn plan(tids: &[u32], tasks: &TaskFile, guest: &[GuestTask], user_mode: bool
             .unwrap_or_else(|| format!("task-{tid}"));
         let (pid, pname) = match g {
             Some(g) if g.boot => (tid, name.clone()),
-            Some(g) if g.pid > 0 => {
+            Some(g) if g.process() > 0 => {
+                let pid = g.process();
+                let main = guest
+                    .iter()
+                    .find(|m| !m.boot && m.pid == pid && m.level.is_empty())
+                    .unwrap_or(g);
                 let base = GuestTask {
                     level: String::new(),
-                    ..g.clone()
+                    ..main.clone()
                 };
-                (g.pid, base.display_name())
+                (pid, base.display_name())
             }
             Some(g) if g.boot_of.is_some() => (*kernel_pid.get_or_insert(tid), KERNEL.to_string()),
             _ => {
@@ -94,10 +100,12 @@ mod tests {
              tid=1\tpid=1\tkind=task\tlevel=\tvcpus=0,1\tname=init\n\
              tid=4194305\tpid=0\tkind=task\tlevel=\tvcpus=1\tboot_of=1\tname=\n\
              tid=4194306\tpid=0\tkind=task\tlevel=\tvcpus=0\tboot_of=0\tname=\n\
-             tid=65537\tpid=1\tkind=task\tlevel=EL0\tvcpus=0\tname=init\n",
+             tid=65537\tpid=1\tkind=task\tlevel=EL0\tvcpus=0\tname=init\n\
+             tid=7\tpid=7\ttgid=1\tkind=task\tlevel=\tvcpus=1\tname=worker-thread\n\
+             tid=8\tpid=8\ttgid=8\tkind=task\tlevel=\tvcpus=1\tname=kworker/0:1\n",
         );
         let p = plan(
-            &[1, 65537, 4194304, 4194305, 4194306],
+            &[1, 7, 8, 65537, 4194304, 4194305, 4194306],
             &TaskFile::default(),
             &guest,
             false,
@@ -107,7 +115,15 @@ mod tests {
             .iter()
             .map(|q| (q.pid, q.name.as_str()))
             .collect();
-        assert_eq!(procs, [(1, "init"), (4194304, "cpu0"), (4194305, KERNEL)]);
+        assert_eq!(
+            procs,
+            [
+                (1, "init"),
+                (8, "kworker/0:1"),
+                (4194304, "cpu0"),
+                (4194305, KERNEL)
+            ]
+        );
         let threads: Vec<(u32, u32, &str)> = p
             .threads
             .iter()
@@ -117,6 +133,8 @@ mod tests {
             threads,
             [
                 (1, 1, "init"),
+                (7, 1, "worker-thread"),
+                (8, 8, "kworker/0:1"),
                 (65537, 1, "init EL0"),
                 (4194304, 4194304, "cpu0"),
                 (4194305, 4194305, "cpu1"),

@@ -81,9 +81,19 @@ pub fn write(
             .find(|t| t.tid == tid && t.pid > 0)
             .map_or(tid, |t| t.pid)
     };
+    // Its process: as the watch saw it created, else as read at its switches (the same
+    // grouping `task.txt` gives the threads that stay in the first session).
+    let tgid_of = |tid: u32| {
+        procs.tgid_of.get(&pid_of(tid)).copied().or_else(|| {
+            tasks
+                .iter()
+                .find(|t| t.tid == tid && t.tgid > 0 && !t.boot)
+                .map(|t| t.tgid)
+        })
+    };
     let mut threads: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for &tid in tids {
-        if let Some(&tgid) = procs.tgid_of.get(&pid_of(tid)) {
+        if let Some(tgid) = tgid_of(tid) {
             if procs.spaces.iter().any(|s| s.tgid == tgid) {
                 threads.entry(tgid).or_default().push(tid);
             }

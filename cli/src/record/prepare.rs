@@ -257,6 +257,9 @@ impl PluginOptions<'_> {
         if let Some(offset) = symbol_source::task_pid_offset(self.sources) {
             v.push(format!(",task_pid={offset}"));
         }
+        if let Some(offset) = symbol_source::task_tgid_offset(self.sources) {
+            v.push(format!(",task_tgid={offset}"));
+        }
         if let Some(watch) = self.proc_watch {
             v.push(watch);
         }

@@ -484,22 +484,26 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
                 Some(_) => 0,
                 None => pid_in_task(&mut v.regs, old),
             };
-            (old, pid)
+            (old, pid, tgid_in_task(&mut v.regs, old, pid))
         });
-        let leaving = name_at(&mut v.regs, before.map_or(v.task_ptr, |(old, _)| old));
+        let leaving = name_at(&mut v.regs, before.map_or(v.task_ptr, |(old, ..)| old));
         let arriving = name_at(&mut v.regs, ptr);
+        // Its process (one 4-byte read per switch, with the kernel's DWARF only).
+        let tgid = tgid_in_task(&mut v.regs, ptr, pid);
         let now = v.now();
         settle(v, now);
         v.task_ptr = ptr;
         let arrived_new = crate::state::with_tasks(|t| {
-            if let Some((old, pid)) = before {
+            if let Some((old, pid, tgid)) = before {
                 t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);
+                t.thread_group(pid, tgid);
             }
             if let Some(name) = leaving {
                 t.name_running(vcpu_index, name);
             }
             let known = t.contexts().len();
             let switch = t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid);
+            t.thread_group(pid, tgid);
             if let Some(name) = arriving {
                 t.name_running(vcpu_index, name);
             }
@@ -539,6 +543,17 @@ fn pid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64) -> u32 {
         .filter(|_| task != 0)
         .and_then(|offset| regs.read_le(task.wrapping_add(offset), 4))
         .map_or(0, |pid| pid as u32)
+}
+
+/// The thread group (process) of the task with PID `pid` at `task`, where the kernel's
+/// DWARF said where it is (`task_tgid=`); 0 (unknown) otherwise, and for a task with no
+/// PID known, which nothing could group.
+fn tgid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64, pid: u32) -> u32 {
+    crate::state::config()
+        .and_then(|c| c.task_tgid)
+        .filter(|_| task != 0 && pid > 0)
+        .and_then(|offset| regs.read_le(task.wrapping_add(offset), 4))
+        .map_or(0, |tgid| tgid as u32)
 }
 
 /// A NUL-padded name field as text.

@@ -182,9 +182,11 @@ fn task_lines(table: &TaskTable) -> String {
     for c in table.contexts() {
         let vcpus: Vec<String> = c.vcpus.iter().map(u32::to_string).collect();
         text.push_str(&format!(
-            "tid={}\tpid={}\tkind={}\tlevel={}\tvcpus={}\tboot_of={}\tname={}\n",
+            "tid={}\tpid={}\ttgid={}\tkind={}\tlevel={}\tvcpus={}\tboot_of={}\tname={}\n",
             c.tid,
             process.or(c.pid()).unwrap_or(0),
+            // System mode: the task's process, where it was read (0: not known).
+            table.tgid(c).unwrap_or(0),
             if c.is_boot() { "boot" } else { "task" },
             c.key.level.map(|l| isa.level_name(l)).unwrap_or_default(),
             vcpus.join(","),

@@ -1,6 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
-//! `[,task_pid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
+//! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,resume=on]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
@@ -26,6 +26,10 @@ pub struct Config {
     /// Where an OS task's PID sits in its task structure (Linux `task_struct.pid`), read at
     /// switches on a guest whose ISA keeps no PID in a register.
     pub task_pid: Option<u64>,
+    /// Where an OS task's thread group sits in its task structure (Linux
+    /// `task_struct.tgid`), read at switches to a task whose PID is known: the process
+    /// that `plugin.tasks` groups its threads by.
+    pub task_tgid: Option<u64>,
     /// User mode: this QEMU runs a guest process other than the first (a forked child's
     /// image after exec), whose files go to `procs/<KEY>/` (see `process`).
     pub proc_key: Option<String>,
@@ -197,6 +201,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut split_levels = false;
     let mut task_comm = None;
     let mut task_pid = None;
+    let mut task_tgid = None;
     let mut task_slot = None;
     let mut task_slot_file = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
@@ -247,6 +252,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "task_comm" => task_comm = Some(task_offset("task_comm", value)?),
             "task_pid" => task_pid = Some(task_offset("task_pid", value)?),
+            "task_tgid" => task_tgid = Some(task_offset("task_tgid", value)?),
             "task_slot" => {
                 task_slot = Some(
                     value
@@ -371,6 +377,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         split_levels,
         task_comm,
         task_pid,
+        task_tgid,
         proc_key,
         user_opts,
         task_slot,
