@@ -56,6 +56,9 @@ pub struct Stats {
     /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
     /// calls opened before tracing began, matched after the run to the unwound frames.
     pub outer_returns: u64,
+    /// Events in a process's code that another process translated (QEMU shares one
+    /// translation of a page among its mappings): their addresses moved to this process's.
+    pub moved_events: u64,
 }
 
 impl Stats {
@@ -82,6 +85,7 @@ impl Stats {
         self.unwinds += o.unwinds;
         self.jump_entries += o.jump_entries;
         self.outer_returns += o.outer_returns;
+        self.moved_events += o.moved_events;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -109,6 +113,7 @@ impl Stats {
             ("unwinds", self.unwinds),
             ("jump_entries", self.jump_entries),
             ("outer_returns", self.outer_returns),
+            ("moved_events", self.moved_events),
         ]
     }
 }
