@@ -1,4 +1,4 @@
-//! Every process of a Linux guest named (issue 24): Debian's arm64 kernel boots a
+//! Every process of a Linux guest named (issue 24): Debian's arm64 (and riscv64) kernel boots a
 //! gzip-compressed initramfs whose `/init` and `/worker` are dynamic PIEs with glibc and the
 //! dynamic loader (`tests/guests/procs`); `record` is given only the kernel's DWARF vmlinux
 //! and the QEMU command line, and finds the programs and libraries in the `-initrd` archive.
@@ -17,8 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
-use qemu_uftrace_tests::procs_guest::{procs_boot_args_on, procs_count};
+use qemu_uftrace_tests::procs_guest::{
+    procs_boot_args_on, procs_count, procs_riscv64_boot_args_on,
+};
 use qemu_uftrace_tests::replay::{parse_calls, report_calls, uftrace, Call};
+use qemu_uftrace_tests::riscv64::{riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::system_qemus;
 
 /// One `record` run.
@@ -241,6 +244,17 @@ fn dynamic_pie_processes_are_named() {
     check_processes(&r, "__arm64_sys_getpid");
 }
 
+/// The same guest on Debian's riscv64 kernel (argument registers a0–a4, the PID read from
+/// the task structure at each switch, `jalr` calls).
+#[test]
+fn dynamic_pie_processes_are_named_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let r = record(&argv, &[&riscv64_vmlinux()]);
+    check_processes(&r, "__riscv_sys_getpid");
+}
+
 /// Everything the guest's processes must show, `syscall` being getpid(2)'s kernel side.
 fn check_processes(r: &Recorded, syscall: &str) {
     let workers = child_pids(&r.console, "worker");
@@ -344,7 +358,20 @@ fn check_processes(r: &Recorded, syscall: &str) {
     // is mapped at: each worker's (and its thread's) functions and libc's are recorded at
     // that worker's own addresses, not at those of the process that ran the code first.
     let procs = std::fs::read_to_string(r.dir.join("plugin.procs")).expect("plugin.procs");
-    let dump = uftrace(&["dump", "-d", &r.dir.to_string_lossy()]).expect("uftrace dump");
+    // The workers' tasks only: the whole trace's dump is over a GB of text.
+    let tids: Vec<String> = workers
+        .iter()
+        .chain(threads.iter().map(|(_, t)| t))
+        .map(u32::to_string)
+        .collect();
+    let dump = uftrace(&[
+        "dump",
+        "-d",
+        &r.dir.to_string_lossy(),
+        "--tid",
+        &tids.join(","),
+    ])
+    .expect("uftrace dump");
     let mut bases = Vec::new();
     let tid_of = |pid: u32| threads.iter().find(|&&(p, _)| p == pid).map(|&(_, t)| t);
     for &pid in &workers {
