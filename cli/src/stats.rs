@@ -147,6 +147,13 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "moved_events",
+        "events in a guest process's code that another process translated first (QEMU \
+         shares one translation of a page among its mappings), recorded at this process's \
+         own addresses",
+        None,
+    ),
+    count(
         "task_conflicts",
         "switches to a task still running on another vCPU: it restarted with an empty stack",
         None,

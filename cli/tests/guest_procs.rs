@@ -1,12 +1,14 @@
-//! Every process of a Linux guest named (issue 24): Debian's arm64 kernel boots a
+//! Every process of a Linux guest named (issue 24): Debian's arm64 (and riscv64) kernel boots a
 //! gzip-compressed initramfs whose `/init` and `/worker` are dynamic PIEs with glibc and the
 //! dynamic loader (`tests/guests/procs`); `record` is given only the kernel's DWARF vmlinux
 //! and the QEMU command line, and finds the programs and libraries in the `-initrd` archive.
 //! The guest has two programs, one of them run twice (same code, other addresses), a child
-//! forked without exec, a thread and a library loaded with `dlopen`. Checked on uftrace's own output: exact call counts of
-//! the programs' functions per process and thread, libc's functions named, syscalls under
-//! their user caller, threads in their process's session, and no unnamed address inside the
-//! programs (glibc's internal functions have no symbols in the cross toolchain's copy).
+//! forked without exec, a thread and a library loaded with `dlopen`. Checked on uftrace's
+//! own output: exact call counts of the programs' functions per process and thread, libc's
+//! functions named, syscalls under their user caller, threads in their process's session,
+//! no unnamed address inside the programs (glibc's internal functions have no symbols in
+//! the cross toolchain's copy), and each process's functions recorded at its own addresses
+//! (QEMU runs one translation of a page at every address it is mapped at).
 //!
 //! Run: `cargo test -p qemu-uftrace --test guest_procs`.
 
@@ -15,8 +17,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
-use qemu_uftrace_tests::procs_guest::{procs_boot_args_on, procs_count};
+use qemu_uftrace_tests::procs_guest::{
+    procs_boot_args_on, procs_count, procs_riscv64_boot_args_on,
+};
 use qemu_uftrace_tests::replay::{parse_calls, report_calls, uftrace, Call};
+use qemu_uftrace_tests::riscv64::{riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::system_qemus;
 
 /// One `record` run.
@@ -27,15 +32,18 @@ struct Recorded {
     stderr: String,
 }
 
-fn record(symbols: &[&Path]) -> Recorded {
-    // 10.2.2: the QEMU that reports exceptions to plugins, so a syscall shows as `[svc]`
-    // with the kernel's functions beneath it.
+/// The arm64 guest's boot command on QEMU 10.2.2: the QEMU that reports exceptions to
+/// plugins, so a syscall shows as `[svc]` with the kernel's functions beneath it.
+fn arm64_boot() -> Vec<String> {
     let qemu = system_qemus()
         .into_iter()
         .find(|q| q.label == "10.2.2")
         .expect("QEMU 10.2.2 in system_qemus")
         .program;
-    let argv = procs_boot_args_on(&qemu).expect("the process guest builds");
+    procs_boot_args_on(&qemu).expect("the process guest builds")
+}
+
+fn record(argv: &[String], symbols: &[&Path]) -> Recorded {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("trace.data");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"));
@@ -45,7 +53,7 @@ fn record(symbols: &[&Path]) -> Recorded {
     }
     let out = cmd
         .arg("--")
-        .args(&argv)
+        .args(argv)
         .stdin(Stdio::null())
         .output()
         .expect("run qemu-uftrace");
@@ -120,6 +128,74 @@ fn unnamed_entries(replay: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The entry addresses `uftrace dump` gives function `name` in task `tid` (the raw
+/// addresses recorded: `… 123: [entry] worker_step(aaaacafe1234) depth: 2`).
+fn entry_addresses(dump: &str, tid: u32, name: &str) -> Vec<u64> {
+    let tag = format!("{tid}: [entry] {name}(");
+    dump.lines()
+        .filter_map(|l| {
+            let rest = l.split(tag.as_str()).nth(1)?;
+            u64::from_str_radix(rest.split(')').next()?, 16).ok()
+        })
+        .collect()
+}
+
+/// Every entry address `uftrace dump` gives task `tid` from time `from` on (the trace's
+/// clock, as `plugin.procs` has it; dump prints it as seconds).
+fn all_entry_addresses(dump: &str, tid: u32, from: u64) -> Vec<u64> {
+    let tag = format!("{tid}: [entry] ");
+    dump.lines()
+        .filter_map(|l| {
+            let (time, rest) = l.split_once(tag.as_str())?;
+            let (sec, ns) = time.trim().split_once('.')?;
+            let time = sec.parse::<u64>().ok()? * 1_000_000_000 + ns.parse::<u64>().ok()?;
+            let hex = rest.split_once(") depth")?.0.rsplit_once('(')?.1;
+            (time >= from).then(|| u64::from_str_radix(hex, 16).ok())?
+        })
+        .collect()
+}
+
+/// When process `tgid` last exec'd (`exec time=T … tgid=N` in `plugin.procs`).
+fn exec_time(procs: &str, tgid: u32) -> Option<u64> {
+    procs
+        .lines()
+        .rev()
+        .filter(|l| l.starts_with("exec\t") && l.ends_with(&format!("\ttgid={tgid}")))
+        .find_map(|l| {
+            l.split('\t')
+                .find_map(|f| f.strip_prefix("time=")?.parse().ok())
+        })
+}
+
+/// The code mappings of files whose path contains `file`, per process, from the plugin's
+/// `plugin.procs` (`mmap … tgid=N start=HEX len=HEX … path=P`): `(tgid, start, end)`.
+fn mappings_of(procs: &str, file: &str) -> Vec<(u32, u64, u64)> {
+    procs
+        .lines()
+        .filter(|l| l.starts_with("mmap\t"))
+        .filter_map(|l| {
+            let field = |k: &str| {
+                l.split('\t')
+                    .find_map(|f| f.strip_prefix(k)?.strip_prefix('='))
+            };
+            let hex = |k: &str| u64::from_str_radix(field(k)?, 16).ok();
+            let tgid = field("tgid")?.parse::<u32>().ok()?;
+            field("path")?
+                .contains(file)
+                .then(|| Some((tgid, hex("start")?, hex("start")? + hex("len")?)))?
+        })
+        .collect()
+}
+
+/// Where process `tgid` mapped `file` (its last code mapping of a path containing it).
+fn mapped_at(procs: &str, tgid: u32, file: &str) -> Option<(u64, u64)> {
+    mappings_of(procs, file)
+        .into_iter()
+        .rev()
+        .find(|m| m.0 == tgid)
+        .map(|(_, s, e)| (s, e))
+}
+
 /// The PIDs `/init` printed for its children of one kind (`INIT: worker N status 0`,
 /// `INIT: child N status 0`), in order; each must have exited with status 0.
 fn child_pids(console: &str, kind: &str) -> Vec<u32> {
@@ -164,8 +240,23 @@ fn unnamed_in(dir: &Path, tid: u32, stem: &str) -> Vec<String> {
 
 #[test]
 fn dynamic_pie_processes_are_named() {
-    let vmlinux = debian_vmlinux();
-    let r = record(&[&vmlinux]);
+    let r = record(&arm64_boot(), &[&debian_vmlinux()]);
+    check_processes(&r, "__arm64_sys_getpid");
+}
+
+/// The same guest on Debian's riscv64 kernel (argument registers a0–a4, the PID read from
+/// the task structure at each switch, `jalr` calls).
+#[test]
+fn dynamic_pie_processes_are_named_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let r = record(&argv, &[&riscv64_vmlinux()]);
+    check_processes(&r, "__riscv_sys_getpid");
+}
+
+/// Everything the guest's processes must show, `syscall` being getpid(2)'s kernel side.
+fn check_processes(r: &Recorded, syscall: &str) {
     let workers = child_pids(&r.console, "worker");
     let children = child_pids(&r.console, "child");
     let threads = worker_threads(&r.console);
@@ -217,9 +308,7 @@ fn dynamic_pie_processes_are_named() {
         );
     }
     // Each worker: the same program twice, at different addresses, in its own process.
-    for (run, &pid) in workers.iter().enumerate() {
-        // The first run loads a library with dlopen (see worker.c for why only the first).
-        let first = (run == 0) as u64;
+    for &pid in &workers {
         let w = calls_of(&r.dir, pid);
         for (f, want) in [
             ("main", 1),
@@ -228,8 +317,8 @@ fn dynamic_pie_processes_are_named() {
             ("getpid", count("WORKER_STEPS") + 1),
             ("snprintf", 1),
             ("pthread_create", 1),
-            ("dlopen", first),
-            ("plug_step", first * count("PLUG_STEPS")),
+            ("dlopen", 1),
+            ("plug_step", count("PLUG_STEPS")),
             ("thread_step", 0),
             ("init_step", 0),
         ] {
@@ -241,7 +330,7 @@ fn dynamic_pie_processes_are_named() {
         let under = calls
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.name == "__arm64_sys_getpid")
+            .filter(|(_, c)| c.name == syscall)
             .filter(|(i, _)| {
                 let path = qemu_uftrace_tests::replay::call_path(&calls, *i);
                 let at = |name| path.iter().position(|p| *p == name);
@@ -252,7 +341,7 @@ fn dynamic_pie_processes_are_named() {
             })
             .count() as u64;
         expect(
-            format!("worker {pid}: __arm64_sys_getpid under worker_step > getpid > [svc]"),
+            format!("worker {pid}: {syscall} under worker_step > getpid > [svc]"),
             under,
             count("WORKER_STEPS"),
         );
@@ -265,7 +354,96 @@ fn dynamic_pie_processes_are_named() {
             );
         }
     }
-    // The library the first worker loaded with dlopen is placed where it loaded it.
+    // QEMU translates a physical page once and runs that translation at every address it
+    // is mapped at: each worker's (and its thread's) functions and libc's are recorded at
+    // that worker's own addresses, not at those of the process that ran the code first.
+    let procs = std::fs::read_to_string(r.dir.join("plugin.procs")).expect("plugin.procs");
+    // The workers' tasks only: the whole trace's dump is over a GB of text.
+    let tids: Vec<String> = workers
+        .iter()
+        .chain(threads.iter().map(|(_, t)| t))
+        .map(u32::to_string)
+        .collect();
+    let dump = uftrace(&[
+        "dump",
+        "-d",
+        &r.dir.to_string_lossy(),
+        "--tid",
+        &tids.join(","),
+    ])
+    .expect("uftrace dump");
+    let mut bases = Vec::new();
+    let tid_of = |pid: u32| threads.iter().find(|&&(p, _)| p == pid).map(|&(_, t)| t);
+    for &pid in &workers {
+        let tid_of_thread = tid_of(pid);
+        for (file, tid, f, want) in [
+            ("/worker", pid, "worker_step", count("WORKER_STEPS")),
+            ("/libplug.so", pid, "plug_step", count("PLUG_STEPS")),
+            (
+                "/worker",
+                tid_of_thread.unwrap_or(0),
+                "thread_step",
+                count("THREAD_STEPS"),
+            ),
+        ] {
+            let range = mapped_at(&procs, pid, file);
+            let inside = entry_addresses(&dump, tid, f)
+                .into_iter()
+                .filter(|a| range.is_some_and(|(s, e)| s <= *a && *a < e))
+                .count() as u64;
+            expect(
+                format!(
+                    "worker {pid}: entries of {f} (task {tid}) inside its own {file} at {range:x?}"
+                ),
+                inside,
+                want,
+            );
+        }
+        // Every entry of the worker's tasks inside a file some process mapped is inside
+        // this worker's own mapping of it (libc's functions called from libc itself: calls
+        // from the program go through its PLT, in /worker).
+        for file in ["/worker", "/libc.so.6", "/ld-linux-", "/libplug.so"] {
+            let own = mapped_at(&procs, pid, file);
+            let others: Vec<(u64, u64)> = mappings_of(&procs, file)
+                .into_iter()
+                .filter(|m| m.0 != pid)
+                .map(|(_, s, e)| (s, e))
+                .collect();
+            let in_own = |a: u64| own.is_some_and(|(s, e)| s <= a && a < e);
+            let (mut mine, mut theirs) = (0u64, Vec::new());
+            // Before its exec the worker ran /init's code, forked from PID 1 at its addresses.
+            let from = exec_time(&procs, pid).unwrap_or(u64::MAX);
+            for tid in std::iter::once(pid).chain(tid_of(pid)) {
+                for a in all_entry_addresses(&dump, tid, from) {
+                    if in_own(a) {
+                        mine += 1;
+                    } else if others.iter().any(|&(s, e)| s <= a && a < e) {
+                        theirs.push(format!("{a:x}"));
+                    }
+                }
+            }
+            if file != "/ld-linux-" {
+                expect(
+                    format!("worker {pid}: entries inside its own {file} at {own:x?} (some)"),
+                    (mine > 0) as u64,
+                    1,
+                );
+            }
+            expect(
+                format!("worker {pid}: entries at another process's {file} ({theirs:?})"),
+                theirs.len() as u64,
+                0,
+            );
+        }
+        bases.push(mapped_at(&procs, pid, "/worker"));
+    }
+    // The two runs load /worker at two addresses (ASLR), or the check above proves nothing.
+    expect(
+        format!("the two workers' /worker mappings differ ({bases:x?})"),
+        (bases.len() == 2 && bases[0] != bases[1]) as u64,
+        1,
+    );
+    // The library each worker loaded with dlopen is placed where it loaded it.
     expect(
         "map lines of /lib/libplug.so".into(),
         ranges_of(&r.dir, "libplug.so").is_empty() as u64,
@@ -329,7 +507,7 @@ fn dynamic_pie_processes_are_named() {
 /// in one line, and the trace is still written.
 #[test]
 fn without_dwarf_record_says_why() {
-    let r = record(&[]);
+    let r = record(&arm64_boot(), &[]);
     assert!(
         r.stderr.contains(
             "the guest's processes' own functions are not named: no symbol source has the \

@@ -17,6 +17,7 @@ pub mod resync;
 pub mod shadow;
 pub mod signals;
 pub mod sites;
+pub mod spaces;
 pub mod stats;
 pub mod tasks;
 pub mod tsc;

@@ -13,6 +13,8 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use crate::spaces::SpaceId;
+
 /// A packed call names its return address by offset within one of two windows of this many
 /// bytes (32 GiB: a kernel's text and modules share one), and its target by a signed
 /// offset from the return address of `DELTA_BITS` bits (±128 MiB: an arm64 BL's reach).
@@ -65,39 +67,89 @@ pub struct CallSite {
 /// reasonable time).
 const CHUNK: usize = if cfg!(miri) { 64 } else { 4096 };
 
-#[derive(Default)]
-struct Arena {
+/// Entries that never move once made, interned by a key.
+struct Arena<K, T: 'static> {
     /// Each chunk is filled up to its capacity and never beyond, so it never reallocates.
-    chunks: Vec<Vec<CallSite>>,
-    index: HashMap<(u64, u64, u64), &'static CallSite>,
+    chunks: Vec<Vec<T>>,
+    index: HashMap<K, &'static T>,
+}
+
+impl<K, T: 'static> Default for Arena<K, T> {
+    fn default() -> Self {
+        Arena {
+            chunks: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
 }
 
 // Entries are written once, before any callback can see them, and only read afterwards.
-unsafe impl Send for Arena {}
+unsafe impl<K, T: 'static> Send for Arena<K, T> {}
 
-static ARENA: OnceLock<Mutex<Arena>> = OnceLock::new();
+impl<K: std::hash::Hash + Eq, T: 'static> Arena<K, T> {
+    /// The entry for `key`, made by `make` on first use.
+    fn intern(&mut self, key: K, make: impl FnOnce() -> T) -> *mut c_void {
+        if let Some(entry) = self.index.get(&key) {
+            return *entry as *const T as *mut c_void;
+        }
+        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        let chunk = self.chunks.last_mut().expect("a chunk was just ensured");
+        chunk.push(make());
+        let ptr: *const T = chunk.last().expect("just pushed");
+        // SAFETY: a chunk's buffer is never freed, and never moves: it is not pushed to past
+        // its capacity.
+        let entry: &'static T = unsafe { &*ptr };
+        self.index.insert(key, entry);
+        ptr as *mut c_void
+    }
+}
+
+type CallArena = Arena<(u64, u64, u64), CallSite>;
+static ARENA: OnceLock<Mutex<CallArena>> = OnceLock::new();
 
 /// The entry for the call at `pc`, created on first use.
 pub fn call_site(pc: u64, target: u64, ret_addr: u64) -> *mut c_void {
-    let mut arena = ARENA
+    ARENA
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let key = (pc, target, ret_addr);
-    if let Some(site) = arena.index.get(&key) {
-        return *site as *const CallSite as *mut c_void;
-    }
-    if arena.chunks.last().is_none_or(|c| c.len() == CHUNK) {
-        arena.chunks.push(Vec::with_capacity(CHUNK));
-    }
-    let chunk = arena.chunks.last_mut().expect("a chunk was just ensured");
-    chunk.push(CallSite { target, ret_addr });
-    let ptr: *const CallSite = chunk.last().expect("just pushed");
-    // SAFETY: a chunk's buffer is never freed, and never moves: it is not pushed to past
-    // its capacity.
-    let site: &'static CallSite = unsafe { &*ptr };
-    arena.index.insert(key, site);
-    ptr as *mut c_void
+        .unwrap_or_else(|e| e.into_inner())
+        .intern((pc, target, ret_addr), || CallSite { target, ret_addr })
+}
+
+/// A call or landing in a process's code, and the address space it was translated in
+/// (`spaces`): where that space is not the one running, its addresses are moved.
+#[repr(C)]
+pub struct UserSite {
+    /// As [`CallSite`]'s; a landing's own address.
+    pub target: u64,
+    /// As [`CallSite`]'s; a landing's own address.
+    pub ret_addr: u64,
+    pub space: SpaceId,
+}
+
+type UserArena = Arena<(u64, u64, u64, SpaceId), UserSite>;
+static USER_ARENA: OnceLock<Mutex<UserArena>> = OnceLock::new();
+
+/// The entry for the call (or landing) at `pc` translated in `space`, created on first use.
+pub fn user_site(pc: u64, target: u64, ret_addr: u64, space: SpaceId) -> *mut c_void {
+    USER_ARENA
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .intern((pc, target, ret_addr, space), || UserSite {
+            target,
+            ret_addr,
+            space,
+        })
+}
+
+/// # Safety
+/// `data` came from [`user_site`].
+#[inline(always)]
+pub unsafe fn user_site_at(data: *mut c_void) -> &'static UserSite {
+    unsafe { &*(data as *const UserSite) }
 }
 
 /// # Safety
@@ -183,5 +235,10 @@ mod tests {
         let first = unsafe { call_site_at(many[0]) };
         assert_eq!((first.target, first.ret_addr), (0, 4));
         assert_eq!(unsafe { call_site_at(a) }.target, 0x2000);
+        let u = user_site(0x1000, 0x2000, 0x1004, 3);
+        assert_eq!(u, user_site(0x1000, 0x2000, 0x1004, 3));
+        assert_ne!(u, user_site(0x1000, 0x2000, 0x1004, 4));
+        let s = unsafe { user_site_at(u) };
+        assert_eq!((s.target, s.ret_addr, s.space), (0x2000, 0x1004, 3));
     }
 }

@@ -58,6 +58,9 @@ pub struct Stats {
     pub outer_returns: u64,
     /// Entries and exits not written because `-F`/`-N` left them out.
     pub filtered: u64,
+    /// Events in a process's code that another process translated (QEMU shares one
+    /// translation of a page among its mappings): their addresses moved to this process's.
+    pub moved_events: u64,
 }
 
 impl Stats {
@@ -85,6 +88,7 @@ impl Stats {
         self.jump_entries += o.jump_entries;
         self.outer_returns += o.outer_returns;
         self.filtered += o.filtered;
+        self.moved_events += o.moved_events;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -113,6 +117,7 @@ impl Stats {
             ("jump_entries", self.jump_entries),
             ("outer_returns", self.outer_returns),
             ("filtered", self.filtered),
+            ("moved_events", self.moved_events),
         ]
     }
 }

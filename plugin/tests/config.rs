@@ -87,27 +87,32 @@ fn max_size_and_its_exit() {
 fn process_watch_takes_both_keys() {
     let Ok(Mode::Record(cfg)) = parse(&args(&[
         b"out=/t",
-        b"proc_watch=1:2:3",
+        b"proc_watch=1:2:3:4",
         b"proc_offsets=1240:24:40:32",
     ])) else {
         panic!("refused");
     };
     let (w, o) = *cfg.proc_watch.expect("proc_watch");
     assert_eq!(
-        (w.mmap_region, w.begin_new_exec, w.wake_up_new_task),
-        (1, 2, 3)
+        (
+            w.mmap_region,
+            w.begin_new_exec,
+            w.wake_up_new_task,
+            w.do_exit
+        ),
+        (1, 2, 3, 4)
     );
     assert_eq!(
         (o.tgid, o.file_dentry, o.d_name, o.d_parent),
         (1240, 24, 40, 32)
     );
     for bad in [
-        &[b"out=/t".as_slice(), b"proc_watch=1:2:3"][..],
-        &[b"out=/t", b"proc_watch=1:2", b"proc_offsets=1:2:3:4"],
-        &[b"out=/t", b"proc_watch=1:x:3", b"proc_offsets=1:2:3:4"],
+        &[b"out=/t".as_slice(), b"proc_watch=1:2:3:4"][..],
+        &[b"out=/t", b"proc_watch=1:2:3", b"proc_offsets=1:2:3:4"],
+        &[b"out=/t", b"proc_watch=1:x:3:4", b"proc_offsets=1:2:3:4"],
         &[
             b"out=/t",
-            b"proc_watch=1:2:3",
+            b"proc_watch=1:2:3:4",
             b"proc_offsets=1:2:3:99999999",
         ],
     ] {

@@ -1,6 +1,7 @@
-//! The process tests' guest (issue 24): Debian's arm64 kernel booting a gzip-compressed
-//! newc initramfs whose `/init` and `/worker` are dynamic PIEs (`tests/guests/procs`), with
-//! the cross toolchain's dynamic loader and glibc at `/lib`, as a distribution ships them.
+//! The process tests' guest (issue 24): Debian's arm64 (or riscv64) kernel booting a
+//! gzip-compressed newc initramfs whose `/init` and `/worker` are dynamic PIEs
+//! (`tests/guests/procs`), with the cross toolchain's dynamic loader and glibc at `/lib`, as a
+//! distribution ships them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,37 @@ pub fn procs_count(name: &str) -> u64 {
 /// Where the cross toolchain keeps the guest's glibc and loader.
 pub const CROSS_LIB: &str = "/usr/aarch64-linux-gnu/lib";
 
+/// The guest architectures the process guest is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcsArch {
+    Aarch64,
+    Riscv64,
+}
+
+impl ProcsArch {
+    fn cross(self) -> String {
+        match self {
+            ProcsArch::Aarch64 => cross_prefix(),
+            ProcsArch::Riscv64 => "riscv64-linux-gnu-".into(),
+        }
+    }
+
+    /// The cross toolchain's glibc and loader directory, and the loader's name.
+    fn lib(self) -> (&'static str, &'static str) {
+        match self {
+            ProcsArch::Aarch64 => (CROSS_LIB, "ld-linux-aarch64.so.1"),
+            ProcsArch::Riscv64 => ("/usr/riscv64-linux-gnu/lib", "ld-linux-riscv64-lp64d.so.1"),
+        }
+    }
+
+    fn dir(self) -> &'static str {
+        match self {
+            ProcsArch::Aarch64 => "procs",
+            ProcsArch::Riscv64 => "procs-riscv64",
+        }
+    }
+}
+
 /// The built guest: the initramfs and the programs in it (with their symbols).
 #[derive(Debug, Clone)]
 pub struct ProcsGuest {
@@ -34,29 +66,35 @@ pub struct ProcsGuest {
     pub worker: PathBuf,
 }
 
-/// Builds the guest once per process.
+/// Builds the arm64 guest once per process.
 pub fn procs_guest() -> Result<ProcsGuest> {
-    static BUILT: OnceLock<std::result::Result<ProcsGuest, String>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| build().map_err(|e| format!("{e:#}")))
+    procs_guest_for(ProcsArch::Aarch64)
+}
+
+/// Builds the guest for `arch` once per process.
+pub fn procs_guest_for(arch: ProcsArch) -> Result<ProcsGuest> {
+    static BUILT: [OnceLock<std::result::Result<ProcsGuest, String>>; 2] =
+        [OnceLock::new(), OnceLock::new()];
+    BUILT[arch as usize]
+        .get_or_init(|| build(arch).map_err(|e| format!("{e:#}")))
         .clone()
-        .map_err(|e| anyhow!("building the process guest failed: {e}"))
+        .map_err(|e| anyhow!("building the process guest ({arch:?}) failed: {e}"))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("reading {}", path.display()))
 }
 
-fn build() -> Result<ProcsGuest> {
+fn build(arch: ProcsArch) -> Result<ProcsGuest> {
     let root = guest_build_dir();
-    let dir = root.join("procs");
+    let dir = root.join(arch.dir());
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let output = locked(&root.join(".lock"), "make")
         .arg("-s")
         .arg("-C")
         .arg(workspace_root().join("tests/guests/procs"))
         .arg(format!("O={}", dir.display()))
-        .arg(format!("CROSS={}", cross_prefix()))
+        .arg(format!("CROSS={}", arch.cross()))
         .stdin(Stdio::null())
         .output()
         .context("running make in tests/guests/procs")?;
@@ -70,8 +108,10 @@ fn build() -> Result<ProcsGuest> {
     }
     let init = read(&dir.join("init"))?;
     let worker = read(&dir.join("worker"))?;
-    let lib = Path::new(CROSS_LIB);
-    let ld = read(&lib.join("ld-linux-aarch64.so.1"))?;
+    let (lib, loader) = arch.lib();
+    let lib = Path::new(lib);
+    let ld = read(&lib.join(loader))?;
+    let loader_path = format!("lib/{loader}");
     let libc = read(&lib.join("libc.so.6"))?;
     let plug = read(&dir.join("libplug.so"))?;
     let mut cpio = Vec::new();
@@ -93,7 +133,7 @@ fn build() -> Result<ProcsGuest> {
                 mode: 0o755,
             },
             Entry::File {
-                path: "lib/ld-linux-aarch64.so.1",
+                path: &loader_path,
                 mode: 0o755,
                 data: &ld,
             },
@@ -146,6 +186,37 @@ fn build() -> Result<ProcsGuest> {
         init: dir.join("init"),
         worker: dir.join("worker"),
     })
+}
+
+/// The QEMU command (argv, emulator first) that boots Debian's riscv64 kernel into the
+/// riscv64 guest on one hart, under QEMU's own OpenSBI.
+pub fn procs_riscv64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
+    let guest = procs_guest_for(ProcsArch::Riscv64)?;
+    let kernel = crate::riscv64::riscv64_kernel();
+    Ok([
+        qemu,
+        "-M",
+        "virt",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        "1",
+        "-bios",
+        "default",
+        "-kernel",
+        &kernel.to_string_lossy(),
+        "-initrd",
+        &guest.cpio.to_string_lossy(),
+        "-append",
+        "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect())
 }
 
 /// The QEMU command (argv, emulator first) that boots Debian's arm64 kernel into this

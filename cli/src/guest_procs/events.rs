@@ -1,6 +1,7 @@
 //! `plugin.procs` (`plugin/src/handlers/procmaps.rs`) read into address spaces: each
 //! process's code mappings from one point in time on (its start as a forked copy of its
-//! parent's, or an exec), and which process each guest thread belongs to.
+//! parent's, or an exec) until the next or its exit, and which process each guest thread
+//! belongs to.
 
 use std::collections::HashMap;
 
@@ -24,6 +25,8 @@ pub struct Space {
     pub maps: Vec<Mapping>,
     /// Whether it began at an exec (else it is a forked copy of its parent's).
     pub exec: bool,
+    /// When the process exited (its leader's `do_exit`), if it did.
+    pub until: Option<u64>,
 }
 
 impl Space {
@@ -78,6 +81,7 @@ pub fn parse(text: &str) -> Procs {
                             from: time,
                             maps,
                             exec: false,
+                            until: None,
                         });
                     }
                     None => {
@@ -92,6 +96,7 @@ pub fn parse(text: &str) -> Procs {
                     from: time,
                     maps: Vec::new(),
                     exec: true,
+                    until: None,
                 });
             }
             "mmap" => {
@@ -107,6 +112,7 @@ pub fn parse(text: &str) -> Procs {
                         from: time,
                         maps: Vec::new(),
                         exec: false,
+                        until: None,
                     });
                     procs.spaces.len() - 1
                 });
@@ -116,6 +122,12 @@ pub fn parse(text: &str) -> Procs {
                     len,
                     offset,
                 });
+            }
+            // The process ended: a PID reused later starts clean.
+            "exit" if tid == tgid => {
+                if let Some(i) = current.remove(&tgid) {
+                    procs.spaces[i].until = Some(time);
+                }
             }
             _ => {}
         }
@@ -156,5 +168,23 @@ mod tests {
         assert_eq!(p.spaces[2].program(), Some("/worker"));
         assert_eq!(p.tgid_of[&8], 1);
         assert_eq!(p.tgid_of[&7], 7);
+        assert_eq!(p.spaces[2].until, None);
+    }
+
+    /// An exit ends the process's space; its PID reused by a process whose start was not
+    /// seen gets a space of its own, not the dead one's mappings.
+    #[test]
+    fn exit_ends_a_space() {
+        let text = "exec\ttime=2\ttid=5\ttgid=5\n\
+                    mmap\ttime=3\ttid=5\ttgid=5\tstart=1000\tlen=1000\toffset=0\tpath=/a\n\
+                    exit\ttime=4\ttid=6\ttgid=5\n\
+                    exit\ttime=5\ttid=5\ttgid=5\n\
+                    mmap\ttime=9\ttid=5\ttgid=5\tstart=2000\tlen=1000\toffset=0\tpath=/b\n";
+        let p = parse(text);
+        assert_eq!(p.spaces.len(), 2);
+        assert_eq!(p.spaces[0].until, Some(5));
+        assert_eq!(p.spaces[1].program(), Some("/b"));
+        assert_eq!(p.spaces[1].maps.len(), 1);
+        assert_eq!(p.spaces[1].from, 9);
     }
 }

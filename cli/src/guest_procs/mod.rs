@@ -13,7 +13,12 @@ use std::path::Path;
 use crate::symbol_source::SourceArg;
 
 /// The kernel functions watched, in the order `proc_watch=` takes them.
-pub const WATCHED: [&str; 3] = ["mmap_region", "begin_new_exec", "wake_up_new_task"];
+pub const WATCHED: [&str; 4] = [
+    "mmap_region",
+    "begin_new_exec",
+    "wake_up_new_task",
+    "do_exit",
+];
 
 /// `(struct, member path)` of the fields read, in the order `proc_offsets=` takes them.
 const FIELDS: [(&str, &[(&str, &str)]); 4] = [

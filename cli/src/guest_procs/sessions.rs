@@ -46,6 +46,10 @@ pub struct Named {
 /// are read from (removed once their symbols are written).
 pub const FILES_DIR: &str = "guest-files";
 
+/// Where a root file system keeps separate debug files (by build ID under `.build-id/`, by
+/// `.gnu_debuglink` name under the file's own directory).
+const DEBUG_TREE: &str = "/usr/lib/debug";
+
 /// Writes a session for each address space of `procs` into `dir`, next to the first
 /// session `base_sid` (whose map holds the kernel), for the threads `tids` (uftrace's tids,
 /// the guest's PIDs) that have records.
@@ -70,10 +74,8 @@ pub fn write(
         found: HashMap::new(),
         images: HashMap::new(),
         arch,
-        written: HashSet::new(),
-        biases: BTreeMap::new(),
+        modules: HashMap::new(),
     };
-    finder.learn_biases(&procs.spaces)?;
     // The guest's PID of each recorded thread, and its process.
     let pid_of = |tid: u32| {
         tasks
@@ -123,12 +125,14 @@ pub fn write(
             pid: tgid,
         }));
         named.tids.extend(members);
+        let mut previous: Option<&Space> = None;
         for space in procs.spaces.iter().filter(|s| s.tgid == tgid) {
             seq += 1;
             let sid = session_id(
                 u64::from_str_radix(base_sid, 16).unwrap_or(0) ^ (seq << 32 | u64::from(tgid)),
             );
-            let entries = finder.place(space, &keep, &mut named)?;
+            let entries = finder.place(space, previous, &keep, &mut named)?;
+            previous = Some(space);
             named.files += entries.len();
             named.spaces += 1;
             let mut all = keep.clone();
@@ -173,10 +177,9 @@ struct Finder<'a> {
     /// Host file → its symbols at offset 0 (`None`: it has none).
     images: HashMap<PathBuf, Option<Image>>,
     arch: Arch,
-    /// Module names whose `.sym` files are written.
-    written: HashSet<String>,
-    /// Guest path → its host file and every load bias any process gave it.
-    biases: BTreeMap<String, (PathBuf, Vec<u64>)>,
+    /// Module name → the host file whose `.sym` file it is (written once): two different
+    /// files of one name (`/bin/tool`, `/usr/bin/tool`) get two (`tool`, `tool#2`).
+    modules: HashMap<String, PathBuf>,
 }
 
 impl Finder<'_> {
@@ -188,10 +191,13 @@ impl Finder<'_> {
             return Ok(f.clone());
         }
         let mut host = None;
-        if let Some(data) = self.files.initrd.as_ref().and_then(|f| f.get(guest)) {
+        let archived = self.files.initrd.as_ref().and_then(|f| f.get(guest));
+        // Nothing is written under the debug tree linked from the sysroot (below).
+        if let Some(data) = archived.filter(|_| !guest.starts_with(DEBUG_TREE)) {
             let rel = guest
                 .trim_start_matches('/')
                 .replace(char::is_whitespace, "_");
+            self.link_debug_tree()?;
             let path = self.dir.join(FILES_DIR).join(rel);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)
@@ -222,6 +228,32 @@ impl Finder<'_> {
         Ok(host)
     }
 
+    /// Makes the sysroot's debug tree (`usr/lib/debug`) that of the archive's copies too, so
+    /// that a stripped file taken from the `-initrd` archive finds its debug file in the
+    /// sysroot by build ID or `.gnu_debuglink`, as one under the sysroot does (the symbol
+    /// loader looks in every `usr/lib/debug` above a file).
+    fn link_debug_tree(&self) -> Result<()> {
+        let Some(tree) = self
+            .files
+            .sysroot
+            .as_ref()
+            .map(|r| r.join(&DEBUG_TREE[1..]))
+        else {
+            return Ok(());
+        };
+        let link = self.dir.join(FILES_DIR).join(&DEBUG_TREE[1..]);
+        if !tree.is_dir() || link.symlink_metadata().is_ok() {
+            return Ok(());
+        }
+        let tree = std::path::absolute(&tree).unwrap_or(tree);
+        if let Some(parent) = link.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        std::os::unix::fs::symlink(&tree, &link)
+            .with_context(|| format!("cannot link {} to {}", link.display(), tree.display()))
+    }
+
     /// A mapping's file on the host and the load bias the mapping gives it, or why not.
     fn bias(&mut self, m: &Mapping) -> Result<std::result::Result<(PathBuf, u64), String>> {
         let Some(host) = self.host_file(&m.path)? else {
@@ -239,25 +271,6 @@ impl Finder<'_> {
             )));
         };
         Ok(Ok((host, elf.bias_of_mapping(m.start, m.offset))))
-    }
-
-    /// Notes every load bias of every file (see [`Finder::place`]).
-    fn learn_biases(&mut self, spaces: &[Space]) -> Result<()> {
-        for space in spaces {
-            for m in &space.maps {
-                if let Ok((host, bias)) = self.bias(m)? {
-                    let all = &mut self
-                        .biases
-                        .entry(m.path.clone())
-                        .or_insert_with(|| (host, Vec::new()))
-                        .1;
-                    if !all.contains(&bias) {
-                        all.push(bias);
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// A host file's symbols at offset 0, read once.
@@ -278,78 +291,31 @@ impl Finder<'_> {
     }
 
     /// The map lines of one address space's files (their `.sym` files written), each file
-    /// at the load bias its first code mapping gives; then every file any process mapped,
-    /// at every bias it had, where nothing of this space is. Two reasons: QEMU translates
-    /// code once per physical page on arm64 (its translations are position-independent,
-    /// and the plugin's addresses are those of the translation), so a call into a file
-    /// another process ran first is seen at that process's addresses; and the frames an
-    /// exec leaves open (`execve` never returns) close in the space after it.
+    /// at the load bias its first code mapping gives; then the files of the process's
+    /// `previous` space, where nothing of this one is: the frames an exec leaves open
+    /// (`execve` never returns) close after it, in this space. Each process's code is
+    /// recorded at its own addresses (the plugin moves those of code another process
+    /// translated: `engine/src/spaces.rs`), so no other process's mappings are needed.
     fn place(
         &mut self,
         space: &Space,
+        previous: Option<&Space>,
         keep: &[MapEntry],
         named: &mut Named,
     ) -> Result<Vec<MapEntry>> {
-        let mut own = Vec::new();
-        let mut aliases = Vec::new();
-        let mut guest_dirs = HashMap::new();
-        let mut seen = HashSet::new();
-        let mut seen_bias = HashSet::new();
-        for m in &space.maps {
-            if !seen.insert(m.path.as_str()) {
-                continue;
-            }
-            let (host, bias) = match self.bias(m)? {
-                Ok(found) => found,
-                Err(why) => {
-                    named.problems.push(why);
-                    continue;
-                }
-            };
-            let Some(img) = self.image(&host) else {
-                named.problems.push(format!(
-                    "{} ({}) has no symbols (give an unstripped copy with --symbols)",
-                    m.path,
-                    host.display()
-                ));
-                continue;
-            };
-            if let Some(name) = host.file_name() {
-                let dir = m.path.rsplit_once('/').map_or("", |(d, _)| d);
-                guest_dirs.insert(name.to_string_lossy().into_owned(), dir.to_string());
-            }
-            // Only global functions: the file's (or its debug file's) symbol table was not
-            // there, only the exported ones.
-            if img.functions.iter().all(|f| f.global) {
-                named.problems.push(format!(
-                    "{} has only its exported symbols: its internal functions show as \
-                     addresses (give a copy with its symbol table or debug file with --symbols)",
-                    m.path
-                ));
-            }
-            own.push(img.shifted(bias));
-            seen_bias.insert((m.path.clone(), bias));
-        }
-        let all: Vec<(String, PathBuf, Vec<u64>)> = self
-            .biases
+        let own = self.images_of(space, Some(&mut *named))?;
+        let before = match previous {
+            Some(p) => self.images_of(p, None)?,
+            None => Vec::new(),
+        };
+        // Host file → its guest path, for the map lines.
+        let guest_of: HashMap<PathBuf, String> = own
             .iter()
-            .map(|(g, (h, b))| (g.clone(), h.clone(), b.clone()))
+            .chain(&before)
+            .map(|(g, img)| (img.path.clone(), g.clone()))
             .collect();
-        for (guest, host, biases) in all {
-            let Some(img) = self.image(&host) else {
-                continue;
-            };
-            if let Some(name) = host.file_name() {
-                let dir = guest.rsplit_once('/').map_or("", |(d, _)| d);
-                guest_dirs.insert(name.to_string_lossy().into_owned(), dir.to_string());
-            }
-            for b in biases {
-                if !seen_bias.contains(&(guest.clone(), b)) {
-                    aliases.push(img.clone().shifted(b));
-                }
-            }
-        }
-        let (mut placed, skipped) = symfiles::place(own, keep);
+        let (mut placed, skipped) =
+            symfiles::place(own.into_iter().map(|(_, i)| i).collect(), keep);
         // A file that overlaps the first session's images is named there already (given
         // with --symbols at its link address: a static program).
         named.problems.extend(
@@ -359,22 +325,91 @@ impl Finder<'_> {
         );
         let mut taken: Vec<MapEntry> = keep.to_vec();
         taken.extend(placed.iter().map(|p| p.map.clone()));
-        // An alias that meets this process's own files is left out: there the address is
-        // this process's.
-        placed.extend(symfiles::place(aliases, &taken).0);
+        // The previous space's files where they meet this one's are left out: there the
+        // address is this space's.
+        placed.extend(symfiles::place(before.into_iter().map(|(_, i)| i).collect(), &taken).0);
+        let mut used: HashSet<String> = keep.iter().map(|e| e.module_name().to_string()).collect();
         let mut out = Vec::new();
         for mut p in placed {
-            // The map line names the guest's file (`/lib/libc.so.6`), whose module name the
-            // `.sym` file has.
-            let module = p.module_name().to_string();
-            let stem = module.split('#').next().unwrap_or(&module);
-            if let Some(dir) = guest_dirs.get(stem) {
-                p.map.path = format!("{dir}/{module}").replace(char::is_whitespace, "_");
-            }
-            if self.written.insert(p.module_name().to_string()) {
+            let host = p.image.path.clone();
+            let name = self.module_name(&host, &mut used);
+            // The map line names the guest's file (`/lib/libc.so.6`) under a module name
+            // its `.sym` file has.
+            let dir = guest_of
+                .get(&host)
+                .and_then(|g| g.rsplit_once('/'))
+                .map_or("", |(d, _)| d);
+            p.map.path = format!("{dir}/{name}").replace(char::is_whitespace, "_");
+            // The first session to use a name writes its file (`module_name` gives a name
+            // only to one host file).
+            if self.modules.insert(name, host).is_none() {
                 symfiles::write_files(self.dir, &p, false)?;
             }
             out.push(p.map);
+        }
+        Ok(out)
+    }
+
+    /// The module name of host file `host` in a session whose names so far are `used`:
+    /// its file name, or the first `#N` form no other file has and the session does not use.
+    fn module_name(&self, host: &Path, used: &mut HashSet<String>) -> String {
+        let stem = host
+            .file_name()
+            .map(|n| n.to_string_lossy().replace(char::is_whitespace, "_"))
+            .unwrap_or_else(|| "image".into());
+        let mut name = stem.clone();
+        let mut n = 2;
+        while used.contains(&name) || self.modules.get(&name).is_some_and(|h| h != host) {
+            name = format!("{stem}#{n}");
+            n += 1;
+        }
+        used.insert(name.clone());
+        name
+    }
+
+    /// The symbols of a space's files, each at the load bias its first code mapping gives,
+    /// with their guest paths; what could not be named goes to `named`, when given.
+    fn images_of(
+        &mut self,
+        space: &Space,
+        mut named: Option<&mut Named>,
+    ) -> Result<Vec<(String, Image)>> {
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut problem = |why: String| {
+            if let Some(n) = named.as_deref_mut() {
+                n.problems.push(why);
+            }
+        };
+        for m in &space.maps {
+            if !seen.insert(m.path.as_str()) {
+                continue;
+            }
+            let (host, bias) = match self.bias(m)? {
+                Ok(found) => found,
+                Err(why) => {
+                    problem(why);
+                    continue;
+                }
+            };
+            let Some(img) = self.image(&host) else {
+                problem(format!(
+                    "{} ({}) has no symbols (give an unstripped copy with --symbols)",
+                    m.path,
+                    host.display()
+                ));
+                continue;
+            };
+            // Only global functions: the file's (or its debug file's) symbol table was not
+            // there, only the exported ones.
+            if img.functions.iter().all(|f| f.global) {
+                problem(format!(
+                    "{} has only its exported symbols: its internal functions show as \
+                     addresses (give a copy with its symbol table or debug file with --symbols)",
+                    m.path
+                ));
+            }
+            out.push((m.path.clone(), img.shifted(bias)));
         }
         Ok(out)
     }
@@ -391,8 +426,7 @@ mod tests {
             found: HashMap::new(),
             images: HashMap::new(),
             arch: Arch::Aarch64,
-            written: HashSet::new(),
-            biases: BTreeMap::new(),
+            modules: HashMap::new(),
         }
     }
 
@@ -429,5 +463,244 @@ mod tests {
         };
         let why = f.bias(&m).unwrap().unwrap_err();
         assert!(why.starts_with("no file found for /usr/bin/none"), "{why}");
+    }
+
+    /// Builds a shared object at `path` whose one function is `name` (the host's compiler:
+    /// only its symbols are read).
+    fn shared_object(path: &Path, name: &str) {
+        let src = path.with_extension("c");
+        std::fs::write(&src, format!("int {name}(int x) {{ return x + 1; }}\n")).unwrap();
+        let out = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-O1", "-o"])
+            .arg(path)
+            .arg(&src)
+            .output()
+            .expect("run cc");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Two different files of one name in two processes get a `.sym` file each; the same
+    /// file in two processes shares one.
+    #[test]
+    fn one_name_two_files_two_sym_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        for d in ["bin", "usr/bin", "lib"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        shared_object(&root.join("bin/tool"), "from_bin");
+        shared_object(&root.join("usr/bin/tool"), "from_usr_bin");
+        shared_object(&root.join("lib/libz.so"), "in_libz");
+        let staging = tmp.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::write(staging.join("sid-00000000000000aa.map"), "").unwrap();
+        let map = |path: &str, start: u64| Mapping {
+            path: path.into(),
+            start,
+            len: 0x1000,
+            offset: 0,
+        };
+        let space = |tgid: u32, maps: Vec<Mapping>| Space {
+            tgid,
+            from: tgid as u64,
+            maps,
+            exec: true,
+            until: None,
+        };
+        let procs = Procs {
+            spaces: vec![
+                space(
+                    10,
+                    vec![map("/bin/tool", 0x10_0000), map("/lib/libz.so", 0x40_0000)],
+                ),
+                space(
+                    11,
+                    vec![
+                        map("/usr/bin/tool", 0x20_0000),
+                        map("/lib/libz.so", 0x50_0000),
+                    ],
+                ),
+            ],
+            tgid_of: HashMap::from([(10, 10), (11, 11)]),
+        };
+        let files = GuestFiles {
+            initrd: None,
+            sysroot: Some(root),
+            symbols: Vec::new(),
+        };
+        let named = write(
+            &staging,
+            "00000000000000aa",
+            &procs,
+            &files,
+            Arch::X86_64,
+            &[],
+            &[10, 11],
+        )
+        .unwrap();
+        assert_eq!(named.spaces, 2, "{:?}", named.problems);
+        let modules = |tgid: u32| -> Vec<String> {
+            let sid = named
+                .lines
+                .iter()
+                .find_map(|l| match l {
+                    Later::Session { pid, sid, ns, .. } if *pid == tgid && *ns > 0 => {
+                        Some(sid.clone())
+                    }
+                    _ => None,
+                })
+                .expect("a session");
+            let text = std::fs::read_to_string(staging.join(format!("sid-{sid}.map"))).unwrap();
+            map::parse_map(&text)
+                .iter()
+                .map(|e| e.path.clone())
+                .collect()
+        };
+        assert_eq!(modules(10), ["/bin/tool", "/lib/libz.so"]);
+        assert_eq!(modules(11), ["/usr/bin/tool#2", "/lib/libz.so"]);
+        let sym =
+            |name: &str| std::fs::read_to_string(staging.join(format!("{name}.sym"))).unwrap();
+        assert!(sym("tool").contains("from_bin") && !sym("tool").contains("from_usr_bin"));
+        assert!(sym("tool#2").contains("from_usr_bin"));
+        assert!(sym("libz.so").contains("in_libz"));
+    }
+
+    /// Runs a cross tool, which must succeed.
+    fn run(cmd: &mut std::process::Command) {
+        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `dir/name`, an arm64 shared object with DWARF whose static function is `hidden`,
+    /// then split as distributions do: its debug file `dir/name.debug` (objcopy
+    /// --only-keep-debug), the object stripped of everything, with a debuglink to it.
+    /// Returns the object's build ID.
+    fn stripped_with_debug_file(dir: &Path, name: &str, hidden: &str) -> Vec<u8> {
+        use object::Object;
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(
+            &src,
+            format!(
+                "static __attribute__((noinline)) int {hidden}(int x) {{ return x * 3; }}\n\
+                 int entry_{hidden}(int x) {{ return {hidden}(x) + 1; }}\n"
+            ),
+        )
+        .unwrap();
+        let lib = dir.join(name);
+        run(std::process::Command::new("aarch64-linux-gnu-gcc")
+            .current_dir(dir)
+            .args(["-O1", "-g", "-shared", "-fPIC", "-Wl,--build-id=sha1", "-o"])
+            .arg(&lib)
+            .arg(&src));
+        let debug = dir.join(format!("{name}.debug"));
+        let objcopy = "aarch64-linux-gnu-objcopy";
+        run(std::process::Command::new(objcopy)
+            .arg("--only-keep-debug")
+            .arg(&lib)
+            .arg(&debug));
+        run(std::process::Command::new(objcopy)
+            .arg("--strip-all")
+            .arg(&lib));
+        run(std::process::Command::new(objcopy)
+            .current_dir(dir)
+            .arg(format!("--add-gnu-debuglink={name}.debug"))
+            .arg(&lib));
+        let data = std::fs::read(&lib).unwrap();
+        let id = object::File::parse(&data[..]).unwrap().build_id().unwrap();
+        id.expect("a build ID").to_vec()
+    }
+
+    /// Stripped guest files are named from their debug files in the sysroot's debug tree:
+    /// by build ID (a file under --sysroot, and one from the -initrd archive) and by
+    /// .gnu_debuglink (under `usr/lib/debug/<its directory>/`), with their source lines.
+    #[test]
+    fn stripped_files_take_their_debug_files_from_the_sysroot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let build = tmp.path().join("build");
+        let root = tmp.path().join("root");
+        for d in [&build, &root.join("bin")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let debug = root.join("usr/lib/debug");
+        let by_id = |id: &[u8]| {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            debug
+                .join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]))
+        };
+        let place = |from: PathBuf, to: PathBuf| {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::rename(from, to).unwrap();
+        };
+        let id = stripped_with_debug_file(&build, "byid", "hidden_byid");
+        place(build.join("byid"), root.join("bin/byid"));
+        place(build.join("byid.debug"), by_id(&id));
+        stripped_with_debug_file(&build, "linked", "hidden_linked");
+        place(build.join("linked"), root.join("bin/linked"));
+        place(build.join("linked.debug"), debug.join("bin/linked.debug"));
+        let id = stripped_with_debug_file(&build, "packed", "hidden_packed");
+        place(build.join("packed.debug"), by_id(&id));
+        let staging = tmp.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::write(staging.join("sid-00000000000000aa.map"), "").unwrap();
+        let procs = Procs {
+            spaces: vec![Space {
+                tgid: 10,
+                from: 1,
+                maps: ["/bin/byid", "/bin/linked", "/bin/packed"]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, path)| Mapping {
+                        path: path.to_string(),
+                        start: 0x10_0000 * (i as u64 + 1),
+                        len: 0x1000,
+                        offset: 0,
+                    })
+                    .collect(),
+                exec: true,
+                until: None,
+            }],
+            tgid_of: HashMap::from([(10, 10)]),
+        };
+        let files = GuestFiles {
+            initrd: Some(HashMap::from([(
+                "/bin/packed".to_string(),
+                std::fs::read(build.join("packed")).unwrap(),
+            )])),
+            sysroot: Some(root.clone()),
+            symbols: Vec::new(),
+        };
+        let named = write(
+            &staging,
+            "00000000000000aa",
+            &procs,
+            &files,
+            Arch::Aarch64,
+            &[],
+            &[10],
+        )
+        .unwrap();
+        assert!(named.problems.is_empty(), "{:?}", named.problems);
+        for name in ["byid", "linked", "packed"] {
+            let sym = std::fs::read_to_string(staging.join(format!("{name}.sym"))).unwrap();
+            assert!(
+                sym.contains(&format!("hidden_{name}")),
+                "{name}.sym:\n{sym}"
+            );
+            let dbg = std::fs::read_to_string(staging.join(format!("{name}.dbg"))).unwrap();
+            assert!(dbg.contains(&format!("{name}.c")), "{name}.dbg:\n{dbg}");
+        }
+        // The archive's copies are gone, the sysroot's debug tree with them untouched.
+        assert!(!staging.join(FILES_DIR).exists());
+        assert!(by_id(&id).is_file());
     }
 }

@@ -13,13 +13,15 @@ use crate::ffi::{
 use crate::handlers::callbacks::{
     on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
     on_indirect_call, on_jump_entry, on_landing, on_landing_gated, on_memory_call, on_offset_call,
-    on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch,
+    on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch, on_user_call,
+    on_user_indirect_call, on_user_landing, on_user_memory_call, on_user_offset_call,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{
     classify_after, jump_target_after, InsnKind, Isa, Mode, Target, Thunk,
 };
-use qemu_uftrace_engine::sites::{call_site, memory_call_word, pack};
+use qemu_uftrace_engine::sites::{call_site, memory_call_word, pack, user_site};
+use qemu_uftrace_engine::spaces::SpaceId;
 use std::cell::RefCell;
 use std::ffi::c_void;
 
@@ -86,6 +88,13 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     }
     let user = !crate::state::system_mode();
     let system = !user;
+    // A Linux guest's process code, with processes watched: the address space translating
+    // it, which another process running the same physical page moves the addresses from
+    // (`state::spaces`). Kernel code is at one address in every process.
+    let space: Option<SpaceId> =
+        (system && crate::handlers::procmaps::enabled() && !isa.is_task_pointer(start))
+            .then(crate::state::spaces::translating)
+            .filter(|&s| s != 0);
     if user {
         unsafe { crate::handlers::signals::instrument(first, start) };
     }
@@ -95,20 +104,14 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         if crate::vcpu::landing::is_landing(isa, mode, start, haddr) {
             // Registered before the clock's add, so the return is timed before this block.
             // R_REGS: a return that matches no frame reads frame records to resynchronise.
+            let (cb, data): (VcpuUdataCb, _) = match space {
+                Some(space) => (on_user_landing, user_site(start, start, start, space)),
+                // With -F, the form that only follows returns outside the filtered subtrees.
+                None if gated() => (on_landing_gated, start as usize as *mut c_void),
+                None => (on_landing, start as usize as *mut c_void),
+            };
             unsafe {
-                qemu_plugin_register_vcpu_tb_exec_cond_cb(
-                    tb,
-                    if gated() {
-                        on_landing_gated
-                    } else {
-                        on_landing
-                    },
-                    CB_R_REGS,
-                    COND_EQ,
-                    flag,
-                    1,
-                    start as usize as *mut c_void,
-                )
+                qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb, CB_R_REGS, COND_EQ, flag, 1, data)
             };
         }
     }
@@ -193,30 +196,42 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 Some(Thunk::BranchByReturn) => (on_thunk_branch, CB_NO_REGS, std::ptr::null_mut()),
                 // Its return is the caller's.
                 Some(Thunk::ReturnForCaller) => continue,
-                None => direct_call_site(t, ret_addr, pc),
+                None => direct_call_site(t, ret_addr, pc, space),
             },
             InsnKind::Call {
                 target: Target::Direct(t),
                 ret_addr,
-            } => direct_call_site(t, ret_addr, pc),
+            } => direct_call_site(t, ret_addr, pc, space),
             InsnKind::Call {
                 target: Target::Register(r),
                 ret_addr,
-            } => (
-                on_indirect_call,
-                CB_R_REGS,
+            } => {
                 // The register number, marked so it never meets a direct target.
-                call_site(pc, r as u64 | 1 << 63, ret_addr),
-            ),
+                let word = r as u64 | 1 << 63;
+                match space {
+                    Some(s) => (
+                        on_user_indirect_call,
+                        CB_R_REGS,
+                        user_site(pc, word, ret_addr, s),
+                    ),
+                    None => (on_indirect_call, CB_R_REGS, call_site(pc, word, ret_addr)),
+                }
+            }
             // RISC-V's JALR: the register plus a 32-bit offset (always fits: 12 bits).
             InsnKind::Call {
                 target: Target::RegisterOffset { reg, offset },
                 ret_addr,
-            } if i32::try_from(offset).is_ok() => (
-                on_offset_call,
-                CB_R_REGS,
-                call_site(pc, offset_call_word(reg, offset), ret_addr),
-            ),
+            } if i32::try_from(offset).is_ok() => {
+                let word = offset_call_word(reg, offset);
+                match space {
+                    Some(s) => (
+                        on_user_offset_call,
+                        CB_R_REGS,
+                        user_site(pc, word, ret_addr, s),
+                    ),
+                    None => (on_offset_call, CB_R_REGS, call_site(pc, word, ret_addr)),
+                }
+            }
             // x86 `call *m`: the target is the value its own load reads, handed to a memory
             // callback; a far call is not followed.
             InsnKind::Call {
@@ -227,15 +242,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                     continue;
                 };
                 let word = memory_call_word(op.size, code_base);
-                unsafe {
-                    qemu_plugin_register_vcpu_mem_cb(
-                        insn,
-                        on_memory_call,
-                        CB_NO_REGS,
-                        MEM_R,
-                        call_site(pc, word, ret_addr),
-                    )
+                let (cb, data): (crate::ffi::VcpuMemCb, _) = match space {
+                    Some(s) => (on_user_memory_call, user_site(pc, word, ret_addr, s)),
+                    None => (on_memory_call, call_site(pc, word, ret_addr)),
                 };
+                unsafe { qemu_plugin_register_vcpu_mem_cb(insn, cb, CB_NO_REGS, MEM_R, data) };
                 continue;
             }
             InsnKind::Call {
@@ -296,9 +307,19 @@ fn task_pointer_data(src: u8, pc: u64) -> *mut c_void {
     ((pc << 8) | src as u64) as usize as *mut c_void
 }
 
-/// The callback of a direct call to `target`: the packed form when its addresses fit; with
-/// `-F`, the forms that only follow calls outside the filtered subtrees.
-fn direct_call_site(target: u64, ret_addr: u64, pc: u64) -> (VcpuUdataCb, CbFlags, *mut c_void) {
+/// The callback of a direct call to `target`: the packed form when its addresses fit; a
+/// process's code translated in a known address space: the form that says which (its
+/// general path applies -F/-N); with `-F`, the forms that only follow calls outside the
+/// filtered subtrees.
+fn direct_call_site(
+    target: u64,
+    ret_addr: u64,
+    pc: u64,
+    space: Option<SpaceId>,
+) -> (VcpuUdataCb, CbFlags, *mut c_void) {
+    if let Some(s) = space {
+        return (on_user_call, CB_NO_REGS, user_site(pc, target, ret_addr, s));
+    }
     match (pack(target, ret_addr), gated()) {
         (Some(word), false) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
         (Some(word), true) => (

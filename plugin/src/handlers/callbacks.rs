@@ -9,7 +9,10 @@ use crate::state::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
 use qemu_uftrace_engine::exceptions::EretOutcome;
-use qemu_uftrace_engine::sites::{call_site_at, memory_call_target, unpack};
+use qemu_uftrace_engine::sites::{
+    call_site_at, memory_call_target, unpack, user_site_at, UserSite,
+};
+use qemu_uftrace_engine::spaces::SpaceId;
 use qemu_uftrace_engine::tasks::{Switch, TASK_NAME_BYTES};
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -193,16 +196,131 @@ pub extern "C" fn on_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
 /// vCPU's pending flag.
 pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
-    vcpu::with(vcpu_index, |v| {
-        if v.thunk_ret && thunk_landing(v, target) {
+    vcpu::with(vcpu_index, |v| landing(v, target));
+}
+
+/// A return landed at `target`.
+#[inline(always)]
+fn landing(v: &mut VcpuState, target: u64) {
+    if v.thunk_ret && thunk_landing(v, target) {
+        return;
+    }
+    if let Some(now) = v.fast.land(&mut v.interp, v.engine.last_time()) {
+        if v.engine.try_ret(now, target) {
             return;
         }
-        if let Some(now) = v.fast.land(&mut v.interp, v.engine.last_time()) {
-            if v.engine.try_ret(now, target) {
-                return;
-            }
+    }
+    landing_general(v, target)
+}
+
+// A process's code (system mode, processes watched): the same events, from a `UserSite`
+// that says which address space translated the code. Run in another space (a second
+// process running the same file, or a library every process maps), its addresses are the
+// translating process's: moved by the distance between the two processes' mappings of the
+// file. In the space that translated it, one comparison more than the callbacks above.
+
+/// How far the addresses of `site` move in the space the vCPU runs.
+#[inline(always)]
+fn moved(v: &mut VcpuState, site: &UserSite) -> u64 {
+    if site.space == v.deltas.running() {
+        0
+    } else {
+        delta_from(v, site.space, site.ret_addr)
+    }
+}
+
+/// The delta of code at `addr` translated in space `from` (per vCPU, cached per page).
+#[inline(never)]
+fn delta_from(v: &mut VcpuState, from: SpaceId, addr: u64) -> u64 {
+    v.engine.stats.moved_events += 1;
+    let to = v.deltas.running();
+    v.deltas.delta(from, addr, || {
+        crate::state::spaces::with(|s| s.delta(from, to, addr))
+    })
+}
+
+/// A direct call in a process's code.
+///
+/// # Safety
+/// `data` is a site from `sites::user_site`.
+pub unsafe extern "C" fn on_user_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { user_site_at(data) };
+    vcpu::with(vcpu_index, |v| {
+        let d = moved(v, site);
+        direct_call(
+            v,
+            site.target.wrapping_add(d),
+            site.ret_addr.wrapping_add(d),
+        )
+    });
+}
+
+/// A call through a register in a process's code: its target is read, so only the return
+/// address moves.
+///
+/// # Safety
+/// As [`on_user_call`], the target field as [`on_indirect_call`]'s; R_REGS.
+pub unsafe extern "C" fn on_user_indirect_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { user_site_at(data) };
+    vcpu::with(vcpu_index, |v| match v.regs.read_gpr(site.target as u8) {
+        Some(target) => {
+            let d = moved(v, site);
+            direct_call(v, target, site.ret_addr.wrapping_add(d))
         }
-        landing_general(v, target)
+        None => read_failed(v),
+    });
+}
+
+/// As [`on_offset_call`], in a process's code.
+///
+/// # Safety
+/// As [`on_user_call`], the target field as [`on_offset_call`]'s; R_REGS.
+pub unsafe extern "C" fn on_user_offset_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { user_site_at(data) };
+    let (reg, offset) = offset_call_parts(site.target);
+    vcpu::with(vcpu_index, |v| match v.regs.read_gpr(reg) {
+        Some(base) => {
+            let d = moved(v, site);
+            direct_call(
+                v,
+                base.wrapping_add(offset as u64) & !1,
+                site.ret_addr.wrapping_add(d),
+            )
+        }
+        None => read_failed(v),
+    });
+}
+
+/// As [`on_memory_call`], in a process's code.
+///
+/// # Safety
+/// As [`on_memory_call`], `data` from `sites::user_site`.
+pub unsafe extern "C" fn on_user_memory_call(
+    vcpu_index: c_uint,
+    info: ffi::MemInfo,
+    _vaddr: u64,
+    data: *mut c_void,
+) {
+    let site = unsafe { user_site_at(data) };
+    // SAFETY: inside the memory callback of the access `info` describes.
+    let loaded = unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0];
+    let target = memory_call_target(site.target, loaded);
+    vcpu::with(vcpu_index, |v| {
+        let d = moved(v, site);
+        direct_call(v, target, site.ret_addr.wrapping_add(d))
+    });
+}
+
+/// A landing block in a process's code.
+///
+/// # Safety
+/// `data` is a site from `sites::user_site` whose target is the block's address; registered
+/// as [`on_landing`].
+pub unsafe extern "C" fn on_user_landing(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { user_site_at(data) };
+    vcpu::with(vcpu_index, |v| {
+        let d = moved(v, site);
+        landing(v, site.target.wrapping_add(d))
     });
 }
 
@@ -331,6 +449,8 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
         settle(v, now);
+        // As in [`on_exception_return`].
+        crate::state::spaces::note_running(v.deltas.running());
         match exception_return_from_memory(v, isa, eret_pc).flatten() {
             Some(to) => {
                 if split {
@@ -357,6 +477,9 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
         settle(v, now);
+        // Back to user space, maybe after another vCPU ran on this thread: what the
+        // translator attributes this vCPU's next blocks to.
+        crate::state::spaces::note_running(v.deltas.running());
         let Some(level) = current_level(v, isa) else {
             v.engine.stats.register_read_failures += 1;
             return;
@@ -490,9 +613,12 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         let arriving = name_at(&mut v.regs, ptr);
         // Its process (one 4-byte read per switch, with the kernel's DWARF only).
         let tgid = tgid_in_task(&mut v.regs, ptr, pid);
+        // The arriving task's process address space (processes watched only).
+        let space = crate::handlers::procmaps::space_of_task(&mut v.regs, ptr);
         let now = v.now();
         settle(v, now);
         v.task_ptr = ptr;
+        v.run_space(space);
         let arrived_new = crate::state::with_tasks(|t| {
             if let Some((old, pid, tgid)) = before {
                 t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);

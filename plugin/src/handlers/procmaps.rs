@@ -3,15 +3,18 @@
 //! first instruction only (decided at translation), where their arguments are in registers:
 //! `mmap_region(file, addr, len, vm_flags, pgoff, …)` (every file mapping: the program and
 //! its loader at exec, libraries, `dlopen`), `begin_new_exec(bprm)` (the old mappings are
-//! gone) and `wake_up_new_task(p)` (a new process or thread: its PID, thread group, and the
-//! process it was forked from, whose mappings a forked child starts with). Guest structures
-//! are read at those points only, with the offsets the kernel's DWARF gave the CLI.
+//! gone), `wake_up_new_task(p)` (a new process or thread: its PID, thread group, and the
+//! process it was forked from, whose mappings a forked child starts with) and `do_exit`
+//! (a thread ends; the process with its leader). Guest structures are read at those points
+//! only, with the offsets the kernel's DWARF gave the CLI. The same events keep the
+//! plugin's own copy of each process's mappings (`state::spaces`).
 
 use std::ffi::{c_uint, c_void};
 use std::sync::Mutex;
 
 use crate::state::config::{Offsets, Watch};
 use crate::state::guest::{ByteBuf, MIN_PAGE};
+use crate::state::spaces;
 
 /// What a watched instruction is, for the translator: `None` for every other one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +22,7 @@ enum Point {
     Mmap = 1,
     Exec = 2,
     NewTask = 3,
+    Exit = 4,
 }
 
 fn watch() -> Option<(Watch, Offsets)> {
@@ -39,6 +43,8 @@ pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
         Point::Exec
     } else if pc == w.wake_up_new_task {
         Point::NewTask
+    } else if pc == w.do_exit {
+        Point::Exit
     } else {
         return;
     };
@@ -58,7 +64,7 @@ static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
 /// `plugin.procs`: one event per line, tab-separated `key=value` fields (numbers in
 /// decimal, addresses in hex), the path last:
 /// `task time=T tid=N tgid=N parent=N`, `exec time=T tid=N tgid=N`,
-/// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX path=P`.
+/// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX path=P`, `exit time=T tid=N tgid=N`.
 pub fn lines() -> String {
     LINES.lock().unwrap_or_else(|e| e.into_inner()).concat()
 }
@@ -66,6 +72,18 @@ pub fn lines() -> String {
 /// Whether anything was watched (the file is written only then).
 pub fn enabled() -> bool {
     watch().is_some()
+}
+
+/// The address space of the task at `task`, which a vCPU switches to (its thread group's,
+/// one 4-byte read); 0 when processes are not watched or the group is not known.
+pub fn space_of_task(regs: &mut ByteBuf, task: u64) -> qemu_uftrace_engine::spaces::SpaceId {
+    let Some((_, off)) = watch() else {
+        return 0;
+    };
+    match regs.read_le(task.wrapping_add(off.tgid), 4) {
+        Some(tgid) => spaces::with(|s| s.of(tgid as u32)),
+        None => 0,
+    }
 }
 
 /// The argument registers of the kernel's calling convention, first to fifth.
@@ -99,11 +117,11 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
         crate::vcpu::with(vcpu_index, |v| {
             let task = v.task_ptr;
             let time = v.now();
-            let regs = &mut v.regs;
-            let Some((tid, tgid)) = ids(regs, task, &off) else {
+            let Some((tid, tgid)) = ids(&mut v.regs, task, &off) else {
                 return;
             };
             let arg = |regs: &mut ByteBuf, n: usize| regs.read_named(arg_register(n)?);
+            let regs = &mut v.regs;
             let line = match point {
                 p if p == Point::Mmap as usize => {
                     let (Some(file), Some(start), Some(len), Some(flags), Some(pgoff)) = (
@@ -119,14 +137,26 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                         return;
                     }
                     let path = file_path(regs, file, &off).unwrap_or_default();
+                    let offset = pgoff.wrapping_mul(MIN_PAGE);
+                    let space = spaces::with(|s| s.mmap(tgid, &path, start, len, offset));
+                    v.run_space(space);
                     format!(
                         "mmap\ttime={time}\ttid={tid}\ttgid={tgid}\tstart={start:x}\tlen={len:x}\
-                         \toffset={:x}\tpath={path}\n",
-                        pgoff.wrapping_mul(MIN_PAGE)
+                         \toffset={offset:x}\tpath={path}\n"
                     )
                 }
                 p if p == Point::Exec as usize => {
+                    let space = spaces::with(|s| s.exec(tgid));
+                    v.run_space(space);
                     format!("exec\ttime={time}\ttid={tid}\ttgid={tgid}\n")
+                }
+                p if p == Point::Exit as usize => {
+                    // The leader's exit ends the process (a leader that leaves early is
+                    // rare: its threads then run on in a space no longer listed).
+                    if tid == tgid {
+                        spaces::with(|s| s.exit(tgid));
+                    }
+                    format!("exit\ttime={time}\ttid={tid}\ttgid={tgid}\n")
                 }
                 _ => {
                     let Some(child) = arg(regs, 0) else {
@@ -135,6 +165,9 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     let Some((pid, child_tgid)) = ids(regs, child, &off) else {
                         return;
                     };
+                    if pid == child_tgid {
+                        spaces::with(|s| s.fork(child_tgid, tgid));
+                    }
                     format!("task\ttime={time}\ttid={pid}\ttgid={child_tgid}\tparent={tgid}\n")
                 }
             };

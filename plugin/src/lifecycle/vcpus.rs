@@ -91,6 +91,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         announced: Default::default(),
         vectors: Default::default(),
         thunk_ret: false,
+        deltas: Default::default(),
     };
     if !vcpu::install(vcpu_id, state) {
         out.note_error(format!(

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,proc_watch=A:B:C,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,resume=on]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…]`, or
@@ -125,12 +125,13 @@ fn task_offset(key: &str, value: &str) -> Result<u64, String> {
 
 // System mode, Linux: the kernel points `handlers::procmaps` watches.
 
-/// The watched functions' entry addresses (`proc_watch=MMAP:EXEC:NEWTASK`).
+/// The watched functions' entry addresses (`proc_watch=MMAP:EXEC:NEWTASK:EXIT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Watch {
     pub mmap_region: u64,
     pub begin_new_exec: u64,
     pub wake_up_new_task: u64,
+    pub do_exit: u64,
 }
 
 /// Where the fields read are (`proc_offsets=TGID:FILE_DENTRY:D_NAME:D_PARENT`):
@@ -156,11 +157,13 @@ fn numbers<const N: usize>(key: &str, value: &str) -> Result<[u64; N], String> {
 
 impl Watch {
     pub fn parse(value: &str) -> Result<Watch, String> {
-        let [mmap_region, begin_new_exec, wake_up_new_task] = numbers("proc_watch", value)?;
+        let [mmap_region, begin_new_exec, wake_up_new_task, do_exit] =
+            numbers("proc_watch", value)?;
         Ok(Watch {
             mmap_region,
             begin_new_exec,
             wake_up_new_task,
+            do_exit,
         })
     }
 }

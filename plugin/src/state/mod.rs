@@ -9,6 +9,8 @@ pub mod flight;
 pub mod guest;
 pub mod output;
 pub mod progress;
+/// A Linux guest's process address spaces, for code one process translated and another runs.
+pub mod spaces;
 pub mod start_gate;
 
 use config::Config;

@@ -47,9 +47,18 @@ pub struct VcpuState {
     /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
     /// next only branches to the callee, whose frame the call to the thunk opened.
     pub thunk_ret: bool,
+    /// The process address space the vCPU runs and the deltas into it from others
+    /// (`state::spaces`); read on process code's events only.
+    pub deltas: qemu_uftrace_engine::spaces::DeltaCache,
 }
 
 impl VcpuState {
+    /// The vCPU runs address space `space` from now on.
+    pub fn run_space(&mut self, space: qemu_uftrace_engine::spaces::SpaceId) {
+        self.deltas.switch(space);
+        crate::state::spaces::note_running(space);
+    }
+
     /// The time now, on the general path.
     #[inline(always)]
     pub fn now(&mut self) -> u64 {

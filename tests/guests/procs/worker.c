@@ -1,12 +1,10 @@
 /*
  * The second program of the process tests: /init runs it twice. Each run calls
  * worker_step WORKER_STEPS times, each making one getpid(2), runs a thread that calls
- * thread_step THREAD_STEPS times, and formats its result with snprintf from libc. The first
- * run ("a") also loads /lib/libplug.so with dlopen and calls its plug_step PLUG_STEPS times.
- * Only the first: the second's dlopen would run the loader's code QEMU translated for the
- * first process (arm64 translations are shared by physical page), whose return addresses
- * are the first's, and the recording engine resyncs there (main and dlopen shown entered
- * twice): a known limitation, see DEVELOPERS.md.
+ * thread_step THREAD_STEPS times, loads /lib/libplug.so with dlopen and calls its plug_step
+ * PLUG_STEPS times, and formats its result with snprintf from libc. The second run executes
+ * the program's, the loader's and libc's code QEMU translated for the first (translations
+ * are shared by physical page), at its own addresses: the recording must be its own.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -58,12 +56,11 @@ int main(int argc, char **argv)
         acc = worker_step(acc);
     if (pthread_create(&thread, NULL, thread_main, NULL) == 0)
         pthread_join(thread, &ret);
-    int first = argc > 1 && strcmp(argv[1], "a") == 0;
-    void *plug = first ? dlopen("/lib/libplug.so", RTLD_NOW) : NULL;
+    void *plug = dlopen("/lib/libplug.so", RTLD_NOW);
     long (*plug_step)(long) = plug ? (long (*)(long))dlsym(plug, "plug_step") : NULL;
     for (int i = 0; plug_step && i < PLUG_STEPS; i++)
         acc = plug_step(acc);
-    if (first && !plug_step)
+    if (!plug_step)
         acc = -1;
     worker_report(argc > 1 ? argv[1] : "-", acc + (long)ret);
     return 0;

@@ -1,0 +1,264 @@
+//! A Linux guest's process address spaces, as far as code is concerned, and where a block
+//! translated in one of them runs in another.
+//!
+//! QEMU translates a guest physical page once and reuses that translation wherever the page
+//! is mapped (aarch64, riscv64 and x86_64 system emulation translate position-independently:
+//! `CF_PCREL`). Two processes running one file share its pages, so a block the first one
+//! translated runs in the second at another virtual address, and every address decided at
+//! translation (a direct call's target, a return address, a landing block's start) is the
+//! first process's. The plugin notes which space a user-space block was translated in;
+//! when it runs in another, [`Spaces::delta`] gives how far the file's code lies from where
+//! it lay in the translating space (both known from the process-map watch's `mmap_region`
+//! events), and [`DeltaCache`] keeps that per vCPU so that it is worked out once per page.
+
+use std::collections::HashMap;
+
+/// An address space: its index in [`Spaces`] plus one; 0 is "unknown" (a process whose start
+/// was not seen, kernel code), which nothing is ever rebased from or to.
+pub type SpaceId = u32;
+
+/// A file mapped executable in one space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mapping {
+    /// The file, interned by its guest path.
+    file: u32,
+    start: u64,
+    end: u64,
+    /// The file offset mapped at `start`.
+    offset: u64,
+}
+
+/// Every address space seen, and each process's current one.
+#[derive(Debug, Default)]
+pub struct Spaces {
+    maps: Vec<Vec<Mapping>>,
+    current: HashMap<u32, SpaceId>,
+    files: HashMap<String, u32>,
+}
+
+impl Spaces {
+    /// Process `tgid`'s current space (0: unknown).
+    pub fn of(&self, tgid: u32) -> SpaceId {
+        self.current.get(&tgid).copied().unwrap_or(0)
+    }
+
+    fn push(&mut self, tgid: u32, maps: Vec<Mapping>) -> SpaceId {
+        self.maps.push(maps);
+        let id = self.maps.len() as SpaceId;
+        self.current.insert(tgid, id);
+        id
+    }
+
+    /// A new process `tgid` forked from `parent`: a copy of the parent's mappings (a kernel
+    /// thread's parent has none: unknown until it execs). A reused PID starts clean.
+    pub fn fork(&mut self, tgid: u32, parent: u32) -> SpaceId {
+        match self.of(parent) {
+            0 => {
+                self.current.remove(&tgid);
+                0
+            }
+            p => {
+                let maps = self.maps[p as usize - 1].clone();
+                self.push(tgid, maps)
+            }
+        }
+    }
+
+    /// Process `tgid` exec'd: a new, empty space.
+    pub fn exec(&mut self, tgid: u32) -> SpaceId {
+        self.push(tgid, Vec::new())
+    }
+
+    /// Process `tgid` exited: its space is no one's any more (its translations may still run
+    /// elsewhere, so the space itself stays).
+    pub fn exit(&mut self, tgid: u32) {
+        self.current.remove(&tgid);
+    }
+
+    /// `path` mapped executable at `start..start + len` from file offset `offset` in
+    /// `tgid`'s space (one made for it if its start was not seen). Returns the space.
+    pub fn mmap(&mut self, tgid: u32, path: &str, start: u64, len: u64, offset: u64) -> SpaceId {
+        let next = self.files.len() as u32;
+        let file = *self.files.entry(path.to_string()).or_insert(next);
+        let id = match self.of(tgid) {
+            0 => self.push(tgid, Vec::new()),
+            id => id,
+        };
+        let maps = &mut self.maps[id as usize - 1];
+        let end = start.saturating_add(len);
+        // A mapping replaces what it overlaps (MAP_FIXED over the loader's reservation);
+        // what is left of an older one on either side stays.
+        let mut kept = Vec::with_capacity(maps.len() + 2);
+        for m in maps.drain(..) {
+            if m.end <= start || end <= m.start {
+                kept.push(m);
+                continue;
+            }
+            if m.start < start {
+                kept.push(Mapping { end: start, ..m });
+            }
+            if end < m.end {
+                kept.push(Mapping {
+                    start: end,
+                    offset: m.offset + (end - m.start),
+                    ..m
+                });
+            }
+        }
+        *maps = kept;
+        maps.push(Mapping {
+            file,
+            start,
+            end,
+            offset,
+        });
+        id
+    }
+
+    /// How far code at `addr`, translated in space `from`, lies in space `to`: the
+    /// difference of the addresses its file's page has in the two. `None` where either
+    /// space does not map it (then the addresses stay as translated).
+    pub fn delta(&self, from: SpaceId, to: SpaceId, addr: u64) -> Option<u64> {
+        let space = |id: SpaceId| self.maps.get((id as usize).checked_sub(1)?);
+        let m = space(from)?
+            .iter()
+            .find(|m| m.start <= addr && addr < m.end)?;
+        let file_offset = addr - m.start + m.offset;
+        let there = space(to)?.iter().find(|n| {
+            n.file == m.file && n.offset <= file_offset && file_offset - n.offset < n.end - n.start
+        })?;
+        let moved = there.start + (file_offset - there.offset);
+        Some(moved.wrapping_sub(addr))
+    }
+}
+
+/// Entries of [`DeltaCache`] (a power of two).
+const CACHE: usize = 64;
+/// Pages of this size share one delta (the smallest page: a mapping's granularity).
+const PAGE_SHIFT: u32 = 12;
+
+/// One vCPU's deltas from other spaces into the one it runs, by translating space and page.
+#[derive(Debug, Clone)]
+pub struct DeltaCache {
+    /// The space the entries are for (the vCPU's current one).
+    running: SpaceId,
+    entries: [(SpaceId, u64, u64); CACHE],
+}
+
+impl Default for DeltaCache {
+    fn default() -> Self {
+        DeltaCache {
+            running: 0,
+            entries: [(0, 0, 0); CACHE],
+        }
+    }
+}
+
+impl DeltaCache {
+    /// The space the vCPU runs.
+    #[inline(always)]
+    pub fn running(&self) -> SpaceId {
+        self.running
+    }
+
+    /// The vCPU now runs `space`: earlier deltas were into another.
+    pub fn switch(&mut self, space: SpaceId) {
+        if space != self.running {
+            self.running = space;
+            self.entries = [(0, 0, 0); CACHE];
+        }
+    }
+
+    /// The delta of code at `addr` translated in `from` (not the running space), asking
+    /// `spaces` on a miss; 0 where no delta is known.
+    pub fn delta(&mut self, from: SpaceId, addr: u64, spaces: impl FnOnce() -> Option<u64>) -> u64 {
+        let page = addr >> PAGE_SHIFT;
+        let slot = (page as usize ^ from as usize) & (CACHE - 1);
+        let (s, p, d) = self.entries[slot];
+        if s == from && p == page && from != 0 {
+            return d;
+        }
+        let d = spaces().unwrap_or(0);
+        self.entries[slot] = (from, page, d);
+        d
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_file_in_two_processes_is_rebased_by_its_bases() {
+        let mut s = Spaces::default();
+        let init = s.exec(1);
+        s.mmap(1, "/init", 0xaaaa_0000_0000, 0x2000, 0);
+        let a = s.fork(7, 1);
+        let b = s.fork(8, 1);
+        // The forked copies are the parent's: nothing moves.
+        assert_eq!(s.delta(init, a, 0xaaaa_0000_0010), Some(0));
+        assert_eq!(s.exec(7), a + 2);
+        let a = s.of(7);
+        s.mmap(7, "/worker", 0xaaab_1000_0000, 0x3000, 0);
+        s.mmap(7, "/lib/libc.so.6", 0xffff_8000_0000, 0x10_0000, 0);
+        let b2 = s.exec(8);
+        assert_ne!(b, b2);
+        s.mmap(8, "/lib/libc.so.6", 0xffff_9000_0000, 0x10_0000, 0);
+        s.mmap(8, "/worker", 0xaaac_2000_0000, 0x3000, 0);
+        assert_eq!(
+            s.delta(a, b2, 0xaaab_1000_1234)
+                .map(|d| 0xaaab_1000_1234u64.wrapping_add(d)),
+            Some(0xaaac_2000_1234)
+        );
+        assert_eq!(
+            s.delta(b2, a, 0xffff_9000_0040)
+                .map(|d| 0xffff_9000_0040u64.wrapping_add(d)),
+            Some(0xffff_8000_0040)
+        );
+        // A file the other space does not map, or an address no file holds: none.
+        assert_eq!(s.delta(a, init, 0xaaab_1000_0000), None);
+        assert_eq!(s.delta(a, b2, 0x1000), None);
+        assert_eq!(s.delta(0, b2, 0xaaab_1000_0000), None);
+    }
+
+    #[test]
+    fn offsets_and_overlays_are_followed() {
+        let mut s = Spaces::default();
+        let a = s.exec(1);
+        // The loader's reservation, then the text segment mapped over it from offset 0x1000.
+        s.mmap(1, "/lib/x.so", 0x10_0000, 0x8000, 0);
+        s.mmap(1, "/lib/x.so", 0x10_1000, 0x2000, 0x1000);
+        let b = s.exec(2);
+        s.mmap(2, "/lib/x.so", 0x50_1000, 0x2000, 0x1000);
+        assert_eq!(s.delta(a, b, 0x10_1800), Some(0x40_0000));
+        // Before the text in `a` (the reservation's first page, file offset 0): `b` maps
+        // no such part of the file.
+        assert_eq!(s.delta(a, b, 0x10_0800), None);
+        // After it: the reservation's rest, still at its own offset (0x4000 in the file).
+        s.mmap(2, "/lib/x.so", 0x60_0000, 0x1000, 0x4000);
+        assert_eq!(s.delta(a, b, 0x10_4010), Some(0x60_0000 - 0x10_4000));
+        // A PID reused after exit starts clean.
+        s.exit(2);
+        assert_eq!(s.of(2), 0);
+        assert_eq!(s.fork(2, 99), 0);
+    }
+
+    #[test]
+    fn the_cache_asks_once_per_page_and_forgets_at_a_switch() {
+        let mut c = DeltaCache::default();
+        c.switch(3);
+        let mut asked = 0;
+        for addr in [0x1000u64, 0x1ff8, 0x1004] {
+            let d = c.delta(2, addr, || {
+                asked += 1;
+                Some(0x100)
+            });
+            assert_eq!(d, 0x100);
+        }
+        assert_eq!(asked, 1);
+        c.switch(4);
+        assert_eq!(c.delta(2, 0x1000, || Some(0x200)), 0x200);
+        assert_eq!(c.delta(2, 0x1000, || None), 0x200);
+        assert_eq!(c.delta(5, 0x1000, || None), 0);
+    }
+}
