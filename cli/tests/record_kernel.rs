@@ -168,14 +168,38 @@ fn check_boot(dir: &Path, qemu: &str) {
     let top = uftrace(&["replay", "--no-pager", "-D", "2", "-d", &d]).expect("uftrace replay");
     let head = &top[..top.len().min(4000)];
     assert!(!top.contains("| <"), "unresolved top-level calls:\n{head}");
-    for f in [
-        "| preserve_boot_args();",
-        "| init_kernel_el();",
-        "| create_idmap()",
-        "| start_kernel() {",
-    ] {
-        assert!(top.contains(f), "no {f} on {qemu} in:\n{head}");
-    }
+    // The Image's header jumps to primary_entry (`b primary_entry`), which jumps to
+    // __primary_switch, whose __primary_switched calls start_kernel: each entered function
+    // nests in the code that jumped, as uftrace shows a tail call.
+    let boot: Vec<&str> = top
+        .lines()
+        .filter_map(|l| l.split_once("] | ").map(|(_, f)| f.trim_end()))
+        .take(6)
+        .collect();
+    assert_eq!(
+        boot,
+        [
+            "primary_entry() {",
+            "  preserve_boot_args();",
+            "  init_kernel_el();",
+            "  create_idmap();",
+            "  __cpu_setup();",
+            "  __primary_switch() {",
+        ],
+        "the boot on {qemu}:\n{head}"
+    );
+    let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
+    let backtrace: Vec<&str> = graph
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('['))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(
+        backtrace,
+        ["primary_entry", "__primary_switch", "start_kernel"],
+        "start_kernel's backtrace on {qemu}:\n{}",
+        &graph[..graph.len().min(2000)]
+    );
     // start_kernel never returns: it stays open in the boot CPU's idle task while the other
     // tasks run; PID 1's kernel stack starts at kernel_init (after ret_from_fork's
     // schedule_tail).
