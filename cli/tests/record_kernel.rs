@@ -254,17 +254,21 @@ fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
         unresolved.is_empty(),
         "unresolved functions: {unresolved:?}"
     );
-    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "1", "-d", &d]).expect("replay");
+    // primary_entry (entered by the Image header's jump) holds the boot; start_kernel is
+    // called beneath __primary_switch (entered by primary_entry's jump).
+    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "3", "-d", &d]).expect("replay");
     let line = |f: &str| {
         top.lines()
             .find(|l| l.contains(f))
             .unwrap_or_else(|| panic!("no {f} in:\n{top}"))
     };
+    for f in ["| primary_entry() {", "|   preserve_boot_args()"] {
+        assert!(line(f).contains("arch/arm64/kernel/head.S:"), "{top}");
+    }
     assert!(
-        line("| preserve_boot_args();").contains("arch/arm64/kernel/head.S:"),
+        line("|     start_kernel() {").contains("init/main.c:"),
         "{top}"
     );
-    assert!(line("| start_kernel() {").contains("init/main.c:"), "{top}");
 }
 
 /// Under `-cpu max` the kernel signs its return addresses (pointer authentication): returns,
