@@ -99,14 +99,10 @@ pub fn system_text(
             symbols::load(&s.path, &opts).ok()
         })
         .collect();
-    // A Linux kernel's own functions are left out: its entry code jumps between functions
-    // where no call is made (a vector slot's `b el0t_64_sync`, ret_from_fork's `b ret_to_user`
-    // before the ERET to user space), and a frame opened there would hold every user function
-    // of the task. Firmware and bare-metal images keep theirs.
-    if images.iter().any(is_linux_kernel) {
-        images.retain(|i| !is_linux_kernel(i));
-    } else if let Some(alias) =
-        kernel.and_then(|k| crate::kernel_alias::physical_alias(&images, k, board))
+    // A Linux kernel's entry code jumps where no call is made (a vector slot's `b
+    // el0t_64_sync`, ret_from_fork's `b ret_to_user` before its first ERET to user space):
+    // the engine leaves those to the exception entries and the ERET's hand-over.
+    if let Some(alias) = kernel.and_then(|k| crate::kernel_alias::physical_alias(&images, k, board))
     {
         images.push(alias);
     }
@@ -117,11 +113,6 @@ pub fn system_text(
 pub fn write_atomically(file: &Path, text: &str) -> bool {
     let tmp = file.with_extension("tmp");
     std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, file).is_ok()
-}
-
-/// Whether an image is a Linux kernel (it has `start_kernel`).
-fn is_linux_kernel(image: &Image) -> bool {
-    image.functions.iter().any(|f| f.name == "start_kernel")
 }
 
 #[cfg(test)]

@@ -168,14 +168,38 @@ fn check_boot(dir: &Path, qemu: &str) {
     let top = uftrace(&["replay", "--no-pager", "-D", "2", "-d", &d]).expect("uftrace replay");
     let head = &top[..top.len().min(4000)];
     assert!(!top.contains("| <"), "unresolved top-level calls:\n{head}");
-    for f in [
-        "| preserve_boot_args();",
-        "| init_kernel_el();",
-        "| create_idmap()",
-        "| start_kernel() {",
-    ] {
-        assert!(top.contains(f), "no {f} on {qemu} in:\n{head}");
-    }
+    // The Image's header jumps to primary_entry (`b primary_entry`), which jumps to
+    // __primary_switch, whose __primary_switched calls start_kernel: each entered function
+    // nests in the code that jumped, as uftrace shows a tail call.
+    let boot: Vec<&str> = top
+        .lines()
+        .filter_map(|l| l.split_once("] | ").map(|(_, f)| f.trim_end()))
+        .take(6)
+        .collect();
+    assert_eq!(
+        boot,
+        [
+            "primary_entry() {",
+            "  preserve_boot_args();",
+            "  init_kernel_el();",
+            "  create_idmap();",
+            "  __cpu_setup();",
+            "  __primary_switch() {",
+        ],
+        "the boot on {qemu}:\n{head}"
+    );
+    let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
+    let backtrace: Vec<&str> = graph
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('['))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(
+        backtrace,
+        ["primary_entry", "__primary_switch", "start_kernel"],
+        "start_kernel's backtrace on {qemu}:\n{}",
+        &graph[..graph.len().min(2000)]
+    );
     // start_kernel never returns: it stays open in the boot CPU's idle task while the other
     // tasks run; PID 1's kernel stack starts at kernel_init (after ret_from_fork's
     // schedule_tail).
@@ -230,17 +254,21 @@ fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
         unresolved.is_empty(),
         "unresolved functions: {unresolved:?}"
     );
-    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "1", "-d", &d]).expect("replay");
+    // primary_entry (entered by the Image header's jump) holds the boot; start_kernel is
+    // called beneath __primary_switch (entered by primary_entry's jump).
+    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "3", "-d", &d]).expect("replay");
     let line = |f: &str| {
         top.lines()
             .find(|l| l.contains(f))
             .unwrap_or_else(|| panic!("no {f} in:\n{top}"))
     };
+    for f in ["| primary_entry() {", "|   preserve_boot_args()"] {
+        assert!(line(f).contains("arch/arm64/kernel/head.S:"), "{top}");
+    }
     assert!(
-        line("| preserve_boot_args();").contains("arch/arm64/kernel/head.S:"),
+        line("|     start_kernel() {").contains("init/main.c:"),
         "{top}"
     );
-    assert!(line("| start_kernel() {").contains("init/main.c:"), "{top}");
 }
 
 /// Under `-cpu max` the kernel signs its return addresses (pointer authentication): returns,

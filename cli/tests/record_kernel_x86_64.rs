@@ -218,6 +218,54 @@ fn check_boot(dir: &Path, qemu: &str) {
         !runs.contains("[4194304]"),
         "kthreadd took the boot stack on {qemu}"
     );
+    // start_kernel is entered by x86_64_start_reservations' tail call (`jmp start_kernel`):
+    // a call nested in it, as uftrace shows a tail call, once, with setup_arch beneath.
+    let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
+    let backtrace: Vec<&str> = graph
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('['))
+        .filter_map(|l| l.split_once("] ").map(|(_, f)| f))
+        .map(|f| f.rsplit_once(" (0x").map_or(f, |(name, _)| name))
+        .collect();
+    assert!(
+        graph.contains("backtrace #0: hit 1,") && !graph.contains("backtrace #1:"),
+        "start_kernel entered more than once on {qemu}:\n{}",
+        &graph[..graph.len().min(2000)]
+    );
+    // Without exception entries (10.0) the boot code's frames stay open beneath it: the
+    // option ROM's and the kernel's setup code (no symbols), which INT and IRET leave.
+    let boot_frames = if discontinuity { 0 } else { 5 };
+    assert!(
+        backtrace.len() == boot_frames + 2
+            && backtrace.ends_with(&["x86_64_start_reservations", "start_kernel"])
+            && backtrace[..boot_frames]
+                .iter()
+                .all(|f| f.starts_with("[x86 ")),
+        "start_kernel's backtrace on {qemu}: {backtrace:?}"
+    );
+    let sk = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-F",
+        "^start_kernel$",
+        "-D",
+        "2",
+        "-d",
+        &d,
+    ])
+    .expect("uftrace replay -F start_kernel");
+    let indent = |f: &str| {
+        sk.lines()
+            .filter_map(|l| l.split_once("] | ").map(|(_, c)| c))
+            .find(|c| c.trim_start().starts_with(f))
+            .map(|c| c.len() - c.trim_start().len())
+    };
+    let (sk_at, setup_at) = (indent("start_kernel() {"), indent("setup_arch("));
+    assert!(
+        sk_at.is_some() && setup_at == sk_at.map(|i| i + 2),
+        "setup_arch should be called by start_kernel on {qemu}:\n{}",
+        &sk[..sk.len().min(2000)]
+    );
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     let has = |f: &str| {
         report

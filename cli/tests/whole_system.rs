@@ -509,9 +509,10 @@ fn initramfs_boot_one_task_per_process_with_exception_entries() {
         || format!("start_kernel should be entered once and never return; replay -F start_kernel -D 1 shows:\n{}", sk_text.lines().take(8).collect::<Vec<_>>().join("\n")),
     );
 
-    // PID 1's kernel part: only ret_from_fork's calls at its top level (schedule_tail,
-    // kernel_init — exactly once, asm_exit_to_user_mode), all before its user part; from then
-    // on every top-level entry is a user function or an exception entry.
+    // PID 1's kernel part: exactly ret_from_fork's calls at its top level (schedule_tail,
+    // kernel_init, asm_exit_to_user_mode) and its jump to ret_to_user, whose ERET to EL0 with
+    // no exception entry open hands over (closes it), all before its user part; from then on
+    // every top-level entry is a user function or an exception entry.
     let top = replay_calls(&rec, &["--tid", "1", "-D", "1"]);
     let top: Vec<&Call> = top.iter().filter(|c| c.parent.is_none()).collect();
     let first_user = top.iter().position(|c| user.contains(&c.name));
@@ -524,12 +525,15 @@ fn initramfs_boot_one_task_per_process_with_exception_entries() {
         .map(|c| c.name.as_str())
         .filter(|n| !n.starts_with('['))
         .collect();
-    e.that(
-        before.iter().filter(|n| **n == "kernel_init").count() == 1
-            && before
-                .iter()
-                .all(|n| ["schedule_tail", "kernel_init", "asm_exit_to_user_mode"].contains(n)),
-        || format!("task 1's top level before /init's code should be ret_from_fork's calls (schedule_tail, kernel_init once, asm_exit_to_user_mode); it is {:?}", &before[..before.len().min(20)]),
+    e.eq(
+        "task 1's top level before /init's code (ret_from_fork's calls, then its jump)",
+        before,
+        vec![
+            "schedule_tail",
+            "kernel_init",
+            "asm_exit_to_user_mode",
+            "ret_to_user",
+        ],
     );
     let stray: Vec<&str> = top[first_user..]
         .iter()

@@ -12,6 +12,13 @@
 //! entry). Without exception entries (a QEMU without the discontinuity callback), returns
 //! from interrupt handlers run in vector code, not in the interrupted function, so they never
 //! close a frame that way.
+//!
+//! An ERET leaves the code it runs in for good: functions entered by a jump (tail calls, which
+//! nothing returns to) end there. And where exception entries are seen, an ERET to a less
+//! privileged level with none open is a hand-over: every entry from a lower level opens one,
+//! so the frames open were all opened at the level being left, and nothing returns to them
+//! (a firmware starting the next stage, a new task's first return to user space after
+//! arm64's `b ret_to_user` or x86's `jmp swapgs_restore_regs_and_return_to_usermode`).
 
 // Defined with the architectures, which decide it; named here too, where it is used.
 pub use crate::arch::ExceptionKind;
@@ -28,6 +35,10 @@ pub enum EretOutcome {
     ClosedException,
     /// Closed the top frame: an ERET used as a function return.
     ClosedFunction,
+    /// Closed the frames entered by a jump on top, the code the ERET left.
+    ClosedJumped,
+    /// Closed every frame: a hand-over to a less privileged level.
+    HandedOver,
     /// Nothing to close (a new task's first return to user space, a level drop at boot).
     Nothing,
 }
@@ -66,15 +77,8 @@ impl Engine {
         true
     }
 
-    /// A firmware handed the vCPU to the next stage by an exception return that closed
-    /// nothing (`Isa::hands_over_from`): its frames are never returned to, and the next
-    /// stage starts at depth 0 rather than inside them.
-    pub fn hand_over(&mut self, now: u64) {
-        let now = self.clamp(now);
-        self.close_down_to(now, 0);
-    }
-
-    /// An exception return to `target`, executed at `eret_pc`.
+    /// An exception return to `target`, executed at `eret_pc`, at the same or an unknown
+    /// level (or where exception entries are not seen).
     pub fn exception_return(&mut self, now: u64, target: u64, eret_pc: u64) -> EretOutcome {
         let now = self.clamp(now);
         if let Some(i) = self.stack().innermost_exception() {
@@ -86,20 +90,54 @@ impl Engine {
             self.close_down_to(now, i);
             return EretOutcome::ClosedException;
         }
-        let Some(top) = self.stack().top().copied() else {
-            // A stack found mid-way: the exception entry it returns from was open at the
-            // start (a task asleep in a system call), for the CLI to match like a return.
-            if self.midway {
+        // The running function: the top frame, or one that entered those above it by jumps.
+        let frames = self.stack().frames();
+        let jumped = frames.iter().rev().take_while(|f| f.is_jumped()).count();
+        let called = frames.len() - jumped;
+        if let Some(caller) = called.checked_sub(1) {
+            let inside = frames[caller..]
+                .iter()
+                .any(|f| eret_pc.wrapping_sub(f.func) < SAME_FUNCTION_WINDOW);
+            if frames[caller].ret_addr == target && inside {
+                self.stats.eret_returns += 1;
+                self.close_down_to(now, caller);
+                return EretOutcome::ClosedFunction;
+            }
+        }
+        // A stack found mid-way with nothing called since: the exception entry it returns
+        // from was open at the start (a task asleep in a system call), for the CLI to match
+        // like a return.
+        let outer = called == 0 && self.midway;
+        if jumped > 0 {
+            self.close_down_to(now, called);
+            if outer {
                 self.outer_return(now, target);
             }
-            return EretOutcome::Nothing;
-        };
-        let inside_top = eret_pc.wrapping_sub(top.func) < SAME_FUNCTION_WINDOW;
-        if top.ret_addr == target && inside_top {
-            self.stats.eret_returns += 1;
-            self.close_top(now);
-            return EretOutcome::ClosedFunction;
+            return EretOutcome::ClosedJumped;
+        }
+        if outer {
+            self.outer_return(now, target);
         }
         EretOutcome::Nothing
+    }
+
+    /// An exception return to `target`, executed at `eret_pc`, to a less privileged level,
+    /// where exception entries are seen: one that closes no exception entry and returns
+    /// from no function hands the vCPU over (see the module's documentation).
+    pub fn exception_return_down(&mut self, now: u64, target: u64, eret_pc: u64) -> EretOutcome {
+        match self.exception_return(now, target, eret_pc) {
+            EretOutcome::Nothing if self.stack().is_empty() => EretOutcome::Nothing,
+            EretOutcome::Nothing | EretOutcome::ClosedJumped => {
+                self.hand_over(now);
+                EretOutcome::HandedOver
+            }
+            outcome => outcome,
+        }
+    }
+
+    /// The frames open are never returned to: the next stage starts at depth 0.
+    fn hand_over(&mut self, now: u64) {
+        let now = self.clamp(now);
+        self.close_down_to(now, 0);
     }
 }

@@ -270,10 +270,17 @@ impl Engine {
 
     /// A jump from one function to another's entry (a tail call, aarch64 glibc's `b main`):
     /// shown as uftrace shows a tail call, a call nested in the jumper's frame. Nothing
-    /// returns to it: it closes when the frame below it returns (`ret`, `ret_unseen`).
+    /// returns to it: it closes when the frame below it returns (`ret`, `ret_unseen`). A jump
+    /// made with an exception entry on top (nothing called since it was taken) is the
+    /// exception's own code going to its handler (an arm64 vector slot's `b el0t_64_sync`,
+    /// `b ret_to_user` after the handler, x86's `jmp error_return`), which the entry's
+    /// pseudo-frame stands for: no entry.
     #[cold]
     #[inline(never)]
     pub fn jump_entry(&mut self, now: u64, func: u64) {
+        if self.stack.top().is_some_and(Frame::is_exception) {
+            return;
+        }
         let now = self.clamp(now);
         self.stats.jump_entries += 1;
         self.open(
@@ -409,6 +416,14 @@ impl Engine {
                 self.stats.deep_returns += 1;
             }
             self.close_skipped(now, i);
+            return;
+        }
+        // Only frames entered by a jump above the floor: they were entered from code that
+        // set its own return address and made no call (riscv64's `la ra, ret_from_exception;
+        // tail syscall_exit_to_user_mode` as a new task starts). The return is theirs.
+        let above = &self.stack.frames()[floor..];
+        if !above.is_empty() && above.iter().all(Frame::is_jumped) {
+            self.close_down_to(now, floor);
             return;
         }
         self.stats.unmatched_returns += 1;

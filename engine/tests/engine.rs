@@ -849,3 +849,168 @@ fn each_context_keeps_its_own_subtree() {
     r.ret(0x20, &mut g);
     assert_eq!(r.shape(), s(&["+200@0", "+300@1", "-300@1", "-200@0"]));
 }
+
+#[test]
+fn an_eret_to_user_space_with_nothing_open_hands_over() {
+    use qemu_uftrace_engine::exceptions::EretOutcome;
+    // A new task's first return to user space (arm64 ret_from_fork: bl schedule_tail,
+    // b ret_to_user, ERET to EL0): nothing returns to ret_to_user, and the user's calls
+    // start at depth 0 rather than inside it.
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // schedule_tail
+    r.ret(0x14, &mut g);
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x200); // b ret_to_user
+    r.call(0x300, 0x208); //  a call on the way out
+    r.ret(0x208, &mut g);
+    r.t += 10;
+    assert_eq!(
+        r.engine.exception_return_down(r.t, 0x40_0000, 0x240),
+        EretOutcome::HandedOver
+    );
+    r.call(0x40_1000, 0x40_0010); // the user's main
+    r.ret(0x40_0010, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+100@0",
+            "-100@0",
+            "+200@0",
+            "+300@1",
+            "-300@1",
+            "-200@0",
+            "+401000@0",
+            "-401000@0"
+        ])
+    );
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+    // OpenSBI's mret into the kernel from sbi_hart_switch_mode: its frames close there.
+    let mut r = Rig::new(1024);
+    r.call(0x8000_0100, 0x8000_0014); // sbi_init
+    r.call(0x8000_0400, 0x8000_0108); //  sbi_hart_switch_mode
+    r.t += 10;
+    assert_eq!(
+        r.engine
+            .exception_return_down(r.t, 0x8020_0000, 0x8000_0440),
+        EretOutcome::HandedOver
+    );
+    assert!(r.engine.stack().is_empty());
+    // With nothing open there is nothing to hand over.
+    assert_eq!(
+        r.engine
+            .exception_return_down(r.t, 0x8020_0000, 0x8000_0440),
+        EretOutcome::Nothing
+    );
+}
+
+#[test]
+fn an_eret_down_from_a_function_to_its_callers_return_address_is_a_return() {
+    use qemu_uftrace_engine::exceptions::EretOutcome;
+    // arm64 init_kernel_el at EL2: `msr elr_el2, lr; eret` to EL1, from a part it jumped
+    // to: a return from init_kernel_el, not a hand-over.
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // primary_entry's caller
+    r.call(0x4000, 0x108); //  init_kernel_el
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x4100); //   b init_el2
+    assert_eq!(
+        r.engine.exception_return_down(r.t + 10, 0x108, 0x4130),
+        EretOutcome::ClosedFunction
+    );
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+4000@1", "+4100@2", "-4100@2", "-4000@1"])
+    );
+    assert_eq!(r.engine.stats.eret_returns, 1);
+}
+
+#[test]
+fn an_eret_ends_the_functions_entered_by_a_jump_it_leaves() {
+    use qemu_uftrace_engine::exceptions::EretOutcome;
+    // Without exception entries (QEMU 10.0), an arm64 syscall's vector slot jumps to
+    // el0t_64_sync on top of the user's frame, which jumps to ret_to_user, whose ERET goes
+    // back to the user: those two end there, the user's frame stays.
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x40_1000, 0x40_0010); // main
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0xffff_0800); //  el0t_64_sync
+    r.call(0xffff_2000, 0xffff_0808); //   el0t_64_sync_handler
+    r.ret(0xffff_0808, &mut g);
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0xffff_0900); //   ret_to_user
+    r.t += 10;
+    assert_eq!(
+        r.engine.exception_return(r.t, 0x40_1010, 0xffff_0940),
+        EretOutcome::ClosedJumped
+    );
+    assert_eq!(r.engine.stack().len(), 1);
+    r.ret(0x40_0010, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+401000@0",
+            "+ffff0800@1",
+            "+ffff2000@2",
+            "-ffff2000@2",
+            "+ffff0900@2",
+            "-ffff0900@2",
+            "-ffff0800@1",
+            "-401000@0"
+        ])
+    );
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+}
+
+#[test]
+fn an_exceptions_own_jumps_to_its_handler_are_no_entries() {
+    use qemu_uftrace_engine::exceptions::{EretOutcome, ExceptionKind};
+    // With exception entries: the vector slot's `b el0t_64_sync` and its `b ret_to_user`
+    // after the handler are the exception's own code, which `[svc]` stands for.
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x40_1000, 0x40_0010); // main
+    r.t += 10;
+    r.engine.exception_entry(r.t, ExceptionKind::Svc, 0x40_1008);
+    r.engine.jump_entry(r.t + 1, 0xffff_0800); // el0t_64_sync
+    r.call(0xffff_2000, 0xffff_0808); //   el0t_64_sync_handler
+    r.ret(0xffff_0808, &mut g);
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0xffff_0900); // ret_to_user
+    r.t += 10;
+    assert_eq!(
+        r.engine.exception_return_down(r.t, 0x40_1008, 0xffff_0940),
+        EretOutcome::ClosedException
+    );
+    r.ret(0x40_0010, &mut g);
+    let svc = format!("{:x}", ExceptionKind::Svc.addr());
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+401000@0",
+            &format!("+{svc}@1"),
+            "+ffff2000@2",
+            "-ffff2000@2",
+            &format!("-{svc}@1"),
+            "-401000@0"
+        ])
+    );
+    assert_eq!(r.engine.stats.jump_entries, 0);
+}
+
+#[test]
+fn a_return_from_functions_entered_by_jumps_alone_closes_them() {
+    // riscv64's ret_from_fork: `la ra, ret_from_exception; tail syscall_exit_to_user_mode`
+    // on a new task's empty stack: its return goes where no call came from.
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.t += 10;
+    r.engine.jump_entry(r.t, 0x300); // syscall_exit_to_user_mode
+    r.call(0x400, 0x310);
+    r.ret(0x310, &mut g);
+    r.ret(0x900, &mut g); // to ret_from_exception
+    assert_eq!(r.shape(), s(&["+300@0", "+400@1", "-400@1", "-300@0"]));
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+    assert_eq!(r.engine.stats.lost_marks, 0);
+}

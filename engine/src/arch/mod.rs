@@ -468,12 +468,10 @@ pub trait Isa: Sync + Send {
     /// `level` as the level the guest runs after an exception return from `from` whose saved
     /// status is `saved`, given the security register's value.
     fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level;
-    /// Whether an exception return from `level` that leaves no exception entry is a
-    /// firmware handing the vCPU to the next stage (RISC-V: OpenSBI's `mret` from M-mode
-    /// into the kernel), not a return: the firmware's frames are never returned to.
-    fn hands_over_from(&self, _level: Level) -> bool {
-        false
-    }
+    /// Whether running at `to` after running at `from` is less privileged: an exception
+    /// return that goes there with no exception entry open hands the vCPU over
+    /// (`Engine::exception_return_down`).
+    fn drops_privilege(&self, from: Level, to: Level) -> bool;
     /// Linux user mode's ABI, as [`LinuxUser`] describes.
     fn linux_user(&self) -> LinuxUser;
     /// Whether the instruction at the start of `bytes` moves another register's value into

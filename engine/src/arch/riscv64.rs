@@ -326,10 +326,12 @@ impl Isa for Riscv64 {
         }
     }
 
-    /// M-mode firmware (OpenSBI) starts the kernel with an `mret` to S-mode from
+    /// M above S above U; a virtualised level below its host's (HS above VS above VU). M-mode
+    /// firmware (OpenSBI) starts the kernel with an `mret` to S-mode from
     /// `sbi_hart_switch_mode`; M-mode runs again only through traps.
-    fn hands_over_from(&self, level: Level) -> bool {
-        level.0 & 3 == PRV_M
+    fn drops_privilege(&self, from: Level, to: Level) -> bool {
+        let rank = |l: Level| (l.0 & 3, l.0 & VIRT == 0);
+        rank(to) < rank(from)
     }
 
     /// MRET goes to mstatus.MPP (with MPV, bit 39, for a virtualised level below M); SRET to

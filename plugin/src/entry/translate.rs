@@ -125,7 +125,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let task_slot = crate::state::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
-    let jumps = crate::state::entries::active(system && isa.is_task_pointer(start));
+    let jumps = crate::state::entries::active();
     // The previous instruction of this block (address, bytes, length): a call through a
     // register it set may have a known target (RISC-V's auipc + jalr).
     let mut prev: Option<(u64, [u8; 16], usize)> = None;

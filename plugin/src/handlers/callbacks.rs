@@ -8,7 +8,6 @@ use crate::ffi;
 use crate::state::guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
-use qemu_uftrace_engine::exceptions::EretOutcome;
 use qemu_uftrace_engine::sites::{
     call_site_at, memory_call_target, unpack, user_site_at, UserSite,
 };
@@ -453,11 +452,17 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
         crate::state::spaces::note_running(v.deltas.running());
         match exception_return_from_memory(v, isa, eret_pc).flatten() {
             Some(to) => {
+                // In the context of the level left, as ERET's (`on_exception_return`).
+                let from = current_level(v, isa);
+                if from.is_some_and(|from| hands_over(isa, from, to.level)) {
+                    v.engine.exception_return_down(now, to.target, eret_pc);
+                } else {
+                    v.engine.exception_return(now, to.target, eret_pc);
+                }
                 if split {
                     crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
                 }
                 v.level = Some(to.level);
-                v.engine.exception_return(now, to.target, eret_pc);
             }
             None => v.engine.stats.register_read_failures += 1,
         }
@@ -484,33 +489,28 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             v.engine.stats.register_read_failures += 1;
             return;
         };
-        let link = isa.exception_link_register(level);
-        let target = link.and_then(|name| v.regs.read_named(name));
-        let outcome = match target {
-            Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
-            None => {
-                v.engine.stats.register_read_failures += 1;
-                None
-            }
-        };
         // Where the return goes: SPSR's level, and (leaving EL3) SCR's security state.
         let saved = isa
             .saved_status_register(level)
             .and_then(|name| v.regs.read_named(name));
-        if let Some(saved) = saved {
+        let to = saved.map(|saved| {
             let security = isa
                 .security_register(level)
                 .and_then(|name| v.regs.read_named(name));
-            let to = isa.return_level(level, saved, security);
-            // Only where exceptions are seen: without them, a handler's return to a lower
-            // level closes nothing either.
-            if to != level
-                && outcome == Some(EretOutcome::Nothing)
-                && isa.hands_over_from(level)
-                && discontinuities_registered()
-            {
-                v.engine.hand_over(now);
+            isa.return_level(level, saved, security)
+        });
+        let link = isa.exception_link_register(level);
+        let target = link.and_then(|name| v.regs.read_named(name));
+        match target {
+            Some(target) if to.is_some_and(|to| hands_over(isa, level, to)) => {
+                v.engine.exception_return_down(now, target, eret_pc);
             }
+            Some(target) => {
+                v.engine.exception_return(now, target, eret_pc);
+            }
+            None => v.engine.stats.register_read_failures += 1,
+        }
+        if let Some(to) = to {
             if split {
                 crate::state::with_tasks(|t| {
                     // The level left is known now, if it was not (a boot context).
@@ -528,6 +528,14 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             }
         }
     });
+}
+
+/// Whether an exception return from `from` to `to` that closes nothing hands the vCPU over
+/// (`Engine::exception_return_down`): it drops privilege, and exception entries are seen.
+/// Without them, a handler's return to a lower level closes no entry either, and the
+/// frames below are the interrupted code's.
+fn hands_over(isa: &dyn Isa, from: Level, to: Level) -> bool {
+    isa.drops_privilege(from, to) && discontinuities_registered()
 }
 
 /// Where the exception return at `pc` goes, on architectures that read it from memory or

@@ -3,20 +3,17 @@
 //!
 //! The list comes as `entries=FILE`, written before QEMU starts (user mode, bare-metal
 //! guests: read at install), or as `entries_file=FILE`, written by the CLI while QEMU starts
-//! (a kernel's symbols take a few hundred milliseconds to read): looked for now and then
-//! while firmware and early boot code run, and waited for when the kernel proper (upper
-//! half) is first translated, so that its jumps are all decided with it.
+//! (a kernel's symbols take a few hundred milliseconds to read): waited for at the first
+//! translation, so that every jump is decided with it.
 
 use qemu_uftrace_engine::entries::Functions;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 static FUNCTIONS: OnceLock<Functions> = OnceLock::new();
 /// The file the CLI is still writing (`entries_file=`).
 static PENDING: OnceLock<PathBuf> = OnceLock::new();
-/// Translations since the pending file was last looked for.
-static TRIES: AtomicU32 = AtomicU32::new(0);
 
 /// What to subtract from a guest address to compare it with the list's (user mode: a PIE
 /// program's load bias); `UNKNOWN` until the program's entry point is known.
@@ -54,23 +51,16 @@ pub fn program_entry(at_entry: u64) {
     }
 }
 
-/// Whether the list is there to ask for the block at `pc` being translated (a cheap test
-/// before decoding jumps). `kernel`: the block is the kernel proper's, whose translation
-/// waits for a list still being written.
-pub fn active(pc_is_kernel: bool) -> bool {
+/// Whether the list is there to ask (a cheap test before decoding jumps). A list the CLI is
+/// still writing is waited for at the first translation: the blocks translated before it
+/// came (firmware, a kernel's code at its physical address) would otherwise decide their
+/// jumps by how fast it was written, and the same boot would show different trees.
+pub fn active() -> bool {
     if let Some(f) = FUNCTIONS.get() {
         return !f.is_empty();
     }
-    let Some(path) = PENDING.get() else {
-        return false;
-    };
-    if pc_is_kernel {
+    if let Some(path) = PENDING.get() {
         wait_for(path);
-    } else if TRIES.fetch_add(1, Ordering::Relaxed).is_multiple_of(64) {
-        // A failed open costs a microsecond or two: not on every translation.
-        if let Ok(text) = std::fs::read_to_string(path) {
-            set_or_warn(path, &text);
-        }
     }
     FUNCTIONS.get().is_some_and(|f| !f.is_empty())
 }
