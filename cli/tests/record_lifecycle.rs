@@ -616,8 +616,11 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         "{info}"
     );
     assert!(info.contains("vmlinuz"), "{info}");
-    let replay = env.uftrace(&["replay", "--no-pager", "-D", "2"], "k");
-    assert!(replay.contains("start_kernel() {"), "{replay}");
+    // The Image header's `b primary_entry` and its `b __primary_switch` are jumps into
+    // function entries: start_kernel sits two levels under them.
+    let replay = env.uftrace(&["replay", "--no-pager", "-D", "3"], "k");
+    assert!(replay.contains("|   __primary_switch() {"), "{replay}");
+    assert!(replay.contains("|     start_kernel() {"), "{replay}");
     assert!(
         !run.stdout().contains("Kernel panic"),
         "the boot ended before the kill"
