@@ -57,27 +57,35 @@ pub fn text(images: &[Image], rebase: Option<u64>) -> String {
     out
 }
 
-/// User mode: writes the program's list into `file` before QEMU starts (reading a static
-/// program's symbol table takes milliseconds). `relocatable`/`entry`: a PIE's list is at
-/// link addresses, moved by the plugin once the program's entry point is known. Returns
-/// whether a list was written (a program without symbols has none).
-pub fn write_for_program(
-    program: &Path,
-    arch: Arch,
-    relocatable: Option<u64>,
-    file: &Path,
-) -> bool {
-    let opts = LoadOptions {
-        expected_arch: Some(arch),
-        ..Default::default()
-    };
-    let Ok(image) = symbols::load_elf(program, &opts) else {
-        return false;
-    };
-    if image.functions.is_empty() {
-        return false;
+/// User mode: the program's own functions (at link addresses) and, for a PIE, the link
+/// entry point the plugin moves them by once the program's entry point is known (`None`
+/// for a program that runs at its link addresses). `None` for a program without symbols.
+pub struct Program {
+    pub image: Image,
+    pub rebase: Option<u64>,
+}
+
+impl Program {
+    /// Reads `program`'s symbol table (a static program's takes milliseconds).
+    pub fn read(program: &Path, arch: Arch) -> Option<Program> {
+        let opts = LoadOptions {
+            expected_arch: Some(arch),
+            ..Default::default()
+        };
+        let image = symbols::load_elf(program, &opts).ok()?;
+        if image.functions.is_empty() {
+            return None;
+        }
+        let rebase = crate::qemu::user::Elf::read(program)
+            .filter(|e| e.relocatable)
+            .map(|e| e.entry);
+        Some(Program { image, rebase })
     }
-    std::fs::write(file, text(&[image], relocatable)).is_ok()
+
+    /// Writes the program's list into `file` before QEMU starts; whether it was written.
+    pub fn write(&self, file: &Path) -> bool {
+        std::fs::write(file, text(std::slice::from_ref(&self.image), self.rebase)).is_ok()
+    }
 }
 
 /// System mode: the list of every symbol source at its offset, with a kernel Image's

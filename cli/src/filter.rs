@@ -11,8 +11,7 @@ use regex::Regex;
 
 use crate::errors::usage;
 use crate::stats::Stats;
-use crate::stop_at::{hex_list, resolve_in};
-use crate::symbol_source::SourceArg;
+use crate::stop_at::{hex_list, resolve, Names};
 
 /// What makes a FUNC a regular expression (uftrace's REGEX_CHARS, with `\`).
 const REGEX_CHARS: &[char] = &[
@@ -35,20 +34,16 @@ pub struct Filters {
 }
 
 impl Filters {
-    /// Resolves `filter` (`-F`) and `notrace` (`-N`) in `sources`; a name that is no
+    /// Resolves `filter` (`-F`) and `notrace` (`-N`) in `names`; a name that is no
     /// function, a bad regular expression or one that matches none is one line.
-    pub fn resolve(filter: &[String], notrace: &[String], sources: &[SourceArg]) -> Result<Self> {
-        if filter.is_empty() && notrace.is_empty() {
-            return Ok(Filters::default());
-        }
-        let functions = crate::stop_at::functions(sources);
+    pub fn resolve(filter: &[String], notrace: &[String], names: &Names) -> Result<Self> {
         let given = (filter.iter().map(|f| ("-F", f))).chain(notrace.iter().map(|f| ("-N", f)));
         let patterns = given
             .map(|(option, text)| {
                 Ok(Pattern {
                     option,
                     text: text.clone(),
-                    addrs: matching(option, text, &functions, sources.len())?,
+                    addrs: matching(option, text, names)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -121,15 +116,11 @@ impl Filters {
 
 /// FUNC's addresses: a whole name's (close names offered when none), or every name a
 /// regular expression matches.
-fn matching(
-    option: &str,
-    text: &str,
-    functions: &[(String, u64)],
-    sources: usize,
-) -> Result<Vec<u64>> {
+fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<u64>> {
     if !text.contains(REGEX_CHARS) {
-        return resolve_in(option, text, functions, sources);
+        return resolve(option, text, names);
     }
+    let (functions, sources) = (&names.functions, names.sources);
     let re = Regex::new(text).map_err(|e| {
         let why = e.to_string();
         let last = why.lines().last().unwrap_or("invalid").trim().to_string();
@@ -145,6 +136,9 @@ fn matching(
     addrs.sort_unstable();
     addrs.dedup();
     if addrs.is_empty() {
+        if let Some(e) = names.pie_error(option, text, |n| re.is_match(n)) {
+            return Err(e);
+        }
         return Err(usage(
             format!(
                 "{option} {text}: the regular expression matches no symbol ({} function{} in \
@@ -163,29 +157,33 @@ fn matching(
 mod tests {
     use super::*;
 
-    fn functions() -> Vec<(String, u64)> {
-        [("sys_read", 0x10), ("sys_write", 0x20), ("do_read", 0x30)]
-            .iter()
-            .map(|&(n, a)| (n.to_string(), a))
-            .collect()
+    fn functions() -> Names {
+        Names {
+            functions: [("sys_read", 0x10), ("sys_write", 0x20), ("do_read", 0x30)]
+                .iter()
+                .map(|&(n, a)| (n.to_string(), a))
+                .collect(),
+            sources: 1,
+            pie: None,
+        }
     }
 
     #[test]
     fn names_and_regular_expressions_are_told_apart() {
         let f = functions();
-        assert_eq!(matching("-F", "sys_read", &f, 1).unwrap(), [0x10]);
-        assert_eq!(matching("-F", "^sys_", &f, 1).unwrap(), [0x10, 0x20]);
-        assert_eq!(matching("-F", "read$", &f, 1).unwrap(), [0x10, 0x30]);
-        let unknown = matching("-F", "sys_reed", &f, 1).unwrap_err().to_string();
+        assert_eq!(matching("-F", "sys_read", &f).unwrap(), [0x10]);
+        assert_eq!(matching("-F", "^sys_", &f).unwrap(), [0x10, 0x20]);
+        assert_eq!(matching("-F", "read$", &f).unwrap(), [0x10, 0x30]);
+        let unknown = matching("-F", "sys_reed", &f).unwrap_err().to_string();
         assert!(unknown.contains("did you mean sys_read"), "{unknown}");
-        let none = matching("-N", "^vfs_", &f, 1).unwrap_err().to_string();
+        let none = matching("-N", "^vfs_", &f).unwrap_err().to_string();
         assert!(
             none.starts_with(
                 "-N ^vfs_: the regular expression matches no symbol (3 functions in 1 source)"
             ),
             "{none}"
         );
-        let bad = matching("-F", "sys_(", &f, 1).unwrap_err().to_string();
+        let bad = matching("-F", "sys_(", &f).unwrap_err().to_string();
         assert!(
             bad.starts_with("-F sys_(: not a regular expression"),
             "{bad}"

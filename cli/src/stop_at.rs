@@ -3,7 +3,8 @@
 //! where the trace stopped or started, or that FUNC was never reached.
 
 use anyhow::Result;
-use qemu_uftrace_symbols::LoadOptions;
+use qemu_uftrace_symbols::{Image, LoadOptions};
+use std::path::Path;
 
 use crate::errors::usage;
 use crate::stats::Stats;
@@ -37,36 +38,74 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
     })
 }
 
-/// FUNC's addresses in `sources` (every source that defines it) for `option` (`--stop-at`);
-/// an unknown name is one line with the names closest to it.
-pub fn resolve(option: &str, func: &str, sources: &[SourceArg]) -> Result<Vec<u64>> {
-    resolve_in(option, func, &functions(sources), sources.len())
+/// The functions a FUNC is resolved in: every symbol source's and, in user mode, the
+/// program's own (the list the plugin's jump entries come from, `entries::Program`).
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    pub functions: Vec<(String, u64)>,
+    /// How many files they come from.
+    pub sources: usize,
+    /// User mode, a PIE: its path and its functions' names. Their addresses are known only
+    /// once it runs, and the plugin does not move these options' addresses yet: a FUNC of
+    /// one is said, never recorded as a wrong address.
+    pub pie: Option<(String, Vec<String>)>,
 }
 
-/// Every function of `sources`, by name and address (a source that cannot be read is said
-/// by the symbol job after the run).
-pub fn functions(sources: &[SourceArg]) -> Vec<(String, u64)> {
-    let mut all = Vec::new();
-    for s in sources {
-        let opts = LoadOptions {
-            offset: s.offset,
+impl Names {
+    /// `sources`' functions (a source that cannot be read is said by the symbol job after
+    /// the run), and the program's (`path`, its image at link addresses, whether it is a
+    /// PIE: `entries::Program`), at their run-time addresses when it is not a PIE.
+    pub fn new(sources: &[SourceArg], program: Option<(&Path, &Image, bool)>) -> Names {
+        let mut names = Names {
+            sources: sources.len(),
             ..Default::default()
         };
-        if let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) {
-            all.extend(image.functions.into_iter().map(|f| (f.name, f.addr)));
+        for s in sources {
+            let opts = LoadOptions {
+                offset: s.offset,
+                ..Default::default()
+            };
+            if let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) {
+                (names.functions).extend(image.functions.into_iter().map(|f| (f.name, f.addr)));
+            }
         }
+        if let Some((path, image, pie)) = program {
+            let funcs = image.functions.iter();
+            if pie {
+                let list = funcs.map(|f| f.name.clone()).collect();
+                names.pie = Some((path.display().to_string(), list));
+            } else {
+                names.sources += 1;
+                (names.functions).extend(funcs.map(|f| (f.name.clone(), f.addr)));
+            }
+        }
+        names
     }
-    all
+
+    /// The error for `option FUNC` that names, or `matches`, only functions of a PIE.
+    pub fn pie_error(
+        &self,
+        option: &str,
+        func: &str,
+        matches: impl Fn(&str) -> bool,
+    ) -> Option<anyhow::Error> {
+        let (path, names) = self.pie.as_ref()?;
+        names.iter().any(|n| matches(n)).then(|| {
+            usage(
+                format!(
+                    "{option} {func}: names a function of {path}, a position-independent \
+                     program, whose addresses are known only once it runs"
+                ),
+                "build it with -no-pie (or -static) to aim the recording at its functions",
+            )
+        })
+    }
 }
 
-/// As [`resolve`], in `functions` (from `sources` sources).
-pub fn resolve_in(
-    option: &str,
-    func: &str,
-    functions: &[(String, u64)],
-    sources: usize,
-) -> Result<Vec<u64>> {
-    let mut addrs: Vec<u64> = (functions.iter())
+/// FUNC's addresses in `names` (every source that defines it) for `option` (`--stop-at`);
+/// an unknown name is one line with the names closest to it.
+pub fn resolve(option: &str, func: &str, names: &Names) -> Result<Vec<u64>> {
+    let mut addrs: Vec<u64> = (names.functions.iter())
         .filter(|(name, _)| name == func)
         .map(|&(_, addr)| addr)
         .collect();
@@ -75,13 +114,17 @@ pub fn resolve_in(
     if !addrs.is_empty() {
         return Ok(addrs);
     }
-    let names: Vec<String> = functions.iter().map(|(n, _)| n.clone()).collect();
-    let close = closest(func, &names);
+    if let Some(e) = names.pie_error(option, func, |n| n == func) {
+        return Err(e);
+    }
+    let all: Vec<String> = names.functions.iter().map(|(n, _)| n.clone()).collect();
+    let close = closest(func, &all);
     let hint = if close.is_empty() {
         "name a function of the guest's symbols (add --symbols FILE for others)".to_string()
     } else {
         format!("did you mean {}?", close.join(", "))
     };
+    let sources = names.sources;
     Err(usage(
         format!(
             "{option} {func}: no such function in the symbols ({} source{})",

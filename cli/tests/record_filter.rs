@@ -327,3 +327,42 @@ fn a_kernel_subtree_is_recorded_whole() {
     assert!(calls > 100, "{got:?}");
     assert!(!err.contains("never entered"), "{err}");
 }
+
+/// User mode (aarch64 under qemu-aarch64 10.2.2): a FUNC of the program itself resolves from
+/// its own ELF, with no `--symbols`; the trace is uftrace's `-F` replay of the unfiltered
+/// one. A FUNC of a PIE (addresses known only once it runs) is one line.
+#[test]
+fn user_mode_filters_resolve_from_the_program() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let elf = qemu_uftrace_tests::user_guest_elf("nested.elf").expect("build");
+    let elf = elf.to_string_lossy();
+    let (_t1, full, out) = user::record(&qemu, &[&elf]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let want = shape(&full, &["-F", "^nest_level2$"]);
+    assert!(
+        want.first().is_some_and(|e| e == "E nest_level2@0"),
+        "{want:?}"
+    );
+    let (_t2, dir, out) = user::record_with(&qemu, &["-F", "nest_level2"], &[&elf]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("never entered"), "{err}");
+    assert_eq!(shape(&dir, &[]), want, "{err}");
+
+    let pie = qemu_uftrace_tests::user_guest_elf("threads-dyn.elf").expect("build");
+    let (_t3, dir, out) = user::record_with(
+        &qemu,
+        &["-F", "thread_step"],
+        &["-L", "/usr/aarch64-linux-gnu", &pie.to_string_lossy()],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("-F thread_step: names a function of ")
+            && err.contains("a position-independent program"),
+        "{err}"
+    );
+    assert!(!dir.exists());
+}

@@ -228,3 +228,29 @@ fn keep_last_keeps_the_tail_after_the_open_frames() {
         "{err}"
     );
 }
+
+/// User mode (aarch64 under qemu-aarch64 10.2.2): `--stop-at` a function of the program
+/// itself, resolved from its ELF with no `--symbols`: the unfiltered trace up to its entry.
+#[test]
+fn user_mode_stops_at_a_function_of_the_program() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let elf = qemu_uftrace_tests::user_guest_elf("nested.elf").expect("build");
+    let elf = elf.to_string_lossy();
+    let (_t1, full, out) = user::record(&qemu, &[&elf]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = replay_events(&full, user::only_task(&full)).expect("replay");
+    let first = full
+        .iter()
+        .position(|e| e == "E nest_level3")
+        .expect("nest_level3 in the full trace");
+    let (_t2, dir, out) = user::record_with(&qemu, &["--stop-at", "nest_level3"], &[&elf]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stopped = replay_events(&dir, user::only_task(&dir)).expect("replay");
+    assert_eq!(stopped, full[..=first], "{err}");
+    assert!(
+        err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
+        "{err}"
+    );
+}

@@ -110,15 +110,35 @@ pub fn prepare(
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),
         None => crate::max_size::default_cap(staging),
     };
+    // User mode: the program's own functions, for its jump entries and the FUNCs below
+    // (without automatic symbols they are not known either).
+    let program = match (inv.is_user_mode(), images.first()) {
+        (true, Some(p)) if !args.no_auto_symbols => {
+            crate::entries::Program::read(&p.path, arch).map(|f| (p.path.clone(), f))
+        }
+        _ => None,
+    };
+    let wants_names = args.stop_at.is_some()
+        || args.start_at.is_some()
+        || !args.filter.is_empty()
+        || !args.notrace.is_empty();
+    let names = if wants_names {
+        crate::stop_at::Names::new(
+            &sources,
+            (program.as_ref()).map(|(p, f)| (p.as_path(), &f.image, f.rebase.is_some())),
+        )
+    } else {
+        Default::default()
+    };
     let stop_at = match &args.stop_at {
-        Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &sources)?),
+        Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &names)?),
         None => None,
     };
     let start_at = match &args.start_at {
-        Some(func) => Some(crate::stop_at::resolve("--start-at", func, &sources)?),
+        Some(func) => Some(crate::stop_at::resolve("--start-at", func, &names)?),
         None => None,
     };
-    let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &sources)?;
+    let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // A Linux guest's processes: where they map files, watched where the kernel's DWARF
     // says (issue 24); without it, said when there is a userland to name.
@@ -142,12 +162,11 @@ pub fn prepare(
     };
     let entries = start_entries(
         inv,
-        &images,
+        program.as_ref().map(|(_, f)| f),
         &sources,
         kernel.as_deref(),
         arch,
         &abs_staging,
-        args.no_auto_symbols,
     );
     let plugin = PluginOptions {
         args,
@@ -347,27 +366,19 @@ fn start_task_slot(kernel: &Path, staging: &Path, arch: Arch) -> Option<TaskSlot
 /// kernel's while it starts. `None` where there are none to give.
 fn start_entries(
     inv: &Invocation,
-    images: &[crate::qemu::GuestImage],
+    program: Option<&crate::entries::Program>,
     sources: &[SourceArg],
     kernel: Option<&Path>,
     arch: Arch,
     staging: &Path,
-    no_auto_symbols: bool,
 ) -> Option<Entries> {
     let file = staging.join(".entries");
     if inv.is_user_mode() {
-        // Without automatic symbols the program's functions are not known either.
-        let program = images.first().filter(|_| !no_auto_symbols)?;
-        let rebase = qemu::user::Elf::read(&program.path)
-            .filter(|e| e.relocatable)
-            .map(|e| e.entry);
-        return crate::entries::write_for_program(&program.path, arch, rebase, &file).then_some(
-            Entries {
-                file,
-                later: false,
-                job: None,
-            },
-        );
+        return program?.write(&file).then_some(Entries {
+            file,
+            later: false,
+            job: None,
+        });
     }
     if sources.is_empty() {
         return None;

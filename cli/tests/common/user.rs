@@ -39,6 +39,28 @@ pub fn record(qemu: &Path, args: &[&str]) -> (tempfile::TempDir, PathBuf, Output
     (tmp, dir, out)
 }
 
+/// [`record`] with `opts` given to `record` (before `--`).
+pub fn record_with(
+    qemu: &Path,
+    opts: &[&str],
+    args: &[&str],
+) -> (tempfile::TempDir, PathBuf, Output) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(super::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(opts)
+        .arg("--")
+        .arg(qemu)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    (tmp, dir, out)
+}
+
 /// A run of `qemu-uftrace record -o DIR -- QEMU ARGS…` still going (stdin from /dev/null):
 /// its temp dir (keep it), DIR, DIR's staging directory (`DIR.partial`, while it runs), and
 /// the command to spawn (stdout and stderr piped unless the caller says otherwise).
