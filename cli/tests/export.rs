@@ -129,6 +129,39 @@ fn open_at_end(dir: &Path) -> BTreeMap<u64, usize> {
     open
 }
 
+/// The calls (and scheduler gaps) `uftrace replay` lists as left open at the end, per task
+/// (0 for a task it does not list): uftrace's own rule, exec calls included (an exec
+/// empties a task's stack), which [`open_at_end`] leaves out.
+fn open_at_end_by_replay(dir: &Path) -> BTreeMap<u64, usize> {
+    use std::io::BufRead;
+    let mut child = Command::new("uftrace")
+        .args(["replay", "--no-pager", "-d"])
+        .arg(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run uftrace replay");
+    let mut open: BTreeMap<u64, usize> = open_at_end(dir).keys().map(|&t| (t, 0)).collect();
+    let mut tail = false;
+    let mut task = None;
+    let mut line = Vec::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    while out.read_until(b'\n', &mut line).unwrap() > 0 {
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
+        if text.starts_with("uftrace stopped tracing with remaining functions") {
+            tail = true;
+        } else if let (true, Some(tid)) = (tail, text.strip_prefix("task: ")) {
+            task = tid.trim().parse::<u64>().ok();
+        } else if let (true, Some(tid)) = (tail && text.starts_with('['), task) {
+            *open.entry(tid).or_default() += 1;
+        }
+        line.clear();
+    }
+    assert!(child.wait().unwrap().success(), "uftrace replay failed");
+    open
+}
+
 fn threads(t: &Value) -> &Vec<Value> {
     t["threads"].as_array().expect("threads")
 }
@@ -169,8 +202,12 @@ fn slice_counts(t: &Value, tids: &[u64]) -> BTreeMap<String, u64> {
 /// per task, slices nested and open at the end only as the records leave them, per-function
 /// counts equal to `uftrace report`'s calls, and the clock `plugin.stats` names declared.
 fn check_against_uftrace(dir: &Path, t: &Value) {
+    check_against_uftrace_open(dir, t, open_at_end(dir));
+}
+
+/// [`check_against_uftrace`], with the slices each task leaves `open` at the end.
+fn check_against_uftrace_open(dir: &Path, t: &Value, open: BTreeMap<u64, usize>) {
     assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
-    let open = open_at_end(dir);
     assert_eq!(threads(t).len(), open.len(), "one thread track per task");
     for th in threads(t) {
         let tid = th["tid"].as_u64().unwrap();
@@ -498,16 +535,25 @@ fn linux_threads_export_under_their_process() {
     assert_eq!(workers.len(), 2, "{console}");
     let guest = qemu_uftrace::guest_tasks::read(&dir);
     let t = export_ok(&dir);
-    // Not `check_against_uftrace`: at an exec, the export and uftrace pick the session of
-    // a call or two differently (a recording of this guest: `execve` 2 calls in the
-    // export, 1 in `report`; one unnamed libc address 3 and 5; every other name equal),
-    // so per-name counts differ by those few (left for issue 22).
-    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
-    assert_eq!(
-        threads(&t).len(),
-        open_at_end(&dir).len(),
-        "one thread track per task"
-    );
+    // Each worker execs (`execve` at depth 0, which never returns): uftrace empties the
+    // task's stack there and never counts that call, so the export shows it as an instant,
+    // and the frames left open are replay's.
+    check_against_uftrace_open(&dir, &t, open_at_end_by_replay(&dir));
+    for &(pid, _) in &workers {
+        let th = thread(&t, pid);
+        assert!(
+            th["slices"].get("execve").is_none(),
+            "thread {pid}: {}",
+            th["slices"]
+        );
+        let execs = th["instants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["name"] == "execve")
+            .count();
+        assert_eq!(execs, 1, "thread {pid}: {}", th["instants"]);
+    }
     for &(pid, tid) in &workers {
         assert_ne!(pid, tid);
         let g = guest
@@ -535,29 +581,17 @@ fn linux_threads_export_under_their_process() {
     assert_eq!(process_name(&t, 2), "kthreadd");
 }
 
-/// A hand-made directory in uftrace's format (no QEMU): a scheduler gap inside `main`
-/// (uftrace's `linux:schedule`), a guessed stack (LOST 0), a LOST count; its export counts
-/// every function as `uftrace report` does, the gap included.
-#[test]
-fn hand_made_trace_with_scheduler_gap_and_lost_records() {
-    use qemu_uftrace_format::record::{encode, RecordType::*};
+/// Task 7's records `recs` (time, kind, depth, address) in `dir`, a uftrace.data directory,
+/// with one session whose program `/bin/prog` at [`HAND_BASE`] holds `names`, 0x10 bytes
+/// each.
+fn write_hand_made(
+    dir: &Path,
+    recs: &[(u64, qemu_uftrace_format::record::RecordType, u32, u64)],
+    names: &[&str],
+) {
+    use qemu_uftrace_format::record::encode;
     use qemu_uftrace_format::{info::Info, map, symfile, task};
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("uftrace.data");
-    std::fs::create_dir(&dir).unwrap();
-    let base = 0x40_0000u64;
-    let recs = [
-        (100, Entry, 0, base),
-        (110, Event, 1, 200_002),
-        (150, Event, 1, 200_001),
-        (160, Entry, 1, base + 0x10),
-        (170, Exit, 1, base + 0x10),
-        (175, Lost, 1, 0),
-        (180, Entry, 1, base + 0x20),
-        (190, Exit, 1, base + 0x20),
-        (200, Exit, 0, base),
-        (210, Lost, 0, 17),
-    ];
+    let base = HAND_BASE;
     let bytes: Vec<u8> = recs
         .iter()
         .flat_map(|&(t, k, d, a)| encode(t, k, d, a))
@@ -596,7 +630,7 @@ fn hand_made_trace_with_scheduler_gap_and_lost_records() {
     )
     .unwrap();
     std::fs::write(dir.join(format!("sid-{sid}.map")), w).unwrap();
-    let syms: Vec<symfile::SymLine> = ["main", "f", "g"]
+    let syms: Vec<symfile::SymLine> = names
         .iter()
         .enumerate()
         .map(|(i, n)| symfile::SymLine {
@@ -609,6 +643,34 @@ fn hand_made_trace_with_scheduler_gap_and_lost_records() {
     let mut w = Vec::new();
     symfile::write_sym(&mut w, &syms, 0x100).unwrap();
     std::fs::write(dir.join("prog.sym"), w).unwrap();
+}
+
+/// Where [`write_hand_made`] puts its program.
+const HAND_BASE: u64 = 0x40_0000;
+
+/// A hand-made directory in uftrace's format (no QEMU): a scheduler gap inside `main`
+/// (uftrace's `linux:schedule`), a guessed stack (LOST 0), a LOST count; its export counts
+/// every function as `uftrace report` does, the gap included.
+#[test]
+fn hand_made_trace_with_scheduler_gap_and_lost_records() {
+    use qemu_uftrace_format::record::RecordType::*;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("uftrace.data");
+    std::fs::create_dir(&dir).unwrap();
+    let base = HAND_BASE;
+    let recs = [
+        (100, Entry, 0, base),
+        (110, Event, 1, 200_002),
+        (150, Event, 1, 200_001),
+        (160, Entry, 1, base + 0x10),
+        (170, Exit, 1, base + 0x10),
+        (175, Lost, 1, 0),
+        (180, Entry, 1, base + 0x20),
+        (190, Exit, 1, base + 0x20),
+        (200, Exit, 0, base),
+        (210, Lost, 0, 17),
+    ];
+    write_hand_made(&dir, &recs, &["main", "f", "g"]);
 
     let out = export(&dir, &[]);
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -637,6 +699,47 @@ fn hand_made_trace_with_scheduler_gap_and_lost_records() {
         .as_str()
         .unwrap()
         .starts_with("ns:"));
+}
+
+/// An exec call, as uftrace reads one (`fstack.c`'s fixups): it empties the task's stack
+/// and is never counted unless it returns (a failed exec, counted at its return); a frame
+/// open under it is counted only if its return comes. The export shows each exec call as
+/// an instant, ends the slices open there and counts every function as `report` does.
+#[test]
+fn hand_made_exec_calls_count_as_uftrace_counts_them() {
+    use qemu_uftrace_format::record::RecordType::*;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("uftrace.data");
+    std::fs::create_dir(&dir).unwrap();
+    let (main, execve, g) = (HAND_BASE, HAND_BASE + 0x10, HAND_BASE + 0x20);
+    let recs = [
+        (100, Entry, 0, main),
+        // A failed exec: it returns.
+        (110, Entry, 1, execve),
+        (120, Exit, 1, execve),
+        // One that succeeds: the new image runs under it, and main's return comes after.
+        (130, Entry, 1, execve),
+        (140, Entry, 2, g),
+        (150, Exit, 2, g),
+        (160, Exit, 0, main),
+    ];
+    write_hand_made(&dir, &recs, &["main", "execve", "g"]);
+    let out = export(&dir, &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let t = decode(&qemu_uftrace::export::default_output(&dir, false));
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    let report = report_calls(&dir, &[]).expect("uftrace report");
+    assert_eq!(report.get("execve"), Some(&1), "{report:?}");
+    assert_eq!(slice_counts(&t, &[]), report);
+    let th = thread(&t, 7);
+    assert_eq!(th["open_at_end"], Value::Array(vec![]));
+    let marks: Vec<(u64, &str)> = th["instants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["ts"].as_u64().unwrap(), i["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(marks, [(110, "execve"), (130, "execve")]);
 }
 
 /// Bad input is one line naming the problem and the way out.

@@ -24,6 +24,18 @@ const SCHED_IN: u64 = 200_001;
 const SCHED_OUT: u64 = 200_002;
 const SCHED_OUT_PREEMPT: u64 = 200_007;
 
+/// The exec functions among uftrace's "fixup" names (`fstack.c`'s `fixup_syms`, 0.13 to
+/// 0.19): a call to one (by its name in the session of the call's time) resets uftrace's
+/// stack to empty, since a successful exec never returns. That call and every frame open
+/// under it are never counted by `report` unless their returns come later, and what follows
+/// shows at depth 0.
+const EXEC_NAMES: [&str; 7] = [
+    "execl", "execlp", "execle", "execv", "execve", "execvp", "execvpe",
+];
+
+/// The iid that marks an interning key as an exec function's (never a slice of its own).
+const EXEC_IID: u64 = 0;
+
 /// Packets gathered before they are written: 1 MiB, the chunk traced writes into a file and
 /// compresses as one `compressed_packets` bundle.
 const BUNDLE: usize = 1 << 20;
@@ -147,6 +159,11 @@ struct Sequence<'a, 'c, W: Write> {
     scratch: Vec<u8>,
     te: Vec<u8>,
     stack: Vec<Open>,
+    /// The address of the last exec call, while a return of it may still come (a failed
+    /// exec returns: uftrace counts that return as a call).
+    exec_pending: Option<u64>,
+    /// The last iid given (an exec key may be interned twice: see [`EXEC_IID`]).
+    last_iid: u64,
 }
 
 impl<W: Write> Sequence<'_, '_, W> {
@@ -171,6 +188,38 @@ impl<W: Write> Sequence<'_, '_, W> {
         }
     }
 
+    /// Whether a function key is an exec function's (decided once per key: its name is
+    /// interned with [`EXEC_IID`] and never sent).
+    fn is_exec(&mut self, key: u64) -> bool {
+        if let Some(&(iid, _)) = self.iids.get(&key) {
+            return iid == EXEC_IID;
+        }
+        let exec = EXEC_NAMES.contains(&self.name_of(key).0.as_str());
+        if exec {
+            self.iids.insert(key, (EXEC_IID, false));
+        }
+        exec
+    }
+
+    /// An exec call at `time`: uftrace's stack empties (every open slice ends here) and the
+    /// call shows as an instant.
+    fn exec(&mut self, time: u64, key: u64) -> std::io::Result<()> {
+        while !self.stack.is_empty() {
+            self.end(time)?;
+        }
+        self.exec_pending = Some(key);
+        let name = self.name_of(key).0;
+        self.instant(
+            time,
+            &name,
+            Some((
+                "exec",
+                "uftrace empties a task's call stack at an exec call (it never returns): \
+                 the frames open here and this call are left out of its report",
+            )),
+        )
+    }
+
     /// The packet of one track event at `time`: `kind`, and for a begin its name (interned
     /// here on first use).
     fn event(&mut self, time: u64, kind: u64, key: Option<u64>) -> std::io::Result<()> {
@@ -183,9 +232,10 @@ impl<W: Write> Sequence<'_, '_, W> {
         let mut interned = None;
         if let Some(key) = key {
             let (iid, has_line) = match self.iids.get(&key) {
-                Some(&known) => known,
-                None => {
-                    let iid = self.iids.len() as u64 + 1;
+                Some(&known) if known.0 != EXEC_IID => known,
+                _ => {
+                    self.last_iid += 1;
+                    let iid = self.last_iid;
                     let (name, line) = self.name_of(key);
                     let mut id = Msg::new();
                     let mut en = Msg::new();
@@ -333,6 +383,8 @@ pub fn task<W: Write>(
         scratch: Vec::with_capacity(64),
         te: Vec::with_capacity(16),
         stack: Vec::new(),
+        exec_pending: None,
+        last_iid: 0,
     };
     let mut chunk = vec![0u8; 1 << 20];
     let mut have = 0usize;
@@ -400,7 +452,12 @@ pub fn task<W: Write>(
             match rec.kind {
                 RecordType::Entry => {
                     // Names are interned per session: one address, two programs.
-                    s.begin(time, rec.addr | (session as u64) << 48, Open::Call)?
+                    let key = rec.addr | (session as u64) << 48;
+                    if s.is_exec(key) {
+                        s.exec(time, key)?;
+                    } else {
+                        s.begin(time, key, Open::Call)?
+                    }
                 }
                 RecordType::Exit => {
                     // A return closes the innermost call (uftrace's rule), a scheduler gap
@@ -408,7 +465,17 @@ pub fn task<W: Write>(
                     while s.stack.last() == Some(&Open::Schedule) {
                         s.end(time)?;
                     }
-                    if s.stack.is_empty() {
+                    let exec = s
+                        .exec_pending
+                        .filter(|k| k & qemu_uftrace_format::ADDR_MASK == rec.addr);
+                    if let (true, Some(key)) = (s.stack.is_empty(), exec) {
+                        // A failed exec's return, which `report` counts as a call (by its
+                        // address: one instant of a slice, under its exec name).
+                        s.exec_pending = None;
+                        s.begin(time, key, Open::Call)?;
+                        s.iids.insert(key, (EXEC_IID, false));
+                        s.end(time)?;
+                    } else if s.stack.is_empty() {
                         sum.unmatched_returns += 1;
                     } else {
                         s.end(time)?;

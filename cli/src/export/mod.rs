@@ -247,8 +247,9 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
     let mut symbols: HashMap<String, Symbols> = HashMap::new();
     let empty = Symbols::default();
     for (i, &tid) in tids.iter().enumerate() {
-        let sessions = tasks.sessions(tid);
+        let sessions = tasks.timeline(tid);
         for (_, sid) in &sessions {
+            let Some(sid) = sid else { continue };
             if !symbols.contains_key(*sid) {
                 let loaded =
                     Symbols::load(dir, sid, tasks.dlopens(sid), srcline).unwrap_or_else(|e| {
@@ -262,9 +263,9 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
         }
         let mut resolved: Vec<(u64, &Symbols)> = sessions
             .iter()
-            .map(|(ns, sid)| (*ns, symbols.get(*sid).unwrap_or(&empty)))
+            .map(|(ns, sid)| (*ns, sid.and_then(|s| symbols.get(s)).unwrap_or(&empty)))
             .collect();
-        if resolved.is_empty() {
+        if sessions.iter().all(|s| s.1.is_none()) {
             summary.warnings.push(format!(
                 "task.txt gives task {tid} no session: its functions are shown as addresses"
             ));

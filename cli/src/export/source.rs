@@ -30,6 +30,32 @@ pub struct TaskFile {
     dlopens: HashMap<String, Vec<(u64, String)>>,
     /// The pid of the first TASK line.
     first_pid: Option<u32>,
+    /// Each task's session references, as uftrace builds them (`create_task`).
+    refs: HashMap<u32, TaskRefs>,
+}
+
+/// One task as uftrace's `struct uftrace_task` holds it: its pid (a forked task's own), the
+/// parent it falls back to (`ppid` of a FORK line), and its session references: from each
+/// one's start to the next one's, the session of the pid's latest SESS line read so far
+/// whose time is at or before the start (`find_session`).
+#[derive(Debug, Default)]
+struct TaskRefs {
+    pid: u32,
+    ppid: u32,
+    /// (start, index of the SESS line), in the order the lines add them.
+    refs: Vec<(u64, usize)>,
+}
+
+impl TaskRefs {
+    /// The session of the reference holding `ns` (`start <= ns < next start`).
+    fn at(&self, ns: u64) -> Option<usize> {
+        let ends = self.refs.iter().skip(1).map(|r| r.0).chain([u64::MAX]);
+        self.refs
+            .iter()
+            .zip(ends)
+            .find(|&(&(start, _), end)| start <= ns && ns < end)
+            .map(|(&(_, i), _)| i)
+    }
 }
 
 /// `<sec>.<nsec>`, the nanoseconds read as an integer (as uftrace does).
@@ -61,6 +87,17 @@ impl TaskFile {
         for line in text.lines() {
             let num = |k| field(line, k).and_then(|v| v.parse::<u32>().ok());
             let ns = field(line, "timestamp").and_then(timestamp).unwrap_or(0);
+            if line.starts_with("TASK ") || line.starts_with("FORK ") {
+                let fork = line.starts_with("FORK ");
+                let ids = if fork {
+                    num("pid").zip(num("ppid"))
+                } else {
+                    num("tid").zip(num("pid"))
+                };
+                if let Some((tid, pid)) = ids {
+                    t.create_task(tid, pid, ns, fork);
+                }
+            }
             if line.starts_with("SESS ") {
                 if let (Some(pid), Some(sid)) = (num("pid"), field(line, "sid")) {
                     t.sessions.push(Session {
@@ -94,6 +131,92 @@ impl TaskFile {
         t
     }
 
+    /// uftrace's `find_session`: the latest session of `pid` at or before `ns` among the
+    /// SESS lines read so far (of equal times, the last read).
+    fn find_session(&self, pid: u32, ns: u64) -> Option<usize> {
+        (0..self.sessions.len())
+            .filter(|&i| self.sessions[i].pid == pid && self.sessions[i].ns <= ns)
+            .max_by_key(|&i| (self.sessions[i].ns, i))
+    }
+
+    /// uftrace's `create_task` for a TASK line (`tid`, `pid`) or a FORK line (`tid` is the
+    /// child, `pid` its parent): a known task takes a reference to the pid's session at
+    /// `ns`; a new one that too, else its parent's last session if that started earlier.
+    fn create_task(&mut self, tid: u32, pid: u32, ns: u64, fork: bool) {
+        let found = self.find_session(pid, ns);
+        if let Some(task) = self.refs.get_mut(&tid) {
+            if let Some(i) = found {
+                task.refs.push((ns, i));
+            }
+            return;
+        }
+        let inherited = || {
+            let last = self.refs.get(&pid)?.refs.last()?;
+            (last.0 < ns).then_some(last.1)
+        };
+        let session = found.or_else(inherited);
+        self.refs.insert(
+            tid,
+            TaskRefs {
+                pid: if fork { tid } else { pid },
+                ppid: if fork { pid } else { 0 },
+                refs: session.map(|i| (ns, i)).into_iter().collect(),
+            },
+        );
+    }
+
+    /// uftrace's `find_task_session`: the session a record of `tid` at `ns` resolves in, from
+    /// the task's references, else its parent's (a FORK line's) or its thread leader's.
+    fn session_at(&self, tid: u32, ns: u64) -> Option<usize> {
+        let mut task = self.refs.get(&tid);
+        let mut id = tid;
+        for _ in 0..64 {
+            let t = task?;
+            if let Some(i) = t.at(ns) {
+                return Some(i);
+            }
+            let parent = if t.ppid != 0 { t.ppid } else { t.pid };
+            if parent == 0 || parent == id {
+                return None;
+            }
+            id = parent;
+            task = self.refs.get(&parent);
+        }
+        None
+    }
+
+    /// The sessions a task's records resolve in, as uftrace resolves them: from each time
+    /// on, the session ([`TaskFile::session_at`]) until the next time; `None` where none
+    /// holds. The first starts at 0.
+    pub fn timeline(&self, tid: u32) -> Vec<(u64, Option<&str>)> {
+        // The times where the answer may change: every reference's start along the chain.
+        let mut times = vec![0u64];
+        let mut task = self.refs.get(&tid);
+        let mut id = tid;
+        for _ in 0..64 {
+            let Some(t) = task else { break };
+            times.extend(t.refs.iter().map(|r| r.0));
+            let parent = if t.ppid != 0 { t.ppid } else { t.pid };
+            if parent == 0 || parent == id {
+                break;
+            }
+            id = parent;
+            task = self.refs.get(&parent);
+        }
+        times.sort_unstable();
+        times.dedup();
+        let mut out: Vec<(u64, Option<usize>)> = Vec::new();
+        for ns in times {
+            let i = self.session_at(tid, ns);
+            if out.last().is_none_or(|l| l.1 != i) {
+                out.push((ns, i));
+            }
+        }
+        out.into_iter()
+            .map(|(ns, i)| (ns, i.map(|i| self.sessions[i].sid.as_str())))
+            .collect()
+    }
+
     /// The pid a task belongs to (its own tid when task.txt does not say).
     pub fn pid(&self, tid: u32) -> u32 {
         self.tasks.get(&tid).map_or(tid, |&(pid, _)| pid)
@@ -111,17 +234,9 @@ impl TaskFile {
         }
     }
 
-    /// The sessions a task's records resolve in, by the time each starts: the one its
-    /// process had when the task began (a forked child's parent's, if it had none), then
-    /// each later session of its process (an exec), as uftrace looks sessions up by time.
-    pub fn sessions(&self, tid: u32) -> Vec<(u64, &str)> {
-        self.session_list(tid)
-            .into_iter()
-            .map(|(ns, i)| (ns, self.sessions[i].sid.as_str()))
-            .collect()
-    }
-
-    /// [`TaskFile::sessions`] as indexes into the SESS lines.
+    /// The session a task is named after (see [`TaskFile::comm`]): the one its process had
+    /// at its last TASK line (a forked child's parent's, if it had none), then each later
+    /// one of its process, as indexes into the SESS lines.
     fn session_list(&self, tid: u32) -> Vec<(u64, usize)> {
         let (pid, at) = self.tasks.get(&tid).copied().unwrap_or((tid, 0));
         let mut out: Vec<(u64, usize)> = Vec::new();
@@ -450,6 +565,7 @@ mod tests {
              FORK timestamp=1.500000000 pid=12 ppid=10\n\
              TASK timestamp=1.500000000 tid=12 pid=12\n\
              SESS timestamp=2.000000001 pid=12 sid=00000000000000bb exename=\"/bin/c\"\n\
+             TASK timestamp=2.000000001 tid=12 pid=12\n\
              TASK timestamp=2.000000001 tid=13 pid=12\n\
              DLOP timestamp=0.000000000 tid=10 sid=00000000000000aa base=7f00 libname=\"/l/m.ko\"\n",
         );
@@ -457,13 +573,13 @@ mod tests {
         assert_eq!(t.user_pid(11), 10);
         assert_eq!(t.user_pid(12), 12, "a forked child is a process of its own");
         assert_eq!(t.user_pid(13), 12);
-        assert_eq!(t.sessions(11), [(0, "00000000000000aa")]);
-        // The child before its exec carries on in its parent's session, after it in its own.
-        assert_eq!(
-            t.sessions(12),
-            [(0, "00000000000000aa"), (2_000_000_001, "00000000000000bb")]
-        );
-        assert_eq!(t.sessions(13), [(0, "00000000000000bb")]);
+        let (aa, bb) = (Some("00000000000000aa"), Some("00000000000000bb"));
+        assert_eq!(t.timeline(11), [(0, aa)]);
+        // The child before its exec carries on in its parent's session, after it in its own
+        // (the TASK line after its SESS line says so).
+        assert_eq!(t.timeline(12), [(0, aa), (2_000_000_001, bb)]);
+        // A thread created after the exec: before its TASK line, its leader's sessions.
+        assert_eq!(t.timeline(13), [(0, aa), (2_000_000_001, bb)]);
         assert_eq!(t.comm(10).as_deref(), Some("a b"));
         assert_eq!(t.process_name(12).as_deref(), Some("c"));
         assert_eq!(
@@ -471,6 +587,28 @@ mod tests {
             [(0x7f00, "m.ko".to_string())]
         );
         assert_eq!(timestamp("2.000000001"), Some(2_000_000_001));
+    }
+
+    /// Sessions as uftrace's `create_task` and `find_task_session` give them: a SESS line
+    /// counts for a task only from a TASK line read after it (not by its time alone), a
+    /// task's references end where its next begins, and a task with none falls back to
+    /// its FORK line's parent.
+    #[test]
+    fn sessions_follow_task_lines_as_uftrace_reads_them() {
+        let t = TaskFile::parse(
+            "SESS timestamp=0.000000000 pid=1 sid=00000000000000aa exename=\"/init\"\n\
+             TASK timestamp=0.000000000 tid=1 pid=1\n\
+             FORK timestamp=0.000000100 pid=2 ppid=1\n\
+             SESS timestamp=0.000000200 pid=2 sid=00000000000000bb exename=\"/a\"\n\
+             SESS timestamp=0.000000300 pid=2 sid=00000000000000cc exename=\"/b\"\n\
+             TASK timestamp=0.000000300 tid=2 pid=2\n\
+             TASK timestamp=0.000000000 tid=3 pid=3\n",
+        );
+        let (aa, cc) = (Some("00000000000000aa"), Some("00000000000000cc"));
+        // bb has no TASK line of its own: its time alone does not make records of 2 its.
+        assert_eq!(t.timeline(2), [(0, aa), (300, cc)]);
+        assert_eq!(t.session_at(2, 50), t.session_at(1, 50));
+        assert_eq!(t.timeline(3), [(0, None)]);
     }
 
     #[test]
