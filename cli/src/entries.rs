@@ -96,6 +96,9 @@ pub fn system_text(
     board: &crate::kernel_alias::Board,
     arch: Arch,
 ) -> String {
+    // Every source, a Linux kernel's too: its entry code's jumps where no call is made
+    // (a vector slot's `b el0t_64_sync`, `b ret_to_user`) are left to the exception entries
+    // and the hand-over at an ERET to user space (engine/src/exceptions.rs).
     let mut images: Vec<Image> = sources
         .iter()
         .filter_map(|s| {
@@ -107,9 +110,7 @@ pub fn system_text(
             symbols::load(&s.path, &opts).ok()
         })
         .collect();
-    // A Linux kernel's entry code jumps where no call is made (a vector slot's `b
-    // el0t_64_sync`, ret_from_fork's `b ret_to_user` before its first ERET to user space):
-    // the engine leaves those to the exception entries and the ERET's hand-over.
+    // A kernel's physical-address head code runs before its MMU maps the link addresses.
     if let Some(alias) = kernel.and_then(|k| crate::kernel_alias::physical_alias(&images, k, board))
     {
         images.push(alias);

@@ -200,13 +200,13 @@ impl Isa for Aarch64 {
         (level.0 & 3 == 3).then_some("SCR_EL3")
     }
 
-    /// SPSR.M[3:2] is the EL returned to; leaving EL3, SCR_EL3.NS (bit 0) picks the
-    /// security state; otherwise it stays.
     /// A lower exception level, whatever the security state.
     fn drops_privilege(&self, from: Level, to: Level) -> bool {
         to.0 & 3 < from.0 & 3
     }
 
+    /// SPSR.M[3:2] is the EL returned to; leaving EL3, SCR_EL3.NS (bit 0) picks the
+    /// security state; otherwise it stays.
     fn return_level(&self, from: Level, saved: u64, security: Option<u64>) -> Level {
         let el = ((saved >> 2) & 3) as u8;
         let secure = if from.0 & 3 == 3 {

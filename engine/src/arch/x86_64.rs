@@ -666,12 +666,12 @@ impl Isa for X86_64 {
         Some(syndrome(vector as u64, 0))
     }
 
-    /// `saved`: the code segment selector returned to (its RPL is the ring).
     /// A higher ring.
     fn drops_privilege(&self, from: Level, to: Level) -> bool {
         to.0 > from.0
     }
 
+    /// `saved`: the code segment selector returned to (its RPL is the ring).
     fn return_level(&self, _from: Level, saved: u64, _security: Option<u64>) -> Level {
         Level((saved & 3) as u8)
     }

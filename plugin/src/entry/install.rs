@@ -108,8 +108,8 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
             .max_size_exit
             .then_some(crate::lifecycle::finish::stop_at_size_cap as fn()),
         insn_time: one_vcpu && clock == ClockKind::Insn,
-        // Leaked once: the writer of every process image reads them.
         keep_last: cfg.keep_last,
+        // Leaked once: the writer of every process image reads them.
         start_at: (!cfg.start_at.is_empty()).then(|| &*cfg.start_at.clone().leak()),
     };
     let output = Output::start(cfg.out.clone(), limits)

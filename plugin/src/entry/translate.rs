@@ -320,19 +320,14 @@ fn direct_call_site(
     if let Some(s) = space {
         return (on_user_call, CB_NO_REGS, user_site(pc, target, ret_addr, s));
     }
-    match (pack(target, ret_addr), gated()) {
-        (Some(word), false) => (on_packed_call, CB_NO_REGS, word as usize as *mut c_void),
-        (Some(word), true) => (
-            on_packed_call_gated,
-            CB_NO_REGS,
-            word as usize as *mut c_void,
-        ),
-        (None, false) => (on_direct_call, CB_NO_REGS, call_site(pc, target, ret_addr)),
-        (None, true) => (
-            on_direct_call_gated,
-            CB_NO_REGS,
-            call_site(pc, target, ret_addr),
-        ),
+    let (packed, general): (VcpuUdataCb, VcpuUdataCb) = if gated() {
+        (on_packed_call_gated, on_direct_call_gated)
+    } else {
+        (on_packed_call, on_direct_call)
+    };
+    match pack(target, ret_addr) {
+        Some(word) => (packed, CB_NO_REGS, word as usize as *mut c_void),
+        None => (general, CB_NO_REGS, call_site(pc, target, ret_addr)),
     }
 }
 

@@ -615,14 +615,16 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
                 Some(_) => 0,
                 None => pid_in_task(&mut v.regs, old),
             };
-            (old, pid, tgid_in_task(&mut v.regs, old, pid))
+            let tgid = tgid_of_task(&mut v.regs, old, pid).filter(|_| pid > 0);
+            (old, pid, tgid.unwrap_or(0))
         });
         let leaving = name_at(&mut v.regs, before.map_or(v.task_ptr, |(old, ..)| old));
         let arriving = name_at(&mut v.regs, ptr);
-        // Its process (one 4-byte read per switch, with the kernel's DWARF only).
-        let tgid = tgid_in_task(&mut v.regs, ptr, pid);
-        // The arriving task's process address space (processes watched only).
-        let space = crate::handlers::procmaps::space_of_task(&mut v.regs, ptr);
+        // Its process (one 4-byte read per switch, with the kernel's DWARF only), which
+        // also gives the address space it runs in (processes watched only).
+        let read = tgid_of_task(&mut v.regs, ptr, pid);
+        let tgid = read.filter(|_| pid > 0).unwrap_or(0);
+        let space = read.map_or(0, crate::handlers::procmaps::space_of);
         let now = v.now();
         settle(v, now);
         v.task_ptr = ptr;
@@ -680,14 +682,19 @@ fn pid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64) -> u32 {
 }
 
 /// The thread group (process) of the task with PID `pid` at `task`, where the kernel's
-/// DWARF said where it is (`task_tgid=`); 0 (unknown) otherwise, and for a task with no
-/// PID known, which nothing could group.
-fn tgid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64, pid: u32) -> u32 {
-    crate::state::config()
+/// DWARF said where it is (`task_tgid=`, or the process watch's own offset, the same
+/// field): read only where something uses it, for grouping a task with a PID known (a
+/// task without one nothing could group) or for the address space of watched processes.
+fn tgid_of_task(regs: &mut crate::state::guest::ByteBuf, task: u64, pid: u32) -> Option<u32> {
+    let watched = crate::handlers::procmaps::tgid_offset();
+    let offset = crate::state::config()
         .and_then(|c| c.task_tgid)
-        .filter(|_| task != 0 && pid > 0)
-        .and_then(|offset| regs.read_le(task.wrapping_add(offset), 4))
-        .map_or(0, |tgid| tgid as u32)
+        .filter(|_| pid > 0)
+        .or(watched)?;
+    (task != 0)
+        .then(|| regs.read_le(task.wrapping_add(offset), 4))
+        .flatten()
+        .map(|tgid| tgid as u32)
 }
 
 /// A NUL-padded name field as text.

@@ -74,15 +74,18 @@ pub fn enabled() -> bool {
     watch().is_some()
 }
 
-/// The address space of the task at `task`, which a vCPU switches to (its thread group's,
-/// one 4-byte read); 0 when processes are not watched or the group is not known.
-pub fn space_of_task(regs: &mut ByteBuf, task: u64) -> qemu_uftrace_engine::spaces::SpaceId {
-    let Some((_, off)) = watch() else {
-        return 0;
-    };
-    match regs.read_le(task.wrapping_add(off.tgid), 4) {
-        Some(tgid) => spaces::with(|s| s.of(tgid as u32)),
-        None => 0,
+/// Where `task_struct.tgid` is, when processes are watched.
+pub fn tgid_offset() -> Option<u64> {
+    watch().map(|(_, off)| off.tgid)
+}
+
+/// The address space of thread group `tgid`, which a vCPU switches to; 0 when processes are
+/// not watched or the group is not known.
+pub fn space_of(tgid: u32) -> qemu_uftrace_engine::spaces::SpaceId {
+    if enabled() {
+        spaces::with(|s| s.of(tgid))
+    } else {
+        0
     }
 }
 

@@ -77,7 +77,7 @@ pub struct Config {
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
     /// `entries_file=`: the list is still being written by the CLI as QEMU starts (a
-    /// kernel's symbols), and waited for when the kernel proper is first translated.
+    /// kernel's symbols), and waited for at the first translation.
     pub entries_later: bool,
     /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
     /// saves a stack cookie (`resume=on`).
@@ -112,6 +112,15 @@ pub enum Mode {
     Probe,
     /// Boxed: the configuration is large, the probe's variant empty.
     Record(Box<Config>),
+}
+
+/// A switch: `on` or `off`.
+fn on_off(key: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{key}={value}: expected on or off")),
+    }
 }
 
 /// A byte offset in the guest's task structure, below a bound no such structure reaches.
@@ -246,13 +255,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                     _ => return Err(format!("clock={value}: expected auto, insn or wall")),
                 }
             }
-            "split_levels" => {
-                split_levels = match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(format!("split_levels={value}: expected on or off")),
-                }
-            }
+            "split_levels" => split_levels = on_off("split_levels", value)?,
             "task_comm" => task_comm = Some(task_offset("task_comm", value)?),
             "task_pid" => task_pid = Some(task_offset("task_pid", value)?),
             "task_tgid" => task_tgid = Some(task_offset("task_tgid", value)?),
@@ -316,13 +319,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         })?,
                 )
             }
-            "max_size_exit" => {
-                max_size_exit = match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(format!("max_size_exit={value}: expected on or off")),
-                }
-            }
+            "max_size_exit" => max_size_exit = on_off("max_size_exit", value)?,
             "stop_at" => stop_at = addresses(&key, value)?,
             "start_at" => start_at = addresses(&key, value)?,
             "filter" => filter = addresses(&key, value)?,
@@ -336,13 +333,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                         .ok_or_else(|| format!("keep_last={value}: expected a byte count"))?,
                 )
             }
-            "stop_at_exit" => {
-                stop_at_exit = match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(format!("stop_at_exit={value}: expected on or off")),
-                }
-            }
+            "stop_at_exit" => stop_at_exit = on_off("stop_at_exit", value)?,
             "record_pidfd" => {
                 record_pidfd = Some(
                     value
@@ -354,13 +345,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "proc_watch" => proc_watch = Some(Watch::parse(value)?),
             "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
-            "resume" => {
-                resume = match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(format!("resume={value}: expected on or off")),
-                }
-            }
+            "resume" => resume = on_off("resume", value)?,
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }

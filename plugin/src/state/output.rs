@@ -6,6 +6,7 @@ use super::flight::Ring;
 use super::progress::{self, Counts, Progress};
 use super::start_gate::StartGate;
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
@@ -317,18 +318,9 @@ impl Writer {
             // The window ends at the stop (`--stop-at` with `--keep-last`): what comes
             // after it never enters the ring, so it does not push the window's start on.
             Some(ring) => {
-                let stop = self.stop.load(Ordering::Relaxed);
-                if stop == u64::MAX {
-                    ring.push(tid, buf);
-                } else {
-                    let before: Vec<u8> = (buf.chunks_exact(RECORD_SIZE))
-                        .filter(|r| first_time(r) < stop)
-                        .flatten()
-                        .copied()
-                        .collect();
-                    if !before.is_empty() {
-                        ring.push(tid, &before);
-                    }
+                let kept = before_stop(&self.stop, buf);
+                if !kept.is_empty() {
+                    ring.push(tid, &kept);
                 }
             }
             None => self.write_through(tid, buf),
@@ -340,21 +332,12 @@ impl Writer {
         if self.written.capped {
             return;
         }
-        let stop = self.stop.load(Ordering::Relaxed);
-        let before_stop: Vec<u8>;
-        let mut buf = buf;
-        if stop != u64::MAX {
-            before_stop = buf
-                .chunks_exact(RECORD_SIZE)
-                .filter(|r| first_time(r) < stop)
-                .flatten()
-                .copied()
-                .collect();
-            buf = &before_stop;
-            if buf.is_empty() {
-                return;
-            }
+        let kept = before_stop(&self.stop, buf);
+        // Everything was after the stop.
+        if matches!(kept, Cow::Owned(_)) && kept.is_empty() {
+            return;
         }
+        let mut buf = &kept[..];
         if self.written.stopped.is_none() {
             if let Some(max) = self.limits.max_bytes {
                 let room = max.saturating_sub(self.total) as usize / RECORD_SIZE * RECORD_SIZE;
@@ -478,6 +461,22 @@ fn first_time(buf: &[u8]) -> u64 {
     buf.get(..8)
         .and_then(|b| b.try_into().ok())
         .map_or(0, u64::from_le_bytes)
+}
+
+/// The records of `buf` from before the `--stop-at` time (all of them while none is set):
+/// what comes after the stop is never written, nor enters `--keep-last`'s window.
+fn before_stop<'a>(stop: &AtomicU64, buf: &'a [u8]) -> Cow<'a, [u8]> {
+    let stop = stop.load(Ordering::Relaxed);
+    if stop == u64::MAX {
+        return Cow::Borrowed(buf);
+    }
+    Cow::Owned(
+        buf.chunks_exact(RECORD_SIZE)
+            .filter(|r| first_time(r) < stop)
+            .flatten()
+            .copied()
+            .collect(),
+    )
 }
 
 fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) -> Written {
