@@ -1,6 +1,7 @@
 //! The guest images a system-mode command line loads (`-kernel`, `-bios`, `-device
 //! loader`): our symbol sources.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use super::options::{json_fields, keyval, QemuOption};
@@ -54,13 +55,7 @@ pub fn guest_images(opts: &[QemuOption], is_elf: impl Fn(&Path) -> bool) -> Vec<
                 origin: ImageOrigin::Bios,
             }),
             "device" => {
-                // JSON is UTF-8 (QEMU refuses anything else); key=value strings are bytes.
-                let text = value.to_string_lossy();
-                let kv = if text.trim_start().starts_with('{') {
-                    json_fields(&text)
-                } else {
-                    keyval(value, "driver")
-                };
+                let kv = device_fields(value);
                 let is_loader = kv.iter().any(|(k, v)| k == "driver" && v == "loader");
                 let raw = kv.iter().any(|(k, v)| {
                     k == "force-raw" && matches!(v.to_str(), Some("on" | "true" | "yes"))
@@ -94,6 +89,18 @@ pub fn file_is_elf(path: &Path) -> bool {
         Err(e) => e.kind() != std::io::ErrorKind::UnexpectedEof,
     }
 }
+/// A `-device` value's properties, in either of QEMU's forms (`driver,key=value,…` or
+/// JSON), the driver under `driver`.
+pub fn device_fields(value: &OsStr) -> Vec<(String, OsString)> {
+    // JSON is UTF-8 (QEMU refuses anything else); key=value strings are bytes.
+    let text = value.to_string_lossy();
+    if text.trim_start().starts_with('{') {
+        json_fields(&text)
+    } else {
+        keyval(value, "driver")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

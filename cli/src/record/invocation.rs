@@ -168,9 +168,10 @@ fn kaslr_off(arch: Option<Arch>, opts: &[QemuOption]) -> bool {
 /// instruction need not be any function's entry (a run started in the middle of code).
 fn sets_a_cpu_pc(o: &QemuOption) -> bool {
     o.name == "device"
-        && o.value.as_ref().and_then(|v| v.to_str()).is_some_and(|v| {
-            let mut props = v.split(',');
-            props.next() == Some("loader") && props.any(|p| p.starts_with("cpu-num="))
+        && o.value.as_ref().is_some_and(|v| {
+            let kv = qemu::images::device_fields(v);
+            kv.iter().any(|(k, v)| k == "driver" && v == "loader")
+                && kv.iter().any(|(k, _)| k == "cpu-num")
         })
 }
 
@@ -210,6 +211,11 @@ mod tests {
             ("-loadvm", "s1"),
             ("-incoming", "file:/tmp/vm"),
             ("-device", "loader,addr=0x40080010,cpu-num=0"),
+            ("-device", "driver=loader,addr=0x40080010,cpu-num=0"),
+            (
+                "-device",
+                r#"{"driver":"loader","addr":1074266128,"cpu-num":0}"#,
+            ),
         ] {
             let inv = parse(&["qemu-system-aarch64", "-M", "virt", opt, value]);
             assert!(inv.resume, "{opt} {value}");
