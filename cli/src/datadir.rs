@@ -312,8 +312,7 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
                 .find(|t| t.tid == tid)
                 .and_then(|t| match user_mode {
                     true => Some(t.pid),
-                    false if t.tgid > 0 => Some(t.process()),
-                    false => None,
+                    false => t.thread_group(),
                 })
                 .filter(|&pid| pid > 0)
                 .unwrap_or(tid),

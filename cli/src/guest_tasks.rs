@@ -30,11 +30,16 @@ impl GuestTask {
     /// The process it belongs to, as uftrace's `pid=` and Perfetto's process: its thread
     /// group where it was read, else the PID of a task, else none (0).
     pub fn process(&self) -> u32 {
-        match (self.boot, self.tgid, self.pid) {
-            (true, ..) => 0,
-            (false, 0, pid) => pid,
-            (false, tgid, _) => tgid,
+        match (self.boot, self.thread_group()) {
+            (true, _) => 0,
+            (false, Some(tgid)) => tgid,
+            (false, None) => self.pid,
         }
+    }
+
+    /// Its thread group, where the plugin read it (never a vCPU's boot code's).
+    pub fn thread_group(&self) -> Option<u32> {
+        (!self.boot && self.tgid > 0).then_some(self.tgid)
     }
 
     /// What uftrace shows as the task's command: the guest's name, else `cpu<N>` for a

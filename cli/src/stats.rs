@@ -238,10 +238,15 @@ pub struct Stats {
 impl Stats {
     /// A count the plugin reported that this version keeps under `other`.
     pub fn other_count(&self, key: &str) -> Option<u64> {
+        self.other_value(key).and_then(|v| v.parse().ok())
+    }
+
+    /// A line of `plugin.stats` that is not a count, as written.
+    pub fn other_value(&self, key: &str) -> Option<&str> {
         self.other
             .iter()
             .find(|(k, _)| k == key)
-            .and_then(|(_, v)| v.parse().ok())
+            .map(|(_, v)| v.as_str())
     }
 
     /// Why the trace is not complete although the plugin reported: what it said, in one

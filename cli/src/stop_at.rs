@@ -165,34 +165,25 @@ pub fn hex_list(addrs: &[u64]) -> String {
 
 /// What the summary says of `--start-at FUNC`.
 pub fn start_outcome(func: &str, stats: &Stats) -> Result<String, String> {
-    let value = |key: &str| {
-        stats
-            .other
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-    };
-    match value("start_at_reached") {
+    match stats.other_value("start_at_reached") {
         Some(addr) => Ok(format!(
             "started writing at the first entry into {func} ({addr}), after the {} frame(s) \
              open then, written as entries at the times they were entered",
-            value("start_frames").unwrap_or_else(|| "0".into())
+            stats.other_value("start_frames").unwrap_or("0")
         )),
-        None => Err(format!(
-            "--start-at {func}: the guest never entered it; nothing was written"
-        )),
+        None => Err(never_started(func)),
     }
+}
+
+/// A `--start-at FUNC` the guest never entered.
+pub fn never_started(func: &str) -> String {
+    format!("--start-at {func}: the guest never entered it; nothing was written")
 }
 
 /// What the summary says of it: where the trace stopped, or `Err` when FUNC was never
 /// reached (the trace then holds the whole run).
 pub fn outcome(stop: &StopAt, stats: &Stats) -> Result<String, String> {
-    let reached = stats
-        .other
-        .iter()
-        .find(|(k, _)| k == "stop_at_reached")
-        .map(|(_, v)| v.as_str());
-    match reached {
+    match stats.other_value("stop_at_reached") {
         Some(addr) => Ok(format!(
             "stopped writing at the first entry into {} ({addr}){}",
             stop.func,

@@ -89,8 +89,8 @@ pub fn write(
         procs.tgid_of.get(&pid_of(tid)).copied().or_else(|| {
             tasks
                 .iter()
-                .find(|t| t.tid == tid && t.tgid > 0 && !t.boot)
-                .map(|t| t.tgid)
+                .find(|t| t.tid == tid && t.thread_group().is_some())
+                .and_then(GuestTask::thread_group)
         })
     };
     let mut threads: BTreeMap<u32, Vec<u32>> = BTreeMap::new();

@@ -65,7 +65,7 @@ fn record_into(
         // Nothing written because the start never came: that, not a QEMU problem, is why.
         (Err(_), Some(func)) if !datadir::has_records(staging) => {
             return Err(crate::errors::fail(
-                format!("--start-at {func}: the guest never entered it; nothing was written"),
+                crate::stop_at::never_started(func),
                 "start at a function the guest runs (a recording without --start-at shows them)",
             ))
         }
