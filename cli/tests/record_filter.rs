@@ -5,37 +5,13 @@
 
 mod common;
 
+use common::record_guest_on as record_on;
+use common::user::text;
+
 use qemu_uftrace_tests::replay::{report_calls, uftrace};
-use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, Variant, QEMU};
+use qemu_uftrace_tests::{system_qemus, QEMU};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-fn record_on(
-    qemu: &str,
-    name: &str,
-    extra: &[&str],
-    program: &str,
-) -> (tempfile::TempDir, PathBuf, Output) {
-    let elf = guest_elf(program, Variant::Natural).expect("build the guests");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join(name);
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(extra)
-        .arg("--")
-        .args(qemu_args_on(qemu, &elf))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    (tmp, dir, out)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::path::Path;
 
 /// `uftrace replay` of `dir` with `options`, as `E name@depth` / `X name@depth` (a leaf's
 /// `name();` is both), depth from the indentation.
@@ -298,18 +274,9 @@ fn a_kernel_subtree_is_recorded_whole() {
     let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
     let symbols = init_elf.to_string_lossy().into_owned();
     let record = |name: &str, extra: &[&str]| {
-        let tmp = tempfile::tempdir().expect("temp dir");
-        let dir = tmp.path().join(name);
-        let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-            .args(["record", "-o"])
-            .arg(&dir)
-            .args(["--symbols", &symbols])
-            .args(extra)
-            .arg("--")
-            .args(&argv)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run qemu-uftrace");
+        let mut options = vec!["--symbols", symbols.as_str()];
+        options.extend_from_slice(extra);
+        let (tmp, dir, out) = common::record_named(name, &argv, &options);
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(text(&out.stdout).contains(INIT_OK), "{}", text(&out.stdout));
         (tmp, dir, text(&out.stderr))

@@ -5,40 +5,16 @@
 
 mod common;
 
+use common::record_guest_on as record_on;
+use common::user::text;
+
 use qemu_uftrace_tests::replay::replay_events;
-use qemu_uftrace_tests::{guest_elf, qemu_args_on, system_qemus, SystemQemu, Variant, QEMU};
+use qemu_uftrace_tests::{system_qemus, SystemQemu, QEMU};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 fn record(name: &str, extra: &[&str], program: &str) -> (tempfile::TempDir, PathBuf, Output) {
     record_on(QEMU, name, extra, program)
-}
-
-/// [`record`] under the emulator `qemu`.
-fn record_on(
-    qemu: &str,
-    name: &str,
-    extra: &[&str],
-    program: &str,
-) -> (tempfile::TempDir, PathBuf, Output) {
-    let elf = guest_elf(program, Variant::Natural).expect("build the guests");
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join(name);
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(extra)
-        .arg("--")
-        .args(qemu_args_on(qemu, &elf))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    (tmp, dir, out)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// `nested` recorded under `qemu` unfiltered, then with `option nest_level3`: the full

@@ -68,8 +68,17 @@ pub fn require(cmd: &str) {
 /// `qemu-uftrace record [options] -- argv` into a fresh directory: the temp dir (keep it
 /// alive), the trace's path and record's output.
 pub fn record_output(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, Output) {
+    record_named("kernel.data", argv, options)
+}
+
+/// [`record_output`] into `<fresh temp dir>/NAME`.
+pub fn record_named(
+    name: &str,
+    argv: &[String],
+    options: &[&str],
+) -> (tempfile::TempDir, PathBuf, Output) {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("kernel.data");
+    let dir = tmp.path().join(name);
     let out = Command::new(BIN)
         .arg("record")
         .arg("-o")
@@ -81,6 +90,19 @@ pub fn record_output(argv: &[String], options: &[&str]) -> (tempfile::TempDir, P
         .output()
         .expect("run qemu-uftrace");
     (tmp, dir, out)
+}
+
+/// The bare-metal guest `program` (its natural build) recorded under the emulator `qemu`
+/// into `<fresh temp dir>/NAME` with `options`, as [`record_named`].
+pub fn record_guest_on(
+    qemu: &str,
+    name: &str,
+    options: &[&str],
+    program: &str,
+) -> (tempfile::TempDir, PathBuf, Output) {
+    let elf = qemu_uftrace_tests::guest_elf(program, qemu_uftrace_tests::Variant::Natural)
+        .expect("build the guests");
+    record_named(name, &qemu_uftrace_tests::qemu_args_on(qemu, &elf), options)
 }
 
 /// [`record_output`], which must succeed; returns the temp dir (keep it alive), the trace
