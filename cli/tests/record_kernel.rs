@@ -7,7 +7,7 @@ mod common;
 use common::{record_argv, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest, INIT_OK};
-use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::replay::{graph_backtrace, uftrace};
 use qemu_uftrace_tests::{cached, kernel_boot_args_on, plugin_stat, system_qemus, QEMU};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -189,11 +189,7 @@ fn check_boot(dir: &Path, qemu: &str) {
         "the boot on {qemu}:\n{head}"
     );
     let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
-    let backtrace: Vec<&str> = graph
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix('['))
-        .filter_map(|l| l.split_whitespace().nth(1))
-        .collect();
+    let backtrace = graph_backtrace(&graph);
     assert_eq!(
         backtrace,
         ["primary_entry", "__primary_switch", "start_kernel"],

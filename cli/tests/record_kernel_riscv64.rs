@@ -12,7 +12,7 @@ mod common;
 use common::{check_secondary_start, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_tests::plugin_stat;
-use qemu_uftrace_tests::replay::{task_names, uftrace};
+use qemu_uftrace_tests::replay::{graph_backtrace, task_names, uftrace};
 use qemu_uftrace_tests::riscv64::{
     riscv64_kernel_boot_args_on, riscv64_kernel_boot_args_with, riscv64_opensbi, riscv64_qemus,
     riscv64_vmlinux,
@@ -147,11 +147,7 @@ fn riscv64_kernel_boots_to_its_panic_under_record() {
         // _start's jump, at the physical address): a call nested in it, once.
         let graph =
             uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
-        let backtrace: Vec<&str> = graph
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix('['))
-            .filter_map(|l| l.split_whitespace().nth(1))
-            .collect();
+        let backtrace = graph_backtrace(&graph);
         assert!(
             graph.contains("backtrace #0: hit 1,") && !graph.contains("backtrace #1:"),
             "start_kernel entered more than once on {q}:\n{}",

@@ -12,7 +12,7 @@ mod common;
 use common::{check_secondary_start, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_symbols::LoadOptions;
-use qemu_uftrace_tests::replay::{task_names, uftrace};
+use qemu_uftrace_tests::replay::{graph_backtrace, task_names, uftrace};
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
 use qemu_uftrace_tests::{cached, plugin_stat};
 use std::path::{Path, PathBuf};
@@ -221,12 +221,7 @@ fn check_boot(dir: &Path, qemu: &str) {
     // start_kernel is entered by x86_64_start_reservations' tail call (`jmp start_kernel`):
     // a call nested in it, as uftrace shows a tail call, once, with setup_arch beneath.
     let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
-    let backtrace: Vec<&str> = graph
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix('['))
-        .filter_map(|l| l.split_once("] ").map(|(_, f)| f))
-        .map(|f| f.rsplit_once(" (0x").map_or(f, |(name, _)| name))
-        .collect();
+    let backtrace = graph_backtrace(&graph);
     assert!(
         graph.contains("backtrace #0: hit 1,") && !graph.contains("backtrace #1:"),
         "start_kernel entered more than once on {qemu}:\n{}",

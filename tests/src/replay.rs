@@ -401,9 +401,37 @@ pub fn tree(text: &str) -> Vec<String> {
     events
 }
 
+/// The names on `uftrace graph`'s backtrace lines (`[N] name (0xaddr)`), outermost first; a
+/// name may hold spaces (`[x86 BIOS …]`).
+pub fn graph_backtrace(graph: &str) -> Vec<&str> {
+    graph
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('['))
+        .filter_map(|l| l.split_once("] ").map(|(_, f)| f))
+        .map(|f| f.rsplit_once(" (0x").map_or(f, |(name, _)| name))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn graph_backtraces_keep_names_with_spaces() {
+        let graph = "backtrace\n================================\n \
+                     backtrace #0: hit 1, time  1.0 us\n   \
+                     [0] [x86 BIOS e7000-ff000] (0xe7000)\n   \
+                     [1] x86_64_start_reservations (0xffffffff81000000)\n   \
+                     [2] start_kernel (0xffffffff81000100)\n";
+        assert_eq!(
+            graph_backtrace(graph),
+            [
+                "[x86 BIOS e7000-ff000]",
+                "x86_64_start_reservations",
+                "start_kernel"
+            ]
+        );
+    }
 
     fn v(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
