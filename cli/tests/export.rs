@@ -672,23 +672,12 @@ fn hand_made_trace_with_scheduler_gap_and_lost_records() {
     ];
     write_hand_made(&dir, &recs, &["main", "f", "g"]);
 
-    let out = export(&dir, &[]);
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    let t = decode(&qemu_uftrace::export::default_output(&dir, false));
-    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
-    let report = report_calls(&dir, &[]).expect("uftrace report");
-    assert_eq!(report.get("linux:schedule"), Some(&1), "{report:?}");
-    assert_eq!(slice_counts(&t, &[]), report);
+    let t = export_hand_made(&dir, "linux:schedule");
     let th = thread(&t, 7);
     assert_eq!(th["name"], "prog");
     assert_eq!(process_name(&t, 7), "prog");
     assert_eq!(th["open_at_end"], Value::Array(vec![]));
-    let marks: Vec<(u64, &str)> = th["instants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| (i["ts"].as_u64().unwrap(), i["name"].as_str().unwrap()))
-        .collect();
+    let marks = instants(th);
     assert_eq!(
         marks,
         [(175, "guessed: stack rebuilt"), (210, "LOST records")]
@@ -699,6 +688,29 @@ fn hand_made_trace_with_scheduler_gap_and_lost_records() {
         .as_str()
         .unwrap()
         .starts_with("ns:"));
+}
+
+/// Exports the hand-made trace `dir`, which must succeed with no problems, `uftrace report`
+/// counting `once` once and the export counting every function as the report does.
+fn export_hand_made(dir: &Path, once: &str) -> Value {
+    let out = export(dir, &[]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let t = decode(&qemu_uftrace::export::default_output(dir, false));
+    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
+    let report = report_calls(dir, &[]).expect("uftrace report");
+    assert_eq!(report.get(once), Some(&1), "{report:?}");
+    assert_eq!(slice_counts(&t, &[]), report);
+    t
+}
+
+/// A thread track's instants as (time, name).
+fn instants(th: &Value) -> Vec<(u64, &str)> {
+    th["instants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["ts"].as_u64().unwrap(), i["name"].as_str().unwrap()))
+        .collect()
 }
 
 /// An exec call, as uftrace reads one (`fstack.c`'s fixups): it empties the task's stack
@@ -724,21 +736,10 @@ fn hand_made_exec_calls_count_as_uftrace_counts_them() {
         (160, Exit, 0, main),
     ];
     write_hand_made(&dir, &recs, &["main", "execve", "g"]);
-    let out = export(&dir, &[]);
-    assert!(out.status.success(), "{}", common::stderr(&out));
-    let t = decode(&qemu_uftrace::export::default_output(&dir, false));
-    assert_eq!(t["problems"], Value::Array(vec![]), "{}", t["problems"]);
-    let report = report_calls(&dir, &[]).expect("uftrace report");
-    assert_eq!(report.get("execve"), Some(&1), "{report:?}");
-    assert_eq!(slice_counts(&t, &[]), report);
+    let t = export_hand_made(&dir, "execve");
     let th = thread(&t, 7);
     assert_eq!(th["open_at_end"], Value::Array(vec![]));
-    let marks: Vec<(u64, &str)> = th["instants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| (i["ts"].as_u64().unwrap(), i["name"].as_str().unwrap()))
-        .collect();
+    let marks = instants(th);
     assert_eq!(marks, [(110, "execve"), (130, "execve")]);
 }
 
