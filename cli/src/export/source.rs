@@ -87,17 +87,6 @@ impl TaskFile {
         for line in text.lines() {
             let num = |k| field(line, k).and_then(|v| v.parse::<u32>().ok());
             let ns = field(line, "timestamp").and_then(timestamp).unwrap_or(0);
-            if line.starts_with("TASK ") || line.starts_with("FORK ") {
-                let fork = line.starts_with("FORK ");
-                let ids = if fork {
-                    num("pid").zip(num("ppid"))
-                } else {
-                    num("tid").zip(num("pid"))
-                };
-                if let Some((tid, pid)) = ids {
-                    t.create_task(tid, pid, ns, fork);
-                }
-            }
             if line.starts_with("SESS ") {
                 if let (Some(pid), Some(sid)) = (num("pid"), field(line, "sid")) {
                     t.sessions.push(Session {
@@ -109,11 +98,13 @@ impl TaskFile {
                 }
             } else if line.starts_with("TASK ") {
                 if let (Some(tid), Some(pid)) = (num("tid"), num("pid")) {
+                    t.create_task(tid, pid, ns, false);
                     t.tasks.insert(tid, (pid, ns));
                     t.first_pid.get_or_insert(pid);
                 }
             } else if line.starts_with("FORK ") {
                 if let (Some(pid), Some(ppid)) = (num("pid"), num("ppid")) {
+                    t.create_task(pid, ppid, ns, true);
                     t.forks.insert(pid, ppid);
                 }
             } else if line.starts_with("DLOP ") {
@@ -168,21 +159,21 @@ impl TaskFile {
     /// uftrace's `find_task_session`: the session a record of `tid` at `ns` resolves in, from
     /// the task's references, else its parent's (a FORK line's) or its thread leader's.
     fn session_at(&self, tid: u32, ns: u64) -> Option<usize> {
-        let mut task = self.refs.get(&tid);
-        let mut id = tid;
-        for _ in 0..64 {
-            let t = task?;
-            if let Some(i) = t.at(ns) {
-                return Some(i);
-            }
+        self.lineage(tid).find_map(|t| t.at(ns))
+    }
+
+    /// A task's references, then its parent's (a FORK line's) or its thread leader's, and so
+    /// on up (at most 64: a cycle in a damaged file ends there).
+    fn lineage(&self, tid: u32) -> impl Iterator<Item = &TaskRefs> {
+        let first = self.refs.get(&tid).map(|t| (tid, t));
+        std::iter::successors(first, |&(id, t)| {
             let parent = if t.ppid != 0 { t.ppid } else { t.pid };
-            if parent == 0 || parent == id {
-                return None;
-            }
-            id = parent;
-            task = self.refs.get(&parent);
-        }
-        None
+            (parent != 0 && parent != id)
+                .then(|| self.refs.get(&parent).map(|p| (parent, p)))
+                .flatten()
+        })
+        .take(64)
+        .map(|(_, t)| t)
     }
 
     /// The sessions a task's records resolve in, as uftrace resolves them: from each time
@@ -191,18 +182,7 @@ impl TaskFile {
     pub fn timeline(&self, tid: u32) -> Vec<(u64, Option<&str>)> {
         // The times where the answer may change: every reference's start along the chain.
         let mut times = vec![0u64];
-        let mut task = self.refs.get(&tid);
-        let mut id = tid;
-        for _ in 0..64 {
-            let Some(t) = task else { break };
-            times.extend(t.refs.iter().map(|r| r.0));
-            let parent = if t.ppid != 0 { t.ppid } else { t.pid };
-            if parent == 0 || parent == id {
-                break;
-            }
-            id = parent;
-            task = self.refs.get(&parent);
-        }
+        times.extend(self.lineage(tid).flat_map(|t| t.refs.iter().map(|r| r.0)));
         times.sort_unstable();
         times.dedup();
         let mut out: Vec<(u64, Option<usize>)> = Vec::new();
@@ -235,47 +215,31 @@ impl TaskFile {
     }
 
     /// The session a task is named after (see [`TaskFile::comm`]): the one its process had
-    /// at its last TASK line (a forked child's parent's, if it had none), then each later
-    /// one of its process, as indexes into the SESS lines.
-    fn session_list(&self, tid: u32) -> Vec<(u64, usize)> {
+    /// at its last TASK line (a forked child's parent's, if it had none), else its process's
+    /// first, as an index into the SESS lines.
+    fn session_index(&self, tid: u32) -> Option<usize> {
         let (pid, at) = self.tasks.get(&tid).copied().unwrap_or((tid, 0));
-        let mut out: Vec<(u64, usize)> = Vec::new();
         let mut owner = pid;
         for _ in 0..64 {
-            let first = (0..self.sessions.len())
+            let latest = (0..self.sessions.len())
                 .filter(|&i| self.sessions[i].pid == owner && self.sessions[i].ns <= at)
                 .max_by_key(|&i| self.sessions[i].ns);
-            if let Some(i) = first {
-                out.push((0, i));
-                break;
+            if latest.is_some() {
+                return latest;
             }
             match self.forks.get(&owner) {
                 Some(&parent) => owner = parent,
                 None => break,
             }
         }
-        let mut later: Vec<usize> = (0..self.sessions.len())
-            .filter(|&i| {
-                let s = &self.sessions[i];
-                s.pid == pid && (s.ns > at || out.is_empty())
-            })
-            .collect();
-        later.sort_by_key(|&i| self.sessions[i].ns);
-        for i in later {
-            let ns = if out.is_empty() {
-                0
-            } else {
-                self.sessions[i].ns
-            };
-            out.push((ns, i));
-        }
-        out
+        (0..self.sessions.len())
+            .filter(|&i| self.sessions[i].pid == pid)
+            .min_by_key(|&i| self.sessions[i].ns)
     }
 
     /// The session a task starts in.
     fn session(&self, tid: u32) -> Option<&Session> {
-        let i = self.session_list(tid).first()?.1;
-        self.sessions.get(i)
+        self.sessions.get(self.session_index(tid)?)
     }
 
     /// The modules a session loaded later (DLOP lines).
