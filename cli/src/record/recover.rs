@@ -151,11 +151,7 @@ fn unwind_file(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, Sta
 fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
     const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
     let is_svc = Arch::from_elf_machine(machine) == Some(Arch::Aarch64)
-        && images
-            .iter()
-            .find(|i| i.has_code(pc.wrapping_sub(4)))
-            .and_then(|i| i.code_before(pc, 4))
-            == Some(&SVC0[..]);
+        && unwind::code_before(images, pc, 4) == Some(&SVC0[..]);
     if is_svc {
         ExceptionKind::Svc
     } else {

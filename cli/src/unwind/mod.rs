@@ -138,7 +138,7 @@ struct Unwinder<'a> {
 
 impl Unwinder<'_> {
     fn image(&self, addr: u64) -> Option<&Image> {
-        self.images.iter().find(|i| i.has_code(addr))
+        image_at(self.images, addr)
     }
 
     fn reg(&self, r: &Regs, n: u16) -> Option<u64> {
@@ -155,10 +155,7 @@ impl Unwinder<'_> {
 
     /// Whether `addr` follows a call instruction in a known file's code.
     fn is_return_address(&self, addr: u64) -> bool {
-        self.image(addr.wrapping_sub(1))
-            .and_then(|i| i.code_before(addr, self.isa.call_lookbehind()))
-            .and_then(|before| self.isa.call_ending_at(Mode::Bits64, addr, before))
-            .is_some()
+        follows_call_in(self.isa, self.images, addr)
     }
 
     fn function_at(&self, addr: u64) -> Option<u64> {
@@ -302,13 +299,23 @@ impl Unwinder<'_> {
 /// into a caller, rather than a task's first jump into its entry code (a Linux task that
 /// began under tracing "returns" from its first switch into `ret_from_fork`).
 pub fn follows_call(arch: Arch, images: &[Image], addr: u64) -> bool {
-    let isa = isa(arch);
-    images
-        .iter()
-        .find(|i| i.has_code(addr.wrapping_sub(1)))
-        .and_then(|i| i.code_before(addr, isa.call_lookbehind()))
+    follows_call_in(isa(arch), images, addr)
+}
+
+fn follows_call_in(isa: &dyn Isa, images: &[Image], addr: u64) -> bool {
+    code_before(images, addr, isa.call_lookbehind())
         .and_then(|before| isa.call_ending_at(Mode::Bits64, addr, before))
         .is_some()
+}
+
+/// The image of `images` whose code holds `addr`.
+fn image_at(images: &[Image], addr: u64) -> Option<&Image> {
+    images.iter().find(|i| i.has_code(addr))
+}
+
+/// The `len` bytes of code that end at `addr`, in whichever of `images` holds them.
+pub fn code_before(images: &[Image], addr: u64, len: usize) -> Option<&[u8]> {
+    image_at(images, addr.wrapping_sub(1))?.code_before(addr, len)
 }
 
 /// The calls open in `cookie`'s context, innermost first, as far as the tables and the
