@@ -7,6 +7,8 @@
 //! (`as --gsframe`, CFI removed); on aarch64, x86_64 and riscv64 bare metal (SFrame has
 //! no RISC-V ABI).
 
+mod common;
+
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, QEMU_RISCV64};
 use qemu_uftrace_tests::snapshot::{
@@ -90,7 +92,7 @@ impl Board {
     }
 }
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The snap guest's calls seen from a run that starts in `snap_wait`.
 const EXPECTED: &[&str] = &[
@@ -157,23 +159,7 @@ fn record_from_snapshot(board: Board, elf: &Path) -> FromSnapshot {
 
 /// Records `qemu` into `<tmp>/uftrace.data`; gives the directory and `record`'s stderr.
 fn record(tmp: &Path, qemu: &[String]) -> (PathBuf, String) {
-    let dir = tmp.join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--")
-        .args(qemu)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "record failed: {}\n{stderr}",
-        out.status
-    );
-    (dir, stderr)
+    common::record_ok_in::<&str>(tmp, &[], qemu)
 }
 
 /// [`record_from_snapshot`] from a migration stream (`-incoming file:`): the byte is sent

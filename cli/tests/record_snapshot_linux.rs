@@ -6,13 +6,15 @@
 //! kernel frames by the kernel's frame records, its user frames from `/init`'s own tables,
 //! kernel threads' chains down to `schedule`.
 
+mod common;
+
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::linux_guest::{snap_initramfs_guest, INITRAMFS_APPEND, INITRAMFS_TIMEOUT};
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
 use qemu_uftrace_tests::{cached, debian_kernel};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// What a recording from the snapshot left.
 struct Run {
@@ -72,26 +74,14 @@ fn record_linux_from_snapshot() -> Run {
         input.display()
     ));
     args.extend(["-serial", "chardev:uart"].map(String::from));
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--symbols")
-        .arg(&init_elf)
-        .arg("--symbols")
-        .arg(debian_vmlinux())
-        .arg("--")
-        .args(&args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "record failed: {}\n{stderr}",
-        out.status
-    );
+    let vmlinux = debian_vmlinux();
+    let options = [
+        OsStr::new("--symbols"),
+        init_elf.as_os_str(),
+        OsStr::new("--symbols"),
+        vmlinux.as_os_str(),
+    ];
+    let (dir, stderr) = common::record_ok_in(tmp.path(), &options, &args);
     let console = std::fs::read_to_string(&console).expect("the guest's console");
     Run {
         _tmp: tmp,
@@ -346,26 +336,13 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
     .expect("snapshot the kernel in its panic loop");
     assert!(seen.contains("Unable to mount root fs"), "{seen}");
     args.extend(["-loadvm", "s1", "-monitor", "none", "-serial", "null"].map(String::from));
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--symbols")
-        .arg(&vmlinux)
-        .arg("--stop-at")
-        .arg("__const_udelay,exit")
-        .arg("--")
-        .args(&args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "record failed: {}\n{stderr}",
-        out.status
-    );
+    let options = [
+        OsStr::new("--symbols"),
+        vmlinux.as_os_str(),
+        OsStr::new("--stop-at"),
+        OsStr::new("__const_udelay,exit"),
+    ];
+    let (dir, stderr) = common::record_ok_in(tmp.path(), &options, &args);
     let text = replay(&dir);
     // PID 1, a kernel thread here, in panic's delay loop (in delay_tsc, entered by tail
     // calls from __const_udelay; in panic itself if the stop came between two calls).

@@ -92,6 +92,33 @@ pub fn record_named(
     (tmp, dir, out)
 }
 
+/// `qemu-uftrace record -o TMP/uftrace.data OPTIONS -- ARGV`, which must succeed: the
+/// trace's path and record's stderr.
+pub fn record_ok_in<S: AsRef<std::ffi::OsStr>>(
+    tmp: &Path,
+    options: &[S],
+    argv: &[String],
+) -> (PathBuf, String) {
+    let dir = tmp.join("uftrace.data");
+    let out = Command::new(BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(options)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "record failed: {}\n{stderr}",
+        out.status
+    );
+    (dir, stderr)
+}
+
 /// The bare-metal guest `program` (its natural build) recorded under the emulator `qemu`
 /// into `<fresh temp dir>/NAME` with `options`, as [`record_named`].
 pub fn record_guest_on(
