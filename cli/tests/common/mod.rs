@@ -79,17 +79,26 @@ pub fn record_named(
 ) -> (tempfile::TempDir, PathBuf, Output) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join(name);
-    let out = Command::new(BIN)
+    let out = record_into(&dir, options, argv);
+    (tmp, dir, out)
+}
+
+/// `qemu-uftrace record -o DIR OPTIONS -- ARGV`, stdin from /dev/null: record's output.
+pub fn record_into<S: AsRef<std::ffi::OsStr>>(
+    dir: &Path,
+    options: &[S],
+    argv: &[String],
+) -> Output {
+    Command::new(BIN)
         .arg("record")
         .arg("-o")
-        .arg(&dir)
+        .arg(dir)
         .args(options)
         .arg("--")
         .args(argv)
         .stdin(Stdio::null())
         .output()
-        .expect("run qemu-uftrace");
-    (tmp, dir, out)
+        .expect("run qemu-uftrace")
 }
 
 /// `qemu-uftrace record -o TMP/uftrace.data OPTIONS -- ARGV`, which must succeed: the
@@ -100,16 +109,7 @@ pub fn record_ok_in<S: AsRef<std::ffi::OsStr>>(
     argv: &[String],
 ) -> (PathBuf, String) {
     let dir = tmp.join("uftrace.data");
-    let out = Command::new(BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(options)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let out = record_into(&dir, options, argv);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
