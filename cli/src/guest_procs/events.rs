@@ -17,7 +17,7 @@ pub struct Mapping {
 }
 
 /// One process's address space from `from` (the trace's time) until the next of its
-/// thread group.
+/// thread group, or its leader's exit (after which its PID starts clean).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Space {
     pub tgid: u32,
@@ -25,8 +25,6 @@ pub struct Space {
     pub maps: Vec<Mapping>,
     /// Whether it began at an exec (else it is a forked copy of its parent's).
     pub exec: bool,
-    /// When the process exited (its leader's `do_exit`), if it did.
-    pub until: Option<u64>,
 }
 
 impl Space {
@@ -81,7 +79,6 @@ pub fn parse(text: &str) -> Procs {
                             from: time,
                             maps,
                             exec: false,
-                            until: None,
                         });
                     }
                     None => {
@@ -96,7 +93,6 @@ pub fn parse(text: &str) -> Procs {
                     from: time,
                     maps: Vec::new(),
                     exec: true,
-                    until: None,
                 });
             }
             "mmap" => {
@@ -112,7 +108,6 @@ pub fn parse(text: &str) -> Procs {
                         from: time,
                         maps: Vec::new(),
                         exec: false,
-                        until: None,
                     });
                     procs.spaces.len() - 1
                 });
@@ -125,9 +120,7 @@ pub fn parse(text: &str) -> Procs {
             }
             // The process ended: a PID reused later starts clean.
             "exit" if tid == tgid => {
-                if let Some(i) = current.remove(&tgid) {
-                    procs.spaces[i].until = Some(time);
-                }
+                current.remove(&tgid);
             }
             _ => {}
         }
@@ -168,7 +161,6 @@ mod tests {
         assert_eq!(p.spaces[2].program(), Some("/worker"));
         assert_eq!(p.tgid_of[&8], 1);
         assert_eq!(p.tgid_of[&7], 7);
-        assert_eq!(p.spaces[2].until, None);
     }
 
     /// An exit ends the process's space; its PID reused by a process whose start was not
@@ -178,11 +170,13 @@ mod tests {
         let text = "exec\ttime=2\ttid=5\ttgid=5\n\
                     mmap\ttime=3\ttid=5\ttgid=5\tstart=1000\tlen=1000\toffset=0\tpath=/a\n\
                     exit\ttime=4\ttid=6\ttgid=5\n\
+                    mmap\ttime=4\ttid=5\ttgid=5\tstart=3000\tlen=1000\toffset=0\tpath=/c\n\
                     exit\ttime=5\ttid=5\ttgid=5\n\
                     mmap\ttime=9\ttid=5\ttgid=5\tstart=2000\tlen=1000\toffset=0\tpath=/b\n";
         let p = parse(text);
         assert_eq!(p.spaces.len(), 2);
-        assert_eq!(p.spaces[0].until, Some(5));
+        // A thread's exit ends nothing: the mapping after it joins the process's space.
+        assert_eq!(p.spaces[0].maps.len(), 2);
         assert_eq!(p.spaces[1].program(), Some("/b"));
         assert_eq!(p.spaces[1].maps.len(), 1);
         assert_eq!(p.spaces[1].from, 9);

@@ -509,7 +509,6 @@ mod tests {
             from: tgid as u64,
             maps,
             exec: true,
-            until: None,
         };
         let procs = Procs {
             spaces: vec![
@@ -667,7 +666,6 @@ mod tests {
                     })
                     .collect(),
                 exec: true,
-                until: None,
             }],
             tgid_of: HashMap::from([(10, 10)]),
         };
