@@ -26,10 +26,11 @@ pub static ON_STOP: OnceLock<fn()> = OnceLock::new();
 /// # Safety
 /// `first` is a live instruction handle of the block being translated.
 pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
-    let Some(cfg) = config() else { return };
-    if !cfg.start_at.is_empty()
+    // As the guest runs them: a PIE's are placed before any of its code is translated.
+    let aims = crate::state::aims::now();
+    if !aims.start_at.is_empty()
         && !START_HIT.load(Ordering::Relaxed)
-        && cfg.start_at.contains(&start)
+        && aims.start_at.contains(&start)
     {
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
@@ -41,7 +42,7 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
             )
         };
     }
-    if cfg.stop_at.is_empty() || HIT.load(Ordering::Relaxed) || !cfg.stop_at.contains(&start) {
+    if aims.stop_at.is_empty() || HIT.load(Ordering::Relaxed) || !aims.stop_at.contains(&start) {
         return;
     }
     // SAFETY: our callback, for an instruction of the block being translated.
@@ -83,8 +84,9 @@ unsafe extern "C" fn on_start_at(vcpu_index: c_uint, data: *mut c_void) {
     }
     // The entry into FUNC was timed before this block: it is the first record written.
     let time = crate::vcpu::with(vcpu_index, |v| v.engine.last_time()).unwrap_or(0);
-    let _ = STARTED.set((data as usize as u64, time));
+    let addr = data as usize as u64;
+    let _ = STARTED.set((addr, time));
     if let Some(out) = OUTPUT.get() {
-        out.start_at(time);
+        out.start_at(time, addr);
     }
 }

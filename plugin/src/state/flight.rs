@@ -26,7 +26,7 @@ impl Ring {
             bytes: 0,
             bufs: VecDeque::new(),
             // Never started: it only follows.
-            gone: StartGate::new(Arc::new(AtomicU64::new(u64::MAX)), &[]),
+            gone: StartGate::new(Arc::new(AtomicU64::new(u64::MAX)), Arc::default()),
         }
     }
 

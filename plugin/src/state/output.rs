@@ -55,8 +55,8 @@ pub struct Limits {
     /// `--keep-last SIZE`: the writer keeps the last SIZE bytes of records, written at the
     /// end.
     pub keep_last: Option<u64>,
-    /// `--start-at FUNC`'s addresses: nothing is written before `Output::start_at`.
-    pub start_at: Option<&'static [u64]>,
+    /// `--start-at FUNC`: nothing is written before `Output::start_at`.
+    pub start_at: bool,
     /// Record times count the only vCPU's guest instructions: the status file says how
     /// many it ran.
     pub insn_time: bool,
@@ -73,6 +73,8 @@ pub struct Output {
     stop: Arc<AtomicU64>,
     /// `--start-at`: records before this time are not written (`u64::MAX`: not yet).
     start: Arc<AtomicU64>,
+    /// `--start-at`: the address entered there.
+    start_addr: Arc<AtomicU64>,
 }
 
 /// The queue to one writer thread.
@@ -87,12 +89,12 @@ impl Chan {
         dir: PathBuf,
         limits: Limits,
         stop: &Arc<AtomicU64>,
-        start: &Arc<AtomicU64>,
+        (start, start_addr): (&Arc<AtomicU64>, &Arc<AtomicU64>),
     ) -> std::io::Result<Chan> {
         let mut w = Writer::new(dir, limits);
         w.stop = Arc::clone(stop);
-        if let Some(addrs) = limits.start_at {
-            w.gate = Some(StartGate::new(Arc::clone(start), addrs));
+        if limits.start_at {
+            w.gate = Some(StartGate::new(Arc::clone(start), Arc::clone(start_addr)));
         }
         Chan::start_with(w)
     }
@@ -118,12 +120,14 @@ impl Output {
     pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
         let stop = Arc::new(AtomicU64::new(u64::MAX));
         let start = Arc::new(AtomicU64::new(u64::MAX));
+        let start_addr = Arc::new(AtomicU64::new(0));
         Ok(Output {
             limits,
-            chan: Mutex::new(Chan::start(dir, limits, &stop, &start)?),
+            chan: Mutex::new(Chan::start(dir, limits, &stop, (&start, &start_addr))?),
             noted: Mutex::new(Vec::new()),
             stop,
             start,
+            start_addr,
         })
     }
 
@@ -135,7 +139,8 @@ impl Output {
     /// have been locked by it at the fork. Both are left behind (never touched again) for a
     /// new writer and pool; what the parent had queued is the parent's to write.
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
-        let fresh = Chan::start(dir, self.limits, &self.stop, &self.start)?;
+        let start = (&self.start, &self.start_addr);
+        let fresh = Chan::start(dir, self.limits, &self.stop, start)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
@@ -168,8 +173,10 @@ impl Output {
         self.stop.fetch_min(time, Ordering::SeqCst);
     }
 
-    /// Starts the trace at `time` (`--start-at`): records before it are not written.
-    pub fn start_at(&self, time: u64) {
+    /// Starts the trace at `time` (`--start-at`), at the entry into `addr`: records before
+    /// it are not written. Once only.
+    pub fn start_at(&self, time: u64, addr: u64) {
+        self.start_addr.store(addr, Ordering::Release);
         self.start.fetch_min(time, Ordering::AcqRel);
     }
 
@@ -860,6 +867,7 @@ mod tests {
             noted: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
             start: Arc::new(AtomicU64::new(u64::MAX)),
+            start_addr: Arc::default(),
         };
         out.send(5, records(0, 2));
         // The thread is gone once the queue's receiver is: sends fail from then on.

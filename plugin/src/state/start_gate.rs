@@ -19,24 +19,22 @@ pub struct StartGate {
     opened: HashSet<u32>,
     /// Open frames written as entries, in all.
     pub written_frames: u64,
-    /// FUNC's addresses (as records hold them): the start is the entry into one of them at
-    /// the start's time; records of the same time before it (a return timed in the block
-    /// that makes the call) are still before.
-    addrs: Vec<u64>,
+    /// The address entered at the start (set before `start`): the start is the entry into
+    /// it at the start's time; records of the same time before it (a return timed in the
+    /// block that makes the call) are still before. The one entered, not FUNC's addresses
+    /// as given: a PIE's are placed only once it runs (`aims`).
+    addr: Arc<AtomicU64>,
     begun: bool,
 }
 
 impl StartGate {
-    pub fn new(start: Arc<AtomicU64>, addrs: &[u64]) -> StartGate {
+    pub fn new(start: Arc<AtomicU64>, addr: Arc<AtomicU64>) -> StartGate {
         StartGate {
             start,
             stacks: HashMap::new(),
             opened: HashSet::new(),
             written_frames: 0,
-            addrs: addrs
-                .iter()
-                .map(|&a| qemu_uftrace_format::addr48(a))
-                .collect(),
+            addr,
             begun: false,
         }
     }
@@ -53,7 +51,8 @@ impl StartGate {
             };
             let Ok(rec) = decode(&raw) else { continue };
             if !self.begun && rec.time >= start {
-                self.begun = rec.kind == RecordType::Entry && self.addrs.contains(&rec.addr);
+                let addr = qemu_uftrace_format::addr48(self.addr.load(Ordering::Acquire));
+                self.begun = rec.kind == RecordType::Entry && rec.addr == addr;
             }
             if rec.time < start || !self.begun {
                 self.follow(tid, raw);
@@ -123,7 +122,7 @@ mod tests {
     #[test]
     fn the_open_frames_come_first_once() {
         let start = Arc::new(AtomicU64::new(u64::MAX));
-        let mut g = StartGate::new(Arc::clone(&start), &[0x60]);
+        let mut g = StartGate::new(Arc::clone(&start), Arc::new(AtomicU64::new(0x60)));
         use RecordType::{Entry, Exit};
         let before: Vec<u8> = [
             rec(1, Entry, 0, 0x10),
