@@ -230,3 +230,86 @@ fn user_mode_stops_at_a_function_of_the_program() {
         "{err}"
     );
 }
+
+/// `events` with libc's unnamed functions (the cross sysroot's libc has no symbol table),
+/// which move between runs, under one name.
+fn unnamed(events: &[String]) -> Vec<String> {
+    (events.iter())
+        .map(|e| match e.split_once(" <") {
+            Some((kind, _)) => format!("{kind} <libc>"),
+            None => e.clone(),
+        })
+        .collect()
+}
+
+/// User mode, a dynamic PIE (Debian gcc's default: the glibc oracle guest, at a bias known
+/// only once it runs): `--stop-at` and `--start-at` one of its functions, placed by the
+/// plugin at the program's entry: the unfiltered trace up to its first entry, and from
+/// there after the frames open then.
+#[test]
+fn user_mode_stops_and_starts_at_a_function_of_a_pie() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let pie = user::glibc_guest("libcalls-dyn-oracle.elf");
+    let run = ["-L", "/usr/aarch64-linux-gnu", &pie.to_string_lossy()];
+    let (_t1, full, out) = user::record(&qemu, &run);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = unnamed(&replay_events(&full, user::only_task(&full)).expect("replay"));
+    let first = full
+        .iter()
+        .position(|e| e == "E sorted_sum")
+        .expect("sorted_sum in the full trace");
+    let (_t2, dir, out) = user::record_with(&qemu, &["--stop-at", "sorted_sum"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stopped = unnamed(&replay_events(&dir, user::only_task(&dir)).expect("replay"));
+    // The loader's work before main depends on the environment: compared from main on.
+    let main = |v: &[String]| v.iter().position(|e| e == "E main").expect("main");
+    assert_eq!(
+        stopped[main(&stopped)..],
+        full[main(&full)..=first],
+        "{err}"
+    );
+    assert!(
+        err.contains("qemu-uftrace: stopped writing at the first entry into sorted_sum (0x"),
+        "{err}"
+    );
+
+    let (_t3, dir, out) = user::record_with(&qemu, &["--start-at", "sorted_sum"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let started = unnamed(&replay_events(&dir, user::only_task(&dir)).expect("replay"));
+    // The frames open at the start: the full trace's stack there, outermost first.
+    let mut open: Vec<String> = Vec::new();
+    for e in &full[..first] {
+        match e.split_once(' ') {
+            Some(("E", f)) => open.push(format!("E {f}")),
+            _ => {
+                open.pop();
+            }
+        }
+    }
+    assert!(open.contains(&"E main".to_string()), "{open:?}");
+    assert_eq!(started[..open.len()], open[..], "{err}");
+    // Up to main's return: what the program does after it (its oracle log's printing, libc's
+    // exit) is compared by the test of the unfiltered trace.
+    let end = |v: &[String]| v.iter().position(|e| e == "X main").expect("main returns");
+    assert_eq!(
+        started[open.len()..end(&started)],
+        full[first..end(&full)],
+        "{err}"
+    );
+    // Balanced: every frame written, opened ones included, closes but those main's
+    // callers leave open (as in the unfiltered trace).
+    let depth = |v: &[String]| -> i64 {
+        v.iter()
+            .map(|e| if e.starts_with("E ") { 1 } else { -1 })
+            .sum()
+    };
+    assert_eq!(depth(&started), depth(&full), "{err}");
+    assert!(
+        err.contains("qemu-uftrace: started writing at the first entry into sorted_sum (0x")
+            && err.contains(&format!("after the {} frame(s) open then", open.len())),
+        "{err}"
+    );
+}

@@ -62,9 +62,16 @@ unsafe extern "C" fn on_stop_at(vcpu_index: c_uint, data: *mut c_void) {
     if HIT.swap(true, Ordering::SeqCst) {
         return;
     }
-    // The clock has counted this block: everything recorded before it, the entry into
-    // FUNC included, is earlier.
-    let time = crate::vcpu::with(vcpu_index, |v| v.now()).unwrap_or(0);
+    // The entry into FUNC was the last record before this block. Records of this vCPU up
+    // to it are queued now, before the stop is set (`Msg::Data`'s `early`): all kept.
+    // Later ones, and other vCPUs', are cut by time, from the entry's on: a user-mode
+    // clock can give many records one time, and its host reading here can be off the
+    // records' times by milliseconds either way.
+    let time = crate::vcpu::with(vcpu_index, |v| {
+        v.engine.flush();
+        v.engine.last_time()
+    })
+    .unwrap_or(0);
     let _ = REACHED.set((data as usize as u64, time));
     if let Some(out) = OUTPUT.get() {
         out.stop_at(time);

@@ -23,7 +23,13 @@ pub const BUFFER_BYTES: usize = 1 << 20;
 const QUEUE_DEPTH: usize = 32;
 
 enum Msg {
-    Data { tid: u32, buf: Vec<u8> },
+    /// `early`: queued before `--stop-at`'s stop was set, so every record of it was made
+    /// before (the stopping vCPU queues its own at the stop): none is cut by its time.
+    Data {
+        tid: u32,
+        buf: Vec<u8>,
+        early: bool,
+    },
     Finish,
 }
 
@@ -160,7 +166,8 @@ impl Output {
         let records = buf.len() / RECORD_SIZE;
         // Fails only when the writer thread is gone (it died, or exit already ran).
         let tx = self.chan().tx.clone();
-        if tx.send(Msg::Data { tid, buf }).is_err() {
+        let early = self.stop.load(Ordering::SeqCst) == u64::MAX;
+        if tx.send(Msg::Data { tid, buf, early }).is_err() {
             self.note_error(format!(
                 "{tid}.dat: {records} records not written: the writer thread had stopped"
             ));
@@ -282,6 +289,8 @@ struct Writer {
     torn: HashMap<u32, u64>,
     /// `--stop-at`: the time from which records are not written (`u64::MAX`: none).
     stop: Arc<AtomicU64>,
+    /// The buffer being written was queued before the stop (`Msg::Data`).
+    early: bool,
     /// `--start-at`: what is written before and at the start.
     gate: Option<StartGate>,
     /// `--keep-last`: the window, written at the end.
@@ -300,6 +309,7 @@ impl Writer {
             total: 0,
             torn: HashMap::new(),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
+            early: false,
             gate: None,
             ring: limits.keep_last.map(Ring::new),
         }
@@ -321,17 +331,25 @@ impl Writer {
         if buf.is_empty() {
             return;
         }
-        match &mut self.ring {
-            // The window ends at the stop (`--stop-at` with `--keep-last`): what comes
-            // after it never enters the ring, so it does not push the window's start on.
-            Some(ring) => {
-                let kept = before_stop(&self.stop, buf);
-                if !kept.is_empty() {
-                    ring.push(tid, &kept);
-                }
+        // The window ends at the stop (`--stop-at` with `--keep-last`): what comes after it
+        // never enters the ring, so it does not push the window's start on.
+        if self.ring.is_some() {
+            let kept = self.before_stop(buf).into_owned();
+            if let (Some(ring), false) = (&mut self.ring, kept.is_empty()) {
+                ring.push(tid, &kept);
             }
-            None => self.write_through(tid, buf),
+        } else {
+            self.write_through(tid, buf)
         }
+    }
+
+    /// The records of `buf` from before the `--stop-at` time, all of a buffer queued before
+    /// it was set.
+    fn before_stop<'a>(&self, buf: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.early {
+            return Cow::Borrowed(buf);
+        }
+        before_stop(&self.stop, buf)
     }
 
     /// [`Writer::write`] past the start.
@@ -339,7 +357,7 @@ impl Writer {
         if self.written.capped {
             return;
         }
-        let kept = before_stop(&self.stop, buf);
+        let kept = self.before_stop(buf);
         // Everything was after the stop.
         if matches!(kept, Cow::Owned(_)) && kept.is_empty() {
             return;
@@ -492,7 +510,10 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
     loop {
         // Woken at least once a second, for the status of a guest that writes nothing.
         let (tid, mut buf) = match rx.recv_timeout(progress::EVERY) {
-            Ok(Msg::Data { tid, buf }) => (tid, buf),
+            Ok(Msg::Data { tid, buf, early }) => {
+                w.early = early;
+                (tid, buf)
+            }
             Ok(Msg::Finish) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
                 status.write(w.state(), w.counts());
@@ -878,6 +899,7 @@ mod tests {
             .try_send(Msg::Data {
                 tid: 5,
                 buf: Vec::new(),
+                early: true,
             })
             .is_ok()
             || !out.chan().writer.as_ref().unwrap().is_finished()
