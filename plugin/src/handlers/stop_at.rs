@@ -6,6 +6,7 @@
 //! (`Output::start_at`: the writer adds the frames open then).
 
 use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_NO_REGS};
+use crate::state::config::{ClockChoice, ClockKind};
 use crate::state::{config, OUTPUT};
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,14 +63,20 @@ unsafe extern "C" fn on_stop_at(vcpu_index: c_uint, data: *mut c_void) {
     if HIT.swap(true, Ordering::SeqCst) {
         return;
     }
-    // The entry into FUNC was the last record before this block. Records of this vCPU up
-    // to it are queued now, before the stop is set (`Msg::Data`'s `early`): all kept.
-    // Later ones, and other vCPUs', are cut by time, from the entry's on: a user-mode
-    // clock can give many records one time, and its host reading here can be off the
-    // records' times by milliseconds either way.
+    // Records of this vCPU so far are queued now, before the stop is set (`Msg::Data`'s
+    // `early`): all kept. Later ones, and other vCPUs', are cut by time. Counting guest
+    // instructions, the clock has counted this block: everything before it, the entry
+    // into FUNC included, is earlier. Any other clock can give many records one time and
+    // its reading here can be milliseconds off the records' times: the stop is then at the
+    // last record written, the entry into FUNC.
+    let insn = config().is_some_and(|c| c.clock == ClockChoice::Fixed(ClockKind::Insn));
     let time = crate::vcpu::with(vcpu_index, |v| {
         v.engine.flush();
-        v.engine.last_time()
+        if insn {
+            v.now()
+        } else {
+            v.engine.last_time()
+        }
     })
     .unwrap_or(0);
     let _ = REACHED.set((data as usize as u64, time));
