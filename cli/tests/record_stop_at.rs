@@ -8,10 +8,25 @@ mod common;
 use common::record_guest_on as record_on;
 use common::user::text;
 
-use qemu_uftrace_tests::replay::replay_events;
+use qemu_uftrace_tests::replay::{parse_replay, replay_body, replay_events, uftrace};
 use qemu_uftrace_tests::{system_qemus, SystemQemu, QEMU};
 use std::path::PathBuf;
 use std::process::Output;
+
+/// Task `tid`'s events in `uftrace replay` of `dir`, as `replay_events` gives them, with
+/// each `qemu:opened` event (the end of the frames written open where writing began) as
+/// `M qemu:opened` where replay shows it.
+fn marked_events(dir: &std::path::Path, tid: u32) -> Vec<String> {
+    let text = uftrace(&["replay", "--no-pager", "-d", &dir.to_string_lossy()]).expect("replay");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        match replay_body(line) {
+            Some((t, "/* qemu:opened */")) if t == tid => out.push("M qemu:opened".to_string()),
+            _ => out.extend(parse_replay(line, tid).expect("replay line")),
+        }
+    }
+    out
+}
 
 fn record(name: &str, extra: &[&str], program: &str) -> (tempfile::TempDir, PathBuf, Output) {
     record_on(QEMU, name, extra, program)
@@ -40,7 +55,7 @@ fn full_and_filtered(qemu: &SystemQemu, option: &str) -> (Vec<String>, usize, Ve
         qemu.label,
         text(&out.stderr)
     );
-    let filtered = replay_events(&dir, 1).expect("replay");
+    let filtered = marked_events(&dir, 1);
     (full, first, filtered, out)
 }
 
@@ -136,8 +151,14 @@ fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
             .iter()
             .map(|s| s.to_string())
             .collect();
+        // The mark right after them, once: where the recording proper begins.
+        want.push("M qemu:opened".to_string());
         want.extend_from_slice(&full[first..]);
         assert_eq!(started, want, "{}: {err}", qemu.label);
+        let started: Vec<String> = started
+            .into_iter()
+            .filter(|e| !e.starts_with("M "))
+            .collect();
         // Balanced but for rt_exit, which the start code enters by a jump and which never
         // returns (it stays open, as native uftrace shows it).
         let balanced = started
@@ -178,12 +199,21 @@ fn keep_last_keeps_the_tail_after_the_open_frames() {
     let (_t2, dir, out) = record("last", &["--keep-last", "1600"], "nested");
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let kept = replay_events(&dir, 1).expect("replay");
+    let mut kept = marked_events(&dir, 1);
     let frames: usize = std::fs::read_to_string(dir.join("plugin.stats"))
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("keep_last_frames=")?.parse().ok())
         .expect("keep_last_frames");
+    // The mark right after the open frames, once: where the window begins.
+    assert!(frames > 0, "{kept:?}");
+    assert_eq!(
+        kept.get(frames).map(String::as_str),
+        Some("M qemu:opened"),
+        "{kept:?}"
+    );
+    kept.remove(frames);
+    assert!(!kept.iter().any(|e| e.starts_with("M ")), "{kept:?}");
     assert_eq!(kept.len() - frames, 100, "{kept:?}");
     let tail = &full[full.len() - 100..];
     assert_eq!(kept[frames..], *tail, "{err}");
@@ -278,7 +308,7 @@ fn user_mode_stops_and_starts_at_a_function_of_a_pie() {
     let (_t3, dir, out) = user::record_with(&qemu, &["--start-at", "sorted_sum"], &run);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let started = unnamed(&replay_events(&dir, user::only_task(&dir)).expect("replay"));
+    let mut started = unnamed(&marked_events(&dir, user::only_task(&dir)));
     // The frames open at the start: the full trace's stack there, outermost first.
     let mut open: Vec<String> = Vec::new();
     for e in &full[..first] {
@@ -291,6 +321,10 @@ fn user_mode_stops_and_starts_at_a_function_of_a_pie() {
     }
     assert!(open.contains(&"E main".to_string()), "{open:?}");
     assert_eq!(started[..open.len()], open[..], "{err}");
+    // Then the mark, once: where the recording proper begins.
+    assert_eq!(started[open.len()], "M qemu:opened", "{err}");
+    started.remove(open.len());
+    assert!(!started.iter().any(|e| e.starts_with("M ")), "{err}");
     // Up to main's return: what the program does after it (its oracle log's printing, libc's
     // exit) is compared by the test of the unfiltered trace.
     let end = |v: &[String]| v.iter().position(|e| e == "X main").expect("main returns");
