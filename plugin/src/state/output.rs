@@ -333,9 +333,12 @@ impl Writer {
         }
         // The window ends at the stop (`--stop-at` with `--keep-last`): what comes after it
         // never enters the ring, so it does not push the window's start on.
-        if self.ring.is_some() {
-            let kept = self.before_stop(buf).into_owned();
-            if let (Some(ring), false) = (&mut self.ring, kept.is_empty()) {
+        if let Some(ring) = &mut self.ring {
+            let kept = match self.early {
+                true => Cow::Borrowed(buf),
+                false => before_stop(&self.stop, buf),
+            };
+            if !kept.is_empty() {
                 ring.push(tid, &kept);
             }
         } else {
