@@ -405,32 +405,3 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         pie,
     })))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse_str(text: &str) -> Result<Config, String> {
-        let args: Vec<OsString> = text.split(',').map(OsString::from).collect();
-        match parse(&args)? {
-            Mode::Record(cfg) => Ok(*cfg),
-            Mode::Probe => Err("probe".into()),
-        }
-    }
-
-    #[test]
-    fn a_pie_s_aims_come_with_its_link_entry() {
-        let cfg =
-            parse_str("out=/tmp/x,filter=400000,pie_entry=4a0,pie_filter=10:20,pie_start_at=30")
-                .unwrap();
-        assert_eq!(cfg.filter, [0x400000]);
-        let pie = cfg.pie.unwrap();
-        assert_eq!(pie.entry, 0x4a0);
-        assert_eq!(pie.aims.filter, [0x10, 0x20]);
-        assert_eq!(pie.aims.start_at, [0x30]);
-        assert!(pie.aims.notrace.is_empty() && pie.aims.stop_at.is_empty());
-        assert!(parse_str("out=/tmp/x").unwrap().pie.is_none());
-        let lone = parse_str("out=/tmp/x,pie_stop_at=10").unwrap_err();
-        assert!(lone.contains("need pie_entry"), "{lone}");
-    }
-}
