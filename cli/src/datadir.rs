@@ -351,6 +351,18 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         })?;
     }
 
+    // Where writing began (`--start-at`, `--keep-last`), each task's open frames written
+    // then are followed by a `qemu:opened` event: its name.
+    let opened = ["start_frames", "keep_last_frames"].iter().any(|k| {
+        rec.stats
+            .as_ref()
+            .is_some_and(|s| s.other_value(k).is_some())
+    });
+    if opened {
+        symfiles::write_with(&dir.join("events.txt"), |w| {
+            qemu_uftrace_format::events::write_events(w, qemu_uftrace_format::events::QEMU_EVENTS)
+        })?;
+    }
     let max_tid = done.tids.iter().copied().max().unwrap_or(1);
     let cpus = rec.stats.as_ref().and_then(|s| s.vcpus).unwrap_or(max_tid);
     let os = crate::host_info::os_info();
@@ -383,7 +395,7 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         } else {
             0
         } | if dir.join("events.txt").is_file() {
-            // Names of user events (a run from a snapshot's `qemu:unwound`).
+            // Names of user events (a run from a snapshot's `qemu:unwound`, `qemu:opened`).
             info::feat::EVENT
         } else {
             0

@@ -11,7 +11,7 @@ use regex::Regex;
 
 use crate::errors::usage;
 use crate::stats::Stats;
-use crate::stop_at::{hex_list, resolve, Names};
+use crate::stop_at::{keyed, resolve, Addr, Names};
 
 /// What makes a FUNC a regular expression (uftrace's REGEX_CHARS, with `\`).
 const REGEX_CHARS: &[char] = &[
@@ -24,7 +24,7 @@ pub struct Pattern {
     /// `-F` or `-N`.
     pub option: &'static str,
     pub text: String,
-    pub addrs: Vec<u64>,
+    pub addrs: Vec<Addr>,
 }
 
 /// Every `-F` and `-N` of a recording, resolved.
@@ -54,8 +54,8 @@ impl Filters {
         self.patterns.is_empty()
     }
 
-    fn addrs(&self, option: &str) -> Vec<u64> {
-        let mut all: Vec<u64> = (self.patterns.iter())
+    fn addrs(&self, option: &str) -> Vec<Addr> {
+        let mut all: Vec<Addr> = (self.patterns.iter())
             .filter(|p| p.option == option)
             .flat_map(|p| p.addrs.iter().copied())
             .collect();
@@ -64,28 +64,31 @@ impl Filters {
         all
     }
 
-    /// The plugin's options (`,filter=A:B,notrace=C`).
+    /// The plugin's options (`,filter=A:B,notrace=C`, a PIE's as `pie_filter=`…).
     pub fn plugin_options(&self) -> String {
         let mut v = String::new();
         for (option, key) in [("-F", "filter"), ("-N", "notrace")] {
-            let addrs = self.addrs(option);
-            if !addrs.is_empty() {
-                v.push_str(&format!(",{key}={}", hex_list(&addrs)));
-            }
+            v.push_str(&keyed(key, &self.addrs(option)));
         }
         v
     }
 
     /// The `-F`/`-N` FUNCs the guest never entered (`plugin.stats`' `filter_reached` and
-    /// `notrace_reached`), as lines for the summary: `-F`'s are warnings (the trace holds
-    /// nothing of them), `-N`'s notes.
+    /// `notrace_reached`, a PIE's by link address in `pie_filter_reached`…), as lines for
+    /// the summary: `-F`'s are warnings (the trace holds nothing of them), `-N`'s notes.
     pub fn never_entered(&self, stats: &Stats) -> Vec<(bool, String)> {
-        let reached = |key: &str| -> Vec<u64> {
-            (stats.other.iter())
-                .filter(|(k, _)| k == key)
-                .flat_map(|(_, v)| v.split(','))
-                .filter_map(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
-                .collect()
+        let reached = |key: &str| -> Vec<Addr> {
+            let list = |key: String, at: fn(u64) -> Addr| {
+                (stats.other.iter())
+                    .filter(move |(k, _)| *k == key)
+                    .flat_map(|(_, v)| v.split(','))
+                    .filter_map(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
+                    .map(at)
+                    .collect::<Vec<_>>()
+            };
+            let mut all = list(key.to_string(), Addr::At);
+            all.extend(list(format!("pie_{key}"), Addr::Pie));
+            all
         };
         let (filter, notrace) = (reached("filter_reached"), reached("notrace_reached"));
         let mut lines = Vec::new();
@@ -116,7 +119,7 @@ impl Filters {
 
 /// FUNC's addresses: a whole name's (close names offered when none), or every name a
 /// regular expression matches.
-fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<u64>> {
+fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
     if !text.contains(REGEX_CHARS) {
         return resolve(option, text, names);
     }
@@ -129,16 +132,13 @@ fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<u64>> {
             "fix it, or give a whole function name",
         )
     })?;
-    let mut addrs: Vec<u64> = (functions.iter())
+    let mut addrs: Vec<Addr> = (functions.iter())
         .filter(|(name, _)| re.is_match(name))
         .map(|&(_, addr)| addr)
         .collect();
     addrs.sort_unstable();
     addrs.dedup();
     if addrs.is_empty() {
-        if let Some(e) = names.pie_error(option, text, |n| re.is_match(n)) {
-            return Err(e);
-        }
         return Err(usage(
             format!(
                 "{option} {text}: the regular expression matches no symbol ({} function{} in \
@@ -161,19 +161,25 @@ mod tests {
         Names {
             functions: [("sys_read", 0x10), ("sys_write", 0x20), ("do_read", 0x30)]
                 .iter()
-                .map(|&(n, a)| (n.to_string(), a))
+                .map(|&(n, a)| (n.to_string(), Addr::At(a)))
                 .collect(),
             sources: 1,
-            pie: None,
+            pie_entry: None,
         }
     }
 
     #[test]
     fn names_and_regular_expressions_are_told_apart() {
         let f = functions();
-        assert_eq!(matching("-F", "sys_read", &f).unwrap(), [0x10]);
-        assert_eq!(matching("-F", "^sys_", &f).unwrap(), [0x10, 0x20]);
-        assert_eq!(matching("-F", "read$", &f).unwrap(), [0x10, 0x30]);
+        assert_eq!(matching("-F", "sys_read", &f).unwrap(), [Addr::At(0x10)]);
+        assert_eq!(
+            matching("-F", "^sys_", &f).unwrap(),
+            [Addr::At(0x10), Addr::At(0x20)]
+        );
+        assert_eq!(
+            matching("-F", "read$", &f).unwrap(),
+            [Addr::At(0x10), Addr::At(0x30)]
+        );
         let unknown = matching("-F", "sys_reed", &f).unwrap_err().to_string();
         assert!(unknown.contains("did you mean sys_read"), "{unknown}");
         let none = matching("-N", "^vfs_", &f).unwrap_err().to_string();
@@ -198,22 +204,34 @@ mod tests {
                 Pattern {
                     option: "-F",
                     text: "^sys_".into(),
-                    addrs: vec![0x10, 0x20],
+                    addrs: vec![Addr::At(0x10), Addr::At(0x20)],
                 },
                 Pattern {
                     option: "-F",
                     text: "do_read".into(),
-                    addrs: vec![0x30],
+                    addrs: vec![Addr::At(0x30)],
                 },
                 Pattern {
                     option: "-N",
                     text: "sys_write".into(),
-                    addrs: vec![0x20],
+                    addrs: vec![Addr::At(0x20)],
+                },
+                // A PIE's function, by its link address.
+                Pattern {
+                    option: "-F",
+                    text: "pie_main".into(),
+                    addrs: vec![Addr::Pie(0x40)],
                 },
             ],
         };
-        assert_eq!(filters.plugin_options(), ",filter=10:20:30,notrace=20");
-        let stats = Stats::parse("filter_reached=0x20\nnotrace_reached=\n");
+        assert_eq!(
+            filters.plugin_options(),
+            ",filter=10:20:30,pie_filter=40,notrace=20"
+        );
+        let stats = Stats::parse(
+            "filter_reached=0x20\npie_filter_reached=0x40\nnotrace_reached=\n\
+             pie_notrace_reached=0x20\n",
+        );
         assert_eq!(
             filters.never_entered(&stats),
             [

@@ -4,7 +4,6 @@
 
 use anyhow::Result;
 use qemu_uftrace_symbols::{Image, LoadOptions};
-use std::path::Path;
 
 use crate::errors::usage;
 use crate::stats::Stats;
@@ -38,24 +37,31 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
     })
 }
 
+/// Where a function is: at its run-time address, or (user mode, a position-independent
+/// program's) at its link address, which the plugin moves by the program's load bias once
+/// it runs (`pie_…=` options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Addr {
+    At(u64),
+    Pie(u64),
+}
+
 /// The functions a FUNC is resolved in: every symbol source's and, in user mode, the
 /// program's own (the list the plugin's jump entries come from, `entries::Program`).
 #[derive(Debug, Clone, Default)]
 pub struct Names {
-    pub functions: Vec<(String, u64)>,
+    pub functions: Vec<(String, Addr)>,
     /// How many files they come from.
     pub sources: usize,
-    /// User mode, a PIE: its path and its functions' names. Their addresses are known only
-    /// once it runs, and the plugin does not move these options' addresses yet: a FUNC of
-    /// one is said, never recorded as a wrong address.
-    pub pie: Option<(String, Vec<String>)>,
+    /// User mode, a PIE: its link entry point, which the plugin places its functions by.
+    pub pie_entry: Option<u64>,
 }
 
 impl Names {
     /// `sources`' functions (a source that cannot be read is said by the symbol job after
-    /// the run), and the program's (`path`, its image at link addresses, whether it is a
-    /// PIE: `entries::Program`), at their run-time addresses when it is not a PIE.
-    pub fn new(sources: &[SourceArg], program: Option<(&Path, &Image, bool)>) -> Names {
+    /// the run), and the program's (its image at link addresses, and its link entry point
+    /// when it is a PIE: `entries::Program`). `--symbols` files keep their given addresses.
+    pub fn new(sources: &[SourceArg], program: Option<(&Image, Option<u64>)>) -> Names {
         let mut names = Names {
             sources: sources.len(),
             ..Default::default()
@@ -66,46 +72,33 @@ impl Names {
                 ..Default::default()
             };
             if let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) {
-                (names.functions).extend(image.functions.into_iter().map(|f| (f.name, f.addr)));
+                let funcs = image.functions.into_iter();
+                (names.functions).extend(funcs.map(|f| (f.name, Addr::At(f.addr))));
             }
         }
-        if let Some((path, image, pie)) = program {
-            let funcs = image.functions.iter();
-            if pie {
-                let list = funcs.map(|f| f.name.clone()).collect();
-                names.pie = Some((path.display().to_string(), list));
-            } else {
-                names.sources += 1;
-                (names.functions).extend(funcs.map(|f| (f.name.clone(), f.addr)));
-            }
+        if let Some((image, pie_entry)) = program {
+            names.sources += 1;
+            names.pie_entry = pie_entry;
+            let at = |a| match pie_entry {
+                Some(_) => Addr::Pie(a),
+                None => Addr::At(a),
+            };
+            (names.functions).extend(image.functions.iter().map(|f| (f.name.clone(), at(f.addr))));
         }
         names
     }
 
-    /// The error for `option FUNC` that names, or `matches`, only functions of a PIE.
-    pub fn pie_error(
-        &self,
-        option: &str,
-        func: &str,
-        matches: impl Fn(&str) -> bool,
-    ) -> Option<anyhow::Error> {
-        let (path, names) = self.pie.as_ref()?;
-        names.iter().any(|n| matches(n)).then(|| {
-            usage(
-                format!(
-                    "{option} {func}: names a function of {path}, a position-independent \
-                     program, whose addresses are known only once it runs"
-                ),
-                "build it with -no-pie (or -static) to aim the recording at its functions",
-            )
-        })
+    /// The plugin's `pie_entry=` option, for a PIE.
+    pub fn plugin_option(&self) -> String {
+        self.pie_entry
+            .map_or_else(String::new, |e| format!(",pie_entry={e:x}"))
     }
 }
 
 /// FUNC's addresses in `names` (every source that defines it) for `option` (`--stop-at`);
 /// an unknown name is one line with the names closest to it.
-pub fn resolve(option: &str, func: &str, names: &Names) -> Result<Vec<u64>> {
-    let mut addrs: Vec<u64> = (names.functions.iter())
+pub fn resolve(option: &str, func: &str, names: &Names) -> Result<Vec<Addr>> {
+    let mut addrs: Vec<Addr> = (names.functions.iter())
         .filter(|(name, _)| name == func)
         .map(|&(_, addr)| addr)
         .collect();
@@ -113,9 +106,6 @@ pub fn resolve(option: &str, func: &str, names: &Names) -> Result<Vec<u64>> {
     addrs.dedup();
     if !addrs.is_empty() {
         return Ok(addrs);
-    }
-    if let Some(e) = names.pie_error(option, func, |n| n == func) {
-        return Err(e);
     }
     let all: Vec<String> = names.functions.iter().map(|(n, _)| n.clone()).collect();
     let close = closest(func, &all);
@@ -148,14 +138,33 @@ fn closest(name: &str, names: &[String]) -> Vec<String> {
 }
 
 /// The plugin's options for the stop.
-pub fn plugin_options(stop: &StopAt, addrs: &[u64]) -> String {
+pub fn plugin_options(stop: &StopAt, addrs: &[Addr]) -> String {
     let exit = if stop.exit { ",stop_at_exit=on" } else { "" };
-    format!(",stop_at={}{exit}", hex_list(addrs))
+    format!("{}{exit}", keyed("stop_at", addrs))
 }
 
 /// The plugin's option for the start.
-pub fn start_option(addrs: &[u64]) -> String {
-    format!(",start_at={}", hex_list(addrs))
+pub fn start_option(addrs: &[Addr]) -> String {
+    keyed("start_at", addrs)
+}
+
+/// `,KEY=A:B` for the run-time addresses and `,pie_KEY=C` for a PIE's (each when there
+/// are some).
+pub fn keyed(key: &str, addrs: &[Addr]) -> String {
+    let (mut at, mut pie) = (Vec::new(), Vec::new());
+    for a in addrs {
+        match *a {
+            Addr::At(a) => at.push(a),
+            Addr::Pie(a) => pie.push(a),
+        }
+    }
+    let mut v = String::new();
+    for (prefix, list) in [("", at), ("pie_", pie)] {
+        if !list.is_empty() {
+            v.push_str(&format!(",{prefix}{key}={}", hex_list(&list)));
+        }
+    }
+    v
 }
 
 pub fn hex_list(addrs: &[u64]) -> String {
@@ -217,8 +226,11 @@ mod tests {
         assert!(parse("panic,now").unwrap_err().contains("'now'"));
         assert!(parse(",exit").is_err());
         assert_eq!(
-            plugin_options(&parse("f,exit").unwrap(), &[0x4000_0100, 0x10]),
-            ",stop_at=40000100:10,stop_at_exit=on"
+            plugin_options(
+                &parse("f,exit").unwrap(),
+                &[Addr::At(0x4000_0100), Addr::At(0x10), Addr::Pie(0x20)]
+            ),
+            ",stop_at=40000100:10,pie_stop_at=20,stop_at_exit=on"
         );
     }
 

@@ -429,6 +429,31 @@ fn truncated_and_incomplete_traces_are_marked() {
     );
 }
 
+/// `--start-at`: the mark after the frames written open where writing began (the user
+/// event `qemu:opened`) is one instant on the task's track, which counts the calls as
+/// uftrace does (the open frames' included).
+#[test]
+fn the_start_s_mark_is_an_instant() {
+    let elf = qemu_uftrace_tests::guest_elf("nested", qemu_uftrace_tests::Variant::Natural)
+        .expect("build guests");
+    let (_tmp, dir, _) = common::record_argv(
+        &qemu_uftrace_tests::qemu_args(&elf),
+        &["--start-at", "nest_level3"],
+    );
+    let t = export_ok(&dir);
+    check_against_uftrace(&dir, &t);
+    let th = thread(&t, 1);
+    let marks: Vec<u64> = (instants(th).into_iter())
+        .filter(|(_, name)| *name == "qemu:opened")
+        .map(|(ts, _)| ts)
+        .collect();
+    assert_eq!(marks.len(), 1, "{}", th["instants"]);
+    assert_eq!(
+        slice_counts(&t, &[1])["nest_level2"],
+        report_calls(&dir, &[]).unwrap()["nest_level2"]
+    );
+}
+
 /// `record --then export` leaves `<DIR>.pftrace` beside the trace; a wall-clock trace is
 /// declared in nanoseconds.
 #[test]

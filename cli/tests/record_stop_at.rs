@@ -8,10 +8,25 @@ mod common;
 use common::record_guest_on as record_on;
 use common::user::text;
 
-use qemu_uftrace_tests::replay::replay_events;
+use qemu_uftrace_tests::replay::{parse_replay, replay_body, replay_events, uftrace};
 use qemu_uftrace_tests::{system_qemus, SystemQemu, QEMU};
 use std::path::PathBuf;
 use std::process::Output;
+
+/// Task `tid`'s events in `uftrace replay` of `dir`, as `replay_events` gives them, with
+/// each `qemu:opened` event (the end of the frames written open where writing began) as
+/// `M qemu:opened` where replay shows it.
+fn marked_events(dir: &std::path::Path, tid: u32) -> Vec<String> {
+    let text = uftrace(&["replay", "--no-pager", "-d", &dir.to_string_lossy()]).expect("replay");
+    let mut out = Vec::new();
+    for line in text.lines() {
+        match replay_body(line) {
+            Some((t, "/* qemu:opened */")) if t == tid => out.push("M qemu:opened".to_string()),
+            _ => out.extend(parse_replay(line, tid).expect("replay line")),
+        }
+    }
+    out
+}
 
 fn record(name: &str, extra: &[&str], program: &str) -> (tempfile::TempDir, PathBuf, Output) {
     record_on(QEMU, name, extra, program)
@@ -40,7 +55,7 @@ fn full_and_filtered(qemu: &SystemQemu, option: &str) -> (Vec<String>, usize, Ve
         qemu.label,
         text(&out.stderr)
     );
-    let filtered = replay_events(&dir, 1).expect("replay");
+    let filtered = marked_events(&dir, 1);
     (full, first, filtered, out)
 }
 
@@ -136,8 +151,14 @@ fn the_trace_starts_at_the_first_entry_after_the_open_frames() {
             .iter()
             .map(|s| s.to_string())
             .collect();
+        // The mark right after them, once: where the recording proper begins.
+        want.push("M qemu:opened".to_string());
         want.extend_from_slice(&full[first..]);
         assert_eq!(started, want, "{}: {err}", qemu.label);
+        let started: Vec<String> = started
+            .into_iter()
+            .filter(|e| !e.starts_with("M "))
+            .collect();
         // Balanced but for rt_exit, which the start code enters by a jump and which never
         // returns (it stays open, as native uftrace shows it).
         let balanced = started
@@ -178,12 +199,21 @@ fn keep_last_keeps_the_tail_after_the_open_frames() {
     let (_t2, dir, out) = record("last", &["--keep-last", "1600"], "nested");
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
-    let kept = replay_events(&dir, 1).expect("replay");
+    let mut kept = marked_events(&dir, 1);
     let frames: usize = std::fs::read_to_string(dir.join("plugin.stats"))
         .unwrap()
         .lines()
         .find_map(|l| l.strip_prefix("keep_last_frames=")?.parse().ok())
         .expect("keep_last_frames");
+    // The mark right after the open frames, once: where the window begins.
+    assert!(frames > 0, "{kept:?}");
+    assert_eq!(
+        kept.get(frames).map(String::as_str),
+        Some("M qemu:opened"),
+        "{kept:?}"
+    );
+    kept.remove(frames);
+    assert!(!kept.iter().any(|e| e.starts_with("M ")), "{kept:?}");
     assert_eq!(kept.len() - frames, 100, "{kept:?}");
     let tail = &full[full.len() - 100..];
     assert_eq!(kept[frames..], *tail, "{err}");
@@ -227,6 +257,93 @@ fn user_mode_stops_at_a_function_of_the_program() {
     assert_eq!(stopped, full[..=first], "{err}");
     assert!(
         err.contains("qemu-uftrace: stopped writing at the first entry into nest_level3 (0x"),
+        "{err}"
+    );
+}
+
+/// `events` with libc's unnamed functions (the cross sysroot's libc has no symbol table),
+/// which move between runs, under one name.
+fn unnamed(events: &[String]) -> Vec<String> {
+    (events.iter())
+        .map(|e| match e.split_once(" <") {
+            Some((kind, _)) => format!("{kind} <libc>"),
+            None => e.clone(),
+        })
+        .collect()
+}
+
+/// User mode, a dynamic PIE (Debian gcc's default: the glibc oracle guest, at a bias known
+/// only once it runs): `--stop-at` and `--start-at` one of its functions, placed by the
+/// plugin at the program's entry: the unfiltered trace up to its first entry, and from
+/// there after the frames open then.
+#[test]
+fn user_mode_stops_and_starts_at_a_function_of_a_pie() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let pie = user::glibc_guest("libcalls-dyn-oracle.elf");
+    let run = ["-L", "/usr/aarch64-linux-gnu", &pie.to_string_lossy()];
+    let (_t1, full, out) = user::record(&qemu, &run);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let full = unnamed(&replay_events(&full, user::only_task(&full)).expect("replay"));
+    let first = full
+        .iter()
+        .position(|e| e == "E sorted_sum")
+        .expect("sorted_sum in the full trace");
+    let (_t2, dir, out) = user::record_with(&qemu, &["--stop-at", "sorted_sum"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stopped = unnamed(&replay_events(&dir, user::only_task(&dir)).expect("replay"));
+    // The loader's work before main depends on the environment: compared from main on.
+    let main = |v: &[String]| v.iter().position(|e| e == "E main").expect("main");
+    assert_eq!(
+        stopped[main(&stopped)..],
+        full[main(&full)..=first],
+        "{err}"
+    );
+    assert!(
+        err.contains("qemu-uftrace: stopped writing at the first entry into sorted_sum (0x"),
+        "{err}"
+    );
+
+    let (_t3, dir, out) = user::record_with(&qemu, &["--start-at", "sorted_sum"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let mut started = unnamed(&marked_events(&dir, user::only_task(&dir)));
+    // The frames open at the start: the full trace's stack there, outermost first.
+    let mut open: Vec<String> = Vec::new();
+    for e in &full[..first] {
+        match e.split_once(' ') {
+            Some(("E", f)) => open.push(format!("E {f}")),
+            _ => {
+                open.pop();
+            }
+        }
+    }
+    assert!(open.contains(&"E main".to_string()), "{open:?}");
+    assert_eq!(started[..open.len()], open[..], "{err}");
+    // Then the mark, once: where the recording proper begins.
+    assert_eq!(started[open.len()], "M qemu:opened", "{err}");
+    started.remove(open.len());
+    assert!(!started.iter().any(|e| e.starts_with("M ")), "{err}");
+    // Up to main's return: what the program does after it (its oracle log's printing, libc's
+    // exit) is compared by the test of the unfiltered trace.
+    let end = |v: &[String]| v.iter().position(|e| e == "X main").expect("main returns");
+    assert_eq!(
+        started[open.len()..end(&started)],
+        full[first..end(&full)],
+        "{err}"
+    );
+    // Balanced: every frame written, opened ones included, closes but those main's
+    // callers leave open (as in the unfiltered trace).
+    let depth = |v: &[String]| -> i64 {
+        v.iter()
+            .map(|e| if e.starts_with("E ") { 1 } else { -1 })
+            .sum()
+    };
+    assert_eq!(depth(&started), depth(&full), "{err}");
+    assert!(
+        err.contains("qemu-uftrace: started writing at the first entry into sorted_sum (0x")
+            && err.contains(&format!("after the {} frame(s) open then", open.len())),
         "{err}"
     );
 }

@@ -6,6 +6,15 @@ use std::io::{self, Write};
 /// The first id of user events.
 pub const USER_BASE: u64 = 1_000_000;
 
+/// Marks the end of the frames a run from a snapshot recovered by unwinding.
+pub const UNWOUND: u64 = USER_BASE;
+/// Marks, in each task, the end of the frames written as entries where writing began
+/// (`--start-at`, `--keep-last`'s window): the frames above were open there, what follows
+/// was recorded.
+pub const OPENED: u64 = USER_BASE + 1;
+/// Every user event qemu-uftrace writes, for `events.txt` (an unused one costs nothing).
+pub const QEMU_EVENTS: &[(u64, &str)] = &[(UNWOUND, "qemu:unwound"), (OPENED, "qemu:opened")];
+
 /// One `EVENT: <id> <provider>:<name>` line per event.
 pub fn write_events(w: &mut impl Write, events: &[(u64, &str)]) -> io::Result<()> {
     for (id, name) in events {

@@ -1,5 +1,8 @@
 //! The plugin's argument parser, compiled in directly (the cdylib cannot link a test harness).
 
+#[allow(dead_code)] // the configuration's type for a PIE's aims
+#[path = "../src/state/aims.rs"]
+mod aims;
 #[allow(dead_code)] // only the parser is under test
 #[path = "../src/state/config.rs"]
 mod config;
@@ -134,4 +137,26 @@ fn function_entries_come_now_or_later_and_an_empty_list_is_none() {
         cfg(&[b"out=/t", b"entries=/t/.e", b"entries="]),
         (None, false)
     );
+}
+
+#[test]
+fn a_pie_s_aims_come_with_its_link_entry() {
+    let parse_str = |text: &str| -> Result<config::Config, String> {
+        let args: Vec<OsString> = text.split(',').map(OsString::from).collect();
+        match parse(&args)? {
+            Mode::Record(cfg) => Ok(*cfg),
+            Mode::Probe => Err("probe".into()),
+        }
+    };
+    let cfg = parse_str("out=/tmp/x,filter=400000,pie_entry=4a0,pie_filter=10:20,pie_start_at=30")
+        .unwrap();
+    assert_eq!(cfg.filter, [0x400000]);
+    let pie = cfg.pie.unwrap();
+    assert_eq!(pie.entry, 0x4a0);
+    assert_eq!(pie.aims.filter, [0x10, 0x20]);
+    assert_eq!(pie.aims.start_at, [0x30]);
+    assert!(pie.aims.notrace.is_empty() && pie.aims.stop_at.is_empty());
+    assert!(parse_str("out=/tmp/x").unwrap().pie.is_none());
+    let lone = parse_str("out=/tmp/x,pie_stop_at=10").unwrap_err();
+    assert!(lone.contains("need pie_entry"), "{lone}");
 }

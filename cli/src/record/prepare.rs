@@ -125,7 +125,7 @@ pub fn prepare(
     let names = if wants_names {
         crate::stop_at::Names::new(
             &sources,
-            (program.as_ref()).map(|(p, f)| (p.as_path(), &f.image, f.rebase.is_some())),
+            (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)),
         )
     } else {
         Default::default()
@@ -180,6 +180,7 @@ pub fn prepare(
         stop_at: stop_at.as_deref(),
         start_at: start_at.as_deref(),
         filters: &filters,
+        names: &names,
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -234,10 +235,12 @@ struct PluginOptions<'a> {
     proc_watch: Option<&'a str>,
     entries: Option<&'a Entries>,
     /// `--stop-at`'s addresses.
-    stop_at: Option<&'a [u64]>,
+    stop_at: Option<&'a [crate::stop_at::Addr]>,
     /// `--start-at`'s addresses.
-    start_at: Option<&'a [u64]>,
+    start_at: Option<&'a [crate::stop_at::Addr]>,
     filters: &'a crate::filter::Filters,
+    /// What FUNCs were resolved in (a PIE's link entry point).
+    names: &'a crate::stop_at::Names,
 }
 
 impl PluginOptions<'_> {
@@ -268,6 +271,7 @@ impl PluginOptions<'_> {
             v.push(format!(",keep_last={bytes}"));
         }
         v.push(self.filters.plugin_options());
+        v.push(self.names.plugin_option());
         // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
         // and where their PIDs are for a guest with no PID register (else synthetic ids).
         if let Some(offset) = symbol_source::task_comm_offset(self.sources) {

@@ -20,7 +20,7 @@ use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
 use crate::unwind::{self, Image, Method};
 
 /// The user event marking the end of recovered frames (`events.txt`).
-pub const UNWOUND_EVENT: u64 = qemu_uftrace_format::events::USER_BASE;
+pub const UNWOUND_EVENT: u64 = qemu_uftrace_format::events::UNWOUND;
 pub const UNWOUND_EVENT_NAME: &str = "qemu:unwound";
 
 /// What recovery did, for the summary.
@@ -104,7 +104,7 @@ pub fn recover(dir: &Path, images: &[&Path]) -> Result<Option<Recovered>> {
     if done.frames() > 0 {
         let path = dir.join("events.txt");
         crate::symfiles::write_with(&path, |w| {
-            qemu_uftrace_format::events::write_events(w, &[(UNWOUND_EVENT, UNWOUND_EVENT_NAME)])
+            qemu_uftrace_format::events::write_events(w, qemu_uftrace_format::events::QEMU_EVENTS)
         })?;
     }
     done.elapsed = started.elapsed();

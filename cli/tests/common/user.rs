@@ -355,3 +355,17 @@ pub fn check_libcalls_oracle(
         assert_eq!(traced(&dir, &canonical(elf)), oracle, "{}", elf.display());
     }
 }
+
+/// `libcalls-<link>-<variant>.elf` for aarch64 (tests/guests/user's `make glibc`: the
+/// glibc oracle guest, `dyn` a dynamic PIE run under `-L /usr/aarch64-linux-gnu`), built
+/// once per process.
+#[allow(dead_code)]
+pub fn glibc_guest(name: &str) -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let args = ["glibc".to_string(), "CROSS=aarch64-linux-gnu-".to_string()];
+        qemu_uftrace_tests::make_guests("user", "user-glibc-aarch64", &args)
+            .expect("building the glibc guests")
+    });
+    dir.join(name)
+}

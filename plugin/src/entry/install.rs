@@ -109,9 +109,21 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
             .then_some(crate::lifecycle::finish::stop_at_size_cap as fn()),
         insn_time: one_vcpu && clock == ClockKind::Insn,
         keep_last: cfg.keep_last,
-        // Leaked once: the writer of every process image reads them.
-        start_at: (!cfg.start_at.is_empty()).then(|| &*cfg.start_at.clone().leak()),
+        start_at: !cfg.start_at.is_empty()
+            || cfg
+                .pie
+                .as_ref()
+                .is_some_and(|p| !p.aims.start_at.is_empty()),
     };
+    let given = crate::state::aims::Aims {
+        filter: cfg.filter.clone(),
+        notrace: cfg.notrace.clone(),
+        stop_at: cfg.stop_at.clone(),
+        start_at: cfg.start_at.clone(),
+    };
+    // An exec'd image runs another program: the first one's functions are not its.
+    let pie = cfg.pie.clone().filter(|_| cfg.proc_key.is_none());
+    crate::state::aims::install(given, pie);
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);

@@ -334,7 +334,7 @@ fn direct_call_site(
 /// Whether `-F` was given: its calls and landings outside the filtered subtrees take
 /// callbacks of their own, so that other runs pay nothing for them.
 fn gated() -> bool {
-    crate::state::config().is_some_and(|c| !c.filter.is_empty())
+    crate::state::aims::filtering()
 }
 
 /// The thunk a call's target starts with, from guest memory (read at translation; the

@@ -6,6 +6,7 @@
 //! (`Output::start_at`: the writer adds the frames open then).
 
 use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_NO_REGS};
+use crate::state::config::{ClockChoice, ClockKind};
 use crate::state::{config, OUTPUT};
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,10 +27,11 @@ pub static ON_STOP: OnceLock<fn()> = OnceLock::new();
 /// # Safety
 /// `first` is a live instruction handle of the block being translated.
 pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
-    let Some(cfg) = config() else { return };
-    if !cfg.start_at.is_empty()
+    // As the guest runs them: a PIE's are placed before any of its code is translated.
+    let aims = crate::state::aims::now();
+    if !aims.start_at.is_empty()
         && !START_HIT.load(Ordering::Relaxed)
-        && cfg.start_at.contains(&start)
+        && aims.start_at.contains(&start)
     {
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
@@ -41,7 +43,7 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
             )
         };
     }
-    if cfg.stop_at.is_empty() || HIT.load(Ordering::Relaxed) || !cfg.stop_at.contains(&start) {
+    if aims.stop_at.is_empty() || HIT.load(Ordering::Relaxed) || !aims.stop_at.contains(&start) {
         return;
     }
     // SAFETY: our callback, for an instruction of the block being translated.
@@ -61,9 +63,22 @@ unsafe extern "C" fn on_stop_at(vcpu_index: c_uint, data: *mut c_void) {
     if HIT.swap(true, Ordering::SeqCst) {
         return;
     }
-    // The clock has counted this block: everything recorded before it, the entry into
-    // FUNC included, is earlier.
-    let time = crate::vcpu::with(vcpu_index, |v| v.now()).unwrap_or(0);
+    // Records of this vCPU so far are queued now, before the stop is set (`Msg::Data`'s
+    // `early`): all kept. Later ones, and other vCPUs', are cut by time. Counting guest
+    // instructions, the clock has counted this block: everything before it, the entry
+    // into FUNC included, is earlier. Any other clock can give many records one time and
+    // its reading here can be milliseconds off the records' times: the stop is then at the
+    // last record written, the entry into FUNC.
+    let insn = config().is_some_and(|c| c.clock == ClockChoice::Fixed(ClockKind::Insn));
+    let time = crate::vcpu::with(vcpu_index, |v| {
+        v.engine.flush();
+        if insn {
+            v.now()
+        } else {
+            v.engine.last_time()
+        }
+    })
+    .unwrap_or(0);
     let _ = REACHED.set((data as usize as u64, time));
     if let Some(out) = OUTPUT.get() {
         out.stop_at(time);
@@ -83,8 +98,9 @@ unsafe extern "C" fn on_start_at(vcpu_index: c_uint, data: *mut c_void) {
     }
     // The entry into FUNC was timed before this block: it is the first record written.
     let time = crate::vcpu::with(vcpu_index, |v| v.engine.last_time()).unwrap_or(0);
-    let _ = STARTED.set((data as usize as u64, time));
+    let addr = data as usize as u64;
+    let _ = STARTED.set((addr, time));
     if let Some(out) = OUTPUT.get() {
-        out.start_at(time);
+        out.start_at(time, addr);
     }
 }

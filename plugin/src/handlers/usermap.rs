@@ -100,6 +100,7 @@ pub fn startup() -> bool {
     });
     if let Some(aux) = aux {
         crate::state::entries::program_entry(aux.entry);
+        crate::state::aims::place(aux.entry);
     }
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
     true

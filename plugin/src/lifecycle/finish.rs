@@ -117,21 +117,30 @@ fn finish_once() {
     }
     // `-F`/`-N`: which of their functions the guest entered (the CLI names those never
     // entered).
-    let reached = |of: fn(&Ended) -> &Vec<u64>| {
+    // A PIE's functions by their link addresses, as the CLI gave them (`pie_…_reached`).
+    let reached = |of: fn(&Ended) -> &Vec<u64>, filter: bool| {
         let mut addrs: Vec<u64> = states.iter().flat_map(|s| of(s).iter().copied()).collect();
         addrs.sort_unstable();
         addrs.dedup();
-        addrs
-            .iter()
-            .map(|a| format!("{a:#x}"))
-            .collect::<Vec<_>>()
-            .join(",")
+        let hex = |v: Vec<u64>| {
+            v.iter()
+                .map(|a| format!("{a:#x}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let (at, pie) = crate::state::aims::given_of(&addrs, filter);
+        (hex(at), hex(pie))
     };
-    if !cfg.filter.is_empty() {
-        line("filter_reached", &reached(|s| &s.filter_reached));
+    let pie = cfg.pie.as_ref().map(|p| &p.aims);
+    if !cfg.filter.is_empty() || pie.is_some_and(|p| !p.filter.is_empty()) {
+        let (at, pie) = reached(|s| &s.filter_reached, true);
+        line("filter_reached", &at);
+        line("pie_filter_reached", &pie);
     }
-    if !cfg.notrace.is_empty() {
-        line("notrace_reached", &reached(|s| &s.notrace_reached));
+    if !cfg.notrace.is_empty() || pie.is_some_and(|p| !p.notrace.is_empty()) {
+        let (at, pie) = reached(|s| &s.notrace_reached, false);
+        line("notrace_reached", &at);
+        line("pie_notrace_reached", &pie);
     }
     line("bytes", &written.bytes.values().sum::<u64>());
     line("max_depth", &cfg.max_depth);

@@ -64,7 +64,12 @@ pub fn vcpu_init(vcpu_id: u32) {
     });
     let mut engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     engine.set_longjmp_test(crate::state::entries::is_longjmp);
-    engine.set_gates(cfg.filter.clone(), cfg.notrace.clone());
+    // A PIE's -F/-N functions are placed at its first instruction, which gives this (the
+    // first) vCPU its gates then (`set_gates` once: before any call).
+    if !crate::state::aims::pending() {
+        let aims = crate::state::aims::now();
+        engine.set_gates(aims.filter.clone(), aims.notrace.clone());
+    }
     if cfg.clock == ClockChoice::Fixed(ClockKind::Wall) {
         engine.clamp(super::image::time_floor());
     }

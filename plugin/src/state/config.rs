@@ -4,10 +4,12 @@
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,resume=on]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
-//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…]`, or
+//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…]`
+//! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
+use super::aims::{Aims, Pie};
 use qemu_uftrace_engine::tsc::TscSample;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -66,6 +68,10 @@ pub struct Config {
     pub filter: Vec<u64>,
     /// These functions' subtrees are left out (`notrace=ADDR:ADDR…`: the CLI's `-N`).
     pub notrace: Vec<u64>,
+    /// User mode, a position-independent program: the same four lists for its functions,
+    /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
+    /// place them once it runs (`aims`).
+    pub pie: Option<Pie>,
     /// User mode, an exec'd image: the pidfd of `record` the image before it watched
     /// (`lifecycle::record_watch`).
     pub record_pidfd: Option<i32>,
@@ -234,6 +240,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut keep_last = None;
     let mut filter = Vec::new();
     let mut notrace = Vec::new();
+    let mut pie_entry = None;
+    let mut pie = Aims::default();
     for arg in raw {
         let bytes = arg.as_bytes();
         let eq = bytes
@@ -324,6 +332,11 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "start_at" => start_at = addresses(&key, value)?,
             "filter" => filter = addresses(&key, value)?,
             "notrace" => notrace = addresses(&key, value)?,
+            "pie_entry" => pie_entry = Some(addresses(&key, value)?[0]),
+            "pie_filter" => pie.filter = addresses(&key, value)?,
+            "pie_notrace" => pie.notrace = addresses(&key, value)?,
+            "pie_stop_at" => pie.stop_at = addresses(&key, value)?,
+            "pie_start_at" => pie.start_at = addresses(&key, value)?,
             "keep_last" => {
                 keep_last = Some(
                     value
@@ -355,6 +368,11 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         (None, None) => None,
         _ => return Err("proc_watch=… and proc_offsets=… go together".into()),
     };
+    let pie = match pie_entry {
+        Some(entry) => Some(Pie { entry, aims: pie }),
+        None if pie.is_empty() => None,
+        None => return Err("pie_filter=… and the like need pie_entry=ADDR".into()),
+    };
     if max_size_exit && max_size.is_none() {
         return Err("max_size_exit=on needs max_size=BYTES".into());
     }
@@ -384,5 +402,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         keep_last,
         filter,
         notrace,
+        pie,
     })))
 }

@@ -26,7 +26,7 @@ impl Ring {
             bytes: 0,
             bufs: VecDeque::new(),
             // Never started: it only follows.
-            gone: StartGate::new(Arc::new(AtomicU64::new(u64::MAX)), &[]),
+            gone: StartGate::new(Arc::new(AtomicU64::new(u64::MAX)), Arc::default()),
         }
     }
 
@@ -55,7 +55,13 @@ impl Ring {
     /// What to write at the end, in order: each task's open frames at the window's start,
     /// then the window; and how many frames that was.
     pub fn drain(mut self) -> (Vec<(u32, Vec<u8>)>, u64) {
-        let mut out = self.gone.all_open();
+        // The markers after the open frames: at the window's first record, no later than
+        // any record of it.
+        let first = (self.bufs.front())
+            .and_then(|(_, b)| b.get(..8))
+            .and_then(|t| <[u8; 8]>::try_from(t).ok())
+            .map_or(0, u64::from_le_bytes);
+        let mut out = self.gone.all_open(first);
         let frames = self.gone.written_frames;
         out.extend(self.bufs);
         (out, frames)
@@ -89,8 +95,12 @@ mod tests {
             .iter()
             .map(|(t, b)| (*t, decode_all(b).unwrap().iter().map(|r| r.time).collect()))
             .collect();
-        // The last 3 records (5, 6, 7); task 1 had 0x10 and 0x30 open before them.
-        assert_eq!(times, [(1, vec![1, 4]), (2, vec![5]), (1, vec![6, 7])]);
+        // The last 3 records (5, 6, 7); task 1 had 0x10 and 0x30 open before them, then
+        // its marker at the window's first time.
+        assert_eq!(times, [(1, vec![1, 4, 5]), (2, vec![5]), (1, vec![6, 7])]);
+        let marker = decode_all(&out[0].1).unwrap()[2];
+        assert_eq!(marker.kind, RecordType::Event);
+        assert_eq!(marker.addr, qemu_uftrace_format::events::OPENED);
         assert_eq!(frames, 2);
     }
 }

@@ -2,6 +2,8 @@
 //! configuration (`config`), the record writer (`output`), guest register and memory access
 //! (`guest`), and the few process-wide facts below.
 
+/// `-F`/`-N`/`--stop-at`/`--start-at`'s addresses, a PIE program's placed once it runs.
+pub mod aims;
 pub mod config;
 /// The guest's function entries, which a direct jump enters as a call (`entries=`).
 pub mod entries;

@@ -23,7 +23,13 @@ pub const BUFFER_BYTES: usize = 1 << 20;
 const QUEUE_DEPTH: usize = 32;
 
 enum Msg {
-    Data { tid: u32, buf: Vec<u8> },
+    /// `early`: queued before `--stop-at`'s stop was set, so every record of it was made
+    /// before (the stopping vCPU queues its own at the stop): none is cut by its time.
+    Data {
+        tid: u32,
+        buf: Vec<u8>,
+        early: bool,
+    },
     Finish,
 }
 
@@ -55,8 +61,8 @@ pub struct Limits {
     /// `--keep-last SIZE`: the writer keeps the last SIZE bytes of records, written at the
     /// end.
     pub keep_last: Option<u64>,
-    /// `--start-at FUNC`'s addresses: nothing is written before `Output::start_at`.
-    pub start_at: Option<&'static [u64]>,
+    /// `--start-at FUNC`: nothing is written before `Output::start_at`.
+    pub start_at: bool,
     /// Record times count the only vCPU's guest instructions: the status file says how
     /// many it ran.
     pub insn_time: bool,
@@ -73,6 +79,8 @@ pub struct Output {
     stop: Arc<AtomicU64>,
     /// `--start-at`: records before this time are not written (`u64::MAX`: not yet).
     start: Arc<AtomicU64>,
+    /// `--start-at`: the address entered there.
+    start_addr: Arc<AtomicU64>,
 }
 
 /// The queue to one writer thread.
@@ -87,12 +95,12 @@ impl Chan {
         dir: PathBuf,
         limits: Limits,
         stop: &Arc<AtomicU64>,
-        start: &Arc<AtomicU64>,
+        (start, start_addr): (&Arc<AtomicU64>, &Arc<AtomicU64>),
     ) -> std::io::Result<Chan> {
         let mut w = Writer::new(dir, limits);
         w.stop = Arc::clone(stop);
-        if let Some(addrs) = limits.start_at {
-            w.gate = Some(StartGate::new(Arc::clone(start), addrs));
+        if limits.start_at {
+            w.gate = Some(StartGate::new(Arc::clone(start), Arc::clone(start_addr)));
         }
         Chan::start_with(w)
     }
@@ -118,12 +126,14 @@ impl Output {
     pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
         let stop = Arc::new(AtomicU64::new(u64::MAX));
         let start = Arc::new(AtomicU64::new(u64::MAX));
+        let start_addr = Arc::new(AtomicU64::new(0));
         Ok(Output {
             limits,
-            chan: Mutex::new(Chan::start(dir, limits, &stop, &start)?),
+            chan: Mutex::new(Chan::start(dir, limits, &stop, (&start, &start_addr))?),
             noted: Mutex::new(Vec::new()),
             stop,
             start,
+            start_addr,
         })
     }
 
@@ -135,7 +145,8 @@ impl Output {
     /// have been locked by it at the fork. Both are left behind (never touched again) for a
     /// new writer and pool; what the parent had queued is the parent's to write.
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
-        let fresh = Chan::start(dir, self.limits, &self.stop, &self.start)?;
+        let start = (&self.start, &self.start_addr);
+        let fresh = Chan::start(dir, self.limits, &self.stop, start)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
@@ -155,7 +166,8 @@ impl Output {
         let records = buf.len() / RECORD_SIZE;
         // Fails only when the writer thread is gone (it died, or exit already ran).
         let tx = self.chan().tx.clone();
-        if tx.send(Msg::Data { tid, buf }).is_err() {
+        let early = self.stop.load(Ordering::SeqCst) == u64::MAX;
+        if tx.send(Msg::Data { tid, buf, early }).is_err() {
             self.note_error(format!(
                 "{tid}.dat: {records} records not written: the writer thread had stopped"
             ));
@@ -168,8 +180,10 @@ impl Output {
         self.stop.fetch_min(time, Ordering::SeqCst);
     }
 
-    /// Starts the trace at `time` (`--start-at`): records before it are not written.
-    pub fn start_at(&self, time: u64) {
+    /// Starts the trace at `time` (`--start-at`), at the entry into `addr`: records before
+    /// it are not written. Once only.
+    pub fn start_at(&self, time: u64, addr: u64) {
+        self.start_addr.store(addr, Ordering::Release);
         self.start.fetch_min(time, Ordering::AcqRel);
     }
 
@@ -275,6 +289,8 @@ struct Writer {
     torn: HashMap<u32, u64>,
     /// `--stop-at`: the time from which records are not written (`u64::MAX`: none).
     stop: Arc<AtomicU64>,
+    /// The buffer being written was queued before the stop (`Msg::Data`).
+    early: bool,
     /// `--start-at`: what is written before and at the start.
     gate: Option<StartGate>,
     /// `--keep-last`: the window, written at the end.
@@ -293,6 +309,7 @@ impl Writer {
             total: 0,
             torn: HashMap::new(),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
+            early: false,
             gate: None,
             ring: limits.keep_last.map(Ring::new),
         }
@@ -314,17 +331,28 @@ impl Writer {
         if buf.is_empty() {
             return;
         }
-        match &mut self.ring {
-            // The window ends at the stop (`--stop-at` with `--keep-last`): what comes
-            // after it never enters the ring, so it does not push the window's start on.
-            Some(ring) => {
-                let kept = before_stop(&self.stop, buf);
-                if !kept.is_empty() {
-                    ring.push(tid, &kept);
-                }
+        // The window ends at the stop (`--stop-at` with `--keep-last`): what comes after it
+        // never enters the ring, so it does not push the window's start on.
+        if let Some(ring) = &mut self.ring {
+            let kept = match self.early {
+                true => Cow::Borrowed(buf),
+                false => before_stop(&self.stop, buf),
+            };
+            if !kept.is_empty() {
+                ring.push(tid, &kept);
             }
-            None => self.write_through(tid, buf),
+        } else {
+            self.write_through(tid, buf)
         }
+    }
+
+    /// The records of `buf` from before the `--stop-at` time, all of a buffer queued before
+    /// it was set.
+    fn before_stop<'a>(&self, buf: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.early {
+            return Cow::Borrowed(buf);
+        }
+        before_stop(&self.stop, buf)
     }
 
     /// [`Writer::write`] past the start.
@@ -332,7 +360,7 @@ impl Writer {
         if self.written.capped {
             return;
         }
-        let kept = before_stop(&self.stop, buf);
+        let kept = self.before_stop(buf);
         // Everything was after the stop.
         if matches!(kept, Cow::Owned(_)) && kept.is_empty() {
             return;
@@ -485,7 +513,10 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
     loop {
         // Woken at least once a second, for the status of a guest that writes nothing.
         let (tid, mut buf) = match rx.recv_timeout(progress::EVERY) {
-            Ok(Msg::Data { tid, buf }) => (tid, buf),
+            Ok(Msg::Data { tid, buf, early }) => {
+                w.early = early;
+                (tid, buf)
+            }
             Ok(Msg::Finish) | Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
                 status.write(w.state(), w.counts());
@@ -860,6 +891,7 @@ mod tests {
             noted: Mutex::new(Vec::new()),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
             start: Arc::new(AtomicU64::new(u64::MAX)),
+            start_addr: Arc::default(),
         };
         out.send(5, records(0, 2));
         // The thread is gone once the queue's receiver is: sends fail from then on.
@@ -870,6 +902,7 @@ mod tests {
             .try_send(Msg::Data {
                 tid: 5,
                 buf: Vec::new(),
+                early: true,
             })
             .is_ok()
             || !out.chan().writer.as_ref().unwrap().is_finished()

@@ -3,7 +3,7 @@
 //! first record after it, so that the replay nests. The writer thread follows every task's
 //! stack from the records it drops (never a vCPU: the hot path is unchanged).
 
-use qemu_uftrace_format::record::{decode, RecordType, RECORD_SIZE};
+use qemu_uftrace_format::record::{decode, encode, RecordType, RECORD_SIZE};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,24 +19,22 @@ pub struct StartGate {
     opened: HashSet<u32>,
     /// Open frames written as entries, in all.
     pub written_frames: u64,
-    /// FUNC's addresses (as records hold them): the start is the entry into one of them at
-    /// the start's time; records of the same time before it (a return timed in the block
-    /// that makes the call) are still before.
-    addrs: Vec<u64>,
+    /// The address entered at the start (set before `start`): the start is the entry into
+    /// it at the start's time; records of the same time before it (a return timed in the
+    /// block that makes the call) are still before. The one entered, not FUNC's addresses
+    /// as given: a PIE's are placed only once it runs (`aims`).
+    addr: Arc<AtomicU64>,
     begun: bool,
 }
 
 impl StartGate {
-    pub fn new(start: Arc<AtomicU64>, addrs: &[u64]) -> StartGate {
+    pub fn new(start: Arc<AtomicU64>, addr: Arc<AtomicU64>) -> StartGate {
         StartGate {
             start,
             stacks: HashMap::new(),
             opened: HashSet::new(),
             written_frames: 0,
-            addrs: addrs
-                .iter()
-                .map(|&a| qemu_uftrace_format::addr48(a))
-                .collect(),
+            addr,
             begun: false,
         }
     }
@@ -53,14 +51,15 @@ impl StartGate {
             };
             let Ok(rec) = decode(&raw) else { continue };
             if !self.begun && rec.time >= start {
-                self.begun = rec.kind == RecordType::Entry && self.addrs.contains(&rec.addr);
+                let addr = qemu_uftrace_format::addr48(self.addr.load(Ordering::Acquire));
+                self.begun = rec.kind == RecordType::Entry && rec.addr == addr;
             }
             if rec.time < start || !self.begun {
                 self.follow(tid, raw);
                 continue;
             }
             if out.is_empty() {
-                out.extend(self.open_frames(tid));
+                out.extend(self.open_frames(tid, rec.time));
             }
             out.extend_from_slice(&raw);
         }
@@ -80,23 +79,32 @@ impl StartGate {
         }
     }
 
-    /// The task's open frames as entry records, the first time it is asked.
-    fn open_frames(&mut self, tid: u32) -> Vec<u8> {
+    /// The task's open frames as entry records, the first time it is asked, then the
+    /// `qemu:opened` event at `time` (no later than the task's next record): where its
+    /// recording proper begins. Nothing for a task not seen before (it began after).
+    fn open_frames(&mut self, tid: u32, time: u64) -> Vec<u8> {
         if !self.opened.insert(tid) {
             return Vec::new();
         }
-        let frames = self.stacks.remove(&tid).unwrap_or_default();
+        let Some(frames) = self.stacks.remove(&tid) else {
+            return Vec::new();
+        };
         self.written_frames += frames.len() as u64;
-        frames.concat()
+        let depth = frames.len() as u32;
+        let mut out = frames.concat();
+        let opened = qemu_uftrace_format::events::OPENED;
+        out.extend_from_slice(&encode(time, RecordType::Event, depth, opened));
+        out
     }
 
     /// Every task's open frames not written yet, whatever the start (the flight recorder's
-    /// window start).
-    pub fn all_open(&mut self) -> Vec<(u32, Vec<u8>)> {
+    /// window start), each followed by its marker at `time` (no later than any record to
+    /// come).
+    pub fn all_open(&mut self, time: u64) -> Vec<(u32, Vec<u8>)> {
         let mut tids: Vec<u32> = self.stacks.keys().copied().collect();
         tids.sort_unstable();
         tids.into_iter()
-            .map(|t| (t, self.open_frames(t)))
+            .map(|t| (t, self.open_frames(t, time)))
             .filter(|(_, f)| !f.is_empty())
             .collect()
     }
@@ -104,10 +112,11 @@ impl StartGate {
     /// At the end, once the start was reached: the tasks that never ran after it, with
     /// their open frames (each task's are written once, whether or not it ran again).
     pub fn unwritten(&mut self) -> Vec<(u32, Vec<u8>)> {
-        if self.start.load(Ordering::Acquire) == u64::MAX {
+        let start = self.start.load(Ordering::Acquire);
+        if start == u64::MAX {
             return Vec::new();
         }
-        self.all_open()
+        self.all_open(start)
     }
 }
 
@@ -123,7 +132,7 @@ mod tests {
     #[test]
     fn the_open_frames_come_first_once() {
         let start = Arc::new(AtomicU64::new(u64::MAX));
-        let mut g = StartGate::new(Arc::clone(&start), &[0x60]);
+        let mut g = StartGate::new(Arc::clone(&start), Arc::new(AtomicU64::new(0x60)));
         use RecordType::{Entry, Exit};
         let before: Vec<u8> = [
             rec(1, Entry, 0, 0x10),
@@ -145,15 +154,29 @@ mod tests {
             ]
             .concat(),
         );
-        let times: Vec<u64> = decode_all(&out).unwrap().iter().map(|r| r.time).collect();
-        // 0x10 and 0x30 open, then the entry into FUNC.
-        assert_eq!(times, [1, 4, 10]);
+        let kinds: Vec<(u64, RecordType, u64)> = (decode_all(&out).unwrap().iter())
+            .map(|r| (r.time, r.kind, r.addr))
+            .collect();
+        // 0x10 and 0x30 open, the marker, then the entry into FUNC.
+        let opened = qemu_uftrace_format::events::OPENED;
+        assert_eq!(
+            kinds,
+            [
+                (1, Entry, 0x10),
+                (4, Entry, 0x30),
+                (10, RecordType::Event, opened),
+                (10, Entry, 0x60)
+            ]
+        );
         assert_eq!(g.pass(7, &rec(11, Exit, 2, 0x60)).len(), RECORD_SIZE);
         // Task 8 never ran again: its frame at the end.
         let rest = g.unwritten();
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].0, 8);
-        assert_eq!(decode_all(&rest[0].1).unwrap()[0].addr, 0x40);
+        let rest: Vec<(u64, u64)> = (decode_all(&rest[0].1).unwrap().iter())
+            .map(|r| (r.time, r.addr))
+            .collect();
+        assert_eq!(rest, [(5, 0x40), (10, opened)]);
         assert_eq!(g.written_frames, 3);
     }
 }
