@@ -287,6 +287,12 @@ fn rewrite(
                     .find(|&j| addr48(frames[j].ret_addr) == r.addr)
                 {
                     Some(j) => {
+                        // A handler's return into its sigreturn trampoline ends the
+                        // signal's delivery too (`rt_sigreturn` follows at once).
+                        let j = match j.checked_sub(1) {
+                            Some(d) if frames[d].method == Method::Signal => d,
+                            _ => j,
+                        };
                         // Frames above it that the unwinder saw but that returned unseen
                         // close here too.
                         for d in (j..open).rev() {
@@ -368,6 +374,47 @@ mod tests {
                 (60, Exit, 1, 0x500),
             ]
         );
+    }
+
+    #[test]
+    fn a_handlers_return_into_its_trampoline_ends_the_recovered_delivery() {
+        use RecordType::*;
+        // work (0x200) interrupted by SIGALRM, whose handler (0x300) returns into the
+        // trampoline (0x600); work then calls 0x400 at its own depth and returns (0x110).
+        let sig = qemu_uftrace_format::pseudo::signal_addr(14);
+        let frames = [
+            frame(0x200, 0x110),
+            Frame {
+                func: sig,
+                ret_addr: 0,
+                method: Method::Signal,
+            },
+            frame(0x300, 0x600),
+        ];
+        let recorded = [
+            r(10, Exit, 0, 0x600),
+            r(20, Entry, 0, 0x400),
+            r(30, Exit, 0, 0x400),
+            r(40, Exit, 0, 0x110),
+        ];
+        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
+        assert_eq!((matched, unmatched), (2, 0));
+        let got: Vec<_> = out.iter().map(|x| (x.time, x.kind, x.depth)).collect();
+        assert_eq!(
+            got,
+            [
+                (5, Entry, 0),
+                (5, Entry, 1),
+                (5, Entry, 2),
+                (5, Event, 3),
+                (10, Exit, 2),
+                (10, Exit, 1),
+                (20, Entry, 1),
+                (30, Exit, 1),
+                (40, Exit, 0),
+            ]
+        );
+        assert_eq!(out[5].addr, qemu_uftrace_format::addr48(sig));
     }
 
     #[test]
