@@ -9,7 +9,9 @@
 mod common;
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
-use qemu_uftrace_tests::linux_guest::{snap_initramfs_guest, INITRAMFS_APPEND, INITRAMFS_TIMEOUT};
+use qemu_uftrace_tests::linux_guest::{
+    sigsnap_initramfs_guest, snap_initramfs_guest, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
+};
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
 use qemu_uftrace_tests::{cached, debian_kernel};
@@ -24,10 +26,11 @@ struct Run {
     console: String,
 }
 
-/// Boots the guest until PID 1 sleeps in `read(2)`, saves it, and records the run from the
-/// snapshot with a line for `/init` to read, `--symbols` its ELF.
-fn record_linux_from_snapshot() -> Run {
-    let (cpio, init_elf) = snap_initramfs_guest().expect("the guest builds");
+/// Boots `guest` (its initramfs and `/init`) until PID 1 sleeps in `read(2)`, saves it,
+/// and records the run from the snapshot with a line for `/init` to read, `--symbols` its
+/// ELF.
+fn record_linux_from_snapshot(guest: anyhow::Result<(PathBuf, PathBuf)>) -> Run {
+    let (cpio, init_elf) = guest.expect("the guest builds");
     let tmp = tempfile::tempdir().expect("temp dir");
     let disk = tmp.path().join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
@@ -176,7 +179,7 @@ fn callers(events: &[String]) -> Result<Vec<(String, Option<String>)>, String> {
 
 #[test]
 fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
-    let run = record_linux_from_snapshot();
+    let run = record_linux_from_snapshot(snap_initramfs_guest());
     assert!(run.console.contains("SNAP: done"), "{}", run.console);
     let text = replay(&run.dir);
     let context = || format!("{}\n{text}", run.stderr);
@@ -291,6 +294,90 @@ fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
         .file_name()
         .to_string_lossy()
         .ends_with(".stack")));
+}
+
+/// PID 1's user-mode calls when it first runs after the start, in `sigsnapinit.c`: the
+/// handler's chain, the delivery (its number unknown: the kernel writes the frame's
+/// siginfo only for SA_SIGINFO handlers), and the code the signal interrupted beneath.
+const SIG_USER_CHAIN: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "main",
+    "snap_spin",
+    "[signal]",
+    "sig_handler",
+    "sig_a",
+    "sig_wait",
+    "read",
+    "[svc]",
+];
+
+/// PID 1 asleep in a signal handler (`tests/guests/linux/sigsnapinit.c`): its user chain is
+/// unwound through the handler's sigreturn trampoline (CFI with 'S', the registers read
+/// from the sigcontext) into the code the signal interrupted, and the run closes it in
+/// order: the handler's return ends the delivery, the interrupted function returns to main.
+#[test]
+fn aarch64_linux_task_in_a_signal_handler_unwound_through_the_signal_frame() {
+    let run = record_linux_from_snapshot(sigsnap_initramfs_guest());
+    assert!(run.console.contains("SNAP: done"), "{}", run.console);
+    let text = replay(&run.dir);
+    let context = || format!("{}\n{text}", run.stderr);
+    let chain = recovered_chain(&text, 1);
+    assert!(
+        chain.len() > SIG_USER_CHAIN.len()
+            && chain[..SIG_USER_CHAIN.len()] == *SIG_USER_CHAIN
+            && chain.last().map(String::as_str) == Some("cpu_switch_to"),
+        "{chain:?}\n{}",
+        context()
+    );
+    let events = parse_replay(&text, 1).expect("replay");
+    let pid1 = callers(&events).unwrap_or_else(|e| panic!("PID 1: {e}\n{}", context()));
+    let user = [
+        "snap_spin",
+        "[signal]",
+        "sig_handler",
+        "sig_a",
+        "sig_wait",
+        "read",
+        "snap_later",
+    ];
+    let user_events: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
+        .filter(|e| user.contains(&&e[2..]))
+        .collect();
+    assert_eq!(
+        user_events,
+        [
+            "E snap_spin",
+            "E [signal]",
+            "E sig_handler",
+            "E sig_a",
+            "E sig_wait",
+            "E read",
+            "X read",
+            "X sig_wait",
+            "X sig_a",
+            "X sig_handler",
+            "X [signal]",
+            "X snap_spin",
+            "E snap_later",
+            "X snap_later",
+        ],
+        "{}",
+        context()
+    );
+    assert!(
+        pid1.contains(&("snap_later".to_string(), Some("main".to_string()))),
+        "{}",
+        context()
+    );
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("the run started mid-way"))
+        .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
+    assert!(summary.contains("1 by signal frame"), "{summary}");
 }
 
 /// Debian's amd64 kernel (no frame pointers: its unwinder is ORC) booted to its "Unable to

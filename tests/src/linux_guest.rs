@@ -92,6 +92,16 @@ pub fn snap_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| anyhow!("building the snapshot initramfs guest failed: {e}"))
 }
 
+/// The signal snapshot guest (`tests/guests/linux/sigsnapinit.c`): its initramfs and its
+/// ELF.
+pub fn sigsnap_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("sigsnapinit").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the signal snapshot initramfs guest failed: {e}"))
+}
+
 /// Builds `tests/guests/linux/<program>.c` and packs it as `/init`.
 fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
     let root = guest_build_dir();

@@ -76,17 +76,6 @@ struct DwarfRegs {
     lr: Option<u16>,
 }
 
-/// Where a signal's number sits above a sigreturn trampoline's stack pointer: the
-/// `si_signo` of the kernel's `rt_sigframe`, which starts with the siginfo on arm64 and
-/// riscv64, and on x86-64 follows the `ucontext` (304 bytes; the return address slot was
-/// popped by the handler's return).
-fn siginfo_offset(arch: Arch) -> u64 {
-    match arch {
-        Arch::Aarch64 | Arch::Riscv64 => 0,
-        Arch::X86_64 => 304,
-    }
-}
-
 fn dwarf_regs(arch: Arch) -> DwarfRegs {
     match arch {
         Arch::Aarch64 => DwarfRegs {
@@ -147,7 +136,6 @@ impl Stack<'_> {
 }
 
 struct Unwinder<'a> {
-    arch: Arch,
     isa: &'static dyn Isa,
     regs: DwarfRegs,
     stack: Stack<'a>,
@@ -205,17 +193,6 @@ impl Unwinder<'_> {
     /// Whether `addr` is a sigreturn trampoline that a handler's return address may name.
     fn is_signal_trampoline(&self, addr: u64) -> bool {
         self.cfi_rules(false, addr).is_some_and(|(_, r)| r.signal)
-    }
-
-    /// The signal whose frame the trampoline at `r` would return from (0: unknown).
-    fn signo(&self, r: &Regs) -> u64 {
-        r.sp.and_then(|sp| {
-            let mut w = [0u8; 4];
-            self.stack
-                .read_into(sp.checked_add(siginfo_offset(self.arch))?, &mut w)?;
-            Some(u64::from(u32::from_le_bytes(w)))
-        })
-        .unwrap_or(0)
     }
 
     /// One step by CFI: the return address (for a signal trampoline, where the interrupted
@@ -396,7 +373,6 @@ pub fn code_before(images: &[Image], addr: u64, len: usize) -> Option<&[u8]> {
 /// entry) is not among them: only frames whose return address was found are.
 pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> {
     let u = Unwinder {
-        arch,
         isa: isa(arch),
         regs: dwarf_regs(arch),
         stack: Stack {
@@ -463,9 +439,11 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         }
         frames.push(if signal {
             // The delivery, as the engine opens one: nothing returns to it; the handler's
-            // return into the trampoline ends it.
+            // return into the trampoline ends it. Its number is not known: the kernel
+            // writes the frame's siginfo only for SA_SIGINFO handlers, and nothing says
+            // whether this one is (stale bytes would name the wrong signal).
             Frame {
-                func: pseudo::signal_addr(u.signo(&regs)),
+                func: pseudo::signal_addr(0),
                 ret_addr: 0,
                 method,
             }
@@ -578,7 +556,7 @@ mod tests {
 
     /// `testdata/sigframe.S`'s stack: `handler` stopped at its entry (its return address,
     /// the trampoline, at 0x8000), the kernel's signal frame above it (the ucontext at
-    /// 0x8008, signal 14's siginfo 304 bytes on), and `work` interrupted with its frame
+    /// 0x8008, a siginfo 304 bytes on that only SA_SIGINFO handlers get), and `work` interrupted with its frame
     /// at 0x9000 (saved rbp 0, return address after_work).
     fn signal_stack(sym: &std::collections::HashMap<String, u64>) -> Vec<u64> {
         let mut words = vec![0u64; (0x9010 - 0x8000) / 8];
@@ -588,7 +566,7 @@ mod tests {
         put(uc + 120, 0x9000); // rbp
         put(uc + 160, 0x9000); // rsp
         put(uc + 168, sym["in_work"]); // rip
-        put(uc + 304, 14); // si_signo (and si_errno 0)
+        put(uc + 304, 14); // si_signo, not trusted
         put(0x9000, 0);
         put(0x9008, sym["after_work"]);
         words
@@ -605,7 +583,7 @@ mod tests {
             images,
         );
         let delivery = Frame {
-            func: pseudo::signal_addr(14),
+            func: pseudo::signal_addr(0),
             ret_addr: 0,
             method: Method::Signal,
         };
