@@ -10,7 +10,8 @@ mod common;
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::linux_guest::{
-    sigsnap_initramfs_guest, snap_initramfs_guest, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
+    sigsnap_initramfs_guest, snap_initramfs_guest, snap_initramfs_guest_x86_64, INITRAMFS_APPEND,
+    INITRAMFS_TIMEOUT,
 };
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
@@ -26,41 +27,70 @@ struct Run {
     console: String,
 }
 
-/// Boots `guest` (its initramfs and `/init`) until PID 1 sleeps in `read(2)`, saves it,
-/// and records the run from the snapshot with a line for `/init` to read, `--symbols` its
-/// ELF.
-fn record_linux_from_snapshot(guest: anyhow::Result<(PathBuf, PathBuf)>) -> Run {
+/// A Linux machine to boot: its QEMU, machine options, kernel, command line and the
+/// kernel's symbols.
+struct Machine {
+    qemu: PathBuf,
+    options: &'static [&'static str],
+    kernel: PathBuf,
+    append: &'static str,
+    vmlinux: PathBuf,
+}
+
+/// Debian's arm64 kernel on `-M virt`.
+fn arm64() -> Machine {
+    Machine {
+        // QEMU 10.2.2: the discontinuity callback shows the system call entries.
+        qemu: cached("qemu-10.2.2/bin/qemu-system-aarch64"),
+        options: &["-M", "virt", "-cpu", "max"],
+        kernel: debian_kernel(),
+        append: INITRAMFS_APPEND,
+        vmlinux: debian_vmlinux(),
+    }
+}
+
+/// Debian's amd64 kernel on `-M pc`.
+fn amd64() -> Machine {
+    Machine {
+        qemu: cached("qemu-10.2.2/bin/qemu-system-x86_64"),
+        options: &["-M", "pc"],
+        kernel: cached("kernel-amd64/vmlinuz"),
+        append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+        vmlinux: cached("kernel-amd64-dbg/vmlinux"),
+    }
+}
+
+/// Boots `guest` (its initramfs and `/init`) on `machine` until PID 1 sleeps in `read(2)`,
+/// saves it, and records the run from the snapshot with a line for `/init` to read,
+/// `--symbols` its ELF.
+fn record_linux_from_snapshot(machine: Machine, guest: anyhow::Result<(PathBuf, PathBuf)>) -> Run {
     let (cpio, init_elf) = guest.expect("the guest builds");
     let tmp = tempfile::tempdir().expect("temp dir");
     let disk = tmp.path().join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
-    // QEMU 10.2.2: the discontinuity callback shows the system call entries.
-    let qemu = cached("qemu-10.2.2/bin/qemu-system-aarch64");
-    let mut args: Vec<String> = [
-        qemu.to_str().expect("a UTF-8 path"),
-        "-M",
-        "virt",
-        "-cpu",
-        "max",
-        "-m",
-        "512M",
-        "-display",
-        "none",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-kernel",
-        &debian_kernel().to_string_lossy(),
-        "-initrd",
-        &cpio.to_string_lossy(),
-        "-append",
-        INITRAMFS_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args: Vec<String> = vec![machine.qemu.to_str().expect("a UTF-8 path").to_string()];
+    args.extend(machine.options.iter().map(|s| s.to_string()));
+    args.extend(
+        [
+            "-m",
+            "512M",
+            "-display",
+            "none",
+            "-nic",
+            "none",
+            "-no-reboot",
+            "-smp",
+            "1",
+            "-kernel",
+            &machine.kernel.to_string_lossy(),
+            "-initrd",
+            &cpio.to_string_lossy(),
+            "-append",
+            machine.append,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     args.extend(disk_args(&disk));
     let seen = save_at_marker(&args, tmp.path(), "SNAP: waiting", "s1", INITRAMFS_TIMEOUT)
         .expect("snapshot the guest with /init asleep in read");
@@ -77,7 +107,7 @@ fn record_linux_from_snapshot(guest: anyhow::Result<(PathBuf, PathBuf)>) -> Run 
         input.display()
     ));
     args.extend(["-serial", "chardev:uart"].map(String::from));
-    let vmlinux = debian_vmlinux();
+    let vmlinux = machine.vmlinux;
     let options = [
         OsStr::new("--symbols"),
         init_elf.as_os_str(),
@@ -179,7 +209,7 @@ fn callers(events: &[String]) -> Result<Vec<(String, Option<String>)>, String> {
 
 #[test]
 fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
-    let run = record_linux_from_snapshot(snap_initramfs_guest());
+    let run = record_linux_from_snapshot(arm64(), snap_initramfs_guest());
     assert!(run.console.contains("SNAP: done"), "{}", run.console);
     let text = replay(&run.dir);
     let context = || format!("{}\n{text}", run.stderr);
@@ -318,7 +348,7 @@ const SIG_USER_CHAIN: &[&str] = &[
 /// order: the handler's return ends the delivery, the interrupted function returns to main.
 #[test]
 fn aarch64_linux_task_in_a_signal_handler_unwound_through_the_signal_frame() {
-    let run = record_linux_from_snapshot(sigsnap_initramfs_guest());
+    let run = record_linux_from_snapshot(arm64(), sigsnap_initramfs_guest());
     assert!(run.console.contains("SNAP: done"), "{}", run.console);
     let text = replay(&run.dir);
     let context = || format!("{}\n{text}", run.stderr);
@@ -378,6 +408,84 @@ fn aarch64_linux_task_in_a_signal_handler_unwound_through_the_signal_frame() {
         .find(|l| l.contains("the run started mid-way"))
         .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
     assert!(summary.contains("1 by signal frame"), "{summary}");
+}
+
+/// PID 1's user-mode calls on x86-64 when it first runs after the start: from `/init`'s
+/// CFI, with the user registers its first return to user mode restored (SYSRET or IRET).
+const X86_64_PID1_USER: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "main",
+    "snap_a",
+    "snap_b",
+    "snap_c",
+    "snap_wait",
+    "read",
+    "[svc]",
+];
+
+/// `snapinit.c` on Debian's amd64 kernel: PID 1's user chain recovered from its second
+/// cookie, taken at its first return to user mode, and closed in order by the run.
+#[test]
+fn x86_64_linux_pid1_user_frames_unwound_at_its_return_to_user_mode() {
+    let run = record_linux_from_snapshot(amd64(), snap_initramfs_guest_x86_64());
+    assert!(run.console.contains("SNAP: done"), "{}", run.console);
+    let text = replay(&run.dir);
+    let context = || format!("{}\n{text}", run.stderr);
+    let chain = recovered_chain(&text, 1);
+    assert!(
+        chain.len() > X86_64_PID1_USER.len()
+            && chain[..X86_64_PID1_USER.len()] == *X86_64_PID1_USER,
+        "{chain:?}\n{}",
+        context()
+    );
+    let events = parse_replay(&text, 1).expect("replay");
+    let pid1 = callers(&events).unwrap_or_else(|e| panic!("PID 1: {e}\n{}", context()));
+    let user = [
+        "read",
+        "snap_wait",
+        "snap_c",
+        "snap_b",
+        "snap_a",
+        "snap_later",
+    ];
+    let user_events: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
+        .filter(|e| user.contains(&&e[2..]))
+        .collect();
+    assert_eq!(
+        user_events,
+        [
+            "E snap_a",
+            "E snap_b",
+            "E snap_c",
+            "E snap_wait",
+            "E read",
+            "X read",
+            "X snap_wait",
+            "X snap_c",
+            "X snap_b",
+            "X snap_a",
+            "E snap_later",
+            "X snap_later",
+        ],
+        "{}",
+        context()
+    );
+    assert!(
+        pid1.contains(&("snap_later".to_string(), Some("main".to_string()))),
+        "{}",
+        context()
+    );
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("the run started mid-way"))
+        .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
+    for method in ["by CFI", "by exception entry"] {
+        assert!(summary.contains(method), "{summary}");
+    }
 }
 
 /// Debian's amd64 kernel (no frame pointers: its unwinder is ORC) booted to its "Unable to

@@ -147,11 +147,17 @@ fn unwind_file(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, Sta
 }
 
 /// The exception a task's user-mode code took where it resumes at `pc`: a system call if
-/// the instruction before is one (AArch64 `svc #0`), an interrupt otherwise.
+/// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`), an interrupt
+/// otherwise.
 fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
     const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
-    let is_svc = Arch::from_elf_machine(machine) == Some(Arch::Aarch64)
-        && unwind::code_before(images, pc, 4) == Some(&SVC0[..]);
+    const SYSCALL: [u8; 2] = [0x0f, 0x05];
+    let call: &[u8] = match Arch::from_elf_machine(machine) {
+        Some(Arch::Aarch64) => &SVC0,
+        Some(Arch::X86_64) => &SYSCALL,
+        _ => &[],
+    };
+    let is_svc = !call.is_empty() && unwind::code_before(images, pc, call.len()) == Some(call);
     if is_svc {
         ExceptionKind::Svc
     } else {
