@@ -245,7 +245,7 @@ fn recover_task(
     }
     // A half-written last record stays for the assembly's own trimming to report.
     bytes.extend_from_slice(&data[whole..]);
-    crate::atomic_file::replace(&dat, |w| w.write_all(&bytes))?;
+    crate::atomic_file::replace_unsynced(&dat, |w| w.write_all(&bytes))?;
     done.tasks += 1;
     for f in &frames {
         *done.by_method.entry(f.method).or_default() += 1;
