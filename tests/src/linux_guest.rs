@@ -111,6 +111,12 @@ pub fn snap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| anyhow!("building the x86-64 snapshot initramfs guest failed: {e}"))
 }
 
+/// The unwinding benchmark's guest (`tests/guests/linux/manyinit.c`: PID 1 and 100 children
+/// asleep): its initramfs and its ELF.
+pub fn many_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
+    build_initramfs("manyinit")
+}
+
 /// Builds `tests/guests/linux/<program>.c` (or, for `<program>-x86_64`, `<program>.c`
 /// for x86-64) and packs it as `/init`.
 fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
