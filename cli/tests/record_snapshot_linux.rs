@@ -10,8 +10,8 @@ mod common;
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::linux_guest::{
-    sigsnap_initramfs_guest, snap_initramfs_guest, snap_initramfs_guest_x86_64, INITRAMFS_APPEND,
-    INITRAMFS_TIMEOUT,
+    sigsnap_initramfs_guest, sigsnap_initramfs_guest_x86_64, snap_initramfs_guest,
+    snap_initramfs_guest_x86_64, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
 };
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
@@ -349,6 +349,19 @@ const SIG_USER_CHAIN: &[&str] = &[
 #[test]
 fn aarch64_linux_task_in_a_signal_handler_unwound_through_the_signal_frame() {
     let run = record_linux_from_snapshot(arm64(), sigsnap_initramfs_guest());
+    assert_unwound_through_the_signal_frame(&run, "cpu_switch_to");
+}
+
+/// The same on Debian's amd64 kernel, through glibc's own `__restore_rt`.
+#[test]
+fn x86_64_linux_task_in_a_signal_handler_unwound_through_glibcs_restore_rt() {
+    let run = record_linux_from_snapshot(amd64(), sigsnap_initramfs_guest_x86_64());
+    assert_unwound_through_the_signal_frame(&run, "__switch_to");
+}
+
+/// `sigsnapinit.c`'s PID 1 recovered down to the kernel's `innermost` frame, and closed in
+/// order.
+fn assert_unwound_through_the_signal_frame(run: &Run, innermost: &str) {
     assert!(run.console.contains("SNAP: done"), "{}", run.console);
     let text = replay(&run.dir);
     let context = || format!("{}\n{text}", run.stderr);
@@ -356,7 +369,7 @@ fn aarch64_linux_task_in_a_signal_handler_unwound_through_the_signal_frame() {
     assert!(
         chain.len() > SIG_USER_CHAIN.len()
             && chain[..SIG_USER_CHAIN.len()] == *SIG_USER_CHAIN
-            && chain.last().map(String::as_str) == Some("cpu_switch_to"),
+            && chain.last().map(String::as_str) == Some(innermost),
         "{chain:?}\n{}",
         context()
     );

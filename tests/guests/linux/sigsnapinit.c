@@ -8,9 +8,11 @@
  *
  *   main > snap_spin > [SIGUSR1] > sig_handler > sig_a > sig_wait > read   (asleep)
  *
- * sig_restorer is the handler's return address (SA_RESTORER, as glibc's x86-64
- * __restore_rt): its CFI says 'S' (.cfi_signal_frame) and reads the interrupted code's
- * sp, x29, x30 and pc from the sigcontext, which is what the unwinder follows.
+ * On arm64, sig_restorer is the handler's return address (SA_RESTORER, as glibc's x86-64
+ * __restore_rt; glibc's arm64 handlers return into the vDSO): its CFI says 'S'
+ * (.cfi_signal_frame) and reads the interrupted code's sp, x29, x30 and pc from the
+ * sigcontext, which is what the unwinder follows. On x86-64, glibc's sigaction sets its own
+ * __restore_rt, whose CFI does the same.
  */
 #include <signal.h>
 #include <stddef.h>
@@ -23,6 +25,7 @@
 
 #define NOIPA __attribute__((noipa))
 
+#ifdef __aarch64__
 /* Where the sigcontext's registers sit above the stack pointer at sig_restorer: the
  * kernel's rt_sigframe is the siginfo, then the ucontext. The CFI below encodes these. */
 #define AT(field) (sizeof(siginfo_t) + offsetof(ucontext_t, uc_mcontext.field))
@@ -58,6 +61,7 @@ struct ksigaction {
     unsigned long mask;
 };
 #define KSA_RESTORER 0x04000000UL
+#endif
 
 static volatile sig_atomic_t woke;
 
@@ -98,9 +102,17 @@ NOIPA void snap_later(void)
 
 int main(void)
 {
+#ifdef __aarch64__
     struct ksigaction sa = {sig_handler, KSA_RESTORER, sig_restorer, 0};
     if (syscall(SYS_rt_sigaction, SIGUSR1, &sa, NULL, sizeof sa.mask) != 0)
         say("SNAP: FAILED sigaction\n");
+#else
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sig_handler;
+    if (sigaction(SIGUSR1, &sa, NULL) != 0)
+        say("SNAP: FAILED sigaction\n");
+#endif
     if (fork() == 0) {
         struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
