@@ -123,8 +123,13 @@ pub fn sigsnap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
 
 /// The unwinding benchmark's guest (`tests/guests/linux/manyinit.c`: PID 1 and 100 children
 /// asleep): its initramfs and its ELF.
-pub fn many_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
-    build_initramfs("manyinit")
+/// On x86-64 (`x86_64`) or arm64 (otherwise).
+pub fn many_initramfs_guest(x86_64: bool) -> Result<(PathBuf, PathBuf)> {
+    build_initramfs(if x86_64 {
+        "manyinit-x86_64"
+    } else {
+        "manyinit"
+    })
 }
 
 /// Builds `tests/guests/linux/<program>.c` (or, for `<program>-x86_64`, `<program>.c`
