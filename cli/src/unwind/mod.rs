@@ -35,9 +35,10 @@ pub enum Method {
     /// The exception entry between a task's user-mode calls and its kernel calls (a system
     /// call it sleeps in), from the registers its return to user mode restored.
     Exception,
-    /// A signal delivery (a pseudo-frame, `[SIGALRM]` …, as the engine writes for one):
-    /// the CFI of its sigreturn trampoline ('S' in the CIE's augmentation) restored the
-    /// interrupted code's registers from the sigcontext.
+    /// A signal delivery (a pseudo-frame like the engine's `[SIGALRM]` …, shown as
+    /// `[signal]`: its number is not known): the CFI of its sigreturn trampoline ('S' in
+    /// the CIE's augmentation) restored the interrupted code's registers from the
+    /// sigcontext.
     Signal,
 }
 
