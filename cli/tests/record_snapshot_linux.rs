@@ -9,7 +9,10 @@
 mod common;
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
-use qemu_uftrace_tests::linux_guest::{snap_initramfs_guest, INITRAMFS_APPEND, INITRAMFS_TIMEOUT};
+use qemu_uftrace_tests::linux_guest::{
+    sigsnap_initramfs_guest, sigsnap_initramfs_guest_x86_64, snap_initramfs_guest,
+    snap_initramfs_guest_x86_64, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
+};
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
 use qemu_uftrace_tests::{cached, debian_kernel};
@@ -24,40 +27,70 @@ struct Run {
     console: String,
 }
 
-/// Boots the guest until PID 1 sleeps in `read(2)`, saves it, and records the run from the
-/// snapshot with a line for `/init` to read, `--symbols` its ELF.
-fn record_linux_from_snapshot() -> Run {
-    let (cpio, init_elf) = snap_initramfs_guest().expect("the guest builds");
+/// A Linux machine to boot: its QEMU, machine options, kernel, command line and the
+/// kernel's symbols.
+struct Machine {
+    qemu: PathBuf,
+    options: &'static [&'static str],
+    kernel: PathBuf,
+    append: &'static str,
+    vmlinux: PathBuf,
+}
+
+/// Debian's arm64 kernel on `-M virt`.
+fn arm64() -> Machine {
+    Machine {
+        // QEMU 10.2.2: the discontinuity callback shows the system call entries.
+        qemu: cached("qemu-10.2.2/bin/qemu-system-aarch64"),
+        options: &["-M", "virt", "-cpu", "max"],
+        kernel: debian_kernel(),
+        append: INITRAMFS_APPEND,
+        vmlinux: debian_vmlinux(),
+    }
+}
+
+/// Debian's amd64 kernel on `-M pc`.
+fn amd64() -> Machine {
+    Machine {
+        qemu: cached("qemu-10.2.2/bin/qemu-system-x86_64"),
+        options: &["-M", "pc"],
+        kernel: cached("kernel-amd64/vmlinuz"),
+        append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+        vmlinux: cached("kernel-amd64-dbg/vmlinux"),
+    }
+}
+
+/// Boots `guest` (its initramfs and `/init`) on `machine` until PID 1 sleeps in `read(2)`,
+/// saves it, and records the run from the snapshot with a line for `/init` to read,
+/// `--symbols` its ELF.
+fn record_linux_from_snapshot(machine: Machine, guest: anyhow::Result<(PathBuf, PathBuf)>) -> Run {
+    let (cpio, init_elf) = guest.expect("the guest builds");
     let tmp = tempfile::tempdir().expect("temp dir");
     let disk = tmp.path().join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
-    // QEMU 10.2.2: the discontinuity callback shows the system call entries.
-    let qemu = cached("qemu-10.2.2/bin/qemu-system-aarch64");
-    let mut args: Vec<String> = [
-        qemu.to_str().expect("a UTF-8 path"),
-        "-M",
-        "virt",
-        "-cpu",
-        "max",
-        "-m",
-        "512M",
-        "-display",
-        "none",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-kernel",
-        &debian_kernel().to_string_lossy(),
-        "-initrd",
-        &cpio.to_string_lossy(),
-        "-append",
-        INITRAMFS_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args: Vec<String> = vec![machine.qemu.to_str().expect("a UTF-8 path").to_string()];
+    args.extend(machine.options.iter().map(|s| s.to_string()));
+    args.extend(
+        [
+            "-m",
+            "512M",
+            "-display",
+            "none",
+            "-nic",
+            "none",
+            "-no-reboot",
+            "-smp",
+            "1",
+            "-kernel",
+            &machine.kernel.to_string_lossy(),
+            "-initrd",
+            &cpio.to_string_lossy(),
+            "-append",
+            machine.append,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     args.extend(disk_args(&disk));
     let seen = save_at_marker(&args, tmp.path(), "SNAP: waiting", "s1", INITRAMFS_TIMEOUT)
         .expect("snapshot the guest with /init asleep in read");
@@ -74,7 +107,7 @@ fn record_linux_from_snapshot() -> Run {
         input.display()
     ));
     args.extend(["-serial", "chardev:uart"].map(String::from));
-    let vmlinux = debian_vmlinux();
+    let vmlinux = machine.vmlinux;
     let options = [
         OsStr::new("--symbols"),
         init_elf.as_os_str(),
@@ -176,7 +209,7 @@ fn callers(events: &[String]) -> Result<Vec<(String, Option<String>)>, String> {
 
 #[test]
 fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
-    let run = record_linux_from_snapshot();
+    let run = record_linux_from_snapshot(arm64(), snap_initramfs_guest());
     assert!(run.console.contains("SNAP: done"), "{}", run.console);
     let text = replay(&run.dir);
     let context = || format!("{}\n{text}", run.stderr);
@@ -291,6 +324,192 @@ fn aarch64_linux_tasks_unwound_at_their_first_switch_in() {
         .file_name()
         .to_string_lossy()
         .ends_with(".stack")));
+}
+
+/// PID 1's user-mode calls when it first runs after the start, in `sigsnapinit.c`: the
+/// handler's chain, the delivery (its number unknown: the kernel writes the frame's
+/// siginfo only for SA_SIGINFO handlers), and the code the signal interrupted beneath.
+const SIG_USER_CHAIN: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "main",
+    "snap_spin",
+    "[signal]",
+    "sig_handler",
+    "sig_a",
+    "sig_wait",
+    "read",
+    "[svc]",
+];
+
+/// PID 1 asleep in a signal handler (`tests/guests/linux/sigsnapinit.c`): its user chain is
+/// unwound through the handler's sigreturn trampoline (CFI with 'S', the registers read
+/// from the sigcontext) into the code the signal interrupted, and the run closes it in
+/// order: the handler's return ends the delivery, the interrupted function returns to main.
+#[test]
+fn aarch64_linux_task_in_a_signal_handler_unwound_through_the_signal_frame() {
+    let run = record_linux_from_snapshot(arm64(), sigsnap_initramfs_guest());
+    assert_unwound_through_the_signal_frame(&run, "cpu_switch_to");
+}
+
+/// The same on Debian's amd64 kernel, through glibc's own `__restore_rt`.
+#[test]
+fn x86_64_linux_task_in_a_signal_handler_unwound_through_glibcs_restore_rt() {
+    let run = record_linux_from_snapshot(amd64(), sigsnap_initramfs_guest_x86_64());
+    assert_unwound_through_the_signal_frame(&run, "__switch_to");
+}
+
+/// `sigsnapinit.c`'s PID 1 recovered down to the kernel's `innermost` frame, and closed in
+/// order.
+fn assert_unwound_through_the_signal_frame(run: &Run, innermost: &str) {
+    assert!(run.console.contains("SNAP: done"), "{}", run.console);
+    let text = replay(&run.dir);
+    let context = || format!("{}\n{text}", run.stderr);
+    let chain = recovered_chain(&text, 1);
+    assert!(
+        chain.len() > SIG_USER_CHAIN.len()
+            && chain[..SIG_USER_CHAIN.len()] == *SIG_USER_CHAIN
+            && chain.last().map(String::as_str) == Some(innermost),
+        "{chain:?}\n{}",
+        context()
+    );
+    let events = parse_replay(&text, 1).expect("replay");
+    let pid1 = callers(&events).unwrap_or_else(|e| panic!("PID 1: {e}\n{}", context()));
+    let user = [
+        "snap_spin",
+        "[signal]",
+        "sig_handler",
+        "sig_a",
+        "sig_wait",
+        "read",
+        "snap_later",
+    ];
+    let user_events: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
+        .filter(|e| user.contains(&&e[2..]))
+        .collect();
+    assert_eq!(
+        user_events,
+        [
+            "E snap_spin",
+            "E [signal]",
+            "E sig_handler",
+            "E sig_a",
+            "E sig_wait",
+            "E read",
+            "X read",
+            "X sig_wait",
+            "X sig_a",
+            "X sig_handler",
+            "X [signal]",
+            "X snap_spin",
+            "E snap_later",
+            "X snap_later",
+        ],
+        "{}",
+        context()
+    );
+    assert!(
+        pid1.contains(&("snap_later".to_string(), Some("main".to_string()))),
+        "{}",
+        context()
+    );
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("the run started mid-way"))
+        .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
+    assert!(summary.contains("1 by signal frame"), "{summary}");
+}
+
+/// PID 1's open calls on x86-64 when it first runs after the start: its user-mode calls
+/// (from `/init`'s CFI, with the user registers its first return to user mode restored,
+/// SYSRET or IRET), the system call, and its kernel calls (by ORC; `x64_sys_call` and
+/// `__x64_sys_read` left by tail calls, so no return address names them).
+const X86_64_PID1_CHAIN: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "main",
+    "snap_a",
+    "snap_b",
+    "snap_c",
+    "snap_wait",
+    "read",
+    "[svc]",
+    "do_syscall_64",
+    "ksys_read",
+    "vfs_read",
+    "tty_read",
+    "n_tty_read",
+    "wait_woken",
+    "schedule_timeout",
+    "schedule",
+    "__schedule",
+    "__switch_to",
+];
+
+/// `snapinit.c` on Debian's amd64 kernel: PID 1's user chain recovered from its second
+/// cookie, taken at its first return to user mode, and closed in order by the run.
+#[test]
+fn x86_64_linux_pid1_user_frames_unwound_at_its_return_to_user_mode() {
+    let run = record_linux_from_snapshot(amd64(), snap_initramfs_guest_x86_64());
+    assert!(run.console.contains("SNAP: done"), "{}", run.console);
+    let text = replay(&run.dir);
+    let context = || format!("{}\n{text}", run.stderr);
+    assert_eq!(
+        recovered_chain(&text, 1),
+        X86_64_PID1_CHAIN,
+        "{}",
+        context()
+    );
+    let events = parse_replay(&text, 1).expect("replay");
+    let pid1 = callers(&events).unwrap_or_else(|e| panic!("PID 1: {e}\n{}", context()));
+    let user = [
+        "read",
+        "snap_wait",
+        "snap_c",
+        "snap_b",
+        "snap_a",
+        "snap_later",
+    ];
+    let user_events: Vec<&str> = events
+        .iter()
+        .map(String::as_str)
+        .filter(|e| user.contains(&&e[2..]))
+        .collect();
+    assert_eq!(
+        user_events,
+        [
+            "E snap_a",
+            "E snap_b",
+            "E snap_c",
+            "E snap_wait",
+            "E read",
+            "X read",
+            "X snap_wait",
+            "X snap_c",
+            "X snap_b",
+            "X snap_a",
+            "E snap_later",
+            "X snap_later",
+        ],
+        "{}",
+        context()
+    );
+    assert!(
+        pid1.contains(&("snap_later".to_string(), Some("main".to_string()))),
+        "{}",
+        context()
+    );
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("the run started mid-way"))
+        .unwrap_or_else(|| panic!("no summary: {}", run.stderr));
+    for method in ["by CFI", "by exception entry"] {
+        assert!(summary.contains(method), "{summary}");
+    }
 }
 
 /// Debian's amd64 kernel (no frame pointers: its unwinder is ORC) booted to its "Unable to

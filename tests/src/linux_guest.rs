@@ -92,7 +92,48 @@ pub fn snap_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| anyhow!("building the snapshot initramfs guest failed: {e}"))
 }
 
-/// Builds `tests/guests/linux/<program>.c` and packs it as `/init`.
+/// The signal snapshot guest (`tests/guests/linux/sigsnapinit.c`): its initramfs and its
+/// ELF.
+pub fn sigsnap_initramfs_guest() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("sigsnapinit").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the signal snapshot initramfs guest failed: {e}"))
+}
+
+/// [`snap_initramfs_guest`] for Debian's amd64 kernel (`snapinit.c` built for x86-64).
+pub fn snap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("snapinit-x86_64").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the x86-64 snapshot initramfs guest failed: {e}"))
+}
+
+/// [`sigsnap_initramfs_guest`] for Debian's amd64 kernel (`sigsnapinit.c` built for
+/// x86-64: glibc's own `__restore_rt`).
+pub fn sigsnap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("sigsnapinit-x86_64").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the x86-64 signal snapshot initramfs guest failed: {e}"))
+}
+
+/// The unwinding benchmark's guest (`tests/guests/linux/manyinit.c`: PID 1 and 100 children
+/// asleep): its initramfs and its ELF.
+/// On x86-64 (`x86_64`) or arm64 (otherwise).
+pub fn many_initramfs_guest(x86_64: bool) -> Result<(PathBuf, PathBuf)> {
+    build_initramfs(if x86_64 {
+        "manyinit-x86_64"
+    } else {
+        "manyinit"
+    })
+}
+
+/// Builds `tests/guests/linux/<program>.c` (or, for `<program>-x86_64`, `<program>.c`
+/// for x86-64) and packs it as `/init`.
 fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
     let root = guest_build_dir();
     let dir = root.join("linux");
@@ -109,8 +150,8 @@ fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
         .context("running make in tests/guests/linux (is make installed?)")?;
     if !output.status.success() {
         bail!(
-            "make -C tests/guests/linux failed ({}; the static link needs the arm64 glibc of \
-             scripts/install-deps.sh):\n{}{}",
+            "make -C tests/guests/linux failed ({}; the static links need the arm64 and amd64 \
+             glibc of scripts/install-deps.sh):\n{}{}",
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)

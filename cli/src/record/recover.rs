@@ -147,11 +147,17 @@ fn unwind_file(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, Sta
 }
 
 /// The exception a task's user-mode code took where it resumes at `pc`: a system call if
-/// the instruction before is one (AArch64 `svc #0`), an interrupt otherwise.
+/// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`), an interrupt
+/// otherwise.
 fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
     const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
-    let is_svc = Arch::from_elf_machine(machine) == Some(Arch::Aarch64)
-        && unwind::code_before(images, pc, 4) == Some(&SVC0[..]);
+    const SYSCALL: [u8; 2] = [0x0f, 0x05];
+    let call: &[u8] = match Arch::from_elf_machine(machine) {
+        Some(Arch::Aarch64) => &SVC0,
+        Some(Arch::X86_64) => &SYSCALL,
+        _ => &[],
+    };
+    let is_svc = !call.is_empty() && unwind::code_before(images, pc, call.len()) == Some(call);
     if is_svc {
         ExceptionKind::Svc
     } else {
@@ -239,7 +245,7 @@ fn recover_task(
     }
     // A half-written last record stays for the assembly's own trimming to report.
     bytes.extend_from_slice(&data[whole..]);
-    crate::atomic_file::replace(&dat, |w| w.write_all(&bytes))?;
+    crate::atomic_file::replace_unsynced(&dat, |w| w.write_all(&bytes))?;
     done.tasks += 1;
     for f in &frames {
         *done.by_method.entry(f.method).or_default() += 1;
@@ -287,6 +293,12 @@ fn rewrite(
                     .find(|&j| addr48(frames[j].ret_addr) == r.addr)
                 {
                     Some(j) => {
+                        // A handler's return into its sigreturn trampoline ends the
+                        // signal's delivery too (`rt_sigreturn` follows at once).
+                        let j = match j.checked_sub(1) {
+                            Some(d) if frames[d].method == Method::Signal => d,
+                            _ => j,
+                        };
                         // Frames above it that the unwinder saw but that returned unseen
                         // close here too.
                         for d in (j..open).rev() {
@@ -368,6 +380,47 @@ mod tests {
                 (60, Exit, 1, 0x500),
             ]
         );
+    }
+
+    #[test]
+    fn a_handlers_return_into_its_trampoline_ends_the_recovered_delivery() {
+        use RecordType::*;
+        // work (0x200) interrupted by SIGALRM, whose handler (0x300) returns into the
+        // trampoline (0x600); work then calls 0x400 at its own depth and returns (0x110).
+        let sig = qemu_uftrace_format::pseudo::signal_addr(14);
+        let frames = [
+            frame(0x200, 0x110),
+            Frame {
+                func: sig,
+                ret_addr: 0,
+                method: Method::Signal,
+            },
+            frame(0x300, 0x600),
+        ];
+        let recorded = [
+            r(10, Exit, 0, 0x600),
+            r(20, Entry, 0, 0x400),
+            r(30, Exit, 0, 0x400),
+            r(40, Exit, 0, 0x110),
+        ];
+        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
+        assert_eq!((matched, unmatched), (2, 0));
+        let got: Vec<_> = out.iter().map(|x| (x.time, x.kind, x.depth)).collect();
+        assert_eq!(
+            got,
+            [
+                (5, Entry, 0),
+                (5, Entry, 1),
+                (5, Entry, 2),
+                (5, Event, 3),
+                (10, Exit, 2),
+                (10, Exit, 1),
+                (20, Entry, 1),
+                (30, Exit, 1),
+                (40, Exit, 0),
+            ]
+        );
+        assert_eq!(out[5].addr, qemu_uftrace_format::addr48(sig));
     }
 
     #[test]

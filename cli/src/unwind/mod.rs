@@ -12,8 +12,9 @@ pub mod sframe;
 use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
 use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::StackCookie;
+use qemu_uftrace_format::pseudo;
 
-use cfi::Rule;
+use cfi::{Cfa, Rule};
 pub use image::Image;
 
 /// How a frame's return address was found.
@@ -34,6 +35,11 @@ pub enum Method {
     /// The exception entry between a task's user-mode calls and its kernel calls (a system
     /// call it sleeps in), from the registers its return to user mode restored.
     Exception,
+    /// A signal delivery (a pseudo-frame like the engine's `[SIGALRM]` …, shown as
+    /// `[signal]`: its number is not known): the CFI of its sigreturn trampoline ('S' in
+    /// the CIE's augmentation) restored the interrupted code's registers from the
+    /// sigcontext.
+    Signal,
 }
 
 impl Method {
@@ -45,6 +51,7 @@ impl Method {
             Method::FrameRecord => "frame records",
             Method::LeafReturn => "leaf return address",
             Method::Exception => "exception entry",
+            Method::Signal => "signal frame",
         }
     }
 }
@@ -162,40 +169,84 @@ impl Unwinder<'_> {
         self.image(addr)?.function_at(addr)
     }
 
-    /// One step by CFI: the caller's registers and the return address.
-    fn cfi_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
-        let lookup = if first { r.pc } else { r.pc - 1 };
-        let rules = cfi::rules(self.image(lookup)?, lookup, self.regs.fp)?;
-        let (cfa_reg, offset) = rules.cfa?;
-        let cfa = self.reg(r, cfa_reg)?.checked_add_signed(offset)?;
+    /// The CFI rules for the frame at `pc`, and the address they were looked up at: `pc`
+    /// itself where the frame stopped there (`exact`) or where a signal trampoline starts
+    /// there, else the call instruction before the return address.
+    fn cfi_rules(&self, exact: bool, pc: u64) -> Option<(u64, cfi::Rules)> {
+        let asked = cfi::Asked {
+            sp: self.regs.sp,
+            fp: self.regs.fp,
+            lr: self.regs.lr,
+        };
+        let at = |a: u64| cfi::rules(self.image(a)?, a, asked);
+        if !exact {
+            // A handler "returns" into its sigreturn trampoline, which follows no call:
+            // its rules hold at the address itself. (glibc and the kernel's vDSO put a nop
+            // before theirs, inside the entry, for unwinders that always subtract one.)
+            if let Some(r) = at(pc).filter(|r| r.signal) {
+                return Some((pc, r));
+            }
+        }
+        let lookup = if exact { pc } else { pc.wrapping_sub(1) };
+        Some((lookup, at(lookup)?))
+    }
+
+    /// Whether `addr` is a sigreturn trampoline that a handler's return address may name.
+    fn is_signal_trampoline(&self, addr: u64) -> bool {
+        self.cfi_rules(false, addr).is_some_and(|(_, r)| r.signal)
+    }
+
+    /// One step by CFI: the return address (for a signal trampoline, where the interrupted
+    /// code resumes), the caller's registers, and whether this was a signal trampoline.
+    fn cfi_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs, bool)> {
+        let (lookup, rules) = self.cfi_rules(exact, r.pc)?;
+        let image = self.image(lookup)?;
+        let reg = |n: u16| self.reg(r, n);
+        let mem = |a: u64| self.stack.read_u64(a);
+        let cfa = match rules.cfa {
+            Cfa::Register(n, offset) => reg(n)?.checked_add_signed(offset)?,
+            Cfa::Expr(e) => cfi::evaluate(image, &rules, e, None, reg, mem)?,
+        };
         let apply = |rule: Rule, current: Option<u64>| match rule {
             Rule::Unchanged => current,
-            Rule::At(o) => self.stack.read_u64(cfa.checked_add_signed(o)?),
+            Rule::At(o) => mem(cfa.checked_add_signed(o)?),
             Rule::Value(o) => cfa.checked_add_signed(o),
-            Rule::Register(n) => self.reg(r, n),
+            Rule::Register(n) => reg(n),
+            Rule::AtExpr(e) => mem(cfi::evaluate(image, &rules, e, Some(cfa), reg, mem)?),
+            Rule::ValueExpr(e) => cfi::evaluate(image, &rules, e, Some(cfa), reg, mem),
             Rule::Unsupported => None,
         };
         // An unmentioned return address is still in the link register only in the
         // innermost frame; further out it would be the same address again.
         let ra = match rules.ra {
-            Rule::Unchanged if !first => return None,
+            Rule::Unchanged if !exact => return None,
             rule => self
                 .isa
-                .strip_authentication(apply(rule, self.reg(r, rules.ra_column))?),
+                .strip_authentication(apply(rule, reg(rules.ra_column))?),
         };
         let regs = Regs {
             pc: ra,
-            sp: Some(cfa),
+            // The CFA is the caller's stack pointer, unless a trampoline's rules say
+            // otherwise.
+            sp: match rules.sp {
+                Rule::Unchanged => Some(cfa),
+                rule => apply(rule, r.sp),
+            },
             fp: apply(rules.fp, r.fp),
-            // The caller's link register still holds what its call put there.
-            lr: self.regs.lr.map(|_| ra),
+            lr: match self.regs.lr {
+                // The interrupted code's link register, from the sigcontext.
+                Some(_) if rules.signal => apply(rules.lr, r.lr),
+                // The caller's link register still holds what its call put there.
+                Some(_) => Some(ra),
+                None => None,
+            },
         };
-        Some((ra, regs))
+        Some((ra, regs, rules.signal))
     }
 
     /// One step by SFrame: the same as by CFI, from the compact table.
-    fn sframe_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
-        let lookup = if first { r.pc } else { r.pc - 1 };
+    fn sframe_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if exact { r.pc } else { r.pc - 1 };
         let table = self.image(lookup)?.sframe.as_ref()?;
         let sf = sframe::SFrame::parse(&table.data, table.addr).ok()?;
         let row = sf.row_at(lookup)?;
@@ -205,7 +256,7 @@ impl Unwinder<'_> {
         let ra = match row.ra.or(sf.fixed_ra()) {
             Some(o) => self.isa.strip_authentication(at(o)?),
             // Not saved: still in the link register, in the innermost frame only.
-            None if first => r.lr?,
+            None if exact => r.lr?,
             None => return None,
         };
         let regs = Regs {
@@ -221,8 +272,8 @@ impl Unwinder<'_> {
     }
 
     /// One step by ORC (x86-64 kernels).
-    fn orc_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs)> {
-        let lookup = if first { r.pc } else { r.pc - 1 };
+    fn orc_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs)> {
+        let lookup = if exact { r.pc } else { r.pc - 1 };
         let entry = self.image(lookup)?.orc.as_ref()?.find(lookup)?;
         let (ra, sp, fp) = orc::step(&entry, r.sp, r.fp, |a| self.stack.read_u64(a))?;
         let regs = Regs {
@@ -235,12 +286,12 @@ impl Unwinder<'_> {
     }
 
     /// One step by frame records, with the link register for the innermost function.
-    fn frame_step(&self, first: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
+    fn frame_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
         let record = |fp: u64| {
             read_frame_record(self.isa, fp, |addr, out| self.stack.read_into(addr, out))
                 .map(|(next, ra)| (next, self.isa.strip_authentication(ra)))
         };
-        if first {
+        if exact {
             let here = self.function_at(r.pc);
             // The innermost function's return address before its frame exists: in the
             // link register (when it did not call since, the address follows a call from
@@ -341,9 +392,11 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         lr: u.regs.lr.map(|_| u.isa.strip_authentication(cookie.lr)),
     };
     let mut frames = Vec::new();
-    for i in 0..MAX_FRAMES {
-        let first = i == 0;
-        let lookup = if first {
+    // Whether the frame's pc is where it stopped (the innermost frame, and the code a
+    // signal interrupted) rather than a return address.
+    let mut exact = true;
+    for _ in 0..MAX_FRAMES {
+        let lookup = if exact {
             regs.pc
         } else {
             regs.pc.wrapping_sub(1)
@@ -351,37 +404,59 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         // An x86-64 kernel's ORC tables first: they are its own unwinder's, and cover its
         // assembly, which its .debug_frame does not.
         let step = u
-            .orc_step(first, &regs)
+            .orc_step(exact, &regs)
             .map(|(ra, next)| (ra, next, Method::Orc))
             .or_else(|| {
-                u.cfi_step(first, &regs)
-                    .map(|(ra, next)| (ra, next, Method::Cfi))
+                u.cfi_step(exact, &regs).map(|(ra, next, signal)| {
+                    (ra, next, if signal { Method::Signal } else { Method::Cfi })
+                })
             })
             .or_else(|| {
-                u.sframe_step(first, &regs)
+                u.sframe_step(exact, &regs)
                     .map(|(ra, next)| (ra, next, Method::SFrame))
             })
-            .or_else(|| u.frame_step(first, &regs));
+            .or_else(|| u.frame_step(exact, &regs));
         let Some((ra, next, method)) = step else {
             break;
         };
-        // The end of the chain, or something that is not a return into known code.
-        if ra == 0 || !u.is_return_address(ra) {
+        let signal = method == Method::Signal;
+        // The end of the chain, or something that is not a return into known code (nor
+        // a handler's into its sigreturn trampoline; a trampoline's "return" resumes the
+        // interrupted code anywhere in it).
+        let known = if signal {
+            u.image(ra).is_some()
+        } else {
+            u.is_return_address(ra) || u.is_signal_trampoline(ra)
+        };
+        if ra == 0 || !known {
             break;
         }
         // A caller's frame is above its callee's (the same only for an innermost function
         // with no frame, on a link-register architecture): no progress means a loop.
         if let (Some(old), Some(new)) = (regs.sp, next.sp) {
-            if new < old || (new == old && !first) {
+            if new < old || (new == old && !exact) {
                 break;
             }
         }
-        frames.push(Frame {
-            func: u.function_at(lookup).unwrap_or(lookup),
-            ret_addr: ra,
-            method,
+        frames.push(if signal {
+            // The delivery, as the engine opens one: nothing returns to it; the handler's
+            // return into the trampoline ends it. Its number is not known: the kernel
+            // writes the frame's siginfo only for SA_SIGINFO handlers, and nothing says
+            // whether this one is (stale bytes would name the wrong signal).
+            Frame {
+                func: pseudo::signal_addr(0),
+                ret_addr: 0,
+                method,
+            }
+        } else {
+            Frame {
+                func: u.function_at(lookup).unwrap_or(lookup),
+                ret_addr: ra,
+                method,
+            }
         });
         regs = next;
+        exact = signal;
     }
     frames
 }
@@ -390,18 +465,20 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
 mod tests {
     use super::*;
 
-    /// `testdata/remember.S` built with the host's gcc: the program and its symbols.
-    fn remember() -> (
+    /// `testdata/<name>.S` built with the host's gcc: the program and its symbols.
+    fn fixture(
+        name: &str,
+    ) -> (
         tempfile::TempDir,
         Image,
         std::collections::HashMap<String, u64>,
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let src = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/unwind/testdata/remember.S"
+        let src = format!(
+            "{}/src/unwind/testdata/{name}.S",
+            env!("CARGO_MANIFEST_DIR")
         );
-        let out = dir.path().join("remember");
+        let out = dir.path().join(name);
         let status = std::process::Command::new("gcc")
             .args(["-nostdlib", "-static", "-no-pie", "-o"])
             .arg(&out)
@@ -416,9 +493,17 @@ mod tests {
             .symbols()
             .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
             .collect();
-        let image = Image::parse("remember", &bytes).unwrap();
+        let image = Image::parse(name, &bytes).unwrap();
         assert!(image.eh_frame.is_some());
         (dir, image, syms)
+    }
+
+    fn remember() -> (
+        tempfile::TempDir,
+        Image,
+        std::collections::HashMap<String, u64>,
+    ) {
+        fixture("remember")
     }
 
     fn cookie(pc: u64, sp: u64, words: &[u64]) -> StackCookie {
@@ -468,6 +553,83 @@ mod tests {
         );
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].ret_addr, sym["after_f"]);
+    }
+
+    /// `testdata/sigframe.S`'s stack: `handler` stopped at its entry (its return address,
+    /// the trampoline, at 0x8000), the kernel's signal frame above it (the ucontext at
+    /// 0x8008, a siginfo 304 bytes on that only SA_SIGINFO handlers get), and `work` interrupted with its frame
+    /// at 0x9000 (saved rbp 0, return address after_work).
+    fn signal_stack(sym: &std::collections::HashMap<String, u64>) -> Vec<u64> {
+        let mut words = vec![0u64; (0x9010 - 0x8000) / 8];
+        let mut put = |addr: u64, v: u64| words[(addr - 0x8000) as usize / 8] = v;
+        put(0x8000, sym["restore_rt"]);
+        let uc = 0x8008;
+        put(uc + 120, 0x9000); // rbp
+        put(uc + 160, 0x9000); // rsp
+        put(uc + 168, sym["in_work"]); // rip
+        put(uc + 304, 14); // si_signo, not trusted
+        put(0x9000, 0);
+        put(0x9008, sym["after_work"]);
+        words
+    }
+
+    #[test]
+    fn cfi_signal_frames_unwind_to_the_interrupted_code() {
+        let (_dir, image, sym) = fixture("sigframe");
+        let images = std::slice::from_ref(&image);
+        let stack = signal_stack(&sym);
+        let frames = unwind(
+            &cookie(sym["handler"], 0x8000, &stack),
+            Arch::X86_64,
+            images,
+        );
+        let delivery = Frame {
+            func: pseudo::signal_addr(0),
+            ret_addr: 0,
+            method: Method::Signal,
+        };
+        let work = Frame {
+            func: sym["work"],
+            ret_addr: sym["after_work"],
+            method: Method::Cfi,
+        };
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: sym["handler"],
+                    ret_addr: sym["restore_rt"],
+                    method: Method::Cfi
+                },
+                delivery,
+                work,
+            ]
+        );
+        // Stopped in the trampoline itself (in rt_sigreturn): its pc is looked up as it
+        // is, and the same frames are beneath.
+        let frames = unwind(
+            &StackCookie {
+                stack_base: 0x8000,
+                ..cookie(sym["restore_rt"] + 5, 0x8008, &stack)
+            },
+            Arch::X86_64,
+            images,
+        );
+        assert_eq!(frames, [delivery, work]);
+    }
+
+    #[test]
+    fn a_signal_frame_with_an_unreadable_sigcontext_ends_the_chain() {
+        let (_dir, image, sym) = fixture("sigframe");
+        // The copy ends before the ucontext: the handler's frame, then nothing.
+        let stack = &signal_stack(&sym)[..4];
+        let frames = unwind(
+            &cookie(sym["handler"], 0x8000, stack),
+            Arch::X86_64,
+            &[image],
+        );
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].ret_addr, sym["restore_rt"]);
     }
 
     #[test]

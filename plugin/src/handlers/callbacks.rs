@@ -463,6 +463,16 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
                     crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
                 }
                 v.level = Some(to.level);
+                // A run from a snapshot: a task found asleep in the kernel has its user-mode
+                // registers back here (as at ERET, `on_exception_return`).
+                if to.level.0 == 3
+                    && from.is_some_and(|f| f.0 == 0)
+                    && crate::handlers::midway::resuming()
+                {
+                    crate::handlers::midway::at_return_to_user(v, vcpu_index, to.target, |v| {
+                        crate::handlers::midway::x86_64_user_sp(v, eret_pc)
+                    });
+                }
             }
             None => v.engine.stats.register_read_failures += 1,
         }
@@ -523,7 +533,9 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             // registers back here.
             if to.0 & 3 == 0 && level.0 & 3 != 0 && crate::handlers::midway::resuming() {
                 if let Some(target) = target {
-                    crate::handlers::midway::at_return_to_user(v, vcpu_index, target);
+                    crate::handlers::midway::at_return_to_user(v, vcpu_index, target, |v| {
+                        v.regs.read_named("SP_EL0")
+                    });
                 }
             }
         }

@@ -132,15 +132,15 @@ pub fn at_first_switch_in(v: &mut VcpuState, vcpu: u32, pc: u64) {
     capture(v, vcpu, pc);
 }
 
-/// An exception return to user mode at `target` (the user registers restored, the user
-/// stack pointer in place): the task's user-mode cookie, if it still wants one.
-pub fn at_return_to_user(v: &mut VcpuState, vcpu: u32, target: u64) {
-    // AArch64 only, for now: the user stack pointer is SP_EL0 once the kernel restored it
-    // (level 0 is user mode there).
-    let sp_name = match arch_or_default() {
-        Arch::Aarch64 => "SP_EL0",
-        _ => return,
-    };
+/// An exception return to user mode at `target` (the user registers restored but for the
+/// stack pointer, which `user_sp` reads: SP_EL0 on arm64, the IRET frame's or RSP at SYSRET
+/// on x86-64): the task's user-mode cookie, if it still wants one.
+pub fn at_return_to_user(
+    v: &mut VcpuState,
+    vcpu: u32,
+    target: u64,
+    user_sp: impl FnOnce(&mut VcpuState) -> Option<u64>,
+) {
     let tid = v.engine.tid();
     {
         let mut want = WANT_USER.lock().unwrap_or_else(|e| e.into_inner());
@@ -148,12 +148,15 @@ pub fn at_return_to_user(v: &mut VcpuState, vcpu: u32, target: u64) {
             return;
         }
     }
-    let Some(sp) = v.regs.read_named(sp_name) else {
+    let Some(sp) = user_sp(v) else {
         return;
     };
     let isa = isa_or_default();
     let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
-    let lr = v.regs.read_named("x30").unwrap_or(0);
+    let lr = register_names(arch_or_default())
+        .1
+        .and_then(|n| v.regs.read_named(n))
+        .unwrap_or(0);
     let stack = copy_stack(v, sp);
     let cookie = StackCookie {
         machine: arch_or_default().elf_machine(),
@@ -230,6 +233,19 @@ fn other_stacks(
         }
     }
     out
+}
+
+/// The user stack pointer an x86-64 return to user mode at `pc` restores: the IRET frame's
+/// (rip, cs, rflags, rsp, ss in 8-byte slots at RSP), or RSP itself at SYSRET (Linux puts it
+/// back just before). Other forms (32-bit code, SYSEXIT): unknown.
+pub fn x86_64_user_sp(v: &mut VcpuState, pc: u64) -> Option<u64> {
+    let rsp = v.regs.read_named("rsp")?;
+    let insn: [u8; 3] = v.regs.read_memory(pc, 3)?.try_into().ok()?;
+    match insn {
+        [0x48, 0xcf, _] => v.regs.read_le(rsp.wrapping_add(24), 8),
+        [0x48, 0x0f, 0x07] => Some(rsp),
+        _ => None,
+    }
 }
 
 fn write(cookie: &StackCookie, name: String) {
