@@ -33,6 +33,8 @@ build_workload_guest() {
 #   smp4       the same boot on 4 vCPUs
 #   filter     the same boot recorded with -F of one small subtree (FILTER, default
 #              of_find_property: device-tree lookups all through the boot)
+#   notrace    the same boot recorded with -N of that subtree (NOTRACE, same default): all
+#              but it written, every call through the filter's path
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -53,6 +55,7 @@ workload_argv() {
         kernel) extra=("${kernel[@]}") ;;
         smp4) extra=("${kernel[@]}" -smp 4) ;;
         filter) extra=("${kernel[@]}"); record_opts=(-F "${FILTER:-of_find_property}") ;;
+        notrace) extra=("${kernel[@]}"); record_opts=(-N "${NOTRACE:-of_find_property}") ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -5,6 +5,7 @@
 #   smp4       the same boot on 4 vCPUs
 #   filter     the same boot with -F of one small subtree (FILTER=FUNC, default
 #              of_find_property); also prints its trace's size as % of the unfiltered one's
+#   notrace    the same boot with -N of that subtree (NOTRACE=FUNC, same default); its size too
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -19,8 +20,8 @@
 #              qemu-system-x86_64 -M pc, SeaBIOS and the decompressor included
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [initramfs]
-#        [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
+#        [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 
@@ -84,7 +85,7 @@ for version in ${QEMUS:-10.0}; do
         echo
         printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
         # A filtered run's size against the whole trace's (recorded once more, untimed).
-        if [ "$name" = filter ]; then
+        if [ "$name" = filter ] || [ "$name" = notrace ]; then
             "$qu" record -q -o "$work/full" -- "${argv[@]}" >/dev/null 2>&1 </dev/null
             full=$(du -sb "$work/full" | cut -f1)
             awk -v b="$bytes" -v f="$full" 'BEGIN {

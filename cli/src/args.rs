@@ -215,6 +215,11 @@ pub struct RecordArgs {
     #[arg(short = 'N', long, value_name = "FUNC")]
     pub notrace: Vec<String>,
 
+    /// uftrace's -r/--time-range selects by time when a trace is shown, not recorded:
+    /// refused, with the way to it
+    #[arg(short = 'r', long, value_name = "START~STOP", hide = true)]
+    pub time_range: Option<String>,
+
     /// Run this uftrace command on the new trace when recording ends
     #[arg(long, value_enum, value_name = "VIEW")]
     pub then: Option<Then>,

@@ -30,6 +30,19 @@ pub fn run(mut args: RecordArgs, typed: &[OsString]) -> Result<i32> {
     // `-o dir/` names `dir`: its staging directory is `dir.partial`, not `dir/.partial`.
     args.output = args.output.components().collect();
     // The cheap checks on what was typed come first.
+    if let Some(range) = &args.time_range {
+        return Err(crate::errors::usage(
+            format!(
+                "record has no -r/--time-range ({range}): uftrace applies it when it shows a trace"
+            ),
+            format!(
+                "record, then qemu-uftrace replay -d {} -- -r {range} (or report, graph, \
+                 tui); to aim the recording itself, use --start-at/--stop-at FUNC or \
+                 --keep-last SIZE",
+                args.output.display()
+            ),
+        ));
+    }
     let mut inv = Invocation::parse(&args.qemu_command)?;
     // System mode: the guest's root file system, where its processes' files are.
     if let (Some(root), false) = (&args.sysroot, inv.is_user_mode()) {

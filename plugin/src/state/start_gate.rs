@@ -50,11 +50,15 @@ impl StartGate {
                 continue;
             };
             let Ok(rec) = decode(&raw) else { continue };
-            if !self.begun && rec.time >= start {
+            // Records of the start's own time are after it from FUNC's entry on; later
+            // ones are after it whatever they are: FUNC's entry is not written when it lies
+            // outside every -F subtree (or in a -N one), and another task's buffer may
+            // reach the writer before the one holding it.
+            if !self.begun && rec.time == start {
                 let addr = qemu_uftrace_format::addr48(self.addr.load(Ordering::Acquire));
                 self.begun = rec.kind == RecordType::Entry && rec.addr == addr;
             }
-            if rec.time < start || !self.begun {
+            if rec.time < start || (rec.time == start && !self.begun) {
                 self.follow(tid, raw);
                 continue;
             }
@@ -178,5 +182,35 @@ mod tests {
             .collect();
         assert_eq!(rest, [(5, 0x40), (10, opened)]);
         assert_eq!(g.written_frames, 3);
+    }
+
+    /// FUNC outside every `-F` subtree: its entry is never written, and what comes after
+    /// its time is, after the task's open frames (those of the subtrees open then).
+    #[test]
+    fn the_start_comes_without_its_entry() {
+        let start = Arc::new(AtomicU64::new(u64::MAX));
+        let mut g = StartGate::new(Arc::clone(&start), Arc::new(AtomicU64::new(0x60)));
+        use RecordType::{Entry, Exit};
+        assert!(g.pass(7, &rec(1, Entry, 0, 0x10)).is_empty());
+        start.store(10, Ordering::Release);
+        let out = g.pass(
+            7,
+            &[
+                rec(9, Entry, 1, 0x20),
+                rec(10, Exit, 1, 0x20),
+                rec(11, Entry, 1, 0x30),
+                rec(12, Exit, 1, 0x30),
+            ]
+            .concat(),
+        );
+        let times: Vec<(u64, RecordType)> = (decode_all(&out).unwrap().iter())
+            .map(|r| (r.time, r.kind))
+            .collect();
+        // The open frame, the marker, then what came after the start.
+        assert_eq!(
+            times,
+            [(1, Entry), (11, RecordType::Event), (11, Entry), (12, Exit)]
+        );
+        assert_eq!(g.written_frames, 1);
     }
 }
