@@ -39,6 +39,42 @@ pub fn user_tid_of(name: &str) -> Option<u32> {
         .ok()
 }
 
+/// Resync cookies: where a return matched nothing and no frame record told the stack, the
+/// plugin saves a cookie named by a number (`resync-<n>.stack`, the task inside) and the
+/// engine writes a marker event in that task's stream ([`resync_marker`]); the CLI puts the
+/// unwound frames there and removes both.
+pub fn resync_file_name(seq: u32) -> String {
+    format!("resync-{seq}.stack")
+}
+
+/// The number a resync cookie file name stands for.
+pub fn resync_seq_of(name: &str) -> Option<u32> {
+    name.strip_prefix("resync-")?
+        .strip_suffix(".stack")?
+        .parse()
+        .ok()
+}
+
+/// Resync cookies saved at most per process: each is a stack copy (32 KiB); past them the
+/// engine guesses as without.
+pub const MAX_RESYNC_COOKIES: u32 = 1024;
+
+/// The first id of the resync markers (never left in a published trace).
+const RESYNC_MARKER_BASE: u64 = crate::events::USER_BASE + 0x1_0000;
+
+/// The event id of the marker for resync cookie `seq`.
+pub fn resync_marker(seq: u32) -> u64 {
+    RESYNC_MARKER_BASE + u64::from(seq)
+}
+
+/// The resync cookie a marker event id names.
+pub fn resync_seq_of_marker(id: u64) -> Option<u32> {
+    let seq = id.checked_sub(RESYNC_MARKER_BASE)?;
+    u32::try_from(seq)
+        .ok()
+        .filter(|&s| s < MAX_RESYNC_COOKIES)
+}
+
 const MAGIC: &[u8; 8] = b"QUSTACK\x01";
 const HEADER: usize = 8 + 8 + 4 + 4 + 8 + 4 * 8 + 8 + 8;
 
