@@ -277,7 +277,23 @@ fn rewrite(
     // How many frames the engine itself had open after the last record.
     let mut engine_open = 0usize;
     let (mut matched, mut unmatched) = (0, 0);
+    // A resync marker (`super::resync`): the engine closed every frame there and its stack
+    // is mid-way again, from the resync's cookie: the recovered frames close with it and what
+    // follows is the resync pass's to rewrite.
+    let mut resynced = false;
     for r in records {
+        if resynced {
+            out.push(*r);
+            continue;
+        }
+        if r.kind == RecordType::Event && cookie::resync_seq_of_marker(r.addr).is_some() {
+            for d in (0..open).rev() {
+                out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
+            }
+            out.push(*r);
+            resynced = true;
+            continue;
+        }
         let depth = r.depth as usize;
         match r.kind {
             RecordType::Exit if engine_open == 0 => {
