@@ -37,7 +37,8 @@ pub struct Resyncs {
 }
 
 impl Resyncs {
-    /// "2 resyncs unwound (5 frames: 5 by CFI), 1 guessed (a LOST record marks it)".
+    /// "2 resyncs without frame records unwound after the run (5 frames: 5 by CFI), 1
+    /// stayed guessed (…)".
     pub fn describe(&self) -> String {
         let frames: usize = self.by_method.values().sum();
         let methods: Vec<String> = self
@@ -46,23 +47,29 @@ impl Resyncs {
             .map(|(m, n)| format!("{n} by {}", m.name()))
             .collect();
         let plural = |n: usize| if n == 1 { "" } else { "s" };
-        let mut line = format!(
-            "{} resync{} without frame records unwound after the run ({frames} frame{}",
-            self.unwound,
-            plural(self.unwound),
-            plural(frames)
-        );
-        if !methods.is_empty() {
-            line.push_str(&format!(": {}", methods.join(", ")));
+        let mut parts = Vec::new();
+        if self.unwound > 0 {
+            parts.push(format!(
+                "{} resync{} without frame records unwound after the run ({frames} frame{}: {})",
+                self.unwound,
+                plural(self.unwound),
+                plural(frames),
+                methods.join(", ")
+            ));
         }
-        line.push(')');
         if self.guessed > 0 {
-            line.push_str(&format!(
-                ", {} guessed (no unwind tables there; a LOST record marks each)",
+            let what = if self.unwound > 0 {
+                String::new()
+            } else {
+                format!(" resync{} without frame records", plural(self.guessed))
+            };
+            parts.push(format!(
+                "{}{what} stayed guessed: no unwind table covers the code there (a LOST \
+                 record marks each)",
                 self.guessed
             ));
         }
-        line
+        parts.join("; ")
     }
 }
 

@@ -69,7 +69,7 @@ pub fn print(
                     r.elapsed.as_secs_f64() * 1000.0
                 ));
             }
-            if let Some(r) = &published.resyncs {
+            if let Some(r) = (published.resyncs.as_ref()).filter(|r| r.unwound + r.guessed > 0) {
                 note(r.describe());
             }
             if count("exceptions_shown") == Some(0) {
