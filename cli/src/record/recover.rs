@@ -438,6 +438,41 @@ mod tests {
     }
 
     #[test]
+    fn a_resync_marker_closes_the_recovered_frames_and_leaves_the_rest_to_the_resync_pass() {
+        use RecordType::*;
+        // After the start's frames, the engine resynced (every frame closed, a marker):
+        // what follows, its exits at depth 0 included, is the resync's (`super::resync`).
+        let frames = [frame(0x100, 0x50), frame(0x200, 0x110)];
+        let marker = cookie::resync_marker(0);
+        let recorded = [
+            r(10, Entry, 0, 0x400),
+            r(20, Exit, 0, 0x400),
+            r(30, Event, 0, marker),
+            r(40, Exit, 0, 0x610),
+        ];
+        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
+        assert_eq!((matched, unmatched), (0, 0));
+        let got: Vec<_> = out
+            .iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (5, Entry, 0, 0x100),
+                (5, Entry, 1, 0x200),
+                (5, Event, 2, UNWOUND_EVENT),
+                (10, Entry, 2, 0x400),
+                (20, Exit, 2, 0x400),
+                (30, Exit, 1, 0x200),
+                (30, Exit, 0, 0x100),
+                (30, Event, 0, marker),
+                (40, Exit, 0, 0x610),
+            ]
+        );
+    }
+
+    #[test]
     fn a_return_matching_nothing_is_a_lost_mark() {
         use RecordType::*;
         let (out, matched, unmatched) = rewrite(&[r(10, Exit, 0, 0x999)], &[], 5, &|_| false);
