@@ -473,4 +473,36 @@ mod tests {
             .describe()
             .starts_with("1 resync without frame records unwound"));
     }
+
+    #[test]
+    fn a_file_larger_than_the_read_buffer_is_rewritten_whole() {
+        // 100,000 leaf calls (3 MiB, three reads), a marker half-way, a return past it.
+        let dir = tempfile::tempdir().unwrap();
+        let dat = dir.path().join("7.dat");
+        let mut recorded = Vec::new();
+        for i in 0..50_000u64 {
+            recorded.push(r(2 * i, Entry, 0, 0x800));
+            recorded.push(r(2 * i + 1, Exit, 0, 0x800));
+        }
+        recorded.push(r(100_000, Event, 0, cookie::resync_marker(0)));
+        for i in 0..50_000u64 {
+            recorded.push(r(100_001 + 2 * i, Entry, 0, 0x900));
+            recorded.push(r(100_002 + 2 * i, Exit, 0, 0x900));
+        }
+        recorded.push(r(300_000, Exit, 0, 0x510));
+        let bytes: Vec<u8> = recorded
+            .iter()
+            .flat_map(|x| record::encode(x.time, x.kind, x.depth as u32, x.addr))
+            .collect();
+        std::fs::write(&dat, bytes).unwrap();
+        let cookies = BTreeMap::from([(0, vec![frame(0x500, 0x4f0), frame(0x600, 0x510)])]);
+        rewrite_file(&dat, &cookies, &mut Resyncs::default()).unwrap();
+        let back = record::decode_all(&std::fs::read(&dat).unwrap()).unwrap();
+        let (want, _, _) = run(&recorded, &cookies);
+        assert_eq!(back.len(), 200_000 + 4);
+        assert_eq!(back, want);
+        assert!(back[100_003..200_003]
+            .iter()
+            .all(|x| x.depth == 2 && x.addr == 0x900));
+    }
 }
