@@ -2,8 +2,8 @@
 //! no open frame and no frame record tells the stack (code built without frame pointers),
 //! the engine asks for the context's registers and stack top instead of guessing
 //! (`GuestView::save_stack`), and the CLI unwinds them with the guest's tables after the
-//! run (user mode). Resyncs are rare (a stack switch the plugin cannot see); each costs a few register
-//! reads and a stack copy, never anything per event.
+//! run (user mode). Resyncs are rare (a stack switch the plugin cannot see); each costs a
+//! few register reads and a stack copy, never anything per event.
 
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
