@@ -141,6 +141,13 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "resync_cookies",
+        "unmatched returns with no frame record to rebuild the stack by (code without frame \
+         pointers), where the plugin saved a stack cookie instead of guessing: the frames \
+         unwound from it after the run replace the guess",
+        None,
+    ),
+    count(
         "filtered",
         "entries and exits not written because -F/-N left them out (outside every -F \
          function's subtree, or inside a -N function's)",

@@ -16,6 +16,14 @@ pub trait GuestView {
     fn frame_record(&mut self, fp: u64) -> Option<(u64, u64)>;
     /// The call instruction that `ret_addr` returns from, if the instruction before it is one.
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite>;
+    /// Saves what an unwinder needs of the running context (its registers and the top of
+    /// its stack) for the CLI to unwind after the run, where the frame records say nothing:
+    /// task `tid`, running at `pc`, at record time `time`. Gives the cookie's number (the
+    /// marker written in the task's stream names it), or `None` where none was saved (the
+    /// default: the engine guesses then, as without).
+    fn save_stack(&mut self, _tid: u32, _pc: u64, _time: u64) -> Option<u32> {
+        None
+    }
 }
 
 /// The call that ends at `ret_addr` and returns there, given the bytes before it (up to

@@ -432,6 +432,11 @@ impl Engine {
         if keep == self.stack.len() && plan.open.is_empty() {
             return;
         }
+        // No frame record to go by (code without frame pointers): rather than guess, save
+        // the context for the CLI to unwind with the guest's tables after the run.
+        if !plan.resynced && keep == 0 && self.unwind_later(now, target, guest) {
+            return;
+        }
         self.close_skipped(now, keep);
         // Frames opened without their entries, or a stack given up: the engine guessed from
         // here on, so say so where uftrace shows it. (Closing down to a frame the guest's
@@ -446,6 +451,30 @@ impl Engine {
         if plan.resynced {
             self.stats.resyncs += 1;
         }
+    }
+
+    /// A resync with nothing to go by, deferred: the guest saves a stack cookie, every open
+    /// frame closes, and a marker naming the cookie takes the LOST record's place. From
+    /// there the stack is one found mid-way: returns past its bottom are written for the
+    /// CLI to match to the unwound frames (`outer_return`). False (nothing changed) where no
+    /// cookie was saved, or `-F`/`-N` place depths by filter roots the CLI does not see.
+    fn unwind_later(&mut self, now: u64, target: u64, guest: &mut dyn GuestView) -> bool {
+        if self.gates.is_some() || self.stack.innermost_exception().is_some() {
+            return false;
+        }
+        let Some(seq) = guest.save_stack(self.tid, target, now) else {
+            return false;
+        };
+        self.stats.resync_cookies += 1;
+        self.close_skipped(now, 0);
+        self.emit(
+            now,
+            RecordType::Event,
+            0,
+            qemu_uftrace_format::cookie::resync_marker(seq),
+        );
+        self.midway = true;
+        true
     }
 
     /// A return past the bottom of a stack found mid-way (`midway`): it closes a call

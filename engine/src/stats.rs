@@ -56,6 +56,9 @@ pub struct Stats {
     /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
     /// calls opened before tracing began, matched after the run to the unwound frames.
     pub outer_returns: u64,
+    /// Resyncs with no frame record to go by where a stack cookie was saved instead of a
+    /// guess: the CLI unwinds it after the run with the guest's tables (`resync_cookies`).
+    pub resync_cookies: u64,
     /// Entries and exits not written because `-F`/`-N` left them out.
     pub filtered: u64,
     /// Events in a process's code that another process translated (QEMU shares one
@@ -87,6 +90,7 @@ impl Stats {
         self.unwinds += o.unwinds;
         self.jump_entries += o.jump_entries;
         self.outer_returns += o.outer_returns;
+        self.resync_cookies += o.resync_cookies;
         self.filtered += o.filtered;
         self.moved_events += o.moved_events;
     }
@@ -116,6 +120,7 @@ impl Stats {
             ("unwinds", self.unwinds),
             ("jump_entries", self.jump_entries),
             ("outer_returns", self.outer_returns),
+            ("resync_cookies", self.resync_cookies),
             ("filtered", self.filtered),
             ("moved_events", self.moved_events),
         ]

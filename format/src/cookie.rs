@@ -39,6 +39,41 @@ pub fn user_tid_of(name: &str) -> Option<u32> {
         .ok()
 }
 
+/// Resync cookies: where a return matched nothing and no frame record told the stack, the
+/// plugin saves a cookie of task `tid` numbered `seq` and the engine writes a marker event
+/// naming `seq` in that task's stream ([`resync_marker`]); the CLI puts the unwound frames
+/// there and removes both.
+pub fn resync_file_name(tid: u32, seq: u32) -> String {
+    format!("resync-{tid}-{seq}.stack")
+}
+
+/// The task and number a resync cookie file name stands for.
+pub fn resync_of(name: &str) -> Option<(u32, u32)> {
+    let (tid, seq) = name
+        .strip_prefix("resync-")?
+        .strip_suffix(".stack")?
+        .split_once('-')?;
+    Some((tid.parse().ok()?, seq.parse().ok()?))
+}
+
+/// Resync cookies saved at most per process: each is a stack copy (32 KiB); past them the
+/// engine guesses as without.
+pub const MAX_RESYNC_COOKIES: u32 = 1024;
+
+/// The first id of the resync markers (never left in a published trace).
+const RESYNC_MARKER_BASE: u64 = crate::events::USER_BASE + 0x1_0000;
+
+/// The event id of the marker for resync cookie `seq`.
+pub fn resync_marker(seq: u32) -> u64 {
+    RESYNC_MARKER_BASE + u64::from(seq)
+}
+
+/// The resync cookie a marker event id names.
+pub fn resync_seq_of_marker(id: u64) -> Option<u32> {
+    let seq = id.checked_sub(RESYNC_MARKER_BASE)?;
+    u32::try_from(seq).ok().filter(|&s| s < MAX_RESYNC_COOKIES)
+}
+
 const MAGIC: &[u8; 8] = b"QUSTACK\x01";
 const HEADER: usize = 8 + 8 + 4 + 4 + 8 + 4 * 8 + 8 + 8;
 
@@ -242,5 +277,18 @@ mod tests {
         assert_eq!(user_tid_of(&user_file_name(42)), Some(42));
         assert_eq!(tid_of(&user_file_name(42)), None);
         assert_eq!(user_tid_of(&file_name(42)), None);
+    }
+
+    #[test]
+    fn resync_cookies_and_markers_name_each_other() {
+        assert_eq!(resync_of(&resync_file_name(42, 3)), Some((42, 3)));
+        assert_eq!(tid_of(&resync_file_name(42, 3)), None);
+        assert_eq!(resync_of(&file_name(42)), None);
+        assert_eq!(resync_seq_of_marker(resync_marker(3)), Some(3));
+        assert_eq!(resync_seq_of_marker(crate::events::USER_BASE), None);
+        assert_eq!(
+            resync_seq_of_marker(resync_marker(MAX_RESYNC_COOKIES)),
+            None
+        );
     }
 }

@@ -33,6 +33,8 @@ pub struct Published {
     pub incomplete: Option<String>,
     /// A run from a snapshot: the calls open at its start that were unwound.
     pub recovered: Option<super::recover::Recovered>,
+    /// Resyncs without frame records, unwound after the run.
+    pub resyncs: Option<super::resync::Resyncs>,
 }
 
 pub fn assemble(
@@ -90,6 +92,10 @@ pub fn assemble(
             warn(format!("stack not unwound: {line}"));
         }
     }
+    let resyncs = super::resync::unwind_resyncs(staging, &image_paths)?;
+    for line in resyncs.iter().flat_map(|r| &r.problems) {
+        warn(format!("resync not unwound: {line}"));
+    }
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
@@ -145,6 +151,7 @@ pub fn assemble(
         old,
         incomplete,
         recovered,
+        resyncs,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod invocation;
 pub mod kaslr;
 pub mod prepare;
 pub mod recover;
+pub mod resync;
 pub mod run;
 pub mod summary;
 pub mod symbols;

@@ -283,7 +283,23 @@ fn rewrite(
     // How many frames the engine itself had open after the last record.
     let mut engine_open = 0usize;
     let (mut matched, mut unmatched) = (0, 0);
+    // A resync marker (`super::resync`): the engine closed every frame there and its stack
+    // is mid-way again, from the resync's cookie: the recovered frames close with it and what
+    // follows is the resync pass's to rewrite.
+    let mut resynced = false;
     for r in records {
+        if resynced {
+            out.push(*r);
+            continue;
+        }
+        if r.kind == RecordType::Event && cookie::resync_seq_of_marker(r.addr).is_some() {
+            for d in (0..open).rev() {
+                out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
+            }
+            out.push(*r);
+            resynced = true;
+            continue;
+        }
         let depth = r.depth as usize;
         match r.kind {
             RecordType::Exit if engine_open == 0 => {
@@ -472,6 +488,41 @@ mod tests {
         let (out, matched, unmatched) = rewrite(&recorded, &[], 5, &|a| a == 0x999);
         assert_eq!((matched, unmatched), (0, 0));
         assert_eq!(out, [r(20, Entry, 0, 0x400)]);
+    }
+
+    #[test]
+    fn a_resync_marker_closes_the_recovered_frames_and_leaves_the_rest_to_the_resync_pass() {
+        use RecordType::*;
+        // After the start's frames, the engine resynced (every frame closed, a marker):
+        // what follows, its exits at depth 0 included, is the resync's (`super::resync`).
+        let frames = [frame(0x100, 0x50), frame(0x200, 0x110)];
+        let marker = cookie::resync_marker(0);
+        let recorded = [
+            r(10, Entry, 0, 0x400),
+            r(20, Exit, 0, 0x400),
+            r(30, Event, 0, marker),
+            r(40, Exit, 0, 0x610),
+        ];
+        let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
+        assert_eq!((matched, unmatched), (0, 0));
+        let got: Vec<_> = out
+            .iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (5, Entry, 0, 0x100),
+                (5, Entry, 1, 0x200),
+                (5, Event, 2, UNWOUND_EVENT),
+                (10, Entry, 2, 0x400),
+                (20, Exit, 2, 0x400),
+                (30, Exit, 1, 0x200),
+                (30, Exit, 0, 0x100),
+                (30, Event, 0, marker),
+                (40, Exit, 0, 0x610),
+            ]
+        );
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub fn print(
                     r.elapsed.as_secs_f64() * 1000.0
                 ));
             }
+            if let Some(r) = (published.resyncs.as_ref()).filter(|r| r.unwound + r.guessed > 0) {
+                note(r.describe());
+            }
             if count("exceptions_shown") == Some(0) {
                 note(
                     "exceptions and interrupts are not shown as entries: this QEMU does not \

@@ -221,6 +221,10 @@ impl GuestView for QemuGuest<'_> {
         }
         Some(site)
     }
+
+    fn save_stack(&mut self, tid: u32, pc: u64, time: u64) -> Option<u32> {
+        super::resync_cookie::save(self.buf, tid, pc, time)
+    }
 }
 
 /// The smallest guest page QEMU may use (Arm's 1 KiB): within it, guest memory is either

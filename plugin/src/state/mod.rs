@@ -11,6 +11,8 @@ pub mod flight;
 pub mod guest;
 pub mod output;
 pub mod progress;
+/// Stack cookies saved where a resync has no frame record to go by.
+pub mod resync_cookie;
 /// A Linux guest's process address spaces, for code one process translated and another runs.
 pub mod spaces;
 pub mod start_gate;

@@ -1,0 +1,508 @@
+//! Between the run and the data directory's assembly: the resyncs the plugin deferred.
+//! Where a return matched no open frame and no frame record told the stack (code without
+//! frame pointers), the plugin saved a stack cookie (`cookie::resync_file_name`) and the
+//! engine closed every frame and wrote a marker naming the cookie
+//! (`cookie::resync_marker`), then wrote returns past the bottom as exits to their targets
+//! (`Engine::outer_return`). Here each cookie is unwound with the guest's own tables and its
+//! marker replaced by the entries of the frames it shows open, followed by the
+//! `qemu:unwound` event; the returns past the bottom close them, and every record after
+//! moves down by the frames still open. Where nothing unwinds (no tables), a LOST record
+//! takes the marker's place: the guess, as the engine writes it without a cookie.
+//!
+//! One streaming pass per task file that has cookies: the files can be gigabytes.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::cookie::{self, StackCookie};
+use qemu_uftrace_format::record::{self, Record, RecordType, RECORD_SIZE};
+use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
+
+use super::recover::{UNWOUND_EVENT, UNWOUND_EVENT_NAME};
+use crate::unwind::{self, Image, Method};
+
+/// What the resyncs came to, for the summary.
+#[derive(Debug, Default)]
+pub struct Resyncs {
+    /// Resyncs whose cookie unwound to open frames.
+    pub unwound: usize,
+    /// Resyncs whose cookie unwound to nothing (no tables for the code): a LOST record each.
+    pub guessed: usize,
+    /// Frames recovered, by how their return address was found.
+    pub by_method: BTreeMap<Method, usize>,
+    /// One line per cookie or file that could not be used.
+    pub problems: Vec<String>,
+}
+
+impl Resyncs {
+    /// "2 resyncs without frame records unwound after the run (5 frames: 5 by CFI), 1
+    /// stayed guessed (…)".
+    pub fn describe(&self) -> String {
+        let frames: usize = self.by_method.values().sum();
+        let methods: Vec<String> = self
+            .by_method
+            .iter()
+            .map(|(m, n)| format!("{n} by {}", m.name()))
+            .collect();
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let mut parts = Vec::new();
+        if self.unwound > 0 {
+            parts.push(format!(
+                "{} resync{} without frame records unwound after the run ({frames} frame{}: {})",
+                self.unwound,
+                plural(self.unwound),
+                plural(frames),
+                methods.join(", ")
+            ));
+        }
+        if self.guessed > 0 {
+            let what = if self.unwound > 0 {
+                String::new()
+            } else {
+                format!(" resync{} without frame records", plural(self.guessed))
+            };
+            parts.push(format!(
+                "{}{what} stayed guessed: no unwind table covers the code there (a LOST \
+                 record marks each)",
+                self.guessed
+            ));
+        }
+        parts.join("; ")
+    }
+}
+
+/// Unwinds every resync cookie in `dir` with the ELF files `images` and rewrites the tasks'
+/// files. `None` when the run saved no resync cookie.
+pub fn unwind_resyncs(dir: &Path, images: &[&Path]) -> Result<Option<Resyncs>> {
+    let cookies = cookie_files(dir)?;
+    if cookies.is_empty() {
+        return Ok(None);
+    }
+    let mut done = Resyncs::default();
+    let mut loaded = Vec::new();
+    for path in images {
+        match Image::load(path) {
+            Ok(i) => loaded.push(i),
+            Err(e) => done
+                .problems
+                .push(format!("{e:#}: its frames are not unwound")),
+        }
+    }
+    for (tid, files) in cookies {
+        let mut frames = BTreeMap::new();
+        for (seq, path) in &files {
+            match unwind_file(path, &loaded) {
+                Ok(f) => {
+                    frames.insert(*seq, f);
+                }
+                Err(e) => done.problems.push(format!("task {tid}: {e:#}")),
+            }
+        }
+        let dat = dir.join(format!("{tid}.dat"));
+        match rewrite_file(&dat, &frames, &mut done) {
+            Ok(()) => {}
+            Err(e) => done.problems.push(format!("task {tid}: {e:#}")),
+        }
+        for path in files.values() {
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove {}", path.display()))?;
+        }
+    }
+    if done.by_method.values().sum::<usize>() > 0 {
+        let path = dir.join("events.txt");
+        crate::symfiles::write_with(&path, |w| {
+            qemu_uftrace_format::events::write_events(w, &[(UNWOUND_EVENT, UNWOUND_EVENT_NAME)])
+        })?;
+    }
+    Ok(Some(done))
+}
+
+/// The resync cookie files of `dir`, by task and number.
+fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, BTreeMap<u32, PathBuf>>> {
+    let mut out: BTreeMap<u32, BTreeMap<u32, PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = entry.file_name();
+        if let Some((tid, seq)) = name.to_str().and_then(cookie::resync_of) {
+            out.entry(tid).or_default().insert(seq, entry.path());
+        }
+    }
+    Ok(out)
+}
+
+/// One cookie file unwound: its frames, outermost first.
+fn unwind_file(path: &Path, images: &[Image]) -> Result<Vec<unwind::Frame>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let cookie = StackCookie::decode(&bytes).with_context(|| path.display().to_string())?;
+    let arch = Arch::from_elf_machine(cookie.machine)
+        .with_context(|| format!("{}: unknown ELF machine {}", path.display(), cookie.machine))?;
+    let mut frames = unwind::unwind(&cookie, arch, images);
+    frames.reverse();
+    Ok(frames)
+}
+
+/// Rewrites task file `dat` in one pass: each marker replaced by its cookie's frames.
+fn rewrite_file(
+    dat: &Path,
+    frames: &BTreeMap<u32, Vec<unwind::Frame>>,
+    done: &mut Resyncs,
+) -> Result<()> {
+    let mut input = match std::fs::File::open(dat) {
+        Ok(f) => std::io::BufReader::with_capacity(1 << 20, f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dat.display())),
+    };
+    let mut state = Rewrite::new(frames);
+    let mut bad = None;
+    crate::atomic_file::replace(dat, |w| {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut have = 0;
+        let mut out = Vec::new();
+        loop {
+            let n = input.read(&mut buf[have..])?;
+            have += n;
+            let whole = have - have % RECORD_SIZE;
+            if n == 0 || whole == buf.len() {
+                for chunk in buf[..whole].chunks_exact(RECORD_SIZE) {
+                    let word: &[u8; RECORD_SIZE] = chunk.try_into().expect("a record's bytes");
+                    match record::decode(word) {
+                        Ok(r) => state.push(r, &mut out),
+                        Err(e) => {
+                            bad = Some(e.0);
+                            return Err(std::io::Error::other("bad record"));
+                        }
+                    }
+                }
+                for r in out.drain(..) {
+                    w.write_all(&record::encode(r.time, r.kind, r.depth as u32, r.addr))?;
+                }
+                buf.copy_within(whole..have, 0);
+                have -= whole;
+                if n == 0 {
+                    // A half-written last record stays for the assembly's own trimming.
+                    return w.write_all(&buf[..have]);
+                }
+            }
+        }
+    })
+    .map_err(|e| match bad {
+        Some(word) => anyhow::anyhow!("{}: bad record word {word:#x}", dat.display()),
+        None => e,
+    })?;
+    done.unwound += state.unwound;
+    done.guessed += state.guessed;
+    for (m, n) in state.by_method {
+        *done.by_method.entry(m).or_default() += n;
+    }
+    Ok(())
+}
+
+/// The rewriting of one task's records, record by record.
+struct Rewrite<'a> {
+    cookies: &'a BTreeMap<u32, Vec<unwind::Frame>>,
+    /// The frames the last marker opened, outermost first (none before the first marker).
+    frames: &'a [unwind::Frame],
+    /// How many of them are still open.
+    open: usize,
+    /// How many frames the engine itself had open after the last record.
+    engine_open: usize,
+    /// Whether a marker was met (before it, records pass unchanged).
+    active: bool,
+    unwound: usize,
+    guessed: usize,
+    by_method: BTreeMap<Method, usize>,
+}
+
+impl<'a> Rewrite<'a> {
+    fn new(cookies: &'a BTreeMap<u32, Vec<unwind::Frame>>) -> Self {
+        Rewrite {
+            cookies,
+            frames: &[],
+            open: 0,
+            engine_open: 0,
+            active: false,
+            unwound: 0,
+            guessed: 0,
+            by_method: BTreeMap::new(),
+        }
+    }
+
+    fn push(&mut self, r: Record, out: &mut Vec<Record>) {
+        let rec = |time, kind, depth: usize, addr| Record {
+            time,
+            kind,
+            depth: (depth as u16).min(MAX_STACK - 1),
+            addr: addr48(addr),
+        };
+        let marker = (r.kind == RecordType::Event)
+            .then(|| cookie::resync_seq_of_marker(r.addr))
+            .flatten();
+        if let Some(seq) = marker {
+            // The engine closed its frames here: the unwound frames of an earlier resync
+            // still open close too, and this one's open.
+            for d in (0..self.open).rev() {
+                out.push(rec(r.time, RecordType::Exit, d, self.frames[d].func));
+            }
+            self.frames = self.cookies.get(&seq).map_or(&[], Vec::as_slice);
+            self.open = self.frames.len();
+            self.engine_open = 0;
+            self.active = true;
+            for (d, f) in self.frames.iter().enumerate() {
+                out.push(rec(r.time, RecordType::Entry, d, f.func));
+                *self.by_method.entry(f.method).or_default() += 1;
+            }
+            if self.frames.is_empty() {
+                self.guessed += 1;
+                out.push(rec(r.time, RecordType::Lost, 0, 0));
+            } else {
+                self.unwound += 1;
+                out.push(rec(r.time, RecordType::Event, self.open, UNWOUND_EVENT));
+            }
+            return;
+        }
+        if !self.active {
+            out.push(r);
+            return;
+        }
+        let depth = r.depth as usize;
+        match r.kind {
+            RecordType::Exit if self.engine_open == 0 => {
+                // A return past the bottom: its address is the return's target.
+                let frames = self.frames;
+                if let Some(j) = (0..self.open)
+                    .rev()
+                    .find(|&j| addr48(frames[j].ret_addr) == r.addr)
+                {
+                    // Frames above it that returned unseen close here too.
+                    for d in (j..self.open).rev() {
+                        out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
+                    }
+                    self.open = j;
+                } else if !frames.is_empty() {
+                    // Past everything the cookie showed: what it closes is not known.
+                    out.push(rec(r.time, RecordType::Lost, self.open, 0));
+                }
+                // (Nothing unwound: the LOST record at the marker said so already.)
+                return;
+            }
+            RecordType::Entry => self.engine_open = depth + 1,
+            RecordType::Exit | RecordType::Lost | RecordType::Event => self.engine_open = depth,
+        }
+        out.push(rec(r.time, r.kind, depth + self.open, r.addr));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::Frame;
+    use RecordType::*;
+
+    fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
+        Record {
+            time,
+            kind,
+            depth,
+            addr,
+        }
+    }
+
+    fn frame(func: u64, ret_addr: u64) -> Frame {
+        Frame {
+            func,
+            ret_addr,
+            method: Method::Cfi,
+        }
+    }
+
+    fn run(records: &[Record], cookies: &BTreeMap<u32, Vec<Frame>>) -> (Vec<Record>, usize, usize) {
+        let mut w = Rewrite::new(cookies);
+        let mut out = Vec::new();
+        for x in records {
+            w.push(*x, &mut out);
+        }
+        (out, w.unwound, w.guessed)
+    }
+
+    #[test]
+    fn a_marker_opens_the_unwound_frames_and_returns_close_them() {
+        // main (0x100) > resume (0x200) switch stacks; the landing is three calls deep on
+        // the other stack: outer (0x500) > inner (0x600) > yield (0x700).
+        let cookies = BTreeMap::from([(
+            0,
+            vec![
+                frame(0x500, 0x4f0),
+                frame(0x600, 0x510),
+                frame(0x700, 0x610),
+            ],
+        )]);
+        let m = cookie::resync_marker(0);
+        let recorded = [
+            r(1, Entry, 0, 0x100),
+            r(2, Entry, 1, 0x200),
+            r(3, Exit, 1, 0x200),
+            r(3, Exit, 0, 0x100),
+            r(3, Event, 0, m),
+            r(4, Exit, 0, 0x610),
+            r(5, Entry, 0, 0x800),
+            r(6, Exit, 0, 0x800),
+            r(7, Exit, 0, 0x510),
+            r(8, Exit, 0, 0x4f0),
+            r(9, Entry, 0, 0x900),
+        ];
+        let (out, unwound, guessed) = run(&recorded, &cookies);
+        assert_eq!((unwound, guessed), (1, 0));
+        let got: Vec<_> = out
+            .iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, Entry, 0, 0x100),
+                (2, Entry, 1, 0x200),
+                (3, Exit, 1, 0x200),
+                (3, Exit, 0, 0x100),
+                (3, Entry, 0, 0x500),
+                (3, Entry, 1, 0x600),
+                (3, Entry, 2, 0x700),
+                (3, Event, 3, UNWOUND_EVENT),
+                (4, Exit, 2, 0x700),
+                (5, Entry, 2, 0x800),
+                (6, Exit, 2, 0x800),
+                (7, Exit, 1, 0x600),
+                (8, Exit, 0, 0x500),
+                (9, Entry, 0, 0x900),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_second_marker_closes_what_the_first_left_open() {
+        let cookies = BTreeMap::from([
+            (0, vec![frame(0x500, 0x4f0), frame(0x600, 0x510)]),
+            (1, vec![frame(0x100, 0x50)]),
+        ]);
+        let recorded = [
+            r(1, Event, 0, cookie::resync_marker(0)),
+            r(2, Entry, 0, 0x800),
+            r(3, Exit, 0, 0x800),
+            r(4, Event, 0, cookie::resync_marker(1)),
+            r(5, Exit, 0, 0x50),
+        ];
+        let (out, unwound, _) = run(&recorded, &cookies);
+        assert_eq!(unwound, 2);
+        let got: Vec<_> = out
+            .iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, Entry, 0, 0x500),
+                (1, Entry, 1, 0x600),
+                (1, Event, 2, UNWOUND_EVENT),
+                (2, Entry, 2, 0x800),
+                (3, Exit, 2, 0x800),
+                (4, Exit, 1, 0x600),
+                (4, Exit, 0, 0x500),
+                (4, Entry, 0, 0x100),
+                (4, Event, 1, UNWOUND_EVENT),
+                (5, Exit, 0, 0x100),
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_unwound_is_the_guess_a_lost_record_marks() {
+        // No tables (or no cookie): the LOST record the engine writes without a cookie, and
+        // the returns past the bottom vanish as they do there.
+        let recorded = [
+            r(1, Entry, 0, 0x100),
+            r(2, Exit, 0, 0x100),
+            r(3, Event, 0, cookie::resync_marker(5)),
+            r(4, Exit, 0, 0x610),
+            r(5, Entry, 0, 0x800),
+        ];
+        let (out, unwound, guessed) = run(&recorded, &BTreeMap::new());
+        assert_eq!((unwound, guessed), (0, 1));
+        assert_eq!(
+            out,
+            [
+                r(1, Entry, 0, 0x100),
+                r(2, Exit, 0, 0x100),
+                r(3, Lost, 0, 0),
+                r(5, Entry, 0, 0x800),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_file_is_rewritten_in_place_and_its_torn_tail_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let dat = dir.path().join("7.dat");
+        let mut bytes: Vec<u8> = [
+            r(1, Event, 0, cookie::resync_marker(0)),
+            r(2, Exit, 0, 0x510),
+        ]
+        .iter()
+        .flat_map(|x| record::encode(x.time, x.kind, x.depth as u32, x.addr))
+        .collect();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        std::fs::write(&dat, &bytes).unwrap();
+        let cookies = BTreeMap::from([(0, vec![frame(0x500, 0x4f0), frame(0x600, 0x510)])]);
+        let mut done = Resyncs::default();
+        rewrite_file(&dat, &cookies, &mut done).unwrap();
+        let back = std::fs::read(&dat).unwrap();
+        assert_eq!(&back[back.len() - 3..], [1, 2, 3]);
+        let records = record::decode_all(&back[..back.len() - 3]).unwrap();
+        let got: Vec<_> = records.iter().map(|x| (x.kind, x.depth, x.addr)).collect();
+        assert_eq!(
+            got,
+            [
+                (Entry, 0, 0x500),
+                (Entry, 1, 0x600),
+                (Event, 2, UNWOUND_EVENT),
+                (Exit, 1, 0x600),
+            ]
+        );
+        assert_eq!((done.unwound, done.by_method[&Method::Cfi]), (1, 2));
+        assert!(done
+            .describe()
+            .starts_with("1 resync without frame records unwound"));
+    }
+
+    #[test]
+    fn a_file_larger_than_the_read_buffer_is_rewritten_whole() {
+        // 100,000 leaf calls (3 MiB, three reads), a marker half-way, a return past it.
+        let dir = tempfile::tempdir().unwrap();
+        let dat = dir.path().join("7.dat");
+        let mut recorded = Vec::new();
+        for i in 0..50_000u64 {
+            recorded.push(r(2 * i, Entry, 0, 0x800));
+            recorded.push(r(2 * i + 1, Exit, 0, 0x800));
+        }
+        recorded.push(r(100_000, Event, 0, cookie::resync_marker(0)));
+        for i in 0..50_000u64 {
+            recorded.push(r(100_001 + 2 * i, Entry, 0, 0x900));
+            recorded.push(r(100_002 + 2 * i, Exit, 0, 0x900));
+        }
+        recorded.push(r(300_000, Exit, 0, 0x510));
+        let bytes: Vec<u8> = recorded
+            .iter()
+            .flat_map(|x| record::encode(x.time, x.kind, x.depth as u32, x.addr))
+            .collect();
+        std::fs::write(&dat, bytes).unwrap();
+        let cookies = BTreeMap::from([(0, vec![frame(0x500, 0x4f0), frame(0x600, 0x510)])]);
+        rewrite_file(&dat, &cookies, &mut Resyncs::default()).unwrap();
+        let back = record::decode_all(&std::fs::read(&dat).unwrap()).unwrap();
+        let (want, _, _) = run(&recorded, &cookies);
+        assert_eq!(back.len(), 200_000 + 4);
+        assert_eq!(back, want);
+        assert!(back[100_003..200_003]
+            .iter()
+            .all(|x| x.depth == 2 && x.addr == 0x900));
+    }
+}

@@ -1,0 +1,198 @@
+//! User mode: a resync with no frame record to go by (code built without frame pointers) is
+//! unwound after the run with the program's own tables. The guest
+//! (tests/guests/user/coswitch.c, static glibc at -O2, -fomit-frame-pointer) switches to a
+//! coroutine's stack and lands three calls deep there, where nothing the tracer saw is open:
+//! the plugin saves a stack cookie, and `record` puts the frames it unwinds (by CFI) at that
+//! point, marked `qemu:unwound`, so the calls after it nest at their real depth. The same
+//! program with its `.eh_frame` removed still shows the guess (a LOST record). Checked
+//! against the guest's own log of the functions it entered, on aarch64 and x86_64.
+
+mod common;
+
+use common::user::{only_task, record, text, Target, AARCH64, X86_64};
+use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
+use std::path::{Path, PathBuf};
+
+/// `make resync` of tests/guests/user for `target`.
+fn guest(target: &Target, name: &str) -> PathBuf {
+    let sub = format!("resync-{}", target.cross.trim_end_matches('-'));
+    let args = [format!("CROSS={}", target.cross), "resync".to_string()];
+    make_guests("user", &sub, &args)
+        .unwrap_or_else(|e| panic!("make resync CROSS={}: {e:#}", target.cross))
+        .join(name)
+}
+
+/// The program's own functions.
+const OWN: &[&str] = &[
+    "main",
+    "resume",
+    "m_leaf",
+    "switch_to",
+    "co_outer",
+    "co_inner",
+    "co_leaf",
+    "co_yield",
+    "co_done",
+];
+
+/// Records `name`: the replay's own functions after main's frame closed at the resync (the
+/// second switch into the coroutine), the log's entries after main's second `resume`, the
+/// replay text, the dump text and record's stderr.
+struct Run {
+    after: Vec<String>,
+    log_after: Vec<String>,
+    replay: String,
+    dump: String,
+    stderr: String,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+fn run(target: &Target, name: &str) -> Run {
+    let elf = guest(target, name);
+    let (tmp, dir, out) = record(&cached(target.qemu), &[&elf.to_string_lossy()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{name}: {stdout}\n{stderr}");
+    let log: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENTRY "))
+        .map(String::from)
+        .collect();
+    let second_resume = log.iter().rposition(|n| n == "resume").expect("the log");
+    let log_after = log[second_resume + 1..].to_vec();
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let own = without(&events, |n| !OWN.contains(&n), false);
+    let end_of_main = own
+        .iter()
+        .rposition(|e| e == "X main")
+        .unwrap_or_else(|| panic!("{name}: main closes at the resync: {own:?}"));
+    let d = dir.to_string_lossy().to_string();
+    Run {
+        after: own[end_of_main + 1..].to_vec(),
+        log_after,
+        replay: uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay"),
+        dump: uftrace(&["dump", "--no-pager", "-d", &d]).expect("dump"),
+        stderr,
+        dir,
+        _tmp: tmp,
+    }
+}
+
+/// The indentation of the last replay line that ends in `what`, after its `|`.
+fn indent(replay: &str, what: &str) -> usize {
+    let line = replay
+        .lines()
+        .rev()
+        .find(|l| l.trim_end().ends_with(what))
+        .unwrap_or_else(|| panic!("no {what} in\n{replay}"));
+    let after_bar = &line[line.find('|').expect("a replay line") + 1..];
+    after_bar.len() - after_bar.trim_start().len()
+}
+
+fn entries(events: &[String]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| e.strip_prefix("E "))
+        .map(String::from)
+        .collect()
+}
+
+fn check(target: &Target) {
+    let label = target.cross;
+    let r = run(target, "coswitch.elf");
+    // The coroutine's stack at the switch (co_entry > co_outer > co_inner > co_yield, as
+    // its log entered them; co_entry, entered by the switch, returns nowhere), then its
+    // calls at their depth: co_leaf inside co_inner, the next inside co_outer, co_done at
+    // the bottom.
+    let want = [
+        "E co_outer",
+        "E co_inner",
+        "E co_yield",
+        "X co_yield",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_inner",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_outer",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
+    // Against the log: what the coroutine entered after the switch, in order.
+    assert_eq!(
+        entries(&r.after[3..]),
+        r.log_after,
+        "{label}: entries against the log"
+    );
+    // The unwound frames are marked, inside the innermost one; no guess anywhere.
+    let marker = indent(&r.replay, "/* qemu:unwound */");
+    assert_eq!(
+        marker,
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(
+        !r.dump.contains("[lost ]"),
+        "{label}: a LOST record\n{}",
+        r.dump
+    );
+    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records unwound after the run (3 frames: 3 by CFI)"),
+        "{label}: {}",
+        r.stderr
+    );
+    // No cookie or marker is left in the trace.
+    assert!(no_cookie_files(&r.dir), "{label}");
+    let events = r.dump.lines().filter(|l| l.contains("[event]")).count();
+    assert_eq!(events, 1, "{label}: only the unwound mark\n{}", r.dump);
+
+    // Without .eh_frame nothing unwinds: the guess stays, and says so.
+    let r = run(target, "coswitch-noeh.elf");
+    let want = [
+        "E co_leaf",
+        "X co_leaf",
+        "E co_leaf",
+        "X co_leaf",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label} without .eh_frame\n{}", r.replay);
+    assert_eq!(
+        entries(&r.after),
+        r.log_after,
+        "{label}: entries against the log"
+    );
+    assert!(
+        r.dump.contains("[lost ]"),
+        "{label}: no LOST record\n{}",
+        r.dump
+    );
+    assert!(!r.dump.contains("[event]"), "{label}\n{}", r.dump);
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records stayed guessed"),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
+}
+
+fn no_cookie_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .expect("the trace")
+        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".stack"))
+}
+
+#[test]
+fn a_stack_switch_without_frame_pointers_is_unwound_aarch64() {
+    check(&AARCH64);
+}
+
+#[test]
+fn a_stack_switch_without_frame_pointers_is_unwound_x86_64() {
+    check(&X86_64);
+}
