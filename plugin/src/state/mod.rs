@@ -7,6 +7,7 @@ pub mod config;
 pub mod entries;
 pub mod flight;
 pub mod guest;
+pub mod lib_entries;
 pub mod output;
 pub mod progress;
 /// A Linux guest's process address spaces, for code one process translated and another runs.
