@@ -88,6 +88,50 @@ impl Program {
     }
 }
 
+/// User mode: the list of the program's shared libraries and dynamic loader (`interp`), at
+/// their files' addresses, each named by its device and inode (the plugin finds the file
+/// again from the descriptor the guest maps it by) with its `PT_LOAD`s (which place it).
+/// A file without symbols or ELF headers is left out: its tail calls are not seen.
+pub fn libraries_text(files: &[std::path::PathBuf], interp: Option<&Path>, arch: Arch) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = String::new();
+    for path in files {
+        let opts = LoadOptions {
+            expected_arch: Some(arch),
+            ..Default::default()
+        };
+        let (Ok(meta), Some(elf), Ok(image)) = (
+            std::fs::metadata(path),
+            crate::qemu::user::Elf::read(path),
+            symbols::load(path, &opts),
+        ) else {
+            continue;
+        };
+        if image.functions.is_empty() {
+            continue;
+        }
+        let is_interp = interp.is_some_and(|i| i == path);
+        let _ = writeln!(
+            out,
+            "image {:x} {:x}{}",
+            meta.dev(),
+            meta.ino(),
+            if is_interp { " interp" } else { "" }
+        );
+        for seg in &elf.loads {
+            let _ = writeln!(
+                out,
+                "load {:x} {:x} {}",
+                seg.offset,
+                seg.vaddr,
+                u8::from(seg.exec)
+            );
+        }
+        out.push_str(&text(std::slice::from_ref(&image), None));
+    }
+    out
+}
+
 /// System mode: the list of every symbol source at its offset, with a kernel Image's
 /// physical alias (its first code runs there with the MMU off), from symbol tables only.
 pub fn system_text(

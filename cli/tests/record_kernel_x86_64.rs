@@ -128,8 +128,8 @@ fn check_boot(dir: &Path, qemu: &str) {
     let discontinuity = qemu != "10.0";
 
     // About 9.5 M calls and as many returns. A return with no frame to close is rare: the
-    // firmware's and the boot code's far jumps and far returns (the kernel enters
-    // x86_64_start_kernel by `lretq`), each new task's first return (to ret_from_fork),
+    // firmware's and the boot code's far jumps and far returns, each new task's first
+    // return (to ret_from_fork),
     // well under 0.1 %. Retpolines, which made 0.9 M calls each followed by a return to the
     // callee's entry, leave no unseen return behind; the 32 calls that refill the return
     // stack buffer at each context switch are no calls, so no return closes them all at
@@ -227,20 +227,37 @@ fn check_boot(dir: &Path, qemu: &str) {
         "start_kernel entered more than once on {qemu}:\n{}",
         &graph[..graph.len().min(2000)]
     );
-    // Without exception entries (10.0) the boot code's frames stay open beneath it: the
-    // option ROM's and the kernel's setup code (no symbols), which INT and IRET leave (how
-    // many depends on which of the firmware's far jumps and returns pair up: 4 or 5). With
-    // them, one BIOS frame may stay open beneath the kernel in some runs (not yet understood;
-    // see DEVELOPERS.md).
-    let boot_frames = backtrace.len().saturating_sub(2);
-    let boot_range = if discontinuity { 0..=1 } else { 1..=5 };
+    // Without exception entries (10.0) the boot code's frames stay open beneath it: SeaBIOS's
+    // and the kernel's real-mode setup code (no symbols), which INT and IRET leave (how
+    // many depends on which of the firmware's far jumps and returns pair up: 5 or 6, the
+    // frame the head code's `lretq` ran in included). With them, one BIOS frame may stay
+    // open beneath the kernel in some runs (not yet understood; see DEVELOPERS.md).
+    let boot_frames = backtrace.len().saturating_sub(3);
+    let boot_range = if discontinuity { 0..=1 } else { 1..=6 };
     assert!(
         boot_range.contains(&boot_frames)
-            && backtrace.ends_with(&["x86_64_start_reservations", "start_kernel"])
+            && backtrace.ends_with(&[
+                "x86_64_start_kernel",
+                "x86_64_start_reservations",
+                "start_kernel",
+            ])
             && backtrace[..boot_frames]
                 .iter()
                 .all(|f| f.starts_with("[x86 ")),
         "start_kernel's backtrace on {qemu}: {backtrace:?}"
+    );
+    // x86_64_start_kernel is entered by the head code's `lretq` (a far return used as a
+    // jump that loads the kernel's code segment): a call nested in the frame it ran in, its
+    // callees beneath it, not at depth 0.
+    let xsk = uftrace(&["graph", "--no-pager", "-d", &d, "x86_64_start_kernel"])
+        .expect("uftrace graph x86_64_start_kernel");
+    assert!(
+        xsk.contains("backtrace #0: hit 1,")
+            && ["copy_bootdata", "x86_64_start_reservations"]
+                .iter()
+                .all(|f| xsk.contains(&format!(") {f}"))),
+        "x86_64_start_kernel's callees on {qemu}:\n{}",
+        &xsk[..xsk.len().min(3000)]
     );
     let sk = uftrace(&[
         "replay",

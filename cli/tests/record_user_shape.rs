@@ -88,6 +88,55 @@ fn tail_calls_nest_in_their_caller_x86_64() {
     check(&X86_64);
 }
 
+/// A shared library's tail calls (tests/guests/user/libtail.c, a dynamic PIE using it): the
+/// library's functions are entered by jumps as the program's are, the library placed where
+/// the guest's loader mapped it.
+fn check_library(target: &Target, sysroot: Option<&str>) {
+    let elf = guest(target, "libtail-dyn.elf");
+    let elf = elf.to_string_lossy();
+    let mut args: Vec<&str> = sysroot.map_or(Vec::new(), |r| vec!["-L", r]);
+    args.push(&elf);
+    let (_tmp, dir, stdout) = record_ok(&cached(target.qemu), &args);
+    let log: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENTRY "))
+        .map(|n| format!("E {n}"))
+        .collect();
+    assert_eq!(log.len(), 6, "{stdout}");
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let lib = ["lib_tail1", "lib_tail2", "lib_leaf"];
+    let entries: Vec<String> = without(&events, |n| !lib.contains(&n), false)
+        .into_iter()
+        .filter(|e| e.starts_with("E "))
+        .collect();
+    assert_eq!(entries, log, "{}: entries against the log", target.cross);
+    let own = without(&events, |n| !lib.contains(&n) && n != "caller", false);
+    let call = [
+        "E caller",
+        "E lib_tail1",
+        "E lib_tail2",
+        "E lib_leaf",
+        "X lib_leaf",
+        "X lib_tail2",
+        "X lib_tail1",
+        "X caller",
+    ];
+    assert_eq!(own, [call, call].concat(), "{}: {events:?}", target.cross);
+    for key in ["deep_returns", "unmatched_returns"] {
+        assert_eq!(plugin_stat(&dir, key), "0", "{}: {key}", target.cross);
+    }
+}
+
+#[test]
+fn library_tail_calls_nest_in_their_caller_aarch64() {
+    check_library(&AARCH64, Some("/usr/aarch64-linux-gnu"));
+}
+
+#[test]
+fn library_tail_calls_nest_in_their_caller_x86_64() {
+    check_library(&X86_64, None);
+}
+
 /// longjmp out of a noreturn function at -O2 (tests/guests/user/ljnoreturn.c): the frames it
 /// skipped close where it lands, and main goes on at its own depth.
 fn check_longjmp_from_noreturn(target: &Target) {

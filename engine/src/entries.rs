@@ -10,6 +10,12 @@
 //! never entered by a jump). A line `rebase LINK_ENTRY` (hex) says the addresses are link
 //! addresses of a program loaded at a bias known only once it runs (user mode's PIE):
 //! `AT_ENTRY - LINK_ENTRY`.
+//!
+//! User mode's shared libraries come in a list of their own ([`Library::parse_all`]): a line
+//! `image DEV INO [interp]` (hex: the file's device and inode on the host, which the plugin
+//! finds again from the descriptor the guest maps it by; `interp` for the dynamic loader,
+//! placed at `AT_BASE`), lines `load OFFSET VADDR X` (its `PT_LOAD`s, `X` 1 when
+//! executable), then its functions at their file's addresses, as above.
 
 /// One function (or split part).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +48,109 @@ fn hex(s: &str) -> Option<u64> {
     u64::from_str_radix(s, 16).ok()
 }
 
+/// One function line's fields.
+fn entry(start: &str, end: &str, group: &str, kind: &str) -> Result<Entry, &'static str> {
+    let start = hex(start).ok_or("bad start")?;
+    let end = hex(end).ok_or("bad end")?;
+    let group = group.parse().map_err(|_| "bad group")?;
+    let (cold, longjmp, setjmp) = match kind {
+        "f" => (false, false, false),
+        "l" => (false, true, false),
+        "s" => (false, false, true),
+        "c" => (true, false, false),
+        _ => return Err("kind is not f, l, s or c"),
+    };
+    Ok(Entry {
+        start,
+        end: end.max(start),
+        group,
+        cold,
+        longjmp,
+        setjmp,
+    })
+}
+
+/// A shared library's (or the dynamic loader's) functions at its file's addresses, and what
+/// places them where the guest maps the file.
+#[derive(Debug, Default, Clone)]
+pub struct Library {
+    /// The host file's device and inode.
+    pub dev: u64,
+    pub ino: u64,
+    /// The dynamic loader, placed at `AT_BASE` (QEMU maps it, not the guest).
+    pub interp: bool,
+    /// `PT_LOAD`s: (file offset, address, executable).
+    loads: Vec<(u64, u64, bool)>,
+    pub functions: Functions,
+}
+
+impl Library {
+    /// Reads the CLI's list of libraries (see the module's documentation).
+    pub fn parse_all(text: &str) -> Result<Vec<Library>, ParseError> {
+        let mut libs: Vec<Library> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let err = |what| ParseError { line: n + 1, what };
+            let fields: Vec<&str> = line.split_ascii_whitespace().collect();
+            if let ["image", dev, ino, ref rest @ ..] = fields[..] {
+                libs.push(Library {
+                    dev: hex(dev).ok_or(err("bad device"))?,
+                    ino: hex(ino).ok_or(err("bad inode"))?,
+                    interp: match *rest {
+                        [] => false,
+                        ["interp"] => true,
+                        _ => return Err(err("expected image DEV INO [interp]")),
+                    },
+                    ..Default::default()
+                });
+                continue;
+            }
+            if fields.is_empty() {
+                continue;
+            }
+            let lib = libs
+                .last_mut()
+                .ok_or(err("a line before the first image"))?;
+            match fields[..] {
+                ["load", offset, vaddr, x] => lib.loads.push((
+                    hex(offset).ok_or(err("bad offset"))?,
+                    hex(vaddr).ok_or(err("bad address"))?,
+                    x == "1",
+                )),
+                [start, end, group, kind] => {
+                    (lib.functions.entries).push(entry(start, end, group, kind).map_err(err)?)
+                }
+                _ => return Err(err("expected load OFFSET VADDR X or START END GROUP KIND")),
+            }
+        }
+        for lib in &mut libs {
+            lib.functions.sort();
+        }
+        Ok(libs)
+    }
+
+    /// The load bias of a mapping of the file at `start` from `file_offset` (as the CLI's
+    /// user-mode symbols are placed): the segment starting within 64 KiB (a page of any
+    /// size) of the offset, an executable one first.
+    pub fn bias_of_mapping(&self, start: u64, file_offset: u64) -> u64 {
+        let seg = (self.loads.iter())
+            .filter(|s| s.0 >= file_offset && s.0 - file_offset < 0x10000)
+            .min_by_key(|s| (!s.2, s.0));
+        // Wrapping: the addresses come from the guest, whatever they are.
+        match seg {
+            Some(&(offset, vaddr, _)) => {
+                start.wrapping_add(offset - file_offset).wrapping_sub(vaddr)
+            }
+            None => start.wrapping_sub(file_offset),
+        }
+    }
+
+    /// The load bias when the file's lowest segment starts at `base` (`AT_BASE`).
+    pub fn bias_of_base(&self, base: u64) -> u64 {
+        let low = self.loads.iter().map(|s| s.1).min().unwrap_or(0);
+        base.wrapping_sub(low & !0xfff)
+    }
+}
+
 impl Functions {
     /// Reads the CLI's list (see the module's documentation).
     pub fn parse(text: &str) -> Result<Functions, ParseError> {
@@ -53,31 +162,33 @@ impl Functions {
                 [] => {}
                 ["rebase", entry] => f.rebase = Some(hex(entry).ok_or(err("bad entry point"))?),
                 [start, end, group, kind] => {
-                    let start = hex(start).ok_or(err("bad start"))?;
-                    let end = hex(end).ok_or(err("bad end"))?;
-                    let group = group.parse().map_err(|_| err("bad group"))?;
-                    let (cold, longjmp, setjmp) = match kind {
-                        "f" => (false, false, false),
-                        "l" => (false, true, false),
-                        "s" => (false, false, true),
-                        "c" => (true, false, false),
-                        _ => return Err(err("kind is not f, l, s or c")),
-                    };
-                    f.entries.push(Entry {
-                        start,
-                        end: end.max(start),
-                        group,
-                        cold,
-                        longjmp,
-                        setjmp,
-                    });
+                    f.entries.push(entry(start, end, group, kind).map_err(err)?)
                 }
                 _ => return Err(err("expected START END GROUP KIND")),
             }
         }
-        f.entries.sort_by_key(|e| (e.start, e.cold));
-        f.entries.dedup_by_key(|e| e.start);
+        f.sort();
         Ok(f)
+    }
+
+    fn sort(&mut self) {
+        self.entries.sort_by_key(|e| (e.start, e.cold));
+        self.entries.dedup_by_key(|e| e.start);
+    }
+
+    /// The lowest start and highest end of the functions (`None` without any).
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let lo = self.entries.first()?.start;
+        let hi = self.entries.iter().map(|e| e.end.max(e.start + 1)).max()?;
+        Some((lo, hi))
+    }
+
+    /// Whether a direct jump from code outside every function of this list (another image)
+    /// to `target` enters a function: `target` is one's first instruction, not a split part.
+    pub fn entered_from_outside(&self, target: u64) -> bool {
+        self.entries
+            .binary_search_by_key(&target, |e| e.start)
+            .is_ok_and(|i| !self.entries[i].cold)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -162,6 +273,44 @@ mod tests {
         assert!(f.enters(0x7fff_0000, 0x1010));
         // The size-less function ends at the next start.
         assert!(f.enters(0x1f00, 0x1000));
+    }
+
+    #[test]
+    fn libraries_are_placed_where_they_are_mapped() {
+        let libs = Library::parse_all(
+            "image 803 1f interp\n\
+             load 0 0 1\n\
+             1000 1010 0 f\n\
+             image 803 20\n\
+             load 0 0 0\n\
+             load 28000 28000 1\n\
+             load 1d0000 1d1000 0\n\
+             28000 28010 0 f\n\
+             28010 28020 1 f\n\
+             29000 29010 1 c\n",
+        )
+        .unwrap();
+        assert_eq!(libs.len(), 2);
+        let (ld, libc) = (&libs[0], &libs[1]);
+        assert!(ld.interp && !libc.interp && (libc.dev, libc.ino) == (0x803, 0x20));
+        assert_eq!(ld.bias_of_base(0x7f00_0000_0000), 0x7f00_0000_0000);
+        // x86-64's libc: its text mapped on its own at its file offset.
+        assert_eq!(
+            libc.bias_of_mapping(0x7f10_0002_8000, 0x28000),
+            0x7f10_0000_0000
+        );
+        // The whole file mapped from offset 0 first (aarch64's, whose text comes first).
+        assert_eq!(libc.bias_of_mapping(0x7f10_0000_0000, 0), 0x7f10_0000_0000);
+        let f = &libc.functions;
+        assert_eq!(f.span(), Some((0x28000, 0x29010)));
+        assert!(f.enters(0x28004, 0x28010) && !f.enters(0x29004, 0x28010));
+        assert!(f.entered_from_outside(0x28010) && !f.entered_from_outside(0x29000));
+        assert!(!f.entered_from_outside(0x28004));
+        let e = Library::parse_all("1000 1010 0 f\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "function entries, line 1: a line before the first image"
+        );
     }
 
     #[test]

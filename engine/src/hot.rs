@@ -292,6 +292,18 @@ impl Engine {
         );
     }
 
+    /// A far return to `target`, a function's entry (the caller checked): when no open frame
+    /// returns there, it is a jump into that function (Linux's head code enters
+    /// `x86_64_start_kernel` by `lretq`), nested in the current frame as a tail call is.
+    /// Returns whether it was taken so; else it is a return like any other.
+    pub fn far_return_entry(&mut self, now: u64, target: u64) -> bool {
+        if self.stack.find(target).is_some() || self.stack.top().is_some_and(Frame::is_exception) {
+            return false;
+        }
+        self.jump_entry(now, target);
+        true
+    }
+
     /// Pushes a frame, recording it when it is shallow enough.
     #[inline(always)]
     pub(crate) fn open(&mut self, now: u64, frame: Frame) {

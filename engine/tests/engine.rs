@@ -600,6 +600,27 @@ fn a_function_entered_by_a_jump_nests_in_the_jumper_and_closes_with_it() {
     assert_eq!(r.engine.stack().len(), 1);
 }
 
+#[test]
+fn a_far_return_to_an_entry_no_frame_returns_to_is_a_jump_into_it() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x14); // the boot code's frame
+    r.call(0x200, 0x108); //  a call that returns as usual
+                          // `lretq` to 0x108: a frame returns there, so it is that return.
+    assert!(!r.engine.far_return_entry(r.t, 0x108));
+    r.ret(0x108, &mut g);
+    r.t += 10;
+    // `lretq` into x86_64_start_kernel (0x300): nested in the boot code's frame.
+    assert!(r.engine.far_return_entry(r.t, 0x300));
+    r.call(0x400, 0x310); //  x86_64_start_kernel calls copy_bootdata
+    r.ret(0x310, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&["+100@0", "+200@1", "-200@1", "+300@1", "+400@2", "-400@2"])
+    );
+    assert_eq!(r.engine.stats.jump_entries, 1);
+}
+
 /// `__libc_start_call_main` (0x100) calls `__wrap_main` (0x200), which enters `main`
 /// (0x300) by a jump; main calls setjmp (0x180), then `fail` (0x400), whose call to
 /// longjmp (0x500) returns to setjmp's return address; main then calls `after` (0x600).

@@ -65,10 +65,26 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
 
 /// `DT_NEEDED` names of a dynamic ELF file (64-bit: the emulators' guests), in order.
 pub(crate) fn needed_libraries(data: &[u8]) -> Vec<String> {
-    needed_as::<elf::FileHeader64<Endianness>>(data).unwrap_or_default()
+    dynamic_strings::<elf::FileHeader64<Endianness>>(data, &[elf::DT_NEEDED]).unwrap_or_default()
 }
 
-fn needed_as<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<String>> {
+/// `DT_RUNPATH` and `DT_RPATH` directories of a dynamic ELF file, as written (`$ORIGIN`
+/// unexpanded).
+pub(crate) fn run_paths(data: &[u8]) -> Vec<String> {
+    let tags = [elf::DT_RUNPATH, elf::DT_RPATH];
+    let paths = dynamic_strings::<elf::FileHeader64<Endianness>>(data, &tags).unwrap_or_default();
+    (paths.iter())
+        .flat_map(|p| p.split(':'))
+        .filter(|d| !d.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The dynamic entries' strings of the given tags, in order.
+fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    tags: &[u32],
+) -> Option<Vec<String>> {
     use object::read::elf::Dyn;
     let header = Elf::parse(data).ok()?;
     let endian = header.endian().ok()?;
@@ -80,7 +96,7 @@ fn needed_as<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<St
         entries
             .iter()
             .take_while(|d| d.d_tag(endian).into() != u64::from(elf::DT_NULL))
-            .filter(|d| d.d_tag(endian).into() == u64::from(elf::DT_NEEDED))
+            .filter(|d| tags.iter().any(|&t| d.d_tag(endian).into() == u64::from(t)))
             .filter_map(|d| d.string(endian, strings).ok())
             .map(|name| String::from_utf8_lossy(name).into_owned())
             .collect(),

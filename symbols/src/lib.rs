@@ -242,6 +242,13 @@ pub fn needed_libraries(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `DT_RUNPATH` and `DT_RPATH` directories of a dynamic ELF file (64-bit), as written.
+pub fn run_paths(path: &Path) -> Vec<String> {
+    file_data::map(path)
+        .map(|data| elf::run_paths(&data))
+        .unwrap_or_default()
+}
+
 /// The architecture of an ELF file, or `None` when `path` is not ELF (a raw image).
 pub fn elf_arch(path: &Path) -> Result<Option<Arch>, SymbolError> {
     let data = file_data::map(path)?;

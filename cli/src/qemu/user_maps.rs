@@ -108,9 +108,22 @@ pub fn expected_images(program: &Path, sysroot: Option<&Path>, arch: Arch) -> Ve
     let mut next = 0;
     while next < out.len() && out.len() < 64 {
         let needed = qemu_uftrace_symbols::needed_libraries(&out[next]);
+        // Its own run paths first (`$ORIGIN`: its directory), as the loader looks.
+        let origin = out[next].parent().unwrap_or(Path::new("/")).to_path_buf();
+        let own: Vec<PathBuf> = qemu_uftrace_symbols::run_paths(&out[next])
+            .iter()
+            .map(
+                |d| match d.strip_prefix("$ORIGIN").or(d.strip_prefix("${ORIGIN}")) {
+                    Some(rest) => origin.join(rest.trim_start_matches('/')),
+                    None => host_path(sysroot, d.as_bytes()),
+                },
+            )
+            .collect();
         next += 1;
         for name in needed {
-            let found = dirs.iter().map(|d| d.join(&name)).find(|p| p.is_file());
+            let found = (own.iter().chain(&dirs))
+                .map(|d| d.join(&name))
+                .find(|p| p.is_file());
             if let Some(path) = found.filter(|p| !out.contains(p)) {
                 out.push(path);
             }

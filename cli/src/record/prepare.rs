@@ -46,6 +46,8 @@ pub struct Jobs {
     /// x86_64: where the kernel keeps its running task, found while QEMU starts.
     pub task_slot: Option<TaskSlot>,
     pub entries: Option<Entries>,
+    /// User mode: the shared libraries' entries, written while QEMU starts.
+    pub lib_entries: Option<Entries>,
 }
 
 /// The guest's function entries, for the jumps into them (tail calls), and the thread still
@@ -168,6 +170,15 @@ pub fn prepare(
         arch,
         &abs_staging,
     );
+    let lib_entries = match (inv.is_user_mode(), images.first(), args.no_auto_symbols) {
+        (true, Some(program), false) => Some(start_lib_entries(
+            program.path.clone(),
+            inv.sysroot.clone(),
+            arch,
+            &abs_staging,
+        )),
+        _ => None,
+    };
     let plugin = PluginOptions {
         args,
         inv,
@@ -177,6 +188,7 @@ pub fn prepare(
         cap: cap.as_ref(),
         proc_watch: proc_watch.as_deref(),
         entries: entries.as_ref(),
+        lib_entries: lib_entries.as_ref(),
         stop_at: stop_at.as_deref(),
         start_at: start_at.as_deref(),
         filters: &filters,
@@ -218,6 +230,7 @@ pub fn prepare(
             preload,
             task_slot,
             entries,
+            lib_entries,
         },
     ))
 }
@@ -234,6 +247,7 @@ struct PluginOptions<'a> {
     /// Where a Linux guest's processes map files (`guest_procs::watch_options`).
     proc_watch: Option<&'a str>,
     entries: Option<&'a Entries>,
+    lib_entries: Option<&'a Entries>,
     /// `--stop-at`'s addresses.
     stop_at: Option<&'a [crate::stop_at::Addr]>,
     /// `--start-at`'s addresses.
@@ -301,6 +315,10 @@ impl PluginOptions<'_> {
             } else {
                 ",entries="
             });
+            v.push(qemu::escape_keyval(e.file.as_os_str()));
+        }
+        if let Some(e) = self.lib_entries {
+            v.push(",lib_entries=");
             v.push(qemu::escape_keyval(e.file.as_os_str()));
         }
         v
@@ -406,6 +424,33 @@ fn start_entries(
             later,
             job: None,
         })
+    }
+}
+
+/// User mode: the shared libraries' and dynamic loader's function entries, written while
+/// QEMU starts (a dynamic program waits for them at its first instruction). Always
+/// written, empty when there are none, so that the plugin never waits in vain.
+fn start_lib_entries(
+    program: PathBuf,
+    sysroot: Option<PathBuf>,
+    arch: Arch,
+    staging: &Path,
+) -> Entries {
+    let file = staging.join(".libentries");
+    let path = file.clone();
+    let job = move || {
+        let root = sysroot.as_deref();
+        let files = qemu::user_maps::expected_images(&program, root, arch);
+        let interp = qemu::user::Elf::read(&program)
+            .and_then(|e| e.interp)
+            .map(|i| qemu::user_maps::host_path(root, &i));
+        let text = crate::entries::libraries_text(&files[1..], interp.as_deref(), arch);
+        crate::entries::write_atomically(&path, &text)
+    };
+    Entries {
+        file,
+        later: true,
+        job: Some(std::thread::spawn(job)),
     }
 }
 

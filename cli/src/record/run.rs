@@ -54,7 +54,7 @@ pub fn run(
         let _ = slot.job.join();
         let _ = std::fs::remove_file(&slot.file);
     }
-    if let Some(entries) = jobs.entries {
+    for entries in [jobs.entries, jobs.lib_entries].into_iter().flatten() {
         if let Some(job) = entries.job {
             let _ = job.join();
         }

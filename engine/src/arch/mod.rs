@@ -416,6 +416,11 @@ pub trait Isa: Sync + Send {
     fn loads_vector_table(&self, _mode: Mode, _bytes: &[u8]) -> Option<u64> {
         None
     }
+    /// A far return popping a 64-bit return address (x86-64's `lretq`, which Linux's head
+    /// code uses as a jump that also loads its code segment, into `x86_64_start_kernel`).
+    fn is_far_return64(&self, _mode: Mode, _bytes: &[u8]) -> bool {
+        false
+    }
     /// The syndrome of an exception the instruction `insn` raises by itself (x86 `INT n`,
     /// `INT3`, `SYSCALL`): its vector, and its length, past which the handler returns.
     fn trap_syndrome(&self, _mode: Mode, _insn: &[u8]) -> Option<u64> {

@@ -627,6 +627,12 @@ impl Isa for X86_64 {
         Some(if op16 { 0xff_ffff } else { u64::MAX })
     }
 
+    /// `lretq` (REX.W CB, CA imm16) in 64-bit code.
+    fn is_far_return64(&self, mode: Mode, bytes: &[u8]) -> bool {
+        let (p, i) = prefixes(mode, bytes);
+        mode == Mode::Bits64 && p.rex_w() && matches!(bytes.get(i), Some(0xcb | 0xca))
+    }
+
     fn trap_syndrome(&self, mode: Mode, insn: &[u8]) -> Option<u64> {
         let (_, i) = prefixes(mode, insn);
         let (vector, len) = match insn.get(i..)? {

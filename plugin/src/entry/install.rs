@@ -137,6 +137,9 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         Some(path) => crate::state::entries::load(path).unwrap_or_else(|msg| fail(&msg)),
         None => {}
     }
+    if let Some(path) = &cfg.lib_entries {
+        crate::state::lib_entries::load_later(path.clone());
+    }
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
     if !system {

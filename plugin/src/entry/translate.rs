@@ -12,9 +12,9 @@ use crate::ffi::{
 };
 use crate::handlers::callbacks::{
     on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
-    on_indirect_call, on_jump_entry, on_landing, on_landing_gated, on_memory_call, on_offset_call,
-    on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch, on_user_call,
-    on_user_indirect_call, on_user_landing, on_user_memory_call, on_user_offset_call,
+    on_far_return, on_indirect_call, on_jump_entry, on_landing, on_landing_gated, on_memory_call,
+    on_offset_call, on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch,
+    on_user_call, on_user_indirect_call, on_user_landing, on_user_memory_call, on_user_offset_call,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{
@@ -253,6 +253,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 target: Target::RegisterOffset { .. } | Target::Memory(_),
                 ..
             } => continue,
+            // `lretq` into a function's entry: a jump (Linux's head code into
+            // x86_64_start_kernel), told from a return where it runs (it is rare).
+            InsnKind::Return if jumps && isa.is_far_return64(mode, &bytes[..len]) => {
+                (on_far_return, CB_R_REGS, pc as usize as *mut c_void)
+            }
             InsnKind::Return => {
                 if let Some(flag) = pending {
                     unsafe {

@@ -187,6 +187,30 @@ pub extern "C" fn on_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
     });
 }
 
+/// A far return in 64-bit code (`lretq`, at `data`): into a function's entry that no open
+/// frame returns to, a jump into that function (`Engine::far_return_entry`); else a return,
+/// pending until its landing as any other.
+///
+/// # Safety
+/// Registered with QEMU_PLUGIN_CB_R_REGS; runs before the instruction, whose return address
+/// is then at the stack pointer.
+pub unsafe extern "C" fn on_far_return(vcpu_index: c_uint, data: *mut c_void) {
+    let pc = data as u64;
+    let isa = crate::state::isa_or_default();
+    vcpu::with(vcpu_index, |v| {
+        let sp = isa.linux_user().stack_pointer;
+        let target = (v.regs.read_named(sp)).and_then(|sp| v.regs.read_le(sp, 8));
+        if let Some(t) = target.filter(|&t| crate::state::entries::enters(pc, t)) {
+            let now = v.now();
+            settle(v, now);
+            if v.engine.far_return_entry(now, t) {
+                return;
+            }
+        }
+        v.pending.set();
+    });
+}
+
 /// A block that starts just after a call, entered while a return is pending: that return
 /// went here.
 ///

@@ -101,6 +101,7 @@ pub fn startup() -> bool {
     if let Some(aux) = aux {
         crate::state::entries::program_entry(aux.entry);
         crate::state::aims::place(aux.entry);
+        crate::state::lib_entries::startup(aux.base);
     }
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
     true
@@ -167,6 +168,8 @@ pub fn syscall_ret(num: i64, ret: i64) {
                 .insert(ret, path);
         }
         (n, Pending::Mmap { len, fd, offset }) if n == sys.mmap => {
+            // Placed before the guest can run (and QEMU translate) any of the new code.
+            crate::state::lib_entries::mapped(fd, ret as u64, offset);
             let fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = fds.as_ref().and_then(|f| f.get(&fd)) {
                 MAPS.lock()

@@ -2,7 +2,7 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,entries=FILE|entries_file=FILE][,resume=on]`
+//! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
@@ -85,6 +85,9 @@ pub struct Config {
     /// `entries_file=`: the list is still being written by the CLI as QEMU starts (a
     /// kernel's symbols), and waited for at the first translation.
     pub entries_later: bool,
+    /// User mode: the shared libraries' function entries, still being written by the CLI
+    /// as QEMU starts (`lib_entries=`, `state::lib_entries`).
+    pub lib_entries: Option<PathBuf>,
     /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
     /// saves a stack cookie (`resume=on`).
     pub resume: bool,
@@ -233,6 +236,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut proc_offsets = None;
     let mut entries = None;
     let mut entries_later = false;
+    let mut lib_entries = None;
     let mut resume = false;
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
@@ -279,6 +283,9 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "entries" => {
                 entries = (!raw_value.is_empty()).then(|| PathBuf::from(raw_value));
                 entries_later = false;
+            }
+            "lib_entries" => {
+                lib_entries = (!raw_value.is_empty()).then(|| PathBuf::from(raw_value))
             }
             "entries_file" => {
                 entries = Some(PathBuf::from(raw_value));
@@ -395,6 +402,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         proc_watch,
         entries,
         entries_later,
+        lib_entries,
         resume,
         stop_at,
         stop_at_exit,

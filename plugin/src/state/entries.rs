@@ -57,12 +57,12 @@ pub fn program_entry(at_entry: u64) {
 /// jumps by how fast it was written, and the same boot would show different trees.
 pub fn active() -> bool {
     if let Some(f) = FUNCTIONS.get() {
-        return !f.is_empty();
+        return !f.is_empty() || super::lib_entries::any();
     }
     if let Some(path) = PENDING.get() {
         wait_for(path);
     }
-    FUNCTIONS.get().is_some_and(|f| !f.is_empty())
+    FUNCTIONS.get().is_some_and(|f| !f.is_empty()) || super::lib_entries::any()
 }
 
 /// Waits (30 s at most) for the CLI to finish writing the list.
@@ -103,17 +103,17 @@ fn set_or_warn(path: &Path, text: &str) {
 /// (`hot::Engine::set_longjmp_test`; asked on slow paths only).
 pub fn is_longjmp(func: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
-    match FUNCTIONS.get() {
+    (match FUNCTIONS.get() {
         Some(f) if bias != UNKNOWN => f.is_longjmp(func.wrapping_sub(bias)),
         _ => false,
-    }
+    }) || super::lib_entries::is_longjmp(func)
 }
 
 /// Whether a direct jump at `pc` to `target` enters another function.
 pub fn enters(pc: u64, target: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
-    match FUNCTIONS.get() {
+    (match FUNCTIONS.get() {
         Some(f) if bias != UNKNOWN => f.enters(pc.wrapping_sub(bias), target.wrapping_sub(bias)),
         _ => false,
-    }
+    }) || super::lib_entries::enters(pc, target)
 }

@@ -9,6 +9,7 @@ pub mod config;
 pub mod entries;
 pub mod flight;
 pub mod guest;
+pub mod lib_entries;
 pub mod output;
 pub mod progress;
 /// Stack cookies saved where a resync has no frame record to go by.

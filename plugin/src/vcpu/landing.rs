@@ -80,6 +80,13 @@ impl Pending {
         Pending(PENDING.get().map(|s| s.for_vcpu(vcpu_index, direct)))
     }
 
+    /// A return is pending (what a return's inline store does).
+    pub fn set(self) {
+        if let Some(word) = self.0 {
+            word.set(1);
+        }
+    }
+
     /// Whether a return is pending; clears it.
     #[inline(always)]
     pub fn take(self) -> bool {
