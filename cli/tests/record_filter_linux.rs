@@ -15,6 +15,7 @@ mod common;
 use common::user::text;
 
 use qemu_uftrace_format::addr48;
+use qemu_uftrace_format::events;
 use qemu_uftrace_format::record::{decode_all, Record, RecordType};
 use qemu_uftrace_tests::execlog::{debian_system_map, system_map_addresses};
 use qemu_uftrace_tests::linux_guest::{
@@ -107,6 +108,39 @@ fn nested(tid: u32, records: &[Record]) -> Vec<u64> {
         }
     }
     stack
+}
+
+/// Where a task's `qemu:opened` mark sits (the record after the frames open when writing
+/// began: `open` of them), if it has one; never two.
+fn opened_mark(tid: u32, records: &[Record], open: usize) -> Option<usize> {
+    let marks: Vec<usize> = (records.iter().enumerate())
+        .filter(|(_, r)| r.kind == RecordType::Event && r.addr == events::OPENED)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(marks.len() <= 1, "task {tid}: marks at {marks:?}");
+    if open > 0 {
+        assert_eq!(
+            marks,
+            [open],
+            "task {tid}: the mark after its {open} open frames"
+        );
+    }
+    marks.first().copied()
+}
+
+/// The marks in all tasks.
+fn marks(tasks: &BTreeMap<u32, Vec<Record>>) -> u64 {
+    let is_mark = |r: &&Record| r.kind == RecordType::Event && r.addr == events::OPENED;
+    tasks.values().flatten().filter(is_mark).count() as u64
+}
+
+/// The last call or return of the trace (the marks are neither).
+fn last_call(tasks: &BTreeMap<u32, Vec<Record>>) -> Record {
+    let calls = tasks
+        .values()
+        .flatten()
+        .filter(|r| r.kind != RecordType::Event);
+    *calls.max_by_key(|r| r.time).expect("records")
 }
 
 /// Entries per function of `names` (address → name), in all tasks, from `from` on.
@@ -247,6 +281,7 @@ fn start_at_writes_each_task_s_open_frames_then_everything_after() {
             &records[..open]
         );
         nested(*tid, records);
+        opened_mark(*tid, records, open);
         opened += open as u64;
     }
     assert_eq!(opened, frames, "{err}");
@@ -262,7 +297,9 @@ fn start_at_writes_each_task_s_open_frames_then_everything_after() {
         .map(|r| r.addr)
         .collect();
     assert_eq!(open, full.start_stack, "PID 1's open frames");
-    let first = pid1[open.len()];
+    // The mark where writing began, then FUNC's entry.
+    assert_eq!(opened_mark(1, pid1, open.len()), Some(open.len()));
+    let first = pid1[open.len() + 1];
     assert_eq!(
         (first.kind, first.addr, first.time),
         (RecordType::Entry, addr_of(full, "do_getpid_loop"), start)
@@ -282,14 +319,17 @@ fn start_at_writes_each_task_s_open_frames_then_everything_after() {
 /// The .dat files' records: `--keep-last`'s window and the open frames before it.
 fn window_size(dir: &Path, tasks: &BTreeMap<u32, Vec<Record>>, size: u64, err: &str) {
     let frames = stat(dir, "keep_last_frames");
-    let records: u64 = tasks.values().map(|r| r.len() as u64).sum();
+    // Each task's open frames are followed by one mark (outside the window's size).
+    let marked = marks(tasks);
+    assert!(marked <= tasks.len() as u64, "{marked} marks: {err}");
+    let records: u64 = tasks.values().map(|r| r.len() as u64).sum::<u64>() - marked;
     let bytes: u64 = std::fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
         .map(|e| e.metadata().unwrap().len())
         .sum();
-    assert_eq!(bytes, records * 16);
+    assert_eq!(bytes, (records + marked) * 16);
     // The window is full (the boot writes 250 MB), and the frames are a few per task.
     assert!(
         (records - frames) * 16 <= size && (records - frames) * 16 > size - 4096,
@@ -312,7 +352,7 @@ fn keep_last_keeps_the_size_and_ends_with_the_run_or_the_stop() {
         nested(*tid, records);
     }
     assert_eq!(nested(1, &tasks[&1]), full.end_stack, "{err}");
-    let last = tasks.values().flatten().max_by_key(|r| r.time).unwrap();
+    let last = last_call(&tasks);
     assert_eq!(
         (last.kind, Some(&last.addr)),
         (RecordType::Entry, full.end_stack.last())
@@ -327,7 +367,7 @@ fn keep_last_keeps_the_size_and_ends_with_the_run_or_the_stop() {
     let stop = stat(&dir, "stop_at_time");
     let tasks = read_tasks(&dir);
     window_size(&dir, &tasks, SIZE, &err);
-    let last = tasks.values().flatten().max_by_key(|r| r.time).unwrap();
+    let last = last_call(&tasks);
     assert!(last.time < stop, "{last:?} at or after the stop ({stop})");
     assert_eq!(
         (last.kind, last.addr),
