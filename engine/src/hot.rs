@@ -533,8 +533,9 @@ impl Engine {
     /// display is put back at setjmp's depth at that entry, and libmcount writes a single
     /// exit after it (at setjmp's depth): so the frames entered after the longjmp (its own
     /// callees) close as usual, the longjmp's frame and those between it and the outermost
-    /// skipped frame close without an exit, and the outermost one with its exit. `report`
-    /// then counts them as in a native trace (those without an exit not at all).
+    /// skipped frame close without an exit, and the outermost one with its exit. Replay then
+    /// draws as for a native trace; `report` does not count quite alike: libmcount's single
+    /// exit is `_setjmp`'s (its hooked return), ours the outermost skipped frame's.
     pub(crate) fn close_skipped(&mut self, now: u64, keep: usize) {
         let is_longjmp = self.is_longjmp;
         let longjmp = (self.stack.frames().iter().enumerate())
