@@ -107,6 +107,22 @@ impl Functions {
             .is_ok_and(|i| self.entries[i].longjmp)
     }
 
+    /// Whether a function (not a split part) starts at `addr`: a block starting there is
+    /// where a jump through a register may enter it.
+    pub fn is_entry(&self, addr: u64) -> bool {
+        self.entries
+            .binary_search_by_key(&addr, |e| e.start)
+            .is_ok_and(|i| !self.entries[i].cold)
+    }
+
+    /// Whether the code at `pc` is a stub that only passes a call on: code no function
+    /// holds (a nested function's trampoline on the stack) or a function of at most 16 bytes
+    /// (a PLT entry). A call to a stub that jumps on is a call of the function it jumps to.
+    pub fn is_stub(&self, pc: u64) -> bool {
+        self.containing(pc)
+            .is_none_or(|e| e.end > e.start && e.end - e.start <= 16)
+    }
+
     /// Whether a direct jump at `pc` to `target` enters another function: `target` is a
     /// function's first instruction, and the jump is not inside that function or one of its
     /// split parts (a loop back to the start, `foo.cold` jumping back into `foo`). A jump
@@ -162,6 +178,9 @@ mod tests {
         assert!(f.enters(0x7fff_0000, 0x1010));
         // The size-less function ends at the next start.
         assert!(f.enters(0x1f00, 0x1000));
+        // Entries for jumps through a register, and the stubs that pass a call on.
+        assert!(f.is_entry(0x1010) && !f.is_entry(0x2000) && !f.is_entry(0x1014));
+        assert!(f.is_stub(0x7fff_0000) && f.is_stub(0x1004) && !f.is_stub(0x1020));
     }
 
     #[test]

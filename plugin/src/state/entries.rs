@@ -117,3 +117,21 @@ pub fn enters(pc: u64, target: u64) -> bool {
         _ => false,
     }
 }
+
+/// Whether a function starts at `addr` (a jump through a register may enter it there).
+pub fn is_entry(addr: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.is_entry(addr.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
+/// Whether the code at `pc` only passes a call on (a trampoline, a PLT entry).
+pub fn is_stub(pc: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.is_stub(pc.wrapping_sub(bias)),
+        _ => false,
+    }
+}
