@@ -118,9 +118,16 @@ impl Functions {
     /// Whether the code at `pc` is a stub that only passes a call on: code no function
     /// holds (a nested function's trampoline on the stack) or a function of at most 16 bytes
     /// (a PLT entry). A call to a stub that jumps on is a call of the function it jumps to.
+    /// A symbol without a size reaches the next one's start, the last one everything above
+    /// it: more than 64 KiB past it (a trampoline on the stack) is taken for no function's.
     pub fn is_stub(&self, pc: u64) -> bool {
-        self.containing(pc)
-            .is_none_or(|e| e.end > e.start && e.end - e.start <= 16)
+        self.containing(pc).is_none_or(|e| {
+            if e.end > e.start {
+                e.end - e.start <= 16
+            } else {
+                pc - e.start > 0x10000
+            }
+        })
     }
 
     /// Whether a direct jump at `pc` to `target` enters another function: `target` is a
@@ -181,6 +188,9 @@ mod tests {
         // Entries for jumps through a register, and the stubs that pass a call on.
         assert!(f.is_entry(0x1010) && !f.is_entry(0x2000) && !f.is_entry(0x1014));
         assert!(f.is_stub(0x7fff_0000) && f.is_stub(0x1004) && !f.is_stub(0x1020));
+        assert!(!f.is_stub(0x1044));
+        let last = Functions::parse("1000 1010 1 f\n2000 2000 2 f\n").unwrap();
+        assert!(!last.is_stub(0x2100) && last.is_stub(0x7fff_0000));
     }
 
     #[test]

@@ -1,0 +1,47 @@
+//! Jumps through a register (`setcontext`'s `br x16`, a nested function's trampoline's
+//! `jmp *%r11`), seen where they land. Translation gives each such jump an inline store
+//! of its own address into the vCPU's pending flag (`vcpu::landing`; a return stores 1),
+//! and the blocks where one matters a callback conditional on the flag holding an address:
+//! a function's first block, and a block right after a call. A jump within a function (a
+//! switch table) costs that store only; the next call or callback clears it.
+
+use crate::vcpu;
+use std::ffi::{c_uint, c_void};
+
+/// A block starting at a function's entry, entered by a jump through a register.
+///
+/// # Safety
+/// `data` is the block's address; registered conditional on the vCPU's pending flag
+/// holding a jump's address.
+pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        let Some(pc) = v.pending.take_jump() else {
+            return;
+        };
+        // A jump within the function (to its own start) or between its parts enters none.
+        if !crate::state::entries::enters(pc, target) {
+            return;
+        }
+        let now = v.now();
+        let from_stub = crate::state::entries::is_stub(pc);
+        v.engine.register_jump_entry(now, target, from_stub);
+    });
+}
+
+/// A block right after a call, entered by a jump through a register: where an open call
+/// returns to, execution resumed in that frame (`setcontext` back to `swapcontext`'s
+/// caller).
+///
+/// # Safety
+/// As [`on_register_jump_entry`].
+pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        if v.pending.take_jump().is_none() {
+            return;
+        }
+        let now = v.now();
+        v.engine.register_jump_landing(now, target);
+    });
+}
