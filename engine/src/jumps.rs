@@ -21,6 +21,26 @@ impl Engine {
         self.jump_entry(now, func);
     }
 
+    /// A return that landed at `func`'s entry, which follows no call. Where an open call
+    /// returns there, it is that call's return. Otherwise the return was a jump (x86-64
+    /// glibc's `setcontext` and `swapcontext` enter `makecontext`'s function by `ret`):
+    /// functions entered by a jump that return so close, not the call they nest in
+    /// (`makecontext`'s function, or what it tail-called, returning to `__start_context`
+    /// inside `swapcontext`, which resumes later), and `func` is entered as by a jump.
+    pub fn return_to_entry(&mut self, now: u64, func: u64) {
+        let floor = self.stack().innermost_exception().map_or(0, |i| i + 1);
+        let now = self.clamp(now);
+        self.stats.returns += 1;
+        if let Some(i) = self.stack().find(func).filter(|&i| i >= floor) {
+            self.close_skipped(now, i);
+            return;
+        }
+        while self.stack().top().is_some_and(|f| f.is_jumped()) {
+            self.close_top(now);
+        }
+        self.jump_entry(now, func);
+    }
+
     /// A jump through a register to `target`, code right after a call: where an open call
     /// returns to, execution resumes in that frame, as after a return
     /// (`setcontext` back into `swapcontext`'s caller); anywhere else (a switch table's
@@ -104,6 +124,30 @@ mod tests {
             [
                 "E0 1000", "E1 2000", "X1 2000", "E1 7000", "E2 3000", "X2 3000", "E2 2000",
                 "X2 2000", "X1 7000"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_return_into_an_entry_is_a_jump_unless_a_call_returns_there() {
+        let (mut e, records) = engine();
+        e.call(1, 0x1000, 0x500);
+        e.call(2, 0x4000, 0x1010); // swapcontext, which returns into makecontext's function
+        e.return_to_entry(3, 0x2000);
+        e.call(4, 0x3000, 0x2010);
+        e.ret(5, 0x2010, &mut NoGuest);
+        e.jump_entry(5, 0x3000); // a tail call
+                                 // makecontext's function returns into __start_context, which calls setcontext.
+        e.return_to_entry(6, 0x6000);
+        e.call(7, 0x4100, 0x6010);
+        // A return where an open call returns: that call's.
+        e.return_to_entry(8, 0x1010);
+        assert_eq!(e.stack().len(), 1);
+        assert_eq!(
+            lines(&mut e, &records),
+            [
+                "E0 1000", "E1 4000", "E2 2000", "E3 3000", "X3 3000", "E3 3000", "X3 3000",
+                "X2 2000", "E2 6000", "E3 4100", "X3 4100", "X2 6000", "X1 4000"
             ]
         );
     }

@@ -7,7 +7,7 @@ use crate::ffi::{
     qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
     qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
-    qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb, CB_NO_REGS, CB_R_REGS, COND_EQ, COND_GT,
+    qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb, CB_NO_REGS, CB_R_REGS, COND_EQ, COND_GT, COND_NE,
     INLINE_ADD_U64, INLINE_STORE_U64, MEM_R,
 };
 use crate::handlers::callbacks::{
@@ -331,17 +331,19 @@ unsafe fn instrument_register_jump_targets(
     start: u64,
     landing: bool,
 ) {
-    let cb: VcpuUdataCb = if crate::state::entries::is_entry(start) {
-        crate::handlers::jumps::on_register_jump_entry
-    } else if landing {
-        crate::handlers::jumps::on_register_jump_landing
-    } else {
-        return;
+    // An entry that follows no call also takes returns (the landing callback takes them
+    // where it does): a return there is a jump too.
+    let (cb, cond): (VcpuUdataCb, _) = match (crate::state::entries::is_entry(start), landing) {
+        (true, false) => (crate::handlers::jumps::on_register_jump_entry, COND_NE),
+        (true, true) => (crate::handlers::jumps::on_register_jump_entry, COND_GT),
+        (false, true) => (crate::handlers::jumps::on_register_jump_landing, COND_GT),
+        (false, false) => return,
     };
-    let (data, jump) = (start as usize as *mut c_void, crate::vcpu::landing::RETURN);
-    unsafe {
-        qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb, CB_NO_REGS, COND_GT, flag, jump, data)
+    let (data, imm) = match cond {
+        COND_NE => (start as usize as *mut c_void, 0),
+        _ => (start as usize as *mut c_void, crate::vcpu::landing::RETURN),
     };
+    unsafe { qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb, CB_NO_REGS, cond, flag, imm, data) };
 }
 
 /// A task switch's callback data: the source register in the low byte, the instruction's

@@ -8,15 +8,21 @@
 use crate::vcpu;
 use std::ffi::{c_uint, c_void};
 
-/// A block starting at a function's entry, entered by a jump through a register.
+/// A block starting at a function's entry, entered by a jump through a register, or by a
+/// return where the block follows no call (x86-64 `setcontext`'s `ret`).
 ///
 /// # Safety
 /// `data` is the block's address; registered conditional on the vCPU's pending flag
-/// holding a jump's address.
+/// holding a jump's address (or not being 0, where the block follows no call).
 pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
         let Some(pc) = v.pending.take_jump() else {
+            // A return landing here (the flag was 1, now cleared): it follows no call.
+            if v.pending.take() {
+                let now = v.now();
+                v.engine.return_to_entry(now, target);
+            }
             return;
         };
         // A jump within the function (to its own start) or between its parts enters none.
