@@ -27,14 +27,23 @@ impl Engine {
     /// functions entered by a jump that return so close, not the call they nest in
     /// (`makecontext`'s function, or what it tail-called, returning to `__start_context`
     /// inside `swapcontext`, which resumes later), and `func` is entered as by a jump.
-    pub fn return_to_entry(&mut self, now: u64, func: u64) {
+    ///
+    /// `top_is_stub`: the top frame's code only passes a call on (RISC-V's trampoline
+    /// leaves by `jr t0`, which the return-address stack takes for a return): as for
+    /// [`Engine::register_jump_entry`], the call to it becomes one of `func`.
+    pub fn return_to_entry(&mut self, now: u64, func: u64, top_is_stub: bool) {
         let floor = self.stack().innermost_exception().map_or(0, |i| i + 1);
         let now = self.clamp(now);
-        self.stats.returns += 1;
         if let Some(i) = self.stack().find(func).filter(|&i| i >= floor) {
+            self.stats.returns += 1;
             self.close_skipped(now, i);
             return;
         }
+        if top_is_stub && self.retarget_top(func) {
+            self.stats.jump_entries += 1;
+            return;
+        }
+        self.stats.returns += 1;
         while self.stack().top().is_some_and(|f| f.is_jumped()) {
             self.close_top(now);
         }
@@ -133,15 +142,15 @@ mod tests {
         let (mut e, records) = engine();
         e.call(1, 0x1000, 0x500);
         e.call(2, 0x4000, 0x1010); // swapcontext, which returns into makecontext's function
-        e.return_to_entry(3, 0x2000);
+        e.return_to_entry(3, 0x2000, false);
         e.call(4, 0x3000, 0x2010);
         e.ret(5, 0x2010, &mut NoGuest);
         e.jump_entry(5, 0x3000); // a tail call
                                  // makecontext's function returns into __start_context, which calls setcontext.
-        e.return_to_entry(6, 0x6000);
+        e.return_to_entry(6, 0x6000, false);
         e.call(7, 0x4100, 0x6010);
         // A return where an open call returns: that call's.
-        e.return_to_entry(8, 0x1010);
+        e.return_to_entry(8, 0x1010, false);
         assert_eq!(e.stack().len(), 1);
         assert_eq!(
             lines(&mut e, &records),

@@ -21,7 +21,9 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
             // A return landing here (the flag was 1, now cleared): it follows no call.
             if v.pending.take() {
                 let now = v.now();
-                v.engine.return_to_entry(now, target);
+                let stub = (v.engine.stack().top())
+                    .is_some_and(|f| crate::state::entries::is_stub(f.func));
+                v.engine.return_to_entry(now, target, stub);
             }
             return;
         };
