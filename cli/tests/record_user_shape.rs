@@ -154,3 +154,184 @@ fn longjmp_from_a_noreturn_function_riscv64() {
 fn longjmp_from_a_noreturn_function_x86_64() {
     check_longjmp_from_noreturn(&X86_64);
 }
+
+/// Functions entered by a jump through a register (tests/guests/user/ucontext.c and
+/// trampoline.c, static glibc at -O2): the program's own functions in the trace, their
+/// entries against the program's log, and no return that matched nothing.
+fn own_tree(
+    target: &Target,
+    name: &str,
+    own: &[&str],
+) -> (tempfile::TempDir, Vec<String>, Vec<String>) {
+    let elf = guest(target, name);
+    let (tmp, dir, stdout) = record_ok(&cached(target.qemu), &[&elf.to_string_lossy()]);
+    // The log names GCC's nested function `inner`; its symbol is `inner.0`.
+    let log: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENTRY "))
+        .map(|n| format!("E {}", if n == "inner" { "inner.0" } else { n }))
+        .collect();
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let tree = without(&events, |n| !own.contains(&n), false);
+    let entries: Vec<String> = (tree.iter())
+        .filter(|e| e.starts_with("E "))
+        .cloned()
+        .collect();
+    assert_eq!(
+        entries, log,
+        "{} {name}: entries against the log",
+        target.cross
+    );
+    for key in ["unmatched_returns", "resyncs"] {
+        assert_eq!(
+            plugin_stat(&dir, key),
+            "0",
+            "{} {name}: {key}",
+            target.cross
+        );
+    }
+    (tmp, tree, events)
+}
+
+const UCONTEXT_OWN: &[&str] = &["main", "run", "ctxfunc", "leaf"];
+
+/// As uftrace shows the `-pg` build of ucontext.c (x86_64, natively): makecontext's
+/// function inside `swapcontext`, which returns when `uc_link` resumes `run`.
+fn ucontext_tree() -> Vec<String> {
+    [
+        "E main",
+        "E run",
+        "E ctxfunc",
+        "E leaf",
+        "X leaf",
+        "E leaf",
+        "X leaf",
+        "X ctxfunc",
+        "E leaf",
+        "X leaf",
+        "X run",
+        "E leaf",
+        "X leaf",
+        "X main",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn check_ucontext(target: &Target) {
+    let (_tmp, tree, events) = own_tree(target, "ucontext.elf", UCONTEXT_OWN);
+    assert_eq!(tree, ucontext_tree(), "{}", target.cross);
+    // ctxfunc nests in swapcontext (in setcontext or __start_context where the static
+    // libc's frames show), which closes before run's last call.
+    let at = |e: &str| events.iter().position(|x| x == e);
+    let (open, ctx, close) = (at("E swapcontext"), at("E ctxfunc"), at("X swapcontext"));
+    assert!(
+        open < ctx && ctx < close && close.is_some(),
+        "{}: {events:?}",
+        target.cross
+    );
+}
+
+#[test]
+fn makecontext_functions_nest_in_swapcontext_aarch64() {
+    check_ucontext(&AARCH64);
+}
+
+#[test]
+fn makecontext_functions_nest_in_swapcontext_riscv64() {
+    check_ucontext(&RISCV64);
+}
+
+#[test]
+fn makecontext_functions_nest_in_swapcontext_x86_64() {
+    check_ucontext(&X86_64);
+}
+
+const TRAMPOLINE_OWN: &[&str] = &["main", "outer", "apply", "inner.0", "leaf"];
+
+/// As uftrace shows the `-pg` build of trampoline.c (x86_64, natively): the nested
+/// function called from `apply`, its trampoline on the stack not a frame of its own.
+fn trampoline_tree() -> Vec<String> {
+    let inner = ["E inner.0", "E leaf", "X leaf", "X inner.0"];
+    let mut t = vec!["E main", "E outer", "E apply"];
+    t.extend(inner);
+    t.extend(inner);
+    t.extend(["X apply", "X outer", "E leaf", "X leaf", "X main"]);
+    t.into_iter().map(String::from).collect()
+}
+
+fn check_trampoline(target: &Target) {
+    let (_tmp, tree, events) = own_tree(target, "trampoline.elf", TRAMPOLINE_OWN);
+    assert_eq!(tree, trampoline_tree(), "{}", target.cross);
+    // Nothing between apply and the nested function: the call through the trampoline is
+    // the nested function's.
+    let at = events.iter().position(|e| e == "E apply").expect("apply");
+    let next = events[at + 1..].iter().find(|e| !e.contains("note"));
+    assert_eq!(
+        next.map(String::as_str),
+        Some("E inner.0"),
+        "{}: {events:?}",
+        target.cross
+    );
+}
+
+#[test]
+fn nested_functions_called_through_trampolines_aarch64() {
+    check_trampoline(&AARCH64);
+}
+
+#[test]
+fn nested_functions_called_through_trampolines_riscv64() {
+    check_trampoline(&RISCV64);
+}
+
+#[test]
+fn nested_functions_called_through_trampolines_x86_64() {
+    check_trampoline(&X86_64);
+}
+
+/// The expected trees are what uftrace itself records for the `-pg` build of the same
+/// sources on the host (x86_64).
+#[test]
+fn expected_trees_are_native_uftraces() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/guests/user");
+    for (name, own, want, extra) in [
+        ("ucontext", UCONTEXT_OWN, ucontext_tree(), &[][..]),
+        (
+            "trampoline",
+            TRAMPOLINE_OWN,
+            trampoline_tree(),
+            &["-z", "execstack"][..],
+        ),
+    ] {
+        let exe = tmp.path().join(name);
+        let c = src.join(format!("{name}.c"));
+        let out = std::process::Command::new("gcc")
+            .args(["-pg", "-g", "-O2", "-fno-inline", "-o"])
+            .arg(&exe)
+            .arg(&c)
+            .args(extra)
+            .output()
+            .expect("running gcc");
+        assert!(out.status.success(), "gcc -pg {name}: {out:?}");
+        let data = tmp.path().join(format!("{name}.data"));
+        let (data_s, exe_s) = (data.to_string_lossy(), exe.to_string_lossy());
+        uftrace(&["record", "-d", &data_s, &exe_s]).expect("uftrace record");
+        let text = uftrace(&["replay", "--no-pager", "-d", &data_s]).expect("uftrace replay");
+        let events = qemu_uftrace_tests::replay::parse_replay(&text, first_tid(&text))
+            .expect("parse replay");
+        let tree = without(&events, |n| !own.contains(&n), false);
+        assert_eq!(tree, want, "native {name}:\n{text}");
+    }
+}
+
+/// The task of the first replay line.
+fn first_tid(text: &str) -> u32 {
+    text.lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once('[')?;
+            rest.split_once(']')?.0.trim().parse().ok()
+        })
+        .expect("a replay line with a task")
+}
