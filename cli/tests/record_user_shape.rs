@@ -3,7 +3,9 @@
 //! `__wrap_main: b main` — are calls nested in the jumper's frame, closed when the frame they
 //! replaced returns. The guest (tests/guests/user/tailcalls.c, static glibc, -O2 with its
 //! sibling calls) logs the functions it entered (entries only: `-finstrument-functions`'
-//! exit hook would stop the sibling calls), on all three architectures.
+//! exit hook would stop the sibling calls), on all three architectures. So are functions
+//! entered by a jump through a register (makecontext's, by `setcontext`), and a nested
+//! function called through its trampoline is that function's call.
 
 mod common;
 
