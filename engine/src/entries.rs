@@ -115,19 +115,22 @@ impl Functions {
             .is_ok_and(|i| !self.entries[i].cold)
     }
 
-    /// Whether the code at `pc` is a stub that only passes a call on: code no function
-    /// holds (a nested function's trampoline on the stack) or a function of at most 16 bytes
-    /// (a PLT entry). A call to a stub that jumps on is a call of the function it jumps to.
-    /// A symbol without a size reaches the next one's start, the last one everything above
-    /// it: more than 64 KiB past it (a trampoline on the stack) is taken for no function's.
-    pub fn is_stub(&self, pc: u64) -> bool {
-        self.containing(pc).is_none_or(|e| {
-            if e.end > e.start {
-                e.end - e.start <= 16
-            } else {
-                pc - e.start > 0x10000
-            }
-        })
+    /// Whether no function holds `pc` (a nested function's trampoline on the stack): a call
+    /// to such code that jumps on to a function is a call of that function. A symbol
+    /// without a size reaches the next one's start, the last one everything above it: more
+    /// than 64 KiB past it is taken for no function's.
+    pub fn outside_functions(&self, pc: u64) -> bool {
+        self.containing(pc)
+            .is_none_or(|e| e.end <= e.start && pc - e.start > 0x10000)
+    }
+
+    /// Whether `pc` lies in a function of at most 16 bytes: a PLT entry (named after its
+    /// target, an IFUNC's iplt entry after the function it resolves to), whose jump on is
+    /// the call's own, not an entry (a genuine function that small and jumping on loses
+    /// the frame of the function it jumps to).
+    pub fn in_plt_sized(&self, pc: u64) -> bool {
+        self.containing(pc)
+            .is_some_and(|e| e.end > e.start && e.end - e.start <= 16)
     }
 
     /// Whether a direct jump at `pc` to `target` enters another function: `target` is a
@@ -187,10 +190,10 @@ mod tests {
         assert!(f.enters(0x1f00, 0x1000));
         // Entries for jumps through a register, and the stubs that pass a call on.
         assert!(f.is_entry(0x1010) && !f.is_entry(0x2000) && !f.is_entry(0x1014));
-        assert!(f.is_stub(0x7fff_0000) && f.is_stub(0x1004) && !f.is_stub(0x1020));
-        assert!(!f.is_stub(0x1044));
+        assert!(f.outside_functions(0x7fff_0000) && !f.outside_functions(0x1004));
+        assert!(f.in_plt_sized(0x1004) && !f.in_plt_sized(0x1020) && !f.in_plt_sized(0x1044));
         let last = Functions::parse("1000 1010 1 f\n2000 2000 2 f\n").unwrap();
-        assert!(!last.is_stub(0x2100) && last.is_stub(0x7fff_0000));
+        assert!(!last.outside_functions(0x2100) && last.outside_functions(0x7fff_0000));
     }
 
     #[test]

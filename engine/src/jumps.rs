@@ -7,10 +7,10 @@
 use crate::hot::Engine;
 
 impl Engine {
-    /// A jump through a register into `func`'s entry. From a stub that only passes a call
-    /// on (a nested function's trampoline, a PLT entry) right after the call to it, the
-    /// call is one of `func`, as uftrace shows a `-pg` build's (the trampoline is not
-    /// code of the program's); else `func` is entered as by a direct jump
+    /// A jump through a register into `func`'s entry. From code no function holds (a
+    /// nested function's trampoline on the stack) right after the call to it, the call is
+    /// one of `func`, as uftrace shows a `-pg` build's; else `func` is entered as by a
+    /// direct jump (a PLT entry's jump is never reported: the plugin leaves it out)
     /// ([`Engine::jump_entry`]: `setcontext`'s jump to `makecontext`'s function, a tail
     /// call through a pointer).
     pub fn register_jump_entry(&mut self, now: u64, func: u64, from_stub: bool) {

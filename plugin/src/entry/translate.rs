@@ -173,7 +173,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
         if let (Some(flag), InsnKind::Other) = (register_jumps, kind) {
-            if pc > crate::vcpu::landing::RETURN && isa.indirect_jump(mode, &bytes[..len]) {
+            // A PLT entry's jump on is its call's (the frame keeps the PLT's name).
+            if pc > crate::vcpu::landing::RETURN
+                && isa.indirect_jump(mode, &bytes[..len])
+                && !crate::state::entries::in_plt_sized(pc)
+            {
                 unsafe {
                     qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
                         insn,

@@ -22,7 +22,7 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
             if v.pending.take() {
                 let now = v.now();
                 let stub = (v.engine.stack().top())
-                    .is_some_and(|f| crate::state::entries::is_stub(f.func));
+                    .is_some_and(|f| crate::state::entries::outside_functions(f.func));
                 v.engine.return_to_entry(now, target, stub);
             }
             return;
@@ -32,7 +32,7 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
             return;
         }
         let now = v.now();
-        let from_stub = crate::state::entries::is_stub(pc);
+        let from_stub = crate::state::entries::outside_functions(pc);
         v.engine.register_jump_entry(now, target, from_stub);
     });
 }

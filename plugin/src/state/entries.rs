@@ -127,11 +127,21 @@ pub fn is_entry(addr: u64) -> bool {
     }
 }
 
-/// Whether the code at `pc` only passes a call on (a trampoline, a PLT entry).
-pub fn is_stub(pc: u64) -> bool {
+/// Whether no function holds `pc` (a trampoline on the stack).
+pub fn outside_functions(pc: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.is_stub(pc.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => f.outside_functions(pc.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
+/// Whether `pc` lies in a PLT entry's place (a function of at most 16 bytes), whose jump
+/// on is its call's.
+pub fn in_plt_sized(pc: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.in_plt_sized(pc.wrapping_sub(bias)),
         _ => false,
     }
 }
