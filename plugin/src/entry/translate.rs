@@ -95,18 +95,19 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         (system && crate::handlers::procmaps::enabled() && !isa.is_task_pointer(start))
             .then(crate::state::spaces::translating)
             .filter(|&s| s != 0);
-    if user {
-        unsafe { crate::handlers::signals::instrument(first, start) };
-    }
+    // A signal handler's entry is told by its own callback (a return may be pending when a
+    // signal is delivered: not a jump into the handler).
+    let handler = user && unsafe { crate::handlers::signals::instrument(first, start) };
     unsafe { crate::handlers::stop_at::instrument(first, start) };
     // User mode: jumps through a register store their address in the pending flag, read
     // where one may enter a function or resume a frame (`handlers::jumps`).
     let jumps = crate::state::entries::active();
     let register_jumps = pending.filter(|_| user && jumps);
+    let register_jump_target = register_jumps.is_some() && !handler;
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         let landing = crate::vcpu::landing::is_landing(isa, mode, start, haddr);
-        if register_jumps.is_some() {
+        if register_jump_target {
             unsafe { instrument_register_jump_targets(tb, flag, start, landing) };
         }
         if landing {
