@@ -24,7 +24,9 @@ fn guest(target: &Target, name: &str) -> PathBuf {
 }
 
 /// The program's own functions (its log names them).
-const OWN: &[&str] = &["main", "caller", "tail1", "tail2", "leaf", "vtail", "count"];
+const OWN: &[&str] = &[
+    "main", "caller", "tail1", "tail2", "leaf", "vtail", "count", "ptrtail", "pick",
+];
 
 /// The tree the program's calls make, as uftrace shows it for the `-pg` build: each
 /// tail-called function inside the function that jumped to it.
@@ -37,6 +39,15 @@ fn expected_tree() -> Vec<String> {
     t.extend(["E vtail", "E leaf", "X leaf", "X vtail"]);
     t.extend(["E count", "E leaf", "X leaf", "E leaf", "X leaf", "X count"]);
     t.extend(caller);
+    // A tail call through a pointer, then a switch table's jumps (no entries).
+    t.extend(["E ptrtail", "E leaf", "X leaf", "X ptrtail"]);
+    for i in 0..11 {
+        t.push("E pick");
+        if [0, 2, 5, 8].contains(&i) {
+            t.extend(["E leaf", "X leaf"]);
+        }
+        t.push("X pick");
+    }
     t.push("X main");
     t.into_iter().map(String::from).collect()
 }
@@ -62,9 +73,10 @@ fn check(target: &Target) {
     for key in ["deep_returns", "unmatched_returns"] {
         assert_eq!(plugin_stat(&dir, key), "0", "{}: {key}", target.cross);
     }
-    // tail1 -> tail2 -> leaf twice, vtail -> leaf, and (aarch64) __wrap_main -> main.
+    // tail1 -> tail2 -> leaf twice, vtail -> leaf, ptrtail -> leaf, and (aarch64)
+    // __wrap_main -> main.
     let jumps: u64 = plugin_stat(&dir, "jump_entries").parse().unwrap();
-    assert!(jumps >= 5, "{}: jump_entries={jumps}", target.cross);
+    assert!(jumps >= 6, "{}: jump_entries={jumps}", target.cross);
     if target.cross.starts_with("aarch64") {
         // Static aarch64 glibc enters main by `b main` from `__wrap_main`.
         let at = events.iter().position(|e| e == "E __wrap_main");
