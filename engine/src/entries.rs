@@ -133,6 +133,15 @@ impl Functions {
             .is_some_and(|e| e.end > e.start && e.end - e.start <= 16)
     }
 
+    /// Whether `a` and `b` lie in one function (or its split parts): a jump between them
+    /// (a switch table's) is the function's own.
+    pub fn same_function(&self, a: u64, b: u64) -> bool {
+        match (self.containing(a), self.containing(b)) {
+            (Some(x), Some(y)) => x.group == y.group,
+            _ => false,
+        }
+    }
+
     /// Whether a direct jump at `pc` to `target` enters another function: `target` is a
     /// function's first instruction, and the jump is not inside that function or one of its
     /// split parts (a loop back to the start, `foo.cold` jumping back into `foo`). A jump
@@ -190,6 +199,8 @@ mod tests {
         assert!(f.enters(0x1f00, 0x1000));
         // Entries for jumps through a register, and the stubs that pass a call on.
         assert!(f.is_entry(0x1010) && !f.is_entry(0x2000) && !f.is_entry(0x1014));
+        assert!(f.same_function(0x1014, 0x2004) && !f.same_function(0x1004, 0x1014));
+        assert!(!f.same_function(0x7fff_0000, 0x7fff_0004));
         assert!(f.outside_functions(0x7fff_0000) && !f.outside_functions(0x1004));
         assert!(f.in_plt_sized(0x1004) && !f.in_plt_sized(0x1020) && !f.in_plt_sized(0x1044));
         let last = Functions::parse("1000 1010 1 f\n2000 2000 2 f\n").unwrap();

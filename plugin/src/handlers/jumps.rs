@@ -37,16 +37,21 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
     });
 }
 
-/// A block right after a call, entered by a jump through a register: where an open call
-/// returns to, execution resumed in that frame (`setcontext` back to `swapcontext`'s
-/// caller).
+/// A block right after a call, entered by a jump through a register from another
+/// function: where an open call returns to, execution resumed in that frame (`setcontext`
+/// back to `swapcontext`'s caller).
 ///
 /// # Safety
 /// As [`on_register_jump_entry`].
 pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
-        if v.pending.take_jump().is_none() {
+        // A switch table's case right after a call (in a recursive function, an open call
+        // may return there): the function's own jump.
+        let Some(pc) = v.pending.take_jump() else {
+            return;
+        };
+        if crate::state::entries::same_function(pc, target) {
             return;
         }
         let now = v.now();

@@ -145,3 +145,12 @@ pub fn in_plt_sized(pc: u64) -> bool {
         _ => false,
     }
 }
+
+/// Whether `a` and `b` lie in one function (a switch table's jump stays in it).
+pub fn same_function(a: u64, b: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.same_function(a.wrapping_sub(bias), b.wrapping_sub(bias)),
+        _ => false,
+    }
+}
