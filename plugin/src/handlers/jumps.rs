@@ -27,12 +27,10 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
             }
             return;
         };
-        // A jump within the function (to its own start) or between its parts enters none.
-        if !crate::state::entries::enters(pc, target) {
+        let Some(from_stub) = decide(pc, target) else {
             return;
-        }
+        };
         let now = v.now();
-        let from_stub = crate::state::entries::outside_functions(pc);
         v.engine.register_jump_entry(now, target, from_stub);
     });
 }
@@ -57,4 +55,36 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
         let now = v.now();
         v.engine.register_jump_landing(now, target);
     });
+}
+
+/// Whether the jump at `pc` to the entry `target` enters it (not a jump within one
+/// function or between its parts), and if so whether it leaves code no function holds (a
+/// trampoline). The same few jumps repeat (a tail call through one pointer): the answers
+/// are kept per thread in a small direct-mapped table, sparing the list's binary searches.
+fn decide(pc: u64, target: u64) -> Option<bool> {
+    const SLOTS: usize = 64;
+    // (pc, target, answer: 0 none, 1 enters, 2 enters from a stub); pc 0 is never a jump's.
+    type Table = [(u64, u64, u8); SLOTS];
+    thread_local! {
+        static SEEN: std::cell::RefCell<Table> = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
+    }
+    let slot = ((pc ^ target.rotate_left(17)) as usize >> 2) % SLOTS;
+    let answer = SEEN.with(|t| {
+        let mut t = t.borrow_mut();
+        match t[slot] {
+            (p, g, a) if p == pc && g == target => a,
+            _ => {
+                let a = if !crate::state::entries::enters(pc, target) {
+                    0
+                } else if crate::state::entries::outside_functions(pc) {
+                    2
+                } else {
+                    1
+                };
+                t[slot] = (pc, target, a);
+                a
+            }
+        }
+    });
+    (answer != 0).then_some(answer == 2)
 }
