@@ -49,7 +49,7 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
         let Some(pc) = v.pending.take_jump() else {
             return;
         };
-        if crate::state::entries::same_function(pc, target) {
+        if decide_landing(pc, target) {
             return;
         }
         let now = v.now();
@@ -59,32 +59,56 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
 
 /// Whether the jump at `pc` to the entry `target` enters it (not a jump within one
 /// function or between its parts), and if so whether it leaves code no function holds (a
-/// trampoline). The same few jumps repeat (a tail call through one pointer): the answers
-/// are kept per thread in a small direct-mapped table, sparing the list's binary searches.
+/// trampoline).
 fn decide(pc: u64, target: u64) -> Option<bool> {
-    const SLOTS: usize = 64;
-    // (pc, target, answer: 0 none, 1 enters, 2 enters from a stub); pc 0 is never a jump's.
-    type Table = [(u64, u64, u8); SLOTS];
-    thread_local! {
-        static SEEN: std::cell::RefCell<Table> = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
-    }
+    let answer = remembered(&ENTRIES, pc, target, || {
+        if !crate::state::entries::enters(pc, target) {
+            0
+        } else if crate::state::entries::outside_functions(pc) {
+            2
+        } else {
+            1
+        }
+    });
+    (answer != 0).then_some(answer == 2)
+}
+
+/// Whether the jump at `pc` to `target`, code right after a call, stays in one function
+/// (a switch table's case: an interpreter's dispatch lands there over and over).
+fn decide_landing(pc: u64, target: u64) -> bool {
+    remembered(&LANDINGS, pc, target, || {
+        crate::state::entries::same_function(pc, target) as u8
+    }) != 0
+}
+
+const SLOTS: usize = 64;
+/// (pc, target, answer); pc 0 is never a jump's.
+type Table = std::cell::RefCell<[(u64, u64, u8); SLOTS]>;
+
+thread_local! {
+    static ENTRIES: Table = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
+    static LANDINGS: Table = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
+}
+
+/// `compute`'s answer for the jump at `pc` to `target`. The same few jumps repeat (a tail
+/// call through one pointer, a switch's dispatch): the answers are kept per thread in a
+/// small direct-mapped table, sparing the function list's binary searches.
+fn remembered(
+    table: &'static std::thread::LocalKey<Table>,
+    pc: u64,
+    target: u64,
+    compute: impl FnOnce() -> u8,
+) -> u8 {
     let slot = ((pc ^ target.rotate_left(17)) as usize >> 2) % SLOTS;
-    let answer = SEEN.with(|t| {
+    table.with(|t| {
         let mut t = t.borrow_mut();
         match t[slot] {
             (p, g, a) if p == pc && g == target => a,
             _ => {
-                let a = if !crate::state::entries::enters(pc, target) {
-                    0
-                } else if crate::state::entries::outside_functions(pc) {
-                    2
-                } else {
-                    1
-                };
+                let a = compute();
                 t[slot] = (pc, target, a);
                 a
             }
         }
-    });
-    (answer != 0).then_some(answer == 2)
+    })
 }
