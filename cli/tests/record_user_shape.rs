@@ -3,7 +3,9 @@
 //! `__wrap_main: b main` — are calls nested in the jumper's frame, closed when the frame they
 //! replaced returns. The guest (tests/guests/user/tailcalls.c, static glibc, -O2 with its
 //! sibling calls) logs the functions it entered (entries only: `-finstrument-functions`'
-//! exit hook would stop the sibling calls), on all three architectures.
+//! exit hook would stop the sibling calls), on all three architectures. So are functions
+//! entered by a jump through a register (makecontext's, by `setcontext`), and a nested
+//! function called through its trampoline is that function's call.
 
 mod common;
 
@@ -22,7 +24,9 @@ fn guest(target: &Target, name: &str) -> PathBuf {
 }
 
 /// The program's own functions (its log names them).
-const OWN: &[&str] = &["main", "caller", "tail1", "tail2", "leaf", "vtail", "count"];
+const OWN: &[&str] = &[
+    "main", "caller", "tail1", "tail2", "leaf", "vtail", "count", "ptrtail", "pick",
+];
 
 /// The tree the program's calls make, as uftrace shows it for the `-pg` build: each
 /// tail-called function inside the function that jumped to it.
@@ -35,6 +39,15 @@ fn expected_tree() -> Vec<String> {
     t.extend(["E vtail", "E leaf", "X leaf", "X vtail"]);
     t.extend(["E count", "E leaf", "X leaf", "E leaf", "X leaf", "X count"]);
     t.extend(caller);
+    // A tail call through a pointer, then a switch table's jumps (no entries).
+    t.extend(["E ptrtail", "E leaf", "X leaf", "X ptrtail"]);
+    for i in 0..11 {
+        t.push("E pick");
+        if [0, 2, 5, 8].contains(&i) {
+            t.extend(["E leaf", "X leaf"]);
+        }
+        t.push("X pick");
+    }
     t.push("X main");
     t.into_iter().map(String::from).collect()
 }
@@ -60,9 +73,10 @@ fn check(target: &Target) {
     for key in ["deep_returns", "unmatched_returns"] {
         assert_eq!(plugin_stat(&dir, key), "0", "{}: {key}", target.cross);
     }
-    // tail1 -> tail2 -> leaf twice, vtail -> leaf, and (aarch64) __wrap_main -> main.
+    // tail1 -> tail2 -> leaf twice, vtail -> leaf, ptrtail -> leaf, and (aarch64)
+    // __wrap_main -> main.
     let jumps: u64 = plugin_stat(&dir, "jump_entries").parse().unwrap();
-    assert!(jumps >= 5, "{}: jump_entries={jumps}", target.cross);
+    assert!(jumps >= 6, "{}: jump_entries={jumps}", target.cross);
     if target.cross.starts_with("aarch64") {
         // Static aarch64 glibc enters main by `b main` from `__wrap_main`.
         let at = events.iter().position(|e| e == "E __wrap_main");
@@ -202,4 +216,185 @@ fn longjmp_from_a_noreturn_function_riscv64() {
 #[test]
 fn longjmp_from_a_noreturn_function_x86_64() {
     check_longjmp_from_noreturn(&X86_64);
+}
+
+/// Functions entered by a jump through a register (tests/guests/user/ucontext.c and
+/// trampoline.c, static glibc at -O2): the program's own functions in the trace, their
+/// entries against the program's log, and no return that matched nothing.
+fn own_tree(
+    target: &Target,
+    name: &str,
+    own: &[&str],
+) -> (tempfile::TempDir, Vec<String>, Vec<String>) {
+    let elf = guest(target, name);
+    let (tmp, dir, stdout) = record_ok(&cached(target.qemu), &[&elf.to_string_lossy()]);
+    // The log names GCC's nested function `inner`; its symbol is `inner.0`.
+    let log: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ENTRY "))
+        .map(|n| format!("E {}", if n == "inner" { "inner.0" } else { n }))
+        .collect();
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let tree = without(&events, |n| !own.contains(&n), false);
+    let entries: Vec<String> = (tree.iter())
+        .filter(|e| e.starts_with("E "))
+        .cloned()
+        .collect();
+    assert_eq!(
+        entries, log,
+        "{} {name}: entries against the log",
+        target.cross
+    );
+    for key in ["unmatched_returns", "resyncs"] {
+        assert_eq!(
+            plugin_stat(&dir, key),
+            "0",
+            "{} {name}: {key}",
+            target.cross
+        );
+    }
+    (tmp, tree, events)
+}
+
+const UCONTEXT_OWN: &[&str] = &["main", "run", "ctxfunc", "leaf"];
+
+/// As uftrace shows the `-pg` build of ucontext.c (x86_64, natively): makecontext's
+/// function inside `swapcontext`, which returns when `uc_link` resumes `run`.
+fn ucontext_tree() -> Vec<String> {
+    [
+        "E main",
+        "E run",
+        "E ctxfunc",
+        "E leaf",
+        "X leaf",
+        "E leaf",
+        "X leaf",
+        "X ctxfunc",
+        "E leaf",
+        "X leaf",
+        "X run",
+        "E leaf",
+        "X leaf",
+        "X main",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn check_ucontext(target: &Target) {
+    let (_tmp, tree, events) = own_tree(target, "ucontext.elf", UCONTEXT_OWN);
+    assert_eq!(tree, ucontext_tree(), "{}", target.cross);
+    // ctxfunc nests in swapcontext (in setcontext or __start_context where the static
+    // libc's frames show), which closes before run's last call.
+    let at = |e: &str| events.iter().position(|x| x == e);
+    let (open, ctx, close) = (at("E swapcontext"), at("E ctxfunc"), at("X swapcontext"));
+    assert!(
+        open < ctx && ctx < close && close.is_some(),
+        "{}: {events:?}",
+        target.cross
+    );
+}
+
+#[test]
+fn makecontext_functions_nest_in_swapcontext_aarch64() {
+    check_ucontext(&AARCH64);
+}
+
+#[test]
+fn makecontext_functions_nest_in_swapcontext_riscv64() {
+    check_ucontext(&RISCV64);
+}
+
+#[test]
+fn makecontext_functions_nest_in_swapcontext_x86_64() {
+    check_ucontext(&X86_64);
+}
+
+const TRAMPOLINE_OWN: &[&str] = &["main", "outer", "apply", "inner.0", "leaf"];
+
+/// As uftrace shows the `-pg` build of trampoline.c (x86_64, natively): the nested
+/// function called from `apply`, its trampoline on the stack not a frame of its own.
+fn trampoline_tree() -> Vec<String> {
+    let inner = ["E inner.0", "E leaf", "X leaf", "X inner.0"];
+    let mut t = vec!["E main", "E outer", "E apply"];
+    t.extend(inner);
+    t.extend(inner);
+    t.extend(["X apply", "X outer", "E leaf", "X leaf", "X main"]);
+    t.into_iter().map(String::from).collect()
+}
+
+fn check_trampoline(target: &Target) {
+    let (_tmp, tree, events) = own_tree(target, "trampoline.elf", TRAMPOLINE_OWN);
+    assert_eq!(tree, trampoline_tree(), "{}", target.cross);
+    // Nothing between apply and the nested function: the call through the trampoline is
+    // the nested function's.
+    let at = events.iter().position(|e| e == "E apply").expect("apply");
+    let next = events[at + 1..].iter().find(|e| !e.contains("note"));
+    assert_eq!(
+        next.map(String::as_str),
+        Some("E inner.0"),
+        "{}: {events:?}",
+        target.cross
+    );
+}
+
+#[test]
+fn nested_functions_called_through_trampolines_aarch64() {
+    check_trampoline(&AARCH64);
+}
+
+#[test]
+fn nested_functions_called_through_trampolines_riscv64() {
+    check_trampoline(&RISCV64);
+}
+
+#[test]
+fn nested_functions_called_through_trampolines_x86_64() {
+    check_trampoline(&X86_64);
+}
+
+/// The expected trees are what uftrace itself records for the `-pg` build of the same
+/// sources on the host (x86_64).
+#[test]
+fn expected_trees_are_native_uftraces() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/guests/user");
+    for (name, own, want, extra) in [
+        ("ucontext", UCONTEXT_OWN, ucontext_tree(), &[][..]),
+        (
+            "trampoline",
+            TRAMPOLINE_OWN,
+            trampoline_tree(),
+            &["-z", "execstack"][..],
+        ),
+    ] {
+        let exe = tmp.path().join(name);
+        let c = src.join(format!("{name}.c"));
+        let out = std::process::Command::new("gcc")
+            .args(["-pg", "-g", "-O2", "-fno-inline", "-o"])
+            .arg(&exe)
+            .arg(&c)
+            .args(extra)
+            .output()
+            .expect("running gcc");
+        assert!(out.status.success(), "gcc -pg {name}: {out:?}");
+        let data = tmp.path().join(format!("{name}.data"));
+        let (data_s, exe_s) = (data.to_string_lossy(), exe.to_string_lossy());
+        uftrace(&["record", "-d", &data_s, &exe_s]).expect("uftrace record");
+        let text = uftrace(&["replay", "--no-pager", "-d", &data_s]).expect("uftrace replay");
+        let events = qemu_uftrace_tests::replay::parse_replay(&text, first_tid(&text))
+            .expect("parse replay");
+        let tree = without(&events, |n| !own.contains(&n), false);
+        assert_eq!(tree, want, "native {name}:\n{text}");
+    }
+}
+
+/// The task of the first replay line.
+fn first_tid(text: &str) -> u32 {
+    text.lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once('[')?;
+            rest.split_once(']')?.0.trim().parse().ok()
+        })
+        .expect("a replay line with a task")
 }

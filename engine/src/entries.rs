@@ -218,6 +218,41 @@ impl Functions {
             .is_ok_and(|i| self.entries[i].longjmp)
     }
 
+    /// Whether a function (not a split part) starts at `addr`: a block starting there is
+    /// where a jump through a register may enter it.
+    pub fn is_entry(&self, addr: u64) -> bool {
+        self.entries
+            .binary_search_by_key(&addr, |e| e.start)
+            .is_ok_and(|i| !self.entries[i].cold)
+    }
+
+    /// Whether no function holds `pc` (a nested function's trampoline on the stack): a call
+    /// to such code that jumps on to a function is a call of that function. A symbol
+    /// without a size reaches the next one's start, the last one everything above it: more
+    /// than 64 KiB past it is taken for no function's.
+    pub fn outside_functions(&self, pc: u64) -> bool {
+        self.containing(pc)
+            .is_none_or(|e| e.end <= e.start && pc - e.start > 0x10000)
+    }
+
+    /// Whether `pc` lies in a function of at most 16 bytes: a PLT entry (named after its
+    /// target, an IFUNC's iplt entry after the function it resolves to), whose jump on is
+    /// the call's own, not an entry (a genuine function that small and jumping on loses
+    /// the frame of the function it jumps to).
+    pub fn in_plt_sized(&self, pc: u64) -> bool {
+        self.containing(pc)
+            .is_some_and(|e| e.end > e.start && e.end - e.start <= 16)
+    }
+
+    /// Whether `a` and `b` lie in one function (or its split parts): a jump between them
+    /// (a switch table's) is the function's own.
+    pub fn same_function(&self, a: u64, b: u64) -> bool {
+        match (self.containing(a), self.containing(b)) {
+            (Some(x), Some(y)) => x.group == y.group,
+            _ => false,
+        }
+    }
+
     /// Whether a direct jump at `pc` to `target` enters another function: `target` is a
     /// function's first instruction, and the jump is not inside that function or one of its
     /// split parts (a loop back to the start, `foo.cold` jumping back into `foo`). A jump
@@ -273,6 +308,14 @@ mod tests {
         assert!(f.enters(0x7fff_0000, 0x1010));
         // The size-less function ends at the next start.
         assert!(f.enters(0x1f00, 0x1000));
+        // Entries for jumps through a register, and the stubs that pass a call on.
+        assert!(f.is_entry(0x1010) && !f.is_entry(0x2000) && !f.is_entry(0x1014));
+        assert!(f.same_function(0x1014, 0x2004) && !f.same_function(0x1004, 0x1014));
+        assert!(!f.same_function(0x7fff_0000, 0x7fff_0004));
+        assert!(f.outside_functions(0x7fff_0000) && !f.outside_functions(0x1004));
+        assert!(f.in_plt_sized(0x1004) && !f.in_plt_sized(0x1020) && !f.in_plt_sized(0x1044));
+        let last = Functions::parse("1000 1010 1 f\n2000 2000 2 f\n").unwrap();
+        assert!(!last.outside_functions(0x2100) && last.outside_functions(0x7fff_0000));
     }
 
     #[test]

@@ -304,6 +304,31 @@ impl Engine {
         true
     }
 
+    /// Makes the top frame, entered by a call whose entry is the last record written, a
+    /// call of `func` (its entry record rewritten in place): a call to a stub that jumped on
+    /// to `func` (`jumps`). False, changing nothing, where that record is not the last one
+    /// in the buffer (written out already, or something came after it) or gates decide.
+    pub(crate) fn retarget_top(&mut self, func: u64) -> bool {
+        let depth = self.stack.len();
+        let Some(top) = self.stack.top().copied() else {
+            return false;
+        };
+        let len = self.buf.len();
+        if top.is_jumped() || top.is_exception() || self.gates.is_some() || len < RECORD_SIZE {
+            return false;
+        }
+        let at = len - RECORD_SIZE + 8;
+        let word = encode_word(RecordType::Entry, (depth - 1) as u32, top.func).to_le_bytes();
+        if self.buf[at..len] != word {
+            return false;
+        }
+        let word = encode_word(RecordType::Entry, (depth - 1) as u32, func).to_le_bytes();
+        self.buf[at..len].copy_from_slice(&word);
+        self.stack.pop();
+        self.stack.push(Frame { func, ..top });
+        true
+    }
+
     /// Pushes a frame, recording it when it is shallow enough.
     #[inline(always)]
     pub(crate) fn open(&mut self, now: u64, frame: Frame) {

@@ -12,6 +12,7 @@ pub mod exceptions;
 pub mod gates;
 pub mod guest;
 pub mod hot;
+pub mod jumps;
 pub mod midway;
 pub mod resync;
 pub mod shadow;

@@ -72,6 +72,19 @@ impl Aarch64 {
 
 impl Isa for Aarch64 {
     /// B imm26.
+    /// `BR Xn`, and with pointer authentication `BRAA`, `BRAB`, `BRAAZ`, `BRABZ`.
+    fn indirect_jump(&self, _mode: Mode, bytes: &[u8]) -> bool {
+        let Some(b) = bytes.get(..4) else {
+            return false;
+        };
+        let insn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        // BR: d61f0000 | n << 5; BRAAZ/BRABZ: d61f081f/d61f0c1f | n << 5; BRAA/BRAB:
+        // d71f0800/d71f0c00 | n << 5 | m.
+        insn & 0xffff_fc1f == 0xd61f_0000
+            || insn & 0xffff_f81f == 0xd61f_081f
+            || insn & 0xffff_f800 == 0xd71f_0800
+    }
+
     fn direct_jump(&self, _mode: Mode, pc: u64, bytes: &[u8]) -> Option<u64> {
         let b = bytes.get(..4)?;
         let insn = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
@@ -243,6 +256,17 @@ impl Isa for Aarch64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn indirect_jumps_are_br_and_its_authenticated_forms() {
+        let j = |w: u32| Aarch64.indirect_jump(Mode::Bits64, &w.to_le_bytes());
+        assert!(j(0xd61f_0200)); // br x16
+        assert!(j(0xd61f_0a3f)); // braaz x17
+        assert!(j(0xd71f_0a30)); // braa x17, x16
+        assert!(!j(0xd65f_03c0)); // ret
+        assert!(!j(0xd63f_0200)); // blr x16
+        assert!(!j(0x1400_0002)); // b
+    }
+
     #[test]
     fn direct_jumps_are_b_only() {
         let at = |w: u32| Aarch64.direct_jump(Mode::Bits64, 0x1000, &w.to_le_bytes());

@@ -490,6 +490,14 @@ pub trait Isa: Sync + Send {
     fn register_jump(&self, _mode: Mode, _bytes: &[u8]) -> Option<u8> {
         None
     }
+    /// Whether the instruction at the start of `bytes` jumps to an address it reads at run
+    /// time (a register, or x86 memory) and is neither a call nor a return: aarch64 `BR`,
+    /// `BRAA`…, x86 `JMP *r/m`, RISC-V `JALR x0` through a register other than a link
+    /// register (`JR`). Where it lands is told by the landing block (`setcontext`'s jump,
+    /// a nested function's trampoline).
+    fn indirect_jump(&self, _mode: Mode, _bytes: &[u8]) -> bool {
+        false
+    }
     /// The target of the unconditional direct jump at `pc` (aarch64 `B`, x86 `JMP rel`,
     /// RISC-V `J`/`C.J`): not a call, and not a conditional branch (its callback could not
     /// tell whether it was taken).

@@ -203,6 +203,25 @@ impl Isa for Riscv64 {
     /// JALR zero, imm(rs1) from a register that holds no return address (`jr t1` after
     /// `auipc t1`: the far tail call). Returns (`jr ra`) and C.JR are left out: C.JR has no
     /// offset and follows no `auipc` of its own register in practice.
+    /// `JALR x0` and `C.JR` through a register that is no link register (those return).
+    fn indirect_jump(&self, _mode: Mode, bytes: &[u8]) -> bool {
+        let Some(low) = bytes.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
+            return false;
+        };
+        if Self::is_compressed(low) {
+            let rs1 = ((low >> 7) & 31) as u8;
+            return low & 0xf07f == 0x8002 && rs1 != 0 && !is_link(rs1);
+        }
+        let Some(insn) = bytes
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        else {
+            return false;
+        };
+        let (rd, rs1) = ((insn >> 7) & 31, ((insn >> 15) & 31) as u8);
+        insn & 0x707f == 0x67 && rd == 0 && !is_link(rs1)
+    }
+
     fn register_offset_jump(&self, _mode: Mode, bytes: &[u8]) -> Option<(u8, i64)> {
         let insn = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
         let rd = (insn >> 7) & 31;
@@ -384,6 +403,18 @@ impl Isa for Riscv64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn indirect_jumps_are_jr_through_other_registers() {
+        let j = |b: &[u8]| Riscv64.indirect_jump(Mode::Bits64, b);
+        assert!(j(&0x0003_0067u32.to_le_bytes())); // jr t1
+        assert!(j(&0x8302u16.to_le_bytes())); // c.jr t1
+        assert!(!j(&0x0000_8067u32.to_le_bytes())); // ret
+        assert!(!j(&0x8082u16.to_le_bytes())); // c.jr ra
+        assert!(!j(&0x0002_8067u32.to_le_bytes())); // jr t0: a return by the RAS hints
+        assert!(!j(&0x0003_00e7u32.to_le_bytes())); // jalr ra, t1
+        assert!(!j(&0x9302u16.to_le_bytes())); // c.jalr t1
+    }
+
     #[test]
     fn direct_jumps_are_j_and_c_j_and_far_tail_calls() {
         let at = |b: &[u8]| Riscv64.direct_jump(Mode::Bits64, 0x1000, b);

@@ -748,6 +748,12 @@ impl Isa for X86_64 {
         })
     }
 
+    /// `jmp *r/m` (FF /4; not the far FF /5).
+    fn indirect_jump(&self, mode: Mode, bytes: &[u8]) -> bool {
+        let (_, i) = prefixes(mode, bytes);
+        matches!((bytes.get(i), bytes.get(i + 1)), (Some(0xff), Some(m)) if (m >> 3) & 7 == 4)
+    }
+
     /// `jmp *%reg` (FF /4, register operand).
     fn register_jump(&self, mode: Mode, bytes: &[u8]) -> Option<u8> {
         let (p, i) = prefixes(mode, bytes);
@@ -882,6 +888,17 @@ impl Isa for X86_64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn indirect_jumps_are_jmp_through_register_or_memory() {
+        let j = |b: &[u8]| X86_64.indirect_jump(Mode::Bits64, b);
+        assert!(j(&[0x41, 0xff, 0xe3])); // jmp *%r11
+        assert!(j(&[0x3e, 0xff, 0xe0])); // notrack jmp *%rax
+        assert!(j(&[0xff, 0x25, 0, 0, 0, 0])); // jmp *0(%rip)
+        assert!(!j(&[0xff, 0xd0])); // call *%rax
+        assert!(!j(&[0xff, 0x2d, 0, 0, 0, 0])); // ljmp *0(%rip)
+        assert!(!j(&[0xc3])); // ret
+    }
+
     #[test]
     fn direct_jumps_are_jmp_rel() {
         let at = |b: &[u8]| X86_64.direct_jump(Mode::Bits64, 0x1000, b);

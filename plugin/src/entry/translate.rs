@@ -7,8 +7,8 @@ use crate::ffi::{
     qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
     qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
-    qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb, CB_NO_REGS, CB_R_REGS, COND_EQ, INLINE_ADD_U64,
-    INLINE_STORE_U64, MEM_R,
+    qemu_plugin_tb_n_insns, CbFlags, VcpuUdataCb, CB_NO_REGS, CB_R_REGS, COND_EQ, COND_GT, COND_NE,
+    INLINE_ADD_U64, INLINE_STORE_U64, MEM_R,
 };
 use crate::handlers::callbacks::{
     on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
@@ -95,13 +95,22 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         (system && crate::handlers::procmaps::enabled() && !isa.is_task_pointer(start))
             .then(crate::state::spaces::translating)
             .filter(|&s| s != 0);
-    if user {
-        unsafe { crate::handlers::signals::instrument(first, start) };
-    }
+    // A signal handler's entry is told by its own callback (a return may be pending when a
+    // signal is delivered: not a jump into the handler).
+    let handler = user && unsafe { crate::handlers::signals::instrument(first, start) };
     unsafe { crate::handlers::stop_at::instrument(first, start) };
+    // User mode: jumps through a register store their address in the pending flag, read
+    // where one may enter a function or resume a frame (`handlers::jumps`).
+    let jumps = crate::state::entries::active();
+    let register_jumps = pending.filter(|_| user && jumps);
+    let register_jump_target = register_jumps.is_some() && !handler;
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
-        if crate::vcpu::landing::is_landing(isa, mode, start, haddr) {
+        let landing = crate::vcpu::landing::is_landing(isa, mode, start, haddr);
+        if register_jump_target {
+            unsafe { instrument_register_jump_targets(tb, flag, start, landing) };
+        }
+        if landing {
             // Registered before the clock's add, so the return is timed before this block.
             // R_REGS: a return that matches no frame reads frame records to resynchronise.
             let (cb, data): (VcpuUdataCb, _) = match space {
@@ -125,7 +134,6 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let task_slot = crate::state::task_slot(start);
     let mut bytes = [0u8; 16];
     let mut switched = false;
-    let jumps = crate::state::entries::active();
     // The previous instruction of this block (address, bytes, length): a call through a
     // register it set may have a known target (RISC-V's auipc + jalr).
     let mut prev: Option<(u64, [u8; 16], usize)> = None;
@@ -165,6 +173,23 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         }
         let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
+        if let (Some(flag), InsnKind::Other) = (register_jumps, kind) {
+            // A PLT entry's jump on is its call's (the frame keeps the PLT's name).
+            if pc > crate::vcpu::landing::RETURN
+                && isa.indirect_jump(mode, &bytes[..len])
+                && !crate::state::entries::in_plt_sized(pc)
+            {
+                unsafe {
+                    qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                        insn,
+                        INLINE_STORE_U64,
+                        flag,
+                        pc,
+                    )
+                };
+                continue;
+            }
+        }
         // A direct jump into another function's entry: that function is entered (a tail
         // call, `b main`), shown as a call nested in the jumper's frame.
         if jumps && kind == InsnKind::Other {
@@ -302,6 +327,33 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
     }
+}
+
+/// The callbacks of a block where a jump through a register may land (user mode): a
+/// function's entry, and code right after a call (`handlers::jumps`); conditional on the
+/// pending flag holding a jump's address, so that calls and returns pay one comparison.
+///
+/// # Safety
+/// `tb` is the translation block being translated, starting at `start`.
+unsafe fn instrument_register_jump_targets(
+    tb: *mut qemu_plugin_tb,
+    flag: crate::ffi::qemu_plugin_u64,
+    start: u64,
+    landing: bool,
+) {
+    // An entry that follows no call also takes returns (the landing callback takes them
+    // where it does): a return there is a jump too.
+    let (cb, cond): (VcpuUdataCb, _) = match (crate::state::entries::is_entry(start), landing) {
+        (true, false) => (crate::handlers::jumps::on_register_jump_entry, COND_NE),
+        (true, true) => (crate::handlers::jumps::on_register_jump_entry, COND_GT),
+        (false, true) => (crate::handlers::jumps::on_register_jump_landing, COND_GT),
+        (false, false) => return,
+    };
+    let (data, imm) = match cond {
+        COND_NE => (start as usize as *mut c_void, 0),
+        _ => (start as usize as *mut c_void, crate::vcpu::landing::RETURN),
+    };
+    unsafe { qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb, CB_NO_REGS, cond, flag, imm, data) };
 }
 
 /// A task switch's callback data: the source register in the low byte, the instruction's

@@ -110,6 +110,9 @@ pub const CB_R_REGS: CbFlags = 1;
 /// `enum qemu_plugin_cond`.
 pub type Cond = c_int;
 pub const COND_EQ: Cond = 2;
+pub const COND_NE: Cond = 3;
+/// Unsigned, as QEMU compares (`TCG_COND_GTU`).
+pub const COND_GT: Cond = 6;
 
 /// `enum qemu_plugin_op`.
 pub type Op = c_int;

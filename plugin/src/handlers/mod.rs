@@ -4,6 +4,7 @@
 //! cookie of a run that starts mid-way (`midway`).
 
 pub mod callbacks;
+pub mod jumps;
 pub mod midway;
 pub mod procmaps;
 pub mod signals;

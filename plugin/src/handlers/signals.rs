@@ -60,13 +60,14 @@ pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
     }
 }
 
-/// At translation: a block starting at a handler's entry gets [`on_handler_entry`].
+/// At translation: a block starting at a handler's entry gets [`on_handler_entry`]; whether
+/// it is one.
 ///
 /// # Safety
 /// `first` is the block's first instruction, during QEMU's translation callback.
-pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
+pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) -> bool {
     if !ANY.load(Ordering::Relaxed) {
-        return;
+        return false;
     }
     let known = HANDLERS
         .lock()
@@ -83,6 +84,7 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
             )
         };
     }
+    known
 }
 
 /// A handler's first instruction runs: called, or started by a signal.

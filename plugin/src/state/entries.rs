@@ -117,3 +117,40 @@ pub fn enters(pc: u64, target: u64) -> bool {
         _ => false,
     }) || super::lib_entries::enters(pc, target)
 }
+
+/// Whether a function starts at `addr` (a jump through a register may enter it there).
+pub fn is_entry(addr: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.is_entry(addr.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
+/// Whether no function holds `pc` (a trampoline on the stack).
+pub fn outside_functions(pc: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.outside_functions(pc.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
+/// Whether `pc` lies in a PLT entry's place (a function of at most 16 bytes), whose jump
+/// on is its call's.
+pub fn in_plt_sized(pc: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.in_plt_sized(pc.wrapping_sub(bias)),
+        _ => false,
+    }
+}
+
+/// Whether `a` and `b` lie in one function (a switch table's jump stays in it).
+pub fn same_function(a: u64, b: u64) -> bool {
+    let bias = BIAS.load(Ordering::Relaxed);
+    match FUNCTIONS.get() {
+        Some(f) if bias != UNKNOWN => f.same_function(a.wrapping_sub(bias), b.wrapping_sub(bias)),
+        _ => false,
+    }
+}

@@ -22,6 +22,11 @@ use std::sync::OnceLock;
 
 static PENDING: OnceLock<Scoreboard> = OnceLock::new();
 
+/// The flag's value while a return is pending. A jump through a register stores its own
+/// address (never 0 or 1) instead: conditional callbacks on blocks where such a jump
+/// matters find it (`handlers::jumps`), and everything else takes it for no return.
+pub const RETURN: u64 = 1;
+
 /// `flag`: a zeroed per-vCPU word (no return is pending at start).
 pub fn init(flag: Scoreboard) {
     PENDING.get_or_init(|| flag);
@@ -83,19 +88,33 @@ impl Pending {
     /// A return is pending (what a return's inline store does).
     pub fn set(self) {
         if let Some(word) = self.0 {
-            word.set(1);
+            word.set(RETURN);
         }
     }
 
-    /// Whether a return is pending; clears it.
+    /// Whether a return is pending; clears it, and a jump through a register that landed
+    /// where no block looked (`handlers::jumps`).
     #[inline(always)]
     pub fn take(self) -> bool {
         match self.0 {
-            Some(word) if word.get() != 0 => {
-                word.set(0);
-                true
-            }
-            _ => false,
+            Some(word) => match word.get() {
+                0 => false,
+                flag => {
+                    word.set(0);
+                    flag == RETURN
+                }
+            },
+            None => false,
         }
+    }
+
+    /// The address of the jump through a register that is pending, if one is; clears it.
+    pub fn take_jump(self) -> Option<u64> {
+        let word = self.0?;
+        let flag = word.get();
+        (flag > RETURN).then(|| {
+            word.set(0);
+            flag
+        })
     }
 }

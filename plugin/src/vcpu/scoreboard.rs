@@ -168,12 +168,19 @@ impl FastWords {
 
     /// The time and whether a return is pending, when the hot path may read them. `last`:
     /// the engine's last time, which a wall-clock time is kept from going back before;
-    /// `interp`: the vCPU's interpolation of the wall clock.
+    /// `interp`: the vCPU's interpolation of the wall clock. A jump through a register
+    /// left pending (a switch table's: it landed where no block looked) is cleared, so
+    /// that the callee's entry block does not take the call for it.
     #[inline(always)]
     pub fn read(self, interp: &mut Interpolated, last: u64) -> Option<(u64, bool)> {
         let (w, now) = self.words(interp, last)?;
         // SAFETY: an element of this vCPU (`words`).
-        Some((now, unsafe { w.add(1).read_volatile() } != 0))
+        let flag = unsafe { w.add(1).read_volatile() };
+        if flag > super::landing::RETURN {
+            // SAFETY: as above.
+            unsafe { w.add(1).write_volatile(0) };
+        }
+        Some((now, flag == super::landing::RETURN))
     }
 
     /// At a landing: the time, taking the pending return (the flag is cleared).

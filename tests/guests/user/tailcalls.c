@@ -63,6 +63,58 @@ F int count(int x)
 	return s;
 }
 
+/* A tail call through a pointer: a jump through a register into leaf's entry. */
+F int ptrtail(int (*f)(int), int x)
+{
+	note("ptrtail");
+	sink += x;
+	return f(x + 1);
+}
+
+/* A switch table: jumps through a register within one function, never an entry, some to
+ * code right after a call. */
+F int pick(int x)
+{
+	int r = 0;
+	note("pick");
+	switch (x) {
+	case 0:
+		r = leaf(1);
+		/* fall through */
+	case 1:
+		r += 7;
+		break;
+	case 2:
+		r = leaf(2);
+		/* fall through */
+	case 3:
+		r += sink;
+		break;
+	case 4:
+		r = 13;
+		break;
+	case 5:
+		r = leaf(5) * 3;
+		break;
+	case 6:
+		r = sink * 5;
+		break;
+	case 7:
+		r = sink ^ 9;
+		break;
+	case 8:
+		r = leaf(8) - sink;
+		break;
+	case 9:
+		r = 21;
+		break;
+	default:
+		r = 1;
+	}
+	sink += r;
+	return r;
+}
+
 int main(void)
 {
 	note("main");
@@ -70,6 +122,9 @@ int main(void)
 	vtail(2);
 	count(2);
 	caller(3);
+	ptrtail(leaf, 4);
+	for (int i = 0; i < 11; i++)
+		pick(i);
 	for (int i = 0; i < n_entries; i++)
 		printf("ENTRY %s\n", entries[i]);
 	return 0;

@@ -1,0 +1,114 @@
+//! Jumps through a register (`setcontext`'s `br x16`, a nested function's trampoline's
+//! `jmp *%r11`), seen where they land. Translation gives each such jump an inline store
+//! of its own address into the vCPU's pending flag (`vcpu::landing`; a return stores 1),
+//! and the blocks where one matters a callback conditional on the flag holding an address:
+//! a function's first block, and a block right after a call. A jump within a function (a
+//! switch table) costs that store only; the next call or callback clears it.
+
+use crate::vcpu;
+use std::ffi::{c_uint, c_void};
+
+/// A block starting at a function's entry, entered by a jump through a register, or by a
+/// return where the block follows no call (x86-64 `setcontext`'s `ret`).
+///
+/// # Safety
+/// `data` is the block's address; registered conditional on the vCPU's pending flag
+/// holding a jump's address (or not being 0, where the block follows no call).
+pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        let Some(pc) = v.pending.take_jump() else {
+            // A return landing here (the flag was 1, now cleared): it follows no call.
+            if v.pending.take() {
+                let now = v.now();
+                let stub = (v.engine.stack().top())
+                    .is_some_and(|f| crate::state::entries::outside_functions(f.func));
+                v.engine.return_to_entry(now, target, stub);
+            }
+            return;
+        };
+        let Some(from_stub) = decide(pc, target) else {
+            return;
+        };
+        let now = v.now();
+        v.engine.register_jump_entry(now, target, from_stub);
+    });
+}
+
+/// A block right after a call, entered by a jump through a register from another
+/// function: where an open call returns to, execution resumed in that frame (`setcontext`
+/// back to `swapcontext`'s caller).
+///
+/// # Safety
+/// As [`on_register_jump_entry`].
+pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        // A switch table's case right after a call (in a recursive function, an open call
+        // may return there): the function's own jump.
+        let Some(pc) = v.pending.take_jump() else {
+            return;
+        };
+        if decide_landing(pc, target) {
+            return;
+        }
+        let now = v.now();
+        v.engine.register_jump_landing(now, target);
+    });
+}
+
+/// Whether the jump at `pc` to the entry `target` enters it (not a jump within one
+/// function or between its parts), and if so whether it leaves code no function holds (a
+/// trampoline).
+fn decide(pc: u64, target: u64) -> Option<bool> {
+    let answer = remembered(&ENTRIES, pc, target, || {
+        if !crate::state::entries::enters(pc, target) {
+            0
+        } else if crate::state::entries::outside_functions(pc) {
+            2
+        } else {
+            1
+        }
+    });
+    (answer != 0).then_some(answer == 2)
+}
+
+/// Whether the jump at `pc` to `target`, code right after a call, stays in one function
+/// (a switch table's case: an interpreter's dispatch lands there over and over).
+fn decide_landing(pc: u64, target: u64) -> bool {
+    remembered(&LANDINGS, pc, target, || {
+        crate::state::entries::same_function(pc, target) as u8
+    }) != 0
+}
+
+const SLOTS: usize = 64;
+/// (pc, target, answer); pc 0 is never a jump's.
+type Table = std::cell::RefCell<[(u64, u64, u8); SLOTS]>;
+
+thread_local! {
+    static ENTRIES: Table = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
+    static LANDINGS: Table = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
+}
+
+/// `compute`'s answer for the jump at `pc` to `target`. The same few jumps repeat (a tail
+/// call through one pointer, a switch's dispatch): the answers are kept per thread in a
+/// small direct-mapped table, sparing the function list's binary searches.
+fn remembered(
+    table: &'static std::thread::LocalKey<Table>,
+    pc: u64,
+    target: u64,
+    compute: impl FnOnce() -> u8,
+) -> u8 {
+    let slot = ((pc ^ target.rotate_left(17)) as usize >> 2) % SLOTS;
+    table.with(|t| {
+        let mut t = t.borrow_mut();
+        match t[slot] {
+            (p, g, a) if p == pc && g == target => a,
+            _ => {
+                let a = compute();
+                t[slot] = (pc, target, a);
+                a
+            }
+        }
+    })
+}
