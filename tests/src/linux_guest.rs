@@ -111,6 +111,16 @@ pub fn snap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| anyhow!("building the x86-64 snapshot initramfs guest failed: {e}"))
 }
 
+/// [`snap_initramfs_guest`] for Debian's riscv64 kernel (`snapinit.c` built with Debian's
+/// riscv64 cross gcc).
+pub fn snap_initramfs_guest_riscv64() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("snapinit-riscv64").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the riscv64 snapshot initramfs guest failed: {e}"))
+}
+
 /// [`sigsnap_initramfs_guest`] for Debian's amd64 kernel (`sigsnapinit.c` built for
 /// x86-64: glibc's own `__restore_rt`).
 pub fn sigsnap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
