@@ -14,7 +14,7 @@ use qemu_uftrace_tests::linux_guest::{
     snap_initramfs_guest_riscv64, snap_initramfs_guest_x86_64, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
 };
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
-use qemu_uftrace_tests::riscv64::{riscv64_kernel, riscv64_vmlinux};
+use qemu_uftrace_tests::riscv64::{riscv64_kernel, riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
 use qemu_uftrace_tests::{cached, debian_kernel};
 use std::ffi::OsStr;
@@ -61,10 +61,10 @@ fn amd64() -> Machine {
     }
 }
 
-/// Debian's riscv64 kernel on `-M virt` under QEMU's own OpenSBI.
-fn riscv64() -> Machine {
+/// Debian's riscv64 kernel on `-M virt` under QEMU's own OpenSBI, on `qemu`.
+fn riscv64(qemu: &str) -> Machine {
     Machine {
-        qemu: cached("qemu-10.2.2/bin/qemu-system-riscv64"),
+        qemu: PathBuf::from(qemu),
         options: &["-M", "virt", "-bios", "default"],
         kernel: riscv64_kernel(),
         append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
@@ -496,11 +496,16 @@ const RISCV64_PID1_CHAIN: &[&str] = &[
 
 /// `snapinit.c` on Debian's riscv64 kernel: PID 1's user chain recovered from its second
 /// cookie, taken at the first block it runs in user mode after its first SRET (S-mode
-/// cannot read the user stack at the SRET itself), and closed in order by the run.
+/// cannot read the user stack at the SRET itself), and closed in order by the run; on
+/// every QEMU (the first user block's conditional callback is plugin API 3).
 #[test]
 fn riscv64_linux_pid1_user_frames_unwound_at_its_return_to_user_mode() {
-    let run = record_linux_from_snapshot(riscv64(), snap_initramfs_guest_riscv64());
-    assert_pid1_user_frames_unwound(&run, RISCV64_PID1_CHAIN);
+    for qemu in riscv64_qemus() {
+        eprintln!("QEMU {}", qemu.label);
+        let run =
+            record_linux_from_snapshot(riscv64(&qemu.program), snap_initramfs_guest_riscv64());
+        assert_pid1_user_frames_unwound(&run, RISCV64_PID1_CHAIN);
+    }
 }
 
 /// PID 1 of `snapinit.c` recovered as `chain`, its user frames closed in order by the run

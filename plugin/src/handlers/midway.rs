@@ -35,7 +35,7 @@ use qemu_uftrace_engine::arch::Isa;
 use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -59,6 +59,8 @@ static WANT_USER: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
 
 /// Per vCPU, the SRET target where a task's user cookie is due (0: none); riscv64 only.
 static USER_TARGET: OnceLock<Scoreboard> = OnceLock::new();
+/// Per vCPU, the task whose SRET set its [`USER_TARGET`] word.
+static USER_DUE: Mutex<Option<HashMap<u32, u32>>> = Mutex::new(None);
 
 /// At install, with the configuration known: a riscv64 run from a snapshot gets its
 /// [`USER_TARGET`] words.
@@ -71,9 +73,13 @@ pub fn install() {
 /// The word a block at `start` (a block of user code, `haddr` its host bytes) checks
 /// against its own address for [`on_user_resume`]: only in a riscv64 run from a snapshot,
 /// and only for a block right after an `ecall` (where a system call returns).
-pub fn user_resume_word(isa: &dyn Isa, start: u64, haddr: *const u8) -> Option<qemu_plugin_u64> {
+pub fn user_resume_word(
+    isa: &dyn Isa,
+    start: u64,
+    haddr: impl FnOnce() -> *const u8,
+) -> Option<qemu_plugin_u64> {
     let word = USER_TARGET.get()?;
-    if isa.is_task_pointer(start) || !follows_ecall(start, haddr) {
+    if isa.is_task_pointer(start) || !follows_ecall(start, haddr()) {
         return None;
     }
     Some(word.entry())
@@ -108,8 +114,23 @@ pub unsafe extern "C" fn on_user_resume(vcpu_index: c_uint, data: *mut c_void) {
         return;
     };
     word.for_vcpu(vcpu_index, false).set(0);
+    let due = USER_DUE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .and_then(|d| d.remove(&vcpu_index));
     let pc = data as u64;
     vcpu::with(vcpu_index, |v| {
+        let tid = v.engine.tid();
+        if due != Some(tid) {
+            // Another task reached the same address first (the one due was preempted
+            // before its first user instruction): the one due tries again at its next SRET,
+            // which restores the same user registers.
+            if let Some(due) = due {
+                want_user(due);
+            }
+            return;
+        }
         if let Some(sp) = v.regs.read_named("sp") {
             user_cookie(v, vcpu_index, pc, sp);
         }
@@ -220,6 +241,11 @@ pub fn at_return_to_user(
     if let Some(word) = USER_TARGET.get() {
         // User pages are not readable here: the cookie is the first user block's.
         word.for_vcpu(vcpu, false).set(target);
+        USER_DUE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(vcpu, tid);
         return;
     }
     let Some(sp) = user_sp(v) else {
@@ -342,6 +368,15 @@ fn write(cookie: &StackCookie, name: String) {
     }
 }
 
+/// Task `tid`'s user-mode cookie is due at its next return to user mode.
+fn want_user(tid: u32) {
+    WANT_USER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(tid);
+}
+
 fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     let Some(out) = OUTPUT.get() else {
         return;
@@ -372,11 +407,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     let tid = v.engine.tid();
     // In an OS's kernel (a kernel stack), the task's user-mode calls may be open beneath.
     if isa.is_task_pointer(sp) {
-        WANT_USER
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashSet::new)
-            .insert(tid);
+        want_user(tid);
     }
     let cookie = StackCookie {
         machine: arch.elf_machine(),
