@@ -1,10 +1,10 @@
-//! A Linux guest recorded from a snapshot: Debian's arm64 kernel booted into an initramfs
-//! whose `/init` (`tests/guests/linux/snapinit.c`) sleeps in `read(2)` five calls deep, saved
-//! with `savevm` through the monitor (the test waits on the serial marker and the snapshot
-//! list), then recorded with `-loadvm` and given a line. Every task was open mid-way: each
-//! gets its stack cookie as it first runs after the start, unwound after the run — PID 1's
-//! kernel frames by the kernel's frame records, its user frames from `/init`'s own tables,
-//! kernel threads' chains down to `schedule`.
+//! A Linux guest recorded from a snapshot: Debian's arm64 kernel (and amd64, riscv64)
+//! booted into an initramfs whose `/init` (`tests/guests/linux/snapinit.c`) sleeps in
+//! `read(2)` five calls deep, saved with `savevm` through the monitor (the test waits on the
+//! serial marker and the snapshot list), then recorded with `-loadvm` and given a line.
+//! Every task was open mid-way: each gets its stack cookie as it first runs after the start,
+//! unwound after the run — PID 1's kernel frames by the kernel's frame records, its user
+//! frames from `/init`'s own tables, kernel threads' chains down to `schedule`.
 
 mod common;
 

@@ -160,8 +160,8 @@ fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
         .context("running make in tests/guests/linux (is make installed?)")?;
     if !output.status.success() {
         bail!(
-            "make -C tests/guests/linux failed ({}; the static links need the arm64 and amd64 \
-             glibc of scripts/install-deps.sh):\n{}{}",
+            "make -C tests/guests/linux failed ({}; the static links need the arm64, amd64 and \
+             riscv64 glibc of scripts/install-deps.sh):\n{}{}",
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
