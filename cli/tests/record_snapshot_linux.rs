@@ -1,19 +1,20 @@
-//! A Linux guest recorded from a snapshot: Debian's arm64 kernel booted into an initramfs
-//! whose `/init` (`tests/guests/linux/snapinit.c`) sleeps in `read(2)` five calls deep, saved
-//! with `savevm` through the monitor (the test waits on the serial marker and the snapshot
-//! list), then recorded with `-loadvm` and given a line. Every task was open mid-way: each
-//! gets its stack cookie as it first runs after the start, unwound after the run — PID 1's
-//! kernel frames by the kernel's frame records, its user frames from `/init`'s own tables,
-//! kernel threads' chains down to `schedule`.
+//! A Linux guest recorded from a snapshot: Debian's arm64 kernel (and amd64, riscv64)
+//! booted into an initramfs whose `/init` (`tests/guests/linux/snapinit.c`) sleeps in
+//! `read(2)` five calls deep, saved with `savevm` through the monitor (the test waits on the
+//! serial marker and the snapshot list), then recorded with `-loadvm` and given a line.
+//! Every task was open mid-way: each gets its stack cookie as it first runs after the start,
+//! unwound after the run — PID 1's kernel frames by the kernel's frame records, its user
+//! frames from `/init`'s own tables, kernel threads' chains down to `schedule`.
 
 mod common;
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::linux_guest::{
     sigsnap_initramfs_guest, sigsnap_initramfs_guest_x86_64, snap_initramfs_guest,
-    snap_initramfs_guest_x86_64, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
+    snap_initramfs_guest_riscv64, snap_initramfs_guest_x86_64, INITRAMFS_APPEND, INITRAMFS_TIMEOUT,
 };
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
+use qemu_uftrace_tests::riscv64::{riscv64_kernel, riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
 use qemu_uftrace_tests::{cached, debian_kernel};
 use std::ffi::OsStr;
@@ -57,6 +58,17 @@ fn amd64() -> Machine {
         kernel: cached("kernel-amd64/vmlinuz"),
         append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
         vmlinux: cached("kernel-amd64-dbg/vmlinux"),
+    }
+}
+
+/// Debian's riscv64 kernel on `-M virt` under QEMU's own OpenSBI, on `qemu`.
+fn riscv64(qemu: &str) -> Machine {
+    Machine {
+        qemu: PathBuf::from(qemu),
+        options: &["-M", "virt", "-bios", "default"],
+        kernel: riscv64_kernel(),
+        append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+        vmlinux: riscv64_vmlinux(),
     }
 }
 
@@ -454,15 +466,55 @@ const X86_64_PID1_CHAIN: &[&str] = &[
 #[test]
 fn x86_64_linux_pid1_user_frames_unwound_at_its_return_to_user_mode() {
     let run = record_linux_from_snapshot(amd64(), snap_initramfs_guest_x86_64());
+    assert_pid1_user_frames_unwound(&run, X86_64_PID1_CHAIN);
+}
+
+/// PID 1's whole chain on Debian's riscv64 kernel, asleep in `read(2)`: its user frames
+/// from `/init`'s CFI, the system call's entry, the kernel's frames down to the switch.
+const RISCV64_PID1_CHAIN: &[&str] = &[
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "main",
+    "snap_a",
+    "snap_b",
+    "snap_c",
+    "snap_wait",
+    "read",
+    "[svc]",
+    "do_trap_ecall_u",
+    "__riscv_sys_read",
+    "ksys_read",
+    "vfs_read",
+    "tty_read",
+    "n_tty_read",
+    "wait_woken",
+    "schedule_timeout",
+    "schedule",
+    "__schedule",
+    "__switch_to",
+];
+
+/// `snapinit.c` on Debian's riscv64 kernel: PID 1's user chain recovered from its second
+/// cookie, taken at the first block it runs in user mode after its first SRET (S-mode
+/// cannot read the user stack at the SRET itself), and closed in order by the run; on
+/// every QEMU (the first user block's conditional callback is plugin API 3).
+#[test]
+fn riscv64_linux_pid1_user_frames_unwound_at_its_return_to_user_mode() {
+    for qemu in riscv64_qemus() {
+        eprintln!("QEMU {}", qemu.label);
+        let run =
+            record_linux_from_snapshot(riscv64(&qemu.program), snap_initramfs_guest_riscv64());
+        assert_pid1_user_frames_unwound(&run, RISCV64_PID1_CHAIN);
+    }
+}
+
+/// PID 1 of `snapinit.c` recovered as `chain`, its user frames closed in order by the run
+/// and `snap_later` called from `main` after them.
+fn assert_pid1_user_frames_unwound(run: &Run, chain: &[&str]) {
     assert!(run.console.contains("SNAP: done"), "{}", run.console);
     let text = replay(&run.dir);
     let context = || format!("{}\n{text}", run.stderr);
-    assert_eq!(
-        recovered_chain(&text, 1),
-        X86_64_PID1_CHAIN,
-        "{}",
-        context()
-    );
+    assert_eq!(recovered_chain(&text, 1), chain, "{}", context());
     let events = parse_replay(&text, 1).expect("replay");
     let pid1 = callers(&events).unwrap_or_else(|e| panic!("PID 1: {e}\n{}", context()));
     let user = [

@@ -111,6 +111,16 @@ pub fn snap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| anyhow!("building the x86-64 snapshot initramfs guest failed: {e}"))
 }
 
+/// [`snap_initramfs_guest`] for Debian's riscv64 kernel (`snapinit.c` built with Debian's
+/// riscv64 cross gcc).
+pub fn snap_initramfs_guest_riscv64() -> Result<(PathBuf, PathBuf)> {
+    static BUILT: OnceLock<std::result::Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_initramfs("snapinit-riscv64").map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the riscv64 snapshot initramfs guest failed: {e}"))
+}
+
 /// [`sigsnap_initramfs_guest`] for Debian's amd64 kernel (`sigsnapinit.c` built for
 /// x86-64: glibc's own `__restore_rt`).
 pub fn sigsnap_initramfs_guest_x86_64() -> Result<(PathBuf, PathBuf)> {
@@ -150,8 +160,8 @@ fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
         .context("running make in tests/guests/linux (is make installed?)")?;
     if !output.status.success() {
         bail!(
-            "make -C tests/guests/linux failed ({}; the static links need the arm64 and amd64 \
-             glibc of scripts/install-deps.sh):\n{}{}",
+            "make -C tests/guests/linux failed ({}; the static links need the arm64, amd64 and \
+             riscv64 glibc of scripts/install-deps.sh):\n{}{}",
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)

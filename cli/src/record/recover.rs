@@ -147,14 +147,16 @@ fn unwind_file(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, Sta
 }
 
 /// The exception a task's user-mode code took where it resumes at `pc`: a system call if
-/// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`), an interrupt
-/// otherwise.
+/// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`, RISC-V `ecall`), an
+/// interrupt otherwise.
 fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
     const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
     const SYSCALL: [u8; 2] = [0x0f, 0x05];
+    const ECALL: [u8; 4] = 0x0000_0073u32.to_le_bytes();
     let call: &[u8] = match Arch::from_elf_machine(machine) {
         Some(Arch::Aarch64) => &SVC0,
         Some(Arch::X86_64) => &SYSCALL,
+        Some(Arch::Riscv64) => &ECALL,
         _ => &[],
     };
     let is_svc = !call.is_empty() && unwind::code_before(images, pc, call.len()) == Some(call);

@@ -152,6 +152,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         }
     }
     let _ = CONFIG.set(cfg);
+    crate::handlers::midway::install();
     // SAFETY: registering our callbacks for our own plugin id, during install.
     unsafe {
         register::register_callbacks(id, !system);

@@ -104,6 +104,24 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let jumps = crate::state::entries::active();
     let register_jumps = pending.filter(|_| user && jumps);
     let register_jump_target = register_jumps.is_some() && !handler;
+    // A riscv64 run from a snapshot: the block a system call returns to takes the user
+    // cookie its task's SRET left due (only where the vCPU's word is this block's address).
+    if system {
+        let haddr = || unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
+        if let Some(word) = crate::handlers::midway::user_resume_word(isa, start, haddr) {
+            unsafe {
+                qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                    tb,
+                    crate::handlers::midway::on_user_resume,
+                    CB_R_REGS,
+                    COND_EQ,
+                    word,
+                    start,
+                    start as usize as *mut c_void,
+                )
+            };
+        }
+    }
     if let Some(flag) = pending {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         let landing = crate::vcpu::landing::is_landing(isa, mode, start, haddr);

@@ -17,15 +17,25 @@
 //! are the arriving task's there, as its switch code restored them), and, if it was asleep
 //! in the kernel, a second one of its user-mode registers when it first returns to user
 //! mode ([`at_return_to_user`]). Both run once per task, at events that are rare already.
+//!
+//! On riscv64 the plugin's reads at SRET run in S-mode, which cannot read user pages
+//! without SSTATUS.SUM (the stack copy comes out empty): there the SRET only notes its
+//! target in a per-vCPU word, and the user cookie is taken at the first block of user
+//! code, whose registers are still exactly the ones SRET restored and whose pages are
+//! readable. Only blocks that follow an `ecall` get that conditional callback (decided at
+//! translation): a task asleep in a system call returns there. (A task preempted in user
+//! mode returns to any instruction and gets no user cookie.)
 
-use crate::state::guest::MIN_PAGE;
+use crate::ffi::qemu_plugin_u64;
+use crate::state::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
+use crate::vcpu::scoreboard::{self, Scoreboard};
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::Isa;
 use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -46,6 +56,86 @@ static BUDGET: AtomicU64 = AtomicU64::new(TRANSLATIONS_AFTER_FIRST);
 static ANY_CAPTURED: AtomicBool = AtomicBool::new(false);
 /// Tasks captured in kernel mode whose user-mode cookie is still to take.
 static WANT_USER: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+
+/// Per vCPU, the SRET target where a task's user cookie is due (0: none); riscv64 only.
+static USER_TARGET: OnceLock<Scoreboard> = OnceLock::new();
+/// Per vCPU, the task whose SRET set its [`USER_TARGET`] word.
+static USER_DUE: Mutex<Option<HashMap<u32, u32>>> = Mutex::new(None);
+
+/// At install, with the configuration known: a riscv64 run from a snapshot gets its
+/// [`USER_TARGET`] words.
+pub fn install() {
+    if resuming() && arch_or_default() == Arch::Riscv64 {
+        let _ = USER_TARGET.set(scoreboard::one_word());
+    }
+}
+
+/// The word a block at `start` (a block of user code, `haddr` its host bytes) checks
+/// against its own address for [`on_user_resume`]: only in a riscv64 run from a snapshot,
+/// and only for a block right after an `ecall` (where a system call returns).
+pub fn user_resume_word(
+    isa: &dyn Isa,
+    start: u64,
+    haddr: impl FnOnce() -> *const u8,
+) -> Option<qemu_plugin_u64> {
+    let word = USER_TARGET.get()?;
+    if isa.is_task_pointer(start) || !follows_ecall(start, haddr()) {
+        return None;
+    }
+    Some(word.entry())
+}
+
+/// Whether the 4 bytes before `pc` are RISC-V's `ecall` (which has no compressed form).
+fn follows_ecall(pc: u64, haddr: *const u8) -> bool {
+    const ECALL: [u8; 4] = 0x0000_0073u32.to_le_bytes();
+    if pc < 4 {
+        return false;
+    }
+    if pc % MIN_PAGE >= 4 && !haddr.is_null() {
+        let mut bytes = [0u8; 4];
+        // SAFETY: the bytes sit on the same guest page as `pc`, so in the same contiguous
+        // host mapping, right before `haddr`.
+        unsafe { std::ptr::copy_nonoverlapping(haddr.sub(4), bytes.as_mut_ptr(), 4) };
+        return bytes == ECALL;
+    }
+    // A page start: read through the guest's MMU (the vCPU is at this block, in user mode).
+    let mut bytes = [0u8; LOOKBEHIND_MAX];
+    let n = ByteBuf::new().read_before(pc, 4, &mut bytes);
+    n == Some(4) && bytes[LOOKBEHIND_MAX - 4..] == ECALL
+}
+
+/// The first block of user code after an SRET whose task wants its user cookie (a
+/// conditional callback: the vCPU's [`USER_TARGET`] word is this block's address, `data`).
+///
+/// # Safety
+/// Registered by translation with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_user_resume(vcpu_index: c_uint, data: *mut c_void) {
+    let Some(word) = USER_TARGET.get() else {
+        return;
+    };
+    word.for_vcpu(vcpu_index, false).set(0);
+    let due = USER_DUE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_mut()
+        .and_then(|d| d.remove(&vcpu_index));
+    let pc = data as u64;
+    vcpu::with(vcpu_index, |v| {
+        let tid = v.engine.tid();
+        if due != Some(tid) {
+            // Another task reached the same address first (the one due was preempted
+            // before its first user instruction): the one due tries again at its next SRET,
+            // which restores the same user registers.
+            if let Some(due) = due {
+                want_user(due);
+            }
+            return;
+        }
+        if let Some(sp) = v.regs.read_named("sp") {
+            user_cookie(v, vcpu_index, pc, sp);
+        }
+    });
+}
 
 /// Whether this run started mid-way (system mode, `resume=on`).
 pub fn resuming() -> bool {
@@ -148,9 +238,26 @@ pub fn at_return_to_user(
             return;
         }
     }
+    if let Some(word) = USER_TARGET.get() {
+        // User pages are not readable here: the cookie is the first user block's.
+        word.for_vcpu(vcpu, false).set(target);
+        USER_DUE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(vcpu, tid);
+        return;
+    }
     let Some(sp) = user_sp(v) else {
         return;
     };
+    user_cookie(v, vcpu, target, sp);
+}
+
+/// A task's user-mode cookie: at `pc` with the user stack at `sp`, the other registers
+/// as they are (the user's).
+fn user_cookie(v: &mut VcpuState, vcpu: u32, pc: u64, sp: u64) {
+    let tid = v.engine.tid();
     let isa = isa_or_default();
     let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
     let lr = register_names(arch_or_default())
@@ -163,7 +270,7 @@ pub fn at_return_to_user(
         tid,
         vcpu,
         time: v.now(),
-        pc: target,
+        pc,
         sp,
         fp,
         lr,
@@ -261,6 +368,15 @@ fn write(cookie: &StackCookie, name: String) {
     }
 }
 
+/// Task `tid`'s user-mode cookie is due at its next return to user mode.
+fn want_user(tid: u32) {
+    WANT_USER
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new)
+        .insert(tid);
+}
+
 fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     let Some(out) = OUTPUT.get() else {
         return;
@@ -291,11 +407,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     let tid = v.engine.tid();
     // In an OS's kernel (a kernel stack), the task's user-mode calls may be open beneath.
     if isa.is_task_pointer(sp) {
-        WANT_USER
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashSet::new)
-            .insert(tid);
+        want_user(tid);
     }
     let cookie = StackCookie {
         machine: arch.elf_machine(),

@@ -32,6 +32,13 @@ pub fn clock_and_pending() -> (Scoreboard, Scoreboard) {
     )
 }
 
+/// A word per vCPU of its own (a rare flag, apart from the hot ones).
+pub fn one_word() -> Scoreboard {
+    // SAFETY: plain allocation of one zeroed u64 per vCPU.
+    let score = unsafe { qemu_plugin_scoreboard_new(8) };
+    Scoreboard(qemu_plugin_u64 { score, offset: 0 })
+}
+
 // The scoreboard is QEMU's and built for concurrent per-vCPU use.
 unsafe impl Send for Scoreboard {}
 unsafe impl Sync for Scoreboard {}
