@@ -92,7 +92,11 @@ struct Run {
 fn run(elf: &Path) -> Run {
     let (tmp, dir, out) = common::record_output(&qemu(elf), &[]);
     let (console, stderr) = (common::stdout(&out), common::stderr(&out));
-    assert!(out.status.success(), "{}: {console}\n{stderr}", elf.display());
+    assert!(
+        out.status.success(),
+        "{}: {console}\n{stderr}",
+        elf.display()
+    );
     let log: Vec<String> = console
         .lines()
         .filter_map(|l| l.trim_end().strip_prefix("ENTRY "))
@@ -189,9 +193,8 @@ fn a_bare_metal_stack_switch_without_frame_pointers_is_unwound_aarch64() {
     assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
     assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
     assert!(
-        r.stderr.contains(
-            "1 resync without frame records unwound after the run (4 frames: 4 by CFI)"
-        ),
+        r.stderr
+            .contains("1 resync without frame records unwound after the run (4 frames: 4 by CFI)"),
         "{label}: {}",
         r.stderr
     );
