@@ -2,11 +2,15 @@
 //! no open frame and no frame record tells the stack (code built without frame pointers),
 //! the engine asks for the context's registers and stack top instead of guessing
 //! (`GuestView::save_stack`), and the CLI unwinds them with the guest's tables after the
-//! run (user mode). Resyncs are rare (a stack switch the plugin cannot see); each costs a
-//! few register reads and a stack copy, never anything per event.
+//! run: in user mode with the program's files, in system mode with the ELF files QEMU loads
+//! and the symbol files (a kernel's vmlinux: its ORC tables). Only where the frame-record
+//! chain gave nothing (`resync::plan`): kernels that keep frame records (arm64, riscv64)
+//! still resync from them, so their later returns past the bottom rebuild from the records
+//! as before. Resyncs are rare (a stack switch the plugin cannot see); each costs a few
+//! register reads and a stack copy, never anything per event.
 
 use crate::state::guest::{ByteBuf, MIN_PAGE};
-use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
+use crate::state::{arch_or_default, config, isa_or_default, OUTPUT};
 use qemu_uftrace_format::cookie::{self, StackCookie, MAX_RESYNC_COOKIES};
 use qemu_uftrace_format::Arch;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,13 +24,6 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// Saves the running context of task `tid` at `pc` (record time `time`); its number, or
 /// `None` past [`MAX_RESYNC_COOKIES`] or where the stack pointer or the file is refused.
 pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
-    // User mode only, for now: a context whose resync was deferred is mid-way from there,
-    // and its later returns past the bottom no longer rebuild the stack from frame records,
-    // which system mode's kernels (arm64, riscv64) do keep; and the CLI does not yet give
-    // the unwinder a Linux guest's process files.
-    if system_mode() {
-        return None;
-    }
     let (cfg, out) = (config()?, OUTPUT.get()?);
     if NEXT.load(Ordering::Relaxed) >= MAX_RESYNC_COOKIES {
         return None;

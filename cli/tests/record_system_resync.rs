@@ -1,0 +1,234 @@
+//! System mode: a resync with no frame record to go by (bare-metal code built without frame
+//! pointers) is unwound after the run with the ELF's own tables, as in user mode
+//! (record_user_resync.rs). The guest (tests/guests/coswitch.c, -O2 -fomit-frame-pointer)
+//! switches back to a coroutine's stack and lands four calls deep there, where nothing the
+//! tracer has open returns: the plugin saves a stack cookie, and `record` puts the frames it
+//! unwinds (by CFI: the ELF's `.debug_frame`) at that point, marked `qemu:unwound`, so the
+//! calls after it nest at their real depth. The same ELF with its CFI removed still shows
+//! the guess (a LOST record). Checked against the guest's own log of the functions it
+//! entered, on aarch64 bare metal. (Not on x86_64 yet: SeaBIOS's frames stay open below a
+//! `-kernel` program, and a landing after a call is taken for a longjmp into the innermost
+//! open function whose entry lies below it, a firmware frame there, so that resync keeps
+//! them and is no guess the engine knows of.)
+
+mod common;
+
+use common::user::only_task;
+use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use qemu_uftrace_tests::{cross_prefix, guest_elf, plugin_stat, Variant, QEMU};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The guest's -nofp build.
+fn elf() -> PathBuf {
+    guest_elf("coswitch", Variant::NoFp).expect("build guests")
+}
+
+/// The QEMU command line that runs `elf`.
+fn qemu(elf: &Path) -> Vec<String> {
+    [
+        QEMU,
+        "-M",
+        "virt",
+        "-cpu",
+        "cortex-a57",
+        "-nographic",
+        "-semihosting",
+        "-nic",
+        "none",
+        "-kernel",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(std::iter::once(elf.display().to_string()))
+    .collect()
+}
+
+/// `elf` without its CFI sections (in `dir`).
+fn without_cfi(elf: &Path, dir: &Path) -> PathBuf {
+    let stripped = dir.join("coswitch-nocfi.elf");
+    let status = Command::new(format!("{}objcopy", cross_prefix()))
+        .args([
+            "--remove-section",
+            ".debug_frame",
+            "--remove-section",
+            ".eh_frame",
+        ])
+        .arg(elf)
+        .arg(&stripped)
+        .status()
+        .expect("run objcopy");
+    assert!(status.success(), "objcopy {}", elf.display());
+    stripped
+}
+
+/// The program's own functions.
+const OWN: &[&str] = &[
+    "main",
+    "co_entry",
+    "resume",
+    "m_leaf",
+    "switch_to",
+    "co_outer",
+    "co_inner",
+    "co_leaf",
+    "co_yield",
+    "co_done",
+];
+
+/// A recording of `elf`: the replay's own functions after main's frame closed at the resync
+/// (the second switch into the coroutine), the log's entries after main's second `resume`,
+/// the replay and dump text and record's stderr.
+struct Run {
+    after: Vec<String>,
+    log_after: Vec<String>,
+    replay: String,
+    dump: String,
+    stderr: String,
+    dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+fn run(elf: &Path) -> Run {
+    let (tmp, dir, out) = common::record_output(&qemu(elf), &[]);
+    let (console, stderr) = (common::stdout(&out), common::stderr(&out));
+    assert!(
+        out.status.success(),
+        "{}: {console}\n{stderr}",
+        elf.display()
+    );
+    let log: Vec<String> = console
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("ENTRY "))
+        .map(String::from)
+        .collect();
+    let second_resume = log
+        .iter()
+        .rposition(|n| n == "resume")
+        .unwrap_or_else(|| panic!("no log in the console:\n{console}"));
+    let log_after = log[second_resume + 1..].to_vec();
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let own = without(&events, |n| !OWN.contains(&n), false);
+    let end_of_main = own
+        .iter()
+        .rposition(|e| e == "X main")
+        .unwrap_or_else(|| panic!("{}: main closes at the resync: {own:?}", elf.display()));
+    let d = dir.to_string_lossy().to_string();
+    Run {
+        after: own[end_of_main + 1..].to_vec(),
+        log_after,
+        replay: uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay"),
+        dump: uftrace(&["dump", "--no-pager", "-d", &d]).expect("dump"),
+        stderr,
+        dir,
+        _tmp: tmp,
+    }
+}
+
+/// The indentation of the last replay line that ends in `what`, after its `|`.
+fn indent(replay: &str, what: &str) -> usize {
+    let line = replay
+        .lines()
+        .rev()
+        .find(|l| l.trim_end().ends_with(what))
+        .unwrap_or_else(|| panic!("no {what} in\n{replay}"));
+    let after_bar = &line[line.find('|').expect("a replay line") + 1..];
+    after_bar.len() - after_bar.trim_start().len()
+}
+
+fn entries(events: &[String]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| e.strip_prefix("E "))
+        .map(String::from)
+        .collect()
+}
+
+fn no_cookie_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .expect("the trace")
+        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".stack"))
+}
+
+#[test]
+fn a_bare_metal_stack_switch_without_frame_pointers_is_unwound_aarch64() {
+    let elf = elf();
+    let label = elf.display().to_string();
+    let r = run(&elf);
+    // The coroutine's stack at the switch (co_entry > co_outer > co_inner > co_yield, as
+    // its log entered them; co_entry's caller, co_start, has no CFI), then its calls at
+    // their depth: co_leaf inside co_inner, the next inside co_outer, co_done in co_entry.
+    let want = [
+        "E co_entry",
+        "E co_outer",
+        "E co_inner",
+        "E co_yield",
+        "X co_yield",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_inner",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_outer",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
+    assert_eq!(
+        entries(&r.after[4..]),
+        r.log_after,
+        "{label}: entries against the log"
+    );
+    // The unwound frames are marked, inside the innermost one; no guess anywhere.
+    assert_eq!(
+        indent(&r.replay, "/* qemu:unwound */"),
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(
+        !r.dump.contains("[lost ]"),
+        "{label}: a LOST record\n{}",
+        r.dump
+    );
+    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records unwound after the run (4 frames: 4 by CFI)"),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
+    let events = r.dump.lines().filter(|l| l.contains("[event]")).count();
+    assert_eq!(events, 1, "{label}: only the unwound mark\n{}", r.dump);
+
+    // Without CFI nothing unwinds: the guess stays, and says so.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let r = run(&without_cfi(&elf, tmp.path()));
+    let want = [
+        "E co_leaf",
+        "X co_leaf",
+        "E co_leaf",
+        "X co_leaf",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label} without CFI\n{}", r.replay);
+    assert_eq!(
+        entries(&r.after),
+        r.log_after,
+        "{label}: entries against the log"
+    );
+    assert!(
+        r.dump.contains("[lost ]"),
+        "{label}: no LOST record\n{}",
+        r.dump
+    );
+    assert!(!r.dump.contains("[event]"), "{label}\n{}", r.dump);
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records stayed guessed"),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
+}
