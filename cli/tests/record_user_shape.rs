@@ -399,3 +399,78 @@ fn first_tid(text: &str) -> u32 {
         })
         .expect("a replay line with a task")
 }
+
+/// The functions whose `uftrace report` counts [`longjmp_report_counts_are_native`] compares.
+const LJREPORT_COUNTED: &[&str] = &["main", "a", "b", "c", "_setjmp", "longjmp"];
+
+/// `uftrace report -F main` of `dir`: calls of each of [`LJREPORT_COUNTED`] (0 where absent).
+/// Under main only: native libmcount does not see glibc's own `_setjmp` call before main.
+fn ljreport_counts(dir: &str) -> Vec<(&'static str, u64)> {
+    let text = uftrace(&["report", "--no-pager", "-F", "main", "-d", dir]).expect("report");
+    LJREPORT_COUNTED
+        .iter()
+        .map(|&name| {
+            let calls = text.lines().find_map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                match words[..] {
+                    [.., calls, last] if last == name => calls.parse().ok(),
+                    _ => None,
+                }
+            });
+            (name, calls.unwrap_or(0))
+        })
+        .collect()
+}
+
+/// a → b → c → longjmp, three times (tests/guests/user/ljreport.c, -O0): `uftrace report`
+/// counts the program's functions and `_setjmp` as for the `-pg` build recorded natively,
+/// where libmcount writes each landing's exit as `_setjmp`'s. Ours: x86_64, and aarch64
+/// against the same native counts.
+#[test]
+fn longjmp_report_counts_are_native() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/guests/user/ljreport.c");
+    let build = |gcc: &str, pg: bool, exe: &std::path::Path| {
+        let mut cmd = std::process::Command::new(gcc);
+        if pg {
+            cmd.arg("-pg");
+        }
+        let out = cmd
+            .args(["-g", "-O0", "-o"])
+            .arg(exe)
+            .arg(&src)
+            .output()
+            .expect("running gcc");
+        assert!(out.status.success(), "{gcc} (-pg: {pg}): {out:?}");
+    };
+    let native = tmp.path().join("ljreport-pg");
+    build("gcc", true, &native);
+    let data = tmp.path().join("native.data");
+    let (data_s, exe_s) = (data.to_string_lossy(), native.to_string_lossy());
+    let out = uftrace(&["record", "-d", &data_s, &exe_s]).expect("uftrace record");
+    assert!(out.contains("rounds=4"), "{out}");
+    let want = ljreport_counts(&data_s);
+    assert_eq!(
+        want,
+        [
+            ("main", 1),
+            ("a", 0),
+            ("b", 0),
+            ("c", 0),
+            ("_setjmp", 4),
+            ("longjmp", 0)
+        ],
+        "native"
+    );
+    for (target, sysroot) in [(&X86_64, None), (&AARCH64, Some("/usr/aarch64-linux-gnu"))] {
+        let exe = tmp.path().join(format!("ljreport-{}", target.cross));
+        build(&format!("{}gcc", target.cross), false, &exe);
+        let elf = exe.to_string_lossy();
+        let mut args: Vec<&str> = sysroot.map_or(Vec::new(), |r| vec!["-L", r]);
+        args.push(&elf);
+        let (_tmp, dir, stdout) = record_ok(&cached(target.qemu), &args);
+        assert!(stdout.contains("rounds=4"), "{stdout}");
+        let ours = ljreport_counts(&dir.to_string_lossy());
+        assert_eq!(ours, want, "{}", target.cross);
+    }
+}
