@@ -591,9 +591,7 @@ impl Engine {
             if let Some(gates) = self.gates.as_deref_mut() {
                 gates.left(self.stack.len());
             }
-            let setjmp = landing
-                .and_then(|(at, guest)| guest.call_before(at))
-                .and_then(|site| site.target);
+            let setjmp = landing.and_then(|(at, guest)| guest.callee_before(at));
             if let Some(func) = setjmp {
                 self.close_top_as(now, func);
             }
