@@ -422,10 +422,23 @@ fn ljreport_counts(dir: &str) -> Vec<(&'static str, u64)> {
         .collect()
 }
 
+/// The calls of [`LJREPORT_COUNTED`] from main's entry to its exit, as uftrace's replay of
+/// task `tid` in `dir` shows them (glibc calls `_setjmp` before main, unseen natively).
+fn ljreport_replay(dir: &std::path::Path, tid: u32) -> Vec<String> {
+    let events = replay_events(dir, tid).expect("uftrace replay");
+    let own = without(&events, |n| !LJREPORT_COUNTED.contains(&n), false);
+    let start = own
+        .iter()
+        .position(|e| e == "E main")
+        .expect("main entered");
+    let end = own.iter().rposition(|e| e == "X main").expect("main left");
+    own[start..=end].to_vec()
+}
+
 /// a → b → c → longjmp, three times (tests/guests/user/ljreport.c, -O0): `uftrace report`
 /// counts the program's functions and `_setjmp` as for the `-pg` build recorded natively,
-/// where libmcount writes each landing's exit as `_setjmp`'s. Ours: x86_64, and aarch64
-/// against the same native counts.
+/// where libmcount writes each landing's exit as `_setjmp`'s, and replay draws the same
+/// calls. Ours: x86_64, and aarch64 and riscv64 against the same native trace.
 #[test]
 fn longjmp_report_counts_are_native() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -462,7 +475,18 @@ fn longjmp_report_counts_are_native() {
         ],
         "native"
     );
-    for (target, sysroot) in [(&X86_64, None), (&AARCH64, Some("/usr/aarch64-linux-gnu"))] {
+    let native_tid = first_tid(&uftrace(&["replay", "--no-pager", "-d", &data_s]).expect("replay"));
+    let native_calls = ljreport_replay(&data, native_tid);
+    let round = ["E a", "E b", "E c", "E longjmp", "X _setjmp"];
+    let mut drawn = vec!["E main", "E _setjmp", "X _setjmp"];
+    drawn.extend(round.repeat(3));
+    drawn.push("X main");
+    assert_eq!(native_calls, drawn, "native replay");
+    for (target, sysroot) in [
+        (&X86_64, None),
+        (&AARCH64, Some("/usr/aarch64-linux-gnu")),
+        (&RISCV64, Some("/usr/riscv64-linux-gnu")),
+    ] {
         let exe = tmp.path().join(format!("ljreport-{}", target.cross));
         build(&format!("{}gcc", target.cross), false, &exe);
         let elf = exe.to_string_lossy();
@@ -472,5 +496,7 @@ fn longjmp_report_counts_are_native() {
         assert!(stdout.contains("rounds=4"), "{stdout}");
         let ours = ljreport_counts(&dir.to_string_lossy());
         assert_eq!(ours, want, "{}", target.cross);
+        let calls = ljreport_replay(&dir, only_task(&dir));
+        assert_eq!(calls, native_calls, "{}: replay", target.cross);
     }
 }
