@@ -77,7 +77,7 @@ fn check_program(program: &str) {
     let indirect: Vec<_> = (spec.tail_calls.iter().copied())
         .filter(|(_, callee)| callee.is_none())
         .collect();
-    // A longjmp closes only the outermost frame it skips, as libmcount writes it.
+    // A longjmp's frames close with one exit, setjmp's, as libmcount writes it.
     let oracle = match program {
         "longjmp" => longjmp_shape(&oracle, "lj_after"),
         _ => oracle,

@@ -16,6 +16,13 @@ pub trait GuestView {
     fn frame_record(&mut self, fp: u64) -> Option<(u64, u64)>;
     /// The call instruction that `ret_addr` returns from, if the instruction before it is one.
     fn call_before(&mut self, ret_addr: u64) -> Option<CallSite>;
+    /// The function the call before `ret_addr` called, where known: as
+    /// [`GuestView::call_before`]'s direct target, or (a guest that can tell) a call through a
+    /// register the instruction before it set (RISC-V's far `call`: `auipc ra; jalr ra`).
+    /// Read for a longjmp's landing only, to name setjmp.
+    fn callee_before(&mut self, ret_addr: u64) -> Option<u64> {
+        self.call_before(ret_addr)?.target
+    }
     /// Saves what an unwinder needs of the running context (its registers and the top of
     /// its stack) for the CLI to unwind after the run, where the frame records say nothing:
     /// task `tid`, running at `pc`, at record time `time`. Gives the cookie's number (the

@@ -452,7 +452,7 @@ impl Engine {
             if !self.stack.frames()[i + 1..].iter().all(Frame::is_jumped) {
                 self.stats.deep_returns += 1;
             }
-            self.close_skipped(now, i);
+            self.close_landing(now, i, Some((target, guest)));
             return;
         }
         // Only frames entered by a jump above the floor: they were entered from code that
@@ -474,7 +474,9 @@ impl Engine {
         if !plan.resynced && keep == 0 && self.unwind_later(now, target, guest) {
             return;
         }
-        self.close_skipped(now, keep);
+        // A landing the guest's frame records confirm, with nothing opened: a longjmp's.
+        let landing = (plan.resynced && plan.open.is_empty()).then_some((target, &mut *guest));
+        self.close_landing(now, keep, landing);
         // Frames opened without their entries, or a stack given up: the engine guessed from
         // here on, so say so where uftrace shows it. (Closing down to a frame the guest's
         // frame records still hold, as after a longjmp, is no guess.)
@@ -559,9 +561,23 @@ impl Engine {
     /// exit after it (at setjmp's depth): so the frames entered after the longjmp (its own
     /// callees) close as usual, the longjmp's frame and those between it and the outermost
     /// skipped frame close without an exit, and the outermost one with its exit. Replay then
-    /// draws as for a native trace; `report` does not count quite alike: libmcount's single
-    /// exit is `_setjmp`'s (its hooked return), ours the outermost skipped frame's.
+    /// draws as for a native trace. See [`Engine::close_landing`] for `report`'s counts.
     pub(crate) fn close_skipped(&mut self, now: u64, keep: usize) {
+        self.close_landing(now, keep, None);
+    }
+
+    /// [`Engine::close_skipped`] where execution resumes at `landing` (read through the
+    /// guest only when a longjmp was skipped): libmcount's single exit is `_setjmp`'s (its
+    /// hooked return), which `report` counts as a call of `_setjmp`, so where the call
+    /// before the landing is a direct one, the single exit names its target (a PLT entry
+    /// in a dynamic program: uftrace goes by its name) instead of the outermost skipped
+    /// frame, and `report` counts as for a native trace.
+    pub(crate) fn close_landing(
+        &mut self,
+        now: u64,
+        keep: usize,
+        landing: Option<(u64, &mut dyn GuestView)>,
+    ) {
         let is_longjmp = self.is_longjmp;
         let longjmp = (self.stack.frames().iter().enumerate())
             .skip(keep + 1)
@@ -575,8 +591,24 @@ impl Engine {
             if let Some(gates) = self.gates.as_deref_mut() {
                 gates.left(self.stack.len());
             }
+            let setjmp = landing.and_then(|(at, guest)| guest.callee_before(at));
+            if let Some(func) = setjmp {
+                self.close_top_as(now, func);
+            }
         }
         self.close_down_to(now, keep);
+    }
+
+    /// [`Engine::close_top`], with the exit written for `func` instead of the frame's own.
+    fn close_top_as(&mut self, now: u64, func: u64) {
+        if self.stack.pop().is_some() {
+            let depth = self.stack.len();
+            if depth < self.record_depth {
+                self.emit(now, RecordType::Exit, depth, func);
+            } else {
+                self.close_beyond(now, depth, func);
+            }
+        }
     }
 
     /// Closes frames until only `keep` remain.

@@ -4,6 +4,7 @@
 //! one matters (a function's entry, the code after a call). Switch tables and other
 //! jumps within a function land elsewhere and cost only that store.
 
+use crate::guest::GuestView;
 use crate::hot::Engine;
 
 impl Engine {
@@ -53,15 +54,16 @@ impl Engine {
     /// A jump through a register to `target`, code right after a call: where an open call
     /// returns to, execution resumes in that frame, as after a return
     /// (`setcontext` back into `swapcontext`'s caller); anywhere else (a switch table's
-    /// case after a call) it is no event. Never across an exception entry.
-    pub fn register_jump_landing(&mut self, now: u64, target: u64) {
+    /// case after a call) it is no event. Never across an exception entry. A longjmp's
+    /// single exit names the call before `target` ([`Engine::close_landing`]).
+    pub fn register_jump_landing(&mut self, now: u64, target: u64, guest: &mut dyn GuestView) {
         let floor = self.stack().innermost_exception().map_or(0, |i| i + 1);
         let Some(i) = self.stack().find(target).filter(|&i| i >= floor) else {
             return;
         };
         let now = self.clamp(now);
         self.stats.returns += 1;
-        self.close_skipped(now, i);
+        self.close_landing(now, i, Some((target, guest)));
     }
 }
 
@@ -169,10 +171,10 @@ mod tests {
         e.call(3, 0x4100, 0x4010); // setcontext
         e.register_jump_entry(4, 0x2000, false); // makecontext's function
                                                  // A switch table's case right after a call: nothing.
-        e.register_jump_landing(5, 0x2040);
+        e.register_jump_landing(5, 0x2040, &mut NoGuest);
         assert_eq!(e.stack().len(), 4);
         // setcontext back to swapcontext's caller.
-        e.register_jump_landing(6, 0x1010);
+        e.register_jump_landing(6, 0x1010, &mut NoGuest);
         assert_eq!(e.stack().len(), 1);
         assert_eq!(
             lines(&mut e, &records),

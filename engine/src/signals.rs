@@ -13,6 +13,7 @@
 //! execution resumed: frames above the open function that holds the calling code were
 //! skipped by the unwinding, and close there.
 
+use crate::guest::GuestView;
 use crate::hot::Engine;
 use crate::resync::containing_frame;
 use crate::shadow::Frame;
@@ -71,19 +72,20 @@ impl Engine {
     /// exception entry). Nothing changes when no open function can hold it.
     pub fn realign_for_call(&mut self, now: u64, ret_addr: u64) {
         // The call instruction ends just before its return address.
-        self.resume_in_function_of(now, ret_addr.wrapping_sub(1));
+        self.resume_in_function_of(now, ret_addr.wrapping_sub(1), None);
     }
 
     /// A jump through a register right after a stack switch (x86-64's longjmp, an unwinder
     /// installing a handler) goes to `target`: frames above the open function that holds
-    /// it are closed, as for [`Engine::realign_for_call`].
-    pub fn stack_switch_jump(&mut self, now: u64, target: u64) {
-        self.resume_in_function_of(now, target);
+    /// it are closed, as for [`Engine::realign_for_call`]; a longjmp's single exit names
+    /// the call before `target` ([`Engine::close_landing`]).
+    pub fn stack_switch_jump(&mut self, now: u64, target: u64, guest: &mut dyn GuestView) {
+        self.resume_in_function_of(now, target, Some(guest));
     }
 
     /// Execution resumes at `pc`: closes the frames above the innermost open function that
-    /// can hold it, if that is not the top one.
-    fn resume_in_function_of(&mut self, now: u64, pc: u64) {
+    /// can hold it, if that is not the top one. `guest` where `pc` is a landing.
+    fn resume_in_function_of(&mut self, now: u64, pc: u64, guest: Option<&mut dyn GuestView>) {
         let floor = self.stack().innermost_exception().map_or(0, |i| i + 1);
         let Some(i) = containing_frame(self.stack(), pc) else {
             return;
@@ -93,7 +95,7 @@ impl Engine {
         }
         let now = self.clamp(now);
         self.stats.unwinds += 1;
-        self.close_skipped(now, i + 1);
+        self.close_landing(now, i + 1, guest.map(|g| (pc, g)));
     }
 }
 
@@ -307,7 +309,7 @@ mod tests {
         e.call(3, 0x3000, 0x2024); // leaf
         e.signal_entry(4, 10, 0x4000, TRAMPOLINE);
         e.call(5, 0x6000, 0x4014); // longjmp
-        e.stack_switch_jump(6, 0x2014);
+        e.stack_switch_jump(6, 0x2014, &mut NoRecords);
         assert_eq!(e.stack().len(), 2);
         let ev = events(&mut e, &records);
         assert_eq!(
@@ -315,7 +317,7 @@ mod tests {
             ["X throw", "X handler", "X [SIGUSR1]", "X leaf"]
         );
         // A jump within the top function (a switch) changes nothing.
-        e.stack_switch_jump(7, 0x2100);
+        e.stack_switch_jump(7, 0x2100, &mut NoRecords);
         assert_eq!(e.stack().len(), 2);
     }
 

@@ -141,7 +141,10 @@ pub unsafe extern "C" fn on_stack_switch_jump(vcpu_index: c_uint, data: *mut c_v
         let now = v.now();
         crate::handlers::callbacks::settle(v, now);
         match target {
-            Some(target) => v.engine.stack_switch_jump(now, target),
+            Some(target) => {
+                let mut guest = crate::state::guest::QemuGuest { buf: &mut v.regs };
+                v.engine.stack_switch_jump(now, target, &mut guest);
+            }
             None => v.engine.stats.register_read_failures += 1,
         }
     });

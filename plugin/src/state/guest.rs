@@ -6,7 +6,7 @@ use crate::ffi::{
     qemu_plugin_get_registers, qemu_plugin_read_memory_vaddr, qemu_plugin_read_register,
     qemu_plugin_reg_descriptor, qemu_plugin_register, GByteArray,
 };
-use qemu_uftrace_engine::arch::{Isa, Mode, Thunk};
+use qemu_uftrace_engine::arch::{classify_after, InsnKind, Isa, Mode, Target, Thunk};
 use qemu_uftrace_engine::guest::{call_returning_to, read_frame_record, CallSite, GuestView};
 use rustc_hash::FxHashMap;
 use std::ffi::CStr;
@@ -220,6 +220,32 @@ impl GuestView for QemuGuest<'_> {
             }
         }
         Some(site)
+    }
+
+    fn callee_before(&mut self, ret_addr: u64) -> Option<u64> {
+        let site = self.call_before(ret_addr)?;
+        if site.target.is_some() {
+            return site.target;
+        }
+        // A call through a register: the instruction before it may have set that register
+        // (`auipc ra, hi; jalr lo(ra)`), as translation reads such a pair (`classify_after`).
+        let isa = self.isa();
+        let mode = current_mode(isa, self.buf);
+        let call = self
+            .buf
+            .read_memory(site.pc, (ret_addr - site.pc) as usize)?
+            .to_vec();
+        let mut prev = [0u8; LOOKBEHIND_MAX];
+        let n = self.buf.read_before(site.pc, isa.fetch_len(), &mut prev)?;
+        let prev = &prev[LOOKBEHIND_MAX - n..];
+        let prev_pc = site.pc - n as u64;
+        match classify_after(isa, mode, Some((prev_pc, prev)), site.pc, &call) {
+            InsnKind::Call {
+                target: Target::Direct(target),
+                ..
+            } => Some(target),
+            _ => None,
+        }
     }
 
     fn save_stack(&mut self, tid: u32, pc: u64, time: u64) -> Option<u32> {
