@@ -5,7 +5,7 @@
 //! needs comes from `sites`.
 
 use crate::ffi;
-use crate::state::guest::QemuGuest;
+use crate::state::qemu_guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
 use qemu_uftrace_engine::sites::{

@@ -53,7 +53,7 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
             return;
         }
         let now = v.now();
-        let mut guest = crate::state::guest::QemuGuest { buf: &mut v.regs };
+        let mut guest = crate::state::qemu_guest::QemuGuest { buf: &mut v.regs };
         v.engine.register_jump_landing(now, target, &mut guest);
     });
 }

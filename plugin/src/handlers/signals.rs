@@ -142,7 +142,7 @@ pub unsafe extern "C" fn on_stack_switch_jump(vcpu_index: c_uint, data: *mut c_v
         crate::handlers::callbacks::settle(v, now);
         match target {
             Some(target) => {
-                let mut guest = crate::state::guest::QemuGuest { buf: &mut v.regs };
+                let mut guest = crate::state::qemu_guest::QemuGuest { buf: &mut v.regs };
                 v.engine.stack_switch_jump(now, target, &mut guest);
             }
             None => v.engine.stats.register_read_failures += 1,

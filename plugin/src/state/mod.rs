@@ -12,6 +12,7 @@ pub mod guest;
 pub mod lib_entries;
 pub mod output;
 pub mod progress;
+pub mod qemu_guest;
 /// Stack cookies saved where a resync has no frame record to go by.
 pub mod resync_cookie;
 /// A Linux guest's process address spaces, for code one process translated and another runs.
