@@ -22,10 +22,8 @@ use std::sync::OnceLock;
 
 static PENDING: OnceLock<Scoreboard> = OnceLock::new();
 
-/// The flag's value while a return is pending. A jump through a register stores its own
-/// address (never 0 or 1) instead: conditional callbacks on blocks where such a jump
-/// matters find it (`handlers::jumps`), and everything else takes it for no return.
-pub const RETURN: u64 = 1;
+/// The flag's value while a return is pending (kept beside the word it is stored in).
+pub use crate::vcpu::scoreboard::RETURN;
 
 /// `flag`: a zeroed per-vCPU word (no return is pending at start).
 pub fn init(flag: Scoreboard) {

@@ -21,6 +21,11 @@ use crate::ffi::{
 /// One zero-initialised u64 per vCPU.
 pub struct Scoreboard(qemu_plugin_u64);
 
+/// The flag's value while a return is pending. A jump through a register stores its own
+/// address (never 0 or 1) instead: conditional callbacks on blocks where such a jump
+/// matters find it (`handlers::jumps`), and everything else takes it for no return.
+pub const RETURN: u64 = 1;
+
 /// The words every event reads, in one scoreboard: `[instruction counter, pending flag]`.
 pub fn clock_and_pending() -> (Scoreboard, Scoreboard) {
     // SAFETY: plain allocation of two zeroed u64 per vCPU; elements are 16-byte aligned
@@ -183,11 +188,11 @@ impl FastWords {
         let (w, now) = self.words(interp, last)?;
         // SAFETY: an element of this vCPU (`words`).
         let flag = unsafe { w.add(1).read_volatile() };
-        if flag > super::landing::RETURN {
+        if flag > RETURN {
             // SAFETY: as above.
             unsafe { w.add(1).write_volatile(0) };
         }
-        Some((now, flag == super::landing::RETURN))
+        Some((now, flag == RETURN))
     }
 
     /// At a landing: the time, taking the pending return (the flag is cleared).
