@@ -13,6 +13,9 @@ use libfuzzer_sys::fuzz_target;
 use qemu_uftrace::args::Clock;
 use qemu_uftrace::qemu::{options::keyval, rewrite::plugin_option};
 
+#[allow(dead_code)] // the parser's types of PIE addresses (`config` uses them)
+#[path = "../../plugin/src/state/aims.rs"]
+mod aims;
 #[allow(dead_code)] // only the parser is fuzzed
 #[path = "../../plugin/src/state/config.rs"]
 mod config;
