@@ -13,8 +13,7 @@
 
 mod common;
 
-use common::user::only_task;
-use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use common::resync::{entries, indent, no_cookie_files, Run};
 use qemu_uftrace_tests::{cross_prefix, guest_elf, plugin_stat, Variant, QEMU};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,19 +75,6 @@ const OWN: &[&str] = &[
     "co_done",
 ];
 
-/// A recording of `elf`: the replay's own functions after main's frame closed at the resync
-/// (the second switch into the coroutine), the log's entries after main's second `resume`,
-/// the replay and dump text and record's stderr.
-struct Run {
-    after: Vec<String>,
-    log_after: Vec<String>,
-    replay: String,
-    dump: String,
-    stderr: String,
-    dir: PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
 fn run(elf: &Path) -> Run {
     let (tmp, dir, out) = common::record_output(&qemu(elf), &[]);
     let (console, stderr) = (common::stdout(&out), common::stderr(&out));
@@ -97,57 +83,13 @@ fn run(elf: &Path) -> Run {
         "{}: {console}\n{stderr}",
         elf.display()
     );
-    let log: Vec<String> = console
-        .lines()
-        .filter_map(|l| l.trim_end().strip_prefix("ENTRY "))
-        .map(String::from)
-        .collect();
-    let second_resume = log
-        .iter()
-        .rposition(|n| n == "resume")
-        .unwrap_or_else(|| panic!("no log in the console:\n{console}"));
-    let log_after = log[second_resume + 1..].to_vec();
-    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
-    let own = without(&events, |n| !OWN.contains(&n), false);
-    let end_of_main = own
-        .iter()
-        .rposition(|e| e == "X main")
-        .unwrap_or_else(|| panic!("{}: main closes at the resync: {own:?}", elf.display()));
-    let d = dir.to_string_lossy().to_string();
-    Run {
-        after: own[end_of_main + 1..].to_vec(),
-        log_after,
-        replay: uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay"),
-        dump: uftrace(&["dump", "--no-pager", "-d", &d]).expect("dump"),
+    common::resync::read_run(
+        &elf.display().to_string(),
+        OWN,
+        &console,
         stderr,
-        dir,
-        _tmp: tmp,
-    }
-}
-
-/// The indentation of the last replay line that ends in `what`, after its `|`.
-fn indent(replay: &str, what: &str) -> usize {
-    let line = replay
-        .lines()
-        .rev()
-        .find(|l| l.trim_end().ends_with(what))
-        .unwrap_or_else(|| panic!("no {what} in\n{replay}"));
-    let after_bar = &line[line.find('|').expect("a replay line") + 1..];
-    after_bar.len() - after_bar.trim_start().len()
-}
-
-fn entries(events: &[String]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| e.strip_prefix("E "))
-        .map(String::from)
-        .collect()
-}
-
-fn no_cookie_files(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .expect("the trace")
-        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".stack"))
+        (tmp, dir),
+    )
 }
 
 #[test]

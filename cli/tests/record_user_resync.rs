@@ -9,10 +9,10 @@
 
 mod common;
 
-use common::user::{only_task, record, text, Target, AARCH64, X86_64};
-use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use common::resync::{entries, indent, no_cookie_files, Run};
+use common::user::{record, text, Target, AARCH64, X86_64};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `make resync` of tests/guests/user for `target`.
 fn guest(target: &Target, name: &str) -> PathBuf {
@@ -36,66 +36,12 @@ const OWN: &[&str] = &[
     "co_done",
 ];
 
-/// Records `name`: the replay's own functions after main's frame closed at the resync (the
-/// second switch into the coroutine), the log's entries after main's second `resume`, the
-/// replay text, the dump text and record's stderr.
-struct Run {
-    after: Vec<String>,
-    log_after: Vec<String>,
-    replay: String,
-    dump: String,
-    stderr: String,
-    dir: PathBuf,
-    _tmp: tempfile::TempDir,
-}
-
 fn run(target: &Target, name: &str) -> Run {
     let elf = guest(target, name);
     let (tmp, dir, out) = record(&cached(target.qemu), &[&elf.to_string_lossy()]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{name}: {stdout}\n{stderr}");
-    let log: Vec<String> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ENTRY "))
-        .map(String::from)
-        .collect();
-    let second_resume = log.iter().rposition(|n| n == "resume").expect("the log");
-    let log_after = log[second_resume + 1..].to_vec();
-    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
-    let own = without(&events, |n| !OWN.contains(&n), false);
-    let end_of_main = own
-        .iter()
-        .rposition(|e| e == "X main")
-        .unwrap_or_else(|| panic!("{name}: main closes at the resync: {own:?}"));
-    let d = dir.to_string_lossy().to_string();
-    Run {
-        after: own[end_of_main + 1..].to_vec(),
-        log_after,
-        replay: uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay"),
-        dump: uftrace(&["dump", "--no-pager", "-d", &d]).expect("dump"),
-        stderr,
-        dir,
-        _tmp: tmp,
-    }
-}
-
-/// The indentation of the last replay line that ends in `what`, after its `|`.
-fn indent(replay: &str, what: &str) -> usize {
-    let line = replay
-        .lines()
-        .rev()
-        .find(|l| l.trim_end().ends_with(what))
-        .unwrap_or_else(|| panic!("no {what} in\n{replay}"));
-    let after_bar = &line[line.find('|').expect("a replay line") + 1..];
-    after_bar.len() - after_bar.trim_start().len()
-}
-
-fn entries(events: &[String]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| e.strip_prefix("E "))
-        .map(String::from)
-        .collect()
+    common::resync::read_run(name, OWN, &stdout, stderr, (tmp, dir))
 }
 
 fn check(target: &Target) {
@@ -179,12 +125,6 @@ fn check(target: &Target) {
         r.stderr
     );
     assert!(no_cookie_files(&r.dir), "{label}");
-}
-
-fn no_cookie_files(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .expect("the trace")
-        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".stack"))
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod resync;
 pub mod user;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,85 @@
+//! What the resync tests (record_user_resync.rs, record_system_resync.rs) read of a run of
+//! the coswitch guest: its own calls after main's frame closed at the resync, the entries it
+//! logged after main's second `resume`, and the trace's texts.
+
+use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
+use std::path::{Path, PathBuf};
+
+use super::user::only_task;
+
+/// A recorded run: the replay's own functions after main's frame closed at the resync (the
+/// second switch into the coroutine), the log's entries after main's second `resume`, the
+/// replay and dump text and record's stderr.
+pub struct Run {
+    pub after: Vec<String>,
+    pub log_after: Vec<String>,
+    pub replay: String,
+    pub dump: String,
+    pub stderr: String,
+    pub dir: PathBuf,
+    pub _tmp: tempfile::TempDir,
+}
+
+/// Reads the run of `label` recorded into `dir` (kept by `tmp`): `console` holds the guest's
+/// `ENTRY name` log, `own` its own functions.
+pub fn read_run(
+    label: &str,
+    own: &[&str],
+    console: &str,
+    stderr: String,
+    (tmp, dir): (tempfile::TempDir, PathBuf),
+) -> Run {
+    let log: Vec<String> = console
+        .lines()
+        .filter_map(|l| l.trim_end().strip_prefix("ENTRY "))
+        .map(String::from)
+        .collect();
+    let second_resume = log
+        .iter()
+        .rposition(|n| n == "resume")
+        .unwrap_or_else(|| panic!("{label}: no log in the console:\n{console}"));
+    let log_after = log[second_resume + 1..].to_vec();
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let own = without(&events, |n| !own.contains(&n), false);
+    let end_of_main = own
+        .iter()
+        .rposition(|e| e == "X main")
+        .unwrap_or_else(|| panic!("{label}: main closes at the resync: {own:?}"));
+    let d = dir.to_string_lossy().to_string();
+    Run {
+        after: own[end_of_main + 1..].to_vec(),
+        log_after,
+        replay: uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay"),
+        dump: uftrace(&["dump", "--no-pager", "-d", &d]).expect("dump"),
+        stderr,
+        dir,
+        _tmp: tmp,
+    }
+}
+
+/// The indentation of the last replay line that ends in `what`, after its `|`.
+pub fn indent(replay: &str, what: &str) -> usize {
+    let line = replay
+        .lines()
+        .rev()
+        .find(|l| l.trim_end().ends_with(what))
+        .unwrap_or_else(|| panic!("no {what} in\n{replay}"));
+    let after_bar = &line[line.find('|').expect("a replay line") + 1..];
+    after_bar.len() - after_bar.trim_start().len()
+}
+
+/// The functions entered, in order.
+pub fn entries(events: &[String]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| e.strip_prefix("E "))
+        .map(String::from)
+        .collect()
+}
+
+/// Whether no resync cookie is left beside the trace.
+pub fn no_cookie_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .expect("the trace")
+        .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".stack"))
+}
