@@ -264,7 +264,7 @@ fn user_cookie(v: &mut VcpuState, vcpu: u32, pc: u64, sp: u64) {
         .1
         .and_then(|n| v.regs.read_named(n))
         .unwrap_or(0);
-    let stack = copy_stack(v, sp);
+    let stack = v.regs.copy_from(sp, STACK_BYTES);
     let cookie = StackCookie {
         machine: arch_or_default().elf_machine(),
         tid,
@@ -279,22 +279,6 @@ fn user_cookie(v: &mut VcpuState, vcpu: u32, pc: u64, sp: u64) {
         extra: Vec::new(),
     };
     write(&cookie, cookie::user_file_name(tid));
-}
-
-/// Up to [`STACK_BYTES`] from `sp`, page by page (QEMU's smallest), up to the first that
-/// cannot be read: the end of RAM or of the stack's mapping.
-fn copy_stack(v: &mut VcpuState, sp: u64) -> Vec<u8> {
-    let mut stack = Vec::with_capacity(STACK_BYTES);
-    let mut addr = sp;
-    while stack.len() < STACK_BYTES {
-        let n = ((MIN_PAGE - addr % MIN_PAGE) as usize).min(STACK_BYTES - stack.len());
-        match v.regs.read_memory(addr, n) {
-            Some(bytes) => stack.extend_from_slice(bytes),
-            None => break,
-        }
-        addr = addr.wrapping_add(n as u64);
-    }
-    stack
 }
 
 /// Most stacks besides the first that a cookie copies.
@@ -323,7 +307,7 @@ fn other_stacks(
             if out.len() == OTHER_STACKS {
                 break;
             }
-            let copy = copy_stack(v, base);
+            let copy = v.regs.copy_from(base, STACK_BYTES);
             if copy.is_empty() {
                 break;
             }
@@ -393,7 +377,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
     };
     let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
     let lr = lr_name.and_then(|n| v.regs.read_named(n)).unwrap_or(0);
-    let stack = copy_stack(v, sp);
+    let stack = v.regs.copy_from(sp, STACK_BYTES);
     let extra = match arch {
         // Kernels with frame records (arm64, riscv64): an interrupt handler's chain goes on
         // on the interrupted task's stack. (x86-64 kernels keep none: rbp is any value.)

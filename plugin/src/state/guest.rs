@@ -154,6 +154,22 @@ impl ByteBuf {
         self.read_memory(addr, 1).is_some() && unsafe { write(addr, self.0) }
     }
 
+    /// Up to `max` bytes from `at`, page by page (QEMU's smallest), up to the first page that
+    /// cannot be read (a stack's copy ends where its mapping does).
+    pub fn copy_from(&mut self, at: u64, max: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(max);
+        let mut addr = at;
+        while out.len() < max {
+            let n = ((MIN_PAGE - addr % MIN_PAGE) as usize).min(max - out.len());
+            match self.read_memory(addr, n) {
+                Some(bytes) => out.extend_from_slice(bytes),
+                None => break,
+            }
+            addr = addr.wrapping_add(n as u64);
+        }
+        out
+    }
+
     pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: QEMU sizes the array itself.
         let ok = unsafe { qemu_plugin_read_memory_vaddr(addr, self.0, len) };

@@ -9,7 +9,7 @@
 //! as before. Resyncs are rare (a stack switch the plugin cannot see); each costs a few
 //! register reads and a stack copy, never anything per event.
 
-use crate::state::guest::{ByteBuf, MIN_PAGE};
+use crate::state::guest::ByteBuf;
 use crate::state::{arch_or_default, config, isa_or_default, OUTPUT};
 use qemu_uftrace_format::cookie::{self, StackCookie, MAX_RESYNC_COOKIES};
 use qemu_uftrace_format::Arch;
@@ -52,7 +52,7 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
         fp,
         lr,
         stack_base: sp,
-        stack: copy_stack(regs, sp),
+        stack: regs.copy_from(sp, STACK_BYTES),
         extra: Vec::new(),
     };
     let path = cfg.out.join(cookie::resync_file_name(tid, seq));
@@ -66,20 +66,4 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
             None
         }
     }
-}
-
-/// Up to [`STACK_BYTES`] from `sp`, page by page (QEMU's smallest), up to the first page that
-/// cannot be read (the end of the stack's mapping).
-fn copy_stack(regs: &mut ByteBuf, sp: u64) -> Vec<u8> {
-    let mut stack = Vec::with_capacity(STACK_BYTES);
-    let mut addr = sp;
-    while stack.len() < STACK_BYTES {
-        let n = ((MIN_PAGE - addr % MIN_PAGE) as usize).min(STACK_BYTES - stack.len());
-        match regs.read_memory(addr, n) {
-            Some(bytes) => stack.extend_from_slice(bytes),
-            None => break,
-        }
-        addr = addr.wrapping_add(n as u64);
-    }
-    stack
 }
