@@ -60,6 +60,17 @@ pub fn resync_of(name: &str) -> Option<(u32, u32)> {
 /// engine guesses as without.
 pub const MAX_RESYNC_COOKIES: u32 = 1024;
 
+/// Process images (user mode: `N` of `procs/PID.N`, 0 for the first and forked ones) whose
+/// resync cookies are numbered apart: an exec'd image appends to its task's file, so its
+/// markers must not name the image before's cookies. Later ones guess as without.
+pub const MAX_RESYNC_IMAGES: u32 = 4096;
+
+/// The number of process image `image`'s first resync cookie (its own are the
+/// [`MAX_RESYNC_COOKIES`] from there); `None` past [`MAX_RESYNC_IMAGES`].
+pub fn resync_first_seq(image: u32) -> Option<u32> {
+    (image < MAX_RESYNC_IMAGES).then(|| image * MAX_RESYNC_COOKIES)
+}
+
 /// The first id of the resync markers (never left in a published trace).
 const RESYNC_MARKER_BASE: u64 = crate::events::USER_BASE + 0x1_0000;
 
@@ -71,7 +82,9 @@ pub fn resync_marker(seq: u32) -> u64 {
 /// The resync cookie a marker event id names.
 pub fn resync_seq_of_marker(id: u64) -> Option<u32> {
     let seq = id.checked_sub(RESYNC_MARKER_BASE)?;
-    u32::try_from(seq).ok().filter(|&s| s < MAX_RESYNC_COOKIES)
+    u32::try_from(seq)
+        .ok()
+        .filter(|&s| s < MAX_RESYNC_COOKIES * MAX_RESYNC_IMAGES)
 }
 
 const MAGIC: &[u8; 8] = b"QUSTACK\x01";
@@ -286,8 +299,12 @@ mod tests {
         assert_eq!(resync_of(&file_name(42)), None);
         assert_eq!(resync_seq_of_marker(resync_marker(3)), Some(3));
         assert_eq!(resync_seq_of_marker(crate::events::USER_BASE), None);
+        // A later image's (numbered from its index up), and past the last image's.
+        let later = resync_first_seq(3).unwrap() + 5;
+        assert_eq!(resync_seq_of_marker(resync_marker(later)), Some(later));
+        assert_eq!(resync_first_seq(MAX_RESYNC_IMAGES), None);
         assert_eq!(
-            resync_seq_of_marker(resync_marker(MAX_RESYNC_COOKIES)),
+            resync_seq_of_marker(resync_marker(MAX_RESYNC_COOKIES * MAX_RESYNC_IMAGES)),
             None
         );
     }

@@ -92,7 +92,17 @@ pub fn assemble(
             warn(format!("stack not unwound: {line}"));
         }
     }
-    let resyncs = super::resync::unwind_resyncs(staging, &image_paths)?;
+    // User mode: each process image's cookies with its own files at their load biases.
+    let resync_images = match prep.images.first() {
+        Some(program) if inv.is_user_mode() => {
+            super::resync::user_images(staging, &program.path, inv.sysroot.as_deref(), &procs)
+        }
+        _ => vec![super::resync::Loaded {
+            dir: staging.to_path_buf(),
+            files: image_paths.iter().map(|p| (p.to_path_buf(), 0)).collect(),
+        }],
+    };
+    let resyncs = super::resync::unwind_resyncs(staging, &resync_images)?;
     for line in resyncs.iter().flat_map(|r| &r.problems) {
         warn(format!("resync not unwound: {line}"));
     }

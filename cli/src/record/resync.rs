@@ -21,6 +21,8 @@ use qemu_uftrace_format::record::{self, Record, RecordType, RECORD_SIZE};
 use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
 
 use super::recover::{UNWOUND_EVENT, UNWOUND_EVENT_NAME};
+use crate::qemu::user_maps;
+use crate::qemu::user_procs::{Kind, Proc};
 use crate::unwind::{self, Image, Method};
 
 /// What the resyncs came to, for the summary.
@@ -73,27 +75,86 @@ impl Resyncs {
     }
 }
 
-/// Unwinds every resync cookie in `dir` with the ELF files `images` and rewrites the tasks'
-/// files. `None` when the run saved no resync cookie.
-pub fn unwind_resyncs(dir: &Path, images: &[&Path]) -> Result<Option<Resyncs>> {
-    let cookies = cookie_files(dir)?;
+/// The files of one process image (user mode: the first program, or one a process exec'd
+/// or forked) at their load biases, and the directory its plugin wrote its cookies into.
+pub struct Loaded {
+    pub dir: PathBuf,
+    /// ELF files and their load biases (0: at their link addresses).
+    pub files: Vec<(PathBuf, u64)>,
+}
+
+/// User mode: each process image's files where it loaded them (`plugin.maps`): the program
+/// at its load bias, its dynamic loader, its shared libraries; a forked child's program is
+/// its parent's (its maps hold what it inherited). `program` is the first one.
+pub fn user_images(
+    staging: &Path,
+    program: &Path,
+    sysroot: Option<&Path>,
+    procs: &[Proc],
+) -> Vec<Loaded> {
+    let files = |dir: &Path, program: &Path| {
+        let maps = user_maps::read(dir).unwrap_or_default();
+        user_maps::sources(program, sysroot, &maps)
+            .into_iter()
+            .map(|s| (s.path, s.offset))
+            .collect()
+    };
+    let mut out = vec![Loaded {
+        dir: staging.to_path_buf(),
+        files: files(staging, program),
+    }];
+    for (i, p) in procs.iter().enumerate() {
+        let exe = program_of(procs, i).unwrap_or(program);
+        out.push(Loaded {
+            dir: p.dir.clone(),
+            files: files(&p.dir, exe),
+        });
+    }
+    out
+}
+
+/// The program process image `procs[i]` runs: the one it exec'd, else its parent's as it
+/// was at the fork (`None`: the first program's).
+fn program_of(procs: &[Proc], i: usize) -> Option<&Path> {
+    let mut i = i;
+    // Each step goes to an earlier image: `procs` is in the order they began.
+    loop {
+        let p = &procs[i];
+        match &p.kind {
+            Kind::Exec { exe } => return Some(exe),
+            Kind::Fork { ppid } => {
+                i = procs[..i]
+                    .iter()
+                    .rposition(|q| q.pid == *ppid && q.time <= p.time)?;
+            }
+        }
+    }
+}
+
+/// Unwinds every resync cookie of `images` (each unwound with its own image's files) and
+/// rewrites the tasks' files in `dir`. `None` when the run saved no resync cookie.
+pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> {
+    // Cookie numbers are unique per task across process images (an exec'd image numbers
+    // its own from its image index up: it appends to the same task file).
+    let mut cookies: BTreeMap<u32, BTreeMap<u32, (PathBuf, usize)>> = BTreeMap::new();
+    for (i, image) in images.iter().enumerate() {
+        for (tid, files) in cookie_files(&image.dir)? {
+            for (seq, path) in files {
+                cookies.entry(tid).or_default().insert(seq, (path, i));
+            }
+        }
+    }
     if cookies.is_empty() {
         return Ok(None);
     }
     let mut done = Resyncs::default();
-    let mut loaded = Vec::new();
-    for path in images {
-        match Image::load(path) {
-            Ok(i) => loaded.push(i),
-            Err(e) => done
-                .problems
-                .push(format!("{e:#}: its frames are not unwound")),
-        }
-    }
+    // Each image's files loaded once, at its first cookie.
+    let mut loaded: Vec<Option<Vec<Image>>> = images.iter().map(|_| None).collect();
     for (tid, files) in cookies {
         let mut frames = BTreeMap::new();
-        for (seq, path) in &files {
-            match unwind_file(path, &loaded) {
+        for (seq, (path, i)) in &files {
+            let files = loaded[*i].get_or_insert_with(|| load(&images[*i].files, &mut done));
+            match unwind_file(path, files) {
                 Ok(f) => {
                     frames.insert(*seq, f);
                 }
@@ -105,7 +166,7 @@ pub fn unwind_resyncs(dir: &Path, images: &[&Path]) -> Result<Option<Resyncs>> {
             Ok(()) => {}
             Err(e) => done.problems.push(format!("task {tid}: {e:#}")),
         }
-        for path in files.values() {
+        for (path, _) in files.values() {
             std::fs::remove_file(path)
                 .with_context(|| format!("cannot remove {}", path.display()))?;
         }
@@ -119,10 +180,30 @@ pub fn unwind_resyncs(dir: &Path, images: &[&Path]) -> Result<Option<Resyncs>> {
     Ok(Some(done))
 }
 
+/// The ELF files `files` at their biases; one problem line for each that cannot be read.
+fn load(files: &[(PathBuf, u64)], done: &mut Resyncs) -> Vec<Image> {
+    let mut out = Vec::new();
+    for (path, bias) in files {
+        match Image::load_at(path, *bias) {
+            Ok(i) => out.push(i),
+            Err(e) => done
+                .problems
+                .push(format!("{e:#}: its frames are not unwound")),
+        }
+    }
+    out
+}
+
 /// The resync cookie files of `dir`, by task and number.
 fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, BTreeMap<u32, PathBuf>>> {
     let mut out: BTreeMap<u32, BTreeMap<u32, PathBuf>> = BTreeMap::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        // A process image that ended before it wrote anything.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
         let name = entry.file_name();
         if let Some((tid, seq)) = name.to_str().and_then(cookie::resync_of) {

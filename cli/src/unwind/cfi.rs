@@ -164,9 +164,12 @@ fn debug_frame(t: &Table) -> DebugFrame<Slice<'_>> {
     section
 }
 
-/// The rules for `addr` in `image`'s tables (`.eh_frame` first, then `.debug_frame`);
-/// `None` where no entry covers it.
+/// The rules for guest address `addr` in `image`'s tables (`.eh_frame` first, then
+/// `.debug_frame`); `None` where no entry covers it. Both are looked up at the link address:
+/// the index holds `.eh_frame`'s pc-relative addresses resolved against the section's link
+/// address, and `.debug_frame`'s absolute ones as linked.
 pub fn rules(image: &Image, addr: u64, asked: Asked) -> Option<Rules> {
+    let addr = image.link(addr);
     if let Some(t) = &image.eh_frame {
         let (section, bases) = eh_frame(t);
         if let Some(r) = rules_in(&section, Section::EhFrame, t, &bases, addr, asked) {

@@ -16,9 +16,14 @@ pub struct Table {
     pub fde_index: std::sync::OnceLock<Vec<(u64, u64, usize)>>,
 }
 
-/// One ELF file's unwinding facts, owned (the file is not kept open).
+/// One ELF file's unwinding facts, owned (the file is not kept open). Its methods take and
+/// give guest addresses: the file's link addresses moved by its load bias (a PIE, a shared
+/// library); its tables (`.eh_frame`, `.debug_frame`, `.sframe`, ORC) are looked up at link
+/// addresses.
 pub struct Image {
     pub name: String,
+    /// Where the file was loaded minus where it was linked (0: at its link addresses).
+    pub bias: u64,
     /// `.eh_frame`, when the file has one.
     pub eh_frame: Option<Table>,
     /// `.debug_frame`.
@@ -40,6 +45,19 @@ impl Image {
         let bytes = qemu_uftrace_symbols::map_file(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         Image::parse(&path.display().to_string(), &bytes)
+    }
+
+    /// The file loaded `bias` above its link addresses.
+    pub fn load_at(path: &Path, bias: u64) -> Result<Image> {
+        Ok(Image {
+            bias,
+            ..Image::load(path)?
+        })
+    }
+
+    /// The link address of guest address `addr`.
+    pub fn link(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.bias)
     }
 
     pub fn parse(name: &str, bytes: &[u8]) -> Result<Image> {
@@ -81,6 +99,7 @@ impl Image {
         };
         Ok(Image {
             name: name.to_string(),
+            bias: 0,
             orc,
             eh_frame: table(".eh_frame"),
             debug_frame: table(".debug_frame"),
@@ -92,6 +111,7 @@ impl Image {
 
     /// Whether `addr` is in this file's code.
     pub fn has_code(&self, addr: u64) -> bool {
+        let addr = self.link(addr);
         self.code
             .iter()
             .any(|(start, b)| (*start..*start + b.len() as u64).contains(&addr))
@@ -99,6 +119,7 @@ impl Image {
 
     /// Up to `len` bytes of code that end at `addr` (fewer at a section's start).
     pub fn code_before(&self, addr: u64, len: usize) -> Option<&[u8]> {
+        let addr = self.link(addr);
         let (start, bytes) = self
             .code
             .iter()
@@ -110,8 +131,9 @@ impl Image {
     /// The start of the function that holds `addr`: the nearest symbol at or below it,
     /// within its size when it has one.
     pub fn function_at(&self, addr: u64) -> Option<u64> {
+        let addr = self.link(addr);
         let i = self.functions.partition_point(|&(a, _)| a <= addr);
         let &(start, size) = self.functions.get(i.checked_sub(1)?)?;
-        (size == 0 || addr < start + size).then_some(start)
+        (size == 0 || addr < start + size).then_some(start.wrapping_add(self.bias))
     }
 }

@@ -247,9 +247,10 @@ impl Unwinder<'_> {
     /// One step by SFrame: the same as by CFI, from the compact table.
     fn sframe_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs)> {
         let lookup = if exact { r.pc } else { r.pc - 1 };
-        let table = self.image(lookup)?.sframe.as_ref()?;
+        let image = self.image(lookup)?;
+        let table = image.sframe.as_ref()?;
         let sf = sframe::SFrame::parse(&table.data, table.addr).ok()?;
-        let row = sf.row_at(lookup)?;
+        let row = sf.row_at(image.link(lookup))?;
         let base = if row.cfa_base_fp { r.fp? } else { r.sp? };
         let cfa = base.checked_add_signed(row.cfa as i64)?;
         let at = |o: i32| self.stack.read_u64(cfa.checked_add_signed(o as i64)?);
@@ -274,7 +275,8 @@ impl Unwinder<'_> {
     /// One step by ORC (x86-64 kernels).
     fn orc_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs)> {
         let lookup = if exact { r.pc } else { r.pc - 1 };
-        let entry = self.image(lookup)?.orc.as_ref()?.find(lookup)?;
+        let image = self.image(lookup)?;
+        let entry = image.orc.as_ref()?.find(image.link(lookup))?;
         let (ra, sp, fp) = orc::step(&entry, r.sp, r.fp, |a| self.stack.read_u64(a))?;
         let regs = Regs {
             pc: ra,

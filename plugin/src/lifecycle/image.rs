@@ -16,6 +16,13 @@ pub fn set_key(key: Option<String>) {
     *KEY.lock().unwrap_or_else(|e| e.into_inner()) = key;
 }
 
+/// This image's index: `N` of its key `PID.N` (0 for the first image and forked ones).
+pub fn index() -> u32 {
+    key()
+        .and_then(|k| k.rsplit_once('.').and_then(|(_, n)| n.parse().ok()))
+        .unwrap_or(0)
+}
+
 /// Where this image's `plugin.*` files go.
 pub fn files_dir(out: &Path) -> PathBuf {
     match key() {

@@ -55,6 +55,7 @@ pub fn install(out: &Path, key: Option<String>) {
         image::set_time_floor(exec_time(out, k).unwrap_or(0));
     }
     image::set_key(key);
+    crate::state::resync_cookie::set_image(image::files_dir(out), image::index());
     // SAFETY: handlers with no arguments that only set flags.
     unsafe { libc::pthread_atfork(Some(forking), Some(forked_parent), Some(forked_child)) };
 }
@@ -156,6 +157,7 @@ fn take_over(vcpu: u32) {
     // From here on this image's files are its own, never the parent's.
     let key = format!("{pid}.0");
     image::set_key(Some(key.clone()));
+    crate::state::resync_cookie::set_image(image::files_dir(&cfg.out), image::index());
     if let Err(e) = out.restart_after_fork(cfg.out.clone()) {
         // Nothing may reach the parent's queue, which nobody reads here: record nothing.
         eprintln!("qemu-uftrace plugin: forked process {pid} is not traced: writer: {e}");

@@ -8,18 +8,35 @@
 //! still resync from them, so their later returns past the bottom rebuild from the records
 //! as before. Resyncs are rare (a stack switch the plugin cannot see); each costs a few
 //! register reads and a stack copy, never anything per event.
+//!
+//! User mode: each process image writes its cookies beside its other files
+//! (`lifecycle::image::files_dir`, given by [`set_image`]), where the CLI unwinds them with
+//! that image's files at their load biases, numbered from `cookie::resync_first_seq` of its
+//! image index (an exec'd image appends to its task's file, after the image before's markers).
 
 use crate::state::guest::ByteBuf;
 use crate::state::{arch_or_default, config, isa_or_default, OUTPUT};
 use qemu_uftrace_format::cookie::{self, StackCookie, MAX_RESYNC_COOKIES};
 use qemu_uftrace_format::Arch;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 
 /// How much of the stack top is saved (as for a snapshot's cookies: chains tens deep).
 const STACK_BYTES: usize = 32 * 1024;
 
-/// Cookies numbered so far in this process.
+/// Cookies numbered so far in this process (a forked child goes on from its parent's count;
+/// its tasks are its own).
 static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// This process image's directory (`None`: the trace directory) and index.
+static IMAGE: Mutex<(Option<PathBuf>, u32)> = Mutex::new((None, 0));
+
+/// Which process image this is (user mode, at install and in a forked child): where its
+/// cookies go, and its index (`N` of `procs/PID.N`).
+pub fn set_image(dir: PathBuf, index: u32) {
+    *IMAGE.lock().unwrap_or_else(|e| e.into_inner()) = (Some(dir), index);
+}
 
 /// Saves the running context of task `tid` at `pc` (record time `time`); its number, or
 /// `None` past [`MAX_RESYNC_COOKIES`] or where the stack pointer or the file is refused.
@@ -37,10 +54,12 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
     let sp = regs.read_named(sp_name)?;
     let fp = regs.read_gpr(isa_or_default().frame_pointer()).unwrap_or(0);
     let lr = lr_name.and_then(|n| regs.read_named(n)).unwrap_or(0);
-    let seq = NEXT.fetch_add(1, Ordering::Relaxed);
-    if seq >= MAX_RESYNC_COOKIES {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    if n >= MAX_RESYNC_COOKIES {
         return None;
     }
+    let (dir, index) = IMAGE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let seq = cookie::resync_first_seq(index)? + n;
     let cookie = StackCookie {
         machine: arch.elf_machine(),
         tid,
@@ -55,8 +74,12 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
         stack: regs.copy_from(sp, STACK_BYTES),
         extra: Vec::new(),
     };
-    let path = cfg.out.join(cookie::resync_file_name(tid, seq));
-    match std::fs::write(&path, cookie.encode()) {
+    let dir = dir.unwrap_or_else(|| cfg.out.clone());
+    let path = dir.join(cookie::resync_file_name(tid, seq));
+    // A forked child's folder may not be there yet (its parent makes it at the fork's return).
+    let written =
+        std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, cookie.encode()));
+    match written {
         Ok(()) => Some(seq),
         Err(e) => {
             out.note_error(format!(

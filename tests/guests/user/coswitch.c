@@ -9,7 +9,13 @@
  * log. The coroutine's functions sit in .text.unlikely.*, which the linker places before all
  * other code: a return whose landing function is not open is taken for a longjmp into the
  * innermost open function whose entry lies below the landing, so the landing must lie below
- * every open one (crt1's __wrap_main on aarch64 included) to be the guess it really is. */
+ * every open one (crt1's __wrap_main on aarch64 included) to be the guess it really is.
+ *
+ * Built with -DVIA_LIB, co_outer reaches co_inner through co_via in a shared library
+ * (coswitch-via.c), so the stack the resync lands on runs through that library's frame.
+ * The dynamic builds (-DOWN_START -nostartfiles) enter main from their own _start: glibc's
+ * start code is in libc, which qemu-aarch64 maps below the program, and its open frames
+ * would lie below the landing (libc's initialisers run from ld.so all the same). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -45,10 +51,18 @@ CO void co_inner(int n)
 	co_leaf(n + 1);
 }
 
+#ifdef VIA_LIB
+void co_via(void (*f)(int), int n);
+#endif
+
 CO void co_outer(void)
 {
 	NOTE("co_outer");
+#ifdef VIA_LIB
+	co_via(co_inner, 1);
+#else
 	co_inner(1);
+#endif
 	co_leaf(3);
 }
 
@@ -105,6 +119,19 @@ int main(void)
 	resume();
 	return 1;
 }
+
+#ifdef OWN_START
+/* No frame below _start: zero return address and frame pointer, then main and exit. */
+#if defined(__x86_64__)
+__asm__(".text\n.globl _start\n.type _start,@function\n_start:\n"
+	"xor %ebp,%ebp\ncall main\nmov %eax,%edi\ncall exit@PLT\n"
+	".size _start,.-_start\n");
+#else
+__asm__(".text\n.globl _start\n.type _start,%function\n_start:\n"
+	"mov x29, #0\nmov x30, #0\nbl main\nbl exit\n"
+	".size _start,.-_start\n");
+#endif
+#endif
 
 /* switch_to(save, to): saves the callee-saved registers on this stack and its stack pointer
  * in *save, then takes the stack `to` and returns into what it holds. */
