@@ -6,6 +6,9 @@
 //! point, marked `qemu:unwound`, so the calls after it nest at their real depth. The same
 //! program with its `.eh_frame` removed still shows the guess (a LOST record). Checked
 //! against the guest's own log of the functions it entered, on aarch64 and x86_64.
+//! The same guest as a dynamic PIE (loaded at a bias), and reaching the yield through a
+//! frame of its own shared library (co_via in libcoswitch.so, also without frame pointers):
+//! each file's CFI is looked up at its own load bias.
 
 mod common;
 
@@ -23,13 +26,14 @@ fn guest(target: &Target, name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The program's own functions.
+/// The program's own functions (and its library's).
 const OWN: &[&str] = &[
     "main",
     "resume",
     "m_leaf",
     "switch_to",
     "co_outer",
+    "co_via",
     "co_inner",
     "co_leaf",
     "co_yield",
@@ -38,36 +42,33 @@ const OWN: &[&str] = &[
 
 fn run(target: &Target, name: &str) -> Run {
     let elf = guest(target, name);
-    let (tmp, dir, out) = record(&cached(target.qemu), &[&elf.to_string_lossy()]);
+    let elf = elf.to_string_lossy();
+    // The dynamic builds find their loader and libc under the target's sysroot.
+    let mut args: Vec<&str> = sysroot(target).map_or(Vec::new(), |r| vec!["-L", r]);
+    args.push(&elf);
+    let (tmp, dir, out) = record(&cached(target.qemu), &args);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "{name}: {stdout}\n{stderr}");
     common::resync::read_run(name, OWN, &stdout, stderr, (tmp, dir))
 }
 
-fn check(target: &Target) {
-    let label = target.cross;
-    let r = run(target, "coswitch.elf");
-    // The coroutine's stack at the switch (co_entry > co_outer > co_inner > co_yield, as
-    // its log entered them; co_entry, entered by the switch, returns nowhere), then its
-    // calls at their depth: co_leaf inside co_inner, the next inside co_outer, co_done at
-    // the bottom.
-    let want = [
-        "E co_outer",
-        "E co_inner",
-        "E co_yield",
-        "X co_yield",
-        "E co_leaf",
-        "X co_leaf",
-        "X co_inner",
-        "E co_leaf",
-        "X co_leaf",
-        "X co_outer",
-        "E co_done",
-    ];
+/// The sysroot of `target`'s dynamic builds (x86_64's: the host's own).
+fn sysroot(target: &Target) -> Option<&'static str> {
+    target
+        .cross
+        .starts_with("aarch64")
+        .then_some("/usr/aarch64-linux-gnu")
+}
+
+/// `name` recorded: after the resync, exactly `want`, whose first `unwound` entries are the
+/// frames unwound (all by CFI), and the calls after them as the guest's log has them.
+fn check_unwound(target: &Target, name: &str, want: &[&str], unwound: usize) {
+    let label = format!("{} {name}", target.cross);
+    let r = run(target, name);
     assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
     // Against the log: what the coroutine entered after the switch, in order.
     assert_eq!(
-        entries(&r.after[3..]),
+        entries(&r.after[unwound..]),
         r.log_after,
         "{label}: entries against the log"
     );
@@ -86,16 +87,36 @@ fn check(target: &Target) {
     );
     assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
     assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
-    assert!(
-        r.stderr
-            .contains("1 resync without frame records unwound after the run (3 frames: 3 by CFI)"),
-        "{label}: {}",
-        r.stderr
+    let summary = format!(
+        "1 resync without frame records unwound after the run ({unwound} frames: {unwound} by CFI)"
     );
+    assert!(r.stderr.contains(&summary), "{label}: {}", r.stderr);
     // No cookie or marker is left in the trace.
     assert!(no_cookie_files(&r.dir), "{label}");
     let events = r.dump.lines().filter(|l| l.contains("[event]")).count();
     assert_eq!(events, 1, "{label}: only the unwound mark\n{}", r.dump);
+}
+
+/// The coroutine's stack at the switch (co_entry > co_outer > co_inner > co_yield, as its
+/// log entered them; co_entry, entered by the switch, returns nowhere), then its calls at
+/// their depth: co_leaf inside co_inner, the next inside co_outer, co_done at the bottom.
+const IN_THE_PROGRAM: &[&str] = &[
+    "E co_outer",
+    "E co_inner",
+    "E co_yield",
+    "X co_yield",
+    "E co_leaf",
+    "X co_leaf",
+    "X co_inner",
+    "E co_leaf",
+    "X co_leaf",
+    "X co_outer",
+    "E co_done",
+];
+
+fn check(target: &Target) {
+    let label = target.cross;
+    check_unwound(target, "coswitch.elf", IN_THE_PROGRAM, 3);
 
     // Without .eh_frame nothing unwinds: the guess stays, and says so.
     let r = run(target, "coswitch-noeh.elf");
@@ -127,6 +148,32 @@ fn check(target: &Target) {
     assert!(no_cookie_files(&r.dir), "{label}");
 }
 
+/// The dynamic PIE: the same frames, at the program's load bias.
+fn check_pie(target: &Target) {
+    check_unwound(target, "coswitch-pie.elf", IN_THE_PROGRAM, 3);
+}
+
+/// Through the shared library: co_via's frame (its CFI at the library's bias) between
+/// co_outer's and co_inner's.
+fn check_library(target: &Target) {
+    let want = [
+        "E co_outer",
+        "E co_via",
+        "E co_inner",
+        "E co_yield",
+        "X co_yield",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_inner",
+        "X co_via",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_outer",
+        "E co_done",
+    ];
+    check_unwound(target, "coswitch-lib.elf", &want, 4);
+}
+
 #[test]
 fn a_stack_switch_without_frame_pointers_is_unwound_aarch64() {
     check(&AARCH64);
@@ -135,4 +182,24 @@ fn a_stack_switch_without_frame_pointers_is_unwound_aarch64() {
 #[test]
 fn a_stack_switch_without_frame_pointers_is_unwound_x86_64() {
     check(&X86_64);
+}
+
+#[test]
+fn a_stack_switch_in_a_pie_is_unwound_at_its_load_bias_aarch64() {
+    check_pie(&AARCH64);
+}
+
+#[test]
+fn a_stack_switch_in_a_pie_is_unwound_at_its_load_bias_x86_64() {
+    check_pie(&X86_64);
+}
+
+#[test]
+fn a_stack_through_a_shared_library_is_unwound_with_its_tables_aarch64() {
+    check_library(&AARCH64);
+}
+
+#[test]
+fn a_stack_through_a_shared_library_is_unwound_with_its_tables_x86_64() {
+    check_library(&X86_64);
 }
