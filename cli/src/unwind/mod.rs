@@ -475,11 +475,28 @@ mod tests {
         Image,
         std::collections::HashMap<String, u64>,
     ) {
+        let (dir, image, syms) = fixture_with(name, "");
+        assert!(image.eh_frame.is_some());
+        (dir, image, syms)
+    }
+
+    /// [`fixture`] with `head` put before the source's text.
+    fn fixture_with(
+        name: &str,
+        head: &str,
+    ) -> (
+        tempfile::TempDir,
+        Image,
+        std::collections::HashMap<String, u64>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let src = format!(
             "{}/src/unwind/testdata/{name}.S",
             env!("CARGO_MANIFEST_DIR")
         );
+        let text = std::fs::read_to_string(src).unwrap();
+        let src = dir.path().join(format!("{name}.S"));
+        std::fs::write(&src, format!("{head}{text}")).unwrap();
         let out = dir.path().join(name);
         let status = std::process::Command::new("gcc")
             .args(["-nostdlib", "-static", "-no-pie", "-o"])
@@ -496,7 +513,6 @@ mod tests {
             .filter_map(|s| Some((s.name().ok()?.to_string(), s.address())))
             .collect();
         let image = Image::parse(name, &bytes).unwrap();
-        assert!(image.eh_frame.is_some());
         (dir, image, syms)
     }
 
@@ -573,6 +589,55 @@ mod tests {
         put(0x9000, 0);
         put(0x9008, sym["after_work"]);
         words
+    }
+
+    /// The remember fixture's frames (g called by f, called by _start) with the image loaded
+    /// `bias` above its link addresses, beside another file's code at its own addresses.
+    fn unwind_at_bias(mut image: Image, sym: &std::collections::HashMap<String, u64>, bias: u64) {
+        image.bias = bias;
+        let (_other_dir, other, _) = fixture("sigframe");
+        let at = |name: &str| sym[name] + bias;
+        let stack = [at("after_g"), 0x1111, at("after_f")];
+        let images = [other, image];
+        let frames = unwind(&cookie(at("g"), 0x8000, &stack), Arch::X86_64, &images);
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: at("g"),
+                    ret_addr: at("after_g"),
+                    method: Method::Cfi
+                },
+                Frame {
+                    func: at("f"),
+                    ret_addr: at("after_f"),
+                    method: Method::Cfi
+                },
+            ]
+        );
+        // At its link addresses nothing of it is there.
+        let frames = unwind(
+            &cookie(sym["g"], 0x8000, &[sym["after_g"], 0x1111, sym["after_f"]]),
+            Arch::X86_64,
+            &images[1..],
+        );
+        assert!(frames.is_empty(), "{frames:?}");
+    }
+
+    #[test]
+    fn eh_frame_is_looked_up_at_the_load_bias() {
+        // A PIE or a shared library: its .eh_frame's pc-relative addresses resolve to link
+        // addresses.
+        let (_dir, image, sym) = remember();
+        unwind_at_bias(image, &sym, 0x5555_0000_0000);
+    }
+
+    #[test]
+    fn debug_frame_is_looked_up_at_the_load_bias() {
+        // .debug_frame's addresses are absolute, as linked.
+        let (_dir, image, sym) = fixture_with("remember", ".cfi_sections .debug_frame\n");
+        assert!(image.eh_frame.is_none() && image.debug_frame.is_some());
+        unwind_at_bias(image, &sym, 0x7f00_1234_0000);
     }
 
     #[test]
