@@ -8,7 +8,8 @@
 //! against the guest's own log of the functions it entered, on aarch64 and x86_64.
 //! The same guest as a dynamic PIE (loaded at a bias), and reaching the yield through a
 //! frame of its own shared library (co_via in libcoswitch.so, also without frame pointers):
-//! each file's CFI is looked up at its own load bias.
+//! each file's CFI is looked up at its own load bias. And that program exec'd by another:
+//! unwound with the exec'd image's files.
 
 mod common;
 
@@ -41,15 +42,23 @@ const OWN: &[&str] = &[
 ];
 
 fn run(target: &Target, name: &str) -> Run {
-    let elf = guest(target, name);
-    let elf = elf.to_string_lossy();
+    run_guests(target, &[name])
+}
+
+/// `names` (guests of `make resync`) as the program and its arguments.
+fn run_guests(target: &Target, names: &[&str]) -> Run {
+    let elfs: Vec<String> = names
+        .iter()
+        .map(|n| guest(target, n).to_string_lossy().into_owned())
+        .collect();
     // The dynamic builds find their loader and libc under the target's sysroot.
     let mut args: Vec<&str> = sysroot(target).map_or(Vec::new(), |r| vec!["-L", r]);
-    args.push(&elf);
+    args.extend(elfs.iter().map(String::as_str));
     let (tmp, dir, out) = record(&cached(target.qemu), &args);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "{name}: {stdout}\n{stderr}");
-    common::resync::read_run(name, OWN, &stdout, stderr, (tmp, dir))
+    let label = names.join(" ");
+    assert!(out.status.success(), "{label}: {stdout}\n{stderr}");
+    common::resync::read_run(&label, OWN, &stdout, stderr, (tmp, dir))
 }
 
 /// The sysroot of `target`'s dynamic builds (x86_64's: the host's own).
@@ -60,11 +69,12 @@ fn sysroot(target: &Target) -> Option<&'static str> {
         .then_some("/usr/aarch64-linux-gnu")
 }
 
-/// `name` recorded: after the resync, exactly `want`, whose first `unwound` entries are the
-/// frames unwound (all by CFI), and the calls after them as the guest's log has them.
-fn check_unwound(target: &Target, name: &str, want: &[&str], unwound: usize) {
-    let label = format!("{} {name}", target.cross);
-    let r = run(target, name);
+/// `names` recorded (the program, then its arguments): after the resync, exactly `want`,
+/// whose first `unwound` entries are the frames unwound (all by CFI), and the calls after
+/// them as the guest's log has them.
+fn check_unwound(target: &Target, names: &[&str], want: &[&str], unwound: usize) {
+    let label = format!("{} {}", target.cross, names.join(" "));
+    let r = run_guests(target, names);
     assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
     // Against the log: what the coroutine entered after the switch, in order.
     assert_eq!(
@@ -85,8 +95,21 @@ fn check_unwound(target: &Target, name: &str, want: &[&str], unwound: usize) {
         "{label}: a LOST record\n{}",
         r.dump
     );
-    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
-    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
+    // The statistics of the image that ran the coroutine: an exec'd one's in its folder.
+    let stats = match names {
+        [_] => r.dir.clone(),
+        _ => {
+            let procs: Vec<_> = std::fs::read_dir(r.dir.join("procs"))
+                .expect("the exec'd image's folder")
+                .map(|e| e.unwrap().path())
+                .collect();
+            assert_eq!(procs.len(), 1, "{label}: {procs:?}");
+            assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "0", "{label}");
+            procs[0].clone()
+        }
+    };
+    assert_eq!(plugin_stat(&stats, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&stats, "lost_marks"), "0", "{label}");
     let summary = format!(
         "1 resync without frame records unwound after the run ({unwound} frames: {unwound} by CFI)"
     );
@@ -116,7 +139,7 @@ const IN_THE_PROGRAM: &[&str] = &[
 
 fn check(target: &Target) {
     let label = target.cross;
-    check_unwound(target, "coswitch.elf", IN_THE_PROGRAM, 3);
+    check_unwound(target, &["coswitch.elf"], IN_THE_PROGRAM, 3);
 
     // Without .eh_frame nothing unwinds: the guess stays, and says so.
     let r = run(target, "coswitch-noeh.elf");
@@ -150,28 +173,40 @@ fn check(target: &Target) {
 
 /// The dynamic PIE: the same frames, at the program's load bias.
 fn check_pie(target: &Target) {
-    check_unwound(target, "coswitch-pie.elf", IN_THE_PROGRAM, 3);
+    check_unwound(target, &["coswitch-pie.elf"], IN_THE_PROGRAM, 3);
 }
 
 /// Through the shared library: co_via's frame (its CFI at the library's bias) between
 /// co_outer's and co_inner's.
+const THROUGH_THE_LIBRARY: &[&str] = &[
+    "E co_outer",
+    "E co_via",
+    "E co_inner",
+    "E co_yield",
+    "X co_yield",
+    "E co_leaf",
+    "X co_leaf",
+    "X co_inner",
+    "X co_via",
+    "E co_leaf",
+    "X co_leaf",
+    "X co_outer",
+    "E co_done",
+];
+
 fn check_library(target: &Target) {
-    let want = [
-        "E co_outer",
-        "E co_via",
-        "E co_inner",
-        "E co_yield",
-        "X co_yield",
-        "E co_leaf",
-        "X co_leaf",
-        "X co_inner",
-        "X co_via",
-        "E co_leaf",
-        "X co_leaf",
-        "X co_outer",
-        "E co_done",
-    ];
-    check_unwound(target, "coswitch-lib.elf", &want, 4);
+    check_unwound(target, &["coswitch-lib.elf"], THROUGH_THE_LIBRARY, 4);
+}
+
+/// The same program exec'd by a static one: unwound with the exec'd image's files (its
+/// cookie numbered after the first image's, in its own folder).
+fn check_exec(target: &Target) {
+    check_unwound(
+        target,
+        &["coswitch-exec.elf", "coswitch-lib.elf"],
+        THROUGH_THE_LIBRARY,
+        4,
+    );
 }
 
 #[test]
@@ -202,4 +237,14 @@ fn a_stack_through_a_shared_library_is_unwound_with_its_tables_aarch64() {
 #[test]
 fn a_stack_through_a_shared_library_is_unwound_with_its_tables_x86_64() {
     check_library(&X86_64);
+}
+
+#[test]
+fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_aarch64() {
+    check_exec(&AARCH64);
+}
+
+#[test]
+fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_x86_64() {
+    check_exec(&X86_64);
 }

@@ -77,9 +77,14 @@ pub fn entries(events: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Whether no resync cookie is left beside the trace.
+/// Whether no resync cookie is left beside the trace (nor in a later process image's folder).
 pub fn no_cookie_files(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .expect("the trace")
+    let folders = std::fs::read_dir(dir.join("procs"))
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path());
+    std::iter::once(dir.to_path_buf())
+        .chain(folders)
+        .flat_map(|d| std::fs::read_dir(d).expect("the trace"))
         .all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".stack"))
 }
