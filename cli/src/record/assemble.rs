@@ -92,10 +92,19 @@ pub fn assemble(
             warn(format!("stack not unwound: {line}"));
         }
     }
-    // User mode: each process image's cookies with its own files at their load biases.
+    // User mode: each process image's cookies with its own files at their load biases (and
+    // the first's with the ELF files `--symbols` names, moved by their offsets).
     let resync_images = match prep.images.first() {
         Some(program) if inv.is_user_mode() => {
-            super::resync::user_images(staging, &program.path, inv.sysroot.as_deref(), &procs)
+            let mut images =
+                super::resync::user_images(staging, &program.path, inv.sysroot.as_deref(), &procs);
+            for s in &prep.sources {
+                let first = &mut images[0].files;
+                if !first.iter().any(|(p, _)| *p == s.path) && qemu::file_is_elf(&s.path) {
+                    first.push((s.path.clone(), s.offset));
+                }
+            }
+            images
         }
         _ => vec![super::resync::Loaded {
             dir: staging.to_path_buf(),

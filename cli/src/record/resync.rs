@@ -408,6 +408,36 @@ mod tests {
     }
 
     #[test]
+    fn an_image_runs_what_it_execd_or_what_its_parent_ran() {
+        let proc = |pid: u32, n: u32, time: u64, kind: Kind| Proc {
+            dir: PathBuf::from(format!("procs/{pid}.{n}")),
+            pid,
+            time,
+            kind,
+        };
+        let exec = |exe: &str| Kind::Exec {
+            exe: PathBuf::from(exe),
+        };
+        // The first program (pid 10) forks 11, which execs /b and forks 12; 12 forks 13;
+        // 10 execs /c after, then forks 14.
+        let procs = [
+            proc(11, 0, 1, Kind::Fork { ppid: 10 }),
+            proc(11, 1, 2, exec("/b")),
+            proc(12, 0, 3, Kind::Fork { ppid: 11 }),
+            proc(13, 0, 4, Kind::Fork { ppid: 12 }),
+            proc(10, 1, 5, exec("/c")),
+            proc(14, 0, 6, Kind::Fork { ppid: 10 }),
+        ];
+        let of = |i| program_of(&procs, i).map(|p| p.to_string_lossy().into_owned());
+        assert_eq!(of(0), None);
+        assert_eq!(of(1).as_deref(), Some("/b"));
+        assert_eq!(of(2).as_deref(), Some("/b"));
+        assert_eq!(of(3).as_deref(), Some("/b"));
+        assert_eq!(of(4).as_deref(), Some("/c"));
+        assert_eq!(of(5).as_deref(), Some("/c"));
+    }
+
+    #[test]
     fn a_marker_opens_the_unwound_frames_and_returns_close_them() {
         // main (0x100) > resume (0x200) switch stacks; the landing is three calls deep on
         // the other stack: outer (0x500) > inner (0x600) > yield (0x700).
