@@ -9,8 +9,8 @@ cd "$root"
 target=${CARGO_TARGET_DIR:-$root/target}
 mkdir -p "$target"
 free_gib=$(df -P -k "$target" | awk 'NR==2 { print int($4 / 1048576) }')
-if [ "$free_gib" -lt 8 ]; then
-  echo "test.sh: only ${free_gib} GiB free under $target; the build and tests need about 8 GiB (free some, or set CARGO_TARGET_DIR to a larger disk)" >&2
+if [ "$free_gib" -lt 4 ]; then
+  echo "test.sh: only ${free_gib} GiB free under $target; the build and tests need about 4 GiB (free some, or set CARGO_TARGET_DIR to a larger disk)" >&2
 fi
 scripts/install-deps.sh
 cargo fmt --all -- --check

@@ -4,6 +4,7 @@
 //! the data directory, [`summary`] says what was recorded.
 
 pub mod assemble;
+pub mod beneath;
 pub mod common;
 pub mod invocation;
 pub mod kaslr;

@@ -2,10 +2,7 @@
 //! (`-loadvm`, `-incoming`): each stack cookie the plugin saved is unwound with the guest's
 //! own tables (`crate::unwind`), and the calls it shows open are written at the start of
 //! that task's `.dat` file, followed by a `qemu:unwound` event that marks where the
-//! recovered frames end. The engine wrote each return past the bottom of its stack as an
-//! exit to the return's target (`Engine::outer_return`); each is matched here to the
-//! recovered frame that returns there, and every other record moves down by the frames
-//! still open.
+//! recovered frames end; the records after move beneath them (`super::beneath`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,15 +10,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use qemu_uftrace_engine::arch::ExceptionKind;
-use qemu_uftrace_format::cookie::{self, StackCookie};
-use qemu_uftrace_format::record::{self, Record, RecordType};
-use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
+use qemu_uftrace_format::cookie;
+use qemu_uftrace_format::record::{Record, RecordType};
+use qemu_uftrace_format::Arch;
 
+use super::beneath::{self, rec, Beneath, Pushed, Rewriter};
 use crate::unwind::{self, Image, Method};
-
-/// The user event marking the end of recovered frames (`events.txt`).
-pub const UNWOUND_EVENT: u64 = qemu_uftrace_format::events::UNWOUND;
-pub const UNWOUND_EVENT_NAME: &str = "qemu:unwound";
 
 /// What recovery did, for the summary.
 #[derive(Debug, Default)]
@@ -135,17 +129,6 @@ fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, TaskCookies>> {
     Ok(out)
 }
 
-/// One cookie file unwound: its frames, outermost first, and the cookie.
-fn unwind_file(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, StackCookie)> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let cookie = StackCookie::decode(&bytes).with_context(|| path.display().to_string())?;
-    let arch = Arch::from_elf_machine(cookie.machine)
-        .with_context(|| format!("{}: unknown ELF machine {}", path.display(), cookie.machine))?;
-    let mut frames = unwind::unwind(&cookie, arch, images);
-    frames.reverse();
-    Ok((frames, cookie))
-}
-
 /// The exception a task's user-mode code took where it resumes at `pc`: a system call if
 /// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`, RISC-V `ecall`), an
 /// interrupt otherwise.
@@ -178,7 +161,7 @@ fn task_frames(
 ) -> (Vec<unwind::Frame>, u64, Option<Arch>) {
     let mut unwound = |path: &Option<PathBuf>| {
         let path = path.as_ref()?;
-        match unwind_file(path, images) {
+        match beneath::unwind_cookie(path, images) {
             Ok(u) => Some(u),
             Err(e) => {
                 done.problems.push(format!("task {tid}: {e:#}"));
@@ -231,120 +214,109 @@ fn recover_task(
     let fresh = |target: u64| {
         frames.is_empty() && arch.is_some_and(|a| !unwind::follows_call(a, images, target))
     };
-    let dat = dir.join(format!("{tid}.dat"));
-    let data = match std::fs::read(&dat) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dat.display())),
-    };
-    let whole = data.len() - data.len() % record::RECORD_SIZE;
-    let records = record::decode_all(&data[..whole])
-        .map_err(|e| anyhow::anyhow!("{}: bad record word {:#x}", dat.display(), e.0))?;
-    let (out, matched, unmatched) = rewrite(&records, &frames, time, &fresh);
-    let mut bytes = Vec::with_capacity(out.len() * record::RECORD_SIZE + data.len() - whole);
-    for r in &out {
-        bytes.extend_from_slice(&record::encode(r.time, r.kind, r.depth as u32, r.addr));
-    }
-    // A half-written last record stays for the assembly's own trimming to report.
-    bytes.extend_from_slice(&data[whole..]);
-    crate::atomic_file::replace_unsynced(&dat, |w| w.write_all(&bytes))?;
+    let mut pass = Start::new(&frames, time, &fresh);
+    beneath::rewrite_file(&dir.join(format!("{tid}.dat")), &mut pass)?;
     done.tasks += 1;
     for f in &frames {
         *done.by_method.entry(f.method).or_default() += 1;
     }
-    done.matched += matched;
-    done.unmatched += unmatched;
+    done.matched += pass.matched;
+    done.unmatched += pass.unmatched;
     Ok(())
 }
 
 /// The records of a task whose stack began with `frames` open (outermost first): their
 /// entries and the marker first, then the recorded ones with returns past the bottom
-/// matched to them. Gives the records, and how many of those returns matched and did not.
+/// matched to them.
+struct Start<'a> {
+    frames: &'a [unwind::Frame],
+    /// When the cookie was captured: the frames open at the first record or then, whichever
+    /// is first.
+    capture: u64,
+    fresh: &'a dyn Fn(u64) -> bool,
+    /// Opened at the first record.
+    beneath: Option<Beneath<'a>>,
+    /// After a resync marker (`super::resync`): the engine closed every frame there and its
+    /// stack is mid-way again, from the resync's cookie: the recovered frames closed with it
+    /// and what follows is the resync pass's to rewrite.
+    resynced: bool,
+    /// Returns past the bottom that closed a recovered frame, and that matched none.
+    matched: u64,
+    unmatched: u64,
+}
+
+impl<'a> Start<'a> {
+    fn new(frames: &'a [unwind::Frame], capture: u64, fresh: &'a dyn Fn(u64) -> bool) -> Self {
+        Start {
+            frames,
+            capture,
+            fresh,
+            beneath: None,
+            resynced: false,
+            matched: 0,
+            unmatched: 0,
+        }
+    }
+}
+
+impl Rewriter for Start<'_> {
+    fn push(&mut self, r: Record, out: &mut Vec<Record>) {
+        let (frames, capture) = (self.frames, self.capture);
+        let b = self
+            .beneath
+            .get_or_insert_with(|| Beneath::open(frames, r.time.min(capture), out));
+        if self.resynced {
+            out.push(r);
+            return;
+        }
+        if r.kind == RecordType::Event && cookie::resync_seq_of_marker(r.addr).is_some() {
+            b.close_all(r.time, out);
+            out.push(r);
+            self.resynced = true;
+            return;
+        }
+        match b.push(r, out) {
+            Pushed::Moved => {}
+            Pushed::Matched => self.matched += 1,
+            Pushed::Unmatched if (self.fresh)(r.addr) => {}
+            Pushed::Unmatched => {
+                out.push(rec(r.time, RecordType::Lost, b.depth(), 0));
+                self.unmatched += 1;
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<Record>) {
+        if self.beneath.is_none() {
+            self.beneath = Some(Beneath::open(self.frames, self.capture, out));
+        }
+    }
+}
+
+/// [`Start`] over records in memory: the records, and how many returns past the bottom
+/// matched and did not.
+#[cfg(test)]
 fn rewrite(
     records: &[Record],
     frames: &[unwind::Frame],
     capture: u64,
     fresh: &dyn Fn(u64) -> bool,
 ) -> (Vec<Record>, u64, u64) {
-    let max_depth = MAX_STACK - 1;
-    let start = records.first().map_or(capture, |r| r.time.min(capture));
-    let rec = |time, kind, depth: usize, addr| Record {
-        time,
-        kind,
-        depth: (depth as u16).min(max_depth),
-        addr: addr48(addr),
-    };
-    let mut out = Vec::with_capacity(records.len() + 2 * frames.len() + 1);
-    for (d, f) in frames.iter().enumerate() {
-        out.push(rec(start, RecordType::Entry, d, f.func));
-    }
-    if !frames.is_empty() {
-        out.push(rec(start, RecordType::Event, frames.len(), UNWOUND_EVENT));
-    }
-    let mut open = frames.len();
-    // How many frames the engine itself had open after the last record.
-    let mut engine_open = 0usize;
-    let (mut matched, mut unmatched) = (0, 0);
-    // A resync marker (`super::resync`): the engine closed every frame there and its stack
-    // is mid-way again, from the resync's cookie: the recovered frames close with it and what
-    // follows is the resync pass's to rewrite.
-    let mut resynced = false;
+    let mut pass = Start::new(frames, capture, fresh);
+    let mut out = Vec::new();
     for r in records {
-        if resynced {
-            out.push(*r);
-            continue;
-        }
-        if r.kind == RecordType::Event && cookie::resync_seq_of_marker(r.addr).is_some() {
-            for d in (0..open).rev() {
-                out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
-            }
-            out.push(*r);
-            resynced = true;
-            continue;
-        }
-        let depth = r.depth as usize;
-        match r.kind {
-            RecordType::Exit if engine_open == 0 => {
-                // A return past the bottom: its address is the return's target.
-                match (0..open)
-                    .rev()
-                    .find(|&j| addr48(frames[j].ret_addr) == r.addr)
-                {
-                    Some(j) => {
-                        // A handler's return into its sigreturn trampoline ends the
-                        // signal's delivery too (`rt_sigreturn` follows at once).
-                        let j = match j.checked_sub(1) {
-                            Some(d) if frames[d].method == Method::Signal => d,
-                            _ => j,
-                        };
-                        // Frames above it that the unwinder saw but that returned unseen
-                        // close here too.
-                        for d in (j..open).rev() {
-                            out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
-                        }
-                        open = j;
-                        matched += 1;
-                    }
-                    None if fresh(r.addr) => {}
-                    None => {
-                        out.push(rec(r.time, RecordType::Lost, open, 0));
-                        unmatched += 1;
-                    }
-                }
-                continue;
-            }
-            RecordType::Entry => engine_open = depth + 1,
-            RecordType::Exit | RecordType::Lost | RecordType::Event => engine_open = depth,
-        }
-        out.push(rec(r.time, r.kind, depth + open, r.addr));
+        pass.push(*r, &mut out);
     }
-    (out, matched, unmatched)
+    pass.finish(&mut out);
+    (out, pass.matched, pass.unmatched)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::beneath::UNWOUND_EVENT;
     use crate::unwind::Frame;
+    use qemu_uftrace_format::record;
 
     fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
         Record {

@@ -9,18 +9,16 @@
 //! moves down by the frames still open. Where nothing unwinds (no tables), a LOST record
 //! takes the marker's place: the guess, as the engine writes it without a cookie.
 //!
-//! One streaming pass per task file that has cookies: the files can be gigabytes.
+//! One streaming pass per task file that has cookies (`super::beneath`).
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use qemu_uftrace_format::cookie::{self, StackCookie};
-use qemu_uftrace_format::record::{self, Record, RecordType, RECORD_SIZE};
-use qemu_uftrace_format::{addr48, Arch, MAX_STACK};
+use qemu_uftrace_format::cookie;
+use qemu_uftrace_format::record::{Record, RecordType};
 
-use super::recover::{UNWOUND_EVENT, UNWOUND_EVENT_NAME};
+use super::beneath::{self, rec, Beneath, Pushed, Rewriter, UNWOUND_EVENT, UNWOUND_EVENT_NAME};
 use crate::qemu::user_maps;
 use crate::qemu::user_procs::{Kind, Proc};
 use crate::unwind::{self, Image, Method};
@@ -154,7 +152,7 @@ pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> 
         let mut frames = BTreeMap::new();
         for (seq, (path, i)) in &files {
             let files = loaded[*i].get_or_insert_with(|| load(&images[*i].files, &mut done));
-            match unwind_file(path, files) {
+            match beneath::unwind_cookie(path, files).map(|(f, _)| f) {
                 Ok(f) => {
                     frames.insert(*seq, f);
                 }
@@ -213,65 +211,14 @@ fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, BTreeMap<u32, PathBuf>>> {
     Ok(out)
 }
 
-/// One cookie file unwound: its frames, outermost first.
-fn unwind_file(path: &Path, images: &[Image]) -> Result<Vec<unwind::Frame>> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let cookie = StackCookie::decode(&bytes).with_context(|| path.display().to_string())?;
-    let arch = Arch::from_elf_machine(cookie.machine)
-        .with_context(|| format!("{}: unknown ELF machine {}", path.display(), cookie.machine))?;
-    let mut frames = unwind::unwind(&cookie, arch, images);
-    frames.reverse();
-    Ok(frames)
-}
-
 /// Rewrites task file `dat` in one pass: each marker replaced by its cookie's frames.
 fn rewrite_file(
     dat: &Path,
     frames: &BTreeMap<u32, Vec<unwind::Frame>>,
     done: &mut Resyncs,
 ) -> Result<()> {
-    let mut input = match std::fs::File::open(dat) {
-        Ok(f) => std::io::BufReader::with_capacity(1 << 20, f),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dat.display())),
-    };
     let mut state = Rewrite::new(frames);
-    let mut bad = None;
-    crate::atomic_file::replace(dat, |w| {
-        let mut buf = vec![0u8; 1 << 20];
-        let mut have = 0;
-        let mut out = Vec::new();
-        loop {
-            let n = input.read(&mut buf[have..])?;
-            have += n;
-            let whole = have - have % RECORD_SIZE;
-            if n == 0 || whole == buf.len() {
-                for chunk in buf[..whole].chunks_exact(RECORD_SIZE) {
-                    let word: &[u8; RECORD_SIZE] = chunk.try_into().expect("a record's bytes");
-                    match record::decode(word) {
-                        Ok(r) => state.push(r, &mut out),
-                        Err(e) => {
-                            bad = Some(e.0);
-                            return Err(std::io::Error::other("bad record"));
-                        }
-                    }
-                }
-                for r in out.drain(..) {
-                    w.write_all(&record::encode(r.time, r.kind, r.depth as u32, r.addr))?;
-                }
-                buf.copy_within(whole..have, 0);
-                have -= whole;
-                if n == 0 {
-                    // A half-written last record stays for the assembly's own trimming.
-                    return w.write_all(&buf[..have]);
-                }
-            }
-        }
-    })
-    .map_err(|e| match bad {
-        Some(word) => anyhow::anyhow!("{}: bad record word {word:#x}", dat.display()),
-        None => e,
-    })?;
+    beneath::rewrite_file(dat, &mut state)?;
     done.unwound += state.unwound;
     done.guessed += state.guessed;
     for (m, n) in state.by_method {
@@ -283,14 +230,9 @@ fn rewrite_file(
 /// The rewriting of one task's records, record by record.
 struct Rewrite<'a> {
     cookies: &'a BTreeMap<u32, Vec<unwind::Frame>>,
-    /// The frames the last marker opened, outermost first (none before the first marker).
-    frames: &'a [unwind::Frame],
-    /// How many of them are still open.
-    open: usize,
-    /// How many frames the engine itself had open after the last record.
-    engine_open: usize,
-    /// Whether a marker was met (before it, records pass unchanged).
-    active: bool,
+    /// The frames the last marker opened (none before the first marker: records pass
+    /// unchanged).
+    beneath: Option<Beneath<'a>>,
     unwound: usize,
     guessed: usize,
     by_method: BTreeMap<Method, usize>,
@@ -300,78 +242,47 @@ impl<'a> Rewrite<'a> {
     fn new(cookies: &'a BTreeMap<u32, Vec<unwind::Frame>>) -> Self {
         Rewrite {
             cookies,
-            frames: &[],
-            open: 0,
-            engine_open: 0,
-            active: false,
+            beneath: None,
             unwound: 0,
             guessed: 0,
             by_method: BTreeMap::new(),
         }
     }
+}
 
+impl Rewriter for Rewrite<'_> {
     fn push(&mut self, r: Record, out: &mut Vec<Record>) {
-        let rec = |time, kind, depth: usize, addr| Record {
-            time,
-            kind,
-            depth: (depth as u16).min(MAX_STACK - 1),
-            addr: addr48(addr),
-        };
         let marker = (r.kind == RecordType::Event)
             .then(|| cookie::resync_seq_of_marker(r.addr))
             .flatten();
         if let Some(seq) = marker {
             // The engine closed its frames here: the unwound frames of an earlier resync
             // still open close too, and this one's open.
-            for d in (0..self.open).rev() {
-                out.push(rec(r.time, RecordType::Exit, d, self.frames[d].func));
+            if let Some(b) = &mut self.beneath {
+                b.close_all(r.time, out);
             }
-            self.frames = self.cookies.get(&seq).map_or(&[], Vec::as_slice);
-            self.open = self.frames.len();
-            self.engine_open = 0;
-            self.active = true;
-            for (d, f) in self.frames.iter().enumerate() {
-                out.push(rec(r.time, RecordType::Entry, d, f.func));
+            let frames = self.cookies.get(&seq).map_or(&[][..], Vec::as_slice);
+            for f in frames {
                 *self.by_method.entry(f.method).or_default() += 1;
             }
-            if self.frames.is_empty() {
+            if frames.is_empty() {
                 self.guessed += 1;
                 out.push(rec(r.time, RecordType::Lost, 0, 0));
             } else {
                 self.unwound += 1;
-                out.push(rec(r.time, RecordType::Event, self.open, UNWOUND_EVENT));
             }
+            self.beneath = Some(Beneath::open(frames, r.time, out));
             return;
         }
-        if !self.active {
+        let Some(b) = &mut self.beneath else {
             out.push(r);
             return;
+        };
+        // A return past everything the cookie showed: what it closes is not known. (Nothing
+        // unwound: the LOST record at the marker said so already.)
+        if b.push(r, out) == Pushed::Unmatched && b.any() {
+            out.push(rec(r.time, RecordType::Lost, b.depth(), 0));
         }
-        let depth = r.depth as usize;
-        match r.kind {
-            RecordType::Exit if self.engine_open == 0 => {
-                // A return past the bottom: its address is the return's target.
-                let frames = self.frames;
-                if let Some(j) = (0..self.open)
-                    .rev()
-                    .find(|&j| addr48(frames[j].ret_addr) == r.addr)
-                {
-                    // Frames above it that returned unseen close here too.
-                    for d in (j..self.open).rev() {
-                        out.push(rec(r.time, RecordType::Exit, d, frames[d].func));
-                    }
-                    self.open = j;
-                } else if !frames.is_empty() {
-                    // Past everything the cookie showed: what it closes is not known.
-                    out.push(rec(r.time, RecordType::Lost, self.open, 0));
-                }
-                // (Nothing unwound: the LOST record at the marker said so already.)
-                return;
-            }
-            RecordType::Entry => self.engine_open = depth + 1,
-            RecordType::Exit | RecordType::Lost | RecordType::Event => self.engine_open = depth,
-        }
-        out.push(rec(r.time, r.kind, depth + self.open, r.addr));
     }
 }
 
@@ -379,6 +290,7 @@ impl<'a> Rewrite<'a> {
 mod tests {
     use super::*;
     use crate::unwind::Frame;
+    use qemu_uftrace_format::record;
     use RecordType::*;
 
     fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {

@@ -4,18 +4,16 @@
 //! the window's start first, as entries at the times they were entered. Memory stays within
 //! SIZE plus one buffer.
 
-use super::start_gate::StartGate;
+use super::open_stacks::OpenStacks;
 use qemu_uftrace_format::record::RECORD_SIZE;
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
 pub struct Ring {
     max: usize,
     bytes: usize,
     bufs: VecDeque<(u32, Vec<u8>)>,
     /// Follows each task's stack through the records that fell out of the window.
-    gone: StartGate,
+    gone: OpenStacks,
 }
 
 impl Ring {
@@ -25,8 +23,7 @@ impl Ring {
             max,
             bytes: 0,
             bufs: VecDeque::new(),
-            // Never started: it only follows.
-            gone: StartGate::new(Arc::new(AtomicU64::new(u64::MAX)), Arc::default()),
+            gone: OpenStacks::default(),
         }
     }
 
@@ -42,10 +39,10 @@ impl Ring {
             let cut = excess.div_ceil(RECORD_SIZE) * RECORD_SIZE;
             if cut >= oldest.len() {
                 let (t, oldest) = self.bufs.pop_front().expect("a front");
-                let _ = self.gone.pass(t, &oldest);
+                self.gone.follow_all(t, &oldest);
                 self.bytes -= oldest.len();
             } else {
-                let _ = self.gone.pass(*t, &oldest[..cut]);
+                self.gone.follow_all(*t, &oldest[..cut]);
                 oldest.drain(..cut);
                 self.bytes -= cut;
             }

@@ -10,6 +10,7 @@ pub mod entries;
 pub mod flight;
 pub mod guest;
 pub mod lib_entries;
+pub mod open_stacks;
 pub mod output;
 pub mod progress;
 pub mod qemu_guest;

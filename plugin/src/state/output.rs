@@ -540,7 +540,7 @@ fn write_loop(mut w: Writer, rx: Receiver<Msg>, pool: Arc<Mutex<Vec<Vec<u8>>>>) 
         for (tid, frames) in gate.unwritten() {
             w.write_through(tid, &frames);
         }
-        w.written.start_frames = gate.written_frames;
+        w.written.start_frames = gate.stacks.written_frames;
     }
     // `--keep-last`: the window now.
     if let Some(ring) = w.ring.take() {

@@ -3,22 +3,16 @@
 //! first record after it, so that the replay nests. The writer thread follows every task's
 //! stack from the records it drops (never a vCPU: the hot path is unchanged).
 
-use qemu_uftrace_format::record::{decode, encode, RecordType, RECORD_SIZE};
-use std::collections::{HashMap, HashSet};
+use super::open_stacks::{OpenStacks, Raw};
+use qemu_uftrace_format::record::{decode, RecordType, RECORD_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-type Raw = [u8; RECORD_SIZE];
 
 pub struct StartGate {
     /// The start's time (`u64::MAX`: not reached yet), set by the vCPU that reached it.
     pub start: Arc<AtomicU64>,
-    /// Per task, the entry records of its open frames, outermost first.
-    stacks: HashMap<u32, Vec<Raw>>,
-    /// Tasks whose open frames were written.
-    opened: HashSet<u32>,
-    /// Open frames written as entries, in all.
-    pub written_frames: u64,
+    /// Every task's stack, followed through the records held back.
+    pub stacks: OpenStacks,
     /// The address entered at the start (set before `start`): the start is the entry into
     /// it at the start's time; records of the same time before it (a return timed in the
     /// block that makes the call) are still before. The one entered, not FUNC's addresses
@@ -31,9 +25,7 @@ impl StartGate {
     pub fn new(start: Arc<AtomicU64>, addr: Arc<AtomicU64>) -> StartGate {
         StartGate {
             start,
-            stacks: HashMap::new(),
-            opened: HashSet::new(),
-            written_frames: 0,
+            stacks: OpenStacks::default(),
             addr,
             begun: false,
         }
@@ -59,58 +51,15 @@ impl StartGate {
                 self.begun = rec.kind == RecordType::Entry && rec.addr == addr;
             }
             if rec.time < start || (rec.time == start && !self.begun) {
-                self.follow(tid, raw);
+                self.stacks.follow(tid, raw);
                 continue;
             }
             if out.is_empty() {
-                out.extend(self.open_frames(tid, rec.time));
+                out.extend(self.stacks.open_frames(tid, rec.time));
             }
             out.extend_from_slice(&raw);
         }
         out
-    }
-
-    fn follow(&mut self, tid: u32, raw: Raw) {
-        let Ok(rec) = decode(&raw) else { return };
-        let stack = self.stacks.entry(tid).or_default();
-        match rec.kind {
-            RecordType::Entry => {
-                stack.truncate(rec.depth as usize);
-                stack.push(raw);
-            }
-            RecordType::Exit => stack.truncate(rec.depth as usize),
-            _ => {}
-        }
-    }
-
-    /// The task's open frames as entry records, the first time it is asked, then the
-    /// `qemu:opened` event at `time` (no later than the task's next record): where its
-    /// recording proper begins. Nothing for a task not seen before (it began after).
-    fn open_frames(&mut self, tid: u32, time: u64) -> Vec<u8> {
-        if !self.opened.insert(tid) {
-            return Vec::new();
-        }
-        let Some(frames) = self.stacks.remove(&tid) else {
-            return Vec::new();
-        };
-        self.written_frames += frames.len() as u64;
-        let depth = frames.len() as u32;
-        let mut out = frames.concat();
-        let opened = qemu_uftrace_format::events::OPENED;
-        out.extend_from_slice(&encode(time, RecordType::Event, depth, opened));
-        out
-    }
-
-    /// Every task's open frames not written yet, whatever the start (the flight recorder's
-    /// window start), each followed by its marker at `time` (no later than any record to
-    /// come).
-    pub fn all_open(&mut self, time: u64) -> Vec<(u32, Vec<u8>)> {
-        let mut tids: Vec<u32> = self.stacks.keys().copied().collect();
-        tids.sort_unstable();
-        tids.into_iter()
-            .map(|t| (t, self.open_frames(t, time)))
-            .filter(|(_, f)| !f.is_empty())
-            .collect()
     }
 
     /// At the end, once the start was reached: the tasks that never ran after it, with
@@ -120,7 +69,7 @@ impl StartGate {
         if start == u64::MAX {
             return Vec::new();
         }
-        self.all_open(start)
+        self.stacks.all_open(start)
     }
 }
 
@@ -181,7 +130,7 @@ mod tests {
             .map(|r| (r.time, r.addr))
             .collect();
         assert_eq!(rest, [(5, 0x40), (10, opened)]);
-        assert_eq!(g.written_frames, 3);
+        assert_eq!(g.stacks.written_frames, 3);
     }
 
     /// FUNC outside every `-F` subtree: its entry is never written, and what comes after
@@ -211,6 +160,6 @@ mod tests {
             times,
             [(1, Entry), (11, RecordType::Event), (11, Entry), (12, Exit)]
         );
-        assert_eq!(g.written_frames, 1);
+        assert_eq!(g.stacks.written_frames, 1);
     }
 }

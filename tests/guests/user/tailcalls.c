@@ -1,20 +1,11 @@
 /* Tail calls as -O2 leaves them (cli/tests/record_user_shape.rs): each function notes its
  * own entry in a log (entries only: -finstrument-functions' exit hook would keep the
  * sibling calls from being made), printed at the end as `ENTRY name` lines. */
-#include <stdio.h>
 #include <unistd.h>
 
-#define F __attribute__((noinline, noclone))
+#include "entries_log.h"
 
-static const char *entries[256];
-static int n_entries;
 volatile int sink;
-
-F static void note(const char *name)
-{
-	if (n_entries < 256)
-		entries[n_entries++] = name;
-}
 
 F int leaf(int x)
 {
@@ -125,7 +116,6 @@ int main(void)
 	ptrtail(leaf, 4);
 	for (int i = 0; i < 11; i++)
 		pick(i);
-	for (int i = 0; i < n_entries; i++)
-		printf("ENTRY %s\n", entries[i]);
+	print_entries();
 	return 0;
 }

@@ -1,19 +1,10 @@
 /* A GCC nested function called through its trampoline on the stack (its address is taken;
  * cli/tests/record_user_shape.rs): the trampoline loads the static chain and jumps to inner.
  * Each function notes its own entry in a log, printed at the end as `ENTRY name` lines. */
-#include <stdio.h>
 
-#define F __attribute__((noinline, noclone))
+#include "entries_log.h"
 
-static const char *entries[256];
-static int n_entries;
 volatile int sink;
-
-F static void note(const char *name)
-{
-	if (n_entries < 256)
-		entries[n_entries++] = name;
-}
 
 F int leaf(int x)
 {
@@ -46,7 +37,6 @@ int main(void)
 	note("main");
 	outer(10);
 	leaf(3);
-	for (int i = 0; i < n_entries; i++)
-		printf("ENTRY %s\n", entries[i]);
+	print_entries();
 	return 0;
 }

@@ -1,22 +1,13 @@
 /* makecontext/swapcontext (cli/tests/record_user_shape.rs): ctxfunc is entered by setcontext's
  * jump (aarch64 `br`, riscv64 `jr`, x86-64 `ret`) and returns to uc_link. Each function notes
  * its own entry in a log, printed at the end as `ENTRY name` lines. */
-#include <stdio.h>
 #include <ucontext.h>
 
-#define F __attribute__((noinline, noclone))
+#include "entries_log.h"
 
-static const char *entries[256];
-static int n_entries;
 volatile int sink;
 static ucontext_t uc_main, uc_func;
 static char stack[65536];
-
-F static void note(const char *name)
-{
-	if (n_entries < 256)
-		entries[n_entries++] = name;
-}
 
 F int leaf(int x)
 {
@@ -49,7 +40,6 @@ int main(void)
 	makecontext(&uc_func, (void (*)(void))ctxfunc, 1, 7);
 	run();
 	leaf(9);
-	for (int i = 0; i < n_entries; i++)
-		printf("ENTRY %s\n", entries[i]);
+	print_entries();
 	return 0;
 }
