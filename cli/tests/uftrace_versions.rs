@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::user::{only_task, record_ok, Target, AARCH64, X86_64};
+use common::user::{only_task, record_ok, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::replay::{parse_report_calls, replay_body, uftrace_at, uftrace_versions};
 use qemu_uftrace_tests::{cached, make_guests, qemu_args_on, user_guest_elf, user_qemu};
 use std::collections::BTreeMap;
@@ -121,6 +121,11 @@ fn check_longjmp(target: &Target) {
 #[test]
 fn longjmp_replays_alike_in_every_uftrace_version_aarch64() {
     check_longjmp(&AARCH64);
+}
+
+#[test]
+fn longjmp_replays_alike_in_every_uftrace_version_riscv64() {
+    check_longjmp(&RISCV64);
 }
 
 #[test]
