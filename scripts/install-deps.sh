@@ -7,7 +7,7 @@
 #       discontinuity callback) and QEMU 11.1.3 from trixie-backports in a trixie root
 #     - Debian's arm64, amd64 and riscv64 kernels with their -dbg vmlinux, OpenSBI with symbols
 #     - cross compilers and binutils for the guests, bzip2 and sqlite3 for the benchmarks
-#     - uftrace 0.17 and 0.19 from Debian's source packages, read with besides the system's
+#     - uftrace 0.17 and 0.19 (Debian's source packages): the tests read traces with each
 #     - the nightly Rust toolchain with Miri, and cargo-fuzz
 # Files kept from Debian's packages go to the cache ($QEMU_UFTRACE_CACHE), each written under a
 # temporary name and renamed into place, its stamp last: an interrupted run leaves nothing a
