@@ -7,6 +7,7 @@
 #       discontinuity callback) and QEMU 11.1.3 from trixie-backports in a trixie root
 #     - Debian's arm64, amd64 and riscv64 kernels with their -dbg vmlinux, OpenSBI with symbols
 #     - cross compilers and binutils for the guests, bzip2 and sqlite3 for the benchmarks
+#     - uftrace 0.17 and 0.19 (Debian's source packages): the tests read traces with each
 #     - the nightly Rust toolchain with Miri, and cargo-fuzz
 # Files kept from Debian's packages go to the cache ($QEMU_UFTRACE_CACHE), each written under a
 # temporary name and renamed into place, its stamp last: an interrupted run leaves nothing a
@@ -322,8 +323,13 @@ source_package() {
         >/dev/null 2>&1); then
         local carried
         carried=$(APT_CONFIG=$conf apt-cache showsrc "$name" 2>/dev/null | sed -n 's/^Version: //p' | sort -u | tr '\n' ' ')
-        log "Debian's source package $name${version:+ $version} is not in $suites (they carry: ${carried:-nothing});" \
-            "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS${version:+, or change the version in scripts/install-deps.sh}"
+        if [ -n "$version" ] && [[ " $carried" == *" $version "* ]]; then
+            log "the files of Debian's source package $name $version, listed in $suites, cannot be downloaded from the mirror;" \
+                "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS"
+        else
+            log "Debian's source package $name${version:+ $version} is not in $suites (they carry: ${carried:-nothing});" \
+                "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS${version:+, or change the version in scripts/install-deps.sh}"
+        fi
         rm -rf "$state"
         return 1
     fi
@@ -434,6 +440,75 @@ if [ ! -s "$sbi/fw_dynamic.elf" ] || [ "$(cat "$sbi/package" 2>/dev/null)" != "$
     rm -rf "$sbi" && mv "$sbi.tmp" "$sbi"
     rm -rf "$work"
 fi
+
+# uftrace 0.17 (trixie) and 0.19 (forky, sid) next to the system's (0.13 on bookworm): the tests
+# read traces with each (tests/src/replay.rs, uftrace_versions). Built from Debian's source
+# package without the optional libraries (~15 s each; replay, report, info and dump need none,
+# and nothing records with them). Where the mirror serves a version's binary package but not its
+# source, that binary package with its libraries instead, run on the loader it ships with.
+# The Debian revision is the newest the suites carry for the upstream version.
+UFTRACE_BUILDS="0.17:trixie 0.19:forky,sid"
+uftrace_fresh() { # DIR UPSTREAM
+    [ -s "$1/package" ] && "$1/bin/uftrace" --version 2>/dev/null | grep -q "^uftrace v$2 "
+}
+# uftrace_from_source DEBVER SUITES DIR: builds into DIR.tmp.
+uftrace_from_source() {
+    local ver=$1 suites=$2 dir=$3 work
+    work=$(mktemp -d)
+    unpack_source uftrace "$ver" "$suites" "$work/src" || { rm -rf "$work"; return 1; }
+    (cd "$work/src" && ./configure --without-libdw --without-libpython --without-libluajit \
+        --without-capstone --without-libunwind --without-libtraceevent --without-perf \
+        --without-schedule --without-libncurses --without-libstdc++ &&
+        make -j"$(nproc)" "$work/src/uftrace") >"$work/build.log" 2>&1 ||
+        { tail -n 20 "$work/build.log" >&2; log "building uftrace $ver from its source package failed"; rm -rf "$work"; return 1; }
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/bin"
+    strip -o "$dir.tmp/bin/uftrace" "$work/src/uftrace"
+    echo "uftrace $ver (source)" >"$dir.tmp/package"
+    rm -rf "$work"
+}
+# uftrace_from_binary DEBVER CONF DIR: Debian's binary package and its dependencies (from an
+# empty status: libc6 and its loader included) unpacked into DIR.tmp/root, behind a wrapper.
+uftrace_from_binary() {
+    local ver=$1 conf=$2 dir=$3 archives deb loader libs
+    archives=$(dirname "$conf")/cache/archives
+    APT_CONFIG=$conf apt-get install --download-only --no-install-recommends -qq "uftrace=$ver" \
+        >/dev/null 2>&1 || { log "downloading Debian's uftrace $ver binary package failed"; return 1; }
+    rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/root" "$dir.tmp/bin"
+    for deb in "$archives"/*.deb; do dpkg-deb -x "$deb" "$dir.tmp/root"; done
+    # Documentation, time zones and Python's library (scripting only): 70 MB down to 20.
+    rm -rf "$dir.tmp/root/usr/share" "$dir.tmp"/root/usr/lib/python3*
+    # The loader itself, not usr/lib64's link to it (absolute: the host's).
+    loader=$(ls "$dir.tmp"/root/usr/lib/*-linux-gnu/ld-linux*.so.* 2>/dev/null | head -n1)
+    libs=$(ls -d "$dir.tmp"/root/usr/lib/*-linux-gnu | head -n1)
+    [ -n "$loader" ] && [ -n "$libs" ] && [ -x "$dir.tmp/root/usr/bin/uftrace" ] ||
+        { log "Debian's uftrace $ver binary package has no usr/bin/uftrace, loader or library dir"; return 1; }
+    loader=${loader/#"$dir.tmp"/"$dir"} libs=${libs/#"$dir.tmp"/"$dir"}
+    printf '#!/bin/sh\n# Debian'"'"'s uftrace %s on its own loader and libraries (install-deps.sh).\nexec "%s" --library-path "%s" "%s" "$@"\n' \
+        "$ver" "$loader" "$libs" "$dir/root/usr/bin/uftrace" >"$dir.tmp/bin/uftrace"
+    chmod +x "$dir.tmp/bin/uftrace"
+    echo "uftrace $ver (binary)" >"$dir.tmp/package"
+}
+for build in $UFTRACE_BUILDS; do
+    up=${build%%:*} suites=${build#*:}
+    suites=${suites//,/ }
+    ufdir="$CACHE/uftrace-$up"
+    uftrace_fresh "$ufdir" "$up" && continue
+    state=$(mktemp -d)
+    conf=$(private_apt "$state" deb "$suites" "$(dpkg --print-architecture)") ||
+        die "the package lists of $suites fail ($(apt_failure "$state/update.log")): retry later"
+    ver=$(APT_CONFIG=$conf apt-cache madison uftrace | awk -v up="$up" '$3 ~ "^" up "-" { print $3 }' |
+        sort -V | tail -n1)
+    [ -n "$ver" ] || die "no uftrace $up in $suites (they carry: $(APT_CONFIG=$conf apt-cache madison uftrace |
+        awk '{ print $3 }' | tr '\n' ' ')): change UFTRACE_BUILDS in scripts/install-deps.sh"
+    log "building uftrace $ver from Debian's source package into $ufdir (~15 s)"
+    if ! uftrace_from_source "$ver" "$suites" "$ufdir"; then
+        log "taking Debian's uftrace $ver binary package instead"
+        uftrace_from_binary "$ver" "$conf" "$ufdir" || die "no uftrace $ver for the tests: retry later"
+    fi
+    rm -rf "$state"
+    rm -rf "$ufdir" && mv "$ufdir.tmp" "$ufdir"
+    uftrace_fresh "$ufdir" "$up" || die "$ufdir/bin/uftrace does not run as uftrace v$up"
+done
 
 # bench/user.sh's workloads, real CPU-bound programs from Debian's source packages, built for
 # each user-mode target as dynamic PIEs against the cross glibc (x86_64: the host's), with DWARF

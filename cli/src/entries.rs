@@ -25,8 +25,9 @@ const LONGJMPS: &[&str] = &["longjmp", "siglongjmp", "__longjmp_chk"];
 const SETJMPS: &[&str] = &["setjmp", "_setjmp", "sigsetjmp", "__sigsetjmp"];
 
 /// The list's text: `rebase LINK_ENTRY` first for a program placed at a bias known only
-/// when it runs, then `START END GROUP KIND` per function.
-pub fn text(images: &[Image], rebase: Option<u64>) -> String {
+/// when it runs, then `START END GROUP KIND` per function; those starting in one of the
+/// `plt` ranges are PLT entries (`p` after their kind).
+pub fn text(images: &[Image], plt: &[(u64, u64)], rebase: Option<u64>) -> String {
     let mut out = String::new();
     if let Some(entry) = rebase {
         let _ = writeln!(out, "rebase {entry:x}");
@@ -46,11 +47,13 @@ pub fn text(images: &[Image], rebase: Option<u64>) -> String {
             } else {
                 'f'
             };
+            let in_plt = plt.iter().any(|&(lo, hi)| (lo..hi).contains(&f.addr));
             let _ = writeln!(
                 out,
-                "{:x} {:x} {group} {kind}",
+                "{:x} {:x} {group} {kind}{}",
                 f.addr,
-                f.addr.wrapping_add(f.size)
+                f.addr.wrapping_add(f.size),
+                if in_plt { "p" } else { "" }
             );
         }
     }
@@ -63,6 +66,8 @@ pub fn text(images: &[Image], rebase: Option<u64>) -> String {
 pub struct Program {
     pub image: Image,
     pub rebase: Option<u64>,
+    /// Its PLT sections (`Elf::plt`).
+    pub plt: Vec<(u64, u64)>,
 }
 
 impl Program {
@@ -76,15 +81,19 @@ impl Program {
         if image.functions.is_empty() {
             return None;
         }
-        let rebase = crate::qemu::user::Elf::read(program)
-            .filter(|e| e.relocatable)
-            .map(|e| e.entry);
-        Some(Program { image, rebase })
+        let elf = crate::qemu::user::Elf::read(program);
+        let rebase = (elf.as_ref()).filter(|e| e.relocatable).map(|e| e.entry);
+        let plt = elf.map(|e| e.plt).unwrap_or_default();
+        Some(Program { image, rebase, plt })
     }
 
     /// Writes the program's list into `file` before QEMU starts; whether it was written.
     pub fn write(&self, file: &Path) -> bool {
-        std::fs::write(file, text(std::slice::from_ref(&self.image), self.rebase)).is_ok()
+        std::fs::write(
+            file,
+            text(std::slice::from_ref(&self.image), &self.plt, self.rebase),
+        )
+        .is_ok()
     }
 }
 
@@ -127,7 +136,7 @@ pub fn libraries_text(files: &[std::path::PathBuf], interp: Option<&Path>, arch:
                 u8::from(seg.exec)
             );
         }
-        out.push_str(&text(std::slice::from_ref(&image), None));
+        out.push_str(&text(std::slice::from_ref(&image), &elf.plt, None));
     }
     out
 }
@@ -159,7 +168,8 @@ pub fn system_text(
     {
         images.push(alias);
     }
-    text(&images, None)
+    // No PLT: a kernel's and firmware's small functions are functions.
+    text(&images, &[], None)
 }
 
 /// Writes `text` into `file` whole or not at all (the plugin may be reading it).
@@ -200,10 +210,15 @@ mod tests {
                 (0x10, 8, "main"),
                 (0x20, 4, "f"),
                 (0x90, 4, "main.cold"),
+                (0xa0, 16, "malloc"),
             ])],
+            &[(0xa0, 0xc0)],
             Some(0x10),
         );
-        assert_eq!(t, "rebase 10\n10 18 0 f\n20 24 1 f\n90 94 0 c\n");
+        assert_eq!(
+            t,
+            "rebase 10\n10 18 0 f\n20 24 1 f\n90 94 0 c\na0 b0 2 fp\n"
+        );
         let f = qemu_uftrace_engine::entries::Functions::parse(&t).unwrap();
         assert!(f.enters(0x14, 0x20) && !f.enters(0x92, 0x10));
     }

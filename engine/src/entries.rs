@@ -7,7 +7,7 @@
 //! END one past the last byte, GROUP a number shared by a function and its compiler-split
 //! parts such as `foo.cold`, KIND `f` for a function, `l` and `s` for one that uftrace's
 //! replay treats as a longjmp or a setjmp by its name, and `c` for a split part, which is
-//! never entered by a jump). A line `rebase LINK_ENTRY` (hex) says the addresses are link
+//! never entered by a jump; followed by `p` for a PLT entry, whose jump on is its call's). A line `rebase LINK_ENTRY` (hex) says the addresses are link
 //! addresses of a program loaded at a bias known only once it runs (user mode's PIE):
 //! `AT_ENTRY - LINK_ENTRY`.
 //!
@@ -26,6 +26,7 @@ struct Entry {
     cold: bool,
     longjmp: bool,
     setjmp: bool,
+    plt: bool,
 }
 
 /// The functions of the guest's known images, sorted by start.
@@ -53,12 +54,16 @@ fn entry(start: &str, end: &str, group: &str, kind: &str) -> Result<Entry, &'sta
     let start = hex(start).ok_or("bad start")?;
     let end = hex(end).ok_or("bad end")?;
     let group = group.parse().map_err(|_| "bad group")?;
+    let (kind, plt) = match kind.strip_suffix('p') {
+        Some(k) => (k, true),
+        None => (kind, false),
+    };
     let (cold, longjmp, setjmp) = match kind {
         "f" => (false, false, false),
         "l" => (false, true, false),
         "s" => (false, false, true),
         "c" => (true, false, false),
-        _ => return Err("kind is not f, l, s or c"),
+        _ => return Err("kind is not f, l, s or c (and p after it)"),
     };
     Ok(Entry {
         start,
@@ -67,6 +72,7 @@ fn entry(start: &str, end: &str, group: &str, kind: &str) -> Result<Entry, &'sta
         cold,
         longjmp,
         setjmp,
+        plt,
     })
 }
 
@@ -235,13 +241,10 @@ impl Functions {
             .is_none_or(|e| e.end <= e.start && pc - e.start > 0x10000)
     }
 
-    /// Whether `pc` lies in a function of at most 16 bytes: a PLT entry (named after its
-    /// target, an IFUNC's iplt entry after the function it resolves to), whose jump on is
-    /// the call's own, not an entry (a genuine function that small and jumping on loses
-    /// the frame of the function it jumps to).
-    pub fn in_plt_sized(&self, pc: u64) -> bool {
-        self.containing(pc)
-            .is_some_and(|e| e.end > e.start && e.end - e.start <= 16)
+    /// Whether `pc` lies in a PLT entry (named after its target, an IFUNC's iplt entry after
+    /// the function it resolves to), whose jump on is the call's own, not an entry.
+    pub fn in_plt(&self, pc: u64) -> bool {
+        self.containing(pc).is_some_and(|e| e.plt)
     }
 
     /// Whether `a` and `b` lie in one function (or its split parts): a jump between them
@@ -286,7 +289,9 @@ mod tests {
              2000 2010 2 c\n\
              3000 3010 4 l\n\
              4000 4010 5 s\n\
-             4010 4020 6 s\n",
+             4010 4020 6 s\n\
+             5000 5010 7 fp\n\
+             5010 5020 8 sp\n",
         )
         .unwrap();
         assert!(f.is_longjmp(0x3000) && !f.is_longjmp(0x1000) && !f.is_longjmp(0x3004));
@@ -313,7 +318,11 @@ mod tests {
         assert!(f.same_function(0x1014, 0x2004) && !f.same_function(0x1004, 0x1014));
         assert!(!f.same_function(0x7fff_0000, 0x7fff_0004));
         assert!(f.outside_functions(0x7fff_0000) && !f.outside_functions(0x1004));
-        assert!(f.in_plt_sized(0x1004) && !f.in_plt_sized(0x1020) && !f.in_plt_sized(0x1044));
+        // A PLT entry, not a function as small (0x1000..0x1010).
+        assert!(f.in_plt(0x5004) && !f.in_plt(0x1004) && !f.in_plt(0x1044));
+        assert!(f.enters(0x1004, 0x5000) && f.is_entry(0x5000));
+        // A setjmp's PLT entry is both.
+        assert!(f.in_plt(0x5014) && !f.enters(0x4004, 0x5010));
         let last = Functions::parse("1000 1010 1 f\n2000 2000 2 f\n").unwrap();
         assert!(!last.outside_functions(0x2100) && last.outside_functions(0x7fff_0000));
     }

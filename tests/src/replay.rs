@@ -3,28 +3,84 @@
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs `uftrace ARGS…` and returns its standard output; fails on a non-zero exit or on a
 /// warning or error line, which would mean uftrace read the data wrongly.
 pub fn uftrace(args: &[&str]) -> Result<String> {
-    let out = Command::new("uftrace")
-        .args(args)
-        .output()
-        .context("running uftrace (run scripts/install-deps.sh)")?;
+    uftrace_at(Path::new("uftrace"), args)
+}
+
+/// [`uftrace`] with the uftrace at `program` (one of [`uftrace_versions`]).
+pub fn uftrace_at(program: &Path, args: &[&str]) -> Result<String> {
+    let out = Command::new(program).args(args).output().with_context(|| {
+        format!(
+            "running {} (run scripts/install-deps.sh)",
+            program.display()
+        )
+    })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         bail!(
-            "uftrace {} failed ({}): {stderr}",
+            "{} {} failed ({}): {stderr}",
+            program.display(),
             args.join(" "),
             out.status
         );
     }
     if stderr.contains("WARN") || stderr.contains("ERROR") {
-        bail!("uftrace {} complained: {stderr}", args.join(" "));
+        bail!(
+            "{} {} complained: {stderr}",
+            program.display(),
+            args.join(" ")
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// One uftrace the tests read traces with.
+#[derive(Debug, Clone)]
+pub struct Uftrace {
+    /// As `uftrace --version` prints it: `0.13`, `0.17`, `0.19`.
+    pub version: String,
+    pub program: PathBuf,
+}
+
+/// The uftrace versions users read our traces with: the system's (Debian bookworm's 0.13)
+/// and the 0.17 (trixie) and 0.19 (forky, sid) that scripts/install-deps.sh keeps in the
+/// cache. Fails when one is missing or is not the version its place names.
+pub fn uftrace_versions() -> Result<Vec<Uftrace>> {
+    let mut all = vec![(None, PathBuf::from("uftrace"))];
+    for version in ["0.17", "0.19"] {
+        let program = crate::cache_dir().join(format!("uftrace-{version}/bin/uftrace"));
+        all.push((Some(version), program));
+    }
+    let mut out: Vec<Uftrace> = Vec::new();
+    for (want, program) in all {
+        let text = uftrace_at(&program, &["--version"])?;
+        // `uftrace v0.17 ( x86_64 dwarf … )`
+        let version = (text.split_whitespace().nth(1))
+            .and_then(|v| v.strip_prefix('v'))
+            .with_context(|| format!("{} --version printed {text:?}", program.display()))?
+            .to_owned();
+        if want.is_some_and(|w| w != version) {
+            bail!(
+                "{} is uftrace {version}, not {}: run scripts/install-deps.sh",
+                program.display(),
+                want.unwrap_or_default()
+            );
+        }
+        if let Some(twin) = out.iter().find(|u| u.version == version) {
+            bail!(
+                "uftrace {version} twice: {} and {}",
+                twin.program.display(),
+                program.display()
+            );
+        }
+        out.push(Uftrace { version, program });
+    }
+    Ok(out)
 }
 
 /// One line of a replay: the task id and the function part after `|`.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use object::elf;
-use object::read::elf::{FileHeader, ProgramHeader};
+use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::LittleEndian;
 use qemu_uftrace_format::Arch;
 
@@ -147,6 +147,9 @@ pub struct Elf {
     /// `PT_INTERP`: the dynamic loader's guest path.
     pub interp: Option<Vec<u8>>,
     pub loads: Vec<Segment>,
+    /// The PLT sections' address ranges (`.plt`, `.plt.sec`, `.plt.got`, `.iplt`): a jump
+    /// out of an entry there is its call's, not a tail call.
+    pub plt: Vec<(u64, u64)>,
 }
 
 impl Elf {
@@ -184,7 +187,19 @@ impl Elf {
             entry: header.e_entry(endian),
             interp: None,
             loads: Vec::new(),
+            plt: Vec::new(),
         };
+        // A file without section headers (or with a bad table) has no PLT to tell apart.
+        if let Ok(sections) = header.sections(endian, b) {
+            for section in sections.iter() {
+                let name = sections.section_name(endian, section).unwrap_or_default();
+                if name.starts_with(b".plt") || name == b".iplt" {
+                    let start = section.sh_addr(endian);
+                    out.plt
+                        .push((start, start.saturating_add(section.sh_size(endian))));
+                }
+            }
+        }
         for ph in segments {
             match ph.p_type(endian) {
                 elf::PT_LOAD => out.loads.push(Segment {
@@ -405,6 +420,7 @@ mod tests {
             relocatable: true,
             entry: 0,
             interp: None,
+            plt: Vec::new(),
             loads: vec![
                 Segment {
                     offset: 0,

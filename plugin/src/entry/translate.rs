@@ -195,7 +195,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             // A PLT entry's jump on is its call's (the frame keeps the PLT's name).
             if pc > crate::vcpu::landing::RETURN
                 && isa.indirect_jump(mode, &bytes[..len])
-                && !crate::state::entries::in_plt_sized(pc)
+                && !crate::state::entries::in_plt(pc)
             {
                 unsafe {
                     qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(

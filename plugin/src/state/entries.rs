@@ -136,12 +136,11 @@ pub fn outside_functions(pc: u64) -> bool {
     }
 }
 
-/// Whether `pc` lies in a PLT entry's place (a function of at most 16 bytes), whose jump
-/// on is its call's.
-pub fn in_plt_sized(pc: u64) -> bool {
+/// Whether `pc` lies in a PLT entry, whose jump on is its call's.
+pub fn in_plt(pc: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.in_plt_sized(pc.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => f.in_plt(pc.wrapping_sub(bias)),
         _ => false,
     }
 }

@@ -62,6 +62,13 @@ F int ptrtail(int (*f)(int), int x)
 	return f(x + 1);
 }
 
+/* The same in a function of a PLT entry's size (8-12 bytes): it is no PLT entry, so the
+ * jump enters leaf. It notes nothing (a call would make it larger); leaf notes itself. */
+F int tinyjump(int (*f)(int), int x)
+{
+	return f(x + 1);
+}
+
 /* A switch table: jumps through a register within one function, never an entry, some to
  * code right after a call. */
 F int pick(int x)
@@ -114,6 +121,7 @@ int main(void)
 	count(2);
 	caller(3);
 	ptrtail(leaf, 4);
+	tinyjump(leaf, 6);
 	for (int i = 0; i < 11; i++)
 		pick(i);
 	print_entries();
