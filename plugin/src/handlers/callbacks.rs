@@ -466,25 +466,18 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
     });
 }
 
-/// A return pending when an exception or interrupt is taken at `at`, settled. QEMU takes
-/// interrupts between blocks, so one that comes after a return and before the block it
-/// landed on ran is taken at that block: where `at` follows a call, the return landed there
-/// (what the landing block's callback would have seen), and is a return to `at`. Else (it
-/// landed where no block looks) the top frame closes, as at any other event. A return past
-/// the bottom of a stack found mid-way needs its target: the CLI matches it by that to the
-/// frame recovered for it. Rare (a register or two, and the bytes before `at`).
+/// A return pending when an exception or interrupt is taken at `at`, settled
+/// (`Engine::ret_interrupted`): to `at` where it follows a call. Rare (a register or two,
+/// and the bytes before `at`).
 fn settle_at(v: &mut VcpuState, now: u64, isa: &dyn Isa, at: u64) {
     let unseen = v.pending.take() && !std::mem::take(&mut v.thunk_ret);
     if !unseen {
         return;
     }
     let mode = crate::state::guest::current_mode(isa, &mut v.regs);
-    if crate::vcpu::landing::is_landing(isa, mode, at, std::ptr::null()) {
-        let mut guest = QemuGuest { buf: &mut v.regs };
-        v.engine.ret(now, at, &mut guest);
-    } else {
-        v.engine.ret_unseen(now);
-    }
+    let landed = crate::vcpu::landing::is_landing(isa, mode, at, std::ptr::null()).then_some(at);
+    let mut guest = QemuGuest { buf: &mut v.regs };
+    v.engine.ret_interrupted(now, landed, &mut guest);
 }
 
 /// A system call instruction that QEMU takes without a discontinuity report (x86-64

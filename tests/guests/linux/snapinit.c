@@ -57,11 +57,11 @@ NOIPA void snap_later(int n)
     say(n > 3 ? "SNAP: done\n" : "SNAP: FAILED\n");
 }
 
-/* Some 100 million instructions without a call or a system call: at Linux's 250 Hz,
+/* Some 50 million instructions without a call or a system call: at Linux's 250 Hz,
  * timer interrupts surely come while it runs in user mode, however fast the host. */
 NOIPA void snap_spin(void)
 {
-    for (volatile unsigned i = 0; i < 20000000; i++)
+    for (volatile unsigned i = 0; i < 10000000; i++)
         ;
 }
 
