@@ -193,7 +193,7 @@ pub unsafe extern "C" fn on_first_insn(vcpu_index: c_uint, data: *mut c_void) {
         // A vCPU resumed from a wait (WFI) runs an interrupt handler first: the engine has
         // opened its exception entry, and the calls open are those of the code it
         // interrupted, which resumes at the entry's return address (same stack: an
-        // interrupt of kernel code).
+        // interrupt of kernel code; x86-64 pushed its IRET frame onto it).
         let frames = v.engine.stack().frames();
         let (pc, sp) = match frames {
             [only] if only.is_exception() && isa_or_default().is_task_pointer(only.ret_addr) => {
