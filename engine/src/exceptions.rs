@@ -22,6 +22,7 @@
 
 // Defined with the architectures, which decide it; named here too, where it is used.
 pub use crate::arch::ExceptionKind;
+use crate::guest::GuestView;
 use crate::hot::Engine;
 use crate::shadow::Frame;
 
@@ -55,6 +56,20 @@ impl Engine {
                 ret_addr: resume_pc,
             },
         );
+    }
+
+    /// A return that was pending when an exception or interrupt was taken, settled: to
+    /// `landed` where the caller found the interrupted pc right after a call (QEMU takes
+    /// interrupts between blocks, so one that comes after a return and before the block it
+    /// landed on ran is taken at that block, whose own callback would have seen the
+    /// return there), else as a return seen nowhere. A return past the bottom of a stack
+    /// found mid-way needs its target (`outer_return`): unseen, it writes nothing, and the
+    /// frame recovered for it stays open.
+    pub fn ret_interrupted(&mut self, now: u64, landed: Option<u64>, guest: &mut dyn GuestView) {
+        match landed {
+            Some(target) => self.ret(now, target, guest),
+            None => self.ret_unseen(now),
+        }
     }
 
     /// Whether an exception QEMU reported at `from_pc`, whose handler starts at `to_pc`, is the

@@ -112,6 +112,49 @@ mod tests {
     }
 
     #[test]
+    fn a_return_an_interrupt_overtook_is_written_with_its_target() {
+        use crate::arch::ExceptionKind;
+        // The leaf the snapshot stopped in returns (seen), then its caller returns and a
+        // timer interrupt is taken before the block it lands on at 0x2010 runs: the
+        // interrupted pc is the return's target. The handler's IRET goes back there, and
+        // the caller's caller calls on at the bottom.
+        let (mut e, out) = engine();
+        e.start_midway();
+        e.ret(10, 0x1010, &mut NoRecords);
+        e.ret_interrupted(20, Some(0x2010), &mut NoRecords);
+        e.exception_entry(20, ExceptionKind::Irq, 0x2010);
+        e.exception_return(30, 0x2010, 0xffff_8000_0801_0000);
+        e.call(40, 0x3000, 0x2020);
+        e.ret(50, 0x2020, &mut NoRecords);
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        let got: Vec<_> = records
+            .iter()
+            .map(|r| (r.time, r.kind, r.depth, r.addr))
+            .collect();
+        let irq = ExceptionKind::Irq.addr() & 0xffff_ffff_ffff;
+        assert_eq!(
+            got,
+            [
+                (10, RecordType::Exit, 0, 0x1010),
+                (20, RecordType::Exit, 0, 0x2010),
+                (20, RecordType::Entry, 0, irq),
+                (30, RecordType::Exit, 0, irq),
+                (40, RecordType::Entry, 0, 0x3000),
+                (50, RecordType::Exit, 0, 0x3000),
+            ]
+        );
+        assert_eq!(e.stats().outer_returns, 2);
+        // Where the interrupted pc follows no call, the return closes the top frame: here
+        // none, and nothing is written (the CLI then has no target to match).
+        let (mut e, out) = engine();
+        e.start_midway();
+        e.ret_interrupted(20, None, &mut NoRecords);
+        e.flush();
+        assert!(decode_all(&out.lock().unwrap()).unwrap().is_empty());
+    }
+
+    #[test]
     fn without_midway_an_unmatched_return_writes_no_exit() {
         let (mut e, out) = engine();
         e.ret(10, 0x1010, &mut NoRecords);

@@ -426,6 +426,12 @@ pub trait Isa: Sync + Send {
     fn trap_syndrome(&self, _mode: Mode, _insn: &[u8]) -> Option<u64> {
         None
     }
+    /// A system call instruction that QEMU's system emulation takes without a
+    /// discontinuity report, so the plugin opens its `[svc]` entry where it runs: its length
+    /// (past which the kernel returns) and the level it enters. None elsewhere.
+    fn unreported_system_call(&self, _mode: Mode, _insn: &[u8]) -> Option<(usize, Level)> {
+        None
+    }
     /// The syndrome of an exception delivered to `handler`: the first vector of `table`
     /// (the vector table's bytes, of [`Isa::vector_entry_size`] entries) that leads there.
     fn vector_syndrome(&self, _mode: Mode, _table: &[u8], _handler: u64) -> Option<u64> {

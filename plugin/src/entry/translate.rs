@@ -14,7 +14,8 @@ use crate::handlers::callbacks::{
     on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
     on_far_return, on_indirect_call, on_jump_entry, on_landing, on_landing_gated, on_memory_call,
     on_offset_call, on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch,
-    on_user_call, on_user_indirect_call, on_user_landing, on_user_memory_call, on_user_offset_call,
+    on_unreported_system_call, on_user_call, on_user_indirect_call, on_user_landing,
+    on_user_memory_call, on_user_offset_call,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{
@@ -47,6 +48,13 @@ fn code_base(isa: &dyn Isa, mode: Mode) -> Option<u64> {
         return Some(0);
     }
     with_buf(|b| isa.segment_base("cs", &mut |name| b.read_named(name)))
+}
+
+/// Whether x86-64 SYSCALL is enabled (EFER.SCE), as the translating vCPU has it (an OS
+/// sets it once, on every CPU, before any process runs). Unreadable: taken as enabled.
+fn syscall_enabled() -> bool {
+    const EFER_SCE: u64 = 1;
+    with_buf(|b| b.read_named("efer")).is_none_or(|efer| efer & EFER_SCE != 0)
 }
 
 /// # Safety
@@ -337,6 +345,21 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                     Some((src, at)) if Some(at) == task_slot => {
                         (on_task_pointer, CB_R_REGS, task_pointer_data(src, pc))
                     }
+                    _ => continue,
+                }
+            }
+            // A system call QEMU takes without reporting it (x86-64 SYSCALL): its `[svc]`
+            // opens where it runs, where the other exception entries are seen. Only with
+            // SYSCALL enabled (EFER.SCE, read once here): otherwise it raises #UD, reported.
+            InsnKind::Trap
+                if system && crate::handlers::callbacks::discontinuities_registered() =>
+            {
+                match isa.unreported_system_call(mode, &bytes[..len]) {
+                    Some((n, level)) if syscall_enabled() => (
+                        on_unreported_system_call,
+                        CB_NO_REGS,
+                        call_site(pc, u64::from(level.0), pc.wrapping_add(n as u64)),
+                    ),
                     _ => continue,
                 }
             }

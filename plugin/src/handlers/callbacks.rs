@@ -7,7 +7,7 @@
 use crate::ffi;
 use crate::state::qemu_guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{Discontinuity, ExceptionReturnTo, Isa, Level};
+use qemu_uftrace_engine::arch::{Discontinuity, ExceptionKind, ExceptionReturnTo, Isa, Level};
 use qemu_uftrace_engine::sites::{
     call_site_at, memory_call_target, unpack, user_site_at, UserSite,
 };
@@ -418,7 +418,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
             return;
         };
         let now = v.now();
-        settle(v, now);
+        settle_at(v, now, isa, from_pc);
         // Interrupts need no register unless levels are kept apart; exceptions need the
         // syndrome of the level they were taken to.
         let level = if split || what == Discontinuity::Exception {
@@ -455,7 +455,50 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
             return;
         }
         let resume = isa.exception_resume_pc(what, syndrome, from_pc);
-        v.engine.exception_entry(now, kind, resume);
+        // A system call whose entry its instruction opened already
+        // (`on_unreported_system_call`), should a QEMU report it too.
+        let opened = v.engine.stack().top().is_some_and(|f| {
+            kind == ExceptionKind::Svc && f.func == kind.addr() && f.ret_addr == resume
+        });
+        if !opened {
+            v.engine.exception_entry(now, kind, resume);
+        }
+    });
+}
+
+/// A return pending when an exception or interrupt is taken at `at`, settled
+/// (`Engine::ret_interrupted`): to `at` where it follows a call. Rare (a register or two,
+/// and the bytes before `at`).
+fn settle_at(v: &mut VcpuState, now: u64, isa: &dyn Isa, at: u64) {
+    let unseen = v.pending.take() && !std::mem::take(&mut v.thunk_ret);
+    if !unseen {
+        return;
+    }
+    let mode = crate::state::guest::current_mode(isa, &mut v.regs);
+    let landed = crate::vcpu::landing::is_landing(isa, mode, at, std::ptr::null()).then_some(at);
+    let mut guest = QemuGuest { buf: &mut v.regs };
+    v.engine.ret_interrupted(now, landed, &mut guest);
+}
+
+/// A system call instruction that QEMU takes without a discontinuity report (x86-64
+/// SYSCALL: `Isa::unreported_system_call`), about to run: its `[svc]` entry opens here, as
+/// an SVC's does where QEMU reports it, and its SYSRET closes it.
+///
+/// # Safety
+/// `data` is a site from `sites::call_site`: the level entered as its target, the
+/// instruction's end as its return address.
+pub unsafe extern "C" fn on_unreported_system_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
+    let (level, resume) = (Level(site.target as u8), site.ret_addr);
+    let split = crate::state::config().is_some_and(|c| c.split_levels);
+    vcpu::with(vcpu_index, |v| {
+        let now = v.now();
+        settle(v, now);
+        if split {
+            crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
+        }
+        v.level = Some(level);
+        v.engine.exception_entry(now, ExceptionKind::Svc, resume);
     });
 }
 

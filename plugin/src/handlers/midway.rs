@@ -31,7 +31,7 @@ use crate::state::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
 use crate::vcpu::scoreboard::{self, Scoreboard};
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::Isa;
+use qemu_uftrace_engine::arch::{ExceptionKind, Isa};
 use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
@@ -193,16 +193,30 @@ pub unsafe extern "C" fn on_first_insn(vcpu_index: c_uint, data: *mut c_void) {
         // A vCPU resumed from a wait (WFI) runs an interrupt handler first: the engine has
         // opened its exception entry, and the calls open are those of the code it
         // interrupted, which resumes at the entry's return address (same stack: an
-        // interrupt of kernel code).
+        // interrupt of kernel code; x86-64 pushed its IRET frame onto it).
         let frames = v.engine.stack().frames();
-        let pc = match frames {
+        let (pc, sp) = match frames {
             [only] if only.is_exception() && isa_or_default().is_task_pointer(only.ret_addr) => {
-                only.ret_addr
+                let irq = only.func == ExceptionKind::Irq.addr();
+                (only.ret_addr, irq.then(|| interrupted_sp(v)).flatten())
             }
-            _ => pc,
+            _ => (pc, None),
         };
-        capture(v, vcpu_index, pc)
+        capture(v, vcpu_index, pc, sp)
     });
+}
+
+/// At an interrupt handler's first instruction, the stack pointer of the kernel code it
+/// interrupted, where the CPU pushed onto that stack: x86-64 pushes an IRET frame (rip, cs,
+/// rflags, rsp, ss; no error code for an interrupt), after aligning RSP, so the interrupted
+/// RSP is the frame's. Elsewhere (arm64, riscv64) the handler's first instruction still has
+/// the interrupted code's: `None`.
+fn interrupted_sp(v: &mut VcpuState) -> Option<u64> {
+    if arch_or_default() != Arch::X86_64 {
+        return None;
+    }
+    let rsp = v.regs.read_named("rsp")?;
+    v.regs.read_le(rsp.wrapping_add(24), 8)
 }
 
 /// QEMU's names of the stack pointer and link register (none on x86-64, whose return
@@ -219,7 +233,7 @@ fn register_names(arch: Arch) -> (&'static str, Option<&'static str>) {
 /// instruction at `pc`, whose registers are the arriving task's): its kernel stack was
 /// open mid-way, as its switch code left it.
 pub fn at_first_switch_in(v: &mut VcpuState, vcpu: u32, pc: u64) {
-    capture(v, vcpu, pc);
+    capture(v, vcpu, pc, None);
 }
 
 /// An exception return to user mode at `target` (the user registers restored but for the
@@ -361,14 +375,16 @@ fn want_user(tid: u32) {
         .insert(tid);
 }
 
-fn capture(v: &mut VcpuState, vcpu: u32, pc: u64) {
+/// `sp`: the stack pointer at `pc`, where the registers' is not (the vCPU is at an
+/// interrupt handler's first instruction, `interrupted_sp`).
+fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
     let Some(out) = OUTPUT.get() else {
         return;
     };
     let arch = arch_or_default();
     let isa = isa_or_default();
     let (sp_name, lr_name) = register_names(arch);
-    let Some(sp) = v.regs.read_named(sp_name) else {
+    let Some(sp) = sp.or_else(|| v.regs.read_named(sp_name)) else {
         out.note_error(format!(
             "vCPU {vcpu} started mid-way but its stack pointer ({sp_name}) could not be read: \
              the calls open at the start are not recovered"

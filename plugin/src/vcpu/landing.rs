@@ -8,9 +8,11 @@
 //! flag: it fires only when the block is entered by a return, and the block's own address
 //! is the return's target. No register is read.
 //!
-//! A return that lands anywhere else (a new task's first instruction, an exception taken
-//! between a return and its landing block) leaves the flag set; the next callback finds it
-//! and closes the top frame, the return's most likely owner (`Engine::ret_unseen`).
+//! A return that lands anywhere else (a new task's first instruction) leaves the flag set;
+//! the next callback finds it and closes the top frame, the return's most likely owner
+//! (`Engine::ret_unseen`). An interrupt taken between a return and its landing block is
+//! taken at that block: the discontinuity callback sees the flag and takes the interrupted
+//! pc, where it follows a call, as the return's target (`callbacks::settle_at`).
 
 use crate::ffi::qemu_plugin_u64;
 use crate::state::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};

@@ -3,7 +3,8 @@
  * on the console five calls deep, and a child it forked prints the marker 100 ms later (so
  * that PID 1 is surely asleep when the test saves the machine), then sleeps too. A run from
  * that snapshot is given a line, and /init returns through the chain, calls snap_later,
- * and powers off.
+ * spins in user mode long enough for timer interrupts to come there (snap_spin), and
+ * powers off.
  *
  *   main > snap_a > snap_b > snap_c > snap_wait > read   (asleep in the kernel)
  *
@@ -56,9 +57,18 @@ NOIPA void snap_later(int n)
     say(n > 3 ? "SNAP: done\n" : "SNAP: FAILED\n");
 }
 
+/* Some 50 million instructions without a call or a system call: at Linux's 250 Hz,
+ * timer interrupts surely come while it runs in user mode, however fast the host. */
+NOIPA void snap_spin(void)
+{
+    for (volatile unsigned i = 0; i < 10000000; i++)
+        ;
+}
+
 int main(void)
 {
     snap_later(snap_a());
+    snap_spin();
     sync();
     reboot(RB_POWER_OFF);
     return 1;
