@@ -504,6 +504,13 @@ pub trait Isa: Sync + Send {
     fn indirect_jump(&self, _mode: Mode, _bytes: &[u8]) -> bool {
         false
     }
+    /// Whether the jump through a register at the start of `bytes`, after the instructions
+    /// `before` (the nearest last, same block), goes through a table of offsets relative to
+    /// the table (a compiler's switch: x86-64 `movslq (%B,%I,4),%R; add %B,%R; jmp *%R`):
+    /// its targets are in its own function, so it never enters another nor resumes a frame.
+    fn relative_table_jump(&self, _mode: Mode, _before: [&[u8]; 2], _bytes: &[u8]) -> bool {
+        false
+    }
     /// The target of the unconditional direct jump at `pc` (aarch64 `B`, x86 `JMP rel`,
     /// RISC-V `J`/`C.J`): not a call, and not a conditional branch (its callback could not
     /// tell whether it was taken).

@@ -81,6 +81,9 @@ impl Prefixes {
     fn rex_b(&self) -> u8 {
         (self.rex & 1) << 3
     }
+    fn rex_r(&self) -> u8 {
+        (self.rex & 4) << 1
+    }
 }
 
 /// The prefixes at the start of `bytes` and the opcode's index. A REX byte counts only
@@ -773,6 +776,45 @@ impl Isa for X86_64 {
         (op == 0xff && (m >> 3) & 7 == 4 && m >> 6 == 3).then(|| gpr((m & 7) | p.rex_b()))
     }
 
+    /// `movslq (%B,%I,4),%R` (REX.W 63 /r through a SIB with scale 4), `add %B,%R` (REX.W
+    /// 01 or 03, registers only), `jmp *%R`: how GCC and Clang write a position-independent
+    /// switch (and glibc's string functions their jump tables).
+    fn relative_table_jump(&self, mode: Mode, before: [&[u8]; 2], bytes: &[u8]) -> bool {
+        if mode != Mode::Bits64 {
+            return false;
+        }
+        let Some(r) = self.register_jump(mode, bytes) else {
+            return false;
+        };
+        // The 64-bit ModRM fields (reg, rm) and what follows, of a REX.W instruction `op`.
+        let fields = |b: &[u8], op: u8| {
+            let (p, i) = prefixes(mode, b);
+            match (b.get(i), b.get(i + 1)) {
+                (Some(&o), Some(&m)) if o == op && p.rex_w() => Some((
+                    p.rex_b(),
+                    (m >> 3) & 7 | p.rex_r(),
+                    m & 7 | p.rex_b(),
+                    m >> 6,
+                    b.get(i + 2).copied(),
+                )),
+                _ => None,
+            }
+        };
+        // add %B,%R: 01 /r (reg B, rm R) or 03 /r (reg R, rm B).
+        let base = match (fields(before[1], 0x01), fields(before[1], 0x03)) {
+            (Some((_, b, dst, 3, _)), _) if gpr(dst) == r => b,
+            (_, Some((_, dst, b, 3, _))) if gpr(dst) == r => b,
+            _ => return false,
+        };
+        // movslq (%B,%I,4),%R: a SIB (rm 100, mod not 3) with scale 4 and base B.
+        match fields(before[0], 0x63) {
+            Some((rex_b, dst, rm, md, Some(sib))) if rm & 7 == 4 && md != 3 && gpr(dst) == r => {
+                sib >> 6 == 2 && !(md == 0 && sib & 7 == 5) && (sib & 7 | rex_b) == base
+            }
+            _ => false,
+        }
+    }
+
     fn level_name(&self, level: Level) -> String {
         format!("ring{}", level.0)
     }
@@ -909,6 +951,29 @@ mod tests {
         assert!(!j(&[0xff, 0xd0])); // call *%rax
         assert!(!j(&[0xff, 0x2d, 0, 0, 0, 0])); // ljmp *0(%rip)
         assert!(!j(&[0xc3])); // ret
+    }
+
+    #[test]
+    fn relative_table_jumps_are_switches() {
+        let t = |a: &[u8], b: &[u8], j: &[u8]| X86_64.relative_table_jump(Mode::Bits64, [a, b], j);
+        let movslq = [0x48, 0x63, 0x04, 0x82]; // movslq (%rdx,%rax,4),%rax
+        let add = [0x48, 0x01, 0xd0]; // add %rdx,%rax
+        let jmp = [0xff, 0xe0]; // jmp *%rax
+        assert!(t(&movslq, &add, &jmp));
+        assert!(t(&movslq, &[0x48, 0x03, 0xc2], &jmp)); // add %rdx,%rax (03 form)
+        assert!(t(&movslq, &add, &[0x3e, 0xff, 0xe0])); // notrack jmp *%rax
+                                                        // glibc: movslq (%r11,%rdx,4),%rcx; add %r11,%rcx; jmp *%rcx
+        assert!(t(
+            &[0x4b, 0x63, 0x0c, 0x93],
+            &[0x4c, 0x01, 0xd9],
+            &[0xff, 0xe1]
+        ));
+        assert!(!t(&movslq, &add, &[0xff, 0xe1])); // jmp *%rcx: another register
+        assert!(!t(&movslq, &[0x48, 0x01, 0xc8], &jmp)); // add %rcx,%rax: another base
+        assert!(!t(&[0x48, 0x8b, 0x04, 0xc2], &add, &jmp)); // mov (%rdx,%rax,8),%rax
+        assert!(!t(&[0x48, 0x63, 0x04, 0xc2], &add, &jmp)); // scale 8
+        assert!(!t(&movslq, &add, &[0xff, 0x20])); // jmp *(%rax)
+        assert!(!t(&[], &add, &jmp));
     }
 
     #[test]

@@ -163,6 +163,8 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     // The previous instruction of this block (address, bytes, length): a call through a
     // register it set may have a known target (RISC-V's auipc + jalr).
     let mut prev: Option<(u64, [u8; 16], usize)> = None;
+    // The one before it (a switch's table jump is told by the two instructions before it).
+    let mut prev2: Option<([u8; 16], usize)> = None;
     for i in 0..n {
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
         let len = unsafe {
@@ -173,7 +175,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             // A Linux guest's process mappings: a few kernel functions' first instructions.
             unsafe { crate::handlers::procmaps::instrument(insn, pc) };
         }
+        let before2 = prev2;
         let before = prev.replace((pc, bytes, len));
+        prev2 = before.map(|(_, b, l)| (b, l));
         // User mode: a jump through a register after a stack switch in the same block
         // (x86-64's longjmp, an unwinder installing a handler) resumes an outer frame.
         if user {
@@ -205,12 +209,24 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 && isa.indirect_jump(mode, &bytes[..len])
                 && !crate::state::entries::in_plt(pc)
             {
+                // A switch's jump through its table of offsets stays in its function: it
+                // clears the flag (as the callbacks its address would wake would), and wakes
+                // none (x86_64 sqlite: a million landing callbacks).
+                let before = [
+                    before2.as_ref().map_or(&[][..], |(b, l)| &b[..*l]),
+                    before.as_ref().map_or(&[][..], |(_, b)| b),
+                ];
+                let value = if isa.relative_table_jump(mode, before, &bytes[..len]) {
+                    0
+                } else {
+                    pc
+                };
                 unsafe {
                     qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
                         insn,
                         INLINE_STORE_U64,
                         flag,
-                        pc,
+                        value,
                     )
                 };
                 continue;

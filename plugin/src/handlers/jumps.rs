@@ -17,9 +17,9 @@ use std::ffi::{c_uint, c_void};
 pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
-        let Some(pc) = v.pending.take_jump() else {
+        let Some(pc) = take_jump(v) else {
             // A return landing here (the flag was 1, now cleared): it follows no call.
-            if v.pending.take() {
+            if take_return(v) {
                 let now = v.now();
                 let stub = (v.engine.stack().top())
                     .is_some_and(|f| crate::state::entries::outside_functions(f.func));
@@ -46,7 +46,7 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
     vcpu::with(vcpu_index, |v| {
         // A switch table's case right after a call (in a recursive function, an open call
         // may return there): the function's own jump.
-        let Some(pc) = v.pending.take_jump() else {
+        let Some(pc) = take_jump(v) else {
             return;
         };
         if decide_landing(pc, target) {
@@ -56,6 +56,39 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
         let mut guest = crate::state::qemu_guest::QemuGuest { buf: &mut v.regs };
         v.engine.register_jump_landing(now, target, &mut guest);
     });
+}
+
+/// The pending jump's address, if one is (cleared then): through the hot path's word where
+/// it has one. These callbacks run often (a switch table's case right after a call: about
+/// a million times in x86_64 sqlite), and QEMU's API costs two lookups per access.
+#[inline(always)]
+fn take_jump(v: &mut vcpu::VcpuState) -> Option<u64> {
+    let Some(w) = v.fast.pending_word() else {
+        return v.pending.take_jump();
+    };
+    // SAFETY: this vCPU's own flag (`FastWords::pending_word`), on its own thread.
+    let flag = unsafe { w.read_volatile() };
+    (flag > vcpu::landing::RETURN).then(|| {
+        // SAFETY: as above.
+        unsafe { w.write_volatile(0) };
+        flag
+    })
+}
+
+/// Whether a return is pending (cleared then, as is anything else pending), as
+/// [`take_jump`] reads it.
+#[inline(always)]
+fn take_return(v: &mut vcpu::VcpuState) -> bool {
+    let Some(w) = v.fast.pending_word() else {
+        return v.pending.take();
+    };
+    // SAFETY: as in `take_jump`.
+    let flag = unsafe { w.read_volatile() };
+    if flag != 0 {
+        // SAFETY: as above.
+        unsafe { w.write_volatile(0) };
+    }
+    flag == vcpu::landing::RETURN
 }
 
 /// Whether the jump at `pc` to the entry `target` enters it (not a jump within one

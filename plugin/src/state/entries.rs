@@ -29,6 +29,7 @@ fn set(functions: Functions) {
         BIAS.store(0, Ordering::Relaxed);
     }
     let _ = FUNCTIONS.set(functions);
+    super::lib_entries::places_changed();
 }
 
 /// Reads the CLI's list; an unreadable or malformed file is one line for QEMU to print.
@@ -48,6 +49,7 @@ pub fn load_later(path: PathBuf) {
 pub fn program_entry(at_entry: u64) {
     if let Some(link) = FUNCTIONS.get().and_then(|f| f.rebase) {
         BIAS.store(at_entry.wrapping_sub(link), Ordering::Relaxed);
+        super::lib_entries::places_changed();
     }
 }
 
@@ -100,8 +102,32 @@ fn set_or_warn(path: &Path, text: &str) {
 }
 
 /// Whether the function starting at `func` is one uftrace's replay treats as a longjmp
-/// (`hot::Engine::set_longjmp_test`; asked on slow paths only).
+/// (`hot::Engine::set_longjmp_test`). Asked for every frame a return closes beyond the
+/// first, which every tail call's return does (x86_64 sqlite: about a million times): the
+/// answers are kept per thread in a small direct-mapped table, sparing two binary searches
+/// and the libraries' lock.
 pub fn is_longjmp(func: u64) -> bool {
+    const SLOTS: usize = 256;
+    type Table = std::cell::RefCell<[(u64, u64, bool); SLOTS]>;
+    thread_local! {
+        static KNOWN: Table = const { std::cell::RefCell::new([(u64::MAX, 0, false); SLOTS]) };
+    }
+    let generation = super::lib_entries::generation();
+    let slot = (func as usize >> 2 ^ func as usize >> 12) % SLOTS;
+    KNOWN.with(|t| {
+        let mut t = t.borrow_mut();
+        match t[slot] {
+            (g, f, answer) if g == generation && f == func => answer,
+            _ => {
+                let answer = is_longjmp_uncached(func);
+                t[slot] = (generation, func, answer);
+                answer
+            }
+        }
+    })
+}
+
+fn is_longjmp_uncached(func: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     (match FUNCTIONS.get() {
         Some(f) if bias != UNKNOWN => f.is_longjmp(func.wrapping_sub(bias)),

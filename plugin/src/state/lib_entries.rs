@@ -11,6 +11,7 @@
 use qemu_uftrace_engine::entries::Library;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{OnceLock, RwLock};
 
 static LIBS: OnceLock<Vec<Library>> = OnceLock::new();
@@ -25,6 +26,21 @@ struct Placed {
 }
 
 static PLACED: RwLock<Vec<Placed>> = RwLock::new(Vec::new());
+
+/// Bumped whenever functions are placed (a library here, the program's list or its load
+/// bias in `state::entries`), so that answers kept per thread (`entries::is_longjmp`) are
+/// asked again.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Says that functions were placed ([`GENERATION`]).
+pub fn places_changed() {
+    GENERATION.fetch_add(1, Ordering::Release);
+}
+
+/// The placements' count so far ([`GENERATION`]).
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
 
 /// The list will be in `path` once the CLI has written it.
 pub fn load_later(path: PathBuf) {
@@ -73,6 +89,7 @@ fn place(lib: usize, bias: u64) {
     // A file mapped over another's place (after a dlclose) replaces it.
     placed.retain(|p| p.hi <= lo || hi <= p.lo);
     placed.push(Placed { lo, hi, bias, lib });
+    places_changed();
 }
 
 /// The program's first instruction, in the dynamic loader QEMU placed at `base`

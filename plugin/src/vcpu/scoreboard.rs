@@ -195,6 +195,25 @@ impl FastWords {
         Some((now, flag == RETURN))
     }
 
+    /// The pending flag's word, when the hot path may reach it (no time read): for the
+    /// callbacks of blocks where a jump through a register may land, which run often
+    /// (a switch table's case right after a call) and only need the flag.
+    #[inline(always)]
+    pub fn pending_word(self) -> Option<*mut u64> {
+        let tag = self.0 & 3;
+        if tag == 0 {
+            // SAFETY: a direct element, valid as `VcpuWord::Direct`; the flag is its second
+            // word.
+            return (self.0 != 0).then(|| unsafe { (self.0 as *mut u64).add(1) });
+        }
+        let base = MOVING_BASE.load(Ordering::Relaxed);
+        if base.is_null() {
+            return None;
+        }
+        // SAFETY: as in `words`.
+        Some(unsafe { base.add((self.0 & !3) + 8) } as *mut u64)
+    }
+
     /// At a landing: the time, taking the pending return (the flag is cleared).
     #[inline(always)]
     pub fn land(self, interp: &mut Interpolated, last: u64) -> Option<u64> {
