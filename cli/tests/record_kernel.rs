@@ -169,8 +169,9 @@ fn check_boot(dir: &Path, qemu: &str) {
     let head = &top[..top.len().min(4000)];
     assert!(!top.contains("| <"), "unresolved top-level calls:\n{head}");
     // The Image's header jumps to primary_entry (`b primary_entry`), which jumps to
-    // __primary_switch, whose __primary_switched calls start_kernel: each entered function
-    // nests in the code that jumped, as uftrace shows a tail call.
+    // __primary_switch, which enters __primary_switched by `br x8` (a jump through a
+    // register, into the kernel's virtual addresses), which calls start_kernel: each entered
+    // function nests in the code that jumped, as uftrace shows a tail call.
     let boot: Vec<&str> = top
         .lines()
         .filter_map(|l| l.split_once("] | ").map(|(_, f)| f.trim_end()))
@@ -192,7 +193,12 @@ fn check_boot(dir: &Path, qemu: &str) {
     let backtrace = graph_backtrace(&graph);
     assert_eq!(
         backtrace,
-        ["primary_entry", "__primary_switch", "start_kernel"],
+        [
+            "primary_entry",
+            "__primary_switch",
+            "__primary_switched",
+            "start_kernel"
+        ],
         "start_kernel's backtrace on {qemu}:\n{}",
         &graph[..graph.len().min(2000)]
     );
@@ -251,8 +257,9 @@ fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
         "unresolved functions: {unresolved:?}"
     );
     // primary_entry (entered by the Image header's jump) holds the boot; start_kernel is
-    // called beneath __primary_switch (entered by primary_entry's jump).
-    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "3", "-d", &d]).expect("replay");
+    // called by __primary_switched (entered by `br x8`) beneath __primary_switch (entered by
+    // primary_entry's jump).
+    let top = uftrace(&["replay", "--no-pager", "--srcline", "-D", "4", "-d", &d]).expect("replay");
     let line = |f: &str| {
         top.lines()
             .find(|l| l.contains(f))
@@ -262,7 +269,7 @@ fn debian_kernel_with_its_debug_vmlinux_has_names_and_source_lines() {
         assert!(line(f).contains("arch/arm64/kernel/head.S:"), "{top}");
     }
     assert!(
-        line("|     start_kernel() {").contains("init/main.c:"),
+        line("|       start_kernel() {").contains("init/main.c:"),
         "{top}"
     );
 }

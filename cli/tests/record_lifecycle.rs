@@ -616,11 +616,12 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         "{info}"
     );
     assert!(info.contains("vmlinuz"), "{info}");
-    // The Image header's `b primary_entry` and its `b __primary_switch` are jumps into
-    // function entries: start_kernel sits two levels under them.
-    let replay = env.uftrace(&["replay", "--no-pager", "-D", "3"], "k");
+    // The Image header's `b primary_entry`, its `b __primary_switch` and that one's `br x8`
+    // are jumps into function entries: start_kernel sits three levels under them.
+    let replay = env.uftrace(&["replay", "--no-pager", "-D", "4"], "k");
     assert!(replay.contains("|   __primary_switch() {"), "{replay}");
-    assert!(replay.contains("|     start_kernel() {"), "{replay}");
+    assert!(replay.contains("|     __primary_switched() {"), "{replay}");
+    assert!(replay.contains("|       start_kernel() {"), "{replay}");
     assert!(
         !run.stdout().contains("Kernel panic"),
         "the boot ended before the kill"

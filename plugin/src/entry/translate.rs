@@ -107,11 +107,31 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     // signal is delivered: not a jump into the handler).
     let handler = user && unsafe { crate::handlers::signals::instrument(first, start) };
     unsafe { crate::handlers::stop_at::instrument(first, start) };
-    // User mode: jumps through a register store their address in the pending flag, read
-    // where one may enter a function or resume a frame (`handlers::jumps`).
+    // Jumps through a register store their address in the pending flag, read where one may
+    // enter a function or (user mode) resume a frame (`handlers::jumps`). A Linux guest's
+    // process code is left alone: the list holds the kernel's functions only.
     let jumps = crate::state::entries::active();
-    let register_jumps = pending.filter(|_| user && jumps);
+    let register_jumps = pending.filter(|_| jumps && space.is_none());
     let register_jump_target = register_jumps.is_some() && !handler;
+    // Whether a jump through a register at `pc` passes a call on, which already shows the
+    // function it lands in: a PLT entry's (user mode; the frame keeps the PLT's name).
+    // System mode has no PLT; its counterpart is a thunk whose calls are taken as calls
+    // through its register (x86 `__x86_indirect_thunk_<reg>` patched to `jmp *%reg`,
+    // `Isa::thunk`). Its calls land at its start, where the block starts.
+    let mut in_thunk = None;
+    let mut passes_call_on = |pc: u64| {
+        if user {
+            return crate::state::entries::in_plt(pc);
+        }
+        *in_thunk.get_or_insert_with(|| {
+            isa.thunk_fetch_len() > 0
+                && crate::state::entries::is_entry(start)
+                && matches!(
+                    thunk_at(isa, mode, start),
+                    Some(Thunk::IndirectBranch { .. })
+                )
+        })
+    };
     // A riscv64 run from a snapshot: the block a system call returns to takes the user
     // cookie its task's SRET left due (only where the vCPU's word is this block's address).
     if system {
@@ -134,7 +154,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         let haddr = unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         let landing = crate::vcpu::landing::is_landing(isa, mode, start, haddr);
         if register_jump_target {
-            unsafe { instrument_register_jump_targets(tb, flag, start, landing) };
+            // System mode: entries only. A kernel's blocks after calls are the most run of
+            // all; a jump back into a frame (setcontext) is a process's, not a kernel's.
+            unsafe { instrument_register_jump_targets(tb, flag, start, landing, user) };
         }
         if landing {
             // Registered before the clock's add, so the return is timed before this block.
@@ -204,10 +226,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
         if let (Some(flag), InsnKind::Other) = (register_jumps, kind) {
-            // A PLT entry's jump on is its call's (the frame keeps the PLT's name).
             if pc > crate::vcpu::landing::RETURN
                 && isa.indirect_jump(mode, &bytes[..len])
-                && !crate::state::entries::in_plt(pc)
+                && !passes_call_on(pc)
             {
                 // A switch's jump through its table of offsets stays in its function: it
                 // clears the flag (as the callbacks its address would wake would), and wakes
@@ -386,8 +407,8 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     }
 }
 
-/// The callbacks of a block where a jump through a register may land (user mode): a
-/// function's entry, and code right after a call (`handlers::jumps`); conditional on the
+/// The callbacks of a block where a jump through a register may land: a function's entry,
+/// and (`resumes`) code right after a call (`handlers::jumps`); conditional on the
 /// pending flag holding a jump's address, so that calls and returns pay one comparison.
 ///
 /// # Safety
@@ -397,14 +418,17 @@ unsafe fn instrument_register_jump_targets(
     flag: crate::ffi::qemu_plugin_u64,
     start: u64,
     landing: bool,
+    resumes: bool,
 ) {
-    // An entry that follows no call also takes returns (the landing callback takes them
-    // where it does): a return there is a jump too.
+    // User mode: an entry that follows no call also takes returns (the landing callback
+    // takes them where it does): a return there is a jump too (x86-64 `setcontext`). Not in
+    // system mode, where a return landing unseen is settled as before (`ret_unseen`).
     let (cb, cond): (VcpuUdataCb, _) = match (crate::state::entries::is_entry(start), landing) {
-        (true, false) => (crate::handlers::jumps::on_register_jump_entry, COND_NE),
+        (true, false) if resumes => (crate::handlers::jumps::on_register_jump_entry, COND_NE),
+        (true, false) => (crate::handlers::jumps::on_register_jump_entry, COND_GT),
         (true, true) => (crate::handlers::jumps::on_register_jump_entry, COND_GT),
-        (false, true) => (crate::handlers::jumps::on_register_jump_landing, COND_GT),
-        (false, false) => return,
+        (false, true) if resumes => (crate::handlers::jumps::on_register_jump_landing, COND_GT),
+        (false, _) => return,
     };
     let (data, imm) = match cond {
         COND_NE => (start as usize as *mut c_void, 0),

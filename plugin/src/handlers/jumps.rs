@@ -93,15 +93,19 @@ fn take_return(v: &mut vcpu::VcpuState) -> bool {
 
 /// Whether the jump at `pc` to the entry `target` enters it (not a jump within one
 /// function or between its parts), and if so whether it leaves code no function holds (a
-/// trampoline).
+/// trampoline). System mode: code no function holds is firmware's or a boot loader's
+/// (QEMU's arm64 boot stub enters the Image by `br x4`): it hands over, entering nothing,
+/// as before it jumped.
 fn decide(pc: u64, target: u64) -> Option<bool> {
     let answer = remembered(&ENTRIES, pc, target, || {
         if !crate::state::entries::enters(pc, target) {
             0
-        } else if crate::state::entries::outside_functions(pc) {
-            2
-        } else {
+        } else if !crate::state::entries::outside_functions(pc) {
             1
+        } else if crate::state::system_mode() {
+            0
+        } else {
+            2
         }
     });
     (answer != 0).then_some(answer == 2)
