@@ -4,7 +4,7 @@
 //! `-finstrument-functions` log, for the natural and frame-pointer-less builds, on QEMU 10.0,
 //! 10.2.2 and 11.1.3.
 
-use qemu_uftrace_tests::replay::{longjmp_shape, replay_events, without};
+use qemu_uftrace_tests::replay::{longjmp_shape, replay_events, without, TAIL_VIA_PTR};
 use qemu_uftrace_tests::riscv64::{
     riscv64_guest_elf, riscv64_qemu_args_on, riscv64_qemus, QEMU_RISCV64,
 };
@@ -127,19 +127,9 @@ fn riscv64_system_leaf_functions_match_the_oracle() {
 #[test]
 fn riscv64_system_tail_calls_fold_into_their_caller() {
     check_program("tailcall");
-    // tail_via_ptr's tail call through a register (`br x16`, `jmp *%rax`, `c.jr a5`) enters
-    // tail_c as a call nested in tail_via_ptr, closed when tail_via_ptr's frame returns.
-    let via_ptr = [
-        "E tail_via_ptr",
-        "E tail_c",
-        "E tail_leaf",
-        "X tail_leaf",
-        "X tail_c",
-        "X tail_via_ptr",
-    ];
     let elf = riscv64_guest_elf("tailcall", Variant::Natural).expect("build guests");
     let (natural, _dir, _tmp) = traced(&riscv64_qemus()[0].program, &elf);
-    assert!(natural.windows(6).any(|w| w == via_ptr), "{natural:?}");
+    assert!(natural.windows(6).any(|w| w == TAIL_VIA_PTR), "{natural:?}");
 }
 
 /// longjmp's `ret` goes to setjmp's return address, several frames down.

@@ -364,6 +364,18 @@ pub fn without(events: &[String], drop: impl Fn(&str) -> bool, with_callees: boo
     out
 }
 
+/// The bare-metal tailcall guest's `tail_via_ptr` (tests/guests/tailcall.c): its tail call
+/// through a register (`br x16`, `jmp *%rax`, `c.jr a5`) enters `tail_c` as a call nested in
+/// `tail_via_ptr`, closed when `tail_via_ptr`'s frame returns.
+pub const TAIL_VIA_PTR: [&str; 6] = [
+    "E tail_via_ptr",
+    "E tail_c",
+    "E tail_leaf",
+    "X tail_leaf",
+    "X tail_c",
+    "X tail_via_ptr",
+];
+
 /// What a trace shows for a longjmp, as libmcount writes it (and uftrace's replay expects):
 /// the frames it skips get no exit, only one for setjmp (a runtime function the callers
 /// leave out) where it lands. In `oracle` (a log that closes every skipped frame where the
