@@ -63,32 +63,14 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
 /// a million times in x86_64 sqlite), and QEMU's API costs two lookups per access.
 #[inline(always)]
 fn take_jump(v: &mut vcpu::VcpuState) -> Option<u64> {
-    let Some(w) = v.fast.pending_word() else {
-        return v.pending.take_jump();
-    };
-    // SAFETY: this vCPU's own flag (`FastWords::pending_word`), on its own thread.
-    let flag = unsafe { w.read_volatile() };
-    (flag > vcpu::landing::RETURN).then(|| {
-        // SAFETY: as above.
-        unsafe { w.write_volatile(0) };
-        flag
-    })
+    v.fast.take_jump().unwrap_or_else(|| v.pending.take_jump())
 }
 
 /// Whether a return is pending (cleared then, as is anything else pending), as
 /// [`take_jump`] reads it.
 #[inline(always)]
 fn take_return(v: &mut vcpu::VcpuState) -> bool {
-    let Some(w) = v.fast.pending_word() else {
-        return v.pending.take();
-    };
-    // SAFETY: as in `take_jump`.
-    let flag = unsafe { w.read_volatile() };
-    if flag != 0 {
-        // SAFETY: as above.
-        unsafe { w.write_volatile(0) };
-    }
-    flag == vcpu::landing::RETURN
+    v.fast.take_return().unwrap_or_else(|| v.pending.take())
 }
 
 /// Whether the jump at `pc` to the entry `target` enters it (not a jump within one

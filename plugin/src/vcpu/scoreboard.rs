@@ -195,11 +195,39 @@ impl FastWords {
         Some((now, flag == RETURN))
     }
 
-    /// The pending flag's word, when the hot path may reach it (no time read): for the
-    /// callbacks of blocks where a jump through a register may land, which run often
-    /// (a switch table's case right after a call) and only need the flag.
+    /// The pending jump's address, if one is (the flag cleared then); `None` when the hot
+    /// path cannot reach the flag. For the callbacks of blocks where a jump through a
+    /// register may land, which run often (a switch table's case right after a call) and
+    /// need the flag only, not the time.
     #[inline(always)]
-    pub fn pending_word(self) -> Option<*mut u64> {
+    pub fn take_jump(self) -> Option<Option<u64>> {
+        let w = self.pending_word()?;
+        // SAFETY: this vCPU's own flag (`pending_word`), on its own thread.
+        let flag = unsafe { w.read_volatile() };
+        Some((flag > RETURN).then(|| {
+            // SAFETY: as above.
+            unsafe { w.write_volatile(0) };
+            flag
+        }))
+    }
+
+    /// Whether a return is pending (the flag cleared then, whatever it held), as
+    /// [`FastWords::take_jump`] reads it; `None` when the hot path cannot reach the flag.
+    #[inline(always)]
+    pub fn take_return(self) -> Option<bool> {
+        let w = self.pending_word()?;
+        // SAFETY: as in `take_jump`.
+        let flag = unsafe { w.read_volatile() };
+        if flag != 0 {
+            // SAFETY: as above.
+            unsafe { w.write_volatile(0) };
+        }
+        Some(flag == RETURN)
+    }
+
+    /// The pending flag's word, when the hot path may reach it (no time read).
+    #[inline(always)]
+    fn pending_word(self) -> Option<*mut u64> {
         let tag = self.0 & 3;
         if tag == 0 {
             // SAFETY: a direct element, valid as `VcpuWord::Direct`; the flag is its second
