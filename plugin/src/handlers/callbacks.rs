@@ -20,12 +20,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Returns whether one did.
 #[inline(always)]
 pub fn settle(v: &mut VcpuState, now: u64) -> bool {
-    // A retpoline's own return (`thunk_ret`) is no return of the guest's.
-    let unseen = v.pending.take() && !std::mem::take(&mut v.thunk_ret);
+    let unseen = take_unseen_return(v);
     if unseen {
         v.engine.ret_unseen(now);
     }
     unseen
+}
+
+/// Whether a return of the guest's is pending, whose landing no block saw (cleared then).
+/// A retpoline's own return (`thunk_ret`) is no return of the guest's.
+fn take_unseen_return(v: &mut VcpuState) -> bool {
+    v.pending.take() && !std::mem::take(&mut v.thunk_ret)
 }
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
@@ -441,10 +446,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         };
         let previous = v.level;
         if let Some(level) = level {
-            if split {
-                crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
-            }
-            v.level = Some(level);
+            enter_level(v, vcpu_index, now, level, split);
         }
         let kind = isa.exception_kind(what, syndrome);
         // Code that faults into its own twin does so at its own level (a kernel turning its
@@ -466,12 +468,19 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
     });
 }
 
+/// The vCPU now runs at `level`, which `--split-levels` (`split`) records as a task switch.
+fn enter_level(v: &mut VcpuState, vcpu_index: c_uint, now: u64, level: Level, split: bool) {
+    if split {
+        crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
+    }
+    v.level = Some(level);
+}
+
 /// A return pending when an exception or interrupt is taken at `at`, settled
 /// (`Engine::ret_interrupted`): to `at` where it follows a call. Rare (a register or two,
 /// and the bytes before `at`).
 fn settle_at(v: &mut VcpuState, now: u64, isa: &dyn Isa, at: u64) {
-    let unseen = v.pending.take() && !std::mem::take(&mut v.thunk_ret);
-    if !unseen {
+    if !take_unseen_return(v) {
         return;
     }
     let mode = crate::state::guest::current_mode(isa, &mut v.regs);
@@ -494,10 +503,7 @@ pub unsafe extern "C" fn on_unreported_system_call(vcpu_index: c_uint, data: *mu
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
         settle(v, now);
-        if split {
-            crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, level));
-        }
-        v.level = Some(level);
+        enter_level(v, vcpu_index, now, level, split);
         v.engine.exception_entry(now, ExceptionKind::Svc, resume);
     });
 }
@@ -526,10 +532,7 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
                 } else {
                     v.engine.exception_return(now, to.target, eret_pc);
                 }
-                if split {
-                    crate::state::with_tasks(|t| t.level(&mut v.engine, vcpu_index, now, to.level));
-                }
-                v.level = Some(to.level);
+                enter_level(v, vcpu_index, now, to.level, split);
                 // A run from a snapshot: a task found asleep in the kernel has its user-mode
                 // registers back here (as at ERET, `on_exception_return`).
                 if to.level.0 == 3
