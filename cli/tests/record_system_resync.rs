@@ -14,33 +14,13 @@
 mod common;
 
 use common::resync::{entries, indent, no_cookie_files, Run};
-use qemu_uftrace_tests::{cross_prefix, guest_elf, plugin_stat, Variant, QEMU};
+use qemu_uftrace_tests::{cross_prefix, guest_elf, plugin_stat, qemu_args, Variant};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The guest's -nofp build.
 fn elf() -> PathBuf {
     guest_elf("coswitch", Variant::NoFp).expect("build guests")
-}
-
-/// The QEMU command line that runs `elf`.
-fn qemu(elf: &Path) -> Vec<String> {
-    [
-        QEMU,
-        "-M",
-        "virt",
-        "-cpu",
-        "cortex-a57",
-        "-nographic",
-        "-semihosting",
-        "-nic",
-        "none",
-        "-kernel",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain(std::iter::once(elf.display().to_string()))
-    .collect()
 }
 
 /// `elf` without its CFI sections (in `dir`).
@@ -76,7 +56,7 @@ const OWN: &[&str] = &[
 ];
 
 fn run(elf: &Path) -> Run {
-    let (tmp, dir, out) = common::record_output(&qemu(elf), &[]);
+    let (tmp, dir, out) = common::record_output(&qemu_args(elf), &[]);
     let (console, stderr) = (common::stdout(&out), common::stderr(&out));
     assert!(
         out.status.success(),
