@@ -104,6 +104,11 @@ pub const COUNTS: &[Count] = &[
          kernel fixup, a signal, exec)",
         None,
     ),
+    count(
+        "eret_jumps",
+        "exception returns in 16-bit code used as far jumps (firmware trampolines)",
+        None,
+    ),
     count("switches", "context switches between guest tasks", None),
     count(
         "lost_marks",

@@ -38,6 +38,8 @@ pub enum EretOutcome {
     ClosedFunction,
     /// Closed the frames entered by a jump on top, the code the ERET left.
     ClosedJumped,
+    /// Closed nothing: an exception return used as a far jump (`exception_return_or_jump`).
+    Jumped,
     /// Closed every frame: a hand-over to a less privileged level.
     HandedOver,
     /// Nothing to close (a new task's first return to user space, a level drop at boot).
@@ -49,6 +51,9 @@ impl Engine {
     pub fn exception_entry(&mut self, now: u64, kind: ExceptionKind, resume_pc: u64) {
         let now = self.clamp(now);
         self.stats.exceptions += 1;
+        // A frame pushed by an entry once open at this depth is not this one's.
+        let depth = self.stack().len();
+        self.pushed_frames.retain(|&(i, _)| i < depth);
         self.open(
             now,
             Frame {
@@ -134,6 +139,60 @@ impl Engine {
             self.outer_return(now, target);
         }
         EretOutcome::Nothing
+    }
+
+    /// The exception entry just opened pushed its return frame at `frame` (a linear
+    /// address), in code whose exception return also serves as a far jump
+    /// (`Isa::exception_frame`).
+    pub fn exception_frame(&mut self, frame: u64) {
+        let Some(top) = self.stack().len().checked_sub(1) else {
+            return;
+        };
+        self.live_pushed_frames();
+        self.pushed_frames.push((top, frame));
+    }
+
+    /// An exception return to `target`, executed at `eret_pc`, that pops the frame at
+    /// `frame`, in code that also uses it as a far jump (x86 16-bit code's IRET: SeaBIOS
+    /// enters its 16-bit trampolines by pushing flags, segment and offset and executing
+    /// `iretw`, inside the interrupt handler that runs them). It leaves the exception entry
+    /// that pushed that frame, wherever it goes; one that pops another frame closes nothing
+    /// (the handler goes on, and its frames' returns follow). Taken for the handler's
+    /// return, such a jump inside a timer interrupt closed the handler's entry early and, a
+    /// few returns later, the whole boot stack. Where no open entry's frame is known (taken
+    /// before 16-bit code ran), as `exception_return`.
+    pub fn exception_return_16(
+        &mut self,
+        now: u64,
+        target: u64,
+        eret_pc: u64,
+        frame: u64,
+    ) -> EretOutcome {
+        self.live_pushed_frames();
+        if self.pushed_frames.is_empty() {
+            return self.exception_return(now, target, eret_pc);
+        }
+        let Some(k) = self.pushed_frames.iter().rposition(|&(_, f)| f == frame) else {
+            self.stats.eret_jumps += 1;
+            return EretOutcome::Jumped;
+        };
+        let (i, _) = self.pushed_frames[k];
+        self.pushed_frames.truncate(k);
+        let now = self.clamp(now);
+        if self.stack().frames()[i].ret_addr != target {
+            self.stats.eret_redirects += 1;
+        }
+        self.stats.exception_returns += 1;
+        self.close_down_to(now, i);
+        EretOutcome::ClosedException
+    }
+
+    /// Drops the pushed frames of exception entries no longer open.
+    fn live_pushed_frames(&mut self) {
+        let frames = self.stack().frames();
+        let open = |&(i, _): &(usize, u64)| frames.get(i).is_some_and(|f| f.is_exception());
+        let live = self.pushed_frames.iter().take_while(|e| open(e)).count();
+        self.pushed_frames.truncate(live);
     }
 
     /// An exception return to `target`, executed at `eret_pc`, to a less privileged level,

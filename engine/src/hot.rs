@@ -76,6 +76,9 @@ pub struct Engine {
     pub(crate) midway: bool,
     /// `-F`/`-N` (`gates`); `None` (the common case) costs nothing on any path.
     gates: Option<Box<Gates>>,
+    /// In x86 16-bit code, the open exception entries' return frames: their index in the
+    /// stack and the linear address of the frame they pushed (`exception_return_16`).
+    pub(crate) pushed_frames: Vec<(usize, u64)>,
 }
 
 impl Engine {
@@ -98,6 +101,7 @@ impl Engine {
             is_longjmp: |_| false,
             midway: false,
             gates: None,
+            pushed_frames: Vec::new(),
         }
     }
 

@@ -34,6 +34,9 @@ pub struct Stats {
     /// Of those, returns that went elsewhere than where the exception was taken (a kernel
     /// fixup, a signal, exec).
     pub eret_redirects: u64,
+    /// Exception returns in 16-bit code that went elsewhere than where the innermost
+    /// exception was taken: the firmware's far jumps (`Engine::exception_return_or_jump`).
+    pub eret_jumps: u64,
     /// Context switches between guest tasks (or privilege levels with `split_levels`).
     pub switches: u64,
     /// LOST records written where the engine had to guess (a stack rebuilt).
@@ -82,6 +85,7 @@ impl Stats {
         self.exceptions += o.exceptions;
         self.exception_returns += o.exception_returns;
         self.eret_redirects += o.eret_redirects;
+        self.eret_jumps += o.eret_jumps;
         self.switches += o.switches;
         self.lost_marks += o.lost_marks;
         self.register_read_failures += o.register_read_failures;
@@ -112,6 +116,7 @@ impl Stats {
             ("exceptions", self.exceptions),
             ("exception_returns", self.exception_returns),
             ("eret_redirects", self.eret_redirects),
+            ("eret_jumps", self.eret_jumps),
             ("switches", self.switches),
             ("lost_marks", self.lost_marks),
             ("register_read_failures", self.register_read_failures),

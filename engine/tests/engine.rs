@@ -806,6 +806,59 @@ fn filters_write_exactly_the_unfiltered_traces_subtrees() {
 }
 
 #[test]
+fn an_iret_used_as_a_far_jump_inside_a_handler_closes_nothing() {
+    use qemu_uftrace_engine::exceptions::{EretOutcome, ExceptionKind};
+    let (irq, int) = (ExceptionKind::Irq.addr(), ExceptionKind::SoftInt.addr());
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    // SeaBIOS in a timer interrupt taken at 0x102d4 (its frame pushed at 0x7000): a
+    // function (0xfd008) enters a 16-bit trampoline by `iretw` to 0xfe829 (popping a frame
+    // it pushed at 0x6f00), which runs `int $0x1c` (an IRET-only handler, frame at 0x6f04)
+    // and comes back by a return to 0xf7fc3; the handler's own IRET, back on the frame
+    // the interrupt pushed, goes back to 0x102d4.
+    r.call(0x102d0, 0x10333);
+    r.engine.exception_entry(10, ExceptionKind::Irq, 0x102d4);
+    r.engine.exception_frame(0x7000);
+    r.t = 10;
+    r.call(0xfd008, 0xf7fc3);
+    let iret =
+        |r: &mut Rig, t, target, frame| r.engine.exception_return_16(t, target, 0xfd049, frame);
+    assert_eq!(iret(&mut r, 20, 0xfe829, 0x6f00), EretOutcome::Jumped);
+    r.engine
+        .exception_entry(21, ExceptionKind::SoftInt, 0xfe82b);
+    r.engine.exception_frame(0x6f04);
+    assert_eq!(
+        iret(&mut r, 22, 0xfe82b, 0x6f04),
+        EretOutcome::ClosedException
+    );
+    r.t = 30;
+    r.ret(0xf7fc3, &mut g);
+    // A handler that changed where it resumes is still left by the IRET on its frame.
+    assert_eq!(
+        iret(&mut r, 40, 0x102e0, 0x7000),
+        EretOutcome::ClosedException
+    );
+    r.t = 50;
+    r.ret(0x10333, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+102d0@0",
+            &format!("+{irq:x}@1"),
+            "+fd008@2",
+            &format!("+{int:x}@3"),
+            &format!("-{int:x}@3"),
+            "-fd008@2",
+            &format!("-{irq:x}@1"),
+            "-102d0@0",
+        ])
+    );
+    assert_eq!(r.engine.stats.eret_jumps, 1);
+    assert_eq!(r.engine.stats.eret_redirects, 1);
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+}
+
+#[test]
 fn exceptions_stay_in_the_subtree_they_were_taken_in() {
     use qemu_uftrace_engine::exceptions::ExceptionKind;
     let irq = ExceptionKind::Irq.addr();

@@ -221,6 +221,10 @@ pub struct ExceptionReturnTo {
     pub target: u64,
     /// The privilege level it resumes at.
     pub level: Level,
+    /// Where the frame it pops lies (a linear address), where the code also uses it as a far
+    /// jump (x86 16-bit code's IRET): it leaves the exception entry that pushed that frame
+    /// (`Isa::exception_frame`), if one did (`Engine::exception_return_16`).
+    pub frame: Option<u64>,
 }
 
 pub use qemu_uftrace_format::Arch;
@@ -361,6 +365,17 @@ pub trait Isa: Sync + Send {
     /// by QEMU's name, `memory` the little-endian value of 1 to 8 bytes of guest virtual
     /// memory. Outer `None`: the architecture uses the link and saved-status registers;
     /// inner `None`: a read failed or the instruction's target is unknown.
+    /// Where the exception just delivered pushed its return frame (a linear address), in
+    /// code whose exception return also serves as a far jump (x86 16-bit code: the IRET that
+    /// pops this frame is the one that leaves the exception). `read` reads a register by
+    /// QEMU's name, after the delivery.
+    fn exception_frame(
+        &self,
+        _mode: Mode,
+        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        None
+    }
     fn exception_return_to(
         &self,
         _mode: Mode,

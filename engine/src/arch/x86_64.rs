@@ -889,6 +889,17 @@ impl Isa for X86_64 {
     /// `ss * 16 + sp` and the target at `cs * 16 + ip`, elsewhere segments are flat. SYSRET
     /// returns to RCX and SYSEXIT to RDX, in ring 3. RSM (leaving System Management Mode)
     /// restores a state saved in SMRAM: unknown.
+    fn exception_frame(
+        &self,
+        mode: Mode,
+        read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        match mode {
+            Mode::Bits16 => Some((read("ss")? << 4) + (read("rsp")? & 0xffff)),
+            _ => None,
+        }
+    }
+
     fn exception_return_to(
         &self,
         mode: Mode,
@@ -904,6 +915,7 @@ impl Isa for X86_64 {
         let ring3 = |target: u64| ExceptionReturnTo {
             target,
             level: Level(3),
+            frame: None,
         };
         Some(match (insn.get(i), insn.get(i + 1)) {
             (Some(0xcf), _) => (|| {
@@ -926,10 +938,12 @@ impl Isa for X86_64 {
                     Mode::Bits16 => ExceptionReturnTo {
                         target: (cs << 4) + (ip & 0xffff),
                         level: Level(0),
+                        frame: Some(stack),
                     },
                     _ => ExceptionReturnTo {
                         target: ip,
                         level: Level((cs & 3) as u8),
+                        frame: None,
                     },
                 })
             })(),
@@ -1901,6 +1915,7 @@ mod tests {
             Some(Some(ExceptionReturnTo {
                 target,
                 level: Level(ring),
+                frame: None,
             }))
         };
         assert_eq!(
@@ -1908,7 +1923,14 @@ mod tests {
             to(0xffff_ffff_8100_1234, 3)
         );
         assert_eq!(stack(Mode::Bits32, &[0xcf]), to(0x8100_1234, 3));
-        assert_eq!(stack(Mode::Bits16, &[0xcf]), to(0xf1234, 0));
+        assert_eq!(
+            stack(Mode::Bits16, &[0xcf]),
+            Some(Some(ExceptionReturnTo {
+                target: 0xf1234,
+                level: Level(0),
+                frame: Some(0x7010),
+            }))
+        );
         assert_eq!(
             stack(Mode::Bits64, &[0x48, 0x0f, 0x07]),
             to(0xffff_0000_0040_1000, 3)

@@ -464,6 +464,13 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         });
         if !opened {
             v.engine.exception_entry(now, kind, resume);
+            // Where its IRET will pop its return frame, in code that also uses IRET as a
+            // far jump (x86 16-bit code).
+            let mode = crate::state::guest::current_mode(isa, &mut v.regs);
+            let regs = &mut v.regs;
+            if let Some(frame) = isa.exception_frame(mode, &mut |name| regs.read_named(name)) {
+                v.engine.exception_frame(frame);
+            }
         }
     });
 }
@@ -529,6 +536,8 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
                 let from = current_level(v, isa);
                 if from.is_some_and(|from| hands_over(isa, from, to.level)) {
                     v.engine.exception_return_down(now, to.target, eret_pc);
+                } else if let Some(frame) = to.frame {
+                    v.engine.exception_return_16(now, to.target, eret_pc, frame);
                 } else {
                     v.engine.exception_return(now, to.target, eret_pc);
                 }
