@@ -561,7 +561,7 @@ fn x86_firmware_regions_are_marked_and_tasks_explained() {
         "-kernel",
         &kernel,
         "-append",
-        "console=ttyS0 panic=-1 nokaslr",
+        "console=ttyS0 panic=-1 nokaslr no_timer_check",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -18,7 +18,9 @@ use qemu_uftrace_tests::{cached, plugin_stat};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The QEMU command that boots Debian's amd64 kernel to its panic on `qemu`.
+/// The QEMU command that boots Debian's amd64 kernel to its panic on `qemu`. `no_timer_check`:
+/// on a loaded host the kernel's check that the timer ticks through the IO-APIC (a busy wait
+/// calibrated earlier) can find no tick and panic there instead.
 fn boot_args(qemu: &str) -> Vec<String> {
     let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
     [
@@ -34,7 +36,7 @@ fn boot_args(qemu: &str) -> Vec<String> {
         "-kernel",
         &kernel,
         "-append",
-        "console=ttyS0 panic=-1 nokaslr",
+        "console=ttyS0 panic=-1 nokaslr no_timer_check",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -140,8 +142,11 @@ fn check_boot(dir: &Path, qemu: &str) {
         calls.abs_diff(returns) < calls / 100,
         "{calls} calls, {returns} returns on {qemu}"
     );
+    // SeaBIOS's waits make one unmatched return per turn (its 32-bit code calls 16-bit code
+    // to let interrupts in, and comes back through its mode-switching trampoline), and how
+    // many turns a wait takes depends on the host's speed: 33 to over 1,000 under load.
     for (key, bound) in [
-        ("unmatched_returns", 1_000),
+        ("unmatched_returns", calls / 1_000),
         ("returns_unseen", 1_000),
         ("deep_returns", 500),
     ] {
@@ -227,15 +232,19 @@ fn check_boot(dir: &Path, qemu: &str) {
         "start_kernel entered more than once on {qemu}:\n{}",
         &graph[..graph.len().min(2000)]
     );
-    // Without exception entries (10.0) the boot code's frames stay open beneath it: SeaBIOS's
-    // and the kernel's real-mode setup code (no symbols), which INT and IRET leave (how
-    // many depends on which of the firmware's far jumps and returns pair up: 5 or 6, the
-    // frame the head code's `lretq` ran in included). With them, one BIOS frame may stay
-    // open beneath the kernel in some runs (not yet understood; see DEVELOPERS.md).
+    // The firmware's frames stay open beneath it, never returned to (no symbols: SeaBIOS's,
+    // its `INT 19h` that boots, the real-mode code's): which ones depends on where timer
+    // interrupts land in SeaBIOS's mode switches, 4 to 11 in the runs seen. None closes
+    // early: IRETs that pop no exception's frame are SeaBIOS's far jumps into its 16-bit
+    // trampolines (`eret_jumps`); taken for the innermost exception's return, one in a
+    // timer interrupt just before an `INT` closed the whole boot stack in most runs.
+    // Without exception entries (10.0), timer interrupts' IRETs show as stray returns.
     let boot_frames = backtrace.len().saturating_sub(3);
-    let boot_range = if discontinuity { 0..=1 } else { 1..=6 };
+    if discontinuity {
+        assert!(stat(dir, "eret_jumps") > 100, "eret_jumps on {qemu}");
+    }
     assert!(
-        boot_range.contains(&boot_frames)
+        (1..=16).contains(&boot_frames)
             && backtrace.ends_with(&[
                 "x86_64_start_kernel",
                 "x86_64_start_reservations",
@@ -243,7 +252,7 @@ fn check_boot(dir: &Path, qemu: &str) {
             ])
             && backtrace[..boot_frames]
                 .iter()
-                .all(|f| f.starts_with("[x86 ")),
+                .all(|f| f.starts_with("[x86 ") || *f == "[int]"),
         "start_kernel's backtrace on {qemu}: {backtrace:?}"
     );
     // x86_64_start_kernel is entered by the head code's `lretq` (a far return used as a

@@ -56,7 +56,7 @@ fn amd64() -> Machine {
         qemu: cached("qemu-10.2.2/bin/qemu-system-x86_64"),
         options: &["-M", "pc"],
         kernel: cached("kernel-amd64/vmlinuz"),
-        append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+        append: "console=ttyS0 panic=-1 nokaslr no_timer_check rdinit=/init",
         vmlinux: cached("kernel-amd64-dbg/vmlinux"),
     }
 }
@@ -635,7 +635,7 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
         "-kernel",
         &kernel.to_string_lossy(),
         "-append",
-        "console=ttyS0 nokaslr",
+        "console=ttyS0 nokaslr no_timer_check",
     ]
     .iter()
     .map(|s| s.to_string())
