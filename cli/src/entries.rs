@@ -27,7 +27,11 @@ const SETJMPS: &[&str] = &["setjmp", "_setjmp", "sigsetjmp", "__sigsetjmp"];
 /// The list's text: `rebase LINK_ENTRY` first for a program placed at a bias known only
 /// when it runs, then `START END GROUP KIND` per function; those starting in one of the
 /// `plt` ranges are PLT entries (`p` after their kind).
-pub fn text(images: &[Image], plt: &[(u64, u64)], rebase: Option<u64>) -> String {
+pub fn text<'a>(
+    images: impl IntoIterator<Item = &'a Image>,
+    plt: &[(u64, u64)],
+    rebase: Option<u64>,
+) -> String {
     let mut out = String::new();
     if let Some(entry) = rebase {
         let _ = writeln!(out, "rebase {entry:x}");
@@ -144,32 +148,17 @@ pub fn libraries_text(files: &[std::path::PathBuf], interp: Option<&Path>, arch:
 /// System mode: the list of every symbol source at its offset, with a kernel Image's
 /// physical alias (its first code runs there with the MMU off), from symbol tables only.
 pub fn system_text(
-    sources: &[crate::symbol_source::SourceArg],
+    read: &crate::symbol_source::ReadOnce,
     kernel: Option<&Path>,
     board: &crate::kernel_alias::Board,
-    arch: Arch,
 ) -> String {
     // Every source, a Linux kernel's too: its entry code's jumps where no call is made
     // (a vector slot's `b el0t_64_sync`, `b ret_to_user`) are left to the exception entries
     // and the hand-over at an ERET to user space (engine/src/exceptions.rs).
-    let mut images: Vec<Image> = sources
-        .iter()
-        .filter_map(|s| {
-            let opts = LoadOptions {
-                offset: s.offset,
-                expected_arch: Some(arch),
-                ..Default::default()
-            };
-            symbols::load(&s.path, &opts).ok()
-        })
-        .collect();
     // A kernel's physical-address head code runs before its MMU maps the link addresses.
-    if let Some(alias) = kernel.and_then(|k| crate::kernel_alias::physical_alias(&images, k, board))
-    {
-        images.push(alias);
-    }
+    let alias = kernel.and_then(|k| crate::kernel_alias::physical_alias(read.images(), k, board));
     // No PLT: a kernel's and firmware's small functions are functions.
-    text(&images, &[], None)
+    text(read.images().chain(&alias), &[], None)
 }
 
 /// Writes `text` into `file` whole or not at all (the plugin may be reading it).

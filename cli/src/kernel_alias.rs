@@ -163,13 +163,17 @@ pub fn is_linux_image(kernel: &Path) -> bool {
 /// The kernel's symbols shifted to its physical load address, when `kernel` is an arm64 or
 /// riscv64 Image on a board we know, or an x86 bzImage, and one of `images` holds its
 /// link-time symbols (`_text`).
-pub fn physical_alias(images: &[Image], kernel: &Path, board: &Board) -> Option<Image> {
+pub fn physical_alias<'a>(
+    images: impl IntoIterator<Item = &'a Image>,
+    kernel: &Path,
+    board: &Board,
+) -> Option<Image> {
     let (load, kind) = match image_header(kernel) {
         Some((kind, _)) => (image_load_address(kernel, board)?, kind),
         None => (bzimage_load_address(kernel)?, ImageKind::X86),
     };
     let (img, text) = images
-        .iter()
+        .into_iter()
         .find_map(|img| kernel_text(img, kind).map(|t| (img, t)))?;
     let shift = |addr: u64| addr.wrapping_sub(text).wrapping_add(load);
     let functions: Vec<Function> = img

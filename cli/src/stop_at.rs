@@ -3,11 +3,11 @@
 //! where the trace stopped or started, or that FUNC was never reached.
 
 use anyhow::Result;
-use qemu_uftrace_symbols::{Image, LoadOptions};
+use qemu_uftrace_symbols::Image;
 
 use crate::errors::usage;
 use crate::stats::Stats;
-use crate::symbol_source::SourceArg;
+use crate::symbol_source::ReadOnce;
 
 /// `--stop-at FUNC[,exit]` as typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,23 +58,18 @@ pub struct Names {
 }
 
 impl Names {
-    /// `sources`' functions (a source that cannot be read is said by the symbol job after
-    /// the run), and the program's (its image at link addresses, and its link entry point
-    /// when it is a PIE: `entries::Program`). `--symbols` files keep their given addresses.
-    pub fn new(sources: &[SourceArg], program: Option<(&Image, Option<u64>)>) -> Names {
+    /// The functions of the symbol sources `read` (a source that cannot be read is said by
+    /// the symbol job after the run), and the program's (its image at link addresses, and
+    /// its link entry point when it is a PIE: `entries::Program`). `--symbols` files keep
+    /// their given addresses.
+    pub fn new(read: &ReadOnce, program: Option<(&Image, Option<u64>)>) -> Names {
         let mut names = Names {
-            sources: sources.len(),
+            sources: read.sources().len(),
             ..Default::default()
         };
-        for s in sources {
-            let opts = LoadOptions {
-                offset: s.offset,
-                ..Default::default()
-            };
-            if let Ok(image) = qemu_uftrace_symbols::load(&s.path, &opts) {
-                let funcs = image.functions.into_iter();
-                (names.functions).extend(funcs.map(|f| (f.name, Addr::At(f.addr))));
-            }
+        for image in read.images() {
+            let funcs = image.functions.iter();
+            (names.functions).extend(funcs.map(|f| (f.name.clone(), Addr::At(f.addr))));
         }
         if let Some((image, pie_entry)) = program {
             names.sources += 1;

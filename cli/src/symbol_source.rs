@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use anyhow::Result;
@@ -97,6 +98,7 @@ pub fn task_slot(kernel: &std::path::Path, names: &[&str]) -> Option<u64> {
 }
 
 /// A source that loaded, or the one line saying why it did not.
+#[derive(Clone)]
 pub enum Loaded {
     Ok(SourceArg, Image),
     Failed(SourceArg, String),
@@ -112,12 +114,20 @@ pub fn load_all(sources: &[SourceArg], arch: Option<Arch>, demangle: bool) -> Ve
 /// source's offset instead of reading it again.
 pub type Preloaded = HashMap<PathBuf, Image>;
 
+/// How a source is read: with its DWARF source lines unless said otherwise.
 fn options(offset: u64, demangle: bool, arch: Option<Arch>) -> LoadOptions {
     LoadOptions {
         offset,
         demangle,
         source_lines: true,
         expected_arch: arch,
+    }
+}
+
+fn load_one(s: &SourceArg, opts: &LoadOptions) -> Loaded {
+    match symbols::load(&s.path, opts) {
+        Ok(img) => Loaded::Ok(s.clone(), img),
+        Err(e) => Loaded::Failed(s.clone(), failure_line(&e)),
     }
 }
 
@@ -134,12 +144,83 @@ pub fn load_all_with(
             if let Some(img) = preloaded.remove(&same_file(&s.path)).filter(|_| !demangle) {
                 return Loaded::Ok(s.clone(), img.shifted(s.offset));
             }
-            match symbols::load(&s.path, &options(s.offset, demangle, arch)) {
-                Ok(img) => Loaded::Ok(s.clone(), img),
-                Err(e) => Loaded::Failed(s.clone(), failure_line(&e)),
-            }
+            load_one(s, &options(s.offset, demangle, arch))
         })
         .collect()
+}
+
+/// The symbol sources known before QEMU starts, read once, without their DWARF source lines,
+/// by the first of `record`'s stages to need them: the names FUNCs resolve in (before QEMU
+/// starts), the function entries (as it starts), the symbol job (while it runs, adding the
+/// lines); the others wait for that read and share it.
+#[derive(Clone)]
+pub struct ReadOnce(Arc<Sources>);
+
+struct Sources {
+    sources: Vec<SourceArg>,
+    arch: Option<Arch>,
+    loaded: OnceLock<Vec<Loaded>>,
+}
+
+impl ReadOnce {
+    pub fn new(sources: &[SourceArg], arch: Option<Arch>) -> ReadOnce {
+        ReadOnce(Arc::new(Sources {
+            sources: sources.to_vec(),
+            arch,
+            loaded: OnceLock::new(),
+        }))
+    }
+
+    /// The sources, not read.
+    pub fn sources(&self) -> &[SourceArg] {
+        &self.0.sources
+    }
+
+    /// Every source, in order, read at the first call.
+    pub fn get(&self) -> &[Loaded] {
+        let Sources {
+            sources,
+            arch,
+            loaded,
+        } = &*self.0;
+        loaded.get_or_init(|| {
+            let without_lines = |s: &SourceArg| LoadOptions {
+                source_lines: false,
+                ..options(s.offset, false, *arch)
+            };
+            (sources.iter())
+                .map(|s| load_one(s, &without_lines(s)))
+                .collect()
+        })
+    }
+
+    /// The sources that loaded.
+    pub fn images(&self) -> impl Iterator<Item = &Image> {
+        self.get().iter().filter_map(|l| match l {
+            Loaded::Ok(_, img) => Some(img),
+            Loaded::Failed(..) => None,
+        })
+    }
+
+    /// Every source with its DWARF source lines (a copy: the other stages may still read
+    /// theirs), as [`load_all`] reads them.
+    fn with_lines(&self) -> Vec<Loaded> {
+        let mut loaded = self.get().to_vec();
+        for l in &mut loaded {
+            if let Loaded::Ok(src, img) = l {
+                // A file that cannot be read again keeps its functions, without lines.
+                let _ = symbols::add_source_lines(img, src.offset);
+            }
+        }
+        loaded
+    }
+}
+
+/// What the symbol job reads: `sources` (the files read before, by path, moved to their
+/// offsets: [`load_all_with`]), or the sources read once before it.
+pub enum ToRead {
+    Sources(Vec<SourceArg>, Option<Arch>, Preloaded),
+    Once(ReadOnce),
 }
 
 /// One name per file (the loader's `/lib/…` and the sysroot's `/usr/lib/…` may be one).
@@ -187,15 +268,19 @@ fn failure_line(e: &SymbolError) -> String {
 pub struct BackgroundLoad<T>(JoinHandle<T>);
 
 impl<T: Send + 'static> BackgroundLoad<T> {
-    pub fn start(
-        sources: Vec<SourceArg>,
-        arch: Option<Arch>,
-        mut preloaded: Preloaded,
-        then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static,
-    ) -> Self {
+    pub fn start(read: ToRead, then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static) -> Self {
         BackgroundLoad(std::thread::spawn(move || {
+            // The read without lines at the priority it had: the entries may wait for it.
+            if let ToRead::Once(once) = &read {
+                once.get();
+            }
             yield_to_qemu();
-            then(load_all_with(&sources, arch, false, &mut preloaded))
+            then(match read {
+                ToRead::Sources(sources, arch, mut preloaded) => {
+                    load_all_with(&sources, arch, false, &mut preloaded)
+                }
+                ToRead::Once(once) => once.with_lines(),
+            })
         }))
     }
 

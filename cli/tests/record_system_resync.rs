@@ -13,8 +13,8 @@
 
 mod common;
 
-use common::resync::{entries, indent, no_cookie_files, Run};
-use qemu_uftrace_tests::{cross_prefix, guest_elf, plugin_stat, qemu_args, Variant};
+use common::resync::Run;
+use qemu_uftrace_tests::{cross_prefix, guest_elf, qemu_args, Variant};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -94,63 +94,10 @@ fn a_bare_metal_stack_switch_without_frame_pointers_is_unwound_aarch64() {
         "X co_outer",
         "E co_done",
     ];
-    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
-    assert_eq!(
-        entries(&r.after[4..]),
-        r.log_after,
-        "{label}: entries against the log"
-    );
-    // The unwound frames are marked, inside the innermost one; no guess anywhere.
-    assert_eq!(
-        indent(&r.replay, "/* qemu:unwound */"),
-        indent(&r.replay, "co_yield() {") + 2,
-        "{label}\n{}",
-        r.replay
-    );
-    assert!(
-        !r.dump.contains("[lost ]"),
-        "{label}: a LOST record\n{}",
-        r.dump
-    );
-    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
-    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
-    assert!(
-        r.stderr
-            .contains("1 resync without frame records unwound after the run (4 frames: 4 by CFI)"),
-        "{label}: {}",
-        r.stderr
-    );
-    assert!(no_cookie_files(&r.dir), "{label}");
-    let events = r.dump.lines().filter(|l| l.contains("[event]")).count();
-    assert_eq!(events, 1, "{label}: only the unwound mark\n{}", r.dump);
+    common::resync::assert_unwound(&r, &label, &want, 4, &r.dir);
 
     // Without CFI nothing unwinds: the guess stays, and says so.
     let tmp = tempfile::tempdir().expect("temp dir");
     let r = run(&without_cfi(&elf, tmp.path()));
-    let want = [
-        "E co_leaf",
-        "X co_leaf",
-        "E co_leaf",
-        "X co_leaf",
-        "E co_done",
-    ];
-    assert_eq!(r.after, want, "{label} without CFI\n{}", r.replay);
-    assert_eq!(
-        entries(&r.after),
-        r.log_after,
-        "{label}: entries against the log"
-    );
-    assert!(
-        r.dump.contains("[lost ]"),
-        "{label}: no LOST record\n{}",
-        r.dump
-    );
-    assert!(!r.dump.contains("[event]"), "{label}\n{}", r.dump);
-    assert!(
-        r.stderr
-            .contains("1 resync without frame records stayed guessed"),
-        "{label}: {}",
-        r.stderr
-    );
-    assert!(no_cookie_files(&r.dir), "{label}");
+    common::resync::assert_guessed(&r, &format!("{label} without CFI"));
 }

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::resync::{entries, indent, no_cookie_files, Run};
+use common::resync::Run;
 use common::user::{record, text, Target, AARCH64, X86_64};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
@@ -75,26 +75,6 @@ fn sysroot(target: &Target) -> Option<&'static str> {
 fn check_unwound(target: &Target, names: &[&str], want: &[&str], unwound: usize) {
     let label = format!("{} {}", target.cross, names.join(" "));
     let r = run_guests(target, names);
-    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
-    // Against the log: what the coroutine entered after the switch, in order.
-    assert_eq!(
-        entries(&r.after[unwound..]),
-        r.log_after,
-        "{label}: entries against the log"
-    );
-    // The unwound frames are marked, inside the innermost one; no guess anywhere.
-    let marker = indent(&r.replay, "/* qemu:unwound */");
-    assert_eq!(
-        marker,
-        indent(&r.replay, "co_yield() {") + 2,
-        "{label}\n{}",
-        r.replay
-    );
-    assert!(
-        !r.dump.contains("[lost ]"),
-        "{label}: a LOST record\n{}",
-        r.dump
-    );
     // The statistics of the image that ran the coroutine: an exec'd one's in its folder.
     let stats = match names {
         [_] => r.dir.clone(),
@@ -108,16 +88,7 @@ fn check_unwound(target: &Target, names: &[&str], want: &[&str], unwound: usize)
             procs[0].clone()
         }
     };
-    assert_eq!(plugin_stat(&stats, "resync_cookies"), "1", "{label}");
-    assert_eq!(plugin_stat(&stats, "lost_marks"), "0", "{label}");
-    let summary = format!(
-        "1 resync without frame records unwound after the run ({unwound} frames: {unwound} by CFI)"
-    );
-    assert!(r.stderr.contains(&summary), "{label}: {}", r.stderr);
-    // No cookie or marker is left in the trace.
-    assert!(no_cookie_files(&r.dir), "{label}");
-    let events = r.dump.lines().filter(|l| l.contains("[event]")).count();
-    assert_eq!(events, 1, "{label}: only the unwound mark\n{}", r.dump);
+    common::resync::assert_unwound(&r, &label, want, unwound, &stats);
 }
 
 /// The coroutine's stack at the switch (co_entry > co_outer > co_inner > co_yield, as its
@@ -143,32 +114,7 @@ fn check(target: &Target) {
 
     // Without .eh_frame nothing unwinds: the guess stays, and says so.
     let r = run(target, "coswitch-noeh.elf");
-    let want = [
-        "E co_leaf",
-        "X co_leaf",
-        "E co_leaf",
-        "X co_leaf",
-        "E co_done",
-    ];
-    assert_eq!(r.after, want, "{label} without .eh_frame\n{}", r.replay);
-    assert_eq!(
-        entries(&r.after),
-        r.log_after,
-        "{label}: entries against the log"
-    );
-    assert!(
-        r.dump.contains("[lost ]"),
-        "{label}: no LOST record\n{}",
-        r.dump
-    );
-    assert!(!r.dump.contains("[event]"), "{label}\n{}", r.dump);
-    assert!(
-        r.stderr
-            .contains("1 resync without frame records stayed guessed"),
-        "{label}: {}",
-        r.stderr
-    );
-    assert!(no_cookie_files(&r.dir), "{label}");
+    common::resync::assert_guessed(&r, &format!("{label} without .eh_frame"));
 }
 
 /// The dynamic PIE: the same frames, at the program's load bias.

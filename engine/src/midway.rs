@@ -46,6 +46,16 @@ mod tests {
         (Engine::new(Vec::new(), spill, 1024, 1), out)
     }
 
+    /// What `e` wrote into `out` once flushed: each record's time, kind, depth and address.
+    fn written(e: &mut Engine, out: &Mutex<Vec<u8>>) -> Vec<(u64, RecordType, u16, u64)> {
+        e.flush();
+        let records = decode_all(&out.lock().unwrap()).unwrap();
+        records
+            .iter()
+            .map(|r| (r.time, r.kind, r.depth, r.addr))
+            .collect()
+    }
+
     #[test]
     fn returns_past_the_bottom_become_exits_to_their_targets() {
         let (mut e, out) = engine();
@@ -56,12 +66,7 @@ mod tests {
         e.call(20, 0x3000, 0x1020);
         e.ret(30, 0x1020, &mut NoRecords);
         e.ret(40, 0x2010, &mut NoRecords);
-        e.flush();
-        let records = decode_all(&out.lock().unwrap()).unwrap();
-        let got: Vec<_> = records
-            .iter()
-            .map(|r| (r.time, r.kind, r.depth, r.addr))
-            .collect();
+        let got = written(&mut e, &out);
         assert_eq!(
             got,
             [
@@ -86,12 +91,9 @@ mod tests {
         let _ = e.suspend();
         e.resume(1, first);
         e.ret(20, 0x2010, &mut NoRecords);
-        e.flush();
-        let records = decode_all(&out.lock().unwrap()).unwrap();
-        let exits: Vec<_> = records
-            .iter()
-            .filter(|r| r.kind == RecordType::Exit)
-            .map(|r| (r.time, r.addr))
+        let exits: Vec<_> = (written(&mut e, &out).into_iter())
+            .filter(|&(_, kind, ..)| kind == RecordType::Exit)
+            .map(|(time, .., addr)| (time, addr))
             .collect();
         assert_eq!(exits, [(20, 0x2010)]);
         assert_eq!(e.stats().outer_returns, 1);
@@ -104,10 +106,10 @@ mod tests {
         let (mut e, out) = engine();
         e.start_midway();
         e.exception_return(10, 0x40_1234, 0xffff_8000_0801_0000);
-        e.flush();
-        let records = decode_all(&out.lock().unwrap()).unwrap();
-        let got: Vec<_> = records.iter().map(|r| (r.kind, r.depth, r.addr)).collect();
-        assert_eq!(got, [(RecordType::Exit, 0, 0x40_1234)]);
+        assert_eq!(
+            written(&mut e, &out),
+            [(10, RecordType::Exit, 0, 0x40_1234)]
+        );
         assert_eq!(e.stats().outer_returns, 1);
     }
 
@@ -126,12 +128,7 @@ mod tests {
         e.exception_return(30, 0x2010, 0xffff_8000_0801_0000);
         e.call(40, 0x3000, 0x2020);
         e.ret(50, 0x2020, &mut NoRecords);
-        e.flush();
-        let records = decode_all(&out.lock().unwrap()).unwrap();
-        let got: Vec<_> = records
-            .iter()
-            .map(|r| (r.time, r.kind, r.depth, r.addr))
-            .collect();
+        let got = written(&mut e, &out);
         let irq = ExceptionKind::Irq.addr() & 0xffff_ffff_ffff;
         assert_eq!(
             got,
@@ -150,17 +147,17 @@ mod tests {
         let (mut e, out) = engine();
         e.start_midway();
         e.ret_interrupted(20, None, &mut NoRecords);
-        e.flush();
-        assert!(decode_all(&out.lock().unwrap()).unwrap().is_empty());
+        assert!(written(&mut e, &out).is_empty());
     }
 
     #[test]
     fn without_midway_an_unmatched_return_writes_no_exit() {
         let (mut e, out) = engine();
         e.ret(10, 0x1010, &mut NoRecords);
-        e.flush();
-        let records = decode_all(&out.lock().unwrap()).unwrap();
-        assert!(records.iter().all(|r| r.kind != RecordType::Exit));
+        let records = written(&mut e, &out);
+        assert!(records
+            .iter()
+            .all(|&(_, kind, ..)| kind != RecordType::Exit));
         assert_eq!(e.stats().outer_returns, 0);
     }
 }

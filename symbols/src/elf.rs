@@ -126,21 +126,13 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     // A stripped file's .symtab and DWARF may be in a separate debug file (a -dbg or
     // -dbgsym package, `objcopy --only-keep-debug`): looked for only when missing here.
     let has_symtab = !file.elf_symbol_table().is_empty();
-    // By its header: decompressing a kernel's .debug_line just to see it is there costs.
-    let has_lines = sections
-        .section_by_name(endian, b".debug_line")
-        .is_some_and(|(_, s)| s.sh_type(endian) != elf::SHT_NOBITS && s.sh_size(endian).into() > 0);
+    let has_lines = has_lines(&file);
     let debug_map = if !has_symtab || (opts.source_lines && !has_lines) {
         debug_file::find(path, &DebugRefs::of(&file)).map(|(_, map)| map)
     } else {
         None
     };
-    // The debug file describes the same layout (NOBITS where the code was), so its symbols
-    // and sections read as the file's own.
-    let debug = debug_map
-        .as_deref()
-        .and_then(|m| ElfFile::<Elf, &[u8]>::parse(m).ok())
-        .filter(|d| d.elf_header().e_machine(endian) == header.e_machine(endian));
+    let debug = debug_of(&file, debug_map.as_deref());
 
     // .symtab has everything; a stripped shared library still exports its .dynsym.
     let mut cands = candidates(path, sections, file.elf_symbol_table(), endian)?;
@@ -170,16 +162,7 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     let mut functions = collapse(cands, opts.demangle);
 
     if opts.source_lines {
-        let entries: Vec<u64> = functions.iter().map(|f| f.addr).collect();
-        let sizes: Vec<u64> = functions.iter().map(|f| f.size).collect();
-        let load = |name: &str| match (&debug, debug_map.as_deref(), has_lines) {
-            (Some(d), Some(m), false) => section_data(d.elf_section_table(), endian, m, name),
-            _ => section_data(sections, endian, data, name),
-        };
-        let lines = dwarf_lines::lines_for(&load, endian.is_little_endian(), &entries, &sizes);
-        for (f, line) in functions.iter_mut().zip(lines) {
-            f.line = line;
-        }
+        set_lines(&file, debug.as_ref(), &mut functions, 0);
     }
 
     // The executable segments are what the guest runs; functions alone would miss the
@@ -213,6 +196,79 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
         arch,
         modules: Vec::new(),
     })
+}
+
+/// Whether `file` has DWARF lines of its own. By its header: decompressing a kernel's
+/// .debug_line just to see it is there costs.
+fn has_lines<'d, Elf: FileHeader<Endian = Endianness>>(file: &ElfFile<'d, Elf, &'d [u8]>) -> bool {
+    let endian = file.endian();
+    (file.elf_section_table())
+        .section_by_name(endian, b".debug_line")
+        .is_some_and(|(_, s)| s.sh_type(endian) != elf::SHT_NOBITS && s.sh_size(endian).into() > 0)
+}
+
+/// `file`'s separate debug file `map`, parsed. It describes the same layout (NOBITS where the
+/// code was), so its symbols and sections read as the file's own.
+fn debug_of<'d, 'm, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    map: Option<&'m [u8]>,
+) -> Option<ElfFile<'m, Elf, &'m [u8]>> {
+    let endian = file.endian();
+    map.and_then(|m| ElfFile::<Elf, &[u8]>::parse(m).ok())
+        .filter(|d| d.elf_header().e_machine(endian) == file.elf_header().e_machine(endian))
+}
+
+/// Sets each of `functions`' source line, at its address less `offset` (where `file` was
+/// loaded above its link addresses), from `file`'s own DWARF lines, else from its separate
+/// debug file's.
+fn set_lines<'d, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    debug: Option<&ElfFile<'d, Elf, &'d [u8]>>,
+    functions: &mut [crate::Function],
+    offset: u64,
+) {
+    let source = match debug {
+        Some(d) if !has_lines(file) => d,
+        _ => file,
+    };
+    let endian = file.endian();
+    let entries: Vec<u64> = functions
+        .iter()
+        .map(|f| f.addr.wrapping_sub(offset))
+        .collect();
+    let sizes: Vec<u64> = functions.iter().map(|f| f.size).collect();
+    let load = |name: &str| section_data(source.elf_section_table(), endian, source.data(), name);
+    let lines = dwarf_lines::lines_for(&load, endian.is_little_endian(), &entries, &sizes);
+    for (f, line) in functions.iter_mut().zip(lines) {
+        f.line = line;
+    }
+}
+
+/// Sets the source lines of `image`'s functions, read from `data` (its ELF file, loaded
+/// `offset` above its link addresses, without `source_lines`) or its debug file.
+pub(crate) fn add_lines(data: &[u8], image: &mut Image, offset: u64) -> Result<(), SymbolError> {
+    match FileKind::parse(data).map_err(|e| corrupt(&image.path, e))? {
+        FileKind::Elf32 => add_lines_as::<elf::FileHeader32<Endianness>>(data, image, offset),
+        FileKind::Elf64 => add_lines_as::<elf::FileHeader64<Endianness>>(data, image, offset),
+        _ => Err(corrupt(&image.path, "unknown ELF class")),
+    }
+}
+
+fn add_lines_as<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    image: &mut Image,
+    offset: u64,
+) -> Result<(), SymbolError> {
+    let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| corrupt(&image.path, e))?;
+    let has_lines = has_lines(&file);
+    let debug_map = if has_lines {
+        None
+    } else {
+        debug_file::find(&image.path, &DebugRefs::of(&file)).map(|(_, map)| map)
+    };
+    let debug = debug_of(&file, debug_map.as_deref());
+    set_lines(&file, debug.as_ref(), &mut image.functions, offset);
+    Ok(())
 }
 
 /// The byte offset of `member` in `struct structure`, from the file's DWARF.

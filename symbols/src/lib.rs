@@ -199,6 +199,18 @@ pub fn load(path: &Path, opts: &LoadOptions) -> Result<Image, SymbolError> {
     load_detected(path, &data, opts)
 }
 
+/// Sets the DWARF source lines of `image`, loaded from its file `offset` above its link
+/// addresses without [`LoadOptions::source_lines`], as that option would have: for a reader
+/// that needed the functions first and their lines only later. Sources other than ELF
+/// files have no lines (nothing changes).
+pub fn add_source_lines(image: &mut Image, offset: u64) -> Result<(), SymbolError> {
+    let data = file_data::map(&image.path)?;
+    match detect::detect(&data) {
+        Kind::Elf => elf::add_lines(&data, image, offset),
+        Kind::SystemMap | Kind::Kallsyms | Kind::KernelImage => Ok(()),
+    }
+}
+
 /// Dispatches on the detected kind; shared with `fuzzing::any`.
 fn load_detected(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image, SymbolError> {
     match detect::detect(data) {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use qemu_uftrace_symbols::{load, Image, LoadOptions};
+use qemu_uftrace_symbols::{add_source_lines, load, Image, LoadOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -89,6 +89,10 @@ fn assert_lines(lib: &Path) {
         lib.display()
     );
     assert_eq!(line_of(&image, "lib_entry"), Some(("split.c".into(), 10)));
+    // The same lines added to the functions read without them, from the debug file too.
+    let mut later = load(lib, &LoadOptions::default()).expect("load the library");
+    add_source_lines(&mut later, 0).expect("add the lines");
+    assert_eq!(later.functions, image.functions, "{}", lib.display());
 }
 
 fn assert_no_lines(lib: &Path) {

@@ -3,12 +3,36 @@
 mod common;
 
 use common::*;
-use qemu_uftrace_symbols::{load, LoadOptions};
+use qemu_uftrace_symbols::{add_source_lines, load, LoadOptions};
 
 fn with_lines() -> LoadOptions {
     LoadOptions {
         source_lines: true,
         ..Default::default()
+    }
+}
+
+/// Lines added later to the functions of a file read without them (at an offset) are the
+/// lines it reads with them.
+#[test]
+fn lines_added_later_are_the_lines_read_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for path in build_all(dir.path(), "-O2") {
+        let offset = 0x4000_0000;
+        let at_once = LoadOptions {
+            offset,
+            ..with_lines()
+        };
+        let image = load(&path, &at_once).unwrap();
+        assert!(image.functions.iter().any(|f| f.line.is_some()));
+        let plain = LoadOptions {
+            offset,
+            ..Default::default()
+        };
+        let mut later = load(&path, &plain).unwrap();
+        assert!(later.functions.iter().all(|f| f.line.is_none()));
+        add_source_lines(&mut later, offset).unwrap();
+        assert_eq!(later.functions, image.functions, "{}", path.display());
     }
 }
 

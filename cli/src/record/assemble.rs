@@ -86,7 +86,10 @@ pub fn assemble(
             image_paths.push(&s.path);
         }
     }
-    let recovered = super::recover::recover(staging, &image_paths)?;
+    let at_link = image_paths.iter().map(|p| (p.to_path_buf(), 0)).collect();
+    // Read once for both: in system mode the resyncs unwind with the same files.
+    let system = super::resync::Loaded::new(staging, at_link);
+    let recovered = super::recover::recover(staging, &system)?;
     if let Some(r) = &recovered {
         for line in &r.problems {
             warn(format!("stack not unwound: {line}"));
@@ -106,10 +109,7 @@ pub fn assemble(
             }
             images
         }
-        _ => vec![super::resync::Loaded {
-            dir: staging.to_path_buf(),
-            files: image_paths.iter().map(|p| (p.to_path_buf(), 0)).collect(),
-        }],
+        _ => vec![system],
     };
     let resyncs = super::resync::unwind_resyncs(staging, &resync_images)?;
     for line in resyncs.iter().flat_map(|r| &r.problems) {

@@ -15,7 +15,7 @@ use crate::errors::{usage, warn};
 use crate::max_size::{Cap, MaxSize};
 use crate::qemu::{self, GuestImage, ImageOrigin, Mode};
 use crate::qemu_checks::{self, PluginChoice, Qemu};
-use crate::symbol_source::{self, BackgroundLoad, Preloaded, SourceArg};
+use crate::symbol_source::{self, BackgroundLoad, Preloaded, ReadOnce, SourceArg, ToRead};
 
 use super::invocation::Invocation;
 use super::kaslr;
@@ -124,11 +124,10 @@ pub fn prepare(
         || args.start_at.is_some()
         || !args.filter.is_empty()
         || !args.notrace.is_empty();
+    // The sources read once for the names, the entries and the symbol job alike.
+    let read = ReadOnce::new(&sources, Some(arch));
     let names = if wants_names {
-        crate::stop_at::Names::new(
-            &sources,
-            (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)),
-        )
+        crate::stop_at::Names::new(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)))
     } else {
         Default::default()
     };
@@ -165,9 +164,8 @@ pub fn prepare(
     let entries = start_entries(
         inv,
         program.as_ref().map(|(_, f)| f),
-        &sources,
+        &read,
         kernel.as_deref(),
-        arch,
         &abs_staging,
     );
     let lib_entries = match (inv.is_user_mode(), images.first(), args.no_auto_symbols) {
@@ -201,7 +199,7 @@ pub fn prepare(
             board: inv.board.clone(),
             kaslr_warning,
         };
-        symbols::start(&sources, staging, arch, Default::default(), ctx)
+        symbols::start(ToRead::Once(read), staging, ctx)
     });
     // User mode: the program's files are read while it runs, at offset 0; where they were
     // loaded is known once it ran.
@@ -389,9 +387,8 @@ fn start_task_slot(kernel: &Path, staging: &Path, arch: Arch) -> Option<TaskSlot
 fn start_entries(
     inv: &Invocation,
     program: Option<&crate::entries::Program>,
-    sources: &[SourceArg],
+    read: &ReadOnce,
     kernel: Option<&Path>,
-    arch: Arch,
     staging: &Path,
 ) -> Option<Entries> {
     let file = staging.join(".entries");
@@ -402,14 +399,14 @@ fn start_entries(
             job: None,
         });
     }
-    if sources.is_empty() {
+    if read.sources().is_empty() {
         return None;
     }
-    let (sources, board, path) = (sources.to_vec(), inv.board.clone(), file.clone());
+    let (read, board, path) = (read.clone(), inv.board.clone(), file.clone());
     let kernel = kernel.map(Path::to_path_buf);
     let later = kernel.is_some();
     let job = move || {
-        let text = crate::entries::system_text(&sources, kernel.as_deref(), &board, arch);
+        let text = crate::entries::system_text(&read, kernel.as_deref(), &board);
         crate::entries::write_atomically(&path, &text)
     };
     if later {

@@ -15,6 +15,7 @@ use qemu_uftrace_format::record::{Record, RecordType};
 use qemu_uftrace_format::Arch;
 
 use super::beneath::{self, rec, Beneath, Pushed, Rewriter};
+use super::resync::Loaded;
 use crate::unwind::{self, Image, Method};
 
 /// What recovery did, for the summary.
@@ -66,26 +67,18 @@ impl Recovered {
     }
 }
 
-/// Unwinds every cookie in `dir` with the ELF files `images` and rewrites the tasks' files.
-/// `None` when the run left no cookie.
-pub fn recover(dir: &Path, images: &[&Path]) -> Result<Option<Recovered>> {
+/// Unwinds every cookie in `dir` with the ELF files of `images` and rewrites the tasks'
+/// files. `None` when the run left no cookie.
+pub fn recover(dir: &Path, images: &Loaded) -> Result<Option<Recovered>> {
     let cookies = cookie_files(dir)?;
     if cookies.is_empty() {
         return Ok(None);
     }
     let started = Instant::now();
     let mut done = Recovered::default();
-    let mut loaded = Vec::new();
-    for path in images {
-        match Image::load(path) {
-            Ok(i) => loaded.push(i),
-            Err(e) => done
-                .problems
-                .push(format!("{e:#}: its frames are not unwound")),
-        }
-    }
+    let loaded = images.unwind_images(&mut done.problems);
     for (tid, files) in cookies {
-        match recover_task(dir, tid, &files, &loaded, &mut done) {
+        match recover_task(dir, tid, &files, loaded, &mut done) {
             Ok(()) => {
                 for path in files.main.iter().chain(files.user.iter()) {
                     std::fs::remove_file(path)
@@ -437,7 +430,7 @@ mod tests {
             .flat_map(|x| record::encode(x.time, x.kind, x.depth as u32, x.addr))
             .collect();
         std::fs::write(dir.path().join("7.dat"), dat).unwrap();
-        let done = recover(dir.path(), &[])
+        let done = recover(dir.path(), &Loaded::new(dir.path(), Vec::new()))
             .unwrap()
             .expect("a cookie was there");
         assert_eq!(done.problems.len(), 1, "{:?}", done.problems);

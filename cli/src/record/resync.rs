@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use qemu_uftrace_format::cookie;
@@ -79,6 +80,37 @@ pub struct Loaded {
     pub dir: PathBuf,
     /// ELF files and their load biases (0: at their link addresses).
     pub files: Vec<(PathBuf, u64)>,
+    /// `files` read for unwinding, by the first cookie that needs them (a resync's, or in
+    /// system mode a run from a snapshot's), and one line for each that could not be.
+    read: OnceLock<(Vec<Image>, Vec<String>)>,
+}
+
+impl Loaded {
+    pub fn new(dir: &Path, files: Vec<(PathBuf, u64)>) -> Loaded {
+        Loaded {
+            dir: dir.to_path_buf(),
+            files,
+            read: OnceLock::new(),
+        }
+    }
+
+    /// The files read for unwinding (the first call reads them); one line in `problems` for
+    /// each that cannot be.
+    pub fn unwind_images(&self, problems: &mut Vec<String>) -> &[Image] {
+        let (images, failed) = self.read.get_or_init(|| {
+            let mut failed = Vec::new();
+            let mut images = Vec::new();
+            for (path, bias) in &self.files {
+                match Image::load_at(path, *bias) {
+                    Ok(i) => images.push(i),
+                    Err(e) => failed.push(format!("{e:#}: its frames are not unwound")),
+                }
+            }
+            (images, failed)
+        });
+        problems.extend(failed.iter().cloned());
+        images
+    }
 }
 
 /// User mode: each process image's files where it loaded them (`plugin.maps`): the program
@@ -97,16 +129,10 @@ pub fn user_images(
             .map(|s| (s.path, s.offset))
             .collect()
     };
-    let mut out = vec![Loaded {
-        dir: staging.to_path_buf(),
-        files: files(staging, program),
-    }];
+    let mut out = vec![Loaded::new(staging, files(staging, program))];
     for (i, p) in procs.iter().enumerate() {
         let exe = program_of(procs, i).unwrap_or(program);
-        out.push(Loaded {
-            dir: p.dir.clone(),
-            files: files(&p.dir, exe),
-        });
+        out.push(Loaded::new(&p.dir, files(&p.dir, exe)));
     }
     out
 }
@@ -146,12 +172,13 @@ pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> 
         return Ok(None);
     }
     let mut done = Resyncs::default();
-    // Each image's files loaded once, at its first cookie.
-    let mut loaded: Vec<Option<Vec<Image>>> = images.iter().map(|_| None).collect();
+    // Each image's files taken once, at its first cookie.
+    let mut loaded: Vec<Option<&[Image]>> = images.iter().map(|_| None).collect();
     for (tid, files) in cookies {
         let mut frames = BTreeMap::new();
         for (seq, (path, i)) in &files {
-            let files = loaded[*i].get_or_insert_with(|| load(&images[*i].files, &mut done));
+            let files =
+                *loaded[*i].get_or_insert_with(|| images[*i].unwind_images(&mut done.problems));
             match beneath::unwind_cookie(path, files).map(|(f, _)| f) {
                 Ok(f) => {
                     frames.insert(*seq, f);
@@ -176,20 +203,6 @@ pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> 
         })?;
     }
     Ok(Some(done))
-}
-
-/// The ELF files `files` at their biases; one problem line for each that cannot be read.
-fn load(files: &[(PathBuf, u64)], done: &mut Resyncs) -> Vec<Image> {
-    let mut out = Vec::new();
-    for (path, bias) in files {
-        match Image::load_at(path, *bias) {
-            Ok(i) => out.push(i),
-            Err(e) => done
-                .problems
-                .push(format!("{e:#}: its frames are not unwound")),
-        }
-    }
-    out
 }
 
 /// The resync cookie files of `dir`, by task and number.

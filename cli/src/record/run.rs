@@ -11,7 +11,7 @@ use crate::errors::fail;
 use crate::qemu::{self, user_procs::Proc};
 use crate::run_qemu::{self, QemuExit};
 use crate::signal_scope::SignalScope;
-use crate::symbol_source::SourceArg;
+use crate::symbol_source::{SourceArg, ToRead};
 
 use super::invocation::Invocation;
 use super::prepare::{Jobs, Prepared};
@@ -77,7 +77,8 @@ pub fn run(
             board: inv.board.clone(),
             kaslr_warning: None,
         };
-        symbols::start(&sources, staging, prep.arch, preloaded, ctx)
+        let read = ToRead::Sources(sources.clone(), Some(prep.arch), preloaded);
+        symbols::start(read, staging, ctx)
     });
     // Joined whatever QEMU did: the thread writes into the staging directory.
     let symbols = SymbolJob::join(load);

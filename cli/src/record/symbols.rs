@@ -4,13 +4,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use qemu_uftrace_symbols::Arch;
 
 use crate::datadir;
 use crate::errors::warn;
 use crate::kernel_alias::{self, Board};
 use crate::qemu::GuestImage;
-use crate::symbol_source::{self, BackgroundLoad, Loaded, SourceArg};
+use crate::symbol_source::{BackgroundLoad, Loaded, SourceArg, ToRead};
 
 use super::kaslr;
 
@@ -76,17 +75,11 @@ pub fn sources(extra: Vec<SourceArg>, images: &[GuestImage], no_auto: bool) -> V
     out
 }
 
-/// Loads `sources` and writes the trace's symbol files into `staging`, in a low-priority
-/// thread.
-pub fn start(
-    sources: &[SourceArg],
-    staging: &Path,
-    arch: Arch,
-    preloaded: symbol_source::Preloaded,
-    ctx: SymbolContext,
-) -> BackgroundLoad<SymbolJob> {
+/// Loads the sources `read` names and writes the trace's symbol files into `staging`, in a
+/// low-priority thread.
+pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad<SymbolJob> {
     let staging = staging.to_path_buf();
-    BackgroundLoad::start(sources.to_vec(), Some(arch), preloaded, move |loaded| {
+    BackgroundLoad::start(read, move |loaded| {
         let kaslr = ctx
             .kaslr_warning
             .filter(|_| kaslr::symbols_show_linux(&loaded));

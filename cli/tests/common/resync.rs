@@ -1,7 +1,9 @@
 //! What the resync tests (record_user_resync.rs, record_system_resync.rs) read of a run of
 //! the coswitch guest: its own calls after main's frame closed at the resync, the entries it
-//! logged after main's second `resume`, and the trace's texts.
+//! logged after main's second `resume`, and the trace's texts; and what both assert of a
+//! resync unwound by CFI and of one left guessed.
 
+use qemu_uftrace_tests::plugin_stat;
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use std::path::{Path, PathBuf};
 
@@ -57,8 +59,76 @@ pub fn read_run(
     }
 }
 
+/// Checks a run whose resync was unwound: after it exactly `want`, whose first `unwound`
+/// entries are the frames unwound (all by CFI, their mark inside the innermost, co_yield),
+/// and the calls after them as the guest's log has them; no guess, no cookie left. `stats`:
+/// the folder of the image that ran the coroutine (an exec'd one's is its own).
+pub fn assert_unwound(r: &Run, label: &str, want: &[&str], unwound: usize, stats: &Path) {
+    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
+    // Against the log: what the coroutine entered after the switch, in order.
+    assert_eq!(
+        entries(&r.after[unwound..]),
+        r.log_after,
+        "{label}: entries against the log"
+    );
+    // The unwound frames are marked, inside the innermost one; no guess anywhere.
+    assert_eq!(
+        indent(&r.replay, "/* qemu:unwound */"),
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(
+        !r.dump.contains("[lost ]"),
+        "{label}: a LOST record\n{}",
+        r.dump
+    );
+    assert_eq!(plugin_stat(stats, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(stats, "lost_marks"), "0", "{label}");
+    let summary = format!(
+        "1 resync without frame records unwound after the run ({unwound} frames: {unwound} by CFI)"
+    );
+    assert!(r.stderr.contains(&summary), "{label}: {}", r.stderr);
+    // No cookie or marker is left in the trace.
+    assert!(no_cookie_files(&r.dir), "{label}");
+    let events = r.dump.lines().filter(|l| l.contains("[event]")).count();
+    assert_eq!(events, 1, "{label}: only the unwound mark\n{}", r.dump);
+}
+
+/// Checks a run whose resync stayed guessed (its file has no CFI): after it only the
+/// coroutine's calls, as the guest's log has them (the frames they return from unknown),
+/// with a LOST record that says so and no unwound mark.
+pub fn assert_guessed(r: &Run, label: &str) {
+    let want = [
+        "E co_leaf",
+        "X co_leaf",
+        "E co_leaf",
+        "X co_leaf",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
+    assert_eq!(
+        entries(&r.after),
+        r.log_after,
+        "{label}: entries against the log"
+    );
+    assert!(
+        r.dump.contains("[lost ]"),
+        "{label}: no LOST record\n{}",
+        r.dump
+    );
+    assert!(!r.dump.contains("[event]"), "{label}\n{}", r.dump);
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records stayed guessed"),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
+}
+
 /// The indentation of the last replay line that ends in `what`, after its `|`.
-pub fn indent(replay: &str, what: &str) -> usize {
+fn indent(replay: &str, what: &str) -> usize {
     let line = replay
         .lines()
         .rev()
@@ -69,7 +139,7 @@ pub fn indent(replay: &str, what: &str) -> usize {
 }
 
 /// The functions entered, in order.
-pub fn entries(events: &[String]) -> Vec<String> {
+fn entries(events: &[String]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| e.strip_prefix("E "))
@@ -78,7 +148,7 @@ pub fn entries(events: &[String]) -> Vec<String> {
 }
 
 /// Whether no resync cookie is left beside the trace (nor in a later process image's folder).
-pub fn no_cookie_files(dir: &Path) -> bool {
+fn no_cookie_files(dir: &Path) -> bool {
     let folders = std::fs::read_dir(dir.join("procs"))
         .into_iter()
         .flatten()

@@ -1,70 +1,25 @@
-/* Coroutine-like stack switches at -O2 without frame pointers (cli/tests/record_user_resync.rs).
- * main resumes a coroutine twice. The first switch enters it at co_entry; the coroutine
- * yields back from three calls deep. The second switch lands in co_yield on the coroutine's
- * stack, where no frame the tracer saw is open and no frame record tells the stack (no frame
- * pointers): a resync it can only guess, or unwind with the binary's tables. The coroutine
- * then finishes the run on its own stack (co_done exits).
+/* Coroutine-like stack switches at -O2 without frame pointers (cli/tests/record_user_resync.rs),
+ * with ../coswitch.h's coroutine. main resumes it twice. The first switch enters it at
+ * co_entry; the coroutine yields back from three calls deep. The second switch lands in
+ * co_yield on the coroutine's stack, where no frame the tracer saw is open and no frame record
+ * tells the stack (no frame pointers): a resync it can only guess, or unwind with the
+ * binary's tables. The coroutine then finishes the run on its own stack (co_done exits).
  *
- * Each function notes its entry (a store, no call); co_done prints them: the entries-only
- * log. The coroutine's functions sit in .text.unlikely.*, which the linker places before all
- * other code: a return whose landing function is not open is taken for a longjmp into the
- * innermost open function whose entry lies below the landing, so the landing must lie below
- * every open one (crt1's __wrap_main on aarch64 included) to be the guess it really is.
+ * co_done prints the entries-only log. The coroutine's functions sit in .text.unlikely.*,
+ * which the linker places before all other code, below every open function (crt1's
+ * __wrap_main on aarch64 included).
  *
  * Built with -DVIA_LIB, co_outer reaches co_inner through co_via in a shared library
- * (coswitch-via.c), so the stack the resync lands on runs through that library's frame.
- * The dynamic builds (-DOWN_START -nostartfiles) enter main from their own _start: glibc's
- * start code is in libc, which qemu-aarch64 maps below the program, and its open frames
- * would lie below the landing (libc's initialisers run from ld.so all the same). */
+ * (coswitch-via.c). The dynamic builds (-DOWN_START -nostartfiles) enter main from their own
+ * _start: glibc's start code is in libc, which qemu-aarch64 maps below the program, and its
+ * open frames would lie below the landing (libc's initialisers run from ld.so all the same). */
 #include <stdio.h>
 #include <stdlib.h>
 
-#define F __attribute__((noinline, noclone))
-#define CO __attribute__((noinline, noclone, section(".text.unlikely.coroutine")))
-#define NOTE(name) (log_[nlog_++] = (name))
+#define CO_SECTION ".text.unlikely.coroutine"
+#include "../coswitch.h"
 
-void switch_to(void **save, void *to);
-
-static const char *log_[64];
-static int nlog_;
-static void *main_sp, *co_sp;
-volatile int sink;
 static char co_stack[64 * 1024] __attribute__((aligned(16)));
-
-CO void co_leaf(int x)
-{
-	NOTE("co_leaf");
-	sink += x;
-}
-
-CO void co_yield(void)
-{
-	NOTE("co_yield");
-	switch_to(&co_sp, main_sp);
-}
-
-CO void co_inner(int n)
-{
-	NOTE("co_inner");
-	co_leaf(n);
-	co_yield();
-	co_leaf(n + 1);
-}
-
-#ifdef VIA_LIB
-void co_via(void (*f)(int), int n);
-#endif
-
-CO void co_outer(void)
-{
-	NOTE("co_outer");
-#ifdef VIA_LIB
-	co_via(co_inner, 1);
-#else
-	co_inner(1);
-#endif
-	co_leaf(3);
-}
 
 CO __attribute__((noreturn)) void co_done(void)
 {
@@ -72,25 +27,6 @@ CO __attribute__((noreturn)) void co_done(void)
 	for (int i = 0; i < nlog_; i++)
 		printf("ENTRY %s\n", log_[i]);
 	exit(0);
-}
-
-CO __attribute__((noreturn)) void co_entry(void)
-{
-	NOTE("co_entry");
-	co_outer();
-	co_done();
-}
-
-F void resume(void)
-{
-	NOTE("resume");
-	switch_to(&main_sp, co_sp);
-}
-
-F void m_leaf(int x)
-{
-	NOTE("m_leaf");
-	sink += x;
 }
 
 int main(void)
@@ -131,23 +67,4 @@ __asm__(".text\n.globl _start\n.type _start,%function\n_start:\n"
 	"mov x29, #0\nmov x30, #0\nbl main\nbl exit\n"
 	".size _start,.-_start\n");
 #endif
-#endif
-
-/* switch_to(save, to): saves the callee-saved registers on this stack and its stack pointer
- * in *save, then takes the stack `to` and returns into what it holds. */
-#if defined(__x86_64__)
-__asm__(".text\n.globl switch_to\n.type switch_to,@function\nswitch_to:\n"
-	"push %rbp\npush %rbx\npush %r12\npush %r13\npush %r14\npush %r15\n"
-	"mov %rsp,(%rdi)\nmov %rsi,%rsp\n"
-	"pop %r15\npop %r14\npop %r13\npop %r12\npop %rbx\npop %rbp\nret\n"
-	".size switch_to,.-switch_to\n");
-#else
-__asm__(".text\n.globl switch_to\n.type switch_to,%function\nswitch_to:\n"
-	"sub sp, sp, #112\n"
-	"stp x19, x20, [sp, #0]\nstp x21, x22, [sp, #16]\nstp x23, x24, [sp, #32]\n"
-	"stp x25, x26, [sp, #48]\nstp x27, x28, [sp, #64]\nstp x29, x30, [sp, #80]\n"
-	"mov x2, sp\nstr x2, [x0]\nmov sp, x1\n"
-	"ldp x19, x20, [sp, #0]\nldp x21, x22, [sp, #16]\nldp x23, x24, [sp, #32]\n"
-	"ldp x25, x26, [sp, #48]\nldp x27, x28, [sp, #64]\nldp x29, x30, [sp, #80]\n"
-	"add sp, sp, #112\nret\n.size switch_to,.-switch_to\n");
 #endif
