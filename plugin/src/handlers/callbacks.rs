@@ -50,7 +50,7 @@ fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
 /// LOST record marks the place.
 #[cold]
 #[inline(never)]
-fn read_failed(v: &mut VcpuState) {
+pub fn read_failed(v: &mut VcpuState) {
     let now = v.now();
     settle(v, now);
     v.engine.stats.register_read_failures += 1;
