@@ -9,8 +9,11 @@
  *   tt_driver   -> tt_via_thunk (direct call)
  *   tt_via_thunk-> jmp thunk -> tt_callee      (indirect tail call through the retpoline)
  *   tt_callee   -> tt_leaf (direct call)
+ *   tt_driver   -> tt_via_thunk -> jmp thunk -> tt_leaf (to a leaf: its return is the next
+ *                                                event, right after the thunk's own)
  *   tt_driver   -> call thunk -> tt_chain      (indirect call through the retpoline)
- *   tt_chain    -> jmp thunk -> tt_via_thunk -> jmp thunk -> tt_leaf (two in a row)
+ *   tt_chain    -> jmp tt_via_thunk -> jmp thunk -> tt_leaf
+ *   tt_driver   -> tt_leaf (after them all: nested in tt_driver)
  *
  * Each function notes its entry (a store, no call); main prints them ("ENTRY name"): the
  * entries-only log (-finstrument-functions' exit hook would keep the sibling calls from
@@ -58,9 +61,13 @@ NOIPA long tt_driver(unary_fn fn, long x)
     NOTE("tt_driver");
     long a = tt_via_thunk(tt_callee, x); /* 7(x-1)+1 */
     BARRIER(a);
-    long b = fn(x); /* call __x86_indirect_thunk_<reg>: tt_chain, 7x */
+    long b = tt_via_thunk(tt_leaf, a); /* 7(a-1) */
     BARRIER(b);
-    return a + b;
+    long c = fn(x); /* call __x86_indirect_thunk_<reg>: tt_chain, 7x */
+    BARRIER(c);
+    long d = tt_leaf(c); /* 7c */
+    BARRIER(d);
+    return a + b + c + d;
 }
 
 int main(void)
@@ -68,8 +75,8 @@ int main(void)
     NOTE("main");
     unary_fn chain = tt_chain;
     BARRIER(chain);
-    /* x = 3: 15 + 21 */
-    int bad = rt_check("tt_driver(3)", tt_driver(chain, 3), 36);
+    /* x = 3: 15 + 98 + 21 + 147 */
+    int bad = rt_check("tt_driver(3)", tt_driver(chain, 3), 281);
     for (int i = 0; i < nlog_; i++) {
         rt_puts("ENTRY ");
         rt_puts(log_[i]);
