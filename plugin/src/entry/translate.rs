@@ -256,7 +256,8 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         // A direct jump into another function's entry: that function is entered (a tail
         // call, `b main`), shown as a call nested in the jumper's frame.
         if jumps && kind == InsnKind::Other {
-            let target = jump_target_after(isa, mode, before, pc, &bytes[..len]);
+            let target = jump_target_after(isa, mode, before, pc, &bytes[..len])
+                .filter(|&t| crate::state::entries::enters(pc, t));
             // A jump to a retpoline (`jmp __x86_indirect_thunk_<reg>`, an indirect tail
             // call): the thunk's register, read where the jump runs (as a call's to it is),
             // says which function it enters; the thunk's own call and return are no events.
@@ -271,8 +272,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 };
                 continue;
             }
-            let entered =
-                target.filter(|&t| crate::state::entries::enters(pc, t) && !stub_at(isa, mode, t));
+            let entered = target.filter(|&t| !stub_at(isa, mode, t));
             if let Some(target) = entered {
                 unsafe {
                     qemu_plugin_register_vcpu_insn_exec_cb(
