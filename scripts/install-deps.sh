@@ -6,6 +6,7 @@
 #     - QEMU 10.2.2 built from Debian's source package (plugins in user mode, the
 #       discontinuity callback) and QEMU 11.1.3 from trixie-backports in a trixie root
 #     - Debian's arm64, amd64 and riscv64 kernels with their -dbg vmlinux, OpenSBI with symbols
+#     - Debian's arm64 glibc with its debug files, unpacked as a sysroot
 #     - cross compilers and binutils for the guests, bzip2 and sqlite3 for the benchmarks
 #     - uftrace 0.17 and 0.19 (Debian's source packages): the tests read traces with each
 #     - the nightly Rust toolchain with Miri, and cargo-fuzz
@@ -267,6 +268,27 @@ fresh "$CACHE/kernel-amd64" vmlinuz ||
 fresh "$CACHE/kernel-amd64-dbg" vmlinux &&
     [ "$(cat "$CACHE/kernel-amd64/package")-dbg" = "$(cat "$CACHE/kernel-amd64-dbg/package")" ] ||
     fetch_dbg "$CACHE/kernel-amd64-dbg" "$CACHE/kernel-amd64" "" dbg-vmlinux=vmlinux || exit 1
+
+# Debian's arm64 glibc with its detached debug files (libc6-dbg: by build ID under usr/lib/debug),
+# unpacked as a sysroot: the cross libc has no debug package, so its ld.so shows only its dynamic
+# symbols; run under -L this root, the loader's own functions are named (record_user_glibc.rs).
+arm64_libc="$CACHE/arm64-libc"
+if ! fresh "$arm64_libc" lib/ld-linux-aarch64.so.1; then
+    log "unpacking Debian's libc6:arm64 and libc6-dbg:arm64 into $arm64_libc"
+    work=$(mktemp -d) debs=${QEMU_UFTRACE_DEBS:-/nonexistent}
+    if ls "$debs"/libc6_*_arm64.deb "$debs"/libc6-dbg_*_arm64.deb >/dev/null 2>&1; then
+        cp "$debs"/libc6_*_arm64.deb "$debs"/libc6-dbg_*_arm64.deb "$work"
+    else
+        (cd "$work" && { apt-get download -qq libc6:arm64 libc6-dbg:arm64 2>/dev/null ||
+            { $SUDO apt-get update -qq && apt-get download -qq libc6:arm64 libc6-dbg:arm64; }; }) ||
+            die "cannot download libc6:arm64 and libc6-dbg:arm64: retry later"
+    fi
+    rm -rf "$arm64_libc.tmp" && mkdir -p "$arm64_libc.tmp"
+    for deb in "$work"/*.deb; do dpkg-deb -x "$deb" "$arm64_libc.tmp"; done
+    rm -rf "$arm64_libc.tmp/usr/share"
+    (cd "$work" && ls) >"$arm64_libc.tmp/package"
+    rm -rf "$arm64_libc" "$work" && mv "$arm64_libc.tmp" "$arm64_libc"
+fi
 
 # Debian's riscv64 kernel and its -dbg vmlinux (~1.2 GB package, streamed). bookworm has no
 # riscv64 port: trixie's, else forky's, else sid's, whichever suite's riscv64 lists fetch.

@@ -121,3 +121,53 @@ fn x86_64_tail_calls_fold_into_their_caller() {
 fn x86_64_longjmp_closes_the_frames_it_skips() {
     check_program("longjmp");
 }
+
+/// Calls and tail calls through retpolines, as an x86_64 kernel built with them makes
+/// (tests/guests/x86_64/thunktail.c, with the kernel's thunks): `call
+/// __x86_indirect_thunk_<reg>` is a call of the function the register holds, and `jmp
+/// __x86_indirect_thunk_<reg>` (an indirect tail call) enters it nested in the jumper's
+/// frame, closed with the frame it replaced. Checked against the guest's own log of the
+/// functions it entered (entries only: `-finstrument-functions` would keep the sibling
+/// calls from being made), and against the nesting uftrace shows for such calls.
+#[test]
+fn x86_64_tail_calls_through_a_retpoline_enter_the_function_it_branches_to() {
+    let want = [
+        "E main",
+        "E tt_driver",
+        "E tt_via_thunk",
+        "E tt_callee",
+        "E tt_leaf",
+        "X tt_leaf",
+        "X tt_callee",
+        "X tt_via_thunk",
+        "E tt_via_thunk",
+        "E tt_leaf",
+        "X tt_leaf",
+        "X tt_via_thunk",
+        "E tt_chain",
+        "E tt_via_thunk",
+        "E tt_leaf",
+        "X tt_leaf",
+        "X tt_via_thunk",
+        "X tt_chain",
+        "E tt_leaf",
+        "X tt_leaf",
+        "X tt_driver",
+        "X main",
+    ];
+    for qemu in system_qemus_x86_64() {
+        for variant in [Variant::Natural, Variant::NoFp] {
+            let elf = x86_64_guest_elf("thunktail", variant).expect("build guests");
+            let label = format!("{} on {}", elf.display(), qemu.label);
+            let (_tmp, dir, stdout) = record(&x86_64_qemu_args_on(&qemu.program, &elf), &[]);
+            let log: Vec<String> = (stdout.lines())
+                .filter_map(|l| l.trim_end().strip_prefix("ENTRY "))
+                .map(|name| format!("E {name}"))
+                .collect();
+            let events = scenario(&dir);
+            let entered: Vec<&String> = events.iter().filter(|e| e.starts_with("E ")).collect();
+            assert_eq!(entered, log.iter().collect::<Vec<_>>(), "{label}: {stdout}");
+            assert_eq!(events, want, "{label}");
+        }
+    }
+}

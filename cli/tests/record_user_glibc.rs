@@ -8,9 +8,10 @@
 
 mod common;
 
-use common::user::check_libcalls_oracle;
-use qemu_uftrace_tests::{make_guests, user_qemu, user_qemu_riscv64};
-use std::path::PathBuf;
+use common::user::{check_libcalls_oracle, record, text};
+use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::{cached, make_guests, user_qemu, user_qemu_riscv64};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 struct Arch {
@@ -136,4 +137,54 @@ fn x86_64_dynamic_glibc_calls_bound_now_match_the_oracle() {
 #[test]
 fn x86_64_dynamic_glibc_calls_match_the_oracle() {
     check(&X86_64, "dyn", &["oracle", "nofp-oracle"]);
+}
+
+/// ld.so's own functions (`_dl_start`, `_dl_relocate_object` …) are in no dynamic symbol
+/// table: they are named only from a full one. Debian's cross libc (/usr/aarch64-linux-gnu)
+/// has no debug package, so there its loader shows the few names it exports, with no error;
+/// Debian's arm64 libc6 with libc6-dbg (unpacked as a sysroot by install-deps.sh) has the
+/// loader's debug file by build ID under the sysroot's usr/lib/debug, which `record` finds.
+#[test]
+fn aarch64_dynamic_loader_functions_are_named_from_its_debug_file() {
+    let loader = cached("arm64-libc/lib/ld-linux-aarch64.so.1");
+    let sysroot = loader
+        .parent()
+        .and_then(|lib| lib.parent())
+        .expect("sysroot");
+    let named = replay_under(sysroot);
+    for f in [
+        "_dl_start() {",
+        "_dl_sysdep_start() {",
+        "_dl_relocate_object() {",
+    ] {
+        assert!(
+            named.contains(f),
+            "no {f} under -L {}:\n{named}",
+            sysroot.display()
+        );
+    }
+    // The cross sysroot: the loader's dynamic symbols only (its tunables' getter).
+    let exported = replay_under(Path::new("/usr/aarch64-linux-gnu"));
+    assert!(exported.contains(" __tunable_get_val"), "{exported}");
+}
+
+/// The replay of the dynamic aarch64 libcalls program run under `-L sysroot`, whose
+/// recording must succeed with nothing said about its loader.
+fn replay_under(sysroot: &Path) -> String {
+    let program = guest(&AARCH64, "libcalls-dyn-plain.elf");
+    let utf8 = |p: &Path| p.to_str().expect("a UTF-8 path").to_string();
+    let (_tmp, dir, out) = record(&user_qemu(), &["-L", &utf8(sysroot), &utf8(&program)]);
+    let stderr = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "under {}: {stderr}",
+        sysroot.display()
+    );
+    assert!(
+        !stderr.contains("ld-linux"),
+        "under {}: {stderr}",
+        sysroot.display()
+    );
+    let d = dir.display().to_string();
+    uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay")
 }

@@ -256,8 +256,23 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         // A direct jump into another function's entry: that function is entered (a tail
         // call, `b main`), shown as a call nested in the jumper's frame.
         if jumps && kind == InsnKind::Other {
-            let entered = jump_target_after(isa, mode, before, pc, &bytes[..len])
-                .filter(|&t| crate::state::entries::enters(pc, t) && !stub_at(isa, mode, t));
+            let target = jump_target_after(isa, mode, before, pc, &bytes[..len])
+                .filter(|&t| crate::state::entries::enters(pc, t));
+            // A jump to a retpoline (`jmp __x86_indirect_thunk_<reg>`, an indirect tail
+            // call): the thunk's register, read where the jump runs (as a call's to it is),
+            // says which function it enters; the thunk's own call and return are no events.
+            if let Some(reg) = target.and_then(|t| indirect_thunk_reg(isa, mode, t)) {
+                unsafe {
+                    qemu_plugin_register_vcpu_insn_exec_cb(
+                        insn,
+                        crate::handlers::jumps::on_thunk_jump,
+                        CB_R_REGS,
+                        call_site(pc, reg as u64, pc),
+                    )
+                };
+                continue;
+            }
+            let entered = target.filter(|&t| !stub_at(isa, mode, t));
             if let Some(target) = entered {
                 unsafe {
                     qemu_plugin_register_vcpu_insn_exec_cb(
@@ -480,6 +495,18 @@ fn gated() -> bool {
 fn thunk_at(isa: &dyn Isa, mode: Mode, target: u64) -> Option<Thunk> {
     let len = (isa.thunk_fetch_len() as u64).min(MIN_PAGE - target % MIN_PAGE) as usize;
     with_buf(|b| isa.thunk(mode, b.read_memory(target, len)?))
+}
+
+/// The register a thunk at `target` branches through (`Thunk::IndirectBranch`), on
+/// architectures that have such thunks.
+fn indirect_thunk_reg(isa: &dyn Isa, mode: Mode, target: u64) -> Option<u8> {
+    if isa.thunk_fetch_len() == 0 {
+        return None;
+    }
+    match thunk_at(isa, mode, target) {
+        Some(Thunk::IndirectBranch { reg }) => Some(reg),
+        _ => None,
+    }
 }
 
 /// Whether a jump's target is no function of the program's own: a kernel thunk (a jump to

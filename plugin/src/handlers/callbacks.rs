@@ -50,7 +50,7 @@ fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
 /// LOST record marks the place.
 #[cold]
 #[inline(never)]
-fn read_failed(v: &mut VcpuState) {
+pub fn read_failed(v: &mut VcpuState) {
     let now = v.now();
     settle(v, now);
     v.engine.stats.register_read_failures += 1;
@@ -355,12 +355,15 @@ pub unsafe extern "C" fn on_user_landing(vcpu_index: c_uint, data: *mut c_void) 
 /// A landing while a retpoline's return is pending. At the callee's own return address the
 /// callee returned too, before any other event: the landing is its return. Anywhere else
 /// the landing is in the callee (its entry, or a block it jumped to that happens to follow
-/// a call) and the pending return was the retpoline's, no return at all.
+/// a call) and the pending return was the retpoline's, no return at all. A callee entered
+/// by a jump to the retpoline (a tail call) returns where the frame it replaced does.
 #[cold]
 #[inline(never)]
 fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
     v.thunk_ret = false;
-    if v.engine.stack().top().is_some_and(|f| f.ret_addr == target) {
+    let frames = v.engine.stack().frames();
+    let returns_to = frames.iter().rev().find(|f| !f.is_jumped());
+    if returns_to.is_some_and(|f| f.ret_addr == target) {
         return false;
     }
     v.pending.take();

@@ -35,6 +35,33 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
     });
 }
 
+/// A direct jump to a retpoline (`jmp __x86_indirect_thunk_<reg>`, an indirect tail call
+/// as kernels built with retpolines make them), about to run: the thunk branches to the
+/// address in its register, read here once, as a call to the thunk reads it
+/// (`callbacks::on_indirect_call`). A function's entry is entered as by a jump through the
+/// register itself ([`on_register_jump_entry`]); the thunk's own call and return are no
+/// events (`callbacks::on_thunk_branch`), nor is its jump when the kernel patched it to
+/// `jmp *%reg` (translation leaves a thunk's jump out).
+///
+/// # Safety
+/// `data` is a call site from `sites::call_site`: the thunk's register as its target, the
+/// jump's own address as its return address; registered with QEMU_PLUGIN_CB_R_REGS.
+pub unsafe extern "C" fn on_thunk_jump(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { qemu_uftrace_engine::sites::call_site_at(data) };
+    let (reg, pc) = (site.target as u8, site.ret_addr);
+    vcpu::with(vcpu_index, |v| {
+        let Some(target) = v.regs.read_gpr(reg) else {
+            crate::handlers::callbacks::read_failed(v);
+            return;
+        };
+        let now = v.now();
+        crate::handlers::callbacks::settle(v, now);
+        if let Some(from_stub) = decide(pc, target) {
+            v.engine.register_jump_entry(now, target, from_stub);
+        }
+    });
+}
+
 /// A block right after a call, entered by a jump through a register from another
 /// function: where an open call returns to, execution resumed in that frame (`setcontext`
 /// back to `swapcontext`'s caller).
