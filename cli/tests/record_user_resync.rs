@@ -9,7 +9,9 @@
 //! The same guest as a dynamic PIE (loaded at a bias), and reaching the yield through a
 //! frame of its own shared library (co_via in libcoswitch.so, also without frame pointers):
 //! each file's CFI is looked up at its own load bias. And that program exec'd by another:
-//! unwound with the exec'd image's files.
+//! unwound with the exec'd image's files. And the yield made from a signal handler whose
+//! return address is the vDSO's sigreturn trampoline (aarch64: glibc gives no restorer):
+//! unwound through the plugin's copy of the vDSO into the code the signal interrupted.
 
 mod common;
 
@@ -39,6 +41,9 @@ const OWN: &[&str] = &[
     "co_leaf",
     "co_yield",
     "co_done",
+    "co_wait",
+    "co_handler",
+    "[signal]",
 ];
 
 fn run(target: &Target, name: &str) -> Run {
@@ -247,4 +252,61 @@ fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_aarch64() {
 #[test]
 fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_x86_64() {
     check_exec(&X86_64);
+}
+
+/// The yield from a SIGUSR1 handler (coswitch-sig.elf): the landing's stack runs from
+/// co_yield through the handler, the signal frame (the handler returns into the vDSO's
+/// `__kernel_rt_sigreturn`, which QEMU's vDSO gives no CFI: known by its code) and libc's
+/// kill into co_wait, and all of it is unwound (kill's frame too: libc's, not shown here).
+#[test]
+fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_aarch64() {
+    let label = "aarch64 coswitch-sig.elf";
+    let r = run(&AARCH64, "coswitch-sig.elf");
+    let want = [
+        "E co_outer",
+        "E co_inner",
+        "E co_wait",
+        "E [signal]",
+        "E co_handler",
+        "E co_yield",
+        "X co_yield",
+        "X co_handler",
+        "X [signal]",
+        "X co_wait",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_inner",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_outer",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
+    assert_eq!(
+        entries(&r.after[6..]),
+        r.log_after,
+        "{label}: against the log"
+    );
+    assert_eq!(
+        indent(&r.replay, "/* qemu:unwound */"),
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(!r.dump.contains("[lost ]"), "{label}\n{}", r.dump);
+    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
+    assert!(
+        r.stderr.contains(
+            "1 resync without frame records unwound after the run \
+             (7 frames: 6 by CFI, 1 by signal frame)"
+        ),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(
+        r.dir.join("plugin.vdso").is_file(),
+        "{label}: the vDSO's copy"
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
 }

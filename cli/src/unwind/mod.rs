@@ -136,7 +136,39 @@ impl Stack<'_> {
     }
 }
 
+/// A sigreturn trampoline known by its code, where no CFI describes it: QEMU's aarch64
+/// vDSO leaves `__kernel_rt_sigreturn` without (libgcc recognises its two instructions, as
+/// here). The kernel's signal frame starts at the stack pointer there; the offsets are of
+/// the interrupted registers in it.
+struct KnownSigreturn {
+    code: &'static [u8],
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    lr: u64,
+}
+
+fn known_sigreturn(arch: Arch) -> Option<KnownSigreturn> {
+    match arch {
+        // `mov x8, #139` (rt_sigreturn), `svc #0`. The sigcontext follows the siginfo (128
+        // bytes) and the ucontext's first 176; its x0..x30, sp and pc start 8 bytes in.
+        Arch::Aarch64 => {
+            let regs = 128 + 176 + 8;
+            Some(KnownSigreturn {
+                code: &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4],
+                pc: regs + 32 * 8,
+                sp: regs + 31 * 8,
+                fp: regs + 29 * 8,
+                lr: regs + 30 * 8,
+            })
+        }
+        // glibc's x86-64 `__restore_rt` and the riscv64 vDSO's trampoline have CFI.
+        Arch::X86_64 | Arch::Riscv64 => None,
+    }
+}
+
 struct Unwinder<'a> {
+    arch: Arch,
     isa: &'static dyn Isa,
     regs: DwarfRegs,
     stack: Stack<'a>,
@@ -194,6 +226,31 @@ impl Unwinder<'_> {
     /// Whether `addr` is a sigreturn trampoline that a handler's return address may name.
     fn is_signal_trampoline(&self, addr: u64) -> bool {
         self.cfi_rules(false, addr).is_some_and(|(_, r)| r.signal)
+            || self.known_sigreturn_at(addr).is_some()
+    }
+
+    /// The known sigreturn trampoline whose code starts at `addr`, if it is one.
+    fn known_sigreturn_at(&self, addr: u64) -> Option<KnownSigreturn> {
+        let known = known_sigreturn(self.arch)?;
+        let end = addr.checked_add(known.code.len() as u64)?;
+        let code = self.image(addr)?.code_before(end, known.code.len())?;
+        (code == known.code).then_some(known)
+    }
+
+    /// One step out of a known sigreturn trampoline that no CFI describes (a handler
+    /// returned into it): the interrupted code's registers, from the signal frame.
+    fn known_sigreturn_step(&self, r: &Regs) -> Option<(u64, Regs)> {
+        let known = self.known_sigreturn_at(r.pc)?;
+        let frame = r.sp?;
+        let at = |o: u64| self.stack.read_u64(frame.checked_add(o)?);
+        let pc = at(known.pc)?;
+        let regs = Regs {
+            pc,
+            sp: Some(at(known.sp)?),
+            fp: at(known.fp),
+            lr: at(known.lr),
+        };
+        Some((pc, regs))
     }
 
     /// One step by CFI: the return address (for a signal trampoline, where the interrupted
@@ -376,6 +433,7 @@ pub fn code_before(images: &[Image], addr: u64, len: usize) -> Option<&[u8]> {
 /// entry) is not among them: only frames whose return address was found are.
 pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> {
     let u = Unwinder {
+        arch,
         isa: isa(arch),
         regs: dwarf_regs(arch),
         stack: Stack {
@@ -408,6 +466,14 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         let step = u
             .orc_step(exact, &regs)
             .map(|(ra, next)| (ra, next, Method::Orc))
+            // A handler's return into a trampoline CFI does not describe (before CFI: the
+            // function before it may have CFI that reaches past its end).
+            .or_else(|| {
+                (!exact)
+                    .then(|| u.known_sigreturn_step(&regs))
+                    .flatten()
+                    .map(|(ra, next)| (ra, next, Method::Signal))
+            })
             .or_else(|| {
                 u.cfi_step(exact, &regs).map(|(ra, next, signal)| {
                     (ra, next, if signal { Method::Signal } else { Method::Cfi })

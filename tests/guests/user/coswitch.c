@@ -15,9 +15,17 @@
  * (coswitch-via.c), so the stack the resync lands on runs through that library's frame.
  * The dynamic builds (-DOWN_START -nostartfiles) enter main from their own _start: glibc's
  * start code is in libc, which qemu-aarch64 maps below the program, and its open frames
- * would lie below the landing (libc's initialisers run from ld.so all the same). */
+ * would lie below the landing (libc's initialisers run from ld.so all the same).
+ *
+ * Built with -DIN_HANDLER, co_inner does not yield itself: co_wait sends itself SIGUSR1,
+ * whose handler (installed by sigaction, without a restorer of its own: arm64's glibc gives
+ * none, so the kernel's, here QEMU's, vDSO trampoline is the handler's return address)
+ * yields. The resync then lands inside the handler, on a stack that runs through the
+ * signal frame into kill and co_wait. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #define F __attribute__((noinline, noclone))
 #define CO __attribute__((noinline, noclone, section(".text.unlikely.coroutine")))
@@ -43,11 +51,34 @@ CO void co_yield(void)
 	switch_to(&co_sp, main_sp);
 }
 
+#ifdef IN_HANDLER
+static volatile sig_atomic_t handled;
+
+CO void co_handler(int sig)
+{
+	NOTE("co_handler");
+	co_yield();
+	handled = sig;
+}
+
+CO void co_wait(void)
+{
+	NOTE("co_wait");
+	kill(getpid(), SIGUSR1);
+	while (!handled)
+		;
+}
+#endif
+
 CO void co_inner(int n)
 {
 	NOTE("co_inner");
 	co_leaf(n);
+#ifdef IN_HANDLER
+	co_wait();
+#else
 	co_yield();
+#endif
 	co_leaf(n + 1);
 }
 
@@ -96,6 +127,10 @@ F void m_leaf(int x)
 int main(void)
 {
 	NOTE("main");
+#ifdef IN_HANDLER
+	struct sigaction sa = { .sa_handler = co_handler };
+	sigaction(SIGUSR1, &sa, 0);
+#endif
 	void **sp = (void **)(co_stack + sizeof co_stack);
 #if defined(__x86_64__)
 	/* switch_to pops six registers and returns into co_entry, whose own return address
