@@ -170,6 +170,10 @@ pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec
             }
         }
     }
+    // The vDSO, named from the plugin's copy.
+    if let Some((file, bias)) = vdso(maps) {
+        add(file, bias, "the vDSO");
+    }
     for (guest, start, offset) in &maps.mmaps {
         let path = host_path(sysroot, guest);
         if let Some(lib) = Elf::read(&path) {
@@ -184,9 +188,9 @@ pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec
 }
 
 /// The plugin's copy of the vDSO and its load bias (its ELF header where `AT_SYSINFO_EHDR`
-/// says), for the unwinder. Not a symbol source: QEMU relocates its copy's headers and
-/// dynamic symbols to where it maps it, but not its `.symtab`, so its names would be placed
-/// wrong (its code and unwind tables are placed right).
+/// says). QEMU moves its copy's headers and `.dynsym` to where it maps it (a bias of 0),
+/// not its `.symtab`: the symbol reader takes `.dynsym` where `.symtab`'s functions lie
+/// in no code section.
 pub fn vdso(maps: &PluginMaps) -> Option<(PathBuf, u64)> {
     let (addr, file) = (maps.vdso?, maps.vdso_file.as_ref()?);
     let elf = Elf::read(file)?;

@@ -95,12 +95,10 @@ pub fn user_images(
         let maps = user_maps::read(dir)
             .unwrap_or_default()
             .with_vdso_from(origin);
-        let mut files: Vec<(PathBuf, u64)> = user_maps::sources(program, sysroot, &maps)
+        user_maps::sources(program, sysroot, &maps)
             .into_iter()
             .map(|s| (s.path, s.offset))
-            .collect();
-        files.extend(user_maps::vdso(&maps));
-        files
+            .collect()
     };
     let mut out = vec![Loaded {
         dir: staging.to_path_buf(),
