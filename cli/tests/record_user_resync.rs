@@ -11,7 +11,8 @@
 //! each file's CFI is looked up at its own load bias. And that program exec'd by another:
 //! unwound with the exec'd image's files. And the yield made from a signal handler whose
 //! return address is the vDSO's sigreturn trampoline (aarch64: glibc gives no restorer):
-//! unwound through the plugin's copy of the vDSO into the code the signal interrupted.
+//! unwound through the plugin's copy of the vDSO into the code the signal interrupted. And
+//! the program through its library run by a forked child: unwound with its parent's files.
 
 mod common;
 
@@ -309,4 +310,62 @@ fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_aarch64() {
         "{label}: the vDSO's copy"
     );
     assert!(no_cookie_files(&r.dir), "{label}");
+}
+
+/// The PIE through the library run by a forked child (coswitch-fork.elf): the child's
+/// cookie, in its own folder, is unwound with the files it inherited from its parent (the
+/// program and the library at their load biases, from the maps the child wrote).
+fn check_fork(target: &Target) {
+    let label = format!("{} coswitch-fork.elf", target.cross);
+    let label = label.as_str();
+    let elf = guest(target, "coswitch-fork.elf");
+    let mut args: Vec<&str> = sysroot(target).map_or(Vec::new(), |r| vec!["-L", r]);
+    let elf = elf.to_string_lossy();
+    args.push(&elf);
+    let (tmp, dir, out) = record(&cached(target.qemu), &args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{label}: {stdout}\n{stderr}");
+    let child: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("CHILD ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{label}: no CHILD line in {stdout}"));
+    let r = common::resync::read_task_run(label, OWN, &stdout, stderr, (tmp, dir), child);
+    assert_eq!(
+        r.after, THROUGH_THE_LIBRARY,
+        "{label}: the child after the resync\n{}",
+        r.replay
+    );
+    assert_eq!(
+        entries(&r.after[4..]),
+        r.log_after,
+        "{label}: against the log"
+    );
+    assert_eq!(
+        indent(&r.replay, "/* qemu:unwound */"),
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(!r.dump.contains("[lost ]"), "{label}\n{}", r.dump);
+    // The cookie was the child's, written into its folder; the parent resynced nowhere.
+    let folder = r.dir.join("procs").join(format!("{child}.0"));
+    assert_eq!(plugin_stat(&folder, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "0", "{label}");
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records unwound after the run (4 frames: 4 by CFI)"),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
+}
+
+#[test]
+fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_aarch64() {
+    check_fork(&AARCH64);
+}
+
+#[test]
+fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_x86_64() {
+    check_fork(&X86_64);
 }

@@ -21,10 +21,14 @@
  * whose handler (installed by sigaction, without a restorer of its own: arm64's glibc gives
  * none, so the kernel's, here QEMU's, vDSO trampoline is the handler's return address)
  * yields. The resync then lands inside the handler, on a stack that runs through the
- * signal frame into kill and co_wait. */
+ * signal frame into kill and co_wait.
+ *
+ * Built with -DIN_CHILD, main forks first and the child does it all (the parent waits and
+ * prints `CHILD <pid>`): the child's resync is unwound with the files it inherited. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -132,6 +136,15 @@ F void m_leaf(int x)
 int main(void)
 {
 	NOTE("main");
+#ifdef IN_CHILD
+	pid_t child = fork();
+	if (child > 0) {
+		int status;
+		waitpid(child, &status, 0);
+		printf("CHILD %d\n", (int)child);
+		return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+	}
+#endif
 #ifdef IN_HANDLER
 	struct sigaction sa = { .sa_handler = co_handler };
 	sigaction(SIGUSR1, &sa, 0);
