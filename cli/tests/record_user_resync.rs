@@ -5,7 +5,7 @@
 //! the plugin saves a stack cookie, and `record` puts the frames it unwinds (by CFI) at that
 //! point, marked `qemu:unwound`, so the calls after it nest at their real depth. The same
 //! program with its `.eh_frame` removed still shows the guess (a LOST record). Checked
-//! against the guest's own log of the functions it entered, on aarch64 and x86_64.
+//! against the guest's own log of the functions it entered, on aarch64, riscv64 and x86_64.
 //! The same guest as a dynamic PIE (loaded at a bias), and reaching the yield through a
 //! frame of its own shared library (co_via in libcoswitch.so, also without frame pointers):
 //! each file's CFI is looked up at its own load bias. And that program exec'd by another:
@@ -17,7 +17,7 @@
 mod common;
 
 use common::resync::{entries, indent, no_cookie_files, Run};
-use common::user::{record, text, Target, AARCH64, X86_64};
+use common::user::{record, text, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
 
@@ -69,10 +69,11 @@ fn run_guests(target: &Target, names: &[&str]) -> Run {
 
 /// The sysroot of `target`'s dynamic builds (x86_64's: the host's own).
 fn sysroot(target: &Target) -> Option<&'static str> {
-    target
-        .cross
-        .starts_with("aarch64")
-        .then_some("/usr/aarch64-linux-gnu")
+    match target.cross {
+        "aarch64-linux-gnu-" => Some("/usr/aarch64-linux-gnu"),
+        "riscv64-linux-gnu-" => Some("/usr/riscv64-linux-gnu"),
+        _ => None,
+    }
 }
 
 /// `names` recorded (the program, then its arguments): after the resync, exactly `want`,
@@ -259,10 +260,10 @@ fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_x86_64() {
 /// co_yield through the handler, the signal frame (the handler returns into the vDSO's
 /// `__kernel_rt_sigreturn`, which QEMU's vDSO gives no CFI: known by its code) and libc's
 /// kill into co_wait, and all of it is unwound (kill's frame too: libc's, not shown here).
-#[test]
-fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_aarch64() {
-    let label = "aarch64 coswitch-sig.elf";
-    let r = run(&AARCH64, "coswitch-sig.elf");
+fn check_signal(target: &Target) {
+    let label = format!("{} coswitch-sig.elf", target.cross);
+    let label = label.as_str();
+    let r = run(target, "coswitch-sig.elf");
     let want = [
         "E co_outer",
         "E co_inner",
@@ -308,6 +309,17 @@ fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_aarch64() {
     assert!(
         r.dir.join("plugin.vdso").is_file(),
         "{label}: the vDSO's copy"
+    );
+    // Its functions are named (QEMU's aarch64 vDSO: from its .dynsym, at the address it
+    // mapped it).
+    let clock = match target.cross {
+        "riscv64-linux-gnu-" => "__vdso_clock_gettime();",
+        _ => "__kernel_clock_gettime();",
+    };
+    assert!(
+        r.replay.contains(clock),
+        "{label}: the vDSO's call unnamed\n{}",
+        r.replay
     );
     assert!(no_cookie_files(&r.dir), "{label}");
 }
@@ -368,4 +380,40 @@ fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_aarch64() 
 #[test]
 fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_x86_64() {
     check_fork(&X86_64);
+}
+
+#[test]
+fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_aarch64() {
+    check_signal(&AARCH64);
+}
+
+/// riscv64's vDSO trampoline has CFI (a signal frame's): only its file was missing.
+#[test]
+fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_riscv64() {
+    check_signal(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_without_frame_pointers_is_unwound_riscv64() {
+    check(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_in_a_pie_is_unwound_at_its_load_bias_riscv64() {
+    check_pie(&RISCV64);
+}
+
+#[test]
+fn a_stack_through_a_shared_library_is_unwound_with_its_tables_riscv64() {
+    check_library(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_riscv64() {
+    check_exec(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_riscv64() {
+    check_fork(&RISCV64);
 }
