@@ -113,19 +113,22 @@ pub fn startup() -> bool {
         crate::state::entries::program_entry(aux.entry);
         crate::state::aims::place(aux.entry);
         crate::state::lib_entries::startup(aux.base);
-        if aux.vdso != 0 {
-            save_vdso(aux.vdso);
-        }
     }
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
     true
 }
 
-/// Copies the vDSO at `addr` into this image's folder (`VDSO_FILE`), once per image: the
-/// unwinder needs its tables for a signal handler's return into its sigreturn trampoline
-/// (arm64's default restorer), and the trace its function names.
-fn save_vdso(addr: u64) {
-    let Some(cfg) = crate::state::config() else {
+/// Copies the vDSO (`AT_SYSINFO_EHDR`, read by [`startup`]) into `dir`, this image's
+/// folder (`VDSO_FILE`), once per image: the unwinder needs its tables for a signal
+/// handler's return into its sigreturn trampoline (arm64's default restorer), and the
+/// trace its function names.
+pub fn save_vdso(dir: &std::path::Path) {
+    let Some(addr) = AUX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|a| a.vdso)
+        .filter(|&v| v != 0)
+    else {
         return;
     };
     let bytes = with_buf(|buf| {
@@ -138,7 +141,6 @@ fn save_vdso(addr: u64) {
         let bytes = buf.copy_from(addr, size as usize);
         (bytes.len() >= 64).then_some(bytes)
     });
-    let dir = crate::lifecycle::image::files_dir(&cfg.out);
     let written = bytes.map(|b| {
         let tmp = dir.join(format!("{VDSO_FILE}.tmp"));
         std::fs::write(&tmp, b).and_then(|()| std::fs::rename(&tmp, dir.join(VDSO_FILE)))
