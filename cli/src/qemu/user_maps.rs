@@ -253,9 +253,9 @@ mod tests {
         );
         assert_eq!(m.aux, Some((0x55_0000_0740, 0x7f00_0000_0000)));
         assert_eq!(m.vdso, None);
+        assert_eq!(m.mmaps, [(b"/lib/libc.so.6".to_vec(), 0x7f10_0000_0000, 0)]);
         let m = parse("aux\tentry=0x1\tphdr=0x2\tbase=0x0\tvdso=0x7f0000001000\n");
         assert_eq!(m.vdso, Some(0x7f00_0000_1000));
-        assert_eq!(m.mmaps, [(b"/lib/libc.so.6".to_vec(), 0x7f10_0000_0000, 0)]);
     }
 
     #[test]
