@@ -555,6 +555,19 @@ mod tests {
         Image,
         std::collections::HashMap<String, u64>,
     ) {
+        fixture_by("gcc", name, head)
+    }
+
+    /// [`fixture_with`] built by the compiler `cc`.
+    fn fixture_by(
+        cc: &str,
+        name: &str,
+        head: &str,
+    ) -> (
+        tempfile::TempDir,
+        Image,
+        std::collections::HashMap<String, u64>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let src = format!(
             "{}/src/unwind/testdata/{name}.S",
@@ -564,12 +577,12 @@ mod tests {
         let src = dir.path().join(format!("{name}.S"));
         std::fs::write(&src, format!("{head}{text}")).unwrap();
         let out = dir.path().join(name);
-        let status = std::process::Command::new("gcc")
+        let status = std::process::Command::new(cc)
             .args(["-nostdlib", "-static", "-no-pie", "-o"])
             .arg(&out)
             .arg(src)
             .status()
-            .expect("gcc (run scripts/install-deps.sh)");
+            .unwrap_or_else(|e| panic!("{cc} (run scripts/install-deps.sh): {e}"));
         assert!(status.success());
         let bytes = std::fs::read(&out).unwrap();
         use object::{Object, ObjectSymbol};
@@ -749,6 +762,61 @@ mod tests {
             images,
         );
         assert_eq!(frames, [delivery, work]);
+    }
+
+    #[test]
+    fn a_sigreturn_trampoline_without_cfi_is_known_by_its_code() {
+        let (_dir, image, sym) = fixture_by("aarch64-linux-gnu-gcc", "sigframe_a64", "");
+        // The handler stopped at its entry (its return address, the trampoline, in x30);
+        // the signal frame at its stack pointer 0x8000; work's frame at 0x9000 (its saved
+        // x29 0 and x30 after_work), interrupted at in_work.
+        let mut words = vec![0u64; (0x9010 - 0x8000) / 8];
+        let mut put = |addr: u64, v: u64| words[(addr - 0x8000) as usize / 8] = v;
+        put(0x8000 + 544, 0x9000); // x29
+        put(0x8000 + 552, sym["after_work"]); // x30
+        put(0x8000 + 560, 0x9000); // sp
+        put(0x8000 + 568, sym["in_work"]); // pc
+        put(0x9008, sym["after_work"]);
+        let cookie = StackCookie {
+            machine: Arch::Aarch64.elf_machine(),
+            lr: sym["restorer"],
+            ..cookie(sym["handler"], 0x8000, &words)
+        };
+        let frames = unwind(&cookie, Arch::Aarch64, std::slice::from_ref(&image));
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: sym["handler"],
+                    ret_addr: sym["restorer"],
+                    method: Method::Cfi
+                },
+                Frame {
+                    func: pseudo::signal_addr(0),
+                    ret_addr: 0,
+                    method: Method::Signal
+                },
+                Frame {
+                    func: sym["work"],
+                    ret_addr: sym["after_work"],
+                    method: Method::Cfi
+                },
+            ]
+        );
+        // Other code is no trampoline: the same stack with the handler returning to
+        // after_work's first instruction unwinds no signal frame.
+        let frames = unwind(
+            &StackCookie {
+                lr: sym["in_work"],
+                ..cookie
+            },
+            Arch::Aarch64,
+            &[image],
+        );
+        assert!(
+            frames.iter().all(|f| f.method != Method::Signal),
+            "{frames:?}"
+        );
     }
 
     #[test]
