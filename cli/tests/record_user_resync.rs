@@ -5,16 +5,19 @@
 //! the plugin saves a stack cookie, and `record` puts the frames it unwinds (by CFI) at that
 //! point, marked `qemu:unwound`, so the calls after it nest at their real depth. The same
 //! program with its `.eh_frame` removed still shows the guess (a LOST record). Checked
-//! against the guest's own log of the functions it entered, on aarch64 and x86_64.
+//! against the guest's own log of the functions it entered, on aarch64, riscv64 and x86_64.
 //! The same guest as a dynamic PIE (loaded at a bias), and reaching the yield through a
 //! frame of its own shared library (co_via in libcoswitch.so, also without frame pointers):
 //! each file's CFI is looked up at its own load bias. And that program exec'd by another:
-//! unwound with the exec'd image's files.
+//! unwound with the exec'd image's files. And the yield made from a signal handler whose
+//! return address is the vDSO's sigreturn trampoline (aarch64: glibc gives no restorer):
+//! unwound through the plugin's copy of the vDSO into the code the signal interrupted. And
+//! the program through its library run by a forked child: unwound with its parent's files.
 
 mod common;
 
-use common::resync::Run;
-use common::user::{record, text, Target, AARCH64, X86_64};
+use common::resync::{entries, indent, no_cookie_files, Run};
+use common::user::{record, text, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
 
@@ -39,6 +42,9 @@ const OWN: &[&str] = &[
     "co_leaf",
     "co_yield",
     "co_done",
+    "co_wait",
+    "co_handler",
+    "[signal]",
 ];
 
 fn run(target: &Target, name: &str) -> Run {
@@ -63,10 +69,11 @@ fn run_guests(target: &Target, names: &[&str]) -> Run {
 
 /// The sysroot of `target`'s dynamic builds (x86_64's: the host's own).
 fn sysroot(target: &Target) -> Option<&'static str> {
-    target
-        .cross
-        .starts_with("aarch64")
-        .then_some("/usr/aarch64-linux-gnu")
+    match target.cross {
+        "aarch64-linux-gnu-" => Some("/usr/aarch64-linux-gnu"),
+        "riscv64-linux-gnu-" => Some("/usr/riscv64-linux-gnu"),
+        _ => None,
+    }
 }
 
 /// `names` recorded (the program, then its arguments): after the resync, exactly `want`,
@@ -193,4 +200,173 @@ fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_aarch64() {
 #[test]
 fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_x86_64() {
     check_exec(&X86_64);
+}
+
+/// The yield from a SIGUSR1 handler (coswitch-sig.elf): the landing's stack runs from
+/// co_yield through the handler, the signal frame (the handler returns into the vDSO's
+/// `__kernel_rt_sigreturn`, which QEMU's vDSO gives no CFI: known by its code) and libc's
+/// kill into co_wait, and all of it is unwound (kill's frame too: libc's, not shown here).
+fn check_signal(target: &Target) {
+    let label = format!("{} coswitch-sig.elf", target.cross);
+    let label = label.as_str();
+    let r = run(target, "coswitch-sig.elf");
+    let want = [
+        "E co_outer",
+        "E co_inner",
+        "E co_wait",
+        "E [signal]",
+        "E co_handler",
+        "E co_yield",
+        "X co_yield",
+        "X co_handler",
+        "X [signal]",
+        "X co_wait",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_inner",
+        "E co_leaf",
+        "X co_leaf",
+        "X co_outer",
+        "E co_done",
+    ];
+    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
+    assert_eq!(
+        entries(&r.after[6..]),
+        r.log_after,
+        "{label}: against the log"
+    );
+    assert_eq!(
+        indent(&r.replay, "/* qemu:unwound */"),
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(!r.dump.contains("[lost ]"), "{label}\n{}", r.dump);
+    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
+    assert!(
+        r.stderr.contains(
+            "1 resync without frame records unwound after the run \
+             (7 frames: 6 by CFI, 1 by signal frame)"
+        ),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(
+        r.dir.join("plugin.vdso").is_file(),
+        "{label}: the vDSO's copy"
+    );
+    // Its functions are named (QEMU's aarch64 vDSO: from its .dynsym, at the address it
+    // mapped it): libc's clock_gettime calls the vDSO's.
+    let clock = match target.cross {
+        "aarch64-linux-gnu-" => "__kernel_clock_gettime();",
+        "riscv64-linux-gnu-" => "__vdso_clock_gettime();",
+        _ => "clock_gettime();",
+    };
+    let lines: Vec<&str> = r.replay.lines().collect();
+    let called = lines
+        .windows(2)
+        .any(|w| w[0].ends_with("clock_gettime() {") && w[1].ends_with(clock));
+    assert!(called, "{label}: the vDSO's call unnamed\n{}", r.replay);
+    assert!(no_cookie_files(&r.dir), "{label}");
+}
+
+/// The PIE through the library run by a forked child (coswitch-fork.elf): the child's
+/// cookie, in its own folder, is unwound with the files it inherited from its parent (the
+/// program and the library at their load biases, from the maps the child wrote).
+fn check_fork(target: &Target) {
+    let label = format!("{} coswitch-fork.elf", target.cross);
+    let label = label.as_str();
+    let elf = guest(target, "coswitch-fork.elf");
+    let mut args: Vec<&str> = sysroot(target).map_or(Vec::new(), |r| vec!["-L", r]);
+    let elf = elf.to_string_lossy();
+    args.push(&elf);
+    let (tmp, dir, out) = record(&cached(target.qemu), &args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{label}: {stdout}\n{stderr}");
+    let child: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("CHILD ")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{label}: no CHILD line in {stdout}"));
+    let r = common::resync::read_task_run(label, OWN, &stdout, stderr, (tmp, dir), child);
+    assert_eq!(
+        r.after, THROUGH_THE_LIBRARY,
+        "{label}: the child after the resync\n{}",
+        r.replay
+    );
+    assert_eq!(
+        entries(&r.after[4..]),
+        r.log_after,
+        "{label}: against the log"
+    );
+    assert_eq!(
+        indent(&r.replay, "/* qemu:unwound */"),
+        indent(&r.replay, "co_yield() {") + 2,
+        "{label}\n{}",
+        r.replay
+    );
+    assert!(!r.dump.contains("[lost ]"), "{label}\n{}", r.dump);
+    // The cookie was the child's, written into its folder; the parent resynced nowhere.
+    let folder = r.dir.join("procs").join(format!("{child}.0"));
+    assert_eq!(plugin_stat(&folder, "resync_cookies"), "1", "{label}");
+    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "0", "{label}");
+    assert!(
+        r.stderr
+            .contains("1 resync without frame records unwound after the run (4 frames: 4 by CFI)"),
+        "{label}: {}",
+        r.stderr
+    );
+    assert!(no_cookie_files(&r.dir), "{label}");
+}
+
+#[test]
+fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_aarch64() {
+    check_fork(&AARCH64);
+}
+
+#[test]
+fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_x86_64() {
+    check_fork(&X86_64);
+}
+
+#[test]
+fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_aarch64() {
+    check_signal(&AARCH64);
+}
+
+/// x86_64's glibc gives its handlers a restorer of its own (`__restore_rt`, with CFI).
+#[test]
+fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_signal_frame_x86_64() {
+    check_signal(&X86_64);
+}
+
+/// riscv64's vDSO trampoline has CFI (a signal frame's): only its file was missing.
+#[test]
+fn a_stack_switch_in_a_signal_handler_is_unwound_through_the_vdso_riscv64() {
+    check_signal(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_without_frame_pointers_is_unwound_riscv64() {
+    check(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_in_a_pie_is_unwound_at_its_load_bias_riscv64() {
+    check_pie(&RISCV64);
+}
+
+#[test]
+fn a_stack_through_a_shared_library_is_unwound_with_its_tables_riscv64() {
+    check_library(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_in_an_execd_program_is_unwound_with_its_files_riscv64() {
+    check_exec(&RISCV64);
+}
+
+#[test]
+fn a_stack_switch_in_a_forked_child_is_unwound_with_its_parents_files_riscv64() {
+    check_fork(&RISCV64);
 }

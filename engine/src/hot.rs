@@ -473,9 +473,13 @@ impl Engine {
         if keep == self.stack.len() && plan.open.is_empty() {
             return;
         }
-        // No frame record to go by (code without frame pointers): rather than guess, save
-        // the context for the CLI to unwind with the guest's tables after the run.
-        if !plan.resynced && keep == 0 && self.unwind_later(now, target, guest) {
+        // No frame record to go by (code without frame pointers), or records that miss the
+        // innermost frames: rather than guess, save the context for the CLI to unwind with
+        // the guest's tables after the run.
+        if (!plan.resynced || plan.skips_landing)
+            && keep == 0
+            && self.unwind_later(now, target, guest)
+        {
             return;
         }
         // A landing the guest's frame records confirm, with nothing opened: a longjmp's.

@@ -20,6 +20,11 @@ pub struct Plan {
     pub open: Vec<Frame>,
     /// Whether the stack is now believed right (false: everything was closed, nothing known).
     pub resynced: bool,
+    /// The frames opened are a guess that misses the innermost ones: the innermost frame
+    /// record's call entered a function that starts above the landing, so functions
+    /// without records lie between (code without frame pointers under a record left
+    /// further out, such as the signal frame's record an arm64 handler starts with).
+    pub skips_landing: bool,
 }
 
 /// One frame record's return address, with the target of the call before it when direct.
@@ -113,6 +118,7 @@ pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan
             keep,
             open: frames_of(target, &chain[..k]),
             resynced: true,
+            skips_landing: false,
         };
     }
     // 2. Without frame records to go by: a second return from a call an open frame made
@@ -125,6 +131,7 @@ pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan
                     keep: i + 1,
                     open: Vec::new(),
                     resynced: true,
+                    skips_landing: false,
                 };
             }
         }
@@ -133,6 +140,10 @@ pub fn plan(stack: &ShadowStack, target: u64, guest: &mut dyn GuestView) -> Plan
     Plan {
         keep: 0,
         resynced: !chain.is_empty(),
+        skips_landing: chain
+            .first()
+            .and_then(|l| l.callee)
+            .is_some_and(|c| c > target),
         open: frames_of(target, &chain),
     }
 }
@@ -248,5 +259,33 @@ mod tests {
         g.isa = isa(Arch::Aarch64);
         let plan = super::plan(&ShadowStack::default(), 0x1040, &mut g);
         assert!(plan.open.is_empty() && !plan.resynced);
+    }
+
+    #[test]
+    fn a_record_whose_call_entered_a_function_above_the_landing_skips_frames() {
+        // AArch64: the only record (at fp 0x8000: no caller record, return to 0x3010) is
+        // of a call to 0x2000 (`bl` at 0x300c); the landing at 0x1040 is below it, in a
+        // function the record does not show (its own has none).
+        let mut g = MemoryGuest {
+            isa: isa(Arch::Aarch64),
+            fp: 0x8000,
+            memory: HashMap::new(),
+        };
+        let bl = 0x9400_0000u32 | ((0x2000 - 0x300c) / 4) as u32 & 0x03ff_ffff;
+        g.store(0x300c, &bl.to_le_bytes());
+        g.store(0x8000, &0u64.to_le_bytes());
+        g.store(0x8008, &0x3010u64.to_le_bytes());
+        let guessed = plan(&ShadowStack::default(), 0x1040, &mut g);
+        assert!(guessed.resynced && guessed.skips_landing);
+        assert_eq!(
+            guessed.open,
+            [Frame {
+                func: 0x2000,
+                ret_addr: 0x3010
+            }]
+        );
+        // Landing inside the function the call entered: the record is its caller's.
+        let right = plan(&ShadowStack::default(), 0x2040, &mut g);
+        assert!(right.resynced && !right.skips_landing);
     }
 }

@@ -143,6 +143,12 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
                 .unwrap_or_default();
         }
     }
+    // A .symtab none of whose functions lies in a code section is not at the addresses
+    // the sections say: QEMU moves its vDSO's headers and .dynsym to where it maps it,
+    // not its .symtab.
+    if !cands.is_empty() && !cands.iter().any(|c| in_code(sections, endian, c.addr)) {
+        cands.clear();
+    }
     if cands.is_empty() {
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
@@ -558,6 +564,20 @@ fn jmp_rip_slot(addr: u64, code: &[u8]) -> Option<u64> {
 
 /// STT_FUNC/STT_GNU_IFUNC symbols, plus untyped labels inside executable sections (hand
 /// written assembly often leaves its entry points untyped).
+/// Whether `addr` is inside one of the file's executable sections.
+fn in_code<'data, Elf: FileHeader<Endian = Endianness>>(
+    sections: &SectionTable<'data, Elf, &'data [u8]>,
+    endian: Endianness,
+    addr: u64,
+) -> bool {
+    sections.iter().any(|s| {
+        let (start, size): (u64, u64) = (s.sh_addr(endian).into(), s.sh_size(endian).into());
+        let flags: u64 = s.sh_flags(endian).into();
+        flags & u64::from(elf::SHF_EXECINSTR) != 0
+            && (start..start.saturating_add(size)).contains(&addr)
+    })
+}
+
 fn candidates<'data, Elf: FileHeader<Endian = Endianness>>(
     path: &Path,
     sections: &SectionTable<'data, Elf, &'data [u8]>,

@@ -1,6 +1,7 @@
 /*
- * The coroutine of the "coswitch" guests, bare-metal (coswitch.c) and user-mode
- * (user/coswitch.c), which differ only in how they start it and print its log: main resumes
+ * The coroutine of the bare-metal "coswitch" guest (coswitch.c, aarch64 and x86_64 builds),
+ * which differ only in how they start it and print its log (user/coswitch.c keeps its own
+ * copy: its signal-handler, fork and riscv64 variants are user mode's alone): main resumes
  * a coroutine, which yields back from three calls deep; main's next resume lands in co_yield
  * on the coroutine's stack, where no frame the tracer has open returns. The coroutine then
  * ends the run on its own stack: the includer's co_done prints the log and exits.

@@ -20,7 +20,15 @@ pub struct PluginMaps {
     pub aux: Option<(u64, u64)>,
     /// (guest path, start, file offset), in the order they were mapped.
     pub mmaps: Vec<(Vec<u8>, u64, u64)>,
+    /// `AT_SYSINFO_EHDR`: where the vDSO was (0 or `None`: none).
+    pub vdso: Option<u64>,
+    /// The plugin's copy of the vDSO (`plugin.vdso`: an image's own, or for a forked
+    /// child the one it inherited, `with_vdso_from`).
+    pub vdso_file: Option<PathBuf>,
 }
+
+/// The vDSO copy the plugin writes into a process image's folder.
+pub const VDSO_FILE: &str = "plugin.vdso";
 
 fn hex(v: &str) -> Option<u64> {
     u64::from_str_radix(v.strip_prefix("0x").unwrap_or(v), 16).ok()
@@ -44,6 +52,7 @@ pub fn parse(text: &str) -> PluginMaps {
                 if let (Some(entry), Some(base)) = (num("entry"), num("base")) {
                     maps.aux = Some((entry, base));
                 }
+                maps.vdso = num("vdso").filter(|&v| v != 0);
             }
             "mmap" => {
                 if let (Some(start), Some(offset), Some(path)) =
@@ -161,6 +170,10 @@ pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec
             }
         }
     }
+    // The vDSO, named from the plugin's copy.
+    if let Some((file, bias)) = vdso(maps) {
+        add(file, bias, "the vDSO");
+    }
     for (guest, start, offset) in &maps.mmaps {
         let path = host_path(sysroot, guest);
         if let Some(lib) = Elf::read(&path) {
@@ -174,11 +187,34 @@ pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec
     out
 }
 
-/// Reads `plugin.maps` from the trace directory (`None` when the plugin wrote none).
+/// The plugin's copy of the vDSO and its load bias (its ELF header where `AT_SYSINFO_EHDR`
+/// says). QEMU moves its copy's headers and `.dynsym` to where it maps it (a bias of 0),
+/// not its `.symtab`: the symbol reader takes `.dynsym` where `.symtab`'s functions lie
+/// in no code section.
+pub fn vdso(maps: &PluginMaps) -> Option<(PathBuf, u64)> {
+    let (addr, file) = (maps.vdso?, maps.vdso_file.as_ref()?);
+    let elf = Elf::read(file)?;
+    Some((file.clone(), elf.bias_of_base(addr)))
+}
+
+/// Reads `plugin.maps` from the trace directory (`None` when the plugin wrote none), with
+/// the vDSO copy beside it.
 pub fn read(dir: &Path) -> Option<PluginMaps> {
     std::fs::read_to_string(dir.join("plugin.maps"))
         .ok()
-        .map(|t| parse(&t))
+        .map(|t| parse(&t).with_vdso_from(dir))
+}
+
+impl PluginMaps {
+    /// The vDSO copy in `dir` when there is one and none was found yet (a forked child
+    /// writes none: its vDSO is the image's it was forked from).
+    pub fn with_vdso_from(mut self, dir: &Path) -> PluginMaps {
+        let file = dir.join(VDSO_FILE);
+        if self.vdso_file.is_none() && file.is_file() {
+            self.vdso_file = Some(file);
+        }
+        self
+    }
 }
 
 #[cfg(test)]
@@ -216,7 +252,10 @@ mod tests {
              junk\n",
         );
         assert_eq!(m.aux, Some((0x55_0000_0740, 0x7f00_0000_0000)));
+        assert_eq!(m.vdso, None);
         assert_eq!(m.mmaps, [(b"/lib/libc.so.6".to_vec(), 0x7f10_0000_0000, 0)]);
+        let m = parse("aux\tentry=0x1\tphdr=0x2\tbase=0x0\tvdso=0x7f0000001000\n");
+        assert_eq!(m.vdso, Some(0x7f00_0000_1000));
     }
 
     #[test]

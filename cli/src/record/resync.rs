@@ -114,38 +114,46 @@ impl Loaded {
 }
 
 /// User mode: each process image's files where it loaded them (`plugin.maps`): the program
-/// at its load bias, its dynamic loader, its shared libraries; a forked child's program is
-/// its parent's (its maps hold what it inherited). `program` is the first one.
+/// at its load bias, its dynamic loader, its shared libraries, its vDSO; a forked child's
+/// program and vDSO are its parent's (its maps hold what it inherited). `program` is the
+/// first one.
 pub fn user_images(
     staging: &Path,
     program: &Path,
     sysroot: Option<&Path>,
     procs: &[Proc],
 ) -> Vec<Loaded> {
-    let files = |dir: &Path, program: &Path| {
-        let maps = user_maps::read(dir).unwrap_or_default();
+    let files = |dir: &Path, program: &Path, origin: &Path| {
+        let maps = user_maps::read(dir)
+            .unwrap_or_default()
+            .with_vdso_from(origin);
         user_maps::sources(program, sysroot, &maps)
             .into_iter()
             .map(|s| (s.path, s.offset))
             .collect()
     };
-    let mut out = vec![Loaded::new(staging, files(staging, program))];
+    let mut out = vec![Loaded::new(staging, files(staging, program, staging))];
     for (i, p) in procs.iter().enumerate() {
-        let exe = program_of(procs, i).unwrap_or(program);
-        out.push(Loaded::new(&p.dir, files(&p.dir, exe)));
+        let origin = origin_of(procs, i).map(|j| &procs[j]);
+        let exe = match origin.map(|o| &o.kind) {
+            Some(Kind::Exec { exe }) => exe.as_path(),
+            _ => program,
+        };
+        let from = origin.map_or(staging, |o| o.dir.as_path());
+        out.push(Loaded::new(&p.dir, files(&p.dir, exe, from)));
     }
     out
 }
 
-/// The program process image `procs[i]` runs: the one it exec'd, else its parent's as it
-/// was at the fork (`None`: the first program's).
-fn program_of(procs: &[Proc], i: usize) -> Option<&Path> {
+/// The exec'd image whose program (and vDSO) `procs[i]` runs: itself, else its parent's
+/// as it was at the fork (`None`: the first program's).
+fn origin_of(procs: &[Proc], i: usize) -> Option<usize> {
     let mut i = i;
     // Each step goes to an earlier image: `procs` is in the order they began.
     loop {
         let p = &procs[i];
         match &p.kind {
-            Kind::Exec { exe } => return Some(exe),
+            Kind::Exec { .. } => return Some(i),
             Kind::Fork { ppid } => {
                 i = procs[..i]
                     .iter()
@@ -353,7 +361,12 @@ mod tests {
             proc(10, 1, 5, exec("/c")),
             proc(14, 0, 6, Kind::Fork { ppid: 10 }),
         ];
-        let of = |i| program_of(&procs, i).map(|p| p.to_string_lossy().into_owned());
+        let of = |i| {
+            origin_of(&procs, i).map(|j| match &procs[j].kind {
+                Kind::Exec { exe } => exe.to_string_lossy().into_owned(),
+                Kind::Fork { .. } => unreachable!("an origin is exec'd"),
+            })
+        };
         assert_eq!(of(0), None);
         assert_eq!(of(1).as_deref(), Some("/b"));
         assert_eq!(of(2).as_deref(), Some("/b"));

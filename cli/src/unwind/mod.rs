@@ -136,7 +136,39 @@ impl Stack<'_> {
     }
 }
 
+/// A sigreturn trampoline known by its code, where no CFI describes it: QEMU's aarch64
+/// vDSO leaves `__kernel_rt_sigreturn` without (libgcc recognises its two instructions, as
+/// here). The kernel's signal frame starts at the stack pointer there; the offsets are of
+/// the interrupted registers in it.
+struct KnownSigreturn {
+    code: &'static [u8],
+    pc: u64,
+    sp: u64,
+    fp: u64,
+    lr: u64,
+}
+
+fn known_sigreturn(arch: Arch) -> Option<KnownSigreturn> {
+    match arch {
+        // `mov x8, #139` (rt_sigreturn), `svc #0`. The sigcontext follows the siginfo (128
+        // bytes) and the ucontext's first 176; its x0..x30, sp and pc start 8 bytes in.
+        Arch::Aarch64 => {
+            let regs = 128 + 176 + 8;
+            Some(KnownSigreturn {
+                code: &[0x68, 0x11, 0x80, 0xd2, 0x01, 0x00, 0x00, 0xd4],
+                pc: regs + 32 * 8,
+                sp: regs + 31 * 8,
+                fp: regs + 29 * 8,
+                lr: regs + 30 * 8,
+            })
+        }
+        // glibc's x86-64 `__restore_rt` and the riscv64 vDSO's trampoline have CFI.
+        Arch::X86_64 | Arch::Riscv64 => None,
+    }
+}
+
 struct Unwinder<'a> {
+    arch: Arch,
     isa: &'static dyn Isa,
     regs: DwarfRegs,
     stack: Stack<'a>,
@@ -194,6 +226,31 @@ impl Unwinder<'_> {
     /// Whether `addr` is a sigreturn trampoline that a handler's return address may name.
     fn is_signal_trampoline(&self, addr: u64) -> bool {
         self.cfi_rules(false, addr).is_some_and(|(_, r)| r.signal)
+            || self.known_sigreturn_at(addr).is_some()
+    }
+
+    /// The known sigreturn trampoline whose code starts at `addr`, if it is one.
+    fn known_sigreturn_at(&self, addr: u64) -> Option<KnownSigreturn> {
+        let known = known_sigreturn(self.arch)?;
+        let end = addr.checked_add(known.code.len() as u64)?;
+        let code = self.image(addr)?.code_before(end, known.code.len())?;
+        (code == known.code).then_some(known)
+    }
+
+    /// One step out of a known sigreturn trampoline that no CFI describes (a handler
+    /// returned into it): the interrupted code's registers, from the signal frame.
+    fn known_sigreturn_step(&self, r: &Regs) -> Option<(u64, Regs)> {
+        let known = self.known_sigreturn_at(r.pc)?;
+        let frame = r.sp?;
+        let at = |o: u64| self.stack.read_u64(frame.checked_add(o)?);
+        let pc = at(known.pc)?;
+        let regs = Regs {
+            pc,
+            sp: Some(at(known.sp)?),
+            fp: at(known.fp),
+            lr: at(known.lr),
+        };
+        Some((pc, regs))
     }
 
     /// One step by CFI: the return address (for a signal trampoline, where the interrupted
@@ -376,6 +433,7 @@ pub fn code_before(images: &[Image], addr: u64, len: usize) -> Option<&[u8]> {
 /// entry) is not among them: only frames whose return address was found are.
 pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> {
     let u = Unwinder {
+        arch,
         isa: isa(arch),
         regs: dwarf_regs(arch),
         stack: Stack {
@@ -408,6 +466,14 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
         let step = u
             .orc_step(exact, &regs)
             .map(|(ra, next)| (ra, next, Method::Orc))
+            // A handler's return into a trampoline CFI does not describe (before CFI: the
+            // function before it may have CFI that reaches past its end).
+            .or_else(|| {
+                (!exact)
+                    .then(|| u.known_sigreturn_step(&regs))
+                    .flatten()
+                    .map(|(ra, next)| (ra, next, Method::Signal))
+            })
             .or_else(|| {
                 u.cfi_step(exact, &regs).map(|(ra, next, signal)| {
                     (ra, next, if signal { Method::Signal } else { Method::Cfi })
@@ -489,6 +555,19 @@ mod tests {
         Image,
         std::collections::HashMap<String, u64>,
     ) {
+        fixture_by("gcc", name, head)
+    }
+
+    /// [`fixture_with`] built by the compiler `cc`.
+    fn fixture_by(
+        cc: &str,
+        name: &str,
+        head: &str,
+    ) -> (
+        tempfile::TempDir,
+        Image,
+        std::collections::HashMap<String, u64>,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let src = format!(
             "{}/src/unwind/testdata/{name}.S",
@@ -498,12 +577,12 @@ mod tests {
         let src = dir.path().join(format!("{name}.S"));
         std::fs::write(&src, format!("{head}{text}")).unwrap();
         let out = dir.path().join(name);
-        let status = std::process::Command::new("gcc")
+        let status = std::process::Command::new(cc)
             .args(["-nostdlib", "-static", "-no-pie", "-o"])
             .arg(&out)
             .arg(src)
             .status()
-            .expect("gcc (run scripts/install-deps.sh)");
+            .unwrap_or_else(|e| panic!("{cc} (run scripts/install-deps.sh): {e}"));
         assert!(status.success());
         let bytes = std::fs::read(&out).unwrap();
         use object::{Object, ObjectSymbol};
@@ -683,6 +762,61 @@ mod tests {
             images,
         );
         assert_eq!(frames, [delivery, work]);
+    }
+
+    #[test]
+    fn a_sigreturn_trampoline_without_cfi_is_known_by_its_code() {
+        let (_dir, image, sym) = fixture_by("aarch64-linux-gnu-gcc", "sigframe_a64", "");
+        // The handler stopped at its entry (its return address, the trampoline, in x30);
+        // the signal frame at its stack pointer 0x8000; work's frame at 0x9000 (its saved
+        // x29 0 and x30 after_work), interrupted at in_work.
+        let mut words = vec![0u64; (0x9010 - 0x8000) / 8];
+        let mut put = |addr: u64, v: u64| words[(addr - 0x8000) as usize / 8] = v;
+        put(0x8000 + 544, 0x9000); // x29
+        put(0x8000 + 552, sym["after_work"]); // x30
+        put(0x8000 + 560, 0x9000); // sp
+        put(0x8000 + 568, sym["in_work"]); // pc
+        put(0x9008, sym["after_work"]);
+        let cookie = StackCookie {
+            machine: Arch::Aarch64.elf_machine(),
+            lr: sym["restorer"],
+            ..cookie(sym["handler"], 0x8000, &words)
+        };
+        let frames = unwind(&cookie, Arch::Aarch64, std::slice::from_ref(&image));
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: sym["handler"],
+                    ret_addr: sym["restorer"],
+                    method: Method::Cfi
+                },
+                Frame {
+                    func: pseudo::signal_addr(0),
+                    ret_addr: 0,
+                    method: Method::Signal
+                },
+                Frame {
+                    func: sym["work"],
+                    ret_addr: sym["after_work"],
+                    method: Method::Cfi
+                },
+            ]
+        );
+        // Other code is no trampoline: the same stack with the handler returning to
+        // after_work's first instruction unwinds no signal frame.
+        let frames = unwind(
+            &StackCookie {
+                lr: sym["in_work"],
+                ..cookie
+            },
+            Arch::Aarch64,
+            &[image],
+        );
+        assert!(
+            frames.iter().all(|f| f.method != Method::Signal),
+            "{frames:?}"
+        );
     }
 
     #[test]

@@ -31,6 +31,19 @@ pub fn read_run(
     stderr: String,
     (tmp, dir): (tempfile::TempDir, PathBuf),
 ) -> Run {
+    let tid = only_task(&dir);
+    read_task_run(label, own, console, stderr, (tmp, dir), tid)
+}
+
+/// [`read_run`] of task `tid` of a run with several.
+pub fn read_task_run(
+    label: &str,
+    own: &[&str],
+    console: &str,
+    stderr: String,
+    (tmp, dir): (tempfile::TempDir, PathBuf),
+    tid: u32,
+) -> Run {
     let log: Vec<String> = console
         .lines()
         .filter_map(|l| l.trim_end().strip_prefix("ENTRY "))
@@ -41,7 +54,7 @@ pub fn read_run(
         .rposition(|n| n == "resume")
         .unwrap_or_else(|| panic!("{label}: no log in the console:\n{console}"));
     let log_after = log[second_resume + 1..].to_vec();
-    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let events = replay_events(&dir, tid).expect("uftrace replay");
     let own = without(&events, |n| !own.contains(&n), false);
     let end_of_main = own
         .iter()
@@ -51,7 +64,8 @@ pub fn read_run(
     Run {
         after: own[end_of_main + 1..].to_vec(),
         log_after,
-        replay: uftrace(&["replay", "--no-pager", "-d", &d]).expect("replay"),
+        replay: uftrace(&["replay", "--no-pager", "-d", &d, "--tid", &tid.to_string()])
+            .expect("replay"),
         dump: uftrace(&["dump", "--no-pager", "-d", &d]).expect("dump"),
         stderr,
         dir,

@@ -7,6 +7,10 @@ pub extern "C" fn on_startup(vcpu: c_uint, _userdata: *mut c_void) {
     crate::state::guard("the program's start", || {
         let pending = crate::state::aims::pending();
         if crate::handlers::usermap::startup() {
+            if let Some(cfg) = crate::state::config() {
+                let dir = crate::lifecycle::image::files_dir(&cfg.out);
+                crate::handlers::usermap::save_vdso(&dir);
+            }
             if pending {
                 // Placed by the entry point just read (or, unread, the run-time ones
                 // alone): this vCPU's gates, before the program's first call.

@@ -1,5 +1,6 @@
 //! User mode: where the program, its dynamic loader and its libraries are in the guest's
-//! address space, for the CLI to place their symbols (`plugin.maps`).
+//! address space, for the CLI to place their symbols (`plugin.maps`), and a copy of the vDSO
+//! (`plugin.vdso`), which is in no file the CLI can read: its symbols and unwind tables.
 //!
 //! QEMU loads the program and its interpreter itself, so their places come from the initial
 //! stack's auxiliary vector (`AT_ENTRY`, `AT_PHDR`, `AT_BASE`), read once at the first
@@ -19,6 +20,13 @@ const AT_NULL: u64 = 0;
 const AT_PHDR: u64 = 3;
 const AT_BASE: u64 = 7;
 const AT_ENTRY: u64 = 9;
+const AT_SYSINFO_EHDR: u64 = 33;
+
+/// This process image's copy of the vDSO QEMU gave it (its ELF header at `AT_SYSINFO_EHDR`).
+pub const VDSO_FILE: &str = "plugin.vdso";
+
+/// The most of a vDSO copied (QEMU's are a few KiB, Linux's tens).
+const VDSO_MAX: u64 = 1 << 20;
 
 /// The auxiliary vector's entries we keep.
 #[derive(Default, Clone, Copy)]
@@ -26,6 +34,8 @@ struct Aux {
     phdr: u64,
     base: u64,
     entry: u64,
+    /// `AT_SYSINFO_EHDR` (0: no vDSO).
+    vdso: u64,
 }
 
 /// One executable file mapping.
@@ -92,6 +102,7 @@ pub fn startup() -> bool {
                 AT_PHDR => aux.phdr = value,
                 AT_BASE => aux.base = value,
                 AT_ENTRY => aux.entry = value,
+                AT_SYSINFO_EHDR => aux.vdso = value,
                 _ => {}
             }
             p = p.checked_add(16)?;
@@ -105,6 +116,75 @@ pub fn startup() -> bool {
     }
     *AUX.lock().unwrap_or_else(|e| e.into_inner()) = aux;
     true
+}
+
+/// Copies the vDSO (`AT_SYSINFO_EHDR`, read by [`startup`]) into `dir`, this image's
+/// folder (`VDSO_FILE`), once per image: the unwinder needs its tables for a signal
+/// handler's return into its sigreturn trampoline (arm64's default restorer), and the
+/// trace its function names.
+pub fn save_vdso(dir: &std::path::Path) {
+    let Some(addr) = AUX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map(|a| a.vdso)
+        .filter(|&v| v != 0)
+    else {
+        return;
+    };
+    let bytes = with_buf(|buf| {
+        let ehdr = buf.read_memory(addr, 64)?.to_vec();
+        let (phoff, phnum, phentsize) = elf_program_headers(&ehdr)?;
+        let phdrs = buf
+            .read_memory(addr.checked_add(phoff)?, phnum * phentsize)?
+            .to_vec();
+        let size = elf_image_size(&ehdr, &phdrs)?.min(VDSO_MAX);
+        let bytes = buf.copy_from(addr, size as usize);
+        (bytes.len() >= 64).then_some(bytes)
+    });
+    let written = bytes.map(|b| {
+        let tmp = dir.join(format!("{VDSO_FILE}.tmp"));
+        std::fs::write(&tmp, b).and_then(|()| std::fs::rename(&tmp, dir.join(VDSO_FILE)))
+    });
+    match written {
+        Some(Ok(())) => {}
+        Some(Err(e)) => eprintln!(
+            "qemu-uftrace plugin: cannot write {}: {e}: frames through the vDSO will not be \
+             unwound (check the trace directory's disk)",
+            dir.join(VDSO_FILE).display()
+        ),
+        None => eprintln!(
+            "qemu-uftrace plugin: the vDSO at {addr:#x} is not a readable ELF image: frames \
+             through it will not be unwound"
+        ),
+    }
+}
+
+/// An ELF64 header's program header table: its offset, entry count and entry size.
+fn elf_program_headers(ehdr: &[u8]) -> Option<(u64, usize, usize)> {
+    if ehdr.get(..4)? != b"\x7fELF" || *ehdr.get(4)? != 2 {
+        return None;
+    }
+    let u16_at = |o: usize| Some(u16::from_le_bytes(ehdr.get(o..o + 2)?.try_into().ok()?));
+    let phoff = u64::from_le_bytes(ehdr.get(32..40)?.try_into().ok()?);
+    let (phentsize, phnum) = (u16_at(54)? as usize, u16_at(56)? as usize);
+    (phentsize >= 56 && phnum <= 64).then_some((phoff, phnum, phentsize))
+}
+
+/// The bytes an ELF64 image mapped whole (a vDSO) spans: its loaded segments' and its
+/// section headers' ends, whichever is last.
+fn elf_image_size(ehdr: &[u8], phdrs: &[u8]) -> Option<u64> {
+    let (_, phnum, phentsize) = elf_program_headers(ehdr)?;
+    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let u16_at = |o: usize| Some(u16::from_le_bytes(ehdr.get(o..o + 2)?.try_into().ok()?) as u64);
+    const PT_LOAD: u32 = 1;
+    let mut end = u64_at(ehdr, 40)?.checked_add(u16_at(58)?.checked_mul(u16_at(60)?)?)?;
+    for i in 0..phnum {
+        let ph = phdrs.get(i * phentsize..(i + 1) * phentsize)?;
+        if u32::from_le_bytes(ph[..4].try_into().ok()?) == PT_LOAD {
+            end = end.max(u64_at(ph, 8)?.checked_add(u64_at(ph, 32)?)?);
+        }
+    }
+    Some(end)
 }
 
 /// Reads a NUL-terminated path from guest memory (at most 4 KiB).
@@ -192,8 +272,8 @@ pub fn lines() -> String {
     let mut text = String::new();
     if let Some(a) = *AUX.lock().unwrap_or_else(|e| e.into_inner()) {
         text.push_str(&format!(
-            "aux\tentry={:#x}\tphdr={:#x}\tbase={:#x}\n",
-            a.entry, a.phdr, a.base
+            "aux\tentry={:#x}\tphdr={:#x}\tbase={:#x}\tvdso={:#x}\n",
+            a.entry, a.phdr, a.base, a.vdso
         ));
     }
     for m in MAPS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -204,4 +284,25 @@ pub fn lines() -> String {
         ));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_elf_image_spans_its_segments_and_section_headers() {
+        // An ordinary ELF file ends with its section headers: the whole file, as a vDSO
+        // is mapped.
+        let bytes = std::fs::read("/bin/sh").unwrap();
+        let (phoff, phnum, phentsize) = elf_program_headers(&bytes[..64]).unwrap();
+        let phdrs = &bytes[phoff as usize..phoff as usize + phnum * phentsize];
+        assert_eq!(
+            elf_image_size(&bytes[..64], phdrs),
+            Some(bytes.len() as u64)
+        );
+        // Not an ELF header, or a truncated table.
+        assert_eq!(elf_program_headers(&[0u8; 64]), None);
+        assert_eq!(elf_image_size(&bytes[..64], &phdrs[..8]), None);
+    }
 }
