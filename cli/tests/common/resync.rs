@@ -142,7 +142,7 @@ pub fn assert_guessed(r: &Run, label: &str) {
 }
 
 /// The indentation of the last replay line that ends in `what`, after its `|`.
-fn indent(replay: &str, what: &str) -> usize {
+pub fn indent(replay: &str, what: &str) -> usize {
     let line = replay
         .lines()
         .rev()
@@ -153,7 +153,7 @@ fn indent(replay: &str, what: &str) -> usize {
 }
 
 /// The functions entered, in order.
-fn entries(events: &[String]) -> Vec<String> {
+pub fn entries(events: &[String]) -> Vec<String> {
     events
         .iter()
         .filter_map(|e| e.strip_prefix("E "))
@@ -162,7 +162,7 @@ fn entries(events: &[String]) -> Vec<String> {
 }
 
 /// Whether no resync cookie is left beside the trace (nor in a later process image's folder).
-fn no_cookie_files(dir: &Path) -> bool {
+pub fn no_cookie_files(dir: &Path) -> bool {
     let folders = std::fs::read_dir(dir.join("procs"))
         .into_iter()
         .flatten()
