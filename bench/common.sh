@@ -103,6 +103,26 @@ warm_memory() {
 # The median of the numbers on standard input, one per line.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# pair_ratios PLAIN TRACED COLUMN: the ratio of each interleaved pair of runs (line i of
+# TRACED over line i of PLAIN, both of column COLUMN), as "median min max". A pair runs
+# seconds apart, so the machine's slow drifts (other jobs, the host) cancel out in its ratio,
+# where a ratio of two medians takes them from different moments.
+pair_ratios() {
+    paste -d' ' <(cut -d' ' -f"$3" "$1") <(cut -d' ' -f"$3" "$2") |
+        awk '$1 > 0 { print $2 / $1 }' | sort -g |
+        awk '{ a[NR] = $1 } END { printf "%.2f %.2f %.2f\n", a[int((NR + 1) / 2)], a[1], a[NR] }'
+}
+
+# ratio_line PLAIN TRACED: "wall 1.23x (1.20..1.27), cpu 1.21x (1.19..1.22)": the median
+# and range of the pairs' ratios of wall time (column 1) and of CPU time (column 3: user +
+# system of every thread, the figure other jobs on the machine disturb least).
+ratio_line() {
+    local w c
+    read -r -a w <<<"$(pair_ratios "$1" "$2" 1)"
+    read -r -a c <<<"$(pair_ratios "$1" "$2" 3)"
+    printf 'wall %sx (%s..%s), cpu %sx (%s..%s)' "${w[@]}" "${c[@]}"
+}
+
 # timed_into FORMAT FILE CMD...: runs CMD under /usr/bin/time (FORMAT into FILE), stdin
 # closed, output dropped, stderr kept in FILE.err. A command that fails ends the benchmark:
 # GNU time would otherwise put a "Command exited" line in FILE, which sorts as a time of 0.
