@@ -113,14 +113,23 @@ pair_ratios() {
         awk '{ a[NR] = $1 } END { printf "%.2f %.2f %.2f\n", a[int((NR + 1) / 2)], a[1], a[NR] }'
 }
 
-# ratio_line PLAIN TRACED: "wall 1.23x (1.20..1.27), cpu 1.21x (1.19..1.22)": the median
-# and range of the pairs' ratios of wall time (column 1) and of CPU time (column 3: user +
-# system of every thread, the figure other jobs on the machine disturb least).
+# best_ratio PLAIN TRACED COLUMN: the fastest traced run over the fastest plain one. Other
+# jobs only ever add time, so each side's fastest run is the one they disturbed least.
+best_ratio() {
+    awk -v c="$3" 'NR == FNR { if (p == "" || $c < p) p = $c; next }
+        { if (t == "" || $c < t) t = $c }
+        END { printf "%.2f", (p > 0 ? t / p : 0) }' "$1" "$2"
+}
+
+# ratio_line PLAIN TRACED: "wall 1.23x (1.20..1.27), cpu 1.21x (1.19..1.22); best wall
+# 1.21x, cpu 1.20x": the median and range of the pairs' ratios of wall time (column 1) and
+# of CPU time (column 3: user + system of every thread), then the ratios of the fastest runs.
 ratio_line() {
     local w c
     read -r -a w <<<"$(pair_ratios "$1" "$2" 1)"
     read -r -a c <<<"$(pair_ratios "$1" "$2" 3)"
-    printf 'wall %sx (%s..%s), cpu %sx (%s..%s)' "${w[@]}" "${c[@]}"
+    printf 'wall %sx (%s..%s), cpu %sx (%s..%s); best wall %sx, cpu %sx' "${w[@]}" "${c[@]}" \
+        "$(best_ratio "$1" "$2" 1)" "$(best_ratio "$1" "$2" 3)"
 }
 
 # timed_into FORMAT FILE CMD...: runs CMD under /usr/bin/time (FORMAT into FILE), stdin

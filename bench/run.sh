@@ -21,7 +21,7 @@
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0); then
 # the range of each, and the verdict: the median and range of each interleaved pair's
-# ratio, of wall and of CPU time (every thread's user + system).
+# ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
 #        [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)

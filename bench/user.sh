@@ -15,7 +15,7 @@
 # counts (every call and return recorded: no unmatched return, no resync, nothing lost); then
 # the CPU time of each (user + system, every thread, record's own included) and its ratio;
 # the range of each; and the verdict: the median and range of each interleaved pair's ratio,
-# of wall and of CPU time (bench/common.sh's ratio_line).
+# of wall and of CPU time, and the ratio of the fastest runs (bench/common.sh's ratio_line).
 # Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] [CONTRIB=0] bench/user.sh [bzip2] [sqlite]
 #        (no workload named: both)
 set -euo pipefail
