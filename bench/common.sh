@@ -103,6 +103,35 @@ warm_memory() {
 # The median of the numbers on standard input, one per line.
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# pair_ratios PLAIN TRACED COLUMN: the ratio of each interleaved pair of runs (line i of
+# TRACED over line i of PLAIN, both of column COLUMN), as "median min max". A pair runs
+# seconds apart, so the machine's slow drifts (other jobs, the host) cancel out in its ratio,
+# where a ratio of two medians takes them from different moments.
+pair_ratios() {
+    paste -d' ' <(cut -d' ' -f"$3" "$1") <(cut -d' ' -f"$3" "$2") |
+        awk '$1 > 0 { print $2 / $1 }' | sort -g |
+        awk '{ a[NR] = $1 } END { printf "%.2f %.2f %.2f\n", a[int((NR + 1) / 2)], a[1], a[NR] }'
+}
+
+# best_ratio PLAIN TRACED COLUMN: the fastest traced run over the fastest plain one. Other
+# jobs only ever add time, so each side's fastest run is the one they disturbed least.
+best_ratio() {
+    awk -v c="$3" 'NR == FNR { if (p == "" || $c < p) p = $c; next }
+        { if (t == "" || $c < t) t = $c }
+        END { printf "%.2f", (p > 0 ? t / p : 0) }' "$1" "$2"
+}
+
+# ratio_line PLAIN TRACED: "wall 1.23x (1.20..1.27), cpu 1.21x (1.19..1.22); best wall
+# 1.21x, cpu 1.20x": the median and range of the pairs' ratios of wall time (column 1) and
+# of CPU time (column 3: user + system of every thread), then the ratios of the fastest runs.
+ratio_line() {
+    local w c
+    read -r -a w <<<"$(pair_ratios "$1" "$2" 1)"
+    read -r -a c <<<"$(pair_ratios "$1" "$2" 3)"
+    printf 'wall %sx (%s..%s), cpu %sx (%s..%s); best wall %sx, cpu %sx' "${w[@]}" "${c[@]}" \
+        "$(best_ratio "$1" "$2" 1)" "$(best_ratio "$1" "$2" 3)"
+}
+
 # timed_into FORMAT FILE CMD...: runs CMD under /usr/bin/time (FORMAT into FILE), stdin
 # closed, output dropped, stderr kept in FILE.err. A command that fails ends the benchmark:
 # GNU time would otherwise put a "Command exited" line in FILE, which sorts as a time of 0.

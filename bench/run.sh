@@ -19,7 +19,9 @@
 #   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic under
 #              qemu-system-x86_64 -M pc, SeaBIOS and the decompressor included
 # Prints wall time, ratio, peak RSS, trace size, events and events/s for each workload, on
-# each QEMU of QEMUS (versions the install script provides, or paths; default 10.0).
+# each QEMU of QEMUS (versions the install script provides, or paths; default 10.0); then
+# the range of each, and the verdict: the median and range of each interleaved pair's
+# ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
 #        [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
@@ -36,11 +38,11 @@ trap 'rm -rf "$work"' EXIT
 cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
 qu="$root/target/release/qemu-uftrace"
 
-# One timed run: prints "seconds max_rss_kb".
+# One timed run: prints "seconds max_rss_kb cpu_seconds" (user + system, every thread).
 timed() {
     warm_memory
-    timed_into "%e %M" "$work/time" "$@"
-    cat "$work/time"
+    timed_into "%e %M %U %S" "$work/time" "$@"
+    awk '{ printf "%s %s %.2f\n", $1, $2, $3 + $4 }' "$work/time"
 }
 
 # "min-max" of the first column of a file of timings.
@@ -64,8 +66,14 @@ for version in ${QEMUS:-10.0}; do
         workload_argv "$name"
         : >"$work/plain" ; : >"$work/traced"
         for i in $(seq "$runs"); do
-            timed "${argv[@]}" >>"$work/plain"
-            timed "$qu" record -o "$work/trace" "${record_opts[@]}" -- "${argv[@]}" >>"$work/traced"
+            # Plain first in odd pairs, traced first in even ones (as bench/user.sh).
+            if [ $((i % 2)) = 1 ]; then
+                timed "${argv[@]}" >>"$work/plain"
+                timed "$qu" record -o "$work/trace" "${record_opts[@]}" -- "${argv[@]}" >>"$work/traced"
+            else
+                timed "$qu" record -o "$work/trace" "${record_opts[@]}" -- "${argv[@]}" >>"$work/traced"
+                timed "${argv[@]}" >>"$work/plain"
+            fi
             # Keep the last trace for its figures. Delete the others at once: left in the page
             # cache, a fresh 250 MB trace slows the next run (measured: ~0.05 s on the boot), and
             # that must not fall on the plain runs only.
@@ -84,6 +92,8 @@ for version in ${QEMUS:-10.0}; do
         # The spread says how far the medians can be trusted on a noisy machine.
         echo
         printf '           range: plain %s s, traced %s s\n' "$(spread "$work/plain")" "$(spread "$work/traced")"
+        # The verdict: each interleaved pair's ratio (median, range), of wall and CPU time.
+        printf '           pairs: %s\n' "$(ratio_line "$work/plain" "$work/traced")"
         # A filtered run's size against the whole trace's (recorded once more, untimed).
         if [ "$name" = filter ] || [ "$name" = notrace ]; then
             "$qu" record -q -o "$work/full" -- "${argv[@]}" >/dev/null 2>&1 </dev/null

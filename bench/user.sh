@@ -13,7 +13,9 @@
 #             indexes, group by, a join): ~15 M calls per second of plain QEMU
 # Prints wall times, both ratios, peak RSS, trace sizes, events, and our plugin's call/return
 # counts (every call and return recorded: no unmatched return, no resync, nothing lost); then
-# the CPU time of each (user + system, every thread, record's own included) and its ratio.
+# the CPU time of each (user + system, every thread, record's own included) and its ratio;
+# the range of each; and the verdict: the median and range of each interleaved pair's ratio,
+# of wall and of CPU time, and the ratio of the fastest runs (bench/common.sh's ratio_line).
 # Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] [CONTRIB=0] bench/user.sh [bzip2] [sqlite]
 #        (no workload named: both)
 set -euo pipefail
@@ -107,8 +109,15 @@ measure() {
     mkdir -p "$work/plain" "$work/ours" "$work/contrib"
     : >"$work/plain.t"; : >"$work/ours.t"; : >"$work/contrib.t"
     for i in $(seq "$runs"); do
-        timed_in "$work/plain" "${argv[@]}" >>"$work/plain.t"
-        timed_in "$work/ours" "$qu" record -o "$work/ours/trace" -- "${argv[@]}" >>"$work/ours.t"
+        # Odd pairs run plain first, even pairs ours first: a cost that falls on whichever
+        # runs second (the first one's page cache, its freed memory) falls on both alike.
+        if [ $((i % 2)) = 1 ]; then
+            timed_in "$work/plain" "${argv[@]}" >>"$work/plain.t"
+            timed_in "$work/ours" "$qu" record -o "$work/ours/trace" -- "${argv[@]}" >>"$work/ours.t"
+        else
+            timed_in "$work/ours" "$qu" record -o "$work/ours/trace" -- "${argv[@]}" >>"$work/ours.t"
+            timed_in "$work/plain" "${argv[@]}" >>"$work/plain.t"
+        fi
         if [ "$with_contrib" = 1 ]; then
             timed_in "$work/contrib" "${argv[0]}" -plugin "$contrib" "${argv[@]:1}" >>"$work/contrib.t"
         fi
@@ -147,6 +156,10 @@ measure() {
         printf "\n" }'
     printf '                  range: plain %s s, ours %s s' "$(spread "$work/plain.t")" "$(spread "$work/ours.t")"
     [ "$with_contrib" = 0 ] || printf ', contrib %s s' "$(spread "$work/contrib.t")"
+    echo
+    # The verdict: each pair's ratio, median and range (steadier than the medians' ratio).
+    printf '                  pairs: ours %s' "$(ratio_line "$work/plain.t" "$work/ours.t")"
+    [ "$with_contrib" = 0 ] || printf '; contrib %s' "$(ratio_line "$work/plain.t" "$work/contrib.t")"
     echo
     rm -rf "$work/plain" "$work/ours" "$work/contrib"
 }

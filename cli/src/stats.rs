@@ -62,6 +62,18 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "register_calls",
+        "calls whose target was read from a register (an indirect call's; the one register \
+         read a call costs); ordinary",
+        None,
+    ),
+    count(
+        "jump_callbacks",
+        "callbacks of blocks a jump through a register may land in (a function's entry, code \
+         right after a call) that ran, whether or not such a jump was pending; ordinary",
+        None,
+    ),
+    count(
         "synthetic_entries",
         "frames opened by a resync, whose real entry was not seen",
         None,

@@ -56,6 +56,11 @@ pub struct Stats {
     /// Functions entered by a jump from another function (a tail call, `b main`), shown as
     /// calls nested in the jumper's frame and closed with it.
     pub jump_entries: u64,
+    /// Calls whose target was read from a register (an indirect call's: 24–49 ns a read).
+    pub register_calls: u64,
+    /// Callbacks of blocks where a jump through a register may land that ran (a function's
+    /// entry, code right after a call), whether or not such a jump was pending.
+    pub jump_callbacks: u64,
     /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
     /// calls opened before tracing began, matched after the run to the unwound frames.
     pub outer_returns: u64,
@@ -93,6 +98,8 @@ impl Stats {
         self.signal_returns += o.signal_returns;
         self.unwinds += o.unwinds;
         self.jump_entries += o.jump_entries;
+        self.register_calls += o.register_calls;
+        self.jump_callbacks += o.jump_callbacks;
         self.outer_returns += o.outer_returns;
         self.resync_cookies += o.resync_cookies;
         self.filtered += o.filtered;
@@ -124,6 +131,8 @@ impl Stats {
             ("signal_returns", self.signal_returns),
             ("unwinds", self.unwinds),
             ("jump_entries", self.jump_entries),
+            ("register_calls", self.register_calls),
+            ("jump_callbacks", self.jump_callbacks),
             ("outer_returns", self.outer_returns),
             ("resync_cookies", self.resync_cookies),
             ("filtered", self.filtered),

@@ -17,6 +17,7 @@ use std::ffi::{c_uint, c_void};
 pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
+        v.engine.stats.jump_callbacks += 1;
         let Some(pc) = take_jump(v) else {
             // A return landing here (the flag was 1, now cleared): it follows no call.
             if take_return(v) {
@@ -71,6 +72,7 @@ pub unsafe extern "C" fn on_thunk_jump(vcpu_index: c_uint, data: *mut c_void) {
 pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
+        v.engine.stats.jump_callbacks += 1;
         // A switch table's case right after a call (in a recursive function, an open call
         // may return there): the function's own jump.
         let Some(pc) = take_jump(v) else {

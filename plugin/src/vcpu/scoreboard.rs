@@ -195,6 +195,12 @@ impl FastWords {
         Some((now, flag == RETURN))
     }
 
+    /// The time alone, when the hot path may read it (the flag left as it is).
+    #[inline(always)]
+    pub fn now(self, interp: &mut Interpolated, last: u64) -> Option<u64> {
+        self.words(interp, last).map(|(_, now)| now)
+    }
+
     /// The pending jump's address, if one is (the flag cleared then); `None` when the hot
     /// path cannot reach the flag. For the callbacks of blocks where a jump through a
     /// register may land, which run often (a switch table's case right after a call) and
