@@ -38,7 +38,7 @@ pub enum EretOutcome {
     ClosedFunction,
     /// Closed the frames entered by a jump on top, the code the ERET left.
     ClosedJumped,
-    /// Closed nothing: an exception return used as a far jump (`exception_return_or_jump`).
+    /// Closed nothing: an exception return used as a far jump (`exception_return_16`).
     Jumped,
     /// Closed every frame: a hand-over to a less privileged level.
     HandedOver,

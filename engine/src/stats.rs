@@ -34,8 +34,8 @@ pub struct Stats {
     /// Of those, returns that went elsewhere than where the exception was taken (a kernel
     /// fixup, a signal, exec).
     pub eret_redirects: u64,
-    /// Exception returns in 16-bit code that went elsewhere than where the innermost
-    /// exception was taken: the firmware's far jumps (`Engine::exception_return_or_jump`).
+    /// Exception returns in 16-bit code that popped no open exception entry's frame: the
+    /// firmware's far jumps (`Engine::exception_return_16`).
     pub eret_jumps: u64,
     /// Context switches between guest tasks (or privilege levels with `split_levels`).
     pub switches: u64,
