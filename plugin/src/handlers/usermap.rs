@@ -9,6 +9,10 @@
 //! address). Nothing here runs per call or return.
 
 use crate::state::guest::ByteBuf;
+use object::elf::{FileHeader64, ProgramHeader64, PT_LOAD};
+use object::pod::{bytes_of_slice, bytes_of_slice_mut};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::Endianness;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -133,11 +137,8 @@ pub fn save_vdso(dir: &std::path::Path) {
     };
     let bytes = with_buf(|buf| {
         let ehdr = buf.read_memory(addr, 64)?.to_vec();
-        let (phoff, phnum, phentsize) = elf_program_headers(&ehdr)?;
-        let phdrs = buf
-            .read_memory(addr.checked_add(phoff)?, phnum * phentsize)?
-            .to_vec();
-        let size = elf_image_size(&ehdr, &phdrs)?.min(VDSO_MAX);
+        let headers = buf.copy_from(addr, elf_headers_len(&ehdr)? as usize);
+        let size = elf_image_size(&headers)?.min(VDSO_MAX);
         let bytes = buf.copy_from(addr, size as usize);
         (bytes.len() >= 64).then_some(bytes)
     });
@@ -159,32 +160,47 @@ pub fn save_vdso(dir: &std::path::Path) {
     }
 }
 
-/// An ELF64 header's program header table: its offset, entry count and entry size.
-fn elf_program_headers(ehdr: &[u8]) -> Option<(u64, usize, usize)> {
-    if ehdr.get(..4)? != b"\x7fELF" || *ehdr.get(4)? != 2 {
-        return None;
-    }
-    let u16_at = |o: usize| Some(u16::from_le_bytes(ehdr.get(o..o + 2)?.try_into().ok()?));
-    let phoff = u64::from_le_bytes(ehdr.get(32..40)?.try_into().ok()?);
-    let (phentsize, phnum) = (u16_at(54)? as usize, u16_at(56)? as usize);
-    (phentsize >= 56 && phnum <= 64).then_some((phoff, phnum, phentsize))
+/// The ELF header of a vDSO (64-bit, either byte order).
+type Header = FileHeader64<Endianness>;
+
+/// How many bytes from the start of the ELF64 image whose first 64 bytes are `ehdr` hold
+/// its file header and its program headers (at most 64 of them, within [`VDSO_MAX`]).
+fn elf_headers_len(ehdr: &[u8]) -> Option<u64> {
+    let words = aligned(ehdr);
+    let header = Header::parse(&bytes_of_slice(&words)[..ehdr.len()]).ok()?;
+    let endian = header.endian().ok()?;
+    let phnum = u64::from(header.e_phnum(endian));
+    let len = header
+        .e_phoff(endian)
+        .checked_add(phnum * std::mem::size_of::<ProgramHeader64<Endianness>>() as u64)?;
+    (phnum <= 64 && len <= VDSO_MAX).then_some(len)
 }
 
 /// The bytes an ELF64 image mapped whole (a vDSO) spans: its loaded segments' and its
-/// section headers' ends, whichever is last.
-fn elf_image_size(ehdr: &[u8], phdrs: &[u8]) -> Option<u64> {
-    let (_, phnum, phentsize) = elf_program_headers(ehdr)?;
-    let u64_at = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
-    let u16_at = |o: usize| Some(u16::from_le_bytes(ehdr.get(o..o + 2)?.try_into().ok()?) as u64);
-    const PT_LOAD: u32 = 1;
-    let mut end = u64_at(ehdr, 40)?.checked_add(u16_at(58)?.checked_mul(u16_at(60)?)?)?;
-    for i in 0..phnum {
-        let ph = phdrs.get(i * phentsize..(i + 1) * phentsize)?;
-        if u32::from_le_bytes(ph[..4].try_into().ok()?) == PT_LOAD {
-            end = end.max(u64_at(ph, 8)?.checked_add(u64_at(ph, 32)?)?);
+/// section headers' ends, whichever is last. `headers`: the image's first bytes, up to the
+/// end of its program headers ([`elf_headers_len`]).
+fn elf_image_size(headers: &[u8]) -> Option<u64> {
+    let words = aligned(headers);
+    let data = &bytes_of_slice(&words)[..headers.len()];
+    let header = Header::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian));
+    let mut end = header.e_shoff(endian).checked_add(sections)?;
+    for ph in header.program_headers(endian, data).ok()? {
+        if ph.p_type(endian) == PT_LOAD {
+            end = end.max(ph.p_offset(endian).checked_add(ph.p_filesz(endian))?);
         }
     }
     Some(end)
+}
+
+/// `bytes` copied to where object reads its ELF structures in place: it checks their
+/// alignment (its `unaligned` feature, which would not, would also slow the CLI's symbol
+/// reading, the crate being shared).
+fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    bytes_of_slice_mut(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    words
 }
 
 /// Reads a NUL-terminated path from guest memory (at most 4 KiB).
@@ -295,14 +311,10 @@ mod tests {
         // An ordinary ELF file ends with its section headers: the whole file, as a vDSO
         // is mapped.
         let bytes = std::fs::read("/bin/sh").unwrap();
-        let (phoff, phnum, phentsize) = elf_program_headers(&bytes[..64]).unwrap();
-        let phdrs = &bytes[phoff as usize..phoff as usize + phnum * phentsize];
-        assert_eq!(
-            elf_image_size(&bytes[..64], phdrs),
-            Some(bytes.len() as u64)
-        );
+        let len = elf_headers_len(&bytes[..64]).unwrap() as usize;
+        assert_eq!(elf_image_size(&bytes[..len]), Some(bytes.len() as u64));
         // Not an ELF header, or a truncated table.
-        assert_eq!(elf_program_headers(&[0u8; 64]), None);
-        assert_eq!(elf_image_size(&bytes[..64], &phdrs[..8]), None);
+        assert_eq!(elf_headers_len(&[0u8; 64]), None);
+        assert_eq!(elf_image_size(&bytes[..len - 8]), None);
     }
 }
