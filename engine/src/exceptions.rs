@@ -51,9 +51,6 @@ impl Engine {
     pub fn exception_entry(&mut self, now: u64, kind: ExceptionKind, resume_pc: u64) {
         let now = self.clamp(now);
         self.stats.exceptions += 1;
-        // A frame pushed by an entry once open at this depth is not this one's.
-        let depth = self.stack().len();
-        self.pushed_frames.retain(|&(i, _)| i < depth);
         self.open(
             now,
             Frame {
@@ -148,8 +145,10 @@ impl Engine {
         let Some(top) = self.stack().len().checked_sub(1) else {
             return;
         };
-        self.live_pushed_frames();
-        self.pushed_frames.push((top, frame));
+        // The entry on top just opened: a frame kept at its depth was an earlier entry's.
+        self.live_pushed_frames(top);
+        let entry = self.stack().frames()[top];
+        self.pushed_frames.push((top, entry, frame));
     }
 
     /// An exception return to `target`, executed at `eret_pc`, that pops the frame at
@@ -168,15 +167,15 @@ impl Engine {
         eret_pc: u64,
         frame: u64,
     ) -> EretOutcome {
-        self.live_pushed_frames();
+        self.live_pushed_frames(self.stack().len());
         if self.pushed_frames.is_empty() {
             return self.exception_return(now, target, eret_pc);
         }
-        let Some(k) = self.pushed_frames.iter().rposition(|&(_, f)| f == frame) else {
+        let Some(k) = self.pushed_frames.iter().rposition(|&(_, _, f)| f == frame) else {
             self.stats.eret_jumps += 1;
             return EretOutcome::Jumped;
         };
-        let (i, _) = self.pushed_frames[k];
+        let (i, _, _) = self.pushed_frames[k];
         self.pushed_frames.truncate(k);
         let now = self.clamp(now);
         if self.stack().frames()[i].ret_addr != target {
@@ -187,10 +186,14 @@ impl Engine {
         EretOutcome::ClosedException
     }
 
-    /// Drops the pushed frames of exception entries no longer open.
-    fn live_pushed_frames(&mut self) {
-        let frames = self.stack().frames();
-        let open = |&(i, _): &(usize, u64)| frames.get(i).is_some_and(|f| f.is_exception());
+    /// Drops the pushed frames of exception entries no longer open, and those at depth
+    /// `below` or deeper: each was kept with its entry's frame, so one closed (by an
+    /// exception return that read no frame, or returns past it) is gone even where another
+    /// entry, or a call, opened at its depth since. Entries nest: the first one gone
+    /// takes those kept after it along.
+    fn live_pushed_frames(&mut self, below: usize) {
+        let frames = &self.stack().frames()[..below.min(self.stack().len())];
+        let open = |&(i, entry, _): &(usize, Frame, u64)| frames.get(i) == Some(&entry);
         let live = self.pushed_frames.iter().take_while(|e| open(e)).count();
         self.pushed_frames.truncate(live);
     }

@@ -77,8 +77,9 @@ pub struct Engine {
     /// `-F`/`-N` (`gates`); `None` (the common case) costs nothing on any path.
     gates: Option<Box<Gates>>,
     /// In x86 16-bit code, the open exception entries' return frames: their index in the
-    /// stack and the linear address of the frame they pushed (`exception_return_16`).
-    pub(crate) pushed_frames: Vec<(usize, u64)>,
+    /// stack, their frame there (to tell them from a later entry at that index) and the
+    /// linear address of the frame they pushed (`exception_return_16`).
+    pub(crate) pushed_frames: Vec<(usize, Frame, u64)>,
 }
 
 impl Engine {

@@ -1089,3 +1089,36 @@ fn a_return_from_functions_entered_by_jumps_alone_closes_them() {
     assert_eq!(r.engine.stats.unmatched_returns, 0);
     assert_eq!(r.engine.stats.lost_marks, 0);
 }
+
+#[test]
+fn a_pushed_frame_goes_with_its_entry_not_with_the_next_at_its_depth() {
+    use qemu_uftrace_engine::exceptions::{EretOutcome, ExceptionKind};
+    let mut r = Rig::new(1024);
+    r.call(0x102d0, 0x10333);
+    // A 16-bit entry (frame pushed at 0x7000), left by a 32-bit IRET (no frame read).
+    r.engine.exception_entry(10, ExceptionKind::Irq, 0x102d4);
+    r.engine.exception_frame(0x7000);
+    assert_eq!(
+        r.engine.exception_return(20, 0x102d4, 0xfd049),
+        EretOutcome::ClosedException
+    );
+    // The next entry at that depth pushed no frame the plugin read: an IRET on the old
+    // frame's address is this entry's return, not a far jump.
+    r.engine
+        .exception_entry(30, ExceptionKind::SoftInt, 0x102e0);
+    assert_eq!(
+        r.engine.exception_return_16(40, 0x102e0, 0xfd049, 0x7000),
+        EretOutcome::ClosedException
+    );
+    assert_eq!(r.engine.stats.eret_jumps, 0);
+    // Nor does a call opened where a closed entry was keep its frame.
+    r.engine.exception_entry(50, ExceptionKind::Irq, 0x102e4);
+    r.engine.exception_frame(0x7000);
+    r.engine.exception_return(60, 0x102e4, 0xfd049);
+    r.t = 70;
+    r.call(0xfd008, 0xf7fc3);
+    assert_eq!(
+        r.engine.exception_return_16(80, 0xf7fc3, 0xfd049, 0x7000),
+        EretOutcome::ClosedFunction
+    );
+}
