@@ -359,23 +359,24 @@ pub trait Isa: Sync + Send {
     }
     /// The register an exception return at `level` jumps to.
     fn exception_link_register(&self, level: Level) -> Option<&'static str>;
+    /// Where the exception just delivered to `handler` pushed its return frame (a linear
+    /// address), in code whose exception return also serves as a far jump (x86 16-bit code:
+    /// the IRET that pops this frame is the one that leaves the exception). `read` reads a
+    /// register by QEMU's name, after the delivery, only where the handler's address leaves
+    /// such code possible.
+    fn exception_frame(
+        &self,
+        _handler: u64,
+        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
+    ) -> Option<u64> {
+        None
+    }
     /// Where the exception return `insn` (its bytes, in code of width `mode`) goes, for
     /// architectures whose exception returns take their target from memory or from general
     /// registers rather than from [`Isa::exception_link_register`]: `read` reads a register
     /// by QEMU's name, `memory` the little-endian value of 1 to 8 bytes of guest virtual
     /// memory. Outer `None`: the architecture uses the link and saved-status registers;
     /// inner `None`: a read failed or the instruction's target is unknown.
-    /// Where the exception just delivered pushed its return frame (a linear address), in
-    /// code whose exception return also serves as a far jump (x86 16-bit code: the IRET that
-    /// pops this frame is the one that leaves the exception). `read` reads a register by
-    /// QEMU's name, after the delivery.
-    fn exception_frame(
-        &self,
-        _mode: Mode,
-        _read: &mut dyn FnMut(&'static str) -> Option<u64>,
-    ) -> Option<u64> {
-        None
-    }
     fn exception_return_to(
         &self,
         _mode: Mode,

@@ -42,6 +42,9 @@ const TRAP_LEN_SHIFT: u32 = 16;
 /// The architectural limit: a longer instruction raises #GP.
 const MAX_INSN: usize = 15;
 
+/// The end of what segmented 16-bit code addresses: `0xffff << 4` plus a 16-bit offset.
+const SEGMENTED_END: u64 = 0x10_fff0;
+
 /// QEMU's register number of each encoding register number 0..=7 (ax, cx, dx, bx, sp, bp,
 /// si, di); r8..r15 keep theirs.
 const GDB_OF_ENCODING: [u8; 8] = [0, 2, 3, 1, 7, 6, 4, 5];
@@ -889,12 +892,18 @@ impl Isa for X86_64 {
     /// `ss * 16 + sp` and the target at `cs * 16 + ip`, elsewhere segments are flat. SYSRET
     /// returns to RCX and SYSEXIT to RDX, in ring 3. RSM (leaving System Management Mode)
     /// restores a state saved in SMRAM: unknown.
+    /// A delivery that ends in 16-bit code (real or virtual-8086 mode) loads the handler's
+    /// code segment as `selector << 4`, so the handler's linear address is below
+    /// [`SEGMENTED_END`]: anywhere else (every kernel's handlers) no register is read.
     fn exception_frame(
         &self,
-        mode: Mode,
+        handler: u64,
         read: &mut dyn FnMut(&'static str) -> Option<u64>,
     ) -> Option<u64> {
-        match mode {
+        if handler >= SEGMENTED_END {
+            return None;
+        }
+        match self.current_mode(read) {
             Mode::Bits16 => Some((read("ss")? << 4) + (read("rsp")? & 0xffff)),
             _ => None,
         }
@@ -956,6 +965,28 @@ impl Isa for X86_64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_a_handler_in_segmented_memory_reads_its_frame() {
+        let mut reads = Vec::new();
+        let mut frame = |handler: u64| {
+            X86_64.exception_frame(handler, &mut |name| {
+                reads.push(name);
+                match name {
+                    "efer" | "cr0" | "eflags" => Some(0),
+                    "ss" => Some(0x0700),
+                    "rsp" => Some(0x1_fff0),
+                    _ => None,
+                }
+            })
+        };
+        // A kernel's handler: no register read.
+        assert_eq!(frame(0xffff_ffff_8100_0000), None);
+        assert_eq!(frame(SEGMENTED_END), None);
+        // SeaBIOS's, in real mode (CR0.PE clear): SS:SP, 16-bit.
+        assert_eq!(frame(0xf_e6f2), Some(0x7000 + 0xfff0));
+        assert_eq!(reads, ["efer", "cr0", "ss", "rsp"]);
+    }
+
     #[test]
     fn indirect_jumps_are_jmp_through_register_or_memory() {
         let j = |b: &[u8]| X86_64.indirect_jump(Mode::Bits64, b);

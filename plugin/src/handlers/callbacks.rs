@@ -488,10 +488,9 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         if !opened {
             v.engine.exception_entry(now, kind, resume);
             // Where its IRET will pop its return frame, in code that also uses IRET as a
-            // far jump (x86 16-bit code).
-            let mode = crate::state::guest::current_mode(isa, &mut v.regs);
+            // far jump (x86 16-bit code; the handler's address says where it can be).
             let regs = &mut v.regs;
-            if let Some(frame) = isa.exception_frame(mode, &mut |name| regs.read_named(name)) {
+            if let Some(frame) = isa.exception_frame(to_pc, &mut |name| regs.read_named(name)) {
                 v.engine.exception_frame(frame);
             }
         }
