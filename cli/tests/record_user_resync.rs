@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::resync::{entries, indent, no_cookie_files, Run};
+use common::resync::Run;
 use common::user::{record, text, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
@@ -229,29 +229,8 @@ fn check_signal(target: &Target) {
         "X co_outer",
         "E co_done",
     ];
-    assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
-    assert_eq!(
-        entries(&r.after[6..]),
-        r.log_after,
-        "{label}: against the log"
-    );
-    assert_eq!(
-        indent(&r.replay, "/* qemu:unwound */"),
-        indent(&r.replay, "co_yield() {") + 2,
-        "{label}\n{}",
-        r.replay
-    );
-    assert!(!r.dump.contains("[lost ]"), "{label}\n{}", r.dump);
-    assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "1", "{label}");
-    assert_eq!(plugin_stat(&r.dir, "lost_marks"), "0", "{label}");
-    assert!(
-        r.stderr.contains(
-            "1 resync without frame records unwound after the run \
-             (7 frames: 6 by CFI, 1 by signal frame)"
-        ),
-        "{label}: {}",
-        r.stderr
-    );
+    let frames = "7 frames: 6 by CFI, 1 by signal frame";
+    common::resync::assert_unwound_by(&r, label, &want, 6, &r.dir, frames);
     assert!(
         r.dir.join("plugin.vdso").is_file(),
         "{label}: the vDSO's copy"
@@ -268,7 +247,6 @@ fn check_signal(target: &Target) {
         .windows(2)
         .any(|w| w[0].ends_with("clock_gettime() {") && w[1].ends_with(clock));
     assert!(called, "{label}: the vDSO's call unnamed\n{}", r.replay);
-    assert!(no_cookie_files(&r.dir), "{label}");
 }
 
 /// The PIE through the library run by a forked child (coswitch-fork.elf): the child's
@@ -289,34 +267,10 @@ fn check_fork(target: &Target) {
         .find_map(|l| l.strip_prefix("CHILD ")?.trim().parse().ok())
         .unwrap_or_else(|| panic!("{label}: no CHILD line in {stdout}"));
     let r = common::resync::read_task_run(label, OWN, &stdout, stderr, (tmp, dir), child);
-    assert_eq!(
-        r.after, THROUGH_THE_LIBRARY,
-        "{label}: the child after the resync\n{}",
-        r.replay
-    );
-    assert_eq!(
-        entries(&r.after[4..]),
-        r.log_after,
-        "{label}: against the log"
-    );
-    assert_eq!(
-        indent(&r.replay, "/* qemu:unwound */"),
-        indent(&r.replay, "co_yield() {") + 2,
-        "{label}\n{}",
-        r.replay
-    );
-    assert!(!r.dump.contains("[lost ]"), "{label}\n{}", r.dump);
     // The cookie was the child's, written into its folder; the parent resynced nowhere.
     let folder = r.dir.join("procs").join(format!("{child}.0"));
-    assert_eq!(plugin_stat(&folder, "resync_cookies"), "1", "{label}");
+    common::resync::assert_unwound(&r, label, THROUGH_THE_LIBRARY, 4, &folder);
     assert_eq!(plugin_stat(&r.dir, "resync_cookies"), "0", "{label}");
-    assert!(
-        r.stderr
-            .contains("1 resync without frame records unwound after the run (4 frames: 4 by CFI)"),
-        "{label}: {}",
-        r.stderr
-    );
-    assert!(no_cookie_files(&r.dir), "{label}");
 }
 
 #[test]

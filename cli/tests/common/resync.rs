@@ -78,6 +78,20 @@ pub fn read_task_run(
 /// and the calls after them as the guest's log has them; no guess, no cookie left. `stats`:
 /// the folder of the image that ran the coroutine (an exec'd one's is its own).
 pub fn assert_unwound(r: &Run, label: &str, want: &[&str], unwound: usize, stats: &Path) {
+    let frames = format!("{unwound} frames: {unwound} by CFI");
+    assert_unwound_by(r, label, want, unwound, stats, &frames);
+}
+
+/// [`assert_unwound`] of frames unwound as `frames` says (record's summary in its
+/// parentheses: `7 frames: 6 by CFI, 1 by signal frame`), some perhaps not shown in `want`.
+pub fn assert_unwound_by(
+    r: &Run,
+    label: &str,
+    want: &[&str],
+    unwound: usize,
+    stats: &Path,
+    frames: &str,
+) {
     assert_eq!(r.after, want, "{label}: after the resync\n{}", r.replay);
     // Against the log: what the coroutine entered after the switch, in order.
     assert_eq!(
@@ -99,9 +113,7 @@ pub fn assert_unwound(r: &Run, label: &str, want: &[&str], unwound: usize, stats
     );
     assert_eq!(plugin_stat(stats, "resync_cookies"), "1", "{label}");
     assert_eq!(plugin_stat(stats, "lost_marks"), "0", "{label}");
-    let summary = format!(
-        "1 resync without frame records unwound after the run ({unwound} frames: {unwound} by CFI)"
-    );
+    let summary = format!("1 resync without frame records unwound after the run ({frames})");
     assert!(r.stderr.contains(&summary), "{label}: {}", r.stderr);
     // No cookie or marker is left in the trace.
     assert!(no_cookie_files(&r.dir), "{label}");
