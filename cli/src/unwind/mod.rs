@@ -533,41 +533,22 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
 mod tests {
     use super::*;
 
-    /// `testdata/<name>.S` built with the host's gcc: the program and its symbols.
-    fn fixture(
-        name: &str,
-    ) -> (
+    /// A built fixture: its directory (kept while it is used), the program, its symbols.
+    type Fixture = (
         tempfile::TempDir,
         Image,
         std::collections::HashMap<String, u64>,
-    ) {
-        let (dir, image, syms) = fixture_with(name, "");
+    );
+
+    /// `testdata/<name>.S` built with the host's gcc: the program and its symbols.
+    fn fixture(name: &str) -> Fixture {
+        let (dir, image, syms) = fixture_by("gcc", name, "");
         assert!(image.eh_frame.is_some());
         (dir, image, syms)
     }
 
-    /// [`fixture`] with `head` put before the source's text.
-    fn fixture_with(
-        name: &str,
-        head: &str,
-    ) -> (
-        tempfile::TempDir,
-        Image,
-        std::collections::HashMap<String, u64>,
-    ) {
-        fixture_by("gcc", name, head)
-    }
-
-    /// [`fixture_with`] built by the compiler `cc`.
-    fn fixture_by(
-        cc: &str,
-        name: &str,
-        head: &str,
-    ) -> (
-        tempfile::TempDir,
-        Image,
-        std::collections::HashMap<String, u64>,
-    ) {
+    /// [`fixture`] built by the compiler `cc`, with `head` put before the source's text.
+    fn fixture_by(cc: &str, name: &str, head: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let src = format!(
             "{}/src/unwind/testdata/{name}.S",
@@ -595,11 +576,7 @@ mod tests {
         (dir, image, syms)
     }
 
-    fn remember() -> (
-        tempfile::TempDir,
-        Image,
-        std::collections::HashMap<String, u64>,
-    ) {
+    fn remember() -> Fixture {
         fixture("remember")
     }
 
@@ -714,7 +691,7 @@ mod tests {
     #[test]
     fn debug_frame_is_looked_up_at_the_load_bias() {
         // .debug_frame's addresses are absolute, as linked.
-        let (_dir, image, sym) = fixture_with("remember", ".cfi_sections .debug_frame\n");
+        let (_dir, image, sym) = fixture_by("gcc", "remember", ".cfi_sections .debug_frame\n");
         assert!(image.eh_frame.is_none() && image.debug_frame.is_some());
         unwind_at_bias(image, &sym, 0x7f00_1234_0000);
     }
