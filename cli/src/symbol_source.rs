@@ -176,6 +176,11 @@ impl ReadOnce {
         &self.0.sources
     }
 
+    /// Whether a stage has read the sources already.
+    pub fn is_read(&self) -> bool {
+        self.0.loaded.get().is_some()
+    }
+
     /// Every source, in order, read at the first call.
     pub fn get(&self) -> &[Loaded] {
         let Sources {
@@ -221,6 +226,9 @@ impl ReadOnce {
 pub enum ToRead {
     Sources(Vec<SourceArg>, Option<Arch>, Preloaded),
     Once(ReadOnce),
+    /// The sources read once before it (user mode's `--symbols` files, read for the names
+    /// FUNCs resolve in), then `Sources`' (the files the program mapped).
+    OnceThen(ReadOnce, Vec<SourceArg>, Option<Arch>, Preloaded),
 }
 
 /// One name per file (the loader's `/lib/…` and the sysroot's `/usr/lib/…` may be one).
@@ -280,6 +288,11 @@ impl<T: Send + 'static> BackgroundLoad<T> {
                     load_all_with(&sources, arch, false, &mut preloaded)
                 }
                 ToRead::Once(once) => once.with_lines(),
+                ToRead::OnceThen(once, sources, arch, mut preloaded) => {
+                    let mut loaded = once.with_lines();
+                    loaded.extend(load_all_with(&sources, arch, false, &mut preloaded));
+                    loaded
+                }
             })
         }))
     }

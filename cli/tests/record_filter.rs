@@ -320,6 +320,30 @@ fn user_mode_filters_resolve_from_the_program() {
     assert_eq!(shape(&dir, &[]), want, "{err}");
 }
 
+/// User mode, the names from `--symbols` alone (`--no-auto-symbols`): a FUNC resolves in
+/// the file read before QEMU starts, and the trace's names come from that same read (the
+/// symbol job does not read it again), as the automatic symbols' run has them.
+#[test]
+fn user_mode_filters_resolve_from_symbols_files() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let elf = qemu_uftrace_tests::user_guest_elf("nested.elf").expect("build");
+    let elf = elf.to_string_lossy();
+    let (_t1, full, out) = user::record_with(&qemu, &["-F", "nest_level2"], &[&elf]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let want = shape(&full, &[]);
+    assert!(
+        want.first().is_some_and(|e| e == "E nest_level2@0"),
+        "{want:?}"
+    );
+    let options = ["--no-auto-symbols", "--symbols", &elf, "-F", "nest_level2"];
+    let (_t2, dir, out) = user::record_with(&qemu, &options, &[&elf]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("never entered"), "{err}");
+    assert_eq!(shape(&dir, &[]), want, "{err}");
+}
+
 /// User mode, a dynamic PIE (Debian gcc's default: the glibc oracle guest, loaded at a bias
 /// known only once it runs): `-F` of one of its functions, placed by the plugin at the
 /// program's entry, is uftrace's `-F` replay of the unfiltered trace, event for event, with

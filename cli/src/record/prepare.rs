@@ -29,6 +29,9 @@ pub struct Prepared {
     pub images: Vec<GuestImage>,
     /// The symbol sources known before the run (user mode adds the libraries after it).
     pub sources: Vec<SourceArg>,
+    /// `sources`, read once by the first stage to need them (user mode: the names FUNCs
+    /// resolve in, if any, before QEMU starts).
+    pub read: ReadOnce,
     /// The command QEMU runs: the user's, with our `-plugin` option.
     pub command: Vec<OsString>,
     /// The size cap the plugin stops writing at.
@@ -199,7 +202,7 @@ pub fn prepare(
             board: inv.board.clone(),
             kaslr_warning,
         };
-        symbols::start(ToRead::Once(read), staging, ctx)
+        symbols::start(ToRead::Once(read.clone()), staging, ctx)
     });
     // User mode: the program's files are read while it runs, at offset 0; where they were
     // loaded is known once it ran.
@@ -219,6 +222,7 @@ pub fn prepare(
             arch,
             images,
             sources,
+            read,
             command,
             cap,
             filters,

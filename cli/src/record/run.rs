@@ -77,7 +77,14 @@ pub fn run(
             board: inv.board.clone(),
             kaslr_warning: None,
         };
-        let read = ToRead::Sources(sources.clone(), Some(prep.arch), preloaded);
+        // The `--symbols` files read for FUNCs' names are not read again.
+        let arch = Some(prep.arch);
+        let read = if prep.read.is_read() {
+            let rest = sources[prep.read.sources().len()..].to_vec();
+            ToRead::OnceThen(prep.read.clone(), rest, arch, preloaded)
+        } else {
+            ToRead::Sources(sources.clone(), arch, preloaded)
+        };
         symbols::start(read, staging, ctx)
     });
     // Joined whatever QEMU did: the thread writes into the staging directory.
