@@ -166,6 +166,12 @@ pub fn memory_call_word(size: u8, code_base: u64) -> u64 {
     code_base << 8 | size as u64
 }
 
+/// How many bytes a memory call's load reads, from its target field.
+#[inline(always)]
+pub fn memory_call_width(word: u64) -> usize {
+    (word & 0xff) as usize
+}
+
 /// Where a memory call goes, from its target field and the value its load read (QEMU leaves
 /// the bytes above the access's width undefined).
 #[inline(always)]

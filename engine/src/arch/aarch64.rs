@@ -252,10 +252,254 @@ impl Isa for Aarch64 {
             format!("EL{el}")
         }
     }
+
+    /// `BLR Xn` (the authenticating forms branch to a value other than their register's).
+    fn plain_register_call(&self, _mode: Mode, bytes: &[u8]) -> bool {
+        word(bytes).is_some_and(|insn| insn & 0xffff_fc1f == 0xd63f_0000)
+    }
+
+    /// `LDR Xt` in its immediate (unsigned offset, pre- and post-indexed), unscaled,
+    /// register-offset and literal forms; a writeback into the register itself is
+    /// unpredictable, so not taken.
+    fn loads_register(&self, _mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        let Some(insn) = word(bytes) else {
+            return false;
+        };
+        let rt = (insn & 31) as u8;
+        let rn = ((insn >> 5) & 31) as u8;
+        if rt != reg || reg == 31 {
+            return false;
+        }
+        insn & 0xffc0_0000 == 0xf940_0000 // LDR Xt, [Xn, #uimm]
+            || insn & 0xffe0_0c00 == 0xf840_0000 // LDUR Xt, [Xn, #simm]
+            || insn & 0xffe0_0c00 == 0xf860_0800 // LDR Xt, [Xn, Xm{, extend}]
+            || insn & 0xff00_0000 == 0x5800_0000 // LDR Xt, label
+            // LDR Xt, [Xn, #simm]! and LDR Xt, [Xn], #simm
+            || (insn & 0xffe0_0400 == 0xf840_0400 && rn != rt)
+    }
+
+    /// Integer data processing on registers, each form only where it is allocated (an
+    /// undefined encoding raises an exception), and `NOP`; each writes at most Rd (bits 4:0).
+    fn inert_for(&self, _mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        let Some(insn) = word(bytes) else {
+            return false;
+        };
+        if insn == 0xd503_201f {
+            return true; // NOP
+        }
+        (insn & 31) as u8 != reg && integer_data_processing(insn)
+    }
+
+    /// Besides the inert ones: loads and stores of one register or a pair (general or
+    /// SIMD&FP, immediate, unscaled, register-offset, literal, with or without writeback)
+    /// that write neither `reg` nor, on writeback, their base into it.
+    fn spares(&self, mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        if self.inert_for(mode, bytes, reg) {
+            return true;
+        }
+        word(bytes)
+            .and_then(load_store_writes)
+            .is_some_and(|written| !written.contains(&Some(reg)))
+    }
+}
+
+/// The general registers a load or store of the common forms may write (a load's Rt, and
+/// Rt2 of a pair, where they are general registers; the base on writeback), or `None` for
+/// any other instruction.
+fn load_store_writes(insn: u32) -> Option<[Option<u8>; 3]> {
+    let rt = Some((insn & 31) as u8);
+    let rt2 = Some(((insn >> 10) & 31) as u8);
+    let rn = Some(((insn >> 5) & 31) as u8);
+    // A load into a general register (V clear); single registers store with opc 00
+    // (bits 23:22), pairs with L (bit 22) clear.
+    let general = insn & 0x0400_0000 == 0;
+    let pair = insn & 0x3a00_0000 == 0x2800_0000;
+    let store = if pair {
+        (insn >> 22) & 1 == 0
+    } else {
+        (insn >> 22) & 3 == 0 && insn & 0x3b00_0000 != 0x1800_0000
+    };
+    let gpr = |r: Option<u8>| r.filter(|_| general && !store);
+    if insn & 0x3b00_0000 == 0x3900_0000 || insn & 0x3b00_0000 == 0x1800_0000 {
+        // Unsigned offset; literal.
+        return Some([gpr(rt), None, None]);
+    }
+    if insn & 0x3b20_0000 == 0x3800_0000 {
+        // Unscaled, post-indexed (01), unprivileged, pre-indexed (11).
+        let writeback = (insn >> 10) & 1 == 1;
+        return Some([gpr(rt), None, rn.filter(|_| writeback)]);
+    }
+    if insn & 0x3b20_0c00 == 0x3820_0800 {
+        return Some([gpr(rt), None, None]); // register offset
+    }
+    if pair {
+        // Pairs: no-allocate (00), post-indexed (01), offset (10), pre-indexed (11).
+        let writeback = (insn >> 23) & 1 == 1;
+        return Some([gpr(rt), gpr(rt2), rn.filter(|_| writeback)]);
+    }
+    None
+}
+
+/// Whether `insn` is an allocated integer data-processing instruction of the base ISA:
+/// ADR/ADRP, add/sub (immediate, shifted and extended register, with carry), logical
+/// (immediate and shifted register), move wide, bitfield, conditional compare and select,
+/// the variable shifts and divides, multiply-add. None of them can raise an exception.
+fn integer_data_processing(insn: u32) -> bool {
+    let sf = insn >> 31 != 0;
+    let bits = |hi: u32, lo: u32| (insn >> lo) & ((1 << (hi - lo + 1)) - 1);
+    match bits(28, 23) {
+        0b10_0000 | 0b10_0001 => return true, // ADR, ADRP
+        0b10_0010 => return true,             // ADD/SUB (immediate)
+        // Logical (immediate): N set only in 64-bit forms.
+        0b10_0100 => return sf || bits(22, 22) == 0,
+        // Move wide: MOVN, MOVZ, MOVK; hw 2-3 only in 64-bit forms.
+        0b10_0101 => return bits(30, 29) != 1 && (sf || bits(22, 21) < 2),
+        // Bitfield: SBFM, BFM, UBFM with N equal to sf.
+        0b10_0110 => return bits(30, 29) != 3 && bits(22, 22) == sf as u32,
+        _ => {}
+    }
+    // 32-bit register forms with a shift or immediate of 32 or more are unallocated.
+    let narrow_shift_ok = sf || bits(15, 15) == 0;
+    match (bits(28, 24), bits(21, 21)) {
+        (0b0_1010, _) => narrow_shift_ok, // logical (shifted register)
+        // Add/sub (shifted register): shift type 3 is reserved.
+        (0b0_1011, 0) => bits(23, 22) != 3 && narrow_shift_ok,
+        // Add/sub (extended register): opt 0, shift 0-4.
+        (0b0_1011, 1) => bits(23, 22) == 0 && bits(12, 10) <= 4,
+        _ => match bits(28, 21) {
+            0b1101_0000 => bits(15, 10) == 0, // ADC, ADCS, SBC, SBCS
+            0b1101_0010 => bits(29, 29) == 1 && bits(10, 10) == 0 && bits(4, 4) == 0, // CCMN, CCMP
+            0b1101_0100 => bits(29, 29) == 0 && bits(11, 11) == 0, // CSEL, CSINC, CSINV, CSNEG
+            // Two-source (bit 30 clear): UDIV, SDIV, LSLV, LSRV, ASRV, RORV.
+            0b1101_0110 => bits(30, 29) == 0 && matches!(bits(15, 10), 2 | 3 | 8..=11),
+            // Three-source: MADD, MSUB; SMADDL, SMSUBL, UMADDL, UMSUBL (64-bit only).
+            0b1101_1000 => bits(30, 29) == 0,
+            0b1101_1001 | 0b1101_1101 => bits(30, 29) == 0 && sf,
+            _ => false,
+        },
+    }
+}
+
+/// The instruction word at the start of `bytes`.
+fn word(bytes: &[u8]) -> Option<u32> {
+    let b = bytes.get(..4)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 #[cfg(test)]
 mod tests {
+    /// A call's target is taken from the load that put it in its register when nothing
+    /// between them may write the register: directly when nothing between may fault
+    /// (register arithmetic), through the call's own callback when loads and stores of
+    /// other registers lie between; never across anything else, a load of another width or
+    /// of a pair, or for an authenticating call.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn calls_take_their_target_from_the_load_that_feeds_them() {
+        use crate::arch::test_asm::{assemble, feeding_load_of, AARCH64};
+        use crate::arch::Feed;
+        let fed =
+            |lines: &[&str]| feeding_load_of(&Aarch64, &assemble(&AARCH64, 0x40_0000, "", lines));
+        let feed = |direct| Some(Feed { load: 0, direct });
+        for load in [
+            "ldr x16, [x0, #8]",
+            "ldr x16, [x16, #8]",
+            "ldur x16, [x0, #-8]",
+            "ldr x16, [x0, x1, lsl #3]",
+            "ldr x16, [x0, #16]!",
+            "ldr x16, [x0], #16",
+            "ldr x16, _start",
+        ] {
+            assert_eq!(fed(&[load, "blr x16"]), feed(true), "{load}");
+        }
+        let mut lines = vec!["ldr x16, [x0, #8]"];
+        lines.extend([
+            "mov x0, x19",
+            "add x1, x1, #4",
+            "adrp x2, _start",
+            "movk x3, #1, lsl #16",
+            "ubfx x4, x5, #3, #7",
+            "and x6, x7, #0xff",
+            "orr x8, x9, x10, lsl #2",
+            "sub x11, x12, w13, uxtw",
+            "adc x14, x15, x1",
+            "ccmp x1, #3, #0, ne",
+            "csel x2, x3, x4, eq",
+            "udiv x5, x6, x7",
+            "madd x8, x9, x10, x11",
+            "umaddl x12, w13, w14, x15",
+            "nop",
+            "blr x16",
+        ]);
+        assert_eq!(fed(&lines), feed(true));
+        // Loads and stores of other registers may fault: the value waits for the call.
+        for between in [
+            "ldr x1, [x2]",
+            "ldr w1, [x2, #4]!",
+            "ldrb w1, [x2], #1",
+            "ldur x1, [x2, #-8]",
+            "ldr x1, [x2, x3]",
+            "ldp x1, x2, [sp, #16]",
+            "ldp x1, x2, [sp], #16",
+            "str x1, [x2]",
+            "stp x1, x2, [sp, #-16]!",
+            "ldr d0, [x16]",
+            "ldp q0, q1, [x2]",
+            "str x16, [sp, #8]",
+        ] {
+            let lines = ["ldr x16, [x0, #8]", "mov x0, x1", between, "blr x16"];
+            assert_eq!(fed(&lines), feed(false), "{between}");
+        }
+        for (lines, why) in [
+            (
+                &["ldr x16, [x0]", "mov x16, x1", "blr x16"][..],
+                "rewritten",
+            ),
+            (
+                &["ldr x16, [x0]", "add x16, x16, #1", "blr x16"],
+                "adjusted",
+            ),
+            (
+                &["ldr x16, [x0]", "ldr w16, [x2]", "blr x16"],
+                "loaded again",
+            ),
+            (
+                &["ldr x16, [x0]", "ldp x1, x16, [x2]", "blr x16"],
+                "loaded again, paired",
+            ),
+            (
+                &["ldr x16, [x0]", "ldr x1, [x16], #8", "blr x16"],
+                "its base written back",
+            ),
+            (
+                &["ldr x16, [x0]", "ldadd x1, x2, [x3]", "blr x16"],
+                "an atomic between",
+            ),
+            (
+                &["ldr x16, [x0]", "svc #0", "blr x16"],
+                "a system call between",
+            ),
+            (
+                &["ldr x16, [x0]", "fmov d0, x1", "blr x16"],
+                "floating point between",
+            ),
+            (
+                &["ldr x16, [x0]", "autia x1, sp", "blr x16"],
+                "authentication between",
+            ),
+            (&["ldr w16, [x0]", "blr x16"], "a 32-bit load"),
+            (&["ldp x16, x17, [x0]", "blr x16"], "a pair"),
+            (
+                &["ldr x16, [x16], #8", "blr x16"],
+                "a writeback into the register",
+            ),
+            (&["ldr x16, [x0]", "blraaz x16"], "an authenticating call"),
+            (&["mov x0, x1", "blr x16"], "no load in the block"),
+        ] {
+            assert_eq!(fed(lines), None, "{why}: {lines:?}");
+        }
+    }
+
     #[test]
     fn indirect_jumps_are_br_and_its_authenticated_forms() {
         let j = |w: u32| Aarch64.indirect_jump(Mode::Bits64, &w.to_le_bytes());

@@ -295,6 +295,50 @@ pub fn jump_target_after(
     Some(base.wrapping_add_signed(offset) & !1)
 }
 
+/// How a register call takes its target from a load in its block ([`feeding_load`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feed {
+    /// The load's index among the instructions before the call.
+    pub load: usize,
+    /// Nothing between the load and the call can raise an exception: once the load has read
+    /// its value, the call happens (a block runs straight through; QEMU takes interrupts
+    /// between blocks only), so the load's memory callback can stand for the call. Else the
+    /// load's callback keeps the value and the call's own callback takes it: an exception
+    /// between leaves the block, and the block QEMU resumes in starts past the load.
+    pub direct: bool,
+}
+
+/// The load among `earlier` (a block's instructions before the register call `call` through
+/// `reg`, in order) whose value the call branches to: the last instruction that may write
+/// `reg`, when it is a whole 64-bit load of it ([`Isa::loads_register`]) and no instruction
+/// after it may write `reg` ([`Isa::inert_for`], [`Isa::spares`]). `None`: the call reads
+/// its register.
+pub fn feeding_load(
+    isa: &dyn Isa,
+    mode: Mode,
+    earlier: &[&[u8]],
+    call: &[u8],
+    reg: u8,
+) -> Option<Feed> {
+    if !isa.plain_register_call(mode, call) {
+        return None;
+    }
+    let mut direct = true;
+    for (i, insn) in earlier.iter().enumerate().rev() {
+        if isa.loads_register(mode, insn, reg) {
+            return Some(Feed { load: i, direct });
+        }
+        if isa.inert_for(mode, insn, reg) {
+            continue;
+        }
+        if !isa.spares(mode, insn, reg) {
+            return None;
+        }
+        direct = false;
+    }
+    None
+}
+
 pub trait Isa: Sync + Send {
     /// Classifies the instruction at `pc` from its bytes (never from disassembly text), in
     /// code of width `mode`. `bytes` starts at `pc` and holds the instruction (the plugin
@@ -541,6 +585,31 @@ pub trait Isa: Sync + Send {
     /// `level` (as [`Isa::exception_level`] gives it, with what the engine knows of the
     /// security state) for names such as `EL1`, `S-EL1`, `ring0`, `S`.
     fn level_name(&self, level: Level) -> String;
+    /// Whether the register call at the start of `bytes` branches to its register's value as
+    /// it is (aarch64 `BLR`, not the authenticating `BLRAA`…; RISC-V `JALR` with offset 0),
+    /// so that the value a load put there is its target ([`feeding_load`]).
+    fn plain_register_call(&self, _mode: Mode, _bytes: &[u8]) -> bool {
+        false
+    }
+    /// Whether the instruction at the start of `bytes` loads a whole 64-bit value from
+    /// memory into general register `reg`, reading nothing else into it ([`feeding_load`]).
+    fn loads_register(&self, _mode: Mode, _bytes: &[u8], _reg: u8) -> bool {
+        false
+    }
+    /// Whether the instruction at the start of `bytes` can neither raise an exception, nor
+    /// branch, nor write general register `reg` (integer arithmetic on registers): one that
+    /// may sit between a load and the call it feeds ([`feeding_load`]). Conservative: `false`
+    /// for anything not known.
+    fn inert_for(&self, _mode: Mode, _bytes: &[u8], _reg: u8) -> bool {
+        false
+    }
+    /// Whether the instruction at the start of `bytes` leaves general register `reg` alone
+    /// and does not branch, though it may raise an exception (a load or store of another
+    /// register, say): one that may sit between a load and the call it feeds when the call
+    /// takes the value from the load's callback ([`Feed::direct`] false). Conservative.
+    fn spares(&self, mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        self.inert_for(mode, bytes, reg)
+    }
 }
 
 /// The call of exactly `len` bytes that ends at `pc` and returns there, if the last `len`

@@ -399,10 +399,265 @@ impl Isa for Riscv64 {
             n => format!("priv{n}"),
         }
     }
+
+    /// `JALR` and `C.JALR` with offset 0, which [`Isa::classify`] gives as calls through a
+    /// register (their target's low bit, cleared by the jump, is never set in a function's
+    /// address).
+    fn plain_register_call(&self, mode: Mode, bytes: &[u8]) -> bool {
+        matches!(
+            self.classify(mode, 0, bytes),
+            InsnKind::Call {
+                target: Target::Register(_),
+                ..
+            }
+        )
+    }
+
+    /// `LD`, `C.LD`, `C.LDSP` (RV64).
+    fn loads_register(&self, mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        if mode != Mode::Bits64 || reg == 0 {
+            return false;
+        }
+        match parcel(bytes) {
+            Some(Parcel::Word(insn)) => insn & 0x707f == 0x3003 && (insn >> 7) & 31 == reg as u32,
+            Some(Parcel::Half(insn)) => match (insn & 3, insn >> 13) {
+                (0, 3) => ((insn >> 2) & 7) + 8 == reg as u32, // C.LD
+                (2, 3) => (insn >> 7) & 31 == reg as u32,      // C.LDSP
+                _ => false,
+            },
+            None => false,
+        }
+    }
+
+    /// The base integer ISA's and the M extension's register arithmetic (OP-IMM, OP, their
+    /// 32-bit forms, LUI, AUIPC) and their compressed forms, only where allocated (a
+    /// reserved encoding raises an exception); writing, at most, the destination register.
+    fn inert_for(&self, mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        if mode != Mode::Bits64 {
+            return false;
+        }
+        let reg = reg as u32;
+        match parcel(bytes) {
+            Some(Parcel::Word(insn)) => (insn >> 7) & 31 != reg && integer_word(insn),
+            Some(Parcel::Half(insn)) => integer_half(insn).is_some_and(|rd| rd != reg),
+            None => false,
+        }
+    }
+
+    /// Besides the inert ones: integer and floating-point loads and stores (and their
+    /// compressed forms) that do not load into `reg`.
+    fn spares(&self, mode: Mode, bytes: &[u8], reg: u8) -> bool {
+        if self.inert_for(mode, bytes, reg) {
+            return true;
+        }
+        if mode != Mode::Bits64 {
+            return false;
+        }
+        let reg = reg as u32;
+        match parcel(bytes) {
+            Some(Parcel::Word(insn)) => match insn & 0x7f {
+                0x03 => (insn >> 7) & 31 != reg, // LB … LD, LBU, LHU, LWU
+                0x23 | 0x07 | 0x27 => true,      // stores; FP loads and stores
+                _ => false,
+            },
+            Some(Parcel::Half(insn)) => match (insn & 3, insn >> 13) {
+                // C.LW, C.LD (rd' in bits 4:2)
+                (0, 2 | 3) => ((insn >> 2) & 7) + 8 != reg,
+                // C.LWSP, C.LDSP
+                (2, 2 | 3) => (insn >> 7) & 31 != reg,
+                // C.FLD, C.FSD, C.SW, C.SD; C.FLDSP, C.FSDSP, C.SWSP, C.SDSP
+                (0 | 2, 1 | 5..=7) => true,
+                _ => false,
+            },
+            None => false,
+        }
+    }
+}
+
+/// An instruction as its length says: a 32-bit word or a compressed 16-bit parcel.
+enum Parcel {
+    Word(u32),
+    Half(u32),
+}
+
+fn parcel(bytes: &[u8]) -> Option<Parcel> {
+    let low = u16::from_le_bytes([*bytes.first()?, *bytes.get(1)?]);
+    if Riscv64::is_compressed(low) {
+        return Some(Parcel::Half(low as u32));
+    }
+    let high = u16::from_le_bytes([*bytes.get(2)?, *bytes.get(3)?]);
+    Some(Parcel::Word((high as u32) << 16 | low as u32))
+}
+
+/// An allocated RV64IM register-arithmetic word (see [`Riscv64::inert_for`]).
+fn integer_word(insn: u32) -> bool {
+    let funct3 = (insn >> 12) & 7;
+    let funct7 = insn >> 25;
+    match insn & 0x7f {
+        0x37 | 0x17 => true, // LUI, AUIPC
+        // OP-IMM: SLLI, SRLI, SRAI with their 6-bit shift amounts; the others any.
+        0x13 => match funct3 {
+            1 => insn >> 26 == 0,
+            5 => matches!(insn >> 26, 0 | 0x10),
+            _ => true,
+        },
+        // OP-IMM-32: ADDIW, SLLIW, SRLIW, SRAIW.
+        0x1b => match funct3 {
+            0 => true,
+            1 => funct7 == 0,
+            5 => matches!(funct7, 0 | 0x20),
+            _ => false,
+        },
+        // OP: the base forms, SUB and SRA, the M extension.
+        0x33 => match funct7 {
+            0 | 1 => true,
+            0x20 => matches!(funct3, 0 | 5),
+            _ => false,
+        },
+        // OP-32: ADDW, SLLW, SRLW; SUBW, SRAW; MULW, DIVW, DIVUW, REMW, REMUW.
+        0x3b => match funct7 {
+            0 => matches!(funct3, 0 | 1 | 5),
+            0x20 => matches!(funct3, 0 | 5),
+            1 => matches!(funct3, 0 | 4..=7),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// An allocated RV64C register-arithmetic parcel (see [`Riscv64::inert_for`]), as the
+/// register it writes.
+fn integer_half(insn: u32) -> Option<u32> {
+    let funct3 = insn >> 13;
+    let rd = (insn >> 7) & 31;
+    // The CA/CB formats' rd' (x8-x15), and the CIW format's.
+    let rd_ab = ((insn >> 7) & 7) + 8;
+    let rd_iw = ((insn >> 2) & 7) + 8;
+    let rs2 = (insn >> 2) & 31;
+    let imm6 = (insn >> 12) & 1 | rs2;
+    let allocated = match (insn & 3, funct3) {
+        (0, 0) => return ((insn >> 5) & 0xff != 0).then_some(rd_iw), // C.ADDI4SPN
+        // C.SRLI, C.SRAI, C.ANDI, C.SUB, C.XOR, C.OR, C.AND, C.SUBW, C.ADDW.
+        (1, 4) => {
+            let reserved = (insn >> 10) & 3 == 3 && (insn >> 12) & 1 == 1 && (insn >> 6) & 1 == 1;
+            return (!reserved).then_some(rd_ab);
+        }
+        (1, 0) | (1, 2) => true,        // C.ADDI (C.NOP), C.LI
+        (1, 1) => rd != 0,              // C.ADDIW
+        (1, 3) => imm6 != 0 && rd != 0, // C.ADDI16SP, C.LUI
+        (2, 0) => rd != 0,              // C.SLLI
+        (2, 4) => rs2 != 0 && rd != 0,  // C.MV, C.ADD
+        _ => false,
+    };
+    allocated.then_some(rd)
 }
 
 #[cfg(test)]
 mod tests {
+    /// As aarch64's: a call through a register takes its target from the `ld` (or its
+    /// compressed forms) that fed it, directly across integer arithmetic that leaves the
+    /// register alone, through the call's callback across loads and stores of others.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the assembler")]
+    fn calls_take_their_target_from_the_load_that_feeds_them() {
+        use crate::arch::test_asm::{assemble, feeding_load_of, RISCV64};
+        use crate::arch::Feed;
+        let fed =
+            |lines: &[&str]| feeding_load_of(&Riscv64, &assemble(&RISCV64, 0x1_0000, "", lines));
+        let feed = |direct| Some(Feed { load: 0, direct });
+        for load in [
+            "ld a5, 8(a0)",
+            "c.ld a5, 8(a0)",
+            "c.ldsp a5, 8(sp)",
+            "ld a5, 0(a5)",
+        ] {
+            assert_eq!(fed(&[load, "jalr a5"]), feed(true), "{load}");
+            assert_eq!(fed(&[load, "c.jalr a5"]), feed(true), "{load}");
+        }
+        let lines = [
+            "ld a5, 8(a0)",
+            "mv a0, s1",
+            "c.mv a1, s2",
+            "addi a2, a2, 4",
+            "c.addi a3, 1",
+            "li a4, 7",
+            "lui a6, 0x12345",
+            "auipc a7, 0",
+            "slli t1, t2, 3",
+            "srai t1, t2, 3",
+            "addw t3, t4, t5",
+            "mul t3, t4, t5",
+            "divu t3, t4, t5",
+            "c.srli a0, 2",
+            "c.and a0, a1",
+            "c.addw a0, a1",
+            "c.addi4spn a0, sp, 16",
+            "nop",
+            "jalr a5",
+        ];
+        assert_eq!(fed(&lines), feed(true));
+        // Loads and stores of other registers may fault: the value waits for the call.
+        for between in [
+            "ld a1, 0(a2)",
+            "lw a1, 4(a2)",
+            "lbu a1, 0(a5)",
+            "c.ld a1, 8(a0)",
+            "c.lw a1, 8(a0)",
+            "c.ldsp a1, 8(sp)",
+            "sd a1, 0(a2)",
+            "c.sdsp a5, 8(sp)",
+            "fld fa0, 0(a2)",
+            "c.fld fa0, 8(a0)",
+        ] {
+            let lines = ["ld a5, 8(a0)", "mv a0, s1", between, "jalr a5"];
+            assert_eq!(fed(&lines), feed(false), "{between}");
+        }
+        for (lines, why) in [
+            (&["ld a5, 8(a0)", "mv a5, a1", "jalr a5"][..], "rewritten"),
+            (&["ld a5, 8(a0)", "c.addi a5, 1", "jalr a5"], "adjusted"),
+            (
+                &["ld a5, 8(a0)", "c.srli a5, 1", "jalr a5"],
+                "shifted (rd')",
+            ),
+            (
+                &["c.ld a5, 8(a0)", "c.addi4spn a5, sp, 16", "jalr a5"],
+                "rewritten (CIW)",
+            ),
+            (&["ld a5, 8(a0)", "lw a5, 0(a2)", "jalr a5"], "loaded again"),
+            (
+                &["ld a5, 8(a0)", "c.lwsp a5, 8(sp)", "jalr a5"],
+                "loaded again (compressed)",
+            ),
+            (
+                &["ld a5, 8(a0)", "amoadd.d a1, a2, (a3)", "jalr a5"],
+                "an atomic between",
+            ),
+            (
+                &["ld a5, 8(a0)", "ecall", "jalr a5"],
+                "a system call between",
+            ),
+            (
+                &["ld a5, 8(a0)", "fmv.d.x fa0, a1", "jalr a5"],
+                "floating point between",
+            ),
+            (
+                &["ld a5, 8(a0)", "csrr a1, sstatus", "jalr a5"],
+                "a CSR read between",
+            ),
+            (&["lw a5, 8(a0)", "jalr a5"], "a 32-bit load"),
+            (&["mv a0, a1", "jalr a5"], "no load in the block"),
+        ] {
+            assert_eq!(fed(lines), None, "{why}: {lines:?}");
+        }
+        // An offset: the target is not the loaded value.
+        let listing = assemble(&RISCV64, 0x1_0000, "", &["ld a5, 8(a0)", "jalr 8(a5)"]);
+        let earlier = [&listing[0].bytes[..]];
+        assert_eq!(
+            crate::arch::feeding_load(&Riscv64, Mode::Bits64, &earlier, &listing[1].bytes, 15),
+            None
+        );
+    }
+
     #[test]
     fn indirect_jumps_are_jr_through_other_registers() {
         let j = |b: &[u8]| Riscv64.indirect_jump(Mode::Bits64, b);

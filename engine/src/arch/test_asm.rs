@@ -29,6 +29,13 @@ pub const X86_64: Binutils = Binutils {
     ld_flags: &["-m", "elf_x86_64"],
 };
 
+pub const AARCH64: Binutils = Binutils {
+    prefix: "aarch64-linux-gnu-",
+    package: "binutils-aarch64-linux-gnu",
+    as_flags: &["-march=armv8.5-a"],
+    ld_flags: &["-m", "aarch64linux"],
+};
+
 pub const RISCV64: Binutils = Binutils {
     prefix: "riscv64-linux-gnu-",
     package: "binutils-riscv64-linux-gnu",
@@ -131,4 +138,20 @@ pub fn bytes_through(listing: &[Insn], base: u64, insn: &Insn) -> Vec<u8> {
         }
     }
     text
+}
+
+/// [`crate::arch::feeding_load`] of a listing whose last line is a call through a register:
+/// which of the lines before it (by index) feeds it.
+pub fn feeding_load_of(isa: &dyn crate::arch::Isa, listing: &[Insn]) -> Option<crate::arch::Feed> {
+    use crate::arch::{InsnKind, Mode, Target};
+    let (call, earlier) = listing.split_last().expect("a listing");
+    let reg = match isa.classify(Mode::Bits64, call.addr, &call.bytes) {
+        InsnKind::Call {
+            target: Target::Register(r),
+            ..
+        } => r,
+        other => panic!("{}: not a call through a register: {other:?}", call.source),
+    };
+    let earlier: Vec<&[u8]> = earlier.iter().map(|i| &i.bytes[..]).collect();
+    crate::arch::feeding_load(isa, Mode::Bits64, &earlier, &call.bytes, reg)
 }

@@ -3,7 +3,7 @@
 //! store to returns, and a conditional callback to blocks where returns land (`landing`).
 
 use crate::ffi::{
-    qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
+    qemu_plugin_insn, qemu_plugin_insn_data, qemu_plugin_insn_haddr, qemu_plugin_insn_vaddr,
     qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu,
     qemu_plugin_register_vcpu_mem_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
     qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, qemu_plugin_tb_get_insn,
@@ -12,14 +12,14 @@ use crate::ffi::{
 };
 use crate::handlers::callbacks::{
     on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
-    on_far_return, on_indirect_call, on_jump_entry, on_landing, on_landing_gated, on_memory_call,
-    on_offset_call, on_packed_call, on_packed_call_gated, on_task_pointer, on_thunk_branch,
-    on_unreported_system_call, on_user_call, on_user_indirect_call, on_user_landing,
-    on_user_memory_call, on_user_offset_call,
+    on_far_return, on_fed_call, on_fed_load, on_indirect_call, on_jump_entry, on_landing,
+    on_landing_gated, on_memory_call, on_offset_call, on_packed_call, on_packed_call_gated,
+    on_task_pointer, on_thunk_branch, on_unreported_system_call, on_user_call, on_user_fed_call,
+    on_user_indirect_call, on_user_landing, on_user_memory_call, on_user_offset_call,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{
-    classify_after, jump_target_after, InsnKind, Isa, Mode, Target, Thunk,
+    classify_after, feeding_load, jump_target_after, InsnKind, Isa, Mode, Target, Thunk,
 };
 use qemu_uftrace_engine::sites::{call_site, memory_call_word, pack, user_site};
 use qemu_uftrace_engine::spaces::SpaceId;
@@ -71,6 +71,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
     let start = unsafe { qemu_plugin_insn_vaddr(first) };
+    if !crate::state::system_mode() {
+        crate::state::guest::learn_user_base(start, unsafe { qemu_plugin_insn_haddr(first) }
+            as *const u8);
+    }
     // User mode: the first block is the program's (or its loader's) entry, run once; its
     // first instruction reads the auxiliary vector off the initial stack.
     if !crate::state::system_mode() && crate::handlers::usermap::arm_startup() {
@@ -187,11 +191,17 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let mut prev: Option<(u64, [u8; 16], usize)> = None;
     // The one before it (a switch's table jump is told by the two instructions before it).
     let mut prev2: Option<([u8; 16], usize)> = None;
+    // The block's instructions so far: a call through a register may take its target from
+    // a load among them (`arch::feeding_load`).
+    let mut earlier: Vec<(*mut qemu_plugin_insn, [u8; 16], usize)> = Vec::new();
+    let mut current = None;
     for i in 0..n {
+        earlier.extend(current.take());
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
         let len = unsafe {
             qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
         };
+        current = Some((insn, bytes, len));
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
         if !user {
             // A Linux guest's process mappings: a few kernel functions' first instructions.
@@ -309,6 +319,42 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 target: Target::Register(r),
                 ret_addr,
             } => {
+                // Filled by a load in this block: its value is the target, handed over by
+                // the load's memory callback (no register read).
+                if let Some((load, direct)) = fed_by(isa, mode, &earlier, &bytes[..len], r) {
+                    let word = memory_call_word(8, 0);
+                    let data = match space {
+                        Some(s) => user_site(pc, word, ret_addr, s),
+                        None => call_site(pc, word, ret_addr),
+                    };
+                    if direct {
+                        // Nothing between can fault: the load's callback is the call.
+                        let cb = match space {
+                            Some(_) => on_user_memory_call,
+                            None => on_memory_call,
+                        };
+                        unsafe {
+                            qemu_plugin_register_vcpu_mem_cb(load, cb, CB_NO_REGS, MEM_R, data)
+                        };
+                    } else {
+                        // The load's callback keeps the value; the call's takes it.
+                        let cb = match space {
+                            Some(_) => on_user_fed_call,
+                            None => on_fed_call,
+                        };
+                        unsafe {
+                            qemu_plugin_register_vcpu_mem_cb(
+                                load,
+                                on_fed_load,
+                                CB_NO_REGS,
+                                MEM_R,
+                                std::ptr::null_mut(),
+                            );
+                            qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, CB_NO_REGS, data);
+                        }
+                    }
+                    continue;
+                }
                 // The register number, marked so it never meets a direct target.
                 let word = r as u64 | 1 << 63;
                 match space {
@@ -450,6 +496,20 @@ unsafe fn instrument_register_jump_targets(
         _ => (start as usize as *mut c_void, crate::vcpu::landing::RETURN),
     };
     unsafe { qemu_plugin_register_vcpu_tb_exec_cond_cb(tb, cb, CB_NO_REGS, cond, flag, imm, data) };
+}
+
+/// The load among a block's `earlier` instructions whose value the call `call` through
+/// register `reg` branches to, and whether its callback can stand for the call
+/// (`arch::feeding_load`).
+fn fed_by(
+    isa: &dyn Isa,
+    mode: Mode,
+    earlier: &[(*mut qemu_plugin_insn, [u8; 16], usize)],
+    call: &[u8],
+    reg: u8,
+) -> Option<(*mut qemu_plugin_insn, bool)> {
+    let bytes: Vec<&[u8]> = earlier.iter().map(|(_, b, l)| &b[..*l]).collect();
+    feeding_load(isa, mode, &bytes, call, reg).map(|f| (earlier[f.load].0, f.direct))
 }
 
 /// A task switch's callback data: the source register in the low byte, the instruction's

@@ -5,11 +5,12 @@
 //! needs comes from `sites`.
 
 use crate::ffi;
+use crate::state::guest;
 use crate::state::qemu_guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionKind, ExceptionReturnTo, Isa, Level};
 use qemu_uftrace_engine::sites::{
-    call_site_at, memory_call_target, unpack, user_site_at, UserSite,
+    call_site_at, memory_call_target, memory_call_width, unpack, user_site_at, UserSite,
 };
 use qemu_uftrace_engine::spaces::SpaceId;
 use qemu_uftrace_engine::tasks::{Switch, TASK_NAME_BYTES};
@@ -169,26 +170,77 @@ pub unsafe extern "C" fn on_offset_call(vcpu_index: c_uint, data: *mut c_void) {
     });
 }
 
-/// A call that reads its target from memory (x86 `call *m`), told by the load itself: a
-/// memory callback on the call's read of the pointer hands over the value it loaded, so no
-/// register and no guest memory is read (reading the pointer again through the API took a
-/// lock in user mode and several register reads for `disp(%base,%index,scale)`). A load that
-/// faults calls nothing: the call did not happen.
+/// A call that reads its target from memory (x86 `call *m`), or through a register that a
+/// load in its block has just filled (`arch::feeding_load`: aarch64 `ldr x16, [x0, #8];
+/// blr x16`), told by the load itself: a memory callback on the load hands over the value
+/// it read, so no register is read (24–49 ns; reading the pointer again through the API
+/// took a lock in user mode and several register reads for `disp(%base,%index,scale)`).
+/// User mode reads the value from the host's copy of guest memory (`guest::just_loaded`),
+/// system mode through the API. A load that faults calls nothing: the call did not happen.
 ///
 /// # Safety
 /// `data` is a call site from `sites::call_site` whose target field is
-/// `sites::memory_call_word`'s; registered as a read callback of the call instruction alone.
+/// `sites::memory_call_word`'s; registered as a read callback of that load alone.
 pub unsafe extern "C" fn on_memory_call(
     vcpu_index: c_uint,
     info: ffi::MemInfo,
-    _vaddr: u64,
+    vaddr: u64,
     data: *mut c_void,
 ) {
     let site = unsafe { call_site_at(data) };
-    // SAFETY: inside the memory callback of the access `info` describes.
-    let loaded = unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0];
+    // SAFETY: inside the memory callback of the load of `vaddr` (the contract).
+    let loaded = match unsafe { guest::just_loaded(vaddr, memory_call_width(site.target)) } {
+        Some(value) => value,
+        // SAFETY: as above.
+        None => unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0],
+    };
     let target = memory_call_target(site.target, loaded);
     vcpu::with(vcpu_index, |v| direct_call(v, target, site.ret_addr));
+}
+
+/// The load that fills the register a call in its block goes through, where something
+/// between them may fault (`arch::Feed::direct` false): it keeps the value it read for the
+/// call's own callback ([`on_fed_call`]). An exception between leaves the block before the
+/// call runs, and the block QEMU resumes in starts past this load, so its call reads the
+/// register instead: a kept value is only ever taken by the call of the same run.
+///
+/// # Safety
+/// Registered as a read callback of that load alone (8 bytes).
+pub unsafe extern "C" fn on_fed_load(
+    vcpu_index: c_uint,
+    info: ffi::MemInfo,
+    vaddr: u64,
+    _data: *mut c_void,
+) {
+    // SAFETY: inside the memory callback of the load of `vaddr` (the contract).
+    let loaded = match unsafe { guest::just_loaded(vaddr, 8) } {
+        Some(value) => value,
+        // SAFETY: as above.
+        None => unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0],
+    };
+    vcpu::with(vcpu_index, |v| v.fed_target = loaded);
+}
+
+/// A call through a register that [`on_fed_load`] kept the value of.
+///
+/// # Safety
+/// `data` is a call site from `sites::call_site`; registered on a call whose block's
+/// feeding load has [`on_fed_load`].
+pub unsafe extern "C" fn on_fed_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { call_site_at(data) };
+    vcpu::with(vcpu_index, |v| direct_call(v, v.fed_target, site.ret_addr));
+}
+
+/// [`on_fed_call`] in a process's code (system mode, processes watched).
+///
+/// # Safety
+/// `data` is a site from `sites::user_site`; registered as [`on_fed_call`].
+pub unsafe extern "C" fn on_user_fed_call(vcpu_index: c_uint, data: *mut c_void) {
+    let site = unsafe { user_site_at(data) };
+    vcpu::with(vcpu_index, |v| {
+        let d = moved(v, site);
+        direct_call(v, v.fed_target, site.ret_addr.wrapping_add(d))
+    });
 }
 
 /// A direct jump into another function's entry (a tail call; translation decided it from

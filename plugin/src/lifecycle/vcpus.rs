@@ -96,6 +96,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         announced: Default::default(),
         vectors: Default::default(),
         thunk_ret: false,
+        fed_target: 0,
         deltas: Default::default(),
     };
     if !vcpu::install(vcpu_id, state) {

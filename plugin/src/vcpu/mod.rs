@@ -47,6 +47,8 @@ pub struct VcpuState {
     /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
     /// next only branches to the callee, whose frame the call to the thunk opened.
     pub thunk_ret: bool,
+    /// The value a call's feeding load read, for the call (`handlers::callbacks::on_fed_load`).
+    pub fed_target: u64,
     /// The process address space the vCPU runs and the deltas into it from others
     /// (`state::spaces`); read on process code's events only.
     pub deltas: qemu_uftrace_engine::spaces::DeltaCache,
