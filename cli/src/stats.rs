@@ -63,8 +63,9 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "register_calls",
-        "calls whose target was read from a register (an indirect call's; the one register \
-         read a call costs); ordinary",
+        "calls whose target was read from a register (an indirect call's whose register no \
+         load in its block filled: those take the load's value; the one register read a call \
+         costs); ordinary",
         None,
     ),
     count(
