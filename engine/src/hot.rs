@@ -53,14 +53,15 @@ pub struct Engine {
     buf: Vec<u8>,
     /// The running context's open calls.
     stack: ShadowStack,
-    /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack);
-    /// 0 with gates, which then decide (`open_beyond`, `close_beyond`).
-    record_depth: usize,
     /// Below this depth a call or return may take the fast path (`try_call`, `try_ret`): its
     /// frame is recorded, and the stack has room without growing.
     fast_depth: usize,
     /// `events` is not counted here but by [`Engine::stats`], from the records emitted.
     pub stats: Stats,
+    /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack);
+    /// 0 with gates, which then decide (`open_beyond`, `close_beyond`). Read off the fast
+    /// path only (which goes by `fast_depth`), so after the fields it reads.
+    record_depth: usize,
     /// Calls ignored past HARD_STACK_LIMIT; their returns are swallowed one for one.
     overflow: u64,
     /// Records handed to the writer so far.
@@ -221,6 +222,7 @@ impl Engine {
             Some(f) if f.ret_addr == target && depth <= self.fast_depth && self.has_room() => {
                 f.func
             }
+            Some(f) if f.is_jumped() => return self.try_ret_jumped(now, target),
             _ => return false,
         };
         self.last_time = now;
@@ -228,6 +230,37 @@ impl Engine {
         self.stack.pop();
         // SAFETY: checked above.
         unsafe { self.emit_unchecked(now, RecordType::Exit, depth - 1, func) };
+        true
+    }
+
+    /// A return to the frame below the innermost frames entered by a jump (tail calls: in
+    /// sqlite a million returns), which closes them with it: what `ret` does through
+    /// `ret_slow` (there they are no deep return and no longjmp's), without its searches of
+    /// the whole stack. Changes nothing and returns false when `ret` must decide: a frame
+    /// to close is a longjmp's or an exception's, calls were ignored past the hard limit,
+    /// or a frame is deeper than the fast path records.
+    #[inline(never)]
+    fn try_ret_jumped(&mut self, now: u64, target: u64) -> bool {
+        let frames = self.stack.frames();
+        if frames.len() > self.fast_depth || self.overflow > 0 || target == JUMPED {
+            return false;
+        }
+        let Some(keep) = frames.iter().rposition(|f| !f.is_jumped()) else {
+            return false;
+        };
+        let is_longjmp = self.is_longjmp;
+        let returns = &frames[keep];
+        if returns.ret_addr != target
+            || returns.is_exception()
+            || frames[keep + 1..]
+                .iter()
+                .any(|f| f.is_exception() || is_longjmp(f.func))
+        {
+            return false;
+        }
+        let now = self.clamp(now);
+        self.stats.returns += 1;
+        self.close_down_to(now, keep);
         true
     }
 

@@ -22,16 +22,19 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 /// In C order: what every event reads first, after the slot's flags, then the engine (whose
-/// own hot fields come first), so that the common case reads two cache lines of the slot.
+/// own hot fields come first), so that the common case reads two cache lines of the slot
+/// (a test checks the offsets).
 #[repr(C)]
 pub struct VcpuState {
     /// The clock and pending flag as the common case reads them (`FastWords::NONE`: never).
     pub fast: scoreboard::FastWords,
+    /// The wall clock's interpolation by instructions (user mode), which the hot path reads
+    /// with `fast`: here, it shares the slot's first cache line (behind the engine it sat on
+    /// two more of every event's).
+    pub interp: qemu_uftrace_engine::tsc::Interpolated,
     pub engine: Engine,
     /// The clock and the pending flag as the general path reads them.
     pub clock: clock::VcpuClock,
-    /// The wall clock's interpolation by instructions (user mode).
-    pub interp: qemu_uftrace_engine::tsc::Interpolated,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: landing::Pending,
     pub regs: ByteBuf,
