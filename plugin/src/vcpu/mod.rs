@@ -3,9 +3,9 @@
 //! A vCPU's callbacks always run on one thread at a time, so the hot path needs no atomic
 //! read-modify-write. The one outsider is exit, which may run on another vCPU's thread (a
 //! semihosting exit) while the others still execute. The two sides meet Dekker-style with an
-//! asymmetric fence: the hot path marks itself busy with plain stores and checks `closed`
-//! behind a compiler fence; exit sets `closed`, then `membarrier()` makes every thread of the
-//! process execute a full barrier, after which a vCPU either sees `closed` or exit sees it
+//! asymmetric fence: the hot path marks itself busy with plain stores and checks `CLOSED`
+//! behind a compiler fence; exit sets `CLOSED`, then `membarrier()` makes every thread of the
+//! process execute a full barrier, after which a vCPU either sees `CLOSED` or exit sees it
 //! busy and waits. Where membarrier is unavailable, the hot path takes a real lock instead.
 
 pub mod clock;
@@ -19,7 +19,9 @@ use crate::state::guest::ByteBuf;
 use qemu_uftrace_engine::arch::Level;
 use qemu_uftrace_engine::hot::Engine;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
+};
 
 /// In C order: what every event reads first, after the slot's flags, then the engine (whose
 /// own hot fields come first), so that the common case reads two cache lines of the slot
@@ -79,11 +81,19 @@ impl VcpuState {
 #[repr(C, align(64))]
 pub struct Slot {
     busy: AtomicBool,
-    closed: AtomicBool,
+    /// [`CLOSED`] and [`EMPTY`]: the hot path tests both with one load, where it would
+    /// otherwise also test the state's `Option` (on a cache line no event needs else).
+    shut: AtomicU8,
+    /// `Some` whenever `shut` lacks [`EMPTY`]: both change together, holding `busy`.
     state: UnsafeCell<Option<VcpuState>>,
 }
 
-// Access to `state` is serialised by the busy/closed handshake.
+/// Exit took every vCPU's state; no callback starts again.
+const CLOSED: u8 = 1;
+/// The slot holds no state (before its vCPU's init, after its thread exited).
+const EMPTY: u8 = 2;
+
+// Access to `state` is serialised by the busy/shut handshake.
 unsafe impl Sync for Slot {}
 
 /// The slots, as two plain loads on the hot path (no initialisation check). Set once by
@@ -120,7 +130,7 @@ pub fn init(capacity: usize) {
         (0..capacity.max(1))
             .map(|_| Slot {
                 busy: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
+                shut: AtomicU8::new(EMPTY),
                 state: UnsafeCell::new(None),
             })
             .collect(),
@@ -153,27 +163,33 @@ fn slot(index: u32) -> Option<&'static Slot> {
 /// Runs `f` on the vCPU's state, if it has one (none before init or after exit).
 #[inline(always)]
 pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
-    let slot = slot(index)?;
+    // `slot`, without its `Option` (whose pointer the compiler tested for null again).
+    let index = index as usize;
+    if index >= SLOT_COUNT.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: as in `slot`.
+    let slot = unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index) };
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        if slot.closed.load(Ordering::Relaxed) {
-            slot.busy.store(false, Ordering::Release);
-            return None;
-        }
     } else {
         lock(&slot.busy);
+    }
+    if slot.shut.load(Ordering::Relaxed) != 0 {
+        slot.busy.store(false, Ordering::Release);
+        return None;
     }
     let busy = Busy(&slot.busy);
     // One call of `f`, which the compiler then inlines (two, one per branch, were left out
     // of line once the call was guarded).
     // SAFETY: exit waits while we are busy and we checked it has not closed the slot, or we
-    // hold the slot lock (then a closed slot's state is gone).
+    // hold the slot lock; the slot is not EMPTY, so its state is there (`Slot::state`).
     let r = guard("a vCPU callback", || unsafe {
-        (*slot.state.get()).as_mut().map(f)
+        f((*slot.state.get()).as_mut().unwrap_unchecked())
     });
     drop(busy);
-    r.flatten()
+    r
 }
 
 /// Marks a slot free when dropped: also when its callback panicked.
@@ -203,6 +219,7 @@ pub fn install(index: u32, state: VcpuState) -> bool {
     lock(&slot.busy);
     // SAFETY: we hold the slot lock; only this vCPU's thread (this one) and exit use it.
     unsafe { *slot.state.get() = Some(state) };
+    slot.shut.fetch_and(!EMPTY, Ordering::Relaxed);
     slot.busy.store(false, Ordering::Release);
     true
 }
@@ -212,6 +229,7 @@ pub fn install(index: u32, state: VcpuState) -> bool {
 pub fn remove(index: u32) -> Option<VcpuState> {
     let slot = slot(index)?;
     lock(&slot.busy);
+    slot.shut.fetch_or(EMPTY, Ordering::Relaxed);
     // SAFETY: we hold the slot lock; the vCPU's own callbacks run on this thread.
     let state = unsafe { (*slot.state.get()).take() };
     slot.busy.store(false, Ordering::Release);
@@ -232,7 +250,7 @@ pub fn capacity() -> usize {
 pub fn take_all() -> Vec<(u32, VcpuState)> {
     let slots = slots();
     for slot in slots {
-        slot.closed.store(true, Ordering::Relaxed);
+        slot.shut.fetch_or(CLOSED, Ordering::Relaxed);
     }
     fence(Ordering::SeqCst);
     if ASYMMETRIC.load(Ordering::Relaxed) && !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
@@ -245,7 +263,8 @@ pub fn take_all() -> Vec<(u32, VcpuState)> {
         .filter_map(|(i, slot)| {
             // A vCPU in the middle of a callback finishes it; none can start another.
             lock(&slot.busy);
-            // SAFETY: we own `busy` and `closed` keeps everyone else out.
+            slot.shut.fetch_or(EMPTY, Ordering::Relaxed);
+            // SAFETY: we own `busy` and CLOSED keeps everyone else out.
             let state = unsafe { (*slot.state.get()).take() };
             slot.busy.store(false, Ordering::Release);
             state.map(|s| (i as u32, s))
