@@ -171,9 +171,7 @@ impl FastWords {
                 interp.at(insns, last, || super::wall::fast_wall_ns().unwrap_or(last))
             }
         } else {
-            // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
-            // moved may read a hair earlier than its last event.
-            super::wall::fast_wall_ns()?.max(last)
+            tsc_time(last)?
         };
         Some((p, now))
     }
@@ -256,6 +254,16 @@ impl FastWords {
         unsafe { w.add(1).write_volatile(0) };
         Some(now)
     }
+}
+
+/// The TSC's time, not before `last`: out of line, as user mode interpolates it (its
+/// registers and branches inlined cost every event of the common case).
+#[cold]
+#[inline(never)]
+fn tsc_time(last: u64) -> Option<u64> {
+    // The TSC is synchronised across CPUs, not to the nanosecond: a thread that moved may
+    // read a hair earlier than its last event.
+    Some(super::wall::fast_wall_ns()?.max(last))
 }
 
 /// One vCPU's word.
