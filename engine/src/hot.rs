@@ -194,17 +194,20 @@ impl Engine {
     }
 
     /// The common call, with a time from the instruction counter (which never goes back,
-    /// so it needs no clamp): shallow enough to record, room in the buffer. Changes nothing
-    /// and returns false when the general path (`call`) must decide.
+    /// so it needs no clamp): shallow enough to record, room in the buffer and the stack.
+    /// Changes nothing and returns false when the general path (`call`) must decide. Calls
+    /// nothing, so that a callback made of it needs no stack frame.
     #[inline(always)]
     pub fn try_call(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
         let depth = self.stack.len();
-        if depth >= self.fast_depth || !self.has_room() {
+        if depth >= self.fast_depth
+            || !self.has_room()
+            || !self.stack.push_reserved(Frame { func, ret_addr })
+        {
             return false;
         }
         self.last_time = now;
         self.stats.calls += 1;
-        self.stack.push_reserved(Frame { func, ret_addr });
         // SAFETY: the buffer has room (checked above).
         unsafe { self.emit_unchecked(now, RecordType::Entry, depth, func) };
         true
@@ -214,6 +217,14 @@ impl Engine {
     /// [`Engine::try_call`]. Changes nothing and returns false when `ret` must decide.
     #[inline(always)]
     pub fn try_ret(&mut self, now: u64, target: u64) -> bool {
+        self.try_ret_top(now, target)
+            || (self.stack.top().is_some_and(Frame::is_jumped) && self.try_ret_jumped(now, target))
+    }
+
+    /// [`Engine::try_ret`] of the top frame alone (none entered by a jump), calling nothing
+    /// (see [`Engine::try_call`]).
+    #[inline(always)]
+    pub fn try_ret_top(&mut self, now: u64, target: u64) -> bool {
         let depth = self.stack.len();
         // As in `ret`, a return to the top frame's address closes it (calls ignored past the
         // hard limit are only considered when it does not match); within fast_depth its entry
@@ -222,7 +233,6 @@ impl Engine {
             Some(f) if f.ret_addr == target && depth <= self.fast_depth && self.has_room() => {
                 f.func
             }
-            Some(f) if f.is_jumped() => return self.try_ret_jumped(now, target),
             _ => return false,
         };
         self.last_time = now;
@@ -275,10 +285,12 @@ impl Engine {
             Some(g) if g.outside() && !g.may_open(func) && depth < RESERVED_FRAMES => {}
             _ => return false,
         }
+        if !self.stack.push_reserved(Frame { func, ret_addr }) {
+            return false;
+        }
         self.last_time = now;
         self.stats.calls += 1;
         self.stats.filtered += 1;
-        self.stack.push_reserved(Frame { func, ret_addr });
         true
     }
 

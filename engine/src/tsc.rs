@@ -137,6 +137,15 @@ impl Interpolated {
         self.resync(insns, run, read()).max(last)
     }
 
+    /// [`Interpolated::at`] where it needs no read of the counter, changing nothing; `None`
+    /// where it does (every [`RESYNC_INSNS`] instructions, or stale).
+    #[inline(always)]
+    pub fn at_fast(&self, insns: u64, last: u64) -> Option<u64> {
+        let run = insns.wrapping_sub(self.sync_insns);
+        (run < RESYNC_INSNS && !self.stale)
+            .then(|| (self.sync_ns + ((run * self.rate) >> 16)).max(last))
+    }
+
     #[cold]
     #[inline(never)]
     fn resync(&mut self, insns: u64, run: u64, now: u64) -> u64 {

@@ -192,6 +192,31 @@ pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
     r
 }
 
+/// The hot path's [`with`]: `f` on the vCPU's state, where the slot is reached without a
+/// lock (membarrier registered) and holds one; false where it does not, or where `f` says
+/// so. Built for callbacks whose `f` calls nothing (`handlers::callbacks`' fast paths),
+/// then the whole callback needs no stack frame: on false, they go the general way
+/// (through [`with`]), which is left for `f` to have changed nothing.
+#[inline(always)]
+pub fn try_with(index: u32, f: impl FnOnce(&mut VcpuState) -> bool) -> bool {
+    let index = index as usize;
+    if index >= SLOT_COUNT.load(Ordering::Acquire) || !ASYMMETRIC.load(Ordering::Relaxed) {
+        return false;
+    }
+    // SAFETY: as in `slot`.
+    let slot = unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index) };
+    slot.busy.store(true, Ordering::Relaxed);
+    compiler_fence(Ordering::SeqCst);
+    let done = slot.shut.load(Ordering::Relaxed) == 0
+        // SAFETY: as in `with`. A panic is caught as there, and the event taken as done.
+        && guard("a vCPU callback", || unsafe {
+            f((*slot.state.get()).as_mut().unwrap_unchecked())
+        })
+        .unwrap_or(true);
+    slot.busy.store(false, Ordering::Release);
+    done
+}
+
 /// Marks a slot free when dropped: also when its callback panicked.
 struct Busy<'a>(&'a AtomicBool);
 

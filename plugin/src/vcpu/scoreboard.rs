@@ -176,6 +176,56 @@ impl FastWords {
         Some((p, now))
     }
 
+    /// The element and the time where reading them calls nothing and changes nothing: a
+    /// direct element, or a moving one with its counter or the interpolation between two
+    /// reads of the TSC; `None` (the general path decides) for the TSC itself, or where
+    /// the interpolation reads it again.
+    #[inline(always)]
+    fn words_without_calls(self, interp: &Interpolated, last: u64) -> Option<(*mut u64, u64)> {
+        let tag = self.0 & 3;
+        if tag == 0 {
+            if self.0 == 0 {
+                return None;
+            }
+            let p = self.0 as *mut u64;
+            // SAFETY: a direct element, valid as `VcpuWord::Direct`.
+            return Some((p, unsafe { p.read_volatile() }));
+        }
+        let base = MOVING_BASE.load(Ordering::Relaxed);
+        if base.is_null() || tag == TimeFrom::Tsc as usize {
+            return None;
+        }
+        // SAFETY: as in `words`.
+        let p = unsafe { base.add(self.0 & !3) } as *mut u64;
+        // SAFETY: as above.
+        let insns = unsafe { p.read_volatile() };
+        if tag == TimeFrom::Counter as usize {
+            return Some((p, insns));
+        }
+        interp.at_fast(insns, last).map(|now| (p, now))
+    }
+
+    /// A call's time where the hot path reads it without calling anything (see
+    /// [`FastWords::words_without_calls`]), and nothing is pending (else `None`, with
+    /// nothing changed: [`FastWords::read`] on the general path clears a pending jump).
+    #[inline(always)]
+    pub fn call_time(self, interp: &Interpolated, last: u64) -> Option<u64> {
+        let (w, now) = self.words_without_calls(interp, last)?;
+        // SAFETY: an element of this vCPU (`words`).
+        let flag = unsafe { w.add(1).read_volatile() };
+        (flag == 0).then_some(now)
+    }
+
+    /// A landing's time where the hot path reads it without calling anything (see
+    /// [`FastWords::words_without_calls`]), and the flag's word, which the landing clears
+    /// once it has taken the return; `None` changes nothing.
+    #[inline(always)]
+    pub fn landing_time(self, interp: &Interpolated, last: u64) -> Option<(u64, *mut u64)> {
+        let (w, now) = self.words_without_calls(interp, last)?;
+        // SAFETY: the flag follows the counter in the element (`clock_and_pending`).
+        Some((now, unsafe { w.add(1) }))
+    }
+
     /// The time and whether a return is pending, when the hot path may read them. `last`:
     /// the engine's last time, which a wall-clock time is kept from going back before;
     /// `interp`: the vCPU's interpolation of the wall clock. A jump through a register
