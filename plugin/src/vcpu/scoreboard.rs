@@ -206,14 +206,22 @@ impl FastWords {
     }
 
     /// A call's time where the hot path reads it without calling anything (see
-    /// [`FastWords::words_without_calls`]), and nothing is pending (else `None`, with
-    /// nothing changed: [`FastWords::read`] on the general path clears a pending jump).
+    /// [`FastWords::words_without_calls`]), and no return is pending (else `None`, with
+    /// nothing changed). A pending jump is cleared, as [`FastWords::read`] does (aarch64's
+    /// switch tables leave one before many a call).
     #[inline(always)]
     pub fn call_time(self, interp: &Interpolated, last: u64) -> Option<u64> {
         let (w, now) = self.words_without_calls(interp, last)?;
         // SAFETY: an element of this vCPU (`words`).
         let flag = unsafe { w.add(1).read_volatile() };
-        (flag == 0).then_some(now)
+        if flag == RETURN {
+            return None;
+        }
+        if flag != 0 {
+            // SAFETY: as above.
+            unsafe { w.add(1).write_volatile(0) };
+        }
+        Some(now)
     }
 
     /// A landing's time where the hot path reads it without calling anything (see
