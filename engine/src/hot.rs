@@ -341,6 +341,29 @@ impl Engine {
         );
     }
 
+    /// [`Engine::jump_entry`]'s common case, calling nothing (as [`Engine::try_call`]):
+    /// shallow enough to record, room in the buffer and the stack, no exception entry on
+    /// top. Changes nothing and returns false when `jump_entry` must decide.
+    #[inline(always)]
+    pub fn try_jump_entry(&mut self, now: u64, func: u64) -> bool {
+        let depth = self.stack.len();
+        if depth >= self.fast_depth
+            || !self.has_room()
+            || self.stack.top().is_some_and(Frame::is_exception)
+            || !self.stack.push_reserved(Frame {
+                func,
+                ret_addr: JUMPED,
+            })
+        {
+            return false;
+        }
+        let now = self.clamp(now);
+        self.stats.jump_entries += 1;
+        // SAFETY: the buffer has room (checked above).
+        unsafe { self.emit_unchecked(now, RecordType::Entry, depth, func) };
+        true
+    }
+
     /// A far return to `target`, a function's entry (the caller checked): when no open frame
     /// returns there, it is a jump into that function (Linux's head code enters
     /// `x86_64_start_kernel` by `lretq`), nested in the current frame as a tail call is.

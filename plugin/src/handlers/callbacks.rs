@@ -216,6 +216,19 @@ pub unsafe extern "C" fn on_memory_call(
 /// the CLI's function list): a call nested in the jumper's frame, closed with it.
 pub extern "C" fn on_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
+    // As in `on_packed_call`: the common case calls nothing.
+    let common = |v: &mut VcpuState| match v.fast.call_time(&v.interp, v.engine.last_time()) {
+        Some(now) => v.engine.try_jump_entry(now, target),
+        None => false,
+    };
+    if !vcpu::try_with(vcpu_index, common) {
+        jump_entry_at(vcpu_index, target)
+    }
+}
+
+/// [`on_jump_entry`]'s general way.
+#[inline(never)]
+fn jump_entry_at(vcpu_index: c_uint, target: u64) {
     vcpu::with(vcpu_index, |v| {
         // A tail call runs about a million times in sqlite: the hot path's words where it
         // has them (a jump's address left pending is cleared there; a return is settled).

@@ -55,7 +55,15 @@ pub struct VcpuState {
     /// The process address space the vCPU runs and the deltas into it from others
     /// (`state::spaces`); read on process code's events only.
     pub deltas: qemu_uftrace_engine::spaces::DeltaCache,
+    /// What `handlers::jumps` decided of jumps through a register, per vCPU (as a
+    /// thread-local, a TLS lookup per jump).
+    pub jump_answers: Box<JumpAnswers>,
 }
+
+/// Direct-mapped tables of (jump's address, target, answer) (`handlers::jumps`): entries'
+/// then landings'; a jump's address is never 0.
+pub type JumpAnswers = [[(u64, u64, u8); JUMP_ANSWERS]; 2];
+pub const JUMP_ANSWERS: usize = 64;
 
 impl VcpuState {
     /// The vCPU runs address space `space` from now on.
