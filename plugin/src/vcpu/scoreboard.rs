@@ -130,6 +130,11 @@ impl FastWords {
     /// Every event takes the general path.
     pub const NONE: FastWords = FastWords(0);
 
+    /// Whether every event takes the general path.
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
     /// `counter` is the direct counter word of `clock_and_pending`, the flag right after it.
     pub fn at_counter(counter: VcpuWord) -> FastWords {
         match counter {
