@@ -110,9 +110,10 @@ static SLOT_PTR: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
 static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Whether the cheap handshake is usable (membarrier registered).
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
-/// Whether a vCPU has hot-path words ([`VcpuState::fast`]): where none has (a system of
-/// several vCPUs), [`try_with`] gives up at once instead of finding the slot twice.
-static ANY_FAST: AtomicBool = AtomicBool::new(false);
+/// Whether [`try_with`] may help: the cheap handshake is usable and a vCPU has hot-path
+/// words ([`VcpuState::fast`]). Where none has (a system of several vCPUs), it gives up at
+/// once instead of finding the slot twice. One flag for both: one test per event.
+static FAST_PATH: AtomicBool = AtomicBool::new(false);
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
@@ -211,10 +212,7 @@ pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
 #[inline(always)]
 pub fn try_with(index: u32, f: impl FnOnce(&mut VcpuState) -> bool) -> bool {
     let index = index as usize;
-    if index >= SLOT_COUNT.load(Ordering::Acquire)
-        || !ASYMMETRIC.load(Ordering::Relaxed)
-        || !ANY_FAST.load(Ordering::Relaxed)
-    {
+    if index >= SLOT_COUNT.load(Ordering::Acquire) || !FAST_PATH.load(Ordering::Relaxed) {
         return false;
     }
     // SAFETY: as in `slot`.
@@ -256,8 +254,8 @@ pub fn install(index: u32, state: VcpuState) -> bool {
         return false;
     };
     lock(&slot.busy);
-    if !state.fast.is_none() {
-        ANY_FAST.store(true, Ordering::Relaxed);
+    if !state.fast.is_none() && ASYMMETRIC.load(Ordering::Relaxed) {
+        FAST_PATH.store(true, Ordering::Relaxed);
     }
     // SAFETY: we hold the slot lock; only this vCPU's thread (this one) and exit use it.
     unsafe { *slot.state.get() = Some(state) };
