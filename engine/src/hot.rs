@@ -53,14 +53,15 @@ pub struct Engine {
     buf: Vec<u8>,
     /// The running context's open calls.
     stack: ShadowStack,
-    /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack);
-    /// 0 with gates, which then decide (`open_beyond`, `close_beyond`).
-    record_depth: usize,
     /// Below this depth a call or return may take the fast path (`try_call`, `try_ret`): its
     /// frame is recorded, and the stack has room without growing.
     fast_depth: usize,
     /// `events` is not counted here but by [`Engine::stats`], from the records emitted.
     pub stats: Stats,
+    /// Frames at this depth or deeper are followed but not recorded (uftrace's max_stack);
+    /// 0 with gates, which then decide (`open_beyond`, `close_beyond`). Read off the fast
+    /// path only (which goes by `fast_depth`), so after the fields it reads.
+    record_depth: usize,
     /// Calls ignored past HARD_STACK_LIMIT; their returns are swallowed one for one.
     overflow: u64,
     /// Records handed to the writer so far.
@@ -194,17 +195,20 @@ impl Engine {
     }
 
     /// The common call, with a time from the instruction counter (which never goes back,
-    /// so it needs no clamp): shallow enough to record, room in the buffer. Changes nothing
-    /// and returns false when the general path (`call`) must decide.
+    /// so it needs no clamp): shallow enough to record, room in the buffer and the stack.
+    /// Changes nothing and returns false when the general path (`call`) must decide. Calls
+    /// nothing, so that a callback made of it needs no stack frame.
     #[inline(always)]
     pub fn try_call(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
         let depth = self.stack.len();
-        if depth >= self.fast_depth || !self.has_room() {
+        if depth >= self.fast_depth
+            || !self.has_room()
+            || !self.stack.push_reserved(Frame { func, ret_addr })
+        {
             return false;
         }
         self.last_time = now;
         self.stats.calls += 1;
-        self.stack.push_reserved(Frame { func, ret_addr });
         // SAFETY: the buffer has room (checked above).
         unsafe { self.emit_unchecked(now, RecordType::Entry, depth, func) };
         true
@@ -214,6 +218,14 @@ impl Engine {
     /// [`Engine::try_call`]. Changes nothing and returns false when `ret` must decide.
     #[inline(always)]
     pub fn try_ret(&mut self, now: u64, target: u64) -> bool {
+        self.try_ret_top(now, target)
+            || (self.stack.top().is_some_and(Frame::is_jumped) && self.try_ret_jumped(now, target))
+    }
+
+    /// [`Engine::try_ret`] of the top frame alone (none entered by a jump), calling nothing
+    /// (see [`Engine::try_call`]).
+    #[inline(always)]
+    pub fn try_ret_top(&mut self, now: u64, target: u64) -> bool {
         let depth = self.stack.len();
         // As in `ret`, a return to the top frame's address closes it (calls ignored past the
         // hard limit are only considered when it does not match); within fast_depth its entry
@@ -232,6 +244,37 @@ impl Engine {
         true
     }
 
+    /// A return to the frame below the innermost frames entered by a jump (tail calls: in
+    /// sqlite a million returns), which closes them with it: what `ret` does through
+    /// `ret_slow` (there they are no deep return and no longjmp's), without its searches of
+    /// the whole stack. Changes nothing and returns false when `ret` must decide: a frame
+    /// to close is a longjmp's or an exception's, calls were ignored past the hard limit,
+    /// or a frame is deeper than the fast path records.
+    #[inline(never)]
+    fn try_ret_jumped(&mut self, now: u64, target: u64) -> bool {
+        let frames = self.stack.frames();
+        if frames.len() > self.fast_depth || self.overflow > 0 || target == JUMPED {
+            return false;
+        }
+        let Some(keep) = frames.iter().rposition(|f| !f.is_jumped()) else {
+            return false;
+        };
+        let is_longjmp = self.is_longjmp;
+        let returns = &frames[keep];
+        if returns.ret_addr != target
+            || returns.is_exception()
+            || frames[keep + 1..]
+                .iter()
+                .any(|f| f.is_exception() || is_longjmp(f.func))
+        {
+            return false;
+        }
+        let now = self.clamp(now);
+        self.stats.returns += 1;
+        self.close_down_to(now, keep);
+        true
+    }
+
     /// With `-F`, outside every filtered subtree: a call that opens none is only followed
     /// (its frame pushed, nothing written), as the general path would, at the fast path's
     /// cost. Changes nothing and returns false when `call` must decide. The plugin calls
@@ -243,10 +286,12 @@ impl Engine {
             Some(g) if g.outside() && !g.may_open(func) && depth < RESERVED_FRAMES => {}
             _ => return false,
         }
+        if !self.stack.push_reserved(Frame { func, ret_addr }) {
+            return false;
+        }
         self.last_time = now;
         self.stats.calls += 1;
         self.stats.filtered += 1;
-        self.stack.push_reserved(Frame { func, ret_addr });
         true
     }
 
@@ -295,6 +340,29 @@ impl Engine {
                 ret_addr: JUMPED,
             },
         );
+    }
+
+    /// [`Engine::jump_entry`]'s common case, calling nothing (as [`Engine::try_call`]):
+    /// shallow enough to record, room in the buffer and the stack, no exception entry on
+    /// top. Changes nothing and returns false when `jump_entry` must decide.
+    #[inline(always)]
+    pub fn try_jump_entry(&mut self, now: u64, func: u64) -> bool {
+        let depth = self.stack.len();
+        if depth >= self.fast_depth
+            || !self.has_room()
+            || self.stack.top().is_some_and(Frame::is_exception)
+            || !self.stack.push_reserved(Frame {
+                func,
+                ret_addr: JUMPED,
+            })
+        {
+            return false;
+        }
+        let now = self.clamp(now);
+        self.stats.jump_entries += 1;
+        // SAFETY: the buffer has room (checked above).
+        unsafe { self.emit_unchecked(now, RecordType::Entry, depth, func) };
+        true
     }
 
     /// A far return to `target`, a function's entry (the caller checked): when no open frame

@@ -181,4 +181,37 @@ mod tests {
             ["E0 1000", "E1 4000", "E2 4100", "E3 2000", "X3 2000", "X2 4100", "X1 4000"]
         );
     }
+
+    /// The fast return of tail calls' frames (`try_ret`) writes what `ret` does, and
+    /// leaves to `ret` what only it decides: a longjmp's frame to close.
+    #[test]
+    fn a_fast_return_closes_jumped_frames_as_ret_does() {
+        let run = |fast: bool, longjmp: fn(u64) -> bool| {
+            let (mut e, records) = engine();
+            e.set_longjmp_test(longjmp);
+            e.call(1, 0x1000, 0x500);
+            e.call(2, 0x2000, 0x1010);
+            e.jump_entry(3, 0x3000);
+            e.jump_entry(4, 0x4000);
+            // A return to no open frame's address: for `ret` to decide.
+            assert!(!e.try_ret(5, 0x9999));
+            let taken = fast && e.try_ret(6, 0x1010);
+            if !taken {
+                e.ret(6, 0x1010, &mut NoGuest);
+            }
+            let stats = e.stats();
+            let counts = (stats.returns, stats.deep_returns, e.stack().len());
+            (taken, lines(&mut e, &records), counts)
+        };
+        let (taken, fast, counts) = run(true, |_| false);
+        assert!(taken);
+        assert_eq!(
+            fast,
+            ["E0 1000", "E1 2000", "E2 3000", "E3 4000", "X3 4000", "X2 3000", "X1 2000"]
+        );
+        let (_, slow, slow_counts) = run(false, |_| false);
+        assert_eq!((fast, counts), (slow, slow_counts));
+        let (taken, ..) = run(true, |f| f == 0x3000);
+        assert!(!taken, "a longjmp's frame is ret's to close");
+    }
 }

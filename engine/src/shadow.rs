@@ -81,13 +81,16 @@ impl ShadowStack {
     }
 
     /// The hot path's push: a store into the room reserved at creation and at
-    /// [`ShadowStack::resume`]. Its capacity check is what keeps safe code safe (a
-    /// suspended stack has no room: `Engine::suspend` then `try_call` wrote through a
-    /// dangling pointer); it is never false on a running stack, so the growth stays out of
-    /// line (`Vec::push`'s).
+    /// [`ShadowStack::resume`], never a growth (false, nothing pushed, where there is no
+    /// room: a suspended stack), so that the hot path calls nothing.
     #[inline(always)]
-    pub fn push_reserved(&mut self, frame: Frame) {
-        self.frames.push(frame);
+    pub fn push_reserved(&mut self, frame: Frame) -> bool {
+        if self.frames.len() < self.frames.capacity() {
+            self.frames.push(frame);
+            true
+        } else {
+            false
+        }
     }
 
     #[inline(always)]

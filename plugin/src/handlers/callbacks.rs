@@ -117,10 +117,31 @@ pub unsafe extern "C" fn on_landing_gated(vcpu_index: c_uint, data: *mut c_void)
     });
 }
 
-/// A direct call whose addresses `sites::pack` fitted into `data` (most of them).
+/// A direct call whose addresses `sites::pack` fitted into `data` (most of them). The
+/// common case calls nothing (`call_without_calls`), so the callback needs no stack frame
+/// of its own (it saved six registers and spilled two); anything else goes the general way.
 pub extern "C" fn on_packed_call(vcpu_index: c_uint, data: *mut c_void) {
     let (target, ret_addr) = unpack(data as u64);
+    if !vcpu::try_with(vcpu_index, |v| call_without_calls(v, target, ret_addr)) {
+        packed_call(vcpu_index, target, ret_addr)
+    }
+}
+
+/// [`on_packed_call`]'s general way.
+#[inline(never)]
+fn packed_call(vcpu_index: c_uint, target: u64, ret_addr: u64) {
     vcpu::with(vcpu_index, |v| direct_call(v, target, ret_addr));
+}
+
+/// [`direct_call`]'s common case where it calls nothing: the time where the interpolation
+/// need not read the TSC, nothing pending, and a call the engine's fast path takes. False
+/// (nothing changed) for the general way.
+#[inline(always)]
+fn call_without_calls(v: &mut VcpuState, target: u64, ret_addr: u64) -> bool {
+    match v.fast.call_time(&v.interp, v.engine.last_time()) {
+        Some(now) => v.engine.try_call(now, target, ret_addr),
+        None => false,
+    }
 }
 
 /// # Safety
@@ -247,6 +268,19 @@ pub unsafe extern "C" fn on_user_fed_call(vcpu_index: c_uint, data: *mut c_void)
 /// the CLI's function list): a call nested in the jumper's frame, closed with it.
 pub extern "C" fn on_jump_entry(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
+    // As in `on_packed_call`: the common case calls nothing.
+    let common = |v: &mut VcpuState| match v.fast.call_time(&v.interp, v.engine.last_time()) {
+        Some(now) => v.engine.try_jump_entry(now, target),
+        None => false,
+    };
+    if !vcpu::try_with(vcpu_index, common) {
+        jump_entry_at(vcpu_index, target)
+    }
+}
+
+/// [`on_jump_entry`]'s general way.
+#[inline(never)]
+fn jump_entry_at(vcpu_index: c_uint, target: u64) {
     vcpu::with(vcpu_index, |v| {
         // A tail call runs about a million times in sqlite: the hot path's words where it
         // has them (a jump's address left pending is cleared there; a return is settled).
@@ -294,7 +328,35 @@ pub unsafe extern "C" fn on_far_return(vcpu_index: c_uint, data: *mut c_void) {
 /// vCPU's pending flag.
 pub unsafe extern "C" fn on_landing(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
+    // As in `on_packed_call`.
+    if !vcpu::try_with(vcpu_index, |v| landing_without_calls(v, target)) {
+        landing_at(vcpu_index, target)
+    }
+}
+
+/// [`on_landing`]'s general way.
+#[inline(never)]
+fn landing_at(vcpu_index: c_uint, target: u64) {
     vcpu::with(vcpu_index, |v| landing(v, target));
+}
+
+/// [`landing`]'s common case where it calls nothing (as [`call_without_calls`]): the top
+/// frame's return, its flag cleared once taken. False (nothing changed) for the general
+/// way, which clears the flag in any case.
+#[inline(always)]
+fn landing_without_calls(v: &mut VcpuState, target: u64) -> bool {
+    if v.thunk_ret {
+        return false;
+    }
+    let Some((now, flag)) = v.fast.landing_time(&v.interp, v.engine.last_time()) else {
+        return false;
+    };
+    if !v.engine.try_ret_top(now, target) {
+        return false;
+    }
+    // SAFETY: this vCPU's own flag (`landing_time`), on its own thread.
+    unsafe { flag.write_volatile(0) };
+    true
 }
 
 /// A return landed at `target`.

@@ -28,7 +28,7 @@ pub unsafe extern "C" fn on_register_jump_entry(vcpu_index: c_uint, data: *mut c
             }
             return;
         };
-        let Some(from_stub) = decide(pc, target) else {
+        let Some(from_stub) = decide(v, pc, target) else {
             return;
         };
         let now = v.now();
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn on_thunk_jump(vcpu_index: c_uint, data: *mut c_void) {
         };
         let now = v.now();
         crate::handlers::callbacks::settle(v, now);
-        if let Some(from_stub) = decide(pc, target) {
+        if let Some(from_stub) = decide(v, pc, target) {
             v.engine.register_jump_entry(now, target, from_stub);
         }
     });
@@ -78,7 +78,7 @@ pub unsafe extern "C" fn on_register_jump_landing(vcpu_index: c_uint, data: *mut
         let Some(pc) = take_jump(v) else {
             return;
         };
-        if decide_landing(pc, target) {
+        if decide_landing(v, pc, target) {
             return;
         }
         let now = v.now();
@@ -107,8 +107,8 @@ fn take_return(v: &mut vcpu::VcpuState) -> bool {
 /// trampoline). System mode: code no function holds is firmware's or a boot loader's
 /// (QEMU's arm64 boot stub enters the Image by `br x4`): it hands over, entering nothing,
 /// as before it jumped.
-fn decide(pc: u64, target: u64) -> Option<bool> {
-    let answer = remembered(&ENTRIES, pc, target, || {
+fn decide(v: &mut vcpu::VcpuState, pc: u64, target: u64) -> Option<bool> {
+    let answer = remembered(&mut v.jump_answers[0], pc, target, || {
         if !crate::state::entries::enters(pc, target) {
             0
         } else if !crate::state::entries::outside_functions(pc) {
@@ -124,40 +124,29 @@ fn decide(pc: u64, target: u64) -> Option<bool> {
 
 /// Whether the jump at `pc` to `target`, code right after a call, stays in one function
 /// (a switch table's case: an interpreter's dispatch lands there over and over).
-fn decide_landing(pc: u64, target: u64) -> bool {
-    remembered(&LANDINGS, pc, target, || {
+fn decide_landing(v: &mut vcpu::VcpuState, pc: u64, target: u64) -> bool {
+    remembered(&mut v.jump_answers[1], pc, target, || {
         crate::state::entries::same_function(pc, target) as u8
     }) != 0
 }
 
-const SLOTS: usize = 64;
-/// (pc, target, answer); pc 0 is never a jump's.
-type Table = std::cell::RefCell<[(u64, u64, u8); SLOTS]>;
-
-thread_local! {
-    static ENTRIES: Table = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
-    static LANDINGS: Table = const { std::cell::RefCell::new([(0, 0, 0); SLOTS]) };
-}
-
 /// `compute`'s answer for the jump at `pc` to `target`. The same few jumps repeat (a tail
-/// call through one pointer, a switch's dispatch): the answers are kept per thread in a
-/// small direct-mapped table, sparing the function list's binary searches.
+/// call through one pointer, a switch's dispatch): the answers are kept per vCPU in a
+/// small direct-mapped table (`vcpu::JumpAnswers`), sparing the function list's binary
+/// searches.
 fn remembered(
-    table: &'static std::thread::LocalKey<Table>,
+    table: &mut [(u64, u64, u8); vcpu::JUMP_ANSWERS],
     pc: u64,
     target: u64,
     compute: impl FnOnce() -> u8,
 ) -> u8 {
-    let slot = ((pc ^ target.rotate_left(17)) as usize >> 2) % SLOTS;
-    table.with(|t| {
-        let mut t = t.borrow_mut();
-        match t[slot] {
-            (p, g, a) if p == pc && g == target => a,
-            _ => {
-                let a = compute();
-                t[slot] = (pc, target, a);
-                a
-            }
+    let slot = &mut table[((pc ^ target.rotate_left(17)) as usize >> 2) % vcpu::JUMP_ANSWERS];
+    match *slot {
+        (p, g, a) if p == pc && g == target => a,
+        _ => {
+            let a = compute();
+            *slot = (pc, target, a);
+            a
         }
-    })
+    }
 }

@@ -98,6 +98,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         thunk_ret: false,
         fed_target: 0,
         deltas: Default::default(),
+        jump_answers: Box::new([[(0, 0, 0); vcpu::JUMP_ANSWERS]; 2]),
     };
     if !vcpu::install(vcpu_id, state) {
         out.note_error(format!(

@@ -104,27 +104,33 @@ fn set_or_warn(path: &Path, text: &str) {
 /// Whether the function starting at `func` is one uftrace's replay treats as a longjmp
 /// (`hot::Engine::set_longjmp_test`). Asked for every frame a return closes beyond the
 /// first, which every tail call's return does (x86_64 sqlite: about a million times): the
-/// answers are kept per thread in a small direct-mapped table, sparing two binary searches
-/// and the libraries' lock.
+/// answers are kept in a small direct-mapped table shared by all threads, sparing two
+/// binary searches and the libraries' lock (a thread-local table cost a TLS lookup and a
+/// RefCell each time, more than the search it spared). A slot is one word, so that threads
+/// racing on it see a whole entry or none: the address's low 48 bits, the libraries'
+/// placement generation and the answer. An address of more bits, or a generation past
+/// what fits, goes uncached.
 pub fn is_longjmp(func: u64) -> bool {
     const SLOTS: usize = 256;
-    type Table = std::cell::RefCell<[(u64, u64, bool); SLOTS]>;
-    thread_local! {
-        static KNOWN: Table = const { std::cell::RefCell::new([(u64::MAX, 0, false); SLOTS]) };
-    }
+    const GENERATIONS: u64 = 1 << 15;
+    #[allow(clippy::declare_interior_mutable_const)] // only to fill the array below
+    const EMPTY: AtomicU64 = AtomicU64::new(u64::MAX);
+    static KNOWN: [AtomicU64; SLOTS] = [EMPTY; SLOTS];
     let generation = super::lib_entries::generation();
-    let slot = (func as usize >> 2 ^ func as usize >> 12) % SLOTS;
-    KNOWN.with(|t| {
-        let mut t = t.borrow_mut();
-        match t[slot] {
-            (g, f, answer) if g == generation && f == func => answer,
-            _ => {
-                let answer = is_longjmp_uncached(func);
-                t[slot] = (generation, func, answer);
-                answer
-            }
-        }
-    })
+    // 48-bit addresses, sign-extended: user space and canonical kernel addresses.
+    let low = func & 0xffff_ffff_ffff;
+    if ((low << 16) as i64 >> 16) as u64 != func || generation >= GENERATIONS - 1 {
+        return is_longjmp_uncached(func);
+    }
+    let key = low << 16 | generation << 1;
+    let slot = &KNOWN[(func as usize >> 2 ^ func as usize >> 12) % SLOTS];
+    let known = slot.load(Ordering::Relaxed);
+    if known & !1 == key {
+        return known & 1 != 0;
+    }
+    let answer = is_longjmp_uncached(func);
+    slot.store(key | answer as u64, Ordering::Relaxed);
+    answer
 }
 
 fn is_longjmp_uncached(func: u64) -> bool {

@@ -3,9 +3,9 @@
 //! A vCPU's callbacks always run on one thread at a time, so the hot path needs no atomic
 //! read-modify-write. The one outsider is exit, which may run on another vCPU's thread (a
 //! semihosting exit) while the others still execute. The two sides meet Dekker-style with an
-//! asymmetric fence: the hot path marks itself busy with plain stores and checks `closed`
-//! behind a compiler fence; exit sets `closed`, then `membarrier()` makes every thread of the
-//! process execute a full barrier, after which a vCPU either sees `closed` or exit sees it
+//! asymmetric fence: the hot path marks itself busy with plain stores and checks `CLOSED`
+//! behind a compiler fence; exit sets `CLOSED`, then `membarrier()` makes every thread of the
+//! process execute a full barrier, after which a vCPU either sees `CLOSED` or exit sees it
 //! busy and waits. Where membarrier is unavailable, the hot path takes a real lock instead.
 
 pub mod clock;
@@ -19,19 +19,24 @@ use crate::state::guest::ByteBuf;
 use qemu_uftrace_engine::arch::Level;
 use qemu_uftrace_engine::hot::Engine;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
+};
 
 /// In C order: what every event reads first, after the slot's flags, then the engine (whose
-/// own hot fields come first), so that the common case reads two cache lines of the slot.
+/// own hot fields come first), so that the common case reads two cache lines of the slot
+/// (a test checks the offsets).
 #[repr(C)]
 pub struct VcpuState {
     /// The clock and pending flag as the common case reads them (`FastWords::NONE`: never).
     pub fast: scoreboard::FastWords,
+    /// The wall clock's interpolation by instructions (user mode), which the hot path reads
+    /// with `fast`: here, it shares the slot's first cache line (behind the engine it sat on
+    /// two more of every event's).
+    pub interp: qemu_uftrace_engine::tsc::Interpolated,
     pub engine: Engine,
     /// The clock and the pending flag as the general path reads them.
     pub clock: clock::VcpuClock,
-    /// The wall clock's interpolation by instructions (user mode).
-    pub interp: qemu_uftrace_engine::tsc::Interpolated,
     /// Set by a return instruction until its landing block (or the next event) takes it.
     pub pending: landing::Pending,
     pub regs: ByteBuf,
@@ -52,7 +57,15 @@ pub struct VcpuState {
     /// The process address space the vCPU runs and the deltas into it from others
     /// (`state::spaces`); read on process code's events only.
     pub deltas: qemu_uftrace_engine::spaces::DeltaCache,
+    /// What `handlers::jumps` decided of jumps through a register, per vCPU (as a
+    /// thread-local, a TLS lookup per jump).
+    pub jump_answers: Box<JumpAnswers>,
 }
+
+/// Direct-mapped tables of (jump's address, target, answer) (`handlers::jumps`): entries'
+/// then landings'; a jump's address is never 0.
+pub type JumpAnswers = [[(u64, u64, u8); JUMP_ANSWERS]; 2];
+pub const JUMP_ANSWERS: usize = 64;
 
 impl VcpuState {
     /// The vCPU runs address space `space` from now on.
@@ -78,11 +91,19 @@ impl VcpuState {
 #[repr(C, align(64))]
 pub struct Slot {
     busy: AtomicBool,
-    closed: AtomicBool,
+    /// [`CLOSED`] and [`EMPTY`]: the hot path tests both with one load, where it would
+    /// otherwise also test the state's `Option` (on a cache line no event needs else).
+    shut: AtomicU8,
+    /// `Some` whenever `shut` lacks [`EMPTY`]: both change together, holding `busy`.
     state: UnsafeCell<Option<VcpuState>>,
 }
 
-// Access to `state` is serialised by the busy/closed handshake.
+/// Exit took every vCPU's state; no callback starts again.
+const CLOSED: u8 = 1;
+/// The slot holds no state (before its vCPU's init, after its thread exited).
+const EMPTY: u8 = 2;
+
+// Access to `state` is serialised by the busy/shut handshake.
 unsafe impl Sync for Slot {}
 
 /// The slots, as two plain loads on the hot path (no initialisation check). Set once by
@@ -91,6 +112,10 @@ static SLOT_PTR: AtomicPtr<Slot> = AtomicPtr::new(std::ptr::null_mut());
 static SLOT_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Whether the cheap handshake is usable (membarrier registered).
 static ASYMMETRIC: AtomicBool = AtomicBool::new(false);
+/// Whether [`try_with`] may help: the cheap handshake is usable and a vCPU has hot-path
+/// words ([`VcpuState::fast`]). Where none has (a system of several vCPUs), it gives up at
+/// once instead of finding the slot twice. One flag for both: one test per event.
+static FAST_PATH: AtomicBool = AtomicBool::new(false);
 
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
@@ -119,7 +144,7 @@ pub fn init(capacity: usize) {
         (0..capacity.max(1))
             .map(|_| Slot {
                 busy: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
+                shut: AtomicU8::new(EMPTY),
                 state: UnsafeCell::new(None),
             })
             .collect(),
@@ -152,27 +177,58 @@ fn slot(index: u32) -> Option<&'static Slot> {
 /// Runs `f` on the vCPU's state, if it has one (none before init or after exit).
 #[inline(always)]
 pub fn with<R>(index: u32, f: impl FnOnce(&mut VcpuState) -> R) -> Option<R> {
-    let slot = slot(index)?;
+    // `slot`, without its `Option` (whose pointer the compiler tested for null again).
+    let index = index as usize;
+    if index >= SLOT_COUNT.load(Ordering::Acquire) {
+        return None;
+    }
+    // SAFETY: as in `slot`.
+    let slot = unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index) };
     if ASYMMETRIC.load(Ordering::Relaxed) {
         slot.busy.store(true, Ordering::Relaxed);
         compiler_fence(Ordering::SeqCst);
-        if slot.closed.load(Ordering::Relaxed) {
-            slot.busy.store(false, Ordering::Release);
-            return None;
-        }
     } else {
         lock(&slot.busy);
+    }
+    if slot.shut.load(Ordering::Relaxed) != 0 {
+        slot.busy.store(false, Ordering::Release);
+        return None;
     }
     let busy = Busy(&slot.busy);
     // One call of `f`, which the compiler then inlines (two, one per branch, were left out
     // of line once the call was guarded).
     // SAFETY: exit waits while we are busy and we checked it has not closed the slot, or we
-    // hold the slot lock (then a closed slot's state is gone).
+    // hold the slot lock; the slot is not EMPTY, so its state is there (`Slot::state`).
     let r = guard("a vCPU callback", || unsafe {
-        (*slot.state.get()).as_mut().map(f)
+        f((*slot.state.get()).as_mut().unwrap_unchecked())
     });
     drop(busy);
-    r.flatten()
+    r
+}
+
+/// The hot path's [`with`]: `f` on the vCPU's state, where the slot is reached without a
+/// lock (membarrier registered) and holds one; false where it does not, or where `f` says
+/// so. Built for callbacks whose `f` calls nothing (`handlers::callbacks`' fast paths),
+/// then the whole callback needs no stack frame: on false, they go the general way
+/// (through [`with`]), which is left for `f` to have changed nothing.
+#[inline(always)]
+pub fn try_with(index: u32, f: impl FnOnce(&mut VcpuState) -> bool) -> bool {
+    let index = index as usize;
+    if index >= SLOT_COUNT.load(Ordering::Acquire) || !FAST_PATH.load(Ordering::Relaxed) {
+        return false;
+    }
+    // SAFETY: as in `slot`.
+    let slot = unsafe { &*SLOT_PTR.load(Ordering::Relaxed).add(index) };
+    slot.busy.store(true, Ordering::Relaxed);
+    compiler_fence(Ordering::SeqCst);
+    let done = slot.shut.load(Ordering::Relaxed) == 0
+        // SAFETY: as in `with`. A panic is caught as there, and the event taken as done.
+        && guard("a vCPU callback", || unsafe {
+            f((*slot.state.get()).as_mut().unwrap_unchecked())
+        })
+        .unwrap_or(true);
+    slot.busy.store(false, Ordering::Release);
+    done
 }
 
 /// Marks a slot free when dropped: also when its callback panicked.
@@ -200,8 +256,12 @@ pub fn install(index: u32, state: VcpuState) -> bool {
         return false;
     };
     lock(&slot.busy);
+    if !state.fast.is_none() && ASYMMETRIC.load(Ordering::Relaxed) {
+        FAST_PATH.store(true, Ordering::Relaxed);
+    }
     // SAFETY: we hold the slot lock; only this vCPU's thread (this one) and exit use it.
     unsafe { *slot.state.get() = Some(state) };
+    slot.shut.fetch_and(!EMPTY, Ordering::Relaxed);
     slot.busy.store(false, Ordering::Release);
     true
 }
@@ -211,6 +271,7 @@ pub fn install(index: u32, state: VcpuState) -> bool {
 pub fn remove(index: u32) -> Option<VcpuState> {
     let slot = slot(index)?;
     lock(&slot.busy);
+    slot.shut.fetch_or(EMPTY, Ordering::Relaxed);
     // SAFETY: we hold the slot lock; the vCPU's own callbacks run on this thread.
     let state = unsafe { (*slot.state.get()).take() };
     slot.busy.store(false, Ordering::Release);
@@ -231,7 +292,7 @@ pub fn capacity() -> usize {
 pub fn take_all() -> Vec<(u32, VcpuState)> {
     let slots = slots();
     for slot in slots {
-        slot.closed.store(true, Ordering::Relaxed);
+        slot.shut.fetch_or(CLOSED, Ordering::Relaxed);
     }
     fence(Ordering::SeqCst);
     if ASYMMETRIC.load(Ordering::Relaxed) && !membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) {
@@ -244,7 +305,8 @@ pub fn take_all() -> Vec<(u32, VcpuState)> {
         .filter_map(|(i, slot)| {
             // A vCPU in the middle of a callback finishes it; none can start another.
             lock(&slot.busy);
-            // SAFETY: we own `busy` and `closed` keeps everyone else out.
+            slot.shut.fetch_or(EMPTY, Ordering::Relaxed);
+            // SAFETY: we own `busy` and CLOSED keeps everyone else out.
             let state = unsafe { (*slot.state.get()).take() };
             slot.busy.store(false, Ordering::Release);
             state.map(|s| (i as u32, s))

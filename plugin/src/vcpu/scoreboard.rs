@@ -130,6 +130,11 @@ impl FastWords {
     /// Every event takes the general path.
     pub const NONE: FastWords = FastWords(0);
 
+    /// Whether every event takes the general path.
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
     /// `counter` is the direct counter word of `clock_and_pending`, the flag right after it.
     pub fn at_counter(counter: VcpuWord) -> FastWords {
         match counter {
@@ -171,11 +176,67 @@ impl FastWords {
                 interp.at(insns, last, || super::wall::fast_wall_ns().unwrap_or(last))
             }
         } else {
-            // The TSC is synchronised across CPUs, not to the nanosecond: a thread that
-            // moved may read a hair earlier than its last event.
-            super::wall::fast_wall_ns()?.max(last)
+            tsc_time(last)?
         };
         Some((p, now))
+    }
+
+    /// The element and the time where reading them calls nothing and changes nothing: a
+    /// direct element, or a moving one with its counter or the interpolation between two
+    /// reads of the TSC; `None` (the general path decides) for the TSC itself, or where
+    /// the interpolation reads it again.
+    #[inline(always)]
+    fn words_without_calls(self, interp: &Interpolated, last: u64) -> Option<(*mut u64, u64)> {
+        let tag = self.0 & 3;
+        if tag == 0 {
+            if self.0 == 0 {
+                return None;
+            }
+            let p = self.0 as *mut u64;
+            // SAFETY: a direct element, valid as `VcpuWord::Direct`.
+            return Some((p, unsafe { p.read_volatile() }));
+        }
+        let base = MOVING_BASE.load(Ordering::Relaxed);
+        if base.is_null() || tag == TimeFrom::Tsc as usize {
+            return None;
+        }
+        // SAFETY: as in `words`.
+        let p = unsafe { base.add(self.0 & !3) } as *mut u64;
+        // SAFETY: as above.
+        let insns = unsafe { p.read_volatile() };
+        if tag == TimeFrom::Counter as usize {
+            return Some((p, insns));
+        }
+        interp.at_fast(insns, last).map(|now| (p, now))
+    }
+
+    /// A call's time where the hot path reads it without calling anything (see
+    /// [`FastWords::words_without_calls`]), and no return is pending (else `None`, with
+    /// nothing changed). A pending jump is cleared, as [`FastWords::read`] does (aarch64's
+    /// switch tables leave one before many a call).
+    #[inline(always)]
+    pub fn call_time(self, interp: &Interpolated, last: u64) -> Option<u64> {
+        let (w, now) = self.words_without_calls(interp, last)?;
+        // SAFETY: an element of this vCPU (`words`).
+        let flag = unsafe { w.add(1).read_volatile() };
+        if flag == RETURN {
+            return None;
+        }
+        if flag != 0 {
+            // SAFETY: as above.
+            unsafe { w.add(1).write_volatile(0) };
+        }
+        Some(now)
+    }
+
+    /// A landing's time where the hot path reads it without calling anything (see
+    /// [`FastWords::words_without_calls`]), and the flag's word, which the landing clears
+    /// once it has taken the return; `None` changes nothing.
+    #[inline(always)]
+    pub fn landing_time(self, interp: &Interpolated, last: u64) -> Option<(u64, *mut u64)> {
+        let (w, now) = self.words_without_calls(interp, last)?;
+        // SAFETY: the flag follows the counter in the element (`clock_and_pending`).
+        Some((now, unsafe { w.add(1) }))
     }
 
     /// The time and whether a return is pending, when the hot path may read them. `last`:
@@ -256,6 +317,16 @@ impl FastWords {
         unsafe { w.add(1).write_volatile(0) };
         Some(now)
     }
+}
+
+/// The TSC's time, not before `last`: out of line, as user mode interpolates it (its
+/// registers and branches inlined cost every event of the common case).
+#[cold]
+#[inline(never)]
+fn tsc_time(last: u64) -> Option<u64> {
+    // The TSC is synchronised across CPUs, not to the nanosecond: a thread that moved may
+    // read a hair earlier than its last event.
+    Some(super::wall::fast_wall_ns()?.max(last))
 }
 
 /// One vCPU's word.
