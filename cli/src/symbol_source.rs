@@ -238,16 +238,14 @@ pub fn preload(
     let priority = Priority::default();
     let lowered = priority.clone();
     let job = std::thread::spawn(move || {
-        lowered.lower();
-        let out = paths()
+        let _lowered = lowered.lower();
+        paths()
             .into_iter()
             .filter_map(|p| {
                 let img = symbols::load(&p, &options(0, false, arch)).ok()?;
                 Some((same_file(&p), img))
             })
-            .collect();
-        lowered.done();
-        out
+            .collect()
     });
     Preload { job, priority }
 }
@@ -298,21 +296,17 @@ impl<T: Send + 'static> BackgroundLoad<T> {
     pub fn start(read: ToRead, then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static) -> Self {
         let priority = Priority::default();
         let lowered = priority.clone();
-        let job = std::thread::spawn(move || {
-            let out = match read {
-                // The read without lines at the priority it had: the entries may wait for it.
-                ToRead::Once(once) => {
-                    once.get();
-                    lowered.lower();
-                    then(once.with_lines())
-                }
-                // Read once QEMU has exited (user mode): nothing to leave the cores to.
-                ToRead::Sources(sources, arch, mut preloaded) => {
-                    then(load_all_with(&sources, arch, false, &mut preloaded))
-                }
-            };
-            lowered.done();
-            out
+        let job = std::thread::spawn(move || match read {
+            // The read without lines at the priority it had: the entries may wait for it.
+            ToRead::Once(once) => {
+                once.get();
+                let _lowered = lowered.lower();
+                then(once.with_lines())
+            }
+            // Read once QEMU has exited (user mode): nothing to leave the cores to.
+            ToRead::Sources(sources, arch, mut preloaded) => {
+                then(load_all_with(&sources, arch, false, &mut preloaded))
+            }
         });
         BackgroundLoad { job, priority }
     }
@@ -342,12 +336,22 @@ enum Niceness {
     Restored,
 }
 
+/// Held by a thread while it may be lowered: its end takes its id out of [`Priority`].
+struct Lowered(Priority);
+
+impl Drop for Lowered {
+    fn drop(&mut self) {
+        *lock(&self.0 .0) = Niceness::Restored;
+    }
+}
+
 /// The nice value of a thread that reads while QEMU runs.
 const NICE: libc::c_int = 10;
 
 impl Priority {
-    /// Lowers the calling thread's priority, unless QEMU has exited already.
-    fn lower(&self) {
+    /// Lowers the calling thread's priority, unless QEMU has exited already, until the
+    /// guard is dropped: the thread ends (its id may then be reused), or it panicked.
+    fn lower(&self) -> Lowered {
         let mut state = lock(&self.0);
         if matches!(*state, Niceness::Normal) {
             let tid = gettid();
@@ -355,11 +359,7 @@ impl Priority {
                 *state = Niceness::Lowered(tid);
             }
         }
-    }
-
-    /// The calling thread is about to end: its id is no longer to be used.
-    fn done(&self) {
-        *lock(&self.0) = Niceness::Restored;
+        Lowered(self.clone())
     }
 
     /// QEMU has exited: the thread's priority back to normal; whether it now runs at
