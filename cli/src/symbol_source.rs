@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use anyhow::Result;
@@ -242,9 +242,11 @@ fn same_file(path: &std::path::Path) -> PathBuf {
 pub fn preload(
     paths: impl FnOnce() -> Vec<PathBuf> + Send + 'static,
     arch: Option<Arch>,
-) -> JoinHandle<Preloaded> {
-    std::thread::spawn(move || {
-        yield_to_qemu();
+) -> Preload {
+    let priority = Priority::default();
+    let lowered = priority.clone();
+    let job = std::thread::spawn(move || {
+        let _lowered = lowered.lower();
         paths()
             .into_iter()
             .filter_map(|p| {
@@ -252,7 +254,27 @@ pub fn preload(
                 Some((same_file(&p), img))
             })
             .collect()
-    })
+    });
+    Preload { job, priority }
+}
+
+/// The files [`preload`] reads while QEMU runs.
+pub struct Preload {
+    job: JoinHandle<Preloaded>,
+    priority: Priority,
+}
+
+impl Preload {
+    /// The files read, once QEMU has exited: the thread gets its priority back where the
+    /// system allows it, rather than be starved by other processes while we wait.
+    pub fn finish(self) -> Preloaded {
+        self.priority.restore();
+        self.job.join().unwrap_or_default()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The warning for a source that gave nothing: the problem, then the way out.
@@ -273,45 +295,113 @@ fn failure_line(e: &SymbolError) -> String {
 
 /// Loads the sources in a low-priority thread and hands what it found to `then`, still in
 /// that thread; `join` returns `then`'s result.
-pub struct BackgroundLoad<T>(JoinHandle<T>);
+pub struct BackgroundLoad<T> {
+    job: JoinHandle<T>,
+    priority: Priority,
+}
 
 impl<T: Send + 'static> BackgroundLoad<T> {
     pub fn start(read: ToRead, then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static) -> Self {
-        BackgroundLoad(std::thread::spawn(move || {
+        let priority = Priority::default();
+        let lowered = priority.clone();
+        let job = std::thread::spawn(move || match read {
             // The read without lines at the priority it had: the entries may wait for it.
-            if let ToRead::Once(once) = &read {
+            ToRead::Once(once) => {
                 once.get();
+                let _lowered = lowered.lower();
+                then(once.with_lines())
             }
-            yield_to_qemu();
-            then(match read {
-                ToRead::Sources(sources, arch, mut preloaded) => {
-                    load_all_with(&sources, arch, false, &mut preloaded)
-                }
-                ToRead::Once(once) => once.with_lines(),
-                ToRead::OnceThen(once, sources, arch, mut preloaded) => {
-                    let mut loaded = once.with_lines();
-                    loaded.extend(load_all_with(&sources, arch, false, &mut preloaded));
-                    loaded
-                }
-            })
-        }))
+            // Read once QEMU has exited (user mode): nothing to leave the cores to.
+            ToRead::Sources(sources, arch, mut preloaded) => {
+                then(load_all_with(&sources, arch, false, &mut preloaded))
+            }
+            // The same, after the shared read of the --symbols files (user mode with -F).
+            ToRead::OnceThen(once, sources, arch, mut preloaded) => {
+                let mut loaded = once.with_lines();
+                loaded.extend(load_all_with(&sources, arch, false, &mut preloaded));
+                then(loaded)
+            }
+        });
+        BackgroundLoad { job, priority }
     }
 
-    /// `None` when the thread panicked.
+    /// `None` when the thread panicked. Called once QEMU has exited: the thread gets its
+    /// priority back where the system allows it, rather than be starved while we wait.
     pub fn join(self) -> Option<T> {
-        self.0.join().ok()
+        self.priority.restore();
+        self.job.join().ok()
     }
 }
 
-/// Lowers the calling thread's priority: symbols load while QEMU runs, and on a small machine
-/// they should take what QEMU leaves rather than slow the guest down. Not SCHED_IDLE: on a
-/// machine busy with other work that would starve the thread, and `record` waits for it.
-fn yield_to_qemu() {
-    // SAFETY: plain syscalls on the calling thread (Linux nice values are per thread).
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+/// The priority of a thread that reads symbols while QEMU runs: lowered, so that on a small
+/// machine it takes what QEMU leaves rather than slow the guest down, and raised again once
+/// QEMU has exited and `record` waits for it. Not SCHED_IDLE: on a machine busy with other
+/// work that would starve the thread.
+#[derive(Clone, Default)]
+struct Priority(Arc<Mutex<Niceness>>);
+
+#[derive(Default)]
+enum Niceness {
+    #[default]
+    Normal,
+    /// Lowered, on the thread of this id (alive while this holds: it says when it ends).
+    Lowered(libc::id_t),
+    /// QEMU has exited: no lowering any more.
+    Restored,
+}
+
+/// Held by a thread while it may be lowered: its end takes its id out of [`Priority`].
+struct Lowered(Priority);
+
+impl Drop for Lowered {
+    fn drop(&mut self) {
+        *lock(&self.0 .0) = Niceness::Restored;
     }
+}
+
+/// The nice value of a thread that reads while QEMU runs.
+const NICE: libc::c_int = 10;
+
+impl Priority {
+    /// Lowers the calling thread's priority, unless QEMU has exited already, until the
+    /// guard is dropped: the thread ends (its id may then be reused), or it panicked.
+    fn lower(&self) -> Lowered {
+        let mut state = lock(&self.0);
+        if matches!(*state, Niceness::Normal) {
+            let tid = gettid();
+            if set_nice(tid, NICE) {
+                *state = Niceness::Lowered(tid);
+            }
+        }
+        Lowered(self.clone())
+    }
+
+    /// QEMU has exited: the thread's priority back to normal; whether it now runs at
+    /// normal priority (an unprivileged process may not raise a thread's priority unless
+    /// RLIMIT_NICE allows it).
+    fn restore(&self) -> bool {
+        let mut state = lock(&self.0);
+        let restored = match *state {
+            // The lock keeps the thread from ending, and its id from being reused, meanwhile.
+            Niceness::Lowered(tid) => set_nice(tid, 0),
+            Niceness::Normal | Niceness::Restored => true,
+        };
+        if restored {
+            *state = Niceness::Restored;
+        }
+        restored
+    }
+}
+
+fn gettid() -> libc::id_t {
+    // SAFETY: a plain syscall without arguments.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
+}
+
+/// Sets thread `tid`'s nice value (Linux nice values are per thread); whether it was set.
+fn set_nice(tid: libc::id_t, nice: libc::c_int) -> bool {
+    // SAFETY: a plain syscall on a thread of this process (`Priority` keeps it alive).
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0 }
 }
 
 #[cfg(test)]

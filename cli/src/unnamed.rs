@@ -16,7 +16,6 @@
 //!   shows them: they are whole already, and each is a different function.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -139,22 +138,9 @@ fn symbols(r: &Region, arch: Option<Arch>) -> Option<Vec<SymLine>> {
 }
 
 /// The distinct entry addresses of every task file in `dir` that no range of `covered`
-/// holds (ranges sorted by start).
+/// holds (ranges sorted by start). Read once QEMU has exited, while `record` waits: a boot's
+/// hundreds of megabytes are read in pieces by as many threads as there are cores.
 fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>> {
-    let mut out = BTreeSet::new();
-    // The range that held the last address: most calls stay within one image.
-    let mut hit = (0u64, 0u64);
-    let mut inside = |a: u64| {
-        if hit.0 <= a && a < hit.1 {
-            return true;
-        }
-        let i = covered.partition_point(|&(s, _)| s <= a);
-        let found = i > 0 && a < covered[i - 1].1;
-        if found {
-            hit = covered[i - 1];
-        }
-        found
-    };
     // Every task's records: `<tid>.dat`.
     let dats = std::fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
@@ -166,32 +152,122 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
                     .and_then(|s| s.to_str())
                     .is_some_and(|s| s.parse::<u32>().is_ok())
         });
+    let mut pieces = Vec::new();
     for path in dats {
-        let mut f = std::fs::File::open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        let mut buf = vec![0u8; 4 << 20];
-        let mut filled = 0;
+        let len = std::fs::metadata(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?
+            .len();
+        // Whole records only: a torn last record is no entry.
+        let len = len / RECORD * RECORD;
+        pieces.extend((0..len).step_by(PIECE as usize).map(|start| Piece {
+            path: path.clone(),
+            start,
+            end: (start + PIECE).min(len),
+        }));
+    }
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(pieces.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || -> Result<BTreeSet<u64>> {
+        let mut found = Found::new(covered);
+        let mut buf = Vec::new();
         loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(piece) = pieces.get(i) else {
+                return Ok(found.out);
+            };
+            piece.scan(&mut buf, &mut found)?;
+        }
+    };
+    if threads <= 1 {
+        return work();
+    }
+    let results: Vec<Result<BTreeSet<u64>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader of the task files crashed")))
+            })
+            .collect()
+    });
+    let mut out = BTreeSet::new();
+    for r in results {
+        out.append(&mut r?);
+    }
+    Ok(out)
+}
+
+/// A task file's record size.
+const RECORD: u64 = 16;
+/// How much of a task file one thread reads at a time.
+const PIECE: u64 = 4 << 20;
+
+/// A part of a task file, whole records.
+struct Piece {
+    path: std::path::PathBuf,
+    start: u64,
+    end: u64,
+}
+
+impl Piece {
+    /// Adds the uncovered entry addresses of this part to `found`.
+    fn scan(&self, buf: &mut Vec<u8>, found: &mut Found) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open(&self.path)
+            .with_context(|| format!("cannot open {}", self.path.display()))?;
+        buf.resize((self.end - self.start) as usize, 0);
+        let mut filled = 0;
+        while filled < buf.len() {
             let n = f
-                .read(&mut buf[filled..])
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            filled += n;
-            let whole_records = filled / 16 * 16;
-            for rec in buf[..whole_records].chunks_exact(16) {
-                let word = u64::from_le_bytes(rec[8..16].try_into().unwrap_or_default());
-                // Entries only (type 0): an exit's address is its function's too.
-                if word & 3 == 0 && !inside(word >> 16) {
-                    out.insert(word >> 16);
-                }
-            }
-            buf.copy_within(whole_records..filled, 0);
-            filled -= whole_records;
+                .read_at(&mut buf[filled..], self.start + filled as u64)
+                .with_context(|| format!("cannot read {}", self.path.display()))?;
             if n == 0 {
                 break;
             }
+            filled += n;
+        }
+        for rec in buf[..filled].chunks_exact(RECORD as usize) {
+            let word = u64::from_le_bytes(rec[8..16].try_into().unwrap_or_default());
+            // Entries only (type 0): an exit's address is its function's too.
+            if word & 3 == 0 {
+                found.add(word >> 16);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The uncovered addresses one thread found.
+struct Found<'a> {
+    covered: &'a [(u64, u64)],
+    /// The range that held the last address: most calls stay within one image.
+    hit: (u64, u64),
+    out: BTreeSet<u64>,
+}
+
+impl<'a> Found<'a> {
+    fn new(covered: &'a [(u64, u64)]) -> Self {
+        Found {
+            covered,
+            hit: (0, 0),
+            out: BTreeSet::new(),
         }
     }
-    Ok(out)
+
+    fn add(&mut self, a: u64) {
+        if self.hit.0 <= a && a < self.hit.1 {
+            return;
+        }
+        let i = self.covered.partition_point(|&(s, _)| s <= a);
+        if i > 0 && a < self.covered[i - 1].1 {
+            self.hit = self.covered[i - 1];
+        } else {
+            self.out.insert(a);
+        }
+    }
 }
 
 /// Re-derives the regions of a system-mode trace directory: drops the lines this module

@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use gimli::{EndianSlice, RunTimeEndian};
+use gimli::{EndianSlice, RunTimeEndian, SectionId};
 
 use crate::SourceLine;
 
@@ -48,8 +48,29 @@ pub(crate) fn lines_for<'d>(
     } else {
         RunTimeEndian::Big
     };
+    // Only what the units' root entries and line programs refer to: the location and range
+    // lists (a fifth of glibc's compressed DWARF, inflated at every load) are never read.
+    let needed = |id: SectionId| {
+        matches!(
+            id,
+            SectionId::DebugAbbrev
+                | SectionId::DebugAddr
+                | SectionId::DebugInfo
+                | SectionId::DebugLine
+                | SectionId::DebugLineStr
+                | SectionId::DebugStr
+                | SectionId::DebugStrOffsets
+        )
+    };
+    let load = |id: SectionId| {
+        if needed(id) {
+            section(id.name())
+        } else {
+            Cow::Borrowed(&[][..])
+        }
+    };
     let sections: gimli::DwarfSections<Cow<'d, [u8]>> =
-        match gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(id.name()))) {
+        match gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(load(id))) {
             Ok(s) => s,
             Err(_) => return vec![None; entries.len()],
         };

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
-use object::LittleEndian;
+use object::{LittleEndian, ReadRef};
 use qemu_uftrace_format::Arch;
 
 use super::images::{GuestImage, ImageOrigin};
@@ -84,8 +84,14 @@ pub fn check_program(program: Option<&OsString>, emulator: &str, arch: Arch) -> 
     };
     let path = PathBuf::from(program);
     let shown = path.display();
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    // Only the headers are read (a program with its debug information has megabytes QEMU
+    // is waiting to load), as std::fs::read would: a directory fails at its first read.
+    let file = std::fs::File::open(&path).and_then(|mut f| {
+        std::io::Read::read(&mut f, &mut [0u8; 1])?;
+        Ok(f)
+    });
+    let file = match file {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(usage(
                 format!("the program {shown} does not exist"),
@@ -105,7 +111,7 @@ pub fn check_program(program: Option<&OsString>, emulator: &str, arch: Arch) -> 
             format!("build it for {arch} ({arch}-linux-gnu-gcc)"),
         )
     };
-    match Elf::parse(&bytes) {
+    match Elf::parse_from(&object::ReadCache::new(file)) {
         // The emulator runs programs of its own machine only.
         Ok(elf) if elf.machine != arch.elf_machine() => Err(other_machine()),
         Ok(_) => Ok(GuestImage {
@@ -153,18 +159,24 @@ pub struct Elf {
 }
 
 impl Elf {
+    /// Reads the file's headers, not the whole file (a library's or a program's symbols and
+    /// debug information are megabytes).
     pub fn read(path: &std::path::Path) -> Option<Elf> {
-        Elf::parse(&std::fs::read(path).ok()?).ok()
+        Elf::parse_from(&object::ReadCache::new(std::fs::File::open(path).ok()?)).ok()
+    }
+
+    pub fn parse(b: &[u8]) -> std::result::Result<Elf, Problem> {
+        Elf::parse_from(b)
     }
 
     /// Reads the headers with the `object` crate, which checks every offset and size
     /// against the file: a header table out of the file is no ELF program.
-    pub fn parse(b: &[u8]) -> std::result::Result<Elf, Problem> {
-        if b.get(..4) != Some(b"\x7fELF") {
+    fn parse_from<'a, R: ReadRef<'a>>(b: R) -> std::result::Result<Elf, Problem> {
+        if b.read_bytes_at(0, 4).ok() != Some(&b"\x7fELF"[..]) {
             return Err(Problem::NotElf);
         }
         // ELFCLASS64, ELFDATA2LSB, a machine a user-mode emulator runs.
-        if b.get(4..6) != Some(&[elf::ELFCLASS64, elf::ELFDATA2LSB]) {
+        if b.read_bytes_at(4, 2).ok() != Some(&[elf::ELFCLASS64, elf::ELFDATA2LSB][..]) {
             return Err(Problem::OtherMachine);
         }
         let header = elf::FileHeader64::<LittleEndian>::parse(b).map_err(|_| Problem::NotElf)?;

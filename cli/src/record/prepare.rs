@@ -15,7 +15,7 @@ use crate::errors::{usage, warn};
 use crate::max_size::{Cap, MaxSize};
 use crate::qemu::{self, GuestImage, ImageOrigin, Mode};
 use crate::qemu_checks::{self, PluginChoice, Qemu};
-use crate::symbol_source::{self, BackgroundLoad, Preloaded, ReadOnce, SourceArg, ToRead};
+use crate::symbol_source::{self, BackgroundLoad, ReadOnce, SourceArg, ToRead};
 
 use super::invocation::Invocation;
 use super::kaslr;
@@ -45,7 +45,7 @@ pub struct Jobs {
     /// System mode: the symbol files, written while QEMU runs.
     pub symbols: Option<BackgroundLoad<SymbolJob>>,
     /// User mode: the program's files read while it runs.
-    pub preload: Option<JoinHandle<Preloaded>>,
+    pub preload: Option<symbol_source::Preload>,
     /// x86_64: where the kernel keeps its running task, found while QEMU starts.
     pub task_slot: Option<TaskSlot>,
     pub entries: Option<Entries>,
