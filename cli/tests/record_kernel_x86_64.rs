@@ -144,11 +144,12 @@ fn check_boot(dir: &Path, qemu: &str) {
     );
     // SeaBIOS's waits make one unmatched return per turn (its 32-bit code calls 16-bit code
     // to let interrupts in, and comes back through its mode-switching trampoline), and how
-    // many turns a wait takes depends on the host's speed: 33 to over 1,000 under load.
+    // many turns a wait takes depends on the host's speed: 33 to over 1,000 under load. Deep
+    // returns grow with the host's load too: ~56 on a quiet host, 678 once at load 9.
     for (key, bound) in [
         ("unmatched_returns", calls / 1_000),
         ("returns_unseen", 1_000),
-        ("deep_returns", 500),
+        ("deep_returns", calls / 1_000),
     ] {
         let n = stat(dir, key);
         assert!(n < bound, "{n} {key} on {qemu} (bound {bound})");

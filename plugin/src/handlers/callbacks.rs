@@ -127,7 +127,7 @@ pub extern "C" fn on_packed_call(vcpu_index: c_uint, data: *mut c_void) {
     }
 }
 
-/// [`on_packed_call`]'s general way.
+/// The general way of a call whose target is known ([`on_packed_call`]'s, a memory call's).
 #[inline(never)]
 fn packed_call(vcpu_index: c_uint, target: u64, ret_addr: u64) {
     vcpu::with(vcpu_index, |v| direct_call(v, target, ret_addr));
@@ -216,7 +216,9 @@ pub unsafe extern "C" fn on_memory_call(
         None => unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0],
     };
     let target = memory_call_target(site.target, loaded);
-    vcpu::with(vcpu_index, |v| direct_call(v, target, site.ret_addr));
+    if !vcpu::try_with(vcpu_index, |v| call_without_calls(v, target, site.ret_addr)) {
+        packed_call(vcpu_index, target, site.ret_addr)
+    }
 }
 
 /// The load that fills the register a call in its block goes through, where something
@@ -249,7 +251,10 @@ pub unsafe extern "C" fn on_fed_load(
 /// feeding load has [`on_fed_load`].
 pub unsafe extern "C" fn on_fed_call(vcpu_index: c_uint, data: *mut c_void) {
     let site = unsafe { call_site_at(data) };
-    vcpu::with(vcpu_index, |v| direct_call(v, v.fed_target, site.ret_addr));
+    let fast = |v: &mut VcpuState| call_without_calls(v, v.fed_target, site.ret_addr);
+    if !vcpu::try_with(vcpu_index, fast) {
+        vcpu::with(vcpu_index, |v| direct_call(v, v.fed_target, site.ret_addr));
+    }
 }
 
 /// [`on_fed_call`] in a process's code (system mode, processes watched).
