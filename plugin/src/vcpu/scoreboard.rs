@@ -148,17 +148,14 @@ impl FastWords {
         FastWords((vcpu_index as usize * 16) | time as usize)
     }
 
-    /// The element and the time, or none (the general path decides).
+    /// The element and where its time comes from (the tag: 0 for a direct element, whose
+    /// counter is the time), or none (the general path decides).
     #[inline(always)]
-    fn words(self, interp: &mut Interpolated, last: u64) -> Option<(*mut u64, u64)> {
+    fn element(self) -> Option<(*mut u64, usize)> {
         let tag = self.0 & 3;
         if tag == 0 {
-            if self.0 == 0 {
-                return None;
-            }
-            let p = self.0 as *mut u64;
-            // SAFETY: a direct element, valid as `VcpuWord::Direct`.
-            return Some((p, unsafe { p.read_volatile() }));
+            // A direct element, valid as `VcpuWord::Direct`.
+            return (self.0 != 0).then_some((self.0 as *mut u64, 0));
         }
         let base = MOVING_BASE.load(Ordering::Relaxed);
         if base.is_null() {
@@ -166,17 +163,22 @@ impl FastWords {
         }
         // SAFETY: the base is the current one (`MOVING_BASE`) and the scoreboard holds this
         // vCPU (QEMU grew it before the vCPU's init).
-        let p = unsafe { base.add(self.0 & !3) } as *mut u64;
-        let now = if tag != TimeFrom::Tsc as usize {
-            // SAFETY: as above.
-            let insns = unsafe { p.read_volatile() };
-            if tag == TimeFrom::Counter as usize {
-                insns
-            } else {
-                interp.at(insns, last, || super::wall::fast_wall_ns().unwrap_or(last))
-            }
+        Some((unsafe { base.add(self.0 & !3) } as *mut u64, tag))
+    }
+
+    /// The element and the time, or none (the general path decides).
+    #[inline(always)]
+    fn words(self, interp: &mut Interpolated, last: u64) -> Option<(*mut u64, u64)> {
+        let (p, tag) = self.element()?;
+        if tag == TimeFrom::Tsc as usize {
+            return Some((p, tsc_time(last)?));
+        }
+        // SAFETY: an element of this vCPU (`element`).
+        let insns = unsafe { p.read_volatile() };
+        let now = if tag == TimeFrom::Interpolated as usize {
+            interp.at(insns, last, || super::wall::fast_wall_ns().unwrap_or(last))
         } else {
-            tsc_time(last)?
+            insns
         };
         Some((p, now))
     }
@@ -187,27 +189,16 @@ impl FastWords {
     /// the interpolation reads it again.
     #[inline(always)]
     fn words_without_calls(self, interp: &Interpolated, last: u64) -> Option<(*mut u64, u64)> {
-        let tag = self.0 & 3;
-        if tag == 0 {
-            if self.0 == 0 {
-                return None;
-            }
-            let p = self.0 as *mut u64;
-            // SAFETY: a direct element, valid as `VcpuWord::Direct`.
-            return Some((p, unsafe { p.read_volatile() }));
-        }
-        let base = MOVING_BASE.load(Ordering::Relaxed);
-        if base.is_null() || tag == TimeFrom::Tsc as usize {
+        let (p, tag) = self.element()?;
+        if tag == TimeFrom::Tsc as usize {
             return None;
         }
-        // SAFETY: as in `words`.
-        let p = unsafe { base.add(self.0 & !3) } as *mut u64;
-        // SAFETY: as above.
+        // SAFETY: an element of this vCPU (`element`).
         let insns = unsafe { p.read_volatile() };
-        if tag == TimeFrom::Counter as usize {
-            return Some((p, insns));
+        if tag == TimeFrom::Interpolated as usize {
+            return interp.at_fast(insns, last).map(|now| (p, now));
         }
-        interp.at_fast(insns, last).map(|now| (p, now))
+        Some((p, insns))
     }
 
     /// A call's time where the hot path reads it without calling anything (see
@@ -295,18 +286,8 @@ impl FastWords {
     /// The pending flag's word, when the hot path may reach it (no time read).
     #[inline(always)]
     fn pending_word(self) -> Option<*mut u64> {
-        let tag = self.0 & 3;
-        if tag == 0 {
-            // SAFETY: a direct element, valid as `VcpuWord::Direct`; the flag is its second
-            // word.
-            return (self.0 != 0).then(|| unsafe { (self.0 as *mut u64).add(1) });
-        }
-        let base = MOVING_BASE.load(Ordering::Relaxed);
-        if base.is_null() {
-            return None;
-        }
-        // SAFETY: as in `words`.
-        Some(unsafe { base.add((self.0 & !3) + 8) } as *mut u64)
+        // SAFETY: the flag is the element's second word (`clock_and_pending`).
+        self.element().map(|(p, _)| unsafe { p.add(1) })
     }
 
     /// At a landing: the time, taking the pending return (the flag is cleared).
