@@ -210,11 +210,7 @@ pub unsafe extern "C" fn on_memory_call(
 ) {
     let site = unsafe { call_site_at(data) };
     // SAFETY: inside the memory callback of the load of `vaddr` (the contract).
-    let loaded = match unsafe { guest::just_loaded(vaddr, memory_call_width(site.target)) } {
-        Some(value) => value,
-        // SAFETY: as above.
-        None => unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0],
-    };
+    let loaded = unsafe { loaded_value(info, vaddr, memory_call_width(site.target)) };
     let target = memory_call_target(site.target, loaded);
     if !vcpu::try_with(vcpu_index, |v| call_without_calls(v, target, site.ret_addr)) {
         packed_call(vcpu_index, target, site.ret_addr)
@@ -236,12 +232,23 @@ pub unsafe extern "C" fn on_fed_load(
     _data: *mut c_void,
 ) {
     // SAFETY: inside the memory callback of the load of `vaddr` (the contract).
-    let loaded = match unsafe { guest::just_loaded(vaddr, 8) } {
+    let loaded = unsafe { loaded_value(info, vaddr, 8) };
+    vcpu::with(vcpu_index, |v| v.fed_target = loaded);
+}
+
+/// The value of `size` bytes that the load `info` describes has just read at `vaddr`: from
+/// the host's copy of guest memory in user mode (`guest::just_loaded`), else through the API.
+///
+/// # Safety
+/// Called from the memory callback of that load.
+#[inline(always)]
+unsafe fn loaded_value(info: ffi::MemInfo, vaddr: u64, size: usize) -> u64 {
+    // SAFETY: the caller's contract.
+    match unsafe { guest::just_loaded(vaddr, size) } {
         Some(value) => value,
         // SAFETY: as above.
         None => unsafe { ffi::qemu_plugin_mem_get_value(info) }.data[0],
-    };
-    vcpu::with(vcpu_index, |v| v.fed_target = loaded);
+    }
 }
 
 /// A call through a register that [`on_fed_load`] kept the value of.
