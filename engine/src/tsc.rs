@@ -130,14 +130,16 @@ impl Interpolated {
     /// `read` gives the host's time when the counter must be read.
     #[inline(always)]
     pub fn at(&mut self, insns: u64, last: u64, read: impl FnOnce() -> u64) -> u64 {
-        let run = insns.wrapping_sub(self.sync_insns);
-        if run < RESYNC_INSNS && !self.stale {
-            return (self.sync_ns + ((run * self.rate) >> 16)).max(last);
+        match self.at_fast(insns, last) {
+            Some(now) => now,
+            None => {
+                let run = insns.wrapping_sub(self.sync_insns);
+                self.resync(insns, run, read()).max(last)
+            }
         }
-        self.resync(insns, run, read()).max(last)
     }
 
-    /// [`Interpolated::at`] where it needs no read of the counter, changing nothing; `None`
+    /// [`Interpolated::at`] where it needs no read of the clock, changing nothing; `None`
     /// where it does (every [`RESYNC_INSNS`] instructions, or stale).
     #[inline(always)]
     pub fn at_fast(&self, insns: u64, last: u64) -> Option<u64> {
