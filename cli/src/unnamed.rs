@@ -201,7 +201,7 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
 }
 
 /// A task file's record size.
-const RECORD: u64 = 16;
+const RECORD: u64 = qemu_uftrace_format::record::RECORD_SIZE as u64;
 /// How much of a task file one thread reads at a time.
 const PIECE: u64 = 4 << 20;
 
