@@ -242,11 +242,9 @@ fn same_file(path: &std::path::Path) -> PathBuf {
 pub fn preload(
     paths: impl FnOnce() -> Vec<PathBuf> + Send + 'static,
     arch: Option<Arch>,
-) -> Preload {
-    let priority = Priority::default();
-    let lowered = priority.clone();
-    let job = std::thread::spawn(move || {
-        let _lowered = lowered.lower();
+) -> BackgroundLoad<Preloaded> {
+    BackgroundLoad::spawn(move |priority| {
+        let _lowered = priority.lower();
         paths()
             .into_iter()
             .filter_map(|p| {
@@ -254,23 +252,7 @@ pub fn preload(
                 Some((same_file(&p), img))
             })
             .collect()
-    });
-    Preload { job, priority }
-}
-
-/// The files [`preload`] reads while QEMU runs.
-pub struct Preload {
-    job: JoinHandle<Preloaded>,
-    priority: Priority,
-}
-
-impl Preload {
-    /// The files read, once QEMU has exited: the thread gets its priority back where the
-    /// system allows it, rather than be starved by other processes while we wait.
-    pub fn finish(self) -> Preloaded {
-        self.priority.restore();
-        self.job.join().unwrap_or_default()
-    }
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -293,18 +275,25 @@ fn failure_line(e: &SymbolError) -> String {
     format!("{e}; {fix}")
 }
 
-/// Loads the sources in a low-priority thread and hands what it found to `then`, still in
-/// that thread; `join` returns `then`'s result.
+/// A thread that reads symbols, at a lowered priority while QEMU runs ([`Priority`]):
+/// [`preload`]'s, or [`BackgroundLoad::start`]'s, which hands what it loaded to `then`, still
+/// in that thread; `join` returns the thread's result.
 pub struct BackgroundLoad<T> {
     job: JoinHandle<T>,
     priority: Priority,
 }
 
 impl<T: Send + 'static> BackgroundLoad<T> {
-    pub fn start(read: ToRead, then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static) -> Self {
+    /// Runs `f` in a thread of its own, with the priority it may lower.
+    fn spawn(f: impl FnOnce(&Priority) -> T + Send + 'static) -> Self {
         let priority = Priority::default();
         let lowered = priority.clone();
-        let job = std::thread::spawn(move || match read {
+        let job = std::thread::spawn(move || f(&lowered));
+        BackgroundLoad { job, priority }
+    }
+
+    pub fn start(read: ToRead, then: impl FnOnce(Vec<Loaded>) -> T + Send + 'static) -> Self {
+        BackgroundLoad::spawn(move |lowered| match read {
             // The read without lines at the priority it had: the entries may wait for it.
             ToRead::Once(once) => {
                 once.get();
@@ -321,8 +310,7 @@ impl<T: Send + 'static> BackgroundLoad<T> {
                 loaded.extend(load_all_with(&sources, arch, false, &mut preloaded));
                 then(loaded)
             }
-        });
-        BackgroundLoad { job, priority }
+        })
     }
 
     /// `None` when the thread panicked. Called once QEMU has exited: the thread gets its
@@ -376,10 +364,10 @@ impl Priority {
         Lowered(self.clone())
     }
 
-    /// QEMU has exited: the thread's priority back to normal; whether it now runs at
-    /// normal priority (an unprivileged process may not raise a thread's priority unless
-    /// RLIMIT_NICE allows it).
-    fn restore(&self) -> bool {
+    /// QEMU has exited: the thread's priority back to normal, where the system allows it
+    /// (an unprivileged process may not raise a thread's priority unless RLIMIT_NICE allows
+    /// it; the thread then stays lowered).
+    fn restore(&self) {
         let mut state = lock(&self.0);
         let restored = match *state {
             // The lock keeps the thread from ending, and its id from being reused, meanwhile.
@@ -389,7 +377,6 @@ impl Priority {
         if restored {
             *state = Niceness::Restored;
         }
-        restored
     }
 }
 

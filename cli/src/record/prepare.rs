@@ -45,7 +45,7 @@ pub struct Jobs {
     /// System mode: the symbol files, written while QEMU runs.
     pub symbols: Option<BackgroundLoad<SymbolJob>>,
     /// User mode: the program's files read while it runs.
-    pub preload: Option<symbol_source::Preload>,
+    pub preload: Option<BackgroundLoad<symbol_source::Preloaded>>,
     /// x86_64: where the kernel keeps its running task, found while QEMU starts.
     pub task_slot: Option<TaskSlot>,
     pub entries: Option<Entries>,

@@ -71,7 +71,7 @@ pub fn run(
                 }
             }
         }
-        let preloaded = jobs.preload.map(|p| p.finish()).unwrap_or_default();
+        let preloaded = jobs.preload.and_then(|p| p.join()).unwrap_or_default();
         let ctx = SymbolContext {
             kernel: None,
             board: inv.board.clone(),
