@@ -231,14 +231,14 @@ fn longjmp_from_a_noreturn_function_x86_64() {
     check_longjmp_from_noreturn(&X86_64);
 }
 
-/// Functions entered by a jump through a register (tests/guests/user/ucontext.c and
-/// trampoline.c, static glibc at -O2): the program's own functions in the trace, their
-/// entries against the program's log, and no return that matched nothing.
+/// A logging guest of `make shape` (ucontext.c, trampoline.c, fedcalls.c: static glibc at
+/// -O2) recorded: the program's own functions in the trace, their entries against the
+/// program's log, and no return that matched nothing; the trace's directory with them.
 fn own_tree(
     target: &Target,
     name: &str,
     own: &[&str],
-) -> (tempfile::TempDir, Vec<String>, Vec<String>) {
+) -> (tempfile::TempDir, PathBuf, Vec<String>, Vec<String>) {
     let elf = guest(target, name);
     let (tmp, dir, stdout) = record_ok(&cached(target.qemu), &[&elf.to_string_lossy()]);
     // The log names GCC's nested function `inner`; its symbol is `inner.0`.
@@ -266,7 +266,7 @@ fn own_tree(
             target.cross
         );
     }
-    (tmp, tree, events)
+    (tmp, dir, tree, events)
 }
 
 const UCONTEXT_OWN: &[&str] = &["main", "run", "ctxfunc", "leaf"];
@@ -295,7 +295,7 @@ fn ucontext_tree() -> Vec<String> {
 }
 
 fn check_ucontext(target: &Target) {
-    let (_tmp, tree, events) = own_tree(target, "ucontext.elf", UCONTEXT_OWN);
+    let (_tmp, _dir, tree, events) = own_tree(target, "ucontext.elf", UCONTEXT_OWN);
     assert_eq!(tree, ucontext_tree(), "{}", target.cross);
     // ctxfunc nests in swapcontext (in setcontext or __start_context where the static
     // libc's frames show), which closes before run's last call.
@@ -337,7 +337,7 @@ fn trampoline_tree() -> Vec<String> {
 }
 
 fn check_trampoline(target: &Target) {
-    let (_tmp, tree, events) = own_tree(target, "trampoline.elf", TRAMPOLINE_OWN);
+    let (_tmp, _dir, tree, events) = own_tree(target, "trampoline.elf", TRAMPOLINE_OWN);
     assert_eq!(tree, trampoline_tree(), "{}", target.cross);
     // Nothing between apply and the nested function: the call through the trampoline is
     // the nested function's.
@@ -524,21 +524,7 @@ const FED_OWN: &[&str] = &[
 /// once, also where the load between faults once and the block resumes past the pointer's
 /// load (that call, alone of the program's, reads its register).
 fn check_fed_calls(target: &Target) {
-    let elf = guest(target, "fedcalls.elf");
-    let (_tmp, dir, stdout) = record_ok(&cached(target.qemu), &[&elf.to_string_lossy()]);
-    let log: Vec<String> = stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("ENTRY "))
-        .map(|n| format!("E {n}"))
-        .collect();
-    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
-    let own = without(&events, |n| !FED_OWN.contains(&n), false);
-    let entries: Vec<String> = own
-        .iter()
-        .filter(|e| e.starts_with("E "))
-        .cloned()
-        .collect();
-    assert_eq!(entries, log, "{}: entries against the log", target.cross);
+    let (_tmp, dir, own, _events) = own_tree(target, "fedcalls.elf", FED_OWN);
     let mut tree = vec!["E main"];
     for i in 0..40 {
         let callee = [["E leaf", "X leaf"], ["E other", "X other"]][i % 2];
