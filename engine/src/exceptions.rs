@@ -100,12 +100,7 @@ impl Engine {
         let now = self.clamp(now);
         if let Some(i) = self.stack().innermost_exception() {
             // Exceptions nest, so an ERET leaves the innermost one, wherever it goes.
-            if self.stack().frames()[i].ret_addr != target {
-                self.stats.eret_redirects += 1;
-            }
-            self.stats.exception_returns += 1;
-            self.close_down_to(now, i);
-            return EretOutcome::ClosedException;
+            return self.leave_exception(now, i, target);
         }
         // The running function: the top frame, or one that entered those above it by jumps.
         let frames = self.stack().frames();
@@ -178,6 +173,12 @@ impl Engine {
         let (i, _, _) = self.pushed_frames[k];
         self.pushed_frames.truncate(k);
         let now = self.clamp(now);
+        self.leave_exception(now, i, target)
+    }
+
+    /// Leaves the exception entry at stack index `i` by an exception return to `target`
+    /// (`now` clamped), closing it and everything above it.
+    fn leave_exception(&mut self, now: u64, i: usize, target: u64) -> EretOutcome {
         if self.stack().frames()[i].ret_addr != target {
             self.stats.eret_redirects += 1;
         }
