@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, lints, unit tests, the integration tests that drive real
-# QEMU and real uftrace, the engine's tests under Miri, and every fuzz target for FUZZ_SECONDS (default 20) each. Installs
-# what is missing first.
+# QEMU and real uftrace, the engine's tests under Miri, and every fuzz target for FUZZ_SECONDS
+# (default 20) each. Installs what is missing first. Ends with the time of each step and of each
+# test binary (scripts/test-timing.awk), failed or not, so a slower suite shows in the next log.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -12,14 +13,43 @@ free_gib=$(df -P -k "$target" | awk 'NR==2 { print int($4 / 1048576) }')
 if [ "$free_gib" -lt 4 ]; then
   echo "test.sh: only ${free_gib} GiB free under $target; the build and tests need about 4 GiB (free some, or set CARGO_TARGET_DIR to a larger disk)" >&2
 fi
-scripts/install-deps.sh
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+steps=()
+log=$(mktemp)
+started=$SECONDS
+summary() {
+  local status=$?
+  echo "test.sh: time per step"
+  printf '  %s\n' "${steps[@]}"
+  printf '  %-34s %8d s\n' "all steps" $((SECONDS - started))
+  if grep -q '^ *Running ' "$log"; then
+    echo "test.sh: time per test binary (slowest first)"
+    awk -f "$root/scripts/test-timing.awk" "$log" | grep -v '^binaries: \|^tests: '
+    # The plain closing line ("tests: N passed, N failed"), last, for whoever reads the log.
+    awk -f "$root/scripts/test-timing.awk" "$log" | grep '^tests: '
+  fi
+  rm -f "$log"
+  exit "$status"
+}
+trap summary EXIT
+# step NAME COMMAND...: runs COMMAND and keeps its time (and its failure) for the summary.
+step() {
+  local name=$1 t0=$SECONDS status=0
+  shift
+  "$@" || status=$?
+  steps+=("$(printf '%-34s %8d s%s' "$name" $((SECONDS - t0)) "$([ $status -eq 0 ] || echo "  FAILED ($status)")")")
+  return $status
+}
+step install-deps scripts/install-deps.sh
+step fmt cargo fmt --all -- --check
+step clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
-cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
-cargo test --workspace --no-fail-fast
+step clippy-api-v7 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
+# The test output goes to the terminal and to the log the summary reads.
+step "cargo test" bash -o pipefail -c 'cargo test --workspace --no-fail-fast 2>&1 | tee "$1"' _ "$log"
+step "every test binary ran" scripts/test-binaries-ran.sh "$log"
 # The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
 # under Miri's checks (about two minutes).
-cargo +nightly miri test -p qemu-uftrace-engine
-# Bounded: the fuzzers' first build takes a few minutes, then 6 targets x FUZZ_SECONDS.
-FUZZ_SECONDS=${FUZZ_SECONDS:-20} fuzz/run.sh
+step miri cargo +nightly miri test -p qemu-uftrace-engine
+# Bounded: the fuzzers' first build takes a few minutes, then each target for FUZZ_SECONDS.
+step fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" fuzz/run.sh

@@ -1,0 +1,142 @@
+//! scripts/test.sh's summary (`scripts/test-timing.awk`) and its check that every test binary
+//! ran (`scripts/test-binaries-ran.sh`), on the output of a real `cargo test` of a small crate
+//! whose binaries pass, fail, crash and take measurably long.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts")
+}
+
+/// A crate with a library (no tests) and four test binaries; returns its directory.
+fn crate_with_binaries(dir: &Path) -> PathBuf {
+    let root = dir.join("timed");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("tests")).unwrap();
+    std::fs::write(
+        root.join("Cargo.toml"),
+        "[package]\nname = \"timed\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("src/lib.rs"), "").unwrap();
+    let binaries = [
+        ("fast", "#[test] fn quick() {}"),
+        // A duration the summary must rank first, not a wait for a condition.
+        (
+            "slow",
+            "#[test] fn long() { std::thread::sleep(std::time::Duration::from_millis(700)); }",
+        ),
+        (
+            "fails",
+            "#[test] fn good() {}\n#[test] fn bad() { panic!(\"as meant\") }",
+        ),
+        ("crash", "#[test] fn dies() { std::process::abort() }"),
+    ];
+    for (name, body) in binaries {
+        std::fs::write(root.join("tests").join(format!("{name}.rs")), body).unwrap();
+    }
+    root
+}
+
+/// `cargo test ARGS` in the crate: its whole output, both streams interleaved as
+/// scripts/test.sh logs them (`2>&1 | tee`): a binary's results follow its "Running" line.
+fn cargo_test(root: &Path, args: &[&str]) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg("exec \"$0\" test \"$@\" 2>&1")
+        .arg(cargo)
+        .args(args)
+        .current_dir(root)
+        .env("CARGO_TARGET_DIR", root.join("target"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run cargo");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = crate_with_binaries(tmp.path());
+    let log = tmp.path().join("cargo-test.log");
+    std::fs::write(&log, cargo_test(&root, &["--no-fail-fast"])).unwrap();
+
+    let summary = Command::new("awk")
+        .arg("-f")
+        .arg(scripts().join("test-timing.awk"))
+        .arg(&log)
+        .output()
+        .expect("run awk");
+    assert!(summary.status.success());
+    let summary = String::from_utf8_lossy(&summary.stdout).to_string();
+    let lines: Vec<&str> = summary.lines().collect();
+    let line_of = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no line for {name} in:\n{summary}"))
+            .to_string()
+    };
+    assert_eq!(
+        lines[0].split_whitespace().next(),
+        Some("slow"),
+        "slowest first:\n{summary}"
+    );
+    let slow_secs: f64 = line_of("slow")
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(slow_secs >= 0.7, "slow took {slow_secs} s:\n{summary}");
+    assert!(
+        line_of("fails").contains("1 passed   1 failed"),
+        "{summary}"
+    );
+    assert!(line_of("fast").contains("1 passed   0 failed"), "{summary}");
+    assert!(line_of("crash").contains("no result line"), "{summary}");
+    assert!(
+        line_of("timed").contains("0 passed   0 failed"),
+        "{summary}"
+    );
+    assert!(line_of("doc:timed").contains("0 passed"), "{summary}");
+    assert!(summary.contains("\nbinaries: 6\n"), "{summary}");
+    assert_eq!(
+        lines.last(),
+        Some(&"tests: 3 passed, 1 failed"),
+        "{summary}"
+    );
+
+    let check = |log: &Path| {
+        Command::new(scripts().join("test-binaries-ran.sh"))
+            .arg(log)
+            .current_dir(&root)
+            .env("CARGO_TARGET_DIR", root.join("target"))
+            .output()
+            .expect("run test-binaries-ran.sh")
+    };
+    let all = check(&log);
+    assert!(
+        all.status.success(),
+        "{}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    assert!(String::from_utf8_lossy(&all.stdout).contains("all 5 test binaries ran"));
+
+    // A run of two binaries of five: the check names the difference and fails.
+    let part = tmp.path().join("part.log");
+    std::fs::write(
+        &part,
+        cargo_test(&root, &["--test", "fast", "--test", "slow"]),
+    )
+    .unwrap();
+    let some = check(&part);
+    assert!(!some.status.success());
+    assert!(
+        String::from_utf8_lossy(&some.stderr).contains("builds 5 test binaries but 2 ran"),
+        "{}",
+        String::from_utf8_lossy(&some.stderr)
+    );
+}
