@@ -40,8 +40,9 @@ build_workload_guest() {
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
 #              glibc and the loader, /init runs /worker twice; --symbols with the kernel's
 #              DWARF vmlinux, so every process is named (the mapping watch on)
-#   procs-nowatch  the same boot with --symbols System.map: no DWARF, so no mapping watch
-#              (nor task names), for the watch's cost apart
+#   procs-nowatch  the same boot with --symbols System.map and --no-auto-symbols: neither
+#              DWARF nor the image's BTF, so no mapping watch (nor task names), for the
+#              watch's cost apart
 #   riscv64    the riscv64 kernel (built from Debian's source) booting from OpenSBI to its
 #              "Unable to mount root fs" panic, on qemu-system-riscv64
 #   kernel-x86 Debian's amd64 cloud kernel (bzImage) booting to its panic on -M pc, from
@@ -70,7 +71,7 @@ workload_argv() {
             if [ "$1" = procs ]; then
                 record_opts=(--symbols "$cache/kernel-dbg/vmlinux")
             else
-                record_opts=(--symbols "$cache/kernel-dbg/System.map")
+                record_opts=(--no-auto-symbols --symbols "$cache/kernel-dbg/System.map")
             fi ;;
         riscv64)
             # Debian's riscv64 kernel install-deps caches, from OpenSBI (QEMU's own) to its

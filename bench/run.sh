@@ -10,7 +10,8 @@
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
 #              one program) with the kernel's DWARF vmlinux: every process named
-#   procs-nowatch  the same boot with System.map only (no DWARF: no mapping watch)
+#   procs-nowatch  the same boot with System.map only (--no-auto-symbols: no DWARF nor BTF,
+#                  no mapping watch)
 #   user       user mode, bench/user.sh: bzip2 and the sqlite3 shell under qemu-aarch64,
 #              qemu-x86_64 and qemu-riscv64 (10.2.2), with QEMU's own uftrace plugin beside
 #   riscv64    Debian's riscv64 kernel (linux-image-*-riscv64: trixie's, or forky's 7.x where

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Runs each fuzz target for a bounded time (cargo-fuzz, nightly; scripts/install-deps.sh
 # installs both): the symbol parsers (elf, system_map, kernel_image, any), the plugin's
-# argument parser (plugin_args), the CLI's QEMU command-line reader (qemu_cmdline) and its
-# user-mode program reader (user_elf).
+# argument parser (plugin_args), the CLI's QEMU command-line reader (qemu_cmdline), its
+# user-mode program reader (user_elf), and what guests and their files feed the CLI: the
+# -initrd archive reader (initrd), SFrame and ORC unwind tables (sframe, orc), and the
+# plugin's files read back after a run (plugin_files: plugin.procs, plugin.maps,
+# plugin.tasks, stack cookies).
 #   fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default: $FUZZ_SECONDS or 60 s, all)
 # Corpora are seeded from real inputs: the test ELFs compiled from symbols/tests/data,
 # Debian's System.map, the head of the cached kernel image, plugin arguments and QEMU
-# command lines as record writes and reads them. Crashes land in fuzz/artifacts/<target>/
+# command lines as record writes and reads them, a cpio archive, a gcc-built .sframe
+# section, the plugin's file lines as the CLI's tests write them. Crashes land in fuzz/artifacts/<target>/
 # and make this script fail; a table of executions per target ends the output.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 secs=${1:-${FUZZ_SECONDS:-60}}
 shift || true
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(elf system_map kernel_image any plugin_args qemu_cmdline user_elf)
+[ "${#targets[@]}" -gt 0 ] || targets=(elf system_map kernel_image any plugin_args qemu_cmdline user_elf initrd sframe orc plugin_files)
 cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
 
 if ! command -v cargo-fuzz >/dev/null 2>&1 || ! rustup run nightly rustc --version >/dev/null 2>&1; then
@@ -67,6 +71,44 @@ seed() {
             -m size=1G >"$dir/bare-metal"
         printf '%s\0' qemu-system-aarch64 -S -s -device '{"driver":"loader","file":"a.elf"}' \
             -accel kvm -plugin p.so,out=d -bios edk2.fd disk.img >"$dir/refused"
+        ;;
+    esac
+    case $1 in
+    initrd)
+        # A newc archive written here (no cpio needed): a directory, a file, a symlink.
+        newc() { # NAME MODE DATA
+            local name=$1 mode=$2 data=$3 n
+            n=$(( ${#name} + 1 ))
+            printf '070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%s\0' \
+                1 "$mode" 0 0 1 0 "${#data}" 0 0 0 0 "$n" 0 "$name"
+            head -c $(( (4 - (110 + n) % 4) % 4 )) /dev/zero
+            printf '%s' "$data"
+            head -c $(( (4 - ${#data} % 4) % 4 )) /dev/zero
+        }
+        {
+            newc bin $((040755)) ''
+            newc init $((0100755)) '#!/bin/sh'
+            newc bin/sh $((0120777)) '../init'
+            newc 'TRAILER!!!' 0 ''
+        } >"$dir/archive"
+        ;;
+    sframe)
+        # A section binutils wrote (as --gsframe, 2.41 on), cut out of a program.
+        local src
+        src=$(mktemp -d)
+        printf 'int f(int x){return x+1;}\nint g(int x){return f(x)*2;}\nint main(void){return g(1);}\n' >"$src/s.c"
+        gcc -O1 -fno-inline -Wa,--gsframe -o "$src/s" "$src/s.c" 2>/dev/null &&
+            objcopy -O binary --only-section=.sframe "$src/s" "$dir/sframe" || true
+        rm -rf "$src"
+        ;;
+    orc)
+        # Three entries (split byte 3): offsets to 0, 4, 8; sp+8 calls, an end of stack.
+        printf '\003\000\000\000\000\000\000\000\000\000\000\000\000\010\000\000\000\000\000\005\002\020\000\360\377\024\002\000\000\000\000\000\001' >"$dir/entries"
+        ;;
+    plugin_files)
+        printf 'task\ttime=1\ttid=1\ttgid=1\tparent=0\nexec\ttime=2\ttid=1\ttgid=1\nmmap\ttime=3\ttid=1\ttgid=1\tstart=aaaa0000\tlen=1000\toffset=0\tpath=/init\nexit\ttime=9\ttid=1\ttgid=1\n' >"$dir/procs"
+        printf 'tid=5\tpid=5\ttgid=5\tcomm=sh\tlevel=EL0\n' >"$dir/tasks"
+        printf 'aux\tentry=400100\tbase=7fff1000\tvdso=7fff0000\nmmap\tstart=400000\toffset=0\tpath=/bin/true\n' >"$dir/maps"
         ;;
     esac
     [ -n "$(ls -A "$dir")" ] || printf 'x' >"$dir/empty"

@@ -18,7 +18,8 @@ pub const DEFAULT_DIR: &str = "uftrace.data";
         uftrace.data/ directory that uftrace (0.13 and newer) replays, reports and graphs with \
         function names.\n\n\
         qemu-uftrace record -- qemu-system-aarch64 -M virt -cpu cortex-a57 -m 1G -nographic \
-        -no-reboot -kernel Image -append \"console=ttyAMA0 nokaslr panic=-1\"\n\
+        -no-reboot -kernel ~/.cache/qemu-uftrace/kernel/vmlinuz -append \
+        \"console=ttyAMA0 nokaslr panic=-1\"\n\
         qemu-uftrace replay\n\n\
         Under -nographic the terminal is the guest's console: Ctrl-C goes to the guest, \
         Ctrl-A x stops QEMU.",
@@ -67,15 +68,16 @@ pub enum Command {
 /// The clock that stamps records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Clock {
-    /// `insn` on a machine with one vCPU, `wall` with several
+    /// `insn` on a machine with one vCPU, `wall` with several and in user mode
     Auto,
     /// Guest instructions executed: deterministic; uftrace prints these counts in its time
     /// columns (shown as ns, read "instructions"). With several vCPUs each counts its own:
     /// times are not comparable across vCPUs, and a task's times only never go back
     Insn,
     /// Host wall-clock nanoseconds: real durations, including the emulation's slowness (in
-    /// user mode read every 1,024 guest instructions and after system calls, the
-    /// instructions in between advancing it)
+    /// user mode read every 1,024 guest instructions, after system calls and after
+    /// translating new code; the instructions in between advance it, so every record's
+    /// time moves)
     Wall,
 }
 
@@ -112,22 +114,35 @@ impl Then {
     }
 }
 
-/// `record --help`: where symbols come from, stopping QEMU, examples.
-const RECORD_HELP: &str = "Symbols are read from the guest images named on the QEMU command line \
-        (-kernel, -bios, -device loader,file=ELF) and from every --symbols source. In user \
-        mode (qemu-aarch64, qemu-x86_64, qemu-riscv64: a build with plugin support) they come \
-        from the program, its dynamic loader and every shared library where the guest mapped \
-        them, looked up under -L or QEMU_LD_PREFIX; a stripped file's separate debug file is \
-        found by build ID or .gnu_debuglink (beside it, in .debug/, under usr/lib/debug of / \
-        or of the sysroot it lies in).\n\n\
-        Under -nographic the terminal is the guest's serial console: Ctrl-C goes to the \
-        guest, Ctrl-A x stops QEMU (the trace is complete up to there). A Linux kernel that \
-        panics spins in its panic loop, recording hundreds of MB a second, unless booted with \
-        panic=-1 and QEMU run with -no-reboot.\n\n\
-        Examples:\n  qemu-uftrace record --then report -- qemu-system-aarch64 -M virt -cpu \
-        cortex-a57 -m 1G -nographic -no-reboot -kernel Image -append \
+/// `record -h`: how to stop QEMU and two examples, after one line an option; `--help` and the
+/// man page say the rest.
+const RECORD_HELP: &str =
+    "Under -nographic the terminal is the guest's serial console: Ctrl-C goes \
+        to the guest, Ctrl-A x stops QEMU (the trace is complete up to there); SIGINT or SIGTERM \
+        sent to record (kill -INT, timeout -s INT) stops it too.\n\n\
+        Examples:\n  qemu-uftrace record -- qemu-system-aarch64 -M virt -cpu cortex-a57 -m 1G \
+        -nographic -no-reboot -kernel ~/.cache/qemu-uftrace/kernel/vmlinuz -append \
         \"console=ttyAMA0 nokaslr panic=-1\"\n  \
-        qemu-uftrace record -- qemu-aarch64 -L /usr/aarch64-linux-gnu ./prog 10";
+        qemu-uftrace record --then report -- qemu-aarch64 -L ~/.cache/qemu-uftrace/arm64-libc \
+        ~/.cache/qemu-uftrace/sqlite3/aarch64/sqlite3 :memory: \"select 6*7\"";
+
+/// `record --help` and its man page: the short help's examples, where symbols come from,
+/// stopping a kernel; the counts are the man page's own section (`man::pages`).
+fn record_long_help() -> String {
+    format!(
+        "Symbols are read from the guest images named on the QEMU command line (-kernel, \
+         -bios, -device loader,file=ELF) and from every --symbols source. In user mode \
+         (qemu-aarch64, qemu-x86_64, qemu-riscv64: a build with plugin support) they come \
+         from the program, its dynamic loader and every shared library where the guest mapped \
+         them, looked up under -L or QEMU_LD_PREFIX; a stripped file's separate debug file is \
+         found by build ID or .gnu_debuglink (beside it, in .debug/, under usr/lib/debug of / \
+         or of the sysroot it lies in).\n\n\
+         A Linux kernel that panics spins in its panic loop, recording hundreds of MB a \
+         second, unless booted with panic=-1 and QEMU run with -no-reboot.\n\n\
+         {RECORD_HELP}\n\n\
+         What each count at the end of a recording means: man qemu-uftrace-record (COUNTS)."
+    )
+}
 
 #[derive(Debug, Args)]
 #[command(
@@ -139,27 +154,36 @@ pub struct RecordArgs {
     #[arg(short, long, value_name = "DIR", default_value = DEFAULT_DIR)]
     pub output: PathBuf,
 
-    /// Timestamp source: `insn` counts guest instructions (deterministic; uftrace's time
-    /// columns then show instruction counts), `wall` uses host nanoseconds (one timeline
-    /// across vCPUs), `auto` takes `insn` with one vCPU and `wall` with several
+    /// Timestamp source: guest instructions or host nanoseconds
+    ///
+    /// `insn` counts guest instructions (deterministic; uftrace's time columns then show
+    /// instruction counts), `wall` uses host nanoseconds (one timeline across vCPUs), `auto`
+    /// takes `insn` with one vCPU and `wall` with several
     #[arg(long, value_enum, default_value_t = Clock::Auto)]
     pub clock: Clock,
 
-    /// One uftrace task per privilege level of each guest context (aarch64: EL3, EL2,
-    /// EL1, EL0, Secure or not), as QEMU's own plugin does with trace-privilege-level=on;
-    /// needs a QEMU that reports exceptions to plugins (10.2 or newer)
+    /// One uftrace task per privilege level of each guest context
+    ///
+    /// aarch64: EL3, EL2, EL1, EL0, Secure or not; as QEMU's own plugin does with
+    /// trace-privilege-level=on. Needs a QEMU that reports exceptions to plugins (10.2 or
+    /// newer)
     #[arg(long)]
     pub split_levels: bool,
 
-    /// Extra symbol source (ELF, System.map, kallsyms dump, kernel image), loaded at
-    /// OFFSET (hex with 0x, or decimal) when given; repeatable. A Linux vmlinux with DWARF
-    /// also names the guest's tasks (otherwise pid-N)
+    /// Extra symbol source: ELF, System.map, kallsyms dump, kernel image; repeatable
+    ///
+    /// Loaded at OFFSET (hex with 0x, or decimal) when given. A Linux vmlinux with DWARF
+    /// adds source lines; the guest's tasks are named from the kernel's DWARF, else from its
+    /// own BTF (in the -kernel image or a vmlinux; otherwise pid-N)
     #[arg(long = "symbols", value_name = "FILE[:OFFSET]")]
     pub symbols: Vec<OsString>,
 
-    /// System mode, Linux guest: the guest's root file system (extracted or mounted), where
-    /// the files its processes map are found (after the -initrd archive) to name their
-    /// functions; needs the kernel's DWARF vmlinux among --symbols
+    /// System mode, Linux guest: the guest's root file system, to name its processes
+    ///
+    /// Extracted or mounted: where the files the guest's processes map are found (after the
+    /// -initrd archive) to name their functions; needs the kernel's BTF (in its -kernel
+    /// image) or its DWARF vmlinux among
+    /// --symbols
     #[arg(long, value_name = "DIR")]
     pub sysroot: Option<PathBuf>,
 
@@ -171,43 +195,53 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,
 
-    /// Do not record calls nested deeper than N (with -F, counted from each filtered
-    /// function; uftrace's -D/--depth)
+    /// Do not record calls nested deeper than N (uftrace's -D/--depth)
+    ///
+    /// With -F, counted from each filtered function
     #[arg(short = 'D', long, visible_alias = "depth", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(qemu_uftrace_format::MAX_STACK)))]
     pub max_depth: Option<u16>,
 
-    /// Stop writing the trace at SIZE (500M, 2G: powers of 1024, as QEMU's -m), and with
-    /// `,exit` stop QEMU too; the trace is marked incomplete. Without it the cap is the
-    /// free disk space less 1 GiB (QEMU runs on); `none` sets no cap
+    /// Stop writing the trace at SIZE (500M, 2G), and with `,exit` stop QEMU too
+    ///
+    /// SIZE in powers of 1024, as QEMU's -m; the trace is marked incomplete, and the exit
+    /// status stays QEMU's. Without it the cap is 4 GiB, or half the free disk space when
+    /// that is less (QEMU runs on, and record exits 1 if it is reached); `none` sets no cap
     #[arg(long, value_name = "SIZE[,exit]", value_parser = crate::max_size::parse)]
     pub max_size: Option<crate::max_size::MaxSize>,
 
-    /// Do not show the recording's progress in the terminal's title (it is shown there,
-    /// never as text, when stderr is a terminal; `qemu-uftrace status` shows it anywhere)
+    /// Do not show the recording's progress in the terminal's title
+    ///
+    /// It is shown there, never as text, when stderr is a terminal; `qemu-uftrace status`
+    /// shows it anywhere
     #[arg(short, long)]
     pub quiet: bool,
 
-    /// End the trace at the first entry into FUNC (any task; the symbols on the command
-    /// line and --symbols name it), e.g. `panic`; with `,exit` stop QEMU there too
+    /// End the trace at the first entry into FUNC, e.g. `panic`; `,exit` stops QEMU too
+    ///
+    /// Any task's entry; the symbols on the command line and --symbols name FUNC
     #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
     pub stop_at: Option<crate::stop_at::StopAt>,
 
-    /// Begin the trace at the first entry into FUNC (any task); each task's frames open
-    /// then are written first, as entries at the times they were entered, so that the
-    /// replay nests
+    /// Begin the trace at the first entry into FUNC
+    ///
+    /// Any task's entry; each task's frames open then are written first, as entries at the
+    /// times they were entered, so that the replay nests
     #[arg(long, value_name = "FUNC")]
     pub start_at: Option<String>,
 
-    /// Flight recorder: keep only the last SIZE of records (all vCPUs together; 8M, 1G:
-    /// powers of 1024), written when QEMU exits (Ctrl-C, SIGTERM, --stop-at …,exit); the
-    /// frames open at the window's start are written first, as entries
+    /// Flight recorder: keep only the last SIZE of records
+    ///
+    /// All vCPUs together; 8M, 1G: powers of 1024. Written when QEMU exits (Ctrl-A x,
+    /// SIGINT or SIGTERM to record, --stop-at …,exit); the frames open at the window's start
+    /// are written first, as entries
     #[arg(long, value_name = "SIZE", value_parser = crate::max_size::parse_size)]
     pub keep_last: Option<u64>,
 
-    /// Record only FUNC's calls and everything beneath them, per task (uftrace's -F):
-    /// a function name, or a regular expression when it holds one of .?*+^$|()[]{}\
-    /// (matched anywhere in a name, e.g. '^sys_'); exceptions taken inside stay in;
-    /// repeatable
+    /// Record only FUNC's calls and everything beneath them (uftrace's -F); repeatable
+    ///
+    /// Per task. FUNC is a function name, or a regular expression when it holds one of
+    /// .?*+^$|()[]{}\ (matched anywhere in a name, e.g. '^sys_'); exceptions taken inside
+    /// stay in
     #[arg(short = 'F', long, value_name = "FUNC")]
     pub filter: Vec<String>,
 
@@ -229,22 +263,16 @@ pub struct RecordArgs {
     pub qemu_command: Vec<OsString>,
 }
 
-/// `record --help` and its man page: the short help, then what the counts at the end of
-/// a recording mean (from the table the summary itself uses).
-fn record_long_help() -> String {
-    format!(
-        "{RECORD_HELP}\n\n\
-         The counts in plugin.stats (the trace directory): record's last lines show only \
-         those that need action.\n{}",
-        crate::stats::counts_help()
-    )
-}
-
 #[derive(Debug, Args)]
 pub struct SymbolsArgs {
-    /// Trace directory to update (created when missing)
+    /// Trace directory to update (one `record` wrote)
     #[arg(short = 'd', long = "data", value_name = "DIR", default_value = DEFAULT_DIR)]
     pub dir: PathBuf,
+
+    /// Write the symbol files into a DIR that holds no trace (created when missing), for
+    /// `uftrace --with-syms DIR`
+    #[arg(long)]
+    pub syms_only: bool,
 
     /// Write names as IMAGE:NAME, to tell images apart in uftrace's output
     #[arg(long)]

@@ -421,7 +421,7 @@ pub fn write_map(dir: &Path, sid: &str, placed: &[PlacedImage]) -> Result<()> {
         entries.push(map::MapEntry {
             start: pseudo_start,
             end: pseudo_start + pseudo::size(),
-            path: pseudo::MODULE.to_string(),
+            path: pseudo::MODULE.into(),
         });
         let syms: Vec<SymLine> = pseudo::symbols()
             .map(|(offset, name)| SymLine {

@@ -161,14 +161,16 @@ fn describe_probe(text: &mut String, p: &ProbeInfo) {
         range.describe(),
         p.plugin_api
     );
+    // Said as what the trace shows; the API's name (discontinuity) means nothing to a user.
     let _ = writeln!(
         text,
         "  {:<14} {}",
-        "discontinuity",
+        "exceptions",
         if p.discontinuity {
-            "yes: exceptions and interrupts are reported to the plugin"
+            "shown as entries ([irq], [svc] …)"
         } else {
-            "no: exceptions and interrupts are not reported (QEMU 10.2 or newer does)"
+            "not shown as entries: this QEMU does not report them to plugins (10.2 or newer \
+             does); their handlers' calls nest where they ran"
         }
     );
 }

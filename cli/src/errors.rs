@@ -34,18 +34,59 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// One line of ours on the terminal: guest paths and task names may hold ESC or CR, which
+/// would drive the user's terminal, so every control character (a newline too) is shown as
+/// `\xNN`.
+fn line(label: &str, msg: impl fmt::Display) -> String {
+    let text = msg.to_string();
+    format!(
+        "qemu-uftrace: {label}{}",
+        qemu_uftrace_format::text::escape_controls(&text)
+    )
+}
+
 /// Prints the error as one line (context and causes joined by `: `).
 pub fn report(err: &anyhow::Error) {
     let text = format!("{err:#}").replace('\n', " ");
-    eprintln!("qemu-uftrace: error: {text}");
+    eprintln!("{}", line("error: ", text));
 }
 
 /// Prints a warning line.
 pub fn warn(msg: impl fmt::Display) {
-    eprintln!("qemu-uftrace: warning: {msg}");
+    eprintln!("{}", line("warning: ", msg));
+}
+
+/// Warnings given before QEMU starts, which its console scrolls away: the summary at the
+/// end of `record` says them again ([`repeat_early_warnings`]).
+static EARLY: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Prints a warning now and keeps it for the end of the recording.
+pub fn warn_early(msg: impl fmt::Display) {
+    let msg = msg.to_string();
+    warn(&msg);
+    EARLY.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+}
+
+/// Says again, as they were, the warnings [`warn_early`] gave (once: they are taken).
+pub fn repeat_early_warnings() {
+    let early = std::mem::take(&mut *EARLY.lock().unwrap_or_else(|e| e.into_inner()));
+    for msg in early {
+        warn(msg);
+    }
 }
 
 /// Prints an informational line.
 pub fn note(msg: impl fmt::Display) {
-    eprintln!("qemu-uftrace: {msg}");
+    eprintln!("{}", line("", msg));
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn guest_text_cannot_drive_the_terminal() {
+        assert_eq!(
+            super::line("warning: ", "no file found for /tmp/\x1b]0;owned\x07\r.so"),
+            "qemu-uftrace: warning: no file found for /tmp/\\x1b]0;owned\\x07\\x0d.so"
+        );
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod atomic_file;
+pub mod contained;
 pub mod datadir;
 pub mod doctor;
 pub mod embedded;

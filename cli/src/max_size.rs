@@ -78,39 +78,33 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// The space kept free on the trace's filesystem when the user gave no `--max-size`: 1 GiB,
-/// or a tenth of a smaller filesystem.
-const RESERVE: u64 = 1 << 30;
+/// The largest default cap: a kernel looping after its panic writes ~260 MB/s, and a
+/// trace this size is already far more than uftrace's viewers are pleasant on (a whole
+/// Debian boot is ~250 MB).
+pub const DEFAULT_MAX: u64 = 4 << 30;
 
-/// The cap a recording gets when the user gave none: the free space of the filesystem the
-/// trace goes to, less a reserve, so that a guest that never ends (a kernel looping after
-/// its panic writes ~260 MB/s) fills the trace, not the disk. QEMU runs on: a user who
-/// forgot a cap gets a trace marked incomplete, not a guest stopped under them. `None`
-/// when the free space cannot be read.
+/// The cap a recording gets when the user gave none: 4 GiB, or half the free space of the
+/// filesystem the trace goes to when that is less, so that a guest that never ends fills
+/// neither the disk nor the user's afternoon. QEMU runs on: a user who forgot a cap gets a
+/// trace marked incomplete, not a guest stopped under them. `None` when the free space
+/// cannot be read.
 pub fn default_cap(dir: &Path) -> Option<Cap> {
     let st = rustix::fs::statvfs(dir).ok()?;
-    let block = st.f_frsize.max(1);
-    let free = st.f_bavail.saturating_mul(block);
-    let total = st.f_blocks.saturating_mul(block);
-    Some(default_for(free, total))
+    let free = st.f_bavail.saturating_mul(st.f_frsize.max(1));
+    Some(default_for(free))
 }
 
-fn default_for(free: u64, total: u64) -> Cap {
-    let reserve = RESERVE.min(total / 10);
-    let bytes = match free.saturating_sub(reserve) {
-        // Already short of the reserve: half of what is left.
-        0 => (free / 2).max(1),
-        n => n,
+fn default_for(free: u64) -> Cap {
+    let half = (free / 2).max(1);
+    let (bytes, why) = if half < DEFAULT_MAX {
+        (half, ", half the free disk space")
+    } else {
+        (DEFAULT_MAX, "")
     };
     Cap {
         bytes,
         exit: false,
-        origin: format!(
-            "the default cap of {}: the free disk space less {} kept free; --max-size sets \
-             another",
-            indicatif::HumanBytes(bytes),
-            indicatif::HumanBytes(free.saturating_sub(bytes)),
-        ),
+        origin: format!("the default {}{why}", indicatif::HumanBytes(bytes)),
     }
 }
 
@@ -154,19 +148,17 @@ mod tests {
     }
 
     #[test]
-    fn the_default_keeps_a_reserve_free() {
+    fn the_default_is_a_few_gib_or_half_the_free_space() {
         let gib = 1u64 << 30;
-        let c = default_for(50 * gib, 100 * gib);
-        assert_eq!(c.bytes, 49 * gib);
+        let c = default_for(50 * gib);
+        assert_eq!(c.bytes, 4 * gib);
         assert!(!c.exit);
-        assert!(
-            c.origin.starts_with("the default cap of 49.00 GiB"),
-            "{}",
-            c.origin
-        );
-        // A small filesystem keeps a tenth free; one already short of it, half of the rest.
-        assert_eq!(default_for(gib, 2 * gib).bytes, gib - gib / 5);
-        assert_eq!(default_for(100, 100 * gib).bytes, 50);
-        assert!(default_cap(Path::new("/")).is_some_and(|c| c.bytes > 0));
+        assert_eq!(c.origin, "the default 4.00 GiB");
+        let c = default_for(6 * gib);
+        assert_eq!(c.bytes, 3 * gib);
+        assert_eq!(c.origin, "the default 3.00 GiB, half the free disk space");
+        assert_eq!(default_for(100).bytes, 50);
+        assert_eq!(default_for(0).bytes, 1);
+        assert!(default_cap(Path::new("/")).is_some_and(|c| c.bytes > 0 && c.bytes <= 4 * gib));
     }
 }

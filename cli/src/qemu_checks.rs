@@ -82,7 +82,10 @@ pub fn preflight(
         ));
     };
     match qemu.emulator.mode {
-        Mode::System => qemu::refusals::check(opts)?,
+        Mode::System => {
+            let name = format!("qemu-system-{}", qemu.emulator.target);
+            qemu::refusals::check(opts, arch, &name)?
+        }
         // User mode has no kernel, accelerator or monitor: only a second copy of our plugin
         // is in the way.
         Mode::User => qemu::refusals::check_plugin_clash(opts)?,

@@ -1,8 +1,8 @@
 //! Running QEMU with the terminal left to it: stdin and stdout inherited (so `-nographic`
 //! consoles work), its messages (stderr) passed on to ours as they come, the first lines
 //! kept to name QEMU's complaint should it fail; Ctrl-C reaching QEMU rather than killing us,
-//! SIGTERM and SIGHUP forwarded (for the run only: [`crate::signal_scope`]), QEMU's exit
-//! status kept.
+//! SIGTERM, SIGHUP and a SIGINT from elsewhere than the terminal forwarded (for the run
+//! only: [`crate::signal_scope`]), QEMU's exit status kept, and the signal it was stopped by.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -24,6 +24,10 @@ pub struct QemuExit {
     /// Our exit status: QEMU's code, or 128 + signal.
     pub exit_code: i32,
     pub signal: Option<i32>,
+    /// The signal QEMU was told to stop by, when it then exited by itself (as QEMU does on
+    /// SIGINT, SIGTERM and SIGHUP): one we passed on, or one QEMU names
+    /// ("terminating on signal 15").
+    pub stopped_by: Option<i32>,
     pub elapsed: Duration,
     /// The first lines QEMU wrote to stderr.
     pub said: Vec<String>,
@@ -49,6 +53,7 @@ impl QemuExit {
             wait_status,
             exit_code: exit_code(status),
             signal,
+            stopped_by: None,
             elapsed,
             said: Vec::new(),
         }
@@ -66,6 +71,17 @@ impl QemuExit {
         said()
             .find(|l| !l.contains("warning:"))
             .or_else(|| said().next())
+    }
+
+    /// The signal that ended QEMU, whether it killed QEMU or QEMU stopped on it.
+    pub fn ended_by_signal(&self) -> Option<i32> {
+        self.signal.or(self.stopped_by).or_else(|| {
+            self.said.iter().find_map(|l| {
+                let (_, rest) = l.split_once("terminating on signal ")?;
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse().ok()
+            })
+        })
     }
 
     /// `exited with code 3`, `killed by signal 9`.
@@ -125,11 +141,13 @@ pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
     let waited = handle.wait().map(|o| o.status);
     let elapsed = started.elapsed();
     scope.child_reaped();
+    let forwarded = scope.forwarded();
     // From here on our signals have their default actions.
     drop(scope);
     let status = waited.with_context(|| format!("cannot wait for {}", program.display()))?;
     let mut exit = QemuExit::from_status(status, elapsed);
     exit.said = relay.finish();
+    exit.stopped_by = forwarded;
     Ok(exit)
 }
 
@@ -204,6 +222,14 @@ mod tests {
         let e = QemuExit::from_status(ExitStatus::from_raw(9), Duration::ZERO);
         assert_eq!((e.exit_code, e.wait_status, e.signal), (137, 9, Some(9)));
         assert_eq!(e.describe(), "killed by signal 9");
+        assert_eq!(e.ended_by_signal(), Some(9));
+        // QEMU stops on SIGTERM by itself, with status 0, and says so.
+        let mut e = QemuExit::from_status(ExitStatus::from_raw(0), Duration::ZERO);
+        assert_eq!(e.ended_by_signal(), None);
+        e.said = vec!["qemu-system-aarch64: terminating on signal 15 from pid 7 (x)".into()];
+        assert_eq!(e.ended_by_signal(), Some(15));
+        e.stopped_by = Some(2);
+        assert_eq!(e.ended_by_signal(), Some(2));
     }
 
     #[test]

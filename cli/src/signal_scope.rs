@@ -1,8 +1,8 @@
 //! What SIGINT, SIGTERM and SIGHUP do to us while a child shares our terminal, and only
 //! then. While QEMU runs, Ctrl-C (which the terminal sends to QEMU as well) must stop QEMU,
-//! not us, or nobody would assemble the trace; SIGTERM and SIGHUP sent to us alone are passed
-//! on to QEMU, which then stops as on Ctrl-C. While a viewer (uftrace) runs, Ctrl-C is its
-//! own. Once the child has exited, each signal does what it does by default again (ends
+//! not us, or nobody would assemble the trace; SIGTERM, SIGHUP and a SIGINT that did not
+//! come from the terminal (`kill -INT`, `timeout -s INT`) are passed on to QEMU, which then
+//! stops as on Ctrl-C. While a viewer (uftrace) runs, Ctrl-C is its own. Once the child has exited, each signal does what it does by default again (ends
 //! us), so that symbol loading, assembly and `--then` stop like any other program.
 //!
 //! Whose a signal is gets decided in the handler, when the signal arrives: a thread reading
@@ -16,8 +16,37 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::low_level::{self, emulate_default_handler};
 use signal_hook::SigId;
 
+/// Which of a scope's signals go on to its child.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Forward {
+    Never,
+    Always,
+    /// Unless the terminal sent it (Ctrl-C: `SI_KERNEL`), which sent it to the child too.
+    /// One sent by `kill` to our process group reaches the child twice, which stops it
+    /// all the same.
+    NotFromTerminal,
+}
+
+impl Forward {
+    fn passes(self, info: &libc::siginfo_t) -> bool {
+        match self {
+            Forward::Never => false,
+            Forward::Always => true,
+            Forward::NotFromTerminal => info.si_code != libc::SI_KERNEL,
+        }
+    }
+}
+
 /// The signals a child's run takes over: each ends us by default.
 const TAKEN: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
+
+/// What QEMU's run passes on to QEMU: every stopping signal but Ctrl-C, which the terminal
+/// sends QEMU itself.
+const QEMU_FORWARDS: [(i32, Forward); 3] = [
+    (SIGTERM, Forward::Always),
+    (SIGHUP, Forward::Always),
+    (SIGINT, Forward::NotFromTerminal),
+];
 
 /// Each signal of [`TAKEN`] we handle at all, with the switch of its default action: true
 /// while no child's run takes the signal over.
@@ -108,6 +137,8 @@ struct Child {
     foreign: bool,
     /// Foreign children: the signal passed on so far, for each process waited on later.
     pending: AtomicI32,
+    /// The last signal passed on to the child (0: none), for what is said of its end.
+    forwarded: AtomicI32,
 }
 
 /// The handling of our signals during one child's run; dropping it (once the child has
@@ -121,9 +152,10 @@ pub struct SignalScope {
 }
 
 impl SignalScope {
-    /// For QEMU's run: Ctrl-C is left to QEMU, SIGTERM and SIGHUP are passed on to it.
+    /// For QEMU's run: Ctrl-C is left to QEMU; SIGTERM, SIGHUP and a SIGINT from elsewhere
+    /// are passed on to it.
     pub fn qemu() -> Result<SignalScope> {
-        SignalScope::new(&TAKEN, &[SIGTERM, SIGHUP], false)
+        SignalScope::new(&TAKEN, &QEMU_FORWARDS, false)
     }
 
     /// For a viewer's run (uftrace, its pager or tui): Ctrl-C is its own; SIGTERM and SIGHUP
@@ -134,21 +166,24 @@ impl SignalScope {
 
     /// Around QEMU's run and the wait on processes that are not our children (user mode:
     /// the guest's other processes, each in its own QEMU, which may outlive the first).
-    /// Ctrl-C is theirs (the terminal sends it to them too); SIGTERM and SIGHUP are passed
-    /// on to each process named by [`SignalScope::child_started`], even if they came before.
-    /// Nothing here ends us: QEMU's own scope, inside, does what it does.
+    /// Ctrl-C is theirs (the terminal sends it to them too); SIGTERM, SIGHUP and a SIGINT
+    /// from elsewhere are passed on to each process named by [`SignalScope::child_started`],
+    /// even if they came before. Nothing here ends us: QEMU's own scope, inside, does what
+    /// it does.
     pub fn others() -> Result<SignalScope> {
-        SignalScope::new(&TAKEN, &[SIGTERM, SIGHUP], true)
+        SignalScope::new(&TAKEN, &QEMU_FORWARDS, true)
     }
 
-    /// Takes over the signals `taken`, passing those in `forwarded` on to the child. Until
-    /// the child is started, and once it has exited, a signal does what it does by default.
-    fn new(taken: &[i32], forwarded: &[i32], foreign: bool) -> Result<SignalScope> {
+    /// Takes over the signals `taken`, passing those in `forwarded` on to the child as it
+    /// says. Until the child is started, and once it has exited, a signal does what it does
+    /// by default.
+    fn new(taken: &[i32], forwarded: &[(i32, Forward)], foreign: bool) -> Result<SignalScope> {
         let child = Arc::new(Child {
             pid: AtomicI32::new(0),
             reaped: AtomicBool::new(false),
             foreign,
             pending: AtomicI32::new(0),
+            forwarded: AtomicI32::new(0),
         });
         let mut scope = SignalScope {
             child: Arc::clone(&child),
@@ -156,9 +191,13 @@ impl SignalScope {
             actions: Vec::new(),
         };
         for (sig, armed) in defaults()?.into_iter().filter(|(s, _)| taken.contains(s)) {
-            let forward = forwarded.contains(&sig);
+            let forward = forwarded
+                .iter()
+                .find(|(s, _)| *s == sig)
+                .map_or(Forward::Never, |&(_, f)| f);
             let child = Arc::clone(&child);
-            let action = move || {
+            let action = move |info: &libc::siginfo_t| {
+                let forward = forward.passes(info);
                 let pid = child.pid.load(Ordering::SeqCst);
                 if child.foreign {
                     if forward {
@@ -179,6 +218,7 @@ impl SignalScope {
                         let _ = emulate_default_handler(sig);
                     }
                 } else if forward {
+                    child.forwarded.store(sig, Ordering::SeqCst);
                     // SAFETY: kill has no memory effects.
                     unsafe {
                         libc::kill(pid, sig);
@@ -187,7 +227,7 @@ impl SignalScope {
             };
             // SAFETY: the action only reads atomics and makes async-signal-safe syscalls
             // (waitid, kill, and sigaction and raise in emulate_default_handler).
-            let id = unsafe { low_level::register(sig, action) }
+            let id = unsafe { signal_hook_registry::register_sigaction(sig, action) }
                 .with_context(|| format!("cannot install the handler of signal {sig}"))?;
             scope.actions.push(id);
             // The run's action now stands in for the default one.
@@ -206,6 +246,11 @@ impl SignalScope {
             // SAFETY: kill has no memory effects.
             unsafe { libc::kill(pid as i32, pending) };
         }
+    }
+
+    /// The last signal passed on to the child, if any.
+    pub fn forwarded(&self) -> Option<i32> {
+        Some(self.child.forwarded.load(Ordering::SeqCst)).filter(|&s| s != 0)
     }
 
     /// The child has been waited for: signals from now on are ours.

@@ -20,7 +20,7 @@ pub const TOTALS: &[&str] = &[
 /// What a count in `plugin.stats` means, and whether the end-of-record summary shows it:
 /// only counts a user can act on, or that say part of the trace is missing, are shown; the
 /// rest are the ordinary bookkeeping of following a guest and are explained here (and in
-/// the README and `qemu-uftrace-record(1)`, which come from this table).
+/// `qemu-uftrace-record(1)`'s COUNTS section, which comes from this table).
 pub struct Count {
     pub key: &'static str,
     pub meaning: &'static str,
@@ -81,8 +81,8 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "depth_cap_hits",
-        "calls nested deeper than the depth cap, followed but not recorded",
-        Some("record with a larger --max-depth (up to 1024) to see them"),
+        "calls nested deeper than --max-depth, followed but not recorded",
+        Some("as asked"),
     ),
     count(
         "stack_overflows",
@@ -184,6 +184,12 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "tasks_past_cap",
+        "tasks first seen after 262,144 contexts (a guest starting task after task): they \
+         share one task, \"(tasks past the cap)\", and the trace is marked INCOMPLETE",
+        Some("record a shorter run, or one starting fewer tasks"),
+    ),
+    count(
         "open_frames",
         "frames still open when QEMU exited (the replay shows them unfinished)",
         None,
@@ -193,6 +199,32 @@ pub const COUNTS: &[Count] = &[
         "records not written after the plugin stopped writing (disk full, write error): the \
          trace is marked INCOMPLETE",
         Some("free disk space, or record to another directory"),
+    ),
+    count(
+        "dropped_cookies",
+        "stack cookies not written: past the size cap (which counts them with the records) \
+         or past 4,096 in a run from a snapshot (a guest starting task after task); the calls \
+         open in those contexts are not recovered and the trace is marked INCOMPLETE",
+        Some("record again with a larger --max-size, or with fewer tasks started"),
+    ),
+    count(
+        "dropped_proc_events",
+        "a Linux guest's process events (starts, execs, mappings, exits) not kept past 32 MiB \
+         of them (a guest starting process after process): later processes' functions are \
+         not named and the trace is marked INCOMPLETE",
+        Some("record a shorter run, or one starting fewer processes"),
+    ),
+    count(
+        "spaces_freed",
+        "ended guest processes' address spaces freed past the latest 256 kept (a guest \
+         starting process after process)",
+        None,
+    ),
+    count(
+        "unmoved_events",
+        "events in code translated in a freed address space that ran in another process, \
+         kept at their translated addresses (the trace is marked INCOMPLETE)",
+        None,
     ),
 ];
 
@@ -204,8 +236,8 @@ const fn count(key: &'static str, meaning: &'static str, action: Option<&'static
     }
 }
 
-/// The end-of-record lines for the counts a user can act on: what each means and what to
-/// do (`lost_records` is said with the INCOMPLETE warning instead).
+/// The end-of-record lines for the counts a user can act on or must know of: what each
+/// means and what to do (`lost_records` is said with the INCOMPLETE warning instead).
 pub fn findings(s: &Stats) -> Vec<String> {
     let value = |key: &str| match key {
         "depth_cap_hits" => Some(s.depth_cap_hits),
@@ -217,21 +249,20 @@ pub fn findings(s: &Stats) -> Vec<String> {
         .filter_map(|c| {
             let action = c.action?;
             let n = value(c.key).filter(|&n| n > 0)?;
-            Some(format!("{} {n}: {}; {action}", c.key, c.meaning))
+            // The depth the user gave, where the plugin says it.
+            let meaning = match (c.key, s.other_count("max_depth")) {
+                ("depth_cap_hits", Some(d)) => c
+                    .meaning
+                    .replace("--max-depth", &format!("--max-depth {d}")),
+                _ => c.meaning.to_string(),
+            };
+            Some(format!(
+                "{} {}: {meaning} ({action})",
+                c.key,
+                indicatif::HumanCount(n)
+            ))
         })
         .collect()
-}
-
-/// The counts explained, as the README's list and the man page's section have them.
-pub fn counts_help() -> String {
-    COUNTS
-        .iter()
-        .map(|c| match c.action {
-            Some(a) => format!("{}: {} (shown when not 0: {a})", c.key, c.meaning),
-            None => format!("{}: {}", c.key, c.meaning),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -463,13 +494,22 @@ mod tests {
     #[test]
     fn findings_show_only_actionable_counts() {
         let s = Stats::parse(
-            "complete=1\nclock=insn\nresyncs=85\nunmatched_returns=617\ndepth_cap_hits=3\n\
-             register_read_failures=11\nswitches=900\n",
+            "complete=1\nclock=insn\nresyncs=85\nunmatched_returns=617\n\
+             depth_cap_hits=2857487\nregister_read_failures=11\nswitches=900\nmax_depth=3\n\
+             stack_overflows=2\n",
         );
         let f = findings(&s);
-        assert_eq!(f.len(), 1, "{f:?}");
-        assert!(f[0].starts_with("depth_cap_hits 3: calls nested deeper"));
-        assert!(f[0].ends_with("--max-depth (up to 1024) to see them"));
+        // The depth asked for is no advice to give, and its count is grouped.
+        assert_eq!(
+            f,
+            [
+                "depth_cap_hits 2,857,487: calls nested deeper than --max-depth 3, followed but \
+                 not recorded (as asked)",
+                "stack_overflows 2: calls beyond the 1024 frames the plugin follows (runaway \
+                 recursion, or a stack it never saw unwind): not recorded (their frames are \
+                 missing from the trace; --max-depth does not help)"
+            ]
+        );
     }
 
     #[test]

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use anyhow::Result;
-use qemu_uftrace_symbols::{self as symbols, Arch, Image, LoadOptions, SymbolError};
+use qemu_uftrace_symbols::{self as symbols, Arch, Image, LoadOptions, MemberError, SymbolError};
 
 use crate::errors::usage;
 
@@ -50,41 +50,67 @@ pub fn parse_source_arg(arg: &OsStr, origin: &'static str) -> Result<SourceArg> 
     })
 }
 
-/// Where Linux's `task_struct.comm` sits, read from the first source whose DWARF defines
-/// the struct (a vmlinux with debug information), for the plugin to name the guest's tasks;
-/// `None` when no source says (tasks are then named `pid-N`). Sources that are not ELF, or
-/// have no DWARF, are passed over at once: this runs before QEMU starts, since the plugin
-/// takes the offset as an argument (~2 ms with Debian's 273 MB vmlinux, ~60 ms when it is
-/// not in the page cache).
-pub fn task_comm_offset(sources: &[SourceArg]) -> Option<u64> {
-    task_struct_member(sources, "comm")
+/// A Linux kernel's struct layouts and the source they were read from.
+pub struct KernelLayouts {
+    pub source: SourceArg,
+    pub types: symbols::KernelTypes,
 }
 
-/// Where `task_struct.pid` sits, found like [`task_comm_offset`]: on a guest with no PID
-/// register (x86_64), the plugin reads a task's PID there at each switch to it.
-pub fn task_pid_offset(sources: &[SourceArg]) -> Option<u64> {
-    task_struct_member(sources, "pid")
+/// The kernel's struct layouts, for the plugin to read the guest's tasks and processes:
+/// from the first source whose DWARF defines `task_struct` (a -dbg vmlinux), else from the
+/// kernel's own BTF in the first source that has it (the `-kernel` image itself, or a
+/// vmlinux). `Ok(None)`: no source has either (tasks are then named `pid-N`). Only regular
+/// files are read: this runs before QEMU starts, and reading a FIFO or a device (which the
+/// symbol loader reads later, while QEMU runs) could block it for good. DWARF: ~2 ms with
+/// Debian's 273 MB vmlinux; BTF: the image unpacked and its BTF parsed (see DEVELOPERS.md).
+pub fn kernel_layouts(
+    sources: &[SourceArg],
+) -> std::result::Result<Option<KernelLayouts>, MemberError> {
+    let files: Vec<&SourceArg> = sources
+        .iter()
+        .filter(|s| std::fs::metadata(&s.path).is_ok_and(|m| m.is_file()))
+        .collect();
+    let paths: Vec<&Path> = files.iter().map(|s| s.path.as_path()).collect();
+    let Some(types) = symbols::KernelTypes::find(&paths)? else {
+        return Ok(None);
+    };
+    Ok(files
+        .into_iter()
+        .find(|s| s.path == types.path())
+        .map(|source| KernelLayouts {
+            source: source.clone(),
+            types,
+        }))
+}
+
+/// Where Linux's `task_struct.comm` sits, for the plugin to name the guest's tasks.
+pub fn task_comm_offset(kernel: &KernelLayouts) -> Option<u64> {
+    task_struct_member(kernel, "comm")
+}
+
+/// Where `task_struct.pid` sits: on a guest with no PID register (x86_64), the plugin reads
+/// a task's PID there at each switch to it.
+pub fn task_pid_offset(kernel: &KernelLayouts) -> Option<u64> {
+    task_struct_member(kernel, "pid")
 }
 
 /// Where `task_struct.tgid` sits: the plugin reads a task's process there at each switch
 /// to it, for `plugin.tasks` to group threads by process.
-pub fn task_tgid_offset(sources: &[SourceArg]) -> Option<u64> {
-    task_struct_member(sources, "tgid")
+pub fn task_tgid_offset(kernel: &KernelLayouts) -> Option<u64> {
+    task_struct_member(kernel, "tgid")
 }
 
-fn task_struct_member(sources: &[SourceArg], member: &str) -> Option<u64> {
-    sources
-        .iter()
-        // Only regular files: this runs before QEMU starts, and reading a FIFO or a device
-        // (which the symbol loader reads later, while QEMU runs) could block it for good.
-        .filter(|s| std::fs::metadata(&s.path).is_ok_and(|m| m.is_file()))
-        .find_map(|s| symbols::struct_member_offset(&s.path, "task_struct", member).ok())
+fn task_struct_member(kernel: &KernelLayouts, member: &str) -> Option<u64> {
+    kernel
+        .types
+        .member_offset("task_struct", member)
+        .ok()
         .filter(|&o| o < qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
 }
 
 /// Where a Linux kernel keeps its running task when no register holds it, from a kernel
 /// image's kallsyms: the first of `names` (the architecture's [`Isa::task_slot_symbols`]) it
-/// has. The plugin sees task switches as stores there. Like [`task_comm_offset`], this runs
+/// has. The plugin sees task switches as stores there. Like [`kernel_layouts`], this runs
 /// while QEMU starts (decompressing a bzImage's kallsyms: ~0.1 s).
 ///
 /// [`Isa::task_slot_symbols`]: qemu_uftrace_engine::arch::Isa::task_slot_symbols
@@ -423,8 +449,7 @@ mod tests {
             origin: "--symbols",
         };
         let sources = [src(map), src(dir.path().join("absent"))];
-        assert_eq!(task_comm_offset(&sources), None);
-        assert_eq!(task_pid_offset(&sources), None);
+        assert!(kernel_layouts(&sources).unwrap().is_none());
     }
 
     #[test]

@@ -19,6 +19,16 @@ fn guest_arch(dir: &Path) -> Option<qemu_uftrace_symbols::Arch> {
 }
 
 pub fn run(args: SymbolsArgs) -> Result<i32> {
+    let dir = &args.dir;
+    // Before any source is read. A directory of symbol files alone is no trace: `replay`
+    // would meet uftrace's bare "cannot open record data" there.
+    if !args.syms_only && !holds_trace(dir) {
+        return Err(fail(
+            format!("{} holds no trace", dir.display()),
+            "give the directory record wrote with -d DIR, or record one first; to write \
+             symbol files for uftrace --with-syms, add --syms-only",
+        ));
+    }
     let sources = args
         .sources
         .iter()
@@ -47,7 +57,6 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         ));
     }
 
-    let dir = &args.dir;
     std::fs::create_dir_all(dir).map_err(|e| {
         fail(
             format!("cannot create {}: {e}", dir.display()),
@@ -127,14 +136,19 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
     for s in said {
         note(s);
     }
-    if !dir.join("info").exists() {
+    if !holds_trace(dir) {
         note(format!(
-            "{} holds no recording yet: use it with uftrace --with-syms {}, or record into it",
+            "{} holds symbol files only: use it with uftrace --with-syms {}",
             dir.display(),
             dir.display()
         ));
     }
     Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// Whether `dir` holds a trace `record` wrote (its `info` is written last but one).
+fn holds_trace(dir: &Path) -> bool {
+    dir.join("info").is_file()
 }
 
 /// What the closing summary says of a module whose files were written.
@@ -211,16 +225,13 @@ fn unnamed_tasks_note(dir: &Path, sources: &[symbol_source::SourceArg]) -> Optio
     if unnamed == 0 {
         return None;
     }
-    symbol_source::task_comm_offset(sources)?;
+    let kernel = symbol_source::kernel_layouts(sources).ok().flatten()?;
+    symbol_source::task_comm_offset(&kernel)?;
     Some(format!(
         "{unnamed} task(s) keep their pid-N/task-N names: a task's name is in the guest's \
-         memory (task_struct.comm), which is gone once QEMU has exited, and the vmlinux only \
+         memory (task_struct.comm), which is gone once QEMU has exited, and the kernel only \
          says where it was; record again with --symbols {} to have tasks named",
-        sources
-            .iter()
-            .find(|s| symbol_source::task_comm_offset(std::slice::from_ref(*s)).is_some())
-            .map(|s| s.path.display().to_string())
-            .unwrap_or_else(|| "vmlinux".into())
+        kernel.source.path.display()
     ))
 }
 

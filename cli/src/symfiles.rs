@@ -40,11 +40,22 @@ fn base_map_path(path: &Path) -> String {
     } else {
         path.to_path_buf()
     };
-    let s = p.to_string_lossy().replace(char::is_whitespace, "_");
+    let s = word(p.as_os_str());
     if s.is_empty() || s.ends_with('/') {
         format!("{s}image")
     } else {
         s
+    }
+}
+
+/// A file name as one word: white space as `_`; a name that is not UTF-8 with its other
+/// bytes escaped (a lossy conversion would give two such files one name).
+pub fn word(name: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    match name.to_str() {
+        Some(s) => s.replace(char::is_whitespace, "_"),
+        None => qemu_uftrace_format::text::escape_bytes(name.as_bytes())
+            .replace(char::is_whitespace, "_"),
     }
 }
 
@@ -69,8 +80,10 @@ pub type Skipped = Vec<String>;
 /// that stay), is skipped with a note; module names are made unique against `keep` too.
 pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skipped) {
     let mut used: HashSet<String> = keep.iter().map(|e| e.module_name().to_string()).collect();
-    let mut taken: Vec<((u64, u64), String)> =
-        keep.iter().map(|e| (e.range48(), e.path.clone())).collect();
+    let mut taken: Vec<((u64, u64), String)> = keep
+        .iter()
+        .map(|e| (e.range48(), e.path.to_string()))
+        .collect();
     let mut placed = Vec::new();
     let mut skipped = Vec::new();
     let mut queue: Vec<Image> = Vec::new();
@@ -98,7 +111,7 @@ pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skippe
             map: MapEntry {
                 start: img.start,
                 end: img.end,
-                path,
+                path: path.into(),
             },
             image: img,
         });

@@ -322,7 +322,7 @@ pub fn refresh(dir: &Path, arch: Option<Arch>) -> Result<usize> {
         entries.push(MapEntry {
             start: r.start,
             end: r.end,
-            path: name,
+            path: name.into(),
         });
         named += 1;
     }

@@ -289,6 +289,52 @@ fn kernel_that_is_no_file() {
     }
 }
 
+/// A `-kernel` file this QEMU cannot boot (text, another machine's kernel Image or ELF) is
+/// refused before QEMU runs, saying what it is: the virt board loads what it does not
+/// recognise as raw code, and QEMU spun without a word.
+#[test]
+fn kernel_this_qemu_cannot_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "console=ttyAMA0 nokaslr\n").unwrap();
+    // The header of a riscv64 Image: its magic at 0x38.
+    let riscv = dir.path().join("Image");
+    let mut header = vec![0u8; 64];
+    header[0x38..0x3c].copy_from_slice(b"RSC\x05");
+    std::fs::write(&riscv, header).unwrap();
+    let give = "give qemu-system-aarch64 a kernel built for aarch64 (vmlinux, Image) or an ELF \
+                program for it";
+    for (kernel, problem) in [
+        (
+            text.display().to_string(),
+            format!(
+                "-kernel {} is a text file, not a kernel or program qemu-system-aarch64 can \
+                 boot; {give}",
+                text.display()
+            ),
+        ),
+        (
+            riscv.display().to_string(),
+            format!(
+                "-kernel {} is a kernel Image for riscv64, which qemu-system-aarch64 cannot \
+                 boot; {give}, or boot this one with qemu-system-riscv64",
+                riscv.display()
+            ),
+        ),
+        (
+            // This host's own shell.
+            "/bin/sh".to_string(),
+            "-kernel /bin/sh is an ELF file for x86_64, which qemu-system-aarch64 cannot run; "
+                .to_string(),
+        ),
+    ] {
+        let o = record_with(&["-M", "virt", "-nographic", "-kernel", &kernel]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let line = single_error(&o);
+        assert!(line.contains(&problem), "{line}");
+    }
+}
+
 /// qemu-uftrace adds its own -plugin: a second copy of ours on the command line is refused
 /// (other plugins, such as QEMU's execlog, run beside it: `whole_system.rs` does that).
 #[test]
@@ -459,6 +505,7 @@ fn symbols_refuses_stripped_truncated_and_foreign_images() {
         qemu_uftrace(home.path())
             .current_dir(home.path())
             .args(["symbols", "-d", dir])
+            .args((dir == "t.data").then_some("--syms-only"))
             .arg(file)
             .output()
             .unwrap()
@@ -488,4 +535,57 @@ fn symbols_refuses_stripped_truncated_and_foreign_images() {
     assert!(rec.status.success(), "{}", stderr(&rec));
     let line = single_error(&run("rec", std::path::Path::new("/bin/true")));
     assert!(line.contains("is built for x86_64, not aarch64"), "{line}");
+}
+
+/// `symbols` where no trace is: refused in one line before anything is written (the next
+/// `replay` would meet uftrace's bare "cannot open record data"), unless `--syms-only` asks
+/// for symbol files alone (for `uftrace --with-syms`).
+#[test]
+fn symbols_outside_a_trace_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let map = home.path().join("System.map");
+    std::fs::write(
+        &map,
+        "ffff800080010000 T _text\nffff800080010040 T start_kernel\n",
+    )
+    .unwrap();
+    let symbols = |extra: &[&str]| {
+        qemu_uftrace(home.path())
+            .current_dir(home.path())
+            .arg("symbols")
+            .args(extra)
+            .arg(&map)
+            .output()
+            .unwrap()
+    };
+    let o = symbols(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let line = single_error(&o);
+    assert!(
+        line.contains("uftrace.data holds no trace; give the directory record wrote with -d DIR"),
+        "{line}"
+    );
+    assert!(line.contains("add --syms-only"), "{line}");
+    assert!(!home.path().join("uftrace.data").exists());
+
+    // An empty directory is no trace either.
+    std::fs::create_dir(home.path().join("empty")).unwrap();
+    let o = symbols(&["-d", "empty"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(single_error(&o).contains("empty holds no trace"));
+    assert_eq!(
+        std::fs::read_dir(home.path().join("empty"))
+            .unwrap()
+            .count(),
+        0
+    );
+
+    let o = symbols(&["--syms-only", "-d", "syms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(home.path().join("syms/System.map.sym").is_file());
+    assert!(
+        stderr(&o).contains("syms holds symbol files only: use it with uftrace --with-syms syms"),
+        "{}",
+        stderr(&o)
+    );
 }

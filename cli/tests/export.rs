@@ -280,6 +280,12 @@ fn bare_metal_guest_exports_as_uftrace_reads_it() {
     let raw = dir.with_extension("raw.pftrace");
     let out = export(&dir, &["--no-compress", "-o", &raw.to_string_lossy()]);
     assert!(out.status.success(), "{}", common::stderr(&out));
+    // One task is no plural.
+    assert!(
+        common::stderr(&out).contains(" (1 task, "),
+        "{}",
+        common::stderr(&out)
+    );
     assert_eq!(decode_counting(&raw), (t.clone(), 0));
     let plain = std::fs::read(&raw).unwrap();
     assert!(

@@ -22,7 +22,9 @@ fn record_on_small_tmpfs(home: &Path, size: &str) -> (std::process::Output, Stri
     let copy = home.join("copy");
     // In the namespace: mount, record, keep the exit status, copy the trace out (uftrace
     // runs outside), unmount with the namespace.
-    let record: Vec<String> = [BIN, "record", "-o"]
+    // No cap: the default one (half the free space) would stop writing before the disk
+    // is full, and this is the full disk's path.
+    let record: Vec<String> = [BIN, "record", "--max-size", "none", "-o"]
         .iter()
         .map(|s| s.to_string())
         .chain([

@@ -59,7 +59,7 @@ fn without_nokaslr(args: Vec<String>) -> Vec<String> {
 }
 
 /// A whole boot: the warning is the first thing written, before the kernel's first line,
-/// and said once.
+/// and said again at the end, where the console has not scrolled it away.
 #[test]
 fn arm64_boot_warns_before_the_kernel_prints() {
     require(QEMU);
@@ -77,7 +77,17 @@ fn arm64_boot_warns_before_the_kernel_prints() {
         warning < boot,
         "the warning came after the boot began:\n{out}"
     );
-    assert_eq!(out.matches(WARNING).count(), 1, "{out}");
+    assert_eq!(out.matches(WARNING).count(), 2, "{out}");
+    let again = out.rfind(WARNING).unwrap();
+    let written = out
+        .find("qemu-uftrace: [ record: wrote ")
+        .unwrap_or_else(|| panic!("no summary:\n{out}"));
+    assert!(written < again, "not repeated in the summary:\n{out}");
+    assert_eq!(
+        out[warning..].lines().next(),
+        out[again..].lines().next(),
+        "{out}"
+    );
     assert!(
         out[warning..].lines().next().unwrap().ends_with(
             "add nokaslr to -append (or -M virt,dtb-randomness=off, which gives the kernel no \

@@ -141,26 +141,28 @@ fn check_boot(dir: &Path, qemu: &str) {
         info.contains(&format!("plugin API {plugin_api})")),
         "{info}"
     );
-    // Without the kernel's DWARF the plugin is not told where task names are: tasks are
-    // named after their PIDs, the boot CPU's idle task after the CPU.
+    // Without the kernel's DWARF the plugin is told where task names are by the image's own
+    // BTF: tasks carry the kernel's names, as with the -dbg vmlinux.
     let names = task_names(dir);
     assert_eq!(
         names.get(&1).map(String::as_str),
-        Some("pid-1"),
+        Some(shown("swapper/0").as_str()),
         "on {qemu}"
     );
     assert_eq!(
         names.get(&2).map(String::as_str),
-        Some("pid-2"),
+        Some("kthreadd"),
         "on {qemu}"
     );
     assert_eq!(
         names.get(&IDLE0).map(String::as_str),
-        Some("cpu0"),
+        Some(shown("swapper/0").as_str()),
         "on {qemu}"
     );
+    let swapper = shown("swapper/0");
     assert!(
-        info.contains(" 1(pid-1), 2(pid-2), ") && info.contains(&format!("{IDLE0}(cpu0)")),
+        info.contains(&format!(" 1({swapper}), 2(kthreadd), "))
+            && info.contains(&format!("{IDLE0}({swapper})")),
         "task list on {qemu}: {info}"
     );
     // The first calls run with the MMU off, at the physical load address; then the kernel

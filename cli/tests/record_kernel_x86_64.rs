@@ -499,6 +499,7 @@ fn symbols_subcommand_reads_a_bzimage() {
     let dir = tmp.path().join("syms.data");
     let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
         .arg("symbols")
+        .arg("--syms-only")
         .arg("-d")
         .arg(&dir)
         .arg(cached("kernel-amd64/vmlinuz"))

@@ -233,19 +233,32 @@ fn guest(name: &str) -> PathBuf {
     guest_elf(name, Variant::Natural).expect("build the guests (run scripts/install-deps.sh)")
 }
 
-/// The numbers of `recorded 1,234 events (617 calls, 617 returns) on 1 vCPU`.
+/// The numbers of the summary's `the guest made 617 calls and 617 returns on 1 vCPU …` and
+/// of its `[ record: wrote 19.28 KiB, 1,234 records; 0 lost ]`: calls, returns, records.
 fn summary_counts(stderr: &str) -> (u64, u64, u64) {
+    let numbers = |prefix: &str, n: usize| -> Vec<u64> {
+        let line = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in:\n{stderr}"));
+        line.split_whitespace()
+            .map(|w| w.trim_end_matches([',', ';']).replace(',', ""))
+            .filter_map(|w| w.parse().ok())
+            .take(n)
+            .collect()
+    };
+    let made = numbers("qemu-uftrace: the guest made ", 2);
+    // After the size (`19.28 KiB,`), which is no whole number.
     let line = stderr
         .lines()
-        .find_map(|l| l.strip_prefix("qemu-uftrace: recorded "))
-        .unwrap_or_else(|| panic!("no summary in:\n{stderr}"));
-    let nums: Vec<u64> = line
-        .split(|c: char| !(c.is_ascii_digit() || c == ','))
-        .filter(|w| !w.is_empty() && *w != ",")
-        .take(3)
-        .map(|w| w.replace(',', "").parse().unwrap())
-        .collect();
-    (nums[0], nums[1], nums[2])
+        .find_map(|l| l.strip_prefix("qemu-uftrace: [ record: wrote "))
+        .unwrap_or_else(|| panic!("no written line in:\n{stderr}"));
+    let records = line
+        .split_once(", ")
+        .and_then(|(_, rest)| rest.split_once(" records"))
+        .map(|(n, _)| n.replace(',', "").parse().unwrap())
+        .unwrap_or_else(|| panic!("no records in {line}"));
+    (made[0], made[1], records)
 }
 
 /// The one `sid-*.map` of a trace directory: its path and text.
@@ -289,10 +302,24 @@ fn records_assembles_and_names_functions() {
     assert!(out.contains("Goodbye."), "{out}");
 
     // The summary: counts, where it went, the clock; nothing to warn about.
-    let (events, calls, returns) = summary_counts(&err);
+    let (calls, returns, records) = summary_counts(&err);
     assert!(calls > 100 && calls == returns, "{err}");
-    assert_eq!(events, calls + returns, "{err}");
-    assert!(err.contains(" on 1 vCPU: "), "{err}");
+    // Every call and return written, and said once: the first line gives no other count
+    // of records (nor their size) to stand against the written line's.
+    assert_eq!(records, calls + returns, "{err}");
+    assert_eq!(
+        assert_records(&env.path("hello.data").join("1.dat")),
+        records * 16
+    );
+    let first = err
+        .lines()
+        .find(|l| l.starts_with("qemu-uftrace: the guest made "))
+        .unwrap();
+    assert!(first.contains(" on 1 vCPU in "), "{first}");
+    assert!(
+        !first.contains("events") && !first.contains("iB"),
+        "{first}"
+    );
     assert!(
         err.contains(
             "qemu-uftrace: wrote hello.data; look at it with: qemu-uftrace replay -d hello.data"
@@ -304,12 +331,14 @@ fn records_assembles_and_names_functions() {
         "{err}"
     );
     assert!(!err.contains("warning"), "{err}");
+    // QEMU 10.0 (the one on PATH) reports no exceptions, and this guest takes none: nothing
+    // to say of them.
+    assert!(!err.contains("exceptions and interrupts"), "{err}");
 
     let data = env.path("hello.data");
     assert!(!env.path("hello.data.partial").exists());
     assert_eq!(plugin_stat(&data, "complete"), "1");
-    assert_eq!(plugin_stat(&data, "events"), events.to_string());
-    assert_eq!(assert_records(&data.join("1.dat")), events * 16);
+    assert_eq!(plugin_stat(&data, "events"), records.to_string());
     for f in ["info", "task.txt", "hello.elf.sym", "hello.elf.dbg"] {
         assert!(data.join(f).is_file(), "{f} missing");
     }
@@ -563,6 +592,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     let head = format!(".so,out={},clock=auto,max_depth=64", staging.display());
     let at = argv[2].find(&head).unwrap_or_else(|| panic!("{argv:?}"));
     let rest = &argv[2][at + head.len()..];
+    let mut keys = Vec::new();
     for opt in rest.split(',').filter(|o| !o.is_empty()) {
         let (key, value) = opt
             .split_once('=')
@@ -573,6 +603,12 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
                 "{argv:?}"
             ),
             "max_size" => assert!(value.parse::<u64>().is_ok_and(|n| n > 0), "{argv:?}"),
+            // The task layout, from the stock image's own BTF (no --symbols vmlinux given).
+            "task_comm" | "task_pid" | "task_tgid" => {
+                assert!(value.parse::<u64>().is_ok(), "{argv:?}")
+            }
+            // Where the guest's processes map their files, watched by the same layout.
+            "proc_watch" | "proc_offsets" => assert!(!value.is_empty(), "{argv:?}"),
             "entries_file" | "task_slot_file" => {
                 assert!(
                     value.starts_with(&staging.display().to_string()),
@@ -581,6 +617,13 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
             }
             _ => panic!("unexpected plugin option {opt}: {argv:?}"),
         }
+        keys.push(key);
+    }
+    for key in ["task_comm", "task_pid", "task_tgid", "proc_watch"] {
+        assert!(
+            keys.contains(&key),
+            "no {key} from the image's BTF: {argv:?}"
+        );
     }
     assert_eq!(argv[3..], qemu[1..], "{argv:?}");
     signal(qemu_pid, libc::SIGKILL);
@@ -596,7 +639,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         "{err}"
     );
     assert!(err.contains("wrote k; look at it with"), "{err}");
-    assert!(!err.contains("recorded "), "{err}");
+    assert!(!err.contains("the guest made "), "{err}");
 
     let data = env.path("k");
     assert!(!env.path("k.partial").exists());
@@ -898,8 +941,8 @@ fn check_stopped_trace(env: &Env, name: &str, err: &str) {
     let data = env.path(name);
     assert!(!env.path(&format!("{name}.partial")).exists());
     assert_eq!(plugin_stat(&data, "complete"), "1");
-    let (events, ..) = summary_counts(err);
-    assert_eq!(assert_records(&data.join("1.dat")), events * 16);
+    let (.., records) = summary_counts(err);
+    assert_eq!(assert_records(&data.join("1.dat")), records * 16);
     assert!(!err.contains("INCOMPLETE"), "{err}");
     assert!(data.join("info").is_file() && data.join("spin.elf.sym").is_file());
     let replay = env.uftrace(&["replay", "--no-pager", "-D", "3"], name);
@@ -969,4 +1012,178 @@ fn symbols_subcommand_updates_the_map() {
     assert!(replay.contains("hello.elf:main() {"), "{replay}");
     assert!(replay.contains("hello.elf:factorial() {"), "{replay}");
     assert!(!replay.contains("| <"), "{replay}");
+}
+
+/// Without --max-size the plugin stops writing at 4 GiB, or at half the free space of the
+/// trace's filesystem when that is less: a guest that never ends (a kernel looping after
+/// its panic) must not fill the disk.
+#[test]
+fn the_default_cap_is_a_few_gib_at_most() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let mut run = env.spawn_record(&["-o", "cap"], &qemu_args(&elf));
+    run.wait_for_data(&env.path(&format!("cap.partial/{BOOT_TID}.dat")), 1);
+    let (_, argv) =
+        qemu_child_of(run.pid()).unwrap_or_else(|| panic!("no QEMU child:\n{}", run.stderr()));
+    let cap: u64 = argv[2]
+        .split(',')
+        .find_map(|o| o.strip_prefix("max_size="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no max_size= in {argv:?}"));
+    let st = rustix::fs::statvfs(env.dir()).expect("statvfs");
+    let half_free = st.f_bavail * st.f_frsize / 2;
+    assert!(cap > 0 && cap <= 4 << 30, "{cap}");
+    // Other processes write meanwhile: the half of what is free now is close to the cap's.
+    if half_free > (5 << 30) {
+        assert_eq!(cap, 4 << 30, "{argv:?}");
+    } else {
+        assert!(
+            cap.abs_diff(half_free) < 1 << 30,
+            "{cap} against {half_free}"
+        );
+    }
+    signal(run.pid(), libc::SIGTERM);
+    assert_eq!(run.wait().code(), Some(0), "{}", run.stderr());
+    // Not reached: the summary names no cap.
+    assert!(!run.stderr().contains("size cap"), "{}", run.stderr());
+}
+
+/// A Linux kernel whose panic would not end QEMU (no `panic=` with a timeout, no
+/// `-no-reboot`) would be recorded until the size cap: said before QEMU starts, with the
+/// way out. Here QEMU fails at once (a drive it cannot open), after the warning.
+#[test]
+fn a_kernel_whose_panic_never_ends_qemu_is_warned_about() {
+    require(QEMU);
+    let warning = |drop_panic: bool, drop_no_reboot: bool, extra: &[&str]| {
+        let env = Env::new();
+        let mut argv: Vec<String> = kernel_boot_args("cortex-a57")
+            .into_iter()
+            .filter(|a| !(drop_no_reboot && a == "-no-reboot"))
+            .map(|a| {
+                if drop_panic {
+                    a.replace(" panic=-1", "")
+                } else {
+                    a
+                }
+            })
+            .collect();
+        argv.extend(["-drive".into(), "file=/nonexistent/disk.img,if=none".into()]);
+        let mut opts = vec!["-o", "p"];
+        opts.extend(extra);
+        let o = env.record_cmd(&opts, &argv).output().unwrap();
+        let err = stderr(&o);
+        assert_ne!(o.status.code(), Some(0), "{err}");
+        let complaint = err
+            .find("Could not open '/nonexistent/disk.img'")
+            .unwrap_or_else(|| panic!("QEMU did not fail as expected:\n{err}"));
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains("a kernel that panics"))
+            .collect();
+        if let Some(l) = lines.first() {
+            assert!(err.find(l).unwrap() < complaint, "{err}");
+        }
+        assert!(lines.len() <= 1, "{err}");
+        lines.first().map(|l| l.to_string())
+    };
+    let both = warning(true, true, &[]).expect("a warning without panic= and -no-reboot");
+    assert_eq!(
+        both,
+        "qemu-uftrace: warning: without panic=-1 in -append and without -no-reboot, a kernel \
+         that panics waits (or reboots) for ever and the recording runs on to the size cap; \
+         add both"
+    );
+    let reboots = warning(false, true, &[]).expect("a warning without -no-reboot");
+    assert!(reboots.ends_with("; add -no-reboot"), "{reboots}");
+    let waits = warning(true, false, &[]).expect("a warning without panic=");
+    assert!(waits.ends_with("; add panic=-1 to -append"), "{waits}");
+    assert_eq!(warning(false, false, &[]), None);
+    // A cap that stops QEMU ends the recording anyway.
+    assert_eq!(warning(true, true, &["--max-size", "1G,exit"]), None);
+}
+
+/// `kill -INT` (or `timeout -s INT`) sent to us alone stops QEMU as SIGTERM does: the
+/// terminal's Ctrl-C reaches QEMU by itself, but this SIGINT would reach nobody else.
+#[test]
+fn sigint_sent_to_record_alone_stops_qemu() {
+    let elf = guest("spin");
+    let env = Env::new();
+    let mut run = env.spawn_record(&["-o", "intr"], &qemu_args(&elf));
+    run.wait_for_data(&env.path(&format!("intr.partial/{BOOT_TID}.dat")), 1);
+    signal(run.pid(), libc::SIGINT);
+    let status = run.wait();
+    let err = run.stderr();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(&format!("terminating on signal 2 from pid {}", run.pid())),
+        "{err}"
+    );
+    check_stopped_trace(&env, "intr", &err);
+}
+
+/// A guest that runs but never calls (here raw code that branches to itself, which QEMU
+/// loads as is), stopped from outside: the error says that QEMU was stopped by a signal,
+/// not that it exited by itself.
+#[test]
+fn a_guest_stopped_before_any_call_is_said_so() {
+    require(QEMU);
+    let env = Env::new();
+    let blob = env.path("loop.bin");
+    std::fs::write(&blob, [0u8, 0, 0, 0x14]).unwrap(); // b .
+    let argv: Vec<String> = [
+        QEMU,
+        "-M",
+        "virt",
+        "-cpu",
+        "cortex-a57",
+        "-display",
+        "none",
+        "-nic",
+        "none",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(["-kernel".into(), blob.display().to_string()])
+    .collect();
+    let mut run = env.spawn_record(&["-o", "never"], &argv);
+    // The plugin is installed and its writer runs (its first status is written), and QEMU
+    // has its own SIGTERM handler (before, SIGTERM simply kills it).
+    run.wait_for_data(&env.path("never.partial/plugin.status"), 1);
+    let deadline = Instant::now() + PATIENCE;
+    while !qemu_child_of(run.pid()).is_some_and(|(pid, _)| catches(pid, libc::SIGTERM)) {
+        assert!(Instant::now() < deadline, "QEMU never took SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(run.pid(), libc::SIGTERM);
+    let status = run.wait();
+    let err = run.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("qemu-uftrace: error: "))
+        .unwrap_or_else(|| panic!("no error line:\n{err}"));
+    assert!(
+        line.starts_with(
+            "qemu-uftrace: error: no call or return was recorded before QEMU was stopped by \
+             signal 15 (SIGTERM); "
+        ),
+        "{line}"
+    );
+    assert!(!line.contains("exited with code 0"), "{line}");
+    assert!(!env.path("never").exists() && !env.path("never.partial").exists());
+}
+
+/// Whether process `pid` has a handler for `sig` (`SigCgt` in /proc/PID/status).
+fn catches(pid: i32, sig: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            let mask = s
+                .lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))?
+                .trim()
+                .to_string();
+            u64::from_str_radix(&mask, 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
 }

@@ -1,7 +1,8 @@
 //! `record --max-size SIZE[,exit]` with the real qemu-system-aarch64, the embedded plugin and
 //! uftrace: the plugin stops writing at the cap (and with `,exit` stops QEMU, so a guest that
 //! never ends still ends the recording), the trace is published, marked incomplete, says
-//! which cap stopped it and where to go next, and uftrace reads what it holds.
+//! which cap stopped it and where to go next, and uftrace reads what it holds. A cap the
+//! user asked for is no failure: our status stays QEMU's.
 //!
 //! Needs the plugin's `max_size`/`max_size_exit` options (plugin branch).
 
@@ -62,8 +63,9 @@ fn the_cap_stops_writing_and_marks_the_trace_incomplete() {
     let home = tempfile::tempdir().unwrap();
     let o = record(home.path(), &["--max-size", "64K"], &qemu_args(&elf));
     let err = stderr(&o);
-    // The trace is not all the guest did: our status says so.
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    // The trace is not all the guest did, but it ends where the user asked: QEMU's status
+    // (the guest ran to its end), not a failure.
+    assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
         err.contains(
             "INCOMPLETE TRACE: the size cap (--max-size 64K) was reached: the trace holds the \
@@ -94,7 +96,8 @@ fn exit_stops_qemu_at_the_cap() {
     let home = tempfile::tempdir().unwrap();
     let o = record(home.path(), &["--max-size", "256K,exit"], &qemu_args(&elf));
     let err = stderr(&o);
-    assert_ne!(o.status.code(), Some(0), "{err}");
+    // QEMU stopped as asked (it exits 0 on the plugin's SIGTERM): no failure either.
+    assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(
         err.contains("INCOMPLETE TRACE: the size cap (--max-size 256K,exit) was reached"),
         "{err}"

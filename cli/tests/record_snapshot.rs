@@ -126,6 +126,17 @@ struct FromSnapshot {
 /// Runs `elf` until it waits in `snap_wait`, saves it, and records the run from there,
 /// with a byte for the guest to receive.
 fn record_from_snapshot(board: Board, elf: &Path) -> FromSnapshot {
+    let (run, status) = record_from_snapshot_with(board, elf, &[]);
+    assert!(status.success(), "record failed: {status}\n{}", run.stderr);
+    run
+}
+
+/// [`record_from_snapshot`] with `opts` given to `record`, and `record`'s exit status.
+fn record_from_snapshot_with(
+    board: Board,
+    elf: &Path,
+    opts: &[&str],
+) -> (FromSnapshot, std::process::ExitStatus) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let disk = tmp.path().join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
@@ -147,14 +158,17 @@ fn record_from_snapshot(board: Board, elf: &Path) -> FromSnapshot {
         release.display()
     ));
     args.extend(["-serial", "chardev:uart"].map(String::from));
-    let (dir, stderr) = record(tmp.path(), &args);
+    let dir = tmp.path().join("uftrace.data");
+    let out = common::record_into(&dir, opts, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let uart = std::fs::read_to_string(&uart).expect("the guest's serial output");
-    FromSnapshot {
+    let run = FromSnapshot {
         _tmp: tmp,
         dir,
         stderr,
         uart,
-    }
+    };
+    (run, out.status)
 }
 
 /// Records `qemu` into `<tmp>/uftrace.data`; gives the directory and `record`'s stderr.
@@ -265,6 +279,38 @@ fn check_board(board: Board, variant: &str) {
             "6 by SFrame",
         ),
     }
+}
+
+/// The stack cookie counts towards `--max-size` with the records: one that does not fit is
+/// not written, and the drop is counted and said (the calls open at the start stay open).
+#[test]
+fn aarch64_a_cookie_past_the_size_cap_is_dropped_and_said() {
+    let board = Board::Aarch64;
+    let (run, status) =
+        record_from_snapshot_with(board, &board.elf(Variant::Natural), &["--max-size", "4K"]);
+    // An incomplete trace is published, and `record` fails.
+    assert!(!status.success(), "{}", run.stderr);
+    assert!(run.uart.contains("snap_a(1) = 242"), "{}", run.uart);
+    assert_eq!(plugin_stat(&run.dir, "dropped_cookies"), "1");
+    assert_eq!(plugin_stat(&run.dir, "complete"), "0");
+    assert!(
+        run.stderr.contains("INCOMPLETE TRACE")
+            && run.stderr.contains("1 stack cookies not written"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("dropped_cookies 1:"), "{}", run.stderr);
+    let stacks = std::fs::read_dir(&run.dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".stack")
+        })
+        .count();
+    assert_eq!(stacks, 0);
 }
 
 #[test]

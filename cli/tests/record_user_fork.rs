@@ -322,3 +322,28 @@ fn user_sigterm_while_waiting_for_a_child_stops_it_and_keeps_its_trace() {
         counts(&[("orphan", 1), ("sleep", 1)])
     );
 }
+
+#[test]
+fn user_exec_past_the_argument_limit_fails_in_the_guest_and_is_said() {
+    let elf = user_guest_elf("bigexec.elf").expect("build");
+    let (_tmp, dir, out) = common::user::record(&user_qemu(), &[&elf.to_string_lossy()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The guest's execve failed as it does natively, and the guest went on.
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("bigexec errno=E2BIG"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("runs untraced: its arguments and environment are not readable within"),
+        "{stderr}"
+    );
+    // One process, one program: no exec was announced.
+    let pid = task_lines(&dir);
+    assert_eq!(pid.len(), 2, "{pid:?}");
+    assert!(pid[0].ends_with("exename=\"bigexec.elf\""), "{pid:?}");
+    assert!(
+        report_calls(&dir, &[])
+            .expect("uftrace report")
+            .contains_key("execve"),
+        "the failed execve is in the trace"
+    );
+}

@@ -141,7 +141,8 @@ fn x86_64_dynamic_glibc_calls_match_the_oracle() {
 
 /// ld.so's own functions (`_dl_start`, `_dl_relocate_object` …) are in no dynamic symbol
 /// table: they are named only from a full one. Debian's cross libc (/usr/aarch64-linux-gnu)
-/// has no debug package, so there its loader shows the few names it exports, with no error;
+/// has no debug package, so there its loader shows the few names it exports, and `record`
+/// says where the addresses will be and that the install's `arm64-libc` names them:
 /// Debian's arm64 libc6 with libc6-dbg (unpacked as a sysroot by install-deps.sh) has the
 /// loader's debug file by build ID under the sysroot's usr/lib/debug, which `record` finds.
 #[test]
@@ -151,7 +152,7 @@ fn aarch64_dynamic_loader_functions_are_named_from_its_debug_file() {
         .parent()
         .and_then(|lib| lib.parent())
         .expect("sysroot");
-    let named = replay_under(sysroot);
+    let (stderr, named) = replay_under(sysroot);
     for f in [
         "_dl_start() {",
         "_dl_sysdep_start() {",
@@ -163,14 +164,37 @@ fn aarch64_dynamic_loader_functions_are_named_from_its_debug_file() {
             sysroot.display()
         );
     }
-    // The cross sysroot: the loader's dynamic symbols only (its tunables' getter).
-    let exported = replay_under(Path::new("/usr/aarch64-linux-gnu"));
+    assert!(!stderr.contains("ld-linux"), "{stderr}");
+    assert!(!stderr.contains("only exported symbols"), "{stderr}");
+    // The cross sysroot: the loader's dynamic symbols only (its tunables' getter), and the
+    // way to the names said.
+    let (stderr, exported) = replay_under(Path::new("/usr/aarch64-linux-gnu"));
     assert!(exported.contains(" __tunable_get_val"), "{exported}");
+    let hint = stderr
+        .lines()
+        .find(|l| l.contains("gave only exported symbols"))
+        .unwrap_or_else(|| panic!("no hint for the stripped loader:\n{stderr}"));
+    assert!(
+        hint.starts_with("qemu-uftrace: /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1"),
+        "{hint}"
+    );
+    assert!(
+        hint.contains("the replay shows the calls inside them as addresses"),
+        "{hint}"
+    );
+    assert!(
+        hint.ends_with(&format!(
+            "; record with -L {} instead (Debian's libc6:arm64 with its debug files, which \
+             scripts/install-deps.sh unpacked there) to have them named",
+            sysroot.display()
+        )),
+        "{hint}"
+    );
 }
 
-/// The replay of the dynamic aarch64 libcalls program run under `-L sysroot`, whose
-/// recording must succeed with nothing said about its loader.
-fn replay_under(sysroot: &Path) -> String {
+/// The dynamic aarch64 libcalls program run under `-L sysroot`, whose recording must
+/// succeed: `record`'s stderr, and the replay.
+fn replay_under(sysroot: &Path) -> (String, String) {
     let program = guest(&AARCH64, "libcalls-dyn-plain.elf");
     let utf8 = |p: &Path| p.to_str().expect("a UTF-8 path").to_string();
     let (_tmp, dir, out) = record(&user_qemu(), &["-L", &utf8(sysroot), &utf8(&program)]);
@@ -180,11 +204,7 @@ fn replay_under(sysroot: &Path) -> String {
         "under {}: {stderr}",
         sysroot.display()
     );
-    assert!(
-        !stderr.contains("ld-linux"),
-        "under {}: {stderr}",
-        sysroot.display()
-    );
     let d = dir.display().to_string();
-    uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay")
+    let replay = uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay");
+    (stderr, replay)
 }

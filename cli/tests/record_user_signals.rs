@@ -94,12 +94,12 @@ fn check_sigalrm(target: &Target) {
         let top = stack[stack.len() - 1];
         if top == "[SIGALRM]" {
             deliveries += 1;
-            // Under the function it interrupted: the busy loop or what it called.
+            // Under the function it interrupted: the busy loop or what it called, or (the
+            // first alarm, on a host that stalled the guest for its 2 ms) arm()'s setitimer.
             let at = stack.iter().position(|&f| f == "spin").expect("under spin");
+            let above = &stack[at + 1..stack.len() - 1];
             assert!(
-                stack[at + 1..stack.len() - 1]
-                    .iter()
-                    .all(|&f| f == "spin_step"),
+                above.iter().all(|&f| f == "spin_step") || above.first() == Some(&"arm"),
                 "{stack:?}"
             );
         }

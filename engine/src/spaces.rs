@@ -11,7 +11,7 @@
 //! it lay in the translating space (both known from the process-map watch's `mmap_region`
 //! events), and [`DeltaCache`] keeps that per vCPU so that it is worked out once per page.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// An address space: its index in [`Spaces`] plus one; 0 is "unknown" (a process whose start
 /// was not seen, kernel code), which nothing is ever rebased from or to.
@@ -28,12 +28,28 @@ struct Mapping {
     offset: u64,
 }
 
-/// Every address space seen, and each process's current one.
+/// Spaces no process holds any more (it exited, exec'd or its PID was reused) that are
+/// kept, the latest ones: code translated in them may still run in other processes (a
+/// shared library's pages). Older ones are freed, so that a guest's fork loop does not grow
+/// the plugin without bound.
+pub const KEPT_ENDED: usize = 256;
+
+/// The address spaces of live processes and the [`KEPT_ENDED`] latest ended ones, and
+/// each process's current one.
 #[derive(Debug, Default)]
 pub struct Spaces {
-    maps: Vec<Vec<Mapping>>,
+    maps: HashMap<SpaceId, Vec<Mapping>>,
+    /// The last id given (ids are never reused: translations keep theirs).
+    last: SpaceId,
     current: HashMap<u32, SpaceId>,
     files: HashMap<String, u32>,
+    /// Ended spaces still kept, oldest first.
+    ended: VecDeque<SpaceId>,
+    /// Ended spaces freed.
+    pub freed: u64,
+    /// Events in code translated in a freed space and run in another, whose addresses
+    /// could not be moved (they stay as translated).
+    pub unmoved: u64,
 }
 
 impl Spaces {
@@ -42,11 +58,41 @@ impl Spaces {
         self.current.get(&tgid).copied().unwrap_or(0)
     }
 
+    /// Spaces held now, live and ended.
+    pub fn kept(&self) -> usize {
+        self.maps.len()
+    }
+
     fn push(&mut self, tgid: u32, maps: Vec<Mapping>) -> SpaceId {
-        self.maps.push(maps);
-        let id = self.maps.len() as SpaceId;
-        self.current.insert(tgid, id);
+        let Some(id) = self.last.checked_add(1) else {
+            // Ids are spent (2^32 spaces): the process is unknown from now on.
+            self.end(tgid);
+            return 0;
+        };
+        self.last = id;
+        self.maps.insert(id, maps);
+        if let Some(old) = self.current.insert(tgid, id) {
+            self.retire(old);
+        }
         id
+    }
+
+    /// Process `tgid` holds no space any more.
+    fn end(&mut self, tgid: u32) {
+        if let Some(old) = self.current.remove(&tgid) {
+            self.retire(old);
+        }
+    }
+
+    /// `id` is no process's any more: kept among the latest ended, the oldest freed.
+    fn retire(&mut self, id: SpaceId) {
+        self.ended.push_back(id);
+        while self.ended.len() > KEPT_ENDED {
+            if let Some(gone) = self.ended.pop_front() {
+                self.maps.remove(&gone);
+                self.freed += 1;
+            }
+        }
     }
 
     /// A new process `tgid` forked from `parent`: a copy of the parent's mappings (a kernel
@@ -54,11 +100,11 @@ impl Spaces {
     pub fn fork(&mut self, tgid: u32, parent: u32) -> SpaceId {
         match self.of(parent) {
             0 => {
-                self.current.remove(&tgid);
+                self.end(tgid);
                 0
             }
             p => {
-                let maps = self.maps[p as usize - 1].clone();
+                let maps = self.maps.get(&p).cloned().unwrap_or_default();
                 self.push(tgid, maps)
             }
         }
@@ -70,9 +116,9 @@ impl Spaces {
     }
 
     /// Process `tgid` exited: its space is no one's any more (its translations may still run
-    /// elsewhere, so the space itself stays).
+    /// elsewhere, so the space stays among the [`KEPT_ENDED`] latest).
     pub fn exit(&mut self, tgid: u32) {
-        self.current.remove(&tgid);
+        self.end(tgid);
     }
 
     /// `path` mapped executable at `start..start + len` from file offset `offset` in
@@ -84,7 +130,9 @@ impl Spaces {
             0 => self.push(tgid, Vec::new()),
             id => id,
         };
-        let maps = &mut self.maps[id as usize - 1];
+        let Some(maps) = self.maps.get_mut(&id) else {
+            return id;
+        };
         let end = start.saturating_add(len);
         // A mapping replaces what it overlaps (MAP_FIXED over the loader's reservation);
         // what is left of an older one on either side stays.
@@ -100,7 +148,7 @@ impl Spaces {
             if end < m.end {
                 kept.push(Mapping {
                     start: end,
-                    offset: m.offset + (end - m.start),
+                    offset: m.offset.wrapping_add(end - m.start),
                     ..m
                 });
             }
@@ -117,17 +165,22 @@ impl Spaces {
 
     /// How far code at `addr`, translated in space `from`, lies in space `to`: the
     /// difference of the addresses its file's page has in the two. `None` where either
-    /// space does not map it (then the addresses stay as translated).
-    pub fn delta(&self, from: SpaceId, to: SpaceId, addr: u64) -> Option<u64> {
-        let space = |id: SpaceId| self.maps.get((id as usize).checked_sub(1)?);
+    /// space does not map it, or `from` was freed (counted in [`Spaces::unmoved`]); then
+    /// the addresses stay as translated.
+    pub fn delta(&mut self, from: SpaceId, to: SpaceId, addr: u64) -> Option<u64> {
+        if from != 0 && from <= self.last && !self.maps.contains_key(&from) {
+            self.unmoved += 1;
+            return None;
+        }
+        let space = |id: SpaceId| self.maps.get(&id);
         let m = space(from)?
             .iter()
             .find(|m| m.start <= addr && addr < m.end)?;
-        let file_offset = addr - m.start + m.offset;
+        let file_offset = (addr - m.start).wrapping_add(m.offset);
         let there = space(to)?.iter().find(|n| {
             n.file == m.file && n.offset <= file_offset && file_offset - n.offset < n.end - n.start
         })?;
-        let moved = there.start + (file_offset - there.offset);
+        let moved = there.start.wrapping_add(file_offset - there.offset);
         Some(moved.wrapping_sub(addr))
     }
 }

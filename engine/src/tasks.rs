@@ -28,6 +28,21 @@ pub fn boot_vcpu(tid: u32) -> Option<u32> {
 }
 const SYNTHETIC_TID_BASE: u32 = BOOT_TID_BASE + MAX_VCPUS;
 
+/// The key of the context tasks past [`MAX_CONTEXTS`] share (no task has this pointer).
+const SHARED_KEY: Key = Key {
+    who: Who::Task {
+        ptr: u64::MAX,
+        pid: 0,
+    },
+    level: None,
+};
+
+/// Contexts kept at most (each a few hundred bytes and its waiting stack): a guest that
+/// starts task after task (a fork loop) must not grow QEMU without bound. Tasks first seen
+/// past it share one context ([`TaskTable::past_cap`] counts them): their records go to one
+/// uftrace task.
+pub const MAX_CONTEXTS: usize = 1 << 18;
+
 /// Bytes of a task's name read at each switch (Linux `TASK_COMM_LEN`).
 pub const TASK_NAME_BYTES: usize = 16;
 /// The plugin refuses a name offset (`task_comm=`) this large: no task structure is that
@@ -119,6 +134,11 @@ pub struct TaskTable {
     pub conflicts: u64,
     /// Guest PID → its thread group (Linux `tgid`: the process), where the OS said.
     thread_groups: HashMap<u32, u32>,
+    max_contexts: usize,
+    /// The context tasks past [`MAX_CONTEXTS`] share, once there is one.
+    shared: Option<usize>,
+    /// Tasks first seen past [`MAX_CONTEXTS`], run in the shared context.
+    pub past_cap: u64,
 }
 
 impl TaskTable {
@@ -133,7 +153,16 @@ impl TaskTable {
             adopted: HashSet::new(),
             conflicts: 0,
             thread_groups: HashMap::new(),
+            max_contexts: MAX_CONTEXTS,
+            shared: None,
+            past_cap: 0,
         }
+    }
+
+    /// The table with another cap than [`MAX_CONTEXTS`] (tests).
+    pub fn with_max_contexts(mut self, max: usize) -> TaskTable {
+        self.max_contexts = max;
+        self
     }
 
     /// The boot context of a vCPU that starts; its task id is the engine's first.
@@ -190,9 +219,13 @@ impl TaskTable {
         self.contexts.get(i)
     }
 
-    /// Names the context running on `vcpu`.
+    /// Names the context running on `vcpu` (not the one tasks past the cap share: it is
+    /// none of theirs).
     pub fn name_running(&mut self, vcpu: u32, name: String) {
         if let Some(Some(i)) = self.running.get(vcpu as usize).copied() {
+            if self.shared == Some(i) {
+                return;
+            }
             self.contexts[i].name = Some(name);
         }
     }
@@ -336,6 +369,20 @@ impl TaskTable {
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
+        if self.contexts.len() >= self.max_contexts {
+            self.past_cap += 1;
+            if let Some(i) = self.shared {
+                return i;
+            }
+            let i = self.new_context(SHARED_KEY);
+            self.contexts[i].name = Some("(tasks past the cap)".to_string());
+            self.shared = Some(i);
+            return i;
+        }
+        self.new_context(key)
+    }
+
+    fn new_context(&mut self, key: Key) -> usize {
         let tid = self.new_tid(key);
         let i = self.contexts.len();
         self.contexts.push(Context {
@@ -364,7 +411,8 @@ impl TaskTable {
             Some(t) if !self.used_tids.contains(&t) => t,
             _ => {
                 let t = self.next_synthetic;
-                self.next_synthetic += 1;
+                // Contexts are capped far below the ids left.
+                self.next_synthetic = self.next_synthetic.saturating_add(1);
                 t
             }
         };

@@ -95,32 +95,58 @@ impl TscSample {
 pub const RESYNC_INSNS: u64 = 1024;
 
 /// Wall time between reads of the time-stamp counter, advanced by the guest instructions
-/// run since the last read at the rate measured over the interval before: a read costs
-/// 8 ns on the hosts measured, a large share of an event's cost, while the instruction
-/// counter is already on the event's cache line. The counter is read again every
-/// [`RESYNC_INSNS`] instructions (a microsecond or so of emulation) and after anything
-/// that may have waited with no instruction run (a system call: [`Interpolated::invalidate`]),
-/// so that every thread and process stays on the host's one timeline to about that much;
-/// times never go back.
+/// run since the last read: a read costs 8 ns on the hosts measured, a large share of an
+/// event's cost, while the instruction counter is already on the event's cache line.
+///
+/// The counter is read every [`RESYNC_INSNS`] instructions, and after anything that may
+/// have taken time with no instruction run ([`Interpolated::invalidate`]: a system call,
+/// translating new code, which costs tens of µs a block where running it costs ns). Only
+/// intervals without such a gap measure the emulation's rate, and the next interval runs at
+/// the slower of the last two measured: a rate measured over a translation (or the host
+/// descheduling QEMU) once ran the next interval hundreds of µs ahead of the host, and
+/// every event after it stood still at that time until the host caught up.
+///
+/// Times never go back and never stand still while instructions run: where a read finds
+/// the host behind the time already given, time carries on from there, slower (down to a
+/// quarter of the rate), until it meets the host's line again. A time is then within two
+/// intervals' instructions at the slowest rate the code ran at (a few µs: QEMU ran the
+/// tests' code at 0.5–5 ns an instruction) of the host's, beyond any time QEMU spent where
+/// nothing tells (descheduled): engine/tests/interpolation.rs draws runs to that bound. So
+/// every thread and process stays on the host's one timeline to about that much.
 #[derive(Debug, Clone, Copy)]
 pub struct Interpolated {
+    /// The line times follow: the time at instruction count `sync_insns`, where the
+    /// counter was last read. [`STALE`] set: the next time is read, not interpolated, and
+    /// the interval it ends says nothing of the rate (set there, `at_fast` needs no test
+    /// of its own: the run is out of range).
     sync_insns: u64,
     sync_ns: u64,
-    /// Nanoseconds per instruction, 16.16 fixed point.
-    rate: u64,
-    /// The next time is read, not interpolated, and the interval it ends says nothing of
-    /// the rate.
-    stale: bool,
+    /// The line's slope: nanoseconds per instruction, 16.16 fixed point.
+    rate: u32,
+    /// How far `sync_ns` was ahead of the host's time at that read (ns, saturating).
+    ahead: u32,
+    /// The last two rates measured (16.16), the last first.
+    measured: [u32; 2],
 }
+
+/// The bit of [`Interpolated::sync_insns`] that says the next time is read (no count of
+/// instructions reaches it).
+const STALE: u64 = 1 << 63;
+
+/// Rates in 16.16 nanoseconds per instruction: between 1/64 ns and 64 µs (translating new
+/// code is slow).
+const MIN_RATE: u64 = 1 << 10;
+const MAX_RATE: u64 = 64_000 << 16;
 
 impl Default for Interpolated {
     fn default() -> Self {
         Interpolated {
-            sync_insns: 0,
+            sync_insns: STALE,
             sync_ns: 0,
             // 1 ns an instruction until measured.
             rate: 1 << 16,
-            stale: true,
+            ahead: 0,
+            measured: [1 << 16; 2],
         }
     }
 }
@@ -132,10 +158,7 @@ impl Interpolated {
     pub fn at(&mut self, insns: u64, last: u64, read: impl FnOnce() -> u64) -> u64 {
         match self.at_fast(insns, last) {
             Some(now) => now,
-            None => {
-                let run = insns.wrapping_sub(self.sync_insns);
-                self.resync(insns, run, read()).max(last)
-            }
+            None => self.resync(insns, read(), last),
         }
     }
 
@@ -144,35 +167,54 @@ impl Interpolated {
     #[inline(always)]
     pub fn at_fast(&self, insns: u64, last: u64) -> Option<u64> {
         let run = insns.wrapping_sub(self.sync_insns);
-        (run < RESYNC_INSNS && !self.stale)
-            .then(|| (self.sync_ns + ((run * self.rate) >> 16)).max(last))
+        (run < RESYNC_INSNS)
+            .then(|| (self.sync_ns + ((run * u64::from(self.rate)) >> 16)).max(last))
     }
 
+    /// The host's time `now` read at instruction count `insns`: the time there, and the
+    /// line on from it.
     #[cold]
     #[inline(never)]
-    fn resync(&mut self, insns: u64, run: u64, now: u64) -> u64 {
-        if !self.stale && run > 0 && now > self.sync_ns {
-            // Between 1/64 ns and 64 µs an instruction: translating new code is slow.
-            let elapsed = now - self.sync_ns;
-            // In 64 bits where they suffice (always, but after 3 days without a read): the
-            // 128-bit division is a call (`__udivti3`) costing more than the rest.
+    fn resync(&mut self, insns: u64, now: u64, last: u64) -> u64 {
+        let stale = self.sync_insns & STALE != 0;
+        let run = insns.wrapping_sub(self.sync_insns & !STALE);
+        let read_ns = self.sync_ns - u64::from(self.ahead);
+        if !stale && run > 0 && run < 1 << 40 && now > read_ns {
+            // 64 bits suffice but after 3 days without a read: the 128-bit division is a
+            // call (`__udivti3`) costing more than the rest.
+            let elapsed = now - read_ns;
             let rate = if elapsed < 1 << 48 {
                 (elapsed << 16) / run
             } else {
-                ((u128::from(elapsed) << 16) / u128::from(run)) as u64
+                ((u128::from(elapsed) << 16) / u128::from(run)).min(u128::from(MAX_RATE)) as u64
             };
-            self.rate = rate.clamp(1 << 10, 64_000 << 16);
+            self.measured = [rate.clamp(MIN_RATE, MAX_RATE) as u32, self.measured[0]];
         }
-        self.sync_insns = insns;
-        self.sync_ns = now;
-        self.stale = false;
-        now
+        // What was given already stands, and the line carries on to here (to one interval
+        // past its end at most: a long run between events says little of the rate): from
+        // the later of those and the host, so that this event too is later than the one
+        // before.
+        let line = self.sync_ns + ((run.min(2 * RESYNC_INSNS) * u64::from(self.rate)) >> 16);
+        let at = now.max(last).max(line);
+        // The slower of the last two rates: one interval the host spent elsewhere (QEMU
+        // descheduled, a lock) does not set the next; a rate too slow costs a step forward
+        // at the next read, one too fast a stretch of slowed time.
+        let rate = u64::from(self.measured[0].min(self.measured[1]));
+        // Ahead of the host: meet its line by the end of the next interval, not slower
+        // than a quarter of the rate.
+        let ahead = at - now;
+        let catch_up = ahead.saturating_mul((1 << 16) / RESYNC_INSNS);
+        self.rate = rate.saturating_sub(catch_up).max(rate / 4).max(MIN_RATE) as u32;
+        self.ahead = ahead.min(u64::from(u32::MAX)) as u32;
+        self.sync_insns = insns & !STALE;
+        self.sync_ns = at;
+        at
     }
 
-    /// The next time is read: the vCPU may have waited without running an instruction (a
-    /// blocking system call), which no instruction count shows.
+    /// The next time is read: the vCPU may have spent time without running an instruction
+    /// (a blocking system call, a translation), which no instruction count shows.
     pub fn invalidate(&mut self) {
-        self.stale = true;
+        self.sync_insns |= STALE;
     }
 }
 
@@ -217,6 +259,13 @@ mod tests {
         assert_eq!(s.scale_to(later).map(|m| m.ns(later.tsc)), Some(later.ns));
     }
 
+    /// The hot path reads it with the slot's clock words, on the slot's first cache line
+    /// (`vcpu::VcpuState` in the plugin): it must stay as small as it was.
+    #[test]
+    fn interpolation_fits_in_four_words() {
+        assert_eq!(std::mem::size_of::<Interpolated>(), 32);
+    }
+
     /// A drawn timeline: (instructions so far, host ns if the counter were read now).
     #[test]
     fn interpolated_time_follows_instructions_between_reads() {
@@ -232,21 +281,30 @@ mod tests {
         assert_eq!(at(&mut clock, 100, 5_000, 0), 5_000);
         // 500 instructions later: 1 ns each (the default rate), no read.
         assert_eq!(at(&mut clock, 600, 99_999, 5_000), 5_500);
-        // Past RESYNC_INSNS: read; the interval measured 2 ns an instruction.
+        // Past RESYNC_INSNS: read; the interval measured 2 ns an instruction, but the one
+        // before (the default) was slower: the next runs at 1 ns.
         assert_eq!(at(&mut clock, 100 + 1_024, 7_048, 5_500), 7_048);
-        assert_eq!(at(&mut clock, 1_124 + 100, 0, 7_048), 7_248);
-        // The host was faster than the interpolation: time waits, never goes back.
-        assert_eq!(at(&mut clock, 1_124 + 1_000, 0, 7_248), 9_048);
-        assert_eq!(at(&mut clock, 1_124 + 2_000, 8_000, 9_048), 9_048);
+        assert_eq!(at(&mut clock, 1_124 + 100, 0, 7_048), 7_148);
+        // 2 ns twice: 2 ns.
+        assert_eq!(at(&mut clock, 2_148, 9_096, 7_148), 9_096);
+        assert_eq!(at(&mut clock, 2_248, 0, 9_096), 9_296);
+        // The host was faster than the interpolation (404 ns for 1,024 instructions): time
+        // carries on along the line, then at a quarter of the new rate until it meets
+        // the host; it never stands still.
+        assert_eq!(at(&mut clock, 3_172, 9_500, 9_296), 9_096 + 2_048);
+        let slow = (404u64 << 16) / 1_024 / 4;
+        assert_eq!(
+            at(&mut clock, 3_272, 0, 11_144),
+            11_144 + ((100 * slow) >> 16)
+        );
         // A blocking system call: the next event reads, and that interval sets no rate.
         clock.invalidate();
-        assert_eq!(at(&mut clock, 3_130, 2_000_000, 9_048), 2_000_000);
-        // The last full interval ran 2,000 instructions in 952 ns.
-        let rate = (952u64 << 16) / 2_000;
+        assert_eq!(at(&mut clock, 3_300, 2_000_000, 11_153), 2_000_000);
+        let rate = (404u64 << 16) / 1_024;
         assert_eq!(
-            at(&mut clock, 3_140, 0, 2_000_000),
-            2_000_000 + ((10 * rate) >> 16)
+            at(&mut clock, 3_400, 0, 2_000_000),
+            2_000_000 + ((100 * rate) >> 16)
         );
-        assert_eq!(reads.get(), 4);
+        assert_eq!(reads.get(), 5);
     }
 }

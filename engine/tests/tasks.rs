@@ -39,8 +39,11 @@ struct Machine {
 
 impl Machine {
     fn new(vcpus: u32, split_levels: bool) -> Machine {
+        Machine::with_table(vcpus, TaskTable::new(split_levels))
+    }
+
+    fn with_table(vcpus: u32, mut table: TaskTable) -> Machine {
         let files: Files = Arc::default();
-        let mut table = TaskTable::new(split_levels);
         let engines = (0..vcpus)
             .map(|v| {
                 let tid = table.start_vcpu(v);
@@ -171,6 +174,37 @@ fn a_switch_suspends_one_stack_and_resumes_another() {
     );
     assert_eq!(shapes[&7], s(&["+400@0", "+200@1", "+300@2", "out"]));
     assert_eq!(m.engines[0].stats.switches, 2);
+    assert_eq!(m.engines[0].stats.unmatched_returns, 0);
+}
+
+/// A fork loop: tasks started one after another. The table keeps its cap of contexts;
+/// the tasks past it share one (one uftrace task, named so), counted, their records kept.
+#[test]
+fn tasks_past_the_cap_share_one_context_and_are_counted() {
+    let mut m = Machine::with_table(1, TaskTable::new(false).with_max_contexts(4));
+    m.task(0, TASK_A - 0x1000, 0); // the idle task (the boot context, adopted)
+    for pid in 10..20u32 {
+        m.task(0, TASK_A + u64::from(pid) * 0x1000, pid);
+        m.table.name_running(0, format!("child{pid}"));
+        m.call(0, 0x500, 0x14); // the child's work
+        m.ret(0, 0x14);
+        m.task(0, TASK_A - 0x1000, 0);
+    }
+    assert_eq!(m.table.contexts()[1].name.as_deref(), Some("child10"));
+    // The idle task, three children, and the one the seven later children share.
+    assert_eq!(m.table.contexts().len(), 5);
+    assert_eq!(m.table.past_cap, 7);
+    let shared = m.table.contexts().last().unwrap();
+    assert_eq!(shared.name.as_deref(), Some("(tasks past the cap)"));
+    let shared = shared.tid;
+    let shapes = m.shapes();
+    assert_eq!(shapes[&10], s(&["+500@0", "-500@0", "out"]));
+    assert!(!shapes.contains_key(&13), "{shapes:?}");
+    assert_eq!(
+        shapes[&shared].iter().filter(|r| *r == "+500@0").count(),
+        7,
+        "{shapes:?}"
+    );
     assert_eq!(m.engines[0].stats.unmatched_returns, 0);
 }
 

@@ -56,23 +56,45 @@ pub struct Info {
     pub extra_features: u64,
 }
 
-/// Escapes a value that uftrace pastes into JSON (`dump --chrome`) and graphviz output.
-fn json_escape(s: &str) -> String {
+/// Escapes a value that uftrace pastes into JSON (`dump --chrome`) and graphviz output,
+/// in at most `max` bytes: a cut ends with the mark, never inside an escape.
+fn json_escape(s: &str, max: usize) -> String {
+    let escape = |c: char, buf: &mut String| match c {
+        '"' => buf.push_str("\\\""),
+        '\\' => buf.push_str("\\\\"),
+        c if c.is_control() => buf.push(' '),
+        c => buf.push(c),
+    };
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push(' '),
-            c => out.push(c),
-        }
+    s.chars().for_each(|c| escape(c, &mut out));
+    if out.len() <= max {
+        return out;
     }
+    let room = max - crate::text::CUT_MARK.len();
+    out.clear();
+    let mut piece = String::new();
+    for c in s.chars() {
+        piece.clear();
+        escape(c, &mut piece);
+        if out.len() + piece.len() > room {
+            break;
+        }
+        out.push_str(&piece);
+    }
+    out.push_str(crate::text::CUT_MARK);
     out
 }
 
-/// Free-text values are single lines.
+/// Free-text values are single lines without control characters.
 fn one_line(s: &str) -> String {
-    s.replace(['\n', '\r'], " ")
+    crate::text::escape_controls(&s.replace(['\n', '\r'], " ")).into_owned()
+}
+
+/// Writes `key` and `value` as one line uftrace's `fgets(buf, PATH_MAX)` reads whole (a
+/// longer one would be read as two, and the second fails the next block's prefix check).
+fn line(w: &mut impl Write, key: &str, value: &str) -> io::Result<()> {
+    let value = crate::text::keep_head(value, crate::text::MAX_LINE - 1 - key.len());
+    writeln!(w, "{key}{value}")
 }
 
 impl Info {
@@ -113,29 +135,30 @@ impl Info {
         w.write_all(&hdr)?;
 
         // Blocks strictly in increasing bit order: the reader expects exactly that.
-        writeln!(w, "exename:{}", one_line(&self.exename))?;
+        line(w, "exename:", &one_line(&self.exename))?;
         writeln!(w, "exit_status:{}", self.exit_status)?;
-        writeln!(w, "cmdline:{}", json_escape(&self.cmdline))?;
+        let cmdline_room = crate::text::MAX_LINE - 1 - "cmdline:".len();
+        line(w, "cmdline:", &json_escape(&self.cmdline, cmdline_room))?;
         writeln!(w, "cpuinfo:lines=2")?;
         writeln!(
             w,
             "cpuinfo:nr_cpus={} / {}",
             self.nr_cpus_online, self.nr_cpus_possible
         )?;
-        writeln!(w, "cpuinfo:desc={}", one_line(&self.cpu_desc))?;
-        writeln!(w, "meminfo:{}", one_line(&self.meminfo))?;
+        line(w, "cpuinfo:desc=", &one_line(&self.cpu_desc))?;
+        line(w, "meminfo:", &one_line(&self.meminfo))?;
         writeln!(w, "osinfo:lines=3")?;
-        writeln!(w, "osinfo:kernel={}", one_line(&self.os_kernel))?;
-        writeln!(w, "osinfo:hostname={}", one_line(&self.os_hostname))?;
-        writeln!(w, "osinfo:distro={}", one_line(&self.os_distro))?;
+        line(w, "osinfo:kernel=", &one_line(&self.os_kernel))?;
+        line(w, "osinfo:hostname=", &one_line(&self.os_hostname))?;
+        line(w, "osinfo:distro=", &one_line(&self.os_distro))?;
         let tids: Vec<String> = self.tids.iter().map(u32::to_string).collect();
         writeln!(w, "taskinfo:lines=2")?;
         writeln!(w, "taskinfo:nr_tid={}", self.tids.len())?;
         writeln!(w, "taskinfo:tids={}", tids.join(","))?;
-        writeln!(w, "record_date:{}", one_line(&self.record_date))?;
-        writeln!(w, "elapsed_time:{}", one_line(&self.elapsed_time))?;
+        line(w, "record_date:", &one_line(&self.record_date))?;
+        line(w, "elapsed_time:", &one_line(&self.elapsed_time))?;
         writeln!(w, "pattern_type:regex")?;
-        writeln!(w, "uftrace_version:{}", one_line(&self.version))?;
+        line(w, "uftrace_version:", &one_line(&self.version))?;
         Ok(())
     }
 }
@@ -191,5 +214,44 @@ mod tests {
             ..Default::default()
         };
         assert!(info.write_to(&mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn every_text_line_fits_uftraces_buffer() {
+        let long = format!("/{}\x1b\"\\", "d/".repeat(3000));
+        let info = Info {
+            exename: long.clone(),
+            cmdline: format!("qemu {}", "\\\"".repeat(3000)),
+            cpu_desc: long.clone(),
+            meminfo: long.clone(),
+            os_kernel: long.clone(),
+            os_hostname: long.clone(),
+            os_distro: long.clone(),
+            record_date: long.clone(),
+            elapsed_time: long.clone(),
+            version: long,
+            tids: vec![1],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        info.write_to(&mut out).unwrap();
+        let text = String::from_utf8(out[40..].to_vec()).unwrap();
+        for l in text.split_inclusive('\n') {
+            assert!(
+                l.len() <= crate::text::MAX_LINE,
+                "{} bytes: {l:.60}",
+                l.len()
+            );
+            assert!(
+                !l.trim_end_matches('\n').chars().any(char::is_control),
+                "{l:.60}"
+            );
+        }
+        let cmdline = text.lines().find(|l| l.starts_with("cmdline:")).unwrap();
+        // A cut leaves whole escapes: every backslash pairs with the next character.
+        let body = cmdline.strip_suffix('\u{2026}').unwrap();
+        let trailing = body.len() - body.trim_end_matches('\\').len();
+        assert_eq!(trailing % 2, 0, "{}", &body[body.len() - 20..]);
+        assert_eq!(text.lines().count(), 18);
     }
 }

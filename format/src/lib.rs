@@ -16,6 +16,7 @@ pub mod pseudo;
 pub mod record;
 pub mod symfile;
 pub mod task;
+pub mod text;
 
 pub use arch::Arch;
 

@@ -27,8 +27,9 @@ pub struct DbgLine {
 }
 
 fn clean(name: &str) -> String {
-    // A TAB ends the name and a newline the line: neither may appear inside.
-    name.replace(['\t', '\n', '\r'], " ")
+    // A TAB ends the name and a newline the line: neither may appear inside. Other control
+    // characters (an ELF from the guest chooses its names) would reach the terminal.
+    crate::text::escape_controls(&name.replace(['\t', '\n', '\r'], " ")).into_owned()
 }
 
 /// Sorts by offset, keeps the first of several symbols at one offset (uftrace drops later
@@ -161,5 +162,23 @@ mod tests {
         let mut out = Vec::new();
         write_dbg(&mut out, &syms, &lines).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "F: 0 a\nL: 3 a.c\n");
+    }
+
+    #[test]
+    fn names_and_files_carry_no_control_characters() {
+        let syms = [s(0, 4, "f\x1b[2J\tx")];
+        assert_eq!(sym_text(&syms, 4), "0 T f\\x1b[2J x\n4 ? __sym_end\n");
+        let lines = [DbgLine {
+            offset: 0,
+            name: "f".into(),
+            file: "/src/\x1bx.c".into(),
+            line: 1,
+        }];
+        let mut out = Vec::new();
+        write_dbg(&mut out, &syms, &lines).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "F: 0 f\nL: 1 /src/\\x1bx.c\n"
+        );
     }
 }

@@ -89,10 +89,14 @@ pub fn write_later(w: &mut impl Write, lines: &[Later]) -> io::Result<()> {
 /// `swapper/0`, `kworker/0:1`, `ksoftirqd/0`), which would leave `0`, `0:1`… So each `/`
 /// becomes U+2215 DIVISION SLASH (`swapper∕0`), and a name longer than 15 bytes is cut at a
 /// character boundary rather than by uftrace in the middle of one. Newlines and quotes,
-/// which would end the line or the field, become spaces.
+/// which would end the line or the field, become spaces; other control characters (a
+/// guest's `comm` may hold ESC or CR, which uftrace prints) are shown as `\xNN`; and no
+/// name is longer than [`MAX_EXENAME`].
 pub fn exename(name: &str) -> String {
     const COMM_BYTES: usize = 15;
-    let mut out = name.replace(['\n', '"'], " ").replace('/', "\u{2215}");
+    let name = name.replace(['\n', '"'], " ").replace('/', "\u{2215}");
+    let mut out =
+        crate::text::keep_head(&crate::text::escape_controls(&name), MAX_EXENAME).into_owned();
     if out.len() > COMM_BYTES && !out.is_char_boundary(COMM_BYTES) {
         let mut end = COMM_BYTES;
         while !out.is_char_boundary(end) {
@@ -103,7 +107,12 @@ pub fn exename(name: &str) -> String {
     out
 }
 
-/// A module loaded after the start, looked up in `<basename(libname)>.sym` from `base`.
+/// The longest exename written: uftrace shows 15 bytes of it as the task's name, and the
+/// whole in `tui`'s status line.
+pub const MAX_EXENAME: usize = 255;
+
+/// A module loaded after the start, looked up in `<basename(libname)>.sym` from `base`
+/// (`libname` bounded and escaped as a map path is, so the two name one file).
 pub fn write_dlopen(
     w: &mut impl Write,
     tid: u32,
@@ -113,8 +122,9 @@ pub fn write_dlopen(
 ) -> io::Result<()> {
     writeln!(
         w,
-        "DLOP timestamp=0.000000000 tid={tid} sid={sid} base={:x} libname=\"{libname}\"",
-        crate::addr48(base)
+        "DLOP timestamp=0.000000000 tid={tid} sid={sid} base={:x} libname=\"{}\"",
+        crate::addr48(base),
+        crate::map::MapPath::new(libname)
     )
 }
 
@@ -208,5 +218,27 @@ mod tests {
         assert_eq!(exename("irq/9-virtio0-c"), "irq\u{2215}9-virtio0-c");
         assert_eq!(exename("abcdefghijklm/x"), "abcdefghijklm");
         assert_eq!(exename("abcdefghijkl/xy"), "abcdefghijkl\u{2215}xy");
+    }
+
+    #[test]
+    fn guest_names_reach_no_terminal() {
+        assert_eq!(exename("ev\x1b[2Jil\r"), "ev\\x1b[2Jil\\x0d");
+        let mut out = Vec::new();
+        let lines = [Later::Session {
+            ns: 1,
+            pid: 2,
+            sid: session_id(1),
+            name: format!("{}\x1b", "x".repeat(5000)),
+        }];
+        write_later(&mut out, &lines).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains('\x1b') && text.len() < 400, "{text}");
+        let mut out = Vec::new();
+        write_dlopen(&mut out, 1, &session_id(1), 0x1000, "/m/a b\x1b.ko").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "DLOP timestamp=0.000000000 tid=1 sid=0000000000000001 base=1000 \
+             libname=\"/m/a\\x20b\\x1b.ko\"\n"
+        );
     }
 }

@@ -20,8 +20,10 @@ fuzz_target!(|data: &[u8]| {
     // Whether a file is an ELF decided from its name: the fuzzer must not depend on files.
     let _ = qemu::guest_images(&opts, |p| p.as_os_str().len() % 2 == 0);
     let _ = refusals::hardware_accel(&opts);
-    // Looks at most at the -kernel file's metadata.
-    let _ = refusals::check(&opts);
+    // Looks at most at the -kernel file's metadata and first bytes, for each machine.
+    for &arch in qemu_uftrace_format::arch::Arch::ALL {
+        let _ = refusals::check(&opts, arch, "qemu-system-fuzz");
+    }
     let _ = qemu::memory(&opts);
     let _ = qemu::last_option_key(&opts, &["M", "machine"], "type", "type");
     for w in &words {

@@ -48,7 +48,7 @@ pub(crate) fn find(path: &Path, refs: &DebugRefs) -> Option<(PathBuf, Mmap)> {
     if let Some(id) = refs.build_id {
         for root in &roots {
             let candidate = build_id_path(root, id);
-            if let Some(found) = matching(&candidate, &real, |m| {
+            if let Some(found) = matching(&candidate, &tree_of(root), &real, |m| {
                 Some(object::File::parse(&m[..]).ok()?.build_id().ok()? == Some(id))
             }) {
                 return Some(found);
@@ -61,15 +61,30 @@ pub(crate) fn find(path: &Path, refs: &DebugRefs) -> Option<(PathBuf, Mmap)> {
     if name.components().count() != 1 || name.file_name().is_none() {
         return None;
     }
-    let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
+    let mut candidates = vec![
+        (dir.join(name), dir.to_path_buf()),
+        (dir.join(".debug").join(name), dir.to_path_buf()),
+    ];
     for root in &roots {
         if let Ok(inside) = dir.strip_prefix(root) {
-            candidates.push(root.join("usr/lib/debug").join(inside).join(name));
+            candidates.push((
+                root.join("usr/lib/debug").join(inside).join(name),
+                tree_of(root),
+            ));
         }
     }
-    candidates
-        .into_iter()
-        .find_map(|candidate| matching(&candidate, &real, |m| Some(crc32fast::hash(&m[..]) == crc)))
+    candidates.into_iter().find_map(|(candidate, within)| {
+        matching(&candidate, &within, &real, |m| {
+            Some(crc32fast::hash(&m[..]) == crc)
+        })
+    })
+}
+
+/// Where `root`'s debug tree really is: a candidate found through it must lie there (a
+/// link in a guest's sysroot does not lead to the host's files).
+fn tree_of(root: &Path) -> PathBuf {
+    let tree = root.join("usr/lib/debug");
+    std::fs::canonicalize(&tree).unwrap_or(tree)
 }
 
 /// The roots whose `usr/lib/debug` may hold a debug file for a file in `dir`: each directory
@@ -93,16 +108,19 @@ fn build_id_path(root: &Path, id: &[u8]) -> PathBuf {
         .join(format!("{rest}.debug"))
 }
 
-/// `candidate`, mapped, when it is a regular file other than `original` and `matches`.
+/// `candidate`, mapped, when it is a regular file inside `within` (a real path: whatever
+/// links lead to it), other than `original`, and `matches`.
 fn matching(
     candidate: &Path,
+    within: &Path,
     original: &Path,
     matches: impl Fn(&Mmap) -> Option<bool>,
 ) -> Option<(PathBuf, Mmap)> {
     if !std::fs::metadata(candidate).is_ok_and(|m| m.is_file()) {
         return None;
     }
-    if std::fs::canonicalize(candidate).ok()? == original {
+    let real = std::fs::canonicalize(candidate).ok()?;
+    if real == original || !real.starts_with(within) {
         return None;
     }
     let map = file_data::map(candidate).ok()?;
@@ -121,6 +139,33 @@ mod tests {
             build_id_path(Path::new("/sys"), &[0xab, 0xcd, 0x01]),
             PathBuf::from("/sys/usr/lib/debug/.build-id/ab/cd01.debug")
         );
+    }
+
+    /// A debug file is taken only from inside the tree it was looked up in: a link in a
+    /// sysroot's debug tree to a file outside it (one that matches) is not followed.
+    #[test]
+    fn links_out_of_a_debug_tree_are_not_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(tmp.path()).unwrap();
+        let root = top.join("sysroot");
+        std::fs::create_dir_all(root.join("lib")).unwrap();
+        let file = root.join("lib/libx.so");
+        std::fs::write(&file, b"the file").unwrap();
+        let outside = top.join("outside.debug");
+        std::fs::write(&outside, b"debug").unwrap();
+        let crc = crc32fast::hash(b"debug");
+        let refs = DebugRefs {
+            build_id: None,
+            debuglink: Some((b"libx.debug", crc)),
+        };
+        let linked = root.join("usr/lib/debug/lib/libx.debug");
+        std::fs::create_dir_all(linked.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&outside, &linked).unwrap();
+        assert!(find(&file, &refs).is_none());
+        // The same file inside the tree is found.
+        std::fs::remove_file(&linked).unwrap();
+        std::fs::write(&linked, b"debug").unwrap();
+        assert_eq!(find(&file, &refs).map(|(p, _)| p), Some(linked));
     }
 
     #[test]

@@ -74,9 +74,21 @@ pub(crate) fn symbol_address(
     data: &[u8],
     name: &str,
 ) -> Result<Option<u64>, SymbolError> {
+    Ok(symbol_addresses(path, data, &[name])?.pop().flatten())
+}
+
+/// The addresses of the kallsyms symbols `names` (any kind; the first of a name counts),
+/// the image unpacked and its tables decoded once; `None` for one it lacks, all `None`
+/// when the image holds no kallsyms tables.
+pub(crate) fn symbol_addresses(
+    path: &Path,
+    data: &[u8],
+    names: &[&str],
+) -> Result<Vec<Option<u64>>, SymbolError> {
+    let mut found = vec![None; names.len()];
     let image = unpack(path, data)?;
     let Some(tables) = kallsyms_tables::find(&image) else {
-        return Ok(None);
+        return Ok(found);
     };
     // Decoded once when the image stores its base (x86), else twice (arm64's is relocated
     // at boot and found from the unbased names); with the base, so that absolute per-CPU
@@ -85,26 +97,27 @@ pub(crate) fn symbol_address(
         None if tables.place_relative_at().is_some() => {
             match base(&image, header_arch(&image), &tables, &[]) {
                 Some(base) => base,
-                None => return Ok(None),
+                None => return Ok(found),
             }
         }
         None => 0,
         Some((_, stored)) if stored != 0 => stored,
         Some(_) => match relative_base(&image, &tables, &tables.symbols(&image, 0)) {
             Some(base) => base,
-            None => return Ok(None),
+            None => return Ok(found),
         },
     };
-    Ok(tables
-        .symbols(&image, base)
-        .into_iter()
-        .find(|s| s.name == name.as_bytes())
-        .map(|s| s.addr))
+    for s in tables.symbols(&image, base) {
+        if let Some(i) = names.iter().position(|n| n.as_bytes() == s.name) {
+            found[i].get_or_insert(s.addr);
+        }
+    }
+    Ok(found)
 }
 
 /// The kernel image itself: as is, gunzipped, out of an EFI zboot container, or out of an x86
 /// bzImage.
-fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError> {
+pub(crate) fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError> {
     if let Some(payload) = bzimage_payload(data) {
         return decompress_payload(path, payload).map(Cow::Owned);
     }
@@ -231,6 +244,104 @@ fn gunzip(path: &Path, data: &[u8]) -> Result<Vec<u8>, SymbolError> {
             reason: format!("bad gzip data: {e}"),
         })?;
     Ok(out)
+}
+
+/// How many of a file's first bytes [`boot_format`] wants: enough for an ELF header, a
+/// bzImage's setup header, an EFI zboot PE header, and a gzip stream's first 64 unpacked
+/// bytes.
+pub const BOOT_HEAD_BYTES: usize = 64 << 10;
+
+/// What a file given to QEMU's `-kernel` is, from its first bytes ([`BOOT_HEAD_BYTES`] of
+/// them, or all of a shorter file): what tells the machine it boots on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootFormat {
+    /// An ELF file for `machine` (its `e_machine`), `arch` when that is one of ours.
+    Elf {
+        machine: u16,
+        arch: Option<Arch>,
+    },
+    /// An arm64 or riscv64 `Image` (its header's magic), as is or compressed (gzip, EFI
+    /// zboot).
+    Image(Arch),
+    /// An x86 bzImage (its setup header's `HdrS`).
+    BzImage,
+    /// Compressed (gzip, EFI zboot) with nothing in its first bytes to tell the machine.
+    Compressed,
+    /// Text, which no machine boots.
+    Text,
+    Empty,
+    /// Anything else: a raw binary (QEMU loads one as is on Arm and RISC-V boards) or a
+    /// uImage.
+    Raw,
+}
+
+/// Tells what `head`, a file's first bytes, is (see [`BootFormat`]).
+pub fn boot_format(head: &[u8]) -> BootFormat {
+    if head.is_empty() {
+        return BootFormat::Empty;
+    }
+    if head.starts_with(b"\x7fELF") {
+        let machine = match head.get(5) {
+            Some(2) => head
+                .get(0x12..0x14)
+                .map(|b| u16::from_be_bytes([b[0], b[1]])),
+            _ => head
+                .get(0x12..0x14)
+                .map(|b| u16::from_le_bytes([b[0], b[1]])),
+        }
+        .unwrap_or(0);
+        return BootFormat::Elf {
+            machine,
+            arch: header_arch(head),
+        };
+    }
+    if head.get(0x202..0x206) == Some(b"HdrS") {
+        return BootFormat::BzImage;
+    }
+    if let Some(arch) = header_arch(head) {
+        return BootFormat::Image(arch);
+    }
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let mut start = [0u8; 64];
+        return match flate2::read::GzDecoder::new(head).read_exact(&mut start) {
+            Ok(()) => header_arch(&start).map_or(BootFormat::Compressed, BootFormat::Image),
+            Err(_) => BootFormat::Compressed,
+        };
+    }
+    // EFI zboot: a PE file whose COFF header names the machine.
+    if head.starts_with(b"MZ") && head.get(4..8) == Some(b"zimg") {
+        let machine = u32_at(head, 0x3c)
+            .map(|at| at as usize)
+            .filter(|&at| head.get(at..at + 4) == Some(b"PE\0\0"))
+            .and_then(|at| head.get(at + 4..at + 6))
+            .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        return match machine {
+            Some(0xaa64) => BootFormat::Image(Arch::Aarch64),
+            Some(0x5064) => BootFormat::Image(Arch::Riscv64),
+            _ => BootFormat::Compressed,
+        };
+    }
+    if looks_like_text(head) {
+        return BootFormat::Text;
+    }
+    BootFormat::Raw
+}
+
+/// UTF-8 without NUL or other control characters than white space and escape: boot
+/// images and machine code are full of zero bytes.
+fn looks_like_text(head: &[u8]) -> bool {
+    let text = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        // A character cut by the end of the head is still text.
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return false,
+    };
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| !c.is_control() || matches!(c, '\t' | '\n' | '\r' | '\x0c' | '\x1b'))
 }
 
 /// The architecture from the boot image header (Documentation/arch/*/booting).
@@ -463,5 +574,58 @@ mod tests {
             load(Path::new("t"), &data, &LoadOptions::default()),
             Err(SymbolError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn boot_formats_are_told_by_their_first_bytes() {
+        let with = |at: usize, bytes: &[u8], len: usize| {
+            let mut h = vec![0u8; len];
+            h[at..at + bytes.len()].copy_from_slice(bytes);
+            h
+        };
+        let mut elf = with(0, b"\x7fELF\x02\x01", 64);
+        elf[0x12] = 183;
+        assert_eq!(
+            boot_format(&elf),
+            BootFormat::Elf {
+                machine: 183,
+                arch: Some(Arch::Aarch64)
+            }
+        );
+        elf[0x12] = 40;
+        assert_eq!(
+            boot_format(&elf),
+            BootFormat::Elf {
+                machine: 40,
+                arch: None
+            }
+        );
+        let riscv = with(0x38, b"RSC\x05", 64);
+        assert_eq!(boot_format(&riscv), BootFormat::Image(Arch::Riscv64));
+        let arm = with(0x38, b"ARM\x64", 64);
+        assert_eq!(boot_format(&arm), BootFormat::Image(Arch::Aarch64));
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &arm).unwrap();
+        assert_eq!(
+            boot_format(&gz.finish().unwrap()),
+            BootFormat::Image(Arch::Aarch64)
+        );
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, b"no header").unwrap();
+        assert_eq!(boot_format(&gz.finish().unwrap()), BootFormat::Compressed);
+        let mut zboot = with(0, b"MZ\0\0zimg", 0x100);
+        zboot[0x3c] = 0x80;
+        zboot[0x80..0x86].copy_from_slice(b"PE\0\0\x64\xaa");
+        assert_eq!(boot_format(&zboot), BootFormat::Image(Arch::Aarch64));
+        let bz = with(0x202, b"HdrS", 0x260);
+        assert_eq!(boot_format(&bz), BootFormat::BzImage);
+        assert_eq!(boot_format(b""), BootFormat::Empty);
+        assert_eq!(
+            boot_format(b"console=ttyAMA0\n\tnokaslr \xc3"),
+            BootFormat::Text
+        );
+        // `b .` over and over: code, loaded raw.
+        assert_eq!(boot_format(&[0, 0, 0, 0x14].repeat(4)), BootFormat::Raw);
+        assert_eq!(boot_format(b"\x01\x02binary"), BootFormat::Raw);
     }
 }

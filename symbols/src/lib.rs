@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod btf;
 mod debug_file;
 mod demangle;
 mod detect;
@@ -20,6 +21,7 @@ mod source_arg;
 mod system_map;
 
 pub use detect::{detect_kind, Kind};
+pub use kernel_image::{boot_format, BootFormat, BOOT_HEAD_BYTES};
 pub use source_arg::parse_source_arg;
 
 /// Guest architectures, shared with the CLI and the plugin.
@@ -125,6 +127,8 @@ pub enum MemberError {
     Corrupt { path: PathBuf, reason: String },
     #[error("{path} has no DWARF debug information")]
     NoDwarf { path: PathBuf },
+    #[error("{path} has no BTF (a kernel built without CONFIG_DEBUG_INFO_BTF?)")]
+    NoBtf { path: PathBuf },
     #[error("{path}: its DWARF does not define struct {structure}")]
     NoStruct { path: PathBuf, structure: String },
     #[error("{path}: struct {structure} has no member {member}")]
@@ -144,14 +148,129 @@ pub fn struct_member_offset(
     structure: &str,
     member: &str,
 ) -> Result<u64, MemberError> {
-    let data = file_data::map(path).map_err(|e| match e {
+    let data = map_for_members(path)?;
+    elf::member_offset(path, &data, structure, member)
+}
+
+/// Where [`KernelTypes`] reads a kernel's struct layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypeSource {
+    /// A vmlinux's DWARF (its -dbg package).
+    Dwarf,
+    /// The kernel's own BTF, in a vmlinux or a raw image.
+    Btf,
+}
+
+enum Layouts {
+    Dwarf(memmap2::Mmap),
+    Btf(::btf_rs::Btf),
+}
+
+/// A Linux kernel's struct layouts, read from one file: the offsets the recording needs
+/// (`task_struct.comm`, `file.f_path`, …) from the kernel the user gave, with or without
+/// its debug package.
+pub struct KernelTypes {
+    path: PathBuf,
+    layouts: Layouts,
+}
+
+impl KernelTypes {
+    /// The first of `paths` whose DWARF defines `task_struct` (a -dbg vmlinux), else the
+    /// first with the kernel's BTF (a vmlinux's `.BTF`, or a raw image's: arm64 `Image`,
+    /// `vmlinuz`, x86 `bzImage`). `Ok(None)`: none has either. `Err`: a file has BTF that
+    /// cannot be read, and no other answered.
+    pub fn find(paths: &[&Path]) -> Result<Option<KernelTypes>, MemberError> {
+        for path in paths {
+            if let Ok(types) = KernelTypes::dwarf(path) {
+                return Ok(Some(types));
+            }
+        }
+        let mut failed = None;
+        for path in paths {
+            match KernelTypes::btf(path) {
+                Ok(types) => return Ok(Some(types)),
+                Err(e @ MemberError::Corrupt { .. }) => {
+                    failed.get_or_insert(e);
+                }
+                Err(_) => {}
+            }
+        }
+        failed.map_or(Ok(None), Err)
+    }
+
+    /// `path`'s DWARF, when it defines `task_struct`.
+    pub fn dwarf(path: &Path) -> Result<KernelTypes, MemberError> {
+        let data = map_for_members(path)?;
+        elf::member_offset(path, &data, "task_struct", "pid")?;
+        Ok(KernelTypes {
+            path: path.to_path_buf(),
+            layouts: Layouts::Dwarf(data),
+        })
+    }
+
+    /// `path`'s BTF (even where it has DWARF too), when it defines `task_struct`.
+    pub fn btf(path: &Path) -> Result<KernelTypes, MemberError> {
+        let data = map_for_members(path)?;
+        let btf = btf::read(path, &data)?.ok_or_else(|| MemberError::NoBtf {
+            path: path.to_path_buf(),
+        })?;
+        if !btf::defines(&btf, "task_struct") {
+            return Err(MemberError::NoStruct {
+                path: path.to_path_buf(),
+                structure: "task_struct".into(),
+            });
+        }
+        Ok(KernelTypes {
+            path: path.to_path_buf(),
+            layouts: Layouts::Btf(btf),
+        })
+    }
+
+    /// The file the layouts come from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn source(&self) -> TypeSource {
+        match self.layouts {
+            Layouts::Dwarf(_) => TypeSource::Dwarf,
+            Layouts::Btf(_) => TypeSource::Btf,
+        }
+    }
+
+    /// The byte offset of `member` in `struct structure`, as [`struct_member_offset`]
+    /// counts it.
+    pub fn member_offset(&self, structure: &str, member: &str) -> Result<u64, MemberError> {
+        match &self.layouts {
+            Layouts::Dwarf(data) => elf::member_offset(&self.path, data, structure, member),
+            Layouts::Btf(b) => btf::member_offset(&self.path, b, structure, member),
+        }
+    }
+}
+
+fn map_for_members(path: &Path) -> Result<memmap2::Mmap, MemberError> {
+    file_data::map(path).map_err(|e| match e {
         SymbolError::Io { path, source } => MemberError::Io { path, source },
         other => MemberError::Corrupt {
             path: path.to_path_buf(),
             reason: other.to_string(),
         },
-    })?;
-    elf::member_offset(path, &data, structure, member)
+    })
+}
+
+/// The addresses of the kernel symbols `names` (`None` for one it lacks), from an ELF's
+/// symbol table ([`elf_symbol_addresses`]) or a raw kernel image's kallsyms, the image
+/// unpacked once for all of them.
+pub fn kernel_symbol_addresses(
+    path: &Path,
+    names: &[&str],
+) -> Result<Vec<Option<u64>>, SymbolError> {
+    let data = file_data::map(path)?;
+    match detect::detect(&data) {
+        Kind::Elf => elf_symbol_addresses(path, names),
+        Kind::KernelImage => kernel_image::symbol_addresses(path, &data, names),
+        _ => Ok(vec![None; names.len()]),
+    }
 }
 
 /// The address of the kernel symbol `name`, of any kind (per-CPU variables included, at

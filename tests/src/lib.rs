@@ -964,6 +964,36 @@ pub fn header_define(header: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no #define {name} in counts.h"))
 }
 
+/// Every path under `dir` (recursively, links not followed) with what it is: a link and its
+/// target, a directory, or a file's length and a hash of its contents. Two snapshots taken
+/// around a run show whatever it wrote, moved or removed there.
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
+    use std::hash::{Hash, Hasher};
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let path = e.expect("dir entry").path();
+            let meta = path.symlink_metadata().expect("lstat");
+            let what = if meta.is_symlink() {
+                format!(
+                    "link {}",
+                    std::fs::read_link(&path).expect("readlink").display()
+                )
+            } else if meta.is_dir() {
+                todo.push(path.clone());
+                "dir".to_string()
+            } else {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&path).expect("read").hash(&mut h);
+                format!("file {} {:016x}", meta.len(), h.finish())
+            };
+            out.insert(path, what);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,6 +64,8 @@ pub struct ProcsGuest {
     pub cpio: PathBuf,
     pub init: PathBuf,
     pub worker: PathBuf,
+    /// The build directory (`deepinit` too).
+    pub dir: PathBuf,
 }
 
 /// Builds the arm64 guest once per process.
@@ -107,6 +109,18 @@ fn build(arch: ProcsArch) -> Result<ProcsGuest> {
         );
     }
     let init = read(&dir.join("init"))?;
+    let path = pack(arch, &dir, "initramfs.cpio.gz", &init)?;
+    Ok(ProcsGuest {
+        cpio: path,
+        init: dir.join("init"),
+        worker: dir.join("worker"),
+        dir,
+    })
+}
+
+/// Packs `init` as `/init` with `/worker`, the loader, libc and `libplug.so` from the
+/// build in `dir` into a gzip-compressed newc archive `dir/name`.
+fn pack(arch: ProcsArch, dir: &Path, name: &str, init: &[u8]) -> Result<PathBuf> {
     let worker = read(&dir.join("worker"))?;
     let (lib, loader) = arch.lib();
     let lib = Path::new(lib);
@@ -150,7 +164,7 @@ fn build(arch: ProcsArch) -> Result<ProcsGuest> {
             Entry::File {
                 path: "init",
                 mode: 0o755,
-                data: &init,
+                data: init,
             },
             Entry::File {
                 path: "worker",
@@ -177,15 +191,40 @@ fn build(arch: ProcsArch) -> Result<ProcsGuest> {
     if !out.status.success() {
         bail!("gzip failed ({})", out.status);
     }
-    let path = dir.join("initramfs.cpio.gz");
-    let tmp = dir.join(format!("initramfs.cpio.gz.{}", std::process::id()));
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
     std::fs::write(&tmp, &out.stdout).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(ProcsGuest {
-        cpio: path,
-        init: dir.join("init"),
-        worker: dir.join("worker"),
-    })
+    Ok(path)
+}
+
+/// The arm64 guest whose `/init` is `deepinit` (tests/guests/procs/deepinit.c): it runs
+/// `/worker` from 17 directories of 255-byte names deep, with ESC and CR in a directory
+/// name and in its tasks' names. The archive's path.
+pub fn deep_guest() -> Result<PathBuf> {
+    static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let guest = procs_guest().map_err(|e| format!("{e:#}"))?;
+            let init = read(&guest.dir.join("deepinit")).map_err(|e| format!("{e:#}"))?;
+            pack(ProcsArch::Aarch64, &guest.dir, "deep.cpio.gz", &init)
+                .map_err(|e| format!("{e:#}"))
+        })
+        .clone()
+        .map_err(|e| anyhow!("building the deep-path guest failed: {e}"))
+}
+
+/// [`procs_boot_args_on`] with [`deep_guest`]'s archive.
+pub fn deep_boot_args_on(qemu: &str) -> Result<Vec<String>> {
+    let cpio = deep_guest()?;
+    let mut args = procs_boot_args_on(qemu)?;
+    let at = args
+        .iter()
+        .position(|a| a == "-initrd")
+        .context("-initrd")?
+        + 1;
+    args[at] = cpio.to_string_lossy().into_owned();
+    Ok(args)
 }
 
 /// The QEMU command (argv, emulator first) that boots Debian's riscv64 kernel into the

@@ -133,10 +133,12 @@ pub fn run(opts: &Options) -> Result<i32> {
     if !to_stdout {
         let size = std::fs::metadata(&output).map_or(summary.bytes, |m| m.len());
         note(format!(
-            "wrote {} ({} tasks, {} records, {size} bytes{}); open it in ui.perfetto.dev",
+            "wrote {} ({} task{}, {} record{}, {size} bytes{}); open it in ui.perfetto.dev",
             output.display(),
             summary.tasks,
+            if summary.tasks == 1 { "" } else { "s" },
             summary.records,
+            if summary.records == 1 { "" } else { "s" },
             match how {
                 Compression::Gzip => ", gzip-compressed",
                 Compression::Bundles => ", compressed packets",

@@ -10,7 +10,7 @@ pub mod sessions;
 
 use std::path::Path;
 
-use crate::symbol_source::SourceArg;
+use crate::symbol_source::KernelLayouts;
 
 /// The kernel functions watched, in the order `proc_watch=` takes them.
 pub const WATCHED: [&str; 4] = [
@@ -34,36 +34,32 @@ const FIELDS: [(&str, &[(&str, &str)]); 4] = [
     ("dentry.d_parent", &[("dentry", "d_parent")]),
 ];
 
-/// The plugin's `,proc_watch=…,proc_offsets=…` for a Linux kernel whose DWARF vmlinux is
-/// among `sources`, or why processes' own functions cannot be named (one line).
-pub fn watch_options(sources: &[SourceArg]) -> Result<String, String> {
-    let dwarf = sources
-        .iter()
-        .filter(|s| std::fs::metadata(&s.path).is_ok_and(|m| m.is_file()))
-        .find(|s| {
-            qemu_uftrace_symbols::struct_member_offset(&s.path, "task_struct", "tgid").is_ok()
-        })
-        .ok_or_else(|| {
-            "the guest's processes' own functions are not named: no symbol source has the \
-             kernel's DWARF (give the vmlinux of its -dbg package with --symbols)"
-                .to_string()
-        })?;
+/// The plugin's `,proc_watch=…,proc_offsets=…` for a Linux kernel whose struct layouts were
+/// found (DWARF or BTF: `symbol_source::kernel_layouts`), or why processes' own functions
+/// cannot be named (one line).
+pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
+    let kernel = kernel.ok_or_else(|| {
+        "the guest's processes' own functions are not named: no symbol source has the \
+         kernel's DWARF or BTF (give the -kernel image of a kernel built with BTF, or the \
+         vmlinux of its -dbg package with --symbols)"
+            .to_string()
+    })?;
+    let source = &kernel.source;
     let mut offsets = Vec::new();
     for (what, path) in FIELDS {
         let mut sum = 0;
         for (structure, member) in path {
-            sum += qemu_uftrace_symbols::struct_member_offset(&dwarf.path, structure, member)
-                .map_err(|e| {
-                    format!(
-                        "the guest's processes' own functions are not named: {} has no {what} \
+            sum += kernel.types.member_offset(structure, member).map_err(|e| {
+                format!(
+                    "the guest's processes' own functions are not named: {} has no {what} \
                          ({e})",
-                        dwarf.path.display()
-                    )
-                })?;
+                    source.path.display()
+                )
+            })?;
         }
         offsets.push(sum.to_string());
     }
-    let addresses = function_addresses(&dwarf.path, dwarf.offset)?;
+    let addresses = function_addresses(&source.path, source.offset)?;
     Ok(format!(
         ",proc_watch={},proc_offsets={}",
         addresses
@@ -75,9 +71,10 @@ pub fn watch_options(sources: &[SourceArg]) -> Result<String, String> {
     ))
 }
 
-/// The entry addresses of [`WATCHED`] in a vmlinux's symbol table, moved by `offset`.
+/// The entry addresses of [`WATCHED`] in a vmlinux's symbol table or a raw image's kallsyms,
+/// moved by `offset`.
 fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Vec<u64>, String> {
-    let found = qemu_uftrace_symbols::elf_symbol_addresses(vmlinux, &WATCHED)
+    let found = qemu_uftrace_symbols::kernel_symbol_addresses(vmlinux, &WATCHED)
         .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
     WATCHED
         .iter()

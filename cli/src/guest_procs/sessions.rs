@@ -13,6 +13,7 @@ use qemu_uftrace_symbols::{Arch, Image, LoadOptions};
 
 use super::events::{Mapping, Procs, Space};
 use super::initrd;
+use crate::contained;
 use crate::guest_tasks::GuestTask;
 use crate::qemu::user::Elf;
 use crate::symfiles;
@@ -62,6 +63,27 @@ pub fn write(
     tasks: &[GuestTask],
     tids: &[u32],
 ) -> Result<Named> {
+    let named = write_sessions(dir, base_sid, procs, files, arch, tasks, tids);
+    // The map lines name the guest's files; the copies were only read for their symbols,
+    // and go whatever happened (`remove_dir_all` follows no link: the sysroot's debug tree
+    // linked from them stays).
+    let copies = dir.join(FILES_DIR);
+    if copies.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&copies)
+            .with_context(|| format!("cannot remove {}", copies.display()))?;
+    }
+    named
+}
+
+fn write_sessions(
+    dir: &Path,
+    base_sid: &str,
+    procs: &Procs,
+    files: &GuestFiles,
+    arch: Arch,
+    tasks: &[GuestTask],
+    tids: &[u32],
+) -> Result<Named> {
     let mut named = Named::default();
     let base_map = dir.join(format!("sid-{base_sid}.map"));
     let keep = map::parse_map(
@@ -72,9 +94,11 @@ pub fn write(
         dir,
         files,
         found: HashMap::new(),
+        copies: 0,
         images: HashMap::new(),
         arch,
         modules: HashMap::new(),
+        by_name: Vec::new(),
     };
     // The guest's PID of each recorded thread, and its process.
     let pid_of = |tid: u32| {
@@ -157,14 +181,9 @@ pub fn write(
             }));
         }
     }
+    named.problems.append(&mut finder.by_name);
     named.problems.sort();
     named.problems.dedup();
-    // The map lines name the guest's files; the copies were only read for their symbols.
-    let copies = dir.join(FILES_DIR);
-    if copies.exists() {
-        std::fs::remove_dir_all(&copies)
-            .with_context(|| format!("cannot remove {}", copies.display()))?;
-    }
     Ok(named)
 }
 
@@ -172,80 +191,120 @@ pub fn write(
 struct Finder<'a> {
     dir: &'a Path,
     files: &'a GuestFiles,
-    /// Guest path → the file on the host (`None`: not found).
-    found: HashMap<String, Option<PathBuf>>,
+    /// Guest path → the file on the host, or why there is none.
+    found: HashMap<String, std::result::Result<PathBuf, String>>,
+    /// Archive members copied so far (each into `guest-files/<its number>/`).
+    copies: usize,
     /// Host file → its symbols at offset 0 (`None`: it has none).
     images: HashMap<PathBuf, Option<Image>>,
     arch: Arch,
     /// Module name → the host file whose `.sym` file it is (written once): two different
     /// files of one name (`/bin/tool`, `/usr/bin/tool`) get two (`tool`, `tool#2`).
     modules: HashMap<String, PathBuf>,
+    /// One line for each guest path given a `--symbols` file by its file name alone (from
+    /// whatever directory): the user is told which file names which path.
+    by_name: Vec<String>,
 }
 
 impl Finder<'_> {
     /// The host file for a guest path: the archive's copy (written under the trace while
-    /// its symbols are read), else the file under `--sysroot`, else a `--symbols` file of
-    /// the same name.
-    fn host_file(&mut self, guest: &str) -> Result<Option<PathBuf>> {
+    /// its symbols are read), else the file under `--sysroot` (looked up inside it), else a
+    /// `--symbols` file of the same name; or why there is none.
+    fn host_file(&mut self, guest: &str) -> std::result::Result<PathBuf, String> {
         if let Some(f) = self.found.get(guest) {
-            return Ok(f.clone());
+            return f.clone();
         }
-        let mut host = None;
-        let archived = self.files.initrd.as_ref().and_then(|f| f.get(guest));
-        // Nothing is written under the debug tree linked from the sysroot (below).
-        if let Some(data) = archived.filter(|_| !guest.starts_with(DEBUG_TREE)) {
-            let rel = guest
-                .trim_start_matches('/')
-                .replace(char::is_whitespace, "_");
-            self.link_debug_tree()?;
-            let path = self.dir.join(FILES_DIR).join(rel);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .with_context(|| format!("cannot create {}", parent.display()))?;
-            }
-            std::fs::write(&path, data)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            host = Some(path);
-        } else if let Some(file) = self
-            .files
-            .sysroot
-            .as_ref()
-            .map(|root| root.join(guest.trim_start_matches('/')))
-            .filter(|p| p.is_file())
-        {
-            host = Some(file);
-        } else {
-            let name = guest.rsplit('/').next().unwrap_or(guest);
-            host = self
-                .files
-                .symbols
-                .iter()
-                .find(|p| p.file_name().is_some_and(|n| n == name))
-                .cloned()
-                .or(host);
-        }
-        self.found.insert(guest.to_string(), host.clone());
-        Ok(host)
+        let found = self.find(guest);
+        self.found.insert(guest.to_string(), found.clone());
+        found
     }
 
-    /// Makes the sysroot's debug tree (`usr/lib/debug`) that of the archive's copies too, so
-    /// that a stripped file taken from the `-initrd` archive finds its debug file in the
-    /// sysroot by build ID or `.gnu_debuglink`, as one under the sysroot does (the symbol
-    /// loader looks in every `usr/lib/debug` above a file).
-    fn link_debug_tree(&self) -> Result<()> {
+    fn find(&mut self, guest: &str) -> std::result::Result<PathBuf, String> {
+        // A kernel makes no such path: only a forged dentry chain does.
+        let Some(rel) = contained::plain_relative(guest) else {
+            return Err(format!(
+                "{} is no plain guest path (an empty, `.` or `..` component): refused",
+                guest.escape_debug()
+            ));
+        };
+        let archived = self.files.initrd.as_ref().and_then(|f| f.get(guest));
+        // Nothing is written under the debug tree linked from the sysroot (below).
+        if let Some(data) = archived.filter(|_| !rel.starts_with(&DEBUG_TREE[1..])) {
+            return self.copy(rel, data).map_err(|e| {
+                format!(
+                    "{}: its copy from the -initrd archive cannot be written: {e:#}",
+                    guest.escape_debug()
+                )
+            });
+        }
+        if let Some(root) = &self.files.sysroot {
+            if let Ok(file) = contained::file(root, guest.as_bytes()) {
+                return Ok(file);
+            }
+        }
+        let name = guest.rsplit('/').next().unwrap_or(guest);
+        let by_name = self
+            .files
+            .symbols
+            .iter()
+            .find(|p| p.file_name().is_some_and(|n| n == name))
+            .cloned();
+        if let Some(file) = &by_name {
+            self.by_name.push(format!(
+                "{} is named from {} (a --symbols file of the same name: neither the -initrd \
+                 archive nor --sysroot has it)",
+                guest.escape_debug(),
+                file.display()
+            ));
+        }
+        by_name.ok_or_else(|| {
+            format!(
+                "no file found for {} (not in the -initrd archive nor under --sysroot; \
+                     give it with --symbols)",
+                guest.escape_debug()
+            )
+        })
+    }
+
+    /// Writes an archive member's contents under a directory of its own (`guest-files/N/`,
+    /// named by us), at its guest path (plain: it cannot leave that directory) so that its
+    /// debug file is found by `.gnu_debuglink` under the linked debug tree as in the sysroot.
+    fn copy(&mut self, rel: &Path, data: &[u8]) -> Result<PathBuf> {
+        self.copies += 1;
+        let base = self.dir.join(FILES_DIR).join(self.copies.to_string());
+        std::fs::create_dir_all(&base)
+            .with_context(|| format!("cannot create {}", base.display()))?;
+        self.link_debug_tree(&base)?;
+        let path = base.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        // A new file, never one a link leads to.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, data))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
+    }
+
+    /// Makes the sysroot's debug tree (`usr/lib/debug`, found inside it) that of the copies
+    /// under `base` too, so that a stripped file taken from the `-initrd` archive finds its
+    /// debug file in the sysroot by build ID or `.gnu_debuglink`, as one under the sysroot
+    /// does (the symbol loader looks in every `usr/lib/debug` above a file).
+    fn link_debug_tree(&self, base: &Path) -> Result<()> {
         let Some(tree) = self
             .files
             .sysroot
             .as_ref()
-            .map(|r| r.join(&DEBUG_TREE[1..]))
+            .and_then(|r| contained::path(r, DEBUG_TREE.as_bytes()).ok())
+            .filter(|t| t.is_dir())
         else {
             return Ok(());
         };
-        let link = self.dir.join(FILES_DIR).join(&DEBUG_TREE[1..]);
-        if !tree.is_dir() || link.symlink_metadata().is_ok() {
-            return Ok(());
-        }
-        let tree = std::path::absolute(&tree).unwrap_or(tree);
+        let link = base.join(&DEBUG_TREE[1..]);
         if let Some(parent) = link.parent() {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create {}", parent.display()))?;
@@ -256,12 +315,9 @@ impl Finder<'_> {
 
     /// A mapping's file on the host and the load bias the mapping gives it, or why not.
     fn bias(&mut self, m: &Mapping) -> Result<std::result::Result<(PathBuf, u64), String>> {
-        let Some(host) = self.host_file(&m.path)? else {
-            return Ok(Err(format!(
-                "no file found for {} (not in the -initrd archive nor under --sysroot; \
-                 give it with --symbols)",
-                m.path
-            )));
+        let host = match self.host_file(&m.path) {
+            Ok(host) => host,
+            Err(why) => return Ok(Err(why)),
         };
         let Some(elf) = Elf::read(&host) else {
             return Ok(Err(format!(
@@ -332,30 +388,55 @@ impl Finder<'_> {
         let mut out = Vec::new();
         for mut p in placed {
             let host = p.image.path.clone();
-            let name = self.module_name(&host, &mut used);
+            let name = self.module_name(&host, guest_of.get(&host), &mut used);
             // The map line names the guest's file (`/lib/libc.so.6`) under a module name
             // its `.sym` file has.
             let dir = guest_of
                 .get(&host)
                 .and_then(|g| g.rsplit_once('/'))
                 .map_or("", |(d, _)| d);
-            p.map.path = format!("{dir}/{name}").replace(char::is_whitespace, "_");
+            p.map.path = format!("{dir}/{name}").into();
+            if p.map.path.was_cut() {
+                named
+                    .problems
+                    .extend(map::cut_paths(std::slice::from_ref(&p.map)));
+            }
             // The first session to use a name writes its file (`module_name` gives a name
-            // only to one host file).
-            if self.modules.insert(name, host).is_none() {
-                symfiles::write_files(self.dir, &p, false)?;
+            // only to one host file); one that cannot be written costs that file alone.
+            if !self.modules.contains_key(&name) {
+                if let Err(e) = symfiles::write_files(self.dir, &p, false) {
+                    named.problems.push(format!(
+                        "{} is not named: {e:#}",
+                        guest_of
+                            .get(&host)
+                            .map_or(p.map.path.as_str(), String::as_str)
+                            .escape_debug()
+                    ));
+                    continue;
+                }
+                self.modules.insert(name, host);
             }
             out.push(p.map);
         }
         Ok(out)
     }
 
-    /// The module name of host file `host` in a session whose names so far are `used`:
-    /// its file name, or the first `#N` form no other file has and the session does not use.
-    fn module_name(&self, host: &Path, used: &mut HashSet<String>) -> String {
-        let stem = host
-            .file_name()
-            .map(|n| n.to_string_lossy().replace(char::is_whitespace, "_"))
+    /// The module name of host file `host` (the guest's `guest`) in a session whose names
+    /// so far are `used`: the guest's file name (the host file's is a link's target in the
+    /// sysroot, `libz.so.1.2.13` for `libz.so.1`), or the first `#N` form no other file has
+    /// and the session does not use.
+    fn module_name(
+        &self,
+        host: &Path,
+        guest: Option<&String>,
+        used: &mut HashSet<String>,
+    ) -> String {
+        let stem = guest
+            .and_then(|g| g.rsplit('/').next())
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .or_else(|| host.file_name().map(symfiles::word))
+            .map(|n| n.replace(char::is_whitespace, "_"))
             .unwrap_or_else(|| "image".into());
         let mut name = stem.clone();
         let mut n = 2;
@@ -424,13 +505,37 @@ mod tests {
             dir,
             files,
             found: HashMap::new(),
+            copies: 0,
             images: HashMap::new(),
             arch: Arch::Aarch64,
             modules: HashMap::new(),
+            by_name: Vec::new(),
         }
     }
 
     /// The archive first, then the sysroot, then a `--symbols` file of the same name.
+    /// One process (tgid 10) that mapped each of `paths`, a page each, 1 MiB apart.
+    fn one_process<S: AsRef<str>>(paths: &[S]) -> Procs {
+        Procs {
+            spaces: vec![Space {
+                tgid: 10,
+                from: 1,
+                maps: paths
+                    .iter()
+                    .enumerate()
+                    .map(|(i, path)| Mapping {
+                        path: path.as_ref().to_string(),
+                        start: 0x10_0000 * (i as u64 + 1),
+                        len: 0x1000,
+                        offset: 0,
+                    })
+                    .collect(),
+                exec: true,
+            }],
+            tgid_of: HashMap::from([(10, 10)]),
+        }
+    }
+
     #[test]
     fn files_are_found_in_order() {
         let tmp = tempfile::tempdir().unwrap();
@@ -450,11 +555,22 @@ mod tests {
         };
         let staging = tmp.path().join("staging");
         let mut f = finder(&staging, &files);
-        let init = f.host_file("/bin/init").unwrap().unwrap();
+        let init = f.host_file("/bin/init").unwrap();
         assert_eq!(std::fs::read(&init).unwrap(), b"archive");
-        assert_eq!(f.host_file("/bin/sh").unwrap(), Some(root.join("bin/sh")));
-        assert_eq!(f.host_file("/usr/bin/tool").unwrap(), Some(extra));
-        assert_eq!(f.host_file("/usr/bin/none").unwrap(), None);
+        assert_eq!(
+            f.host_file("/bin/sh"),
+            Ok(std::fs::canonicalize(&root).unwrap().join("bin/sh"))
+        );
+        assert_eq!(f.host_file("/usr/bin/tool"), Ok(extra.clone()));
+        assert!(f.host_file("/usr/bin/none").is_err());
+        // The file found by its name alone is said, once.
+        assert_eq!(f.host_file("/usr/bin/tool"), Ok(extra.clone()));
+        assert_eq!(f.by_name.len(), 1, "{:?}", f.by_name);
+        assert!(
+            f.by_name[0].starts_with(&format!("/usr/bin/tool is named from {}", extra.display())),
+            "{}",
+            f.by_name[0]
+        );
         let m = Mapping {
             path: "/usr/bin/none".into(),
             start: 0x1000,
@@ -556,7 +672,7 @@ mod tests {
             let text = std::fs::read_to_string(staging.join(format!("sid-{sid}.map"))).unwrap();
             map::parse_map(&text)
                 .iter()
-                .map(|e| e.path.clone())
+                .map(|e| e.path.to_string())
                 .collect()
         };
         assert_eq!(modules(10), ["/bin/tool", "/lib/libz.so"]);
@@ -566,6 +682,145 @@ mod tests {
         assert!(sym("tool").contains("from_bin") && !sym("tool").contains("from_usr_bin"));
         assert!(sym("tool#2").contains("from_usr_bin"));
         assert!(sym("libz.so").contains("in_libz"));
+    }
+
+    /// A crafted `-initrd` archive and `--sysroot` against forged guest paths: members that
+    /// climb out (`../../x/pwned`), one aimed through the linked debug tree into the sysroot
+    /// (`usr//lib/debug/…`), `/a` beside `/a/b`, a lossy name over 255 bytes; a sysroot whose
+    /// absolute link leads to a host file of the same path and whose relative link climbs
+    /// out of it. Every file that can be named is, from inside the root; each one that
+    /// cannot is said, alone; nothing is written outside the trace and nothing is left in it.
+    #[test]
+    fn forged_paths_stay_inside_the_trace_and_the_sysroot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(tmp.path()).unwrap();
+        let build = top.join("build");
+        let root = top.join("root");
+        let host = top.join("host");
+        for d in [&build, &root.join("usr/lib/debug"), &host] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let elf = |name: &str, function: &str| {
+            let path = build.join(name);
+            shared_object(&path, function);
+            std::fs::read(path).unwrap()
+        };
+        // The root: `/lib` an absolute link to `/usr/lib` (as the guest sees it), a library
+        // there, one whose absolute link names a host path that exists (other contents)
+        // and exists inside the root too, one whose relative link climbs out.
+        std::os::unix::fs::symlink("/usr/lib", root.join("lib")).unwrap();
+        std::fs::write(root.join("usr/lib/libin.so"), elf("libin.so", "in_root")).unwrap();
+        let abs_target = host.join("libabs.so");
+        std::fs::write(&abs_target, elf("libabs.so", "abs_on_host")).unwrap();
+        let abs_inside = root.join(abs_target.strip_prefix("/").unwrap());
+        std::fs::create_dir_all(abs_inside.parent().unwrap()).unwrap();
+        std::fs::write(&abs_inside, elf("libabs.so", "abs_in_root")).unwrap();
+        std::os::unix::fs::symlink(&abs_target, root.join("usr/lib/libabs.so")).unwrap();
+        // A versioned library behind its soname's link: named by the soname, as mapped.
+        std::fs::write(root.join("usr/lib/libv.so.1.2.3"), elf("libv.so", "in_v")).unwrap();
+        std::os::unix::fs::symlink("libv.so.1.2.3", root.join("usr/lib/libv.so.1")).unwrap();
+        std::fs::write(host.join("libup.so"), elf("libup.so", "up_on_host")).unwrap();
+        std::os::unix::fs::symlink("../../../host/libup.so", root.join("usr/lib/libup.so"))
+            .unwrap();
+        // The archive.
+        let long_name = [0xffu8; 300];
+        let mut cpio = Vec::new();
+        let mut guests = Vec::new();
+        for (name, function) in [
+            (b"../../x/pwned".as_slice(), "pwned"),
+            (b"usr//lib/debug/evil.debug", "evil"),
+            (b"a", "in_a"),
+            (b"a/b", "in_a_b"),
+            (&long_name, "long_named"),
+            (b"bin/good", "good"),
+        ] {
+            cpio.extend(initrd::tests::member(
+                name,
+                0o100755,
+                &elf(function, function),
+            ));
+            guests.push(format!("/{}", String::from_utf8_lossy(name)));
+        }
+        cpio.extend(initrd::tests::member("TRAILER!!!", 0, b""));
+        let archive = initrd::parse_archive(&cpio).unwrap();
+        assert_eq!(archive.refused, ["../../x/pwned"]);
+        guests.extend(
+            [
+                "/lib/libin.so",
+                "/usr/lib/libabs.so",
+                "/usr/lib/libup.so",
+                "/lib/libv.so.1",
+            ]
+            .map(String::from),
+        );
+        // `/bin/../a` as a forged dentry chain gives it.
+        guests.push("/bin/../a".into());
+        let staging = top.join("trace");
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::write(staging.join("sid-00000000000000aa.map"), "").unwrap();
+        let procs = one_process(&guests);
+        let files = GuestFiles {
+            initrd: Some(archive.files),
+            sysroot: Some(root.clone()),
+            symbols: Vec::new(),
+        };
+        let before = qemu_uftrace_tests::tree(&top);
+        let named = write(
+            &staging,
+            "00000000000000aa",
+            &procs,
+            &files,
+            Arch::X86_64,
+            &[],
+            &[10],
+        )
+        .unwrap();
+        assert_eq!(named.spaces, 1);
+        // Nothing changed outside the trace, nothing of the copies is left in it.
+        let after = qemu_uftrace_tests::tree(&top);
+        let changed: Vec<_> = before
+            .keys()
+            .chain(after.keys())
+            .filter(|p| !p.starts_with(&staging) && before.get(*p) != after.get(*p))
+            .collect();
+        assert!(changed.is_empty(), "changed outside the trace: {changed:?}");
+        assert!(!staging.join(FILES_DIR).exists());
+        let sym = |name: &str| std::fs::read_to_string(staging.join(format!("{name}.sym")));
+        for (name, function) in [
+            ("a", "in_a"),
+            ("b", "in_a_b"),
+            ("good", "good"),
+            ("libin.so", "in_root"),
+            ("libabs.so", "abs_in_root"),
+            ("libv.so.1", "in_v"),
+        ] {
+            let text = sym(name).unwrap_or_else(|e| panic!("{name}.sym: {e}"));
+            assert!(text.contains(function), "{name}.sym:\n{text}");
+        }
+        assert!(!sym("libabs.so").unwrap().contains("abs_on_host"));
+        let sid = named
+            .lines
+            .iter()
+            .find_map(|l| match l {
+                Later::Session { sid, ns, .. } if *ns > 0 => Some(sid.clone()),
+                _ => None,
+            })
+            .expect("a session");
+        let map = std::fs::read_to_string(staging.join(format!("sid-{sid}.map"))).unwrap();
+        assert!(map.contains("/lib/libv.so.1\n"), "{map}");
+        assert!(sym("libup.so").is_err());
+        // One line for each file not named, naming it.
+        let said = named.problems.join("\n");
+        for guest in [
+            "/../../x/pwned is no plain guest path",
+            "/usr//lib/debug/evil.debug is no plain guest path",
+            "/bin/../a is no plain guest path",
+            "no file found for /usr/lib/libup.so",
+            "\u{fffd}\u{fffd}",
+        ] {
+            assert!(said.contains(guest), "{guest} in:\n{said}");
+        }
+        assert_eq!(named.problems.len(), 5, "{said}");
     }
 
     /// Runs a cross tool, which must succeed.
@@ -651,24 +906,7 @@ mod tests {
         let staging = tmp.path().join("staging");
         std::fs::create_dir_all(&staging).unwrap();
         std::fs::write(staging.join("sid-00000000000000aa.map"), "").unwrap();
-        let procs = Procs {
-            spaces: vec![Space {
-                tgid: 10,
-                from: 1,
-                maps: ["/bin/byid", "/bin/linked", "/bin/packed"]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, path)| Mapping {
-                        path: path.to_string(),
-                        start: 0x10_0000 * (i as u64 + 1),
-                        len: 0x1000,
-                        offset: 0,
-                    })
-                    .collect(),
-                exec: true,
-            }],
-            tgid_of: HashMap::from([(10, 10)]),
-        };
+        let procs = one_process(&["/bin/byid", "/bin/linked", "/bin/packed"]);
         let files = GuestFiles {
             initrd: Some(HashMap::from([(
                 "/bin/packed".to_string(),

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use qemu_uftrace_format::Arch;
 
-use crate::errors::usage;
+use crate::errors::{fail, usage};
 
 /// System emulation (`qemu-system-<arch>`) or user-mode emulation (`qemu-<arch>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +137,9 @@ fn misspelled(argv0: &OsStr, mode: Mode, arch: &str) -> Option<anyhow::Error> {
         Mode::System => "qemu-system-",
         Mode::User => "qemu-",
     };
-    Some(usage(
+    // Status 1, as for any QEMU not found (`find_executable`): a name close to a known
+    // one is no other kind of problem.
+    Some(fail(
         format!("'{}' not found on PATH", argv0.to_string_lossy()),
         format!("did you mean {prefix}{best}?"),
     ))

@@ -2,14 +2,16 @@
 //! guest, from the plugin's `plugin.maps`, turned into symbol sources at their load biases.
 //!
 //! Guest paths are looked up under the sysroot as qemu-user does (`-L`, else
-//! `QEMU_LD_PREFIX`): the file there if it exists, else the path as it is.
+//! `QEMU_LD_PREFIX`): the file there if it exists, else the path as it is; "there" is
+//! inside the sysroot, its absolute symlinks resolved within it ([`crate::contained`]).
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use super::options::QemuOption;
 use super::user::Elf;
+use crate::contained;
 use crate::symbol_source::SourceArg;
 use qemu_uftrace_format::Arch;
 
@@ -78,18 +80,17 @@ pub fn sysroot(opts: &[QemuOption]) -> Option<PathBuf> {
     given.filter(|p| !p.is_empty()).map(PathBuf::from)
 }
 
-/// A guest path on the host: under the sysroot when the file is there, else as it is.
+/// A guest path on the host: under the sysroot when it is there (looked up inside it, an
+/// absolute symlink resolving within it, `..` stopping at it), else as it is.
 pub fn host_path(sysroot: Option<&Path>, guest: &[u8]) -> PathBuf {
-    let guest = Path::new(OsStr::from_bytes(guest));
     if let Some(root) = sysroot {
-        if guest.is_absolute() {
-            let under = root.join(guest.strip_prefix("/").unwrap_or(guest));
-            if under.exists() {
+        if guest.starts_with(b"/") {
+            if let Ok(under) = contained::path_by_its_name(root, guest) {
                 return under;
             }
         }
     }
-    guest.to_path_buf()
+    Path::new(OsStr::from_bytes(guest)).to_path_buf()
 }
 
 /// The files a user-mode program will most likely map, known before it runs: itself, its
@@ -97,19 +98,39 @@ pub fn host_path(sysroot: Option<&Path>, guest: &[u8]) -> PathBuf {
 /// sysroot's (or the host's) library directories as the loader would. Only a guess, to read
 /// their symbols while the program runs: where they really were comes from `plugin.maps`.
 pub fn expected_images(program: &Path, sysroot: Option<&Path>, arch: Arch) -> Vec<PathBuf> {
-    let root = sysroot.unwrap_or(Path::new("/"));
     let triplet = format!("{}-linux-gnu", arch.qemu_target());
     let dirs: Vec<PathBuf> = [
-        format!("lib/{triplet}"),
-        format!("usr/lib/{triplet}"),
-        "lib".into(),
-        "usr/lib".into(),
-        "lib64".into(),
-        "usr/lib64".into(),
+        format!("/lib/{triplet}"),
+        format!("/usr/lib/{triplet}"),
+        "/lib".into(),
+        "/usr/lib".into(),
+        "/lib64".into(),
+        "/usr/lib64".into(),
     ]
     .iter()
-    .map(|d| root.join(d))
+    .filter_map(|d| match sysroot {
+        Some(root) => contained::path(root, d.as_bytes()).ok(),
+        None => Some(PathBuf::from(d)),
+    })
     .collect();
+    let real_root = sysroot.and_then(|r| std::fs::canonicalize(r).ok());
+    // `dir/name` as a file: inside the sysroot when `dir` is (a link named `name` resolving
+    // within it), else on the host.
+    let file_in = |dir: &Path, name: &str| -> Option<PathBuf> {
+        if let (Some(root), Some(real)) = (sysroot, &real_root) {
+            if let Ok(inside) = dir.strip_prefix(real) {
+                let mut guest = Path::new("/").join(inside).into_os_string().into_vec();
+                if guest.len() > 1 {
+                    guest.push(b'/');
+                }
+                guest.extend_from_slice(name.as_bytes());
+                return contained::path_by_its_name(root, &guest)
+                    .ok()
+                    .filter(|p| p.is_file());
+            }
+        }
+        Some(dir.join(name)).filter(|p| p.is_file())
+    };
     let mut out = vec![program.to_path_buf()];
     if let Some(interp) = Elf::read(program).and_then(|e| e.interp) {
         out.push(host_path(sysroot, &interp));
@@ -121,24 +142,45 @@ pub fn expected_images(program: &Path, sysroot: Option<&Path>, arch: Arch) -> Ve
         let origin = out[next].parent().unwrap_or(Path::new("/")).to_path_buf();
         let own: Vec<PathBuf> = qemu_uftrace_symbols::run_paths(&out[next])
             .iter()
-            .map(
+            .filter_map(
                 |d| match d.strip_prefix("$ORIGIN").or(d.strip_prefix("${ORIGIN}")) {
-                    Some(rest) => origin.join(rest.trim_start_matches('/')),
-                    None => host_path(sysroot, d.as_bytes()),
+                    Some(rest) => beside(&origin, rest, sysroot),
+                    None => Some(host_path(sysroot, d.as_bytes())),
                 },
             )
             .collect();
         next += 1;
         for name in needed {
-            let found = (own.iter().chain(&dirs))
-                .map(|d| d.join(&name))
-                .find(|p| p.is_file());
+            // A name with a slash is a path to the loader, not one to look up.
+            if name.contains('/') {
+                continue;
+            }
+            let found = (own.iter().chain(&dirs)).find_map(|d| file_in(d, &name));
             if let Some(path) = found.filter(|p| !out.contains(p)) {
                 out.push(path);
             }
         }
     }
     out
+}
+
+/// `$ORIGIN/rest` for a file in `origin`: inside the sysroot when `origin` is (its `..`
+/// stopping at the sysroot's top), else on the host.
+fn beside(origin: &Path, rest: &str, sysroot: Option<&Path>) -> Option<PathBuf> {
+    let rest = rest.trim_start_matches('/');
+    let inside = sysroot.and_then(|root| {
+        let real = std::fs::canonicalize(origin).ok()?;
+        let root = std::fs::canonicalize(root).ok()?;
+        let at = real.strip_prefix(&root).ok()?;
+        let mut guest = Path::new("/").join(at).into_os_string().into_vec();
+        guest.push(b'/');
+        guest.extend_from_slice(rest.as_bytes());
+        Some(guest)
+    });
+    match (inside, sysroot) {
+        (Some(guest), Some(root)) => contained::path(root, &guest).ok(),
+        _ => Some(origin.join(rest)),
+    }
 }
 
 /// The symbol sources of a user-mode run: the program at its load bias (`AT_ENTRY` minus
@@ -258,17 +300,77 @@ mod tests {
         assert_eq!(m.vdso, Some(0x7f00_0000_1000));
     }
 
+    /// A root laid out as Debian's, with absolute symlinks (`/lib` → `/usr/lib`, the
+    /// loader's link) whose targets also exist on the host with other contents: the host
+    /// paths of the guest's files are the root's own files, never the host's.
+    fn absolute_link_root() -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let multi = root.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&multi).unwrap();
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::create_dir_all(root.join("lib64")).unwrap();
+        std::os::unix::fs::symlink("/usr/lib", root.join("lib")).unwrap();
+        for name in ["libm.so.6", "ld-linux-x86-64.so.2"] {
+            std::fs::write(multi.join(name), b"inside").unwrap();
+        }
+        // libc.so.6 itself an absolute link, to a path the host has too.
+        std::os::unix::fs::symlink(
+            "/usr/lib/x86_64-linux-gnu/libm.so.6",
+            multi.join("libc.so.6"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            "/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
+            root.join("lib64/ld-linux-x86-64.so.2"),
+        )
+        .unwrap();
+        // A program that needs libc.so.6 through that loader: the host's shell.
+        std::fs::copy("/bin/sh", root.join("bin/sh")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        (tmp, root)
+    }
+
+    #[test]
+    fn sysroot_links_resolve_inside_it() {
+        let (_tmp, root) = absolute_link_root();
+        for guest in [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+            "/../../../../lib64/ld-linux-x86-64.so.2",
+        ] {
+            let host = host_path(Some(&root), guest.as_bytes());
+            assert!(
+                std::fs::read(&host).unwrap() == b"inside",
+                "{guest}: {} is not the root's",
+                host.display()
+            );
+            assert!(host.starts_with(&root), "{guest}: {}", host.display());
+        }
+        let files = expected_images(&root.join("bin/sh"), Some(&root), Arch::X86_64);
+        assert!(files.len() >= 3, "{files:?}");
+        for f in &files[1..] {
+            assert!(
+                std::fs::read(f).unwrap() == b"inside",
+                "{} is not the root's",
+                f.display()
+            );
+            assert!(f.starts_with(&root), "{files:?}");
+        }
+    }
+
     #[test]
     fn guest_paths_resolve_under_the_sysroot_when_there() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("lib")).unwrap();
-        std::fs::write(dir.path().join("lib/libx.so"), b"").unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir(dir.join("lib")).unwrap();
+        std::fs::write(dir.join("lib/libx.so"), b"").unwrap();
         assert_eq!(
-            host_path(Some(dir.path()), b"/lib/libx.so"),
-            dir.path().join("lib/libx.so")
+            host_path(Some(&dir), b"/lib/libx.so"),
+            dir.join("lib/libx.so")
         );
         assert_eq!(
-            host_path(Some(dir.path()), b"/lib/liby.so"),
+            host_path(Some(&dir), b"/lib/liby.so"),
             PathBuf::from("/lib/liby.so")
         );
         assert_eq!(

@@ -72,6 +72,9 @@ pub fn assemble(
     for line in &symbols.failures {
         warn(line);
     }
+    if let Some(line) = &symbols.unnamed {
+        crate::errors::note(line);
+    }
     // A run from a snapshot: the calls open at its start, unwound into the tasks' files
     // before the assembly renumbers them.
     // The ELF files among the images QEMU loads and the symbol sources (a vmlinux).
@@ -188,7 +191,15 @@ fn guest_processes(
         return Default::default();
     };
     let archive = inv.initrd().and_then(|p| match initrd::read(&p) {
-        Ok(f) => Some(f),
+        Ok(a) => {
+            for name in &a.refused {
+                warn(format!(
+                    "guest processes: member {name} of {} is refused (a `..` in its name)",
+                    p.display()
+                ));
+            }
+            Some(a.files)
+        }
         Err(e) => {
             warn(format!(
                 "the guest's files in {} cannot be read: {e:#}",

@@ -37,6 +37,70 @@ pub struct Invocation {
     /// System mode: the run starts mid-way, from a snapshot (`-loadvm`) or a migration
     /// stream (`-incoming`): the calls open at its start are unwound after it.
     pub resume: bool,
+    /// How a Linux kernel's panic ends (or does not end) QEMU.
+    pub panic_end: PanicEnd,
+}
+
+/// What the command line makes of a Linux kernel's panic: with `panic=0` (the default) the
+/// kernel waits in `panic()` for ever, with `panic=N` it reboots, and QEMU then boots it
+/// again unless told not to (`-no-reboot`, or `-action reboot=shutdown`). A boot that
+/// panics otherwise never ends, and its recording runs on to the size cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PanicEnd {
+    /// `panic=N` with N ≠ 0 on the kernel command line.
+    pub reboots: bool,
+    /// QEMU exits when the guest reboots.
+    pub no_reboot: bool,
+}
+
+impl PanicEnd {
+    fn of(opts: &[QemuOption]) -> PanicEnd {
+        // The kernel takes the last `panic=` of its command line; QEMU the last -append.
+        let reboots = opts
+            .iter()
+            .rev()
+            .find(|o| o.name == "append")
+            .and_then(|o| o.value.as_ref())
+            .and_then(|v| {
+                let text = v.to_string_lossy().into_owned();
+                // A value the kernel cannot parse leaves its default, 0.
+                text.split_whitespace()
+                    .rev()
+                    .find_map(|w| w.strip_prefix("panic="))
+                    .map(|n| n.parse::<i64>().is_ok_and(|n| n != 0))
+            })
+            .unwrap_or(false);
+        let no_reboot = opts.iter().any(|o| {
+            o.name == "no-reboot"
+                || (o.name == "action"
+                    && o.value.as_ref().is_some_and(|v| {
+                        qemu::options::keyval(v, "reboot")
+                            .iter()
+                            .any(|(k, v)| k == "reboot" && v == "shutdown")
+                    }))
+        });
+        PanicEnd { reboots, no_reboot }
+    }
+
+    /// The warning for a Linux kernel whose panic would not end QEMU, with the way out.
+    pub fn warning(self) -> Option<String> {
+        let what = match (self.reboots, self.no_reboot) {
+            (true, true) => return None,
+            (false, false) => {
+                "without panic=-1 in -append and without -no-reboot, a kernel that panics \
+                 waits (or reboots) for ever and the recording runs on to the size cap; add both"
+            }
+            (false, true) => {
+                "without panic=-1 in -append, a kernel that panics waits for ever and the \
+                 recording runs on to the size cap; add panic=-1 to -append"
+            }
+            (true, false) => {
+                "without -no-reboot, a kernel that panics reboots and boots again, for ever, \
+                 and the recording runs on to the size cap; add -no-reboot"
+            }
+        };
+        Some(what.to_string())
+    }
 }
 
 /// What follows QEMU's options in a user-mode command.
@@ -93,6 +157,7 @@ impl Invocation {
                 .any(|o| o.name == "loadvm" || o.name == "incoming" || sets_a_cpu_pc(o));
         Ok(Invocation {
             resume,
+            panic_end: PanicEnd::of(&opts),
             argv: argv.to_vec(),
             memory: qemu::memory(&opts),
             sysroot: qemu::user_maps::sysroot(&opts),
@@ -245,6 +310,38 @@ mod tests {
         let e = Invocation::parse(&[]).unwrap_err();
         assert!(format!("{e:#}").starts_with("no QEMU command given"));
         assert!(Invocation::parse(&["ls".into()]).is_err());
+    }
+
+    #[test]
+    fn a_panic_ends_qemu_with_panic_n_and_no_reboot() {
+        let end = |v: &[&str]| {
+            let mut argv = vec!["qemu-system-aarch64", "-M", "virt"];
+            argv.extend(v);
+            parse(&argv).panic_end
+        };
+        let ends = |v: &[&str]| end(v).warning().is_none();
+        assert!(ends(&["-no-reboot", "-append", "console=ttyAMA0 panic=-1"]));
+        assert!(ends(&["-append", "panic=5", "-action", "reboot=shutdown"]));
+        assert!(ends(&[
+            "-append",
+            "panic=5",
+            "-action",
+            "panic=pause,reboot=shutdown"
+        ]));
+        // The last -append, and its last panic=, count; panic=0 waits for ever.
+        assert!(!ends(&[
+            "-no-reboot",
+            "-append",
+            "panic=1",
+            "-append",
+            "quiet"
+        ]));
+        assert!(!ends(&["-no-reboot", "-append", "panic=-1 panic=0"]));
+        assert!(!ends(&["-append", "panic=-1", "-action", "reboot=reset"]));
+        let w = |v: &[&str]| end(v).warning().unwrap();
+        assert!(w(&["-append", "console=ttyAMA0 nokaslr"]).ends_with("; add both"));
+        assert!(w(&["-no-reboot"]).ends_with("; add panic=-1 to -append"));
+        assert!(w(&["-append", "panic=-1"]).ends_with("; add -no-reboot"));
     }
 
     #[test]

@@ -111,7 +111,7 @@ fn record_into(
     summary::print(args, &exit, &published, no_sources, cap, &prep.filters);
 
     let mut code = exit.exit_code;
-    if published.incomplete.is_some() && code == 0 {
+    if published.incomplete.is_some() && code == 0 && !capped_as_asked(args, &published) {
         // The trace is published for what it holds, but it is not all the guest did.
         code = 1;
     }
@@ -125,6 +125,17 @@ fn record_into(
         }
     }
     Ok(code)
+}
+
+/// Whether the trace ends where the user's own `--max-size` said, and nothing else was
+/// lost: what was asked for is no failure (the default cap, which nobody asked for, is).
+fn capped_as_asked(args: &RecordArgs, published: &assemble::Published) -> bool {
+    let asked = matches!(args.max_size, Some(crate::max_size::MaxSize::Cap(_)));
+    asked
+        && published
+            .stats
+            .as_ref()
+            .is_some_and(|s| s.size_capped && s.stopped.is_none() && s.errors.is_empty())
 }
 
 /// Removes a staging directory that holds no recorded byte (a failed start).

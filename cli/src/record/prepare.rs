@@ -11,7 +11,7 @@ use anyhow::Result;
 use qemu_uftrace_symbols::Arch;
 
 use crate::args::RecordArgs;
-use crate::errors::{usage, warn};
+use crate::errors::usage;
 use crate::max_size::{Cap, MaxSize};
 use crate::qemu::{self, GuestImage, ImageOrigin, Mode};
 use crate::qemu_checks::{self, PluginChoice, Qemu};
@@ -103,6 +103,7 @@ pub fn prepare(
         .find(|i| i.origin == ImageOrigin::Kernel)
         .map(|k| k.path.clone());
     let kaslr_warning = kaslr_first(inv, kernel.as_deref());
+    let linux = inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel);
     // User mode: where the program and its libraries landed is known once it ran.
     let sources = symbols::sources(
         extra_sources,
@@ -115,6 +116,12 @@ pub fn prepare(
         Some(MaxSize::Cap(cap)) => Some(cap.clone()),
         None => crate::max_size::default_cap(staging),
     };
+    // A panic that never ends QEMU records until the size cap (unless that stops QEMU):
+    // said before the boot scrolls it away.
+    let cap_stops_qemu = cap.as_ref().is_some_and(|c| c.exit);
+    if let Some(why) = inv.panic_end.warning().filter(|_| linux && !cap_stops_qemu) {
+        crate::errors::warn_early(why);
+    }
     // User mode: the program's own functions, for its jump entries and the FUNCs below
     // (without automatic symbols they are not known either).
     let program = match (inv.is_user_mode(), images.first()) {
@@ -144,22 +151,35 @@ pub fn prepare(
     };
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
-    // A Linux guest's processes: where they map files, watched where the kernel's DWARF
-    // says (issue 24); without it, said when there is a userland to name.
-    let proc_watch =
-        if inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel) {
-            match crate::guest_procs::watch_options(&sources) {
-                Ok(opts) => Some(opts),
-                Err(why) => {
-                    if inv.initrd().is_some() || inv.sysroot.is_some() {
-                        warn(why);
-                    }
-                    None
-                }
-            }
-        } else {
+    // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
+    // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
+    // and would parse its --symbols files for nothing).
+    let layouts = if inv.mode() == Mode::System {
+        symbol_source::kernel_layouts(&sources).unwrap_or_else(|e| {
+            crate::errors::warn_early(format!(
+                "the guest's tasks and processes are not named: {e} (give the kernel's -dbg \
+                 vmlinux with --symbols)"
+            ));
             None
-        };
+        })
+    } else {
+        None
+    };
+    // A Linux guest's processes: where they map files, watched where the kernel's layouts
+    // say (issue 24); without them, said when there is a userland to name.
+    let proc_watch = if linux {
+        match crate::guest_procs::watch_options(layouts.as_ref()) {
+            Ok(opts) => Some(opts),
+            Err(why) => {
+                if inv.initrd().is_some() || inv.sysroot.is_some() {
+                    crate::errors::warn_early(why);
+                }
+                None
+            }
+        }
+    } else {
+        None
+    };
     let task_slot = match (inv.mode(), &kernel) {
         (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
         _ => None,
@@ -183,7 +203,7 @@ pub fn prepare(
     let plugin = PluginOptions {
         args,
         inv,
-        sources: &sources,
+        layouts: layouts.as_ref(),
         staging: &abs_staging,
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
@@ -201,6 +221,8 @@ pub fn prepare(
             kernel: kernel.clone(),
             board: inv.board.clone(),
             kaslr_warning,
+            // System mode's processes say what stays unnamed themselves.
+            arch: None,
         };
         symbols::start(ToRead::Once(read.clone()), staging, ctx)
     });
@@ -241,7 +263,8 @@ pub fn prepare(
 struct PluginOptions<'a> {
     args: &'a RecordArgs,
     inv: &'a Invocation,
-    sources: &'a [SourceArg],
+    /// The kernel's struct layouts, when a source has them.
+    layouts: Option<&'a symbol_source::KernelLayouts>,
     /// The staging directory, absolute.
     staging: &'a Path,
     task_slot: Option<&'a TaskSlot>,
@@ -288,16 +311,19 @@ impl PluginOptions<'_> {
         }
         v.push(self.filters.plugin_options());
         v.push(self.names.plugin_option());
-        // Names for the guest's tasks when a source has the kernel's DWARF (else `pid-N`),
-        // and where their PIDs are for a guest with no PID register (else synthetic ids).
-        if let Some(offset) = symbol_source::task_comm_offset(self.sources) {
-            v.push(format!(",task_comm={offset}"));
-        }
-        if let Some(offset) = symbol_source::task_pid_offset(self.sources) {
-            v.push(format!(",task_pid={offset}"));
-        }
-        if let Some(offset) = symbol_source::task_tgid_offset(self.sources) {
-            v.push(format!(",task_tgid={offset}"));
+        // Names for the guest's tasks when a source has the kernel's DWARF or BTF (else
+        // `pid-N`), and where their PIDs are for a guest with no PID register (else
+        // synthetic ids).
+        if let Some(kernel) = self.layouts {
+            if let Some(offset) = symbol_source::task_comm_offset(kernel) {
+                v.push(format!(",task_comm={offset}"));
+            }
+            if let Some(offset) = symbol_source::task_pid_offset(kernel) {
+                v.push(format!(",task_pid={offset}"));
+            }
+            if let Some(offset) = symbol_source::task_tgid_offset(kernel) {
+                v.push(format!(",task_tgid={offset}"));
+            }
         }
         if let Some(watch) = self.proc_watch {
             v.push(watch);
@@ -356,7 +382,7 @@ fn kaslr_first(inv: &Invocation, kernel: Option<&Path>) -> Option<String> {
     }
     let text = kaslr::warning(inv.kaslr_advice());
     if kernel.is_some_and(kaslr::is_linux_kernel) {
-        warn(text);
+        crate::errors::warn_early(text);
         return None;
     }
     Some(text)

@@ -38,8 +38,9 @@ pub struct Resyncs {
 }
 
 impl Resyncs {
-    /// "2 resyncs without frame records unwound after the run (5 frames: 5 by CFI), 1
-    /// stayed guessed (…)".
+    /// "2 places where the call stack was lost (…) were unwound after the run (5 frames: 5 by
+    /// CFI); 1 could not be unwound (…)": what happened, in words a user reads without
+    /// knowing what a resync is.
     pub fn describe(&self) -> String {
         let frames: usize = self.by_method.values().sum();
         let methods: Vec<String> = self
@@ -48,26 +49,33 @@ impl Resyncs {
             .map(|(m, n)| format!("{n} by {}", m.name()))
             .collect();
         let plural = |n: usize| if n == 1 { "" } else { "s" };
+        let were = |n: usize| if n == 1 { "was" } else { "were" };
+        let places = |n: usize| {
+            format!(
+                "{n} place{} where the call stack was lost (a return that matched no call, in \
+                 code without frame pointers)",
+                plural(n)
+            )
+        };
         let mut parts = Vec::new();
         if self.unwound > 0 {
             parts.push(format!(
-                "{} resync{} without frame records unwound after the run ({frames} frame{}: {})",
-                self.unwound,
-                plural(self.unwound),
+                "{} {} unwound after the run ({frames} frame{}: {})",
+                places(self.unwound),
+                were(self.unwound),
                 plural(frames),
                 methods.join(", ")
             ));
         }
         if self.guessed > 0 {
             let what = if self.unwound > 0 {
-                String::new()
+                self.guessed.to_string()
             } else {
-                format!(" resync{} without frame records", plural(self.guessed))
+                places(self.guessed)
             };
             parts.push(format!(
-                "{}{what} stayed guessed: no unwind table covers the code there (a LOST \
-                 record marks each)",
-                self.guessed
+                "{what} could not be unwound, as no unwind table covers the code there: a LOST \
+                 record in the replay marks each"
             ));
         }
         parts.join("; ")
@@ -518,9 +526,11 @@ mod tests {
             ]
         );
         assert_eq!((done.unwound, done.by_method[&Method::Cfi]), (1, 2));
-        assert!(done
-            .describe()
-            .starts_with("1 resync without frame records unwound"));
+        assert_eq!(
+            done.describe(),
+            "1 place where the call stack was lost (a return that matched no call, in code \
+             without frame pointers) was unwound after the run (2 frames: 2 by CFI)"
+        );
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn run(
             kernel: None,
             board: inv.board.clone(),
             kaslr_warning: None,
+            arch: Some(prep.arch),
         };
         // The `--symbols` files read for FUNCs' names are not read again.
         let arch = Some(prep.arch);
@@ -106,6 +107,25 @@ pub fn run(
 }
 
 fn nothing_recorded(exit: &QemuExit) -> anyhow::Error {
+    // Stopped from outside (Ctrl-C, kill) or killed: the guest ran, but nothing it did was
+    // a call we could follow. QEMU's own "terminating on signal" is no complaint.
+    if let Some(sig) = exit.ended_by_signal() {
+        return fail(
+            format!(
+                "no call or return was recorded before QEMU {} by signal {sig}{}",
+                if exit.signal.is_some() {
+                    "was killed"
+                } else {
+                    "was stopped"
+                },
+                signal_hook::low_level::signal_name(sig)
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default(),
+            ),
+            "the guest ran no code that calls: check that -kernel (or the program) is one \
+             built for this machine that starts, and QEMU's messages above",
+        );
+    }
     match exit.complaint().filter(|_| exit.failed()) {
         // QEMU refused its command line (a machine, CPU or device it does not know, a file
         // it cannot load): its own words name the problem.

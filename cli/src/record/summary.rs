@@ -27,41 +27,8 @@ pub fn print(
     let out = args.output.display();
     match stats {
         Some(s) => {
-            let rate = if secs > 0.0 {
-                format!(", {} events/s", group(s.events as f64 / secs))
-            } else {
-                String::new()
-            };
-            let unwritten = if s.lost_records > 0 {
-                format!(", {} of them not written", group(s.lost_records as f64))
-            } else {
-                String::new()
-            };
+            note(ran_line(s, secs, done.tids.len() as u32));
             let count = |key: &str| s.other_count(key);
-            let tasks = match count("tasks") {
-                Some(n) if n > 1 => format!(", {} tasks", group(n as f64)),
-                _ => String::new(),
-            };
-            let exceptions = match (count("exceptions_shown"), count("exceptions")) {
-                (Some(1), Some(n)) => format!(", {} exceptions and interrupts", group(n as f64)),
-                _ => String::new(),
-            };
-            // User mode runs each guest thread on a vCPU of its own.
-            let unit = if s.is_user_mode() { "thread" } else { "vCPU" };
-            let tasks = if s.is_user_mode() {
-                String::new()
-            } else {
-                tasks
-            };
-            note(format!(
-                "recorded {} events ({} calls, {} returns{unwritten}) on {} {unit}{}{tasks}{exceptions}: {} in {secs:.2} s{rate}",
-                group(s.events as f64),
-                group(s.calls as f64),
-                group(s.returns as f64),
-                s.vcpus.unwrap_or(done.tids.len() as u32),
-                if s.vcpus == Some(1) { "" } else { "s" },
-                bytes(s.bytes.max(done.bytes)),
-            ));
             if let Some(r) = &published.recovered {
                 note(format!(
                     "{} in {:.0} ms",
@@ -72,7 +39,7 @@ pub fn print(
             if let Some(r) = (published.resyncs.as_ref()).filter(|r| r.unwound + r.guessed > 0) {
                 note(r.describe());
             }
-            if count("exceptions_shown") == Some(0) {
+            if exceptions_unshown_matter(s) {
                 note(
                     "exceptions and interrupts are not shown as entries: this QEMU does not \
                      report them to plugins (10.2 and newer do); their handlers' calls nest \
@@ -195,6 +162,71 @@ pub fn print(
             "clock=insn: uftrace's time columns count guest instructions, not nanoseconds"
         });
     }
+    // Last, where they are read: the guest's console has scrolled them away.
+    crate::errors::repeat_early_warnings();
+}
+
+/// The first line: what the guest did as the plugin followed it. What went to disk (size,
+/// records) is the `[ record: … ]` line's alone, so that no two lines give different counts
+/// of one thing: records are fewer than calls and returns where some were not written
+/// (--max-depth, a window, -F/-N) and more where marks were added.
+fn ran_line(s: &crate::stats::Stats, secs: f64, files: u32) -> String {
+    let count = |key: &str| s.other_count(key);
+    let user = s.is_user_mode();
+    // User mode runs each guest thread on a vCPU of its own.
+    let unit = if user { "thread" } else { "vCPU" };
+    let vcpus = s.vcpus.unwrap_or(files);
+    let mut line = format!(
+        "the guest made {} call{} and {} return{} on {vcpus} {unit}{}",
+        group(s.calls as f64),
+        plural(s.calls),
+        group(s.returns as f64),
+        plural(s.returns),
+        plural(vcpus.into()),
+    );
+    if let Some(n) = count("tasks").filter(|&n| n > 1 && !user) {
+        line.push_str(&format!(", {} tasks", group(n as f64)));
+    }
+    // Only where they are shown, and some were: user mode has none (signals are its own).
+    if let (Some(1), Some(n), false) = (count("exceptions_shown"), count("exceptions"), user) {
+        if n > 0 {
+            line.push_str(&format!(
+                ", {} {}",
+                group(n as f64),
+                if n == 1 {
+                    "exception or interrupt"
+                } else {
+                    "exceptions and interrupts"
+                }
+            ));
+        }
+    }
+    line.push_str(&format!(" in {secs:.2} s"));
+    if secs > 0.0 {
+        line.push_str(&format!(
+            " ({} calls and returns a second)",
+            group((s.calls + s.returns) as f64 / secs)
+        ));
+    }
+    line
+}
+
+/// Whether to say that this QEMU does not report exceptions and interrupts: only where a
+/// guest took some, as far as the plugin can tell without the reports (an exception return
+/// seen, or an OS switching tasks); never in user mode, where no QEMU reports them.
+fn exceptions_unshown_matter(s: &crate::stats::Stats) -> bool {
+    let count = |key: &str| s.other_count(key).unwrap_or(0);
+    s.other_count("exceptions_shown") == Some(0)
+        && !s.is_user_mode()
+        && count("eret_returns") + count("eret_jumps") + count("switches") > 0
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 /// perf's closing line: what went to disk and what did not.
@@ -239,6 +271,48 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first line says what the guest did and nothing of what was written (the
+    /// `[ record: … ]` line's), so that its counts never stand against the records'.
+    #[test]
+    fn the_first_line_counts_what_the_guest_did() {
+        let s = crate::stats::Stats::parse(
+            "complete=1\nmode=system\nvcpus=1\nevents=15981228\ncalls=7990614\n\
+             returns=7990614\nbytes=333676\ntasks=1\nexceptions_shown=1\nexceptions=0\n",
+        );
+        assert_eq!(
+            ran_line(&s, 2.0, 1),
+            "the guest made 7,990,614 calls and 7,990,614 returns on 1 vCPU in 2.00 s \
+             (7,990,614 calls and returns a second)"
+        );
+        let s = crate::stats::Stats::parse(
+            "complete=1\nmode=user\nvcpus=1\ncalls=1\nreturns=1\ntasks=1\n\
+             exceptions_shown=1\nexceptions=0\n",
+        );
+        assert_eq!(
+            ran_line(&s, 0.0, 1),
+            "the guest made 1 call and 1 return on 1 thread in 0.00 s"
+        );
+        let s = crate::stats::Stats::parse(
+            "vcpus=2\ncalls=10\nreturns=9\ntasks=3\nexceptions_shown=1\nexceptions=1\n",
+        );
+        assert_eq!(
+            ran_line(&s, 1.0, 2),
+            "the guest made 10 calls and 9 returns on 2 vCPUs, 3 tasks, 1 exception or \
+             interrupt in 1.00 s (19 calls and returns a second)"
+        );
+    }
+
+    /// QEMU 10.0's missing exception reports are said only where a guest took some.
+    #[test]
+    fn unreported_exceptions_are_said_where_they_matter() {
+        let said = |text: &str| exceptions_unshown_matter(&crate::stats::Stats::parse(text));
+        assert!(!said("exceptions_shown=0\nswitches=0\neret_returns=0\n"));
+        assert!(said("exceptions_shown=0\nswitches=12\n"));
+        assert!(said("exceptions_shown=0\neret_returns=3\n"));
+        assert!(!said("mode=user\nexceptions_shown=0\nswitches=12\n"));
+        assert!(!said("exceptions_shown=1\nswitches=12\n"));
+    }
 
     #[test]
     fn numbers_are_grouped() {

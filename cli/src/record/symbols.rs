@@ -20,6 +20,9 @@ pub struct SymbolJob {
     /// The KASLR warning, when the symbols show a Linux kernel that preparation could not
     /// tell from its file.
     pub kaslr: Option<String>,
+    /// User mode: where the replay will show addresses for want of symbols, and how to name
+    /// them ([`exported_only_hint`]).
+    pub unnamed: Option<String>,
     pub files: Result<datadir::SymbolFiles>,
 }
 
@@ -29,6 +32,7 @@ impl Default for SymbolJob {
         SymbolJob {
             failures: Vec::new(),
             kaslr: None,
+            unnamed: None,
             files: Ok(datadir::SymbolFiles {
                 sid: datadir::new_session_id(),
                 ..Default::default()
@@ -55,6 +59,8 @@ pub struct SymbolContext {
     /// The KASLR warning still to give if the symbols show a Linux kernel (`None`: KASLR is
     /// off, or it was said before QEMU started).
     pub kaslr_warning: Option<String>,
+    /// The guest's architecture, for the way to name what stays unnamed.
+    pub arch: Option<qemu_uftrace_symbols::Arch>,
 }
 
 /// `--symbols` sources first (the user's choice wins an overlap), then the images on the
@@ -83,6 +89,7 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
         let kaslr = ctx
             .kaslr_warning
             .filter(|_| kaslr::symbols_show_linux(&loaded));
+        let unnamed = exported_only_hint(&loaded, ctx.arch);
         let mut images = Vec::new();
         let mut failures = Vec::new();
         for l in loaded {
@@ -98,9 +105,61 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
         SymbolJob {
             failures,
             kaslr,
+            unnamed,
             files: datadir::write_symbols(&staging, images),
         }
     })
+}
+
+/// User mode: the loader and libraries that gave only their exported symbols (a stripped
+/// file whose debug file was not found: Debian's cross libcs), whose internal functions the
+/// replay shows as addresses. One line naming them and how to name those; `None` when
+/// there are none. On aarch64 the install's `arm64-libc` (Debian's libc6:arm64 with
+/// libc6-dbg, unpacked by scripts/install-deps.sh) names them as `-L`.
+pub fn exported_only_hint(
+    loaded: &[Loaded],
+    arch: Option<qemu_uftrace_symbols::Arch>,
+) -> Option<String> {
+    let files: Vec<&Path> = loaded
+        .iter()
+        .filter_map(|l| match l {
+            // The program and the vDSO are left out: a program's functions may all be
+            // global, and the vDSO has nothing more to give.
+            Loaded::Ok(src, img)
+                if matches!(src.origin, "the dynamic loader" | "a shared library")
+                    && !img.functions.is_empty()
+                    && img.functions.iter().all(|f| f.global) =>
+            {
+                Some(src.path.as_path())
+            }
+            _ => None,
+        })
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    let libc = crate::plugin_cache::cache_root().join("arm64-libc");
+    let way_out = if arch == Some(qemu_uftrace_symbols::Arch::Aarch64)
+        && libc.join("lib/ld-linux-aarch64.so.1").is_file()
+        && !files.iter().all(|f| f.starts_with(&libc))
+    {
+        format!(
+            "record with -L {} instead (Debian's libc6:arm64 with its debug files, which \
+             scripts/install-deps.sh unpacked there) to have them named",
+            libc.display()
+        )
+    } else {
+        "install their debug files (Debian: the -dbg package) or give copies with their \
+         symbol tables with --symbols to have them named"
+            .to_string()
+    };
+    Some(format!(
+        "{} gave only exported symbols: the replay shows the calls inside {} as addresses; \
+         {way_out}",
+        names.join(" and "),
+        if files.len() == 1 { "it" } else { "them" }
+    ))
 }
 
 /// `no symbols from FILE (ORIGIN): WHY`.
@@ -138,6 +197,43 @@ mod tests {
         let paths: Vec<&Path> = s.iter().map(|s| s.path.as_path()).collect();
         assert_eq!(paths, [Path::new("vmlinux"), Path::new("fw.elf")]);
         assert_eq!(sources(extra, &images, true).len(), 1);
+    }
+
+    /// Only the loader and libraries read from their exported symbols alone are named, with
+    /// the way to name what they hold.
+    #[test]
+    fn libraries_with_only_exported_symbols_are_named() {
+        let loaded = |origin: &'static str, path: &str, local: bool| {
+            let mut img =
+                crate::symfiles::tests::image(path, 0x1000, &[(0x1000, 4, "a"), (0x1010, 4, "b")]);
+            img.functions[1].global = !local;
+            Loaded::Ok(
+                SourceArg {
+                    path: path.into(),
+                    offset: 0,
+                    origin,
+                },
+                img,
+            )
+        };
+        let all = [
+            loaded("the program", "/p/prog", false),
+            loaded("the dynamic loader", "/sys/lib/ld.so", false),
+            loaded("a shared library", "/sys/lib/libm.so.6", true),
+            loaded("a shared library", "/sys/lib/libc.so.6", false),
+            loaded("the vDSO", "/t/vdso", false),
+        ];
+        assert_eq!(
+            exported_only_hint(&all, None).as_deref(),
+            Some(
+                "/sys/lib/ld.so and /sys/lib/libc.so.6 gave only exported symbols: the replay \
+                 shows the calls inside them as addresses; install their debug files (Debian: \
+                 the -dbg package) or give copies with their symbol tables with --symbols to \
+                 have them named"
+            )
+        );
+        assert_eq!(exported_only_hint(&all[2..3], None), None);
+        assert_eq!(exported_only_hint(&all[..1], None), None);
     }
 
     #[test]

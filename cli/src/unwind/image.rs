@@ -114,16 +114,16 @@ impl Image {
         let addr = self.link(addr);
         self.code
             .iter()
-            .any(|(start, b)| (*start..*start + b.len() as u64).contains(&addr))
+            .any(|(start, b)| addr.checked_sub(*start).is_some_and(|o| o < b.len() as u64))
     }
 
     /// Up to `len` bytes of code that end at `addr` (fewer at a section's start).
     pub fn code_before(&self, addr: u64, len: usize) -> Option<&[u8]> {
         let addr = self.link(addr);
-        let (start, bytes) = self
-            .code
-            .iter()
-            .find(|(start, b)| *start < addr && addr <= *start + b.len() as u64)?;
+        let (start, bytes) = self.code.iter().find(|(start, b)| {
+            addr.checked_sub(*start)
+                .is_some_and(|o| o > 0 && o <= b.len() as u64)
+        })?;
         let end = (addr - start) as usize;
         Some(&bytes[end.saturating_sub(len)..end])
     }
@@ -134,6 +134,6 @@ impl Image {
         let addr = self.link(addr);
         let i = self.functions.partition_point(|&(a, _)| a <= addr);
         let &(start, size) = self.functions.get(i.checked_sub(1)?)?;
-        (size == 0 || addr < start + size).then_some(start.wrapping_add(self.bias))
+        (size == 0 || addr - start < size).then_some(start.wrapping_add(self.bias))
     }
 }

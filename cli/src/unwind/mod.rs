@@ -303,7 +303,7 @@ impl Unwinder<'_> {
 
     /// One step by SFrame: the same as by CFI, from the compact table.
     fn sframe_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs)> {
-        let lookup = if exact { r.pc } else { r.pc - 1 };
+        let lookup = if exact { r.pc } else { r.pc.checked_sub(1)? };
         let image = self.image(lookup)?;
         let table = image.sframe.as_ref()?;
         let sf = sframe::SFrame::parse(&table.data, table.addr).ok()?;
@@ -331,7 +331,7 @@ impl Unwinder<'_> {
 
     /// One step by ORC (x86-64 kernels).
     fn orc_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs)> {
-        let lookup = if exact { r.pc } else { r.pc - 1 };
+        let lookup = if exact { r.pc } else { r.pc.checked_sub(1)? };
         let image = self.image(lookup)?;
         let entry = image.orc.as_ref()?.find(image.link(lookup))?;
         let (ra, sp, fp) = orc::step(&entry, r.sp, r.fp, |a| self.stack.read_u64(a))?;
@@ -359,9 +359,9 @@ impl Unwinder<'_> {
                 Some(_) => r.lr,
                 None => r.sp.and_then(|sp| self.stack.read_u64(sp)),
             };
-            if let Some(ra) = candidate
-                .filter(|&ra| self.is_return_address(ra) && self.function_at(ra - 1) != here)
-            {
+            if let Some(ra) = candidate.filter(|&ra| {
+                self.is_return_address(ra) && self.function_at(ra.wrapping_sub(1)) != here
+            }) {
                 let fp = match (r.fp, r.fp.and_then(record)) {
                     // It already saved its record, which returns to the same place.
                     (_, Some((next, saved))) if saved == ra => Some(next),
@@ -376,9 +376,10 @@ impl Unwinder<'_> {
                     }
                     _ => r.fp,
                 };
-                let sp = match self.regs.lr {
-                    Some(_) => None,
-                    None => r.sp.map(|sp| sp + 8),
+                let sp = match (self.regs.lr, r.sp) {
+                    // A stack top at the end of the address space is no stack.
+                    (None, Some(sp)) => Some(sp.checked_add(8)?),
+                    _ => None,
                 };
                 let regs = Regs {
                     pc: ra,
@@ -594,6 +595,42 @@ mod tests {
             stack: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
             extra: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_leaf_return_at_the_top_of_the_address_space_ends_the_unwind() {
+        let (_dir, image, sym) = remember();
+        let images = std::slice::from_ref(&image);
+        // Stopped outside every image with a return address on the stack top: a leaf's.
+        let at = |sp| unwind(&cookie(0x10, sp, &[sym["after_g"]]), Arch::X86_64, images);
+        let frames = at(0x8000);
+        assert_eq!(frames[0].method, Method::LeafReturn);
+        assert_eq!(frames[0].ret_addr, sym["after_g"]);
+        // The same stack's word in the last 8 bytes: its caller's sp would wrap to 0.
+        assert_eq!(at(u64::MAX - 7), []);
+    }
+
+    #[test]
+    fn a_return_address_of_zero_looks_nothing_up() {
+        let u = Unwinder {
+            arch: Arch::X86_64,
+            isa: isa(Arch::X86_64),
+            regs: dwarf_regs(Arch::X86_64),
+            stack: Stack {
+                base: 0x8000,
+                bytes: &[],
+                extra: &[],
+            },
+            images: &[],
+        };
+        let regs = Regs {
+            pc: 0,
+            sp: Some(0x8000),
+            fp: Some(0),
+            lr: None,
+        };
+        assert!(u.sframe_step(false, &regs).is_none());
+        assert!(u.orc_step(false, &regs).is_none());
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub fn step(
         REG_SP_INDIRECT => read(sp?.checked_add_signed(off)?)?,
         _ => return None,
     };
-    let ra = read(cfa - 8)?;
+    let ra = read(cfa.checked_sub(8)?)?;
     let bp = match e.bp_reg {
         REG_UNDEFINED => bp,
         REG_PREV_SP => Some(read(cfa.checked_add_signed(e.bp_offset as i64)?)?),
@@ -236,6 +236,15 @@ mod tests {
         );
         assert_eq!(Entry::decode(&[0, 0, 0, 0, 0, 0x01], true).kind, EndOfStack);
         assert_eq!(Entry::decode(&[0, 0, 0, 0, 0x05, 0x01], false).kind, Regs);
+    }
+
+    #[test]
+    fn a_cfa_below_the_return_address_slot_ends_the_unwind() {
+        let stack = |a: u64| (a < 0x100).then_some(0x1234);
+        // CFA = sp + 0 = 4: its return address would sit at 4 - 8.
+        let e = entry(0, REG_SP, 0, REG_UNDEFINED, Kind::Call);
+        assert_eq!(step(&e, Some(4), None, stack), None);
+        assert_eq!(step(&e, Some(16), None, stack), Some((0x1234, 16, None)));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum SFrameError {
     Version(u8),
     Abi(u8),
     Truncated(&'static str),
+    /// A row's address lies past the end of the address space.
+    OutOfRange,
 }
 
 impl std::fmt::Display for SFrameError {
@@ -28,6 +30,9 @@ impl std::fmt::Display for SFrameError {
                 "SFrame ABI {a} is not read (little-endian AArch64 and x86-64 are)"
             ),
             SFrameError::Truncated(what) => write!(f, "SFrame section truncated in its {what}"),
+            SFrameError::OutOfRange => {
+                write!(f, "SFrame row lies past the end of the address space")
+            }
         }
     }
 }
@@ -94,7 +99,10 @@ pub struct SFrame<'a> {
 }
 
 fn u32_at(b: &[u8], at: usize, what: &'static str) -> Result<u32, SFrameError> {
-    let w = b.get(at..at + 4).ok_or(SFrameError::Truncated(what))?;
+    let w = at
+        .checked_add(4)
+        .and_then(|end| b.get(at..end))
+        .ok_or(SFrameError::Truncated(what))?;
     Ok(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
 }
 
@@ -125,10 +133,11 @@ impl<'a> SFrame<'a> {
         let fde_size = if version == 1 { 17 } else { 20 };
         let mut fdes = Vec::with_capacity(num_fdes.min(data.len() / fde_size));
         for i in 0..num_fdes {
-            let at = body + fde_off + i * fde_size;
-            let e = data
-                .get(at..at + fde_size)
-                .ok_or(SFrameError::Truncated("function descriptors"))?;
+            let e = i
+                .checked_mul(fde_size)
+                .and_then(|o| o.checked_add(body)?.checked_add(fde_off))
+                .and_then(|at| Some((at, data.get(at..at.checked_add(fde_size)?)?)));
+            let (at, e) = e.ok_or(SFrameError::Truncated("function descriptors"))?;
             let rel = i32::from_le_bytes([e[0], e[1], e[2], e[3]]) as i64;
             let base = if flags & F_FDE_FUNC_START_PCREL != 0 {
                 addr.wrapping_add(at as u64)
@@ -144,9 +153,9 @@ impl<'a> SFrame<'a> {
                 rep_size: if version == 1 { 0 } else { e[17] },
             });
         }
-        let start = body + fre_off;
-        let fres = data
-            .get(start..start + fre_len)
+        let fres = body
+            .checked_add(fre_off)
+            .and_then(|start| data.get(start..start.checked_add(fre_len)?))
             .ok_or(SFrameError::Truncated("frame row entries"))?;
         Ok(SFrame {
             abi,
@@ -171,12 +180,14 @@ impl<'a> SFrame<'a> {
             1 => 2,
             _ => 4,
         };
-        let mut rows = Vec::with_capacity(fde.num_fres as usize);
+        // A row takes at least two bytes: `num_fres` is the file's word, not a size.
+        let mut rows = Vec::with_capacity((fde.num_fres as usize).min(self.fres.len() / 2));
         for _ in 0..fde.num_fres {
             let start = self.uint(at, addr_size, t)?;
-            let info = *self
-                .fres
-                .get(at + addr_size)
+            let info = at
+                .checked_add(addr_size)
+                .and_then(|i| self.fres.get(i))
+                .copied()
                 .ok_or(SFrameError::Truncated(t))?;
             at += addr_size + 1;
             let count = ((info >> 1) & 0xf) as usize;
@@ -200,7 +211,9 @@ impl<'a> SFrame<'a> {
                 start: if fde.pc_mask() {
                     start
                 } else {
-                    fde.start + start
+                    fde.start
+                        .checked_add(start)
+                        .ok_or(SFrameError::OutOfRange)?
                 },
                 cfa_base_fp: info & 1 == 0,
                 cfa: offsets[0].ok_or(SFrameError::Truncated(t))?,
@@ -213,9 +226,9 @@ impl<'a> SFrame<'a> {
     }
 
     fn uint(&self, at: usize, size: usize, what: &'static str) -> Result<u64, SFrameError> {
-        let b = self
-            .fres
-            .get(at..at + size)
+        let b = at
+            .checked_add(size)
+            .and_then(|end| self.fres.get(at..end))
             .ok_or(SFrameError::Truncated(what))?;
         let mut w = [0u8; 8];
         w[..size].copy_from_slice(b);
@@ -233,10 +246,10 @@ impl<'a> SFrame<'a> {
 
     /// The row in effect at `pc`, if a descriptor covers it.
     pub fn row_at(&self, pc: u64) -> Option<Fre> {
-        let fde = self
-            .fdes
-            .iter()
-            .find(|f| f.start <= pc && pc < f.start + f.size as u64)?;
+        let fde = self.fdes.iter().find(|f| {
+            pc.checked_sub(f.start)
+                .is_some_and(|o| o < u64::from(f.size))
+        })?;
         let rows = self.rows(fde).ok()?;
         let key = if fde.pc_mask() && fde.rep_size > 0 {
             (pc - fde.start) % fde.rep_size as u64
@@ -382,5 +395,53 @@ mod tests {
             SFrame::parse(&h, 0).err(),
             Some(SFrameError::Truncated("function descriptors"))
         );
+    }
+    /// A version 2 x86-64 section with one descriptor (`start`, `size`, `num_fres`, rows
+    /// of 1-byte starts) over the row bytes `fres`.
+    fn crafted(start: i32, size: u32, num_fres: u32, fres: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; HEADER];
+        b[..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2] = 2;
+        b[4] = 3;
+        b[6] = -8i8 as u8;
+        b[8..12].copy_from_slice(&1u32.to_le_bytes());
+        b[12..16].copy_from_slice(&num_fres.to_le_bytes());
+        b[16..20].copy_from_slice(&(fres.len() as u32).to_le_bytes());
+        b[24..28].copy_from_slice(&20u32.to_le_bytes());
+        b.extend(start.to_le_bytes());
+        b.extend(size.to_le_bytes());
+        b.extend(0u32.to_le_bytes());
+        b.extend(num_fres.to_le_bytes());
+        b.extend([0, 0, 0, 0]);
+        b.extend(fres);
+        b
+    }
+
+    #[test]
+    fn a_row_count_past_the_section_is_an_error_not_an_allocation() {
+        // One row (start 0, CFA sp+8) where the descriptor claims 2^32 - 1 of them.
+        let data = crafted(0, 0x10, u32::MAX, &[0, 0x03, 8]);
+        let sf = SFrame::parse(&data, 0x1000).unwrap();
+        assert_eq!(
+            sf.rows(&sf.fdes[0]).err(),
+            Some(SFrameError::Truncated("frame row entries"))
+        );
+        assert_eq!(sf.row_at(0x1004), None);
+    }
+
+    #[test]
+    fn descriptors_and_rows_at_the_top_of_the_address_space_do_not_wrap() {
+        // A function from 2^64 - 16 on, 0x100 bytes long: it would end past the top.
+        let data = crafted(-16, 0x100, 1, &[0x20, 0x03, 8]);
+        let sf = SFrame::parse(&data, 0).unwrap();
+        assert_eq!(sf.fdes[0].start, u64::MAX - 15);
+        assert_eq!(sf.rows(&sf.fdes[0]).err(), Some(SFrameError::OutOfRange));
+        assert_eq!(sf.row_at(u64::MAX - 1), None);
+        assert_eq!(sf.row_at(0x10), None);
+        // The same descriptor inside the address space reads its row.
+        let data = crafted(0x1000, 0x100, 1, &[0x20, 0x03, 8]);
+        let sf = SFrame::parse(&data, 0).unwrap();
+        let row = sf.row_at(0x1030).unwrap();
+        assert_eq!((row.start, row.cfa, row.cfa_base_fp), (0x1020, 8, false));
     }
 }

@@ -200,12 +200,15 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
         &started_filter,
     ];
     let replay = qemu_uftrace_tests::replay::uftrace(&args).expect("uftrace replay");
-    // `[tid]  seconds.nanoseconds | function`
+    // `[tid]  seconds.nanoseconds | function`, a short tid padded inside the brackets
+    // (`[     1]`: PIDs, where the kernel's BTF or DWARF says where they are).
     let event = |what: &str| -> Option<(u32, f64)> {
         let line = replay.lines().find(|l| l.contains(what))?;
-        let mut words = line.split_whitespace();
-        let tid = words.next()?.trim_matches(['[', ']']).parse().ok()?;
-        Some((tid, words.next()?.parse().ok()?))
+        let (tid, rest) = line.trim_start().strip_prefix('[')?.split_once(']')?;
+        Some((
+            tid.trim().parse().ok()?,
+            rest.split_whitespace().next()?.parse().ok()?,
+        ))
     };
     let missing = || format!("on {label}:\n{replay}");
     let (wake_tid, woken) =

@@ -113,7 +113,10 @@ pub fn assert_unwound_by(
     );
     assert_eq!(plugin_stat(stats, "resync_cookies"), "1", "{label}");
     assert_eq!(plugin_stat(stats, "lost_marks"), "0", "{label}");
-    let summary = format!("1 resync without frame records unwound after the run ({frames})");
+    let summary = format!(
+        "1 place where the call stack was lost (a return that matched no call, in code \
+         without frame pointers) was unwound after the run ({frames})"
+    );
     assert!(r.stderr.contains(&summary), "{label}: {}", r.stderr);
     // No cookie or marker is left in the trace.
     assert!(no_cookie_files(&r.dir), "{label}");
@@ -145,8 +148,10 @@ pub fn assert_guessed(r: &Run, label: &str) {
     );
     assert!(!r.dump.contains("[event]"), "{label}\n{}", r.dump);
     assert!(
-        r.stderr
-            .contains("1 resync without frame records stayed guessed"),
+        r.stderr.contains(
+            "1 place where the call stack was lost (a return that matched no call, \
+                       in code without frame pointers) could not be unwound"
+        ),
         "{label}: {}",
         r.stderr
     );

@@ -67,6 +67,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     }
     // User mode: a new thread may have moved the scoreboards since the last translation.
     crate::vcpu::scoreboard::refresh_base();
+    crate::handlers::after_translation();
     let pending = crate::vcpu::landing::entry();
     let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };

@@ -37,7 +37,7 @@ use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_uint, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// How much of the stack top is saved: the frames of a call chain tens deep (kernel
@@ -353,12 +353,30 @@ pub fn x86_64_user_sp(v: &mut VcpuState, pc: u64) -> Option<u64> {
     }
 }
 
+/// Cookies a run from a snapshot writes at most (each up to 96 KiB: the stack top and two
+/// more stacks): one per task open at the start, and one more for its user mode. Tasks the
+/// guest starts later get theirs too (nothing tells them apart at their first switch), so
+/// a guest's fork loop would write one per child without this cap.
+pub const MAX_COOKIES: u32 = 4096;
+
+/// Cookies written (or refused) so far.
+static COOKIES: AtomicU32 = AtomicU32::new(0);
+
 fn write(cookie: &StackCookie, name: String) {
     let (Some(cfg), Some(out)) = (config(), OUTPUT.get()) else {
         return;
     };
+    if COOKIES.fetch_add(1, Ordering::Relaxed) >= MAX_COOKIES {
+        out.drop_side();
+        return;
+    }
+    let bytes = cookie.encode();
+    // The size cap counts cookies with the records.
+    if !out.reserve_side(bytes.len() as u64) {
+        return;
+    }
     let path = cfg.out.join(name);
-    if let Err(e) = std::fs::write(&path, cookie.encode()) {
+    if let Err(e) = std::fs::write(&path, bytes) {
         out.note_error(format!(
             "cannot write {}: {e}; the calls open at the start are not recovered",
             path.display()

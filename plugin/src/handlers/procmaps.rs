@@ -58,15 +58,39 @@ pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
     };
 }
 
-/// The lines of `plugin.procs`, in the order the guest did things.
-static LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The lines of `plugin.procs`, in the order the guest did things, and their bytes.
+static LINES: Mutex<(Vec<String>, usize)> = Mutex::new((Vec::new(), 0));
+
+/// Bytes of `plugin.procs` kept at most (a few hundred a process: some 100,000 processes):
+/// a guest starting process after process must not grow QEMU without bound. Later events
+/// are counted in [`DROPPED`].
+pub const MAX_BYTES: usize = 32 << 20;
+
+/// Events past [`MAX_BYTES`], not written.
+static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The events dropped past [`MAX_BYTES`].
+pub fn dropped() -> u64 {
+    DROPPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Keeps `line` unless the kept ones reached [`MAX_BYTES`].
+fn keep(line: String) {
+    let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
+    if lines.1.saturating_add(line.len()) > MAX_BYTES {
+        DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        return;
+    }
+    lines.1 += line.len();
+    lines.0.push(line);
+}
 
 /// `plugin.procs`: one event per line, tab-separated `key=value` fields (numbers in
 /// decimal, addresses in hex), the path last:
 /// `task time=T tid=N tgid=N parent=N`, `exec time=T tid=N tgid=N`,
 /// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX path=P`, `exit time=T tid=N tgid=N`.
 pub fn lines() -> String {
-    LINES.lock().unwrap_or_else(|e| e.into_inner()).concat()
+    LINES.lock().unwrap_or_else(|e| e.into_inner()).0.concat()
 }
 
 /// Whether anything was watched (the file is written only then).
@@ -139,7 +163,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     if file == 0 || flags & VM_EXEC == 0 {
                         return;
                     }
-                    let path = file_path(regs, file, &off).unwrap_or_default();
+                    let path = file_path(regs, file, &off);
                     let offset = pgoff.wrapping_mul(MIN_PAGE);
                     let space = spaces::with(|s| s.mmap(tgid, &path, start, len, offset));
                     v.run_space(space);
@@ -174,7 +198,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     format!("task\ttime={time}\ttid={pid}\ttgid={child_tgid}\tparent={tgid}\n")
                 }
             };
-            LINES.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            keep(line);
         });
     });
 }
@@ -192,27 +216,58 @@ fn ids(regs: &mut ByteBuf, task: u64, off: &Offsets) -> Option<(u32, u32)> {
 
 /// The path of an open file, from its dentry up to the root of its file system (an
 /// initramfs has one; a file under another mount point gives its path from that mount).
-/// Characters that would break the line (tab, newline) become `?`.
-fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> Option<String> {
-    let mut dentry = regs.read_le(file.wrapping_add(off.file_dentry), 8)?;
+/// Names are escaped so that every two names stay apart
+/// (`format::text::escape_bytes`: a lossy conversion made two names one, and a tab or
+/// newline would break the line). A path deeper than [`MAX_DEPTH`] keeps its last
+/// components behind `/…<dentry>`, and one that cannot be read is
+/// `[unreadable <dentry>]`: never one name that different files share.
+fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> String {
+    // Named by the file's dentry (one per file, whoever maps it) when that can be read.
+    let unreadable = |id: u64| format!("[unreadable {id:x}]");
+    let Some(mut dentry) = regs.read_le(file.wrapping_add(off.file_dentry), 8) else {
+        return unreadable(file);
+    };
+    let own = dentry;
     let mut parts = Vec::new();
+    let mut whole = false;
     for _ in 0..MAX_DEPTH {
-        let parent = regs.read_le(dentry.wrapping_add(off.d_parent), 8)?;
+        let Some(parent) = regs.read_le(dentry.wrapping_add(off.d_parent), 8) else {
+            return unreadable(own);
+        };
         if parent == dentry || parent == 0 {
+            whole = true;
             break;
         }
-        let name = regs.read_le(dentry.wrapping_add(off.d_name), 8)?;
-        parts.push(c_string(regs, name)?);
+        let name = regs
+            .read_le(dentry.wrapping_add(off.d_name), 8)
+            .and_then(|name| c_string(regs, name));
+        let Some(name) = name else {
+            return unreadable(own);
+        };
+        parts.push(name);
         dentry = parent;
     }
-    parts.reverse();
-    let path: String = parts.iter().map(|p| format!("/{p}")).collect();
-    Some(path.replace(['\t', '\n'], "?"))
+    render_path(&parts, (!whole).then_some(dentry))
+}
+
+/// The path of dentry names read from the file up (`parts`, innermost first); `cut_at`
+/// the dentry where reading stopped short of the root, which then starts the path, so
+/// that paths with the same last components stay apart.
+fn render_path(parts: &[Vec<u8>], cut_at: Option<u64>) -> String {
+    let mut path = match cut_at {
+        Some(dentry) => format!("/{}{dentry:x}", qemu_uftrace_format::text::CUT_MARK),
+        None => String::new(),
+    };
+    for p in parts.iter().rev() {
+        path.push('/');
+        path.push_str(&qemu_uftrace_format::text::escape_bytes(p));
+    }
+    path
 }
 
 /// A NUL-terminated string of guest memory, read a page at a time (the next page may not be
 /// mapped).
-fn c_string(regs: &mut ByteBuf, at: u64) -> Option<String> {
+fn c_string(regs: &mut ByteBuf, at: u64) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let mut addr = at;
     while out.len() < MAX_NAME {
@@ -221,10 +276,47 @@ fn c_string(regs: &mut ByteBuf, at: u64) -> Option<String> {
         let bytes = regs.read_memory(addr, len)?;
         if let Some(end) = bytes.iter().position(|&b| b == 0) {
             out.extend_from_slice(&bytes[..end]);
-            return Some(String::from_utf8_lossy(&out).into_owned());
+            return Some(out);
         }
         out.extend_from_slice(bytes);
         addr += len as u64;
     }
-    Some(String::from_utf8_lossy(&out).into_owned())
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_stay_apart_and_say_when_cut() {
+        let parts = |names: &[&[u8]]| names.iter().rev().map(|n| n.to_vec()).collect::<Vec<_>>();
+        assert_eq!(
+            render_path(&parts(&[b"lib", b"libc.so.6"]), None),
+            "/lib/libc.so.6"
+        );
+        // Two names a lossy conversion made one; a tab or newline would end the field.
+        let a = render_path(&parts(&[b"t\xff"]), None);
+        let b = render_path(&parts(&[b"t\xfe"]), None);
+        assert_ne!(a, b);
+        assert_eq!(
+            render_path(&parts(&[b"a\tb\nc\x1b"]), None),
+            "/a\\x09b\\x0ac\\x1b"
+        );
+        // Past the depth read: marked, and told apart by where reading stopped.
+        let deep = parts(&[b"x", b"prog"]);
+        let one = render_path(&deep, Some(0xffff_0001));
+        assert_eq!(one, "/\u{2026}ffff0001/x/prog");
+        assert_ne!(one, render_path(&deep, Some(0xffff_0002)));
+    }
+
+    #[test]
+    fn events_past_the_cap_are_counted_not_kept() {
+        let line = "x".repeat(1 << 20);
+        for _ in 0..MAX_BYTES / line.len() + 3 {
+            keep(line.clone());
+        }
+        assert_eq!(lines().len(), MAX_BYTES);
+        assert_eq!(dropped(), 3);
+    }
 }

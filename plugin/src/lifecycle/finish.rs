@@ -73,6 +73,41 @@ fn finish_once() {
     if let Err(e) = write_atomically(&dir, "plugin.tasks", &task_lines(&table)) {
         written.errors.push(e);
     }
+    if written.dropped_side > 0 {
+        written.errors.push(format!(
+            "{} stack cookies not written (past the size cap, or past {} in a run from a \
+             snapshot): the calls open in those contexts are not recovered",
+            written.dropped_side,
+            crate::handlers::midway::MAX_COOKIES
+        ));
+    }
+    if table.past_cap > 0 {
+        written.errors.push(format!(
+            "{} tasks started past the cap of {} contexts share one task, \"(tasks past the \
+             cap)\": their records are not told apart",
+            table.past_cap,
+            qemu_uftrace_engine::tasks::MAX_CONTEXTS
+        ));
+    }
+    let procs_dropped = crate::handlers::procmaps::dropped();
+    if procs_dropped > 0 {
+        written.errors.push(format!(
+            "{procs_dropped} process events (starts, execs, mappings, exits) not kept past \
+             {} MiB of them: later processes' functions are not named",
+            crate::handlers::procmaps::MAX_BYTES >> 20
+        ));
+    }
+    let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
+    if spaces.1 > 0 {
+        written.errors.push(format!(
+            "{} events in code translated in an ended process's address space (one of {} \
+             freed past the latest {} kept) ran in another process at their translated \
+             addresses, which may name the wrong functions",
+            spaces.1,
+            spaces.0,
+            qemu_uftrace_engine::spaces::KEPT_ENDED
+        ));
+    }
     let lost: u64 = written.lost.values().map(|l| l.records).sum();
     let complete =
         written.errors.is_empty() && written.stopped.is_none() && lost == 0 && !written.capped;
@@ -99,6 +134,7 @@ fn finish_once() {
     );
     line("tasks", &table.contexts().len());
     line("task_conflicts", &table.conflicts);
+    line("tasks_past_cap", &table.past_cap);
     for (k, v) in total.lines() {
         line(k, &v);
     }
@@ -166,6 +202,12 @@ fn finish_once() {
         }
     }
     line("lost_records", &lost);
+    line("dropped_cookies", &written.dropped_side);
+    if system_mode() && crate::handlers::procmaps::enabled() {
+        line("dropped_proc_events", &procs_dropped);
+        line("spaces_freed", &spaces.0);
+        line("unmoved_events", &spaces.1);
+    }
     if written.capped {
         line("size_capped", &1);
     }

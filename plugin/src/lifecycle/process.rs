@@ -197,17 +197,42 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     let Some(user_opts) = cfg.user_opts else {
         return;
     };
-    let Some((path, argv, envp)) = crate::handlers::usermap::with_buf(|b| {
-        let path = crate::handlers::usermap::read_cstr(b, path_ptr, 4096)?;
-        Some((path, read_strings(b, argv_ptr)?, read_strings(b, envp_ptr)?))
+    let Some(path) = crate::handlers::usermap::with_buf(|b| {
+        crate::handlers::usermap::read_cstr(b, path_ptr, 4096)
     }) else {
         return;
     };
     let host = Path::new(OsStr::from_bytes(&path));
+    // The program decides first: the arguments of one this QEMU does not run are not read.
     if !runs_here(host) {
         return;
     }
     let Some(qemu_args) = own_command(user_opts) else {
+        return;
+    };
+    let max = arg_max();
+    // The words this QEMU puts before the guest's (its options, the plugin's, the path
+    // twice) take their share: past it the execve of QEMU would fail, and the guest with it.
+    let own: usize = [&qemu_args.argv0, &qemu_args.plugin, &path, &path]
+        .into_iter()
+        .chain(&qemu_args.opts)
+        .map(|w| w.len() + 9)
+        .sum::<usize>()
+        + 512;
+    let mut room = max.saturating_sub(own);
+    let strings = crate::handlers::usermap::with_buf(|b| {
+        Some((
+            read_strings(b, argv_ptr, &mut room)?,
+            read_strings(b, envp_ptr, &mut room)?,
+        ))
+    });
+    let Some((argv, envp)) = strings else {
+        // QEMU's own execve meets the same limit (or fault) and tells the guest.
+        eprintln!(
+            "qemu-uftrace plugin: {} runs untraced: its arguments and environment are not \
+             readable within the host's limit of {max} bytes",
+            host.display()
+        );
         return;
     };
     // SAFETY: getpid cannot fail.
@@ -261,8 +286,28 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     unsafe { libc::_exit(127) }
 }
 
-/// Reads a NULL-terminated array of string pointers (argv, envp) from guest memory.
-fn read_strings(b: &mut crate::state::guest::ByteBuf, mut at: u64) -> Option<Vec<Vec<u8>>> {
+/// Linux's longest argument or environment string.
+const MAX_ARG_STRLEN: usize = 128 << 10;
+
+/// The most an `execve`'s strings may take on this host: a quarter of the stack limit
+/// (`ARG_MAX`), within Linux's floor of 32 pages and its ceiling of 6 MiB (an unlimited
+/// stack gives no bound of its own).
+fn arg_max() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    usize::try_from(n)
+        .unwrap_or(0)
+        .clamp(MAX_ARG_STRLEN, 6 << 20)
+}
+
+/// Reads a NULL-terminated array of string pointers (argv, envp) from guest memory, no more
+/// than `room` bytes: Linux counts each string with its NUL and its pointer against
+/// `ARG_MAX`, so the host's `execve` of QEMU would refuse more anyway.
+fn read_strings(
+    b: &mut crate::state::guest::ByteBuf,
+    mut at: u64,
+    room: &mut usize,
+) -> Option<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     if at == 0 {
         return Some(out);
@@ -272,11 +317,11 @@ fn read_strings(b: &mut crate::state::guest::ByteBuf, mut at: u64) -> Option<Vec
         if ptr == 0 {
             return Some(out);
         }
-        // Linux's own limits: MAX_ARG_STRLEN per string, and far fewer strings.
-        out.push(crate::handlers::usermap::read_cstr(b, ptr, 128 << 10)?);
-        if out.len() > 1 << 16 {
-            return None;
-        }
+        // Read no further than what fits, its NUL and pointer included.
+        let max = room.checked_sub(9)?.min(MAX_ARG_STRLEN);
+        let s = crate::handlers::usermap::read_cstr(b, ptr, max)?;
+        *room = room.checked_sub(s.len() + 9)?;
+        out.push(s);
         at = at.checked_add(8)?;
     }
 }

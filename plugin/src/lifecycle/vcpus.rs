@@ -41,6 +41,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         return;
     };
     guest::init_registers(isa_or_default());
+    vcpu::set_thread_vcpu(vcpu_id);
     if vcpu::is_installed(vcpu_id) {
         // QEMU initialises a vCPU index again after unplugging it: its engine, with the
         // records and stacks it holds, carries on.
@@ -99,6 +100,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         fed_target: 0,
         deltas: Default::default(),
         jump_answers: Box::new([[(0, 0, 0); vcpu::JUMP_ANSWERS]; 2]),
+        handed_round: 0,
     };
     if !vcpu::install(vcpu_id, state) {
         out.note_error(format!(

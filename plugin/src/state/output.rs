@@ -49,6 +49,9 @@ pub struct Written {
     pub start_frames: u64,
     /// `--keep-last`: the frames open at the window's start, written as entries.
     pub window_frames: Option<u64>,
+    /// Files beside the records (stack cookies) not written: past the size cap or their
+    /// own cap.
+    pub dropped_side: u64,
 }
 
 /// How much the writer may write: `max_bytes` of records in all (`max_size=`), and what
@@ -75,6 +78,8 @@ pub struct Output {
     chan: Mutex<Chan>,
     /// Problems met off the writer thread, reported with its own at the end.
     noted: Mutex<Vec<String>>,
+    /// Files beside the records not written ([`Written::dropped_side`]).
+    dropped_side: AtomicU64,
     /// `--stop-at`: records from this time on are not written (`u64::MAX`: none).
     stop: Arc<AtomicU64>,
     /// `--start-at`: records before this time are not written (`u64::MAX`: not yet).
@@ -88,6 +93,16 @@ struct Chan {
     tx: SyncSender<Msg>,
     pool: Arc<Mutex<Vec<Vec<u8>>>>,
     writer: Option<JoinHandle<Written>>,
+    sizes: Sizes,
+}
+
+/// What one process image wrote towards the size cap: its records (the writer's count)
+/// and the files beside them (stack cookies, written off the writer thread), which the cap
+/// counts too.
+#[derive(Clone, Default)]
+struct Sizes {
+    records: Arc<AtomicU64>,
+    side: Arc<AtomicU64>,
 }
 
 impl Chan {
@@ -106,6 +121,7 @@ impl Chan {
     }
 
     fn start_with(w: Writer) -> std::io::Result<Chan> {
+        let sizes = w.sizes.clone();
         let (tx, rx) = sync_channel(QUEUE_DEPTH);
         let pool = Arc::new(Mutex::new(Vec::new()));
         let writer_pool = Arc::clone(&pool);
@@ -118,6 +134,7 @@ impl Chan {
             tx,
             pool,
             writer: Some(writer),
+            sizes,
         })
     }
 }
@@ -131,6 +148,7 @@ impl Output {
             limits,
             chan: Mutex::new(Chan::start(dir, limits, &stop, (&start, &start_addr))?),
             noted: Mutex::new(Vec::new()),
+            dropped_side: AtomicU64::new(0),
             stop,
             start,
             start_addr,
@@ -151,6 +169,7 @@ impl Output {
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
         self.noted.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.dropped_side.store(0, Ordering::SeqCst);
         Ok(())
     }
 
@@ -187,6 +206,33 @@ impl Output {
         self.start.fetch_min(time, Ordering::AcqRel);
     }
 
+    /// Takes room for `bytes` of a file beside the records (a stack cookie) within the size
+    /// cap (`max_size=`), which counts them with the records; false, nothing taken, where
+    /// they do not fit (counted as dropped).
+    pub fn reserve_side(&self, bytes: u64) -> bool {
+        let sizes = self.chan().sizes.clone();
+        let Some(max) = self.limits.max_bytes else {
+            sizes.side.fetch_add(bytes, Ordering::SeqCst);
+            return true;
+        };
+        let fits = sizes
+            .side
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |side| {
+                let used = side.saturating_add(sizes.records.load(Ordering::SeqCst));
+                (used.saturating_add(bytes) <= max).then_some(side.saturating_add(bytes))
+            })
+            .is_ok();
+        if !fits {
+            self.drop_side();
+        }
+        fits
+    }
+
+    /// A file beside the records was not written (its own cap).
+    pub fn drop_side(&self) {
+        self.dropped_side.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Records a problem for `plugin.stats` (which then says the trace is incomplete).
     pub fn note_error(&self, msg: String) {
         eprintln!("qemu-uftrace plugin: {msg}");
@@ -214,6 +260,7 @@ impl Output {
         };
         let noted = std::mem::take(&mut *self.noted.lock().unwrap_or_else(|e| e.into_inner()));
         written.errors.extend(noted);
+        written.dropped_side = self.dropped_side.load(Ordering::SeqCst);
         written
     }
 }
@@ -284,6 +331,8 @@ struct Writer {
     limits: Limits,
     /// Record bytes written so far, for the size cap.
     total: u64,
+    /// `total` for the other threads, and the bytes of the files beside the records.
+    sizes: Sizes,
     /// Files left with a partial buffer at their end (the cut back failed): where the last
     /// whole one ended. Nothing may be appended to them.
     torn: HashMap<u32, u64>,
@@ -307,6 +356,7 @@ impl Writer {
             free: free_bytes,
             limits,
             total: 0,
+            sizes: Sizes::default(),
             torn: HashMap::new(),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
             early: false,
@@ -368,7 +418,10 @@ impl Writer {
         let mut buf = &kept[..];
         if self.written.stopped.is_none() {
             if let Some(max) = self.limits.max_bytes {
-                let room = max.saturating_sub(self.total) as usize / RECORD_SIZE * RECORD_SIZE;
+                let used = self
+                    .total
+                    .saturating_add(self.sizes.side.load(Ordering::SeqCst));
+                let room = max.saturating_sub(used) as usize / RECORD_SIZE * RECORD_SIZE;
                 if buf.len() >= room {
                     self.written.capped = true;
                     buf = &buf[..room];
@@ -387,6 +440,7 @@ impl Writer {
                 self.written.stopped = Some(format!("{tid}.dat: {e}"));
             } else {
                 self.total += buf.len() as u64;
+                self.sizes.records.store(self.total, Ordering::SeqCst);
             }
         }
         if self.written.stopped.is_some() {
@@ -641,6 +695,19 @@ mod tests {
     }
 
     /// A writer on a fake disk with plenty of room, and that disk.
+    /// The output of a recording whose writer thread runs `w`, with no stop or start set.
+    fn output(limits: Limits, w: Writer) -> Output {
+        Output {
+            limits,
+            chan: Mutex::new(Chan::start_with(w).unwrap()),
+            noted: Mutex::new(Vec::new()),
+            dropped_side: AtomicU64::new(0),
+            stop: Arc::new(AtomicU64::new(u64::MAX)),
+            start: Arc::new(AtomicU64::new(u64::MAX)),
+            start_addr: Arc::default(),
+        }
+    }
+
     fn writer(limits: Limits) -> (Writer, Disk) {
         let disk: Disk = Arc::default();
         let mut w = Writer::new(PathBuf::from("/fake"), limits);
@@ -846,6 +913,34 @@ mod tests {
         assert_eq!(CAPPED.load(Ordering::Relaxed), 1);
     }
 
+    /// Stack cookies count towards the cap: the records get what they leave, and a cookie
+    /// gets room only where it fits beside the records written.
+    #[test]
+    fn files_beside_the_records_share_the_cap() {
+        let limits = Limits {
+            max_bytes: Some(10 * RECORD_SIZE as u64),
+            ..Limits::default()
+        };
+        let (w, disk) = writer(limits);
+        let out = output(limits, w);
+        assert!(out.reserve_side(3 * RECORD_SIZE as u64));
+        out.send(1, records(0, 4));
+        let written = out.finish();
+        assert_eq!(file(&disk, 1), records(0, 4));
+        assert!(!written.capped);
+        // Three records' worth left: a cookie of four does not fit, one of three does.
+        assert!(!out.reserve_side(4 * RECORD_SIZE as u64));
+        assert!(out.reserve_side(3 * RECORD_SIZE as u64));
+        assert!(!out.reserve_side(1));
+        assert_eq!(out.finish().dropped_side, 2);
+        // And the records then get nothing more.
+        let (mut w, disk) = writer(limits);
+        w.sizes.side.store(7 * RECORD_SIZE as u64, Ordering::SeqCst);
+        w.write(1, &records(0, 4));
+        assert_eq!(file(&disk, 1), records(0, 3));
+        assert!(w.written.capped);
+    }
+
     /// The cap reached exactly: the buffer that fills it is written whole.
     #[test]
     fn a_cap_reached_exactly_writes_the_last_buffer() {
@@ -885,14 +980,7 @@ mod tests {
     fn a_dead_writer_thread_is_reported() {
         let (mut w, _) = writer(Limits::default());
         w.open = Box::new(|_: &Path| panic!("the writer dies"));
-        let out = Output {
-            limits: Limits::default(),
-            chan: Mutex::new(Chan::start_with(w).unwrap()),
-            noted: Mutex::new(Vec::new()),
-            stop: Arc::new(AtomicU64::new(u64::MAX)),
-            start: Arc::new(AtomicU64::new(u64::MAX)),
-            start_addr: Arc::default(),
-        };
+        let out = output(Limits::default(), w);
         out.send(5, records(0, 2));
         // The thread is gone once the queue's receiver is: sends fail from then on.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);

@@ -5,12 +5,23 @@
 
 use qemu_uftrace_format::record::RECORD_SIZE;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub const STATUS_FILE: &str = "plugin.status";
 
 /// How often the status is rewritten while recording.
 pub const EVERY: Duration = Duration::from_secs(1);
+
+/// How many statuses were written: a vCPU that has held its records since an earlier one
+/// hands them to the writer at its next system call (user mode), so that the status counts
+/// a program that fills no buffer for minutes (one holds 64 Ki records).
+static ROUND: AtomicU64 = AtomicU64::new(0);
+
+/// The current status round (see [`ROUND`]).
+pub fn round() -> u64 {
+    ROUND.load(Ordering::Relaxed)
+}
 
 /// The counts behind one status.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +120,7 @@ impl Progress {
         if std::fs::write(&self.tmp, text).is_ok() {
             let _ = std::fs::rename(&self.tmp, &self.path);
         }
+        ROUND.fetch_add(1, Ordering::Relaxed);
     }
 
     fn text(&self, state: State, counts: Counts, now: Instant) -> String {

@@ -76,9 +76,13 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
     };
     let dir = dir.unwrap_or_else(|| cfg.out.clone());
     let path = dir.join(cookie::resync_file_name(tid, seq));
+    let bytes = cookie.encode();
+    // The size cap counts cookies with the records: past it, the resync is guessed.
+    if !out.reserve_side(bytes.len() as u64) {
+        return None;
+    }
     // A forked child's folder may not be there yet (its parent makes it at the fork's return).
-    let written =
-        std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, cookie.encode()));
+    let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, bytes));
     match written {
         Ok(()) => Some(seq),
         Err(e) => {

@@ -60,6 +60,9 @@ pub struct VcpuState {
     /// What `handlers::jumps` decided of jumps through a register, per vCPU (as a
     /// thread-local, a TLS lookup per jump).
     pub jump_answers: Box<JumpAnswers>,
+    /// The status round (`state::progress::round`) at which this vCPU last handed its
+    /// records to the writer outside a full buffer (user mode, at a system call).
+    pub handed_round: u64,
 }
 
 /// Direct-mapped tables of (jump's address, target, answer) (`handlers::jumps`): entries'
@@ -85,6 +88,22 @@ impl VcpuState {
             None => self.clock.now(&mut self.interp, last),
         }
     }
+}
+
+thread_local! {
+    /// The vCPU this thread runs (user mode: each guest thread is one, on a host thread of
+    /// its own), for the callbacks that are not told (translation).
+    static THREAD_VCPU: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// This thread runs vCPU `index` (at its init, on its own thread).
+pub fn set_thread_vcpu(index: u32) {
+    THREAD_VCPU.with(|v| v.set(Some(index)));
+}
+
+/// The vCPU this thread runs, once its init said.
+pub fn thread_vcpu() -> Option<u32> {
+    THREAD_VCPU.with(std::cell::Cell::get)
 }
 
 /// One vCPU's state behind its flags, on cache lines of its own.
