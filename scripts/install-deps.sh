@@ -197,7 +197,12 @@ command -v cargo-fuzz >/dev/null 2>&1 || {
 }
 
 # The archive work: which file of which package (xtask/), built once (seconds).
-xtask() { cargo run --quiet --manifest-path "$root/Cargo.toml" --package xtask -- "$@"; }
+# Its own target directory: scripts/test.sh builds the workspace beside the install, and a shared
+# one would keep every xtask call waiting on that build's lock.
+xtask() {
+    cargo run --quiet --manifest-path "$root/Cargo.toml" --package xtask \
+        --target-dir "${CARGO_TARGET_DIR:-$root/target}/xtask" -- "$@"
+}
 
 # fetch_kernel DIR META QUAL WANT=NAME...: the versioned kernel package that metapackage META
 # pulls in (QUAL: `:ARCH` and `/SUITE` as apt takes them), its files kept as DIR/NAME; then

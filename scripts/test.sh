@@ -18,7 +18,7 @@ steps=()
 log=$(mktemp)
 started=$SECONDS
 summary() {
-  local status=$?
+  local status=${1:-$?}
   echo "test.sh: time per step"
   printf '  %s\n' "${steps[@]}"
   printf '  %-34s %8d s\n' "all steps" $((SECONDS - started))
@@ -40,11 +40,45 @@ step() {
   steps+=("$(printf '%-34s %8d s%s' "$name" $((SECONDS - t0)) "$([ $status -eq 0 ] || echo "  FAILED ($status)")")")
   return $status
 }
+# The workspace's build and lints need nothing install-deps brings (the tests build their guests
+# themselves), so they run beside the install, whose downloads leave the cores idle for minutes,
+# at a lower priority than its own builds (QEMU, OpenSBI, uftrace). Their output is printed, and
+# their status and time kept, when the install is done.
+beside=$(mktemp -d)
+(
+  set +e
+  run() {
+    local name=$1 t0=$SECONDS status=0
+    shift
+    nice -n 10 "$@" >>"$beside/output" 2>&1 || status=$?
+    echo "$name $((SECONDS - t0)) $status" >>"$beside/steps"
+    return $status
+  }
+  run build cargo test --workspace --no-run --quiet
+  run clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
+  # The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
+  run clippy-api-v7 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
+) &
+beside_pid=$!
+# A failed install ends the run: the build beside it goes too.
+trap 'rc=$?; pkill -P "$beside_pid" 2>/dev/null; kill "$beside_pid" 2>/dev/null; summary "$rc"' EXIT
 step install-deps scripts/install-deps.sh
+# beside_done: waits for the build and lints, prints what they printed, keeps their steps.
+beside_done() {
+  local status=0 name secs code
+  wait "$beside_pid" || true
+  cat "$beside/output"
+  while read -r name secs code; do
+    [ "$code" -eq 0 ] || status=$code
+    steps+=("$(printf '%-34s %8d s%s' "$name (beside the install)" "$secs" "$([ "$code" -eq 0 ] || echo "  FAILED ($code)")")")
+  done <"$beside/steps"
+  steps+=("$(printf '%-34s %8d s' "waited for them after the install" $((SECONDS - beside_wait)))")
+  rm -rf "$beside"
+  return $status
+}
+beside_wait=$SECONDS
+beside_done
 step fmt cargo fmt --all -- --check
-step clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
-# The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
-step clippy-api-v7 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
 # The test output goes to the terminal and to the log the summary reads.
 step "cargo test" bash -o pipefail -c 'cargo test --workspace --no-fail-fast 2>&1 | tee "$1"' _ "$log"
 step "every test binary ran" scripts/test-binaries-ran.sh "$log"
