@@ -16,8 +16,11 @@
 # the CPU time of each (user + system, every thread, record's own included) and its ratio;
 # the range of each; and the verdict: the median and range of each interleaved pair's ratio,
 # of wall and of CPU time, and the ratio of the fastest runs (bench/common.sh's ratio_line).
-# Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] [CONTRIB=0] bench/user.sh [bzip2] [sqlite]
-#        (no workload named: both)
+# Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] [CONTRIB=0] [PLUGINS="NAME=X.so ..."]
+#        bench/user.sh [bzip2] [sqlite]        (no workload named: both)
+# PLUGINS: ours is each of these builds, all in the same run, interleaved (each run's order
+# rotates), a line each: X a plugin (.so, given to `record --plugin`) or a qemu-uftrace
+# binary (its own plugin); to compare builds side by side.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -99,68 +102,107 @@ spread() { cut -d' ' -f1 "$1" | sort -n | sed -n '1p;$p' | paste -sd-; }
 
 stat_of() { sed -n "s/^$1=//p" "$work/ours/trace/plugin.stats" 2>/dev/null | head -n1; }
 
-# Runs WORKLOAD on ARCH plain, with our plugin and with QEMU's, and prints their line.
-measure() {
-    local arch=$1 workload=$2 with_contrib=1 i p o pm om c cm bytes events
-    user_argv "$arch" "$workload"
-    [ "$arch" != riscv64 ] || with_contrib=0
-    # CONTRIB=0: ours against plain only (QEMU's plugin runs 10-19x longer).
-    [ "${CONTRIB:-1}" = 1 ] || with_contrib=0
-    mkdir -p "$work/plain" "$work/ours" "$work/contrib"
-    : >"$work/plain.t"; : >"$work/ours.t"; : >"$work/contrib.t"
-    for i in $(seq "$runs"); do
-        # Odd pairs run plain first, even pairs ours first: a cost that falls on whichever
-        # runs second (the first one's page cache, its freed memory) falls on both alike.
-        if [ $((i % 2)) = 1 ]; then
-            timed_in "$work/plain" "${argv[@]}" >>"$work/plain.t"
-            timed_in "$work/ours" "$qu" record -o "$work/ours/trace" -- "${argv[@]}" >>"$work/ours.t"
-        else
-            timed_in "$work/ours" "$qu" record -o "$work/ours/trace" -- "${argv[@]}" >>"$work/ours.t"
-            timed_in "$work/plain" "${argv[@]}" >>"$work/plain.t"
-        fi
-        if [ "$with_contrib" = 1 ]; then
-            timed_in "$work/contrib" "${argv[0]}" -plugin "$contrib" "${argv[@]:1}" >>"$work/contrib.t"
-        fi
-        # Keep the last traces for their figures; a trace left in the page cache would slow
-        # the next run (see run.sh).
-        if [ "$i" -lt "$runs" ]; then rm -rf "$work/ours/trace" "$work/ours/trace.old" "$work/contrib/uftrace.data"; fi
+# The builds of ours, NAME=PLUGIN ("ours=" : the one built into qemu-uftrace).
+variants=(ours=)
+if [ -n "${PLUGINS:-}" ]; then read -r -a variants <<<"$PLUGINS"; fi
+# The `record` command of build NAME, into the array `popt`.
+plugin_opt() {
+    local v x
+    popt=("$qu" record)
+    for v in "${variants[@]}"; do
+        x=${v#*=}
+        [ "${v%%=*}" = "$1" ] && [ -n "$x" ] || continue
+        case "$x" in
+            *.so) popt=("$qu" record --plugin "$x") ;;
+            *) popt=("$x" record) ;;
+        esac
     done
+}
+
+# Keeps build NAME's trace figures (its last run's) before the trace goes.
+stats_of() {
+    du -sb "$work/ours/trace" | cut -f1 >"$work/$1.bytes"
+    stat_of events >"$work/$1.events"
+    grep -E '^(calls|returns|unmatched_returns|resyncs|lost_records|lost_marks)=' "$work/ours/trace/plugin.stats" |
+        tr '\n' ' ' >"$work/$1.stats"
+}
+
+# Prints build NAME's lines (measure's locals: arch, workload, with_contrib).
+report() {
+    local n=$1 p o pm om c cm bytes events label=$arch
+    [ "$n" = ours ] || label="$arch/$n"
     p=$(cut -d' ' -f1 "$work/plain.t" | median)
-    o=$(cut -d' ' -f1 "$work/ours.t" | median)
+    o=$(cut -d' ' -f1 "$work/$n.t" | median)
     pm=$(cut -d' ' -f2 "$work/plain.t" | median)
-    om=$(cut -d' ' -f2 "$work/ours.t" | median)
+    om=$(cut -d' ' -f2 "$work/$n.t" | median)
     c=0 cm=0
     if [ "$with_contrib" = 1 ]; then
         c=$(cut -d' ' -f1 "$work/contrib.t" | median)
         cm=$(cut -d' ' -f2 "$work/contrib.t" | median)
     fi
-    bytes=$(du -sb "$work/ours/trace" | cut -f1)
-    events=$(stat_of events)
-    awk -v a="$arch" -v w="$workload" -v p="$p" -v o="$o" -v c="$c" -v pm="$pm" -v om="$om" -v cm="$cm" \
+    bytes=$(cat "$work/$n.bytes")
+    events=$(cat "$work/$n.events")
+    awk -v a="$label" -v w="$workload" -v p="$p" -v o="$o" -v c="$c" -v pm="$pm" -v om="$om" -v cm="$cm" \
         -v b="$bytes" -v e="${events:-0}" 'BEGIN {
         cs = c > 0 ? sprintf("%8.2f", c) : sprintf("%8s", "n/a")
         cr = c > 0 ? sprintf("%6.2fx", c / p) : sprintf("%7s", "n/a")
         cmb = c > 0 ? sprintf("%8.0f", cm / 1024) : sprintf("%8s", "n/a")
         printf "%-8s %-8s %8.2f %8.2f %s %6.2fx %s %8.0f %8.0f %s %9.0f %11d\n",
             a, w, p, o, cs, o / p, cr, pm / 1024, om / 1024, cmb, b / 1048576, e }'
-    grep -E '^(calls|returns|unmatched_returns|resyncs|lost_records|lost_marks)=' "$work/ours/trace/plugin.stats" |
-        tr '\n' ' ' | sed 's/^/                  /'
+    sed 's/^/                  /' "$work/$n.stats" | tr -d '\n'
     if [ "$with_contrib" = 1 ]; then
         printf 'contrib trace %s MB' "$(du -sm "$work/contrib/uftrace.data" | cut -f1)"
     fi
     echo
     cpu() { cut -d' ' -f3 "$work/$1.t" | median; }
-    awk -v p="$(cpu plain)" -v o="$(cpu ours)" -v c="$( [ "$with_contrib" = 1 ] && cpu contrib || echo 0)" 'BEGIN {
+    awk -v p="$(cpu plain)" -v o="$(cpu "$n")" -v c="$( [ "$with_contrib" = 1 ] && cpu contrib || echo 0)" 'BEGIN {
         printf "                  cpu: plain %.2f s, ours %.2f s (%.2fx)", p, o, o / p
         if (c > 0) printf ", contrib %.2f s (%.2fx)", c, c / p
         printf "\n" }'
-    printf '                  range: plain %s s, ours %s s' "$(spread "$work/plain.t")" "$(spread "$work/ours.t")"
+    printf '                  range: plain %s s, ours %s s' "$(spread "$work/plain.t")" "$(spread "$work/$n.t")"
     [ "$with_contrib" = 0 ] || printf ', contrib %s s' "$(spread "$work/contrib.t")"
     echo
     # The verdict: each pair's ratio, median and range (steadier than the medians' ratio).
-    printf '                  pairs: ours %s' "$(ratio_line "$work/plain.t" "$work/ours.t")"
+    printf '                  pairs: ours %s' "$(ratio_line "$work/plain.t" "$work/$n.t")"
     [ "$with_contrib" = 0 ] || printf '; contrib %s' "$(ratio_line "$work/plain.t" "$work/contrib.t")"
     echo
+}
+
+# Runs WORKLOAD on ARCH plain, with our plugin and with QEMU's, and prints their line.
+measure() {
+    local arch=$1 workload=$2 with_contrib=1 i v
+    user_argv "$arch" "$workload"
+    [ "$arch" != riscv64 ] || with_contrib=0
+    # CONTRIB=0: ours against plain only (QEMU's plugin runs 10-19x longer).
+    [ "${CONTRIB:-1}" = 1 ] || with_contrib=0
+    mkdir -p "$work/plain" "$work/ours" "$work/contrib"
+    : >"$work/plain.t"; : >"$work/contrib.t"
+    local names=() n k order popt
+    for v in "${variants[@]}"; do names+=("${v%%=*}"); : >"$work/${v%%=*}.t"; done
+    for i in $(seq "$runs"); do
+        # Plain and each build of ours take turns at going first (a cost that falls on
+        # whichever runs second, the first one's page cache or freed memory, falls on all).
+        order=(plain "${names[@]}")
+        k=$(( (i - 1) % ${#order[@]} ))
+        order=("${order[@]:k}" "${order[@]:0:k}")
+        for n in "${order[@]}"; do
+            if [ "$n" = plain ]; then
+                timed_in "$work/plain" "${argv[@]}" >>"$work/plain.t"
+            else
+                rm -rf "$work/ours/trace" "$work/ours/trace.old"
+                plugin_opt "$n"
+                timed_in "$work/ours" "${popt[@]}" -o "$work/ours/trace" -- "${argv[@]}" >>"$work/$n.t"
+                stats_of "$n"
+            fi
+        done
+        if [ "$with_contrib" = 1 ]; then
+            timed_in "$work/contrib" "${argv[0]}" -plugin "$contrib" "${argv[@]:1}" >>"$work/contrib.t"
+        fi
+        # A trace left in the page cache would slow the next run (see run.sh).
+        rm -rf "$work/ours/trace" "$work/ours/trace.old"
+        if [ "$i" -lt "$runs" ]; then rm -rf "$work/contrib/uftrace.data"; fi
+    done
+    for n in "${names[@]}"; do report "$n"; done
     rm -rf "$work/plain" "$work/ours" "$work/contrib"
 }
 

@@ -180,13 +180,11 @@ impl Interpolated {
         let run = insns.wrapping_sub(self.sync_insns & !STALE);
         let read_ns = self.sync_ns - u64::from(self.ahead);
         if !stale && run > 0 && run < 1 << 40 && now > read_ns {
-            // 64 bits suffice but after 3 days without a read: the 128-bit division is a
-            // call (`__udivti3`) costing more than the rest.
             let elapsed = now - read_ns;
             let rate = if elapsed < 1 << 48 {
                 (elapsed << 16) / run
             } else {
-                ((u128::from(elapsed) << 16) / u128::from(run)).min(u128::from(MAX_RATE)) as u64
+                wide_rate(elapsed, run)
             };
             self.measured = [rate.clamp(MIN_RATE, MAX_RATE) as u32, self.measured[0]];
         }
@@ -216,6 +214,20 @@ impl Interpolated {
     pub fn invalidate(&mut self) {
         self.sync_insns |= STALE;
     }
+}
+
+/// `elapsed` ns over `run` (nonzero) instructions in 16.16, where `elapsed << 16` overflows
+/// 64 bits (3 days without a read), at most [`MAX_RATE`]: in 64-bit halves, as a 128-bit
+/// division is a call (`__udivti3`), and a call anywhere in `resync` made every resync save
+/// and restore six registers.
+#[inline(always)]
+fn wide_rate(elapsed: u64, run: u64) -> u64 {
+    let whole = elapsed / run;
+    if whole >= MAX_RATE >> 16 {
+        return MAX_RATE;
+    }
+    // `whole` < 2^16 and the remainder < `run` < 2^40 (resync's test): nothing overflows.
+    (whole << 16) + (((elapsed % run) << 16) / run)
 }
 
 #[cfg(test)]
@@ -264,6 +276,27 @@ mod tests {
     #[test]
     fn interpolation_fits_in_four_words() {
         assert_eq!(std::mem::size_of::<Interpolated>(), 32);
+    }
+
+    /// The rate past 64 bits' reach is the 128-bit quotient, clamped.
+    #[test]
+    fn a_wide_rate_is_the_exact_quotient() {
+        for (elapsed, run) in [
+            (1 << 48, 1),
+            (1 << 48, 1 << 39),
+            (u64::MAX, (1 << 40) - 1),
+            (u64::MAX, 1 << 30),
+            ((1 << 50) + 12_345, 300_000_000_007),
+            (3 << 60, 1 << 39),
+            ((1 << 52) + 7, (1 << 40) - 3),
+        ] {
+            let exact = ((u128::from(elapsed) << 16) / u128::from(run)).min(u128::from(MAX_RATE));
+            assert_eq!(
+                u128::from(wide_rate(elapsed, run)),
+                exact,
+                "{elapsed} / {run}"
+            );
+        }
     }
 
     /// A drawn timeline: (instructions so far, host ns if the counter were read now).
