@@ -11,6 +11,7 @@ use crate::gates::{Gates, Place, Roots};
 use crate::guest::GuestView;
 use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
+use crate::timefilter::{TimeFilter, Verdict};
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
 /// Frames kept beyond the recorded depth (so their returns still match) before giving up.
@@ -81,6 +82,9 @@ pub struct Engine {
     /// stack, their frame there (to tell them from a later entry at that index) and the
     /// linear address of the frame they pushed (`exception_return_16`).
     pub(crate) pushed_frames: Vec<(usize, Frame, u64)>,
+    /// `-t` (`timefilter`); `None` (the common case) costs the general path one test of
+    /// this field in `emit`, and the fast path nothing.
+    time_filter: Option<Box<TimeFilter>>,
 }
 
 impl Engine {
@@ -104,6 +108,7 @@ impl Engine {
             midway: false,
             gates: None,
             pushed_frames: Vec::new(),
+            time_filter: None,
         }
     }
 
@@ -118,6 +123,37 @@ impl Engine {
         self.gates = Some(Box::new(Gates::new(filter, notrace, self.record_depth)));
         self.record_depth = 0;
         self.fast_depth = 0;
+    }
+
+    /// Writes no call shorter than `threshold` (`-t`; 0: every call), only its longer
+    /// ancestors. Given before the first event. The fast path writes without asking, so it
+    /// is off (`fast_depth` 0: every event takes the general path, whose `emit` defers);
+    /// decided once here, so a run without `-t` runs the fast path as before.
+    pub fn set_time_filter(&mut self, threshold: u64) {
+        if threshold == 0 {
+            return;
+        }
+        self.time_filter = Some(Box::new(TimeFilter::new(threshold)));
+        self.fast_depth = 0;
+    }
+
+    /// The time filter, when `-t` was given.
+    pub fn time_filter(&self) -> Option<&TimeFilter> {
+        self.time_filter.as_deref()
+    }
+
+    /// Writes the records the time filter holds back (the entries of the open frames not
+    /// yet written, the events among them): at the end of a recording, and before the
+    /// context leaves the vCPU (`suspend`), so that the frames still open are written as
+    /// without `-t`.
+    pub fn release_waiting(&mut self) {
+        let Some(mut filter) = self.time_filter.take() else {
+            return;
+        };
+        for w in filter.drain() {
+            self.emit_now(w.time, w.kind, w.depth, w.addr);
+        }
+        self.time_filter = Some(filter);
     }
 
     /// The gates, when `-F`/`-N` were given.
@@ -135,6 +171,7 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         Stats {
             events: self.spilled + (self.buf.len() / RECORD_SIZE) as u64,
+            time_filtered: self.time_filter.as_deref().map_or(0, |f| f.dropped),
             ..self.stats
         }
     }
@@ -160,6 +197,29 @@ impl Engine {
 
     #[inline(always)]
     fn emit(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
+        if self.time_filter.is_some() {
+            return self.emit_filtered(time, kind, depth, addr);
+        }
+        self.emit_now(time, kind, depth, addr);
+    }
+
+    /// [`Engine::emit`] through the time filter: the record waits, goes, or is written
+    /// after everything that waits.
+    #[cold]
+    #[inline(never)]
+    fn emit_filtered(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
+        let Some(filter) = self.time_filter.as_deref_mut() else {
+            return;
+        };
+        if filter.offer(time, kind, depth, addr) == Verdict::WriteAll {
+            self.release_waiting();
+            self.emit_now(time, kind, depth, addr);
+        }
+    }
+
+    /// Writes a record now, whatever the time filter says.
+    #[inline(always)]
+    fn emit_now(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
         if !self.has_room() {
             self.flush();
         }
@@ -386,8 +446,21 @@ impl Engine {
         let Some(top) = self.stack.top().copied() else {
             return false;
         };
+        if top.is_jumped() || top.is_exception() || self.gates.is_some() {
+            return false;
+        }
+        // With `-t` the entry waits in the filter, unwritten (it is the filter's last
+        // record when nothing came after it).
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            if !filter.retarget_last(depth - 1, top.func, func) {
+                return false;
+            }
+            self.stack.pop();
+            self.stack.push(Frame { func, ..top });
+            return true;
+        }
         let len = self.buf.len();
-        if top.is_jumped() || top.is_exception() || self.gates.is_some() || len < RECORD_SIZE {
+        if len < RECORD_SIZE {
             return false;
         }
         let at = len - RECORD_SIZE + 8;
@@ -714,6 +787,9 @@ impl Engine {
     /// counted from zero.
     pub fn fork_child(&mut self, tid: u32) {
         self.buf.clear();
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            filter.forget();
+        }
         self.stats = Stats::default();
         self.spilled = 0;
         self.tid = tid;
@@ -722,6 +798,10 @@ impl Engine {
     /// Stops running the current context: its records go to the writer, its stack is handed
     /// back for the task table to keep.
     pub fn suspend(&mut self) -> Suspended {
+        // The waiting records go before the context leaves: another context of the same
+        // task may write later records to its file, which must stay in time order. So a
+        // frame open across a switch is written whatever its length.
+        self.release_waiting();
         self.flush();
         // The engine is without a stack until `resume` gives it one (the table does both).
         let mut stack = std::mem::replace(&mut self.stack, ShadowStack::empty());

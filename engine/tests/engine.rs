@@ -1122,3 +1122,140 @@ fn a_pushed_frame_goes_with_its_entry_not_with_the_next_at_its_depth() {
         EretOutcome::ClosedFunction
     );
 }
+
+/// What `uftrace replay -t threshold` shows of an unfiltered trace, by its own rules
+/// (`get_task_ustack` in uftrace's utils/fstack.c): an exit drops the last waiting entry and
+/// what follows it when shorter, else releases everything waiting; LOST records and user
+/// events release; what still waits at the end is shown.
+fn time_filtered_reference(all: &[Record], threshold: u64) -> Vec<Record> {
+    let mut waiting: Vec<Record> = Vec::new();
+    let mut out = Vec::new();
+    for r in all {
+        match r.kind {
+            RecordType::Entry => waiting.push(*r),
+            RecordType::Exit => match waiting.iter().rposition(|w| w.kind == RecordType::Entry) {
+                Some(i) if r.time - waiting[i].time < threshold => waiting.truncate(i),
+                _ => {
+                    out.append(&mut waiting);
+                    out.push(*r);
+                }
+            },
+            RecordType::Event if r.addr < 1_000_000 => waiting.push(*r),
+            _ => {
+                out.append(&mut waiting);
+                out.push(*r);
+            }
+        }
+    }
+    out.append(&mut waiting);
+    out
+}
+
+/// A rig with `-t threshold`, through the general path (the fast path is off with it: the
+/// plugin's callbacks try it first, and it must refuse).
+fn time_filtered_rig(threshold: u64) -> Rig {
+    let mut r = Rig::new(1024);
+    r.engine.set_time_filter(threshold);
+    r
+}
+
+#[test]
+fn a_short_call_is_dropped_and_a_long_ones_ancestors_written_first() {
+    let mut g = FakeGuest::default();
+    // Each event is 10 later: a leaf called and returned is 10 long.
+    let mut r = time_filtered_rig(30);
+    r.call(0x100, 0x8000); // 10
+    r.call(0x200, 0x8100); // 20: short leaf
+    r.ret(0x8100, &mut g); // 30
+    r.call(0x300, 0x8200); // 40
+    r.call(0x400, 0x8300); // 50
+    r.call(0x500, 0x8400); // 60
+    r.call(0x600, 0x8500); // 70: short leaf under a long one
+    r.ret(0x8500, &mut g); // 80
+    r.ret(0x8400, &mut g); // 90: 0x500, 30 long: written, its ancestors first
+    r.ret(0x8300, &mut g); // 100: 0x400 is 50 long
+    r.ret(0x8200, &mut g); // 110
+    r.call(0x700, 0x8600); // 120: short
+    r.ret(0x8600, &mut g); // 130
+    r.ret(0x8000, &mut g); // 140
+    assert_eq!(r.fast_hits, 0);
+    let recs = r.records();
+    let shape: Vec<String> = recs
+        .iter()
+        .map(|x| format!("{:?} {:x}@{} t{}", x.kind, x.addr, x.depth, x.time))
+        .collect();
+    assert_eq!(
+        shape,
+        s(&[
+            "Entry 100@0 t10",
+            "Entry 300@1 t40",
+            "Entry 400@2 t50",
+            "Entry 500@3 t60",
+            "Exit 500@3 t90",
+            "Exit 400@2 t100",
+            "Exit 300@1 t110",
+            "Exit 100@0 t140",
+        ])
+    );
+    let stats = r.engine.stats();
+    assert_eq!(stats.time_filtered, 3);
+    assert_eq!(stats.events, 8);
+    assert_eq!((stats.calls, stats.returns), (7, 7));
+}
+
+#[test]
+fn frames_still_open_at_the_end_are_written() {
+    let mut g = FakeGuest::default();
+    let mut r = time_filtered_rig(1000);
+    r.call(0x100, 0x8000);
+    r.call(0x200, 0x8100);
+    r.call(0x300, 0x8200);
+    r.ret(0x8200, &mut g); // short: gone
+    r.call(0x400, 0x8300);
+    // Nothing is written yet: every frame may still turn out short.
+    r.engine.flush();
+    assert!(r.out.lock().unwrap().is_empty());
+    r.engine.release_waiting();
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "+400@2"]));
+    assert_eq!(r.engine.stats().time_filtered, 1);
+}
+
+#[test]
+fn a_context_switched_away_writes_what_waits_first() {
+    let mut g = FakeGuest::default();
+    let mut r = time_filtered_rig(1000);
+    r.call(0x100, 0x8000);
+    r.call(0x200, 0x8100);
+    let state = r.engine.suspend();
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1"]));
+    r.engine.resume(1, state);
+    r.ret(0x8100, &mut g); // its entry is out: its exit is written too
+    r.call(0x300, 0x8200);
+    r.ret(0x8200, &mut g); // short, and nothing of it was written
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "-200@1"]));
+}
+
+#[test]
+fn the_time_filter_writes_what_uftraces_replay_shows_with_it() {
+    let (seeds, events) = if cfg!(miri) { (2, 300) } else { (20, 5_000) };
+    for threshold in [1, 25, 60, 400] {
+        for seed in 1..=seeds {
+            let mut all = Rig::new(1024);
+            let mut some = time_filtered_rig(threshold);
+            drive(&mut all, seed, events);
+            drive(&mut some, seed, events);
+            some.engine.release_waiting();
+            let expected = time_filtered_reference(&all.records(), threshold);
+            let got = some.records();
+            assert_eq!(got, expected, "-t {threshold}, seed {seed}");
+            assert_eq!(some.fast_hits, 0);
+            let stats = some.engine.stats();
+            assert_eq!(stats.calls, all.engine.stats().calls);
+            assert_eq!(stats.events, got.len() as u64);
+            if threshold > 10 {
+                assert!(stats.time_filtered > 0, "-t {threshold}, seed {seed}");
+                assert!(got.len() < all.records().len());
+            }
+        }
+    }
+}
