@@ -150,6 +150,9 @@ impl TimeFilter {
 /// Unlike uftrace's, a unit it does not know or a sign is refused rather than read as ns,
 /// and there is no 3-digit limit before the point. A fraction finer than 1 ns is dropped.
 pub fn parse_time(text: &str) -> Result<u64, TimeError> {
+    if text.starts_with('-') {
+        return Err(TimeError::Negative(text.to_string()));
+    }
     let digits_end = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(text.len());
@@ -193,6 +196,8 @@ pub fn parse_time(text: &str) -> Result<u64, TimeError> {
 /// A time filter's TIME that cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {
+    #[error("time filter '{0}' is negative: give a duration such as 100 (ns), 10us or 1.5ms")]
+    Negative(String),
     #[error("time filter '{0}' is not a number with an optional unit (ns, us, ms, s, m)")]
     Number(String),
     #[error("time filter unit '{0}' is none of ns, us, ms, s, m (a bare number is ns)")]
@@ -228,5 +233,6 @@ mod tests {
         }
         assert_eq!(parse_time("5x"), Err(TimeError::Unit("x".into())));
         assert!(parse_time("99999999999999999999").is_err());
+        assert_eq!(parse_time("-5us"), Err(TimeError::Negative("-5us".into())));
     }
 }

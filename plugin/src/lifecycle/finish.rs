@@ -27,6 +27,9 @@ fn finish_once() {
     // order they ran.
     let mut states = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
     for (i, mut s) in vcpu::take_all() {
+        // Frames still open at the end are written, as without `-t` (the contexts
+        // suspended in the task table wrote theirs when they left their vCPU).
+        s.engine.release_waiting();
         s.engine.flush();
         states.push(Ended::of(i, &s));
     }

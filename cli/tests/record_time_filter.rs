@@ -1,0 +1,152 @@
+//! `-t/--time-filter` on the bare-metal guests (one vCPU: the instruction clock, so two runs
+//! are identical), under the QEMU on PATH: the trace recorded with it replays, line for line and
+//! time for time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter
+//! is the oracle); what it left out is counted; bad TIMEs are one line before QEMU starts.
+
+mod common;
+
+use common::user::text;
+use common::{qemu_uftrace, record_named, single_error};
+
+use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, QEMU_RISCV64};
+use qemu_uftrace_tests::{guest_elf, qemu_args_on, Variant, QEMU};
+use std::path::Path;
+
+/// `uftrace replay` of `dir` with `options`, its lines as printed (durations, task, calls).
+fn replay(dir: &Path, options: &[&str]) -> Vec<String> {
+    let d = dir.to_string_lossy();
+    let mut args = vec!["replay", "--no-pager", "-d", &d];
+    args.extend_from_slice(options);
+    let text = uftrace(&args).expect("replay");
+    text.lines().map(str::to_string).collect()
+}
+
+/// Entries among replay lines: `name() {` and a leaf's `name();`.
+fn entries(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter(|l| l.ends_with("() {") || l.ends_with("();"))
+        .count() as u64
+}
+
+/// Records `program` unfiltered and with `-t time` on aarch64 and riscv64; the second's
+/// replay must be the first's `replay -t uftrace_time`. Returns, per machine, the lines of
+/// the full replay and of the filtered one.
+fn same_as_uftrace(program: &str, time: &str, uftrace_time: &str) -> Vec<(usize, usize)> {
+    let mut sizes = Vec::new();
+    let machines = [
+        (
+            QEMU,
+            qemu_args_on(QEMU, &guest_elf(program, Variant::Natural).expect("guests")),
+        ),
+        (
+            QEMU_RISCV64,
+            riscv64_qemu_args_on(
+                QEMU_RISCV64,
+                &riscv64_guest_elf(program, Variant::Natural).expect("riscv64 guests"),
+            ),
+        ),
+    ];
+    for (qemu, argv) in machines {
+        common::require(qemu);
+        let (_t1, full, out) = record_named("full", &argv, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let (_t2, dir, out) = record_named("short", &argv, &["-t", time]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", qemu);
+        let all = replay(&full, &[]);
+        let want = replay(&full, &["-t", uftrace_time]);
+        assert!(entries(&want) > 0, "{}: uftrace shows nothing", qemu);
+        let got = replay(&dir, &[]);
+        assert_eq!(got, want, "{} -t {time}: {err}", qemu);
+        // Every call uftrace's filter hides is counted as left out, in plugin.stats and in
+        // the closing line.
+        let dropped = entries(&all) - entries(&got);
+        assert!(dropped > 0, "{} -t {time}: nothing filtered", qemu);
+        let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
+        assert!(
+            stats
+                .lines()
+                .any(|l| l == format!("time_filtered={dropped}")),
+            "{}: {dropped}: {stats}",
+            qemu
+        );
+        assert!(
+            err.contains(&format!(
+                " lost; {} calls shorter than -t ]",
+                group(dropped)
+            )),
+            "{}: {dropped}: {err}",
+            qemu
+        );
+        sizes.push((all.len(), got.len()));
+    }
+    sizes
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A threshold that drops the leaves (3 and 9 instructions) and keeps the UART's calls
+/// (11): most of the tree stays.
+#[test]
+fn a_short_threshold_drops_only_the_shortest_calls() {
+    for (all, got) in same_as_uftrace("nested", "10", "10") {
+        assert!(got * 2 > all, "{got} of {all} lines");
+    }
+}
+
+/// A call exactly as long as the threshold is kept (uftrace drops only shorter ones).
+#[test]
+fn a_call_as_long_as_the_threshold_is_kept() {
+    same_as_uftrace("nested", "9", "9");
+}
+
+/// A threshold that drops most records, given with a unit as uftrace reads it: 0.1us is
+/// 100 of its ns, which under the instruction clock are instructions.
+#[test]
+fn a_long_threshold_keeps_only_the_long_calls_and_their_ancestors() {
+    for (all, got) in same_as_uftrace("nested", "0.1us", "0.1us") {
+        assert!(got * 4 < all, "{got} of {all} lines");
+    }
+}
+
+/// Recursion: each level's frame is written before the deep calls that make it long.
+#[test]
+fn recursion_writes_each_long_frames_ancestors_first() {
+    same_as_uftrace("recursion", "200", "200");
+}
+
+#[test]
+fn a_time_that_cannot_be_read_is_one_line_before_qemu_starts() {
+    let home = tempfile::tempdir().unwrap();
+    for (time, says) in [
+        ("10kg", "time filter unit 'kg' is none of ns, us, ms, s, m"),
+        ("-5", "time filter '-5' is negative"),
+        ("1.us", "time filter '1.us' is not a number"),
+        ("", "time filter '' is not a number"),
+    ] {
+        // QEMU would fail to start (no machine): the refusal comes first.
+        let o = qemu_uftrace(home.path())
+            .args(["record", "-t", time, "-o"])
+            .arg(home.path().join("uftrace.data"))
+            .args(["--", QEMU])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{time}: {}", text(&o.stderr));
+        let line = single_error(&o);
+        assert!(line.contains(says), "{time}: {line}");
+        assert!(!text(&o.stderr).contains("QEMU"), "{time}: QEMU ran");
+        assert!(!home.path().join("uftrace.data").exists());
+    }
+}
