@@ -11,7 +11,7 @@ use crate::gates::{Gates, Place, Roots};
 use crate::guest::GuestView;
 use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
-use crate::timefilter::{TimeFilter, Verdict};
+use crate::timefilter::{Deferred, TimeFilter, Verdict};
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
 /// Frames kept beyond the recorded depth (so their returns still match) before giving up.
@@ -42,6 +42,8 @@ pub struct Suspended {
     pub midway: bool,
     /// Its open filter and notrace subtrees (`gates`).
     pub roots: Roots,
+    /// Its records `-t` holds back until their frames end (`timefilter`).
+    pub deferred: Deferred,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -142,10 +144,9 @@ impl Engine {
         self.time_filter.as_deref()
     }
 
-    /// Writes the records the time filter holds back (the entries of the open frames not
-    /// yet written, the events among them): at the end of a recording, and before the
-    /// context leaves the vCPU (`suspend`), so that the frames still open are written as
-    /// without `-t`.
+    /// Writes the records the time filter holds back for the running context (the entries
+    /// of its open frames not yet written, the events among them): at the end of a
+    /// recording, so that the frames still open are written as without `-t`.
     pub fn release_waiting(&mut self) {
         let Some(mut filter) = self.time_filter.take() else {
             return;
@@ -154,6 +155,21 @@ impl Engine {
             self.emit_now(w.time, w.kind, w.depth, w.addr);
         }
         self.time_filter = Some(filter);
+    }
+
+    /// Writes what a context that is not running (`tid`'s, waiting in the task table) left
+    /// held back by the time filter, into its own task's records: at the end of a recording.
+    pub fn write_deferred(&mut self, tid: u32, deferred: &mut Deferred) {
+        if deferred.is_empty() {
+            return;
+        }
+        self.flush();
+        let own = std::mem::replace(&mut self.tid, tid);
+        for w in deferred.drain() {
+            self.emit_now(w.time, w.kind, w.depth, w.addr);
+        }
+        self.flush();
+        self.tid = own;
     }
 
     /// The gates, when `-F`/`-N` were given.
@@ -798,10 +814,6 @@ impl Engine {
     /// Stops running the current context: its records go to the writer, its stack is handed
     /// back for the task table to keep.
     pub fn suspend(&mut self) -> Suspended {
-        // The waiting records go before the context leaves: another context of the same
-        // task may write later records to its file, which must stay in time order. So a
-        // frame open across a switch is written whatever its length.
-        self.release_waiting();
         self.flush();
         // The engine is without a stack until `resume` gives it one (the table does both).
         let mut stack = std::mem::replace(&mut self.stack, ShadowStack::empty());
@@ -813,6 +825,8 @@ impl Engine {
             midway: std::mem::take(&mut self.midway),
             roots: (self.gates.as_deref_mut())
                 .map_or_else(Roots::default, |g| std::mem::take(&mut g.roots)),
+            deferred: (self.time_filter.as_deref_mut())
+                .map_or_else(Deferred::default, TimeFilter::suspend),
         }
     }
 
@@ -825,6 +839,9 @@ impl Engine {
         self.midway = state.midway;
         if let Some(gates) = self.gates.as_deref_mut() {
             gates.roots = state.roots;
+        }
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            filter.resume(state.deferred);
         }
         self.last_time = self.last_time.max(state.last_time);
         self.tid = tid;

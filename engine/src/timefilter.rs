@@ -17,6 +17,9 @@
 //!
 //! What waits is the open frames' entries and the events among them: bounded by the stack
 //! depth, and by [`MAX_WAITING_EVENTS`] for events (past it everything waiting is written).
+//! It is the running context's: a context switched away takes its own along (`Deferred`,
+//! in `Suspended`), as it takes its stack, and what still waits when the recording ends is
+//! written then (frames still open are written as without `-t`).
 
 use qemu_uftrace_format::record::RecordType;
 
@@ -43,6 +46,31 @@ pub enum Verdict {
     Wait,
     /// Write everything waiting (`TimeFilter::drain`), then the record itself.
     WriteAll,
+}
+
+/// One context's records not yet written, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct Deferred {
+    waiting: Vec<Waiting>,
+    /// Events among `waiting`.
+    events: usize,
+}
+
+impl Deferred {
+    /// Takes everything waiting, oldest first, to be written now.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Waiting> {
+        self.events = 0;
+        self.waiting.drain(..)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Gives back the room a waiting context does not need (as `ShadowStack::suspend`).
+    pub fn shrink(&mut self) {
+        self.waiting.shrink_to_fit();
+    }
 }
 
 /// The threshold and the running context's waiting records.
@@ -123,6 +151,23 @@ impl TimeFilter {
     /// Whether anything waits.
     pub fn is_idle(&self) -> bool {
         self.waiting.is_empty()
+    }
+
+    /// The running context leaves: what waits goes with it.
+    pub fn suspend(&mut self) -> Deferred {
+        let mut d = Deferred {
+            waiting: std::mem::take(&mut self.waiting),
+            events: std::mem::take(&mut self.events),
+        };
+        d.shrink();
+        d
+    }
+
+    /// A context resumes with what it left waiting.
+    pub fn resume(&mut self, d: Deferred) {
+        debug_assert!(self.waiting.is_empty(), "suspend took it");
+        self.waiting = d.waiting;
+        self.events = d.events;
     }
 
     /// Forgets what waits (a forked child: those records are its parent's).

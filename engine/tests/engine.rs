@@ -1221,18 +1221,30 @@ fn frames_still_open_at_the_end_are_written() {
 }
 
 #[test]
-fn a_context_switched_away_writes_what_waits_first() {
+fn a_context_switched_away_takes_what_waits_along() {
     let mut g = FakeGuest::default();
-    let mut r = time_filtered_rig(1000);
-    r.call(0x100, 0x8000);
-    r.call(0x200, 0x8100);
-    let state = r.engine.suspend();
-    assert_eq!(r.shape(), s(&["+100@0", "+200@1"]));
-    r.engine.resume(1, state);
-    r.ret(0x8100, &mut g); // its entry is out: its exit is written too
-    r.call(0x300, 0x8200);
-    r.ret(0x8200, &mut g); // short, and nothing of it was written
-    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "-200@1"]));
+    let mut r = time_filtered_rig(100);
+    r.call(0x100, 0x8000); // 10
+    r.call(0x200, 0x8100); // 20
+    let mut away = r.engine.suspend();
+    // Another task runs meanwhile: its short call goes, its open frame waits.
+    r.engine.resume(2, Default::default());
+    r.call(0x900, 0x8900);
+    r.call(0x910, 0x8910);
+    r.ret(0x8910, &mut g);
+    let mut other = r.engine.suspend();
+    assert!(r.shape().is_empty(), "nothing is decided yet");
+    r.engine.resume(1, std::mem::take(&mut away));
+    r.ret(0x8100, &mut g); // 60: 0x200 is 40 long, short: gone
+    r.call(0x300, 0x8200); // 70
+    r.t += 100;
+    r.ret(0x8200, &mut g); // 180: 0x300 is 110 long: written after 0x100's entry
+    assert_eq!(r.shape(), s(&["+100@0", "+300@1", "-300@1"]));
+    // At the end, the waiting task's open frame is written into its own records.
+    r.engine.write_deferred(2, &mut other.deferred);
+    r.engine.release_waiting();
+    assert_eq!(r.shape(), s(&["+100@0", "+300@1", "-300@1", "+900@0"]));
+    assert_eq!(r.engine.stats().time_filtered, 2);
 }
 
 #[test]
