@@ -23,8 +23,9 @@
 
 use qemu_uftrace_format::record::RecordType;
 
-/// uftrace's first user event id: such events are shown whatever the time filter.
-pub const EVENT_ID_USER: u64 = 1_000_000;
+/// uftrace's first user event id (`EVENT_ID_USER`): such events are shown whatever the time
+/// filter. The resync markers are among them.
+pub const EVENT_ID_USER: u64 = qemu_uftrace_format::events::USER_BASE;
 
 /// Events kept waiting in unwritten frames beyond the entries before everything waiting is
 /// written anyway: a frame that switches tasks forever must not grow memory without bound.
