@@ -6,11 +6,11 @@
 mod common;
 
 use common::user::text;
-use common::{qemu_uftrace, record_named, single_error};
+use common::{qemu_uftrace, record_named, record_to_panic, single_error};
 
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, QEMU_RISCV64};
-use qemu_uftrace_tests::{guest_elf, qemu_args_on, Variant, QEMU};
+use qemu_uftrace_tests::{guest_elf, kernel_boot_args, qemu_args_on, Variant, QEMU};
 use std::path::Path;
 
 /// `uftrace replay` of `dir` with `options`, its lines as printed (durations, task, calls).
@@ -143,6 +143,41 @@ fn recursion_writes_each_long_frames_ancestors_first() {
 fn a_window_is_cut_as_without_the_filter() {
     same_as_uftrace_with(&["--start-at", "rt_check"], "nested", "10", "10");
     same_as_uftrace_with(&["--stop-at", "rt_put_dec"], "nested", "10", "10");
+}
+
+/// A Linux boot (79 tasks switching, scheduler events, frames open in every task at the end)
+/// is not deterministic, so no second run is its oracle; but a trace filtered by `-t` must
+/// be one uftrace's `replay -t` leaves as it is (no call shorter than TIME written, nothing
+/// a kept call needs missing), with every task's open frames at the end.
+#[test]
+fn a_linux_boot_filtered_is_left_as_it_is_by_uftraces_filter() {
+    common::require(QEMU);
+    let (_tmp, dir, _console) = record_to_panic(&kernel_boot_args("cortex-a57"), &["-t", "10us"]);
+    let got = replay(&dir, &[]);
+    let refiltered = replay(&dir, &["-t", "10us"]);
+    assert_eq!(got.len(), refiltered.len());
+    assert!(
+        got == refiltered,
+        "uftrace's -t 10us changes the -t 10us trace"
+    );
+    // Tasks switched: their scheduler events inside long calls are kept.
+    assert!(got.iter().any(|l| l.ends_with("/* linux:sched-out */")));
+    // Frames open at the end, of tasks switched away then too.
+    let open = got
+        .iter()
+        .skip_while(|l| !l.contains("remaining functions"))
+        .filter(|l| l.starts_with("task: "))
+        .count();
+    assert!(open > 50, "{open} tasks with frames open at the end (the boot has 79)");
+    // Most of the boot's calls are shorter.
+    let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
+    let count = |key: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {stats}"))
+    };
+    assert!(count("time_filtered") * 10 > count("calls") * 9, "{stats}");
 }
 
 #[test]
