@@ -168,7 +168,10 @@ fn a_linux_boot_filtered_is_left_as_it_is_by_uftraces_filter() {
         .skip_while(|l| !l.contains("remaining functions"))
         .filter(|l| l.starts_with("task: "))
         .count();
-    assert!(open > 50, "{open} tasks with frames open at the end (the boot has 79)");
+    assert!(
+        open > 50,
+        "{open} tasks with frames open at the end (the boot has 79)"
+    );
     // Most of the boot's calls are shorter.
     let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
     let count = |key: &str| -> u64 {

@@ -16,7 +16,9 @@
 //!   are written at once, after whatever waits; other events (the scheduler's) wait.
 //!
 //! What waits is the open frames' entries and the events among them: bounded by the stack
-//! depth, and by [`MAX_WAITING_EVENTS`] for events (past it everything waiting is written).
+//! depth, by [`MAX_WAITING_EVENTS`] for events and by [`MAX_WAITING`] in all (past them
+//! everything waiting is written: a frame a longjmp skipped has no exit, so its entry stays
+//! until something is written).
 //! It is the running context's: a context switched away takes its own along (`Deferred`,
 //! in `Suspended`), as it takes its stack, and what still waits when the recording ends is
 //! written then (frames still open are written as without `-t`).
@@ -30,6 +32,9 @@ pub const EVENT_ID_USER: u64 = qemu_uftrace_format::events::USER_BASE;
 /// Events kept waiting in unwritten frames beyond the entries before everything waiting is
 /// written anyway: a frame that switches tasks forever must not grow memory without bound.
 pub const MAX_WAITING_EVENTS: usize = 1024;
+
+/// Records kept waiting at most: twice the deepest stack followed (`HARD_STACK_LIMIT`).
+pub const MAX_WAITING: usize = 2 * crate::hot::HARD_STACK_LIMIT;
 
 /// One record not yet written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +114,9 @@ impl TimeFilter {
             depth,
             addr,
         };
+        if self.waiting.len() >= MAX_WAITING && kind != RecordType::Exit {
+            return Verdict::WriteAll;
+        }
         match kind {
             RecordType::Entry => {
                 self.waiting.push(rec);
@@ -253,6 +261,27 @@ pub enum TimeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_waits_is_bounded() {
+        let mut f = TimeFilter::new(1000);
+        for i in 0..MAX_WAITING as u64 {
+            assert_eq!(f.offer(i, RecordType::Entry, 0, 0x100), Verdict::Wait);
+        }
+        assert_eq!(f.offer(1, RecordType::Entry, 0, 0x100), Verdict::WriteAll);
+        assert_eq!(f.drain().len(), MAX_WAITING);
+        for i in 0..MAX_WAITING_EVENTS as u64 {
+            assert_eq!(f.offer(i, RecordType::Event, 0, 7), Verdict::Wait);
+        }
+        assert_eq!(f.offer(1, RecordType::Event, 0, 7), Verdict::WriteAll);
+        // A user event never waits.
+        assert_eq!(f.drain().len(), MAX_WAITING_EVENTS);
+        assert_eq!(
+            f.offer(1, RecordType::Event, 0, EVENT_ID_USER),
+            Verdict::WriteAll
+        );
+        assert_eq!(f.offer(1, RecordType::Lost, 0, 0), Verdict::WriteAll);
+    }
 
     #[test]
     fn times_read_as_uftrace_reads_them() {
