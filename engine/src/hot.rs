@@ -144,6 +144,50 @@ impl Engine {
         self.time_filter.as_deref()
     }
 
+    /// With `-t` (the plugin registers the callbacks that try it only then): the common
+    /// call, as [`Engine::try_call`], its entry left waiting in the filter. Changes nothing
+    /// and returns false when the general path (`call`) must decide.
+    #[inline(always)]
+    pub fn try_call_timed(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
+        let depth = self.stack.len();
+        if depth >= self.record_depth || depth >= RESERVED_FRAMES || !self.stack.has_room() {
+            return false;
+        }
+        let Some(filter) = self.time_filter.as_deref_mut() else {
+            return false;
+        };
+        if !filter.try_wait_entry(now, depth, func) {
+            return false;
+        }
+        self.stack.push(Frame { func, ret_addr });
+        self.last_time = now;
+        self.stats.calls += 1;
+        true
+    }
+
+    /// With `-t`: the common return, to the top frame's return address, of a call shorter
+    /// than the threshold whose entry waits last: both go, as `ret` would drop them.
+    /// Changes nothing and returns false when `ret` must decide (a longer call is written
+    /// there, with its ancestors).
+    #[inline(always)]
+    pub fn try_ret_timed(&mut self, now: u64, target: u64) -> bool {
+        let depth = self.stack.len();
+        match self.stack.top() {
+            Some(f) if f.ret_addr == target && depth <= self.record_depth => {}
+            _ => return false,
+        }
+        let Some(filter) = self.time_filter.as_deref_mut() else {
+            return false;
+        };
+        if !filter.try_drop_short(now) {
+            return false;
+        }
+        self.stack.pop();
+        self.last_time = now;
+        self.stats.returns += 1;
+        true
+    }
+
     /// Writes the records the time filter holds back for the running context (the entries
     /// of its open frames not yet written, the events among them): at the end of a
     /// recording, so that the frames still open are written as without `-t`.

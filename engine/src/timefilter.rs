@@ -36,6 +36,10 @@ pub const MAX_WAITING_EVENTS: usize = 1024;
 /// Records kept waiting at most: twice the deepest stack followed (`HARD_STACK_LIMIT`).
 pub const MAX_WAITING: usize = 2 * crate::hot::HARD_STACK_LIMIT;
 
+/// Room for waiting records made at the start and at each resume, so that the timed fast
+/// path (`Engine::try_call_timed`) pushes without growing.
+const RESERVED_WAITING: usize = 256;
+
 /// One record not yet written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waiting {
@@ -95,7 +99,7 @@ impl TimeFilter {
     pub fn new(threshold: u64) -> TimeFilter {
         TimeFilter {
             threshold,
-            waiting: Vec::new(),
+            waiting: Vec::with_capacity(RESERVED_WAITING),
             events: 0,
             dropped: 0,
         }
@@ -177,6 +181,41 @@ impl TimeFilter {
         debug_assert!(self.waiting.is_empty(), "suspend took it");
         self.waiting = d.waiting;
         self.events = d.events;
+        self.waiting
+            .reserve(RESERVED_WAITING.saturating_sub(self.waiting.len()));
+    }
+
+    /// The timed fast path's entry (`Engine::try_call_timed`): it waits, where there is room
+    /// without growing (false, nothing changed, where there is not).
+    #[inline(always)]
+    pub fn try_wait_entry(&mut self, time: u64, depth: usize, addr: u64) -> bool {
+        if self.waiting.len() >= self.waiting.capacity().min(MAX_WAITING) {
+            return false;
+        }
+        self.waiting.push(Waiting {
+            time,
+            kind: RecordType::Entry,
+            depth,
+            addr,
+        });
+        true
+    }
+
+    /// The timed fast path's exit (`Engine::try_ret_timed`): when the last record waiting is
+    /// an entry (the one `offer` would match) shorter than the threshold, both go, as
+    /// `offer` would drop them. False, nothing changed, otherwise.
+    #[inline(always)]
+    pub fn try_drop_short(&mut self, time: u64) -> bool {
+        match self.waiting.last() {
+            Some(w)
+                if w.kind == RecordType::Entry && time.saturating_sub(w.time) < self.threshold =>
+            {
+                self.waiting.pop();
+                self.dropped += 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Forgets what waits (a forked child: those records are its parent's).

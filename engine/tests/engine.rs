@@ -72,7 +72,8 @@ impl Rig {
         self.t += 10;
         if self.fast
             && (self.engine.try_call(self.t, func, ret_addr)
-                || self.engine.try_follow_call(self.t, func, ret_addr))
+                || self.engine.try_follow_call(self.t, func, ret_addr)
+                || self.engine.try_call_timed(self.t, func, ret_addr))
         {
             self.fast_hits += 1;
         } else {
@@ -82,7 +83,9 @@ impl Rig {
     fn ret(&mut self, target: u64, guest: &mut FakeGuest) {
         self.t += 10;
         if self.fast
-            && (self.engine.try_ret(self.t, target) || self.engine.try_follow_ret(self.t, target))
+            && (self.engine.try_ret(self.t, target)
+                || self.engine.try_follow_ret(self.t, target)
+                || self.engine.try_ret_timed(self.t, target))
         {
             self.fast_hits += 1;
         } else {
@@ -1151,8 +1154,7 @@ fn time_filtered_reference(all: &[Record], threshold: u64) -> Vec<Record> {
     out
 }
 
-/// A rig with `-t threshold`, through the general path (the fast path is off with it: the
-/// plugin's callbacks try it first, and it must refuse).
+/// A rig with `-t threshold`, fast paths first as the plugin's timed callbacks take them.
 fn time_filtered_rig(threshold: u64) -> Rig {
     let mut r = Rig::new(1024);
     r.engine.set_time_filter(threshold);
@@ -1178,7 +1180,9 @@ fn a_short_call_is_dropped_and_a_long_ones_ancestors_written_first() {
     r.call(0x700, 0x8600); // 120: short
     r.ret(0x8600, &mut g); // 130
     r.ret(0x8000, &mut g); // 140
-    assert_eq!(r.fast_hits, 0);
+                           // The timed fast path took every call (their entries wait) and the short calls'
+                           // returns (0x200, 0x600, 0x700); the longer ones' returns write, the general way.
+    assert_eq!(r.fast_hits, 10);
     let recs = r.records();
     let shape: Vec<String> = recs
         .iter()
@@ -1254,13 +1258,28 @@ fn the_time_filter_writes_what_uftraces_replay_shows_with_it() {
         for seed in 1..=seeds {
             let mut all = Rig::new(1024);
             let mut some = time_filtered_rig(threshold);
+            let mut general = Rig::general(1024);
+            general.engine.set_time_filter(threshold);
             drive(&mut all, seed, events);
             drive(&mut some, seed, events);
+            drive(&mut general, seed, events);
             some.engine.release_waiting();
+            general.engine.release_waiting();
             let expected = time_filtered_reference(&all.records(), threshold);
             let got = some.records();
             assert_eq!(got, expected, "-t {threshold}, seed {seed}");
-            assert_eq!(some.fast_hits, 0);
+            // The timed fast path changes nothing but the cost.
+            assert_eq!(got, general.records(), "-t {threshold}, seed {seed}");
+            assert_eq!(
+                format!("{:?}", some.engine.stats()),
+                format!("{:?}", general.engine.stats()),
+                "-t {threshold}, seed {seed}"
+            );
+            assert_eq!(general.fast_hits, 0);
+            assert!(
+                some.fast_hits > 0 || threshold <= 10,
+                "-t {threshold}, seed {seed}"
+            );
             let stats = some.engine.stats();
             assert_eq!(stats.calls, all.engine.stats().calls);
             assert_eq!(stats.events, got.len() as u64);
