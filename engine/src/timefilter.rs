@@ -33,8 +33,9 @@ pub const EVENT_ID_USER: u64 = qemu_uftrace_format::events::USER_BASE;
 /// written anyway: a frame that switches tasks forever must not grow memory without bound.
 pub const MAX_WAITING_EVENTS: usize = 1024;
 
-/// Records kept waiting at most: twice the deepest stack followed (`HARD_STACK_LIMIT`).
-pub const MAX_WAITING: usize = 2 * crate::hot::HARD_STACK_LIMIT;
+/// Records kept waiting at most: twice the deepest stack the engine follows (`hot`'s
+/// `HARD_STACK_LIMIT`, 16 Ki; not named here: `hot` uses this module).
+pub const MAX_WAITING: usize = 32 * 1024;
 
 /// Room for waiting records made at the start and at each resume, so that the timed fast
 /// path (`Engine::try_call_timed`) pushes without growing.

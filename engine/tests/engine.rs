@@ -1290,3 +1290,11 @@ fn the_time_filter_writes_what_uftraces_replay_shows_with_it() {
         }
     }
 }
+
+#[test]
+fn the_time_filter_keeps_waiting_within_twice_the_deepest_stack() {
+    assert_eq!(
+        qemu_uftrace_engine::timefilter::MAX_WAITING,
+        2 * qemu_uftrace_engine::hot::HARD_STACK_LIMIT
+    );
+}
