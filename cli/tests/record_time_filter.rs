@@ -1,7 +1,8 @@
 //! `-t/--time-filter` on the bare-metal guests (one vCPU: the instruction clock, so two runs
-//! are identical), under the QEMU on PATH: the trace recorded with it replays, line for line and
-//! time for time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter
-//! is the oracle); what it left out is counted; bad TIMEs are one line before QEMU starts.
+//! are identical), under every aarch64 QEMU (10.0; 10.2.2 and 11.1.3 with exception entries)
+//! and riscv64's on PATH: the trace recorded with it replays, line for line and time for
+//! time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter is the
+//! oracle); what it left out is counted; bad TIMEs are one line before QEMU starts.
 
 mod common;
 
@@ -10,7 +11,9 @@ use common::{qemu_uftrace, record_named, record_to_panic, single_error};
 
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, QEMU_RISCV64};
-use qemu_uftrace_tests::{guest_elf, kernel_boot_args, qemu_args_on, Variant, QEMU};
+use qemu_uftrace_tests::{
+    el3_qemu_args_on, guest_elf, kernel_boot_args, qemu_args_on, system_qemus, Variant, QEMU,
+};
 use std::path::Path;
 
 /// `uftrace replay` of `dir` with `options`, its lines as printed (durations, task, calls).
@@ -30,10 +33,10 @@ fn entries(lines: &[String]) -> u64 {
         .count() as u64
 }
 
-/// Records `program` unfiltered and with `-t time` on aarch64 and riscv64; the second's
-/// replay must be the first's `replay -t uftrace_time`. Returns, per machine, the lines of
-/// the full replay and of the filtered one. (Not x86_64: SeaBIOS waits on QEMU's timers,
-/// which run on host time, so two runs of a PC differ by a few hundred calls.)
+/// Records `program` unfiltered and with `-t time` on every aarch64 QEMU and on riscv64's;
+/// the second's replay must be the first's `replay -t uftrace_time`. Returns, per machine,
+/// the lines of the full replay and of the filtered one. (Not x86_64: SeaBIOS waits on QEMU's
+/// timers, which run on host time, so two runs of a PC differ by a few hundred calls.)
 fn same_as_uftrace(program: &str, time: &str, uftrace_time: &str) -> Vec<(usize, usize)> {
     same_as_uftrace_with(&[], program, time, uftrace_time)
 }
@@ -45,54 +48,68 @@ fn same_as_uftrace_with(
     time: &str,
     uftrace_time: &str,
 ) -> Vec<(usize, usize)> {
-    let mut sizes = Vec::new();
-    let machines = [
-        (
-            QEMU,
-            qemu_args_on(QEMU, &guest_elf(program, Variant::Natural).expect("guests")),
-        ),
-        (
+    let elf = guest_elf(program, Variant::Natural).expect("guests");
+    let mut machines: Vec<(String, Vec<String>)> = system_qemus()
+        .into_iter()
+        .map(|q| (q.label.to_string(), qemu_args_on(&q.program, &elf)))
+        .collect();
+    machines.push((
+        QEMU_RISCV64.to_string(),
+        riscv64_qemu_args_on(
             QEMU_RISCV64,
-            riscv64_qemu_args_on(
-                QEMU_RISCV64,
-                &riscv64_guest_elf(program, Variant::Natural).expect("riscv64 guests"),
-            ),
+            &riscv64_guest_elf(program, Variant::Natural).expect("riscv64 guests"),
         ),
-    ];
-    for (qemu, argv) in machines {
-        common::require(qemu);
-        let (_t1, full, out) = record_named("full", &argv, both);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let short = [both, &["-t", time]].concat();
-        let (_t2, dir, out) = record_named("short", &argv, &short);
-        let err = text(&out.stderr);
-        assert!(out.status.success(), "{}: {err}", qemu);
-        let all = replay(&full, &[]);
-        let want = replay(&full, &["-t", uftrace_time]);
-        assert!(entries(&want) > 0, "{}: uftrace shows nothing", qemu);
-        let got = replay(&dir, &[]);
-        assert_eq!(got, want, "{qemu} {both:?} -t {time}: {err}");
-        // Every call uftrace's filter hides is counted as left out, in plugin.stats and in
-        // the closing line (the plugin's count covers the whole run: with a window, the
-        // calls it dropped outside the window too).
-        let dropped = entries(&all) - entries(&got);
-        assert!(dropped > 0, "{qemu} -t {time}: nothing filtered");
-        let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
-        let counted: u64 = stats
-            .lines()
-            .find_map(|l| l.strip_prefix("time_filtered=")?.parse().ok())
-            .expect("time_filtered in plugin.stats");
-        assert!(
-            counted == dropped || (!both.is_empty() && counted > dropped),
-            "{qemu} {both:?}: {dropped} hidden by uftrace, {counted} counted"
-        );
-        assert!(
-            err.contains(&format!("; {} calls shorter than -t ]", group(counted))),
-            "{qemu}: {counted}: {err}"
-        );
-        sizes.push((all.len(), got.len()));
-    }
-    sizes
+    ));
+    machines
+        .iter()
+        .map(|(label, argv)| {
+            let (all, got) = same_on(label, argv, both, time, uftrace_time);
+            (all, got.len())
+        })
+        .collect()
+}
+
+/// Records `argv` unfiltered and with `-t time` (`both` given to both); the second's replay
+/// must be the first's `replay -t uftrace_time`, its left-out calls counted. Returns the
+/// number of lines of the full replay and the filtered replay's lines.
+fn same_on(
+    qemu: &str,
+    argv: &[String],
+    both: &[&str],
+    time: &str,
+    uftrace_time: &str,
+) -> (usize, Vec<String>) {
+    common::require(&argv[0]);
+    let (_t1, full, out) = record_named("full", argv, both);
+    assert!(out.status.success(), "{qemu}: {}", text(&out.stderr));
+    let short = [both, &["-t", time]].concat();
+    let (_t2, dir, out) = record_named("short", argv, &short);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{qemu}: {err}");
+    let all = replay(&full, &[]);
+    let want = replay(&full, &["-t", uftrace_time]);
+    assert!(entries(&want) > 0, "{qemu}: uftrace shows nothing");
+    let got = replay(&dir, &[]);
+    assert_eq!(got, want, "{qemu} {both:?} -t {time}: {err}");
+    // Every call uftrace's filter hides is counted as left out, in plugin.stats and in
+    // the closing line (the plugin's count covers the whole run: with a window, the
+    // calls it dropped outside the window too).
+    let dropped = entries(&all) - entries(&got);
+    assert!(dropped > 0, "{qemu} -t {time}: nothing filtered");
+    let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
+    let counted: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("time_filtered=")?.parse().ok())
+        .expect("time_filtered in plugin.stats");
+    assert!(
+        counted == dropped || (!both.is_empty() && counted > dropped),
+        "{qemu} {both:?}: {dropped} hidden by uftrace, {counted} counted"
+    );
+    assert!(
+        err.contains(&format!("; {} calls shorter than -t ]", group(counted))),
+        "{qemu}: {counted}: {err}"
+    );
+    (all.len(), got)
 }
 
 fn group(n: u64) -> String {
@@ -143,6 +160,34 @@ fn recursion_writes_each_long_frames_ancestors_first() {
 fn a_window_is_cut_as_without_the_filter() {
     same_as_uftrace_with(&["--start-at", "rt_check"], "nested", "10", "10");
     same_as_uftrace_with(&["--stop-at", "rt_put_dec"], "nested", "10", "10");
+}
+
+/// The EL3 guest's exceptions (`[svc]`, `[irq]`, `[smc]` entries on 10.2.2 and 11.1.3, the
+/// handlers nested as calls on 10.0) are filtered as uftrace's `replay -t` filters them: an
+/// exception entry is a frame like a call's, dropped when shorter, written before a long
+/// handler. Thresholds from below the leaves to above the handlers.
+#[test]
+fn exception_entries_are_filtered_as_uftrace_filters_them() {
+    let elf = guest_elf("el3", Variant::Natural).expect("guests");
+    for q in system_qemus() {
+        let argv = el3_qemu_args_on(&q.program, &elf);
+        for time in ["10", "150"] {
+            same_on(q.label, &argv, &[], time, time);
+        }
+        // 40 instructions: `[svc]` (39) goes with its handler, `[irq]` (55) and `[smc]`
+        // (45) stay, their handlers (under 40) gone.
+        let (_, got) = same_on(q.label, &argv, &[], "40", "40");
+        let shown = |name: &str| got.iter().any(|l| l.contains(name));
+        assert!(!shown("handler"), "{}: {got:#?}", q.label);
+        if q.label != "10.0" {
+            assert!(!shown("[svc]"), "{}: {got:#?}", q.label);
+            assert!(
+                shown("[irq]();") && shown("[smc]();"),
+                "{}: {got:#?}",
+                q.label
+            );
+        }
+    }
 }
 
 /// A Linux boot (79 tasks switching, scheduler events, frames open in every task at the end)
