@@ -2,17 +2,22 @@
 //! are identical), under every aarch64 QEMU (10.0; 10.2.2 and 11.1.3 with exception entries)
 //! and riscv64's on PATH: the trace recorded with it replays, line for line and time for
 //! time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter is the
-//! oracle); what it left out is counted; bad TIMEs are one line before QEMU starts.
+//! oracle); what it left out is counted; bad TIMEs are one line before QEMU starts. In user
+//! mode (qemu-aarch64 10.2.2, `--clock insn`: each thread's instructions, the same in every
+//! run) the same holds task by task, for one thread, for threads that end with frames open,
+//! and for a fork whose child starts inside the parent's waiting frames.
 
 mod common;
 
 use common::user::text;
 use common::{qemu_uftrace, record_named, record_to_panic, single_error};
 
+use common::user::record_with;
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, QEMU_RISCV64};
 use qemu_uftrace_tests::{
-    el3_qemu_args_on, guest_elf, kernel_boot_args, qemu_args_on, system_qemus, Variant, QEMU,
+    el3_qemu_args_on, guest_elf, kernel_boot_args, qemu_args_on, system_qemus, user_guest_elf,
+    user_qemu, Variant, QEMU,
 };
 use std::path::Path;
 
@@ -188,6 +193,159 @@ fn exception_entries_are_filtered_as_uftrace_filters_them() {
             );
         }
     }
+}
+
+/// Each task's replay lines, tasks in tid order (a thread's tid grows with its creation), the
+/// tid column and the task lines without the tid (which differs from run to run).
+fn replay_tasks(dir: &Path, options: &[&str]) -> Vec<Vec<String>> {
+    // The TASK lines' threads and the FORK lines' children.
+    let task_txt = std::fs::read_to_string(dir.join("task.txt")).expect("task.txt");
+    let mut tids: Vec<u32> = task_txt
+        .lines()
+        .filter_map(|l| {
+            let key = match l.split(' ').next() {
+                Some("TASK") => "tid=",
+                Some("FORK") => "pid=",
+                _ => return None,
+            };
+            l.split(' ').find_map(|w| w.strip_prefix(key)?.parse().ok())
+        })
+        .collect();
+    // An exec'd program's session has the thread that exec'd.
+    tids.sort_unstable();
+    tids.dedup();
+    tids.iter()
+        .map(|tid| {
+            let t = tid.to_string();
+            let with_tid = [options, &["--tid", &t]].concat();
+            replay(dir, &with_tid)
+                .into_iter()
+                .map(|l| {
+                    let l = l.replace(&format!("task: {tid}"), "task: T");
+                    match (l.find('['), l.find(']')) {
+                        (Some(a), Some(b)) if a < b && l[a + 1..b].trim() == t => {
+                            format!("{}[T]{}", &l[..a], &l[b + 1..])
+                        }
+                        _ => l,
+                    }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `time_filtered` summed over the trace's `plugin.stats` and its other process images'
+/// (`procs/PID.N/plugin.stats`: a forked child counts its own).
+fn time_filtered_in_all_images(dir: &Path) -> u64 {
+    let mut files = vec![dir.join("plugin.stats")];
+    if let Ok(procs) = std::fs::read_dir(dir.join("procs")) {
+        files.extend(procs.flatten().map(|e| e.path().join("plugin.stats")));
+    }
+    files
+        .iter()
+        .map(|f| {
+            let stats = std::fs::read_to_string(f).expect("plugin.stats");
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix("time_filtered=")?.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("time_filtered in {}", f.display()))
+        })
+        .sum()
+}
+
+/// Records the user-mode guest `program` under qemu-aarch64 with `--clock insn`, unfiltered
+/// and with `-t time`: each task of the second replays as uftrace's `replay -t time` shows
+/// that task in the first; the calls it hides are counted, by every process image, and in
+/// the closing line. Returns the filtered tasks' lines.
+fn user_same_as_uftrace(program: &str, time: &str) -> Vec<Vec<String>> {
+    let qemu = user_qemu();
+    let elf = user_guest_elf(program).expect("user guests");
+    let elf = elf.to_string_lossy();
+    let (_t1, full, out) = record_with(&qemu, &["--clock", "insn"], &[&elf]);
+    assert!(out.status.success(), "{program}: {}", text(&out.stderr));
+    let (_t2, dir, out) = record_with(&qemu, &["--clock", "insn", "-t", time], &[&elf]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{program} -t {time}: {err}");
+    let want = replay_tasks(&full, &["-t", time]);
+    let got = replay_tasks(&dir, &[]);
+    assert_eq!(got.len(), want.len(), "{program}: tasks");
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(entries(w) > 0, "{program}: task {i}: uftrace shows nothing");
+        assert_eq!(g, w, "{program} -t {time}: task {i} (tid order): {err}");
+    }
+    let dropped = entries(&replay(&full, &[])) - entries(&replay(&dir, &[]));
+    assert!(dropped > 0, "{program} -t {time}: nothing filtered");
+    let counted = time_filtered_in_all_images(&dir);
+    assert_eq!(counted, dropped, "{program}: hidden by uftrace, counted");
+    assert!(
+        err.contains(&format!("; {} calls shorter than -t ]", group(counted))),
+        "{program}: {counted}: {err}"
+    );
+    got
+}
+
+#[test]
+fn user_mode_one_thread_is_filtered_as_uftrace_filters_it() {
+    let got = user_same_as_uftrace("nested.elf", "10");
+    assert_eq!(got.len(), 1);
+}
+
+/// Three threads end (in `exit`, with `start_thread` and what it called open): each one's
+/// waiting entries are written at its exit. Threads' runs differ (a join waits on a futex
+/// or not, a `printf` finds stdout's lock taken or not), so no second run is the oracle:
+/// the trace is one uftrace's `replay -t` leaves as it is, task by task.
+#[test]
+fn user_mode_threads_ending_with_frames_open_keep_them() {
+    let qemu = user_qemu();
+    let elf = user_guest_elf("threads.elf").expect("user guests");
+    let elf = elf.to_string_lossy();
+    let (_t, dir, out) = record_with(&qemu, &["--clock", "insn", "-t", "50"], &[&elf]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let got = replay_tasks(&dir, &[]);
+    assert_eq!(replay_tasks(&dir, &["-t", "50"]), got);
+    assert_eq!(got.len(), 4);
+    for task in &got[1..] {
+        // Written at the thread's exit, though never closed.
+        assert!(
+            task.iter().any(|l| l.ends_with("start_thread() {")),
+            "{task:#?}"
+        );
+        assert!(
+            task.iter().any(|l| l.ends_with("] start_thread")),
+            "{task:#?}"
+        );
+        // thread_step (a few instructions) dropped, thread_main kept.
+        assert!(task.iter().any(|l| l.contains("thread_main")), "{task:#?}");
+        assert!(!task.iter().any(|l| l.contains("thread_step")), "{task:#?}");
+    }
+    let counted = time_filtered_in_all_images(&dir);
+    assert!(counted > 3 * 5, "{counted}");
+    assert!(
+        err.contains(&format!("; {} calls shorter than -t ]", group(counted))),
+        "{counted}: {err}"
+    );
+}
+
+/// A fork inside frames still waiting (`fork`, `_Fork`): the child starts past them (their
+/// exits are its first records), the parent writes `fork` (97 instructions) without its
+/// short callees, and each process counts the calls it dropped.
+#[test]
+fn user_mode_a_fork_inside_waiting_frames_is_filtered_as_uftrace_filters_it() {
+    let got = user_same_as_uftrace("forkexec.elf", "50");
+    assert_eq!(got.len(), 2);
+    assert!(
+        got[1].iter().any(|l| l.ends_with("} /* fork */")),
+        "{:#?}",
+        got[1]
+    );
+    assert!(
+        got[0]
+            .iter()
+            .any(|l| l.split('|').nth(1).map(str::trim) == Some("fork();")),
+        "{:#?}",
+        got[0]
+    );
 }
 
 /// A Linux boot (79 tasks switching, scheduler events, frames open in every task at the end)

@@ -219,10 +219,13 @@ impl TimeFilter {
         }
     }
 
-    /// Forgets what waits (a forked child: those records are its parent's).
+    /// Forgets what waits and what was dropped (a forked child: those records and counts
+    /// are its parent's, which reports them; the child counts its own from zero, as its
+    /// other stats).
     pub fn forget(&mut self) {
         self.events = 0;
         self.waiting.clear();
+        self.dropped = 0;
     }
 
     /// Makes the last waiting record, when it is the entry of `func` at `depth`, an entry of

@@ -1224,6 +1224,25 @@ fn frames_still_open_at_the_end_are_written() {
     assert_eq!(r.engine.stats().time_filtered, 1);
 }
 
+/// A forked child counts the short calls it drops from zero: the parent's, before the
+/// fork, are counted by the parent (each process's plugin.stats adds up to the run's).
+#[test]
+fn a_forked_child_counts_only_its_own_short_calls() {
+    let mut g = FakeGuest::default();
+    let mut r = time_filtered_rig(1000);
+    r.call(0x100, 0x8000);
+    r.call(0x200, 0x8100);
+    r.ret(0x8100, &mut g); // short: the parent's
+    r.call(0x300, 0x8200); // fork()'s entry, waiting
+    r.engine.fork_child(7);
+    assert_eq!(r.engine.stats().time_filtered, 0);
+    r.call(0x400, 0x8300);
+    r.ret(0x8300, &mut g); // short: the child's
+    r.ret(0x8200, &mut g); // fork() returns in the child: its entry is the parent's
+    assert_eq!(r.engine.stats().time_filtered, 1);
+    assert_eq!(r.shape(), s(&["-300@1"]));
+}
+
 #[test]
 fn a_context_switched_away_takes_what_waits_along() {
     let mut g = FakeGuest::default();
