@@ -4,8 +4,9 @@
 //! time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter is the
 //! oracle); what it left out is counted; bad TIMEs are one line before QEMU starts. In user
 //! mode (qemu-aarch64 10.2.2, `--clock insn`: each thread's instructions, the same in every
-//! run) the same holds task by task, for one thread, for threads that end with frames open,
-//! and for a fork whose child starts inside the parent's waiting frames, then execs.
+//! run) the same holds task by task, for one thread and for a fork whose child starts inside
+//! the parent's waiting frames, then execs; threads (whose runs differ) that end with frames
+//! open give a trace uftrace's `replay -t` leaves as it is.
 
 mod common;
 
