@@ -249,6 +249,14 @@ pub struct RecordArgs {
     #[arg(short = 'N', long, value_name = "FUNC")]
     pub notrace: Vec<String>,
 
+    /// Do not record calls shorter than TIME, only their longer ancestors (uftrace's -t)
+    ///
+    /// TIME as uftrace replay -t reads it: a bare number is ns, or 10us, 1.5ms, 2s; under
+    /// the insn clock uftrace's ns are instructions, so -t 100 keeps calls of 100
+    /// instructions or more. Frames still open when the recording ends are written
+    #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time_filter, allow_hyphen_values = true)]
+    pub time_filter: Option<u64>,
+
     /// uftrace's -r/--time-range selects by time when a trace is shown, not recorded:
     /// refused, with the way to it
     #[arg(short = 'r', long, value_name = "START~STOP", hide = true)]
@@ -391,6 +399,11 @@ pub struct CompletionsArgs {
 /// The clap command, for tests, man pages and completions.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+/// `-t TIME`: uftrace's units, in ns (or instructions, under the insn clock).
+fn parse_time_filter(text: &str) -> Result<u64, String> {
+    qemu_uftrace_engine::timefilter::parse_time(text).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -90,6 +90,20 @@ fn missing_double_dash(e: &clap::Error, argv: &[OsString]) -> Option<anyhow::Err
              with the QEMU command",
         ));
     }
+    // A value record's own parser refused (`-t 10kg`, `--max-size 500X`): its reason, on
+    // one line as every other refusal, instead of clap's three.
+    if e.kind() == clap::error::ErrorKind::ValueValidation && is_record {
+        let arg = match e.get(clap::error::ContextKind::InvalidArg) {
+            Some(clap::error::ContextValue::String(a)) => a.clone(),
+            _ => "a value".into(),
+        };
+        let why =
+            std::error::Error::source(e).map_or_else(|| e.kind().to_string(), |s| s.to_string());
+        return Some(errors::usage(
+            format!("{arg}: {why}"),
+            "see qemu-uftrace record --help",
+        ));
+    }
     None
 }
 

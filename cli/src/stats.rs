@@ -179,6 +179,12 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "time_filtered",
+        "calls not written because they were shorter than -t/--time-filter (their longer \
+         ancestors are written)",
+        None,
+    ),
+    count(
         "task_conflicts",
         "switches to a task still running on another vCPU: it restarted with an empty stack",
         None,

@@ -11,6 +11,7 @@ use crate::gates::{Gates, Place, Roots};
 use crate::guest::GuestView;
 use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
+use crate::timefilter::{Deferred, TimeFilter, Verdict};
 use qemu_uftrace_format::record::{encode_word, RecordType, RECORD_SIZE};
 
 /// Frames kept beyond the recorded depth (so their returns still match) before giving up.
@@ -41,6 +42,8 @@ pub struct Suspended {
     pub midway: bool,
     /// Its open filter and notrace subtrees (`gates`).
     pub roots: Roots,
+    /// Its records `-t` holds back until their frames end (`timefilter`).
+    pub deferred: Deferred,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -81,6 +84,9 @@ pub struct Engine {
     /// stack, their frame there (to tell them from a later entry at that index) and the
     /// linear address of the frame they pushed (`exception_return_16`).
     pub(crate) pushed_frames: Vec<(usize, Frame, u64)>,
+    /// `-t` (`timefilter`); `None` (the common case) costs the general path one test of
+    /// this field in `emit`, and the fast path nothing.
+    time_filter: Option<Box<TimeFilter>>,
 }
 
 impl Engine {
@@ -104,6 +110,7 @@ impl Engine {
             midway: false,
             gates: None,
             pushed_frames: Vec::new(),
+            time_filter: None,
         }
     }
 
@@ -118,6 +125,95 @@ impl Engine {
         self.gates = Some(Box::new(Gates::new(filter, notrace, self.record_depth)));
         self.record_depth = 0;
         self.fast_depth = 0;
+    }
+
+    /// Writes no call shorter than `threshold` (`-t`; 0: every call), only its longer
+    /// ancestors. Given before the first event. The fast path writes without asking, so it
+    /// is off (`fast_depth` 0: every event takes the general path, whose `emit` defers);
+    /// decided once here, so a run without `-t` runs the fast path as before.
+    pub fn set_time_filter(&mut self, threshold: u64) {
+        if threshold == 0 {
+            return;
+        }
+        self.time_filter = Some(Box::new(TimeFilter::new(threshold)));
+        self.fast_depth = 0;
+    }
+
+    /// The time filter, when `-t` was given.
+    pub fn time_filter(&self) -> Option<&TimeFilter> {
+        self.time_filter.as_deref()
+    }
+
+    /// With `-t` (the plugin registers the callbacks that try it only then): the common
+    /// call, as [`Engine::try_call`], its entry left waiting in the filter. Changes nothing
+    /// and returns false when the general path (`call`) must decide.
+    #[inline(always)]
+    pub fn try_call_timed(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
+        let depth = self.stack.len();
+        if depth >= self.record_depth || depth >= RESERVED_FRAMES || !self.stack.has_room() {
+            return false;
+        }
+        let Some(filter) = self.time_filter.as_deref_mut() else {
+            return false;
+        };
+        if !filter.try_wait_entry(now, depth, func) {
+            return false;
+        }
+        self.stack.push(Frame { func, ret_addr });
+        self.last_time = now;
+        self.stats.calls += 1;
+        true
+    }
+
+    /// With `-t`: the common return, to the top frame's return address, of a call shorter
+    /// than the threshold whose entry waits last: both go, as `ret` would drop them.
+    /// Changes nothing and returns false when `ret` must decide (a longer call is written
+    /// there, with its ancestors).
+    #[inline(always)]
+    pub fn try_ret_timed(&mut self, now: u64, target: u64) -> bool {
+        let depth = self.stack.len();
+        match self.stack.top() {
+            Some(f) if f.ret_addr == target && depth <= self.record_depth => {}
+            _ => return false,
+        }
+        let Some(filter) = self.time_filter.as_deref_mut() else {
+            return false;
+        };
+        if !filter.try_drop_short(now) {
+            return false;
+        }
+        self.stack.pop();
+        self.last_time = now;
+        self.stats.returns += 1;
+        true
+    }
+
+    /// Writes the records the time filter holds back for the running context (the entries
+    /// of its open frames not yet written, the events among them): at the end of a
+    /// recording, so that the frames still open are written as without `-t`.
+    pub fn release_waiting(&mut self) {
+        let Some(mut filter) = self.time_filter.take() else {
+            return;
+        };
+        for w in filter.drain() {
+            self.emit_now(w.time, w.kind, w.depth, w.addr);
+        }
+        self.time_filter = Some(filter);
+    }
+
+    /// Writes what a context that is not running (`tid`'s, waiting in the task table) left
+    /// held back by the time filter, into its own task's records: at the end of a recording.
+    pub fn write_deferred(&mut self, tid: u32, deferred: &mut Deferred) {
+        if deferred.is_empty() {
+            return;
+        }
+        self.flush();
+        let own = std::mem::replace(&mut self.tid, tid);
+        for w in deferred.drain() {
+            self.emit_now(w.time, w.kind, w.depth, w.addr);
+        }
+        self.flush();
+        self.tid = own;
     }
 
     /// The gates, when `-F`/`-N` were given.
@@ -135,6 +231,7 @@ impl Engine {
     pub fn stats(&self) -> Stats {
         Stats {
             events: self.spilled + (self.buf.len() / RECORD_SIZE) as u64,
+            time_filtered: self.time_filter.as_deref().map_or(0, |f| f.dropped),
             ..self.stats
         }
     }
@@ -160,6 +257,29 @@ impl Engine {
 
     #[inline(always)]
     fn emit(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
+        if self.time_filter.is_some() {
+            return self.emit_filtered(time, kind, depth, addr);
+        }
+        self.emit_now(time, kind, depth, addr);
+    }
+
+    /// [`Engine::emit`] through the time filter: the record waits, goes, or is written
+    /// after everything that waits.
+    #[cold]
+    #[inline(never)]
+    fn emit_filtered(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
+        let Some(filter) = self.time_filter.as_deref_mut() else {
+            return;
+        };
+        if filter.offer(time, kind, depth, addr) == Verdict::WriteAll {
+            self.release_waiting();
+            self.emit_now(time, kind, depth, addr);
+        }
+    }
+
+    /// Writes a record now, whatever the time filter says.
+    #[inline(always)]
+    fn emit_now(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
         if !self.has_room() {
             self.flush();
         }
@@ -386,8 +506,21 @@ impl Engine {
         let Some(top) = self.stack.top().copied() else {
             return false;
         };
+        if top.is_jumped() || top.is_exception() || self.gates.is_some() {
+            return false;
+        }
+        // With `-t` the entry waits in the filter, unwritten (it is the filter's last
+        // record when nothing came after it).
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            if !filter.retarget_last(depth - 1, top.func, func) {
+                return false;
+            }
+            self.stack.pop();
+            self.stack.push(Frame { func, ..top });
+            return true;
+        }
         let len = self.buf.len();
-        if top.is_jumped() || top.is_exception() || self.gates.is_some() || len < RECORD_SIZE {
+        if len < RECORD_SIZE {
             return false;
         }
         let at = len - RECORD_SIZE + 8;
@@ -714,6 +847,9 @@ impl Engine {
     /// counted from zero.
     pub fn fork_child(&mut self, tid: u32) {
         self.buf.clear();
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            filter.forget();
+        }
         self.stats = Stats::default();
         self.spilled = 0;
         self.tid = tid;
@@ -733,6 +869,8 @@ impl Engine {
             midway: std::mem::take(&mut self.midway),
             roots: (self.gates.as_deref_mut())
                 .map_or_else(Roots::default, |g| std::mem::take(&mut g.roots)),
+            deferred: (self.time_filter.as_deref_mut())
+                .map_or_else(Deferred::default, TimeFilter::suspend),
         }
     }
 
@@ -745,6 +883,9 @@ impl Engine {
         self.midway = state.midway;
         if let Some(gates) = self.gates.as_deref_mut() {
             gates.roots = state.roots;
+        }
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            filter.resume(state.deferred);
         }
         self.last_time = self.last_time.max(state.last_time);
         self.tid = tid;

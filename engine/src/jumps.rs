@@ -113,6 +113,34 @@ mod tests {
         records.lock().unwrap().clone()
     }
 
+    /// With `-t`, the stub's entry still waits unwritten when its jump comes: it is
+    /// rewritten there, and the trace is what it is without `-t` (a threshold of 1 keeps
+    /// every call).
+    #[test]
+    fn a_trampoline_call_waiting_in_the_time_filter_becomes_a_call_of_its_target() {
+        let (mut e, records) = engine();
+        e.set_time_filter(1);
+        e.call(1, 0x1000, 0x500);
+        e.call(2, 0x7000, 0x1010);
+        e.register_jump_entry(3, 0x2000, true);
+        let top = e.stack().top().map(|f| (f.func, f.ret_addr));
+        assert_eq!(top, Some((0x2000, 0x1010)));
+        e.ret(4, 0x1010, &mut NoGuest);
+        e.call(5, 0x7000, 0x1020);
+        e.call(6, 0x3000, 0x7004);
+        e.ret(7, 0x7004, &mut NoGuest);
+        e.register_jump_entry(8, 0x2000, true);
+        e.ret(9, 0x1020, &mut NoGuest);
+        e.release_waiting();
+        assert_eq!(
+            lines(&mut e, &records),
+            [
+                "E0 1000", "E1 2000", "X1 2000", "E1 7000", "E2 3000", "X2 3000", "E2 2000",
+                "X2 2000", "X1 7000"
+            ]
+        );
+    }
+
     #[test]
     fn a_trampoline_call_becomes_a_call_of_its_target() {
         let (mut e, records) = engine();

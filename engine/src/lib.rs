@@ -21,4 +21,5 @@ pub mod sites;
 pub mod spaces;
 pub mod stats;
 pub mod tasks;
+pub mod timefilter;
 pub mod tsc;

@@ -123,6 +123,12 @@ impl ShadowStack {
             .reserve(RESERVED_FRAMES.saturating_sub(self.frames.len()));
     }
 
+    /// Whether a push would not grow the stack.
+    #[inline(always)]
+    pub fn has_room(&self) -> bool {
+        self.frames.len() < self.frames.capacity()
+    }
+
     /// Whether `push_reserved` may be used up to [`RESERVED_FRAMES`].
     pub fn has_reserve(&self) -> bool {
         self.frames.capacity() >= RESERVED_FRAMES

@@ -72,6 +72,9 @@ pub struct Stats {
     /// Events in a process's code that another process translated (QEMU shares one
     /// translation of a page among its mappings): their addresses moved to this process's.
     pub moved_events: u64,
+    /// Calls not written because they were shorter than `-t`'s threshold (filled in by
+    /// `Engine::stats`).
+    pub time_filtered: u64,
 }
 
 impl Stats {
@@ -104,6 +107,7 @@ impl Stats {
         self.resync_cookies += o.resync_cookies;
         self.filtered += o.filtered;
         self.moved_events += o.moved_events;
+        self.time_filtered += o.time_filtered;
     }
 
     /// `key=value` lines, in a fixed order.
@@ -137,6 +141,7 @@ impl Stats {
             ("resync_cookies", self.resync_cookies),
             ("filtered", self.filtered),
             ("moved_events", self.moved_events),
+            ("time_filtered", self.time_filtered),
         ]
     }
 }

@@ -208,6 +208,17 @@ impl TaskTable {
         c.state = None;
     }
 
+    /// Writes what each waiting context's `-t` still holds back (its open frames' entries
+    /// not yet written: `Engine::write_deferred`) with `engine`, any vCPU's: at the end of
+    /// a recording, so that frames still open are written as without `-t`.
+    pub fn write_deferred(&mut self, engine: &mut Engine) {
+        for c in &mut self.contexts {
+            if let Some(state) = c.state.as_mut() {
+                engine.write_deferred(c.tid, &mut state.deferred);
+            }
+        }
+    }
+
     /// Every context so far, in the order they appeared.
     pub fn contexts(&self) -> &[Context] {
         &self.contexts

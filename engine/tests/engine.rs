@@ -72,7 +72,8 @@ impl Rig {
         self.t += 10;
         if self.fast
             && (self.engine.try_call(self.t, func, ret_addr)
-                || self.engine.try_follow_call(self.t, func, ret_addr))
+                || self.engine.try_follow_call(self.t, func, ret_addr)
+                || self.engine.try_call_timed(self.t, func, ret_addr))
         {
             self.fast_hits += 1;
         } else {
@@ -82,7 +83,9 @@ impl Rig {
     fn ret(&mut self, target: u64, guest: &mut FakeGuest) {
         self.t += 10;
         if self.fast
-            && (self.engine.try_ret(self.t, target) || self.engine.try_follow_ret(self.t, target))
+            && (self.engine.try_ret(self.t, target)
+                || self.engine.try_follow_ret(self.t, target)
+                || self.engine.try_ret_timed(self.t, target))
         {
             self.fast_hits += 1;
         } else {
@@ -1120,5 +1123,197 @@ fn a_pushed_frame_goes_with_its_entry_not_with_the_next_at_its_depth() {
     assert_eq!(
         r.engine.exception_return_16(80, 0xf7fc3, 0xfd049, 0x7000),
         EretOutcome::ClosedFunction
+    );
+}
+
+/// What `uftrace replay -t threshold` shows of an unfiltered trace, by its own rules
+/// (`get_task_ustack` in uftrace's utils/fstack.c): an exit drops the last waiting entry and
+/// what follows it when shorter, else releases everything waiting; LOST records and user
+/// events release; what still waits at the end is shown.
+fn time_filtered_reference(all: &[Record], threshold: u64) -> Vec<Record> {
+    let mut waiting: Vec<Record> = Vec::new();
+    let mut out = Vec::new();
+    for r in all {
+        match r.kind {
+            RecordType::Entry => waiting.push(*r),
+            RecordType::Exit => match waiting.iter().rposition(|w| w.kind == RecordType::Entry) {
+                Some(i) if r.time - waiting[i].time < threshold => waiting.truncate(i),
+                _ => {
+                    out.append(&mut waiting);
+                    out.push(*r);
+                }
+            },
+            RecordType::Event if r.addr < 1_000_000 => waiting.push(*r),
+            _ => {
+                out.append(&mut waiting);
+                out.push(*r);
+            }
+        }
+    }
+    out.append(&mut waiting);
+    out
+}
+
+/// A rig with `-t threshold`, fast paths first as the plugin's timed callbacks take them.
+fn time_filtered_rig(threshold: u64) -> Rig {
+    let mut r = Rig::new(1024);
+    r.engine.set_time_filter(threshold);
+    r
+}
+
+#[test]
+fn a_short_call_is_dropped_and_a_long_ones_ancestors_written_first() {
+    let mut g = FakeGuest::default();
+    // Each event is 10 later: a leaf called and returned is 10 long.
+    let mut r = time_filtered_rig(30);
+    r.call(0x100, 0x8000); // 10
+    r.call(0x200, 0x8100); // 20: short leaf
+    r.ret(0x8100, &mut g); // 30
+    r.call(0x300, 0x8200); // 40
+    r.call(0x400, 0x8300); // 50
+    r.call(0x500, 0x8400); // 60
+    r.call(0x600, 0x8500); // 70: short leaf under a long one
+    r.ret(0x8500, &mut g); // 80
+    r.ret(0x8400, &mut g); // 90: 0x500, 30 long: written, its ancestors first
+    r.ret(0x8300, &mut g); // 100: 0x400 is 50 long
+    r.ret(0x8200, &mut g); // 110
+    r.call(0x700, 0x8600); // 120: short
+    r.ret(0x8600, &mut g); // 130
+    r.ret(0x8000, &mut g); // 140
+                           // The timed fast path took every call (their entries wait) and the short calls'
+                           // returns (0x200, 0x600, 0x700); the longer ones' returns write, the general way.
+    assert_eq!(r.fast_hits, 10);
+    let recs = r.records();
+    let shape: Vec<String> = recs
+        .iter()
+        .map(|x| format!("{:?} {:x}@{} t{}", x.kind, x.addr, x.depth, x.time))
+        .collect();
+    assert_eq!(
+        shape,
+        s(&[
+            "Entry 100@0 t10",
+            "Entry 300@1 t40",
+            "Entry 400@2 t50",
+            "Entry 500@3 t60",
+            "Exit 500@3 t90",
+            "Exit 400@2 t100",
+            "Exit 300@1 t110",
+            "Exit 100@0 t140",
+        ])
+    );
+    let stats = r.engine.stats();
+    assert_eq!(stats.time_filtered, 3);
+    assert_eq!(stats.events, 8);
+    assert_eq!((stats.calls, stats.returns), (7, 7));
+}
+
+#[test]
+fn frames_still_open_at_the_end_are_written() {
+    let mut g = FakeGuest::default();
+    let mut r = time_filtered_rig(1000);
+    r.call(0x100, 0x8000);
+    r.call(0x200, 0x8100);
+    r.call(0x300, 0x8200);
+    r.ret(0x8200, &mut g); // short: gone
+    r.call(0x400, 0x8300);
+    // Nothing is written yet: every frame may still turn out short.
+    r.engine.flush();
+    assert!(r.out.lock().unwrap().is_empty());
+    r.engine.release_waiting();
+    assert_eq!(r.shape(), s(&["+100@0", "+200@1", "+400@2"]));
+    assert_eq!(r.engine.stats().time_filtered, 1);
+}
+
+/// A forked child counts the short calls it drops from zero: the parent's, before the
+/// fork, are counted by the parent (each process's plugin.stats adds up to the run's).
+#[test]
+fn a_forked_child_counts_only_its_own_short_calls() {
+    let mut g = FakeGuest::default();
+    let mut r = time_filtered_rig(1000);
+    r.call(0x100, 0x8000);
+    r.call(0x200, 0x8100);
+    r.ret(0x8100, &mut g); // short: the parent's
+    r.call(0x300, 0x8200); // fork()'s entry, waiting
+    r.engine.fork_child(7);
+    assert_eq!(r.engine.stats().time_filtered, 0);
+    r.call(0x400, 0x8300);
+    r.ret(0x8300, &mut g); // short: the child's
+    r.ret(0x8200, &mut g); // fork() returns in the child: its entry is the parent's
+    assert_eq!(r.engine.stats().time_filtered, 1);
+    assert_eq!(r.shape(), s(&["-300@1"]));
+}
+
+#[test]
+fn a_context_switched_away_takes_what_waits_along() {
+    let mut g = FakeGuest::default();
+    let mut r = time_filtered_rig(100);
+    r.call(0x100, 0x8000); // 10
+    r.call(0x200, 0x8100); // 20
+    let mut away = r.engine.suspend();
+    // Another task runs meanwhile: its short call goes, its open frame waits.
+    r.engine.resume(2, Default::default());
+    r.call(0x900, 0x8900);
+    r.call(0x910, 0x8910);
+    r.ret(0x8910, &mut g);
+    let mut other = r.engine.suspend();
+    assert!(r.shape().is_empty(), "nothing is decided yet");
+    r.engine.resume(1, std::mem::take(&mut away));
+    r.ret(0x8100, &mut g); // 60: 0x200 is 40 long, short: gone
+    r.call(0x300, 0x8200); // 70
+    r.t += 100;
+    r.ret(0x8200, &mut g); // 180: 0x300 is 110 long: written after 0x100's entry
+    assert_eq!(r.shape(), s(&["+100@0", "+300@1", "-300@1"]));
+    // At the end, the waiting task's open frame is written into its own records.
+    r.engine.write_deferred(2, &mut other.deferred);
+    r.engine.release_waiting();
+    assert_eq!(r.shape(), s(&["+100@0", "+300@1", "-300@1", "+900@0"]));
+    assert_eq!(r.engine.stats().time_filtered, 2);
+}
+
+#[test]
+fn the_time_filter_writes_what_uftraces_replay_shows_with_it() {
+    let (seeds, events) = if cfg!(miri) { (2, 300) } else { (20, 5_000) };
+    for threshold in [1, 25, 60, 400] {
+        for seed in 1..=seeds {
+            let mut all = Rig::new(1024);
+            let mut some = time_filtered_rig(threshold);
+            let mut general = Rig::general(1024);
+            general.engine.set_time_filter(threshold);
+            drive(&mut all, seed, events);
+            drive(&mut some, seed, events);
+            drive(&mut general, seed, events);
+            some.engine.release_waiting();
+            general.engine.release_waiting();
+            let expected = time_filtered_reference(&all.records(), threshold);
+            let got = some.records();
+            assert_eq!(got, expected, "-t {threshold}, seed {seed}");
+            // The timed fast path changes nothing but the cost.
+            assert_eq!(got, general.records(), "-t {threshold}, seed {seed}");
+            assert_eq!(
+                format!("{:?}", some.engine.stats()),
+                format!("{:?}", general.engine.stats()),
+                "-t {threshold}, seed {seed}"
+            );
+            assert_eq!(general.fast_hits, 0);
+            assert!(
+                some.fast_hits > 0 || threshold <= 10,
+                "-t {threshold}, seed {seed}"
+            );
+            let stats = some.engine.stats();
+            assert_eq!(stats.calls, all.engine.stats().calls);
+            assert_eq!(stats.events, got.len() as u64);
+            if threshold > 10 {
+                assert!(stats.time_filtered > 0, "-t {threshold}, seed {seed}");
+                assert!(got.len() < all.records().len());
+            }
+        }
+    }
+}
+
+#[test]
+fn the_time_filter_keeps_waiting_within_twice_the_deepest_stack() {
+    assert_eq!(
+        qemu_uftrace_engine::timefilter::MAX_WAITING,
+        2 * qemu_uftrace_engine::hot::HARD_STACK_LIMIT
     );
 }

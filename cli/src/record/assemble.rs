@@ -260,6 +260,17 @@ fn with_other_processes(mut s: Stats, others: &[Stats]) -> Stats {
         s.bytes += p.bytes;
         s.tids.extend(&p.tids);
     }
+    // -t's count: each process counts the short calls it dropped (a forked child from zero).
+    let short: u64 = others
+        .iter()
+        .filter_map(|p| p.other_count("time_filtered"))
+        .sum();
+    if short > 0 {
+        let mine = s.other_count("time_filtered").unwrap_or(0);
+        s.other.retain(|(k, _)| k != "time_filtered");
+        s.other
+            .push(("time_filtered".to_string(), (mine + short).to_string()));
+    }
     // A thread that exec'd is one thread in two images.
     s.tids.sort_unstable();
     s.tids.dedup();

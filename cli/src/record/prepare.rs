@@ -309,6 +309,10 @@ impl PluginOptions<'_> {
         if let Some(bytes) = args.keep_last {
             v.push(format!(",keep_last={bytes}"));
         }
+        // 0 filters nothing: no option, so the plugin keeps its fast path.
+        if let Some(threshold) = args.time_filter.filter(|&t| t > 0) {
+            v.push(format!(",time_filter={threshold}"));
+        }
         v.push(self.filters.plugin_options());
         v.push(self.names.plugin_option());
         // Names for the guest's tasks when a source has the kernel's DWARF or BTF (else

@@ -132,12 +132,16 @@ pub fn print(
     let filtered = stats
         .filter(|_| !filters.is_empty())
         .map(|s| s.other_count("filtered").unwrap_or(0));
+    let short = stats
+        .filter(|_| args.time_filter.is_some())
+        .map(|s| s.other_count("time_filtered").unwrap_or(0));
     note(written_line(
         done.bytes,
         stats.map_or(0, |s| s.lost_records),
         stats.is_some_and(|s| s.size_capped),
         outside,
         filtered,
+        short,
     ));
     let old = old
         .map(|o| format!(" (the previous one is now {})", o.display()))
@@ -237,6 +241,7 @@ fn written_line(
     capped: bool,
     outside: Option<u64>,
     filtered: Option<u64>,
+    short: Option<u64>,
 ) -> String {
     let records = bytes / qemu_uftrace_format::record::RECORD_SIZE as u64;
     let cap = if capped {
@@ -250,8 +255,11 @@ fn written_line(
     let filtered = filtered
         .map(|n| format!("; {} filtered out (-F/-N)", group(n as f64)))
         .unwrap_or_default();
+    let short = short
+        .map(|n| format!("; {} calls shorter than -t", group(n as f64)))
+        .unwrap_or_default();
     format!(
-        "[ record: wrote {}, {} records; {} lost{cap}{outside}{filtered} ]",
+        "[ record: wrote {}, {} records; {} lost{cap}{outside}{filtered}{short} ]",
         self::bytes(bytes),
         group(records as f64),
         group(lost as f64),
@@ -326,20 +334,24 @@ mod tests {
     #[test]
     fn the_written_line_says_what_was_not_written() {
         assert_eq!(
-            written_line(32 << 20, 0, false, None, None),
+            written_line(32 << 20, 0, false, None, None, None),
             "[ record: wrote 32.00 MiB, 2,097,152 records; 0 lost ]"
         );
         assert_eq!(
-            written_line(160, 3, true, None, None),
+            written_line(160, 3, true, None, None, None),
             "[ record: wrote 160 B, 10 records; 3 lost; the rest not written (size cap) ]"
         );
         assert_eq!(
-            written_line(352, 0, false, Some(1868), None),
+            written_line(352, 0, false, Some(1868), None, None),
             "[ record: wrote 352 B, 22 records; 0 lost; 1,868 outside the window ]"
         );
         assert_eq!(
-            written_line(352, 0, false, None, Some(90_210)),
+            written_line(352, 0, false, None, Some(90_210), None),
             "[ record: wrote 352 B, 22 records; 0 lost; 90,210 filtered out (-F/-N) ]"
+        );
+        assert_eq!(
+            written_line(352, 0, false, None, None, Some(1_234)),
+            "[ record: wrote 352 B, 22 records; 0 lost; 1,234 calls shorter than -t ]"
         );
     }
 }

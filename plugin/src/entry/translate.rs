@@ -13,9 +13,10 @@ use crate::ffi::{
 use crate::handlers::callbacks::{
     on_direct_call, on_direct_call_gated, on_exception_return, on_exception_return_from_memory,
     on_far_return, on_fed_call, on_fed_load, on_indirect_call, on_jump_entry, on_landing,
-    on_landing_gated, on_memory_call, on_offset_call, on_packed_call, on_packed_call_gated,
-    on_task_pointer, on_thunk_branch, on_unreported_system_call, on_user_call, on_user_fed_call,
-    on_user_indirect_call, on_user_landing, on_user_memory_call, on_user_offset_call,
+    on_landing_gated, on_landing_timed, on_memory_call, on_offset_call, on_packed_call,
+    on_packed_call_gated, on_packed_call_timed, on_task_pointer, on_thunk_branch,
+    on_unreported_system_call, on_user_call, on_user_fed_call, on_user_indirect_call,
+    on_user_landing, on_user_memory_call, on_user_offset_call,
 };
 use crate::state::guest::{ByteBuf, MIN_PAGE};
 use qemu_uftrace_engine::arch::{
@@ -170,6 +171,8 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 Some(space) => (on_user_landing, user_site(start, start, start, space)),
                 // With -F, the form that only follows returns outside the filtered subtrees.
                 None if gated() => (on_landing_gated, start as usize as *mut c_void),
+                // With -t, the form whose fast path drops a short call.
+                None if timed() => (on_landing_timed, start as usize as *mut c_void),
                 None => (on_landing, start as usize as *mut c_void),
             };
             unsafe {
@@ -536,6 +539,8 @@ fn direct_call_site(
     }
     let (packed, general): (VcpuUdataCb, VcpuUdataCb) = if gated() {
         (on_packed_call_gated, on_direct_call_gated)
+    } else if timed() {
+        (on_packed_call_timed, on_direct_call)
     } else {
         (on_packed_call, on_direct_call)
     };
@@ -549,6 +554,15 @@ fn direct_call_site(
 /// callbacks of their own, so that other runs pay nothing for them.
 fn gated() -> bool {
     crate::state::aims::filtering()
+}
+
+/// Whether `-t` was given: its common calls and returns take callbacks of their own (with
+/// `-F` too, the gated ones go first: gates leave the engine no recorded depth, so the
+/// timed fast path would never be taken).
+fn timed() -> bool {
+    crate::state::CONFIG
+        .get()
+        .is_some_and(|c| c.time_filter > 0)
 }
 
 /// The thunk a call's target starts with, from guest memory (read at translation; the

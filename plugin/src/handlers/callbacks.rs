@@ -352,6 +352,47 @@ fn landing_at(vcpu_index: c_uint, target: u64) {
     vcpu::with(vcpu_index, |v| landing(v, target));
 }
 
+/// [`on_packed_call`] with `-t` (translation chose it): the common call's entry waits in
+/// the time filter, on the fast path (`Engine::try_call_timed`).
+pub extern "C" fn on_packed_call_timed(vcpu_index: c_uint, data: *mut c_void) {
+    let (target, ret_addr) = unpack(data as u64);
+    let fast = vcpu::try_with(vcpu_index, |v| {
+        match v.fast.call_time(&v.interp, v.engine.last_time()) {
+            Some(now) => v.engine.try_call_timed(now, target, ret_addr),
+            None => false,
+        }
+    });
+    if !fast {
+        packed_call(vcpu_index, target, ret_addr)
+    }
+}
+
+/// [`on_landing`] with `-t`: the return of a call shorter than the threshold drops it, on
+/// the fast path (`Engine::try_ret_timed`).
+///
+/// # Safety
+/// As [`on_landing`].
+pub unsafe extern "C" fn on_landing_timed(vcpu_index: c_uint, data: *mut c_void) {
+    let target = data as u64;
+    let fast = vcpu::try_with(vcpu_index, |v| {
+        if v.thunk_ret {
+            return false;
+        }
+        let Some((now, flag)) = v.fast.landing_time(&v.interp, v.engine.last_time()) else {
+            return false;
+        };
+        if !v.engine.try_ret_timed(now, target) {
+            return false;
+        }
+        // SAFETY: as in `landing_without_calls`.
+        unsafe { flag.write_volatile(0) };
+        true
+    });
+    if !fast {
+        landing_at(vcpu_index, target)
+    }
+}
+
 /// [`landing`]'s common case where it calls nothing (as [`call_without_calls`]): the top
 /// frame's return, its flag cleared once taken. False (nothing changed) for the general
 /// way, which clears the flag in any case.

@@ -26,7 +26,15 @@ fn finish_once() {
     // Exited threads' vCPUs, flushed when they exited, then the running ones: listed in the
     // order they ran.
     let mut states = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut deferred_written = false;
     for (i, mut s) in vcpu::take_all() {
+        // Frames still open at the end are written, as without `-t`: the running
+        // context's, then (through the first engine) those of the contexts waiting in the
+        // task table, each into its own task's records.
+        s.engine.release_waiting();
+        if !std::mem::replace(&mut deferred_written, true) {
+            crate::state::with_tasks(|t| t.write_deferred(&mut s.engine));
+        }
         s.engine.flush();
         states.push(Ended::of(i, &s));
     }

@@ -65,6 +65,8 @@ pub fn vcpu_init(vcpu_id: u32) {
     });
     let mut engine = hot::Engine::new(out.fresh(), spill, cfg.max_depth, tid);
     engine.set_longjmp_test(crate::state::entries::is_longjmp);
+    // Before any event, as the gates: it decides whether the fast path runs at all.
+    engine.set_time_filter(cfg.time_filter);
     // A PIE's -F/-N functions are placed at its first instruction, which gives this (the
     // first) vCPU its gates then (`set_gates` once: before any call).
     if !crate::state::aims::pending() {
@@ -119,6 +121,8 @@ pub fn vcpu_exit(vcpu_id: u32) {
     let Some(mut state) = vcpu::remove(vcpu_id) else {
         return;
     };
+    // The thread's frames still open are written, as without `-t`.
+    state.engine.release_waiting();
     state.engine.flush();
     with_tasks(|t| t.end_vcpu(vcpu_id));
     RETIRED

@@ -4,7 +4,7 @@
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
-//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…]`
+//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
@@ -68,6 +68,9 @@ pub struct Config {
     pub filter: Vec<u64>,
     /// These functions' subtrees are left out (`notrace=ADDR:ADDR…`: the CLI's `-N`).
     pub notrace: Vec<u64>,
+    /// Calls shorter than this are not written (`time_filter=N`, in the clock's unit: ns or
+    /// instructions; the CLI's `-t`, its unit already applied); 0: all are.
+    pub time_filter: u64,
     /// User mode, a position-independent program: the same four lists for its functions,
     /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
     /// place them once it runs (`aims`).
@@ -244,6 +247,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut keep_last = None;
     let mut filter = Vec::new();
     let mut notrace = Vec::new();
+    let mut time_filter = 0;
     let mut pie_entry = None;
     let mut pie = Aims::default();
     for arg in raw {
@@ -339,6 +343,11 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "start_at" => start_at = addresses(&key, value)?,
             "filter" => filter = addresses(&key, value)?,
             "notrace" => notrace = addresses(&key, value)?,
+            "time_filter" => {
+                time_filter = value
+                    .parse::<u64>()
+                    .map_err(|_| format!("time_filter={value}: expected a whole number"))?
+            }
             "pie_entry" => pie_entry = Some(addresses(&key, value)?[0]),
             "pie_filter" => pie.filter = addresses(&key, value)?,
             "pie_notrace" => pie.notrace = addresses(&key, value)?,
@@ -410,6 +419,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         keep_last,
         filter,
         notrace,
+        time_filter,
         pie,
     })))
 }
