@@ -4,13 +4,12 @@
 //! distribution's stock kernel carries it (CONFIG_DEBUG_INFO_BTF), its -dbg DWARF is a
 //! download most users never make.
 
-use std::borrow::Cow;
 use std::path::Path;
 
 use btf_rs::{Btf, Type};
 
 use crate::kallsyms_tables;
-use crate::kernel_image;
+use crate::kernel_image::{self, Unpacked};
 use crate::MemberError;
 
 /// Anonymous struct and union members nest (C11); a malformed file could loop them.
@@ -26,8 +25,8 @@ pub(crate) fn read(path: &Path, data: &[u8]) -> Result<Option<Btf>, MemberError>
         path: path.to_path_buf(),
         reason,
     };
-    let image: Cow<'_, [u8]> = if data.starts_with(b"\x7fELF") {
-        Cow::Borrowed(data)
+    let image = if data.starts_with(b"\x7fELF") {
+        Unpacked::Borrowed(data)
     } else {
         match kernel_image::unpack(path, data) {
             Ok(image) => image,

@@ -1,9 +1,11 @@
 //! Raw kernel images (arm64 `Image`, gzip-compressed, or EFI zboot `vmlinuz`; x86
 //! `bzImage`): symbols recovered from the kallsyms tables the kernel carries for itself.
 
-use std::borrow::Cow;
+use std::hash::Hasher;
 use std::io::Read;
+use std::ops::Deref;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use crate::functions::Candidate;
 use crate::kallsyms_tables::{self, find_bytes, u32_at, u64_at, RawSymbol};
@@ -115,14 +117,92 @@ pub(crate) fn symbol_addresses(
     Ok(found)
 }
 
+/// A kernel image as [`unpack`] gives it: the file's own bytes, or decompressed ones that
+/// [`unpack`] may also keep for the next reader of the same file.
+pub(crate) enum Unpacked<'a> {
+    Borrowed(&'a [u8]),
+    Shared(Arc<Vec<u8>>),
+}
+
+impl Deref for Unpacked<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Unpacked::Borrowed(b) => b,
+            Unpacked::Shared(v) => v,
+        }
+    }
+}
+
+/// The last image decompressed, by its packed bytes' length and SipHash (not CRC-32: a gzip
+/// stream ends with its data's CRC, which makes the whole stream's CRC-32 the same for any
+/// data stored uncompressed): `record` reads a stock kernel's
+/// BTF, then its kallsyms for the process watch, the task slot and the symbol job, each of
+/// which decompressed it again. One entry, until [`release_unpacked`] (the decompressed
+/// kernel is tens of MB).
+static LAST_UNPACKED: LastUnpacked = LastUnpacked(Mutex::new(None));
+
+struct LastUnpacked(Mutex<Option<(usize, u64, Arc<Vec<u8>>)>>);
+
+impl LastUnpacked {
+    /// `data`'s kernel, decompressed unless it is the one kept.
+    fn unpack<'a>(&self, path: &Path, data: &'a [u8]) -> Result<Unpacked<'a>, SymbolError> {
+        let Some((codec, payload)) = packed(path, data)? else {
+            return Ok(Unpacked::Borrowed(data));
+        };
+        let key = (payload.len(), {
+            let mut h = std::hash::DefaultHasher::new();
+            h.write(payload);
+            h.finish()
+        });
+        // Held while decompressing: a reader in another thread (the task slot's, the symbol
+        // job's) waits for this image rather than decompressing it too. A poisoned lock only
+        // means a reader panicked: the entry is whole either way.
+        let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((len, crc, image)) = last.as_ref() {
+            if (*len, *crc) == key {
+                return Ok(Unpacked::Shared(Arc::clone(image)));
+            }
+        }
+        let image = Arc::new(match codec {
+            Codec::BzImage => decompress_payload(path, payload)?,
+            Codec::Gzip => gunzip(path, payload)?,
+        });
+        *last = Some((key.0, key.1, Arc::clone(&image)));
+        Ok(Unpacked::Shared(image))
+    }
+
+    fn release(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Drops the image [`unpack`] kept.
+pub(crate) fn release_unpacked() {
+    LAST_UNPACKED.release();
+}
+
 /// The kernel image itself: as is, gunzipped, out of an EFI zboot container, or out of an x86
-/// bzImage.
-pub(crate) fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, SymbolError> {
+/// bzImage; decompressed once for consecutive readers of the same bytes ([`LAST_UNPACKED`]).
+pub(crate) fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Unpacked<'a>, SymbolError> {
+    LAST_UNPACKED.unpack(path, data)
+}
+
+/// How a kernel image's payload is compressed.
+enum Codec {
+    /// An x86 bzImage's ([`decompress_payload`]).
+    BzImage,
+    Gzip,
+}
+
+/// The compressed kernel in `data` and how to decompress it; `None`: `data` is the kernel
+/// itself.
+fn packed<'a>(path: &Path, data: &'a [u8]) -> Result<Option<(Codec, &'a [u8])>, SymbolError> {
     if let Some(payload) = bzimage_payload(data) {
-        return decompress_payload(path, payload).map(Cow::Owned);
+        return Ok(Some((Codec::BzImage, payload)));
     }
     if data.starts_with(&[0x1f, 0x8b]) {
-        return gunzip(path, data).map(Cow::Owned);
+        return Ok(Some((Codec::Gzip, data)));
     }
     // EFI zboot (CONFIG_EFI_ZBOOT): "MZ", "zimg", payload offset and size, compression.
     if data.starts_with(b"MZ") && data.get(4..8) == Some(b"zimg") {
@@ -136,7 +216,7 @@ pub(crate) fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, S
             .ok_or_else(|| unrecognized(path))?;
         let kind = data.get(24..28).unwrap_or_default();
         return match kind {
-            b"gzip" => gunzip(path, payload).map(Cow::Owned),
+            b"gzip" => Ok(Some((Codec::Gzip, payload))),
             _ => Err(SymbolError::Corrupt {
                 path: path.to_path_buf(),
                 reason: format!(
@@ -146,7 +226,7 @@ pub(crate) fn unpack<'a>(path: &Path, data: &'a [u8]) -> Result<Cow<'a, [u8]>, S
             }),
         };
     }
-    Ok(Cow::Borrowed(data))
+    Ok(None)
 }
 
 /// An x86 bzImage's compressed kernel (Documentation/arch/x86/boot.rst): the real-mode
@@ -564,6 +644,46 @@ mod tests {
         // The symbols' offsets were file offsets within the tables, now after the headers.
         assert_eq!(img.functions[0].addr, VADDR + HEADERS as u64 + 0x40);
         assert_eq!(img.functions[299].name, "fn_299");
+    }
+
+    /// The kept image serves the same bytes only: another image, or the same after a
+    /// release, is decompressed afresh.
+    #[test]
+    fn unpacked_once_per_image() {
+        // Stored, not compressed: streams of one length whose CRC-32 is the same.
+        let gzip = |data: &[u8]| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+            std::io::Write::write_all(&mut gz, data).unwrap();
+            gz.finish().unwrap()
+        };
+        let a = build(0x3_0000, BASE);
+        let mut b = a.clone();
+        b[0] ^= 1;
+        let (gz_a, gz_b) = (gzip(&a), gzip(&b));
+        assert_eq!(gz_a.len(), gz_b.len());
+        assert_eq!(crc32fast::hash(&gz_a), crc32fast::hash(&gz_b));
+        // Not the global one: other tests unpack in parallel.
+        let cache = LastUnpacked(Mutex::new(None));
+        let shared = |u: Unpacked<'_>| match u {
+            Unpacked::Shared(v) => v,
+            Unpacked::Borrowed(_) => panic!("a gzip stream is decompressed"),
+        };
+        let t = Path::new("t");
+        let first = shared(cache.unpack(t, &gz_a).unwrap());
+        let again = shared(cache.unpack(t, &gz_a).unwrap());
+        assert!(Arc::ptr_eq(&first, &again), "decompressed twice");
+        assert!(*first == a);
+        let other = shared(cache.unpack(t, &gz_b).unwrap());
+        assert!(*other == b, "b is not a");
+        let back = shared(cache.unpack(t, &gz_a).unwrap());
+        assert!(*back == a);
+        assert!(!Arc::ptr_eq(&first, &back), "one entry: b replaced it");
+        cache.release();
+        assert!(cache.0.lock().unwrap().is_none());
+        assert!(matches!(
+            cache.unpack(t, &a).unwrap(),
+            Unpacked::Borrowed(_)
+        ));
     }
 
     #[test]

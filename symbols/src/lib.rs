@@ -258,6 +258,13 @@ fn map_for_members(path: &Path) -> Result<memmap2::Mmap, MemberError> {
     })
 }
 
+/// Drops the decompressed kernel image kept for the next reader of the same file: the BTF
+/// ([`KernelTypes`]), the kallsyms addresses and symbols of a compressed image (bzImage,
+/// gzip, EFI zboot) each reuse the last one decompressed, which stays until this is called.
+pub fn release_unpacked_kernel() {
+    kernel_image::release_unpacked();
+}
+
 /// The addresses of the kernel symbols `names` (`None` for one it lacks), from an ELF's
 /// symbol table ([`elf_symbol_addresses`]) or a raw kernel image's kallsyms, the image
 /// unpacked once for all of them.

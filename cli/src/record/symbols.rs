@@ -90,6 +90,9 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
             .kaslr_warning
             .filter(|_| kaslr::symbols_show_linux(&loaded));
         let unnamed = exported_only_hint(&loaded, ctx.arch);
+        // The last reader of a compressed kernel image: preparation's BTF, process watch and
+        // task slot read it before (one that has not yet only decompresses it again).
+        qemu_uftrace_symbols::release_unpacked_kernel();
         let mut images = Vec::new();
         let mut failures = Vec::new();
         for l in loaded {
