@@ -142,7 +142,10 @@ impl Deref for Unpacked<'_> {
 /// kernel is tens of MB).
 static LAST_UNPACKED: LastUnpacked = LastUnpacked(Mutex::new(None));
 
-struct LastUnpacked(Mutex<Option<(usize, u64, Arc<Vec<u8>>)>>);
+/// The packed bytes' length and hash.
+type Key = (usize, u64);
+
+struct LastUnpacked(Mutex<Option<(Key, Arc<Vec<u8>>)>>);
 
 impl LastUnpacked {
     /// `data`'s kernel, decompressed unless it is the one kept.
@@ -159,8 +162,8 @@ impl LastUnpacked {
         // job's) waits for this image rather than decompressing it too. A poisoned lock only
         // means a reader panicked: the entry is whole either way.
         let mut last = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((len, crc, image)) = last.as_ref() {
-            if (*len, *crc) == key {
+        if let Some((kept, image)) = last.as_ref() {
+            if *kept == key {
                 return Ok(Unpacked::Shared(Arc::clone(image)));
             }
         }
@@ -168,7 +171,7 @@ impl LastUnpacked {
             Codec::BzImage => decompress_payload(path, payload)?,
             Codec::Gzip => gunzip(path, payload)?,
         });
-        *last = Some((key.0, key.1, Arc::clone(&image)));
+        *last = Some((key, Arc::clone(&image)));
         Ok(Unpacked::Shared(image))
     }
 
