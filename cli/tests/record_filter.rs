@@ -380,3 +380,67 @@ fn user_mode_filters_a_pie_s_function() {
     };
     assert_eq!(unnamed(shape(&dir, &[])), unnamed(want), "{err}");
 }
+
+/// User mode, a program that forks and whose child execs (`forkexec.elf`, `execd.elf`):
+/// `-F parent_step -F child_step` keeps the calls uftrace's `-F` replay of the unfiltered
+/// trace shows, and what was left out is counted in every process image (the parent's, the
+/// forked child's, the exec'd one's), the closing line summing them: the full trace's
+/// records less the ones written. (The two processes' calls interleave differently from run
+/// to run: compared as counts.)
+#[test]
+fn user_mode_a_fork_counts_what_each_process_filtered() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let elf = |n: &str| qemu_uftrace_tests::user_guest_elf(n).expect("build");
+    let (parent, execd) = (elf("forkexec.elf"), elf("execd.elf"));
+    let run = [&*parent.to_string_lossy(), &*execd.to_string_lossy()];
+    let (_t1, full, out) = user::record(&qemu, &run);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let want = entries(&shape(
+        &full,
+        &["-F", "^parent_step$", "-F", "^child_step$"],
+    ));
+    let steps = BTreeMap::from([
+        ("child_step".to_string(), 6),
+        ("parent_step".to_string(), 4),
+    ]);
+    assert_eq!(want, steps);
+    let options = ["-F", "parent_step", "-F", "child_step"];
+    let (_t2, dir, out) = user::record_with(&qemu, &options, &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(entries(&shape(&dir, &[])), want, "{err}");
+    // Each FUNC was entered, if by one process only.
+    assert!(!err.contains("never entered"), "{err}");
+    let records = |d: &Path| -> u64 {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
+            .map(|e| e.metadata().unwrap().len() / 16)
+            .sum()
+    };
+    let filtered = records(&full) - records(&dir);
+    let counted = |f: &Path| -> u64 {
+        (std::fs::read_to_string(f).unwrap().lines())
+            .find_map(|l| l.strip_prefix("filtered=")?.parse().ok())
+            .unwrap_or_else(|| panic!("filtered= in {}", f.display()))
+    };
+    let images: Vec<u64> = std::fs::read_dir(dir.join("procs"))
+        .expect("procs")
+        .map(|e| counted(&e.unwrap().path().join("plugin.stats")))
+        .collect();
+    assert_eq!(images.len(), 2, "the forked image and the exec'd one");
+    assert!(images.iter().all(|&n| n > 0), "{images:?}");
+    assert_eq!(
+        counted(&dir.join("plugin.stats")) + images.iter().sum::<u64>(),
+        filtered
+    );
+    assert!(
+        err.contains(&format!(
+            " records; 0 lost; {} filtered out (-F/-N) ]",
+            group(filtered)
+        )),
+        "{filtered}: {err}"
+    );
+}

@@ -260,16 +260,27 @@ fn with_other_processes(mut s: Stats, others: &[Stats]) -> Stats {
         s.bytes += p.bytes;
         s.tids.extend(&p.tids);
     }
-    // -t's count: each process counts the short calls it dropped (a forked child from zero).
-    let short: u64 = others
-        .iter()
-        .filter_map(|p| p.other_count("time_filtered"))
-        .sum();
-    if short > 0 {
-        let mine = s.other_count("time_filtered").unwrap_or(0);
-        s.other.retain(|(k, _)| k != "time_filtered");
-        s.other
-            .push(("time_filtered".to_string(), (mine + short).to_string()));
+    // -F/-N's and -t's counts: each process counts what it left out (a forked child from
+    // zero).
+    for key in ["filtered", "time_filtered"] {
+        let theirs: u64 = others.iter().filter_map(|p| p.other_count(key)).sum();
+        if theirs > 0 {
+            let mine = s.other_count(key).unwrap_or(0);
+            s.other.retain(|(k, _)| k != key);
+            s.other.push((key.to_string(), (mine + theirs).to_string()));
+        }
+    }
+    // -F/-N's FUNCs entered: by any process (a function only the forked child calls).
+    const REACHED: [&str; 4] = [
+        "filter_reached",
+        "notrace_reached",
+        "pie_filter_reached",
+        "pie_notrace_reached",
+    ];
+    for p in others {
+        let reached =
+            (p.other.iter()).filter(|(k, v)| REACHED.contains(&k.as_str()) && !v.is_empty());
+        s.other.extend(reached.cloned());
     }
     // A thread that exec'd is one thread in two images.
     s.tids.sort_unstable();
