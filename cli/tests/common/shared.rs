@@ -88,8 +88,12 @@ pub fn root() -> PathBuf {
 /// recorded once per run for every caller: the first caller records, the others (threads of
 /// this binary or other test binaries) wait on its lock and read the same directory.
 pub fn record(argv: &[String], options: &[&str]) -> Recording {
-    let root = root();
-    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
+    record_in(&root(), argv, options)
+}
+
+/// [`record`] with its recordings under `root`.
+pub fn record_in(root: &Path, argv: &[String], options: &[&str]) -> Recording {
+    std::fs::create_dir_all(root).unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
     let key = key(argv, options);
     let lock_path = root.join(format!("{key}.lock"));
     let lock = std::fs::OpenOptions::new()
@@ -103,7 +107,7 @@ pub fn record(argv: &[String], options: &[&str]) -> Recording {
         .unwrap_or_else(|e| panic!("locking {}: {e}", lock_path.display()));
     let done = root.join(&key);
     if !done.exists() {
-        record_into_place(&root, &key, argv, options);
+        record_into_place(root, &key, argv, options);
     }
     let read = |name: &str| {
         let p = done.join(name);
@@ -126,6 +130,24 @@ fn record_into_place(root: &Path, key: &str, argv: &[String], options: &[&str]) 
             .unwrap_or_else(|e| panic!("removing {}: {e}", partial.display()));
     }
     std::fs::create_dir(&partial).unwrap_or_else(|e| panic!("creating {}: {e}", partial.display()));
+    // One line a recording started, for whoever wonders what a run recorded (and for the
+    // helper's own test: concurrent callers record once).
+    let log = root.join("recorded.log");
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| {
+            std::io::Write::write_all(
+                &mut f,
+                format!(
+                    "{key} pid {}: record {options:?} -- {argv:?}\n",
+                    std::process::id()
+                )
+                .as_bytes(),
+            )
+        })
+        .unwrap_or_else(|e| panic!("writing {}: {e}", log.display()));
     let out = Command::new(super::BIN)
         .arg("record")
         .arg("-o")
