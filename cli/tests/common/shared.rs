@@ -182,7 +182,7 @@ fn record_into_place(root: &Path, key: &str, argv: &[String], options: &[&str]) 
 /// Files up to this size are keyed by their bytes (the guests the tests build are rebuilt
 /// alike, so their mtimes say nothing); larger ones (kernels, DWARF vmlinuxes, the recorder)
 /// by path, size and mtime, which the installer and cargo change when they replace them.
-const HASHED_WHOLE: u64 = 16 << 20;
+const HASHED_WHOLE: u64 = 8 << 20;
 
 /// The hash of everything that changes what `record OPTIONS -- ARGV` writes.
 fn key(argv: &[String], options: &[&str]) -> String {
