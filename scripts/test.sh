@@ -29,6 +29,8 @@ summary() {
     awk -f "$root/scripts/test-timing.awk" "$log" | grep '^tests: '
   fi
   rm -f "$log"
+  # Interrupted mid-suite: the shared recordings go too.
+  [ -z "${shared_recordings:-}" ] || rm -rf "$shared_recordings"
   exit "$status"
 }
 trap summary EXIT
@@ -79,8 +81,16 @@ beside_done() {
 beside_wait=$SECONDS
 beside_done
 step fmt cargo fmt --all -- --check
+# The kernel boots that several tests read are recorded once a run, there
+# (cli/tests/common/shared.rs): emptied before, so a run never reads an older one, and after,
+# as they take about 1.1 GB (four kernel traces of 250–320 MB).
+shared_recordings=$target/tmp/shared-recordings
+rm -rf "$shared_recordings"
 # The test output goes to the terminal and to the log the summary reads.
-step "cargo test" bash -o pipefail -c 'cargo test --workspace --no-fail-fast 2>&1 | tee "$1"' _ "$log"
+tested=0
+step "cargo test" bash -o pipefail -c 'cargo test --workspace --no-fail-fast 2>&1 | tee "$1"' _ "$log" || tested=$?
+rm -rf "$shared_recordings"
+[ "$tested" -eq 0 ] || exit "$tested"
 step "every test binary ran" scripts/test-binaries-ran.sh "$log"
 # The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
 # under Miri's checks (about two minutes).

@@ -512,8 +512,10 @@ fn initramfs_boot_exports_processes_and_syscalls() {
     let argv = initramfs_boot_args_on(&qemu.to_string_lossy(), 1).expect("the guest builds");
     let vmlinux = qemu_uftrace_tests::cached("kernel-dbg/vmlinux");
     let symbols = [vmlinux.to_string_lossy(), init_elf.to_string_lossy()];
-    let (_tmp, dir, console) =
-        common::record_argv(&argv, &["--symbols", &symbols[0], "--symbols", &symbols[1]]);
+    // The boot record_kernel.rs reads too, shared; export writes beside its own links to it.
+    let shared =
+        common::shared::record(&argv, &["--symbols", &symbols[0], "--symbols", &symbols[1]]);
+    let ((_tmp, dir), console) = (shared.linked_copy(), shared.console);
     assert!(console.contains(INIT_OK), "{console}");
     let child = u64::from(init_child_pid(&console).expect("child PID"));
     let t = export_ok(&dir);
@@ -546,8 +548,9 @@ fn linux_threads_export_under_their_process() {
     let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-aarch64");
     let argv = procs_boot_args_on(&qemu.to_string_lossy()).expect("the process guest builds");
     let vmlinux = qemu_uftrace_tests::execlog::debian_vmlinux();
-    let (_tmp, dir, console) =
-        common::record_argv(&argv, &["--symbols", &vmlinux.to_string_lossy()]);
+    // The boot guest_procs.rs reads too, shared; export writes beside its own links to it.
+    let shared = common::shared::record(&argv, &["--symbols", &vmlinux.to_string_lossy()]);
+    let ((_tmp, dir), console) = (shared.linked_copy(), shared.console);
     assert!(console.contains("INIT: ok"), "{console}");
     // `WORKER a: pid P thread T sum S`, as each worker prints it.
     let workers: Vec<(u64, u64)> = console

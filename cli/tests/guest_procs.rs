@@ -12,6 +12,8 @@
 //!
 //! Run: `cargo test -p qemu-uftrace --test guest_procs`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,7 +37,8 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 /// One `record` run.
 struct Recorded {
-    _tmp: tempfile::TempDir,
+    /// The temp dir of a private recording; none for a shared one.
+    _tmp: Option<tempfile::TempDir>,
     dir: PathBuf,
     console: String,
     stderr: String,
@@ -83,10 +86,32 @@ fn record_with(argv: &[String], symbols: &[&Path], options: &[&str]) -> Recorded
         "the guest did not finish:\n{console}"
     );
     Recorded {
-        _tmp: tmp,
+        _tmp: Some(tmp),
         dir,
         console,
         stderr,
+    }
+}
+
+/// [`record`] from the shared recordings (`common::shared`): `export.rs` reads the same boot
+/// with the same options. The tests only read the trace.
+fn record_shared(argv: &[String], symbols: &[&Path]) -> Recorded {
+    let symbols: Vec<String> = symbols
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    let options: Vec<&str> = symbols.iter().flat_map(|s| ["--symbols", s]).collect();
+    let r = common::shared::record(argv, &options);
+    assert!(
+        r.console.contains("INIT: ok"),
+        "the guest did not finish:\n{}",
+        r.console
+    );
+    Recorded {
+        _tmp: None,
+        dir: r.dir,
+        console: r.console,
+        stderr: r.stderr,
     }
 }
 
@@ -255,7 +280,7 @@ fn unnamed_in(dir: &Path, tid: u32, stem: &str) -> Vec<String> {
 #[test]
 fn dynamic_pie_processes_are_named() {
     let _serial = one_at_a_time();
-    let r = record(&arm64_boot(), &[&debian_vmlinux()]);
+    let r = record_shared(&arm64_boot(), &[&debian_vmlinux()]);
     check_processes(&r, "__arm64_sys_getpid");
 }
 

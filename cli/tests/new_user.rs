@@ -665,7 +665,9 @@ fn x86_firmware_regions_are_marked_and_tasks_named() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let (_tmp, dir, _) = record_argv(&argv, &[]);
+    // record_kernel_x86_64.rs boots the same, shared; `symbols` below rewrites the trace,
+    // so this test reads its own copy.
+    let (_tmp, dir) = shared::record(&argv, &[]).private_copy();
     let d = dir.to_string_lossy().into_owned();
     let report = qemu_uftrace_tests::replay::uftrace(&["report", "-d", &d]).unwrap();
     for region in ["[x86 BIOS e", "[x86 option ROM c", "[x86 real-mode code "] {

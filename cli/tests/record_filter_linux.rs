@@ -210,7 +210,7 @@ struct Full {
 fn full() -> &'static Full {
     static FULL: OnceLock<Full> = OnceLock::new();
     FULL.get_or_init(|| {
-        let (_, init_elf) = boot();
+        let (argv, init_elf) = boot();
         let names = watched(&init_elf);
         let addr = |n: &str| -> u64 {
             *names
@@ -219,8 +219,12 @@ fn full() -> &'static Full {
                 .unwrap_or_else(|| panic!("{n} in init.elf"))
                 .0
         };
-        // The trace (about 250 MB) is dropped once its facts are taken.
-        let (_tmp, dir, _) = record("full", &[]);
+        // The unfiltered boot is record_filter.rs's too: shared, as `record("full", &[])`
+        // would record it.
+        let symbols = init_elf.to_string_lossy().into_owned();
+        let shared = common::shared::record(&argv, &["--symbols", &symbols]);
+        assert!(shared.console.contains(INIT_OK), "{}", shared.console);
+        let dir = shared.dir;
         let tasks = read_tasks(&dir);
         for (tid, records) in &tasks {
             nested(*tid, records);

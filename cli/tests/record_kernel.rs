@@ -361,8 +361,9 @@ fn initramfs_init_is_named_after_its_exec() {
     let argv = initramfs_boot_args_on(&qemu_10_2(), 1).expect("the guest builds");
     let vmlinux = cached("kernel-dbg/vmlinux");
     let symbols = [vmlinux.to_string_lossy(), init_elf.to_string_lossy()];
-    let (_tmp, dir, console) =
-        record_argv(&argv, &["--symbols", &symbols[0], "--symbols", &symbols[1]]);
+    // The boot export.rs reads too, shared.
+    let common::shared::Recording { dir, console, .. } =
+        common::shared::record(&argv, &["--symbols", &symbols[0], "--symbols", &symbols[1]]);
     assert!(console.contains(INIT_OK), "{console}");
     let child = qemu_uftrace_tests::linux_guest::init_child_pid(&console).expect("child PID");
     let names = task_names(&dir);

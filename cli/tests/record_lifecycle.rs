@@ -1187,3 +1187,104 @@ fn catches(pid: i32, sig: i32) -> bool {
         })
         .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
 }
+
+/// The shared recordings (`common::shared`, issue 35): callers asking at once for the same
+/// recording, each through its own lock file description as separate test binaries would,
+/// wait for one recording and all read the same directory, console and stderr; a different
+/// option is another recording.
+#[test]
+fn shared_recordings_are_recorded_once_for_concurrent_callers() {
+    use common::shared::record_in;
+    require(QEMU);
+    let root = tempfile::tempdir().expect("temp dir");
+    let argv = qemu_args(&hello());
+    let recorded = || {
+        std::fs::read_to_string(root.path().join("recorded.log"))
+            .expect("recorded.log")
+            .lines()
+            .count()
+    };
+    let got: Vec<common::shared::Recording> = std::thread::scope(|s| {
+        let callers: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| record_in(root.path(), &argv, &[])))
+            .collect();
+        callers.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    assert_eq!(recorded(), 1);
+    for r in &got {
+        assert_eq!(r.dir, got[0].dir);
+        assert!(
+            r.console.contains("Hello from qemu-uftrace!"),
+            "{}",
+            r.console
+        );
+        assert_eq!(r.stderr, got[0].stderr);
+    }
+    assert!(got[0].dir.join("1.dat").is_file());
+    // Nothing half-written is left beside it.
+    let partial: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".partial"))
+        .collect();
+    assert!(partial.is_empty(), "{partial:?}");
+    // Later callers read it without recording; other options are another recording.
+    let again = record_in(root.path(), &argv, &[]);
+    assert_eq!(again.dir, got[0].dir);
+    assert_eq!(recorded(), 1);
+    let other = record_in(root.path(), &argv, &["--clock", "insn"]);
+    assert_ne!(other.dir, got[0].dir);
+    assert_eq!(recorded(), 2);
+    // A copy to write into is the trace's bytes, apart from the shared one.
+    let (_tmp, copy) = got[0].private_copy();
+    assert_eq!(
+        std::fs::read(copy.join("1.dat")).unwrap(),
+        std::fs::read(got[0].dir.join("1.dat")).unwrap()
+    );
+}
+
+/// A shared recording that fails fails each caller with record's own message, and is not
+/// kept: every caller tries again, and nothing is left but the lock and the log.
+#[test]
+fn a_failed_shared_recording_fails_each_caller_and_is_not_kept() {
+    use common::shared::record_in;
+    require(QEMU);
+    let root = tempfile::tempdir().expect("temp dir");
+    let mut argv = qemu_args(&hello());
+    let cpu = argv.iter().position(|a| a == "-cpu").unwrap() + 1;
+    argv[cpu] = "nosuchcpu".into();
+    let messages: Vec<String> = std::thread::scope(|s| {
+        let callers: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| record_in(root.path(), &argv, &[])))
+            .collect();
+        callers
+            .into_iter()
+            .map(|c| {
+                let payload = c.join().expect_err("a failed recording fails its caller");
+                payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect()
+    });
+    for m in &messages {
+        assert!(
+            m.starts_with("record [] -- [") && m.contains("nosuchcpu"),
+            "{m}"
+        );
+        assert!(m.contains(" failed (exit status: "), "{m}");
+    }
+    let mut left: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert!(
+        left.len() == 2 && left[0].ends_with(".lock") && left[1] == "recorded.log",
+        "{left:?}"
+    );
+    let log = std::fs::read_to_string(root.path().join("recorded.log")).unwrap();
+    assert_eq!(log.lines().count(), 2, "each caller records again:\n{log}");
+}

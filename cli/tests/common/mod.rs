@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod resync;
+pub mod shared;
 pub mod user;
 
 use std::path::{Path, PathBuf};
@@ -155,6 +156,18 @@ pub fn record_to_panic(argv: &[String], options: &[&str]) -> (tempfile::TempDir,
         "the guest did not reach its panic:\n{console}"
     );
     (tmp, dir, console)
+}
+
+/// [`record_to_panic`] from the shared recordings ([`shared::record`]): the trace is read only.
+pub fn shared_to_panic(argv: &[String], options: &[&str]) -> shared::Recording {
+    let r = shared::record(argv, options);
+    assert!(
+        r.console
+            .contains("Kernel panic - not syncing: VFS: Unable to mount root fs"),
+        "the guest did not reach its panic:\n{}",
+        r.console
+    );
+    r
 }
 
 /// A kernel boot recorded on two vCPUs (`dir`): both record, on one wall-clock timeline, and
