@@ -55,6 +55,7 @@ impl Env {
     fn record_cmd(&self, extra: &[&str], qemu: &[String]) -> Command {
         let mut c = self.cmd();
         c.arg("record").args(extra).arg("--").args(qemu);
+        default_stop_signals(&mut c);
         c
     }
 

@@ -250,3 +250,21 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
         "no task ran on both vCPUs on {label}:\n{note}"
     );
 }
+
+/// Gives `command` the default action for the stopping signals, whatever this test process
+/// inherited: a suite started in the background of a script (SIGINT and SIGQUIT ignored) or
+/// under `nohup` (SIGHUP ignored) passes those on to `record`, which then rightly keeps
+/// ignoring them, and a test of what a signal does would fail for its runner's sake.
+/// Called before any `pre_exec` of the test's own (which may ignore one again).
+pub fn default_stop_signals(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+    unsafe {
+        command.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    };
+}

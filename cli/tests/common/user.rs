@@ -86,6 +86,7 @@ pub fn record_command<S: AsRef<std::ffi::OsStr>>(qemu: &Path, args: &[S]) -> Run
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    super::default_stop_signals(&mut command);
     Run {
         tmp,
         dir,
