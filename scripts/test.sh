@@ -63,7 +63,8 @@ beside=$(mktemp -d)
 ) &
 beside_pid=$!
 # A failed install ends the run: the build beside it goes too.
-trap 'rc=$?; pkill -P "$beside_pid" 2>/dev/null; kill "$beside_pid" 2>/dev/null; summary "$rc"' EXIT
+# (set +e: under set -e a pkill that matched nothing ended the trap before the summary.)
+trap 'rc=$?; set +e; pkill -P "$beside_pid" 2>/dev/null; kill "$beside_pid" 2>/dev/null; summary "$rc"' EXIT
 step install-deps scripts/install-deps.sh
 # beside_done: waits for the build and lints, prints what they printed, keeps their steps.
 beside_done() {
