@@ -207,9 +207,33 @@ fn user_ctrl_c_keeps_everything_recorded() {
     }
     // SAFETY: a signal to the process group we made.
     unsafe { libc::kill(-(record.id() as i32), libc::SIGINT) };
+    // A record that ignored the signal would spin with its guest for ever: a watchdog ends
+    // the group after two minutes, and the status below says it was not the SIGINT.
+    let group = -(record.id() as i32);
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let ended = ended.clone();
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while !ended.load(std::sync::atomic::Ordering::Relaxed) {
+                if std::time::Instant::now() > deadline {
+                    // SAFETY: a signal to the process group this test made.
+                    unsafe { libc::kill(group, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
     let out = record.wait_with_output().expect("wait");
+    ended.store(true, std::sync::atomic::Ordering::Relaxed);
+    watchdog.join().expect("the watchdog");
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "record did not end on SIGINT: {err}"
+    );
     assert!(!err.contains("INCOMPLETE"), "{err}");
     let stats = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
     assert!(stats.lines().any(|l| l == "complete=1"), "{stats}");
