@@ -8,7 +8,7 @@
 //!
 //! Run: `cargo test -p qemu-uftrace --test guest_names`.
 
-use std::process::{Command, Stdio};
+mod common;
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::procs_guest::{deep_boot_args_on, procs_count, procs_guest};
@@ -48,19 +48,14 @@ fn deep_paths_and_escaping_names_are_bounded_and_shown_safely() {
     let worker = procs_guest().expect("the process guest builds").worker;
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("trace.data");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--symbols")
-        .arg(debian_vmlinux())
-        .arg("--symbols")
-        .arg(&worker)
-        .arg("--")
-        .args(&argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let vmlinux = debian_vmlinux();
+    let options = [
+        "--symbols".as_ref(),
+        vmlinux.as_os_str(),
+        "--symbols".as_ref(),
+        worker.as_os_str(),
+    ];
+    let out = common::record_into(&dir, &options, &argv);
     let console = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -655,19 +655,14 @@ fn crafted_archive_members_stay_inside_the_trace() {
     std::fs::create_dir_all(sysroot.join("usr/lib/debug")).expect("sysroot");
     let dir = top.join("trace.data");
     let before = tree(&top);
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .arg("--symbols")
-        .arg(debian_vmlinux())
-        .arg("--sysroot")
-        .arg(&sysroot)
-        .arg("--")
-        .args(&argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let vmlinux = debian_vmlinux();
+    let options = [
+        "--symbols".as_ref(),
+        vmlinux.as_os_str(),
+        "--sysroot".as_ref(),
+        sysroot.as_os_str(),
+    ];
+    let out = common::record_into(&dir, &options, &argv);
     let console = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -7,6 +7,7 @@ mod common;
 
 use common::record_guest_on as record_on;
 use common::user::text;
+use common::{dat_records, group, stat_per_image};
 
 use qemu_uftrace_tests::replay::{report_calls, uftrace};
 use qemu_uftrace_tests::{system_qemus, QEMU};
@@ -70,21 +71,13 @@ fn same_as_uftrace(ours: &[&str], uftrace_options: &[&str]) -> String {
             qemu.label
         );
         // What was left out is counted: the full trace's records less the ones written.
-        let records = |d: &Path| -> u64 {
-            std::fs::read_dir(d)
-                .unwrap()
-                .filter_map(|e| e.ok())
-                .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
-                .map(|e| e.metadata().unwrap().len() / 16)
-                .sum()
-        };
         // Calls past --depth are not written either, nor counted as filtered.
         let too_deep: u64 = std::fs::read_to_string(dir.join("plugin.stats"))
             .unwrap()
             .lines()
             .find_map(|l| l.strip_prefix("depth_cap_hits=")?.parse().ok())
             .expect("depth_cap_hits");
-        let filtered = records(&full) - records(&dir) - 2 * too_deep;
+        let filtered = dat_records(&full) - dat_records(&dir) - 2 * too_deep;
         assert!(
             err.contains(&format!(
                 " records; 0 lost; {} filtered out (-F/-N) ]",
@@ -107,18 +100,6 @@ fn entries(events: &[String]) -> BTreeMap<String, u64> {
         }
     }
     calls
-}
-
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// `-F nest_level2`: its two calls and everything beneath, at depths from 0.
@@ -415,30 +396,12 @@ fn user_mode_a_fork_counts_what_each_process_filtered() {
     assert_eq!(entries(&shape(&dir, &[])), want, "{err}");
     // Each FUNC was entered, if by one process only.
     assert!(!err.contains("never entered"), "{err}");
-    let records = |d: &Path| -> u64 {
-        std::fs::read_dir(d)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
-            .map(|e| e.metadata().unwrap().len() / 16)
-            .sum()
-    };
-    let filtered = records(&full) - records(&dir);
-    let counted = |f: &Path| -> u64 {
-        (std::fs::read_to_string(f).unwrap().lines())
-            .find_map(|l| l.strip_prefix("filtered=")?.parse().ok())
-            .unwrap_or_else(|| panic!("filtered= in {}", f.display()))
-    };
-    let images: Vec<u64> = std::fs::read_dir(dir.join("procs"))
-        .expect("procs")
-        .map(|e| counted(&e.unwrap().path().join("plugin.stats")))
-        .collect();
+    let filtered = dat_records(&full) - dat_records(&dir);
+    let counts = stat_per_image(&dir, "filtered");
+    let images = &counts[1..];
     assert_eq!(images.len(), 2, "the forked image and the exec'd one");
     assert!(images.iter().all(|&n| n > 0), "{images:?}");
-    assert_eq!(
-        counted(&dir.join("plugin.stats")) + images.iter().sum::<u64>(),
-        filtered
-    );
+    assert_eq!(counts.iter().sum::<u64>(), filtered);
     assert!(
         err.contains(&format!(
             " records; 0 lost; {} filtered out (-F/-N) ]",

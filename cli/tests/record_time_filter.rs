@@ -11,7 +11,7 @@
 mod common;
 
 use common::user::text;
-use common::{qemu_uftrace, record_named, record_to_panic, single_error};
+use common::{group, qemu_uftrace, record_named, record_to_panic, single_error, stat_per_image};
 
 use common::user::record_with;
 use qemu_uftrace_tests::replay::uftrace;
@@ -102,11 +102,7 @@ fn same_on(
     // calls it dropped outside the window too).
     let dropped = entries(&all) - entries(&got);
     assert!(dropped > 0, "{qemu} -t {time}: nothing filtered");
-    let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
-    let counted: u64 = stats
-        .lines()
-        .find_map(|l| l.strip_prefix("time_filtered=")?.parse().ok())
-        .expect("time_filtered in plugin.stats");
+    let counted = stat_per_image(&dir, "time_filtered")[0];
     assert!(
         counted == dropped || (!both.is_empty() && counted > dropped),
         "{qemu} {both:?}: {dropped} hidden by uftrace, {counted} counted"
@@ -116,18 +112,6 @@ fn same_on(
         "{qemu}: {counted}: {err}"
     );
     (all.len(), got)
-}
-
-fn group(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A threshold that drops the leaves (3 and 9 instructions) and keeps the UART's calls
@@ -235,25 +219,6 @@ fn replay_tasks(dir: &Path, options: &[&str]) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// `time_filtered` summed over the trace's `plugin.stats` and its other process images'
-/// (`procs/PID.N/plugin.stats`: a forked child counts its own).
-fn time_filtered_in_all_images(dir: &Path) -> u64 {
-    let mut files = vec![dir.join("plugin.stats")];
-    if let Ok(procs) = std::fs::read_dir(dir.join("procs")) {
-        files.extend(procs.flatten().map(|e| e.path().join("plugin.stats")));
-    }
-    files
-        .iter()
-        .map(|f| {
-            let stats = std::fs::read_to_string(f).expect("plugin.stats");
-            stats
-                .lines()
-                .find_map(|l| l.strip_prefix("time_filtered=")?.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("time_filtered in {}", f.display()))
-        })
-        .sum()
-}
-
 /// Records the user-mode guest `program` under qemu-aarch64 with `--clock insn`, unfiltered
 /// and with `-t time`: each task of the second replays as uftrace's `replay -t time` shows
 /// that task in the first; the calls it hides are counted, by every process image, and in
@@ -277,7 +242,7 @@ fn user_same_as_uftrace(program: &str, args: &[&str], time: &str) -> Vec<Vec<Str
     }
     let dropped = entries(&replay(&full, &[])) - entries(&replay(&dir, &[]));
     assert!(dropped > 0, "{program} -t {time}: nothing filtered");
-    let counted = time_filtered_in_all_images(&dir);
+    let counted = stat_per_image(&dir, "time_filtered").iter().sum::<u64>();
     assert_eq!(counted, dropped, "{program}: hidden by uftrace, counted");
     assert!(
         err.contains(&format!("; {} calls shorter than -t ]", group(counted))),
@@ -321,7 +286,7 @@ fn user_mode_threads_ending_with_frames_open_keep_them() {
         assert!(task.iter().any(|l| l.contains("thread_main")), "{task:#?}");
         assert!(!task.iter().any(|l| l.contains("thread_step")), "{task:#?}");
     }
-    let counted = time_filtered_in_all_images(&dir);
+    let counted = stat_per_image(&dir, "time_filtered").iter().sum::<u64>();
     assert!(counted > 3 * 5, "{counted}");
     assert!(
         err.contains(&format!("; {} calls shorter than -t ]", group(counted))),

@@ -268,3 +268,42 @@ pub fn default_stop_signals(command: &mut Command) {
         })
     };
 }
+
+/// `n` with thousands separated by commas, as `record`'s closing line writes counts.
+pub fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The records in a trace directory's `.dat` files (each record 16 bytes).
+pub fn dat_records(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
+        .map(|e| e.metadata().unwrap().len() / 16)
+        .sum()
+}
+
+/// The count `key` in each process image's `plugin.stats`: the trace's own first, then its
+/// other images' (`procs/PID.N/`, user mode's forked and exec'd processes).
+pub fn stat_per_image(dir: &Path, key: &str) -> Vec<u64> {
+    let mut dirs = vec![dir.to_path_buf()];
+    if let Ok(procs) = std::fs::read_dir(dir.join("procs")) {
+        dirs.extend(procs.flatten().map(|e| e.path()));
+    }
+    dirs.iter()
+        .map(|d| {
+            let n = qemu_uftrace_tests::plugin_stat(d, key);
+            n.parse()
+                .unwrap_or_else(|_| panic!("{key}={n} in {}", d.display()))
+        })
+        .collect()
+}

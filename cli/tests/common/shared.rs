@@ -19,7 +19,6 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// A finished, successful recording: read it, never write into it.
 #[derive(Debug, Clone)]
@@ -148,16 +147,7 @@ fn record_into_place(root: &Path, key: &str, argv: &[String], options: &[&str]) 
             )
         })
         .unwrap_or_else(|e| panic!("writing {}: {e}", log.display()));
-    let out = Command::new(super::BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(partial.join("trace.data"))
-        .args(options)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let out = super::record_into(&partial.join("trace.data"), options, argv);
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
