@@ -298,8 +298,16 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
     done.skipped = syms.skipped;
     done.has_dbg = syms.has_dbg;
 
-    let tasks: Vec<task::Task> = done
-        .tids
+    // User mode: the first process's threads that wrote no record (a `-F` that only its
+    // forked child reaches) still need their session: the child's FORK line names it, and
+    // uftrace finds the child's symbols through it.
+    let silent = guest
+        .iter()
+        .filter(|_| user_mode)
+        .map(|t| t.tid)
+        .filter(|tid| !done.tids.contains(tid));
+    let task_tids: Vec<u32> = done.tids.iter().copied().chain(silent).collect();
+    let tasks: Vec<task::Task> = task_tids
         .iter()
         .filter(|tid| !rec.later_tids.contains(tid))
         .map(|&tid| task::Task {

@@ -410,3 +410,20 @@ fn user_mode_a_fork_counts_what_each_process_filtered() {
         "{filtered}: {err}"
     );
 }
+
+/// User mode, `-F child_step` alone: only the forked child writes records, and its calls
+/// are still named (the parent, which wrote none, keeps its session in `task.txt`: the
+/// child's FORK line leads uftrace to its symbols through it).
+#[test]
+fn user_mode_a_filter_only_the_child_reaches_names_its_calls() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let elf = |n: &str| qemu_uftrace_tests::user_guest_elf(n).expect("build");
+    let (parent, execd) = (elf("forkexec.elf"), elf("execd.elf"));
+    let run = [&*parent.to_string_lossy(), &*execd.to_string_lossy()];
+    let (_t, dir, out) = user::record_with(&qemu, &["-F", "child_step"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let steps = BTreeMap::from([("child_step".to_string(), 6)]);
+    assert_eq!(entries(&shape(&dir, &[])), steps, "{err}");
+}
