@@ -35,6 +35,9 @@ build_workload_guest() {
 #              of_find_property: device-tree lookups all through the boot)
 #   notrace    the same boot recorded with -N of that subtree (NOTRACE, same default): all
 #              but it written, every call through the filter's path
+#   tfilter    the same boot recorded with -t 10us (TFILTER, wall clock: calls shorter than
+#              it not written, their longer ancestors kept)
+#   tfilter-insn  the same boot with --clock insn -t 10000 (TFILTER_INSN): instructions
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -57,6 +60,8 @@ workload_argv() {
         smp4) extra=("${kernel[@]}" -smp 4) ;;
         filter) extra=("${kernel[@]}"); record_opts=(-F "${FILTER:-of_find_property}") ;;
         notrace) extra=("${kernel[@]}"); record_opts=(-N "${NOTRACE:-of_find_property}") ;;
+        tfilter) extra=("${kernel[@]}"); record_opts=(--clock wall -t "${TFILTER:-10us}") ;;
+        tfilter-insn) extra=("${kernel[@]}"); record_opts=(--clock insn -t "${TFILTER_INSN:-10000}") ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -6,6 +6,8 @@
 #   filter     the same boot with -F of one small subtree (FILTER=FUNC, default
 #              of_find_property); also prints its trace's size as % of the unfiltered one's
 #   notrace    the same boot with -N of that subtree (NOTRACE=FUNC, same default); its size too
+#   tfilter    the same boot with -t 10us (TFILTER=TIME, wall clock); its size too
+#   tfilter-insn  the same boot with --clock insn -t 10000 (TFILTER_INSN=N); its size too
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -24,7 +26,7 @@
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
-#        [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
+#        [tfilter] [tfilter-insn] [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 
@@ -96,7 +98,8 @@ for version in ${QEMUS:-10.0}; do
         # The verdict: each interleaved pair's ratio (median, range), of wall and CPU time.
         printf '           pairs: %s\n' "$(ratio_line "$work/plain" "$work/traced")"
         # A filtered run's size against the whole trace's (recorded once more, untimed).
-        if [ "$name" = filter ] || [ "$name" = notrace ]; then
+        case $name in filter | notrace | tfilter | tfilter-insn) filtered=1 ;; *) filtered=0 ;; esac
+        if [ "$filtered" = 1 ]; then
             "$qu" record -q -o "$work/full" -- "${argv[@]}" >/dev/null 2>&1 </dev/null
             full=$(du -sb "$work/full" | cut -f1)
             awk -v b="$bytes" -v f="$full" 'BEGIN {

@@ -1,6 +1,6 @@
 //! `-t/--time-filter` on the bare-metal guests (one vCPU: the instruction clock, so two runs
 //! are identical), under every aarch64 QEMU (10.0; 10.2.2 and 11.1.3 with exception entries)
-//! and riscv64's on PATH: the trace recorded with it replays, line for line and time for
+//! and every riscv64 one: the trace recorded with it replays, line for line and time for
 //! time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter is the
 //! oracle); what it left out is counted; bad TIMEs are one line before QEMU starts. In user
 //! mode (qemu-aarch64 10.2.2, `--clock insn`: each thread's instructions, the same in every
@@ -15,7 +15,7 @@ use common::{group, qemu_uftrace, record_named, record_to_panic, single_error, s
 
 use common::user::record_with;
 use qemu_uftrace_tests::replay::uftrace;
-use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, QEMU_RISCV64};
+use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, riscv64_qemus};
 use qemu_uftrace_tests::{
     el3_qemu_args_on, guest_elf, kernel_boot_args, qemu_args_on, system_qemus, user_guest_elf,
     user_qemu, Variant, QEMU,
@@ -39,7 +39,7 @@ fn entries(lines: &[String]) -> u64 {
         .count() as u64
 }
 
-/// Records `program` unfiltered and with `-t time` on every aarch64 QEMU and on riscv64's;
+/// Records `program` unfiltered and with `-t time` on every aarch64 QEMU and every riscv64 one;
 /// the second's replay must be the first's `replay -t uftrace_time`. Returns, per machine,
 /// the lines of the full replay and of the filtered one. (Not x86_64: SeaBIOS waits on QEMU's
 /// timers, which run on host time, so two runs of a PC differ by a few hundred calls.)
@@ -59,13 +59,13 @@ fn same_as_uftrace_with(
         .into_iter()
         .map(|q| (q.label.to_string(), qemu_args_on(&q.program, &elf)))
         .collect();
-    machines.push((
-        QEMU_RISCV64.to_string(),
-        riscv64_qemu_args_on(
-            QEMU_RISCV64,
-            &riscv64_guest_elf(program, Variant::Natural).expect("riscv64 guests"),
-        ),
-    ));
+    let rv = riscv64_guest_elf(program, Variant::Natural).expect("riscv64 guests");
+    machines.extend(riscv64_qemus().into_iter().map(|q| {
+        (
+            format!("riscv64 {}", q.label),
+            riscv64_qemu_args_on(&q.program, &rv),
+        )
+    }));
     machines
         .iter()
         .map(|(label, argv)| {
