@@ -1,8 +1,9 @@
 //! `-t/--time-filter` on the bare-metal guests (one vCPU: the instruction clock, so two runs
 //! are identical), under every aarch64 QEMU (10.0; 10.2.2 and 11.1.3 with exception entries),
-//! every riscv64 one and every x86_64 one (from `main`): the trace recorded with it replays, line for line and
-//! time, as uftrace's own `replay -t` shows the unfiltered trace (uftrace's filter is the
-//! oracle); what it left out is counted; bad TIMEs are one line before QEMU starts. In user
+//! every riscv64 one and every x86_64 one (from `main`): the trace recorded with it replays,
+//! line for line and time for time, as uftrace's own `replay -t` shows the unfiltered trace
+//! (uftrace's filter is the oracle); what it left out is counted; bad TIMEs are one line
+//! before QEMU starts. In user
 //! mode (qemu-aarch64 10.2.2, `--clock insn`: each thread's instructions, the same in every
 //! run) the same holds task by task, for one thread and for a fork whose child starts inside
 //! the parent's waiting frames, then execs; threads (whose runs differ) that end with frames
