@@ -207,18 +207,43 @@ pub fn rewrite_file(dat: &Path, pass: &mut impl Rewriter) -> Result<()> {
     })
 }
 
+/// What the tests of the passes that write beneath (`recover`, `resync`) draw streams with.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
-    use RecordType::*;
 
-    fn frame(func: u64, ret_addr: u64) -> Frame {
+    /// A record as drawn (depth and address as written).
+    pub fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
+        Record {
+            time,
+            kind,
+            depth,
+            addr,
+        }
+    }
+
+    /// A frame unwound by CFI.
+    pub fn frame(func: u64, ret_addr: u64) -> Frame {
         Frame {
             func,
             ret_addr,
             method: Method::Cfi,
         }
     }
+
+    /// A stream as (time, kind, depth, address), to compare with a drawn one.
+    pub fn drawn(out: &[Record]) -> Vec<(u64, RecordType, u16, u64)> {
+        out.iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use testing::{drawn, frame};
+    use RecordType::*;
 
     #[test]
     fn records_move_beneath_and_a_return_to_an_outer_frame_closes_those_between() {
@@ -230,10 +255,7 @@ mod tests {
         assert_eq!(b.push(rec(8, Exit, 0, 0x110), &mut out), Pushed::Matched);
         assert_eq!(b.push(rec(9, Exit, 0, 0x999), &mut out), Pushed::Unmatched);
         assert_eq!(b.depth(), 1);
-        let got: Vec<_> = out
-            .iter()
-            .map(|x| (x.time, x.kind, x.depth, x.addr))
-            .collect();
+        let got = drawn(&out);
         assert_eq!(
             got,
             [

@@ -307,26 +307,10 @@ fn rewrite(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::beneath::testing::{drawn, frame, r};
     use crate::record::beneath::UNWOUND_EVENT;
     use crate::unwind::Frame;
     use qemu_uftrace_format::record;
-
-    fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
-        Record {
-            time,
-            kind,
-            depth,
-            addr,
-        }
-    }
-
-    fn frame(func: u64, ret_addr: u64) -> Frame {
-        Frame {
-            func,
-            ret_addr,
-            method: Method::Cfi,
-        }
-    }
 
     #[test]
     fn recovered_frames_open_the_stream_and_returns_close_them_in_order() {
@@ -344,10 +328,7 @@ mod tests {
         ];
         let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
         assert_eq!((matched, unmatched), (2, 0));
-        let got: Vec<_> = out
-            .iter()
-            .map(|x| (x.time, x.kind, x.depth, x.addr))
-            .collect();
+        let got = drawn(&out);
         assert_eq!(
             got,
             [
@@ -472,10 +453,7 @@ mod tests {
         ];
         let (out, matched, unmatched) = rewrite(&recorded, &frames, 5, &|_| false);
         assert_eq!((matched, unmatched), (0, 0));
-        let got: Vec<_> = out
-            .iter()
-            .map(|x| (x.time, x.kind, x.depth, x.addr))
-            .collect();
+        let got = drawn(&out);
         assert_eq!(
             got,
             [

@@ -318,26 +318,10 @@ impl Rewriter for Rewrite<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::beneath::testing::{drawn, frame, r};
     use crate::unwind::Frame;
     use qemu_uftrace_format::record;
     use RecordType::*;
-
-    fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
-        Record {
-            time,
-            kind,
-            depth,
-            addr,
-        }
-    }
-
-    fn frame(func: u64, ret_addr: u64) -> Frame {
-        Frame {
-            func,
-            ret_addr,
-            method: Method::Cfi,
-        }
-    }
 
     fn run(records: &[Record], cookies: &BTreeMap<u32, Vec<Frame>>) -> (Vec<Record>, usize, usize) {
         let mut w = Rewrite::new(cookies);
@@ -411,10 +395,7 @@ mod tests {
         ];
         let (out, unwound, guessed) = run(&recorded, &cookies);
         assert_eq!((unwound, guessed), (1, 0));
-        let got: Vec<_> = out
-            .iter()
-            .map(|x| (x.time, x.kind, x.depth, x.addr))
-            .collect();
+        let got = drawn(&out);
         assert_eq!(
             got,
             [
@@ -451,10 +432,7 @@ mod tests {
         ];
         let (out, unwound, _) = run(&recorded, &cookies);
         assert_eq!(unwound, 2);
-        let got: Vec<_> = out
-            .iter()
-            .map(|x| (x.time, x.kind, x.depth, x.addr))
-            .collect();
+        let got = drawn(&out);
         assert_eq!(
             got,
             [
