@@ -232,6 +232,17 @@ fetch_dbg() {
     xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
     echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
 }
+# fetch_modules DIR IMAGE_DIR QUAL WANT=NAME...: files of the very package in
+# IMAGE_DIR (its modules).
+fetch_modules() {
+    local dir=$1 image=$2 qual=$3 pkg s keeps=()
+    shift 3
+    pkg="$(cat "$image/package")"
+    for s in "$@"; do keeps+=("${s%=*}=$dir/${s##*=}"); done
+    log "fetching modules of $pkg into $dir"
+    xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
+    echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
+}
 # fresh DIR FILE...: DIR has its stamp and every FILE.
 fresh() {
     local dir=$1 f
@@ -263,6 +274,13 @@ fresh "$CACHE/kernel" vmlinuz ||
 fresh "$CACHE/kernel-dbg" vmlinux System.map &&
     [ "$(cat "$CACHE/kernel/package")-dbg" = "$(cat "$CACHE/kernel-dbg/package")" ] ||
     fetch_dbg "$CACHE/kernel-dbg" "$CACHE/kernel" :arm64 dbg-vmlinux=vmlinux system-map=System.map || exit 1
+# Two modules of that very kernel (its package, already fetched: ~21 MB), for the module test
+# (cli/tests/guest_modules.rs): dummy.ko and ifb.ko, loaded by the guest with finit_module.
+fresh "$CACHE/kernel-modules" dummy.ko ifb.ko &&
+    [ "$(cat "$CACHE/kernel/package")" = "$(cat "$CACHE/kernel-modules/package")" ] ||
+    fetch_modules "$CACHE/kernel-modules" "$CACHE/kernel" :arm64 \
+        'path:lib/modules/*/kernel/drivers/net/dummy.ko=dummy.ko' \
+        'path:lib/modules/*/kernel/drivers/net/ifb.ko=ifb.ko' || exit 1
 # The newer arm64 kernel Debian ships (backports on bookworm): the symbols crate reads the
 # kallsyms of both kernels' raw images.
 fresh "$CACHE/kernel-6.12" vmlinuz ||
