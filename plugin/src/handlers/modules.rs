@@ -26,8 +26,9 @@ const SYM_SIZE: usize = 24;
 /// Bytes of a symbol's name read at most.
 const MAX_NAME: usize = 255;
 
-fn watch() -> Option<ModWatch> {
-    crate::state::config()?.mod_watch.as_deref().copied()
+/// Borrowed, not copied: the translator asks for every instruction it translates.
+fn watch() -> Option<&'static ModWatch> {
+    crate::state::config()?.mod_watch.as_deref()
 }
 
 #[derive(Clone, Copy)]
@@ -77,9 +78,9 @@ unsafe extern "C" fn on_module(vcpu_index: c_uint, data: *mut c_void) {
                 return;
             };
             let text = if point == Point::Load as usize {
-                loaded(regs, module, &w, time)
+                loaded(regs, module, w, time)
             } else {
-                freed(regs, module, &w, time)
+                freed(regs, module, w, time)
             };
             if let Some(text) = text {
                 super::procmaps::keep(text);
