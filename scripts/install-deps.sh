@@ -291,6 +291,12 @@ fresh "$CACHE/kernel-amd64" vmlinuz ||
 fresh "$CACHE/kernel-amd64-dbg" vmlinux &&
     [ "$(cat "$CACHE/kernel-amd64/package")-dbg" = "$(cat "$CACHE/kernel-amd64-dbg/package")" ] ||
     fetch_dbg "$CACHE/kernel-amd64-dbg" "$CACHE/kernel-amd64" "" dbg-vmlinux=vmlinux || exit 1
+# The same two modules of the amd64 kernel (its package, ~21 MB), for the module test.
+fresh "$CACHE/kernel-amd64-modules" dummy.ko ifb.ko &&
+    [ "$(cat "$CACHE/kernel-amd64/package")" = "$(cat "$CACHE/kernel-amd64-modules/package")" ] ||
+    fetch_modules "$CACHE/kernel-amd64-modules" "$CACHE/kernel-amd64" "" \
+        'path:lib/modules/*/kernel/drivers/net/dummy.ko=dummy.ko' \
+        'path:lib/modules/*/kernel/drivers/net/ifb.ko=ifb.ko' || exit 1
 
 # Debian's arm64 glibc with its detached debug files (libc6-dbg: by build ID under usr/lib/debug),
 # unpacked as a sysroot: the cross libc has no debug package, so its ld.so shows only its dynamic

@@ -485,6 +485,66 @@ mod tests {
         assert_eq!(file_stem("a/b", &b, &mut written), "a_b.ko");
     }
 
+    /// A module whose symbols were not read: each address its records enter is
+    /// `[name]+offset`; the `unnamed` region over it goes, and the load reaches uftrace.
+    #[test]
+    fn a_module_without_symbols_is_named_by_offset() {
+        use qemu_uftrace_format::record::{encode, RecordType};
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let sid = "00000000000000aa";
+        std::fs::write(
+            d.join(format!("sid-{sid}.map")),
+            "800000be0000-800000bf0000 r-xp 00000000 00:00 0 unnamed-800000be0000\n\
+             ffffffffffff-ffffffffffff rw-p 00000000 00:00 0 [stack]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("task.txt"),
+            format!(
+                "SESS timestamp=0.000000000 pid=1 sid={sid} exename=\"a\"\n\
+                 TASK timestamp=0.000000000 tid=1 pid=1\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("plugin.procs"),
+            "module\ttime=5\tname=m\tcore=ffff800000be0000\tcore_text=1000\tinit=0\t\
+             init_text=0\tsymbols=0\n",
+        )
+        .unwrap();
+        let mut dat = Vec::new();
+        for (t, kind, addr) in [
+            (6, RecordType::Entry, 0x8000_00be_0040u64),
+            (7, RecordType::Exit, 0x8000_00be_0040),
+            (8, RecordType::Entry, 0x8000_00be_0010),
+            (9, RecordType::Exit, 0x8000_00be_0010),
+            // Not the module's: named elsewhere.
+            (10, RecordType::Entry, 0x8000_0800_0000),
+            (11, RecordType::Exit, 0x8000_0800_0000),
+        ] {
+            dat.extend(encode(t, kind, 0, addr));
+        }
+        std::fs::write(d.join("1.dat"), dat).unwrap();
+        let named = write(d).unwrap().expect("a load");
+        assert_eq!((named.loads, named.functions), (1, 2));
+        assert_eq!(named.by_offset, vec!["m".to_string()]);
+        let sym = std::fs::read_to_string(d.join("m.ko.sym")).unwrap();
+        assert!(
+            sym.contains("10 t [m]+0x10\n") && sym.contains("40 t [m]+0x40\n"),
+            "{sym}"
+        );
+        let map = std::fs::read_to_string(d.join(format!("sid-{sid}.map"))).unwrap();
+        assert!(!map.contains("unnamed-"), "{map}");
+        let task = std::fs::read_to_string(d.join("task.txt")).unwrap();
+        assert!(
+            task.contains(&format!(
+                "DLOP timestamp=0.000000005 tid=1 sid={sid} base=800000be0000 libname=\"m.ko\""
+            )),
+            "{task}"
+        );
+    }
+
     #[test]
     fn every_session_gets_its_own_id_and_every_load() {
         let dir = tempfile::tempdir().unwrap();
