@@ -27,30 +27,43 @@ use crate::symfiles;
 /// The kernel functions watched: a module placed, its init not yet run; a module freed.
 const WATCHED: [&str; 2] = ["do_init_module", "free_module"];
 
-/// `(what, member path)` of the fields read, in the order `mod_offsets=` takes them.
-const FIELDS: [(&str, &[(&str, &str)]); 9] = [
+/// `(what, member path)` of the fields read, in the order `mod_offsets=` takes them; the
+/// text ranges follow ([`text_offsets`]).
+const FIELDS: [(&str, &[(&str, &str)]); 5] = [
     ("module.name", &[("module", "name")]),
     ("module.kallsyms", &[("module", "kallsyms")]),
     ("mod_kallsyms.symtab", &[("mod_kallsyms", "symtab")]),
     ("mod_kallsyms.num_symtab", &[("mod_kallsyms", "num_symtab")]),
     ("mod_kallsyms.strtab", &[("mod_kallsyms", "strtab")]),
-    (
-        "module.core_layout.base",
-        &[("module", "core_layout"), ("module_layout", "base")],
-    ),
-    (
-        "module.core_layout.text_size",
-        &[("module", "core_layout"), ("module_layout", "text_size")],
-    ),
-    (
-        "module.init_layout.base",
-        &[("module", "init_layout"), ("module_layout", "base")],
-    ),
-    (
-        "module.init_layout.text_size",
-        &[("module", "init_layout"), ("module_layout", "text_size")],
-    ),
 ];
+
+/// `enum mod_mem_type`'s `MOD_INIT_TEXT` (6.4 on; `MOD_TEXT` is 0).
+const MOD_INIT_TEXT: u64 = 4;
+
+/// Where the base and text size of a module's core and init code are: up to 6.3 in
+/// `module.core_layout`/`init_layout` (`module_layout.base`, `.text_size`); from 6.4 in
+/// `module.mem[MOD_TEXT]`/`mem[MOD_INIT_TEXT]` (`module_memory.base`, `.size`, all of it
+/// code). An element of `mem` is `base`, `size` and, with CONFIG_MODULES_TREE_LOOKUP, the
+/// `mod_tree_node` `mtn` (a pointer and a latch tree node of two `rb_node`s): 72 bytes on
+/// Debian's 6.12 (riscv64's DWARF), 16 without the tree.
+fn text_offsets(kernel: &KernelLayouts) -> Result<[u64; 4], String> {
+    let t = &kernel.types;
+    let off = |s: &str, m: &str| t.member_offset(s, m).map_err(|e| e.to_string());
+    if let (Ok(core), Ok(init)) = (off("module", "core_layout"), off("module", "init_layout")) {
+        let base = off("module_layout", "base")?;
+        let text = off("module_layout", "text_size")?;
+        return Ok([core + base, core + text, init + base, init + text]);
+    }
+    let mem = off("module", "mem")?;
+    let base = off("module_memory", "base")?;
+    let size = off("module_memory", "size")?;
+    let element = match off("module_memory", "mtn") {
+        Ok(mtn) => mtn + off("mod_tree_node", "node")? + 2 * 24,
+        Err(_) => 16,
+    };
+    let init = mem + MOD_INIT_TEXT * element;
+    Ok([mem + base, mem + size, init + base, init + size])
+}
 
 /// The plugin's `,mod_watch=…,mod_offsets=…` (given with the process watch's), or why
 /// modules cannot be named (one line).
@@ -68,6 +81,13 @@ pub fn watch_options(kernel: &KernelLayouts) -> Result<String, String> {
         }
         offsets.push(sum.to_string());
     }
+    let text = text_offsets(kernel).map_err(|e| {
+        why(format!(
+            "{} has neither module.core_layout nor module.mem ({e})",
+            source.path.display()
+        ))
+    })?;
+    offsets.extend(text.iter().map(u64::to_string));
     let found = qemu_uftrace_symbols::kernel_symbol_addresses(&source.path, &WATCHED)
         .map_err(|e| why(e.to_string()))?;
     let mut addresses = Vec::new();
