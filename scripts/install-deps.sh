@@ -232,6 +232,17 @@ fetch_dbg() {
     xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
     echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
 }
+# fetch_modules DIR IMAGE_DIR QUAL WANT=NAME...: files of the very package in
+# IMAGE_DIR (its modules).
+fetch_modules() {
+    local dir=$1 image=$2 qual=$3 pkg s keeps=()
+    shift 3
+    pkg="$(cat "$image/package")"
+    for s in "$@"; do keeps+=("${s%=*}=$dir/${s##*=}"); done
+    log "fetching modules of $pkg into $dir"
+    xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
+    echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
+}
 # fresh DIR FILE...: DIR has its stamp and every FILE.
 fresh() {
     local dir=$1 f
@@ -263,6 +274,13 @@ fresh "$CACHE/kernel" vmlinuz ||
 fresh "$CACHE/kernel-dbg" vmlinux System.map &&
     [ "$(cat "$CACHE/kernel/package")-dbg" = "$(cat "$CACHE/kernel-dbg/package")" ] ||
     fetch_dbg "$CACHE/kernel-dbg" "$CACHE/kernel" :arm64 dbg-vmlinux=vmlinux system-map=System.map || exit 1
+# Two modules of that very kernel (its package, already fetched: ~21 MB), for the module test
+# (cli/tests/guest_modules.rs): dummy.ko and ifb.ko, loaded by the guest with finit_module.
+fresh "$CACHE/kernel-modules" dummy.ko ifb.ko &&
+    [ "$(cat "$CACHE/kernel/package")" = "$(cat "$CACHE/kernel-modules/package")" ] ||
+    fetch_modules "$CACHE/kernel-modules" "$CACHE/kernel" :arm64 \
+        'path:lib/modules/*/kernel/drivers/net/dummy.ko=dummy.ko' \
+        'path:lib/modules/*/kernel/drivers/net/ifb.ko=ifb.ko' || exit 1
 # The newer arm64 kernel Debian ships (backports on bookworm): the symbols crate reads the
 # kallsyms of both kernels' raw images.
 fresh "$CACHE/kernel-6.12" vmlinuz ||
@@ -273,6 +291,12 @@ fresh "$CACHE/kernel-amd64" vmlinuz ||
 fresh "$CACHE/kernel-amd64-dbg" vmlinux &&
     [ "$(cat "$CACHE/kernel-amd64/package")-dbg" = "$(cat "$CACHE/kernel-amd64-dbg/package")" ] ||
     fetch_dbg "$CACHE/kernel-amd64-dbg" "$CACHE/kernel-amd64" "" dbg-vmlinux=vmlinux || exit 1
+# The same two modules of the amd64 kernel (its package, ~21 MB), for the module test.
+fresh "$CACHE/kernel-amd64-modules" dummy.ko ifb.ko &&
+    [ "$(cat "$CACHE/kernel-amd64/package")" = "$(cat "$CACHE/kernel-amd64-modules/package")" ] ||
+    fetch_modules "$CACHE/kernel-amd64-modules" "$CACHE/kernel-amd64" "" \
+        'path:lib/modules/*/kernel/drivers/net/dummy.ko=dummy.ko' \
+        'path:lib/modules/*/kernel/drivers/net/ifb.ko=ifb.ko' || exit 1
 
 # Debian's arm64 glibc with its detached debug files (libc6-dbg: by build ID under usr/lib/debug),
 # unpacked as a sysroot: the cross libc has no debug package, so its ld.so shows only its dynamic

@@ -200,6 +200,24 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
     Ok(out)
 }
 
+/// The distinct entry addresses of every task file in `dir` inside `ranges` (48-bit, end
+/// exclusive): kernel modules' code that has no symbol (`guest_procs::modules`).
+pub fn entries_within(dir: &Path, ranges: &[(u64, u64)]) -> Result<BTreeSet<u64>> {
+    let mut inside = ranges.to_vec();
+    inside.sort_unstable();
+    // Everything else is "covered".
+    let mut outside = Vec::new();
+    let mut from = 0;
+    for &(start, end) in &inside {
+        if start > from {
+            outside.push((from, start));
+        }
+        from = from.max(end);
+    }
+    outside.push((from, u64::MAX));
+    uncovered_entries(dir, &outside)
+}
+
 /// A task file's record size.
 const RECORD: u64 = qemu_uftrace_format::record::RECORD_SIZE as u64;
 /// How much of a task file one thread reads at a time.

@@ -608,8 +608,11 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
             "task_comm" | "task_pid" | "task_tgid" => {
                 assert!(value.parse::<u64>().is_ok(), "{argv:?}")
             }
-            // Where the guest's processes map their files, watched by the same layout.
-            "proc_watch" | "proc_offsets" => assert!(!value.is_empty(), "{argv:?}"),
+            // Where the guest's processes map their files, and where its kernel modules load
+            // and go, watched by the same layout.
+            "proc_watch" | "proc_offsets" | "mod_watch" | "mod_offsets" => {
+                assert!(!value.is_empty(), "{argv:?}")
+            }
             "entries_file" | "task_slot_file" => {
                 assert!(
                     value.starts_with(&staging.display().to_string()),
@@ -620,7 +623,13 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         }
         keys.push(key);
     }
-    for key in ["task_comm", "task_pid", "task_tgid", "proc_watch"] {
+    for key in [
+        "task_comm",
+        "task_pid",
+        "task_tgid",
+        "proc_watch",
+        "mod_watch",
+    ] {
         assert!(
             keys.contains(&key),
             "no {key} from the image's BTF: {argv:?}"

@@ -6,6 +6,8 @@ mod aims;
 #[allow(dead_code)] // only the parser is under test
 #[path = "../src/state/config.rs"]
 mod config;
+#[path = "../src/state/mod_watch.rs"]
+mod mod_watch;
 
 use config::{parse, Mode};
 use std::ffi::{OsStr, OsString};
@@ -159,4 +161,27 @@ fn a_pie_s_aims_come_with_its_link_entry() {
     assert!(parse_str("out=/tmp/x").unwrap().pie.is_none());
     let lone = parse_str("out=/tmp/x,pie_stop_at=10").unwrap_err();
     assert!(lone.contains("need pie_entry"), "{lone}");
+}
+
+/// The module watch rides on the process watch: refused without it, or half given.
+#[test]
+fn module_watch_needs_the_process_watch() {
+    let proc_watch: [&[u8]; 2] = [b"proc_watch=1:2:3:4", b"proc_offsets=5:6:7:8"];
+    let modules: [&[u8]; 2] = [b"mod_watch=10:20", b"mod_offsets=1:2:3:4:5:6:7:8:9"];
+    let mut all = vec![b"out=/t".as_slice()];
+    all.extend(proc_watch);
+    all.extend(modules);
+    let Ok(Mode::Record(cfg)) = parse(&args(&all)) else {
+        panic!("refused");
+    };
+    let w = cfg.mod_watch.expect("the module watch");
+    assert_eq!((w.load, w.free, w.strtab), (10, 20, 5));
+    assert!(parse(&args(&[b"out=/t", modules[0], modules[1]])).is_err());
+    assert!(parse(&args(&[
+        b"out=/t",
+        proc_watch[0],
+        proc_watch[1],
+        modules[0]
+    ]))
+    .is_err());
 }

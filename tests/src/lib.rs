@@ -22,6 +22,7 @@ pub mod cpio;
 pub mod execlog;
 pub mod libcalls;
 pub mod linux_guest;
+pub mod modules_guest;
 pub mod procs_guest;
 pub mod replay;
 pub mod riscv64;

@@ -6,6 +6,7 @@
 
 pub mod events;
 pub mod initrd;
+pub mod modules;
 pub mod sessions;
 
 use std::path::Path;
@@ -60,8 +61,14 @@ pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
         offsets.push(sum.to_string());
     }
     let addresses = function_addresses(&source.path, source.offset)?;
+    // Kernel modules ride on the same watch; a kernel without what they need still has its
+    // processes named (said once, early).
+    let modules = modules::watch_options(kernel).unwrap_or_else(|why| {
+        crate::errors::warn_early(why);
+        String::new()
+    });
     Ok(format!(
-        ",proc_watch={},proc_offsets={}",
+        ",proc_watch={},proc_offsets={}{modules}",
         addresses
             .iter()
             .map(u64::to_string)

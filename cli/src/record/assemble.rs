@@ -143,6 +143,7 @@ pub fn assemble(
             staging.display()
         ))
     })?;
+    guest_modules(staging);
     for why in &user.problems {
         warn(format!("INCOMPLETE TRACE: {why}"));
     }
@@ -246,6 +247,27 @@ fn guest_processes(
             ));
             Default::default()
         }
+    }
+}
+
+/// System mode, Linux guest: the kernel modules the plugin saw loaded, named in the
+/// assembled trace (`guest_procs::modules`); what failed is said.
+fn guest_modules(staging: &Path) {
+    match crate::guest_procs::modules::write(staging) {
+        Ok(Some(named)) => {
+            crate::errors::note(format!(
+                "kernel modules: {} loads ({} unloads), {} functions named",
+                named.loads, named.unloads, named.functions
+            ));
+            for name in &named.by_offset {
+                warn(format!(
+                    "kernel module {name}: no symbol read from guest memory: its functions \
+                     are named [{name}]+offset"
+                ));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => warn(format!("kernel modules are not named: {e:#}")),
     }
 }
 

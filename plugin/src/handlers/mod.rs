@@ -6,6 +6,7 @@
 pub mod callbacks;
 pub mod jumps;
 pub mod midway;
+pub mod modules;
 pub mod procmaps;
 pub mod signals;
 pub mod stop_at;

@@ -46,6 +46,8 @@ pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
     } else if pc == w.do_exit {
         Point::Exit
     } else {
+        // Kernel modules' loads and unloads (`mod_watch=`), watched the same way.
+        unsafe { super::modules::instrument(insn, pc) };
         return;
     };
     unsafe {
@@ -75,7 +77,7 @@ pub fn dropped() -> u64 {
 }
 
 /// Keeps `line` unless the kept ones reached [`MAX_BYTES`].
-fn keep(line: String) {
+pub(super) fn keep(line: String) {
     let mut lines = LINES.lock().unwrap_or_else(|e| e.into_inner());
     if lines.1.saturating_add(line.len()) > MAX_BYTES {
         DROPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -125,6 +127,11 @@ fn arg_register(n: usize) -> Option<&'static str> {
         Arch::X86_64 => X86_64,
     };
     regs.get(n).copied()
+}
+
+/// The first argument of a kernel function, at its first instruction.
+pub(super) fn first_argument(regs: &mut ByteBuf) -> Option<u64> {
+    regs.read_named(arg_register(0)?)
 }
 
 /// `VM_EXEC`: only code mappings name functions.

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
@@ -82,6 +82,9 @@ pub struct Config {
     /// start (the plugin's `handlers::procmaps`), and where the fields read there are (boxed: rarely
     /// given, and the configuration is moved around whole).
     pub proc_watch: Option<Box<(Watch, Offsets)>>,
+    /// System mode, Linux, with `proc_watch`: where kernel modules load and go, and the
+    /// fields read there (`mod_watch=LOAD:FREE,mod_offsets=…`: `handlers::modules`).
+    pub mod_watch: Option<Box<super::mod_watch::ModWatch>>,
     /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
@@ -237,6 +240,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut record_pidfd = None;
     let mut proc_watch = None;
     let mut proc_offsets = None;
+    let mut mod_watch: Option<String> = None;
+    let mut mod_offsets: Option<String> = None;
     let mut entries = None;
     let mut entries_later = false;
     let mut lib_entries = None;
@@ -374,6 +379,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "proc_watch" => proc_watch = Some(Watch::parse(value)?),
             "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
+            "mod_watch" => mod_watch = Some(value.to_string()),
+            "mod_offsets" => mod_offsets = Some(value.to_string()),
             "resume" => resume = on_off("resume", value)?,
             _ => return Err(format!("unknown argument {key:?}")),
         }
@@ -383,6 +390,13 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         (Some(w), Some(o)) => Some(Box::new((w, o))),
         (None, None) => None,
         _ => return Err("proc_watch=… and proc_offsets=… go together".into()),
+    };
+    let mod_watch = match (mod_watch, mod_offsets) {
+        (Some(w), Some(o)) if proc_watch.is_some() => {
+            Some(Box::new(super::mod_watch::ModWatch::parse(&w, &o)?))
+        }
+        (None, None) => None,
+        _ => return Err("mod_watch=… and mod_offsets=… go together, with proc_watch=…".into()),
     };
     let pie = match pie_entry {
         Some(entry) => Some(Pie { entry, aims: pie }),
@@ -409,6 +423,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         max_size_exit,
         record_pidfd,
         proc_watch,
+        mod_watch,
         entries,
         entries_later,
         lib_entries,

@@ -10,6 +10,8 @@ pub mod entries;
 pub mod flight;
 pub mod guest;
 pub mod lib_entries;
+/// Where a Linux guest's kernel modules load and go (`mod_watch=`).
+pub mod mod_watch;
 pub mod open_stacks;
 pub mod output;
 pub mod progress;

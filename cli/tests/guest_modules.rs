@@ -1,0 +1,234 @@
+//! Kernel modules named (issue 34): Debian's arm64 and amd64 kernels, given as their stock
+//! images only (no debug package), boot an initramfs whose `/init` loads two of that kernel's own modules
+//! with `finit_module` (`dummy.ko`, whose init creates a device and whose exit removes it),
+//! unloads it, then loads `ifb.ko`, which the kernel places at the range `dummy.ko` left
+//! (`tests/guests/linux/modinit.c`). Every module function the guest ran is named, as the
+//! module's own symbol table names it, and called as often as QEMU's `execlog` saw its first
+//! instruction run in the same run, the module it belonged to at that moment told apart by
+//! the unload between them.
+//!
+//! execlog needs the addresses before QEMU starts: a plain boot of the same guest (no plugin,
+//! a few seconds) prints where the kernel places each section (`/sys/module/*/sections`); the
+//! `.ko` files' own symbols are placed by them. The recorded boot prints them again: the
+//! same (the boot is deterministic, `nokaslr`, one vCPU), or the test says so.
+//!
+//! Run: `cargo test -p qemu-uftrace --test guest_modules`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use qemu_uftrace_tests::execlog::execlog_plugin;
+use qemu_uftrace_tests::linux_guest::{run_qemu_argv, INITRAMFS_TIMEOUT};
+use qemu_uftrace_tests::modules_guest::{
+    debian_module, modules_boot_args, placed_sections, ModArch, MODULES,
+};
+use qemu_uftrace_tests::replay::report_calls;
+use qemu_uftrace_tests::{cached, system_qemus_of};
+
+/// The kernel function between the two modules' lives (`dummy.ko`'s unload): execlog's lines
+/// before its first run are `dummy.ko`'s, after it `ifb.ko`'s.
+const BETWEEN: &str = "free_module";
+
+/// QEMU 10.2.2: the QEMU execlog was built for.
+fn qemu(arch: ModArch) -> String {
+    system_qemus_of(arch.emulator())
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus")
+        .program
+}
+
+/// [`BETWEEN`]'s address, from the kernel's -dbg vmlinux (its symbol table).
+fn between(arch: ModArch) -> u64 {
+    let vmlinux = cached(match arch {
+        ModArch::Arm64 => "kernel-dbg/vmlinux",
+        ModArch::Amd64 => "kernel-amd64-dbg/vmlinux",
+    });
+    let data = std::fs::read(&vmlinux).expect("read the vmlinux");
+    let file = object::File::parse(&*data).expect("parse the vmlinux");
+    file.symbols()
+        .find(|s| s.name() == Ok(BETWEEN))
+        .map(|s| s.address())
+        .unwrap_or_else(|| panic!("{} has no {BETWEEN}", vmlinux.display()))
+}
+
+/// A module's functions (`FUNC` symbols in its code sections, the `init_module` and
+/// `cleanup_module` aliases left out) at the addresses the kernel placed their sections.
+fn placed_functions(
+    arch: ModArch,
+    module: &str,
+    sections: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    let path = debian_module(arch, module);
+    let data = std::fs::read(&path).expect("read the .ko");
+    let file = object::File::parse(&*data).expect("parse the .ko");
+    let mut out = BTreeMap::new();
+    for sym in file.symbols() {
+        let name = sym.name().unwrap_or("");
+        if sym.kind() != SymbolKind::Text
+            || name.is_empty()
+            || ["init_module", "cleanup_module"].contains(&name)
+        {
+            continue;
+        }
+        let Some(index) = sym.section_index() else {
+            continue;
+        };
+        let section = file.section_by_index(index).expect("its section");
+        let section = section.name().expect("section name");
+        let base = sections
+            .get(section)
+            .unwrap_or_else(|| panic!("{module}: the kernel placed no {section}"));
+        out.insert(name.to_string(), base + sym.address());
+    }
+    assert!(!out.is_empty(), "{module}.ko has no functions");
+    out
+}
+
+/// Every execlog line's address, in the order they ran.
+fn execlog_sequence(log: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).expect("read the execlog log");
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ", ");
+            let (_vcpu, pc) = (f.next()?.trim().parse::<u32>().ok()?, f.next()?);
+            u64::from_str_radix(pc.strip_prefix("0x")?, 16).ok()
+        })
+        .collect()
+}
+
+#[test]
+fn arm64_modules_named_and_counted_as_execlog_counts() {
+    named_and_counted(ModArch::Arm64);
+}
+
+#[test]
+fn amd64_modules_named_and_counted_as_execlog_counts() {
+    named_and_counted(ModArch::Amd64);
+}
+
+fn named_and_counted(arch: ModArch) {
+    let argv = modules_boot_args(arch, &qemu(arch)).expect("the module guest builds");
+
+    // Where the kernel places the modules: a plain boot.
+    let (code, plain) = run_qemu_argv(&argv, INITRAMFS_TIMEOUT).expect("run QEMU");
+    assert!(
+        code == Some(0) && plain.contains("MOD done"),
+        "the plain boot failed ({code:?}):\n{plain}"
+    );
+    for m in MODULES {
+        assert!(
+            plain.contains(&format!("MOD loaded {m} 0"))
+                && plain.contains(&format!("MOD unloaded {m} 0")),
+            "{m} not loaded and unloaded:\n{plain}"
+        );
+    }
+    let placed = placed_sections(&plain);
+    assert_eq!(
+        placed["dummy"][".text"], placed["ifb"][".text"],
+        "ifb.ko is not placed where dummy.ko was: the test needs a reused range"
+    );
+    let functions: BTreeMap<&str, BTreeMap<String, u64>> = MODULES
+        .iter()
+        .map(|&m| (m, placed_functions(arch, m, &placed[m])))
+        .collect();
+    let between = between(arch);
+
+    // The recorded boot, execlog beside it: the stock image only.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir: PathBuf = tmp.path().join("trace.data");
+    let log = tmp.path().join("execlog.log");
+    let mut plugin = execlog_plugin().to_string_lossy().into_owned();
+    let mut addresses: Vec<u64> = functions
+        .values()
+        .flat_map(|f| f.values().copied())
+        .collect();
+    addresses.push(between);
+    addresses.sort_unstable();
+    addresses.dedup();
+    for a in &addresses {
+        plugin.push_str(&format!(",afilter={a:#x}"));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--")
+        .args(&argv)
+        .args(["-plugin", &plugin, "-d", "plugin", "-D"])
+        .arg(&log)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && console.contains("MOD done"),
+        "record failed ({}):\n{stderr}\nconsole:\n{console}",
+        out.status
+    );
+    assert_eq!(
+        placed_sections(&console),
+        placed,
+        "the recorded boot placed the modules elsewhere than the plain one: execlog watched \
+         the wrong addresses"
+    );
+    assert!(
+        stderr.contains("kernel modules: 2 loads (2 unloads)"),
+        "record did not say what it named:\n{stderr}"
+    );
+
+    // execlog's counts, each module's from its own life.
+    let sequence = execlog_sequence(&log);
+    let split = sequence
+        .iter()
+        .position(|&a| a == between)
+        .expect("execlog saw dummy.ko freed");
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for (module, lines) in [
+        ("dummy", &sequence[..split]),
+        ("ifb", &sequence[split + 1..]),
+    ] {
+        for (name, addr) in &functions[module] {
+            let n = lines.iter().filter(|&&a| a == *addr).count() as u64;
+            if n > 0 {
+                assert!(
+                    expected.insert(name.clone(), n).is_none(),
+                    "{name} is in both modules"
+                );
+            }
+        }
+    }
+    for must in [
+        "dummy_init_module",
+        "dummy_cleanup_module",
+        "ifb_init_module",
+        "ifb_cleanup_module",
+        "dummy_setup",
+        "ifb_setup",
+    ] {
+        assert!(
+            expected.contains_key(must),
+            "execlog never saw {must} run: {expected:?}"
+        );
+    }
+
+    // The trace's counts of every module function, by name.
+    let calls = report_calls(&dir, &[]).expect("uftrace report");
+    // Nothing in the modules' ranges left unnamed: report lists every function, an unnamed
+    // one by its address (cut to 48 bits by uftrace, whole by `unnamed`).
+    let range = format!("{:x}", (placed["dummy"][".text"] & 0xffff_ffff_ffff) >> 16);
+    let bare: Vec<&String> = calls.keys().filter(|n| n.contains(&range)).collect();
+    assert!(bare.is_empty(), "module code left unnamed: {bare:?}");
+    let all_names: Vec<&String> = functions.values().flat_map(|f| f.keys()).collect();
+    let traced: BTreeMap<String, u64> = calls
+        .into_iter()
+        .filter(|(name, _)| all_names.contains(&name))
+        .collect();
+    assert_eq!(
+        traced, expected,
+        "module functions: the trace's calls against execlog's"
+    );
+}

@@ -1,0 +1,197 @@
+//! System mode, Linux guest: which kernel module's code is where, for the CLI to name its
+//! functions (issue 34). Rides on the process watch (`procmaps`): two more kernel functions
+//! watched at their first instruction, their lines kept in the same `plugin.procs`.
+//! - `do_init_module(mod)`: the module is placed and relocated, its init function not yet
+//!   called. Its symbol table is then whole in guest memory (`mod->kallsyms`: every symbol,
+//!   values already relocated; after init the kernel keeps only the core ones) and read once:
+//!   the functions in its core and init text.
+//! - `free_module(mod)`: its ranges go (a later module may be placed there).
+//!
+//! Lines (tab-separated, addresses in hex):
+//! `module time=T name=N core=A core_text=L init=A init_text=L symbols=K`, then K lines
+//! `msym addr=A size=S name=NAME`; `unload time=T name=N core=A init=A`.
+//! They carry no `tid=`, so the process reader passes them over.
+
+use std::ffi::{c_uint, c_void};
+
+use crate::state::guest::{ByteBuf, MIN_PAGE};
+use crate::state::mod_watch::ModWatch;
+
+/// `struct module.name`'s length (`MODULE_NAME_LEN`, 64 − sizeof(unsigned long)).
+const NAME_LEN: usize = 56;
+/// Symbols read at most from one module (Debian's largest have a few thousand).
+const MAX_SYMBOLS: u64 = 1 << 17;
+/// `sizeof(Elf64_Sym)`.
+const SYM_SIZE: usize = 24;
+/// Bytes of a symbol's name read at most.
+const MAX_NAME: usize = 255;
+
+/// Borrowed, not copied: the translator asks for every instruction it translates.
+fn watch() -> Option<&'static ModWatch> {
+    crate::state::config()?.mod_watch.as_deref()
+}
+
+#[derive(Clone, Copy)]
+enum Point {
+    Load = 1,
+    Free = 2,
+}
+
+/// Called by the process watch's translator hook for each instruction: registers the
+/// callback on a watched one.
+///
+/// # Safety
+/// `insn` is a live instruction handle of the block being translated.
+pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
+    let Some(w) = watch() else {
+        return;
+    };
+    let point = if pc == w.load {
+        Point::Load
+    } else if pc == w.free {
+        Point::Free
+    } else {
+        return;
+    };
+    unsafe {
+        crate::ffi::qemu_plugin_register_vcpu_insn_exec_cb(
+            insn,
+            on_module,
+            crate::ffi::CB_R_REGS,
+            point as usize as *mut c_void,
+        )
+    };
+}
+
+/// # Safety
+/// Registered with R_REGS by [`instrument`]; `data` is the [`Point`].
+unsafe extern "C" fn on_module(vcpu_index: c_uint, data: *mut c_void) {
+    let point = data as usize;
+    crate::state::guard("the kernel-module watch", || {
+        let Some(w) = watch() else {
+            return;
+        };
+        crate::vcpu::with(vcpu_index, |v| {
+            let time = v.now();
+            let regs = &mut v.regs;
+            let Some(module) = super::procmaps::first_argument(regs) else {
+                return;
+            };
+            let text = if point == Point::Load as usize {
+                loaded(regs, module, w, time)
+            } else {
+                freed(regs, module, w, time)
+            };
+            if let Some(text) = text {
+                super::procmaps::keep(text);
+            }
+        });
+    });
+}
+
+/// A module's name and the base and text size of its core and init layouts.
+struct Layout {
+    name: String,
+    core: u64,
+    core_text: u64,
+    init: u64,
+    init_text: u64,
+}
+
+fn layout(regs: &mut ByteBuf, module: u64, w: &ModWatch) -> Option<Layout> {
+    let name = regs.read_memory(module.wrapping_add(w.name), NAME_LEN)?;
+    let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN)];
+    let name = qemu_uftrace_format::text::escape_bytes(name);
+    Some(Layout {
+        name,
+        core: regs.read_le(module.wrapping_add(w.core_base), 8)?,
+        core_text: regs.read_le(module.wrapping_add(w.core_text), 4)?,
+        init: regs
+            .read_le(module.wrapping_add(w.init_base), 8)
+            .unwrap_or(0),
+        init_text: regs
+            .read_le(module.wrapping_add(w.init_text), 4)
+            .unwrap_or(0),
+    })
+}
+
+fn loaded(regs: &mut ByteBuf, module: u64, w: &ModWatch, time: u64) -> Option<String> {
+    let l = layout(regs, module, w)?;
+    let in_text = |a: u64| {
+        (a >= l.core && a - l.core < l.core_text) || (a >= l.init && a - l.init < l.init_text)
+    };
+    let mut symbols = String::new();
+    let mut count = 0usize;
+    if let Some(kallsyms) = regs.read_le(module.wrapping_add(w.kallsyms), 8) {
+        let table = (|| {
+            Some((
+                regs.read_le(kallsyms.wrapping_add(w.symtab), 8)?,
+                regs.read_le(kallsyms.wrapping_add(w.num_symtab), 4)?,
+                regs.read_le(kallsyms.wrapping_add(w.strtab), 8)?,
+            ))
+        })();
+        if let Some((symtab, num, strtab)) = table.filter(|t| t.0 != 0 && t.2 != 0) {
+            for i in 0..num.min(MAX_SYMBOLS) {
+                let Some(sym) =
+                    regs.read_memory(symtab.wrapping_add(i * SYM_SIZE as u64), SYM_SIZE)
+                else {
+                    break;
+                };
+                let word = |at: usize, n: usize| {
+                    let mut b = [0u8; 8];
+                    b[..n].copy_from_slice(&sym[at..at + n]);
+                    u64::from_le_bytes(b)
+                };
+                let (st_name, info, shndx) = (word(0, 4), sym[4], word(6, 2));
+                let (value, size) = (word(8, 8), word(16, 8));
+                // Defined code (FUNC or NOTYPE: assembly), not a section or file name.
+                if shndx == 0 || !matches!(info & 0xf, 0 | 2) || !in_text(value) {
+                    continue;
+                }
+                let Some(name) = c_string(regs, strtab.wrapping_add(st_name)) else {
+                    continue;
+                };
+                // Mapping symbols (`$x`, `$d`) and local labels name no function.
+                if name.is_empty() || name[0] == b'$' || name.starts_with(b".L") {
+                    continue;
+                }
+                let name = qemu_uftrace_format::text::escape_bytes(&name);
+                symbols.push_str(&format!(
+                    "msym\taddr={value:x}\tsize={size:x}\tname={name}\n"
+                ));
+                count += 1;
+            }
+        }
+    }
+    Some(format!(
+        "module\ttime={time}\tname={}\tcore={:x}\tcore_text={:x}\tinit={:x}\tinit_text={:x}\
+         \tsymbols={count}\n{symbols}",
+        l.name, l.core, l.core_text, l.init, l.init_text
+    ))
+}
+
+fn freed(regs: &mut ByteBuf, module: u64, w: &ModWatch, time: u64) -> Option<String> {
+    let l = layout(regs, module, w)?;
+    Some(format!(
+        "unload\ttime={time}\tname={}\tcore={:x}\tinit={:x}\n",
+        l.name, l.core, l.init
+    ))
+}
+
+/// A NUL-terminated string of guest memory, read in pieces that stay within a page.
+fn c_string(regs: &mut ByteBuf, at: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut addr = at;
+    while out.len() < MAX_NAME {
+        let room = (MIN_PAGE - addr % MIN_PAGE) as usize;
+        let len = room.min(MAX_NAME - out.len()).min(64);
+        let bytes = regs.read_memory(addr, len)?;
+        if let Some(end) = bytes.iter().position(|&b| b == 0) {
+            out.extend_from_slice(&bytes[..end]);
+            return Some(out);
+        }
+        out.extend_from_slice(bytes);
+        addr += len as u64;
+    }
+    Some(out)
+}

@@ -1,0 +1,203 @@
+//! The kernel-module guest (issue 34): Debian's arm64 or amd64 kernel boots an initramfs whose
+//! `/init` (`tests/guests/linux/modinit.c`) loads two of that kernel's own modules (`dummy.ko`,
+//! then `ifb.ko` at the range `dummy.ko` left), printing where the kernel placed each section.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use crate::cpio::{write_newc, Entry};
+use crate::linux_guest::INITRAMFS_APPEND;
+use crate::{cached, cross_prefix, guest_build_dir, locked, workspace_root};
+
+/// The modules `/init` loads, in order.
+pub const MODULES: [&str; 2] = ["dummy", "ifb"];
+
+/// Which of Debian's kernels the guest boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModArch {
+    Arm64,
+    Amd64,
+}
+
+impl ModArch {
+    /// The cache directory of the kernel's two modules (scripts/install-deps.sh).
+    fn modules_dir(self) -> &'static str {
+        match self {
+            ModArch::Arm64 => "kernel-modules",
+            ModArch::Amd64 => "kernel-amd64-modules",
+        }
+    }
+
+    /// Its QEMU system emulator's name.
+    pub fn emulator(self) -> &'static str {
+        match self {
+            ModArch::Arm64 => "qemu-system-aarch64",
+            ModArch::Amd64 => "qemu-system-x86_64",
+        }
+    }
+
+    fn program(self) -> &'static str {
+        match self {
+            ModArch::Arm64 => "modinit",
+            ModArch::Amd64 => "modinit-x86_64",
+        }
+    }
+}
+
+/// `<name>.ko` of the cached kernel's package.
+pub fn debian_module(arch: ModArch, name: &str) -> PathBuf {
+    cached(&format!("{}/{name}.ko", arch.modules_dir()))
+}
+
+/// Builds `/init` and packs it with the modules, once per process: `(cpio, init ELF)`.
+pub fn modules_guest(arch: ModArch) -> Result<(PathBuf, PathBuf)> {
+    type Built = OnceLock<std::result::Result<(PathBuf, PathBuf), String>>;
+    static ARM64: Built = OnceLock::new();
+    static AMD64: Built = OnceLock::new();
+    let built = match arch {
+        ModArch::Arm64 => &ARM64,
+        ModArch::Amd64 => &AMD64,
+    };
+    built
+        .get_or_init(|| build(arch).map_err(|e| format!("{e:#}")))
+        .clone()
+        .map_err(|e| anyhow!("building the module guest failed: {e}"))
+}
+
+fn build(arch: ModArch) -> Result<(PathBuf, PathBuf)> {
+    let root = guest_build_dir();
+    let dir = root.join("linux");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let program = arch.program();
+    let elf = dir.join(format!("{program}.elf"));
+    let output = locked(&root.join(".lock"), "make")
+        .arg("-s")
+        .arg("-C")
+        .arg(workspace_root().join("tests/guests/linux"))
+        .arg(format!("O={}", dir.display()))
+        .arg(format!("CROSS={}", cross_prefix()))
+        .arg(&elf)
+        .stdin(Stdio::null())
+        .output()
+        .context("running make in tests/guests/linux (is make installed?)")?;
+    if !output.status.success() {
+        bail!(
+            "make -C tests/guests/linux {program}.elf failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let init = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+    let kos: Vec<(String, Vec<u8>)> = MODULES
+        .iter()
+        .map(|m| {
+            let path = debian_module(arch, m);
+            std::fs::read(&path)
+                .map(|d| (format!("{m}.ko"), d))
+                .with_context(|| format!("reading {}", path.display()))
+        })
+        .collect::<Result<_>>()?;
+    let mut entries = vec![
+        Entry::Dir {
+            path: "dev",
+            mode: 0o755,
+        },
+        Entry::CharDev {
+            path: "dev/console",
+            mode: 0o600,
+            major: 5,
+            minor: 1,
+        },
+        Entry::Dir {
+            path: "sys",
+            mode: 0o755,
+        },
+        Entry::File {
+            path: "init",
+            mode: 0o755,
+            data: &init,
+        },
+    ];
+    for (name, data) in &kos {
+        entries.push(Entry::File {
+            path: name,
+            mode: 0o644,
+            data,
+        });
+    }
+    let mut cpio = Vec::new();
+    write_newc(&mut cpio, &entries)?;
+    // Another test process may be reading the archive: replace it whole.
+    let path = dir.join(format!("{program}.cpio"));
+    let tmp = dir.join(format!("{program}.cpio.{}", std::process::id()));
+    std::fs::write(&tmp, &cpio).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok((path, elf))
+}
+
+/// The QEMU command (argv, emulator first) booting the module guest on `qemu` (the
+/// [`ModArch::emulator`] of some QEMU), one vCPU.
+pub fn modules_boot_args(arch: ModArch, qemu: &str) -> Result<Vec<String>> {
+    let (cpio, _) = modules_guest(arch)?;
+    let cpio = cpio.to_string_lossy().into_owned();
+    let (machine, kernel, append): (&[&str], PathBuf, &str) = match arch {
+        ModArch::Arm64 => (
+            &["-M", "virt", "-cpu", "max"],
+            cached("kernel/vmlinuz"),
+            INITRAMFS_APPEND,
+        ),
+        ModArch::Amd64 => (
+            &["-M", "pc"],
+            cached("kernel-amd64/vmlinuz"),
+            "console=ttyS0 panic=-1 nokaslr no_timer_check rdinit=/init",
+        ),
+    };
+    let mut argv = vec![qemu.to_string()];
+    argv.extend(machine.iter().map(|s| s.to_string()));
+    for s in [
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        &kernel.to_string_lossy(),
+        "-initrd",
+        &cpio,
+        "-append",
+        append,
+    ] {
+        argv.push(s.to_string());
+    }
+    Ok(argv)
+}
+
+/// Where the kernel placed each module's sections, as `/init` printed them
+/// (`MOD NAME SECTION 0xADDRESS`): module → section → address.
+pub fn placed_sections(console: &str) -> BTreeMap<String, BTreeMap<String, u64>> {
+    let mut out: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    for line in console.lines() {
+        let mut w = line.split_whitespace();
+        let (Some("MOD"), Some(module), Some(section), Some(addr), None) =
+            (w.next(), w.next(), w.next(), w.next(), w.next())
+        else {
+            continue;
+        };
+        let Some(addr) = addr
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+        else {
+            continue;
+        };
+        out.entry(module.to_string())
+            .or_default()
+            .insert(section.to_string(), addr);
+    }
+    out
+}
