@@ -127,6 +127,12 @@ fn arg_register(n: usize) -> Option<&'static str> {
     regs.get(n).copied()
 }
 
+/// The kernel's `PAGE_SIZE`, the unit of `mmap_region`'s `pgoff`: 4 KiB on every x86-64 and
+/// riscv64 Linux and on Debian's arm64 kernels (an arm64 kernel built for 16 or 64 KiB pages
+/// would place files wrongly). Not QEMU's smallest page ([`MIN_PAGE`], 1 KiB): x86-64's
+/// binutils put code at file offset 0x1000 (`-z separate-code`), placed at 0x400 with it.
+const KERNEL_PAGE: u64 = 4096;
+
 /// `VM_EXEC`: only code mappings name functions.
 const VM_EXEC: u64 = 0x4;
 /// Path components read at most, and bytes of each.
@@ -164,7 +170,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                         return;
                     }
                     let path = file_path(regs, file, &off);
-                    let offset = pgoff.wrapping_mul(MIN_PAGE);
+                    let offset = pgoff.wrapping_mul(KERNEL_PAGE);
                     let space = spaces::with(|s| s.mmap(tgid, &path, start, len, offset));
                     v.run_space(space);
                     format!(
