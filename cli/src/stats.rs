@@ -222,7 +222,7 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "spaces_freed",
-        "ended guest processes' address spaces freed past the latest 256 kept (a guest \
+        "ended guest processes' address spaces freed past the latest 4,096 kept (a guest \
          starting process after process)",
         None,
     ),

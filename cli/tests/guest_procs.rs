@@ -1,4 +1,4 @@
-//! Every process of a Linux guest named (issue 24): Debian's arm64 (and riscv64) kernel boots a
+//! Every process of a Linux guest named (issue 24): Debian's arm64 (riscv64, amd64) kernel boots a
 //! gzip-compressed initramfs whose `/init` and `/worker` are dynamic PIEs with glibc and the
 //! dynamic loader (`tests/guests/procs`); `record` is given only the kernel's DWARF vmlinux
 //! and the QEMU command line, and finds the programs and libraries in the `-initrd` archive.
@@ -20,7 +20,7 @@ use std::process::{Command, Stdio};
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::procs_guest::{
-    procs_boot_args_on, procs_count, procs_riscv64_boot_args_on,
+    procs_boot_args_on, procs_count, procs_riscv64_boot_args_on, procs_x86_64_boot_args_on,
 };
 use qemu_uftrace_tests::replay::{parse_calls, report_calls, uftrace, Call};
 use qemu_uftrace_tests::riscv64::{riscv64_qemus, riscv64_vmlinux};
@@ -283,6 +283,19 @@ fn dynamic_pie_processes_are_named_on_riscv64() {
     let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
     let r = record(&argv, &[&riscv64_vmlinux()]);
     check_processes(&r, "__riscv_sys_getpid");
+}
+
+/// The same guest on Debian's amd64 kernel from SeaBIOS (`syscall`/`sysretq`, the PID read
+/// from the task structure at each `__switch_to`, retpolines), with the stock bzImage alone:
+/// the struct offsets from its own BTF, as a distribution's user has it.
+#[test]
+fn stock_image_alone_names_processes_on_x86_64() {
+    let _serial = one_at_a_time();
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let r = record(&argv, &[]);
+    check_processes(&r, "__x64_sys_getpid");
+    check_kernel_tasks(&r);
 }
 
 /// Everything the guest's processes must show, `syscall` being getpid(2)'s kernel side.

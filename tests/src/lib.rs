@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 
 pub mod cpio;
+pub mod debian_vm;
 pub mod execlog;
 pub mod libcalls;
 pub mod linux_guest;

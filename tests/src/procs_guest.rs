@@ -1,4 +1,4 @@
-//! The process tests' guest (issue 24): Debian's arm64 (or riscv64) kernel booting a
+//! The process tests' guest (issue 24): Debian's arm64 (riscv64, amd64) kernel booting a
 //! gzip-compressed newc initramfs whose `/init` and `/worker` are dynamic PIEs
 //! (`tests/guests/procs`), with the cross toolchain's dynamic loader and glibc at `/lib`, as a
 //! distribution ships them.
@@ -30,6 +30,8 @@ pub const CROSS_LIB: &str = "/usr/aarch64-linux-gnu/lib";
 pub enum ProcsArch {
     Aarch64,
     Riscv64,
+    /// Built with the host's own gcc, its glibc and loader packed from the host's.
+    X86_64,
 }
 
 impl ProcsArch {
@@ -37,14 +39,25 @@ impl ProcsArch {
         match self {
             ProcsArch::Aarch64 => cross_prefix(),
             ProcsArch::Riscv64 => "riscv64-linux-gnu-".into(),
+            ProcsArch::X86_64 => String::new(),
         }
     }
 
-    /// The cross toolchain's glibc and loader directory, and the loader's name.
+    /// The toolchain's glibc and loader directory, and the loader's name.
     fn lib(self) -> (&'static str, &'static str) {
         match self {
             ProcsArch::Aarch64 => (CROSS_LIB, "ld-linux-aarch64.so.1"),
             ProcsArch::Riscv64 => ("/usr/riscv64-linux-gnu/lib", "ld-linux-riscv64-lp64d.so.1"),
+            ProcsArch::X86_64 => ("/lib/x86_64-linux-gnu", "ld-linux-x86-64.so.2"),
+        }
+    }
+
+    /// The directory of the archive the loader goes in: the programs' `PT_INTERP` (x86-64's
+    /// is `/lib64/ld-linux-x86-64.so.2`; libc stays in `/lib`, which its loader searches).
+    fn loader_dir(self) -> &'static str {
+        match self {
+            ProcsArch::X86_64 => "lib64",
+            _ => "lib",
         }
     }
 
@@ -52,6 +65,7 @@ impl ProcsArch {
         match self {
             ProcsArch::Aarch64 => "procs",
             ProcsArch::Riscv64 => "procs-riscv64",
+            ProcsArch::X86_64 => "procs-x86_64",
         }
     }
 }
@@ -75,8 +89,8 @@ pub fn procs_guest() -> Result<ProcsGuest> {
 
 /// Builds the guest for `arch` once per process.
 pub fn procs_guest_for(arch: ProcsArch) -> Result<ProcsGuest> {
-    static BUILT: [OnceLock<std::result::Result<ProcsGuest, String>>; 2] =
-        [OnceLock::new(), OnceLock::new()];
+    static BUILT: [OnceLock<std::result::Result<ProcsGuest, String>>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
     BUILT[arch as usize]
         .get_or_init(|| build(arch).map_err(|e| format!("{e:#}")))
         .clone()
@@ -125,7 +139,7 @@ fn pack(arch: ProcsArch, dir: &Path, name: &str, init: &[u8]) -> Result<PathBuf>
     let (lib, loader) = arch.lib();
     let lib = Path::new(lib);
     let ld = read(&lib.join(loader))?;
-    let loader_path = format!("lib/{loader}");
+    let loader_path = format!("{}/{loader}", arch.loader_dir());
     let libc = read(&lib.join("libc.so.6"))?;
     let plug = read(&dir.join("libplug.so"))?;
     let mut cpio = Vec::new();
@@ -144,6 +158,10 @@ fn pack(arch: ProcsArch, dir: &Path, name: &str, init: &[u8]) -> Result<PathBuf>
             },
             Entry::Dir {
                 path: "lib",
+                mode: 0o755,
+            },
+            Entry::Dir {
+                path: "lib64",
                 mode: 0o755,
             },
             Entry::File {
@@ -252,6 +270,39 @@ pub fn procs_riscv64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
         &guest.cpio.to_string_lossy(),
         "-append",
         "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect())
+}
+
+/// The kernel command line of the amd64 process guest (`no_timer_check`: on a loaded host
+/// the kernel's IO-APIC timer check can find no tick and panic).
+pub const X86_64_APPEND: &str = "console=ttyS0 panic=-1 nokaslr no_timer_check rdinit=/init";
+
+/// The QEMU command (argv, emulator first) that boots Debian's amd64 kernel (a bzImage,
+/// from SeaBIOS) into the x86-64 guest on one vCPU.
+pub fn procs_x86_64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
+    let guest = procs_guest_for(ProcsArch::X86_64)?;
+    let kernel = crate::cached("kernel-amd64/vmlinuz");
+    Ok([
+        qemu,
+        "-M",
+        "pc",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        "1",
+        "-kernel",
+        &kernel.to_string_lossy(),
+        "-initrd",
+        &guest.cpio.to_string_lossy(),
+        "-append",
+        X86_64_APPEND,
     ]
     .iter()
     .map(|s| s.to_string())

@@ -14,6 +14,8 @@ pub struct Mapping {
     pub len: u64,
     /// The file offset mapped at `start`.
     pub offset: u64,
+    /// Which file system holds it (the root dentry the plugin's walk ended at; 0: not known).
+    pub fs: u64,
 }
 
 /// One process's address space from `from` (the trace's time) until the next of its
@@ -40,6 +42,9 @@ pub struct Procs {
     pub spaces: Vec<Space>,
     /// Guest thread (PID) → its process (thread group).
     pub tgid_of: HashMap<u32, u32>,
+    /// The first file mapped (the kernel's first exec: an initramfs's `/init` or its
+    /// interpreter, when the guest has one).
+    pub first: Option<Mapping>,
 }
 
 /// Parses `plugin.procs`; lines that do not parse are passed over.
@@ -111,12 +116,15 @@ pub fn parse(text: &str) -> Procs {
                     });
                     procs.spaces.len() - 1
                 });
-                procs.spaces[i].maps.push(Mapping {
+                let m = Mapping {
                     path: path.to_string(),
                     start,
                     len,
                     offset,
-                });
+                    fs: hex("fs").unwrap_or(0),
+                };
+                procs.first.get_or_insert_with(|| m.clone());
+                procs.spaces[i].maps.push(m);
             }
             // The process ended: a PID reused later starts clean.
             "exit" if tid == tgid => {
@@ -143,7 +151,7 @@ mod tests {
     fn exec_fork_and_threads() {
         let text = "task\ttime=1\ttid=1\ttgid=1\tparent=0\n\
                     exec\ttime=2\ttid=1\ttgid=1\n\
-                    mmap\ttime=3\ttid=1\ttgid=1\tstart=aaaa0000\tlen=1000\toffset=0\tpath=/init\n\
+                    mmap\ttime=3\ttid=1\ttgid=1\tstart=aaaa0000\tlen=1000\toffset=0\tfs=ffee\tpath=/init\n\
                     mmap\ttime=4\ttid=1\ttgid=1\tstart=ffff0000\tlen=2000\toffset=0\tpath=/lib/libc.so.6\n\
                     task\ttime=5\ttid=7\ttgid=7\tparent=1\n\
                     task\ttime=6\ttid=8\ttgid=1\tparent=1\n\
@@ -155,6 +163,10 @@ mod tests {
         assert_eq!((p.spaces[0].tgid, p.spaces[0].from), (1, 2));
         assert_eq!(p.spaces[0].program(), Some("/init"));
         assert_eq!(p.spaces[0].maps.len(), 2);
+        // The first file mapped, and which file system holds it (none said: 0).
+        let first = p.first.as_ref().expect("a first mapping");
+        assert_eq!((first.path.as_str(), first.fs), ("/init", 0xffee));
+        assert_eq!(p.spaces[0].maps[1].fs, 0);
         // The forked child starts with its parent's mappings, then execs.
         assert_eq!((p.spaces[1].tgid, p.spaces[1].exec), (7, false));
         assert_eq!(p.spaces[1].maps, p.spaces[0].maps);

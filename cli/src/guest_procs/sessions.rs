@@ -93,6 +93,7 @@ fn write_sessions(
     let mut finder = Finder {
         dir,
         files,
+        initramfs: initramfs_fs(procs, files),
         found: HashMap::new(),
         copies: 0,
         images: HashMap::new(),
@@ -187,12 +188,30 @@ fn write_sessions(
     Ok(named)
 }
 
+/// The file system the `-initrd` archive became (the guest's first mapped file's, when the
+/// archive has that file), for a guest that leaves it for a root disk: only files mapped
+/// from it are taken from the archive. `None`: every file may be (no archive, a plugin that
+/// says no file system, or a first file the archive lacks).
+fn initramfs_fs(procs: &Procs, files: &GuestFiles) -> Option<u64> {
+    let first = procs.first.as_ref().filter(|m| m.fs != 0)?;
+    files
+        .initrd
+        .as_ref()?
+        .contains_key(&first.path)
+        .then_some(first.fs)
+}
+
 /// Finds, reads and writes the symbols of guest files, each once.
 struct Finder<'a> {
     dir: &'a Path,
     files: &'a GuestFiles,
-    /// Guest path → the file on the host, or why there is none.
-    found: HashMap<String, std::result::Result<PathBuf, String>>,
+    /// The initramfs's file system ([`initramfs_fs`]): a file mapped from another (Debian's
+    /// root disk after initramfs-tools' `run-init`) is never the archive's member of the same
+    /// path (klibc's `/usr/bin/mount` there, util-linux's on the disk).
+    initramfs: Option<u64>,
+    /// (Guest path, whether the archive may have it) → the file on the host, or why there
+    /// is none.
+    found: HashMap<(String, bool), std::result::Result<PathBuf, String>>,
     /// Archive members copied so far (each into `guest-files/<its number>/`).
     copies: usize,
     /// Host file → its symbols at offset 0 (`None`: it has none).
@@ -210,16 +229,28 @@ impl Finder<'_> {
     /// The host file for a guest path: the archive's copy (written under the trace while
     /// its symbols are read), else the file under `--sysroot` (looked up inside it), else a
     /// `--symbols` file of the same name; or why there is none.
+    #[cfg(test)]
     fn host_file(&mut self, guest: &str) -> std::result::Result<PathBuf, String> {
-        if let Some(f) = self.found.get(guest) {
+        self.host_file_in(guest, true)
+    }
+
+    /// [`Self::host_file`] of a mapping: from the archive only if it is on the initramfs.
+    fn host_file_of(&mut self, m: &Mapping) -> std::result::Result<PathBuf, String> {
+        let archive = m.fs == 0 || self.initramfs.is_none_or(|fs| fs == m.fs);
+        self.host_file_in(&m.path, archive)
+    }
+
+    fn host_file_in(&mut self, guest: &str, archive: bool) -> std::result::Result<PathBuf, String> {
+        let key = (guest.to_string(), archive);
+        if let Some(f) = self.found.get(&key) {
             return f.clone();
         }
-        let found = self.find(guest);
-        self.found.insert(guest.to_string(), found.clone());
+        let found = self.find(guest, archive);
+        self.found.insert(key, found.clone());
         found
     }
 
-    fn find(&mut self, guest: &str) -> std::result::Result<PathBuf, String> {
+    fn find(&mut self, guest: &str, archive: bool) -> std::result::Result<PathBuf, String> {
         // A kernel makes no such path: only a forged dentry chain does.
         let Some(rel) = contained::plain_relative(guest) else {
             return Err(format!(
@@ -227,7 +258,9 @@ impl Finder<'_> {
                 guest.escape_debug()
             ));
         };
-        let archived = self.files.initrd.as_ref().and_then(|f| f.get(guest));
+        let archived = (self.files.initrd.as_ref())
+            .filter(|_| archive)
+            .and_then(|f| f.get(guest));
         // Nothing is written under the debug tree linked from the sysroot (below).
         if let Some(data) = archived.filter(|_| !rel.starts_with(&DEBUG_TREE[1..])) {
             return self.copy(rel, data).map_err(|e| {
@@ -315,7 +348,7 @@ impl Finder<'_> {
 
     /// A mapping's file on the host and the load bias the mapping gives it, or why not.
     fn bias(&mut self, m: &Mapping) -> Result<std::result::Result<(PathBuf, u64), String>> {
-        let host = match self.host_file(&m.path) {
+        let host = match self.host_file_of(m) {
             Ok(host) => host,
             Err(why) => return Ok(Err(why)),
         };
@@ -504,6 +537,7 @@ mod tests {
         Finder {
             dir,
             files,
+            initramfs: None,
             found: HashMap::new(),
             copies: 0,
             images: HashMap::new(),
@@ -528,11 +562,13 @@ mod tests {
                         start: 0x10_0000 * (i as u64 + 1),
                         len: 0x1000,
                         offset: 0,
+                        fs: 0,
                     })
                     .collect(),
                 exec: true,
             }],
             tgid_of: HashMap::from([(10, 10)]),
+            first: None,
         }
     }
 
@@ -576,9 +612,53 @@ mod tests {
             start: 0x1000,
             len: 0x1000,
             offset: 0,
+            fs: 0,
         };
         let why = f.bias(&m).unwrap().unwrap_err();
         assert!(why.starts_with("no file found for /usr/bin/none"), "{why}");
+    }
+
+    /// A guest that boots from its initramfs into a root disk (Debian's initramfs-tools):
+    /// the archive's `/usr/bin/mount` (klibc's) names only the file mapped from the
+    /// initramfs's file system (that of the first file mapped, which the archive has); the
+    /// one mapped from the disk is the sysroot's. A plugin that says no file system keeps
+    /// the archive first.
+    #[test]
+    fn the_archive_names_only_files_of_the_initramfs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+        std::fs::write(root.join("usr/bin/mount"), b"util-linux").unwrap();
+        let files = GuestFiles {
+            initrd: Some(HashMap::from([
+                ("/usr/bin/sh".to_string(), b"klibc sh".to_vec()),
+                ("/usr/bin/mount".to_string(), b"klibc mount".to_vec()),
+            ])),
+            sysroot: Some(root.clone()),
+            symbols: Vec::new(),
+        };
+        let map = |path: &str, fs: u64| Mapping {
+            path: path.into(),
+            start: 0x1000,
+            len: 0x1000,
+            offset: 0,
+            fs,
+        };
+        let mut procs = one_process(&["/usr/bin/sh"]);
+        procs.first = Some(map("/usr/bin/sh", 0xaa));
+        assert_eq!(initramfs_fs(&procs, &files), Some(0xaa));
+        // A first file the archive lacks: the guest never ran from it.
+        procs.first = Some(map("/sbin/init", 0xaa));
+        assert_eq!(initramfs_fs(&procs, &files), None);
+        let staging = tmp.path().join("staging");
+        let mut f = finder(&staging, &files);
+        f.initramfs = Some(0xaa);
+        let early = f.host_file_of(&map("/usr/bin/mount", 0xaa)).unwrap();
+        assert_eq!(std::fs::read(&early).unwrap(), b"klibc mount");
+        let late = f.host_file_of(&map("/usr/bin/mount", 0xbb)).unwrap();
+        assert_eq!(std::fs::read(&late).unwrap(), b"util-linux");
+        let unknown = f.host_file_of(&map("/usr/bin/mount", 0)).unwrap();
+        assert_eq!(std::fs::read(&unknown).unwrap(), b"klibc mount");
     }
 
     /// Builds a shared object at `path` whose one function is `name` (the host's compiler:
@@ -619,6 +699,7 @@ mod tests {
             start,
             len: 0x1000,
             offset: 0,
+            fs: 0,
         };
         let space = |tgid: u32, maps: Vec<Mapping>| Space {
             tgid,
@@ -641,6 +722,7 @@ mod tests {
                 ),
             ],
             tgid_of: HashMap::from([(10, 10), (11, 11)]),
+            first: None,
         };
         let files = GuestFiles {
             initrd: None,

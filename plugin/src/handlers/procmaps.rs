@@ -90,7 +90,9 @@ pub(super) fn keep(line: String) {
 /// `plugin.procs`: one event per line, tab-separated `key=value` fields (numbers in
 /// decimal, addresses in hex), the path last:
 /// `task time=T tid=N tgid=N parent=N`, `exec time=T tid=N tgid=N`,
-/// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX path=P`, `exit time=T tid=N tgid=N`.
+/// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX fs=HEX path=P` (`fs`: the root
+/// dentry of the file's file system, 0 where the path was cut or unreadable: an initramfs's
+/// `/usr/bin/mount` and the root disk's are two files), `exit time=T tid=N tgid=N`.
 pub fn lines() -> String {
     LINES.lock().unwrap_or_else(|e| e.into_inner()).0.concat()
 }
@@ -134,6 +136,12 @@ pub(super) fn first_argument(regs: &mut ByteBuf) -> Option<u64> {
     regs.read_named(arg_register(0)?)
 }
 
+/// The kernel's `PAGE_SIZE`, the unit of `mmap_region`'s `pgoff`: 4 KiB on every x86-64 and
+/// riscv64 Linux and on Debian's arm64 kernels (an arm64 kernel built for 16 or 64 KiB pages
+/// would place files wrongly). Not QEMU's smallest page ([`MIN_PAGE`], 1 KiB): x86-64's
+/// binutils put code at file offset 0x1000 (`-z separate-code`), placed at 0x400 with it.
+const KERNEL_PAGE: u64 = 4096;
+
 /// `VM_EXEC`: only code mappings name functions.
 const VM_EXEC: u64 = 0x4;
 /// Path components read at most, and bytes of each.
@@ -170,13 +178,13 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     if file == 0 || flags & VM_EXEC == 0 {
                         return;
                     }
-                    let path = file_path(regs, file, &off);
-                    let offset = pgoff.wrapping_mul(MIN_PAGE);
+                    let (path, fs) = file_path(regs, file, &off);
+                    let offset = pgoff.wrapping_mul(KERNEL_PAGE);
                     let space = spaces::with(|s| s.mmap(tgid, &path, start, len, offset));
                     v.run_space(space);
                     format!(
                         "mmap\ttime={time}\ttid={tid}\ttgid={tgid}\tstart={start:x}\tlen={len:x}\
-                         \toffset={offset:x}\tpath={path}\n"
+                         \toffset={offset:x}\tfs={fs:x}\tpath={path}\n"
                     )
                 }
                 p if p == Point::Exec as usize => {
@@ -227,10 +235,11 @@ fn ids(regs: &mut ByteBuf, task: u64, off: &Offsets) -> Option<(u32, u32)> {
 /// (`format::text::escape_bytes`: a lossy conversion made two names one, and a tab or
 /// newline would break the line). A path deeper than [`MAX_DEPTH`] keeps its last
 /// components behind `/…<dentry>`, and one that cannot be read is
-/// `[unreadable <dentry>]`: never one name that different files share.
-fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> String {
+/// `[unreadable <dentry>]`: never one name that different files share. With it, the root
+/// dentry the walk reached (which file system the path is inside), 0 when it reached none.
+fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> (String, u64) {
     // Named by the file's dentry (one per file, whoever maps it) when that can be read.
-    let unreadable = |id: u64| format!("[unreadable {id:x}]");
+    let unreadable = |id: u64| (format!("[unreadable {id:x}]"), 0);
     let Some(mut dentry) = regs.read_le(file.wrapping_add(off.file_dentry), 8) else {
         return unreadable(file);
     };
@@ -254,7 +263,8 @@ fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> String {
         parts.push(name);
         dentry = parent;
     }
-    render_path(&parts, (!whole).then_some(dentry))
+    let fs = if whole { dentry } else { 0 };
+    (render_path(&parts, (!whole).then_some(dentry)), fs)
 }
 
 /// The path of dentry names read from the file up (`parts`, innermost first); `cut_at`

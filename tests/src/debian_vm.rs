@@ -1,0 +1,67 @@
+//! The Debian VM (issue 36): a debootstrap'd bookworm root with systemd as PID 1, udev and
+//! Debian's cloud kernel, on a virtio disk, booted from its own kernel and initramfs-tools
+//! initrd until a unit of its own powers it off once `multi-user.target` is reached.
+//! `scripts/debian-vm.sh` builds it into the cache (`debian-vm-amd64/`).
+
+use std::path::PathBuf;
+
+use crate::cache_dir;
+
+/// The VM's files in the cache: `root/` (the tree `--sysroot` takes), `rootfs.ext4`,
+/// `vmlinuz`, `initrd.img`.
+pub fn debian_vm_dir() -> PathBuf {
+    let dir = cache_dir().join("debian-vm-amd64");
+    assert!(
+        dir.join("package").is_file(),
+        "{} is missing: run scripts/install-deps.sh",
+        dir.display()
+    );
+    dir
+}
+
+/// The root the VM's disk was made from.
+pub fn debian_vm_root() -> PathBuf {
+    debian_vm_dir().join("root")
+}
+
+/// The kernel command line: the root on the virtio disk, the console on the serial port, no
+/// KASLR (the kernel's symbols hold), QEMU ends at a panic; `no_timer_check` as for the
+/// other amd64 boots (a loaded host's timer check can fail).
+pub const DEBIAN_VM_APPEND: &str = "root=/dev/vda rw console=ttyS0 panic=-1 nokaslr no_timer_check";
+
+/// The line the guest's console shows last before the machine powers off.
+pub const DEBIAN_VM_POWER_OFF: &str = "reboot: Power down";
+
+/// The QEMU command (argv, emulator first) that boots the VM on one vCPU: the disk as a
+/// `snapshot=on` virtio drive, so that the guest's writes never reach the cached image.
+pub fn debian_vm_boot_args_on(qemu: &str) -> Vec<String> {
+    let dir = debian_vm_dir();
+    let disk = format!(
+        "file={},if=virtio,format=raw,snapshot=on",
+        dir.join("rootfs.ext4").display()
+    );
+    [
+        qemu,
+        "-M",
+        "pc",
+        "-m",
+        "1G",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        "1",
+        "-kernel",
+        &dir.join("vmlinuz").to_string_lossy(),
+        "-initrd",
+        &dir.join("initrd.img").to_string_lossy(),
+        "-drive",
+        &disk,
+        "-append",
+        DEBIAN_VM_APPEND,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
