@@ -290,7 +290,6 @@ fn dynamic_pie_processes_are_named_on_riscv64() {
 /// the struct offsets from its own BTF, as a distribution's user has it.
 #[test]
 fn stock_image_alone_names_processes_on_x86_64() {
-    let _serial = one_at_a_time();
     let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
     let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
     let r = record(&argv, &[]);
