@@ -24,6 +24,9 @@ pub struct SymbolJob {
     /// them ([`exported_only_hint`]).
     pub unnamed: Option<String>,
     pub files: Result<datadir::SymbolFiles>,
+    /// The images the files were written from, kept when a kernel's randomised base may
+    /// move them after the run (`kaslr`).
+    pub images: Option<Vec<qemu_uftrace_symbols::Image>>,
 }
 
 impl Default for SymbolJob {
@@ -37,6 +40,7 @@ impl Default for SymbolJob {
                 sid: datadir::new_session_id(),
                 ..Default::default()
             }),
+            images: None,
         }
     }
 }
@@ -61,6 +65,8 @@ pub struct SymbolContext {
     pub kaslr_warning: Option<String>,
     /// The guest's architecture, for the way to name what stays unnamed.
     pub arch: Option<qemu_uftrace_symbols::Arch>,
+    /// Keep the images: a kernel's randomised base may move them after the run.
+    pub keep_images: bool,
 }
 
 /// `--symbols` sources first (the user's choice wins an overlap), then the images on the
@@ -105,11 +111,13 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
             .kernel
             .and_then(|k| kernel_alias::physical_alias(&images, &k, &ctx.board));
         images.extend(alias);
+        let kept = ctx.keep_images.then(|| images.clone());
         SymbolJob {
             failures,
             kaslr,
             unnamed,
             files: datadir::write_symbols(&staging, images),
+            images: kept,
         }
     })
 }

@@ -147,6 +147,15 @@ fn finish_once() {
         line(k, &v);
     }
     line("open_frames", &open);
+    match crate::state::kaslr::outcome() {
+        Some(Ok(found)) => {
+            line("kaslr_offset", &format_args!("{:#x}", found.offset));
+            line("kaslr_found_at", &format_args!("{:#x}", found.at));
+            line("kaslr_anchor", &found.name);
+        }
+        Some(Err(why)) => line("kaslr_unknown", &why),
+        None => {}
+    }
     if let Some((addr, time)) = crate::handlers::stop_at::STARTED.get() {
         line("start_at_reached", &format_args!("{addr:#x}"));
         line("start_at_time", time);
