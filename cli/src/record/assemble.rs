@@ -134,11 +134,14 @@ pub fn assemble(
         .as_ref()
         .and_then(|s| super::kaslr::outcome_line(s, inv.kaslr_off, inv.kaslr_advice()));
     let mut symbols = symbols;
-    if let (Some(offset), Some(images)) = (moved_by, symbols.images.take()) {
+    let images = symbols.images.take();
+    let moves = (stats.as_ref()).zip(images.as_deref());
+    if let Some(moves) = moves.and_then(|(s, i)| super::kaslr::moves(s, i)) {
         if let Ok(old) = &symbols.files {
             let _ = std::fs::remove_file(staging.join(format!("sid-{}.map", old.sid)));
         }
-        symbols.files = datadir::write_symbols(staging, super::kaslr::moved_images(images, offset));
+        let images = images.unwrap_or_default();
+        symbols.files = datadir::write_symbols(staging, super::kaslr::moved_images(images, moves));
     }
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {

@@ -73,15 +73,64 @@ pub fn anchor_text<'a>(images: impl IntoIterator<Item = &'a Image>, arch: Arch) 
     format!("none the kernel's symbols have no {}\n", names[0].0)
 }
 
+/// How far the kernel ran from its symbols: its image in the upper half (`virt`), and its
+/// physical-address copy (`phys`: an x86 kernel draws its physical base apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Moves {
+    pub virt: u64,
+    pub phys: u64,
+}
+
+/// What the plugin found (`kaslr_offset=`, and where the anchor's block was in guest
+/// memory: `kaslr_phys_at=`), against the images the trace's symbols come from; `None` when
+/// nothing moved.
+pub fn moves(stats: &crate::stats::Stats, images: &[Image]) -> Option<Moves> {
+    let virt = offset(stats)?;
+    let phys = (|| {
+        let hex = |key: &str| {
+            let v = stats.other_value(key)?;
+            u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+        };
+        let (at, ran_at) = (hex("kaslr_found_at")?, hex("kaslr_phys_at")?);
+        let name = stats.other_value("kaslr_anchor")?;
+        let addr = |img: &Image| {
+            img.functions
+                .iter()
+                .find(|f| f.name == name)
+                .map(|f| f.addr)
+        };
+        let linked = images.iter().filter(|i| is_kernel(i)).find_map(addr)?;
+        let copy = images
+            .iter()
+            .filter(|i| is_physical_copy(i))
+            .find_map(addr)?;
+        // The block's place in the copy, as it would be at the link address.
+        let expected = copy.wrapping_add(at.wrapping_sub(virt).wrapping_sub(linked));
+        Some(ran_at.wrapping_sub(expected))
+    })()
+    .unwrap_or(0);
+    (virt != 0 || phys != 0).then_some(Moves { virt, phys })
+}
+
+/// The kernel's symbols at its physical address (`kernel_alias::physical_alias`).
+fn is_physical_copy(img: &Image) -> bool {
+    img.path.extension().is_some_and(|e| e == "phys")
+}
+
 /// The kernel's symbols where it ran: every image of a kernel's own symbols moved by
-/// `offset`, the rest (modules, firmware, the physical-address copy) as they were.
-pub fn moved_images(images: Vec<Image>, offset: u64) -> Vec<Image> {
+/// `moves.virt`, its physical-address copy by `moves.phys`, the rest (modules, firmware)
+/// as they were.
+pub fn moved_images(images: Vec<Image>, moves: Moves) -> Vec<Image> {
     images
         .into_iter()
         .map(|img| {
+            if is_physical_copy(&img) {
+                return img.shifted(moves.phys);
+            }
             if !is_kernel(&img) {
                 return img;
             }
+            let offset = moves.virt;
             // Kallsyms' modules are placed apart from the kernel, and stay.
             let mut img = img;
             let modules = std::mem::take(&mut img.modules);
@@ -248,11 +297,45 @@ mod tests {
             &[(0xffff_8000_0801_0000, "start_kernel")],
         );
         let phys = kernel(0x4020_0000, &[(0x4021_0000, "start_kernel")]);
-        let moved = moved_images(vec![arm, phys], 0x2_0000_0000);
+        let moved = moved_images(
+            vec![arm, phys],
+            Moves {
+                virt: 0x2_0000_0000,
+                phys: 0,
+            },
+        );
         assert_eq!(moved[0].start, 0xffff_8002_0800_0000);
         assert_eq!(moved[0].functions[0].addr, 0xffff_8002_0801_0000);
         assert_eq!(moved[0].modules[0].functions[0].addr, 0xffff_8000_0100_0000);
         assert_eq!(moved[1].functions[0].addr, 0x4021_0000);
+    }
+
+    #[test]
+    fn the_physical_copy_moves_by_where_the_anchor_ran() {
+        // x86_64: the block after `jmp *%rax` (secondary_startup_64+0x63) ran 0x18000000
+        // above its link address, at physical 0x6a000d3 (linked for 0x10000d3).
+        let stats = crate::stats::Stats::parse(
+            "kaslr_offset=0x18000000\nkaslr_found_at=0xffffffff990000d3\n\
+             kaslr_anchor=secondary_startup_64\nkaslr_phys_at=0x6a000d3\n",
+        );
+        let names = [
+            (0xffff_ffff_8100_0070, "secondary_startup_64"),
+            (0xffff_ffff_8200_0000, "start_kernel"),
+        ];
+        let virt = kernel(0xffff_ffff_8100_0000, &names);
+        let mut phys = kernel(0x100_0000, &[(0x100_0070, "secondary_startup_64")]);
+        phys.path = "vmlinuz.phys".into();
+        let moves = moves(&stats, &[virt, phys]).unwrap();
+        assert_eq!(
+            moves,
+            Moves {
+                virt: 0x1800_0000,
+                phys: 0x5a0_0000
+            }
+        );
+        // Nothing moved: nothing to rewrite.
+        let still = crate::stats::Stats::parse("kaslr_offset=0x0\n");
+        assert_eq!(super::moves(&still, &[]), None);
     }
 
     #[test]

@@ -152,6 +152,9 @@ fn finish_once() {
             line("kaslr_offset", &format_args!("{:#x}", found.offset));
             line("kaslr_found_at", &format_args!("{:#x}", found.at));
             line("kaslr_anchor", &found.name);
+            if let Some(phys) = found.phys {
+                line("kaslr_phys_at", &format_args!("{phys:#x}"));
+            }
         }
         Some(Err(why)) => line("kaslr_unknown", &why),
         None => {}

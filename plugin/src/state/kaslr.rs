@@ -41,6 +41,9 @@ pub struct Found {
     pub offset: u64,
     pub at: u64,
     pub name: String,
+    /// Where `at` is in guest memory (QEMU 10.1 on): an x86 kernel's physical base is
+    /// random too, and the CLI moves the names of its physical-address code by it.
+    pub phys: Option<u64>,
 }
 
 /// At install: where the CLI writes the anchor.
@@ -71,13 +74,26 @@ pub fn learn(start: u64) {
     DECIDED.get_or_init(|| {
         let found = read_anchor(file).and_then(|a| offset_at(&a, start).map(|f| (a, f)));
         match found {
-            Ok((a, f)) => {
+            Ok((a, mut f)) => {
                 SHIFT.set(a.lo, a.hi, f.offset);
+                f.phys = physical(start);
                 Ok(f)
             }
             Err(why) => Err(why),
         }
     });
+}
+
+/// `vaddr`'s guest-physical address by `qemu_plugin_translate_vaddr` (API 5, looked up:
+/// older QEMUs lack it), asked on the translating vCPU's thread.
+fn physical(vaddr: u64) -> Option<u64> {
+    type Translate = unsafe extern "C" fn(vaddr: u64, hwaddr: *mut u64) -> bool;
+    let p = crate::ffi::optional(c"qemu_plugin_translate_vaddr")?;
+    // SAFETY: the symbol QEMU exports under this name has this signature (10.1 on).
+    let translate = unsafe { std::mem::transmute::<*mut std::ffi::c_void, Translate>(p) };
+    let mut hwaddr = 0u64;
+    // SAFETY: a vaddr and a place for the answer; QEMU reads the running vCPU's mapping.
+    unsafe { translate(vaddr, &mut hwaddr) }.then_some(hwaddr)
 }
 
 /// What was found, for `plugin.stats`: `None` when not looked for.
@@ -104,6 +120,7 @@ pub fn offset_at(a: &Anchor, at: u64) -> Result<Found, String> {
         offset: at.wrapping_sub(a.start).wrapping_sub(into),
         at,
         name: a.name.clone(),
+        phys: None,
     })
 }
 
