@@ -136,13 +136,17 @@ pub fn assemble(
     let mut symbols = symbols;
     let images = symbols.images.take();
     let moves = (stats.as_ref()).zip(images.as_deref());
-    if let Some(moves) = moves.and_then(|(s, i)| super::kaslr::moves(s, i)) {
+    let moves = moves.and_then(|(s, i)| super::kaslr::moves(s, i));
+    // Unless the symbol job wrote them there already.
+    if let Some(moves) = moves.filter(|&m| Some(m) != symbols.moved) {
         if let Ok(old) = &symbols.files {
             let _ = std::fs::remove_file(staging.join(format!("sid-{}.map", old.sid)));
         }
         let images = images.unwrap_or_default();
         symbols.files = datadir::write_symbols(staging, super::kaslr::moved_images(images, moves));
     }
+    // The plugin's early word, said again in plugin.stats.
+    let _ = std::fs::remove_file(staging.join(super::kaslr::FOUND_FILE));
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),

@@ -28,6 +28,9 @@ pub fn warning(advice: &str) -> String {
 /// The file in the staging directory the plugin reads the anchor from (`kaslr_file=`).
 pub const ANCHOR_FILE: &str = ".kaslr";
 
+/// What the plugin writes as it finds the offset (the lines `plugin.stats` ends with).
+pub const FOUND_FILE: &str = "plugin.kaslr";
+
 /// Where each architecture's kernel first runs in the upper half, the most recent first:
 /// the function, how far into it that block may start, and the granule its base moves by.
 /// arm64 enters `__primary_switched` by `br x8` once the MMU maps the kernel (its base

@@ -27,6 +27,8 @@ pub struct SymbolJob {
     /// The images the files were written from, kept when a kernel's randomised base may
     /// move them after the run (`kaslr`).
     pub images: Option<Vec<qemu_uftrace_symbols::Image>>,
+    /// How far the files' kernel symbols were moved already.
+    pub moved: Option<kaslr::Moves>,
 }
 
 impl Default for SymbolJob {
@@ -41,6 +43,7 @@ impl Default for SymbolJob {
                 ..Default::default()
             }),
             images: None,
+            moved: None,
         }
     }
 }
@@ -112,12 +115,22 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
             .and_then(|k| kernel_alias::physical_alias(&images, &k, &ctx.board));
         images.extend(alias);
         let kept = ctx.keep_images.then(|| images.clone());
+        // A kernel found at a random base by now (`plugin.kaslr`, written as the plugin
+        // found it): its symbols are written where it ran, once.
+        let moved = kept.as_ref().and_then(|kept| {
+            let text = std::fs::read_to_string(staging.join(kaslr::FOUND_FILE)).ok()?;
+            kaslr::moves(&crate::stats::Stats::parse(&text), kept)
+        });
+        if let Some(moves) = moved {
+            images = kaslr::moved_images(images, moves);
+        }
         SymbolJob {
             failures,
             kaslr,
             unnamed,
             files: datadir::write_symbols(&staging, images),
             images: kept,
+            moved,
         }
     })
 }

@@ -149,11 +149,11 @@ fn finish_once() {
     line("open_frames", &open);
     match crate::state::kaslr::outcome() {
         Some(Ok(found)) => {
-            line("kaslr_offset", &format_args!("{:#x}", found.offset));
-            line("kaslr_found_at", &format_args!("{:#x}", found.at));
-            line("kaslr_anchor", &found.name);
-            if let Some(phys) = found.phys {
-                line("kaslr_phys_at", &format_args!("{phys:#x}"));
+            for (k, v) in crate::state::kaslr::lines(found)
+                .lines()
+                .filter_map(|l| l.split_once('='))
+            {
+                line(k, &v);
             }
         }
         Some(Err(why)) => line("kaslr_unknown", &why),

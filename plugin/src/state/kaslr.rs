@@ -77,6 +77,7 @@ pub fn learn(start: u64) {
             Ok((a, mut f)) => {
                 SHIFT.set(a.lo, a.hi, f.offset);
                 f.phys = physical(start);
+                tell(&f);
                 Ok(f)
             }
             Err(why) => Err(why),
@@ -94,6 +95,29 @@ fn physical(vaddr: u64) -> Option<u64> {
     let mut hwaddr = 0u64;
     // SAFETY: a vaddr and a place for the answer; QEMU reads the running vCPU's mapping.
     unsafe { translate(vaddr, &mut hwaddr) }.then_some(hwaddr)
+}
+
+/// The lines `plugin.stats` will end with, for the CLI's symbol job, which can then write
+/// the kernel's symbols where it ran once rather than move them after the run.
+pub fn lines(f: &Found) -> String {
+    let mut text = format!(
+        "kaslr_offset={:#x}\nkaslr_found_at={:#x}\nkaslr_anchor={}\n",
+        f.offset, f.at, f.name
+    );
+    if let Some(phys) = f.phys {
+        text.push_str(&format!("kaslr_phys_at={phys:#x}\n"));
+    }
+    text
+}
+
+/// Writes [`lines`] into `plugin.kaslr` (whole or not at all), at once.
+fn tell(f: &Found) {
+    let Some(dir) = super::config().map(|c| &c.out) else {
+        return;
+    };
+    let tmp = dir.join("plugin.kaslr.tmp");
+    let _ = std::fs::write(&tmp, lines(f))
+        .and_then(|()| std::fs::rename(&tmp, dir.join("plugin.kaslr")));
 }
 
 /// What was found, for `plugin.stats`: `None` when not looked for.
