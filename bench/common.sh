@@ -31,6 +31,9 @@ build_workload_guest() {
 #   calldense  a call-dense bare-metal loop (20 M calls)
 #   kernel     Debian's kernel booting to its "Unable to mount root fs" panic
 #   smp4       the same boot on 4 vCPUs
+#   kernel-kaslr  the same boot without nokaslr: the kernel runs at a random base (QEMU's
+#              device-tree seed), which record finds as it boots (bench/profile.sh: give the
+#              plugin kaslr_file=, the CLI's anchor)
 #   filter     the same boot recorded with -F of one small subtree (FILTER, default
 #              of_find_property: device-tree lookups all through the boot)
 #   notrace    the same boot recorded with -N of that subtree (NOTRACE, same default): all
@@ -57,6 +60,7 @@ workload_argv() {
     case "$1" in
         calldense) extra=(-semihosting -kernel "$work/guests/calldense.elf") ;;
         kernel) extra=("${kernel[@]}") ;;
+        kernel-kaslr) extra=("${kernel[@]:0:5}" -append "console=ttyAMA0 panic=-1") ;;
         smp4) extra=("${kernel[@]}" -smp 4) ;;
         filter) extra=("${kernel[@]}"); record_opts=(-F "${FILTER:-of_find_property}") ;;
         notrace) extra=("${kernel[@]}"); record_opts=(-N "${NOTRACE:-of_find_property}") ;;

@@ -15,7 +15,8 @@ rate=20000
 . "$root/bench/common.sh"
 command -v perf >/dev/null || { echo "bench/profile.sh: perf not found; install linux-perf" >&2; exit 2; }
 [ "$#" -gt 0 ] || { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-"$root/scripts/install-deps.sh" >&2
+# QEMU_UFTRACE_BENCH_READY=1: the fixtures are known to be installed (as bench/run.sh).
+[ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 workload_argv "${WORKLOAD:-kernel}"

@@ -1,9 +1,16 @@
-//! The KASLR warning comes before QEMU starts (issue 21, item 4): a Linux kernel booted
-//! without `nokaslr` randomises its base, and then none of its symbols match; a user must
-//! read that before watching a whole boot, not after. The warning is told from the kernel
-//! file (arm64 Image, x86 bzImage, ELF vmlinux) and from the command line per architecture
-//! (arm64 also turns KASLR off with `-M virt,dtb-randomness=off`, its older name
-//! `dtb-kaslr-seed=off`; x86_64 and riscv64 only with `nokaslr`).
+//! A Linux kernel booted without `nokaslr` picks a random base (KASLR), and then none of
+//! its symbols match where it runs (issue 34). `record` finds the offset as it boots, where
+//! the kernel first runs in the upper half, and moves the kernel's symbols by it: the same
+//! deterministic boot, randomised or not, replays alike by name, and `-F`, `--start-at`
+//! and `--stop-at` name the same functions. The boots stop at the kernel's first
+//! `parse_early_param` (QEMU stopped there): interrupts are still off, so what runs before
+//! it is the same on every boot but for what KASLR itself does.
+//!
+//! The warning stays where no offset can be found: said before QEMU starts when there are
+//! no symbols to find it with (told from the kernel file: arm64 Image, x86 bzImage, ELF
+//! vmlinux, and from the command line per architecture: arm64 also turns KASLR off with
+//! `-M virt,dtb-randomness=off`, its older name `dtb-kaslr-seed=off`, unless its CPU has
+//! RNDR; x86_64 and riscv64 only with `nokaslr`), else at the end, saying why.
 //!
 //! Our stderr and the guest's console (stdout) go into one pipe, so that their order is the
 //! order they were written in.
@@ -11,11 +18,15 @@
 mod common;
 
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use common::*;
-use qemu_uftrace_tests::{cached, debian_kernel, kernel_boot_args, QEMU};
+use qemu_uftrace_tests::replay::uftrace;
+use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
+use qemu_uftrace_tests::{
+    cached, debian_kernel, kernel_boot_args, kernel_boot_args_on, plugin_stat, system_qemus, QEMU,
+};
 
 const WARNING: &str = "qemu-uftrace: warning: the guest kernel picks a random base address \
                        (KASLR) unless booted with nokaslr";
@@ -23,12 +34,18 @@ const WARNING: &str = "qemu-uftrace: warning: the guest kernel picks a random ba
 /// Runs `record -- argv` in `home` with stdout and stderr in one pipe; returns its status
 /// code and everything it and QEMU wrote, in order.
 fn record_merged(home: &Path, argv: &[String]) -> (Option<i32>, String) {
+    record_merged_with(home, &[], argv)
+}
+
+/// [`record_merged`] with `record`'s `options`.
+fn record_merged_with(home: &Path, options: &[&str], argv: &[String]) -> (Option<i32>, String) {
     let (mut reader, writer) = std::io::pipe().expect("pipe");
     let mut cmd = qemu_uftrace(home);
     cmd.current_dir(home)
         .arg("record")
         .arg("-o")
         .arg(home.join("t"))
+        .args(options)
         .arg("--")
         .args(argv)
         .stdin(Stdio::null())
@@ -58,60 +75,265 @@ fn without_nokaslr(args: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// A whole boot: the warning is the first thing written, before the kernel's first line,
-/// and said again at the end, where the console has not scrolled it away.
+/// `record OPTIONS -- argv` up to the kernel's first `parse_early_param`, QEMU stopped
+/// there: the temp dir (keep it), the trace and record's stderr.
+fn record_early(argv: &[String], options: &[&str]) -> (tempfile::TempDir, PathBuf, String) {
+    let mut options = options.to_vec();
+    options.extend(["--stop-at", "parse_early_param,exit"]);
+    let (tmp, dir, out) = record_output(argv, &options);
+    let err = stderr(&out);
+    assert!(out.status.success(), "record {options:?} failed:\n{err}");
+    assert!(
+        err.contains("stopped writing at the first entry into parse_early_param"),
+        "{options:?}:\n{err}"
+    );
+    assert!(!err.contains("warning"), "{options:?}:\n{err}");
+    (tmp, dir, err)
+}
+
+/// The offset the summary says the kernel ran at, `None` when it says none.
+fn offset_said(stderr: &str) -> Option<u64> {
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("the guest kernel ran at a random base (KASLR), 0x"))?;
+    let hex = line.split("(KASLR), 0x").nth(1)?.split(' ').next()?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// `func`'s calls by name, as `uftrace replay -F func` shows them (without the frames still
+/// open at the stop, nor the marks of frames written open at a `--start-at`).
+fn subtree(dir: &Path, func: &str) -> Vec<String> {
+    let d = dir.to_string_lossy();
+    let text = uftrace(&["replay", "-d", &d, "-f", "none", "--no-pager", "-F", func])
+        .unwrap_or_else(|e| panic!("uftrace replay -F {func}: {e:#}"));
+    let lines: Vec<String> = text
+        .lines()
+        .take_while(|l| !l.starts_with("uftrace stopped tracing"))
+        .filter(|l| !l.trim().is_empty() && l.trim() != "/* qemu:opened */")
+        .map(String::from)
+        .collect();
+    assert!(
+        lines.len() > 1000 && lines[0] == format!("{func}() {{"),
+        "{func} in {d}: {:?}",
+        &lines[..lines.len().min(5)]
+    );
+    lines
+}
+
+fn same_tree(expected: &[String], got: &[String], what: &str) {
+    if expected != got {
+        let at = expected.iter().zip(got).take_while(|(a, b)| a == b).count();
+        panic!(
+            "{what}: the trees differ at line {at} of {} / {}: {:?} against {:?}",
+            expected.len(),
+            got.len(),
+            expected.get(at.saturating_sub(3)..(at + 3).min(expected.len())),
+            got.get(at.saturating_sub(3)..(at + 3).min(got.len())),
+        );
+    }
+}
+
+/// `args` with `-M virt` made `machine`.
+fn on_machine(args: Vec<String>, machine: &str) -> Vec<String> {
+    args.into_iter()
+        .map(|a| if a == "virt" { machine.to_string() } else { a })
+        .collect()
+}
+
+/// arm64 on QEMU 10.2.2 (exceptions reported), `-cpu max`: without `nokaslr` the kernel
+/// takes its seed from the device tree (`-M virt`: QEMU gives one) or, with none there
+/// (`dtb-randomness=off`), from the CPU's RNDR. Each boot finds its own offset at
+/// `__primary_switched`, and `jump_label_init`'s calls (setup_arch's, before
+/// `parse_early_param`: 300,000 lines) replay as the `nokaslr` boot's, recorded whole
+/// there, with `-F` in the device-tree seeded boot and from `--start-at` in the other.
 #[test]
-fn arm64_boot_warns_before_the_kernel_prints() {
-    require(QEMU);
-    let home = tempfile::tempdir().unwrap();
-    let args = without_nokaslr(kernel_boot_args("cortex-a57"));
-    assert!(!args.iter().any(|a| a.contains("nokaslr")));
-    let (code, out) = record_merged(home.path(), &args);
-    let warning = out
-        .find(WARNING)
-        .unwrap_or_else(|| panic!("no KASLR warning in:\n{out}"));
-    let boot = out
-        .find("Booting Linux")
-        .unwrap_or_else(|| panic!("the kernel did not boot (status {code:?}):\n{out}"));
-    assert!(
-        warning < boot,
-        "the warning came after the boot began:\n{out}"
-    );
-    assert_eq!(out.matches(WARNING).count(), 2, "{out}");
-    let again = out.rfind(WARNING).unwrap();
-    let written = out
-        .find("qemu-uftrace: [ record: wrote ")
-        .unwrap_or_else(|| panic!("no summary:\n{out}"));
-    assert!(written < again, "not repeated in the summary:\n{out}");
+fn arm64_randomised_boots_replay_as_nokaslr() {
+    let qemu = system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus")
+        .program;
+    let fixed = kernel_boot_args_on(&qemu, "max");
+    let (_t0, base, err) = record_early(&fixed, &[]);
+    assert_eq!(offset_said(&err), None, "{err}");
+    assert_eq!(plugin_stat(&base, "kaslr_offset"), "0x0");
+    let expected = subtree(&base, "jump_label_init");
+    let dt_seed = without_nokaslr(fixed.clone());
+    let (_t1, filtered, err1) = record_early(&dt_seed, &["-F", "jump_label_init"]);
+    let rndr = on_machine(without_nokaslr(fixed), "virt,dtb-randomness=off");
+    let (_t2, started, err2) = record_early(&rndr, &["--start-at", "jump_label_init"]);
+    let mut offsets = Vec::new();
+    for (err, dir, what) in [
+        (&err1, &filtered, "device-tree seed, -F"),
+        (&err2, &started, "RNDR, --start-at"),
+    ] {
+        let offset = offset_said(err).unwrap_or_else(|| panic!("{what}: no offset:\n{err}"));
+        // arm64 places its image in the middle of the vmalloc area: never at its link address.
+        assert_ne!(offset, 0, "{what}");
+        assert!(
+            err.contains("(found where it entered __primary_switched)"),
+            "{what}:\n{err}"
+        );
+        assert_eq!(plugin_stat(dir, "kaslr_offset"), format!("{offset:#x}"));
+        same_tree(&expected, &subtree(dir, "jump_label_init"), what);
+        offsets.push(offset);
+    }
+    assert_ne!(offsets[0], offsets[1], "two boots drew one offset");
+    // The boot's shape, named: the physical-address head, then the kernel where it ran (the
+    // frames open at the start are written there).
+    let d = started.to_string_lossy();
+    let graph = uftrace(&["graph", "-d", &d, "--no-pager", "jump_label_init"]).expect("graph");
     assert_eq!(
-        out[warning..].lines().next(),
-        out[again..].lines().next(),
-        "{out}"
-    );
-    assert!(
-        out[warning..].lines().next().unwrap().ends_with(
-            "add nokaslr to -append (or -M virt,dtb-randomness=off, which gives the kernel no \
-             seed)"
-        ),
-        "{out}"
+        qemu_uftrace_tests::replay::graph_backtrace(&graph),
+        [
+            "primary_entry",
+            "__primary_switch",
+            "__primary_switched",
+            "start_kernel",
+            "setup_arch",
+            "jump_label_init"
+        ],
+        "{graph}"
     );
 }
 
-/// A QEMU that fails at once (a drive it cannot open) says so after our warning: the
-/// warning is given before QEMU runs, not from what the run left.
-fn warned_before_qemu_fails(argv: Vec<String>) -> String {
+/// x86_64 (QEMU 11.1.3, API 7): the decompressor picks the base from RDRAND/RDTSC, another
+/// every boot, and the physical base apart. The kernel proper (`x86_64_start_kernel`,
+/// entered by `lretq` from the startup code) replays as the `nokaslr` boot's, and the
+/// startup code run at its physical address is named as there (QEMU tells the anchor's
+/// physical address). The offset is a multiple of 2 MiB, and may be 0 (one boot in ~500):
+/// then the summary says nothing and `plugin.stats` says 0.
+#[test]
+fn x86_64_randomised_boot_replays_as_nokaslr() {
+    let qemu = system_qemus_x86_64()
+        .into_iter()
+        .find(|q| q.label == "11.1.3")
+        .expect("QEMU 11.1.3 in system_qemus_x86_64")
+        .program;
+    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
+    let boot = |append: &str| -> Vec<String> {
+        [
+            qemu.as_str(),
+            "-M",
+            "pc",
+            "-m",
+            "512M",
+            "-nographic",
+            "-nic",
+            "none",
+            "-no-reboot",
+            "-kernel",
+            &kernel,
+            "-append",
+            append,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let (_t0, base, _) = record_early(&boot("console=ttyS0 panic=-1 nokaslr"), &[]);
+    let (_t1, moved, err) = record_early(&boot("console=ttyS0 panic=-1"), &[]);
+    let stated = plugin_stat(&moved, "kaslr_offset");
+    match offset_said(&err) {
+        Some(offset) => {
+            assert_eq!(stated, format!("{offset:#x}"));
+            assert_eq!(offset % (2 << 20), 0, "{err}");
+            assert!(
+                err.contains("(found where it entered secondary_startup_64)"),
+                "{err}"
+            );
+        }
+        None => assert_eq!(stated, "0x0", "{err}"),
+    }
+    same_tree(
+        &subtree(&base, "x86_64_start_kernel"),
+        &subtree(&moved, "x86_64_start_kernel"),
+        "x86_64",
+    );
+    // The physical-address startup code's calls, by name, as the nokaslr boot makes them.
+    let startup = |dir: &Path| -> Vec<String> {
+        let d = dir.to_string_lossy();
+        let text = uftrace(&["replay", "-d", &d, "-f", "none", "--no-pager"]).expect("replay");
+        let upto = text
+            .find("x86_64_start_kernel() {")
+            .expect("x86_64_start_kernel");
+        text[..upto]
+            .lines()
+            .map(str::trim)
+            .filter(|l| {
+                ["startup_64", "sme_enable", "verify_cpu"]
+                    .iter()
+                    .any(|n| l.contains(n))
+            })
+            .map(String::from)
+            .collect()
+    };
+    let expected = startup(&base);
+    assert!(
+        expected.iter().any(|l| l == "__startup_64() {"),
+        "{expected:?}"
+    );
+    assert_eq!(startup(&moved), expected);
+}
+
+/// A kernel whose symbols lack the place it first runs in the upper half (here a System.map
+/// with `start_kernel` only): the offset cannot be found, and the end of the run says so
+/// and why. Nothing is said before QEMU starts (the symbols are read as it starts).
+#[test]
+fn no_offset_found_is_said_with_why() {
     let home = tempfile::tempdir().unwrap();
-    let mut argv = argv;
+    let map = home.path().join("System.map");
+    std::fs::write(
+        &map,
+        "ffff800008000000 T _text\nffff800008010000 T _stext\nffff8000093908d0 T start_kernel\n\
+         ffff800009ab0000 B _end\n",
+    )
+    .unwrap();
+    let argv = without_nokaslr(kernel_boot_args("max"));
+    let (code, out) = record_merged_with(
+        home.path(),
+        &[
+            "--no-auto-symbols",
+            "--symbols",
+            &map.to_string_lossy(),
+            "--max-size",
+            "2M,exit",
+        ],
+        &argv,
+    );
+    assert!(!out.contains(WARNING), "{out}");
+    let warning = "qemu-uftrace: warning: the guest kernel's base address was not found (the \
+                   kernel's symbols have no __primary_switched): if it picked a random one \
+                   (KASLR), its symbols do not match; add nokaslr to -append";
+    assert_eq!(out.matches(warning).count(), 1, "status {code:?}:\n{out}");
+}
+
+/// `record OPTIONS -- argv` of a QEMU that fails at once (a drive it cannot open): all that
+/// was written, QEMU's complaint included.
+fn before_qemu_fails(argv: &[String], options: &[&str]) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let mut argv = argv.to_vec();
     argv.extend(["-drive".into(), "file=/nonexistent/disk.img,if=none".into()]);
-    let (code, out) = record_merged(home.path(), &argv);
+    let (code, out) = record_merged_with(home.path(), options, &argv);
     assert_ne!(code, Some(0), "{out}");
-    let complaint = out
-        .find("Could not open '/nonexistent/disk.img'")
-        .unwrap_or_else(|| panic!("QEMU did not fail as expected:\n{out}"));
+    assert!(
+        out.contains("Could not open '/nonexistent/disk.img'"),
+        "QEMU did not fail as expected:\n{out}"
+    );
+    out
+}
+
+/// Without symbols to find the offset with (`--no-auto-symbols`), the warning comes before
+/// QEMU runs, not from what the run left; with them (the kernel's own kallsyms, or an ELF
+/// vmlinux's symbols) nothing is said before the run.
+fn warned_only_without_symbols(argv: &[String]) -> String {
+    let out = before_qemu_fails(argv, &["--no-auto-symbols"]);
+    let complaint = out.find("Could not open").unwrap();
     let warning = out
         .find(WARNING)
         .unwrap_or_else(|| panic!("no KASLR warning in:\n{out}"));
     assert!(warning < complaint, "{out}");
+    let found = before_qemu_fails(argv, &[]);
+    assert!(!found.contains("KASLR"), "{found}");
     out
 }
 
@@ -119,8 +341,8 @@ fn warned_before_qemu_fails(argv: Vec<String>) -> String {
 fn x86_64_bzimage_warns_before_qemu_runs() {
     require("qemu-system-x86_64");
     let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
-    let out = warned_before_qemu_fails(
-        [
+    let out = warned_only_without_symbols(
+        &[
             "qemu-system-x86_64",
             "-M",
             "pc",
@@ -130,8 +352,7 @@ fn x86_64_bzimage_warns_before_qemu_runs() {
             "-append",
             "console=ttyS0",
         ]
-        .map(String::from)
-        .to_vec(),
+        .map(String::from),
     );
     // x86_64 has no device-tree seed to turn off.
     assert!(
@@ -144,8 +365,8 @@ fn x86_64_bzimage_warns_before_qemu_runs() {
 fn arm64_elf_vmlinux_warns_before_qemu_runs() {
     require(QEMU);
     let vmlinux = cached("kernel-dbg/vmlinux").display().to_string();
-    warned_before_qemu_fails(
-        [
+    let out = warned_only_without_symbols(
+        &[
             QEMU,
             "-M",
             "virt",
@@ -155,8 +376,14 @@ fn arm64_elf_vmlinux_warns_before_qemu_runs() {
             "-kernel",
             &vmlinux,
         ]
-        .map(String::from)
-        .to_vec(),
+        .map(String::from),
+    );
+    assert!(
+        out.contains(
+            "add nokaslr to -append (or -M virt,dtb-randomness=off, which gives the kernel no \
+             seed, on a CPU without RNDR: not -cpu max)"
+        ),
+        "{out}"
     );
 }
 

@@ -589,7 +589,8 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
     );
     // Then the recording's own options, after the plugin file and the staging directory:
     // the CLI's sample of the host's time-stamp counter (`tsc=TICKS:NS`, x86-64), the default
-    // size cap (`max_size=BYTES`), the kernel's function entries (`entries_file=`).
+    // size cap (`max_size=BYTES`), the kernel's function entries (`entries_file=`) and the
+    // anchor its randomised base is found by (`kaslr_file=`).
     let head = format!(".so,out={},clock=auto,max_depth=64", staging.display());
     let at = argv[2].find(&head).unwrap_or_else(|| panic!("{argv:?}"));
     let rest = &argv[2][at + head.len()..];
@@ -613,7 +614,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
             "proc_watch" | "proc_offsets" | "mod_watch" | "mod_offsets" => {
                 assert!(!value.is_empty(), "{argv:?}")
             }
-            "entries_file" | "task_slot_file" => {
+            "entries_file" | "task_slot_file" | "kaslr_file" => {
                 assert!(
                     value.starts_with(&staging.display().to_string()),
                     "{argv:?}"
@@ -629,6 +630,8 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         "task_tgid",
         "proc_watch",
         "mod_watch",
+        "entries_file",
+        "kaslr_file",
     ] {
         assert!(
             keys.contains(&key),

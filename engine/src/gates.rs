@@ -29,6 +29,8 @@ pub struct Gates {
     span: (u64, u64),
     /// The running context's roots (see [`Roots`]).
     pub(crate) roots: Roots,
+    /// A randomised kernel's: functions are looked up in the symbol file's space.
+    shift: Option<&'static crate::kaslr::KernelShift>,
 }
 
 /// Where a context's outermost open filter and notrace frames are (their stack depths).
@@ -69,12 +71,29 @@ impl Gates {
             notrace,
             max_depth,
             roots: Roots::default(),
+            shift: None,
+        }
+    }
+
+    /// Functions are named in the symbol file's space of a kernel that may run moved
+    /// (KASLR): called addresses are taken there before they are looked up.
+    pub fn with_shift(mut self, shift: &'static crate::kaslr::KernelShift) -> Gates {
+        self.shift = Some(shift);
+        self
+    }
+
+    #[inline(always)]
+    fn key(&self, func: u64) -> u64 {
+        match self.shift {
+            Some(s) => s.to_symbols(func),
+            None => func,
         }
     }
 
     /// A frame of `func` is being pushed at `depth`: it may open a subtree.
     #[inline]
     pub fn enter(&mut self, depth: usize, func: u64) {
+        let func = self.key(func);
         if let Ok(i) = self.notrace.binary_search(&func) {
             self.notrace_hits[i] += 1;
             self.roots.notrace.get_or_insert(depth);
@@ -95,6 +114,7 @@ impl Gates {
     /// Whether a frame of `func` may open a subtree (or count as an entry of one).
     #[inline(always)]
     pub fn may_open(&self, func: u64) -> bool {
+        let func = self.key(func);
         (self.span.0..=self.span.1).contains(&func)
             && (self.filter.binary_search(&func).is_ok()
                 || self.notrace.binary_search(&func).is_ok())

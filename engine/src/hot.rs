@@ -119,10 +119,26 @@ impl Engine {
     /// first event. Every event then takes the general path (the fast one writes without
     /// asking), which is cheap beside the writing it saves.
     pub fn set_gates(&mut self, filter: Vec<u64>, notrace: Vec<u64>) {
+        self.set_gates_shifted(filter, notrace, None);
+    }
+
+    /// As [`Engine::set_gates`], for functions named in the symbol file's space of a kernel
+    /// that may run moved (`kaslr`).
+    pub fn set_gates_shifted(
+        &mut self,
+        filter: Vec<u64>,
+        notrace: Vec<u64>,
+        shift: Option<&'static crate::kaslr::KernelShift>,
+    ) {
         if filter.is_empty() && notrace.is_empty() {
             return;
         }
-        self.gates = Some(Box::new(Gates::new(filter, notrace, self.record_depth)));
+        let gates = Gates::new(filter, notrace, self.record_depth);
+        let gates = match shift {
+            Some(s) => gates.with_shift(s),
+            None => gates,
+        };
+        self.gates = Some(Box::new(gates));
         self.record_depth = 0;
         self.fast_depth = 0;
     }

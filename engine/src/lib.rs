@@ -13,6 +13,7 @@ pub mod gates;
 pub mod guest;
 pub mod hot;
 pub mod jumps;
+pub mod kaslr;
 pub mod midway;
 pub mod resync;
 pub mod shadow;

@@ -134,6 +134,13 @@ fn function_entries_come_now_or_later_and_an_empty_list_is_none() {
     let p = |s: &str| Some(Path::new(s).to_path_buf());
     assert_eq!(cfg(&[b"out=/t", b"entries=/t/.e"]), (p("/t/.e"), false));
     assert_eq!(cfg(&[b"out=/t", b"entries_file=/t/.e"]), (p("/t/.e"), true));
+    // A Linux kernel's anchor for its randomised base (`state::kaslr`).
+    let kaslr = |a: &[&[u8]]| match parse(&args(a)) {
+        Ok(Mode::Record(cfg)) => cfg.kaslr_file,
+        _ => panic!("refused {a:?}"),
+    };
+    assert_eq!(kaslr(&[b"out=/t", b"kaslr_file=/t/.kaslr"]), p("/t/.kaslr"));
+    assert_eq!(kaslr(&[b"out=/t"]), None);
     // An exec'd program's QEMU drops the first program's list.
     assert_eq!(
         cfg(&[b"out=/t", b"entries=/t/.e", b"entries="]),

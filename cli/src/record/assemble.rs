@@ -35,6 +35,8 @@ pub struct Published {
     pub recovered: Option<super::recover::Recovered>,
     /// Resyncs without frame records, unwound after the run.
     pub resyncs: Option<super::resync::Resyncs>,
+    /// A Linux kernel's randomised base: the offset found (`Ok`), or why none was (`Err`).
+    pub kaslr: Option<Result<String, String>>,
 }
 
 pub fn assemble(
@@ -89,7 +91,16 @@ pub fn assemble(
             image_paths.push(&s.path);
         }
     }
-    let at_link = image_paths.iter().map(|p| (p.to_path_buf(), 0)).collect();
+    // A kernel that ran at a random base: its vmlinux unwinds where it ran.
+    let moved_by = (stats.as_ref())
+        .and_then(super::kaslr::offset)
+        .filter(|&o| o != 0);
+    let at_link = (image_paths.iter())
+        .map(|p| {
+            let bias = moved_by.filter(|_| super::kaslr::is_kernel_elf(p));
+            (p.to_path_buf(), bias.unwrap_or(0))
+        })
+        .collect();
     // Read once for both: in system mode the resyncs unwind with the same files.
     let system = super::resync::Loaded::new(staging, at_link);
     let recovered = super::recover::recover(staging, &system)?;
@@ -118,6 +129,24 @@ pub fn assemble(
     for line in resyncs.iter().flat_map(|r| &r.problems) {
         warn(format!("resync not unwound: {line}"));
     }
+    // A kernel that ran at a random base: its symbols moved to where it ran.
+    let kaslr = stats
+        .as_ref()
+        .and_then(|s| super::kaslr::outcome_line(s, inv.kaslr_off, inv.kaslr_advice()));
+    let mut symbols = symbols;
+    let images = symbols.images.take();
+    let moves = (stats.as_ref()).zip(images.as_deref());
+    let moves = moves.and_then(|(s, i)| super::kaslr::moves(s, i));
+    // Unless the symbol job wrote them there already.
+    if let Some(moves) = moves.filter(|&m| Some(m) != symbols.moved) {
+        if let Ok(old) = &symbols.files {
+            let _ = std::fs::remove_file(staging.join(format!("sid-{}.map", old.sid)));
+        }
+        let images = images.unwrap_or_default();
+        symbols.files = datadir::write_symbols(staging, super::kaslr::moved_images(images, moves));
+    }
+    // The plugin's early word, said again in plugin.stats.
+    let _ = std::fs::remove_file(staging.join(super::kaslr::FOUND_FILE));
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
@@ -175,6 +204,7 @@ pub fn assemble(
         incomplete,
         recovered,
         resyncs,
+        kaslr,
     })
 }
 

@@ -198,7 +198,7 @@ impl Invocation {
         match self.emulator.arch {
             Some(Arch::Aarch64) => {
                 "add nokaslr to -append (or -M virt,dtb-randomness=off, which gives the kernel \
-                 no seed)"
+                 no seed, on a CPU without RNDR: not -cpu max)"
             }
             _ => "add nokaslr to -append",
         }
@@ -207,7 +207,8 @@ impl Invocation {
 
 /// Whether the command line keeps a Linux kernel at its link address: `nokaslr` on the
 /// kernel command line (every architecture), or, on arm64, a `virt` board that gives the
-/// kernel no random seed in its device tree (`dtb-randomness=off`). x86_64 kernels take
+/// kernel no random seed in its device tree (`dtb-randomness=off`), on a CPU without RNDR
+/// (the kernel then takes its seed from it: `-cpu max`, `host`). x86_64 kernels take
 /// their seed from the CPU and riscv64 QEMU has no such switch: only `nokaslr` holds there.
 fn kaslr_off(arch: Option<Arch>, opts: &[QemuOption]) -> bool {
     let nokaslr = opts
@@ -226,7 +227,16 @@ fn kaslr_off(arch: Option<Arch>, opts: &[QemuOption]) -> bool {
                 .is_some_and(|v| matches!(v.as_str(), "off" | "false" | "no"))
         })
     };
-    nokaslr || (arch == Some(Arch::Aarch64) && no_seed())
+    let rndr = || {
+        (opts.iter().rev())
+            .find(|o| o.name == "cpu")
+            .and_then(|o| o.value.as_ref())
+            .is_some_and(|v| {
+                let model = v.to_string_lossy();
+                matches!(model.split(',').next(), Some("max" | "host"))
+            })
+    };
+    nokaslr || (arch == Some(Arch::Aarch64) && no_seed() && !rndr())
 }
 
 /// `-device loader,addr=…,cpu-num=N`: the generic loader sets vCPU N's pc, so its first
@@ -371,6 +381,14 @@ mod tests {
             "qemu-system-aarch64",
             "-M",
             "virt,dtb-randomness=off"
+        ]));
+        // A CPU with RNDR seeds the kernel without the device tree.
+        assert!(!off(&[
+            "qemu-system-aarch64",
+            "-M",
+            "virt,dtb-randomness=off",
+            "-cpu",
+            "max,pauth=off"
         ]));
         assert!(!off(&[
             "qemu-system-aarch64",

@@ -102,7 +102,6 @@ pub fn prepare(
         .iter()
         .find(|i| i.origin == ImageOrigin::Kernel)
         .map(|k| k.path.clone());
-    let kaslr_warning = kaslr_first(inv, kernel.as_deref());
     let linux = inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel);
     // User mode: where the program and its libraries landed is known once it ran.
     let sources = symbols::sources(
@@ -150,6 +149,11 @@ pub fn prepare(
         None => None,
     };
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
+    // A Linux kernel's randomised base is found as it boots, from an anchor in its symbols
+    // (written beside the entries, which need the same symbols): the warning then waits
+    // for what the plugin found. Not in a run from a snapshot: the kernel booted before it.
+    let finds_base = linux && !sources.is_empty() && !inv.resume;
+    let kaslr_warning = kaslr_first(inv, kernel.as_deref(), finds_base);
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
     // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
@@ -184,12 +188,14 @@ pub fn prepare(
         (Mode::System, Some(kernel)) => start_task_slot(kernel, &abs_staging, arch),
         _ => None,
     };
+    let anchor = finds_base.then(|| abs_staging.join(kaslr::ANCHOR_FILE));
     let entries = start_entries(
         inv,
         program.as_ref().map(|(_, f)| f),
         &read,
         kernel.as_deref(),
         &abs_staging,
+        anchor.as_deref().map(|file| (file, arch)),
     );
     let lib_entries = match (inv.is_user_mode(), images.first(), args.no_auto_symbols) {
         (true, Some(program), false) => Some(start_lib_entries(
@@ -214,6 +220,7 @@ pub fn prepare(
         start_at: start_at.as_deref(),
         filters: &filters,
         names: &names,
+        kaslr_file: anchor.as_deref(),
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -223,6 +230,7 @@ pub fn prepare(
             kaslr_warning,
             // System mode's processes say what stays unnamed themselves.
             arch: None,
+            keep_images: finds_base,
         };
         symbols::start(ToRead::Once(read.clone()), staging, ctx)
     });
@@ -280,6 +288,8 @@ struct PluginOptions<'a> {
     filters: &'a crate::filter::Filters,
     /// What FUNCs were resolved in (a PIE's link entry point).
     names: &'a crate::stop_at::Names,
+    /// Where the kernel's anchor for finding its randomised base is written (`kaslr`).
+    kaslr_file: Option<&'a Path>,
 }
 
 impl PluginOptions<'_> {
@@ -353,6 +363,10 @@ impl PluginOptions<'_> {
             v.push(",lib_entries=");
             v.push(qemu::escape_keyval(e.file.as_os_str()));
         }
+        if let Some(file) = self.kaslr_file {
+            v.push(",kaslr_file=");
+            v.push(qemu::escape_keyval(file.as_os_str()));
+        }
         v
     }
 }
@@ -380,8 +394,8 @@ fn plugin_choice(args: &RecordArgs) -> Result<PluginChoice> {
 /// Says before QEMU starts that a Linux kernel will randomise its base (then none of its
 /// symbols would match). Returns the warning still to give after the run, for a kernel
 /// whose file did not tell (the symbols will), `None` when there is none to give.
-fn kaslr_first(inv: &Invocation, kernel: Option<&Path>) -> Option<String> {
-    if inv.kaslr_off || inv.is_user_mode() {
+fn kaslr_first(inv: &Invocation, kernel: Option<&Path>, finds_base: bool) -> Option<String> {
+    if inv.kaslr_off || inv.is_user_mode() || finds_base {
         return None;
     }
     let text = kaslr::warning(inv.kaslr_advice());
@@ -424,6 +438,7 @@ fn start_entries(
     read: &ReadOnce,
     kernel: Option<&Path>,
     staging: &Path,
+    anchor: Option<(&Path, Arch)>,
 ) -> Option<Entries> {
     let file = staging.join(".entries");
     if inv.is_user_mode() {
@@ -439,7 +454,14 @@ fn start_entries(
     let (read, board, path) = (read.clone(), inv.board.clone(), file.clone());
     let kernel = kernel.map(Path::to_path_buf);
     let later = kernel.is_some();
+    let anchor = anchor.map(|(file, arch)| (file.to_path_buf(), arch));
     let job = move || {
+        // First: the plugin waits for it only where the kernel proper starts, and for the
+        // entries at the first translation.
+        if let Some((file, arch)) = &anchor {
+            let text = super::kaslr::anchor_text(read.images(), *arch);
+            crate::entries::write_atomically(file, &text);
+        }
         let text = crate::entries::system_text(&read, kernel.as_deref(), &board);
         crate::entries::write_atomically(&path, &text)
     };

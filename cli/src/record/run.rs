@@ -60,6 +60,8 @@ pub fn run(
         }
         let _ = std::fs::remove_file(&entries.file);
     }
+    // Written by the system entries' job, read by the plugin.
+    let _ = std::fs::remove_file(staging.join(super::kaslr::ANCHOR_FILE));
     let mut sources = prep.sources.clone();
     let load = jobs.symbols.unwrap_or_else(|| {
         // User mode: the program's libraries are sources where it mapped them.
@@ -77,6 +79,7 @@ pub fn run(
             board: inv.board.clone(),
             kaslr_warning: None,
             arch: Some(prep.arch),
+            keep_images: false,
         };
         // The `--symbols` files read for FUNCs' names are not read again.
         let arch = Some(prep.arch);

@@ -46,6 +46,11 @@ pub fn print(
                      where they ran",
                 );
             }
+            match &published.kaslr {
+                Some(Ok(line)) => note(line),
+                Some(Err(line)) => warn(line),
+                None => {}
+            }
             // Only counts a user can act on; the others are explained in the README.
             for line in crate::stats::findings(s) {
                 note(line);

@@ -24,6 +24,11 @@ pub struct SymbolJob {
     /// them ([`exported_only_hint`]).
     pub unnamed: Option<String>,
     pub files: Result<datadir::SymbolFiles>,
+    /// The images the files were written from, kept when a kernel's randomised base may
+    /// move them after the run (`kaslr`).
+    pub images: Option<Vec<qemu_uftrace_symbols::Image>>,
+    /// How far the files' kernel symbols were moved already.
+    pub moved: Option<kaslr::Moves>,
 }
 
 impl Default for SymbolJob {
@@ -37,6 +42,8 @@ impl Default for SymbolJob {
                 sid: datadir::new_session_id(),
                 ..Default::default()
             }),
+            images: None,
+            moved: None,
         }
     }
 }
@@ -61,6 +68,8 @@ pub struct SymbolContext {
     pub kaslr_warning: Option<String>,
     /// The guest's architecture, for the way to name what stays unnamed.
     pub arch: Option<qemu_uftrace_symbols::Arch>,
+    /// Keep the images: a kernel's randomised base may move them after the run.
+    pub keep_images: bool,
 }
 
 /// `--symbols` sources first (the user's choice wins an overlap), then the images on the
@@ -105,11 +114,23 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
             .kernel
             .and_then(|k| kernel_alias::physical_alias(&images, &k, &ctx.board));
         images.extend(alias);
+        let kept = ctx.keep_images.then(|| images.clone());
+        // A kernel found at a random base by now (`plugin.kaslr`, written as the plugin
+        // found it): its symbols are written where it ran, once.
+        let moved = kept.as_ref().and_then(|kept| {
+            let text = std::fs::read_to_string(staging.join(kaslr::FOUND_FILE)).ok()?;
+            kaslr::moves(&crate::stats::Stats::parse(&text), kept)
+        });
+        if let Some(moves) = moved {
+            images = kaslr::moved_images(images, moves);
+        }
         SymbolJob {
             failures,
             kaslr,
             unnamed,
             files: datadir::write_symbols(&staging, images),
+            images: kept,
+            moved,
         }
     })
 }

@@ -132,6 +132,9 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     if !system {
         scoreboard::track_moving(&pending);
     }
+    if let Some(file) = cfg.kaslr_file.clone().filter(|_| system) {
+        crate::state::kaslr::install(file);
+    }
     match &cfg.entries {
         Some(path) if cfg.entries_later => crate::state::entries::load_later(path.clone()),
         Some(path) => crate::state::entries::load(path).unwrap_or_else(|msg| fail(&msg)),

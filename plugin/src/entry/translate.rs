@@ -73,6 +73,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let mode = code_mode(isa);
     let first = unsafe { qemu_plugin_tb_get_insn(tb, 0) };
     let start = unsafe { qemu_plugin_insn_vaddr(first) };
+    // A kernel's first block in the upper half finds its randomised base, before anything
+    // below compares an address with the CLI's named functions.
+    crate::state::kaslr::learn(start);
     if !crate::state::system_mode() {
         crate::state::guest::learn_user_base(start, unsafe { qemu_plugin_insn_haddr(first) }
             as *const u8);
@@ -112,7 +115,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     // A signal handler's entry is told by its own callback (a return may be pending when a
     // signal is delivered: not a jump into the handler).
     let handler = user && unsafe { crate::handlers::signals::instrument(first, start) };
-    unsafe { crate::handlers::stop_at::instrument(first, start) };
+    unsafe { crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start)) };
     // Jumps through a register store their address in the pending flag, read where one may
     // enter a function or (user mode) resume a frame (`handlers::jumps`). A Linux guest's
     // process code is left alone: the list holds the kernel's functions only.
@@ -209,7 +212,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
         if !user {
             // A Linux guest's process mappings: a few kernel functions' first instructions.
-            unsafe { crate::handlers::procmaps::instrument(insn, pc) };
+            unsafe {
+                crate::handlers::procmaps::instrument(insn, crate::state::kaslr::to_symbols(pc))
+            };
         }
         let before2 = prev2;
         let before = prev.replace((pc, bytes, len));

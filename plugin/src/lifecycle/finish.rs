@@ -147,6 +147,18 @@ fn finish_once() {
         line(k, &v);
     }
     line("open_frames", &open);
+    match crate::state::kaslr::outcome() {
+        Some(Ok(found)) => {
+            for (k, v) in crate::state::kaslr::lines(found)
+                .lines()
+                .filter_map(|l| l.split_once('='))
+            {
+                line(k, &v);
+            }
+        }
+        Some(Err(why)) => line("kaslr_unknown", &why),
+        None => {}
+    }
     if let Some((addr, time)) = crate::handlers::stop_at::STARTED.get() {
         line("start_at_reached", &format_args!("{addr:#x}"));
         line("start_at_time", time);

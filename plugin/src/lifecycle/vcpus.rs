@@ -71,7 +71,9 @@ pub fn vcpu_init(vcpu_id: u32) {
     // first) vCPU its gates then (`set_gates` once: before any call).
     if !crate::state::aims::pending() {
         let aims = crate::state::aims::now();
-        engine.set_gates(aims.filter.clone(), aims.notrace.clone());
+        // A randomised kernel's functions are asked in its symbol file's space.
+        let shift = crate::state::kaslr::watched();
+        engine.set_gates_shifted(aims.filter.clone(), aims.notrace.clone(), shift);
     }
     if cfg.clock == ClockChoice::Fixed(ClockKind::Wall) {
         engine.clamp(super::image::time_floor());

@@ -97,6 +97,9 @@ pub struct Config {
     /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
     /// saves a stack cookie (`resume=on`).
     pub resume: bool,
+    /// System mode, Linux: where the CLI writes the kernel's anchor for finding its
+    /// randomised base (`kaslr_file=`, `state::kaslr`).
+    pub kaslr_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,6 +249,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut entries_later = false;
     let mut lib_entries = None;
     let mut resume = false;
+    let mut kaslr_file = None;
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
@@ -382,6 +386,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "mod_watch" => mod_watch = Some(value.to_string()),
             "mod_offsets" => mod_offsets = Some(value.to_string()),
             "resume" => resume = on_off("resume", value)?,
+            "kaslr_file" => kaslr_file = Some(PathBuf::from(raw_value)),
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -428,6 +433,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         entries_later,
         lib_entries,
         resume,
+        kaslr_file,
         stop_at,
         stop_at_exit,
         start_at,

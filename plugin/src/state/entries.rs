@@ -20,6 +20,12 @@ static PENDING: OnceLock<PathBuf> = OnceLock::new();
 static BIAS: AtomicU64 = AtomicU64::new(UNKNOWN);
 const UNKNOWN: u64 = u64::MAX;
 
+/// A randomised kernel's address in the symbol file's space, where the list is (`kaslr`).
+#[inline(always)]
+fn kernel(addr: u64) -> u64 {
+    super::kaslr::to_symbols(addr)
+}
+
 fn parse(path: &Path, text: &str) -> Result<Functions, String> {
     Functions::parse(text).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -136,7 +142,7 @@ pub fn is_longjmp(func: u64) -> bool {
 fn is_longjmp_uncached(func: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     (match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.is_longjmp(func.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => f.is_longjmp(kernel(func).wrapping_sub(bias)),
         _ => false,
     }) || super::lib_entries::is_longjmp(func)
 }
@@ -145,7 +151,10 @@ fn is_longjmp_uncached(func: u64) -> bool {
 pub fn enters(pc: u64, target: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     (match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.enters(pc.wrapping_sub(bias), target.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => f.enters(
+            kernel(pc).wrapping_sub(bias),
+            kernel(target).wrapping_sub(bias),
+        ),
         _ => false,
     }) || super::lib_entries::enters(pc, target)
 }
@@ -154,7 +163,7 @@ pub fn enters(pc: u64, target: u64) -> bool {
 pub fn is_entry(addr: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.is_entry(addr.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => f.is_entry(kernel(addr).wrapping_sub(bias)),
         _ => false,
     }
 }
@@ -163,7 +172,7 @@ pub fn is_entry(addr: u64) -> bool {
 pub fn outside_functions(pc: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.outside_functions(pc.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => f.outside_functions(kernel(pc).wrapping_sub(bias)),
         _ => false,
     }
 }
@@ -181,7 +190,9 @@ pub fn in_plt(pc: u64) -> bool {
 pub fn same_function(a: u64, b: u64) -> bool {
     let bias = BIAS.load(Ordering::Relaxed);
     match FUNCTIONS.get() {
-        Some(f) if bias != UNKNOWN => f.same_function(a.wrapping_sub(bias), b.wrapping_sub(bias)),
+        Some(f) if bias != UNKNOWN => {
+            f.same_function(kernel(a).wrapping_sub(bias), kernel(b).wrapping_sub(bias))
+        }
         _ => false,
     }
 }

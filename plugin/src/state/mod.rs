@@ -9,6 +9,8 @@ pub mod config;
 pub mod entries;
 pub mod flight;
 pub mod guest;
+/// A Linux kernel's randomised base, found where it first runs in the upper half.
+pub mod kaslr;
 pub mod lib_entries;
 /// Where a Linux guest's kernel modules load and go (`mod_watch=`).
 pub mod mod_watch;
