@@ -74,7 +74,9 @@ fn record_into(
 ) -> Result<i32> {
     let (prep, jobs) = prepare::prepare(args, inv, staging, extra_sources)?;
     let title = crate::progress::Title::start(staging, args.quiet);
+    let signals = crate::switch::Signals::start(staging, &args.signal)?;
     let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols);
+    drop(signals);
     drop(title);
     let ran = match (ran, &args.start_at) {
         // Nothing written because the start never came: that, not a QEMU problem, is why.

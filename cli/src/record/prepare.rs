@@ -132,6 +132,8 @@ pub fn prepare(
     };
     let wants_names = args.stop_at.is_some()
         || args.start_at.is_some()
+        || !args.trace_on_at.is_empty()
+        || !args.trace_off_at.is_empty()
         || !args.filter.is_empty()
         || !args.notrace.is_empty();
     // The sources read once for the names, the entries and the symbol job alike.
@@ -149,6 +151,8 @@ pub fn prepare(
         Some(func) => Some(crate::stop_at::resolve("--start-at", func, &names)?),
         None => None,
     };
+    let trace_on_at = crate::switch::resolve("--trace-on-at", &args.trace_on_at, &names)?;
+    let trace_off_at = crate::switch::resolve("--trace-off-at", &args.trace_off_at, &names)?;
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
@@ -214,6 +218,8 @@ pub fn prepare(
         start_at: start_at.as_deref(),
         filters: &filters,
         names: &names,
+        trace_on_at: &trace_on_at,
+        trace_off_at: &trace_off_at,
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -280,6 +286,9 @@ struct PluginOptions<'a> {
     filters: &'a crate::filter::Filters,
     /// What FUNCs were resolved in (a PIE's link entry point).
     names: &'a crate::stop_at::Names,
+    /// `--trace-on-at`'s and `--trace-off-at`'s addresses.
+    trace_on_at: &'a [u64],
+    trace_off_at: &'a [u64],
 }
 
 impl PluginOptions<'_> {
@@ -309,6 +318,13 @@ impl PluginOptions<'_> {
         if let Some(bytes) = args.keep_last {
             v.push(format!(",keep_last={bytes}"));
         }
+        // Tracing can be switched in every recording (`trace on|off`, issue 37).
+        v.push(crate::switch::plugin_options(
+            self.staging,
+            args.trace,
+            self.trace_on_at,
+            self.trace_off_at,
+        ));
         // 0 filters nothing: no option, so the plugin keeps its fast path.
         if let Some(threshold) = args.time_filter.filter(|&t| t > 0) {
             v.push(format!(",time_filter={threshold}"));

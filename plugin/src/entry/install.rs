@@ -151,14 +151,17 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
             None => {}
         }
     }
+    crate::handlers::switch::install(&cfg, system, register::request_reset);
     let _ = CONFIG.set(cfg);
     crate::handlers::midway::install();
     // SAFETY: registering our callbacks for our own plugin id, during install.
     unsafe {
         register::register_callbacks(id, !system);
-        if register::register_discontinuities(id) {
+        let discontinuities = register::register_discontinuities(id);
+        if discontinuities {
             callbacks::set_discontinuities_registered();
         }
+        register::remember(id, discontinuities);
     }
 }
 

@@ -179,12 +179,67 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
     }
 }
 
+/// This plugin's id, for the resets that switch tracing (`handlers::switch`).
+static ID: std::sync::OnceLock<qemu_plugin_id_t> = std::sync::OnceLock::new();
+/// Whether the discontinuity callback was registered at install (registered again after
+/// each reset).
+static DISCONTINUITIES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps `id` for [`request_reset`]; `discontinuities`: whether install registered them.
+pub fn remember(id: qemu_plugin_id_t, discontinuities: bool) {
+    let _ = ID.set(id);
+    DISCONTINUITIES.store(discontinuities, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Asks QEMU to flush every translation and drop our callbacks, then call [`on_reset`]
+/// (on a vCPU thread: in an exclusive section with every vCPU stopped).
+pub fn request_reset() {
+    let Some(&id) = ID.get() else {
+        return;
+    };
+    // SAFETY: our own id and a callback of this build's ABI.
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        qemu_plugin_reset(id, on_reset)
+    };
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        qemu_plugin_reset(id, on_reset, std::ptr::null_mut())
+    };
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_reset(_id: qemu_plugin_id_t) {
+    reset_done();
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_reset(_userdata: *mut c_void) {
+    reset_done();
+}
+
+/// The reset is done: the switch is applied and every callback registered again.
+fn reset_done() {
+    guard("a switch", crate::handlers::switch::apply);
+    let Some(&id) = ID.get() else {
+        return;
+    };
+    let system = crate::state::system_mode();
+    // SAFETY: registering our callbacks for our own id, as at install.
+    unsafe {
+        register_callbacks(id, !system);
+        if DISCONTINUITIES.load(std::sync::atomic::Ordering::Relaxed) {
+            register_discontinuities(id);
+        }
+    }
+}
+
 /// A syscall starts (user mode): file mappings, exec, signal handlers.
 fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
     guard("a syscall", || {
         crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
         crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
         crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
+        crate::handlers::switch::at_syscall();
     });
 }
 

@@ -261,6 +261,24 @@ extern "C" {
     pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: SyscallRetCb);
 }
 
+// `qemu_plugin_reset` (API 4): every callback of the plugin is unregistered and every
+// translation flushed (in an exclusive section, when called on a vCPU thread), then `cb`
+// runs, where the plugin registers its callbacks again.
+#[cfg(not(feature = "api-v7"))]
+extern "C" {
+    pub fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: unsafe extern "C" fn(id: qemu_plugin_id_t));
+}
+// `qemu_plugin_reset` in API 7: `userdata` after the callback, which takes only it (read
+// off 11.1.3's `plugin_reset_uninstall`: the data keeps id, cb, userdata; `cb(userdata)`).
+#[cfg(feature = "api-v7")]
+extern "C" {
+    pub fn qemu_plugin_reset(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+}
+
 /// The syscall entry and return callbacks in API 4: the plugin id first.
 #[cfg(not(feature = "api-v7"))]
 pub type SyscallCb = unsafe extern "C" fn(

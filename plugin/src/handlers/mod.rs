@@ -9,6 +9,7 @@ pub mod midway;
 pub mod procmaps;
 pub mod signals;
 pub mod stop_at;
+pub mod switch;
 pub mod usermap;
 pub mod vector_table;
 

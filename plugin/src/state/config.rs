@@ -3,6 +3,7 @@
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
+//! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
@@ -94,6 +95,14 @@ pub struct Config {
     /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
     /// saves a stack cookie (`resume=on`).
     pub resume: bool,
+    /// Tracing starts off (`trace=off`): switched on from `switch=`'s file or a
+    /// `trace_on_at=` function (`handlers::switch`).
+    pub trace_off: bool,
+    /// The file `record` writes `on` or `off` into to switch tracing while the guest runs.
+    pub switch_file: Option<PathBuf>,
+    /// Functions whose entry switches tracing on (`trace_on_at=`), and off.
+    pub trace_on_at: Vec<u64>,
+    pub trace_off_at: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +250,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut entries_later = false;
     let mut lib_entries = None;
     let mut resume = false;
+    let mut trace_off = false;
+    let mut switch_file = None;
+    let mut trace_on_at = Vec::new();
+    let mut trace_off_at = Vec::new();
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
@@ -375,6 +388,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "proc_watch" => proc_watch = Some(Watch::parse(value)?),
             "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
             "resume" => resume = on_off("resume", value)?,
+            "trace" => trace_off = !on_off("trace", value)?,
+            "switch" => switch_file = Some(PathBuf::from(raw_value)),
+            "trace_on_at" => trace_on_at = addresses(&key, value)?,
+            "trace_off_at" => trace_off_at = addresses(&key, value)?,
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -413,6 +430,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         entries_later,
         lib_entries,
         resume,
+        trace_off,
+        switch_file,
+        trace_on_at,
+        trace_off_at,
         stop_at,
         stop_at_exit,
         start_at,

@@ -138,6 +138,7 @@ impl Progress {
         if self.insn_time {
             text.push_str(&format!("guest_insns={}\n", self.insns));
         }
+        text.push_str(&super::switch::lines());
         text
     }
 }
