@@ -190,6 +190,13 @@ pub fn apply() {
     let was = ACTIVE.load(Ordering::Acquire);
     let n = crate::vcpu::capacity() as u32;
     if want != was {
+        // Said first: the edges' buffers wake the writer, which rewrites the status at once
+        // when it sees a new switch.
+        ACTIVE.store(want, Ordering::Release);
+        SWITCHES.fetch_add(1, Ordering::AcqRel);
+        if want {
+            WINDOWS.fetch_add(1, Ordering::AcqRel);
+        }
         let mut at = None;
         let mut due = Vec::new();
         for i in 0..n {
@@ -217,7 +224,6 @@ pub fn apply() {
             if since != u64::MAX {
                 OFF_TOTAL.fetch_add(at.saturating_sub(since), Ordering::AcqRel);
             }
-            WINDOWS.fetch_add(1, Ordering::AcqRel);
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
             CAPTURE_BUDGET.store(CAPTURE_TRANSLATIONS, Ordering::Release);
             CAPTURING.store(true, Ordering::Release);
@@ -225,8 +231,6 @@ pub fn apply() {
             OFF_SINCE.store(at, Ordering::Release);
             CAPTURING.store(false, Ordering::Release);
         }
-        ACTIVE.store(want, Ordering::Release);
-        SWITCHES.fetch_add(1, Ordering::AcqRel);
     }
     if let Some(bell) = BELL.get() {
         for i in 0..VCPUS.load(Ordering::Acquire) as u32 {
