@@ -86,6 +86,16 @@ fn record_into(
                 "start at a function the guest runs (a recording without --start-at shows them)",
             ))
         }
+        // Nothing written because tracing was never switched on.
+        (Err(_), _)
+            if args.trace == Some(crate::switch::OnOff::Off) && !datadir::has_records(staging) =>
+        {
+            return Err(crate::errors::fail(
+                "tracing was never switched on (--trace=off): nothing was written",
+                "switch it on while the guest runs with `qemu-uftrace trace on`, --signal \
+                 SIGUSR1@trace_on or --trace-on-at FUNC",
+            ))
+        }
         // Nothing written because no filtered function ran.
         (Err(_), _) if !args.filter.is_empty() && !datadir::has_records(staging) => {
             return Err(crate::errors::fail(

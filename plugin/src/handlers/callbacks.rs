@@ -930,6 +930,8 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         if arrived_new && crate::handlers::midway::resuming() {
             crate::handlers::midway::at_first_switch_in(v, vcpu_index, pc);
         }
+        // Tracing switched on while the guest ran: the arriving task's open frames.
+        crate::handlers::switch::at_switch_in(v, pc);
     });
 }
 

@@ -33,6 +33,7 @@ use crate::state::switch::{
     self, ACTIVE, OFF_SINCE, OFF_TOTAL, OFF_TRANSLATIONS, SWITCHES, WANTED, WINDOWS,
 };
 use crate::vcpu::scoreboard::{self, Scoreboard};
+use std::collections::HashSet;
 use std::ffi::{c_uint, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -57,6 +58,9 @@ static CAPTURING: AtomicBool = AtomicBool::new(false);
 static CAPTURE_BUDGET: AtomicU64 = AtomicU64::new(0);
 /// vCPUs created so far (system mode: the bell rings those).
 static VCPUS: AtomicU64 = AtomicU64::new(0);
+/// Tasks switched in since the last switch on (their frames taken then, or by
+/// [`on_capture`]); `None` before the first.
+static SWITCHED_IN: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
 /// The switch file (`switch=`), for the poller of a forked child.
 static FILE: OnceLock<PathBuf> = OnceLock::new();
 
@@ -214,6 +218,13 @@ pub fn apply() {
                 now
             });
             if let Some(now) = done {
+                // An OS's tasks waiting on no vCPU close theirs too (once, with this one's
+                // engine).
+                if !want && at.is_none() {
+                    crate::vcpu::with(i, |v| {
+                        crate::state::with_tasks(|t| t.switch_off_waiting(&mut v.engine, now))
+                    });
+                }
                 at.get_or_insert(now);
             }
             due.push(done.is_some());
@@ -225,6 +236,11 @@ pub fn apply() {
                 OFF_TOTAL.fetch_add(at.saturating_sub(since), Ordering::AcqRel);
             }
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
+            SWITCHED_IN
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(HashSet::new)
+                .clear();
             CAPTURE_BUDGET.store(CAPTURE_TRANSLATIONS, Ordering::Release);
             CAPTURING.store(true, Ordering::Release);
         } else {
@@ -279,8 +295,39 @@ unsafe extern "C" fn on_capture(vcpu_index: c_uint, data: *mut c_void) {
             if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
                 v.engine.opened_by_cookie(now, seq);
             }
+            if let Some(seen) = SWITCHED_IN
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                seen.insert(tid);
+            }
         });
     });
+}
+
+/// An OS task was switched in on `vcpu` by the instruction at `pc` (its registers are the
+/// arriving task's there, as its switch code restored them): the first time since tracing
+/// went on, the frames it has open are taken as a running vCPU's are.
+pub fn at_switch_in(v: &mut crate::vcpu::VcpuState, pc: u64) {
+    if !switch::active() {
+        return;
+    }
+    let tid = v.engine.tid();
+    {
+        let mut seen = SWITCHED_IN.lock().unwrap_or_else(|e| e.into_inner());
+        // Never switched: the tasks' stacks were followed from the start.
+        let Some(seen) = seen.as_mut() else {
+            return;
+        };
+        if !seen.insert(tid) {
+            return;
+        }
+    }
+    let now = v.now();
+    if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
+        v.engine.opened_by_cookie(now, seq);
+    }
 }
 
 /// The block being translated (`first` its first instruction, at `start`, `n`
