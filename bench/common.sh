@@ -36,8 +36,8 @@ build_workload_guest() {
 #   notrace    the same boot recorded with -N of that subtree (NOTRACE, same default): all
 #              but it written, every call through the filter's path
 #   off        the same boot recorded with --trace=off, switched on at its panic (a tiny
-#              window at the end): the cost of the tracer while off (insn clock: a count a block)
-#   off-wall   the same with --clock wall (nothing a block but the switch's bell)
+#              window at the end; the trigger keeps a translation callback while off:
+#              bench/off.sh measures the plugin off without one)
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -61,7 +61,6 @@ workload_argv() {
         filter) extra=("${kernel[@]}"); record_opts=(-F "${FILTER:-of_find_property}") ;;
         notrace) extra=("${kernel[@]}"); record_opts=(-N "${NOTRACE:-of_find_property}") ;;
         off) extra=("${kernel[@]}"); record_opts=(--trace=off --trace-on-at panic) ;;
-        off-wall) extra=("${kernel[@]}"); record_opts=(--trace=off --trace-on-at panic --clock wall) ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -6,8 +6,8 @@
 #   filter     the same boot with -F of one small subtree (FILTER=FUNC, default
 #              of_find_property); also prints its trace's size as % of the unfiltered one's
 #   notrace    the same boot with -N of that subtree (NOTRACE=FUNC, same default); its size too
-#   off        the same boot with --trace=off, switched on at panic (--trace-on-at): the
-#              tracer's cost while off (issue 37: <= 1.05x); off-wall the same, wall clock
+#   off        the same boot with --trace=off, switched on at panic (--trace-on-at): a
+#              recording that traces only the end (bench/off.sh: the plugin's cost while off)
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -25,7 +25,7 @@
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0); then
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace] [off] [off-wall]
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace] [off]
 #        [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail

@@ -246,7 +246,9 @@ pub struct RecordArgs {
     /// By `qemu-uftrace trace on|off` from another terminal, --signal or --trace-on-at, any
     /// number of times; at each switch on every task's open frames are recovered by
     /// unwinding and written first (ended by a qemu:opened event), at each switch off they
-    /// are closed, and qemu:trace_on/qemu:trace_off events mark the edges
+    /// are closed, and qemu:trace_on/qemu:trace_off events mark the edges. Started off, the
+    /// default clock is wall time: --clock insn keeps counting while off (a count a block),
+    /// so that windows keep a full recording's times
     #[arg(long, value_enum, value_name = "on|off")]
     pub trace: Option<crate::switch::OnOff>,
 

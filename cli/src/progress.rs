@@ -38,10 +38,10 @@ pub struct Status {
     pub guest_insns: Option<u64>,
     /// Whether tracing is on (`on`/`off`; unknown from an older plugin).
     pub trace: Option<String>,
-    /// Tracing windows begun so far (one when it started on), and the time spent off
-    /// (closed periods, in the trace's clock) and blocks translated while off.
+    /// Tracing windows begun so far (one when it started on), the host time spent off (ns)
+    /// and the blocks translated without calls' callbacks while off.
     pub trace_windows: u64,
-    pub trace_off_time: u64,
+    pub trace_off_ns: u64,
     pub trace_off_translations: u64,
 }
 
@@ -63,7 +63,7 @@ impl Status {
                 "guest_insns" => s.guest_insns = Some(n()),
                 "trace" => s.trace = Some(v.trim().to_string()),
                 "trace_windows" => s.trace_windows = n(),
-                "trace_off_time" => s.trace_off_time = n(),
+                "trace_off_ns" => s.trace_off_ns = n(),
                 "trace_off_translations" => s.trace_off_translations = n(),
                 _ => {}
             }
@@ -129,18 +129,13 @@ impl Status {
         }
         // Only where tracing was ever off: a recording that ran on throughout says nothing.
         if self.trace.as_deref() == Some("off") || self.trace_windows > 1 {
-            let unit = if self.guest_insns.is_some() {
-                "guest insns"
-            } else {
-                "ns"
-            };
             line.push_str(&format!(
-                "; tracing {}, {} window{} so far, skipped while off: {} {unit} (earlier off \
-                 periods), {} blocks translated without calls' callbacks",
+                "; tracing {}, {} window{} so far, off for {:.1} s ({} blocks translated without \
+                 calls' callbacks)",
                 self.trace.as_deref().unwrap_or("on"),
                 self.trace_windows,
                 if self.trace_windows == 1 { "" } else { "s" },
-                HumanCount(self.trace_off_time),
+                self.trace_off_ns as f64 / 1e9,
                 HumanCount(self.trace_off_translations),
             ));
         }

@@ -310,7 +310,13 @@ fn windows_switched_by_command_signal_and_trigger_equal_the_full_trace() {
         rec.wait_spinning();
         for n in 1..=2u64 {
             let out = trace(Some(&dir), "on", tmp.path());
-            assert!(out.status.success(), "{label}: {}", stderr(&out));
+            assert!(
+                out.status.success(),
+                "{label}: window {n}: {}{}\nstatus: {}",
+                common::stdout(&out),
+                stderr(&out),
+                live(&dir)
+            );
             // A second `on`: one line, nothing changed.
             let again = trace(Some(&dir), "on", tmp.path());
             assert!(!again.status.success());
@@ -329,7 +335,7 @@ fn windows_switched_by_command_signal_and_trigger_equal_the_full_trace() {
         let status = Command::new(BIN).arg("status").arg(&dir).output().unwrap();
         let line = common::stdout(&status);
         assert!(
-            line.contains("tracing off, 2 windows so far, skipped while off: "),
+            line.contains("; tracing off, 2 windows so far, off for "),
             "{line}"
         );
         let cmd_dir = rec.stop();
@@ -429,7 +435,60 @@ fn windows_switched_by_command_signal_and_trigger_equal_the_full_trace() {
         for dir in [&cmd_dir, &sig_dir, &trig_dir] {
             check_replay(dir, label);
         }
+        check_export(&cmd_dir, &cmd, label);
     }
+}
+
+/// The Perfetto export shows each window's edges as instants at their times (decoded with
+/// Perfetto's own schema by perfetto_check.py).
+fn check_export(dir: &Path, ws: &[Window], label: &str) {
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let pb = dir.with_extension("pb");
+    let out = Command::new(BIN)
+        .args(["export", "-d"])
+        .arg(dir)
+        .arg("-o")
+        .arg(&pb)
+        .output()
+        .expect("run export");
+    assert!(out.status.success(), "{label}: {}", stderr(&out));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(&py)
+        .arg(script)
+        .arg(&pb)
+        .output()
+        .expect("run perfetto_check.py (scripts/install-deps.sh installs its venv)");
+    assert!(out.status.success(), "{label}: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let instants: Vec<(String, u64)> = v["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .flat_map(|t| t["instants"].as_array().cloned().unwrap_or_default())
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap_or_default().to_string(),
+                i["ts"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for w in ws {
+        assert!(
+            instants.contains(&("qemu:opened".to_string(), w.taken)),
+            "{label}: no qemu:opened instant at {}: {instants:?}",
+            w.taken
+        );
+        assert!(
+            instants.contains(&("qemu:trace_off".to_string(), w.off)),
+            "{label}: no qemu:trace_off instant at {}: {instants:?}",
+            w.off
+        );
+    }
+    let ons = instants
+        .iter()
+        .filter(|(n, _)| n == "qemu:trace_on")
+        .count();
+    assert_eq!(ons, ws.len(), "{label}: {instants:?}");
 }
 
 #[test]

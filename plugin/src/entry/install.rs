@@ -94,7 +94,9 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     // own, and a task moving between them would see time jump.
     let one_vcpu = system && vcpus == 1;
     let clock = match cfg.clock {
-        ClockChoice::Auto if one_vcpu => ClockKind::Insn,
+        // Counting instructions while tracing is off costs a count a block: started off,
+        // the default is wall time.
+        ClockChoice::Auto if one_vcpu && !cfg.trace_off => ClockKind::Insn,
         ClockChoice::Auto => ClockKind::Wall,
         ClockChoice::Fixed(kind) => kind,
     };
@@ -151,7 +153,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
             None => {}
         }
     }
-    crate::handlers::switch::install(&cfg, system, register::request_reset);
+    crate::handlers::switch::install(&cfg, register::request_reset);
     let _ = CONFIG.set(cfg);
     crate::handlers::midway::install();
     // SAFETY: registering our callbacks for our own plugin id, during install.

@@ -599,6 +599,8 @@ fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
 /// QEMU's discontinuity callback (10.2 on): an interrupt or exception was just taken (the
 /// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
 pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u64) {
+    // Tracing off with no block instrumented: an interrupt is a moment to switch.
+    crate::handlers::switch::poke();
     let what = match kind {
         ffi::DISCON_INTERRUPT => Discontinuity::Interrupt,
         ffi::DISCON_EXCEPTION => Discontinuity::Exception,

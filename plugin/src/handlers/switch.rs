@@ -13,11 +13,13 @@
 //! time, and costs one flush and the re-translation of the working set.
 //!
 //! What asks for a switch: `record` writes `on`/`off` into the switch file (its own
-//! `trace on|off` command or a signal); a thread here reads it every [`POLL`] and, in system
-//! mode, rings every vCPU's bell word (system mode's vCPUs exist from the start, so the
-//! scoreboard never moves under it); user mode has no bell (a thread creation moves the
-//! scoreboards under any other thread): the next translation or system call of any thread
-//! switches. A `--trace-on-at`/`--trace-off-at` function's block asks by itself.
+//! `trace on|off` command or a signal); a thread here reads it every [`POLL`] and, while a
+//! switch is due, rings every vCPU's bell word. QEMU moves every scoreboard when it creates a
+//! vCPU past their size (user mode: a new thread, on that thread, just before our vCPU init
+//! callback), so the poller never writes while a thread is being created: a `clone` with
+//! `CLONE_VM` counts as creating from its entry until a vCPU init (or its failed return), and
+//! the count and the ring share a lock. The next translation or system call of any thread
+//! switches too. A `--trace-on-at`/`--trace-off-at` function's block asks by itself.
 //!
 //! At a switch on, each vCPU's first block after the flush saves a resync cookie (its
 //! registers and stack top) and its engine writes the marker naming it
@@ -46,7 +48,7 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// Blocks translated after a switch on before giving up on capturing vCPUs that never run.
 const CAPTURE_TRANSLATIONS: u64 = 1 << 16;
 
-/// Per vCPU, rung (non-zero) when a switch is due (system mode).
+/// Per vCPU, rung (non-zero) when a switch is due.
 static BELL: OnceLock<Scoreboard> = OnceLock::new();
 /// A reset was asked of QEMU and its callback has not run yet.
 static RESETTING: AtomicBool = AtomicBool::new(false);
@@ -66,7 +68,7 @@ static FILE: OnceLock<PathBuf> = OnceLock::new();
 
 /// At install: the state to start in (`trace=off`, or what the switch file says already,
 /// for an exec'd image), the bell, the poller. `reset` asks QEMU for a reset.
-pub fn install(cfg: &Config, system: bool, reset: fn()) {
+pub fn install(cfg: &Config, reset: fn()) {
     let _ = RESET.set(reset);
     let on = cfg
         .switch_file
@@ -78,25 +80,27 @@ pub fn install(cfg: &Config, system: bool, reset: fn()) {
     if on {
         WINDOWS.store(1, Ordering::Relaxed);
     } else {
-        OFF_SINCE.store(0, Ordering::Relaxed);
+        OFF_SINCE.store(switch::since_start(), Ordering::Relaxed);
     }
-    if system {
-        let _ = BELL.set(scoreboard::one_word());
-    }
+    let _ = BELL.set(scoreboard::one_word());
     if let Some(path) = &cfg.switch_file {
         let _ = FILE.set(path.clone());
         start_poller(path.clone());
     }
 }
 
-/// A vCPU was created (its index).
+/// A vCPU was created (its index; QEMU has grown the scoreboards for it already).
 pub fn vcpu_created(index: u32) {
     VCPUS.fetch_max(u64::from(index) + 1, Ordering::AcqRel);
+    let mut creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    *creating = creating.saturating_sub(1);
 }
 
 /// In a forked child (user mode): the poller thread did not survive the fork.
 pub fn after_fork() {
     RESETTING.store(false, Ordering::Relaxed);
+    // The parent's threads are not here; what the forking thread was creating is not either.
+    *CREATING.lock().unwrap_or_else(|e| e.into_inner()) = 0;
     if let Some(path) = FILE.get() {
         start_poller(path.clone());
     }
@@ -118,7 +122,11 @@ fn start_poller(path: PathBuf) {
             .spawn(move || loop {
                 std::thread::sleep(POLL);
                 if let Some(on) = read_file(&path) {
-                    ask(on);
+                    WANTED.store(on, Ordering::Release);
+                }
+                // Again at each poll while due: a ring skipped during a thread's creation.
+                if switch::due() {
+                    ring();
                 }
             })
     });
@@ -129,23 +137,76 @@ fn start_poller(path: PathBuf) {
     }
 }
 
-/// Asks for tracing `on` (or off): from the poller or a trigger function.
-fn ask(on: bool) {
-    if WANTED.swap(on, Ordering::AcqRel) == on {
-        return;
-    }
-    ring();
-}
-
-/// Rings every vCPU's bell (system mode), so that the next block any of them runs switches.
+/// Rings every vCPU's bell, so that the next block any of them runs switches; not while a
+/// thread is being created (its vCPU may move the scoreboard).
 fn ring() {
     let Some(bell) = BELL.get() else {
         return;
     };
+    let creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    if *creating > 0 {
+        return;
+    }
     let n = VCPUS.load(Ordering::Acquire) as u32;
     for i in 0..n {
         bell.for_vcpu(i, false).set(1);
     }
+    drop(creating);
+}
+
+/// User mode: threads being created (a `clone` with `CLONE_VM` entered, its vCPU not yet
+/// initialised), during which QEMU may move the scoreboards.
+static CREATING: Mutex<u32> = Mutex::new(0);
+
+thread_local! {
+    /// This thread's `clone` that creates a vCPU is under way (until it returns).
+    static CLONING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The `clone` and `clone3` numbers of this guest's Linux.
+fn clone_numbers() -> (i64, i64) {
+    match crate::state::arch_or_default() {
+        qemu_uftrace_format::Arch::X86_64 => (56, 435),
+        _ => (220, 435),
+    }
+}
+
+const CLONE_VM: u64 = 0x100;
+
+/// A system call starts (user mode, `a1` its first argument): a thread's creation counts
+/// from here; and a switch asked for while this thread ran without translating.
+pub fn at_syscall(num: i64, a1: u64) {
+    let (clone, clone3) = clone_numbers();
+    let flags = if num == clone {
+        Some(a1)
+    } else if num == clone3 {
+        // `struct clone_args` starts with the flags; unreadable: taken as a thread.
+        Some(crate::handlers::usermap::with_buf(|b| b.read_le(a1, 8)).unwrap_or(CLONE_VM))
+    } else {
+        None
+    };
+    if flags.is_some_and(|f| f & CLONE_VM != 0) {
+        *CREATING.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        CLONING.with(|c| c.set(true));
+    }
+    poke();
+}
+
+/// A system call returned `ret` (user mode): a failed thread creation ends here.
+pub fn at_syscall_ret(ret: i64) {
+    if CLONING.with(|c| c.replace(false)) && ret < 0 {
+        let mut creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+        *creating = creating.saturating_sub(1);
+    }
+}
+
+/// Whether blocks are translated with our callback: while tracing is on, and while off only
+/// to count instructions (`--clock insn`: windows keep the times of a full recording) or to
+/// find `--trace-on-at` functions.
+pub fn translates() -> bool {
+    switch::active()
+        || crate::vcpu::clock::insn_counter().is_some()
+        || crate::state::config().is_some_and(|c| !c.trace_on_at.is_empty())
 }
 
 /// On a vCPU thread (a callback, the translation): asks QEMU for the reset that switches,
@@ -229,11 +290,11 @@ pub fn apply() {
             }
             due.push(done.is_some());
         }
-        let at = at.unwrap_or(0);
+        let host = switch::since_start();
         if want {
             let since = OFF_SINCE.swap(u64::MAX, Ordering::AcqRel);
             if since != u64::MAX {
-                OFF_TOTAL.fetch_add(at.saturating_sub(since), Ordering::AcqRel);
+                OFF_TOTAL.fetch_add(host.saturating_sub(since), Ordering::AcqRel);
             }
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
             SWITCHED_IN
@@ -244,7 +305,7 @@ pub fn apply() {
             CAPTURE_BUDGET.store(CAPTURE_TRANSLATIONS, Ordering::Release);
             CAPTURING.store(true, Ordering::Release);
         } else {
-            OFF_SINCE.store(at, Ordering::Release);
+            OFF_SINCE.store(host, Ordering::Release);
             CAPTURING.store(false, Ordering::Release);
         }
     }
@@ -342,10 +403,8 @@ pub unsafe fn instrument(
     start: u64,
     n: usize,
 ) -> bool {
-    // User mode has no bell: a translation looks.
-    if BELL.get().is_none() {
-        poke();
-    }
+    // A thread that translates looks too (user mode: a bell not rung while threads start).
+    poke();
     let active = switch::active();
     let cfg = crate::state::config();
     if let Some(bell) = BELL.get() {
@@ -391,9 +450,4 @@ pub unsafe fn instrument(
         };
     }
     true
-}
-
-/// A system call (user mode): a switch asked for while this thread ran without translating.
-pub fn at_syscall() {
-    poke();
 }
