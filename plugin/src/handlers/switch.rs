@@ -407,7 +407,11 @@ pub unsafe fn instrument(
     poke();
     let active = switch::active();
     let cfg = crate::state::config();
-    if let Some(bell) = BELL.get() {
+    // While on, a function's entry is rung often enough and costs the other blocks nothing
+    // (where the entries are known); while off every block listens.
+    let listens =
+        !active || !crate::state::entries::active() || crate::state::entries::is_entry(start);
+    if let Some(bell) = BELL.get().filter(|_| listens) {
         unsafe {
             qemu_plugin_register_vcpu_tb_exec_cond_cb(
                 tb,
