@@ -126,6 +126,8 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     // An exec'd image runs another program: the first one's functions are not its.
     let pie = cfg.pie.clone().filter(|_| cfg.proc_key.is_none());
     crate::state::aims::install(given, pie);
+    // Before the writer's first status, which says whether tracing is on.
+    crate::handlers::switch::install(&cfg, register::request_reset);
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
@@ -153,7 +155,6 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
             None => {}
         }
     }
-    crate::handlers::switch::install(&cfg, register::request_reset);
     let _ = CONFIG.set(cfg);
     crate::handlers::midway::install();
     // SAFETY: registering our callbacks for our own plugin id, during install.
