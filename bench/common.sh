@@ -41,6 +41,9 @@ build_workload_guest() {
 #   tfilter    the same boot recorded with -t 10us (TFILTER, wall clock: calls shorter than
 #              it not written, their longer ancestors kept)
 #   tfilter-insn  the same boot with --clock insn -t 10000 (TFILTER_INSN): instructions
+#   off        the same boot recorded with --trace=off, switched on at its panic (a tiny
+#              window at the end; the trigger keeps a translation callback while off:
+#              bench/off.sh measures the plugin off without one)
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -66,6 +69,7 @@ workload_argv() {
         notrace) extra=("${kernel[@]}"); record_opts=(-N "${NOTRACE:-of_find_property}") ;;
         tfilter) extra=("${kernel[@]}"); record_opts=(--clock wall -t "${TFILTER:-10us}") ;;
         tfilter-insn) extra=("${kernel[@]}"); record_opts=(--clock insn -t "${TFILTER_INSN:-10000}") ;;
+        off) extra=("${kernel[@]}"); record_opts=(--trace=off --trace-on-at panic) ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -8,6 +8,8 @@
 #   notrace    the same boot with -N of that subtree (NOTRACE=FUNC, same default); its size too
 #   tfilter    the same boot with -t 10us (TFILTER=TIME, wall clock); its size too
 #   tfilter-insn  the same boot with --clock insn -t 10000 (TFILTER_INSN=N); its size too
+#   off        the same boot with --trace=off, switched on at panic (--trace-on-at): a
+#              recording that traces only the end (bench/off.sh: the plugin's cost while off)
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -26,7 +28,8 @@
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
-#        [tfilter] [tfilter-insn] [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
+#        [tfilter] [tfilter-insn] [off] [initramfs] [procs] [procs-nowatch] [user] [riscv64]
+#        [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 

@@ -61,6 +61,9 @@ pub enum Command {
     /// Show how a recording is going (events, size, rate, tasks, LOST), from another
     /// terminal while it runs, or how the one that wrote DIR ended
     Status(StatusArgs),
+    /// Switch tracing on or off in a recording that runs (started with --trace=off, or
+    /// switched off before), from another terminal
+    Trace(TraceArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -237,6 +240,32 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::max_size::parse_size)]
     pub keep_last: Option<u64>,
 
+    /// Start with tracing off (uftrace's --trace=off): QEMU runs at nearly its own speed
+    /// until tracing is switched on
+    ///
+    /// By `qemu-uftrace trace on|off` from another terminal, --signal or --trace-on-at, any
+    /// number of times; at each switch on every task's open frames are recovered by
+    /// unwinding and written first (ended by a qemu:opened event), at each switch off they
+    /// are closed, and qemu:trace_on/qemu:trace_off events mark the edges. Started off, the
+    /// default clock is wall time: --clock insn keeps counting while off (a count a block),
+    /// so that windows keep a full recording's times
+    #[arg(long, value_enum, value_name = "on|off")]
+    pub trace: Option<crate::switch::OnOff>,
+
+    /// Switch tracing at a signal to record: SIG@trace_on or SIG@trace_off (uftrace's
+    /// --signal), e.g. SIGUSR1@trace_on; repeatable
+    #[arg(long = "signal", value_name = "SIG@ACTION", value_parser = crate::switch::parse_signal)]
+    pub signal: Vec<crate::switch::SignalAction>,
+
+    /// Switch tracing on at each entry into FUNC (a window until --trace-off-at or
+    /// `trace off`); repeatable
+    #[arg(long, value_name = "FUNC")]
+    pub trace_on_at: Vec<String>,
+
+    /// Switch tracing off at each entry into FUNC; repeatable
+    #[arg(long, value_name = "FUNC")]
+    pub trace_off_at: Vec<String>,
+
     /// Record only FUNC's calls and everything beneath them (uftrace's -F); repeatable
     ///
     /// Per task. FUNC is a function name, or a regular expression when it holds one of
@@ -387,6 +416,21 @@ pub struct StatusArgs {
     /// Show it again every second until the recording ends
     #[arg(short, long)]
     pub watch: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example, from another terminal while `qemu-uftrace record --trace=off -o boot.data         …` runs:\n  qemu-uftrace trace on -d boot.data\n  qemu-uftrace trace off -d boot.data"
+)]
+pub struct TraceArgs {
+    /// Switch tracing on or off
+    #[arg(value_enum, value_name = "on|off")]
+    pub state: crate::switch::OnOff,
+
+    /// The trace directory the recording writes (its -o DIR); without it, the one
+    /// recording that runs in this directory
+    #[arg(short = 'd', long = "data", value_name = "DIR")]
+    pub data: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -361,11 +361,13 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
 
     // Where writing began (`--start-at`, `--keep-last`), each task's open frames written
     // then are followed by a `qemu:opened` event: its name.
-    let opened = ["start_frames", "keep_last_frames"].iter().any(|k| {
-        rec.stats
-            .as_ref()
-            .is_some_and(|s| s.other_value(k).is_some())
-    });
+    let opened = ["start_frames", "keep_last_frames", "trace_switches"]
+        .iter()
+        .any(|k| {
+            rec.stats
+                .as_ref()
+                .is_some_and(|s| s.other_value(k).is_some())
+        });
     if opened {
         symfiles::write_with(&dir.join("events.txt"), |w| {
             qemu_uftrace_format::events::write_events(w, qemu_uftrace_format::events::QEMU_EVENTS)

@@ -29,6 +29,7 @@ pub mod run_qemu;
 pub mod signal_scope;
 pub mod stats;
 pub mod stop_at;
+pub mod switch;
 pub mod symbol_source;
 pub mod symbols_cmd;
 pub mod symfiles;
@@ -126,6 +127,7 @@ fn dispatch(cli: Cli, argv: &[OsString]) -> Result<i32> {
         Command::Export(a) => export::run(&a.options()),
         Command::Doctor(a) => doctor::run(&a.qemus),
         Command::Status(a) => progress::run(&a.dir, a.watch),
+        Command::Trace(a) => switch::run(a.state, a.data.as_deref()),
         Command::Completions(a) => {
             let mut cmd = args::command();
             clap_complete::generate(a.shell, &mut cmd, "qemu-uftrace", &mut std::io::stdout());

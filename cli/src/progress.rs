@@ -36,6 +36,13 @@ pub struct Status {
     pub lost: u64,
     /// Known when records are timed by the only vCPU's instructions.
     pub guest_insns: Option<u64>,
+    /// Whether tracing is on (`on`/`off`; unknown from an older plugin).
+    pub trace: Option<String>,
+    /// Tracing windows begun so far (one when it started on), the host time spent off (ns)
+    /// and the blocks translated without calls' callbacks while off.
+    pub trace_windows: u64,
+    pub trace_off_ns: u64,
+    pub trace_off_translations: u64,
 }
 
 impl Status {
@@ -54,6 +61,10 @@ impl Status {
                 "tasks" => s.tasks = n(),
                 "lost" => s.lost = n(),
                 "guest_insns" => s.guest_insns = Some(n()),
+                "trace" => s.trace = Some(v.trim().to_string()),
+                "trace_windows" => s.trace_windows = n(),
+                "trace_off_ns" => s.trace_off_ns = n(),
+                "trace_off_translations" => s.trace_off_translations = n(),
                 _ => {}
             }
         }
@@ -115,6 +126,18 @@ impl Status {
         ));
         if self.lost > 0 {
             line.push_str(&format!(", LOST {}", HumanCount(self.lost)));
+        }
+        // Only where tracing was ever off: a recording that ran on throughout says nothing.
+        if self.trace.as_deref() == Some("off") || self.trace_windows > 1 {
+            line.push_str(&format!(
+                "; tracing {}, {} window{} so far, off for {:.1} s ({} blocks translated without \
+                 calls' callbacks)",
+                self.trace.as_deref().unwrap_or("on"),
+                self.trace_windows,
+                if self.trace_windows == 1 { "" } else { "s" },
+                self.trace_off_ns as f64 / 1e9,
+                HumanCount(self.trace_off_translations),
+            ));
         }
         line
     }

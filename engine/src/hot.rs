@@ -272,7 +272,7 @@ impl Engine {
     }
 
     #[inline(always)]
-    fn emit(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
+    pub(crate) fn emit(&mut self, time: u64, kind: RecordType, depth: usize, addr: u64) {
         if self.time_filter.is_some() {
             return self.emit_filtered(time, kind, depth, addr);
         }

@@ -21,6 +21,7 @@ pub mod signals;
 pub mod sites;
 pub mod spaces;
 pub mod stats;
+pub mod switch;
 pub mod tasks;
 pub mod timefilter;
 pub mod tsc;

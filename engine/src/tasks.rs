@@ -219,6 +219,22 @@ impl TaskTable {
         }
     }
 
+    /// Tracing is switched off at `now`: every waiting context's open frames close, written
+    /// as its own records with `engine` (any vCPU's, whose running context is put back), so
+    /// that each window balances in every task (`Engine::switch_off`).
+    pub fn switch_off_waiting(&mut self, engine: &mut Engine, now: u64) {
+        let own = engine.tid();
+        let running = engine.suspend();
+        for c in &mut self.contexts {
+            if let Some(state) = c.state.take() {
+                engine.resume(c.tid, state);
+                engine.switch_off(now);
+                c.state = Some(engine.suspend());
+            }
+        }
+        engine.resume(own, running);
+    }
+
     /// Every context so far, in the order they appeared.
     pub fn contexts(&self) -> &[Context] {
         &self.contexts

@@ -12,8 +12,18 @@ pub const UNWOUND: u64 = USER_BASE;
 /// (`--start-at`, `--keep-last`'s window): the frames above were open there, what follows
 /// was recorded.
 pub const OPENED: u64 = USER_BASE + 1;
+/// Where tracing was switched on while the guest ran (`trace on`, `--trace-on-at`): each
+/// task's recovered open frames follow it, ended by `qemu:opened`.
+pub const TRACE_ON: u64 = USER_BASE + 2;
+/// Where tracing was switched off: each task's open frames closed just before.
+pub const TRACE_OFF: u64 = USER_BASE + 3;
 /// Every user event qemu-uftrace writes, for `events.txt` (an unused one costs nothing).
-pub const QEMU_EVENTS: &[(u64, &str)] = &[(UNWOUND, "qemu:unwound"), (OPENED, "qemu:opened")];
+pub const QEMU_EVENTS: &[(u64, &str)] = &[
+    (UNWOUND, "qemu:unwound"),
+    (OPENED, "qemu:opened"),
+    (TRACE_ON, "qemu:trace_on"),
+    (TRACE_OFF, "qemu:trace_off"),
+];
 
 /// One `EVENT: <id> <provider>:<name>` line per event.
 pub fn write_events(w: &mut impl Write, events: &[(u64, &str)]) -> io::Result<()> {

@@ -62,11 +62,17 @@ impl<'a> Beneath<'a> {
     /// Writes the entries of `frames` (outermost first) at `time`, then the marker that ends
     /// them (none when there are no frames).
     pub fn open(frames: &'a [Frame], time: u64, out: &mut Vec<Record>) -> Self {
+        Self::open_marked(frames, time, out, UNWOUND_EVENT)
+    }
+
+    /// [`Beneath::open`], the frames ended by user event `marker` (a switch on's
+    /// `qemu:opened`).
+    pub fn open_marked(frames: &'a [Frame], time: u64, out: &mut Vec<Record>, marker: u64) -> Self {
         for (d, f) in frames.iter().enumerate() {
             out.push(rec(time, RecordType::Entry, d, f.func));
         }
         if !frames.is_empty() {
-            out.push(rec(time, RecordType::Event, frames.len(), UNWOUND_EVENT));
+            out.push(rec(time, RecordType::Event, frames.len(), marker));
         }
         Beneath {
             frames,

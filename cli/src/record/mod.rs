@@ -74,7 +74,9 @@ fn record_into(
 ) -> Result<i32> {
     let (prep, jobs) = prepare::prepare(args, inv, staging, extra_sources)?;
     let title = crate::progress::Title::start(staging, args.quiet);
+    let signals = crate::switch::Signals::start(staging, &args.signal)?;
     let ran = run::run(inv, &prep, jobs, staging, args.no_auto_symbols);
+    drop(signals);
     drop(title);
     let ran = match (ran, &args.start_at) {
         // Nothing written because the start never came: that, not a QEMU problem, is why.
@@ -82,6 +84,16 @@ fn record_into(
             return Err(crate::errors::fail(
                 crate::stop_at::never_started(func),
                 "start at a function the guest runs (a recording without --start-at shows them)",
+            ))
+        }
+        // Nothing written because tracing was never switched on.
+        (Err(_), _)
+            if args.trace == Some(crate::switch::OnOff::Off) && !datadir::has_records(staging) =>
+        {
+            return Err(crate::errors::fail(
+                "tracing was never switched on (--trace=off): nothing was written",
+                "switch it on while the guest runs with `qemu-uftrace trace on`, --signal \
+                 SIGUSR1@trace_on or --trace-on-at FUNC",
             ))
         }
         // Nothing written because no filtered function ran.

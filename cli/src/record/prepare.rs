@@ -131,6 +131,8 @@ pub fn prepare(
     };
     let wants_names = args.stop_at.is_some()
         || args.start_at.is_some()
+        || !args.trace_on_at.is_empty()
+        || !args.trace_off_at.is_empty()
         || !args.filter.is_empty()
         || !args.notrace.is_empty();
     // The sources read once for the names, the entries and the symbol job alike.
@@ -148,6 +150,8 @@ pub fn prepare(
         Some(func) => Some(crate::stop_at::resolve("--start-at", func, &names)?),
         None => None,
     };
+    let trace_on_at = crate::switch::resolve("--trace-on-at", &args.trace_on_at, &names)?;
+    let trace_off_at = crate::switch::resolve("--trace-off-at", &args.trace_off_at, &names)?;
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     // A Linux kernel's randomised base is found as it boots, from an anchor in its symbols
     // (written beside the entries, which need the same symbols): the warning then waits
@@ -221,6 +225,8 @@ pub fn prepare(
         filters: &filters,
         names: &names,
         kaslr_file: anchor.as_deref(),
+        trace_on_at: &trace_on_at,
+        trace_off_at: &trace_off_at,
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -290,6 +296,9 @@ struct PluginOptions<'a> {
     names: &'a crate::stop_at::Names,
     /// Where the kernel's anchor for finding its randomised base is written (`kaslr`).
     kaslr_file: Option<&'a Path>,
+    /// `--trace-on-at`'s and `--trace-off-at`'s addresses.
+    trace_on_at: &'a [u64],
+    trace_off_at: &'a [u64],
 }
 
 impl PluginOptions<'_> {
@@ -319,6 +328,13 @@ impl PluginOptions<'_> {
         if let Some(bytes) = args.keep_last {
             v.push(format!(",keep_last={bytes}"));
         }
+        // Tracing can be switched in every recording (`trace on|off`, issue 37).
+        v.push(crate::switch::plugin_options(
+            self.staging,
+            args.trace,
+            self.trace_on_at,
+            self.trace_off_at,
+        ));
         // 0 filters nothing: no option, so the plugin keeps its fast path.
         if let Some(threshold) = args.time_filter.filter(|&t| t > 0) {
             v.push(format!(",time_filter={threshold}"));

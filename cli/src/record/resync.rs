@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use qemu_uftrace_format::cookie;
 use qemu_uftrace_format::record::{Record, RecordType};
 
-use super::beneath::{self, rec, Beneath, Pushed, Rewriter, UNWOUND_EVENT, UNWOUND_EVENT_NAME};
+use super::beneath::{self, rec, Beneath, Pushed, Rewriter, UNWOUND_EVENT};
 use crate::qemu::user_maps;
 use crate::qemu::user_procs::{Kind, Proc};
 use crate::unwind::{self, Image, Method};
@@ -35,6 +35,8 @@ pub struct Resyncs {
     pub by_method: BTreeMap<Method, usize>,
     /// One line per cookie or file that could not be used.
     pub problems: Vec<String>,
+    /// Whether tracing was switched on while the guest ran (its edges are user events).
+    pub switched: bool,
 }
 
 impl Resyncs {
@@ -212,10 +214,11 @@ pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> 
                 .with_context(|| format!("cannot remove {}", path.display()))?;
         }
     }
-    if done.by_method.values().sum::<usize>() > 0 {
+    if done.by_method.values().sum::<usize>() > 0 || done.switched {
         let path = dir.join("events.txt");
         crate::symfiles::write_with(&path, |w| {
-            qemu_uftrace_format::events::write_events(w, &[(UNWOUND_EVENT, UNWOUND_EVENT_NAME)])
+            // Every name: a switch's window edges may be here too.
+            qemu_uftrace_format::events::write_events(w, qemu_uftrace_format::events::QEMU_EVENTS)
         })?;
     }
     Ok(Some(done))
@@ -250,6 +253,7 @@ fn rewrite_file(
     beneath::rewrite_file(dat, &mut state)?;
     done.unwound += state.unwound;
     done.guessed += state.guessed;
+    done.switched |= state.switched;
     for (m, n) in state.by_method {
         *done.by_method.entry(m).or_default() += n;
     }
@@ -265,6 +269,10 @@ struct Rewrite<'a> {
     unwound: usize,
     guessed: usize,
     by_method: BTreeMap<Method, usize>,
+    /// Tracing was switched on just before (`qemu:trace_on`): the next marker's frames are
+    /// the ones open at the switch (`qemu:opened`).
+    switched_on: bool,
+    switched: bool,
 }
 
 impl<'a> Rewrite<'a> {
@@ -275,12 +283,30 @@ impl<'a> Rewrite<'a> {
             unwound: 0,
             guessed: 0,
             by_method: BTreeMap::new(),
+            switched_on: false,
+            switched: false,
         }
     }
 }
 
 impl Rewriter for Rewrite<'_> {
     fn push(&mut self, r: Record, out: &mut Vec<Record>) {
+        // Tracing switched off: the engine closed its frames just before; the unwound ones
+        // beneath close here too, and the event stands at the bottom.
+        if r.kind == RecordType::Event && r.addr == qemu_uftrace_format::events::TRACE_OFF {
+            if let Some(b) = &mut self.beneath {
+                b.close_all(r.time, out);
+            }
+            self.beneath = None;
+            self.switched_on = false;
+            self.switched = true;
+            out.push(rec(r.time, r.kind, 0, r.addr));
+            return;
+        }
+        if r.kind == RecordType::Event && r.addr == qemu_uftrace_format::events::TRACE_ON {
+            self.switched_on = true;
+            self.switched = true;
+        }
         let marker = (r.kind == RecordType::Event)
             .then(|| cookie::resync_seq_of_marker(r.addr))
             .flatten();
@@ -300,7 +326,12 @@ impl Rewriter for Rewrite<'_> {
             } else {
                 self.unwound += 1;
             }
-            self.beneath = Some(Beneath::open(frames, r.time, out));
+            let label = if std::mem::take(&mut self.switched_on) {
+                qemu_uftrace_format::events::OPENED
+            } else {
+                UNWOUND_EVENT
+            };
+            self.beneath = Some(Beneath::open_marked(frames, r.time, out, label));
             return;
         }
         let Some(b) = &mut self.beneath else {

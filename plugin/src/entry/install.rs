@@ -94,7 +94,9 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     // own, and a task moving between them would see time jump.
     let one_vcpu = system && vcpus == 1;
     let clock = match cfg.clock {
-        ClockChoice::Auto if one_vcpu => ClockKind::Insn,
+        // Counting instructions while tracing is off costs a count a block: started off,
+        // the default is wall time.
+        ClockChoice::Auto if one_vcpu && !cfg.trace_off => ClockKind::Insn,
         ClockChoice::Auto => ClockKind::Wall,
         ClockChoice::Fixed(kind) => kind,
     };
@@ -124,6 +126,8 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     // An exec'd image runs another program: the first one's functions are not its.
     let pie = cfg.pie.clone().filter(|_| cfg.proc_key.is_none());
     crate::state::aims::install(given, pie);
+    // Before the writer's first status, which says whether tracing is on.
+    crate::handlers::switch::install(&cfg, register::request_reset);
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
@@ -159,9 +163,11 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     // SAFETY: registering our callbacks for our own plugin id, during install.
     unsafe {
         register::register_callbacks(id, !system);
-        if register::register_discontinuities(id) {
+        let discontinuities = register::register_discontinuities(id);
+        if discontinuities {
             callbacks::set_discontinuities_registered();
         }
+        register::remember(id, discontinuities);
     }
 }
 

@@ -22,6 +22,16 @@ unsafe extern "C" fn on_tb_trans(tb: *mut qemu_plugin_tb, _userdata: *mut c_void
     });
 }
 
+/// A vCPU halts or wakes: a moment to switch tracing where no block is instrumented.
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_idle_or_resume(_id: qemu_plugin_id_t, _vcpu_index: c_uint) {
+    guard("a switch", crate::handlers::switch::poke);
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_idle_or_resume(_vcpu_index: c_uint, _userdata: *mut c_void) {
+    guard("a switch", crate::handlers::switch::poke);
+}
+
 #[cfg(not(feature = "api-v7"))]
 unsafe extern "C" fn on_vcpu_init(_id: qemu_plugin_id_t, vcpu_index: c_uint) {
     guard("vCPU init", || {
@@ -154,9 +164,17 @@ pub unsafe fn register_discontinuities(id: qemu_plugin_id_t) -> bool {
 /// # Safety
 /// `id` is this plugin's id, during `qemu_plugin_install`.
 pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
+    // Tracing off with nothing to count or trigger: no translation callback at all (QEMU's
+    // cost of one is most of the tracer's while off); a vCPU's halt or wake, an interrupt
+    // or a system call switches it back on (`handlers::switch`).
+    let translates = crate::handlers::switch::translates();
     #[cfg(not(feature = "api-v7"))]
     unsafe {
-        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
+        if translates {
+            qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
+        }
+        qemu_plugin_register_vcpu_idle_cb(id, on_idle_or_resume);
+        qemu_plugin_register_vcpu_resume_cb(id, on_idle_or_resume);
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
         if vcpu_exits {
             qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit);
@@ -168,7 +186,11 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
     #[cfg(feature = "api-v7")]
     unsafe {
         let none = std::ptr::null_mut();
-        qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans, none);
+        if translates {
+            qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans, none);
+        }
+        qemu_plugin_register_vcpu_idle_cb(id, on_idle_or_resume, none);
+        qemu_plugin_register_vcpu_resume_cb(id, on_idle_or_resume, none);
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
         if vcpu_exits {
             qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit, none);
@@ -179,12 +201,67 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
     }
 }
 
+/// This plugin's id, for the resets that switch tracing (`handlers::switch`).
+static ID: std::sync::OnceLock<qemu_plugin_id_t> = std::sync::OnceLock::new();
+/// Whether the discontinuity callback was registered at install (registered again after
+/// each reset).
+static DISCONTINUITIES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps `id` for [`request_reset`]; `discontinuities`: whether install registered them.
+pub fn remember(id: qemu_plugin_id_t, discontinuities: bool) {
+    let _ = ID.set(id);
+    DISCONTINUITIES.store(discontinuities, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Asks QEMU to flush every translation and drop our callbacks, then call [`on_reset`]
+/// (on a vCPU thread: in an exclusive section with every vCPU stopped).
+pub fn request_reset() {
+    let Some(&id) = ID.get() else {
+        return;
+    };
+    // SAFETY: our own id and a callback of this build's ABI.
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        qemu_plugin_reset(id, on_reset)
+    };
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        qemu_plugin_reset(id, on_reset, std::ptr::null_mut())
+    };
+}
+
+#[cfg(not(feature = "api-v7"))]
+unsafe extern "C" fn on_reset(_id: qemu_plugin_id_t) {
+    reset_done();
+}
+#[cfg(feature = "api-v7")]
+unsafe extern "C" fn on_reset(_userdata: *mut c_void) {
+    reset_done();
+}
+
+/// The reset is done: the switch is applied and every callback registered again.
+fn reset_done() {
+    guard("a switch", crate::handlers::switch::apply);
+    let Some(&id) = ID.get() else {
+        return;
+    };
+    let system = crate::state::system_mode();
+    // SAFETY: registering our callbacks for our own id, as at install.
+    unsafe {
+        register_callbacks(id, !system);
+        if DISCONTINUITIES.load(std::sync::atomic::Ordering::Relaxed) {
+            register_discontinuities(id);
+        }
+    }
+}
+
 /// A syscall starts (user mode): file mappings, exec, signal handlers.
 fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
     guard("a syscall", || {
         crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
         crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
         crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
+        crate::handlers::switch::at_syscall(num, a1);
     });
 }
 
@@ -192,6 +269,7 @@ fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
 fn syscall_ret(vcpu: c_uint, num: i64, ret: i64) {
     guard("a syscall's return", || {
         crate::handlers::usermap::syscall_ret(num, ret);
+        crate::handlers::switch::at_syscall_ret(ret);
         crate::lifecycle::process::syscall_ret(vcpu, ret);
         crate::handlers::after_syscall(vcpu);
     });

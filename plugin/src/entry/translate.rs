@@ -92,6 +92,13 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             )
         };
     }
+    // Tracing switched off: the clock and the switch's own callbacks only (`handlers::switch`).
+    if unsafe { crate::handlers::switch::instrument(tb, first, start, n) } {
+        unsafe {
+            crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start))
+        };
+        return;
+    }
     // A run from a snapshot: the first block each vCPU runs saves its stack cookie.
     if crate::handlers::midway::armed() {
         unsafe {

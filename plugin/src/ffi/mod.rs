@@ -261,6 +261,50 @@ extern "C" {
     pub fn qemu_plugin_register_vcpu_syscall_ret_cb(id: qemu_plugin_id_t, cb: SyscallRetCb);
 }
 
+// vCPU idle and resume callbacks (a vCPU halts, e.g. WFI, and wakes): API 4 and API 7 shapes.
+#[cfg(not(feature = "api-v7"))]
+extern "C" {
+    pub fn qemu_plugin_register_vcpu_idle_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
+    );
+    pub fn qemu_plugin_register_vcpu_resume_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
+    );
+}
+#[cfg(feature = "api-v7")]
+extern "C" {
+    pub fn qemu_plugin_register_vcpu_idle_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+    pub fn qemu_plugin_register_vcpu_resume_cb(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+}
+
+// `qemu_plugin_reset` (API 4): every callback of the plugin is unregistered and every
+// translation flushed (in an exclusive section, when called on a vCPU thread), then `cb`
+// runs, where the plugin registers its callbacks again.
+#[cfg(not(feature = "api-v7"))]
+extern "C" {
+    pub fn qemu_plugin_reset(id: qemu_plugin_id_t, cb: unsafe extern "C" fn(id: qemu_plugin_id_t));
+}
+// `qemu_plugin_reset` in API 7: `userdata` after the callback, which takes only it (read
+// off 11.1.3's `plugin_reset_uninstall`: the data keeps id, cb, userdata; `cb(userdata)`).
+#[cfg(feature = "api-v7")]
+extern "C" {
+    pub fn qemu_plugin_reset(
+        id: qemu_plugin_id_t,
+        cb: unsafe extern "C" fn(userdata: *mut c_void),
+        userdata: *mut c_void,
+    );
+}
+
 /// The syscall entry and return callbacks in API 4: the plugin id first.
 #[cfg(not(feature = "api-v7"))]
 pub type SyscallCb = unsafe extern "C" fn(

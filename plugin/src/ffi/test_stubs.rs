@@ -229,6 +229,26 @@ mod registration {
     use super::*;
 
     #[no_mangle]
+    pub extern "C" fn qemu_plugin_register_vcpu_idle_cb(
+        _id: qemu_plugin_id_t,
+        _cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
+    ) {
+    }
+    #[no_mangle]
+    pub extern "C" fn qemu_plugin_register_vcpu_resume_cb(
+        _id: qemu_plugin_id_t,
+        _cb: unsafe extern "C" fn(id: qemu_plugin_id_t, vcpu_index: c_uint),
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn qemu_plugin_reset(
+        _id: qemu_plugin_id_t,
+        _cb: unsafe extern "C" fn(id: qemu_plugin_id_t),
+    ) {
+    }
+
+    #[no_mangle]
     pub extern "C" fn qemu_plugin_register_vcpu_tb_trans_cb(
         _id: qemu_plugin_id_t,
         _cb: unsafe extern "C" fn(id: qemu_plugin_id_t, tb: *mut qemu_plugin_tb),
@@ -266,6 +286,29 @@ mod registration {
 #[cfg(feature = "api-v7")]
 mod registration {
     use super::*;
+
+    #[no_mangle]
+    pub extern "C" fn qemu_plugin_register_vcpu_idle_cb(
+        _id: qemu_plugin_id_t,
+        _cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
+        _userdata: *mut c_void,
+    ) {
+    }
+    #[no_mangle]
+    pub extern "C" fn qemu_plugin_register_vcpu_resume_cb(
+        _id: qemu_plugin_id_t,
+        _cb: unsafe extern "C" fn(vcpu_index: c_uint, userdata: *mut c_void),
+        _userdata: *mut c_void,
+    ) {
+    }
+
+    #[no_mangle]
+    pub extern "C" fn qemu_plugin_reset(
+        _id: qemu_plugin_id_t,
+        _cb: unsafe extern "C" fn(userdata: *mut c_void),
+        _userdata: *mut c_void,
+    ) {
+    }
 
     #[no_mangle]
     pub extern "C" fn qemu_plugin_register_vcpu_tb_trans_cb(

@@ -599,6 +599,8 @@ fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
 /// QEMU's discontinuity callback (10.2 on): an interrupt or exception was just taken (the
 /// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
 pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u64) {
+    // Tracing off with no block instrumented: an interrupt is a moment to switch.
+    crate::handlers::switch::poke();
     let what = match kind {
         ffi::DISCON_INTERRUPT => Discontinuity::Interrupt,
         ffi::DISCON_EXCEPTION => Discontinuity::Exception,
@@ -930,6 +932,8 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         if arrived_new && crate::handlers::midway::resuming() {
             crate::handlers::midway::at_first_switch_in(v, vcpu_index, pc);
         }
+        // Tracing switched on while the guest ran: the arriving task's open frames.
+        crate::handlers::switch::at_switch_in(v, pc);
     });
 }
 

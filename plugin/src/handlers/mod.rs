@@ -10,6 +10,7 @@ pub mod modules;
 pub mod procmaps;
 pub mod signals;
 pub mod stop_at;
+pub mod switch;
 pub mod usermap;
 pub mod vector_table;
 

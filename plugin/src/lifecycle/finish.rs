@@ -159,6 +159,17 @@ fn finish_once() {
         Some(Err(why)) => line("kaslr_unknown", &why),
         None => {}
     }
+    // Tracing switched while the guest ran: its windows, and what ran while off.
+    if crate::state::switch::SWITCHES.load(std::sync::atomic::Ordering::Relaxed) > 0
+        || !crate::state::switch::active()
+    {
+        for (k, v) in crate::state::switch::lines()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+        {
+            line(k, &v);
+        }
+    }
     if let Some((addr, time)) = crate::handlers::stop_at::STARTED.get() {
         line("start_at_reached", &format_args!("{addr:#x}"));
         line("start_at_time", time);

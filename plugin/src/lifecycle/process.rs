@@ -165,6 +165,7 @@ fn take_over(vcpu: u32) {
         return;
     }
     crate::lifecycle::stop_signals::after_fork();
+    crate::handlers::switch::after_fork();
     let line = format!("kind=fork\tpid={pid}\tppid={ppid}\ttime={}", now_ns(vcpu));
     if let Err(e) = announce(&cfg.out, &key, &line, Announce::Own) {
         out.note_error(format!("procs/{key}/plugin.proc: {e}"));

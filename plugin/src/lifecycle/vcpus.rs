@@ -42,6 +42,7 @@ pub fn vcpu_init(vcpu_id: u32) {
     };
     guest::init_registers(isa_or_default());
     vcpu::set_thread_vcpu(vcpu_id);
+    crate::handlers::switch::vcpu_created(vcpu_id);
     if vcpu::is_installed(vcpu_id) {
         // QEMU initialises a vCPU index again after unplugging it: its engine, with the
         // records and stacks it holds, carries on.

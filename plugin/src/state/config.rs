@@ -3,6 +3,7 @@
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
+//! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
@@ -100,6 +101,14 @@ pub struct Config {
     /// System mode, Linux: where the CLI writes the kernel's anchor for finding its
     /// randomised base (`kaslr_file=`, `state::kaslr`).
     pub kaslr_file: Option<PathBuf>,
+    /// Tracing starts off (`trace=off`): switched on from `switch=`'s file or a
+    /// `trace_on_at=` function (`handlers::switch`).
+    pub trace_off: bool,
+    /// The file `record` writes `on` or `off` into to switch tracing while the guest runs.
+    pub switch_file: Option<PathBuf>,
+    /// Functions whose entry switches tracing on (`trace_on_at=`), and off.
+    pub trace_on_at: Vec<u64>,
+    pub trace_off_at: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,6 +259,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut lib_entries = None;
     let mut resume = false;
     let mut kaslr_file = None;
+    let mut trace_off = false;
+    let mut switch_file = None;
+    let mut trace_on_at = Vec::new();
+    let mut trace_off_at = Vec::new();
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
@@ -387,6 +400,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "mod_offsets" => mod_offsets = Some(value.to_string()),
             "resume" => resume = on_off("resume", value)?,
             "kaslr_file" => kaslr_file = Some(PathBuf::from(raw_value)),
+            "trace" => trace_off = !on_off("trace", value)?,
+            "switch" => switch_file = Some(PathBuf::from(raw_value)),
+            "trace_on_at" => trace_on_at = addresses(&key, value)?,
+            "trace_off_at" => trace_off_at = addresses(&key, value)?,
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -434,6 +451,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         lib_entries,
         resume,
         kaslr_file,
+        trace_off,
+        switch_file,
+        trace_on_at,
+        trace_off_at,
         stop_at,
         stop_at_exit,
         start_at,

@@ -23,6 +23,7 @@ pub mod resync_cookie;
 /// A Linux guest's process address spaces, for code one process translated and another runs.
 pub mod spaces;
 pub mod start_gate;
+pub mod switch;
 
 use config::Config;
 use output::Output;

@@ -69,6 +69,9 @@ pub struct Progress {
     /// many it ran (so far as the written buffers tell).
     insn_time: bool,
     insns: u64,
+    /// Tracing switches applied when the status was last written: a switch is said at once
+    /// (`qemu-uftrace trace` waits for it), not a second later.
+    switches: u64,
 }
 
 impl Progress {
@@ -83,6 +86,7 @@ impl Progress {
             rate: 0,
             insn_time,
             insns: 0,
+            switches: 0,
         }
     }
 
@@ -103,6 +107,7 @@ impl Progress {
     /// Whether the status is due again.
     pub fn due(&self) -> bool {
         self.last.elapsed() >= EVERY
+            || self.switches != super::switch::SWITCHES.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Rewrites the status file. Best effort: a status that cannot be written costs the
@@ -116,6 +121,7 @@ impl Progress {
         }
         self.last = now;
         self.last_records = records;
+        self.switches = super::switch::SWITCHES.load(std::sync::atomic::Ordering::Acquire);
         let text = self.text(state, counts, now);
         if std::fs::write(&self.tmp, text).is_ok() {
             let _ = std::fs::rename(&self.tmp, &self.path);
@@ -138,6 +144,7 @@ impl Progress {
         if self.insn_time {
             text.push_str(&format!("guest_insns={}\n", self.insns));
         }
+        text.push_str(&super::switch::lines());
         text
     }
 }

@@ -1,0 +1,605 @@
+//! Tracing switched on and off while the guest runs (issue 37): the spinning guest
+//! (`tests/guests/spin.c`: main calls spin_tick forever, spin_tick calls the leaf spin_work),
+//! recorded with the instruction clock, switched by `qemu-uftrace trace on|off`, by signals
+//! to `record` and by `--trace-on-at`/`--trace-off-at`, on every QEMU. The guest is
+//! deterministic under the instruction clock, so a second, full recording is the oracle: each
+//! window's `qemu:opened` frames are the full trace's open stack at that instant, and its
+//! records are the full trace's in the same span; every window closes what it opened.
+
+mod common;
+
+use common::{default_stop_signals, stderr, BIN};
+use qemu_uftrace_format::events::{OPENED, TRACE_OFF, TRACE_ON};
+use qemu_uftrace_format::record::{decode_all, Record, RecordType};
+use qemu_uftrace_tests::{
+    guest_elf, nm_functions, qemu_args_on, system_qemus, SystemQemu, Variant,
+};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Generous: on a loaded 2-core machine a guest's start and a buffer's worth of records take
+/// seconds.
+const PATIENCE: Duration = Duration::from_secs(240);
+
+fn wait_for<T>(what: &str, mut cond: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = cond() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn staging(dir: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.partial", dir.display()))
+}
+
+/// The plugin's status while it records (empty before it exists).
+fn live(dir: &Path) -> String {
+    std::fs::read_to_string(staging(dir).join("plugin.status")).unwrap_or_default()
+}
+
+fn value<'a>(text: &'a str, k: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+}
+
+fn number(text: &str, k: &str) -> Option<u64> {
+    value(text, k)?.parse().ok()
+}
+
+/// A recording of the spinning guest on `qemu` into `dir` (its console into `dir`.console).
+struct Recording {
+    child: Child,
+    dir: PathBuf,
+    console: PathBuf,
+}
+
+impl Recording {
+    fn start(qemu: &SystemQemu, elf: &Path, dir: &Path, options: &[&str]) -> Recording {
+        let mut opts = vec!["--clock", "insn"];
+        opts.extend_from_slice(options);
+        Self::start_argv(&qemu_args_on(&qemu.program, elf), dir, &opts)
+    }
+
+    fn start_argv(argv: &[String], dir: &Path, options: &[&str]) -> Recording {
+        let console = dir.with_extension("console");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["record", "-q", "-o"])
+            .arg(dir)
+            .args(options)
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&console).expect("console file"))
+            .stderr(std::fs::File::create(dir.with_extension("err")).expect("stderr file"));
+        default_stop_signals(&mut cmd);
+        let child = cmd.spawn().expect("run record");
+        Recording {
+            child,
+            dir: dir.to_path_buf(),
+            console,
+        }
+    }
+
+    /// Waits until the guest is in its loop (it says so once, then spins in main).
+    fn wait_spinning(&self) {
+        wait_for("the guest spins", || {
+            let text = std::fs::read_to_string(&self.console).unwrap_or_default();
+            let status = live(&self.dir);
+            (text.contains("spinning until stopped") && value(&status, "pid").is_some())
+                .then_some(())
+        });
+    }
+
+    /// Waits until the status says tracing is `state` and `cond` holds for it.
+    fn wait_status(&self, what: &str, state: &str, cond: impl Fn(&str) -> bool) -> String {
+        wait_for(what, || {
+            let s = live(&self.dir);
+            (value(&s, "trace") == Some(state) && cond(&s)).then_some(s)
+        })
+    }
+
+    /// Stops QEMU as a user's `kill` would, and waits for `record` to publish the trace.
+    fn stop(mut self) -> PathBuf {
+        let pid = number(&live(&self.dir), "pid").expect("a pid in the status") as i32;
+        // SAFETY: a signal to the QEMU this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = self.child.wait().expect("record ends");
+        let err = std::fs::read_to_string(self.dir.with_extension("err")).unwrap_or_default();
+        // A system QEMU ends with 0 at SIGTERM; a user-mode program with its signal's status,
+        // which record passes on.
+        assert!(
+            status.success() || err.contains("qemu-uftrace: wrote "),
+            "record failed: {err}"
+        );
+        self.dir
+    }
+}
+
+/// `qemu-uftrace trace on|off -d DIR`.
+fn trace(dir: Option<&Path>, state: &str, cwd: &Path) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(cwd).args(["trace", state]);
+    if let Some(d) = dir {
+        cmd.arg("-d").arg(d);
+    }
+    cmd.output().expect("run trace")
+}
+
+fn records(dir: &Path) -> Vec<Record> {
+    decode_all(&std::fs::read(dir.join("1.dat")).expect("1.dat")).expect("records")
+}
+
+/// One window of a switched recording, as written.
+#[derive(Debug)]
+struct Window {
+    /// The functions open where it began (outermost first), written before `qemu:opened`.
+    opened: Vec<u64>,
+    /// When the frames were taken (the vCPU's first block after the switch).
+    taken: u64,
+    /// What was recorded from there, less the exits that closed the frames at the off edge.
+    body: Vec<Record>,
+    /// The off edge's time.
+    off: u64,
+}
+
+/// The complete windows of `recs` (one still open at the end is left out), each checked to
+/// nest and balance: the opened frames at depths 0.., every record at the depth its stack
+/// says, and every frame closed at the off edge.
+fn windows(recs: &[Record]) -> Vec<Window> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < recs.len() {
+        let r = recs[i];
+        i += 1;
+        if !(r.kind == RecordType::Event && r.addr == TRACE_ON) {
+            continue;
+        }
+        // The open frames, then qemu:opened at their depth.
+        let mut opened = Vec::new();
+        while i < recs.len() && recs[i].kind == RecordType::Entry {
+            assert_eq!(recs[i].depth as usize, opened.len(), "{:?}", recs[i]);
+            opened.push(recs[i].addr);
+            i += 1;
+        }
+        let Some(marker) = recs.get(i) else { break };
+        assert!(
+            marker.kind == RecordType::Event && marker.addr == OPENED,
+            "no qemu:opened after the open frames: {marker:?}"
+        );
+        assert_eq!(marker.depth as usize, opened.len());
+        i += 1;
+        let taken = marker.time;
+        let mut depth = opened.len();
+        let mut body = Vec::new();
+        let mut off = None;
+        while let Some(&r) = recs.get(i) {
+            i += 1;
+            if r.kind == RecordType::Event && r.addr == TRACE_OFF {
+                assert_eq!(r.depth, 0, "{r:?}");
+                off = Some(r.time);
+                break;
+            }
+            match r.kind {
+                RecordType::Entry => {
+                    assert_eq!(r.depth as usize, depth, "{r:?}");
+                    depth += 1;
+                }
+                RecordType::Exit => {
+                    depth = depth.checked_sub(1).expect("an exit below the bottom");
+                    assert_eq!(r.depth as usize, depth, "{r:?}");
+                }
+                _ => panic!("unexpected record in a window: {r:?}"),
+            }
+            body.push(r);
+        }
+        let Some(off) = off else { break };
+        assert_eq!(depth, 0, "the window ends with frames open");
+        out.push(Window {
+            opened,
+            taken,
+            body: strip_closing(body, off),
+            off,
+        });
+    }
+    out
+}
+
+/// `body` without the exits at `off` that end it (the off edge's closing ones; a full
+/// trace's at that time are left out alike).
+fn strip_closing(mut body: Vec<Record>, off: u64) -> Vec<Record> {
+    while body
+        .last()
+        .is_some_and(|r| r.kind == RecordType::Exit && r.time == off)
+    {
+        body.pop();
+    }
+    body
+}
+
+/// The full trace's open functions at `at` (outermost first): what ran before it, and the
+/// returns landing in the block at `at` (a call there comes after the frames are taken).
+fn open_at(full: &[Record], at: u64) -> Vec<u64> {
+    let mut stack = Vec::new();
+    for r in full {
+        if r.time > at || (r.time == at && r.kind != RecordType::Exit) {
+            break;
+        }
+        match r.kind {
+            RecordType::Entry => stack.push(r.addr),
+            RecordType::Exit => {
+                stack.pop();
+            }
+            _ => {}
+        }
+    }
+    stack
+}
+
+/// The full trace's records in a window's span.
+fn span(full: &[Record], w: &Window) -> Vec<Record> {
+    let body: Vec<Record> = full
+        .iter()
+        .filter(|r| {
+            (r.time > w.taken || (r.time == w.taken && r.kind != RecordType::Exit))
+                && r.time <= w.off
+        })
+        .copied()
+        .collect();
+    strip_closing(body, w.off)
+}
+
+fn check_against(
+    label: &str,
+    what: &str,
+    ws: &[Window],
+    full: &[Record],
+    names: &dyn Fn(u64) -> String,
+) {
+    for (n, w) in ws.iter().enumerate() {
+        let want = open_at(full, w.taken);
+        let named = |v: &[u64]| v.iter().map(|&a| names(a)).collect::<Vec<_>>();
+        assert_eq!(
+            named(&w.opened),
+            named(&want),
+            "{label} {what}: window {n}'s open frames at {}",
+            w.taken
+        );
+        let want = span(full, w);
+        assert!(!want.is_empty(), "{label} {what}: window {n} is empty");
+        assert_eq!(
+            w.body.len(),
+            want.len(),
+            "{label} {what}: window {n} ({}..{}) records",
+            w.taken,
+            w.off
+        );
+        for (a, b) in w.body.iter().zip(&want) {
+            assert_eq!(a, b, "{label} {what}: window {n}");
+        }
+    }
+}
+
+/// uftrace's replay shows each window's edges and the frames it opened, and nothing lost.
+fn check_replay(dir: &Path, label: &str) {
+    let out = Command::new("uftrace")
+        .args(["replay", "--event-full", "-d"])
+        .arg(dir)
+        .output()
+        .expect("run uftrace");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{label}: {}", stderr(&out));
+    for want in [
+        "/* qemu:trace_on */",
+        "/* qemu:opened */",
+        "/* qemu:trace_off */",
+        "spin_work",
+    ] {
+        assert!(text.contains(want), "{label}: no {want} in\n{text:.3000}");
+    }
+    assert!(!text.contains("LOST"), "{label}: {text:.3000}");
+}
+
+#[test]
+fn windows_switched_by_command_signal_and_trigger_equal_the_full_trace() {
+    common::require("uftrace");
+    let elf = guest_elf("spin", Variant::Natural).expect("build the guests");
+    let syms = nm_functions(&elf).expect("nm");
+    let names = |a: u64| syms.get(&a).cloned().unwrap_or_else(|| format!("{a:#x}"));
+    for qemu in system_qemus() {
+        common::require(&qemu.program);
+        let label = qemu.label;
+        let tmp = tempfile::tempdir().expect("temp dir");
+
+        // By command, from another terminal: two windows.
+        let dir = tmp.path().join("cmd.data");
+        let rec = Recording::start(&qemu, &elf, &dir, &["--trace=off"]);
+        rec.wait_spinning();
+        for n in 1..=2u64 {
+            let out = trace(Some(&dir), "on", tmp.path());
+            assert!(
+                out.status.success(),
+                "{label}: window {n}: {}{}\nstatus: {}",
+                common::stdout(&out),
+                stderr(&out),
+                live(&dir)
+            );
+            // A second `on`: one line, nothing changed.
+            let again = trace(Some(&dir), "on", tmp.path());
+            assert!(!again.status.success());
+            let err = common::single_error(&again);
+            assert!(err.contains("already on"), "{err}");
+            // A buffer's worth of records written in this window (64 Ki records).
+            let at_on = number(&live(&dir), "events").unwrap_or(0);
+            rec.wait_status("records in the window", "on", |s| {
+                number(s, "trace_windows") == Some(n)
+                    && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+            });
+            let out = trace(Some(&dir), "off", tmp.path());
+            assert!(out.status.success(), "{label}: {}", stderr(&out));
+            assert!(common::stdout(&out).starts_with("tracing off in "));
+        }
+        let status = Command::new(BIN).arg("status").arg(&dir).output().unwrap();
+        let line = common::stdout(&status);
+        assert!(
+            line.contains("; tracing off, 2 windows so far, off for "),
+            "{line}"
+        );
+        let cmd_dir = rec.stop();
+
+        // By signals to record: one window.
+        let dir = tmp.path().join("sig.data");
+        let rec = Recording::start(
+            &qemu,
+            &elf,
+            &dir,
+            &[
+                "--trace=off",
+                "--signal",
+                "SIGUSR1@trace_on",
+                "--signal",
+                "SIGUSR2@trace_off",
+            ],
+        );
+        rec.wait_spinning();
+        // SAFETY: signals to the record this test started.
+        assert_eq!(
+            unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR1) },
+            0
+        );
+        rec.wait_status("records after SIGUSR1", "on", |s| {
+            number(s, "events").is_some_and(|e| e >= 65_536)
+        });
+        assert_eq!(
+            unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR2) },
+            0
+        );
+        rec.wait_status("off after SIGUSR2", "off", |_| true);
+        let sig_dir = rec.stop();
+
+        // By triggers: a window from each entry into spin_work to the next into spin_tick.
+        let dir = tmp.path().join("trig.data");
+        let rec = Recording::start(
+            &qemu,
+            &elf,
+            &dir,
+            &[
+                "--trace=off",
+                "--trace-on-at",
+                "spin_work",
+                "--trace-off-at",
+                "spin_tick",
+            ],
+        );
+        rec.wait_status("three windows", "off", |s| {
+            number(s, "trace_windows") >= Some(3)
+        });
+        let trig_dir = rec.stop();
+
+        let cmd = windows(&records(&cmd_dir));
+        let sig = windows(&records(&sig_dir));
+        let trig = windows(&records(&trig_dir));
+        assert_eq!(cmd.len(), 2, "{label}: {cmd:?}");
+        assert_eq!(sig.len(), 1, "{label}");
+        assert!(trig.len() >= 3, "{label}: {}", trig.len());
+        for w in &trig {
+            let opened: Vec<String> = w.opened.iter().map(|&a| names(a)).collect();
+            assert_eq!(
+                opened.last().map(String::as_str),
+                Some("spin_work"),
+                "{label}"
+            );
+        }
+
+        // The oracle: the same guest recorded whole, past the last window's end.
+        let until = [&cmd, &sig, &trig]
+            .iter()
+            .flat_map(|ws| ws.iter().map(|w| w.off))
+            .max()
+            .unwrap_or(0);
+        let dir = tmp.path().join("full.data");
+        let rec = Recording::start(&qemu, &elf, &dir, &[]);
+        rec.wait_status("the full trace passes the last window", "on", |s| {
+            number(s, "guest_insns") > Some(until)
+        });
+        let full_dir = rec.stop();
+        let full = records(&full_dir);
+        let sizes = |ws: &[Window]| {
+            ws.iter()
+                .map(|w| (w.opened.len(), w.body.len()))
+                .collect::<Vec<_>>()
+        };
+        eprintln!(
+            "{label}: windows (open frames, records): command {:?}, signal {:?}, trigger {:?}; full trace {} records",
+            sizes(&cmd),
+            sizes(&sig),
+            &sizes(&trig)[..3],
+            full.len()
+        );
+        check_against(label, "trace on|off", &cmd, &full, &names);
+        check_against(label, "--signal", &sig, &full, &names);
+        check_against(label, "--trace-on-at/--trace-off-at", &trig, &full, &names);
+        for dir in [&cmd_dir, &sig_dir, &trig_dir] {
+            check_replay(dir, label);
+        }
+        check_export(&cmd_dir, &cmd, label);
+    }
+}
+
+/// The Perfetto export shows each window's edges as instants at their times (decoded with
+/// Perfetto's own schema by perfetto_check.py).
+fn check_export(dir: &Path, ws: &[Window], label: &str) {
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let pb = dir.with_extension("pb");
+    let out = Command::new(BIN)
+        .args(["export", "-d"])
+        .arg(dir)
+        .arg("-o")
+        .arg(&pb)
+        .output()
+        .expect("run export");
+    assert!(out.status.success(), "{label}: {}", stderr(&out));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(&py)
+        .arg(script)
+        .arg(&pb)
+        .output()
+        .expect("run perfetto_check.py (scripts/install-deps.sh installs its venv)");
+    assert!(out.status.success(), "{label}: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let instants: Vec<(String, u64)> = v["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .flat_map(|t| t["instants"].as_array().cloned().unwrap_or_default())
+        .map(|i| {
+            (
+                i["name"].as_str().unwrap_or_default().to_string(),
+                i["ts"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    for w in ws {
+        assert!(
+            instants.contains(&("qemu:opened".to_string(), w.taken)),
+            "{label}: no qemu:opened instant at {}: {instants:?}",
+            w.taken
+        );
+        assert!(
+            instants.contains(&("qemu:trace_off".to_string(), w.off)),
+            "{label}: no qemu:trace_off instant at {}: {instants:?}",
+            w.off
+        );
+    }
+    let ons = instants
+        .iter()
+        .filter(|(n, _)| n == "qemu:trace_on")
+        .count();
+    assert_eq!(ons, ws.len(), "{label}: {instants:?}");
+}
+
+/// User mode (qemu-aarch64, wall clock): the spinning program makes no system call, so the
+/// bell is what switches it; each window opens the program's frames and balances.
+#[test]
+fn a_user_mode_program_is_switched_by_its_bell() {
+    let qemu = qemu_uftrace_tests::user_qemu();
+    common::require(&qemu.display().to_string());
+    let elf = qemu_uftrace_tests::user_guest_elf("spin.elf").expect("build the user guests");
+    let syms = nm_functions(&elf).expect("nm");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("user.data");
+    let argv = vec![qemu.display().to_string(), elf.display().to_string()];
+    let rec = Recording::start_argv(&argv, &dir, &["--trace=off"]);
+    // Its console is written at its end: the plugin's status says it runs.
+    wait_for("the program runs", || value(&live(&dir), "pid").map(|_| ()));
+    for n in 1..=2u64 {
+        let out = trace(Some(&dir), "on", tmp.path());
+        assert!(
+            out.status.success(),
+            "{}{}",
+            common::stdout(&out),
+            stderr(&out)
+        );
+        let at_on = number(&live(&dir), "events").unwrap_or(0);
+        rec.wait_status("records in the window", "on", |s| {
+            number(s, "trace_windows") == Some(n)
+                && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+        });
+        let out = trace(Some(&dir), "off", tmp.path());
+        assert!(
+            out.status.success(),
+            "{}{}",
+            common::stdout(&out),
+            stderr(&out)
+        );
+    }
+    let dir = rec.stop();
+    let dat = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "dat"))
+        .expect("a task file");
+    let recs = decode_all(&std::fs::read(dat).unwrap()).unwrap();
+    let ws = windows(&recs);
+    assert_eq!(ws.len(), 2, "{ws:?}");
+    for w in &ws {
+        let opened: Vec<&str> = w
+            .opened
+            .iter()
+            .filter_map(|a| syms.get(a).map(String::as_str))
+            .collect();
+        // Open in main, or (switched on before it) entering it.
+        let main = syms
+            .iter()
+            .find(|(_, n)| n.as_str() == "main")
+            .map(|(&a, _)| a);
+        let enters_main = w
+            .body
+            .iter()
+            .any(|r| r.kind == RecordType::Entry && Some(r.addr) == main);
+        assert!(opened.contains(&"main") || enters_main, "{opened:?}");
+        assert!(w.body.len() > 65_000, "{}", w.body.len());
+    }
+    check_replay(&dir, "user mode");
+}
+
+#[test]
+fn bad_switches_say_one_line_and_change_nothing() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    // No recording running here, or in the directory named.
+    for dir in [None, Some(tmp.path().join("none.data"))] {
+        let out = trace(dir.as_deref(), "on", tmp.path());
+        assert!(!out.status.success());
+        let err = common::single_error(&out);
+        assert!(err.contains("running"), "{err}");
+    }
+    // An unknown trigger: refused before QEMU starts, nothing written.
+    let elf = guest_elf("spin", Variant::Natural).expect("build the guests");
+    let out = Command::new(BIN)
+        .current_dir(tmp.path())
+        .args(["record", "-o", "t.data", "--trace-on-at", "spin_wrok", "--"])
+        .args(qemu_args_on(qemu_uftrace_tests::QEMU, &elf))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run record");
+    assert!(!out.status.success());
+    let err = common::single_error(&out);
+    assert!(
+        err.contains("--trace-on-at spin_wrok") && err.contains("spin_work"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("t.data").exists());
+    assert!(!tmp.path().join("t.data.partial").exists());
+    // A signal action uftrace does not have.
+    let out = Command::new(BIN)
+        .args(["record", "--signal", "SIGUSR1@finish", "--", "true"])
+        .output()
+        .expect("run record");
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("trace_on"), "{}", stderr(&out));
+}

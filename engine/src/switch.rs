@@ -1,0 +1,117 @@
+//! Tracing switched off and on while the guest runs (`record --trace=off`, `trace on|off`,
+//! `--trace-on-at`/`--trace-off-at`). While off the plugin instruments nothing per call, so
+//! the engine sees no event; at each edge it writes what makes uftrace's replay nest and
+//! balance each window: at the off edge every open frame closes (as the end of a trace
+//! closes them) and a `qemu:trace_off` event follows; at the on edge a `qemu:trace_on`
+//! event, then (once the vCPU runs and its registers are readable) a resync marker naming
+//! the stack cookie the CLI unwinds into the frames open there (`qemu:opened`), after which
+//! returns past the bottom are written for the CLI to match, as after a snapshot start.
+
+use crate::hot::Engine;
+use qemu_uftrace_format::events::{TRACE_OFF, TRACE_ON};
+use qemu_uftrace_format::record::RecordType;
+
+impl Engine {
+    /// The off edge at `now`: every open frame closes, then the `qemu:trace_off` event at
+    /// depth 0 (the CLI closes there the unwound frames beneath too). The stack is empty
+    /// afterwards; nothing is recorded until [`Engine::switch_on`].
+    pub fn switch_off(&mut self, now: u64) {
+        let now = self.clamp(now);
+        self.close_skipped(now, 0);
+        self.pushed_frames.clear();
+        self.midway = false;
+        self.event_at_bottom(now, TRACE_OFF);
+    }
+
+    /// The on edge at `now`: the `qemu:trace_on` event at depth 0. The frames open are told
+    /// by [`Engine::opened_by_cookie`] where the context first runs after it (or, without a
+    /// cookie, rebuilt as any resync would).
+    pub fn switch_on(&mut self, now: u64) {
+        let now = self.clamp(now);
+        // What the stack held when tracing went off was closed then; anything left (a
+        // context the off edge did not reach) is stale.
+        self.stack_mut_clear();
+        self.event_at_bottom(now, TRACE_ON);
+    }
+
+    /// The context runs with the calls open that stack cookie `seq` shows (the plugin saved
+    /// it): the marker the CLI replaces by their entries, then returns past the bottom are
+    /// written for the CLI to match (`outer_return`).
+    pub fn opened_by_cookie(&mut self, now: u64, seq: u32) {
+        let now = self.clamp(now);
+        self.stack_mut_clear();
+        self.event_at_bottom(now, qemu_uftrace_format::cookie::resync_marker(seq));
+        self.midway = true;
+    }
+
+    fn event_at_bottom(&mut self, now: u64, id: u64) {
+        self.emit(now, RecordType::Event, 0, id);
+    }
+
+    /// Forgets the frames without writing their exits (they were closed, or never seen).
+    fn stack_mut_clear(&mut self) {
+        while self.stack_mut().pop().is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::hot::Engine;
+    use qemu_uftrace_format::events::{TRACE_OFF, TRACE_ON};
+    use qemu_uftrace_format::record::{decode_all, RecordType};
+    use std::sync::{Arc, Mutex};
+
+    fn engine() -> (Engine, Arc<Mutex<Vec<u8>>>) {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let spill = Box::new(move |_tid, buf: Vec<u8>| {
+            sink.lock().unwrap().extend_from_slice(&buf);
+            Vec::new()
+        });
+        (Engine::new(Vec::new(), spill, 1024, 1), out)
+    }
+
+    #[test]
+    fn a_window_closes_its_frames_and_starts_from_a_cookie() {
+        let (mut e, out) = engine();
+        e.call(1, 0x100, 0x10);
+        e.call(2, 0x200, 0x110);
+        e.switch_off(5);
+        e.switch_on(50);
+        e.opened_by_cookie(51, 7);
+        // A return past the bottom: written for the CLI to match.
+        struct NoRecords;
+        impl crate::guest::GuestView for NoRecords {
+            fn frame_pointer(&mut self) -> Option<u64> {
+                None
+            }
+            fn frame_record(&mut self, _fp: u64) -> Option<(u64, u64)> {
+                None
+            }
+            fn call_before(&mut self, _r: u64) -> Option<crate::guest::CallSite> {
+                None
+            }
+        }
+        e.ret(60, 0x310, &mut NoRecords);
+        e.flush();
+        let got: Vec<_> = decode_all(&out.lock().unwrap())
+            .unwrap()
+            .iter()
+            .map(|r| (r.time, r.kind, r.depth, r.addr))
+            .collect();
+        let marker = qemu_uftrace_format::addr48(qemu_uftrace_format::cookie::resync_marker(7));
+        assert_eq!(
+            got,
+            [
+                (1, RecordType::Entry, 0, 0x100),
+                (2, RecordType::Entry, 1, 0x200),
+                (5, RecordType::Exit, 1, 0x200),
+                (5, RecordType::Exit, 0, 0x100),
+                (5, RecordType::Event, 0, TRACE_OFF),
+                (50, RecordType::Event, 0, TRACE_ON),
+                (51, RecordType::Event, 0, marker),
+                (60, RecordType::Exit, 0, 0x310),
+            ]
+        );
+    }
+}

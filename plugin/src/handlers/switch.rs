@@ -1,0 +1,458 @@
+//! Tracing switched on and off while the guest runs (`state::switch` holds the flags).
+//!
+//! While off, blocks are translated with no call, return or landing instrumentation: only
+//! the instruction clock's add (the insn clock keeps counting, so windows line up with a
+//! full recording of the same run), a conditional callback on this vCPU's bell word (an
+//! inline compare a block: the callback itself runs only when rung) and the
+//! `--trace-on-at` functions' callbacks. A switch is `qemu_plugin_reset` called on a vCPU
+//! thread: QEMU then, in one exclusive section with every vCPU stopped, flushes every
+//! translation, drops our callbacks and calls us back (`entry::register`), where each
+//! vCPU's engine writes its edge ([`apply`]) and the callbacks are registered again; the
+//! blocks translated from then on carry the new state's instrumentation. So the switch
+//! reaches every vCPU (user mode: every thread of the process) at one instant of guest
+//! time, and costs one flush and the re-translation of the working set.
+//!
+//! What asks for a switch: `record` writes `on`/`off` into the switch file (its own
+//! `trace on|off` command or a signal); a thread here reads it every [`POLL`] and, while a
+//! switch is due, rings every vCPU's bell word. QEMU moves every scoreboard when it creates a
+//! vCPU past their size (user mode: a new thread, on that thread, just before our vCPU init
+//! callback), so the poller never writes while a thread is being created: a `clone` with
+//! `CLONE_VM` counts as creating from its entry until a vCPU init (or its failed return), and
+//! the count and the ring share a lock. The next translation or system call of any thread
+//! switches too. A `--trace-on-at`/`--trace-off-at` function's block asks by itself.
+//!
+//! At a switch on, each vCPU's first block after the flush saves a resync cookie (its
+//! registers and stack top) and its engine writes the marker naming it
+//! ([`on_capture`]); the CLI unwinds it into the frames open there (`qemu:opened`).
+
+use crate::ffi::{
+    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb,
+    qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
+    qemu_plugin_tb, CB_NO_REGS, CB_R_REGS, COND_NE, INLINE_ADD_U64,
+};
+use crate::state::config::Config;
+use crate::state::switch::{
+    self, ACTIVE, OFF_SINCE, OFF_TOTAL, OFF_TRANSLATIONS, SWITCHES, WANTED, WINDOWS,
+};
+use crate::vcpu::scoreboard::{self, Scoreboard};
+use std::collections::HashSet;
+use std::ffi::{c_uint, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// How often the switch file is read.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Blocks translated after a switch on before giving up on capturing vCPUs that never run.
+const CAPTURE_TRANSLATIONS: u64 = 1 << 16;
+
+/// Per vCPU, rung (non-zero) when a switch is due.
+static BELL: OnceLock<Scoreboard> = OnceLock::new();
+/// A reset was asked of QEMU and its callback has not run yet.
+static RESETTING: AtomicBool = AtomicBool::new(false);
+/// How a reset is asked for (`entry::register`, which owns the callback).
+static RESET: OnceLock<fn()> = OnceLock::new();
+/// vCPUs whose first block after a switch on still has to save its cookie.
+static CAPTURE_DUE: Mutex<Vec<bool>> = Mutex::new(Vec::new());
+static CAPTURING: AtomicBool = AtomicBool::new(false);
+static CAPTURE_BUDGET: AtomicU64 = AtomicU64::new(0);
+/// vCPUs created so far (system mode: the bell rings those).
+static VCPUS: AtomicU64 = AtomicU64::new(0);
+/// Tasks switched in since the last switch on (their frames taken then, or by
+/// [`on_capture`]); `None` before the first.
+static SWITCHED_IN: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+/// The switch file (`switch=`), for the poller of a forked child.
+static FILE: OnceLock<PathBuf> = OnceLock::new();
+
+/// At install: the state to start in (`trace=off`, or what the switch file says already,
+/// for an exec'd image), the bell, the poller. `reset` asks QEMU for a reset.
+pub fn install(cfg: &Config, reset: fn()) {
+    let _ = RESET.set(reset);
+    let on = cfg
+        .switch_file
+        .as_deref()
+        .and_then(read_file)
+        .unwrap_or(!cfg.trace_off);
+    WANTED.store(on, Ordering::Relaxed);
+    ACTIVE.store(on, Ordering::Relaxed);
+    if on {
+        WINDOWS.store(1, Ordering::Relaxed);
+    } else {
+        OFF_SINCE.store(switch::since_start(), Ordering::Relaxed);
+    }
+    let _ = BELL.set(scoreboard::one_word());
+    if let Some(path) = &cfg.switch_file {
+        let _ = FILE.set(path.clone());
+        start_poller(path.clone());
+    }
+}
+
+/// A vCPU was created (its index; QEMU has grown the scoreboards for it already).
+pub fn vcpu_created(index: u32) {
+    VCPUS.fetch_max(u64::from(index) + 1, Ordering::AcqRel);
+    let mut creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    *creating = creating.saturating_sub(1);
+}
+
+/// In a forked child (user mode): the poller thread did not survive the fork.
+pub fn after_fork() {
+    RESETTING.store(false, Ordering::Relaxed);
+    // The parent's threads are not here; what the forking thread was creating is not either.
+    *CREATING.lock().unwrap_or_else(|e| e.into_inner()) = 0;
+    if let Some(path) = FILE.get() {
+        start_poller(path.clone());
+    }
+}
+
+/// What the switch file asks for: `on` or `off` (anything else: nothing).
+fn read_file(path: &std::path::Path) -> Option<bool> {
+    match std::fs::read_to_string(path).ok()?.trim() {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn start_poller(path: PathBuf) {
+    let spawned = crate::state::output::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("uftrace-switch".into())
+            .spawn(move || loop {
+                std::thread::sleep(POLL);
+                if let Some(on) = read_file(&path) {
+                    WANTED.store(on, Ordering::Release);
+                }
+                // Again at each poll while due: a ring skipped during a thread's creation.
+                if switch::due() {
+                    ring();
+                }
+            })
+    });
+    if let Err(e) = spawned {
+        if let Some(out) = crate::state::OUTPUT.get() {
+            out.note_error(format!("switch thread: {e}: tracing cannot be switched"));
+        }
+    }
+}
+
+/// Rings every vCPU's bell, so that the next block any of them runs switches; not while a
+/// thread is being created (its vCPU may move the scoreboard).
+fn ring() {
+    let Some(bell) = BELL.get() else {
+        return;
+    };
+    let creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+    if *creating > 0 {
+        return;
+    }
+    let n = VCPUS.load(Ordering::Acquire) as u32;
+    for i in 0..n {
+        bell.for_vcpu(i, false).set(1);
+    }
+    drop(creating);
+}
+
+/// User mode: threads being created (a `clone` with `CLONE_VM` entered, its vCPU not yet
+/// initialised), during which QEMU may move the scoreboards.
+static CREATING: Mutex<u32> = Mutex::new(0);
+
+thread_local! {
+    /// This thread's `clone` that creates a vCPU is under way (until it returns).
+    static CLONING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The `clone` and `clone3` numbers of this guest's Linux.
+fn clone_numbers() -> (i64, i64) {
+    match crate::state::arch_or_default() {
+        qemu_uftrace_format::Arch::X86_64 => (56, 435),
+        _ => (220, 435),
+    }
+}
+
+const CLONE_VM: u64 = 0x100;
+
+/// A system call starts (user mode, `a1` its first argument): a thread's creation counts
+/// from here; and a switch asked for while this thread ran without translating.
+pub fn at_syscall(num: i64, a1: u64) {
+    let (clone, clone3) = clone_numbers();
+    let flags = if num == clone {
+        Some(a1)
+    } else if num == clone3 {
+        // `struct clone_args` starts with the flags; unreadable: taken as a thread.
+        Some(crate::handlers::usermap::with_buf(|b| b.read_le(a1, 8)).unwrap_or(CLONE_VM))
+    } else {
+        None
+    };
+    if flags.is_some_and(|f| f & CLONE_VM != 0) {
+        *CREATING.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        CLONING.with(|c| c.set(true));
+    }
+    poke();
+}
+
+/// A system call returned `ret` (user mode): a failed thread creation ends here.
+pub fn at_syscall_ret(ret: i64) {
+    if CLONING.with(|c| c.replace(false)) && ret < 0 {
+        let mut creating = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+        *creating = creating.saturating_sub(1);
+    }
+}
+
+/// Whether blocks are translated with our callback: while tracing is on, and while off only
+/// to count instructions (`--clock insn`: windows keep the times of a full recording) or to
+/// find `--trace-on-at` functions.
+pub fn translates() -> bool {
+    switch::active()
+        || crate::vcpu::clock::insn_counter().is_some()
+        || crate::state::config().is_some_and(|c| !c.trace_on_at.is_empty())
+}
+
+/// On a vCPU thread (a callback, the translation): asks QEMU for the reset that switches,
+/// where one is due and none is under way.
+#[inline]
+pub fn poke() {
+    if !switch::due() || RESETTING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(reset) = RESET.get() {
+        reset();
+    }
+}
+
+/// A block ran while this vCPU's bell was rung.
+///
+/// # Safety
+/// Registered by [`instrument`].
+unsafe extern "C" fn on_bell(_vcpu_index: c_uint, _data: *mut c_void) {
+    crate::state::guard("a switch", poke);
+}
+
+/// A `--trace-on-at` function was entered.
+unsafe extern "C" fn on_trace_on_at(_vcpu_index: c_uint, _data: *mut c_void) {
+    crate::state::guard("a switch", || {
+        if !WANTED.swap(true, Ordering::AcqRel) {
+            poke();
+        }
+    });
+}
+
+/// A `--trace-off-at` function was entered.
+unsafe extern "C" fn on_trace_off_at(_vcpu_index: c_uint, _data: *mut c_void) {
+    crate::state::guard("a switch", || {
+        if WANTED.swap(false, Ordering::AcqRel) {
+            poke();
+        }
+    });
+}
+
+/// Inside QEMU's exclusive section of a reset (every vCPU stopped, every translation
+/// flushed, our callbacks unregistered): each vCPU's engine writes the edge; the caller
+/// registers the callbacks again.
+pub fn apply() {
+    let want = WANTED.load(Ordering::Acquire);
+    let was = ACTIVE.load(Ordering::Acquire);
+    let n = crate::vcpu::capacity() as u32;
+    if want != was {
+        // Said first: the edges' buffers wake the writer, which rewrites the status at once
+        // when it sees a new switch.
+        ACTIVE.store(want, Ordering::Release);
+        SWITCHES.fetch_add(1, Ordering::AcqRel);
+        if want {
+            WINDOWS.fetch_add(1, Ordering::AcqRel);
+        }
+        let mut at = None;
+        let mut due = Vec::new();
+        for i in 0..n {
+            let done = crate::vcpu::with(i, |v| {
+                let now = v.now();
+                // A return's flag or a jump's address left by code of the other state.
+                let _ = v.pending.take_jump();
+                let _ = v.pending.take();
+                if want {
+                    v.engine.switch_on(now);
+                } else {
+                    v.engine.switch_off(now);
+                }
+                v.engine.flush();
+                now
+            });
+            if let Some(now) = done {
+                // An OS's tasks waiting on no vCPU close theirs too (once, with this one's
+                // engine).
+                if !want && at.is_none() {
+                    crate::vcpu::with(i, |v| {
+                        crate::state::with_tasks(|t| t.switch_off_waiting(&mut v.engine, now))
+                    });
+                }
+                at.get_or_insert(now);
+            }
+            due.push(done.is_some());
+        }
+        let host = switch::since_start();
+        if want {
+            let since = OFF_SINCE.swap(u64::MAX, Ordering::AcqRel);
+            if since != u64::MAX {
+                OFF_TOTAL.fetch_add(host.saturating_sub(since), Ordering::AcqRel);
+            }
+            *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
+            SWITCHED_IN
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(HashSet::new)
+                .clear();
+            CAPTURE_BUDGET.store(CAPTURE_TRANSLATIONS, Ordering::Release);
+            CAPTURING.store(true, Ordering::Release);
+        } else {
+            OFF_SINCE.store(host, Ordering::Release);
+            CAPTURING.store(false, Ordering::Release);
+        }
+    }
+    if let Some(bell) = BELL.get() {
+        for i in 0..VCPUS.load(Ordering::Acquire) as u32 {
+            bell.for_vcpu(i, false).set(0);
+        }
+    }
+    RESETTING.store(false, Ordering::Release);
+}
+
+/// Whether blocks being translated get [`on_capture`]: after a switch on, until every vCPU
+/// saved its cookie (or the budget of translations ran out).
+fn capturing() -> bool {
+    if !CAPTURING.load(Ordering::Relaxed) {
+        return false;
+    }
+    if CAPTURE_BUDGET.fetch_sub(1, Ordering::Relaxed) <= 1 {
+        CAPTURING.store(false, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
+/// A vCPU's first block after a switch on (R_REGS; `data` is the block's address): the
+/// stack cookie of what is open there, and the marker that names it.
+///
+/// # Safety
+/// Registered by [`instrument`] with QEMU_PLUGIN_CB_R_REGS.
+unsafe extern "C" fn on_capture(vcpu_index: c_uint, data: *mut c_void) {
+    crate::state::guard("a switch on", || {
+        {
+            let mut due = CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner());
+            match due.get_mut(vcpu_index as usize) {
+                Some(d) if *d => *d = false,
+                _ => return,
+            }
+            if due.iter().all(|d| !d) {
+                CAPTURING.store(false, Ordering::Relaxed);
+            }
+        }
+        let pc = data as u64;
+        crate::vcpu::with(vcpu_index, |v| {
+            let now = v.now();
+            let tid = v.engine.tid();
+            // Without a cookie the engine rebuilds the stack as any resync does, at its
+            // first return that matches nothing.
+            if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
+                v.engine.opened_by_cookie(now, seq);
+            }
+            if let Some(seen) = SWITCHED_IN
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                seen.insert(tid);
+            }
+        });
+    });
+}
+
+/// An OS task was switched in on `vcpu` by the instruction at `pc` (its registers are the
+/// arriving task's there, as its switch code restored them): the first time since tracing
+/// went on, the frames it has open are taken as a running vCPU's are.
+pub fn at_switch_in(v: &mut crate::vcpu::VcpuState, pc: u64) {
+    if !switch::active() {
+        return;
+    }
+    let tid = v.engine.tid();
+    {
+        let mut seen = SWITCHED_IN.lock().unwrap_or_else(|e| e.into_inner());
+        // Never switched: the tasks' stacks were followed from the start.
+        let Some(seen) = seen.as_mut() else {
+            return;
+        };
+        if !seen.insert(tid) {
+            return;
+        }
+    }
+    let now = v.now();
+    if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
+        v.engine.opened_by_cookie(now, seq);
+    }
+}
+
+/// The block being translated (`first` its first instruction, at `start`, `n`
+/// instructions): its switch's instrumentation. Returns true where tracing is off and the
+/// block needs nothing else (the caller registers no call's callback).
+///
+/// # Safety
+/// `tb` and `first` are live handles of the block being translated.
+pub unsafe fn instrument(
+    tb: *mut qemu_plugin_tb,
+    first: *mut qemu_plugin_insn,
+    start: u64,
+    n: usize,
+) -> bool {
+    // A thread that translates looks too (user mode: a bell not rung while threads start).
+    poke();
+    let active = switch::active();
+    let cfg = crate::state::config();
+    // While on, a function's entry is rung often enough and costs the other blocks nothing
+    // (where the entries are known); while off every block listens.
+    let listens =
+        !active || !crate::state::entries::active() || crate::state::entries::is_entry(start);
+    if let Some(bell) = BELL.get().filter(|_| listens) {
+        unsafe {
+            qemu_plugin_register_vcpu_tb_exec_cond_cb(
+                tb,
+                on_bell,
+                CB_NO_REGS,
+                COND_NE,
+                bell.entry(),
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+    }
+    let (at, cb): (_, unsafe extern "C" fn(c_uint, *mut c_void)) = if active {
+        (cfg.map(|c| &c.trace_off_at), on_trace_off_at)
+    } else {
+        (cfg.map(|c| &c.trace_on_at), on_trace_on_at)
+    };
+    // The CLI names functions in the symbol file's space (a randomised kernel's moved back).
+    if at.is_some_and(|a| a.contains(&crate::state::kaslr::to_symbols(start))) {
+        unsafe {
+            qemu_plugin_register_vcpu_insn_exec_cb(first, cb, CB_NO_REGS, std::ptr::null_mut())
+        };
+    }
+    if active {
+        if capturing() {
+            unsafe {
+                qemu_plugin_register_vcpu_insn_exec_cb(
+                    first,
+                    on_capture,
+                    CB_R_REGS,
+                    start as usize as *mut c_void,
+                )
+            };
+        }
+        return false;
+    }
+    OFF_TRANSLATIONS.fetch_add(1, Ordering::Relaxed);
+    if let Some(counter) = crate::vcpu::clock::insn_counter() {
+        unsafe {
+            qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
+        };
+    }
+    true
+}
