@@ -257,6 +257,22 @@ pub struct RecordArgs {
     #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time_filter, allow_hyphen_values = true)]
     pub time_filter: Option<u64>,
 
+    /// Record FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32,arg3; repeatable
+    ///
+    /// FUNC as for -F. Each value argN (in the calling convention's registers: x86_64
+    /// arg1-arg6, aarch64 and riscv64 arg1-arg8) with a format: d (default), i, u, x, o,
+    /// s (a string, read from guest memory: at most 98 bytes, <0x…> where it cannot be
+    /// read), c or p, and a size of 8, 16, 32 or 64 bits. uftrace replay shows f(1, "x")
+    #[arg(short = 'A', long = "argument", value_name = "SPEC")]
+    pub argument: Vec<String>,
+
+    /// Record FUNC's return value (uftrace's -R): FUNC@retval[/FORMAT]; repeatable
+    ///
+    /// Read at FUNC's return instructions (its symbol's size must be known); uftrace
+    /// replay shows } = 3; /* f */
+    #[arg(short = 'R', long = "retval", value_name = "SPEC")]
+    pub retval: Vec<String>,
+
     /// uftrace's -r/--time-range selects by time when a trace is shown, not recorded:
     /// refused, with the way to it
     #[arg(short = 'r', long, value_name = "START~STOP", hide = true)]

@@ -118,6 +118,7 @@ pub fn assemble(
     for line in resyncs.iter().flat_map(|r| &r.problems) {
         warn(format!("resync not unwound: {line}"));
     }
+    let arg_spec = (!prep.arg_specs.is_empty()).then(|| prep.arg_specs.info.clone());
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
@@ -130,6 +131,7 @@ pub fn assemble(
         stats: stats.clone(),
         later_processes: user.task_lines.into_iter().chain(procs.lines).collect(),
         later_tids: user.tids.into_iter().chain(procs.tids).collect(),
+        arg_spec,
     };
     let assembled = symbols
         .files
@@ -143,6 +145,18 @@ pub fn assemble(
             staging.display()
         ))
     })?;
+    // -A/-R: the carrier records folded into their records, once nothing walks the task
+    // files in 16-byte steps any more (the assembly's scan for code without symbols).
+    if !prep.arg_specs.is_empty() {
+        let folded = crate::argspec::fold_all(staging)?;
+        if folded.dropped > 0 {
+            crate::errors::note(format!(
+                "{} argument or return value reads had no record to go with (not written: \
+                 a filter, the depth limit, the size cap)",
+                folded.dropped
+            ));
+        }
+    }
     for why in &user.problems {
         warn(format!("INCOMPLETE TRACE: {why}"));
     }

@@ -38,6 +38,8 @@ pub struct Prepared {
     pub cap: Option<Cap>,
     /// `-F`/`-N`, resolved.
     pub filters: crate::filter::Filters,
+    /// `-A`/`-R`, resolved.
+    pub arg_specs: crate::argspec::ArgSpecs,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -133,7 +135,9 @@ pub fn prepare(
     let wants_names = args.stop_at.is_some()
         || args.start_at.is_some()
         || !args.filter.is_empty()
-        || !args.notrace.is_empty();
+        || !args.notrace.is_empty()
+        || !args.argument.is_empty()
+        || !args.retval.is_empty();
     // The sources read once for the names, the entries and the symbol job alike.
     let read = ReadOnce::new(&sources, Some(arch));
     let names = if wants_names {
@@ -150,6 +154,19 @@ pub fn prepare(
         None => None,
     };
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
+    let arg_specs = if args.argument.is_empty() && args.retval.is_empty() {
+        crate::argspec::ArgSpecs::default()
+    } else {
+        if let Some(t) = args.time_filter.filter(|&t| t > 0) {
+            return Err(crate::errors::usage(
+                format!("-A/-R with -t {t}: arguments beside a time filter are not recorded yet"),
+                "leave out -t, and filter by time when the trace is shown (replay -t)",
+            ));
+        }
+        let sizes =
+            crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
+        crate::argspec::ArgSpecs::resolve(&args.argument, &args.retval, &names, &sizes, arch)?
+    };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
     // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
@@ -214,6 +231,7 @@ pub fn prepare(
         start_at: start_at.as_deref(),
         filters: &filters,
         names: &names,
+        arg_specs: &arg_specs,
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -248,6 +266,7 @@ pub fn prepare(
             command,
             cap,
             filters,
+            arg_specs,
         },
         Jobs {
             symbols,
@@ -280,6 +299,8 @@ struct PluginOptions<'a> {
     filters: &'a crate::filter::Filters,
     /// What FUNCs were resolved in (a PIE's link entry point).
     names: &'a crate::stop_at::Names,
+    /// `-A`/`-R`'s functions.
+    arg_specs: &'a crate::argspec::ArgSpecs,
 }
 
 impl PluginOptions<'_> {
@@ -315,6 +336,14 @@ impl PluginOptions<'_> {
         }
         v.push(self.filters.plugin_options());
         v.push(self.names.plugin_option());
+        match self.arg_specs.write_plugin_file(self.staging) {
+            Ok(Some(path)) => {
+                v.push(",args_file=");
+                v.push(qemu::escape_keyval(path.as_os_str()));
+            }
+            Ok(None) => {}
+            Err(e) => crate::errors::warn_early(format!("arguments not recorded: {e:#}")),
+        }
         // Names for the guest's tasks when a source has the kernel's DWARF or BTF (else
         // `pid-N`), and where their PIDs are for a guest with no PID register (else
         // synthetic ids).

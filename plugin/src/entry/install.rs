@@ -123,6 +123,10 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     };
     // An exec'd image runs another program: the first one's functions are not its.
     let pie = cfg.pie.clone().filter(|_| cfg.proc_key.is_none());
+    // -A/-R's list first: a PIE's functions there are placed as `-F`'s are.
+    if let Some(path) = &cfg.args_file {
+        crate::state::args::load(path, cfg.proc_key.is_some()).unwrap_or_else(|msg| fail(&msg));
+    }
     crate::state::aims::install(given, pie);
     let output = Output::start(cfg.out.clone(), limits)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));

@@ -199,6 +199,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     // a load among them (`arch::feeding_load`).
     let mut earlier: Vec<(*mut qemu_plugin_insn, [u8; 16], usize)> = Vec::new();
     let mut current = None;
+    let args_on = crate::state::args::active();
     for i in 0..n {
         earlier.extend(current.take());
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
@@ -207,6 +208,12 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
         current = Some((insn, bytes, len));
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        // -A/-R: a spec'd function's first instruction reads its arguments (before any
+        // other callback of that instruction: a call there comes after).
+        if args_on {
+            let ret = isa.classify(mode, pc, &bytes[..len]) == InsnKind::Return;
+            unsafe { crate::handlers::args::instrument(insn, pc, ret) };
+        }
         if !user {
             // A Linux guest's process mappings: a few kernel functions' first instructions.
             unsafe { crate::handlers::procmaps::instrument(insn, pc) };

@@ -70,7 +70,8 @@ static NONE: Aims = Aims {
 /// exec'd image: they are the first program's).
 pub fn install(given: Aims, pie: Option<Pie>) {
     let _ = GIVEN.set(given);
-    if let Some(pie) = pie.filter(|p| !p.aims.is_empty()) {
+    // -A/-R's PIE functions are placed by the same bias (`state::args`).
+    if let Some(pie) = pie.filter(|p| !p.aims.is_empty() || crate::state::args::has_pie()) {
         let _ = PIE.set(pie);
     }
 }
@@ -102,6 +103,12 @@ pub fn place(at_entry: u64) -> Option<&'static Aims> {
     let given = GIVEN.get().unwrap_or(&NONE);
     let _ = PLACED.set((bias, given.with_moved(&pie.aims, bias)));
     PLACED.get().map(|(_, a)| a)
+}
+
+/// The bias a PIE program was moved by, once placed (`state::args` places its functions
+/// by it).
+pub fn bias() -> Option<u64> {
+    PLACED.get().map(|&(b, _)| b)
 }
 
 /// For `plugin.stats`: of the run-time addresses `reached` (of `-F` when `filter`, else of

@@ -2,7 +2,7 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
+//! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
@@ -94,6 +94,8 @@ pub struct Config {
     /// The run starts mid-way (`-loadvm`, `-incoming`): each vCPU's first instruction
     /// saves a stack cookie (`resume=on`).
     pub resume: bool,
+    /// `-A`/`-R`: the functions whose values are read (`args_file=FILE`, `state::args`).
+    pub args_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +243,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut entries_later = false;
     let mut lib_entries = None;
     let mut resume = false;
+    let mut args_file = None;
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
@@ -375,6 +378,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "proc_watch" => proc_watch = Some(Watch::parse(value)?),
             "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
             "resume" => resume = on_off("resume", value)?,
+            "args_file" => args_file = Some(PathBuf::from(raw_value)),
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -421,5 +425,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         notrace,
         time_filter,
         pie,
+        args_file,
     })))
 }

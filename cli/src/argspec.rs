@@ -1,0 +1,277 @@
+//! `-A/--argument SPEC` and `-R/--retval SPEC` (uftrace's): each SPEC parsed as uftrace
+//! parses it (`format::args`), its FUNC resolved as `-F`'s is (a whole name, or a regular
+//! expression matched anywhere), the values of each function merged as uftrace's replay
+//! merges them, so that the payload the plugin writes is the one replay reads back by the
+//! same specs (kept as typed in `info`). The plugin gets the list in a file
+//! (`args_file=`, `state::args`); after the run its carrier records are folded into the
+//! records they belong to (`fold_all`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use qemu_uftrace_format::args::{self as fargs, Folded, InfoSpec, Value};
+use qemu_uftrace_format::Arch;
+use regex::Regex;
+
+use crate::errors::usage;
+use crate::stop_at::{resolve, Addr, Names};
+
+/// One function's values to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuncValues {
+    pub addr: Addr,
+    /// Its size (0: unknown, so no return value can be read).
+    pub size: u64,
+    pub values: Vec<Value>,
+}
+
+/// Every `-A`/`-R` of a recording, resolved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ArgSpecs {
+    pub info: InfoSpec,
+    pub funcs: Vec<FuncValues>,
+}
+
+/// The last argument a register holds in `arch`'s calling convention.
+pub fn max_register_arg(arch: Arch) -> u8 {
+    match arch {
+        Arch::X86_64 => 6,
+        Arch::Aarch64 | Arch::Riscv64 => 8,
+    }
+}
+
+impl ArgSpecs {
+    /// Parses and resolves `argument` (`-A`) and `retval` (`-R`) in `names`, with each
+    /// function's size from `sizes`; a bad spec, an unknown function or a return value of
+    /// a function of unknown size is one line.
+    pub fn resolve(
+        argument: &[String],
+        retval: &[String],
+        names: &Names,
+        sizes: &HashMap<Addr, u64>,
+        arch: Arch,
+    ) -> Result<Self> {
+        let mut specs = ArgSpecs {
+            info: InfoSpec {
+                argspec: argument.to_vec(),
+                retspec: retval.to_vec(),
+            },
+            funcs: Vec::new(),
+        };
+        if argument.is_empty() && retval.is_empty() {
+            return Ok(specs);
+        }
+        let mut exacts: HashMap<Addr, Vec<bool>> = HashMap::new();
+        let given = (argument.iter().map(|s| ("-A", s))).chain(retval.iter().map(|s| ("-R", s)));
+        for (option, text) in given {
+            let spec = fargs::parse(text, max_register_arg(arch)).map_err(|e| {
+                usage(
+                    format!("{option} {e}"),
+                    "write it as uftrace does: FUNC@arg1/s,arg2/x32 or FUNC@retval/d",
+                )
+            })?;
+            let exact = !spec.pattern.contains(crate::filter::REGEX_CHARS);
+            let addrs = matching(option, &spec.pattern, names)?;
+            for addr in addrs {
+                let size = sizes.get(&addr).copied().unwrap_or(0);
+                if size == 0 && spec.values.iter().any(Value::is_retval) && exact {
+                    return Err(usage(
+                        format!(
+                            "{option} {text}: the symbols do not say where {} ends, so its \
+                             return instructions are not known",
+                            spec.pattern
+                        ),
+                        "give a symbol source with sizes (the ELF file) with --symbols",
+                    ));
+                }
+                let i = match specs.funcs.iter().position(|f| f.addr == addr) {
+                    Some(i) => i,
+                    None => {
+                        specs.funcs.push(FuncValues {
+                            addr,
+                            size,
+                            values: Vec::new(),
+                        });
+                        specs.funcs.len() - 1
+                    }
+                };
+                let ex = exacts.entry(addr).or_default();
+                for v in &spec.values {
+                    fargs::merge_exact(&mut specs.funcs[i].values, ex, *v, exact);
+                }
+            }
+        }
+        specs.funcs.sort_by_key(|f| f.addr);
+        Ok(specs)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.funcs.is_empty()
+    }
+
+    /// The plugin's list (`state::args`): one line a function.
+    pub fn plugin_list(&self) -> String {
+        let mut out = String::new();
+        for f in &self.funcs {
+            let (place, addr) = match f.addr {
+                Addr::At(a) => ("A", a),
+                Addr::Pie(a) => ("P", a),
+            };
+            let args: Vec<String> = (f.values.iter())
+                .filter(|v| !v.is_retval())
+                .map(|v| format!("{}:{}", v.idx, v.plugin_word()))
+                .collect();
+            let args = if args.is_empty() {
+                "-".to_string()
+            } else {
+                args.join(",")
+            };
+            let ret = (f.values.iter().find(|v| v.is_retval()))
+                .filter(|_| f.size > 0)
+                .map_or_else(|| "-".to_string(), Value::plugin_word);
+            let end = if f.size > 0 { addr + f.size } else { 0 };
+            out.push_str(&format!("{place} {addr:x} {end:x} {args} {ret}\n"));
+        }
+        out
+    }
+
+    /// Writes the plugin's list into the staging directory (`args_file=`); its path.
+    pub fn write_plugin_file(&self, staging: &Path) -> Result<Option<PathBuf>> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let path = staging.join("plugin.args");
+        std::fs::write(&path, self.plugin_list())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(Some(path))
+    }
+}
+
+/// FUNC's addresses, as `-F` resolves it.
+fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
+    if !text.contains(crate::filter::REGEX_CHARS) {
+        return resolve(option, text, names);
+    }
+    let re = Regex::new(text).map_err(|e| {
+        let why = e.to_string();
+        let last = why.lines().last().unwrap_or("invalid").trim().to_string();
+        usage(
+            format!("{option} {text}: not a regular expression ({last})"),
+            "fix it, or give a whole function name",
+        )
+    })?;
+    let mut addrs: Vec<Addr> = (names.functions.iter())
+        .filter(|(name, _)| re.is_match(name))
+        .map(|&(_, addr)| addr)
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    if addrs.is_empty() {
+        return Err(usage(
+            format!("{option} {text}: the regular expression matches no symbol"),
+            "match a function of the guest's symbols (add --symbols FILE for others)",
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Each function's size, by the address `Names` gives it (the same sources, read once).
+pub fn sizes(
+    read: &crate::symbol_source::ReadOnce,
+    program: Option<(&qemu_uftrace_symbols::Image, Option<u64>)>,
+) -> HashMap<Addr, u64> {
+    let mut sizes = HashMap::new();
+    for image in read.images() {
+        for f in &image.functions {
+            sizes.insert(Addr::At(f.addr), f.size);
+        }
+    }
+    if let Some((image, pie_entry)) = program {
+        for f in &image.functions {
+            let a = match pie_entry {
+                Some(_) => Addr::Pie(f.addr),
+                None => Addr::At(f.addr),
+            };
+            sizes.insert(a, f.size);
+        }
+    }
+    sizes
+}
+
+/// Folds the carrier records of every task file in `dir` into their records (the `more`
+/// bit and the payload after), each file rewritten in place.
+pub fn fold_all(dir: &Path) -> Result<Folded> {
+    let mut total = Folded::default();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "dat"))
+        .collect();
+    for path in files {
+        let input = std::fs::File::open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let tmp = path.with_extension("dat.args");
+        let mut out = std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(&tmp)
+                .with_context(|| format!("cannot write {}", tmp.display()))?,
+        );
+        let done = fargs::fold(input, &mut out)
+            .and_then(|d| std::io::Write::flush(&mut out).map(|_| d))
+            .with_context(|| format!("cannot fold the arguments of {}", path.display()))?;
+        drop(out);
+        std::fs::rename(&tmp, &path)
+            .with_context(|| format!("cannot replace {}", path.display()))?;
+        total.args += done.args;
+        total.retvals += done.retvals;
+        total.dropped += done.dropped;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names() -> (Names, HashMap<Addr, u64>) {
+        let names = Names {
+            functions: [("add", 0x10), ("greet", 0x20), ("add_all", 0x30)]
+                .iter()
+                .map(|&(n, a)| (n.to_string(), Addr::At(a)))
+                .collect(),
+            sources: 1,
+            pie_entry: None,
+        };
+        let sizes = [
+            (Addr::At(0x10), 8),
+            (Addr::At(0x20), 0),
+            (Addr::At(0x30), 16),
+        ]
+        .into_iter()
+        .collect();
+        (names, sizes)
+    }
+
+    #[test]
+    fn specs_resolve_and_merge_as_uftrace_replays_them() {
+        let (n, s) = names();
+        let a = ["^add@arg1/x".to_string(), "add@arg1/i32,arg2".to_string()];
+        let r = ["add@retval".to_string()];
+        let specs = ArgSpecs::resolve(&a, &r, &n, &s, Arch::X86_64).unwrap();
+        assert_eq!(specs.plugin_list(), "A 10 18 1:4,2:8 8\nA 30 40 1:8 -\n");
+        let e = ArgSpecs::resolve(&[], &["greet@retval".into()], &n, &s, Arch::X86_64)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("do not say where greet ends"), "{e}");
+        let e = ArgSpecs::resolve(&["gret@arg1".into()], &[], &n, &s, Arch::X86_64)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("did you mean greet"), "{e}");
+        let e = ArgSpecs::resolve(&["add@arg7".into()], &[], &n, &s, Arch::X86_64)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stack"), "{e}");
+        assert!(ArgSpecs::resolve(&["add@arg7".into()], &[], &n, &s, Arch::Aarch64).is_ok());
+    }
+}
