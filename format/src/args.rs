@@ -289,6 +289,15 @@ pub struct Folded {
     pub dropped: u64,
 }
 
+/// A carrier group being read.
+struct Group {
+    retval: bool,
+    time: u64,
+    len: usize,
+    func: Option<u64>,
+    payload: Vec<u8>,
+}
+
 struct Rec {
     bytes: [u8; RECORD_SIZE],
     payload: Option<Vec<u8>>,
@@ -332,13 +341,8 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
     let mut held: Option<Rec> = None;
     let mut pending_ret: Option<(u64, Vec<u8>)> = None;
     let mut bytes = [0u8; RECORD_SIZE];
-    // A group being read: (retval, time, payload length, func, payload so far).
-    let mut group: Option<(bool, u64, usize, Option<u64>, Vec<u8>)> = None;
-    loop {
-        match read_exact_or_eof(&mut input, &mut bytes)? {
-            false => break,
-            true => {}
-        }
+    let mut group: Option<Group> = None;
+    while read_exact_or_eof(&mut input, &mut bytes)? {
         let word = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
         let time = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         let id = word >> 16;
@@ -371,19 +375,25 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
                 if group.take().is_some() {
                     done.dropped += 1;
                 }
-                group = Some((tag == TAG_RETVAL, time, low as usize, None, Vec::new()));
+                group = Some(Group {
+                    retval: tag == TAG_RETVAL,
+                    time,
+                    len: low as usize,
+                    func: None,
+                    payload: Vec::new(),
+                });
             }
             TAG_FUNC => match &mut group {
-                Some((_, _, _, f @ None, _)) => *f = Some(low),
+                Some(Group { func: f @ None, .. }) => *f = Some(low),
                 _ => {
                     group = None;
                     done.dropped += 1;
                 }
             },
             _ => match &mut group {
-                Some((_, _, len, Some(_), p)) if p.len() < *len => {
-                    let take = (*len - p.len()).min(PER_CARRIER);
-                    p.extend_from_slice(&low.to_le_bytes()[..take]);
+                Some(g) if g.func.is_some() && g.payload.len() < g.len => {
+                    let take = (g.len - g.payload.len()).min(PER_CARRIER);
+                    g.payload.extend_from_slice(&low.to_le_bytes()[..take]);
                 }
                 _ => {
                     group = None;
@@ -392,10 +402,17 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
             },
         }
         // A whole group: attached where it belongs, or dropped.
-        let complete =
-            matches!(&group, Some((_, _, len, Some(_), p)) if p.len() == *len && *len > 0);
+        let complete = (group.as_ref())
+            .is_some_and(|g| g.func.is_some() && g.payload.len() == g.len && g.len > 0);
         if complete {
-            let Some((retval, time, _, Some(func), payload)) = group.take() else {
+            let Some(Group {
+                retval,
+                time,
+                func: Some(func),
+                payload,
+                ..
+            }) = group.take()
+            else {
                 continue;
             };
             if retval {

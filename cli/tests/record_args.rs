@@ -1,0 +1,233 @@
+//! `record -A/--argument` and `-R/--retval` (issue 38): arguments and return values read
+//! from the guest's registers and memory, replayed by uftrace 0.13, 0.17 and 0.19 as
+//! uftrace shows its own. User mode: `tests/guests/user/args.c` logs each call as replay
+//! shows it; on x86_64 its `-pg` build recorded by native uftrace with the same specs is
+//! the other oracle.
+
+mod common;
+
+use qemu_uftrace_tests::cached;
+use qemu_uftrace_tests::replay::{replay_body, uftrace, uftrace_at, uftrace_versions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The specs, as uftrace takes them: every size and sign, strings, chars, hex.
+const ARGS: &[&str] = &[
+    "add@arg1/i32,arg2/i32",
+    "neg@arg1/i",
+    "greet@arg1/s,arg2/i32",
+    "pick@arg1/i32",
+    "ptr@arg1/x",
+    "paint@arg1/i32",
+    "up@arg1/c",
+    "bad@arg1/s",
+    "narrow@arg1/u8,arg2/i16,arg3/u32",
+    "six@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i",
+];
+/// Beyond x86_64's six argument registers: aarch64 and riscv64 only.
+const ARGS_EIGHT: &str = "eight@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i,arg7/i,arg8/i";
+/// Every function's return value (`^` a regular expression, as `-F` takes it).
+const RETVALS: &[&str] = &[
+    "^add$@retval/i32",
+    "neg@retval/i",
+    "greet@retval/i32",
+    "pick@retval/s",
+    "ptr@retval/x",
+    "paint@retval/i32",
+    "up@retval/c",
+    "bad@retval/i32",
+    "narrow@retval/u16",
+    "six@retval/i",
+    "eight@retval/i",
+];
+const FUNCS: &[&str] = &[
+    "add", "neg", "greet", "pick", "ptr", "paint", "up", "bad", "narrow", "six", "eight",
+];
+
+fn source() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/guests/user/args.c")
+}
+
+/// Builds args.c with `gcc` and `extra` flags into `out`.
+fn build(gcc: &str, extra: &[&str], out: &Path) {
+    let status = Command::new(gcc)
+        .args([
+            "-O1",
+            "-g",
+            "-fno-optimize-sibling-calls",
+            "-fno-inline",
+            "-Wall",
+            "-Werror",
+        ])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(source())
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "{gcc} {extra:?} args.c");
+}
+
+/// `-A …`/`-R …` for `record` (ours and uftrace's alike).
+fn spec_options(eight: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    for a in ARGS.iter().copied().chain(eight.then_some(ARGS_EIGHT)) {
+        v.extend(["-A".to_string(), a.to_string()]);
+    }
+    for r in RETVALS {
+        v.extend(["-R".to_string(), r.to_string()]);
+    }
+    v
+}
+
+/// The replay lines of the spec'd functions (what follows `|`, trimmed), in order.
+fn spec_lines(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .filter_map(replay_body)
+        .map(|(_, body)| body.trim().to_string())
+        .filter(|b| {
+            let name = b.split(['(', ' ', ';']).next().unwrap_or("");
+            FUNCS.contains(&name)
+        })
+        .collect()
+}
+
+/// The program's own log: each call as replay must show it.
+fn logged(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("log: "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Records `program` under `qemu` with the specs; its log and our trace's lines of the
+/// spec'd functions as each uftrace version replays them (all alike).
+fn record_ours(qemu: &Path, program: &Path, eight: bool) -> (Vec<String>, Vec<String>) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(spec_options(eight))
+        .arg("--")
+        .arg(qemu)
+        .arg(program)
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record failed: {stderr}");
+    // Every read went with its record.
+    assert!(!stderr.contains("no record to go with"), "{stderr}");
+    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(log.len(), 13, "{log:?}");
+    let d = dir.to_string_lossy();
+    let mut lines: Option<Vec<String>> = None;
+    for u in uftrace_versions().expect("uftrace versions") {
+        let text = uftrace_at(
+            &u.program,
+            &["replay", "--no-pager", "-F", "main", "-d", &d],
+        )
+        .expect("uftrace replay");
+        let these = spec_lines(&text);
+        match &lines {
+            None => lines = Some(these),
+            Some(first) => assert_eq!(&these, first, "uftrace {} differs", u.version),
+        }
+    }
+    (log, lines.unwrap_or_default())
+}
+
+/// Each logged call is in the trace as logged, and the trace has no other line of them.
+fn assert_as_logged(log: &[String], lines: &[String]) {
+    assert_eq!(lines, log, "trace against the program's own log");
+}
+
+#[test]
+fn x86_64_user_arguments_and_return_values_match_native_uftrace() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    // A dynamic PIE under QEMU (its functions placed by its load bias), and the -pg build
+    // uftrace records natively.
+    let plain = tmp.path().join("args");
+    let pg = tmp.path().join("args-pg");
+    build("gcc", &["-fpie", "-pie"], &plain);
+    build("gcc", &["-pg"], &pg);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-x86_64"), &plain, false);
+    // x86_64 passes eight's 7th and 8th on the stack: shown without arguments.
+    let mut want = log.clone();
+    let last = want.len() - 1;
+    want[last] = "eight() = 20;".into();
+    assert_as_logged(&want, &ours);
+
+    let data = tmp.path().join("native.data");
+    let d = data.to_string_lossy().into_owned();
+    let mut native = vec!["record".to_string(), "-d".into(), d.clone()];
+    native.extend(spec_options(false));
+    native.push(pg.to_string_lossy().into_owned());
+    let native: Vec<&str> = native.iter().map(String::as_str).collect();
+    uftrace(&native).expect("native uftrace record");
+    let text = uftrace(&["replay", "--no-pager", "-F", "main", "-d", &d]).expect("replay");
+    // The same lines, but for the pointers (each run's own load address).
+    let no_ptr = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|l| !l.starts_with("ptr("))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        no_ptr(&ours),
+        no_ptr(&spec_lines(&text)),
+        "ours against native:\n{text}"
+    );
+}
+
+#[test]
+fn aarch64_user_arguments_and_return_values_match_the_log() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("aarch64-linux-gnu-gcc", &["-static"], &elf);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-aarch64"), &elf, true);
+    assert_as_logged(&log, &ours);
+}
+
+#[test]
+fn riscv64_user_arguments_and_return_values_match_the_log() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("riscv64-linux-gnu-gcc", &["-static"], &elf);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-riscv64"), &elf, true);
+    assert_as_logged(&log, &ours);
+}
+
+/// Bad specs are one line each, before QEMU starts.
+#[test]
+fn bad_specs_are_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("gcc", &["-static"], &elf);
+    for (opts, want) in [
+        (&["-A", "ad@arg1"][..], "did you mean add"),
+        (&["-A", "add@arg7"][..], "passed on the stack"),
+        (&["-A", "add@arg1/f"][..], "floating point"),
+        (&["-R", "add@retval/q"][..], "unknown format"),
+        (&["-A", "add@arg1", "-t", "1us"][..], "beside a time filter"),
+    ] {
+        let out = Command::new(common::BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(tmp.path().join("x.data"))
+            .args(opts)
+            .arg("--")
+            .arg(cached("qemu-10.2.2/bin/qemu-x86_64"))
+            .arg(&elf)
+            .output()
+            .expect("run qemu-uftrace");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{opts:?} accepted");
+        let first = stderr.lines().next().unwrap_or("");
+        assert!(first.contains(want), "{opts:?}: {stderr}");
+        assert!(stderr.lines().count() <= 2, "{opts:?}: {stderr}");
+    }
+}
