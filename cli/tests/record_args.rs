@@ -2,12 +2,17 @@
 //! from the guest's registers and memory, replayed by uftrace 0.13, 0.17 and 0.19 as
 //! uftrace shows its own. User mode: `tests/guests/user/args.c` logs each call as replay
 //! shows it; on x86_64 its `-pg` build recorded by native uftrace with the same specs is
-//! the other oracle.
+//! the other oracle. System mode: `tests/guests/sysargs.c` on bare metal, its own log, on
+//! aarch64, riscv64 and x86_64 under QEMU 10.0, 10.2.2 and 11.1.3.
 
 mod common;
 
-use qemu_uftrace_tests::cached;
 use qemu_uftrace_tests::replay::{replay_body, uftrace, uftrace_at, uftrace_versions};
+use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, riscv64_qemus};
+use qemu_uftrace_tests::x86_64_guests::{
+    system_qemus_x86_64, x86_64_guest_elf, x86_64_qemu_args_on,
+};
+use qemu_uftrace_tests::{cached, guest_elf, qemu_args_on, system_qemus, Variant};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -38,8 +43,8 @@ const RETVALS: &[&str] = &[
     "bad@retval/i32",
     "narrow@retval/u16",
     "six@retval/i",
-    "eight@retval/i",
 ];
+const RETVAL_EIGHT: &str = "eight@retval/i";
 const FUNCS: &[&str] = &[
     "add", "neg", "greet", "pick", "ptr", "paint", "up", "bad", "narrow", "six", "eight",
 ];
@@ -74,7 +79,7 @@ fn spec_options(eight: bool) -> Vec<String> {
     for a in ARGS.iter().copied().chain(eight.then_some(ARGS_EIGHT)) {
         v.extend(["-A".to_string(), a.to_string()]);
     }
-    for r in RETVALS {
+    for r in RETVALS.iter().copied().chain(eight.then_some(RETVAL_EIGHT)) {
         v.extend(["-R".to_string(), r.to_string()]);
     }
     v
@@ -93,18 +98,27 @@ fn spec_lines(replay: &str) -> Vec<String> {
         .collect()
 }
 
-/// The program's own log: each call as replay must show it.
+/// The program's own log: each call as replay must show it (a console line may begin with
+/// the firmware's last words).
 fn logged(stdout: &str) -> Vec<String> {
     stdout
         .lines()
-        .filter_map(|l| l.strip_prefix("log: "))
-        .map(str::to_string)
+        .filter_map(|l| l.split_once("log: "))
+        .map(|(_, l)| l.trim_end().to_string())
         .collect()
 }
 
-/// Records `program` under `qemu` with the specs; its log and our trace's lines of the
+/// Records `program` under `qemu` with the specs: its log and our trace's lines of the
 /// spec'd functions as each uftrace version replays them (all alike).
 fn record_ours(qemu: &Path, program: &Path, eight: bool) -> (Vec<String>, Vec<String>) {
+    let argv = [qemu.display().to_string(), program.display().to_string()];
+    let (log, lines) = record_argv(&argv, eight);
+    assert_eq!(log.len(), 13, "{log:?}");
+    (log, lines)
+}
+
+/// [`record_ours`] of the QEMU command line `argv`.
+fn record_argv(argv: &[String], eight: bool) -> (Vec<String>, Vec<String>) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
     let out = Command::new(common::BIN)
@@ -113,16 +127,15 @@ fn record_ours(qemu: &Path, program: &Path, eight: bool) -> (Vec<String>, Vec<St
         .arg(&dir)
         .args(spec_options(eight))
         .arg("--")
-        .arg(qemu)
-        .arg(program)
+        .args(argv)
+        .stdin(std::process::Stdio::null())
         .output()
         .expect("run qemu-uftrace");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "record failed: {stderr}");
+    assert!(out.status.success(), "record {argv:?} failed: {stderr}");
     // Every read went with its record.
     assert!(!stderr.contains("no record to go with"), "{stderr}");
     let log = logged(&String::from_utf8_lossy(&out.stdout));
-    assert_eq!(log.len(), 13, "{log:?}");
     let d = dir.to_string_lossy();
     let mut lines: Option<Vec<String>> = None;
     for u in uftrace_versions().expect("uftrace versions") {
@@ -155,10 +168,10 @@ fn x86_64_user_arguments_and_return_values_match_native_uftrace() {
     build("gcc", &["-fpie", "-pie"], &plain);
     build("gcc", &["-pg"], &pg);
     let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-x86_64"), &plain, false);
-    // x86_64 passes eight's 7th and 8th on the stack: shown without arguments.
+    // x86_64 passes eight's 7th and 8th on the stack: not asked for.
     let mut want = log.clone();
     let last = want.len() - 1;
-    want[last] = "eight() = 20;".into();
+    want[last] = "eight();".into();
     assert_as_logged(&want, &ours);
 
     let data = tmp.path().join("native.data");
@@ -199,6 +212,43 @@ fn riscv64_user_arguments_and_return_values_match_the_log() {
     build("riscv64-linux-gnu-gcc", &["-static"], &elf);
     let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-riscv64"), &elf, true);
     assert_as_logged(&log, &ours);
+}
+
+/// Bare metal (`tests/guests/sysargs.c`): the same specs on every architecture and QEMU
+/// (plugin API 4, 5 and 7), exactly the guest's own log.
+fn check_system(label: &str, runs: Vec<(String, Vec<String>)>) {
+    for (q, argv) in runs {
+        let (log, ours) = record_argv(&argv, false);
+        assert_eq!(log.len(), 12, "{label} on {q}: {log:?}");
+        assert_eq!(ours, log, "{label} on {q}: trace against the guest's log");
+    }
+}
+
+#[test]
+fn aarch64_bare_metal_arguments_match_the_guest_log() {
+    let elf = guest_elf("sysargs", Variant::Natural).expect("build guests");
+    let runs = (system_qemus().into_iter())
+        .map(|q| (q.label.to_string(), qemu_args_on(&q.program, &elf)))
+        .collect();
+    check_system("aarch64", runs);
+}
+
+#[test]
+fn riscv64_bare_metal_arguments_match_the_guest_log() {
+    let elf = riscv64_guest_elf("sysargs", Variant::Natural).expect("build guests");
+    let runs = (riscv64_qemus().into_iter())
+        .map(|q| (q.label.to_string(), riscv64_qemu_args_on(&q.program, &elf)))
+        .collect();
+    check_system("riscv64", runs);
+}
+
+#[test]
+fn x86_64_bare_metal_arguments_match_the_guest_log() {
+    let elf = x86_64_guest_elf("sysargs", Variant::Natural).expect("build guests");
+    let runs = (system_qemus_x86_64().into_iter())
+        .map(|q| (q.label.to_string(), x86_64_qemu_args_on(&q.program, &elf)))
+        .collect();
+    check_system("x86_64", runs);
 }
 
 /// Bad specs are one line each, before QEMU starts.
