@@ -176,6 +176,57 @@ fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
     Ok(addrs)
 }
 
+/// A finished trace's `-A`/`-R` (its `info`), matched against function names as uftrace's
+/// readers match them: which values a record with the `more` bit carries (`export`).
+#[derive(Debug, Default)]
+pub struct Lookup {
+    /// Each spec's name matcher (a regular expression, or a whole name), its values, and
+    /// whether it names functions whole.
+    specs: Vec<(Option<Regex>, String, Vec<Value>)>,
+}
+
+impl Lookup {
+    /// The trace's specs; `None` when it has none. A spec uftrace could not read either
+    /// is left out (its records' payloads cannot be told apart then: the export says so).
+    pub fn read(dir: &Path) -> Option<Lookup> {
+        let info = std::fs::read(dir.join("info")).ok()?;
+        let spec = fargs::read_info_spec(&info)?;
+        let mut specs = Vec::new();
+        for text in spec.argspec.iter().chain(&spec.retspec) {
+            let Ok(s) = fargs::parse(text, u8::MAX) else {
+                continue;
+            };
+            let re = if s.pattern.contains(crate::filter::REGEX_CHARS) {
+                match Regex::new(&s.pattern) {
+                    Ok(re) => Some(re),
+                    Err(_) => continue,
+                }
+            } else {
+                None
+            };
+            specs.push((re, s.pattern, s.values));
+        }
+        Some(Lookup { specs })
+    }
+
+    /// The values function `name` carries, merged as uftrace merges them.
+    pub fn values_for(&self, name: &str) -> Vec<Value> {
+        let (mut values, mut exacts) = (Vec::new(), Vec::new());
+        for (re, pattern, vals) in &self.specs {
+            let (hit, exact) = match re {
+                Some(re) => (re.is_match(name), false),
+                None => (pattern == name, true),
+            };
+            if hit {
+                for v in vals {
+                    fargs::merge_exact(&mut values, &mut exacts, *v, exact);
+                }
+            }
+        }
+        values
+    }
+}
+
 /// Each function's size, by the address `Names` gives it (the same sources, read once).
 pub fn sizes(
     read: &crate::symbol_source::ReadOnce,

@@ -251,6 +251,71 @@ fn x86_64_bare_metal_arguments_match_the_guest_log() {
     check_system("x86_64", runs);
 }
 
+/// `export`: each spec'd call's slice carries its values as `args` and `retval`, which
+/// written back as replay shows a leaf are the program's log.
+fn check_export(argv: &[String]) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(spec_options(true))
+        .arg("--then")
+        .arg("export")
+        .arg("--")
+        .args(argv)
+        .output()
+        .expect("run qemu-uftrace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(dir.with_extension("data.pftrace"))
+        .output()
+        .expect("run perfetto_check.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+    let slices: Vec<String> = v["threads"][0]["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().map(str::to_string);
+            let ret = text("retval").map_or_else(String::new, |r| format!(" = {r}"));
+            format!(
+                "{}({}){ret};",
+                text("name").unwrap_or_default(),
+                text("args").unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(slices, log, "export against the program's log");
+}
+
+#[test]
+fn export_shows_arguments_as_slice_args() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("aarch64-linux-gnu-gcc", &["-static"], &elf);
+    let argv = [
+        cached("qemu-10.2.2/bin/qemu-aarch64").display().to_string(),
+        elf.display().to_string(),
+    ];
+    check_export(&argv);
+}
+
 /// Bad specs are one line each, before QEMU starts.
 #[test]
 fn bad_specs_are_one_line() {

@@ -511,6 +511,74 @@ pub fn payload_len(values: &[Value], retval: bool, data: &[u8]) -> Option<usize>
     Some(at.div_ceil(8) * 8)
 }
 
+/// `-A`/`-R` as a finished trace's `info` says them (`argspec:`, `retspec:`), each split
+/// at `;` as uftrace splits them.
+pub fn read_info_spec(info: &[u8]) -> Option<InfoSpec> {
+    let text = String::from_utf8_lossy(info.get(40..)?);
+    let mut spec = InfoSpec::default();
+    for line in text.lines() {
+        if let Some(v) = line
+            .strip_prefix("argspec:")
+            .filter(|v| !v.starts_with("lines="))
+        {
+            spec.argspec
+                .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
+        } else if let Some(v) = line.strip_prefix("retspec:") {
+            spec.retspec
+                .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
+        }
+    }
+    (!spec.is_empty()).then_some(spec)
+}
+
+/// The values of a record with the `more` bit as uftrace's replay writes them (`1, "x"`;
+/// pointers in hex, where replay names a symbol it knows), and the payload's length (padded
+/// to 8). `None` when `data` is shorter than the spec says.
+pub fn render(values: &[Value], retval: bool, data: &[u8]) -> Option<(String, usize)> {
+    let mut at = 0usize;
+    let mut parts = Vec::new();
+    for v in values.iter().filter(|v| v.is_retval() == retval) {
+        if v.fmt == Fmt::Str {
+            let len = u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?) as usize;
+            let bytes = data.get(at + 2..at + 2 + len)?;
+            let mut t = String::from("\"");
+            for &b in bytes.iter().take_while(|&&b| b != 0) {
+                match b {
+                    b'\n' => t.push_str("\\n"),
+                    8 => t.push_str("\\b"),
+                    b => t.push(char::from(b)),
+                }
+            }
+            t.push('"');
+            parts.push(t);
+            at += (2 + len).div_ceil(4) * 4;
+            continue;
+        }
+        let size = usize::from(v.size).clamp(1, 8);
+        let mut w = [0u8; 8];
+        w[..size].copy_from_slice(data.get(at..at + size)?);
+        let raw = u64::from_le_bytes(w);
+        let signed = {
+            let shift = 64 - 8 * size as u32;
+            ((raw << shift) as i64) >> shift
+        };
+        parts.push(match v.fmt {
+            Fmt::Auto if size == 4 && raw > 0xffff_0000 => signed.to_string(),
+            Fmt::Auto if (raw as i64) > 100_000 || (raw as i64) < -100_000 => format!("{raw:#x}"),
+            Fmt::Auto => (raw as i64).to_string(),
+            Fmt::Sint => signed.to_string(),
+            Fmt::Uint if raw > 100_000 => format!("{raw:#x}"),
+            Fmt::Uint => raw.to_string(),
+            Fmt::Hex | Fmt::Ptr => format!("{raw:#x}"),
+            Fmt::Oct => format!("0{raw:o}"),
+            Fmt::Char => format!("'{}'", char::from(raw as u8)),
+            Fmt::Str => unreachable!("strings are read above"),
+        });
+        at += size.div_ceil(4) * 4;
+    }
+    Some((parts.join(", "), at.div_ceil(8) * 8))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -648,6 +716,36 @@ mod tests {
         push_int(&mut p, 5, 4);
         assert_eq!(payload_len(&vals, false, &p), Some(16));
         assert_eq!(payload_len(&vals, true, &[0; 8]), Some(8));
+    }
+
+    #[test]
+    fn values_render_as_replay_shows_them() {
+        let vals = parse("f@arg1/s,arg2/i32,arg3,arg4/x,arg5/c,arg6/u16", 6)
+            .unwrap()
+            .values;
+        let mut p = Vec::new();
+        push_str(&mut p, 0x10, b"wo\nrld\0");
+        push_int(&mut p, (-7i64) as u64, 4);
+        push_int(&mut p, 1 << 40, 8);
+        push_int(&mut p, 255, 8);
+        push_int(&mut p, u64::from(b'a'), 1);
+        push_int(&mut p, 70000, 2);
+        let (text, len) = render(&vals, false, &p).unwrap();
+        assert_eq!(text, "\"wo\\nrld\", -7, 0x10000000000, 0xff, 'a', 4464");
+        assert_eq!(len, p.len().div_ceil(8) * 8);
+        assert!(render(&vals, false, &p[..6]).is_none());
+        let mut info = vec![0u8; 40];
+        let mut w = Vec::new();
+        InfoSpec {
+            argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
+            retspec: vec!["f@retval".into()],
+        }
+        .write_to(&mut w)
+        .unwrap();
+        info.extend(w);
+        let back = read_info_spec(&info).unwrap();
+        assert_eq!(back.argspec, ["f@arg1", "g@arg2/s"]);
+        assert_eq!(back.retspec, ["f@retval"]);
     }
 
     #[test]
