@@ -57,6 +57,14 @@ workload_argv() {
         smp4) extra=("${kernel[@]}" -smp 4) ;;
         filter) extra=("${kernel[@]}"); record_opts=(-F "${FILTER:-of_find_property}") ;;
         notrace) extra=("${kernel[@]}"); record_opts=(-N "${NOTRACE:-of_find_property}") ;;
+        # -A of five kernel functions (ARGS: space-separated specs), each call read at entry.
+        args)
+            extra=("${kernel[@]}")
+            local spec
+            for spec in ${ARGS:-__kmalloc@arg1/u,arg2/x kmem_cache_alloc@arg1/x,arg2/x \
+                of_find_property@arg1/x,arg2/s kstrdup@arg1/s,arg2/x _printk@arg1/s}; do
+                record_opts+=(-A "$spec")
+            done ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -6,6 +6,8 @@
 #   filter     the same boot with -F of one small subtree (FILTER=FUNC, default
 #              of_find_property); also prints its trace's size as % of the unfiltered one's
 #   notrace    the same boot with -N of that subtree (NOTRACE=FUNC, same default); its size too
+#   args       the same boot with -A of five kernel functions (ARGS="SPEC …"; default
+#              __kmalloc, kmem_cache_alloc, of_find_property, kstrdup, _printk): against kernel's
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -23,7 +25,7 @@
 # each QEMU of QEMUS (versions the install script provides, or paths; default 10.0); then
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
-# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
+# Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace] [args]
 #        [initramfs] [procs] [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail

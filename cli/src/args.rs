@@ -273,6 +273,16 @@ pub struct RecordArgs {
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     pub retval: Vec<String>,
 
+    /// Record every function's arguments and return value by its DWARF types (uftrace's -a)
+    ///
+    /// For the functions of the program (user mode) or of the ELF files given as -kernel or
+    /// --symbols that have DWARF: integers by size and sign, char * as strings, other
+    /// pointers in hex, enums and bool as integers; a function taking a float or a struct
+    /// by value is left out, and so are arguments past the registers. -A/-R win where they
+    /// name a function
+    #[arg(short = 'a', long = "auto-args")]
+    pub auto_args: bool,
+
     /// uftrace's -r/--time-range selects by time when a trace is shown, not recorded:
     /// refused, with the way to it
     #[arg(short = 'r', long, value_name = "START~STOP", hide = true)]

@@ -56,6 +56,7 @@ impl ArgSpecs {
             info: InfoSpec {
                 argspec: argument.to_vec(),
                 retspec: retval.to_vec(),
+                enums: Vec::new(),
             },
             funcs: Vec::new(),
         };
@@ -227,6 +228,116 @@ impl Lookup {
     }
 }
 
+/// The most functions `-a` gives specs: uftrace's replay matches each against every symbol.
+pub const MAX_AUTO: usize = 4000;
+
+/// `-a/--auto-args`: a spec for each function of `files` whose DWARF says its types and
+/// whose symbol has its DWARF name (replay finds specs by symbol name), but for those an
+/// explicit `-A`/`-R` (`explicit`) names (uftrace ignores auto-args there). Gives the
+/// `-A` and `-R` specs, as if typed. `files`: ELF files at their link addresses, each
+/// `true` when its functions are a PIE's (`Addr::Pie`).
+pub fn auto_specs(
+    files: &[(PathBuf, bool)],
+    names: &Names,
+    explicit: &[String],
+    arch: Arch,
+) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    let named: HashMap<Addr, Vec<&str>> =
+        names
+            .functions
+            .iter()
+            .fold(HashMap::new(), |mut m, (n, a)| {
+                m.entry(*a).or_default().push(n.as_str());
+                m
+            });
+    let taken = |name: &str| {
+        explicit.iter().any(|s| {
+            let pattern = s.split_once('@').map_or(s.as_str(), |(p, _)| p);
+            if pattern.contains(crate::filter::REGEX_CHARS) {
+                Regex::new(pattern).is_ok_and(|re| re.is_match(name))
+            } else {
+                pattern == name
+            }
+        })
+    };
+    // By name: one spec a name (two functions of one name and other types: neither).
+    let mut by_name: std::collections::BTreeMap<String, Option<(String, Option<String>)>> =
+        Default::default();
+    // Each enum's first definition (by name), as uftrace keeps one a name.
+    let mut enums: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    for (path, pie) in files {
+        let specs = qemu_uftrace_symbols::auto_specs(path)
+            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
+        for s in specs {
+            for (name, vals) in &s.enums {
+                enums.entry(name.clone()).or_insert_with(|| vals.clone());
+            }
+            let addr = if *pie {
+                Addr::Pie(s.addr)
+            } else {
+                Addr::At(s.addr)
+            };
+            if !named
+                .get(&addr)
+                .is_some_and(|n| n.contains(&s.name.as_str()))
+                || taken(&s.name)
+            {
+                continue;
+            }
+            let args: Vec<String> = (s.args.iter().take(max_register_arg(arch) as usize))
+                .enumerate()
+                .map(|(i, w)| format!("arg{}/{w}", i + 1))
+                .collect();
+            let spec = (
+                args.join(","),
+                s.ret.as_ref().map(|w| format!("retval/{w}")),
+            );
+            by_name
+                .entry(s.name)
+                .and_modify(|e| {
+                    if e.as_ref() != Some(&spec) {
+                        *e = None;
+                    }
+                })
+                .or_insert(Some(spec));
+        }
+    }
+    let (mut a, mut r) = (Vec::new(), Vec::new());
+    for (name, spec) in by_name {
+        let Some((args, ret)) = spec else { continue };
+        // A name with regex characters (`f.part.0`) is matched whole as a regex.
+        let pattern = if name.contains(crate::filter::REGEX_CHARS) {
+            format!("^{}$", regex::escape(&name))
+        } else {
+            name
+        };
+        if !args.is_empty() {
+            a.push(format!("{pattern}@{args}"));
+        }
+        if let Some(ret) = ret {
+            r.push(format!("{pattern}@{ret}"));
+        }
+    }
+    let functions = a.len().max(r.len());
+    if functions > MAX_AUTO {
+        return Err(usage(
+            format!(
+                "-a: {functions} functions have DWARF types (at most {MAX_AUTO}: uftrace's \
+                 replay matches each spec against every symbol)"
+            ),
+            "name the functions with -A FUNC@arg1,… and -R FUNC@retval (regular expressions \
+             as -F)",
+        ));
+    }
+    let enums = (enums.into_iter())
+        .map(|(name, vals)| {
+            let vals: Vec<String> = vals.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+            format!("enum {name} {{ {} }}", vals.join(", "))
+        })
+        .collect();
+    Ok((a, r, enums))
+}
+
 /// Each function's size, by the address `Names` gives it (the same sources, read once).
 pub fn sizes(
     read: &crate::symbol_source::ReadOnce,
@@ -260,14 +371,26 @@ pub fn fold_all(dir: &Path) -> Result<Folded> {
         .filter(|p| p.extension().is_some_and(|e| e == "dat"))
         .collect();
     for path in files {
-        let input = std::fs::File::open(&path)
+        use std::io::{Read, Seek};
+        let mut input = std::fs::File::open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
+        // Only from the first carrier on (a file without any stays as it is): a boot's
+        // files hold hundreds of MB.
+        let Some(first) =
+            first_carrier(&mut input).with_context(|| format!("cannot read {}", path.display()))?
+        else {
+            continue;
+        };
+        // From the record before it: the arguments attach to their ENTRY.
+        let first = first.saturating_sub(qemu_uftrace_format::record::RECORD_SIZE as u64);
         let tmp = path.with_extension("dat.args");
-        let mut out = std::io::BufWriter::with_capacity(
-            1 << 20,
-            std::fs::File::create(&tmp)
-                .with_context(|| format!("cannot write {}", tmp.display()))?,
-        );
+        let mut file = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        input.rewind()?;
+        std::io::copy(&mut (&mut input).take(first), &mut file)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        input.seek(std::io::SeekFrom::Start(first))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
         let done = fargs::fold(input, &mut out)
             .and_then(|d| std::io::Write::flush(&mut out).map(|_| d))
             .with_context(|| format!("cannot fold the arguments of {}", path.display()))?;
@@ -279,6 +402,31 @@ pub fn fold_all(dir: &Path) -> Result<Folded> {
         total.dropped += done.dropped;
     }
     Ok(total)
+}
+
+/// The offset of the first carrier record in a task file, if any.
+fn first_carrier(f: &mut std::fs::File) -> std::io::Result<Option<u64>> {
+    use std::io::Read;
+    let rec = qemu_uftrace_format::record::RECORD_SIZE;
+    let mut buf = vec![0u8; 8 << 20];
+    let (mut have, mut base) = (0usize, 0u64);
+    loop {
+        let n = f.read(&mut buf[have..])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        have += n;
+        let whole = have - have % rec;
+        for (i, r) in buf[..whole].chunks_exact(rec).enumerate() {
+            let word = u64::from_le_bytes(r[8..16].try_into().unwrap_or_default());
+            if word & 3 == 3 && fargs::is_carrier(word >> 16) {
+                return Ok(Some(base + (i * rec) as u64));
+            }
+        }
+        buf.copy_within(whole..have, 0);
+        have -= whole;
+        base += whole as u64;
+    }
 }
 
 #[cfg(test)]

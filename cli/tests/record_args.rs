@@ -316,6 +316,56 @@ fn export_shows_arguments_as_slice_args() {
     check_export(&argv);
 }
 
+/// `-a`: every function of the program with DWARF, by its types (as uftrace's -a: the
+/// enum by name; x86_64's seventh and eighth arguments, on the stack, are left out).
+#[test]
+fn auto_args_follow_dwarf_types() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (arch, gcc, extra) in [
+        ("x86_64", "gcc", &["-fpie", "-pie"][..]),
+        ("aarch64", "aarch64-linux-gnu-gcc", &["-static"][..]),
+    ] {
+        let elf = tmp.path().join(format!("args-{arch}"));
+        build(gcc, extra, &elf);
+        let dir = tmp.path().join(format!("{arch}.data"));
+        let out = Command::new(common::BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(&dir)
+            .arg("-a")
+            .arg("--")
+            .arg(cached(&format!("qemu-10.2.2/bin/qemu-{arch}")))
+            .arg(&elf)
+            .output()
+            .expect("run qemu-uftrace");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{arch}: {stderr}");
+        let mut want = logged(&String::from_utf8_lossy(&out.stdout));
+        for l in want.iter_mut() {
+            if l.starts_with("paint(") {
+                *l = "paint(BLUE) = 12;".into();
+            }
+            if arch == "x86_64" && l.starts_with("eight(") {
+                *l = "eight(1, 2, 3, 4, 5, 6) = 20;".into();
+            }
+        }
+        let d = dir.to_string_lossy();
+        for u in uftrace_versions().expect("uftrace versions") {
+            let text = uftrace_at(
+                &u.program,
+                &["replay", "--no-pager", "-F", "main", "-d", &d],
+            )
+            .expect("uftrace replay");
+            assert_eq!(
+                spec_lines(&text),
+                want,
+                "{arch}, uftrace {}:\n{text}",
+                u.version
+            );
+        }
+    }
+}
+
 /// Bad specs are one line each, before QEMU starts.
 #[test]
 fn bad_specs_are_one_line() {

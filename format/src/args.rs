@@ -31,6 +31,8 @@ pub enum Fmt {
     Str,
     Char,
     Ptr,
+    /// `e:NAME`: by the enum's names (definitions in `info`'s `enumauto:`).
+    Enum,
 }
 
 /// One value of a spec: `argN` (1-based) or `retval` (`idx` 0), shown as `fmt`, `size`
@@ -152,7 +154,17 @@ fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
             Fmt::Char
         }
         Some('p') => Fmt::Ptr,
-        Some(c @ ('f' | 'S' | 'e' | 't')) => {
+        Some('e') => {
+            let name = chars.as_str().strip_prefix(':').unwrap_or("");
+            if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                return Err(format!("{text}: expected e:NAME, the enum's name"));
+            }
+            return Ok(Value {
+                fmt: Fmt::Enum,
+                ..v
+            });
+        }
+        Some(c @ ('f' | 'S' | 't')) => {
             return Err(format!(
                 "{text}: format /{c} ({}) is not read yet; use d, i, u, x, o, s, c or p",
                 match c {
@@ -471,6 +483,9 @@ pub fn carrier_record(time: u64, id: u64) -> [u8; RECORD_SIZE] {
 pub struct InfoSpec {
     pub argspec: Vec<String>,
     pub retspec: Vec<String>,
+    /// Enum definitions the specs' `e:NAME` show by (`enum NAME { A = 0, B = 5 }`), for
+    /// `enumauto:` (uftrace reads them with the AUTO_ARGS feature).
+    pub enums: Vec<String>,
 }
 
 impl InfoSpec {
@@ -479,13 +494,21 @@ impl InfoSpec {
     }
 
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let lines = usize::from(!self.argspec.is_empty()) + usize::from(!self.retspec.is_empty());
+        let lines = usize::from(!self.argspec.is_empty())
+            + usize::from(!self.retspec.is_empty())
+            + if self.enums.is_empty() { 0 } else { 3 };
         writeln!(w, "argspec:lines={lines}")?;
         if !self.argspec.is_empty() {
             writeln!(w, "argspec:{}", one_line(&self.argspec.join(";")))?;
         }
         if !self.retspec.is_empty() {
             writeln!(w, "retspec:{}", one_line(&self.retspec.join(";")))?;
+        }
+        if !self.enums.is_empty() {
+            // No automatic specs of uftrace's own list: only the enums.
+            writeln!(w, "argauto:")?;
+            writeln!(w, "retauto:")?;
+            writeln!(w, "enumauto:{}", one_line(&self.enums.join(";")))?;
         }
         Ok(())
     }
@@ -571,6 +594,7 @@ pub fn render(values: &[Value], retval: bool, data: &[u8]) -> Option<(String, us
             Fmt::Uint => raw.to_string(),
             Fmt::Hex | Fmt::Ptr => format!("{raw:#x}"),
             Fmt::Oct => format!("0{raw:o}"),
+            Fmt::Enum => signed.to_string(),
             Fmt::Char => format!("'{}'", char::from(raw as u8)),
             Fmt::Str => unreachable!("strings are read above"),
         });
@@ -739,6 +763,7 @@ mod tests {
         InfoSpec {
             argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
             retspec: vec!["f@retval".into()],
+            enums: Vec::new(),
         }
         .write_to(&mut w)
         .unwrap();
@@ -754,6 +779,7 @@ mod tests {
         InfoSpec {
             argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
             retspec: vec!["f@retval".into()],
+            enums: Vec::new(),
         }
         .write_to(&mut w)
         .unwrap();

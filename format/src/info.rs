@@ -16,6 +16,7 @@ pub mod feat {
     pub const DEBUG_INFO: u64 = 1 << 10;
     pub const ARGUMENT: u64 = 1 << 3;
     pub const RETVAL: u64 = 1 << 4;
+    pub const AUTO_ARGS: u64 = 1 << 9;
 }
 
 /// Info bits (`enum uftrace_info_bits`): each selects one text block.
@@ -107,7 +108,12 @@ impl Info {
     pub fn features(&self) -> u64 {
         let args = match &self.arg_spec {
             Some(a) if !a.argspec.is_empty() || !a.retspec.is_empty() => {
-                feat::ARGUMENT | feat::RETVAL
+                let enums = if a.enums.is_empty() {
+                    0
+                } else {
+                    feat::AUTO_ARGS
+                };
+                feat::ARGUMENT | feat::RETVAL | enums
             }
             _ => 0,
         };

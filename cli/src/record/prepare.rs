@@ -137,7 +137,8 @@ pub fn prepare(
         || !args.filter.is_empty()
         || !args.notrace.is_empty()
         || !args.argument.is_empty()
-        || !args.retval.is_empty();
+        || !args.retval.is_empty()
+        || args.auto_args;
     // The sources read once for the names, the entries and the symbol job alike.
     let read = ReadOnce::new(&sources, Some(arch));
     let names = if wants_names {
@@ -154,7 +155,23 @@ pub fn prepare(
         None => None,
     };
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
-    let arg_specs = if args.argument.is_empty() && args.retval.is_empty() {
+    let (mut argument, mut retval) = (args.argument.clone(), args.retval.clone());
+    let mut enums = Vec::new();
+    if args.auto_args {
+        let mut files: Vec<(std::path::PathBuf, bool)> = (read.sources().iter())
+            .filter(|s| s.offset == 0 && crate::qemu::file_is_elf(&s.path))
+            .map(|s| (s.path.clone(), false))
+            .collect();
+        if let Some((path, p)) = &program {
+            files.push((path.clone(), p.rebase.is_some()));
+        }
+        let explicit: Vec<String> = argument.iter().chain(&retval).cloned().collect();
+        let (a, r, e) = crate::argspec::auto_specs(&files, &names, &explicit, arch)?;
+        argument.extend(a);
+        retval.extend(r);
+        enums = e;
+    }
+    let arg_specs = if argument.is_empty() && retval.is_empty() {
         crate::argspec::ArgSpecs::default()
     } else {
         if let Some(t) = args.time_filter.filter(|&t| t > 0) {
@@ -165,7 +182,10 @@ pub fn prepare(
         }
         let sizes =
             crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
-        crate::argspec::ArgSpecs::resolve(&args.argument, &args.retval, &names, &sizes, arch)?
+        let mut specs =
+            crate::argspec::ArgSpecs::resolve(&argument, &retval, &names, &sizes, arch)?;
+        specs.info.enums = enums;
+        specs
     };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'

@@ -211,8 +211,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         // -A/-R: a spec'd function's first instruction reads its arguments (before any
         // other callback of that instruction: a call there comes after).
         if args_on {
-            let ret = isa.classify(mode, pc, &bytes[..len]) == InsnKind::Return;
-            unsafe { crate::handlers::args::instrument(insn, pc, ret) };
+            unsafe { crate::handlers::args::instrument(insn, pc, false) };
         }
         if !user {
             // A Linux guest's process mappings: a few kernel functions' first instructions.
@@ -419,6 +418,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 (on_far_return, CB_R_REGS, pc as usize as *mut c_void)
             }
             InsnKind::Return => {
+                // -R: a return instruction of a function whose return value is read.
+                if args_on {
+                    unsafe { crate::handlers::args::instrument_return(insn, pc) };
+                }
                 if let Some(flag) = pending {
                     unsafe {
                         qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(

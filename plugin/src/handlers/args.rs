@@ -11,13 +11,22 @@ use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
 use qemu_uftrace_format::record::RecordType;
 use std::ffi::{c_uint, c_void};
 
+/// Instruments return instruction `insn` at `pc` inside a function with a return value.
+///
+/// # Safety
+/// `insn` is a live instruction handle of the block being translated.
+pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
+    // SAFETY: as the caller's.
+    unsafe { instrument(insn, pc, true) }
+}
+
 /// Instruments instruction `insn` at `pc`: a spec'd function's entry, or (`ret`) a return
 /// instruction inside one with a return value.
 ///
 /// # Safety
 /// `insn` is a live instruction handle of the block being translated.
 pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
-    if args::entry_at(pc).is_some() {
+    if !ret && args::entry_at(pc).is_some() {
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cb(
