@@ -514,9 +514,10 @@ impl InfoSpec {
     }
 }
 
+/// Uncut: uftrace reads the ARG_SPEC block with `getline` (0.13–0.19), and a cut spec
+/// would leave records with values no spec describes (fatal to replay).
 fn one_line(s: &str) -> String {
-    let s = crate::text::escape_controls(&s.replace(['\n', '\r'], " ")).into_owned();
-    crate::text::keep_head(&s, crate::text::MAX_LINE - 1 - "argspec:".len()).to_string()
+    crate::text::escape_controls(&s.replace(['\n', '\r'], " ")).into_owned()
 }
 
 /// The payload length of a record with the `more` bit, given its function's values (for
