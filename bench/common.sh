@@ -70,6 +70,14 @@ workload_argv() {
         tfilter) extra=("${kernel[@]}"); record_opts=(--clock wall -t "${TFILTER:-10us}") ;;
         tfilter-insn) extra=("${kernel[@]}"); record_opts=(--clock insn -t "${TFILTER_INSN:-10000}") ;;
         off) extra=("${kernel[@]}"); record_opts=(--trace=off --trace-on-at panic) ;;
+        # -A of five kernel functions (ARGS: space-separated specs), each call read at entry.
+        args)
+            extra=("${kernel[@]}")
+            local spec
+            for spec in ${ARGS:-__kmalloc@arg1/u,arg2/x kmem_cache_alloc@arg1/x,arg2/x \
+                of_find_property@arg1/x,arg2/s kstrdup@arg1/s,arg2/x _printk@arg1/s}; do
+                record_opts+=(-A "$spec")
+            done ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

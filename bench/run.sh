@@ -10,6 +10,8 @@
 #   tfilter-insn  the same boot with --clock insn -t 10000 (TFILTER_INSN=N); its size too
 #   off        the same boot with --trace=off, switched on at panic (--trace-on-at): a
 #              recording that traces only the end (bench/off.sh: the plugin's cost while off)
+#   args       the same boot with -A of five kernel functions (ARGS="SPEC …"; default
+#              __kmalloc, kmem_cache_alloc, of_find_property, kstrdup, _printk): against kernel's
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -28,8 +30,8 @@
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
-#        [tfilter] [tfilter-insn] [off] [initramfs] [procs] [procs-nowatch] [user] [riscv64]
-#        [kernel-x86]
+#        [tfilter] [tfilter-insn] [off] [args] [initramfs] [procs] [procs-nowatch] [user]
+#        [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail
 

@@ -286,6 +286,32 @@ pub struct RecordArgs {
     #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time_filter, allow_hyphen_values = true)]
     pub time_filter: Option<u64>,
 
+    /// Record FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32,arg3; repeatable
+    ///
+    /// FUNC as for -F. Each value argN (in the calling convention's registers: x86_64
+    /// arg1-arg6, aarch64 and riscv64 arg1-arg8) with a format: d (default), i, u, x, o,
+    /// s (a string, read from guest memory: at most 98 bytes, <0x…> where it cannot be
+    /// read), c or p, and a size of 8, 16, 32 or 64 bits. uftrace replay shows f(1, "x")
+    #[arg(short = 'A', long = "argument", value_name = "SPEC")]
+    pub argument: Vec<String>,
+
+    /// Record FUNC's return value (uftrace's -R): FUNC@retval[/FORMAT]; repeatable
+    ///
+    /// Read at FUNC's return instructions (its symbol's size must be known); uftrace
+    /// replay shows } = 3; /* f */
+    #[arg(short = 'R', long = "retval", value_name = "SPEC")]
+    pub retval: Vec<String>,
+
+    /// Record every function's arguments and return value by its DWARF types (uftrace's -a)
+    ///
+    /// For the functions of the program (user mode) or of the ELF files given as -kernel or
+    /// --symbols that have DWARF: integers by size and sign, char * as strings, other
+    /// pointers in hex, enums and bool as integers; a function taking a float or a struct
+    /// by value is left out, and so are arguments past the registers. -A/-R win where they
+    /// name a function
+    #[arg(short = 'a', long = "auto-args")]
+    pub auto_args: bool,
+
     /// uftrace's -r/--time-range selects by time when a trace is shown, not recorded:
     /// refused, with the way to it
     #[arg(short = 'r', long, value_name = "START~STOP", hide = true)]

@@ -184,6 +184,8 @@ pub struct Recording {
     pub later_processes: Vec<task::Later>,
     /// The threads of those processes, which the first's session does not take.
     pub later_tids: Vec<u32>,
+    /// `-A`/`-R` as typed, when records carry values (`argspec`).
+    pub arg_spec: Option<qemu_uftrace_format::args::InfoSpec>,
 }
 
 /// The symbol side of a trace, written by [`write_symbols`] (while QEMU runs) and completed
@@ -410,6 +412,7 @@ pub fn assemble(dir: &Path, mut rec: Recording, syms: SymbolFiles) -> Result<Ass
         } else {
             0
         },
+        arg_spec: rec.arg_spec.clone(),
     };
     symfiles::write_with(&dir.join("info"), |w| info.write_to(w))?;
     crate::unnamed::after_recording(dir, rec.stats.as_ref(), &mut done.skipped);
@@ -547,6 +550,7 @@ mod tests {
             stats,
             later_processes: Vec::new(),
             later_tids: Vec::new(),
+            arg_spec: None,
         }
     }
 

@@ -14,7 +14,7 @@ use crate::stats::Stats;
 use crate::stop_at::{keyed, resolve, Addr, Names};
 
 /// What makes a FUNC a regular expression (uftrace's REGEX_CHARS, with `\`).
-const REGEX_CHARS: &[char] = &[
+pub(crate) const REGEX_CHARS: &[char] = &[
     '.', '?', '*', '+', '^', '$', '|', '(', ')', '[', ']', '{', '}', '\\',
 ];
 

@@ -3,6 +3,7 @@
 //! `main.rs` only calls [`main_with`]; everything else is here so tests can reach it.
 
 pub mod args;
+pub mod argspec;
 pub mod atomic_file;
 pub mod contained;
 pub mod datadir;

@@ -90,6 +90,10 @@ def main():
     counts = collections.defaultdict(collections.Counter)
     last_ts = {}
     instants = collections.defaultdict(list)
+    # Per track: each slice's debug annotations (begin's and end's: -A/-R's args and
+    # retval), in the order the slices end, for slices that have some.
+    open_notes = collections.defaultdict(list)
+    values = collections.defaultdict(list)
     srclines = collections.defaultdict(dict)
     clock_decl = []
     n_packets = 0
@@ -178,14 +182,19 @@ def main():
                 problems.append(f"sequence {sid}: source_location_iid not interned")
             else:
                 srclines[track][name] = loc
+        notes = {a.name: (a.string_value or a.uint_value) for a in te.debug_annotations}
         if te.type == BEGIN:
             stacks[track].append(name)
             counts[track][name] += 1
+            open_notes[track].append(dict(notes, name=name))
         elif te.type == END:
             if not stacks[track]:
                 problems.append(f"track {track}: slice end at {ts} with no slice open")
             else:
                 stacks[track].pop()
+                done = dict(open_notes[track].pop(), **notes)
+                if len(done) > 1:
+                    values[track].append(done)
         elif te.type == INSTANT:
             notes = {a.name: (a.string_value or a.uint_value) for a in te.debug_annotations}
             instants[track].append({"ts": ts, "name": name, "notes": notes})
@@ -203,6 +212,7 @@ def main():
                 instants=instants.get(k, []),
                 last_ts=last_ts.get(k),
                 srclines=srclines.get(k, {}),
+                values=values.get(k, []),
             )
             for k, v in threads.items()
         ],

@@ -324,6 +324,27 @@ impl Engine {
         }
     }
 
+    /// The last record in the buffer (its time and second word), where it holds one: what
+    /// an argument reader checks it follows (`format::args`).
+    pub fn last_record(&self) -> Option<(u64, u64)> {
+        let len = self.buf.len();
+        let rec = self.buf.get(len.checked_sub(RECORD_SIZE)?..)?;
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+        Some((word(&rec[..8]), word(&rec[8..])))
+    }
+
+    /// Writes EVENT records of ids `ids` at the last record's time, right after what was
+    /// written (argument carriers, `format::args`; never held by the time filter, which
+    /// the CLI refuses beside arguments).
+    #[cold]
+    #[inline(never)]
+    pub fn emit_carriers(&mut self, ids: impl Iterator<Item = u64>) {
+        let time = self.last_time;
+        for id in ids {
+            self.emit_now(time, RecordType::Event, 0, id);
+        }
+    }
+
     #[inline(always)]
     pub fn clamp(&mut self, now: u64) -> u64 {
         self.last_time = self.last_time.max(now);

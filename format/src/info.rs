@@ -14,6 +14,9 @@ pub mod feat {
     pub const MAX_STACK: u64 = 1 << 6;
     pub const EVENT: u64 = 1 << 7;
     pub const DEBUG_INFO: u64 = 1 << 10;
+    pub const ARGUMENT: u64 = 1 << 3;
+    pub const RETVAL: u64 = 1 << 4;
+    pub const AUTO_ARGS: u64 = 1 << 9;
 }
 
 /// Info bits (`enum uftrace_info_bits`): each selects one text block.
@@ -25,6 +28,7 @@ mod bit {
     pub const MEMINFO: u64 = 1 << 5;
     pub const OSINFO: u64 = 1 << 6;
     pub const TASKINFO: u64 = 1 << 7;
+    pub const ARG_SPEC: u64 = 1 << 10;
     pub const RECORD_DATE: u64 = 1 << 11;
     pub const PATTERN_TYPE: u64 = 1 << 12;
     pub const VERSION: u64 = 1 << 13;
@@ -54,6 +58,8 @@ pub struct Info {
     pub version: String,
     /// Extra feature bits (EVENT, DEBUG_INFO) beyond the ones always set.
     pub extra_features: u64,
+    /// `-A`/`-R` as typed, when records carry arguments or return values (`args`).
+    pub arg_spec: Option<crate::args::InfoSpec>,
 }
 
 /// Escapes a value that uftrace pastes into JSON (`dump --chrome`) and graphviz output,
@@ -100,7 +106,18 @@ fn line(w: &mut impl Write, key: &str, value: &str) -> io::Result<()> {
 impl Info {
     /// Feature mask written to the header.
     pub fn features(&self) -> u64 {
-        feat::TASK_SESSION | feat::SYM_REL_ADDR | feat::MAX_STACK | self.extra_features
+        let args = match &self.arg_spec {
+            Some(a) if !a.argspec.is_empty() || !a.retspec.is_empty() => {
+                let enums = if a.enums.is_empty() {
+                    0
+                } else {
+                    feat::AUTO_ARGS
+                };
+                feat::ARGUMENT | feat::RETVAL | enums
+            }
+            _ => 0,
+        };
+        feat::TASK_SESSION | feat::SYM_REL_ADDR | feat::MAX_STACK | self.extra_features | args
     }
 
     /// Writes the whole file.
@@ -120,7 +137,11 @@ impl Info {
             | bit::TASKINFO
             | bit::RECORD_DATE
             | bit::PATTERN_TYPE
-            | bit::VERSION;
+            | bit::VERSION
+            | match &self.arg_spec {
+                Some(a) if !a.is_empty() => bit::ARG_SPEC,
+                _ => 0,
+            };
         let mut hdr = Vec::with_capacity(HEADER_SIZE as usize);
         hdr.extend_from_slice(MAGIC);
         hdr.extend_from_slice(&FILE_VERSION.to_le_bytes());
@@ -155,6 +176,9 @@ impl Info {
         writeln!(w, "taskinfo:lines=2")?;
         writeln!(w, "taskinfo:nr_tid={}", self.tids.len())?;
         writeln!(w, "taskinfo:tids={}", tids.join(","))?;
+        if let Some(a) = self.arg_spec.as_ref().filter(|a| !a.is_empty()) {
+            a.write_to(w)?;
+        }
         line(w, "record_date:", &one_line(&self.record_date))?;
         line(w, "elapsed_time:", &one_line(&self.elapsed_time))?;
         writeln!(w, "pattern_type:regex")?;

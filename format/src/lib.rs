@@ -7,6 +7,7 @@
 //! `.dbg` files.
 
 pub mod arch;
+pub mod args;
 pub mod cookie;
 pub mod events;
 pub mod info;

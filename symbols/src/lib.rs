@@ -10,6 +10,7 @@ mod btf;
 mod debug_file;
 mod demangle;
 mod detect;
+mod dwarf_args;
 mod dwarf_lines;
 mod dwarf_types;
 mod elf;
@@ -21,6 +22,7 @@ mod source_arg;
 mod system_map;
 
 pub use detect::{detect_kind, Kind};
+pub use dwarf_args::AutoSpec;
 pub use kernel_image::{boot_format, BootFormat, BOOT_HEAD_BYTES};
 pub use source_arg::parse_source_arg;
 
@@ -431,4 +433,11 @@ pub mod fuzzing {
         };
         load_detected(Path::new("fuzz"), data, &opts)
     }
+}
+
+/// `-a/--auto-args`: each function of the ELF file `path` with DWARF types, its arguments'
+/// and return value's formats (`dwarf_args`); empty without DWARF. One line on error.
+pub fn auto_specs(path: &Path) -> Result<Vec<AutoSpec>, String> {
+    let data = file_data::map(path).map_err(|e| e.to_string())?;
+    elf::auto_specs(&data).map_err(|e| format!("{}: {e}", path.display()))
 }

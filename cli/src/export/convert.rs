@@ -119,6 +119,9 @@ pub struct Context<'a> {
     pub incomplete: Option<&'a str>,
     /// Attach each function's source location (`.dbg`) to its slices.
     pub srcline: bool,
+    /// `-A`/`-R` (`info`): which values a record with the `more` bit carries, shown as
+    /// the slice's `args` and `retval`.
+    pub args: Option<&'a crate::argspec::Lookup>,
 }
 
 /// What converting one task found.
@@ -164,6 +167,10 @@ struct Sequence<'a, 'c, W: Write> {
     exec_pending: Option<u64>,
     /// The last iid given (an exec key may be interned twice: see [`EXEC_IID`]).
     last_iid: u64,
+    /// Each function key's `-A`/`-R` values.
+    arg_values: HashMap<u64, Vec<qemu_uftrace_format::args::Value>>,
+    /// The next begin's or end's annotation (`args`, `retval`), then taken.
+    annotation: Option<(&'static str, String)>,
 }
 
 impl<W: Write> Sequence<'_, '_, W> {
@@ -261,6 +268,14 @@ impl<W: Write> Sequence<'_, '_, W> {
                 put_varint(&mut self.te, iid);
             }
         }
+        if let Some((name, value)) = self.annotation.take() {
+            let mut a = Msg::new();
+            a.string(event::ANNOTATION_NAME, name)
+                .string(event::ANNOTATION_STRING, &value);
+            put_varint(&mut self.te, u64::from(event::DEBUG_ANNOTATIONS << 3 | 2));
+            put_varint(&mut self.te, a.buf.len() as u64);
+            self.te.extend_from_slice(&a.buf);
+        }
         let s = &mut self.scratch;
         s.push((packet::TIMESTAMP << 3) as u8);
         put_varint(s, delta);
@@ -304,6 +319,18 @@ impl<W: Write> Sequence<'_, '_, W> {
             .uint(packet::SEQUENCE_ID, u64::from(self.seq))
             .message(packet::TRACK_EVENT, &te);
         self.out.packet(&p.buf)
+    }
+
+    /// The `-A`/`-R` values of function `key` (by its name, as uftrace matches specs).
+    fn values_of(&mut self, key: u64) -> &[qemu_uftrace_format::args::Value] {
+        if !self.arg_values.contains_key(&key) {
+            let values = match self.ctx.args {
+                Some(l) => l.values_for(&self.name_of(key).0),
+                None => Vec::new(),
+            };
+            self.arg_values.insert(key, values);
+        }
+        self.arg_values.get(&key).map_or(&[], Vec::as_slice)
     }
 
     fn begin(&mut self, time: u64, key: u64, what: Open) -> std::io::Result<()> {
@@ -385,6 +412,8 @@ pub fn task<W: Write>(
         stack: Vec::new(),
         exec_pending: None,
         last_iid: 0,
+        arg_values: HashMap::new(),
+        annotation: None,
     };
     let mut chunk = vec![0u8; 1 << 20];
     let mut have = 0usize;
@@ -403,9 +432,11 @@ pub fn task<W: Write>(
             Err(e) => return Err(e),
         };
         have += n;
-        let whole = have - have % RECORD_SIZE;
-        for rec_bytes in chunk[..whole].chunks_exact(RECORD_SIZE) {
-            let bytes: &[u8; RECORD_SIZE] = rec_bytes.try_into().expect("chunks of RECORD_SIZE");
+        let mut at = 0usize;
+        while at + RECORD_SIZE <= have {
+            let bytes: &[u8; RECORD_SIZE] = chunk[at..at + RECORD_SIZE]
+                .try_into()
+                .expect("a slice of RECORD_SIZE");
             let rec = match record::decode(bytes) {
                 Ok(r) => r,
                 Err(_) => {
@@ -418,7 +449,48 @@ pub fn task<W: Write>(
                     break 'file;
                 }
             };
-            offset += RECORD_SIZE as u64;
+            // `-A`/`-R`: the values after the record (`more`), their length by the spec.
+            let mut len = RECORD_SIZE;
+            let mut note = None;
+            if bytes[8] & 4 != 0 {
+                let (mut sess, mut sw) = (session, switch_at);
+                while rec.time.max(last) >= sw {
+                    sess += 1;
+                    sw = next_session(sess);
+                }
+                let key = rec.addr | (sess as u64) << 48;
+                let retval = rec.kind == RecordType::Exit;
+                let values = s.values_of(key);
+                let data = &chunk[at + RECORD_SIZE..have];
+                match qemu_uftrace_format::args::render(values, retval, data) {
+                    Some(_) if values.is_empty() => {
+                        sum.cut = Some(format!(
+                            "record {} (byte {offset}) carries values that no -A/-R spec in \
+                             info describes; the rest of the file is left out",
+                            offset / RECORD_SIZE as u64
+                        ));
+                        have = 0;
+                        break 'file;
+                    }
+                    Some((text, n)) => {
+                        len += n;
+                        note = Some((if retval { "retval" } else { "args" }, text));
+                    }
+                    // The rest of the values is in the next read.
+                    None if data.len() < 1 << 17 => break,
+                    None => {
+                        sum.cut = Some(format!(
+                            "record {} (byte {offset}): its values do not fit their spec; the \
+                             rest of the file is left out",
+                            offset / RECORD_SIZE as u64
+                        ));
+                        have = 0;
+                        break 'file;
+                    }
+                }
+            }
+            at += len;
+            offset += len as u64;
             if sum.first_time.is_none() {
                 start_sequence(s.out, seq, track_uuid, rec.time)?;
                 s.prev = rec.time;
@@ -456,6 +528,7 @@ pub fn task<W: Write>(
                     if s.is_exec(key) {
                         s.exec(time, key)?;
                     } else {
+                        s.annotation = note.take();
                         s.begin(time, key, Open::Call)?
                     }
                 }
@@ -478,6 +551,7 @@ pub fn task<W: Write>(
                     } else if s.stack.is_empty() {
                         sum.unmatched_returns += 1;
                     } else {
+                        s.annotation = note.take();
                         s.end(time)?;
                     }
                 }
@@ -519,8 +593,8 @@ pub fn task<W: Write>(
                 },
             }
         }
-        chunk.copy_within(whole..have, 0);
-        have -= whole;
+        chunk.copy_within(at..have, 0);
+        have -= at;
     }
     if have > 0 && sum.cut.is_none() {
         sum.cut = Some(format!(

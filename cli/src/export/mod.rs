@@ -227,6 +227,7 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
     let clock = source::trace_clock(dir);
     let incomplete = source::incomplete_reason(dir);
     let event_names = source::event_names(dir);
+    let arg_lookup = crate::argspec::Lookup::read(dir);
     let mut summary = Summary {
         tasks: tids.len(),
         ..Default::default()
@@ -278,6 +279,7 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
             event_names: &event_names,
             incomplete: incomplete.as_deref(),
             srcline,
+            args: arg_lookup.as_ref(),
         };
         let file = std::io::BufReader::with_capacity(0, open(tid)?);
         let seq = u32::try_from(i + 2).context("too many tasks")?;

@@ -147,6 +147,7 @@ pub fn assemble(
     }
     // The plugin's early word, said again in plugin.stats.
     let _ = std::fs::remove_file(staging.join(super::kaslr::FOUND_FILE));
+    let arg_spec = (!prep.arg_specs.is_empty()).then(|| prep.arg_specs.info.clone());
     let procs = guest_processes(staging, inv, prep, &symbols.files);
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
@@ -159,6 +160,7 @@ pub fn assemble(
         stats: stats.clone(),
         later_processes: user.task_lines.into_iter().chain(procs.lines).collect(),
         later_tids: user.tids.into_iter().chain(procs.tids).collect(),
+        arg_spec,
     };
     let assembled = symbols
         .files
@@ -173,6 +175,18 @@ pub fn assemble(
         ))
     })?;
     guest_modules(staging);
+    // -A/-R: the carrier records folded into their records, once nothing walks the task
+    // files in 16-byte steps any more (the assembly's scan for code without symbols).
+    if !prep.arg_specs.is_empty() {
+        let folded = crate::argspec::fold_all(staging)?;
+        if folded.dropped > 0 {
+            crate::errors::note(format!(
+                "{} argument or return value reads had no record to go with (not written: \
+                 a filter, the depth limit, the size cap)",
+                folded.dropped
+            ));
+        }
+    }
     for why in &user.problems {
         warn(format!("INCOMPLETE TRACE: {why}"));
     }

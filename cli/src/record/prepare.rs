@@ -38,6 +38,8 @@ pub struct Prepared {
     pub cap: Option<Cap>,
     /// `-F`/`-N`, resolved.
     pub filters: crate::filter::Filters,
+    /// `-A`/`-R`, resolved.
+    pub arg_specs: crate::argspec::ArgSpecs,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -134,7 +136,10 @@ pub fn prepare(
         || !args.trace_on_at.is_empty()
         || !args.trace_off_at.is_empty()
         || !args.filter.is_empty()
-        || !args.notrace.is_empty();
+        || !args.notrace.is_empty()
+        || !args.argument.is_empty()
+        || !args.retval.is_empty()
+        || args.auto_args;
     // The sources read once for the names, the entries and the symbol job alike.
     let read = ReadOnce::new(&sources, Some(arch));
     let names = if wants_names {
@@ -158,6 +163,38 @@ pub fn prepare(
     // for what the plugin found. Not in a run from a snapshot: the kernel booted before it.
     let finds_base = linux && !sources.is_empty() && !inv.resume;
     let kaslr_warning = kaslr_first(inv, kernel.as_deref(), finds_base);
+    let (mut argument, mut retval) = (args.argument.clone(), args.retval.clone());
+    let mut enums = Vec::new();
+    if args.auto_args {
+        let mut files: Vec<(std::path::PathBuf, bool)> = (read.sources().iter())
+            .filter(|s| s.offset == 0 && crate::qemu::file_is_elf(&s.path))
+            .map(|s| (s.path.clone(), false))
+            .collect();
+        if let Some((path, p)) = &program {
+            files.push((path.clone(), p.rebase.is_some()));
+        }
+        let explicit: Vec<String> = argument.iter().chain(&retval).cloned().collect();
+        let (a, r, e) = crate::argspec::auto_specs(&files, &names, &explicit, arch)?;
+        argument.extend(a);
+        retval.extend(r);
+        enums = e;
+    }
+    let arg_specs = if argument.is_empty() && retval.is_empty() {
+        crate::argspec::ArgSpecs::default()
+    } else {
+        if let Some(t) = args.time_filter.filter(|&t| t > 0) {
+            return Err(crate::errors::usage(
+                format!("-A/-R with -t {t}: arguments beside a time filter are not recorded yet"),
+                "leave out -t, and filter by time when the trace is shown (replay -t)",
+            ));
+        }
+        let sizes =
+            crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
+        let mut specs =
+            crate::argspec::ArgSpecs::resolve(&argument, &retval, &names, &sizes, arch)?;
+        specs.info.enums = enums;
+        specs
+    };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
     // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
@@ -227,6 +264,7 @@ pub fn prepare(
         kaslr_file: anchor.as_deref(),
         trace_on_at: &trace_on_at,
         trace_off_at: &trace_off_at,
+        arg_specs: &arg_specs,
     }
     .value(&qemu);
     let symbols = (!inv.is_user_mode()).then(|| {
@@ -262,6 +300,7 @@ pub fn prepare(
             command,
             cap,
             filters,
+            arg_specs,
         },
         Jobs {
             symbols,
@@ -299,6 +338,8 @@ struct PluginOptions<'a> {
     /// `--trace-on-at`'s and `--trace-off-at`'s addresses.
     trace_on_at: &'a [u64],
     trace_off_at: &'a [u64],
+    /// `-A`/`-R`'s functions.
+    arg_specs: &'a crate::argspec::ArgSpecs,
 }
 
 impl PluginOptions<'_> {
@@ -341,6 +382,14 @@ impl PluginOptions<'_> {
         }
         v.push(self.filters.plugin_options());
         v.push(self.names.plugin_option());
+        match self.arg_specs.write_plugin_file(self.staging) {
+            Ok(Some(path)) => {
+                v.push(",args_file=");
+                v.push(qemu::escape_keyval(path.as_os_str()));
+            }
+            Ok(None) => {}
+            Err(e) => crate::errors::warn_early(format!("arguments not recorded: {e:#}")),
+        }
         // Names for the guest's tasks when a source has the kernel's DWARF or BTF (else
         // `pid-N`), and where their PIDs are for a guest with no PID register (else
         // synthetic ids).

@@ -125,6 +125,13 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     };
     // An exec'd image runs another program: the first one's functions are not its.
     let pie = cfg.pie.clone().filter(|_| cfg.proc_key.is_none());
+    // -A/-R's list first: a PIE's functions there are placed as `-F`'s are.
+    if let Some(path) = &cfg.args_file {
+        crate::state::args::load(path, cfg.proc_key.is_some()).unwrap_or_else(|msg| fail(&msg));
+        if crate::state::args::has_pie() {
+            crate::state::aims::place_anyway();
+        }
+    }
     crate::state::aims::install(given, pie);
     // Before the writer's first status, which says whether tracing is on.
     crate::handlers::switch::install(&cfg, register::request_reset);

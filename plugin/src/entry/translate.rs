@@ -209,6 +209,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     // a load among them (`arch::feeding_load`).
     let mut earlier: Vec<(*mut qemu_plugin_insn, [u8; 16], usize)> = Vec::new();
     let mut current = None;
+    let args_on = crate::state::args::active();
     for i in 0..n {
         earlier.extend(current.take());
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
@@ -217,6 +218,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
         current = Some((insn, bytes, len));
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        // -A/-R: a spec'd function's first instruction reads its arguments (before any
+        // other callback of that instruction: a call there comes after).
+        if args_on {
+            unsafe { crate::handlers::args::instrument(insn, pc, false) };
+        }
         if !user {
             // A Linux guest's process mappings: a few kernel functions' first instructions.
             unsafe {
@@ -424,6 +430,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 (on_far_return, CB_R_REGS, pc as usize as *mut c_void)
             }
             InsnKind::Return => {
+                // -R: a return instruction of a function whose return value is read.
+                if args_on {
+                    unsafe { crate::handlers::args::instrument_return(insn, pc) };
+                }
                 if let Some(flag) = pending {
                     unsafe {
                         qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(

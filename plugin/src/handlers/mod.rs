@@ -3,6 +3,7 @@
 //! Linux guest's processes: `procmaps`), x86 vector tables (`vector_table`) and the stack
 //! cookie of a run that starts mid-way (`midway`).
 
+pub mod args;
 pub mod callbacks;
 pub mod jumps;
 pub mod midway;

@@ -7,6 +7,7 @@
 //! here runs per event: the engine's gates get the placed lists once, and translation asks
 //! for the stop and start addresses.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 /// One set of aims.
@@ -66,11 +67,19 @@ static NONE: Aims = Aims {
     start_at: Vec::new(),
 };
 
+/// Other functions of a PIE wait for its bias (`-A`/`-R`'s, `state::args`): placed even
+/// with no aims of these. Set before [`install`].
+static PLACE_ANYWAY: AtomicBool = AtomicBool::new(false);
+
+pub fn place_anyway() {
+    PLACE_ANYWAY.store(true, Ordering::Relaxed);
+}
+
 /// At install: the aims given at run-time addresses, and a PIE program's (none in an
 /// exec'd image: they are the first program's).
 pub fn install(given: Aims, pie: Option<Pie>) {
     let _ = GIVEN.set(given);
-    if let Some(pie) = pie.filter(|p| !p.aims.is_empty()) {
+    if let Some(pie) = pie.filter(|p| !p.aims.is_empty() || PLACE_ANYWAY.load(Ordering::Relaxed)) {
         let _ = PIE.set(pie);
     }
 }
@@ -102,6 +111,12 @@ pub fn place(at_entry: u64) -> Option<&'static Aims> {
     let given = GIVEN.get().unwrap_or(&NONE);
     let _ = PLACED.set((bias, given.with_moved(&pie.aims, bias)));
     PLACED.get().map(|(_, a)| a)
+}
+
+/// The bias a PIE program was moved by, once placed (`state::args` places its functions
+/// by it).
+pub fn bias() -> Option<u64> {
+    PLACED.get().map(|&(b, _)| b)
 }
 
 /// For `plugin.stats`: of the run-time addresses `reached` (of `-F` when `filter`, else of

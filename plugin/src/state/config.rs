@@ -2,7 +2,7 @@
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
-//! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on]`
+//! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
@@ -109,6 +109,8 @@ pub struct Config {
     /// Functions whose entry switches tracing on (`trace_on_at=`), and off.
     pub trace_on_at: Vec<u64>,
     pub trace_off_at: Vec<u64>,
+    /// `-A`/`-R`: the functions whose values are read (`args_file=FILE`, `state::args`).
+    pub args_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -263,6 +265,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut switch_file = None;
     let mut trace_on_at = Vec::new();
     let mut trace_off_at = Vec::new();
+    let mut args_file = None;
     let mut stop_at = Vec::new();
     let mut stop_at_exit = false;
     let mut start_at = Vec::new();
@@ -404,6 +407,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "switch" => switch_file = Some(PathBuf::from(raw_value)),
             "trace_on_at" => trace_on_at = addresses(&key, value)?,
             "trace_off_at" => trace_off_at = addresses(&key, value)?,
+            "args_file" => args_file = Some(PathBuf::from(raw_value)),
             _ => return Err(format!("unknown argument {key:?}")),
         }
     }
@@ -463,5 +467,6 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         notrace,
         time_filter,
         pie,
+        args_file,
     })))
 }

@@ -4,6 +4,7 @@
 
 /// `-F`/`-N`/`--stop-at`/`--start-at`'s addresses, a PIE program's placed once it runs.
 pub mod aims;
+pub mod args;
 pub mod config;
 /// The guest's function entries, which a direct jump enters as a call (`entries=`).
 pub mod entries;

@@ -1,0 +1,398 @@
+//! `record -A/--argument` and `-R/--retval` (issue 38): arguments and return values read
+//! from the guest's registers and memory, replayed by uftrace 0.13, 0.17 and 0.19 as
+//! uftrace shows its own. User mode: `tests/guests/user/args.c` logs each call as replay
+//! shows it; on x86_64 its `-pg` build recorded by native uftrace with the same specs is
+//! the other oracle. System mode: `tests/guests/sysargs.c` on bare metal, its own log, on
+//! aarch64, riscv64 and x86_64 under QEMU 10.0, 10.2.2 and 11.1.3.
+
+mod common;
+
+use qemu_uftrace_tests::replay::{replay_body, uftrace, uftrace_at, uftrace_versions};
+use qemu_uftrace_tests::riscv64::{riscv64_guest_elf, riscv64_qemu_args_on, riscv64_qemus};
+use qemu_uftrace_tests::x86_64_guests::{
+    system_qemus_x86_64, x86_64_guest_elf, x86_64_qemu_args_on,
+};
+use qemu_uftrace_tests::{cached, guest_elf, qemu_args_on, system_qemus, Variant};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The specs, as uftrace takes them: every size and sign, strings, chars, hex.
+const ARGS: &[&str] = &[
+    "add@arg1/i32,arg2/i32",
+    "neg@arg1/i",
+    "greet@arg1/s,arg2/i32",
+    "pick@arg1/i32",
+    "ptr@arg1/x",
+    "paint@arg1/i32",
+    "up@arg1/c",
+    "bad@arg1/s",
+    "narrow@arg1/u8,arg2/i16,arg3/u32",
+    "six@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i",
+];
+/// Beyond x86_64's six argument registers: aarch64 and riscv64 only.
+const ARGS_EIGHT: &str = "eight@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i,arg7/i,arg8/i";
+/// Every function's return value (`^` a regular expression, as `-F` takes it).
+const RETVALS: &[&str] = &[
+    "^add$@retval/i32",
+    "neg@retval/i",
+    "greet@retval/i32",
+    "pick@retval/s",
+    "ptr@retval/x",
+    "paint@retval/i32",
+    "up@retval/c",
+    "bad@retval/i32",
+    "narrow@retval/u16",
+    "six@retval/i",
+];
+const RETVAL_EIGHT: &str = "eight@retval/i";
+const FUNCS: &[&str] = &[
+    "add", "neg", "greet", "pick", "ptr", "paint", "up", "bad", "narrow", "six", "eight",
+];
+
+fn source() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/guests/user/args.c")
+}
+
+/// Builds args.c with `gcc` and `extra` flags into `out`.
+fn build(gcc: &str, extra: &[&str], out: &Path) {
+    let status = Command::new(gcc)
+        .args([
+            "-O1",
+            "-g",
+            "-fno-optimize-sibling-calls",
+            "-fno-inline",
+            "-Wall",
+            "-Werror",
+        ])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(source())
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "{gcc} {extra:?} args.c");
+}
+
+/// `-A …`/`-R …` for `record` (ours and uftrace's alike).
+fn spec_options(eight: bool) -> Vec<String> {
+    let mut v = Vec::new();
+    for a in ARGS.iter().copied().chain(eight.then_some(ARGS_EIGHT)) {
+        v.extend(["-A".to_string(), a.to_string()]);
+    }
+    for r in RETVALS.iter().copied().chain(eight.then_some(RETVAL_EIGHT)) {
+        v.extend(["-R".to_string(), r.to_string()]);
+    }
+    v
+}
+
+/// The replay lines of the spec'd functions (what follows `|`, trimmed), in order.
+fn spec_lines(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .filter_map(replay_body)
+        .map(|(_, body)| body.trim().to_string())
+        .filter(|b| {
+            let name = b.split(['(', ' ', ';']).next().unwrap_or("");
+            FUNCS.contains(&name)
+        })
+        .collect()
+}
+
+/// The program's own log: each call as replay must show it (a console line may begin with
+/// the firmware's last words).
+fn logged(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.split_once("log: "))
+        .map(|(_, l)| l.trim_end().to_string())
+        .collect()
+}
+
+/// Records `program` under `qemu` with the specs: its log and our trace's lines of the
+/// spec'd functions as each uftrace version replays them (all alike).
+fn record_ours(qemu: &Path, program: &Path, eight: bool) -> (Vec<String>, Vec<String>) {
+    let argv = [qemu.display().to_string(), program.display().to_string()];
+    let (log, lines) = record_argv(&argv, eight);
+    assert_eq!(log.len(), 13, "{log:?}");
+    (log, lines)
+}
+
+/// [`record_ours`] of the QEMU command line `argv`.
+fn record_argv(argv: &[String], eight: bool) -> (Vec<String>, Vec<String>) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(spec_options(eight))
+        .arg("--")
+        .args(argv)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record {argv:?} failed: {stderr}");
+    // Every read went with its record.
+    assert!(!stderr.contains("no record to go with"), "{stderr}");
+    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    let d = dir.to_string_lossy();
+    let mut lines: Option<Vec<String>> = None;
+    for u in uftrace_versions().expect("uftrace versions") {
+        let text = uftrace_at(
+            &u.program,
+            &["replay", "--no-pager", "-F", "main", "-d", &d],
+        )
+        .expect("uftrace replay");
+        let these = spec_lines(&text);
+        match &lines {
+            None => lines = Some(these),
+            Some(first) => assert_eq!(&these, first, "uftrace {} differs", u.version),
+        }
+    }
+    (log, lines.unwrap_or_default())
+}
+
+/// Each logged call is in the trace as logged, and the trace has no other line of them.
+fn assert_as_logged(log: &[String], lines: &[String]) {
+    assert_eq!(lines, log, "trace against the program's own log");
+}
+
+#[test]
+fn x86_64_user_arguments_and_return_values_match_native_uftrace() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    // A dynamic PIE under QEMU (its functions placed by its load bias), and the -pg build
+    // uftrace records natively.
+    let plain = tmp.path().join("args");
+    let pg = tmp.path().join("args-pg");
+    build("gcc", &["-fpie", "-pie"], &plain);
+    build("gcc", &["-pg"], &pg);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-x86_64"), &plain, false);
+    // x86_64 passes eight's 7th and 8th on the stack: not asked for.
+    let mut want = log.clone();
+    let last = want.len() - 1;
+    want[last] = "eight();".into();
+    assert_as_logged(&want, &ours);
+
+    let data = tmp.path().join("native.data");
+    let d = data.to_string_lossy().into_owned();
+    let mut native = vec!["record".to_string(), "-d".into(), d.clone()];
+    native.extend(spec_options(false));
+    native.push(pg.to_string_lossy().into_owned());
+    let native: Vec<&str> = native.iter().map(String::as_str).collect();
+    uftrace(&native).expect("native uftrace record");
+    let text = uftrace(&["replay", "--no-pager", "-F", "main", "-d", &d]).expect("replay");
+    // The same lines, but for the pointers (each run's own load address).
+    let no_ptr = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|l| !l.starts_with("ptr("))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(
+        no_ptr(&ours),
+        no_ptr(&spec_lines(&text)),
+        "ours against native:\n{text}"
+    );
+}
+
+#[test]
+fn aarch64_user_arguments_and_return_values_match_the_log() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("aarch64-linux-gnu-gcc", &["-static"], &elf);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-aarch64"), &elf, true);
+    assert_as_logged(&log, &ours);
+}
+
+#[test]
+fn riscv64_user_arguments_and_return_values_match_the_log() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("riscv64-linux-gnu-gcc", &["-static"], &elf);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-riscv64"), &elf, true);
+    assert_as_logged(&log, &ours);
+}
+
+/// Bare metal (`tests/guests/sysargs.c`): the same specs on every architecture and QEMU
+/// (plugin API 4, 5 and 7), exactly the guest's own log.
+fn check_system(label: &str, runs: Vec<(String, Vec<String>)>) {
+    for (q, argv) in runs {
+        let (log, ours) = record_argv(&argv, false);
+        assert_eq!(log.len(), 12, "{label} on {q}: {log:?}");
+        assert_eq!(ours, log, "{label} on {q}: trace against the guest's log");
+    }
+}
+
+#[test]
+fn aarch64_bare_metal_arguments_match_the_guest_log() {
+    let elf = guest_elf("sysargs", Variant::Natural).expect("build guests");
+    let runs = (system_qemus().into_iter())
+        .map(|q| (q.label.to_string(), qemu_args_on(&q.program, &elf)))
+        .collect();
+    check_system("aarch64", runs);
+}
+
+#[test]
+fn riscv64_bare_metal_arguments_match_the_guest_log() {
+    let elf = riscv64_guest_elf("sysargs", Variant::Natural).expect("build guests");
+    let runs = (riscv64_qemus().into_iter())
+        .map(|q| (q.label.to_string(), riscv64_qemu_args_on(&q.program, &elf)))
+        .collect();
+    check_system("riscv64", runs);
+}
+
+#[test]
+fn x86_64_bare_metal_arguments_match_the_guest_log() {
+    let elf = x86_64_guest_elf("sysargs", Variant::Natural).expect("build guests");
+    let runs = (system_qemus_x86_64().into_iter())
+        .map(|q| (q.label.to_string(), x86_64_qemu_args_on(&q.program, &elf)))
+        .collect();
+    check_system("x86_64", runs);
+}
+
+/// `export`: each spec'd call's slice carries its values as `args` and `retval`, which
+/// written back as replay shows a leaf are the program's log.
+fn check_export(argv: &[String]) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(spec_options(true))
+        .arg("--then")
+        .arg("export")
+        .arg("--")
+        .args(argv)
+        .output()
+        .expect("run qemu-uftrace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(dir.with_extension("data.pftrace"))
+        .output()
+        .expect("run perfetto_check.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+    let slices: Vec<String> = v["threads"][0]["values"]
+        .as_array()
+        .expect("values")
+        .iter()
+        .map(|s| {
+            let text = |k: &str| s[k].as_str().map(str::to_string);
+            let ret = text("retval").map_or_else(String::new, |r| format!(" = {r}"));
+            format!(
+                "{}({}){ret};",
+                text("name").unwrap_or_default(),
+                text("args").unwrap_or_default()
+            )
+        })
+        .collect();
+    assert_eq!(slices, log, "export against the program's log");
+}
+
+#[test]
+fn export_shows_arguments_as_slice_args() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("aarch64-linux-gnu-gcc", &["-static"], &elf);
+    let argv = [
+        cached("qemu-10.2.2/bin/qemu-aarch64").display().to_string(),
+        elf.display().to_string(),
+    ];
+    check_export(&argv);
+}
+
+/// `-a`: every function of the program with DWARF, by its types (as uftrace's -a: the
+/// enum by name; x86_64's seventh and eighth arguments, on the stack, are left out).
+#[test]
+fn auto_args_follow_dwarf_types() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (arch, gcc, extra) in [
+        ("x86_64", "gcc", &["-fpie", "-pie"][..]),
+        ("aarch64", "aarch64-linux-gnu-gcc", &["-static"][..]),
+    ] {
+        let elf = tmp.path().join(format!("args-{arch}"));
+        build(gcc, extra, &elf);
+        let dir = tmp.path().join(format!("{arch}.data"));
+        let out = Command::new(common::BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(&dir)
+            .arg("-a")
+            .arg("--")
+            .arg(cached(&format!("qemu-10.2.2/bin/qemu-{arch}")))
+            .arg(&elf)
+            .output()
+            .expect("run qemu-uftrace");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{arch}: {stderr}");
+        let mut want = logged(&String::from_utf8_lossy(&out.stdout));
+        for l in want.iter_mut() {
+            if l.starts_with("paint(") {
+                *l = "paint(BLUE) = 12;".into();
+            }
+            if arch == "x86_64" && l.starts_with("eight(") {
+                *l = "eight(1, 2, 3, 4, 5, 6) = 20;".into();
+            }
+        }
+        let d = dir.to_string_lossy();
+        for u in uftrace_versions().expect("uftrace versions") {
+            let text = uftrace_at(
+                &u.program,
+                &["replay", "--no-pager", "-F", "main", "-d", &d],
+            )
+            .expect("uftrace replay");
+            assert_eq!(
+                spec_lines(&text),
+                want,
+                "{arch}, uftrace {}:\n{text}",
+                u.version
+            );
+        }
+    }
+}
+
+/// Bad specs are one line each, before QEMU starts.
+#[test]
+fn bad_specs_are_one_line() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = tmp.path().join("args");
+    build("gcc", &["-static"], &elf);
+    for (opts, want) in [
+        (&["-A", "ad@arg1"][..], "did you mean add"),
+        (&["-A", "add@arg7"][..], "passed on the stack"),
+        (&["-A", "add@arg1/f"][..], "floating point"),
+        (&["-R", "add@retval/q"][..], "unknown format"),
+        (&["-A", "add@arg1", "-t", "1us"][..], "beside a time filter"),
+    ] {
+        let out = Command::new(common::BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(tmp.path().join("x.data"))
+            .args(opts)
+            .arg("--")
+            .arg(cached("qemu-10.2.2/bin/qemu-x86_64"))
+            .arg(&elf)
+            .output()
+            .expect("run qemu-uftrace");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{opts:?} accepted");
+        let first = stderr.lines().next().unwrap_or("");
+        assert!(first.contains(want), "{opts:?}: {stderr}");
+        assert!(stderr.lines().count() <= 2, "{opts:?}: {stderr}");
+    }
+}

@@ -1,0 +1,792 @@
+//! Arguments and return values (uftrace's `-A/--argument`, `-R/--retval`): the spec syntax
+//! as uftrace parses it (`utils/argspec.c` `parse_argspec`, `utils/filter.c`
+//! `add_arg_spec`), the payload a record with the `more` bit carries (`libmcount/record.c`
+//! `save_to_argbuf`, `utils/fstack.c` `read_task_arg`), and the carrier records the plugin
+//! writes in their place (16 bytes each, so that every stage that walks records in 16-byte
+//! steps passes them on) until `record` folds them into their ENTRY and EXIT records.
+//!
+//! A carrier group is EVENT records whose ids are far above any event's: a head (kind and
+//! payload length), the function (its low 40 bits), then the payload, 5 bytes a record.
+//! Arguments follow their ENTRY record at once (same time); a return value comes right
+//! before its EXIT (read at the return instruction, the EXIT written where it lands).
+//! A group that does not sit so is dropped and counted, never attached elsewhere.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+
+use crate::record::{encode_word, RecordType, RECORD_SIZE};
+
+/// uftrace's `ARG_STR_MAX`: a longer string keeps 95 bytes and `...`.
+pub const STR_MAX: usize = 98;
+
+/// How uftrace shows a value (`enum uftrace_arg_format`, the letters of `/d` …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fmt {
+    /// `d` or none: decimal, hex when large.
+    Auto,
+    Sint,
+    Uint,
+    Hex,
+    Oct,
+    Str,
+    Char,
+    Ptr,
+    /// `e:NAME`: by the enum's names (definitions in `info`'s `enumauto:`).
+    Enum,
+}
+
+/// One value of a spec: `argN` (1-based) or `retval` (`idx` 0), shown as `fmt`, `size`
+/// bytes of its register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Value {
+    pub idx: u8,
+    pub fmt: Fmt,
+    pub size: u8,
+}
+
+impl Value {
+    pub fn is_retval(&self) -> bool {
+        self.idx == 0
+    }
+
+    /// What the plugin must read: a string (`s`) or the register's low bytes (their count).
+    pub fn plugin_word(&self) -> String {
+        match self.fmt {
+            Fmt::Str => "s".into(),
+            _ => self.size.to_string(),
+        }
+    }
+}
+
+/// One `FUNC@arg1/s,arg2` or `FUNC@retval/d` as typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FuncSpec {
+    pub pattern: String,
+    pub values: Vec<Value>,
+}
+
+/// Why a spec was refused: one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError(pub String);
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// Parses `FUNC@VALUE[,VALUE…]`, each VALUE `argN[/FMT[SIZE]]` or `retval[/FMT[SIZE]]`;
+/// `max_arg` is the last argument the calling convention passes in a register.
+pub fn parse(spec: &str, max_arg: u8) -> Result<FuncSpec, SpecError> {
+    let err = |why: String| SpecError(format!("{spec}: {why}"));
+    let Some((pattern, actions)) = spec.split_once('@') else {
+        return Err(err(
+            "no value named (FUNC@arg1,arg2/s or FUNC@retval/d)".into()
+        ));
+    };
+    if pattern.is_empty() {
+        return Err(err("no function named before @".into()));
+    }
+    let mut values = Vec::new();
+    for action in actions.split(',') {
+        let v = parse_value(action, max_arg).map_err(err)?;
+        merge(&mut values, v, true);
+    }
+    Ok(FuncSpec {
+        pattern: pattern.to_string(),
+        values,
+    })
+}
+
+fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
+    let (idx, suffix) = if let Some(rest) = text.strip_prefix("retval") {
+        (0u8, rest)
+    } else if let Some(rest) = text.strip_prefix("arg") {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        let n: u8 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("{text}: expected argN (N from 1) or retval"))?;
+        if n == 0 {
+            return Err(format!("{text}: arguments count from arg1"));
+        }
+        if n > max_arg {
+            return Err(format!(
+                "{text}: passed on the stack by this calling convention (registers hold \
+                 arg1 to arg{max_arg}); not read yet"
+            ));
+        }
+        (n, &rest[digits..])
+    } else if text.starts_with("fparg") {
+        return Err(format!("{text}: floating-point arguments are not read yet"));
+    } else {
+        return Err(format!(
+            "{text}: expected argN or retval (uftrace's other actions are not taken here)"
+        ));
+    };
+    let mut v = Value {
+        idx,
+        fmt: Fmt::Auto,
+        size: 8,
+    };
+    if suffix.is_empty() {
+        return Ok(v);
+    }
+    if suffix.starts_with('%') {
+        return Err(format!(
+            "{text}: values by register or stack offset (%…) are not read yet; name argN"
+        ));
+    }
+    let Some(rest) = suffix.strip_prefix('/') else {
+        return Err(format!("{text}: expected /FORMAT after the value's name"));
+    };
+    let mut chars = rest.chars();
+    v.fmt = match chars.next() {
+        Some('d') => Fmt::Auto,
+        Some('i') => Fmt::Sint,
+        Some('u') => Fmt::Uint,
+        Some('x') => Fmt::Hex,
+        Some('o') => Fmt::Oct,
+        Some('s') => Fmt::Str,
+        Some('c') => {
+            v.size = 1;
+            Fmt::Char
+        }
+        Some('p') => Fmt::Ptr,
+        Some('e') => {
+            let name = chars.as_str().strip_prefix(':').unwrap_or("");
+            if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                return Err(format!("{text}: expected e:NAME, the enum's name"));
+            }
+            return Ok(Value {
+                fmt: Fmt::Enum,
+                ..v
+            });
+        }
+        Some(c @ ('f' | 'S' | 't')) => {
+            return Err(format!(
+                "{text}: format /{c} ({}) is not read yet; use d, i, u, x, o, s, c or p",
+                match c {
+                    'f' => "floating point",
+                    'S' => "std::string",
+                    'e' => "enum by name",
+                    _ => "struct by value",
+                }
+            ))
+        }
+        _ => {
+            return Err(format!(
+                "{text}: unknown format (d, i, u, x, o, s, c or p, then 8, 16, 32 or 64)"
+            ))
+        }
+    };
+    let size = chars.as_str();
+    if size.starts_with('%') {
+        return Err(format!(
+            "{text}: values by register or stack offset (%…) are not read yet; name argN"
+        ));
+    }
+    if !size.is_empty() {
+        v.size = match size {
+            "8" => 1,
+            "16" => 2,
+            "32" => 4,
+            "64" => 8,
+            _ => return Err(format!("{text}: size must be 8, 16, 32 or 64 bits")),
+        };
+        if v.fmt == Fmt::Str {
+            // uftrace takes and ignores a string's size; it stays a pointer.
+            v.size = 8;
+        }
+    }
+    Ok(v)
+}
+
+/// Adds `v` to a function's values as uftrace's `add_arg_spec` does: a value of the same
+/// index is replaced (an exact name's never by a regular expression's), a new one appended.
+/// `exact` is whether `v`'s spec named the function whole.
+pub fn merge(values: &mut Vec<Value>, v: Value, exact: bool) {
+    merge_exact(values, &mut Vec::new(), v, exact)
+}
+
+/// [`merge`] keeping each value's exactness in `exacts` (parallel to `values`).
+pub fn merge_exact(values: &mut Vec<Value>, exacts: &mut Vec<bool>, v: Value, exact: bool) {
+    exacts.resize(values.len(), true);
+    match values.iter().position(|o| o.idx == v.idx) {
+        Some(i) => {
+            if exact || !exacts[i] {
+                values[i] = v;
+                exacts[i] = exact;
+            }
+        }
+        None => {
+            values.push(v);
+            exacts.push(exact);
+        }
+    }
+}
+
+/// Appends one integer value as libmcount does: its register's low `size` bytes, padded
+/// to 4 with the register's next bytes.
+pub fn push_int(payload: &mut Vec<u8>, reg: u64, size: u8) {
+    let n = (size as usize).div_ceil(4) * 4;
+    payload.extend_from_slice(&reg.to_le_bytes()[..n.min(8)]);
+}
+
+/// Appends one string value: its u16 length and bytes, padded to 4. `read` is what guest
+/// memory gave from the pointer on (up to [`STR_MAX`] + 1 bytes, fewer where a page could
+/// not be read); `NULL` for a null pointer, `<0x…>` (libmcount's mark) where nothing
+/// up to the string's end could be read.
+pub fn push_str(payload: &mut Vec<u8>, ptr: u64, read: &[u8]) {
+    let text: Vec<u8> = if ptr == 0 {
+        b"NULL".to_vec()
+    } else {
+        match read.iter().position(|&b| b == 0) {
+            Some(n) if n < STR_MAX => read[..n].to_vec(),
+            // As libmcount cuts: 95 bytes and `...` (a string of 98 or more).
+            _ if read.len() >= STR_MAX => {
+                let mut t = read[..STR_MAX - 3].to_vec();
+                t.extend_from_slice(b"...");
+                t
+            }
+            // Its end could not be read: no value passed off as the string.
+            _ => format!("<{ptr:#x}>").into_bytes(),
+        }
+    };
+    let start = payload.len();
+    payload.extend_from_slice(&(text.len() as u16).to_le_bytes());
+    payload.extend_from_slice(&text);
+    let len = payload.len() - start;
+    payload.resize(start + len.div_ceil(4) * 4, 0);
+}
+
+const TAG_SHIFT: u32 = 40;
+const LOW40: u64 = (1 << TAG_SHIFT) - 1;
+const TAG_ARGS: u64 = 0xa1;
+const TAG_RETVAL: u64 = 0xa2;
+const TAG_FUNC: u64 = 0xa3;
+const TAG_DATA: u64 = 0xa4;
+/// Payload bytes a data carrier holds.
+const PER_CARRIER: usize = 5;
+/// The longest payload a group carries (libmcount's ARGBUF_SIZE less its length word).
+pub const MAX_PAYLOAD: usize = 1020;
+
+/// The EVENT ids (48-bit address fields) of the carriers of `payload`, arguments of
+/// `func`'s entry or (`retval`) its return value.
+pub fn carriers(retval: bool, func: u64, payload: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    let head = if retval { TAG_RETVAL } else { TAG_ARGS } << TAG_SHIFT | payload.len() as u64;
+    let func = TAG_FUNC << TAG_SHIFT | (func & LOW40);
+    let data = payload.chunks(PER_CARRIER).map(|c| {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        TAG_DATA << TAG_SHIFT | u64::from_le_bytes(w)
+    });
+    [head, func].into_iter().chain(data)
+}
+
+/// Whether an EVENT id is a carrier's (the plugin's own; never an event of uftrace's).
+pub fn is_carrier(id: u64) -> bool {
+    matches!(id >> TAG_SHIFT, TAG_ARGS | TAG_RETVAL | TAG_FUNC | TAG_DATA)
+}
+
+/// What [`fold`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Folded {
+    /// ENTRY records given their arguments.
+    pub args: u64,
+    /// EXIT records given their return value.
+    pub retvals: u64,
+    /// Groups with no record to go with (its record not written: a filter, the size cap).
+    pub dropped: u64,
+}
+
+/// A carrier group being read.
+struct Group {
+    retval: bool,
+    time: u64,
+    len: usize,
+    func: Option<u64>,
+    payload: Vec<u8>,
+}
+
+struct Rec {
+    bytes: [u8; RECORD_SIZE],
+    payload: Option<Vec<u8>>,
+}
+
+impl Rec {
+    fn word(&self) -> u64 {
+        u64::from_le_bytes(self.bytes[8..].try_into().expect("8 bytes"))
+    }
+    fn time(&self) -> u64 {
+        u64::from_le_bytes(self.bytes[..8].try_into().expect("8 bytes"))
+    }
+    fn kind(&self) -> u64 {
+        self.word() & 3
+    }
+    fn addr40(&self) -> u64 {
+        (self.word() >> 16) & LOW40
+    }
+    fn write(self, out: &mut impl Write) -> io::Result<()> {
+        let Rec { mut bytes, payload } = self;
+        match payload {
+            None => out.write_all(&bytes),
+            Some(p) => {
+                let word = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes")) | 1 << 2;
+                bytes[8..].copy_from_slice(&word.to_le_bytes());
+                out.write_all(&bytes)?;
+                out.write_all(&p)?;
+                // The whole payload is padded to 8 (`read_task_args`).
+                let pad = (8 - p.len() % 8) % 8;
+                out.write_all(&[0u8; 8][..pad])
+            }
+        }
+    }
+}
+
+/// Rewrites a task file's records with the carriers folded into their records (the `more`
+/// bit and the payload after), as uftrace's readers take them.
+pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
+    let mut input = io::BufReader::with_capacity(1 << 20, input);
+    let mut done = Folded::default();
+    let mut held: Option<Rec> = None;
+    let mut pending_ret: Option<(u64, Vec<u8>)> = None;
+    let mut bytes = [0u8; RECORD_SIZE];
+    let mut group: Option<Group> = None;
+    while read_exact_or_eof(&mut input, &mut bytes)? {
+        let word = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        let time = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let id = word >> 16;
+        let carrier = word & 3 == RecordType::Event as u64 && is_carrier(id);
+        if !carrier {
+            if group.take().is_some() {
+                done.dropped += 1;
+            }
+            let mut rec = Rec {
+                bytes,
+                payload: None,
+            };
+            if let Some((func, payload)) = pending_ret.take() {
+                if rec.kind() == RecordType::Exit as u64 && rec.addr40() == func {
+                    rec.payload = Some(payload);
+                    done.retvals += 1;
+                } else {
+                    done.dropped += 1;
+                }
+            }
+            if let Some(h) = held.replace(rec) {
+                h.write(out)?;
+            }
+            continue;
+        }
+        let tag = id >> TAG_SHIFT;
+        let low = id & LOW40;
+        match tag {
+            TAG_ARGS | TAG_RETVAL => {
+                if group.take().is_some() {
+                    done.dropped += 1;
+                }
+                group = Some(Group {
+                    retval: tag == TAG_RETVAL,
+                    time,
+                    len: low as usize,
+                    func: None,
+                    payload: Vec::new(),
+                });
+            }
+            TAG_FUNC => match &mut group {
+                Some(Group { func: f @ None, .. }) => *f = Some(low),
+                _ => {
+                    group = None;
+                    done.dropped += 1;
+                }
+            },
+            _ => match &mut group {
+                Some(g) if g.func.is_some() && g.payload.len() < g.len => {
+                    let take = (g.len - g.payload.len()).min(PER_CARRIER);
+                    g.payload.extend_from_slice(&low.to_le_bytes()[..take]);
+                }
+                _ => {
+                    group = None;
+                    done.dropped += 1;
+                }
+            },
+        }
+        // A whole group: attached where it belongs, or dropped.
+        let complete = (group.as_ref())
+            .is_some_and(|g| g.func.is_some() && g.payload.len() == g.len && g.len > 0);
+        if complete {
+            let Some(Group {
+                retval,
+                time,
+                func: Some(func),
+                payload,
+                ..
+            }) = group.take()
+            else {
+                continue;
+            };
+            if retval {
+                if pending_ret.replace((func, payload)).is_some() {
+                    done.dropped += 1;
+                }
+            } else {
+                match &mut held {
+                    Some(h)
+                        if h.kind() == RecordType::Entry as u64
+                            && h.addr40() == func
+                            && h.time() == time
+                            && h.payload.is_none() =>
+                    {
+                        h.payload = Some(payload);
+                        done.args += 1;
+                    }
+                    _ => done.dropped += 1,
+                }
+            }
+        }
+    }
+    if let Some(h) = held {
+        h.write(out)?;
+    }
+    done.dropped += u64::from(group.is_some()) + u64::from(pending_ret.is_some());
+    Ok(done)
+}
+
+/// Reads a whole record; false at the end (a partial record at the end is dropped, as the
+/// readers drop it).
+fn read_exact_or_eof(r: &mut impl Read, buf: &mut [u8; RECORD_SIZE]) -> io::Result<bool> {
+    let mut got = 0;
+    while got < RECORD_SIZE {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// One carrier record's 16 bytes (for the plugin's writer and tests).
+pub fn carrier_record(time: u64, id: u64) -> [u8; RECORD_SIZE] {
+    let mut out = [0u8; RECORD_SIZE];
+    out[..8].copy_from_slice(&time.to_le_bytes());
+    out[8..].copy_from_slice(&encode_word(RecordType::Event, 0, id).to_le_bytes());
+    out
+}
+
+/// The `info` file's ARG_SPEC block: `argspec:lines=N`, then the `-A` specs joined by `;`
+/// (`argspec:`) and the `-R` ones (`retspec:`), as uftrace record writes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InfoSpec {
+    pub argspec: Vec<String>,
+    pub retspec: Vec<String>,
+    /// Enum definitions the specs' `e:NAME` show by (`enum NAME { A = 0, B = 5 }`), for
+    /// `enumauto:` (uftrace reads them with the AUTO_ARGS feature).
+    pub enums: Vec<String>,
+}
+
+impl InfoSpec {
+    pub fn is_empty(&self) -> bool {
+        self.argspec.is_empty() && self.retspec.is_empty()
+    }
+
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let lines = usize::from(!self.argspec.is_empty())
+            + usize::from(!self.retspec.is_empty())
+            + if self.enums.is_empty() { 0 } else { 3 };
+        writeln!(w, "argspec:lines={lines}")?;
+        if !self.argspec.is_empty() {
+            writeln!(w, "argspec:{}", one_line(&self.argspec.join(";")))?;
+        }
+        if !self.retspec.is_empty() {
+            writeln!(w, "retspec:{}", one_line(&self.retspec.join(";")))?;
+        }
+        if !self.enums.is_empty() {
+            // No automatic specs of uftrace's own list: only the enums.
+            writeln!(w, "argauto:")?;
+            writeln!(w, "retauto:")?;
+            writeln!(w, "enumauto:{}", one_line(&self.enums.join(";")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Uncut: uftrace reads the ARG_SPEC block with `getline` (0.13–0.19), and a cut spec
+/// would leave records with values no spec describes (fatal to replay).
+fn one_line(s: &str) -> String {
+    crate::text::escape_controls(&s.replace(['\n', '\r'], " ")).into_owned()
+}
+
+/// The payload length of a record with the `more` bit, given its function's values (for
+/// readers of finished traces: `export`). `data` starts right after the record.
+pub fn payload_len(values: &[Value], retval: bool, data: &[u8]) -> Option<usize> {
+    let mut at = 0usize;
+    for v in values.iter().filter(|v| v.is_retval() == retval) {
+        if v.fmt == Fmt::Str {
+            let len = u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?) as usize;
+            at += (2 + len).div_ceil(4) * 4;
+        } else {
+            at += (v.size as usize).div_ceil(4) * 4;
+        }
+    }
+    Some(at.div_ceil(8) * 8)
+}
+
+/// `-A`/`-R` as a finished trace's `info` says them (`argspec:`, `retspec:`), each split
+/// at `;` as uftrace splits them.
+pub fn read_info_spec(info: &[u8]) -> Option<InfoSpec> {
+    let text = String::from_utf8_lossy(info.get(40..)?);
+    let mut spec = InfoSpec::default();
+    for line in text.lines() {
+        if let Some(v) = line
+            .strip_prefix("argspec:")
+            .filter(|v| !v.starts_with("lines="))
+        {
+            spec.argspec
+                .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
+        } else if let Some(v) = line.strip_prefix("retspec:") {
+            spec.retspec
+                .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
+        }
+    }
+    (!spec.is_empty()).then_some(spec)
+}
+
+/// The values of a record with the `more` bit as uftrace's replay writes them (`1, "x"`;
+/// pointers in hex, where replay names a symbol it knows), and the payload's length (padded
+/// to 8). `None` when `data` is shorter than the spec says.
+pub fn render(values: &[Value], retval: bool, data: &[u8]) -> Option<(String, usize)> {
+    let mut at = 0usize;
+    let mut parts = Vec::new();
+    for v in values.iter().filter(|v| v.is_retval() == retval) {
+        if v.fmt == Fmt::Str {
+            let len = u16::from_le_bytes(data.get(at..at + 2)?.try_into().ok()?) as usize;
+            let bytes = data.get(at + 2..at + 2 + len)?;
+            let mut t = String::from("\"");
+            for &b in bytes.iter().take_while(|&&b| b != 0) {
+                match b {
+                    b'\n' => t.push_str("\\n"),
+                    8 => t.push_str("\\b"),
+                    b => t.push(char::from(b)),
+                }
+            }
+            t.push('"');
+            parts.push(t);
+            at += (2 + len).div_ceil(4) * 4;
+            continue;
+        }
+        let size = usize::from(v.size).clamp(1, 8);
+        let mut w = [0u8; 8];
+        w[..size].copy_from_slice(data.get(at..at + size)?);
+        let raw = u64::from_le_bytes(w);
+        let signed = {
+            let shift = 64 - 8 * size as u32;
+            ((raw << shift) as i64) >> shift
+        };
+        parts.push(match v.fmt {
+            Fmt::Auto if size == 4 && raw > 0xffff_0000 => signed.to_string(),
+            Fmt::Auto if (raw as i64) > 100_000 || (raw as i64) < -100_000 => format!("{raw:#x}"),
+            Fmt::Auto => (raw as i64).to_string(),
+            Fmt::Sint => signed.to_string(),
+            Fmt::Uint if raw > 100_000 => format!("{raw:#x}"),
+            Fmt::Uint => raw.to_string(),
+            Fmt::Hex | Fmt::Ptr => format!("{raw:#x}"),
+            Fmt::Oct => format!("0{raw:o}"),
+            Fmt::Enum => signed.to_string(),
+            Fmt::Char => format!("'{}'", char::from(raw as u8)),
+            Fmt::Str => unreachable!("strings are read above"),
+        });
+        at += size.div_ceil(4) * 4;
+    }
+    Some((parts.join(", "), at.div_ceil(8) * 8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_as_uftrace_reads_them() {
+        let s = parse("f@arg1/s,arg2/x32,arg3", 6).unwrap();
+        assert_eq!(s.pattern, "f");
+        assert_eq!(
+            s.values,
+            [
+                Value {
+                    idx: 1,
+                    fmt: Fmt::Str,
+                    size: 8
+                },
+                Value {
+                    idx: 2,
+                    fmt: Fmt::Hex,
+                    size: 4
+                },
+                Value {
+                    idx: 3,
+                    fmt: Fmt::Auto,
+                    size: 8
+                },
+            ]
+        );
+        let r = parse("^g@retval/i32", 8).unwrap();
+        assert_eq!(
+            r.values,
+            [Value {
+                idx: 0,
+                fmt: Fmt::Sint,
+                size: 4
+            }]
+        );
+        assert_eq!(parse("c@arg1/c", 8).unwrap().values[0].size, 1);
+        for (bad, why) in [
+            ("f", "no value named"),
+            ("f@arg7", "passed on the stack"),
+            ("f@arg1/f", "floating point"),
+            ("f@arg1/q", "unknown format"),
+            ("f@arg1/x12", "size must be"),
+            ("f@arg1%rdi", "by register"),
+            ("f@depth=2", "expected argN or retval"),
+        ] {
+            let e = parse(bad, 6).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn merging_keeps_order_and_exact_names_win() {
+        let mut vals = Vec::new();
+        let mut ex = Vec::new();
+        let v = |idx, fmt| Value { idx, fmt, size: 8 };
+        merge_exact(&mut vals, &mut ex, v(2, Fmt::Hex), true);
+        merge_exact(&mut vals, &mut ex, v(1, Fmt::Auto), false);
+        merge_exact(&mut vals, &mut ex, v(2, Fmt::Str), false);
+        assert_eq!(vals, [v(2, Fmt::Hex), v(1, Fmt::Auto)]);
+        merge_exact(&mut vals, &mut ex, v(1, Fmt::Str), true);
+        assert_eq!(vals, [v(2, Fmt::Hex), v(1, Fmt::Str)]);
+    }
+
+    #[test]
+    fn strings_are_cut_and_marked_as_libmcount_does() {
+        let mut p = Vec::new();
+        push_str(&mut p, 0x10, b"abc\0zz");
+        assert_eq!(p, [3, 0, b'a', b'b', b'c', 0, 0, 0]);
+        p.clear();
+        push_str(&mut p, 0, b"");
+        assert_eq!(&p[2..6], b"NULL");
+        p.clear();
+        push_str(&mut p, 0x1234, b"ab");
+        assert_eq!(&p[2..2 + 8], b"<0x1234>");
+        p.clear();
+        push_str(&mut p, 0x10, &[b'x'; 99]);
+        assert_eq!(u16::from_le_bytes([p[0], p[1]]), 98);
+        assert_eq!(&p[2 + 95..2 + 98], b"...");
+    }
+
+    fn rec(time: u64, kind: RecordType, addr: u64) -> [u8; 16] {
+        crate::record::encode(time, kind, 0, addr)
+    }
+
+    #[test]
+    fn carriers_fold_into_their_records_or_are_dropped() {
+        let mut input = Vec::new();
+        let args = [1u8, 0, 0, 0, 2, 0, 0, 0];
+        let ret = [7u8, 0, 0, 0, 0, 0, 0, 0];
+        input.extend(rec(10, RecordType::Entry, 0x401000));
+        for id in carriers(false, 0x401000, &args) {
+            input.extend(carrier_record(10, id));
+        }
+        // A second group after the first: its entry is not right before it.
+        for id in carriers(false, 0x401000, &args) {
+            input.extend(carrier_record(10, id));
+        }
+        for id in carriers(true, 0x401000, &ret) {
+            input.extend(carrier_record(11, id));
+        }
+        input.extend(rec(12, RecordType::Exit, 0x401000));
+        // A return value whose exit is another function's.
+        for id in carriers(true, 0x401000, &ret) {
+            input.extend(carrier_record(13, id));
+        }
+        input.extend(rec(14, RecordType::Exit, 0x500000));
+        let mut out = Vec::new();
+        let done = fold(&input[..], &mut out).unwrap();
+        assert_eq!(
+            done,
+            Folded {
+                args: 1,
+                retvals: 1,
+                dropped: 2
+            }
+        );
+        assert_eq!(out.len(), 16 + 8 + 16 + 8 + 16);
+        let word = |at: usize| u64::from_le_bytes(out[at + 8..at + 16].try_into().unwrap());
+        assert_eq!(word(0) >> 2 & 1, 1);
+        assert_eq!(&out[16..24], &args);
+        assert_eq!(word(24) >> 2 & 1, 1);
+        assert_eq!(&out[40..48], &ret);
+        assert_eq!(word(48) >> 2 & 1, 0);
+        assert!(crate::record::decode(out[48..64].try_into().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn payload_lengths_follow_the_spec() {
+        let vals = parse("f@arg1/s,arg2/x32,retval", 6).unwrap().values;
+        let mut p = Vec::new();
+        push_str(&mut p, 0x10, b"hello\0");
+        push_int(&mut p, 5, 4);
+        assert_eq!(payload_len(&vals, false, &p), Some(16));
+        assert_eq!(payload_len(&vals, true, &[0; 8]), Some(8));
+    }
+
+    #[test]
+    fn values_render_as_replay_shows_them() {
+        let vals = parse("f@arg1/s,arg2/i32,arg3,arg4/x,arg5/c,arg6/u16", 6)
+            .unwrap()
+            .values;
+        let mut p = Vec::new();
+        push_str(&mut p, 0x10, b"wo\nrld\0");
+        push_int(&mut p, (-7i64) as u64, 4);
+        push_int(&mut p, 1 << 40, 8);
+        push_int(&mut p, 255, 8);
+        push_int(&mut p, u64::from(b'a'), 1);
+        push_int(&mut p, 70000, 2);
+        let (text, len) = render(&vals, false, &p).unwrap();
+        assert_eq!(text, "\"wo\\nrld\", -7, 0x10000000000, 0xff, 'a', 4464");
+        assert_eq!(len, p.len().div_ceil(8) * 8);
+        assert!(render(&vals, false, &p[..6]).is_none());
+        let mut info = vec![0u8; 40];
+        let mut w = Vec::new();
+        InfoSpec {
+            argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
+            retspec: vec!["f@retval".into()],
+            enums: Vec::new(),
+        }
+        .write_to(&mut w)
+        .unwrap();
+        info.extend(w);
+        let back = read_info_spec(&info).unwrap();
+        assert_eq!(back.argspec, ["f@arg1", "g@arg2/s"]);
+        assert_eq!(back.retspec, ["f@retval"]);
+    }
+
+    #[test]
+    fn info_block_lines() {
+        let mut w = Vec::new();
+        InfoSpec {
+            argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
+            retspec: vec!["f@retval".into()],
+            enums: Vec::new(),
+        }
+        .write_to(&mut w)
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(w).unwrap(),
+            "argspec:lines=2\nargspec:f@arg1;g@arg2/s\nretspec:f@retval\n"
+        );
+    }
+}

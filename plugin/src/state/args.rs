@@ -1,0 +1,199 @@
+//! `-A/--argument` and `-R/--retval` (`args_file=FILE`, written by the CLI before QEMU
+//! starts): which functions get their arguments read at their first instruction and their
+//! return value at their return instructions, decided at translation; no other function
+//! pays anything. One line a function:
+//! `A|P ENTRY END ARGS RET` (hex addresses; `P`: a PIE's link address, placed by its load
+//! bias as `aims` places `-F`'s), ARGS `-` or `N:K,…` (K `s` for a string, else the byte
+//! count of the register to keep), RET `-`, `s` or a byte count. END is the function's
+//! end, for its return instructions (0: unknown, no return value).
+
+use rustc_hash::FxHashMap;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// How one value is read: a register's low bytes, or the string it points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Int(u8),
+    Str,
+}
+
+/// One function's values: arguments (register index from 0, kind) and return value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Func {
+    pub args: Vec<(u8, Kind)>,
+    pub ret: Option<Kind>,
+    pub end: u64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    /// By run-time entry address.
+    at: FxHashMap<u64, usize>,
+    /// A PIE's, by link address.
+    pie: FxHashMap<u64, usize>,
+    funcs: Vec<Func>,
+    /// Functions with a return value: (start, index), sorted, run-time and PIE apart.
+    ret_at: Vec<(u64, usize)>,
+    ret_pie: Vec<(u64, usize)>,
+}
+
+static TABLE: OnceLock<Table> = OnceLock::new();
+
+/// Reads the list at install; a line it cannot read is the one-line error.
+pub fn load(path: &Path, exec_image: bool) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("args_file={}: {e}", path.display()))?;
+    let mut t = parse(&text).map_err(|e| format!("args_file={}: {e}", path.display()))?;
+    // An exec'd image runs another program: the first one's functions are not its.
+    if exec_image {
+        t = Table::default();
+    }
+    let _ = TABLE.set(t);
+    Ok(())
+}
+
+fn parse(text: &str) -> Result<Table, String> {
+    let mut t = Table::default();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let bad = || format!("bad line {line:?}");
+        let [place, entry, end, args, ret] = w[..] else {
+            return Err(bad());
+        };
+        let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+        let kind = |s: &str| -> Result<Kind, String> {
+            match s {
+                "s" => Ok(Kind::Str),
+                n => match n.parse::<u8>() {
+                    Ok(n @ 1..=8) => Ok(Kind::Int(n)),
+                    _ => Err(bad()),
+                },
+            }
+        };
+        let (entry, end) = (hex(entry)?, hex(end)?);
+        let mut f = Func {
+            end,
+            ..Func::default()
+        };
+        if args != "-" {
+            for a in args.split(',') {
+                let (n, k) = a.split_once(':').ok_or_else(bad)?;
+                let n: u8 = n.parse().map_err(|_| bad())?;
+                f.args.push((n.checked_sub(1).ok_or_else(bad)?, kind(k)?));
+            }
+        }
+        if ret != "-" {
+            f.ret = Some(kind(ret)?);
+        }
+        let i = t.funcs.len();
+        let has_ret = f.ret.is_some() && end > entry;
+        t.funcs.push(f);
+        match place {
+            "A" => {
+                t.at.insert(entry, i);
+                if has_ret {
+                    t.ret_at.push((entry, i));
+                }
+            }
+            "P" => {
+                t.pie.insert(entry, i);
+                if has_ret {
+                    t.ret_pie.push((entry, i));
+                }
+            }
+            _ => return Err(bad()),
+        }
+    }
+    t.ret_at.sort_unstable();
+    t.ret_pie.sort_unstable();
+    Ok(t)
+}
+
+/// Whether any function has values to read.
+pub fn active() -> bool {
+    TABLE.get().is_some_and(|t| !t.funcs.is_empty())
+}
+
+/// Whether some functions wait for a PIE's placing.
+pub fn has_pie() -> bool {
+    TABLE.get().is_some_and(|t| !t.pie.is_empty())
+}
+
+/// Run-time `pc` where the CLI named functions: a randomised kernel's moved back
+/// (`state::kaslr`), every other address as it is.
+fn named(pc: u64) -> u64 {
+    crate::state::kaslr::to_symbols(pc)
+}
+
+/// A PIE's link address for run-time `pc`, once the program is placed.
+fn link(pc: u64) -> Option<u64> {
+    crate::state::aims::bias().map(|b| pc.wrapping_sub(b))
+}
+
+/// The function whose entry is `pc` and has arguments to read.
+pub fn entry_at(pc: u64) -> Option<&'static Func> {
+    let t = TABLE.get()?;
+    let i =
+        t.at.get(&named(pc))
+            .or_else(|| link(pc).and_then(|l| t.pie.get(&l)))?;
+    t.funcs.get(*i).filter(|f| !f.args.is_empty())
+}
+
+/// The function with a return value whose code holds `pc` (a return instruction): its
+/// run-time entry and values.
+pub fn returning_at(pc: u64) -> Option<(u64, &'static Func)> {
+    let t = TABLE.get()?;
+    let find = |list: &[(u64, usize)], at: u64| -> Option<(u64, usize)> {
+        let n = list.partition_point(|&(s, _)| s <= at);
+        let (start, i) = *list.get(n.checked_sub(1)?)?;
+        (at < t.funcs[i].end).then_some((start, i))
+    };
+    // A randomised kernel runs its functions `shift` above where the CLI named them.
+    let shift = pc.wrapping_sub(named(pc));
+    if let Some((start, i)) = find(&t.ret_at, named(pc)) {
+        return Some((start.wrapping_add(shift), &t.funcs[i]));
+    }
+    let l = link(pc)?;
+    let (start, i) = find(&t.ret_pie, l)?;
+    Some((start.wrapping_add(pc.wrapping_sub(l)), &t.funcs[i]))
+}
+
+/// The registers of the calling convention: arguments in order, and the return value.
+pub fn registers(
+    isa: &dyn qemu_uftrace_engine::arch::Isa,
+) -> (&'static [&'static str], &'static str) {
+    match isa.gpr_name(0).as_str() {
+        // AAPCS64.
+        "x0" => (&["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"], "x0"),
+        // System V x86_64.
+        "rax" => (&["rdi", "rsi", "rdx", "rcx", "r8", "r9"], "rax"),
+        // RISC-V LP64.
+        _ => (&["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"], "a0"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_parse() {
+        let t = parse("A 1000 1040 1:8,2:s 4\nP 2000 0 3:1 -\n").unwrap();
+        assert_eq!(t.funcs.len(), 2);
+        assert_eq!(
+            t.funcs[0],
+            Func {
+                args: vec![(0, Kind::Int(8)), (1, Kind::Str)],
+                ret: Some(Kind::Int(4)),
+                end: 0x1040
+            }
+        );
+        assert_eq!(t.ret_at, [(0x1000, 0)]);
+        assert!(t.ret_pie.is_empty());
+        assert_eq!(t.pie.get(&0x2000), Some(&1));
+        assert!(parse("A 1000 1040 0:8 -").is_err());
+        assert!(parse("A 1000 1040 1:9 -").is_err());
+        assert!(parse("X 1000 1040 - -").is_err());
+    }
+}

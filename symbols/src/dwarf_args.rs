@@ -1,0 +1,243 @@
+//! `-a/--auto-args`: each function's arguments and return value from its DWARF types, as
+//! uftrace's spec words (`i32`, `u8`, `s`, `p`, …): integers by size and signedness,
+//! `char *` as a string, other pointers as `p`, named enums by name (`e:NAME`, their
+//! enumerators for `info`), other enums by size, bool as an unsigned byte. A function taking a floating-point value or a struct by value gets
+//! no spec (its registers do not follow the integer order).
+
+use std::borrow::Cow;
+
+use gimli::{AttributeValue, DebuggingInformationEntry, EndianSlice, RunTimeEndian, Unit};
+
+type R<'a> = EndianSlice<'a, RunTimeEndian>;
+
+/// One function's value formats: its arguments in order, and its return value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoSpec {
+    pub addr: u64,
+    pub name: String,
+    /// Each argument's format word (`i32`, `s`, `p`, …).
+    pub args: Vec<String>,
+    pub ret: Option<String>,
+    /// The enums its values are shown by (`e:NAME`): each name's enumerators and values.
+    pub enums: Vec<(String, Vec<(String, i64)>)>,
+}
+
+/// Typedefs and qualifiers over one another; a malformed file could loop them.
+const MAX_CHAIN: usize = 16;
+
+/// What a type reads as: a format word, `None` for `void`, or `Err(())` for a value not
+/// passed in an integer register.
+type Word = Result<Option<String>, ()>;
+
+pub(crate) fn auto_specs<'d>(
+    section: &dyn Fn(&str) -> Cow<'d, [u8]>,
+    little_endian: bool,
+) -> Result<Vec<AutoSpec>, gimli::Error> {
+    let endian = if little_endian {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let sections: gimli::DwarfSections<Cow<'d, [u8]>> =
+        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(id.name())))?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next()? {
+        let unit = dwarf.unit(header)?;
+        let mut tree = unit.entries_tree(None)?;
+        let root = tree.root()?;
+        let mut children = root.children();
+        while let Some(child) = children.next()? {
+            let entry = child.entry().clone();
+            if entry.tag() != gimli::DW_TAG_subprogram {
+                continue;
+            }
+            let Some(AttributeValue::Addr(addr)) = entry.attr_value(gimli::DW_AT_low_pc)? else {
+                continue;
+            };
+            let Some(name) = entry_name(&dwarf, &unit, &entry)? else {
+                continue;
+            };
+            let mut enums = Vec::new();
+            let ret = match entry.attr_value(gimli::DW_AT_type)? {
+                Some(AttributeValue::UnitRef(o)) => word(&dwarf, &unit, o, &mut enums)?,
+                _ => Ok(None),
+            };
+            let mut args = Vec::new();
+            let mut usable = true;
+            let mut params = child.children();
+            while let Some(p) = params.next()? {
+                let e = p.entry();
+                if e.tag() != gimli::DW_TAG_formal_parameter {
+                    continue;
+                }
+                match e.attr_value(gimli::DW_AT_type)? {
+                    Some(AttributeValue::UnitRef(o)) => match word(&dwarf, &unit, o, &mut enums)? {
+                        Ok(Some(w)) => args.push(w),
+                        _ => usable = false,
+                    },
+                    _ => usable = false,
+                }
+            }
+            if !usable {
+                continue;
+            }
+            out.push(AutoSpec {
+                addr,
+                name,
+                args,
+                ret: ret.ok().flatten(),
+                enums,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn entry_name(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &Unit<R<'_>>,
+    entry: &DebuggingInformationEntry<R<'_>>,
+) -> Result<Option<String>, gimli::Error> {
+    match entry.attr_value(gimli::DW_AT_name)? {
+        Some(v) => Ok(Some(
+            dwarf.attr_string(unit, v)?.to_string_lossy().into_owned(),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The format word of the type at `offset`; a named enum's definition goes into `enums`.
+fn word(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &Unit<R<'_>>,
+    offset: gimli::UnitOffset,
+    enums: &mut Vec<(String, Vec<(String, i64)>)>,
+) -> Result<Word, gimli::Error> {
+    let mut at = offset;
+    for _ in 0..MAX_CHAIN {
+        let e = unit.entry(at)?;
+        let size = match e.attr_value(gimli::DW_AT_byte_size)? {
+            Some(AttributeValue::Udata(n)) => n,
+            Some(AttributeValue::Data1(n)) => u64::from(n),
+            Some(AttributeValue::Data2(n)) => u64::from(n),
+            _ => 0,
+        };
+        let bits = |n: u64| match n {
+            1 | 2 | 4 | 8 => Some((n * 8).to_string()),
+            _ => None,
+        };
+        match e.tag() {
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_restrict_type => match e.attr_value(gimli::DW_AT_type)? {
+                Some(AttributeValue::UnitRef(o)) => at = o,
+                _ => return Ok(Ok(None)),
+            },
+            gimli::DW_TAG_base_type => {
+                let enc = match e.attr_value(gimli::DW_AT_encoding)? {
+                    Some(AttributeValue::Encoding(enc)) => enc,
+                    _ => return Ok(Err(())),
+                };
+                let Some(b) = bits(size) else {
+                    return Ok(Err(()));
+                };
+                let plain_char = entry_name(dwarf, unit, &e)?.as_deref() == Some("char");
+                return Ok(match enc {
+                    // `char`, signed or not by the ABI (aarch64's and riscv64's are unsigned).
+                    _ if size == 1 && plain_char => Ok(Some("c".into())),
+                    gimli::DW_ATE_signed_char if size == 1 => Ok(Some("c".into())),
+                    gimli::DW_ATE_signed | gimli::DW_ATE_signed_char => Ok(Some(format!("i{b}"))),
+                    gimli::DW_ATE_unsigned
+                    | gimli::DW_ATE_unsigned_char
+                    | gimli::DW_ATE_boolean => Ok(Some(format!("u{b}"))),
+                    _ => Err(()),
+                });
+            }
+            gimli::DW_TAG_enumeration_type => {
+                // Named, its enumerators read: by name (uftrace's `e:NAME`); else by value.
+                if let Some(name) = entry_name(dwarf, unit, &e)? {
+                    let mut vals = Vec::new();
+                    let mut tree = unit.entries_tree(Some(at))?;
+                    let root = tree.root()?;
+                    let mut kids = root.children();
+                    while let Some(k) = kids.next()? {
+                        let k = k.entry();
+                        if k.tag() != gimli::DW_TAG_enumerator {
+                            continue;
+                        }
+                        let value = match k.attr_value(gimli::DW_AT_const_value)? {
+                            Some(AttributeValue::Sdata(v)) => v,
+                            Some(AttributeValue::Udata(v)) => v as i64,
+                            Some(AttributeValue::Data1(v)) => i64::from(v),
+                            Some(AttributeValue::Data2(v)) => i64::from(v),
+                            Some(AttributeValue::Data4(v)) => i64::from(v),
+                            Some(AttributeValue::Data8(v)) => v as i64,
+                            _ => continue,
+                        };
+                        if let Some(n) = entry_name(dwarf, unit, k)? {
+                            vals.push((n, value));
+                        }
+                    }
+                    if !vals.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_') {
+                        enums.push((name.clone(), vals));
+                        return Ok(Ok(Some(format!("e:{name}"))));
+                    }
+                }
+                return Ok(bits(if size == 0 { 4 } else { size })
+                    .map(|b| Some(format!("i{b}")))
+                    .ok_or(()));
+            }
+            gimli::DW_TAG_pointer_type => {
+                return Ok(Ok(Some(
+                    if points_at_char(unit, e.attr_value(gimli::DW_AT_type)?)? {
+                        "s".into()
+                    } else {
+                        "p".into()
+                    },
+                )));
+            }
+            _ => return Ok(Err(())),
+        }
+    }
+    Ok(Err(()))
+}
+
+/// Whether a pointer's target type is (a qualified or typedef'd) `char`.
+fn points_at_char(
+    unit: &Unit<R<'_>>,
+    target: Option<AttributeValue<R<'_>>>,
+) -> Result<bool, gimli::Error> {
+    let Some(AttributeValue::UnitRef(mut at)) = target else {
+        return Ok(false);
+    };
+    for _ in 0..MAX_CHAIN {
+        let e = unit.entry(at)?;
+        match e.tag() {
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_restrict_type => match e.attr_value(gimli::DW_AT_type)? {
+                Some(AttributeValue::UnitRef(o)) => at = o,
+                _ => return Ok(false),
+            },
+            gimli::DW_TAG_base_type => {
+                let one = matches!(
+                    e.attr_value(gimli::DW_AT_byte_size)?,
+                    Some(AttributeValue::Udata(1)) | Some(AttributeValue::Data1(1))
+                );
+                return Ok(one
+                    && matches!(
+                        e.attr_value(gimli::DW_AT_encoding)?,
+                        Some(AttributeValue::Encoding(
+                            gimli::DW_ATE_signed_char | gimli::DW_ATE_unsigned_char
+                        ))
+                    ));
+            }
+            _ => return Ok(false),
+        }
+    }
+    Ok(false)
+}
