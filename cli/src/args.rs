@@ -250,12 +250,12 @@ pub struct RecordArgs {
     /// default clock is wall time: --clock insn keeps counting while off (a count a block),
     /// so that windows keep a full recording's times
     #[arg(long, value_enum, value_name = "on|off")]
-    pub trace: Option<crate::switch::OnOff>,
+    pub trace: Option<OnOff>,
 
     /// Switch tracing at a signal to record: SIG@trace_on or SIG@trace_off (uftrace's
     /// --signal), e.g. SIGUSR1@trace_on; repeatable
-    #[arg(long = "signal", value_name = "SIG@ACTION", value_parser = crate::switch::parse_signal)]
-    pub signal: Vec<crate::switch::SignalAction>,
+    #[arg(long = "signal", value_name = "SIG@ACTION", value_parser = parse_signal)]
+    pub signal: Vec<SignalAction>,
 
     /// Switch tracing on at each entry into FUNC (a window until --trace-off-at or
     /// `trace off`); repeatable
@@ -451,7 +451,7 @@ pub struct StatusArgs {
 pub struct TraceArgs {
     /// Switch tracing on or off
     #[arg(value_enum, value_name = "on|off")]
-    pub state: crate::switch::OnOff,
+    pub state: OnOff,
 
     /// The trace directory the recording writes (its -o DIR); without it, the one
     /// recording that runs in this directory
@@ -474,6 +474,77 @@ pub fn command() -> clap::Command {
 /// `-t TIME`: uftrace's units, in ns (or instructions, under the insn clock).
 fn parse_time_filter(text: &str) -> Result<u64, String> {
     qemu_uftrace_engine::timefilter::parse_time(text).map_err(|e| e.to_string())
+}
+
+// Tracing switched while the guest runs (`crate::switch`): the values its options take.
+
+/// A tracing state, as typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    pub fn word(self) -> &'static str {
+        match self {
+            OnOff::On => "on",
+            OnOff::Off => "off",
+        }
+    }
+
+    pub fn from_word(word: &str) -> Option<OnOff> {
+        match word.trim() {
+            "on" => Some(OnOff::On),
+            "off" => Some(OnOff::Off),
+            _ => None,
+        }
+    }
+}
+
+/// `--signal SIG@trace_on` (or `@trace_off`), as uftrace's `record --signal` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalAction {
+    pub signal: i32,
+    pub to: OnOff,
+}
+
+/// Parses `SIG@trace_on|trace_off` (clap's value parser): SIG is a name (`SIGUSR1`, `USR1`)
+/// or a number.
+pub fn parse_signal(text: &str) -> Result<SignalAction, String> {
+    let Some((sig, action)) = text.split_once('@') else {
+        return Err(format!(
+            "'{text}': expected SIG@trace_on or SIG@trace_off (e.g. SIGUSR1@trace_on)"
+        ));
+    };
+    let to = match action {
+        "trace_on" => OnOff::On,
+        "trace_off" => OnOff::Off,
+        other => {
+            return Err(format!(
+                "'{other}': the actions are trace_on and trace_off (e.g. SIGUSR1@trace_on)"
+            ))
+        }
+    };
+    let upper = sig.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let signal = match name {
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "WINCH" => libc::SIGWINCH,
+        "URG" => libc::SIGURG,
+        "PWR" => libc::SIGPWR,
+        _ => match sig.parse::<i32>() {
+            Ok(n) if (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n) => n,
+            _ => {
+                return Err(format!(
+                    "'{sig}': use SIGUSR1, SIGUSR2, SIGWINCH, SIGURG, SIGPWR or a real-time \
+                     signal number (INT, TERM and HUP stop the recording)"
+                ))
+            }
+        },
+    };
+    Ok(SignalAction { signal, to })
 }
 
 #[cfg(test)]

@@ -9,83 +9,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use clap::ValueEnum;
 
+pub use crate::args::{OnOff, SignalAction};
 use crate::datadir;
 use crate::errors::usage;
 use crate::progress::{self, STATUS_FILE};
 
 /// The file the plugin reads what is asked for from (`switch=`).
 pub const SWITCH_FILE: &str = "plugin.switch";
-
-/// A tracing state, as typed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
-    On,
-    Off,
-}
-
-impl OnOff {
-    pub fn word(self) -> &'static str {
-        match self {
-            OnOff::On => "on",
-            OnOff::Off => "off",
-        }
-    }
-
-    fn from_word(word: &str) -> Option<OnOff> {
-        match word.trim() {
-            "on" => Some(OnOff::On),
-            "off" => Some(OnOff::Off),
-            _ => None,
-        }
-    }
-}
-
-/// `--signal SIG@trace_on` (or `@trace_off`), as uftrace's `record --signal` takes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SignalAction {
-    pub signal: i32,
-    pub to: OnOff,
-}
-
-/// Parses `SIG@trace_on|trace_off` (clap's value parser): SIG is a name (`SIGUSR1`, `USR1`)
-/// or a number.
-pub fn parse_signal(text: &str) -> Result<SignalAction, String> {
-    let Some((sig, action)) = text.split_once('@') else {
-        return Err(format!(
-            "'{text}': expected SIG@trace_on or SIG@trace_off (e.g. SIGUSR1@trace_on)"
-        ));
-    };
-    let to = match action {
-        "trace_on" => OnOff::On,
-        "trace_off" => OnOff::Off,
-        other => {
-            return Err(format!(
-                "'{other}': the actions are trace_on and trace_off (e.g. SIGUSR1@trace_on)"
-            ))
-        }
-    };
-    let upper = sig.to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    let signal = match name {
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "WINCH" => libc::SIGWINCH,
-        "URG" => libc::SIGURG,
-        "PWR" => libc::SIGPWR,
-        _ => match sig.parse::<i32>() {
-            Ok(n) if (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&n) => n,
-            _ => {
-                return Err(format!(
-                    "'{sig}': use SIGUSR1, SIGUSR2, SIGWINCH, SIGURG, SIGPWR or a real-time \
-                     signal number (INT, TERM and HUP stop the recording)"
-                ))
-            }
-        },
-    };
-    Ok(SignalAction { signal, to })
-}
 
 /// Writes `to` into the switch file of the recording staged in `staging` (whole: the
 /// plugin never reads half a word).
@@ -317,6 +248,7 @@ pub fn run(to: OnOff, dir: Option<&Path>) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::parse_signal;
 
     #[test]
     fn signals_are_read_as_uftrace_writes_them() {

@@ -614,7 +614,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
             "proc_watch" | "proc_offsets" | "mod_watch" | "mod_offsets" => {
                 assert!(!value.is_empty(), "{argv:?}")
             }
-            "entries_file" | "task_slot_file" | "kaslr_file" => {
+            "entries_file" | "task_slot_file" | "kaslr_file" | "switch" => {
                 assert!(
                     value.starts_with(&staging.display().to_string()),
                     "{argv:?}"

@@ -213,38 +213,6 @@ pub fn rewrite_file(dat: &Path, pass: &mut impl Rewriter) -> Result<()> {
     })
 }
 
-/// What the tests of the passes that write beneath (`recover`, `resync`) draw streams with.
-#[cfg(test)]
-pub(crate) mod testing {
-    use super::*;
-
-    /// A record as drawn (depth and address as written).
-    pub fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
-        Record {
-            time,
-            kind,
-            depth,
-            addr,
-        }
-    }
-
-    /// A frame unwound by CFI.
-    pub fn frame(func: u64, ret_addr: u64) -> Frame {
-        Frame {
-            func,
-            ret_addr,
-            method: Method::Cfi,
-        }
-    }
-
-    /// A stream as (time, kind, depth, address), to compare with a drawn one.
-    pub fn drawn(out: &[Record]) -> Vec<(u64, RecordType, u16, u64)> {
-        out.iter()
-            .map(|x| (x.time, x.kind, x.depth, x.addr))
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,5 +281,37 @@ mod tests {
         let e = rewrite_file(&dat, &mut Count(0)).unwrap_err();
         assert!(format!("{e:#}").contains("bad record word"), "{e:#}");
         assert_eq!(std::fs::read(&dat).unwrap(), bytes);
+    }
+}
+
+/// What the tests of the passes that write beneath (`recover`, `resync`) draw streams with.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A record as drawn (depth and address as written).
+    pub fn r(time: u64, kind: RecordType, depth: u16, addr: u64) -> Record {
+        Record {
+            time,
+            kind,
+            depth,
+            addr,
+        }
+    }
+
+    /// A frame unwound by CFI.
+    pub fn frame(func: u64, ret_addr: u64) -> Frame {
+        Frame {
+            func,
+            ret_addr,
+            method: Method::Cfi,
+        }
+    }
+
+    /// A stream as (time, kind, depth, address), to compare with a drawn one.
+    pub fn drawn(out: &[Record]) -> Vec<(u64, RecordType, u16, u64)> {
+        out.iter()
+            .map(|x| (x.time, x.kind, x.depth, x.addr))
+            .collect()
     }
 }

@@ -224,10 +224,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             unsafe { crate::handlers::args::instrument(insn, pc, false) };
         }
         if !user {
-            // A Linux guest's process mappings: a few kernel functions' first instructions.
-            unsafe {
-                crate::handlers::procmaps::instrument(insn, crate::state::kaslr::to_symbols(pc))
-            };
+            // A Linux guest's process mappings and its modules' loads and unloads: a few
+            // kernel functions' first instructions.
+            let named = crate::state::kaslr::to_symbols(pc);
+            unsafe { crate::handlers::procmaps::instrument(insn, named) };
+            unsafe { crate::handlers::modules::instrument(insn, named) };
         }
         let before2 = prev2;
         let before = prev.replace((pc, bytes, len));

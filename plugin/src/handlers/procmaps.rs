@@ -46,8 +46,6 @@ pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
     } else if pc == w.do_exit {
         Point::Exit
     } else {
-        // Kernel modules' loads and unloads (`mod_watch=`), watched the same way.
-        unsafe { super::modules::instrument(insn, pc) };
         return;
     };
     unsafe {
