@@ -173,24 +173,28 @@ pub struct RecordArgs {
     #[arg(long)]
     pub split_levels: bool,
 
-    /// Extra symbol source: ELF, System.map, kallsyms dump, kernel image; repeatable
+    /// Extra symbols: ELF, System.map, kallsyms, kernel image; repeatable
     ///
-    /// Loaded at OFFSET (hex with 0x, or decimal) when given. A Linux vmlinux with DWARF
+    /// An ELF file, a System.map, a kallsyms dump or a kernel image. Loaded at OFFSET (hex with
+    /// 0x, or decimal) when given. A Linux vmlinux with DWARF
     /// adds source lines; the guest's tasks are named from the kernel's DWARF, else from its
     /// own BTF (in the -kernel image or a vmlinux; otherwise pid-N)
     #[arg(long = "symbols", value_name = "FILE[:OFFSET]")]
     pub symbols: Vec<OsString>,
 
-    /// System mode, Linux guest: the guest's root file system, to name its processes
+    /// The Linux guest's root file system, to name its processes
     ///
-    /// Extracted or mounted: where the files the guest's processes map are found (after the
+    /// System mode. Extracted or mounted: where the files the guest's processes map are found
+    /// (after the
     /// -initrd archive) to name their functions; needs the kernel's BTF (in its -kernel
     /// image) or its DWARF vmlinux among
     /// --symbols
     #[arg(long, value_name = "DIR")]
     pub sysroot: Option<PathBuf>,
 
-    /// Do not read symbols from the images on the QEMU command line (--symbols still apply)
+    /// Do not read symbols from the QEMU command line's images
+    ///
+    /// --symbols still apply
     #[arg(long)]
     pub no_auto_symbols: bool,
 
@@ -204,7 +208,7 @@ pub struct RecordArgs {
     #[arg(short = 'D', long, visible_alias = "depth", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=i64::from(qemu_uftrace_format::MAX_STACK)))]
     pub max_depth: Option<u16>,
 
-    /// Stop writing the trace at SIZE (500M, 2G), and with `,exit` stop QEMU too
+    /// Stop writing at SIZE (500M, 2G); `,exit` stops QEMU too
     ///
     /// SIZE in powers of 1024, as QEMU's -m; the trace is marked incomplete, and the exit
     /// status stays QEMU's. Without it the cap is 4 GiB, or half the free disk space when
@@ -219,9 +223,10 @@ pub struct RecordArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
-    /// End the trace at the first entry into FUNC, e.g. `panic`; `,exit` stops QEMU too
+    /// End the trace at the first entry into FUNC; `,exit` stops QEMU too
     ///
-    /// Any task's entry; the symbols on the command line and --symbols name FUNC
+    /// FUNC e.g. `panic`. Any task's entry; the symbols on the command line and --symbols name
+    /// FUNC
     #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
     pub stop_at: Option<crate::stop_at::StopAt>,
 
@@ -240,25 +245,27 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", value_parser = crate::max_size::parse_size)]
     pub keep_last: Option<u64>,
 
-    /// Start with tracing off (uftrace's --trace=off): QEMU runs at nearly its own speed
-    /// until tracing is switched on
+    /// Start with tracing off (uftrace's --trace=off)
     ///
-    /// By `qemu-uftrace trace on|off` from another terminal, --signal or --trace-on-at, any
+    /// QEMU runs at nearly its own speed until tracing is switched on. By `qemu-uftrace trace
+    /// on|off` from another terminal, --signal or --trace-on-at, any
     /// number of times; at each switch on every task's open frames are recovered by
     /// unwinding and written first (ended by a qemu:opened event), at each switch off they
     /// are closed, and qemu:trace_on/qemu:trace_off events mark the edges. Started off, the
     /// default clock is wall time: --clock insn keeps counting while off (a count a block),
     /// so that windows keep a full recording's times
-    #[arg(long, value_enum, value_name = "on|off")]
+    #[arg(long, value_enum, value_name = "on|off", hide_possible_values = true)]
     pub trace: Option<OnOff>,
 
-    /// Switch tracing at a signal to record: SIG@trace_on or SIG@trace_off (uftrace's
-    /// --signal), e.g. SIGUSR1@trace_on; repeatable
+    /// Switch tracing at a signal: SIG@trace_on|trace_off; repeatable
+    ///
+    /// A signal sent to record, as uftrace's --signal takes it, e.g. SIGUSR1@trace_on
     #[arg(long = "signal", value_name = "SIG@ACTION", value_parser = parse_signal)]
     pub signal: Vec<SignalAction>,
 
-    /// Switch tracing on at each entry into FUNC (a window until --trace-off-at or
-    /// `trace off`); repeatable
+    /// Switch tracing on at each entry into FUNC; repeatable
+    ///
+    /// Each opens a window, until --trace-off-at or `qemu-uftrace trace off`
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 
@@ -266,27 +273,31 @@ pub struct RecordArgs {
     #[arg(long, value_name = "FUNC")]
     pub trace_off_at: Vec<String>,
 
-    /// Record only FUNC's calls and everything beneath them (uftrace's -F); repeatable
+    /// Record only FUNC and what it calls (uftrace's -F); repeatable
     ///
-    /// Per task. FUNC is a function name, or a regular expression when it holds one of
+    /// FUNC's calls and everything beneath them. Per task. FUNC is a function name, or a
+    /// regular expression when it holds one of
     /// .?*+^$|()[]{}\ (matched anywhere in a name, e.g. '^sys_'); exceptions taken inside
     /// stay in
     #[arg(short = 'F', long, value_name = "FUNC")]
     pub filter: Vec<String>,
 
-    /// Leave FUNC and everything beneath it out (uftrace's -N; FUNC as for -F); repeatable
+    /// Leave FUNC and what it calls out (uftrace's -N); repeatable
+    ///
+    /// FUNC and everything beneath it; FUNC as for -F
     #[arg(short = 'N', long, value_name = "FUNC")]
     pub notrace: Vec<String>,
 
-    /// Do not record calls shorter than TIME, only their longer ancestors (uftrace's -t)
+    /// Leave out calls shorter than TIME (uftrace's -t)
     ///
-    /// TIME as uftrace replay -t reads it: a bare number is ns, or 10us, 1.5ms, 2s; under
+    /// Their longer ancestors are kept. TIME as uftrace replay -t reads it: a bare number is
+    /// ns, or 10us, 1.5ms, 2s; under
     /// the insn clock uftrace's ns are instructions, so -t 100 keeps calls of 100
     /// instructions or more. Frames still open when the recording ends are written
     #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time_filter, allow_hyphen_values = true)]
     pub time_filter: Option<u64>,
 
-    /// Record FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32,arg3; repeatable
+    /// FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32; repeatable
     ///
     /// FUNC as for -F. Each value argN (in the calling convention's registers: x86_64
     /// arg1-arg6, aarch64 and riscv64 arg1-arg8) with a format: d (default), i, u, x, o,
@@ -295,16 +306,18 @@ pub struct RecordArgs {
     #[arg(short = 'A', long = "argument", value_name = "SPEC")]
     pub argument: Vec<String>,
 
-    /// Record FUNC's return value (uftrace's -R): FUNC@retval[/FORMAT]; repeatable
+    /// FUNC's return value (uftrace's -R): FUNC@retval/d; repeatable
     ///
-    /// Read at FUNC's return instructions (its symbol's size must be known); uftrace
+    /// FUNC@retval[/FORMAT], the formats as -A's. Read at FUNC's return instructions (its
+    /// symbol's size must be known); uftrace
     /// replay shows } = 3; /* f */
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     pub retval: Vec<String>,
 
-    /// Record every function's arguments and return value by its DWARF types (uftrace's -a)
+    /// Each function's arguments and return value by DWARF (uftrace's -a)
     ///
-    /// For the functions of the program (user mode) or of the ELF files given as -kernel or
+    /// By the function's DWARF types. For the functions of the program (user mode) or of the
+    /// ELF files given as -kernel or
     /// --symbols that have DWARF: integers by size and sign, char * as strings, other
     /// pointers in hex, enums and bool as integers; a function taking a float or a struct
     /// by value is left out, and so are arguments past the registers. -A/-R win where they
@@ -446,7 +459,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example, from another terminal while `qemu-uftrace record --trace=off -o boot.data         …` runs:\n  qemu-uftrace trace on -d boot.data\n  qemu-uftrace trace off -d boot.data"
+    after_help = "Example, from another terminal while a recording started with --trace=off into \
+                  boot.data runs:\n  qemu-uftrace trace on -d boot.data\n  qemu-uftrace trace off -d boot.data"
 )]
 pub struct TraceArgs {
     /// Switch tracing on or off
