@@ -106,9 +106,9 @@ pub fn wait_until_running(listener: &UnixListener, timeout: Duration) -> Result<
     }
 }
 
-/// Runs `qemu` until its serial line shows `marker`, then gives the monitor `commands`
-/// (which end with `quit`) and waits for QEMU to exit. Gives the serial output seen and
-/// QEMU's stdout (the monitor) and stderr.
+/// Runs `qemu` until its serial line shows `marker`'s whole line, then gives the monitor
+/// `commands` (which end with `quit`) and waits for QEMU to exit. Gives the serial output
+/// seen and QEMU's stdout (the monitor) and stderr.
 fn run_to_marker(
     qemu: &[String],
     work: &Path,
@@ -139,7 +139,14 @@ fn run_to_marker(
             let (mut stream, _) = listener.accept()?;
             let mut seen = Vec::new();
             let mut buf = [0u8; 256];
-            while !seen.windows(want.len()).any(|w| w == want.as_slice()) {
+            // The marker's whole line: stopped at its first bytes, a guest that prints slowly
+            // (a loaded host) was caught still writing the rest of it.
+            let line_done = |seen: &[u8]| {
+                seen.windows(want.len())
+                    .position(|w| w == want.as_slice())
+                    .is_some_and(|p| seen[p + want.len()..].contains(&b'\n'))
+            };
+            while !line_done(&seen) {
                 let n = stream.read(&mut buf)?;
                 if n == 0 {
                     break;
