@@ -490,7 +490,7 @@ fn parse_time_filter(text: &str) -> Result<u64, String> {
     qemu_uftrace_engine::timefilter::parse_time(text).map_err(|e| e.to_string())
 }
 
-// Tracing switched while the guest runs (`crate::switch`): the values its options take.
+// Tracing switched while the guest runs (`qemu-uftrace trace`): the values its options take.
 
 /// A tracing state, as typed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -194,6 +194,17 @@ fn reached<'a>(addrs: &'a [u64], hits: &'a [u64]) -> impl Iterator<Item = u64> +
 mod tests {
     use super::*;
 
+    /// A moved kernel's functions are looked up where the symbols have them.
+    #[test]
+    fn a_moved_kernels_functions_are_found_where_its_symbols_are() {
+        static MOVED: crate::kaslr::KernelShift = crate::kaslr::KernelShift::new();
+        MOVED.set(0x1000, 0x2000, 0x10_0000);
+        let mut gates = Gates::new(vec![0x1800], Vec::new(), 8).with_shift(&MOVED);
+        assert!(gates.may_open(0x10_1800) && !gates.may_open(0x10_1804));
+        gates.enter(0, 0x10_1800);
+        assert_eq!(gates.filter_reached().collect::<Vec<_>>(), [0x1800]);
+    }
+
     #[test]
     fn a_filter_writes_its_subtree_from_depth_zero() {
         let mut g = Gates::new(vec![0x200], vec![], 2);
