@@ -14,7 +14,7 @@
 
 use std::ffi::{c_uint, c_void};
 
-use crate::state::guest::{ByteBuf, MIN_PAGE};
+use crate::state::guest::ByteBuf;
 use crate::state::mod_watch::ModWatch;
 
 /// `struct module.name`'s length (`MODULE_NAME_LEN`, 64 − sizeof(unsigned long)).
@@ -148,7 +148,7 @@ fn loaded(regs: &mut ByteBuf, module: u64, w: &ModWatch, time: u64) -> Option<St
                 if shndx == 0 || !matches!(info & 0xf, 0 | 2) || !in_text(value) {
                     continue;
                 }
-                let Some(name) = c_string(regs, strtab.wrapping_add(st_name)) else {
+                let Some(name) = regs.read_c_string(strtab.wrapping_add(st_name), MAX_NAME) else {
                     continue;
                 };
                 // Mapping symbols (`$x`, `$d`) and local labels name no function.
@@ -176,22 +176,4 @@ fn freed(regs: &mut ByteBuf, module: u64, w: &ModWatch, time: u64) -> Option<Str
         "unload\ttime={time}\tname={}\tcore={:x}\tinit={:x}\n",
         l.name, l.core, l.init
     ))
-}
-
-/// A NUL-terminated string of guest memory, read in pieces that stay within a page.
-fn c_string(regs: &mut ByteBuf, at: u64) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut addr = at;
-    while out.len() < MAX_NAME {
-        let room = (MIN_PAGE - addr % MIN_PAGE) as usize;
-        let len = room.min(MAX_NAME - out.len()).min(64);
-        let bytes = regs.read_memory(addr, len)?;
-        if let Some(end) = bytes.iter().position(|&b| b == 0) {
-            out.extend_from_slice(&bytes[..end]);
-            return Some(out);
-        }
-        out.extend_from_slice(bytes);
-        addr += len as u64;
-    }
-    Some(out)
 }

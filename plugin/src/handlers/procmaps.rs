@@ -13,7 +13,7 @@ use std::ffi::{c_uint, c_void};
 use std::sync::Mutex;
 
 use crate::state::config::{Offsets, Watch};
-use crate::state::guest::{ByteBuf, MIN_PAGE};
+use crate::state::guest::ByteBuf;
 use crate::state::spaces;
 
 /// What a watched instruction is, for the translator: `None` for every other one.
@@ -136,8 +136,9 @@ pub(super) fn first_argument(regs: &mut ByteBuf) -> Option<u64> {
 
 /// The kernel's `PAGE_SIZE`, the unit of `mmap_region`'s `pgoff`: 4 KiB on every x86-64 and
 /// riscv64 Linux and on Debian's arm64 kernels (an arm64 kernel built for 16 or 64 KiB pages
-/// would place files wrongly). Not QEMU's smallest page ([`MIN_PAGE`], 1 KiB): x86-64's
-/// binutils put code at file offset 0x1000 (`-z separate-code`), placed at 0x400 with it.
+/// would place files wrongly). Not QEMU's smallest page (`state::guest::MIN_PAGE`, 1 KiB):
+/// x86-64's binutils put code at file offset 0x1000 (`-z separate-code`), placed at 0x400
+/// with it.
 const KERNEL_PAGE: u64 = 4096;
 
 /// `VM_EXEC`: only code mappings name functions.
@@ -254,7 +255,7 @@ fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> (String, u64) {
         }
         let name = regs
             .read_le(dentry.wrapping_add(off.d_name), 8)
-            .and_then(|name| c_string(regs, name));
+            .and_then(|name| regs.read_c_string(name, MAX_NAME));
         let Some(name) = name else {
             return unreadable(own);
         };
@@ -278,25 +279,6 @@ fn render_path(parts: &[Vec<u8>], cut_at: Option<u64>) -> String {
         path.push_str(&qemu_uftrace_format::text::escape_bytes(p));
     }
     path
-}
-
-/// A NUL-terminated string of guest memory, read a page at a time (the next page may not be
-/// mapped).
-fn c_string(regs: &mut ByteBuf, at: u64) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut addr = at;
-    while out.len() < MAX_NAME {
-        let room = (MIN_PAGE - addr % MIN_PAGE) as usize;
-        let len = room.min(MAX_NAME - out.len()).min(64);
-        let bytes = regs.read_memory(addr, len)?;
-        if let Some(end) = bytes.iter().position(|&b| b == 0) {
-            out.extend_from_slice(&bytes[..end]);
-            return Some(out);
-        }
-        out.extend_from_slice(bytes);
-        addr += len as u64;
-    }
-    Some(out)
 }
 
 #[cfg(test)]

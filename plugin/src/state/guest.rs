@@ -170,6 +170,26 @@ impl ByteBuf {
         out
     }
 
+    /// A NUL-terminated string of guest memory at `at`, at most `max` bytes (cut there),
+    /// read in pieces that stay within a page (the next may not be mapped); `None` where
+    /// a piece cannot be read.
+    pub fn read_c_string(&mut self, at: u64, max: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut addr = at;
+        while out.len() < max {
+            let room = (MIN_PAGE - addr % MIN_PAGE) as usize;
+            let len = room.min(max - out.len()).min(64);
+            let bytes = self.read_memory(addr, len)?;
+            if let Some(end) = bytes.iter().position(|&b| b == 0) {
+                out.extend_from_slice(&bytes[..end]);
+                return Some(out);
+            }
+            out.extend_from_slice(bytes);
+            addr += len as u64;
+        }
+        Some(out)
+    }
+
     pub fn read_memory(&mut self, addr: u64, len: usize) -> Option<&[u8]> {
         // SAFETY: QEMU sizes the array itself.
         let ok = unsafe { qemu_plugin_read_memory_vaddr(addr, self.0, len) };
