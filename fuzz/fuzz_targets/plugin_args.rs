@@ -19,9 +19,6 @@ mod aims;
 #[allow(dead_code)] // only the parser is fuzzed
 #[path = "../../plugin/src/state/config.rs"]
 mod config;
-#[allow(dead_code)] // the kernel modules' watch settings (`config` parses them)
-#[path = "../../plugin/src/state/mod_watch.rs"]
-mod mod_watch;
 
 fuzz_target!(|data: &[u8]| {
     let args: Vec<OsString> = data

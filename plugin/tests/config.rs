@@ -6,8 +6,6 @@ mod aims;
 #[allow(dead_code)] // only the parser is under test
 #[path = "../src/state/config.rs"]
 mod config;
-#[path = "../src/state/mod_watch.rs"]
-mod mod_watch;
 
 use config::{parse, Mode};
 use std::ffi::{OsStr, OsString};
@@ -191,4 +189,15 @@ fn module_watch_needs_the_process_watch() {
         modules[0]
     ]))
     .is_err());
+}
+
+/// The module watch's two values: counts checked, offsets bounded.
+#[test]
+fn module_watch_values_are_parsed_and_bounded() {
+    use config::ModWatch;
+    let w = ModWatch::parse("10:20", "1:2:3:4:5:6:7:8:9").unwrap();
+    assert_eq!((w.load, w.free, w.name, w.init_text), (10, 20, 1, 9));
+    assert!(ModWatch::parse("10", "1:2:3:4:5:6:7:8:9").is_err());
+    assert!(ModWatch::parse("10:20", "1:2:3").is_err());
+    assert!(ModWatch::parse("10:20", "1:2:3:4:5:6:7:8:99999999999").is_err());
 }

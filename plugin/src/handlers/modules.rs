@@ -14,8 +14,8 @@
 
 use std::ffi::{c_uint, c_void};
 
+use crate::state::config::ModWatch;
 use crate::state::guest::ByteBuf;
-use crate::state::mod_watch::ModWatch;
 
 /// `struct module.name`'s length (`MODULE_NAME_LEN`, 64 − sizeof(unsigned long)).
 const NAME_LEN: usize = 56;

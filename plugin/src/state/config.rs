@@ -85,7 +85,7 @@ pub struct Config {
     pub proc_watch: Option<Box<(Watch, Offsets)>>,
     /// System mode, Linux, with `proc_watch`: where kernel modules load and go, and the
     /// fields read there (`mod_watch=LOAD:FREE,mod_offsets=…`: `handlers::modules`).
-    pub mod_watch: Option<Box<super::mod_watch::ModWatch>>,
+    pub mod_watch: Option<Box<ModWatch>>,
     /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
@@ -221,6 +221,56 @@ impl Offsets {
             file_dentry,
             d_name,
             d_parent,
+        })
+    }
+}
+
+/// System mode, Linux: where kernel modules load and go, and the fields read there
+/// (`mod_watch=LOAD:FREE,mod_offsets=…`, given with `proc_watch=`), for `handlers::modules`:
+/// `do_init_module` and `free_module`'s entry addresses, and the struct offsets read there:
+/// `module.name`, `module.kallsyms`, `mod_kallsyms.{symtab,num_symtab,strtab}`, and the text
+/// of the module's core and init layouts (`module.core_layout.base`, `.text_size`, and the
+/// same for `init_layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModWatch {
+    pub load: u64,
+    pub free: u64,
+    pub name: u64,
+    pub kallsyms: u64,
+    pub symtab: u64,
+    pub num_symtab: u64,
+    pub strtab: u64,
+    pub core_base: u64,
+    pub core_text: u64,
+    pub init_base: u64,
+    pub init_text: u64,
+}
+
+impl ModWatch {
+    /// `watch` is `mod_watch=`'s value, `offsets` `mod_offsets=`'s.
+    pub fn parse(watch: &str, offsets: &str) -> Result<ModWatch, String> {
+        let [load, free] = numbers("mod_watch", watch)?;
+        let o: [u64; 9] = numbers("mod_offsets", offsets)?;
+        // Bounded like the other structure offsets: a wild one would read far off.
+        if o.iter()
+            .any(|&o| o >= qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
+        {
+            return Err(format!("mod_offsets={offsets}: expected byte offsets"));
+        }
+        let [name, kallsyms, symtab, num_symtab, strtab, core_base, core_text, init_base, init_text] =
+            o;
+        Ok(ModWatch {
+            load,
+            free,
+            name,
+            kallsyms,
+            symtab,
+            num_symtab,
+            strtab,
+            core_base,
+            core_text,
+            init_base,
+            init_text,
         })
     }
 }
@@ -418,9 +468,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         _ => return Err("proc_watch=… and proc_offsets=… go together".into()),
     };
     let mod_watch = match (mod_watch, mod_offsets) {
-        (Some(w), Some(o)) if proc_watch.is_some() => {
-            Some(Box::new(super::mod_watch::ModWatch::parse(&w, &o)?))
-        }
+        (Some(w), Some(o)) if proc_watch.is_some() => Some(Box::new(ModWatch::parse(&w, &o)?)),
         (None, None) => None,
         _ => return Err("mod_watch=… and mod_offsets=… go together, with proc_watch=…".into()),
     };

@@ -13,8 +13,6 @@ pub mod guest;
 /// A Linux kernel's randomised base, found where it first runs in the upper half.
 pub mod kaslr;
 pub mod lib_entries;
-/// Where a Linux guest's kernel modules load and go (`mod_watch=`).
-pub mod mod_watch;
 pub mod open_stacks;
 pub mod output;
 pub mod progress;
