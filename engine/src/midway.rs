@@ -15,14 +15,14 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use crate::guest::{CallSite, GuestView};
     use crate::hot::Engine;
     use qemu_uftrace_format::record::{decode_all, RecordType};
     use std::sync::{Arc, Mutex};
 
     /// A guest with no frame records: a resync could only guess.
-    struct NoRecords;
+    pub(crate) struct NoRecords;
 
     impl GuestView for NoRecords {
         fn frame_pointer(&mut self) -> Option<u64> {
@@ -36,7 +36,8 @@ mod tests {
         }
     }
 
-    fn engine() -> (Engine, Arc<Mutex<Vec<u8>>>) {
+    /// An engine whose records go to the returned buffer.
+    pub(crate) fn engine() -> (Engine, Arc<Mutex<Vec<u8>>>) {
         let out = Arc::new(Mutex::new(Vec::new()));
         let sink = out.clone();
         let spill = Box::new(move |_tid, buf: Vec<u8>| {
@@ -47,7 +48,10 @@ mod tests {
     }
 
     /// What `e` wrote into `out` once flushed: each record's time, kind, depth and address.
-    fn written(e: &mut Engine, out: &Mutex<Vec<u8>>) -> Vec<(u64, RecordType, u16, u64)> {
+    pub(crate) fn written(
+        e: &mut Engine,
+        out: &Mutex<Vec<u8>>,
+    ) -> Vec<(u64, RecordType, u16, u64)> {
         e.flush();
         let records = decode_all(&out.lock().unwrap()).unwrap();
         records

@@ -56,20 +56,9 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use crate::hot::Engine;
+    use crate::midway::tests::{engine, written, NoRecords};
     use qemu_uftrace_format::events::{TRACE_OFF, TRACE_ON};
-    use qemu_uftrace_format::record::{decode_all, RecordType};
-    use std::sync::{Arc, Mutex};
-
-    fn engine() -> (Engine, Arc<Mutex<Vec<u8>>>) {
-        let out = Arc::new(Mutex::new(Vec::new()));
-        let sink = out.clone();
-        let spill = Box::new(move |_tid, buf: Vec<u8>| {
-            sink.lock().unwrap().extend_from_slice(&buf);
-            Vec::new()
-        });
-        (Engine::new(Vec::new(), spill, 1024, 1), out)
-    }
+    use qemu_uftrace_format::record::RecordType;
 
     #[test]
     fn a_window_closes_its_frames_and_starts_from_a_cookie() {
@@ -80,25 +69,8 @@ mod tests {
         e.switch_on(50);
         e.opened_by_cookie(51, 7);
         // A return past the bottom: written for the CLI to match.
-        struct NoRecords;
-        impl crate::guest::GuestView for NoRecords {
-            fn frame_pointer(&mut self) -> Option<u64> {
-                None
-            }
-            fn frame_record(&mut self, _fp: u64) -> Option<(u64, u64)> {
-                None
-            }
-            fn call_before(&mut self, _r: u64) -> Option<crate::guest::CallSite> {
-                None
-            }
-        }
         e.ret(60, 0x310, &mut NoRecords);
-        e.flush();
-        let got: Vec<_> = decode_all(&out.lock().unwrap())
-            .unwrap()
-            .iter()
-            .map(|r| (r.time, r.kind, r.depth, r.addr))
-            .collect();
+        let got = written(&mut e, &out);
         let marker = qemu_uftrace_format::addr48(qemu_uftrace_format::cookie::resync_marker(7));
         assert_eq!(
             got,
