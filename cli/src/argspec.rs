@@ -15,7 +15,7 @@ use qemu_uftrace_format::Arch;
 use regex::Regex;
 
 use crate::errors::usage;
-use crate::stop_at::{resolve, Addr, Names};
+use crate::stop_at::{Addr, Names};
 
 /// One function's values to read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl ArgSpecs {
                 )
             })?;
             let exact = !spec.pattern.contains(crate::filter::REGEX_CHARS);
-            let addrs = matching(option, &spec.pattern, names)?;
+            let addrs = crate::filter::matching(option, &spec.pattern, names)?;
             for addr in addrs {
                 let size = sizes.get(&addr).copied().unwrap_or(0);
                 if size == 0 && spec.values.iter().any(Value::is_retval) && exact {
@@ -147,34 +147,6 @@ impl ArgSpecs {
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(Some(path))
     }
-}
-
-/// FUNC's addresses, as `-F` resolves it.
-fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
-    if !text.contains(crate::filter::REGEX_CHARS) {
-        return resolve(option, text, names);
-    }
-    let re = Regex::new(text).map_err(|e| {
-        let why = e.to_string();
-        let last = why.lines().last().unwrap_or("invalid").trim().to_string();
-        usage(
-            format!("{option} {text}: not a regular expression ({last})"),
-            "fix it, or give a whole function name",
-        )
-    })?;
-    let mut addrs: Vec<Addr> = (names.functions.iter())
-        .filter(|(name, _)| re.is_match(name))
-        .map(|&(_, addr)| addr)
-        .collect();
-    addrs.sort_unstable();
-    addrs.dedup();
-    if addrs.is_empty() {
-        return Err(usage(
-            format!("{option} {text}: the regular expression matches no symbol"),
-            "match a function of the guest's symbols (add --symbols FILE for others)",
-        ));
-    }
-    Ok(addrs)
 }
 
 /// A finished trace's `-A`/`-R` (its `info`), matched against function names as uftrace's

@@ -119,7 +119,7 @@ impl Filters {
 
 /// FUNC's addresses: a whole name's (close names offered when none), or every name a
 /// regular expression matches.
-fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
+pub(crate) fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
     if !text.contains(REGEX_CHARS) {
         return resolve(option, text, names);
     }
