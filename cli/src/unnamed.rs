@@ -288,11 +288,9 @@ impl<'a> Found<'a> {
     }
 }
 
-/// Re-derives the regions of a system-mode trace directory: drops the lines this module
-/// wrote before, names what the map's images leave uncovered, and returns how many regions
-/// it named.
-pub fn refresh(dir: &Path, arch: Option<Arch>) -> Result<usize> {
-    let maps: Vec<_> = std::fs::read_dir(dir)
+/// The session maps (`sid-*.map`) of a trace directory, in name order.
+pub fn map_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -302,6 +300,15 @@ pub fn refresh(dir: &Path, arch: Option<Arch>) -> Result<usize> {
                 .is_some_and(|n| n.starts_with("sid-") && n.ends_with(".map"))
         })
         .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Re-derives the regions of a system-mode trace directory: drops the lines this module
+/// wrote before, names what the map's images leave uncovered, and returns how many regions
+/// it named.
+pub fn refresh(dir: &Path, arch: Option<Arch>) -> Result<usize> {
+    let maps = map_files(dir)?;
     // Several sessions are user mode's processes, whose addresses are their own.
     let [map_path] = &maps[..] else {
         return Ok(0);

@@ -334,7 +334,7 @@ fn file_stem(name: &str, syms: &[SymLine], written: &mut BTreeMap<String, Vec<Sy
 /// Removes the map lines `unnamed` wrote over module code (it names what no map line covers,
 /// and module addresses were among them).
 fn drop_unnamed_over(dir: &Path, ranges: &[(u64, u64)]) -> Result<()> {
-    for path in map_files(dir)? {
+    for path in crate::unnamed::map_files(dir)? {
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         let entries = map::parse_map(&text);
@@ -351,21 +351,6 @@ fn drop_unnamed_over(dir: &Path, ranges: &[(u64, u64)]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn map_files(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
-    let mut out: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("sid-") && n.ends_with(".map"))
-        })
-        .collect();
-    out.sort();
-    Ok(out)
 }
 
 /// Gives every `SESS` line of `task.txt` a session id of its own (a copy of its map), then
