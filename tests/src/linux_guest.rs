@@ -211,13 +211,32 @@ pub const INITRAMFS_APPEND: &str = "console=ttyAMA0 panic=-1 nokaslr rdinit=/ini
 /// -initrd initramfs.cpio -append "…" -no-reboot -smp N`. Builds the guest first.
 pub fn initramfs_boot_args_on(qemu: &str, smp: u32) -> Result<Vec<String>> {
     let (cpio, _) = initramfs_guest()?;
-    let kernel = debian_kernel();
-    let args: Vec<String> = [
+    let machine = ["-M", "virt", "-cpu", "max"];
+    Ok(initramfs_boot(
         qemu,
-        "-M",
-        "virt",
-        "-cpu",
-        "max",
+        &machine,
+        smp,
+        &debian_kernel(),
+        &cpio,
+        INITRAMFS_APPEND,
+    ))
+}
+
+/// A Linux kernel booted into an initramfs on `qemu` (argv, emulator first): `machine`
+/// (`-M …`, `-cpu …`), `-m 512M -nographic -nic none -no-reboot -smp N -kernel KERNEL
+/// -initrd INITRD -append APPEND`: the boot every initramfs guest makes.
+pub fn initramfs_boot(
+    qemu: &str,
+    machine: &[&str],
+    smp: u32,
+    kernel: &Path,
+    initrd: &Path,
+    append: &str,
+) -> Vec<String> {
+    let mut argv = vec![qemu.to_string()];
+    argv.extend(machine.iter().map(|s| s.to_string()));
+    let smp = smp.to_string();
+    let rest = [
         "-m",
         "512M",
         "-nographic",
@@ -225,18 +244,16 @@ pub fn initramfs_boot_args_on(qemu: &str, smp: u32) -> Result<Vec<String>> {
         "none",
         "-no-reboot",
         "-smp",
-        &smp.to_string(),
+        &smp,
         "-kernel",
         &kernel.to_string_lossy(),
         "-initrd",
-        &cpio.to_string_lossy(),
+        &initrd.to_string_lossy(),
         "-append",
-        INITRAMFS_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    Ok(args)
+        append,
+    ];
+    argv.extend(rest.iter().map(|s| s.to_string()));
+    argv
 }
 
 /// How long the initramfs boot may take under plain QEMU (about 2 s on this project's

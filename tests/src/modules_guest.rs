@@ -144,7 +144,6 @@ fn build(arch: ModArch) -> Result<(PathBuf, PathBuf)> {
 /// [`ModArch::emulator`] of some QEMU), one vCPU.
 pub fn modules_boot_args(arch: ModArch, qemu: &str) -> Result<Vec<String>> {
     let (cpio, _) = modules_guest(arch)?;
-    let cpio = cpio.to_string_lossy().into_owned();
     let (machine, kernel, append): (&[&str], PathBuf, &str) = match arch {
         ModArch::Arm64 => (
             &["-M", "virt", "-cpu", "max"],
@@ -154,28 +153,12 @@ pub fn modules_boot_args(arch: ModArch, qemu: &str) -> Result<Vec<String>> {
         ModArch::Amd64 => (
             &["-M", "pc"],
             cached("kernel-amd64/vmlinuz"),
-            "console=ttyS0 panic=-1 nokaslr no_timer_check rdinit=/init",
+            crate::procs_guest::X86_64_APPEND,
         ),
     };
-    let mut argv = vec![qemu.to_string()];
-    argv.extend(machine.iter().map(|s| s.to_string()));
-    for s in [
-        "-m",
-        "512M",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        &kernel.to_string_lossy(),
-        "-initrd",
-        &cpio,
-        "-append",
-        append,
-    ] {
-        argv.push(s.to_string());
-    }
-    Ok(argv)
+    Ok(crate::linux_guest::initramfs_boot(
+        qemu, machine, 1, &kernel, &cpio, append,
+    ))
 }
 
 /// Where the kernel placed each module's sections, as `/init` printed them

@@ -285,59 +285,28 @@ pub const X86_64_APPEND: &str = "console=ttyS0 panic=-1 nokaslr no_timer_check r
 pub fn procs_x86_64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
     let guest = procs_guest_for(ProcsArch::X86_64)?;
     let kernel = crate::cached("kernel-amd64/vmlinuz");
-    Ok([
+    Ok(crate::linux_guest::initramfs_boot(
         qemu,
-        "-M",
-        "pc",
-        "-m",
-        "512M",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-kernel",
-        &kernel.to_string_lossy(),
-        "-initrd",
-        &guest.cpio.to_string_lossy(),
-        "-append",
+        &["-M", "pc"],
+        1,
+        &kernel,
+        &guest.cpio,
         X86_64_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect())
+    ))
 }
 
 /// The QEMU command (argv, emulator first) that boots Debian's arm64 kernel into this
 /// guest on one vCPU, as [`crate::linux_guest::initramfs_boot_args_on`] does.
 pub fn procs_boot_args_on(qemu: &str) -> Result<Vec<String>> {
     let guest = procs_guest()?;
-    let kernel = debian_kernel();
-    Ok([
+    Ok(crate::linux_guest::initramfs_boot(
         qemu,
-        "-M",
-        "virt",
-        "-cpu",
-        "max",
-        "-m",
-        "512M",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-kernel",
-        &kernel.to_string_lossy(),
-        "-initrd",
-        &guest.cpio.to_string_lossy(),
-        "-append",
+        &["-M", "virt", "-cpu", "max"],
+        1,
+        &debian_kernel(),
+        &guest.cpio,
         crate::linux_guest::INITRAMFS_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect())
+    ))
 }
 
 #[cfg(test)]
