@@ -222,26 +222,28 @@ fetch_kernel() {
     fi
     echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
 }
-# fetch_dbg DIR IMAGE_DIR QUAL WANT=NAME...: the -dbg package of the kernel in IMAGE_DIR.
-fetch_dbg() {
-    local dir=$1 image=$2 qual=$3 pkg s keeps=()
-    shift 3
-    pkg="$(cat "$image/package")-dbg"
+# keep_files DIR PKG QUAL WHAT WANT=NAME...: the files of package PKG that xtask keep's WANTs
+# select, into DIR as NAME each, then PKG as DIR's stamp; WHAT says what is fetched.
+keep_files() {
+    local dir=$1 pkg=$2 qual=$3 what=$4 s keeps=()
+    shift 4
     for s in "$@"; do keeps+=("${s%%=*}=$dir/${s#*=}"); done
-    log "fetching $pkg into $dir (large)"
+    log "fetching $what into $dir"
     xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
     echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
 }
-# fetch_modules DIR IMAGE_DIR QUAL WANT=NAME...: files of the very package in
-# IMAGE_DIR (its modules).
+# fetch_dbg DIR IMAGE_DIR QUAL WANT=NAME...: the -dbg package of the kernel in IMAGE_DIR.
+fetch_dbg() {
+    local pkg
+    pkg="$(cat "$2/package")-dbg"
+    keep_files "$1" "$pkg" "$3" "$pkg (large)" "${@:4}"
+}
+# fetch_modules DIR IMAGE_DIR QUAL WANT=NAME...: files of the very package in IMAGE_DIR (its
+# modules).
 fetch_modules() {
-    local dir=$1 image=$2 qual=$3 pkg s keeps=()
-    shift 3
-    pkg="$(cat "$image/package")"
-    for s in "$@"; do keeps+=("${s%=*}=$dir/${s##*=}"); done
-    log "fetching modules of $pkg into $dir"
-    xtask keep "$pkg$qual" "${keeps[@]}" >/dev/null || return 1
-    echo "$pkg" >"$dir/package.tmp" && mv "$dir/package.tmp" "$dir/package"
+    local pkg
+    pkg=$(cat "$2/package")
+    keep_files "$1" "$pkg" "$3" "modules of $pkg" "${@:4}"
 }
 # fresh DIR FILE...: DIR has its stamp and every FILE.
 fresh() {
