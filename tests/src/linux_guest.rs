@@ -145,61 +145,90 @@ pub fn many_initramfs_guest(x86_64: bool) -> Result<(PathBuf, PathBuf)> {
 /// Builds `tests/guests/linux/<program>.c` (or, for `<program>-x86_64`, `<program>.c`
 /// for x86-64) and packs it as `/init`.
 fn build_initramfs(program: &str) -> Result<(PathBuf, PathBuf)> {
+    let dir = make_linux_guests(None)?;
+    let elf = dir.join(format!("{program}.elf"));
+    let init = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+    let name = match program {
+        "init" => "initramfs.cpio".to_string(),
+        other => format!("{other}.cpio"),
+    };
+    let path = pack_initramfs(&dir, &name, &init, &[], &[])?;
+    Ok((path, elf))
+}
+
+/// Runs make in `tests/guests/linux` into `<guest_build_dir>/linux` (its default goal, or
+/// `goal`), under the guests' build lock; gives that directory.
+pub(crate) fn make_linux_guests(goal: Option<&Path>) -> Result<PathBuf> {
     let root = guest_build_dir();
     let dir = root.join("linux");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let cross = cross_prefix();
-    let output = locked(&root.join(".lock"), "make")
-        .arg("-s")
+    let mut make = locked(&root.join(".lock"), "make");
+    make.arg("-s")
         .arg("-C")
         .arg(workspace_root().join("tests/guests/linux"))
         .arg(format!("O={}", dir.display()))
-        .arg(format!("CROSS={cross}"))
+        .arg(format!("CROSS={}", cross_prefix()));
+    if let Some(goal) = goal {
+        make.arg(goal);
+    }
+    let output = make
         .stdin(Stdio::null())
         .output()
         .context("running make in tests/guests/linux (is make installed?)")?;
     if !output.status.success() {
         bail!(
-            "make -C tests/guests/linux failed ({}; the static links need the arm64, amd64 and \
-             riscv64 glibc of scripts/install-deps.sh):\n{}{}",
+            "make -C tests/guests/linux{} failed ({}; the static links need the arm64, amd64 \
+             and riscv64 glibc of scripts/install-deps.sh):\n{}{}",
+            goal.map(|g| format!(" {}", g.display()))
+                .unwrap_or_default(),
             output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let elf = dir.join(format!("{program}.elf"));
-    let init = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+    Ok(dir)
+}
+
+/// Packs `init` as `/init`, with `/dev/console`, the directories `dirs` and the files
+/// `files` (name, bytes) at the root, into `dir/name`, which it replaces whole: another test
+/// process may be reading the archive, never rewrite it.
+pub(crate) fn pack_initramfs(
+    dir: &Path,
+    name: &str,
+    init: &[u8],
+    dirs: &[&str],
+    files: &[(String, Vec<u8>)],
+) -> Result<PathBuf> {
+    let mut entries = vec![
+        Entry::Dir {
+            path: "dev",
+            mode: 0o755,
+        },
+        Entry::CharDev {
+            path: "dev/console",
+            mode: 0o600,
+            major: 5,
+            minor: 1,
+        },
+    ];
+    entries.extend(dirs.iter().map(|&path| Entry::Dir { path, mode: 0o755 }));
+    entries.push(Entry::File {
+        path: "init",
+        mode: 0o755,
+        data: init,
+    });
+    entries.extend(files.iter().map(|(path, data)| Entry::File {
+        path,
+        mode: 0o644,
+        data,
+    }));
     let mut cpio = Vec::with_capacity(init.len() + 1024);
-    write_newc(
-        &mut cpio,
-        &[
-            Entry::Dir {
-                path: "dev",
-                mode: 0o755,
-            },
-            Entry::CharDev {
-                path: "dev/console",
-                mode: 0o600,
-                major: 5,
-                minor: 1,
-            },
-            Entry::File {
-                path: "init",
-                mode: 0o755,
-                data: &init,
-            },
-        ],
-    )?;
-    // Another test process may be reading the archive: replace it whole, never rewrite it.
-    let name = match program {
-        "init" => "initramfs.cpio".to_string(),
-        other => format!("{other}.cpio"),
-    };
-    let path = dir.join(&name);
+    write_newc(&mut cpio, &entries)?;
+    let path = dir.join(name);
     let tmp = dir.join(format!("{name}.{}", std::process::id()));
     std::fs::write(&tmp, &cpio).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok((path, elf))
+    Ok(path)
 }
 
 /// The kernel command line of the initramfs boot: `/init` from the initramfs, no KASLR (so

@@ -4,14 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::OnceLock;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 
-use crate::cpio::{write_newc, Entry};
 use crate::linux_guest::INITRAMFS_APPEND;
-use crate::{cached, cross_prefix, guest_build_dir, locked, workspace_root};
+use crate::{cached, guest_build_dir};
 
 /// The modules `/init` loads, in order.
 pub const MODULES: [&str; 2] = ["dummy", "ifb"];
@@ -69,29 +67,12 @@ pub fn modules_guest(arch: ModArch) -> Result<(PathBuf, PathBuf)> {
 }
 
 fn build(arch: ModArch) -> Result<(PathBuf, PathBuf)> {
-    let root = guest_build_dir();
-    let dir = root.join("linux");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let program = arch.program();
+    let goal = guest_build_dir()
+        .join("linux")
+        .join(format!("{program}.elf"));
+    let dir = crate::linux_guest::make_linux_guests(Some(&goal))?;
     let elf = dir.join(format!("{program}.elf"));
-    let output = locked(&root.join(".lock"), "make")
-        .arg("-s")
-        .arg("-C")
-        .arg(workspace_root().join("tests/guests/linux"))
-        .arg(format!("O={}", dir.display()))
-        .arg(format!("CROSS={}", cross_prefix()))
-        .arg(&elf)
-        .stdin(Stdio::null())
-        .output()
-        .context("running make in tests/guests/linux (is make installed?)")?;
-    if !output.status.success() {
-        bail!(
-            "make -C tests/guests/linux {program}.elf failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
     let init = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
     let kos: Vec<(String, Vec<u8>)> = MODULES
         .iter()
@@ -102,41 +83,8 @@ fn build(arch: ModArch) -> Result<(PathBuf, PathBuf)> {
                 .with_context(|| format!("reading {}", path.display()))
         })
         .collect::<Result<_>>()?;
-    let mut entries = vec![
-        Entry::Dir {
-            path: "dev",
-            mode: 0o755,
-        },
-        Entry::CharDev {
-            path: "dev/console",
-            mode: 0o600,
-            major: 5,
-            minor: 1,
-        },
-        Entry::Dir {
-            path: "sys",
-            mode: 0o755,
-        },
-        Entry::File {
-            path: "init",
-            mode: 0o755,
-            data: &init,
-        },
-    ];
-    for (name, data) in &kos {
-        entries.push(Entry::File {
-            path: name,
-            mode: 0o644,
-            data,
-        });
-    }
-    let mut cpio = Vec::new();
-    write_newc(&mut cpio, &entries)?;
-    // Another test process may be reading the archive: replace it whole.
-    let path = dir.join(format!("{program}.cpio"));
-    let tmp = dir.join(format!("{program}.cpio.{}", std::process::id()));
-    std::fs::write(&tmp, &cpio).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    let name = format!("{program}.cpio");
+    let path = crate::linux_guest::pack_initramfs(&dir, &name, &init, &["sys"], &kos)?;
     Ok((path, elf))
 }
 
