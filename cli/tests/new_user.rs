@@ -646,25 +646,10 @@ fn kernel_addresses_without_symbols_are_shown_whole() {
 /// vmlinux given to `symbols` afterwards has no numbered task to explain.
 #[test]
 fn x86_firmware_regions_are_marked_and_tasks_named() {
-    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
-    let argv: Vec<String> = [
+    let argv = qemu_uftrace_tests::amd64_kernel_boot_args_on(
         "qemu-system-x86_64",
-        "-M",
-        "pc",
-        "-m",
-        "512M",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        &kernel,
-        "-append",
-        "console=ttyS0 panic=-1 nokaslr no_timer_check",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+        qemu_uftrace_tests::AMD64_PANIC_APPEND,
+    );
     // record_kernel_x86_64.rs boots the same, shared; `symbols` below rewrites the trace,
     // so this test reads its own copy.
     let (_tmp, dir) = shared::record(&argv, &[]).private_copy();

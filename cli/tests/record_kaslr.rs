@@ -210,26 +210,7 @@ fn x86_64_randomised_boot_replays_as_nokaslr() {
         .find(|q| q.label == "11.1.3")
         .expect("QEMU 11.1.3 in system_qemus_x86_64")
         .program;
-    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
-    let boot = |append: &str| -> Vec<String> {
-        [
-            qemu.as_str(),
-            "-M",
-            "pc",
-            "-m",
-            "512M",
-            "-nographic",
-            "-nic",
-            "none",
-            "-no-reboot",
-            "-kernel",
-            &kernel,
-            "-append",
-            append,
-        ]
-        .map(String::from)
-        .to_vec()
-    };
+    let boot = |append: &str| qemu_uftrace_tests::amd64_kernel_boot_args_on(&qemu, append);
     let (_t0, base, _) = record_early(&boot("console=ttyS0 panic=-1 nokaslr"), &[]);
     let (_t1, moved, err) = record_early(&boot("console=ttyS0 panic=-1"), &[]);
     let stated = plugin_stat(&moved, "kaslr_offset");

@@ -18,29 +18,9 @@ use qemu_uftrace_tests::{cached, plugin_stat};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The QEMU command that boots Debian's amd64 kernel to its panic on `qemu`. `no_timer_check`:
-/// on a loaded host the kernel's check that the timer ticks through the IO-APIC (a busy wait
-/// calibrated earlier) can find no tick and panic there instead.
+/// The QEMU command that boots Debian's amd64 kernel to its panic on `qemu`.
 fn boot_args(qemu: &str) -> Vec<String> {
-    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
-    [
-        qemu,
-        "-M",
-        "pc",
-        "-m",
-        "512M",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-kernel",
-        &kernel,
-        "-append",
-        "console=ttyS0 panic=-1 nokaslr no_timer_check",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    qemu_uftrace_tests::amd64_kernel_boot_args_on(qemu, qemu_uftrace_tests::AMD64_PANIC_APPEND)
 }
 
 /// Records the boot with `extra` options for `record`; returns the temp dir (keep it alive)

@@ -317,6 +317,35 @@ pub fn kernel_boot_args_on(qemu: &str, cpu: &str) -> Vec<String> {
     .collect()
 }
 
+/// The kernel command line of Debian's amd64 kernel booted to its panic. `no_timer_check`:
+/// on a loaded host the kernel's check that the timer ticks through the IO-APIC (a busy wait
+/// calibrated earlier) can find no tick and panic there instead.
+pub const AMD64_PANIC_APPEND: &str = "console=ttyS0 panic=-1 nokaslr no_timer_check";
+
+/// The QEMU command that boots Debian's amd64 kernel (a bzImage, from SeaBIOS) on `qemu`
+/// with the kernel command line `append`, no initramfs.
+pub fn amd64_kernel_boot_args_on(qemu: &str, append: &str) -> Vec<String> {
+    let kernel = cached("kernel-amd64/vmlinuz").display().to_string();
+    [
+        qemu,
+        "-M",
+        "pc",
+        "-m",
+        "512M",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        &kernel,
+        "-append",
+        append,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 /// The tool prefix of the AArch64 cross toolchain: `$QEMU_UFTRACE_CROSS`,
 /// else `aarch64-linux-gnu-`.
 pub fn cross_prefix() -> String {
