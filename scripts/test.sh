@@ -42,46 +42,71 @@ step() {
   steps+=("$(printf '%-34s %8d s%s' "$name" $((SECONDS - t0)) "$([ $status -eq 0 ] || echo "  FAILED ($status)")")")
   return $status
 }
+# beside DIR NICE NAME COMMAND...: runs COMMAND in the background's job at priority NICE, its
+# output appended to DIR/output and "NAME SECONDS STATUS" to DIR/steps (read by collect).
+beside() {
+  local dir=$1 prio=$2 name=$3 t0=$SECONDS status=0
+  shift 3
+  nice -n "$prio" "$@" >>"$dir/output" 2>&1 || status=$?
+  echo "$name $((SECONDS - t0)) $status" >>"$dir/steps"
+  return $status
+}
+# collect PID DIR WHAT: waits for the job PID, run beside WHAT, prints what it printed, keeps its
+# steps (named "NAME (beside WHAT)") and the time waited for it; fails if one of them failed.
+collect() {
+  local pid=$1 dir=$2 what=$3 status=0 name secs code t0=$SECONDS
+  wait "$pid" || true
+  cat "$dir/output"
+  while read -r name secs code; do
+    [ "$code" -eq 0 ] || status=$code
+    steps+=("$(printf '%-34s %8d s%s' "$name (beside $what)" "$secs" "$([ "$code" -eq 0 ] || echo "  FAILED ($code)")")")
+  done <"$dir/steps"
+  steps+=("$(printf '%-34s %8d s' "waited for them after $what" $((SECONDS - t0)))")
+  rm -rf "$dir"
+  return $status
+}
+# kill_tree PID: PID and everything it started (cargo's rustc, Miri, the fuzzers).
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null
+}
+jobs_started=()
 # The workspace's build and lints need nothing install-deps brings (the tests build their guests
 # themselves), so they run beside the install, whose downloads leave the cores idle for minutes,
 # at a lower priority than its own builds (QEMU, OpenSBI, uftrace). Their output is printed, and
 # their status and time kept, when the install is done.
-beside=$(mktemp -d)
+build_dir=$(mktemp -d)
 (
   set +e
-  run() {
-    local name=$1 t0=$SECONDS status=0
-    shift
-    nice -n 10 "$@" >>"$beside/output" 2>&1 || status=$?
-    echo "$name $((SECONDS - t0)) $status" >>"$beside/steps"
-    return $status
-  }
-  run build cargo test --workspace --no-run --quiet
-  run clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
+  beside "$build_dir" 10 build cargo test --workspace --no-run --quiet
+  beside "$build_dir" 10 clippy cargo clippy --workspace --all-targets --quiet -- -D warnings
   # The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
-  run clippy-api-v7 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
+  beside "$build_dir" 10 clippy-api-v7 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
 ) &
-beside_pid=$!
-# A failed install ends the run: the build beside it goes too.
+build_pid=$!
+jobs_started+=("$build_pid")
+# A failed step ends the run: the jobs beside it go too.
 # (set +e: under set -e a pkill that matched nothing ended the trap before the summary.)
-trap 'rc=$?; set +e; pkill -P "$beside_pid" 2>/dev/null; kill "$beside_pid" 2>/dev/null; summary "$rc"' EXIT
+trap 'rc=$?; set +e; for j in "${jobs_started[@]}"; do kill_tree "$j"; done; summary "$rc"' EXIT
 step install-deps scripts/install-deps.sh
-# beside_done: waits for the build and lints, prints what they printed, keeps their steps.
-beside_done() {
-  local status=0 name secs code
-  wait "$beside_pid" || true
-  cat "$beside/output"
-  while read -r name secs code; do
-    [ "$code" -eq 0 ] || status=$code
-    steps+=("$(printf '%-34s %8d s%s' "$name (beside the install)" "$secs" "$([ "$code" -eq 0 ] || echo "  FAILED ($code)")")")
-  done <"$beside/steps"
-  steps+=("$(printf '%-34s %8d s' "waited for them after the install" $((SECONDS - beside_wait)))")
-  rm -rf "$beside"
-  return $status
-}
-beside_wait=$SECONDS
-beside_done
+collect "$build_pid" "$build_dir" "the install"
 step fmt cargo fmt --all -- --check
+# Miri and the fuzz targets need none of the test binaries, and the tests leave a core idle for
+# minutes (a binary's last long boot, uftrace's replays, the guests' make): both run beside
+# `cargo test` at the lowest priority, so they take those cycles instead of ~10 minutes after it.
+# Their output is printed, and their status and time kept, when the tests are done.
+after_dir=$(mktemp -d)
+(
+  set +e
+  # The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
+  # under Miri's checks (about two minutes of CPU).
+  beside "$after_dir" 19 miri cargo +nightly miri test -p qemu-uftrace-engine
+  # Bounded: the fuzzers' first build takes a few minutes, then each target for FUZZ_SECONDS.
+  beside "$after_dir" 19 fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" fuzz/run.sh
+) &
+after_pid=$!
+jobs_started+=("$after_pid")
 # The kernel boots that several tests read are recorded once a run, there
 # (cli/tests/common/shared.rs): emptied before, so a run never reads an older one, and after,
 # as they take about 1.1 GB (four kernel traces of 250–320 MB).
@@ -91,10 +116,9 @@ rm -rf "$shared_recordings"
 tested=0
 step "cargo test" bash -o pipefail -c 'cargo test --workspace --no-fail-fast 2>&1 | tee "$1"' _ "$log" || tested=$?
 rm -rf "$shared_recordings"
+# Miri's and the fuzzers' results count whether or not a test failed.
+besides=0
+collect "$after_pid" "$after_dir" "the tests" || besides=$?
 [ "$tested" -eq 0 ] || exit "$tested"
 step "every test binary ran" scripts/test-binaries-ran.sh "$log"
-# The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
-# under Miri's checks (about two minutes).
-step miri cargo +nightly miri test -p qemu-uftrace-engine
-# Bounded: the fuzzers' first build takes a few minutes, then each target for FUZZ_SECONDS.
-step fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" fuzz/run.sh
+exit "$besides"
