@@ -112,9 +112,19 @@ jobs_started+=("$after_pid")
 # as they take about 1.1 GB (four kernel traces of 250–320 MB).
 shared_recordings=$target/tmp/shared-recordings
 rm -rf "$shared_recordings"
-# The test output goes to the terminal and to the log the summary reads.
+# The test binaries run two at a time (xtask/src/testrun.rs: a binary's last long test leaves a
+# core idle), each one's output printed whole as cargo prints it, then the doc-tests. The test
+# output goes to the terminal and to the log the summary reads.
 tested=0
-step "cargo test" bash -o pipefail -c 'cargo test --workspace --no-fail-fast 2>&1 | tee "$1"' _ "$log" || tested=$?
+run_tests() {
+  local status=0
+  cargo run --quiet --package xtask --target-dir "$target/xtask" -- test-run || status=$?
+  cargo test --workspace --doc || status=$?
+  return $status
+}
+export -f run_tests
+export target
+step "cargo test" bash -o pipefail -c 'run_tests 2>&1 | tee "$1"' _ "$log" || tested=$?
 rm -rf "$shared_recordings"
 # Miri's and the fuzzers' results count whether or not a test failed.
 besides=0

@@ -6,6 +6,8 @@
 //!                                 prints, per file, the package it came from
 //! xtask kernel-package META       the versioned linux-image-* package a metapackage pulls in
 //! xtask pick WANT < LISTING       the member of a `dpkg-deb --contents` listing holding WANT
+//! xtask test-run [--jobs N] [-- ARGS]
+//!                                 every test binary of the workspace, N at a time (testrun.rs)
 //! ```
 //! SPEC is apt's `NAME[:ARCH][/SUITE]`; WANT is `kernel-image`, `dbg-vmlinux`, `system-map` or
 //! `path:GLOB`. apt calls honour `APT_CONFIG` (a private apt state); `$QEMU_UFTRACE_DEBS` names
@@ -19,7 +21,15 @@ use xtask::deb::{self, Keep, Spec};
 use xtask::layout::{self, Want};
 use xtask::listing;
 fn main() {
-    if let Err(e) = run(std::env::args().skip(1).collect()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("test-run") {
+        if let Err(e) = xtask::testrun::main(&args[1..]) {
+            eprintln!("test-run: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    if let Err(e) = run(args) {
         // One line: the shell script's own lines start the same way.
         eprintln!("install-deps: {e:#}");
         std::process::exit(1);
@@ -108,7 +118,7 @@ fn run(args: Vec<String>) -> Result<()> {
             println!("{}", m.path);
             Ok(())
         }
-        _ => bail!("unknown xtask command {cmd:?}: keep, kernel-package or pick"),
+        _ => bail!("unknown xtask command {cmd:?}: keep, kernel-package, pick or test-run"),
     }
 }
 
