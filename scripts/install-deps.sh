@@ -196,6 +196,94 @@ command -v cargo-fuzz >/dev/null 2>&1 || {
     cargo install cargo-fuzz --locked
 }
 
+# source_package NAME VERSION SUITES DIR [OPTION...]: the files of Debian's source package
+# (VERSION may be empty: the newest) from the deb-src of SUITES into DIR, through a private apt
+# state; OPTIONs go to `apt-get source` (`--tar-only`). apt checks each file against the signed
+# Sources index. A .dsc already in $QEMU_UFTRACE_DEBS is taken from there.
+source_package() {
+    local name=$1 version=$2 suites=$3 dest=$4 state conf local_dsc
+    shift 4
+    mkdir -p "$dest"
+    local_dsc=$(ls "${QEMU_UFTRACE_DEBS:-/nonexistent}/${name}_${version#*:}"*.dsc 2>/dev/null | head -n1 || true)
+    if [ -n "$local_dsc" ] && [ -n "$version" ]; then
+        cp "$(dirname "$local_dsc")/${name}_"* "$dest"/ && return 0
+    fi
+    state=$(mktemp -d)
+    conf=$(private_apt "$state" deb-src "$suites") ||
+        { log "the deb-src lists of $suites fail ($(apt_failure "$state/update.log")): retry later"; rm -rf "$state"; return 1; }
+    if ! (cd "$dest" && APT_CONFIG=$conf apt-get source --download-only -qq "$@" "$name${version:+=$version}" \
+        >/dev/null 2>&1); then
+        local carried
+        carried=$(APT_CONFIG=$conf apt-cache showsrc "$name" 2>/dev/null | sed -n 's/^Version: //p' | sort -u | tr '\n' ' ')
+        if [ -n "$version" ] && [[ " $carried" == *" $version "* ]]; then
+            log "the files of Debian's source package $name $version, listed in $suites, cannot be downloaded from the mirror;" \
+                "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS"
+        else
+            log "Debian's source package $name${version:+ $version} is not in $suites (they carry: ${carried:-nothing});" \
+                "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS${version:+, or change the version in scripts/install-deps.sh}"
+        fi
+        rm -rf "$state"
+        return 1
+    fi
+    rm -rf "$state"
+}
+# unpack_source NAME VERSION SUITES DIR: the same, unpacked with its patches into DIR.
+unpack_source() {
+    local tmp
+    tmp=$(mktemp -d)
+    source_package "$1" "$2" "$3" "$tmp" &&
+        dpkg-source --no-check -x "$tmp"/*.dsc "$4" >/dev/null || { rm -rf "$tmp"; return 1; }
+    rm -rf "$tmp"
+}
+
+# QEMU 10.2.2 from Debian's source package, built for the targets qemu-uftrace traces with
+# plugins enabled, user mode included: Debian's binaries lack plugins in user mode and 10.0
+# lacks the discontinuity callback. About 13 minutes on two cores, once.
+QEMU_SRC_VERSION=1:10.2.2+ds-1
+QEMU_TARGETS=aarch64-softmmu,x86_64-softmmu,riscv64-softmmu,aarch64-linux-user,x86_64-linux-user,riscv64-linux-user
+q102="$CACHE/qemu-10.2.2"
+# It is the install's longest step and needs the CPU while the kernels, the roots and the VM
+# need the network: it runs in the background from here, and the install waits for it at its end.
+build_qemu_102() {
+    if [ ! -x "$q102/bin/qemu-system-aarch64" ] || [ "$(cat "$q102/targets" 2>/dev/null)" != "$QEMU_TARGETS" ]; then
+        log "building QEMU ${QEMU_SRC_VERSION#1:} from Debian's source package into $q102 (~13 min)"
+        work=$(mktemp -d)
+        # apt checked the files against the signed index; the .dsc's own signature needs keys this
+        # machine has no reason to hold.
+        unpack_source qemu "$QEMU_SRC_VERSION" "sid forky trixie-backports" "$work/qemu" || exit 1
+        mkdir "$work/qemu/build"
+        (cd "$work/qemu/build" && ../configure --python=/usr/bin/python3 --prefix="$q102" \
+            --target-list="$QEMU_TARGETS" --without-default-features --enable-plugins \
+            --enable-capstone --enable-fdt=system --enable-tcg --disable-docs --disable-werror \
+            --disable-install-blobs --disable-download \
+            --firmwarepath=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu \
+            >"$work/configure.log" 2>&1) ||
+            { tail -n 30 "$work/configure.log" >&2; die "configuring QEMU failed"; }
+        bins=(qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64 qemu-aarch64 qemu-x86_64
+            qemu-riscv64)
+        # QEMU's own uftrace plugin and execlog: the peers the benchmarks and tests compare with.
+        peers=(contrib/plugins/libuftrace.so contrib/plugins/libexeclog.so)
+        ninja -C "$work/qemu/build" "${bins[@]}" "${peers[@]}" >"$work/build.log" 2>&1 ||
+            { tail -n 30 "$work/build.log" >&2; die "building QEMU failed"; }
+        rm -rf "$q102.tmp"
+        mkdir -p "$q102.tmp/bin" "$q102.tmp/plugins"
+        for b in "${bins[@]}"; do strip -o "$q102.tmp/bin/$b" "$work/qemu/build/$b"; done
+        for p in "${peers[@]}"; do cp "$work/qemu/build/$p" "$q102.tmp/plugins/"; done
+        echo "$QEMU_TARGETS" >"$q102.tmp/targets"
+        rm -rf "$q102" && mv "$q102.tmp" "$q102"
+        rm -rf "$work"
+    fi
+}
+build_qemu_102 &
+qemu_102_pid=$!
+# A failed or interrupted install leaves no build behind (configure, ninja, the compilers).
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null
+}
+trap 'kill_tree $qemu_102_pid' EXIT
+
 # The archive work: which file of which package (xtask/), built once (seconds).
 # Its own target directory: scripts/test.sh builds the workspace beside the install, and a shared
 # one would keep every xtask call waiting on that build's lock.
@@ -355,81 +443,6 @@ if ! "$venv/bin/python" -c 'import perfetto.protos.perfetto.trace.perfetto_trace
     log "installing perfetto and protobuf into $venv"
     "$venv/bin/pip" install -q --disable-pip-version-check perfetto==0.59.1 protobuf==7.36.2 ||
         die "pip cannot install perfetto 0.59.1 and protobuf 7.36.2 into $venv: retry"
-fi
-
-# source_package NAME VERSION SUITES DIR [OPTION...]: the files of Debian's source package
-# (VERSION may be empty: the newest) from the deb-src of SUITES into DIR, through a private apt
-# state; OPTIONs go to `apt-get source` (`--tar-only`). apt checks each file against the signed
-# Sources index. A .dsc already in $QEMU_UFTRACE_DEBS is taken from there.
-source_package() {
-    local name=$1 version=$2 suites=$3 dest=$4 state conf local_dsc
-    shift 4
-    mkdir -p "$dest"
-    local_dsc=$(ls "${QEMU_UFTRACE_DEBS:-/nonexistent}/${name}_${version#*:}"*.dsc 2>/dev/null | head -n1 || true)
-    if [ -n "$local_dsc" ] && [ -n "$version" ]; then
-        cp "$(dirname "$local_dsc")/${name}_"* "$dest"/ && return 0
-    fi
-    state=$(mktemp -d)
-    conf=$(private_apt "$state" deb-src "$suites") ||
-        { log "the deb-src lists of $suites fail ($(apt_failure "$state/update.log")): retry later"; rm -rf "$state"; return 1; }
-    if ! (cd "$dest" && APT_CONFIG=$conf apt-get source --download-only -qq "$@" "$name${version:+=$version}" \
-        >/dev/null 2>&1); then
-        local carried
-        carried=$(APT_CONFIG=$conf apt-cache showsrc "$name" 2>/dev/null | sed -n 's/^Version: //p' | sort -u | tr '\n' ' ')
-        if [ -n "$version" ] && [[ " $carried" == *" $version "* ]]; then
-            log "the files of Debian's source package $name $version, listed in $suites, cannot be downloaded from the mirror;" \
-                "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS"
-        else
-            log "Debian's source package $name${version:+ $version} is not in $suites (they carry: ${carried:-nothing});" \
-                "put its .dsc and files in a directory named by \$QEMU_UFTRACE_DEBS${version:+, or change the version in scripts/install-deps.sh}"
-        fi
-        rm -rf "$state"
-        return 1
-    fi
-    rm -rf "$state"
-}
-# unpack_source NAME VERSION SUITES DIR: the same, unpacked with its patches into DIR.
-unpack_source() {
-    local tmp
-    tmp=$(mktemp -d)
-    source_package "$1" "$2" "$3" "$tmp" &&
-        dpkg-source --no-check -x "$tmp"/*.dsc "$4" >/dev/null || { rm -rf "$tmp"; return 1; }
-    rm -rf "$tmp"
-}
-
-# QEMU 10.2.2 from Debian's source package, built for the targets qemu-uftrace traces with
-# plugins enabled, user mode included: Debian's binaries lack plugins in user mode and 10.0
-# lacks the discontinuity callback. About 13 minutes on two cores, once.
-QEMU_SRC_VERSION=1:10.2.2+ds-1
-QEMU_TARGETS=aarch64-softmmu,x86_64-softmmu,riscv64-softmmu,aarch64-linux-user,x86_64-linux-user,riscv64-linux-user
-q102="$CACHE/qemu-10.2.2"
-if [ ! -x "$q102/bin/qemu-system-aarch64" ] || [ "$(cat "$q102/targets" 2>/dev/null)" != "$QEMU_TARGETS" ]; then
-    log "building QEMU ${QEMU_SRC_VERSION#1:} from Debian's source package into $q102 (~13 min)"
-    work=$(mktemp -d)
-    # apt checked the files against the signed index; the .dsc's own signature needs keys this
-    # machine has no reason to hold.
-    unpack_source qemu "$QEMU_SRC_VERSION" "sid forky trixie-backports" "$work/qemu" || exit 1
-    mkdir "$work/qemu/build"
-    (cd "$work/qemu/build" && ../configure --python=/usr/bin/python3 --prefix="$q102" \
-        --target-list="$QEMU_TARGETS" --without-default-features --enable-plugins \
-        --enable-capstone --enable-fdt=system --enable-tcg --disable-docs --disable-werror \
-        --disable-install-blobs --disable-download \
-        --firmwarepath=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu \
-        >"$work/configure.log" 2>&1) ||
-        { tail -n 30 "$work/configure.log" >&2; die "configuring QEMU failed"; }
-    bins=(qemu-system-aarch64 qemu-system-x86_64 qemu-system-riscv64 qemu-aarch64 qemu-x86_64
-        qemu-riscv64)
-    # QEMU's own uftrace plugin and execlog: the peers the benchmarks and tests compare with.
-    peers=(contrib/plugins/libuftrace.so contrib/plugins/libexeclog.so)
-    ninja -C "$work/qemu/build" "${bins[@]}" "${peers[@]}" >"$work/build.log" 2>&1 ||
-        { tail -n 30 "$work/build.log" >&2; die "building QEMU failed"; }
-    rm -rf "$q102.tmp"
-    mkdir -p "$q102.tmp/bin" "$q102.tmp/plugins"
-    for b in "${bins[@]}"; do strip -o "$q102.tmp/bin/$b" "$work/qemu/build/$b"; done
-    for p in "${peers[@]}"; do cp "$work/qemu/build/$p" "$q102.tmp/plugins/"; done
-    echo "$QEMU_TARGETS" >"$q102.tmp/targets"
-    rm -rf "$q102" && mv "$q102.tmp" "$q102"
-    rm -rf "$work"
 fi
 
 # QEMU 11.1.3 (plugin API 7 only) from trixie-backports. Its binaries need trixie's libc, so
@@ -622,4 +635,6 @@ fi
 mirror=$(debian_mirror)
 $SUDO "$root/scripts/debian-vm.sh" amd64 "$mirror" "$CACHE/debian-vm-amd64" || exit 1
 
+wait "$qemu_102_pid" || die "building QEMU ${QEMU_SRC_VERSION#1:} failed (its lines above say why)"
+trap - EXIT
 log "ok (cache: $CACHE)"
