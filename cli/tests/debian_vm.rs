@@ -24,22 +24,42 @@ use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use qemu_uftrace_tests::debian_vm::{debian_vm_boot_args_on, debian_vm_root, DEBIAN_VM_POWER_OFF};
+use qemu_uftrace_tests::debian_vm::{
+    debian_vm_arm64_boot_args_on, debian_vm_arm64_root, debian_vm_boot_args_on, debian_vm_root,
+    DEBIAN_VM_POWER_OFF,
+};
 use qemu_uftrace_tests::replay::{descendants, parse_calls, uftrace, uftrace_versions};
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
+use qemu_uftrace_tests::{system_qemus, SystemQemu};
 
-/// The boot recorded on the QEMU labelled `label`, naming from `root` with `extra` options
-/// besides: the trace and record's stderr.
-fn record_boot(label: &str, tmp: &Path, root: &Path, extra: &[&str]) -> (PathBuf, String) {
-    let qemu = system_qemus_x86_64()
+/// The QEMU labelled `label` among `qemus`.
+fn qemu(qemus: Vec<SystemQemu>, label: &str) -> String {
+    qemus
         .into_iter()
         .find(|q| q.label == label)
-        .unwrap_or_else(|| panic!("QEMU {label} in system_qemus_x86_64"));
+        .map(|q| q.program)
+        .unwrap_or_else(|| panic!("no QEMU {label}"))
+}
+
+/// The amd64 boot on the QEMU labelled `label`.
+fn amd64_boot(label: &str) -> Vec<String> {
+    debian_vm_boot_args_on(&qemu(system_qemus_x86_64(), label))
+}
+
+/// The boot `argv` recorded on the QEMU labelled `label`, naming from `root` with `extra`
+/// options besides: the trace and record's stderr.
+fn record_boot(
+    label: &str,
+    argv: &[String],
+    tmp: &Path,
+    root: &Path,
+    extra: &[&str],
+) -> (PathBuf, String) {
     let dir = tmp.join("trace.data");
     let mut options: Vec<&OsStr> = vec!["-t".as_ref(), "10us".as_ref()];
     options.extend(extra.iter().map(OsStr::new));
     options.extend(["--sysroot".as_ref(), root.as_os_str()]);
-    let out = common::record_into(&dir, &options, &debian_vm_boot_args_on(&qemu.program));
+    let out = common::record_into(&dir, &options, argv);
     let console = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let tail: Vec<&str> = console.lines().rev().take(30).collect();
@@ -104,7 +124,8 @@ fn names_in(dir: &Path, stems: &[&str]) -> HashSet<String> {
 }
 
 /// Everything the boot's trace must show, named from `root`.
-fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path) {
+/// `triple` is the root's multiarch directory (`x86_64-linux-gnu`).
+fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str) {
     let mut failed = Vec::new();
     let root = std::fs::canonicalize(root).expect("the VM's root");
     let sessions = sessions(dir);
@@ -173,10 +194,13 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path) {
         }
         // Its libraries, at the guest's paths.
         for want in [
-            "/usr/lib/x86_64-linux-gnu/libc.so.6",
-            "/usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so",
+            format!("/usr/lib/{triple}/libc.so.6"),
+            format!("/usr/lib/{triple}/systemd/libsystemd-shared-252.so"),
         ] {
-            if !files.iter().any(|f| f.split('#').next() == Some(want)) {
+            if !files
+                .iter()
+                .any(|f| f.split('#').next() == Some(want.as_str()))
+            {
                 failed.push(format!(
                     "{exe} (pid {pid}): no {want} in its map ({files:?})"
                 ));
@@ -253,8 +277,8 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path) {
 fn systemd_boot_named_from_the_root_on_10_2_2() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let root = debian_vm_root();
-    let (dir, stderr) = record_boot("10.2.2", tmp.path(), &root, &[]);
-    check_boot(&dir, &stderr, "10.2.2", &root);
+    let (dir, stderr) = record_boot("10.2.2", &amd64_boot("10.2.2"), tmp.path(), &root, &[]);
+    check_boot(&dir, &stderr, "10.2.2", &root, "x86_64-linux-gnu");
 }
 
 /// The boot on 10.0 names from a hostile copy of the root (issues 32 and 36), and keeps the
@@ -263,10 +287,26 @@ fn systemd_boot_named_from_the_root_on_10_2_2() {
 fn systemd_boot_named_from_a_hostile_root_on_10_0() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let hostile = HostileRoot::new(tmp.path());
-    let (dir, stderr) = record_boot("10.0", tmp.path(), &hostile.root, &["--keep-last", "4M"]);
-    check_boot(&dir, &stderr, "10.0", &hostile.root);
+    let (dir, stderr) = record_boot(
+        "10.0",
+        &amd64_boot("10.0"),
+        tmp.path(),
+        &hostile.root,
+        &["--keep-last", "4M"],
+    );
+    check_boot(&dir, &stderr, "10.0", &hostile.root, "x86_64-linux-gnu");
     hostile.check(&dir, &stderr);
     check_keep_last(&dir, &stderr, 4 << 20);
+}
+
+/// The arm64 VM (`scripts/debian-vm-arm64.sh`) on 10.2.2: the same checks as amd64's.
+#[test]
+fn systemd_boot_named_from_the_root_on_arm64() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = debian_vm_arm64_root();
+    let argv = debian_vm_arm64_boot_args_on(&qemu(system_qemus(), "10.2.2"));
+    let (dir, stderr) = record_boot("10.2.2 (arm64)", &argv, tmp.path(), &root, &[]);
+    check_boot(&dir, &stderr, "10.2.2 (arm64)", &root, "aarch64-linux-gnu");
 }
 
 /// `--keep-last SIZE` kept the boot's last SIZE of records (and the frames open at its start),
