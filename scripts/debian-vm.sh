@@ -12,8 +12,9 @@
 #                kernel package, its version and the kernel's; a VM of the same layout is kept
 # One unit of the root powers the machine off once `multi-user.target` is reached.
 # MIRROR is the Debian archive's URI (scripts/install-deps.sh takes it from the machine's apt
-# sources). Needs root (debootstrap, chroot, file owners kept in the image). amd64 only for now:
-# another architecture's root needs debootstrap's foreign second stage under qemu-user.
+# sources). Needs root (debootstrap, chroot, file owners kept in the image). amd64 only: another
+# architecture's root needs debootstrap's foreign second stage under qemu-user (binfmt_misc);
+# scripts/debian-vm-arm64.sh makes the arm64 VM from this one instead.
 set -euo pipefail
 
 arch=${1:?usage: debian-vm.sh ARCH MIRROR DEST}

@@ -9,33 +9,57 @@
 //! The whole boot makes ~77 M calls and a 2.5 GiB trace: the tests aim with `-t 10us` (calls
 //! of 10,000 guest instructions and more; ~17 MiB), one boot a QEMU.
 //!
+//! The boot on 10.0 names from a hostile copy of the root (issue 32): the files the guest maps
+//! (libc, libsystemd-shared, systemd, udevadm) are absolute links to host paths holding other
+//! ELF files (two real `/usr/bin` programs, two decoys of the test's watched with inotify),
+//! while inside the root those paths hold the right files: each is named from the root (its
+//! `.sym` the root's file's, the host's differs), no decoy is opened. That boot also keeps
+//! only its last 4 MiB (`--keep-last`): the boot's end, PID 1 running systemd-shutdown.
+//!
 //! Run: `cargo test -p qemu-uftrace --test debian_vm`.
 
 mod common;
 
 use std::collections::HashSet;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use qemu_uftrace_tests::debian_vm::{debian_vm_boot_args_on, debian_vm_root, DEBIAN_VM_POWER_OFF};
+use qemu_uftrace_tests::debian_vm::{
+    debian_vm_arm64_boot_args_on, debian_vm_arm64_root, debian_vm_boot_args_on, debian_vm_root,
+    DEBIAN_VM_POWER_OFF,
+};
 use qemu_uftrace_tests::replay::{descendants, parse_calls, uftrace, uftrace_versions};
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
+use qemu_uftrace_tests::{system_qemus, SystemQemu};
 
-/// The boot recorded on the QEMU labelled `label`: the trace and record's stderr.
-fn record_boot(label: &str) -> (tempfile::TempDir, PathBuf, String) {
-    let qemu = system_qemus_x86_64()
+/// The QEMU labelled `label` among `qemus`.
+fn qemu(qemus: Vec<SystemQemu>, label: &str) -> String {
+    qemus
         .into_iter()
         .find(|q| q.label == label)
-        .unwrap_or_else(|| panic!("QEMU {label} in system_qemus_x86_64"));
-    let root = debian_vm_root();
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("trace.data");
-    let options = [
-        "-t".as_ref(),
-        "10us".as_ref(),
-        "--sysroot".as_ref(),
-        root.as_os_str(),
-    ];
-    let out = common::record_into(&dir, &options, &debian_vm_boot_args_on(&qemu.program));
+        .map(|q| q.program)
+        .unwrap_or_else(|| panic!("no QEMU {label}"))
+}
+
+/// The amd64 boot on the QEMU labelled `label`.
+fn amd64_boot(label: &str) -> Vec<String> {
+    debian_vm_boot_args_on(&qemu(system_qemus_x86_64(), label))
+}
+
+/// The boot `argv` recorded on the QEMU labelled `label`, naming from `root` with `extra`
+/// options besides: the trace and record's stderr.
+fn record_boot(
+    label: &str,
+    argv: &[String],
+    tmp: &Path,
+    root: &Path,
+    extra: &[&str],
+) -> (PathBuf, String) {
+    let dir = tmp.join("trace.data");
+    let mut options: Vec<&OsStr> = vec!["-t".as_ref(), "10us".as_ref()];
+    options.extend(extra.iter().map(OsStr::new));
+    options.extend(["--sysroot".as_ref(), root.as_os_str()]);
+    let out = common::record_into(&dir, &options, argv);
     let console = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let tail: Vec<&str> = console.lines().rev().take(30).collect();
@@ -49,7 +73,7 @@ fn record_boot(label: &str) -> (tempfile::TempDir, PathBuf, String) {
         console.contains("multi-user.target"),
         "the VM never reached multi-user.target:\n{console}"
     );
-    (tmp, dir, stderr)
+    (dir, stderr)
 }
 
 /// `task.txt`'s sessions: `(pid, sid, exename, timestamp)`.
@@ -99,10 +123,11 @@ fn names_in(dir: &Path, stems: &[&str]) -> HashSet<String> {
     out
 }
 
-/// Everything the boot's trace must show.
-fn check_boot(dir: &Path, stderr: &str, label: &str) {
+/// Everything the boot's trace must show, named from `root`.
+/// `triple` is the root's multiarch directory (`x86_64-linux-gnu`).
+fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str) {
     let mut failed = Vec::new();
-    let root = std::fs::canonicalize(debian_vm_root()).expect("the VM's root");
+    let root = std::fs::canonicalize(root).expect("the VM's root");
     let sessions = sessions(dir);
     // Once PID 1 runs systemd, the root disk's programs (the initramfs ran a udevd of its
     // own before).
@@ -154,24 +179,28 @@ fn check_boot(dir: &Path, stderr: &str, label: &str) {
             failed.push(format!("systemd is PID {pid}, not 1"));
         }
         // Its program, found in the root (Debian strips it: said to have no symbols, or
-        // placed where its exports name something).
+        // placed where its exports name something). The file found is the one the guest's
+        // path resolves to inside the root (a link's target there).
         let files = map_files(dir, &sid);
-        let in_root = format!(
-            "{program} ({}{program}) has no symbols",
-            root.to_string_lossy()
-        );
-        if !files.iter().any(|f| f.split('#').next() == Some(program)) && !stderr.contains(&in_root)
-        {
+        let in_root = format!("{program} ({}/", root.to_string_lossy());
+        let said = stderr.lines().any(|l| {
+            l.contains(&in_root)
+                && l.ends_with("has no symbols (give an unstripped copy with --symbols)")
+        });
+        if !files.iter().any(|f| f.split('#').next() == Some(program)) && !said {
             failed.push(format!(
                 "{exe} (pid {pid}): {program} neither placed nor said to be found in the root"
             ));
         }
         // Its libraries, at the guest's paths.
         for want in [
-            "/usr/lib/x86_64-linux-gnu/libc.so.6",
-            "/usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so",
+            format!("/usr/lib/{triple}/libc.so.6"),
+            format!("/usr/lib/{triple}/systemd/libsystemd-shared-252.so"),
         ] {
-            if !files.iter().any(|f| f.split('#').next() == Some(want)) {
+            if !files
+                .iter()
+                .any(|f| f.split('#').next() == Some(want.as_str()))
+            {
                 failed.push(format!(
                     "{exe} (pid {pid}): no {want} in its map ({files:?})"
                 ));
@@ -246,12 +275,334 @@ fn check_boot(dir: &Path, stderr: &str, label: &str) {
 
 #[test]
 fn systemd_boot_named_from_the_root_on_10_2_2() {
-    let (_tmp, dir, stderr) = record_boot("10.2.2");
-    check_boot(&dir, &stderr, "10.2.2");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = debian_vm_root();
+    let (dir, stderr) = record_boot("10.2.2", &amd64_boot("10.2.2"), tmp.path(), &root, &[]);
+    check_boot(&dir, &stderr, "10.2.2", &root, "x86_64-linux-gnu");
 }
 
+/// The boot on 10.0 names from a hostile copy of the root (issues 32 and 36), and keeps the
+/// last 4 MiB of records only (`--keep-last`: the boot's end, systemd-shutdown as PID 1).
 #[test]
-fn systemd_boot_named_from_the_root_on_10_0() {
-    let (_tmp, dir, stderr) = record_boot("10.0");
-    check_boot(&dir, &stderr, "10.0");
+fn systemd_boot_named_from_a_hostile_root_on_10_0() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let hostile = HostileRoot::new(tmp.path());
+    let (dir, stderr) = record_boot(
+        "10.0",
+        &amd64_boot("10.0"),
+        tmp.path(),
+        &hostile.root,
+        &["--keep-last", "4M"],
+    );
+    check_boot(&dir, &stderr, "10.0", &hostile.root, "x86_64-linux-gnu");
+    hostile.check(&dir, &stderr);
+    check_keep_last(&dir, &stderr, 4 << 20);
+}
+
+/// The arm64 VM (`scripts/debian-vm-arm64.sh`) on 10.2.2: the same checks as amd64's.
+#[test]
+fn systemd_boot_named_from_the_root_on_arm64() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = debian_vm_arm64_root();
+    let argv = debian_vm_arm64_boot_args_on(&qemu(system_qemus(), "10.2.2"));
+    let (dir, stderr) = record_boot("10.2.2 (arm64)", &argv, tmp.path(), &root, &[]);
+    check_boot(&dir, &stderr, "10.2.2 (arm64)", &root, "aarch64-linux-gnu");
+}
+
+/// `--keep-last SIZE` kept the boot's last SIZE of records (and the frames open at its start),
+/// dropping the rest, and said so.
+fn check_keep_last(dir: &Path, stderr: &str, size: u64) {
+    let said = stderr
+        .lines()
+        .find(|l| l.contains("--keep-last 4.00 MiB: kept the last records of the run, after the "))
+        .unwrap_or_else(|| panic!("record did not say what --keep-last kept:\n{stderr}"));
+    let frames: u64 = said
+        .split("after the ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no frame count in {said:?}"));
+    let outside: u64 = stderr
+        .lines()
+        .find_map(|l| {
+            let (before, _) = l.split_once(" outside the window")?;
+            before.rsplit(' ').next()?.replace(',', "").parse().ok()
+        })
+        .unwrap_or_else(|| {
+            panic!("record did not say how many records fell outside the window:\n{stderr}")
+        });
+    // The whole boot at -t 10us writes ~17 MiB: the window dropped most of it.
+    assert!(
+        outside > 100_000,
+        "only {outside} records outside the window:\n{stderr}"
+    );
+    let data: u64 = std::fs::read_dir(dir)
+        .expect("trace dir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "dat"))
+        .map(|p| std::fs::metadata(&p).expect("a .dat file").len())
+        .sum();
+    // Each open frame is an entry (16 bytes) written before the window, with its
+    // `qemu:opened` event (16 bytes) after.
+    assert!(
+        data <= size + frames * 32 && data >= size / 2,
+        "{data} bytes of records for --keep-last {size} ({frames} frames open at its start)"
+    );
+    // The window is the boot's end: PID 1 runs systemd-shutdown there, and replay shows it.
+    let d = dir.to_string_lossy();
+    let text = uftrace(&["replay", "--no-pager", "-d", &d, "--tid", "1"]).expect("uftrace replay");
+    let calls = parse_calls(&text).expect("replay parses");
+    assert!(
+        !calls.is_empty()
+            && sessions(dir)
+                .iter()
+                .any(|s| s.0 == 1 && s.2 == "systemd-shutdown"),
+        "PID 1's replay in the window: {} calls",
+        calls.len()
+    );
+}
+
+/// A copy of the VM's root (hard links: no file of the cache is written, only names in the
+/// copy are unlinked and made) in which the files the guest maps are absolute links to
+/// paths that exist on the host as other ELF files, while inside the root those paths hold
+/// the right ones: the links of a debootstrap'd root that a lookup following them on the
+/// host would take to the host's files (issue 32).
+struct HostileRoot {
+    root: PathBuf,
+    /// Guest path, the link's target (a host path), the file the root has at the guest path.
+    links: Vec<(&'static str, PathBuf, PathBuf)>,
+    /// Watches the targets the test made on the host (its decoys): any open is seen.
+    watch: rustix::fd::OwnedFd,
+    decoys: Vec<PathBuf>,
+}
+
+/// Guest files made links in the hostile root: two to real host programs (`/usr/bin/…`,
+/// not in the root), two to decoys the test puts in its temp dir (copies of host ELF files),
+/// watched with inotify.
+const REAL_TARGETS: &[&str] = &["/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/bin/udevadm"];
+const DECOY_TARGETS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/systemd/libsystemd-shared-252.so",
+    "/usr/lib/systemd/systemd",
+];
+
+fn build_id(path: &Path) -> Option<Vec<u8>> {
+    use object::Object;
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&data[..]).ok()?;
+    file.build_id().ok().flatten().map(<[u8]>::to_vec)
+}
+
+fn is_elf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+/// The `.sym` file `qemu-uftrace symbols --syms-only` writes for `file` (what `record`
+/// writes for it, at offset 0), or None when it has no symbols.
+fn sym_of(file: &Path, scratch: &Path) -> Option<Vec<u8>> {
+    let out = std::process::Command::new(common::BIN)
+        .args(["symbols", "--syms-only", "-d"])
+        .arg(scratch)
+        .arg(file)
+        .output()
+        .expect("run qemu-uftrace symbols");
+    let name = file.file_name()?.to_string_lossy().into_owned();
+    let sym = std::fs::read(scratch.join(format!("{name}.sym"))).ok();
+    assert!(
+        out.status.success() || sym.is_none(),
+        "qemu-uftrace symbols {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sym
+}
+
+impl HostileRoot {
+    fn new(tmp: &Path) -> HostileRoot {
+        let tmp = std::fs::canonicalize(tmp).expect("temp dir");
+        let cached = std::fs::canonicalize(debian_vm_root()).expect("the VM's root");
+        let root = tmp.join("hostile-root");
+        let out = std::process::Command::new("cp")
+            .arg("-al")
+            .arg(&cached)
+            .arg(&root)
+            .output()
+            .expect("run cp");
+        assert!(
+            out.status.success(),
+            "cp -al {} {} (the temp dir must be on the cache's file system): {}",
+            cached.display(),
+            root.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let inside = |p: &Path| root.join(p.strip_prefix("/").expect("an absolute path"));
+        // Host programs the root does not have, each a different ELF file than the one it
+        // stands for (the host may run the same Debian release: its libc is the root's).
+        let mut hosts: Vec<PathBuf> = std::fs::read_dir("/usr/bin")
+            .expect("/usr/bin")
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| {
+                p.symlink_metadata().is_ok_and(|m| m.is_file())
+                    && is_elf(p)
+                    && inside(p).symlink_metadata().is_err()
+            })
+            .collect();
+        hosts.sort();
+        let mut hosts = hosts.into_iter();
+        let watch =
+            rustix::fs::inotify::init(rustix::fs::inotify::CreateFlags::NONBLOCK).expect("inotify");
+        let mut links = Vec::new();
+        let mut decoys = Vec::new();
+        for (guest, decoy) in REAL_TARGETS
+            .iter()
+            .map(|g| (*g, false))
+            .chain(DECOY_TARGETS.iter().map(|g| (*g, true)))
+        {
+            let file = inside(Path::new(guest));
+            let id = build_id(&file);
+            assert!(id.is_some(), "{} has no build ID", file.display());
+            let host = hosts
+                .by_ref()
+                .find(|h| build_id(h) != id)
+                .expect("a host ELF file in /usr/bin that the root does not have");
+            let target = if decoy {
+                let name = Path::new(guest).file_name().expect("a file name");
+                let to = tmp.join("host").join(name);
+                std::fs::create_dir_all(to.parent().expect("a parent")).expect("mkdir");
+                std::fs::copy(&host, &to).expect("copy a host ELF file");
+                decoys.push(to.clone());
+                to
+            } else {
+                host
+            };
+            // Inside the root, the target's path holds the guest's file (the cached file's
+            // inode under one more name; any file there before is unlinked, not written).
+            let at = inside(&target);
+            std::fs::create_dir_all(at.parent().expect("a parent")).expect("mkdir in the root");
+            if at.symlink_metadata().is_ok() {
+                std::fs::remove_file(&at).expect("unlink in the root");
+            }
+            std::fs::hard_link(&file, &at).expect("link in the root");
+            std::fs::remove_file(&file).expect("unlink in the root");
+            std::os::unix::fs::symlink(&target, &file).expect("symlink in the root");
+            // The test fails if a lookup follows the link on the host: the host's file is
+            // there and is another ELF file.
+            assert!(
+                is_elf(&target) && build_id(&target) != build_id(&at),
+                "{} is not another ELF file on the host",
+                target.display()
+            );
+            links.push((guest, target, at));
+        }
+        for d in &decoys {
+            rustix::fs::inotify::add_watch(
+                &watch,
+                d.as_path(),
+                rustix::fs::inotify::WatchFlags::OPEN | rustix::fs::inotify::WatchFlags::ACCESS,
+            )
+            .expect("inotify watch");
+        }
+        HostileRoot {
+            root,
+            links,
+            watch,
+            decoys,
+        }
+    }
+
+    /// The host files opened since the watch began (by anyone: the decoys' paths are the
+    /// test's own).
+    fn opened(&self) -> usize {
+        let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+        let mut reader = rustix::fs::inotify::Reader::new(&self.watch, &mut buf);
+        let mut n = 0;
+        while reader.next().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    /// Every linked file was named from the root: the `.sym` of each library's module
+    /// (`libc.so.6`, `libc.so.6#2`…) is the root's file's, which is not the host's; each
+    /// program is said to have no symbols at its file inside the root, whose build ID is the
+    /// root's; no decoy was opened.
+    fn check(&self, dir: &Path, stderr: &str) {
+        let mut failed = Vec::new();
+        // Before this check reads them itself.
+        let opened = self.opened();
+        if opened != 0 {
+            failed.push(format!(
+                "{opened} opens or reads of the decoys {:?}",
+                self.decoys
+            ));
+        }
+        let scratch = tempfile::tempdir().expect("temp dir");
+        let cached = debian_vm_root();
+        for (i, (guest, target, at)) in self.links.iter().enumerate() {
+            let name = guest.rsplit('/').next().unwrap_or(guest);
+            let original = cached.join(&guest[1..]);
+            if build_id(at) != build_id(&original) {
+                failed.push(format!("{}: not the root's {guest}", at.display()));
+            }
+            let own = sym_of(&original, &scratch.path().join(format!("own{i}")));
+            let host = sym_of(target, &scratch.path().join(format!("host{i}")));
+            // (A program has no symbols in either: its build ID tells them apart, above.)
+            assert!(
+                own.is_none() || own != host,
+                "{guest}: the host's {} names alike",
+                target.display()
+            );
+            let modules: Vec<PathBuf> = std::fs::read_dir(dir)
+                .expect("trace dir")
+                .map(|e| e.expect("dir entry").path())
+                .filter(|p| {
+                    let n = p.file_name().unwrap().to_string_lossy();
+                    n.ends_with(".sym")
+                        && (n == format!("{name}.sym") || n.starts_with(&format!("{name}#")))
+                })
+                .collect();
+            match &own {
+                Some(own) => {
+                    if modules.is_empty() {
+                        failed.push(format!("no {name}.sym in the trace"));
+                    }
+                    for m in &modules {
+                        if std::fs::read(m).ok().as_ref() != Some(own) {
+                            failed.push(format!(
+                                "{} is not the .sym of the root's {guest}",
+                                m.display()
+                            ));
+                        }
+                    }
+                }
+                None => {
+                    // A stripped program: said to have no symbols, at its file in the root.
+                    let said = format!("{guest} ({}) has no symbols", at.display());
+                    if !stderr.contains(&said) {
+                        failed.push(format!("record never said {said:?}"));
+                    }
+                    if !modules.is_empty() {
+                        failed.push(format!("{name} named from {modules:?}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            failed.is_empty(),
+            "the hostile root: {} expectation(s) failed:\n- {}\nrecord said:\n{stderr}",
+            failed.len(),
+            failed.join("\n- ")
+        );
+        // The watch sees an open: the check above could fail.
+        std::fs::read(&self.decoys[0]).expect("read a decoy");
+        assert!(
+            self.opened() > 0,
+            "inotify saw no open of {}",
+            self.decoys[0].display()
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! The Debian VM (issue 36): a debootstrap'd bookworm root with systemd as PID 1, udev and
 //! Debian's cloud kernel, on a virtio disk, booted from its own kernel and initramfs-tools
 //! initrd until a unit of its own powers it off once `multi-user.target` is reached.
-//! `scripts/debian-vm.sh` builds it into the cache (`debian-vm-amd64/`).
+//! `scripts/debian-vm.sh` builds it into the cache (`debian-vm-amd64/`), and
+//! `scripts/debian-vm-arm64.sh` the arm64 one from it (`debian-vm-arm64/`).
 
 use std::path::PathBuf;
 
@@ -10,7 +11,12 @@ use crate::cache_dir;
 /// The VM's files in the cache: `root/` (the tree `--sysroot` takes), `rootfs.ext4`,
 /// `vmlinuz`, `initrd.img`.
 pub fn debian_vm_dir() -> PathBuf {
-    let dir = cache_dir().join("debian-vm-amd64");
+    debian_vm_dir_of("amd64")
+}
+
+/// The VM of Debian architecture `arch` (`amd64`, `arm64`) in the cache.
+pub fn debian_vm_dir_of(arch: &str) -> PathBuf {
+    let dir = cache_dir().join(format!("debian-vm-{arch}"));
     assert!(
         dir.join("package").is_file(),
         "{} is missing: run scripts/install-deps.sh",
@@ -22,6 +28,11 @@ pub fn debian_vm_dir() -> PathBuf {
 /// The root the VM's disk was made from.
 pub fn debian_vm_root() -> PathBuf {
     debian_vm_dir().join("root")
+}
+
+/// The root the arm64 VM's disk was made from.
+pub fn debian_vm_arm64_root() -> PathBuf {
+    debian_vm_dir_of("arm64").join("root")
 }
 
 /// The kernel command line: the root on the virtio disk, the console on the serial port, no
@@ -60,6 +71,46 @@ pub fn debian_vm_boot_args_on(qemu: &str) -> Vec<String> {
         &disk,
         "-append",
         DEBIAN_VM_APPEND,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// The arm64 VM's kernel command line: as amd64's, on the PL011 console.
+pub const DEBIAN_VM_ARM64_APPEND: &str = "root=/dev/vda rw console=ttyAMA0 panic=-1 nokaslr";
+
+/// The QEMU command (argv, emulator first) that boots the arm64 VM on one Cortex-A57 (no
+/// pointer authentication to emulate: the boot takes ~2/3 of `-cpu max`'s time), its disk a
+/// `snapshot=on` virtio drive.
+pub fn debian_vm_arm64_boot_args_on(qemu: &str) -> Vec<String> {
+    let dir = debian_vm_dir_of("arm64");
+    let disk = format!(
+        "file={},if=virtio,format=raw,snapshot=on",
+        dir.join("rootfs.ext4").display()
+    );
+    [
+        qemu,
+        "-M",
+        "virt",
+        "-cpu",
+        "cortex-a57",
+        "-m",
+        "1G",
+        "-nographic",
+        "-nic",
+        "none",
+        "-no-reboot",
+        "-smp",
+        "1",
+        "-kernel",
+        &dir.join("vmlinuz").to_string_lossy(),
+        "-initrd",
+        &dir.join("initrd.img").to_string_lossy(),
+        "-drive",
+        &disk,
+        "-append",
+        DEBIAN_VM_ARM64_APPEND,
     ]
     .iter()
     .map(|s| s.to_string())
