@@ -5,7 +5,8 @@
 //! (`tests/guests/linux/modinit.c`). Every module function the guest ran is named, as the
 //! module's own symbol table names it, and called as often as QEMU's `execlog` saw its first
 //! instruction run in the same run, the module it belonged to at that moment told apart by
-//! the unload between them.
+//! the unload between them. The recording starts at the first `finit_module` (`--start-at`).
+//! Its Perfetto export names the reused range by the module loaded there at each call.
 //!
 //! execlog needs the addresses before QEMU starts: a plain boot of the same guest (no plugin,
 //! a few seconds) prints where the kernel places each section (`/sys/module/*/sections`); the
@@ -155,6 +156,9 @@ fn named_and_counted(arch: ModArch) {
         .arg("record")
         .arg("-o")
         .arg(&dir)
+        // From the first module load on: the boot before it is no module's (331 MB of
+        // trace on amd64; its export took Perfetto's decoder five minutes).
+        .args(["--start-at", "__do_sys_finit_module"])
         .arg("--")
         .args(&argv)
         .args(["-plugin", &plugin, "-d", "plugin", "-D"])
@@ -230,5 +234,75 @@ fn named_and_counted(arch: ModArch) {
     assert_eq!(
         traced, expected,
         "module functions: the trace's calls against execlog's"
+    );
+    exported_by_load(&dir, &functions, &expected);
+}
+
+/// The Perfetto export of the same trace (decoded with Perfetto's own schema by
+/// perfetto_check.py) names the reused range as uftrace does, by the module loaded there at
+/// each call: every module function's slices as many as execlog's runs, every `dummy.ko`
+/// one begun before every `ifb.ko` one.
+fn exported_by_load(
+    dir: &Path,
+    functions: &BTreeMap<&str, BTreeMap<String, u64>>,
+    expected: &BTreeMap<String, u64>,
+) {
+    let trace = dir.with_extension("pftrace");
+    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .args(["export", "-d"])
+        .arg(dir)
+        .arg("-o")
+        .arg(&trace)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace export");
+    assert!(
+        out.status.success(),
+        "export failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(&py)
+        .arg(script)
+        .arg(&trace)
+        .output()
+        .expect("run perfetto_check.py (scripts/install-deps.sh makes its venv)");
+    assert!(
+        out.status.success(),
+        "decoding the export failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(t["problems"], serde_json::json!([]), "{}", t["problems"]);
+    // Per module function: slices, and its first and last begin time, over every task.
+    let mut slices: BTreeMap<String, u64> = BTreeMap::new();
+    let mut times: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for th in t["threads"].as_array().expect("threads") {
+        for (module, names) in functions {
+            for name in names.keys() {
+                if let Some(n) = th["slices"][name].as_u64() {
+                    *slices.entry(name.clone()).or_default() += n;
+                }
+                if let Some([first, last]) = th["begins"][name]
+                    .as_array()
+                    .map(|b| b.iter().filter_map(|v| v.as_u64()).collect::<Vec<_>>())
+                    .as_deref()
+                {
+                    let span = times.entry(module).or_insert((u64::MAX, 0));
+                    *span = (span.0.min(*first), span.1.max(*last));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        &slices, expected,
+        "module functions: the export's slices against execlog's runs"
+    );
+    let (dummy, ifb) = (times["dummy"], times["ifb"]);
+    assert!(
+        dummy.1 < ifb.0,
+        "the export names a dummy.ko function after ifb.ko's first (dummy's begins {dummy:?}, \
+         ifb's {ifb:?})"
     );
 }

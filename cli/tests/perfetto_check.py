@@ -88,6 +88,8 @@ def main():
     # Per track: open slice names, slice counts by name, last timestamp, instants.
     stacks = collections.defaultdict(list)
     counts = collections.defaultdict(collections.Counter)
+    # Per track: each slice name's first and last begin time.
+    begins = collections.defaultdict(dict)
     last_ts = {}
     instants = collections.defaultdict(list)
     # Per track: each slice's debug annotations (begin's and end's: -A/-R's args and
@@ -186,6 +188,7 @@ def main():
         if te.type == BEGIN:
             stacks[track].append(name)
             counts[track][name] += 1
+            begins[track].setdefault(name, [ts, ts])[1] = ts
             open_notes[track].append(dict(notes, name=name))
         elif te.type == END:
             if not stacks[track]:
@@ -208,6 +211,7 @@ def main():
                 v,
                 uuid=k,
                 slices=dict(counts.get(k, {})),
+                begins=begins.get(k, {}),
                 open_at_end=stacks.get(k, []),
                 instants=instants.get(k, []),
                 last_ts=last_ts.get(k),

@@ -197,63 +197,123 @@ fn arm64_randomised_boots_replay_as_nokaslr() {
     );
 }
 
-/// x86_64 (QEMU 11.1.3, API 7): the decompressor picks the base from RDRAND/RDTSC, another
-/// every boot, and the physical base apart. The kernel proper (`x86_64_start_kernel`,
-/// entered by `lretq` from the startup code) replays as the `nokaslr` boot's, and the
-/// startup code run at its physical address is named as there (QEMU tells the anchor's
-/// physical address). The offset is a multiple of 2 MiB, and may be 0 (one boot in ~500):
-/// then the summary says nothing and `plugin.stats` says 0.
+/// One x86_64 boot recorded to `parse_early_param`: what the x86_64 test compares.
+struct Early {
+    /// record's stderr.
+    err: String,
+    /// `plugin.stats`'s `kaslr_offset`.
+    stated: String,
+    /// `x86_64_start_kernel`'s calls by name.
+    tree: Vec<String>,
+    /// The physical-address startup code's calls by name, before `x86_64_start_kernel`.
+    startup: Vec<String>,
+}
+
+fn x86_64_early(argv: &[String]) -> Early {
+    let (_tmp, dir, err) = record_early(argv, &[]);
+    let d = dir.to_string_lossy();
+    let text = uftrace(&["replay", "-d", &d, "-f", "none", "--no-pager"]).expect("replay");
+    let upto = text
+        .find("x86_64_start_kernel() {")
+        .expect("x86_64_start_kernel");
+    let startup = text[..upto]
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            ["startup_64", "sme_enable", "verify_cpu"]
+                .iter()
+                .any(|n| l.contains(n))
+        })
+        .map(String::from)
+        .collect();
+    Early {
+        stated: plugin_stat(&dir, "kaslr_offset"),
+        tree: subtree(&dir, "x86_64_start_kernel"),
+        startup,
+        err,
+    }
+}
+
+/// x86_64 (QEMU 11.1.3, API 7): the decompressor picks the base from a hash of its boot
+/// parameters, RDTSC and RDRAND (none on QEMU's default CPU), and the physical base apart.
+/// Three randomised boots, recorded in parallel with the `nokaslr` one:
+/// - one as a user boots it: another base every boot, 0 in about one of 500 (then the
+///   summary says nothing and `plugin.stats` says 0);
+/// - two with the seed fixed: under `-icount shift=0,sleep=off` the TSC counts guest
+///   instructions, so the base is the same every boot, and differs with the instructions
+///   the decompressor runs before drawing it (its command-line parsing): the two command
+///   lines below (an unused word, left to init) give two non-zero offsets, which must differ.
+///
+/// In each, the kernel proper (`x86_64_start_kernel`, entered by `lretq` from the startup
+/// code) replays as the `nokaslr` boot's, and the startup code run at its physical address
+/// is named as there (QEMU tells the anchor's physical address); the offset found is a
+/// multiple of 2 MiB.
 #[test]
-fn x86_64_randomised_boot_replays_as_nokaslr() {
+fn x86_64_randomised_boots_replay_as_nokaslr() {
     let qemu = system_qemus_x86_64()
         .into_iter()
         .find(|q| q.label == "11.1.3")
         .expect("QEMU 11.1.3 in system_qemus_x86_64")
         .program;
-    let boot = |append: &str| qemu_uftrace_tests::amd64_kernel_boot_args_on(&qemu, append);
-    let (_t0, base, _) = record_early(&boot("console=ttyS0 panic=-1 nokaslr"), &[]);
-    let (_t1, moved, err) = record_early(&boot("console=ttyS0 panic=-1"), &[]);
-    let stated = plugin_stat(&moved, "kaslr_offset");
-    match offset_said(&err) {
-        Some(offset) => {
-            assert_eq!(stated, format!("{offset:#x}"));
-            assert_eq!(offset % (2 << 20), 0, "{err}");
-            assert!(
-                err.contains("(found where it entered secondary_startup_64)"),
-                "{err}"
-            );
+    let boot = |append: &str, fixed_seed: bool| {
+        let mut argv = qemu_uftrace_tests::amd64_kernel_boot_args_on(&qemu, append);
+        if fixed_seed {
+            argv.extend(["-icount".into(), "shift=0,sleep=off".into()]);
         }
-        None => assert_eq!(stated, "0x0", "{err}"),
-    }
-    same_tree(
-        &subtree(&base, "x86_64_start_kernel"),
-        &subtree(&moved, "x86_64_start_kernel"),
-        "x86_64",
-    );
-    // The physical-address startup code's calls, by name, as the nokaslr boot makes them.
-    let startup = |dir: &Path| -> Vec<String> {
-        let d = dir.to_string_lossy();
-        let text = uftrace(&["replay", "-d", &d, "-f", "none", "--no-pager"]).expect("replay");
-        let upto = text
-            .find("x86_64_start_kernel() {")
-            .expect("x86_64_start_kernel");
-        text[..upto]
-            .lines()
-            .map(str::trim)
-            .filter(|l| {
-                ["startup_64", "sme_enable", "verify_cpu"]
-                    .iter()
-                    .any(|n| l.contains(n))
-            })
-            .map(String::from)
-            .collect()
+        argv
     };
-    let expected = startup(&base);
+    let boots = [
+        boot("console=ttyS0 panic=-1 nokaslr", false),
+        boot("console=ttyS0 panic=-1", false),
+        boot("console=ttyS0 panic=-1 seed=22", true),
+        boot("console=ttyS0 panic=-1 seed=333", true),
+    ];
+    let runs: Vec<Early> = std::thread::scope(|s| {
+        let running: Vec<_> = boots
+            .iter()
+            .map(|argv| s.spawn(move || x86_64_early(argv)))
+            .collect();
+        running
+            .into_iter()
+            .map(|r| r.join().expect("a boot's thread"))
+            .collect()
+    });
+    let (base, randomised) = runs.split_first().expect("four boots");
+    assert_eq!(offset_said(&base.err), None, "{}", base.err);
+    assert_eq!(base.stated, "0x0");
     assert!(
-        expected.iter().any(|l| l == "__startup_64() {"),
-        "{expected:?}"
+        base.startup.iter().any(|l| l == "__startup_64() {"),
+        "{:?}",
+        base.startup
     );
-    assert_eq!(startup(&moved), expected);
+    let mut fixed = Vec::new();
+    for (run, what) in randomised.iter().zip(["random", "seed=22", "seed=333"]) {
+        let err = &run.err;
+        match offset_said(err) {
+            Some(offset) => {
+                assert_eq!(run.stated, format!("{offset:#x}"), "{what}");
+                assert_eq!(offset % (2 << 20), 0, "{what}: {err}");
+                assert!(
+                    err.contains("(found where it entered secondary_startup_64)"),
+                    "{what}: {err}"
+                );
+                if what != "random" {
+                    fixed.push(offset);
+                }
+            }
+            None if what == "random" => assert_eq!(run.stated, "0x0", "{err}"),
+            None => panic!(
+                "{what}: the fixed seed put the kernel at its link address (another word \
+                 is needed for this kernel and QEMU):\n{err}"
+            ),
+        }
+        same_tree(&base.tree, &run.tree, &format!("x86_64, {what}"));
+        assert_eq!(run.startup, base.startup, "{what}");
+    }
+    assert_ne!(
+        fixed[0], fixed[1],
+        "the two fixed seeds drew one offset (another word is needed for this kernel and QEMU)"
+    );
 }
 
 /// A kernel whose symbols lack the place it first runs in the upper half (here a System.map

@@ -111,7 +111,8 @@ impl<W: Write> Out<W> {
 
 /// What the trace as a whole tells every task.
 pub struct Context<'a> {
-    /// The task's sessions' symbols, by the time each starts (the first at 0).
+    /// The task's sessions' symbols, by the time each starts (the first at 0), a session
+    /// split where it loaded a module: each stretch is named as at its start.
     pub sessions: Vec<(u64, &'a Symbols)>,
     /// User events' names (`events.txt`).
     pub event_names: &'a HashMap<u64, String>,
@@ -147,8 +148,12 @@ enum Open {
     Schedule,
 }
 
+/// The most stretches ([`Context::sessions`]) a task's keys tell apart (the bits between a
+/// 48-bit address and [`KEY_SCHEDULE`]).
+pub const MAX_STRETCHES: usize = 1 << 12;
+
 /// Interning keys of names that are not functions (a function's is its 48-bit address and
-/// its session's index above it).
+/// its stretch's index above it).
 const KEY_SCHEDULE: u64 = 1 << 60;
 const KEY_SCHEDULE_PREEMPT: u64 = (1 << 60) + 1;
 
@@ -181,14 +186,16 @@ impl<W: Write> Sequence<'_, '_, W> {
             KEY_SCHEDULE_PREEMPT => ("linux:schedule (pre-empted)".into(), None),
             key => {
                 let addr = key & qemu_uftrace_format::ADDR_MASK;
-                let syms = self.ctx.sessions.get((key >> 48) as usize).map(|s| s.1);
+                let stretch = self.ctx.sessions.get((key >> 48) as usize);
                 if self.ctx.srcline {
-                    if let Some((name, file, line)) = syms.and_then(|s| s.lookup_line(addr)) {
+                    if let Some((name, file, line)) =
+                        stretch.and_then(|&(ns, s)| s.lookup_line(addr, ns))
+                    {
                         return (name.to_string(), Some((file.to_string(), line)));
                     }
                 }
-                let name = syms
-                    .and_then(|s| s.lookup(addr))
+                let name = stretch
+                    .and_then(|&(ns, s)| s.lookup(addr, ns))
                     .map_or_else(|| format!("<{addr:x}>"), str::to_string);
                 (name, None)
             }
@@ -523,7 +530,7 @@ pub fn task<W: Write>(
             }
             match rec.kind {
                 RecordType::Entry => {
-                    // Names are interned per session: one address, two programs.
+                    // Names are interned per stretch: one address, two programs or modules.
                     let key = rec.addr | (session as u64) << 48;
                     if s.is_exec(key) {
                         s.exec(time, key)?;

@@ -264,10 +264,28 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
                 symbols.insert(sid.to_string(), loaded);
             }
         }
-        let mut resolved: Vec<(u64, &Symbols)> = sessions
-            .iter()
-            .map(|(ns, sid)| (*ns, sid.and_then(|s| symbols.get(s)).unwrap_or(&empty)))
-            .collect();
+        let mut resolved: Vec<(u64, &Symbols)> = Vec::new();
+        for (k, (ns, sid)) in sessions.iter().enumerate() {
+            let syms = sid.and_then(|s| symbols.get(s)).unwrap_or(&empty);
+            let end = sessions.get(k + 1).map_or(u64::MAX, |s| s.0);
+            resolved.push((*ns, syms));
+            // A module loaded within the session may name an address otherwise from its
+            // load on (a range a later module reused): the records after it are a stretch
+            // of their own, their names interned apart.
+            let mut loads: Vec<u64> = syms.load_times().filter(|&t| t > *ns && t < end).collect();
+            loads.dedup();
+            for t in loads {
+                if resolved.len() >= convert::MAX_STRETCHES {
+                    summary.warnings.push(format!(
+                        "task {tid}: more than {} sessions and module loads; the modules \
+                         loaded after the last are named as at its time",
+                        convert::MAX_STRETCHES
+                    ));
+                    break;
+                }
+                resolved.push((t, syms));
+            }
+        }
         if sessions.iter().all(|s| s.1.is_none()) {
             summary.warnings.push(format!(
                 "task.txt gives task {tid} no session: its functions are shown as addresses"

@@ -26,8 +26,9 @@ pub struct TaskFile {
     tasks: HashMap<u32, (u32, u64)>,
     /// child pid → parent pid.
     forks: HashMap<u32, u32>,
-    /// sid → (base, module basename) of each DLOP line.
-    dlopens: HashMap<String, Vec<(u64, String)>>,
+    /// sid → each DLOP line's load, in the order uftrace keeps them (by time; equal times
+    /// in file order).
+    dlopens: HashMap<String, Vec<Dlopen>>,
     /// The pid of the first TASK line.
     first_pid: Option<u32>,
     /// Each task's session references, as uftrace builds them (`create_task`).
@@ -56,6 +57,15 @@ impl TaskRefs {
             .find(|&(&(start, _), end)| start <= ns && ns < end)
             .map(|(&(_, i), _)| i)
     }
+}
+
+/// A module a session loaded later (a `DLOP` line): from `ns` on, its symbols are at `base`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dlopen {
+    pub ns: u64,
+    pub base: u64,
+    /// The module's basename (its `.sym` file's stem).
+    pub name: String,
 }
 
 /// `<sec>.<nsec>`, the nanoseconds read as an integer (as uftrace does).
@@ -112,10 +122,17 @@ impl TaskFile {
                 if let (Some(sid), Some(base), Some(lib)) =
                     (field(line, "sid"), base, quoted(line, "libname"))
                 {
-                    t.dlopens
-                        .entry(sid.to_string())
-                        .or_default()
-                        .push((base, basename(lib).to_string()));
+                    // uftrace's `session_add_dlopen`: before the first load loaded later.
+                    let loads = t.dlopens.entry(sid.to_string()).or_default();
+                    let at = loads.partition_point(|d| d.ns <= ns);
+                    loads.insert(
+                        at,
+                        Dlopen {
+                            ns,
+                            base,
+                            name: basename(lib).to_string(),
+                        },
+                    );
                 }
             }
         }
@@ -242,8 +259,8 @@ impl TaskFile {
         self.sessions.get(self.session_index(tid)?)
     }
 
-    /// The modules a session loaded later (DLOP lines).
-    pub fn dlopens(&self, sid: &str) -> &[(u64, String)] {
+    /// The modules a session loaded later (DLOP lines), by time.
+    pub fn dlopens(&self, sid: &str) -> &[Dlopen] {
         self.dlopens.get(sid).map_or(&[], Vec::as_slice)
     }
 
@@ -375,8 +392,8 @@ pub fn parse_dbg(text: &str) -> HashMap<u64, (String, u32)> {
 pub struct Symbols {
     /// (start48, end48, module index) in map order: the first range holding an address wins.
     ranges: Vec<(u64, u64, usize)>,
-    /// (base48, module index) of modules loaded later.
-    dlopens: Vec<(u64, usize)>,
+    /// (load time, base48, module index) of modules loaded later, by time.
+    dlopens: Vec<(u64, u64, usize)>,
     modules: Vec<SymTable>,
     /// Each module's `.dbg` locations, when asked for (`--srcline`).
     lines: Vec<HashMap<u64, (String, u32)>>,
@@ -385,12 +402,7 @@ pub struct Symbols {
 impl Symbols {
     /// Reads `sid-<sid>.map` and the `.sym` file of each image in it. A missing `.sym`
     /// leaves that image's addresses unresolved (uftrace would read the host's ELF file).
-    pub fn load(
-        dir: &Path,
-        sid: &str,
-        dlopens: &[(u64, String)],
-        srcline: bool,
-    ) -> Result<Symbols> {
+    pub fn load(dir: &Path, sid: &str, dlopens: &[Dlopen], srcline: bool) -> Result<Symbols> {
         let path = dir.join(format!("sid-{sid}.map"));
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -425,27 +437,35 @@ impl Symbols {
             }
             last = Some(name);
         }
-        for (base, name) in dlopens {
-            let m = module(name, &mut s);
-            s.dlopens.push((qemu_uftrace_format::addr48(*base), m));
+        for d in dlopens {
+            let m = module(&d.name, &mut s);
+            s.dlopens
+                .push((d.ns, qemu_uftrace_format::addr48(d.base), m));
         }
         Ok(s)
     }
 
-    /// The function at a 48-bit record address.
-    pub fn lookup(&self, addr: u64) -> Option<&str> {
-        self.locate(addr).map(|(_, _, name)| name)
+    /// The times at which a module was loaded: a name may change there.
+    pub fn load_times(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dlopens.iter().map(|d| d.0)
     }
 
-    /// The function at `addr` and its source location, when the trace has it.
-    pub fn lookup_line(&self, addr: u64) -> Option<(&str, &str, u32)> {
-        let (m, start, name) = self.locate(addr)?;
+    /// The function at a 48-bit record address, for a record at time `ns`.
+    pub fn lookup(&self, addr: u64, ns: u64) -> Option<&str> {
+        self.locate(addr, ns).map(|(_, _, name)| name)
+    }
+
+    /// The function at `addr` at time `ns` and its source location, when the trace has it.
+    pub fn lookup_line(&self, addr: u64, ns: u64) -> Option<(&str, &str, u32)> {
+        let (m, start, name) = self.locate(addr, ns)?;
         let (file, line) = self.lines.get(m)?.get(&start)?;
         Some((name, file.as_str(), *line))
     }
 
-    /// (module, function start offset, name) of `addr`.
-    fn locate(&self, addr: u64) -> Option<(usize, u64, &str)> {
+    /// (module, function start offset, name) of `addr` at time `ns`. A module loaded later
+    /// names it as uftrace's `session_find_dlopen` does: the latest load at or before `ns`
+    /// with a function there, so a range a later module reused is named by that one.
+    fn locate(&self, addr: u64, ns: u64) -> Option<(usize, u64, &str)> {
         if let Some(&(start, _, m)) = self.ranges.iter().find(|r| r.0 <= addr && addr < r.1) {
             if let Some((f, name)) = self.modules[m].lookup_start(addr - start) {
                 return Some((m, f, name));
@@ -453,8 +473,9 @@ impl Symbols {
         }
         self.dlopens
             .iter()
-            .filter(|d| d.0 <= addr)
-            .find_map(|&(base, m)| {
+            .rev()
+            .filter(|d| d.0 <= ns && d.1 <= addr)
+            .find_map(|&(_, base, m)| {
                 let (f, name) = self.modules[m].lookup_start(addr - base)?;
                 Some((m, f, name))
             })
@@ -548,7 +569,11 @@ mod tests {
         assert_eq!(t.process_name(12).as_deref(), Some("c"));
         assert_eq!(
             t.dlopens["00000000000000aa"],
-            [(0x7f00, "m.ko".to_string())]
+            [Dlopen {
+                ns: 0,
+                base: 0x7f00,
+                name: "m.ko".to_string()
+            }]
         );
         assert_eq!(timestamp("2.000000001"), Some(2_000_000_001));
     }
@@ -573,6 +598,39 @@ mod tests {
         assert_eq!(t.timeline(2), [(0, aa), (300, cc)]);
         assert_eq!(t.session_at(2, 50), t.session_at(1, 50));
         assert_eq!(t.timeline(3), [(0, None)]);
+    }
+
+    /// A range a later module reused is named by that module from its load on, by the
+    /// earlier one before (and where only the earlier has a function), as uftrace names it.
+    #[test]
+    fn modules_name_a_reused_range_by_load_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let sid = "00000000000000aa";
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write(
+            &format!("sid-{sid}.map"),
+            "00400000-00401000 r-xp 00000000 00:00 0 /bin/a\n",
+        );
+        write("a.sym", "0000 T main\n0100 ? __sym_end\n");
+        write(
+            "dummy.sym",
+            "0000 t dummy_setup\n0040 t dummy_only\n0080 ? __sym_end\n",
+        );
+        write("ifb.sym", "0000 t ifb_setup\n0040 ? __sym_end\n");
+        let t = TaskFile::parse(&format!(
+            "SESS timestamp=0.000000000 pid=1 sid={sid} exename=\"/bin/a\"\n\
+             DLOP timestamp=0.000000010 tid=1 sid={sid} base=800000be0000 libname=\"ifb\"\n\
+             DLOP timestamp=0.000000005 tid=1 sid={sid} base=800000be0000 libname=\"dummy\"\n"
+        ));
+        let s = Symbols::load(dir.path(), sid, t.dlopens(sid), false).unwrap();
+        assert_eq!(s.load_times().collect::<Vec<_>>(), [5, 10]);
+        let (setup, only) = (0x8000_00be_0000, 0x8000_00be_0040);
+        assert_eq!(s.lookup(setup, 4), None, "before any load");
+        assert_eq!(s.lookup(setup, 5), Some("dummy_setup"));
+        assert_eq!(s.lookup(setup, 9), Some("dummy_setup"));
+        assert_eq!(s.lookup(setup, 10), Some("ifb_setup"));
+        assert_eq!(s.lookup(only, 10), Some("dummy_only"));
+        assert_eq!(s.lookup(0x400010, 10), Some("main"));
     }
 
     #[test]
