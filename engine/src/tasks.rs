@@ -235,6 +235,26 @@ impl TaskTable {
         engine.resume(own, running);
     }
 
+    /// Tracing is switched on at `now`: every waiting context writes the `qemu:trace_on`
+    /// edge with `engine` (any vCPU's, whose running context is put back), as the running
+    /// ones do, so that each task's window opens with it (its `qemu:opened` frames come at
+    /// its first switch-in). Gives the contexts that wrote it.
+    pub fn switch_on_waiting(&mut self, engine: &mut Engine, now: u64) -> Vec<u32> {
+        let own = engine.tid();
+        let running = engine.suspend();
+        let mut edged = Vec::new();
+        for c in &mut self.contexts {
+            if let Some(state) = c.state.take() {
+                engine.resume(c.tid, state);
+                engine.switch_on(now);
+                c.state = Some(engine.suspend());
+                edged.push(c.tid);
+            }
+        }
+        engine.resume(own, running);
+        edged
+    }
+
     /// Every context so far, in the order they appeared.
     pub fn contexts(&self) -> &[Context] {
         &self.contexts
