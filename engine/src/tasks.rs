@@ -255,6 +255,13 @@ impl TaskTable {
         edged
     }
 
+    /// `vcpu`'s boot context is not to become the next task it names (one read where task
+    /// switches went unseen, with a PID: the boot code became an idle task, PID 0, and
+    /// others may have run since).
+    pub fn keep_boot(&mut self, vcpu: u32) {
+        self.adopted.insert(vcpu);
+    }
+
     /// Every context so far, in the order they appeared.
     pub fn contexts(&self) -> &[Context] {
         &self.contexts

@@ -886,8 +886,25 @@ pub fn learn_running_task(v: &mut VcpuState, vcpu_index: u32) {
     let Some(ptr) = running_now(&mut v.regs, isa) else {
         return;
     };
-    if ptr != v.task_ptr {
-        task_arrives(v, vcpu_index, isa, ptr);
+    if ptr == v.task_ptr {
+        return;
+    }
+    // A vCPU's first task named is taken as what its boot code became, Linux's idle task;
+    // one read here may have started while off (x86_64 sees no switch before `rest_init`):
+    // a task with a PID is never the boot code's.
+    if task_pid(&mut v.regs, isa, ptr) != 0 {
+        crate::state::with_tasks(|t| t.keep_boot(vcpu_index));
+    }
+    task_arrives(v, vcpu_index, isa, ptr);
+}
+
+/// Task `ptr`'s PID: from the ISA's register where the OS keeps one (aarch64
+/// CONTEXTIDR_EL1), else from its structure when the kernel's DWARF said where (one 4-byte
+/// read), else unknown (0: a synthetic id).
+fn task_pid(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa, ptr: u64) -> u32 {
+    match isa.task_id_register() {
+        Some(name) => regs.read_named(name).map_or(0, |id| id as u32),
+        None => pid_in_task(regs, ptr),
     }
 }
 
@@ -915,13 +932,7 @@ fn running_now(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa) -> Option
 /// its PID, thread group and name are read and the task table switches the engine to its
 /// context. Returns whether the task was new to the table.
 fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64) -> bool {
-    // The PID: from the ISA's register where the OS keeps one (aarch64 CONTEXTIDR_EL1),
-    // else from the arriving task's structure when the kernel's DWARF said where (one
-    // 4-byte read per switch), else unknown (0: a synthetic id).
-    let pid = match isa.task_id_register() {
-        Some(name) => v.regs.read_named(name).map_or(0, |id| id as u32),
-        None => pid_in_task(&mut v.regs, ptr),
-    };
+    let pid = task_pid(&mut v.regs, isa, ptr);
     // Names (Linux `comm`) are read at switches only: the task leaving has its latest
     // name (set after it started: kthreads, exec), and the one arriving its name so
     // far, which a task still running when the guest stops (the CPU that powers off or
