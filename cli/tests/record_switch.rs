@@ -608,3 +608,215 @@ fn bad_switches_say_one_line_and_change_nothing() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("trace_on"), "{}", stderr(&out));
 }
+
+/// Each task file of a Linux recording (`<tid>.dat`), decoded, by tid.
+fn task_records(dir: &Path) -> std::collections::BTreeMap<u32, Vec<Record>> {
+    std::fs::read_dir(dir)
+        .expect("trace dir")
+        .flatten()
+        .filter_map(|e| {
+            let p = e.path();
+            let tid = p.file_stem()?.to_str()?.parse().ok()?;
+            (p.extension()? == "dat").then_some(())?;
+            Some((tid, decode_all(&std::fs::read(&p).ok()?).expect("records")))
+        })
+        .collect()
+}
+
+/// Every task's windows balance: each `qemu:trace_off` stands at depth 0 after its frames
+/// closed, each `qemu:trace_on` at depth 0. Gives the windows opened (trace_on events).
+fn check_task_windows(tasks: &std::collections::BTreeMap<u32, Vec<Record>>, label: &str) -> usize {
+    let mut ons = 0;
+    for (tid, recs) in tasks {
+        for (i, r) in recs.iter().enumerate() {
+            if r.kind != RecordType::Event || !(r.addr == TRACE_ON || r.addr == TRACE_OFF) {
+                continue;
+            }
+            assert_eq!(r.depth, 0, "{label}: task {tid}: {r:?}");
+            ons += usize::from(r.addr == TRACE_ON);
+            if r.addr == TRACE_OFF {
+                let before = recs[..i].iter().rev().find(|b| b.kind != RecordType::Event);
+                assert!(
+                    before.is_none_or(|b| b.kind != RecordType::Entry && b.depth == 0),
+                    "{label}: task {tid}: frames open at the off edge: {before:?}"
+                );
+            }
+        }
+    }
+    ons
+}
+
+/// uftrace's replay of a Linux recording: every edge is shown, and the frames opened at a
+/// switch on carry kernel names (no bare address before a `qemu:opened`).
+fn check_linux_replay(dir: &Path, label: &str) -> String {
+    let out = Command::new("uftrace")
+        .args(["replay", "--event-full", "-d"])
+        .arg(dir)
+        .output()
+        .expect("run uftrace");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{label}: {}", stderr(&out));
+    for want in [
+        "/* qemu:trace_on */",
+        "/* qemu:opened */",
+        "/* qemu:trace_off */",
+    ] {
+        assert!(text.contains(want), "{label}: no {want}");
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if !l.contains("/* qemu:opened */") {
+            continue;
+        }
+        let above = lines[..i].last().copied().unwrap_or_default();
+        assert!(
+            above.contains("/* qemu:trace_on */") || !above.contains("| 0x"),
+            "{label}: an unnamed frame opened: {above}"
+        );
+    }
+    text
+}
+
+/// A Linux boot (Debian's arm64 kernel, `--clock insn`) switched by triggers: off at
+/// `rest_init` (the boot task), on at `workqueue_init`, which PID 1 runs after task switches
+/// the tracer did not follow, off at `sched_init_smp`, stopped at `padata_init`. The window's
+/// records and its `qemu:opened` frames (`kernel_init > kernel_init_freeable >
+/// workqueue_init`) are PID 1's, none the boot task's: the running task is read at the
+/// switch on. Then the same boot switched by `trace on|off` and by signals (their instants
+/// are the host's: what is checked is that every task's windows balance, their edges show,
+/// and their opened frames are named).
+#[test]
+fn a_linux_boot_is_switched_and_its_windows_go_to_the_running_task() {
+    common::require("uftrace");
+    let vmlinux = qemu_uftrace_tests::cached("kernel-dbg/vmlinux")
+        .to_string_lossy()
+        .into_owned();
+    let argv = qemu_uftrace_tests::kernel_boot_args_on(qemu_uftrace_tests::QEMU, "cortex-a57");
+    let (_tmp, dir, _) = common::record_argv(
+        &argv,
+        &[
+            "--symbols",
+            &vmlinux,
+            "--clock",
+            "insn",
+            "--trace-off-at",
+            "rest_init",
+            "--trace-on-at",
+            "workqueue_init",
+            "--trace-off-at",
+            "sched_init_smp",
+            "--stop-at",
+            "padata_init,exit",
+        ],
+    );
+    let syms = nm_functions(Path::new(&vmlinux)).expect("nm");
+    let name = |a: u64| {
+        syms.get(&(a | 0xffff_0000_0000_0000))
+            .cloned()
+            .unwrap_or_else(|| format!("{a:#x}"))
+    };
+    let tasks = task_records(&dir);
+    assert!(
+        check_task_windows(&tasks, "triggers") >= 2,
+        "{:?}",
+        tasks.keys()
+    );
+    // PID 1's window: the edge, the frames open at the first block after it, the marker.
+    let init = tasks.get(&1).expect("PID 1 recorded");
+    let on = init
+        .iter()
+        .position(|r| r.kind == RecordType::Event && r.addr == TRACE_ON)
+        .expect("PID 1's window opens");
+    let opened: Vec<String> = init[on + 1..]
+        .iter()
+        .take_while(|r| r.kind == RecordType::Entry)
+        .map(|r| name(r.addr))
+        .collect();
+    assert!(
+        opened.starts_with(&[
+            "kernel_init".to_string(),
+            "kernel_init_freeable".to_string(),
+            "workqueue_init".to_string()
+        ]),
+        "PID 1's opened frames: {opened:?}"
+    );
+    let marker = init[on + 1 + opened.len()];
+    assert!(
+        marker.kind == RecordType::Event && marker.addr == OPENED,
+        "{marker:?}"
+    );
+    // The boot task (the idle task swapper/0) ran rest_init when tracing went off: from the
+    // switch on nothing of the window is its own.
+    let boot = tasks
+        .get(&qemu_uftrace_engine::tasks::BOOT_TID_BASE)
+        .expect("the boot task recorded");
+    let after_on = boot
+        .iter()
+        .skip_while(|r| !(r.kind == RecordType::Event && r.addr == TRACE_ON))
+        .filter(|r| r.kind == RecordType::Entry)
+        .map(|r| name(r.addr))
+        .collect::<Vec<_>>();
+    assert!(
+        after_on.is_empty(),
+        "the boot task's window: {:?}…",
+        &after_on[..after_on.len().min(8)]
+    );
+    check_linux_replay(&dir, "triggers");
+
+    // By command and by signals, in one boot that hangs at its panic (`panic=0`) until
+    // stopped. With the instruction clock: its panic loop (interrupts masked, every block
+    // translated, no idle) picks a switch up only by the per-block bell.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let argv: Vec<String> = argv
+        .iter()
+        .map(|a| a.replace("panic=-1", "panic=0"))
+        .collect();
+    let dir = tmp.path().join("linux.data");
+    let rec = Recording::start_argv(
+        &argv,
+        &dir,
+        &[
+            "--symbols",
+            &vmlinux,
+            "--clock",
+            "insn",
+            "--trace=off",
+            "--signal",
+            "SIGUSR1@trace_on",
+            "--signal",
+            "SIGUSR2@trace_off",
+        ],
+    );
+    wait_for("the guest runs", || value(&live(&dir), "pid").map(|_| ()));
+    let out = trace(Some(&dir), "on", tmp.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let at_on = number(&live(&dir), "events").unwrap_or(0);
+    rec.wait_status("records in the window", "on", |s| {
+        number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+    });
+    let out = trace(Some(&dir), "off", tmp.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    rec.wait_status("off", "off", |_| true);
+    // SAFETY: signals to the record this test started.
+    assert_eq!(
+        unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR1) },
+        0
+    );
+    rec.wait_status("on after SIGUSR1", "on", |s| {
+        number(s, "trace_windows") == Some(2)
+    });
+    let at_on = number(&live(&dir), "events").unwrap_or(0);
+    rec.wait_status("records after SIGUSR1", "on", |s| {
+        number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+    });
+    assert_eq!(
+        unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR2) },
+        0
+    );
+    rec.wait_status("off after SIGUSR2", "off", |_| true);
+    let dir = rec.stop();
+    let tasks = task_records(&dir);
+    let ons = check_task_windows(&tasks, "command and signals");
+    assert!(ons >= 2, "{ons} windows opened");
+    check_linux_replay(&dir, "command and signals");
+}

@@ -235,6 +235,33 @@ impl TaskTable {
         engine.resume(own, running);
     }
 
+    /// Tracing is switched on at `now`: every waiting context writes the `qemu:trace_on`
+    /// edge with `engine` (any vCPU's, whose running context is put back), as the running
+    /// ones do, so that each task's window opens with it (its `qemu:opened` frames come at
+    /// its first switch-in). Gives the contexts that wrote it.
+    pub fn switch_on_waiting(&mut self, engine: &mut Engine, now: u64) -> Vec<u32> {
+        let own = engine.tid();
+        let running = engine.suspend();
+        let mut edged = Vec::new();
+        for c in &mut self.contexts {
+            if let Some(state) = c.state.take() {
+                engine.resume(c.tid, state);
+                engine.switch_on(now);
+                c.state = Some(engine.suspend());
+                edged.push(c.tid);
+            }
+        }
+        engine.resume(own, running);
+        edged
+    }
+
+    /// `vcpu`'s boot context is not to become the next task it names (one read where task
+    /// switches went unseen, with a PID: the boot code became an idle task, PID 0, and
+    /// others may have run since).
+    pub fn keep_boot(&mut self, vcpu: u32) {
+        self.adopted.insert(vcpu);
+    }
+
     /// Every context so far, in the order they appeared.
     pub fn contexts(&self) -> &[Context] {
         &self.contexts

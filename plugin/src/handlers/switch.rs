@@ -63,6 +63,9 @@ static VCPUS: AtomicU64 = AtomicU64::new(0);
 /// Tasks switched in since the last switch on (their frames taken then, or by
 /// [`on_capture`]); `None` before the first.
 static SWITCHED_IN: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+/// Contexts that wrote the last switch on's `qemu:trace_on` edge: those running or waiting
+/// then ([`apply`]); one created while off writes it at its first switch-in ([`edge_once`]).
+static EDGED: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
 /// The switch file (`switch=`), for the poller of a forked child.
 static FILE: OnceLock<PathBuf> = OnceLock::new();
 
@@ -264,6 +267,7 @@ pub fn apply() {
         }
         let mut at = None;
         let mut due = Vec::new();
+        let mut edged = HashSet::new();
         for i in 0..n {
             let done = crate::vcpu::with(i, |v| {
                 let now = v.now();
@@ -272,6 +276,7 @@ pub fn apply() {
                 let _ = v.pending.take();
                 if want {
                     v.engine.switch_on(now);
+                    edged.insert(v.engine.tid());
                 } else {
                     v.engine.switch_off(now);
                 }
@@ -279,11 +284,17 @@ pub fn apply() {
                 now
             });
             if let Some(now) = done {
-                // An OS's tasks waiting on no vCPU close theirs too (once, with this one's
-                // engine).
-                if !want && at.is_none() {
+                // An OS's tasks waiting on no vCPU close theirs too, or open their window
+                // (once, with this one's engine).
+                if at.is_none() {
                     crate::vcpu::with(i, |v| {
-                        crate::state::with_tasks(|t| t.switch_off_waiting(&mut v.engine, now))
+                        crate::state::with_tasks(|t| {
+                            if want {
+                                edged.extend(t.switch_on_waiting(&mut v.engine, now));
+                            } else {
+                                t.switch_off_waiting(&mut v.engine, now);
+                            }
+                        })
                     });
                 }
                 at.get_or_insert(now);
@@ -297,6 +308,7 @@ pub fn apply() {
                 OFF_TOTAL.fetch_add(host.saturating_sub(since), Ordering::AcqRel);
             }
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
+            *EDGED.lock().unwrap_or_else(|e| e.into_inner()) = Some(edged);
             SWITCHED_IN
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -349,8 +361,14 @@ unsafe extern "C" fn on_capture(vcpu_index: c_uint, data: *mut c_void) {
         }
         let pc = data as u64;
         crate::vcpu::with(vcpu_index, |v| {
+            // Task switches were not followed while off: the records go to the task
+            // running now (the cookie too).
+            if crate::state::system_mode() {
+                crate::handlers::callbacks::learn_running_task(v, vcpu_index);
+            }
             let now = v.now();
             let tid = v.engine.tid();
+            edge_once(v, tid, now);
             // Without a cookie the engine rebuilds the stack as any resync does, at its
             // first return that matches nothing.
             if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
@@ -386,8 +404,21 @@ pub fn at_switch_in(v: &mut crate::vcpu::VcpuState, pc: u64) {
         }
     }
     let now = v.now();
+    edge_once(v, tid, now);
     if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
         v.engine.opened_by_cookie(now, seq);
+    }
+}
+
+/// Context `tid`, running on `v`, writes the switch on's `qemu:trace_on` edge where it has
+/// not yet (an OS task created while tracing was off), so that each task's window opens
+/// with it and its unwound frames are told as `qemu:opened`.
+fn edge_once(v: &mut crate::vcpu::VcpuState, tid: u32, now: u64) {
+    let mut edged = EDGED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(edged) = edged.as_mut() {
+        if edged.insert(tid) {
+            v.engine.switch_on(now);
+        }
     }
 }
 
