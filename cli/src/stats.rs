@@ -191,8 +191,21 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "tasks_past_cap",
-        "tasks first seen after 262,144 contexts (a guest starting task after task): they \
-         share one task, \"(tasks past the cap)\", and the trace is marked INCOMPLETE",
+        "tasks first seen while 262,144 contexts were alive (a guest starting tasks that do \
+         not end, or whose end the plugin cannot see without the kernel's DWARF or BTF): \
+         they share one task, \"(tasks past the cap)\", and the trace is marked INCOMPLETE",
+        Some("record a shorter run, or one starting fewer tasks"),
+    ),
+    count(
+        "tasks_ended",
+        "tasks whose end the plugin saw (a thread's exit, a Linux task's last switch): their \
+         contexts were freed, their frames still open left open as at the end",
+        None,
+    ),
+    count(
+        "tasks_unlisted",
+        "ended tasks past the 65,536 listed in plugin.tasks: uftrace shows them by PID, not \
+         by name, and the trace is marked INCOMPLETE",
         Some("record a shorter run, or one starting fewer tasks"),
     ),
     count(

@@ -55,12 +55,14 @@ fn finish_once() {
         .filter(|t| written.bytes.get(t).copied().unwrap_or(0) > 0)
         .collect();
     tids.sort_unstable();
-    let open: usize = states.iter().map(|s| s.open_frames).sum::<usize>()
+    // Frames of ended tasks' freed contexts stay open too.
+    let open: u64 = states.iter().map(|s| s.open_frames as u64).sum::<u64>()
         + table
             .contexts()
             .iter()
-            .map(|c| c.waiting_frames())
-            .sum::<usize>();
+            .map(|c| c.waiting_frames() as u64)
+            .sum::<u64>()
+        + table.freed_open_frames;
     // User mode: each guest process image has its own files (`process`).
     let dir = image::files_dir(&cfg.out);
     // The maps and tasks first: `plugin.stats` tells the record command this image is done,
@@ -97,6 +99,14 @@ fn finish_once() {
             qemu_uftrace_engine::tasks::MAX_CONTEXTS
         ));
     }
+    if table.unlisted > 0 {
+        written.errors.push(format!(
+            "{} ended tasks past the {} kept in plugin.tasks are not listed: their names \
+             are not shown",
+            table.unlisted,
+            qemu_uftrace_engine::tasks::MAX_ENDED
+        ));
+    }
     let procs_dropped = crate::handlers::procmaps::dropped();
     if procs_dropped > 0 {
         written.errors.push(format!(
@@ -131,7 +141,7 @@ fn finish_once() {
             ClockChoice::Auto => "auto",
         },
     );
-    line("vcpus", &states.len());
+    line("vcpus", &states.iter().map(|s| s.vcpus).sum::<usize>());
     line(
         "tids",
         &tids
@@ -140,9 +150,11 @@ fn finish_once() {
             .collect::<Vec<_>>()
             .join(","),
     );
-    line("tasks", &table.contexts().len());
+    line("tasks", &table.created());
     line("task_conflicts", &table.conflicts);
     line("tasks_past_cap", &table.past_cap);
+    line("tasks_ended", &table.freed);
+    line("tasks_unlisted", &table.unlisted);
     for (k, v) in total.lines() {
         line(k, &v);
     }
