@@ -227,6 +227,13 @@ pub const COUNTS: &[Count] = &[
         Some("record again with a larger --max-size, or with fewer tasks started"),
     ),
     count(
+        "dropped_maps",
+        "user mode: a program's executable file mappings or open files' paths not kept past \
+         65,536 of each (a program loading library after library): later libraries' \
+         functions are not named and the trace is marked INCOMPLETE",
+        Some("record a shorter run"),
+    ),
+    count(
         "dropped_proc_events",
         "a Linux guest's process events (starts, execs, mappings, exits) not kept past 32 MiB \
          of them (a guest starting process after process): later processes' functions are \

@@ -133,6 +133,28 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 static AUX: Mutex<Option<Aux>> = Mutex::new(None);
 static FDS: Mutex<Option<HashMap<i64, Vec<u8>>>> = Mutex::new(None);
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+
+/// Executable file mappings kept at most, and open descriptors' paths: a guest mapping
+/// library after library (`dlopen`/`dlclose` in a loop) or holding many files open must not
+/// grow QEMU without bound. Later ones are counted in [`DROPPED`].
+pub const MAX_KEPT: usize = 1 << 16;
+
+/// Mappings and paths not kept past [`MAX_KEPT`].
+static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The mappings and paths dropped past [`MAX_KEPT`].
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Pushes `item` unless `list` holds `max` already (then counts it in [`DROPPED`]).
+fn keep<T>(list: &mut Vec<T>, item: T, max: usize) {
+    if list.len() < max {
+        list.push(item);
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
 /// The dynamic loader as QEMU mapped it (at `AT_BASE`).
 static INTERP: Mutex<Option<HostFile>> = Mutex::new(None);
 
@@ -342,25 +364,34 @@ pub fn syscall_ret(num: i64, ret: i64) {
     let sys = crate::state::isa_or_default().linux_user();
     match (num, pending) {
         (n, Pending::Openat(path)) if n == sys.openat => {
-            FDS.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(HashMap::new)
-                .insert(ret, path);
+            let mut fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
+            let fds = fds.get_or_insert_with(HashMap::new);
+            if fds.len() < MAX_KEPT || fds.contains_key(&ret) {
+                fds.insert(ret, path);
+            } else {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
         }
         (n, Pending::Mmap { len, fd, offset }) if n == sys.mmap => {
             // Placed before the guest can run (and QEMU translate) any of the new code.
             crate::state::lib_entries::mapped(fd, ret as u64, offset);
             let fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = fds.as_ref().and_then(|f| f.get(&fd)) {
-                MAPS.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Mapping {
+                let mut maps = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+                let file = (maps.len() < MAX_KEPT)
+                    .then(|| HostFile::of_fd(fd))
+                    .flatten();
+                keep(
+                    &mut maps,
+                    Mapping {
                         start: ret as u64,
                         len,
                         offset,
                         path: path.clone(),
-                        file: HostFile::of_fd(fd),
-                    });
+                        file,
+                    },
+                    MAX_KEPT,
+                );
             }
         }
         _ => {}
@@ -402,6 +433,17 @@ pub fn lines() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mappings_past_the_cap_are_counted_not_kept() {
+        let before = dropped();
+        let mut list = Vec::new();
+        for i in 0..5 {
+            keep(&mut list, i, 3);
+        }
+        assert_eq!(list, [0, 1, 2]);
+        assert!(dropped() >= before + 2);
+    }
 
     /// The file behind a mapping, as `/proc/self/maps` says it (device in hex major:minor,
     /// inode in decimal, the path after the spaces); anonymous ranges are no file.

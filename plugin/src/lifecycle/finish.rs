@@ -107,6 +107,14 @@ fn finish_once() {
             qemu_uftrace_engine::tasks::MAX_ENDED
         ));
     }
+    let maps_dropped = crate::handlers::usermap::dropped();
+    if maps_dropped > 0 {
+        written.errors.push(format!(
+            "{maps_dropped} library mappings and open files not kept past {} of each: later \
+             libraries' functions are not named",
+            crate::handlers::usermap::MAX_KEPT
+        ));
+    }
     let procs_dropped = crate::handlers::procmaps::dropped();
     if procs_dropped > 0 {
         written.errors.push(format!(
@@ -246,6 +254,9 @@ fn finish_once() {
     }
     line("lost_records", &lost);
     line("dropped_cookies", &written.dropped_side);
+    if !system_mode() {
+        line("dropped_maps", &maps_dropped);
+    }
     if system_mode() && crate::handlers::procmaps::enabled() {
         line("dropped_proc_events", &procs_dropped);
         line("spaces_freed", &spaces.0);
