@@ -252,6 +252,14 @@ pub const COUNTS: &[Count] = &[
          kept at their translated addresses (the trace is marked INCOMPLETE)",
         None,
     ),
+    count(
+        "files_past_cap",
+        "a Linux guest's mappings of files first mapped after 65,536 guest paths (a guest \
+         mapping file after file of new names): not matched across processes, so code \
+         another process translated first keeps its addresses (the trace is marked \
+         INCOMPLETE)",
+        None,
+    ),
 ];
 
 const fn count(key: &'static str, meaning: &'static str, action: Option<&'static str>) -> Count {

@@ -124,6 +124,15 @@ fn finish_once() {
         ));
     }
     let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
+    let files_past_cap = crate::state::spaces::with(|s| s.files_past_cap);
+    if files_past_cap > 0 {
+        written.errors.push(format!(
+            "{files_past_cap} mappings of files first mapped past the {} guest paths kept are \
+             not matched across processes: their code, where another process translated it \
+             first, is kept at that process's addresses, which may name the wrong functions",
+            qemu_uftrace_engine::spaces::MAX_FILES
+        ));
+    }
     if spaces.1 > 0 {
         written.errors.push(format!(
             "{} events in code translated in an ended process's address space (one of {} \
@@ -261,6 +270,7 @@ fn finish_once() {
         line("dropped_proc_events", &procs_dropped);
         line("spaces_freed", &spaces.0);
         line("unmoved_events", &spaces.1);
+        line("files_past_cap", &files_past_cap);
     }
     if written.capped {
         line("size_capped", &1);
