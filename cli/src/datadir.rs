@@ -454,12 +454,18 @@ pub fn write_map(dir: &Path, sid: &str, placed: &[PlacedImage]) -> Result<()> {
 }
 
 /// Leaves a `note.txt` that `uftrace info` shows, so that a trace cut short by QEMU's death
-/// never passes for complete.
-pub fn mark_incomplete(dir: &Path, why: &str) -> Result<()> {
+/// never passes for complete. `tail_lost`: the records end early (QEMU died, the writer
+/// stopped); else what is missing is only what `why` says (tasks past a cap, names or
+/// events not kept), and the note does not claim more.
+pub fn mark_incomplete(dir: &Path, why: &str, tail_lost: bool) -> Result<()> {
     // What the note said already (the task list) follows the warning.
     let before = std::fs::read_to_string(dir.join("note.txt")).unwrap_or_default();
-    let text =
-        format!("INCOMPLETE TRACE: {why};\nthe last records of each task are missing.\n{before}");
+    let then = if tail_lost {
+        "the last records of each task are missing."
+    } else {
+        "the records written are whole: what is missing is what this says."
+    };
+    let text = format!("INCOMPLETE TRACE: {why};\n{then}\n{before}");
     symfiles::write_with(&dir.join("note.txt"), |w| {
         qemu_uftrace_format::note::write_note(w, &text)
     })
@@ -684,7 +690,7 @@ mod tests {
         std::io::Write::write_all(&mut f, &[1, 2, 3]).unwrap();
         let done = assemble(&staging, recording(None), symbols(&staging)).unwrap();
         assert_eq!(done.trimmed_files, 1);
-        mark_incomplete(&staging, "QEMU was killed by signal 9").unwrap();
+        mark_incomplete(&staging, "QEMU was killed by signal 9", true).unwrap();
         assert_eq!(
             std::fs::metadata(staging.join("1.dat")).unwrap().len(),
             8 * RECORD_SIZE as u64
@@ -694,6 +700,22 @@ mod tests {
         assert!(replay.contains("rest_init"), "{replay}");
         let info = uftrace(&["info"], &output);
         assert!(info.contains("INCOMPLETE TRACE: QEMU was killed"), "{info}");
+    }
+
+    /// A trace incomplete only in what its reason names (tasks past a cap, names not kept)
+    /// does not claim its tasks' last records are missing; the reason reads back alike.
+    #[test]
+    fn an_incomplete_note_claims_only_what_was_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let why = "3 tasks started past the cap of 262144 contexts share one task";
+        mark_incomplete(tmp.path(), why, false).unwrap();
+        let note = std::fs::read_to_string(tmp.path().join("note.txt")).unwrap();
+        assert!(!note.contains("last records"), "{note}");
+        assert!(note.contains("the records written are whole"), "{note}");
+        assert_eq!(
+            crate::export::source::incomplete_reason(tmp.path()).as_deref(),
+            Some(format!("INCOMPLETE TRACE: {why}").as_str())
+        );
     }
 
     #[test]

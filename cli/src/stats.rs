@@ -191,8 +191,21 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "tasks_past_cap",
-        "tasks first seen after 262,144 contexts (a guest starting task after task): they \
-         share one task, \"(tasks past the cap)\", and the trace is marked INCOMPLETE",
+        "tasks first seen while 262,144 contexts were alive (a guest starting tasks that do \
+         not end, or whose end the plugin cannot see without the kernel's DWARF or BTF): \
+         they share one task, \"(tasks past the cap)\", and the trace is marked INCOMPLETE",
+        Some("record a shorter run, or one starting fewer tasks"),
+    ),
+    count(
+        "tasks_ended",
+        "tasks whose end the plugin saw (a thread's exit, a Linux task's last switch): their \
+         contexts were freed, their frames still open left open as at the end",
+        None,
+    ),
+    count(
+        "tasks_unlisted",
+        "ended tasks past the 65,536 listed in plugin.tasks: uftrace shows them by PID, not \
+         by name, and the trace is marked INCOMPLETE",
         Some("record a shorter run, or one starting fewer tasks"),
     ),
     count(
@@ -214,6 +227,13 @@ pub const COUNTS: &[Count] = &[
         Some("record again with a larger --max-size, or with fewer tasks started"),
     ),
     count(
+        "dropped_maps",
+        "user mode: a program's executable file mappings or open files' paths not kept past \
+         65,536 of each (a program loading library after library): later libraries' \
+         functions are not named and the trace is marked INCOMPLETE",
+        Some("record a shorter run"),
+    ),
+    count(
         "dropped_proc_events",
         "a Linux guest's process events (starts, execs, mappings, exits) not kept past 32 MiB \
          of them (a guest starting process after process): later processes' functions are \
@@ -230,6 +250,14 @@ pub const COUNTS: &[Count] = &[
         "unmoved_events",
         "events in code translated in a freed address space that ran in another process, \
          kept at their translated addresses (the trace is marked INCOMPLETE)",
+        None,
+    ),
+    count(
+        "files_past_cap",
+        "a Linux guest's mappings of files first mapped after 65,536 guest paths (a guest \
+         mapping file after file of new names): not matched across processes, so code \
+         another process translated first keeps its addresses (the trace is marked \
+         INCOMPLETE)",
         None,
     ),
 ];

@@ -100,6 +100,12 @@ pub fn task_tgid_offset(kernel: &KernelLayouts) -> Option<u64> {
     task_struct_member(kernel, "tgid")
 }
 
+/// Where `task_struct.__state` sits (`state` before Linux 5.14): the plugin reads the
+/// leaving task's at each switch, and `TASK_DEAD` there frees its context.
+pub fn task_state_offset(kernel: &KernelLayouts) -> Option<u64> {
+    task_struct_member(kernel, "__state").or_else(|| task_struct_member(kernel, "state"))
+}
+
 fn task_struct_member(kernel: &KernelLayouts, member: &str) -> Option<u64> {
     kernel
         .types

@@ -532,6 +532,25 @@ fn check_processes(r: &Recorded, syscall: &str) {
         unnamed.len() as u64,
         0,
     );
+    // The child, the workers and their threads ended: their contexts were freed at their
+    // last switch (`TASK_DEAD`), their records and names kept (checked above and below).
+    let stats = std::fs::read_to_string(r.dir.join("plugin.stats")).expect("plugin.stats");
+    let stat = |key: &str| {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('=')?.parse::<u64>().ok())
+    };
+    let ended = (children.len() + workers.len() + threads.len()) as u64;
+    expect(
+        format!("tasks_ended at least {ended} (plugin.stats:\n{stats})"),
+        (stat("tasks_ended").unwrap_or(0) >= ended) as u64,
+        1,
+    );
+    expect(
+        "tasks_past_cap".into(),
+        stat("tasks_past_cap").unwrap_or(1),
+        0,
+    );
     // Processes are named after their programs, threads after their process.
     let names = qemu_uftrace_tests::replay::task_names(&r.dir).expect("task names");
     let name = |tid: u32| names.get(&tid).cloned().unwrap_or_default();

@@ -208,3 +208,45 @@ fn replay_under(sysroot: &Path) -> (String, String) {
     let replay = uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay");
     (stderr, replay)
 }
+
+/// A `-L` root whose absolute symlinks lead out of it: qemu-user opens `ROOT/lib/…` on the
+/// host, where the host kernel follows them to Debian's arm64 loader and libc (the
+/// install's `arm64-libc`), while inside the root the same links name other files (the
+/// cross toolchain's, without the debug files). The functions are named from what QEMU ran
+/// (the loader's own functions from its debug file), and `record` says each path that
+/// left the root.
+#[test]
+fn aarch64_root_links_leading_out_are_named_from_the_files_qemu_ran() {
+    let libc = cached("arm64-libc/lib/aarch64-linux-gnu/libc.so.6");
+    let ran = std::fs::canonicalize(libc.parent().expect("its directory")).expect("arm64-libc");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = tmp.path().join("root");
+    // Inside the root, the links' targets are the cross toolchain's files.
+    let inside = root.join(ran.strip_prefix("/").expect("absolute"));
+    std::fs::create_dir_all(&inside).expect("root");
+    std::fs::create_dir_all(root.join("lib")).expect("root/lib");
+    for name in ["ld-linux-aarch64.so.1", "libc.so.6"] {
+        let cross = Path::new("/usr/aarch64-linux-gnu/lib").join(name);
+        std::fs::copy(&cross, inside.join(name)).expect("the cross toolchain's file");
+        std::os::unix::fs::symlink(ran.join(name), root.join("lib").join(name)).expect("link");
+    }
+    let (stderr, named) = replay_under(&root);
+    for f in ["_dl_start() {", "_dl_relocate_object() {", "printf() {"] {
+        assert!(named.contains(f), "no {f}:\n{stderr}\n{named}");
+    }
+    assert!(!stderr.contains("only exported symbols"), "{stderr}");
+    let root = std::fs::canonicalize(&root).expect("root");
+    for name in ["ld-linux-aarch64.so.1", "libc.so.6"] {
+        let said = format!(
+            "qemu-uftrace: warning: /lib/{name} left the -L root {} through a symlink: QEMU \
+             ran the host's {} (not {}), and its functions are named from that file",
+            root.display(),
+            ran.join(name).display(),
+            inside.join(name).display()
+        );
+        assert!(
+            stderr.lines().any(|l| l == said),
+            "{said}\nnot in:\n{stderr}"
+        );
+    }
+}

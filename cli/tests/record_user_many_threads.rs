@@ -22,7 +22,14 @@ fn user_forty_threads_past_the_scoreboard_growth_are_counted_exactly() {
     let calls = report_calls(&dir, &["-F", &exactly("thread_step")]).expect("uftrace report");
     assert_eq!(calls.get("thread_step"), Some(&steps.iter().sum::<u64>()));
     let stats = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
-    for key in ["unmatched_returns=0", "resyncs=0", "lost_records=0"] {
+    // Each thread's context was freed as it exited (the main thread's runs to the end).
+    for key in [
+        "unmatched_returns=0",
+        "resyncs=0",
+        "lost_records=0",
+        "tasks=41",
+        "tasks_ended=40",
+    ] {
         assert!(stats.lines().any(|l| l == key), "{key} in:\n{stats}");
     }
 }

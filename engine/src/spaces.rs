@@ -37,6 +37,12 @@ struct Mapping {
 /// 30 files, so 4,096 cost a few MiB at most.
 pub const KEPT_ENDED: usize = 4096;
 
+/// Guest paths interned at most (each up to 32 components of 255 bytes): a guest user
+/// mapping file after file of new names must not grow the plugin without bound. Later files
+/// each get an id of their own, never another mapping's, so their code is never moved as
+/// another process's copy of the same file (counted in [`Spaces::files_past_cap`]).
+pub const MAX_FILES: usize = 1 << 16;
+
 /// The address spaces of live processes and the [`KEPT_ENDED`] latest ended ones, and
 /// each process's current one.
 #[derive(Debug)]
@@ -48,6 +54,8 @@ pub struct Spaces {
     last: SpaceId,
     current: HashMap<u32, SpaceId>,
     files: HashMap<String, u32>,
+    /// Paths interned at most ([`MAX_FILES`]; fewer in tests).
+    max_files: usize,
     /// Ended spaces still kept, oldest first.
     ended: VecDeque<SpaceId>,
     /// Ended spaces freed.
@@ -55,6 +63,8 @@ pub struct Spaces {
     /// Events in code translated in a freed space and run in another, whose addresses
     /// could not be moved (they stay as translated).
     pub unmoved: u64,
+    /// Mappings of files first seen past [`MAX_FILES`] (each its own id, from the top down).
+    pub files_past_cap: u64,
 }
 
 impl Default for Spaces {
@@ -72,9 +82,11 @@ impl Spaces {
             last: 0,
             current: HashMap::new(),
             files: HashMap::new(),
+            max_files: MAX_FILES,
             ended: VecDeque::new(),
             freed: 0,
             unmoved: 0,
+            files_past_cap: 0,
         }
     }
 
@@ -149,8 +161,18 @@ impl Spaces {
     /// `path` mapped executable at `start..start + len` from file offset `offset` in
     /// `tgid`'s space (one made for it if its start was not seen). Returns the space.
     pub fn mmap(&mut self, tgid: u32, path: &str, start: u64, len: u64, offset: u64) -> SpaceId {
-        let next = self.files.len() as u32;
-        let file = *self.files.entry(path.to_string()).or_insert(next);
+        let file = match self.files.get(path) {
+            Some(&f) => f,
+            None if self.files.len() < self.max_files => {
+                let next = self.files.len() as u32;
+                self.files.insert(path.to_string(), next);
+                next
+            }
+            None => {
+                self.files_past_cap += 1;
+                u32::MAX - (self.files_past_cap % (u64::from(u32::MAX) - MAX_FILES as u64)) as u32
+            }
+        };
         let id = match self.of(tgid) {
             0 => self.push(tgid, Vec::new()),
             id => id,
@@ -265,6 +287,26 @@ impl DeltaCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Past the cap a new file is interned no more: each mapping of one is a file of its
+    /// own, never moved as another process's copy (not even of the same path).
+    #[test]
+    fn files_past_the_cap_are_never_taken_for_another() {
+        let mut s = Spaces {
+            max_files: 1,
+            ..Spaces::default()
+        };
+        let a = s.exec(1);
+        s.mmap(1, "/f0", 0x1000_0000, 0x1000, 0);
+        s.mmap(1, "/new", 0x2000_0000, 0x1000, 0);
+        let b = s.exec(2);
+        s.mmap(2, "/f0", 0x3000_0000, 0x1000, 0);
+        s.mmap(2, "/new", 0x4000_0000, 0x1000, 0);
+        assert_eq!(s.files.len(), 1);
+        assert_eq!(s.files_past_cap, 2);
+        assert_eq!(s.delta(a, b, 0x1000_0010), Some(0x2000_0000));
+        assert_eq!(s.delta(a, b, 0x2000_0010), None);
+    }
 
     #[test]
     fn one_file_in_two_processes_is_rebased_by_its_bases() {

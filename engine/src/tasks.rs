@@ -7,10 +7,14 @@
 //! resumes the next one's (no entries written), so a function that sleeps keeps its frame
 //! open and its duration includes the time away, as uftrace shows it natively.
 //!
+//! A context is freed when its task ends (a user-mode thread exits, a Linux task switches
+//! away for the last time): its frames still open stay open, as at the end of a recording,
+//! and only a short line for `plugin.tasks` stays, up to [`MAX_ENDED`] of them.
+//!
 //! This is a pure state machine over the events the plugin sees (a vCPU starting, the OS
-//! writing its running-task register, a privilege level change), applied to the vCPU's
-//! [`Engine`]; it is tested on drawn timelines without QEMU. The plugin keeps one table
-//! behind a lock and calls it only at those events.
+//! writing its running-task register, a privilege level change, a task ending), applied to
+//! the vCPU's [`Engine`]; it is tested on drawn timelines without QEMU. The plugin keeps one
+//! table behind a lock and calls it only at those events.
 
 use crate::arch::Level;
 use crate::hot::{Engine, Suspended, EVENT_SCHED_IN, EVENT_SCHED_OUT};
@@ -37,11 +41,20 @@ const SHARED_KEY: Key = Key {
     level: None,
 };
 
-/// Contexts kept at most (each a few hundred bytes and its waiting stack): a guest that
-/// starts task after task (a fork loop) must not grow QEMU without bound. Tasks first seen
-/// past it share one context ([`TaskTable::past_cap`] counts them): their records go to one
+/// Live contexts kept at most (each a few hundred bytes and its waiting stack): ended tasks'
+/// are freed, but a guest may start tasks that never end (or whose end is not seen: no
+/// `task_state=`), and must not grow QEMU without bound. Tasks first seen while this many
+/// live share one context ([`TaskTable::past_cap`] counts them): their records go to one
 /// uftrace task.
 pub const MAX_CONTEXTS: usize = 1 << 18;
+
+/// Ended tasks whose line (`tid`, name, vCPUs: ~200 bytes) is kept for `plugin.tasks`; later
+/// ones are counted in [`TaskTable::unlisted`] and uftrace shows them by their PID.
+pub const MAX_ENDED: usize = 1 << 16;
+
+/// Linux's `TASK_DEAD` (4.14 on): the value `task_struct.__state` holds at a task's last
+/// switch away (`do_task_dead`, with preemption off since `do_exit`), never before.
+pub const LINUX_TASK_DEAD: u32 = 0x80;
 
 /// Bytes of a task's name read at each switch (Linux `TASK_COMM_LEN`).
 pub const TASK_NAME_BYTES: usize = 16;
@@ -84,6 +97,12 @@ pub struct Context {
     /// Its stack while it waits; `None` while it runs.
     state: Option<Suspended>,
     running_on: Option<u32>,
+    /// Its order of appearance.
+    seq: u64,
+    /// Its task ended: freed at its next switch away.
+    ending: bool,
+    /// An ended task's thread group, kept from the table's (which forgets it).
+    ended_tgid: Option<u32>,
 }
 
 impl Context {
@@ -121,11 +140,20 @@ pub enum Switch {
 #[derive(Debug)]
 pub struct TaskTable {
     split_levels: bool,
-    contexts: Vec<Context>,
+    /// Live contexts; a freed one's slot is reused (`free`).
+    slots: Vec<Option<Context>>,
+    free: Vec<usize>,
+    live: usize,
+    /// Contexts made so far.
+    created: u64,
+    /// Ended tasks' contexts (no stack), at most [`MAX_ENDED`].
+    ended: Vec<Context>,
     index: HashMap<Key, usize>,
     /// Per vCPU, the running context.
     running: Vec<Option<usize>>,
-    used_tids: HashSet<u32>,
+    /// Task ids below the synthetic ones already given (PIDs, boot ids), one bit each: a
+    /// bounded set however many tasks come and go (synthetic ids are never given twice).
+    used_tids: Vec<u64>,
     next_synthetic: u32,
     /// vCPUs whose boot context became an OS task (only the first task does that).
     adopted: HashSet<u32>,
@@ -139,16 +167,26 @@ pub struct TaskTable {
     shared: Option<usize>,
     /// Tasks first seen past [`MAX_CONTEXTS`], run in the shared context.
     pub past_cap: u64,
+    /// Contexts freed because their task ended.
+    pub freed: u64,
+    /// Frames open in contexts when they were freed (never closed, as those open at the end).
+    pub freed_open_frames: u64,
+    /// Ended tasks whose line was not kept (past [`MAX_ENDED`]).
+    pub unlisted: u64,
 }
 
 impl TaskTable {
     pub fn new(split_levels: bool) -> TaskTable {
         TaskTable {
             split_levels,
-            contexts: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            created: 0,
+            ended: Vec::new(),
             index: HashMap::new(),
             running: Vec::new(),
-            used_tids: HashSet::new(),
+            used_tids: Vec::new(),
             next_synthetic: SYNTHETIC_TID_BASE,
             adopted: HashSet::new(),
             conflicts: 0,
@@ -156,6 +194,9 @@ impl TaskTable {
             max_contexts: MAX_CONTEXTS,
             shared: None,
             past_cap: 0,
+            freed: 0,
+            freed_open_frames: 0,
+            unlisted: 0,
         }
     }
 
@@ -172,11 +213,13 @@ impl TaskTable {
             level: None,
         };
         let i = self.context(key);
-        self.contexts[i].state = None;
-        self.contexts[i].running_on = Some(vcpu);
-        self.contexts[i].vcpus.insert(vcpu);
+        let c = self.at_mut(i);
+        c.state = None;
+        c.running_on = Some(vcpu);
+        c.vcpus.insert(vcpu);
+        let tid = c.tid;
         self.set_running(vcpu, Some(i));
-        self.contexts[i].tid
+        tid
     }
 
     /// A user-mode guest thread starts on `vcpu` (QEMU's linux-user gives each thread a
@@ -187,7 +230,7 @@ impl TaskTable {
             who: Who::Thread(tid),
             level: None,
         });
-        let c = &mut self.contexts[i];
+        let c = self.at_mut(i);
         c.state = None;
         c.running_on = Some(vcpu);
         c.vcpus.insert(vcpu);
@@ -197,22 +240,37 @@ impl TaskTable {
     }
 
     /// `vcpu` is gone (a user-mode thread exited): nothing runs on it, and the context that
-    /// ran there keeps no stack (its engine was flushed as it was). QEMU may give the index
-    /// to a later thread.
+    /// ran there is freed (its engine was flushed as it was, its frames left open). QEMU may
+    /// give the index to a later thread.
     pub fn end_vcpu(&mut self, vcpu: u32) {
         let Some(i) = self.running.get_mut(vcpu as usize).and_then(Option::take) else {
             return;
         };
-        let c = &mut self.contexts[i];
+        let c = self.at_mut(i);
         c.running_on = None;
         c.state = None;
+        if self.shared != Some(i) {
+            self.free_context(i, None);
+        }
+    }
+
+    /// The task running on `vcpu` ended (Linux: its state is `TASK_DEAD` at the switch
+    /// away, which comes next): its contexts (each level's) are freed at that switch, their
+    /// open frames left open as at the end of a recording. The context tasks past the cap
+    /// share never ends.
+    pub fn running_ends(&mut self, vcpu: u32) {
+        if let Some(Some(i)) = self.running.get(vcpu as usize).copied() {
+            if self.shared != Some(i) {
+                self.at_mut(i).ending = true;
+            }
+        }
     }
 
     /// Writes what each waiting context's `-t` still holds back (its open frames' entries
     /// not yet written: `Engine::write_deferred`) with `engine`, any vCPU's: at the end of
     /// a recording, so that frames still open are written as without `-t`.
     pub fn write_deferred(&mut self, engine: &mut Engine) {
-        for c in &mut self.contexts {
+        for c in self.slots.iter_mut().flatten() {
             if let Some(state) = c.state.as_mut() {
                 engine.write_deferred(c.tid, &mut state.deferred);
             }
@@ -225,7 +283,7 @@ impl TaskTable {
     pub fn switch_off_waiting(&mut self, engine: &mut Engine, now: u64) {
         let own = engine.tid();
         let running = engine.suspend();
-        for c in &mut self.contexts {
+        for c in self.slots.iter_mut().flatten() {
             if let Some(state) = c.state.take() {
                 engine.resume(c.tid, state);
                 engine.switch_off(now);
@@ -243,7 +301,7 @@ impl TaskTable {
         let own = engine.tid();
         let running = engine.suspend();
         let mut edged = Vec::new();
-        for c in &mut self.contexts {
+        for c in self.slots.iter_mut().flatten() {
             if let Some(state) = c.state.take() {
                 engine.resume(c.tid, state);
                 engine.switch_on(now);
@@ -262,15 +320,32 @@ impl TaskTable {
         self.adopted.insert(vcpu);
     }
 
-    /// Every context so far, in the order they appeared.
-    pub fn contexts(&self) -> &[Context] {
-        &self.contexts
+    /// Every context so far, live or ended (those kept: [`MAX_ENDED`]), in the order they
+    /// appeared. Walks the whole table: not for every event.
+    pub fn contexts(&self) -> Vec<&Context> {
+        let mut all: Vec<&Context> = self
+            .ended
+            .iter()
+            .chain(self.slots.iter().flatten())
+            .collect();
+        all.sort_unstable_by_key(|c| c.seq);
+        all
+    }
+
+    /// Contexts made so far (a new one raises it).
+    pub fn created(&self) -> u64 {
+        self.created
+    }
+
+    /// Live contexts.
+    pub fn live(&self) -> usize {
+        self.live
     }
 
     /// The context running on `vcpu`.
     pub fn running(&self, vcpu: u32) -> Option<&Context> {
         let i = (*self.running.get(vcpu as usize)?)?;
-        self.contexts.get(i)
+        self.slots.get(i)?.as_ref()
     }
 
     /// Names the context running on `vcpu` (not the one tasks past the cap share: it is
@@ -280,14 +355,19 @@ impl TaskTable {
             if self.shared == Some(i) {
                 return;
             }
-            self.contexts[i].name = Some(name);
+            self.at_mut(i).name = Some(name);
         }
     }
 
     /// The OS task with PID `pid` belongs to thread group `tgid` (read at a switch to it;
-    /// the last reading wins, as a PID may be reused). PID 0 is no task's.
+    /// the last reading wins, as a PID may be reused). PID 0 is no task's. Kept for live
+    /// contexts' PIDs (at most [`MAX_CONTEXTS`] of them), forgotten as their tasks end.
     pub fn thread_group(&mut self, pid: u32, tgid: u32) {
-        if pid > 0 && tgid > 0 {
+        if pid > 0
+            && tgid > 0
+            && (self.thread_groups.len() < self.max_contexts
+                || self.thread_groups.contains_key(&pid))
+        {
             self.thread_groups.insert(pid, tgid);
         }
     }
@@ -295,6 +375,7 @@ impl TaskTable {
     /// The thread group (process) of a context that is an OS task, when it was read.
     pub fn tgid(&self, c: &Context) -> Option<u32> {
         match c.key.who {
+            _ if c.ended_tgid.is_some() => c.ended_tgid,
             Who::Task { pid, .. } if pid > 0 => self.thread_groups.get(&pid).copied(),
             _ => None,
         }
@@ -318,7 +399,7 @@ impl TaskTable {
         let Some(cur) = self.running.get(vcpu as usize).copied().flatten() else {
             return self.switch(engine, vcpu, now, key, true);
         };
-        let current = self.contexts[cur].key;
+        let current = self.at(cur).key;
         if current == key {
             return Switch::Same;
         }
@@ -331,7 +412,7 @@ impl TaskTable {
             self.adopted.insert(vcpu);
             self.index.remove(&current);
             self.index.insert(key, cur);
-            let c = &mut self.contexts[cur];
+            let c = self.at_mut(cur);
             c.key = key;
             c.was_boot_of = Some(vcpu);
             return Switch::Adopted;
@@ -348,7 +429,7 @@ impl TaskTable {
         let Some(cur) = self.running.get(vcpu as usize).copied().flatten() else {
             return Switch::Same;
         };
-        let current = self.contexts[cur].key;
+        let current = self.at(cur).key;
         match current.level {
             Some(l) if l == level => Switch::Same,
             // A boot context learns the level it was running at all along.
@@ -362,7 +443,7 @@ impl TaskTable {
                 }
                 self.index.remove(&current);
                 self.index.insert(key, cur);
-                self.contexts[cur].key = key;
+                self.at_mut(cur).key = key;
                 Switch::Same
             }
             Some(_) => {
@@ -377,23 +458,31 @@ impl TaskTable {
 
     fn switch(&mut self, engine: &mut Engine, vcpu: u32, now: u64, key: Key, task: bool) -> Switch {
         let from = self.running.get(vcpu as usize).copied().flatten();
-        let next = self.context(key);
+        // An ended task's last switch away: its contexts go before the next one is made, so
+        // that a fork loop needs no more room than the tasks alive at once.
+        let ended = from.filter(|&f| task && self.at(f).ending);
         if task && from.is_some() {
             engine.event(now, EVENT_SCHED_OUT);
         }
         let state = engine.suspend();
         if let Some(from) = from {
-            let c = &mut self.contexts[from];
+            let c = self.at_mut(from);
             c.state = Some(state);
             c.running_on = None;
         }
-        let c = &mut self.contexts[next];
+        self.set_running(vcpu, None);
+        if let Some(f) = ended {
+            self.free_task(f, engine);
+        }
+        let next = self.context(key);
+        let c = self.at_mut(next);
+        let mut conflict = false;
         let resumed = match (c.running_on, c.state.take()) {
             (None, Some(state)) => Some(state),
             (None, None) => None, // new
             (Some(_), _) => {
                 // Running elsewhere: the guest switched to it before we saw it leave.
-                self.conflicts += 1;
+                conflict = true;
                 None
             }
         };
@@ -401,6 +490,7 @@ impl TaskTable {
         c.running_on = Some(vcpu);
         c.vcpus.insert(vcpu);
         let tid = c.tid;
+        self.conflicts += u64::from(conflict);
         engine.resume(tid, resumed.unwrap_or_default());
         if task && seen_before {
             engine.event(now, EVENT_SCHED_IN);
@@ -408,6 +498,54 @@ impl TaskTable {
         engine.stats.switches += 1;
         self.set_running(vcpu, Some(next));
         Switch::Switched
+    }
+
+    /// Frees every level's context of the task whose context is `i` (waiting: its last
+    /// switch away), writing what `-t` held back in each with `engine`.
+    fn free_task(&mut self, i: usize, engine: &mut Engine) {
+        let who = self.at(i).key.who;
+        let levels = (0..=u8::MAX).map(|l| Some(Level(l)));
+        let keys: Vec<usize> = std::iter::once(None)
+            .chain(levels.take(if self.split_levels { 256 } else { 0 }))
+            .filter_map(|level| self.index.get(&Key { who, level }).copied())
+            .filter(|&j| self.at(j).running_on.is_none() && self.shared != Some(j))
+            .collect();
+        for j in keys {
+            self.free_context(j, Some(engine));
+        }
+        // Read again at the next switch to a task with this PID (a later task's).
+        if let Who::Task { pid, .. } = who {
+            self.thread_groups.remove(&pid);
+        }
+    }
+
+    /// Frees the waiting context in slot `i`: its `-t` records are written (with `engine`,
+    /// where there is one), its open frames counted, its stack dropped; its line is kept
+    /// while fewer than [`MAX_ENDED`] are.
+    fn free_context(&mut self, i: usize, engine: Option<&mut Engine>) {
+        let Some(mut c) = self.slots.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        if let Some(mut state) = c.state.take() {
+            if let Some(engine) = engine {
+                engine.write_deferred(c.tid, &mut state.deferred);
+            }
+            self.freed_open_frames += state.stack.len() as u64;
+        }
+        if self.index.get(&c.key) == Some(&i) {
+            self.index.remove(&c.key);
+        }
+        if let Who::Task { pid, .. } = c.key.who {
+            c.ended_tgid = self.thread_groups.get(&pid).copied();
+        }
+        self.free.push(i);
+        self.live -= 1;
+        self.freed += 1;
+        if self.ended.len() < MAX_ENDED {
+            self.ended.push(c);
+        } else {
+            self.unlisted += 1;
+        }
     }
 
     fn set_running(&mut self, vcpu: u32, i: Option<usize>) {
@@ -418,18 +556,27 @@ impl TaskTable {
         self.running[v] = i;
     }
 
+    fn at(&self, i: usize) -> &Context {
+        // Slots named by `index`, `running` and `shared` are live: freeing removes them.
+        self.slots[i].as_ref().expect("a live context")
+    }
+
+    fn at_mut(&mut self, i: usize) -> &mut Context {
+        self.slots[i].as_mut().expect("a live context")
+    }
+
     /// The context for `key`, created (waiting, with an empty stack) when new.
     fn context(&mut self, key: Key) -> usize {
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
-        if self.contexts.len() >= self.max_contexts {
+        if self.live >= self.max_contexts {
             self.past_cap += 1;
             if let Some(i) = self.shared {
                 return i;
             }
             let i = self.new_context(SHARED_KEY);
-            self.contexts[i].name = Some("(tasks past the cap)".to_string());
+            self.at_mut(i).name = Some("(tasks past the cap)".to_string());
             self.shared = Some(i);
             return i;
         }
@@ -438,8 +585,7 @@ impl TaskTable {
 
     fn new_context(&mut self, key: Key) -> usize {
         let tid = self.new_tid(key);
-        let i = self.contexts.len();
-        self.contexts.push(Context {
+        let c = Context {
             key,
             tid,
             vcpus: BTreeSet::new(),
@@ -447,12 +593,27 @@ impl TaskTable {
             was_boot_of: None,
             state: None,
             running_on: None,
-        });
+            seq: self.created,
+            ending: false,
+            ended_tgid: None,
+        };
+        self.created += 1;
+        self.live += 1;
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(c);
+                i
+            }
+            None => {
+                self.slots.push(Some(c));
+                self.slots.len() - 1
+            }
+        };
         self.index.insert(key, i);
         i
     }
 
-    /// The guest's PID where it has one that no other context uses; a boot context's
+    /// The guest's PID where it has one that no other context used; a boot context's
     /// reserved id for the first level of a vCPU; otherwise the next synthetic id.
     fn new_tid(&mut self, key: Key) -> u32 {
         let wanted = match key.who {
@@ -461,16 +622,32 @@ impl TaskTable {
             Who::Boot(vcpu) if vcpu < MAX_VCPUS => Some(BOOT_TID_BASE + vcpu),
             _ => None,
         };
-        let tid = match wanted {
-            Some(t) if !self.used_tids.contains(&t) => t,
+        // A user-mode thread id is the host's, unique among live threads: a later thread
+        // given an ended one's id is written under it, as libmcount would.
+        let reuse = matches!(key.who, Who::Thread(_));
+        match wanted {
+            // Below SYNTHETIC_TID_BASE: one bit each.
+            Some(t) if reuse || !self.tid_used(t) => {
+                let (word, bit) = (t as usize / 64, t % 64);
+                if self.used_tids.len() <= word {
+                    self.used_tids.resize(word + 1, 0);
+                }
+                self.used_tids[word] |= 1 << bit;
+                t
+            }
             _ => {
                 let t = self.next_synthetic;
-                // Contexts are capped far below the ids left.
+                // Past 4 billion contexts made, the last id is shared.
                 self.next_synthetic = self.next_synthetic.saturating_add(1);
                 t
             }
-        };
-        self.used_tids.insert(tid);
-        tid
+        }
+    }
+
+    fn tid_used(&self, t: u32) -> bool {
+        let (word, bit) = (t as usize / 64, t % 64);
+        self.used_tids
+            .get(word)
+            .is_some_and(|w| w & (1 << bit) != 0)
     }
 }

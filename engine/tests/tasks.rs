@@ -48,13 +48,15 @@ impl Machine {
             .map(|v| {
                 let tid = table.start_vcpu(v);
                 let sink = Arc::clone(&files);
+                // The buffer comes back for reuse, as the plugin's writer recycles them: a
+                // fresh one at each switch cost Miri seconds a test.
                 let spill = Box::new(move |tid: u32, full: Vec<u8>| {
                     sink.lock()
                         .unwrap()
                         .entry(tid)
                         .or_default()
                         .extend_from_slice(&full);
-                    Vec::new()
+                    full
                 });
                 Engine::new(Vec::new(), spill, 1024, tid)
             })
@@ -194,7 +196,8 @@ fn tasks_past_the_cap_share_one_context_and_are_counted() {
     // The idle task, three children, and the one the seven later children share.
     assert_eq!(m.table.contexts().len(), 5);
     assert_eq!(m.table.past_cap, 7);
-    let shared = m.table.contexts().last().unwrap();
+    let contexts = m.table.contexts();
+    let shared = contexts.last().unwrap();
     assert_eq!(shared.name.as_deref(), Some("(tasks past the cap)"));
     let shared = shared.tid;
     let shapes = m.shapes();
@@ -229,7 +232,12 @@ fn a_task_migrates_between_vcpus_with_its_stack() {
         shapes[&10],
         s(&["+500@0", "+200@1", "out", "in", "-200@1", "-500@0"])
     );
-    let a = m.table.contexts().iter().find(|c| c.tid == 10).unwrap();
+    let a = m
+        .table
+        .contexts()
+        .into_iter()
+        .find(|c| c.tid == 10)
+        .unwrap();
     assert_eq!(a.vcpus.iter().copied().collect::<Vec<_>>(), [0, 1]);
     assert_eq!(m.table.conflicts, 0);
 }
@@ -443,4 +451,141 @@ fn threads_carry_their_thread_group() {
             (Some(11), None),
         ]
     );
+}
+
+/// A task that exits: do_exit may sleep (its switch away keeps the context), and only the
+/// switch away after the OS said the task ended (Linux: `TASK_DEAD`) frees it. Its frames
+/// stay open in its file, as at the end of a recording; its line stays, with its name and
+/// thread group; the next task made gets the freed room.
+#[test]
+fn an_ended_task_is_freed_at_its_last_switch_away() {
+    let mut m = Machine::new(1, false);
+    let idle = TASK_A - 0x1000;
+    m.task(0, idle, 0);
+    m.task(0, TASK_A, 10);
+    m.table.name_running(0, "child".into());
+    m.table.thread_group(10, 10);
+    m.call(0, 0x100, 0x14); // do_exit
+    m.call(0, 0x110, 0x104); //  exit_mm
+    m.call(0, 0x200, 0x114); //   schedule: sleeps inside do_exit
+    m.task(0, idle, 0);
+    assert_eq!(
+        m.table.freed, 0,
+        "a task switched away inside do_exit comes back"
+    );
+    m.task(0, TASK_A, 10);
+    m.ret(0, 0x114);
+    m.ret(0, 0x104);
+    m.call(0, 0x120, 0x108); //  do_task_dead
+    m.call(0, 0x200, 0x124); //   __schedule
+    m.table.running_ends(0);
+    assert_eq!(m.table.live(), 2);
+    m.task(0, idle, 0);
+    assert_eq!(
+        (m.table.freed, m.table.freed_open_frames, m.table.live()),
+        (1, 3, 1)
+    );
+    let contexts = m.table.contexts();
+    let child = contexts
+        .iter()
+        .find(|c| c.tid == 10)
+        .expect("its line stays");
+    assert_eq!(child.name.as_deref(), Some("child"));
+    assert_eq!(child.waiting_frames(), 0, "its stack is freed");
+    assert_eq!(m.table.tgid(child), Some(10));
+    // Its task structure and PID reused: a new task, empty, under an id of its own.
+    m.task(0, TASK_A, 10);
+    let reborn = m.tid_of(0);
+    assert_ne!(reborn, 10);
+    m.ret(0, 0x124);
+    assert_eq!(
+        m.engines[0].stats.unmatched_returns, 1,
+        "nothing of the old stack"
+    );
+    assert_eq!(m.table.live(), 2);
+    let shapes = m.shapes();
+    assert_eq!(
+        shapes[&10],
+        s(&[
+            "+100@0", "+110@1", "+200@2", "out", "in", "-200@2", "-110@1", "+120@1", "+200@2",
+            "out"
+        ])
+    );
+}
+
+/// A fork loop whose children end: the cap bounds the contexts alive at once, not those
+/// made, so none is past it; every child keeps its line and name.
+#[test]
+fn ended_tasks_do_not_count_against_the_cap() {
+    let mut m = Machine::with_table(1, TaskTable::new(false).with_max_contexts(4));
+    let idle = TASK_A - 0x1000;
+    m.task(0, idle, 0);
+    for pid in 10..16u32 {
+        m.task(0, TASK_A + u64::from(pid) * 0x1000, pid);
+        m.table.name_running(0, format!("child{pid}"));
+        m.call(0, 0x500, 0x14);
+        m.ret(0, 0x14);
+        m.call(0, 0x100, 0x18); // do_exit, never returns
+        m.table.running_ends(0);
+        m.task(0, idle, 0);
+    }
+    assert_eq!(m.table.past_cap, 0);
+    assert_eq!((m.table.live(), m.table.freed), (1, 6));
+    assert_eq!(m.table.freed_open_frames, 6);
+    let names: Vec<String> = m.table.contexts()[1..]
+        .iter()
+        .map(|c| format!("{}:{}", c.tid, c.name.as_deref().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        names,
+        (10..16)
+            .map(|p| format!("{p}:child{p}"))
+            .collect::<Vec<_>>()
+    );
+    let shapes = m.shapes();
+    assert_eq!(shapes[&15], s(&["+500@0", "-500@0", "+100@0", "out"]));
+}
+
+/// With split levels a task is a context per level: its end frees them all, and what `-t`
+/// still held back in each (the entries of its open frames) is written into its own file
+/// as at the end of a recording.
+#[test]
+fn an_ended_task_frees_every_level_and_writes_what_t_held_back() {
+    let mut m = Machine::new(1, true);
+    m.engines[0].set_time_filter(1000);
+    m.level(0, 1);
+    let idle = TASK_A - 0x1000;
+    m.task(0, idle, 0);
+    m.task(0, TASK_A, 10);
+    let kernel = m.tid_of(0);
+    m.level(0, 0);
+    let user = m.tid_of(0);
+    m.call(0, 0x7000, 0x7100); // exit() in user space, open
+    m.level(0, 1); // its syscall
+    m.call(0, 0x100, 0x14); // do_exit
+    m.call(0, 0x110, 0x104); //  a short call: below the threshold
+    m.ret(0, 0x104);
+    m.table.running_ends(0);
+    let live = m.table.live();
+    m.task(0, idle, 0);
+    assert_eq!(m.table.live(), live - 2);
+    assert_eq!((m.table.freed, m.table.freed_open_frames), (2, 2));
+    let shapes = m.shapes();
+    assert_eq!(shapes[&user], s(&["+7000@0"]));
+    assert_eq!(shapes[&kernel], s(&["+100@0", "out"]));
+}
+
+/// User mode: an exited thread's context is freed at once; a later thread the host gives
+/// the same id is written under it (as libmcount would), with an empty stack.
+#[test]
+fn exited_threads_are_freed_and_their_ids_may_come_back() {
+    let mut table = TaskTable::new(false);
+    assert_eq!(table.start_thread(0, 4242), 4242);
+    assert_eq!(table.start_thread(1, 4243), 4243);
+    table.end_vcpu(1);
+    assert_eq!((table.live(), table.freed), (1, 1));
+    assert_eq!(table.start_thread(1, 4243), 4243);
+    assert_eq!(table.live(), 2);
+    let tids: Vec<u32> = table.contexts().iter().map(|c| c.tid).collect();
+    assert_eq!(tids, [4242, 4243, 4243]);
 }

@@ -221,3 +221,32 @@ fn versioned_symbols_are_named_without_their_version() {
     assert!(names.contains(&"lib_entry"), "{names:?}");
     assert!(!names.iter().any(|n| n.contains('@')), "{names:?}");
 }
+
+/// A guest's file outside the host's tree (here a copy of the host's libc in a root with no
+/// debug tree of its own, as a guest's libc of the same build is) finds its debug file by
+/// build ID in the host's `/usr/lib/debug/.build-id`, as GDB does: the build ID is the
+/// file's content, and the candidate's own must equal it. Its static functions come from
+/// there (libc6-dbg is one of the fixtures).
+#[test]
+fn build_id_in_the_hosts_debug_tree_for_a_file_outside_it() {
+    let host = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    let id = build_id(host);
+    let debug = PathBuf::from(format!(
+        "/usr/lib/debug/.build-id/{}/{}.debug",
+        &id[..2],
+        &id[2..]
+    ));
+    assert!(debug.is_file(), "{}: install libc6-dbg", debug.display());
+    let tmp = tempfile::tempdir().unwrap();
+    let lib = tmp.path().join("root/lib/x86_64-linux-gnu/libc.so.6");
+    std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+    std::fs::copy(host, &lib).unwrap();
+    let image = load(&lib, &LoadOptions::default()).expect("load the copy");
+    assert!(
+        image
+            .functions
+            .iter()
+            .any(|f| f.name == "__libc_start_call_main"),
+        "a static function, from the host's debug file"
+    );
+}

@@ -4,6 +4,10 @@
 //! Guest paths are looked up under the sysroot as qemu-user does (`-L`, else
 //! `QEMU_LD_PREFIX`): the file there if it exists, else the path as it is; "there" is
 //! inside the sysroot, its absolute symlinks resolved within it ([`crate::contained`]).
+//! qemu-user itself opens `ROOT/path` on the host, where an absolute symlink leads out of
+//! the root: a file is named from the sysroot's only when it is the file QEMU mapped (the
+//! plugin says which: device and inode), else from the host file QEMU really ran, found
+//! again by the path the host gave it and checked the same way, said in one line.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -20,13 +24,52 @@ use qemu_uftrace_format::Arch;
 pub struct PluginMaps {
     /// `AT_ENTRY`, `AT_BASE` (0: no interpreter).
     pub aux: Option<(u64, u64)>,
-    /// (guest path, start, file offset), in the order they were mapped.
-    pub mmaps: Vec<(Vec<u8>, u64, u64)>,
+    /// The executable file mappings, in the order they were mapped.
+    pub mmaps: Vec<Mmap>,
+    /// The host file QEMU mapped as the dynamic loader, where the plugin found it.
+    pub interp_file: Option<HostFile>,
     /// `AT_SYSINFO_EHDR`: where the vDSO was (0 or `None`: none).
     pub vdso: Option<u64>,
     /// The plugin's copy of the vDSO (`plugin.vdso`: an image's own, or for a forked
     /// child the one it inherited, `with_vdso_from`).
     pub vdso_file: Option<PathBuf>,
+}
+
+/// One executable file mapping as the guest made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mmap {
+    /// The path the guest opened.
+    pub guest: Vec<u8>,
+    pub start: u64,
+    pub offset: u64,
+    /// The host file QEMU mapped, where the plugin could ask.
+    pub file: Option<HostFile>,
+}
+
+/// A host file QEMU mapped: what it is (device, inode) and where the host said it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFile {
+    pub dev: u64,
+    pub ino: u64,
+    pub path: PathBuf,
+}
+
+impl HostFile {
+    /// From a line's `P_dev`, `P_ino`, `P_host` fields.
+    fn from_fields(get: &std::collections::HashMap<&str, &str>, prefix: &str) -> Option<Self> {
+        let field = |k: &str| get.get(format!("{prefix}{k}").as_str()).copied();
+        Some(HostFile {
+            dev: hex(field("dev")?)?,
+            ino: hex(field("ino")?)?,
+            path: PathBuf::from(field("host").filter(|p| !p.is_empty())?),
+        })
+    }
+
+    /// Whether `path` is this file now.
+    fn is(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == (self.dev, self.ino))
+    }
 }
 
 /// The vDSO copy the plugin writes into a process image's folder.
@@ -55,12 +98,18 @@ pub fn parse(text: &str) -> PluginMaps {
                     maps.aux = Some((entry, base));
                 }
                 maps.vdso = num("vdso").filter(|&v| v != 0);
+                maps.interp_file = HostFile::from_fields(&get, "interp_");
             }
             "mmap" => {
                 if let (Some(start), Some(offset), Some(path)) =
                     (num("start"), num("offset"), get.get("path"))
                 {
-                    maps.mmaps.push((path.as_bytes().to_vec(), start, offset));
+                    maps.mmaps.push(Mmap {
+                        guest: path.as_bytes().to_vec(),
+                        start,
+                        offset,
+                        file: HostFile::from_fields(&get, ""),
+                    });
                 }
             }
             _ => {}
@@ -91,6 +140,54 @@ pub fn host_path(sysroot: Option<&Path>, guest: &[u8]) -> PathBuf {
         }
     }
     Path::new(OsStr::from_bytes(guest)).to_path_buf()
+}
+
+/// The host file to name a file QEMU mapped by (`mapped`, where the plugin said) that the
+/// guest opened as `guest`: [`host_path`]'s when it is that file; else, under a sysroot, the
+/// file QEMU really mapped (an absolute symlink in the root led QEMU out of it, on the
+/// host), found again by the host's path for it and checked to be it, with one line saying
+/// so; `None` (and a line) when that cannot be found. Nothing else outside the root is
+/// opened: only the very file that ran.
+pub fn mapped_file(
+    sysroot: Option<&Path>,
+    guest: &[u8],
+    mapped: Option<&HostFile>,
+) -> Option<PathBuf> {
+    let named = host_path(sysroot, guest);
+    let (Some(root), Some(m)) = (sysroot, mapped) else {
+        return Some(named);
+    };
+    if m.is(&named) {
+        return Some(named);
+    }
+    let guest = qemu_uftrace_format::text::escape_bytes(guest);
+    if m.path.is_absolute() && m.is(&m.path) {
+        say_once(format!(
+            "{guest} left the -L root {} through a symlink: QEMU ran the host's {} (not {}), \
+             and its functions are named from that file",
+            root.display(),
+            m.path.display(),
+            named.display()
+        ));
+        return Some(m.path.clone());
+    }
+    say_once(format!(
+        "{guest} is not named: QEMU ran {} (a symlink in the -L root {} leads out of it), \
+         which is no longer there",
+        m.path.display(),
+        root.display()
+    ));
+    None
+}
+
+/// Prints `line` as a warning once per `record` (the maps are read more than once).
+fn say_once(line: String) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.contains(&line) {
+        crate::errors::warn(&line);
+        said.push(line);
+    }
 }
 
 /// The files a user-mode program will most likely map, known before it runs: itself, its
@@ -205,8 +302,8 @@ pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec
     add(program.to_path_buf(), program_bias, "the program");
     if let (Some(interp), Some((_, base))) = (elf.as_ref().and_then(|e| e.interp.clone()), maps.aux)
     {
-        let path = host_path(sysroot, &interp);
-        if base != 0 {
+        let path = mapped_file(sysroot, &interp, maps.interp_file.as_ref());
+        if let Some(path) = path.filter(|_| base != 0) {
             if let Some(ld) = Elf::read(&path) {
                 add(path, ld.bias_of_base(base), "the dynamic loader");
             }
@@ -216,12 +313,14 @@ pub fn sources(program: &Path, sysroot: Option<&Path>, maps: &PluginMaps) -> Vec
     if let Some((file, bias)) = vdso(maps) {
         add(file, bias, "the vDSO");
     }
-    for (guest, start, offset) in &maps.mmaps {
-        let path = host_path(sysroot, guest);
+    for m in &maps.mmaps {
+        let Some(path) = mapped_file(sysroot, &m.guest, m.file.as_ref()) else {
+            continue;
+        };
         if let Some(lib) = Elf::read(&path) {
             add(
                 path,
-                lib.bias_of_mapping(*start, *offset),
+                lib.bias_of_mapping(m.start, m.offset),
                 "a shared library",
             );
         }
@@ -295,9 +394,30 @@ mod tests {
         );
         assert_eq!(m.aux, Some((0x55_0000_0740, 0x7f00_0000_0000)));
         assert_eq!(m.vdso, None);
-        assert_eq!(m.mmaps, [(b"/lib/libc.so.6".to_vec(), 0x7f10_0000_0000, 0)]);
+        assert_eq!(
+            m.mmaps,
+            [Mmap {
+                guest: b"/lib/libc.so.6".to_vec(),
+                start: 0x7f10_0000_0000,
+                offset: 0,
+                file: None
+            }]
+        );
         let m = parse("aux\tentry=0x1\tphdr=0x2\tbase=0x0\tvdso=0x7f0000001000\n");
         assert_eq!(m.vdso, Some(0x7f00_0000_1000));
+        // The host files QEMU mapped.
+        let m = parse(
+            "aux\tentry=0x1\tphdr=0x2\tbase=0x3\tvdso=0x0\tinterp_dev=fd01\tinterp_ino=1f\t\
+             interp_host=/x/ld b.so\n\
+             mmap\tstart=0x10\tlen=0x1000\toffset=0x0\tdev=1\tino=2\thost=/h/l=c\tpath=/l\n",
+        );
+        let file = |dev, ino, path: &str| HostFile {
+            dev,
+            ino,
+            path: PathBuf::from(path),
+        };
+        assert_eq!(m.interp_file, Some(file(0xfd01, 0x1f, "/x/ld b.so")));
+        assert_eq!(m.mmaps[0].file, Some(file(1, 2, "/h/l=c")));
     }
 
     /// A root laid out as Debian's, with absolute symlinks (`/lib` → `/usr/lib`, the
@@ -357,6 +477,46 @@ mod tests {
             );
             assert!(f.starts_with(&root), "{files:?}");
         }
+    }
+
+    /// QEMU followed the root's absolute link on the host: the file named is the one it
+    /// mapped (the host's, found by its host path and checked by device and inode), not the
+    /// root's file of that name; the root's is kept when it is the one mapped; a mapped
+    /// file that is gone names nothing.
+    #[test]
+    fn files_are_named_from_what_qemu_mapped() {
+        use std::os::unix::fs::MetadataExt;
+        let (_tmp, root) = absolute_link_root();
+        let guest = b"/lib/x86_64-linux-gnu/libc.so.6";
+        let identity = |p: &Path| {
+            let m = std::fs::metadata(p).unwrap();
+            HostFile {
+                dev: m.dev(),
+                ino: m.ino(),
+                path: std::fs::canonicalize(p).unwrap(),
+            }
+        };
+        let host = identity(Path::new("/usr/lib/x86_64-linux-gnu/libm.so.6"));
+        assert_eq!(
+            mapped_file(Some(&root), guest, Some(&host)),
+            Some(host.path.clone())
+        );
+        let inside = identity(&host_path(Some(&root), guest));
+        assert_eq!(
+            mapped_file(Some(&root), guest, Some(&inside)),
+            Some(host_path(Some(&root), guest))
+        );
+        let gone = HostFile {
+            path: root.join("gone.so"),
+            ..host.clone()
+        };
+        assert_eq!(mapped_file(Some(&root), guest, Some(&gone)), None);
+        // Not found again at the path the host gave: another file there is not it.
+        let moved = HostFile {
+            path: PathBuf::from("/bin/sh"),
+            ..host
+        };
+        assert_eq!(mapped_file(Some(&root), guest, Some(&moved)), None);
     }
 
     #[test]

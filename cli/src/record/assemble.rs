@@ -190,6 +190,11 @@ pub fn assemble(
     for why in &user.problems {
         warn(format!("INCOMPLETE TRACE: {why}"));
     }
+    // The records end early (rather than only what the reason names being missing).
+    let tail_lost = !user.problems.is_empty()
+        || stats
+            .as_ref()
+            .is_some_and(|s| s.size_capped || s.lost_records > 0 || s.stopped.is_some());
     let incomplete = stats
         .as_ref()
         .and_then(|s| s.incomplete_reason(cap))
@@ -203,9 +208,10 @@ pub fn assemble(
                 "QEMU {} before the qemu-uftrace plugin flushed its buffers",
                 exit.describe()
             ),
+            true,
         )?;
     } else if let Some(why) = &incomplete {
-        datadir::mark_incomplete(staging, why)?;
+        datadir::mark_incomplete(staging, why, tail_lost)?;
     }
     let old = datadir::publish(staging, output)?;
     if let Some(hint) = symbols.kaslr {

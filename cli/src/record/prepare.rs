@@ -403,6 +403,10 @@ impl PluginOptions<'_> {
             if let Some(offset) = symbol_source::task_tgid_offset(kernel) {
                 v.push(format!(",task_tgid={offset}"));
             }
+            // Ended tasks' contexts are freed at their last switch (else only capped).
+            if let Some(offset) = symbol_source::task_state_offset(kernel) {
+                v.push(format!(",task_state={offset}"));
+            }
         }
         if let Some(watch) = self.proc_watch {
             v.push(watch);

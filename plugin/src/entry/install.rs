@@ -214,6 +214,11 @@ mod tests {
         vcpu_exit(0);
         assert_eq!(BYTE_ARRAYS_FREED.load(Ordering::SeqCst), freed + 1);
         assert_eq!(RETIRED.lock().unwrap().len(), 1);
+        // A second thread's end is folded into the first's: a thread loop grows nothing.
+        vcpu_init(0);
+        vcpu_exit(0);
+        assert_eq!(RETIRED.lock().unwrap().len(), 1);
+        assert_eq!(RETIRED.lock().unwrap()[0].vcpus, 2);
         vcpu_init(0);
         // A callback that panics: caught at the boundary, the vCPU free for the next one.
         assert_eq!(vcpu::with(0, |_| -> u8 { panic!("a bug") }), None);
@@ -225,7 +230,12 @@ mod tests {
         let stats = std::fs::read_to_string(dir.join("plugin.stats")).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(stats.starts_with("complete=0\n"), "{stats}");
-        assert!(stats.contains("vcpus=2\n"), "{stats}");
+        assert!(stats.contains("vcpus=3\n"), "{stats}");
+        // Each exited thread's context was freed; its id came back for the next.
+        assert!(
+            stats.contains("tasks=3\ntask_conflicts=0\ntasks_past_cap=0\ntasks_ended=2\n"),
+            "{stats}"
+        );
         let errors: Vec<&str> = stats.lines().filter(|l| l.starts_with("error=")).collect();
         assert!(errors.iter().any(|e| e.contains("plugin.maps")), "{stats}");
         assert!(

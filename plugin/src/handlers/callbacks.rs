@@ -961,7 +961,14 @@ fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64) -> 
         let tgid = tgid_of_task(&mut v.regs, old, pid).filter(|_| pid > 0);
         (old, pid, tgid.unwrap_or(0))
     });
-    let leaving = name_at(&mut v.regs, before.map_or(v.task_ptr, |(old, ..)| old));
+    let leaving_ptr = before.map_or(v.task_ptr, |(old, ..)| old);
+    let leaving = name_at(&mut v.regs, leaving_ptr);
+    // Its last switch (Linux `do_task_dead`): its context is freed at this switch.
+    let leaving_ended = crate::state::config()
+        .and_then(|c| c.task_state)
+        .filter(|_| leaving_ptr != 0)
+        .and_then(|offset| v.regs.read_le(leaving_ptr.wrapping_add(offset), 4))
+        .is_some_and(|state| state as u32 == qemu_uftrace_engine::tasks::LINUX_TASK_DEAD);
     let arriving = name_at(&mut v.regs, ptr);
     // Its process (one 4-byte read per switch, with the kernel's DWARF only), which
     // also gives the address space it runs in (processes watched only).
@@ -980,13 +987,16 @@ fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64) -> 
         if let Some(name) = leaving {
             t.name_running(vcpu_index, name);
         }
-        let known = t.contexts().len();
+        if leaving_ended {
+            t.running_ends(vcpu_index);
+        }
+        let known = t.created();
         let switch = t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid);
         t.thread_group(pid, tgid);
         if let Some(name) = arriving {
             t.name_running(vcpu_index, name);
         }
-        switch == Switch::Switched && t.contexts().len() > known
+        switch == Switch::Switched && t.created() > known
     })
     .unwrap_or(false)
 }

@@ -7,6 +7,13 @@
 //! instruction. Libraries are mapped by the guest's loader: the syscall callbacks see each
 //! `openat` (the path) and each `mmap` of a file with `PROT_EXEC` (fd, offset, returned
 //! address). Nothing here runs per call or return.
+//!
+//! Each file is also said as the host file QEMU really mapped (device, inode, the path the
+//! host gives it): under `-L ROOT` QEMU opens `ROOT/path` and the host kernel follows an
+//! absolute symlink there on the host, so the guest path named inside ROOT may be another
+//! file than the one that runs. A library's comes from its descriptor at the `mmap` (the
+//! guest's descriptors are QEMU's own); the loader's, which QEMU maps itself, from QEMU's
+//! `/proc/self/maps` at the first instruction (no descriptor is left by then).
 
 use crate::state::guest::ByteBuf;
 use object::elf::{FileHeader64, ProgramHeader64, PT_LOAD};
@@ -48,6 +55,72 @@ struct Mapping {
     len: u64,
     offset: u64,
     path: Vec<u8>,
+    /// The host file mapped, where it could be asked.
+    file: Option<HostFile>,
+}
+
+/// A host file as QEMU has it open or mapped: its device and inode (what it is), and the
+/// path the host kernel gives it (where the CLI may find it again, checking both).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostFile {
+    dev: u64,
+    ino: u64,
+    path: Vec<u8>,
+}
+
+impl HostFile {
+    /// The file open as descriptor `fd` of this process.
+    fn of_fd(fd: i64) -> Option<HostFile> {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::MetadataExt;
+        let link = format!("/proc/self/fd/{fd}");
+        let meta = std::fs::metadata(&link).ok()?;
+        let path = std::fs::read_link(&link).ok()?;
+        Some(HostFile {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            path: path.as_os_str().as_bytes().to_vec(),
+        })
+    }
+
+    /// The file mapped at host address `addr`, from `/proc/self/maps`' text `maps`.
+    fn mapped_at(maps: &str, addr: u64) -> Option<HostFile> {
+        maps.lines().find_map(|line| {
+            let mut f = line.splitn(6, ' ');
+            let (range, _perms, _offset, dev, ino) =
+                (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+            let (lo, hi) = range.split_once('-')?;
+            let (lo, hi) = (
+                u64::from_str_radix(lo, 16).ok()?,
+                u64::from_str_radix(hi, 16).ok()?,
+            );
+            let ino: u64 = ino.parse().ok()?;
+            if !(lo <= addr && addr < hi) || ino == 0 {
+                return None;
+            }
+            let (major, minor) = dev.split_once(':')?;
+            let dev = libc::makedev(
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+            );
+            let path = f.next()?.trim_start();
+            Some(HostFile {
+                dev,
+                ino,
+                path: path.as_bytes().to_vec(),
+            })
+        })
+    }
+
+    /// Its `plugin.maps` fields, `P` first: `P_dev=HEX P_ino=HEX P_host=PATH`, the path as
+    /// one field (tabs and newlines made spaces).
+    fn fields(&self, prefix: &str) -> String {
+        let host = String::from_utf8_lossy(&self.path).replace(['\t', '\n'], " ");
+        format!(
+            "\t{prefix}dev={:x}\t{prefix}ino={:x}\t{prefix}host={host}",
+            self.dev, self.ino
+        )
+    }
 }
 
 enum Pending {
@@ -60,6 +133,30 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 static AUX: Mutex<Option<Aux>> = Mutex::new(None);
 static FDS: Mutex<Option<HashMap<i64, Vec<u8>>>> = Mutex::new(None);
 static MAPS: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+
+/// Executable file mappings kept at most, and open descriptors' paths: a guest mapping
+/// library after library (`dlopen`/`dlclose` in a loop) or holding many files open must not
+/// grow QEMU without bound. Later ones are counted in [`DROPPED`].
+pub const MAX_KEPT: usize = 1 << 16;
+
+/// Mappings and paths not kept past [`MAX_KEPT`].
+static DROPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The mappings and paths dropped past [`MAX_KEPT`].
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Pushes `item` unless `list` holds `max` already (then counts it in [`DROPPED`]).
+fn keep<T>(list: &mut Vec<T>, item: T, max: usize) {
+    if list.len() < max {
+        list.push(item);
+    } else {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+/// The dynamic loader as QEMU mapped it (at `AT_BASE`).
+static INTERP: Mutex<Option<HostFile>> = Mutex::new(None);
 
 thread_local! {
     /// The syscall this guest thread is in, between its entry and return callbacks.
@@ -113,6 +210,15 @@ pub fn startup() -> bool {
         }
         Some(aux)
     });
+    // The loader QEMU mapped: the host file at AT_BASE's host address.
+    let interp = aux
+        .filter(|a| a.base != 0)
+        .zip(crate::state::guest::user_base())
+        .and_then(|(a, base)| {
+            let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+            HostFile::mapped_at(&maps, a.base.wrapping_add(base))
+        });
+    *INTERP.lock().unwrap_or_else(|e| e.into_inner()) = interp;
     if let Some(aux) = aux {
         crate::state::entries::program_entry(aux.entry);
         crate::state::aims::place(aux.entry);
@@ -258,45 +364,67 @@ pub fn syscall_ret(num: i64, ret: i64) {
     let sys = crate::state::isa_or_default().linux_user();
     match (num, pending) {
         (n, Pending::Openat(path)) if n == sys.openat => {
-            FDS.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(HashMap::new)
-                .insert(ret, path);
+            let mut fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
+            let fds = fds.get_or_insert_with(HashMap::new);
+            if fds.len() < MAX_KEPT || fds.contains_key(&ret) {
+                fds.insert(ret, path);
+            } else {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
         }
         (n, Pending::Mmap { len, fd, offset }) if n == sys.mmap => {
             // Placed before the guest can run (and QEMU translate) any of the new code.
             crate::state::lib_entries::mapped(fd, ret as u64, offset);
             let fds = FDS.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(path) = fds.as_ref().and_then(|f| f.get(&fd)) {
-                MAPS.lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Mapping {
+                let mut maps = MAPS.lock().unwrap_or_else(|e| e.into_inner());
+                let file = (maps.len() < MAX_KEPT)
+                    .then(|| HostFile::of_fd(fd))
+                    .flatten();
+                keep(
+                    &mut maps,
+                    Mapping {
                         start: ret as u64,
                         len,
                         offset,
                         path: path.clone(),
-                    });
+                        file,
+                    },
+                    MAX_KEPT,
+                );
             }
         }
         _ => {}
     }
 }
 
-/// `plugin.maps`: an `aux` line (what the kernel, here QEMU, told the program), then one
-/// `mmap` line per executable file mapping, tab-separated `key=value` fields, the path last.
+/// `plugin.maps`: an `aux` line (what the kernel, here QEMU, told the program, and the host
+/// file of the loader it mapped: `interp_dev`, `interp_ino`, `interp_host`), then one `mmap`
+/// line per executable file mapping (the host file mapped: `dev`, `ino`, `host`),
+/// tab-separated `key=value` fields, the guest path last.
 pub fn lines() -> String {
     let mut text = String::new();
     if let Some(a) = *AUX.lock().unwrap_or_else(|e| e.into_inner()) {
+        let interp = INTERP.lock().unwrap_or_else(|e| e.into_inner());
         text.push_str(&format!(
-            "aux\tentry={:#x}\tphdr={:#x}\tbase={:#x}\tvdso={:#x}\n",
-            a.entry, a.phdr, a.base, a.vdso
+            "aux\tentry={:#x}\tphdr={:#x}\tbase={:#x}\tvdso={:#x}{}\n",
+            a.entry,
+            a.phdr,
+            a.base,
+            a.vdso,
+            interp
+                .as_ref()
+                .map_or_else(String::new, |f| f.fields("interp_"))
         ));
     }
     for m in MAPS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
         let path = String::from_utf8_lossy(&m.path).replace(['\t', '\n'], " ");
         text.push_str(&format!(
-            "mmap\tstart={:#x}\tlen={:#x}\toffset={:#x}\tpath={path}\n",
-            m.start, m.len, m.offset
+            "mmap\tstart={:#x}\tlen={:#x}\toffset={:#x}{}\tpath={path}\n",
+            m.start,
+            m.len,
+            m.offset,
+            m.file.as_ref().map_or_else(String::new, |f| f.fields(""))
         ));
     }
     text
@@ -305,6 +433,44 @@ pub fn lines() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mappings_past_the_cap_are_counted_not_kept() {
+        let before = dropped();
+        let mut list = Vec::new();
+        for i in 0..5 {
+            keep(&mut list, i, 3);
+        }
+        assert_eq!(list, [0, 1, 2]);
+        assert!(dropped() >= before + 2);
+    }
+
+    /// The file behind a mapping, as `/proc/self/maps` says it (device in hex major:minor,
+    /// inode in decimal, the path after the spaces); anonymous ranges are no file.
+    #[test]
+    fn the_host_file_mapped_at_an_address() {
+        let maps = "7f0000000000-7f0000002000 r-xp 00000000 fd:01 1234   /lib/ld b.so\n\
+                    7f0000002000-7f0000003000 rw-p 00000000 00:00 0 \n";
+        let f = HostFile::mapped_at(maps, 0x7f00_0000_1000).unwrap();
+        assert_eq!(
+            (f.dev, f.ino, f.path.as_slice()),
+            (libc::makedev(0xfd, 1), 1234, &b"/lib/ld b.so"[..])
+        );
+        assert_eq!(HostFile::mapped_at(maps, 0x7f00_0000_2000), None);
+        assert_eq!(HostFile::mapped_at(maps, 0x7f00_0000_3000), None);
+        // This process's own: its program's code, at its own address, is the executable.
+        let own = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let here = the_host_file_mapped_at_an_address as fn() as usize as u64;
+        let f = HostFile::mapped_at(&own, here).unwrap();
+        let exe = std::fs::metadata("/proc/self/exe").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((f.dev, f.ino), (exe.dev(), exe.ino()));
+        // A descriptor's file: the same identity and path.
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        use std::os::fd::AsRawFd;
+        let g = HostFile::of_fd(i64::from(file.as_raw_fd())).unwrap();
+        assert_eq!((g.dev, g.ino, &g.path), (f.dev, f.ino, &f.path));
+    }
 
     #[test]
     fn an_elf_image_spans_its_segments_and_section_headers() {

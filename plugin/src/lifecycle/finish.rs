@@ -55,12 +55,14 @@ fn finish_once() {
         .filter(|t| written.bytes.get(t).copied().unwrap_or(0) > 0)
         .collect();
     tids.sort_unstable();
-    let open: usize = states.iter().map(|s| s.open_frames).sum::<usize>()
+    // Frames of ended tasks' freed contexts stay open too.
+    let open: u64 = states.iter().map(|s| s.open_frames as u64).sum::<u64>()
         + table
             .contexts()
             .iter()
-            .map(|c| c.waiting_frames())
-            .sum::<usize>();
+            .map(|c| c.waiting_frames() as u64)
+            .sum::<u64>()
+        + table.freed_open_frames;
     // User mode: each guest process image has its own files (`process`).
     let dir = image::files_dir(&cfg.out);
     // The maps and tasks first: `plugin.stats` tells the record command this image is done,
@@ -97,6 +99,22 @@ fn finish_once() {
             qemu_uftrace_engine::tasks::MAX_CONTEXTS
         ));
     }
+    if table.unlisted > 0 {
+        written.errors.push(format!(
+            "{} ended tasks past the {} kept in plugin.tasks are not listed: their names \
+             are not shown",
+            table.unlisted,
+            qemu_uftrace_engine::tasks::MAX_ENDED
+        ));
+    }
+    let maps_dropped = crate::handlers::usermap::dropped();
+    if maps_dropped > 0 {
+        written.errors.push(format!(
+            "{maps_dropped} library mappings and open files not kept past {} of each: later \
+             libraries' functions are not named",
+            crate::handlers::usermap::MAX_KEPT
+        ));
+    }
     let procs_dropped = crate::handlers::procmaps::dropped();
     if procs_dropped > 0 {
         written.errors.push(format!(
@@ -106,6 +124,15 @@ fn finish_once() {
         ));
     }
     let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
+    let files_past_cap = crate::state::spaces::with(|s| s.files_past_cap);
+    if files_past_cap > 0 {
+        written.errors.push(format!(
+            "{files_past_cap} mappings of files first mapped past the {} guest paths kept are \
+             not matched across processes: their code, where another process translated it \
+             first, is kept at that process's addresses, which may name the wrong functions",
+            qemu_uftrace_engine::spaces::MAX_FILES
+        ));
+    }
     if spaces.1 > 0 {
         written.errors.push(format!(
             "{} events in code translated in an ended process's address space (one of {} \
@@ -131,7 +158,7 @@ fn finish_once() {
             ClockChoice::Auto => "auto",
         },
     );
-    line("vcpus", &states.len());
+    line("vcpus", &states.iter().map(|s| s.vcpus).sum::<usize>());
     line(
         "tids",
         &tids
@@ -140,9 +167,11 @@ fn finish_once() {
             .collect::<Vec<_>>()
             .join(","),
     );
-    line("tasks", &table.contexts().len());
+    line("tasks", &table.created());
     line("task_conflicts", &table.conflicts);
     line("tasks_past_cap", &table.past_cap);
+    line("tasks_ended", &table.freed);
+    line("tasks_unlisted", &table.unlisted);
     for (k, v) in total.lines() {
         line(k, &v);
     }
@@ -234,10 +263,14 @@ fn finish_once() {
     }
     line("lost_records", &lost);
     line("dropped_cookies", &written.dropped_side);
+    if !system_mode() {
+        line("dropped_maps", &maps_dropped);
+    }
     if system_mode() && crate::handlers::procmaps::enabled() {
         line("dropped_proc_events", &procs_dropped);
         line("spaces_freed", &spaces.0);
         line("unmoved_events", &spaces.1);
+        line("files_past_cap", &files_past_cap);
     }
     if written.capped {
         line("size_capped", &1);

@@ -12,6 +12,8 @@ use std::sync::Mutex;
 /// frames it left open (not its engine, buffer, stack and register buffer).
 pub struct Ended {
     pub index: u32,
+    /// vCPUs it stands for (user mode folds exited threads' into one).
+    pub vcpus: usize,
     pub stats: Stats,
     pub open_frames: usize,
     /// `-F`/`-N` functions it entered, by address.
@@ -23,6 +25,7 @@ impl Ended {
     pub fn of(index: u32, state: &vcpu::VcpuState) -> Ended {
         Ended {
             index,
+            vcpus: 1,
             stats: state.engine.stats(),
             open_frames: state.engine.stack().len(),
             filter_reached: (state.engine.gates())
@@ -31,9 +34,25 @@ impl Ended {
                 .map_or_else(Vec::new, |g| g.notrace_reached().collect()),
         }
     }
+
+    /// Folds `o` into this one (its counts added, its reached functions joined).
+    fn absorb(&mut self, o: Ended) {
+        self.vcpus += o.vcpus;
+        self.stats.add(&o.stats);
+        self.open_frames += o.open_frames;
+        for (all, more) in [
+            (&mut self.filter_reached, o.filter_reached),
+            (&mut self.notrace_reached, o.notrace_reached),
+        ] {
+            all.extend(more);
+            all.sort_unstable();
+            all.dedup();
+        }
+    }
 }
 
-/// User mode: the vCPUs whose guest thread exited, in the order they did.
+/// User mode: what the vCPUs whose guest thread exited leave, folded into one (a thread
+/// loop must not grow it).
 pub static RETIRED: Mutex<Vec<Ended>> = Mutex::new(Vec::new());
 
 pub fn vcpu_init(vcpu_id: u32) {
@@ -128,8 +147,10 @@ pub fn vcpu_exit(vcpu_id: u32) {
     state.engine.release_waiting();
     state.engine.flush();
     with_tasks(|t| t.end_vcpu(vcpu_id));
-    RETIRED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Ended::of(vcpu_id, &state));
+    let ended = Ended::of(vcpu_id, &state);
+    let mut retired = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
+    match retired.last_mut() {
+        Some(all) => all.absorb(ended),
+        None => retired.push(ended),
+    }
 }

@@ -1,6 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
-//! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
+//! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
@@ -33,6 +33,10 @@ pub struct Config {
     /// `task_struct.tgid`), read at switches to a task whose PID is known: the process
     /// that `plugin.tasks` groups its threads by.
     pub task_tgid: Option<u64>,
+    /// Where an OS task's state sits in its task structure (Linux `task_struct.__state`),
+    /// read at each switch away: `TASK_DEAD` there is the task's last switch, which frees
+    /// its context.
+    pub task_state: Option<u64>,
     /// User mode: this QEMU runs a guest process other than the first (a forked child's
     /// image after exec), whose files go to `procs/<KEY>/` (see `process`).
     pub proc_key: Option<String>,
@@ -293,6 +297,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut task_comm = None;
     let mut task_pid = None;
     let mut task_tgid = None;
+    let mut task_state = None;
     let mut task_slot = None;
     let mut task_slot_file = None;
     let mut max_depth = qemu_uftrace_format::MAX_STACK as usize;
@@ -350,6 +355,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "task_comm" => task_comm = Some(task_offset("task_comm", value)?),
             "task_pid" => task_pid = Some(task_offset("task_pid", value)?),
             "task_tgid" => task_tgid = Some(task_offset("task_tgid", value)?),
+            "task_state" => task_state = Some(task_offset("task_state", value)?),
             "task_slot" => {
                 task_slot = Some(
                     value
@@ -488,6 +494,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         task_comm,
         task_pid,
         task_tgid,
+        task_state,
         proc_key,
         user_opts,
         task_slot,

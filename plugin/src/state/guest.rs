@@ -236,6 +236,11 @@ pub fn learn_user_base(vaddr: u64, haddr: *const u8) {
     }
 }
 
+/// User mode: the guest base, once learned ([`learn_user_base`]).
+pub fn user_base() -> Option<u64> {
+    Some(USER_BASE.load(std::sync::atomic::Ordering::Relaxed)).filter(|&b| b != NO_BASE)
+}
+
 /// The little-endian value of `size` bytes (at most 8) that a guest load has just read at
 /// `vaddr`, read again from the host memory it was read from: a plain load where the API's
 /// `qemu_plugin_mem_get_value` cost ~14 ns (a store-forwarding stall on its by-value
