@@ -24,6 +24,9 @@ pub struct FuncValues {
     /// Its size (0: unknown, so no return value can be read).
     pub size: u64,
     pub values: Vec<Value>,
+    /// A kernel syscall wrapper's (it takes only `struct pt_regs *`): where in that struct
+    /// each of the syscall's arguments is, read there instead of from registers.
+    pub pt_regs: Option<[u64; 6]>,
 }
 
 /// Every `-A`/`-R` of a recording, resolved.
@@ -93,6 +96,7 @@ impl ArgSpecs {
                             addr,
                             size,
                             values: Vec::new(),
+                            pt_regs: None,
                         });
                         specs.funcs.len() - 1
                     }
@@ -121,7 +125,14 @@ impl ArgSpecs {
             };
             let args: Vec<String> = (f.values.iter())
                 .filter(|v| !v.is_retval())
-                .map(|v| format!("{}:{}", v.idx, v.plugin_word()))
+                .map(|v| match f.pt_regs {
+                    // Read from memory at the first argument (the pt_regs) plus the offset.
+                    Some(at) => {
+                        let off = at.get(usize::from(v.idx) - 1).copied().unwrap_or(0);
+                        format!("{}:{}:{off:x}", v.idx, v.plugin_word())
+                    }
+                    None => format!("{}:{}", v.idx, v.plugin_word()),
+                })
                 .collect();
             let args = if args.is_empty() {
                 "-".to_string()
@@ -147,6 +158,194 @@ impl ArgSpecs {
             .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(Some(path))
     }
+
+    /// Marks the kernel's syscall wrappers among the functions (`names` has a name of
+    /// `arch`'s [`syscall_prefix`] for them): their arguments are their syscall's, read
+    /// from the `struct pt_regs` they take, at `pt_regs` (`None`: its layout is not known,
+    /// which is one line when a wrapper has arguments to read).
+    pub fn read_syscalls(
+        &mut self,
+        names: &Names,
+        arch: Arch,
+        pt_regs: Option<[u64; 6]>,
+    ) -> Result<()> {
+        let prefix = syscall_prefix(arch);
+        for f in &mut self.funcs {
+            let Some((name, _)) = (names.functions.iter())
+                .find(|(n, a)| *a == f.addr && n.starts_with(prefix) && n.len() > prefix.len())
+            else {
+                continue;
+            };
+            let args: Vec<u8> = (f.values.iter().filter(|v| !v.is_retval()))
+                .map(|v| v.idx)
+                .collect();
+            if args.is_empty() {
+                continue;
+            }
+            let Some(at) = pt_regs else {
+                return Err(usage(
+                    format!(
+                        "-A {name}: the kernel's struct pt_regs is not known (no DWARF or BTF \
+                         says its layout), so the syscall's arguments cannot be read"
+                    ),
+                    "give the kernel's -dbg vmlinux with --symbols",
+                ));
+            };
+            if let Some(n) = args.iter().find(|&&n| n > 6) {
+                return Err(usage(
+                    format!("-A {name}@arg{n}: a syscall has at most 6 arguments"),
+                    "name arg1 to arg6",
+                ));
+            }
+            f.pt_regs = Some(at);
+        }
+        Ok(())
+    }
+}
+
+/// The prefix of the kernel's syscall wrappers on `arch` (`__arm64_sys_openat` for
+/// `openat`): each takes the `struct pt_regs *` the syscall entered with.
+pub fn syscall_prefix(arch: Arch) -> &'static str {
+    match arch {
+        Arch::Aarch64 => "__arm64_sys_",
+        Arch::X86_64 => "__x64_sys_",
+        Arch::Riscv64 => "__riscv_sys_",
+    }
+}
+
+/// Where `struct pt_regs` keeps a syscall's six arguments, in the order the wrappers pass
+/// them on (`SC_ARM64_REGS_TO_ARGS`: `regs[0..6]`; `SC_X86_64_REGS_TO_ARGS`: di, si, dx,
+/// r10, r8, r9; `SC_RISCV_REGS_TO_ARGS`: orig_a0, a1..a5), from the kernel's DWARF or BTF.
+pub fn pt_regs_offsets(
+    types: &qemu_uftrace_symbols::KernelTypes,
+    arch: Arch,
+) -> std::result::Result<[u64; 6], String> {
+    let at = |member: &str| {
+        types
+            .member_offset("pt_regs", member)
+            .map_err(|e| format!("struct pt_regs: {e}"))
+    };
+    let mut out = [0u64; 6];
+    match arch {
+        Arch::Aarch64 => {
+            // `regs[31]`, in an anonymous struct of a union with `user_regs`, which
+            // starts with the same array.
+            let base = at("regs").or_else(|_| at("user_regs"))?;
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = base + 8 * i as u64;
+            }
+        }
+        Arch::X86_64 => {
+            for (o, m) in out.iter_mut().zip(["di", "si", "dx", "r10", "r8", "r9"]) {
+                *o = at(m)?;
+            }
+        }
+        Arch::Riscv64 => {
+            for (o, m) in out
+                .iter_mut()
+                .zip(["orig_a0", "a1", "a2", "a3", "a4", "a5"])
+            {
+                *o = at(m)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `-A FUNC` with no `@VALUE`s, where FUNC names the kernel's syscall wrappers: each
+/// syscall's own arguments by their types, as ftrace's syscall events show them, from the
+/// DWARF of its `__do_sys_NAME` in `files` (the kernel's ELF files: its `-dbg` vmlinux).
+/// Gives `argument` with each such spec written out (`__arm64_sys_openat@arg1/i32,arg2/s,…`:
+/// `info` must hold what replay can read), and the enums they name. A bare FUNC that names
+/// another function is left for [`ArgSpecs::resolve`] to refuse.
+pub fn expand_syscalls(
+    argument: &[String],
+    names: &Names,
+    arch: Arch,
+    files: &[PathBuf],
+) -> Result<(Vec<String>, Vec<String>)> {
+    let prefix = syscall_prefix(arch);
+    let mut out = Vec::new();
+    let mut enums: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    for text in argument {
+        if text.contains('@') {
+            out.push(text.clone());
+            continue;
+        }
+        let addrs = crate::filter::matching("-A", text, names)?;
+        let mut wrappers: Vec<(u64, String)> = Vec::new();
+        for (name, addr) in &names.functions {
+            if let (Addr::At(a), Some(syscall)) = (addr, name.strip_prefix(prefix)) {
+                if addrs.contains(addr) && !syscall.is_empty() {
+                    wrappers.push((*a, syscall.to_string()));
+                }
+            }
+        }
+        if wrappers.is_empty() {
+            // Not a syscall wrapper: `resolve` says what a spec needs.
+            out.push(text.clone());
+            continue;
+        }
+        wrappers.sort();
+        wrappers.dedup_by_key(|w| w.0);
+        let mut found = Vec::new();
+        for path in files {
+            let left: Vec<(u64, String)> = (wrappers.iter())
+                .filter(|w| {
+                    !found
+                        .iter()
+                        .any(|s: &qemu_uftrace_symbols::AutoSpec| s.addr == w.0)
+                })
+                .cloned()
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            found.extend(
+                qemu_uftrace_symbols::syscall_specs(path, &left).map_err(|e| {
+                    usage(
+                        format!("-A {text}: {e}"),
+                        "give the kernel's -dbg vmlinux with --symbols",
+                    )
+                })?,
+            );
+        }
+        if let Some((_, missing)) = wrappers
+            .iter()
+            .find(|w| !found.iter().any(|s| s.addr == w.0))
+        {
+            return Err(usage(
+                format!(
+                    "-A {text}: the symbols hold no DWARF types of __do_sys_{missing} (the \
+                     syscall {prefix}{missing} passes on)"
+                ),
+                format!(
+                    "give the kernel's -dbg vmlinux with --symbols, or name the formats: \
+                     {prefix}{missing}@arg1/d,arg2/s"
+                ),
+            ));
+        }
+        for s in found {
+            for (name, vals) in s.enums {
+                enums.entry(name).or_insert(vals);
+            }
+            if s.args.is_empty() {
+                continue;
+            }
+            let args: Vec<String> = (s.args.iter().take(6))
+                .enumerate()
+                .map(|(i, w)| format!("arg{}/{w}", i + 1))
+                .collect();
+            out.push(format!("{prefix}{}@{}", s.name, args.join(",")));
+        }
+    }
+    let enums = (enums.into_iter())
+        .map(|(name, vals)| {
+            let vals: Vec<String> = vals.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+            format!("enum {name} {{ {} }}", vals.join(", "))
+        })
+        .collect();
+    Ok((out, enums))
 }
 
 /// A finished trace's `-A`/`-R` (its `info`), matched against function names as uftrace's
@@ -318,7 +517,12 @@ pub fn sizes(
     let mut sizes = HashMap::new();
     for image in read.images() {
         for f in &image.functions {
-            sizes.insert(Addr::At(f.addr), f.size);
+            // Another source of the same function may know its size where this one does
+            // not (the kernel image's kallsyms beside its -dbg vmlinux).
+            let size = sizes.entry(Addr::At(f.addr)).or_insert(0);
+            if *size == 0 {
+                *size = f.size;
+            }
         }
     }
     if let Some((image, pie_entry)) = program {
@@ -477,6 +681,31 @@ mod tests {
         let done = fold_all(tmp.path()).unwrap();
         assert_eq!(done, folded);
         assert!(std::fs::read(tmp.path().join("1.dat")).unwrap() == want);
+    }
+
+    /// A syscall wrapper's arguments are read from its `struct pt_regs`; without its
+    /// layout, one line.
+    #[test]
+    fn syscall_wrappers_read_their_pt_regs() {
+        let (mut n, s) = names();
+        n.functions
+            .push(("__arm64_sys_openat".to_string(), Addr::At(0x50)));
+        let a = ["__arm64_sys_openat@arg1/i32,arg2/s".to_string()];
+        let mut specs = ArgSpecs::resolve(&a, &[], &n, &s, Arch::Aarch64).unwrap();
+        let mut without = specs.clone();
+        specs
+            .read_syscalls(&n, Arch::Aarch64, Some([0, 8, 16, 24, 32, 40]))
+            .unwrap();
+        assert_eq!(specs.plugin_list(), "A 50 0 1:4:0,2:s:8 -\n");
+        let e = without
+            .read_syscalls(&n, Arch::Aarch64, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("struct pt_regs is not known"), "{e}");
+        // Another architecture's wrapper name is a function like any other.
+        let mut other = ArgSpecs::resolve(&a, &[], &n, &s, Arch::X86_64).unwrap();
+        other.read_syscalls(&n, Arch::X86_64, None).unwrap();
+        assert_eq!(other.plugin_list(), "A 50 0 1:4,2:s -\n");
     }
 
     #[test]

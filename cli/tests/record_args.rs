@@ -403,3 +403,109 @@ fn bad_specs_are_one_line() {
         assert!(stderr.lines().count() <= 2, "{opts:?}: {stderr}");
     }
 }
+
+/// Debian's arm64 kernel booting the Linux guest (`tests/guests/linux/init.c`, QEMU 10.2.2,
+/// one vCPU), stopped once `/init` has said what its two opens got: `do_sys_openat2`'s path
+/// and returned fd, and the syscall wrapper's own arguments (a bare `-A`: the syscall's,
+/// read from the `struct pt_regs` it takes, typed by `__do_sys_openat`'s DWARF), exactly
+/// `/init`'s log under uftrace 0.13, 0.17 and 0.19.
+#[test]
+fn linux_openat_paths_and_fds_equal_inits_log() {
+    use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest};
+    let qemu = (system_qemus().into_iter())
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2")
+        .program;
+    let (_, init_elf) = initramfs_guest().expect("the guest builds");
+    let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    // Without the kernel's DWARF the syscall's types are not known: one line, before QEMU.
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args(["-A", "__arm64_sys_openat", "--"])
+        .args(&argv)
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted: {stderr}");
+    assert!(
+        stderr
+            .lines()
+            .next()
+            .is_some_and(|l| l.contains("no DWARF types of __do_sys_openat")),
+        "{stderr}"
+    );
+    assert!(stderr.lines().count() <= 2, "{stderr}");
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .arg("--symbols")
+        .arg(&init_elf)
+        // The kernel's DWARF: the syscall's types.
+        .arg("--symbols")
+        .arg(qemu_uftrace_tests::execlog::debian_vmlinux())
+        // Past /init's log line: nothing after it is looked at; only the syscall's calls
+        // written (a whole boot is 250 MB that each replay would read).
+        .args(["--stop-at", "do_getpid_loop", "-F", "__arm64_sys_openat"])
+        .args([
+            "-A",
+            "__arm64_sys_openat",
+            "-R",
+            "__arm64_sys_openat@retval/d",
+        ])
+        .args(["-A", "do_sys_openat2@arg1/d32,arg2/s"])
+        .args(["-R", "do_sys_openat2@retval/d"])
+        .arg("--")
+        .args(&argv)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record failed: {stderr}");
+    assert!(!stderr.contains("no record to go with"), "{stderr}");
+    // `INIT: start open /init = 3, open /no/such/file = -2`.
+    let console = String::from_utf8_lossy(&out.stdout);
+    let line = (console.lines())
+        .find_map(|l| {
+            l.split_once("INIT: start open ")
+                .map(|(_, r)| r.to_string())
+        })
+        .unwrap_or_else(|| panic!("no open line from /init:\n{console}"));
+    let opened: Vec<(String, i64)> = (line.split(", open "))
+        .map(|o| {
+            let (path, fd) = o.split_once(" = ").expect("PATH = FD");
+            (path.to_string(), fd.trim().parse().expect("an fd"))
+        })
+        .collect();
+    assert_eq!(opened.len(), 2, "{line}");
+    let mut want = Vec::new();
+    for (path, fd) in &opened {
+        // glibc's open(PATH, O_RDONLY): openat(AT_FDCWD, PATH, O_RDONLY, 0).
+        want.push(format!("__arm64_sys_openat(-100, \"{path}\", 0, 0) {{"));
+        want.push(format!("do_sys_openat2(-100, \"{path}\") {{"));
+        want.push(format!("}} = {fd}; /* do_sys_openat2 */"));
+        want.push(format!("}} = {fd}; /* __arm64_sys_openat */"));
+    }
+    let d = dir.to_string_lossy();
+    for u in uftrace_versions().expect("uftrace versions") {
+        let text = uftrace_at(
+            &u.program,
+            &["replay", "--no-pager", "-F", "__arm64_sys_openat", "-d", &d],
+        )
+        .expect("uftrace replay");
+        let lines: Vec<String> = (text.lines().filter_map(replay_body))
+            .map(|(_, body)| body.trim().to_string())
+            .filter(|b| {
+                b.starts_with("__arm64_sys_openat(")
+                    || b.starts_with("do_sys_openat2(")
+                    || b.ends_with("/* do_sys_openat2 */")
+                    || b.ends_with("/* __arm64_sys_openat */")
+            })
+            .collect();
+        assert_eq!(lines, want, "uftrace {}:\n{text}", u.version);
+    }
+}

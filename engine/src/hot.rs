@@ -345,6 +345,75 @@ impl Engine {
         }
     }
 
+    /// Writes EVENT records of ids `ids` right after the last ENTRY of `func` (its time), where whole exception entries follow that ENTRY in the buffer: an
+    /// interrupt QEMU took between the call and the function's first instruction, whose
+    /// records sit between them (argument carriers, `format::args`, must follow their
+    /// ENTRY). False, nothing written, where anything else follows it, it is no longer in
+    /// the buffer, or the buffer has no room.
+    #[cold]
+    #[inline(never)]
+    pub fn emit_carriers_after_entry(&mut self, func: u64, ids: &[u64]) -> bool {
+        /// Records looked back through (an interrupt's softirq work can be long).
+        const MAX_BACK: usize = 1 << 16;
+        let word = |at: usize| -> u64 {
+            let b = self.buf.get(at + 8..at + RECORD_SIZE).unwrap_or(&[0; 8]);
+            u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
+        };
+        let is_exception = |w: u64| {
+            Frame {
+                func: w >> 16,
+                ret_addr: 0,
+            }
+            .is_exception()
+        };
+        // Its depth as written (a filter writes depths of its own).
+        const DEPTH_BITS: u64 = 0x3ff << 6;
+        let want = encode_word(RecordType::Entry, 0, func);
+        let (mut at, mut level) = (self.buf.len(), 0usize);
+        for _ in 0..MAX_BACK {
+            let Some(prev) = at.checked_sub(RECORD_SIZE) else {
+                return false;
+            };
+            at = prev;
+            let w = word(at);
+            let kind = w & 3;
+            if level == 0 {
+                if w & !DEPTH_BITS == want {
+                    break;
+                }
+                if kind != RecordType::Exit as u64 || !is_exception(w) {
+                    return false;
+                }
+                level = 1;
+                continue;
+            }
+            if kind == RecordType::Exit as u64 {
+                level += 1;
+            } else if kind == RecordType::Entry as u64 {
+                level -= 1;
+                if level == 0 && !is_exception(w) {
+                    return false;
+                }
+            }
+        }
+        if level != 0 || word(at) & !DEPTH_BITS != want {
+            return false;
+        }
+        let bytes = ids.len() * RECORD_SIZE;
+        if self.buf.capacity() - self.buf.len() < bytes {
+            return false;
+        }
+        let time = u64::from_le_bytes(self.buf[at..at + 8].try_into().unwrap_or([0; 8]));
+        let mut insert = Vec::with_capacity(bytes);
+        for &id in ids {
+            insert.extend_from_slice(&time.to_le_bytes());
+            insert.extend_from_slice(&encode_word(RecordType::Event, 0, id).to_le_bytes());
+        }
+        let pos = at + RECORD_SIZE;
+        self.buf.splice(pos..pos, insert);
+        true
+    }
+
     #[inline(always)]
     pub fn clamp(&mut self, now: u64) -> u64 {
         self.last_time = self.last_time.max(now);

@@ -1317,3 +1317,49 @@ fn the_time_filter_keeps_waiting_within_twice_the_deepest_stack() {
         2 * qemu_uftrace_engine::hot::HARD_STACK_LIMIT
     );
 }
+
+/// An interrupt QEMU took between a call and the callee's first instruction leaves its
+/// records after the callee's ENTRY: argument carriers read at that instruction go right
+/// after the ENTRY, before the interrupt's records; after a call of the function's own, or
+/// any other record, nothing is written.
+#[test]
+fn carriers_go_after_an_entry_and_the_interrupt_that_followed_it() {
+    use qemu_uftrace_engine::exceptions::ExceptionKind;
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&out);
+    let spill = Box::new(move |_tid: u32, full: Vec<u8>| {
+        sink.lock().unwrap().extend_from_slice(&full);
+        Vec::with_capacity(4096)
+    });
+    let mut e = Engine::new(Vec::with_capacity(4096), spill, 1024, 1);
+    let mut g = FakeGuest::default();
+    e.call(10, 0x1000, 0x504);
+    e.exception_entry(20, ExceptionKind::Irq, 0x1000);
+    e.call(30, 0x2000, 0x3004);
+    e.ret(40, 0x3004, &mut g);
+    e.exception_return(50, 0x1000, 0x3100);
+    assert!(e.emit_carriers_after_entry(0x1000, &[0xa1_0000_0001, 0xa3_0000_1000]));
+    // A call of the function's own since: no longer at its first instruction's reading.
+    e.call(60, 0x2000, 0x1008);
+    e.ret(70, 0x1008, &mut g);
+    assert!(!e.emit_carriers_after_entry(0x1000, &[0xa1_0000_0001]));
+    e.flush();
+    let recs = decode_all(&out.lock().unwrap()).unwrap();
+    let shape: Vec<(RecordType, u64, u64)> =
+        recs.iter().map(|r| (r.kind, r.addr, r.time)).collect();
+    let irq = recs[3].addr;
+    assert_eq!(
+        shape,
+        [
+            (RecordType::Entry, 0x1000, 10),
+            (RecordType::Event, 0xa1_0000_0001, 10),
+            (RecordType::Event, 0xa3_0000_1000, 10),
+            (RecordType::Entry, irq, 20),
+            (RecordType::Entry, 0x2000, 30),
+            (RecordType::Exit, 0x2000, 40),
+            (RecordType::Exit, irq, 50),
+            (RecordType::Entry, 0x2000, 60),
+            (RecordType::Exit, 0x2000, 70),
+        ]
+    );
+}

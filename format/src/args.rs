@@ -345,29 +345,38 @@ impl Rec {
     }
 }
 
-/// Rewrites a task file's records with the carriers folded into their records (the `more`
-/// bit and the payload after), as uftrace's readers take them.
-pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
-    let mut input = io::BufReader::with_capacity(1 << 20, input);
-    let mut done = Folded::default();
-    let mut held: Option<Rec> = None;
-    let mut pending_ret: Option<(u64, Vec<u8>)> = None;
-    let mut bytes = [0u8; RECORD_SIZE];
-    let mut group: Option<Group> = None;
-    while read_exact_or_eof(&mut input, &mut bytes)? {
+/// The fold's state between records: the record written last (held back: arguments may
+/// follow it), a return value waiting for its EXIT, a carrier group being read.
+#[derive(Default)]
+struct Folder {
+    done: Folded,
+    held: Option<Rec>,
+    pending_ret: Option<(u64, Vec<u8>)>,
+    group: Option<Group>,
+}
+
+impl Folder {
+    /// Nothing pending: a run of records with no carrier among them passes as it is.
+    fn quiet(&self) -> bool {
+        self.group.is_none() && self.pending_ret.is_none()
+    }
+
+    /// One record.
+    fn record(&mut self, bytes: [u8; RECORD_SIZE], out: &mut impl Write) -> io::Result<()> {
+        let done = &mut self.done;
         let word = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
         let time = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         let id = word >> 16;
         let carrier = word & 3 == RecordType::Event as u64 && is_carrier(id);
         if !carrier {
-            if group.take().is_some() {
+            if self.group.take().is_some() {
                 done.dropped += 1;
             }
             let mut rec = Rec {
                 bytes,
                 payload: None,
             };
-            if let Some((func, payload)) = pending_ret.take() {
+            if let Some((func, payload)) = self.pending_ret.take() {
                 if rec.kind() == RecordType::Exit as u64 && rec.addr40() == func {
                     rec.payload = Some(payload);
                     done.retvals += 1;
@@ -375,19 +384,19 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
                     done.dropped += 1;
                 }
             }
-            if let Some(h) = held.replace(rec) {
+            if let Some(h) = self.held.replace(rec) {
                 h.write(out)?;
             }
-            continue;
+            return Ok(());
         }
         let tag = id >> TAG_SHIFT;
         let low = id & LOW40;
         match tag {
             TAG_ARGS | TAG_RETVAL => {
-                if group.take().is_some() {
+                if self.group.take().is_some() {
                     done.dropped += 1;
                 }
-                group = Some(Group {
+                self.group = Some(Group {
                     retval: tag == TAG_RETVAL,
                     time,
                     len: low as usize,
@@ -395,26 +404,26 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
                     payload: Vec::new(),
                 });
             }
-            TAG_FUNC => match &mut group {
+            TAG_FUNC => match &mut self.group {
                 Some(Group { func: f @ None, .. }) => *f = Some(low),
                 _ => {
-                    group = None;
+                    self.group = None;
                     done.dropped += 1;
                 }
             },
-            _ => match &mut group {
+            _ => match &mut self.group {
                 Some(g) if g.func.is_some() && g.payload.len() < g.len => {
                     let take = (g.len - g.payload.len()).min(PER_CARRIER);
                     g.payload.extend_from_slice(&low.to_le_bytes()[..take]);
                 }
                 _ => {
-                    group = None;
+                    self.group = None;
                     done.dropped += 1;
                 }
             },
         }
         // A whole group: attached where it belongs, or dropped.
-        let complete = (group.as_ref())
+        let complete = (self.group.as_ref())
             .is_some_and(|g| g.func.is_some() && g.payload.len() == g.len && g.len > 0);
         if complete {
             let Some(Group {
@@ -423,16 +432,16 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
                 func: Some(func),
                 payload,
                 ..
-            }) = group.take()
+            }) = self.group.take()
             else {
-                continue;
+                return Ok(());
             };
             if retval {
-                if pending_ret.replace((func, payload)).is_some() {
+                if self.pending_ret.replace((func, payload)).is_some() {
                     done.dropped += 1;
                 }
             } else {
-                match &mut held {
+                match &mut self.held {
                     Some(h)
                         if h.kind() == RecordType::Entry as u64
                             && h.addr40() == func
@@ -446,27 +455,90 @@ pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
                 }
             }
         }
+        Ok(())
     }
-    if let Some(h) = held {
-        h.write(out)?;
+
+    fn finish(mut self, out: &mut impl Write) -> io::Result<Folded> {
+        if let Some(h) = self.held.take() {
+            h.write(out)?;
+        }
+        self.done.dropped +=
+            u64::from(self.group.is_some()) + u64::from(self.pending_ret.is_some());
+        Ok(self.done)
     }
-    done.dropped += u64::from(group.is_some()) + u64::from(pending_ret.is_some());
-    Ok(done)
 }
 
-/// Reads a whole record; false at the end (a partial record at the end is dropped, as the
-/// readers drop it).
-fn read_exact_or_eof(r: &mut impl Read, buf: &mut [u8; RECORD_SIZE]) -> io::Result<bool> {
-    let mut got = 0;
-    while got < RECORD_SIZE {
-        match r.read(&mut buf[got..]) {
-            Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// Whether the 16 bytes at `r` are a carrier record.
+fn is_carrier_record(r: &[u8]) -> bool {
+    let word = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+    word & 3 == RecordType::Event as u64 && is_carrier(word >> 16)
+}
+
+/// Rewrites a task file's records with the carriers folded into their records (the `more`
+/// bit and the payload after), as uftrace's readers take them. Runs of records with no
+/// carrier among them are written whole, straight from the input (a boot's files are
+/// hundreds of MB with a carrier every few hundred records).
+pub fn fold(mut input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
+    let mut f = Folder::default();
+    let mut buf = vec![0u8; 4 << 20];
+    let mut have = 0usize;
+    loop {
+        let n = loop {
+            match input.read(&mut buf[have..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        };
+        have += n;
+        let whole = have - have % RECORD_SIZE;
+        let mut i = 0;
+        while i < whole {
+            if f.quiet() {
+                // Up to the next carrier: all as it is, but the record right before it
+                // (held: the carrier may be its arguments).
+                let next = (buf[i..whole].chunks_exact(RECORD_SIZE))
+                    .position(is_carrier_record)
+                    .map_or(whole, |k| i + k * RECORD_SIZE);
+                if next > i {
+                    if let Some(h) = f.held.take() {
+                        h.write(out)?;
+                    }
+                    out.write_all(&buf[i..next - RECORD_SIZE])?;
+                    let mut last = [0u8; RECORD_SIZE];
+                    last.copy_from_slice(&buf[next - RECORD_SIZE..next]);
+                    f.held = Some(Rec {
+                        bytes: last,
+                        payload: None,
+                    });
+                    i = next;
+                    continue;
+                }
+            }
+            let mut r = [0u8; RECORD_SIZE];
+            r.copy_from_slice(&buf[i..i + RECORD_SIZE]);
+            f.record(r, out)?;
+            i += RECORD_SIZE;
+        }
+        // A partial record waits for the rest; at the end it is dropped, as the readers
+        // drop it.
+        buf.copy_within(whole..have, 0);
+        have -= whole;
+        if n == 0 {
+            break;
         }
     }
-    Ok(true)
+    f.finish(out)
+}
+
+/// [`fold`] one record at a time: what the runs written whole must equal (tests).
+#[cfg(test)]
+fn fold_each(input: &[u8], out: &mut impl Write) -> io::Result<Folded> {
+    let mut f = Folder::default();
+    for r in input.chunks_exact(RECORD_SIZE) {
+        f.record(r.try_into().expect("16 bytes"), out)?;
+    }
+    f.finish(out)
 }
 
 /// One carrier record's 16 bytes (for the plugin's writer and tests).
@@ -731,6 +803,70 @@ mod tests {
         assert_eq!(&out[40..48], &ret);
         assert_eq!(word(48) >> 2 & 1, 0);
         assert!(crate::record::decode(out[48..64].try_into().unwrap()).is_ok());
+    }
+
+    /// Reads in pieces of odd sizes: records split across reads.
+    struct Pieces<'a>(&'a [u8], usize);
+
+    impl Read for Pieces<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.1 = (self.1 * 7 + 13) % 997 + 1;
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// Runs written whole, groups whole, broken and misplaced, records split across
+    /// reads: the same bytes and counts as one record at a time.
+    #[test]
+    fn folding_runs_whole_equals_folding_each_record() {
+        let mut data = Vec::new();
+        let mut x = 1u64;
+        for i in 0..60_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let f = 0x1000 + (x >> 60);
+            data.extend(rec(i, RecordType::Entry, f));
+            match (x >> 33) % 11 {
+                0 | 1 => {
+                    let payload = (i as u32).to_le_bytes().repeat(1 + (x >> 40) as usize % 4);
+                    for id in carriers(false, f, &payload) {
+                        data.extend(carrier_record(i, id));
+                    }
+                }
+                2 => {
+                    for id in carriers(true, f, &[1, 2, 3, 4]) {
+                        data.extend(carrier_record(i, id));
+                    }
+                }
+                // A group cut short, then one of another function.
+                3 => {
+                    data.extend(carrier_record(
+                        i,
+                        carriers(false, f, &[9; 8]).next().unwrap(),
+                    ));
+                    for id in carriers(false, f + 1, &[7; 4]) {
+                        data.extend(carrier_record(i, id));
+                    }
+                }
+                _ => {}
+            }
+            data.extend(rec(i, RecordType::Exit, f));
+        }
+        data.extend_from_slice(&[1, 2, 3]);
+        let mut want = Vec::new();
+        let wanted = fold_each(&data[..data.len() - 3], &mut want).unwrap();
+        assert!(wanted.args > 0 && wanted.retvals > 0 && wanted.dropped > 0);
+        let mut got = Vec::new();
+        let done = fold(Pieces(&data, 0), &mut got).unwrap();
+        assert_eq!(done, wanted);
+        assert!(got == want);
+        let mut whole = Vec::new();
+        assert_eq!(fold(&data[..], &mut whole).unwrap(), wanted);
+        assert!(whole == want);
     }
 
     #[test]

@@ -59,37 +59,140 @@ pub(crate) fn auto_specs<'d>(
             let Some(name) = entry_name(&dwarf, &unit, &entry)? else {
                 continue;
             };
-            let mut enums = Vec::new();
-            let ret = match entry.attr_value(gimli::DW_AT_type)? {
-                Some(AttributeValue::UnitRef(o)) => word(&dwarf, &unit, o, &mut enums)?,
-                _ => Ok(None),
-            };
-            let mut args = Vec::new();
-            let mut usable = true;
-            let mut params = child.children();
-            while let Some(p) = params.next()? {
-                let e = p.entry();
-                if e.tag() != gimli::DW_TAG_formal_parameter {
-                    continue;
-                }
-                match e.attr_value(gimli::DW_AT_type)? {
-                    Some(AttributeValue::UnitRef(o)) => match word(&dwarf, &unit, o, &mut enums)? {
-                        Ok(Some(w)) => args.push(w),
-                        _ => usable = false,
-                    },
-                    _ => usable = false,
-                }
-            }
-            if !usable {
+            let Some((args, ret, enums)) = values_of(&dwarf, &unit, child)? else {
                 continue;
-            }
+            };
             out.push(AutoSpec {
                 addr,
                 name,
                 args,
-                ret: ret.ok().flatten(),
+                ret,
                 enums,
             });
+        }
+    }
+    Ok(out)
+}
+
+/// A subprogram's argument words, return word and enums; `None` where a value is not
+/// passed in an integer register (a float, a struct by value) or has no type.
+#[allow(clippy::type_complexity)]
+fn values_of(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    unit: &Unit<R<'_>>,
+    node: gimli::EntriesTreeNode<'_, '_, '_, R<'_>>,
+) -> Result<
+    Option<(
+        Vec<String>,
+        Option<String>,
+        Vec<(String, Vec<(String, i64)>)>,
+    )>,
+    gimli::Error,
+> {
+    let entry = node.entry().clone();
+    let mut enums = Vec::new();
+    let ret = match entry.attr_value(gimli::DW_AT_type)? {
+        Some(AttributeValue::UnitRef(o)) => word(dwarf, unit, o, &mut enums)?,
+        _ => Ok(None),
+    };
+    let mut args = Vec::new();
+    let mut params = node.children();
+    while let Some(p) = params.next()? {
+        let e = p.entry();
+        if e.tag() != gimli::DW_TAG_formal_parameter {
+            continue;
+        }
+        match e.attr_value(gimli::DW_AT_type)? {
+            Some(AttributeValue::UnitRef(o)) => match word(dwarf, unit, o, &mut enums)? {
+                Ok(Some(w)) => args.push(w),
+                _ => return Ok(None),
+            },
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some((args, ret.ok().flatten(), enums)))
+}
+
+/// The kernel's syscall wrappers (`wrappers`: each `(entry address, syscall name)`, the
+/// wrapper `__arm64_sys_openat` of `openat`): each syscall's own arguments from the DWARF of
+/// its `__do_sys_NAME` (inlined into the wrapper, which takes only `struct pt_regs *`), found
+/// in the wrapper's compilation unit (`.debug_aranges`; every unit where that has none).
+/// One [`AutoSpec`] a syscall whose types are known, at its wrapper's address, named by the
+/// syscall; no return value (the wrapper's is a `long`).
+pub(crate) fn syscall_specs<'d>(
+    section: &dyn Fn(&str) -> Cow<'d, [u8]>,
+    little_endian: bool,
+    wrappers: &[(u64, String)],
+) -> Result<Vec<AutoSpec>, gimli::Error> {
+    let endian = if little_endian {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let sections: gimli::DwarfSections<Cow<'d, [u8]>> =
+        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(id.name())))?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
+    // Which unit holds each address (its first range's), from the aranges.
+    let mut ranges: Vec<(u64, u64, gimli::DebugInfoOffset)> = Vec::new();
+    let mut headers = dwarf.debug_aranges.headers();
+    while let Some(h) = headers.next()? {
+        let cu = h.debug_info_offset();
+        let mut entries = h.entries();
+        while let Some(e) = entries.next()? {
+            let r = e.range();
+            ranges.push((r.begin, r.end, cu));
+        }
+    }
+    let mut units: Vec<Option<gimli::DebugInfoOffset>> = wrappers
+        .iter()
+        .map(|(addr, _)| {
+            (ranges.iter())
+                .find(|(b, e, _)| (*b..*e).contains(addr))
+                .map(|r| r.2)
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut all = dwarf.units();
+    while let Some(header) = all.next()? {
+        let offset = header.offset().as_debug_info_offset();
+        // The units that hold a wrapper, or every unit for one the aranges do not place.
+        let wanted: Vec<usize> = (0..wrappers.len())
+            .filter(|&i| units[i].is_none() || units[i] == offset)
+            .collect();
+        if wanted.is_empty() {
+            continue;
+        }
+        let unit = dwarf.unit(header)?;
+        let mut tree = unit.entries_tree(None)?;
+        let root = tree.root()?;
+        let mut children = root.children();
+        while let Some(child) = children.next()? {
+            if child.entry().tag() != gimli::DW_TAG_subprogram {
+                continue;
+            }
+            let Some(name) = entry_name(&dwarf, &unit, child.entry())? else {
+                continue;
+            };
+            let Some(syscall) = name.strip_prefix("__do_sys_") else {
+                continue;
+            };
+            let Some(&i) = wanted.iter().find(|&&i| wrappers[i].1 == syscall) else {
+                continue;
+            };
+            if out.iter().any(|s: &AutoSpec| s.addr == wrappers[i].0) {
+                continue;
+            }
+            if let Some((args, _, enums)) = values_of(&dwarf, &unit, child)? {
+                out.push(AutoSpec {
+                    addr: wrappers[i].0,
+                    name: syscall.to_string(),
+                    args,
+                    ret: None,
+                    enums,
+                });
+            }
+            // Found: no other unit need be read for it.
+            units[i] = offset;
         }
     }
     Ok(out)

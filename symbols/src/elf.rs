@@ -695,6 +695,20 @@ pub(crate) fn auto_specs(data: &[u8]) -> Result<Vec<crate::AutoSpec>, String> {
     }
 }
 
+/// The syscalls' own argument formats for the kernel's wrappers (`dwarf_args::syscall_specs`).
+pub(crate) fn syscall_specs(
+    data: &[u8],
+    wrappers: &[(u64, String)],
+) -> Result<Vec<crate::AutoSpec>, String> {
+    let file = ElfFile::<elf::FileHeader64<Endianness>, &[u8]>::parse(data)
+        .map_err(|e| format!("bad ELF: {e}"))?;
+    let endian = file.endian();
+    let sections = file.elf_section_table();
+    let load = |name: &str| section_data(sections, endian, data, name);
+    crate::dwarf_args::syscall_specs(&load, endian.is_little_endian(), wrappers)
+        .map_err(|e| format!("bad DWARF: {e}"))
+}
+
 fn auto_specs_as<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
 ) -> Result<Vec<crate::AutoSpec>, String> {

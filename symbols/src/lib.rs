@@ -441,3 +441,12 @@ pub fn auto_specs(path: &Path) -> Result<Vec<AutoSpec>, String> {
     let data = file_data::map(path).map_err(|e| e.to_string())?;
     elf::auto_specs(&data).map_err(|e| format!("{}: {e}", path.display()))
 }
+
+/// The kernel's syscall wrappers in the 64-bit ELF file `path` (each `(entry address,
+/// syscall name)`): each syscall's own argument formats from the DWARF of its
+/// `__do_sys_NAME`, at its wrapper's address (`dwarf_args::syscall_specs`); a syscall
+/// whose types the file does not hold is left out. One line on error.
+pub fn syscall_specs(path: &Path, wrappers: &[(u64, String)]) -> Result<Vec<AutoSpec>, String> {
+    let data = file_data::map(path).map_err(|e| e.to_string())?;
+    elf::syscall_specs(&data, wrappers).map_err(|e| format!("{}: {e}", path.display()))
+}

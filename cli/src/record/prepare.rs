@@ -163,6 +163,20 @@ pub fn prepare(
     // for what the plugin found. Not in a run from a snapshot: the kernel booted before it.
     let finds_base = linux && !sources.is_empty() && !inv.resume;
     let kaslr_warning = kaslr_first(inv, kernel.as_deref(), finds_base);
+    // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
+    // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
+    // and would parse its --symbols files for nothing).
+    let layouts = if inv.mode() == Mode::System {
+        symbol_source::kernel_layouts(&sources).unwrap_or_else(|e| {
+            crate::errors::warn_early(format!(
+                "the guest's tasks and processes are not named: {e} (give the kernel's -dbg \
+                 vmlinux with --symbols)"
+            ));
+            None
+        })
+    } else {
+        None
+    };
     let (mut argument, mut retval) = (args.argument.clone(), args.retval.clone());
     let mut enums = Vec::new();
     if args.auto_args {
@@ -190,26 +204,29 @@ pub fn prepare(
         }
         let sizes =
             crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
+        // A bare `-A FUNC` of the kernel's syscall wrappers: the syscall's own arguments.
+        if argument.iter().any(|a| !a.contains('@')) {
+            let files: Vec<std::path::PathBuf> = (read.sources().iter())
+                .filter(|s| s.offset == 0 && crate::qemu::file_is_elf(&s.path))
+                .map(|s| s.path.clone())
+                .collect();
+            let (expanded, e) = crate::argspec::expand_syscalls(&argument, &names, arch, &files)?;
+            argument = expanded;
+            for e in e {
+                if !enums.contains(&e) {
+                    enums.push(e);
+                }
+            }
+        }
         let mut specs =
             crate::argspec::ArgSpecs::resolve(&argument, &retval, &names, &sizes, arch)?;
         specs.info.enums = enums;
+        let pt_regs =
+            (layouts.as_ref()).and_then(|l| crate::argspec::pt_regs_offsets(&l.types, arch).ok());
+        specs.read_syscalls(&names, arch, pt_regs)?;
         specs
     };
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
-    // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
-    // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
-    // and would parse its --symbols files for nothing).
-    let layouts = if inv.mode() == Mode::System {
-        symbol_source::kernel_layouts(&sources).unwrap_or_else(|e| {
-            crate::errors::warn_early(format!(
-                "the guest's tasks and processes are not named: {e} (give the kernel's -dbg \
-                 vmlinux with --symbols)"
-            ));
-            None
-        })
-    } else {
-        None
-    };
     // A Linux guest's processes: where they map files, watched where the kernel's layouts
     // say (issue 24); without them, said when there is a userland to name.
     let proc_watch = if linux {

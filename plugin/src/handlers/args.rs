@@ -54,8 +54,19 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
 
 /// Reads one value into `payload`; `None` where the register cannot be read (then nothing
 /// is written: no value shown that was not read).
-fn read_value(regs: &mut ByteBuf, reg: &str, kind: Kind, payload: &mut Vec<u8>) -> Option<()> {
-    let value = regs.read_named(reg)?;
+/// `at`: a syscall wrapper's, the value is the 8 bytes at the register's pointer plus `at`
+/// (its `struct pt_regs`), read without faulting; unreadable, nothing is written.
+fn read_value(
+    regs: &mut ByteBuf,
+    reg: &str,
+    at: Option<u32>,
+    kind: Kind,
+    payload: &mut Vec<u8>,
+) -> Option<()> {
+    let mut value = regs.read_named(reg)?;
+    if let Some(off) = at {
+        value = regs.read_le(value.wrapping_add(u64::from(off)), 8)?;
+    }
     match kind {
         Kind::Int(size) => push_int(payload, value, size),
         Kind::Str => {
@@ -81,24 +92,32 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
         let (regs, _) = args::registers(crate::state::isa_or_default());
         crate::vcpu::with(vcpu_index, |v| {
             // Only right after this function's ENTRY (not where it was not written: a
-            // filter, its depth; not a loop back to its first instruction).
+            // filter, its depth; not a loop back to its first instruction), or after it and
+            // an interrupt taken before this instruction (`emit_carriers_after_entry`).
             let entered = v.engine.last_record().is_none_or(|(_, word)| {
                 word & 3 == RecordType::Entry as u64
                     && word >> 16 == qemu_uftrace_format::addr48(pc)
             });
-            if !entered {
+            let open = v.engine.stack().top().is_some_and(|f| f.func == pc);
+            if !entered && !open {
                 return;
             }
             let mut payload = Vec::with_capacity(32);
-            for &(n, kind) in &func.args {
-                let Some(reg) = regs.get(n as usize) else {
+            for &(n, kind, at) in &func.args {
+                // A syscall wrapper's arguments are all read through its first.
+                let Some(reg) = regs.get(if at.is_some() { 0 } else { n as usize }) else {
                     return;
                 };
-                if read_value(&mut v.regs, reg, kind, &mut payload).is_none() {
+                if read_value(&mut v.regs, reg, at, kind, &mut payload).is_none() {
                     return;
                 }
             }
-            v.engine.emit_carriers(carriers(false, pc, &payload));
+            if entered {
+                v.engine.emit_carriers(carriers(false, pc, &payload));
+            } else {
+                let ids: Vec<u64> = carriers(false, pc, &payload).collect();
+                v.engine.emit_carriers_after_entry(pc, &ids);
+            }
         });
     });
 }
@@ -121,7 +140,7 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
                 return;
             }
             let mut payload = Vec::with_capacity(8);
-            if read_value(&mut v.regs, reg, kind, &mut payload).is_none() {
+            if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
                 return;
             }
             v.engine.emit_carriers(carriers(true, entry, &payload));

@@ -4,7 +4,8 @@
 //! pays anything. One line a function:
 //! `A|P ENTRY END ARGS RET` (hex addresses; `P`: a PIE's link address, placed by its load
 //! bias as `aims` places `-F`'s), ARGS `-` or `N:K,…` (K `s` for a string, else the byte
-//! count of the register to keep), RET `-`, `s` or a byte count. END is the function's
+//! count of the register to keep; `N:K:OFF`, a kernel syscall wrapper's: the 8 bytes at
+//! the first argument register plus hex OFF, its `struct pt_regs`'s field), RET `-`, `s` or a byte count. END is the function's
 //! end, for its return instructions (0: unknown, no return value).
 
 use rustc_hash::FxHashMap;
@@ -18,10 +19,11 @@ pub enum Kind {
     Str,
 }
 
-/// One function's values: arguments (register index from 0, kind) and return value.
+/// One function's values: arguments (register index from 0, kind, and for a syscall
+/// wrapper the offset from the first argument's pointer where the value is) and return value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Func {
-    pub args: Vec<(u8, Kind)>,
+    pub args: Vec<(u8, Kind, Option<u32>)>,
     pub ret: Option<Kind>,
     pub end: u64,
 }
@@ -80,7 +82,12 @@ fn parse(text: &str) -> Result<Table, String> {
             for a in args.split(',') {
                 let (n, k) = a.split_once(':').ok_or_else(bad)?;
                 let n: u8 = n.parse().map_err(|_| bad())?;
-                f.args.push((n.checked_sub(1).ok_or_else(bad)?, kind(k)?));
+                let (k, off) = match k.split_once(':') {
+                    Some((k, off)) => (k, Some(u32::from_str_radix(off, 16).map_err(|_| bad())?)),
+                    None => (k, None),
+                };
+                f.args
+                    .push((n.checked_sub(1).ok_or_else(bad)?, kind(k)?, off));
             }
         }
         if ret != "-" {
@@ -179,12 +186,13 @@ mod tests {
 
     #[test]
     fn lines_parse() {
-        let t = parse("A 1000 1040 1:8,2:s 4\nP 2000 0 3:1 -\n").unwrap();
-        assert_eq!(t.funcs.len(), 2);
+        let t = parse("A 1000 1040 1:8,2:s 4\nP 2000 0 3:1 -\nA 3000 0 2:s:8 -\n").unwrap();
+        assert_eq!(t.funcs.len(), 3);
+        assert_eq!(t.funcs[2].args, [(1, Kind::Str, Some(8))]);
         assert_eq!(
             t.funcs[0],
             Func {
-                args: vec![(0, Kind::Int(8)), (1, Kind::Str)],
+                args: vec![(0, Kind::Int(8), None), (1, Kind::Str, None)],
                 ret: Some(Kind::Int(4)),
                 end: 0x1040
             }
@@ -195,5 +203,6 @@ mod tests {
         assert!(parse("A 1000 1040 0:8 -").is_err());
         assert!(parse("A 1000 1040 1:9 -").is_err());
         assert!(parse("X 1000 1040 - -").is_err());
+        assert!(parse("A 1000 1040 1:8:zz -").is_err());
     }
 }

@@ -4,6 +4,9 @@
  * (counts.h), then powers the machine off so that QEMU exits with status 0.
  *
  *   main
+ *     do_open             x 2             one openat(2) each: /init (fd 3, closed again) and
+ *                                         a path that is not there (-ENOENT); the first
+ *                                         line says what each got (cli/tests/record_args.rs)
  *     do_write            x WRITE_CALLS   one write(2) to the console each
  *     do_getpid_loop      once            one_getpid x GETPID_CALLS, one getpid(2) each
  *     do_sleep            x SLEEP_CALLS   one nanosleep(2) of 50 ms each
@@ -36,6 +39,16 @@ static int console = 1;
 NOIPA void do_write(const char *line)
 {
     (void)!write(console, line, strlen(line));
+}
+
+/* One openat(2) of `path`, closed again: what the kernel returned (an fd, or -errno). */
+NOIPA int do_open(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return -errno;
+    close(fd);
+    return fd;
 }
 
 /* One getpid(2). */
@@ -121,7 +134,11 @@ int main(void)
             console = fd;
     }
     char line[128];
-    do_write("INIT: start\n");
+    int init_fd = do_open("/init");
+    int none_fd = do_open("/no/such/file");
+    snprintf(line, sizeof line, "INIT: start open /init = %d, open /no/such/file = %d\n",
+             init_fd, none_fd);
+    do_write(line);
     long sum = do_getpid_loop(GETPID_CALLS);
     for (int i = 0; i < SLEEP_CALLS; i++)
         do_sleep();
