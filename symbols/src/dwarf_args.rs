@@ -10,6 +10,22 @@ use gimli::{AttributeValue, DebuggingInformationEntry, EndianSlice, RunTimeEndia
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
+/// `f` over the DWARF of the sections `section` gives (by name), in the file's byte order.
+fn with_dwarf<'d, T>(
+    section: &dyn Fn(&str) -> Cow<'d, [u8]>,
+    little_endian: bool,
+    f: impl FnOnce(&gimli::Dwarf<R<'_>>) -> Result<T, gimli::Error>,
+) -> Result<T, gimli::Error> {
+    let endian = if little_endian {
+        RunTimeEndian::Little
+    } else {
+        RunTimeEndian::Big
+    };
+    let sections: gimli::DwarfSections<Cow<'d, [u8]>> =
+        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(id.name())))?;
+    f(&sections.borrow(|s| EndianSlice::new(s, endian)))
+}
+
 /// One function's value formats: its arguments in order, and its return value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AutoSpec {
@@ -33,45 +49,40 @@ pub(crate) fn auto_specs<'d>(
     section: &dyn Fn(&str) -> Cow<'d, [u8]>,
     little_endian: bool,
 ) -> Result<Vec<AutoSpec>, gimli::Error> {
-    let endian = if little_endian {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
-    let sections: gimli::DwarfSections<Cow<'d, [u8]>> =
-        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(id.name())))?;
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    let mut out = Vec::new();
-    let mut units = dwarf.units();
-    while let Some(header) = units.next()? {
-        let unit = dwarf.unit(header)?;
-        let mut tree = unit.entries_tree(None)?;
-        let root = tree.root()?;
-        let mut children = root.children();
-        while let Some(child) = children.next()? {
-            let entry = child.entry().clone();
-            if entry.tag() != gimli::DW_TAG_subprogram {
-                continue;
+    with_dwarf(section, little_endian, |dwarf| {
+        let mut out = Vec::new();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next()? {
+            let unit = dwarf.unit(header)?;
+            let mut tree = unit.entries_tree(None)?;
+            let root = tree.root()?;
+            let mut children = root.children();
+            while let Some(child) = children.next()? {
+                let entry = child.entry().clone();
+                if entry.tag() != gimli::DW_TAG_subprogram {
+                    continue;
+                }
+                let Some(AttributeValue::Addr(addr)) = entry.attr_value(gimli::DW_AT_low_pc)?
+                else {
+                    continue;
+                };
+                let Some(name) = entry_name(dwarf, &unit, &entry)? else {
+                    continue;
+                };
+                let Some((args, ret, enums)) = values_of(dwarf, &unit, child)? else {
+                    continue;
+                };
+                out.push(AutoSpec {
+                    addr,
+                    name,
+                    args,
+                    ret,
+                    enums,
+                });
             }
-            let Some(AttributeValue::Addr(addr)) = entry.attr_value(gimli::DW_AT_low_pc)? else {
-                continue;
-            };
-            let Some(name) = entry_name(&dwarf, &unit, &entry)? else {
-                continue;
-            };
-            let Some((args, ret, enums)) = values_of(&dwarf, &unit, child)? else {
-                continue;
-            };
-            out.push(AutoSpec {
-                addr,
-                name,
-                args,
-                ret,
-                enums,
-            });
         }
-    }
-    Ok(out)
+        Ok(out)
+    })
 }
 
 /// A subprogram's argument words, return word and enums; `None` where a value is not
@@ -124,78 +135,72 @@ pub(crate) fn syscall_specs<'d>(
     little_endian: bool,
     wrappers: &[(u64, String)],
 ) -> Result<Vec<AutoSpec>, gimli::Error> {
-    let endian = if little_endian {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
-    let sections: gimli::DwarfSections<Cow<'d, [u8]>> =
-        gimli::DwarfSections::load(|id| Ok::<_, gimli::Error>(section(id.name())))?;
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    // Which unit holds each address (its first range's), from the aranges.
-    let mut ranges: Vec<(u64, u64, gimli::DebugInfoOffset)> = Vec::new();
-    let mut headers = dwarf.debug_aranges.headers();
-    while let Some(h) = headers.next()? {
-        let cu = h.debug_info_offset();
-        let mut entries = h.entries();
-        while let Some(e) = entries.next()? {
-            let r = e.range();
-            ranges.push((r.begin, r.end, cu));
+    with_dwarf(section, little_endian, |dwarf| {
+        // Which unit holds each address (its first range's), from the aranges.
+        let mut ranges: Vec<(u64, u64, gimli::DebugInfoOffset)> = Vec::new();
+        let mut headers = dwarf.debug_aranges.headers();
+        while let Some(h) = headers.next()? {
+            let cu = h.debug_info_offset();
+            let mut entries = h.entries();
+            while let Some(e) = entries.next()? {
+                let r = e.range();
+                ranges.push((r.begin, r.end, cu));
+            }
         }
-    }
-    let mut units: Vec<Option<gimli::DebugInfoOffset>> = wrappers
-        .iter()
-        .map(|(addr, _)| {
-            (ranges.iter())
-                .find(|(b, e, _)| (*b..*e).contains(addr))
-                .map(|r| r.2)
-        })
-        .collect();
-    let mut out = Vec::new();
-    let mut all = dwarf.units();
-    while let Some(header) = all.next()? {
-        let offset = header.offset().as_debug_info_offset();
-        // The units that hold a wrapper, or every unit for one the aranges do not place.
-        let wanted: Vec<usize> = (0..wrappers.len())
-            .filter(|&i| units[i].is_none() || units[i] == offset)
+        let mut units: Vec<Option<gimli::DebugInfoOffset>> = wrappers
+            .iter()
+            .map(|(addr, _)| {
+                (ranges.iter())
+                    .find(|(b, e, _)| (*b..*e).contains(addr))
+                    .map(|r| r.2)
+            })
             .collect();
-        if wanted.is_empty() {
-            continue;
+        let mut out = Vec::new();
+        let mut all = dwarf.units();
+        while let Some(header) = all.next()? {
+            let offset = header.offset().as_debug_info_offset();
+            // The units that hold a wrapper, or every unit for one the aranges do not place.
+            let wanted: Vec<usize> = (0..wrappers.len())
+                .filter(|&i| units[i].is_none() || units[i] == offset)
+                .collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            let unit = dwarf.unit(header)?;
+            let mut tree = unit.entries_tree(None)?;
+            let root = tree.root()?;
+            let mut children = root.children();
+            while let Some(child) = children.next()? {
+                if child.entry().tag() != gimli::DW_TAG_subprogram {
+                    continue;
+                }
+                let Some(name) = entry_name(dwarf, &unit, child.entry())? else {
+                    continue;
+                };
+                let Some(syscall) = name.strip_prefix("__do_sys_") else {
+                    continue;
+                };
+                let Some(&i) = wanted.iter().find(|&&i| wrappers[i].1 == syscall) else {
+                    continue;
+                };
+                if out.iter().any(|s: &AutoSpec| s.addr == wrappers[i].0) {
+                    continue;
+                }
+                if let Some((args, _, enums)) = values_of(dwarf, &unit, child)? {
+                    out.push(AutoSpec {
+                        addr: wrappers[i].0,
+                        name: syscall.to_string(),
+                        args,
+                        ret: None,
+                        enums,
+                    });
+                }
+                // Found: no other unit need be read for it.
+                units[i] = offset;
+            }
         }
-        let unit = dwarf.unit(header)?;
-        let mut tree = unit.entries_tree(None)?;
-        let root = tree.root()?;
-        let mut children = root.children();
-        while let Some(child) = children.next()? {
-            if child.entry().tag() != gimli::DW_TAG_subprogram {
-                continue;
-            }
-            let Some(name) = entry_name(&dwarf, &unit, child.entry())? else {
-                continue;
-            };
-            let Some(syscall) = name.strip_prefix("__do_sys_") else {
-                continue;
-            };
-            let Some(&i) = wanted.iter().find(|&&i| wrappers[i].1 == syscall) else {
-                continue;
-            };
-            if out.iter().any(|s: &AutoSpec| s.addr == wrappers[i].0) {
-                continue;
-            }
-            if let Some((args, _, enums)) = values_of(&dwarf, &unit, child)? {
-                out.push(AutoSpec {
-                    addr: wrappers[i].0,
-                    name: syscall.to_string(),
-                    args,
-                    ret: None,
-                    enums,
-                });
-            }
-            // Found: no other unit need be read for it.
-            units[i] = offset;
-        }
-    }
-    Ok(out)
+        Ok(out)
+    })
 }
 
 fn entry_name(

@@ -46,35 +46,7 @@ pub const DEBIAN_VM_POWER_OFF: &str = "reboot: Power down";
 /// The QEMU command (argv, emulator first) that boots the VM on one vCPU: the disk as a
 /// `snapshot=on` virtio drive, so that the guest's writes never reach the cached image.
 pub fn debian_vm_boot_args_on(qemu: &str) -> Vec<String> {
-    let dir = debian_vm_dir();
-    let disk = format!(
-        "file={},if=virtio,format=raw,snapshot=on",
-        dir.join("rootfs.ext4").display()
-    );
-    [
-        qemu,
-        "-M",
-        "pc",
-        "-m",
-        "1G",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-kernel",
-        &dir.join("vmlinuz").to_string_lossy(),
-        "-initrd",
-        &dir.join("initrd.img").to_string_lossy(),
-        "-drive",
-        &disk,
-        "-append",
-        DEBIAN_VM_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    vm_boot_args(qemu, "amd64", &["-M", "pc"], DEBIAN_VM_APPEND)
 }
 
 /// The arm64 VM's kernel command line: as amd64's, on the PL011 console.
@@ -84,35 +56,45 @@ pub const DEBIAN_VM_ARM64_APPEND: &str = "root=/dev/vda rw console=ttyAMA0 panic
 /// pointer authentication to emulate: the boot takes ~2/3 of `-cpu max`'s time), its disk a
 /// `snapshot=on` virtio drive.
 pub fn debian_vm_arm64_boot_args_on(qemu: &str) -> Vec<String> {
-    let dir = debian_vm_dir_of("arm64");
+    vm_boot_args(
+        qemu,
+        "arm64",
+        &["-M", "virt", "-cpu", "cortex-a57"],
+        DEBIAN_VM_ARM64_APPEND,
+    )
+}
+
+/// The boot both VMs share: `machine`'s options, 1 GiB, one vCPU, no NIC, no reboot, the
+/// VM's kernel and initrd of `arch`, its disk as a `snapshot=on` virtio drive.
+fn vm_boot_args(qemu: &str, arch: &str, machine: &[&str], append: &str) -> Vec<String> {
+    let dir = debian_vm_dir_of(arch);
     let disk = format!(
         "file={},if=virtio,format=raw,snapshot=on",
         dir.join("rootfs.ext4").display()
     );
-    [
-        qemu,
-        "-M",
-        "virt",
-        "-cpu",
-        "cortex-a57",
-        "-m",
-        "1G",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-kernel",
-        &dir.join("vmlinuz").to_string_lossy(),
-        "-initrd",
-        &dir.join("initrd.img").to_string_lossy(),
-        "-drive",
-        &disk,
-        "-append",
-        DEBIAN_VM_ARM64_APPEND,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut args = vec![qemu.to_string()];
+    args.extend(machine.iter().map(|s| s.to_string()));
+    args.extend(
+        [
+            "-m",
+            "1G",
+            "-nographic",
+            "-nic",
+            "none",
+            "-no-reboot",
+            "-smp",
+            "1",
+            "-kernel",
+            &dir.join("vmlinuz").to_string_lossy(),
+            "-initrd",
+            &dir.join("initrd.img").to_string_lossy(),
+            "-drive",
+            &disk,
+            "-append",
+            append,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    args
 }
