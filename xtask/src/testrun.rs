@@ -306,12 +306,15 @@ pub fn main(args: &[String]) -> Result<()> {
         .iter()
         .map(|o| format!("{} {:.1}\n", o.name, o.seconds))
         .collect();
-    // Only an order for next time: a failure to write it costs nothing else.
-    if let Err(e) = std::fs::write(&times_path, text) {
-        eprintln!(
-            "test-run: could not keep the times in {}: {e}",
-            times_path.display()
-        );
+    // Only an order for next time, from whole runs only (a filtered run's times would put a
+    // slow binary last); a failure to write it costs nothing else.
+    if libtest.is_empty() {
+        if let Err(e) = std::fs::write(&times_path, text) {
+            eprintln!(
+                "test-run: could not keep the times in {}: {e}",
+                times_path.display()
+            );
+        }
     }
     let failed: Vec<&str> = outcomes
         .iter()
