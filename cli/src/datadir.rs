@@ -702,22 +702,6 @@ mod tests {
         assert!(info.contains("INCOMPLETE TRACE: QEMU was killed"), "{info}");
     }
 
-    /// A trace incomplete only in what its reason names (tasks past a cap, names not kept)
-    /// does not claim its tasks' last records are missing; the reason reads back alike.
-    #[test]
-    fn an_incomplete_note_claims_only_what_was_lost() {
-        let tmp = tempfile::tempdir().unwrap();
-        let why = "3 tasks started past the cap of 262144 contexts share one task";
-        mark_incomplete(tmp.path(), why, false).unwrap();
-        let note = std::fs::read_to_string(tmp.path().join("note.txt")).unwrap();
-        assert!(!note.contains("last records"), "{note}");
-        assert!(note.contains("the records written are whole"), "{note}");
-        assert_eq!(
-            crate::export::source::incomplete_reason(tmp.path()).as_deref(),
-            Some(format!("INCOMPLETE TRACE: {why}").as_str())
-        );
-    }
-
     #[test]
     fn no_records_is_no_data() {
         let tmp = tempfile::tempdir().unwrap();

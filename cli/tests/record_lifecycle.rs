@@ -605,8 +605,9 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
                 "{argv:?}"
             ),
             "max_size" => assert!(value.parse::<u64>().is_ok_and(|n| n > 0), "{argv:?}"),
-            // The task layout, from the stock image's own BTF (no --symbols vmlinux given).
-            "task_comm" | "task_pid" | "task_tgid" => {
+            // The task layout, from the stock image's own BTF (no --symbols vmlinux given);
+            // `task_state`: where a task's end (TASK_DEAD) shows, to free its context.
+            "task_comm" | "task_pid" | "task_tgid" | "task_state" => {
                 assert!(value.parse::<u64>().is_ok(), "{argv:?}")
             }
             // Where the guest's processes map their files, and where its kernel modules load
@@ -628,6 +629,7 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
         "task_comm",
         "task_pid",
         "task_tgid",
+        "task_state",
         "proc_watch",
         "mod_watch",
         "entries_file",

@@ -541,6 +541,22 @@ pub fn event_names(dir: &Path) -> HashMap<u64, String> {
 mod tests {
     use super::*;
 
+    /// A trace incomplete only in what its reason names (tasks past a cap, names not kept)
+    /// does not claim its tasks' last records are missing; the reason reads back alike.
+    #[test]
+    fn an_incomplete_note_claims_only_what_was_lost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let why = "3 tasks started past the cap of 262144 contexts share one task";
+        crate::datadir::mark_incomplete(tmp.path(), why, false).unwrap();
+        let note = std::fs::read_to_string(tmp.path().join("note.txt")).unwrap();
+        assert!(!note.contains("last records"), "{note}");
+        assert!(note.contains("the records written are whole"), "{note}");
+        assert_eq!(
+            incomplete_reason(tmp.path()).as_deref(),
+            Some(format!("INCOMPLETE TRACE: {why}").as_str())
+        );
+    }
+
     #[test]
     fn task_file_sessions_forks_and_names() {
         let t = TaskFile::parse(

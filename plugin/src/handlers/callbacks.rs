@@ -13,26 +13,8 @@ use qemu_uftrace_engine::sites::{
     call_site_at, memory_call_target, memory_call_width, unpack, user_site_at, UserSite,
 };
 use qemu_uftrace_engine::spaces::SpaceId;
-use qemu_uftrace_engine::tasks::{Switch, TASK_NAME_BYTES};
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// A return that landed where no landing block saw it is settled before the next event.
-/// Returns whether one did.
-#[inline(always)]
-pub fn settle(v: &mut VcpuState, now: u64) -> bool {
-    let unseen = take_unseen_return(v);
-    if unseen {
-        v.engine.ret_unseen(now);
-    }
-    unseen
-}
-
-/// Whether a return of the guest's is pending, whose landing no block saw (cleared then).
-/// A retpoline's own return (`thunk_ret`) is no return of the guest's.
-fn take_unseen_return(v: &mut VcpuState) -> bool {
-    v.pending.take() && !std::mem::take(&mut v.thunk_ret)
-}
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
 /// compiler then inlines (one shared closure was left out of line). The common case is a
@@ -53,7 +35,7 @@ fn direct_call(v: &mut VcpuState, target: u64, ret_addr: u64) {
 #[inline(never)]
 pub fn read_failed(v: &mut VcpuState) {
     let now = v.now();
-    settle(v, now);
+    v.settle(now);
     v.engine.stats.register_read_failures += 1;
     v.engine.mark_lost(now);
 }
@@ -64,7 +46,7 @@ fn call_general(v: &mut VcpuState, target: u64, ret_addr: u64) {
     let now = v.now();
     // User mode: a return that landed unseen right before a call is most often an
     // unwinder's into a C++ landing pad; the call says which function resumed.
-    if settle(v, now) && !crate::state::system_mode() {
+    if v.settle(now) && !crate::state::system_mode() {
         v.engine.realign_for_call(now, ret_addr);
     }
     v.engine.call(now, target, ret_addr)
@@ -300,7 +282,7 @@ fn jump_entry_at(vcpu_index: c_uint, target: u64) {
             Some((now, false)) => now,
             _ => {
                 let now = v.now();
-                settle(v, now);
+                v.settle(now);
                 now
             }
         };
@@ -323,7 +305,7 @@ pub unsafe extern "C" fn on_far_return(vcpu_index: c_uint, data: *mut c_void) {
         let target = (v.regs.read_named(sp)).and_then(|sp| v.regs.read_le(sp, 8));
         if let Some(t) = target.filter(|&t| crate::state::entries::enters(pc, t)) {
             let now = v.now();
-            settle(v, now);
+            v.settle(now);
             if v.engine.far_return_entry(now, t) {
                 return;
             }
@@ -564,7 +546,7 @@ fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
 pub extern "C" fn on_thunk_branch(vcpu_index: c_uint, _data: *mut c_void) {
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
-        settle(v, now);
+        v.settle(now);
         v.thunk_ret = true;
     });
 }
@@ -678,7 +660,7 @@ fn enter_level(v: &mut VcpuState, vcpu_index: c_uint, now: u64, level: Level, sp
 /// (`Engine::ret_interrupted`): to `at` where it follows a call. Rare (a register or two,
 /// and the bytes before `at`).
 fn settle_at(v: &mut VcpuState, now: u64, isa: &dyn Isa, at: u64) {
-    if !take_unseen_return(v) {
+    if !v.take_unseen_return() {
         return;
     }
     let mode = crate::state::guest::current_mode(isa, &mut v.regs);
@@ -700,7 +682,7 @@ pub unsafe extern "C" fn on_unreported_system_call(vcpu_index: c_uint, data: *mu
     let split = crate::state::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
-        settle(v, now);
+        v.settle(now);
         enter_level(v, vcpu_index, now, level, split);
         v.engine.exception_entry(now, ExceptionKind::Svc, resume);
     });
@@ -718,7 +700,7 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
     let split = crate::state::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
-        settle(v, now);
+        v.settle(now);
         // As in [`on_exception_return`].
         crate::state::spaces::note_running(v.deltas.running());
         match exception_return_from_memory(v, isa, eret_pc).flatten() {
@@ -761,7 +743,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
     let split = crate::state::config().is_some_and(|c| c.split_levels);
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
-        settle(v, now);
+        v.settle(now);
         // Back to user space, maybe after another vCPU ran on this thread: what the
         // translator attributes this vCPU's next blocks to.
         crate::state::spaces::note_running(v.deltas.running());
@@ -865,7 +847,7 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         if ptr == v.task_ptr || !isa.is_task_pointer(ptr) {
             return;
         }
-        let arrived_new = task_arrives(v, vcpu_index, isa, ptr);
+        let arrived_new = crate::handlers::running_task::task_arrives(v, vcpu_index, isa, ptr);
         // A run from a snapshot: a task seen for the first time was open mid-way.
         if arrived_new && crate::handlers::midway::resuming() {
             crate::handlers::midway::at_first_switch_in(v, vcpu_index, pc);
@@ -875,180 +857,10 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
     });
 }
 
-/// Tracing went on (a vCPU's first block after the switch, `handlers::switch`): task
-/// switches were not followed while off, so the task running now is read where the OS
-/// keeps it (one read or two, once a vCPU a switch) and, where it is not the one this
-/// vCPU ran when tracing went off, the records from here on go to it. Where nothing
-/// readable names it (aarch64 at EL0, whose SP_EL0 is the user's stack pointer), the
-/// kernel's next entry writes it (`msr sp_el0`), which [`on_task_pointer`] sees.
-pub fn learn_running_task(v: &mut VcpuState, vcpu_index: u32) {
-    let isa = crate::state::isa_or_default();
-    let Some(ptr) = running_now(&mut v.regs, isa) else {
-        return;
-    };
-    if ptr == v.task_ptr {
-        return;
-    }
-    // A vCPU's first task named is taken as what its boot code became, Linux's idle task;
-    // one read here may have started while off (x86_64 sees no switch before `rest_init`):
-    // a task with a PID is never the boot code's.
-    if task_pid(&mut v.regs, isa, ptr) != 0 {
-        crate::state::with_tasks(|t| t.keep_boot(vcpu_index));
-    }
-    task_arrives(v, vcpu_index, isa, ptr);
-}
-
-/// Task `ptr`'s PID: from the ISA's register where the OS keeps one (aarch64
-/// CONTEXTIDR_EL1), else from its structure when the kernel's DWARF said where (one 4-byte
-/// read), else unknown (0: a synthetic id).
-fn task_pid(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa, ptr: u64) -> u32 {
-    match isa.task_id_register() {
-        Some(name) => regs.read_named(name).map_or(0, |id| id as u32),
-        None => pid_in_task(regs, ptr),
-    }
-}
-
-/// The task running on a vCPU now, at any privilege level: the task register where it
-/// holds a task (RISC-V in U mode keeps the kernel's tp in `sscratch`), or the per-CPU slot
-/// at the kernel's per-CPU base (x86_64: GS's base in the kernel, the saved `k_gs_base`
-/// in user mode or before the entry's `swapgs`). None where no value read is a task.
-fn running_now(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa) -> Option<u64> {
-    let task = |value: Option<u64>| value.filter(|&t| isa.is_task_pointer(t));
-    if let Some(name) = isa.task_pointer_register() {
-        let saved = match crate::state::arch_or_default() {
-            qemu_uftrace_format::Arch::Riscv64 => Some("sscratch"),
-            _ => None,
-        };
-        return task(regs.read_named(name))
-            .or_else(|| saved.and_then(|saved| task(regs.read_named(saved))));
-    }
-    let slot = crate::state::task_slot_known()?;
-    let base = isa.per_cpu_base_register()?;
-    let base = task(regs.read_named(base)).or_else(|| task(regs.read_named("k_gs_base")))?;
-    task(regs.read_le(base.wrapping_add(slot), 8))
-}
-
-/// Task `ptr` runs on `vcpu_index` from now (a switch seen, or learnt at a switch on):
-/// its PID, thread group and name are read and the task table switches the engine to its
-/// context. Returns whether the task was new to the table.
-fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64) -> bool {
-    let pid = task_pid(&mut v.regs, isa, ptr);
-    // Names (Linux `comm`) are read at switches only: the task leaving has its latest
-    // name (set after it started: kthreads, exec), and the one arriving its name so
-    // far, which a task still running when the guest stops (the CPU that powers off or
-    // panics, an idle task never preempted) would otherwise never get. The last read
-    // wins. A task that execs and never switches again keeps its name from before.
-    let comm = crate::state::config().and_then(|c| c.task_comm);
-    let name_at = |regs: &mut crate::state::guest::ByteBuf, task: u64| {
-        let offset = comm?;
-        (task != 0)
-            .then(|| regs.read_memory(task.wrapping_add(offset), TASK_NAME_BYTES))
-            .flatten()
-            .map(task_name)
-    };
-    // The first write a vCPU shows: the register or slot still holds the task running
-    // so far, which the OS set up in a way not instrumented; that task is what the boot
-    // code became.
-    let before = (v.task_ptr == 0)
-        .then(|| running_before(&mut v.regs, isa))
-        .flatten()
-        .filter(|&old| old != ptr && isa.is_task_pointer(old));
-    let before = before.map(|old| {
-        let pid = match isa.task_id_register() {
-            Some(_) => 0,
-            None => pid_in_task(&mut v.regs, old),
-        };
-        let tgid = tgid_of_task(&mut v.regs, old, pid).filter(|_| pid > 0);
-        (old, pid, tgid.unwrap_or(0))
-    });
-    let leaving_ptr = before.map_or(v.task_ptr, |(old, ..)| old);
-    let leaving = name_at(&mut v.regs, leaving_ptr);
-    // Its last switch (Linux `do_task_dead`): its context is freed at this switch.
-    let leaving_ended = crate::state::config()
-        .and_then(|c| c.task_state)
-        .filter(|_| leaving_ptr != 0)
-        .and_then(|offset| v.regs.read_le(leaving_ptr.wrapping_add(offset), 4))
-        .is_some_and(|state| state as u32 == qemu_uftrace_engine::tasks::LINUX_TASK_DEAD);
-    let arriving = name_at(&mut v.regs, ptr);
-    // Its process (one 4-byte read per switch, with the kernel's DWARF only), which
-    // also gives the address space it runs in (processes watched only).
-    let read = tgid_of_task(&mut v.regs, ptr, pid);
-    let tgid = read.filter(|_| pid > 0).unwrap_or(0);
-    let space = read.map_or(0, crate::handlers::procmaps::space_of);
-    let now = v.now();
-    settle(v, now);
-    v.task_ptr = ptr;
-    v.run_space(space);
-    crate::state::with_tasks(|t| {
-        if let Some((old, pid, tgid)) = before {
-            t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);
-            t.thread_group(pid, tgid);
-        }
-        if let Some(name) = leaving {
-            t.name_running(vcpu_index, name);
-        }
-        if leaving_ended {
-            t.running_ends(vcpu_index);
-        }
-        let known = t.created();
-        let switch = t.task_pointer(&mut v.engine, vcpu_index, now, ptr, pid);
-        t.thread_group(pid, tgid);
-        if let Some(name) = arriving {
-            t.name_running(vcpu_index, name);
-        }
-        switch == Switch::Switched && t.created() > known
-    })
-    .unwrap_or(false)
-}
-
 /// A task switch callback's data: the source register and the instruction's address
 /// (`entry::translate::task_pointer_data`).
 fn task_pointer_site(data: u64) -> (u8, u64) {
     (data as u8, ((data as i64) >> 8) as u64)
-}
-
-/// The task a vCPU ran before the first switch it shows, where the OS set it up without an
-/// instrumented write: in the task register (RISC-V Linux's boot: `la tp, init_task`), or
-/// in the per-CPU slot (x86_64 Linux's `current_task`, `&init_task` from the start).
-fn running_before(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa) -> Option<u64> {
-    if let Some(name) = isa.task_pointer_register() {
-        return regs.read_named(name);
-    }
-    let base = regs.read_named(isa.per_cpu_base_register()?)?;
-    let at = base.wrapping_add(crate::state::task_slot_known()?);
-    regs.read_le(at, 8)
-}
-
-/// A task's PID read from its structure, where the kernel's DWARF said it is (`task_pid=`);
-/// 0 (unknown: a synthetic id) otherwise.
-fn pid_in_task(regs: &mut crate::state::guest::ByteBuf, task: u64) -> u32 {
-    crate::state::config()
-        .and_then(|c| c.task_pid)
-        .filter(|_| task != 0)
-        .and_then(|offset| regs.read_le(task.wrapping_add(offset), 4))
-        .map_or(0, |pid| pid as u32)
-}
-
-/// The thread group (process) of the task with PID `pid` at `task`, where the kernel's
-/// DWARF said where it is (`task_tgid=`, or the process watch's own offset, the same
-/// field): read only where something uses it, for grouping a task with a PID known (a
-/// task without one nothing could group) or for the address space of watched processes.
-fn tgid_of_task(regs: &mut crate::state::guest::ByteBuf, task: u64, pid: u32) -> Option<u32> {
-    let watched = crate::handlers::procmaps::tgid_offset();
-    let offset = crate::state::config()
-        .and_then(|c| c.task_tgid)
-        .filter(|_| pid > 0)
-        .or(watched)?;
-    (task != 0)
-        .then(|| regs.read_le(task.wrapping_add(offset), 4))
-        .flatten()
-        .map(|tgid| tgid as u32)
-}
-
-/// A NUL-padded name field as text.
-fn task_name(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 #[cfg(test)]

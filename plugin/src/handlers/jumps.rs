@@ -56,7 +56,7 @@ pub unsafe extern "C" fn on_thunk_jump(vcpu_index: c_uint, data: *mut c_void) {
             return;
         };
         let now = v.now();
-        crate::handlers::callbacks::settle(v, now);
+        v.settle(now);
         if let Some(from_stub) = decide(v, pc, target) {
             v.engine.register_jump_entry(now, target, from_stub);
         }

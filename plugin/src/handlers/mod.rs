@@ -9,6 +9,7 @@ pub mod jumps;
 pub mod midway;
 pub mod modules;
 pub mod procmaps;
+pub mod running_task;
 pub mod signals;
 pub mod stop_at;
 pub mod switch;

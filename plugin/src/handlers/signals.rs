@@ -54,7 +54,7 @@ pub fn syscall(vcpu_index: c_uint, num: i64, _a1: u64, a2: u64) {
         vcpu::with(vcpu_index, |v| {
             let now = v.now();
             // The handler's return to the trampoline, which follows no call, is pending.
-            crate::handlers::callbacks::settle(v, now);
+            v.settle(now);
             v.engine.signal_return(now);
         });
     }
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn on_handler_entry(vcpu_index: c_uint, data: *mut c_void)
             LinkSlot::StackTop(sp) => v.regs.read_named(sp).and_then(|sp| v.regs.read_le(sp, 8)),
         };
         let now = v.now();
-        crate::handlers::callbacks::settle(v, now);
+        v.settle(now);
         let Some(link) = link else {
             v.engine.stats.register_read_failures += 1;
             return;
@@ -139,7 +139,7 @@ pub unsafe extern "C" fn on_stack_switch_jump(vcpu_index: c_uint, data: *mut c_v
     vcpu::with(vcpu_index, |v| {
         let target = v.regs.read_gpr(reg);
         let now = v.now();
-        crate::handlers::callbacks::settle(v, now);
+        v.settle(now);
         match target {
             Some(target) => {
                 let mut guest = crate::state::qemu_guest::QemuGuest { buf: &mut v.regs };

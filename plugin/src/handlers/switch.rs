@@ -364,7 +364,7 @@ unsafe extern "C" fn on_capture(vcpu_index: c_uint, data: *mut c_void) {
             // Task switches were not followed while off: the records go to the task
             // running now (the cookie too).
             if crate::state::system_mode() {
-                crate::handlers::callbacks::learn_running_task(v, vcpu_index);
+                crate::handlers::running_task::learn_running_task(v, vcpu_index);
             }
             let now = v.now();
             let tid = v.engine.tid();

@@ -71,6 +71,23 @@ pub type JumpAnswers = [[(u64, u64, u8); JUMP_ANSWERS]; 2];
 pub const JUMP_ANSWERS: usize = 64;
 
 impl VcpuState {
+    /// A return that landed where no landing block saw it is settled before the next event.
+    /// Returns whether one did.
+    #[inline(always)]
+    pub fn settle(&mut self, now: u64) -> bool {
+        let unseen = self.take_unseen_return();
+        if unseen {
+            self.engine.ret_unseen(now);
+        }
+        unseen
+    }
+
+    /// Whether a return of the guest's is pending, whose landing no block saw (cleared then).
+    /// A retpoline's own return (`thunk_ret`) is no return of the guest's.
+    pub fn take_unseen_return(&mut self) -> bool {
+        self.pending.take() && !std::mem::take(&mut self.thunk_ret)
+    }
+
     /// The vCPU runs address space `space` from now on.
     pub fn run_space(&mut self, space: qemu_uftrace_engine::spaces::SpaceId) {
         self.deltas.switch(space);
