@@ -54,14 +54,16 @@ beside() {
 # collect PID DIR WHAT: waits for the job PID, run beside WHAT, prints what it printed, keeps its
 # steps (named "NAME (beside WHAT)") and the time waited for it; fails if one of them failed.
 collect() {
-  local pid=$1 dir=$2 what=$3 status=0 name secs code t0=$SECONDS
+  local pid=$1 dir=$2 what=$3 status=0 name secs code t0=$SECONDS names=()
   wait "$pid" || true
   cat "$dir/output"
   while read -r name secs code; do
     [ "$code" -eq 0 ] || status=$code
+    names+=("$name")
     steps+=("$(printf '%-34s %8d s%s' "$name (beside $what)" "$secs" "$([ "$code" -eq 0 ] || echo "  FAILED ($code)")")")
   done <"$dir/steps"
-  steps+=("$(printf '%-34s %8d s' "waited for them after $what" $((SECONDS - t0)))")
+  [ "${#names[@]}" -eq 1 ] || names=(them)
+  steps+=("$(printf '%-34s %8d s' "then waited for ${names[*]}" $((SECONDS - t0)))")
   rm -rf "$dir"
   return $status
 }
@@ -92,21 +94,22 @@ trap 'rc=$?; set +e; for j in "${jobs_started[@]}"; do kill_tree "$j"; done; sum
 step install-deps scripts/install-deps.sh
 collect "$build_pid" "$build_dir" "the install"
 step fmt cargo fmt --all -- --check
-# Miri and the fuzz targets need none of the test binaries, and the tests leave a core idle for
-# minutes (a binary's last long boot, uftrace's replays, the guests' make): both run beside
-# `cargo test` at the lowest priority, so they take those cycles instead of ~10 minutes after it.
-# Their output is printed, and their status and time kept, when the tests are done.
-after_dir=$(mktemp -d)
-(
-  set +e
-  # The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
-  # under Miri's checks (about two minutes of CPU).
-  beside "$after_dir" 19 miri cargo +nightly miri test -p qemu-uftrace-engine
-  # Bounded: the fuzzers' first build takes a few minutes, then each target for FUZZ_SECONDS.
-  beside "$after_dir" 19 fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" fuzz/run.sh
-) &
-after_pid=$!
-jobs_started+=("$after_pid")
+# Miri and the fuzz targets need none of the test binaries: they run beside the tests at the
+# lowest priority, each in a job of its own, taking what cycles the tests leave and both cores
+# once they end (one after the other, the fuzzers started only after Miri: 2026-12-02, Miri
+# 1,234 s starved beside 1,121 s of tests, then 466 s of fuzzing). Their output is printed, and
+# their status and time kept, when the tests are done.
+miri_dir=$(mktemp -d)
+# The engine's unsafe hot path (unchecked pushes and record writes) and its state machine,
+# under Miri's checks (about five minutes of CPU).
+( set +e; beside "$miri_dir" 19 miri cargo +nightly miri test -p qemu-uftrace-engine ) &
+miri_pid=$!
+jobs_started+=("$miri_pid")
+fuzz_dir=$(mktemp -d)
+# Bounded: the fuzzers' first build takes a few minutes, then each target for FUZZ_SECONDS.
+( set +e; beside "$fuzz_dir" 19 fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-20}" fuzz/run.sh ) &
+fuzz_pid=$!
+jobs_started+=("$fuzz_pid")
 # The kernel boots that several tests read are recorded once a run, there
 # (cli/tests/common/shared.rs): emptied before, so a run never reads an older one, and after,
 # as they take about 1.1 GB (four kernel traces of 250–320 MB).
@@ -128,7 +131,8 @@ step "cargo test" bash -o pipefail -c 'run_tests 2>&1 | tee "$1"' _ "$log" || te
 rm -rf "$shared_recordings"
 # Miri's and the fuzzers' results count whether or not a test failed.
 besides=0
-collect "$after_pid" "$after_dir" "the tests" || besides=$?
+collect "$miri_pid" "$miri_dir" "the tests" || besides=$?
+collect "$fuzz_pid" "$fuzz_dir" "the tests" || besides=$?
 [ "$tested" -eq 0 ] || exit "$tested"
 step "every test binary ran" scripts/test-binaries-ran.sh "$log"
 exit "$besides"
