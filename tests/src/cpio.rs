@@ -28,6 +28,38 @@ pub enum Entry<'a> {
     },
 }
 
+/// What every initramfs here starts with: `/dev` and `/dev/console` (5:1), where the
+/// kernel opens `/init`'s standard streams.
+pub fn console_entries() -> [Entry<'static>; 2] {
+    [
+        Entry::Dir {
+            path: "dev",
+            mode: 0o755,
+        },
+        Entry::CharDev {
+            path: "dev/console",
+            mode: 0o600,
+            major: 5,
+            minor: 1,
+        },
+    ]
+}
+
+/// Writes `bytes` as `dir/name`, replaced whole (a temporary file renamed over it), never
+/// rewritten in place: another test process may be reading the archive.
+pub fn replace_whole(
+    dir: &std::path::Path,
+    name: &str,
+    bytes: &[u8],
+) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(path)
+}
+
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
 const S_IFCHR: u32 = 0o020000;

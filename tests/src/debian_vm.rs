@@ -64,37 +64,25 @@ pub fn debian_vm_arm64_boot_args_on(qemu: &str) -> Vec<String> {
     )
 }
 
-/// The boot both VMs share: `machine`'s options, 1 GiB, one vCPU, no NIC, no reboot, the
-/// VM's kernel and initrd of `arch`, its disk as a `snapshot=on` virtio drive.
+/// The boot both VMs share: an initramfs boot (`machine`'s options, 1 GiB, one vCPU) of
+/// the VM's kernel and initrd of `arch`, its disk as a `snapshot=on` virtio drive.
 fn vm_boot_args(qemu: &str, arch: &str, machine: &[&str], append: &str) -> Vec<String> {
     let dir = debian_vm_dir_of(arch);
-    let disk = format!(
-        "file={},if=virtio,format=raw,snapshot=on",
-        dir.join("rootfs.ext4").display()
+    let mut args = crate::linux_guest::initramfs_boot(
+        qemu,
+        machine,
+        "1G",
+        1,
+        &dir.join("vmlinuz"),
+        &dir.join("initrd.img"),
+        append,
     );
-    let mut args = vec![qemu.to_string()];
-    args.extend(machine.iter().map(|s| s.to_string()));
-    args.extend(
-        [
-            "-m",
-            "1G",
-            "-nographic",
-            "-nic",
-            "none",
-            "-no-reboot",
-            "-smp",
-            "1",
-            "-kernel",
-            &dir.join("vmlinuz").to_string_lossy(),
-            "-initrd",
-            &dir.join("initrd.img").to_string_lossy(),
-            "-drive",
-            &disk,
-            "-append",
-            append,
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
+    args.extend([
+        "-drive".to_string(),
+        format!(
+            "file={},if=virtio,format=raw,snapshot=on",
+            dir.join("rootfs.ext4").display()
+        ),
+    ]);
     args
 }

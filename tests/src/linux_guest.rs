@@ -199,18 +199,7 @@ pub(crate) fn pack_initramfs(
     dirs: &[&str],
     files: &[(String, Vec<u8>)],
 ) -> Result<PathBuf> {
-    let mut entries = vec![
-        Entry::Dir {
-            path: "dev",
-            mode: 0o755,
-        },
-        Entry::CharDev {
-            path: "dev/console",
-            mode: 0o600,
-            major: 5,
-            minor: 1,
-        },
-    ];
+    let mut entries = crate::cpio::console_entries().to_vec();
     entries.extend(dirs.iter().map(|&path| Entry::Dir { path, mode: 0o755 }));
     entries.push(Entry::File {
         path: "init",
@@ -224,11 +213,7 @@ pub(crate) fn pack_initramfs(
     }));
     let mut cpio = Vec::with_capacity(init.len() + 1024);
     write_newc(&mut cpio, &entries)?;
-    let path = dir.join(name);
-    let tmp = dir.join(format!("{name}.{}", std::process::id()));
-    std::fs::write(&tmp, &cpio).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(path)
+    crate::cpio::replace_whole(dir, name, &cpio)
 }
 
 /// The kernel command line of the initramfs boot: `/init` from the initramfs, no KASLR (so
@@ -244,6 +229,7 @@ pub fn initramfs_boot_args_on(qemu: &str, smp: u32) -> Result<Vec<String>> {
     Ok(initramfs_boot(
         qemu,
         &machine,
+        "512M",
         smp,
         &debian_kernel(),
         &cpio,
@@ -251,12 +237,13 @@ pub fn initramfs_boot_args_on(qemu: &str, smp: u32) -> Result<Vec<String>> {
     ))
 }
 
-/// A Linux kernel booted into an initramfs on `qemu` (argv, emulator first): `machine`
-/// (`-M …`, `-cpu …`), `-m 512M -nographic -nic none -no-reboot -smp N -kernel KERNEL
-/// -initrd INITRD -append APPEND`: the boot every initramfs guest makes.
+/// A Linux kernel booted from its initramfs on `qemu` (argv, emulator first): `machine`
+/// (`-M …`, `-cpu …`), `-m MEMORY -nographic -nic none -no-reboot -smp N -kernel KERNEL
+/// -initrd INITRD -append APPEND`: the boot every initramfs guest and the Debian VMs make.
 pub fn initramfs_boot(
     qemu: &str,
     machine: &[&str],
+    memory: &str,
     smp: u32,
     kernel: &Path,
     initrd: &Path,
@@ -267,7 +254,7 @@ pub fn initramfs_boot(
     let smp = smp.to_string();
     let rest = [
         "-m",
-        "512M",
+        memory,
         "-nographic",
         "-nic",
         "none",

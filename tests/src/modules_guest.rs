@@ -105,7 +105,7 @@ pub fn modules_boot_args(arch: ModArch, qemu: &str) -> Result<Vec<String>> {
         ),
     };
     Ok(crate::linux_guest::initramfs_boot(
-        qemu, machine, 1, &kernel, &cpio, append,
+        qemu, machine, "512M", 1, &kernel, &cpio, append,
     ))
 }
 

@@ -142,20 +142,13 @@ fn pack(arch: ProcsArch, dir: &Path, name: &str, init: &[u8]) -> Result<PathBuf>
     let loader_path = format!("{}/{loader}", arch.loader_dir());
     let libc = read(&lib.join("libc.so.6"))?;
     let plug = read(&dir.join("libplug.so"))?;
+    let [dev, console] = crate::cpio::console_entries();
     let mut cpio = Vec::new();
     write_newc(
         &mut cpio,
         &[
-            Entry::Dir {
-                path: "dev",
-                mode: 0o755,
-            },
-            Entry::CharDev {
-                path: "dev/console",
-                mode: 0o600,
-                major: 5,
-                minor: 1,
-            },
+            dev,
+            console,
             Entry::Dir {
                 path: "lib",
                 mode: 0o755,
@@ -191,8 +184,7 @@ fn pack(arch: ProcsArch, dir: &Path, name: &str, init: &[u8]) -> Result<PathBuf>
             },
         ],
     )?;
-    // gzip(1), as distributions compress their initramfs; replaced whole, never rewritten,
-    // since another test process may be reading it.
+    // gzip(1), as distributions compress their initramfs.
     let mut gz = Command::new("gzip")
         .args(["-n", "-c"])
         .stdin(Stdio::piped())
@@ -209,11 +201,7 @@ fn pack(arch: ProcsArch, dir: &Path, name: &str, init: &[u8]) -> Result<PathBuf>
     if !out.status.success() {
         bail!("gzip failed ({})", out.status);
     }
-    let path = dir.join(name);
-    let tmp = dir.join(format!("{name}.{}", std::process::id()));
-    std::fs::write(&tmp, &out.stdout).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(path)
+    crate::cpio::replace_whole(dir, name, &out.stdout)
 }
 
 /// The arm64 guest whose `/init` is `deepinit` (tests/guests/procs/deepinit.c): it runs
@@ -249,31 +237,15 @@ pub fn deep_boot_args_on(qemu: &str) -> Result<Vec<String>> {
 /// riscv64 guest on one hart, under QEMU's own OpenSBI.
 pub fn procs_riscv64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
     let guest = procs_guest_for(ProcsArch::Riscv64)?;
-    let kernel = crate::riscv64::riscv64_kernel();
-    Ok([
+    Ok(crate::linux_guest::initramfs_boot(
         qemu,
-        "-M",
-        "virt",
-        "-m",
+        &["-M", "virt", "-bios", "default"],
         "512M",
-        "-nographic",
-        "-nic",
-        "none",
-        "-no-reboot",
-        "-smp",
-        "1",
-        "-bios",
-        "default",
-        "-kernel",
-        &kernel.to_string_lossy(),
-        "-initrd",
-        &guest.cpio.to_string_lossy(),
-        "-append",
+        1,
+        &crate::riscv64::riscv64_kernel(),
+        &guest.cpio,
         "console=ttyS0 panic=-1 nokaslr rdinit=/init",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect())
+    ))
 }
 
 /// The kernel command line of the amd64 process guest (`no_timer_check`: on a loaded host
@@ -288,6 +260,7 @@ pub fn procs_x86_64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
     Ok(crate::linux_guest::initramfs_boot(
         qemu,
         &["-M", "pc"],
+        "512M",
         1,
         &kernel,
         &guest.cpio,
@@ -302,6 +275,7 @@ pub fn procs_boot_args_on(qemu: &str) -> Result<Vec<String>> {
     Ok(crate::linux_guest::initramfs_boot(
         qemu,
         &["-M", "virt", "-cpu", "max"],
+        "512M",
         1,
         &debian_kernel(),
         &guest.cpio,
