@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// The suite's slowest binaries, slowest first (`scripts/test.sh`'s timing summary of
@@ -159,33 +159,29 @@ pub fn run(
     out: &Mutex<dyn Write + Send>,
 ) -> Result<Vec<Outcome>> {
     std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
-    let queue = Arc::new(Mutex::new(VecDeque::from(bins)));
-    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let queue = Mutex::new(VecDeque::from(bins));
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    std::thread::scope(|s| -> Result<()> {
-        let mut workers = Vec::new();
-        for _ in 0..jobs.max(1) {
-            let queue = Arc::clone(&queue);
-            let outcomes = Arc::clone(&outcomes);
-            let cargo = cargo.clone();
-            workers.push(s.spawn(move || -> Result<()> {
-                loop {
-                    let Some(bin) = queue.lock().map_err(|_| poisoned())?.pop_front() else {
-                        return Ok(());
-                    };
-                    let outcome = run_one(&bin, logs, args, &cargo, out)?;
-                    outcomes.lock().map_err(|_| poisoned())?.push(outcome);
-                }
-            }));
-        }
+    // Scoped workers borrow the queue; each gives back the outcomes of the binaries it ran.
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs.max(1))
+            .map(|_| {
+                s.spawn(|| -> Result<Vec<Outcome>> {
+                    let mut done = Vec::new();
+                    loop {
+                        let Some(bin) = queue.lock().map_err(|_| poisoned())?.pop_front() else {
+                            return Ok(done);
+                        };
+                        done.push(run_one(&bin, logs, args, &cargo, out)?);
+                    }
+                })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
         for w in workers {
-            w.join()
-                .map_err(|_| anyhow::anyhow!("a test runner thread panicked"))??;
+            outcomes.extend(w.join().map_err(|_| poisoned())??);
         }
-        Ok(())
-    })?;
-    let outcomes = std::mem::take(&mut *outcomes.lock().map_err(|_| poisoned())?);
-    Ok(outcomes)
+        Ok(outcomes)
+    })
 }
 
 fn poisoned() -> anyhow::Error {
@@ -347,6 +343,7 @@ fn target_dir(bins: &[Binary]) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn bin(name: &str) -> Binary {
         Binary {
