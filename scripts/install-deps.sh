@@ -277,12 +277,7 @@ build_qemu_102() {
 build_qemu_102 &
 qemu_102_pid=$!
 # A failed or interrupted install leaves no build behind (configure, ninja, the compilers).
-kill_tree() {
-    local child
-    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-    kill "$1" 2>/dev/null
-}
-trap 'kill_tree $qemu_102_pid' EXIT
+trap '"$root/scripts/kill-tree.sh" "$qemu_102_pid"' EXIT
 
 # The archive work: which file of which package (xtask/), built once (seconds).
 # Its own target directory: scripts/test.sh builds the workspace beside the install, and a shared

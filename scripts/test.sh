@@ -67,12 +67,6 @@ collect() {
   rm -rf "$dir"
   return $status
 }
-# kill_tree PID: PID and everything it started (cargo's rustc, Miri, the fuzzers).
-kill_tree() {
-  local child
-  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-  kill "$1" 2>/dev/null
-}
 jobs_started=()
 # The workspace's build and lints need nothing install-deps brings (the tests build their guests
 # themselves), so they run beside the install, whose downloads leave the cores idle for minutes,
@@ -89,8 +83,8 @@ build_dir=$(mktemp -d)
 build_pid=$!
 jobs_started+=("$build_pid")
 # A failed step ends the run: the jobs beside it go too.
-# (set +e: under set -e a pkill that matched nothing ended the trap before the summary.)
-trap 'rc=$?; set +e; for j in "${jobs_started[@]}"; do kill_tree "$j"; done; summary "$rc"' EXIT
+# (set +e: under set -e a kill that found nothing ended the trap before the summary.)
+trap 'rc=$?; set +e; "$root/scripts/kill-tree.sh" "${jobs_started[@]}"; summary "$rc"' EXIT
 step install-deps scripts/install-deps.sh
 collect "$build_pid" "$build_dir" "the install"
 step fmt cargo fmt --all -- --check
