@@ -345,8 +345,9 @@ impl Engine {
         }
     }
 
-    /// Writes EVENT records of ids `ids` right after the last ENTRY of `func` (its time), where whole exception entries follow that ENTRY in the buffer: an
-    /// interrupt QEMU took between the call and the function's first instruction, whose
+    /// Writes EVENT records of ids `ids` right after the last ENTRY of `func` (its time),
+    /// where whole exception entries follow that ENTRY in the buffer: an interrupt QEMU
+    /// took between the call and the function's first instruction, whose
     /// records sit between them (argument carriers, `format::args`, must follow their
     /// ENTRY). False, nothing written, where anything else follows it, it is no longer in
     /// the buffer, or the buffer has no room.
