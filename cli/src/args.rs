@@ -198,6 +198,15 @@ pub struct RecordArgs {
     #[arg(long)]
     pub no_auto_symbols: bool,
 
+    /// User mode: leave the host's address randomisation on for QEMU
+    ///
+    /// By default QEMU runs with it off, as gdb runs a program: the guest's libraries land
+    /// at the same addresses in every run, so --clock insn counts the same instructions
+    /// (the dynamic loader's work depends on where things are) and unnamed addresses
+    /// compare between traces
+    #[arg(long)]
+    pub aslr: bool,
+
     /// Use this QEMU plugin instead of the one built into qemu-uftrace
     #[arg(long, value_name = "PATH")]
     pub plugin: Option<PathBuf>,

@@ -108,8 +108,47 @@ fn die_with_parent(parent: libc::pid_t) {
     }
 }
 
-/// Runs `program` with `args` and waits for it.
-pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
+/// Whether QEMU can be run with the host's address randomisation off (user mode: the same
+/// guest layout, hence the same instruction counts, in every run). Tried here, in the parent
+/// and undone at once, because a container's seccomp profile may refuse the flag and the
+/// child could not say so; refused, it warns once.
+pub fn can_fix_layout() -> bool {
+    const QUERY: libc::c_ulong = 0xffff_ffff;
+    // SAFETY: personality takes and returns plain integers.
+    let old = unsafe { libc::personality(QUERY) };
+    let flag = libc::ADDR_NO_RANDOMIZE as libc::c_int;
+    // SAFETY: as above.
+    let set = old != -1 && unsafe { libc::personality((old | flag) as libc::c_ulong) } != -1;
+    if set {
+        // SAFETY: as above; the persona we had.
+        unsafe { libc::personality(old as libc::c_ulong) };
+    } else {
+        crate::errors::warn_early(format!(
+            "cannot turn the host's address randomisation off for QEMU ({}): the guest's \
+             addresses, and --clock insn's counts, may differ from run to run (--aslr says \
+             that is wanted)",
+            std::io::Error::last_os_error()
+        ));
+    }
+    set
+}
+
+/// In the child, before exec: no address randomisation for what it execs (QEMU), whose
+/// guest mappings then land where they landed last time. A refusal was reported by
+/// [`can_fix_layout`].
+fn fix_layout() {
+    // SAFETY: plain syscalls with integer arguments.
+    unsafe {
+        let old = libc::personality(0xffff_ffff);
+        if old != -1 {
+            libc::personality((old | libc::ADDR_NO_RANDOMIZE as libc::c_int) as libc::c_ulong);
+        }
+    }
+}
+
+/// Runs `program` with `args` and waits for it; `fixed_layout`: with the host's address
+/// randomisation off ([`can_fix_layout`]).
+pub fn run(program: &Path, args: &[OsString], fixed_layout: bool) -> Result<QemuExit> {
     // Handlers, not an ignored disposition, which exec would pass on to QEMU: Ctrl-C must
     // still stop QEMU (which then runs the plugin's exit hook).
     let scope = SignalScope::qemu()?;
@@ -123,10 +162,14 @@ pub fn run(program: &Path, args: &[OsString]) -> Result<QemuExit> {
         .stderr_file(stderr_out)
         .before_spawn(move |cmd| {
             use std::os::unix::process::CommandExt;
-            // SAFETY: prctl, getppid and raise are async-signal-safe, as pre_exec requires.
+            // SAFETY: prctl, getppid, raise and personality are async-signal-safe, as
+            // pre_exec requires.
             unsafe {
                 cmd.pre_exec(move || {
                     die_with_parent(parent);
+                    if fixed_layout {
+                        fix_layout();
+                    }
                     Ok(())
                 })
             };

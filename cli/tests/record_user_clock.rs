@@ -6,6 +6,7 @@
 //! the same in every run, a leaf's duration its instructions. On aarch64 and x86_64, with a
 //! dynamic PIE (the loader's start-up translates code all the time: where the default clock
 //! stood still for dozens of records) computing `fib` (the same leaf, 7.108 µs every time).
+//! The same in every run because QEMU runs with the host's address randomisation off.
 
 mod common;
 
@@ -358,6 +359,39 @@ fn check(arch: Arch) {
             w[1]
         );
     }
+}
+
+/// The trace's mappings: what the program and its libraries were mapped at.
+fn mappings(dir: &Path) -> String {
+    let map = (std::fs::read_dir(dir).expect("the trace").flatten())
+        .find(|e| e.file_name().to_string_lossy().starts_with("sid-"))
+        .expect("a sid-*.map file");
+    std::fs::read_to_string(map.path()).expect("read the map")
+}
+
+/// QEMU runs without the host's address randomisation (as gdb runs a program): the loader
+/// landed wherever mmap put it, and its work (hence `--clock insn`'s count) depended on
+/// where; one run in three differed. `--aslr` leaves randomisation on.
+#[test]
+fn user_mode_maps_the_guest_at_the_same_addresses_unless_aslr() {
+    let arch = x86_64();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = build(&arch, tmp.path());
+    let elf_arg = elf.to_string_lossy();
+    let layout = |opts: &[&str]| {
+        let (_tmp, dir, out) = record_with(&arch.qemu, opts, &[&elf_arg, "3"]);
+        assert!(out.status.success(), "{opts:?}: {}", text(&out.stderr));
+        let map = mappings(&dir);
+        assert!(map.contains("/libc.so.6"), "{map}");
+        map.replace(&*dir.to_string_lossy(), "DIR")
+    };
+    let fixed = layout(&[]);
+    assert_eq!(fixed, layout(&[]), "two runs, two layouts");
+    let random = [layout(&["--aslr"]), layout(&["--aslr"])];
+    assert!(
+        random[0] != random[1] && !random.contains(&fixed),
+        "--aslr: {random:?}"
+    );
 }
 
 #[test]

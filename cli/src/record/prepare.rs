@@ -40,6 +40,8 @@ pub struct Prepared {
     pub filters: crate::filter::Filters,
     /// `-A`/`-R`, resolved.
     pub arg_specs: crate::argspec::ArgSpecs,
+    /// User mode without `--aslr`: QEMU runs with the host's address randomisation off.
+    pub fixed_layout: bool,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -307,6 +309,7 @@ pub fn prepare(
         _ => None,
     };
     let command = qemu::with_plugin(&inv.argv, plugin);
+    let fixed_layout = inv.is_user_mode() && !args.aslr && crate::run_qemu::can_fix_layout();
     Ok((
         Prepared {
             qemu,
@@ -318,6 +321,7 @@ pub fn prepare(
             cap,
             filters,
             arg_specs,
+            fixed_layout,
         },
         Jobs {
             symbols,

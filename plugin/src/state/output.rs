@@ -21,6 +21,8 @@ use std::thread::JoinHandle;
 pub const BUFFER_BYTES: usize = 1 << 20;
 /// Full buffers that may wait for the writer (bounds memory to about 32 MiB).
 const QUEUE_DEPTH: usize = 32;
+/// Buffers in the pool from the start (address space only, until used).
+const SEEDED_BUFFERS: usize = 4;
 
 enum Msg {
     /// `early`: queued before `--stop-at`'s stop was set, so every record of it was made
@@ -123,7 +125,14 @@ impl Chan {
     fn start_with(w: Writer) -> std::io::Result<Chan> {
         let sizes = w.sizes.clone();
         let (tx, rx) = sync_channel(QUEUE_DEPTH);
-        let pool = Arc::new(Mutex::new(Vec::new()));
+        // Seeded before the guest runs, so that a vCPU's buffer swap takes one from here
+        // instead of mapping memory at a moment the writer's pace decides: in user mode
+        // that memory is the guest's address space too, and a mapping made before or
+        // after the guest's own would move every later library (runs would not repeat).
+        let seeded = (0..SEEDED_BUFFERS)
+            .map(|_| Vec::with_capacity(BUFFER_BYTES))
+            .collect();
+        let pool = Arc::new(Mutex::new(seeded));
         let writer_pool = Arc::clone(&pool);
         let writer = with_signals_blocked(|| {
             std::thread::Builder::new()
