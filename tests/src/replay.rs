@@ -12,8 +12,83 @@ pub fn uftrace(args: &[&str]) -> Result<String> {
     uftrace_at(Path::new("uftrace"), args)
 }
 
-/// [`uftrace`] with the uftrace at `program` (one of [`uftrace_versions`]).
+/// [`uftrace`] with the uftrace at `program` (one of [`uftrace_versions`]). The same command
+/// on a trace that has not changed since gives what it gave, without running again: a kernel
+/// boot's trace takes uftrace 8-12 s a pass, and checks that share a trace ask it the same
+/// question (`replay -D 1`, `report`) from different places.
 pub fn uftrace_at(program: &Path, args: &[&str]) -> Result<String> {
+    let key = memo::key(program, args);
+    if let Some(out) = key.as_ref().and_then(memo::get) {
+        return Ok(out);
+    }
+    let out = run_uftrace(program, args)?;
+    if let Some(key) = key {
+        memo::put(key, &out);
+    }
+    Ok(out)
+}
+
+/// Outputs of uftrace commands by command and trace state, in this test process.
+mod memo {
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+    use std::time::SystemTime;
+
+    /// The command and its trace's files, each with its length and modification time: a
+    /// trace written again since is another key.
+    #[derive(PartialEq, Eq)]
+    pub struct Key {
+        program: PathBuf,
+        args: Vec<String>,
+        files: Vec<(std::ffi::OsString, u64, Option<SystemTime>)>,
+    }
+
+    /// Outputs kept, the most recent last; their bytes are bounded (tests run in parallel,
+    /// and a full replay of a boot is most of a GB).
+    const KEPT_BYTES: usize = 256 << 20;
+    const ONE_AT_MOST: usize = 64 << 20;
+    static KEPT: Mutex<Vec<(Key, String)>> = Mutex::new(Vec::new());
+
+    /// The key of `uftrace ARGS` when they name the trace (`-d DIR`), else none.
+    pub fn key(program: &Path, args: &[&str]) -> Option<Key> {
+        let dir = args.windows(2).find(|w| w[0] == "-d").map(|w| w[1])?;
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                Some((e.file_name(), meta.len(), meta.modified().ok()))
+            })
+            .collect();
+        files.sort();
+        Some(Key {
+            program: program.to_path_buf(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            files,
+        })
+    }
+
+    pub fn get(key: &Key) -> Option<String> {
+        let kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, out)| out.clone())
+    }
+
+    pub fn put(key: Key, out: &str) {
+        if out.len() > ONE_AT_MOST {
+            return;
+        }
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|(k, _)| *k != key);
+        kept.push((key, out.to_owned()));
+        while kept.iter().map(|(_, o)| o.len()).sum::<usize>() > KEPT_BYTES {
+            kept.remove(0);
+        }
+    }
+}
+
+fn run_uftrace(program: &Path, args: &[&str]) -> Result<String> {
     let out = Command::new(program).args(args).output().with_context(|| {
         format!(
             "running {} (run scripts/install-deps.sh)",
@@ -482,6 +557,44 @@ pub fn graph_backtrace(graph: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A second identical command on an unchanged trace is answered from memory; a trace
+    /// written since, or another command, runs again.
+    #[test]
+    fn the_same_question_on_the_same_trace_runs_once() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let runs = tmp.path().join("runs");
+        let program = tmp.path().join("fake-uftrace");
+        std::fs::write(
+            &program,
+            format!("#!/bin/sh\necho run >>{}\necho \"$@\"\n", runs.display()),
+        )
+        .expect("write the script");
+        std::fs::set_permissions(
+            &program,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod");
+        let trace = tmp.path().join("trace");
+        std::fs::create_dir(&trace).expect("mkdir");
+        std::fs::write(trace.join("1.dat"), "a").expect("write");
+        let d = trace.to_string_lossy().into_owned();
+        let count = || {
+            std::fs::read_to_string(&runs)
+                .expect("runs")
+                .lines()
+                .count()
+        };
+        let ask = |what: &str| uftrace_at(&program, &[what, "-d", &d]).expect("fake uftrace");
+        assert_eq!(ask("report"), format!("report -d {d}\n"));
+        assert_eq!(ask("report"), format!("report -d {d}\n"));
+        assert_eq!(count(), 1);
+        ask("replay");
+        assert_eq!(count(), 2);
+        std::fs::write(trace.join("1.dat"), "ab").expect("write");
+        ask("report");
+        assert_eq!(count(), 3);
+    }
 
     #[test]
     fn graph_backtraces_keep_names_with_spaces() {
