@@ -56,7 +56,7 @@ fn amd64() -> Machine {
         qemu: cached("qemu-10.2.2/bin/qemu-system-x86_64"),
         options: &["-M", "pc"],
         kernel: cached("kernel-amd64/vmlinuz"),
-        append: "console=ttyS0 panic=-1 nokaslr no_timer_check rdinit=/init",
+        append: "console=ttyS0 panic=-1 nokaslr no_timer_check cryptomgr.notests rdinit=/init",
         vmlinux: cached("kernel-amd64-dbg/vmlinux"),
     }
 }
@@ -67,7 +67,7 @@ fn riscv64(qemu: &str) -> Machine {
         qemu: PathBuf::from(qemu),
         options: &["-M", "virt", "-bios", "default"],
         kernel: riscv64_kernel(),
-        append: "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+        append: "console=ttyS0 panic=-1 nokaslr cryptomgr.notests rdinit=/init",
         vmlinux: riscv64_vmlinux(),
     }
 }

@@ -38,7 +38,8 @@ pub fn debian_vm_arm64_root() -> PathBuf {
 /// The kernel command line: the root on the virtio disk, the console on the serial port, no
 /// KASLR (the kernel's symbols hold), QEMU ends at a panic; `no_timer_check` as for the
 /// other amd64 boots (a loaded host's timer check can fail).
-pub const DEBIAN_VM_APPEND: &str = "root=/dev/vda rw console=ttyS0 panic=-1 nokaslr no_timer_check";
+pub const DEBIAN_VM_APPEND: &str =
+    "root=/dev/vda rw console=ttyS0 panic=-1 nokaslr no_timer_check cryptomgr.notests";
 
 /// The line the guest's console shows last before the machine powers off.
 pub const DEBIAN_VM_POWER_OFF: &str = "reboot: Power down";
@@ -50,7 +51,8 @@ pub fn debian_vm_boot_args_on(qemu: &str) -> Vec<String> {
 }
 
 /// The arm64 VM's kernel command line: as amd64's, on the PL011 console.
-pub const DEBIAN_VM_ARM64_APPEND: &str = "root=/dev/vda rw console=ttyAMA0 panic=-1 nokaslr";
+pub const DEBIAN_VM_ARM64_APPEND: &str =
+    "root=/dev/vda rw console=ttyAMA0 panic=-1 nokaslr cryptomgr.notests";
 
 /// The QEMU command (argv, emulator first) that boots the arm64 VM on one Cortex-A57 (no
 /// pointer authentication to emulate: the boot takes ~2/3 of `-cpu max`'s time), its disk a

@@ -218,7 +218,8 @@ pub(crate) fn pack_initramfs(
 
 /// The kernel command line of the initramfs boot: `/init` from the initramfs, no KASLR (so
 /// that System.map's addresses hold), QEMU ends at the panic if `/init` ever exits.
-pub const INITRAMFS_APPEND: &str = "console=ttyAMA0 panic=-1 nokaslr rdinit=/init";
+pub const INITRAMFS_APPEND: &str =
+    "console=ttyAMA0 panic=-1 nokaslr cryptomgr.notests rdinit=/init";
 
 /// The QEMU command (argv, emulator first) that boots Debian's kernel into the initramfs
 /// guest on `smp` vCPUs: `-M virt -cpu max -m 512M -nographic -nic none -kernel vmlinuz

@@ -244,13 +244,14 @@ pub fn procs_riscv64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
         1,
         &crate::riscv64::riscv64_kernel(),
         &guest.cpio,
-        "console=ttyS0 panic=-1 nokaslr rdinit=/init",
+        "console=ttyS0 panic=-1 nokaslr cryptomgr.notests rdinit=/init",
     ))
 }
 
 /// The kernel command line of the amd64 process guest (`no_timer_check`: on a loaded host
 /// the kernel's IO-APIC timer check can find no tick and panic).
-pub const X86_64_APPEND: &str = "console=ttyS0 panic=-1 nokaslr no_timer_check rdinit=/init";
+pub const X86_64_APPEND: &str =
+    "console=ttyS0 panic=-1 nokaslr no_timer_check cryptomgr.notests rdinit=/init";
 
 /// The QEMU command (argv, emulator first) that boots Debian's amd64 kernel (a bzImage,
 /// from SeaBIOS) into the x86-64 guest on one vCPU.

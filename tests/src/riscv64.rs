@@ -95,7 +95,7 @@ pub fn riscv64_kernel_boot_args_with(qemu: &str, bios: &str) -> Vec<String> {
         "-kernel",
         &kernel,
         "-append",
-        "console=ttyS0 panic=-1 nokaslr",
+        "console=ttyS0 panic=-1 nokaslr cryptomgr.notests",
     ]
     .iter()
     .map(|s| s.to_string())
