@@ -115,20 +115,47 @@ seed() {
 }
 
 cd "$here"
-status=0
-table=()
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# FUZZ_JOBS targets at a time (default 1): scripts/test.sh runs two, so that the fuzzers left
+# when the tests and Miri are done keep both cores busy. Each target's output is printed whole
+# when it ends.
+jobs=${FUZZ_JOBS:-1}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+# Seeded first (user_elf's corpus copies elf's), and built once before any target runs
+# (targets started together would each wait for the build; a failed build fails each run).
 for t in "${targets[@]}"; do
     seed "$t"
-    echo "fuzz/run.sh: $t for ${secs}s" >&2
+done
+[ "$jobs" -le 1 ] || cargo +nightly fuzz build >&2 || true
+fuzz_one() {
+    local t=$1 args
     args=(-max_total_time="$secs" -max_len=262144 -rss_limit_mb=2048 -timeout=10)
     [ -f "$here/$t.dict" ] && args+=(-dict="$here/$t.dict")
-    result=ok
-    cargo +nightly fuzz run "$t" "corpus/$t" -- "${args[@]}" 2>&1 | tee "$log" >&2 ||
-        { result="FAILED (a crash lands in fuzz/artifacts/$t/)"; status=1; }
+    echo "fuzz/run.sh: $t for ${secs}s" >"$logs/$t.log"
+    if cargo +nightly fuzz run "$t" "corpus/$t" -- "${args[@]}" >>"$logs/$t.log" 2>&1; then
+        echo ok >"$logs/$t.result"
+    else
+        echo "FAILED (a crash lands in fuzz/artifacts/$t/)" >"$logs/$t.result"
+    fi
+    cat "$logs/$t.log" >&2
+}
+running=0
+for t in "${targets[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    fuzz_one "$t" &
+    running=$((running + 1))
+done
+wait
+status=0
+table=()
+for t in "${targets[@]}"; do
+    result=$(cat "$logs/$t.result" 2>/dev/null || echo "FAILED (did not run)")
+    [ "$result" = ok ] || status=1
     # libFuzzer's last words: "Done 123456 runs in 21 second(s)".
-    done_line=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -n1 || true)
+    done_line=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$logs/$t.log" 2>/dev/null | tail -n1 || true)
     table+=("$(printf '%-14s %12s runs %5s s  %s' "$t" \
         "$(echo "$done_line" | awk '{print $2}')" "$(echo "$done_line" | awk '{print $5}')" "$result")")
 done
