@@ -110,12 +110,17 @@ fn riscv64_kernel_boots_to_its_panic_under_record() {
         // relocate_enable_mmu returns to its caller's virtual address, not the physical one
         // it was called from: where QEMU reports the fetch fault that enters virtual
         // addresses (10.2 on), the stack moves with it; without, that one return is unmatched.
-        let unmatched = if q == "10.0" { 1 } else { 0 };
-        assert_eq!(
-            stat(&dir, "unmatched_returns"),
-            unmatched,
-            "unmatched returns on {q}"
-        );
+        // 10.0 reports no exceptions either, so a timer interrupt's return can land as a
+        // stray one (DEVELOPERS.md: 2 in 1 run of 24 under a load of 20, 1 in the others).
+        let unmatched = stat(&dir, "unmatched_returns");
+        if q == "10.0" {
+            assert!(
+                (1..=3).contains(&unmatched),
+                "{unmatched} unmatched returns on {q}"
+            );
+        } else {
+            assert_eq!(unmatched, 0, "unmatched returns on {q}");
+        }
         assert_eq!(stat(&dir, "deep_returns"), 0, "deep returns on {q}");
         if q == "10.0" {
             assert_eq!(stat(&dir, "exceptions"), 0, "on {q}");
