@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn runs_and_reports_status() {
-        let e = run(Path::new("/bin/sh"), &["-c".into(), "exit 7".into()]).unwrap();
+        let e = run(Path::new("/bin/sh"), &["-c".into(), "exit 7".into()], false).unwrap();
         assert_eq!(e.exit_code, 7);
         assert!(e.failed() && e.said.is_empty() && e.complaint().is_none());
     }
@@ -287,12 +287,13 @@ mod tests {
         let script = "echo 'q: warning: old option' >&2; echo >&2; \
                       printf 'q: unsupported machine type: \"x\"\\nUse -machine help\\n' >&2; \
                       exit 1";
-        let e = run(Path::new("/bin/sh"), &["-c".into(), script.into()]).unwrap();
+        let e = run(Path::new("/bin/sh"), &["-c".into(), script.into()], false).unwrap();
         assert_eq!(e.said.len(), 4, "{:?}", e.said);
         assert_eq!(e.complaint(), Some(r#"q: unsupported machine type: "x""#));
         let e = run(
             Path::new("/bin/sh"),
             &["-c".into(), "echo 'q: warning: w' >&2".into()],
+            false,
         )
         .unwrap();
         assert!(!e.failed());
