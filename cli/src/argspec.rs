@@ -494,7 +494,17 @@ pub fn auto_specs(
 ) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
     let mut typed = Vec::new();
     for (path, pie) in files {
-        let specs = qemu_uftrace_symbols::auto_specs(path)
+        // Aimed: only the units of the functions -F selects (their DWARF is a few bytes
+        // past their symbols, in the same unit); a kernel's whole DWARF takes ~1 s.
+        let near: Option<Vec<u64>> = (aim.filter.as_ref()).map(|f| {
+            (f.iter())
+                .filter_map(|a| match (a, pie) {
+                    (Addr::At(v), false) | (Addr::Pie(v), true) => Some(*v),
+                    _ => None,
+                })
+                .collect()
+        });
+        let specs = qemu_uftrace_symbols::auto_specs(path, near.as_deref())
             .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
         typed.push((specs, *pie));
     }
