@@ -44,6 +44,8 @@ build_workload_guest() {
 #   off        the same boot recorded with --trace=off, switched on at its panic (a tiny
 #              window at the end; the trigger keeps a translation callback while off:
 #              bench/off.sh measures the plugin off without one)
+#   autoargs   the same boot recorded with -a -F of one subsystem (AUTOARGS, default ^of_)
+#              and the kernel's DWARF vmlinux; autoargs-none: the same without -a
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -78,6 +80,13 @@ workload_argv() {
                 of_find_property@arg1/x,arg2/s kstrdup@arg1/s,arg2/x _printk@arg1/s}; do
                 record_opts+=(-A "$spec")
             done ;;
+        # -a aimed by -F at one subsystem (AUTOARGS: -F's FUNC, default ^of_: the device
+        # tree's, called all through the boot), typed by the kernel's DWARF vmlinux;
+        # autoargs-none: the same recording without -a (what -a adds to it).
+        autoargs | autoargs-none)
+            extra=("${kernel[@]}")
+            record_opts=(--symbols "$cache/kernel-dbg/vmlinux" -F "${AUTOARGS:-^of_}")
+            [ "$1" = autoargs-none ] || record_opts+=(-a) ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -330,7 +330,11 @@ pub struct RecordArgs {
     /// --symbols that have DWARF: integers by size and sign, char * as strings, other
     /// pointers in hex, enums and bool as integers; a function taking a float or a struct
     /// by value is left out, and so are arguments past the registers. -A/-R win where they
-    /// name a function
+    /// name a function (-A for its arguments, -R for its return value). With -F, only the
+    /// functions -F selects (not their callees: unlike uftrace's -a, which gives every
+    /// function it records), less those -N names; at most 4,000 functions (a kernel's
+    /// must be aimed: -a -F 'ext4_.*'). The kernel's syscall wrappers get their syscall's
+    /// arguments, as a bare -A WRAPPER
     #[arg(short = 'a', long = "auto-args")]
     pub auto_args: bool,
 

@@ -6,7 +6,7 @@
 //! (`args_file=`, `state::args`); after the run its carrier records are folded into the
 //! records they belong to (`fold_all`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -286,30 +286,12 @@ pub fn expand_syscalls(
             out.push(text.clone());
             continue;
         }
-        wrappers.sort();
-        wrappers.dedup_by_key(|w| w.0);
-        let mut found = Vec::new();
-        for path in files {
-            let left: Vec<(u64, String)> = (wrappers.iter())
-                .filter(|w| {
-                    !found
-                        .iter()
-                        .any(|s: &qemu_uftrace_symbols::AutoSpec| s.addr == w.0)
-                })
-                .cloned()
-                .collect();
-            if left.is_empty() {
-                break;
-            }
-            found.extend(
-                qemu_uftrace_symbols::syscall_specs(path, &left).map_err(|e| {
-                    usage(
-                        format!("-A {text}: {e}"),
-                        "give the kernel's -dbg vmlinux with --symbols",
-                    )
-                })?,
-            );
-        }
+        let found = syscall_types(&mut wrappers, files).map_err(|e| {
+            usage(
+                format!("-A {text}: {e}"),
+                "give the kernel's -dbg vmlinux with --symbols",
+            )
+        })?;
         if let Some((_, missing)) = wrappers
             .iter()
             .find(|w| !found.iter().any(|s| s.addr == w.0))
@@ -326,26 +308,49 @@ pub fn expand_syscalls(
             ));
         }
         for s in found {
-            for (name, vals) in s.enums {
-                enums.entry(name).or_insert(vals);
+            for (name, vals) in &s.enums {
+                enums.entry(name.clone()).or_insert_with(|| vals.clone());
             }
-            if s.args.is_empty() {
-                continue;
+            if let Some(values) = syscall_values(&s) {
+                out.push(format!("{prefix}{}@{values}", s.name));
             }
-            let args: Vec<String> = (s.args.iter().take(6))
-                .enumerate()
-                .map(|(i, w)| format!("arg{}/{w}", i + 1))
-                .collect();
-            out.push(format!("{prefix}{}@{}", s.name, args.join(",")));
         }
     }
-    let enums = (enums.into_iter())
-        .map(|(name, vals)| {
-            let vals: Vec<String> = vals.iter().map(|(n, v)| format!("{n} = {v}")).collect();
-            format!("enum {name} {{ {} }}", vals.join(", "))
-        })
+    Ok((out, enum_lines(enums)))
+}
+
+/// The syscalls' own argument types for the kernel's syscall wrappers `wrappers` (each
+/// `(entry address, syscall name)`, sorted and deduplicated here), from the DWARF of their
+/// `__do_sys_NAME` in `files` (the kernel's ELF files); a syscall none of them types is
+/// left out. Shared by a bare `-A WRAPPER` and `-a`: one way to type a wrapper.
+fn syscall_types(
+    wrappers: &mut Vec<(u64, String)>,
+    files: &[PathBuf],
+) -> std::result::Result<Vec<qemu_uftrace_symbols::AutoSpec>, String> {
+    wrappers.sort();
+    wrappers.dedup_by_key(|w| w.0);
+    let mut found: Vec<qemu_uftrace_symbols::AutoSpec> = Vec::new();
+    for path in files {
+        let left: Vec<(u64, String)> = (wrappers.iter())
+            .filter(|w| !found.iter().any(|s| s.addr == w.0))
+            .cloned()
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        found.extend(qemu_uftrace_symbols::syscall_specs(path, &left)?);
+    }
+    Ok(found)
+}
+
+/// A syscall's arguments as a spec's values (`arg1/i32,arg2/s`: at most six); `None` for
+/// a syscall without arguments.
+fn syscall_values(s: &qemu_uftrace_symbols::AutoSpec) -> Option<String> {
+    let args: Vec<String> = (s.args.iter().take(6))
+        .enumerate()
+        .map(|(i, w)| format!("arg{}/{w}", i + 1))
         .collect();
-    Ok((out, enums))
+    (!args.is_empty()).then(|| args.join(","))
 }
 
 /// A finished trace's `-A`/`-R` (its `info`), matched against function names as uftrace's
@@ -402,67 +407,182 @@ impl Lookup {
 /// The most functions `-a` gives specs: uftrace's replay matches each against every symbol.
 pub const MAX_AUTO: usize = 4000;
 
-/// `-a/--auto-args`: a spec for each function of `files` whose DWARF says its types and
-/// whose symbol has its DWARF name (replay finds specs by symbol name), but for those an
-/// explicit `-A`/`-R` (`explicit`) names (uftrace ignores auto-args there). Gives the
-/// `-A` and `-R` specs, as if typed. `files`: ELF files at their link addresses, each
-/// `true` when its functions are a PIE's (`Addr::Pie`).
+/// The most bytes a function's symbol may lie before its DWARF `low_pc`: the kernel's
+/// patchable entries (arm64's `-fpatchable-function-entry=4,2`, riscv64's 2-byte NOPs) put
+/// 8 bytes of NOPs after the symbol, and GCC's DWARF begins after them (Debian's arm64
+/// vmlinux: 32 k of 37.6 k typed functions).
+const ENTRY_PAD: u64 = 16;
+
+/// Which functions `-a` takes: with `-F`, only those its FUNCs match (the addresses `-F`
+/// resolved, by the same rule); never one `-N` names (it is never recorded: `-N` wins over
+/// `-F` in the recording too).
+#[derive(Debug, Clone, Default)]
+pub struct Aim {
+    /// `None`: no `-F`, every function.
+    filter: Option<HashSet<Addr>>,
+    notrace: HashSet<Addr>,
+}
+
+impl Aim {
+    pub fn new(filters: &crate::filter::Filters) -> Aim {
+        let mut aim = Aim::default();
+        for p in &filters.patterns {
+            let addrs = p.addrs.iter().copied();
+            match p.option {
+                "-F" => aim.filter.get_or_insert_with(HashSet::new).extend(addrs),
+                _ => aim.notrace.extend(addrs),
+            }
+        }
+        aim
+    }
+
+    fn takes(&self, addr: Addr) -> bool {
+        !self.notrace.contains(&addr) && self.filter.as_ref().is_none_or(|f| f.contains(&addr))
+    }
+}
+
+/// Which values an explicit `-A`/`-R` SPEC gives its functions: (arguments, return value).
+/// A bare `-A WRAPPER` gives the syscall's arguments; one that does not parse, both
+/// (`ArgSpecs::resolve` refuses it later).
+fn gives(text: &str) -> (bool, bool) {
+    if !text.contains('@') {
+        return (true, false);
+    }
+    match fargs::parse(text, u8::MAX) {
+        Ok(s) => (
+            s.values.iter().any(|v| !v.is_retval()),
+            s.values.iter().any(Value::is_retval),
+        ),
+        Err(_) => (true, true),
+    }
+}
+
+/// Whether SPEC's FUNC (a whole name, or a regular expression) names `name`.
+fn names_function(text: &str, name: &str) -> bool {
+    let pattern = text.split_once('@').map_or(text, |(p, _)| p);
+    if pattern.contains(crate::filter::REGEX_CHARS) {
+        Regex::new(pattern).is_ok_and(|re| re.is_match(name))
+    } else {
+        pattern == name
+    }
+}
+
+/// `enum NAME { A = 0, B = 5 }` for `info`, each enum once.
+fn enum_lines(enums: std::collections::BTreeMap<String, Vec<(String, i64)>>) -> Vec<String> {
+    (enums.into_iter())
+        .map(|(name, vals)| {
+            let vals: Vec<String> = vals.iter().map(|(n, v)| format!("{n} = {v}")).collect();
+            format!("enum {name} {{ {} }}", vals.join(", "))
+        })
+        .collect()
+}
+
+/// `-a/--auto-args`: a spec for each function of `files` whose DWARF says its types, whose
+/// symbol has its DWARF name (replay finds specs by symbol name) and that `aim` takes. As
+/// uftrace's: an explicit `-A` (`explicit.0`) that names a function gives its arguments,
+/// an explicit `-R` (`explicit.1`) its return value, and `-a` only the rest. The kernel's
+/// syscall wrappers get their syscall's arguments (as a bare `-A WRAPPER` does), not the
+/// `struct pt_regs *` they take. Gives the `-A` and `-R` specs, as if typed, and the enums
+/// they name. `files`: ELF files at their link addresses, each `true` when its functions
+/// are a PIE's (`Addr::Pie`).
 pub fn auto_specs(
     files: &[(PathBuf, bool)],
     names: &Names,
-    explicit: &[String],
+    explicit: (&[String], &[String]),
+    aim: &Aim,
     arch: Arch,
 ) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
-    let named: HashMap<Addr, Vec<&str>> =
-        names
-            .functions
-            .iter()
-            .fold(HashMap::new(), |mut m, (n, a)| {
-                m.entry(*a).or_default().push(n.as_str());
-                m
-            });
-    let taken = |name: &str| {
-        explicit.iter().any(|s| {
-            let pattern = s.split_once('@').map_or(s.as_str(), |(p, _)| p);
-            if pattern.contains(crate::filter::REGEX_CHARS) {
-                Regex::new(pattern).is_ok_and(|re| re.is_match(name))
-            } else {
-                pattern == name
-            }
-        })
+    let mut typed = Vec::new();
+    for (path, pie) in files {
+        // Aimed: only the units of the functions -F selects (their DWARF is a few bytes
+        // past their symbols, in the same unit); a kernel's whole DWARF takes ~1 s.
+        let near: Option<Vec<u64>> = (aim.filter.as_ref()).map(|f| {
+            (f.iter())
+                .filter_map(|a| match (a, pie) {
+                    (Addr::At(v), false) | (Addr::Pie(v), true) => Some(*v),
+                    _ => None,
+                })
+                .collect()
+        });
+        let specs = qemu_uftrace_symbols::auto_specs(path, near.as_deref())
+            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
+        typed.push((specs, *pie));
+    }
+    let kernel: Vec<PathBuf> = (files.iter().filter(|(_, pie)| !pie))
+        .map(|(p, _)| p.clone())
+        .collect();
+    auto_from(typed, names, explicit, aim, arch, |w| {
+        syscall_types(w, &kernel)
+    })
+}
+
+/// [`auto_specs`] of each file's typed functions (`typed`: with whether they are a PIE's),
+/// the syscall wrappers typed by `syscall_types`.
+fn auto_from(
+    typed: Vec<(Vec<qemu_uftrace_symbols::AutoSpec>, bool)>,
+    names: &Names,
+    explicit: (&[String], &[String]),
+    aim: &Aim,
+    arch: Arch,
+    syscall_types: impl FnOnce(
+        &mut Vec<(u64, String)>,
+    ) -> std::result::Result<Vec<qemu_uftrace_symbols::AutoSpec>, String>,
+) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    let mut symbols: HashMap<&str, Vec<Addr>> = HashMap::new();
+    for (n, a) in &names.functions {
+        symbols.entry(n.as_str()).or_default().push(*a);
+    }
+    let split = |a: Addr| match a {
+        Addr::At(v) => (false, v),
+        Addr::Pie(v) => (true, v),
     };
+    // A DWARF function's symbol: of its name, at its low_pc or up to ENTRY_PAD before it.
+    let symbol = |name: &str, low: Addr| -> Option<Addr> {
+        let (pie, low) = split(low);
+        (symbols.get(name)?.iter().copied())
+            .filter(|&a| {
+                let (p, at) = split(a);
+                p == pie && at <= low && low - at <= ENTRY_PAD
+            })
+            .max_by_key(|&a| split(a).1)
+    };
+    let prefix = syscall_prefix(arch);
     // By name: one spec a name (two functions of one name and other types: neither).
     let mut by_name: std::collections::BTreeMap<String, Option<(String, Option<String>)>> =
         Default::default();
     // Each enum's first definition (by name), as uftrace keeps one a name.
     let mut enums: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
-    for (path, pie) in files {
-        let specs = qemu_uftrace_symbols::auto_specs(path)
-            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
+    let mut wrappers: Vec<(u64, String)> = Vec::new();
+    for (specs, pie) in typed {
         for s in specs {
-            for (name, vals) in &s.enums {
-                enums.entry(name.clone()).or_insert_with(|| vals.clone());
-            }
-            let addr = if *pie {
+            let low = if pie {
                 Addr::Pie(s.addr)
             } else {
                 Addr::At(s.addr)
             };
-            if !named
-                .get(&addr)
-                .is_some_and(|n| n.contains(&s.name.as_str()))
-                || taken(&s.name)
-            {
+            let Some(at) = symbol(&s.name, low).filter(|&a| aim.takes(a)) else {
                 continue;
-            }
-            let args: Vec<String> = (s.args.iter().take(max_register_arg(arch) as usize))
-                .enumerate()
-                .map(|(i, w)| format!("arg{}/{w}", i + 1))
-                .collect();
-            let spec = (
-                args.join(","),
-                s.ret.as_ref().map(|w| format!("retval/{w}")),
-            );
+            };
+            let syscall = (s.name.strip_prefix(prefix)).filter(|n| !n.is_empty() && !pie);
+            let args = match (syscall, at) {
+                // Its syscall's own, filled in below.
+                (Some(syscall), Addr::At(a)) => {
+                    wrappers.push((a, syscall.to_string()));
+                    String::new()
+                }
+                _ => {
+                    for (name, vals) in &s.enums {
+                        enums.entry(name.clone()).or_insert_with(|| vals.clone());
+                    }
+                    let args: Vec<String> = (s.args.iter())
+                        .take(max_register_arg(arch) as usize)
+                        .enumerate()
+                        .map(|(i, w)| format!("arg{}/{w}", i + 1))
+                        .collect();
+                    args.join(",")
+                }
+            };
+            let spec = (args, s.ret.as_ref().map(|w| format!("retval/{w}")));
             by_name
                 .entry(s.name)
                 .and_modify(|e| {
@@ -473,40 +593,77 @@ pub fn auto_specs(
                 .or_insert(Some(spec));
         }
     }
+    if !wrappers.is_empty() {
+        let found = syscall_types(&mut wrappers)
+            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
+        // A wrapper whose syscall is not typed (or takes nothing) keeps no arguments: its
+        // own is the pt_regs pointer, which the syscall's arg1 would be shown as.
+        for s in found {
+            if let (Some(Some(spec)), Some(values)) = (
+                by_name.get_mut(&format!("{prefix}{}", s.name)),
+                syscall_values(&s),
+            ) {
+                spec.0 = values;
+                for (name, vals) in s.enums {
+                    enums.entry(name).or_insert(vals);
+                }
+            }
+        }
+    }
     let (mut a, mut r) = (Vec::new(), Vec::new());
+    let mut functions = 0;
     for (name, spec) in by_name {
         let Some((args, ret)) = spec else { continue };
+        let (mut has_args, mut has_ret) = (!args.is_empty(), ret.is_some());
+        for text in explicit.0.iter().chain(explicit.1) {
+            if names_function(text, &name) {
+                let (given_args, given_ret) = gives(text);
+                has_args &= !given_args;
+                has_ret &= !given_ret;
+            }
+        }
+        if !has_args && !has_ret {
+            continue;
+        }
+        functions += 1;
         // A name with regex characters (`f.part.0`) is matched whole as a regex.
         let pattern = if name.contains(crate::filter::REGEX_CHARS) {
             format!("^{}$", regex::escape(&name))
         } else {
             name
         };
-        if !args.is_empty() {
+        if has_args {
             a.push(format!("{pattern}@{args}"));
         }
-        if let Some(ret) = ret {
+        if let Some(ret) = ret.filter(|_| has_ret) {
             r.push(format!("{pattern}@{ret}"));
         }
     }
-    let functions = a.len().max(r.len());
     if functions > MAX_AUTO {
-        return Err(usage(
-            format!(
-                "-a: {functions} functions have DWARF types (at most {MAX_AUTO}: uftrace's \
-                 replay matches each spec against every symbol)"
-            ),
-            "name the functions with -A FUNC@arg1,… and -R FUNC@retval (regular expressions \
-             as -F)",
-        ));
+        return Err(too_many(functions, aim.filter.is_some()));
     }
-    let enums = (enums.into_iter())
-        .map(|(name, vals)| {
-            let vals: Vec<String> = vals.iter().map(|(n, v)| format!("{n} = {v}")).collect();
-            format!("enum {name} {{ {} }}", vals.join(", "))
-        })
-        .collect();
-    Ok((a, r, enums))
+    Ok((a, r, enum_lines(enums)))
+}
+
+/// `-a`'s refusal of `functions` specs, past [`MAX_AUTO`]; `aimed` when `-F` chose them.
+fn too_many(functions: usize, aimed: bool) -> anyhow::Error {
+    let why = "uftrace's replay matches each spec against every symbol";
+    if aimed {
+        usage(
+            format!(
+                "-a: {functions} of the functions -F selects have DWARF types (at most \
+                 {MAX_AUTO}: {why})"
+            ),
+            "aim -a at fewer with narrower -F FUNCs (or name them with -A FUNC@arg1,… and \
+             -R FUNC@retval)",
+        )
+    } else {
+        usage(
+            format!("-a: {functions} functions have DWARF types (at most {MAX_AUTO}: {why})"),
+            "aim -a with -F: it then takes only the functions -F selects (-F 'ext4_.*', a \
+             regular expression as -F takes it)",
+        )
+    }
 }
 
 /// Each function's size, by the address `Names` gives it (the same sources, read once).
@@ -637,6 +794,7 @@ fn first_carrier(f: &mut std::fs::File) -> std::io::Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qemu_uftrace_symbols::AutoSpec;
 
     fn names() -> (Names, HashMap<Addr, u64>) {
         let names = Names {
@@ -706,6 +864,184 @@ mod tests {
         let mut other = ArgSpecs::resolve(&a, &[], &n, &s, Arch::X86_64).unwrap();
         other.read_syscalls(&n, Arch::X86_64, None).unwrap();
         assert_eq!(other.plugin_list(), "A 50 0 1:4,2:s -\n");
+    }
+
+    fn typed(name: &str, addr: u64, args: &[&str], ret: Option<&str>) -> AutoSpec {
+        AutoSpec {
+            addr,
+            name: name.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ret: ret.map(str::to_string),
+            enums: Vec::new(),
+        }
+    }
+
+    fn kernel_names() -> Names {
+        Names {
+            functions: [
+                ("ext4_read", 0x100),
+                ("ext4_write", 0x200),
+                ("ext4_sync", 0x300),
+                ("vfs_read", 0x400),
+                ("__arm64_sys_openat", 0x500),
+                ("__arm64_sys_getpid", 0x600),
+            ]
+            .iter()
+            .map(|&(n, a)| (n.to_string(), Addr::At(a)))
+            .collect(),
+            sources: 1,
+            pie_entry: None,
+        }
+    }
+
+    /// The kernel's DWARF: each function's low_pc past its patchable entry (8 bytes after
+    /// the symbol, as arm64's), `ext4_sync`'s too far past to be its symbol's.
+    fn kernel_typed() -> Vec<(Vec<AutoSpec>, bool)> {
+        let specs = vec![
+            typed("ext4_read", 0x108, &["p", "u32"], Some("i64")),
+            typed("ext4_write", 0x208, &["p", "s"], Some("i32")),
+            typed("ext4_sync", 0x320, &["i32"], None),
+            typed("vfs_read", 0x400, &["p"], Some("i64")),
+            typed("__arm64_sys_openat", 0x508, &["p"], Some("i64")),
+            typed("__arm64_sys_getpid", 0x608, &["p"], Some("i64")),
+        ];
+        vec![(specs, false)]
+    }
+
+    /// `-a` with the syscalls' own types: openat's, at its wrapper's symbol; none of getpid.
+    fn auto(
+        filter: &[&str],
+        notrace: &[&str],
+        explicit: (&[String], &[String]),
+    ) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+        let n = kernel_names();
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let filters = crate::filter::Filters::resolve(&strings(filter), &strings(notrace), &n)?;
+        auto_from(
+            kernel_typed(),
+            &n,
+            explicit,
+            &Aim::new(&filters),
+            Arch::Aarch64,
+            |wrappers| {
+                assert!(wrappers.iter().all(|(a, _)| [0x500, 0x600].contains(a)));
+                Ok((wrappers.iter().filter(|(_, s)| s == "openat"))
+                    .map(|&(a, _)| typed("openat", a, &["i32", "s", "i32", "u16"], None))
+                    .collect())
+            },
+        )
+    }
+
+    /// `-F` aims `-a` (its regular expression, as `-F` matches it), `-N` leaves functions
+    /// out; a DWARF function is its symbol's up to a patchable entry's NOPs past it.
+    #[test]
+    fn auto_args_take_the_functions_f_selects_less_n() {
+        let (a, r, _) = auto(&["ext4_.*"], &["ext4_write"], (&[], &[])).unwrap();
+        assert_eq!(a, ["ext4_read@arg1/p,arg2/u32"]);
+        assert_eq!(r, ["ext4_read@retval/i64"]);
+        let (a, r, _) = auto(&["vfs_read", "ext4_write"], &[], (&[], &[])).unwrap();
+        assert_eq!(a, ["ext4_write@arg1/p,arg2/s", "vfs_read@arg1/p"]);
+        assert_eq!(r, ["ext4_write@retval/i32", "vfs_read@retval/i64"]);
+        // Without -F: every typed function but -N's.
+        let (a, _, _) = auto(&[], &["^__arm64"], (&[], &[])).unwrap();
+        assert_eq!(
+            a,
+            [
+                "ext4_read@arg1/p,arg2/u32",
+                "ext4_write@arg1/p,arg2/s",
+                "vfs_read@arg1/p"
+            ]
+        );
+    }
+
+    /// As uftrace's: an explicit -A takes a function's arguments from -a, an explicit -R
+    /// its return value (a regular expression as well as a whole name).
+    #[test]
+    fn explicit_specs_win_value_by_value() {
+        let given_a = ["ext4_read@arg1/x".to_string()];
+        let given_r = ["^ext4_w@retval/d".to_string()];
+        let (a, r, _) = auto(&["^ext4_"], &[], (&given_a, &given_r)).unwrap();
+        assert_eq!(a, ["ext4_write@arg1/p,arg2/s"]);
+        assert_eq!(r, ["ext4_read@retval/i64"]);
+    }
+
+    /// A syscall wrapper `-a` covers gets its syscall's arguments (as a bare -A WRAPPER),
+    /// not its `struct pt_regs *`; one whose syscall is not typed only its return value.
+    #[test]
+    fn auto_args_of_syscall_wrappers_are_the_syscalls() {
+        let (a, r, _) = auto(&["^__arm64_sys_"], &[], (&[], &[])).unwrap();
+        assert_eq!(a, ["__arm64_sys_openat@arg1/i32,arg2/s,arg3/i32,arg4/u16"]);
+        assert_eq!(
+            r,
+            [
+                "__arm64_sys_getpid@retval/i64",
+                "__arm64_sys_openat@retval/i64"
+            ]
+        );
+        // Resolved, read from the pt_regs at the offsets the kernel's layout gives.
+        let n = kernel_names();
+        let mut specs = ArgSpecs::resolve(
+            &a,
+            &r,
+            &n,
+            &HashMap::from([(Addr::At(0x500), 0x40), (Addr::At(0x600), 0x20)]),
+            Arch::Aarch64,
+        )
+        .unwrap();
+        specs
+            .read_syscalls(&n, Arch::Aarch64, Some([0, 8, 16, 24, 32, 40]))
+            .unwrap();
+        assert!(
+            specs
+                .plugin_list()
+                .contains("A 500 540 1:4:0,2:s:8,3:4:10,4:2:18 8\n"),
+            "{}",
+            specs.plugin_list()
+        );
+    }
+
+    /// Past MAX_AUTO, one line that says to aim with -F (or, aimed, to aim narrower).
+    #[test]
+    fn too_many_auto_specs_say_to_aim() {
+        let many: Vec<(String, u64)> = (0..=MAX_AUTO as u64)
+            .map(|i| (format!("f{i}"), 0x1000 + 0x10 * i))
+            .collect();
+        let names = Names {
+            functions: many
+                .iter()
+                .map(|(n, a)| (n.clone(), Addr::At(*a)))
+                .collect(),
+            sources: 1,
+            pie_entry: None,
+        };
+        let typed = vec![(
+            many.iter()
+                .map(|(n, a)| typed(n, *a, &["i32"], None))
+                .collect(),
+            false,
+        )];
+        let run = |filter: &[String]| {
+            let filters = crate::filter::Filters::resolve(filter, &[], &names).unwrap();
+            auto_from(
+                typed.clone(),
+                &names,
+                (&[], &[]),
+                &Aim::new(&filters),
+                Arch::X86_64,
+                |_| Ok(Vec::new()),
+            )
+        };
+        let e = run(&[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("-a: 4001 functions have DWARF types (at most 4000"),
+            "{e}"
+        );
+        assert!(e.contains("aim -a with -F"), "{e}");
+        let e = run(&["^f".to_string()]).unwrap_err().to_string();
+        assert!(e.starts_with("-a: 4001 of the functions -F selects"), "{e}");
+        assert!(e.contains("narrower -F"), "{e}");
+        let (a, _, _) = run(&["^f1.$".to_string()]).unwrap();
+        assert_eq!(a.len(), 10);
     }
 
     #[test]

@@ -406,9 +406,11 @@ fn bad_specs_are_one_line() {
 
 /// Debian's arm64 kernel booting the Linux guest (`tests/guests/linux/init.c`, QEMU 10.2.2,
 /// one vCPU), stopped once `/init` has said what its two opens got: `do_sys_openat2`'s path
-/// and returned fd, and the syscall wrapper's own arguments (a bare `-A`: the syscall's,
-/// read from the `struct pt_regs` it takes, typed by `__do_sys_openat`'s DWARF), exactly
-/// `/init`'s log under uftrace 0.13, 0.17 and 0.19.
+/// and returned fd (`-A`/`-R`), the syscall wrapper's own arguments and return value (`-a`
+/// aimed by `-F` at the wrapper: the syscall's arguments, read from the `struct pt_regs` it
+/// takes, typed by `__do_sys_openat`'s DWARF), and the write of that line (a bare `-A` of
+/// its wrapper, `-a` adding the return value), exactly `/init`'s log under uftrace 0.13,
+/// 0.17 and 0.19.
 #[test]
 fn linux_openat_paths_and_fds_equal_inits_log() {
     use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest};
@@ -450,13 +452,11 @@ fn linux_openat_paths_and_fds_equal_inits_log() {
         .arg(qemu_uftrace_tests::execlog::debian_vmlinux())
         // Past /init's log line: nothing after it is looked at; only the syscall's calls
         // written (a whole boot is 250 MB that each replay would read).
-        .args(["--stop-at", "do_getpid_loop", "-F", "__arm64_sys_openat"])
-        .args([
-            "-A",
-            "__arm64_sys_openat",
-            "-R",
-            "__arm64_sys_openat@retval/d",
-        ])
+        .args(["--stop-at", "do_getpid_loop"])
+        // -a takes only what -F selects (the kernel has 37 k typed functions, past -a's
+        // 4,000): the wrappers, with their syscalls' arguments.
+        .args(["-a", "-F", "__arm64_sys_openat", "-F", "__arm64_sys_write"])
+        .args(["-A", "__arm64_sys_write"])
         .args(["-A", "do_sys_openat2@arg1/d32,arg2/s"])
         .args(["-R", "do_sys_openat2@retval/d"])
         .arg("--")
@@ -490,20 +490,34 @@ fn linux_openat_paths_and_fds_equal_inits_log() {
         want.push(format!("}} = {fd}; /* do_sys_openat2 */"));
         want.push(format!("}} = {fd}; /* __arm64_sys_openat */"));
     }
+    // write(1, LINE, its length), its string as replay escapes it.
+    let written = format!("INIT: start open {}\n", line.trim_end());
+    want.push(format!(
+        "__arm64_sys_write(1, \"{}\", {}) {{",
+        written.replace('\n', "\\n"),
+        written.len()
+    ));
+    want.push(format!("}} = {}; /* __arm64_sys_write */", written.len()));
     let d = dir.to_string_lossy();
     for u in uftrace_versions().expect("uftrace versions") {
         let text = uftrace_at(
             &u.program,
-            &["replay", "--no-pager", "-F", "__arm64_sys_openat", "-d", &d],
+            &[
+                "replay",
+                "--no-pager",
+                "-F",
+                "^__arm64_sys_(openat|write)$",
+                "-d",
+                &d,
+            ],
         )
         .expect("uftrace replay");
         let lines: Vec<String> = (text.lines().filter_map(replay_body))
             .map(|(_, body)| body.trim().to_string())
             .filter(|b| {
-                b.starts_with("__arm64_sys_openat(")
-                    || b.starts_with("do_sys_openat2(")
-                    || b.ends_with("/* do_sys_openat2 */")
-                    || b.ends_with("/* __arm64_sys_openat */")
+                ["__arm64_sys_openat", "do_sys_openat2", "__arm64_sys_write"]
+                    .iter()
+                    .any(|f| b.starts_with(&format!("{f}(")) || b.ends_with(&format!("/* {f} */")))
             })
             .collect();
         assert_eq!(lines, want, "uftrace {}:\n{text}", u.version);

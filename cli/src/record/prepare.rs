@@ -189,8 +189,17 @@ pub fn prepare(
         if let Some((path, p)) = &program {
             files.push((path.clone(), p.rebase.is_some()));
         }
-        let explicit: Vec<String> = argument.iter().chain(&retval).cloned().collect();
-        let (a, r, e) = crate::argspec::auto_specs(&files, &names, &explicit, arch)?;
+        // With -F, only the functions it selects (their subtrees' callees are not known
+        // before the run; every DWARF function of a kernel is past MAX_AUTO).
+        let aim = crate::argspec::Aim::new(&filters);
+        let (a, r, e) =
+            crate::argspec::auto_specs(&files, &names, (&argument, &retval), &aim, arch)?;
+        if a.is_empty() && r.is_empty() && !args.filter.is_empty() {
+            crate::errors::warn_early(
+                "-a: none of the functions -F selects has DWARF types (or -A/-R name them all): \
+                 -a adds no values",
+            );
+        }
         argument.extend(a);
         retval.extend(r);
         enums = e;
