@@ -656,6 +656,159 @@ fn a_user_mode_program_is_switched_by_its_bell() {
     check_replay(&dir, "user mode");
 }
 
+/// What `-F filter -N notrace` leave of a whole trace, as uftrace's libmcount writes them:
+/// the subtrees of each outermost open filter function (all of it without `-F`), less those
+/// of the outermost open notrace one; depths counted from the filter root. Events stay at
+/// depth 0 (the switching edges) or where their frames put them.
+fn gated(recs: &[Record], filter: &[u64], notrace: &[u64]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let (mut depth, mut froot, mut nroot) = (0usize, None::<usize>, None::<usize>);
+    let written = |d: usize, froot: Option<usize>, nroot: Option<usize>| {
+        if nroot.is_some_and(|n| d >= n) {
+            return None;
+        }
+        match froot {
+            _ if filter.is_empty() => Some(d),
+            Some(f) if d >= f => Some(d - f),
+            _ => None,
+        }
+    };
+    for r in recs {
+        match r.kind {
+            RecordType::Entry => {
+                let d = r.depth as usize;
+                if notrace.contains(&r.addr) {
+                    nroot.get_or_insert(d);
+                }
+                if filter.contains(&r.addr) {
+                    froot.get_or_insert(d);
+                }
+                if let Some(d) = written(d, froot, nroot) {
+                    out.push(Record {
+                        depth: d as u16,
+                        ..*r
+                    });
+                }
+                depth = d + 1;
+            }
+            RecordType::Exit => {
+                let d = r.depth as usize;
+                if let Some(d) = written(d, froot, nroot) {
+                    out.push(Record {
+                        depth: d as u16,
+                        ..*r
+                    });
+                }
+                froot = froot.filter(|&f| f < d);
+                nroot = nroot.filter(|&n| n < d);
+                depth = d;
+            }
+            _ if r.addr == TRACE_ON || r.addr == TRACE_OFF => out.push(*r),
+            _ => {
+                if let Some(d) = written(depth, froot, nroot) {
+                    out.push(Record {
+                        depth: d as u16,
+                        ..*r
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `-F` and `-N` inside windows (aarch64 on QEMU 10.0, the cheapest board), two windows
+/// switched by `trace on|off` (most of the guest's time is spent in spin_work). With `-F
+/// spin_tick` a window holds only spin_tick's subtree, its opened frames too (`spin_tick >
+/// spin_work`, from depth 0, main left out); with `-N spin_work` spin_work shows nowhere,
+/// not among the opened frames either. Each equals a full recording of the same run with
+/// the same filter applied to it (`gated`).
+#[test]
+fn filters_apply_inside_windows() {
+    common::require("uftrace");
+    let board = Board::aarch64();
+    let qemu = &board.qemus[0];
+    let syms = nm_functions(&board.elf).expect("nm");
+    let addr = |name: &str| {
+        syms.iter()
+            .find(|(_, n)| n.as_str() == name)
+            .map(|(&a, _)| a)
+            .unwrap_or_else(|| panic!("no {name} in the guest"))
+    };
+    let names = |a: u64| syms.get(&a).cloned().unwrap_or_else(|| format!("{a:#x}"));
+    let (tick, work) = (addr("spin_tick"), addr("spin_work"));
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut last_off = 0;
+    let mut switched = Vec::new();
+    for (what, opts, filter, notrace) in [
+        ("-F spin_tick", ["-F", "spin_tick"], vec![tick], vec![]),
+        ("-N spin_work", ["-N", "spin_work"], vec![], vec![work]),
+    ] {
+        let dir = tmp.path().join(format!("{}.data", &opts[0][1..]));
+        let mut options = vec!["--trace=off"];
+        options.extend_from_slice(&opts);
+        let rec = Recording::start(&board, qemu, &dir, &options);
+        rec.wait_spinning();
+        for n in 1..=2u64 {
+            let out = trace(Some(&dir), "on", tmp.path());
+            assert!(out.status.success(), "{what}: {}", stderr(&out));
+            let at_on = number(&live(&dir), "events").unwrap_or(0);
+            rec.wait_status("records in the window", "on", |s| {
+                number(s, "trace_windows") == Some(n)
+                    && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+            });
+            let out = trace(Some(&dir), "off", tmp.path());
+            assert!(out.status.success(), "{what}: {}", stderr(&out));
+        }
+        let dir = rec.stop();
+        let ws = windows(&records(&dir));
+        assert_eq!(ws.len(), 2, "{what}: {ws:?}");
+        for w in &ws {
+            let all = w.opened.iter().chain(w.body.iter().map(|r| &r.addr));
+            for a in all {
+                assert!(
+                    !(notrace.contains(a) || !filter.is_empty() && *a != tick && *a != work),
+                    "{what}: {} in a window",
+                    names(*a)
+                );
+            }
+            last_off = last_off.max(w.off);
+        }
+        check_replay_filtered(&dir, what);
+        switched.push((what, ws, filter, notrace));
+    }
+    let dir = tmp.path().join("full.data");
+    let rec = Recording::start(&board, qemu, &dir, &[]);
+    rec.wait_status("the full trace passes the last window", "on", |s| {
+        number(s, "guest_insns") > Some(last_off)
+    });
+    let full = records(&rec.stop());
+    for (what, ws, filter, notrace) in switched {
+        let want = gated(&full, &filter, &notrace);
+        check_against("aarch64 on 10.0", what, &ws, &want, &names);
+    }
+}
+
+/// uftrace's replay of a filtered, switched recording: the edges, the frames opened, nothing
+/// lost.
+fn check_replay_filtered(dir: &Path, what: &str) {
+    let out = Command::new("uftrace")
+        .args(["replay", "--event-full", "-d"])
+        .arg(dir)
+        .output()
+        .expect("run uftrace");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{what}: {}", stderr(&out));
+    for want in [
+        "/* qemu:trace_on */",
+        "/* qemu:opened */",
+        "/* qemu:trace_off */",
+    ] {
+        assert!(text.contains(want), "{what}: no {want} in\n{text:.3000}");
+    }
+    assert!(!text.contains("LOST"), "{what}: {text:.3000}");
+}
+
 #[test]
 fn bad_switches_say_one_line_and_change_nothing() {
     let tmp = tempfile::tempdir().expect("temp dir");
