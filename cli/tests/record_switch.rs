@@ -789,6 +789,49 @@ fn filters_apply_inside_windows() {
     }
 }
 
+/// `trace off` beside `--trace-on-at`: each request is one edge. The trigger opens a window
+/// at spin_work, `trace off` closes it, the trigger opens the next at once; a second `trace
+/// off` is taken though the last request was `off` too. (Before, the plugin re-read `off`
+/// every 20 ms and undid each trigger: hundreds of windows a second; and `trace off` said
+/// "already off".)
+#[test]
+fn a_trigger_and_the_command_take_turns() {
+    let board = Board::aarch64();
+    let qemu = &board.qemus[0];
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("turns.data");
+    let rec = Recording::start(
+        &board,
+        qemu,
+        &dir,
+        &["--trace=off", "--trace-on-at", "spin_work"],
+    );
+    for n in 1..=2u64 {
+        rec.wait_status("a window by the trigger", "on", |s| {
+            number(s, "trace_windows") == Some(n)
+        });
+        let at_on = number(&live(&dir), "events").unwrap_or(0);
+        rec.wait_status("records in the window", "on", |s| {
+            number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+        });
+        let out = trace(Some(&dir), "off", tmp.path());
+        assert!(out.status.success(), "window {n}: {}", stderr(&out));
+    }
+    let status = live(&dir);
+    let dir = rec.stop();
+    // The trigger may have opened a third before the stop.
+    let opened = number(&status, "trace_windows");
+    assert!(matches!(opened, Some(2..=3)), "{status}");
+    let ws = windows(&records(&dir));
+    assert_eq!(
+        ws.len(),
+        2,
+        "{:?}",
+        ws.iter().map(|w| w.body.len()).collect::<Vec<_>>()
+    );
+    assert!(ws.iter().all(|w| w.body.len() > 65_000));
+}
+
 /// uftrace's replay of a filtered, switched recording: the edges, the frames opened, nothing
 /// lost.
 fn check_replay_filtered(dir: &Path, what: &str) {
