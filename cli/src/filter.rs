@@ -54,7 +54,8 @@ impl Filters {
         self.patterns.is_empty()
     }
 
-    fn addrs(&self, option: &str) -> Vec<Addr> {
+    /// The entry addresses of every `option` (`-F` or `-N`) FUNC.
+    pub fn addrs(&self, option: &str) -> Vec<Addr> {
         let mut all: Vec<Addr> = (self.patterns.iter())
             .filter(|p| p.option == option)
             .flat_map(|p| p.addrs.iter().copied())

@@ -190,11 +190,15 @@ pub fn run(to: OnOff, dir: Option<&Path>) -> Result<i32> {
             "start one with qemu-uftrace record -o DIR (with --trace=off to start it off)",
         ));
     };
-    // What was asked last, else what the plugin says it does.
-    let asked = std::fs::read_to_string(staging.join(SWITCH_FILE))
-        .ok()
-        .and_then(|t| OnOff::from_word(&t))
-        .or_else(|| status.trace.as_deref().and_then(OnOff::from_word));
+    // What the plugin says it does (a `--trace-on-at` may have overtaken the last request;
+    // `trace` returns only once the status shows its own), else what was asked last.
+    let asked = (status.trace.as_deref())
+        .and_then(OnOff::from_word)
+        .or_else(|| {
+            std::fs::read_to_string(staging.join(SWITCH_FILE))
+                .ok()
+                .and_then(|t| OnOff::from_word(&t))
+        });
     if asked == Some(to) {
         return Err(usage(
             format!("tracing is already {} in {}", to.word(), output.display()),
@@ -207,6 +211,7 @@ pub fn run(to: OnOff, dir: Option<&Path>) -> Result<i32> {
             ),
         ));
     }
+    let windows = status.trace_windows;
     ask(&staging, to)?;
     // The plugin says so in its status (rewritten about once a second) once every vCPU
     // switched: the next block any of them runs.
@@ -219,6 +224,20 @@ pub fn run(to: OnOff, dir: Option<&Path>) -> Result<i32> {
                     "tracing {} in {}: {}",
                     to.word(),
                     output.display(),
+                    s.line()
+                );
+                return Ok(0);
+            }
+            // A window opened or closed since: switched, and back by a trigger since.
+            if s.trace_windows > windows {
+                println!(
+                    "tracing {} in {}, then switched back by --trace-{}-at: {}",
+                    to.word(),
+                    output.display(),
+                    match to {
+                        OnOff::On => "off",
+                        OnOff::Off => "on",
+                    },
                     s.line()
                 );
                 return Ok(0);

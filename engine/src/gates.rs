@@ -38,6 +38,11 @@ pub struct Gates {
 pub struct Roots {
     pub filter: Option<usize>,
     pub notrace: Option<usize>,
+    /// The context runs above frames only the CLI knows (a switch on's, unwound after the
+    /// run): which of them open a subtree is not known here, so every frame is written at
+    /// its stack depth, less the notrace subtrees entered since, and the CLI applies `-F`,
+    /// `-N` and the depth limit to the window (`cli/src/record/window_gates.rs`).
+    pub deferred: bool,
 }
 
 /// What `Gates::window` says of a frame.
@@ -108,7 +113,10 @@ impl Gates {
     /// one is open): its calls and returns are only followed, until one enters `may_open`.
     #[inline(always)]
     pub fn outside(&self) -> bool {
-        self.roots.filter.is_none() && self.roots.notrace.is_none() && !self.filter.is_empty()
+        self.roots.filter.is_none()
+            && self.roots.notrace.is_none()
+            && !self.filter.is_empty()
+            && !self.roots.deferred
     }
 
     /// Whether a frame of `func` may open a subtree (or count as an entry of one).
@@ -137,6 +145,9 @@ impl Gates {
         if self.roots.notrace.is_some_and(|n| depth >= n) {
             return Place::Filtered;
         }
+        if self.roots.deferred {
+            return Place::Written(depth);
+        }
         let base = if self.filter.is_empty() {
             0
         } else {
@@ -154,6 +165,9 @@ impl Gates {
     /// Where a marker (LOST, a scheduler event) taken with `len` frames open is written: at
     /// the current depth when the context is inside a written subtree, else nowhere.
     pub fn marker_depth(&self, len: usize) -> Option<usize> {
+        if self.roots.deferred {
+            return self.roots.notrace.is_none().then_some(len);
+        }
         let root = if self.filter.is_empty() {
             0
         } else {
@@ -168,7 +182,21 @@ impl Gates {
     /// Whether a return past the bottom of the stack (`midway`) is written: only when every
     /// frame is (no filter function, no left-out subtree open).
     pub fn outer_written(&self) -> bool {
-        self.filter.is_empty() && self.roots.notrace.is_none()
+        (self.filter.is_empty() || self.roots.deferred) && self.roots.notrace.is_none()
+    }
+
+    /// From here the running context's subtrees are the CLI's to decide (see
+    /// [`Roots::deferred`]), until [`Gates::reset`].
+    pub fn defer(&mut self) {
+        self.roots = Roots {
+            deferred: true,
+            ..Roots::default()
+        };
+    }
+
+    /// No subtree open, nothing deferred: a context whose stack is empty.
+    pub fn reset(&mut self) {
+        self.roots = Roots::default();
     }
 
     /// The filter functions entered at least once, by address.
@@ -222,6 +250,23 @@ mod tests {
         assert_eq!(g.window(1), Place::Filtered);
         assert_eq!(g.marker_depth(1), None);
         assert_eq!(g.filter_reached().collect::<Vec<_>>(), vec![0x200]);
+    }
+
+    #[test]
+    fn a_deferred_context_writes_every_frame_at_its_depth_but_notrace_subtrees() {
+        let mut g = Gates::new(vec![0x200], vec![0x300], 1);
+        g.defer();
+        assert!(!g.outside() && g.outer_written());
+        assert_eq!(g.window(3), Place::Written(3));
+        assert_eq!(g.marker_depth(3), Some(3));
+        g.enter(2, 0x300);
+        assert_eq!(g.window(2), Place::Filtered);
+        assert_eq!(g.marker_depth(3), None);
+        g.left(2);
+        assert_eq!(g.window(2), Place::Written(2));
+        g.reset();
+        assert!(g.outside());
+        assert_eq!(g.window(0), Place::Filtered);
     }
 
     #[test]

@@ -237,6 +237,10 @@ impl Engine {
         self.gates.as_deref()
     }
 
+    pub(crate) fn gates_mut(&mut self) -> Option<&mut Gates> {
+        self.gates.as_deref_mut()
+    }
+
     /// Says which functions uftrace's replay treats as longjmps (by name: `longjmp`,
     /// `siglongjmp`, `__longjmp_chk`).
     pub fn set_longjmp_test(&mut self, is_longjmp: fn(u64) -> bool) {

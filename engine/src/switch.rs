@@ -20,6 +20,7 @@ impl Engine {
         self.close_skipped(now, 0);
         self.pushed_frames.clear();
         self.midway = false;
+        self.reset_gates();
         self.event_at_bottom(now, TRACE_OFF);
     }
 
@@ -31,21 +32,33 @@ impl Engine {
         // What the stack held when tracing went off was closed then; anything left (a
         // context the off edge did not reach) is stale.
         self.stack_mut_clear();
+        self.reset_gates();
         self.event_at_bottom(now, TRACE_ON);
     }
 
     /// The context runs with the calls open that stack cookie `seq` shows (the plugin saved
     /// it): the marker the CLI replaces by their entries, then returns past the bottom are
-    /// written for the CLI to match (`outer_return`).
+    /// written for the CLI to match (`outer_return`). With `-F`/`-N` the window is written
+    /// whole, for the CLI to filter once it knows those frames (`Roots::deferred`).
     pub fn opened_by_cookie(&mut self, now: u64, seq: u32) {
         let now = self.clamp(now);
         self.stack_mut_clear();
+        if let Some(g) = self.gates_mut() {
+            g.defer();
+        }
         self.event_at_bottom(now, qemu_uftrace_format::cookie::resync_marker(seq));
         self.midway = true;
     }
 
     fn event_at_bottom(&mut self, now: u64, id: u64) {
         self.emit(now, RecordType::Event, 0, id);
+    }
+
+    /// No subtree of `-F`/`-N` open: the stack is empty.
+    fn reset_gates(&mut self) {
+        if let Some(g) = self.gates_mut() {
+            g.reset();
+        }
     }
 
     /// Forgets the frames without writing their exits (they were closed, or never seen).
@@ -83,6 +96,38 @@ mod tests {
                 (50, RecordType::Event, 0, TRACE_ON),
                 (51, RecordType::Event, 0, marker),
                 (60, RecordType::Exit, 0, 0x310),
+            ]
+        );
+    }
+
+    /// With `-F` the frames beneath a cookie are unknown here: the window is written whole
+    /// (the CLI filters it), returns past the bottom included, until the off edge.
+    #[test]
+    fn with_filters_a_window_from_a_cookie_is_written_whole() {
+        let (mut e, out) = engine();
+        e.set_gates(vec![0x900], vec![]);
+        e.switch_on(50);
+        e.opened_by_cookie(51, 7);
+        assert!(!e.try_follow_call(52, 0x800, 0x10));
+        e.call(52, 0x800, 0x10);
+        e.ret(53, 0x10, &mut NoRecords);
+        e.ret(60, 0x310, &mut NoRecords);
+        e.switch_off(70);
+        // The next window without a cookie: outside every subtree again.
+        e.switch_on(80);
+        assert!(e.try_follow_call(81, 0x800, 0x10));
+        let got = written(&mut e, &out);
+        let marker = qemu_uftrace_format::addr48(qemu_uftrace_format::cookie::resync_marker(7));
+        assert_eq!(
+            got,
+            [
+                (50, RecordType::Event, 0, TRACE_ON),
+                (51, RecordType::Event, 0, marker),
+                (52, RecordType::Entry, 0, 0x800),
+                (53, RecordType::Exit, 0, 0x800),
+                (60, RecordType::Exit, 0, 0x310),
+                (70, RecordType::Event, 0, TRACE_OFF),
+                (80, RecordType::Event, 0, TRACE_ON),
             ]
         );
     }

@@ -125,7 +125,21 @@ pub fn assemble(
         }
         _ => vec![system],
     };
-    let resyncs = super::resync::unwind_resyncs(staging, &resync_images)?;
+    // -F/-N where the guest ran them: a moved kernel's moved, a PIE's at its load bias.
+    let program_bias = (prep.images.first()).and_then(|p| {
+        let files = &resync_images.first()?.files;
+        files.iter().find(|(f, _)| *f == p.path).map(|(_, b)| *b)
+    });
+    let ran_at = |option: &str| -> Vec<u64> {
+        (prep.filters.addrs(option).into_iter())
+            .filter_map(|a| match a {
+                crate::stop_at::Addr::At(a) => Some(a.wrapping_add(moved_by.unwrap_or(0))),
+                crate::stop_at::Addr::Pie(a) => Some(a.wrapping_add(program_bias?)),
+            })
+            .collect()
+    };
+    let gates = super::window_gates::Gates::new(ran_at("-F"), ran_at("-N"), prep.max_depth);
+    let resyncs = super::resync::unwind_resyncs(staging, &resync_images, gates.as_ref())?;
     for line in resyncs.iter().flat_map(|r| &r.problems) {
         warn(format!("resync not unwound: {line}"));
     }

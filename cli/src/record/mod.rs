@@ -14,6 +14,7 @@ pub mod resync;
 pub mod run;
 pub mod summary;
 pub mod symbols;
+pub mod window_gates;
 
 use std::ffi::OsString;
 use std::path::Path;

@@ -42,6 +42,8 @@ pub struct Prepared {
     pub arg_specs: crate::argspec::ArgSpecs,
     /// User mode without `--aslr`: QEMU runs with the host's address randomisation off.
     pub fixed_layout: bool,
+    /// `-D`: the CLI applies it too, to windows switched on under `-F`/`-N`.
+    pub max_depth: Option<u16>,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -331,6 +333,7 @@ pub fn prepare(
             filters,
             arg_specs,
             fixed_layout,
+            max_depth: args.max_depth,
         },
         Jobs {
             symbols,

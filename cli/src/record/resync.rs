@@ -20,6 +20,7 @@ use qemu_uftrace_format::cookie;
 use qemu_uftrace_format::record::{Record, RecordType};
 
 use super::beneath::{self, rec, Beneath, Pushed, Rewriter, UNWOUND_EVENT};
+use super::window_gates::{Gates, Window};
 use crate::qemu::user_maps;
 use crate::qemu::user_procs::{Kind, Proc};
 use crate::unwind::{self, Image, Method};
@@ -175,7 +176,14 @@ fn origin_of(procs: &[Proc], i: usize) -> Option<usize> {
 
 /// Unwinds every resync cookie of `images` (each unwound with its own image's files) and
 /// rewrites the tasks' files in `dir`. `None` when the run saved no resync cookie.
-pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> {
+///
+/// `gates` (`-F`/`-N`): each window switched on is filtered once its opened frames are
+/// known (`super::window_gates`).
+pub fn unwind_resyncs(
+    dir: &Path,
+    images: &[Loaded],
+    gates: Option<&Gates>,
+) -> Result<Option<Resyncs>> {
     // Cookie numbers are unique per task across process images (an exec'd image numbers
     // its own from its image index up: it appends to the same task file).
     let mut cookies: BTreeMap<u32, BTreeMap<u32, (PathBuf, usize)>> = BTreeMap::new();
@@ -205,7 +213,7 @@ pub fn unwind_resyncs(dir: &Path, images: &[Loaded]) -> Result<Option<Resyncs>> 
             }
         }
         let dat = dir.join(format!("{tid}.dat"));
-        match rewrite_file(&dat, &frames, &mut done) {
+        match rewrite_file(&dat, &frames, &mut done, gates) {
             Ok(()) => {}
             Err(e) => done.problems.push(format!("task {tid}: {e:#}")),
         }
@@ -248,8 +256,10 @@ fn rewrite_file(
     dat: &Path,
     frames: &BTreeMap<u32, Vec<unwind::Frame>>,
     done: &mut Resyncs,
+    gates: Option<&Gates>,
 ) -> Result<()> {
     let mut state = Rewrite::new(frames);
+    state.gates = gates;
     beneath::rewrite_file(dat, &mut state)?;
     done.unwound += state.unwound;
     done.guessed += state.guessed;
@@ -273,6 +283,12 @@ struct Rewrite<'a> {
     /// the ones open at the switch (`qemu:opened`).
     switched_on: bool,
     switched: bool,
+    /// `-F`/`-N`, and the window they filter now (from a switch on's marker to the off
+    /// edge).
+    gates: Option<&'a Gates>,
+    window: Option<Window<'a>>,
+    /// A record's output before the window filters it.
+    raw: Vec<Record>,
 }
 
 impl<'a> Rewrite<'a> {
@@ -285,12 +301,32 @@ impl<'a> Rewrite<'a> {
             by_method: BTreeMap::new(),
             switched_on: false,
             switched: false,
+            gates: None,
+            window: None,
+            raw: Vec::new(),
         }
     }
 }
 
 impl Rewriter for Rewrite<'_> {
     fn push(&mut self, r: Record, out: &mut Vec<Record>) {
+        let off = r.kind == RecordType::Event && r.addr == qemu_uftrace_format::events::TRACE_OFF;
+        let mut raw = std::mem::take(&mut self.raw);
+        self.unwind(r, &mut raw);
+        match &mut self.window {
+            Some(w) => raw.drain(..).for_each(|x| w.push(x, out)),
+            None => out.append(&mut raw),
+        }
+        self.raw = raw;
+        if off {
+            self.window = None;
+        }
+    }
+}
+
+impl Rewrite<'_> {
+    /// One record in, the frames unwound at its marker put in place.
+    fn unwind(&mut self, r: Record, out: &mut Vec<Record>) {
         // Tracing switched off: the engine closed its frames just before; the unwound ones
         // beneath close here too, and the event stands at the bottom.
         if r.kind == RecordType::Event && r.addr == qemu_uftrace_format::events::TRACE_OFF {
@@ -327,6 +363,7 @@ impl Rewriter for Rewrite<'_> {
                 self.unwound += 1;
             }
             let label = if std::mem::take(&mut self.switched_on) {
+                self.window = self.gates.map(Window::new);
                 qemu_uftrace_format::events::OPENED
             } else {
                 UNWOUND_EVENT
@@ -520,7 +557,7 @@ mod tests {
         std::fs::write(&dat, &bytes).unwrap();
         let cookies = BTreeMap::from([(0, vec![frame(0x500, 0x4f0), frame(0x600, 0x510)])]);
         let mut done = Resyncs::default();
-        rewrite_file(&dat, &cookies, &mut done).unwrap();
+        rewrite_file(&dat, &cookies, &mut done, None).unwrap();
         let back = std::fs::read(&dat).unwrap();
         assert_eq!(&back[back.len() - 3..], [1, 2, 3]);
         let records = record::decode_all(&back[..back.len() - 3]).unwrap();
@@ -564,7 +601,7 @@ mod tests {
             .collect();
         std::fs::write(&dat, bytes).unwrap();
         let cookies = BTreeMap::from([(0, vec![frame(0x500, 0x4f0), frame(0x600, 0x510)])]);
-        rewrite_file(&dat, &cookies, &mut Resyncs::default()).unwrap();
+        rewrite_file(&dat, &cookies, &mut Resyncs::default(), None).unwrap();
         let back = record::decode_all(&std::fs::read(&dat).unwrap()).unwrap();
         let (want, _, _) = run(&recorded, &cookies);
         assert_eq!(back.len(), 200_000 + 4);

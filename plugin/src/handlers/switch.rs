@@ -13,7 +13,8 @@
 //! time, and costs one flush and the re-translation of the working set.
 //!
 //! What asks for a switch: `record` writes `on`/`off` into the switch file (its own
-//! `trace on|off` command or a signal); a thread here reads it every [`POLL`] and, while a
+//! `trace on|off` command or a signal); a thread here reads each new write of it (checked
+//! every [`POLL`]: a request is an edge, which a trigger may overtake) and, while a
 //! switch is due, rings every vCPU's bell word. QEMU moves every scoreboard when it creates a
 //! vCPU past their size (user mode: a new thread, on that thread, just before our vCPU init
 //! callback), so the poller never writes while a thread is being created: a `clone` with
@@ -73,6 +74,10 @@ static FILE: OnceLock<PathBuf> = OnceLock::new();
 /// for an exec'd image), the bell, the poller. `reset` asks QEMU for a reset.
 pub fn install(cfg: &Config, reset: fn()) {
     let _ = RESET.set(reset);
+    // Taken before the file is read: a write in between is the poller's to see.
+    if let Some(path) = &cfg.switch_file {
+        *SEEN.lock().unwrap_or_else(|e| e.into_inner()) = identity(path);
+    }
     let on = cfg
         .switch_file
         .as_deref()
@@ -109,6 +114,17 @@ pub fn after_fork() {
     }
 }
 
+/// The switch file as last read (`identity`): each write replaces it whole (a new inode),
+/// so a new identity is a new request. A fork's child keeps its parent's.
+static SEEN: Mutex<Option<(u64, i64, i64)>> = Mutex::new(None);
+
+/// Which write of the switch file is there now (inode, modification time), if any.
+fn identity(path: &std::path::Path) -> Option<(u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.ino(), m.mtime(), m.mtime_nsec()))
+}
+
 /// What the switch file asks for: `on` or `off` (anything else: nothing).
 fn read_file(path: &std::path::Path) -> Option<bool> {
     match std::fs::read_to_string(path).ok()?.trim() {
@@ -124,7 +140,14 @@ fn start_poller(path: PathBuf) {
             .name("uftrace-switch".into())
             .spawn(move || loop {
                 std::thread::sleep(POLL);
-                if let Some(on) = read_file(&path) {
+                // Each request once (an edge): read again at every poll, an old `off` undid
+                // every `--trace-on-at` that followed it.
+                let now = identity(&path);
+                let new = {
+                    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+                    std::mem::replace(&mut *seen, now) != now
+                };
+                if let Some(on) = read_file(&path).filter(|_| new) {
                     WANTED.store(on, Ordering::Release);
                 }
                 // Again at each poll while due: a ring skipped during a thread's creation.
