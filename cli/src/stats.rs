@@ -260,6 +260,20 @@ pub const COUNTS: &[Count] = &[
          INCOMPLETE)",
         None,
     ),
+    count(
+        "maps_past_cap",
+        "a Linux guest's code mappings dropped past 1,024 in one process (the guest's unmaps \
+         are not seen, so a process mapping library after library at new addresses keeps the \
+         first half and the latest)",
+        Some("names stay right unless unmoved_past_map_cap is counted too"),
+    ),
+    count(
+        "unmoved_past_map_cap",
+        "lookups of code translated in one process and run in another that found nothing in \
+         a process which had dropped mappings: those events stay at their translated \
+         addresses (the trace is marked INCOMPLETE)",
+        Some("record a shorter run, or one whose processes load fewer libraries"),
+    ),
 ];
 
 const fn count(key: &'static str, meaning: &'static str, action: Option<&'static str>) -> Count {

@@ -125,6 +125,17 @@ fn finish_once() {
     }
     let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
     let files_past_cap = crate::state::spaces::with(|s| s.files_past_cap);
+    let (maps_dropped_spaces, unmoved_dropped) =
+        crate::state::spaces::with(|s| (s.maps_dropped, s.unmoved_dropped));
+    if unmoved_dropped > 0 {
+        written.errors.push(format!(
+            "{unmoved_dropped} times code translated in one process and run in another was \
+             not found in a process that mapped more than {} pieces of code (the oldest of \
+             its later ones are dropped: unmaps are not seen): it ran at its translated \
+             addresses, which may name the wrong functions",
+            qemu_uftrace_engine::spaces::MAX_MAPS
+        ));
+    }
     if files_past_cap > 0 {
         written.errors.push(format!(
             "{files_past_cap} mappings of files first mapped past the {} guest paths kept are \
@@ -271,6 +282,8 @@ fn finish_once() {
         line("spaces_freed", &spaces.0);
         line("unmoved_events", &spaces.1);
         line("files_past_cap", &files_past_cap);
+        line("maps_past_cap", &maps_dropped_spaces);
+        line("unmoved_past_map_cap", &unmoved_dropped);
     }
     if written.capped {
         line("size_capped", &1);
