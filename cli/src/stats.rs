@@ -234,6 +234,14 @@ pub const COUNTS: &[Count] = &[
         Some("record a shorter run"),
     ),
     count(
+        "lib_places_dropped",
+        "user mode: libraries' placements dropped past 4,096 held at once (a program mapping \
+         libraries at new addresses without unmapping them; the first half, the loader and \
+         the libraries the program started with, stays): jumps into those still mapped are \
+         not shown as tail calls and the trace is marked INCOMPLETE",
+        Some("record a shorter run"),
+    ),
+    count(
         "dropped_proc_events",
         "a Linux guest's process events (starts, execs, mappings, exits) not kept past 32 MiB \
          of them (a guest starting process after process): later processes' functions are \

@@ -115,6 +115,15 @@ fn finish_once() {
             crate::handlers::usermap::MAX_KEPT
         ));
     }
+    let places_dropped = crate::state::lib_entries::dropped();
+    if places_dropped > 0 {
+        written.errors.push(format!(
+            "{places_dropped} library placements dropped past {} held at once (a program \
+             mapping libraries at new addresses without unmapping them): jumps into those, \
+             if still mapped, are not shown as tail calls",
+            crate::state::lib_entries::MAX_PLACED
+        ));
+    }
     let procs_dropped = crate::handlers::procmaps::dropped();
     if procs_dropped > 0 {
         written.errors.push(format!(
@@ -276,6 +285,7 @@ fn finish_once() {
     line("dropped_cookies", &written.dropped_side);
     if !system_mode() {
         line("dropped_maps", &maps_dropped);
+        line("lib_places_dropped", &places_dropped);
     }
     if system_mode() && crate::handlers::procmaps::enabled() {
         line("dropped_proc_events", &procs_dropped);
