@@ -270,10 +270,16 @@ pub const COUNTS: &[Count] = &[
     ),
     count(
         "maps_past_cap",
-        "a Linux guest's code mappings dropped past 1,024 in one process (the guest's unmaps \
-         are not seen, so a process mapping library after library at new addresses keeps the \
-         first half and the latest)",
+        "a Linux guest's code mappings dropped past 1,024 in one process (unmapped ones are \
+         kept, as their code may still run in another process, and go first; else the \
+         oldest of the later half goes)",
         Some("names stay right unless unmoved_past_map_cap is counted too"),
+    ),
+    count(
+        "unmaps_seen",
+        "a Linux guest's munmap calls the plugin saw (the kernel's syscall wrapper watched): \
+         the mappings there are the first its copy of the process's drops past 1,024",
+        None,
     ),
     count(
         "unmoved_past_map_cap",

@@ -134,14 +134,14 @@ fn finish_once() {
     }
     let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
     let files_past_cap = crate::state::spaces::with(|s| s.files_past_cap);
-    let (maps_dropped_spaces, unmoved_dropped) =
-        crate::state::spaces::with(|s| (s.maps_dropped, s.unmoved_dropped));
+    let (maps_dropped_spaces, unmoved_dropped, unmaps) =
+        crate::state::spaces::with(|s| (s.maps_dropped, s.unmoved_dropped, s.unmaps));
     if unmoved_dropped > 0 {
         written.errors.push(format!(
             "{unmoved_dropped} times code translated in one process and run in another was \
-             not found in a process that mapped more than {} pieces of code (the oldest of \
-             its later ones are dropped: unmaps are not seen): it ran at its translated \
-             addresses, which may name the wrong functions",
+             not found in a process that mapped more than {} pieces of code (past that the \
+             unmapped ones are dropped, else the oldest of its later ones): it ran at its \
+             translated addresses, which may name the wrong functions",
             qemu_uftrace_engine::spaces::MAX_MAPS
         ));
     }
@@ -294,6 +294,7 @@ fn finish_once() {
         line("files_past_cap", &files_past_cap);
         line("maps_past_cap", &maps_dropped_spaces);
         line("unmoved_past_map_cap", &unmoved_dropped);
+        line("unmaps_seen", &unmaps);
     }
     if written.capped {
         line("size_capped", &1);
