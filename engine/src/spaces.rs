@@ -454,7 +454,7 @@ mod tests {
         let a = s.exec(1);
         s.mmap(1, "/prog", 0x1000, 0x1000, 0);
         s.mmap(1, "/libc", 0x10_0000, 0x1000, 0);
-        let n: u64 = if cfg!(miri) { 100 } else { 1000 };
+        let n: u64 = if cfg!(miri) { 40 } else { 1000 };
         for i in 0..n {
             s.mmap(
                 1,
@@ -513,7 +513,7 @@ mod tests {
         let a = s.exec(1);
         s.mmap(1, "/prog", 0x1000, 0x1000, 0);
         s.mmap(1, "/libc", 0x10_0000, 0x3000, 0);
-        let n = if cfg!(miri) { 100 } else { 100_000 };
+        let n = if cfg!(miri) { 40 } else { 100_000 };
         let at = |i: u64| 0x100_0000 + i * 0x1000;
         for i in 0..n {
             if i == n / 2 {
@@ -569,7 +569,7 @@ mod tests {
     fn a_remap_over_the_same_range_replaces() {
         let mut s = small(8, 1 << 10, 4);
         let a = s.exec(1);
-        let n = if cfg!(miri) { 100 } else { 100_000 };
+        let n = if cfg!(miri) { 40 } else { 100_000 };
         for i in 0..n {
             s.mmap(1, &format!("/lib{}", i % 5), 0x40_0000, 0x2000, 0);
         }
@@ -593,7 +593,7 @@ mod tests {
         s.exec(1);
         s.mmap(1, "/init", 0x1000, 0x1000, 0);
         let mut last = 0;
-        for pid in 2..if cfg!(miri) { 40 } else { 200u32 } {
+        for pid in 2..if cfg!(miri) { 20 } else { 200u32 } {
             s.fork(pid, 1);
             last = s.exec(pid);
             for i in 0..10u64 {
