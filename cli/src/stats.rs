@@ -234,6 +234,14 @@ pub const COUNTS: &[Count] = &[
         Some("record a shorter run"),
     ),
     count(
+        "lib_places_dropped",
+        "user mode: libraries' placements dropped past 4,096 held at once (a program mapping \
+         libraries at new addresses without unmapping them; the first half, the loader and \
+         the libraries the program started with, stays): jumps into those still mapped are \
+         not shown as tail calls and the trace is marked INCOMPLETE",
+        Some("record a shorter run"),
+    ),
+    count(
         "dropped_proc_events",
         "a Linux guest's process events (starts, execs, mappings, exits) not kept past 32 MiB \
          of them (a guest starting process after process): later processes' functions are \
@@ -259,6 +267,26 @@ pub const COUNTS: &[Count] = &[
          another process translated first keeps its addresses (the trace is marked \
          INCOMPLETE)",
         None,
+    ),
+    count(
+        "maps_past_cap",
+        "a Linux guest's code mappings dropped past 1,024 in one process (unmapped ones are \
+         kept, as their code may still run in another process, and go first; else the \
+         oldest of the later half goes)",
+        Some("names stay right unless unmoved_past_map_cap is counted too"),
+    ),
+    count(
+        "unmaps_seen",
+        "a Linux guest's munmap calls the plugin saw (the kernel's syscall wrapper watched): \
+         the mappings there are the first its copy of the process's drops past 1,024",
+        None,
+    ),
+    count(
+        "unmoved_past_map_cap",
+        "lookups of code translated in one process and run in another that found nothing in \
+         a process which had dropped mappings: those events stay at their translated \
+         addresses (the trace is marked INCOMPLETE)",
+        Some("record a shorter run, or one whose processes load fewer libraries"),
     ),
 ];
 

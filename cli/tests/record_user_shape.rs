@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::user::{only_task, record_ok, Target, AARCH64, RISCV64, X86_64};
+use common::user::{only_task, record, record_ok, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
 use std::path::PathBuf;
@@ -118,11 +118,22 @@ fn tail_calls_nest_in_their_caller_x86_64() {
 /// library's functions are entered by jumps as the program's are, the library placed where
 /// the guest's loader mapped it.
 fn check_library(target: &Target, sysroot: Option<&str>) {
+    check_library_with(target, sysroot, &[]);
+}
+
+/// [`check_library`] with arguments for the program; the trace and the program's output
+/// stay for more checks.
+fn check_library_with(
+    target: &Target,
+    sysroot: Option<&str>,
+    program_args: &[&str],
+) -> (tempfile::TempDir, PathBuf, String) {
     let elf = guest(target, "libtail-dyn.elf");
     let elf = elf.to_string_lossy();
     let mut args: Vec<&str> = sysroot.map_or(Vec::new(), |r| vec!["-L", r]);
     args.push(&elf);
-    let (_tmp, dir, stdout) = record_ok(&cached(target.qemu), &args);
+    args.extend(program_args);
+    let (tmp, dir, stdout) = record_ok(&cached(target.qemu), &args);
     let log: Vec<String> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("ENTRY "))
@@ -151,6 +162,62 @@ fn check_library(target: &Target, sysroot: Option<&str>) {
     for key in ["deep_returns", "unmatched_returns"] {
         assert_eq!(plugin_stat(&dir, key), "0", "{}: {key}", target.cross);
     }
+    (tmp, dir, stdout)
+}
+
+/// Mappings made by [`library_tail_calls_survive_a_map_unmap_loop_x86_64`]'s program, past
+/// the plugin's 4,096 placements of libraries (`state::lib_entries::MAX_PLACED`).
+const LOOPS: u64 = 5000;
+const MAX_PLACED: u64 = 4096;
+
+/// The plugin's placements of libraries (`state::lib_entries`) as the program maps its
+/// library executable at 5,000 new addresses and unmaps each: each unmap takes
+/// its placement out (none dropped), and the library's tail calls, placed at start, are
+/// still seen after the loop (the checks above).
+#[test]
+fn library_tail_calls_survive_a_map_unmap_loop_x86_64() {
+    let (_tmp, dir, stdout) = check_library_with(&X86_64, None, &[&LOOPS.to_string()]);
+    assert!(stdout.contains(&format!("MAPPED {LOOPS}\n")), "{stdout}");
+    assert_eq!(plugin_stat(&dir, "lib_places_dropped"), "0");
+    // Every mapping is still listed for naming (below its own cap), none dropped.
+    assert_eq!(plugin_stat(&dir, "dropped_maps"), "0");
+}
+
+/// The same loop unmapping nothing: the list stays at its cap, what went is counted (the
+/// loader, libc and the library placed at start, plus the 5,000, less the cap) and said,
+/// the trace marked INCOMPLETE (record fails), and the tail calls of the library placed at
+/// start (the older half, kept) are still seen.
+#[test]
+fn library_placements_past_the_cap_are_counted_x86_64() {
+    let elf = guest(&X86_64, "libtail-dyn.elf");
+    let (_tmp, dir, out) = record(
+        &cached(X86_64.qemu),
+        &[&elf.to_string_lossy(), &LOOPS.to_string(), "keep"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let dropped = 3 + LOOPS - MAX_PLACED;
+    assert_eq!(plugin_stat(&dir, "lib_places_dropped"), dropped.to_string());
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "INCOMPLETE TRACE: {dropped} library placements dropped"
+        )),
+        "{stderr}"
+    );
+    let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
+    let lib = ["caller", "lib_tail1", "lib_tail2", "lib_leaf"];
+    let own = without(&events, |n| !lib.contains(&n), false);
+    let call = [
+        "E caller",
+        "E lib_tail1",
+        "E lib_tail2",
+        "E lib_leaf",
+        "X lib_leaf",
+        "X lib_tail2",
+        "X lib_tail1",
+        "X caller",
+    ];
+    assert_eq!(own, [call, call].concat(), "{events:?}");
 }
 
 #[test]

@@ -26,6 +26,10 @@ struct Mapping {
     end: u64,
     /// The file offset mapped at `start`.
     offset: u64,
+    /// Unmapped by the process ([`Spaces::munmap`]) but kept: code translated from it may
+    /// still run in another process that maps the file (QEMU keeps a translation while any
+    /// mapping of its physical page lives). The first to go past [`MAX_MAPS`].
+    unmapped: bool,
 }
 
 /// Spaces no process holds any more (it exited, exec'd or its PID was reused) that are
@@ -43,13 +47,42 @@ pub const KEPT_ENDED: usize = 4096;
 /// another process's copy of the same file (counted in [`Spaces::files_past_cap`]).
 pub const MAX_FILES: usize = 1 << 16;
 
+/// Code mappings kept at most in one space. A process that maps and unmaps in a loop
+/// (`dlopen`/`dlclose` at new addresses) would grow its list until it exits: unmapped ones
+/// are kept (their translations may still run elsewhere), and where the kernel's `munmap`
+/// is not watched they are not even known. Past the cap the oldest unmapped one goes, else
+/// the oldest of the newer half (the older half, the program, its loader and the libraries
+/// it started with, stays: those live as long as the process), counted in
+/// [`Spaces::maps_dropped`]. A process of 300 libraries maps ~600 pieces of code; a mapping
+/// is 32 bytes, a full space 32 KiB.
+pub const MAX_MAPS: usize = 1024;
+
+/// Code mappings kept at most in all spaces together (32 MiB): past it the oldest ended
+/// spaces are freed before [`KEPT_ENDED`] would (counted in [`Spaces::freed`]), so that
+/// ended spaces full of mappings cost no more than this.
+pub const MAX_TOTAL_MAPS: usize = 1 << 20;
+
+/// One address space: its code mappings, oldest first (a piece left of a mapping mapped
+/// over keeps its place), and whether any was dropped past [`MAX_MAPS`].
+#[derive(Debug, Clone, Default)]
+struct Space {
+    maps: Vec<Mapping>,
+    dropped: bool,
+}
+
 /// The address spaces of live processes and the [`KEPT_ENDED`] latest ended ones, and
 /// each process's current one.
 #[derive(Debug)]
 pub struct Spaces {
     /// Ended spaces kept at most ([`KEPT_ENDED`]; fewer in tests that run under Miri).
     kept_ended: usize,
-    maps: HashMap<SpaceId, Vec<Mapping>>,
+    maps: HashMap<SpaceId, Space>,
+    /// Mappings in all spaces.
+    total: usize,
+    /// Mappings kept at most in one space ([`MAX_MAPS`]) and in all ([`MAX_TOTAL_MAPS`];
+    /// fewer in tests).
+    max_maps: usize,
+    max_total: usize,
     /// The last id given (ids are never reused: translations keep theirs).
     last: SpaceId,
     current: HashMap<u32, SpaceId>,
@@ -65,6 +98,13 @@ pub struct Spaces {
     pub unmoved: u64,
     /// Mappings of files first seen past [`MAX_FILES`] (each its own id, from the top down).
     pub files_past_cap: u64,
+    /// Mappings dropped past [`MAX_MAPS`] in a space (most already unmapped by the guest).
+    pub maps_dropped: u64,
+    /// Lookups that found no mapping in a space that had dropped some: the events stay at
+    /// their translated addresses, which may be wrong.
+    pub unmoved_dropped: u64,
+    /// Unmaps seen ([`Spaces::munmap`]; where the kernel's `munmap` is watched).
+    pub unmaps: u64,
 }
 
 impl Default for Spaces {
@@ -79,6 +119,9 @@ impl Spaces {
         Self {
             kept_ended,
             maps: HashMap::new(),
+            total: 0,
+            max_maps: MAX_MAPS,
+            max_total: MAX_TOTAL_MAPS,
             last: 0,
             current: HashMap::new(),
             files: HashMap::new(),
@@ -87,6 +130,9 @@ impl Spaces {
             freed: 0,
             unmoved: 0,
             files_past_cap: 0,
+            maps_dropped: 0,
+            unmoved_dropped: 0,
+            unmaps: 0,
         }
     }
 
@@ -100,17 +146,24 @@ impl Spaces {
         self.maps.len()
     }
 
-    fn push(&mut self, tgid: u32, maps: Vec<Mapping>) -> SpaceId {
+    /// Code mappings held now, in all spaces.
+    pub fn mappings(&self) -> usize {
+        self.total
+    }
+
+    fn push(&mut self, tgid: u32, space: Space) -> SpaceId {
         let Some(id) = self.last.checked_add(1) else {
             // Ids are spent (2^32 spaces): the process is unknown from now on.
             self.end(tgid);
             return 0;
         };
         self.last = id;
-        self.maps.insert(id, maps);
+        self.total += space.maps.len();
+        self.maps.insert(id, space);
         if let Some(old) = self.current.insert(tgid, id) {
             self.retire(old);
         }
+        self.free_ended();
         id
     }
 
@@ -124,11 +177,20 @@ impl Spaces {
     /// `id` is no process's any more: kept among the latest ended, the oldest freed.
     fn retire(&mut self, id: SpaceId) {
         self.ended.push_back(id);
-        while self.ended.len() > self.kept_ended {
-            if let Some(gone) = self.ended.pop_front() {
-                self.maps.remove(&gone);
-                self.freed += 1;
+        self.free_ended();
+    }
+
+    /// Frees the oldest ended spaces past [`KEPT_ENDED`], or while all spaces together hold
+    /// more than [`MAX_TOTAL_MAPS`] mappings.
+    fn free_ended(&mut self) {
+        while self.ended.len() > self.kept_ended || self.total > self.max_total {
+            let Some(gone) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(space) = self.maps.remove(&gone) {
+                self.total -= space.maps.len();
             }
+            self.freed += 1;
         }
     }
 
@@ -141,15 +203,15 @@ impl Spaces {
                 0
             }
             p => {
-                let maps = self.maps.get(&p).cloned().unwrap_or_default();
-                self.push(tgid, maps)
+                let space = self.maps.get(&p).cloned().unwrap_or_default();
+                self.push(tgid, space)
             }
         }
     }
 
     /// Process `tgid` exec'd: a new, empty space.
     pub fn exec(&mut self, tgid: u32) -> SpaceId {
-        self.push(tgid, Vec::new())
+        self.push(tgid, Space::default())
     }
 
     /// Process `tgid` exited: its space is no one's any more (its translations may still run
@@ -174,40 +236,55 @@ impl Spaces {
             }
         };
         let id = match self.of(tgid) {
-            0 => self.push(tgid, Vec::new()),
+            0 => self.push(tgid, Space::default()),
             id => id,
         };
-        let Some(maps) = self.maps.get_mut(&id) else {
+        let (max_maps, mut dropped) = (self.max_maps, 0);
+        let Some(space) = self.maps.get_mut(&id) else {
             return id;
         };
         let end = start.saturating_add(len);
-        // A mapping replaces what it overlaps (MAP_FIXED over the loader's reservation);
-        // what is left of an older one on either side stays.
-        let mut kept = Vec::with_capacity(maps.len() + 2);
-        for m in maps.drain(..) {
-            if m.end <= start || end <= m.start {
-                kept.push(m);
-                continue;
-            }
-            if m.start < start {
-                kept.push(Mapping { end: start, ..m });
-            }
-            if end < m.end {
-                kept.push(Mapping {
-                    start: end,
-                    offset: m.offset.wrapping_add(end - m.start),
-                    ..m
-                });
-            }
+        if end == start {
+            // Nothing mapped (the kernel refuses a length of 0): nothing kept.
+            return id;
         }
-        *maps = kept;
+        let maps = &mut space.maps;
+        let before = maps.len();
+        // A mapping replaces what it overlaps (MAP_FIXED over the loader's reservation).
+        cut(maps, start, end, false);
         maps.push(Mapping {
             file,
             start,
             end,
             offset,
+            unmapped: false,
         });
+        // Past the cap the oldest unmapped one goes, else the oldest of the newer half:
+        // what a map/unmap loop left.
+        while maps.len() > max_maps {
+            let gone = maps.iter().position(|m| m.unmapped);
+            maps.remove(gone.unwrap_or(max_maps / 2));
+            dropped += 1;
+        }
+        space.dropped |= dropped > 0;
+        self.maps_dropped += dropped;
+        self.total = self.total - before + space.maps.len();
+        self.free_ended();
         id
+    }
+
+    /// Process `tgid` unmapped `start..start + len`: what its space maps there is marked
+    /// unmapped, the first to go past [`MAX_MAPS`] (a process not known yet has nothing to
+    /// unmap). Its code no longer runs in this space, but translations made here may still
+    /// run in another, so it is still looked up from here.
+    pub fn munmap(&mut self, tgid: u32, start: u64, len: u64) {
+        self.unmaps += 1;
+        let Some(space) = self.maps.get_mut(&self.of(tgid)) else {
+            return;
+        };
+        let before = space.maps.len();
+        cut(&mut space.maps, start, start.saturating_add(len), true);
+        self.total = self.total - before + space.maps.len();
     }
 
     /// How far code at `addr`, translated in space `from`, lies in space `to`: the
@@ -219,17 +296,70 @@ impl Spaces {
             self.unmoved += 1;
             return None;
         }
-        let space = |id: SpaceId| self.maps.get(&id);
-        let m = space(from)?
+        let (Some(a), Some(b)) = (self.maps.get(&from), self.maps.get(&to)) else {
+            return None;
+        };
+        // Not found where mappings were dropped: perhaps one of those (said, never silent).
+        let dropped = a.dropped || b.dropped;
+        let found = a
+            .maps
             .iter()
-            .find(|m| m.start <= addr && addr < m.end)?;
-        let file_offset = (addr - m.start).wrapping_add(m.offset);
-        let there = space(to)?.iter().find(|n| {
-            n.file == m.file && n.offset <= file_offset && file_offset - n.offset < n.end - n.start
-        })?;
-        let moved = there.start.wrapping_add(file_offset - there.offset);
-        Some(moved.wrapping_sub(addr))
+            .find(|m| m.start <= addr && addr < m.end)
+            .and_then(|m| {
+                let file_offset = (addr - m.start).wrapping_add(m.offset);
+                // Code runs in `to` only where `to` maps it now.
+                let there = b.maps.iter().find(|n| {
+                    !n.unmapped
+                        && n.file == m.file
+                        && n.offset <= file_offset
+                        && file_offset - n.offset < n.end - n.start
+                })?;
+                Some(there.start.wrapping_add(file_offset - there.offset))
+            });
+        if found.is_none() && dropped {
+            self.unmoved_dropped += 1;
+        }
+        Some(found?.wrapping_sub(addr))
     }
+}
+
+/// Takes `start..end` out of `maps`, or with `unmapped` marks it so: what is left of a
+/// mapping on either side stays, in its place (a piece keeps its mapping's age).
+fn cut(maps: &mut Vec<Mapping>, start: u64, end: u64, unmapped: bool) {
+    if !maps
+        .iter()
+        .any(|m| m.start < end && start < m.end && !(unmapped && m.unmapped))
+    {
+        return;
+    }
+    let mut kept = Vec::with_capacity(maps.len() + 2);
+    for m in maps.drain(..) {
+        if m.end <= start || end <= m.start {
+            kept.push(m);
+            continue;
+        }
+        if m.start < start {
+            kept.push(Mapping { end: start, ..m });
+        }
+        if unmapped {
+            let from = start.max(m.start);
+            kept.push(Mapping {
+                start: from,
+                end: end.min(m.end),
+                offset: m.offset.wrapping_add(from - m.start),
+                unmapped: true,
+                ..m
+            });
+        }
+        if end < m.end {
+            kept.push(Mapping {
+                start: end,
+                offset: m.offset.wrapping_add(end - m.start),
+                ..m
+            });
+        }
+    }
+    *maps = kept;
 }
 
 /// Entries of [`DeltaCache`] (a power of two).
@@ -287,6 +417,206 @@ impl DeltaCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The guest path of the file `space` maps at `addr`.
+    fn name_at(s: &Spaces, space: SpaceId, addr: u64) -> Option<&str> {
+        let m = s
+            .maps
+            .get(&space)?
+            .maps
+            .iter()
+            .find(|m| m.start <= addr && addr < m.end)?;
+        s.files
+            .iter()
+            .find(|(_, &f)| f == m.file)
+            .map(|(p, _)| p.as_str())
+    }
+
+    fn small(max_maps: usize, max_total: usize, kept_ended: usize) -> Spaces {
+        Spaces {
+            max_maps,
+            max_total,
+            ..Spaces::keeping(kept_ended)
+        }
+    }
+
+    /// A timeline, one process: its program and libc, then a `dlopen`/`dlclose` loop whose
+    /// unmaps are not seen, each library at a new address.
+    ///
+    /// ```text
+    /// mmap /prog  mmap /libc  mmap /p0 @A0  mmap /p1 @A1  …  mmap /p{n-1} @A{n-1}
+    /// ```
+    /// The list stays at the cap, the first half (program, libc) stays named, the newest
+    /// mappings are named, what was dropped is counted.
+    #[test]
+    fn a_map_unmap_loop_keeps_the_first_half_and_the_newest() {
+        let mut s = small(8, 1 << 10, 4);
+        let a = s.exec(1);
+        s.mmap(1, "/prog", 0x1000, 0x1000, 0);
+        s.mmap(1, "/libc", 0x10_0000, 0x1000, 0);
+        let n: u64 = if cfg!(miri) { 40 } else { 1000 };
+        for i in 0..n {
+            s.mmap(
+                1,
+                &format!("/p{}", i % 3),
+                0x100_0000 + i * 0x1000,
+                0x1000,
+                0,
+            );
+            assert!(s.maps[&a].maps.len() <= 8);
+        }
+        assert_eq!(s.mappings(), 8);
+        assert_eq!(s.maps_dropped, 2 + n - 8);
+        // The first half: the program, libc and the loop's first two.
+        assert_eq!(name_at(&s, a, 0x1010), Some("/prog"));
+        assert_eq!(name_at(&s, a, 0x10_0010), Some("/libc"));
+        assert_eq!(name_at(&s, a, 0x100_1010), Some("/p1"));
+        // The newer half: the latest four.
+        let at = |i: u64| 0x100_0000 + i * 0x1000;
+        for i in n - 4..n {
+            let name = format!("/p{}", i % 3);
+            assert_eq!(name_at(&s, a, at(i)), Some(name.as_str()));
+        }
+        assert_eq!(name_at(&s, a, at(n - 5)), None);
+        assert_eq!(name_at(&s, a, at(2)), None);
+        // Code of a dropped mapping that runs in another space mapping its file stays where
+        // it was translated, counted; kept ones still move.
+        let b = s.exec(2);
+        s.mmap(2, "/libc", 0x20_0000, 0x1000, 0);
+        s.mmap(2, &format!("/p{}", (n - 5) % 3), 0x30_0000, 0x1000, 0);
+        assert_eq!(s.delta(a, b, 0x10_0010), Some(0x10_0000));
+        assert_eq!(
+            s.delta(a, b, at(n - 2) + 0x10),
+            Some(0x30_0000u64.wrapping_sub(at(n - 2)))
+        );
+        assert_eq!(s.unmoved_dropped, 0);
+        assert_eq!(s.delta(a, b, at(n - 5) + 0x10), None);
+        assert_eq!(s.unmoved_dropped, 1);
+        // A fork inherits the list and that it dropped some.
+        let c = s.fork(3, 1);
+        assert_eq!(name_at(&s, c, 0x1010), Some("/prog"));
+        assert!(s.maps[&c].dropped);
+    }
+
+    /// The same loop with its unmaps seen (the kernel's `munmap` watched), and a library
+    /// mapped half-way that stays: the unmapped ones are kept (still looked up from here)
+    /// and go first past the cap, so every live mapping stays however long the loop; an
+    /// unmap in the middle of a mapping leaves both sides live, and an unmap by a process
+    /// not known changes nothing.
+    ///
+    /// ```text
+    /// mmap /prog  mmap /libc  { mmap /p @Ai  munmap Ai }×n/2  mmap /q  { … }×n/2
+    /// ```
+    #[test]
+    fn seen_unmaps_go_first_and_live_mappings_stay() {
+        let mut s = small(8, 1 << 10, 4);
+        let a = s.exec(1);
+        s.mmap(1, "/prog", 0x1000, 0x1000, 0);
+        s.mmap(1, "/libc", 0x10_0000, 0x3000, 0);
+        let n = if cfg!(miri) { 40 } else { 100_000 };
+        let at = |i: u64| 0x100_0000 + i * 0x1000;
+        for i in 0..n {
+            if i == n / 2 {
+                s.mmap(1, "/q", 0x50_0000, 0x1000, 0);
+            }
+            s.mmap(1, "/p", at(i), 0x1000, 0);
+            assert_eq!(live_at(&s, a, at(i)), Some("/p"));
+            s.munmap(1, at(i), 0x1000);
+            assert_eq!(live_at(&s, a, at(i)), None);
+            assert!(s.mappings() <= 8);
+        }
+        assert_eq!(s.unmaps, n);
+        // 8 kept: the three live ones and the latest five unmapped.
+        assert_eq!(s.maps_dropped, n - 5);
+        assert_eq!(live_at(&s, a, 0x1010), Some("/prog"));
+        assert_eq!(live_at(&s, a, 0x10_0010), Some("/libc"));
+        assert_eq!(live_at(&s, a, 0x50_0010), Some("/q"));
+        // Code of /p translated here runs on where another process maps /p now.
+        let b = s.exec(2);
+        s.mmap(2, "/p", 0x7000_0000, 0x1000, 0);
+        s.mmap(2, "/libc", 0x20_0000, 0x3000, 0);
+        let moved = |s: &mut Spaces, addr: u64| s.delta(a, b, addr).map(|d| addr.wrapping_add(d));
+        assert_eq!(moved(&mut s, at(n - 1) + 0x10), Some(0x7000_0010));
+        assert_eq!(moved(&mut s, at(n - 6) + 0x10), None);
+        s.munmap(2, 0x7000_0000, 0x1000);
+        assert_eq!(moved(&mut s, at(n - 1) + 0x10), None);
+        // A hole in libc: both sides stay live, the one after at its own file offset.
+        s.munmap(1, 0x10_1000, 0x1000);
+        assert_eq!(live_at(&s, a, 0x10_0010), Some("/libc"));
+        assert_eq!(live_at(&s, a, 0x10_1010), None);
+        assert_eq!(live_at(&s, a, 0x10_2010), Some("/libc"));
+        assert_eq!(moved(&mut s, 0x10_2010), Some(0x20_2010));
+        let kept = s.mappings();
+        s.munmap(99, 0x1000, 0x1000);
+        s.munmap(1, 0x9000_0000, u64::MAX);
+        assert_eq!(s.mappings(), kept);
+    }
+
+    /// [`name_at`] where the mapping is live (not unmapped).
+    fn live_at(s: &Spaces, space: SpaceId, addr: u64) -> Option<&str> {
+        let m = s
+            .maps
+            .get(&space)?
+            .maps
+            .iter()
+            .find(|m| m.start <= addr && addr < m.end)?;
+        (!m.unmapped).then(|| name_at(s, space, addr)).flatten()
+    }
+
+    /// Mapping again over the same range replaces (100,000 times: one mapping), and so does
+    /// a mapping over several older ones; a length of 0 keeps nothing.
+    #[test]
+    fn a_remap_over_the_same_range_replaces() {
+        let mut s = small(8, 1 << 10, 4);
+        let a = s.exec(1);
+        let n = if cfg!(miri) { 40 } else { 100_000 };
+        for i in 0..n {
+            s.mmap(1, &format!("/lib{}", i % 5), 0x40_0000, 0x2000, 0);
+        }
+        assert_eq!(s.mappings(), 1);
+        assert_eq!(s.maps_dropped, 0);
+        let last = format!("/lib{}", (n - 1) % 5);
+        assert_eq!(name_at(&s, a, 0x40_1000), Some(last.as_str()));
+        s.mmap(1, "/x", 0x40_0000, 0x1000, 0);
+        s.mmap(1, "/y", 0x40_1000, 0x1000, 0);
+        s.mmap(1, "/z", 0x3f_f000, 0x4000, 0);
+        s.mmap(1, "/zero", 0x50_0000, 0, 0);
+        assert_eq!(s.mappings(), 1);
+        assert_eq!(name_at(&s, a, 0x40_1000), Some("/z"));
+    }
+
+    /// A fork loop whose children each fill their space: past the total the oldest ended
+    /// spaces go before [`KEPT_ENDED`] would free them; live ones stay whole.
+    #[test]
+    fn ended_spaces_full_of_mappings_are_freed_past_the_total() {
+        let mut s = small(8, 64, 100);
+        s.exec(1);
+        s.mmap(1, "/init", 0x1000, 0x1000, 0);
+        let mut last = 0;
+        for pid in 2..if cfg!(miri) { 20 } else { 200u32 } {
+            s.fork(pid, 1);
+            last = s.exec(pid);
+            for i in 0..10u64 {
+                s.mmap(pid, "/lib", 0x10_0000 + i * 0x1000, 0x1000, 0);
+            }
+            s.exit(pid);
+            assert!(s.mappings() <= 64, "{} mappings", s.mappings());
+        }
+        let total: usize = s.maps.values().map(|m| m.maps.len()).sum();
+        assert_eq!(s.mappings(), total);
+        assert_eq!(name_at(&s, s.of(1), 0x1010), Some("/init"));
+        assert_eq!(name_at(&s, last, 0x10_9010), Some("/lib"));
+        assert!(s.ended.len() < 100);
+        // A live space stays whole however full the rest are.
+        for pid in 300..310u32 {
+            s.exec(pid);
+            for i in 0..8u64 {
+                s.mmap(pid, "/lib", 0x10_0000 + i * 0x1000, 0x1000, 0);
+            }
+        }
+        assert_eq!(s.mappings(), 1 + 80);
+        assert!(s.ended.is_empty());
+    }
 
     /// Past the cap a new file is interned no more: each mapping of one is a file of its
     /// own, never moved as another process's copy (not even of the same path).

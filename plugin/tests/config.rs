@@ -124,6 +124,23 @@ fn process_watch_takes_both_keys() {
 }
 
 #[test]
+fn the_munmap_watch_goes_with_the_process_watch() {
+    let watch: [&[u8]; 3] = [b"out=/t", b"proc_watch=1:2:3:4", b"proc_offsets=5:6:7:8"];
+    let Ok(Mode::Record(cfg)) = parse(&args(&[&watch[..], &[b"munmap_watch=9:112:104"]].concat()))
+    else {
+        panic!("refused");
+    };
+    assert_eq!(cfg.munmap_watch, Some([9, 112, 104]));
+    for bad in [
+        &[b"out=/t".as_slice(), b"munmap_watch=9:0:8"][..],
+        &[&watch[..], &[b"munmap_watch=9:0"]].concat(),
+        &[&watch[..], &[b"munmap_watch=9:0:99999999"]].concat(),
+    ] {
+        assert!(parse(&args(bad)).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
 fn function_entries_come_now_or_later_and_an_empty_list_is_none() {
     let cfg = |a: &[&[u8]]| match parse(&args(a)) {
         Ok(Mode::Record(cfg)) => (cfg.entries, cfg.entries_later),

@@ -60,15 +60,16 @@ pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
         }
         offsets.push(sum.to_string());
     }
-    let addresses = function_addresses(&source.path, source.offset)?;
+    let (addresses, munmaps) = function_addresses(&source.path, source.offset)?;
     // Kernel modules ride on the same watch; a kernel without what they need still has its
     // processes named (said once, early).
     let modules = modules::watch_options(kernel).unwrap_or_else(|why| {
         crate::errors::warn_early(why);
         String::new()
     });
+    let munmap = munmap_option(kernel, &munmaps);
     Ok(format!(
-        ",proc_watch={},proc_offsets={}{modules}",
+        ",proc_watch={},proc_offsets={}{modules}{munmap}",
         addresses
             .iter()
             .map(u64::to_string)
@@ -78,12 +79,47 @@ pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
     ))
 }
 
+/// The plugin's `,munmap_watch=ADDR:START:LEN`: the kernel's `munmap` syscall wrapper (its
+/// name says the architecture) and where the `struct pt_regs` it takes keeps the address and
+/// the length. Without it (no such symbol or layout) nothing is said: the plugin's copy of
+/// each process's mappings is then only capped, and what that drops is counted.
+/// `found`: the addresses of [`MUNMAP_ARCHS`]' wrappers, already moved.
+fn munmap_option(kernel: &KernelLayouts, found: &[Option<u64>]) -> String {
+    let Some((arch, addr)) = (MUNMAP_ARCHS.iter())
+        .zip(found)
+        .find_map(|(&a, &f)| Some((a, f?)))
+    else {
+        return String::new();
+    };
+    match crate::argspec::pt_regs_offsets(&kernel.types, arch) {
+        Ok(at) => format!(",munmap_watch={addr}:{}:{}", at[0], at[1]),
+        Err(_) => String::new(),
+    }
+}
+
+/// The architectures whose `munmap` wrappers are looked for, in this order.
+const MUNMAP_ARCHS: [qemu_uftrace_engine::arch::Arch; 3] = [
+    qemu_uftrace_engine::arch::Arch::Aarch64,
+    qemu_uftrace_engine::arch::Arch::X86_64,
+    qemu_uftrace_engine::arch::Arch::Riscv64,
+];
+
 /// The entry addresses of [`WATCHED`] in a vmlinux's symbol table or a raw image's kallsyms,
-/// moved by `offset`.
-fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Vec<u64>, String> {
-    let found = qemu_uftrace_symbols::kernel_symbol_addresses(vmlinux, &WATCHED)
+/// moved by `offset`, and those of [`MUNMAP_ARCHS`]' `munmap` wrappers found (one symbol
+/// lookup for all).
+fn function_addresses(vmlinux: &Path, offset: u64) -> Result<(Vec<u64>, Vec<Option<u64>>), String> {
+    let munmaps: Vec<String> = (MUNMAP_ARCHS.iter())
+        .map(|&a| format!("{}munmap", crate::argspec::syscall_prefix(a)))
+        .collect();
+    let names: Vec<&str> = (WATCHED.iter().copied())
+        .chain(munmaps.iter().map(String::as_str))
+        .collect();
+    let mut found = qemu_uftrace_symbols::kernel_symbol_addresses(vmlinux, &names)
         .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
-    WATCHED
+    let munmaps = (found.split_off(WATCHED.len()).into_iter())
+        .map(|a| a.map(|a| a.wrapping_add(offset)))
+        .collect();
+    let watched = WATCHED
         .iter()
         .zip(found)
         .map(|(name, a)| {
@@ -95,5 +131,6 @@ fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Vec<u64>, String> {
                 )
             })
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((watched, munmaps))
 }

@@ -82,8 +82,8 @@ pub struct FrameSlots {
 }
 
 /// What user mode (Linux programs under qemu-<arch>) needs of the Linux ABI: the syscall
-/// numbers of `openat`, `close`, `mmap` and `execve` (where files are mapped, and new
-/// images), the stack pointer's name (the initial stack: argc, argv, envp, auxv, at the
+/// numbers of `openat`, `close`, `mmap`, `munmap` and `execve` (where files are mapped and
+/// unmapped, and new images), the stack pointer's name (the initial stack: argc, argv, envp, auxv, at the
 /// first instruction), and signal delivery: the syscalls that install a handler and end
 /// one, where the handler is in the kernel's `struct sigaction`, and the registers a
 /// delivered handler starts with (its return address, the sigreturn trampoline, and its
@@ -93,6 +93,7 @@ pub struct LinuxUser {
     pub openat: i64,
     pub close: i64,
     pub mmap: i64,
+    pub munmap: i64,
     pub execve: i64,
     pub stack_pointer: &'static str,
     pub rt_sigaction: i64,
@@ -110,6 +111,7 @@ pub const GENERIC_LINUX_USER: LinuxUser = LinuxUser {
     openat: 56,
     close: 57,
     mmap: 222,
+    munmap: 215,
     execve: 221,
     stack_pointer: "sp",
     rt_sigaction: 134,

@@ -709,6 +709,7 @@ impl Isa for X86_64 {
             openat: 257,
             close: 3,
             mmap: 9,
+            munmap: 11,
             execve: 59,
             stack_pointer: "rsp",
             rt_sigaction: 13,

@@ -7,7 +7,9 @@
 //! process it was forked from, whose mappings a forked child starts with) and `do_exit`
 //! (a thread ends; the process with its leader). Guest structures are read at those points
 //! only, with the offsets the kernel's DWARF gave the CLI. The same events keep the
-//! plugin's own copy of each process's mappings (`state::spaces`).
+//! plugin's own copy of each process's mappings (`state::spaces`), and so does the
+//! `munmap` syscall's wrapper where the CLI found it (`munmap_watch=`: a process mapping
+//! and unmapping in a loop would otherwise grow its copy to its cap).
 
 use std::ffi::{c_uint, c_void};
 use std::sync::Mutex;
@@ -23,10 +25,15 @@ enum Point {
     Exec = 2,
     NewTask = 3,
     Exit = 4,
+    Munmap = 5,
 }
 
 fn watch() -> Option<(Watch, Offsets)> {
     crate::state::config()?.proc_watch.as_deref().copied()
+}
+
+fn munmap_watch() -> Option<[u64; 3]> {
+    crate::state::config()?.munmap_watch
 }
 
 /// Called by the translator for each instruction: registers the callback on a watched one.
@@ -45,6 +52,8 @@ pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
         Point::NewTask
     } else if pc == w.do_exit {
         Point::Exit
+    } else if munmap_watch().is_some_and(|m| m[0] == pc) {
+        Point::Munmap
     } else {
         return;
     };
@@ -163,6 +172,23 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
             };
             let arg = |regs: &mut ByteBuf, n: usize| regs.read_named(arg_register(n)?);
             let regs = &mut v.regs;
+            if point == Point::Munmap as usize {
+                // The syscall's own arguments, in the `struct pt_regs` its wrapper takes.
+                // Only the plugin's copy of the space changes: the CLI names from mappings
+                // as they were when code ran.
+                let Some([_, start_at, len_at]) = munmap_watch() else {
+                    return;
+                };
+                let Some(pt) = arg(regs, 0) else {
+                    return;
+                };
+                let start = regs.read_le(pt.wrapping_add(start_at), 8);
+                let len = regs.read_le(pt.wrapping_add(len_at), 8);
+                if let (Some(start), Some(len)) = (start, len) {
+                    spaces::with(|s| s.munmap(tgid, start, len));
+                }
+                return;
+            }
             let line = match point {
                 p if p == Point::Mmap as usize => {
                     let (Some(file), Some(start), Some(len), Some(flags), Some(pgoff)) = (

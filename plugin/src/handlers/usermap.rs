@@ -126,6 +126,7 @@ impl HostFile {
 enum Pending {
     Openat(Vec<u8>),
     Mmap { len: u64, fd: i64, offset: u64 },
+    Munmap { start: u64, len: u64 },
 }
 
 static ARMED: AtomicBool = AtomicBool::new(false);
@@ -342,6 +343,7 @@ pub fn syscall(num: i64, a1: u64, a2: u64, a3: u64, a5: u64, a6: u64) {
             fd: a5 as i64,
             offset: a6,
         }),
+        n if n == sys.munmap => Some(Pending::Munmap { start: a1, len: a2 }),
         n if n == sys.close => {
             if let Some(fds) = FDS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
                 fds.remove(&(a1 as i64));
@@ -371,6 +373,9 @@ pub fn syscall_ret(num: i64, ret: i64) {
             } else {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
             }
+        }
+        (n, Pending::Munmap { start, len }) if n == sys.munmap => {
+            crate::state::lib_entries::unmapped(start, len);
         }
         (n, Pending::Mmap { len, fd, offset }) if n == sys.mmap => {
             // Placed before the guest can run (and QEMU translate) any of the new code.

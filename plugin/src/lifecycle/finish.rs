@@ -115,6 +115,15 @@ fn finish_once() {
             crate::handlers::usermap::MAX_KEPT
         ));
     }
+    let places_dropped = crate::state::lib_entries::dropped();
+    if places_dropped > 0 {
+        written.errors.push(format!(
+            "{places_dropped} library placements dropped past {} held at once (a program \
+             mapping libraries at new addresses without unmapping them): jumps into those, \
+             if still mapped, are not shown as tail calls",
+            crate::state::lib_entries::MAX_PLACED
+        ));
+    }
     let procs_dropped = crate::handlers::procmaps::dropped();
     if procs_dropped > 0 {
         written.errors.push(format!(
@@ -125,6 +134,17 @@ fn finish_once() {
     }
     let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
     let files_past_cap = crate::state::spaces::with(|s| s.files_past_cap);
+    let (maps_dropped_spaces, unmoved_dropped, unmaps) =
+        crate::state::spaces::with(|s| (s.maps_dropped, s.unmoved_dropped, s.unmaps));
+    if unmoved_dropped > 0 {
+        written.errors.push(format!(
+            "{unmoved_dropped} times code translated in one process and run in another was \
+             not found in a process that mapped more than {} pieces of code (past that the \
+             unmapped ones are dropped, else the oldest of its later ones): it ran at its \
+             translated addresses, which may name the wrong functions",
+            qemu_uftrace_engine::spaces::MAX_MAPS
+        ));
+    }
     if files_past_cap > 0 {
         written.errors.push(format!(
             "{files_past_cap} mappings of files first mapped past the {} guest paths kept are \
@@ -265,12 +285,16 @@ fn finish_once() {
     line("dropped_cookies", &written.dropped_side);
     if !system_mode() {
         line("dropped_maps", &maps_dropped);
+        line("lib_places_dropped", &places_dropped);
     }
     if system_mode() && crate::handlers::procmaps::enabled() {
         line("dropped_proc_events", &procs_dropped);
         line("spaces_freed", &spaces.0);
         line("unmoved_events", &spaces.1);
         line("files_past_cap", &files_past_cap);
+        line("maps_past_cap", &maps_dropped_spaces);
+        line("unmoved_past_map_cap", &unmoved_dropped);
+        line("unmaps_seen", &unmaps);
     }
     if written.capped {
         line("size_capped", &1);

@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
@@ -90,6 +90,10 @@ pub struct Config {
     /// System mode, Linux, with `proc_watch`: where kernel modules load and go, and the
     /// fields read there (`mod_watch=LOAD:FREE,mod_offsets=…`: `handlers::modules`).
     pub mod_watch: Option<Box<ModWatch>>,
+    /// System mode, Linux, with `proc_watch`: the kernel's `munmap` syscall wrapper and
+    /// where its `struct pt_regs` keeps the address and the length
+    /// (`munmap_watch=ADDR:START_OFF:LEN_OFF`: `handlers::procmaps`).
+    pub munmap_watch: Option<[u64; 3]>,
     /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
@@ -311,6 +315,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut proc_offsets = None;
     let mut mod_watch: Option<String> = None;
     let mut mod_offsets: Option<String> = None;
+    let mut munmap_watch: Option<[u64; 3]> = None;
     let mut entries = None;
     let mut entries_later = false;
     let mut lib_entries = None;
@@ -457,6 +462,17 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "proc_offsets" => proc_offsets = Some(Offsets::parse(value)?),
             "mod_watch" => mod_watch = Some(value.to_string()),
             "mod_offsets" => mod_offsets = Some(value.to_string()),
+            "munmap_watch" => {
+                let w: [u64; 3] = numbers("munmap_watch", value)?;
+                // Bounded like the other structure offsets: a wild one would read far off.
+                if w[1..]
+                    .iter()
+                    .any(|&o| o >= qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
+                {
+                    return Err(format!("munmap_watch={value}: expected byte offsets"));
+                }
+                munmap_watch = Some(w);
+            }
             "resume" => resume = on_off("resume", value)?,
             "kaslr_file" => kaslr_file = Some(PathBuf::from(raw_value)),
             "trace" => trace_off = !on_off("trace", value)?,
@@ -478,6 +494,9 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         (None, None) => None,
         _ => return Err("mod_watch=… and mod_offsets=… go together, with proc_watch=…".into()),
     };
+    if munmap_watch.is_some() && proc_watch.is_none() {
+        return Err("munmap_watch=… goes with proc_watch=…".into());
+    }
     let pie = match pie_entry {
         Some(entry) => Some(Pie { entry, aims: pie }),
         None if pie.is_empty() => None,
@@ -505,6 +524,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         record_pidfd,
         proc_watch,
         mod_watch,
+        munmap_watch,
         entries,
         entries_later,
         lib_entries,

@@ -25,7 +25,25 @@ struct Placed {
     lib: usize,
 }
 
+/// Placements, oldest first.
 static PLACED: RwLock<Vec<Placed>> = RwLock::new(Vec::new());
+
+/// Placements kept at most. A guest `munmap` takes its placements out ([`unmapped`]), but a
+/// program may map a library at new addresses without unmapping (or move it with `mremap`,
+/// not followed): past the cap the oldest of the newer half goes (the older half, the
+/// loader and the libraries the program started with, stays: they live as long as the
+/// program), counted in [`DROPPED`]. Each is 32 bytes (128 KiB in all), and each lookup at
+/// translation scans them.
+pub const MAX_PLACED: usize = 4096;
+
+/// Placements dropped past [`MAX_PLACED`].
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// The placements dropped past [`MAX_PLACED`]: jumps into a library placed there are
+/// decided as if no library were (its tail calls not shown, if it is still mapped).
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
 
 /// Bumped whenever functions are placed (a library here, the program's list or its load
 /// bias in `state::entries`), so that answers kept per thread (`entries::is_longjmp`) are
@@ -83,13 +101,34 @@ fn place(lib: usize, bias: u64) {
     };
     let (lo, hi) = (lo.wrapping_add(bias), hi.wrapping_add(bias));
     let mut placed = PLACED.write().unwrap_or_else(|e| e.into_inner());
-    if placed.iter().any(|p| p.lib == lib && p.bias == bias) {
-        return;
+    if put(
+        &mut placed,
+        Placed { lo, hi, bias, lib },
+        MAX_PLACED,
+        &DROPPED,
+    ) {
+        places_changed();
+    }
+}
+
+/// Adds `new` to `placed` (holding `max` at most: past it the oldest of the newer half
+/// goes, counted in `dropped`); false when it was there already.
+fn put(placed: &mut Vec<Placed>, new: Placed, max: usize, dropped: &AtomicU64) -> bool {
+    if placed
+        .iter()
+        .any(|p| p.lib == new.lib && p.bias == new.bias)
+    {
+        return false;
     }
     // A file mapped over another's place (after a dlclose) replaces it.
-    placed.retain(|p| p.hi <= lo || hi <= p.lo);
-    placed.push(Placed { lo, hi, bias, lib });
-    places_changed();
+    placed.retain(|p| p.hi <= new.lo || new.hi <= p.lo);
+    placed.push(new);
+    if placed.len() > max {
+        let n = placed.len() - max;
+        placed.drain(max / 2..max / 2 + n);
+        dropped.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    true
 }
 
 /// The program's first instruction, in the dynamic loader QEMU placed at `base`
@@ -116,6 +155,25 @@ pub fn mapped(fd: i64, start: u64, offset: u64) {
     if let Some(i) = (libs.iter()).position(|l| (l.dev, l.ino) == (meta.dev(), meta.ino())) {
         place(i, libs[i].bias_of_mapping(start, offset));
     }
+}
+
+/// The guest unmapped `start..start + len`: a library placed there is gone (its code may
+/// be translated no more; a jump into the range is no library's).
+pub fn unmapped(start: u64, len: u64) {
+    if LIBS.get().is_none_or(|l| l.is_empty()) {
+        return;
+    }
+    let mut placed = PLACED.write().unwrap_or_else(|e| e.into_inner());
+    if take_out(&mut placed, start, start.saturating_add(len)) {
+        places_changed();
+    }
+}
+
+/// Removes the placements overlapping `lo..hi`; whether there were any.
+fn take_out(placed: &mut Vec<Placed>, lo: u64, hi: u64) -> bool {
+    let before = placed.len();
+    placed.retain(|p| p.hi <= lo || hi <= p.lo);
+    placed.len() != before
 }
 
 /// Whether any library is placed (jumps are decoded at all).
@@ -150,4 +208,82 @@ pub fn enters(pc: u64, target: u64) -> bool {
 /// longjmp (libc's `longjmp`).
 pub fn is_longjmp(func: u64) -> bool {
     around(func, |f, bias, _| f.is_longjmp(func.wrapping_sub(bias))).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A placement timeline: the loader and two libraries at start, then a library placed
+    /// at a new address 100,000 times (its unmaps unseen). The list stays at the cap, the
+    /// first half stays, the newest are there, what went is counted; a place taken again
+    /// replaces what was there.
+    #[test]
+    fn a_map_unmap_loop_keeps_the_first_half_and_the_newest() {
+        let (max, n) = (16, if cfg!(miri) { 1000 } else { 100_000 });
+        let dropped = AtomicU64::new(0);
+        let mut placed = Vec::new();
+        let place = |placed: &mut Vec<Placed>, lib: usize, lo: u64| {
+            let new = Placed {
+                lo,
+                hi: lo + 0x800,
+                bias: lo,
+                lib,
+            };
+            put(placed, new, max, &dropped)
+        };
+        for (lib, lo) in [(0, 0x7f00_0000), (1, 0x7e00_0000), (2, 0x7d00_0000)] {
+            place(&mut placed, lib, lo);
+        }
+        let at = |i: u64| 0x1_0000_0000 + i * 0x1000;
+        for i in 0..n {
+            place(&mut placed, 3, at(i));
+            assert!(placed.len() <= max);
+        }
+        assert_eq!(placed.len(), max);
+        assert_eq!(dropped.load(Ordering::Relaxed), 3 + n - max as u64);
+        let los: Vec<u64> = placed.iter().map(|p| p.lo).collect();
+        let first: Vec<u64> = [0x7f00_0000, 0x7e00_0000, 0x7d00_0000]
+            .into_iter()
+            .chain((0..5).map(at))
+            .collect();
+        let newest: Vec<u64> = (n - 8..n).map(at).collect();
+        assert_eq!(los, [first, newest].concat());
+        // The same library at the same place again: nothing changes.
+        assert!(!place(&mut placed, 3, at(n - 1)));
+        // Another mapped over the newest place: replaced, not added.
+        assert!(place(&mut placed, 2, at(n - 1)));
+        assert_eq!(placed.len(), max);
+        assert_eq!(placed.last().map(|p| (p.lib, p.lo)), Some((2, at(n - 1))));
+        assert_eq!(dropped.load(Ordering::Relaxed), 3 + n - max as u64);
+    }
+
+    /// The same loop with its unmaps seen (user mode's `munmap`): nothing piles up, nothing
+    /// is dropped, and an unmap elsewhere takes nothing out.
+    #[test]
+    fn unmaps_take_placements_out() {
+        let dropped = AtomicU64::new(0);
+        let mut placed = Vec::new();
+        let place = |placed: &mut Vec<Placed>, lib: usize, lo: u64| {
+            let new = Placed {
+                lo,
+                hi: lo + 0x800,
+                bias: lo,
+                lib,
+            };
+            put(placed, new, 16, &dropped)
+        };
+        place(&mut placed, 0, 0x7f00_0000);
+        for i in 0..10_000u64 {
+            let lo = 0x1_0000_0000 + i * 0x1000;
+            place(&mut placed, 1, lo);
+            assert!(!take_out(&mut placed, lo + 0x1000, lo + 0x2000));
+            assert!(take_out(&mut placed, lo, lo + 0x1000));
+            assert_eq!(placed.len(), 1);
+        }
+        assert_eq!(dropped.load(Ordering::Relaxed), 0);
+        // A length reaching past the top of the address space.
+        assert!(take_out(&mut placed, 0x7f00_0400, u64::MAX));
+        assert!(placed.is_empty());
+    }
 }
