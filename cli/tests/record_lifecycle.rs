@@ -615,6 +615,11 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
             "proc_watch" | "proc_offsets" | "mod_watch" | "mod_offsets" => {
                 assert!(!value.is_empty(), "{argv:?}")
             }
+            // The munmap wrapper and its pt_regs offsets: ADDR:START:LEN.
+            "munmap_watch" => assert!(
+                value.split(':').count() == 3 && value.split(':').all(|n| n.parse::<u64>().is_ok()),
+                "{argv:?}"
+            ),
             "entries_file" | "task_slot_file" | "kaslr_file" | "switch" => {
                 assert!(
                     value.starts_with(&staging.display().to_string()),
