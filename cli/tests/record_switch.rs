@@ -316,8 +316,18 @@ fn check_against(
     }
 }
 
-/// uftrace's replay shows each window's edges and the frames it opened, and nothing lost.
+/// uftrace's replay shows each window's edges and the frames it opened, and nothing lost;
+/// `spin_work` among them (a filter may keep it out: [`check_replay_filtered`]).
 fn check_replay(dir: &Path, label: &str) {
+    check_replay_of(dir, label, &["spin_work"]);
+}
+
+/// [`check_replay`] of a filtered recording.
+fn check_replay_filtered(dir: &Path, what: &str) {
+    check_replay_of(dir, what, &[]);
+}
+
+fn check_replay_of(dir: &Path, label: &str, also: &[&str]) {
     let out = Command::new("uftrace")
         .args(["replay", "--event-full", "-d"])
         .arg(dir)
@@ -325,12 +335,12 @@ fn check_replay(dir: &Path, label: &str) {
         .expect("run uftrace");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{label}: {}", stderr(&out));
-    for want in [
+    let edges = [
         "/* qemu:trace_on */",
         "/* qemu:opened */",
         "/* qemu:trace_off */",
-        "spin_work",
-    ] {
+    ];
+    for want in edges.iter().chain(also) {
         assert!(text.contains(want), "{label}: no {want} in\n{text:.3000}");
     }
     assert!(!text.contains("LOST"), "{label}: {text:.3000}");
@@ -842,26 +852,6 @@ fn a_trigger_and_the_command_take_turns() {
         ws.iter().map(|w| w.body.len()).collect::<Vec<_>>()
     );
     assert!(ws.iter().all(|w| w.body.len() > 65_000));
-}
-
-/// uftrace's replay of a filtered, switched recording: the edges, the frames opened, nothing
-/// lost.
-fn check_replay_filtered(dir: &Path, what: &str) {
-    let out = Command::new("uftrace")
-        .args(["replay", "--event-full", "-d"])
-        .arg(dir)
-        .output()
-        .expect("run uftrace");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{what}: {}", stderr(&out));
-    for want in [
-        "/* qemu:trace_on */",
-        "/* qemu:opened */",
-        "/* qemu:trace_off */",
-    ] {
-        assert!(text.contains(want), "{what}: no {want} in\n{text:.3000}");
-    }
-    assert!(!text.contains("LOST"), "{what}: {text:.3000}");
 }
 
 #[test]

@@ -418,14 +418,14 @@ impl DeltaCache {
 mod tests {
     use super::*;
 
+    /// The mapping `space` has at `addr`.
+    fn mapping_at(s: &Spaces, space: SpaceId, addr: u64) -> Option<&Mapping> {
+        (s.maps.get(&space)?.maps.iter()).find(|m| m.start <= addr && addr < m.end)
+    }
+
     /// The guest path of the file `space` maps at `addr`.
     fn name_at(s: &Spaces, space: SpaceId, addr: u64) -> Option<&str> {
-        let m = s
-            .maps
-            .get(&space)?
-            .maps
-            .iter()
-            .find(|m| m.start <= addr && addr < m.end)?;
+        let m = mapping_at(s, space, addr)?;
         s.files
             .iter()
             .find(|(_, &f)| f == m.file)
@@ -554,12 +554,7 @@ mod tests {
 
     /// [`name_at`] where the mapping is live (not unmapped).
     fn live_at(s: &Spaces, space: SpaceId, addr: u64) -> Option<&str> {
-        let m = s
-            .maps
-            .get(&space)?
-            .maps
-            .iter()
-            .find(|m| m.start <= addr && addr < m.end)?;
+        let m = mapping_at(s, space, addr)?;
         (!m.unmapped).then(|| name_at(s, space, addr)).flatten()
     }
 

@@ -214,6 +214,23 @@ pub fn is_longjmp(func: u64) -> bool {
 mod tests {
     use super::*;
 
+    /// [`put`] of library `lib` placed at `lo` (2 KiB of code, its bias `lo`).
+    fn put_at(
+        placed: &mut Vec<Placed>,
+        lib: usize,
+        lo: u64,
+        max: usize,
+        dropped: &AtomicU64,
+    ) -> bool {
+        let new = Placed {
+            lo,
+            hi: lo + 0x800,
+            bias: lo,
+            lib,
+        };
+        put(placed, new, max, dropped)
+    }
+
     /// A placement timeline: the loader and two libraries at start, then a library placed
     /// at a new address 100,000 times (its unmaps unseen). The list stays at the cap, the
     /// first half stays, the newest are there, what went is counted; a place taken again
@@ -223,15 +240,7 @@ mod tests {
         let (max, n) = (16, if cfg!(miri) { 1000 } else { 100_000 });
         let dropped = AtomicU64::new(0);
         let mut placed = Vec::new();
-        let place = |placed: &mut Vec<Placed>, lib: usize, lo: u64| {
-            let new = Placed {
-                lo,
-                hi: lo + 0x800,
-                bias: lo,
-                lib,
-            };
-            put(placed, new, max, &dropped)
-        };
+        let place = |placed: &mut Vec<Placed>, lib, lo| put_at(placed, lib, lo, max, &dropped);
         for (lib, lo) in [(0, 0x7f00_0000), (1, 0x7e00_0000), (2, 0x7d00_0000)] {
             place(&mut placed, lib, lo);
         }
@@ -264,15 +273,7 @@ mod tests {
     fn unmaps_take_placements_out() {
         let dropped = AtomicU64::new(0);
         let mut placed = Vec::new();
-        let place = |placed: &mut Vec<Placed>, lib: usize, lo: u64| {
-            let new = Placed {
-                lo,
-                hi: lo + 0x800,
-                bias: lo,
-                lib,
-            };
-            put(placed, new, 16, &dropped)
-        };
+        let place = |placed: &mut Vec<Placed>, lib, lo| put_at(placed, lib, lo, 16, &dropped);
         place(&mut placed, 0, 0x7f00_0000);
         for i in 0..10_000u64 {
             let lo = 0x1_0000_0000 + i * 0x1000;
