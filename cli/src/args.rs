@@ -328,7 +328,8 @@ pub struct RecordArgs {
     /// By the function's DWARF types. For the functions of the program (user mode) or of the
     /// ELF files given as -kernel or
     /// --symbols that have DWARF: integers by size and sign, char * as strings, other
-    /// pointers in hex, enums and bool as integers; a function taking a float or a struct
+    /// pointers in hex, named enums by name (other enums and bool as integers); a function
+    /// taking a float or a struct
     /// by value is left out, and so are arguments past the registers. -A/-R win where they
     /// name a function (-A for its arguments, -R for its return value). With -F, only the
     /// functions -F selects (not their callees: unlike uftrace's -a, which gives every
