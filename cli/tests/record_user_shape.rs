@@ -9,6 +9,19 @@
 
 mod common;
 
+/// `caller`'s call into libtail.so as replay shows it: the library's tail calls nested, each
+/// closed by the leaf's return.
+const LIB_TAIL_CALL: [&str; 8] = [
+    "E caller",
+    "E lib_tail1",
+    "E lib_tail2",
+    "E lib_leaf",
+    "X lib_leaf",
+    "X lib_tail2",
+    "X lib_tail1",
+    "X caller",
+];
+
 use common::user::{only_task, record, record_ok, Target, AARCH64, RISCV64, X86_64};
 use qemu_uftrace_tests::replay::{replay_events, uftrace, without};
 use qemu_uftrace_tests::{cached, make_guests, plugin_stat};
@@ -148,16 +161,7 @@ fn check_library_with(
         .collect();
     assert_eq!(entries, log, "{}: entries against the log", target.cross);
     let own = without(&events, |n| !lib.contains(&n) && n != "caller", false);
-    let call = [
-        "E caller",
-        "E lib_tail1",
-        "E lib_tail2",
-        "E lib_leaf",
-        "X lib_leaf",
-        "X lib_tail2",
-        "X lib_tail1",
-        "X caller",
-    ];
+    let call = LIB_TAIL_CALL;
     assert_eq!(own, [call, call].concat(), "{}: {events:?}", target.cross);
     for key in ["deep_returns", "unmatched_returns"] {
         assert_eq!(plugin_stat(&dir, key), "0", "{}: {key}", target.cross);
@@ -207,16 +211,7 @@ fn library_placements_past_the_cap_are_counted_x86_64() {
     let events = replay_events(&dir, only_task(&dir)).expect("uftrace replay");
     let lib = ["caller", "lib_tail1", "lib_tail2", "lib_leaf"];
     let own = without(&events, |n| !lib.contains(&n), false);
-    let call = [
-        "E caller",
-        "E lib_tail1",
-        "E lib_tail2",
-        "E lib_leaf",
-        "X lib_leaf",
-        "X lib_tail2",
-        "X lib_tail1",
-        "X caller",
-    ];
+    let call = LIB_TAIL_CALL;
     assert_eq!(own, [call, call].concat(), "{events:?}");
 }
 
