@@ -457,13 +457,41 @@ fn gives(text: &str) -> (bool, bool) {
     }
 }
 
-/// Whether SPEC's FUNC (a whole name, or a regular expression) names `name`.
-fn names_function(text: &str, name: &str) -> bool {
-    let pattern = text.split_once('@').map_or(text, |(p, _)| p);
-    if pattern.contains(crate::filter::REGEX_CHARS) {
-        Regex::new(pattern).is_ok_and(|re| re.is_match(name))
-    } else {
-        pattern == name
+/// An explicit `-A`/`-R` SPEC as `-a` weighs it: what its FUNC names, compiled once for
+/// every typed function, and which values it gives ([`gives`]).
+struct Given<'a> {
+    func: Func<'a>,
+    gives: (bool, bool),
+}
+
+/// A SPEC's FUNC: a whole name, a regular expression, or one that does not compile (which
+/// names nothing).
+enum Func<'a> {
+    Whole(&'a str),
+    Regex(Regex),
+    Invalid,
+}
+
+impl<'a> Given<'a> {
+    fn new(text: &'a str) -> Given<'a> {
+        let pattern = text.split_once('@').map_or(text, |(p, _)| p);
+        let func = if !pattern.contains(crate::filter::REGEX_CHARS) {
+            Func::Whole(pattern)
+        } else {
+            Regex::new(pattern).map_or(Func::Invalid, Func::Regex)
+        };
+        Given {
+            func,
+            gives: gives(text),
+        }
+    }
+
+    fn names(&self, name: &str) -> bool {
+        match &self.func {
+            Func::Whole(whole) => *whole == name,
+            Func::Regex(re) => re.is_match(name),
+            Func::Invalid => false,
+        }
     }
 }
 
@@ -612,15 +640,15 @@ fn auto_from(
     }
     let (mut a, mut r) = (Vec::new(), Vec::new());
     let mut functions = 0;
+    let given: Vec<Given> = (explicit.0.iter().chain(explicit.1))
+        .map(|t| Given::new(t))
+        .collect();
     for (name, spec) in by_name {
         let Some((args, ret)) = spec else { continue };
         let (mut has_args, mut has_ret) = (!args.is_empty(), ret.is_some());
-        for text in explicit.0.iter().chain(explicit.1) {
-            if names_function(text, &name) {
-                let (given_args, given_ret) = gives(text);
-                has_args &= !given_args;
-                has_ret &= !given_ret;
-            }
+        for g in given.iter().filter(|g| g.names(&name)) {
+            has_args &= !g.gives.0;
+            has_ret &= !g.gives.1;
         }
         if !has_args && !has_ret {
             continue;
