@@ -109,6 +109,16 @@ impl Recording {
         })
     }
 
+    /// Waits until a buffer's worth of records (64 Ki) more than now are written while
+    /// tracing is on, in window `n` where given.
+    fn wait_records(&self, what: &str, window: Option<u64>) {
+        let at_on = number(&live(&self.dir), "events").unwrap_or(0);
+        self.wait_status(what, "on", |s| {
+            window.is_none_or(|n| number(s, "trace_windows") == Some(n))
+                && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
+        });
+    }
+
     /// Stops QEMU as a user's `kill` would, and waits for `record` to publish the trace.
     fn stop(mut self) -> PathBuf {
         let pid = number(&live(&self.dir), "pid").expect("a pid in the status") as i32;
@@ -444,11 +454,7 @@ fn check_board(board: &Board) {
             let err = common::single_error(&again);
             assert!(err.contains("already on"), "{err}");
             // A buffer's worth of records written in this window (64 Ki records).
-            let at_on = number(&live(&dir), "events").unwrap_or(0);
-            rec.wait_status("records in the window", "on", |s| {
-                number(s, "trace_windows") == Some(n)
-                    && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
-            });
+            rec.wait_records("records in the window", Some(n));
             let out = trace(Some(&dir), "off", tmp.path());
             assert!(out.status.success(), "{label}: {}", stderr(&out));
             assert!(common::stdout(&out).starts_with("tracing off in "));
@@ -634,11 +640,7 @@ fn a_user_mode_program_is_switched_by_its_bell() {
             common::stdout(&out),
             stderr(&out)
         );
-        let at_on = number(&live(&dir), "events").unwrap_or(0);
-        rec.wait_status("records in the window", "on", |s| {
-            number(s, "trace_windows") == Some(n)
-                && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
-        });
+        rec.wait_records("records in the window", Some(n));
         let out = trace(Some(&dir), "off", tmp.path());
         assert!(
             out.status.success(),
@@ -774,11 +776,7 @@ fn filters_apply_inside_windows() {
         for n in 1..=2u64 {
             let out = trace(Some(&dir), "on", tmp.path());
             assert!(out.status.success(), "{what}: {}", stderr(&out));
-            let at_on = number(&live(&dir), "events").unwrap_or(0);
-            rec.wait_status("records in the window", "on", |s| {
-                number(s, "trace_windows") == Some(n)
-                    && number(s, "events").is_some_and(|e| e >= at_on + 65_536)
-            });
+            rec.wait_records("records in the window", Some(n));
             let out = trace(Some(&dir), "off", tmp.path());
             assert!(out.status.success(), "{what}: {}", stderr(&out));
         }
@@ -832,10 +830,7 @@ fn a_trigger_and_the_command_take_turns() {
         rec.wait_status("a window by the trigger", "on", |s| {
             number(s, "trace_windows") == Some(n)
         });
-        let at_on = number(&live(&dir), "events").unwrap_or(0);
-        rec.wait_status("records in the window", "on", |s| {
-            number(s, "events").is_some_and(|e| e >= at_on + 65_536)
-        });
+        rec.wait_records("records in the window", None);
         let out = trace(Some(&dir), "off", tmp.path());
         assert!(out.status.success(), "window {n}: {}", stderr(&out));
     }
@@ -1071,10 +1066,7 @@ fn a_linux_boot_is_switched_and_its_windows_go_to_the_running_task() {
     wait_for("the guest runs", || value(&live(&dir), "pid").map(|_| ()));
     let out = trace(Some(&dir), "on", tmp.path());
     assert!(out.status.success(), "{}", stderr(&out));
-    let at_on = number(&live(&dir), "events").unwrap_or(0);
-    rec.wait_status("records in the window", "on", |s| {
-        number(s, "events").is_some_and(|e| e >= at_on + 65_536)
-    });
+    rec.wait_records("records in the window", None);
     let out = trace(Some(&dir), "off", tmp.path());
     assert!(out.status.success(), "{}", stderr(&out));
     rec.wait_status("off", "off", |_| true);
@@ -1086,10 +1078,7 @@ fn a_linux_boot_is_switched_and_its_windows_go_to_the_running_task() {
     rec.wait_status("on after SIGUSR1", "on", |s| {
         number(s, "trace_windows") == Some(2)
     });
-    let at_on = number(&live(&dir), "events").unwrap_or(0);
-    rec.wait_status("records after SIGUSR1", "on", |s| {
-        number(s, "events").is_some_and(|e| e >= at_on + 65_536)
-    });
+    rec.wait_records("records after SIGUSR1", None);
     assert_eq!(
         unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR2) },
         0
