@@ -121,7 +121,7 @@ fn put(placed: &mut Vec<Placed>, new: Placed, max: usize, dropped: &AtomicU64) -
         return false;
     }
     // A file mapped over another's place (after a dlclose) replaces it.
-    placed.retain(|p| p.hi <= new.lo || new.hi <= p.lo);
+    take_out(placed, new.lo, new.hi);
     placed.push(new);
     if placed.len() > max {
         let n = placed.len() - max;
