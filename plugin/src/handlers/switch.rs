@@ -147,7 +147,7 @@ fn start_poller(path: PathBuf) {
                     let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
                     std::mem::replace(&mut *seen, now) != now
                 };
-                if let Some(on) = read_file(&path).filter(|_| new) {
+                if let Some(on) = new.then(|| read_file(&path)).flatten() {
                     WANTED.store(on, Ordering::Release);
                 }
                 // Again at each poll while due: a ring skipped during a thread's creation.

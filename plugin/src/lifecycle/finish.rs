@@ -132,10 +132,17 @@ fn finish_once() {
             crate::handlers::procmaps::MAX_BYTES >> 20
         ));
     }
-    let spaces = crate::state::spaces::with(|s| (s.freed, s.unmoved));
-    let files_past_cap = crate::state::spaces::with(|s| s.files_past_cap);
-    let (maps_dropped_spaces, unmoved_dropped, unmaps) =
-        crate::state::spaces::with(|s| (s.maps_dropped, s.unmoved_dropped, s.unmaps));
+    let (spaces, files_past_cap, maps_dropped_spaces, unmoved_dropped, unmaps) =
+        crate::state::spaces::with(|s| {
+            let freed = (s.freed, s.unmoved);
+            (
+                freed,
+                s.files_past_cap,
+                s.maps_dropped,
+                s.unmoved_dropped,
+                s.unmaps,
+            )
+        });
     if unmoved_dropped > 0 {
         written.errors.push(format!(
             "{unmoved_dropped} times code translated in one process and run in another was \
