@@ -25,6 +25,11 @@ summary() {
   if grep -q '^ *Running ' "$log"; then
     echo "test.sh: time per test binary (slowest first)"
     awk -f "$root/scripts/test-timing.awk" "$log" | grep -v '^binaries: \|^tests: '
+    # Why each failed test failed, where a page showing the log's tail shows it.
+    if grep -q '^---- .* stdout ----$' "$log"; then
+      echo "test.sh: what the failed tests printed (their last lines)"
+      awk -f "$root/scripts/test-failures.awk" "$log"
+    fi
     # The plain closing line ("tests: N passed, N failed"), last, for whoever reads the log.
     awk -f "$root/scripts/test-timing.awk" "$log" | grep '^tests: '
   fi

@@ -1,5 +1,6 @@
-//! scripts/test.sh's summary (`scripts/test-timing.awk`) and its check that every test binary
-//! ran (`scripts/test-binaries-ran.sh`), on the output of a real `cargo test` of a small crate
+//! scripts/test.sh's summary (`scripts/test-timing.awk`, and `scripts/test-failures.awk`: what
+//! each failed test printed) and its check that every test binary ran
+//! (`scripts/test-binaries-ran.sh`), on the output of a real `cargo test` of a small crate
 //! whose binaries pass, fail, crash and take measurably long.
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,8 @@ fn cargo_test(root: &Path, args: &[&str]) -> String {
         .current_dir(root)
         .env("CARGO_TARGET_DIR", root.join("target"))
         .env_remove("RUSTFLAGS")
+        // A backtrace in a failed test's output: the failures' summary leaves it out.
+        .env("RUST_BACKTRACE", "1")
         .output()
         .expect("run cargo");
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -108,6 +111,28 @@ fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
         Some(&"tests: 3 passed, 1 failed"),
         "{summary}"
     );
+
+    // What the failed test printed, named by its binary, without the backtrace hint; the
+    // passing ones and the crash (no stdout block) print nothing.
+    let failures = Command::new("awk")
+        .arg("-f")
+        .arg(scripts().join("test-failures.awk"))
+        .arg(&log)
+        .output()
+        .expect("run awk");
+    assert!(failures.status.success());
+    let failures = String::from_utf8_lossy(&failures.stdout).to_string();
+    let lines: Vec<&str> = failures.lines().collect();
+    assert_eq!(lines.first(), Some(&"---- fails: bad"), "{failures}");
+    assert!(lines.iter().any(|l| l.trim() == "as meant"), "{failures}");
+    assert_eq!(
+        failures.matches("---- ").count(),
+        1,
+        "one failed test:\n{failures}"
+    );
+    assert!(!failures.contains("RUST_BACKTRACE"), "{failures}");
+    assert!(!failures.contains("stack backtrace"), "{failures}");
+    assert!(!failures.contains("panicking"), "{failures}");
 
     let check = |log: &Path| {
         Command::new(scripts().join("test-binaries-ran.sh"))
