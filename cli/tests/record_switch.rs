@@ -245,23 +245,15 @@ fn strip_closing(mut body: Vec<Record>, off: u64) -> Vec<Record> {
     body
 }
 
-/// The full trace's open functions at `at` (outermost first): what ran before it, the
-/// returns landing in the block at `at`, and the first `calls_at` calls made at `at` (a
-/// call's entry has the count of the branch that ended the block before, so the calls made
-/// by consecutive one-branch blocks share it: the switch came after those the window
-/// opened).
-fn open_at(full: &[Record], at: u64, calls_at: usize) -> Vec<u64> {
+/// The full trace's open functions at `at` (outermost first): what ran before it, and the
+/// returns landing in the block at `at`; the calls made at `at` too where `calls_at` (a
+/// call's entry has the count of the branch that ended the block before: the switch came
+/// after it when the window opened that function).
+fn open_at(full: &[Record], at: u64, calls_at: bool) -> Vec<u64> {
     let mut stack = Vec::new();
-    let mut calls = 0;
     for r in full {
-        if r.time > at {
+        if r.time > at || (r.time == at && r.kind != RecordType::Exit && !calls_at) {
             break;
-        }
-        if r.time == at && r.kind != RecordType::Exit {
-            if r.kind != RecordType::Entry || calls == calls_at {
-                break;
-            }
-            calls += 1;
         }
         match r.kind {
             RecordType::Entry => stack.push(r.addr),
@@ -274,18 +266,13 @@ fn open_at(full: &[Record], at: u64, calls_at: usize) -> Vec<u64> {
     stack
 }
 
-/// The full trace's records in a window's span, less the first `calls_before` calls made at
-/// its start (open in the window already: [`open_at`]).
-fn span(full: &[Record], w: &Window, calls_before: usize) -> Vec<Record> {
-    let mut calls = 0;
+/// The full trace's records in a window's span (the calls made at its start only where
+/// they came after it: not `calls_before`).
+fn span(full: &[Record], w: &Window, calls_before: bool) -> Vec<Record> {
     let body: Vec<Record> = full
         .iter()
         .filter(|r| {
-            if r.time == w.taken && r.kind == RecordType::Entry && calls < calls_before {
-                calls += 1;
-                return false;
-            }
-            (r.time > w.taken || (r.time == w.taken && r.kind != RecordType::Exit))
+            (r.time > w.taken || (r.time == w.taken && r.kind != RecordType::Exit && !calls_before))
                 && r.time <= w.off
         })
         .copied()
@@ -310,23 +297,13 @@ fn check_against(
             v.drain(..beneath);
             (v, beneath)
         };
-        // Calls made at the switch's very count (the branch ended the block before it, the
-        // switch came at a later block's start): those the window opened are open in it, the
-        // others in its body; every record is still counted once, below. (riscv64 on 11.1.3
-        // once switched inside spin_tick, whose call to spin_work shares its entry's count.)
-        let (want, beneath) = from_main(named(&open_at(full, w.taken, 0)));
-        let at_switch = full
-            .iter()
-            .filter(|r| r.time == w.taken && r.kind == RecordType::Entry)
-            .count();
-        let calls_before = (0..=at_switch)
-            .find(|&k| from_main(named(&open_at(full, w.taken, k))).0 == named(&w.opened))
-            .unwrap_or(0);
-        let want = if calls_before > 0 {
-            from_main(named(&open_at(full, w.taken, calls_before))).0
-        } else {
-            want
-        };
+        let (want, beneath) = from_main(named(&open_at(full, w.taken, false)));
+        // A call made at the switch's very count (the branch ended the block before it,
+        // the switch came at the next block's start): open in the window, not in its body;
+        // every record is still counted once, below.
+        let (with_calls, _) = from_main(named(&open_at(full, w.taken, true)));
+        let calls_before = named(&w.opened) != want && named(&w.opened) == with_calls;
+        let want = if calls_before { with_calls } else { want };
         assert_eq!(
             named(&w.opened),
             want,
