@@ -1281,10 +1281,7 @@ fn a_failed_shared_recording_fails_each_caller_and_is_not_kept() {
             .into_iter()
             .map(|c| {
                 let payload = c.join().expect_err("a failed recording fails its caller");
-                payload
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .unwrap_or_default()
+                common::panic_message(&*payload)
             })
             .collect()
     });

@@ -447,144 +447,9 @@ fn check_board(board: &Board) {
         // spin_tick` against `main`, seen on aarch64 and riscv64, with a window about twice
         // the usual length). That mismatch alone is recorded once again, and said; any
         // other failure, or the same one twice, fails the test.
-        let attempt = || {
-            let tmp = tempfile::tempdir().expect("temp dir");
-
-            // By command, from another terminal: two windows.
-            let dir = tmp.path().join("cmd.data");
-            let rec = Recording::start(board, qemu, &dir, &["--trace=off"]);
-            rec.wait_spinning();
-            for n in 1..=2u64 {
-                let out = trace(Some(&dir), "on", tmp.path());
-                assert!(
-                    out.status.success(),
-                    "{label}: window {n}: {}{}\nstatus: {}",
-                    common::stdout(&out),
-                    stderr(&out),
-                    live(&dir)
-                );
-                // A second `on`: one line, nothing changed.
-                let again = trace(Some(&dir), "on", tmp.path());
-                assert!(!again.status.success());
-                let err = common::single_error(&again);
-                assert!(err.contains("already on"), "{err}");
-                // A buffer's worth of records written in this window (64 Ki records).
-                rec.wait_records("records in the window", Some(n));
-                let out = trace(Some(&dir), "off", tmp.path());
-                assert!(out.status.success(), "{label}: {}", stderr(&out));
-                assert!(common::stdout(&out).starts_with("tracing off in "));
-            }
-            let status = Command::new(BIN).arg("status").arg(&dir).output().unwrap();
-            let line = common::stdout(&status);
-            assert!(
-                line.contains("; tracing off, 2 windows so far, off for "),
-                "{line}"
-            );
-            let cmd_dir = rec.stop();
-
-            // By signals to record: one window.
-            let dir = tmp.path().join("sig.data");
-            let rec = Recording::start(
-                board,
-                qemu,
-                &dir,
-                &[
-                    "--trace=off",
-                    "--signal",
-                    "SIGUSR1@trace_on",
-                    "--signal",
-                    "SIGUSR2@trace_off",
-                ],
-            );
-            rec.wait_spinning();
-            // SAFETY: signals to the record this test started.
-            assert_eq!(
-                unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR1) },
-                0
-            );
-            rec.wait_status("records after SIGUSR1", "on", |s| {
-                number(s, "events").is_some_and(|e| e >= 65_536)
-            });
-            assert_eq!(
-                unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR2) },
-                0
-            );
-            rec.wait_status("off after SIGUSR2", "off", |_| true);
-            let sig_dir = rec.stop();
-
-            // By triggers: a window from each entry into spin_work to the next into spin_tick.
-            let dir = tmp.path().join("trig.data");
-            let rec = Recording::start(
-                board,
-                qemu,
-                &dir,
-                &[
-                    "--trace=off",
-                    "--trace-on-at",
-                    "spin_work",
-                    "--trace-off-at",
-                    "spin_tick",
-                ],
-            );
-            rec.wait_status("three windows", "off", |s| {
-                number(s, "trace_windows") >= Some(3)
-            });
-            let trig_dir = rec.stop();
-
-            let cmd = windows(&records(&cmd_dir));
-            let sig = windows(&records(&sig_dir));
-            let trig = windows(&records(&trig_dir));
-            assert_eq!(cmd.len(), 2, "{label}: {cmd:?}");
-            assert_eq!(sig.len(), 1, "{label}");
-            assert!(trig.len() >= 3, "{label}: {}", trig.len());
-            for w in &trig {
-                let opened: Vec<String> = w.opened.iter().map(|&a| names(a)).collect();
-                assert_eq!(
-                    opened.last().map(String::as_str),
-                    Some("spin_work"),
-                    "{label}"
-                );
-            }
-
-            // The oracle: the same guest recorded whole, past the last window's end.
-            let until = [&cmd, &sig, &trig]
-                .iter()
-                .flat_map(|ws| ws.iter().map(|w| w.off))
-                .max()
-                .unwrap_or(0);
-            let dir = tmp.path().join("full.data");
-            let rec = Recording::start(board, qemu, &dir, &[]);
-            rec.wait_status("the full trace passes the last window", "on", |s| {
-                number(s, "guest_insns") > Some(until)
-            });
-            let full_dir = rec.stop();
-            let full = records(&full_dir);
-            let sizes = |ws: &[Window]| {
-                ws.iter()
-                    .map(|w| (w.opened.len(), w.body.len()))
-                    .collect::<Vec<_>>()
-            };
-            eprintln!(
-                "{label}: windows (open frames, records): command {:?}, signal {:?}, trigger {:?}; full trace {} records",
-                sizes(&cmd),
-                sizes(&sig),
-                &sizes(&trig)[..3],
-                full.len()
-            );
-            check_against(label, "trace on|off", &cmd, &full, &names);
-            check_against(label, "--signal", &sig, &full, &names);
-            check_against(label, "--trace-on-at/--trace-off-at", &trig, &full, &names);
-            for (dir, ws) in [(&cmd_dir, &cmd), (&sig_dir, &sig), (&trig_dir, &trig)] {
-                check_replay(dir, label, ws);
-            }
-            check_export(&cmd_dir, &cmd, label);
-        };
+        let attempt = || check_board_on(board, qemu, label, &names);
         if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(attempt)) {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
+            let msg = common::panic_message(&*e);
             if !msg.contains("open frames at") {
                 std::panic::resume_unwind(e);
             }
@@ -592,6 +457,141 @@ fn check_board(board: &Board) {
             attempt();
         }
     }
+}
+
+/// One of `board`'s QEMUs (its windows by command, by signals and by triggers, and the
+/// full recording they are checked against).
+fn check_board_on(board: &Board, qemu: &SystemQemu, label: &str, names: &dyn Fn(u64) -> String) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+
+    // By command, from another terminal: two windows.
+    let dir = tmp.path().join("cmd.data");
+    let rec = Recording::start(board, qemu, &dir, &["--trace=off"]);
+    rec.wait_spinning();
+    for n in 1..=2u64 {
+        let out = trace(Some(&dir), "on", tmp.path());
+        assert!(
+            out.status.success(),
+            "{label}: window {n}: {}{}\nstatus: {}",
+            common::stdout(&out),
+            stderr(&out),
+            live(&dir)
+        );
+        // A second `on`: one line, nothing changed.
+        let again = trace(Some(&dir), "on", tmp.path());
+        assert!(!again.status.success());
+        let err = common::single_error(&again);
+        assert!(err.contains("already on"), "{err}");
+        // A buffer's worth of records written in this window (64 Ki records).
+        rec.wait_records("records in the window", Some(n));
+        let out = trace(Some(&dir), "off", tmp.path());
+        assert!(out.status.success(), "{label}: {}", stderr(&out));
+        assert!(common::stdout(&out).starts_with("tracing off in "));
+    }
+    let status = Command::new(BIN).arg("status").arg(&dir).output().unwrap();
+    let line = common::stdout(&status);
+    assert!(
+        line.contains("; tracing off, 2 windows so far, off for "),
+        "{line}"
+    );
+    let cmd_dir = rec.stop();
+
+    // By signals to record: one window.
+    let dir = tmp.path().join("sig.data");
+    let rec = Recording::start(
+        board,
+        qemu,
+        &dir,
+        &[
+            "--trace=off",
+            "--signal",
+            "SIGUSR1@trace_on",
+            "--signal",
+            "SIGUSR2@trace_off",
+        ],
+    );
+    rec.wait_spinning();
+    // SAFETY: signals to the record this test started.
+    assert_eq!(
+        unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR1) },
+        0
+    );
+    rec.wait_status("records after SIGUSR1", "on", |s| {
+        number(s, "events").is_some_and(|e| e >= 65_536)
+    });
+    assert_eq!(
+        unsafe { libc::kill(rec.child.id() as i32, libc::SIGUSR2) },
+        0
+    );
+    rec.wait_status("off after SIGUSR2", "off", |_| true);
+    let sig_dir = rec.stop();
+
+    // By triggers: a window from each entry into spin_work to the next into spin_tick.
+    let dir = tmp.path().join("trig.data");
+    let rec = Recording::start(
+        board,
+        qemu,
+        &dir,
+        &[
+            "--trace=off",
+            "--trace-on-at",
+            "spin_work",
+            "--trace-off-at",
+            "spin_tick",
+        ],
+    );
+    rec.wait_status("three windows", "off", |s| {
+        number(s, "trace_windows") >= Some(3)
+    });
+    let trig_dir = rec.stop();
+
+    let cmd = windows(&records(&cmd_dir));
+    let sig = windows(&records(&sig_dir));
+    let trig = windows(&records(&trig_dir));
+    assert_eq!(cmd.len(), 2, "{label}: {cmd:?}");
+    assert_eq!(sig.len(), 1, "{label}");
+    assert!(trig.len() >= 3, "{label}: {}", trig.len());
+    for w in &trig {
+        let opened: Vec<String> = w.opened.iter().map(|&a| names(a)).collect();
+        assert_eq!(
+            opened.last().map(String::as_str),
+            Some("spin_work"),
+            "{label}"
+        );
+    }
+
+    // The oracle: the same guest recorded whole, past the last window's end.
+    let until = [&cmd, &sig, &trig]
+        .iter()
+        .flat_map(|ws| ws.iter().map(|w| w.off))
+        .max()
+        .unwrap_or(0);
+    let dir = tmp.path().join("full.data");
+    let rec = Recording::start(board, qemu, &dir, &[]);
+    rec.wait_status("the full trace passes the last window", "on", |s| {
+        number(s, "guest_insns") > Some(until)
+    });
+    let full_dir = rec.stop();
+    let full = records(&full_dir);
+    let sizes = |ws: &[Window]| {
+        ws.iter()
+            .map(|w| (w.opened.len(), w.body.len()))
+            .collect::<Vec<_>>()
+    };
+    eprintln!(
+            "{label}: windows (open frames, records): command {:?}, signal {:?}, trigger {:?}; full trace {} records",
+            sizes(&cmd),
+            sizes(&sig),
+            &sizes(&trig)[..3],
+            full.len()
+        );
+    check_against(label, "trace on|off", &cmd, &full, names);
+    check_against(label, "--signal", &sig, &full, names);
+    check_against(label, "--trace-on-at/--trace-off-at", &trig, &full, names);
+    for (dir, ws) in [(&cmd_dir, &cmd), (&sig_dir, &sig), (&trig_dir, &trig)] {
+        check_replay(dir, label, ws);
+    }
+    check_export(&cmd_dir, &cmd, label);
 }
 
 /// The Perfetto export shows each window's edges as instants at their times (decoded with

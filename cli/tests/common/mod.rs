@@ -20,6 +20,16 @@ pub fn qemu_uftrace(home: &Path) -> Command {
     c
 }
 
+/// What a panic said (its payload: a formatted message or a literal), for a test that
+/// catches one.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
