@@ -3,13 +3,14 @@
 # LINES lines of each (default 40), each line cut to 300 characters, at most MAX tests
 # (default 8). scripts/test.sh prints it at the end of its summary, where a CI page that
 # shows only the log's tail still shows why a test failed (2026-12-02: it showed a failed
-# record_switch test's count and nothing else).
+# record_switch test's count and nothing else). Nothing at all when no test failed.
 #   awk -f scripts/test-failures.awk [-v LINES=40] [-v MAX=8] cargo-test.log
 function flush() {
     if (name == "") return
     # Blank lines and Rust's backtrace hint at its end say nothing.
     while (kept > 0 && (body[kept] ~ /^[[:space:]]*$/ || body[kept] ~ /^note: run with `RUST_BACKTRACE=1`/)) kept--
     shown++
+    if (shown == 1) print "test.sh: what the failed tests printed (their last lines)"
     if (shown <= max) {
         printf "---- %s: %s\n", binary, name
         from = kept > lines ? kept - lines + 1 : 1

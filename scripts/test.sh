@@ -26,10 +26,7 @@ summary() {
     echo "test.sh: time per test binary (slowest first)"
     awk -f "$root/scripts/test-timing.awk" "$log" | grep -v '^binaries: \|^tests: '
     # Why each failed test failed, where a page showing the log's tail shows it.
-    if grep -q '^---- .* stdout ----$' "$log"; then
-      echo "test.sh: what the failed tests printed (their last lines)"
-      awk -f "$root/scripts/test-failures.awk" "$log"
-    fi
+    awk -f "$root/scripts/test-failures.awk" "$log"
     # The plain closing line ("tests: N passed, N failed"), last, for whoever reads the log.
     awk -f "$root/scripts/test-timing.awk" "$log" | grep '^tests: '
   fi
@@ -109,7 +106,7 @@ miri_first=(engine spaces)
 miri_rest=()
 for f in engine/tests/*.rs; do
   t=$(basename "$f" .rs)
-  [[ " ${miri_first[*]} " == *" $t "* ]] || miri_rest+=(--test "$t")
+  [[ " ${miri_first[*]} " == *" $t "* ]] || miri_rest+=("$t")
 done
 miri_dir=$(mktemp -d)
 ( set +e; beside "$miri_dir" 19 miri cargo +nightly miri test -p qemu-uftrace-engine \
@@ -118,7 +115,7 @@ miri_pid=$!
 jobs_started+=("$miri_pid")
 miri2_dir=$(mktemp -d)
 ( set +e
-  beside "$miri2_dir" 19 miri-rest cargo +nightly miri test -p qemu-uftrace-engine --lib "${miri_rest[@]}"
+  beside "$miri2_dir" 19 miri-rest cargo +nightly miri test -p qemu-uftrace-engine --lib "${miri_rest[@]/#/--test=}"
   beside "$miri2_dir" 19 miri-doc cargo +nightly miri test -p qemu-uftrace-engine --doc ) &
 miri2_pid=$!
 jobs_started+=("$miri2_pid")

@@ -59,6 +59,18 @@ fn cargo_test(root: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `awk -f scripts/SCRIPT LOG`'s output (it must succeed).
+fn awk(script: &str, log: &Path) -> String {
+    let out = Command::new("awk")
+        .arg("-f")
+        .arg(scripts().join(script))
+        .arg(log)
+        .output()
+        .expect("run awk");
+    assert!(out.status.success(), "{script}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
     let tmp = tempfile::tempdir().unwrap();
@@ -66,14 +78,7 @@ fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
     let log = tmp.path().join("cargo-test.log");
     std::fs::write(&log, cargo_test(&root, &["--no-fail-fast"])).unwrap();
 
-    let summary = Command::new("awk")
-        .arg("-f")
-        .arg(scripts().join("test-timing.awk"))
-        .arg(&log)
-        .output()
-        .expect("run awk");
-    assert!(summary.status.success());
-    let summary = String::from_utf8_lossy(&summary.stdout).to_string();
+    let summary = awk("test-timing.awk", &log);
     let lines: Vec<&str> = summary.lines().collect();
     let line_of = |name: &str| {
         lines
@@ -114,16 +119,14 @@ fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
 
     // What the failed test printed, named by its binary, without the backtrace hint; the
     // passing ones and the crash (no stdout block) print nothing.
-    let failures = Command::new("awk")
-        .arg("-f")
-        .arg(scripts().join("test-failures.awk"))
-        .arg(&log)
-        .output()
-        .expect("run awk");
-    assert!(failures.status.success());
-    let failures = String::from_utf8_lossy(&failures.stdout).to_string();
+    let failures = awk("test-failures.awk", &log);
     let lines: Vec<&str> = failures.lines().collect();
-    assert_eq!(lines.first(), Some(&"---- fails: bad"), "{failures}");
+    assert_eq!(
+        lines.first(),
+        Some(&"test.sh: what the failed tests printed (their last lines)"),
+        "{failures}"
+    );
+    assert_eq!(lines.get(1), Some(&"---- fails: bad"), "{failures}");
     assert!(lines.iter().any(|l| l.trim() == "as meant"), "{failures}");
     assert_eq!(
         failures.matches("---- ").count(),
@@ -164,4 +167,6 @@ fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
         "{}",
         String::from_utf8_lossy(&some.stderr)
     );
+    // Every test of those two passed: no failures' summary, not even its heading.
+    assert_eq!(awk("test-failures.awk", &part), "");
 }
