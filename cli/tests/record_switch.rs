@@ -446,30 +446,48 @@ fn check_board(board: &Board) {
         // opens with one frame more than the full trace has open at its count (`main >
         // spin_tick` against `main`, seen on aarch64 and riscv64, with a window about twice
         // the usual length). That mismatch alone is recorded once again, and said; any
-        // other failure, or the same one twice, fails the test.
-        let attempt = || check_board_on(board, qemu, label, &names);
-        if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(attempt)) {
+        // other failure, or the same one twice, fails the test. The recordings that showed
+        // it are kept (under the target's tmp) for whoever looks into it.
+        let tmp = || {
+            tempfile::Builder::new()
+                .prefix("record_switch-")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .expect("temp dir")
+        };
+        let first = tmp();
+        let attempt = |dir: &Path| check_board_on(board, qemu, label, &names, dir);
+        let caught =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(first.path())));
+        if let Err(e) = caught {
             let msg = common::panic_message(&*e);
             if !msg.contains("open frames at") {
                 std::panic::resume_unwind(e);
             }
-            eprintln!("{label}: the known extra opened frame (issue 37), recorded again: {msg}");
-            attempt();
+            let kept = first.keep();
+            eprintln!(
+                "{label}: the known extra opened frame (issue 37), recordings kept in {}, recorded again: {msg}",
+                kept.display()
+            );
+            attempt(tmp().path());
         }
     }
 }
 
 /// One of `board`'s QEMUs (its windows by command, by signals and by triggers, and the
-/// full recording they are checked against).
-fn check_board_on(board: &Board, qemu: &SystemQemu, label: &str, names: &dyn Fn(u64) -> String) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-
+/// full recording they are checked against), recorded into `tmp`.
+fn check_board_on(
+    board: &Board,
+    qemu: &SystemQemu,
+    label: &str,
+    names: &dyn Fn(u64) -> String,
+    tmp: &Path,
+) {
     // By command, from another terminal: two windows.
-    let dir = tmp.path().join("cmd.data");
+    let dir = tmp.join("cmd.data");
     let rec = Recording::start(board, qemu, &dir, &["--trace=off"]);
     rec.wait_spinning();
     for n in 1..=2u64 {
-        let out = trace(Some(&dir), "on", tmp.path());
+        let out = trace(Some(&dir), "on", tmp);
         assert!(
             out.status.success(),
             "{label}: window {n}: {}{}\nstatus: {}",
@@ -478,13 +496,13 @@ fn check_board_on(board: &Board, qemu: &SystemQemu, label: &str, names: &dyn Fn(
             live(&dir)
         );
         // A second `on`: one line, nothing changed.
-        let again = trace(Some(&dir), "on", tmp.path());
+        let again = trace(Some(&dir), "on", tmp);
         assert!(!again.status.success());
         let err = common::single_error(&again);
         assert!(err.contains("already on"), "{err}");
         // A buffer's worth of records written in this window (64 Ki records).
         rec.wait_records("records in the window", Some(n));
-        let out = trace(Some(&dir), "off", tmp.path());
+        let out = trace(Some(&dir), "off", tmp);
         assert!(out.status.success(), "{label}: {}", stderr(&out));
         assert!(common::stdout(&out).starts_with("tracing off in "));
     }
@@ -497,7 +515,7 @@ fn check_board_on(board: &Board, qemu: &SystemQemu, label: &str, names: &dyn Fn(
     let cmd_dir = rec.stop();
 
     // By signals to record: one window.
-    let dir = tmp.path().join("sig.data");
+    let dir = tmp.join("sig.data");
     let rec = Recording::start(
         board,
         qemu,
@@ -527,7 +545,7 @@ fn check_board_on(board: &Board, qemu: &SystemQemu, label: &str, names: &dyn Fn(
     let sig_dir = rec.stop();
 
     // By triggers: a window from each entry into spin_work to the next into spin_tick.
-    let dir = tmp.path().join("trig.data");
+    let dir = tmp.join("trig.data");
     let rec = Recording::start(
         board,
         qemu,
@@ -566,7 +584,7 @@ fn check_board_on(board: &Board, qemu: &SystemQemu, label: &str, names: &dyn Fn(
         .flat_map(|ws| ws.iter().map(|w| w.off))
         .max()
         .unwrap_or(0);
-    let dir = tmp.path().join("full.data");
+    let dir = tmp.join("full.data");
     let rec = Recording::start(board, qemu, &dir, &[]);
     rec.wait_status("the full trace passes the last window", "on", |s| {
         number(s, "guest_insns") > Some(until)
