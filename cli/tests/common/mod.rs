@@ -11,10 +11,13 @@ use std::process::{Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_qemu-uftrace");
 
-/// The binary, with its plugin cache kept inside `home`.
+/// The binary, with its plugin cache kept inside `home` (`$QEMU_UFTRACE_CACHE`, which a
+/// run of the suite from empty caches sets, would move it out and the tests that look for
+/// the plugin under `home` would not find it).
 pub fn qemu_uftrace(home: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.env("XDG_CACHE_HOME", home.join("cache"))
+    c.env_remove("QEMU_UFTRACE_CACHE")
+        .env("XDG_CACHE_HOME", home.join("cache"))
         .env("HOME", home)
         .stdin(std::process::Stdio::null());
     c
