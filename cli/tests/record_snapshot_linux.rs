@@ -661,7 +661,12 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
     let (dir, stderr) = common::record_ok_in(tmp.path(), &options, &args);
     let text = replay(&dir);
     // PID 1, a kernel thread here, in panic's delay loop (in delay_tsc, entered by tail
-    // calls from __const_udelay; in panic itself if the stop came between two calls).
+    // calls from __const_udelay; in panic itself if the stop came between two calls). On a
+    // loaded host the monitor can stop the guest before it leaves the printk that wrote the
+    // marker's line (the serial write of its newline, then restoring the UART's interrupts):
+    // the chain then goes on below panic through _printk down to the UART's port access.
+    // The outer chain is what shows the unwinding right: each frame's caller is found from
+    // the frame below it, so one wrong frame would derail every frame above it.
     let chain = recovered_chain(&text, 1);
     let outer = [
         "kernel_init",
@@ -674,10 +679,11 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
         chain.len() >= outer.len() && chain[..outer.len()] == outer,
         "{chain:?}\n{stderr}\n{text}"
     );
-    assert!(
-        chain[outer.len()..].iter().all(|f| f == "delay_tsc") && chain.len() <= outer.len() + 1,
-        "{chain:?}\n{text}"
-    );
+    let below = &chain[outer.len()..];
+    let in_loop = below.iter().all(|f| f == "delay_tsc") && below.len() <= 1;
+    let in_printk = below.first().is_some_and(|f| f == "_printk")
+        && below.iter().all(|f| !f.starts_with('<') && f != "panic");
+    assert!(in_loop || in_printk, "{chain:?}\n{text}");
     // What was open below panic returns, and panic's next call is made at its depth.
     let events = parse_replay(&text, 1).expect("replay");
     let calls = callers(&events).unwrap_or_else(|e| panic!("{e}\n{text}"));
