@@ -153,6 +153,8 @@ fn records(dir: &Path) -> Vec<Record> {
 /// One window of a switched recording, as written.
 #[derive(Debug)]
 struct Window {
+    /// The `qemu:trace_on` edge's time.
+    on: u64,
     /// The functions open where it began (outermost first), written before `qemu:opened`.
     opened: Vec<u64>,
     /// When the frames were taken (the vCPU's first block after the switch).
@@ -177,6 +179,7 @@ fn windows(recs: &[Record]) -> Vec<Window> {
         if !(r.kind == RecordType::Event && r.addr == TRACE_ON) {
             continue;
         }
+        let on = r.time;
         // The open frames, then qemu:opened at their depth.
         let mut opened = Vec::new();
         while i < recs.len() && recs[i].kind == RecordType::Entry {
@@ -223,6 +226,7 @@ fn windows(recs: &[Record]) -> Vec<Window> {
         let Some(off) = off else { break };
         assert_eq!(depth, 0, "the window ends with frames open");
         out.push(Window {
+            on,
             opened,
             taken,
             body: strip_closing(body, off),
@@ -297,6 +301,14 @@ fn check_against(
             v.drain(..beneath);
             (v, beneath)
         };
+        // The instruction clock stands still from the switch to the cookie: the frames
+        // are taken at the start of the vCPU's first block after it, timed before that
+        // block as a return landing there is (timed after it, the marker of a block that
+        // ends in a return came at that return's count, a frame too late).
+        assert_eq!(
+            w.taken, w.on,
+            "{label} {what}: window {n}'s frames are not taken at its switch's count"
+        );
         let (want, beneath) = from_main(named(&open_at(full, w.taken, false)));
         // A call made at the switch's very count (the branch ended the block before it,
         // the switch came at the next block's start): open in the window, not in its body;
@@ -442,34 +454,8 @@ fn check_board(board: &Board) {
     for qemu in &board.qemus {
         common::require(&qemu.program);
         let label = &format!("{} on {}", board.arch, qemu.label);
-        // A known bug, not yet understood (issue 37): about once in 50 recordings a window
-        // opens with one frame more than the full trace has open at its count (`main >
-        // spin_tick` against `main`, seen on aarch64 and riscv64, with a window about twice
-        // the usual length). That mismatch alone is recorded once again, and said; any
-        // other failure, or the same one twice, fails the test. The recordings that showed
-        // it are kept (under the target's tmp) for whoever looks into it.
-        let tmp = || {
-            tempfile::Builder::new()
-                .prefix("record_switch-")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .expect("temp dir")
-        };
-        let first = tmp();
-        let attempt = |dir: &Path| check_board_on(board, qemu, label, &names, dir);
-        let caught =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(first.path())));
-        if let Err(e) = caught {
-            let msg = common::panic_message(&*e);
-            if !msg.contains("open frames at") {
-                std::panic::resume_unwind(e);
-            }
-            let kept = first.keep();
-            eprintln!(
-                "{label}: the known extra opened frame (issue 37), recordings kept in {}, recorded again: {msg}",
-                kept.display()
-            );
-            attempt(tmp().path());
-        }
+        let tmp = tempfile::tempdir().expect("temp dir");
+        check_board_on(board, qemu, label, &names, tmp.path());
     }
 }
 

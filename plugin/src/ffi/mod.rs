@@ -195,6 +195,12 @@ extern "C" {
         entry: qemu_plugin_u64,
         imm: u64,
     );
+    pub fn qemu_plugin_register_vcpu_tb_exec_cb(
+        tb: *mut qemu_plugin_tb,
+        cb: VcpuUdataCb,
+        flags: CbFlags,
+        userdata: *mut c_void,
+    );
     pub fn qemu_plugin_register_vcpu_tb_exec_cond_cb(
         tb: *mut qemu_plugin_tb,
         cb: VcpuUdataCb,

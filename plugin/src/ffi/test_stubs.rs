@@ -204,6 +204,15 @@ pub extern "C" fn qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
 }
 
 #[no_mangle]
+pub extern "C" fn qemu_plugin_register_vcpu_tb_exec_cb(
+    _tb: *mut qemu_plugin_tb,
+    _cb: VcpuUdataCb,
+    _flags: CbFlags,
+    _userdata: *mut c_void,
+) {
+}
+
+#[no_mangle]
 pub extern "C" fn qemu_plugin_register_vcpu_tb_exec_cond_cb(
     _tb: *mut qemu_plugin_tb,
     _cb: VcpuUdataCb,

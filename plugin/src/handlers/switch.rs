@@ -27,7 +27,7 @@
 //! ([`on_capture`]); the CLI unwinds it into the frames open there (`qemu:opened`).
 
 use crate::ffi::{
-    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb,
+    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_tb_exec_cb,
     qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
     qemu_plugin_tb, CB_NO_REGS, CB_R_REGS, COND_NE, INLINE_ADD_U64,
 };
@@ -491,9 +491,15 @@ pub unsafe fn instrument(
     }
     if active {
         if capturing() {
+            // A block's callback, registered before the clock's add (the caller registers
+            // that after us): the marker is timed before this block, at the count where
+            // the registers the cookie saves hold. Timed after it (an instruction's
+            // callback runs after every block callback), a block ending in a return put
+            // the marker at the return's own count, where a full recording has that frame
+            // closed already: the window opened one frame more than it (issue 37).
             unsafe {
-                qemu_plugin_register_vcpu_insn_exec_cb(
-                    first,
+                qemu_plugin_register_vcpu_tb_exec_cb(
+                    tb,
                     on_capture,
                     CB_R_REGS,
                     start as usize as *mut c_void,
