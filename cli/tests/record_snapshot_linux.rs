@@ -19,6 +19,7 @@ use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
 use qemu_uftrace_tests::{cached, debian_kernel};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// What a recording from the snapshot left.
 struct Run {
@@ -153,6 +154,40 @@ fn recovered_chain(text: &str, tid: u32) -> Vec<String> {
         }
     }
     Vec::new()
+}
+
+/// The functions `func` in `elf` calls or jumps to directly, by its disassembly (objdump
+/// names a target `<name>`, `<name+0x…>` inside a function).
+fn direct_callees(elf: &Path, func: &str) -> Vec<String> {
+    let out = Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(format!("--disassemble={func}"))
+        .arg(elf)
+        .output()
+        .expect("run objdump (binutils)");
+    assert!(
+        out.status.success(),
+        "objdump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let callees: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let (_, insn) = l.split_once('\t')?;
+            let (op, rest) = insn.split_once(' ')?;
+            if !["call", "jmp"].contains(&op) {
+                return None;
+            }
+            let name = rest.split_once('<')?.1.strip_suffix('>')?;
+            (!name.contains('+')).then(|| name.to_string())
+        })
+        .collect();
+    assert!(
+        !callees.is_empty(),
+        "no calls in {func}'s disassembly:\n{text}"
+    );
+    callees
 }
 
 fn replay(dir: &Path) -> String {
@@ -662,11 +697,12 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
     let text = replay(&dir);
     // PID 1, a kernel thread here, in panic's delay loop (in delay_tsc, entered by tail
     // calls from __const_udelay; in panic itself if the stop came between two calls). On a
-    // loaded host the monitor can stop the guest before it leaves the printk that wrote the
-    // marker's line (the serial write of its newline, then restoring the UART's interrupts):
-    // the chain then goes on below panic through _printk down to the UART's port access.
-    // The outer chain is what shows the unwinding right: each frame's caller is found from
-    // the frame below it, so one wrong frame would derail every frame above it.
+    // loaded host the monitor can stop the guest before it reaches the loop: still in the
+    // printk that wrote the marker's line (the serial write of its newline, then restoring
+    // the UART's interrupts), or in a call panic makes before the loop. The chain then goes
+    // on below panic, through _printk or that call. The outer chain is what shows the
+    // unwinding right: each frame's caller is found from the frame below it, so one wrong
+    // frame would derail every frame above it.
     let chain = recovered_chain(&text, 1);
     let outer = [
         "kernel_init",
@@ -679,14 +715,28 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
         chain.len() >= outer.len() && chain[..outer.len()] == outer,
         "{chain:?}\n{stderr}\n{text}"
     );
-    let below = &chain[outer.len()..];
-    let in_loop = below.iter().all(|f| f == "delay_tsc") && below.len() <= 1;
-    let in_printk = below.first().is_some_and(|f| f == "_printk")
-        && below.iter().all(|f| !f.starts_with('<') && f != "panic");
-    assert!(in_loop || in_printk, "{chain:?}\n{text}");
     // What was open below panic returns, and panic's next call is made at its depth.
     let events = parse_replay(&text, 1).expect("replay");
     let calls = callers(&events).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    // Where a chain below panic may start: a function panic calls, directly (its code,
+    // disassembled) or through a pointer (as recorded after the unwound calls), or
+    // delay_tsc (entered by __const_udelay's tail call).
+    let mut panics_calls = direct_callees(&vmlinux, "panic");
+    panics_calls.extend(
+        calls
+            .iter()
+            .skip(chain.len())
+            .filter(|(_, caller)| caller.as_deref() == Some("panic"))
+            .map(|(f, _)| f.clone()),
+    );
+    let below = &chain[outer.len()..];
+    let starts_right = below
+        .first()
+        .is_none_or(|f| f == "delay_tsc" || panics_calls.contains(f));
+    assert!(
+        starts_right && below.iter().all(|f| !f.starts_with('<') && f != "panic"),
+        "{chain:?}\n{text}"
+    );
     assert_eq!(
         calls.last(),
         Some(&("__const_udelay".to_string(), Some("panic".to_string()))),
