@@ -165,12 +165,8 @@ fn direct_callees(elf: &Path, func: &str) -> Vec<String> {
         .arg(elf)
         .output()
         .expect("run objdump (binutils)");
-    assert!(
-        out.status.success(),
-        "objdump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "objdump: {}", common::stderr(&out));
+    let text = common::stdout(&out);
     let callees: Vec<String> = text
         .lines()
         .filter_map(|l| {
