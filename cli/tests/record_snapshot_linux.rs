@@ -16,10 +16,9 @@ use qemu_uftrace_tests::linux_guest::{
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::riscv64::{riscv64_kernel, riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
-use qemu_uftrace_tests::{cached, debian_kernel};
+use qemu_uftrace_tests::{cached, debian_kernel, disassemble_by};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// What a recording from the snapshot left.
 struct Run {
@@ -159,29 +158,23 @@ fn recovered_chain(text: &str, tid: u32) -> Vec<String> {
 /// The functions `func` in `elf` calls or jumps to directly, by its disassembly (objdump
 /// names a target `<name>`, `<name+0x…>` inside a function).
 fn direct_callees(elf: &Path, func: &str) -> Vec<String> {
-    let out = Command::new("objdump")
-        .args(["-d", "--no-show-raw-insn"])
-        .arg(format!("--disassemble={func}"))
-        .arg(elf)
-        .output()
-        .expect("run objdump (binutils)");
-    assert!(out.status.success(), "objdump: {}", common::stderr(&out));
-    let text = common::stdout(&out);
-    let callees: Vec<String> = text
-        .lines()
-        .filter_map(|l| {
-            let (_, insn) = l.split_once('\t')?;
-            let (op, rest) = insn.split_once(' ')?;
+    let funcs = disassemble_by("objdump", elf, Some(func)).expect("objdump (binutils)");
+    let callees: Vec<String> = funcs
+        .iter()
+        .filter(|f| f.name == func)
+        .flat_map(|f| &f.insns)
+        .filter_map(|(_, insn)| {
+            let (op, target) = insn.split_once(' ')?;
             if !["call", "jmp"].contains(&op) {
                 return None;
             }
-            let name = rest.split_once('<')?.1.strip_suffix('>')?;
+            let name = target.split_once('<')?.1.strip_suffix('>')?;
             (!name.contains('+')).then(|| name.to_string())
         })
         .collect();
     assert!(
         !callees.is_empty(),
-        "no calls in {func}'s disassembly:\n{text}"
+        "no calls in {func}'s disassembly: {funcs:?}"
     );
     callees
 }

@@ -12,7 +12,7 @@ mod common;
 
 use common::user::{record_with, text};
 use qemu_uftrace_tests::replay::uftrace;
-use qemu_uftrace_tests::{cached, user_qemu};
+use qemu_uftrace_tests::{cached, disassemble_by, user_qemu};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -171,19 +171,13 @@ fn calls(recs: &[Rec]) -> Vec<(usize, String, u64)> {
 
 /// `name`'s instructions up to its first return, which no branch may come before.
 fn straight_line_length(arch: &Arch, elf: &Path, name: &str) -> u64 {
-    let out = Command::new(arch.objdump)
-        .args(["-d", "--no-show-raw-insn"])
-        .arg(elf)
-        .output()
-        .expect("objdump");
-    let text = text(&out.stdout);
-    let body = text
-        .split(&format!("<{name}>:\n"))
-        .nth(1)
+    let funcs = disassemble_by(arch.objdump, elf, Some(name)).expect("objdump");
+    let body = funcs
+        .iter()
+        .find(|f| f.name == name)
         .unwrap_or_else(|| panic!("no {name} in the disassembly"));
     let mut n = 0;
-    for line in body.lines().take_while(|l| !l.trim().is_empty()) {
-        let insn = line.split('\t').nth(1).unwrap_or("").trim();
+    for (_, insn) in &body.insns {
         n += 1;
         if insn.starts_with("ret") {
             return n;
@@ -192,10 +186,10 @@ fn straight_line_length(arch: &Arch, elf: &Path, name: &str) -> u64 {
         assert!(
             !(mnemonic.starts_with('b') && mnemonic != "bti"
                 || ["j", "cb", "tb"].iter().any(|p| mnemonic.starts_with(p))),
-            "{name} branches: {line}"
+            "{name} branches: {insn}"
         );
     }
-    panic!("{name} has no ret:\n{body}");
+    panic!("{name} has no ret:\n{body:?}");
 }
 
 fn check(arch: Arch) {

@@ -891,9 +891,20 @@ impl DisasmFunction {
 /// Disassembles the guest's `.text` with `aarch64-linux-gnu-objdump -d`, in
 /// address order.
 pub fn disassemble(elf: &Path) -> Result<Vec<DisasmFunction>> {
-    let objdump = format!("{}objdump", cross_prefix());
-    let out = Command::new(&objdump)
+    disassemble_by(&format!("{}objdump", cross_prefix()), elf, None)
+}
+
+/// Disassembles `elf`'s code with `objdump` (an architecture's own), in address order:
+/// only function `only` where given (`--disassemble=FUNC`; a kernel's whole text takes
+/// minutes).
+pub fn disassemble_by(
+    objdump: &str,
+    elf: &Path,
+    only: Option<&str>,
+) -> Result<Vec<DisasmFunction>> {
+    let out = Command::new(objdump)
         .args(["-d", "--no-show-raw-insn"])
+        .args(only.map(|f| format!("--disassemble={f}")))
         .arg(elf)
         .output()
         .with_context(|| format!("running {objdump} (run scripts/install-deps.sh)"))?;
