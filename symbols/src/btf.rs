@@ -8,7 +8,6 @@ use std::path::Path;
 
 use btf_rs::{Btf, Type};
 
-use crate::kallsyms_tables;
 use crate::kernel_image::{self, Unpacked};
 use crate::MemberError;
 
@@ -64,8 +63,8 @@ fn elf_section(elf: &[u8]) -> Option<&[u8]> {
 /// own: a few MB, where the BPF skeletons built in carry a few KB of their own).
 /// `Ok(None)`: no BTF header in the image.
 fn image_section(image: &[u8]) -> Result<Option<&[u8]>, String> {
-    let listed = kallsyms_tables::find(image).and_then(|tables| {
-        let symbols = tables.symbols(image, 0);
+    let listed = kernel_image::decoded(image).and_then(|decoded| {
+        let symbols = &decoded.unbased;
         let addr = |name: &[u8]| symbols.iter().find(|s| s.name == name).map(|s| s.addr);
         Some(addr(b"__stop_BTF")?.wrapping_sub(addr(b"__start_BTF")?))
     });

@@ -21,6 +21,9 @@ pub(crate) struct RawSymbol {
     pub addr: u64,
     pub kind: u8,
     pub name: Vec<u8>,
+    /// Its place in the tables ([`Tables::address`]): a symbol whose name decodes empty
+    /// is left out, so it is not always its place in the list.
+    pub index: usize,
 }
 
 /// Where the tables are, in file offsets of `data`.
@@ -400,35 +403,40 @@ impl Tables {
             let Some((&kind, rest)) = name.split_first() else {
                 continue;
             };
-            let addr = match self.addresses {
-                Addresses::Relative {
-                    offsets_at,
-                    absolute_percpu,
-                    ..
-                } => {
-                    let offset = u32_at(data, offsets_at + 4 * i).unwrap_or(0);
-                    match (absolute_percpu, offset as i32) {
-                        (true, v) if v >= 0 => u64::from(offset),
-                        (true, _) => relative_base.wrapping_add(u64::from(!offset)),
-                        (false, _) => relative_base.wrapping_add(u64::from(offset)),
-                    }
-                }
-                Addresses::Absolute { addresses_at } => {
-                    u64_at(data, addresses_at + 8 * i).unwrap_or(0)
-                }
-                Addresses::PlaceRelative { offsets_at } => {
-                    let place = (offsets_at + 4 * i) as u64;
-                    let offset = u32_at(data, offsets_at + 4 * i).unwrap_or(0) as i32;
-                    relative_base.wrapping_add(place.wrapping_add_signed(i64::from(offset)))
-                }
-            };
+            let addr = self.address(data, i, relative_base);
             out.push(RawSymbol {
                 addr,
                 kind,
                 name: rest.to_vec(),
+                index: i,
             });
         }
         out
+    }
+
+    /// The address of symbol `i` with `relative_base` (0 when the tables hold
+    /// absolute addresses; with 0, relative entries are their offsets).
+    pub(crate) fn address(&self, data: &[u8], i: usize, relative_base: u64) -> u64 {
+        match self.addresses {
+            Addresses::Relative {
+                offsets_at,
+                absolute_percpu,
+                ..
+            } => {
+                let offset = u32_at(data, offsets_at + 4 * i).unwrap_or(0);
+                match (absolute_percpu, offset as i32) {
+                    (true, v) if v >= 0 => u64::from(offset),
+                    (true, _) => relative_base.wrapping_add(u64::from(!offset)),
+                    (false, _) => relative_base.wrapping_add(u64::from(offset)),
+                }
+            }
+            Addresses::Absolute { addresses_at } => u64_at(data, addresses_at + 8 * i).unwrap_or(0),
+            Addresses::PlaceRelative { offsets_at } => {
+                let place = (offsets_at + 4 * i) as u64;
+                let offset = u32_at(data, offsets_at + 4 * i).unwrap_or(0) as i32;
+                relative_base.wrapping_add(place.wrapping_add_signed(i64::from(offset)))
+            }
+        }
     }
 
     /// The relative base as stored in the image (0 when left for boot-time relocation).

@@ -5,7 +5,7 @@ use std::hash::Hasher;
 use std::io::Read;
 use std::ops::Deref;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::functions::Candidate;
 use crate::kallsyms_tables::{self, find_bytes, u32_at, u64_at, RawSymbol};
@@ -41,22 +41,20 @@ pub(crate) fn load(path: &Path, data: &[u8], opts: &LoadOptions) -> Result<Image
             });
         }
     }
-    let tables = kallsyms_tables::find(&image).ok_or_else(|| unrecognized(path))?;
-    // Decoded once with base 0: relative_base needs the names, and a relative address is
+    let decoded = decoded(&image).ok_or_else(|| unrecognized(path))?;
+    // Decoded with base 0: relative_base needs the names, and a relative address is
     // base + offset either way (absolute tables get base 0).
-    let mut symbols = tables.symbols(&image, 0);
-    let base = base(&image, arch, &tables, &symbols).ok_or_else(|| SymbolError::Corrupt {
+    let base = base(&image, arch, &decoded).ok_or_else(|| SymbolError::Corrupt {
         path: path.to_path_buf(),
         reason: "found the kallsyms tables but not the kernel's base address".into(),
     })?;
-    for s in &mut symbols {
-        s.addr = s.addr.wrapping_add(base);
-    }
-
-    let etext = symbols.iter().find(|s| is_etext(&s.name)).map(|s| s.addr);
+    let symbols = &decoded.unbased;
+    let etext = (symbols.iter())
+        .find(|s| is_etext(&s.name))
+        .map(|s| s.addr.wrapping_add(base));
     let cands: Vec<Candidate<'_>> = symbols
         .iter()
-        .filter_map(|s| text_candidate(s.addr, s.kind, &s.name))
+        .filter_map(|s| text_candidate(s.addr.wrapping_add(base), s.kind, &s.name))
         .collect();
     if cands.is_empty() {
         return Err(SymbolError::Corrupt {
@@ -89,32 +87,78 @@ pub(crate) fn symbol_addresses(
 ) -> Result<Vec<Option<u64>>, SymbolError> {
     let mut found = vec![None; names.len()];
     let image = unpack(path, data)?;
-    let Some(tables) = kallsyms_tables::find(&image) else {
+    let Some(decoded) = decoded(&image) else {
         return Ok(found);
     };
-    // Decoded once when the image stores its base (x86), else twice (arm64's is relocated
-    // at boot and found from the unbased names); with the base, so that absolute per-CPU
-    // entries do not get it added.
+    let tables = &decoded.tables;
+    // With the base, so that absolute per-CPU entries do not get it added: arm64's is
+    // relocated at boot and found from the unbased names.
     let base = match tables.stored_relative_base(&image) {
         None if tables.place_relative_at().is_some() => {
-            match base(&image, header_arch(&image), &tables, &[]) {
+            match base(&image, header_arch(&image), &decoded) {
                 Some(base) => base,
                 None => return Ok(found),
             }
         }
         None => 0,
         Some((_, stored)) if stored != 0 => stored,
-        Some(_) => match relative_base(&image, &tables, &tables.symbols(&image, 0)) {
+        Some(_) => match decoded.relative_base(&image) {
             Some(base) => base,
             None => return Ok(found),
         },
     };
-    for s in tables.symbols(&image, base) {
+    for s in &decoded.unbased {
         if let Some(i) = names.iter().position(|n| n.as_bytes() == s.name) {
-            found[i].get_or_insert(s.addr);
+            found[i].get_or_insert_with(|| tables.address(&image, s.index, base));
         }
     }
     Ok(found)
+}
+
+/// An image's kallsyms tables, their symbols decoded with base 0, and its relative base
+/// once asked for ([`decoded`]).
+pub(crate) struct Decoded {
+    pub tables: kallsyms_tables::Tables,
+    pub unbased: Vec<RawSymbol>,
+    relative_base: OnceLock<Option<u64>>,
+}
+
+impl Decoded {
+    /// [`relative_base`], looked up once: it scans the whole image.
+    fn relative_base(&self, image: &[u8]) -> Option<u64> {
+        *(self.relative_base).get_or_init(|| relative_base(image, &self.tables, &self.unbased))
+    }
+}
+
+/// The last image's [`Decoded`], by the image's length and CRC-32 (a few ms over tens of
+/// MB, with SIMD). `record` reads a stock kernel's names for its FUNCs, its BTF, symbols
+/// for the process and module watches, then all of it for the trace: each decoded the
+/// tables (~20 ms for 45 k names) and scanned the image for the base (as long) again.
+/// One entry, until [`release_unpacked`].
+static LAST_DECODED: Mutex<Option<(ImageKey, Arc<Decoded>)>> = Mutex::new(None);
+
+/// An image's length and CRC-32.
+type ImageKey = (usize, u32);
+
+/// `image`'s kallsyms decoded, kept for the next reader of the same bytes; `None` when it
+/// holds no kallsyms tables. Held while decoding, as [`LAST_UNPACKED`].
+pub(crate) fn decoded(image: &[u8]) -> Option<Arc<Decoded>> {
+    let key = (image.len(), crc32fast::hash(image));
+    let mut last = LAST_DECODED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((kept, decoded)) = last.as_ref() {
+        if *kept == key {
+            return Some(Arc::clone(decoded));
+        }
+    }
+    let tables = kallsyms_tables::find(image)?;
+    let unbased = tables.symbols(image, 0);
+    let decoded = Arc::new(Decoded {
+        tables,
+        unbased,
+        relative_base: OnceLock::new(),
+    });
+    *last = Some((key, Arc::clone(&decoded)));
+    Some(decoded)
 }
 
 /// A kernel image as [`unpack`] gives it: the file's own bytes, or decompressed ones that
@@ -177,10 +221,11 @@ impl LastUnpacked {
 
     fn release(&self) {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *LAST_DECODED.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 
-/// Drops the image [`unpack`] kept.
+/// Drops the image [`unpack`] kept, and what [`decoded`] kept.
 pub(crate) fn release_unpacked() {
     LAST_UNPACKED.release();
 }
@@ -448,14 +493,9 @@ fn header_arch(image: &[u8]) -> Option<Arch> {
 /// What to add to the addresses the tables give with base 0: for 7.0+'s place-relative
 /// offsets those are file offsets, so the link address of the image's first byte (of the
 /// file offset 0 of an ELF, from the segment holding the tables); else the relative base.
-fn base(
-    image: &[u8],
-    arch: Option<Arch>,
-    tables: &kallsyms_tables::Tables,
-    unbased: &[RawSymbol],
-) -> Option<u64> {
-    let Some(offsets_at) = tables.place_relative_at() else {
-        return relative_base(image, tables, unbased);
+fn base(image: &[u8], arch: Option<Arch>, decoded: &Decoded) -> Option<u64> {
+    let Some(offsets_at) = decoded.tables.place_relative_at() else {
+        return decoded.relative_base(image);
     };
     if image.starts_with(b"\x7fELF") {
         return elf_link_base(image, offsets_at);
@@ -501,10 +541,10 @@ fn relative_base(
     }
     // With CONFIG_KALLSYMS_ALL the tables list themselves: kallsyms_relative_base's own
     // offset ties its link address to the base we are after.
-    let own = unbased
-        .iter()
-        .position(|s| s.name == b"kallsyms_relative_base");
-    let own_offset = own.and_then(|i| tables.offset_of(image, i)).map(u64::from);
+    let own = unbased.iter().find(|s| s.name == b"kallsyms_relative_base");
+    let own_offset = own
+        .and_then(|s| tables.offset_of(image, s.index))
+        .map(u64::from);
     match own_offset {
         Some(off) => rela_entries(image).find_map(|(r_offset, addend)| {
             (addend.wrapping_add(off) == r_offset).then_some(addend)

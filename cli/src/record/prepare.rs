@@ -144,6 +144,14 @@ pub fn prepare(
         || !args.argument.is_empty()
         || !args.retval.is_empty()
         || args.auto_args;
+    // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
+    // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
+    // and would parse its --symbols files for nothing). Parsing a stock kernel's BTF takes
+    // ~120 ms of CPU: beside the names, not before them.
+    let layouts = (inv.mode() == Mode::System).then(|| {
+        let sources = sources.clone();
+        std::thread::spawn(move || symbol_source::kernel_layouts(&sources))
+    });
     // The sources read once for the names, the entries and the symbol job alike.
     let read = ReadOnce::new(&sources, Some(arch));
     let names = if wants_names {
@@ -167,20 +175,18 @@ pub fn prepare(
     // for what the plugin found. Not in a run from a snapshot: the kernel booted before it.
     let finds_base = linux && !sources.is_empty() && !inv.resume;
     let kaslr_warning = kaslr_first(inv, kernel.as_deref(), finds_base);
-    // The kernel's struct layouts (its DWARF, else its own BTF), read once for the tasks'
-    // names and the processes' watch: a system guest's only (user mode has no kernel tasks,
-    // and would parse its --symbols files for nothing).
-    let layouts = if inv.mode() == Mode::System {
-        symbol_source::kernel_layouts(&sources).unwrap_or_else(|e| {
+    let layouts = layouts.and_then(|job| {
+        let read = job
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        read.unwrap_or_else(|e| {
             crate::errors::warn_early(format!(
                 "the guest's tasks and processes are not named: {e} (give the kernel's -dbg \
                  vmlinux with --symbols)"
             ));
             None
         })
-    } else {
-        None
-    };
+    });
     let (mut argument, mut retval) = (args.argument.clone(), args.retval.clone());
     let mut enums = Vec::new();
     if args.auto_args {
