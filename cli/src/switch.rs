@@ -218,6 +218,15 @@ pub fn run(to: OnOff, dir: Option<&Path>) -> Result<i32> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let now = progress::read(&output);
+        // The recording is gone (published or failed) without saying it switched.
+        if now.is_none() && !staging.exists() {
+            println!(
+                "tracing asked {} in {}, but the recording ended first",
+                to.word(),
+                output.display()
+            );
+            return Ok(1);
+        }
         if let Some(s) = &now {
             if s.trace.as_deref() == Some(to.word()) {
                 println!(
@@ -253,8 +262,10 @@ pub fn run(to: OnOff, dir: Option<&Path>) -> Result<i32> {
         }
         if Instant::now() > deadline {
             println!(
-                "tracing asked {} in {}; the guest has not run since (it switches at its next \
-                 instruction)",
+                "tracing asked {} in {}; the guest has not switched yet: with the wall clock \
+                 and no --trace-on-at, QEMU 10.2 and newer switch at a vCPU's next interrupt, \
+                 halt or system call, which a guest spinning with interrupts masked (or \
+                 stopped) never makes (record with --clock insn: every block listens)",
                 to.word(),
                 output.display()
             );
