@@ -6,6 +6,7 @@
 #   tax      bench/floor's plugin with a translation callback that instruments nothing:
 #            QEMU's own cost of a plugin that translates (for comparison)
 #   off      our plugin, trace=off, the wall clock: no translation callback at all while off
+#            from QEMU 10.2 (interrupts switch); before, every block listens to the bell
 #   off-insn our plugin, trace=off, --clock insn: a translation callback, a count and the
 #            switch's bell (a conditional callback) in every block, so that windows keep
 #            the instruction times of a full recording

@@ -125,6 +125,7 @@ impl Recording {
         // SAFETY: a signal to the QEMU this test started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
         let status = self.child.wait().expect("record ends");
+        let dir = self.dir.clone();
         let err = std::fs::read_to_string(self.dir.with_extension("err")).unwrap_or_default();
         // A system QEMU ends with 0 at SIGTERM; a user-mode program with its signal's status,
         // which record passes on.
@@ -132,7 +133,23 @@ impl Recording {
             status.success() || err.contains("qemu-uftrace: wrote "),
             "record failed: {err}"
         );
-        self.dir
+        dir
+    }
+}
+
+/// A test that failed while its guest spins: QEMU and `record` stopped, not left spinning on
+/// a core for the rest of the suite.
+impl Drop for Recording {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        if let Some(pid) = number(&live(&self.dir), "pid") {
+            // SAFETY: a signal to the QEMU this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The Debian VM (issue 36): systemd's boot from its kernel and initramfs-tools initrd to its
+# own power-off, plain QEMU against `record --sysroot ROOT`, in interleaved pairs (RUNS,
+# plain first in odd pairs), for each of ARCHS (amd64 arm64) on QEMU (10.2.2: the one that
+# reports exceptions). The VMs are the test fixtures (scripts/install-deps.sh builds them).
+#   record   the whole boot
+#   tfilter  the whole boot with -t 10us (what tests/debian_vm records)
+# Prints per layer: the pairs' wall and CPU ratios (median and range, CPU = user + system of
+# every thread, record's own included), the largest process's peak RSS, the trace's bytes,
+# the processes and modules record saw and named (its summary), and record's time after
+# QEMU exited (from the plugin's last write to record's end: the trace's assembly, symbols).
+# Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] bench/vm.sh
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+runs=${RUNS:-3}
+. "$root/bench/common.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+[ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
+cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
+qu="${CARGO_TARGET_DIR:-$root/target}/release/qemu-uftrace"
+version=${QEMU:-10.2.2}
+
+# The VM's boot (tests/src/debian_vm.rs builds the same command) into `argv`.
+vm_argv() {
+    local dir="$cache/debian-vm-$1" emulator machine append
+    [ -f "$dir/package" ] || { echo "bench/vm.sh: $dir is missing: run scripts/install-deps.sh" >&2; exit 2; }
+    case "$1" in
+        amd64)
+            emulator=qemu-system-x86_64
+            machine=(-M pc)
+            append="root=/dev/vda rw console=ttyS0 panic=-1 nokaslr no_timer_check cryptomgr.notests" ;;
+        arm64)
+            emulator=qemu-system-aarch64
+            machine=(-M virt -cpu cortex-a57)
+            append="root=/dev/vda rw console=ttyAMA0 panic=-1 nokaslr cryptomgr.notests" ;;
+    esac
+    local q
+    q=$(qemu_program "$version")
+    argv=("${q%qemu-system-aarch64}$emulator" "${machine[@]}" -m 1G -nographic -nic none
+        -no-reboot -smp 1 -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" -append "$append"
+        -drive "file=$dir/rootfs.ext4,if=virtio,format=raw,snapshot=on")
+    sysroot="$dir/root"
+}
+
+# One timed run into file $1: "wall max_rss_kb cpu".
+timed() {
+    local into=$1
+    shift
+    warm_memory
+    timed_into "%e %M %U %S" "$work/time" "$@"
+    awk '{ printf "%s %s %.2f\n", $1, $2, $3 + $4 }' "$work/time" >>"$into"
+}
+
+# A traced run of layer $1 into "$work/trace", its figures appended to "$work/$1.*".
+traced() {
+    local layer=$1 opts=()
+    [ "$layer" = tfilter ] && opts=(-t 10us)
+    rm -rf "$work/trace"
+    timed "$work/$layer" "$qu" record -o "$work/trace" --sysroot "$sysroot" "${opts[@]}" -- "${argv[@]}"
+    # /usr/bin/time writes its file as record ends; the plugin its stats as QEMU exits.
+    echo "$(stat -c %.9Y "$work/time") $(stat -c %.9Y "$work/trace/plugin.stats")" |
+        awk '{ printf "%.2f\n", $1 - $2 }' >>"$work/$layer.after"
+    du -sb "$work/trace" | cut -f1 >>"$work/$layer.bytes"
+    cp "$work/time.err" "$work/$layer.said"
+}
+
+layers=(${LAYERS:-record tfilter})
+for arch in ${ARCHS:-amd64 arm64}; do
+    vm_argv "$arch"
+    : >"$work/plain"
+    for l in "${layers[@]}"; do : >"$work/$l"; : >"$work/$l.after"; : >"$work/$l.bytes"; done
+    for i in $(seq "$runs"); do
+        if [ $((i % 2)) = 1 ]; then timed "$work/plain" "${argv[@]}"; fi
+        for l in "${layers[@]}"; do traced "$l"; done
+        if [ $((i % 2)) = 0 ]; then timed "$work/plain" "${argv[@]}"; fi
+    done
+    rm -rf "$work/trace"
+    echo "$arch on QEMU $version: plain wall $(cut -d' ' -f1 "$work/plain" | median) s, cpu $(cut -d' ' -f3 "$work/plain" | median) s, peak RSS $(($(cut -d' ' -f2 "$work/plain" | median) / 1024)) MB ($runs runs)"
+    for l in "${layers[@]}"; do
+        echo "  $l: $(ratio_line "$work/plain" "$work/$l")"
+        echo "    peak RSS $(($(cut -d' ' -f2 "$work/$l" | median) / 1024)) MB, trace $(($(median <"$work/$l.bytes") / 1048576)) MB, record after QEMU $(median <"$work/$l.after") s (medians)"
+        # What the last run's summary said of calls, processes and modules, and how many
+        # files it could not name (one warning each).
+        grep -E 'calls and|guest processes: [0-9]|kernel modules:|record: wrote' "$work/$l.said" |
+            sed 's/^qemu-uftrace: /    said: /'
+        echo "    files without symbols: $(grep -c 'has no symbols' "$work/$l.said"), with only exported ones: $(grep -c 'only its exported symbols' "$work/$l.said")"
+    done
+done
