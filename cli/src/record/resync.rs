@@ -311,23 +311,13 @@ impl<'a> Rewrite<'a> {
 impl Rewriter for Rewrite<'_> {
     fn push(&mut self, r: Record, out: &mut Vec<Record>) {
         let off = r.kind == RecordType::Event && r.addr == qemu_uftrace_format::events::TRACE_OFF;
-        if self.window.is_none() {
-            // Outside a filtered window (every record of a trace never switched): straight
-            // out, unless this record's marker opened one, which what it put in goes through.
-            let start = out.len();
-            self.unwind(r, out);
-            if let Some(w) = &mut self.window {
-                let fresh: Vec<Record> = out.drain(start..).collect();
-                fresh.into_iter().for_each(|x| w.push(x, out));
-            }
-        } else {
-            let mut raw = std::mem::take(&mut self.raw);
-            self.unwind(r, &mut raw);
-            match &mut self.window {
-                Some(w) => raw.drain(..).for_each(|x| w.push(x, out)),
-                None => out.append(&mut raw),
-            }
-            self.raw = raw;
+        // Straight out, but what comes while a filtered window is open (opened by this
+        // record's marker too) goes through it.
+        let start = out.len();
+        self.unwind(r, out);
+        if let Some(w) = &mut self.window {
+            self.raw.extend(out.drain(start..));
+            self.raw.drain(..).for_each(|x| w.push(x, out));
         }
         if off {
             self.window = None;
