@@ -77,8 +77,8 @@ pub fn assemble(
     if let Some(line) = &symbols.unnamed {
         crate::errors::note(line);
     }
-    // A run from a snapshot: the calls open at its start, unwound into the tasks' files
-    // before the assembly renumbers them.
+    // The frames the engine could not see (a snapshot's start, resyncs, switches on),
+    // unwound and spliced into the tasks' files before the assembly renumbers them.
     // The ELF files among the images QEMU loads and the symbol sources (a vmlinux).
     let mut image_paths: Vec<&Path> = prep
         .images
@@ -103,15 +103,10 @@ pub fn assemble(
         .collect();
     // Read once for both: in system mode the resyncs unwind with the same files.
     let system = super::resync::Loaded::new(staging, at_link);
-    let recovered = super::recover::recover(staging, &system)?;
-    if let Some(r) = &recovered {
-        for line in &r.problems {
-            warn(format!("stack not unwound: {line}"));
-        }
-    }
+    let starts = super::recover::unwind_starts(staging, &system)?;
     // User mode: each process image's cookies with its own files at their load biases (and
     // the first's with the ELF files `--symbols` names, moved by their offsets).
-    let resync_images = match prep.images.first() {
+    let user_images = match prep.images.first() {
         Some(program) if inv.is_user_mode() => {
             let mut images =
                 super::resync::user_images(staging, &program.path, inv.sysroot.as_deref(), &procs);
@@ -121,10 +116,13 @@ pub fn assemble(
                     first.push((s.path.clone(), s.offset));
                 }
             }
-            images
+            Some(images)
         }
-        _ => vec![system],
+        _ => None,
     };
+    let resync_images = user_images
+        .as_deref()
+        .unwrap_or(std::slice::from_ref(&system));
     // -F/-N where the guest ran them: a moved kernel's moved, a PIE's at its load bias.
     let program_bias = (prep.images.first()).and_then(|p| {
         let files = &resync_images.first()?.files;
@@ -139,7 +137,11 @@ pub fn assemble(
             .collect()
     };
     let gates = super::window_gates::Gates::new(ran_at("-F"), ran_at("-N"), prep.max_depth);
-    let resyncs = super::resync::unwind_resyncs(staging, &resync_images, gates.as_ref())?;
+    let resyncs = super::resync::unwind_resyncs(resync_images)?;
+    let (recovered, resyncs) = super::splice::splice(staging, starts, resyncs, gates.as_ref())?;
+    for line in recovered.iter().flat_map(|r| &r.problems) {
+        warn(format!("stack not unwound: {line}"));
+    }
     for line in resyncs.iter().flat_map(|r| &r.problems) {
         warn(format!("resync not unwound: {line}"));
     }

@@ -1,6 +1,6 @@
-//! Frames recovered by unwinding, open beneath the engine's own. Both passes that follow the
-//! run write them: `super::recover` at the start of a task that began mid-way, and
-//! `super::resync` at each marker where the engine resynced. The engine knew nothing of
+//! Frames recovered by unwinding, open beneath the engine's own. `super::splice` writes them
+//! at the start of a task that began mid-way (`super::recover`) and at each marker where the
+//! engine resynced or was switched on (`super::resync`). The engine knew nothing of
 //! those frames: its depths start at 0 above them, and it wrote each return past the bottom
 //! of its stack as an exit to the return's target (`Engine::outer_return`). Here such a
 //! return is matched to the recovered frame that returns there, and every other record moves
@@ -294,7 +294,7 @@ mod tests {
     }
 }
 
-/// What the tests of the passes that write beneath (`recover`, `resync`) draw streams with.
+/// What the tests of the splice that writes beneath draw streams with.
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;

@@ -12,6 +12,7 @@ pub mod prepare;
 pub mod recover;
 pub mod resync;
 pub mod run;
+pub mod splice;
 pub mod summary;
 pub mod symbols;
 pub mod window_gates;
