@@ -310,7 +310,7 @@ pub struct RecordArgs {
 
     /// FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32; repeatable
     ///
-    /// FUNC as for -F. Each value argN (in the calling convention's registers: x86_64
+    /// FUNC as for -F, or in user mode a shared library's function (getenv@arg1/s). Each value argN (in the calling convention's registers: x86_64
     /// arg1-arg6, aarch64 and riscv64 arg1-arg8) with a format: d (default), i, u, x, o,
     /// s (a string, read from guest memory: at most 98 bytes, <0x…> where it cannot be
     /// read), c or p, and a size of 8, 16, 32 or 64 bits. uftrace replay shows f(1, "x")
@@ -320,7 +320,7 @@ pub struct RecordArgs {
     /// FUNC's return value (uftrace's -R): FUNC@retval/d; repeatable
     ///
     /// FUNC@retval[/FORMAT], the formats as -A's. Read at FUNC's return instructions (its
-    /// symbol's size must be known); uftrace
+    /// symbol's size must be known; a function that leaves by a tail call shows none); uftrace
     /// replay shows } = 3; /* f */
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     pub retval: Vec<String>,

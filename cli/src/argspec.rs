@@ -34,6 +34,8 @@ pub struct FuncValues {
 pub struct ArgSpecs {
     pub info: InfoSpec,
     pub funcs: Vec<FuncValues>,
+    /// User mode: the shared libraries `Addr::Lib` functions are in.
+    pub libraries: Vec<crate::stop_at::Library>,
 }
 
 /// The last argument a register holds in `arch`'s calling convention.
@@ -62,6 +64,7 @@ impl ArgSpecs {
                 enums: Vec::new(),
             },
             funcs: Vec::new(),
+            libraries: names.libraries.clone(),
         };
         if argument.is_empty() && retval.is_empty() {
             return Ok(specs);
@@ -120,8 +123,12 @@ impl ArgSpecs {
         let mut out = String::new();
         for f in &self.funcs {
             let (place, addr) = match f.addr {
-                Addr::At(a) => ("A", a),
-                Addr::Pie(a) => ("P", a),
+                Addr::At(a) => ("A".to_string(), a),
+                Addr::Pie(a) => ("P".to_string(), a),
+                Addr::Lib(i, a) => match self.libraries.get(i as usize) {
+                    Some(l) => (format!("L {:x} {:x}", l.dev, l.ino), a),
+                    None => continue,
+                },
             };
             let args: Vec<String> = (f.values.iter())
                 .filter(|v| !v.is_retval())
@@ -560,17 +567,19 @@ fn auto_from(
     for (n, a) in &names.functions {
         symbols.entry(n.as_str()).or_default().push(*a);
     }
+    // An address as (its image, where in it).
     let split = |a: Addr| match a {
-        Addr::At(v) => (false, v),
-        Addr::Pie(v) => (true, v),
+        Addr::At(v) => (None, v),
+        Addr::Pie(v) => (Some(None), v),
+        Addr::Lib(i, v) => (Some(Some(i)), v),
     };
     // A DWARF function's symbol: of its name, at its low_pc or up to ENTRY_PAD before it.
     let symbol = |name: &str, low: Addr| -> Option<Addr> {
-        let (pie, low) = split(low);
+        let (image, low) = split(low);
         (symbols.get(name)?.iter().copied())
             .filter(|&a| {
-                let (p, at) = split(a);
-                p == pie && at <= low && low - at <= ENTRY_PAD
+                let (i, at) = split(a);
+                i == image && at <= low && low - at <= ENTRY_PAD
             })
             .max_by_key(|&a| split(a).1)
     };
@@ -832,6 +841,7 @@ mod tests {
                 .collect(),
             sources: 1,
             pie_entry: None,
+            libraries: Vec::new(),
         };
         let sizes = [
             (Addr::At(0x10), 8),
@@ -919,6 +929,7 @@ mod tests {
             .collect(),
             sources: 1,
             pie_entry: None,
+            libraries: Vec::new(),
         }
     }
 
@@ -1041,6 +1052,7 @@ mod tests {
                 .collect(),
             sources: 1,
             pie_entry: None,
+            libraries: Vec::new(),
         };
         let typed = vec![(
             many.iter()

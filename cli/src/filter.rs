@@ -166,6 +166,7 @@ mod tests {
                 .collect(),
             sources: 1,
             pie_entry: None,
+            libraries: Vec::new(),
         }
     }
 

@@ -39,11 +39,22 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
 
 /// Where a function is: at its run-time address, or (user mode, a position-independent
 /// program's) at its link address, which the plugin moves by the program's load bias once
-/// it runs (`pie_…=` options).
+/// it runs (`pie_…=` options), or (user mode, `-A`/`-R` only) at its link address in
+/// shared library `Names::libraries[i]`, which the plugin places where the guest maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Addr {
     At(u64),
     Pie(u64),
+    Lib(u32, u64),
+}
+
+/// A shared library a user-mode program maps, as the plugin knows its file (by device and
+/// inode, the host's: user mode maps host files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    pub path: std::path::PathBuf,
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// The functions a FUNC is resolved in: every symbol source's and, in user mode, the
@@ -55,6 +66,9 @@ pub struct Names {
     pub sources: usize,
     /// User mode, a PIE: its link entry point, which the plugin places its functions by.
     pub pie_entry: Option<u64>,
+    /// User mode, for `-A`/`-R`: the libraries whose functions are among `functions`
+    /// ([`Names::add_libraries`]).
+    pub libraries: Vec<Library>,
 }
 
 impl Names {
@@ -81,6 +95,42 @@ impl Names {
             (names.functions).extend(image.functions.iter().map(|f| (f.name.clone(), at(f.addr))));
         }
         names
+    }
+
+    /// User mode: the functions of the shared libraries `files` (the dynamic loader's
+    /// among them) at their link addresses, `Addr::Lib`; their sizes. A file that cannot be
+    /// read adds nothing (the symbol job says so after the run).
+    pub fn add_libraries(
+        &mut self,
+        files: &[std::path::PathBuf],
+        arch: qemu_uftrace_symbols::Arch,
+    ) -> std::collections::HashMap<Addr, u64> {
+        use std::os::unix::fs::MetadataExt;
+        let mut sizes = std::collections::HashMap::new();
+        let opts = qemu_uftrace_symbols::LoadOptions {
+            expected_arch: Some(arch),
+            ..Default::default()
+        };
+        for path in files {
+            let (Ok(meta), Ok(image)) = (
+                std::fs::metadata(path),
+                qemu_uftrace_symbols::load(path, &opts),
+            ) else {
+                continue;
+            };
+            let i = self.libraries.len() as u32;
+            self.libraries.push(Library {
+                path: path.clone(),
+                dev: meta.dev(),
+                ino: meta.ino(),
+            });
+            self.sources += 1;
+            for f in &image.functions {
+                self.functions.push((f.name.clone(), Addr::Lib(i, f.addr)));
+                sizes.insert(Addr::Lib(i, f.addr), f.size);
+            }
+        }
+        sizes
     }
 
     /// The plugin's `pie_entry=` option, for a PIE.
@@ -151,6 +201,8 @@ pub fn keyed(key: &str, addrs: &[Addr]) -> String {
         match *a {
             Addr::At(a) => at.push(a),
             Addr::Pie(a) => pie.push(a),
+            // Only `-A`/`-R` resolve in libraries (`Names::add_libraries`).
+            Addr::Lib(..) => {}
         }
     }
     let mut v = String::new();

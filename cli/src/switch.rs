@@ -111,7 +111,7 @@ pub fn resolve(option: &str, funcs: &[String], names: &crate::stop_at::Names) ->
         for a in crate::stop_at::resolve(option, func, names)? {
             match a {
                 crate::stop_at::Addr::At(a) => out.push(a),
-                crate::stop_at::Addr::Pie(_) => {
+                crate::stop_at::Addr::Pie(_) | crate::stop_at::Addr::Lib(..) => {
                     return Err(usage(
                         format!("{option} {func}: a position-independent program's functions cannot be triggers yet"),
                         "use `qemu-uftrace trace on|off` or --signal instead",

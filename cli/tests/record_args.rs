@@ -2,7 +2,8 @@
 //! from the guest's registers and memory, replayed by uftrace 0.13, 0.17 and 0.19 as
 //! uftrace shows its own. User mode: `tests/guests/user/args.c` logs each call as replay
 //! shows it; on x86_64 its `-pg` build recorded by native uftrace with the same specs is
-//! the other oracle. System mode: `tests/guests/sysargs.c` on bare metal, its own log, on
+//! the other oracle; `tests/guests/user/libargs.c`, a dynamic PIE's calls into libc, the
+//! same on all three (native uftrace on x86_64). System mode: `tests/guests/sysargs.c` on bare metal, its own log, on
 //! aarch64, riscv64 and x86_64 under QEMU 10.0, 10.2.2 and 11.1.3.
 
 mod common;
@@ -219,6 +220,139 @@ fn riscv64_user_arguments_and_return_values_match_the_log() {
     build("riscv64-linux-gnu-gcc", &["-static"], &elf);
     let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-riscv64"), &elf, true);
     assert_as_logged(&log, &ours);
+}
+
+/// A shared library's functions (`tests/guests/user/libargs.c`): their specs, their names.
+const LIB_SPECS: &[&str] = &[
+    "-A",
+    "getenv@arg1/s",
+    "-R",
+    "getenv@retval/s",
+    "-R",
+    "getpid@retval/d",
+];
+const LIB_FUNCS: &[&str] = &["getenv", "getpid"];
+
+/// Records dynamic PIE `program` (built from libargs.c) under `qemu` with [`LIB_SPECS`]:
+/// its log, and main's calls of [`LIB_FUNCS`] as replay shows them (`-D 2`: their own
+/// callees, the loader's lazy binding among them, hidden, as native uftrace's PLT hooks
+/// hide them). uftrace 0.13, 0.17 and 0.19 alike.
+fn record_library_calls(qemu: &[&str], program: &Path) -> (Vec<String>, Vec<String>) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(common::BIN)
+        .args(["record", "-o"])
+        .arg(&dir)
+        .args(LIB_SPECS)
+        .arg("--")
+        .args(qemu)
+        .arg(program)
+        .env("QU_ARGS", "yes")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "record {program:?} failed: {stderr}");
+    assert!(!stderr.contains("no record to go with"), "{stderr}");
+    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(log.len(), 2, "{log:?}");
+    let d = dir.to_string_lossy();
+    let mut lines: Option<Vec<String>> = None;
+    for u in uftrace_versions().expect("uftrace versions") {
+        let text = uftrace_at(
+            &u.program,
+            &["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d],
+        )
+        .expect("uftrace replay");
+        let these = library_lines(&text);
+        match &lines {
+            None => lines = Some(these),
+            Some(first) => assert_eq!(&these, first, "uftrace {} differs", u.version),
+        }
+    }
+    (log, lines.unwrap_or_default())
+}
+
+/// The replay lines of [`LIB_FUNCS`].
+fn library_lines(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .filter_map(replay_body)
+        .map(|(_, body)| body.trim().to_string())
+        .filter(|b| LIB_FUNCS.contains(&b.split(['(', ' ']).next().unwrap_or("")))
+        .collect()
+}
+
+fn build_libargs(gcc: &str, extra: &[&str], out: &Path) {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/guests/user/libargs.c");
+    let status = Command::new(gcc)
+        .args(["-O1", "-g", "-Wall", "-Werror"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(source)
+        .status()
+        .expect("run gcc");
+    assert!(status.success(), "{gcc} {extra:?} libargs.c");
+}
+
+#[test]
+fn x86_64_library_arguments_and_return_values_match_native_uftrace() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let (plain, pg) = (tmp.path().join("libargs"), tmp.path().join("libargs-pg"));
+    build_libargs("gcc", &["-fpie", "-pie"], &plain);
+    build_libargs("gcc", &["-pg"], &pg);
+    let qemu = cached("qemu-10.2.2/bin/qemu-x86_64");
+    let (log, ours) = record_library_calls(&[&qemu.to_string_lossy()], &plain);
+    assert_as_logged(&log, &ours);
+
+    // Native uftrace's own: its PLT hooks read the same values.
+    let data = tmp.path().join("native.data");
+    let d = data.to_string_lossy().into_owned();
+    let mut native = vec!["record", "--no-sched", "-d", &d];
+    native.extend(LIB_SPECS);
+    let pg = pg.to_string_lossy().into_owned();
+    native.push(&pg);
+    let status = Command::new("uftrace")
+        .args(&native)
+        .env("QU_ARGS", "yes")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("native uftrace record");
+    assert!(status.success(), "native uftrace record");
+    let text =
+        uftrace(&["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d]).expect("replay");
+    // The same lines, but for the pid (each run's own).
+    let no_pid = |v: &[String]| -> Vec<String> {
+        v.iter()
+            .filter(|l| !l.starts_with("getpid("))
+            .cloned()
+            .collect()
+    };
+    let theirs = library_lines(&text);
+    assert_eq!(theirs.len(), 2, "native:\n{text}");
+    assert_eq!(
+        no_pid(&ours),
+        no_pid(&theirs),
+        "ours against native:\n{text}"
+    );
+}
+
+#[test]
+fn aarch64_and_riscv64_library_arguments_and_return_values_match_the_log() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (arch, qemu) in [("aarch64", "qemu-aarch64"), ("riscv64", "qemu-riscv64")] {
+        let program = tmp.path().join(format!("libargs-{arch}"));
+        build_libargs(
+            &format!("{arch}-linux-gnu-gcc"),
+            &["-fpie", "-pie"],
+            &program,
+        );
+        let qemu = cached(&format!("qemu-10.2.2/bin/{qemu}"));
+        let root = format!("/usr/{arch}-linux-gnu");
+        let (log, ours) = record_library_calls(&[&qemu.to_string_lossy(), "-L", &root], &program);
+        assert_eq!(ours, log, "{arch}: trace against the program's own log");
+    }
 }
 
 /// Bare metal (`tests/guests/sysargs.c`): the same specs on every architecture and QEMU

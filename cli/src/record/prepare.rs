@@ -154,7 +154,7 @@ pub fn prepare(
     });
     // The sources read once for the names, the entries and the symbol job alike.
     let read = ReadOnce::new(&sources, Some(arch));
-    let names = if wants_names {
+    let mut names = if wants_names {
         crate::stop_at::Names::new(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)))
     } else {
         Default::default()
@@ -221,8 +221,14 @@ pub fn prepare(
                 "leave out -t, and filter by time when the trace is shown (replay -t)",
             ));
         }
-        let sizes =
+        let mut sizes =
             crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
+        // User mode: a FUNC may be a shared library's, placed where the guest maps it by
+        // the libraries' entries (so not without them: `program` is then none).
+        if let Some((path, _)) = &program {
+            let files = qemu::user_maps::expected_images(path, inv.sysroot.as_deref(), arch);
+            sizes.extend(names.add_libraries(files.get(1..).unwrap_or_default(), arch));
+        }
         // A bare `-A FUNC` of the kernel's syscall wrappers: the syscall's own arguments.
         if argument.iter().any(|a| !a.contains('@')) {
             let files: Vec<std::path::PathBuf> = (read.sources().iter())

@@ -130,20 +130,27 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
         let Some((_, func)) = args::returning_at(entry) else {
             return;
         };
-        let Some(kind) = func.ret else {
-            return;
-        };
         let (_, reg) = args::registers(crate::state::isa_or_default());
         crate::vcpu::with(vcpu_index, |v| {
-            // Only when it is the function returning (its frame on top).
-            if v.engine.stack().top().is_none_or(|f| f.func != entry) {
+            // The frame this return closes: this function's, or one with its own return
+            // value that ran into it without a call of its own (a program's PLT stub named
+            // for the library function it jumps to, a tail call).
+            let Some(top) = v.engine.stack().top().map(|f| f.func) else {
                 return;
-            }
+            };
+            let kind = if top == entry {
+                func.ret
+            } else {
+                args::spec_at(top).and_then(|f| f.ret)
+            };
+            let Some(kind) = kind else {
+                return;
+            };
             let mut payload = Vec::with_capacity(8);
             if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
                 return;
             }
-            v.engine.emit_carriers(carriers(true, entry, &payload));
+            v.engine.emit_carriers(carriers(true, top, &payload));
         });
     });
 }

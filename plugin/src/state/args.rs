@@ -3,7 +3,9 @@
 //! return value at their return instructions, decided at translation; no other function
 //! pays anything. One line a function:
 //! `A|P ENTRY END ARGS RET` (hex addresses; `P`: a PIE's link address, placed by its load
-//! bias as `aims` places `-F`'s), ARGS `-` or `N:K,…` (K `s` for a string, else the byte
+//! bias as `aims` places `-F`'s), or, user mode, `L DEV INO ENTRY END ARGS RET`: a shared
+//! library's function at its link address, in the file of that device and inode (hex), placed
+//! where the guest maps it (`state::lib_entries`). ARGS `-` or `N:K,…` (K `s` for a string, else the byte
 //! count of the register to keep; `N:K:OFF`, a kernel syscall wrapper's: the 8 bytes at
 //! the first argument register plus hex OFF, its `struct pt_regs`'s field), RET `-`, `s` or a byte count. END is the function's
 //! end, for its return instructions (0: unknown, no return value).
@@ -34,11 +36,17 @@ struct Table {
     at: FxHashMap<u64, usize>,
     /// A PIE's, by link address.
     pie: FxHashMap<u64, usize>,
+    /// A library's, by its file (device, inode) and link address.
+    lib: FxHashMap<LibAddr, usize>,
     funcs: Vec<Func>,
     /// Functions with a return value: (start, index), sorted, run-time and PIE apart.
     ret_at: Vec<(u64, usize)>,
     ret_pie: Vec<(u64, usize)>,
+    ret_lib: Vec<(LibAddr, usize)>,
 }
+
+/// A library's function: its file's device and inode, its link address.
+type LibAddr = (u64, u64, u64);
 
 static TABLE: OnceLock<Table> = OnceLock::new();
 
@@ -47,9 +55,13 @@ pub fn load(path: &Path, exec_image: bool) -> Result<(), String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("args_file={}: {e}", path.display()))?;
     let mut t = parse(&text).map_err(|e| format!("args_file={}: {e}", path.display()))?;
-    // An exec'd image runs another program: the first one's functions are not its.
+    // An exec'd image runs another program: the first one's functions are not its, but
+    // the libraries' are theirs wherever the same files are mapped.
     if exec_image {
-        t = Table::default();
+        t.at.clear();
+        t.pie.clear();
+        t.ret_at.clear();
+        t.ret_pie.clear();
     }
     let _ = TABLE.set(t);
     Ok(())
@@ -60,10 +72,14 @@ fn parse(text: &str) -> Result<Table, String> {
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let w: Vec<&str> = line.split_whitespace().collect();
         let bad = || format!("bad line {line:?}");
-        let [place, entry, end, args, ret] = w[..] else {
-            return Err(bad());
-        };
         let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+        let (place, file, [entry, end, args, ret]) = match w[..] {
+            ["L", dev, ino, entry, end, args, ret] => {
+                ("L", Some((hex(dev)?, hex(ino)?)), [entry, end, args, ret])
+            }
+            [place, entry, end, args, ret] => (place, None, [entry, end, args, ret]),
+            _ => return Err(bad()),
+        };
         let kind = |s: &str| -> Result<Kind, String> {
             match s {
                 "s" => Ok(Kind::Str),
@@ -109,11 +125,19 @@ fn parse(text: &str) -> Result<Table, String> {
                     t.ret_pie.push((entry, i));
                 }
             }
+            "L" => {
+                let (dev, ino) = file.ok_or_else(bad)?;
+                t.lib.insert((dev, ino, entry), i);
+                if has_ret {
+                    t.ret_lib.push(((dev, ino, entry), i));
+                }
+            }
             _ => return Err(bad()),
         }
     }
     t.ret_at.sort_unstable();
     t.ret_pie.sort_unstable();
+    t.ret_lib.sort_unstable();
     Ok(t)
 }
 
@@ -140,11 +164,25 @@ fn link(pc: u64) -> Option<u64> {
 
 /// The function whose entry is `pc` and has arguments to read.
 pub fn entry_at(pc: u64) -> Option<&'static Func> {
+    spec_at(pc).filter(|f| !f.args.is_empty())
+}
+
+/// The function whose entry is `pc` and has values to read.
+pub fn spec_at(pc: u64) -> Option<&'static Func> {
     let t = TABLE.get()?;
     let i =
         t.at.get(&named(pc))
-            .or_else(|| link(pc).and_then(|l| t.pie.get(&l)))?;
-    t.funcs.get(*i).filter(|f| !f.args.is_empty())
+            .or_else(|| link(pc).and_then(|l| t.pie.get(&l)))
+            .or_else(|| in_library(t, pc).and_then(|l| t.lib.get(&l)))?;
+    t.funcs.get(*i)
+}
+
+/// Run-time `pc` in a placed library, when some library's functions have values to read.
+fn in_library(t: &Table, pc: u64) -> Option<LibAddr> {
+    if t.lib.is_empty() {
+        return None;
+    }
+    crate::state::lib_entries::link_of(pc)
 }
 
 /// The function with a return value whose code holds `pc` (a return instruction): its
@@ -161,9 +199,16 @@ pub fn returning_at(pc: u64) -> Option<(u64, &'static Func)> {
     if let Some((start, i)) = find(&t.ret_at, named(pc)) {
         return Some((start.wrapping_add(shift), &t.funcs[i]));
     }
-    let l = link(pc)?;
-    let (start, i) = find(&t.ret_pie, l)?;
-    Some((start.wrapping_add(pc.wrapping_sub(l)), &t.funcs[i]))
+    if let Some(l) = link(pc) {
+        if let Some((start, i)) = find(&t.ret_pie, l) {
+            return Some((start.wrapping_add(pc.wrapping_sub(l)), &t.funcs[i]));
+        }
+    }
+    let (dev, ino, l) = in_library(t, pc)?;
+    let n = (t.ret_lib).partition_point(|&(k, _)| k <= (dev, ino, l));
+    let ((file_dev, file_ino, start), i) = *t.ret_lib.get(n.checked_sub(1)?)?;
+    ((file_dev, file_ino) == (dev, ino) && l < t.funcs[i].end)
+        .then(|| (start.wrapping_add(pc.wrapping_sub(l)), &t.funcs[i]))
 }
 
 /// The registers of the calling convention: arguments in order, and the return value.
@@ -204,5 +249,9 @@ mod tests {
         assert!(parse("A 1000 1040 1:9 -").is_err());
         assert!(parse("X 1000 1040 - -").is_err());
         assert!(parse("A 1000 1040 1:8:zz -").is_err());
+        let t = parse("L 803 1f2e 4000 4080 1:s 8\nL 803 1f2e 5000 0 2:4 -\n").unwrap();
+        assert_eq!(t.lib.get(&(0x803, 0x1f2e, 0x5000)), Some(&1));
+        assert_eq!(t.ret_lib, [((0x803, 0x1f2e, 0x4000), 0)]);
+        assert!(parse("L 803 4000 4080 1:s 8").is_err());
     }
 }

@@ -191,6 +191,15 @@ fn around<R>(
     Some(f(&LIBS.get()?[p.lib].functions, p.bias, (p.lo, p.hi)))
 }
 
+/// The library placed around run-time `pc`: its file's device and inode, and `pc` at its
+/// link address (`-A`/`-R` of a library's function, `state::args`).
+pub fn link_of(pc: u64) -> Option<(u64, u64, u64)> {
+    let placed = PLACED.read().unwrap_or_else(|e| e.into_inner());
+    let p = placed.iter().find(|p| p.lo <= pc && pc < p.hi)?;
+    let lib = LIBS.get()?.get(p.lib)?;
+    Some((lib.dev, lib.ino, pc.wrapping_sub(p.bias)))
+}
+
 /// Whether a direct jump at `pc` to `target` enters a library's function (from inside the
 /// library as `Functions::enters` decides, from elsewhere when `target` is an entry).
 pub fn enters(pc: u64, target: u64) -> bool {
