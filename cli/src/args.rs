@@ -310,8 +310,8 @@ pub struct RecordArgs {
 
     /// FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32; repeatable
     ///
-    /// FUNC as for -F, or in user mode a shared library's function (getenv@arg1/s). Each value argN (in the calling convention's registers: x86_64
-    /// arg1-arg6, aarch64 and riscv64 arg1-arg8) with a format: d (default), i, u, x, o,
+    /// FUNC as for -F, or in user mode a shared library's function (getenv@arg1/s). Each value argN (arg1 to arg32; past the calling convention's
+    /// registers, x86_64 arg6 and aarch64 and riscv64 arg8, read from the stack) with a format: d (default), i, u, x, o,
     /// s (a string, read from guest memory: at most 98 bytes, <0x…> where it cannot be
     /// read), c or p, and a size of 8, 16, 32 or 64 bits. uftrace replay shows f(1, "x")
     #[arg(short = 'A', long = "argument", value_name = "SPEC")]
@@ -332,7 +332,7 @@ pub struct RecordArgs {
     /// --symbols that have DWARF: integers by size and sign, char * as strings, other
     /// pointers in hex, named enums by name (other enums and bool as integers); a function
     /// taking a float or a struct
-    /// by value is left out, and so are arguments past the registers. -A/-R win where they
+    /// by value is left out. -A/-R win where they
     /// name a function (-A for its arguments, -R for its return value). With -F, only the
     /// functions -F selects (not their callees: unlike uftrace's -a, which gives every
     /// function it records), less those -N names; at most 4,000 functions (a kernel's

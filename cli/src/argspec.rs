@@ -36,6 +36,8 @@ pub struct ArgSpecs {
     pub funcs: Vec<FuncValues>,
     /// User mode: the shared libraries `Addr::Lib` functions are in.
     pub libraries: Vec<crate::stop_at::Library>,
+    /// Whose calling convention the values are read by.
+    pub arch: Option<Arch>,
 }
 
 /// The last argument a register holds in `arch`'s calling convention.
@@ -65,6 +67,7 @@ impl ArgSpecs {
             },
             funcs: Vec::new(),
             libraries: names.libraries.clone(),
+            arch: Some(arch),
         };
         if argument.is_empty() && retval.is_empty() {
             return Ok(specs);
@@ -72,7 +75,7 @@ impl ArgSpecs {
         let mut exacts: HashMap<Addr, Vec<bool>> = HashMap::new();
         let given = (argument.iter().map(|s| ("-A", s))).chain(retval.iter().map(|s| ("-R", s)));
         for (option, text) in given {
-            let spec = fargs::parse(text, max_register_arg(arch)).map_err(|e| {
+            let spec = fargs::parse(text, fargs::MAX_ARG).map_err(|e| {
                 usage(
                     format!("{option} {e}"),
                     "write it as uftrace does: FUNC@arg1/s,arg2/x32 or FUNC@retval/d",
@@ -118,6 +121,20 @@ impl ArgSpecs {
         self.funcs.is_empty()
     }
 
+    /// Where argument `idx` is at the function's first instruction when the registers do
+    /// not hold it: its stack slot's offset from the stack pointer (x86_64: past the return
+    /// address the call pushed; aarch64 and riscv64: the first slot at sp). One 8-byte
+    /// slot an argument, as for every integer class argument of the three conventions.
+    fn stack_offset(&self, idx: u8) -> Option<u64> {
+        let arch = self.arch?;
+        let past = idx.checked_sub(max_register_arg(arch)).filter(|&n| n > 0)?;
+        let slot = 8 * u64::from(past - 1);
+        Some(match arch {
+            Arch::X86_64 => 8 + slot,
+            Arch::Aarch64 | Arch::Riscv64 => slot,
+        })
+    }
+
     /// The plugin's list (`state::args`): one line a function.
     pub fn plugin_list(&self) -> String {
         let mut out = String::new();
@@ -132,13 +149,17 @@ impl ArgSpecs {
             };
             let args: Vec<String> = (f.values.iter())
                 .filter(|v| !v.is_retval())
-                .map(|v| match f.pt_regs {
-                    // Read from memory at the first argument (the pt_regs) plus the offset.
+                .filter_map(|v| match f.pt_regs {
+                    // Read from memory at the first argument (the pt_regs) plus the offset
+                    // (a syscall has six at most).
                     Some(at) => {
-                        let off = at.get(usize::from(v.idx) - 1).copied().unwrap_or(0);
-                        format!("{}:{}:{off:x}", v.idx, v.plugin_word())
+                        let off = at.get(usize::from(v.idx) - 1)?;
+                        Some(format!("{}:{}:{off:x}", v.idx, v.plugin_word()))
                     }
-                    None => format!("{}:{}", v.idx, v.plugin_word()),
+                    None => match self.stack_offset(v.idx) {
+                        Some(off) => Some(format!("{}:{}:sp+{off:x}", v.idx, v.plugin_word())),
+                        None => Some(format!("{}:{}", v.idx, v.plugin_word())),
+                    },
                 })
                 .collect();
             let args = if args.is_empty() {
@@ -611,8 +632,10 @@ fn auto_from(
                     for (name, vals) in &s.enums {
                         enums.entry(name.clone()).or_insert_with(|| vals.clone());
                     }
+                    // Past the registers, from the stack: every argument here is an
+                    // integer class one (a function with others has no spec), one slot each.
                     let args: Vec<String> = (s.args.iter())
-                        .take(max_register_arg(arch) as usize)
+                        .take(fargs::MAX_ARG as usize)
                         .enumerate()
                         .map(|(i, w)| format!("arg{}/{w}", i + 1))
                         .collect();
@@ -1099,10 +1122,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("did you mean greet"), "{e}");
-        let e = ArgSpecs::resolve(&["add@arg7".into()], &[], &n, &s, Arch::X86_64)
+        // Past the registers: from the stack, x86_64's past the return address.
+        let stack = |arch| {
+            (ArgSpecs::resolve(&["add@arg7,arg9".into()], &[], &n, &s, arch).unwrap()).plugin_list()
+        };
+        assert_eq!(stack(Arch::X86_64), "A 10 18 7:8:sp+8,9:8:sp+18 -\n");
+        assert_eq!(stack(Arch::Aarch64), "A 10 18 7:8,9:8:sp+0 -\n");
+        let e = ArgSpecs::resolve(&["add@arg33".into()], &[], &n, &s, Arch::X86_64)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("stack"), "{e}");
-        assert!(ArgSpecs::resolve(&["add@arg7".into()], &[], &n, &s, Arch::Aarch64).is_ok());
+        assert!(e.contains("at most arg32"), "{e}");
     }
 }

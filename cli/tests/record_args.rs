@@ -30,8 +30,11 @@ const ARGS: &[&str] = &[
     "narrow@arg1/u8,arg2/i16,arg3/u32",
     "six@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i",
 ];
-/// Beyond x86_64's six argument registers: aarch64 and riscv64 only.
+/// Past x86_64's six argument registers (its arg7 and arg8 on the stack), and past every
+/// convention's (ten's arg9 and arg10).
 const ARGS_EIGHT: &str = "eight@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i,arg7/i,arg8/i";
+const ARGS_TEN: &str =
+    "ten@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i,arg7/i,arg8/i,arg9/i,arg10/i32";
 /// Every function's return value (`^` a regular expression, as `-F` takes it).
 const RETVALS: &[&str] = &[
     "^add$@retval/i32",
@@ -46,8 +49,9 @@ const RETVALS: &[&str] = &[
     "six@retval/i",
 ];
 const RETVAL_EIGHT: &str = "eight@retval/i";
+const RETVAL_TEN: &str = "ten@retval/i";
 const FUNCS: &[&str] = &[
-    "add", "neg", "greet", "pick", "ptr", "paint", "up", "bad", "narrow", "six", "eight",
+    "add", "neg", "greet", "pick", "ptr", "paint", "up", "bad", "narrow", "six", "eight", "ten",
 ];
 
 fn source() -> PathBuf {
@@ -74,13 +78,16 @@ fn build(gcc: &str, extra: &[&str], out: &Path) {
     assert!(status.success(), "{gcc} {extra:?} args.c");
 }
 
-/// `-A …`/`-R …` for `record` (ours and uftrace's alike).
-fn spec_options(eight: bool) -> Vec<String> {
+/// `-A …`/`-R …` for `record` (ours and uftrace's alike); `stack`: the arguments past the
+/// registers too.
+fn spec_options(stack: bool) -> Vec<String> {
     let mut v = Vec::new();
-    for a in ARGS.iter().copied().chain(eight.then_some(ARGS_EIGHT)) {
+    let more = [ARGS_EIGHT, ARGS_TEN];
+    for a in ARGS.iter().chain(more.iter().filter(|_| stack)) {
         v.extend(["-A".to_string(), a.to_string()]);
     }
-    for r in RETVALS.iter().copied().chain(eight.then_some(RETVAL_EIGHT)) {
+    let more = [RETVAL_EIGHT, RETVAL_TEN];
+    for r in RETVALS.iter().chain(more.iter().filter(|_| stack)) {
         v.extend(["-R".to_string(), r.to_string()]);
     }
     v
@@ -111,22 +118,22 @@ fn logged(stdout: &str) -> Vec<String> {
 
 /// Records `program` under `qemu` with the specs: its log and our trace's lines of the
 /// spec'd functions as each uftrace version replays them (all alike).
-fn record_ours(qemu: &Path, program: &Path, eight: bool) -> (Vec<String>, Vec<String>) {
+fn record_ours(qemu: &Path, program: &Path, stack: bool) -> (Vec<String>, Vec<String>) {
     let argv = [qemu.display().to_string(), program.display().to_string()];
-    let (log, lines) = record_argv(&argv, eight);
-    assert_eq!(log.len(), 13, "{log:?}");
+    let (log, lines) = record_argv(&argv, stack);
+    assert_eq!(log.len(), 14, "{log:?}");
     (log, lines)
 }
 
 /// [`record_ours`] of the QEMU command line `argv`.
-fn record_argv(argv: &[String], eight: bool) -> (Vec<String>, Vec<String>) {
+fn record_argv(argv: &[String], stack: bool) -> (Vec<String>, Vec<String>) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
     let out = Command::new(common::BIN)
         .arg("record")
         .arg("-o")
         .arg(&dir)
-        .args(spec_options(eight))
+        .args(spec_options(stack))
         .arg("--")
         .args(argv)
         .stdin(std::process::Stdio::null())
@@ -168,12 +175,8 @@ fn x86_64_user_arguments_and_return_values_match_native_uftrace() {
     let pg = tmp.path().join("args-pg");
     build("gcc", &["-fpie", "-pie"], &plain);
     build("gcc", &["-pg"], &pg);
-    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-x86_64"), &plain, false);
-    // x86_64 passes eight's 7th and 8th on the stack: not asked for.
-    let mut want = log.clone();
-    let last = want.len() - 1;
-    want[last] = "eight();".into();
-    assert_as_logged(&want, &ours);
+    let (log, ours) = record_ours(&cached("qemu-10.2.2/bin/qemu-x86_64"), &plain, true);
+    assert_as_logged(&log, &ours);
 
     let data = tmp.path().join("native.data");
     let d = data.to_string_lossy().into_owned();
@@ -185,7 +188,7 @@ fn x86_64_user_arguments_and_return_values_match_native_uftrace() {
         "-d".into(),
         d.clone(),
     ];
-    native.extend(spec_options(false));
+    native.extend(spec_options(true));
     native.push(pg.to_string_lossy().into_owned());
     let native: Vec<&str> = native.iter().map(String::as_str).collect();
     uftrace(&native).expect("native uftrace record");
@@ -458,7 +461,7 @@ fn export_shows_arguments_as_slice_args() {
 }
 
 /// `-a`: every function of the program with DWARF, by its types (as uftrace's -a: the
-/// enum by name; x86_64's seventh and eighth arguments, on the stack, are left out).
+/// enum by name; the arguments past the registers from the stack).
 #[test]
 fn auto_args_follow_dwarf_types() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -486,9 +489,6 @@ fn auto_args_follow_dwarf_types() {
             if l.starts_with("paint(") {
                 *l = "paint(BLUE) = 12;".into();
             }
-            if arch == "x86_64" && l.starts_with("eight(") {
-                *l = "eight(1, 2, 3, 4, 5, 6) = 20;".into();
-            }
         }
         let d = dir.to_string_lossy();
         for u in uftrace_versions().expect("uftrace versions") {
@@ -515,7 +515,7 @@ fn bad_specs_are_one_line() {
     build("gcc", &["-static"], &elf);
     for (opts, want) in [
         (&["-A", "ad@arg1"][..], "did you mean add"),
-        (&["-A", "add@arg7"][..], "passed on the stack"),
+        (&["-A", "add@arg33"][..], "at most arg32"),
         (&["-A", "add@arg1/f"][..], "floating point"),
         (&["-R", "add@retval/q"][..], "unknown format"),
         (&["-A", "add@arg1", "-t", "1us"][..], "beside a time filter"),

@@ -77,8 +77,12 @@ impl fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
+/// The last argument a spec may name: past the calling convention's registers they are
+/// read from the stack (uftrace reads up to ~100 slots; beyond a few dozen is no C API).
+pub const MAX_ARG: u8 = 32;
+
 /// Parses `FUNC@VALUE[,VALUE…]`, each VALUE `argN[/FMT[SIZE]]` or `retval[/FMT[SIZE]]`;
-/// `max_arg` is the last argument the calling convention passes in a register.
+/// `max_arg` is the last argument that may be named ([`MAX_ARG`]).
 pub fn parse(spec: &str, max_arg: u8) -> Result<FuncSpec, SpecError> {
     let err = |why: String| SpecError(format!("{spec}: {why}"));
     let Some((pattern, actions)) = spec.split_once('@') else {
@@ -112,10 +116,7 @@ fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
             return Err(format!("{text}: arguments count from arg1"));
         }
         if n > max_arg {
-            return Err(format!(
-                "{text}: passed on the stack by this calling convention (registers hold \
-                 arg1 to arg{max_arg}); not read yet"
-            ));
+            return Err(format!("{text}: at most arg{max_arg} is read"));
         }
         (n, &rest[digits..])
     } else if text.starts_with("fparg") {
@@ -716,7 +717,7 @@ mod tests {
         assert_eq!(parse("c@arg1/c", 8).unwrap().values[0].size, 1);
         for (bad, why) in [
             ("f", "no value named"),
-            ("f@arg7", "passed on the stack"),
+            ("f@arg7", "at most arg6"),
             ("f@arg1/f", "floating point"),
             ("f@arg1/q", "unknown format"),
             ("f@arg1/x12", "size must be"),

@@ -5,7 +5,7 @@
 //! rather than fault the guest, and a string it cannot read to its end is marked.
 
 use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_R_REGS};
-use crate::state::args::{self, Kind};
+use crate::state::args::{self, Kind, Mem};
 use crate::state::guest::ByteBuf;
 use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
 use qemu_uftrace_format::record::RecordType;
@@ -54,8 +54,8 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
 
 /// Reads one value into `payload`; `None` where the register cannot be read (then nothing
 /// is written: no value shown that was not read).
-/// `at`: a syscall wrapper's, the value is the 8 bytes at the register's pointer plus `at`
-/// (its `struct pt_regs`), read without faulting; unreadable, nothing is written.
+/// `at`: the value is the 8 bytes at the register's value plus `at` (a syscall wrapper's
+/// `struct pt_regs`, the stack), read without faulting; unreadable, nothing is written.
 fn read_value(
     regs: &mut ByteBuf,
     reg: &str,
@@ -89,7 +89,9 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
         let Some(func) = args::entry_at(pc) else {
             return;
         };
-        let (regs, _) = args::registers(crate::state::isa_or_default());
+        let isa = crate::state::isa_or_default();
+        let (regs, _) = args::registers(isa);
+        let sp = args::stack_pointer(isa);
         crate::vcpu::with(vcpu_index, |v| {
             // Only right after this function's ENTRY (not where it was not written: a
             // filter, its depth; not a loop back to its first instruction), or after it and
@@ -104,11 +106,17 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
             }
             let mut payload = Vec::with_capacity(32);
             for &(n, kind, at) in &func.args {
-                // A syscall wrapper's arguments are all read through its first.
-                let Some(reg) = regs.get(if at.is_some() { 0 } else { n as usize }) else {
+                // A syscall wrapper's arguments are all read through its first, those past
+                // the registers from the stack.
+                let (reg, off) = match at {
+                    None => (regs.get(n as usize).copied(), None),
+                    Some(Mem::FirstArg(off)) => (regs.first().copied(), Some(off)),
+                    Some(Mem::Stack(off)) => (Some(sp), Some(off)),
+                };
+                let Some(reg) = reg else {
                     return;
                 };
-                if read_value(&mut v.regs, reg, at, kind, &mut payload).is_none() {
+                if read_value(&mut v.regs, reg, off, kind, &mut payload).is_none() {
                     return;
                 }
             }

@@ -7,7 +7,8 @@
 //! library's function at its link address, in the file of that device and inode (hex), placed
 //! where the guest maps it (`state::lib_entries`). ARGS `-` or `N:K,…` (K `s` for a string, else the byte
 //! count of the register to keep; `N:K:OFF`, a kernel syscall wrapper's: the 8 bytes at
-//! the first argument register plus hex OFF, its `struct pt_regs`'s field), RET `-`, `s` or a byte count. END is the function's
+//! the first argument register plus hex OFF, its `struct pt_regs`'s field; `N:K:sp+OFF`, an
+//! argument past the registers: the 8 bytes at the stack pointer plus hex OFF), RET `-`, `s` or a byte count. END is the function's
 //! end, for its return instructions (0: unknown, no return value).
 
 use rustc_hash::FxHashMap;
@@ -21,11 +22,21 @@ pub enum Kind {
     Str,
 }
 
-/// One function's values: arguments (register index from 0, kind, and for a syscall
-/// wrapper the offset from the first argument's pointer where the value is) and return value.
+/// Where in memory an argument is at the function's first instruction: 8 bytes at an
+/// offset from a register's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mem {
+    /// From the first argument's (a syscall wrapper's `struct pt_regs *`).
+    FirstArg(u32),
+    /// From the stack pointer (an argument past the registers).
+    Stack(u32),
+}
+
+/// One function's values: arguments (register index from 0, kind, and where it is in
+/// memory when no register holds it) and return value.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Func {
-    pub args: Vec<(u8, Kind, Option<u32>)>,
+    pub args: Vec<(u8, Kind, Option<Mem>)>,
     pub ret: Option<Kind>,
     pub end: u64,
 }
@@ -98,8 +109,12 @@ fn parse(text: &str) -> Result<Table, String> {
             for a in args.split(',') {
                 let (n, k) = a.split_once(':').ok_or_else(bad)?;
                 let n: u8 = n.parse().map_err(|_| bad())?;
+                let off = |o: &str| u32::from_str_radix(o, 16).map_err(|_| bad());
                 let (k, off) = match k.split_once(':') {
-                    Some((k, off)) => (k, Some(u32::from_str_radix(off, 16).map_err(|_| bad())?)),
+                    Some((k, o)) => match o.strip_prefix("sp+") {
+                        Some(o) => (k, Some(Mem::Stack(off(o)?))),
+                        None => (k, Some(Mem::FirstArg(off(o)?))),
+                    },
                     None => (k, None),
                 };
                 f.args
@@ -211,6 +226,14 @@ pub fn returning_at(pc: u64) -> Option<(u64, &'static Func)> {
         .then(|| (start.wrapping_add(pc.wrapping_sub(l)), &t.funcs[i]))
 }
 
+/// The stack pointer's register (arguments past the registers are above it).
+pub fn stack_pointer(isa: &dyn qemu_uftrace_engine::arch::Isa) -> &'static str {
+    match isa.gpr_name(0).as_str() {
+        "rax" => "rsp",
+        _ => "sp",
+    }
+}
+
 /// The registers of the calling convention: arguments in order, and the return value.
 pub fn registers(
     isa: &dyn qemu_uftrace_engine::arch::Isa,
@@ -231,9 +254,18 @@ mod tests {
 
     #[test]
     fn lines_parse() {
-        let t = parse("A 1000 1040 1:8,2:s 4\nP 2000 0 3:1 -\nA 3000 0 2:s:8 -\n").unwrap();
+        let t = parse("A 1000 1040 1:8,2:s 4\nP 2000 0 3:1 -\nA 3000 0 2:s:8 9:4:sp+10 -\n");
+        assert!(t.is_err(), "one word for the arguments");
+        let t =
+            parse("A 1000 1040 1:8,2:s 4\nP 2000 0 3:1 -\nA 3000 0 2:s:8,9:4:sp+10 -\n").unwrap();
         assert_eq!(t.funcs.len(), 3);
-        assert_eq!(t.funcs[2].args, [(1, Kind::Str, Some(8))]);
+        assert_eq!(
+            t.funcs[2].args,
+            [
+                (1, Kind::Str, Some(Mem::FirstArg(8))),
+                (8, Kind::Int(4), Some(Mem::Stack(0x10)))
+            ]
+        );
         assert_eq!(
             t.funcs[0],
             Func {

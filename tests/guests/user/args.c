@@ -1,6 +1,6 @@
 /* Arguments and return values (cli/tests/record_args.rs): leaf functions taking ints of
- * each size and sign, negatives, pointers, strings (long, NULL, unreadable), chars and
- * enums, each call logged by main as uftrace replay shows it under the specs of
+ * each size and sign, negatives, pointers, strings (long, NULL, unreadable), chars,
+ * enums and arguments past the registers (on the stack), each call logged by main as uftrace replay shows it under the specs of
  * ARGS_SPECS in the test ("log: add(1, 2) = 3;"). Built plainly (qemu-uftrace) and with
  * -pg (native uftrace, x86_64); -O1, no sibling calls, no inlining. */
 #include <stdio.h>
@@ -38,6 +38,13 @@ NOINLINE long eight(long a, long b, long c, long d, long e, long f, long g, long
 {
 	return a + b + c + d + e + f + g + h;
 }
+/* Past every convention's argument registers: i and j on the stack everywhere (and g, h
+ * on x86_64), a negative int among them. */
+NOINLINE long ten(long a, long b, long c, long d, long e, long f, long g, long h, long i,
+		  int j)
+{
+	return a + b + c + d + e + f + g + h + i + j;
+}
 
 int main(int argc, char **argv)
 {
@@ -73,5 +80,7 @@ int main(int argc, char **argv)
 	printf("log: six(1, -2, 3, -4, 5, -6) = %ld;\n", l);
 	l = eight(1, 2, 3, 4, 5, 6, 7, -8);
 	printf("log: eight(1, 2, 3, 4, 5, 6, 7, -8) = %ld;\n", l);
+	l = ten(1, 2, 3, 4, 5, 6, 7, 8, 9, -10);
+	printf("log: ten(1, 2, 3, 4, 5, 6, 7, 8, 9, -10) = %ld;\n", l);
 	return 0;
 }
