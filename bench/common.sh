@@ -2,6 +2,14 @@
 
 cache="${QEMU_UFTRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/qemu-uftrace}"
 
+# The fixtures (the install script, unless QEMU_UFTRACE_BENCH_READY=1 says they are there)
+# and the release recorder, its path in `qu` (CARGO_TARGET_DIR honoured).
+bench_recorder() {
+    [ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
+    cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
+    qu="${CARGO_TARGET_DIR:-$root/target}/release/qemu-uftrace"
+}
+
 # The emulator of a QEMU version the install script provides: 10.0 (bookworm-backports, on
 # PATH), 10.2.2 (built from Debian's source), 11.1.3 (trixie-backports); or a path.
 qemu_program() {

@@ -18,8 +18,7 @@ runs=${RUNS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
-qu="$root/target/release/qemu-uftrace"
+bench_recorder
 
 what=${1:-kernel}
 if [ -d "$what" ]; then

@@ -26,9 +26,7 @@ runs=${RUNS:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-[ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
-qu="${CARGO_TARGET_DIR:-$root/target}/release/qemu-uftrace"
+bench_recorder
 layers=(plain full late)
 
 # One timed run into "$work/$1": "wall cpu".

@@ -43,10 +43,7 @@ runs=${RUNS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# QEMU_UFTRACE_BENCH_READY=1: the fixtures are known to be installed (as bench/user.sh).
-[ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
-qu="$root/target/release/qemu-uftrace"
+bench_recorder
 
 # One timed run: prints "seconds max_rss_kb cpu_seconds" (user + system, every thread).
 timed() {

@@ -29,11 +29,7 @@ runs=${RUNS:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-if [ -z "${QEMU_UFTRACE_BENCH_READY:-}" ]; then
-    "$root/scripts/install-deps.sh" >&2
-    cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
-fi
-qu="${CARGO_TARGET_DIR:-$root/target}/release/qemu-uftrace"
+bench_recorder
 q102="$cache/qemu-10.2.2"
 contrib="$q102/plugins/libuftrace.so"
 

@@ -18,9 +18,7 @@ runs=${RUNS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-[ -n "${QEMU_UFTRACE_BENCH_READY:-}" ] || "$root/scripts/install-deps.sh" >&2
-cargo build --quiet --release --manifest-path "$root/Cargo.toml" -p qemu-uftrace
-qu="${CARGO_TARGET_DIR:-$root/target}/release/qemu-uftrace"
+bench_recorder
 version=${QEMU:-10.2.2}
 
 # The VM's boot (tests/src/debian_vm.rs builds the same command) into `argv`.
