@@ -93,15 +93,15 @@ fn spec_options(stack: bool) -> Vec<String> {
     v
 }
 
-/// The replay lines of the spec'd functions (what follows `|`, trimmed), in order.
-fn spec_lines(replay: &str) -> Vec<String> {
+/// The replay lines of `funcs` (what follows `|`, trimmed), in order.
+fn lines_of(replay: &str, funcs: &[&str]) -> Vec<String> {
     replay
         .lines()
         .filter_map(replay_body)
         .map(|(_, body)| body.trim().to_string())
         .filter(|b| {
             let name = b.split(['(', ' ', ';']).next().unwrap_or("");
-            FUNCS.contains(&name)
+            funcs.contains(&name)
         })
         .collect()
 }
@@ -127,38 +127,55 @@ fn record_ours(qemu: &Path, program: &Path, stack: bool) -> (Vec<String>, Vec<St
 
 /// [`record_ours`] of the QEMU command line `argv`.
 fn record_argv(argv: &[String], stack: bool) -> (Vec<String>, Vec<String>) {
+    let (_tmp, dir, log) = record_logged(&spec_options(stack), argv, &[]);
+    (log, replayed_alike(&dir, &[], FUNCS))
+}
+
+/// Records QEMU command line `argv` with `options` (and `env` for the guest): the temp dir
+/// (keep it alive), the trace, and the guest's log. Every read went with its record.
+fn record_logged<S: AsRef<std::ffi::OsStr>>(
+    options: &[S],
+    argv: &[S],
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, PathBuf, Vec<String>) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
     let out = Command::new(common::BIN)
         .arg("record")
         .arg("-o")
         .arg(&dir)
-        .args(spec_options(stack))
+        .args(options)
         .arg("--")
         .args(argv)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run qemu-uftrace");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "record {argv:?} failed: {stderr}");
-    // Every read went with its record.
+    let shown: Vec<_> = argv.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(out.status.success(), "record {shown:?} failed: {stderr}");
     assert!(!stderr.contains("no record to go with"), "{stderr}");
     let log = logged(&String::from_utf8_lossy(&out.stdout));
+    (tmp, dir, log)
+}
+
+/// The lines of `funcs` in main's calls as uftrace 0.13, 0.17 and 0.19 replay trace `dir`
+/// with `extra` options, all alike.
+fn replayed_alike(dir: &Path, extra: &[&str], funcs: &[&str]) -> Vec<String> {
     let d = dir.to_string_lossy();
     let mut lines: Option<Vec<String>> = None;
     for u in uftrace_versions().expect("uftrace versions") {
-        let text = uftrace_at(
-            &u.program,
-            &["replay", "--no-pager", "-F", "main", "-d", &d],
-        )
-        .expect("uftrace replay");
-        let these = spec_lines(&text);
+        let mut args = vec!["replay", "--no-pager", "-F", "main"];
+        args.extend(extra);
+        args.extend(["-d", &d]);
+        let text = uftrace_at(&u.program, &args).expect("uftrace replay");
+        let these = lines_of(&text, funcs);
         match &lines {
             None => lines = Some(these),
             Some(first) => assert_eq!(&these, first, "uftrace {} differs", u.version),
         }
     }
-    (log, lines.unwrap_or_default())
+    lines.unwrap_or_default()
 }
 
 /// Each logged call is in the trace as logged, and the trace has no other line of them.
@@ -202,7 +219,7 @@ fn x86_64_user_arguments_and_return_values_match_native_uftrace() {
     };
     assert_eq!(
         no_ptr(&ours),
-        no_ptr(&spec_lines(&text)),
+        no_ptr(&lines_of(&text, FUNCS)),
         "ours against native:\n{text}"
     );
 }
@@ -241,49 +258,11 @@ const LIB_FUNCS: &[&str] = &["getenv", "getpid"];
 /// callees, the loader's lazy binding among them, hidden, as native uftrace's PLT hooks
 /// hide them). uftrace 0.13, 0.17 and 0.19 alike.
 fn record_library_calls(qemu: &[&str], program: &Path) -> (Vec<String>, Vec<String>) {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(common::BIN)
-        .args(["record", "-o"])
-        .arg(&dir)
-        .args(LIB_SPECS)
-        .arg("--")
-        .args(qemu)
-        .arg(program)
-        .env("QU_ARGS", "yes")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "record {program:?} failed: {stderr}");
-    assert!(!stderr.contains("no record to go with"), "{stderr}");
-    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    let program = program.to_string_lossy();
+    let argv: Vec<&str> = qemu.iter().copied().chain([program.as_ref()]).collect();
+    let (_tmp, dir, log) = record_logged(LIB_SPECS, &argv, &[("QU_ARGS", "yes")]);
     assert_eq!(log.len(), 2, "{log:?}");
-    let d = dir.to_string_lossy();
-    let mut lines: Option<Vec<String>> = None;
-    for u in uftrace_versions().expect("uftrace versions") {
-        let text = uftrace_at(
-            &u.program,
-            &["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d],
-        )
-        .expect("uftrace replay");
-        let these = library_lines(&text);
-        match &lines {
-            None => lines = Some(these),
-            Some(first) => assert_eq!(&these, first, "uftrace {} differs", u.version),
-        }
-    }
-    (log, lines.unwrap_or_default())
-}
-
-/// The replay lines of [`LIB_FUNCS`].
-fn library_lines(replay: &str) -> Vec<String> {
-    replay
-        .lines()
-        .filter_map(replay_body)
-        .map(|(_, body)| body.trim().to_string())
-        .filter(|b| LIB_FUNCS.contains(&b.split(['(', ' ']).next().unwrap_or("")))
-        .collect()
+    (log, replayed_alike(&dir, &["-D", "2"], LIB_FUNCS))
 }
 
 fn build_libargs(gcc: &str, extra: &[&str], out: &Path) {
@@ -332,7 +311,7 @@ fn x86_64_library_arguments_and_return_values_match_native_uftrace() {
             .cloned()
             .collect()
     };
-    let theirs = library_lines(&text);
+    let theirs = lines_of(&text, LIB_FUNCS);
     assert_eq!(theirs.len(), 2, "native:\n{text}");
     assert_eq!(
         no_pid(&ours),
@@ -498,7 +477,7 @@ fn auto_args_follow_dwarf_types() {
             )
             .expect("uftrace replay");
             assert_eq!(
-                spec_lines(&text),
+                lines_of(&text, FUNCS),
                 want,
                 "{arch}, uftrace {}:\n{text}",
                 u.version
