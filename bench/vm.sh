@@ -5,11 +5,16 @@
 # reports exceptions). The VMs are the test fixtures (scripts/install-deps.sh builds them).
 #   record   the whole boot
 #   tfilter  the whole boot with -t 10us (what tests/debian_vm records)
+#   late     --trace=off, switched on by `qemu-uftrace trace on` once QEMU has run for AT
+#            (0.9) of the last plain run's wall time (issue 37's "the last 10%" on a boot
+#            long enough for record's fixed costs, ~0.5 s before and after QEMU, to matter
+#            less); its events are said as a share of the whole boot's (record's)
 # Prints per layer: the pairs' wall and CPU ratios (median and range, CPU = user + system of
 # every thread, record's own included), the largest process's peak RSS, the trace's bytes,
 # the processes and modules record saw and named (its summary), and record's time after
 # QEMU exited (from the plugin's last write to record's end: the trace's assembly, symbols).
-# Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] bench/vm.sh
+# Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] [AT=0.9]
+#        bench/vm.sh
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,7 +62,19 @@ traced() {
     local layer=$1 opts=()
     [ "$layer" = tfilter ] && opts=(-t 10us)
     rm -rf "$work/trace"
+    if [ "$layer" = late ]; then
+        opts=(--trace=off)
+        local at
+        at=$(tail -n1 "$work/plain" | awk -v f="${AT:-0.9}" '{ print $1 * f }')
+        (
+            until [ -e "$work/trace.partial/plugin.status" ]; do sleep 0.01; done
+            sleep "$at"
+            "$qu" trace on -d "$work/trace" >/dev/null 2>&1
+        ) &
+    fi
     timed "$work/$layer" "$qu" record -o "$work/trace" --sysroot "$sysroot" "${opts[@]}" -- "${argv[@]}"
+    wait
+    sed -n 's/^events=//p' "$work/trace/plugin.stats" >>"$work/$layer.events"
     # /usr/bin/time writes its file as record ends; the plugin its stats as QEMU exits.
     echo "$(stat -c %.9Y "$work/time") $(stat -c %.9Y "$work/trace/plugin.stats")" |
         awk '{ printf "%.2f\n", $1 - $2 }' >>"$work/$layer.after"
@@ -69,7 +86,9 @@ layers=(${LAYERS:-record tfilter})
 for arch in ${ARCHS:-amd64 arm64}; do
     vm_argv "$arch"
     : >"$work/plain"
-    for l in "${layers[@]}"; do : >"$work/$l"; : >"$work/$l.after"; : >"$work/$l.bytes"; done
+    for l in "${layers[@]}"; do
+        : >"$work/$l"; : >"$work/$l.after"; : >"$work/$l.bytes"; : >"$work/$l.events"
+    done
     for i in $(seq "$runs"); do
         if [ $((i % 2)) = 1 ]; then timed "$work/plain" "${argv[@]}"; fi
         for l in "${layers[@]}"; do traced "$l"; done
@@ -85,5 +104,8 @@ for arch in ${ARCHS:-amd64 arm64}; do
         grep -E 'calls and|guest processes: [0-9]|kernel modules:|record: wrote' "$work/$l.said" |
             sed 's/^qemu-uftrace: /    said: /'
         echo "    files without symbols: $(grep -c 'has no symbols' "$work/$l.said"), with only exported ones: $(grep -c 'only its exported symbols' "$work/$l.said")"
+        if [ "$l" = late ] && [ -s "$work/record.events" ]; then
+            echo "    traced $(awk -v w="$(median <"$work/record.events")" '{ print $1 / w }' "$work/late.events" | sort -g | paste -sd' ') of the whole boot's events"
+        fi
     done
 done
