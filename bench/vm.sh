@@ -26,26 +26,20 @@ trap 'rm -rf "$work"' EXIT
 bench_recorder
 version=${QEMU:-10.2.2}
 
-# The VM's boot (tests/src/debian_vm.rs builds the same command) into `argv`.
+# The VM's boot into `argv` and its root into `sysroot`, as the tests boot it (the tests
+# crate's debian_vm example prints both).
 vm_argv() {
-    local dir="$cache/debian-vm-$1" emulator machine append
-    [ -f "$dir/package" ] || { echo "bench/vm.sh: $dir is missing: run scripts/install-deps.sh" >&2; exit 2; }
+    local emulator lines q
     case "$1" in
-        amd64)
-            emulator=qemu-system-x86_64
-            machine=(-M pc)
-            append="root=/dev/vda rw console=ttyS0 panic=-1 nokaslr no_timer_check cryptomgr.notests" ;;
-        arm64)
-            emulator=qemu-system-aarch64
-            machine=(-M virt -cpu cortex-a57)
-            append="root=/dev/vda rw console=ttyAMA0 panic=-1 nokaslr cryptomgr.notests" ;;
+        amd64) emulator=qemu-system-x86_64 ;;
+        arm64) emulator=qemu-system-aarch64 ;;
     esac
-    local q
     q=$(qemu_program "$version")
-    argv=("${q%qemu-system-aarch64}$emulator" "${machine[@]}" -m 1G -nographic -nic none
-        -no-reboot -smp 1 -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" -append "$append"
-        -drive "file=$dir/rootfs.ext4,if=virtio,format=raw,snapshot=on")
-    sysroot="$dir/root"
+    mapfile -t lines < <(cargo run --quiet --release --manifest-path "$root/Cargo.toml" \
+        -p qemu-uftrace-tests --example debian_vm -- "$1" "${q%qemu-system-aarch64}$emulator")
+    [ "${#lines[@]}" -gt 1 ] || { echo "bench/vm.sh: no $1 VM: run scripts/install-deps.sh" >&2; exit 2; }
+    sysroot=${lines[0]}
+    argv=("${lines[@]:1}")
 }
 
 # One timed run into file $1: "wall max_rss_kb cpu".
