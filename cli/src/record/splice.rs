@@ -109,13 +109,14 @@ pub fn splice(
                 }
             }
             Err(e) => {
-                let line = format!("task {tid}: {e:#}");
-                match (&mut recovered, &mut resynced) {
-                    (Some(r), _) if had_start => r.problems.push(line),
-                    (_, Some(r)) => r.problems.push(line),
-                    (Some(r), None) => r.problems.push(line),
-                    (None, None) => {}
-                }
+                // A task is here for its start or for its resyncs.
+                let problems = match had_start {
+                    true => recovered.as_mut().map(|r| &mut r.problems),
+                    false => resynced.as_mut().map(|r| &mut r.problems),
+                };
+                problems
+                    .into_iter()
+                    .for_each(|p| p.push(format!("task {tid}: {e:#}")));
             }
         }
     }
@@ -225,16 +226,6 @@ impl<'a> Splice<'a> {
         }
     }
 
-    /// A task whose start unwound to nothing open began under tracing (created after the
-    /// start, found at its first switch): its first "return" goes into its entry code, after
-    /// no call, and closes nothing.
-    fn fresh(&self, target: u64) -> bool {
-        self.start.is_some_and(|s| {
-            s.frames.is_empty()
-                && (s.arch).is_some_and(|a| !unwind::follows_call(a, self.start_images, target))
-        })
-    }
-
     /// One record in, the frames put in place.
     fn splice(&mut self, r: Record, out: &mut Vec<Record>) {
         if !self.begun {
@@ -286,7 +277,6 @@ impl<'a> Splice<'a> {
             self.beneath = Some((b, Place::Resync));
             return;
         }
-        let fresh = self.fresh(r.addr);
         let Some((b, place)) = &mut self.beneath else {
             out.push(r);
             return;
@@ -295,7 +285,7 @@ impl<'a> Splice<'a> {
             (Pushed::Moved, _) => {}
             (Pushed::Matched, Place::Start) => self.counts.matched += 1,
             (Pushed::Matched, Place::Resync) => {}
-            (Pushed::Unmatched, Place::Start) if fresh => {}
+            (Pushed::Unmatched, Place::Start) if fresh(self.start, self.start_images, r.addr) => {}
             (Pushed::Unmatched, Place::Start) => {
                 out.push(rec(r.time, RecordType::Lost, b.depth(), 0));
                 self.counts.unmatched += 1;
@@ -307,6 +297,16 @@ impl<'a> Splice<'a> {
             (Pushed::Unmatched, Place::Resync) => {}
         }
     }
+}
+
+/// Whether a return past the bottom to `target` is a fresh task's first: one whose `start`
+/// unwound to nothing open began under tracing (created after the start, found at its first
+/// switch), and its first "return" goes into its entry code, after no call, closing nothing.
+/// Asked only of such returns: it reads the code before `target`.
+fn fresh(start: Option<&Start>, images: &[Image], target: u64) -> bool {
+    start.is_some_and(|s| {
+        s.frames.is_empty() && (s.arch).is_some_and(|a| !unwind::follows_call(a, images, target))
+    })
 }
 
 impl Rewriter for Splice<'_> {
