@@ -6,6 +6,7 @@ pub mod args;
 pub mod argspec;
 pub mod atomic_file;
 pub mod contained;
+pub mod cores;
 pub mod datadir;
 pub mod doctor;
 pub mod embedded;

@@ -165,36 +165,17 @@ fn uncovered_entries(dir: &Path, covered: &[(u64, u64)]) -> Result<BTreeSet<u64>
             end: (start + PIECE).min(len),
         }));
     }
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(pieces.len());
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let work = || -> Result<BTreeSet<u64>> {
+    let results = crate::cores::share(&pieces, |pieces| -> Result<BTreeSet<u64>> {
         let mut found = Found::new(covered);
         let mut buf = Vec::new();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(piece) = pieces.get(i) else {
-                return Ok(found.out);
-            };
+        for piece in pieces {
             piece.scan(&mut buf, &mut found)?;
         }
-    };
-    if threads <= 1 {
-        return work();
-    }
-    let results: Vec<Result<BTreeSet<u64>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader of the task files crashed")))
-            })
-            .collect()
+        Ok(found.out)
     });
     let mut out = BTreeSet::new();
     for r in results {
+        let r = r.unwrap_or_else(|_| Err(anyhow::anyhow!("a reader of the task files crashed")));
         out.append(&mut r?);
     }
     Ok(out)

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -66,24 +65,11 @@ pub fn splice(
         let done = beneath::rewrite_file(&dat(dir, tid), &mut pass).map(|()| pass.counts);
         (tid, done)
     };
-    let next = AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut done: Vec<(u32, Result<Counts>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers.min(tids.len()))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    while let Some(&tid) = tids.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        mine.push(task(tid));
-                    }
-                    mine
-                })
-            })
+    let mut done: Vec<(u32, Result<Counts>)> =
+        crate::cores::share(&tids, |tids| tids.map(|&tid| task(tid)).collect::<Vec<_>>())
+            .into_iter()
+            .flat_map(|r| r.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
             .collect();
-        (handles.into_iter())
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
     done.sort_by_key(|(tid, _)| *tid);
 
     let mut recovered = starts.as_mut().map(|s| std::mem::take(&mut s.recovered));
