@@ -106,20 +106,15 @@ impl Program {
 /// again from the descriptor the guest maps it by) with its `PT_LOAD`s (which place it).
 /// A file without symbols or ELF headers is left out: its tail calls are not seen.
 pub fn libraries_text(files: &[std::path::PathBuf], interp: Option<&Path>, arch: Arch) -> String {
-    use std::os::unix::fs::MetadataExt;
     let mut out = String::new();
     for path in files {
-        let opts = LoadOptions {
-            expected_arch: Some(arch),
-            ..Default::default()
-        };
-        let (Ok(meta), Some(elf), Ok(image)) = (
-            std::fs::metadata(path),
+        let (Some(lib), Some(elf)) = (
+            crate::symbol_source::library(path, arch),
             crate::qemu::user::Elf::read(path),
-            symbols::load(path, &opts),
         ) else {
             continue;
         };
+        let image = lib.image;
         if image.functions.is_empty() {
             continue;
         }
@@ -127,8 +122,8 @@ pub fn libraries_text(files: &[std::path::PathBuf], interp: Option<&Path>, arch:
         let _ = writeln!(
             out,
             "image {:x} {:x}{}",
-            meta.dev(),
-            meta.ino(),
+            lib.dev,
+            lib.ino,
             if is_interp { " interp" } else { "" }
         );
         for seg in &elf.loads {

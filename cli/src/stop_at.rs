@@ -52,7 +52,6 @@ pub enum Addr {
 /// inode, the host's: user mode maps host files).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Library {
-    pub path: std::path::PathBuf,
     pub dev: u64,
     pub ino: u64,
 }
@@ -105,27 +104,18 @@ impl Names {
         files: &[std::path::PathBuf],
         arch: qemu_uftrace_symbols::Arch,
     ) -> std::collections::HashMap<Addr, u64> {
-        use std::os::unix::fs::MetadataExt;
         let mut sizes = std::collections::HashMap::new();
-        let opts = qemu_uftrace_symbols::LoadOptions {
-            expected_arch: Some(arch),
-            ..Default::default()
-        };
         for path in files {
-            let (Ok(meta), Ok(image)) = (
-                std::fs::metadata(path),
-                qemu_uftrace_symbols::load(path, &opts),
-            ) else {
+            let Some(lib) = crate::symbol_source::library(path, arch) else {
                 continue;
             };
             let i = self.libraries.len() as u32;
             self.libraries.push(Library {
-                path: path.clone(),
-                dev: meta.dev(),
-                ino: meta.ino(),
+                dev: lib.dev,
+                ino: lib.ino,
             });
             self.sources += 1;
-            for f in &image.functions {
+            for f in &lib.image.functions {
                 self.functions.push((f.name.clone(), Addr::Lib(i, f.addr)));
                 sizes.insert(Addr::Lib(i, f.addr), f.size);
             }

@@ -423,6 +423,30 @@ fn set_nice(tid: libc::id_t, nice: libc::c_int) -> bool {
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0 }
 }
 
+/// A user-mode program's shared library as the plugin knows its file (by the host file's
+/// device and inode: user mode maps host files), and its symbols.
+pub struct LibraryFile {
+    pub dev: u64,
+    pub ino: u64,
+    pub image: qemu_uftrace_symbols::Image,
+}
+
+/// Reads library `path` of `arch` (`None`: it cannot be read).
+pub fn library(path: &Path, arch: qemu_uftrace_symbols::Arch) -> Option<LibraryFile> {
+    use std::os::unix::fs::MetadataExt;
+    let opts = qemu_uftrace_symbols::LoadOptions {
+        expected_arch: Some(arch),
+        ..Default::default()
+    };
+    let meta = std::fs::metadata(path).ok()?;
+    let image = qemu_uftrace_symbols::load(path, &opts).ok()?;
+    Some(LibraryFile {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        image,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
