@@ -320,7 +320,7 @@ pub struct RecordArgs {
     /// FUNC's return value (uftrace's -R): FUNC@retval/d; repeatable
     ///
     /// FUNC@retval[/FORMAT], the formats as -A's. Read at FUNC's return instructions (its
-    /// symbol's size must be known; a function that leaves by a tail call shows none); uftrace
+    /// symbol's size must be known; one that leaves by a tail call, at its callee's); uftrace
     /// replay shows } = 3; /* f */
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     pub retval: Vec<String>,

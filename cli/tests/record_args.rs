@@ -250,8 +250,16 @@ const LIB_SPECS: &[&str] = &[
     "getenv@retval/s",
     "-R",
     "getpid@retval/d",
+    "-A",
+    "strtol@arg1/s",
+    "-R",
+    "strtol@retval/d",
+    "-A",
+    "strdup@arg1/s",
+    "-R",
+    "strdup@retval/s",
 ];
-const LIB_FUNCS: &[&str] = &["getenv", "getpid"];
+const LIB_FUNCS: &[&str] = &["getenv", "getpid", "strtol", "strdup"];
 
 /// Records dynamic PIE `program` (built from libargs.c) under `qemu` with [`LIB_SPECS`]:
 /// its log, and main's calls of [`LIB_FUNCS`] as replay shows them (`-D 2`: their own
@@ -261,7 +269,7 @@ fn record_library_calls(qemu: &[&str], program: &Path) -> (Vec<String>, Vec<Stri
     let program = program.to_string_lossy();
     let argv: Vec<&str> = qemu.iter().copied().chain([program.as_ref()]).collect();
     let (_tmp, dir, log) = record_logged(LIB_SPECS, &argv, &[("QU_ARGS", "yes")]);
-    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log.len(), 4, "{log:?}");
     (log, replayed_alike(&dir, &["-D", "2"], LIB_FUNCS))
 }
 
@@ -312,7 +320,7 @@ fn x86_64_library_arguments_and_return_values_match_native_uftrace() {
             .collect()
     };
     let theirs = lines_of(&text, LIB_FUNCS);
-    assert_eq!(theirs.len(), 2, "native:\n{text}");
+    assert_eq!(theirs.len(), 4, "native:\n{text}");
     assert_eq!(
         no_pid(&ours),
         no_pid(&theirs),

@@ -8,7 +8,8 @@
 //! A carrier group is EVENT records whose ids are far above any event's: a head (kind and
 //! payload length), the function (its low 40 bits), then the payload, 5 bytes a record.
 //! Arguments follow their ENTRY record at once (same time); a return value comes right
-//! before its EXIT (read at the return instruction, the EXIT written where it lands).
+//! before its EXIT (read at the return instruction, the EXIT written where it lands), or
+//! before the EXITs that one return wrote with it (a tail call's callee's, then its own).
 //! A group that does not sit so is dropped and counted, never attached elsewhere.
 
 use std::fmt;
@@ -352,14 +353,18 @@ impl Rec {
 struct Folder {
     done: Folded,
     held: Option<Rec>,
-    pending_ret: Option<(u64, Vec<u8>)>,
+    /// Return values waiting for their EXIT records: one, or a tail call's (its function's
+    /// and the callee's, closed by the callee's return), with the time of the first EXIT
+    /// after them once seen.
+    pending_ret: Vec<(u64, Vec<u8>)>,
+    pending_exit_time: Option<u64>,
     group: Option<Group>,
 }
 
 impl Folder {
     /// Nothing pending: a run of records with no carrier among them passes as it is.
     fn quiet(&self) -> bool {
-        self.group.is_none() && self.pending_ret.is_none()
+        self.group.is_none() && self.pending_ret.is_empty()
     }
 
     /// One record.
@@ -377,12 +382,25 @@ impl Folder {
                 bytes,
                 payload: None,
             };
-            if let Some((func, payload)) = self.pending_ret.take() {
-                if rec.kind() == RecordType::Exit as u64 && rec.addr40() == func {
-                    rec.payload = Some(payload);
-                    done.retvals += 1;
-                } else {
-                    done.dropped += 1;
+            if !self.pending_ret.is_empty() {
+                // A value goes to its function's EXIT among those right after it that one
+                // return wrote (one time: a tail call's callee's, then its function's).
+                let exit = rec.kind() == RecordType::Exit as u64
+                    && *self.pending_exit_time.get_or_insert(rec.time()) == rec.time();
+                let at = (self.pending_ret.iter()).position(|&(f, _)| f == rec.addr40());
+                match at.filter(|_| exit) {
+                    Some(i) => {
+                        rec.payload = Some(self.pending_ret.remove(i).1);
+                        done.retvals += 1;
+                    }
+                    None if exit => {}
+                    None => {
+                        done.dropped += self.pending_ret.len() as u64;
+                        self.pending_ret.clear();
+                    }
+                }
+                if self.pending_ret.is_empty() {
+                    self.pending_exit_time = None;
                 }
             }
             if let Some(h) = self.held.replace(rec) {
@@ -438,9 +456,13 @@ impl Folder {
                 return Ok(());
             };
             if retval {
-                if self.pending_ret.replace((func, payload)).is_some() {
-                    done.dropped += 1;
+                // Values read at one return come together; one after an EXIT came
+                // starts anew.
+                if self.pending_exit_time.take().is_some() {
+                    done.dropped += self.pending_ret.len() as u64;
+                    self.pending_ret.clear();
                 }
+                self.pending_ret.push((func, payload));
             } else {
                 match &mut self.held {
                     Some(h)
@@ -463,8 +485,7 @@ impl Folder {
         if let Some(h) = self.held.take() {
             h.write(out)?;
         }
-        self.done.dropped +=
-            u64::from(self.group.is_some()) + u64::from(self.pending_ret.is_some());
+        self.done.dropped += u64::from(self.group.is_some()) + self.pending_ret.len() as u64;
         Ok(self.done)
     }
 }
@@ -804,6 +825,46 @@ mod tests {
         assert_eq!(&out[40..48], &ret);
         assert_eq!(word(48) >> 2 & 1, 0);
         assert!(crate::record::decode(out[48..64].try_into().unwrap()).is_ok());
+    }
+
+    /// A function that left by a tail call: its value, read at the callee's return, goes
+    /// to its EXIT past the callee's, which that return wrote at the same time; never to an
+    /// EXIT a later return wrote (a recursion's outer call, its inner one not written).
+    #[test]
+    fn a_tail_call_s_value_passes_the_callee_s_exit() {
+        let ret = [3u8, 0, 0, 0, 0, 0, 0, 0];
+        let mut input = Vec::new();
+        input.extend(rec(10, RecordType::Entry, 0x401000));
+        input.extend(rec(11, RecordType::Entry, 0x402000));
+        for id in carriers(true, 0x401000, &ret) {
+            input.extend(carrier_record(11, id));
+        }
+        input.extend(rec(12, RecordType::Exit, 0x402000));
+        input.extend(rec(12, RecordType::Exit, 0x401000));
+        // The inner call's value, its EXIT not written: the outer one's EXIT comes later.
+        for id in carriers(true, 0x401000, &ret) {
+            input.extend(carrier_record(13, id));
+        }
+        input.extend(rec(14, RecordType::Exit, 0x403000));
+        input.extend(rec(15, RecordType::Exit, 0x401000));
+        let mut out = Vec::new();
+        let done = fold(&input[..], &mut out).unwrap();
+        assert_eq!(
+            done,
+            Folded {
+                args: 0,
+                retvals: 1,
+                dropped: 1
+            }
+        );
+        // ENTRY, ENTRY, EXIT callee, EXIT with its value (8 bytes), EXIT, EXIT.
+        assert_eq!(out.len(), 16 * 6 + 8);
+        let word = |at: usize| u64::from_le_bytes(out[at + 8..at + 16].try_into().unwrap());
+        assert_eq!(word(32) >> 2 & 1, 0, "the callee's EXIT");
+        assert_eq!(word(48) >> 2 & 1, 1, "the function's EXIT");
+        assert_eq!(&out[64..72], &ret);
+        assert_eq!(word(72) >> 2 & 1, 0);
+        assert_eq!(word(88) >> 2 & 1, 0, "not the outer call's EXIT");
     }
 
     /// Reads in pieces of odd sizes: records split across reads.

@@ -128,6 +128,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     // -A/-R's list first: a PIE's functions there are placed as `-F`'s are.
     if let Some(path) = &cfg.args_file {
         crate::state::args::load(path, cfg.proc_key.is_some()).unwrap_or_else(|msg| fail(&msg));
+        crate::handlers::args::install();
         if crate::state::args::has_pie() {
             crate::state::aims::place_anyway();
         }

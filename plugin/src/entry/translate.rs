@@ -258,6 +258,14 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         }
         let before = before.as_ref().map(|(p, b, l)| (*p, &b[..*l]));
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
+        // -R: a jump out of a function with a return value (a tail call) leaves its value
+        // to the callee's return instruction.
+        if args_on && kind == InsnKind::Other {
+            let target = jump_target_after(isa, mode, before, pc, &bytes[..len]);
+            if target.is_some() || isa.indirect_jump(mode, &bytes[..len]) {
+                unsafe { crate::handlers::args::instrument_jump(insn, pc, target) };
+            }
+        }
         if let (Some(flag), InsnKind::Other) = (register_jumps, kind) {
             if pc > crate::vcpu::landing::RETURN
                 && isa.indirect_jump(mode, &bytes[..len])

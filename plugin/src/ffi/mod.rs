@@ -210,6 +210,15 @@ extern "C" {
         imm: u64,
         userdata: *mut c_void,
     );
+    pub fn qemu_plugin_register_vcpu_insn_exec_cond_cb(
+        insn: *mut qemu_plugin_insn,
+        cb: VcpuUdataCb,
+        flags: CbFlags,
+        cond: Cond,
+        entry: qemu_plugin_u64,
+        imm: u64,
+        userdata: *mut c_void,
+    );
     pub fn qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
         tb: *mut qemu_plugin_tb,
         op: Op,

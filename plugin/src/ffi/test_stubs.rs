@@ -225,6 +225,18 @@ pub extern "C" fn qemu_plugin_register_vcpu_tb_exec_cond_cb(
 }
 
 #[no_mangle]
+pub extern "C" fn qemu_plugin_register_vcpu_insn_exec_cond_cb(
+    _insn: *mut qemu_plugin_insn,
+    _cb: VcpuUdataCb,
+    _flags: CbFlags,
+    _cond: Cond,
+    _entry: qemu_plugin_u64,
+    _imm: u64,
+    _userdata: *mut c_void,
+) {
+}
+
+#[no_mangle]
 pub extern "C" fn qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(
     _tb: *mut qemu_plugin_tb,
     _op: Op,

@@ -4,20 +4,87 @@
 //! Registers and guest memory are read only here: `qemu_plugin_read_memory_vaddr` fails
 //! rather than fault the guest, and a string it cannot read to its end is marked.
 
-use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_R_REGS};
+use crate::ffi::{
+    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb,
+    qemu_plugin_register_vcpu_insn_exec_cond_cb,
+    qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu, CB_R_REGS, COND_NE, INLINE_STORE_U64,
+};
 use crate::state::args::{self, Kind, Mem};
 use crate::state::guest::ByteBuf;
+use crate::vcpu::scoreboard::{self, Scoreboard};
+use qemu_uftrace_engine::shadow::Frame;
 use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
 use qemu_uftrace_format::record::RecordType;
 use std::ffi::{c_uint, c_void};
+use std::sync::OnceLock;
 
-/// Instruments return instruction `insn` at `pc` inside a function with a return value.
+/// Per vCPU, not 0 while a function with a return value may have left by a tail call
+/// (`strdup`'s `jmp memcpy`): its value is the tail callee's, read at a return instruction
+/// no spec names. Set by the jump (an inline store, decided at translation), and by a task
+/// switch (the task switched to may have such a call open); every return instruction's
+/// [`on_tail_return`] is conditional on it, and clears it once no such call is open.
+static TAIL: OnceLock<Scoreboard> = OnceLock::new();
+
+/// At install, with `-R`'s functions loaded: their tail calls get their word.
+pub fn install() {
+    if args::has_retval() {
+        let _ = TAIL.set(scoreboard::one_word());
+    }
+}
+
+/// A jump at `pc` (`target`: `None` through a register) that leaves a function with a
+/// return value: it sets the vCPU's [`TAIL`] word.
+///
+/// # Safety
+/// `insn` is a live instruction handle of the block being translated.
+pub unsafe fn instrument_jump(insn: *mut qemu_plugin_insn, pc: u64, target: Option<u64>) {
+    let Some(word) = TAIL.get() else {
+        return;
+    };
+    if args::leaves_returning(pc, target) {
+        // SAFETY: an inline store into our scoreboard, for an instruction of the block.
+        unsafe {
+            qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu(
+                insn,
+                INLINE_STORE_U64,
+                word.entry(),
+                1,
+            )
+        };
+    }
+}
+
+/// A task switch on `vcpu_index` (system mode): the task switched to may have a tail call
+/// from a function with a return value open.
+pub fn task_switched(vcpu_index: c_uint) {
+    if let Some(word) = TAIL.get() {
+        word.for_vcpu(vcpu_index, false).set(1);
+    }
+}
+
+/// Instruments return instruction `insn` at `pc`: the value of a function with a return
+/// value whose code holds it, and (conditional on [`TAIL`]) of those it closes that left
+/// by a tail call.
 ///
 /// # Safety
 /// `insn` is a live instruction handle of the block being translated.
 pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
     // SAFETY: as the caller's.
     unsafe { instrument(insn, pc, true) }
+    if let Some(word) = TAIL.get() {
+        // SAFETY: our callback, for an instruction of the block being translated.
+        unsafe {
+            qemu_plugin_register_vcpu_insn_exec_cond_cb(
+                insn,
+                on_tail_return,
+                CB_R_REGS,
+                COND_NE,
+                word.entry(),
+                0,
+                pc as usize as *mut c_void,
+            )
+        };
+    }
 }
 
 /// Instruments instruction `insn` at `pc`: a spec'd function's entry, or (`ret`) a return
@@ -159,6 +226,69 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
                 return;
             }
             v.engine.emit_carriers(carriers(true, top, &payload));
+        });
+    });
+}
+
+/// The frames a return closes, innermost first: the top one and those it was entered from
+/// by jumps (tail calls), down to the first one entered by a call; none below an exception
+/// entry, which its own return closes.
+fn closed_by_return(frames: &[Frame]) -> &[Frame] {
+    let Some(top) = frames.len().checked_sub(1) else {
+        return &[];
+    };
+    let base = frames[..=top]
+        .iter()
+        .rposition(|f| !f.is_jumped())
+        .unwrap_or(0);
+    if frames[base].is_exception() {
+        return &[];
+    }
+    &frames[base..]
+}
+
+/// Whether `func` has a return value to read.
+fn has_retval(func: u64) -> bool {
+    args::spec_at(func).is_some_and(|f| f.ret.is_some())
+}
+
+/// # Safety
+/// Registered by [`instrument_return`] conditional on the vCPU's [`TAIL`] word, its data
+/// the return instruction's address.
+unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
+    let pc = data as usize as u64;
+    let Some(word) = TAIL.get() else {
+        return;
+    };
+    crate::state::guard("return value read", || {
+        // The top frame's value is [`on_return`]'s where a spec names this instruction's
+        // function; else that frame left its code by a jump that opened none (glibc's
+        // strdup into a PLT entry of its own), and this return gives its value.
+        let top_too = args::returning_at(pc).is_none();
+        let (_, reg) = args::registers(crate::state::isa_or_default());
+        crate::vcpu::with(vcpu_index, |v| {
+            let frames = v.engine.stack().frames();
+            let closed = closed_by_return(frames);
+            // Those this return closes that left by a tail call, innermost first as their
+            // EXIT records come.
+            let left = &closed[..closed.len().saturating_sub(usize::from(!top_too))];
+            let wanted: Vec<(u64, Kind)> = (left.iter().rev())
+                .filter_map(|f| Some((f.func, args::spec_at(f.func)?.ret?)))
+                .collect();
+            // Another such call open deeper (a recursion's, one a signal interrupted): keep
+            // listening; else every return runs at full speed again.
+            let below = &frames[..frames.len() - closed.len()];
+            let more = (below.windows(2)).any(|w| w[1].is_jumped() && has_retval(w[0].func));
+            if !more {
+                word.for_vcpu(vcpu_index, false).set(0);
+            }
+            for (func, kind) in wanted {
+                let mut payload = Vec::with_capacity(8);
+                if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
+                    return;
+                }
+                v.engine.emit_carriers(carriers(true, func, &payload));
+            }
         });
     });
 }

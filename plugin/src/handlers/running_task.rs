@@ -63,6 +63,7 @@ fn running_now(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa) -> Option
 /// its PID, thread group and name are read and the task table switches the engine to its
 /// context. Returns whether the task was new to the table.
 pub fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64) -> bool {
+    crate::handlers::args::task_switched(vcpu_index);
     let pid = task_pid(&mut v.regs, isa, ptr);
     // Names (Linux `comm`) are read at switches only: the task leaving has its latest
     // name (set after it started: kthreads, exec), and the one arriving its name so

@@ -156,6 +156,23 @@ fn parse(text: &str) -> Result<Table, String> {
     Ok(t)
 }
 
+/// Whether any function has a return value to read (`-R`): return instructions then
+/// listen for the tail calls such a function leaves by (`handlers::args`).
+pub fn has_retval() -> bool {
+    TABLE
+        .get()
+        .is_some_and(|t| !(t.ret_at.is_empty() && t.ret_pie.is_empty() && t.ret_lib.is_empty()))
+}
+
+/// Whether a jump at `pc` to `target` (`None`: through a register) leaves a function with a
+/// return value for another: a tail call, whose callee's return gives the value.
+pub fn leaves_returning(pc: u64, target: Option<u64>) -> bool {
+    let Some((entry, _)) = returning_at(pc) else {
+        return false;
+    };
+    target.is_none_or(|t| returning_at(t).map(|(e, _)| e) != Some(entry))
+}
+
 /// Whether any function has values to read.
 pub fn active() -> bool {
     TABLE.get().is_some_and(|t| !t.funcs.is_empty())
