@@ -88,7 +88,23 @@ fn check_exception_kinds(d: &str, qemu: &str) {
     assert!(calls_of("[int]") > 100, "[int] on {qemu}:\n{report}");
     assert!(calls_of("[irq]") > 100, "[irq] on {qemu}");
     assert_eq!(calls_of("[exception]"), 0, "unnamed exceptions on {qemu}");
-    let replay = uftrace(&["replay", "--no-pager", "-d", d]).expect("uftrace replay");
+    // The entries looked into and two levels beneath (the lines `under` reads), not the
+    // whole boot's replay (850 MB of text, twice the time).
+    let replay = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-F",
+        r"^\[page-fault\]$",
+        "-F",
+        r"^\[int3\]$",
+        "-F",
+        r"^\[int\]$",
+        "-D",
+        "3",
+        "-d",
+        d,
+    ])
+    .expect("uftrace replay -F the exceptions");
     let lines: Vec<&str> = replay
         .lines()
         .map(|l| l.split('|').nth(1).unwrap_or("").trim())
@@ -191,21 +207,27 @@ fn check_boot(dir: &Path, qemu: &str) {
     // anything stored to it), not the first task switched to: kthreadd runs in a task of
     // its own (the idle task, its stack open down to rest_init's schedule, never runs
     // again before the panic: PID 1 and the kthreads always have work).
-    let kthreadd = uftrace(&[
+    // One replay of the three functions looked into below (kthreadd, start_kernel and
+    // do_one_initcall, two levels each): a pass over the boot's trace takes uftrace ~12 s.
+    let aimed = uftrace(&[
         "replay",
         "--no-pager",
         "-F",
         "^kthreadd$",
+        "-F",
+        "^start_kernel$",
+        "-F",
+        "^do_one_initcall$",
         "-D",
-        "1",
+        "2",
         "-d",
         &d,
     ])
-    .expect("uftrace replay -F kthreadd");
-    let runs = kthreadd
+    .expect("uftrace replay -F kthreadd, start_kernel, do_one_initcall");
+    let runs = aimed
         .lines()
         .find(|l| l.contains("| kthreadd() {"))
-        .unwrap_or_else(|| panic!("no kthreadd on {qemu}:\n{kthreadd}"));
+        .unwrap_or_else(|| panic!("no kthreadd on {qemu}:\n{aimed}"));
     assert!(
         !runs.contains("[4194304]"),
         "kthreadd took the boot stack on {qemu}"
@@ -255,19 +277,9 @@ fn check_boot(dir: &Path, qemu: &str) {
         "x86_64_start_kernel's callees on {qemu}:\n{}",
         &xsk[..xsk.len().min(3000)]
     );
-    let sk = uftrace(&[
-        "replay",
-        "--no-pager",
-        "-F",
-        "^start_kernel$",
-        "-D",
-        "2",
-        "-d",
-        &d,
-    ])
-    .expect("uftrace replay -F start_kernel");
     let indent = |f: &str| {
-        sk.lines()
+        aimed
+            .lines()
             .filter_map(|l| l.split_once("] | ").map(|(_, c)| c))
             .find(|c| c.trim_start().starts_with(f))
             .map(|c| c.len() - c.trim_start().len())
@@ -276,7 +288,7 @@ fn check_boot(dir: &Path, qemu: &str) {
     assert!(
         sk_at.is_some() && setup_at == sk_at.map(|i| i + 2),
         "setup_arch should be called by start_kernel on {qemu}:\n{}",
-        &sk[..sk.len().min(2000)]
+        &aimed[..aimed.len().min(2000)]
     );
     let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     let has = |f: &str| {
@@ -308,19 +320,8 @@ fn check_boot(dir: &Path, qemu: &str) {
         has("do_one_initcall") && has("cpuset_css_online"),
         "on {qemu}"
     );
-    let initcalls = uftrace(&[
-        "replay",
-        "--no-pager",
-        "-F",
-        "^do_one_initcall$",
-        "-D",
-        "2",
-        "-d",
-        &d,
-    ])
-    .expect("uftrace replay -F do_one_initcall");
     assert!(
-        initcalls.contains("init_per_zone_wmark_min"),
+        aimed.contains("init_per_zone_wmark_min"),
         "no initcall under do_one_initcall on {qemu}"
     );
 }
