@@ -276,7 +276,9 @@ pub struct RecordArgs {
 
     /// Switch tracing on at each entry into FUNC; repeatable
     ///
-    /// Each opens a window, until --trace-off-at or `qemu-uftrace trace off`
+    /// Each opens a window, until --trace-off-at or `qemu-uftrace trace off`. QEMU applies a
+    /// switch where the block running ends: FUNC is among the window's opened frames unless
+    /// its first block returned (a leaf of a few instructions), as the calls before it are
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 
