@@ -131,11 +131,12 @@ fn open_at_end(dir: &Path) -> BTreeMap<u64, usize> {
 
 /// The calls (and scheduler gaps) `uftrace replay` lists as left open at the end, per task
 /// (0 for a task it does not list): uftrace's own rule, exec calls included (an exec
-/// empties a task's stack), which [`open_at_end`] leaves out.
+/// empties a task's stack), which [`open_at_end`] leaves out. (`-D 1`: replay lists the
+/// same stacks whatever it shows, and a boot's whole replay is 850 MB of text.)
 fn open_at_end_by_replay(dir: &Path) -> BTreeMap<u64, usize> {
     use std::io::BufRead;
     let mut child = Command::new("uftrace")
-        .args(["replay", "--no-pager", "-d"])
+        .args(["replay", "--no-pager", "-D", "1", "-d"])
         .arg(dir)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

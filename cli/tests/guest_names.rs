@@ -132,11 +132,24 @@ fn deep_paths_and_escaping_names_are_bounded_and_shown_safely() {
     }
 
     // Every uftrace version reads the trace without a complaint and names the deep
-    // worker's own functions, each call counted.
+    // worker's own functions, each call counted. (A filtered replay reads every map line
+    // and record as a whole one does, without the boot's hundreds of MB of text.)
     let d = dir.to_string_lossy();
     for u in uftrace_versions().expect("the uftrace versions") {
-        let replay = uftrace_at(&u.program, &["replay", "--no-pager", "-d", &d])
-            .unwrap_or_else(|e| panic!("uftrace {}: {e:#}", u.version));
+        let replay = uftrace_at(
+            &u.program,
+            &[
+                "replay",
+                "--no-pager",
+                "-F",
+                "^worker_step$",
+                "-D",
+                "1",
+                "-d",
+                &d,
+            ],
+        )
+        .unwrap_or_else(|e| panic!("uftrace {}: {e:#}", u.version));
         assert!(
             replay.contains("worker_step"),
             "uftrace {} does not name the deep worker:\n{replay}",
