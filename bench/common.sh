@@ -52,6 +52,7 @@ build_workload_guest() {
 #   off        the same boot recorded with --trace=off, switched on at its panic (a tiny
 #              window at the end; the trigger keeps a translation callback while off:
 #              bench/off.sh measures the plugin off without one)
+#   retvals    the same boot recorded with -R of five kernel functions (RETVALS)
 #   autoargs   the same boot recorded with -a -F of one subsystem (AUTOARGS, default ^of_)
 #              and the kernel's DWARF vmlinux; autoargs-none: the same without -a
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
@@ -87,6 +88,15 @@ workload_argv() {
             for spec in ${ARGS:-__kmalloc@arg1/u,arg2/x kmem_cache_alloc@arg1/x,arg2/x \
                 of_find_property@arg1/x,arg2/s kstrdup@arg1/s,arg2/x _printk@arg1/s}; do
                 record_opts+=(-A "$spec")
+            done ;;
+        # -R of five kernel functions (RETVALS: space-separated specs): each read at its
+        # return, and every return instruction's callback listening for their tail calls.
+        retvals)
+            extra=("${kernel[@]}")
+            local spec
+            for spec in ${RETVALS:-__kmalloc@retval/x kmem_cache_alloc@retval/x \
+                of_find_property@retval/x kstrdup@retval/s strlen@retval/d}; do
+                record_opts+=(-R "$spec")
             done ;;
         # -a aimed by -F at one subsystem (AUTOARGS: -F's FUNC, default ^of_: the device
         # tree's, called all through the boot), typed by the kernel's DWARF vmlinux;
