@@ -72,6 +72,8 @@ pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
     // SAFETY: as the caller's.
     unsafe { instrument(insn, pc, true) }
     if let Some(word) = TAIL.get() {
+        // Whether [`on_return`] reads the top frame's value here, decided as it is.
+        let top_read = args::returning_at(pc).is_some();
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cond_cb(
@@ -81,7 +83,7 @@ pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
                 COND_NE,
                 word.entry(),
                 0,
-                pc as usize as *mut c_void,
+                usize::from(top_read) as *mut c_void,
             )
         };
     }
@@ -254,9 +256,8 @@ fn has_retval(func: u64) -> bool {
 
 /// # Safety
 /// Registered by [`instrument_return`] conditional on the vCPU's [`TAIL`] word, its data
-/// the return instruction's address.
+/// whether [`on_return`] reads the top frame's value at this instruction.
 unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
-    let pc = data as usize as u64;
     let Some(word) = TAIL.get() else {
         return;
     };
@@ -264,7 +265,7 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
         // The top frame's value is [`on_return`]'s where a spec names this instruction's
         // function; else that frame left its code by a jump that opened none (glibc's
         // strdup into a PLT entry of its own), and this return gives its value.
-        let top_too = args::returning_at(pc).is_none();
+        let top_too = data.is_null();
         let (_, reg) = args::registers(crate::state::isa_or_default());
         crate::vcpu::with(vcpu_index, |v| {
             let frames = v.engine.stack().frames();
