@@ -75,6 +75,13 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "faulted_calls",
+        "x86 calls whose push of the return address faulted before they ran (a forked \
+         child's first write to its stack, a stack growing): each written once, when it ran \
+         again; ordinary",
+        None,
+    ),
+    count(
         "synthetic_entries",
         "frames opened by a resync, whose real entry was not seen",
         None,

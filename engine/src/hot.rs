@@ -328,6 +328,47 @@ impl Engine {
         }
     }
 
+    /// An exception taken at `at`, the instruction whose callback opened the top frame just
+    /// now: a call that faulted before it ran (x86's `call` pushes its return address, and
+    /// the push faults where the stack page is not present yet: a forked child's first write
+    /// to its stack, a stack growing into a new page). The handler returns to the call,
+    /// which runs again and opens its frame again: this one goes, its ENTRY with it, so the
+    /// call is written once. Only while that ENTRY is the last record written (no time
+    /// filter holding it, no gate deciding it); returns whether the frame went.
+    pub fn unmake_faulted_call(&mut self, at: u64) -> bool {
+        /// The longest x86 call instruction (`call *disp32(base,index)` with prefixes).
+        const CALL_MAX: u64 = 15;
+        let Some(&top) = self.stack.top() else {
+            return false;
+        };
+        let depth = self.stack.len() - 1;
+        // `at` is the call, in the caller: right before the return address, and not in the
+        // callee's first bytes (a small recursive function's own prologue faulting there
+        // after its call ran, which looks the same).
+        let just_called = !top.is_jumped()
+            && !top.is_exception()
+            && top.ret_addr > at
+            && top.ret_addr - at <= CALL_MAX
+            && !(top.func..top.func.saturating_add(CALL_MAX + 1)).contains(&at);
+        if !just_called
+            || self.time_filter.is_some()
+            || depth >= self.record_depth
+            || self.overflow > 0
+        {
+            return false;
+        }
+        let entry = encode_word(RecordType::Entry, depth as u32, top.func);
+        match self.last_record() {
+            Some((time, word)) if word == entry && time == self.last_time => {}
+            _ => return false,
+        }
+        self.buf.truncate(self.buf.len() - RECORD_SIZE);
+        self.stack.pop();
+        self.stats.calls -= 1;
+        self.stats.faulted_calls += 1;
+        true
+    }
+
     /// The last record in the buffer (its time and second word), where it holds one: what
     /// an argument reader checks it follows (`format::args`).
     pub fn last_record(&self) -> Option<(u64, u64)> {

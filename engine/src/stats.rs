@@ -61,6 +61,9 @@ pub struct Stats {
     /// Callbacks of blocks where a jump through a register may land that ran (a function's
     /// entry, code right after a call), whether or not such a jump was pending.
     pub jump_callbacks: u64,
+    /// Calls whose instruction faulted before it ran (x86's push of the return address):
+    /// their entry taken back, written when the call ran again.
+    pub faulted_calls: u64,
     /// Returns past the bottom of a stack found mid-way (a run from a snapshot): closes of
     /// calls opened before tracing began, matched after the run to the unwound frames.
     pub outer_returns: u64,
@@ -103,6 +106,7 @@ impl Stats {
         self.jump_entries += o.jump_entries;
         self.register_calls += o.register_calls;
         self.jump_callbacks += o.jump_callbacks;
+        self.faulted_calls += o.faulted_calls;
         self.outer_returns += o.outer_returns;
         self.resync_cookies += o.resync_cookies;
         self.filtered += o.filtered;
@@ -137,6 +141,7 @@ impl Stats {
             ("jump_entries", self.jump_entries),
             ("register_calls", self.register_calls),
             ("jump_callbacks", self.jump_callbacks),
+            ("faulted_calls", self.faulted_calls),
             ("outer_returns", self.outer_returns),
             ("resync_cookies", self.resync_cookies),
             ("filtered", self.filtered),

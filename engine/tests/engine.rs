@@ -861,6 +861,70 @@ fn an_iret_used_as_a_far_jump_inside_a_handler_closes_nothing() {
     assert_eq!(r.engine.stats.unmatched_returns, 0);
 }
 
+/// x86's `call` pushes its return address: where that push faults (a forked child's first
+/// write to its stack), the handler returns to the call, which runs again. The entry its
+/// first run wrote is taken back, so the call is written once, after the fault. A fault
+/// anywhere else in a function keeps its frame, as does one past a record written since.
+#[test]
+fn a_call_that_faults_before_it_runs_is_written_once() {
+    use qemu_uftrace_engine::exceptions::ExceptionKind;
+    let pf = ExceptionKind::PageFault.addr();
+    let mut g = FakeGuest::default();
+    for fast in [true, false] {
+        let mut r = if fast {
+            Rig::new(1024)
+        } else {
+            Rig::general(1024)
+        };
+        r.call(0x100, 0x10);
+        // `call 0x200` at 0x14b (5 bytes) faults, and runs again after the handler.
+        r.call(0x200, 0x150);
+        assert!(r.engine.unmake_faulted_call(0x14b));
+        r.engine
+            .exception_entry(r.t + 1, ExceptionKind::PageFault, 0x14b);
+        r.engine.exception_return(r.t + 5, 0x14b, 0x999);
+        r.t += 10;
+        r.call(0x200, 0x150);
+        // A fault inside 0x200 (at 0x208): its frame stays.
+        assert!(!r.engine.unmake_faulted_call(0x208));
+        // A recursive call at 0x202 of 0x200 (returning to 0x207): the push at 0x201 of
+        // the callee's prologue faults after the call ran. Its frame stays.
+        r.call(0x200, 0x207);
+        assert!(!r.engine.unmake_faulted_call(0x201));
+        r.ret(0x207, &mut g);
+        // A call whose entry is no longer the last record: nothing taken back.
+        r.call(0x300, 0x20c);
+        r.engine.emit_carriers([1u64 << 63].into_iter());
+        assert!(!r.engine.unmake_faulted_call(0x207));
+        r.ret(0x20c, &mut g);
+        r.ret(0x150, &mut g);
+        r.ret(0x10, &mut g);
+        let shape: Vec<String> = r
+            .shape()
+            .into_iter()
+            .filter(|l| !l.starts_with('!'))
+            .collect();
+        assert_eq!(
+            shape,
+            s(&[
+                "+100@0",
+                &format!("+{pf:x}@1"),
+                &format!("-{pf:x}@1"),
+                "+200@1",
+                "+200@2",
+                "-200@2",
+                "+300@2",
+                "-300@2",
+                "-200@1",
+                "-100@0",
+            ]),
+            "fast path: {fast}"
+        );
+        assert_eq!(r.engine.stats.faulted_calls, 1);
+        assert_eq!(r.engine.stats.calls, 4);
+    }
+}
+
 #[test]
 fn exceptions_stay_in_the_subtree_they_were_taken_in() {
     use qemu_uftrace_engine::exceptions::ExceptionKind;

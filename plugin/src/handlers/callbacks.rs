@@ -631,6 +631,11 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
             return;
         }
         let resume = isa.exception_resume_pc(what, syndrome, from_pc);
+        // A call that faulted before it ran (x86: its push of the return address) runs
+        // again after the handler: the entry its callback wrote goes.
+        if what == Discontinuity::Exception {
+            v.engine.unmake_faulted_call(resume);
+        }
         // A system call whose entry its instruction opened already
         // (`on_unreported_system_call`), should a QEMU report it too.
         let opened = v.engine.stack().top().is_some_and(|f| {
