@@ -210,6 +210,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let mut earlier: Vec<(*mut qemu_plugin_insn, [u8; 16], usize)> = Vec::new();
     let mut current = None;
     let args_on = crate::state::args::active();
+    let tails = crate::handlers::args::tails_listened();
     for i in 0..n {
         earlier.extend(current.take());
         let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
@@ -260,7 +261,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         let kind = classify_after(isa, mode, before, pc, &bytes[..len]);
         // -R: a jump out of a function with a return value (a tail call) leaves its value
         // to the callee's return instruction.
-        if args_on && kind == InsnKind::Other {
+        if tails && kind == InsnKind::Other {
             let target = jump_target_after(isa, mode, before, pc, &bytes[..len]);
             if target.is_some() || isa.indirect_jump(mode, &bytes[..len]) {
                 unsafe { crate::handlers::args::instrument_jump(insn, pc, target) };

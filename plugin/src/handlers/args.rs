@@ -32,6 +32,12 @@ pub fn install() {
     }
 }
 
+/// Whether return instructions listen for tail calls (`-R` given): only then are jumps
+/// looked at.
+pub fn tails_listened() -> bool {
+    TAIL.get().is_some()
+}
+
 /// A jump at `pc` (`target`: `None` through a register) that leaves a function with a
 /// return value: it sets the vCPU's [`TAIL`] word.
 ///
