@@ -93,6 +93,9 @@ workload_argv() {
         # return, and every return instruction's callback listening for their tail calls.
         retvals)
             extra=("${kernel[@]}")
+            # Return instructions need the functions' sizes: the ELF vmlinux's (the Image's
+            # kallsyms have none).
+            record_opts=(--symbols "$cache/kernel-dbg/vmlinux")
             local spec
             for spec in ${RETVALS:-__kmalloc@retval/x kmem_cache_alloc@retval/x \
                 of_find_property@retval/x kstrdup@retval/s strlen@retval/d}; do
