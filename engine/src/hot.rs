@@ -528,7 +528,7 @@ impl Engine {
         if frames.len() > self.fast_depth || self.overflow > 0 || target == JUMPED {
             return false;
         }
-        let Some(keep) = frames.iter().rposition(|f| !f.is_jumped()) else {
+        let Some(keep) = self.stack.returning() else {
             return false;
         };
         let is_longjmp = self.is_longjmp;

@@ -103,6 +103,14 @@ impl ShadowStack {
         self.frames.iter().rposition(|f| f.ret_addr == ret_addr)
     }
 
+    /// Index of the frame the running function's return closes: the innermost one entered
+    /// by a call (or an exception), those above it entered from it by jumps (tail calls),
+    /// closed with it. None where every frame was entered by a jump.
+    #[inline(always)]
+    pub fn returning(&self) -> Option<usize> {
+        self.frames.iter().rposition(|f| !f.is_jumped())
+    }
+
     /// Open frames, outermost first.
     pub fn frames(&self) -> &[Frame] {
         &self.frames

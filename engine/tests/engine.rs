@@ -52,6 +52,15 @@ impl Rig {
         }
     }
 
+    /// [`Rig::new`] where `fast`, else [`Rig::general`].
+    fn driven(fast: bool, record_depth: usize) -> Rig {
+        if fast {
+            Rig::new(record_depth)
+        } else {
+            Rig::general(record_depth)
+        }
+    }
+
     /// An engine driven through the general path only.
     fn general(record_depth: usize) -> Rig {
         let out = Arc::new(Mutex::new(Vec::new()));
@@ -570,11 +579,7 @@ fn a_forked_child_keeps_the_stack_but_not_the_parents_records() {
 fn a_function_entered_by_a_jump_nests_in_the_jumper_and_closes_with_it() {
     let mut g = FakeGuest::default();
     for fast in [true, false] {
-        let mut r = if fast {
-            Rig::new(1024)
-        } else {
-            Rig::general(1024)
-        };
+        let mut r = Rig::driven(fast, 1024);
         r.call(0x100, 0x14); // start: bl __wrap_main
         r.t += 10;
         r.engine.jump_entry(r.t, 0x200); //  __wrap_main: b main
@@ -871,11 +876,7 @@ fn a_call_that_faults_before_it_runs_is_written_once() {
     let pf = ExceptionKind::PageFault.addr();
     let mut g = FakeGuest::default();
     for fast in [true, false] {
-        let mut r = if fast {
-            Rig::new(1024)
-        } else {
-            Rig::general(1024)
-        };
+        let mut r = Rig::driven(fast, 1024);
         r.call(0x100, 0x10);
         // `call 0x200` at 0x14b (5 bytes) faults, and runs again after the handler.
         r.call(0x200, 0x150);

@@ -12,7 +12,7 @@ use crate::ffi::{
 use crate::state::args::{self, Kind, Mem};
 use crate::state::guest::ByteBuf;
 use crate::vcpu::scoreboard::{self, Scoreboard};
-use qemu_uftrace_engine::shadow::Frame;
+use qemu_uftrace_engine::shadow::{Frame, ShadowStack};
 use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
 use qemu_uftrace_format::record::RecordType;
 use std::ffi::{c_uint, c_void};
@@ -241,14 +241,12 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
 /// The frames a return closes, innermost first: the top one and those it was entered from
 /// by jumps (tail calls), down to the first one entered by a call; none below an exception
 /// entry, which its own return closes.
-fn closed_by_return(frames: &[Frame]) -> &[Frame] {
-    let Some(top) = frames.len().checked_sub(1) else {
+fn closed_by_return(stack: &ShadowStack) -> &[Frame] {
+    let frames = stack.frames();
+    if frames.is_empty() {
         return &[];
-    };
-    let base = frames[..=top]
-        .iter()
-        .rposition(|f| !f.is_jumped())
-        .unwrap_or(0);
+    }
+    let base = stack.returning().unwrap_or(0);
     if frames[base].is_exception() {
         return &[];
     }
@@ -275,7 +273,7 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
         let (_, reg) = args::registers(crate::state::isa_or_default());
         crate::vcpu::with(vcpu_index, |v| {
             let frames = v.engine.stack().frames();
-            let closed = closed_by_return(frames);
+            let closed = closed_by_return(v.engine.stack());
             // Those this return closes that left by a tail call, innermost first as their
             // EXIT records come.
             let left = &closed[..closed.len().saturating_sub(usize::from(!top_too))];

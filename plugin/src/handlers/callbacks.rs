@@ -530,8 +530,8 @@ pub unsafe extern "C" fn on_user_landing(vcpu_index: c_uint, data: *mut c_void) 
 #[inline(never)]
 fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
     v.thunk_ret = false;
-    let frames = v.engine.stack().frames();
-    let returns_to = frames.iter().rev().find(|f| !f.is_jumped());
+    let stack = v.engine.stack();
+    let returns_to = stack.returning().map(|i| &stack.frames()[i]);
     if returns_to.is_some_and(|f| f.ret_addr == target) {
         return false;
     }
