@@ -25,6 +25,10 @@ summary() {
   if grep -q '^ *Running ' "$log"; then
     echo "test.sh: time per test binary (slowest first)"
     awk -f "$root/scripts/test-timing.awk" "$log" | grep -v '^binaries: \|^tests: '
+    if [ -s "${QEMU_UFTRACE_TEST_PASSES:-}" ]; then
+      echo "test.sh: time waited for record and for uftrace, per test binary"
+      awk -f "$root/scripts/test-passes.awk" "$QEMU_UFTRACE_TEST_PASSES"
+    fi
     # Why each failed test failed, where a page showing the log's tail shows it.
     awk -f "$root/scripts/test-failures.awk" "$log"
     # The plain closing line ("tests: N passed, N failed"), last, for whoever reads the log.
@@ -129,6 +133,10 @@ jobs_started+=("$fuzz_pid")
 # as they take about 1.1 GB (four kernel traces of 250–320 MB).
 shared_recordings=$target/tmp/shared-recordings
 rm -rf "$shared_recordings"
+# Each recording and uftrace pass a test waits for, timed (tests/src/passes.rs), for the
+# summary's per-binary split and its slowest commands.
+export QEMU_UFTRACE_TEST_PASSES=$target/tmp/test-passes.log
+rm -f "$QEMU_UFTRACE_TEST_PASSES"
 # The test binaries run two at a time (xtask/src/testrun.rs: a binary's last long test leaves a
 # core idle), each one's output printed whole as cargo prints it, then the doc-tests. The test
 # output goes to the terminal and to the log the summary reads.

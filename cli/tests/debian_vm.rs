@@ -253,9 +253,15 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str) 
     // Each uftrace reads it: PID 1's report names libsystemd's functions.
     let d = dir.to_string_lossy();
     for u in uftrace_versions().expect("the uftrace versions") {
-        let out = std::process::Command::new(&u.program)
-            .args(["report", "--no-pager", "-d", &d, "--tid", "1"])
-            .output()
+        let out =
+            qemu_uftrace_tests::passes::output(std::process::Command::new(&u.program).args([
+                "report",
+                "--no-pager",
+                "-d",
+                &d,
+                "--tid",
+                "1",
+            ]))
             .expect("run uftrace");
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(

@@ -61,11 +61,7 @@ fn record_with(argv: &[String], symbols: &[&Path], options: &[&str]) -> Recorded
     for s in symbols {
         cmd.arg("--symbols").arg(s);
     }
-    let out = cmd
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::null())
-        .output()
+    let out = qemu_uftrace_tests::passes::output(cmd.arg("--").args(argv).stdin(Stdio::null()))
         .expect("run qemu-uftrace");
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();

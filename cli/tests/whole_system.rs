@@ -101,13 +101,13 @@ fn record(argv: Vec<String>, symbols: &[&Path], functions: BTreeMap<String, u64>
     for s in symbols {
         cmd.arg("--symbols").arg(s);
     }
-    let out = cmd
-        .arg("--")
-        .args(&argv)
-        .args(execlog.qemu_args(&execlog_plugin()))
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let out = qemu_uftrace_tests::passes::output(
+        cmd.arg("--")
+            .args(&argv)
+            .args(execlog.qemu_args(&execlog_plugin()))
+            .stdin(Stdio::null()),
+    )
+    .expect("run qemu-uftrace");
     let console = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),

@@ -24,6 +24,7 @@ pub mod execlog;
 pub mod libcalls;
 pub mod linux_guest;
 pub mod modules_guest;
+pub mod passes;
 pub mod procs_guest;
 pub mod replay;
 pub mod riscv64;

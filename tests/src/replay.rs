@@ -89,7 +89,9 @@ mod memo {
 }
 
 fn run_uftrace(program: &Path, args: &[&str]) -> Result<String> {
-    let out = Command::new(program).args(args).output().with_context(|| {
+    let what = || crate::passes::describe(&program.display().to_string(), args);
+    let out = crate::passes::timed(what, || Command::new(program).args(args).output());
+    let out = out.with_context(|| {
         format!(
             "running {} (run scripts/install-deps.sh)",
             program.display()

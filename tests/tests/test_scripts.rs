@@ -1,7 +1,9 @@
 //! scripts/test.sh's summary (`scripts/test-timing.awk`, and `scripts/test-failures.awk`: what
 //! each failed test printed) and its check that every test binary ran
 //! (`scripts/test-binaries-ran.sh`), on the output of a real `cargo test` of a small crate
-//! whose binaries pass, fail, crash and take measurably long.
+//! whose binaries pass, fail, crash and take measurably long; and its split of the time the
+//! tests waited for `record` and uftrace (`scripts/test-passes.awk`), on a log written by the
+//! tests' own timer (`qemu_uftrace_tests::passes`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -169,4 +171,71 @@ fn the_summary_ranks_every_binary_and_the_check_finds_one_left_out() {
     );
     // Every test of those two passed: no failures' summary, not even its heading.
     assert_eq!(awk("test-failures.awk", &part), "");
+}
+
+/// The log the tests' timer writes, read by the summary: each binary's seconds in `record`
+/// and in uftrace, slowest binary first, then the slowest commands.
+#[test]
+fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
+    use qemu_uftrace_tests::passes::timed_into;
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("passes.log");
+    let nap = |ms| std::thread::sleep(std::time::Duration::from_millis(ms));
+    timed_into(
+        &log,
+        || "record -o trace.data -- qemu-system-x86_64 -kernel x".into(),
+        || nap(300),
+    );
+    timed_into(
+        &log,
+        || "uftrace report --no-pager -d trace.data".into(),
+        || nap(1200),
+    );
+    timed_into(
+        &log,
+        || "uftrace replay\x1b -D 1 -d trace.data".into(),
+        || nap(100),
+    );
+    // Another binary's lines, as a second binary running beside this one appends them.
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| {
+            std::io::Write::write_all(
+                &mut f,
+                b"0.5 other /cache/uftrace-0.19/bin/uftrace graph -d t\n",
+            )
+        })
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "a control character reached the log: {text:?}"
+    );
+    let summary = awk("test-passes.awk", &log);
+    let rows: Vec<Vec<&str>> = summary
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // This binary first (1.6 s against 0.5), its record and uftrace split, with counts.
+    let me = &rows[1];
+    assert_eq!(me[0], "test_scripts", "{summary}");
+    let secs = |s: &str| s.parse::<f64>().unwrap();
+    assert!((0.3..1.0).contains(&secs(me[1])), "record: {summary}");
+    assert_eq!(me[3], "(1)", "{summary}");
+    assert!((1.3..3.0).contains(&secs(me[4])), "uftrace: {summary}");
+    assert_eq!(me[6], "(2)", "{summary}");
+    assert_eq!(rows[2][0], "other", "{summary}");
+    assert_eq!(rows[2][4], "0.5", "{summary}");
+    // The slowest command first among them.
+    let slowest = summary
+        .lines()
+        .skip_while(|l| !l.contains("slowest commands"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        slowest.contains("test_scripts") && slowest.contains("uftrace report"),
+        "{summary}"
+    );
 }

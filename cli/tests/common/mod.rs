@@ -104,16 +104,17 @@ pub fn record_into<S: AsRef<std::ffi::OsStr>>(
     options: &[S],
     argv: &[String],
 ) -> Output {
-    Command::new(BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(dir)
-        .args(options)
-        .arg("--")
-        .args(argv)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace")
+    qemu_uftrace_tests::passes::output(
+        Command::new(BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(dir)
+            .args(options)
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::null()),
+    )
+    .expect("run qemu-uftrace")
 }
 
 /// `qemu-uftrace record -o TMP/uftrace.data OPTIONS -- ARGV`, which must succeed: the

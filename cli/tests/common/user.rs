@@ -47,17 +47,18 @@ pub fn record_with(
 ) -> (tempfile::TempDir, PathBuf, Output) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
-    let out = Command::new(super::BIN)
-        .arg("record")
-        .arg("-o")
-        .arg(&dir)
-        .args(opts)
-        .arg("--")
-        .arg(qemu)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace");
+    let out = qemu_uftrace_tests::passes::output(
+        Command::new(super::BIN)
+            .arg("record")
+            .arg("-o")
+            .arg(&dir)
+            .args(opts)
+            .arg("--")
+            .arg(qemu)
+            .args(args)
+            .stdin(Stdio::null()),
+    )
+    .expect("run qemu-uftrace");
     (tmp, dir, out)
 }
 
