@@ -755,56 +755,70 @@ pub fn sizes(
 }
 
 /// Folds the carrier records of every task file in `dir` into their records (the `more`
-/// bit and the payload after), each file rewritten in place.
+/// bit and the payload after), each file rewritten in place, the files over the cores
+/// (largest first: a boot's boot-context file is a third of its trace).
 pub fn fold_all(dir: &Path) -> Result<Folded> {
-    let mut total = Folded::default();
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
         .with_context(|| format!("cannot read {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "dat"))
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "dat"))
+        .map(|e| (e.metadata().map_or(0, |m| m.len()), e.path()))
         .collect();
-    for path in files {
-        use std::io::Seek;
-        let mut input = std::fs::File::open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        // Only from the first carrier on (a file without any stays as it is): a boot's
-        // files hold hundreds of MB.
-        let Some(first) =
-            first_carrier(&mut input).with_context(|| format!("cannot read {}", path.display()))?
-        else {
-            continue;
-        };
-        // From the record before it: the arguments attach to their ENTRY.
-        let first = first.saturating_sub(qemu_uftrace_format::record::RECORD_SIZE as u64);
-        // In place: the folded records never take more room than the carriers they read
-        // (a payload is smaller than its carriers), so writing behind the reader overwrites
-        // nothing unread, and no new pages are taken (this VM's balloon made a fresh copy
-        // of a boot's 245 MB cost a third of a second).
-        input.seek(std::io::SeekFrom::Start(first))?;
-        let writer = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
-        let mut out = std::io::BufWriter::with_capacity(
-            1 << 20,
-            At {
-                file: &writer,
-                at: first,
-            },
-        );
-        let done = fargs::fold(input, &mut out)
-            .and_then(|d| std::io::Write::flush(&mut out).map(|_| d))
-            .with_context(|| format!("cannot fold the arguments of {}", path.display()))?;
-        let end = out.get_ref().at;
-        drop(out);
-        writer
-            .set_len(end)
-            .with_context(|| format!("cannot cut {}", path.display()))?;
-        total.args += done.args;
-        total.retvals += done.retvals;
-        total.dropped += done.dropped;
+    files.sort_unstable_by(|a, b| b.cmp(a));
+    let results = crate::cores::share(&files, |files| -> Result<Folded> {
+        let mut total = Folded::default();
+        for (_, path) in files {
+            total += fold_file(path)?;
+        }
+        Ok(total)
+    });
+    let mut total = Folded::default();
+    for r in results {
+        total +=
+            r.unwrap_or_else(|_| Err(anyhow::anyhow!("a folder of the task files crashed")))?;
     }
     Ok(total)
+}
+
+/// [`fold_all`]'s work on one task file.
+fn fold_file(path: &Path) -> Result<Folded> {
+    use std::io::Seek;
+    let mut input =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // Only from the first carrier on (a file without any stays as it is): a boot's files
+    // hold hundreds of MB.
+    let Some(first) =
+        first_carrier(&mut input).with_context(|| format!("cannot read {}", path.display()))?
+    else {
+        return Ok(Folded::default());
+    };
+    // From the record before it: the arguments attach to their ENTRY.
+    let first = first.saturating_sub(qemu_uftrace_format::record::RECORD_SIZE as u64);
+    // In place: the folded records never take more room than the carriers they read (a
+    // payload is smaller than its carriers), so writing behind the reader overwrites nothing
+    // unread, and no new pages are taken (this VM's balloon made a fresh copy of a boot's
+    // 245 MB cost a third of a second).
+    input.seek(std::io::SeekFrom::Start(first))?;
+    let writer = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(
+        1 << 20,
+        At {
+            file: &writer,
+            at: first,
+        },
+    );
+    let done = fargs::fold(input, &mut out)
+        .and_then(|d| std::io::Write::flush(&mut out).map(|_| d))
+        .with_context(|| format!("cannot fold the arguments of {}", path.display()))?;
+    let end = out.get_ref().at;
+    drop(out);
+    writer
+        .set_len(end)
+        .with_context(|| format!("cannot cut {}", path.display()))?;
+    Ok(done)
 }
 
 /// Writes at a moving offset of a file (`pwrite`), apart from any reader's.

@@ -303,6 +303,14 @@ pub struct Folded {
     pub dropped: u64,
 }
 
+impl std::ops::AddAssign for Folded {
+    fn add_assign(&mut self, o: Folded) {
+        self.args += o.args;
+        self.retvals += o.retvals;
+        self.dropped += o.dropped;
+    }
+}
+
 /// A carrier group being read.
 struct Group {
     retval: bool,
