@@ -377,7 +377,8 @@ pub struct SymbolsArgs {
     pub demangle: bool,
 
     /// Symbol sources: ELF, System.map, kallsyms dump or kernel image, each optionally
-    /// followed by :OFFSET, the address it was loaded at relative to its link address
+    /// followed by :OFFSET, the address it was loaded at relative to its link address (a
+    /// kernel given without one is moved by the random base the recording found, KASLR)
     #[arg(value_name = "SOURCE[:OFFSET]", required = true)]
     pub sources: Vec<OsString>,
 }

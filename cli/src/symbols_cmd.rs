@@ -35,27 +35,49 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         .map(|s| symbol_source::parse_source_arg(s, "SOURCE"))
         .collect::<Result<Vec<_>>>()?;
     let mut images = Vec::new();
+    // Those given with an OFFSET are where the user put them: never moved by KASLR's too.
+    let mut placed_by_user = Vec::new();
     let mut failures = Vec::new();
     for l in symbol_source::load_all(&sources, guest_arch(&args.dir), args.demangle) {
         match l {
+            Loaded::Ok(src, img) if src.offset != 0 => placed_by_user.push(img),
             Loaded::Ok(_, img) => images.push(img),
             Loaded::Failed(src, why) => failures.push((src, why)),
         }
     }
     let failed = failures.len();
-    if images.is_empty() && failed == 1 {
+    if images.is_empty() && placed_by_user.is_empty() && failed == 1 {
         // One source, one problem: say it once, as the error.
         return Err(anyhow::anyhow!("{}", failures[0].1));
     }
     for (src, why) in &failures {
         warn(format!("no symbols from {}: {why}", src.path.display()));
     }
-    if images.is_empty() {
+    if images.is_empty() && placed_by_user.is_empty() {
         return Err(fail(
             "no symbols could be loaded",
             "give an ELF with symbols, a System.map, a kallsyms dump or a kernel image",
         ));
     }
+    // A kernel that ran at a random base (KASLR): its symbols go where it ran, as `record`
+    // put the ones it had (the offset it found is in `plugin.stats`); at their link
+    // addresses they would name nothing the trace holds.
+    let recorded = crate::stats::Stats::read(dir).ok().flatten();
+    if let Some(moves) = (recorded.as_ref()).and_then(|s| crate::record::kaslr::moves(s, &images)) {
+        let moved = if moves.virt != 0 {
+            format!("{:#x} above its link address", moves.virt)
+        } else {
+            format!(
+                "at a physical base {:#x} from its link address's",
+                moves.phys
+            )
+        };
+        note(format!(
+            "the guest kernel ran {moved} (KASLR, as recorded): its symbols were moved to match"
+        ));
+        images = crate::record::kaslr::moved_images(images, moves);
+    }
+    images.append(&mut placed_by_user);
 
     std::fs::create_dir_all(dir).map_err(|e| {
         fail(
@@ -130,9 +152,8 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         note(line);
     }
     // The images given may cover code that was named by its address.
-    let stats = crate::stats::Stats::read(dir).ok().flatten();
     let mut said = Vec::new();
-    crate::unnamed::after_recording(dir, stats.as_ref(), &mut said);
+    crate::unnamed::after_recording(dir, recorded.as_ref(), &mut said);
     for s in said {
         note(s);
     }

@@ -145,7 +145,8 @@ fn on_machine(args: Vec<String>, machine: &str) -> Vec<String> {
 /// (`dtb-randomness=off`), from the CPU's RNDR. Each boot finds its own offset at
 /// `__primary_switched`, and `jump_label_init`'s calls (setup_arch's, before
 /// `parse_early_param`: 300,000 lines) replay as the `nokaslr` boot's, recorded whole
-/// there, with `-F` in the device-tree seeded boot and from `--start-at` in the other.
+/// there, with `-F` in the device-tree seeded boot and from `--start-at` in the other. The
+/// DWARF vmlinux given later to `symbols` lands where the kernel ran (source lines).
 #[test]
 fn arm64_randomised_boots_replay_as_nokaslr() {
     let qemu = system_qemus()
@@ -179,9 +180,55 @@ fn arm64_randomised_boots_replay_as_nokaslr() {
         offsets.push(offset);
     }
     assert_ne!(offsets[0], offsets[1], "two boots drew one offset");
+    // The kernel's DWARF vmlinux given after the fact (`symbols`) is moved by the offset
+    // the recording found, as record moves the symbols it has: jump_label_init's subtree
+    // still replays as the nokaslr boot's, now with its source lines.
+    let vmlinux = cached("kernel-dbg/vmlinux");
+    let out = qemu_uftrace_tests::passes::output(
+        std::process::Command::new(BIN)
+            .arg("symbols")
+            .arg("-d")
+            .arg(&started)
+            .arg(&vmlinux)
+            .stdin(Stdio::null()),
+    )
+    .expect("run qemu-uftrace symbols");
+    let said = stderr(&out);
+    assert!(out.status.success(), "symbols failed:\n{said}");
+    assert!(
+        said.contains(&format!(
+            "ran {:#x} above its link address (KASLR",
+            offsets[1]
+        )),
+        "symbols did not move the vmlinux by the recorded offset:\n{said}"
+    );
+    same_tree(
+        &expected,
+        &subtree(&started, "jump_label_init"),
+        "after symbols",
+    );
     // The boot's shape, named: the physical-address head, then the kernel where it ran (the
     // frames open at the start are written there).
     let d = started.to_string_lossy();
+    let lines = uftrace(&[
+        "replay",
+        "-d",
+        &d,
+        "--no-pager",
+        "--srcline",
+        "-D",
+        "1",
+        "-F",
+        "^jump_label_init$",
+    ])
+    .expect("replay --srcline");
+    assert!(
+        lines
+            .lines()
+            .any(|l| l.contains("jump_label_init()") && l.contains("kernel/jump_label.c:")),
+        "no source line for jump_label_init where the kernel ran:\n{}",
+        &lines[..lines.len().min(2000)]
+    );
     let graph = uftrace(&["graph", "-d", &d, "--no-pager", "jump_label_init"]).expect("graph");
     assert_eq!(
         qemu_uftrace_tests::replay::graph_backtrace(&graph),
