@@ -111,7 +111,7 @@ fn riscv64_kernel_boots_to_its_panic_under_record() {
         // it was called from: where QEMU reports the fetch fault that enters virtual
         // addresses (10.2 on), the stack moves with it; without, that one return is unmatched.
         // 10.0 reports no exceptions either, so a timer interrupt's return can land as a
-        // stray one (DEVELOPERS.md: 2 in 1 run of 24 under a load of 20, 1 in the others).
+        // stray one (2 in 1 run of 24 under a load of 20, 1 in the others).
         let unmatched = stat(&dir, "unmatched_returns");
         if q == "10.0" {
             assert!(

@@ -364,7 +364,9 @@ impl Engine {
         }
         self.buf.truncate(self.buf.len() - RECORD_SIZE);
         self.stack.pop();
-        self.stats.calls -= 1;
+        // Counted when its callback ran (saturating: a count restarted since, as a forked
+        // child's, may not hold it).
+        self.stats.calls = self.stats.calls.saturating_sub(1);
         self.stats.faulted_calls += 1;
         true
     }
