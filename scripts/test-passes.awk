@@ -8,7 +8,11 @@
     bin = $2
     cmd = $0
     sub(/^[^ ]+ [^ ]+ /, "", cmd)
-    kind = ($3 == "record") ? "record" : ($3 ~ /uftrace$/ ? "uftrace" : "other")
+    # `qemu-uftrace record …` (or a bare `record …`) is a recording; uftrace itself is any
+    # program named uftrace (the system's, or a cached version's path).
+    if ($3 == "record" || ($3 ~ /(^|\/)qemu-uftrace$/ && $4 == "record")) kind = "record"
+    else if ($3 ~ /(^|\/)uftrace$/) kind = "uftrace"
+    else kind = "other"
     if (!(bin in seen)) { seen[bin] = 1; bins[++nb] = bin }
     by[bin, kind] += secs
     count[bin, kind]++

@@ -183,8 +183,14 @@ fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
     let nap = |ms| std::thread::sleep(std::time::Duration::from_millis(ms));
     timed_into(
         &log,
-        || "record -o trace.data -- qemu-system-x86_64 -kernel x".into(),
+        || "qemu-uftrace record -o trace.data -- qemu-system-x86_64 -kernel x".into(),
         || nap(300),
+    );
+    // Our other commands are neither a recording nor a uftrace pass.
+    timed_into(
+        &log,
+        || "qemu-uftrace symbols -d trace.data vmlinux".into(),
+        || nap(200),
     );
     timed_into(
         &log,
@@ -208,7 +214,7 @@ fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
         })
         .unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
-    assert_eq!(text.lines().count(), 4, "{text}");
+    assert_eq!(text.lines().count(), 5, "{text}");
     assert!(
         !text.contains('\x1b'),
         "a control character reached the log: {text:?}"
@@ -218,7 +224,7 @@ fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
-    // This binary first (1.6 s against 0.5), its record and uftrace split, with counts.
+    // This binary first (1.8 s against 0.5), its record and uftrace split, with counts.
     let me = &rows[1];
     assert_eq!(me[0], "test_scripts", "{summary}");
     let secs = |s: &str| s.parse::<f64>().unwrap();
@@ -226,6 +232,7 @@ fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
     assert_eq!(me[3], "(1)", "{summary}");
     assert!((1.3..3.0).contains(&secs(me[4])), "uftrace: {summary}");
     assert_eq!(me[6], "(2)", "{summary}");
+    assert!((0.2..1.0).contains(&secs(me[7])), "other: {summary}");
     assert_eq!(rows[2][0], "other", "{summary}");
     assert_eq!(rows[2][4], "0.5", "{summary}");
     // The slowest command first among them.
