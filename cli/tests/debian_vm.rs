@@ -124,8 +124,9 @@ fn names_in(dir: &Path, stems: &[&str]) -> HashSet<String> {
 }
 
 /// Everything the boot's trace must show, named from `root`.
-/// `triple` is the root's multiarch directory (`x86_64-linux-gnu`).
-fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str) {
+/// `triple` is the root's multiarch directory (`x86_64-linux-gnu`). `whole`: every record
+/// of the boot was kept (not only `--keep-last`'s window at its end).
+fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, whole: bool) {
     let mut failed = Vec::new();
     let root = std::fs::canonicalize(root).expect("the VM's root");
     let sessions = sessions(dir);
@@ -219,10 +220,25 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str) 
                     .map(|j| (c.name.clone(), calls[j].name.clone()))
             })?
         });
+        // In `--keep-last`'s window at the boot's end a service may be only waiting: what
+        // it calls there (and what `-t 10us` keeps of it) moves with the host's speed, and
+        // udevd's window once held 4,202 calls with no such pair. There its libraries'
+        // names, from the root, are what must show.
+        let named = || {
+            calls
+                .iter()
+                .any(|c| own.contains(&c.name) || libc_only.contains(&c.name))
+        };
         match nested {
             Some(_) => {}
-            None => failed.push(format!(
+            None if !whole && named() => {}
+            None if whole => failed.push(format!(
                 "{exe} (pid {pid}): no libsystemd function with a libc one beneath ({} calls)",
+                calls.len()
+            )),
+            None => failed.push(format!(
+                "{exe} (pid {pid}): no function of libsystemd or libc in --keep-last's \
+                 window ({} calls)",
                 calls.len()
             )),
         }
@@ -284,7 +300,7 @@ fn systemd_boot_named_from_the_root_on_10_2_2() {
     let tmp = tempfile::tempdir().expect("temp dir");
     let root = debian_vm_root();
     let (dir, stderr) = record_boot("10.2.2", &amd64_boot("10.2.2"), tmp.path(), &root, &[]);
-    check_boot(&dir, &stderr, "10.2.2", &root, "x86_64-linux-gnu");
+    check_boot(&dir, &stderr, "10.2.2", &root, "x86_64-linux-gnu", true);
 }
 
 /// The boot on 10.0 names from a hostile copy of the root (issues 32 and 36), and keeps the
@@ -300,7 +316,14 @@ fn systemd_boot_named_from_a_hostile_root_on_10_0() {
         &hostile.root,
         &["--keep-last", "4M"],
     );
-    check_boot(&dir, &stderr, "10.0", &hostile.root, "x86_64-linux-gnu");
+    check_boot(
+        &dir,
+        &stderr,
+        "10.0",
+        &hostile.root,
+        "x86_64-linux-gnu",
+        false,
+    );
     hostile.check(&dir, &stderr);
     check_keep_last(&dir, &stderr, 4 << 20);
 }
@@ -312,7 +335,14 @@ fn systemd_boot_named_from_the_root_on_arm64() {
     let root = debian_vm_arm64_root();
     let argv = debian_vm_arm64_boot_args_on(&qemu(system_qemus(), "10.2.2"));
     let (dir, stderr) = record_boot("10.2.2 (arm64)", &argv, tmp.path(), &root, &[]);
-    check_boot(&dir, &stderr, "10.2.2 (arm64)", &root, "aarch64-linux-gnu");
+    check_boot(
+        &dir,
+        &stderr,
+        "10.2.2 (arm64)",
+        &root,
+        "aarch64-linux-gnu",
+        true,
+    );
 }
 
 /// `--keep-last SIZE` kept the boot's last SIZE of records (and the frames open at its start),
