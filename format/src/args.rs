@@ -508,9 +508,15 @@ fn is_carrier_record(r: &[u8]) -> bool {
 /// bit and the payload after), as uftrace's readers take them. Runs of records with no
 /// carrier among them are written whole, straight from the input (a boot's files are
 /// hundreds of MB with a carrier every few hundred records).
-pub fn fold(mut input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
+pub fn fold(input: impl Read, out: &mut impl Write) -> io::Result<Folded> {
+    fold_sized(input, out, 4 << 20)
+}
+
+/// [`fold`] reading at most `chunk` bytes at a time (whole records, at least one): a task
+/// file of a few KB needs no 4 MiB buffer zeroed for it (a boot has ~80 task files).
+pub fn fold_sized(mut input: impl Read, out: &mut impl Write, chunk: usize) -> io::Result<Folded> {
     let mut f = Folder::default();
-    let mut buf = vec![0u8; 4 << 20];
+    let mut buf = vec![0u8; chunk.div_ceil(RECORD_SIZE).max(1) * RECORD_SIZE];
     let mut have = 0usize;
     loop {
         let n = loop {
@@ -937,6 +943,13 @@ mod tests {
         let mut whole = Vec::new();
         assert_eq!(fold(&data[..], &mut whole).unwrap(), wanted);
         assert!(whole == want);
+        // Read a record at a time, a few, or in a chunk that is no whole number of records
+        // (rounded up to one): the same.
+        for chunk in [1, 16, 40, 4096] {
+            let mut small = Vec::new();
+            assert_eq!(fold_sized(&data[..], &mut small, chunk).unwrap(), wanted);
+            assert!(small == want, "chunk {chunk}");
+        }
     }
 
     #[test]
