@@ -74,11 +74,9 @@ pub fn describe<S: AsRef<std::ffi::OsStr>>(program: &str, args: &[S]) -> String 
 
 /// `cmd.output()`, timed into the log as its command line.
 pub fn output(cmd: &mut std::process::Command) -> std::io::Result<std::process::Output> {
-    let what = || {
-        let program = cmd.get_program().to_string_lossy();
-        let program = program.rsplit('/').next().unwrap_or_default().to_owned();
-        describe(&program, &cmd.get_args().collect::<Vec<_>>())
-    };
-    let what = what();
+    // Described before it runs: `output` takes the command mutably.
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let program = program.rsplit('/').next().unwrap_or_default();
+    let what = describe(program, &cmd.get_args().collect::<Vec<_>>());
     timed(|| what, || cmd.output())
 }

@@ -181,27 +181,18 @@ fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("passes.log");
     let nap = |ms| std::thread::sleep(std::time::Duration::from_millis(ms));
-    timed_into(
-        &log,
-        || "qemu-uftrace record -o trace.data -- qemu-system-x86_64 -kernel x".into(),
-        || nap(300),
-    );
-    // Our other commands are neither a recording nor a uftrace pass.
-    timed_into(
-        &log,
-        || "qemu-uftrace symbols -d trace.data vmlinux".into(),
-        || nap(200),
-    );
-    timed_into(
-        &log,
-        || "uftrace report --no-pager -d trace.data".into(),
-        || nap(1200),
-    );
-    timed_into(
-        &log,
-        || "uftrace replay\x1b -D 1 -d trace.data".into(),
-        || nap(100),
-    );
+    for (what, ms) in [
+        (
+            "qemu-uftrace record -o trace.data -- qemu-system-x86_64 -kernel x",
+            300,
+        ),
+        // Our other commands are neither a recording nor a uftrace pass.
+        ("qemu-uftrace symbols -d trace.data vmlinux", 200),
+        ("uftrace report --no-pager -d trace.data", 1200),
+        ("uftrace replay\x1b -D 1 -d trace.data", 100),
+    ] {
+        timed_into(&log, || what.into(), || nap(ms));
+    }
     // Another binary's lines, as a second binary running beside this one appends them.
     std::fs::OpenOptions::new()
         .append(true)
