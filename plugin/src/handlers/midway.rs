@@ -54,13 +54,71 @@ static WAITING: AtomicBool = AtomicBool::new(true);
 /// Translations left before the arming stops (counted down once a capture happened).
 static BUDGET: AtomicU64 = AtomicU64::new(TRANSLATIONS_AFTER_FIRST);
 static ANY_CAPTURED: AtomicBool = AtomicBool::new(false);
-/// Tasks captured in kernel mode whose user-mode cookie is still to take.
-static WANT_USER: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+/// Which tasks still want their user-mode cookie, and (riscv64) whose is due where.
+static USER_COOKIES: Mutex<UserCookies> = Mutex::new(UserCookies::new());
 
 /// Per vCPU, the SRET target where a task's user cookie is due (0: none); riscv64 only.
 static USER_TARGET: OnceLock<Scoreboard> = OnceLock::new();
-/// Per vCPU, the task whose SRET set its [`USER_TARGET`] word.
-static USER_DUE: Mutex<Option<HashMap<u32, u32>>> = Mutex::new(None);
+
+fn user_cookies() -> std::sync::MutexGuard<'static, UserCookies> {
+    USER_COOKIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The bookkeeping of user-mode cookies, apart from the registers and the files: tasks
+/// captured in kernel mode want one at their next return to user mode. On riscv64 that
+/// return only makes the cookie due on its vCPU (one [`USER_TARGET`] word each), taken at
+/// the first user block; a task preempted between its SRET and that block may find the
+/// word taken by another task's SRET meanwhile, and then wants its cookie again at its own
+/// next SRET, which restores the same user registers. (A suite run lost PID 1's user frames
+/// when its forked child, finishing a write at the snapshot, returned to user mode in that
+/// gap and took the word.)
+#[derive(Debug, Default)]
+struct UserCookies {
+    want: Option<HashSet<u32>>,
+    /// vCPU → the task whose SRET set its word.
+    due: Option<HashMap<u32, u32>>,
+}
+
+impl UserCookies {
+    const fn new() -> Self {
+        UserCookies {
+            want: None,
+            due: None,
+        }
+    }
+
+    fn want(&mut self, tid: u32) {
+        self.want.get_or_insert_with(HashSet::new).insert(tid);
+    }
+
+    /// Task `tid` returns to user mode: whether it wanted its cookie (no longer, then).
+    fn take_want(&mut self, tid: u32) -> bool {
+        self.want.as_mut().is_some_and(|w| w.remove(&tid))
+    }
+
+    /// `tid`'s cookie is due at the first user block `vcpu` runs at its SRET's target; a
+    /// task whose cookie was due there and not taken yet wants it again.
+    fn make_due(&mut self, vcpu: u32, tid: u32) {
+        let displaced = self.due.get_or_insert_with(HashMap::new).insert(vcpu, tid);
+        if let Some(other) = displaced.filter(|&other| other != tid) {
+            self.want(other);
+        }
+    }
+
+    /// `tid` runs the block at `vcpu`'s due target: whether the cookie is its to take. If
+    /// another task was due (preempted before its first user instruction, and this one
+    /// reached the same address first), that one wants its cookie again.
+    fn resumed(&mut self, vcpu: u32, tid: u32) -> bool {
+        match self.due.as_mut().and_then(|d| d.remove(&vcpu)) {
+            Some(due) if due == tid => true,
+            Some(due) => {
+                self.want(due);
+                false
+            }
+            None => false,
+        }
+    }
+}
 
 /// At install, with the configuration known: a riscv64 run from a snapshot gets its
 /// [`USER_TARGET`] words.
@@ -114,21 +172,9 @@ pub unsafe extern "C" fn on_user_resume(vcpu_index: c_uint, data: *mut c_void) {
         return;
     };
     word.for_vcpu(vcpu_index, false).set(0);
-    let due = USER_DUE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_mut()
-        .and_then(|d| d.remove(&vcpu_index));
     let pc = data as u64;
     vcpu::with(vcpu_index, |v| {
-        let tid = v.engine.tid();
-        if due != Some(tid) {
-            // Another task reached the same address first (the one due was preempted
-            // before its first user instruction): the one due tries again at its next SRET,
-            // which restores the same user registers.
-            if let Some(due) = due {
-                want_user(due);
-            }
+        if !user_cookies().resumed(vcpu_index, v.engine.tid()) {
             return;
         }
         if let Some(sp) = v.regs.read_named("sp") {
@@ -246,20 +292,13 @@ pub fn at_return_to_user(
     user_sp: impl FnOnce(&mut VcpuState) -> Option<u64>,
 ) {
     let tid = v.engine.tid();
-    {
-        let mut want = WANT_USER.lock().unwrap_or_else(|e| e.into_inner());
-        if !want.as_mut().is_some_and(|w| w.remove(&tid)) {
-            return;
-        }
+    if !user_cookies().take_want(tid) {
+        return;
     }
     if let Some(word) = USER_TARGET.get() {
         // User pages are not readable here: the cookie is the first user block's.
         word.for_vcpu(vcpu, false).set(target);
-        USER_DUE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_or_insert_with(HashMap::new)
-            .insert(vcpu, tid);
+        user_cookies().make_due(vcpu, tid);
         return;
     }
     let Some(sp) = user_sp(v) else {
@@ -384,15 +423,6 @@ fn write(cookie: &StackCookie, name: String) {
     }
 }
 
-/// Task `tid`'s user-mode cookie is due at its next return to user mode.
-fn want_user(tid: u32) {
-    WANT_USER
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashSet::new)
-        .insert(tid);
-}
-
 /// `sp`: the stack pointer at `pc`, where the registers' is not (the vCPU is at an
 /// interrupt handler's first instruction, `interrupted_sp`).
 fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
@@ -425,7 +455,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
     let tid = v.engine.tid();
     // In an OS's kernel (a kernel stack), the task's user-mode calls may be open beneath.
     if isa.is_task_pointer(sp) {
-        want_user(tid);
+        user_cookies().want(tid);
     }
     let cookie = StackCookie {
         machine: arch.elf_machine(),
@@ -441,4 +471,45 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
         extra,
     };
     write(&cookie, cookie::file_name(tid));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UserCookies;
+
+    /// PID 1 (woken by its line) returns from `read`, an interrupt comes before its first
+    /// user instruction, and its forked child, which was finishing a `write` at the
+    /// snapshot, returns to user mode on the same vCPU meanwhile: each gets its cookie.
+    #[test]
+    fn a_task_whose_due_word_another_sret_took_wants_its_cookie_again() {
+        let mut c = UserCookies::new();
+        c.want(1);
+        c.want(52);
+        assert!(c.take_want(1));
+        c.make_due(0, 1); // PID 1's SRET to read's return
+        assert!(c.take_want(52));
+        c.make_due(0, 52); // the child's SRET to write's return, before PID 1's block ran
+        assert!(c.resumed(0, 52)); // the child's first user block: its cookie
+        assert!(c.take_want(1)); // PID 1's next SRET, to the same registers
+        c.make_due(0, 1);
+        assert!(c.resumed(0, 1));
+        assert!(!c.take_want(1) && !c.take_want(52));
+    }
+
+    /// Another task runs the block at the due address first: the one due tries again at its
+    /// next SRET; a task not captured in kernel mode never wants one.
+    #[test]
+    fn a_block_run_by_another_task_leaves_the_due_one_wanting() {
+        let mut c = UserCookies::new();
+        assert!(!c.take_want(7));
+        c.want(1);
+        assert!(c.take_want(1));
+        c.make_due(0, 1);
+        assert!(!c.resumed(0, 9));
+        assert!(!c.resumed(0, 1), "nothing is due on vCPU 0 any more");
+        assert!(c.take_want(1));
+        c.make_due(1, 1); // on another vCPU this time
+        assert!(!c.resumed(0, 1));
+        assert!(c.resumed(1, 1));
+    }
 }
