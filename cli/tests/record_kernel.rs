@@ -7,7 +7,7 @@ mod common;
 use common::{record_argv, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest, INIT_OK};
-use qemu_uftrace_tests::replay::{graph_backtrace, uftrace};
+use qemu_uftrace_tests::replay::{graph_backtrace, reported_calls, uftrace};
 use qemu_uftrace_tests::{cached, kernel_boot_args_on, plugin_stat, system_qemus, QEMU};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -191,7 +191,25 @@ fn check_boot(dir: &Path, qemu: &str) {
         ],
         "the boot on {qemu}:\n{head}"
     );
-    let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
+    // The boot CPU's graph (`--tid`: uftrace reads that task's records alone), and
+    // start_kernel called once in the whole boot (report's count).
+    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+    assert_eq!(
+        reported_calls(&report, "start_kernel"),
+        Some(1),
+        "start_kernel's calls on {qemu}"
+    );
+    let idle0 = IDLE0.to_string();
+    let graph = uftrace(&[
+        "graph",
+        "--no-pager",
+        "--tid",
+        &idle0,
+        "-d",
+        &d,
+        "start_kernel",
+    ])
+    .expect("uftrace graph");
     let backtrace = graph_backtrace(&graph);
     assert_eq!(
         backtrace,
@@ -247,7 +265,6 @@ fn check_boot(dir: &Path, qemu: &str) {
     if discontinuity == "1" {
         assert!(all.contains(" [irq]() {"), "no interrupt entry on {qemu}");
     }
-    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     for f in ["kernel_init", "do_one_initcall", "mount_root"] {
         assert!(
             report.lines().any(|l| l.trim_end().ends_with(f)),

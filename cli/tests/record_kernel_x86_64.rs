@@ -12,7 +12,7 @@ mod common;
 use common::{check_secondary_start, record_to_panic};
 use qemu_uftrace_engine::tasks::BOOT_TID_BASE;
 use qemu_uftrace_symbols::LoadOptions;
-use qemu_uftrace_tests::replay::{graph_backtrace, task_names, uftrace};
+use qemu_uftrace_tests::replay::{graph_backtrace, reported_calls, task_names, uftrace};
 use qemu_uftrace_tests::x86_64_guests::{system_qemus_x86_64, QEMU_X86_64};
 use qemu_uftrace_tests::{cached, plugin_stat};
 use std::path::{Path, PathBuf};
@@ -178,7 +178,19 @@ fn check_boot(dir: &Path, qemu: &str) {
     }
     // SeaBIOS first (no symbols: its region below 1 MiB is one marked function), in real
     // and 32-bit mode.
-    let head = uftrace(&["replay", "--no-pager", "-D", "1", "-d", &d]).expect("uftrace replay");
+    // The boot context's roots and PID 1's (the image's BTF gives PIDs): a pass over those
+    // two tasks, not the whole boot.
+    let roots_args = [
+        "replay",
+        "--no-pager",
+        "-D",
+        "1",
+        "--tid",
+        "4194304,1",
+        "-d",
+        &d,
+    ];
+    let head = uftrace(&roots_args).expect("uftrace replay");
     let first = head
         .lines()
         .nth(1)
@@ -191,7 +203,7 @@ fn check_boot(dir: &Path, qemu: &str) {
     );
     // PID 1's kernel stack starts at ret_from_fork: schedule_tail, then kernel_init (called
     // through a retpoline).
-    let roots = uftrace(&["replay", "--no-pager", "-D", "1", "-d", &d]).expect("uftrace replay");
+    let roots = uftrace(&roots_args).expect("uftrace replay");
     assert!(
         roots
             .lines()
@@ -208,7 +220,8 @@ fn check_boot(dir: &Path, qemu: &str) {
     // its own (the idle task, its stack open down to rest_init's schedule, never runs
     // again before the panic: PID 1 and the kthreads always have work).
     // One replay of the three functions looked into below (kthreadd, start_kernel and
-    // do_one_initcall, two levels each): a pass over the boot's trace takes uftrace ~12 s.
+    // do_one_initcall, two levels each), in the tasks that run them (PID 2, the boot
+    // context, PID 1): a pass over the boot's trace takes uftrace ~12 s, over those ~9.
     let aimed = uftrace(&[
         "replay",
         "--no-pager",
@@ -220,6 +233,8 @@ fn check_boot(dir: &Path, qemu: &str) {
         "^do_one_initcall$",
         "-D",
         "2",
+        "--tid",
+        "4194304,1,2",
         "-d",
         &d,
     ])
@@ -234,7 +249,17 @@ fn check_boot(dir: &Path, qemu: &str) {
     );
     // start_kernel is entered by x86_64_start_reservations' tail call (`jmp start_kernel`):
     // a call nested in it, as uftrace shows a tail call, once, with setup_arch beneath.
-    let graph = uftrace(&["graph", "--no-pager", "-d", &d, "start_kernel"]).expect("uftrace graph");
+    // Once in the whole boot by report's count; its graph is the boot context's (`--tid`:
+    // uftrace reads that task's records alone, half a pass over the boot).
+    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
+    for f in ["start_kernel", "x86_64_start_kernel"] {
+        assert_eq!(reported_calls(&report, f), Some(1), "{f}'s calls on {qemu}");
+    }
+    let boot_graph = |f: &str| {
+        uftrace(&["graph", "--no-pager", "--tid", "4194304", "-d", &d, f])
+            .unwrap_or_else(|e| panic!("uftrace graph {f}: {e}"))
+    };
+    let graph = boot_graph("start_kernel");
     let backtrace = graph_backtrace(&graph);
     assert!(
         graph.contains("backtrace #0: hit 1,") && !graph.contains("backtrace #1:"),
@@ -267,8 +292,7 @@ fn check_boot(dir: &Path, qemu: &str) {
     // x86_64_start_kernel is entered by the head code's `lretq` (a far return used as a
     // jump that loads the kernel's code segment): a call nested in the frame it ran in, its
     // callees beneath it, not at depth 0.
-    let xsk = uftrace(&["graph", "--no-pager", "-d", &d, "x86_64_start_kernel"])
-        .expect("uftrace graph x86_64_start_kernel");
+    let xsk = boot_graph("x86_64_start_kernel");
     assert!(
         xsk.contains("backtrace #0: hit 1,")
             && ["copy_bootdata", "x86_64_start_reservations"]
@@ -290,7 +314,6 @@ fn check_boot(dir: &Path, qemu: &str) {
         "setup_arch should be called by start_kernel on {qemu}:\n{}",
         &aimed[..aimed.len().min(2000)]
     );
-    let report = uftrace(&["report", "--no-pager", "-d", &d]).expect("uftrace report");
     let has = |f: &str| {
         report
             .lines()
@@ -398,7 +421,19 @@ fn debian_amd64_kernel_with_its_debug_vmlinux() {
             ("kernel_init", "init/main.c:"),
             ("kthreadd", "kernel/kthread.c:"),
         ];
-        let mut args = vec!["replay", "--no-pager", "--srcline", "-D", "1", "-d", &d];
+        // In the tasks that run them (the boot context, PID 1, PID 2): uftrace reads those
+        // tasks' records alone.
+        let mut args = vec![
+            "replay",
+            "--no-pager",
+            "--srcline",
+            "-D",
+            "1",
+            "--tid",
+            "4194304,1,2",
+            "-d",
+            &d,
+        ];
         let patterns: Vec<String> = functions.iter().map(|(f, _)| format!("^{f}$")).collect();
         for p in &patterns {
             args.extend(["-F", p]);

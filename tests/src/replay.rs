@@ -556,9 +556,94 @@ pub fn graph_backtrace(graph: &str) -> Vec<&str> {
         .collect()
 }
 
+/// The calls of `function` in `uftrace report`'s default table (`TOTAL SELF CALLS NAME`,
+/// times with their units), if the table lists it.
+pub fn reported_calls(report: &str, function: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let rest = l.trim_end().strip_suffix(function)?;
+        if !rest.ends_with(' ') {
+            return None;
+        }
+        rest.split_whitespace().last()?.parse().ok()
+    })
+}
+
+/// The calls open in task `tid` at `function`'s first entry in replay text, outermost first
+/// and `function` last, as `uftrace graph FUNCTION` shows its backtrace; none if the task
+/// never enters it. A kernel test asks the replay of one task it already has for this
+/// rather than another pass of `graph` over the whole boot (issue 35).
+pub fn stack_at_entry<'a>(replay: &'a str, tid: u32, function: &str) -> Option<Vec<&'a str>> {
+    let mut open: Vec<&str> = Vec::new();
+    for line in replay.lines() {
+        let Some((t, body)) = replay_body(line) else {
+            continue;
+        };
+        if t != tid {
+            continue;
+        }
+        if let Some(name) = body.strip_suffix("() {") {
+            open.push(name);
+            if name == function {
+                return Some(open);
+            }
+        } else if let Some(name) = body.strip_suffix("();") {
+            if name == function {
+                open.push(name);
+                return Some(open);
+            }
+        } else if body.starts_with("} /* ") {
+            open.pop();
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A report's call count by the function's whole name; graph's backtrace from a replay.
+    #[test]
+    fn calls_from_a_report_and_a_backtrace_from_a_replay() {
+        let report = "  Total time   Self time       Calls  Function\n  \
+            ==========  ==========  ==========  ====================\n  \
+            134.436 ms    0.031 us           1  x86_64_start_kernel\n  \
+            134.432 ms    0.278 us           3  start_kernel\n  \
+              2.144 us    2.144 us          41  [x86 BIOS e7000-ff000]\n";
+        assert_eq!(reported_calls(report, "start_kernel"), Some(3));
+        assert_eq!(reported_calls(report, "x86_64_start_kernel"), Some(1));
+        assert_eq!(reported_calls(report, "[x86 BIOS e7000-ff000]"), Some(41));
+        assert_eq!(reported_calls(report, "kernel"), None);
+        let replay = "# DURATION     TID     FUNCTION\n\
+            \x20  2.144 us [4194304] | [x86 BIOS e7000-ff000]();\n\
+            \x20           [4194304] | [x86 BIOS e7000-ff000]() {\n\
+            \x20           [4194304] |   x86_64_start_kernel() {\n\
+            \x20  0.100 us [4194304] |     copy_bootdata();\n\
+            \x20           [4194304] |     early_setup() {\n\
+            \x20  0.100 us [4194304] |       clear_bss();\n\
+            \x20  0.300 us [4194304] |     } /* early_setup */\n\
+            \x20           [     1] |     start_kernel() {\n\
+            \x20           [4194304] |     x86_64_start_reservations() {\n\
+            \x20           [4194304] |       start_kernel() {\n";
+        assert_eq!(
+            stack_at_entry(replay, 4194304, "start_kernel").expect("entered"),
+            [
+                "[x86 BIOS e7000-ff000]",
+                "x86_64_start_kernel",
+                "x86_64_start_reservations",
+                "start_kernel"
+            ]
+        );
+        assert_eq!(
+            stack_at_entry(replay, 4194304, "copy_bootdata").expect("entered"),
+            [
+                "[x86 BIOS e7000-ff000]",
+                "x86_64_start_kernel",
+                "copy_bootdata"
+            ]
+        );
+        assert_eq!(stack_at_entry(replay, 2, "start_kernel"), None);
+    }
 
     /// A second identical command on an unchanged trace is answered from memory; a trace
     /// written since, or another command, runs again.

@@ -212,6 +212,10 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
 
     let d = dir.to_string_lossy().to_string();
     let (wake_filter, started_filter) = (format!("^{wake}$"), format!("^{started}$"));
+    // PID 1 brings the secondary up (smp_init, from kernel_init), which starts in vCPU 1's
+    // boot context: uftrace reads those two tasks' records alone, a third of a pass over
+    // the whole boot.
+    let tids = format!("1,{}", qemu_uftrace_engine::tasks::BOOT_TID_BASE + 1);
     let args = [
         "replay",
         "--no-pager",
@@ -219,6 +223,8 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
         "time,tid",
         "-D",
         "1",
+        "--tid",
+        &tids,
         "-d",
         &d,
         "-F",
@@ -237,7 +243,7 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
             rest.split_whitespace().next()?.parse().ok()?,
         ))
     };
-    let missing = || format!("on {label}:\n{replay}");
+    let missing = || format!("on {label}, in tasks {tids}:\n{replay}");
     let (wake_tid, woken) =
         event(&format!("| {wake}()")).unwrap_or_else(|| panic!("{}", missing()));
     let (start_tid, start) =
