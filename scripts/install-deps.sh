@@ -238,7 +238,9 @@ unpack_source() {
 
 # QEMU 10.2.2 from Debian's source package, built for the targets qemu-uftrace traces with
 # plugins enabled, user mode included: Debian's binaries lack plugins in user mode and 10.0
-# lacks the discontinuity callback. About 13 minutes on two cores, once.
+# lacks the discontinuity callback. About 13 minutes on two cores, once. Without debug
+# information (-g): the binaries are stripped below anyway, and DWARF for every object is
+# compile and link time on the install's critical path (issue 35).
 QEMU_SRC_VERSION=1:10.2.2+ds-1
 QEMU_TARGETS=aarch64-softmmu,x86_64-softmmu,riscv64-softmmu,aarch64-linux-user,x86_64-linux-user,riscv64-linux-user
 q102="$CACHE/qemu-10.2.2"
@@ -255,7 +257,7 @@ build_qemu_102() {
         (cd "$work/qemu/build" && ../configure --python=/usr/bin/python3 --prefix="$q102" \
             --target-list="$QEMU_TARGETS" --without-default-features --enable-plugins \
             --enable-capstone --enable-fdt=system --enable-tcg --disable-docs --disable-werror \
-            --disable-install-blobs --disable-download \
+            --disable-install-blobs --disable-download --disable-debug-info \
             --firmwarepath=/usr/share/qemu:/usr/share/seabios:/usr/lib/ipxe/qemu \
             >"$work/configure.log" 2>&1) ||
             { tail -n 30 "$work/configure.log" >&2; die "configuring QEMU failed"; }
