@@ -259,7 +259,10 @@ fn two_harts_share_one_timeline() {
         let mut args = riscv64_kernel_boot_args_on(&qemu.program);
         args.extend(["-smp", "2"].map(String::from));
         let ((_tmp, dir), _) = record_boot_cmd(&args, &[]);
-        check_secondary_start(&dir, "sbi_cpu_start", "smp_callin", false, qemu.label);
+        // Every task read: on 10.0 smp_callin, hart 1's first C code, is at times recorded
+        // in hart 0's boot context (4194304) rather than hart 1's (2 runs in 4 here; a bug
+        // not found yet), which the check's "a context of its own" allows.
+        check_secondary_start(&dir, "sbi_cpu_start", "smp_callin", false, None, qemu.label);
     }
 }
 

@@ -60,11 +60,15 @@ fn two_vcpus_share_one_timeline() {
         let mut args = boot_args(&qemu.program);
         args.extend(["-smp", "2"].map(String::from));
         let (_tmp, dir, _) = record_to_panic(&args, &[]);
+        // PID 1 brings the CPU up (smp_init, from kernel_init); cpu_init_secondary is its
+        // first C code, before any switch on it: in vCPU 1's boot context.
+        let tasks = format!("1,{}", BOOT_TID_BASE + 1);
         check_secondary_start(
             &dir,
             "native_cpu_up",
             "cpu_init_secondary",
             true,
+            Some(&tasks),
             qemu.label,
         );
     }

@@ -187,8 +187,17 @@ pub fn shared_to_panic(argv: &[String], options: &[&str]) -> shared::Recording {
 /// A kernel boot recorded on two vCPUs (`dir`): both record, on one wall-clock timeline, and
 /// the secondary CPU's first traced function `started` runs in a context of its own after the
 /// boot CPU's call `wake` (which wakes it) began: inside it where `wake` waits for the
-/// secondary (`inside`); tasks move between the vCPUs.
-pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool, label: &str) {
+/// secondary (`inside`); tasks move between the vCPUs. `in_tasks`: where `wake` and `started`
+/// run, when that is certain (uftrace then reads those tasks' records alone, a third of a
+/// pass over the whole boot), else every task is read.
+pub fn check_secondary_start(
+    dir: &Path,
+    wake: &str,
+    started: &str,
+    inside: bool,
+    in_tasks: Option<&str>,
+    label: &str,
+) {
     let stat = |key: &str| -> u64 {
         let v = qemu_uftrace_tests::plugin_stat(dir, key);
         v.parse().unwrap_or_else(|_| panic!("{key}={v} on {label}"))
@@ -212,27 +221,15 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
 
     let d = dir.to_string_lossy().to_string();
     let (wake_filter, started_filter) = (format!("^{wake}$"), format!("^{started}$"));
-    // PID 1 brings the secondary up (smp_init, from kernel_init), which starts in vCPU 1's
-    // boot context: uftrace reads those two tasks' records alone, a third of a pass over
-    // the whole boot.
-    let tids = format!("1,{}", qemu_uftrace_engine::tasks::BOOT_TID_BASE + 1);
-    let args = [
-        "replay",
-        "--no-pager",
-        "-f",
-        "time,tid",
-        "-D",
-        "1",
-        "--tid",
-        &tids,
-        "-d",
-        &d,
-        "-F",
-        &wake_filter,
-        "-F",
-        &started_filter,
-    ];
-    let replay = qemu_uftrace_tests::replay::uftrace(&args).expect("uftrace replay");
+    let replay_in = |tasks: Option<&str>| {
+        let mut args = vec!["replay", "--no-pager", "-f", "time,tid", "-D", "1"];
+        if let Some(tids) = tasks {
+            args.extend(["--tid", tids]);
+        }
+        args.extend(["-d", &d, "-F", &wake_filter, "-F", &started_filter]);
+        qemu_uftrace_tests::replay::uftrace(&args).expect("uftrace replay")
+    };
+    let replay = replay_in(in_tasks);
     // `[tid]  seconds.nanoseconds | function`, a short tid padded inside the brackets
     // (`[     1]`: PIDs, where the kernel's BTF or DWARF says where they are).
     let event = |what: &str| -> Option<(u32, f64)> {
@@ -243,7 +240,14 @@ pub fn check_secondary_start(dir: &Path, wake: &str, started: &str, inside: bool
             rest.split_whitespace().next()?.parse().ok()?,
         ))
     };
-    let missing = || format!("on {label}, in tasks {tids}:\n{replay}");
+    // A failure read in the given tasks shows the whole boot's answer too.
+    let missing = || match in_tasks {
+        Some(tids) => format!(
+            "on {label}, in tasks {tids}:\n{replay}\nin every task:\n{}",
+            replay_in(None)
+        ),
+        None => format!("on {label}:\n{replay}"),
+    };
     let (wake_tid, woken) =
         event(&format!("| {wake}()")).unwrap_or_else(|| panic!("{}", missing()));
     let (start_tid, start) =
