@@ -767,8 +767,8 @@ pub fn fold_all(dir: &Path) -> Result<Folded> {
     files.sort_unstable_by(|a, b| b.cmp(a));
     let results = crate::cores::share(&files, |files| -> Result<Folded> {
         let mut total = Folded::default();
-        for (_, path) in files {
-            total += fold_file(path)?;
+        for (len, path) in files {
+            total += fold_file(path, *len)?;
         }
         Ok(total)
     });
@@ -780,14 +780,14 @@ pub fn fold_all(dir: &Path) -> Result<Folded> {
     Ok(total)
 }
 
-/// [`fold_all`]'s work on one task file.
-fn fold_file(path: &Path) -> Result<Folded> {
+/// [`fold_all`]'s work on one task file, `len` bytes long (as `fold_all` listed it: the
+/// recording is over, nothing writes to it).
+fn fold_file(path: &Path, len: u64) -> Result<Folded> {
     use std::io::Seek;
     let mut input =
         std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     // Only from the first carrier on (a file without any stays as it is): a boot's files
     // hold hundreds of MB.
-    let len = input.metadata().map_or(0, |m| m.len());
     let Some(first) = first_carrier(&mut input, len)
         .with_context(|| format!("cannot read {}", path.display()))?
     else {

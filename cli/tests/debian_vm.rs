@@ -229,14 +229,14 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
                 .iter()
                 .any(|c| own.contains(&c.name) || libc_only.contains(&c.name))
         };
-        match nested {
-            Some(_) => {}
-            None if !whole && named() => {}
-            None if whole => failed.push(format!(
+        match (nested, whole) {
+            (Some(_), _) => {}
+            (None, true) => failed.push(format!(
                 "{exe} (pid {pid}): no libsystemd function with a libc one beneath ({} calls)",
                 calls.len()
             )),
-            None => failed.push(format!(
+            (None, false) if named() => {}
+            (None, false) => failed.push(format!(
                 "{exe} (pid {pid}): no function of libsystemd or libc in --keep-last's \
                  window ({} calls)",
                 calls.len()

@@ -82,13 +82,7 @@ fn two_vcpus_share_one_timeline() {
 /// each, never an `[irq]` in it.
 fn check_exception_kinds(d: &str, qemu: &str) {
     let report = uftrace(&["report", "--no-pager", "-d", d]).expect("uftrace report");
-    let calls_of = |name: &str| {
-        report
-            .lines()
-            .find(|l| l.split_whitespace().last() == Some(name))
-            .and_then(|l| l.split_whitespace().nth(4)?.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let calls_of = |name: &str| reported_calls(&report, name).unwrap_or(0);
     assert!(calls_of("[int]") > 100, "[int] on {qemu}:\n{report}");
     assert!(calls_of("[irq]") > 100, "[irq] on {qemu}");
     assert_eq!(calls_of("[exception]"), 0, "unnamed exceptions on {qemu}");

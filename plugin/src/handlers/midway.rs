@@ -69,9 +69,9 @@ fn user_cookies() -> std::sync::MutexGuard<'static, UserCookies> {
 /// return only makes the cookie due on its vCPU (one [`USER_TARGET`] word each), taken at
 /// the first user block; a task preempted between its SRET and that block may find the
 /// word taken by another task's SRET meanwhile, and then wants its cookie again at its own
-/// next SRET, which restores the same user registers. (A suite run lost PID 1's user frames
-/// when its forked child, finishing a write at the snapshot, returned to user mode in that
-/// gap and took the word.)
+/// next SRET, which restores the same user registers. (A suite run lost PID 1's user frames,
+/// most likely so: its forked child, still in a write at the snapshot, returned to user mode
+/// about when PID 1 did.)
 #[derive(Debug, Default)]
 struct UserCookies {
     want: Option<HashSet<u32>>,
