@@ -44,6 +44,8 @@ pub struct Suspended {
     pub roots: Roots,
     /// Its records `-t` holds back until their frames end (`timefilter`).
     pub deferred: Deferred,
+    /// The depth at which a retpoline's own return is awaited (`thunks`).
+    pub thunk_return: Option<usize>,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -87,6 +89,9 @@ pub struct Engine {
     /// `-t` (`timefilter`); `None` (the common case) costs the general path one test of
     /// this field in `emit`, and the fast path nothing.
     time_filter: Option<Box<TimeFilter>>,
+    /// The running context's retpoline call whose own return is still to come: the stack
+    /// depth it ran at (`thunks`).
+    pub(crate) thunk_return: Option<usize>,
 }
 
 impl Engine {
@@ -111,6 +116,7 @@ impl Engine {
             gates: None,
             pushed_frames: Vec::new(),
             time_filter: None,
+            thunk_return: None,
         }
     }
 
@@ -1025,6 +1031,7 @@ impl Engine {
                 .map_or_else(Roots::default, |g| std::mem::take(&mut g.roots)),
             deferred: (self.time_filter.as_deref_mut())
                 .map_or_else(Deferred::default, TimeFilter::suspend),
+            thunk_return: self.thunk_return.take(),
         }
     }
 
@@ -1035,6 +1042,7 @@ impl Engine {
         self.stack = state.stack;
         self.overflow = state.overflow;
         self.midway = state.midway;
+        self.thunk_return = state.thunk_return;
         if let Some(gates) = self.gates.as_deref_mut() {
             gates.roots = state.roots;
         }

@@ -23,5 +23,6 @@ pub mod spaces;
 pub mod stats;
 pub mod switch;
 pub mod tasks;
+pub mod thunks;
 pub mod timefilter;
 pub mod tsc;

@@ -1428,3 +1428,72 @@ fn carriers_go_after_an_entry_and_the_interrupt_that_followed_it() {
         ]
     );
 }
+
+/// A retpoline's own return is awaited where its call ran. kthreadd's start on x86_64,
+/// drawn as the plugin drives it (a return whose landing no block saw is settled by
+/// `ret_unseen` unless it is the thunk's): ret_from_fork's call to
+/// `__x86_indirect_thunk_rbx` opens kthreadd's frame, the thunk's `call 1f` arms, a timer
+/// interrupt is taken before its `mov %rbx, (%rsp); ret`, its handler returns from a callee
+/// and switches to another task, which returns at the thunk's depth; back in kthreadd the
+/// IRET leaves the handler and the thunk's `ret` branches into kthreadd. kthreadd's frame
+/// stays open (a per-vCPU flag, taken by the handler's first return, let the thunk's `ret`
+/// close it).
+#[test]
+fn a_retpolines_return_is_awaited_where_its_call_ran() {
+    use qemu_uftrace_engine::exceptions::ExceptionKind;
+    use qemu_uftrace_engine::hot::Suspended;
+    let irq = ExceptionKind::Irq.addr();
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    // A return settled as the plugin settles one: the thunk's, or the top frame's.
+    let settle = |r: &mut Rig| {
+        r.t += 10;
+        if !r.engine.take_thunk_return() {
+            r.engine.ret_unseen(r.t);
+        }
+    };
+    r.call(0x1000, 0x10); // kthreadd, through the thunk
+    r.engine.arm_thunk_return();
+    assert!(r.engine.awaits_thunk_return());
+    r.t += 10;
+    r.engine.exception_entry(r.t, ExceptionKind::Irq, 0x2000);
+    r.call(0x3000, 0x2100); // the handler's callee, returning where a block sees it
+    assert!(!r.engine.take_thunk_return(), "the callee's landing");
+    r.ret(0x2100, &mut g);
+    r.call(0x3100, 0x2200); // a callee whose return lands where no block sees it
+    settle(&mut r);
+    // The switch: another task, one frame deep, returns to where no block sees.
+    let kthreadd = r.engine.suspend();
+    let other = Suspended::default();
+    r.engine.resume(7, other);
+    assert!(
+        !r.engine.awaits_thunk_return(),
+        "kthreadd's, not this task's"
+    );
+    r.call(0x4000, 0x40);
+    settle(&mut r);
+    let _other = r.engine.suspend();
+    r.engine.resume(1, kthreadd);
+    assert!(r.engine.awaits_thunk_return());
+    r.t += 10;
+    r.engine.exception_return(r.t, 0x2000, 0x2ff0);
+    settle(&mut r); // the thunk's `ret`
+    assert!(!r.engine.awaits_thunk_return());
+    assert_eq!(r.engine.stack().len(), 1, "kthreadd's frame is open");
+    settle(&mut r); // kthreadd's own return, unseen: the top frame's
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+1000@0",
+            &format!("+{irq:x}@1"),
+            "+3000@2",
+            "-3000@2",
+            "+3100@2",
+            "-3100@2",
+            "+4000@0",
+            "-4000@0",
+            &format!("-{irq:x}@1"),
+            "-1000@0",
+        ])
+    );
+}

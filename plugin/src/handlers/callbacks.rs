@@ -87,7 +87,7 @@ pub unsafe extern "C" fn on_direct_call_gated(vcpu_index: c_uint, data: *mut c_v
 pub unsafe extern "C" fn on_landing_gated(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     vcpu::with(vcpu_index, |v| {
-        if v.thunk_ret && thunk_landing(v, target) {
+        if v.engine.awaits_thunk_return() && thunk_landing(v, target) {
             return;
         }
         if let Some(now) = v.fast.land(&mut v.interp, v.engine.last_time()) {
@@ -357,7 +357,7 @@ pub extern "C" fn on_packed_call_timed(vcpu_index: c_uint, data: *mut c_void) {
 pub unsafe extern "C" fn on_landing_timed(vcpu_index: c_uint, data: *mut c_void) {
     let target = data as u64;
     let fast = vcpu::try_with(vcpu_index, |v| {
-        if v.thunk_ret {
+        if v.engine.awaits_thunk_return() {
             return false;
         }
         let Some((now, flag)) = v.fast.landing_time(&v.interp, v.engine.last_time()) else {
@@ -380,7 +380,7 @@ pub unsafe extern "C" fn on_landing_timed(vcpu_index: c_uint, data: *mut c_void)
 /// way, which clears the flag in any case.
 #[inline(always)]
 fn landing_without_calls(v: &mut VcpuState, target: u64) -> bool {
-    if v.thunk_ret {
+    if v.engine.awaits_thunk_return() {
         return false;
     }
     let Some((now, flag)) = v.fast.landing_time(&v.interp, v.engine.last_time()) else {
@@ -397,7 +397,7 @@ fn landing_without_calls(v: &mut VcpuState, target: u64) -> bool {
 /// A return landed at `target`.
 #[inline(always)]
 fn landing(v: &mut VcpuState, target: u64) {
-    if v.thunk_ret && thunk_landing(v, target) {
+    if v.engine.awaits_thunk_return() && thunk_landing(v, target) {
         return;
     }
     if let Some(now) = v.fast.land(&mut v.interp, v.engine.last_time()) {
@@ -526,10 +526,15 @@ pub unsafe extern "C" fn on_user_landing(vcpu_index: c_uint, data: *mut c_void) 
 /// the landing is in the callee (its entry, or a block it jumped to that happens to follow
 /// a call) and the pending return was the retpoline's, no return at all. A callee entered
 /// by a jump to the retpoline (a tail call) returns where the frame it replaced does.
+/// A landing elsewhere than where the thunk's call ran (a return inside an interrupt taken
+/// before the thunk's `ret`, or in another task) is the guest's own: the thunk's return is
+/// still awaited.
 #[cold]
 #[inline(never)]
 fn thunk_landing(v: &mut VcpuState, target: u64) -> bool {
-    v.thunk_ret = false;
+    if !v.engine.take_thunk_return() {
+        return false;
+    }
     let stack = v.engine.stack();
     let returns_to = stack.returning().map(|i| &stack.frames()[i]);
     if returns_to.is_some_and(|f| f.ret_addr == target) {
@@ -547,7 +552,7 @@ pub extern "C" fn on_thunk_branch(vcpu_index: c_uint, _data: *mut c_void) {
     vcpu::with(vcpu_index, |v| {
         let now = v.now();
         v.settle(now);
-        v.thunk_ret = true;
+        v.engine.arm_thunk_return();
     });
 }
 

@@ -120,7 +120,6 @@ pub fn vcpu_init(vcpu_id: u32) {
         task_ptr: 0,
         announced: Default::default(),
         vectors: Default::default(),
-        thunk_ret: false,
         fed_target: 0,
         deltas: Default::default(),
         jump_answers: Box::new([[(0, 0, 0); vcpu::JUMP_ANSWERS]; 2]),

@@ -49,9 +49,6 @@ pub struct VcpuState {
     pub announced: qemu_uftrace_engine::arch::Announced,
     /// Where exceptions are delivered through, where no register names them (x86).
     pub vectors: vectors::VectorTable,
-    /// A retpoline's own call ran (x86 Linux `__x86_indirect_thunk_*`): the return it makes
-    /// next only branches to the callee, whose frame the call to the thunk opened.
-    pub thunk_ret: bool,
     /// The value a call's feeding load read, for the call (`handlers::callbacks::on_fed_load`).
     pub fed_target: u64,
     /// The process address space the vCPU runs and the deltas into it from others
@@ -83,9 +80,9 @@ impl VcpuState {
     }
 
     /// Whether a return of the guest's is pending, whose landing no block saw (cleared then).
-    /// A retpoline's own return (`thunk_ret`) is no return of the guest's.
+    /// A retpoline's own return (`Engine::take_thunk_return`) is no return of the guest's.
     pub fn take_unseen_return(&mut self) -> bool {
-        self.pending.take() && !std::mem::take(&mut self.thunk_ret)
+        self.pending.take() && !self.engine.take_thunk_return()
     }
 
     /// The vCPU runs address space `space` from now on.
