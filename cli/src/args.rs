@@ -315,7 +315,10 @@ pub struct RecordArgs {
     /// FUNC as for -F, or in user mode a shared library's function (getenv@arg1/s). Each value argN (arg1 to arg32; past the calling convention's
     /// registers, x86_64 arg6 and aarch64 and riscv64 arg8, read from the stack) with a format: d (default), i, u, x, o,
     /// s (a string, read from guest memory: at most 98 bytes, <0x…> where it cannot be
-    /// read), c or p, and a size of 8, 16, 32 or 64 bits. uftrace replay shows f(1, "x")
+    /// read), c, p or f, and a size of 8, 16, 32 or 64 bits. Floating-point values are
+    /// numbered apart, as the conventions pass them: fparg2 (or arg2/f) is the second
+    /// float or double, /f32 a float (fparg1 to fparg8: xmm0-7, v0-7, fa0-7).
+    /// uftrace replay shows f(1, "x", 1.500000)
     #[arg(short = 'A', long = "argument", value_name = "SPEC")]
     pub argument: Vec<String>,
 
@@ -332,9 +335,8 @@ pub struct RecordArgs {
     /// By the function's DWARF types. For the functions of the program (user mode) or of the
     /// ELF files given as -kernel or
     /// --symbols that have DWARF: integers by size and sign, char * as strings, other
-    /// pointers in hex, named enums by name (other enums and bool as integers); a function
-    /// taking a float or a struct
-    /// by value is left out. -A/-R win where they
+    /// pointers in hex, named enums by name (other enums and bool as integers), float and
+    /// double as such; a function taking a struct by value or a long double is left out. -A/-R win where they
     /// name a function (-A for its arguments, -R for its return value). With -F, only the
     /// functions -F selects (not their callees: unlike uftrace's -a, which gives every
     /// function it records), less those -N names; at most 4,000 functions (a kernel's

@@ -111,6 +111,19 @@ impl ArgSpecs {
                 for v in &spec.values {
                     fargs::merge_exact(&mut specs.funcs[i].values, ex, *v, exact);
                 }
+                // uftrace keeps an integer and a floating-point return value side by
+                // side and shows both; one return has one value.
+                let values = &specs.funcs[i].values;
+                let kinds = values.iter().filter(|v| v.is_retval());
+                if kinds.map(Value::is_float).collect::<HashSet<_>>().len() > 1 {
+                    return Err(usage(
+                        format!(
+                            "{option} {text}: a function given both an integer and a \
+                             floating-point return value"
+                        ),
+                        "keep one of retval/f and retval/d for it",
+                    ));
+                }
             }
         }
         specs.funcs.sort_by_key(|f| f.addr);
@@ -150,6 +163,9 @@ impl ArgSpecs {
             let args: Vec<String> = (f.values.iter())
                 .filter(|v| !v.is_retval())
                 .filter_map(|v| match f.pt_regs {
+                    // Floating-point registers hold the first eight (the most a spec
+                    // names); no syscall takes one.
+                    _ if v.is_float() => Some(format!("{}:{}", v.idx, v.plugin_word())),
                     // Read from memory at the first argument (the pt_regs) plus the offset
                     // (a syscall has six at most).
                     Some(at) => {
@@ -632,14 +648,11 @@ fn auto_from(
                     for (name, vals) in &s.enums {
                         enums.entry(name.clone()).or_insert_with(|| vals.clone());
                     }
-                    // Past the registers, from the stack: every argument here is an
-                    // integer class one (a function with others has no spec), one slot each.
-                    let args: Vec<String> = (s.args.iter())
-                        .take(fargs::MAX_ARG as usize)
-                        .enumerate()
-                        .map(|(i, w)| format!("arg{}/{w}", i + 1))
-                        .collect();
-                    args.join(",")
+                    match auto_args(&s.args) {
+                        Some(args) => args,
+                        // More floating-point arguments than registers: no spec.
+                        None => continue,
+                    }
                 }
             };
             let spec = (args, s.ret.as_ref().map(|w| format!("retval/{w}")));
@@ -703,6 +716,31 @@ fn auto_from(
         return Err(too_many(functions, aim.filter.is_some()));
     }
     Ok((a, r, enum_lines(enums)))
+}
+
+/// A typed function's argument words (`i32`, `f64`, …) as spec values: the integer class
+/// ones `argN` in their order (past the registers, from the stack: one slot each), the
+/// floating-point ones `fpargN` in theirs, as each convention passes them. `None` past the
+/// floating-point registers ([`fargs::MAX_FLOAT_ARG`]; those are on the stack, not read).
+fn auto_args(words: &[String]) -> Option<String> {
+    let (mut ints, mut floats) = (0u8, 0u8);
+    let mut out = Vec::new();
+    for w in words {
+        if let Some(bits) = w.strip_prefix('f') {
+            floats += 1;
+            if floats > fargs::MAX_FLOAT_ARG {
+                return None;
+            }
+            out.push(format!("fparg{floats}/f{bits}"));
+        } else {
+            ints += 1;
+            if ints > fargs::MAX_ARG {
+                break;
+            }
+            out.push(format!("arg{ints}/{w}"));
+        }
+    }
+    Some(out.join(","))
 }
 
 /// `-a`'s refusal of `functions` specs, past [`MAX_AUTO`]; `aimed` when `-F` chose them.
@@ -1038,6 +1076,16 @@ mod tests {
     /// As uftrace's: an explicit -A takes a function's arguments from -a, an explicit -R
     /// its return value (a regular expression as well as a whole name).
     #[test]
+    fn auto_args_number_floating_point_values_apart() {
+        let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            auto_args(&w(&["f64", "f32", "i32", "s"])).as_deref(),
+            Some("fparg1/f64,fparg2/f32,arg1/i32,arg2/s")
+        );
+        assert_eq!(auto_args(&w(&["f64"; 9])), None, "past the registers");
+    }
+
+    #[test]
     fn explicit_specs_win_value_by_value() {
         let given_a = ["ext4_read@arg1/x".to_string()];
         let given_r = ["^ext4_w@retval/d".to_string()];
@@ -1151,5 +1199,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("at most arg32"), "{e}");
+        // Floating-point values: their own registers, never the stack's integer slots.
+        let a = ["add@fparg1,arg7,fparg2/f32".to_string()];
+        let r = ["add@retval/f".to_string()];
+        let specs = ArgSpecs::resolve(&a, &r, &n, &s, Arch::X86_64).unwrap();
+        assert_eq!(specs.plugin_list(), "A 10 18 1:f8,7:8:sp+8,2:f4 f8\n");
+        let r = ["add@retval/f".to_string(), "add@retval/i".to_string()];
+        let e = ArgSpecs::resolve(&[], &r, &n, &s, Arch::X86_64)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both an integer and a floating-point"), "{e}");
     }
 }

@@ -34,10 +34,15 @@ pub enum Fmt {
     Ptr,
     /// `e:NAME`: by the enum's names (definitions in `info`'s `enumauto:`).
     Enum,
+    /// `f` (or `fpargN`): a floating-point value, from the floating-point registers, which
+    /// the conventions number apart from the integer ones (`fparg2` and `arg2/f` are the
+    /// second floating-point argument, wherever the integers are).
+    Float,
 }
 
 /// One value of a spec: `argN` (1-based) or `retval` (`idx` 0), shown as `fmt`, `size`
-/// bytes of its register.
+/// bytes of its register; a [`Fmt::Float`] value's `idx` counts the floating-point
+/// arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Value {
     pub idx: u8,
@@ -50,10 +55,17 @@ impl Value {
         self.idx == 0
     }
 
-    /// What the plugin must read: a string (`s`) or the register's low bytes (their count).
+    /// Whether it is read from the floating-point registers.
+    pub fn is_float(&self) -> bool {
+        self.fmt == Fmt::Float
+    }
+
+    /// What the plugin must read: a string (`s`), a floating-point register's low bytes
+    /// (`f` and their count) or an integer register's (their count).
     pub fn plugin_word(&self) -> String {
         match self.fmt {
             Fmt::Str => "s".into(),
+            Fmt::Float => format!("f{}", self.size),
             _ => self.size.to_string(),
         }
     }
@@ -82,6 +94,11 @@ impl std::error::Error for SpecError {}
 /// read from the stack (uftrace reads up to ~100 slots; beyond a few dozen is no C API).
 pub const MAX_ARG: u8 = 32;
 
+/// The floating-point argument registers of all three conventions (x86_64's xmm0–7,
+/// aarch64's v0–7, RISC-V's fa0–7): the last floating-point argument a spec may name (those
+/// past them are on the stack, not read yet).
+pub const MAX_FLOAT_ARG: u8 = 8;
+
 /// Parses `FUNC@VALUE[,VALUE…]`, each VALUE `argN[/FMT[SIZE]]` or `retval[/FMT[SIZE]]`;
 /// `max_arg` is the last argument that may be named ([`MAX_ARG`]).
 pub fn parse(spec: &str, max_arg: u8) -> Result<FuncSpec, SpecError> {
@@ -105,23 +122,35 @@ pub fn parse(spec: &str, max_arg: u8) -> Result<FuncSpec, SpecError> {
     })
 }
 
+/// The N of `argN` or `fpargN` (`rest` follows `name`), from 1, and what follows it.
+fn index_of<'a>(text: &str, name: &str, rest: &'a str) -> Result<(u8, &'a str), String> {
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    let n: u8 = rest[..digits]
+        .parse()
+        .map_err(|_| format!("{text}: expected {name}N (N from 1) or retval"))?;
+    if n == 0 {
+        return Err(format!("{text}: arguments count from {name}1"));
+    }
+    Ok((n, &rest[digits..]))
+}
+
 fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
     let (idx, suffix) = if let Some(rest) = text.strip_prefix("retval") {
         (0u8, rest)
     } else if let Some(rest) = text.strip_prefix("arg") {
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        let n: u8 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{text}: expected argN (N from 1) or retval"))?;
-        if n == 0 {
-            return Err(format!("{text}: arguments count from arg1"));
-        }
+        let (n, rest) = index_of(text, "arg", rest)?;
         if n > max_arg {
             return Err(format!("{text}: at most arg{max_arg} is read"));
         }
-        (n, &rest[digits..])
-    } else if text.starts_with("fparg") {
-        return Err(format!("{text}: floating-point arguments are not read yet"));
+        (n, rest)
+    } else if let Some(rest) = text.strip_prefix("fparg") {
+        let (n, rest) = index_of(text, "fparg", rest)?;
+        let v = Value {
+            idx: n,
+            fmt: Fmt::Float,
+            size: 8,
+        };
+        return float_size(text, v, rest);
     } else {
         return Err(format!(
             "{text}: expected argN or retval (uftrace's other actions are not taken here)"
@@ -156,6 +185,10 @@ fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
             Fmt::Char
         }
         Some('p') => Fmt::Ptr,
+        Some('f') => {
+            v.fmt = Fmt::Float;
+            return float_size(text, v, chars.as_str());
+        }
         Some('e') => {
             let name = chars.as_str().strip_prefix(':').unwrap_or("");
             if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
@@ -166,20 +199,18 @@ fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
                 ..v
             });
         }
-        Some(c @ ('f' | 'S' | 't')) => {
+        Some(c @ ('S' | 't')) => {
             return Err(format!(
-                "{text}: format /{c} ({}) is not read yet; use d, i, u, x, o, s, c or p",
+                "{text}: format /{c} ({}) is not read yet; use d, i, u, x, o, s, c, p, f or e:NAME",
                 match c {
-                    'f' => "floating point",
                     'S' => "std::string",
-                    'e' => "enum by name",
                     _ => "struct by value",
                 }
             ))
         }
         _ => {
             return Err(format!(
-                "{text}: unknown format (d, i, u, x, o, s, c or p, then 8, 16, 32 or 64)"
+                "{text}: unknown format (d, i, u, x, o, s, c, p or f, then 8, 16, 32 or 64)"
             ))
         }
     };
@@ -205,9 +236,40 @@ fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
     Ok(v)
 }
 
+/// A floating-point value's size: `suffix` is what follows `/f` (or `fpargN`, with its own
+/// `/f` if any): none (a double), 32 or 64. uftrace's 80 (x86's long double, passed in memory, not in a
+/// register) is not read.
+fn float_size(text: &str, mut v: Value, suffix: &str) -> Result<Value, String> {
+    if v.idx > MAX_FLOAT_ARG {
+        return Err(format!(
+            "{text}: at most the {MAX_FLOAT_ARG}th floating-point argument is read (those \
+             past the registers are on the stack)"
+        ));
+    }
+    let size = suffix.strip_prefix("/f").unwrap_or(suffix);
+    if size.starts_with('%') {
+        return Err(format!(
+            "{text}: values by register or stack offset (%…) are not read yet; name fpargN"
+        ));
+    }
+    v.size = match size {
+        "" | "64" => 8,
+        "32" => 4,
+        "80" => {
+            return Err(format!(
+                "{text}: long double (/f80) is passed in memory, which is not read yet; \
+                 use /f32 or /f64"
+            ))
+        }
+        _ => return Err(format!("{text}: a floating-point size is 32 or 64 bits")),
+    };
+    Ok(v)
+}
+
 /// Adds `v` to a function's values as uftrace's `add_arg_spec` does: a value of the same
-/// index is replaced (an exact name's never by a regular expression's), a new one appended.
-/// `exact` is whether `v`'s spec named the function whole.
+/// kind (integer or floating-point) and index is replaced (an exact name's never by a
+/// regular expression's), a new one appended. `exact` is whether `v`'s spec named the
+/// function whole.
 pub fn merge(values: &mut Vec<Value>, v: Value, exact: bool) {
     merge_exact(values, &mut Vec::new(), v, exact)
 }
@@ -215,7 +277,7 @@ pub fn merge(values: &mut Vec<Value>, v: Value, exact: bool) {
 /// [`merge`] keeping each value's exactness in `exacts` (parallel to `values`).
 pub fn merge_exact(values: &mut Vec<Value>, exacts: &mut Vec<bool>, v: Value, exact: bool) {
     exacts.resize(values.len(), true);
-    match values.iter().position(|o| o.idx == v.idx) {
+    match (values.iter()).position(|o| o.idx == v.idx && o.is_float() == v.is_float()) {
         Some(i) => {
             if exact || !exacts[i] {
                 values[i] = v;
@@ -705,11 +767,25 @@ pub fn render(values: &[Value], retval: bool, data: &[u8]) -> Option<(String, us
             Fmt::Oct => format!("0{raw:o}"),
             Fmt::Enum => signed.to_string(),
             Fmt::Char => format!("'{}'", char::from(raw as u8)),
+            Fmt::Float if size == 4 => c_float(f64::from(f32::from_bits(raw as u32))),
+            Fmt::Float => c_float(f64::from_bits(raw)),
             Fmt::Str => unreachable!("strings are read above"),
         });
         at += size.div_ceil(4) * 4;
     }
     Some((parts.join(", "), at.div_ceil(8) * 8))
+}
+
+/// A floating-point value as C's `%#f` shows it (uftrace's replay): six decimals, `inf`
+/// and `nan` in lower case.
+fn c_float(x: f64) -> String {
+    match x {
+        x if x.is_nan() && x.is_sign_negative() => "-nan".into(),
+        x if x.is_nan() => "nan".into(),
+        x if x.is_infinite() && x < 0.0 => "-inf".into(),
+        x if x.is_infinite() => "inf".into(),
+        x => format!("{x:.6}"),
+    }
 }
 
 #[cfg(test)]
@@ -753,7 +829,9 @@ mod tests {
         for (bad, why) in [
             ("f", "no value named"),
             ("f@arg7", "at most arg6"),
-            ("f@arg1/f", "floating point"),
+            ("f@arg1/f80", "long double"),
+            ("f@fparg9", "8th floating-point"),
+            ("f@fparg1/f16", "32 or 64"),
             ("f@arg1/q", "unknown format"),
             ("f@arg1/x12", "size must be"),
             ("f@arg1%rdi", "by register"),
@@ -763,6 +841,42 @@ mod tests {
             assert!(e.contains(why), "{bad}: {e}");
             assert!(!e.contains('\n'));
         }
+    }
+
+    #[test]
+    fn floating_point_values_count_their_own_registers() {
+        let f = |idx, size| Value {
+            idx,
+            fmt: Fmt::Float,
+            size,
+        };
+        let s = parse("scale@fparg1,fparg2/f32,arg1/i32,arg2/f", 8).unwrap();
+        assert_eq!(
+            s.values,
+            [
+                f(1, 8),
+                f(2, 8),
+                Value {
+                    idx: 1,
+                    fmt: Fmt::Sint,
+                    size: 4
+                }
+            ],
+            "arg2/f is fparg2, which it replaces"
+        );
+        assert_eq!(parse("g@retval/f32", 8).unwrap().values, [f(0, 4)]);
+        assert_eq!(parse("g@arg3/f64", 8).unwrap().values, [f(3, 8)]);
+        assert_eq!(f(2, 4).plugin_word(), "f4");
+        // As replay shows them: `%#f`.
+        let mut p = Vec::new();
+        push_int(&mut p, 1.5f64.to_bits(), 8);
+        push_int(&mut p, u64::from((-2.25f32).to_bits()), 4);
+        push_int(&mut p, f64::NAN.to_bits(), 8);
+        let values = [f(1, 8), f(2, 4), f(3, 8)];
+        let (text, len) = render(&values, false, &p).unwrap();
+        assert_eq!(text, "1.500000, -2.250000, nan");
+        assert_eq!(len, 24);
+        assert_eq!(payload_len(&values, false, &p), Some(24));
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! `-a/--auto-args`: each function's arguments and return value from its DWARF types, as
 //! uftrace's spec words (`i32`, `u8`, `s`, `p`, …): integers by size and signedness,
 //! `char *` as a string, other pointers as `p`, named enums by name (`e:NAME`, their
-//! enumerators for `info`), other enums by size, bool as an unsigned byte. A function taking a floating-point value or a struct by value gets
-//! no spec (its registers do not follow the integer order).
+//! enumerators for `info`), other enums by size, bool as an unsigned byte, `float` and
+//! `double` as `f32` and `f64` (in the floating-point registers, which the CLI numbers
+//! apart). A function taking a struct by value or a `long double` gets no spec (where its
+//! value is, registers or memory, the convention decides case by case).
 
 use std::borrow::Cow;
 
@@ -42,7 +44,7 @@ pub struct AutoSpec {
 const MAX_CHAIN: usize = 16;
 
 /// What a type reads as: a format word, `None` for `void`, or `Err(())` for a value not
-/// passed in an integer register.
+/// passed in a register of its own.
 type Word = Result<Option<String>, ()>;
 
 /// Every typed function's [`AutoSpec`]; with `near`, only the compilation units that
@@ -123,7 +125,7 @@ pub(crate) fn auto_specs<'d>(
 }
 
 /// A subprogram's argument words, return word and enums; `None` where a value is not
-/// passed in an integer register (a float, a struct by value) or has no type.
+/// passed in a register of its own (a struct by value, a `long double`) or has no type.
 #[allow(clippy::type_complexity)]
 fn values_of(
     dwarf: &gimli::Dwarf<R<'_>>,
@@ -298,6 +300,7 @@ fn word(
                     gimli::DW_ATE_unsigned
                     | gimli::DW_ATE_unsigned_char
                     | gimli::DW_ATE_boolean => Ok(Some(format!("u{b}"))),
+                    gimli::DW_ATE_float if size == 4 || size == 8 => Ok(Some(format!("f{b}"))),
                     _ => Err(()),
                 });
             }

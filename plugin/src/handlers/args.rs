@@ -138,12 +138,15 @@ fn read_value(
     kind: Kind,
     payload: &mut Vec<u8>,
 ) -> Option<()> {
-    let mut value = regs.read_named(reg)?;
+    let mut value = match kind {
+        Kind::Float(_) => regs.read_named_low(reg)?,
+        _ => regs.read_named(reg)?,
+    };
     if let Some(off) = at {
         value = regs.read_le(value.wrapping_add(u64::from(off)), 8)?;
     }
     match kind {
-        Kind::Int(size) => push_int(payload, value, size),
+        Kind::Int(size) | Kind::Float(size) => push_int(payload, value, size),
         Kind::Str => {
             let read = if value == 0 {
                 Vec::new()
@@ -166,6 +169,7 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
         };
         let isa = crate::state::isa_or_default();
         let (regs, _) = args::registers(isa);
+        let (floats, _) = args::float_registers();
         let sp = args::stack_pointer(isa);
         crate::vcpu::with(vcpu_index, |v| {
             // Only right after this function's ENTRY (not where it was not written: a
@@ -184,6 +188,9 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
                 // A syscall wrapper's arguments are all read through its first, those past
                 // the registers from the stack.
                 let (reg, off) = match at {
+                    None if matches!(kind, Kind::Float(_)) => {
+                        (floats.get(n as usize).copied(), None)
+                    }
                     None => (regs.get(n as usize).copied(), None),
                     Some(Mem::FirstArg(off)) => (regs.first().copied(), Some(off)),
                     Some(Mem::Stack(off)) => (Some(sp), Some(off)),
@@ -213,7 +220,7 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
         let Some((_, func)) = args::returning_at(entry) else {
             return;
         };
-        let (_, reg) = args::registers(crate::state::isa_or_default());
+        let isa = crate::state::isa_or_default();
         crate::vcpu::with(vcpu_index, |v| {
             // The frame this return closes: this function's, or one with its own return
             // value that ran into it without a call of its own (a program's PLT stub named
@@ -229,6 +236,7 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
             let Some(kind) = kind else {
                 return;
             };
+            let reg = args::return_register(isa, kind);
             let mut payload = Vec::with_capacity(8);
             if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
                 return;
@@ -270,7 +278,7 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
         // function; else that frame left its code by a jump that opened none (glibc's
         // strdup into a PLT entry of its own), and this return gives its value.
         let top_too = data.is_null();
-        let (_, reg) = args::registers(crate::state::isa_or_default());
+        let isa = crate::state::isa_or_default();
         crate::vcpu::with(vcpu_index, |v| {
             let frames = v.engine.stack().frames();
             let closed = closed_by_return(v.engine.stack());
@@ -288,6 +296,7 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
                 word.for_vcpu(vcpu_index, false).set(0);
             }
             for (func, kind) in wanted {
+                let reg = args::return_register(isa, kind);
                 let mut payload = Vec::with_capacity(8);
                 if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
                     return;

@@ -8,18 +8,21 @@
 //! where the guest maps it (`state::lib_entries`). ARGS `-` or `N:K,…` (K `s` for a string, else the byte
 //! count of the register to keep; `N:K:OFF`, a kernel syscall wrapper's: the 8 bytes at
 //! the first argument register plus hex OFF, its `struct pt_regs`'s field; `N:K:sp+OFF`, an
-//! argument past the registers: the 8 bytes at the stack pointer plus hex OFF), RET `-`, `s` or a byte count. END is the function's
+//! argument past the registers: the 8 bytes at the stack pointer plus hex OFF; K `f4` or `f8`,
+//! floating-point register N's low bytes), RET `-`, `s`, `f4`, `f8` or a byte count. END is the function's
 //! end, for its return instructions (0: unknown, no return value).
 
 use rustc_hash::FxHashMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
-/// How one value is read: a register's low bytes, or the string it points at.
+/// How one value is read: a register's low bytes, the string it points at, or a
+/// floating-point register's low bytes (a `Float` argument's index counts those registers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Int(u8),
     Str,
+    Float(u8),
 }
 
 /// Where in memory an argument is at the function's first instruction: 8 bytes at an
@@ -94,6 +97,8 @@ fn parse(text: &str) -> Result<Table, String> {
         let kind = |s: &str| -> Result<Kind, String> {
             match s {
                 "s" => Ok(Kind::Str),
+                "f4" => Ok(Kind::Float(4)),
+                "f8" => Ok(Kind::Float(8)),
                 n => match n.parse::<u8>() {
                     Ok(n @ 1..=8) => Ok(Kind::Int(n)),
                     _ => Err(bad()),
@@ -265,6 +270,36 @@ pub fn registers(
     }
 }
 
+/// The floating-point registers of the calling convention: arguments in order (the first
+/// eight), and the return value. aarch64's are the low lanes of `v0`… (or SVE's `z0`…,
+/// which QEMU lists instead).
+pub fn float_registers() -> (&'static [&'static str], &'static str) {
+    const SVE: [&str; 8] = ["z0", "z1", "z2", "z3", "z4", "z5", "z6", "z7"];
+    const NEON: [&str; 8] = ["v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7"];
+    const XMM: [&str; 8] = [
+        "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+    ];
+    const FA: [&str; 8] = ["fa0", "fa1", "fa2", "fa3", "fa4", "fa5", "fa6", "fa7"];
+    static CHOSEN: OnceLock<&'static [&'static str; 8]> = OnceLock::new();
+    let regs = CHOSEN.get_or_init(
+        || match crate::state::isa_or_default().gpr_name(0).as_str() {
+            "x0" if crate::state::guest::has_register("z0") => &SVE,
+            "x0" => &NEON,
+            "rax" => &XMM,
+            _ => &FA,
+        },
+    );
+    (&regs[..], regs[0])
+}
+
+/// The register a return value of `kind` is in.
+pub fn return_register(isa: &dyn qemu_uftrace_engine::arch::Isa, kind: Kind) -> &'static str {
+    match kind {
+        Kind::Float(_) => float_registers().1,
+        _ => registers(isa).1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +333,13 @@ mod tests {
         assert!(parse("A 1000 1040 1:9 -").is_err());
         assert!(parse("X 1000 1040 - -").is_err());
         assert!(parse("A 1000 1040 1:8:zz -").is_err());
+        let t = parse("A 1000 1040 2:f4,1:4 f8").unwrap();
+        assert_eq!(
+            t.funcs[0].args,
+            [(1, Kind::Float(4), None), (0, Kind::Int(4), None)]
+        );
+        assert_eq!(t.funcs[0].ret, Some(Kind::Float(8)));
+        assert!(parse("A 1000 1040 1:f2 -").is_err());
         let t = parse("L 803 1f2e 4000 4080 1:s 8\nL 803 1f2e 5000 0 2:4 -\n").unwrap();
         assert_eq!(t.lib.get(&(0x803, 0x1f2e, 0x5000)), Some(&1));
         assert_eq!(t.ret_lib, [((0x803, 0x1f2e, 0x4000), 0)]);

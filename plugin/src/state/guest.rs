@@ -50,6 +50,12 @@ pub fn init_registers(isa: &dyn Isa) {
     });
 }
 
+/// Whether QEMU lists a register of that name (its gdb view of the CPU: aarch64 shows
+/// `z0`… with SVE and `v0`… without).
+pub fn has_register(name: &str) -> bool {
+    REGISTERS.get().is_some_and(|r| r.named.contains_key(name))
+}
+
 /// A reusable GByteArray owned by one vCPU.
 pub struct ByteBuf(*mut GByteArray);
 
@@ -88,6 +94,20 @@ impl ByteBuf {
     pub fn read_named(&mut self, name: &str) -> Option<u64> {
         let handle = *REGISTERS.get()?.named.get(name)?;
         self.read_handle(handle)
+    }
+
+    /// The low 8 bytes of a register of any size, by QEMU's name (the callback must have
+    /// R_REGS): a vector register's lowest lane (x86's `xmm`, aarch64's `v` or SVE's `z`),
+    /// where a floating-point argument is. Not for hot paths.
+    pub fn read_named_low(&mut self, name: &str) -> Option<u64> {
+        let handle = *REGISTERS.get()?.named.get(name)?;
+        // SAFETY: as in `read_handle`.
+        let size = unsafe {
+            (*self.0).len = 0;
+            qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0);
+            (*self.0).len as usize
+        };
+        (size > 0).then(|| self.le_value(size)).flatten()
     }
 
     /// The size read is the buffer's, never the return value: that is a byte count before

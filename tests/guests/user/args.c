@@ -1,6 +1,7 @@
 /* Arguments and return values (cli/tests/record_args.rs): leaf functions taking ints of
  * each size and sign, negatives, pointers, strings (long, NULL, unreadable), chars,
- * enums and arguments past the registers (on the stack), each call logged by main as uftrace replay shows it under the specs of
+ * enums, floating-point values among integers (a double, a float) and arguments past the
+ * registers (on the stack), each call logged by main as uftrace replay shows it under the specs of
  * ARGS_SPECS in the test ("log: add(1, 2) = 3;"). Built plainly (qemu-uftrace) and with
  * -pg (native uftrace, x86_64); -O1, no sibling calls, no inlining. */
 #include <stdio.h>
@@ -34,6 +35,10 @@ NOINLINE long six(long a, long b, long c, long d, long e, long f)
 {
 	return a - b + c - d + e - f;
 }
+/* x and y in the first two floating-point registers, n in the first integer one; a
+ * double's return in the first floating-point register. */
+NOINLINE double scale(double x, float y, int n) { return x * y * n; }
+NOINLINE float half(float f) { return f / 2; }
 NOINLINE long eight(long a, long b, long c, long d, long e, long f, long g, long h)
 {
 	return a + b + c + d + e + f + g + h;
@@ -78,6 +83,10 @@ int main(int argc, char **argv)
 	printf("log: narrow(200, -300, 70000) = %u;\n", n);
 	l = six(1, -2, 3, -4, 5, -6);
 	printf("log: six(1, -2, 3, -4, 5, -6) = %ld;\n", l);
+	double d = scale(1.5, 2.25f, -2);
+	printf("log: scale(%#f, %#f, -2) = %#f;\n", 1.5, 2.25, d);
+	float h = half(-0.125f);
+	printf("log: half(%#f) = %#f;\n", -0.125, (double)h);
 	l = eight(1, 2, 3, 4, 5, 6, 7, -8);
 	printf("log: eight(1, 2, 3, 4, 5, 6, 7, -8) = %ld;\n", l);
 	l = ten(1, 2, 3, 4, 5, 6, 7, 8, 9, -10);
