@@ -8,7 +8,7 @@
 //! with the context's stack) and is made at the depth that call ran at (an exception entry
 //! is a frame deeper). Any other return is the guest's own. Taking a handler's first return
 //! for the thunk's, as a per-vCPU flag did, left the thunk's `ret` to close the callee's
-//! frame: a timer interrupt there lost kthreadd's frame in about 1 of 20 x86_64 boots.
+//! frame: a timer interrupt there lost kthreadd's frame in one CI run of the x86_64 boot.
 
 use crate::hot::Engine;
 

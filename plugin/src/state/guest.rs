@@ -101,29 +101,32 @@ impl ByteBuf {
     /// where a floating-point argument is. Not for hot paths.
     pub fn read_named_low(&mut self, name: &str) -> Option<u64> {
         let handle = *REGISTERS.get()?.named.get(name)?;
-        // SAFETY: as in `read_handle`.
-        let size = unsafe {
-            (*self.0).len = 0;
-            qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0);
-            (*self.0).len as usize
-        };
-        (size > 0).then(|| self.le_value(size)).flatten()
+        match self.read_bytes(handle) {
+            0 => None,
+            size => self.le_value(size),
+        }
     }
 
-    /// The size read is the buffer's, never the return value: that is a byte count before
-    /// API v6 and a bool from v6 on (where taking it as a size would read one byte of every
-    /// register). The buffer is emptied first, so a failed read leaves it empty.
+    /// A register of at most 8 bytes (a wider one is `None`: no value cut short by mistake).
     #[inline]
     fn read_handle(&mut self, handle: usize) -> Option<u64> {
+        match self.read_bytes(handle) {
+            size @ 1..=8 => self.le_value(size),
+            _ => None,
+        }
+    }
+
+    /// Reads register `handle` into the buffer; its size in bytes. The size read is the
+    /// buffer's, never the return value: that is a byte count before API v6 and a bool from
+    /// v6 on (where taking it as a size would read one byte of every register). The buffer
+    /// is emptied first, so a failed read leaves it empty.
+    #[inline(always)]
+    fn read_bytes(&mut self, handle: usize) -> usize {
         // SAFETY: a valid handle, a live array; gdbstub appends, so empty it first.
-        let size = unsafe {
+        unsafe {
             (*self.0).len = 0;
             qemu_plugin_read_register(handle as *mut qemu_plugin_register, self.0);
             (*self.0).len as usize
-        };
-        match size {
-            1..=8 => self.le_value(size),
-            _ => None,
         }
     }
 
