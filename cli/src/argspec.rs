@@ -404,6 +404,8 @@ pub struct Lookup {
     /// Each spec's name matcher (a regular expression, or a whole name), its values, and
     /// whether it names functions whole.
     specs: Vec<(Option<Regex>, String, Vec<Value>)>,
+    /// The enums `e:NAME` values are shown by (`info`'s `enumauto:`).
+    pub enums: fargs::Enums,
 }
 
 impl Lookup {
@@ -427,7 +429,10 @@ impl Lookup {
             };
             specs.push((re, s.pattern, s.values));
         }
-        Some(Lookup { specs })
+        Some(Lookup {
+            specs,
+            enums: fargs::Enums::parse(&spec.enums),
+        })
     }
 
     /// The values function `name` carries, merged as uftrace merges them.

@@ -395,15 +395,16 @@ fn x86_64_bare_metal_arguments_match_the_guest_log() {
 }
 
 /// `export`: each spec'd call's slice carries its values as `args` and `retval`, which
-/// written back as replay shows a leaf are the program's log.
-fn check_export(argv: &[String]) {
+/// written back as replay shows a leaf are the program's log (`as_shown` mends the log
+/// where replay shows a value otherwise: an enum by name).
+fn check_export(options: &[String], argv: &[String], as_shown: fn(&mut String)) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
     let out = Command::new(common::BIN)
         .arg("record")
         .arg("-o")
         .arg(&dir)
-        .args(spec_options(true))
+        .args(options)
         .arg("--then")
         .arg("export")
         .arg("--")
@@ -415,7 +416,8 @@ fn check_export(argv: &[String]) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log = logged(&String::from_utf8_lossy(&out.stdout));
+    let mut log = logged(&String::from_utf8_lossy(&out.stdout));
+    log.iter_mut().for_each(as_shown);
     let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
     let out = Command::new(py)
@@ -434,6 +436,8 @@ fn check_export(argv: &[String]) {
         .as_array()
         .expect("values")
         .iter()
+        // The logged functions' (`-a` gives main its values too).
+        .filter(|s| s["name"].as_str().is_some_and(|n| FUNCS.contains(&n)))
         .map(|s| {
             let text = |k: &str| s[k].as_str().map(str::to_string);
             let ret = text("retval").map_or_else(String::new, |r| format!(" = {r}"));
@@ -456,7 +460,16 @@ fn export_shows_arguments_as_slice_args() {
         cached("qemu-10.2.2/bin/qemu-aarch64").display().to_string(),
         elf.display().to_string(),
     ];
-    check_export(&argv);
+    check_export(&spec_options(true), &argv, |_| ());
+    // `-a`: the enum by its name, as replay shows it (info's `enumauto:`).
+    check_export(&["-a".to_string()], &argv, paint_by_name);
+}
+
+/// `paint`'s log line as `-a` shows it: its enum argument by name.
+fn paint_by_name(line: &mut String) {
+    if line.starts_with("paint(") {
+        *line = "paint(BLUE) = 12;".into();
+    }
 }
 
 /// `-a`: every function of the program with DWARF, by its types (as uftrace's -a: the
@@ -484,11 +497,7 @@ fn auto_args_follow_dwarf_types() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{arch}: {stderr}");
         let mut want = logged(&String::from_utf8_lossy(&out.stdout));
-        for l in want.iter_mut() {
-            if l.starts_with("paint(") {
-                *l = "paint(BLUE) = 12;".into();
-            }
-        }
+        want.iter_mut().for_each(paint_by_name);
         let d = dir.to_string_lossy();
         for u in uftrace_versions().expect("uftrace versions") {
             let text = uftrace_at(

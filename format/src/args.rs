@@ -32,8 +32,9 @@ pub enum Fmt {
     Str,
     Char,
     Ptr,
-    /// `e:NAME`: by the enum's names (definitions in `info`'s `enumauto:`).
-    Enum,
+    /// `e:NAME`: by the enum's names (definitions in `info`'s `enumauto:`), NAME kept as
+    /// its [`enum_key`] so that a value stays `Copy`.
+    Enum(u64),
     /// `f` (or `fpargN`): a floating-point value, from the floating-point registers, which
     /// the conventions number apart from the integer ones (`fparg2` and `arg2/f` are the
     /// second floating-point argument, wherever the integers are).
@@ -195,7 +196,7 @@ fn parse_value(text: &str, max_arg: u8) -> Result<Value, String> {
                 return Err(format!("{text}: expected e:NAME, the enum's name"));
             }
             return Ok(Value {
-                fmt: Fmt::Enum,
+                fmt: Fmt::Enum(enum_key(name)),
                 ..v
             });
         }
@@ -720,15 +721,108 @@ pub fn read_info_spec(info: &[u8]) -> Option<InfoSpec> {
         } else if let Some(v) = line.strip_prefix("retspec:") {
             spec.retspec
                 .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
+        } else if let Some(v) = line.strip_prefix("enumauto:") {
+            spec.enums
+                .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
         }
     }
     (!spec.is_empty()).then_some(spec)
 }
 
+/// The key an enum's name is known by in a [`Value`] (FNV-1a).
+pub fn enum_key(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The enums a trace's `info` defines (`enumauto:`), by [`enum_key`]: each one's
+/// enumerators, the largest value first (as uftrace's `parse_enum_string` keeps them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enums(std::collections::HashMap<u64, Vec<(i64, String)>>);
+
+impl Enums {
+    /// Reads definitions as uftrace's `parse_enum_string` does, `enum NAME { A = 0, B, C =
+    /// 5 }` (an enumerator without a value is the previous one's plus one); one it cannot
+    /// read is left out (its values then show as numbers).
+    pub fn parse(defs: &[String]) -> Enums {
+        let mut out = std::collections::HashMap::new();
+        for d in defs {
+            let Some((head, body)) = d.split_once('{') else {
+                continue;
+            };
+            let Some(name) = head.trim().strip_prefix("enum ").map(str::trim) else {
+                continue;
+            };
+            let mut vals: Vec<(i64, String)> = Vec::new();
+            let mut next = 0i64;
+            let ok = (body.trim_end().trim_end_matches('}').split(','))
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .all(|e| {
+                    let (n, v) = match e.split_once('=') {
+                        Some((n, v)) => match v.trim().parse::<i64>() {
+                            Ok(v) => (n.trim(), v),
+                            Err(_) => return false,
+                        },
+                        None => (e, next),
+                    };
+                    next = v.wrapping_add(1);
+                    // Before the first of a value not larger: the largest first.
+                    let at = vals.iter().position(|(x, _)| *x <= v).unwrap_or(vals.len());
+                    vals.insert(at, (v, n.to_string()));
+                    true
+                });
+            if ok && !name.is_empty() {
+                out.insert(enum_key(name), vals);
+            }
+        }
+        Enums(out)
+    }
+
+    /// Value `val` of enum `key` as uftrace's `convert_enum_val` shows it: its name, else
+    /// the names its bits make (`A|B`, `+0x…` for what is left), else the number.
+    pub fn show(&self, key: u64, val: i64) -> String {
+        let number = || {
+            if val.unsigned_abs() > 100_000 {
+                format!("{val:#x}")
+            } else {
+                val.to_string()
+            }
+        };
+        let Some(vals) = self.0.get(&key) else {
+            return val.to_string();
+        };
+        if let Some((_, n)) = vals.iter().find(|(v, _)| *v == val) {
+            return n.clone();
+        }
+        let (mut left, mut names) = (val, Vec::new());
+        for (v, n) in vals {
+            if *v <= left {
+                left = left.wrapping_sub(*v);
+                names.push(n.as_str());
+            }
+            if left == 0 {
+                break;
+            }
+        }
+        match (names.is_empty(), left) {
+            (true, _) => number(),
+            (false, 0) => names.join("|"),
+            (false, _) => format!("{}+{left:#x}", names.join("|")),
+        }
+    }
+}
+
 /// The values of a record with the `more` bit as uftrace's replay writes them (`1, "x"`;
-/// pointers in hex, where replay names a symbol it knows), and the payload's length (padded
-/// to 8). `None` when `data` is shorter than the spec says.
-pub fn render(values: &[Value], retval: bool, data: &[u8]) -> Option<(String, usize)> {
+/// pointers in hex, where replay names a symbol it knows; enums by `enums`), and the
+/// payload's length (padded to 8). `None` when `data` is shorter than the spec says.
+pub fn render(
+    values: &[Value],
+    retval: bool,
+    data: &[u8],
+    enums: &Enums,
+) -> Option<(String, usize)> {
     let mut at = 0usize;
     let mut parts = Vec::new();
     for v in values.iter().filter(|v| v.is_retval() == retval) {
@@ -765,7 +859,7 @@ pub fn render(values: &[Value], retval: bool, data: &[u8]) -> Option<(String, us
             Fmt::Uint => raw.to_string(),
             Fmt::Hex | Fmt::Ptr => format!("{raw:#x}"),
             Fmt::Oct => format!("0{raw:o}"),
-            Fmt::Enum => signed.to_string(),
+            Fmt::Enum(key) => enums.show(key, signed),
             Fmt::Char => format!("'{}'", char::from(raw as u8)),
             Fmt::Float if size == 4 => c_float(f64::from(f32::from_bits(raw as u32))),
             Fmt::Float => c_float(f64::from_bits(raw)),
@@ -873,10 +967,31 @@ mod tests {
         push_int(&mut p, u64::from((-2.25f32).to_bits()), 4);
         push_int(&mut p, f64::NAN.to_bits(), 8);
         let values = [f(1, 8), f(2, 4), f(3, 8)];
-        let (text, len) = render(&values, false, &p).unwrap();
+        let (text, len) = render(&values, false, &p, &Enums::default()).unwrap();
         assert_eq!(text, "1.500000, -2.250000, nan");
         assert_eq!(len, 24);
         assert_eq!(payload_len(&values, false, &p), Some(24));
+    }
+
+    #[test]
+    fn enums_show_as_uftrace_shows_them() {
+        let e = Enums::parse(&[
+            "enum color { RED = 0, GREEN = 5, BLUE }".to_string(),
+            "enum flags { A = 1, B = 2, C = 8 }".to_string(),
+            "enum broken { X = y }".to_string(),
+        ]);
+        let show = |name: &str, v| e.show(enum_key(name), v);
+        assert_eq!(show("color", 6), "BLUE");
+        assert_eq!(show("color", 0), "RED");
+        assert_eq!(show("flags", 3), "B|A");
+        assert_eq!(show("flags", 19), "C|B|A+0x8");
+        assert_eq!(show("flags", -4), "-4");
+        assert_eq!(show("broken", 1), "1");
+        let v = parse("paint@arg1/e:color", 8).unwrap().values;
+        let mut p = Vec::new();
+        push_int(&mut p, 6, 8);
+        assert_eq!(render(&v, false, &p, &e).unwrap().0, "BLUE");
+        assert_eq!(render(&v, false, &p, &Enums::default()).unwrap().0, "6");
     }
 
     #[test]
@@ -1088,10 +1203,10 @@ mod tests {
         push_int(&mut p, 255, 8);
         push_int(&mut p, u64::from(b'a'), 1);
         push_int(&mut p, 70000, 2);
-        let (text, len) = render(&vals, false, &p).unwrap();
+        let (text, len) = render(&vals, false, &p, &Enums::default()).unwrap();
         assert_eq!(text, "\"wo\\nrld\", -7, 0x10000000000, 0xff, 'a', 4464");
         assert_eq!(len, p.len().div_ceil(8) * 8);
-        assert!(render(&vals, false, &p[..6]).is_none());
+        assert!(render(&vals, false, &p[..6], &Enums::default()).is_none());
         let mut info = vec![0u8; 40];
         let mut w = Vec::new();
         InfoSpec {

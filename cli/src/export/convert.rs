@@ -408,6 +408,8 @@ pub fn task<W: Write>(
     mut input: impl Read,
 ) -> std::io::Result<TaskSummary> {
     let mut sum = TaskSummary::default();
+    let no_enums = qemu_uftrace_format::args::Enums::default();
+    let enums = ctx.args.map_or(&no_enums, |l| &l.enums);
     let mut s = Sequence {
         out,
         ctx,
@@ -469,7 +471,7 @@ pub fn task<W: Write>(
                 let retval = rec.kind == RecordType::Exit;
                 let values = s.values_of(key);
                 let data = &chunk[at + RECORD_SIZE..have];
-                match qemu_uftrace_format::args::render(values, retval, data) {
+                match qemu_uftrace_format::args::render(values, retval, data, enums) {
                     Some(_) if values.is_empty() => {
                         sum.cut = Some(format!(
                             "record {} (byte {offset}) carries values that no -A/-R spec in \
