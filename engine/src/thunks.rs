@@ -26,12 +26,17 @@ impl Engine {
 
     /// A return is being settled: whether it is the awaited retpoline's (then no longer
     /// awaited), made at the depth of the thunk's call. A return anywhere deeper leaves it
-    /// awaited.
+    /// awaited; one made shallower (the frames it was awaited in were closed meanwhile: a
+    /// resync inside the interrupt) ends the wait, so that no later return of the guest's
+    /// at that depth is taken for it.
     pub fn take_thunk_return(&mut self) -> bool {
-        let here = self.thunk_return == Some(self.stack().len());
-        if here {
-            self.thunk_return = None;
+        let depth = self.stack().len();
+        match self.thunk_return {
+            Some(at) if at >= depth => {
+                self.thunk_return = None;
+                at == depth
+            }
+            _ => false,
         }
-        here
     }
 }

@@ -1495,5 +1495,12 @@ fn a_retpolines_return_is_awaited_where_its_call_ran() {
             &format!("-{irq:x}@1"),
             "-1000@0",
         ])
-    );
+    ); // Awaited at depth 1, but the frames it was awaited in closed meanwhile (a resync):
+       // a return at depth 0 ends the wait, so no later return at depth 1 is taken for it.
+    r.engine
+        .exception_entry(r.t + 1, ExceptionKind::Irq, 0x5000);
+    r.engine.arm_thunk_return();
+    r.engine.close_down_to(r.t + 2, 0);
+    assert!(!r.engine.take_thunk_return(), "shallower: not the thunk's");
+    assert!(!r.engine.awaits_thunk_return(), "and no longer awaited");
 }
