@@ -16,6 +16,7 @@ use common::user::text;
 
 use qemu_uftrace_format::addr48;
 use qemu_uftrace_format::events;
+use qemu_uftrace_format::pseudo;
 use qemu_uftrace_format::record::{decode_all, Record, RecordType};
 use qemu_uftrace_tests::execlog::{debian_system_map, system_map_addresses};
 use qemu_uftrace_tests::linux_guest::{
@@ -135,12 +136,30 @@ fn marks(tasks: &BTreeMap<u32, Vec<Record>>) -> u64 {
 }
 
 /// The last call or return of the trace (the marks are neither).
+/// The window's last call: the last entry of a function in any task (an exception's
+/// pseudo-function aside). Only an exception nested in it may follow, in its task: an
+/// interrupt taken at the function's first instruction, after the call wrote its entry and
+/// before that instruction ran (where `--stop-at` fires), as the host's timing places it.
 fn last_call(tasks: &BTreeMap<u32, Vec<Record>>) -> Record {
-    let calls = tasks
-        .values()
-        .flatten()
-        .filter(|r| r.kind != RecordType::Event);
-    *calls.max_by_key(|r| r.time).expect("records")
+    let (tid, at, last) = (tasks.iter())
+        .flat_map(|(&t, rs)| rs.iter().enumerate().map(move |(i, r)| (t, i, *r)))
+        .filter(|(_, _, r)| r.kind == RecordType::Entry && r.addr < pseudo::BASE)
+        .max_by_key(|&(_, i, r)| (r.time, i))
+        .expect("an entry");
+    for (&t, rs) in tasks {
+        for (i, r) in rs.iter().enumerate() {
+            let after = if t == tid { i > at } else { r.time > last.time };
+            if after && r.kind != RecordType::Event {
+                let nested = t == tid && r.depth > last.depth;
+                let exception = r.depth > last.depth + 1 || r.addr >= pseudo::BASE;
+                assert!(
+                    nested && exception,
+                    "{r:?} in task {t} after the last entry, {last:?} in task {tid}"
+                );
+            }
+        }
+    }
+    last
 }
 
 /// Entries per function of `names` (address → name), in all tasks, from `from` on.
