@@ -154,8 +154,10 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     }
     if !cands.is_empty() && header.is_class_64() && endian.is_little_endian() {
         match header.e_machine(endian) {
-            elf::EM_AARCH64 | elf::EM_RISCV => cands.extend(plt_entries(&file, data)),
-            elf::EM_X86_64 => cands.extend(x86_64_plt_entries(&file, data)),
+            elf::EM_AARCH64 | elf::EM_RISCV => {
+                cands.extend(plt_entries(&file, data, debug.as_ref()))
+            }
+            elf::EM_X86_64 => cands.extend(x86_64_plt_entries(&file, data, debug.as_ref())),
             _ => {}
         }
     }
@@ -341,6 +343,7 @@ fn member_offset_as<Elf: FileHeader<Endian = Endianness>>(
 fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'data, Elf, &'data [u8]>,
     data: &'data [u8],
+    debug: Option<&ElfFile<'data, Elf, &'data [u8]>>,
 ) -> Vec<Candidate<'data>> {
     let endian = file.endian();
     let sections = file.elf_section_table();
@@ -365,7 +368,7 @@ fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     } else {
         32
     };
-    let ifuncs = ifunc_names(file);
+    let ifuncs = ifunc_names(file, debug);
     let mut out = Vec::new();
     // Elf64_Rela: r_offset, r_info (symbol index in the high half), r_addend.
     for (i, r) in relocs.chunks_exact(24).enumerate() {
@@ -406,6 +409,7 @@ fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
 fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'data, Elf, &'data [u8]>,
     data: &'data [u8],
+    debug: Option<&ElfFile<'data, Elf, &'data [u8]>>,
 ) -> Vec<Candidate<'data>> {
     let endian = file.endian();
     let sections = file.elf_section_table();
@@ -440,9 +444,10 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
             }
         }
     }
-    // A static program's iplt: `R_X86_64_IRELATIVE` slots, named after the IFUNC symbol
-    // whose resolver the addend is (`memcpy`, where the nearest symbol would say `_init`).
-    let ifuncs = ifunc_names(file);
+    // `R_X86_64_IRELATIVE` slots (a static program's iplt; a shared library's calls to its
+    // own IFUNCs, as libc's `getenv` calls `strlen`), named after the IFUNC symbol whose
+    // resolver the addend is (`memcpy`, where the nearest symbol would say `_init`).
+    let ifuncs = ifunc_names(file, debug);
     if let Some(relocs) = sections
         .section_by_name(endian, b".rela.plt")
         .and_then(|(_, s)| s.data(endian, data).ok())
@@ -518,27 +523,37 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
 /// local, then the shortest, then the lexicographically first. glibc gives one IFUNC several
 /// names (`memcpy`, `__libc_memcpy` on aarch64; weak `memcpy`, `__new_memcpy` on x86_64):
 /// the choice must be the name users write, not whichever the symbol table lists last.
+/// Read from the file's `.symtab`, its `.dynsym` (a stripped library: Debian's libc.so.6
+/// exports 35 of the 36 IFUNCs its PLT calls) and its debug file's `.symtab` (the rest,
+/// e.g. `__x86_cacheinfo`).
 fn ifunc_names<'data, Elf: FileHeader<Endian = Endianness>>(
     file: &ElfFile<'data, Elf, &'data [u8]>,
+    debug: Option<&ElfFile<'data, Elf, &'data [u8]>>,
 ) -> std::collections::HashMap<u64, &'data [u8]> {
     let endian = file.endian();
-    let symbols = file.elf_symbol_table();
     let mut out: std::collections::HashMap<u64, (bool, &'data [u8])> =
         std::collections::HashMap::new();
-    for sym in symbols.iter() {
-        if sym.st_type() != elf::STT_GNU_IFUNC {
-            continue;
-        }
-        let Ok(name) = symbols.symbol_name(endian, sym) else {
-            continue;
-        };
-        let local = sym.st_bind() == elf::STB_LOCAL;
-        let value: u64 = sym.st_value(endian).into();
-        let rank = |(local, name): (bool, &[u8])| (local, name.len(), name.to_vec());
-        match out.get(&value) {
-            Some(&best) if rank(best) <= rank((local, name)) => {}
-            _ => {
-                out.insert(value, (local, name));
+    let tables = [
+        Some(file.elf_symbol_table()),
+        Some(file.elf_dynamic_symbol_table()),
+        debug.map(|d| d.elf_symbol_table()),
+    ];
+    for symbols in tables.into_iter().flatten() {
+        for sym in symbols.iter() {
+            if sym.st_type() != elf::STT_GNU_IFUNC {
+                continue;
+            }
+            let Ok(name) = symbols.symbol_name(endian, sym) else {
+                continue;
+            };
+            let local = sym.st_bind() == elf::STB_LOCAL;
+            let value: u64 = sym.st_value(endian).into();
+            let rank = |(local, name): (bool, &[u8])| (local, name.len(), name.to_vec());
+            match out.get(&value) {
+                Some(&best) if rank(best) <= rank((local, name)) => {}
+                _ => {
+                    out.insert(value, (local, name));
+                }
             }
         }
     }
