@@ -291,7 +291,8 @@ pub struct RecordArgs {
     /// FUNC's calls and everything beneath them. Per task. FUNC is a function name, or a
     /// regular expression when it holds one of
     /// .?*+^$|()[]{}\ (matched anywhere in a name, e.g. '^sys_'); exceptions taken inside
-    /// stay in
+    /// stay in. In user mode FUNC may be a shared library's (malloc, or a function libc
+    /// calls only inside itself), placed where the guest maps the library
     #[arg(short = 'F', long, value_name = "FUNC")]
     pub filter: Vec<String>,
 

@@ -31,6 +31,8 @@ pub struct Pattern {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filters {
     pub patterns: Vec<Pattern>,
+    /// User mode: the shared libraries `Addr::Lib` functions are in (`Names::libraries`).
+    pub libraries: Vec<crate::stop_at::Library>,
 }
 
 impl Filters {
@@ -47,7 +49,10 @@ impl Filters {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Filters { patterns })
+        Ok(Filters {
+            patterns,
+            libraries: names.libraries.clone(),
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -65,13 +70,42 @@ impl Filters {
         all
     }
 
-    /// The plugin's options (`,filter=A:B,notrace=C`, a PIE's as `pie_filter=`…).
+    /// The plugin's options (`,filter=A:B,notrace=C`, a PIE's as `pie_filter=`…, a shared
+    /// library's as `lib_filter=DEV.INO.ADDR:…`, numbered in that order for
+    /// `lib_filter_reached=`).
     pub fn plugin_options(&self) -> String {
         let mut v = String::new();
         for (option, key) in [("-F", "filter"), ("-N", "notrace")] {
             v.push_str(&keyed(key, &self.addrs(option)));
+            let aims: Vec<String> = (self.lib_addrs(option).iter())
+                .filter_map(|&(i, a)| {
+                    let lib = self.libraries.get(i as usize)?;
+                    Some(format!("{:x}.{:x}.{a:x}", lib.dev, lib.ino))
+                })
+                .collect();
+            if !aims.is_empty() {
+                v.push_str(&format!(",lib_{key}={}", aims.join(":")));
+            }
         }
         v
+    }
+
+    /// The shared libraries' functions of every `option` FUNC, in the plugin's numbering.
+    fn lib_addrs(&self, option: &str) -> Vec<(u32, u64)> {
+        (self.addrs(option).into_iter())
+            .filter_map(|a| match a {
+                Addr::Lib(i, a) if (i as usize) < self.libraries.len() => Some((i, a)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Where a shared library's function `i`/`a` ran: at its file's load bias in `files`
+    /// (a process image's files as the CLI's passes place them).
+    pub fn lib_ran_at(&self, i: u32, a: u64, files: &[(std::path::PathBuf, u64)]) -> Option<u64> {
+        let lib = self.libraries.get(i as usize)?;
+        let (_, bias) = files.iter().find(|(p, _)| *p == lib.path)?;
+        Some(a.wrapping_add(*bias))
     }
 
     /// The `-F`/`-N` FUNCs the guest never entered (`plugin.stats`' `filter_reached` and
@@ -89,6 +123,16 @@ impl Filters {
             };
             let mut all = list(key.to_string(), Addr::At);
             all.extend(list(format!("pie_{key}"), Addr::Pie));
+            // A library's by the plugin's numbering (decimal indices).
+            let option = if key == "filter_reached" { "-F" } else { "-N" };
+            let libs = self.lib_addrs(option);
+            (all.extend(
+                (stats.other.iter())
+                    .filter(|(k, _)| *k == format!("lib_{key}"))
+                    .flat_map(|(_, v)| v.split(','))
+                    .filter_map(|i| libs.get(i.trim().parse::<usize>().ok()?))
+                    .map(|&(i, a)| Addr::Lib(i, a)),
+            ));
             all
         };
         let (filter, notrace) = (reached("filter_reached"), reached("notrace_reached"));
@@ -224,15 +268,45 @@ mod tests {
                     text: "pie_main".into(),
                     addrs: vec![Addr::Pie(0x40)],
                 },
+                // Shared libraries' functions, by library and link address.
+                Pattern {
+                    option: "-F",
+                    text: "malloc".into(),
+                    addrs: vec![Addr::Lib(1, 0x900), Addr::Lib(0, 0x500)],
+                },
+                Pattern {
+                    option: "-F",
+                    text: "fork".into(),
+                    addrs: vec![Addr::Lib(1, 0x700)],
+                },
+                Pattern {
+                    option: "-N",
+                    text: "strlen".into(),
+                    addrs: vec![Addr::Lib(1, 0x300)],
+                },
+            ],
+            libraries: vec![
+                crate::stop_at::Library {
+                    dev: 0x801,
+                    ino: 0xa,
+                    path: "/lib/ld.so".into(),
+                },
+                crate::stop_at::Library {
+                    dev: 0x801,
+                    ino: 0xb,
+                    path: "/lib/libc.so".into(),
+                },
             ],
         };
         assert_eq!(
             filters.plugin_options(),
-            ",filter=10:20:30,pie_filter=40,notrace=20"
+            ",filter=10:20:30,pie_filter=40,lib_filter=801.a.500:801.b.700:801.b.900\
+             ,notrace=20,lib_notrace=801.b.300"
         );
+        // The plugin's numbering: malloc in libc (2) entered, fork (1) not; strlen (0).
         let stats = Stats::parse(
             "filter_reached=0x20\npie_filter_reached=0x40\nnotrace_reached=\n\
-             pie_notrace_reached=0x20\n",
+             pie_notrace_reached=0x20\nlib_filter_reached=2\nlib_notrace_reached=0\n",
         );
         assert_eq!(
             filters.never_entered(&stats),
@@ -244,6 +318,10 @@ mod tests {
                 (
                     false,
                     "-N sys_write: the guest never entered it; nothing was left out for it".into()
+                ),
+                (
+                    true,
+                    "-F fork: the guest never entered it; the trace holds nothing of it".into()
                 ),
             ]
         );

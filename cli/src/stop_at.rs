@@ -39,7 +39,7 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
 
 /// Where a function is: at its run-time address, or (user mode, a position-independent
 /// program's) at its link address, which the plugin moves by the program's load bias once
-/// it runs (`pie_…=` options), or (user mode, `-A`/`-R` only) at its link address in
+/// it runs (`pie_…=` options), or (user mode: `-F`/`-N`, `-A`/`-R`) at its link address in
 /// shared library `Names::libraries[i]`, which the plugin places where the guest maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Addr {
@@ -54,6 +54,8 @@ pub enum Addr {
 pub struct Library {
     pub dev: u64,
     pub ino: u64,
+    /// The file as the CLI found it (where the CLI's own passes place it after the run).
+    pub path: std::path::PathBuf,
 }
 
 /// The functions a FUNC is resolved in: every symbol source's and, in user mode, the
@@ -65,7 +67,7 @@ pub struct Names {
     pub sources: usize,
     /// User mode, a PIE: its link entry point, which the plugin places its functions by.
     pub pie_entry: Option<u64>,
-    /// User mode, for `-A`/`-R`: the libraries whose functions are among `functions`
+    /// User mode, for `-F`/`-N`, `-A`/`-R`: the libraries whose functions are among `functions`
     /// ([`Names::add_libraries`]).
     pub libraries: Vec<Library>,
 }
@@ -113,6 +115,7 @@ impl Names {
             self.libraries.push(Library {
                 dev: lib.dev,
                 ino: lib.ino,
+                path: path.clone(),
             });
             self.sources += 1;
             for f in &lib.image.functions {
@@ -191,7 +194,7 @@ pub fn keyed(key: &str, addrs: &[Addr]) -> String {
         match *a {
             Addr::At(a) => at.push(a),
             Addr::Pie(a) => pie.push(a),
-            // Only `-A`/`-R` resolve in libraries (`Names::add_libraries`).
+            // `-F`/`-N` give theirs apart (`Filters::plugin_options`), `-A`/`-R` in their file.
             Addr::Lib(..) => {}
         }
     }

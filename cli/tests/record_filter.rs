@@ -427,3 +427,51 @@ fn user_mode_a_filter_only_the_child_reaches_names_its_calls() {
     let steps = BTreeMap::from([("child_step".to_string(), 6)]);
     assert_eq!(entries(&shape(&dir, &[])), steps, "{err}");
 }
+
+/// User mode, a shared library's own functions (uftrace users' `-F malloc`): libc calls
+/// `__vfprintf_internal` and `_int_malloc` inside itself, never through the program's PLT.
+/// Named from Debian's arm64 libc with its debug files (the install's `arm64-libc`, run as
+/// `-L`), they are placed where the guest maps libc, and the recording is uftrace's `-F`/`-N`
+/// replay of the unfiltered trace, event for event. Which were entered is said by the
+/// library's numbering: a library function the guest never entered (`fork`) is said, the
+/// others are not.
+#[test]
+fn user_mode_filters_a_shared_library_s_functions() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let pie = common::user::glibc_guest("libcalls-dyn-oracle.elf");
+    let loader = qemu_uftrace_tests::cached("arm64-libc/lib/ld-linux-aarch64.so.1");
+    let sysroot = loader.parent().and_then(|l| l.parent()).expect("sysroot");
+    let run = ["-L", &*sysroot.to_string_lossy(), &*pie.to_string_lossy()];
+    let options = [
+        "-F",
+        "__vfprintf_internal",
+        "-F",
+        "_int_malloc",
+        "-F",
+        "fork",
+        "-N",
+        "_IO_file_xsputn",
+    ];
+    let (_t1, full, out) = user::record(&qemu, &run);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let want = shape(&full, &options);
+    let counts = entries(&want);
+    assert!(
+        counts.get("__vfprintf_internal").is_some_and(|&n| n > 10)
+            && counts.get("_int_malloc").is_some_and(|&n| n > 0)
+            && !counts.contains_key("_IO_file_xsputn")
+            && want.first().is_some_and(|e| e.ends_with("@0")),
+        "{counts:?}"
+    );
+    let (_t2, dir, out) = user::record_with(&qemu, &options, &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(shape(&dir, &[]), want, "{err}");
+    assert!(
+        err.contains("-F fork: the guest never entered it; the trace holds nothing of it"),
+        "{err}"
+    );
+    let never = err.lines().filter(|l| l.contains("never entered")).count();
+    assert_eq!(never, 1, "{err}");
+}

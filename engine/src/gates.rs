@@ -11,6 +11,13 @@
 //! The engine consults this only off its fast path: with gates, its recorded depth is 0, so
 //! every call and return takes the general path, which comes here (see `Engine::set_gates`).
 //! Without them nothing here runs.
+//!
+//! User mode, a shared library's `-F`/`-N` functions have run-time addresses only once the
+//! guest maps the library ([`Late`]): every context's gates share those lists, and a context
+//! takes the newest at its next call (one atomic load per call, on the gated path only).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// Which functions open a filtered subtree or a left-out one, and where the running
 /// context's are open.
@@ -31,6 +38,66 @@ pub struct Gates {
     pub(crate) roots: Roots,
     /// A randomised kernel's: functions are looked up in the symbol file's space.
     shift: Option<&'static crate::kaslr::KernelShift>,
+    /// Whether some filter function was given (here or among the [`Late`] ones, placed or
+    /// not): then only filtered subtrees are written.
+    filtering: bool,
+    /// Functions placed while the guest runs, the generation of them taken, and them.
+    late: Option<&'static Late>,
+    late_filtering: bool,
+    late_seen: u64,
+    late_list: Arc<LateList>,
+    /// The [`Late`] aims entered at least once (their indices, sorted).
+    late_filter_hits: Vec<u32>,
+    late_notrace_hits: Vec<u32>,
+}
+
+/// Filter and notrace functions placed while the guest runs (a user-mode program's shared
+/// libraries', where the guest maps them), shared by every context: replaced whole at each
+/// placement or unmapping, and taken by each context's [`Gates`] at its next call.
+#[derive(Debug)]
+pub struct Late {
+    generation: AtomicU64,
+    list: RwLock<Option<Arc<LateList>>>,
+}
+
+/// Run-time addresses and the index of the aim each places (the CLI's numbering, for
+/// saying which were entered), sorted by address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LateList {
+    pub filter: Vec<(u64, u32)>,
+    pub notrace: Vec<(u64, u32)>,
+}
+
+impl Default for Late {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Late {
+    pub const fn new() -> Late {
+        Late {
+            generation: AtomicU64::new(0),
+            list: RwLock::new(None),
+        }
+    }
+
+    /// The functions placed now (sorted here).
+    pub fn replace(&self, mut list: LateList) {
+        list.filter.sort_unstable();
+        list.filter.dedup_by_key(|e| e.0);
+        list.notrace.sort_unstable();
+        list.notrace.dedup_by_key(|e| e.0);
+        *self.list.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(list));
+        // After the list: a context that sees the new generation reads the new list.
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    fn current(&self) -> (u64, Arc<LateList>) {
+        let generation = self.generation.load(Ordering::Acquire);
+        let list = self.list.read().unwrap_or_else(|e| e.into_inner());
+        (generation, list.clone().unwrap_or_default())
+    }
 }
 
 /// Where a context's outermost open filter and notrace frames are (their stack depths).
@@ -72,12 +139,57 @@ impl Gates {
             span,
             filter_hits: vec![0; filter.len()],
             notrace_hits: vec![0; notrace.len()],
+            filtering: !filter.is_empty(),
             filter,
             notrace,
             max_depth,
             roots: Roots::default(),
             shift: None,
+            late: None,
+            late_filtering: false,
+            late_seen: 0,
+            late_list: Arc::default(),
+            late_filter_hits: Vec::new(),
+            late_notrace_hits: Vec::new(),
         }
+    }
+
+    /// Also the functions placed while the guest runs in `late`; `filtering` when some of
+    /// them are filter functions (the context then starts outside every subtree, before any
+    /// is placed).
+    pub fn with_late(mut self, late: &'static Late, filtering: bool) -> Gates {
+        self.filtering |= filtering;
+        self.late_filtering = filtering;
+        self.late = Some(late);
+        self.refresh();
+        self
+    }
+
+    /// These gates with `filter` and `notrace` given instead (the depth limit and the
+    /// [`Late`] functions kept).
+    pub fn with_given(&self, filter: Vec<u64>, notrace: Vec<u64>) -> Gates {
+        let gates = Gates::new(filter, notrace, self.max_depth);
+        match self.late {
+            Some(late) => gates.with_late(late, self.late_filtering),
+            None => gates,
+        }
+    }
+
+    /// Takes the newest [`Late`] functions, if they changed since.
+    #[inline(always)]
+    pub fn refresh(&mut self) {
+        if let Some(late) = self.late {
+            if late.generation.load(Ordering::Acquire) != self.late_seen {
+                (self.late_seen, self.late_list) = late.current();
+            }
+        }
+    }
+
+    /// The [`Late`] aim placed at `func`, of `list`.
+    #[inline(always)]
+    fn late_at(list: &[(u64, u32)], func: u64) -> Option<u32> {
+        let i = list.binary_search_by_key(&func, |e| e.0).ok()?;
+        Some(list[i].1)
     }
 
     /// Functions are named in the symbol file's space of a kernel that may run moved
@@ -107,6 +219,16 @@ impl Gates {
             self.filter_hits[i] += 1;
             self.roots.filter.get_or_insert(depth);
         }
+        if self.late.is_some() {
+            if let Some(aim) = Self::late_at(&self.late_list.notrace, func) {
+                hit(&mut self.late_notrace_hits, aim);
+                self.roots.notrace.get_or_insert(depth);
+            }
+            if let Some(aim) = Self::late_at(&self.late_list.filter, func) {
+                hit(&mut self.late_filter_hits, aim);
+                self.roots.filter.get_or_insert(depth);
+            }
+        }
     }
 
     /// Whether a context with filter functions is outside every subtree (and no notrace
@@ -115,7 +237,7 @@ impl Gates {
     pub fn outside(&self) -> bool {
         self.roots.filter.is_none()
             && self.roots.notrace.is_none()
-            && !self.filter.is_empty()
+            && self.filtering
             && !self.roots.deferred
     }
 
@@ -123,9 +245,12 @@ impl Gates {
     #[inline(always)]
     pub fn may_open(&self, func: u64) -> bool {
         let func = self.key(func);
-        (self.span.0..=self.span.1).contains(&func)
+        ((self.span.0..=self.span.1).contains(&func)
             && (self.filter.binary_search(&func).is_ok()
-                || self.notrace.binary_search(&func).is_ok())
+                || self.notrace.binary_search(&func).is_ok()))
+            || (self.late.is_some()
+                && (Self::late_at(&self.late_list.filter, func).is_some()
+                    || Self::late_at(&self.late_list.notrace, func).is_some()))
     }
 
     /// The stack is down to `len` frames: subtrees rooted at or above it are closed.
@@ -148,7 +273,7 @@ impl Gates {
         if self.roots.deferred {
             return Place::Written(depth);
         }
-        let base = if self.filter.is_empty() {
+        let base = if !self.filtering {
             0
         } else {
             match self.roots.filter {
@@ -168,7 +293,7 @@ impl Gates {
         if self.roots.deferred {
             return self.roots.notrace.is_none().then_some(len);
         }
-        let root = if self.filter.is_empty() {
+        let root = if !self.filtering {
             0
         } else {
             self.roots.filter?
@@ -182,7 +307,7 @@ impl Gates {
     /// Whether a return past the bottom of the stack (`midway`) is written: only when every
     /// frame is (no filter function, no left-out subtree open).
     pub fn outer_written(&self) -> bool {
-        (self.filter.is_empty() || self.roots.deferred) && self.roots.notrace.is_none()
+        (!self.filtering || self.roots.deferred) && self.roots.notrace.is_none()
     }
 
     /// From here the running context's subtrees are the CLI's to decide (see
@@ -207,6 +332,23 @@ impl Gates {
     /// The notrace functions entered at least once, by address.
     pub fn notrace_reached(&self) -> impl Iterator<Item = u64> + '_ {
         reached(&self.notrace, &self.notrace_hits)
+    }
+
+    /// The [`Late`] filter aims entered at least once, by index.
+    pub fn late_filter_reached(&self) -> &[u32] {
+        &self.late_filter_hits
+    }
+
+    /// The [`Late`] notrace aims entered at least once, by index.
+    pub fn late_notrace_reached(&self) -> &[u32] {
+        &self.late_notrace_hits
+    }
+}
+
+/// Counts aim `aim` among `hits` (sorted, each once).
+fn hit(hits: &mut Vec<u32>, aim: u32) {
+    if let Err(i) = hits.binary_search(&aim) {
+        hits.insert(i, aim);
     }
 }
 
@@ -267,6 +409,42 @@ mod tests {
         g.reset();
         assert!(g.outside());
         assert_eq!(g.window(0), Place::Filtered);
+    }
+
+    /// A library's filter function, placed after the context started and moved when the
+    /// library is mapped elsewhere: outside every subtree until then, a subtree where it is
+    /// placed, none where it was.
+    #[test]
+    fn late_functions_open_subtrees_where_they_are_placed_now() {
+        static LATE: Late = Late::new();
+        let mut g = Gates::new(vec![], vec![0x300], 8).with_late(&LATE, true);
+        assert!(g.outside() && !g.may_open(0x7000));
+        assert_eq!(g.window(0), Place::Filtered);
+        LATE.replace(LateList {
+            filter: vec![(0x7000, 4)],
+            notrace: vec![(0x7100, 9)],
+        });
+        assert!(!g.may_open(0x7000), "taken at the next refresh");
+        g.refresh();
+        assert!(g.may_open(0x7000) && g.may_open(0x7100) && g.may_open(0x300));
+        g.enter(2, 0x7000);
+        assert_eq!(g.window(3), Place::Written(1));
+        g.enter(4, 0x7100);
+        assert_eq!(g.window(4), Place::Filtered);
+        g.left(2);
+        assert!(g.outside());
+        // The library unmapped and mapped again elsewhere.
+        LATE.replace(LateList {
+            filter: vec![(0x9000, 4)],
+            notrace: Vec::new(),
+        });
+        g.refresh();
+        assert!(!g.may_open(0x7000) && g.may_open(0x9000));
+        assert_eq!(g.late_filter_reached(), [4]);
+        assert_eq!(g.late_notrace_reached(), [9]);
+        // Given functions placed later (a PIE's) keep the late ones and the depth limit.
+        let g = g.with_given(vec![0x500], vec![]);
+        assert!(g.may_open(0x9000) && g.may_open(0x500) && !g.may_open(0x300));
     }
 
     #[test]

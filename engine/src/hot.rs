@@ -136,17 +136,39 @@ impl Engine {
         notrace: Vec<u64>,
         shift: Option<&'static crate::kaslr::KernelShift>,
     ) {
-        if filter.is_empty() && notrace.is_empty() {
-            return;
-        }
-        let gates = Gates::new(filter, notrace, self.record_depth);
+        let gates = match self.gates.take() {
+            // Late functions given first (user mode: at the vCPU's start, before a PIE's
+            // own are placed) stay.
+            Some(old) => old.with_given(filter, notrace),
+            None if filter.is_empty() && notrace.is_empty() => return,
+            None => Gates::new(filter, notrace, self.record_depth),
+        };
         let gates = match shift {
             Some(s) => gates.with_shift(s),
             None => gates,
         };
-        self.gates = Some(Box::new(gates));
-        self.record_depth = 0;
-        self.fast_depth = 0;
+        self.install_gates(gates);
+    }
+
+    /// Also the functions `late` places while the guest runs (user mode: shared libraries'
+    /// `-F`/`-N`), `filtering` when some are filter functions. After [`Engine::set_gates`],
+    /// before the first event.
+    pub fn add_late_gates(&mut self, late: &'static crate::gates::Late, filtering: bool) {
+        let gates = match self.gates.take() {
+            Some(g) => *g,
+            None => Gates::new(Vec::new(), Vec::new(), self.record_depth),
+        };
+        self.install_gates(gates.with_late(late, filtering));
+    }
+
+    fn install_gates(&mut self, gates: Gates) {
+        if self.gates.is_none() {
+            self.gates = Some(Box::new(gates));
+            self.record_depth = 0;
+            self.fast_depth = 0;
+        } else {
+            self.gates = Some(Box::new(gates));
+        }
     }
 
     /// Writes no call shorter than `threshold` (`-t`; 0: every call), only its longer
@@ -562,9 +584,14 @@ impl Engine {
     #[inline(always)]
     pub fn try_follow_call(&mut self, now: u64, func: u64, ret_addr: u64) -> bool {
         let depth = self.stack.len();
-        match self.gates.as_deref() {
-            Some(g) if g.outside() && !g.may_open(func) && depth < RESERVED_FRAMES => {}
-            _ => return false,
+        match self.gates.as_deref_mut() {
+            Some(g) => {
+                g.refresh();
+                if !(g.outside() && !g.may_open(func) && depth < RESERVED_FRAMES) {
+                    return false;
+                }
+            }
+            None => return false,
         }
         if !self.stack.push_reserved(Frame { func, ret_addr }) {
             return false;
@@ -720,6 +747,7 @@ impl Engine {
             self.stats.depth_cap_hits += 1;
             return;
         };
+        gates.refresh();
         gates.enter(depth, func);
         match gates.window(depth) {
             Place::Written(d) => self.emit(now, RecordType::Entry, d, func),

@@ -218,3 +218,32 @@ fn module_watch_values_are_parsed_and_bounded() {
     assert!(ModWatch::parse("10:20", "1:2:3").is_err());
     assert!(ModWatch::parse("10:20", "1:2:3:4:5:6:7:8:99999999999").is_err());
 }
+
+#[test]
+fn a_shared_library_s_aims_are_file_and_link_address() {
+    let Ok(Mode::Record(cfg)) = parse(&args(&[
+        b"out=/t",
+        b"lib_filter=801.b.900:801.a.500",
+        b"lib_notrace=801.b.300",
+    ])) else {
+        panic!("refused");
+    };
+    assert_eq!(cfg.lib_filter, [(0x801, 0xb, 0x900), (0x801, 0xa, 0x500)]);
+    assert_eq!(cfg.lib_notrace, [(0x801, 0xb, 0x300)]);
+    for bad in [
+        &b"lib_filter=801.b"[..],
+        b"lib_filter=801.b.9.1",
+        b"lib_notrace=x.1.2",
+    ] {
+        let value = String::from_utf8_lossy(bad);
+        let (key, _) = value.split_once('=').unwrap();
+        match parse(&args(&[b"out=/t", bad])) {
+            Err(e) => assert_eq!(
+                e,
+                format!("{value}: expected DEV.INO.ADDR:DEV.INO.ADDR… (hex)"),
+                "{key}"
+            ),
+            Ok(m) => panic!("{value} accepted: {m:?}"),
+        }
+    }
+}

@@ -133,8 +133,9 @@ pub fn assemble(
             .filter_map(|a| match a {
                 crate::stop_at::Addr::At(a) => Some(a.wrapping_add(moved_by.unwrap_or(0))),
                 crate::stop_at::Addr::Pie(a) => Some(a.wrapping_add(program_bias?)),
-                // Only `-A`/`-R` resolve in libraries.
-                crate::stop_at::Addr::Lib(..) => None,
+                crate::stop_at::Addr::Lib(i, a) => {
+                    prep.filters.lib_ran_at(i, a, &resync_images.first()?.files)
+                }
             })
             .collect()
     };

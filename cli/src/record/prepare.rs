@@ -169,6 +169,21 @@ pub fn prepare(
     };
     let trace_on_at = crate::switch::resolve("--trace-on-at", &args.trace_on_at, &names)?;
     let trace_off_at = crate::switch::resolve("--trace-off-at", &args.trace_off_at, &names)?;
+    // User mode: a FUNC of -F/-N, -A or -R may be a shared library's, placed where the
+    // guest maps it by the libraries' entries (so not without them: `program` is then none).
+    let lib_sizes = match &program {
+        Some((path, _))
+            if !(args.filter.is_empty()
+                && args.notrace.is_empty()
+                && args.argument.is_empty()
+                && args.retval.is_empty()
+                && !args.auto_args) =>
+        {
+            let files = qemu::user_maps::expected_images(path, inv.sysroot.as_deref(), arch);
+            names.add_libraries(files.get(1..).unwrap_or_default(), arch)
+        }
+        _ => Default::default(),
+    };
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     // A Linux kernel's randomised base is found as it boots, from an anchor in its symbols
     // (written beside the entries, which need the same symbols): the warning then waits
@@ -223,12 +238,7 @@ pub fn prepare(
         }
         let mut sizes =
             crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
-        // User mode: a FUNC may be a shared library's, placed where the guest maps it by
-        // the libraries' entries (so not without them: `program` is then none).
-        if let Some((path, _)) = &program {
-            let files = qemu::user_maps::expected_images(path, inv.sysroot.as_deref(), arch);
-            sizes.extend(names.add_libraries(files.get(1..).unwrap_or_default(), arch));
-        }
+        sizes.extend(lib_sizes);
         // A bare `-A FUNC` of the kernel's syscall wrappers: the syscall's own arguments.
         if argument.iter().any(|a| !a.contains('@')) {
             let files: Vec<std::path::PathBuf> = (read.sources().iter())

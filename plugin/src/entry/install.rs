@@ -134,6 +134,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         }
     }
     crate::state::aims::install(given, pie);
+    crate::state::lib_aims::install(&cfg.lib_filter, &cfg.lib_notrace);
     // Before the writer's first status, which says whether tracing is on.
     crate::handlers::switch::install(&cfg, register::request_reset);
     let output = Output::start(cfg.out.clone(), limits)

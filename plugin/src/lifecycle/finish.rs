@@ -265,6 +265,16 @@ fn finish_once() {
         line("notrace_reached", &at);
         line("pie_notrace_reached", &pie);
     }
+    // Shared libraries' functions by aim index, as the CLI numbered them.
+    if !cfg.lib_filter.is_empty() || !cfg.lib_notrace.is_empty() {
+        let mut all: Vec<u32> = states.iter().flat_map(|s| s.lib_reached.clone()).collect();
+        all.sort_unstable();
+        all.dedup();
+        let (filter, notrace) = crate::state::lib_aims::split_reached(&all);
+        let list = |v: Vec<u32>| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        line("lib_filter_reached", &list(filter));
+        line("lib_notrace_reached", &list(notrace));
+    }
     line("bytes", &written.bytes.values().sum::<u64>());
     line("max_depth", &cfg.max_depth);
     line("split_levels", &(cfg.split_levels as u8));

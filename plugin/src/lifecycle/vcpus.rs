@@ -19,6 +19,8 @@ pub struct Ended {
     /// `-F`/`-N` functions it entered, by address.
     pub filter_reached: Vec<u64>,
     pub notrace_reached: Vec<u64>,
+    /// Shared libraries' `-F`/`-N` functions it entered, by aim index (`state::lib_aims`).
+    pub lib_reached: Vec<u32>,
 }
 
 impl Ended {
@@ -32,6 +34,10 @@ impl Ended {
                 .map_or_else(Vec::new, |g| g.filter_reached().collect()),
             notrace_reached: (state.engine.gates())
                 .map_or_else(Vec::new, |g| g.notrace_reached().collect()),
+            lib_reached: (state.engine.gates()).map_or_else(Vec::new, |g| {
+                let late = g.late_filter_reached().iter();
+                late.chain(g.late_notrace_reached()).copied().collect()
+            }),
         }
     }
 
@@ -48,6 +54,9 @@ impl Ended {
             all.sort_unstable();
             all.dedup();
         }
+        self.lib_reached.extend(o.lib_reached);
+        self.lib_reached.sort_unstable();
+        self.lib_reached.dedup();
     }
 }
 
@@ -94,6 +103,10 @@ pub fn vcpu_init(vcpu_id: u32) {
         // A randomised kernel's functions are asked in its symbol file's space.
         let shift = crate::state::kaslr::watched();
         engine.set_gates_shifted(aims.filter.clone(), aims.notrace.clone(), shift);
+    }
+    // Shared libraries' -F/-N functions, placed as the guest maps them.
+    if let Some((late, filtering)) = crate::state::lib_aims::late() {
+        engine.add_late_gates(late, filtering);
     }
     if cfg.clock == ClockChoice::Fixed(ClockKind::Wall) {
         engine.clamp(super::image::time_floor());

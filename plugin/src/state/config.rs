@@ -5,7 +5,7 @@
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
-//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
+//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,lib_filter=DEV.INO.ADDR:…][,lib_notrace=…][,time_filter=N]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
@@ -76,6 +76,11 @@ pub struct Config {
     /// Calls shorter than this are not written (`time_filter=N`, in the clock's unit: ns or
     /// instructions; the CLI's `-t`, its unit already applied); 0: all are.
     pub time_filter: u64,
+    /// User mode: shared libraries' `-F`/`-N` functions, each its file's device and inode
+    /// and its link address (`lib_filter=DEV.INO.ADDR:…`, `lib_notrace=…`, hex), placed where
+    /// the guest maps the file (`state::lib_aims`).
+    pub lib_filter: Vec<LibAim>,
+    pub lib_notrace: Vec<LibAim>,
     /// User mode, a position-independent program: the same four lists for its functions,
     /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
     /// place them once it runs (`aims`).
@@ -284,6 +289,24 @@ impl ModWatch {
 }
 
 /// `ADDR:ADDR…`, hex.
+/// A shared library's function: its file's device and inode, its link address.
+pub type LibAim = (u64, u64, u64);
+
+/// `DEV.INO.ADDR:…` (hex each).
+fn lib_aims(key: &str, value: &str) -> Result<Vec<LibAim>, String> {
+    let hex = |a: &str| u64::from_str_radix(a, 16).ok();
+    value
+        .split(':')
+        .map(|aim| {
+            let mut w = aim.split('.');
+            let aim = (hex(w.next()?)?, hex(w.next()?)?, hex(w.next()?)?);
+            w.next().is_none().then_some(aim)
+        })
+        .collect::<Option<Vec<LibAim>>>()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("{key}={value}: expected DEV.INO.ADDR:DEV.INO.ADDR… (hex)"))
+}
+
 fn addresses(key: &str, value: &str) -> Result<Vec<u64>, String> {
     value
         .split(':')
@@ -332,6 +355,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut keep_last = None;
     let mut filter = Vec::new();
     let mut notrace = Vec::new();
+    let (mut lib_filter, mut lib_notrace) = (Vec::new(), Vec::new());
     let mut time_filter = 0;
     let mut pie_entry = None;
     let mut pie = Aims::default();
@@ -429,6 +453,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "start_at" => start_at = addresses(&key, value)?,
             "filter" => filter = addresses(&key, value)?,
             "notrace" => notrace = addresses(&key, value)?,
+            "lib_filter" => lib_filter = lib_aims(&key, value)?,
+            "lib_notrace" => lib_notrace = lib_aims(&key, value)?,
             "time_filter" => {
                 time_filter = value
                     .parse::<u64>()
@@ -540,6 +566,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         keep_last,
         filter,
         notrace,
+        lib_filter,
+        lib_notrace,
         time_filter,
         pie,
         args_file,

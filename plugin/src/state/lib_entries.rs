@@ -108,7 +108,23 @@ fn place(lib: usize, bias: u64) {
         &DROPPED,
     ) {
         places_changed();
+        drop(placed);
+        crate::state::lib_aims::placed(&placements());
     }
+}
+
+/// The libraries placed now: (device, inode, bias, lo, hi) each.
+fn placements() -> Vec<(u64, u64, u64, u64, u64)> {
+    let Some(libs) = LIBS.get() else {
+        return Vec::new();
+    };
+    let placed = PLACED.read().unwrap_or_else(|e| e.into_inner());
+    (placed.iter())
+        .filter_map(|p| {
+            let l = libs.get(p.lib)?;
+            Some((l.dev, l.ino, p.bias, p.lo, p.hi))
+        })
+        .collect()
 }
 
 /// Adds `new` to `placed` (holding `max` at most: past it the oldest of the newer half
@@ -166,6 +182,8 @@ pub fn unmapped(start: u64, len: u64) {
     let mut placed = PLACED.write().unwrap_or_else(|e| e.into_inner());
     if take_out(&mut placed, start, start.saturating_add(len)) {
         places_changed();
+        drop(placed);
+        crate::state::lib_aims::placed(&placements());
     }
 }
 

@@ -12,6 +12,7 @@ pub mod flight;
 pub mod guest;
 /// A Linux kernel's randomised base, found where it first runs in the upper half.
 pub mod kaslr;
+pub mod lib_aims;
 pub mod lib_entries;
 pub mod open_stacks;
 pub mod output;
