@@ -360,9 +360,11 @@ impl Engine {
     /// now: a call that faulted before it ran (x86's `call` pushes its return address, and
     /// the push faults where the stack page is not present yet: a forked child's first write
     /// to its stack, a stack growing into a new page). The handler returns to the call,
-    /// which runs again and opens its frame again: this one goes, its ENTRY with it, so the
-    /// call is written once. Only while that ENTRY is the last record written (no time
-    /// filter holding it, no gate deciding it); returns whether the frame went.
+    /// which runs again and opens its frame again: this one goes, and what its opening did
+    /// is undone, so the call is written once. Its ENTRY goes where it is the last record
+    /// written or the last one the time filter holds; a frame the gates left out or too deep
+    /// to write goes with its count, and a filter subtree it opened closes. Returns whether
+    /// the frame went (not where its ENTRY is no longer last: something came after it).
     pub fn unmake_faulted_call(&mut self, at: u64) -> bool {
         /// The longest x86 call instruction (`call *disp32(base,index)` with prefixes).
         const CALL_MAX: u64 = 15;
@@ -378,25 +380,58 @@ impl Engine {
             && top.ret_addr > at
             && top.ret_addr - at <= CALL_MAX
             && !(top.func..top.func.saturating_add(CALL_MAX + 1)).contains(&at);
-        if !just_called
-            || self.time_filter.is_some()
-            || depth >= self.record_depth
-            || self.overflow > 0
-        {
+        if !just_called || self.overflow > 0 {
             return false;
         }
-        let entry = encode_word(RecordType::Entry, depth as u32, top.func);
-        match self.last_record() {
-            Some((time, word)) if word == entry && time == self.last_time => {}
-            _ => return false,
+        // Where its opening put the frame, as `open` decided (the gates' roots are as it
+        // left them: nothing ran since).
+        let place = if depth < self.record_depth {
+            Place::Written(depth)
+        } else {
+            match self.gates.as_deref() {
+                Some(g) => g.window(depth),
+                None => Place::TooDeep,
+            }
+        };
+        match place {
+            Place::Written(d) => {
+                if !self.take_back_entry(d, top.func) {
+                    return false;
+                }
+            }
+            Place::Filtered => self.stats.filtered = self.stats.filtered.saturating_sub(1),
+            Place::TooDeep => {
+                self.stats.depth_cap_hits = self.stats.depth_cap_hits.saturating_sub(1)
+            }
         }
-        self.buf.truncate(self.buf.len() - RECORD_SIZE);
         self.stack.pop();
+        if let Some(gates) = self.gates.as_deref_mut() {
+            gates.left(depth);
+        }
         // Counted when its callback ran (saturating: a count restarted since, as a forked
         // child's, may not hold it).
         self.stats.calls = self.stats.calls.saturating_sub(1);
         self.stats.faulted_calls += 1;
         true
+    }
+
+    /// Takes back the ENTRY of `func` at written depth `depth` made at the last time: the
+    /// last record the time filter holds, else the last one written. False where it is
+    /// neither.
+    fn take_back_entry(&mut self, depth: usize, func: u64) -> bool {
+        if let Some(filter) = self.time_filter.as_deref_mut() {
+            if filter.take_back_entry(self.last_time, depth, func) {
+                return true;
+            }
+        }
+        let entry = encode_word(RecordType::Entry, depth as u32, func);
+        match self.last_record() {
+            Some((time, word)) if word == entry && time == self.last_time => {
+                self.buf.truncate(self.buf.len() - RECORD_SIZE);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The last record in the buffer (its time and second word), where it holds one: what

@@ -228,6 +228,22 @@ impl TimeFilter {
         self.dropped = 0;
     }
 
+    /// Takes back the last waiting record when it is the entry of `addr` at `depth` made at
+    /// `time` (a call that faulted before it ran: `Engine::unmake_faulted_call`).
+    pub fn take_back_entry(&mut self, time: u64, depth: usize, addr: u64) -> bool {
+        let wanted = Waiting {
+            time,
+            kind: RecordType::Entry,
+            depth,
+            addr,
+        };
+        if self.waiting.last() != Some(&wanted) {
+            return false;
+        }
+        self.waiting.pop();
+        true
+    }
+
     /// Makes the last waiting record, when it is the entry of `func` at `depth`, an entry of
     /// `to` (`Engine::retarget_top`). False where it is not.
     pub fn retarget_last(&mut self, depth: usize, func: u64, to: u64) -> bool {

@@ -926,6 +926,80 @@ fn a_call_that_faults_before_it_runs_is_written_once() {
     }
 }
 
+/// The same under `-t`, `-F` and `-D`, whose entries are not written at once: the entry the
+/// time filter holds goes, a frame outside the filtered subtree or too deep goes with its
+/// count, and a filter function's faulted call opens its subtree once, after the fault.
+#[test]
+fn a_call_that_faults_before_it_runs_is_written_once_under_filters() {
+    use qemu_uftrace_engine::exceptions::ExceptionKind;
+    let pf = ExceptionKind::PageFault.addr();
+    let mut g = FakeGuest::default();
+    // (what is set, the calls: outer 0x100, then 0x200 whose push faults, then 0x300
+    // beneath it, and the expected records)
+    type Setup = fn(&mut Rig);
+    let cases: [(&str, Setup, Vec<String>); 3] = [
+        (
+            "-t 1",
+            |r| r.engine.set_time_filter(1),
+            s(&[
+                "+100@0",
+                &format!("+{pf:x}@1"),
+                &format!("-{pf:x}@1"),
+                "+200@1",
+                "+300@2",
+                "-300@2",
+                "-200@1",
+                "-100@0",
+            ]),
+        ),
+        (
+            "-F 0x200",
+            |r| r.engine.set_gates(vec![0x200], vec![]),
+            s(&["+200@0", "+300@1", "-300@1", "-200@0"]),
+        ),
+        ("-D 1", |_| {}, s(&["+100@0", "-100@0"])),
+    ];
+    for (what, setup, want) in cases {
+        for fast in [true, false] {
+            let depth = if what == "-D 1" { 1 } else { 1024 };
+            let mut r = Rig::driven(fast, depth);
+            setup(&mut r);
+            r.call(0x100, 0x10);
+            r.call(0x200, 0x150);
+            assert!(r.engine.unmake_faulted_call(0x14b), "{what}, fast {fast}");
+            r.engine
+                .exception_entry(r.t + 1, ExceptionKind::PageFault, 0x14b);
+            r.engine.exception_return(r.t + 5, 0x14b, 0x999);
+            r.t += 10;
+            r.call(0x200, 0x150);
+            r.call(0x300, 0x250);
+            r.ret(0x250, &mut g);
+            r.ret(0x150, &mut g);
+            r.ret(0x10, &mut g);
+            let shape: Vec<String> = (r.shape().into_iter())
+                .filter(|l| !l.starts_with('!'))
+                .collect();
+            assert_eq!(shape, want, "{what}, fast path: {fast}");
+            let stats = &r.engine.stats;
+            assert_eq!(
+                (stats.faulted_calls, stats.calls),
+                (1, 3),
+                "{what}, fast {fast}"
+            );
+            if what == "-F 0x200" {
+                // 0x100 only: the exception entered outside the subtree is no call.
+                assert_eq!(stats.filtered, 2 + 2, "{what}: {stats:?}");
+                let reached: Vec<u64> = (r.engine.gates().unwrap().filter_reached()).collect();
+                assert_eq!(reached, [0x200]);
+            }
+            if what == "-D 1" {
+                // The second 0x200, 0x300 and the exception: not the faulted call.
+                assert_eq!(stats.depth_cap_hits, 3, "{what}: {stats:?}");
+            }
+        }
+    }
+}
+
 #[test]
 fn exceptions_stay_in_the_subtree_they_were_taken_in() {
     use qemu_uftrace_engine::exceptions::ExceptionKind;
