@@ -235,7 +235,7 @@ pub struct RecordArgs {
     /// End the trace at the first entry into FUNC; `,exit` stops QEMU too
     ///
     /// FUNC e.g. `panic`. Any task's entry; the symbols on the command line and --symbols name
-    /// FUNC
+    /// FUNC (in user mode the program's shared libraries too, as for -F)
     #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
     pub stop_at: Option<crate::stop_at::StopAt>,
 

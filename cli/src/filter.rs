@@ -76,16 +76,7 @@ impl Filters {
     pub fn plugin_options(&self) -> String {
         let mut v = String::new();
         for (option, key) in [("-F", "filter"), ("-N", "notrace")] {
-            v.push_str(&keyed(key, &self.addrs(option)));
-            let aims: Vec<String> = (self.lib_addrs(option).iter())
-                .filter_map(|&(i, a)| {
-                    let lib = self.libraries.get(i as usize)?;
-                    Some(format!("{:x}.{:x}.{a:x}", lib.dev, lib.ino))
-                })
-                .collect();
-            if !aims.is_empty() {
-                v.push_str(&format!(",lib_{key}={}", aims.join(":")));
-            }
+            v.push_str(&keyed(key, &self.addrs(option), &self.libraries));
         }
         v
     }

@@ -176,32 +176,36 @@ fn closest(name: &str, names: &[String]) -> Vec<String> {
 }
 
 /// The plugin's options for the stop.
-pub fn plugin_options(stop: &StopAt, addrs: &[Addr]) -> String {
+pub fn plugin_options(stop: &StopAt, addrs: &[Addr], libraries: &[Library]) -> String {
     let exit = if stop.exit { ",stop_at_exit=on" } else { "" };
-    format!("{}{exit}", keyed("stop_at", addrs))
+    format!("{}{exit}", keyed("stop_at", addrs, libraries))
 }
 
 /// The plugin's option for the start.
-pub fn start_option(addrs: &[Addr]) -> String {
-    keyed("start_at", addrs)
+pub fn start_option(addrs: &[Addr], libraries: &[Library]) -> String {
+    keyed("start_at", addrs, libraries)
 }
 
-/// `,KEY=A:B` for the run-time addresses and `,pie_KEY=C` for a PIE's (each when there
-/// are some).
-pub fn keyed(key: &str, addrs: &[Addr]) -> String {
-    let (mut at, mut pie) = (Vec::new(), Vec::new());
+/// `,KEY=A:B` for the run-time addresses, `,pie_KEY=C` for a PIE's and `,lib_KEY=DEV.INO.D`
+/// for a shared library's (in `libraries`), each when there are some, in the order given
+/// (the plugin numbers a library's `-F`/`-N` functions so).
+pub fn keyed(key: &str, addrs: &[Addr], libraries: &[Library]) -> String {
+    let (mut at, mut pie, mut lib) = (Vec::new(), Vec::new(), Vec::new());
     for a in addrs {
         match *a {
-            Addr::At(a) => at.push(a),
-            Addr::Pie(a) => pie.push(a),
-            // `-F`/`-N` give theirs apart (`Filters::plugin_options`), `-A`/`-R` in their file.
-            Addr::Lib(..) => {}
+            Addr::At(a) => at.push(format!("{a:x}")),
+            Addr::Pie(a) => pie.push(format!("{a:x}")),
+            Addr::Lib(i, a) => {
+                if let Some(l) = libraries.get(i as usize) {
+                    lib.push(format!("{:x}.{:x}.{a:x}", l.dev, l.ino));
+                }
+            }
         }
     }
     let mut v = String::new();
-    for (prefix, list) in [("", at), ("pie_", pie)] {
+    for (prefix, list) in [("", at), ("pie_", pie), ("lib_", lib)] {
         if !list.is_empty() {
-            v.push_str(&format!(",{prefix}{key}={}", hex_list(&list)));
+            v.push_str(&format!(",{prefix}{key}={}", list.join(":")));
         }
     }
     v
@@ -268,9 +272,23 @@ mod tests {
         assert_eq!(
             plugin_options(
                 &parse("f,exit").unwrap(),
-                &[Addr::At(0x4000_0100), Addr::At(0x10), Addr::Pie(0x20)]
+                &[Addr::At(0x4000_0100), Addr::At(0x10), Addr::Pie(0x20)],
+                &[]
             ),
             ",stop_at=40000100:10,pie_stop_at=20,stop_at_exit=on"
+        );
+        // A shared library's, by its file; one of a library not listed is none.
+        let libc = Library {
+            dev: 0x801,
+            ino: 0xb,
+            path: "/lib/libc.so.6".into(),
+        };
+        assert_eq!(
+            start_option(
+                &[Addr::Pie(0x20), Addr::Lib(0, 0x900), Addr::Lib(1, 0x10)],
+                &[libc]
+            ),
+            ",pie_start_at=20,lib_start_at=801.b.900"
         );
     }
 

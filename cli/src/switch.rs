@@ -108,12 +108,25 @@ pub fn plugin_options(
 pub fn resolve(option: &str, funcs: &[String], names: &crate::stop_at::Names) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     for func in funcs {
-        for a in crate::stop_at::resolve(option, func, names)? {
+        let addrs = crate::stop_at::resolve(option, func, names)?;
+        // A library's copy beside the program's (its PLT entry, named after it) is left to
+        // the program's; a library's alone is refused.
+        let only_lib = addrs
+            .iter()
+            .all(|a| matches!(a, crate::stop_at::Addr::Lib(..)));
+        for a in addrs {
             match a {
                 crate::stop_at::Addr::At(a) => out.push(a),
-                crate::stop_at::Addr::Pie(_) | crate::stop_at::Addr::Lib(..) => {
+                crate::stop_at::Addr::Pie(_) => {
                     return Err(usage(
                         format!("{option} {func}: a position-independent program's functions cannot be triggers yet"),
+                        "use `qemu-uftrace trace on|off` or --signal instead",
+                    ))
+                }
+                crate::stop_at::Addr::Lib(..) if !only_lib => {}
+                crate::stop_at::Addr::Lib(..) => {
+                    return Err(usage(
+                        format!("{option} {func}: a shared library's functions cannot be triggers yet"),
                         "use `qemu-uftrace trace on|off` or --signal instead",
                     ))
                 }

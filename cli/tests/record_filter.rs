@@ -475,3 +475,59 @@ fn user_mode_filters_a_shared_library_s_functions() {
     let never = err.lines().filter(|l| l.contains("never entered")).count();
     assert_eq!(never, 1, "{err}");
 }
+
+/// User mode, `--start-at` and `--stop-at` a function libc calls only inside itself, placed
+/// where the guest maps libc (as [`user_mode_filters_a_shared_library_s_functions`]): the
+/// start's recording is the unfiltered one from that function's first entry on, after its
+/// ancestors written open; the stop's is the unfiltered one up to and with the first entry.
+#[test]
+fn user_mode_starts_and_stops_at_a_shared_library_s_function() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let pie = common::user::glibc_guest("libcalls-dyn-oracle.elf");
+    let loader = qemu_uftrace_tests::cached("arm64-libc/lib/ld-linux-aarch64.so.1");
+    let sysroot = loader.parent().and_then(|l| l.parent()).expect("sysroot");
+    let run = ["-L", &*sysroot.to_string_lossy(), &*pie.to_string_lossy()];
+    let (_t1, full, out) = user::record(&qemu, &run);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let all = shape(&full, &[]);
+    let first = |name: &str| {
+        (all.iter())
+            .position(|e| {
+                e.strip_prefix("E ")
+                    .and_then(|e| e.rsplit_once('@'))
+                    .is_some_and(|(n, _)| n == name)
+            })
+            .unwrap_or_else(|| panic!("{name} in {all:?}"))
+    };
+
+    let (_t2, dir, out) = user::record_with(&qemu, &["--start-at", "__vfprintf_internal"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("started writing at the first entry into __vfprintf_internal"),
+        "{err}"
+    );
+    let at = first("__vfprintf_internal");
+    // Its ancestors: the entries before it still open there, outermost first.
+    let mut open: Vec<&String> = Vec::new();
+    for e in &all[..at] {
+        if e.starts_with("E ") {
+            open.push(e);
+        } else {
+            open.pop();
+        }
+    }
+    assert!(open.iter().any(|e| e.starts_with("E printf@")), "{open:?}");
+    let want: Vec<String> = open.into_iter().chain(&all[at..]).cloned().collect();
+    assert_eq!(shape(&dir, &[]), want, "{err}");
+
+    let (_t3, dir, out) = user::record_with(&qemu, &["--stop-at", "_int_malloc"], &run);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("stopped writing at the first entry into _int_malloc"),
+        "{err}"
+    );
+    assert_eq!(shape(&dir, &[]), all[..=first("_int_malloc")], "{err}");
+}

@@ -225,11 +225,15 @@ fn a_shared_library_s_aims_are_file_and_link_address() {
         b"out=/t",
         b"lib_filter=801.b.900:801.a.500",
         b"lib_notrace=801.b.300",
+        b"lib_stop_at=801.b.700",
+        b"lib_start_at=801.a.40",
     ])) else {
         panic!("refused");
     };
     assert_eq!(cfg.lib_filter, [(0x801, 0xb, 0x900), (0x801, 0xa, 0x500)]);
     assert_eq!(cfg.lib_notrace, [(0x801, 0xb, 0x300)]);
+    assert_eq!(cfg.lib_stop_at, [(0x801, 0xb, 0x700)]);
+    assert_eq!(cfg.lib_start_at, [(0x801, 0xa, 0x40)]);
     for bad in [
         &b"lib_filter=801.b"[..],
         b"lib_filter=801.b.9.1",

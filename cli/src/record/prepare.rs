@@ -159,6 +159,24 @@ pub fn prepare(
     } else {
         Default::default()
     };
+    // User mode: a FUNC of -F/-N, --stop-at/--start-at, -A or -R may be a shared library's,
+    // placed where the guest maps it by the libraries' entries (so not without them:
+    // `program` is then none).
+    let lib_sizes = match &program {
+        Some((path, _))
+            if !(args.filter.is_empty()
+                && args.notrace.is_empty()
+                && args.stop_at.is_none()
+                && args.start_at.is_none()
+                && args.argument.is_empty()
+                && args.retval.is_empty()
+                && !args.auto_args) =>
+        {
+            let files = qemu::user_maps::expected_images(path, inv.sysroot.as_deref(), arch);
+            names.add_libraries(files.get(1..).unwrap_or_default(), arch)
+        }
+        _ => Default::default(),
+    };
     let stop_at = match &args.stop_at {
         Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &names)?),
         None => None,
@@ -169,21 +187,6 @@ pub fn prepare(
     };
     let trace_on_at = crate::switch::resolve("--trace-on-at", &args.trace_on_at, &names)?;
     let trace_off_at = crate::switch::resolve("--trace-off-at", &args.trace_off_at, &names)?;
-    // User mode: a FUNC of -F/-N, -A or -R may be a shared library's, placed where the
-    // guest maps it by the libraries' entries (so not without them: `program` is then none).
-    let lib_sizes = match &program {
-        Some((path, _))
-            if !(args.filter.is_empty()
-                && args.notrace.is_empty()
-                && args.argument.is_empty()
-                && args.retval.is_empty()
-                && !args.auto_args) =>
-        {
-            let files = qemu::user_maps::expected_images(path, inv.sysroot.as_deref(), arch);
-            names.add_libraries(files.get(1..).unwrap_or_default(), arch)
-        }
-        _ => Default::default(),
-    };
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     // A Linux kernel's randomised base is found as it boots, from an anchor in its symbols
     // (written beside the entries, which need the same symbols): the warning then waits
@@ -416,10 +419,14 @@ impl PluginOptions<'_> {
             v.push(cap_options(cap));
         }
         if let (Some(stop), Some(addrs)) = (&args.stop_at, self.stop_at) {
-            v.push(crate::stop_at::plugin_options(stop, addrs));
+            v.push(crate::stop_at::plugin_options(
+                stop,
+                addrs,
+                &self.names.libraries,
+            ));
         }
         if let Some(addrs) = self.start_at {
-            v.push(crate::stop_at::start_option(addrs));
+            v.push(crate::stop_at::start_option(addrs, &self.names.libraries));
         }
         if let Some(bytes) = args.keep_last {
             v.push(format!(",keep_last={bytes}"));

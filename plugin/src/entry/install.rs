@@ -112,6 +112,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         insn_time: one_vcpu && clock == ClockKind::Insn,
         keep_last: cfg.keep_last,
         start_at: !cfg.start_at.is_empty()
+            || !cfg.lib_start_at.is_empty()
             || cfg
                 .pie
                 .as_ref()
@@ -134,7 +135,12 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         }
     }
     crate::state::aims::install(given, pie);
-    crate::state::lib_aims::install(&cfg.lib_filter, &cfg.lib_notrace);
+    crate::state::lib_aims::install(crate::state::lib_aims::LibAims {
+        filter: cfg.lib_filter.clone(),
+        notrace: cfg.lib_notrace.clone(),
+        stop_at: cfg.lib_stop_at.clone(),
+        start_at: cfg.lib_start_at.clone(),
+    });
     // Before the writer's first status, which says whether tracing is on.
     crate::handlers::switch::install(&cfg, register::request_reset);
     let output = Output::start(cfg.out.clone(), limits)

@@ -29,9 +29,10 @@ pub static ON_STOP: OnceLock<fn()> = OnceLock::new();
 pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
     // As the guest runs them: a PIE's are placed before any of its code is translated.
     let aims = crate::state::aims::now();
-    if !aims.start_at.is_empty()
+    // A shared library's, placed where the guest mapped it (`state::lib_aims`).
+    let (lib_stop, lib_start) = crate::state::lib_aims::marks_at(start);
+    if (lib_start || (!aims.start_at.is_empty() && aims.start_at.contains(&start)))
         && !START_HIT.load(Ordering::Relaxed)
-        && aims.start_at.contains(&start)
     {
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
@@ -43,7 +44,9 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
             )
         };
     }
-    if aims.stop_at.is_empty() || HIT.load(Ordering::Relaxed) || !aims.stop_at.contains(&start) {
+    if !(lib_stop || (!aims.stop_at.is_empty() && aims.stop_at.contains(&start)))
+        || HIT.load(Ordering::Relaxed)
+    {
         return;
     }
     // SAFETY: our callback, for an instruction of the block being translated.

@@ -5,7 +5,8 @@
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
-//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,lib_filter=DEV.INO.ADDR:…][,lib_notrace=…][,time_filter=N]`
+//! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
+//! `[,lib_filter=DEV.INO.ADDR:…][,lib_notrace=…][,lib_stop_at=…][,lib_start_at=…]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
@@ -81,6 +82,9 @@ pub struct Config {
     /// the guest maps the file (`state::lib_aims`).
     pub lib_filter: Vec<LibAim>,
     pub lib_notrace: Vec<LibAim>,
+    /// The same for `--stop-at` and `--start-at` (`lib_stop_at=`, `lib_start_at=`).
+    pub lib_stop_at: Vec<LibAim>,
+    pub lib_start_at: Vec<LibAim>,
     /// User mode, a position-independent program: the same four lists for its functions,
     /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
     /// place them once it runs (`aims`).
@@ -356,6 +360,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut filter = Vec::new();
     let mut notrace = Vec::new();
     let (mut lib_filter, mut lib_notrace) = (Vec::new(), Vec::new());
+    let (mut lib_stop_at, mut lib_start_at) = (Vec::new(), Vec::new());
     let mut time_filter = 0;
     let mut pie_entry = None;
     let mut pie = Aims::default();
@@ -455,6 +460,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "notrace" => notrace = addresses(&key, value)?,
             "lib_filter" => lib_filter = lib_aims(&key, value)?,
             "lib_notrace" => lib_notrace = lib_aims(&key, value)?,
+            "lib_stop_at" => lib_stop_at = lib_aims(&key, value)?,
+            "lib_start_at" => lib_start_at = lib_aims(&key, value)?,
             "time_filter" => {
                 time_filter = value
                     .parse::<u64>()
@@ -568,6 +575,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         notrace,
         lib_filter,
         lib_notrace,
+        lib_stop_at,
+        lib_start_at,
         time_filter,
         pie,
         args_file,

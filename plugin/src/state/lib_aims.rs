@@ -1,49 +1,96 @@
-//! User mode: the `-F`/`-N` functions of the program's shared libraries (`lib_filter=`,
-//! `lib_notrace=`: each a file's device and inode and a link address), placed where the
-//! guest maps their files. `state::lib_entries` places the libraries; at each placement or
-//! unmapping the run-time addresses are worked out anew here and handed to every vCPU's
-//! gates through one [`Late`] (the engine's), which each takes at its next call.
+//! User mode: the functions of the program's shared libraries that `-F`/`-N`, `--stop-at`
+//! and `--start-at` name (`lib_filter=`, `lib_notrace=`, `lib_stop_at=`, `lib_start_at=`:
+//! each a file's device and inode and a link address), placed where the guest maps their
+//! files. `state::lib_entries` places the libraries; at each placement or unmapping the
+//! run-time addresses are worked out anew here: `-F`/`-N`'s handed to every vCPU's gates
+//! through one [`Late`] (the engine's), which each takes at its next call; the stops and
+//! starts asked by translation (`handlers::stop_at`), which a library's code meets only
+//! after its placement.
 //!
-//! An aim's index (filters first, then notraces, in the CLI's order) is how `plugin.stats`
-//! says which were entered (`lib_filter_reached=`).
+//! A `-F`/`-N` aim's index (filters first, then notraces, in the CLI's order) is how
+//! `plugin.stats` says which were entered (`lib_filter_reached=`).
 
 use qemu_uftrace_engine::gates::{Late, LateList};
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock};
 
 use super::config::LibAim;
 
-static AIMS: OnceLock<(Vec<LibAim>, Vec<LibAim>)> = OnceLock::new();
-static LATE: Late = Late::new();
+/// The libraries' functions, by what names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LibAims {
+    pub filter: Vec<LibAim>,
+    pub notrace: Vec<LibAim>,
+    pub stop_at: Vec<LibAim>,
+    pub start_at: Vec<LibAim>,
+}
 
-/// At install: the libraries' filter and notrace functions.
-pub fn install(filter: &[LibAim], notrace: &[LibAim]) {
-    if !filter.is_empty() || !notrace.is_empty() {
-        let _ = AIMS.set((filter.to_vec(), notrace.to_vec()));
+static AIMS: OnceLock<LibAims> = OnceLock::new();
+static LATE: Late = Late::new();
+/// The stops' and starts' run-time addresses now, sorted.
+static MARKS: RwLock<(Vec<u64>, Vec<u64>)> = RwLock::new((Vec::new(), Vec::new()));
+
+/// At install: the libraries' functions.
+pub fn install(aims: LibAims) {
+    if aims != LibAims::default() {
+        let _ = AIMS.set(aims);
     }
 }
 
 /// The shared lists for a vCPU's gates, and whether some are filter functions; none
-/// without library functions.
+/// without `-F`/`-N` functions of libraries.
 pub fn late() -> Option<(&'static Late, bool)> {
-    AIMS.get().map(|(filter, _)| (&LATE, !filter.is_empty()))
+    AIMS.get()
+        .filter(|a| !(a.filter.is_empty() && a.notrace.is_empty()))
+        .map(|a| (&LATE, !a.filter.is_empty()))
 }
 
 /// Whether a library's filter function was given (translation then chooses the gated
 /// forms, before any library is placed).
 pub fn filtering() -> bool {
-    AIMS.get().is_some_and(|(filter, _)| !filter.is_empty())
+    AIMS.get().is_some_and(|a| !a.filter.is_empty())
+}
+
+/// Whether the block at run-time `pc` starts a library's `--stop-at` and `--start-at`
+/// function (asked at translation).
+pub fn marks_at(pc: u64) -> (bool, bool) {
+    if AIMS
+        .get()
+        .is_none_or(|a| a.stop_at.is_empty() && a.start_at.is_empty())
+    {
+        return (false, false);
+    }
+    let marks = MARKS.read().unwrap_or_else(|e| e.into_inner());
+    (
+        marks.0.binary_search(&pc).is_ok(),
+        marks.1.binary_search(&pc).is_ok(),
+    )
 }
 
 /// The libraries placed now, each as (device, inode, bias, lo, hi): the run-time places
 /// of the aims in them, for every vCPU.
 pub fn placed(placements: &[(u64, u64, u64, u64, u64)]) {
-    let Some((filter, notrace)) = AIMS.get() else {
+    let Some(aims) = AIMS.get() else {
         return;
     };
-    LATE.replace(LateList {
-        filter: place(filter, placements, 0),
-        notrace: place(notrace, placements, filter.len()),
-    });
+    if !(aims.filter.is_empty() && aims.notrace.is_empty()) {
+        LATE.replace(LateList {
+            filter: place(&aims.filter, placements, 0),
+            notrace: place(&aims.notrace, placements, aims.filter.len()),
+        });
+    }
+    if !(aims.stop_at.is_empty() && aims.start_at.is_empty()) {
+        let addrs = |list: &[LibAim]| -> Vec<u64> {
+            let mut v: Vec<u64> = place(list, placements, 0)
+                .into_iter()
+                .map(|e| e.0)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        *MARKS.write().unwrap_or_else(|e| e.into_inner()) =
+            (addrs(&aims.stop_at), addrs(&aims.start_at));
+    }
 }
 
 /// Each of `aims` (numbered from `first`) at its run-time address in every placement of
@@ -67,7 +114,7 @@ fn place(
 
 /// Of aim indices `reached`, the filter ones and the notrace ones (each from 0).
 pub fn split_reached(reached: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let n = AIMS.get().map_or(0, |(f, _)| f.len()) as u32;
+    let n = AIMS.get().map_or(0, |a| a.filter.len()) as u32;
     let (filter, notrace): (Vec<u32>, Vec<u32>) = reached.iter().partition(|&&i| i < n);
     (filter, notrace.into_iter().map(|i| i - n).collect())
 }
