@@ -17,7 +17,8 @@
 # the range of each; and the verdict: the median and range of each interleaved pair's ratio,
 # of wall and of CPU time, and the ratio of the fastest runs (bench/common.sh's ratio_line).
 # Usage: [RUNS=5] [ARCHES="aarch64 x86_64 riscv64"] [CONTRIB=0] [PLUGINS="NAME=X.so ..."]
-#        bench/user.sh [bzip2] [sqlite]        (no workload named: both)
+#        [RECORD_OPTS="-F _int_malloc"] bench/user.sh [bzip2] [sqlite]   (no workload named: both)
+# RECORD_OPTS: options every `record` of ours takes (aiming it: -F, -N, -t, -A …).
 # PLUGINS: ours is each of these builds, all in the same run, interleaved (each run's order
 # rotates), a line each: X a plugin (.so, given to `record --plugin`) or a qemu-uftrace
 # binary (its own plugin); to compare builds side by side.
@@ -173,7 +174,7 @@ measure() {
     [ "${CONTRIB:-1}" = 1 ] || with_contrib=0
     mkdir -p "$work/plain" "$work/ours" "$work/contrib"
     : >"$work/plain.t"; : >"$work/contrib.t"
-    local names=() n k order popt
+    local names=() n k order popt ropts
     for v in "${variants[@]}"; do names+=("${v%%=*}"); : >"$work/${v%%=*}.t"; done
     for i in $(seq "$runs"); do
         # Plain and each build of ours take turns at going first (a cost that falls on
@@ -187,7 +188,8 @@ measure() {
             else
                 rm -rf "$work/ours/trace" "$work/ours/trace.old"
                 plugin_opt "$n"
-                timed_in "$work/ours" "${popt[@]}" -o "$work/ours/trace" -- "${argv[@]}" >>"$work/$n.t"
+                read -r -a ropts <<<"${RECORD_OPTS:-}"
+                timed_in "$work/ours" "${popt[@]}" "${ropts[@]}" -o "$work/ours/trace" -- "${argv[@]}" >>"$work/$n.t"
                 stats_of "$n"
             fi
         done

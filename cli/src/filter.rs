@@ -117,13 +117,15 @@ impl Filters {
             // A library's by the plugin's numbering (decimal indices).
             let option = if key == "filter_reached" { "-F" } else { "-N" };
             let libs = self.lib_addrs(option);
-            (all.extend(
-                (stats.other.iter())
-                    .filter(|(k, _)| *k == format!("lib_{key}"))
-                    .flat_map(|(_, v)| v.split(','))
+            let lib_key = format!("lib_{key}");
+            let indices = (stats.other.iter())
+                .filter(|(k, _)| *k == lib_key)
+                .flat_map(|(_, v)| v.split(','));
+            all.extend(
+                indices
                     .filter_map(|i| libs.get(i.trim().parse::<usize>().ok()?))
                     .map(|&(i, a)| Addr::Lib(i, a)),
-            ));
+            );
             all
         };
         let (filter, notrace) = (reached("filter_reached"), reached("notrace_reached"));

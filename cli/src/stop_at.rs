@@ -39,8 +39,9 @@ pub fn parse(text: &str) -> Result<StopAt, String> {
 
 /// Where a function is: at its run-time address, or (user mode, a position-independent
 /// program's) at its link address, which the plugin moves by the program's load bias once
-/// it runs (`pie_…=` options), or (user mode: `-F`/`-N`, `-A`/`-R`) at its link address in
-/// shared library `Names::libraries[i]`, which the plugin places where the guest maps it.
+/// it runs (`pie_…=` options), or (user mode: `-F`/`-N`, `--stop-at`/`--start-at`, `-A`/`-R`)
+/// at its link address in shared library `Names::libraries[i]`, which the plugin places
+/// where the guest maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Addr {
     At(u64),
@@ -67,8 +68,8 @@ pub struct Names {
     pub sources: usize,
     /// User mode, a PIE: its link entry point, which the plugin places its functions by.
     pub pie_entry: Option<u64>,
-    /// User mode, for `-F`/`-N`, `-A`/`-R`: the libraries whose functions are among `functions`
-    /// ([`Names::add_libraries`]).
+    /// User mode, for `-F`/`-N`, `--stop-at`/`--start-at`, `-A`/`-R`: the libraries whose
+    /// functions are among `functions` ([`Names::add_libraries`]).
     pub libraries: Vec<Library>,
 }
 
