@@ -666,3 +666,80 @@ fn linux_openat_paths_and_fds_equal_inits_log() {
         assert_eq!(lines, want, "uftrace {}:\n{text}", u.version);
     }
 }
+
+/// `/p` as replay shows it, in replay and in the export alike: a pointer into a function as
+/// `&name`, a null one as `0`, any other in hex (x86_64 user mode, the host's gcc).
+#[test]
+fn a_pointer_shows_the_function_it_points_into() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let src = tmp.path().join("fnptr.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n\
+         __attribute__((noinline)) int twice(int x) { return 2 * x; }\n\
+         __attribute__((noinline)) int apply(int (*f)(int), void *p, int v)\n\
+         { return p ? f(v) : -f(v); }\n\
+         int main(void) { int r = apply(twice, 0, 3);\n\
+         r += apply(twice, (void *)0x1234, 4); printf(\"%d\\n\", r); return 0; }\n",
+    )
+    .expect("write the program");
+    let elf = tmp.path().join("fnptr");
+    let status = Command::new("gcc")
+        .args(["-O1", "-g", "-fno-inline", "-o"])
+        .arg(&elf)
+        .arg(&src)
+        .status()
+        .expect("run gcc");
+    assert!(status.success());
+    let dir = tmp.path().join("uftrace.data");
+    let out = Command::new(common::BIN)
+        .arg("record")
+        .arg("-o")
+        .arg(&dir)
+        .args([
+            "-A",
+            "apply@arg1/p,arg2/p,arg3/i32",
+            "--then",
+            "export",
+            "--",
+        ])
+        .arg(cached("qemu-10.2.2/bin/qemu-x86_64"))
+        .arg(&elf)
+        .output()
+        .expect("run qemu-uftrace");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = ["apply(&twice, 0, 3)", "apply(&twice, 0x1234, 4)"];
+    let d = dir.to_string_lossy();
+    for u in uftrace_versions().expect("uftrace versions") {
+        let text = uftrace_at(&u.program, &["replay", "--no-pager", "-d", &d]).expect("replay");
+        let shown: Vec<&str> = (text.lines())
+            .filter_map(|l| Some(l.split_once('|')?.1.trim()))
+            .filter(|b| b.starts_with("apply("))
+            .map(|b| b.trim_end_matches(" {").trim_end_matches(';'))
+            .collect();
+        assert_eq!(shown, want, "uftrace {}:\n{text}", u.version);
+    }
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(dir.with_extension("data.pftrace"))
+        .output()
+        .expect("run perfetto_check.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let values = &v["threads"][0]["values"];
+    let slices: Vec<String> = (values.as_array().expect("values").iter())
+        .filter(|s| s["name"] == "apply")
+        .map(|s| format!("apply({})", s["args"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(slices, want, "{values}");
+}

@@ -815,13 +815,15 @@ impl Enums {
 }
 
 /// The values of a record with the `more` bit as uftrace's replay writes them (`1, "x"`;
-/// pointers in hex, where replay names a symbol it knows; enums by `enums`), and the
-/// payload's length (padded to 8). `None` when `data` is shorter than the spec says.
+/// enums by `enums`; a `/p` pointer as `&name` where `symbol` names the function holding
+/// it, as replay's `task_find_sym_addr` does, `0` when null, else hex), and the payload's
+/// length (padded to 8). `None` when `data` is shorter than the spec says.
 pub fn render(
     values: &[Value],
     retval: bool,
     data: &[u8],
     enums: &Enums,
+    symbol: &dyn Fn(u64) -> Option<String>,
 ) -> Option<(String, usize)> {
     let mut at = 0usize;
     let mut parts = Vec::new();
@@ -857,7 +859,9 @@ pub fn render(
             Fmt::Sint => signed.to_string(),
             Fmt::Uint if raw > 100_000 => format!("{raw:#x}"),
             Fmt::Uint => raw.to_string(),
-            Fmt::Hex | Fmt::Ptr => format!("{raw:#x}"),
+            Fmt::Hex => format!("{raw:#x}"),
+            Fmt::Ptr if raw == 0 => "0".into(),
+            Fmt::Ptr => symbol(raw).map_or_else(|| format!("{raw:#x}"), |name| format!("&{name}")),
             Fmt::Oct => format!("0{raw:o}"),
             Fmt::Enum(key) => enums.show(key, signed),
             Fmt::Char => format!("'{}'", char::from(raw as u8)),
@@ -967,10 +971,28 @@ mod tests {
         push_int(&mut p, u64::from((-2.25f32).to_bits()), 4);
         push_int(&mut p, f64::NAN.to_bits(), 8);
         let values = [f(1, 8), f(2, 4), f(3, 8)];
-        let (text, len) = render(&values, false, &p, &Enums::default()).unwrap();
+        let (text, len) = render(&values, false, &p, &Enums::default(), &|_| None).unwrap();
         assert_eq!(text, "1.500000, -2.250000, nan");
         assert_eq!(len, 24);
         assert_eq!(payload_len(&values, false, &p), Some(24));
+    }
+
+    /// `/p` as replay shows it: `&name` of the function holding the pointer, `0` when
+    /// null, else hex (`%p`).
+    #[test]
+    fn pointers_show_the_function_they_point_into() {
+        let v = parse("apply@arg1/p,arg2/p,arg3/p", 8).unwrap().values;
+        let mut p = Vec::new();
+        for raw in [0x401136, 0, 0x7ffe_1234] {
+            push_int(&mut p, raw, 8);
+        }
+        let symbol = |a: u64| {
+            (0x401130..0x401180)
+                .contains(&a)
+                .then(|| "twice".to_string())
+        };
+        let (text, _) = render(&v, false, &p, &Enums::default(), &symbol).unwrap();
+        assert_eq!(text, "&twice, 0, 0x7ffe1234");
     }
 
     #[test]
@@ -990,8 +1012,13 @@ mod tests {
         let v = parse("paint@arg1/e:color", 8).unwrap().values;
         let mut p = Vec::new();
         push_int(&mut p, 6, 8);
-        assert_eq!(render(&v, false, &p, &e).unwrap().0, "BLUE");
-        assert_eq!(render(&v, false, &p, &Enums::default()).unwrap().0, "6");
+        assert_eq!(render(&v, false, &p, &e, &|_| None).unwrap().0, "BLUE");
+        assert_eq!(
+            render(&v, false, &p, &Enums::default(), &|_| None)
+                .unwrap()
+                .0,
+            "6"
+        );
     }
 
     #[test]
@@ -1203,10 +1230,10 @@ mod tests {
         push_int(&mut p, 255, 8);
         push_int(&mut p, u64::from(b'a'), 1);
         push_int(&mut p, 70000, 2);
-        let (text, len) = render(&vals, false, &p, &Enums::default()).unwrap();
+        let (text, len) = render(&vals, false, &p, &Enums::default(), &|_| None).unwrap();
         assert_eq!(text, "\"wo\\nrld\", -7, 0x10000000000, 0xff, 'a', 4464");
         assert_eq!(len, p.len().div_ceil(8) * 8);
-        assert!(render(&vals, false, &p[..6], &Enums::default()).is_none());
+        assert!(render(&vals, false, &p[..6], &Enums::default(), &|_| None).is_none());
         let mut info = vec![0u8; 40];
         let mut w = Vec::new();
         InfoSpec {

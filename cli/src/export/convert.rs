@@ -471,7 +471,13 @@ pub fn task<W: Write>(
                 let retval = rec.kind == RecordType::Exit;
                 let values = s.values_of(key);
                 let data = &chunk[at + RECORD_SIZE..have];
-                match qemu_uftrace_format::args::render(values, retval, data, enums) {
+                // A `/p` value names the function it points into, in this session at this
+                // time, as replay does.
+                let stretch = ctx.sessions.get(sess);
+                let symbol = |p: u64| -> Option<String> {
+                    stretch.and_then(|&(_, src)| src.lookup(p, rec.time).map(str::to_string))
+                };
+                match qemu_uftrace_format::args::render(values, retval, data, enums, &symbol) {
                     Some(_) if values.is_empty() => {
                         sum.cut = Some(format!(
                             "record {} (byte {offset}) carries values that no -A/-R spec in \
