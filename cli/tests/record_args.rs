@@ -394,6 +394,26 @@ fn x86_64_bare_metal_arguments_match_the_guest_log() {
     check_system("x86_64", runs);
 }
 
+/// The export beside trace `dir`, decoded by Perfetto's own reader
+/// (`tests/perfetto_check.py`), which found no problem in it.
+fn decoded_export(dir: &Path) -> serde_json::Value {
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(py)
+        .arg(&script)
+        .arg(dir.with_extension("data.pftrace"))
+        .output()
+        .expect("run perfetto_check.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+    v
+}
+
 /// `export`: each spec'd call's slice carries its values as `args` and `retval`, which
 /// written back as replay shows a leaf are the program's log (`as_shown` mends the log
 /// where replay shows a value otherwise: an enum by name).
@@ -418,20 +438,7 @@ fn check_export(options: &[String], argv: &[String], as_shown: fn(&mut String)) 
     );
     let mut log = logged(&String::from_utf8_lossy(&out.stdout));
     log.iter_mut().for_each(as_shown);
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(py)
-        .arg(&script)
-        .arg(dir.with_extension("data.pftrace"))
-        .output()
-        .expect("run perfetto_check.py");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["problems"], serde_json::json!([]), "{v}");
+    let v = decoded_export(&dir);
     let slices: Vec<String> = v["threads"][0]["values"]
         .as_array()
         .expect("values")
@@ -723,19 +730,7 @@ fn a_pointer_shows_the_function_it_points_into() {
             .collect();
         assert_eq!(shown, want, "uftrace {}:\n{text}", u.version);
     }
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(py)
-        .arg(&script)
-        .arg(dir.with_extension("data.pftrace"))
-        .output()
-        .expect("run perfetto_check.py");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = decoded_export(&dir);
     let values = &v["threads"][0]["values"];
     let slices: Vec<String> = (values.as_array().expect("values").iter())
         .filter(|s| s["name"] == "apply")

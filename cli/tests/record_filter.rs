@@ -428,6 +428,16 @@ fn user_mode_a_filter_only_the_child_reaches_names_its_calls() {
     assert_eq!(entries(&shape(&dir, &[])), steps, "{err}");
 }
 
+/// The arm64 dynamic PIE's run on Debian's arm64 libc with its debug files (the install's
+/// `arm64-libc`, as `-L`): libc's internal functions have names there.
+fn on_arm64_libc() -> Vec<String> {
+    let pie = common::user::glibc_guest("libcalls-dyn-oracle.elf");
+    let loader = qemu_uftrace_tests::cached("arm64-libc/lib/ld-linux-aarch64.so.1");
+    let sysroot = loader.parent().and_then(|l| l.parent()).expect("sysroot");
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    vec!["-L".into(), path(sysroot), path(&pie)]
+}
+
 /// User mode, a shared library's own functions (uftrace users' `-F malloc`): libc calls
 /// `__vfprintf_internal` and `_int_malloc` inside itself, never through the program's PLT.
 /// Named from Debian's arm64 libc with its debug files (the install's `arm64-libc`, run as
@@ -439,10 +449,8 @@ fn user_mode_a_filter_only_the_child_reaches_names_its_calls() {
 fn user_mode_filters_a_shared_library_s_functions() {
     use common::user;
     let qemu = qemu_uftrace_tests::user_qemu();
-    let pie = common::user::glibc_guest("libcalls-dyn-oracle.elf");
-    let loader = qemu_uftrace_tests::cached("arm64-libc/lib/ld-linux-aarch64.so.1");
-    let sysroot = loader.parent().and_then(|l| l.parent()).expect("sysroot");
-    let run = ["-L", &*sysroot.to_string_lossy(), &*pie.to_string_lossy()];
+    let run = on_arm64_libc();
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
     let options = [
         "-F",
         "__vfprintf_internal",
@@ -484,10 +492,8 @@ fn user_mode_filters_a_shared_library_s_functions() {
 fn user_mode_starts_and_stops_at_a_shared_library_s_function() {
     use common::user;
     let qemu = qemu_uftrace_tests::user_qemu();
-    let pie = common::user::glibc_guest("libcalls-dyn-oracle.elf");
-    let loader = qemu_uftrace_tests::cached("arm64-libc/lib/ld-linux-aarch64.so.1");
-    let sysroot = loader.parent().and_then(|l| l.parent()).expect("sysroot");
-    let run = ["-L", &*sysroot.to_string_lossy(), &*pie.to_string_lossy()];
+    let run = on_arm64_libc();
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
     let (_t1, full, out) = user::record(&qemu, &run);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let all = shape(&full, &[]);
