@@ -38,17 +38,15 @@ pub struct Gates {
     pub(crate) roots: Roots,
     /// A randomised kernel's: functions are looked up in the symbol file's space.
     shift: Option<&'static crate::kaslr::KernelShift>,
-    /// Whether some filter function was given (here or among the [`Late`] ones, placed or
-    /// not): then only filtered subtrees are written.
-    filtering: bool,
-    /// Functions placed while the guest runs, the generation of them taken, and them.
+    /// Functions placed while the guest runs, whether some of them are filter functions,
+    /// the generation of them taken, and them.
     late: Option<&'static Late>,
     late_filtering: bool,
     late_seen: u64,
     late_list: Arc<LateList>,
-    /// The [`Late`] aims entered at least once (their indices, sorted).
-    late_filter_hits: Vec<u32>,
-    late_notrace_hits: Vec<u32>,
+    /// The [`Late`] aims entered at least once (their indices, sorted: filter and notrace
+    /// aims are numbered apart).
+    late_hits: Vec<u32>,
 }
 
 /// Filter and notrace functions placed while the guest runs (a user-mode program's shared
@@ -139,7 +137,6 @@ impl Gates {
             span,
             filter_hits: vec![0; filter.len()],
             notrace_hits: vec![0; notrace.len()],
-            filtering: !filter.is_empty(),
             filter,
             notrace,
             max_depth,
@@ -149,8 +146,7 @@ impl Gates {
             late_filtering: false,
             late_seen: 0,
             late_list: Arc::default(),
-            late_filter_hits: Vec::new(),
-            late_notrace_hits: Vec::new(),
+            late_hits: Vec::new(),
         }
     }
 
@@ -158,7 +154,6 @@ impl Gates {
     /// them are filter functions (the context then starts outside every subtree, before any
     /// is placed).
     pub fn with_late(mut self, late: &'static Late, filtering: bool) -> Gates {
-        self.filtering |= filtering;
         self.late_filtering = filtering;
         self.late = Some(late);
         self.refresh();
@@ -221,11 +216,11 @@ impl Gates {
         }
         if self.late.is_some() {
             if let Some(aim) = Self::late_at(&self.late_list.notrace, func) {
-                hit(&mut self.late_notrace_hits, aim);
+                hit(&mut self.late_hits, aim);
                 self.roots.notrace.get_or_insert(depth);
             }
             if let Some(aim) = Self::late_at(&self.late_list.filter, func) {
-                hit(&mut self.late_filter_hits, aim);
+                hit(&mut self.late_hits, aim);
                 self.roots.filter.get_or_insert(depth);
             }
         }
@@ -237,8 +232,15 @@ impl Gates {
     pub fn outside(&self) -> bool {
         self.roots.filter.is_none()
             && self.roots.notrace.is_none()
-            && self.filtering
+            && self.filtering()
             && !self.roots.deferred
+    }
+
+    /// Whether some filter function was given (here or among the [`Late`] ones, placed or
+    /// not): then only filtered subtrees are written.
+    #[inline(always)]
+    fn filtering(&self) -> bool {
+        !self.filter.is_empty() || self.late_filtering
     }
 
     /// Whether a frame of `func` may open a subtree (or count as an entry of one).
@@ -273,7 +275,7 @@ impl Gates {
         if self.roots.deferred {
             return Place::Written(depth);
         }
-        let base = if !self.filtering {
+        let base = if !self.filtering() {
             0
         } else {
             match self.roots.filter {
@@ -293,7 +295,7 @@ impl Gates {
         if self.roots.deferred {
             return self.roots.notrace.is_none().then_some(len);
         }
-        let root = if !self.filtering {
+        let root = if !self.filtering() {
             0
         } else {
             self.roots.filter?
@@ -307,7 +309,7 @@ impl Gates {
     /// Whether a return past the bottom of the stack (`midway`) is written: only when every
     /// frame is (no filter function, no left-out subtree open).
     pub fn outer_written(&self) -> bool {
-        (!self.filtering || self.roots.deferred) && self.roots.notrace.is_none()
+        (!self.filtering() || self.roots.deferred) && self.roots.notrace.is_none()
     }
 
     /// From here the running context's subtrees are the CLI's to decide (see
@@ -334,14 +336,9 @@ impl Gates {
         reached(&self.notrace, &self.notrace_hits)
     }
 
-    /// The [`Late`] filter aims entered at least once, by index.
-    pub fn late_filter_reached(&self) -> &[u32] {
-        &self.late_filter_hits
-    }
-
-    /// The [`Late`] notrace aims entered at least once, by index.
-    pub fn late_notrace_reached(&self) -> &[u32] {
-        &self.late_notrace_hits
+    /// The [`Late`] aims entered at least once, by index.
+    pub fn late_reached(&self) -> &[u32] {
+        &self.late_hits
     }
 }
 
@@ -440,8 +437,7 @@ mod tests {
         });
         g.refresh();
         assert!(!g.may_open(0x7000) && g.may_open(0x9000));
-        assert_eq!(g.late_filter_reached(), [4]);
-        assert_eq!(g.late_notrace_reached(), [9]);
+        assert_eq!(g.late_reached(), [4, 9]);
         // Given functions placed later (a PIE's) keep the late ones and the depth limit.
         let g = g.with_given(vec![0x500], vec![]);
         assert!(g.may_open(0x9000) && g.may_open(0x500) && !g.may_open(0x300));

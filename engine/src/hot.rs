@@ -161,14 +161,11 @@ impl Engine {
         self.install_gates(gates.with_late(late, filtering));
     }
 
+    /// Gates in place (every event then takes the general path, which asks them).
     fn install_gates(&mut self, gates: Gates) {
-        if self.gates.is_none() {
-            self.gates = Some(Box::new(gates));
-            self.record_depth = 0;
-            self.fast_depth = 0;
-        } else {
-            self.gates = Some(Box::new(gates));
-        }
+        self.gates = Some(Box::new(gates));
+        self.record_depth = 0;
+        self.fast_depth = 0;
     }
 
     /// Writes no call shorter than `threshold` (`-t`; 0: every call), only its longer

@@ -34,10 +34,8 @@ impl Ended {
                 .map_or_else(Vec::new, |g| g.filter_reached().collect()),
             notrace_reached: (state.engine.gates())
                 .map_or_else(Vec::new, |g| g.notrace_reached().collect()),
-            lib_reached: (state.engine.gates()).map_or_else(Vec::new, |g| {
-                let late = g.late_filter_reached().iter();
-                late.chain(g.late_notrace_reached()).copied().collect()
-            }),
+            lib_reached: (state.engine.gates())
+                .map_or_else(Vec::new, |g| g.late_reached().to_vec()),
         }
     }
 

@@ -292,7 +292,6 @@ impl ModWatch {
     }
 }
 
-/// `ADDR:ADDR…`, hex.
 /// A shared library's function: its file's device and inode, its link address.
 pub type LibAim = (u64, u64, u64);
 
@@ -311,6 +310,7 @@ fn lib_aims(key: &str, value: &str) -> Result<Vec<LibAim>, String> {
         .ok_or_else(|| format!("{key}={value}: expected DEV.INO.ADDR:DEV.INO.ADDR… (hex)"))
 }
 
+/// `ADDR:ADDR…`, hex.
 fn addresses(key: &str, value: &str) -> Result<Vec<u64>, String> {
     value
         .split(':')
