@@ -15,6 +15,10 @@ use std::sync::{OnceLock, RwLock};
 
 use super::config::LibAim;
 
+/// A library where the guest mapped it (`state::lib_entries`): its file's device and inode,
+/// its bias, and its functions' span (lo, hi).
+pub type Placement = (u64, u64, u64, u64, u64);
+
 /// The libraries' functions, by what names them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LibAims {
@@ -66,12 +70,13 @@ pub fn marks_at(pc: u64) -> (bool, bool) {
     )
 }
 
-/// The libraries placed now, each as (device, inode, bias, lo, hi): the run-time places
-/// of the aims in them, for every vCPU.
-pub fn placed(placements: &[(u64, u64, u64, u64, u64)]) {
+/// The libraries placed changed: the aims' run-time places in those `placements` gives
+/// (asked only when there are aims), for every vCPU.
+pub fn placed(placements: fn() -> Vec<Placement>) {
     let Some(aims) = AIMS.get() else {
         return;
     };
+    let placements = &placements();
     if !(aims.filter.is_empty() && aims.notrace.is_empty()) {
         LATE.replace(LateList {
             filter: place(&aims.filter, placements, 0),
@@ -95,11 +100,7 @@ pub fn placed(placements: &[(u64, u64, u64, u64, u64)]) {
 
 /// Each of `aims` (numbered from `first`) at its run-time address in every placement of
 /// its file whose span holds it.
-fn place(
-    aims: &[LibAim],
-    placements: &[(u64, u64, u64, u64, u64)],
-    first: usize,
-) -> Vec<(u64, u32)> {
+fn place(aims: &[LibAim], placements: &[Placement], first: usize) -> Vec<(u64, u32)> {
     let mut out = Vec::new();
     for (i, &(dev, ino, link)) in aims.iter().enumerate() {
         for &(pdev, pino, bias, lo, hi) in placements {

@@ -107,14 +107,20 @@ fn place(lib: usize, bias: u64) {
         MAX_PLACED,
         &DROPPED,
     ) {
-        places_changed();
-        drop(placed);
-        crate::state::lib_aims::placed(&placements());
+        changed(placed);
     }
 }
 
-/// The libraries placed now: (device, inode, bias, lo, hi) each.
-fn placements() -> Vec<(u64, u64, u64, u64, u64)> {
+/// Functions were placed or taken away: answers kept per thread are asked again, and the
+/// libraries' functions named by `-F`/`-N`, `--stop-at`/`--start-at` are placed anew.
+fn changed(placed: std::sync::RwLockWriteGuard<'_, Vec<Placed>>) {
+    places_changed();
+    drop(placed);
+    crate::state::lib_aims::placed(placements);
+}
+
+/// The libraries placed now.
+fn placements() -> Vec<crate::state::lib_aims::Placement> {
     let Some(libs) = LIBS.get() else {
         return Vec::new();
     };
@@ -181,9 +187,7 @@ pub fn unmapped(start: u64, len: u64) {
     }
     let mut placed = PLACED.write().unwrap_or_else(|e| e.into_inner());
     if take_out(&mut placed, start, start.saturating_add(len)) {
-        places_changed();
-        drop(placed);
-        crate::state::lib_aims::placed(&placements());
+        changed(placed);
     }
 }
 
