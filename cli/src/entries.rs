@@ -188,6 +188,7 @@ mod tests {
                 .collect(),
             arch: None,
             modules: Vec::new(),
+            by_address: Vec::new(),
         };
         let t = text(
             &[image(&[

@@ -196,6 +196,7 @@ pub fn physical_alias<'a>(
         functions,
         arch: img.arch,
         modules: Vec::new(),
+        by_address: Vec::new(),
     })
 }
 
@@ -243,6 +244,7 @@ mod tests {
             ],
             arch: None,
             modules: Vec::new(),
+            by_address: Vec::new(),
         }
     }
 
@@ -346,6 +348,7 @@ mod tests {
             ],
             arch: None,
             modules: Vec::new(),
+            by_address: Vec::new(),
         };
         // OpenSBI (-bios default or a firmware file) starts RAM: the kernel 2 MiB above.
         let alias =

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use qemu_uftrace_format::map::{self, MapEntry};
 use qemu_uftrace_format::symfile::{self, DbgLine, SymLine};
 use qemu_uftrace_format::{addr48, ADDR_MASK};
-use qemu_uftrace_symbols::Image;
+use qemu_uftrace_symbols::{Function, Image};
 
 /// An image with the map path it gets in the trace.
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skippe
     }
     for img in queue {
         let r = range48(&img);
-        if r.1 <= r.0 || img.functions.is_empty() {
+        if r.1 <= r.0 || (img.functions.is_empty() && img.by_address.is_empty()) {
             skipped.push(format!("{}: no functions in range", img.path.display()));
             continue;
         }
@@ -119,13 +119,19 @@ pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skippe
     (placed, skipped)
 }
 
-/// The `.sym` lines of an image: offsets from the map start, in 48 bits.
+/// The `.sym` lines of an image, its functions named by address among them: offsets from
+/// the map start, in 48 bits, sorted.
 pub fn sym_lines(p: &PlacedImage, prefix: bool) -> (Vec<SymLine>, Vec<DbgLine>) {
     let (start, end) = range48(&p.image);
     let module = p.module_name();
-    let mut syms = Vec::with_capacity(p.image.functions.len());
+    let mut funcs: Vec<&Function> = p.image.functions.iter().collect();
+    if !p.image.by_address.is_empty() {
+        funcs.extend(&p.image.by_address);
+        funcs.sort_by_key(|f| addr48(f.addr));
+    }
+    let mut syms = Vec::with_capacity(funcs.len());
     let mut dbg = Vec::new();
-    for f in &p.image.functions {
+    for f in funcs {
         let a = addr48(f.addr);
         if a < start || a >= end {
             continue;
@@ -195,7 +201,7 @@ pub fn write_with(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use qemu_uftrace_symbols::{Function, SourceLine};
+    use qemu_uftrace_symbols::SourceLine;
 
     pub fn image(path: &str, start: u64, funcs: &[(u64, u64, &str)]) -> Image {
         let end = funcs
@@ -222,6 +228,7 @@ pub(crate) mod tests {
                 .collect(),
             arch: None,
             modules: Vec::new(),
+            by_address: Vec::new(),
         }
     }
 

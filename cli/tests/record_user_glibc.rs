@@ -179,9 +179,51 @@ fn aarch64_dynamic_loader_functions_are_named_from_its_debug_file() {
         "{hint}"
     );
     assert!(
-        hint.contains("the replay shows the calls inside them as addresses"),
+        hint.contains("the replay names the functions inside them by their address in the file"),
         "{hint}"
     );
+    // The loader's own functions, named by their address in the file: each such address
+    // is where an FDE of the file begins, as binutils' readelf reads its .eh_frame.
+    let loader = Path::new("/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1");
+    let frames = std::process::Command::new("readelf")
+        .args(["--debug-dump=frames"])
+        .arg(loader)
+        .output()
+        .expect("run readelf (binutils)");
+    let starts: std::collections::HashSet<u64> = String::from_utf8_lossy(&frames.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(" pc=")?.1.split_once(".."))
+        .filter_map(|(start, _)| u64::from_str_radix(start, 16).ok())
+        .collect();
+    assert!(
+        starts.len() > 100,
+        "readelf read no FDEs of {}",
+        loader.display()
+    );
+    let by_address: std::collections::BTreeSet<u64> = exported
+        .lines()
+        .filter_map(|l| l.split("ld-linux-aarch64.so.1+0x").nth(1))
+        .filter_map(|rest| {
+            let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+            u64::from_str_radix(&hex, 16).ok()
+        })
+        .collect();
+    assert!(
+        by_address.len() >= 3,
+        "the loader's functions not named by address:\n{exported}"
+    );
+    let stray: Vec<String> = (by_address.iter())
+        .filter(|a| !starts.contains(a))
+        .map(|a| format!("{a:#x}"))
+        .collect();
+    assert!(stray.is_empty(), "names at no FDE's start: {stray:?}");
+    let unnamed: Vec<&str> = (exported.lines())
+        .filter(|l| {
+            l.split_once("| ")
+                .is_some_and(|(_, f)| f.trim_start().starts_with('<'))
+        })
+        .collect();
+    assert!(unnamed.is_empty(), "unnamed functions: {unnamed:?}");
     assert!(
         hint.ends_with(&format!(
             "; record with -L {} instead (Debian's libc6:arm64 with its debug files, which \

@@ -149,10 +149,26 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     if !cands.is_empty() && !cands.iter().any(|c| in_code(sections, endian, c.addr)) {
         cands.clear();
     }
+    // A symbol table names every function; without one, .eh_frame still knows them all.
+    let has_table = !cands.is_empty();
     if cands.is_empty() {
         cands = candidates(path, sections, file.elf_dynamic_symbol_table(), endian)?;
     }
-    if !cands.is_empty() && header.is_class_64() && endian.is_little_endian() {
+    let unwound = if has_table {
+        Vec::new()
+    } else {
+        let is_64 = header.is_class_64();
+        let mut known = crate::fde::eh_frame_functions(sections, endian, data, is_64);
+        known.extend((loader_calls(sections, endian, data, is_64).into_iter()).map(|a| (a, 0)));
+        // Where an FDE and a pointer agree, the FDE's length wins (the first of an address
+        // counts).
+        known.sort_unstable_by_key(|&(a, len)| (a, std::cmp::Reverse(len)));
+        known
+    };
+    // A program with no symbols at all still calls through its PLT, whose entries are named
+    // after the functions they reach.
+    let some = !cands.is_empty() || !unwound.is_empty();
+    if some && header.is_class_64() && endian.is_little_endian() {
         match header.e_machine(endian) {
             elf::EM_AARCH64 | elf::EM_RISCV => {
                 cands.extend(plt_entries(&file, data, debug.as_ref()))
@@ -161,13 +177,14 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
             _ => {}
         }
     }
-    if cands.is_empty() {
+    if cands.is_empty() && unwound.is_empty() {
         return Err(SymbolError::Stripped {
             path: path.to_path_buf(),
             hint: STRIPPED_HINT.into(),
         });
     }
     let mut functions = collapse(cands, opts.demangle);
+    let mut by_address = crate::functions::by_address(path, &functions, &[], &unwound);
 
     if opts.source_lines {
         set_lines(&file, debug.as_ref(), &mut functions, 0);
@@ -184,16 +201,18 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
         }
     }
     let (start, end) = range.unwrap_or_else(|| {
-        let lo = functions.first().map_or(0, |f| f.addr);
-        let hi = functions
-            .iter()
+        let lo = (functions.iter().chain(&by_address))
+            .map(|f| f.addr)
+            .min()
+            .unwrap_or(0);
+        let hi = (functions.iter().chain(&by_address))
             .map(|f| f.addr.saturating_add(f.size.max(1)))
             .max()
             .unwrap_or(0);
         (lo, hi)
     });
 
-    for f in &mut functions {
+    for f in functions.iter_mut().chain(&mut by_address) {
         f.addr = f.addr.wrapping_add(opts.offset);
     }
     Ok(Image {
@@ -203,7 +222,53 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
         functions,
         arch,
         modules: Vec::new(),
+        by_address,
     })
+}
+
+/// The functions the dynamic loader calls through the dynamic section (`DT_INIT`, `DT_FINI`)
+/// and the `.init_array`/`.fini_array` pointers, in code: crtstuff's `_init`, `frame_dummy`
+/// and `__do_global_dtors_aux` have no FDE. The arrays hold their pointers in place (the
+/// relative relocations' addends); one that does not point into code is left out.
+fn loader_calls<'data, Elf: FileHeader<Endian = Endianness>>(
+    sections: &SectionTable<'data, Elf, &'data [u8]>,
+    endian: Endianness,
+    data: &'data [u8],
+    is_64: bool,
+) -> Vec<u64> {
+    use object::read::elf::Dyn;
+    let mut out = Vec::new();
+    if let Ok(Some((entries, _))) = sections.dynamic(endian, data) {
+        out.extend(
+            entries
+                .iter()
+                .take_while(|d| d.d_tag(endian).into() != u64::from(elf::DT_NULL))
+                .filter(|d| {
+                    let tag = d.d_tag(endian).into();
+                    tag == u64::from(elf::DT_INIT) || tag == u64::from(elf::DT_FINI)
+                })
+                .map(|d| d.d_val(endian).into()),
+        );
+    }
+    let word = if is_64 { 8 } else { 4 };
+    for name in [&b".init_array"[..], b".fini_array"] {
+        let Some((_, section)) = sections.section_by_name(endian, name) else {
+            continue;
+        };
+        let Ok(bytes) = section.data(endian, data) else {
+            continue;
+        };
+        out.extend(
+            bytes
+                .chunks_exact(word)
+                .map(|w| match <[u8; 8]>::try_from(w) {
+                    Ok(w) => endian.read_u64_bytes(w),
+                    Err(_) => u64::from(endian.read_u32_bytes(w.try_into().unwrap_or_default())),
+                }),
+        );
+    }
+    out.retain(|&a| in_code(sections, endian, a));
+    out
 }
 
 /// Whether `file` has DWARF lines of its own. By its header: decompressing a kernel's

@@ -13,6 +13,41 @@ pub(crate) struct Candidate<'a> {
     pub typed: bool,
 }
 
+/// Functions for each of `found` (`(address, size)`, sorted; the first of an address
+/// counts) that none of `named` or `known` (both sorted) starts at or spans, named
+/// `FILE+0xADDR` after `path`'s file name: the address `addr2line -e FILE` takes.
+pub(crate) fn by_address(
+    path: &std::path::Path,
+    named: &[Function],
+    known: &[Function],
+    found: &[(u64, u64)],
+) -> Vec<Function> {
+    let file = path
+        .file_name()
+        .map(|n| n.to_string_lossy().replace(char::is_whitespace, "_"))
+        .unwrap_or_else(|| "image".into());
+    let covers = |funcs: &[Function], addr: u64| {
+        let i = funcs.partition_point(|f| f.addr <= addr);
+        i.checked_sub(1)
+            .is_some_and(|i| funcs[i].addr == addr || addr - funcs[i].addr < funcs[i].size)
+    };
+    let mut out: Vec<Function> = Vec::new();
+    for &(addr, size) in found {
+        if covers(named, addr) || covers(known, addr) || out.last().is_some_and(|f| f.addr == addr)
+        {
+            continue;
+        }
+        out.push(Function {
+            addr,
+            size,
+            name: format!("{file}+{addr:#x}"),
+            global: false,
+            line: None,
+        });
+    }
+    out
+}
+
 /// ARM/AArch64/RISC-V mapping symbols (`$x`, `$d`, `$a`, `$t`, `$x.12`, `$xrv64i2p1`) mark
 /// code/data boundaries, not functions. arm64 kernels also carry them with the prefix of
 /// the KVM hypervisor objects (`__kvm_nvhe_$x`).
@@ -113,6 +148,45 @@ mod tests {
         assert_eq!(
             (f[0].name.as_str(), f[0].size, f[0].global),
             ("gic_handle_irq", 0x88, true)
+        );
+    }
+
+    #[test]
+    fn by_address_names_only_what_nothing_covers() {
+        let f = |addr, size| Function {
+            addr,
+            size,
+            name: String::new(),
+            global: true,
+            line: None,
+        };
+        let named = [f(0x100, 0x20), f(0x200, 0)];
+        let known = [f(0x300, 8)];
+        let found = [
+            (0x100, 0x20), // a named function's own FDE
+            (0x110, 4),    // inside it (a label's, not a function's)
+            (0x200, 0x10), // where a sizeless symbol starts
+            (0x280, 0x10),
+            (0x280, 0), // the same function again: the first counts
+            (0x304, 1), // inside one named by address before
+            (0x400, 0),
+        ];
+        let out = by_address(
+            std::path::Path::new("/usr/lib/lib a.so"),
+            &named,
+            &known,
+            &found,
+        );
+        let got: Vec<_> = out
+            .iter()
+            .map(|f| (f.addr, f.size, f.name.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x280, 0x10, "lib_a.so+0x280"),
+                (0x400, 0, "lib_a.so+0x400")
+            ]
         );
     }
 

@@ -14,6 +14,7 @@ mod dwarf_args;
 mod dwarf_lines;
 mod dwarf_types;
 mod elf;
+mod fde;
 mod file_data;
 mod functions;
 mod kallsyms_tables;
@@ -23,6 +24,7 @@ mod system_map;
 
 pub use detect::{detect_kind, Kind};
 pub use dwarf_args::AutoSpec;
+pub use fde::fde_index;
 pub use kernel_image::{boot_format, BootFormat, BOOT_HEAD_BYTES};
 pub use source_arg::parse_source_arg;
 
@@ -64,6 +66,12 @@ pub struct Image {
     /// [`Image`] per module, whose `path` is just the module name (`PathBuf::from("ext4")`),
     /// with no `arch` and no nested modules.
     pub modules: Vec<Image>,
+    /// Functions no symbol names, known from the file's `.eh_frame` (a stripped file's
+    /// static functions), each named `FILE+0xADDR` by its address in the file, as
+    /// `addr2line -e FILE` takes it; sorted. For naming only: kept apart from `functions`
+    /// because a compiler's cold part has an FDE of its own, and a jump into it must not
+    /// count as entering a function.
+    pub by_address: Vec<Function>,
 }
 
 impl Image {
@@ -72,11 +80,24 @@ impl Image {
     pub fn shifted(mut self, by: u64) -> Image {
         self.start = self.start.wrapping_add(by);
         self.end = self.end.wrapping_add(by);
-        for f in &mut self.functions {
+        for f in self.functions.iter_mut().chain(&mut self.by_address) {
             f.addr = f.addr.wrapping_add(by);
         }
         self.modules = self.modules.into_iter().map(|m| m.shifted(by)).collect();
         self
+    }
+
+    /// Names each of `found` (`(address, size)` at this image's addresses, sorted) that no
+    /// function starts at or spans, by its address in the file as [`Image::by_address`]
+    /// names the others; returns how many it named.
+    pub fn name_by_address(&mut self, found: &[(u64, u64)]) -> usize {
+        let new = functions::by_address(&self.path, &self.functions, &self.by_address, found);
+        let n = new.len();
+        if n > 0 {
+            self.by_address.extend(new);
+            self.by_address.sort_by_key(|f| f.addr);
+        }
+        n
     }
 }
 

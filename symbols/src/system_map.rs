@@ -119,6 +119,7 @@ pub(crate) fn image_from_symbols(
         functions,
         arch: None,
         modules: Vec::new(),
+        by_address: Vec::new(),
     }
 }
 

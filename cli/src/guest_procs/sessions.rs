@@ -3,7 +3,7 @@
 //! a process's own functions, its libraries' and the kernel's beneath its syscalls. Threads
 //! are grouped by process (uftrace's pid is the guest's thread group).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -90,17 +90,7 @@ fn write_sessions(
         &std::fs::read_to_string(&base_map)
             .with_context(|| format!("cannot read {}", base_map.display()))?,
     );
-    let mut finder = Finder {
-        dir,
-        files,
-        initramfs: initramfs_fs(procs, files),
-        found: HashMap::new(),
-        copies: 0,
-        images: HashMap::new(),
-        arch,
-        modules: HashMap::new(),
-        by_name: Vec::new(),
-    };
+    let mut finder = Finder::new(dir, files, initramfs_fs(procs, files), arch);
     // The guest's PID of each recorded thread, and its process.
     let pid_of = |tid: u32| {
         tasks
@@ -182,6 +172,11 @@ fn write_sessions(
             }));
         }
     }
+    if let Err(e) = finder.name_entered() {
+        named.problems.push(format!(
+            "functions entered outside the unwind tables are not named: {e:#}"
+        ));
+    }
     named.problems.append(&mut finder.by_name);
     named.problems.sort();
     named.problems.dedup();
@@ -223,9 +218,27 @@ struct Finder<'a> {
     /// One line for each guest path given a `--symbols` file by its file name alone (from
     /// whatever directory): the user is told which file names which path.
     by_name: Vec<String>,
+    /// Where files without a symbol table were placed: `(start, end)` of the map line, the
+    /// module, and how far from the file's own addresses.
+    by_address: Vec<((u64, u64), String, u64)>,
 }
 
-impl Finder<'_> {
+impl<'a> Finder<'a> {
+    fn new(dir: &'a Path, files: &'a GuestFiles, initramfs: Option<u64>, arch: Arch) -> Self {
+        Finder {
+            dir,
+            files,
+            initramfs,
+            found: HashMap::new(),
+            copies: 0,
+            images: HashMap::new(),
+            arch,
+            modules: HashMap::new(),
+            by_name: Vec::new(),
+            by_address: Vec::new(),
+        }
+    }
+
     /// The host file for a guest path: the archive's copy (written under the trace while
     /// its symbols are read), else the file under `--sysroot` (looked up inside it), else a
     /// `--symbols` file of the same name; or why there is none.
@@ -434,6 +447,14 @@ impl Finder<'_> {
                     .problems
                     .extend(map::cut_paths(std::slice::from_ref(&p.map)));
             }
+            if !p.image.by_address.is_empty() {
+                let at = self.image(&host).map_or(p.image.start, |i| i.start);
+                self.by_address.push((
+                    (p.map.start, p.map.end),
+                    name.clone(),
+                    p.image.start.wrapping_sub(at),
+                ));
+            }
             // The first session to use a name writes its file (`module_name` gives a name
             // only to one host file); one that cannot be written costs that file alone.
             if !self.modules.contains_key(&name) {
@@ -452,6 +473,49 @@ impl Finder<'_> {
             out.push(p.map);
         }
         Ok(out)
+    }
+
+    /// The functions of files without a symbol table that the trace enters where their
+    /// unwind tables and dynamic sections know none (crtstuff's `deregister_tm_clones`, code
+    /// without CFI), named by address as the others (`FILE+0xADDR`): each placement's entries
+    /// taken back to the file's addresses, and its `.sym` file written again. An address
+    /// of another process that only lies in the range gives a name nothing there enters.
+    fn name_entered(&mut self) -> Result<()> {
+        if self.by_address.is_empty() {
+            return Ok(());
+        }
+        let ranges: Vec<(u64, u64)> = self.by_address.iter().map(|(r, ..)| *r).collect();
+        let entered = crate::unnamed::entries_within(self.dir, &ranges)?;
+        let mut extra: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for ((start, end), module, bias) in &self.by_address {
+            let link = entered.range(start..end).map(|a| a.wrapping_sub(*bias));
+            extra.entry(module.clone()).or_default().extend(link);
+        }
+        for (module, addrs) in extra {
+            let Some(host) = self.modules.get(&module).cloned() else {
+                continue;
+            };
+            let Some(mut image) = self.image(&host) else {
+                continue;
+            };
+            let found: Vec<(u64, u64)> = (addrs.into_iter())
+                .filter(|a| (image.start..image.end).contains(a))
+                .map(|a| (a, 1))
+                .collect();
+            if image.name_by_address(&found) == 0 {
+                continue;
+            }
+            let placed = symfiles::PlacedImage {
+                map: MapEntry {
+                    start: image.start,
+                    end: image.end,
+                    path: module.as_str().into(),
+                },
+                image,
+            };
+            symfiles::write_files(self.dir, &placed, false)?;
+        }
+        Ok(())
     }
 
     /// The module name of host file `host` (the guest's `guest`) in a session whose names
@@ -514,13 +578,23 @@ impl Finder<'_> {
                 ));
                 continue;
             };
-            // Only global functions: the file's (or its debug file's) symbol table was not
-            // there, only the exported ones.
-            if img.functions.iter().all(|f| f.global) {
+            // Named by address only, or only its exports by name: the file's (or its debug
+            // file's) symbol table was not there.
+            if !img.by_address.is_empty() || img.functions.iter().all(|f| f.global) {
+                let what = if img.functions.is_empty() {
+                    "has no symbol table: its functions are"
+                } else {
+                    "has only its exported symbols: its internal functions are"
+                };
+                let example = img.by_address.first().map_or_else(
+                    || "addresses".to_string(),
+                    |f| format!("their address in the file, as {}", f.name),
+                );
                 problem(format!(
-                    "{} has only its exported symbols: its internal functions show as \
-                     addresses (give a copy with its symbol table or debug file with --symbols)",
-                    m.path
+                    "{} ({}) {what} named by {example} (give a copy with its symbol table or \
+                     debug file with --symbols)",
+                    m.path,
+                    host.display()
                 ));
             }
             out.push((m.path.clone(), img.shifted(bias)));
@@ -534,17 +608,7 @@ mod tests {
     use super::*;
 
     fn finder<'a>(dir: &'a Path, files: &'a GuestFiles) -> Finder<'a> {
-        Finder {
-            dir,
-            files,
-            initramfs: None,
-            found: HashMap::new(),
-            copies: 0,
-            images: HashMap::new(),
-            arch: Arch::Aarch64,
-            modules: HashMap::new(),
-            by_name: Vec::new(),
-        }
+        Finder::new(dir, files, None, Arch::Aarch64)
     }
 
     /// The archive first, then the sysroot, then a `--symbols` file of the same name.

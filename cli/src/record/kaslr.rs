@@ -252,7 +252,9 @@ mod tests {
                 functions: vec![function(0xffff_8000_0100_0000, "ext4_init")],
                 arch: None,
                 modules: Vec::new(),
+                by_address: Vec::new(),
             }],
+            by_address: Vec::new(),
         }
     }
 

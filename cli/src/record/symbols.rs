@@ -137,7 +137,7 @@ pub fn start(read: ToRead, staging: &Path, ctx: SymbolContext) -> BackgroundLoad
 
 /// User mode: the loader and libraries that gave only their exported symbols (a stripped
 /// file whose debug file was not found: Debian's cross libcs), whose internal functions the
-/// replay shows as addresses. One line naming them and how to name those; `None` when
+/// replay names only by address. One line naming them and how to name those; `None` when
 /// there are none. On aarch64 the install's `arm64-libc` (Debian's libc6:arm64 with
 /// libc6-dbg, unpacked by scripts/install-deps.sh) names them as `-L`.
 pub fn exported_only_hint(
@@ -179,8 +179,8 @@ pub fn exported_only_hint(
             .to_string()
     };
     Some(format!(
-        "{} gave only exported symbols: the replay shows the calls inside {} as addresses; \
-         {way_out}",
+        "{} gave only exported symbols: the replay names the functions inside {} by their \
+         address in the file (FILE+0xADDR); {way_out}",
         names.join(" and "),
         if files.len() == 1 { "it" } else { "them" }
     ))
@@ -251,9 +251,9 @@ mod tests {
             exported_only_hint(&all, None).as_deref(),
             Some(
                 "/sys/lib/ld.so and /sys/lib/libc.so.6 gave only exported symbols: the replay \
-                 shows the calls inside them as addresses; install their debug files (Debian: \
-                 the -dbg package) or give copies with their symbol tables with --symbols to \
-                 have them named"
+                 names the functions inside them by their address in the file (FILE+0xADDR); \
+                 install their debug files (Debian: the -dbg package) or give copies with their \
+                 symbol tables with --symbols to have them named"
             )
         );
         assert_eq!(exported_only_hint(&all[2..3], None), None);

@@ -2,9 +2,9 @@
 //! that give a frame's caller's registers at one address.
 
 use gimli::{
-    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, Encoding, EndianSlice, EvaluationResult,
-    Format, LittleEndian, Location, Register, RegisterRule, UnwindContext, UnwindExpression,
-    UnwindSection, Value,
+    BaseAddresses, CfaRule, DebugFrame, EhFrame, Encoding, EndianSlice, EvaluationResult, Format,
+    LittleEndian, Location, Register, RegisterRule, UnwindContext, UnwindExpression, UnwindSection,
+    Value,
 };
 
 use super::image::{Image, Table};
@@ -84,25 +84,6 @@ fn rule(r: RegisterRule<usize>) -> Rule {
     }
 }
 
-/// The address ranges of `section`'s FDEs and their offsets, sorted by address.
-fn fde_index<'a, S: UnwindSection<Slice<'a>>>(
-    section: &S,
-    bases: &BaseAddresses,
-) -> Vec<(u64, u64, usize)> {
-    let mut out = Vec::new();
-    let mut entries = section.entries(bases);
-    // A damaged entry ends the walk: the entries before it still serve.
-    while let Ok(Some(entry)) = entries.next() {
-        if let CieOrFde::Fde(partial) = entry {
-            if let Ok(fde) = partial.parse(S::cie_from_offset) {
-                out.push((fde.initial_address(), fde.end_address(), fde.offset()));
-            }
-        }
-    }
-    out.sort_unstable();
-    out
-}
-
 /// The DWARF numbers of the registers whose rules are asked for.
 #[derive(Debug, Clone, Copy)]
 pub struct Asked {
@@ -119,7 +100,9 @@ fn rules_in<'a, S: UnwindSection<Slice<'a>>>(
     addr: u64,
     asked: Asked,
 ) -> Option<Rules> {
-    let index = table.fde_index.get_or_init(|| fde_index(section, bases));
+    let index = table
+        .fde_index
+        .get_or_init(|| qemu_uftrace_symbols::fde_index(section, bases));
     let i = index.partition_point(|&(start, _, _)| start <= addr);
     let &(start, end, offset) = index.get(i.checked_sub(1)?)?;
     if !(start..end).contains(&addr) {
