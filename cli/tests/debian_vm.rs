@@ -3,8 +3,10 @@
 //! power-off, on a virtio disk: systemd as PID 1, systemd-udevd and systemd-journald named
 //! from the root, each with functions of its own libraries (systemd's programs are stripped:
 //! `libsystemd-shared`/`libsystemd-core` name them by their exported symbols) and libc's
-//! beneath; every file found inside the root (the initramfs's klibc `/usr/bin/mount` never
-//! names the disk's); uftrace 0.13, 0.17 and 0.19 read the trace.
+//! beneath, no function they enter inside their files left unnamed (the rest of a stripped
+//! file's named by address); every file found inside the root (the initramfs's klibc
+//! `/usr/bin/mount` never names the disk's); uftrace 0.13, 0.17 and 0.19 read the trace,
+//! and `export` (decoded with Perfetto's own protos) the `--keep-last` one.
 //!
 //! The whole boot makes ~77 M calls and a 2.5 GiB trace: the tests aim with `-t 10us` (calls
 //! of 10,000 guest instructions and more; ~17 MiB), one boot a QEMU.
@@ -297,17 +299,15 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
         }
     }
     // Every file was found, inside the root or the -initrd archive: the host files record
-    // names are the root's or the trace's own copies of archive members.
+    // names are the root's, or said to be the archive's copies (gone with the trace written).
     let outside: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("guest processes:"))
         .filter(|l| {
             l.contains("no file found")
-                || l.split(" (").skip(1).any(|p| {
-                    p.starts_with('/')
-                        && !p.starts_with(&*root.to_string_lossy())
-                        && !p.contains("/guest-files/")
-                })
+                || l.split(" (")
+                    .skip(1)
+                    .any(|p| p.starts_with('/') && !p.starts_with(&*root.to_string_lossy()))
         })
         .collect();
     if !outside.is_empty() {
@@ -379,6 +379,58 @@ fn systemd_boot_named_from_a_hostile_root_on_10_0() {
     );
     hostile.check(&dir, &stderr);
     check_keep_last(&dir, &stderr, 4 << 20);
+    check_export(&dir);
+}
+
+/// `export` reads the trace: Perfetto's protos decode it without a problem, and PID 1's
+/// threads' slices include functions named from the root's libraries and by address in its
+/// files.
+fn check_export(dir: &Path) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["export", "-d"])
+        .arg(dir)
+        .output()
+        .expect("run qemu-uftrace export");
+    assert!(
+        out.status.success(),
+        "export: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = std::process::Command::new(py)
+        .arg(&script)
+        .arg(dir.with_extension("data.pftrace"))
+        .output()
+        .expect("run perfetto_check.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    assert_eq!(
+        v["problems"],
+        serde_json::json!([]),
+        "the export's problems"
+    );
+    let libs = names_in(
+        dir,
+        &["libsystemd-shared-", "libsystemd-core-", "libc.so.6"],
+    );
+    let slices: Vec<&str> = (v["threads"].as_array().expect("threads").iter())
+        .filter(|t| t["pid"] == 1)
+        .flat_map(|t| t["slices"].as_object().into_iter().flatten())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    assert!(
+        slices.iter().any(|n| libs.contains(*n)),
+        "no slice of PID 1 named from its libraries: {slices:?}"
+    );
+    assert!(
+        slices.iter().any(|n| n.contains("+0x")),
+        "no slice of PID 1 named by address: {slices:?}"
+    );
 }
 
 /// The arm64 VM (`scripts/debian-vm-arm64.sh`) on 10.2.2: the same checks as amd64's.

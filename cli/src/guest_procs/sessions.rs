@@ -359,6 +359,16 @@ impl<'a> Finder<'a> {
             .with_context(|| format!("cannot link {} to {}", link.display(), tree.display()))
     }
 
+    /// Where a host file came from, as the user is told: the `-initrd` archive's copies
+    /// are gone once the trace is written.
+    fn shown(&self, host: &Path) -> String {
+        if host.starts_with(self.dir.join(FILES_DIR)) {
+            "the -initrd archive's copy".to_string()
+        } else {
+            host.display().to_string()
+        }
+    }
+
     /// A mapping's file on the host and the load bias the mapping gives it, or why not.
     fn bias(&mut self, m: &Mapping) -> Result<std::result::Result<(PathBuf, u64), String>> {
         let host = match self.host_file_of(m) {
@@ -369,7 +379,7 @@ impl<'a> Finder<'a> {
             return Ok(Err(format!(
                 "{} ({}) is not an ELF file",
                 m.path,
-                host.display()
+                self.shown(&host)
             )));
         };
         Ok(Ok((host, elf.bias_of_mapping(m.start, m.offset))))
@@ -574,7 +584,7 @@ impl<'a> Finder<'a> {
                 problem(format!(
                     "{} ({}) has no symbols (give an unstripped copy with --symbols)",
                     m.path,
-                    host.display()
+                    self.shown(&host)
                 ));
                 continue;
             };
@@ -586,15 +596,15 @@ impl<'a> Finder<'a> {
                 } else {
                     "has only its exported symbols: its internal functions are"
                 };
-                let example = img.by_address.first().map_or_else(
-                    || "addresses".to_string(),
-                    |f| format!("their address in the file, as {}", f.name),
+                let named = img.by_address.first().map_or_else(
+                    || "shown as addresses".to_string(),
+                    |f| format!("named by their address in the file, as {}", f.name),
                 );
                 problem(format!(
-                    "{} ({}) {what} named by {example} (give a copy with its symbol table or \
-                     debug file with --symbols)",
+                    "{} ({}) {what} {named} (give a copy with its symbol table or debug file \
+                     with --symbols)",
                     m.path,
-                    host.display()
+                    self.shown(&host)
                 ));
             }
             out.push((m.path.clone(), img.shifted(bias)));
