@@ -396,19 +396,7 @@ fn check_export(dir: &Path) {
         "export: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = std::process::Command::new(py)
-        .arg(&script)
-        .arg(dir.with_extension("data.pftrace"))
-        .output()
-        .expect("run perfetto_check.py");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("its JSON");
+    let v = common::perfetto_decoded(&dir.with_extension("data.pftrace"));
     assert_eq!(
         v["problems"],
         serde_json::json!([]),

@@ -8,14 +8,15 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use qemu_uftrace_tests::replay::report_calls;
 use serde_json::Value;
 
-/// The venv's Python with `perfetto` and `protobuf`.
-fn python() -> PathBuf {
+/// Fails the test, saying what to run, when the venv's Python lacks `perfetto` or
+/// `protobuf` (`perfetto_check.py` would fail on its import).
+fn python_ready() {
     let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
     let ok = Command::new(&py)
         .args([
@@ -29,7 +30,6 @@ fn python() -> PathBuf {
         "{} cannot import perfetto's schema (PyPI perfetto, protobuf): run scripts/install-deps.sh",
         py.display()
     );
-    py
 }
 
 /// The decoded trace (see perfetto_check.py for its fields), without the count of
@@ -40,19 +40,8 @@ fn decode(trace: &Path) -> Value {
 
 /// The decoded trace and the number of `compressed_packets` bundles that held its packets.
 fn decode_counting(trace: &Path) -> (Value, u64) {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(python())
-        .arg(script)
-        .arg(trace)
-        .output()
-        .expect("run perfetto_check.py");
-    assert!(
-        out.status.success(),
-        "decoding {} failed: {}",
-        trace.display(),
-        common::stderr(&out)
-    );
-    let mut v: Value = serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON");
+    python_ready();
+    let mut v: Value = common::perfetto_decoded(trace);
     let bundles = v
         .as_object_mut()
         .and_then(|o| o.remove("bundles"))

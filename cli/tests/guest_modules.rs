@@ -15,6 +15,8 @@
 //!
 //! Run: `cargo test -p qemu-uftrace --test guest_modules`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -261,19 +263,7 @@ fn exported_by_load(
         "export failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(&py)
-        .arg(script)
-        .arg(&trace)
-        .output()
-        .expect("run perfetto_check.py (scripts/install-deps.sh makes its venv)");
-    assert!(
-        out.status.success(),
-        "decoding the export failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let t = common::perfetto_decoded(&trace);
     assert_eq!(t["problems"], serde_json::json!([]), "{}", t["problems"]);
     // Per module function: slices, and its first and last begin time, over every task.
     let mut slices: BTreeMap<String, u64> = BTreeMap::new();

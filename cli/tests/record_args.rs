@@ -397,19 +397,7 @@ fn x86_64_bare_metal_arguments_match_the_guest_log() {
 /// The export beside trace `dir`, decoded by Perfetto's own reader
 /// (`tests/perfetto_check.py`), which found no problem in it.
 fn decoded_export(dir: &Path) -> serde_json::Value {
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(py)
-        .arg(&script)
-        .arg(dir.with_extension("data.pftrace"))
-        .output()
-        .expect("run perfetto_check.py");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = common::perfetto_decoded(&dir.with_extension("data.pftrace"));
     assert_eq!(v["problems"], serde_json::json!([]), "{v}");
     v
 }

@@ -33,6 +33,30 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
+/// A Perfetto trace decoded by `perfetto_check.py` with Perfetto's own protos: the JSON it
+/// prints (its fields are described there). scripts/install-deps.sh makes its venv.
+pub fn perfetto_decoded(trace: &Path) -> serde_json::Value {
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    let out = Command::new(&py)
+        .arg(script)
+        .arg(trace)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): run scripts/install-deps.sh",
+                py.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "decoding {} failed: {}",
+        trace.display(),
+        stderr(&out)
+    );
+    serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON")
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
