@@ -179,6 +179,21 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
             .map(|(pid, sid, ..)| (*pid, sid.clone()))
             .next()
     };
+    // The kernel's physical-address copy (its first instructions) is in the first session's
+    // map alone: no process runs there, and a copy in each process's map made every
+    // uftrace pass match its symbols once more per session (twice a pass's time here).
+    let has_copy = |sid: &str| map_files(dir, sid).iter().any(|f| f.ends_with(".phys"));
+    let first = &sessions[0].1;
+    assert!(has_copy(first), "no physical-address copy of the kernel");
+    let copied: Vec<&String> = (sessions.iter())
+        .map(|s| &s.1)
+        .filter(|sid| *sid != first && has_copy(sid))
+        .collect();
+    assert!(
+        copied.is_empty(),
+        "{} process sessions hold the kernel's physical copy: {copied:?}",
+        copied.len()
+    );
     let shared = names_in(dir, &["libsystemd-shared-", "libsystemd-core-"]);
     let libc = names_in(dir, &["libc.so.6"]);
     // Names both define (a libsystemd export of a libc name) prove nothing either way.

@@ -353,7 +353,8 @@ fn drop_unnamed_over(dir: &Path, ranges: &[(u64, u64)]) -> Result<()> {
     Ok(())
 }
 
-/// Gives every `SESS` line of `task.txt` a session id of its own (a copy of its map), then
+/// Gives every `SESS` line of `task.txt` a session id of its own (a copy of its map, without
+/// the kernel's physical-address copy after the first), then
 /// appends a `DLOP` line per load (`(time, base, stem)`) for every session.
 fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
     let path = dir.join("task.txt");
@@ -378,10 +379,15 @@ fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
             let new = qemu_uftrace_format::task::session_id(
                 seed ^ 0x8000_0000_0000_0000 ^ (u64::from(*n) << 40) ^ u64::from(pid),
             );
+            // A process's or a kernel thread's session: the boot's map is the first's
+            // alone (`kernel_alias::without_physical_copy`).
             let from = dir.join(format!("sid-{sid}.map"));
-            let to = dir.join(format!("sid-{new}.map"));
-            std::fs::copy(&from, &to)
-                .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+            let text = std::fs::read_to_string(&from)
+                .with_context(|| format!("cannot read {}", from.display()))?;
+            let entries = crate::kernel_alias::without_physical_copy(map::parse_map(&text));
+            symfiles::write_with(&dir.join(format!("sid-{new}.map")), |w| {
+                map::write_map(w, entries)
+            })?;
             new
         };
         out.push_str(&line.replacen(&format!("sid={sid}"), &format!("sid={own}"), 1));

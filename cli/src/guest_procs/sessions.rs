@@ -86,11 +86,15 @@ fn write_sessions(
 ) -> Result<Named> {
     let mut named = Named::default();
     let base_map = dir.join(format!("sid-{base_sid}.map"));
-    let keep = map::parse_map(
+    // Each process's map holds the kernel's (its system calls run there), not the kernel's
+    // physical-address copy (`kernel_alias::without_physical_copy`).
+    let base = map::parse_map(
         &std::fs::read_to_string(&base_map)
             .with_context(|| format!("cannot read {}", base_map.display()))?,
     );
     let mut finder = Finder::new(dir, files, initramfs_fs(procs, files), arch);
+    finder.reserved = base.iter().map(|e| e.module_name().to_string()).collect();
+    let keep = crate::kernel_alias::without_physical_copy(base);
     // The guest's PID of each recorded thread, and its process.
     let pid_of = |tid: u32| {
         tasks
@@ -215,6 +219,10 @@ struct Finder<'a> {
     /// Module name → the host file whose `.sym` file it is (written once): two different
     /// files of one name (`/bin/tool`, `/usr/bin/tool`) get two (`tool`, `tool#2`).
     modules: HashMap<String, PathBuf>,
+    /// The module names of the first session's map (the kernel's, its physical-address
+    /// copy's, which no process's map holds): their `.sym` files are written, never a guest
+    /// file's.
+    reserved: HashSet<String>,
     /// One line for each guest path given a `--symbols` file by its file name alone (from
     /// whatever directory): the user is told which file names which path.
     by_name: Vec<String>,
@@ -234,6 +242,7 @@ impl<'a> Finder<'a> {
             images: HashMap::new(),
             arch,
             modules: HashMap::new(),
+            reserved: HashSet::new(),
             by_name: Vec::new(),
             by_address: Vec::new(),
         }
@@ -547,7 +556,10 @@ impl<'a> Finder<'a> {
             .unwrap_or_else(|| "image".into());
         let mut name = stem.clone();
         let mut n = 2;
-        while used.contains(&name) || self.modules.get(&name).is_some_and(|h| h != host) {
+        while used.contains(&name)
+            || self.reserved.contains(&name)
+            || self.modules.get(&name).is_some_and(|h| h != host)
+        {
             name = format!("{stem}#{n}");
             n += 1;
         }

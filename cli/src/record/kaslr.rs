@@ -105,7 +105,7 @@ pub fn moves(stats: &crate::stats::Stats, images: &[Image]) -> Option<Moves> {
         let linked = images.iter().filter(|i| is_kernel(i)).find_map(addr)?;
         let copy = images
             .iter()
-            .filter(|i| is_physical_copy(i))
+            .filter(|i| crate::kernel_alias::is_physical_copy(&i.path))
             .find_map(addr)?;
         // The block's place in the copy, as it would be at the link address.
         let expected = copy.wrapping_add(at.wrapping_sub(virt).wrapping_sub(linked));
@@ -115,11 +115,6 @@ pub fn moves(stats: &crate::stats::Stats, images: &[Image]) -> Option<Moves> {
     (virt != 0 || phys != 0).then_some(Moves { virt, phys })
 }
 
-/// The kernel's symbols at its physical address (`kernel_alias::physical_alias`).
-fn is_physical_copy(img: &Image) -> bool {
-    img.path.extension().is_some_and(|e| e == "phys")
-}
-
 /// The kernel's symbols where it ran: every image of a kernel's own symbols moved by
 /// `moves.virt`, its physical-address copy by `moves.phys`, the rest (modules, firmware)
 /// as they were.
@@ -127,7 +122,7 @@ pub fn moved_images(images: Vec<Image>, moves: Moves) -> Vec<Image> {
     images
         .into_iter()
         .map(|img| {
-            if is_physical_copy(&img) {
+            if crate::kernel_alias::is_physical_copy(&img.path) {
                 return img.shifted(moves.phys);
             }
             if !is_kernel(&img) {
