@@ -16,10 +16,11 @@ fi
 
 steps=()
 log=$(mktemp)
+cpu_file=$(mktemp)
 started=$SECONDS
 summary() {
   local status=${1:-$?}
-  echo "test.sh: time per step"
+  echo "test.sh: time per step (wall, and the CPU its processes used; $(nproc) cores × all steps = $(($(nproc) * (SECONDS - started))) s)"
   printf '  %s\n' "${steps[@]}"
   printf '  %-34s %8d s\n' "all steps" $((SECONDS - started))
   if grep -q '^ *Running ' "$log"; then
@@ -34,39 +35,45 @@ summary() {
     # The plain closing line ("tests: N passed, N failed"), last, for whoever reads the log.
     awk -f "$root/scripts/test-timing.awk" "$log" | grep '^tests: '
   fi
-  rm -f "$log"
+  rm -f "$log" "$cpu_file"
   # Interrupted mid-suite: the shared recordings go too.
   [ -z "${shared_recordings:-}" ] || rm -rf "$shared_recordings"
   exit "$status"
 }
 trap summary EXIT
-# step NAME COMMAND...: runs COMMAND and keeps its time (and its failure) for the summary.
+# step_line NAME WALL CPU STATUS: a line of the summary's steps.
+step_line() {
+  printf '%-34s %8d s %8s s CPU%s' "$1" "$2" "$3" "$([ "$4" -eq 0 ] || echo "  FAILED ($4)")"
+}
+# step NAME COMMAND...: runs COMMAND and keeps its time, its CPU (scripts/with-cpu.sh) and its
+# failure for the summary.
 step() {
   local name=$1 t0=$SECONDS status=0
   shift
-  "$@" || status=$?
-  steps+=("$(printf '%-34s %8d s%s' "$name" $((SECONDS - t0)) "$([ $status -eq 0 ] || echo "  FAILED ($status)")")")
+  rm -f "$cpu_file"
+  "$root/scripts/with-cpu.sh" "$cpu_file" "$@" || status=$?
+  steps+=("$(step_line "$name" $((SECONDS - t0)) "$(cat "$cpu_file" 2>/dev/null || echo '?')" $status)")
   return $status
 }
 # beside DIR NICE NAME COMMAND...: runs COMMAND in the background's job at priority NICE, its
-# output appended to DIR/output and "NAME SECONDS STATUS" to DIR/steps (read by collect).
+# output appended to DIR/output and "NAME SECONDS STATUS CPU" to DIR/steps (read by collect).
 beside() {
   local dir=$1 prio=$2 name=$3 t0=$SECONDS status=0
   shift 3
-  nice -n "$prio" "$@" >>"$dir/output" 2>&1 || status=$?
-  echo "$name $((SECONDS - t0)) $status" >>"$dir/steps"
+  nice -n "$prio" "$root/scripts/with-cpu.sh" "$dir/cpu" "$@" >>"$dir/output" 2>&1 || status=$?
+  echo "$name $((SECONDS - t0)) $status $(cat "$dir/cpu" 2>/dev/null || echo '?')" >>"$dir/steps"
   return $status
 }
 # collect PID DIR WHAT: waits for the job PID, run beside WHAT, prints what it printed, keeps its
 # steps (named "NAME (beside WHAT)") and the time waited for it; fails if one of them failed.
 collect() {
-  local pid=$1 dir=$2 what=$3 status=0 name secs code t0=$SECONDS names=()
+  local pid=$1 dir=$2 what=$3 status=0 name secs code cpu t0=$SECONDS names=()
   wait "$pid" || true
   cat "$dir/output"
-  while read -r name secs code; do
+  while read -r name secs code cpu; do
     [ "$code" -eq 0 ] || status=$code
     names+=("$name")
-    steps+=("$(printf '%-34s %8d s%s' "$name (beside $what)" "$secs" "$([ "$code" -eq 0 ] || echo "  FAILED ($code)")")")
+    steps+=("$(step_line "$name (beside $what)" "$secs" "$cpu" "$code")")
   done <"$dir/steps"
   [ "${#names[@]}" -eq 1 ] || names=(them)
   steps+=("$(printf '%-34s %8d s' "then waited for ${names[*]}" $((SECONDS - t0)))")

@@ -52,14 +52,15 @@ fn decode_counting(trace: &Path) -> (Value, u64) {
 
 /// `qemu-uftrace export -d DIR extra…`.
 fn export(dir: &Path, extra: &[&str]) -> Output {
-    Command::new(common::BIN)
-        .arg("export")
-        .arg("-d")
-        .arg(dir)
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace export")
+    qemu_uftrace_tests::passes::output(
+        Command::new(common::BIN)
+            .arg("export")
+            .arg("-d")
+            .arg(dir)
+            .args(extra)
+            .stdin(Stdio::null()),
+    )
+    .expect("run qemu-uftrace export")
 }
 
 /// Exports `dir` to `<dir>.pftrace`, which must succeed, and decodes it: its packets come in
@@ -792,4 +793,65 @@ fn bad_input_is_one_line() {
     assert_eq!(out.status.code(), Some(2));
     let line = common::single_error(&out);
     assert!(line.contains("--no-compress"), "{line}");
+}
+
+/// The checker itself (its bundles are parsed whole, in C, for speed): a bundle of framed
+/// packets decodes, and a bundle inside a bundle, a field that is not `Trace.packet` and a
+/// packet running past the bundle's end each fail with their own line, as Perfetto's trace
+/// processor refuses them.
+#[test]
+fn the_checker_refuses_what_perfetto_refuses_in_a_bundle() {
+    use std::io::Write;
+    python_ready();
+    let zlib = |data: &[u8]| {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(data).unwrap();
+        z.finish().unwrap()
+    };
+    // `TracePacket { compressed_packets (field 50, bytes): zlib(inner) }`, framed as
+    // `Trace.packet`; lengths below 128 (one varint byte).
+    let bundle = |inner: &[u8]| {
+        let z = zlib(inner);
+        let mut packet = vec![0x92, 0x03, z.len() as u8];
+        packet.extend(&z);
+        let mut framed = vec![0x0A, packet.len() as u8];
+        framed.extend(packet);
+        framed
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let check = |name: &str, trace: Vec<u8>| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, trace).unwrap();
+        common::perfetto_check(&path)
+    };
+    // Two empty packets, then a sequence id (field 10: 0x50, varint 1).
+    let good = check("good", bundle(&[0x0A, 0x00, 0x0A, 0x02, 0x50, 0x01]));
+    assert!(good.status.success(), "{}", common::stderr(&good));
+    let v: Value = serde_json::from_slice(&good.stdout).unwrap();
+    assert_eq!(
+        (v["packets"].as_u64(), v["bundles"].as_u64()),
+        (Some(2), Some(1))
+    );
+    for (name, inner, says) in [
+        (
+            "nested",
+            bundle(&[0x0A, 0x00]),
+            "compressed_packets inside compressed_packets",
+        ),
+        (
+            "other-field",
+            vec![0x0A, 0x00, 0x12, 0x00],
+            "compressed_packets: a field that is not Trace.packet",
+        ),
+        (
+            "past-the-end",
+            vec![0x0A, 0x05, 0x00],
+            "compressed_packets: not framed packets",
+        ),
+    ] {
+        let out = check(name, bundle(&inner));
+        let err = common::stderr(&out);
+        assert!(!out.status.success(), "{name}: decoded");
+        assert!(err.contains(says), "{name}: {err}");
+    }
 }

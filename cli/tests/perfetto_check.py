@@ -20,6 +20,8 @@ import json
 import sys
 import zlib
 
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 BEGIN, END, INSTANT = 1, 2, 3
@@ -49,7 +51,8 @@ def inflate(blob):
     return out
 
 
-def packets(data, bundled=False):
+def packets(data):
+    """The trace's packets, each bundle's in its place."""
     pos = 0
     while pos < len(data):
         tag, pos = varint(data, pos)
@@ -60,13 +63,44 @@ def packets(data, bundled=False):
             raise SystemExit(f"byte {pos}: packet of {n} bytes runs past the end")
         p = pb.TracePacket.FromString(data[pos : pos + n])
         pos += n
-        if p.HasField("compressed_packets"):
-            if bundled:
-                raise SystemExit("compressed_packets inside compressed_packets")
+        if p.WhichOneof("data") == "compressed_packets":
             BUNDLES[0] += 1
-            yield from packets(inflate(p.compressed_packets), True)
+            yield from bundle(inflate(p.compressed_packets))
         else:
             yield p
+
+
+def bundle(data):
+    """A bundle's packets. It is parsed whole as a `Trace` (in C: a kernel boot's trace is
+    millions of packets): a field of another number or wire type than `Trace.packet` is
+    then an unknown field or a parse error, and a packet running past the end an error."""
+    try:
+        t = pb.Trace.FromString(data)
+    except DecodeError as e:
+        raise SystemExit(f"compressed_packets: not framed packets ({e})")
+    if len(UnknownFieldSet(t)):
+        raise SystemExit("compressed_packets: a field that is not Trace.packet")
+    return t.packet
+
+
+class Track:
+    """What one track's events left: open slice names (and their begin's annotations),
+    slice counts and each name's first and last begin time, instants, the last timestamp,
+    source lines, and the annotations (-A/-R's args and retval) of each slice that has
+    some, in the order the slices end."""
+
+    __slots__ = ("stack", "open_notes", "counts", "begins", "instants", "last_ts",
+                 "srclines", "values")
+
+    def __init__(self, ts):
+        self.stack = []
+        self.open_notes = []
+        self.counts = collections.Counter()
+        self.begins = {}
+        self.instants = []
+        self.last_ts = ts
+        self.srclines = {}
+        self.values = []
 
 
 def main():
@@ -85,18 +119,8 @@ def main():
         lambda: {"names": {}, "locs": {}, "clock": None, "track": None, "clocks": {},
                  "cleared": False}
     )
-    # Per track: open slice names, slice counts by name, last timestamp, instants.
-    stacks = collections.defaultdict(list)
-    counts = collections.defaultdict(collections.Counter)
-    # Per track: each slice name's first and last begin time.
-    begins = collections.defaultdict(dict)
-    last_ts = {}
-    instants = collections.defaultdict(list)
-    # Per track: each slice's debug annotations (begin's and end's: -A/-R's args and
-    # retval), in the order the slices end, for slices that have some.
-    open_notes = collections.defaultdict(list)
-    values = collections.defaultdict(list)
-    srclines = collections.defaultdict(dict)
+    # Per track (one dict lookup per event, the loop runs millions of times):
+    tracks = {}
     clock_decl = []
     n_packets = 0
 
@@ -119,35 +143,40 @@ def main():
                 st["names"][en.iid] = en.name
             for sl in p.interned_data.source_locations:
                 st["locs"][sl.iid] = f"{sl.file_name}:{sl.line_number}"
-        if p.HasField("trace_attributes"):
-            for a in p.trace_attributes.attribute:
-                attributes[a.key] = a.string_value or a.long_value
-        if p.HasField("clock_snapshot"):
-            for c in p.clock_snapshot.clocks:
-                if c.clock_id >= 64:
-                    st["clocks"][c.clock_id] = {
-                        "value": c.timestamp,
-                        "incremental": c.is_incremental,
-                        "unit_multiplier_ns": c.unit_multiplier_ns or 1,
-                        "fresh": True,
+        kind = p.WhichOneof("data")
+        if kind != "track_event":
+            if kind == "compressed_packets":
+                # The reader would abort on a bundle inside a bundle.
+                raise SystemExit("compressed_packets inside compressed_packets")
+            elif kind == "trace_attributes":
+                for a in p.trace_attributes.attribute:
+                    attributes[a.key] = a.string_value or a.long_value
+            elif kind == "clock_snapshot":
+                for c in p.clock_snapshot.clocks:
+                    if c.clock_id >= 64:
+                        st["clocks"][c.clock_id] = {
+                            "value": c.timestamp,
+                            "incremental": c.is_incremental,
+                            "unit_multiplier_ns": c.unit_multiplier_ns or 1,
+                            "fresh": True,
+                        }
+                        clock_decl.append(
+                            {"seq": sid, "clock_id": c.clock_id,
+                             "unit_multiplier_ns": c.unit_multiplier_ns,
+                             "incremental": c.is_incremental}
+                        )
+            elif kind == "track_descriptor":
+                td = p.track_descriptor
+                if td.HasField("process"):
+                    processes[td.uuid] = {"pid": td.process.pid, "name": td.process.process_name}
+                elif td.HasField("thread"):
+                    threads[td.uuid] = {
+                        "pid": td.thread.pid,
+                        "tid": td.thread.tid,
+                        "name": td.thread.thread_name,
                     }
-                    clock_decl.append(
-                        {"seq": sid, "clock_id": c.clock_id, "unit_multiplier_ns": c.unit_multiplier_ns,
-                         "incremental": c.is_incremental}
-                    )
-        if p.HasField("track_descriptor"):
-            td = p.track_descriptor
-            if td.HasField("process"):
-                processes[td.uuid] = {"pid": td.process.pid, "name": td.process.process_name}
-            elif td.HasField("thread"):
-                threads[td.uuid] = {
-                    "pid": td.thread.pid,
-                    "tid": td.thread.tid,
-                    "name": td.thread.thread_name,
-                }
-            else:
-                named_tracks[td.uuid] = {"name": td.name, "description": td.description}
-        if not p.HasField("track_event"):
+                else:
+                    named_tracks[td.uuid] = {"name": td.name, "description": td.description}
             continue
         # The event's time on the trace's timeline.
         clock_id = p.timestamp_clock_id or st["clock"]
@@ -168,9 +197,12 @@ def main():
         if track is None:
             problems.append(f"sequence {sid}: event without a track")
             continue
-        if track in last_ts and ts < last_ts[track]:
-            problems.append(f"track {track}: time goes back from {last_ts[track]} to {ts}")
-        last_ts[track] = ts
+        tr = tracks.get(track)
+        if tr is None:
+            tr = tracks[track] = Track(ts)
+        elif ts < tr.last_ts:
+            problems.append(f"track {track}: time goes back from {tr.last_ts} to {ts}")
+        tr.last_ts = ts
         if te.HasField("name_iid"):
             name = st["names"].get(te.name_iid)
             if name is None:
@@ -183,25 +215,36 @@ def main():
             if loc is None:
                 problems.append(f"sequence {sid}: source_location_iid not interned")
             else:
-                srclines[track][name] = loc
-        notes = {a.name: (a.string_value or a.uint_value) for a in te.debug_annotations}
-        if te.type == BEGIN:
-            stacks[track].append(name)
-            counts[track][name] += 1
-            begins[track].setdefault(name, [ts, ts])[1] = ts
-            open_notes[track].append(dict(notes, name=name))
-        elif te.type == END:
-            if not stacks[track]:
+                tr.srclines[name] = loc
+        annotations = te.debug_annotations
+        notes = (
+            {a.name: (a.string_value or a.uint_value) for a in annotations}
+            if annotations
+            else None
+        )
+        kind = te.type
+        if kind == BEGIN:
+            tr.stack.append(name)
+            tr.counts[name] += 1
+            first_last = tr.begins.get(name)
+            if first_last is None:
+                tr.begins[name] = [ts, ts]
+            else:
+                first_last[1] = ts
+            tr.open_notes.append(notes)
+        elif kind == END:
+            if not tr.stack:
                 problems.append(f"track {track}: slice end at {ts} with no slice open")
             else:
-                stacks[track].pop()
-                done = dict(open_notes[track].pop(), **notes)
+                began = tr.open_notes.pop()
+                done = dict(began or (), name=tr.stack.pop())
+                done.update(notes or ())
                 if len(done) > 1:
-                    values[track].append(done)
-        elif te.type == INSTANT:
-            notes = {a.name: (a.string_value or a.uint_value) for a in te.debug_annotations}
-            instants[track].append({"ts": ts, "name": name, "notes": notes})
+                    tr.values.append(done)
+        elif kind == INSTANT:
+            tr.instants.append({"ts": ts, "name": name, "notes": notes or {}})
 
+    empty = Track(None)
     out = {
         "packets": n_packets,
         "bundles": BUNDLES[0],
@@ -210,24 +253,25 @@ def main():
             dict(
                 v,
                 uuid=k,
-                slices=dict(counts.get(k, {})),
-                begins=begins.get(k, {}),
-                open_at_end=stacks.get(k, []),
-                instants=instants.get(k, []),
-                last_ts=last_ts.get(k),
-                srclines=srclines.get(k, {}),
-                values=values.get(k, []),
+                slices=dict(tracks.get(k, empty).counts),
+                begins=tracks.get(k, empty).begins,
+                open_at_end=tracks.get(k, empty).stack,
+                instants=tracks.get(k, empty).instants,
+                last_ts=tracks.get(k, empty).last_ts,
+                srclines=tracks.get(k, empty).srclines,
+                values=tracks.get(k, empty).values,
             )
             for k, v in threads.items()
         ],
         "named_tracks": [
-            dict(v, uuid=k, instants=instants.get(k, [])) for k, v in named_tracks.items()
+            dict(v, uuid=k, instants=tracks.get(k, empty).instants)
+            for k, v in named_tracks.items()
         ],
         "attributes": attributes,
         "clocks": clock_decl,
         "problems": problems,
     }
-    unknown = set(counts) - set(threads)
+    unknown = {k for k, tr in tracks.items() if tr.counts} - set(threads)
     if unknown:
         out["problems"].append(f"events on undeclared tracks {sorted(unknown)}")
     json.dump(out, sys.stdout)

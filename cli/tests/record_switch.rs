@@ -661,7 +661,6 @@ fn check_board_on(
 /// The Perfetto export shows each window's edges as instants at their times (decoded with
 /// Perfetto's own schema by perfetto_check.py).
 fn check_export(dir: &Path, ws: &[Window], label: &str) {
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
     let pb = dir.with_extension("pb");
     let out = Command::new(BIN)
         .args(["export", "-d"])
@@ -671,14 +670,7 @@ fn check_export(dir: &Path, ws: &[Window], label: &str) {
         .output()
         .expect("run export");
     assert!(out.status.success(), "{label}: {}", stderr(&out));
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(&py)
-        .arg(script)
-        .arg(&pb)
-        .output()
-        .expect("run perfetto_check.py (scripts/install-deps.sh installs its venv)");
-    assert!(out.status.success(), "{label}: {}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let v = common::perfetto_decoded(&pb);
     let instants: Vec<(String, u64)> = v["threads"]
         .as_array()
         .expect("threads")

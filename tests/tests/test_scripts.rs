@@ -237,3 +237,27 @@ fn the_summary_splits_the_waits_per_binary_and_names_the_slowest() {
         "{summary}"
     );
 }
+
+/// `scripts/with-cpu.sh`, which test.sh's steps run under: the CPU seconds of the command's
+/// whole process tree (a grandchild burning 1.2 s of CPU, counted by CPU time, not slept),
+/// and the command's exit status passed on.
+#[test]
+fn with_cpu_counts_the_command_s_descendants_and_keeps_its_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("cpu");
+    let burn =
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2:\n    pass";
+    let status = Command::new(scripts().join("with-cpu.sh"))
+        .arg(&out)
+        .args(["bash", "-c", "python3 -c \"$0\" && exit 3", burn])
+        .status()
+        .expect("run with-cpu.sh");
+    assert_eq!(status.code(), Some(3));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let secs: u64 = text
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    // 1.2 s of CPU, rounded to whole seconds: the interpreter's start adds a little.
+    assert!((1..=3).contains(&secs), "{secs} s");
+}

@@ -36,18 +36,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// A Perfetto trace decoded by `perfetto_check.py` with Perfetto's own protos: the JSON it
 /// prints (its fields are described there). scripts/install-deps.sh makes its venv.
 pub fn perfetto_decoded(trace: &Path) -> serde_json::Value {
-    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
-    let out = Command::new(&py)
-        .arg(script)
-        .arg(trace)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {} ({e}): run scripts/install-deps.sh",
-                py.display()
-            )
-        });
+    let out = perfetto_check(trace);
     assert!(
         out.status.success(),
         "decoding {} failed: {}",
@@ -55,6 +44,22 @@ pub fn perfetto_decoded(trace: &Path) -> serde_json::Value {
         stderr(&out)
     );
     serde_json::from_slice(&out.stdout).expect("perfetto_check.py prints JSON")
+}
+
+/// `perfetto_check.py TRACE`'s run, which may fail.
+pub fn perfetto_check(trace: &Path) -> Output {
+    let py = qemu_uftrace_tests::cache_dir().join("venv/bin/python");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/perfetto_check.py");
+    // Timed (the summary's "other" column): a kernel boot's trace is millions of packets,
+    // decoded in Python.
+    qemu_uftrace_tests::passes::output(Command::new(&py).arg(script).arg(trace)).unwrap_or_else(
+        |e| {
+            panic!(
+                "cannot run {} ({e}): run scripts/install-deps.sh",
+                py.display()
+            )
+        },
+    )
 }
 
 pub fn stderr(o: &Output) -> String {
