@@ -185,16 +185,7 @@ fn aarch64_dynamic_loader_functions_are_named_from_its_debug_file() {
     // The loader's own functions, named by their address in the file: each such address
     // is where an FDE of the file begins, as binutils' readelf reads its .eh_frame.
     let loader = Path::new("/usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1");
-    let frames = std::process::Command::new("readelf")
-        .args(["--debug-dump=frames"])
-        .arg(loader)
-        .output()
-        .expect("run readelf (binutils)");
-    let starts: std::collections::HashSet<u64> = String::from_utf8_lossy(&frames.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(" pc=")?.1.split_once(".."))
-        .filter_map(|(start, _)| u64::from_str_radix(start, 16).ok())
-        .collect();
+    let starts = qemu_uftrace_tests::readelf_fde_starts(loader);
     assert!(
         starts.len() > 100,
         "readelf read no FDEs of {}",

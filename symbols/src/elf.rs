@@ -93,14 +93,24 @@ fn dynamic_strings<Elf: FileHeader<Endian = Endianness>>(
     let (entries, strtab) = sections.dynamic(endian, data).ok()??;
     let strings = sections.strings(endian, data, strtab).ok()?;
     Some(
-        entries
-            .iter()
-            .take_while(|d| d.d_tag(endian).into() != u64::from(elf::DT_NULL))
-            .filter(|d| tags.iter().any(|&t| d.d_tag(endian).into() == u64::from(t)))
+        tagged::<Elf>(entries, endian, tags)
             .filter_map(|d| d.string(endian, strings).ok())
             .map(|name| String::from_utf8_lossy(name).into_owned())
             .collect(),
     )
+}
+
+/// The dynamic entries before `DT_NULL` (the loader stops there) whose tag is one of `tags`.
+fn tagged<'a, Elf: FileHeader<Endian = Endianness>>(
+    entries: &'a [Elf::Dyn],
+    endian: Endianness,
+    tags: &'a [u32],
+) -> impl Iterator<Item = &'a Elf::Dyn> + 'a {
+    use object::read::elf::Dyn;
+    entries
+        .iter()
+        .take_while(move |d| d.d_tag(endian).into() != u64::from(elf::DT_NULL))
+        .filter(move |d| tags.iter().any(|&t| d.d_tag(endian).into() == u64::from(t)))
 }
 
 fn load_as<Elf: FileHeader<Endian = Endianness>>(
@@ -240,13 +250,7 @@ fn loader_calls<'data, Elf: FileHeader<Endian = Endianness>>(
     let mut out = Vec::new();
     if let Ok(Some((entries, _))) = sections.dynamic(endian, data) {
         out.extend(
-            entries
-                .iter()
-                .take_while(|d| d.d_tag(endian).into() != u64::from(elf::DT_NULL))
-                .filter(|d| {
-                    let tag = d.d_tag(endian).into();
-                    tag == u64::from(elf::DT_INIT) || tag == u64::from(elf::DT_FINI)
-                })
+            tagged::<Elf>(entries, endian, &[elf::DT_INIT, elf::DT_FINI])
                 .map(|d| d.d_val(endian).into()),
         );
     }

@@ -16,24 +16,6 @@ fn hex(s: &str) -> Option<u64> {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
 }
 
-/// Where each FDE of `path` begins, as readelf reads `.eh_frame`. Its exit status is not
-/// read: it fails when it also finds the file's separate debug file, whose `.eh_frame` is
-/// NOBITS, after it printed the file's own.
-fn fde_starts(path: &Path) -> BTreeSet<u64> {
-    let out = Command::new("readelf")
-        .arg("--debug-dump=frames")
-        .arg(path)
-        .output()
-        .expect("run readelf (binutils)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once(" pc=")?.1.split_once(".."))
-        .filter_map(|(start, end)| Some((hex(start)?, hex(end)?)))
-        .filter(|(start, end)| end > start)
-        .map(|(start, _)| start)
-        .collect()
-}
-
 /// `DT_INIT` and `DT_FINI` of `path`, as readelf shows them.
 fn init_fini(path: &Path) -> BTreeSet<u64> {
     let out = run(Command::new("readelf").arg("-dW").arg(path));
@@ -52,7 +34,7 @@ fn check(path: &Path) -> qemu_uftrace_symbols::Image {
     let named_inside = |a: u64| {
         (image.functions.iter()).any(|f| f.addr == a || (f.addr..f.addr + f.size).contains(&a))
     };
-    let fdes = fde_starts(path);
+    let fdes = qemu_uftrace_tests::readelf_fde_starts(path);
     assert!(fdes.len() > 50, "{}: readelf found no FDEs", path.display());
     let ours: BTreeSet<u64> = image.by_address.iter().map(|f| f.addr).collect();
     for f in &image.by_address {

@@ -353,6 +353,26 @@ pub fn amd64_kernel_boot_args_on(qemu: &str, append: &str) -> Vec<String> {
     .collect()
 }
 
+/// Where each FDE of the ELF file `path` begins, as binutils' readelf reads its `.eh_frame`
+/// (empty ranges left out): the oracle for what `Image::by_address` names. Its exit status
+/// is not read: it fails when it also finds the file's separate debug file, whose
+/// `.eh_frame` is NOBITS, after it printed the file's own.
+pub fn readelf_fde_starts(path: &Path) -> BTreeSet<u64> {
+    let out = Command::new("readelf")
+        .arg("--debug-dump=frames")
+        .arg(path)
+        .output()
+        .expect("run readelf (binutils)");
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(" pc=")?.1.split_once(".."))
+        .filter_map(|(start, end)| Some((hex(start)?, hex(end)?)))
+        .filter(|(start, end)| end > start)
+        .map(|(start, _)| start)
+        .collect()
+}
+
 /// The tool prefix of the AArch64 cross toolchain: `$QEMU_UFTRACE_CROSS`,
 /// else `aarch64-linux-gnu-`.
 pub fn cross_prefix() -> String {
