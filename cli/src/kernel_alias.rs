@@ -47,9 +47,10 @@ pub fn is_physical_copy(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == PHYSICAL_EXTENSION)
 }
 
-/// A map's entries without the kernel's physical-address copy: the map of a session other
-/// than the boot's (a process's, a kernel thread's), as only the boot's first instructions
-/// run there. uftrace matches its fork/exec/setjmp handlers against every symbol of every
+/// The boot's map entries (the images the CLI placed: never a guest's file, whose name could
+/// end in `.phys`) without the kernel's physical-address copy: for the map of a session
+/// other than the boot's (a process's, a kernel thread's), as only the boot's first
+/// instructions run there. uftrace matches its fork/exec/setjmp handlers against every symbol of every
 /// map of every session each time it reads a trace, so the copy in each session's map
 /// doubled the time of every pass over a systemd boot (`report --tid 1`: 13.2 s, 7.0 s
 /// without; 494 sessions). On x86_64 its range (16 MiB on) could also hide a large non-PIE

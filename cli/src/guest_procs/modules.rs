@@ -353,14 +353,17 @@ fn drop_unnamed_over(dir: &Path, ranges: &[(u64, u64)]) -> Result<()> {
     Ok(())
 }
 
-/// Gives every `SESS` line of `task.txt` a session id of its own (a copy of its map, without
-/// the kernel's physical-address copy after the first), then
-/// appends a `DLOP` line per load (`(time, base, stem)`) for every session.
+/// Gives every `SESS` line of `task.txt` a session id of its own (a copy of its map; the
+/// first session's without the kernel's physical-address copy), then appends a `DLOP` line
+/// per load (`(time, base, stem)`) for every session.
 fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
     let path = dir.join("task.txt");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut seen: HashMap<String, u32> = HashMap::new();
+    // The boot's session: its map is the only one whose images the CLI placed alone (the
+    // kernel, its copy, firmware), never a guest's file.
+    let mut boot: Option<String> = None;
     let mut sessions: Vec<(String, String)> = Vec::new();
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
@@ -369,6 +372,7 @@ fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
             out.push('\n');
             continue;
         };
+        let boot: &str = boot.get_or_insert_with(|| sid.to_string());
         let n = seen.entry(sid.to_string()).or_insert(0);
         *n += 1;
         let own = if *n == 1 {
@@ -379,15 +383,21 @@ fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
             let new = qemu_uftrace_format::task::session_id(
                 seed ^ 0x8000_0000_0000_0000 ^ (u64::from(*n) << 40) ^ u64::from(pid),
             );
-            // A process's or a kernel thread's session: the boot's map is the first's
-            // alone (`kernel_alias::without_physical_copy`).
             let from = dir.join(format!("sid-{sid}.map"));
-            let text = std::fs::read_to_string(&from)
-                .with_context(|| format!("cannot read {}", from.display()))?;
-            let entries = crate::kernel_alias::without_physical_copy(map::parse_map(&text));
-            symfiles::write_with(&dir.join(format!("sid-{new}.map")), |w| {
-                map::write_map(w, entries)
-            })?;
+            let to = dir.join(format!("sid-{new}.map"));
+            if sid == boot {
+                // A kernel thread's or a process's before it execs: the kernel's
+                // physical-address copy stays the boot's alone
+                // (`kernel_alias::without_physical_copy`).
+                let text = std::fs::read_to_string(&from)
+                    .with_context(|| format!("cannot read {}", from.display()))?;
+                let entries = crate::kernel_alias::without_physical_copy(map::parse_map(&text));
+                symfiles::write_with(&to, |w| map::write_map(w, entries))?;
+            } else {
+                std::fs::copy(&from, &to).with_context(|| {
+                    format!("cannot copy {} to {}", from.display(), to.display())
+                })?;
+            }
             new
         };
         out.push_str(&line.replacen(&format!("sid={sid}"), &format!("sid={own}"), 1));
@@ -589,5 +599,53 @@ mod tests {
                 if *s == sid { 1 } else { 2 }
             )));
         }
+    }
+
+    /// The boot's session keeps the kernel's physical-address copy; the copies of its map
+    /// for other tasks leave it out, and a process's map is copied whole (a guest file whose
+    /// name ends in `.phys` stays).
+    #[test]
+    fn the_physical_copy_stays_the_boot_s_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (boot, proc_sid) = ("00000000000000aa", "00000000000000bb");
+        std::fs::write(
+            d.join(format!("sid-{boot}.map")),
+            "1000000-2000000 r-xp 00000000 00:00 0 /k/vmlinuz.phys
+             ffff81000000-ffff82000000 r-xp 00000000 00:00 0 /k/vmlinuz
+             ffffffffffff-ffffffffffff rw-p 00000000 00:00 0 [stack]
+",
+        )
+        .unwrap();
+        let process = "400000-500000 r-xp 00000000 00:00 0 /usr/bin/tool.phys
+                       ffff81000000-ffff82000000 r-xp 00000000 00:00 0 /k/vmlinuz
+                       ffffffffffff-ffffffffffff rw-p 00000000 00:00 0 [stack]
+";
+        std::fs::write(d.join(format!("sid-{proc_sid}.map")), process).unwrap();
+        std::fs::write(
+            d.join("task.txt"),
+            format!(
+                "SESS timestamp=0.000000000 pid=2 sid={boot} exename=\"kthreadd\"\n\
+                 SESS timestamp=0.000000000 pid=3 sid={boot} exename=\"rcu_gp\"\n\
+                 SESS timestamp=1.000000000 pid=9 sid={proc_sid} exename=\"tool\"\n\
+                 SESS timestamp=2.000000000 pid=9 sid={proc_sid} exename=\"tool\"\n"
+            ),
+        )
+        .unwrap();
+        write_task_lines(d, &[]).unwrap();
+        let text = std::fs::read_to_string(d.join("task.txt")).unwrap();
+        let sids: Vec<&str> = text
+            .lines()
+            .filter_map(|l| sess_fields(l).map(|s| s.0))
+            .collect();
+        let map = |sid: &str| std::fs::read_to_string(d.join(format!("sid-{sid}.map"))).unwrap();
+        assert_eq!(sids[0], boot);
+        assert!(map(sids[0]).contains("/k/vmlinuz.phys"));
+        let kthread = map(sids[1]);
+        assert!(
+            !kthread.contains(".phys") && kthread.contains("/k/vmlinuz\n"),
+            "{kthread}"
+        );
+        assert_eq!(map(sids[3]), process);
     }
 }
