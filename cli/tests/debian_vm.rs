@@ -401,11 +401,7 @@ fn systemd_boot_named_from_a_hostile_root_on_10_0() {
 /// threads' slices include functions named from the root's libraries and by address in its
 /// files.
 fn check_export(dir: &Path) {
-    let out = std::process::Command::new(common::BIN)
-        .args(["export", "-d"])
-        .arg(dir)
-        .output()
-        .expect("run qemu-uftrace export");
+    let out = common::export(dir, &[]);
     assert!(
         out.status.success(),
         "export: {}",

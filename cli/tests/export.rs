@@ -9,7 +9,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use qemu_uftrace_tests::replay::report_calls;
 use serde_json::Value;
@@ -50,18 +50,7 @@ fn decode_counting(trace: &Path) -> (Value, u64) {
     (v, bundles)
 }
 
-/// `qemu-uftrace export -d DIR extra…`.
-fn export(dir: &Path, extra: &[&str]) -> Output {
-    qemu_uftrace_tests::passes::output(
-        Command::new(common::BIN)
-            .arg("export")
-            .arg("-d")
-            .arg(dir)
-            .args(extra)
-            .stdin(Stdio::null()),
-    )
-    .expect("run qemu-uftrace export")
-}
+use common::export;
 
 /// Exports `dir` to `<dir>.pftrace`, which must succeed, and decodes it: its packets come in
 /// compressed bundles (the default).

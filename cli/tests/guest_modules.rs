@@ -250,14 +250,7 @@ fn exported_by_load(
     expected: &BTreeMap<String, u64>,
 ) {
     let trace = dir.with_extension("pftrace");
-    let out = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
-        .args(["export", "-d"])
-        .arg(dir)
-        .arg("-o")
-        .arg(&trace)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run qemu-uftrace export");
+    let out = common::export(dir, &["-o", &trace.to_string_lossy()]);
     assert!(
         out.status.success(),
         "export failed: {}",

@@ -662,13 +662,7 @@ fn check_board_on(
 /// Perfetto's own schema by perfetto_check.py).
 fn check_export(dir: &Path, ws: &[Window], label: &str) {
     let pb = dir.with_extension("pb");
-    let out = Command::new(BIN)
-        .args(["export", "-d"])
-        .arg(dir)
-        .arg("-o")
-        .arg(&pb)
-        .output()
-        .expect("run export");
+    let out = common::export(dir, &["-o", &pb.to_string_lossy()]);
     assert!(out.status.success(), "{label}: {}", stderr(&out));
     let v = common::perfetto_decoded(&pb);
     let instants: Vec<(String, u64)> = v["threads"]

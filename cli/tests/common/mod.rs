@@ -33,6 +33,20 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_default()
 }
 
+/// `qemu-uftrace export -d DIR extra…` (stdin from /dev/null), timed into the passes log
+/// (the summary's "other" column).
+pub fn export(dir: &Path, extra: &[&str]) -> Output {
+    qemu_uftrace_tests::passes::output(
+        Command::new(BIN)
+            .arg("export")
+            .arg("-d")
+            .arg(dir)
+            .args(extra)
+            .stdin(Stdio::null()),
+    )
+    .expect("run qemu-uftrace export")
+}
+
 /// A Perfetto trace decoded by `perfetto_check.py` with Perfetto's own protos: the JSON it
 /// prints (its fields are described there). scripts/install-deps.sh makes its venv.
 pub fn perfetto_decoded(trace: &Path) -> serde_json::Value {
