@@ -83,6 +83,21 @@ def bundle(data):
     return t.packet
 
 
+def thread_out(uuid, thread, tr):
+    """A thread track's entry in the output: its descriptor and what its events left."""
+    return dict(
+        thread,
+        uuid=uuid,
+        slices=dict(tr.counts),
+        begins=tr.begins,
+        open_at_end=tr.stack,
+        instants=tr.instants,
+        last_ts=tr.last_ts,
+        srclines=tr.srclines,
+        values=tr.values,
+    )
+
+
 class Track:
     """What one track's events left: open slice names (and their begin's annotations),
     slice counts and each name's first and last begin time, instants, the last timestamp,
@@ -249,20 +264,7 @@ def main():
         "packets": n_packets,
         "bundles": BUNDLES[0],
         "processes": [dict(v, uuid=k) for k, v in processes.items()],
-        "threads": [
-            dict(
-                v,
-                uuid=k,
-                slices=dict(tracks.get(k, empty).counts),
-                begins=tracks.get(k, empty).begins,
-                open_at_end=tracks.get(k, empty).stack,
-                instants=tracks.get(k, empty).instants,
-                last_ts=tracks.get(k, empty).last_ts,
-                srclines=tracks.get(k, empty).srclines,
-                values=tracks.get(k, empty).values,
-            )
-            for k, v in threads.items()
-        ],
+        "threads": [thread_out(k, v, tracks.get(k, empty)) for k, v in threads.items()],
         "named_tracks": [
             dict(v, uuid=k, instants=tracks.get(k, empty).instants)
             for k, v in named_tracks.items()

@@ -70,9 +70,9 @@ pub struct Image {
     /// static functions) and the functions its dynamic section has the loader call
     /// (`DT_INIT`, `DT_FINI`, the init and fini arrays), or added by
     /// [`Image::name_by_address`] (a guest process's entries), each named `FILE+0xADDR` by
-    /// its address in the file, as `addr2line -e FILE` takes it; sorted. For naming only: kept apart from `functions`
-    /// because a compiler's cold part has an FDE of its own, and a jump into it must not
-    /// count as entering a function.
+    /// its address in the file, as `addr2line -e FILE` takes it; sorted. For naming only:
+    /// kept apart from `functions` because a compiler's cold part has an FDE of its own, and
+    /// a jump into it must not count as entering a function.
     pub by_address: Vec<Function>,
 }
 

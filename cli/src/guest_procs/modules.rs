@@ -364,6 +364,8 @@ fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
     // The boot's session: its map is the only one whose images the CLI placed alone (the
     // kernel, its copy, firmware), never a guest's file.
     let mut boot: Option<String> = None;
+    // Its map less that copy: read once for the many sessions copied from it.
+    let mut boot_copy: Option<Vec<MapEntry>> = None;
     let mut sessions: Vec<(String, String)> = Vec::new();
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
@@ -389,9 +391,15 @@ fn write_task_lines(dir: &Path, dlops: &[(u64, u64, String)]) -> Result<()> {
                 // A kernel thread's or a process's before it execs: the kernel's
                 // physical-address copy stays the boot's alone
                 // (`kernel_alias::without_physical_copy`).
-                let text = std::fs::read_to_string(&from)
-                    .with_context(|| format!("cannot read {}", from.display()))?;
-                let entries = crate::kernel_alias::without_physical_copy(map::parse_map(&text));
+                let entries = match &boot_copy {
+                    Some(e) => e.clone(),
+                    None => {
+                        let text = std::fs::read_to_string(&from)
+                            .with_context(|| format!("cannot read {}", from.display()))?;
+                        let e = crate::kernel_alias::without_physical_copy(map::parse_map(&text));
+                        boot_copy.insert(e).clone()
+                    }
+                };
                 symfiles::write_with(&to, |w| map::write_map(w, entries))?;
             } else {
                 std::fs::copy(&from, &to).with_context(|| {
