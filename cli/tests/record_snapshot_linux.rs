@@ -709,8 +709,12 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
     let calls = callers(&events).unwrap_or_else(|e| panic!("{e}\n{text}"));
     // Where a chain below panic may start: a function panic calls, directly (its code,
     // disassembled) or through a pointer (as recorded after the unwound calls), or
-    // delay_tsc (entered by __const_udelay's tail call).
+    // delay_tsc (entered by __const_udelay's tail call). The loop's `panic_blink(state)`
+    // is a pointer call that the recording never repeats (it stops at the next delay):
+    // its targets are the kernel's no_blink or, once the LED panic trigger set it (Debian's
+    // kernel has it built in), led_panic_blink, where CI's snapshot was once taken.
     let mut panics_calls = direct_callees(&vmlinux, "panic");
+    panics_calls.extend(["no_blink", "led_panic_blink"].map(String::from));
     panics_calls.extend(
         calls
             .iter()
