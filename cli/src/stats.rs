@@ -129,6 +129,11 @@ pub const COUNTS: &[Count] = &[
         "exception returns in 16-bit code used as far jumps (firmware trampolines)",
         None,
     ),
+    count(
+        "eret_to_next",
+        "exception returns to their own next instruction (Linux's x86 sync_core): no return",
+        None,
+    ),
     count("switches", "context switches between guest tasks", None),
     count(
         "lost_marks",

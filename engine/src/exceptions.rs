@@ -29,6 +29,11 @@ use crate::shadow::Frame;
 /// How far past a function's entry its own ERET may sit.
 const SAME_FUNCTION_WINDOW: u64 = 4096;
 
+/// The longest exception return instruction (arm64's ERET, RISC-V's SRET and MRET; x86's
+/// IRETQ is two bytes): an exception return to at most this far past itself goes to its
+/// own next instruction.
+const MAX_ERET_LEN: u64 = 4;
+
 /// What an exception return did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EretOutcome {
@@ -38,7 +43,8 @@ pub enum EretOutcome {
     ClosedFunction,
     /// Closed the frames entered by a jump on top, the code the ERET left.
     ClosedJumped,
-    /// Closed nothing: an exception return used as a far jump (`exception_return_16`).
+    /// Closed nothing: an exception return used as a far jump (`exception_return_16`), or
+    /// to its own next instruction (x86's `iret_to_self`).
     Jumped,
     /// Closed every frame: a hand-over to a less privileged level.
     HandedOver,
@@ -97,6 +103,15 @@ impl Engine {
     /// An exception return to `target`, executed at `eret_pc`, at the same or an unknown
     /// level (or where exception entries are not seen).
     pub fn exception_return(&mut self, now: u64, target: u64, eret_pc: u64) -> EretOutcome {
+        // An exception return to its own next instruction returns from nothing: the code
+        // serializes the CPU, or changes level, and goes on. Linux's x86 `sync_core()`
+        // (`iret_to_self`, where the CPU lacks SERIALIZE: QEMU's models do) runs it in the
+        // middle of a system call or an interrupt (`text_poke`, a module's alternatives),
+        // whose entry it would otherwise close, and every frame above it.
+        if target.wrapping_sub(eret_pc).wrapping_sub(1) < MAX_ERET_LEN {
+            self.stats.eret_to_next += 1;
+            return EretOutcome::Jumped;
+        }
         let now = self.clamp(now);
         if let Some(i) = self.stack().innermost_exception() {
             // Exceptions nest, so an ERET leaves the innermost one, wherever it goes.

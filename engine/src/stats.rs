@@ -37,6 +37,9 @@ pub struct Stats {
     /// Exception returns in 16-bit code that popped no open exception entry's frame: the
     /// firmware's far jumps (`Engine::exception_return_16`).
     pub eret_jumps: u64,
+    /// Exception returns to their own next instruction (x86's `iret_to_self`, which Linux's
+    /// `sync_core` runs): not a return, they closed nothing.
+    pub eret_to_next: u64,
     /// Context switches between guest tasks (or privilege levels with `split_levels`).
     pub switches: u64,
     /// LOST records written where the engine had to guess (a stack rebuilt).
@@ -97,6 +100,7 @@ impl Stats {
         self.exception_returns += o.exception_returns;
         self.eret_redirects += o.eret_redirects;
         self.eret_jumps += o.eret_jumps;
+        self.eret_to_next += o.eret_to_next;
         self.switches += o.switches;
         self.lost_marks += o.lost_marks;
         self.register_read_failures += o.register_read_failures;
@@ -132,6 +136,7 @@ impl Stats {
             ("exception_returns", self.exception_returns),
             ("eret_redirects", self.eret_redirects),
             ("eret_jumps", self.eret_jumps),
+            ("eret_to_next", self.eret_to_next),
             ("switches", self.switches),
             ("lost_marks", self.lost_marks),
             ("register_read_failures", self.register_read_failures),

@@ -1578,3 +1578,44 @@ fn a_retpolines_return_is_awaited_where_its_call_ran() {
     assert!(!r.engine.take_thunk_return(), "shallower: not the thunk's");
     assert!(!r.engine.awaits_thunk_return(), "and no longer awaited");
 }
+
+/// Linux's x86 `sync_core()` on a CPU without SERIALIZE (QEMU's models): `iret_to_self`, an
+/// IRETQ to its own next instruction, inside a system call's handler. It returns from
+/// nothing: the system call's entry and the handler's frames stay open until their own
+/// returns (it once closed them all, and the handler's later returns resynced).
+#[test]
+fn an_exception_return_to_its_next_instruction_closes_nothing() {
+    use qemu_uftrace_engine::exceptions::{EretOutcome, ExceptionKind};
+    let svc = ExceptionKind::Svc.addr();
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x100, 0x10);
+    r.engine.exception_entry(r.t + 1, ExceptionKind::Svc, 0x108);
+    r.call(0xffff_1000, 0xffff_0050);
+    r.call(0xffff_2000, 0xffff_1010);
+    let outcome = r.engine.exception_return(r.t + 1, 0xffff_2042, 0xffff_2040);
+    assert_eq!(outcome, EretOutcome::Jumped);
+    r.ret(0xffff_1010, &mut g);
+    r.ret(0xffff_0050, &mut g);
+    let outcome = r.engine.exception_return(r.t + 1, 0x108, 0xffff_0060);
+    assert_eq!(outcome, EretOutcome::ClosedException);
+    r.t += 1;
+    r.ret(0x10, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+100@0",
+            &format!("+{svc:x}@1"),
+            "+ffff1000@2",
+            "+ffff2000@3",
+            "-ffff2000@3",
+            "-ffff1000@2",
+            &format!("-{svc:x}@1"),
+            "-100@0",
+        ])
+    );
+    assert_eq!(r.engine.stats.eret_to_next, 1);
+    assert_eq!(r.engine.stats.exception_returns, 1);
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+    assert_eq!(r.engine.stats.resyncs, 0);
+}
