@@ -134,6 +134,11 @@ pub const COUNTS: &[Count] = &[
         "exception returns to their own next instruction (Linux's x86 sync_core): no return",
         None,
     ),
+    count(
+        "exec_returns",
+        "returns from an exec's system call, closing the old program's frames",
+        None,
+    ),
     count("switches", "context switches between guest tasks", None),
     count(
         "lost_marks",

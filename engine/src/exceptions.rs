@@ -24,7 +24,7 @@
 pub use crate::arch::ExceptionKind;
 use crate::guest::GuestView;
 use crate::hot::Engine;
-use crate::shadow::Frame;
+use crate::shadow::{Frame, EXECED};
 
 /// How far past a function's entry its own ERET may sit.
 const SAME_FUNCTION_WINDOW: u64 = 4096;
@@ -48,6 +48,9 @@ pub enum EretOutcome {
     Jumped,
     /// Closed every frame: a hand-over to a less privileged level.
     HandedOver,
+    /// Closed the exception entry an exec ran in, and the old program's frames below it
+    /// ([`Engine::exec`]): the return goes to the new program.
+    ClosedExec,
     /// Nothing to close (a new task's first return to user space, a level drop at boot).
     Nothing,
 }
@@ -194,12 +197,35 @@ impl Engine {
     /// Leaves the exception entry at stack index `i` by an exception return to `target`
     /// (`now` clamped), closing it and everything above it.
     fn leave_exception(&mut self, now: u64, i: usize, target: u64) -> EretOutcome {
-        if self.stack().frames()[i].ret_addr != target {
+        let ret_addr = self.stack().frames()[i].ret_addr;
+        if ret_addr != target {
             self.stats.eret_redirects += 1;
         }
         self.stats.exception_returns += 1;
+        if ret_addr == EXECED {
+            self.stats.exec_returns += 1;
+            self.close_down_to(now, 0);
+            return EretOutcome::ClosedExec;
+        }
         self.close_down_to(now, i);
         EretOutcome::ClosedException
+    }
+
+    /// The running task execs (Linux's `begin_new_exec`, inside its `execve`): the frames
+    /// below its outermost exception entry, the old program's that made the system call,
+    /// are never returned to. The return from that entry, to the new program, closes them
+    /// with it, at once rather than when some later return matches nothing. A task with no
+    /// exception entry open (a kernel thread's first exec) is handed over at its return
+    /// instead (`exception_return_down`).
+    pub fn exec(&mut self) {
+        let frames = self.stack().frames();
+        if let Some(o) = frames
+            .iter()
+            .position(Frame::is_exception)
+            .filter(|&o| o > 0)
+        {
+            self.stack_mut().mark_execed(o);
+        }
     }
 
     /// Drops the pushed frames of exception entries no longer open, and those at depth

@@ -13,6 +13,11 @@ pub struct Frame {
 /// return comes back to it; it closes with the frame it replaced, the one below it.
 pub const JUMPED: u64 = u64::MAX;
 
+/// The return address of an exception entry whose task exec'd inside it
+/// (`Engine::exec`): its return goes to the new program, and closes the old program's
+/// frames below it too.
+pub const EXECED: u64 = u64::MAX - 1;
+
 impl Frame {
     /// Whether this frame was entered by a jump ([`JUMPED`]).
     #[inline]
@@ -145,8 +150,15 @@ impl ShadowStack {
     /// Moves every open call's return address by `delta` (wrapping): the code they return
     /// to now runs at another address (a new mapping of the same code).
     pub fn shift_return_addresses(&mut self, delta: u64) {
-        for f in self.frames.iter_mut().filter(|f| !f.is_jumped()) {
+        for f in (self.frames.iter_mut()).filter(|f| !f.is_jumped() && f.ret_addr != EXECED) {
             f.ret_addr = f.ret_addr.wrapping_add(delta);
+        }
+    }
+
+    /// Marks the frame at `i` as an exception entry whose task exec'd ([`EXECED`]).
+    pub fn mark_execed(&mut self, i: usize) {
+        if let Some(f) = self.frames.get_mut(i) {
+            f.ret_addr = EXECED;
         }
     }
 

@@ -40,6 +40,8 @@ pub struct Stats {
     /// Exception returns to their own next instruction (x86's `iret_to_self`, which Linux's
     /// `sync_core` runs): not a return, they closed nothing.
     pub eret_to_next: u64,
+    /// Returns from an exec's system call, which closed the old program's frames too.
+    pub exec_returns: u64,
     /// Context switches between guest tasks (or privilege levels with `split_levels`).
     pub switches: u64,
     /// LOST records written where the engine had to guess (a stack rebuilt).
@@ -101,6 +103,7 @@ impl Stats {
         self.eret_redirects += o.eret_redirects;
         self.eret_jumps += o.eret_jumps;
         self.eret_to_next += o.eret_to_next;
+        self.exec_returns += o.exec_returns;
         self.switches += o.switches;
         self.lost_marks += o.lost_marks;
         self.register_read_failures += o.register_read_failures;
@@ -137,6 +140,7 @@ impl Stats {
             ("eret_redirects", self.eret_redirects),
             ("eret_jumps", self.eret_jumps),
             ("eret_to_next", self.eret_to_next),
+            ("exec_returns", self.exec_returns),
             ("switches", self.switches),
             ("lost_marks", self.lost_marks),
             ("register_read_failures", self.register_read_failures),

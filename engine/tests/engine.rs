@@ -1619,3 +1619,64 @@ fn an_exception_return_to_its_next_instruction_closes_nothing() {
     assert_eq!(r.engine.stats.unmatched_returns, 0);
     assert_eq!(r.engine.stats.resyncs, 0);
 }
+
+/// A task execs inside its `execve` (Linux's `begin_new_exec`): the return from the system
+/// call goes to the new program and closes the old program's frames there too, at once;
+/// the new program's calls start at depth 0.
+#[test]
+fn the_return_from_an_exec_closes_the_old_program_s_frames() {
+    use qemu_uftrace_engine::exceptions::{EretOutcome, ExceptionKind};
+    let svc = ExceptionKind::Svc.addr();
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x40_0100, 0x10);
+    r.call(0x40_0200, 0x40_0150);
+    r.engine
+        .exception_entry(r.t + 1, ExceptionKind::Svc, 0x40_0208);
+    r.call(0xffff_1000, 0xffff_0050);
+    r.call(0xffff_2000, 0xffff_1010);
+    r.engine.exec();
+    r.ret(0xffff_1010, &mut g);
+    r.ret(0xffff_0050, &mut g);
+    let outcome = r.engine.exception_return(r.t + 1, 0x50_0000, 0xffff_0060);
+    assert_eq!(outcome, EretOutcome::ClosedExec);
+    r.t += 1;
+    r.call(0x50_0100, 0x50_0010);
+    r.ret(0x50_0010, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+400100@0",
+            "+400200@1",
+            &format!("+{svc:x}@2"),
+            "+ffff1000@3",
+            "+ffff2000@4",
+            "-ffff2000@4",
+            "-ffff1000@3",
+            &format!("-{svc:x}@2"),
+            "-400200@1",
+            "-400100@0",
+            "+500100@0",
+            "-500100@0",
+        ])
+    );
+    assert_eq!(r.engine.stats.exec_returns, 1);
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+    assert_eq!(r.engine.stats.resyncs, 0);
+}
+
+/// A kernel thread's first exec has no exception entry open: nothing is marked, and its
+/// return to user space is a hand-over, as before.
+#[test]
+fn an_exec_with_no_exception_entry_open_marks_nothing() {
+    use qemu_uftrace_engine::exceptions::EretOutcome;
+    let mut r = Rig::new(1024);
+    r.call(0xffff_3000, 0x10);
+    r.engine.exec();
+    let outcome = r
+        .engine
+        .exception_return_down(r.t + 1, 0x50_0000, 0xffff_0060);
+    assert_eq!(outcome, EretOutcome::HandedOver);
+    assert_eq!(r.engine.stats.exec_returns, 0);
+    assert!(r.engine.stack().is_empty());
+}

@@ -126,6 +126,15 @@ pub fn parse(text: &str) -> Procs {
                 procs.first.get_or_insert_with(|| m.clone());
                 procs.spaces[i].maps.push(m);
             }
+            // The exec'd system call returned, closing the old program's frames: the new
+            // program's session starts after their exits, which its files must not name.
+            "execret" => {
+                if let Some(space) = current.get(&tgid).and_then(|&i| procs.spaces.get_mut(i)) {
+                    if space.exec && space.from <= time {
+                        space.from = time + 1;
+                    }
+                }
+            }
             // The process ended: a PID reused later starts clean.
             "exit" if tid == tgid => {
                 current.remove(&tgid);
@@ -173,6 +182,23 @@ mod tests {
         assert_eq!(p.spaces[2].program(), Some("/worker"));
         assert_eq!(p.tgid_of[&8], 1);
         assert_eq!(p.tgid_of[&7], 7);
+    }
+
+    /// An exec's space starts once its system call returned (`execret`), after the exits
+    /// of the old program's frames.
+    #[test]
+    fn an_exec_s_session_starts_after_its_system_call_returned() {
+        let text = "exec\ttime=2\ttid=5\ttgid=5\n\
+                    mmap\ttime=3\ttid=5\ttgid=5\tstart=400000\tlen=1000\toffset=0\tpath=/a\n\
+                    execret\ttime=4\ttid=5\ttgid=5\n\
+                    exec\ttime=6\ttid=5\ttgid=5\n\
+                    execret\ttime=5\ttid=5\ttgid=5\n";
+        let p = parse(text);
+        assert_eq!(p.spaces.len(), 2);
+        assert_eq!(p.spaces[0].from, 5);
+        assert_eq!(p.spaces[0].maps.len(), 1);
+        // One out of order is left as it was.
+        assert_eq!(p.spaces[1].from, 6);
     }
 
     /// An exit ends the process's space; its PID reused by a process whose start was not

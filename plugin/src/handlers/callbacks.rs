@@ -9,6 +9,7 @@ use crate::state::guest;
 use crate::state::qemu_guest::QemuGuest;
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{Discontinuity, ExceptionKind, ExceptionReturnTo, Isa, Level};
+use qemu_uftrace_engine::exceptions::EretOutcome;
 use qemu_uftrace_engine::sites::{
     call_site_at, memory_call_target, memory_call_width, unpack, user_site_at, UserSite,
 };
@@ -717,12 +718,16 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
             Some(to) => {
                 // In the context of the level left, as ERET's (`on_exception_return`).
                 let from = current_level(v, isa);
-                if from.is_some_and(|from| hands_over(isa, from, to.level)) {
-                    v.engine.exception_return_down(now, to.target, eret_pc);
+                let outcome = if from.is_some_and(|from| hands_over(isa, from, to.level)) {
+                    v.engine.exception_return_down(now, to.target, eret_pc)
                 } else if let Some(frame) = to.frame {
-                    v.engine.exception_return_16(now, to.target, eret_pc, frame);
+                    v.engine.exception_return_16(now, to.target, eret_pc, frame)
                 } else {
-                    v.engine.exception_return(now, to.target, eret_pc);
+                    v.engine.exception_return(now, to.target, eret_pc)
+                };
+                if outcome == EretOutcome::ClosedExec {
+                    let at = v.engine.last_time();
+                    crate::handlers::procmaps::exec_returned(v, at);
                 }
                 enter_level(v, vcpu_index, now, to.level, split);
                 // A run from a snapshot: a task found asleep in the kernel has its user-mode
@@ -773,14 +778,19 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
         });
         let link = isa.exception_link_register(level);
         let target = link.and_then(|name| v.regs.read_named(name));
-        match target {
+        let outcome = match target {
             Some(target) if to.is_some_and(|to| hands_over(isa, level, to)) => {
-                v.engine.exception_return_down(now, target, eret_pc);
+                Some(v.engine.exception_return_down(now, target, eret_pc))
             }
-            Some(target) => {
-                v.engine.exception_return(now, target, eret_pc);
+            Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
+            None => {
+                v.engine.stats.register_read_failures += 1;
+                None
             }
-            None => v.engine.stats.register_read_failures += 1,
+        };
+        if outcome == Some(EretOutcome::ClosedExec) {
+            let at = v.engine.last_time();
+            crate::handlers::procmaps::exec_returned(v, at);
         }
         if let Some(to) = to {
             if split {

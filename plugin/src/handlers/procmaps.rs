@@ -96,7 +96,8 @@ pub(super) fn keep(line: String) {
 
 /// `plugin.procs`: one event per line, tab-separated `key=value` fields (numbers in
 /// decimal, addresses in hex), the path last:
-/// `task time=T tid=N tgid=N parent=N`, `exec time=T tid=N tgid=N`,
+/// `task time=T tid=N tgid=N parent=N`, `exec time=T tid=N tgid=N`, `execret time=T tid=N
+/// tgid=N` ([`exec_returned`]),
 /// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX fs=HEX path=P` (`fs`: the root
 /// dentry of the file's file system, 0 where the path was cut or unreadable: an initramfs's
 /// `/usr/bin/mount` and the root disk's are two files), `exit time=T tid=N tgid=N`.
@@ -215,6 +216,11 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                 p if p == Point::Exec as usize => {
                     let space = spaces::with(|s| s.exec(tgid));
                     v.run_space(space);
+                    // The old program's frames end at the system call's return (with
+                    // split levels they are another context's, left as they were).
+                    if !crate::state::config().is_some_and(|c| c.split_levels) {
+                        v.engine.exec();
+                    }
                     format!("exec\ttime={time}\ttid={tid}\ttgid={tgid}\n")
                 }
                 p if p == Point::Exit as usize => {
@@ -241,6 +247,19 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
             keep(line);
         });
     });
+}
+
+/// The running task's return from the system call it exec'd in (`EretOutcome::ClosedExec`),
+/// with the old program's frames closed at `time`: `execret time=T tid=N tgid=N`. Its new
+/// program's session starts after it, so that those frames' exits are named by the old
+/// program's files.
+pub fn exec_returned(v: &mut crate::vcpu::VcpuState, time: u64) {
+    let Some((_, off)) = watch() else {
+        return;
+    };
+    if let Some((tid, tgid)) = ids(&mut v.regs, v.task_ptr, &off) {
+        keep(format!("execret\ttime={time}\ttid={tid}\ttgid={tgid}\n"));
+    }
 }
 
 /// A task's PID and thread group, from its structure.
