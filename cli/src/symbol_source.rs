@@ -146,13 +146,15 @@ pub fn load_all(sources: &[SourceArg], arch: Option<Arch>, demangle: bool) -> Ve
 /// source's offset instead of reading it again.
 pub type Preloaded = HashMap<PathBuf, Image>;
 
-/// How a source is read: with its DWARF source lines unless said otherwise.
+/// How a source is read: with its DWARF source lines unless said otherwise; a file with
+/// no symbols refused, as the user gave it to name functions.
 fn options(offset: u64, demangle: bool, arch: Option<Arch>) -> LoadOptions {
     LoadOptions {
         offset,
         demangle,
         source_lines: true,
         expected_arch: arch,
+        name_entry: false,
     }
 }
 

@@ -4,8 +4,10 @@
 //! from the root, each with functions of its own libraries (systemd's programs are stripped:
 //! `libsystemd-shared`/`libsystemd-core` name them by their exported symbols) and libc's
 //! beneath, no function they enter inside their files left unnamed (the rest of a stripped
-//! file's named by address); every file found inside the root (the initramfs's klibc
-//! `/usr/bin/mount` never names the disk's); uftrace 0.13, 0.17 and 0.19 read the trace,
+//! file's named by address), PID 1's initramfs programs (klibc's, no symbols at all) named
+//! by address too, their frames closed when PID 1 execs the next; every file found inside
+//! the root (the initramfs's klibc `/usr/bin/mount` never names the disk's); uftrace 0.13,
+//! 0.17 and 0.19 read the trace,
 //! and `export` (decoded with Perfetto's own protos) the `--keep-last` one.
 //!
 //! The whole boot makes ~77 M calls and a 2.5 GiB trace: the tests aim with `-t 10us` (calls
@@ -288,6 +290,41 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
             failed.push(format!(
                 "{exe} (pid {pid}): unnamed functions inside its files: {bare:?}"
             ));
+        }
+        // Before it runs systemd, PID 1 is the initramfs's: klibc's shell and run-init,
+        // and klibc's library, none with symbols or unwind tables. Each is placed by its
+        // entry point and what the boot entered in it is named by address, never bare.
+        if exe == "systemd" && whole {
+            let klibc: Vec<(u64, u64, String)> = (sessions.iter())
+                .filter(|s| s.0 == 1 && s.3.parse::<f64>().is_ok_and(|t| t < since))
+                .flat_map(|s| map_ranges(dir, &s.1))
+                .filter(|(.., f)| f.contains("/klibc") || f.ends_with("/run-init"))
+                .collect();
+            let bare: Vec<&str> = (calls.iter())
+                .filter_map(|c| {
+                    let a = c.name.strip_prefix('<')?.strip_suffix('>')?;
+                    let a = u64::from_str_radix(a, 16).ok()?;
+                    klibc
+                        .iter()
+                        .any(|(s, e, _)| (*s..*e).contains(&a))
+                        .then_some(c.name.as_str())
+                })
+                .collect();
+            let by_address = |stem: &str| {
+                (calls.iter()).any(|c| c.name.starts_with(stem) && c.name.contains("+0x"))
+            };
+            if !klibc.iter().any(|(.., f)| f.ends_with("/run-init"))
+                || !by_address("run-init+0x")
+                || !by_address("klibc-")
+                || !bare.is_empty()
+            {
+                failed.push(format!(
+                    "PID 1's initramfs programs: placed {klibc:x?}, run-init named {}, \
+                     klibc's library named {}, unnamed inside them: {bare:?}",
+                    by_address("run-init+0x"),
+                    by_address("klibc-")
+                ));
+            }
         }
         let own_program = program.rsplit('/').next().unwrap_or(program);
         if whole

@@ -169,7 +169,10 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     } else {
         let is_64 = header.is_class_64();
         let mut known = crate::fde::eh_frame_functions(sections, endian, data, is_64);
-        known.extend((loader_calls(sections, endian, data, is_64).into_iter()).map(|a| (a, 0)));
+        let entry = opts.name_entry.then(|| header.e_entry(endian).into());
+        known.extend(
+            (loader_calls(sections, endian, data, is_64, entry).into_iter()).map(|a| (a, 0)),
+        );
         // Where an FDE and a pointer agree, the FDE's length wins (the first of an address
         // counts).
         known.sort_unstable_by_key(|&(a, len)| (a, std::cmp::Reverse(len)));
@@ -239,15 +242,19 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
 /// The functions the dynamic loader calls through the dynamic section (`DT_INIT`, `DT_FINI`)
 /// and the `.init_array`/`.fini_array` pointers, in code: crtstuff's `_init`, `frame_dummy`
 /// and `__do_global_dtors_aux` have no FDE. The arrays hold their pointers in place (the
-/// relative relocations' addends); one that does not point into code is left out.
+/// relative relocations' addends); one that does not point into code is left out. Also the
+/// header's `entry` where asked ([`crate::LoadOptions::name_entry`]), where the kernel or the
+/// loader starts the file: the one function a file with no symbols, no `.eh_frame` and no
+/// dynamic section still shows.
 fn loader_calls<'data, Elf: FileHeader<Endian = Endianness>>(
     sections: &SectionTable<'data, Elf, &'data [u8]>,
     endian: Endianness,
     data: &'data [u8],
     is_64: bool,
+    entry: Option<u64>,
 ) -> Vec<u64> {
     use object::read::elf::Dyn;
-    let mut out = Vec::new();
+    let mut out: Vec<u64> = entry.into_iter().collect();
     if let Ok(Some((entries, _))) = sections.dynamic(endian, data) {
         out.extend(
             tagged::<Elf>(entries, endian, &[elf::DT_INIT, elf::DT_FINI])

@@ -114,6 +114,12 @@ pub struct LoadOptions {
     pub source_lines: bool,
     /// Refuse an image built for another architecture.
     pub expected_arch: Option<Arch>,
+    /// Name a file that has no symbols and no unwind tables by its header's entry point
+    /// (`FILE+0xADDR`) rather than refuse it: a guest process's file (klibc's, in Debian's
+    /// initramfs), whose entered functions [`Image::name_by_address`] names once the trace
+    /// is read. Off, such a file is [`SymbolError::Stripped`], as one given with `--symbols`
+    /// must be: one name would hide that the user gave the wrong file.
+    pub name_entry: bool,
 }
 
 /// Why a source gave no symbols.

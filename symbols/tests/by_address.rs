@@ -1,7 +1,7 @@
 //! A stripped file's functions that no symbol names are named by their address in the file
-//! (`libc.so.6+0x2a1c0`), from its `.eh_frame` and the functions its dynamic section has the
-//! loader call (`DT_INIT`, `DT_FINI`, `.init_array`, `.fini_array`). The files are the
-//! distribution's own; the expected addresses come from binutils' readelf.
+//! (`libc.so.6+0x2a1c0`), from its `.eh_frame`, the functions its dynamic section has the
+//! loader call (`DT_INIT`, `DT_FINI`, `.init_array`, `.fini_array`) and its entry point.
+//! The files are the distribution's own; the expected addresses come from binutils' readelf.
 
 mod common;
 
@@ -16,12 +16,16 @@ fn hex(s: &str) -> Option<u64> {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
 }
 
-/// `DT_INIT` and `DT_FINI` of `path`, as readelf shows them.
+/// `DT_INIT` and `DT_FINI` of `path`, and its header's entry point where there is one, as
+/// readelf shows them.
 fn init_fini(path: &Path) -> BTreeSet<u64> {
-    let out = run(Command::new("readelf").arg("-dW").arg(path));
+    let out = run(Command::new("readelf").arg("-dhW").arg(path));
     out.lines()
-        .filter(|l| l.contains("(INIT)") || l.contains("(FINI)"))
+        .filter(|l| {
+            l.contains("(INIT)") || l.contains("(FINI)") || l.contains("Entry point address:")
+        })
         .filter_map(|l| hex(l.split_whitespace().last()?))
+        .filter(|&a| a != 0)
         .collect()
 }
 
@@ -29,7 +33,12 @@ fn init_fini(path: &Path) -> BTreeSet<u64> {
 /// inside a named function is named `FILE+0xSTART`, and nothing else but the loader's
 /// calls is. Returns the image.
 fn check(path: &Path) -> qemu_uftrace_symbols::Image {
-    let image = load(path, &LoadOptions::default()).expect("load");
+    // As a guest process's file is read.
+    let opts = LoadOptions {
+        name_entry: true,
+        ..Default::default()
+    };
+    let image = load(path, &opts).expect("load");
     let file = path.file_name().unwrap().to_string_lossy();
     let named_inside = |a: u64| {
         (image.functions.iter()).any(|f| f.addr == a || (f.addr..f.addr + f.size).contains(&a))
@@ -64,7 +73,7 @@ fn check(path: &Path) -> qemu_uftrace_symbols::Image {
     for a in &loader {
         assert!(
             ours.contains(a) || named_inside(*a),
-            "{}: DT_INIT/DT_FINI {a:#x} not named",
+            "{}: DT_INIT/DT_FINI/entry {a:#x} not named",
             path.display()
         );
     }

@@ -172,6 +172,71 @@ fn stripped() {
     }
 }
 
+/// A file with no symbol table, no `.dynsym`, no `.eh_frame` and no dynamic section, as
+/// klibc's programs and library in Debian's initramfs are: as a guest process's file
+/// (`name_entry`), named by its header's entry point (`_start`, where readelf says), so that
+/// it can be placed and what the trace enters in it named by address as well.
+#[test]
+fn nothing_but_an_entry_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = build(
+        dir.path(),
+        "bare-no-cfi",
+        &["bare.c"],
+        &[
+            "-O1",
+            "-ffreestanding",
+            "-nostdlib",
+            "-static",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+            "-Wl,-Ttext=0x40080000",
+        ],
+    );
+    let sections = run(std::process::Command::new("readelf").arg("-SW").arg(&full));
+    assert!(!sections.contains(".eh_frame"), "{sections}");
+    let stripped = dir.path().join("stripped");
+    run(std::process::Command::new(STRIP)
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&full));
+    let header = run(std::process::Command::new("readelf")
+        .arg("-hW")
+        .arg(&stripped));
+    let entry = header
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Entry point address:"))
+        .and_then(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
+        .unwrap_or_else(|| panic!("no entry point in {header}"));
+    let functions = nm_functions(&full);
+    let names_at = |a: u64| functions.get(&a).map(|e| e.names.clone());
+    assert_eq!(names_at(entry), Some(vec!["_start".to_string()]));
+    // Given to name functions (`--symbols`), refused: one name would hide a wrong file.
+    match load(&stripped, &LoadOptions::default()) {
+        Err(SymbolError::Stripped { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    let opts = LoadOptions {
+        name_entry: true,
+        ..Default::default()
+    };
+    let mut image = load(&stripped, &opts).expect("named by its entry");
+    assert!(image.functions.is_empty(), "{:?}", image.functions);
+    let named: Vec<(u64, &str)> = (image.by_address.iter())
+        .map(|f| (f.addr, f.name.as_str()))
+        .collect();
+    assert_eq!(named, [(entry, &*format!("stripped+{entry:#x}"))]);
+    // What a trace entered is named beside it.
+    let (&work, _) = (functions.iter())
+        .find(|(_, e)| e.names.iter().any(|n| n == "work"))
+        .expect("work in nm");
+    assert_eq!(image.name_by_address(&[(work, 1)]), 1);
+    assert!(image
+        .by_address
+        .iter()
+        .any(|f| f.addr == work && f.name == format!("stripped+{work:#x}")));
+}
+
 #[test]
 fn truncated_and_garbage() {
     let dir = tempfile::tempdir().unwrap();

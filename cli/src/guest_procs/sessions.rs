@@ -394,7 +394,9 @@ impl<'a> Finder<'a> {
         Ok(Ok((host, elf.bias_of_mapping(m.start, m.offset))))
     }
 
-    /// A host file's symbols at offset 0, read once.
+    /// A host file's symbols at offset 0, read once. A file with nothing but its entry point
+    /// (klibc's, in Debian's initramfs) is named by it, so that it is placed and what the
+    /// trace enters in it is named by [`Finder::name_entered`].
     fn image(&mut self, host: &Path) -> Option<Image> {
         let arch = self.arch;
         self.images
@@ -405,6 +407,7 @@ impl<'a> Finder<'a> {
                     demangle: false,
                     source_lines: true,
                     expected_arch: Some(arch),
+                    name_entry: true,
                 };
                 qemu_uftrace_symbols::load(host, &opts).ok()
             })
