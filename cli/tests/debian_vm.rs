@@ -32,7 +32,7 @@ use qemu_uftrace_tests::debian_vm::{
     debian_vm_arm64_boot_args_on, debian_vm_arm64_root, debian_vm_boot_args_on, debian_vm_root,
     DEBIAN_VM_POWER_OFF,
 };
-use qemu_uftrace_tests::replay::{descendants, parse_calls, uftrace, uftrace_versions};
+use qemu_uftrace_tests::replay::{descendants, parse_calls, uftrace, uftrace_versions, Call};
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
 use qemu_uftrace_tests::{system_qemus, SystemQemu};
 
@@ -131,6 +131,20 @@ fn map_ranges(dir: &Path, sid: &str) -> Vec<(u64, u64, String)> {
                 u64::from_str_radix(end, 16).ok()?,
                 path.to_string(),
             ))
+        })
+        .collect()
+}
+
+/// The calls shown as a bare address (`<403387>`) inside one of `ranges` (a map's lines),
+/// each as `<ADDR> in FILE`.
+fn bare_inside(calls: &[Call], ranges: &[(u64, u64, String)]) -> Vec<String> {
+    calls
+        .iter()
+        .filter_map(|c| {
+            let a = c.name.strip_prefix('<')?.strip_suffix('>')?;
+            let a = u64::from_str_radix(a, 16).ok()?;
+            let (_, _, file) = ranges.iter().find(|(s, e, _)| (*s..*e).contains(&a))?;
+            Some(format!("{} in {file}", c.name))
         })
         .collect()
 }
@@ -276,16 +290,7 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
         };
         // Every function it entered inside one of its files is named: a stripped file's
         // by its address in the file (`udevadm+0x3a40`), never shown as a bare address.
-        let ranges = map_ranges(dir, &sid);
-        let bare: Vec<String> = calls
-            .iter()
-            .filter_map(|c| {
-                let a = c.name.strip_prefix('<')?.strip_suffix('>')?;
-                let a = u64::from_str_radix(a, 16).ok()?;
-                let (_, _, file) = ranges.iter().find(|(s, e, _)| (*s..*e).contains(&a))?;
-                Some(format!("{} in {file}", c.name))
-            })
-            .collect();
+        let bare = bare_inside(&calls, &map_ranges(dir, &sid));
         if !bare.is_empty() {
             failed.push(format!(
                 "{exe} (pid {pid}): unnamed functions inside its files: {bare:?}"
@@ -300,29 +305,19 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
                 .flat_map(|s| map_ranges(dir, &s.1))
                 .filter(|(.., f)| f.contains("/klibc") || f.ends_with("/run-init"))
                 .collect();
-            let bare: Vec<&str> = (calls.iter())
-                .filter_map(|c| {
-                    let a = c.name.strip_prefix('<')?.strip_suffix('>')?;
-                    let a = u64::from_str_radix(a, 16).ok()?;
-                    klibc
-                        .iter()
-                        .any(|(s, e, _)| (*s..*e).contains(&a))
-                        .then_some(c.name.as_str())
-                })
-                .collect();
+            let bare = bare_inside(&calls, &klibc);
             let by_address = |stem: &str| {
                 (calls.iter()).any(|c| c.name.starts_with(stem) && c.name.contains("+0x"))
             };
+            let (run_init, library) = (by_address("run-init+0x"), by_address("klibc-"));
             if !klibc.iter().any(|(.., f)| f.ends_with("/run-init"))
-                || !by_address("run-init+0x")
-                || !by_address("klibc-")
+                || !run_init
+                || !library
                 || !bare.is_empty()
             {
                 failed.push(format!(
-                    "PID 1's initramfs programs: placed {klibc:x?}, run-init named {}, \
-                     klibc's library named {}, unnamed inside them: {bare:?}",
-                    by_address("run-init+0x"),
-                    by_address("klibc-")
+                    "PID 1's initramfs programs: placed {klibc:x?}, run-init named {run_init}, \
+                     klibc's library named {library}, unnamed inside them: {bare:?}"
                 ));
             }
         }

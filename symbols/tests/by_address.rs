@@ -19,14 +19,13 @@ fn hex(s: &str) -> Option<u64> {
 /// `DT_INIT` and `DT_FINI` of `path`, and its header's entry point where there is one, as
 /// readelf shows them.
 fn init_fini(path: &Path) -> BTreeSet<u64> {
-    let out = run(Command::new("readelf").arg("-dhW").arg(path));
-    out.lines()
-        .filter(|l| {
-            l.contains("(INIT)") || l.contains("(FINI)") || l.contains("Entry point address:")
-        })
+    let out = run(Command::new("readelf").arg("-dW").arg(path));
+    let mut calls: BTreeSet<u64> = (out.lines())
+        .filter(|l| l.contains("(INIT)") || l.contains("(FINI)"))
         .filter_map(|l| hex(l.split_whitespace().last()?))
-        .filter(|&a| a != 0)
-        .collect()
+        .collect();
+    calls.extend(Some(common::readelf_entry(path)).filter(|&a| a != 0));
+    calls
 }
 
 /// Loads `path` and checks what it names by address against readelf: every FDE start not

@@ -200,14 +200,7 @@ fn nothing_but_an_entry_point() {
         .arg("-o")
         .arg(&stripped)
         .arg(&full));
-    let header = run(std::process::Command::new("readelf")
-        .arg("-hW")
-        .arg(&stripped));
-    let entry = header
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Entry point address:"))
-        .and_then(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
-        .unwrap_or_else(|| panic!("no entry point in {header}"));
+    let entry = readelf_entry(&stripped);
     let functions = nm_functions(&full);
     let names_at = |a: u64| functions.get(&a).map(|e| e.names.clone());
     assert_eq!(names_at(entry), Some(vec!["_start".to_string()]));

@@ -725,10 +725,7 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
                 } else {
                     v.engine.exception_return(now, to.target, eret_pc)
                 };
-                if outcome == EretOutcome::ClosedExec {
-                    let at = v.engine.last_time();
-                    crate::handlers::procmaps::exec_returned(v, at);
-                }
+                exec_returned_if(v, outcome);
                 enter_level(v, vcpu_index, now, to.level, split);
                 // A run from a snapshot: a task found asleep in the kernel has its user-mode
                 // registers back here (as at ERET, `on_exception_return`).
@@ -788,9 +785,8 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
                 None
             }
         };
-        if outcome == Some(EretOutcome::ClosedExec) {
-            let at = v.engine.last_time();
-            crate::handlers::procmaps::exec_returned(v, at);
+        if let Some(outcome) = outcome {
+            exec_returned_if(v, outcome);
         }
         if let Some(to) = to {
             if split {
@@ -812,6 +808,15 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             }
         }
     });
+}
+
+/// After an exception return: where it was an exec's (`EretOutcome::ClosedExec`), the process
+/// watch is told when the old program's frames closed (`procmaps::exec_returned`).
+fn exec_returned_if(v: &mut VcpuState, outcome: EretOutcome) {
+    if outcome == EretOutcome::ClosedExec {
+        let at = v.engine.last_time();
+        crate::handlers::procmaps::exec_returned(v, at);
+    }
 }
 
 /// Whether an exception return from `from` to `to` that closes nothing hands the vCPU over

@@ -33,6 +33,16 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("tool output is UTF-8")
 }
 
+/// `path`'s ELF entry point, as readelf's header shows it (0 where it has none).
+pub fn readelf_entry(path: &Path) -> u64 {
+    let header = run(Command::new("readelf").arg("-hW").arg(path));
+    header
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Entry point address:"))
+        .and_then(|a| u64::from_str_radix(a.trim().trim_start_matches("0x"), 16).ok())
+        .unwrap_or_else(|| panic!("no entry point in {header}"))
+}
+
 /// Compiles `sources` (under tests/data) into `dir/out` with `flags`.
 pub fn build(dir: &Path, out: &str, sources: &[&str], flags: &[&str]) -> PathBuf {
     let path = dir.join(out);
