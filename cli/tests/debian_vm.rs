@@ -532,6 +532,18 @@ fn check_keep_last(dir: &Path, stderr: &str, size: u64) {
         "PID 1's replay in the window: {} calls",
         calls.len()
     );
+    // systemd-shutdown's loader starts at depth 0: the return from PID 1's exec closed
+    // systemd's frames, and its system call's, on 10.0 too, which shows no exception entry
+    // to mark where they end (`Engine::exception_return_unseen_down`). They stayed open
+    // beneath the new program's before.
+    let loader: Vec<Option<&str>> = (calls.iter())
+        .filter(|c| c.name == "_dl_start")
+        .map(|c| c.parent.map(|p| calls[p].name.as_str()))
+        .collect();
+    assert!(
+        !loader.is_empty() && loader.iter().all(Option::is_none),
+        "PID 1's _dl_start in the window, with the calls open beneath each: {loader:?}"
+    );
 }
 
 /// A copy of the VM's root (hard links: no file of the cache is written, only names in the

@@ -217,15 +217,44 @@ impl Engine {
     /// with it, at once rather than when some later return matches nothing. A task with no
     /// exception entry open (a kernel thread's first exec) is handed over at its return
     /// instead (`exception_return_down`).
+    ///
+    /// Where exception entries are not seen (a QEMU without the discontinuity callback) no
+    /// entry marks where the old program's frames end: every frame open is the old
+    /// program's or its system call's, so the outermost is marked, and the task's next
+    /// return to a less privileged level closes them all (`exception_return_unseen_down`).
     pub fn exec(&mut self) {
         let frames = self.stack().frames();
-        if let Some(o) = frames
-            .iter()
-            .position(Frame::is_exception)
-            .filter(|&o| o > 0)
-        {
-            self.stack_mut().mark_execed(o);
+        match frames.iter().position(Frame::is_exception) {
+            Some(0) => {}
+            Some(o) => self.stack_mut().mark_execed(o),
+            None => self.stack_mut().mark_execed(0),
         }
+    }
+
+    /// An exception return to `target`, executed at `eret_pc`, to a less privileged level,
+    /// where exception entries are not seen: one after the task exec'd (its outermost frame
+    /// marked by [`Engine::exec`], no entry open) goes to the new program and closes every
+    /// frame; any other is an [`Engine::exception_return`]. Without it the old program's
+    /// frames, and its system call's down to `begin_new_exec`, stayed open beneath the new
+    /// program's until some return matched nothing.
+    pub fn exception_return_unseen_down(
+        &mut self,
+        now: u64,
+        target: u64,
+        eret_pc: u64,
+    ) -> EretOutcome {
+        let execed = self
+            .stack()
+            .frames()
+            .first()
+            .is_some_and(|f| f.ret_addr == EXECED);
+        if !execed || self.stack().innermost_exception().is_some() {
+            return self.exception_return(now, target, eret_pc);
+        }
+        let now = self.clamp(now);
+        self.stats.exec_returns += 1;
+        self.close_down_to(now, 0);
+        EretOutcome::ClosedExec
     }
 
     /// Drops the pushed frames of exception entries no longer open, and those at depth

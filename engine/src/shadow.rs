@@ -15,7 +15,8 @@ pub const JUMPED: u64 = u64::MAX;
 
 /// The return address of an exception entry whose task exec'd inside it
 /// (`Engine::exec`): its return goes to the new program, and closes the old program's
-/// frames below it too.
+/// frames below it too. Where exception entries are not seen, the task's outermost frame
+/// carries it: the next return to a less privileged level closes every frame.
 pub const EXECED: u64 = u64::MAX - 1;
 
 impl Frame {
@@ -155,7 +156,7 @@ impl ShadowStack {
         }
     }
 
-    /// Marks the frame at `i` as an exception entry whose task exec'd ([`EXECED`]).
+    /// Marks the frame at `i` as where the task exec'd ([`EXECED`]).
     pub fn mark_execed(&mut self, i: usize) {
         if let Some(f) = self.frames.get_mut(i) {
             f.ret_addr = EXECED;

@@ -1665,10 +1665,10 @@ fn the_return_from_an_exec_closes_the_old_program_s_frames() {
     assert_eq!(r.engine.stats.resyncs, 0);
 }
 
-/// A kernel thread's first exec has no exception entry open: nothing is marked, and its
-/// return to user space is a hand-over, as before.
+/// A kernel thread's first exec has no exception entry open: its return to user space is a
+/// hand-over, as before.
 #[test]
-fn an_exec_with_no_exception_entry_open_marks_nothing() {
+fn an_exec_with_no_exception_entry_open_is_handed_over_at_its_return() {
     use qemu_uftrace_engine::exceptions::EretOutcome;
     let mut r = Rig::new(1024);
     r.call(0xffff_3000, 0x10);
@@ -1679,4 +1679,62 @@ fn an_exec_with_no_exception_entry_open_marks_nothing() {
     assert_eq!(outcome, EretOutcome::HandedOver);
     assert_eq!(r.engine.stats.exec_returns, 0);
     assert!(r.engine.stack().is_empty());
+}
+
+/// Where exception entries are not seen (QEMU 10.0: no discontinuity callback), a system
+/// call's kernel functions run on top of the program's frames. After an exec the return to
+/// user space closes them all, the old program's with the kernel's still open; any other
+/// return to user space closes nothing it did not before.
+#[test]
+fn without_exception_entries_the_return_from_an_exec_closes_every_frame() {
+    use qemu_uftrace_engine::exceptions::EretOutcome;
+    let mut g = FakeGuest::default();
+    let mut r = Rig::new(1024);
+    r.call(0x40_0100, 0x10);
+    r.call(0x40_0200, 0x40_0150);
+    // A system call before the exec: its return to user space leaves the program's frames.
+    r.call(0xffff_1000, 0xffff_0050);
+    r.ret(0xffff_0050, &mut g);
+    let outcome = r
+        .engine
+        .exception_return_unseen_down(r.t + 1, 0x40_0208, 0xffff_0060);
+    assert_eq!(outcome, EretOutcome::Nothing);
+    assert_eq!(r.engine.stack().len(), 2);
+    // The execve: the kernel's path down to begin_new_exec, one frame of it left open.
+    r.call(0xffff_1000, 0xffff_0050);
+    r.call(0xffff_2000, 0xffff_1010);
+    r.engine.exec();
+    r.ret(0xffff_1010, &mut g);
+    // A return to the same level (an interrupt's, in the kernel) is not the exec's.
+    let outcome = r.engine.exception_return(r.t + 1, 0xffff_1014, 0xffff_0090);
+    assert_ne!(outcome, EretOutcome::ClosedExec);
+    assert_eq!(r.engine.stack().len(), 3);
+    let outcome = r
+        .engine
+        .exception_return_unseen_down(r.t + 1, 0x50_0000, 0xffff_0060);
+    assert_eq!(outcome, EretOutcome::ClosedExec);
+    r.t += 1;
+    r.call(0x50_0100, 0x50_0010);
+    r.ret(0x50_0010, &mut g);
+    assert_eq!(
+        r.shape(),
+        s(&[
+            "+400100@0",
+            "+400200@1",
+            "+ffff1000@2",
+            "-ffff1000@2",
+            "+ffff1000@2",
+            "+ffff2000@3",
+            "-ffff2000@3",
+            "-ffff1000@2",
+            "-400200@1",
+            "-400100@0",
+            "+500100@0",
+            "-500100@0",
+        ])
+    );
+    assert_eq!(r.engine.stats.exec_returns, 1);
+    assert_eq!(r.engine.stats.exception_returns, 0);
+    assert_eq!(r.engine.stats.unmatched_returns, 0);
+    assert_eq!(r.engine.stats.resyncs, 0);
 }

@@ -720,6 +720,9 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
                 let from = current_level(v, isa);
                 let outcome = if from.is_some_and(|from| hands_over(isa, from, to.level)) {
                     v.engine.exception_return_down(now, to.target, eret_pc)
+                } else if from.is_some_and(|from| isa.drops_privilege(from, to.level)) {
+                    v.engine
+                        .exception_return_unseen_down(now, to.target, eret_pc)
                 } else if let Some(frame) = to.frame {
                     v.engine.exception_return_16(now, to.target, eret_pc, frame)
                 } else {
@@ -778,6 +781,10 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
         let outcome = match target {
             Some(target) if to.is_some_and(|to| hands_over(isa, level, to)) => {
                 Some(v.engine.exception_return_down(now, target, eret_pc))
+            }
+            // No exception entries seen (`hands_over`): an exec's return is still known.
+            Some(target) if to.is_some_and(|to| isa.drops_privilege(level, to)) => {
+                Some(v.engine.exception_return_unseen_down(now, target, eret_pc))
             }
             Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
             None => {
