@@ -276,9 +276,10 @@ pub struct RecordArgs {
 
     /// Switch tracing on at each entry into FUNC; repeatable
     ///
-    /// Each opens a window, until --trace-off-at or `qemu-uftrace trace off`. QEMU applies a
-    /// switch where the block running ends: FUNC is among the window's opened frames unless
-    /// its first block returned (a leaf of a few instructions), as the calls before it are
+    /// Each opens a window, until --trace-off-at or `qemu-uftrace trace off`, at FUNC's first
+    /// instruction: FUNC is in its window as uftrace's trace_on trigger has it, among the
+    /// opened frames with the calls it was called from (other vCPUs switch where the block
+    /// they run ends)
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 

@@ -1,5 +1,6 @@
 //! Tracing switched on and off while the guest runs (issue 37): the spinning guest
-//! (`tests/guests/spin.c`: main calls spin_tick forever, spin_tick calls the leaf spin_work),
+//! (`tests/guests/spin.c`: main calls spin_tick forever, spin_tick calls the leaves spin_work
+//! and spin_leaf),
 //! recorded with the instruction clock, switched by `qemu-uftrace trace on|off`, by signals
 //! to `record` and by `--trace-on-at`/`--trace-off-at`, on every QEMU, on aarch64, x86_64
 //! (after SeaBIOS, under `-icount`) and riscv64 bare metal. The guest is
@@ -590,7 +591,9 @@ fn check_board_on(
     rec.wait_status("off after SIGUSR2", "off", |_| true);
     let sig_dir = rec.stop();
 
-    // By triggers: a window from each entry into spin_work to the next into spin_tick.
+    // By triggers: a window from each entry into spin_leaf to the next into spin_work.
+    // spin_leaf's one block returns: the switch comes at its first instruction, so it is
+    // in its own window (uftrace's `trace_on` trigger), as its caller's frames are.
     let dir = tmp.join("trig.data");
     let rec = Recording::start(
         board,
@@ -599,9 +602,9 @@ fn check_board_on(
         &[
             "--trace=off",
             "--trace-on-at",
-            "spin_work",
+            "spin_leaf",
             "--trace-off-at",
-            "spin_tick",
+            "spin_work",
         ],
     );
     rec.wait_status("three windows", "off", |s| {
@@ -618,9 +621,9 @@ fn check_board_on(
     for w in &trig {
         let opened: Vec<String> = w.opened.iter().map(|&a| names(a)).collect();
         assert_eq!(
-            opened.last().map(String::as_str),
-            Some("spin_work"),
-            "{label}"
+            &opened[opened.len().saturating_sub(2)..],
+            ["spin_tick", "spin_leaf"],
+            "{label}: a trigger's window opens at its function's entry"
         );
     }
 
@@ -821,8 +824,8 @@ fn gated(recs: &[Record], filter: &[u64], notrace: &[u64]) -> Vec<Record> {
 
 /// `-F` and `-N` inside windows (aarch64 on QEMU 10.0, the cheapest board), two windows
 /// switched by `trace on|off` (most of the guest's time is spent in spin_work). With `-F
-/// spin_tick` a window holds only spin_tick's subtree, its opened frames too (`spin_tick >
-/// spin_work`, from depth 0, main left out); with `-N spin_work` spin_work shows nowhere,
+/// spin_tick` a window holds only spin_tick's subtree (spin_work, spin_leaf), its opened
+/// frames too (`spin_tick > spin_work`, from depth 0, main left out); with `-N spin_work` spin_work shows nowhere,
 /// not among the opened frames either. Each equals a full recording of the same run with
 /// the same filter applied to it (`gated`).
 #[test]
@@ -838,7 +841,7 @@ fn filters_apply_inside_windows() {
             .unwrap_or_else(|| panic!("no {name} in the guest"))
     };
     let names = |a: u64| syms.get(&a).cloned().unwrap_or_else(|| format!("{a:#x}"));
-    let (tick, work) = (addr("spin_tick"), addr("spin_work"));
+    let (tick, work, leaf) = (addr("spin_tick"), addr("spin_work"), addr("spin_leaf"));
     let tmp = tempfile::tempdir().expect("temp dir");
     let mut last_off = 0;
     let mut switched = Vec::new();
@@ -865,7 +868,7 @@ fn filters_apply_inside_windows() {
             let all = w.opened.iter().chain(w.body.iter().map(|r| &r.addr));
             for a in all {
                 assert!(
-                    !(notrace.contains(a) || !filter.is_empty() && *a != tick && *a != work),
+                    !(notrace.contains(a) || !filter.is_empty() && ![tick, work, leaf].contains(a)),
                     "{what}: {} in a window",
                     names(*a)
                 );

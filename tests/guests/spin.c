@@ -1,7 +1,9 @@
 /*
  * Runs until QEMU is stopped from outside (the CLI's signal tests): main calls
  * spin_tick forever, and spin_tick calls the leaf spin_work, which burns a few
- * thousand instructions so that the trace grows by only a few MB/s.
+ * thousand instructions so that the trace grows by only a few MB/s, then the
+ * leaf spin_leaf, whose one block returns (a trigger there must take the
+ * function in at its first instruction: record_switch.rs).
  */
 #include "guest.h"
 
@@ -12,10 +14,17 @@ NOIPA long spin_work(long x)
     return x + 1;
 }
 
+NOIPA long spin_leaf(long x)
+{
+    return x ^ 1;
+}
+
 NOIPA long spin_tick(long x)
 {
     long r = spin_work(x);
 
+    BARRIER(r);
+    r = spin_leaf(r);
     BARRIER(r);
     return r * 2;
 }

@@ -259,13 +259,45 @@ unsafe extern "C" fn on_bell(_vcpu_index: c_uint, _data: *mut c_void) {
     crate::state::guard("a switch", poke);
 }
 
-/// A `--trace-on-at` function was entered.
-unsafe extern "C" fn on_trace_on_at(_vcpu_index: c_uint, _data: *mut c_void) {
+/// A `--trace-on-at` function is entered (R_REGS; `data` is its address, its block's
+/// start). The reset that switches every vCPU comes when this block ends, so this vCPU
+/// switches itself on here, at the function's first instruction: the block was translated
+/// with the instrumentation of tracing on ([`instrument`]), and the stack cookie saved now
+/// unwinds into the function and its callers. The function is in its own window then, as
+/// uftrace's `trace_on` trigger has it, even where its first block returns (a leaf: the
+/// window opened after it, in its caller, before).
+///
+/// # Safety
+/// Registered by [`instrument`] with QEMU_PLUGIN_CB_R_REGS.
+unsafe extern "C" fn on_trace_on_at(vcpu_index: c_uint, data: *mut c_void) {
     crate::state::guard("a switch", || {
-        if !WANTED.swap(true, Ordering::AcqRel) {
-            poke();
+        if !switch::active() {
+            crate::vcpu::with(vcpu_index, |v| switch_on_early(v, vcpu_index, data as u64));
         }
+        WANTED.store(true, Ordering::Release);
+        poke();
     });
+}
+
+/// This vCPU's own switch on, at `pc` ([`on_trace_on_at`]), as a vCPU's first block after
+/// a reset takes it ([`on_capture`]): the edge, then the marker naming the cookie.
+fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
+    if std::mem::replace(&mut v.on_early, true) {
+        return;
+    }
+    // Task switches were not followed while off.
+    if crate::state::system_mode() {
+        crate::handlers::running_task::learn_running_task(v, vcpu_index);
+    }
+    let now = v.now();
+    // Nothing of the off state's blocks: they register no call or return.
+    let _ = v.pending.take_jump();
+    let _ = v.pending.take();
+    v.engine.switch_on(now);
+    let tid = v.engine.tid();
+    if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
+        v.engine.opened_by_cookie(now, seq);
+    }
 }
 
 /// A `--trace-off-at` function was entered.
@@ -284,6 +316,23 @@ pub fn apply() {
     let want = WANTED.load(Ordering::Acquire);
     let was = ACTIVE.load(Ordering::Acquire);
     let n = crate::vcpu::capacity() as u32;
+    // vCPUs a trigger switched on already (`switch_on_early`): their edge and frames are
+    // written, and what their last block left pending is theirs to take.
+    let early: Vec<bool> = (0..n)
+        .map(|i| crate::vcpu::with(i, |v| std::mem::take(&mut v.on_early)).unwrap_or(false))
+        .collect();
+    if !want && !was && early.contains(&true) {
+        // Switched off again before the reset: a window of one block.
+        SWITCHES.fetch_add(2, Ordering::AcqRel);
+        WINDOWS.fetch_add(1, Ordering::AcqRel);
+        for i in (0..n).filter(|&i| early[i as usize]) {
+            crate::vcpu::with(i, |v| {
+                let now = v.now();
+                v.engine.switch_off(now);
+                v.engine.flush();
+            });
+        }
+    }
     if want != was {
         // Said first: the edges' buffers wake the writer, which rewrites the status at once
         // when it sees a new switch.
@@ -295,9 +344,17 @@ pub fn apply() {
         let mut at = None;
         let mut due = Vec::new();
         let mut edged = HashSet::new();
+        let mut early_tids = Vec::new();
         for i in 0..n {
+            let early = early[i as usize];
             let done = crate::vcpu::with(i, |v| {
                 let now = v.now();
+                if want && early {
+                    edged.insert(v.engine.tid());
+                    early_tids.push(v.engine.tid());
+                    v.engine.flush();
+                    return now;
+                }
                 // A return's flag or a jump's address left by code of the other state.
                 let _ = v.pending.take_jump();
                 let _ = v.pending.take();
@@ -326,7 +383,8 @@ pub fn apply() {
                 }
                 at.get_or_insert(now);
             }
-            due.push(done.is_some());
+            // An early vCPU saved its cookie at the trigger.
+            due.push(done.is_some() && !early);
         }
         let host = switch::since_start();
         if want {
@@ -336,11 +394,12 @@ pub fn apply() {
             }
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
             *EDGED.lock().unwrap_or_else(|e| e.into_inner()) = Some(edged);
-            SWITCHED_IN
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert_with(HashSet::new)
-                .clear();
+            {
+                let mut seen = SWITCHED_IN.lock().unwrap_or_else(|e| e.into_inner());
+                let seen = seen.get_or_insert_with(HashSet::new);
+                seen.clear();
+                seen.extend(early_tids);
+            }
             CAPTURE_BUDGET.store(CAPTURE_TRANSLATIONS, Ordering::Release);
             CAPTURING.store(true, Ordering::Release);
         } else {
@@ -482,16 +541,34 @@ pub unsafe fn instrument(
             )
         };
     }
-    let (at, cb): (_, unsafe extern "C" fn(c_uint, *mut c_void)) = if active {
-        (cfg.map(|c| &c.trace_off_at), on_trace_off_at)
-    } else {
-        (cfg.map(|c| &c.trace_on_at), on_trace_on_at)
-    };
     // The CLI names functions in the symbol file's space (a randomised kernel's moved back).
-    if at.is_some_and(|a| a.contains(&crate::state::kaslr::to_symbols(start))) {
+    let here = |at: Option<&Vec<u64>>| {
+        at.is_some_and(|a| a.contains(&crate::state::kaslr::to_symbols(start)))
+    };
+    if active && here(cfg.map(|c| &c.trace_off_at)) {
         unsafe {
-            qemu_plugin_register_vcpu_insn_exec_cb(first, cb, CB_NO_REGS, std::ptr::null_mut())
+            qemu_plugin_register_vcpu_insn_exec_cb(
+                first,
+                on_trace_off_at,
+                CB_NO_REGS,
+                std::ptr::null_mut(),
+            )
         };
+    }
+    if !active && here(cfg.map(|c| &c.trace_on_at)) {
+        // A block's callback, before the clock's add (as [`on_capture`]'s): the switch is
+        // timed at the function's entry. The block gets the instrumentation of tracing on,
+        // which runs after it: the caller registers it.
+        unsafe {
+            qemu_plugin_register_vcpu_tb_exec_cb(
+                tb,
+                on_trace_on_at,
+                CB_R_REGS,
+                start as usize as *mut c_void,
+            )
+        };
+        OFF_TRANSLATIONS.fetch_add(1, Ordering::Relaxed);
+        return false;
     }
     if active {
         if capturing() {

@@ -60,6 +60,9 @@ pub struct VcpuState {
     /// The status round (`state::progress::round`) at which this vCPU last handed its
     /// records to the writer outside a full buffer (user mode, at a system call).
     pub handed_round: u64,
+    /// Switched on by its own `--trace-on-at` block, before the reset reached the others
+    /// (`handlers::switch::apply` leaves it as it is).
+    pub on_early: bool,
 }
 
 /// Direct-mapped tables of (jump's address, target, answer) (`handlers::jumps`): entries'
