@@ -1171,3 +1171,73 @@ fn a_linux_boot_is_switched_and_its_windows_go_to_the_running_task() {
     assert!(ons >= 2, "{ons} windows opened");
     check_linux_replay(&dir, "command and signals");
 }
+
+/// A Linux boot on two vCPUs (Debian's arm64 kernel on QEMU 10.2.2, which reports
+/// interrupts to plugins), off until its `panic`: nothing of the boot before is written,
+/// each task's records start with its `qemu:trace_on` edge (an idle vCPU's timer interrupts
+/// were written while off, nested ever deeper, seconds before it), and PID 1's window opens
+/// at panic's entry with the calls that led there.
+#[test]
+fn a_linux_boot_switched_on_by_a_trigger_writes_nothing_before_it() {
+    let qemu = system_qemus()
+        .into_iter()
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus")
+        .program;
+    let mut argv = qemu_uftrace_tests::kernel_boot_args_on(&qemu, "cortex-a57");
+    argv.extend(["-smp".to_string(), "2".to_string()]);
+    let vmlinux = qemu_uftrace_tests::execlog::debian_vmlinux();
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("panic.data");
+    let out = common::record_into(
+        &dir,
+        &[
+            "--trace=off".as_ref(),
+            "--trace-on-at".as_ref(),
+            "panic".as_ref(),
+            "--symbols".as_ref(),
+            vmlinux.as_os_str(),
+        ],
+        &argv,
+    );
+    assert!(out.status.success(), "record: {}", stderr(&out));
+    let mut tasks = 0;
+    for entry in std::fs::read_dir(&dir).expect("the trace") {
+        let path = entry.expect("a file").path();
+        if path.extension().is_none_or(|x| x != "dat") {
+            continue;
+        }
+        let recs = decode_all(&std::fs::read(&path).expect("a task file")).expect("records");
+        let Some(first) = recs.first() else { continue };
+        assert!(
+            first.kind == RecordType::Event && first.addr == TRACE_ON,
+            "{}: its first record is not qemu:trace_on but {first:?} ({} records)",
+            path.display(),
+            recs.len()
+        );
+        tasks += 1;
+    }
+    assert!(tasks >= 2, "{tasks} tasks recorded");
+    // The window is still open when QEMU exits (the panic reboots): PID 1's frames are the
+    // entries between its edge and `qemu:opened`.
+    // Records keep a kernel address's low 48 bits (uftrace's).
+    let syms: std::collections::BTreeMap<u64, String> = (nm_functions(&vmlinux).expect("nm"))
+        .into_iter()
+        .map(|(a, n)| (a & 0xffff_ffff_ffff, n))
+        .collect();
+    let recs = records(&dir);
+    let opened: Vec<String> = (recs.iter().skip(1))
+        .take_while(|r| r.kind == RecordType::Entry)
+        .map(|r| syms.get(&r.addr).cloned().unwrap_or_default())
+        .collect();
+    let marker = recs.get(opened.len() + 1);
+    assert!(
+        marker.is_some_and(|m| m.kind == RecordType::Event && m.addr == OPENED),
+        "no qemu:opened after PID 1's frames: {marker:?}"
+    );
+    assert!(
+        opened.first().map(String::as_str) == Some("kernel_init")
+            && opened.last().map(String::as_str) == Some("panic"),
+        "PID 1's window opens with {opened:?}"
+    );
+}

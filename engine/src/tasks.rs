@@ -293,15 +293,23 @@ impl TaskTable {
         engine.resume(own, running);
     }
 
-    /// Tracing is switched on at `now`: every waiting context writes the `qemu:trace_on`
-    /// edge with `engine` (any vCPU's, whose running context is put back), as the running
-    /// ones do, so that each task's window opens with it (its `qemu:opened` frames come at
-    /// its first switch-in). Gives the contexts that wrote it.
-    pub fn switch_on_waiting(&mut self, engine: &mut Engine, now: u64) -> Vec<u32> {
+    /// Tracing is switched on at `now`: every waiting context but those `edged` already
+    /// writes the `qemu:trace_on` edge with `engine` (any vCPU's, whose running context is
+    /// put back), as the running ones do, so that each task's window opens with it (its
+    /// `qemu:opened` frames come at its first switch-in). Gives the contexts that wrote it.
+    pub fn switch_on_waiting(
+        &mut self,
+        engine: &mut Engine,
+        now: u64,
+        edged_already: &dyn Fn(u32) -> bool,
+    ) -> Vec<u32> {
         let own = engine.tid();
         let running = engine.suspend();
         let mut edged = Vec::new();
         for c in self.slots.iter_mut().flatten() {
+            if edged_already(c.tid) {
+                continue;
+            }
             if let Some(state) = c.state.take() {
                 engine.resume(c.tid, state);
                 engine.switch_on(now);

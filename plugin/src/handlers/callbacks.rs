@@ -597,11 +597,19 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
     };
     let isa = crate::state::isa_or_default();
     let split = crate::state::config().is_some_and(|c| c.split_levels);
+    let active = crate::state::switch::active();
     vcpu::with(vcpu_index, |v| {
         let Some(what) = v.announced.see(what, from_pc, to_pc) else {
             // Raised, not yet delivered (x86): the delivery comes next.
             return;
         };
+        // Tracing off: nothing is written, and no exception return is seen to close an
+        // entry (the blocks carry no callback). An idle vCPU's timer interrupts were
+        // written, nested ever deeper, from the first one to the switch on, seconds before
+        // its edge; a vCPU its trigger switched on already records (`on_early`).
+        if !active && !v.on_early {
+            return;
+        }
         let now = v.now();
         settle_at(v, now, isa, from_pc);
         // Interrupts need no register unless levels are kept apart; exceptions need the

@@ -279,22 +279,40 @@ unsafe extern "C" fn on_trace_on_at(vcpu_index: c_uint, data: *mut c_void) {
     });
 }
 
-/// This vCPU's own switch on, at `pc` ([`on_trace_on_at`]), as a vCPU's first block after
-/// a reset takes it ([`on_capture`]): the edge, then the marker naming the cookie.
+/// Contexts whose edge a trigger wrote before the reset ([`switch_on_early`]): its vCPU's,
+/// and every one waiting then. The reset's [`apply`] writes none of theirs again.
+static EARLY_EDGED: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
+
+/// This vCPU's own switch on, at `pc` ([`on_trace_on_at`]), as the reset's [`apply`] and
+/// then a vCPU's first block after it ([`on_capture`]) take it: the edge of the context it
+/// ran when tracing went off and of every waiting one, then the task running now (task
+/// switches were not followed while off: its switch comes after the edges, as there),
+/// then the marker naming the cookie.
 fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
     if std::mem::replace(&mut v.on_early, true) {
         return;
-    }
-    // Task switches were not followed while off.
-    if crate::state::system_mode() {
-        crate::handlers::running_task::learn_running_task(v, vcpu_index);
     }
     let now = v.now();
     // Nothing of the off state's blocks: they register no call or return.
     let _ = v.pending.take_jump();
     let _ = v.pending.take();
+    let mut early = EARLY_EDGED.lock().unwrap_or_else(|e| e.into_inner());
+    let edged = early.get_or_insert_with(HashSet::new);
     v.engine.switch_on(now);
+    edged.insert(v.engine.tid());
+    crate::state::with_tasks(|t| {
+        let waiting = t.switch_on_waiting(&mut v.engine, now, &|tid| edged.contains(&tid));
+        edged.extend(waiting);
+    });
+    if crate::state::system_mode() {
+        crate::handlers::running_task::learn_running_task(v, vcpu_index);
+    }
     let tid = v.engine.tid();
+    if edged.insert(tid) {
+        // A task first seen now.
+        v.engine.switch_on(now);
+    }
+    drop(early);
     if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
         v.engine.opened_by_cookie(now, seq);
     }
@@ -321,14 +339,22 @@ pub fn apply() {
     let early: Vec<bool> = (0..n)
         .map(|i| crate::vcpu::with(i, |v| std::mem::take(&mut v.on_early)).unwrap_or(false))
         .collect();
+    let early_edged = (EARLY_EDGED.lock().unwrap_or_else(|e| e.into_inner()))
+        .take()
+        .unwrap_or_default();
     if !want && !was && early.contains(&true) {
-        // Switched off again before the reset: a window of one block.
+        // Switched off again before the reset: a window of one block, closed where the
+        // trigger opened it.
         SWITCHES.fetch_add(2, Ordering::AcqRel);
         WINDOWS.fetch_add(1, Ordering::AcqRel);
+        let mut waiting_closed = false;
         for i in (0..n).filter(|&i| early[i as usize]) {
             crate::vcpu::with(i, |v| {
                 let now = v.now();
                 v.engine.switch_off(now);
+                if !std::mem::replace(&mut waiting_closed, true) {
+                    crate::state::with_tasks(|t| t.switch_off_waiting(&mut v.engine, now));
+                }
                 v.engine.flush();
             });
         }
@@ -374,7 +400,8 @@ pub fn apply() {
                     crate::vcpu::with(i, |v| {
                         crate::state::with_tasks(|t| {
                             if want {
-                                edged.extend(t.switch_on_waiting(&mut v.engine, now));
+                                let already = |tid| early_edged.contains(&tid);
+                                edged.extend(t.switch_on_waiting(&mut v.engine, now, &already));
                             } else {
                                 t.switch_off_waiting(&mut v.engine, now);
                             }
@@ -393,6 +420,7 @@ pub fn apply() {
                 OFF_TOTAL.fetch_add(host.saturating_sub(since), Ordering::AcqRel);
             }
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
+            edged.extend(early_edged);
             *EDGED.lock().unwrap_or_else(|e| e.into_inner()) = Some(edged);
             {
                 let mut seen = SWITCHED_IN.lock().unwrap_or_else(|e| e.into_inner());
