@@ -151,9 +151,13 @@ pub struct TaskTable {
     index: HashMap<Key, usize>,
     /// Per vCPU, the running context.
     running: Vec<Option<usize>>,
-    /// Task ids below the synthetic ones already given (PIDs, boot ids), one bit each: a
-    /// bounded set however many tasks come and go (synthetic ids are never given twice).
+    /// Task ids below the boot ones already given (PIDs), one bit each: a bounded set
+    /// however many tasks come and go (synthetic ids are never given twice).
     used_tids: Vec<u64>,
+    /// Boot ids already given, by vCPU: apart from the PIDs' bits, which would otherwise
+    /// reach 2^22 for the first boot context (512 KiB a table, zeroed: Miri took ten
+    /// seconds a test to do it).
+    used_boot: HashSet<u32>,
     next_synthetic: u32,
     /// vCPUs whose boot context became an OS task (only the first task does that).
     adopted: HashSet<u32>,
@@ -187,6 +191,7 @@ impl TaskTable {
             index: HashMap::new(),
             running: Vec::new(),
             used_tids: Vec::new(),
+            used_boot: HashSet::new(),
             next_synthetic: SYNTHETIC_TID_BASE,
             adopted: HashSet::new(),
             conflicts: 0,
@@ -636,11 +641,7 @@ impl TaskTable {
         match wanted {
             // Below SYNTHETIC_TID_BASE: one bit each.
             Some(t) if reuse || !self.tid_used(t) => {
-                let (word, bit) = (t as usize / 64, t % 64);
-                if self.used_tids.len() <= word {
-                    self.used_tids.resize(word + 1, 0);
-                }
-                self.used_tids[word] |= 1 << bit;
+                self.mark_used(t);
                 t
             }
             _ => {
@@ -653,9 +654,24 @@ impl TaskTable {
     }
 
     fn tid_used(&self, t: u32) -> bool {
+        if let Some(vcpu) = boot_vcpu(t) {
+            return self.used_boot.contains(&vcpu);
+        }
         let (word, bit) = (t as usize / 64, t % 64);
         self.used_tids
             .get(word)
             .is_some_and(|w| w & (1 << bit) != 0)
+    }
+
+    fn mark_used(&mut self, t: u32) {
+        if let Some(vcpu) = boot_vcpu(t) {
+            self.used_boot.insert(vcpu);
+            return;
+        }
+        let (word, bit) = (t as usize / 64, t % 64);
+        if self.used_tids.len() <= word {
+            self.used_tids.resize(word + 1, 0);
+        }
+        self.used_tids[word] |= 1 << bit;
     }
 }
