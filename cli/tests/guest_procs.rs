@@ -26,7 +26,7 @@ use qemu_uftrace_tests::replay::{
     parse_calls, parse_report_calls, report_calls, uftrace, uftrace_at, uftrace_versions, Call,
 };
 use qemu_uftrace_tests::riscv64::{riscv64_qemus, riscv64_vmlinux};
-use qemu_uftrace_tests::{system_qemus, tree};
+use qemu_uftrace_tests::tree;
 
 /// One `record` run.
 struct Recorded {
@@ -40,11 +40,7 @@ struct Recorded {
 /// The arm64 guest's boot command on QEMU 10.2.2: the QEMU that reports exceptions to
 /// plugins, so a syscall shows as `[svc]` with the kernel's functions beneath it.
 fn arm64_boot() -> Vec<String> {
-    let qemu = system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program;
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
     procs_boot_args_on(&qemu).expect("the process guest builds")
 }
 

@@ -248,11 +248,7 @@ fn keep_last_ends_at_the_stop() {
 #[test]
 fn a_kernel_subtree_is_recorded_whole() {
     use qemu_uftrace_tests::linux_guest::{initramfs_boot_args_on, initramfs_guest, INIT_OK};
-    let qemu = system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program;
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
     let (_, init_elf) = initramfs_guest().expect("the guest builds");
     let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
     let symbols = init_elf.to_string_lossy().into_owned();

@@ -23,7 +23,7 @@ use qemu_uftrace_tests::linux_guest::{
     init_expected_calls, initramfs_boot_args_on, initramfs_guest, INIT_OK,
 };
 use qemu_uftrace_tests::replay::replay_events;
-use qemu_uftrace_tests::{nm_functions, plugin_stat, system_qemus};
+use qemu_uftrace_tests::{nm_functions, plugin_stat};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -37,11 +37,7 @@ const NANOSLEEP: [&str; 3] = [
 
 /// The boot's command line, and /init's ELF (its symbols).
 fn boot() -> (Vec<String>, PathBuf) {
-    let qemu = system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program;
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
     let (_, init_elf) = initramfs_guest().expect("the guest builds");
     let argv = initramfs_boot_args_on(&qemu, 1).expect("the guest builds");
     (argv, init_elf)

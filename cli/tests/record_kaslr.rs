@@ -25,7 +25,7 @@ use common::*;
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::x86_64_guests::system_qemus_x86_64;
 use qemu_uftrace_tests::{
-    cached, debian_kernel, kernel_boot_args, kernel_boot_args_on, plugin_stat, system_qemus, QEMU,
+    cached, debian_kernel, kernel_boot_args, kernel_boot_args_on, plugin_stat, QEMU,
 };
 
 const WARNING: &str = "qemu-uftrace: warning: the guest kernel picks a random base address \
@@ -149,11 +149,7 @@ fn on_machine(args: Vec<String>, machine: &str) -> Vec<String> {
 /// DWARF vmlinux given later to `symbols` lands where the kernel ran (source lines).
 #[test]
 fn arm64_randomised_boots_replay_as_nokaslr() {
-    let qemu = system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program;
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
     let fixed = kernel_boot_args_on(&qemu, "max");
     let (_t0, base, err) = record_early(&fixed, &[]);
     assert_eq!(offset_said(&err), None, "{err}");

@@ -28,11 +28,7 @@ const IDLE0: u32 = BOOT_TID_BASE;
 
 /// QEMU 10.2.2, as `system_qemus` names it.
 fn qemu_10_2() -> String {
-    system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program
+    qemu_uftrace_tests::system_qemu("10.2.2")
 }
 
 /// Each task's name as task.txt gives it to uftrace (its session's exename), by tid.

@@ -1179,11 +1179,7 @@ fn a_linux_boot_is_switched_and_its_windows_go_to_the_running_task() {
 /// at panic's entry with the calls that led there.
 #[test]
 fn a_linux_boot_switched_on_by_a_trigger_writes_nothing_before_it() {
-    let qemu = system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program;
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
     let mut argv = qemu_uftrace_tests::kernel_boot_args_on(&qemu, "cortex-a57");
     argv.extend(["-smp".to_string(), "2".to_string()]);
     let vmlinux = qemu_uftrace_tests::execlog::debian_vmlinux();

@@ -32,15 +32,11 @@ use qemu_uftrace_tests::linux_guest::{
 use qemu_uftrace_tests::replay::{
     call_path, descendants, exactly, parse_calls, report_calls, task_list, uftrace, Call,
 };
-use qemu_uftrace_tests::{kernel_boot_args_on, nm_functions, system_qemus};
+use qemu_uftrace_tests::{kernel_boot_args_on, nm_functions};
 
 /// The QEMU these tests run on: 10.2.2, whose execlog plugin the install script builds.
 fn qemu_10_2() -> String {
-    system_qemus()
-        .into_iter()
-        .find(|q| q.label == "10.2.2")
-        .expect("QEMU 10.2.2 in system_qemus")
-        .program
+    qemu_uftrace_tests::system_qemu("10.2.2")
 }
 
 /// Every expectation of a test, failed ones kept for one report at the end.

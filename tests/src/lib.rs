@@ -49,6 +49,15 @@ pub fn system_qemus() -> Vec<SystemQemu> {
     system_qemus_of(QEMU)
 }
 
+/// The aarch64 QEMU labelled `label` (`10.0`, `10.2.2`, `11.1.3`) among [`system_qemus`].
+pub fn system_qemu(label: &str) -> String {
+    system_qemus()
+        .into_iter()
+        .find(|q| q.label == label)
+        .unwrap_or_else(|| panic!("QEMU {label} is not among system_qemus"))
+        .program
+}
+
 /// `emulator` (`qemu-system-<arch>`) in each QEMU the recording tests run on: 10.0 on PATH
 /// (plugin API 4), 10.2.2 built from Debian's source (API 5, the discontinuity callback) and
 /// 11.1.3 from trixie-backports behind a wrapper (API 7).
