@@ -726,15 +726,14 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
             Some(to) => {
                 // In the context of the level left, as ERET's (`on_exception_return`).
                 let from = current_level(v, isa);
-                let outcome = if from.is_some_and(|from| hands_over(isa, from, to.level)) {
-                    v.engine.exception_return_down(now, to.target, eret_pc)
-                } else if from.is_some_and(|from| isa.drops_privilege(from, to.level)) {
-                    v.engine
-                        .exception_return_unseen_down(now, to.target, eret_pc)
-                } else if let Some(frame) = to.frame {
-                    v.engine.exception_return_16(now, to.target, eret_pc, frame)
-                } else {
-                    v.engine.exception_return(now, to.target, eret_pc)
+                let down = from
+                    .and_then(|from| return_down(v, isa, now, from, to.level, to.target, eret_pc));
+                let outcome = match (down, to.frame) {
+                    (Some(outcome), _) => outcome,
+                    (None, Some(frame)) => {
+                        v.engine.exception_return_16(now, to.target, eret_pc, frame)
+                    }
+                    (None, None) => v.engine.exception_return(now, to.target, eret_pc),
                 };
                 exec_returned_if(v, outcome);
                 enter_level(v, vcpu_index, now, to.level, split);
@@ -787,14 +786,10 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
         let link = isa.exception_link_register(level);
         let target = link.and_then(|name| v.regs.read_named(name));
         let outcome = match target {
-            Some(target) if to.is_some_and(|to| hands_over(isa, level, to)) => {
-                Some(v.engine.exception_return_down(now, target, eret_pc))
+            Some(target) => {
+                let down = to.and_then(|to| return_down(v, isa, now, level, to, target, eret_pc));
+                Some(down.unwrap_or_else(|| v.engine.exception_return(now, target, eret_pc)))
             }
-            // No exception entries seen (`hands_over`): an exec's return is still known.
-            Some(target) if to.is_some_and(|to| isa.drops_privilege(level, to)) => {
-                Some(v.engine.exception_return_unseen_down(now, target, eret_pc))
-            }
-            Some(target) => Some(v.engine.exception_return(now, target, eret_pc)),
             None => {
                 v.engine.stats.register_read_failures += 1;
                 None
@@ -834,12 +829,28 @@ fn exec_returned_if(v: &mut VcpuState, outcome: EretOutcome) {
     }
 }
 
-/// Whether an exception return from `from` to `to` that closes nothing hands the vCPU over
-/// (`Engine::exception_return_down`): it drops privilege, and exception entries are seen.
-/// Without them, a handler's return to a lower level closes no entry either, and the
-/// frames below are the interrupted code's.
-fn hands_over(isa: &dyn Isa, from: Level, to: Level) -> bool {
-    isa.drops_privilege(from, to) && discontinuities_registered()
+/// An exception return from `from` to `to`, to `target`, taken by the engine where it drops
+/// privilege (None where it does not). Where exception entries are seen, one that closes
+/// nothing hands the vCPU over (`Engine::exception_return_down`). Without them a handler's
+/// return to a lower level closes no entry either, and the frames below are the interrupted
+/// code's: only an exec's return closes them (`Engine::exception_return_unseen_down`).
+fn return_down(
+    v: &mut VcpuState,
+    isa: &dyn Isa,
+    now: u64,
+    from: Level,
+    to: Level,
+    target: u64,
+    eret_pc: u64,
+) -> Option<EretOutcome> {
+    if !isa.drops_privilege(from, to) {
+        return None;
+    }
+    Some(if discontinuities_registered() {
+        v.engine.exception_return_down(now, target, eret_pc)
+    } else {
+        v.engine.exception_return_unseen_down(now, target, eret_pc)
+    })
 }
 
 /// Where the exception return at `pc` goes, on architectures that read it from memory or
