@@ -12,13 +12,15 @@ pub struct EmbeddedPlugin {
     pub name: &'static str,
 }
 
-/// Every build, by API version, oldest first.
+/// Every build, by API version, oldest first (none without the `embed-plugin` feature).
 pub static PLUGINS: &[EmbeddedPlugin] = &[
+    #[cfg(feature = "embed-plugin")]
     EmbeddedPlugin {
         api: 4,
         bytes: include_bytes!(concat!(env!("OUT_DIR"), "/plugin-v4.so")),
         name: env!("QEMU_UFTRACE_PLUGIN_V4_NAME"),
     },
+    #[cfg(feature = "embed-plugin")]
     EmbeddedPlugin {
         api: 7,
         bytes: include_bytes!(concat!(env!("OUT_DIR"), "/plugin-v7.so")),
