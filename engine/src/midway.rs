@@ -85,6 +85,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_tail_call_from_beneath_the_bottom_returns_past_it() {
+        // The function the run began in calls 0x3000 (matched), then ends by jumping to
+        // 0x4000's entry, whose return goes back to its caller's caller at 0x2010: it closes
+        // 0x4000 and returns past the bottom.
+        let (mut e, out) = engine();
+        e.start_midway();
+        e.call(10, 0x3000, 0x1020);
+        e.ret(20, 0x1020, &mut NoRecords);
+        e.jump_entry(30, 0x4000);
+        e.ret(40, 0x2010, &mut NoRecords);
+        assert_eq!(
+            written(&mut e, &out),
+            [
+                (10, RecordType::Entry, 0, 0x3000),
+                (20, RecordType::Exit, 0, 0x3000),
+                (30, RecordType::Entry, 0, 0x4000),
+                (40, RecordType::Exit, 0, 0x4000),
+                (40, RecordType::Exit, 0, 0x2010),
+            ]
+        );
+        assert_eq!(e.stats().outer_returns, 1);
+    }
+
+    #[test]
     fn the_mark_travels_with_its_context() {
         let (mut e, out) = engine();
         e.start_midway();
