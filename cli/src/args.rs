@@ -279,11 +279,16 @@ pub struct RecordArgs {
     /// Each opens a window, until --trace-off-at or `qemu-uftrace trace off`, at FUNC's first
     /// instruction: FUNC is in its window as uftrace's trace_on trigger has it, among the
     /// opened frames with the calls it was called from (other vCPUs switch where the block
-    /// they run ends)
+    /// they run ends). In user mode FUNC may be a position-independent program's or a
+    /// shared library's, placed where the guest maps it
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 
     /// Switch tracing off at each entry into FUNC; repeatable
+    ///
+    /// FUNC's entry ends the window with what its first block does (a call made there
+    /// too): the open frames close where that block ends. In user mode FUNC may be a
+    /// position-independent program's or a shared library's
     #[arg(long, value_name = "FUNC")]
     pub trace_off_at: Vec<String>,
 

@@ -6,6 +6,8 @@
 //! process at once (`plugin/src/handlers/switch.rs`), and says so in `plugin.status`.
 
 use std::path::{Path, PathBuf};
+
+use crate::stop_at::Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -77,12 +79,14 @@ impl Drop for Signals {
 }
 
 /// The plugin options: where to read what is asked, whether it starts off, the trigger
-/// functions' addresses.
+/// functions' addresses (a PIE's and a shared library's in `libraries` placed by the plugin,
+/// as `--start-at`'s are).
 pub fn plugin_options(
     staging: &Path,
     trace: Option<OnOff>,
-    on_at: &[u64],
-    off_at: &[u64],
+    on_at: &[Addr],
+    off_at: &[Addr],
+    libraries: &[crate::stop_at::Library],
 ) -> std::ffi::OsString {
     let mut v = std::ffi::OsString::from(",switch=");
     v.push(crate::qemu::escape_keyval(
@@ -91,47 +95,25 @@ pub fn plugin_options(
     if trace == Some(OnOff::Off) {
         v.push(",trace=off");
     }
-    if !on_at.is_empty() {
-        v.push(format!(",trace_on_at={}", crate::stop_at::hex_list(on_at)));
-    }
-    if !off_at.is_empty() {
-        v.push(format!(
-            ",trace_off_at={}",
-            crate::stop_at::hex_list(off_at)
-        ));
-    }
+    v.push(crate::stop_at::keyed("trace_on_at", on_at, libraries));
+    v.push(crate::stop_at::keyed("trace_off_at", off_at, libraries));
     v
 }
 
-/// `--trace-on-at`/`--trace-off-at` FUNC resolved to run-time addresses (a PIE's link
-/// addresses are not placed for these yet: refused).
-pub fn resolve(option: &str, funcs: &[String], names: &crate::stop_at::Names) -> Result<Vec<u64>> {
+/// `--trace-on-at`/`--trace-off-at` FUNC resolved: at run-time addresses, a PIE's at link
+/// addresses and a shared library's in its file, which the plugin places. A library's copy
+/// beside the program's (its PLT entry, named after it) is left to the program's, as
+/// before libraries were placed: the program's calls enter the PLT entry first.
+pub fn resolve(option: &str, funcs: &[String], names: &crate::stop_at::Names) -> Result<Vec<Addr>> {
     let mut out = Vec::new();
     for func in funcs {
         let addrs = crate::stop_at::resolve(option, func, names)?;
-        // A library's copy beside the program's (its PLT entry, named after it) is left to
-        // the program's; a library's alone is refused.
-        let only_lib = addrs
-            .iter()
-            .all(|a| matches!(a, crate::stop_at::Addr::Lib(..)));
-        for a in addrs {
-            match a {
-                crate::stop_at::Addr::At(a) => out.push(a),
-                crate::stop_at::Addr::Pie(_) => {
-                    return Err(usage(
-                        format!("{option} {func}: a position-independent program's functions cannot be triggers yet"),
-                        "use `qemu-uftrace trace on|off` or --signal instead",
-                    ))
-                }
-                crate::stop_at::Addr::Lib(..) if !only_lib => {}
-                crate::stop_at::Addr::Lib(..) => {
-                    return Err(usage(
-                        format!("{option} {func}: a shared library's functions cannot be triggers yet"),
-                        "use `qemu-uftrace trace on|off` or --signal instead",
-                    ))
-                }
-            }
-        }
+        let only_lib = addrs.iter().all(|a| matches!(a, Addr::Lib(..)));
+        out.extend(
+            addrs
+                .into_iter()
+                .filter(|a| only_lib || !matches!(a, Addr::Lib(..))),
+        );
     }
     out.sort_unstable();
     out.dedup();

@@ -533,3 +533,83 @@ fn user_mode_starts_and_stops_at_a_shared_library_s_function() {
     );
     assert_eq!(shape(&dir, &[]), all[..=first("_int_malloc")], "{err}");
 }
+
+/// What a recording switched by `--trace-on-at ON --trace-off-at OFF` holds of the full
+/// trace's shape `all`: from each entry into an ON function while off, the frames open
+/// there that unwinding finds (written open, outermost first: not those of `unreached`) and
+/// what follows, at depths from them, to the next entry into an OFF function while on,
+/// whose entry ends the window, closed at once with every frame open (when its first block
+/// calls nothing, as the functions below).
+fn switched(all: &[String], on: &[&str], off: &[&str], unreached: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    // The full trace's open frames, each with whether the window has it.
+    let mut stack: Vec<(String, bool)> = Vec::new();
+    let mut tracing = false;
+    let depth = |stack: &[(String, bool)]| stack.iter().filter(|f| f.1).count();
+    for e in all {
+        let (kind, at) = e.split_once(' ').expect("kind");
+        let (name, _) = at.rsplit_once('@').expect("depth");
+        if kind == "E" && !tracing && on.contains(&name) {
+            tracing = true;
+            for f in stack.iter_mut() {
+                f.1 = !unreached.contains(&f.0.as_str());
+            }
+            let opened = stack.iter().filter(|f| f.1);
+            out.extend(opened.enumerate().map(|(d, f)| format!("E {}@{d}", f.0)));
+        }
+        if kind == "E" {
+            if tracing {
+                out.push(format!("E {name}@{}", depth(&stack)));
+            }
+            stack.push((name.to_string(), tracing));
+        } else if let Some((name, written)) = stack.pop() {
+            if tracing && written {
+                out.push(format!("X {name}@{}", depth(&stack)));
+            }
+        }
+        if tracing && kind == "E" && off.contains(&name) {
+            tracing = false;
+            // Closed in the window; they stay open in the guest.
+            let mut d = depth(&stack);
+            for f in stack.iter_mut().rev().filter(|f| f.1) {
+                d -= 1;
+                out.push(format!("X {}@{d}", f.0));
+                f.1 = false;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn user_mode_switches_at_a_pie_s_and_a_shared_library_s_functions() {
+    use common::user;
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let run = on_arm64_libc();
+    let run: Vec<&str> = run.iter().map(String::as_str).collect();
+    let (_t1, full, out) = user::record(&qemu, &run);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let all = shape(&full, &[]);
+    // The program's qsort callback on, libc's allocator off; libc's printf on, the
+    // program's PLT entry for free off (its block jumps into libc and calls nothing).
+    // The second opens again in the exit handler's printf, and stays open to the end.
+    for (on, off, windows) in [
+        ("cmp_int", "_int_malloc", "1"),
+        ("__vfprintf_internal", "free", "2"),
+    ] {
+        // Unwinding finds no frame for `_start`, which nothing called, nor for qsort, which
+        // jumps to qsort_r (Debian's arm64 libc 2.36: `mov x4, #0; b qsort_r`).
+        let want = switched(&all, &[on], &[off], &["_start", "qsort"]);
+        assert!(
+            want.iter().any(|e| e.starts_with(&format!("E {off}@"))),
+            "{on}..{off}: {want:?}"
+        );
+        let options = ["--trace=off", "--trace-on-at", on, "--trace-off-at", off];
+        let (_t, dir, out) = user::record_with(&qemu, &options, &run);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{on}..{off}: {err}");
+        assert_eq!(shape(&dir, &[]), want, "{on}..{off}: {err}");
+        let opened = qemu_uftrace_tests::plugin_stat(&dir, "trace_windows");
+        assert_eq!(opened, windows, "{on}..{off}: windows");
+    }
+}

@@ -159,15 +159,17 @@ pub fn prepare(
     } else {
         Default::default()
     };
-    // User mode: a FUNC of -F/-N, --stop-at/--start-at, -A or -R may be a shared library's,
-    // placed where the guest maps it by the libraries' entries (so not without them:
-    // `program` is then none).
+    // User mode: a FUNC of -F/-N, --stop-at/--start-at, --trace-on-at/--trace-off-at, -A or
+    // -R may be a shared library's, placed where the guest maps it by the libraries' entries
+    // (so not without them: `program` is then none).
     let lib_sizes = match &program {
         Some((path, _))
             if !(args.filter.is_empty()
                 && args.notrace.is_empty()
                 && args.stop_at.is_none()
                 && args.start_at.is_none()
+                && args.trace_on_at.is_empty()
+                && args.trace_off_at.is_empty()
                 && args.argument.is_empty()
                 && args.retval.is_empty()
                 && !args.auto_args) =>
@@ -394,8 +396,8 @@ struct PluginOptions<'a> {
     /// Where the kernel's anchor for finding its randomised base is written (`kaslr`).
     kaslr_file: Option<&'a Path>,
     /// `--trace-on-at`'s and `--trace-off-at`'s addresses.
-    trace_on_at: &'a [u64],
-    trace_off_at: &'a [u64],
+    trace_on_at: &'a [crate::stop_at::Addr],
+    trace_off_at: &'a [crate::stop_at::Addr],
     /// `-A`/`-R`'s functions.
     arg_specs: &'a crate::argspec::ArgSpecs,
 }
@@ -437,6 +439,7 @@ impl PluginOptions<'_> {
             args.trace,
             self.trace_on_at,
             self.trace_off_at,
+            &self.names.libraries,
         ));
         // 0 filters nothing: no option, so the plugin keeps its fast path.
         if let Some(threshold) = args.time_filter.filter(|&t| t > 0) {

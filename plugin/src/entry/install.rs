@@ -123,6 +123,8 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         notrace: cfg.notrace.clone(),
         stop_at: cfg.stop_at.clone(),
         start_at: cfg.start_at.clone(),
+        trace_on_at: cfg.trace_on_at.clone(),
+        trace_off_at: cfg.trace_off_at.clone(),
     };
     // An exec'd image runs another program: the first one's functions are not its.
     let pie = cfg.pie.clone().filter(|_| cfg.proc_key.is_none());
@@ -140,6 +142,8 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         notrace: cfg.lib_notrace.clone(),
         stop_at: cfg.lib_stop_at.clone(),
         start_at: cfg.lib_start_at.clone(),
+        trace_on_at: cfg.lib_trace_on_at.clone(),
+        trace_off_at: cfg.lib_trace_off_at.clone(),
     });
     // Before the writer's first status, which says whether tracing is on.
     crate::handlers::switch::install(&cfg, register::request_reset);

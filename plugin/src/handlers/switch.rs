@@ -235,7 +235,8 @@ pub fn at_syscall_ret(ret: i64) {
 pub fn translates() -> bool {
     switch::active()
         || crate::vcpu::clock::insn_counter().is_some()
-        || crate::state::config().is_some_and(|c| !c.trace_on_at.is_empty())
+        || crate::state::aims::triggers_on()
+        || crate::state::lib_aims::triggers_on()
         || (crate::state::system_mode() && crate::ffi::discontinuity_api().is_none())
 }
 
@@ -551,7 +552,6 @@ pub unsafe fn instrument(
     // A thread that translates looks too (user mode: a bell not rung while threads start).
     poke();
     let active = switch::active();
-    let cfg = crate::state::config();
     // While on, a function's entry is rung often enough and costs the other blocks nothing
     // (where the entries are known); while off every block listens.
     let listens =
@@ -569,11 +569,18 @@ pub unsafe fn instrument(
             )
         };
     }
-    // The CLI names functions in the symbol file's space (a randomised kernel's moved back).
-    let here = |at: Option<&Vec<u64>>| {
-        at.is_some_and(|a| a.contains(&crate::state::kaslr::to_symbols(start)))
+    // The CLI names functions in the symbol file's space (a randomised kernel's moved back);
+    // a PIE's are placed before its code is translated, a library's where the guest maps it.
+    let (on_at, off_at) = {
+        let aims = crate::state::aims::now();
+        let at = crate::state::kaslr::to_symbols(start);
+        let (lib_on, lib_off) = crate::state::lib_aims::triggers_at(start);
+        (
+            lib_on || aims.trace_on_at.contains(&at),
+            lib_off || aims.trace_off_at.contains(&at),
+        )
     };
-    if active && here(cfg.map(|c| &c.trace_off_at)) {
+    if active && off_at {
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cb(
                 first,
@@ -583,7 +590,7 @@ pub unsafe fn instrument(
             )
         };
     }
-    if !active && here(cfg.map(|c| &c.trace_on_at)) {
+    if !active && on_at {
         // A block's callback, before the clock's add (as [`on_capture`]'s): the switch is
         // timed at the function's entry. The block gets the instrumentation of tracing on,
         // which runs after it: the caller registers it.

@@ -1,4 +1,5 @@
-//! The addresses `-F`/`-N`/`--stop-at`/`--start-at` aim at, as the guest runs them.
+//! The addresses `-F`/`-N`/`--stop-at`/`--start-at`/`--trace-on-at`/`--trace-off-at` aim
+//! at, as the guest runs them.
 //!
 //! User mode: the functions of a position-independent program come at their link addresses
 //! (`pie_filter=`…, with `pie_entry=` its link entry point) and are moved by its load bias
@@ -17,6 +18,8 @@ pub struct Aims {
     pub notrace: Vec<u64>,
     pub stop_at: Vec<u64>,
     pub start_at: Vec<u64>,
+    pub trace_on_at: Vec<u64>,
+    pub trace_off_at: Vec<u64>,
 }
 
 impl Aims {
@@ -25,6 +28,8 @@ impl Aims {
             && self.notrace.is_empty()
             && self.stop_at.is_empty()
             && self.start_at.is_empty()
+            && self.trace_on_at.is_empty()
+            && self.trace_off_at.is_empty()
     }
 
     /// These and `other`'s moved by `bias`.
@@ -44,6 +49,8 @@ impl Aims {
             notrace: join(&self.notrace, &other.notrace),
             stop_at: join(&self.stop_at, &other.stop_at),
             start_at: join(&self.start_at, &other.start_at),
+            trace_on_at: join(&self.trace_on_at, &other.trace_on_at),
+            trace_off_at: join(&self.trace_off_at, &other.trace_off_at),
         }
     }
 }
@@ -65,6 +72,8 @@ static NONE: Aims = Aims {
     notrace: Vec::new(),
     stop_at: Vec::new(),
     start_at: Vec::new(),
+    trace_on_at: Vec::new(),
+    trace_off_at: Vec::new(),
 };
 
 /// Other functions of a PIE wait for its bias (`-A`/`-R`'s, `state::args`): placed even
@@ -96,6 +105,12 @@ pub fn now() -> &'static Aims {
         Some((_, a)) => a,
         None => GIVEN.get().unwrap_or(&NONE),
     }
+}
+
+/// Whether a `--trace-on-at` function was given (placed or not): translation looks for it
+/// while tracing is off.
+pub fn triggers_on() -> bool {
+    !now().trace_on_at.is_empty() || PIE.get().is_some_and(|p| !p.aims.trace_on_at.is_empty())
 }
 
 /// Whether `-F` was given at all (placed or not): translation chooses the gated forms.
@@ -160,11 +175,13 @@ mod tests {
         let pie = Aims {
             filter: vec![0x20],
             start_at: vec![0x30],
+            trace_on_at: vec![0x40],
             ..Default::default()
         };
         let placed = given.with_moved(&pie, 0x1000);
         assert_eq!(placed.filter, [0x50, 0x1020]);
         assert_eq!(placed.start_at, [0x1030]);
+        assert_eq!(placed.trace_on_at, [0x1040]);
         assert!(placed.notrace.is_empty() && placed.stop_at.is_empty());
     }
 }

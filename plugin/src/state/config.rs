@@ -7,7 +7,9 @@
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,lib_filter=DEV.INO.ADDR:…][,lib_notrace=…][,lib_stop_at=…][,lib_start_at=…]`
-//! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]]`, or
+//! `[,lib_trace_on_at=…][,lib_trace_off_at=…]`
+//! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]`
+//! `[,pie_trace_on_at=…][,pie_trace_off_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
 //! a file name, which need not be UTF-8.
 
@@ -82,10 +84,13 @@ pub struct Config {
     /// the guest maps the file (`state::lib_aims`).
     pub lib_filter: Vec<LibAim>,
     pub lib_notrace: Vec<LibAim>,
-    /// The same for `--stop-at` and `--start-at` (`lib_stop_at=`, `lib_start_at=`).
+    /// The same for `--stop-at` and `--start-at` (`lib_stop_at=`, `lib_start_at=`), and for
+    /// `--trace-on-at` and `--trace-off-at` (`lib_trace_on_at=`, `lib_trace_off_at=`).
     pub lib_stop_at: Vec<LibAim>,
     pub lib_start_at: Vec<LibAim>,
-    /// User mode, a position-independent program: the same four lists for its functions,
+    pub lib_trace_on_at: Vec<LibAim>,
+    pub lib_trace_off_at: Vec<LibAim>,
+    /// User mode, a position-independent program: the same six lists for its functions,
     /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
     /// place them once it runs (`aims`).
     pub pie: Option<Pie>,
@@ -361,6 +366,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut notrace = Vec::new();
     let (mut lib_filter, mut lib_notrace) = (Vec::new(), Vec::new());
     let (mut lib_stop_at, mut lib_start_at) = (Vec::new(), Vec::new());
+    let (mut lib_trace_on_at, mut lib_trace_off_at) = (Vec::new(), Vec::new());
     let mut time_filter = 0;
     let mut pie_entry = None;
     let mut pie = Aims::default();
@@ -462,6 +468,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "lib_notrace" => lib_notrace = lib_aims(&key, value)?,
             "lib_stop_at" => lib_stop_at = lib_aims(&key, value)?,
             "lib_start_at" => lib_start_at = lib_aims(&key, value)?,
+            "lib_trace_on_at" => lib_trace_on_at = lib_aims(&key, value)?,
+            "lib_trace_off_at" => lib_trace_off_at = lib_aims(&key, value)?,
             "time_filter" => {
                 time_filter = value
                     .parse::<u64>()
@@ -472,6 +480,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "pie_notrace" => pie.notrace = addresses(&key, value)?,
             "pie_stop_at" => pie.stop_at = addresses(&key, value)?,
             "pie_start_at" => pie.start_at = addresses(&key, value)?,
+            "pie_trace_on_at" => pie.trace_on_at = addresses(&key, value)?,
+            "pie_trace_off_at" => pie.trace_off_at = addresses(&key, value)?,
             "keep_last" => {
                 keep_last = Some(
                     value
@@ -577,6 +587,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         lib_notrace,
         lib_stop_at,
         lib_start_at,
+        lib_trace_on_at,
+        lib_trace_off_at,
         time_filter,
         pie,
         args_file,

@@ -1,10 +1,11 @@
-//! User mode: the functions of the program's shared libraries that `-F`/`-N`, `--stop-at`
-//! and `--start-at` name (`lib_filter=`, `lib_notrace=`, `lib_stop_at=`, `lib_start_at=`:
-//! each a file's device and inode and a link address), placed where the guest maps their
-//! files. `state::lib_entries` places the libraries; at each placement or unmapping the
-//! run-time addresses are worked out anew here: `-F`/`-N`'s handed to every vCPU's gates
-//! through one [`Late`] (the engine's), which each takes at its next call; the stops and
-//! starts asked by translation (`handlers::stop_at`), which a library's code meets only
+//! User mode: the functions of the program's shared libraries that `-F`/`-N`, `--stop-at`,
+//! `--start-at`, `--trace-on-at` and `--trace-off-at` name (`lib_filter=`, `lib_notrace=`,
+//! `lib_stop_at=`, `lib_start_at=`, `lib_trace_on_at=`, `lib_trace_off_at=`: each a file's
+//! device and inode and a link address), placed where the guest maps their files.
+//! `state::lib_entries` places the libraries; at each placement or unmapping the run-time
+//! addresses are worked out anew here: `-F`/`-N`'s handed to every vCPU's gates through one
+//! [`Late`] (the engine's), which each takes at its next call; the others asked by
+//! translation (`handlers::stop_at`, `handlers::switch`), which a library's code meets only
 //! after its placement.
 //!
 //! A `-F`/`-N` aim's index (filters first, then notraces, in the CLI's order) is how
@@ -26,12 +27,38 @@ pub struct LibAims {
     pub notrace: Vec<LibAim>,
     pub stop_at: Vec<LibAim>,
     pub start_at: Vec<LibAim>,
+    pub trace_on_at: Vec<LibAim>,
+    pub trace_off_at: Vec<LibAim>,
+}
+
+impl LibAims {
+    /// Whether any of the functions translation asks for were given.
+    fn marks_any(&self) -> bool {
+        !(self.stop_at.is_empty()
+            && self.start_at.is_empty()
+            && self.trace_on_at.is_empty()
+            && self.trace_off_at.is_empty())
+    }
+}
+
+/// The run-time addresses translation asks for, each list sorted.
+#[derive(Default)]
+struct Marks {
+    stop_at: Vec<u64>,
+    start_at: Vec<u64>,
+    trace_on_at: Vec<u64>,
+    trace_off_at: Vec<u64>,
 }
 
 static AIMS: OnceLock<LibAims> = OnceLock::new();
 static LATE: Late = Late::new();
-/// The stops' and starts' run-time addresses now, sorted.
-static MARKS: RwLock<(Vec<u64>, Vec<u64>)> = RwLock::new((Vec::new(), Vec::new()));
+/// The stops', starts' and switches' run-time addresses now.
+static MARKS: RwLock<Marks> = RwLock::new(Marks {
+    stop_at: Vec::new(),
+    start_at: Vec::new(),
+    trace_on_at: Vec::new(),
+    trace_off_at: Vec::new(),
+});
 
 /// At install: the libraries' functions.
 pub fn install(aims: LibAims) {
@@ -57,17 +84,28 @@ pub fn filtering() -> bool {
 /// Whether the block at run-time `pc` starts a library's `--stop-at` and `--start-at`
 /// function (asked at translation).
 pub fn marks_at(pc: u64) -> (bool, bool) {
-    if AIMS
-        .get()
-        .is_none_or(|a| a.stop_at.is_empty() && a.start_at.is_empty())
-    {
+    marked(pc, |m| (&m.stop_at, &m.start_at))
+}
+
+/// Whether the block at run-time `pc` starts a library's `--trace-on-at` and
+/// `--trace-off-at` function (asked at translation).
+pub fn triggers_at(pc: u64) -> (bool, bool) {
+    marked(pc, |m| (&m.trace_on_at, &m.trace_off_at))
+}
+
+/// Whether a library's `--trace-on-at` function was given (placed or not).
+pub fn triggers_on() -> bool {
+    AIMS.get().is_some_and(|a| !a.trace_on_at.is_empty())
+}
+
+/// Whether `pc` is in each of the two lists `pick` takes.
+fn marked(pc: u64, pick: impl Fn(&Marks) -> (&Vec<u64>, &Vec<u64>)) -> (bool, bool) {
+    if AIMS.get().is_none_or(|a| !a.marks_any()) {
         return (false, false);
     }
     let marks = MARKS.read().unwrap_or_else(|e| e.into_inner());
-    (
-        marks.0.binary_search(&pc).is_ok(),
-        marks.1.binary_search(&pc).is_ok(),
-    )
+    let (a, b) = pick(&marks);
+    (a.binary_search(&pc).is_ok(), b.binary_search(&pc).is_ok())
 }
 
 /// The libraries placed changed: the aims' run-time places in those `placements` gives
@@ -83,7 +121,7 @@ pub fn placed(placements: fn() -> Vec<Placement>) {
             notrace: place(&aims.notrace, placements, aims.filter.len()),
         });
     }
-    if !(aims.stop_at.is_empty() && aims.start_at.is_empty()) {
+    if aims.marks_any() {
         let addrs = |list: &[LibAim]| -> Vec<u64> {
             let mut v: Vec<u64> = place(list, placements, 0)
                 .into_iter()
@@ -93,8 +131,12 @@ pub fn placed(placements: fn() -> Vec<Placement>) {
             v.dedup();
             v
         };
-        *MARKS.write().unwrap_or_else(|e| e.into_inner()) =
-            (addrs(&aims.stop_at), addrs(&aims.start_at));
+        *MARKS.write().unwrap_or_else(|e| e.into_inner()) = Marks {
+            stop_at: addrs(&aims.stop_at),
+            start_at: addrs(&aims.start_at),
+            trace_on_at: addrs(&aims.trace_on_at),
+            trace_off_at: addrs(&aims.trace_off_at),
+        };
     }
 }
 
