@@ -286,9 +286,10 @@ pub struct RecordArgs {
 
     /// Switch tracing off at each entry into FUNC; repeatable
     ///
-    /// FUNC's entry ends the window with what its first block does (a call made there
-    /// too): the open frames close where that block ends. In user mode FUNC may be a
-    /// position-independent program's or a shared library's
+    /// Each closes the window at FUNC's first instruction: FUNC's entry is its last record
+    /// (as --stop-at's), and the frames open there close (other vCPUs switch where the block
+    /// they run ends). In user mode FUNC may be a position-independent program's or a
+    /// shared library's
     #[arg(long, value_name = "FUNC")]
     pub trace_off_at: Vec<String>,
 

@@ -434,6 +434,17 @@ fn on_arm64_libc() -> Vec<String> {
     vec!["-L".into(), path(sysroot), path(&pie)]
 }
 
+/// [`on_arm64_libc`]'s QEMU and command, and the shape of its unfiltered recording.
+fn unfiltered_on_arm64_libc() -> (std::path::PathBuf, Vec<String>, Vec<String>) {
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let run = on_arm64_libc();
+    let args: Vec<&str> = run.iter().map(String::as_str).collect();
+    let (_tmp, full, out) = common::user::record(&qemu, &args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let all = shape(&full, &[]);
+    (qemu, run, all)
+}
+
 /// User mode, a shared library's own functions (uftrace users' `-F malloc`): libc calls
 /// `__vfprintf_internal` and `_int_malloc` inside itself, never through the program's PLT.
 /// Named from Debian's arm64 libc with its debug files (the install's `arm64-libc`, run as
@@ -487,12 +498,8 @@ fn user_mode_filters_a_shared_library_s_functions() {
 #[test]
 fn user_mode_starts_and_stops_at_a_shared_library_s_function() {
     use common::user;
-    let qemu = qemu_uftrace_tests::user_qemu();
-    let run = on_arm64_libc();
+    let (qemu, run, all) = unfiltered_on_arm64_libc();
     let run: Vec<&str> = run.iter().map(String::as_str).collect();
-    let (_t1, full, out) = user::record(&qemu, &run);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let all = shape(&full, &[]);
     let first = |name: &str| {
         (all.iter())
             .position(|e| {
@@ -538,8 +545,7 @@ fn user_mode_starts_and_stops_at_a_shared_library_s_function() {
 /// trace's shape `all`: from each entry into an ON function while off, the frames open
 /// there that unwinding finds (written open, outermost first: not those of `unreached`) and
 /// what follows, at depths from them, to the next entry into an OFF function while on,
-/// whose entry ends the window, closed at once with every frame open (when its first block
-/// calls nothing, as the functions below).
+/// whose entry ends the window, closed at once with every frame open.
 fn switched(all: &[String], on: &[&str], off: &[&str], unreached: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     // The full trace's open frames, each with whether the window has it.
@@ -581,15 +587,15 @@ fn switched(all: &[String], on: &[&str], off: &[&str], unreached: &[&str]) -> Ve
     out
 }
 
+/// User mode, `--trace-on-at`/`--trace-off-at` a position-independent program's functions
+/// and a shared library's (libc's `__vfprintf_internal` and `_int_malloc`, which only libc
+/// calls), placed where the guest maps them as `--start-at`'s are: each window is the
+/// unfiltered recording's span, after the frames open at its start.
 #[test]
 fn user_mode_switches_at_a_pie_s_and_a_shared_library_s_functions() {
     use common::user;
-    let qemu = qemu_uftrace_tests::user_qemu();
-    let run = on_arm64_libc();
+    let (qemu, run, all) = unfiltered_on_arm64_libc();
     let run: Vec<&str> = run.iter().map(String::as_str).collect();
-    let (_t1, full, out) = user::record(&qemu, &run);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let all = shape(&full, &[]);
     // The program's qsort callback on, libc's allocator off; libc's printf on, the
     // program's PLT entry for free off (its block jumps into libc and calls nothing).
     // The second opens again in the exit handler's printf, and stays open to the end.

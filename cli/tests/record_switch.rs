@@ -591,9 +591,11 @@ fn check_board_on(
     rec.wait_status("off after SIGUSR2", "off", |_| true);
     let sig_dir = rec.stop();
 
-    // By triggers: a window from each entry into spin_leaf to the next into spin_work.
+    // By triggers: a window from each entry into spin_leaf to the next into spin_tick.
     // spin_leaf's one block returns: the switch comes at its first instruction, so it is
     // in its own window (uftrace's `trace_on` trigger), as its caller's frames are.
+    // spin_tick's first block calls spin_work: the switch off comes at its first
+    // instruction too, so its entry is the window's last record, as --stop-at's.
     let dir = tmp.join("trig.data");
     let rec = Recording::start(
         board,
@@ -604,7 +606,7 @@ fn check_board_on(
             "--trace-on-at",
             "spin_leaf",
             "--trace-off-at",
-            "spin_work",
+            "spin_tick",
         ],
     );
     rec.wait_status("three windows", "off", |s| {
@@ -624,6 +626,11 @@ fn check_board_on(
             &opened[opened.len().saturating_sub(2)..],
             ["spin_tick", "spin_leaf"],
             "{label}: a trigger's window opens at its function's entry"
+        );
+        assert_eq!(
+            w.body.last().map(|r| (r.kind, names(r.addr))),
+            Some((RecordType::Entry, "spin_tick".to_string())),
+            "{label}: a trigger's window ends at its function's entry"
         );
     }
 
@@ -655,9 +662,10 @@ fn check_board_on(
     check_against(label, "trace on|off", &cmd, &full, names);
     check_against(label, "--signal", &sig, &full, names);
     check_against(label, "--trace-on-at/--trace-off-at", &trig, &full, names);
-    for (dir, ws) in [(&cmd_dir, &cmd), (&sig_dir, &sig), (&trig_dir, &trig)] {
-        check_replay(dir, label, ws);
-    }
+    check_replay(&cmd_dir, label, &cmd);
+    check_replay(&sig_dir, label, &sig);
+    // The triggers' windows run from spin_leaf to spin_tick's entry: spin_work is never in.
+    check_replay_of(&trig_dir, label, &["spin_leaf"], &trig);
     check_export(&cmd_dir, &cmd, label);
 }
 

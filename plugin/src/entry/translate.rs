@@ -93,14 +93,17 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
         };
     }
     // Tracing switched off: the clock and the switch's own callbacks only (`handlers::switch`).
-    if unsafe { crate::handlers::switch::instrument(tb, first, start, n) } {
+    if unsafe { crate::handlers::switch::instrument(tb, start, n) } {
         unsafe {
             crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start))
         };
         return;
     }
+    // `--trace-off-at`'s block: its landing is taken, then its vCPU switches off at its first
+    // instruction; nothing else of it is instrumented (below).
+    let off_trigger = crate::handlers::switch::off_trigger_at(start);
     // A run from a snapshot: the first block each vCPU runs saves its stack cookie.
-    if crate::handlers::midway::armed() {
+    if crate::handlers::midway::armed() && !off_trigger {
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cb(
                 first,
@@ -121,8 +124,13 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             .filter(|&s| s != 0);
     // A signal handler's entry is told by its own callback (a return may be pending when a
     // signal is delivered: not a jump into the handler).
-    let handler = user && unsafe { crate::handlers::signals::instrument(first, start) };
-    unsafe { crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start)) };
+    let handler =
+        user && !off_trigger && unsafe { crate::handlers::signals::instrument(first, start) };
+    if !off_trigger {
+        unsafe {
+            crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start))
+        };
+    }
     // Jumps through a register store their address in the pending flag, read where one may
     // enter a function or (user mode) resume a frame (`handlers::jumps`). A Linux guest's
     // process code is left alone: the list holds the kernel's functions only.
@@ -190,12 +198,18 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             };
         }
     }
+    if off_trigger {
+        unsafe { crate::handlers::switch::register_off_trigger(tb, start) };
+    }
     if let Some(counter) = crate::vcpu::clock::insn_counter() {
         // Counted once per block at its start: calls and returns end blocks, so the count
         // at a callback already includes the calling or returning instruction.
         unsafe {
             qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu(tb, INLINE_ADD_U64, counter, n as u64)
         };
+    }
+    if off_trigger {
+        return;
     }
     let task_slot = crate::state::task_slot(start);
     let mut bytes = [0u8; 16];

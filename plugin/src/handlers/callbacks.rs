@@ -606,8 +606,9 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         // Tracing off: nothing is written, and no exception return is seen to close an
         // entry (the blocks carry no callback). An idle vCPU's timer interrupts were
         // written, nested ever deeper, from the first one to the switch on, seconds before
-        // its edge; a vCPU its trigger switched on already records (`on_early`).
-        if !active && !v.on_early {
+        // its edge; a vCPU its trigger switched on already records (`on_early`), one its
+        // trigger switched off no longer does (`off_early`).
+        if (!active && !v.on_early) || v.off_early {
             return;
         }
         let now = v.now();

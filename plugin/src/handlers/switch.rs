@@ -27,9 +27,9 @@
 //! ([`on_capture`]); the CLI unwinds it into the frames open there (`qemu:opened`).
 
 use crate::ffi::{
-    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, qemu_plugin_register_vcpu_tb_exec_cb,
-    qemu_plugin_register_vcpu_tb_exec_cond_cb, qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu,
-    qemu_plugin_tb, CB_NO_REGS, CB_R_REGS, COND_NE, INLINE_ADD_U64,
+    qemu_plugin_register_vcpu_tb_exec_cb, qemu_plugin_register_vcpu_tb_exec_cond_cb,
+    qemu_plugin_register_vcpu_tb_exec_inline_per_vcpu, qemu_plugin_tb, CB_NO_REGS, CB_R_REGS,
+    COND_NE, INLINE_ADD_U64,
 };
 use crate::state::config::Config;
 use crate::state::switch::{
@@ -319,13 +319,79 @@ fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
     }
 }
 
-/// A `--trace-off-at` function was entered.
-unsafe extern "C" fn on_trace_off_at(_vcpu_index: c_uint, _data: *mut c_void) {
+/// Whether the block at `start` begins a `--trace-off-at` function while tracing is on:
+/// translation then takes its landing as any block's, registers [`on_trace_off_at`] and
+/// instruments nothing else of it.
+pub fn off_trigger_at(start: u64) -> bool {
+    switch::active() && triggers_at(start).1
+}
+
+/// Whether the block at `start` begins a `--trace-on-at` and a `--trace-off-at` function.
+/// The CLI names functions in the symbol file's space (a randomised kernel's moved back); a
+/// PIE's are placed before its code is translated, a library's where the guest maps it.
+fn triggers_at(start: u64) -> (bool, bool) {
+    let aims = crate::state::aims::now();
+    let at = crate::state::kaslr::to_symbols(start);
+    let (lib_on, lib_off) = crate::state::lib_aims::triggers_at(start);
+    (
+        lib_on || aims.trace_on_at.contains(&at),
+        lib_off || aims.trace_off_at.contains(&at),
+    )
+}
+
+/// Registers [`on_trace_off_at`] on the block at `start`: the caller does so after its
+/// landing's callbacks (an entry by a jump into the function is written) and before the
+/// clock's add (the switch is timed at the function's first instruction).
+///
+/// # Safety
+/// `tb` is the live handle of the block being translated.
+pub unsafe fn register_off_trigger(tb: *mut qemu_plugin_tb, start: u64) {
+    unsafe {
+        qemu_plugin_register_vcpu_tb_exec_cb(
+            tb,
+            on_trace_off_at,
+            CB_NO_REGS,
+            start as usize as *mut c_void,
+        )
+    };
+}
+
+/// A `--trace-off-at` function is entered (its block's first callback after its landing's).
+/// Its vCPU switches off here, at the function's first instruction: the entry its call
+/// wrote is the window's last record, as `--stop-at`'s is, and nothing of its block is
+/// (the block has no other callback). The reset switches the others where their blocks
+/// end.
+///
+/// # Safety
+/// Registered by [`register_off_trigger`].
+unsafe extern "C" fn on_trace_off_at(vcpu_index: c_uint, _data: *mut c_void) {
     crate::state::guard("a switch", || {
+        if switch::active() {
+            crate::vcpu::with(vcpu_index, switch_off_early);
+        }
         if WANTED.swap(false, Ordering::AcqRel) {
             poke();
         }
     });
+}
+
+/// Whether a trigger's early switch off closed the waiting contexts' windows already (the
+/// reset's [`apply`] then leaves them).
+static EARLY_OFF_WAITING: AtomicBool = AtomicBool::new(false);
+
+/// This vCPU's own switch off at its `--trace-off-at` function ([`on_trace_off_at`]), as
+/// the reset's [`apply`] takes it: its frames close and its edge is written, then those of
+/// the contexts waiting on no vCPU.
+fn switch_off_early(v: &mut crate::vcpu::VcpuState) {
+    if std::mem::replace(&mut v.off_early, true) {
+        return;
+    }
+    let now = v.now();
+    v.engine.switch_off(now);
+    if !EARLY_OFF_WAITING.swap(true, Ordering::AcqRel) {
+        crate::state::with_tasks(|t| t.switch_off_waiting(&mut v.engine, now));
+    }
+    v.engine.flush();
 }
 
 /// Inside QEMU's exclusive section of a reset (every vCPU stopped, every translation
@@ -343,6 +409,14 @@ pub fn apply() {
     let early_edged = (EARLY_EDGED.lock().unwrap_or_else(|e| e.into_inner()))
         .take()
         .unwrap_or_default();
+    // vCPUs a trigger switched off already (`switch_off_early`): their edge is written. Such
+    // a reset switches off even where a `trace on` came since (`want` again): that one is
+    // due after it, and the next translation asks for it.
+    let off_early: Vec<bool> = (0..n)
+        .map(|i| crate::vcpu::with(i, |v| std::mem::take(&mut v.off_early)).unwrap_or(false))
+        .collect();
+    let waiting_off = EARLY_OFF_WAITING.swap(false, Ordering::AcqRel);
+    let want = want && !off_early.contains(&true);
     if !want && !was && early.contains(&true) {
         // Switched off again before the reset: a window of one block, closed where the
         // trigger opened it.
@@ -382,6 +456,10 @@ pub fn apply() {
                     v.engine.flush();
                     return now;
                 }
+                if !want && off_early[i as usize] {
+                    v.engine.flush();
+                    return now;
+                }
                 // A return's flag or a jump's address left by code of the other state.
                 let _ = v.pending.take_jump();
                 let _ = v.pending.take();
@@ -403,7 +481,7 @@ pub fn apply() {
                             if want {
                                 let already = |tid| early_edged.contains(&tid);
                                 edged.extend(t.switch_on_waiting(&mut v.engine, now, &already));
-                            } else {
+                            } else if !waiting_off {
                                 t.switch_off_waiting(&mut v.engine, now);
                             }
                         })
@@ -543,12 +621,7 @@ fn edge_once(v: &mut crate::vcpu::VcpuState, tid: u32, now: u64) {
 ///
 /// # Safety
 /// `tb` and `first` are live handles of the block being translated.
-pub unsafe fn instrument(
-    tb: *mut qemu_plugin_tb,
-    first: *mut qemu_plugin_insn,
-    start: u64,
-    n: usize,
-) -> bool {
+pub unsafe fn instrument(tb: *mut qemu_plugin_tb, start: u64, n: usize) -> bool {
     // A thread that translates looks too (user mode: a bell not rung while threads start).
     poke();
     let active = switch::active();
@@ -569,28 +642,8 @@ pub unsafe fn instrument(
             )
         };
     }
-    // The CLI names functions in the symbol file's space (a randomised kernel's moved back);
-    // a PIE's are placed before its code is translated, a library's where the guest maps it.
-    let (on_at, off_at) = {
-        let aims = crate::state::aims::now();
-        let at = crate::state::kaslr::to_symbols(start);
-        let (lib_on, lib_off) = crate::state::lib_aims::triggers_at(start);
-        (
-            lib_on || aims.trace_on_at.contains(&at),
-            lib_off || aims.trace_off_at.contains(&at),
-        )
-    };
-    if active && off_at {
-        unsafe {
-            qemu_plugin_register_vcpu_insn_exec_cb(
-                first,
-                on_trace_off_at,
-                CB_NO_REGS,
-                std::ptr::null_mut(),
-            )
-        };
-    }
-    if !active && on_at {
+    // (`--trace-off-at`'s block is the caller's: [`off_trigger_at`].)
+    if !active && triggers_at(start).0 {
         // A block's callback, before the clock's add (as [`on_capture`]'s): the switch is
         // timed at the function's entry. The block gets the instrumentation of tracing on,
         // which runs after it: the caller registers it.

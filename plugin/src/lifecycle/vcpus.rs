@@ -136,6 +136,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         jump_answers: Box::new([[(0, 0, 0); vcpu::JUMP_ANSWERS]; 2]),
         handed_round: 0,
         on_early: false,
+        off_early: false,
     };
     if !vcpu::install(vcpu_id, state) {
         out.note_error(format!(

@@ -63,6 +63,9 @@ pub struct VcpuState {
     /// Switched on by its own `--trace-on-at` block, before the reset reached the others
     /// (`handlers::switch::apply` leaves it as it is).
     pub on_early: bool,
+    /// Switched off by its own `--trace-off-at` block, before the reset reached the others
+    /// (`handlers::switch::apply` leaves its edge as it is).
+    pub off_early: bool,
 }
 
 /// Direct-mapped tables of (jump's address, target, answer) (`handlers::jumps`): entries'
