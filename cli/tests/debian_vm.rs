@@ -108,6 +108,39 @@ fn sessions(dir: &Path) -> Vec<(u32, String, String, String)> {
         .collect()
 }
 
+/// The libraries an ELF file names (readelf's `NEEDED` entries), e.g. `libc.so.6`.
+fn needed_of(path: &Path) -> Vec<String> {
+    let out = std::process::Command::new("readelf")
+        .arg("-dW")
+        .arg(path)
+        .output()
+        .expect("run readelf");
+    assert!(out.status.success(), "readelf -d {}", path.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let needed: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split_once('[')?.1.split_once(']')?.0.to_string()))
+        .collect();
+    assert!(!needed.is_empty(), "{}: no NEEDED entry", path.display());
+    needed
+}
+
+/// `plugin.procs`'s lines of process `pid` (its forking, exec, mappings and exit), for a
+/// failure's message: the boot is not deterministic, and a failure is not rerun at will.
+fn process_events(dir: &Path, pid: u32) -> String {
+    let text = std::fs::read_to_string(dir.join("plugin.procs")).unwrap_or_default();
+    let tgid = format!("\ttgid={pid}\t");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| format!("{l}\t").contains(&tgid))
+        .collect();
+    if lines.is_empty() {
+        return format!("none in {}/plugin.procs", dir.display());
+    }
+    lines.join("\n")
+}
+
 /// The file paths of a session's map (the guest's paths, `#N` module suffixes kept).
 fn map_files(dir: &Path, sid: &str) -> Vec<String> {
     std::fs::read_to_string(dir.join(format!("sid-{sid}.map")))
@@ -252,17 +285,31 @@ fn check_boot(dir: &Path, stderr: &str, label: &str, root: &Path, triple: &str, 
                 "{exe} (pid {pid}): {program} neither placed nor said to be found in the root"
             ));
         }
-        // Its libraries, at the guest's paths.
+        // Its libraries, at the guest's paths: libc, and libsystemd-shared where the program
+        // links it (readelf's DT_NEEDED of the cached VM's file, never the root given, whose
+        // links a hostile root aims at decoys: udevadm does not, so a session of udev's
+        // only had it from the systemd files it forked from, which one was picked).
+        let pristine = match triple {
+            "aarch64-linux-gnu" => debian_vm_arm64_root(),
+            _ => debian_vm_root(),
+        };
+        let needed = needed_of(&pristine.join(program.trim_start_matches('/')));
         for want in [
             format!("/usr/lib/{triple}/libc.so.6"),
             format!("/usr/lib/{triple}/systemd/libsystemd-shared-252.so"),
-        ] {
+        ]
+        .into_iter()
+        .filter(|w| needed.iter().any(|n| w.ends_with(&format!("/{n}"))))
+        {
             if !files
                 .iter()
                 .any(|f| f.split('#').next() == Some(want.as_str()))
             {
                 failed.push(format!(
-                    "{exe} (pid {pid}): no {want} in its map ({files:?})"
+                    "{exe} (pid {pid}): no {want} in its map ({files:?}); its sessions {:?}, \
+                     its process events:\n{}",
+                    sessions.iter().filter(|s| s.0 == pid).collect::<Vec<_>>(),
+                    process_events(dir, pid)
                 ));
             }
         }
