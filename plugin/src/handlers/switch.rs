@@ -615,12 +615,12 @@ fn edge_once(v: &mut crate::vcpu::VcpuState, tid: u32, now: u64) {
     }
 }
 
-/// The block being translated (`first` its first instruction, at `start`, `n`
-/// instructions): its switch's instrumentation. Returns true where tracing is off and the
+/// The block being translated (at `start`, `n` instructions): its switch's
+/// instrumentation. Returns true where tracing is off and the
 /// block needs nothing else (the caller registers no call's callback).
 ///
 /// # Safety
-/// `tb` and `first` are live handles of the block being translated.
+/// `tb` is the live handle of the block being translated.
 pub unsafe fn instrument(tb: *mut qemu_plugin_tb, start: u64, n: usize) -> bool {
     // A thread that translates looks too (user mode: a bell not rung while threads start).
     poke();
