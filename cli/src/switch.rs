@@ -6,8 +6,6 @@
 //! process at once (`plugin/src/handlers/switch.rs`), and says so in `plugin.status`.
 
 use std::path::{Path, PathBuf};
-
-use crate::stop_at::Addr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -16,6 +14,7 @@ pub use crate::args::{OnOff, SignalAction};
 use crate::datadir;
 use crate::errors::usage;
 use crate::progress::{self, STATUS_FILE};
+use crate::stop_at::Addr;
 
 /// The file the plugin reads what is asked for from (`switch=`).
 pub const SWITCH_FILE: &str = "plugin.switch";
