@@ -94,9 +94,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     }
     // Tracing switched off: the clock and the switch's own callbacks only (`handlers::switch`).
     if unsafe { crate::handlers::switch::instrument(tb, start, n) } {
-        unsafe {
-            crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start))
-        };
+        unsafe { crate::handlers::stop_at::instrument(first, start) };
         return;
     }
     // `--trace-off-at`'s block: its landing is taken, then its vCPU switches off at its first
@@ -127,9 +125,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let handler =
         user && !off_trigger && unsafe { crate::handlers::signals::instrument(first, start) };
     if !off_trigger {
-        unsafe {
-            crate::handlers::stop_at::instrument(first, crate::state::kaslr::to_symbols(start))
-        };
+        unsafe { crate::handlers::stop_at::instrument(first, start) };
     }
     // Jumps through a register store their address in the pending flag, read where one may
     // enter a function or (user mode) resume a frame (`handlers::jumps`). A Linux guest's

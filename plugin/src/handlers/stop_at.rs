@@ -22,18 +22,15 @@ static START_HIT: AtomicBool = AtomicBool::new(false);
 pub static ON_STOP: OnceLock<fn()> = OnceLock::new();
 
 /// Attaches the stop to a block starting at a stop address (`first` is its first
-/// instruction, at `start`).
+/// instruction, at run-time `start`; the callbacks are given its address in the symbol
+/// file's space).
 ///
 /// # Safety
 /// `first` is a live instruction handle of the block being translated.
 pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
-    // As the guest runs them: a PIE's are placed before any of its code is translated.
-    let aims = crate::state::aims::now();
-    // A shared library's, placed where the guest mapped it (`state::lib_aims`).
-    let (lib_stop, lib_start) = crate::state::lib_aims::marks_at(start);
-    if (lib_start || (!aims.start_at.is_empty() && aims.start_at.contains(&start)))
-        && !START_HIT.load(Ordering::Relaxed)
-    {
+    let aims = crate::state::aims_at(start);
+    let start = crate::state::kaslr::to_symbols(start);
+    if aims.start_at && !START_HIT.load(Ordering::Relaxed) {
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cb(
@@ -44,9 +41,7 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
             )
         };
     }
-    if !(lib_stop || (!aims.stop_at.is_empty() && aims.stop_at.contains(&start)))
-        || HIT.load(Ordering::Relaxed)
-    {
+    if !aims.stop_at || HIT.load(Ordering::Relaxed) {
         return;
     }
     // SAFETY: our callback, for an instruction of the block being translated.

@@ -323,20 +323,7 @@ fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
 /// translation then takes its landing as any block's, registers [`on_trace_off_at`] and
 /// instruments nothing else of it.
 pub fn off_trigger_at(start: u64) -> bool {
-    switch::active() && triggers_at(start).1
-}
-
-/// Whether the block at `start` begins a `--trace-on-at` and a `--trace-off-at` function.
-/// The CLI names functions in the symbol file's space (a randomised kernel's moved back); a
-/// PIE's are placed before its code is translated, a library's where the guest maps it.
-fn triggers_at(start: u64) -> (bool, bool) {
-    let aims = crate::state::aims::now();
-    let at = crate::state::kaslr::to_symbols(start);
-    let (lib_on, lib_off) = crate::state::lib_aims::triggers_at(start);
-    (
-        lib_on || aims.trace_on_at.contains(&at),
-        lib_off || aims.trace_off_at.contains(&at),
-    )
+    switch::active() && crate::state::aims_at(start).trace_off_at
 }
 
 /// Registers [`on_trace_off_at`] on the block at `start`: the caller does so after its
@@ -643,7 +630,7 @@ pub unsafe fn instrument(tb: *mut qemu_plugin_tb, start: u64, n: usize) -> bool 
         };
     }
     // (`--trace-off-at`'s block is the caller's: [`off_trigger_at`].)
-    if !active && triggers_at(start).0 {
+    if !active && crate::state::aims_at(start).trace_on_at {
         // A block's callback, before the clock's add (as [`on_capture`]'s): the switch is
         // timed at the function's entry. The block gets the instrumentation of tracing on,
         // which runs after it: the caller registers it.

@@ -42,7 +42,6 @@ impl LibAims {
 }
 
 /// The run-time addresses translation asks for, each list sorted.
-#[derive(Default)]
 struct Marks {
     stop_at: Vec<u64>,
     start_at: Vec<u64>,
@@ -81,31 +80,20 @@ pub fn filtering() -> bool {
     AIMS.get().is_some_and(|a| !a.filter.is_empty())
 }
 
-/// Whether the block at run-time `pc` starts a library's `--stop-at` and `--start-at`
-/// function (asked at translation).
-pub fn marks_at(pc: u64) -> (bool, bool) {
-    marked(pc, |m| (&m.stop_at, &m.start_at))
-}
-
-/// Whether the block at run-time `pc` starts a library's `--trace-on-at` and
-/// `--trace-off-at` function (asked at translation).
-pub fn triggers_at(pc: u64) -> (bool, bool) {
-    marked(pc, |m| (&m.trace_on_at, &m.trace_off_at))
-}
-
 /// Whether a library's `--trace-on-at` function was given (placed or not).
 pub fn triggers_on() -> bool {
     AIMS.get().is_some_and(|a| !a.trace_on_at.is_empty())
 }
 
-/// Whether `pc` is in each of the two lists `pick` takes.
-fn marked(pc: u64, pick: impl Fn(&Marks) -> (&Vec<u64>, &Vec<u64>)) -> (bool, bool) {
+/// Whether the block at run-time `pc` starts a library's `--stop-at`, `--start-at`,
+/// `--trace-on-at` and `--trace-off-at` function, in that order (asked at translation:
+/// `state::aims_at`).
+pub fn marks_at(pc: u64) -> [bool; 4] {
     if AIMS.get().is_none_or(|a| !a.marks_any()) {
-        return (false, false);
+        return [false; 4];
     }
-    let marks = MARKS.read().unwrap_or_else(|e| e.into_inner());
-    let (a, b) = pick(&marks);
-    (a.binary_search(&pc).is_ok(), b.binary_search(&pc).is_ok())
+    let m = MARKS.read().unwrap_or_else(|e| e.into_inner());
+    [&m.stop_at, &m.start_at, &m.trace_on_at, &m.trace_off_at].map(|l| l.binary_search(&pc).is_ok())
 }
 
 /// The libraries placed changed: the aims' run-time places in those `placements` gives

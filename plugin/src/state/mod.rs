@@ -143,3 +143,28 @@ fn panicked(what: &str, payload: Box<dyn std::any::Any + Send>) {
         None => eprintln!("qemu-uftrace plugin: {msg}"),
     }
 }
+
+/// Which of the functions translation asks for start the block at run-time `start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AtBlock {
+    pub stop_at: bool,
+    pub start_at: bool,
+    pub trace_on_at: bool,
+    pub trace_off_at: bool,
+}
+
+/// The aims at the block at run-time `start`: those given and a PIE's as the guest runs
+/// them (the CLI names functions in the symbol file's space: a randomised kernel's are
+/// moved back), and a shared library's where the guest mapped it (`lib_aims`). A
+/// PIE's and a library's are placed before any of their code is translated.
+pub fn aims_at(start: u64) -> AtBlock {
+    let aims = aims::now();
+    let at = kaslr::to_symbols(start);
+    let [stop, start_lib, on, off] = lib_aims::marks_at(start);
+    AtBlock {
+        stop_at: stop || aims.stop_at.contains(&at),
+        start_at: start_lib || aims.start_at.contains(&at),
+        trace_on_at: on || aims.trace_on_at.contains(&at),
+        trace_off_at: off || aims.trace_off_at.contains(&at),
+    }
+}
