@@ -16,7 +16,7 @@ use qemu_uftrace_tests::linux_guest::{
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::riscv64::{riscv64_kernel, riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_marker};
-use qemu_uftrace_tests::{cached, debian_kernel, disassemble_by};
+use qemu_uftrace_tests::{cached, debian_kernel, disassemble_by, plugin_stat};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -639,36 +639,71 @@ fn assert_pid1_user_frames_unwound(run: &Run, chain: &[&str]) {
 /// chain unwound by the kernel's ORC tables (the -dbg vmlinux given with `--symbols`).
 #[test]
 fn x86_64_kernel_panic_loop_unwound_by_orc() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let disk = tmp.path().join("disk.qcow2");
+    let run = x86_64_panic_loop_from_snapshot("console=ttyS0 nokaslr no_timer_check");
+    assert_eq!(
+        plugin_stat(&run.dir, "kaslr_offset"),
+        "0x0",
+        "{}",
+        run.stderr
+    );
+}
+
+/// The same with KASLR on, as the kernel boots by default: the run from the snapshot finds
+/// the kernel's base by its version banner in guest memory (there is no boot to watch), so
+/// the chain, the stop and the unwinding by ORC are as with `nokaslr`, and the summary says
+/// the offset. The base is random (0 in about one boot of 500: then `plugin.stats` says
+/// 0x0 and the summary nothing).
+#[test]
+fn x86_64_randomised_kernel_from_a_snapshot_found_by_its_banner() {
+    let run = x86_64_panic_loop_from_snapshot("console=ttyS0 no_timer_check");
+    assert_eq!(plugin_stat(&run.dir, "kaslr_anchor"), "linux_banner");
+    let stated = plugin_stat(&run.dir, "kaslr_offset");
+    let said = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("ran at a random base"))
+        .map(|l| l.to_string());
+    match said {
+        Some(line) => {
+            assert!(
+                line.contains(&format!("base (KASLR), {stated} above"))
+                    && line.contains("found by its version banner in guest memory"),
+                "{line}\n{}",
+                run.stderr
+            );
+            let offset = u64::from_str_radix(stated.trim_start_matches("0x"), 16).expect("hex");
+            assert_eq!(offset % (2 << 20), 0, "{stated}");
+        }
+        None => assert_eq!(stated, "0x0", "{}", run.stderr),
+    }
+    assert!(!run.stderr.contains("KASLR) unless"), "{}", run.stderr);
+}
+
+/// Boots `kernel` on `qemu` (`machine`'s options) with `append`, no initramfs and no
+/// `panic=`, to its "Unable to mount root fs" panic, where it loops for ever; saves it after
+/// the panic's last line, where the loop follows; returns the command line that resumes it
+/// (`-loadvm`), in `work`.
+fn saved_in_panic_loop(
+    work: &Path,
+    qemu: &Path,
+    machine: &[&str],
+    kernel: &Path,
+    append: &str,
+) -> Vec<String> {
+    let disk = work.join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
-    let qemu = cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let kernel = cached("kernel-amd64/vmlinuz");
-    let vmlinux = cached("kernel-amd64-dbg/vmlinux");
-    // No panic=: the kernel loops in panic() for ever.
-    let mut args: Vec<String> = [
-        qemu.to_str().expect("a UTF-8 path"),
-        "-M",
-        "pc",
-        "-m",
-        "512M",
-        "-display",
-        "none",
-        "-nic",
-        "none",
-        "-kernel",
-        &kernel.to_string_lossy(),
-        "-append",
-        "console=ttyS0 nokaslr no_timer_check",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args = vec![qemu.to_str().expect("a UTF-8 path").to_string()];
+    args.extend(machine.iter().map(|s| s.to_string()));
+    let kernel = kernel.to_string_lossy();
+    let rest = [
+        "-m", "512M", "-display", "none", "-nic", "none", "-kernel", &kernel,
+    ];
+    args.extend(rest.map(String::from));
+    args.extend(["-append".to_string(), append.to_string()]);
     args.extend(disk_args(&disk));
-    // The panic's last line: the loop follows it.
     let seen = save_at_marker(
         &args,
-        tmp.path(),
+        work,
         "---[ end Kernel panic",
         "s1",
         INITRAMFS_TIMEOUT,
@@ -676,6 +711,17 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
     .expect("snapshot the kernel in its panic loop");
     assert!(seen.contains("Unable to mount root fs"), "{seen}");
     args.extend(["-loadvm", "s1", "-monitor", "none", "-serial", "null"].map(String::from));
+    args
+}
+
+/// Boots Debian's amd64 kernel with `append` to its panic loop, saves it there, records the
+/// run from the snapshot to the loop's next delay, and checks the open chain unwound by ORC.
+fn x86_64_panic_loop_from_snapshot(append: &str) -> Run {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let qemu = cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let kernel = cached("kernel-amd64/vmlinuz");
+    let vmlinux = cached("kernel-amd64-dbg/vmlinux");
+    let args = saved_in_panic_loop(tmp.path(), &qemu, &["-M", "pc"], &kernel, append);
     let options = [
         OsStr::new("--symbols"),
         vmlinux.as_os_str(),
@@ -743,5 +789,94 @@ fn x86_64_kernel_panic_loop_unwound_by_orc() {
         summary.contains(&format!("{} open frames", chain.len()))
             && summary.contains(&format!("({} by ORC)", chain.len())),
         "{summary}"
+    );
+    Run {
+        _tmp: tmp,
+        dir,
+        stderr,
+        console: String::new(),
+    }
+}
+
+/// Debian's arm64 kernel as it boots by default, at a random base (QEMU's device tree gives
+/// it a seed; never its link address), to its "Unable to mount root fs" panic loop, saved
+/// there and recorded from the snapshot to the loop's next `__const_udelay` call, twice:
+/// with the -dbg vmlinux, and with the stock image alone (kallsyms' names, the banner from
+/// the `Image`). Each run finds the base by the kernel's version banner in guest memory,
+/// the same in both, and names every call; with the vmlinux, the open chain is unwound by
+/// frame records as the kernel's own panic would show it. (The stock image alone gives the
+/// unwinder no ELF: its open frames are not recovered, with or without KASLR.)
+#[test]
+fn arm64_randomised_kernel_from_a_snapshot_found_by_its_banner() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let qemu = cached("qemu-10.2.2/bin/qemu-system-aarch64");
+    let machine = ["-M", "virt", "-cpu", "cortex-a57"];
+    let kernel = debian_kernel();
+    let args = saved_in_panic_loop(tmp.path(), &qemu, &machine, &kernel, "console=ttyAMA0");
+    let vmlinux = debian_vmlinux();
+    let stop = ["--stop-at", "__const_udelay,exit"];
+    let record = |name: &str, symbols: Option<&Path>| {
+        let dir = tmp.path().join(name);
+        let mut options: Vec<&OsStr> = stop.iter().map(OsStr::new).collect();
+        if let Some(file) = symbols {
+            options.extend([OsStr::new("--symbols"), file.as_os_str()]);
+        }
+        let out = common::record_into(&dir, &options, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{name}: {}\n{stderr}", out.status);
+        (dir, stderr)
+    };
+    let runs = [
+        ("vmlinux", record("vmlinux.data", Some(&vmlinux))),
+        ("stock image", record("image.data", None)),
+    ];
+    let mut offsets = Vec::new();
+    for (what, (dir, stderr)) in &runs {
+        assert_eq!(plugin_stat(dir, "kaslr_anchor"), "linux_banner", "{what}");
+        let stated = plugin_stat(dir, "kaslr_offset");
+        assert_ne!(stated, "0x0", "{what}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "ran at a random base (KASLR), {stated} above its link address (found by its \
+                 version banner in guest memory)"
+            )),
+            "{what}: {stderr}"
+        );
+        offsets.push(stated);
+        let text = replay(dir);
+        let unnamed: Vec<&str> = (text.lines())
+            .filter(|l| l.contains("<ffff") || l.contains("<0x"))
+            .collect();
+        assert!(unnamed.is_empty(), "{what}: {unnamed:?}\n{text}");
+        let events = parse_replay(&text, 1).expect("replay");
+        callers(&events).unwrap_or_else(|e| panic!("{what}: {e}\n{text}"));
+        // The stop, at the moved address of panic's delay (where the snapshot may have
+        // been taken: then at once).
+        assert!(
+            stderr.contains("stopped writing at the first entry into __const_udelay"),
+            "{what}: {stderr}"
+        );
+    }
+    assert_eq!(
+        offsets[0], offsets[1],
+        "the vmlinux's banner against the image's"
+    );
+    // PID 1, a kernel thread here: panic's caller chain from kernel_init. The loop runs
+    // with interrupts on: a snapshot taken inside the timer's interrupt gives its chain
+    // down from the exception entry instead, where the unwinder stops (the interrupted
+    // frames return past it, LOST).
+    let (dir, stderr) = &runs[0].1;
+    let text = replay(dir);
+    let chain = recovered_chain(&text, 1);
+    let outer = ["kernel_init", "kernel_init_freeable", "prepare_namespace"].map(String::from);
+    let expected = if chain.first().map(String::as_str) == Some("el1h_64_irq_handler") {
+        "gic_handle_irq"
+    } else {
+        assert!(chain.starts_with(&outer), "{chain:?}\n{stderr}\n{text}");
+        "panic"
+    };
+    assert!(
+        chain.iter().any(|f| f == expected),
+        "{chain:?}\n{stderr}\n{text}"
     );
 }

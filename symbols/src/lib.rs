@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod banner;
 mod btf;
 mod debug_file;
 mod demangle;
@@ -22,6 +23,7 @@ mod kernel_image;
 mod source_arg;
 mod system_map;
 
+pub use banner::{kernel_banner, Banner};
 pub use detect::{detect_kind, Kind};
 pub use dwarf_args::AutoSpec;
 pub use fde::fde_index;

@@ -76,6 +76,39 @@ pub fn anchor_text<'a>(images: impl IntoIterator<Item = &'a Image>, arch: Arch) 
     format!("none the kernel's symbols have no {}\n", names[0].0)
 }
 
+/// A run from a snapshot has no boot to watch: the plugin looks for the kernel's version
+/// banner in guest memory instead, at the offsets (multiples of the granule) that put its
+/// first upper-half block inside the image. Its line: `banner ADDR GRANULE LO HI BYTES`
+/// (hex; `ADDR` where the banner is linked, `BYTES` its first bytes), or `none WHY`. The
+/// banner comes from the kernel's symbol file, else from `kernel` (the `-kernel` file).
+pub fn banner_text<'a>(
+    images: impl IntoIterator<Item = &'a Image>,
+    kernel: Option<&Path>,
+    arch: Arch,
+) -> String {
+    let Some(img) = images.into_iter().find(|i| is_kernel(i)) else {
+        return "none the kernel's symbols were not found\n".into();
+    };
+    let granule = anchors(arch)[0].2;
+    let files = std::iter::once(img.path.as_path()).chain(kernel);
+    let found = files
+        .filter_map(|f| qemu_uftrace_symbols::kernel_banner(f).ok().flatten())
+        .next();
+    match found {
+        Some(b) => {
+            let bytes: String = b.bytes.iter().map(|b| format!("{b:02x}")).collect();
+            format!(
+                "banner {:x} {granule:x} {:x} {:x} {bytes}\n",
+                b.addr, img.start, img.end
+            )
+        }
+        None => format!(
+            "none no \"Linux version\" banner was found in {}\n",
+            img.path.display()
+        ),
+    }
+}
+
 /// How far the kernel ran from its symbols: its image in the upper half (`virt`), and its
 /// physical-address copy (`phys`: an x86 kernel draws its physical base apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,10 +180,14 @@ pub fn outcome_line(
     advice: &str,
 ) -> Option<Result<String, String>> {
     if let Some(offset) = offset(stats).filter(|&o| o != 0) {
-        let at = stats.other_value("kaslr_anchor").unwrap_or("its start");
+        let how = match stats.other_value("kaslr_anchor") {
+            // The plugin's name for a run from a snapshot (`state::kaslr::BANNER`).
+            Some("linux_banner") => "found by its version banner in guest memory".to_string(),
+            at => format!("found where it entered {}", at.unwrap_or("its start")),
+        };
         return Some(Ok(format!(
             "the guest kernel ran at a random base (KASLR), {offset:#x} above its link address \
-             (found where it entered {at}): its symbols were moved to match"
+             ({how}): its symbols were moved to match"
         )));
     }
     let why = stats.other_value("kaslr_unknown").filter(|_| !kaslr_off)?;

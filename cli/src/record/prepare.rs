@@ -191,9 +191,9 @@ pub fn prepare(
     let trace_off_at = crate::switch::resolve("--trace-off-at", &args.trace_off_at, &names)?;
     let filters = crate::filter::Filters::resolve(&args.filter, &args.notrace, &names)?;
     // A Linux kernel's randomised base is found as it boots, from an anchor in its symbols
-    // (written beside the entries, which need the same symbols): the warning then waits
-    // for what the plugin found. Not in a run from a snapshot: the kernel booted before it.
-    let finds_base = linux && !sources.is_empty() && !inv.resume;
+    // (written beside the entries, which need the same symbols), or in a run from a
+    // snapshot by its banner in memory: the warning then waits for what the plugin found.
+    let finds_base = linux && !sources.is_empty();
     let kaslr_warning = kaslr_first(inv, kernel.as_deref(), finds_base);
     let layouts = layouts.and_then(|job| {
         let read = job
@@ -589,11 +589,16 @@ fn start_entries(
     let kernel = kernel.map(Path::to_path_buf);
     let later = kernel.is_some();
     let anchor = anchor.map(|(file, arch)| (file.to_path_buf(), arch));
+    let resume = inv.resume;
     let job = move || {
         // First: the plugin waits for it only where the kernel proper starts, and for the
         // entries at the first translation.
         if let Some((file, arch)) = &anchor {
-            let text = super::kaslr::anchor_text(read.images(), *arch);
+            let text = if resume {
+                super::kaslr::banner_text(read.images(), kernel.as_deref(), *arch)
+            } else {
+                super::kaslr::anchor_text(read.images(), *arch)
+            };
             crate::entries::write_atomically(file, &text);
         }
         let text = crate::entries::system_text(&read, kernel.as_deref(), &board);

@@ -5,7 +5,10 @@
 //! space (arm64 `__primary_switched`, entered by `br x8` once the MMU maps it; x86_64 the
 //! startup code's jump to its own link address), the granule the kernel moves by, and the
 //! image's range. The first block translated in the upper half gives the offset, once,
-//! before any of the kernel's code there has been instrumented. The trace keeps the
+//! before any of the kernel's code there has been instrumented. A run from a snapshot has
+//! no boot to watch: the CLI gives the kernel's version banner instead, looked for in guest
+//! memory at every offset that puts that block inside the image (a block outside it, in a
+//! module, tells nothing: the next one is tried). The trace keeps the
 //! addresses the guest ran (the CLI moves the kernel's symbols by the offset); whatever is
 //! decided by the CLI's named functions is asked in the symbol file's space
 //! ([`to_symbols`], at translation; the gates at run time). Modules, firmware and the
@@ -13,18 +16,105 @@
 
 use qemu_uftrace_engine::kaslr::KernelShift;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 /// The CLI's file, from `kaslr_file=`.
 static FILE: OnceLock<PathBuf> = OnceLock::new();
-/// What the first upper-half block said: the offset, or why there is none.
+/// What the CLI's file says to look for, read at the first upper-half block.
+static ANCHOR: OnceLock<Result<Anchor, String>> = OnceLock::new();
+/// What the upper-half blocks said: the offset, or why there is none.
 static DECIDED: OnceLock<Result<Found, String>> = OnceLock::new();
+/// Upper-half blocks where the banner was looked for in vain.
+static BANNER_MISSES: AtomicU32 = AtomicU32::new(0);
+/// After so many, the banner is said not found: its first blocks run in the image.
+const BANNER_TRIES: u32 = 64;
+/// The most offsets one block may put the banner at (an arm64 image of 4 GiB by 64 KiB).
+const MAX_CANDIDATES: u64 = 1 << 16;
 /// Read by translation and the gates: empty until an offset other than 0 is found.
 pub static SHIFT: KernelShift = KernelShift::new();
 
+/// What finds the offset: where the kernel first runs as it boots, or its banner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    Entry(Entry),
+    Banner(Banner),
+}
+
+impl Anchor {
+    /// The kernel image's range, in the symbol file's space.
+    fn range(&self) -> (u64, u64) {
+        match self {
+            Anchor::Entry(a) => (a.lo, a.hi),
+            Anchor::Banner(b) => (b.lo, b.hi),
+        }
+    }
+}
+
+/// The kernel's version banner (a run from a snapshot): where it is linked and its first
+/// bytes, which stay in memory wherever the kernel runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Banner {
+    pub addr: u64,
+    pub granule: u64,
+    pub lo: u64,
+    pub hi: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// What [`Found::name`] says for an offset found from the banner.
+pub const BANNER: &str = "linux_banner";
+
+impl Banner {
+    /// The offset that puts the banner in guest memory (`read`), among those that put the
+    /// block at `at` inside the image: `None` where none does (the block is elsewhere).
+    pub fn offset_for(
+        &self,
+        at: u64,
+        mut read: impl FnMut(u64, usize) -> Option<Vec<u8>>,
+    ) -> Option<Result<Found, String>> {
+        let granule = self.granule.max(1);
+        if at < self.lo || self.hi <= self.lo {
+            return None;
+        }
+        if (self.hi - self.lo) / granule >= MAX_CANDIDATES {
+            return Some(Err(format!(
+                "its image ({:#x} bytes) is too large to look for its banner by {granule:#x}",
+                self.hi - self.lo
+            )));
+        }
+        // Every multiple of the granule with lo <= at - offset < hi, from the largest.
+        let mut offset = (at - self.lo) / granule * granule;
+        let mut matches = Vec::new();
+        while at - offset < self.hi {
+            let there = read(self.addr.wrapping_add(offset), self.bytes.len());
+            if there.as_deref() == Some(self.bytes.as_slice()) {
+                matches.push(offset);
+            }
+            match offset.checked_sub(granule) {
+                Some(lower) => offset = lower,
+                None => break,
+            }
+        }
+        match matches[..] {
+            [] => None,
+            [offset] => Some(Ok(Found {
+                offset,
+                at,
+                name: BANNER.into(),
+                phys: None,
+            })),
+            _ => Some(Err(format!(
+                "its banner is in memory at {} offsets from its block at {at:#x}",
+                matches.len()
+            ))),
+        }
+    }
+}
+
 /// Where the kernel first runs in the upper half, in the symbol file's space.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Anchor {
+pub struct Entry {
     /// The function it is in, and how far into it the block may start (1: at its start).
     pub start: u64,
     pub size: u64,
@@ -71,17 +161,37 @@ pub fn learn(start: u64) {
     let Some(file) = FILE.get() else {
         return;
     };
-    DECIDED.get_or_init(|| {
-        let found = read_anchor(file).and_then(|a| offset_at(&a, start).map(|f| (a, f)));
-        match found {
-            Ok((a, mut f)) => {
-                SHIFT.set(a.lo, a.hi, f.offset);
-                f.phys = physical(start);
-                tell(&f);
-                Ok(f)
-            }
-            Err(why) => Err(why),
+    let anchor = match ANCHOR.get_or_init(|| read_anchor(file)) {
+        Ok(anchor) => anchor,
+        Err(why) => {
+            DECIDED.get_or_init(|| Err(why.clone()));
+            return;
         }
+    };
+    let found = match anchor {
+        Anchor::Entry(a) => offset_at(a, start),
+        Anchor::Banner(b) => {
+            let mut buf = super::guest::ByteBuf::new();
+            let read = |addr, len| buf.read_memory(addr, len).map(<[u8]>::to_vec);
+            match b.offset_for(start, read) {
+                Some(found) => found,
+                None if BANNER_MISSES.fetch_add(1, Ordering::Relaxed) + 1 < BANNER_TRIES => return,
+                None => Err(format!(
+                    "its banner was not in memory where any of its first {BANNER_TRIES} \
+                     blocks in the upper half would put it"
+                )),
+            }
+        }
+    };
+    DECIDED.get_or_init(|| {
+        let mut f = found?;
+        let (lo, hi) = anchor.range();
+        SHIFT.set(lo, hi, f.offset);
+        if matches!(anchor, Anchor::Entry(_)) {
+            f.phys = physical(start);
+        }
+        tell(&f);
+        Ok(f)
     });
 }
 
@@ -131,7 +241,7 @@ pub fn outcome() -> Option<Result<&'static Found, &'static str>> {
 }
 
 /// The offset of a kernel whose first upper-half block starts at `at`.
-pub fn offset_at(a: &Anchor, at: u64) -> Result<Found, String> {
+pub fn offset_at(a: &Entry, at: u64) -> Result<Found, String> {
     let into = at.wrapping_sub(a.start) % a.granule.max(1);
     if into >= a.size {
         return Err(format!(
@@ -148,8 +258,8 @@ pub fn offset_at(a: &Anchor, at: u64) -> Result<Found, String> {
     })
 }
 
-/// Waits (30 s at most) for the CLI's file: `anchor START SIZE GRANULE LO HI NAME` (hex),
-/// or `none WHY`.
+/// Waits (30 s at most) for the CLI's file: `anchor START SIZE GRANULE LO HI NAME`,
+/// `banner ADDR GRANULE LO HI BYTES` (hex), or `none WHY`.
 fn read_anchor(file: &Path) -> Result<Anchor, String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let text = loop {
@@ -174,14 +284,28 @@ pub fn parse(text: &str) -> Result<Anchor, String> {
     match words[..] {
         ["anchor", s, z, g, lo, hi, name] => match (hex(s), hex(z), hex(g), hex(lo), hex(hi)) {
             (Some(start), Some(size), Some(granule), Some(lo), Some(hi)) if size > 0 => {
-                Ok(Anchor {
+                Ok(Anchor::Entry(Entry {
                     start,
                     size,
                     granule,
                     lo,
                     hi,
                     name: name.to_string(),
-                })
+                }))
+            }
+            _ => Err(format!("malformed anchor {line:?}")),
+        },
+        ["banner", a, g, lo, hi, bytes] => match (hex(a), hex(g), hex(lo), hex(hi), unhex(bytes)) {
+            (Some(addr), Some(granule), Some(lo), Some(hi), Some(bytes))
+                if granule > 0 && !bytes.is_empty() =>
+            {
+                Ok(Anchor::Banner(Banner {
+                    addr,
+                    granule,
+                    lo,
+                    hi,
+                    bytes,
+                }))
             }
             _ => Err(format!("malformed anchor {line:?}")),
         },
@@ -189,12 +313,80 @@ pub fn parse(text: &str) -> Result<Anchor, String> {
     }
 }
 
+/// `hex`'s bytes, two digits each (at most 256).
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || hex.len() > 512 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn anchor(text: &str) -> Anchor {
-        parse(text).unwrap()
+    fn anchor(text: &str) -> Entry {
+        match parse(text).unwrap() {
+            Anchor::Entry(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn banner(text: &str) -> Banner {
+        match parse(text).unwrap() {
+            Anchor::Banner(b) => b,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Guest memory holding `bytes` at `at` only (reads elsewhere see other bytes).
+    fn memory(at: u64, bytes: &[u8]) -> impl FnMut(u64, usize) -> Option<Vec<u8>> + '_ {
+        move |addr: u64, len: usize| {
+            Some(if addr == at {
+                bytes[..len].to_vec()
+            } else {
+                vec![0x5a; len]
+            })
+        }
+    }
+
+    #[test]
+    fn a_snapshots_offset_is_where_its_banner_is() {
+        // x86_64: image 0xffffffff81000000..0xffffffff83830000, banner at ...8211ffe0.
+        let b =
+            banner("banner ffffffff8211ffe0 200000 ffffffff81000000 ffffffff83830000 4c696e7578");
+        let offset = 0x1e00_0000;
+        let ran_at = 0xffff_ffff_8211_ffe0 + offset;
+        // A block in the idle loop, where the kernel ran.
+        let read = memory(ran_at, b"Linux");
+        let found = b.offset_for(0xffff_ffff_810f_1234 + offset, read);
+        assert_eq!(found.unwrap().unwrap().offset, offset);
+        // No offset at all (nokaslr): the candidates reach 0.
+        let read = memory(0xffff_ffff_8211_ffe0, b"Linux");
+        assert_eq!(
+            b.offset_for(0xffff_ffff_8100_0000, read)
+                .unwrap()
+                .unwrap()
+                .offset,
+            0
+        );
+        // A block outside the image (a module's), or below it, puts the banner nowhere.
+        let read = memory(ran_at, b"Linux");
+        assert_eq!(b.offset_for(0xffff_ffff_c000_1000, read), None);
+        let read = memory(ran_at, b"Linux");
+        assert_eq!(b.offset_for(0xffff_8880_0000_1000, read), None);
+    }
+
+    #[test]
+    fn a_banner_at_two_offsets_is_no_answer() {
+        let b = banner("banner 1000 1000 0 10000 4c");
+        let found = b.offset_for(0x8000, |_, len| Some(vec![b'L'; len]));
+        assert!(found.unwrap().is_err());
+        assert!(parse("banner 1000 0 0 10000 4c").is_err());
+        assert!(parse("banner 1000 1000 0 10000 4").is_err());
     }
 
     #[test]
