@@ -37,33 +37,11 @@ pub fn kernel_banner(path: &Path) -> Result<Option<Banner>, SymbolError> {
             let Some(at) = find_bytes(&image, PREFIX) else {
                 return Ok(None);
             };
-            let [text, primary_entry] = <[Option<u64>; 2]>::try_from(
-                kernel_image::symbol_addresses(path, &data, &["_text", "primary_entry"])?,
-            )
-            .unwrap_or_default();
-            let base = text.or_else(|| arm64_text(&image, primary_entry?));
+            let base = kernel_image::flat_base(path, &data, &image)?;
             Ok(base.and_then(|base| banner(base.wrapping_add(at as u64), &image[at..])))
         }
         _ => Ok(None),
     }
-}
-
-/// Where an arm64 `Image`'s first byte is linked, whose kallsyms lacks `_text` (it lists
-/// from `_stext`, 64 KiB further): the header's branch to `primary_entry` (at byte 0, or 4
-/// after an EFI stub's `MZ` instruction) says how far into the image that is.
-fn arm64_text(image: &[u8], primary_entry: u64) -> Option<u64> {
-    if image.get(0x38..0x3c) != Some(b"ARM\x64") {
-        return None;
-    }
-    [0usize, 4].into_iter().find_map(|at| {
-        let insn = u32::from_le_bytes(image.get(at..at + 4)?.try_into().ok()?);
-        // B imm26: the target is the instruction's own place plus imm26 words, signed.
-        (insn & 0xfc00_0000 == 0x1400_0000).then(|| {
-            let words = i64::from(((insn & 0x03ff_ffff) << 6) as i32 >> 6);
-            let target = (at as i64).wrapping_add(words * 4) as u64;
-            primary_entry.wrapping_sub(target)
-        })
-    })
 }
 
 /// The banner's bytes at the start of `from`, if they are one.
@@ -110,21 +88,6 @@ fn elf_banner(data: &[u8]) -> Option<Banner> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_arm64_images_base_comes_from_its_branch_to_primary_entry() {
-        let mut image = vec![0u8; 0x40];
-        image[0x38..0x3c].copy_from_slice(b"ARM\x64");
-        // "MZ" as an instruction, then `b +0x1398d18` (to 0x1398d1c).
-        image[0..4].copy_from_slice(&0x91005a4du32.to_le_bytes());
-        image[4..8].copy_from_slice(&(0x1400_0000u32 | (0x1398d18 / 4)).to_le_bytes());
-        assert_eq!(
-            arm64_text(&image, 0xffff_8000_0939_8d1c),
-            Some(0xffff_8000_0800_0000)
-        );
-        image[0x38] = 0;
-        assert_eq!(arm64_text(&image, 0xffff_8000_0939_8d1c), None);
-    }
 
     #[test]
     fn the_banner_ends_at_its_newline_or_the_cap() {

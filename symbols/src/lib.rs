@@ -324,6 +324,33 @@ pub fn kernel_symbol_address(path: &Path, name: &str) -> Result<Option<u64>, Sym
     kernel_image::symbol_address(path, &data, name)
 }
 
+/// A raw kernel image's own contents, for readers of its code and tables (the CLI's
+/// unwinder, where no vmlinux is given).
+pub enum KernelContents {
+    /// An x86 bzImage's payload: the stripped vmlinux, an ELF with its sections (ORC's too).
+    Elf(Vec<u8>),
+    /// A flat image (arm64/riscv64 `Image`) and where its first byte is linked.
+    Flat { base: u64, bytes: Vec<u8> },
+}
+
+/// [`KernelContents`] of the kernel image in `path`; `Ok(None)`: not a raw kernel image, or
+/// a flat one whose place is not known.
+pub fn kernel_image_contents(path: &Path) -> Result<Option<KernelContents>, SymbolError> {
+    let data = file_data::map(path)?;
+    if detect::detect(&data) != Kind::KernelImage {
+        return Ok(None);
+    }
+    let image = kernel_image::unpack(path, &data)?;
+    if image.starts_with(b"\x7fELF") {
+        return Ok(Some(KernelContents::Elf(image.to_vec())));
+    }
+    let base = kernel_image::flat_base(path, &data, &image)?;
+    Ok(base.map(|base| KernelContents::Flat {
+        base,
+        bytes: image.to_vec(),
+    }))
+}
+
 /// The addresses of the symbols `names` in an ELF file's symbol table (`None` for one it
 /// lacks; the first of a name counts), read through a mapping of the file: a Linux vmlinux's
 /// ~150 K symbols in milliseconds, where buffered reads of its 273 MB took half a second.

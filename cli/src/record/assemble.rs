@@ -79,7 +79,8 @@ pub fn assemble(
     }
     // The frames the engine could not see (a snapshot's start, resyncs, switches on),
     // unwound and spliced into the tasks' files before the assembly renumbers them.
-    // The ELF files among the images QEMU loads and the symbol sources (a vmlinux).
+    // The ELF files among the images QEMU loads and the symbol sources (a vmlinux), and a
+    // raw kernel image where no ELF kernel is among them (its code, kallsyms and ORC).
     let mut image_paths: Vec<&Path> = prep
         .images
         .iter()
@@ -91,13 +92,18 @@ pub fn assemble(
             image_paths.push(&s.path);
         }
     }
-    // A kernel that ran at a random base: its vmlinux unwinds where it ran.
+    let raw_kernel = |p: &Path| !qemu::file_is_elf(p) && super::kaslr::is_linux_kernel(p);
+    if !image_paths.iter().any(|p| super::kaslr::is_kernel_elf(p)) {
+        let raw = (prep.images.iter().map(|i| i.path.as_path())).find(|p| raw_kernel(p));
+        image_paths.extend(raw);
+    }
+    // A kernel that ran at a random base: its vmlinux (or image) unwinds where it ran.
     let moved_by = (stats.as_ref())
         .and_then(super::kaslr::offset)
         .filter(|&o| o != 0);
     let at_link = (image_paths.iter())
         .map(|p| {
-            let bias = moved_by.filter(|_| super::kaslr::is_kernel_elf(p));
+            let bias = moved_by.filter(|_| super::kaslr::is_kernel_elf(p) || raw_kernel(p));
             (p.to_path_buf(), bias.unwrap_or(0))
         })
         .collect();

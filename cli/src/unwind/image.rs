@@ -44,7 +44,43 @@ impl Image {
         // symbols and unwind tables are read.
         let bytes = qemu_uftrace_symbols::map_file(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        Image::parse(&path.display().to_string(), &bytes)
+        let name = path.display().to_string();
+        if !bytes.starts_with(b"\x7fELF") {
+            return Image::kernel(path, &name);
+        }
+        Image::parse(&name, &bytes)
+    }
+
+    /// A raw kernel image (no vmlinux given): an x86 bzImage's payload is an ELF with its
+    /// code and ORC tables (stripped of symbols); a flat arm64/riscv64 `Image` is code for
+    /// frame records. Its functions come from its kallsyms either way.
+    fn kernel(path: &Path, name: &str) -> Result<Image> {
+        use qemu_uftrace_symbols::KernelContents;
+        let contents = qemu_uftrace_symbols::kernel_image_contents(path)
+            .with_context(|| format!("cannot read {name}"))?;
+        let mut image = match contents {
+            Some(KernelContents::Elf(bytes)) => Image::parse(name, &bytes)?,
+            Some(KernelContents::Flat { base, bytes }) => Image {
+                name: name.to_string(),
+                bias: 0,
+                eh_frame: None,
+                debug_frame: None,
+                sframe: None,
+                orc: None,
+                code: vec![(base, bytes)],
+                functions: Vec::new(),
+            },
+            None => anyhow::bail!("{name} is neither an ELF file nor a kernel image"),
+        };
+        if image.functions.is_empty() {
+            let opts = qemu_uftrace_symbols::LoadOptions::default();
+            let symbols = qemu_uftrace_symbols::load_kernel_image(path, &opts)
+                .with_context(|| format!("{name}'s kallsyms"))?;
+            image.functions = (symbols.functions.iter())
+                .map(|f| (f.addr, f.size))
+                .collect();
+        }
+        Ok(image)
     }
 
     /// The file loaded `bias` above its link addresses.
