@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+use qemu_uftrace_engine::arch::ExceptionKind;
 
 /// An unwind table section as loaded: its bytes and where it sits in the guest.
 pub struct Table {
@@ -36,6 +37,21 @@ pub struct Image {
     code: Vec<(u64, Vec<u8>)>,
     /// Function starts and sizes, sorted by address.
     functions: Vec<(u64, u64)>,
+    /// An arm64 kernel's entry code for exceptions taken in the kernel, by start
+    /// ([`kernel_exception_entry`]), sorted.
+    exception_entries: Vec<(u64, ExceptionKind)>,
+}
+
+/// The exception an arm64 kernel's entry code (entry.S's `el1h_64_<label>`, for an
+/// exception taken at EL1) handles: its frame record is chained into the `struct pt_regs`
+/// it saved. A synchronous one's kind is in ESR, which is not saved: `[exception]`.
+pub fn kernel_exception_entry(name: &[u8]) -> Option<ExceptionKind> {
+    match name {
+        b"el1h_64_irq" => Some(ExceptionKind::Irq),
+        b"el1h_64_fiq" => Some(ExceptionKind::Fiq),
+        b"el1h_64_sync" | b"el1h_64_error" => Some(ExceptionKind::Other),
+        _ => None,
+    }
 }
 
 impl Image {
@@ -69,6 +85,7 @@ impl Image {
                 orc: None,
                 code: vec![(base, bytes)],
                 functions: Vec::new(),
+                exception_entries: Vec::new(),
             },
             None => anyhow::bail!("{name} is neither an ELF file nor a kernel image"),
         };
@@ -78,6 +95,9 @@ impl Image {
                 .with_context(|| format!("{name}'s kallsyms"))?;
             image.functions = (symbols.functions.iter())
                 .map(|f| (f.addr, f.size))
+                .collect();
+            image.exception_entries = (symbols.functions.iter())
+                .filter_map(|f| Some((f.addr, kernel_exception_entry(f.name.as_bytes())?)))
                 .collect();
         }
         Ok(image)
@@ -119,6 +139,10 @@ impl Image {
             .collect();
         functions.sort_unstable();
         functions.dedup_by_key(|f| f.0);
+        let mut exception_entries: Vec<(u64, ExceptionKind)> = (file.symbols())
+            .filter_map(|s| Some((s.address(), kernel_exception_entry(s.name_bytes().ok()?)?)))
+            .collect();
+        exception_entries.sort_unstable_by_key(|e| e.0);
         let orc = match (
             file.section_by_name(".orc_unwind_ip"),
             file.section_by_name(".orc_unwind"),
@@ -142,6 +166,7 @@ impl Image {
             sframe: table(".sframe"),
             code,
             functions,
+            exception_entries,
         })
     }
 
@@ -162,6 +187,17 @@ impl Image {
         })?;
         let end = (addr - start) as usize;
         Some(&bytes[end.saturating_sub(len)..end])
+    }
+
+    /// The exception whose kernel entry code holds `addr` ([`kernel_exception_entry`]).
+    /// Its symbols are code labels, not functions (a vmlinux's are untyped): the nearest
+    /// one at or below `addr`, unless a function starts between them.
+    pub fn exception_entry_at(&self, addr: u64) -> Option<ExceptionKind> {
+        let at = self.link(addr);
+        let i = (self.exception_entries).partition_point(|e| e.0 <= at);
+        let (start, kind) = *self.exception_entries.get(i.checked_sub(1)?)?;
+        let function = self.function_at(addr).map(|f| self.link(f));
+        (at - start < 0x1000 && function.is_none_or(|f| f <= start)).then_some(kind)
     }
 
     /// The start of the function that holds `addr`: the nearest symbol at or below it,

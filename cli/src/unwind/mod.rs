@@ -9,7 +9,7 @@ pub mod image;
 pub mod orc;
 pub mod sframe;
 
-use qemu_uftrace_engine::arch::{isa, Arch, Isa, Mode};
+use qemu_uftrace_engine::arch::{isa, Arch, ExceptionKind, Isa, Mode};
 use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::StackCookie;
 use qemu_uftrace_format::pseudo;
@@ -33,7 +33,8 @@ pub enum Method {
     /// for code without CFI.
     LeafReturn,
     /// The exception entry between a task's user-mode calls and its kernel calls (a system
-    /// call it sleeps in), from the registers its return to user mode restored.
+    /// call it sleeps in), from the registers its return to user mode restored; or an
+    /// exception an arm64 kernel took in its own code, from the registers it saved.
     Exception,
     /// A signal delivery (a pseudo-frame like the engine's `[SIGALRM]` …, shown as
     /// `[signal]`: its number is not known): the CFI of its sigreturn trampoline ('S' in
@@ -344,6 +345,42 @@ impl Unwinder<'_> {
         Some((ra, regs))
     }
 
+    /// arm64: out of the kernel's entry code for an exception taken in the kernel into the
+    /// code it interrupted. The entry saved a `struct pt_regs` (`regs[31]`, `sp`, `pc`,
+    /// `pstate`, then the kernel's own fields, among them `stackframe`, where the frame
+    /// pointer points: the interrupted x29 and pc); it is told by its `pc` slot repeating
+    /// the record's, `pstate` saying EL1h and `regs[29]` the record's frame pointer. The
+    /// interrupted code's registers are the saved ones, and its pc is where it stopped.
+    fn kernel_exception_step(&self, r: &Regs) -> Option<(ExceptionKind, u64, Regs)> {
+        const X29: u64 = 29 * 8;
+        const X30: u64 = 30 * 8;
+        const SP: u64 = 31 * 8;
+        const PC: u64 = SP + 8;
+        const PSTATE: u64 = PC + 8;
+        const EL1H: u64 = 0b0101;
+        if self.arch != Arch::Aarch64 {
+            return None;
+        }
+        let at = r.pc.wrapping_sub(1);
+        let kind = self.image(at)?.exception_entry_at(at)?;
+        let fp = r.fp?;
+        let (next, elr) = read_frame_record(self.isa, fp, |a, out| self.stack.read_into(a, out))?;
+        let word = |a: u64| self.stack.read_u64(a);
+        // `stackframe` follows `pstate` by a few fields, which kernels add to.
+        let base = (PSTATE + 8..=PSTATE + 256).step_by(8).find_map(|offset| {
+            let base = fp.checked_sub(offset)?;
+            let saved = (word(base + PC)?, word(base + PSTATE)?, word(base + X29)?);
+            (saved.0 == elr && saved.1 & 0xf == EL1H && saved.2 == next).then_some(base)
+        })?;
+        let regs = Regs {
+            pc: elr,
+            sp: word(base + SP),
+            fp: Some(next),
+            lr: word(base + X30).map(|lr| self.isa.strip_authentication(lr)),
+        };
+        Some((kind, elr, regs))
+    }
+
     /// One step by frame records, with the link register for the innermost function.
     fn frame_step(&self, exact: bool, r: &Regs) -> Option<(u64, Regs, Method)> {
         let record = |fp: u64| {
@@ -457,6 +494,19 @@ pub fn unwind(cookie: &StackCookie, arch: Arch, images: &[Image]) -> Vec<Frame> 
     // signal interrupted) rather than a return address.
     let mut exact = true;
     for _ in 0..MAX_FRAMES {
+        // An exception taken in the kernel: its entry, as the engine opens one, and the
+        // code it interrupted, where it stopped.
+        if let Some((kind, elr, next)) = (!exact).then(|| u.kernel_exception_step(&regs)).flatten()
+        {
+            frames.push(Frame {
+                func: kind.addr(),
+                ret_addr: elr,
+                method: Method::Exception,
+            });
+            regs = next;
+            exact = true;
+            continue;
+        }
         let lookup = if exact {
             regs.pc
         } else {
@@ -776,6 +826,64 @@ mod tests {
             images,
         );
         assert_eq!(frames, [delivery, work]);
+    }
+
+    #[test]
+    fn an_exception_the_arm64_kernel_took_in_its_own_code_is_crossed() {
+        let (_dir, image, sym) = fixture_by("aarch64-linux-gnu-gcc", "kentry_a64", "");
+        // work's record at 0x9000 (x29 0, x30 after_work); the pt_regs at 0x8800 (regs[29]
+        // at 232, regs[30] 240, sp 248, pc 256, pstate 264 (EL1h), `stackframe` at 304: the
+        // interrupted x29 and pc); the handler's record at 0x8700, chained to `stackframe`.
+        let mut words = vec![0u64; (0x9010 - 0x8700) / 8];
+        let put = |words: &mut Vec<u64>, addr: u64, v: u64| words[(addr - 0x8700) as usize / 8] = v;
+        let base = 0x8800;
+        put(&mut words, base + 232, 0x9000);
+        put(&mut words, base + 240, sym["after_work"]);
+        put(&mut words, base + 248, 0x9000);
+        put(&mut words, base + 256, sym["in_work"]);
+        put(&mut words, base + 264, 0x3c5);
+        put(&mut words, base + 304, 0x9000);
+        put(&mut words, base + 312, sym["in_work"]);
+        put(&mut words, 0x8700, base + 304);
+        put(&mut words, 0x8708, sym["after_handler"]);
+        put(&mut words, 0x9008, sym["after_work"]);
+        let cookie = StackCookie {
+            machine: Arch::Aarch64.elf_machine(),
+            fp: 0x8700,
+            lr: sym["after_handler"],
+            ..cookie(sym["in_handler"], 0x8700, &words)
+        };
+        let frames = unwind(&cookie, Arch::Aarch64, std::slice::from_ref(&image));
+        let irq = Frame {
+            func: ExceptionKind::Irq.addr(),
+            ret_addr: sym["in_work"],
+            method: Method::Exception,
+        };
+        assert_eq!(
+            frames,
+            [
+                Frame {
+                    func: sym["el1h_64_irq_handler"],
+                    ret_addr: sym["after_handler"],
+                    method: Method::LeafReturn
+                },
+                irq,
+                Frame {
+                    func: sym["work"],
+                    ret_addr: sym["after_work"],
+                    method: Method::LeafReturn
+                },
+            ]
+        );
+        // A record whose pt_regs does not repeat its pc (no exception saved it) is not
+        // crossed.
+        put(&mut words, base + 256, sym["in_work"] + 4);
+        let cookie = StackCookie {
+            stack: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+            ..cookie
+        };
+        let frames = unwind(&cookie, Arch::Aarch64, std::slice::from_ref(&image));
+        assert!(!frames.contains(&irq), "{frames:?}");
     }
 
     #[test]
