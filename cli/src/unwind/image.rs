@@ -37,21 +37,36 @@ pub struct Image {
     code: Vec<(u64, Vec<u8>)>,
     /// Function starts and sizes, sorted by address.
     functions: Vec<(u64, u64)>,
-    /// An arm64 kernel's entry code for exceptions taken in the kernel, by start
-    /// ([`kernel_exception_entry`]), sorted.
+    /// A kernel's entry code for exceptions, by start ([`kernel_exception_entry`]), sorted.
     exception_entries: Vec<(u64, ExceptionKind)>,
 }
 
-/// The exception an arm64 kernel's entry code (entry.S's `el1h_64_<label>`, for an
-/// exception taken at EL1) handles: its frame record is chained into the `struct pt_regs`
-/// it saved. A synchronous one's kind is in ESR, which is not saved: `[exception]`.
+/// The exception a kernel's entry code handles, named as the engine names it:
+/// - arm64, entry.S's `el1h_64_<label>` (an exception taken at EL1): its frame record is
+///   chained into the `struct pt_regs` it saved. A synchronous one's kind is in ESR, which
+///   is not saved: `[exception]`.
+/// - x86-64, `asm_<handler>` (idtentry.h): its ORC entry says where its `struct pt_regs` is.
 pub fn kernel_exception_entry(name: &[u8]) -> Option<ExceptionKind> {
-    match name {
-        b"el1h_64_irq" => Some(ExceptionKind::Irq),
-        b"el1h_64_fiq" => Some(ExceptionKind::Fiq),
-        b"el1h_64_sync" | b"el1h_64_error" => Some(ExceptionKind::Other),
-        _ => None,
-    }
+    use ExceptionKind as K;
+    Some(match name {
+        b"el1h_64_irq" => K::Irq,
+        b"el1h_64_fiq" => K::Fiq,
+        b"el1h_64_sync" | b"el1h_64_error" => K::Other,
+        b"asm_common_interrupt" | b"asm_spurious_interrupt" => K::Irq,
+        _ if name.starts_with(b"asm_sysvec_") => K::Irq,
+        b"asm_exc_page_fault" => K::PageFault,
+        b"asm_exc_general_protection" => K::GeneralProtection,
+        b"asm_exc_invalid_op" => K::InvalidOp,
+        b"asm_exc_int3" => K::Int3,
+        b"asm_exc_debug" => K::Debug,
+        b"asm_exc_nmi" => K::Nmi,
+        b"asm_exc_divide_error" => K::DivideError,
+        b"asm_exc_double_fault" => K::DoubleFault,
+        b"asm_exc_machine_check" => K::MachineCheck,
+        b"asm_exc_device_not_available" => K::DeviceNotAvailable,
+        _ if name.starts_with(b"asm_exc_") => K::Other,
+        _ => return None,
+    })
 }
 
 impl Image {

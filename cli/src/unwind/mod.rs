@@ -345,24 +345,32 @@ impl Unwinder<'_> {
         Some((ra, regs))
     }
 
-    /// arm64: out of the kernel's entry code for an exception taken in the kernel into the
-    /// code it interrupted. The entry saved a `struct pt_regs` (`regs[31]`, `sp`, `pc`,
-    /// `pstate`, then the kernel's own fields, among them `stackframe`, where the frame
-    /// pointer points: the interrupted x29 and pc); it is told by its `pc` slot repeating
-    /// the record's, `pstate` saying EL1h and `regs[29]` the record's frame pointer. The
-    /// interrupted code's registers are the saved ones, and its pc is where it stopped.
+    /// Out of a kernel's entry code for an exception it took in its own code, into the code
+    /// it interrupted, by the `struct pt_regs` the entry saved: the exception, the
+    /// interrupted pc and its registers.
     fn kernel_exception_step(&self, r: &Regs) -> Option<(ExceptionKind, u64, Regs)> {
+        let at = r.pc.wrapping_sub(1);
+        let image = self.image(at)?;
+        let kind = image.exception_entry_at(at)?;
+        let regs = match self.arch {
+            Arch::Aarch64 => self.arm64_saved_regs(r)?,
+            Arch::X86_64 => self.x86_64_saved_regs(image, at, r)?,
+            Arch::Riscv64 => return None,
+        };
+        Some((kind, regs.pc, regs))
+    }
+
+    /// arm64: the entry saved `regs[31]`, `sp`, `pc`, `pstate`, then the kernel's own
+    /// fields, among them `stackframe`, where the frame pointer points (the interrupted x29
+    /// and pc). It is told by its `pc` slot repeating the record's, `pstate` saying EL1h
+    /// and `regs[29]` the record's frame pointer.
+    fn arm64_saved_regs(&self, r: &Regs) -> Option<Regs> {
         const X29: u64 = 29 * 8;
         const X30: u64 = 30 * 8;
         const SP: u64 = 31 * 8;
         const PC: u64 = SP + 8;
         const PSTATE: u64 = PC + 8;
         const EL1H: u64 = 0b0101;
-        if self.arch != Arch::Aarch64 {
-            return None;
-        }
-        let at = r.pc.wrapping_sub(1);
-        let kind = self.image(at)?.exception_entry_at(at)?;
         let fp = r.fp?;
         let (next, elr) = read_frame_record(self.isa, fp, |a, out| self.stack.read_into(a, out))?;
         let word = |a: u64| self.stack.read_u64(a);
@@ -372,13 +380,35 @@ impl Unwinder<'_> {
             let saved = (word(base + PC)?, word(base + PSTATE)?, word(base + X29)?);
             (saved.0 == elr && saved.1 & 0xf == EL1H && saved.2 == next).then_some(base)
         })?;
-        let regs = Regs {
+        Some(Regs {
             pc: elr,
             sp: word(base + SP),
             fp: Some(next),
             lr: word(base + X30).map(|lr| self.isa.strip_authentication(lr)),
-        };
-        Some((kind, elr, regs))
+        })
+    }
+
+    /// x86-64: the entry's ORC entry (`UNWIND_HINT_REGS`) says where the `struct pt_regs`
+    /// is (`r15` … `bp` at 32 … `ip` at 128, `cs`, `flags`, `sp` at 152); one saved from user
+    /// mode (`cs` at ring 3) is the user cookie's business.
+    fn x86_64_saved_regs(&self, image: &Image, at: u64, r: &Regs) -> Option<Regs> {
+        const BP: u64 = 4 * 8;
+        const IP: u64 = 16 * 8;
+        const CS: u64 = IP + 8;
+        const SP: u64 = CS + 16;
+        let e = image.orc.as_ref()?.find(image.link(at))?;
+        if e.kind != orc::Kind::Regs || e.sp_reg != orc::REG_SP {
+            return None;
+        }
+        let regs = r.sp?.checked_add_signed(e.sp_offset.into())?;
+        let word = |a: u64| self.stack.read_u64(a);
+        let (ip, cs) = (word(regs + IP)?, word(regs + CS)?);
+        (cs & 3 == 0 && self.image(ip).is_some()).then(|| Regs {
+            pc: ip,
+            sp: word(regs + SP),
+            fp: word(regs + BP),
+            lr: None,
+        })
     }
 
     /// One step by frame records, with the link register for the innermost function.
@@ -828,6 +858,32 @@ mod tests {
         assert_eq!(frames, [delivery, work]);
     }
 
+    /// The kernel-exception fixtures' frames: `handler` (returning into the entry code),
+    /// the interrupt's entry, `work` where it was interrupted; found by `method`.
+    fn crossed(
+        sym: &std::collections::HashMap<String, u64>,
+        handler: &str,
+        method: Method,
+    ) -> [Frame; 3] {
+        [
+            Frame {
+                func: sym[handler],
+                ret_addr: sym["after_handler"],
+                method,
+            },
+            Frame {
+                func: ExceptionKind::Irq.addr(),
+                ret_addr: sym["in_work"],
+                method: Method::Exception,
+            },
+            Frame {
+                func: sym["work"],
+                ret_addr: sym["after_work"],
+                method,
+            },
+        ]
+    }
+
     #[test]
     fn an_exception_the_arm64_kernel_took_in_its_own_code_is_crossed() {
         let (_dir, image, sym) = fixture_by("aarch64-linux-gnu-gcc", "kentry_a64", "");
@@ -854,27 +910,9 @@ mod tests {
             ..cookie(sym["in_handler"], 0x8700, &words)
         };
         let frames = unwind(&cookie, Arch::Aarch64, std::slice::from_ref(&image));
-        let irq = Frame {
-            func: ExceptionKind::Irq.addr(),
-            ret_addr: sym["in_work"],
-            method: Method::Exception,
-        };
-        assert_eq!(
-            frames,
-            [
-                Frame {
-                    func: sym["el1h_64_irq_handler"],
-                    ret_addr: sym["after_handler"],
-                    method: Method::LeafReturn
-                },
-                irq,
-                Frame {
-                    func: sym["work"],
-                    ret_addr: sym["after_work"],
-                    method: Method::LeafReturn
-                },
-            ]
-        );
+        let expected = crossed(&sym, "el1h_64_irq_handler", Method::LeafReturn);
+        assert_eq!(frames, expected);
+        let irq = expected[1];
         // A record whose pt_regs does not repeat its pc (no exception saved it) is not
         // crossed.
         put(&mut words, base + 256, sym["in_work"] + 4);
@@ -883,6 +921,38 @@ mod tests {
             ..cookie
         };
         let frames = unwind(&cookie, Arch::Aarch64, std::slice::from_ref(&image));
+        assert!(!frames.contains(&irq), "{frames:?}");
+    }
+
+    #[test]
+    fn an_exception_the_x86_64_kernel_took_in_its_own_code_is_crossed() {
+        let (dir, image, sym) = fixture_by("gcc", "kentry_x86", "");
+        assert!(image.orc.is_some(), "{}", dir.path().display());
+        // The handler's return address at 0x8000; the pt_regs above it (bp at +32, ip at
+        // +128, cs +136, sp +152); work's return address at 0x9000.
+        let mut words = vec![0u64; (0x9008 - 0x8000) / 8];
+        let put = |words: &mut Vec<u64>, addr: u64, v: u64| words[(addr - 0x8000) as usize / 8] = v;
+        let regs = 0x8008;
+        put(&mut words, 0x8000, sym["after_handler"]);
+        put(&mut words, regs + 128, sym["in_work"]);
+        put(&mut words, regs + 136, 0x10);
+        put(&mut words, regs + 152, 0x9000);
+        put(&mut words, 0x9000, sym["after_work"]);
+        let frames = unwind(
+            &cookie(sym["in_handler"], 0x8000, &words),
+            Arch::X86_64,
+            std::slice::from_ref(&image),
+        );
+        let expected = crossed(&sym, "handler", Method::Orc);
+        assert_eq!(frames, expected);
+        let irq = expected[1];
+        // Registers saved from user mode (cs at ring 3) are not crossed.
+        put(&mut words, regs + 136, 0x33);
+        let frames = unwind(
+            &cookie(sym["in_handler"], 0x8000, &words),
+            Arch::X86_64,
+            std::slice::from_ref(&image),
+        );
         assert!(!frames.contains(&irq), "{frames:?}");
     }
 
