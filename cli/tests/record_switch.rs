@@ -1245,3 +1245,108 @@ fn a_linux_boot_switched_on_by_a_trigger_writes_nothing_before_it() {
         "PID 1's window opens with {opened:?}"
     );
 }
+
+/// Windows switched on at each `hrtimer_interrupt` (and off at the next `do_idle`) of a Linux
+/// boot, on arm64 and x86_64 (Debian's kernels, QEMU 10.2.2): each opens inside the timer's
+/// interrupt, which the kernel took in its own code on an interrupt stack. The opened frames
+/// go on beneath the interrupt's entry: the handlers down to `[irq]`, then the calls it
+/// interrupted, named, on the task's stack (the cookie copies it: arm64 by the frame
+/// records, x86_64 by the interrupt stack's saved pointer, which ORC reads indirectly). The
+/// ERET/IRET that ends the interrupt closes that `[irq]`, at its depth, with no LOST mark.
+#[test]
+fn a_window_switched_on_inside_a_kernel_interrupt_opens_the_calls_it_interrupted() {
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
+    let arm64 = qemu_uftrace_tests::kernel_boot_args_on(&qemu, "cortex-a57");
+    let qemu_x86 = (system_qemus_x86_64().into_iter())
+        .find(|q| q.label == "10.2.2")
+        .expect("QEMU 10.2.2 in system_qemus_x86_64")
+        .program;
+    let x86_64 = qemu_uftrace_tests::amd64_kernel_boot_args_on(
+        &qemu_x86,
+        "console=ttyS0 panic=-1 nokaslr no_timer_check",
+    );
+    let boots = [
+        (
+            "arm64",
+            arm64,
+            qemu_uftrace_tests::execlog::debian_vmlinux(),
+            "el1h_64_irq_handler",
+        ),
+        (
+            "x86_64",
+            x86_64,
+            qemu_uftrace_tests::cached("kernel-amd64-dbg/vmlinux"),
+            "sysvec_apic_timer_interrupt",
+        ),
+    ];
+    let irq = qemu_uftrace_format::pseudo::addr(0);
+    for (label, argv, vmlinux, handler) in boots {
+        let (_tmp, dir, _) = common::record_argv(
+            &argv,
+            &[
+                "--symbols",
+                &vmlinux.to_string_lossy(),
+                "--trace=off",
+                "--trace-on-at",
+                "hrtimer_interrupt",
+                "--trace-off-at",
+                "do_idle",
+            ],
+        );
+        let syms: std::collections::BTreeMap<u64, String> = (nm_functions(&vmlinux).expect("nm"))
+            .into_iter()
+            .map(|(a, n)| (a & 0xffff_ffff_ffff, n))
+            .collect();
+        let name = |a: u64| match a {
+            _ if a == irq => "[irq]".to_string(),
+            _ => syms.get(&a).cloned().unwrap_or_else(|| format!("{a:#x}")),
+        };
+        let mut beneath = 0;
+        for (tid, recs) in task_records(&dir) {
+            let ons = (recs.iter().enumerate())
+                .filter(|(_, r)| r.kind == RecordType::Event && r.addr == TRACE_ON)
+                .map(|(i, _)| i);
+            for on in ons {
+                let opened: Vec<&Record> = (recs[on + 1..].iter())
+                    .take_while(|r| r.kind == RecordType::Entry)
+                    .collect();
+                let names: Vec<String> = opened.iter().map(|r| name(r.addr)).collect();
+                let Some(k) = names.iter().position(|n| n == "[irq]") else {
+                    continue;
+                };
+                let what = format!("{label}, task {tid}: {names:?}");
+                assert_eq!(
+                    names.get(k + 1).map(String::as_str),
+                    Some(handler),
+                    "{what}"
+                );
+                assert_eq!(names.last().map(String::as_str), Some("hrtimer_interrupt"));
+                assert!(
+                    names[..k].iter().all(|n| !n.starts_with("0x")),
+                    "unnamed beneath [irq]: {what}"
+                );
+                if k == 0 {
+                    continue; // The idle task's first interrupt: nothing beneath.
+                }
+                beneath += 1;
+                // The interrupt's end closes the recovered [irq] at its depth, before any
+                // LOST mark or the window's end.
+                let after = &recs[on + 1 + opened.len()..];
+                let end = after.iter().position(|r| {
+                    r.kind == RecordType::Lost
+                        || (r.kind == RecordType::Event && r.addr == TRACE_OFF)
+                        || (r.kind == RecordType::Exit && r.addr == irq && r.depth as usize == k)
+                });
+                assert!(
+                    end.is_some_and(|i| after[i].kind == RecordType::Exit),
+                    "{what}: [irq] not closed by its return, first {:?}",
+                    end.map(|i| after[i])
+                );
+            }
+        }
+        assert!(
+            beneath > 0,
+            "{label}: no window opened above interrupted calls"
+        );
+    }
+}

@@ -178,7 +178,10 @@ pub fn step(
     let cfa = match e.sp_reg {
         REG_SP => sp?.checked_add_signed(off)?,
         REG_BP => bp?.checked_add_signed(off)?,
-        REG_SP_INDIRECT => read(sp?.checked_add_signed(off)?)?,
+        // The stack pointer saved where sp points, then the offset (Linux's unwind_orc.c:
+        // `call_on_irqstack` keeps the interrupted stack's pointer at the interrupt stack's
+        // top).
+        REG_SP_INDIRECT => read(sp?)?.checked_add_signed(off)?,
         _ => return None,
     };
     let ra = read(cfa.checked_sub(8)?)?;
@@ -289,6 +292,18 @@ mod tests {
         assert_eq!(
             step(&e, Some(0x0ff8), Some(0x5000), stack),
             Some((RA, 0x1000, Some(0x5000)))
+        );
+        // On an interrupt stack: its top slot (0x0ff8 here) holds the interrupted stack's
+        // pointer, and the offset applies to that pointer (the return address below it).
+        let irq_stack = |a: u64| match a {
+            0x0ff8 => Some(0x2000),
+            0x2000 => Some(RA),
+            _ => None,
+        };
+        let e = entry(8, REG_SP_INDIRECT, 0, REG_UNDEFINED, Kind::Call);
+        assert_eq!(
+            step(&e, Some(0x0ff8), Some(0x5000), irq_stack),
+            Some((RA, 0x2008, Some(0x5000)))
         );
         // The end of the stack, and exception frames, stop here.
         let end = entry(0, REG_UNDEFINED, 0, 0, Kind::EndOfStack);

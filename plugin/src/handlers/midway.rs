@@ -28,21 +28,17 @@
 
 use crate::ffi::qemu_plugin_u64;
 use crate::state::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
+use crate::state::stacks::{self, STACK_BYTES};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
 use crate::vcpu::scoreboard::{self, Scoreboard};
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{ExceptionKind, Isa};
-use qemu_uftrace_engine::guest::read_frame_record;
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-
-/// How much of the stack top is saved: the frames of a call chain tens deep (kernel
-/// stacks are 16 KiB on arm64 and x86-64), read once.
-pub const STACK_BYTES: usize = 32 * 1024;
 
 /// Blocks translated after the first capture before giving up on vCPUs not seen yet.
 const TRANSLATIONS_AFTER_FIRST: u64 = 1 << 16;
@@ -334,51 +330,6 @@ fn user_cookie(v: &mut VcpuState, vcpu: u32, pc: u64, sp: u64) {
     write(&cookie, cookie::user_file_name(tid));
 }
 
-/// Most stacks besides the first that a cookie copies.
-const OTHER_STACKS: usize = 2;
-
-/// Copies of the stacks the frame-record chain from `fp` goes on to beyond the first copy
-/// (`sp`, `copied` bytes): an interrupt handler on its own stack returns into the task it
-/// interrupted, whose frames are on the task's stack. Once per captured task.
-fn other_stacks(
-    v: &mut VcpuState,
-    isa: &dyn Isa,
-    sp: u64,
-    copied: usize,
-    fp: u64,
-) -> Vec<(u64, Vec<u8>)> {
-    let mut covered = vec![(sp, sp.saturating_add(copied as u64))];
-    let mut out = Vec::new();
-    let mut fp = fp;
-    for _ in 0..64 {
-        if fp == 0 || !fp.is_multiple_of(8) || !isa.is_task_pointer(fp) {
-            break;
-        }
-        // The record may sit below the frame pointer (RISC-V: at fp - 16).
-        let base = fp.saturating_sub(16);
-        if !covered.iter().any(|&(lo, hi)| (lo..hi).contains(&base)) {
-            if out.len() == OTHER_STACKS {
-                break;
-            }
-            let copy = v.regs.copy_from(base, STACK_BYTES);
-            if copy.is_empty() {
-                break;
-            }
-            covered.push((base, base.saturating_add(copy.len() as u64)));
-            out.push((base, copy));
-        }
-        let record = read_frame_record(isa, fp, |addr, buf| {
-            buf.copy_from_slice(v.regs.read_memory(addr, buf.len())?);
-            Some(())
-        });
-        match record {
-            Some((next, _)) => fp = next,
-            None => break,
-        }
-    }
-    out
-}
-
 /// The user stack pointer an x86-64 return to user mode at `pc` restores: the IRET frame's
 /// (rip, cs, rflags, rsp, ss in 8-byte slots at RSP), or RSP itself at SYSRET (Linux puts it
 /// back just before). Other forms (32-bit code, SYSEXIT): unknown.
@@ -442,14 +393,7 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
     let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
     let lr = lr_name.and_then(|n| v.regs.read_named(n)).unwrap_or(0);
     let stack = v.regs.copy_from(sp, STACK_BYTES);
-    let extra = match arch {
-        // Kernels with frame records (arm64, riscv64): an interrupt handler's chain goes on
-        // on the interrupted task's stack. (x86-64 kernels keep none: rbp is any value.)
-        Arch::Aarch64 | Arch::Riscv64 if isa.is_task_pointer(sp) => {
-            other_stacks(v, isa, sp, stack.len(), fp)
-        }
-        _ => Vec::new(),
-    };
+    let extra = stacks::beyond(&mut v.regs, arch, isa, sp, &stack, fp);
     let time = v.now();
     v.engine.start_midway();
     let tid = v.engine.tid();

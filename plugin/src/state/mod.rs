@@ -22,6 +22,7 @@ pub mod qemu_guest;
 pub mod resync_cookie;
 /// A Linux guest's process address spaces, for code one process translated and another runs.
 pub mod spaces;
+pub mod stacks;
 pub mod start_gate;
 pub mod switch;
 

@@ -15,15 +15,13 @@
 //! image index (an exec'd image appends to its task's file, after the image before's markers).
 
 use crate::state::guest::ByteBuf;
+use crate::state::stacks::{self, STACK_BYTES};
 use crate::state::{arch_or_default, config, isa_or_default, OUTPUT};
 use qemu_uftrace_format::cookie::{self, StackCookie, MAX_RESYNC_COOKIES};
 use qemu_uftrace_format::Arch;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-
-/// How much of the stack top is saved (as for a snapshot's cookies: chains tens deep).
-const STACK_BYTES: usize = 32 * 1024;
 
 /// Cookies numbered so far in this process (a forked child goes on from its parent's count;
 /// its tasks are its own).
@@ -54,6 +52,8 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
     let sp = regs.read_named(sp_name)?;
     let fp = regs.read_gpr(isa_or_default().frame_pointer()).unwrap_or(0);
     let lr = lr_name.and_then(|n| regs.read_named(n)).unwrap_or(0);
+    let stack = regs.copy_from(sp, STACK_BYTES);
+    let extra = stacks::beyond(regs, arch, isa_or_default(), sp, &stack, fp);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     if n >= MAX_RESYNC_COOKIES {
         return None;
@@ -71,8 +71,8 @@ pub fn save(regs: &mut ByteBuf, tid: u32, pc: u64, time: u64) -> Option<u32> {
         fp,
         lr,
         stack_base: sp,
-        stack: regs.copy_from(sp, STACK_BYTES),
-        extra: Vec::new(),
+        stack,
+        extra,
     };
     let dir = dir.unwrap_or_else(|| cfg.out.clone());
     let path = dir.join(cookie::resync_file_name(tid, seq));
