@@ -92,14 +92,17 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             )
         };
     }
+    // Which named functions (`--stop-at`, `--start-at`, `--trace-on-at`, `--trace-off-at`)
+    // start this block: looked up once, for the handlers below.
+    let aims = crate::state::aims_at(start);
     // Tracing switched off: the clock and the switch's own callbacks only (`handlers::switch`).
-    if unsafe { crate::handlers::switch::instrument(tb, start, n) } {
-        unsafe { crate::handlers::stop_at::instrument(first, start) };
+    if unsafe { crate::handlers::switch::instrument(tb, start, n, aims) } {
+        unsafe { crate::handlers::stop_at::instrument(first, start, aims) };
         return;
     }
     // `--trace-off-at`'s block: its landing is taken, then its vCPU switches off at its first
     // instruction; nothing else of it is instrumented (below).
-    let off_trigger = crate::handlers::switch::off_trigger_at(start);
+    let off_trigger = crate::handlers::switch::off_trigger_at(aims);
     // A run from a snapshot: the first block each vCPU runs saves its stack cookie.
     if crate::handlers::midway::armed() && !off_trigger {
         unsafe {
@@ -125,7 +128,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let handler =
         user && !off_trigger && unsafe { crate::handlers::signals::instrument(first, start) };
     if !off_trigger {
-        unsafe { crate::handlers::stop_at::instrument(first, start) };
+        unsafe { crate::handlers::stop_at::instrument(first, start, aims) };
     }
     // Jumps through a register store their address in the pending flag, read where one may
     // enter a function or (user mode) resume a frame (`handlers::jumps`). A Linux guest's

@@ -7,7 +7,7 @@
 
 use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_NO_REGS};
 use crate::state::config::{ClockChoice, ClockKind};
-use crate::state::{config, OUTPUT};
+use crate::state::{config, AtBlock, OUTPUT};
 use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -22,13 +22,12 @@ static START_HIT: AtomicBool = AtomicBool::new(false);
 pub static ON_STOP: OnceLock<fn()> = OnceLock::new();
 
 /// Attaches the stop to a block starting at a stop address (`first` is its first
-/// instruction, at run-time `start`; the callbacks are given its address in the symbol
-/// file's space).
+/// instruction, at run-time `start`, `aims` what starts there; the callbacks are given its
+/// address in the symbol file's space).
 ///
 /// # Safety
 /// `first` is a live instruction handle of the block being translated.
-pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64) {
-    let aims = crate::state::aims_at(start);
+pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64, aims: AtBlock) {
     let start = crate::state::kaslr::to_symbols(start);
     if aims.start_at && !START_HIT.load(Ordering::Relaxed) {
         // SAFETY: our callback, for an instruction of the block being translated.

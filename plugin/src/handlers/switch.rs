@@ -35,6 +35,7 @@ use crate::state::config::Config;
 use crate::state::switch::{
     self, ACTIVE, OFF_SINCE, OFF_TOTAL, OFF_TRANSLATIONS, SWITCHES, WANTED, WINDOWS,
 };
+use crate::state::AtBlock;
 use crate::vcpu::scoreboard::{self, Scoreboard};
 use std::collections::HashSet;
 use std::ffi::{c_uint, c_void};
@@ -319,11 +320,11 @@ fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
     }
 }
 
-/// Whether the block at `start` begins a `--trace-off-at` function while tracing is on:
-/// translation then takes its landing as any block's, registers [`on_trace_off_at`] and
-/// instruments nothing else of it.
-pub fn off_trigger_at(start: u64) -> bool {
-    switch::active() && crate::state::aims_at(start).trace_off_at
+/// Whether the block (`aims` what starts it) begins a `--trace-off-at` function while
+/// tracing is on: translation then takes its landing as any block's, registers
+/// [`on_trace_off_at`] and instruments nothing else of it.
+pub fn off_trigger_at(aims: AtBlock) -> bool {
+    switch::active() && aims.trace_off_at
 }
 
 /// Registers [`on_trace_off_at`] on the block at `start`: the caller does so after its
@@ -602,13 +603,13 @@ fn edge_once(v: &mut crate::vcpu::VcpuState, tid: u32, now: u64) {
     }
 }
 
-/// The block being translated (at `start`, `n` instructions): its switch's
-/// instrumentation. Returns true where tracing is off and the
-/// block needs nothing else (the caller registers no call's callback).
+/// The block being translated (at `start`, `n` instructions, `aims` what starts it): its
+/// switch's instrumentation. Returns true where tracing is off and the block needs nothing
+/// else (the caller registers no call's callback).
 ///
 /// # Safety
 /// `tb` is the live handle of the block being translated.
-pub unsafe fn instrument(tb: *mut qemu_plugin_tb, start: u64, n: usize) -> bool {
+pub unsafe fn instrument(tb: *mut qemu_plugin_tb, start: u64, n: usize, aims: AtBlock) -> bool {
     // A thread that translates looks too (user mode: a bell not rung while threads start).
     poke();
     let active = switch::active();
@@ -630,7 +631,7 @@ pub unsafe fn instrument(tb: *mut qemu_plugin_tb, start: u64, n: usize) -> bool 
         };
     }
     // (`--trace-off-at`'s block is the caller's: [`off_trigger_at`].)
-    if !active && crate::state::aims_at(start).trace_on_at {
+    if !active && aims.trace_on_at {
         // A block's callback, before the clock's add (as [`on_capture`]'s): the switch is
         // timed at the function's entry. The block gets the instrumentation of tracing on,
         // which runs after it: the caller registers it.
