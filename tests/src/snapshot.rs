@@ -50,6 +50,37 @@ pub fn save_at_marker(
     // HMP runs one command after the other: savevm is done before the list is printed.
     let commands = format!("stop\nsavevm {tag}\ninfo snapshots\nquit\n");
     let (serial, stdout, stderr) = run_to_marker(qemu, work, marker, &commands, timeout)?;
+    listed_after_savevm(tag, serial, &stdout, &stderr)
+}
+
+/// Like [`save_at_marker`], but once the marker's line is out the guest runs on, through
+/// QEMU's gdbstub, until a vCPU is about to run the instruction at `addr` (a breakpoint:
+/// QEMU's own, nothing written to guest memory), and is saved there: a run from the
+/// snapshot starts at `addr` exactly, which a stop from the monitor only reaches by chance.
+pub fn save_at_breakpoint(
+    qemu: &[String],
+    work: &Path,
+    marker: &str,
+    addr: u64,
+    tag: &str,
+    timeout: Duration,
+) -> Result<String> {
+    let gdb = work.join("gdb.sock");
+    let _ = std::fs::remove_file(&gdb);
+    let mut args = qemu.to_vec();
+    args.extend([
+        "-gdb".to_string(),
+        format!("unix:{},server=on,wait=off", gdb.display()),
+    ]);
+    let commands = format!("savevm {tag}\ninfo snapshots\nquit\n");
+    let run_to = || gdb_run_to(&gdb, addr, timeout);
+    let (serial, stdout, stderr) =
+        run_to_marker_then(&args, work, marker, &run_to, &commands, timeout)?;
+    listed_after_savevm(tag, serial, &stdout, &stderr)
+}
+
+/// `serial`, if `savevm TAG` put its snapshot in the list the monitor printed.
+fn listed_after_savevm(tag: &str, serial: String, stdout: &str, stderr: &str) -> Result<String> {
     // The snapshot list: a line whose second column is the tag (the monitor's echo of
     // `savevm TAG` carries terminal escapes after it).
     let listed = stdout
@@ -116,6 +147,18 @@ fn run_to_marker(
     commands: &str,
     timeout: Duration,
 ) -> Result<(String, String, String)> {
+    run_to_marker_then(qemu, work, marker, &|| Ok(()), commands, timeout)
+}
+
+/// [`run_to_marker`], running `then` between the marker and the monitor's `commands`.
+fn run_to_marker_then(
+    qemu: &[String],
+    work: &Path,
+    marker: &str,
+    then: &dyn Fn() -> Result<()>,
+    commands: &str,
+    timeout: Duration,
+) -> Result<(String, String, String)> {
     let socket: PathBuf = work.join("serial.sock");
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)
@@ -178,6 +221,11 @@ fn run_to_marker(
         let _ = child.wait();
         bail!("the guest's serial line ended before {marker:?}: {serial:?}");
     }
+    if let Err(e) = then() {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
     let mut stdin = child.stdin.take().context("QEMU's stdin")?;
     stdin
         .write_all(commands.as_bytes())
@@ -188,4 +236,54 @@ fn run_to_marker(
         bail!("QEMU did not quit within {timeout:?}\n{stdout}\n{stderr}");
     }
     Ok((serial, stdout, stderr))
+}
+
+/// Through QEMU's gdbstub at `socket` (GDB's remote serial protocol): sets a breakpoint at
+/// `addr` (an AArch64 instruction), lets the guest run until it stops there, and removes
+/// the breakpoint; the guest stays stopped. Attaching stops it already.
+fn gdb_run_to(socket: &Path, addr: u64, timeout: Duration) -> Result<()> {
+    let mut gdb = UnixStream::connect(socket)
+        .with_context(|| format!("connecting to QEMU's gdbstub at {}", socket.display()))?;
+    gdb.set_read_timeout(Some(timeout))?;
+    let mut ask = |body: &str| -> Result<String> {
+        let sum = body.bytes().fold(0u8, |a, b| a.wrapping_add(b));
+        gdb.write_all(format!("${body}#{sum:02x}").as_bytes())?;
+        gdb_reply(&mut gdb).with_context(|| format!("the gdbstub's reply to {body:?}"))
+    };
+    let set = ask(&format!("Z0,{addr:x},4"))?;
+    if set != "OK" {
+        bail!("the gdbstub did not set a breakpoint at {addr:#x}: {set:?}");
+    }
+    let stop = ask("c")?;
+    if !stop.starts_with('T') && !stop.starts_with('S') {
+        bail!("the guest did not stop at {addr:#x}: {stop:?}");
+    }
+    let removed = ask(&format!("z0,{addr:x},4"))?;
+    if removed != "OK" {
+        bail!("the gdbstub did not remove the breakpoint at {addr:#x}: {removed:?}");
+    }
+    Ok(())
+}
+
+/// The next packet's body from the gdbstub (acknowledged), past acknowledgements.
+fn gdb_reply(gdb: &mut UnixStream) -> Result<String> {
+    let mut byte = [0u8; 1];
+    let mut next = |gdb: &mut UnixStream| -> Result<u8> {
+        gdb.read_exact(&mut byte)
+            .context("the gdbstub's connection")?;
+        Ok(byte[0])
+    };
+    while next(gdb)? != b'$' {}
+    let mut body = Vec::new();
+    loop {
+        match next(gdb)? {
+            b'#' => break,
+            b => body.push(b),
+        }
+    }
+    // The checksum's two digits; a corrupted reply fails its caller's check of the body.
+    next(gdb)?;
+    next(gdb)?;
+    gdb.write_all(b"+")?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }

@@ -158,6 +158,27 @@ impl Isa for Aarch64 {
         }
     }
 
+    fn vector_base_register(&self, level: Level) -> Option<&'static str> {
+        match level.0 & 3 {
+            1 => Some("VBAR_EL1"),
+            2 => Some("VBAR_EL2"),
+            3 => Some("VBAR_EL3"),
+            _ => None,
+        }
+    }
+
+    /// Four groups of four 128-byte vectors (synchronous, IRQ, FIQ, SError): the current
+    /// level with SP_EL0, with SP_ELx, then a lower level in AArch64 and in AArch32.
+    fn same_level_vector(&self, offset: u64) -> Option<Discontinuity> {
+        if offset >= 0x400 || !offset.is_multiple_of(0x80) {
+            return None;
+        }
+        Some(match (offset / 0x80) % 4 {
+            1 | 2 => Discontinuity::Interrupt,
+            _ => Discontinuity::Exception,
+        })
+    }
+
     fn saved_status_register(&self, level: Level) -> Option<&'static str> {
         match level.0 & 3 {
             1 => Some("SPSR_EL1"),
@@ -619,6 +640,23 @@ mod tests {
         assert_eq!(Aarch64.exception_level(0x3c9), Level(2)); // EL2h
         assert_eq!(Aarch64.exception_link_register(Level(2)), Some("ELR_EL2"));
         assert_eq!(Aarch64.exception_link_register(Level(0)), None);
+    }
+
+    /// Linux's `vectors`: `el1h_64_irq` at VBAR_EL1 + 0x280, `el0t_64_sync` at + 0x400.
+    #[test]
+    fn same_level_vectors() {
+        assert_eq!(Aarch64.vector_base_register(Level(1)), Some("VBAR_EL1"));
+        assert_eq!(Aarch64.vector_base_register(Level(0)), None);
+        let at = |offset| Aarch64.same_level_vector(offset);
+        assert_eq!(at(0x200), Some(Discontinuity::Exception));
+        assert_eq!(at(0x280), Some(Discontinuity::Interrupt));
+        assert_eq!(at(0x300), Some(Discontinuity::Interrupt));
+        assert_eq!(at(0x380), Some(Discontinuity::Exception));
+        assert_eq!(at(0x080), Some(Discontinuity::Interrupt));
+        // Inside a vector, and a lower level's.
+        assert_eq!(at(0x284), None);
+        assert_eq!(at(0x400), None);
+        assert_eq!(at(0x680), None);
     }
 
     #[test]

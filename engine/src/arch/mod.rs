@@ -447,6 +447,18 @@ pub trait Isa: Sync + Send {
         addr
     }
 
+    /// The register holding the base of the vector table exceptions taken to `level` go
+    /// through (arm64 VBAR_ELx); `None` where no such table is at a register's address.
+    fn vector_base_register(&self, _level: Level) -> Option<&'static str> {
+        None
+    }
+    /// What the vector `offset` bytes past [`Isa::vector_base_register`]'s value starts,
+    /// when it is one an exception taken from the level it goes to enters (arm64: the
+    /// current level's with SP_ELx or SP_EL0; not a lower level's): an interrupt, or an
+    /// exception whose syndrome register says which.
+    fn same_level_vector(&self, _offset: u64) -> Option<Discontinuity> {
+        None
+    }
     /// The register an exception taken to `level` saves the interrupted state in, whose
     /// privilege level an exception return drops to.
     fn saved_status_register(&self, level: Level) -> Option<&'static str>;

@@ -2,7 +2,6 @@
 
 use crate::entry::register;
 use crate::ffi;
-use crate::handlers::callbacks;
 use crate::lifecycle::{process, record_watch};
 use crate::state::config::{self, ClockChoice, ClockKind, Mode};
 use crate::state::output::{Limits, Output};
@@ -184,7 +183,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         register::register_callbacks(id, !system);
         let discontinuities = register::register_discontinuities(id);
         if discontinuities {
-            callbacks::set_discontinuities_registered();
+            crate::state::set_discontinuities_registered();
         }
         register::remember(id, discontinuities);
     }

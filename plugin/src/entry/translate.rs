@@ -498,9 +498,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
             // A system call QEMU takes without reporting it (x86-64 SYSCALL): its `[svc]`
             // opens where it runs, where the other exception entries are seen. Only with
             // SYSCALL enabled (EFER.SCE, read once here): otherwise it raises #UD, reported.
-            InsnKind::Trap
-                if system && crate::handlers::callbacks::discontinuities_registered() =>
-            {
+            InsnKind::Trap if system && crate::state::discontinuities_registered() => {
                 match isa.unreported_system_call(mode, &bytes[..len]) {
                     Some((n, level)) if syscall_enabled() => (
                         on_unreported_system_call,

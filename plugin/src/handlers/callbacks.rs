@@ -15,7 +15,6 @@ use qemu_uftrace_engine::sites::{
 };
 use qemu_uftrace_engine::spaces::SpaceId;
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
 /// compiler then inlines (one shared closure was left out of line). The common case is a
@@ -566,24 +565,6 @@ fn landing_general(v: &mut VcpuState, target: u64) {
     v.engine.ret(now, target, &mut guest);
 }
 
-/// Whether exception entries are shown (the discontinuity callback is registered).
-static DISCONTINUITIES: AtomicBool = AtomicBool::new(false);
-
-pub fn set_discontinuities_registered() {
-    DISCONTINUITIES.store(true, Ordering::Relaxed);
-}
-
-pub fn discontinuities_registered() -> bool {
-    DISCONTINUITIES.load(Ordering::Relaxed)
-}
-
-/// The level the vCPU runs at now, from its status register and the security state it was
-/// in before.
-fn current_level(v: &mut VcpuState, isa: &dyn Isa) -> Option<Level> {
-    let status = v.regs.read_named(isa.status_register())?;
-    Some(isa.running_level(status, v.level))
-}
-
 /// QEMU's discontinuity callback (10.2 on): an interrupt or exception was just taken (the
 /// vCPU's registers are the handler's), or QEMU handled one itself (a host call).
 pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u64) {
@@ -616,7 +597,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         // Interrupts need no register unless levels are kept apart; exceptions need the
         // syndrome of the level they were taken to.
         let level = if split || what == Discontinuity::Exception {
-            current_level(v, isa)
+            v.current_level(isa)
         } else {
             None
         };
@@ -726,7 +707,7 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
         match exception_return_from_memory(v, isa, eret_pc).flatten() {
             Some(to) => {
                 // In the context of the level left, as ERET's (`on_exception_return`).
-                let from = current_level(v, isa);
+                let from = v.current_level(isa);
                 let down = from
                     .and_then(|from| return_down(v, isa, now, from, to.level, to.target, eret_pc));
                 let outcome = match (down, to.frame) {
@@ -770,7 +751,7 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
         // Back to user space, maybe after another vCPU ran on this thread: what the
         // translator attributes this vCPU's next blocks to.
         crate::state::spaces::note_running(v.deltas.running());
-        let Some(level) = current_level(v, isa) else {
+        let Some(level) = v.current_level(isa) else {
             v.engine.stats.register_read_failures += 1;
             return;
         };
@@ -847,7 +828,7 @@ fn return_down(
     if !isa.drops_privilege(from, to) {
         return None;
     }
-    Some(if discontinuities_registered() {
+    Some(if crate::state::discontinuities_registered() {
         v.engine.exception_return_down(now, target, eret_pc)
     } else {
         v.engine.exception_return_unseen_down(now, target, eret_pc)

@@ -32,7 +32,7 @@ use crate::state::stacks::{self, STACK_BYTES};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
 use crate::vcpu::scoreboard::{self, Scoreboard};
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{ExceptionKind, Isa};
+use qemu_uftrace_engine::arch::{Discontinuity, ExceptionKind, Isa};
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
 use std::collections::{HashMap, HashSet};
@@ -242,10 +242,37 @@ pub unsafe extern "C" fn on_first_insn(vcpu_index: c_uint, data: *mut c_void) {
                 let irq = only.func == ExceptionKind::Irq.addr();
                 (only.ret_addr, irq.then(|| interrupted_sp(v)).flatten())
             }
+            [] => (taken_before_the_start(v, pc).unwrap_or(pc), None),
             _ => (pc, None),
         };
         capture(v, vcpu_index, pc, sp)
     });
+}
+
+/// A vCPU saved as it took an exception from its own level (arm64: its first block is a
+/// vector of VBAR_EL1's table, at the vector's first instruction, which no QEMU reports
+/// as taken after the start): the calls open are those of the code interrupted, which
+/// resumes where the exception link register says (ELR_EL1), with every other register
+/// still its own. Where exception entries are shown, the entry opens there, as if taken
+/// now, so that its return closes it. Three register reads, once per vCPU.
+fn taken_before_the_start(v: &mut VcpuState, pc: u64) -> Option<u64> {
+    let isa = isa_or_default();
+    let level = v.current_level(isa)?;
+    let base = v.regs.read_named(isa.vector_base_register(level)?)?;
+    let what = isa.same_level_vector(pc.checked_sub(base)?)?;
+    let resume = v.regs.read_named(isa.exception_link_register(level)?)?;
+    if crate::state::discontinuities_registered() {
+        let syndrome = match what {
+            Discontinuity::Exception => isa
+                .syndrome_register(level)
+                .and_then(|name| v.regs.read_named(name)),
+            Discontinuity::Interrupt | Discontinuity::HostCall => None,
+        };
+        let now = v.now();
+        v.engine
+            .exception_entry(now, isa.exception_kind(what, syndrome), resume);
+    }
+    Some(resume)
 }
 
 /// At an interrupt handler's first instruction, the stack pointer of the kernel code it

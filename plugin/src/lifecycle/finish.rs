@@ -4,7 +4,7 @@
 use super::image;
 use super::vcpus::{Ended, RETIRED};
 use crate::ffi;
-use crate::handlers::{callbacks, usermap};
+use crate::handlers::usermap;
 use crate::state::config::ClockChoice;
 use crate::state::{isa_or_default, system_mode, CONFIG, OUTPUT, QEMU_API, TARGET, TASKS};
 use crate::vcpu;
@@ -284,7 +284,7 @@ fn finish_once() {
     );
     line(
         "exceptions_shown",
-        &(callbacks::discontinuities_registered() as u8),
+        &(crate::state::discontinuities_registered() as u8),
     );
     let (api_min, api_cur) = QEMU_API.get().copied().unwrap_or_default();
     line("plugin_api", &ffi::API_VERSION);

@@ -64,6 +64,17 @@ pub fn system_mode() -> bool {
     SYSTEM_MODE.get().copied().unwrap_or(true)
 }
 
+/// Whether exception entries are shown (QEMU's discontinuity callback is registered).
+static DISCONTINUITIES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_discontinuities_registered() {
+    DISCONTINUITIES.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+pub fn discontinuities_registered() -> bool {
+    DISCONTINUITIES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Where the OS keeps its running task in per-CPU memory (see `Config::task_slot`), for a
 /// block at `pc` being translated. From a file, it is read when the guest first runs code in
 /// the upper half (the kernel proper), waiting for the CLI to finish writing it: the

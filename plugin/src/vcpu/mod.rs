@@ -108,6 +108,13 @@ impl VcpuState {
             None => self.clock.now(&mut self.interp, last),
         }
     }
+
+    /// The level the vCPU runs at now, from its status register and the security state it
+    /// was in before (one register read).
+    pub fn current_level(&mut self, isa: &dyn qemu_uftrace_engine::arch::Isa) -> Option<Level> {
+        let status = self.regs.read_named(isa.status_register())?;
+        Some(isa.running_level(status, self.level))
+    }
 }
 
 thread_local! {
