@@ -47,6 +47,9 @@ pub struct Named {
 /// are read from (removed once their symbols are written).
 pub const FILES_DIR: &str = "guest-files";
 
+/// The directory of an archive member's copy, under its own `guest-files/N/`.
+const COPY_DIR: &str = "file";
+
 /// Where a root file system keeps separate debug files (by build ID under `.build-id/`, by
 /// `.gnu_debuglink` name under the file's own directory).
 const DEBUG_TREE: &str = "/usr/lib/debug";
@@ -211,7 +214,7 @@ struct Finder<'a> {
     /// (Guest path, whether the archive may have it) → the file on the host, or why there
     /// is none.
     found: HashMap<(String, bool), std::result::Result<PathBuf, String>>,
-    /// Archive members copied so far (each into `guest-files/<its number>/`).
+    /// Archive members copied so far (each under `guest-files/<its number>/`).
     copies: usize,
     /// Host file → its symbols at offset 0 (`None`: it has none).
     images: HashMap<PathBuf, Option<Image>>,
@@ -283,8 +286,7 @@ impl<'a> Finder<'a> {
         let archived = (self.files.initrd.as_ref())
             .filter(|_| archive)
             .and_then(|f| f.get(guest));
-        // Nothing is written under the debug tree linked from the sysroot (below).
-        if let Some(data) = archived.filter(|_| !rel.starts_with(&DEBUG_TREE[1..])) {
+        if let Some(data) = archived {
             return self.copy(rel, data).map_err(|e| {
                 format!(
                     "{}: its copy from the -initrd archive cannot be written: {e:#}",
@@ -321,20 +323,21 @@ impl<'a> Finder<'a> {
         })
     }
 
-    /// Writes an archive member's contents under a directory of its own (`guest-files/N/`,
-    /// named by us), at its guest path (plain: it cannot leave that directory) so that its
-    /// debug file is found by `.gnu_debuglink` under the linked debug tree as in the sysroot.
+    /// Writes an archive member's contents under a directory of its own, named by us:
+    /// `guest-files/N/file/NAME`, NAME the guest path's last component (a plain name, which
+    /// names its `FILE+0xADDR` functions); none of the guest's directories is made on the
+    /// host. Its debug file is found as one under the sysroot is ([`Self::link_debug_trees`]).
     fn copy(&mut self, rel: &Path, data: &[u8]) -> Result<PathBuf> {
         self.copies += 1;
         let base = self.dir.join(FILES_DIR).join(self.copies.to_string());
-        std::fs::create_dir_all(&base)
-            .with_context(|| format!("cannot create {}", base.display()))?;
-        self.link_debug_tree(&base)?;
-        let path = base.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
-        }
+        let file_dir = base.join(COPY_DIR);
+        std::fs::create_dir_all(&file_dir)
+            .with_context(|| format!("cannot create {}", file_dir.display()))?;
+        self.link_debug_trees(&base, rel)?;
+        let name = rel
+            .file_name()
+            .context("a guest path without a file name")?;
+        let path = file_dir.join(name);
         // A new file, never one a link leads to.
         std::fs::OpenOptions::new()
             .write(true)
@@ -345,27 +348,40 @@ impl<'a> Finder<'a> {
         Ok(path)
     }
 
-    /// Makes the sysroot's debug tree (`usr/lib/debug`, found inside it) that of the copies
-    /// under `base` too, so that a stripped file taken from the `-initrd` archive finds its
-    /// debug file in the sysroot by build ID or `.gnu_debuglink`, as one under the sysroot
-    /// does (the symbol loader looks in every `usr/lib/debug` above a file).
-    fn link_debug_tree(&self, base: &Path) -> Result<()> {
-        let Some(tree) = self
-            .files
-            .sysroot
-            .as_ref()
-            .and_then(|r| contained::path(r, DEBUG_TREE.as_bytes()).ok())
-            .filter(|t| t.is_dir())
-        else {
+    /// Links the sysroot's debug tree (`usr/lib/debug`, found inside it) from a copy's
+    /// directories, so that a stripped file taken from the `-initrd` archive at guest path
+    /// `rel` finds its debug file in the sysroot as it would there (the symbol loader looks
+    /// in every `usr/lib/debug` above a file): `base/usr/lib/debug` is the tree, for its
+    /// build ID; `base/file/usr/lib/debug` is the tree's directory of `rel`'s directory,
+    /// where its `.gnu_debuglink` name is looked for.
+    fn link_debug_trees(&self, base: &Path, rel: &Path) -> Result<()> {
+        let Some(root) = self.files.sysroot.as_ref() else {
             return Ok(());
         };
-        let link = base.join(&DEBUG_TREE[1..]);
-        if let Some(parent) = link.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("cannot create {}", parent.display()))?;
+        let mut in_tree = DEBUG_TREE.as_bytes().to_vec();
+        for c in rel.parent().into_iter().flat_map(Path::components) {
+            in_tree.push(b'/');
+            in_tree.extend_from_slice(c.as_os_str().as_encoded_bytes());
         }
-        std::os::unix::fs::symlink(&tree, &link)
-            .with_context(|| format!("cannot link {} to {}", link.display(), tree.display()))
+        // (A file named `usr` keeps that name: its debuglink is not looked for.)
+        let beside = (rel.file_name() != Some("usr".as_ref())).then(|| base.join(COPY_DIR));
+        let trees = [
+            (DEBUG_TREE.as_bytes(), Some(base.to_path_buf())),
+            (&in_tree[..], beside),
+        ];
+        for (guest, at) in trees.into_iter().filter_map(|(g, at)| Some((g, at?))) {
+            let Some(tree) = contained::path(root, guest).ok().filter(|t| t.is_dir()) else {
+                continue;
+            };
+            let link = at.join(&DEBUG_TREE[1..]);
+            if let Some(parent) = link.parent() {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            std::os::unix::fs::symlink(&tree, &link)
+                .with_context(|| format!("cannot link {} to {}", link.display(), tree.display()))?;
+        }
+        Ok(())
     }
 
     /// Where a host file came from, as the user is told: the `-initrd` archive's copies
@@ -1074,15 +1090,32 @@ mod tests {
         place(build.join("linked.debug"), debug.join("bin/linked.debug"));
         let id = stripped_with_debug_file(&build, "packed", "hidden_packed");
         place(build.join("packed.debug"), by_id(&id));
+        // An archive member whose debug file is named by its debuglink alone.
+        stripped_with_debug_file(&build, "packlink", "hidden_packlink");
+        place(
+            build.join("packlink.debug"),
+            debug.join("usr/sbin/packlink.debug"),
+        );
         let staging = tmp.path().join("staging");
         std::fs::create_dir_all(&staging).unwrap();
         std::fs::write(staging.join("sid-00000000000000aa.map"), "").unwrap();
-        let procs = one_process(&["/bin/byid", "/bin/linked", "/bin/packed"]);
+        let procs = one_process(&[
+            "/bin/byid",
+            "/bin/linked",
+            "/bin/packed",
+            "/usr/sbin/packlink",
+        ]);
         let files = GuestFiles {
-            initrd: Some(HashMap::from([(
-                "/bin/packed".to_string(),
-                std::fs::read(build.join("packed")).unwrap(),
-            )])),
+            initrd: Some(HashMap::from([
+                (
+                    "/bin/packed".to_string(),
+                    std::fs::read(build.join("packed")).unwrap(),
+                ),
+                (
+                    "/usr/sbin/packlink".to_string(),
+                    std::fs::read(build.join("packlink")).unwrap(),
+                ),
+            ])),
             sysroot: Some(root.clone()),
             symbols: Vec::new(),
         };
@@ -1097,7 +1130,7 @@ mod tests {
         )
         .unwrap();
         assert!(named.problems.is_empty(), "{:?}", named.problems);
-        for name in ["byid", "linked", "packed"] {
+        for name in ["byid", "linked", "packed", "packlink"] {
             let sym = std::fs::read_to_string(staging.join(format!("{name}.sym"))).unwrap();
             assert!(
                 sym.contains(&format!("hidden_{name}")),
@@ -1109,5 +1142,34 @@ mod tests {
         // The archive's copies are gone, the sysroot's debug tree with them untouched.
         assert!(!staging.join(FILES_DIR).exists());
         assert!(by_id(&id).is_file());
+    }
+
+    /// An archive member's copy is named by us: its own numbered directory, the guest
+    /// path's last component, none of its directories made on the host.
+    #[test]
+    fn archive_copies_take_no_guest_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let staging = tmp.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        let deep = format!("/{}/tool", ["a"; 40].join("/"));
+        let files = GuestFiles {
+            initrd: Some(HashMap::from([
+                (deep.clone(), b"first".to_vec()),
+                ("/usr".to_string(), b"second".to_vec()),
+            ])),
+            sysroot: None,
+            symbols: Vec::new(),
+        };
+        let mut finder = Finder::new(&staging, &files, None, Arch::Aarch64);
+        let copies = staging.join(FILES_DIR);
+        for (guest, n, name, bytes) in [
+            (&deep[..], 1, "tool", "first"),
+            ("/usr", 2, "usr", "second"),
+        ] {
+            let host = finder.host_file(guest).unwrap();
+            assert_eq!(host, copies.join(format!("{n}/file/{name}")), "{guest}");
+            assert_eq!(std::fs::read_to_string(&host).unwrap(), bytes);
+        }
+        assert!(!copies.join("1/a").exists() && !copies.join("1/file/a").exists());
     }
 }
