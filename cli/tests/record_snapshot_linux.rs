@@ -691,6 +691,24 @@ fn saved_in_panic_loop(
     kernel: &Path,
     append: &str,
 ) -> Vec<String> {
+    saved_in_panic_loop_by(work, qemu, machine, kernel, append, |args| {
+        save_at_marker(args, work, PANIC_END, "s1", INITRAMFS_TIMEOUT)
+    })
+}
+
+/// The last line of a panic's message.
+const PANIC_END: &str = "---[ end Kernel panic";
+
+/// [`saved_in_panic_loop`], saved by `save` (given the command line; gives the serial
+/// output seen).
+fn saved_in_panic_loop_by(
+    work: &Path,
+    qemu: &Path,
+    machine: &[&str],
+    kernel: &Path,
+    append: &str,
+    save: impl FnOnce(&[String]) -> anyhow::Result<String>,
+) -> Vec<String> {
     let disk = work.join("disk.qcow2");
     create_disk(&disk).expect("qemu-img");
     let mut args = vec![qemu.to_str().expect("a UTF-8 path").to_string()];
@@ -702,14 +720,7 @@ fn saved_in_panic_loop(
     args.extend(rest.map(String::from));
     args.extend(["-append".to_string(), append.to_string()]);
     args.extend(disk_args(&disk));
-    let seen = save_at_marker(
-        &args,
-        work,
-        "---[ end Kernel panic",
-        "s1",
-        INITRAMFS_TIMEOUT,
-    )
-    .expect("snapshot the kernel in its panic loop");
+    let seen = save(&args).expect("snapshot the kernel in its panic loop");
     assert!(seen.contains("Unable to mount root fs"), "{seen}");
     args.extend(["-loadvm", "s1", "-monitor", "none", "-serial", "null"].map(String::from));
     args
@@ -924,38 +935,24 @@ fn arm64_snapshot_at_an_interrupts_vector_opens_the_calls_it_interrupted() {
         .find(|f| f.name == "vectors")
         .expect("the vmlinux's `vectors`")
         .addr;
-    let disk = work.join("disk.qcow2");
-    create_disk(&disk).expect("qemu-img");
-    let mut args: Vec<String> = [
-        qemu.to_str().expect("a UTF-8 path"),
-        "-M",
-        "virt",
-        "-cpu",
-        "cortex-a57",
-        "-m",
-        "512M",
-        "-display",
-        "none",
-        "-nic",
-        "none",
-        "-kernel",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(debian_kernel().to_string_lossy().into_owned());
-    args.extend(["-append", "console=ttyAMA0 nokaslr"].map(String::from));
-    args.extend(disk_args(&disk));
-    let seen = save_at_breakpoint(
-        &args,
+    let machine = ["-M", "virt", "-cpu", "cortex-a57"];
+    let args = saved_in_panic_loop_by(
         work,
-        "---[ end Kernel panic",
-        vectors + 0x280,
-        "s1",
-        INITRAMFS_TIMEOUT,
-    )
-    .expect("snapshot the kernel at its IRQ vector");
-    assert!(seen.contains("Unable to mount root fs"), "{seen}");
-    args.extend(["-loadvm", "s1", "-monitor", "none", "-serial", "null"].map(String::from));
+        &qemu,
+        &machine,
+        &debian_kernel(),
+        "console=ttyAMA0 nokaslr",
+        |args| {
+            save_at_breakpoint(
+                args,
+                work,
+                PANIC_END,
+                vectors + 0x280,
+                "s1",
+                INITRAMFS_TIMEOUT,
+            )
+        },
+    );
     let options = ["--stop-at", "__const_udelay,exit", "--symbols"]
         .map(OsStr::new)
         .into_iter()
