@@ -16,7 +16,7 @@ use qemu_uftrace_tests::linux_guest::{
 use qemu_uftrace_tests::replay::{parse_replay, replay_body, task_list, uftrace};
 use qemu_uftrace_tests::riscv64::{riscv64_kernel, riscv64_qemus, riscv64_vmlinux};
 use qemu_uftrace_tests::snapshot::{create_disk, disk_args, save_at_breakpoint, save_at_marker};
-use qemu_uftrace_tests::{cached, debian_kernel, disassemble_by, plugin_stat};
+use qemu_uftrace_tests::{cached, debian_kernel, disassemble_by, plugin_stat, system_qemus};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -923,73 +923,77 @@ fn arm64_randomised_kernel_from_a_snapshot_found_by_its_banner() {
 /// lands there every time. The run from that snapshot opens what the interrupt interrupted
 /// (panic's chain, unwound by frame records from ELR_EL1 and the registers the vector has
 /// not touched), then the `[irq]` entry, which the ERET closes; every return after it
-/// closes a recovered frame.
+/// closes a recovered frame. On 10.2.2 and 11.1.3, which report exceptions. On 10.0 (which
+/// lists VBAR_EL1 as `VBAR`) the chain comes out right as well, but the interrupt's return,
+/// which 10.0 does not report, leaves a LOST mark, as its unreported interrupts do elsewhere.
 #[test]
 fn arm64_snapshot_at_an_interrupts_vector_opens_the_calls_it_interrupted() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let work = tmp.path();
-    let qemu = cached("qemu-10.2.2/bin/qemu-system-aarch64");
     let vmlinux = debian_vmlinux();
     let image = qemu_uftrace_symbols::load(&vmlinux, &Default::default()).expect("the vmlinux");
     let vectors = (image.functions.iter())
         .find(|f| f.name == "vectors")
         .expect("the vmlinux's `vectors`")
         .addr;
-    let machine = ["-M", "virt", "-cpu", "cortex-a57"];
-    let args = saved_in_panic_loop_by(
-        work,
-        &qemu,
-        &machine,
-        &debian_kernel(),
-        "console=ttyAMA0 nokaslr",
-        |args| {
-            save_at_breakpoint(
-                args,
-                work,
-                PANIC_END,
-                vectors + 0x280,
-                "s1",
-                INITRAMFS_TIMEOUT,
-            )
-        },
-    );
-    let options = ["--stop-at", "__const_udelay,exit", "--symbols"]
-        .map(OsStr::new)
-        .into_iter()
-        .chain([vmlinux.as_os_str()])
-        .collect::<Vec<_>>();
-    let (dir, stderr) = common::record_ok_in(work, &options, &args);
-    let text = replay(&dir);
-    let chain = recovered_chain(&text, 1);
-    let outer = ["kernel_init", "kernel_init_freeable", "prepare_namespace"].map(String::from);
-    assert!(
-        chain.starts_with(&outer)
-            && chain.iter().any(|f| f == "panic")
-            && !chain.iter().any(|f| f == "vectors" || f.starts_with('[')),
-        "{chain:?}\n{stderr}\n{text}"
-    );
-    // The interrupt's entry, right after the recovered frames, then its handler.
-    let after: Vec<&str> = (text.lines().filter_map(replay_body))
-        .filter(|(t, _)| *t == 1)
-        .map(|(_, body)| body)
-        .skip_while(|b| !b.starts_with("/* qemu:unwound */"))
-        .skip(1)
-        .take(2)
-        .collect();
-    assert_eq!(
-        after,
-        ["[irq]() {", "el1h_64_irq_handler() {"],
-        "{chain:?}\n{text}"
-    );
-    assert!(
-        !stderr.contains("matched no recovered frame"),
-        "{stderr}\n{text}"
-    );
-    let events = parse_replay(&text, 1).expect("replay");
-    let calls = callers(&events).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    assert_eq!(
-        calls.last(),
-        Some(&("__const_udelay".to_string(), Some("panic".to_string()))),
-        "{text}"
-    );
+    for qemu in system_qemus().into_iter().filter(|q| q.label != "10.0") {
+        let q = qemu.label;
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let work = tmp.path();
+        let machine = ["-M", "virt", "-cpu", "cortex-a57"];
+        let args = saved_in_panic_loop_by(
+            work,
+            Path::new(&qemu.program),
+            &machine,
+            &debian_kernel(),
+            "console=ttyAMA0 nokaslr",
+            |args| {
+                save_at_breakpoint(
+                    args,
+                    work,
+                    PANIC_END,
+                    vectors + 0x280,
+                    "s1",
+                    INITRAMFS_TIMEOUT,
+                )
+            },
+        );
+        let options = ["--stop-at", "__const_udelay,exit", "--symbols"]
+            .map(OsStr::new)
+            .into_iter()
+            .chain([vmlinux.as_os_str()])
+            .collect::<Vec<_>>();
+        let (dir, stderr) = common::record_ok_in(work, &options, &args);
+        let text = replay(&dir);
+        let chain = recovered_chain(&text, 1);
+        let outer = ["kernel_init", "kernel_init_freeable", "prepare_namespace"].map(String::from);
+        assert!(
+            chain.starts_with(&outer)
+                && chain.iter().any(|f| f == "panic")
+                && !chain.iter().any(|f| f == "vectors" || f.starts_with('[')),
+            "{q}: {chain:?}\n{stderr}\n{text}"
+        );
+        // The interrupt's entry, right after the recovered frames, then its handler's.
+        let after: Vec<&str> = (text.lines().filter_map(replay_body))
+            .filter(|(t, _)| *t == 1)
+            .map(|(_, body)| body)
+            .skip_while(|b| !b.starts_with("/* qemu:unwound */"))
+            .skip(1)
+            .take(2)
+            .collect();
+        assert_eq!(
+            after,
+            ["[irq]() {", "el1h_64_irq_handler() {"],
+            "{q}: {chain:?}\n{text}"
+        );
+        assert!(
+            !stderr.contains("matched no recovered frame"),
+            "{q}: {stderr}\n{text}"
+        );
+        let events = parse_replay(&text, 1).expect("replay");
+        let calls = callers(&events).unwrap_or_else(|e| panic!("{q}: {e}\n{text}"));
+        assert_eq!(
+            calls.last(),
+            Some(&("__const_udelay".to_string(), Some("panic".to_string()))),
+            "{q}: {text}"
+        );
+    }
 }

@@ -158,12 +158,14 @@ impl Isa for Aarch64 {
         }
     }
 
-    fn vector_base_register(&self, level: Level) -> Option<&'static str> {
+    /// QEMU before 10.1 lists VBAR_EL1 by its AArch32 name, `VBAR` (checked on 10.0 and
+    /// 10.2.2's gdbstub `system-registers.xml`).
+    fn vector_base_register(&self, level: Level) -> &'static [&'static str] {
         match level.0 & 3 {
-            1 => Some("VBAR_EL1"),
-            2 => Some("VBAR_EL2"),
-            3 => Some("VBAR_EL3"),
-            _ => None,
+            1 => &["VBAR_EL1", "VBAR"],
+            2 => &["VBAR_EL2"],
+            3 => &["VBAR_EL3"],
+            _ => &[],
         }
     }
 
@@ -645,8 +647,8 @@ mod tests {
     /// Linux's `vectors`: `el1h_64_irq` at VBAR_EL1 + 0x280, `el0t_64_sync` at + 0x400.
     #[test]
     fn same_level_vectors() {
-        assert_eq!(Aarch64.vector_base_register(Level(1)), Some("VBAR_EL1"));
-        assert_eq!(Aarch64.vector_base_register(Level(0)), None);
+        assert_eq!(Aarch64.vector_base_register(Level(1)), ["VBAR_EL1", "VBAR"]);
+        assert!(Aarch64.vector_base_register(Level(0)).is_empty());
         let at = |offset| Aarch64.same_level_vector(offset);
         assert_eq!(at(0x200), Some(Discontinuity::Exception));
         assert_eq!(at(0x280), Some(Discontinuity::Interrupt));

@@ -448,9 +448,10 @@ pub trait Isa: Sync + Send {
     }
 
     /// The register holding the base of the vector table exceptions taken to `level` go
-    /// through (arm64 VBAR_ELx); `None` where no such table is at a register's address.
-    fn vector_base_register(&self, _level: Level) -> Option<&'static str> {
-        None
+    /// through (arm64 VBAR_ELx), by each name QEMU has given it; none where no such table
+    /// is at a register's address.
+    fn vector_base_register(&self, _level: Level) -> &'static [&'static str] {
+        &[]
     }
     /// What the vector `offset` bytes past [`Isa::vector_base_register`]'s value starts,
     /// when it is one an exception taken from the level it goes to enters (arm64: the

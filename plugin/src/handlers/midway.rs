@@ -258,7 +258,7 @@ pub unsafe extern "C" fn on_first_insn(vcpu_index: c_uint, data: *mut c_void) {
 fn taken_before_the_start(v: &mut VcpuState, pc: u64) -> Option<u64> {
     let isa = isa_or_default();
     let level = v.current_level(isa)?;
-    let base = v.regs.read_named(isa.vector_base_register(level)?)?;
+    let base = (isa.vector_base_register(level).iter()).find_map(|name| v.regs.read_named(name))?;
     let what = isa.same_level_vector(pc.checked_sub(base)?)?;
     let resume = v.regs.read_named(isa.exception_link_register(level)?)?;
     if crate::state::discontinuities_registered() {
