@@ -974,6 +974,51 @@ fn bad_switches_say_one_line_and_change_nothing() {
     assert!(stderr(&out).contains("trace_on"), "{}", stderr(&out));
 }
 
+/// A recording whose tracing was never switched on wrote nothing, and says why; that is no
+/// reason to doubt QEMU: the next `record` with it trusts the probe it remembered, and
+/// starts QEMU once, not three times (its version, the plugin probe, the run).
+#[test]
+fn a_recording_never_switched_on_keeps_qemus_probe() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let elf = guest_elf("nested", Variant::Natural).expect("build the guests");
+    // A QEMU of its own (the probe memo is keyed by its path), counting its starts.
+    let log = tmp.path().join("starts");
+    let qemu = tmp.path().join("qemu-system-aarch64");
+    std::fs::write(
+        &qemu,
+        format!(
+            "#!/bin/sh\necho start >> '{}'\nexec {} \"$@\"\n",
+            log.display(),
+            qemu_uftrace_tests::QEMU
+        ),
+    )
+    .expect("write the wrapper");
+    std::fs::set_permissions(&qemu, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the wrapper executable");
+    let starts = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let mut counts = Vec::new();
+    for _ in 0..2 {
+        let before = starts();
+        let out = Command::new(BIN)
+            .current_dir(tmp.path())
+            .args(["record", "-o", "t.data", "--trace=off", "--"])
+            .args(qemu_args_on(&qemu.to_string_lossy(), &elf))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run record");
+        assert!(!out.status.success());
+        let err = common::single_error(&out);
+        assert!(err.contains("never switched on"), "{err}");
+        counts.push(starts() - before);
+    }
+    assert_eq!(counts, [3, 1], "QEMU's starts in each run");
+}
+
 /// Each task file of a Linux recording (`<tid>.dat`), decoded, by tid.
 fn task_records(dir: &Path) -> std::collections::BTreeMap<u32, Vec<Record>> {
     std::fs::read_dir(dir)

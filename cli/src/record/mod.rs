@@ -108,7 +108,15 @@ fn record_into(
                 "filter a function the guest runs (a recording without -F shows them)",
             ))
         }
-        (ran, _) => ran?,
+        (Err(e), _) => {
+            // Whatever else went wrong with nothing written, check this QEMU afresh next
+            // time (a trigger never reached says nothing against it).
+            if !datadir::has_records(staging) {
+                prep.qemu.forget_probe();
+            }
+            return Err(e);
+        }
+        (Ok(ran), _) => ran,
     };
     let exit = ran.exit.clone();
     let no_sources = ran.sources.is_empty();

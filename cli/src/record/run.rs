@@ -95,9 +95,8 @@ pub fn run(
     let symbols = SymbolJob::join(load);
     let exit = exit?;
     if !datadir::has_records(staging) {
-        // Whatever went wrong, check this QEMU afresh next time.
-        prep.qemu.forget_probe();
-        // `record::run` removes the empty staging directory on this error.
+        // `record::run` removes the empty staging directory on this error, and checks this
+        // QEMU afresh next time unless it knows why nothing was written.
         return Err(nothing_recorded(&exit));
     }
     Ok(Ran {
