@@ -158,8 +158,8 @@ impl Isa for Aarch64 {
         }
     }
 
-    /// QEMU before 10.1 lists VBAR_EL1 by its AArch32 name, `VBAR` (checked on 10.0 and
-    /// 10.2.2's gdbstub `system-registers.xml`).
+    /// QEMU 10.0 lists VBAR_EL1 by its AArch32 name, `VBAR`; 10.2.2 as `VBAR_EL1` (read in
+    /// each one's gdbstub `system-registers.xml`).
     fn vector_base_register(&self, level: Level) -> &'static [&'static str] {
         match level.0 & 3 {
             1 => &["VBAR_EL1", "VBAR"],
