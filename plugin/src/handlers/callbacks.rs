@@ -601,12 +601,7 @@ pub fn on_discontinuity(vcpu_index: c_uint, kind: c_int, from_pc: u64, to_pc: u6
         } else {
             None
         };
-        let syndrome = match (what, level) {
-            (Discontinuity::Exception, Some(l)) => isa
-                .syndrome_register(l)
-                .and_then(|name| v.regs.read_named(name)),
-            _ => None,
-        };
+        let syndrome = level.and_then(|l| v.syndrome(isa, what, l));
         // Without a syndrome register (x86): from the trapping instruction or the IDT.
         let syndrome = match what {
             Discontinuity::Exception if syndrome.is_none() => {

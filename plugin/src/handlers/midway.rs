@@ -32,7 +32,7 @@ use crate::state::stacks::{self, STACK_BYTES};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
 use crate::vcpu::scoreboard::{self, Scoreboard};
 use crate::vcpu::{self, VcpuState};
-use qemu_uftrace_engine::arch::{Discontinuity, ExceptionKind, Isa};
+use qemu_uftrace_engine::arch::{ExceptionKind, Isa};
 use qemu_uftrace_format::cookie::{self, StackCookie};
 use qemu_uftrace_format::Arch;
 use std::collections::{HashMap, HashSet};
@@ -262,12 +262,7 @@ fn taken_before_the_start(v: &mut VcpuState, pc: u64) -> Option<u64> {
     let what = isa.same_level_vector(pc.checked_sub(base)?)?;
     let resume = v.regs.read_named(isa.exception_link_register(level)?)?;
     if crate::state::discontinuities_registered() {
-        let syndrome = match what {
-            Discontinuity::Exception => isa
-                .syndrome_register(level)
-                .and_then(|name| v.regs.read_named(name)),
-            Discontinuity::Interrupt | Discontinuity::HostCall => None,
-        };
+        let syndrome = v.syndrome(isa, what, level);
         let now = v.now();
         v.engine
             .exception_entry(now, isa.exception_kind(what, syndrome), resume);

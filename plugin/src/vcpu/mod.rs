@@ -115,6 +115,20 @@ impl VcpuState {
         let status = self.regs.read_named(isa.status_register())?;
         Some(isa.running_level(status, self.level))
     }
+
+    /// Why an exception `what`, taken to `level`, was taken: its syndrome register (none for
+    /// an interrupt, nor where the architecture has no such register).
+    pub fn syndrome(
+        &mut self,
+        isa: &dyn qemu_uftrace_engine::arch::Isa,
+        what: qemu_uftrace_engine::arch::Discontinuity,
+        level: Level,
+    ) -> Option<u64> {
+        if what != qemu_uftrace_engine::arch::Discontinuity::Exception {
+            return None;
+        }
+        self.regs.read_named(isa.syndrome_register(level)?)
+    }
 }
 
 thread_local! {
