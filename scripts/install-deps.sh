@@ -30,6 +30,11 @@ export DEBIAN_FRONTEND=noninteractive
 log() { echo "install-deps: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+# One install at a time per cache (scripts/cache-lock.sh): this script runs again under its lock.
+if [ "${QEMU_UFTRACE_CACHE_LOCKED:-}" != "$CACHE" ]; then
+    exec "$root/scripts/cache-lock.sh" "$CACHE" env QEMU_UFTRACE_CACHE_LOCKED="$CACHE" "$0" "$@"
+fi
+
 command -v cargo >/dev/null 2>&1 || die "cargo not found: install a Rust toolchain >= 1.88 (rustup) first"
 
 codename=$(. /etc/os-release; echo "${VERSION_CODENAME:-}")
@@ -89,7 +94,8 @@ apt_failure() {
 }
 
 apt_install() {
-    $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null ||
+    # Another install on this machine (a run with a cache of its own) may hold dpkg's lock.
+    $SUDO apt-get install -o DPkg::Lock::Timeout=1200 -y -qq --no-install-recommends "$@" >/dev/null ||
         die "apt-get install $* failed: run apt-get update, then this script again"
 }
 

@@ -261,3 +261,75 @@ fn with_cpu_counts_the_command_s_descendants_and_keeps_its_status() {
     // 1.2 s of CPU, rounded to whole seconds: the interpreter's start adds a little.
     assert!((1..=3).contains(&secs), "{secs} s");
 }
+
+/// scripts/cache-lock.sh, which scripts/install-deps.sh runs under: a second install on the
+/// same cache says once that it waits, and runs only after the first has ended; a process the
+/// install left running (a daemon a package started) does not keep the lock.
+#[test]
+fn a_second_install_on_one_cache_waits_for_the_first() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let locked = |script: &str| {
+        let mut cmd = Command::new(scripts().join("cache-lock.sh"));
+        cmd.arg(&cache).args(["bash", "-c", script]).arg(&cache);
+        cmd
+    };
+    // The first holds the lock until its input ends, then leaves a mark.
+    let mut first = locked(r#"echo holding; read -r _; touch "$0/first-ended""#)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(first.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "holding\n");
+    // The second runs only after that mark, and starts a process that outlives it.
+    let mut second = locked(
+        r#"test -e "$0/first-ended" && echo ran && { sleep 120 >/dev/null 2>&1 & echo $! >"$0/daemon"; }"#,
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut waiting = String::new();
+    BufReader::new(second.stderr.take().unwrap())
+        .read_line(&mut waiting)
+        .unwrap();
+    assert!(
+        waiting.contains("another install is filling")
+            && waiting.contains(&*cache.to_string_lossy()),
+        "{waiting}"
+    );
+    drop(first.stdin.take());
+    assert!(first.wait().unwrap().success());
+    let second = second.wait_with_output().unwrap();
+    assert!(
+        second.status.success(),
+        "the second ran before the first ended"
+    );
+    assert_eq!(String::from_utf8_lossy(&second.stdout), "ran\n");
+    let daemon = std::fs::read_to_string(cache.join("daemon")).unwrap();
+    let daemon = daemon.trim();
+    let alive = || {
+        Command::new("kill")
+            .args(["-0", daemon])
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(alive(), "the daemon ended before the check");
+    // Its first line of errors, or none when it ends: a lock kept would make it wait (until
+    // the daemon is killed below) and say so.
+    let mut third = locked("true").stderr(Stdio::piped()).spawn().unwrap();
+    let mut said = String::new();
+    BufReader::new(third.stderr.take().unwrap())
+        .read_line(&mut said)
+        .unwrap();
+    Command::new("kill").arg(daemon).status().unwrap();
+    assert!(third.wait().unwrap().success());
+    assert_eq!(said, "", "the lock was kept by the daemon");
+}
