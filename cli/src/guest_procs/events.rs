@@ -4,6 +4,7 @@
 //! belongs to.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A file mapped executable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,13 +19,110 @@ pub struct Mapping {
     pub fs: u64,
 }
 
+/// The most code mappings one address space keeps: a process maps one per file it executes
+/// from (its program, its loader, each library), a guest can make any number. Those past it
+/// are counted ([`Procs::dropped`]) and said.
+pub const MAX_MAPPINGS: usize = 4096;
+
+/// Frozen lists a space's list may sit on before it is copied into one (a bound on the chain
+/// walked to read it, and on the recursion that drops it).
+const MAX_LEVELS: usize = 32;
+
+/// A space's code mappings, in the order they were made: those it had at its fork, shared with
+/// its parent and the parent's other children, then its own. A fork copies nothing, so a
+/// guest's fork loop costs a line of `plugin.procs` per child, not its parent's whole list.
+#[derive(Debug, Clone, Default)]
+pub struct Maps {
+    inherited: Option<Arc<Maps>>,
+    own: Vec<Mapping>,
+    len: usize,
+    levels: usize,
+}
+
+impl Maps {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every mapping, the inherited first.
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        let mut chain = vec![self];
+        while let Some(up) = chain.last().and_then(|m| m.inherited.as_deref()) {
+            chain.push(up);
+        }
+        chain.into_iter().rev().flat_map(|m| m.own.iter())
+    }
+
+    pub fn first(&self) -> Option<&Mapping> {
+        self.iter().next()
+    }
+
+    /// Adds `m`; false when the list is full ([`MAX_MAPPINGS`]).
+    fn push(&mut self, m: Mapping) -> bool {
+        if self.len >= MAX_MAPPINGS {
+            return false;
+        }
+        self.own.push(m);
+        self.len += 1;
+        true
+    }
+
+    /// A forked child's list: this one as it is now, frozen and shared by both.
+    fn fork(&mut self) -> Maps {
+        if !self.own.is_empty() {
+            let frozen = if self.levels >= MAX_LEVELS {
+                Maps {
+                    own: self.iter().cloned().collect(),
+                    len: self.len,
+                    ..Maps::default()
+                }
+            } else {
+                std::mem::take(self)
+            };
+            *self = Maps {
+                levels: frozen.levels + 1,
+                len: frozen.len,
+                inherited: Some(Arc::new(frozen)),
+                own: Vec::new(),
+            };
+        }
+        Maps {
+            own: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+impl PartialEq for Maps {
+    fn eq(&self, other: &Maps) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Maps {}
+
+impl FromIterator<Mapping> for Maps {
+    fn from_iter<I: IntoIterator<Item = Mapping>>(iter: I) -> Maps {
+        let own: Vec<Mapping> = iter.into_iter().collect();
+        Maps {
+            len: own.len(),
+            own,
+            ..Maps::default()
+        }
+    }
+}
+
 /// One process's address space from `from` (the trace's time) until the next of its
 /// thread group, or its leader's exit (after which its PID starts clean).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Space {
     pub tgid: u32,
     pub from: u64,
-    pub maps: Vec<Mapping>,
+    pub maps: Maps,
     /// Whether it began at an exec (else it is a forked copy of its parent's).
     pub exec: bool,
 }
@@ -45,6 +143,8 @@ pub struct Procs {
     /// The first file mapped (the kernel's first exec: an initramfs's `/init` or its
     /// interpreter, when the guest has one).
     pub first: Option<Mapping>,
+    /// Mappings left out of spaces already holding [`MAX_MAPPINGS`].
+    pub dropped: u64,
 }
 
 /// Parses `plugin.procs`; lines that do not parse are passed over.
@@ -75,7 +175,7 @@ pub fn parse(text: &str) -> Procs {
                 let parent = dec("parent").map(|p| p as u32);
                 let maps = parent
                     .and_then(|p| current.get(&p))
-                    .map(|&i| procs.spaces[i].maps.clone());
+                    .map(|&i| procs.spaces[i].maps.fork());
                 match maps {
                     Some(maps) => {
                         current.insert(tgid, procs.spaces.len());
@@ -96,7 +196,7 @@ pub fn parse(text: &str) -> Procs {
                 procs.spaces.push(Space {
                     tgid,
                     from: time,
-                    maps: Vec::new(),
+                    maps: Maps::default(),
                     exec: true,
                 });
             }
@@ -111,7 +211,7 @@ pub fn parse(text: &str) -> Procs {
                     procs.spaces.push(Space {
                         tgid,
                         from: time,
-                        maps: Vec::new(),
+                        maps: Maps::default(),
                         exec: false,
                     });
                     procs.spaces.len() - 1
@@ -124,7 +224,9 @@ pub fn parse(text: &str) -> Procs {
                     fs: hex("fs").unwrap_or(0),
                 };
                 procs.first.get_or_insert_with(|| m.clone());
-                procs.spaces[i].maps.push(m);
+                if !procs.spaces[i].maps.push(m) {
+                    procs.dropped += 1;
+                }
             }
             // The exec'd system call returned, closing the old program's frames: the new
             // program's session starts after their exits, which its files must not name.
@@ -156,6 +258,89 @@ pub fn read(dir: &std::path::Path) -> Option<Procs> {
 mod tests {
     use super::*;
 
+    fn mmap(tgid: u32, n: usize) -> String {
+        format!(
+            "mmap\ttime=3\ttid={tgid}\ttgid={tgid}\tstart={:x}\tlen=1000\toffset=0\tpath=/f{n}\n",
+            0x1000_0000 + n * 0x1000
+        )
+    }
+
+    /// Mappings held in memory: each list's own, and each frozen list once however many
+    /// spaces share it.
+    fn stored(procs: &Procs) -> usize {
+        let mut seen = std::collections::HashSet::new();
+        let mut n = 0;
+        for space in &procs.spaces {
+            let mut at = Some(&space.maps);
+            while let Some(m) = at {
+                if std::ptr::eq(m, &space.maps) || seen.insert(m as *const Maps) {
+                    n += m.own.len();
+                } else {
+                    break;
+                }
+                at = m.inherited.as_deref();
+            }
+        }
+        n
+    }
+
+    /// A guest's fork loop: each child starts with its parent's 1,000 mappings and adds
+    /// one, and what is held grows by a mapping a child, not by its parent's list.
+    #[test]
+    fn a_fork_loop_shares_its_parent_s_mappings() {
+        let mut text = String::from("exec\ttime=1\ttid=1\ttgid=1\n");
+        (0..1000).for_each(|n| text += &mmap(1, n));
+        let children = 3000u32;
+        for c in 2..2 + children {
+            text += &format!("task\ttime=2\ttid={c}\ttgid={c}\tparent=1\n");
+            text += &mmap(c, 5000 + c as usize);
+        }
+        let p = parse(&text);
+        assert_eq!(p.spaces.len(), 1 + children as usize);
+        for child in &p.spaces[1..] {
+            assert_eq!(child.maps.len(), 1001);
+            assert_eq!(child.maps.first().map(|m| m.path.as_str()), Some("/f0"));
+            let last = child.maps.iter().last().map(|m| m.path.clone());
+            assert_eq!(last, Some(format!("/f{}", 5000 + child.tgid)));
+        }
+        assert_eq!(stored(&p), 1000 + children as usize);
+        assert_eq!(p.dropped, 0);
+    }
+
+    /// Past MAX_MAPPINGS a space keeps no more, and says how many it left out; a child of
+    /// a full parent is full too.
+    #[test]
+    fn a_space_keeps_at_most_max_mappings() {
+        let mut text = String::from("exec\ttime=1\ttid=1\ttgid=1\n");
+        (0..MAX_MAPPINGS + 5).for_each(|n| text += &mmap(1, n));
+        text += "task\ttime=2\ttid=2\ttgid=2\tparent=1\n";
+        text += &mmap(2, 99_999);
+        let p = parse(&text);
+        assert_eq!(p.spaces[0].maps.len(), MAX_MAPPINGS);
+        assert_eq!(p.spaces[1].maps.len(), MAX_MAPPINGS);
+        assert_eq!(p.dropped, 6);
+    }
+
+    /// Mappings and forks in turn, past the frozen lists a list may sit on: each child holds
+    /// what its parent had at its fork, in order.
+    #[test]
+    fn lists_frozen_at_each_fork_read_in_order() {
+        let mut text = String::from("exec\ttime=1\ttid=1\ttgid=1\n");
+        let rounds = 3 * MAX_LEVELS;
+        for r in 0..rounds {
+            text += &mmap(1, r);
+            let c = 2 + r;
+            text += &format!("task\ttime=2\ttid={c}\ttgid={c}\tparent=1\n");
+        }
+        let p = parse(&text);
+        for (r, child) in p.spaces[1..].iter().enumerate() {
+            let paths: Vec<String> = child.maps.iter().map(|m| m.path.clone()).collect();
+            let want: Vec<String> = (0..=r).map(|n| format!("/f{n}")).collect();
+            assert_eq!(paths, want);
+            assert!(child.maps.levels <= MAX_LEVELS + 1, "{}", child.maps.levels);
+        }
+    }
+
     #[test]
     fn exec_fork_and_threads() {
         let text = "task\ttime=1\ttid=1\ttgid=1\tparent=0\n\
@@ -175,7 +360,7 @@ mod tests {
         // The first file mapped, and which file system holds it (none said: 0).
         let first = p.first.as_ref().expect("a first mapping");
         assert_eq!((first.path.as_str(), first.fs), ("/init", 0xffee));
-        assert_eq!(p.spaces[0].maps[1].fs, 0);
+        assert_eq!(p.spaces[0].maps.iter().nth(1).map(|m| m.fs), Some(0));
         // The forked child starts with its parent's mappings, then execs.
         assert_eq!((p.spaces[1].tgid, p.spaces[1].exec), (7, false));
         assert_eq!(p.spaces[1].maps, p.spaces[0].maps);

@@ -11,7 +11,7 @@ use qemu_uftrace_format::map::{self, MapEntry};
 use qemu_uftrace_format::task::{session_id, Later};
 use qemu_uftrace_symbols::{Arch, Image, LoadOptions};
 
-use super::events::{Mapping, Procs, Space};
+use super::events::{Mapping, Procs, Space, MAX_MAPPINGS};
 use super::initrd;
 use crate::contained;
 use crate::guest_tasks::GuestTask;
@@ -88,6 +88,13 @@ fn write_sessions(
     tids: &[u32],
 ) -> Result<Named> {
     let mut named = Named::default();
+    if procs.dropped > 0 {
+        named.problems.push(format!(
+            "{} code mappings past {MAX_MAPPINGS} in one process were left out: files mapped \
+             only there are not named in it",
+            procs.dropped
+        ));
+    }
     let base_map = dir.join(format!("sid-{base_sid}.map"));
     // Each process's map holds the kernel's (its system calls run there), not the kernel's
     // physical-address copy (`kernel_alias::without_physical_copy`).
@@ -600,7 +607,7 @@ impl<'a> Finder<'a> {
                 n.problems.push(why);
             }
         };
-        for m in &space.maps {
+        for m in space.maps.iter() {
             if !seen.insert(m.path.as_str()) {
                 continue;
             }
@@ -673,7 +680,7 @@ mod tests {
                 exec: true,
             }],
             tgid_of: HashMap::from([(10, 10)]),
-            first: None,
+            ..Procs::default()
         }
     }
 
@@ -809,7 +816,7 @@ mod tests {
         let space = |tgid: u32, maps: Vec<Mapping>| Space {
             tgid,
             from: tgid as u64,
-            maps,
+            maps: maps.into_iter().collect(),
             exec: true,
         };
         let procs = Procs {
@@ -827,7 +834,7 @@ mod tests {
                 ),
             ],
             tgid_of: HashMap::from([(10, 10), (11, 11)]),
-            first: None,
+            ..Procs::default()
         };
         let files = GuestFiles {
             initrd: None,
