@@ -54,7 +54,8 @@ build_workload_guest() {
 #              bench/off.sh measures the plugin off without one)
 #   retvals    the same boot recorded with -R of five kernel functions (RETVALS)
 #   autoargs   the same boot recorded with -a -F of one subsystem (AUTOARGS, default ^of_)
-#              and the kernel's DWARF vmlinux; autoargs-none: the same without -a
+#              and the kernel's DWARF vmlinux; autoargs-none: the same without -a;
+#              autoargs-all: the whole boot with -a (every typed function's values)
 #   initramfs  Debian's kernel booting the initramfs guest (tests/guests/linux): /init's
 #              syscalls, page faults and fork, then power-off; -cpu max, 1 vCPU, --symbols
 #   procs      Debian's kernel booting the process guest (tests/guests/procs): dynamic PIEs,
@@ -108,6 +109,10 @@ workload_argv() {
             extra=("${kernel[@]}")
             record_opts=(--symbols "$cache/kernel-dbg/vmlinux" -F "${AUTOARGS:-^of_}")
             [ "$1" = autoargs-none ] || record_opts+=(-a) ;;
+        # -a over the whole boot: the 37 k typed functions' values, each call's.
+        autoargs-all)
+            extra=("${kernel[@]}")
+            record_opts=(--symbols "$cache/kernel-dbg/vmlinux" -a) ;;
         initramfs)
             cpu=max
             extra=(-m 512M -no-reboot -smp 1 -kernel "$cache/kernel/vmlinuz"

@@ -15,7 +15,8 @@
 #   retvals    the same boot with -R of five kernel functions (RETVALS="SPEC …"; default
 #              __kmalloc, kmem_cache_alloc, of_find_property, kstrdup, strlen): against args'
 #   autoargs   the same boot with -a -F of one subsystem (AUTOARGS=FUNC, default ^of_) and
-#              the kernel's DWARF vmlinux; autoargs-none: the same without -a
+#              the kernel's DWARF vmlinux; autoargs-none: the same without -a; autoargs-all:
+#              the whole boot with -a
 #   initramfs  Debian's kernel booting our initramfs guest (tests/guests/linux) to power-off:
 #              user space, syscalls, page faults, a fork; traced with --symbols init.elf
 #   procs      the process guest (tests/guests/procs: dynamic PIEs, glibc, two processes of
@@ -34,7 +35,8 @@
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
-#        [tfilter] [tfilter-insn] [off] [args] [retvals] [autoargs] [autoargs-none] [initramfs] [procs]
+#        [tfilter] [tfilter-insn] [off] [args] [retvals] [autoargs] [autoargs-none] [autoargs-all]
+#        [initramfs] [procs]
 #        [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
 set -euo pipefail

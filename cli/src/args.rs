@@ -345,10 +345,10 @@ pub struct RecordArgs {
     /// --symbols that have DWARF: integers by size and sign, char * as strings, other
     /// pointers in hex, named enums by name (other enums and bool as integers), float and
     /// double as such; a function taking a struct by value or a long double is left out. -A/-R win where they
-    /// name a function (-A for its arguments, -R for its return value). With -F, only the
-    /// functions -F selects (not their callees: unlike uftrace's -a, which gives every
-    /// function it records), less those -N names; at most 4,000 functions (a kernel's
-    /// must be aimed: -a -F 'ext4_.*'). The kernel's syscall wrappers get their syscall's
+    /// name a function (-A for its arguments, -R for its return value). Every typed function
+    /// but those -N names, however many (a whole kernel's 37 k: uftrace finds each one's
+    /// values in the trace's .dbg files, as uftrace record -a writes them); with -F, the
+    /// callees it records get theirs too. The kernel's syscall wrappers get their syscall's
     /// arguments, as a bare -A WRAPPER
     #[arg(short = 'a', long = "auto-args")]
     pub auto_args: bool,

@@ -63,7 +63,7 @@ impl ArgSpecs {
             info: InfoSpec {
                 argspec: argument.to_vec(),
                 retspec: retval.to_vec(),
-                enums: Vec::new(),
+                ..InfoSpec::default()
             },
             funcs: Vec::new(),
             libraries: names.libraries.clone(),
@@ -73,6 +73,7 @@ impl ArgSpecs {
             return Ok(specs);
         }
         let mut exacts: HashMap<Addr, Vec<bool>> = HashMap::new();
+        let mut at: HashMap<Addr, usize> = HashMap::new();
         let given = (argument.iter().map(|s| ("-A", s))).chain(retval.iter().map(|s| ("-R", s)));
         for (option, text) in given {
             let spec = fargs::parse(text, fargs::MAX_ARG).map_err(|e| {
@@ -95,18 +96,15 @@ impl ArgSpecs {
                         "give a symbol source with sizes (the ELF file) with --symbols",
                     ));
                 }
-                let i = match specs.funcs.iter().position(|f| f.addr == addr) {
-                    Some(i) => i,
-                    None => {
-                        specs.funcs.push(FuncValues {
-                            addr,
-                            size,
-                            values: Vec::new(),
-                            pt_regs: None,
-                        });
-                        specs.funcs.len() - 1
-                    }
-                };
+                let i = *at.entry(addr).or_insert_with(|| {
+                    specs.funcs.push(FuncValues {
+                        addr,
+                        size,
+                        values: Vec::new(),
+                        pt_regs: None,
+                    });
+                    specs.funcs.len() - 1
+                });
                 let ex = exacts.entry(addr).or_default();
                 for v in &spec.values {
                     fargs::merge_exact(&mut specs.funcs[i].values, ex, *v, exact);
@@ -132,6 +130,55 @@ impl ArgSpecs {
 
     pub fn is_empty(&self) -> bool {
         self.funcs.is_empty()
+    }
+
+    /// Adds `-a`'s values (`auto`), merged with the explicit ones as uftrace's replay merges
+    /// them ([`merge_auto`]), with each function's size from `sizes` (a return value needs
+    /// it: without one it is left out). Returns the functions that keep values of `-a`'s,
+    /// as the `.dbg` files must give them (replay's values are those the records carry).
+    pub fn add_auto(&mut self, auto: Auto, sizes: &HashMap<Addr, u64>) -> Vec<AutoFunc> {
+        let mut at: HashMap<Addr, usize> = (self.funcs.iter().enumerate())
+            .map(|(i, f)| (f.addr, i))
+            .collect();
+        let mut kept = Vec::new();
+        for mut f in auto.funcs {
+            let size = sizes.get(&f.addr).copied().unwrap_or(0);
+            if size == 0 {
+                f.values.1 = None;
+            }
+            // A list replay could not parse gives nothing (it would not describe the records).
+            for v in [&mut f.values.0, &mut f.values.1] {
+                if v.as_deref().is_some_and(|v| auto_values(v).is_none()) {
+                    *v = None;
+                }
+            }
+            if f.values.0.is_none() && f.values.1.is_none() {
+                continue;
+            }
+            let i = *at.entry(f.addr).or_insert_with(|| {
+                self.funcs.push(FuncValues {
+                    addr: f.addr,
+                    size,
+                    values: Vec::new(),
+                    pt_regs: None,
+                });
+                self.funcs.len() - 1
+            });
+            let func = &mut self.funcs[i];
+            func.values = merge_auto(std::mem::take(&mut func.values), &f.values);
+            if func.size == 0 {
+                func.size = size;
+            }
+            kept.push(f);
+        }
+        self.funcs.sort_by_key(|f| f.addr);
+        self.info.auto |= !kept.is_empty();
+        for e in auto.enums {
+            if !self.info.enums.contains(&e) {
+                self.info.enums.push(e);
+            }
+        }
+        kept
     }
 
     /// Where argument `idx` is at the function's first instruction when the registers do
@@ -214,10 +261,12 @@ impl ArgSpecs {
         pt_regs: Option<[u64; 6]>,
     ) -> Result<()> {
         let prefix = syscall_prefix(arch);
+        let wrappers: HashMap<Addr, &str> = (names.functions.iter())
+            .filter(|(n, _)| n.starts_with(prefix) && n.len() > prefix.len())
+            .map(|(n, a)| (*a, n.as_str()))
+            .collect();
         for f in &mut self.funcs {
-            let Some((name, _)) = (names.functions.iter())
-                .find(|(n, a)| *a == f.addr && n.starts_with(prefix) && n.len() > prefix.len())
-            else {
+            let Some(name) = wrappers.get(&f.addr) else {
                 continue;
             };
             let args: Vec<u8> = (f.values.iter().filter(|v| !v.is_retval()))
@@ -406,6 +455,8 @@ pub struct Lookup {
     specs: Vec<(Option<Regex>, String, Vec<Value>)>,
     /// The enums `e:NAME` values are shown by (`info`'s `enumauto:`).
     pub enums: fargs::Enums,
+    /// `-a` (`auto-args:1`): each function's values in its `.dbg` file too ([`merge_auto`]).
+    pub auto: bool,
 }
 
 impl Lookup {
@@ -432,6 +483,7 @@ impl Lookup {
         Some(Lookup {
             specs,
             enums: fargs::Enums::parse(&spec.enums),
+            auto: spec.auto,
         })
     }
 
@@ -453,94 +505,31 @@ impl Lookup {
     }
 }
 
-/// The most functions `-a` gives specs: uftrace's replay matches each against every symbol.
-pub const MAX_AUTO: usize = 4000;
-
 /// The most bytes a function's symbol may lie before its DWARF `low_pc`: the kernel's
 /// patchable entries (arm64's `-fpatchable-function-entry=4,2`, riscv64's 2-byte NOPs) put
 /// 8 bytes of NOPs after the symbol, and GCC's DWARF begins after them (Debian's arm64
 /// vmlinux: 32 k of 37.6 k typed functions).
 const ENTRY_PAD: u64 = 16;
 
-/// Which functions `-a` takes: with `-F`, only those its FUNCs match (the addresses `-F`
-/// resolved, by the same rule); never one `-N` names (it is never recorded: `-N` wins over
-/// `-F` in the recording too).
+/// Which functions `-a` takes: every typed one but those `-N` names (never recorded: `-N`
+/// wins over `-F` in the recording too). `-F`'s callees are recorded, so they are taken too,
+/// as `uftrace record -a -F` takes them.
 #[derive(Debug, Clone, Default)]
 pub struct Aim {
-    /// `None`: no `-F`, every function.
-    filter: Option<HashSet<Addr>>,
     notrace: HashSet<Addr>,
 }
 
 impl Aim {
     pub fn new(filters: &crate::filter::Filters) -> Aim {
         let mut aim = Aim::default();
-        for p in &filters.patterns {
-            let addrs = p.addrs.iter().copied();
-            match p.option {
-                "-F" => aim.filter.get_or_insert_with(HashSet::new).extend(addrs),
-                _ => aim.notrace.extend(addrs),
-            }
+        for p in filters.patterns.iter().filter(|p| p.option != "-F") {
+            aim.notrace.extend(p.addrs.iter().copied());
         }
         aim
     }
 
     fn takes(&self, addr: Addr) -> bool {
-        !self.notrace.contains(&addr) && self.filter.as_ref().is_none_or(|f| f.contains(&addr))
-    }
-}
-
-/// Which values an explicit `-A`/`-R` SPEC gives its functions: (arguments, return value).
-/// A bare `-A WRAPPER` gives the syscall's arguments; one that does not parse, both
-/// (`ArgSpecs::resolve` refuses it later).
-fn gives(text: &str) -> (bool, bool) {
-    if !text.contains('@') {
-        return (true, false);
-    }
-    match fargs::parse(text, u8::MAX) {
-        Ok(s) => (
-            s.values.iter().any(|v| !v.is_retval()),
-            s.values.iter().any(Value::is_retval),
-        ),
-        Err(_) => (true, true),
-    }
-}
-
-/// An explicit `-A`/`-R` SPEC as `-a` weighs it: what its FUNC names, compiled once for
-/// every typed function, and which values it gives ([`gives`]).
-struct Given<'a> {
-    func: Func<'a>,
-    gives: (bool, bool),
-}
-
-/// A SPEC's FUNC: a whole name, a regular expression, or one that does not compile (which
-/// names nothing).
-enum Func<'a> {
-    Whole(&'a str),
-    Regex(Regex),
-    Invalid,
-}
-
-impl<'a> Given<'a> {
-    fn new(text: &'a str) -> Given<'a> {
-        let pattern = text.split_once('@').map_or(text, |(p, _)| p);
-        let func = if !pattern.contains(crate::filter::REGEX_CHARS) {
-            Func::Whole(pattern)
-        } else {
-            Regex::new(pattern).map_or(Func::Invalid, Func::Regex)
-        };
-        Given {
-            func,
-            gives: gives(text),
-        }
-    }
-
-    fn names(&self, name: &str) -> bool {
-        match &self.func {
-            Func::Whole(whole) => *whole == name,
-            Func::Regex(re) => re.is_match(name),
-            Func::Invalid => false,
-        }
+        !self.notrace.contains(&addr)
     }
 }
 
@@ -554,57 +543,60 @@ fn enum_lines(enums: std::collections::BTreeMap<String, Vec<(String, i64)>>) -> 
         .collect()
 }
 
-/// `-a/--auto-args`: a spec for each function of `files` whose DWARF says its types, whose
-/// symbol has its DWARF name (replay finds specs by symbol name) and that `aim` takes. As
-/// uftrace's: an explicit `-A` (`explicit.0`) that names a function gives its arguments,
-/// an explicit `-R` (`explicit.1`) its return value, and `-a` only the rest. The kernel's
-/// syscall wrappers get their syscall's arguments (as a bare `-A WRAPPER` does), not the
-/// `struct pt_regs *` they take. Gives the `-A` and `-R` specs, as if typed, and the enums
-/// they name. `files`: ELF files at their link addresses, each `true` when its functions
-/// are a PIE's (`Addr::Pie`).
-pub fn auto_specs(
-    files: &[(PathBuf, bool)],
-    names: &Names,
-    explicit: (&[String], &[String]),
-    aim: &Aim,
-    arch: Arch,
-) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
-    let mut typed = Vec::new();
-    for (path, pie) in files {
-        // Aimed: only the units of the functions -F selects (their DWARF is a few bytes
-        // past their symbols, in the same unit); a kernel's whole DWARF takes ~1 s.
-        let near: Option<Vec<u64>> = (aim.filter.as_ref()).map(|f| {
-            (f.iter())
-                .filter_map(|a| match (a, pie) {
-                    (Addr::At(v), false) | (Addr::Pie(v), true) => Some(*v),
-                    _ => None,
-                })
-                .collect()
-        });
-        let specs = qemu_uftrace_symbols::auto_specs(path, near.as_deref())
-            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
-        typed.push((specs, *pie));
-    }
-    let kernel: Vec<PathBuf> = (files.iter().filter(|(_, pie)| !pie))
-        .map(|(p, _)| p.clone())
-        .collect();
-    auto_from(typed, names, explicit, aim, arch, |w| {
-        syscall_types(w, &kernel)
-    })
+/// `-a`'s values of one typed function, at its symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoFunc {
+    pub addr: Addr,
+    /// Its file (an index into [`auto_specs`]' `files`) and its offset from that file's
+    /// image start (the key of the `.dbg` files' values: `symfiles::set_auto_values`).
+    pub file: usize,
+    pub offset: u64,
+    /// Its arguments' values (`arg1/i32,arg2/s`) and its return value's (`retval/i64`).
+    pub values: crate::symfiles::AutoValues,
 }
 
-/// [`auto_specs`] of each file's typed functions (`typed`: with whether they are a PIE's),
-/// the syscall wrappers typed by `syscall_types`.
-fn auto_from(
-    typed: Vec<(Vec<qemu_uftrace_symbols::AutoSpec>, bool)>,
+/// `-a`: each typed function's values, and the enums they are shown by (`info`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Auto {
+    pub funcs: Vec<AutoFunc>,
+    pub enums: Vec<String>,
+}
+
+/// `-a/--auto-args`: the values of each function of `files` whose DWARF says its types, at
+/// its symbol, that `aim` takes. The kernel's syscall wrappers get their syscall's arguments
+/// (as a bare `-A WRAPPER` does), not the `struct pt_regs *` they take. `files`: ELF files
+/// at their link addresses, each with whether its functions are a PIE's (`Addr::Pie`) and
+/// the start of its image at offset 0. uftrace reads them from the `.dbg` files
+/// (`auto-args:1`), by address: every typed function, however many.
+pub fn auto_specs(
+    files: &[(PathBuf, bool, u64)],
     names: &Names,
-    explicit: (&[String], &[String]),
+    aim: &Aim,
+    arch: Arch,
+) -> Result<Auto> {
+    let mut typed = Vec::new();
+    for (path, pie, start) in files {
+        let specs = qemu_uftrace_symbols::auto_specs(path, None)
+            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
+        typed.push((specs, *pie, *start));
+    }
+    let kernel: Vec<PathBuf> = (files.iter().filter(|(_, pie, _)| !pie))
+        .map(|(p, _, _)| p.clone())
+        .collect();
+    auto_from(typed, names, aim, arch, |w| syscall_types(w, &kernel))
+}
+
+/// [`auto_specs`] of each file's typed functions (`typed`: with whether they are a PIE's
+/// and its image start), the syscall wrappers typed by `syscall_types`.
+fn auto_from(
+    typed: Vec<(Vec<qemu_uftrace_symbols::AutoSpec>, bool, u64)>,
+    names: &Names,
     aim: &Aim,
     arch: Arch,
     syscall_types: impl FnOnce(
         &mut Vec<(u64, String)>,
     ) -> std::result::Result<Vec<qemu_uftrace_symbols::AutoSpec>, String>,
-) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+) -> Result<Auto> {
     let mut symbols: HashMap<&str, Vec<Addr>> = HashMap::new();
     for (n, a) in &names.functions {
         symbols.entry(n.as_str()).or_default().push(*a);
@@ -626,20 +618,22 @@ fn auto_from(
             .max_by_key(|&a| split(a).1)
     };
     let prefix = syscall_prefix(arch);
-    // By name: one spec a name (two functions of one name and other types: neither).
-    let mut by_name: std::collections::BTreeMap<String, Option<(String, Option<String>)>> =
-        Default::default();
+    let mut funcs: Vec<AutoFunc> = Vec::new();
+    let mut taken: HashSet<Addr> = HashSet::new();
     // Each enum's first definition (by name), as uftrace keeps one a name.
     let mut enums: std::collections::BTreeMap<String, Vec<(String, i64)>> = Default::default();
+    // Syscall wrappers: (address, syscall), and their places in `funcs`.
     let mut wrappers: Vec<(u64, String)> = Vec::new();
-    for (specs, pie) in typed {
+    let mut wrapper_at: HashMap<u64, usize> = HashMap::new();
+    for (file, (specs, pie, start)) in typed.into_iter().enumerate() {
         for s in specs {
             let low = if pie {
                 Addr::Pie(s.addr)
             } else {
                 Addr::At(s.addr)
             };
-            let Some(at) = symbol(&s.name, low).filter(|&a| aim.takes(a)) else {
+            // The first DWARF description of a function wins (an alias, a second file).
+            let Some(at) = symbol(&s.name, low).filter(|&a| aim.takes(a) && taken.insert(a)) else {
                 continue;
             };
             let syscall = (s.name.strip_prefix(prefix)).filter(|n| !n.is_empty() && !pie);
@@ -647,28 +641,26 @@ fn auto_from(
                 // Its syscall's own, filled in below.
                 (Some(syscall), Addr::At(a)) => {
                     wrappers.push((a, syscall.to_string()));
-                    String::new()
+                    wrapper_at.insert(a, funcs.len());
+                    None
                 }
-                _ => {
-                    for (name, vals) in &s.enums {
-                        enums.entry(name.clone()).or_insert_with(|| vals.clone());
+                _ => match auto_args(&s.args) {
+                    Some(args) => {
+                        for (name, vals) in &s.enums {
+                            enums.entry(name.clone()).or_insert_with(|| vals.clone());
+                        }
+                        Some(args).filter(|a| !a.is_empty())
                     }
-                    match auto_args(&s.args) {
-                        Some(args) => args,
-                        // More floating-point arguments than registers: no spec.
-                        None => continue,
-                    }
-                }
+                    // More floating-point arguments than registers: no values.
+                    None => continue,
+                },
             };
-            let spec = (args, s.ret.as_ref().map(|w| format!("retval/{w}")));
-            by_name
-                .entry(s.name)
-                .and_modify(|e| {
-                    if e.as_ref() != Some(&spec) {
-                        *e = None;
-                    }
-                })
-                .or_insert(Some(spec));
+            funcs.push(AutoFunc {
+                addr: at,
+                file,
+                offset: split(at).1.wrapping_sub(start),
+                values: (args, s.ret.as_ref().map(|w| format!("retval/{w}"))),
+            });
         }
     }
     if !wrappers.is_empty() {
@@ -677,50 +669,19 @@ fn auto_from(
         // A wrapper whose syscall is not typed (or takes nothing) keeps no arguments: its
         // own is the pt_regs pointer, which the syscall's arg1 would be shown as.
         for s in found {
-            if let (Some(Some(spec)), Some(values)) = (
-                by_name.get_mut(&format!("{prefix}{}", s.name)),
-                syscall_values(&s),
-            ) {
-                spec.0 = values;
+            if let (Some(&i), Some(values)) = (wrapper_at.get(&s.addr), syscall_values(&s)) {
+                funcs[i].values.0 = Some(values);
                 for (name, vals) in s.enums {
                     enums.entry(name).or_insert(vals);
                 }
             }
         }
     }
-    let (mut a, mut r) = (Vec::new(), Vec::new());
-    let mut functions = 0;
-    let given: Vec<Given> = (explicit.0.iter().chain(explicit.1))
-        .map(|t| Given::new(t))
-        .collect();
-    for (name, spec) in by_name {
-        let Some((args, ret)) = spec else { continue };
-        let (mut has_args, mut has_ret) = (!args.is_empty(), ret.is_some());
-        for g in given.iter().filter(|g| g.names(&name)) {
-            has_args &= !g.gives.0;
-            has_ret &= !g.gives.1;
-        }
-        if !has_args && !has_ret {
-            continue;
-        }
-        functions += 1;
-        // A name with regex characters (`f.part.0`) is matched whole as a regex.
-        let pattern = if name.contains(crate::filter::REGEX_CHARS) {
-            format!("^{}$", regex::escape(&name))
-        } else {
-            name
-        };
-        if has_args {
-            a.push(format!("{pattern}@{args}"));
-        }
-        if let Some(ret) = ret.filter(|_| has_ret) {
-            r.push(format!("{pattern}@{ret}"));
-        }
-    }
-    if functions > MAX_AUTO {
-        return Err(too_many(functions, aim.filter.is_some()));
-    }
-    Ok((a, r, enum_lines(enums)))
+    funcs.retain(|f| f.values.0.is_some() || f.values.1.is_some());
+    Ok(Auto {
+        funcs,
+        enums: enum_lines(enums),
+    })
 }
 
 /// A typed function's argument words (`i32`, `f64`, …) as spec values: the integer class
@@ -748,25 +709,29 @@ fn auto_args(words: &[String]) -> Option<String> {
     Some(out.join(","))
 }
 
-/// `-a`'s refusal of `functions` specs, past [`MAX_AUTO`]; `aimed` when `-F` chose them.
-fn too_many(functions: usize, aimed: bool) -> anyhow::Error {
-    let why = "uftrace's replay matches each spec against every symbol";
-    if aimed {
-        usage(
-            format!(
-                "-a: {functions} of the functions -F selects have DWARF types (at most \
-                 {MAX_AUTO}: {why})"
-            ),
-            "aim -a at fewer with narrower -F FUNCs (or name them with -A FUNC@arg1,… and \
-             -R FUNC@retval)",
-        )
-    } else {
-        usage(
-            format!("-a: {functions} functions have DWARF types (at most {MAX_AUTO}: {why})"),
-            "aim -a with -F: it then takes only the functions -F selects (-F 'ext4_.*', a \
-             regular expression as -F takes it)",
-        )
+/// One `-a` value list (`arg1/i32,arg2/s`) parsed as uftrace's replay parses it; `None` when
+/// it does not parse (the function then gets none: its records must carry only what a spec
+/// describes).
+pub fn auto_values(values: &str) -> Option<Vec<Value>> {
+    fargs::parse(&format!("f@{values}"), fargs::MAX_ARG)
+        .ok()
+        .map(|s| s.values)
+}
+
+/// A function's values as uftrace's replay merges an explicit `-A`/`-R` (`explicit`, by
+/// name) with `-a`'s (`auto`, from `.dbg`): explicit arguments take the place of all of
+/// `-a`'s, an explicit return value of its return value (`filter.c`'s "ignore auto-args if
+/// it already has argspec").
+pub fn merge_auto(mut explicit: Vec<Value>, auto: &crate::symfiles::AutoValues) -> Vec<Value> {
+    let has_args = explicit.iter().any(|v| !v.is_retval());
+    let has_ret = explicit.iter().any(Value::is_retval);
+    if let (false, Some(a)) = (has_args, &auto.0) {
+        explicit.extend(auto_values(a).unwrap_or_default());
     }
+    if let (false, Some(r)) = (has_ret, &auto.1) {
+        explicit.extend(auto_values(r).unwrap_or_default());
+    }
+    explicit
 }
 
 /// Each function's size, by the address `Names` gives it (the same sources, read once).
@@ -1020,7 +985,7 @@ mod tests {
 
     /// The kernel's DWARF: each function's low_pc past its patchable entry (8 bytes after
     /// the symbol, as arm64's), `ext4_sync`'s too far past to be its symbol's.
-    fn kernel_typed() -> Vec<(Vec<AutoSpec>, bool)> {
+    fn kernel_typed() -> Vec<(Vec<AutoSpec>, bool, u64)> {
         let specs = vec![
             typed("ext4_read", 0x108, &["p", "u32"], Some("i64")),
             typed("ext4_write", 0x208, &["p", "s"], Some("i32")),
@@ -1029,22 +994,17 @@ mod tests {
             typed("__arm64_sys_openat", 0x508, &["p"], Some("i64")),
             typed("__arm64_sys_getpid", 0x608, &["p"], Some("i64")),
         ];
-        vec![(specs, false)]
+        vec![(specs, false, 0x100)]
     }
 
     /// `-a` with the syscalls' own types: openat's, at its wrapper's symbol; none of getpid.
-    fn auto(
-        filter: &[&str],
-        notrace: &[&str],
-        explicit: (&[String], &[String]),
-    ) -> Result<(Vec<String>, Vec<String>, Vec<String>)> {
+    fn auto(filter: &[&str], notrace: &[&str]) -> Result<Auto> {
         let n = kernel_names();
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let filters = crate::filter::Filters::resolve(&strings(filter), &strings(notrace), &n)?;
         auto_from(
             kernel_typed(),
             &n,
-            explicit,
             &Aim::new(&filters),
             Arch::Aarch64,
             |wrappers| {
@@ -1056,30 +1016,50 @@ mod tests {
         )
     }
 
-    /// `-F` aims `-a` (its regular expression, as `-F` matches it), `-N` leaves functions
-    /// out; a DWARF function is its symbol's up to a patchable entry's NOPs past it.
+    /// (address, arguments, return value) of each function `-a` gives values.
+    fn listed(auto: &Auto) -> Vec<(u64, Option<&str>, Option<&str>)> {
+        (auto.funcs.iter())
+            .map(|f| match f.addr {
+                Addr::At(a) => (a, f.values.0.as_deref(), f.values.1.as_deref()),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// Every typed function, `-F`'s callees too (as `uftrace record -a -F`), less those `-N`
+    /// leaves out; a DWARF function is its symbol's up to a patchable entry's NOPs past it;
+    /// a syscall wrapper gets its syscall's arguments, not its `struct pt_regs *`, and one
+    /// whose syscall is not typed only its return value.
     #[test]
-    fn auto_args_take_the_functions_f_selects_less_n() {
-        let (a, r, _) = auto(&["ext4_.*"], &["ext4_write"], (&[], &[])).unwrap();
-        assert_eq!(a, ["ext4_read@arg1/p,arg2/u32"]);
-        assert_eq!(r, ["ext4_read@retval/i64"]);
-        let (a, r, _) = auto(&["vfs_read", "ext4_write"], &[], (&[], &[])).unwrap();
-        assert_eq!(a, ["ext4_write@arg1/p,arg2/s", "vfs_read@arg1/p"]);
-        assert_eq!(r, ["ext4_write@retval/i32", "vfs_read@retval/i64"]);
-        // Without -F: every typed function but -N's.
-        let (a, _, _) = auto(&[], &["^__arm64"], (&[], &[])).unwrap();
+    fn auto_args_take_every_typed_function_less_n() {
+        let all = auto(&[], &[]).unwrap();
         assert_eq!(
-            a,
+            listed(&all),
             [
-                "ext4_read@arg1/p,arg2/u32",
-                "ext4_write@arg1/p,arg2/s",
-                "vfs_read@arg1/p"
+                (0x100, Some("arg1/p,arg2/u32"), Some("retval/i64")),
+                (0x200, Some("arg1/p,arg2/s"), Some("retval/i32")),
+                (0x400, Some("arg1/p"), Some("retval/i64")),
+                (
+                    0x500,
+                    Some("arg1/i32,arg2/s,arg3/i32,arg4/u16"),
+                    Some("retval/i64")
+                ),
+                (0x600, None, Some("retval/i64")),
+            ]
+        );
+        // Each at its offset from its file's image start, for its `.dbg` file.
+        assert_eq!(all.funcs[1].offset, 0x100);
+        assert_eq!(auto(&["^ext4_read$"], &[]).unwrap(), all);
+        let less = auto(&["ext4_.*"], &["ext4_write", "^__arm64"]).unwrap();
+        assert_eq!(
+            listed(&less),
+            [
+                (0x100, Some("arg1/p,arg2/u32"), Some("retval/i64")),
+                (0x400, Some("arg1/p"), Some("retval/i64")),
             ]
         );
     }
 
-    /// As uftrace's: an explicit -A takes a function's arguments from -a, an explicit -R
-    /// its return value (a regular expression as well as a whole name).
     #[test]
     fn auto_args_number_floating_point_values_apart() {
         let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -1090,59 +1070,58 @@ mod tests {
         assert_eq!(auto_args(&w(&["f64"; 9])), None, "past the registers");
     }
 
+    /// As uftrace's replay: an explicit -A takes a function's arguments from -a, an explicit
+    /// -R its return value (a regular expression as well as a whole name); a function of
+    /// unknown size keeps no return value of -a's; syscall wrappers read their pt_regs.
     #[test]
-    fn explicit_specs_win_value_by_value() {
+    fn explicit_specs_win_over_auto_args() {
+        let n = kernel_names();
+        let sizes = HashMap::from([
+            (Addr::At(0x100), 0x40),
+            (Addr::At(0x200), 0x40),
+            (Addr::At(0x500), 0x40),
+            (Addr::At(0x600), 0x20),
+        ]);
         let given_a = ["ext4_read@arg1/x".to_string()];
         let given_r = ["^ext4_w@retval/d".to_string()];
-        let (a, r, _) = auto(&["^ext4_"], &[], (&given_a, &given_r)).unwrap();
-        assert_eq!(a, ["ext4_write@arg1/p,arg2/s"]);
-        assert_eq!(r, ["ext4_read@retval/i64"]);
-    }
-
-    /// A syscall wrapper `-a` covers gets its syscall's arguments (as a bare -A WRAPPER),
-    /// not its `struct pt_regs *`; one whose syscall is not typed only its return value.
-    #[test]
-    fn auto_args_of_syscall_wrappers_are_the_syscalls() {
-        let (a, r, _) = auto(&["^__arm64_sys_"], &[], (&[], &[])).unwrap();
-        assert_eq!(a, ["__arm64_sys_openat@arg1/i32,arg2/s,arg3/i32,arg4/u16"]);
-        assert_eq!(
-            r,
-            [
-                "__arm64_sys_getpid@retval/i64",
-                "__arm64_sys_openat@retval/i64"
-            ]
-        );
-        // Resolved, read from the pt_regs at the offsets the kernel's layout gives.
-        let n = kernel_names();
-        let mut specs = ArgSpecs::resolve(
-            &a,
-            &r,
-            &n,
-            &HashMap::from([(Addr::At(0x500), 0x40), (Addr::At(0x600), 0x20)]),
-            Arch::Aarch64,
-        )
-        .unwrap();
+        let mut specs = ArgSpecs::resolve(&given_a, &given_r, &n, &sizes, Arch::Aarch64).unwrap();
+        let kept = specs.add_auto(auto(&[], &[]).unwrap(), &sizes);
+        // vfs_read's size is not known: its arguments only, in the .dbg as in the records.
+        let vfs = kept.iter().find(|f| f.addr == Addr::At(0x400)).unwrap();
+        assert_eq!(vfs.values, (Some("arg1/p".into()), None));
+        assert!(specs.info.auto);
         specs
             .read_syscalls(&n, Arch::Aarch64, Some([0, 8, 16, 24, 32, 40]))
             .unwrap();
-        assert!(
-            specs
-                .plugin_list()
-                .contains("A 500 540 1:4:0,2:s:8,3:4:10,4:2:18 8\n"),
-            "{}",
-            specs.plugin_list()
+        assert_eq!(
+            specs.plugin_list(),
+            "A 100 140 1:8 8\n\
+             A 200 240 1:8,2:s 8\n\
+             A 400 0 1:8 -\n\
+             A 500 540 1:4:0,2:s:8,3:4:10,4:2:18 8\n\
+             A 600 620 - 8\n"
         );
+        // Replay's merge, as the export makes it from the `.dbg` values.
+        let explicit = fargs::parse("ext4_read@arg1/x", 8).unwrap().values;
+        let merged = merge_auto(
+            explicit.clone(),
+            &(Some("arg1/p,arg2/u32".into()), Some("retval/i64".into())),
+        );
+        let mut want = explicit;
+        want.extend(auto_values("retval/i64").unwrap());
+        assert_eq!(merged, want);
     }
 
-    /// Past MAX_AUTO, one line that says to aim with -F (or, aimed, to aim narrower).
+    /// No cap on how many functions -a takes: uftrace finds each one's values by its
+    /// address in its `.dbg` file, not by matching one spec a function against every symbol.
     #[test]
-    fn too_many_auto_specs_say_to_aim() {
-        let many: Vec<(String, u64)> = (0..=MAX_AUTO as u64)
+    fn auto_args_take_any_number_of_functions() {
+        let count = 40_000u64;
+        let many: Vec<(String, u64)> = (0..count)
             .map(|i| (format!("f{i}"), 0x1000 + 0x10 * i))
             .collect();
         let names = Names {
-            functions: many
-                .iter()
+            functions: (many.iter())
                 .map(|(n, a)| (n.clone(), Addr::At(*a)))
                 .collect(),
             sources: 1,
@@ -1150,33 +1129,22 @@ mod tests {
             libraries: Vec::new(),
         };
         let typed = vec![(
-            many.iter()
-                .map(|(n, a)| typed(n, *a, &["i32"], None))
+            (many.iter())
+                .map(|(n, a)| typed(n, *a, &["i32"], Some("i64")))
                 .collect(),
             false,
+            0x1000,
         )];
-        let run = |filter: &[String]| {
-            let filters = crate::filter::Filters::resolve(filter, &[], &names).unwrap();
-            auto_from(
-                typed.clone(),
-                &names,
-                (&[], &[]),
-                &Aim::new(&filters),
-                Arch::X86_64,
-                |_| Ok(Vec::new()),
-            )
-        };
-        let e = run(&[]).unwrap_err().to_string();
-        assert!(
-            e.starts_with("-a: 4001 functions have DWARF types (at most 4000"),
-            "{e}"
-        );
-        assert!(e.contains("aim -a with -F"), "{e}");
-        let e = run(&["^f".to_string()]).unwrap_err().to_string();
-        assert!(e.starts_with("-a: 4001 of the functions -F selects"), "{e}");
-        assert!(e.contains("narrower -F"), "{e}");
-        let (a, _, _) = run(&["^f1.$".to_string()]).unwrap();
-        assert_eq!(a.len(), 10);
+        let auto = auto_from(typed, &names, &Aim::default(), Arch::X86_64, |_| {
+            Ok(Vec::new())
+        })
+        .unwrap();
+        let sizes: HashMap<Addr, u64> = (many.iter()).map(|(_, a)| (Addr::At(*a), 8)).collect();
+        let mut specs = ArgSpecs::resolve(&[], &[], &names, &sizes, Arch::X86_64).unwrap();
+        let kept = specs.add_auto(auto, &sizes);
+        assert_eq!(kept.len() as u64, count);
+        assert_eq!(specs.plugin_list().lines().count() as u64, count);
+        assert_eq!(kept[7].offset, 0x70);
     }
 
     #[test]

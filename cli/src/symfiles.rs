@@ -3,16 +3,37 @@
 //! `record` and the `symbols` subcommand; the file layouts themselves are the `format`
 //! crate's.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use qemu_uftrace_format::map::{self, MapEntry};
-use qemu_uftrace_format::symfile::{self, DbgLine, SymLine};
+use qemu_uftrace_format::symfile::{self, DbgLine, DbgSpec, SymLine};
 use qemu_uftrace_format::{addr48, ADDR_MASK};
 use qemu_uftrace_symbols::{Function, Image};
+
+/// One function's `-a` values: its arguments and its return value, each a spec's values
+/// (`arg1/i32,arg2/s`, `retval/d32`).
+pub type AutoValues = (Option<String>, Option<String>);
+
+/// `-a`'s values, by file (its canonical path) and by each function's offset from its
+/// image's start, which moves with the image (a PIE's bias, a kernel's random base): the
+/// `.dbg` files' `A:`/`R:` lines. `record` sets them once, before the run; each image of
+/// those files written later carries them.
+static AUTO_VALUES: OnceLock<HashMap<PathBuf, HashMap<u64, AutoValues>>> = OnceLock::new();
+
+/// Sets [`AUTO_VALUES`] (once a process: a second call is ignored).
+pub fn set_auto_values(values: HashMap<PathBuf, HashMap<u64, AutoValues>>) {
+    let _ = AUTO_VALUES.set(values);
+}
+
+fn auto_values(path: &Path) -> Option<&'static HashMap<u64, AutoValues>> {
+    let all = AUTO_VALUES.get()?;
+    all.get(&std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()))
+}
 
 /// An image with the map path it gets in the trace.
 #[derive(Debug, Clone)]
@@ -121,9 +142,25 @@ pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skippe
 
 /// The `.sym` lines of an image, its functions named by address among them: offsets from
 /// the map start, in 48 bits, sorted.
-pub fn sym_lines(p: &PlacedImage, prefix: bool) -> (Vec<SymLine>, Vec<DbgLine>) {
+pub fn sym_lines(p: &PlacedImage, prefix: bool) -> (Vec<SymLine>, Vec<DbgLine>, Vec<DbgSpec>) {
     let (start, end) = range48(&p.image);
     let module = p.module_name();
+    let mut specs = Vec::new();
+    if let Some(values) = auto_values(&p.image.path) {
+        for f in &p.image.functions {
+            let a = addr48(f.addr);
+            if let (Some((args, retval)), true) = (
+                values.get(&f.addr.wrapping_sub(p.image.start)),
+                (start..end).contains(&a),
+            ) {
+                specs.push(DbgSpec {
+                    offset: a - start,
+                    args: args.clone(),
+                    retval: retval.clone(),
+                });
+            }
+        }
+    }
     let mut funcs: Vec<&Function> = p.image.functions.iter().collect();
     if !p.image.by_address.is_empty() {
         funcs.extend(&p.image.by_address);
@@ -158,23 +195,23 @@ pub fn sym_lines(p: &PlacedImage, prefix: bool) -> (Vec<SymLine>, Vec<DbgLine>) 
             global: f.global,
         });
     }
-    (syms, dbg)
+    (syms, dbg, specs)
 }
 
 fn sym_path(dir: &Path, module: &str, ext: &str) -> PathBuf {
     dir.join(format!("{module}.{ext}"))
 }
 
-/// Writes `<module>.sym`, and `<module>.dbg` when there are source lines (removing a stale
-/// one otherwise). Returns whether a `.dbg` was written.
+/// Writes `<module>.sym`, and `<module>.dbg` when there are source lines or `-a` values
+/// (removing a stale one otherwise). Returns whether a `.dbg` was written.
 pub fn write_files(dir: &Path, p: &PlacedImage, prefix: bool) -> Result<bool> {
-    let (syms, dbg) = sym_lines(p, prefix);
+    let (syms, dbg, specs) = sym_lines(p, prefix);
     let (start, end) = range48(&p.image);
     let module = p.module_name();
     let path = sym_path(dir, module, "sym");
     write_with(&path, |w| symfile::write_sym(w, &syms, end - start))?;
     let dbg_path = sym_path(dir, module, "dbg");
-    if dbg.is_empty() {
+    if dbg.is_empty() && specs.is_empty() {
         match std::fs::remove_file(&dbg_path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(e).with_context(|| format!("cannot remove {}", dbg_path.display()))
@@ -182,7 +219,7 @@ pub fn write_files(dir: &Path, p: &PlacedImage, prefix: bool) -> Result<bool> {
             _ => return Ok(false),
         }
     }
-    write_with(&dbg_path, |w| symfile::write_dbg(w, &syms, &dbg))?;
+    write_with(&dbg_path, |w| symfile::write_dbg(w, &syms, &dbg, &specs))?;
     Ok(true)
 }
 
@@ -292,7 +329,7 @@ pub(crate) mod tests {
             )],
             &[],
         );
-        let (syms, dbg) = sym_lines(&placed[0], true);
+        let (syms, dbg, _) = sym_lines(&placed[0], true);
         assert_eq!(syms[1].offset, 0x40);
         assert_eq!(syms[1].name, "vmlinux:b");
         assert_eq!(dbg.len(), 2);

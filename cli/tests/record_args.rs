@@ -478,34 +478,39 @@ fn auto_args_follow_dwarf_types() {
     ] {
         let elf = tmp.path().join(format!("args-{arch}"));
         build(gcc, extra, &elf);
-        let dir = tmp.path().join(format!("{arch}.data"));
-        let out = Command::new(common::BIN)
-            .arg("record")
-            .arg("-o")
-            .arg(&dir)
-            .arg("-a")
-            .arg("--")
-            .arg(cached(&format!("qemu-10.2.2/bin/qemu-{arch}")))
-            .arg(&elf)
-            .output()
-            .expect("run qemu-uftrace");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{arch}: {stderr}");
-        let mut want = logged(&String::from_utf8_lossy(&out.stdout));
-        want.iter_mut().for_each(paint_by_name);
-        let d = dir.to_string_lossy();
-        for u in uftrace_versions().expect("uftrace versions") {
-            let text = uftrace_at(
-                &u.program,
-                &["replay", "--no-pager", "-F", "main", "-d", &d],
-            )
-            .expect("uftrace replay");
-            assert_eq!(
-                lines_of(&text, FUNCS),
-                want,
-                "{arch}, uftrace {}:\n{text}",
-                u.version
-            );
+        // Aimed with -F, -a gives the callees it records their values too, as uftrace's.
+        for aim in [&[][..], &["-F", "main"][..]] {
+            let dir = tmp.path().join(format!("{arch}{}.data", aim.len()));
+            let out = Command::new(common::BIN)
+                .arg("record")
+                .arg("-o")
+                .arg(&dir)
+                .arg("-a")
+                .args(aim)
+                .arg("--")
+                .arg(cached(&format!("qemu-10.2.2/bin/qemu-{arch}")))
+                .arg(&elf)
+                .output()
+                .expect("run qemu-uftrace");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{arch} {aim:?}: {stderr}");
+            assert!(!stderr.contains("no record to go with"), "{stderr}");
+            let mut want = logged(&String::from_utf8_lossy(&out.stdout));
+            want.iter_mut().for_each(paint_by_name);
+            let d = dir.to_string_lossy();
+            for u in uftrace_versions().expect("uftrace versions") {
+                let text = uftrace_at(
+                    &u.program,
+                    &["replay", "--no-pager", "-F", "main", "-d", &d],
+                )
+                .expect("uftrace replay");
+                assert_eq!(
+                    lines_of(&text, FUNCS),
+                    want,
+                    "{arch} {aim:?}, uftrace {}:\n{text}",
+                    u.version
+                );
+            }
         }
     }
 }
@@ -591,8 +596,8 @@ fn linux_openat_paths_and_fds_equal_inits_log() {
         // Past /init's log line: nothing after it is looked at; only the syscall's calls
         // written (a whole boot is 250 MB that each replay would read).
         .args(["--stop-at", "do_getpid_loop"])
-        // -a takes only what -F selects (the kernel has 37 k typed functions, past -a's
-        // 4,000): the wrappers, with their syscalls' arguments.
+        // -a: the kernel's typed functions (37 k), of which -F's subtrees are written: the
+        // wrappers with their syscalls' arguments, and their callees.
         .args(["-a", "-F", "__arm64_sys_openat", "-F", "__arm64_sys_write"])
         .args(["-A", "__arm64_sys_write"])
         .args(["-A", "do_sys_openat2@arg1/d32,arg2/s"])
@@ -659,6 +664,30 @@ fn linux_openat_paths_and_fds_equal_inits_log() {
             })
             .collect();
         assert_eq!(lines, want, "uftrace {}:\n{text}", u.version);
+        // -a reaches the callees -F records (as uftrace's -a): the user's path copied in,
+        // its length returned (the destination buffer's stale bytes are not compared).
+        let copies: Vec<String> = (text.lines().filter_map(replay_body))
+            .map(|(_, body)| body.trim().to_string())
+            .filter(|b| b.starts_with("strncpy_from_user(") || b.ends_with("strncpy_from_user */"))
+            .map(|b| match b.strip_prefix("strncpy_from_user(") {
+                // Its last two arguments.
+                Some(args) => {
+                    let mut last: Vec<&str> = args.rsplitn(3, ", ").take(2).collect();
+                    last.reverse();
+                    last.join(", ")
+                }
+                None => b,
+            })
+            .collect();
+        let want: Vec<String> = (opened.iter())
+            .flat_map(|(path, _)| {
+                [
+                    format!("\"{path}\", 4064) {{"),
+                    format!("}} = {}; /* strncpy_from_user */", path.len()),
+                ]
+            })
+            .collect();
+        assert_eq!(copies, want, "uftrace {}:\n{text}", u.version);
     }
 }
 

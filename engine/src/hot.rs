@@ -286,6 +286,25 @@ impl Engine {
         &self.stack
     }
 
+    /// Whether the innermost open frame's ENTRY was written, so that its EXIT will be: within
+    /// the depth limit and, with `-F`/`-N`, inside a written subtree. A value read for a
+    /// frame that was not goes with no record (`-a` reads every typed function's).
+    pub fn top_written(&self) -> bool {
+        self.stack
+            .len()
+            .checked_sub(1)
+            .is_some_and(|depth| self.written_at(depth))
+    }
+
+    /// Whether the open frame at stack depth `depth` was written ([`Engine::top_written`]).
+    pub fn written_at(&self, depth: usize) -> bool {
+        depth < self.stack.len() && depth < self.record_depth
+            || matches!(
+                self.gates.as_deref().map(|g| g.window(depth)),
+                Some(Place::Written(_))
+            )
+    }
+
     pub(crate) fn stack_mut(&mut self) -> &mut ShadowStack {
         &mut self.stack
     }

@@ -1738,3 +1738,34 @@ fn without_exception_entries_the_return_from_an_exec_closes_every_frame() {
     assert_eq!(r.engine.stats.unmatched_returns, 0);
     assert_eq!(r.engine.stats.resyncs, 0);
 }
+
+/// Which open frames were written, as a value read for one goes with its record only then:
+/// within the depth limit, and with gates inside a written subtree (`-F`), not in a left-out
+/// one (`-N`).
+#[test]
+fn written_frames_are_those_whose_entry_was_written() {
+    let mut g = FakeGuest::default();
+    let mut r = Rig::general(2);
+    assert!(!r.engine.top_written(), "no frame");
+    r.call(0x100, 0x10);
+    r.call(0x200, 0x110);
+    assert!(r.engine.top_written() && r.engine.written_at(0));
+    r.call(0x300, 0x210);
+    assert!(!r.engine.top_written(), "past the depth limit");
+    assert!(!r.engine.written_at(3), "no such frame");
+    r.ret(0x210, &mut g);
+    assert!(r.engine.top_written());
+    let mut r = Rig::general(1024);
+    r.engine.set_gates(vec![0x200], vec![0x300]);
+    r.call(0x100, 0x10);
+    assert!(!r.engine.top_written(), "outside -F's subtree");
+    r.call(0x200, 0x110);
+    assert!(r.engine.top_written() && !r.engine.written_at(0));
+    r.call(0x300, 0x210);
+    assert!(!r.engine.top_written(), "inside -N's subtree");
+    r.ret(0x210, &mut g);
+    r.call(0x400, 0x220);
+    assert!(r.engine.top_written());
+    let written: Vec<String> = r.shape();
+    assert_eq!(written, ["+200@0", "+400@1"]);
+}

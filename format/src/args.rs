@@ -657,17 +657,23 @@ pub struct InfoSpec {
     /// Enum definitions the specs' `e:NAME` show by (`enum NAME { A = 0, B = 5 }`), for
     /// `enumauto:` (uftrace reads them with the AUTO_ARGS feature).
     pub enums: Vec<String>,
+    /// `-a`: `auto-args:1`, by which uftrace takes each function's values from the `A:` and
+    /// `R:` lines of its `.dbg` file (with the DEBUG_INFO feature), as `uftrace record -a`
+    /// writes them.
+    pub auto: bool,
 }
 
 impl InfoSpec {
     pub fn is_empty(&self) -> bool {
-        self.argspec.is_empty() && self.retspec.is_empty()
+        self.argspec.is_empty() && self.retspec.is_empty() && !self.auto
     }
 
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let autos = !self.enums.is_empty() || self.auto;
         let lines = usize::from(!self.argspec.is_empty())
             + usize::from(!self.retspec.is_empty())
-            + if self.enums.is_empty() { 0 } else { 3 };
+            + if autos { 3 } else { 0 }
+            + usize::from(self.auto);
         writeln!(w, "argspec:lines={lines}")?;
         if !self.argspec.is_empty() {
             writeln!(w, "argspec:{}", one_line(&self.argspec.join(";")))?;
@@ -675,11 +681,14 @@ impl InfoSpec {
         if !self.retspec.is_empty() {
             writeln!(w, "retspec:{}", one_line(&self.retspec.join(";")))?;
         }
-        if !self.enums.is_empty() {
+        if autos {
             // No automatic specs of uftrace's own list: only the enums.
             writeln!(w, "argauto:")?;
             writeln!(w, "retauto:")?;
             writeln!(w, "enumauto:{}", one_line(&self.enums.join(";")))?;
+        }
+        if self.auto {
+            writeln!(w, "auto-args:1")?;
         }
         Ok(())
     }
@@ -724,6 +733,8 @@ pub fn read_info_spec(info: &[u8]) -> Option<InfoSpec> {
         } else if let Some(v) = line.strip_prefix("enumauto:") {
             spec.enums
                 .extend(v.split(';').filter(|s| !s.is_empty()).map(str::to_string));
+        } else if line == "auto-args:1" {
+            spec.auto = true;
         }
     }
     (!spec.is_empty()).then_some(spec)
@@ -1240,6 +1251,7 @@ mod tests {
             argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
             retspec: vec!["f@retval".into()],
             enums: Vec::new(),
+            auto: false,
         }
         .write_to(&mut w)
         .unwrap();
@@ -1256,6 +1268,7 @@ mod tests {
             argspec: vec!["f@arg1".into(), "g@arg2/s".into()],
             retspec: vec!["f@retval".into()],
             enums: Vec::new(),
+            auto: false,
         }
         .write_to(&mut w)
         .unwrap();
@@ -1263,5 +1276,22 @@ mod tests {
             String::from_utf8(w).unwrap(),
             "argspec:lines=2\nargspec:f@arg1;g@arg2/s\nretspec:f@retval\n"
         );
+        // -a, as `uftrace record -a` writes it.
+        let mut w = Vec::new();
+        let auto = InfoSpec {
+            argspec: vec!["f@arg1".into()],
+            enums: vec!["enum e { A = 0 }".into()],
+            auto: true,
+            ..InfoSpec::default()
+        };
+        auto.write_to(&mut w).unwrap();
+        assert_eq!(
+            String::from_utf8(w.clone()).unwrap(),
+            "argspec:lines=5\nargspec:f@arg1\nargauto:\nretauto:\nenumauto:enum e { A = 0 }\n\
+             auto-args:1\n"
+        );
+        let mut info = vec![0u8; 40];
+        info.extend(w);
+        assert_eq!(read_info_spec(&info).as_ref(), Some(&auto));
     }
 }

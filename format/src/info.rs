@@ -107,13 +107,17 @@ impl Info {
     /// Feature mask written to the header.
     pub fn features(&self) -> u64 {
         let args = match &self.arg_spec {
-            Some(a) if !a.argspec.is_empty() || !a.retspec.is_empty() => {
-                let enums = if a.enums.is_empty() {
+            Some(a) if !a.is_empty() => {
+                // `-a`: with DEBUG_INFO, uftrace matches every symbol against the `.dbg`
+                // files' values (auto-args:1); without it, against `argauto:` alone.
+                let auto = if a.auto {
+                    feat::AUTO_ARGS | feat::DEBUG_INFO
+                } else if a.enums.is_empty() {
                     0
                 } else {
                     feat::AUTO_ARGS
                 };
-                feat::ARGUMENT | feat::RETVAL | enums
+                feat::ARGUMENT | feat::RETVAL | auto
             }
             _ => 0,
         };

@@ -26,6 +26,16 @@ pub struct DbgLine {
     pub line: u32,
 }
 
+/// One function's `-a` values (`auto-args`), as uftrace reads them from `.dbg` after the
+/// function's `F:` line: `A: @arg1/i32,arg2/s` and `R: @retval/d32`. Each is a spec's values
+/// (after its `@`), already parsed by [`crate::args::parse`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbgSpec {
+    pub offset: u64,
+    pub args: Option<String>,
+    pub retval: Option<String>,
+}
+
 fn clean(name: &str) -> String {
     // A TAB ends the name and a newline the line: neither may appear inside. Other control
     // characters (an ELF from the guest chooses its names) would reach the terminal.
@@ -80,19 +90,46 @@ pub fn write_sym(w: &mut impl Write, syms: &[SymLine], limit: u64) -> io::Result
     Ok(())
 }
 
-/// Writes a `.dbg` file: sorted `F:`/`L:` pairs, only for offsets that start a symbol of
-/// `syms` (a line outside every symbol stops uftrace from reading the rest).
-pub fn write_dbg(w: &mut impl Write, syms: &[SymLine], lines: &[DbgLine]) -> io::Result<()> {
-    let starts: std::collections::HashSet<u64> = syms.iter().map(|s| s.offset).collect();
-    let mut lines: Vec<&DbgLine> = lines
+/// Writes a `.dbg` file: for each function, sorted, its `F:` line, then its source line
+/// (`L:`) and its `-a` values (`A:`, `R:`) where known; only for offsets that start a symbol
+/// of `syms` (a line outside every symbol stops uftrace from reading the rest, and uftrace
+/// finds a function's values by its symbol's exact offset).
+pub fn write_dbg(
+    w: &mut impl Write,
+    syms: &[SymLine],
+    lines: &[DbgLine],
+    specs: &[DbgSpec],
+) -> io::Result<()> {
+    let names: std::collections::HashMap<u64, &str> =
+        syms.iter().map(|s| (s.offset, s.name.as_str())).collect();
+    let mut by_offset: std::collections::BTreeMap<u64, (Option<&DbgLine>, Option<&DbgSpec>)> =
+        Default::default();
+    for l in lines.iter().filter(|l| l.line > 0) {
+        by_offset.entry(l.offset).or_default().0.get_or_insert(l);
+    }
+    for s in specs
         .iter()
-        .filter(|l| starts.contains(&l.offset) && l.line > 0)
-        .collect();
-    lines.sort_by_key(|l| l.offset);
-    lines.dedup_by_key(|l| l.offset);
-    for l in lines {
-        writeln!(w, "F: {:x} {}", l.offset, clean(&l.name))?;
-        writeln!(w, "L: {} {}", l.line, clean(&l.file))?;
+        .filter(|s| s.args.is_some() || s.retval.is_some())
+    {
+        by_offset.entry(s.offset).or_default().1.get_or_insert(s);
+    }
+    for (offset, (line, spec)) in by_offset {
+        let Some(sym) = names.get(&offset) else {
+            continue;
+        };
+        let name = line.map_or(*sym, |l| l.name.as_str());
+        writeln!(w, "F: {offset:x} {}", clean(name))?;
+        if let Some(l) = line {
+            writeln!(w, "L: {} {}", l.line, clean(&l.file))?;
+        }
+        if let Some(spec) = spec {
+            if let Some(a) = &spec.args {
+                writeln!(w, "A: @{}", clean(a))?;
+            }
+            if let Some(r) = &spec.retval {
+                writeln!(w, "R: @{}", clean(r))?;
+            }
+        }
     }
     Ok(())
 }
@@ -160,8 +197,38 @@ mod tests {
             },
         ];
         let mut out = Vec::new();
-        write_dbg(&mut out, &syms, &lines).unwrap();
+        write_dbg(&mut out, &syms, &lines, &[]).unwrap();
         assert_eq!(String::from_utf8(out).unwrap(), "F: 0 a\nL: 3 a.c\n");
+    }
+
+    /// `-a`'s values follow their function's `F:` (and `L:`) line, at symbol starts only; a
+    /// function without a source line gets its `F:` line for them.
+    #[test]
+    fn dbg_gives_auto_args_after_their_function() {
+        let syms = [s(0, 4, "a"), s(8, 4, "b"), s(16, 4, "c")];
+        let lines = [DbgLine {
+            offset: 0,
+            name: "a".into(),
+            file: "a.c".into(),
+            line: 3,
+        }];
+        let spec = |offset, args: Option<&str>, retval: Option<&str>| DbgSpec {
+            offset,
+            args: args.map(str::to_string),
+            retval: retval.map(str::to_string),
+        };
+        let specs = [
+            spec(16, None, Some("retval/i32")),
+            spec(0, Some("arg1/i32,arg2/s"), Some("retval/u8")),
+            spec(9, Some("arg1/x64"), None),
+            spec(8, None, None),
+        ];
+        let mut out = Vec::new();
+        write_dbg(&mut out, &syms, &lines, &specs).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "F: 0 a\nL: 3 a.c\nA: @arg1/i32,arg2/s\nR: @retval/u8\nF: 10 c\nR: @retval/i32\n"
+        );
     }
 
     #[test]
@@ -175,7 +242,7 @@ mod tests {
             line: 1,
         }];
         let mut out = Vec::new();
-        write_dbg(&mut out, &syms, &lines).unwrap();
+        write_dbg(&mut out, &syms, &lines, &[]).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "F: 0 f\nL: 1 /src/\\x1bx.c\n"

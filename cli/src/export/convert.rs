@@ -328,11 +328,22 @@ impl<W: Write> Sequence<'_, '_, W> {
         self.out.packet(&p.buf)
     }
 
-    /// The `-A`/`-R` values of function `key` (by its name, as uftrace matches specs).
+    /// The `-A`/`-R` values of function `key` (by its name, as uftrace matches specs), and
+    /// `-a`'s (by its address, from its `.dbg` file), merged as uftrace's replay merges them.
     fn values_of(&mut self, key: u64) -> &[qemu_uftrace_format::args::Value] {
         if !self.arg_values.contains_key(&key) {
             let values = match self.ctx.args {
-                Some(l) => l.values_for(&self.name_of(key).0),
+                Some(l) => {
+                    let explicit = l.values_for(&self.name_of(key).0);
+                    let addr = key & qemu_uftrace_format::ADDR_MASK;
+                    let auto = (self.ctx.sessions.get((key >> 48) as usize))
+                        .filter(|_| l.auto)
+                        .and_then(|&(ns, s)| s.lookup_auto(addr, ns));
+                    match auto {
+                        Some(auto) => crate::argspec::merge_auto(explicit, auto),
+                        None => explicit,
+                    }
+                }
                 None => Vec::new(),
             };
             self.arg_values.insert(key, values);

@@ -228,6 +228,8 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
     let incomplete = source::incomplete_reason(dir);
     let event_names = source::event_names(dir);
     let arg_lookup = crate::argspec::Lookup::read(dir);
+    // -a's values are in the `.dbg` files.
+    let auto_args = arg_lookup.as_ref().is_some_and(|l| l.auto);
     let mut summary = Summary {
         tasks: tids.len(),
         ..Default::default()
@@ -254,8 +256,8 @@ fn write_trace(dir: &Path, srcline: bool, bundles: bool, w: &mut dyn Write) -> R
         for (_, sid) in &sessions {
             let Some(sid) = sid else { continue };
             if !symbols.contains_key(*sid) {
-                let loaded =
-                    Symbols::load(dir, sid, tasks.dlopens(sid), srcline).unwrap_or_else(|e| {
+                let loaded = Symbols::load(dir, sid, tasks.dlopens(sid), srcline || auto_args)
+                    .unwrap_or_else(|e| {
                         summary.warnings.push(format!(
                             "{e:#}: the functions of session {sid} are shown as addresses"
                         ));

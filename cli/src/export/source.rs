@@ -367,20 +367,36 @@ impl SymTable {
     }
 }
 
-/// A `.dbg` file's source locations: function start offset → (file, line).
-pub fn parse_dbg(text: &str) -> HashMap<u64, (String, u32)> {
-    let mut out = HashMap::new();
+/// What a `.dbg` file says of each function, by its start offset: its source location
+/// (file, line), and its `-a` values (`A:`, `R:`, without their `@`).
+#[derive(Debug, Default)]
+pub struct Dbg {
+    pub lines: HashMap<u64, (String, u32)>,
+    pub auto: HashMap<u64, crate::symfiles::AutoValues>,
+}
+
+/// Reads a `.dbg` file as uftrace's `load_debug_file` does: each `L:`, `A:` and `R:` line
+/// belongs to the last `F:` line's function.
+pub fn parse_dbg(text: &str) -> Dbg {
+    let mut out = Dbg::default();
     let mut function = None;
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("F: ") {
             let offset = rest.split(' ').next().unwrap_or("");
             function = u64::from_str_radix(offset.trim_start_matches("0x"), 16).ok();
         } else if let Some(rest) = line.strip_prefix("L: ") {
-            let (Some(f), Some((n, file))) = (function.take(), rest.split_once(' ')) else {
+            let (Some(f), Some((n, file))) = (function, rest.split_once(' ')) else {
                 continue;
             };
             if let Ok(n) = n.parse() {
-                out.insert(f, (file.to_string(), n));
+                out.lines.entry(f).or_insert((file.to_string(), n));
+            }
+        } else if let (Some(f), Some((code, spec))) = (function, line.split_once(": @")) {
+            let values = out.auto.entry(f).or_default();
+            match code {
+                "A" => values.0 = Some(spec.to_string()),
+                "R" => values.1 = Some(spec.to_string()),
+                _ => {}
             }
         }
     }
@@ -395,14 +411,14 @@ pub struct Symbols {
     /// (load time, base48, module index) of modules loaded later, by time.
     dlopens: Vec<(u64, u64, usize)>,
     modules: Vec<SymTable>,
-    /// Each module's `.dbg` locations, when asked for (`--srcline`).
-    lines: Vec<HashMap<u64, (String, u32)>>,
+    /// Each module's `.dbg`, when asked for (`--srcline`, or a trace recorded with `-a`).
+    dbg: Vec<Dbg>,
 }
 
 impl Symbols {
     /// Reads `sid-<sid>.map` and the `.sym` file of each image in it. A missing `.sym`
     /// leaves that image's addresses unresolved (uftrace would read the host's ELF file).
-    pub fn load(dir: &Path, sid: &str, dlopens: &[Dlopen], srcline: bool) -> Result<Symbols> {
+    pub fn load(dir: &Path, sid: &str, dlopens: &[Dlopen], dbg: bool) -> Result<Symbols> {
         let path = dir.join(format!("sid-{sid}.map"));
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
@@ -414,12 +430,12 @@ impl Symbols {
                     .map(|t| SymTable::parse(&t))
                     .unwrap_or_default();
                 s.modules.push(table);
-                let lines = srcline
+                let read = dbg
                     .then(|| std::fs::read_to_string(dir.join(format!("{name}.dbg"))).ok())
                     .flatten()
                     .map(|t| parse_dbg(&t))
                     .unwrap_or_default();
-                s.lines.push(lines);
+                s.dbg.push(read);
                 s.modules.len() - 1
             })
         };
@@ -458,8 +474,14 @@ impl Symbols {
     /// The function at `addr` at time `ns` and its source location, when the trace has it.
     pub fn lookup_line(&self, addr: u64, ns: u64) -> Option<(&str, &str, u32)> {
         let (m, start, name) = self.locate(addr, ns)?;
-        let (file, line) = self.lines.get(m)?.get(&start)?;
+        let (file, line) = self.dbg.get(m)?.lines.get(&start)?;
         Some((name, file.as_str(), *line))
+    }
+
+    /// The `-a` values of the function at `addr` at time `ns`, when its `.dbg` gives some.
+    pub fn lookup_auto(&self, addr: u64, ns: u64) -> Option<&crate::symfiles::AutoValues> {
+        let (m, start, _) = self.locate(addr, ns)?;
+        self.dbg.get(m)?.auto.get(&start)
     }
 
     /// (module, function start offset, name) of `addr` at time `ns`. A module loaded later
@@ -651,10 +673,17 @@ mod tests {
 
     #[test]
     fn dbg_locations() {
-        let d = parse_dbg("F: 10 main\nL: 12 src/main.c\nF: 0x40 f\nL: 3 a b.c\nF: 50 g\n");
-        assert_eq!(d[&0x10], ("src/main.c".to_string(), 12));
-        assert_eq!(d[&0x40], ("a b.c".to_string(), 3));
-        assert!(!d.contains_key(&0x50));
+        let d = parse_dbg(
+            "F: 10 main\nL: 12 src/main.c\nA: @arg1/i32,arg2/s\nF: 0x40 f\nL: 3 a b.c\n\
+             F: 50 g\nR: @retval/u8\n",
+        );
+        assert_eq!(d.lines[&0x10], ("src/main.c".to_string(), 12));
+        assert_eq!(d.lines[&0x40], ("a b.c".to_string(), 3));
+        assert!(!d.lines.contains_key(&0x50));
+        // -a's values, as uftrace reads them after their function's F: line.
+        assert_eq!(d.auto[&0x10], (Some("arg1/i32,arg2/s".into()), None));
+        assert_eq!(d.auto[&0x50], (None, Some("retval/u8".into())));
+        assert!(!d.auto.contains_key(&0x40));
     }
 
     #[test]

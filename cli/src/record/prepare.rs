@@ -207,32 +207,36 @@ pub fn prepare(
             None
         })
     });
-    let (mut argument, mut retval) = (args.argument.clone(), args.retval.clone());
+    let mut argument = args.argument.clone();
+    let retval = args.retval.clone();
     let mut enums = Vec::new();
-    if args.auto_args {
-        let mut files: Vec<(std::path::PathBuf, bool)> = (read.sources().iter())
+    // -a: every typed function's values, given to uftrace in the `.dbg` files (by each
+    // function's offset in its file's image, which moves with the image). Only then are
+    // the sources read before QEMU starts (one may be a FIFO, or slow to read).
+    let (auto, auto_files) = if args.auto_args {
+        let mut files: Vec<(std::path::PathBuf, bool, u64)> = (read.sources().iter())
             .filter(|s| s.offset == 0 && crate::qemu::file_is_elf(&s.path))
-            .map(|s| (s.path.clone(), false))
+            .filter_map(|s| {
+                let img = read.images().find(|i| i.path == s.path)?;
+                Some((s.path.clone(), false, img.start))
+            })
             .collect();
         if let Some((path, p)) = &program {
-            files.push((path.clone(), p.rebase.is_some()));
+            files.push((path.clone(), p.rebase.is_some(), p.image.start));
         }
-        // With -F, only the functions it selects (their subtrees' callees are not known
-        // before the run; every DWARF function of a kernel is past MAX_AUTO).
         let aim = crate::argspec::Aim::new(&filters);
-        let (a, r, e) =
-            crate::argspec::auto_specs(&files, &names, (&argument, &retval), &aim, arch)?;
-        if a.is_empty() && r.is_empty() && !args.filter.is_empty() {
+        let auto = crate::argspec::auto_specs(&files, &names, &aim, arch)?;
+        if auto.funcs.is_empty() {
             crate::errors::warn_early(
-                "-a: none of the functions -F selects has DWARF types (or -A/-R name them all): \
-                 -a adds no values",
+                "-a: no function has DWARF types (or -N leaves out all that have): -a adds no \
+                 values",
             );
         }
-        argument.extend(a);
-        retval.extend(r);
-        enums = e;
-    }
-    let arg_specs = if argument.is_empty() && retval.is_empty() {
+        (Some(auto).filter(|a| !a.funcs.is_empty()), files)
+    } else {
+        (None, Vec::new())
+    };
+    let arg_specs = if argument.is_empty() && retval.is_empty() && auto.is_none() {
         crate::argspec::ArgSpecs::default()
     } else {
         if let Some(t) = args.time_filter.filter(|&t| t > 0) {
@@ -252,15 +256,25 @@ pub fn prepare(
                 .collect();
             let (expanded, e) = crate::argspec::expand_syscalls(&argument, &names, arch, &files)?;
             argument = expanded;
-            for e in e {
-                if !enums.contains(&e) {
-                    enums.push(e);
-                }
-            }
+            enums = e;
         }
         let mut specs =
             crate::argspec::ArgSpecs::resolve(&argument, &retval, &names, &sizes, arch)?;
         specs.info.enums = enums;
+        if let Some(auto) = auto {
+            let kept = specs.add_auto(auto, &sizes);
+            let mut by_file: std::collections::HashMap<std::path::PathBuf, _> = Default::default();
+            for f in kept {
+                let Some((path, _, _)) = auto_files.get(f.file) else {
+                    continue;
+                };
+                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+                (by_file.entry(path))
+                    .or_insert_with(std::collections::HashMap::new)
+                    .insert(f.offset, f.values);
+            }
+            crate::symfiles::set_auto_values(by_file);
+        }
         let pt_regs =
             (layouts.as_ref()).and_then(|l| crate::argspec::pt_regs_offsets(&l.types, arch).ok());
         specs.read_syscalls(&names, arch, pt_regs)?;

@@ -163,6 +163,9 @@ fn read_value(
 /// Registered by [`instrument`], its data the function's entry.
 unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
     let pc = data as usize as u64;
+    if super::stop_at::stopped() {
+        return;
+    }
     crate::state::guard("argument read", || {
         let Some(func) = args::entry_at(pc) else {
             return;
@@ -175,11 +178,16 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
             // Only right after this function's ENTRY (not where it was not written: a
             // filter, its depth; not a loop back to its first instruction), or after it and
             // an interrupt taken before this instruction (`emit_carriers_after_entry`).
-            let entered = v.engine.last_record().is_none_or(|(_, word)| {
-                word & 3 == RecordType::Entry as u64
-                    && word >> 16 == qemu_uftrace_format::addr48(pc)
-            });
             let open = v.engine.stack().top().is_some_and(|f| f.func == pc);
+            let entered = match v.engine.last_record() {
+                Some((_, word)) => {
+                    word & 3 == RecordType::Entry as u64
+                        && word >> 16 == qemu_uftrace_format::addr48(pc)
+                }
+                // The buffer was handed over since (a task switch, a full buffer): its
+                // ENTRY was the last record where its frame is the top one and written.
+                None => open && v.engine.top_written(),
+            };
             if !entered && !open {
                 return;
             }
@@ -216,6 +224,9 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
 /// Registered by [`instrument`], its data the function's entry.
 unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
     let entry = data as usize as u64;
+    if super::stop_at::stopped() {
+        return;
+    }
     crate::state::guard("return value read", || {
         let Some((_, func)) = args::returning_at(entry) else {
             return;
@@ -225,9 +236,14 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
             // The frame this return closes: this function's, or one with its own return
             // value that ran into it without a call of its own (a program's PLT stub named
             // for the library function it jumps to, a tail call).
+            // Only for a frame whose records are written (not one a filter or the depth
+            // limit left out: its value would go with no record).
             let Some(top) = v.engine.stack().top().map(|f| f.func) else {
                 return;
             };
+            if !v.engine.top_written() {
+                return;
+            }
             let kind = if top == entry {
                 func.ret
             } else {
@@ -273,6 +289,9 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
     let Some(word) = TAIL.get() else {
         return;
     };
+    if super::stop_at::stopped() {
+        return;
+    }
     crate::state::guard("return value read", || {
         // The top frame's value is [`on_return`]'s where a spec names this instruction's
         // function; else that frame left its code by a jump that opened none (glibc's
@@ -285,8 +304,11 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
             // Those this return closes that left by a tail call, innermost first as their
             // EXIT records come.
             let left = &closed[..closed.len().saturating_sub(usize::from(!top_too))];
-            let wanted: Vec<(u64, Kind)> = (left.iter().rev())
-                .filter_map(|f| Some((f.func, args::spec_at(f.func)?.ret?)))
+            // Each at its stack depth: only those whose records are written.
+            let base = frames.len() - closed.len();
+            let wanted: Vec<(u64, Kind)> = (left.iter().enumerate().rev())
+                .filter(|&(i, _)| v.engine.written_at(base + i))
+                .filter_map(|(_, f)| Some((f.func, args::spec_at(f.func)?.ret?)))
                 .collect();
             // Another such call open deeper (a recursion's, one a signal interrupted): keep
             // listening; else every return runs at full speed again.

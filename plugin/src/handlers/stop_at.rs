@@ -54,6 +54,12 @@ pub unsafe fn instrument(first: *mut qemu_plugin_insn, start: u64, aims: AtBlock
     };
 }
 
+/// Whether `--stop-at` was reached: nothing recorded after it is kept, so nothing is read
+/// for it either (`handlers::args`).
+pub fn stopped() -> bool {
+    HIT.load(Ordering::Relaxed)
+}
+
 /// # Safety
 /// Registered by [`instrument`], its data the address.
 unsafe extern "C" fn on_stop_at(vcpu_index: c_uint, data: *mut c_void) {
