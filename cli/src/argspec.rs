@@ -576,7 +576,7 @@ pub fn auto_specs(
 ) -> Result<Auto> {
     let mut typed = Vec::new();
     for (path, pie, start) in files {
-        let specs = qemu_uftrace_symbols::auto_specs(path, None)
+        let specs = qemu_uftrace_symbols::auto_specs(path)
             .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
         typed.push((specs, *pie, *start));
     }

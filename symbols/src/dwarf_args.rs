@@ -47,51 +47,15 @@ const MAX_CHAIN: usize = 16;
 /// passed in a register of its own.
 type Word = Result<Option<String>, ()>;
 
-/// Every typed function's [`AutoSpec`]; with `near`, only the compilation units that
-/// `.debug_aranges` says hold one of those addresses, or that it does not place (a kernel
-/// has thousands of units: `-a -F` needs a few).
+/// Every typed function's [`AutoSpec`].
 pub(crate) fn auto_specs<'d>(
     section: &dyn Fn(&str) -> Cow<'d, [u8]>,
     little_endian: bool,
-    near: Option<&[u64]>,
 ) -> Result<Vec<AutoSpec>, gimli::Error> {
     with_dwarf(section, little_endian, |dwarf| {
-        // The units to read (`None`: all) and the units the aranges place at all.
-        let mut wanted: Option<(Vec<gimli::DebugInfoOffset>, Vec<gimli::DebugInfoOffset>)> = None;
-        if let Some(near) = near {
-            let (mut hit, mut placed) = (Vec::new(), Vec::new());
-            let mut headers = dwarf.debug_aranges.headers();
-            while let Some(h) = headers.next()? {
-                let cu = h.debug_info_offset();
-                placed.push(cu);
-                let mut entries = h.entries();
-                while let Some(e) = entries.next()? {
-                    let r = e.range();
-                    // A kernel function's DWARF (and its unit's range, when the function
-                    // is alone in its section) begins up to 16 bytes past its symbol.
-                    if near
-                        .iter()
-                        .any(|&a| a < r.end && a.saturating_add(16) >= r.begin)
-                    {
-                        hit.push(cu);
-                        break;
-                    }
-                }
-            }
-            hit.sort_unstable();
-            placed.sort_unstable();
-            wanted = Some((hit, placed));
-        }
         let mut out = Vec::new();
         let mut units = dwarf.units();
         while let Some(header) = units.next()? {
-            if let (Some((hit, placed)), Some(at)) =
-                (&wanted, header.offset().as_debug_info_offset())
-            {
-                if hit.binary_search(&at).is_err() && placed.binary_search(&at).is_ok() {
-                    continue;
-                }
-            }
             let unit = dwarf.unit(header)?;
             let mut tree = unit.entries_tree(None)?;
             let root = tree.root()?;

@@ -494,12 +494,10 @@ pub mod fuzzing {
 }
 
 /// `-a/--auto-args`: each function of the ELF file `path` with DWARF types, its arguments'
-/// and return value's formats (`dwarf_args`); empty without DWARF. With `near`, at least
-/// the functions at those addresses: only their compilation units are read (and those
-/// `.debug_aranges` does not place). One line on error.
-pub fn auto_specs(path: &Path, near: Option<&[u64]>) -> Result<Vec<AutoSpec>, String> {
+/// and return value's formats (`dwarf_args`); empty without DWARF. One line on error.
+pub fn auto_specs(path: &Path) -> Result<Vec<AutoSpec>, String> {
     let data = file_data::map(path).map_err(|e| e.to_string())?;
-    elf::auto_specs(&data, near).map_err(|e| format!("{}: {e}", path.display()))
+    elf::auto_specs(&data).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The kernel's syscall wrappers in the 64-bit ELF file `path` (each `(entry address,
