@@ -141,7 +141,7 @@ pub fn place(images: Vec<Image>, keep: &[MapEntry]) -> (Vec<PlacedImage>, Skippe
 }
 
 /// The `.sym` lines of an image, its functions named by address among them: offsets from
-/// the map start, in 48 bits, sorted.
+/// the map start, in 48 bits, sorted; and for its `.dbg`, their source lines and `-a` values.
 pub fn sym_lines(p: &PlacedImage, prefix: bool) -> (Vec<SymLine>, Vec<DbgLine>, Vec<DbgSpec>) {
     let (start, end) = range48(&p.image);
     let module = p.module_name();
