@@ -188,7 +188,10 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
                 // ENTRY was the last record where its frame is the top one and written.
                 None => open && v.engine.top_written(),
             };
-            if !entered && !open {
+            // Not written (a filter, the depth limit): nothing to read. `-a` has every typed
+            // function here, most of them outside `-F`'s subtrees.
+            let written = entered || (open && v.engine.top_written());
+            if !written {
                 return;
             }
             let mut payload = Vec::with_capacity(32);
