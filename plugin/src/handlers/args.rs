@@ -178,20 +178,20 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
             // Only right after this function's ENTRY (not where it was not written: a
             // filter, its depth; not a loop back to its first instruction), or after it and
             // an interrupt taken before this instruction (`emit_carriers_after_entry`).
-            let open = v.engine.stack().top().is_some_and(|f| f.func == pc);
+            // Its frame on top and written (not one a filter or the depth limit left out:
+            // `-a` has every typed function here, most of them outside `-F`'s subtrees).
+            let open =
+                v.engine.stack().top().is_some_and(|f| f.func == pc) && v.engine.top_written();
             let entered = match v.engine.last_record() {
                 Some((_, word)) => {
                     word & 3 == RecordType::Entry as u64
                         && word >> 16 == qemu_uftrace_format::addr48(pc)
                 }
                 // The buffer was handed over since (a task switch, a full buffer): its
-                // ENTRY was the last record where its frame is the top one and written.
-                None => open && v.engine.top_written(),
+                // ENTRY was the last record.
+                None => open,
             };
-            // Not written (a filter, the depth limit): nothing to read. `-a` has every typed
-            // function here, most of them outside `-F`'s subtrees.
-            let written = entered || (open && v.engine.top_written());
-            if !written {
+            if !entered && !open {
                 return;
             }
             let mut payload = Vec::with_capacity(32);
