@@ -31,10 +31,10 @@ fn user_forty_threads_past_the_scoreboard_growth_are_counted_exactly() {
         assert!(stats.lines().any(|l| l == key), "{key} in:\n{stats}");
     }
     // Each thread's context was freed as it exited (the main thread's runs to the end). QEMU
-    // (since 7.1) wakes a thread joining an exiting one before it unrealizes the exiting
-    // vCPU, which runs the plugin's exit callback: main's exit_group can overtake the last
-    // threads' callbacks, whose contexts then last to the end (under the suite's load,
-    // 2026-12-06: 39 of 40 freed). The last few joined only.
+    // wakes a thread joining an exiting one before it unrealizes the exiting vCPU, which
+    // runs the plugin's exit callback (a 2022 linux-user patch's order): main's exit_group
+    // can overtake the last threads' callbacks, whose contexts then last to the end (under
+    // the suite's load, 2026-12-06: 39 of 40 freed). The last few joined only.
     let ended: u32 = (stats.lines())
         .find_map(|l| l.strip_prefix("tasks_ended="))
         .and_then(|v| v.parse().ok())
