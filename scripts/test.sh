@@ -98,36 +98,6 @@ jobs_started+=("$build_pid")
 # A failed step ends the run: the jobs beside it go too.
 # (set +e: under set -e a kill that found nothing ended the trap before the summary.)
 trap 'rc=$?; set +e; "$root/scripts/kill-tree.sh" "${jobs_started[@]}"; summary "$rc"' EXIT
-start_miri() {
-  miri_first=(engine)
-  miri_rest=()
-  for f in engine/tests/*.rs; do
-    t=$(basename "$f" .rs)
-    [[ " ${miri_first[*]} " == *" $t "* ]] || miri_rest+=("$t")
-  done
-  miri_dir=$(mktemp -d)
-  ( set +e; beside "$miri_dir" 19 miri cargo +nightly miri test -p qemu-uftrace-engine \
-      "${miri_first[@]/#/--test=}" ) &
-  miri_pid=$!
-  jobs_started+=("$miri_pid")
-  miri2_dir=$(mktemp -d)
-  ( set +e
-    beside "$miri2_dir" 19 miri-rest cargo +nightly miri test -p qemu-uftrace-engine --lib "${miri_rest[@]/#/--test=}"
-    beside "$miri2_dir" 19 miri-doc cargo +nightly miri test -p qemu-uftrace-engine --doc ) &
-  miri2_pid=$!
-  jobs_started+=("$miri2_pid")
-}
-# Miri needs only the nightly toolchain: where it is there already, it starts now, beside the
-# install and the build, taking the cycles their downloads and links leave (and, on a cache
-# another run is filling, the whole wait for it: scripts/cache-lock.sh); else once the install
-# has brought it.
-miri_early=0
-miri_beside="the tests"
-if cargo +nightly miri --version >/dev/null 2>&1; then
-  miri_early=1
-  miri_beside="the install and the tests"
-  start_miri
-fi
 step install-deps scripts/install-deps.sh
 collect "$build_pid" "$build_dir" "the install"
 step fmt cargo fmt --all -- --check
@@ -144,7 +114,23 @@ step fmt cargo fmt --all -- --check
 # context's id stopped zeroing 512 KiB of bits per table: 9 s, spaces.rs 32). One runs
 # engine.rs, the other the unit tests, every other file of engine/tests (a new one
 # included) and the doc-tests; the second waits for the first's build (one target).
-[ "$miri_early" -eq 1 ] || start_miri
+miri_first=(engine)
+miri_rest=()
+for f in engine/tests/*.rs; do
+  t=$(basename "$f" .rs)
+  [[ " ${miri_first[*]} " == *" $t "* ]] || miri_rest+=("$t")
+done
+miri_dir=$(mktemp -d)
+( set +e; beside "$miri_dir" 19 miri cargo +nightly miri test -p qemu-uftrace-engine \
+    "${miri_first[@]/#/--test=}" ) &
+miri_pid=$!
+jobs_started+=("$miri_pid")
+miri2_dir=$(mktemp -d)
+( set +e
+  beside "$miri2_dir" 19 miri-rest cargo +nightly miri test -p qemu-uftrace-engine --lib "${miri_rest[@]/#/--test=}"
+  beside "$miri2_dir" 19 miri-doc cargo +nightly miri test -p qemu-uftrace-engine --doc ) &
+miri2_pid=$!
+jobs_started+=("$miri2_pid")
 fuzz_dir=$(mktemp -d)
 # Bounded: the fuzzers' first build takes two minutes, then each target for FUZZ_SECONDS: 10 s
 # without a sanitizer runs each target about three times as often as 20 s under
@@ -177,8 +163,8 @@ step "cargo test" bash -o pipefail -c 'run_tests 2>&1 | tee "$1"' _ "$log" || te
 rm -rf "$shared_recordings"
 # Miri's and the fuzzers' results count whether or not a test failed.
 besides=0
-collect "$miri_pid" "$miri_dir" "$miri_beside" || besides=$?
-collect "$miri2_pid" "$miri2_dir" "$miri_beside" || besides=$?
+collect "$miri_pid" "$miri_dir" "the tests" || besides=$?
+collect "$miri2_pid" "$miri2_dir" "the tests" || besides=$?
 collect "$fuzz_pid" "$fuzz_dir" "the tests" || besides=$?
 [ "$tested" -eq 0 ] || exit "$tested"
 step "every test binary ran" scripts/test-binaries-ran.sh "$log"
