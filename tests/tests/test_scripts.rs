@@ -269,6 +269,12 @@ fn with_cpu_counts_the_command_s_descendants_and_keeps_its_status() {
 fn a_second_install_on_one_cache_waits_for_the_first() {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
+    // A stream's first line, or "" when it ends without one.
+    let first_line = |r: &mut dyn std::io::Read| {
+        let mut line = String::new();
+        BufReader::new(r).read_line(&mut line).unwrap();
+        line
+    };
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("cache");
     let locked = |script: &str| {
@@ -282,11 +288,7 @@ fn a_second_install_on_one_cache_waits_for_the_first() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(first.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "holding\n");
+    assert_eq!(first_line(first.stdout.as_mut().unwrap()), "holding\n");
     // The second runs only after that mark, and starts a process that outlives it.
     let mut second = locked(
         r#"test -e "$0/first-ended" && echo ran && { sleep 120 >/dev/null 2>&1 & echo $! >"$0/daemon"; }"#,
@@ -295,10 +297,7 @@ fn a_second_install_on_one_cache_waits_for_the_first() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut waiting = String::new();
-    BufReader::new(second.stderr.take().unwrap())
-        .read_line(&mut waiting)
-        .unwrap();
+    let waiting = first_line(second.stderr.as_mut().unwrap());
     assert!(
         waiting.contains("another install is filling")
             && waiting.contains(&*cache.to_string_lossy()),
@@ -325,10 +324,7 @@ fn a_second_install_on_one_cache_waits_for_the_first() {
     // Its first line of errors, or none when it ends: a lock kept would make it wait (until
     // the daemon is killed below) and say so.
     let mut third = locked("true").stderr(Stdio::piped()).spawn().unwrap();
-    let mut said = String::new();
-    BufReader::new(third.stderr.take().unwrap())
-        .read_line(&mut said)
-        .unwrap();
+    let said = first_line(third.stderr.as_mut().unwrap());
     Command::new("kill").arg(daemon).status().unwrap();
     assert!(third.wait().unwrap().success());
     assert_eq!(said, "", "the lock was kept by the daemon");
