@@ -40,6 +40,25 @@ pub struct ArgSpecs {
     pub arch: Option<Arch>,
 }
 
+/// The index of `addr`'s entry in `funcs` (found through `at`), a new one of `size` where it
+/// has none: one entry a function, whichever of `-A`, `-R` and `-a` names it first.
+fn slot(
+    funcs: &mut Vec<FuncValues>,
+    at: &mut HashMap<Addr, usize>,
+    addr: Addr,
+    size: u64,
+) -> usize {
+    *at.entry(addr).or_insert_with(|| {
+        funcs.push(FuncValues {
+            addr,
+            size,
+            values: Vec::new(),
+            pt_regs: None,
+        });
+        funcs.len() - 1
+    })
+}
+
 /// The last argument a register holds in `arch`'s calling convention.
 pub fn max_register_arg(arch: Arch) -> u8 {
     match arch {
@@ -96,15 +115,7 @@ impl ArgSpecs {
                         "give a symbol source with sizes (the ELF file) with --symbols",
                     ));
                 }
-                let i = *at.entry(addr).or_insert_with(|| {
-                    specs.funcs.push(FuncValues {
-                        addr,
-                        size,
-                        values: Vec::new(),
-                        pt_regs: None,
-                    });
-                    specs.funcs.len() - 1
-                });
+                let i = slot(&mut specs.funcs, &mut at, addr, size);
                 let ex = exacts.entry(addr).or_default();
                 for v in &spec.values {
                     fargs::merge_exact(&mut specs.funcs[i].values, ex, *v, exact);
@@ -147,25 +158,19 @@ impl ArgSpecs {
                 f.values.1 = None;
             }
             // A list replay could not parse gives nothing (it would not describe the records).
-            for v in [&mut f.values.0, &mut f.values.1] {
-                if v.as_deref().is_some_and(|v| auto_values(v).is_none()) {
-                    *v = None;
-                }
+            let parsed = parse_auto(&f.values);
+            if parsed.0.is_none() {
+                f.values.0 = None;
+            }
+            if parsed.1.is_none() {
+                f.values.1 = None;
             }
             if f.values.0.is_none() && f.values.1.is_none() {
                 continue;
             }
-            let i = *at.entry(f.addr).or_insert_with(|| {
-                self.funcs.push(FuncValues {
-                    addr: f.addr,
-                    size,
-                    values: Vec::new(),
-                    pt_regs: None,
-                });
-                self.funcs.len() - 1
-            });
+            let i = slot(&mut self.funcs, &mut at, f.addr, size);
             let func = &mut self.funcs[i];
-            func.values = merge_auto(std::mem::take(&mut func.values), &f.values);
+            func.values = merge_auto(std::mem::take(&mut func.values), parsed);
             if func.size == 0 {
                 func.size = size;
             }
@@ -718,18 +723,30 @@ pub fn auto_values(values: &str) -> Option<Vec<Value>> {
         .map(|s| s.values)
 }
 
+/// One function's `-a` values (its arguments', its return value's), each parsed as replay
+/// parses it ([`auto_values`]); `None` where there is none or it does not parse.
+pub type ParsedAuto = (Option<Vec<Value>>, Option<Vec<Value>>);
+
+/// [`ParsedAuto`] of `auto`.
+pub fn parse_auto(auto: &crate::symfiles::AutoValues) -> ParsedAuto {
+    (
+        auto.0.as_deref().and_then(auto_values),
+        auto.1.as_deref().and_then(auto_values),
+    )
+}
+
 /// A function's values as uftrace's replay merges an explicit `-A`/`-R` (`explicit`, by
 /// name) with `-a`'s (`auto`, from `.dbg`): explicit arguments take the place of all of
 /// `-a`'s, an explicit return value of its return value (`filter.c`'s "ignore auto-args if
 /// it already has argspec").
-pub fn merge_auto(mut explicit: Vec<Value>, auto: &crate::symfiles::AutoValues) -> Vec<Value> {
+pub fn merge_auto(mut explicit: Vec<Value>, auto: ParsedAuto) -> Vec<Value> {
     let has_args = explicit.iter().any(|v| !v.is_retval());
     let has_ret = explicit.iter().any(Value::is_retval);
-    if let (false, Some(a)) = (has_args, &auto.0) {
-        explicit.extend(auto_values(a).unwrap_or_default());
+    if let (false, Some(a)) = (has_args, auto.0) {
+        explicit.extend(a);
     }
-    if let (false, Some(r)) = (has_ret, &auto.1) {
-        explicit.extend(auto_values(r).unwrap_or_default());
+    if let (false, Some(r)) = (has_ret, auto.1) {
+        explicit.extend(r);
     }
     explicit
 }
@@ -1105,7 +1122,7 @@ mod tests {
         let explicit = fargs::parse("ext4_read@arg1/x", 8).unwrap().values;
         let merged = merge_auto(
             explicit.clone(),
-            &(Some("arg1/p,arg2/u32".into()), Some("retval/i64".into())),
+            parse_auto(&(Some("arg1/p,arg2/u32".into()), Some("retval/i64".into()))),
         );
         let mut want = explicit;
         want.extend(auto_values("retval/i64").unwrap());

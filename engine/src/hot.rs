@@ -298,11 +298,12 @@ impl Engine {
 
     /// Whether the open frame at stack depth `depth` was written ([`Engine::top_written`]).
     pub fn written_at(&self, depth: usize) -> bool {
-        depth < self.stack.len() && depth < self.record_depth
-            || matches!(
-                self.gates.as_deref().map(|g| g.window(depth)),
-                Some(Place::Written(_))
-            )
+        depth < self.stack.len()
+            && (depth < self.record_depth
+                || matches!(
+                    self.gates.as_deref().map(|g| g.window(depth)),
+                    Some(Place::Written(_))
+                ))
     }
 
     pub(crate) fn stack_mut(&mut self) -> &mut ShadowStack {

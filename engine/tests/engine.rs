@@ -1766,6 +1766,10 @@ fn written_frames_are_those_whose_entry_was_written() {
     r.ret(0x210, &mut g);
     r.call(0x400, 0x220);
     assert!(r.engine.top_written());
+    assert!(
+        !r.engine.written_at(9),
+        "no such frame, inside -F's subtree or not"
+    );
     let written: Vec<String> = r.shape();
     assert_eq!(written, ["+200@0", "+400@1"]);
 }

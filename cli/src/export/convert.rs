@@ -340,7 +340,9 @@ impl<W: Write> Sequence<'_, '_, W> {
                         .filter(|_| l.auto)
                         .and_then(|&(ns, s)| s.lookup_auto(addr, ns));
                     match auto {
-                        Some(auto) => crate::argspec::merge_auto(explicit, auto),
+                        Some(auto) => {
+                            crate::argspec::merge_auto(explicit, crate::argspec::parse_auto(auto))
+                        }
                         None => explicit,
                     }
                 }
