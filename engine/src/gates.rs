@@ -34,8 +34,11 @@ pub struct Gates {
     max_depth: usize,
     /// The lowest and highest filter or notrace address: most calls are outside.
     span: (u64, u64),
-    /// The running context's roots (see [`Roots`]).
-    pub(crate) roots: Roots,
+    /// The running context's roots (see [`Roots`]); changed only through
+    /// [`Gates::set_roots`] or with [`Gates::told`] after, so that [`Watch`] hears of it.
+    roots: Roots,
+    /// Who is told whether the running context is inside a written subtree.
+    watch: Option<Watch>,
     /// A randomised kernel's: functions are looked up in the symbol file's space.
     shift: Option<&'static crate::kaslr::KernelShift>,
     /// Functions placed while the guest runs, whether some of them are filter functions,
@@ -98,6 +101,28 @@ impl Late {
     }
 }
 
+/// Told whether the running context may write frames (see [`Gates::inside`]) each time
+/// that changes: the plugin keeps it in a per-vCPU word on which its value reads (`-a`,
+/// `-A`, `-R`) are conditional, so that calls outside `-F`'s subtrees run no callback.
+#[derive(Debug, Clone, Copy)]
+pub struct Watch {
+    /// Called with `token` and the new state.
+    pub tell: fn(u32, bool),
+    pub token: u32,
+    /// What it was told last.
+    told: bool,
+}
+
+impl Watch {
+    pub fn new(tell: fn(u32, bool), token: u32) -> Watch {
+        Watch {
+            tell,
+            token,
+            told: false,
+        }
+    }
+}
+
 /// Where a context's outermost open filter and notrace frames are (their stack depths).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Roots {
@@ -141,6 +166,7 @@ impl Gates {
             notrace,
             max_depth,
             roots: Roots::default(),
+            watch: None,
             shift: None,
             late: None,
             late_filtering: false,
@@ -168,6 +194,45 @@ impl Gates {
             Some(late) => gates.with_late(late, self.late_filtering),
             None => gates,
         }
+    }
+
+    /// Tells `watch` whether the running context may write frames, now and at each change.
+    pub fn set_watch(&mut self, watch: Watch) {
+        let mut watch = watch;
+        watch.told = self.inside();
+        (watch.tell)(watch.token, watch.told);
+        self.watch = Some(watch);
+    }
+
+    /// Whether the running context may write frames: no filter function given, or one's
+    /// subtree open, or its subtrees the CLI's to decide. A superset (a notrace subtree
+    /// or the depth limit may still leave a frame out), kept exact as [`Watch`] says.
+    #[inline(always)]
+    pub fn inside(&self) -> bool {
+        !self.filtering() || self.roots.filter.is_some() || self.roots.deferred
+    }
+
+    /// Tells the watch, if [`Gates::inside`] changed since it was told.
+    #[inline(always)]
+    fn told(&mut self) {
+        let inside = self.inside();
+        if let Some(w) = self.watch.as_mut().filter(|w| w.told != inside) {
+            w.told = inside;
+            (w.tell)(w.token, inside);
+        }
+    }
+
+    /// The running context's roots, taken (a switch away from it: none are open then).
+    pub(crate) fn take_roots(&mut self) -> Roots {
+        let roots = std::mem::take(&mut self.roots);
+        self.told();
+        roots
+    }
+
+    /// Runs a context with these roots.
+    pub(crate) fn set_roots(&mut self, roots: Roots) {
+        self.roots = roots;
+        self.told();
     }
 
     /// Takes the newest [`Late`] functions, if they changed since.
@@ -224,6 +289,7 @@ impl Gates {
                 self.roots.filter.get_or_insert(depth);
             }
         }
+        self.told();
     }
 
     /// Whether a context with filter functions is outside every subtree (and no notrace
@@ -264,6 +330,7 @@ impl Gates {
         if self.roots.notrace.is_some_and(|r| r >= len) {
             self.roots.notrace = None;
         }
+        self.told();
     }
 
     /// Whether and where a frame at stack depth `depth` is written.
@@ -315,15 +382,15 @@ impl Gates {
     /// From here the running context's subtrees are the CLI's to decide (see
     /// [`Roots::deferred`]), until [`Gates::reset`].
     pub fn defer(&mut self) {
-        self.roots = Roots {
+        self.set_roots(Roots {
             deferred: true,
             ..Roots::default()
-        };
+        });
     }
 
     /// No subtree open, nothing deferred: a context whose stack is empty.
     pub fn reset(&mut self) {
-        self.roots = Roots::default();
+        self.set_roots(Roots::default());
     }
 
     /// The filter functions entered at least once, by address.

@@ -7,7 +7,7 @@
 //! privilege levels) is the task table's business (`tasks`), done through
 //! [`Engine::suspend`] and [`Engine::resume`].
 
-use crate::gates::{Gates, Place, Roots};
+use crate::gates::{Gates, Place, Roots, Watch};
 use crate::guest::GuestView;
 use crate::shadow::{Frame, ShadowStack, JUMPED, RESERVED_FRAMES};
 use crate::stats::Stats;
@@ -82,6 +82,8 @@ pub struct Engine {
     pub(crate) midway: bool,
     /// `-F`/`-N` (`gates`); `None` (the common case) costs nothing on any path.
     gates: Option<Box<Gates>>,
+    /// Told whether the running context may write frames (see [`Engine::set_watch`]).
+    watch: Option<Watch>,
     /// In x86 16-bit code, the open exception entries' return frames: their index in the
     /// stack, their frame there (to tell them from a later entry at that index) and the
     /// linear address of the frame they pushed (`exception_return_16`).
@@ -114,6 +116,7 @@ impl Engine {
             is_longjmp: |_| false,
             midway: false,
             gates: None,
+            watch: None,
             pushed_frames: Vec::new(),
             time_filter: None,
             thunk_return: None,
@@ -162,10 +165,23 @@ impl Engine {
     }
 
     /// Gates in place (every event then takes the general path, which asks them).
-    fn install_gates(&mut self, gates: Gates) {
+    fn install_gates(&mut self, mut gates: Gates) {
+        if let Some(w) = self.watch {
+            gates.set_watch(w);
+        }
         self.gates = Some(Box::new(gates));
         self.record_depth = 0;
         self.fast_depth = 0;
+    }
+
+    /// Tells `watch` whether the running context may write frames ([`Gates::inside`];
+    /// always without gates), now and at each change, through every later gates too.
+    pub fn set_watch(&mut self, watch: Watch) {
+        self.watch = Some(watch);
+        match self.gates.as_deref_mut() {
+            Some(g) => g.set_watch(watch),
+            None => (watch.tell)(watch.token, true),
+        }
     }
 
     /// Writes no call shorter than `threshold` (`-t`; 0: every call), only its longer
@@ -1114,8 +1130,7 @@ impl Engine {
             overflow: std::mem::take(&mut self.overflow),
             last_time: self.last_time,
             midway: std::mem::take(&mut self.midway),
-            roots: (self.gates.as_deref_mut())
-                .map_or_else(Roots::default, |g| std::mem::take(&mut g.roots)),
+            roots: (self.gates.as_deref_mut()).map_or_else(Roots::default, Gates::take_roots),
             deferred: (self.time_filter.as_deref_mut())
                 .map_or_else(Deferred::default, TimeFilter::suspend),
             thunk_return: self.thunk_return.take(),
@@ -1131,7 +1146,7 @@ impl Engine {
         self.midway = state.midway;
         self.thunk_return = state.thunk_return;
         if let Some(gates) = self.gates.as_deref_mut() {
-            gates.roots = state.roots;
+            gates.set_roots(state.roots);
         }
         if let Some(filter) = self.time_filter.as_deref_mut() {
             filter.resume(state.deferred);

@@ -100,6 +100,69 @@ mod tests {
         );
     }
 
+    /// What the watch was told (the test's own: other tests run no watch).
+    static TOLD: std::sync::Mutex<Vec<(u32, bool)>> = std::sync::Mutex::new(Vec::new());
+
+    fn tell(token: u32, inside: bool) {
+        TOLD.lock().unwrap().push((token, inside));
+    }
+
+    fn told() -> Vec<bool> {
+        TOLD.lock()
+            .unwrap()
+            .drain(..)
+            .map(|(t, inside)| {
+                assert_eq!(t, 3);
+                inside
+            })
+            .collect()
+    }
+
+    /// The plugin reads values only while its vCPU's word says the running context may write
+    /// frames: the watch is told each change, and only changes (a missed one would lose
+    /// values or read them for nothing), through calls, returns, switches between
+    /// contexts and windows.
+    #[test]
+    fn the_watch_is_told_each_time_a_context_enters_or_leaves_every_subtree() {
+        let (mut e, _out) = engine();
+        // Before any gates: every frame is written.
+        e.set_watch(crate::gates::Watch::new(tell, 3));
+        assert_eq!(told(), [true]);
+        e.set_gates(vec![0x900], vec![]);
+        assert_eq!(told(), [false]);
+        e.call(1, 0x800, 0x10);
+        e.call(2, 0x900, 0x810);
+        e.call(3, 0x900, 0x910);
+        e.call(4, 0xa00, 0x920);
+        assert_eq!(told(), [true]);
+        e.ret(5, 0x920, &mut NoRecords);
+        e.ret(6, 0x910, &mut NoRecords);
+        assert_eq!(told(), []);
+        // A switch to another context (none open), and back.
+        let inside = e.suspend();
+        assert_eq!(told(), [false]);
+        let outside = {
+            e.resume(2, crate::hot::Suspended::default());
+            e.call(7, 0x800, 0x10);
+            e.suspend()
+        };
+        assert_eq!(told(), []);
+        e.resume(1, inside);
+        assert_eq!(told(), [true]);
+        e.ret(8, 0x810, &mut NoRecords);
+        assert_eq!(told(), [false]);
+        let _ = e.suspend();
+        e.resume(2, outside);
+        // A window from a cookie: the CLI decides; the next window starts outside.
+        e.switch_off(9);
+        e.switch_on(10);
+        e.opened_by_cookie(11, 7);
+        assert_eq!(told(), [true]);
+        e.switch_off(12);
+        e.switch_on(13);
+        assert_eq!(told(), [false]);
+    }
+
     /// With `-F` the frames beneath a cookie are unknown here: the window is written whole
     /// (the CLI filters it), returns past the bottom included, until the off edge.
     #[test]

@@ -5,13 +5,13 @@
 //! rather than fault the guest, and a string it cannot read to its end is marked.
 
 use crate::ffi::{
-    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb,
-    qemu_plugin_register_vcpu_insn_exec_cond_cb,
+    qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cond_cb,
     qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu, CB_R_REGS, COND_NE, INLINE_STORE_U64,
 };
 use crate::state::args::{self, Kind, Mem};
 use crate::state::guest::ByteBuf;
 use crate::vcpu::scoreboard::{self, Scoreboard};
+use qemu_uftrace_engine::gates::Watch;
 use qemu_uftrace_engine::shadow::{Frame, ShadowStack};
 use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
 use qemu_uftrace_format::record::RecordType;
@@ -25,11 +25,32 @@ use std::sync::OnceLock;
 /// [`on_tail_return`] is conditional on it, and clears it once no such call is open.
 static TAIL: OnceLock<Scoreboard> = OnceLock::new();
 
-/// At install, with `-R`'s functions loaded: their tail calls get their word.
+/// Per vCPU, not 0 while its running context may write frames (inside a `-F` subtree, or
+/// no `-F` given): the engine's gates say each change ([`watch`]). Every value read is
+/// conditional on it, so that `-a`'s tens of thousands of typed functions cost nothing
+/// where `-F` leaves their calls out (a callback that only found its frame unwritten made
+/// `-a -F` 3.3x plain QEMU).
+static VALUES: OnceLock<Scoreboard> = OnceLock::new();
+
+/// At install, with `-A`/`-R`'s functions loaded: their reads get their word, and `-R`'s
+/// tail calls theirs.
 pub fn install() {
+    let _ = VALUES.set(scoreboard::one_word());
     if args::has_retval() {
         let _ = TAIL.set(scoreboard::one_word());
     }
+}
+
+/// What the engine of vCPU `vcpu_index` is told to say of its running context (`None`:
+/// no value is read, nothing to tell).
+pub fn watch(vcpu_index: c_uint) -> Option<Watch> {
+    fn tell(vcpu_index: u32, inside: bool) {
+        if let Some(word) = VALUES.get() {
+            word.for_vcpu(vcpu_index, false).set(u64::from(inside));
+        }
+    }
+    VALUES.get()?;
+    Some(Watch::new(tell, vcpu_index))
 }
 
 /// Whether return instructions listen for tail calls (`-R` given): only then are jumps
@@ -101,29 +122,28 @@ pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
 /// # Safety
 /// `insn` is a live instruction handle of the block being translated.
 pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
-    if !ret && args::entry_at(pc).is_some() {
-        // SAFETY: our callback, for an instruction of the block being translated.
+    let Some(word) = VALUES.get() else {
+        return;
+    };
+    let read: Option<(crate::ffi::VcpuUdataCb, u64)> = if !ret {
+        args::entry_at(pc).map(|_| (on_entry as crate::ffi::VcpuUdataCb, pc))
+    } else {
+        args::returning_at(pc).map(|(entry, _)| (on_return as crate::ffi::VcpuUdataCb, entry))
+    };
+    if let Some((cb, data)) = read {
+        // SAFETY: our callback, for an instruction of the block being translated,
+        // conditional on our scoreboard.
         unsafe {
-            qemu_plugin_register_vcpu_insn_exec_cb(
+            qemu_plugin_register_vcpu_insn_exec_cond_cb(
                 insn,
-                on_entry,
+                cb,
                 CB_R_REGS,
-                pc as usize as *mut c_void,
+                COND_NE,
+                word.entry(),
+                0,
+                data as usize as *mut c_void,
             )
         };
-    }
-    if ret {
-        if let Some((entry, _)) = args::returning_at(pc) {
-            // SAFETY: as above.
-            unsafe {
-                qemu_plugin_register_vcpu_insn_exec_cb(
-                    insn,
-                    on_return,
-                    CB_R_REGS,
-                    entry as usize as *mut c_void,
-                )
-            };
-        }
     }
 }
 

@@ -106,6 +106,10 @@ pub fn vcpu_init(vcpu_id: u32) {
     if let Some((late, filtering)) = crate::state::lib_aims::late() {
         engine.add_late_gates(late, filtering);
     }
+    // -A/-R/-a: values are read only where this vCPU may write frames (its gates say).
+    if let Some(watch) = crate::handlers::args::watch(vcpu_id) {
+        engine.set_watch(watch);
+    }
     if cfg.clock == ClockChoice::Fixed(ClockKind::Wall) {
         engine.clamp(super::image::time_floor());
     }
