@@ -108,6 +108,14 @@ fn default_for(free: u64) -> Cap {
     }
 }
 
+/// What a guest's session maps may take together, after the trace's `written` bytes of
+/// records: their number is the guest's to decide (one per address space: a fork loop
+/// makes thousands), so they count in the cap, and get what it leaves, and never less
+/// than a sixteenth of it, so that a trace that filled its cap still names its processes.
+pub fn maps_budget(cap: &Cap, written: u64) -> u64 {
+    cap.bytes.saturating_sub(written).max(cap.bytes / 16)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,6 +141,17 @@ mod tests {
             panic!()
         };
         assert_eq!(c.origin, "--max-size 500M,exit");
+    }
+
+    #[test]
+    fn session_maps_get_what_the_cap_leaves_and_a_sixteenth_at_least() {
+        let MaxSize::Cap(c) = parse("64M").unwrap() else {
+            panic!()
+        };
+        assert_eq!(maps_budget(&c, 0), 64 << 20);
+        assert_eq!(maps_budget(&c, 48 << 20), 16 << 20);
+        assert_eq!(maps_budget(&c, 63 << 20), 4 << 20);
+        assert_eq!(maps_budget(&c, 100 << 20), 4 << 20);
     }
 
     #[test]

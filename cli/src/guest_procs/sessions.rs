@@ -4,6 +4,7 @@
 //! are grouped by process (uftrace's pid is the guest's thread group).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -56,7 +57,9 @@ const DEBUG_TREE: &str = "/usr/lib/debug";
 
 /// Writes a session for each address space of `procs` into `dir`, next to the first
 /// session `base_sid` (whose map holds the kernel), for the threads `tids` (uftrace's tids,
-/// the guest's PIDs) that have records.
+/// the guest's PIDs) that have records; their maps together within `maps_budget` bytes
+/// (`max_size::maps_budget`; `None`: no cap).
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     dir: &Path,
     base_sid: &str,
@@ -65,8 +68,9 @@ pub fn write(
     arch: Arch,
     tasks: &[GuestTask],
     tids: &[u32],
+    maps_budget: Option<u64>,
 ) -> Result<Named> {
-    let named = write_sessions(dir, base_sid, procs, files, arch, tasks, tids);
+    let named = write_sessions(dir, base_sid, procs, files, arch, tasks, tids, maps_budget);
     // The map lines name the guest's files; the copies were only read for their symbols,
     // and go whatever happened (`remove_dir_all` follows no link: the sysroot's debug tree
     // linked from them stays).
@@ -78,6 +82,7 @@ pub fn write(
     named
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_sessions(
     dir: &Path,
     base_sid: &str,
@@ -86,6 +91,7 @@ fn write_sessions(
     arch: Arch,
     tasks: &[GuestTask],
     tids: &[u32],
+    maps_budget: Option<u64>,
 ) -> Result<Named> {
     let mut named = Named::default();
     if procs.dropped > 0 {
@@ -105,6 +111,11 @@ fn write_sessions(
     let mut finder = Finder::new(dir, files, initramfs_fs(procs, files), arch);
     finder.reserved = base.iter().map(|e| e.module_name().to_string()).collect();
     let keep = crate::kernel_alias::without_physical_copy(base);
+    // The maps' bytes left (`None`: no cap), and the smallest a map can be (the kernel's
+    // lines alone): how many maps there are is the guest's to decide (a fork loop).
+    let mut left = maps_budget;
+    let smallest = rendered(keep.clone())?.len() as u64;
+    let mut over = 0usize;
     // The guest's PID of each recorded thread, and its process.
     let pid_of = |tid: u32| {
         tasks
@@ -160,18 +171,40 @@ fn write_sessions(
             let sid = session_id(
                 u64::from_str_radix(base_sid, 16).unwrap_or(0) ^ (seq << 32 | u64::from(tgid)),
             );
-            let entries = finder.place(space, previous, &keep, &mut named)?;
-            previous = Some(space);
-            named.files += entries.len();
-            named.spaces += 1;
-            let mut all = keep.clone();
-            all.extend(entries);
-            symfiles::write_with(&dir.join(format!("sid-{sid}.map")), |w| {
-                map::write_map(w, all)
-            })?;
             let name = match space.program().filter(|_| space.exec) {
                 Some(p) => p.rsplit('/').next().unwrap_or(p).to_string(),
                 None => name_of(tgid),
+            };
+            let text = match left {
+                Some(l) if l < smallest => None,
+                _ => {
+                    let entries = finder.place(space, previous, &keep, &mut named)?;
+                    previous = Some(space);
+                    let placed = entries.len();
+                    let mut all = keep.clone();
+                    all.extend(entries);
+                    let text = rendered(all)?;
+                    (left.is_none_or(|l| text.len() as u64 <= l)).then_some((text, placed))
+                }
+            };
+            // Past the budget: the space runs under the kernel's session, its own
+            // functions unnamed (its threads' records are kept whole).
+            let sid = match text {
+                Some((text, placed)) => {
+                    if let Some(l) = left.as_mut() {
+                        *l -= text.len() as u64;
+                    }
+                    named.files += placed;
+                    named.spaces += 1;
+                    symfiles::write_with(&dir.join(format!("sid-{sid}.map")), |w| {
+                        w.write_all(&text)
+                    })?;
+                    sid
+                }
+                None => {
+                    over += 1;
+                    base_sid.to_string()
+                }
             };
             named.lines.push(Later::Session {
                 ns: space.from,
@@ -186,6 +219,14 @@ fn write_sessions(
             }));
         }
     }
+    if over > 0 {
+        named.problems.push(format!(
+            "{over} address spaces past the session maps' share of the size cap ({}) show \
+             the kernel's functions alone: their own are unnamed (a larger --max-size leaves \
+             more)",
+            indicatif::HumanBytes(maps_budget.unwrap_or(0))
+        ));
+    }
     if let Err(e) = finder.name_entered() {
         named.problems.push(format!(
             "functions entered outside the unwind tables are not named: {e:#}"
@@ -195,6 +236,13 @@ fn write_sessions(
     named.problems.sort();
     named.problems.dedup();
     Ok(named)
+}
+
+/// A session map's text.
+fn rendered(entries: Vec<MapEntry>) -> Result<Vec<u8>> {
+    let mut text = Vec::new();
+    map::write_map(&mut text, entries).context("cannot write a session map")?;
+    Ok(text)
 }
 
 /// The file system the `-initrd` archive became (the guest's first mapped file's, when the
@@ -791,6 +839,93 @@ mod tests {
         );
     }
 
+    /// A guest decides how many address spaces there are (a fork loop): past the maps'
+    /// budget a space gets the kernel's session, whole records and no map of its own, and
+    /// the user is told how many did.
+    #[test]
+    fn spaces_past_the_maps_budget_run_under_the_kernels_session() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        shared_object(&root.join("bin/tool"), "in_tool");
+        let staging = tmp.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::write(staging.join("sid-00000000000000aa.map"), "").unwrap();
+        let tgids = 10..30u32;
+        let procs = Procs {
+            spaces: (tgids.clone())
+                .map(|tgid| Space {
+                    tgid,
+                    from: u64::from(tgid),
+                    maps: [Mapping {
+                        path: "/bin/tool".into(),
+                        start: 0x10_0000,
+                        len: 0x1000,
+                        offset: 0,
+                        fs: 0,
+                    }]
+                    .into_iter()
+                    .collect(),
+                    exec: true,
+                })
+                .collect(),
+            tgid_of: tgids.clone().map(|t| (t, t)).collect(),
+            ..Procs::default()
+        };
+        let files = GuestFiles {
+            initrd: None,
+            sysroot: Some(root),
+            symbols: Vec::new(),
+        };
+        let tids: Vec<u32> = tgids.collect();
+        let write_with = |budget| {
+            let named = write(
+                &staging,
+                "00000000000000aa",
+                &procs,
+                &files,
+                Arch::X86_64,
+                &[],
+                &tids,
+                budget,
+            )
+            .unwrap();
+            let maps = std::fs::read_dir(&staging)
+                .unwrap()
+                .filter_map(|e| {
+                    let name = e.unwrap().file_name().into_string().unwrap();
+                    (name.starts_with("sid-") && name != "sid-00000000000000aa.map")
+                        .then(|| std::fs::metadata(staging.join(name)).unwrap().len())
+                })
+                .collect::<Vec<_>>();
+            (named, maps)
+        };
+        let (all, maps) = write_with(None);
+        assert_eq!((all.spaces, maps.len()), (20, 20), "{:?}", all.problems);
+        let one = maps[0];
+        for e in std::fs::read_dir(&staging).unwrap() {
+            let e = e.unwrap();
+            if e.file_name() != "sid-00000000000000aa.map" && e.file_name() != "tool.sym" {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        // Room for five maps and a half.
+        let (some, maps) = write_with(Some(one * 11 / 2));
+        assert_eq!((some.spaces, maps.len()), (5, 5), "{:?}", some.problems);
+        assert!(maps.iter().sum::<u64>() <= one * 11 / 2);
+        let kernels = (some.lines.iter())
+            .filter(|l| matches!(l, Later::Session { sid, ns, .. } if ns > &0 && sid == "00000000000000aa"))
+            .count();
+        assert_eq!(kernels, 15);
+        assert!(
+            some.problems
+                .iter()
+                .any(|p| p.starts_with("15 address spaces past the session maps' share")),
+            "{:?}",
+            some.problems
+        );
+    }
+
     /// Two different files of one name in two processes get a `.sym` file each; the same
     /// file in two processes shares one.
     #[test]
@@ -849,6 +984,7 @@ mod tests {
             Arch::X86_64,
             &[],
             &[10, 11],
+            None,
         )
         .unwrap();
         assert_eq!(named.spaces, 2, "{:?}", named.problems);
@@ -967,6 +1103,7 @@ mod tests {
             Arch::X86_64,
             &[],
             &[10],
+            None,
         )
         .unwrap();
         assert_eq!(named.spaces, 1);
@@ -1134,6 +1271,7 @@ mod tests {
             Arch::Aarch64,
             &[],
             &[10],
+            None,
         )
         .unwrap();
         assert!(named.problems.is_empty(), "{:?}", named.problems);

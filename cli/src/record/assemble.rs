@@ -289,11 +289,11 @@ fn guest_processes(
         sysroot: inv.sysroot.clone(),
         symbols: prep.sources.iter().map(|s| s.path.clone()).collect(),
     };
-    let tids: Vec<u32> = datadir::dat_files(staging)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(t, _)| t)
-        .collect();
+    let dats = datadir::dat_files(staging).unwrap_or_default();
+    let tids: Vec<u32> = dats.iter().map(|&(t, _)| t).collect();
+    // The maps count in the size cap, beside the records written.
+    let written = dats.iter().map(|&(_, bytes)| bytes).sum();
+    let budget = (prep.cap.as_ref()).map(|c| crate::max_size::maps_budget(c, written));
     let tasks = crate::guest_tasks::read(staging);
     match sessions::write(
         staging,
@@ -303,6 +303,7 @@ fn guest_processes(
         prep.arch,
         &tasks,
         &tids,
+        budget,
     ) {
         Ok(named) => {
             if named.spaces > 0 {
