@@ -176,6 +176,8 @@ need_cmd aarch64-linux-gnu-g++ g++-aarch64-linux-gnu
 need_cmd riscv64-linux-gnu-g++ g++-riscv64-linux-gnu
 need_cmd x86_64-linux-gnu-g++ g++
 need_pkg python3-venv
+# The host's libc with its detached DWARF: -a's values of a program's libc calls (record_args).
+need_pkg libc6-dbg
 # Building QEMU 10.2.2 (meson >= 1.5 and pycotap come from backports on bookworm).
 for p in ninja-build libglib2.0-dev libpixman-1-dev libfdt-dev libcapstone-dev pkg-config flex \
     bison dpkg-dev zlib1g-dev; do need_pkg "$p"; done

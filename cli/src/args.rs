@@ -340,9 +340,10 @@ pub struct RecordArgs {
 
     /// Each function's arguments and return value by DWARF (uftrace's -a)
     ///
-    /// By the function's DWARF types. For the functions of the program (user mode) or of the
-    /// ELF files given as -kernel or
-    /// --symbols that have DWARF: integers by size and sign, char * as strings, other
+    /// By the function's DWARF types. For the functions of the program and its shared
+    /// libraries (user mode: a stripped one's from its debug file, found by build ID, e.g.
+    /// Debian's libc6-dbg; a call through the program's PLT gets the library function's) or
+    /// of the ELF files given as -kernel or --symbols that have DWARF: integers by size and sign, char * as strings, other
     /// pointers in hex, named enums by name (other enums and bool as integers), float and
     /// double as such; a function taking a struct by value or a long double is left out. -A/-R win where they
     /// name a function (-A for its arguments, -R for its return value). Every typed function

@@ -567,34 +567,70 @@ pub struct Auto {
     pub enums: Vec<String>,
 }
 
+/// Where a file's functions run: at their link addresses (a kernel, firmware), as a
+/// user-mode program's (`pie`: moved with its bias), or where the guest maps a shared
+/// library (its index in `Names::libraries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    Fixed,
+    Program { pie: bool },
+    Lib(u32),
+}
+
+impl Placed {
+    /// The function at link address `at` of a file placed so.
+    fn addr(self, at: u64) -> Addr {
+        match self {
+            Placed::Fixed | Placed::Program { pie: false } => Addr::At(at),
+            Placed::Program { pie: true } => Addr::Pie(at),
+            Placed::Lib(i) => Addr::Lib(i, at),
+        }
+    }
+}
+
 /// `-a/--auto-args`: the values of each function of `files` whose DWARF says its types, at
 /// its symbol, that `aim` takes. The kernel's syscall wrappers get their syscall's arguments
 /// (as a bare `-A WRAPPER` does), not the `struct pt_regs *` they take. `files`: ELF files
-/// at their link addresses, each with whether its functions are a PIE's (`Addr::Pie`) and
-/// the start of its image at offset 0. uftrace reads them from the `.dbg` files
-/// (`auto-args:1`), by address: every typed function, however many.
+/// at their link addresses, each with where its functions run and the start of its image
+/// at offset 0; a stripped one's types come from its debug file. uftrace reads them from
+/// the `.dbg` files (`auto-args:1`), by address: every typed function, however many. A
+/// shared library whose DWARF cannot be read is one line, and gets no values.
 pub fn auto_specs(
-    files: &[(PathBuf, bool, u64)],
+    files: &[(PathBuf, Placed, u64)],
     names: &Names,
     aim: &Aim,
     arch: Arch,
 ) -> Result<Auto> {
     let mut typed = Vec::new();
-    for (path, pie, start) in files {
-        let specs = qemu_uftrace_symbols::auto_specs(path)
-            .map_err(|e| usage(format!("-a: {e}"), "give ELF files with DWARF (-g builds)"))?;
-        typed.push((specs, *pie, *start));
+    for (path, placed, start) in files {
+        let specs = match (qemu_uftrace_symbols::auto_specs(path), placed) {
+            (Ok(specs), _) => specs,
+            // Kept in place (a function's `file` is its index in `files`).
+            (Err(e), Placed::Lib(_)) => {
+                crate::errors::warn_early(format!("-a: {e}: its functions get no values"));
+                Vec::new()
+            }
+            (Err(e), _) => {
+                return Err(usage(
+                    format!("-a: {e}"),
+                    "give ELF files with DWARF (-g builds)",
+                ))
+            }
+        };
+        typed.push((specs, *placed, *start));
     }
-    let kernel: Vec<PathBuf> = (files.iter().filter(|(_, pie, _)| !pie))
-        .map(|(p, _, _)| p.clone())
-        .collect();
+    let kernel: Vec<PathBuf> = (files
+        .iter()
+        .filter(|(_, placed, _)| *placed == Placed::Fixed))
+    .map(|(p, _, _)| p.clone())
+    .collect();
     auto_from(typed, names, aim, arch, |w| syscall_types(w, &kernel))
 }
 
-/// [`auto_specs`] of each file's typed functions (`typed`: with whether they are a PIE's
-/// and its image start), the syscall wrappers typed by `syscall_types`.
+/// [`auto_specs`] of each file's typed functions (`typed`: with where they run and its
+/// image start), the syscall wrappers typed by `syscall_types`.
 fn auto_from(
-    typed: Vec<(Vec<qemu_uftrace_symbols::AutoSpec>, bool, u64)>,
+    typed: Vec<(Vec<qemu_uftrace_symbols::AutoSpec>, Placed, u64)>,
     names: &Names,
     aim: &Aim,
     arch: Arch,
@@ -606,6 +642,7 @@ fn auto_from(
     for (n, a) in &names.functions {
         symbols.entry(n.as_str()).or_default().push(*a);
     }
+    let known: HashSet<Addr> = names.functions.iter().map(|&(_, a)| a).collect();
     // An address as (its image, where in it).
     let split = |a: Addr| match a {
         Addr::At(v) => (None, v),
@@ -630,18 +667,23 @@ fn auto_from(
     // Syscall wrappers: (address, syscall), and their places in `funcs`.
     let mut wrappers: Vec<(u64, String)> = Vec::new();
     let mut wrapper_at: HashMap<u64, usize> = HashMap::new();
-    for (file, (specs, pie, start)) in typed.into_iter().enumerate() {
+    // The program's file and where it runs, and the libraries' typed functions by name.
+    let program = (typed.iter().enumerate()).find_map(|(i, (_, placed, start))| {
+        matches!(placed, Placed::Program { .. }).then_some((i, *placed, *start))
+    });
+    let mut in_libraries: Vec<(Addr, crate::symfiles::AutoValues)> = Vec::new();
+    for (file, (specs, placed, start)) in typed.into_iter().enumerate() {
         for s in specs {
-            let low = if pie {
-                Addr::Pie(s.addr)
-            } else {
-                Addr::At(s.addr)
-            };
+            let low = placed.addr(s.addr);
+            // Else the symbol at its very address, of another name: a symbol table keeps
+            // one name an address, and glibc's DWARF names `__printf` where it keeps `printf`.
+            let at = symbol(&s.name, low).or_else(|| known.contains(&low).then_some(low));
             // The first DWARF description of a function wins (an alias, a second file).
-            let Some(at) = symbol(&s.name, low).filter(|&a| aim.takes(a) && taken.insert(a)) else {
+            let Some(at) = at.filter(|&a| aim.takes(a) && taken.insert(a)) else {
                 continue;
             };
-            let syscall = (s.name.strip_prefix(prefix)).filter(|n| !n.is_empty() && !pie);
+            let syscall =
+                (s.name.strip_prefix(prefix)).filter(|n| !n.is_empty() && placed == Placed::Fixed);
             let args = match (syscall, at) {
                 // Its syscall's own, filled in below.
                 (Some(syscall), Addr::At(a)) => {
@@ -660,12 +702,46 @@ fn auto_from(
                     None => continue,
                 },
             };
+            let values = (args, s.ret.as_ref().map(|w| format!("retval/{w}")));
+            if matches!(placed, Placed::Lib(_)) {
+                in_libraries.push((at, values.clone()));
+            }
             funcs.push(AutoFunc {
                 addr: at,
                 file,
                 offset: split(at).1.wrapping_sub(start),
-                values: (args, s.ret.as_ref().map(|w| format!("retval/{w}"))),
+                values,
             });
+        }
+    }
+    // A program's call into a library is written at its PLT entry, named for the function
+    // it jumps to (the function's own first instruction comes by that jump, in the same
+    // frame): the entry gets the function's values, as uftrace's PLT hooks show them. A
+    // symbol of the program's own of that name without types of its own is taken for one.
+    // By each name of the function's address: glibc's DWARF names `__strtol`, the PLT
+    // entry its alias `strtol`.
+    if let Some((file, placed, start)) = program {
+        let mut names_at: HashMap<Addr, Vec<&str>> = HashMap::new();
+        for (n, a) in &names.functions {
+            if matches!(a, Addr::Lib(..)) {
+                names_at.entry(*a).or_default().push(n);
+            }
+        }
+        let stubs_of = |name: &str| symbols.get(name).into_iter().flatten().copied();
+        for (at, values) in in_libraries {
+            let aliases = names_at.get(&at).into_iter().flatten();
+            for stub in aliases.flat_map(|n| stubs_of(n)) {
+                let (image, at) = split(stub);
+                if image != split(placed.addr(0)).0 || !aim.takes(stub) || !taken.insert(stub) {
+                    continue;
+                }
+                funcs.push(AutoFunc {
+                    addr: stub,
+                    file,
+                    offset: at.wrapping_sub(start),
+                    values: values.clone(),
+                });
+            }
         }
     }
     if !wrappers.is_empty() {
@@ -1000,9 +1076,72 @@ mod tests {
         }
     }
 
+    /// User mode: a program's PLT entries take the values of the library functions they
+    /// are named for, by any name of the function's address (glibc's DWARF says `__strtol`
+    /// where its symbols say `strtol`); a function of the program's own with types keeps
+    /// its own, and `-N` still leaves a PLT entry out.
+    #[test]
+    fn plt_entries_take_their_library_functions_values() {
+        let lib = |n: &str, a: u64| (n.to_string(), Addr::Lib(0, a));
+        let pie = |n: &str, a: u64| (n.to_string(), Addr::Pie(a));
+        let names = Names {
+            functions: vec![
+                pie("main", 0x900),
+                pie("getenv", 0x7a0),
+                pie("strtol", 0x7b0),
+                pie("free", 0x7c0),
+                lib("getenv", 0x3db50),
+                lib("strtol", 0x41000),
+                lib("free", 0x42000),
+            ],
+            sources: 1,
+            pie_entry: None,
+            libraries: Vec::new(),
+        };
+        let typed = vec![
+            (
+                vec![typed("main", 0x900, &[], Some("i32"))],
+                Placed::Program { pie: true },
+                0x0,
+            ),
+            (
+                vec![
+                    typed("getenv", 0x3db50, &["s"], Some("s")),
+                    typed("__strtol", 0x41000, &["s", "p", "i32"], Some("i64")),
+                    typed("free", 0x42000, &["p"], None),
+                ],
+                Placed::Lib(0),
+                0x1000,
+            ),
+        ];
+        let filters = crate::filter::Filters::resolve(&[], &["free".to_string()], &names).unwrap();
+        let auto = auto_from(typed, &names, &Aim::new(&filters), Arch::Aarch64, |_| {
+            Ok(Vec::new())
+        })
+        .unwrap();
+        let got: Vec<(Addr, usize, u64, Option<&str>)> = (auto.funcs.iter())
+            .map(|f| (f.addr, f.file, f.offset, f.values.0.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Addr::Pie(0x900), 0, 0x900, None),
+                (Addr::Lib(0, 0x3db50), 1, 0x3cb50, Some("arg1/s")),
+                (
+                    Addr::Lib(0, 0x41000),
+                    1,
+                    0x40000,
+                    Some("arg1/s,arg2/p,arg3/i32")
+                ),
+                (Addr::Pie(0x7a0), 0, 0x7a0, Some("arg1/s")),
+                (Addr::Pie(0x7b0), 0, 0x7b0, Some("arg1/s,arg2/p,arg3/i32")),
+            ]
+        );
+    }
+
     /// The kernel's DWARF: each function's low_pc past its patchable entry (8 bytes after
     /// the symbol, as arm64's), `ext4_sync`'s too far past to be its symbol's.
-    fn kernel_typed() -> Vec<(Vec<AutoSpec>, bool, u64)> {
+    fn kernel_typed() -> Vec<(Vec<AutoSpec>, Placed, u64)> {
         let specs = vec![
             typed("ext4_read", 0x108, &["p", "u32"], Some("i64")),
             typed("ext4_write", 0x208, &["p", "s"], Some("i32")),
@@ -1011,7 +1150,7 @@ mod tests {
             typed("__arm64_sys_openat", 0x508, &["p"], Some("i64")),
             typed("__arm64_sys_getpid", 0x608, &["p"], Some("i64")),
         ];
-        vec![(specs, false, 0x100)]
+        vec![(specs, Placed::Fixed, 0x100)]
     }
 
     /// `-a` with the syscalls' own types: openat's, at its wrapper's symbol; none of getpid.
@@ -1149,7 +1288,7 @@ mod tests {
             (many.iter())
                 .map(|(n, a)| typed(n, *a, &["i32"], Some("i64")))
                 .collect(),
-            false,
+            Placed::Fixed,
             0x1000,
         )];
         let auto = auto_from(typed, &names, &Aim::default(), Arch::X86_64, |_| {

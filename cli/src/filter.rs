@@ -283,11 +283,13 @@ mod tests {
                     dev: 0x801,
                     ino: 0xa,
                     path: "/lib/ld.so".into(),
+                    start: 0,
                 },
                 crate::stop_at::Library {
                     dev: 0x801,
                     ino: 0xb,
                     path: "/lib/libc.so".into(),
+                    start: 0,
                 },
             ],
         };

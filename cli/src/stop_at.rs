@@ -57,6 +57,8 @@ pub struct Library {
     pub ino: u64,
     /// The file as the CLI found it (where the CLI's own passes place it after the run).
     pub path: std::path::PathBuf,
+    /// Its image's start at offset 0 (where `-a`'s offsets in it count from).
+    pub start: u64,
 }
 
 /// The functions a FUNC is resolved in: every symbol source's and, in user mode, the
@@ -117,6 +119,7 @@ impl Names {
                 dev: lib.dev,
                 ino: lib.ino,
                 path: path.clone(),
+                start: lib.image.start,
             });
             self.sources += 1;
             for f in &lib.image.functions {
@@ -283,6 +286,7 @@ mod tests {
             dev: 0x801,
             ino: 0xb,
             path: "/lib/libc.so.6".into(),
+            start: 0,
         };
         assert_eq!(
             start_option(

@@ -340,6 +340,78 @@ fn x86_64_library_arguments_and_return_values_match_native_uftrace() {
     );
 }
 
+/// `-a` over a program's calls into libc: each call's values from libc's own DWARF (its
+/// detached debug file, found by build ID: the host's libc6-dbg, and Debian's arm64 libc
+/// with its libc6-dbg as `-L`), read at the program's PLT entries. The oracle is native
+/// `uftrace record -a` of the -pg build, whose PLT hooks take them from uftrace's list of
+/// libc prototypes: the same lines for x86_64 and aarch64, but for a heap pointer's value
+/// and getpid's return value (an assembly syscall wrapper, without DWARF: none here, the
+/// list gives one).
+#[test]
+fn auto_args_of_library_calls_match_native_uftrace() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let funcs = ["getenv", "getpid", "strtol", "strdup", "printf", "free"];
+    let comparable = |lines: &[String]| -> Vec<String> {
+        (lines.iter())
+            .map(|l| match l {
+                l if l.starts_with("getpid(") => "getpid(…".to_string(),
+                l if l.starts_with("free(0x") => "free(POINTER);".to_string(),
+                l => l.clone(),
+            })
+            .collect()
+    };
+    let pg = tmp.path().join("libargs-pg");
+    build_libargs("gcc", &["-pg"], &pg);
+    let data = tmp.path().join("native.data");
+    let d = data.to_string_lossy().into_owned();
+    let pg = pg.to_string_lossy().into_owned();
+    let status = Command::new("uftrace")
+        .args(["record", "-a", "--no-sched", "-d", &d, &pg])
+        .env("QU_ARGS", "yes")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("native uftrace record");
+    assert!(status.success(), "native uftrace record -a");
+    let text =
+        uftrace(&["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d]).expect("replay");
+    let theirs = lines_of(&text, &funcs);
+    assert_eq!(theirs.len(), 9, "native:\n{text}");
+    assert!(
+        theirs.contains(&r#"strtol("-42", 0, 10) = -42;"#.to_string()),
+        "native:\n{text}"
+    );
+
+    let loader = cached("arm64-libc/lib/ld-linux-aarch64.so.1");
+    let arm64_libc = loader.parent().and_then(Path::parent).expect("sysroot");
+    let runs = [
+        ("x86_64", "gcc", "qemu-x86_64", None),
+        (
+            "aarch64",
+            "aarch64-linux-gnu-gcc",
+            "qemu-aarch64",
+            Some(arm64_libc),
+        ),
+    ];
+    for (arch, gcc, qemu, root) in runs {
+        let program = tmp.path().join(format!("libargs-{arch}"));
+        build_libargs(gcc, &["-fpie", "-pie"], &program);
+        let qemu = cached(&format!("qemu-10.2.2/bin/{qemu}"));
+        let mut argv = vec![qemu.to_string_lossy().into_owned()];
+        if let Some(root) = root {
+            argv.extend(["-L".to_string(), root.to_string_lossy().into_owned()]);
+        }
+        argv.push(program.to_string_lossy().into_owned());
+        let (_tmp, dir, log) = record_logged(&["-a".to_string()], &argv, &[("QU_ARGS", "yes")]);
+        assert_eq!(log.len(), 4, "{arch}: {log:?}");
+        let ours = replayed_alike(&dir, &["-D", "2"], &funcs);
+        assert_eq!(
+            comparable(&ours),
+            comparable(&theirs),
+            "{arch}: ours against native:\n{text}"
+        );
+    }
+}
+
 #[test]
 fn aarch64_and_riscv64_library_arguments_and_return_values_match_the_log() {
     let tmp = tempfile::tempdir().expect("temp dir");

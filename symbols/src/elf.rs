@@ -1,7 +1,7 @@
 //! Function symbols of ELF files (executables, shared objects, vmlinux, firmware).
 
 use std::borrow::Cow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{
@@ -798,6 +798,12 @@ pub(crate) fn syscall_specs(
     let load = |name: &str| section_data(sections, endian, data, name);
     crate::dwarf_args::syscall_specs(&load, endian.is_little_endian(), wrappers)
         .map_err(|e| format!("bad DWARF: {e}"))
+}
+
+/// The separate debug file of ELF file `path` (`data`), where one is found.
+pub(crate) fn debug_file_of(path: &Path, data: &[u8]) -> Option<(PathBuf, memmap2::Mmap)> {
+    let file = object::File::parse(data).ok()?;
+    debug_file::find(path, &DebugRefs::of(&file))
 }
 
 fn auto_specs_as<Elf: FileHeader<Endian = Endianness>>(

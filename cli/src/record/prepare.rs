@@ -214,15 +214,21 @@ pub fn prepare(
     // function's offset in its file's image, which moves with the image). Only then are
     // the sources read before QEMU starts (one may be a FIFO, or slow to read).
     let (auto, auto_files) = if args.auto_args {
-        let mut files: Vec<(std::path::PathBuf, bool, u64)> = (read.sources().iter())
+        use crate::argspec::Placed;
+        let mut files: Vec<(std::path::PathBuf, Placed, u64)> = (read.sources().iter())
             .filter(|s| s.offset == 0 && crate::qemu::file_is_elf(&s.path))
             .filter_map(|s| {
                 let img = read.images().find(|i| i.path == s.path)?;
-                Some((s.path.clone(), false, img.start))
+                Some((s.path.clone(), Placed::Fixed, img.start))
             })
             .collect();
         if let Some((path, p)) = &program {
-            files.push((path.clone(), p.rebase.is_some(), p.image.start));
+            let pie = p.rebase.is_some();
+            files.push((path.clone(), Placed::Program { pie }, p.image.start));
+        }
+        // User mode: the shared libraries the program maps, typed from their debug files.
+        for (i, lib) in names.libraries.iter().enumerate() {
+            files.push((lib.path.clone(), Placed::Lib(i as u32), lib.start));
         }
         let aim = crate::argspec::Aim::new(&filters);
         let auto = crate::argspec::auto_specs(&files, &names, &aim, arch)?;
