@@ -6,7 +6,8 @@
 
 use crate::ffi::{
     qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cond_cb,
-    qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu, CB_R_REGS, COND_NE, INLINE_STORE_U64,
+    qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu, CB_R_REGS, COND_EQ, COND_NE,
+    INLINE_STORE_U64,
 };
 use crate::state::args::{self, Kind, Mem};
 use crate::state::guest::ByteBuf;
@@ -25,17 +26,19 @@ use std::sync::OnceLock;
 /// [`on_tail_return`] is conditional on it, and clears it once no such call is open.
 static TAIL: OnceLock<Scoreboard> = OnceLock::new();
 
-/// Per vCPU, not 0 while its running context may write frames (inside a `-F` subtree, or
-/// no `-F` given): the engine's gates say each change ([`watch`]). Every value read is
-/// conditional on it, so that `-a`'s tens of thousands of typed functions cost nothing
+/// Per vCPU, 1 while its running context writes no frame (outside every `-F` subtree), 0
+/// while it may: the engine's gates say each change ([`watch`]). Every value read is
+/// conditional on 0, so that `-a`'s tens of thousands of typed functions cost nothing
 /// where `-F` leaves their calls out (a callback that only found its frame unwritten made
-/// `-a -F` 3.3x plain QEMU).
-static VALUES: OnceLock<Scoreboard> = OnceLock::new();
+/// `-a -F` 3.3x plain QEMU). 0 is the zeroed word's: a user-mode vCPU's first store may
+/// race a scoreboard's growth by another thread's start, and a store lost so reads values
+/// for nothing (the callbacks check the frame) rather than lose them.
+static OUTSIDE: OnceLock<Scoreboard> = OnceLock::new();
 
 /// At install, with `-A`/`-R`'s functions loaded: their reads get their word, and `-R`'s
 /// tail calls theirs.
 pub fn install() {
-    let _ = VALUES.set(scoreboard::one_word());
+    let _ = OUTSIDE.set(scoreboard::one_word());
     if args::has_retval() {
         let _ = TAIL.set(scoreboard::one_word());
     }
@@ -45,11 +48,11 @@ pub fn install() {
 /// no value is read, nothing to tell).
 pub fn watch(vcpu_index: c_uint) -> Option<Watch> {
     fn tell(vcpu_index: u32, inside: bool) {
-        if let Some(word) = VALUES.get() {
-            word.for_vcpu(vcpu_index, false).set(u64::from(inside));
+        if let Some(word) = OUTSIDE.get() {
+            word.for_vcpu(vcpu_index, false).set(u64::from(!inside));
         }
     }
-    VALUES.get()?;
+    OUTSIDE.get()?;
     Some(Watch::new(tell, vcpu_index))
 }
 
@@ -122,7 +125,7 @@ pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
 /// # Safety
 /// `insn` is a live instruction handle of the block being translated.
 pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
-    let Some(word) = VALUES.get() else {
+    let Some(word) = OUTSIDE.get() else {
         return;
     };
     let read: Option<(crate::ffi::VcpuUdataCb, u64)> = if !ret {
@@ -138,7 +141,7 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
                 insn,
                 cb,
                 CB_R_REGS,
-                COND_NE,
+                COND_EQ,
                 word.entry(),
                 0,
                 data as usize as *mut c_void,
