@@ -298,6 +298,29 @@ fn build_libargs(gcc: &str, extra: &[&str], out: &Path) {
     assert!(status.success(), "{gcc} {extra:?} libargs.c");
 }
 
+/// Native `uftrace record OPTIONS` of `pg` (libargs.c built with -pg): main's calls as its
+/// replay shows them, two deep.
+fn native_library_calls(pg: &Path, options: &[&str]) -> String {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let d = tmp
+        .path()
+        .join("native.data")
+        .to_string_lossy()
+        .into_owned();
+    // No schedule events: a pre-emption of the native run (a loaded machine) would split a
+    // call's line in two around it.
+    let status = Command::new("uftrace")
+        .args(["record", "--no-sched", "-d", &d])
+        .args(options)
+        .arg(pg)
+        .env("QU_ARGS", "yes")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("native uftrace record");
+    assert!(status.success(), "native uftrace record {options:?}");
+    uftrace(&["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d]).expect("replay")
+}
+
 #[test]
 fn x86_64_library_arguments_and_return_values_match_native_uftrace() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -309,21 +332,7 @@ fn x86_64_library_arguments_and_return_values_match_native_uftrace() {
     assert_as_logged(&log, &ours);
 
     // Native uftrace's own: its PLT hooks read the same values.
-    let data = tmp.path().join("native.data");
-    let d = data.to_string_lossy().into_owned();
-    let mut native = vec!["record", "--no-sched", "-d", &d];
-    native.extend(LIB_SPECS);
-    let pg = pg.to_string_lossy().into_owned();
-    native.push(&pg);
-    let status = Command::new("uftrace")
-        .args(&native)
-        .env("QU_ARGS", "yes")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("native uftrace record");
-    assert!(status.success(), "native uftrace record");
-    let text =
-        uftrace(&["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d]).expect("replay");
+    let text = native_library_calls(&pg, LIB_SPECS);
     // The same lines, but for the pid (each run's own).
     let no_pid = |v: &[String]| -> Vec<String> {
         v.iter()
@@ -362,18 +371,7 @@ fn auto_args_of_library_calls_match_native_uftrace() {
     };
     let pg = tmp.path().join("libargs-pg");
     build_libargs("gcc", &["-pg"], &pg);
-    let data = tmp.path().join("native.data");
-    let d = data.to_string_lossy().into_owned();
-    let pg = pg.to_string_lossy().into_owned();
-    let status = Command::new("uftrace")
-        .args(["record", "-a", "--no-sched", "-d", &d, &pg])
-        .env("QU_ARGS", "yes")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("native uftrace record");
-    assert!(status.success(), "native uftrace record -a");
-    let text =
-        uftrace(&["replay", "--no-pager", "-F", "main", "-D", "2", "-d", &d]).expect("replay");
+    let text = native_library_calls(&pg, &["-a"]);
     let theirs = lines_of(&text, &funcs);
     assert_eq!(theirs.len(), 9, "native:\n{text}");
     assert!(

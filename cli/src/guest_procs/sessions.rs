@@ -839,6 +839,18 @@ mod tests {
         );
     }
 
+    /// [`write`] of an x86_64 guest's `procs` beside the first session `aa`.
+    fn written(
+        staging: &Path,
+        procs: &Procs,
+        files: &GuestFiles,
+        tids: &[u32],
+        budget: Option<u64>,
+    ) -> Named {
+        let sid = "00000000000000aa";
+        write(staging, sid, procs, files, Arch::X86_64, &[], tids, budget).unwrap()
+    }
+
     /// A guest decides how many address spaces there are (a fork loop): past the maps'
     /// budget a space gets the kernel's session, whole records and no map of its own, and
     /// the user is told how many did.
@@ -879,17 +891,7 @@ mod tests {
         };
         let tids: Vec<u32> = tgids.collect();
         let write_with = |budget| {
-            let named = write(
-                &staging,
-                "00000000000000aa",
-                &procs,
-                &files,
-                Arch::X86_64,
-                &[],
-                &tids,
-                budget,
-            )
-            .unwrap();
+            let named = written(&staging, &procs, &files, &tids, budget);
             let maps = std::fs::read_dir(&staging)
                 .unwrap()
                 .filter_map(|e| {
@@ -976,17 +978,7 @@ mod tests {
             sysroot: Some(root),
             symbols: Vec::new(),
         };
-        let named = write(
-            &staging,
-            "00000000000000aa",
-            &procs,
-            &files,
-            Arch::X86_64,
-            &[],
-            &[10, 11],
-            None,
-        )
-        .unwrap();
+        let named = written(&staging, &procs, &files, &[10, 11], None);
         assert_eq!(named.spaces, 2, "{:?}", named.problems);
         let modules = |tgid: u32| -> Vec<String> {
             let sid = named
@@ -1095,17 +1087,7 @@ mod tests {
             symbols: Vec::new(),
         };
         let before = qemu_uftrace_tests::tree(&top);
-        let named = write(
-            &staging,
-            "00000000000000aa",
-            &procs,
-            &files,
-            Arch::X86_64,
-            &[],
-            &[10],
-            None,
-        )
-        .unwrap();
+        let named = written(&staging, &procs, &files, &[10], None);
         assert_eq!(named.spaces, 1);
         // Nothing changed outside the trace, nothing of the copies is left in it.
         let after = qemu_uftrace_tests::tree(&top);
