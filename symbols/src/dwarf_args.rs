@@ -7,6 +7,7 @@
 //! value is, registers or memory, the convention decides case by case).
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gimli::{AttributeValue, DebuggingInformationEntry, EndianSlice, RunTimeEndian, Unit};
 
@@ -51,41 +52,82 @@ type Word = Result<Option<String>, ()>;
 pub(crate) fn auto_specs<'d>(
     section: &dyn Fn(&str) -> Cow<'d, [u8]>,
     little_endian: bool,
+    threads: usize,
 ) -> Result<Vec<AutoSpec>, gimli::Error> {
     with_dwarf(section, little_endian, |dwarf| {
-        let mut out = Vec::new();
+        let mut headers = Vec::new();
         let mut units = dwarf.units();
         while let Some(header) = units.next()? {
-            let unit = dwarf.unit(header)?;
-            let mut tree = unit.entries_tree(None)?;
-            let root = tree.root()?;
-            let mut children = root.children();
-            while let Some(child) = children.next()? {
-                let entry = child.entry().clone();
-                if entry.tag() != gimli::DW_TAG_subprogram {
-                    continue;
-                }
-                let Some(AttributeValue::Addr(addr)) = entry.attr_value(gimli::DW_AT_low_pc)?
-                else {
-                    continue;
-                };
-                let Some(name) = entry_name(dwarf, &unit, &entry)? else {
-                    continue;
-                };
-                let Some((args, ret, enums)) = values_of(dwarf, &unit, child)? else {
-                    continue;
-                };
-                out.push(AutoSpec {
-                    addr,
-                    name,
-                    args,
-                    ret,
-                    enums,
-                });
-            }
+            headers.push(header);
         }
-        Ok(out)
+        // The units on `threads` threads (a kernel's ~3,000 take a second on one), taken in
+        // turn; put back in the file's order, in which the first description of a
+        // function wins.
+        let next = AtomicUsize::new(0);
+        let threads = threads.min(headers.len()).max(1);
+        type Part = Result<Vec<(usize, Vec<AutoSpec>)>, gimli::Error>;
+        let parts: Vec<Part> = std::thread::scope(|scope| {
+            let work = || -> Part {
+                let mut mine = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&header) = headers.get(i) else {
+                        break;
+                    };
+                    mine.push((i, unit_specs(dwarf, header)?));
+                }
+                Ok(mine)
+            };
+            let handles: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
+            (handles.into_iter())
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect()
+        });
+        let mut all = Vec::new();
+        for part in parts {
+            all.extend(part?);
+        }
+        all.sort_unstable_by_key(|&(i, _)| i);
+        Ok(all.into_iter().flat_map(|(_, specs)| specs).collect())
     })
+}
+
+/// [`auto_specs`] of one unit's functions.
+fn unit_specs(
+    dwarf: &gimli::Dwarf<R<'_>>,
+    header: gimli::UnitHeader<R<'_>>,
+) -> Result<Vec<AutoSpec>, gimli::Error> {
+    let mut out = Vec::new();
+    let unit = dwarf.unit(header)?;
+    let mut tree = unit.entries_tree(None)?;
+    let root = tree.root()?;
+    let mut children = root.children();
+    while let Some(child) = children.next()? {
+        let entry = child.entry().clone();
+        if entry.tag() != gimli::DW_TAG_subprogram {
+            continue;
+        }
+        let Some(AttributeValue::Addr(addr)) = entry.attr_value(gimli::DW_AT_low_pc)? else {
+            continue;
+        };
+        let Some(name) = entry_name(dwarf, &unit, &entry)? else {
+            continue;
+        };
+        let Some((args, ret, enums)) = values_of(dwarf, &unit, child)? else {
+            continue;
+        };
+        out.push(AutoSpec {
+            addr,
+            name,
+            args,
+            ret,
+            enums,
+        });
+    }
+    Ok(out)
 }
 
 /// A subprogram's argument words, return word and enums; `None` where a value is not

@@ -778,10 +778,10 @@ fn section_data<'data, Elf: FileHeader<Endian = Endianness>>(
 }
 
 /// The functions' value formats from the DWARF of the ELF file `data` (`dwarf_args`).
-pub(crate) fn auto_specs(data: &[u8]) -> Result<Vec<crate::AutoSpec>, String> {
+pub(crate) fn auto_specs(data: &[u8], threads: usize) -> Result<Vec<crate::AutoSpec>, String> {
     match FileKind::parse(data) {
-        Ok(FileKind::Elf64) => auto_specs_as::<elf::FileHeader64<Endianness>>(data),
-        Ok(FileKind::Elf32) => auto_specs_as::<elf::FileHeader32<Endianness>>(data),
+        Ok(FileKind::Elf64) => auto_specs_as::<elf::FileHeader64<Endianness>>(data, threads),
+        Ok(FileKind::Elf32) => auto_specs_as::<elf::FileHeader32<Endianness>>(data, threads),
         _ => Err("not an ELF file".into()),
     }
 }
@@ -808,11 +808,12 @@ pub(crate) fn debug_file_of(path: &Path, data: &[u8]) -> Option<(PathBuf, memmap
 
 fn auto_specs_as<Elf: FileHeader<Endian = Endianness>>(
     data: &[u8],
+    threads: usize,
 ) -> Result<Vec<crate::AutoSpec>, String> {
     let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| format!("bad ELF: {e}"))?;
     let endian = file.endian();
     let sections = file.elf_section_table();
     let load = |name: &str| section_data(sections, endian, data, name);
-    crate::dwarf_args::auto_specs(&load, endian.is_little_endian())
+    crate::dwarf_args::auto_specs(&load, endian.is_little_endian(), threads)
         .map_err(|e| format!("bad DWARF: {e}"))
 }

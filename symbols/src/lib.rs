@@ -496,16 +496,22 @@ pub mod fuzzing {
 /// `-a/--auto-args`: each function of the ELF file `path` with DWARF types, its arguments'
 /// and return value's formats (`dwarf_args`); a stripped file's from its separate debug
 /// file (a distribution's libc and its `-dbg` package); empty without DWARF. One line on
-/// error.
+/// error. Its units are read on every core.
 pub fn auto_specs(path: &Path) -> Result<Vec<AutoSpec>, String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    auto_specs_on(path, cores)
+}
+
+/// [`auto_specs`] on `threads` threads: the same list however many.
+pub fn auto_specs_on(path: &Path, threads: usize) -> Result<Vec<AutoSpec>, String> {
     let data = file_data::map(path).map_err(|e| e.to_string())?;
-    let own = elf::auto_specs(&data).map_err(|e| format!("{}: {e}", path.display()));
+    let own = elf::auto_specs(&data, threads).map_err(|e| format!("{}: {e}", path.display()));
     if own.as_ref().is_ok_and(|specs| !specs.is_empty()) {
         return own;
     }
     match elf::debug_file_of(path, &data) {
         Some((debug_path, debug)) => {
-            elf::auto_specs(&debug).map_err(|e| format!("{}: {e}", debug_path.display()))
+            elf::auto_specs(&debug, threads).map_err(|e| format!("{}: {e}", debug_path.display()))
         }
         None => own,
     }

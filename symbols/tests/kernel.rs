@@ -189,4 +189,8 @@ fn auto_specs_type_the_kernel_s_functions() {
     assert_eq!(spec("of_find_property").args, ["p", "s", "p"]);
     assert_eq!(spec("ext4_file_open").args, ["p", "p"]);
     assert!(specs.len() > 30_000, "{} specs", specs.len());
+    // Read on several threads, in the file's order all the same (the first description of
+    // a function wins).
+    assert!(qemu_uftrace_symbols::auto_specs_on(&vmlinux, 1).unwrap() == specs);
+    assert!(qemu_uftrace_symbols::auto_specs_on(&vmlinux, 3).unwrap() == specs);
 }

@@ -269,13 +269,16 @@ pub fn prepare(
         specs.info.enums = enums;
         if let Some(auto) = auto {
             let kept = specs.add_auto(auto, &sizes);
+            // Each file's canonical path once (a kernel's 37 k functions each asked it).
+            let canonical: Vec<std::path::PathBuf> = (auto_files.iter())
+                .map(|(path, _, _)| std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()))
+                .collect();
             let mut by_file: std::collections::HashMap<std::path::PathBuf, _> = Default::default();
             for f in kept {
-                let Some((path, _, _)) = auto_files.get(f.file) else {
+                let Some(path) = canonical.get(f.file) else {
                     continue;
                 };
-                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-                (by_file.entry(path))
+                (by_file.entry(path.clone()))
                     .or_insert_with(std::collections::HashMap::new)
                     .insert(f.offset, f.values);
             }
