@@ -642,7 +642,13 @@ fn auto_from(
     for (n, a) in &names.functions {
         symbols.entry(n.as_str()).or_default().push(*a);
     }
-    let known: HashSet<Addr> = names.functions.iter().map(|&(_, a)| a).collect();
+    // Addresses with a symbol of a name of the source's own: an alias (`printf` of
+    // `__printf`), never a compiler's clone (`foo.isra.0`, `foo.constprop.0`), whose
+    // arguments are not the ones its DWARF origin declares.
+    let aliased: HashSet<Addr> = (names.functions.iter())
+        .filter(|(n, _)| !n.contains('.'))
+        .map(|&(_, a)| a)
+        .collect();
     // An address as (its image, where in it).
     let split = |a: Addr| match a {
         Addr::At(v) => (None, v),
@@ -677,7 +683,7 @@ fn auto_from(
             let low = placed.addr(s.addr);
             // Else the symbol at its very address, of another name: a symbol table keeps
             // one name an address, and glibc's DWARF names `__printf` where it keeps `printf`.
-            let at = symbol(&s.name, low).or_else(|| known.contains(&low).then_some(low));
+            let at = symbol(&s.name, low).or_else(|| aliased.contains(&low).then_some(low));
             // The first DWARF description of a function wins (an alias, a second file).
             let Some(at) = at.filter(|&a| aim.takes(a) && taken.insert(a)) else {
                 continue;
@@ -1093,6 +1099,7 @@ mod tests {
                 lib("getenv", 0x3db50),
                 lib("strtol", 0x41000),
                 lib("free", 0x42000),
+                lib("helper.isra.0", 0x43000),
             ],
             sources: 1,
             pie_entry: None,
@@ -1109,6 +1116,8 @@ mod tests {
                     typed("getenv", 0x3db50, &["s"], Some("s")),
                     typed("__strtol", 0x41000, &["s", "p", "i32"], Some("i64")),
                     typed("free", 0x42000, &["p"], None),
+                    // A clone of `helper` (IPA-SRA may have changed its arguments).
+                    typed("helper", 0x43000, &["p", "i32"], None),
                 ],
                 Placed::Lib(0),
                 0x1000,
