@@ -602,8 +602,15 @@ pub fn auto_specs(
     arch: Arch,
 ) -> Result<Auto> {
     let mut typed = Vec::new();
+    // Shared libraries without DWARF (no debug file found): said in one line.
+    let mut untyped = Vec::new();
     for (path, placed, start) in files {
         let specs = match (qemu_uftrace_symbols::auto_specs(path), placed) {
+            (Ok(specs), Placed::Lib(_)) if specs.is_empty() => {
+                let name = path.file_name().unwrap_or(path.as_os_str());
+                untyped.push(name.to_string_lossy().into_owned());
+                specs
+            }
             (Ok(specs), _) => specs,
             // Kept in place (a function's `file` is its index in `files`).
             (Err(e), Placed::Lib(_)) => {
@@ -618,6 +625,13 @@ pub fn auto_specs(
             }
         };
         typed.push((specs, *placed, *start));
+    }
+    if !untyped.is_empty() {
+        crate::errors::warn_early(format!(
+            "-a: no DWARF types for {} (neither in the file nor in a debug file found by \
+             its build ID; glibc's are in libc6-dbg): their functions get no values",
+            untyped.join(", ")
+        ));
     }
     let kernel: Vec<PathBuf> = (files
         .iter()

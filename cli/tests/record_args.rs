@@ -143,6 +143,16 @@ fn record_logged<S: AsRef<std::ffi::OsStr>>(
     argv: &[S],
     env: &[(&str, &str)],
 ) -> (tempfile::TempDir, PathBuf, Vec<String>) {
+    let (tmp, dir, log, _) = record_logged_said(options, argv, env);
+    (tmp, dir, log)
+}
+
+/// [`record_logged`], and what `record` said on its standard error.
+fn record_logged_said<S: AsRef<std::ffi::OsStr>>(
+    options: &[S],
+    argv: &[S],
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, PathBuf, Vec<String>, String) {
     let tmp = tempfile::tempdir().expect("temp dir");
     let dir = tmp.path().join("uftrace.data");
     let out = Command::new(common::BIN)
@@ -161,7 +171,7 @@ fn record_logged<S: AsRef<std::ffi::OsStr>>(
     assert!(out.status.success(), "record {shown:?} failed: {stderr}");
     assert!(!stderr.contains("no record to go with"), "{stderr}");
     let log = logged(&String::from_utf8_lossy(&out.stdout));
-    (tmp, dir, log)
+    (tmp, dir, log, stderr.into_owned())
 }
 
 /// The lines of `funcs` in main's calls as uftrace 0.13, 0.17 and 0.19 replay trace `dir`
@@ -399,8 +409,10 @@ fn auto_args_of_library_calls_match_native_uftrace() {
             argv.extend(["-L".to_string(), root.to_string_lossy().into_owned()]);
         }
         argv.push(program.to_string_lossy().into_owned());
-        let (_tmp, dir, log) = record_logged(&["-a".to_string()], &argv, &[("QU_ARGS", "yes")]);
+        let (_tmp, dir, log, stderr) =
+            record_logged_said(&["-a".to_string()], &argv, &[("QU_ARGS", "yes")]);
         assert_eq!(log.len(), 4, "{arch}: {log:?}");
+        assert!(!stderr.contains("no DWARF types"), "{arch}: {stderr}");
         let ours = replayed_alike(&dir, &["-D", "2"], &funcs);
         assert_eq!(
             comparable(&ours),
@@ -408,6 +420,26 @@ fn auto_args_of_library_calls_match_native_uftrace() {
             "{arch}: ours against native:\n{text}"
         );
     }
+    // The cross toolchain's libc has no debug file: one line says so, and its calls get
+    // no value (none guessed).
+    let program = tmp.path().join("libargs-aarch64");
+    let qemu = cached("qemu-10.2.2/bin/qemu-aarch64");
+    let argv = [
+        qemu.to_string_lossy().into_owned(),
+        "-L".into(),
+        "/usr/aarch64-linux-gnu".into(),
+        program.to_string_lossy().into_owned(),
+    ];
+    let (_tmp, dir, _, stderr) =
+        record_logged_said(&["-a".to_string()], &argv, &[("QU_ARGS", "yes")]);
+    let said: Vec<&str> = (stderr.lines())
+        .filter(|l| l.contains("no DWARF types"))
+        .collect();
+    assert_eq!(said.len(), 2, "one line, said again at the end:\n{stderr}");
+    assert!(said[0].contains("libc.so.6"), "{stderr}");
+    let ours = replayed_alike(&dir, &["-D", "2"], &funcs);
+    assert!(ours.contains(&"getenv();".to_string()), "{ours:?}");
+    assert!(ours.iter().all(|l| !l.contains('=')), "{ours:?}");
 }
 
 #[test]
