@@ -3,7 +3,8 @@
 //! (`scripts/test-binaries-ran.sh`), on the output of a real `cargo test` of a small crate
 //! whose binaries pass, fail, crash and take measurably long; and its split of the time the
 //! tests waited for `record` and uftrace (`scripts/test-passes.awk`), on a log written by the
-//! tests' own timer (`qemu_uftrace_tests::passes`).
+//! tests' own timer (`qemu_uftrace_tests::passes`); and the dependencies' outputs it keeps
+//! between runs (`scripts/crates-cache.py`), on real builds of a small crate.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -328,4 +329,120 @@ fn a_second_install_on_one_cache_waits_for_the_first() {
     Command::new("kill").arg(daemon).status().unwrap();
     assert!(third.wait().unwrap().success());
     assert_eq!(said, "", "the lock was kept by the daemon");
+}
+
+/// scripts/crates-cache.py, which scripts/test.sh runs around its builds: a dependency built
+/// once is not built again in a fresh clone's empty target directory (cargo says "Fresh"),
+/// the workspace's own crates are never kept and are built again, a second save of the same
+/// build copies nothing, and a target directory built into already is left alone.
+#[test]
+fn a_fresh_clone_builds_its_own_crates_and_not_the_kept_dependencies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    // A registry crate the workspace itself depends on: its version is in the local registry
+    // (the workspace's build downloaded it), and --offline resolves to it.
+    let lock = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.lock"))
+        .unwrap();
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"memchr\""))
+        .and_then(|p| p.split("version = \"").nth(1))
+        .and_then(|v| v.split('"').next())
+        .expect("memchr in the workspace's Cargo.lock")
+        .to_string();
+    let clone = |name: &str| {
+        let root = tmp.path().join(name);
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            format!(
+                "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\
+                 [dependencies]\nmemchr = \"={version}\"\n[workspace]\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("src/lib.rs"),
+            "pub fn at(s: &[u8]) -> Option<usize> { memchr::memchr(b'x', s) }\n",
+        )
+        .unwrap();
+        root
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = |root: &Path, target: &Path| {
+        let out = Command::new(&cargo)
+            .args(["build", "--offline", "-v"])
+            .current_dir(root)
+            .env("CARGO_TARGET_DIR", target)
+            .env("CARGO_INCREMENTAL", "0")
+            .env_remove("RUSTFLAGS")
+            .output()
+            .expect("run cargo");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    let script = |args: &[&Path]| {
+        let out = Command::new("python3")
+            .arg(scripts().join("crates-cache.py"))
+            .args(args)
+            .env("QEMU_UFTRACE_CACHE", &cache)
+            .env_remove("RUSTFLAGS")
+            .output()
+            .expect("run python3");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let (first, target1) = (clone("first"), tmp.path().join("target1"));
+    let said = build(&first, &target1);
+    assert!(said.contains("Compiling memchr"), "{said}");
+    let (save, restore) = (Path::new("save"), Path::new("restore"));
+    let main = Path::new("main");
+    let said = script(&[save, main, &first, &target1]);
+    assert!(
+        said.contains("kept") && said.contains("outputs of the dependencies"),
+        "{said}"
+    );
+    // What the slot holds: memchr's outputs, none of app's.
+    let slot = cache.join("crates/main/target/debug");
+    let kept: Vec<String> = ["deps", "build", ".fingerprint"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(slot.join(d)).into_iter().flatten())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(kept.iter().any(|k| k.starts_with("libmemchr-")), "{kept:?}");
+    assert!(!kept.iter().any(|k| k.contains("app")), "{kept:?}");
+    // The same build saved again: the slot's key is unchanged, nothing is copied or said.
+    assert_eq!(script(&[save, main, &first, &target1]), "");
+    // A fresh clone (sources newer than every output kept, its lock file as git has it)
+    // and an empty target directory.
+    let second = clone("second");
+    std::fs::copy(first.join("Cargo.lock"), second.join("Cargo.lock")).unwrap();
+    let target2 = tmp.path().join("target2");
+    assert_eq!(script(&[restore, main, &second, &target2]), "");
+    let said = build(&second, &target2);
+    assert!(said.contains("Fresh memchr"), "{said}");
+    assert!(!said.contains("Compiling memchr"), "{said}");
+    assert!(said.contains("Compiling app"), "{said}");
+    // Built into already: a restore leaves it as it is (memchr's library, taken out, stays
+    // out: cargo rebuilds what it misses).
+    let memchr_libs = |target: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(target.join("debug/deps"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("libmemchr-")
+            })
+            .collect()
+    };
+    let taken = memchr_libs(&target1);
+    assert!(!taken.is_empty());
+    for p in &taken {
+        std::fs::remove_file(p).unwrap();
+    }
+    script(&[restore, main, &first, &target1]);
+    assert_eq!(memchr_libs(&target1), Vec::<PathBuf>::new());
 }
