@@ -1,7 +1,7 @@
 /*
  * A static glibc program that runs until a signal stops it, making few calls: tick() every
  * 20 ms of nanosleep, far fewer records a second than one buffer holds (the status and
- * signal tests of cli/tests/record_user_stop.rs). Prints "ticking" first.
+ * signal tests of cli/tests/record_user_stop.rs). Prints "ticking" after its first tick.
  */
 #include <stdio.h>
 #include <time.h>
@@ -16,7 +16,9 @@ NOIPA long tick(long x)
 int main(void)
 {
     const struct timespec pause = {0, 20 * 1000 * 1000};
-    long acc = 0;
+    /* A tick before the line: a test that stops the program as soon as it printed (a
+     * signal may end it before its next instruction) still finds one in the trace. */
+    long acc = tick(0);
 
     puts("ticking");
     fflush(stdout);
