@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Keeps the third-party crates' build outputs between runs of scripts/test.sh.
 
-    scripts/crates-cache.py restore|save SLOT WORKSPACE_DIR TARGET_DIR [+TOOLCHAIN]
+    scripts/crates-cache.py restore|save SLOT WORKSPACE_DIR TARGET_DIR [+TOOLCHAIN] [--except DIR]...
 
-(scripts/test.sh: slot `main` for the workspace, `fuzz` for fuzz/ and its target/, built by
-cargo +nightly.)
+(scripts/test.sh: slot `main` for the workspace, `fuzz` for fuzz/, built by cargo +nightly
+into TARGET_DIR/fuzz, which `main`'s save leaves out with `--except fuzz`.)
 
 CI builds a fresh clone each time. Compiling the crates this project depends on cost
 about a third of the workspace's build (2026-12-06, 2 cores: 252 s and 487 s of CPU from
@@ -95,16 +95,17 @@ def key(args, manifests):
     return h.hexdigest()
 
 
-def profiles(target, depth=0):
+def profiles(target, depth=0, skip=()):
     """Cargo's profile directories under a target directory (those with .fingerprint/),
-    relative to it: a nested target directory's (xtask's, the plugin's) included."""
+    relative to it: a nested target directory's (xtask's, the plugin's) included, those
+    named in `skip` (another workspace's, at the top) not."""
     found = []
     try:
         entries = sorted(os.scandir(target), key=lambda e: e.name)
     except FileNotFoundError:
         return found
     for e in entries:
-        if not e.is_dir(follow_symlinks=False) or e.name in NOT_PROFILES:
+        if not e.is_dir(follow_symlinks=False) or e.name in NOT_PROFILES or e.name in skip:
             continue
         if os.path.isdir(os.path.join(e.path, ".fingerprint")):
             found.append(e.name)
@@ -148,7 +149,7 @@ def save(args, slot):
     fresh = f"{slot}.new.{os.getpid()}"
     shutil.rmtree(fresh, ignore_errors=True)
     kept = 0
-    for prof in profiles(args.target):
+    for prof in profiles(args.target, skip=args.exclude):
         for sub in ("deps", "build", ".fingerprint"):
             src = os.path.join(args.target, prof, sub)
             if not os.path.isdir(src):
@@ -181,7 +182,7 @@ def save(args, slot):
 
 
 def restore(args, slot):
-    if not os.path.isdir(os.path.join(slot, "target")) or profiles(args.target):
+    if not os.path.isdir(os.path.join(slot, "target")) or profiles(args.target, skip=args.exclude):
         return  # nothing kept, or built into already: cargo's own outputs there are newer
     fd = lock(os.path.dirname(slot), False)
     try:
@@ -203,6 +204,8 @@ def main():
     p.add_argument("workspace", help="the directory of the workspace's Cargo.toml")
     p.add_argument("target", help="its target directory")
     p.add_argument("toolchain", nargs="?", help="+TOOLCHAIN, as cargo takes it")
+    p.add_argument("--except", dest="exclude", action="append", default=[], metavar="DIR",
+                   help="a directory of TARGET_DIR holding another workspace's build")
     args = p.parse_args()
     if not re.fullmatch(r"[A-Za-z0-9_-]+", args.slot):
         p.error(f"slot {args.slot!r}: letters, digits, - and _ only")
