@@ -84,14 +84,15 @@ jobs_started=()
 # The fuzzers' workspace (fuzz/) builds into a target directory of its own inside this run's:
 # cargo-fuzz's default (fuzz/target) is left for CARGO_TARGET_DIR, which would mix the two.
 fuzz_target=$target/fuzz
+# scripts/crates-cache.py, or nothing where python3 is not installed yet (a bare machine:
+# the install brings it, and the next run keeps the crates).
+crates_cache=(sh -c 'command -v python3 >/dev/null 2>&1 || exit 0; exec python3 "$0" "$@"' "$root/scripts/crates-cache.py")
 # The dependencies' outputs kept by an earlier run (scripts/crates-cache.py), copied into an
 # empty target directory: a fresh clone then compiles the workspace's own crates alone (the
 # build 252 s → 180 s, the fuzzers' 150 s → 64 s on 2 cores, 2026-12-06). A bare machine
-# may not have python3 yet: there is nothing kept there either.
-if command -v python3 >/dev/null 2>&1; then
-  step "crates kept, restored" sh -c 'python3 "$1/scripts/crates-cache.py" restore main "$1" "$2" &&
-    python3 "$1/scripts/crates-cache.py" restore fuzz "$1/fuzz" "$3"' _ "$root" "$target" "$fuzz_target"
-fi
+# has nothing kept.
+step "crates kept, restored" "${crates_cache[@]}" restore main "$root" "$target"
+step "fuzz crates kept, restored" "${crates_cache[@]}" restore fuzz "$root/fuzz" "$fuzz_target"
 # The workspace's build and lints need nothing install-deps brings (the tests build their guests
 # themselves), so they run beside the install, whose downloads leave the cores idle for minutes,
 # at a lower priority than its own builds (QEMU, OpenSBI, uftrace). Their output is printed, and
@@ -104,7 +105,7 @@ build_dir=$(mktemp -d)
   # The plugin's API 7 build (a cargo feature) is compiled and linted on its own.
   beside "$build_dir" 10 clippy-api-v7 cargo clippy -p qemu-uftrace-plugin --features api-v7 --quiet -- -D warnings
   # Kept for the next run where this one built them anew (another toolchain or lock file).
-  beside "$build_dir" 10 crates-kept python3 "$root/scripts/crates-cache.py" save main "$root" "$target" --except fuzz
+  beside "$build_dir" 10 crates-kept "${crates_cache[@]}" save main "$root" "$target" --except fuzz
 ) &
 build_pid=$!
 jobs_started+=("$build_pid")
@@ -150,7 +151,7 @@ fuzz_dir=$(mktemp -d)
 # AddressSanitizer did (elf: 317 k executions in 4 s, 258 k in 21 s; 2026-12-06).
 ( set +e
   beside "$fuzz_dir" 19 fuzz env FUZZ_SECONDS="${FUZZ_SECONDS:-10}" FUZZ_JOBS=2 CARGO_TARGET_DIR="$fuzz_target" fuzz/run.sh
-  beside "$fuzz_dir" 19 fuzz-crates-kept python3 "$root/scripts/crates-cache.py" save fuzz "$root/fuzz" "$fuzz_target" +nightly ) &
+  beside "$fuzz_dir" 19 fuzz-crates-kept "${crates_cache[@]}" save fuzz "$root/fuzz" "$fuzz_target" +nightly ) &
 fuzz_pid=$!
 jobs_started+=("$fuzz_pid")
 # The kernel boots that several tests read are recorded once a run, there
