@@ -243,10 +243,20 @@ fn check_boot(dir: &Path, qemu: &str) {
     );
     let pid1 = uftrace(&["replay", "--no-pager", "-D", "1", "--tid", "1", "-d", &d])
         .expect("uftrace replay --tid 1");
+    // An interrupt may be taken between those two (schedule_tail enables them, and
+    // ret_from_fork runs on): its handler is a root of its own, at a moment the host's
+    // timing decides (el1h_64_irq between them failed one of four suite runs on
+    // 2026-12-06, on 10.0).
+    let interrupt = |r: &str| {
+        ["el1h_64_irq(", "el1h_64_fiq(", "[irq](", "[fiq]("]
+            .iter()
+            .any(|i| r.starts_with(i))
+    };
     let roots: Vec<&str> = pid1
         .lines()
         .skip(1)
         .map(|l| l.split('|').nth(1).unwrap_or("").trim())
+        .filter(|r| !interrupt(r))
         .collect();
     assert_eq!(
         roots.first(),
