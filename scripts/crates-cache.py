@@ -59,13 +59,12 @@ def run(cmd, cwd):
     return subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
-def members(args):
+def members(args, rustc):
     """The packages built from sources beside the workspace's (its members, and the path
     dependencies of the fuzzers' workspace): their names and their targets', as cargo
     spells them in unit names, and their manifests. Read after the build: the lock file is
-    there, and --offline resolves from it."""
-    host = re.search(r"^host: (\S+)$", run(["rustc", *args.toolchain, "-vV"], args.workspace),
-                     re.M)
+    there, and --offline resolves from it. `rustc`: the toolchain's `rustc -vV`."""
+    host = re.search(r"^host: (\S+)$", rustc, re.M)
     # Resolved for this host only: other platforms' crates (Windows') were never downloaded.
     out = run(["cargo", *args.toolchain, "metadata", "--offline", "--format-version", "1",
                "--filter-platform", host.group(1) if host else "x86_64-unknown-linux-gnu"],
@@ -80,11 +79,11 @@ def members(args):
     return names, sorted(manifests)
 
 
-def key(args, manifests):
-    """What the kept outputs were built from: the toolchain, the flags, the lock file, the
-    members' manifests. Another key replaces the slot at the next save."""
+def key(args, rustc, manifests):
+    """What the kept outputs were built from: the toolchain (`rustc -vV`), the flags, the
+    lock file, the members' manifests. Another key replaces the slot at the next save."""
     h = hashlib.sha256()
-    h.update(run(["rustc", *args.toolchain, "-vV"], args.workspace).encode())
+    h.update(rustc.encode())
     h.update(os.environ.get("RUSTFLAGS", "").encode())
     for f in [os.path.join(args.workspace, "Cargo.lock"),
               os.path.join(args.workspace, ".cargo", "config.toml"), *manifests]:
@@ -138,8 +137,9 @@ def lock(slots, exclusive):
 
 
 def save(args, slot):
-    own, manifests = members(args)
-    k = key(args, manifests)
+    rustc = run(["rustc", *args.toolchain, "-vV"], args.workspace)
+    own, manifests = members(args, rustc)
+    k = key(args, rustc, manifests)
     try:
         with open(os.path.join(slot, "key")) as f:
             if f.read().strip() == k:
@@ -169,15 +169,16 @@ def save(args, slot):
         shutil.copy2(lockfile, os.path.join(fresh, "Cargo.lock"))
     with open(os.path.join(fresh, "key"), "w") as f:
         f.write(k + "\n")
+    old = f"{slot}.old.{os.getpid()}"
     fd = lock(os.path.dirname(slot), True)
     try:
-        old = f"{slot}.old.{os.getpid()}"
         if os.path.exists(slot):
             os.rename(slot, old)
         os.rename(fresh, slot)
-        shutil.rmtree(old, ignore_errors=True)
     finally:
         os.close(fd)
+    # Out of the lock: a restore need not wait for 0.4 GB to be deleted.
+    shutil.rmtree(old, ignore_errors=True)
     say(f"{args.slot}: kept {kept} outputs of the dependencies in {slot}")
 
 

@@ -334,7 +334,8 @@ fn a_second_install_on_one_cache_waits_for_the_first() {
 /// scripts/crates-cache.py, which scripts/test.sh runs around its builds: a dependency built
 /// once is not built again in a fresh clone's empty target directory (cargo says "Fresh"),
 /// the workspace's own crates are never kept and are built again, a second save of the same
-/// build copies nothing, and a target directory built into already is left alone.
+/// build copies nothing, a nested workspace's build is left out with --except, and a target
+/// directory built into already is left alone.
 #[test]
 fn a_fresh_clone_builds_its_own_crates_and_not_the_kept_dependencies() {
     let tmp = tempfile::tempdir().unwrap();
@@ -414,6 +415,17 @@ fn a_fresh_clone_builds_its_own_crates_and_not_the_kept_dependencies() {
     assert!(!kept.iter().any(|k| k.contains("app")), "{kept:?}");
     // The same build saved again: the slot's key is unchanged, nothing is copied or said.
     assert_eq!(script(&[save, main, &first, &target1]), "");
+    // Another workspace built inside the target directory (test.sh's TARGET/fuzz) is left
+    // out of a slot saved with --except: only the outer build's outputs are kept.
+    build(&clone("nested"), &target1.join("nested"));
+    let (other, except, nested) = (
+        Path::new("other"),
+        Path::new("--except"),
+        Path::new("nested"),
+    );
+    script(&[save, other, &first, &target1, except, nested]);
+    assert!(cache.join("crates/other/target/debug/deps").is_dir());
+    assert!(!cache.join("crates/other/target/nested").exists());
     // A fresh clone (sources newer than every output kept, its lock file as git has it)
     // and an empty target directory.
     let second = clone("second");
