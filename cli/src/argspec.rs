@@ -594,7 +594,8 @@ impl Placed {
 /// at their link addresses, each with where its functions run and the start of its image
 /// at offset 0; a stripped one's types come from its debug file. uftrace reads them from
 /// the `.dbg` files (`auto-args:1`), by address: every typed function, however many. A
-/// shared library whose DWARF cannot be read is one line, and gets no values.
+/// shared library whose DWARF cannot be read is one line, and gets no values; those with
+/// none (no debug file found) are named together in one line.
 pub fn auto_specs(
     files: &[(PathBuf, Placed, u64)],
     names: &Names,
