@@ -129,9 +129,18 @@ impl Filters {
             all
         };
         let (filter, notrace) = (reached("filter_reached"), reached("notrace_reached"));
+        // Tracing was off for part of the run (`--trace=off`, `trace off`): the plugin saw
+        // no entry then, and a call already open at a switch-on is unwound after the run,
+        // where a window may still write its subtree. "Never entered" is not known.
+        let switched = (stats.other.iter())
+            .any(|(k, v)| k == "trace_off_ns" && v.trim().parse::<u64>().is_ok_and(|ns| ns > 0));
         let mut lines = Vec::new();
         for p in &self.patterns {
             let (seen, what) = match p.option {
+                _ if switched => (
+                    if p.option == "-F" { &filter } else { &notrace },
+                    "only a call open when tracing was switched on can be in the trace",
+                ),
                 "-F" => (&filter, "the trace holds nothing of it"),
                 _ => (&notrace, "nothing was left out for it"),
             };
@@ -142,12 +151,14 @@ impl Filters {
                 } else {
                     format!(" (any of its {n} functions)")
                 };
+                let entered = if switched {
+                    "the guest did not enter it while tracing was on"
+                } else {
+                    "the guest never entered it"
+                };
                 lines.push((
                     p.option == "-F",
-                    format!(
-                        "{} {}: the guest never entered it{funcs}; {what}",
-                        p.option, p.text
-                    ),
+                    format!("{} {}: {entered}{funcs}; {what}", p.option, p.text),
                 ));
             }
         }
@@ -319,6 +330,20 @@ mod tests {
                     "-F fork: the guest never entered it; the trace holds nothing of it".into()
                 ),
             ]
+        );
+        // Tracing off for part of the run: an entry while off is not seen.
+        let stats = Stats::parse(
+            "filter_reached=0x20\npie_filter_reached=0x40\nnotrace_reached=0x20\n\
+             lib_filter_reached=1,2\nlib_notrace_reached=0\ntrace_off_ns=1500\n",
+        );
+        assert_eq!(
+            filters.never_entered(&stats),
+            [(
+                true,
+                "-F do_read: the guest did not enter it while tracing was on; only a call \
+                 open when tracing was switched on can be in the trace"
+                    .into()
+            )]
         );
     }
 }
