@@ -120,6 +120,14 @@ impl Recording {
         });
     }
 
+    /// Waits for a guest that ends by itself, and for `record` to publish the trace.
+    fn finish(mut self) -> PathBuf {
+        let status = self.child.wait().expect("record ends");
+        let err = std::fs::read_to_string(self.dir.with_extension("err")).unwrap_or_default();
+        assert!(status.success(), "record failed: {err}");
+        self.dir.clone()
+    }
+
     /// Stops QEMU as a user's `kill` would, and waits for `record` to publish the trace.
     fn stop(mut self) -> PathBuf {
         let pid = number(&live(&self.dir), "pid").expect("a pid in the status") as i32;
@@ -767,6 +775,80 @@ fn a_user_mode_program_is_switched_by_its_bell() {
         assert!(w.body.len() > 65_000, "{}", w.body.len());
     }
     check_replay(&dir, "user mode", &ws);
+}
+
+/// User mode, `-F` of a shared library's function (libc's `qsort_r`, placed where the guest
+/// maps libc: `Filters::lib_ran_at`) in a window the command switches on while the program is
+/// inside it (`libsort.c` waits in its comparator, on Debian's arm64 libc with its debug
+/// files, run as `-L`): the window opens at qsort_r, not at main, and writes its subtree, the
+/// comparator's calls included, and nothing of main's own calls once the sort returned.
+/// libc is stripped: the unwound qsort_r frame must start at its entry (its debug file's
+/// symbols), or the window's filter never matches it and writes nothing. (qsort itself
+/// ends in a jump to qsort_r: no frame of it is left to unwind.)
+#[test]
+fn a_library_filter_applies_in_a_window_switched_on_inside_it() {
+    let qemu = qemu_uftrace_tests::user_qemu();
+    common::require(&qemu.display().to_string());
+    let elf = common::user::glibc_guest("libsort-dyn.elf");
+    let loader = qemu_uftrace_tests::cached("arm64-libc/lib/ld-linux-aarch64.so.1");
+    let sysroot = (loader.parent().and_then(Path::parent)).expect("the arm64 libc's sysroot");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let go = tmp.path().join("go");
+    let dir = tmp.path().join("sort.data");
+    let argv = [&*qemu, Path::new("-L"), sysroot, &elf, &go].map(|p| p.display().to_string());
+    let rec = Recording::start_argv(&argv, &dir, &["--trace=off", "-F", "qsort_r"]);
+    wait_for("the program waits inside qsort", || {
+        let text = std::fs::read_to_string(&rec.console).unwrap_or_default();
+        text.contains("sorting").then_some(())
+    });
+    let out = trace(Some(&dir), "on", tmp.path());
+    assert!(
+        out.status.success(),
+        "{}{}",
+        common::stdout(&out),
+        stderr(&out)
+    );
+    rec.wait_status("tracing on", "on", |s| {
+        number(s, "trace_windows") == Some(1)
+    });
+    std::fs::write(&go, b"").expect("the file the program waits for");
+    let console = rec.console.clone();
+    let err_file = dir.with_extension("err");
+    let dir = rec.finish();
+    // Entered while tracing was off: the plugin saw no entry, and says so without "never".
+    let err = std::fs::read_to_string(err_file).unwrap_or_default();
+    assert!(
+        err.contains("-F qsort_r: the guest did not enter it while tracing was on; only a call open when tracing was switched on can be in the trace"),
+        "{err}"
+    );
+    let printed = std::fs::read_to_string(console).unwrap_or_default();
+    assert!(printed.contains("sorted: "), "{printed}");
+    let out = Command::new("uftrace")
+        .args(["replay", "--event-full", "-f", "none", "-d"])
+        .arg(&dir)
+        .output()
+        .expect("run uftrace");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<&str> = text.lines().collect();
+    // The window's edge, then qsort_r opened at depth 0: the filter's root, not main.
+    let on = (lines.iter())
+        .position(|l| l.contains("/* qemu:trace_on */"))
+        .unwrap_or_else(|| panic!("no switch-on in\n{text}"));
+    let first = lines.get(on + 1).map(|l| l.trim_end());
+    assert_eq!(first, Some("qsort_r() {"), "{text}");
+    assert!(text.contains("/* qemu:opened */"), "{text}");
+    // 64 integers merge-sorted: a few hundred comparisons, all inside qsort_r.
+    let cmps = lines.iter().filter(|l| l.trim() == "cmp();").count();
+    assert!(cmps > 100, "{cmps} calls of cmp in\n{text}");
+    for outside in ["main", "after", "printf"] {
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.trim_start().starts_with(&format!("{outside}("))),
+            "{outside} is outside qsort_r's subtree:\n{text}"
+        );
+    }
 }
 
 /// What `-F filter -N notrace` leave of a whole trace, as uftrace's libmcount writes them:

@@ -79,7 +79,23 @@ impl Image {
         if !bytes.starts_with(b"\x7fELF") {
             return Image::kernel(path, &name);
         }
-        Image::parse(&name, &bytes)
+        let mut image = Image::parse(&name, &bytes)?;
+        if image.functions.is_empty() {
+            // Stripped (a distribution's libc): its functions as its names come, from its
+            // debug file found by build ID, else its dynamic symbols. A frame unwound there
+            // then starts at its function's entry, not at its return address, and `-F`/`-N`
+            // of such a function apply in a window switched on inside it
+            // (`cli/src/record/window_gates.rs` compares entries).
+            let opts = qemu_uftrace_symbols::LoadOptions::default();
+            if let Ok(symbols) = qemu_uftrace_symbols::load_elf(path, &opts) {
+                image.functions = (symbols.functions.iter())
+                    .map(|f| (f.addr, f.size))
+                    .collect();
+                image.functions.sort_unstable();
+                image.functions.dedup_by_key(|f| f.0);
+            }
+        }
+        Ok(image)
     }
 
     /// A raw kernel image (no vmlinux given): an x86 bzImage's payload is an ELF with its
