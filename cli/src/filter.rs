@@ -137,9 +137,13 @@ impl Filters {
         let mut lines = Vec::new();
         for p in &self.patterns {
             let (seen, what) = match p.option {
-                _ if switched => (
-                    if p.option == "-F" { &filter } else { &notrace },
+                "-F" if switched => (
+                    &filter,
                     "only a call open when tracing was switched on can be in the trace",
+                ),
+                _ if switched => (
+                    &notrace,
+                    "only a call open when tracing was switched on can have been left out",
                 ),
                 "-F" => (&filter, "the trace holds nothing of it"),
                 _ => (&notrace, "nothing was left out for it"),
@@ -333,17 +337,25 @@ mod tests {
         );
         // Tracing off for part of the run: an entry while off is not seen.
         let stats = Stats::parse(
-            "filter_reached=0x20\npie_filter_reached=0x40\nnotrace_reached=0x20\n\
+            "filter_reached=0x20\npie_filter_reached=0x40\nnotrace_reached=\n\
              lib_filter_reached=1,2\nlib_notrace_reached=0\ntrace_off_ns=1500\n",
         );
         assert_eq!(
             filters.never_entered(&stats),
-            [(
-                true,
-                "-F do_read: the guest did not enter it while tracing was on; only a call \
-                 open when tracing was switched on can be in the trace"
-                    .into()
-            )]
+            [
+                (
+                    true,
+                    "-F do_read: the guest did not enter it while tracing was on; only a call \
+                     open when tracing was switched on can be in the trace"
+                        .into()
+                ),
+                (
+                    false,
+                    "-N sys_write: the guest did not enter it while tracing was on; only a \
+                     call open when tracing was switched on can have been left out"
+                        .into()
+                ),
+            ]
         );
     }
 }
