@@ -162,6 +162,17 @@ impl Drop for Recording {
     }
 }
 
+/// [`trace`] `-d DIR`, which must succeed (its output said where it fails).
+fn trace_ok(dir: &Path, state: &str, cwd: &Path) {
+    let out = trace(Some(dir), state, cwd);
+    assert!(
+        out.status.success(),
+        "trace {state}: {}{}",
+        common::stdout(&out),
+        stderr(&out)
+    );
+}
+
 /// `qemu-uftrace trace on|off -d DIR`.
 fn trace(dir: Option<&Path>, state: &str, cwd: &Path) -> Output {
     let mut cmd = Command::new(BIN);
@@ -730,21 +741,9 @@ fn a_user_mode_program_is_switched_by_its_bell() {
     // Its console is written at its end: the plugin's status says it runs.
     wait_for("the program runs", || value(&live(&dir), "pid").map(|_| ()));
     for n in 1..=2u64 {
-        let out = trace(Some(&dir), "on", tmp.path());
-        assert!(
-            out.status.success(),
-            "{}{}",
-            common::stdout(&out),
-            stderr(&out)
-        );
+        trace_ok(&dir, "on", tmp.path());
         rec.wait_records("records in the window", Some(n));
-        let out = trace(Some(&dir), "off", tmp.path());
-        assert!(
-            out.status.success(),
-            "{}{}",
-            common::stdout(&out),
-            stderr(&out)
-        );
+        trace_ok(&dir, "off", tmp.path());
     }
     let dir = rec.stop();
     let dat = std::fs::read_dir(&dir)
@@ -801,13 +800,7 @@ fn a_library_filter_applies_in_a_window_switched_on_inside_it() {
         let text = std::fs::read_to_string(&rec.console).unwrap_or_default();
         text.contains("sorting").then_some(())
     });
-    let out = trace(Some(&dir), "on", tmp.path());
-    assert!(
-        out.status.success(),
-        "{}{}",
-        common::stdout(&out),
-        stderr(&out)
-    );
+    trace_ok(&dir, "on", tmp.path());
     rec.wait_status("tracing on", "on", |s| {
         number(s, "trace_windows") == Some(1)
     });
@@ -1280,11 +1273,9 @@ fn a_linux_boot_is_switched_and_its_windows_go_to_the_running_task() {
         ],
     );
     wait_for("the guest runs", || value(&live(&dir), "pid").map(|_| ()));
-    let out = trace(Some(&dir), "on", tmp.path());
-    assert!(out.status.success(), "{}", stderr(&out));
+    trace_ok(&dir, "on", tmp.path());
     rec.wait_records("records in the window", None);
-    let out = trace(Some(&dir), "off", tmp.path());
-    assert!(out.status.success(), "{}", stderr(&out));
+    trace_ok(&dir, "off", tmp.path());
     rec.wait_status("off", "off", |_| true);
     // SAFETY: signals to the record this test started.
     assert_eq!(
