@@ -69,6 +69,20 @@ pub fn kernel_exception_entry(name: &[u8]) -> Option<ExceptionKind> {
     })
 }
 
+/// Function starts and sizes as [`Image::function_at`] searches them: sorted, one per start.
+fn sorted_functions(functions: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = functions.collect();
+    v.sort_unstable();
+    v.dedup_by_key(|f| f.0);
+    v
+}
+
+/// The functions the symbols crate read from a file (a stripped file's debug file or
+/// `.dynsym`, a raw kernel's kallsyms).
+fn function_table(symbols: &qemu_uftrace_symbols::Image) -> Vec<(u64, u64)> {
+    sorted_functions(symbols.functions.iter().map(|f| (f.addr, f.size)))
+}
+
 impl Image {
     pub fn load(path: &Path) -> Result<Image> {
         // Mapped: of a kernel's vmlinux (hundreds of MB with its DWARF), only the code,
@@ -88,11 +102,7 @@ impl Image {
             // (`cli/src/record/window_gates.rs` compares entries).
             let opts = qemu_uftrace_symbols::LoadOptions::default();
             if let Ok(symbols) = qemu_uftrace_symbols::load_elf(path, &opts) {
-                image.functions = (symbols.functions.iter())
-                    .map(|f| (f.addr, f.size))
-                    .collect();
-                image.functions.sort_unstable();
-                image.functions.dedup_by_key(|f| f.0);
+                image.functions = function_table(&symbols);
             }
         }
         Ok(image)
@@ -124,9 +134,7 @@ impl Image {
             let opts = qemu_uftrace_symbols::LoadOptions::default();
             let symbols = qemu_uftrace_symbols::load_kernel_image(path, &opts)
                 .with_context(|| format!("{name}'s kallsyms"))?;
-            image.functions = (symbols.functions.iter())
-                .map(|f| (f.addr, f.size))
-                .collect();
+            image.functions = function_table(&symbols);
             image.exception_entries = (symbols.functions.iter())
                 .filter_map(|f| Some((f.addr, kernel_exception_entry(f.name.as_bytes())?)))
                 .collect();
@@ -163,13 +171,11 @@ impl Image {
             .filter(|s| s.kind() == SectionKind::Text)
             .filter_map(|s| Some((s.address(), s.data().ok()?.to_vec())))
             .collect();
-        let mut functions: Vec<(u64, u64)> = file
-            .symbols()
-            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
-            .map(|s| (s.address(), s.size()))
-            .collect();
-        functions.sort_unstable();
-        functions.dedup_by_key(|f| f.0);
+        let functions = sorted_functions(
+            (file.symbols())
+                .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+                .map(|s| (s.address(), s.size())),
+        );
         let mut exception_entries: Vec<(u64, ExceptionKind)> = (file.symbols())
             .filter_map(|s| Some((s.address(), kernel_exception_entry(s.name_bytes().ok()?)?)))
             .collect();
