@@ -108,6 +108,20 @@ fn default_for(free: u64) -> Cap {
     }
 }
 
+/// In the staging directory, user mode: the 8-byte count of what the cap has given out,
+/// which every process image of the guest maps and takes from (the plugin's
+/// `state::taken`). A guest forking in a loop would otherwise write the cap once per
+/// process.
+pub const COUNT_FILE: &str = ".max-size";
+
+/// Makes [`COUNT_FILE`] in `staging`, at 0.
+pub fn make_count_file(staging: &Path) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    let file = staging.join(COUNT_FILE);
+    std::fs::write(&file, [0u8; 8]).with_context(|| format!("cannot write {}", file.display()))?;
+    Ok(file)
+}
+
 /// What a guest's session maps may take together, after the trace's `written` bytes of
 /// records: their number is the guest's to decide (one per address space: a fork loop
 /// makes thousands), so they count in the cap, and get what it leaves, and never less

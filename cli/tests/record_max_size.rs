@@ -125,3 +125,83 @@ fn a_bad_size_is_one_line() {
     );
     assert!(!home.path().join("t.partial").exists());
 }
+
+/// A guest that forks in a loop: each child writes 120,000 records (1.8 MiB) alone, every
+/// second one after an exec of the program itself (a new QEMU, `PROG 0 STEPS`).
+const FORK_LOOP: &str = r#"
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+__attribute__((noipa)) long leaf(long i) { return i * 3 + 1; }
+static long work(long steps) { long s = 0; for (long i = 0; i < steps; i++) s += leaf(i); return s; }
+int main(int argc, char **argv) {
+    int children = atoi(argv[1]);
+    long steps = atol(argv[2]);
+    if (children == 0)
+        return work(steps) == 0;
+    for (int i = 0; i < children; i++) {
+        pid_t p = fork();
+        if (p == 0) {
+            if (i % 2)
+                execl(argv[0], argv[0], "0", argv[2], (char *)0);
+            _exit(work(steps) == 0);
+        }
+        waitpid(p, 0, 0);
+    }
+    return 0;
+}
+"#;
+
+/// User mode: `--max-size` bounds the whole trace, not each process. A guest's forked
+/// children and exec'd programs each get a process image of their own; each wrote up to the
+/// cap before, so a fork loop could fill the disk under any cap. Without the cap the same
+/// run writes far more (the test can fail), and the processes it stopped are one line.
+#[test]
+fn user_mode_processes_share_one_size_cap() {
+    require("uftrace");
+    require("gcc");
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-x86_64");
+    let home = tempfile::tempdir().unwrap();
+    let (src, prog) = (home.path().join("forkloop.c"), home.path().join("forkloop"));
+    std::fs::write(&src, FORK_LOOP).unwrap();
+    let built = Command::new("gcc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .status()
+        .expect("run gcc");
+    assert!(built.success());
+    let argv: Vec<String> = [qemu.as_path(), prog.as_path()]
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .chain(["6".into(), "60000".into()])
+        .collect();
+    let o = record(home.path(), &["--max-size", "64M"], &argv);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let dir = home.path().join("t");
+    let whole = dat_bytes(&dir);
+    assert!(whole > 6 * (1 << 20), "{whole} bytes uncapped");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let o = record(home.path(), &["--max-size", "1M"], &argv);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let bytes = dat_bytes(&dir);
+    assert!(bytes > 0 && bytes <= 1 << 20, "{bytes} bytes of records");
+    // The first child reached the cap; the first process, the other five children and the
+    // three programs they exec'd (`process PID (PROG)`) found it reached.
+    assert!(
+        err.contains("INCOMPLETE TRACE: the size cap (--max-size 1M) was reached"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "INCOMPLETE TRACE: 9 other processes stopped writing at the same size cap (forked \
+             process "
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("INCOMPLETE TRACE").count(), 2, "{err}");
+    assert!(!dir.join(".max-size").exists());
+    assert!(replay(&dir).contains("leaf();"));
+}

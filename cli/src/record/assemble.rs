@@ -56,7 +56,7 @@ pub fn assemble(
         ..
     } = ran;
     let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
-    let user = user_processes(&procs, staging, inv, prep.arch, no_auto_symbols, cap);
+    let mut user = user_processes(&procs, staging, inv, prep.arch, no_auto_symbols, cap);
     for line in &user.failures {
         warn(line);
     }
@@ -70,6 +70,21 @@ pub fn assemble(
         )
     })?;
     let stats = stats.map(|s| with_other_processes(s, &user.stats));
+    // One line for those at the size cap; the first image's reason, said on its own,
+    // not again.
+    if let Some((what, why)) = user.capped.take() {
+        user.problems
+            .push(if stats.as_ref().is_some_and(|s| s.size_capped) {
+                format!(
+                    "{} other process{} stopped writing at the same size cap ({})",
+                    what.len(),
+                    if what.len() == 1 { "" } else { "es" },
+                    named(&what)
+                )
+            } else {
+                format!("{}: {why}", several(&what))
+            });
+    }
     let spinner = spinner(output);
     for line in &symbols.failures {
         warn(line);
@@ -397,6 +412,9 @@ struct UserProcesses {
     tids: Vec<u32>,
     /// Why their part of the trace is not complete.
     problems: Vec<String>,
+    /// The processes that stopped at the size cap and for nothing else, and the reason
+    /// (the same for each).
+    capped: Option<(Vec<String>, String)>,
     /// What their plugins reported.
     stats: Vec<Stats>,
     failures: Vec<String>,
@@ -416,6 +434,10 @@ fn user_processes(
     let mut out = UserProcesses::default();
     let root = inv.sysroot.as_deref();
     let mut sids = std::collections::HashMap::new();
+    // Those that stopped at the size cap and for nothing else, said in one line: the cap
+    // is one for all of them, and a guest forking in a loop has thousands.
+    let mut capped: Vec<String> = Vec::new();
+    let mut capped_why = None;
     for p in procs {
         let what = match &p.kind {
             Kind::Fork { .. } => format!("forked process {}", p.pid),
@@ -424,7 +446,12 @@ fn user_processes(
         match Stats::read(&p.dir) {
             Ok(Some(s)) => {
                 if let Some(why) = s.incomplete_reason(cap) {
-                    out.problems.push(format!("{what}: {why}"));
+                    if s.size_capped && s.errors.is_empty() && s.lost_records == 0 {
+                        capped_why.get_or_insert(why);
+                        capped.push(what.clone());
+                    } else {
+                        out.problems.push(format!("{what}: {why}"));
+                    }
                 }
                 out.stats.push(s);
             }
@@ -456,6 +483,7 @@ fn user_processes(
             }
         }
     }
+    out.capped = capped_why.map(|why| (capped, why));
     let tids_of = |p: &qemu::user_procs::Proc| -> Vec<u32> {
         crate::guest_tasks::read(&p.dir)
             .iter()
@@ -470,6 +498,22 @@ fn user_processes(
         .flat_map(|p| tids_of(p).into_iter().chain([p.pid]))
         .collect();
     out
+}
+
+/// `what` (one or more processes), the first three named.
+fn several(what: &[String]) -> String {
+    match what {
+        [one] => one.clone(),
+        _ => format!("{} processes ({})", what.len(), named(what)),
+    }
+}
+
+/// The first three of `what`, and how many more.
+fn named(what: &[String]) -> String {
+    match what.len() {
+        0..=3 => what.join(", "),
+        n => format!("{} and {} more", what[..3].join(", "), n - 3),
+    }
 }
 
 fn exename(images: &[GuestImage], qemu: &Path) -> String {

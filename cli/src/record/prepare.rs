@@ -327,6 +327,11 @@ pub fn prepare(
         )),
         _ => None,
     };
+    // User mode: one count of the cap for all the guest's processes.
+    let cap_file = match (&cap, inv.is_user_mode()) {
+        (Some(_), true) => Some(crate::max_size::make_count_file(&abs_staging)?),
+        _ => None,
+    };
     let plugin = PluginOptions {
         args,
         inv,
@@ -334,6 +339,7 @@ pub fn prepare(
         staging: &abs_staging,
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
+        cap_file: cap_file.as_deref(),
         proc_watch: proc_watch.as_deref(),
         entries: entries.as_ref(),
         lib_entries: lib_entries.as_ref(),
@@ -405,6 +411,8 @@ struct PluginOptions<'a> {
     staging: &'a Path,
     task_slot: Option<&'a TaskSlot>,
     cap: Option<&'a Cap>,
+    /// The count every process image of a user-mode guest takes the cap from.
+    cap_file: Option<&'a Path>,
     /// Where a Linux guest's processes map files (`guest_procs::watch_options`).
     proc_watch: Option<&'a str>,
     entries: Option<&'a Entries>,
@@ -442,6 +450,10 @@ impl PluginOptions<'_> {
         }
         if let Some(cap) = self.cap {
             v.push(cap_options(cap));
+            if let Some(file) = self.cap_file {
+                v.push(",max_size_file=");
+                v.push(qemu::escape_keyval(file.as_os_str()));
+            }
         }
         if let (Some(stop), Some(addrs)) = (&args.stop_at, self.stop_at) {
             v.push(crate::stop_at::plugin_options(

@@ -62,6 +62,8 @@ pub fn run(
     }
     // Written by the system entries' job, read by the plugin.
     let _ = std::fs::remove_file(staging.join(super::kaslr::ANCHOR_FILE));
+    // Every image has ended: none takes from the cap's count any more.
+    let _ = std::fs::remove_file(staging.join(crate::max_size::COUNT_FILE));
     let mut sources = prep.sources.clone();
     let load = jobs.symbols.unwrap_or_else(|| {
         // User mode: the program's libraries are sources where it mapped them.

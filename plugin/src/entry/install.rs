@@ -146,7 +146,20 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     });
     // Before the writer's first status, which says whether tracing is on.
     crate::handlers::switch::install(&cfg, register::request_reset);
-    let output = Output::start(cfg.out.clone(), limits)
+    // A count of this image's own when the shared one cannot be had: the cap then holds
+    // per process, as it says.
+    let taken = match &cfg.max_size_file {
+        Some(file) => crate::state::taken::Taken::shared(file).unwrap_or_else(|e| {
+            eprintln!(
+                "qemu-uftrace plugin: max_size_file={}: {e}: this process counts the size \
+                 cap on its own",
+                file.display()
+            );
+            crate::state::taken::Taken::own()
+        }),
+        None => crate::state::taken::Taken::own(),
+    };
+    let output = Output::start(cfg.out.clone(), limits, &taken)
         .unwrap_or_else(|e| fail(&format!("writer thread: {e}")));
     let _ = OUTPUT.set(output);
     let _ = crate::handlers::stop_at::ON_STOP.set(crate::lifecycle::finish::stop_at_size_cap);

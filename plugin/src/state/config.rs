@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N][,proc=PID.N]`
-//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
@@ -55,11 +55,14 @@ pub struct Config {
     /// The CLI's paired reading of the time-stamp counter and CLOCK_MONOTONIC, taken as it
     /// started: the wall clock's calibration runs from it to the plugin's install.
     pub tsc: Option<TscSample>,
-    /// The most bytes of records this image writes (`max_size=`, the CLI's `--max-size`):
+    /// The most bytes of records the trace holds (`max_size=`, the CLI's `--max-size`):
     /// the writer stops at the last whole record within it, and the trace is incomplete.
     pub max_size: Option<u64>,
     /// Stop QEMU cleanly once `max_size` is reached (`max_size_exit=on`).
     pub max_size_exit: bool,
+    /// User mode: the count every process image takes `max_size` from
+    /// (`max_size_file=`, `state::taken`); without it, this image's own.
+    pub max_size_file: Option<PathBuf>,
     /// Where the trace ends (`stop_at=ADDR:ADDR…`, hex): the first entry into any of these
     /// addresses (the CLI's `--stop-at FUNC`).
     pub stop_at: Vec<u64>,
@@ -353,6 +356,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut lib_entries = None;
     let mut resume = false;
     let mut kaslr_file = None;
+    let mut max_size_file = None;
     let mut trace_off = false;
     let mut switch_file = None;
     let mut trace_on_at = Vec::new();
@@ -518,6 +522,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             }
             "resume" => resume = on_off("resume", value)?,
             "kaslr_file" => kaslr_file = Some(PathBuf::from(raw_value)),
+            "max_size_file" => max_size_file = Some(PathBuf::from(raw_value)),
             "trace" => trace_off = !on_off("trace", value)?,
             "switch" => switch_file = Some(PathBuf::from(raw_value)),
             "trace_on_at" => trace_on_at = addresses(&key, value)?,
@@ -548,6 +553,9 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     if max_size_exit && max_size.is_none() {
         return Err("max_size_exit=on needs max_size=BYTES".into());
     }
+    if max_size_file.is_some() && max_size.is_none() {
+        return Err("max_size_file=FILE needs max_size=BYTES".into());
+    }
     Ok(Mode::Record(Box::new(Config {
         out,
         clock,
@@ -564,6 +572,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         tsc,
         max_size,
         max_size_exit,
+        max_size_file,
         record_pidfd,
         proc_watch,
         mod_watch,

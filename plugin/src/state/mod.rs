@@ -25,6 +25,7 @@ pub mod spaces;
 pub mod stacks;
 pub mod start_gate;
 pub mod switch;
+pub mod taken;
 
 use config::Config;
 use output::Output;

@@ -5,6 +5,7 @@
 use super::flight::Ring;
 use super::progress::{self, Counts, Progress};
 use super::start_gate::StartGate;
+use super::taken::Taken;
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -95,26 +96,21 @@ struct Chan {
     tx: SyncSender<Msg>,
     pool: Arc<Mutex<Vec<Vec<u8>>>>,
     writer: Option<JoinHandle<Written>>,
-    sizes: Sizes,
-}
-
-/// What one process image wrote towards the size cap: its records (the writer's count)
-/// and the files beside them (stack cookies, written off the writer thread), which the cap
-/// counts too.
-#[derive(Clone, Default)]
-struct Sizes {
-    records: Arc<AtomicU64>,
-    side: Arc<AtomicU64>,
+    /// What the size cap has given out: records and the files beside them (stack cookies,
+    /// written off the writer thread).
+    taken: Taken,
 }
 
 impl Chan {
     fn start(
         dir: PathBuf,
         limits: Limits,
+        taken: &Taken,
         stop: &Arc<AtomicU64>,
         (start, start_addr): (&Arc<AtomicU64>, &Arc<AtomicU64>),
     ) -> std::io::Result<Chan> {
         let mut w = Writer::new(dir, limits);
+        w.taken = taken.clone();
         w.stop = Arc::clone(stop);
         if limits.start_at {
             w.gate = Some(StartGate::new(Arc::clone(start), Arc::clone(start_addr)));
@@ -123,7 +119,7 @@ impl Chan {
     }
 
     fn start_with(w: Writer) -> std::io::Result<Chan> {
-        let sizes = w.sizes.clone();
+        let taken = w.taken.clone();
         let (tx, rx) = sync_channel(QUEUE_DEPTH);
         // Seeded before the guest runs, so that a vCPU's buffer swap takes one from here
         // instead of mapping memory at a moment the writer's pace decides: in user mode
@@ -143,19 +139,21 @@ impl Chan {
             tx,
             pool,
             writer: Some(writer),
-            sizes,
+            taken,
         })
     }
 }
 
 impl Output {
-    pub fn start(dir: PathBuf, limits: Limits) -> std::io::Result<Output> {
+    /// The writer for `dir`, within `limits`, taking from the size cap's count `taken`.
+    pub fn start(dir: PathBuf, limits: Limits, taken: &Taken) -> std::io::Result<Output> {
         let stop = Arc::new(AtomicU64::new(u64::MAX));
         let start = Arc::new(AtomicU64::new(u64::MAX));
         let start_addr = Arc::new(AtomicU64::new(0));
+        let starts = (&start, &start_addr);
         Ok(Output {
             limits,
-            chan: Mutex::new(Chan::start(dir, limits, &stop, (&start, &start_addr))?),
+            chan: Mutex::new(Chan::start(dir, limits, taken, &stop, starts)?),
             noted: Mutex::new(Vec::new()),
             dropped_side: AtomicU64::new(0),
             stop,
@@ -170,10 +168,12 @@ impl Output {
 
     /// In a forked child: the parent's writer thread is not there, and its buffer pool may
     /// have been locked by it at the fork. Both are left behind (never touched again) for a
-    /// new writer and pool; what the parent had queued is the parent's to write.
+    /// new writer and pool; what the parent had queued is the parent's to write. The size
+    /// cap's count goes on (user mode: one for all images).
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
         let start = (&self.start, &self.start_addr);
-        let fresh = Chan::start(dir, self.limits, &self.stop, start)?;
+        let taken = self.chan().taken.clone();
+        let fresh = Chan::start(dir, self.limits, &taken, &self.stop, start)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
         // Dropping it would detach a thread that does not exist here.
         std::mem::forget(old);
@@ -219,18 +219,11 @@ impl Output {
     /// cap (`max_size=`), which counts them with the records; false, nothing taken, where
     /// they do not fit (counted as dropped).
     pub fn reserve_side(&self, bytes: u64) -> bool {
-        let sizes = self.chan().sizes.clone();
+        let taken = self.chan().taken.clone();
         let Some(max) = self.limits.max_bytes else {
-            sizes.side.fetch_add(bytes, Ordering::SeqCst);
             return true;
         };
-        let fits = sizes
-            .side
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |side| {
-                let used = side.saturating_add(sizes.records.load(Ordering::SeqCst));
-                (used.saturating_add(bytes) <= max).then_some(side.saturating_add(bytes))
-            })
-            .is_ok();
+        let fits = taken.take_whole(max, bytes);
         if !fits {
             self.drop_side();
         }
@@ -338,10 +331,8 @@ struct Writer {
     open: Opener,
     free: fn(&Path) -> Option<u64>,
     limits: Limits,
-    /// Record bytes written so far, for the size cap.
-    total: u64,
-    /// `total` for the other threads, and the bytes of the files beside the records.
-    sizes: Sizes,
+    /// What the size cap has given out (`Chan::taken`).
+    taken: Taken,
     /// Files left with a partial buffer at their end (the cut back failed): where the last
     /// whole one ended. Nothing may be appended to them.
     torn: HashMap<u32, u64>,
@@ -364,8 +355,7 @@ impl Writer {
             open: Box::new(open_append),
             free: free_bytes,
             limits,
-            total: 0,
-            sizes: Sizes::default(),
+            taken: Taken::own(),
             torn: HashMap::new(),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
             early: false,
@@ -425,16 +415,15 @@ impl Writer {
             return;
         }
         let mut buf = &kept[..];
+        // Taken before the write (given back if it fails): other images take from the same
+        // count meanwhile.
+        let mut taken = 0;
         if self.written.stopped.is_none() {
             if let Some(max) = self.limits.max_bytes {
-                let used = self
-                    .total
-                    .saturating_add(self.sizes.side.load(Ordering::SeqCst));
-                let room = max.saturating_sub(used) as usize / RECORD_SIZE * RECORD_SIZE;
-                if buf.len() >= room {
-                    self.written.capped = true;
-                    buf = &buf[..room];
-                }
+                let (got, full) = self.taken.take_records(max, buf.len(), RECORD_SIZE);
+                self.written.capped = full;
+                buf = &buf[..got];
+                taken = got as u64;
             }
         }
         if self.written.stopped.is_none() && !buf.is_empty() {
@@ -447,12 +436,10 @@ impl Writer {
                 ));
             } else if let Err(e) = self.append(tid, buf) {
                 self.written.stopped = Some(format!("{tid}.dat: {e}"));
-            } else {
-                self.total += buf.len() as u64;
-                self.sizes.records.store(self.total, Ordering::SeqCst);
             }
         }
         if self.written.stopped.is_some() {
+            self.taken.give_back(taken);
             // An error, not the cap, is what lost these.
             self.written.capped = false;
             let lost = self.written.lost.entry(tid).or_default();
@@ -944,7 +931,7 @@ mod tests {
         assert_eq!(out.finish().dropped_side, 2);
         // And the records then get nothing more.
         let (mut w, disk) = writer(limits);
-        w.sizes.side.store(7 * RECORD_SIZE as u64, Ordering::SeqCst);
+        assert!(w.taken.take_whole(u64::MAX, 7 * RECORD_SIZE as u64));
         w.write(1, &records(0, 4));
         assert_eq!(file(&disk, 1), records(0, 3));
         assert!(w.written.capped);
