@@ -158,6 +158,7 @@ need_cmd hyperfine hyperfine
 need_cmd zstd zstd
 need_cmd lz4 lz4 # the amd64 bzImage's payload, for the kallsyms peer test
 need_cmd /usr/bin/time time
+need_cmd strace strace # late munmaps, for the user-mode layout test
 need_cmd tclsh tcl # sqlite's amalgamation
 need_cmd debootstrap debootstrap
 # -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped).

@@ -147,8 +147,14 @@ fn fix_layout() {
 }
 
 /// Runs `program` with `args` and waits for it; `fixed_layout`: with the host's address
-/// randomisation off ([`can_fix_layout`]).
-pub fn run(program: &Path, args: &[OsString], fixed_layout: bool) -> Result<QemuExit> {
+/// randomisation off ([`can_fix_layout`]); `tunables`: QEMU's `GLIBC_TUNABLES`
+/// (`qemu_uftrace_engine::arena`).
+pub fn run(
+    program: &Path,
+    args: &[OsString],
+    fixed_layout: bool,
+    tunables: Option<&std::ffi::OsStr>,
+) -> Result<QemuExit> {
     // Handlers, not an ignored disposition, which exec would pass on to QEMU: Ctrl-C must
     // still stop QEMU (which then runs the plugin's exit hook).
     let scope = SignalScope::qemu()?;
@@ -157,7 +163,11 @@ pub fn run(program: &Path, args: &[OsString], fixed_layout: bool) -> Result<Qemu
     let parent = unsafe { libc::getpid() };
     let (stderr_in, stderr_out) =
         std::io::pipe().context("cannot make a pipe for QEMU's stderr")?;
-    let handle = duct::cmd(program, args)
+    let mut cmd = duct::cmd(program, args);
+    if let Some(t) = tunables {
+        cmd = cmd.env(qemu_uftrace_engine::arena::NAME, t);
+    }
+    let handle = cmd
         .unchecked()
         .stderr_file(stderr_out)
         .before_spawn(move |cmd| {
@@ -277,7 +287,13 @@ mod tests {
 
     #[test]
     fn runs_and_reports_status() {
-        let e = run(Path::new("/bin/sh"), &["-c".into(), "exit 7".into()], false).unwrap();
+        let e = run(
+            Path::new("/bin/sh"),
+            &["-c".into(), "exit 7".into()],
+            false,
+            None,
+        )
+        .unwrap();
         assert_eq!(e.exit_code, 7);
         assert!(e.failed() && e.said.is_empty() && e.complaint().is_none());
     }
@@ -287,13 +303,20 @@ mod tests {
         let script = "echo 'q: warning: old option' >&2; echo >&2; \
                       printf 'q: unsupported machine type: \"x\"\\nUse -machine help\\n' >&2; \
                       exit 1";
-        let e = run(Path::new("/bin/sh"), &["-c".into(), script.into()], false).unwrap();
+        let e = run(
+            Path::new("/bin/sh"),
+            &["-c".into(), script.into()],
+            false,
+            None,
+        )
+        .unwrap();
         assert_eq!(e.said.len(), 4, "{:?}", e.said);
         assert_eq!(e.complaint(), Some(r#"q: unsupported machine type: "x""#));
         let e = run(
             Path::new("/bin/sh"),
             &["-c".into(), "echo 'q: warning: w' >&2".into()],
             false,
+            None,
         )
         .unwrap();
         assert!(!e.failed());

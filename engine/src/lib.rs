@@ -7,6 +7,8 @@
 //! `resync` reads the guest through `guest::GuestView`; the plugin supplies the guest.
 
 pub mod arch;
+/// One malloc arena for a user-mode QEMU, so that its threads do not move the guest.
+pub mod arena;
 pub mod entries;
 pub mod exceptions;
 pub mod gates;

@@ -4,6 +4,7 @@
 //! (system mode), the program's expected files (user mode), the kernel's task slot.
 
 use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
@@ -42,6 +43,8 @@ pub struct Prepared {
     pub arg_specs: crate::argspec::ArgSpecs,
     /// User mode without `--aslr`: QEMU runs with the host's address randomisation off.
     pub fixed_layout: bool,
+    /// With `fixed_layout`: QEMU's `GLIBC_TUNABLES` (`qemu_uftrace_engine::arena`).
+    pub tunables: Option<OsString>,
     /// `-D`: the CLI applies it too, to windows switched on under `-F`/`-N`.
     pub max_depth: Option<u16>,
 }
@@ -332,6 +335,24 @@ pub fn prepare(
         (Some(_), true) => Some(crate::max_size::make_count_file(&abs_staging)?),
         _ => None,
     };
+    let fixed_layout = inv.is_user_mode() && !args.aslr && crate::run_qemu::can_fix_layout();
+    // One malloc arena for QEMU (`qemu_uftrace_engine::arena`), the guest's environment
+    // kept by options after the user's (the plugin does the same for an exec'd program).
+    let one_arena = match &inv.user {
+        Some(_) if fixed_layout => {
+            let set = |k| std::env::var_os(k).is_some();
+            let user_says = set("QEMU_SET_ENV")
+                || set("QEMU_UNSET_ENV")
+                || (inv.opts.iter()).any(|o| {
+                    let value = o.value.as_deref().unwrap_or_default();
+                    qemu_uftrace_engine::arena::touches(&o.name, value.as_bytes())
+                });
+            let current = std::env::var_os(qemu_uftrace_engine::arena::NAME);
+            let current = current.as_deref().map(OsStrExt::as_bytes);
+            qemu_uftrace_engine::arena::one_arena(current, user_says)
+        }
+        _ => None,
+    };
     let plugin = PluginOptions {
         args,
         inv,
@@ -340,6 +361,7 @@ pub fn prepare(
         task_slot: task_slot.as_ref(),
         cap: cap.as_ref(),
         cap_file: cap_file.as_deref(),
+        one_arena: one_arena.is_some(),
         proc_watch: proc_watch.as_deref(),
         entries: entries.as_ref(),
         lib_entries: lib_entries.as_ref(),
@@ -375,8 +397,15 @@ pub fn prepare(
         }
         _ => None,
     };
-    let command = qemu::with_plugin(&inv.argv, plugin);
-    let fixed_layout = inv.is_user_mode() && !args.aslr && crate::run_qemu::can_fix_layout();
+    let mut command = qemu::with_plugin(&inv.argv, plugin);
+    if let (Some(a), Some(user)) = (&one_arena, &inv.user) {
+        // argv[0], `-plugin VALUE`, the user's options.
+        let at = (3 + user.opt_words).min(command.len());
+        command.splice(
+            at..at,
+            a.guest_words.iter().cloned().map(OsString::from_vec),
+        );
+    }
     Ok((
         Prepared {
             qemu,
@@ -389,6 +418,7 @@ pub fn prepare(
             filters,
             arg_specs,
             fixed_layout,
+            tunables: one_arena.map(|a| OsString::from_vec(a.tunables)),
             max_depth: args.max_depth,
         },
         Jobs {
@@ -413,6 +443,8 @@ struct PluginOptions<'a> {
     cap: Option<&'a Cap>,
     /// The count every process image of a user-mode guest takes the cap from.
     cap_file: Option<&'a Path>,
+    /// QEMU runs with one malloc arena, and so does the QEMU run for an exec'd program.
+    one_arena: bool,
     /// Where a Linux guest's processes map files (`guest_procs::watch_options`).
     proc_watch: Option<&'a str>,
     entries: Option<&'a Entries>,
@@ -515,6 +547,9 @@ impl PluginOptions<'_> {
         // execs (`qemu::user_procs`).
         if let Some(user) = &self.inv.user {
             v.push(format!(",user_opts={}", user.opt_words));
+            if self.one_arena {
+                v.push(",one_arena=on");
+            }
         }
         if let Some(slot) = self.task_slot {
             v.push(",task_slot_file=");

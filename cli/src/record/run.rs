@@ -41,7 +41,12 @@ pub fn run(
     // User mode: the guest's other processes (forked, exec'd) may outlive the first QEMU;
     // SIGTERM and SIGHUP reach them too, from QEMU's start to the end of the wait.
     let others = inv.is_user_mode().then(SignalScope::others).transpose()?;
-    let exit = run_qemu::run(&prep.qemu.path, &prep.command[1..], prep.fixed_layout);
+    let exit = run_qemu::run(
+        &prep.qemu.path,
+        &prep.command[1..],
+        prep.fixed_layout,
+        prep.tunables.as_deref(),
+    );
     let procs = if inv.is_user_mode() {
         qemu::user_procs::wait_all(staging, others.as_ref());
         qemu::user_procs::list(staging)

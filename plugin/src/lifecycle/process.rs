@@ -271,9 +271,13 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
         value.extend_from_slice(format!(",record_pidfd={fd}").as_bytes());
     }
     words.push(value);
+    let mut envp = envp;
+    let arena = cfg.one_arena.then(|| one_arena(&qemu_args.opts, &mut envp));
     words.extend(qemu_args.opts);
     words.push(b"-0".to_vec());
     words.push(argv.first().cloned().unwrap_or_else(|| path.clone()));
+    // After `-0 NAME`, which the copied options (`user_opts`) end with from here on.
+    words.extend(arena.into_iter().flatten());
     words.push(b"--".to_vec());
     words.push(path.clone());
     words.extend(argv.into_iter().skip(1));
@@ -285,6 +289,29 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     );
     // SAFETY: ends the process, as a failed exec in a vfork child would.
     unsafe { libc::_exit(127) }
+}
+
+/// With `one_arena=on`: the QEMU run for an exec'd program keeps its malloc to one arena
+/// as this one does (`qemu_uftrace_engine::arena`), its tunable put into `envp`, and the
+/// program gets `envp` as it asked: the options that say so, for after QEMU's `opts`.
+fn one_arena(opts: &[Vec<u8>], envp: &mut Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    use qemu_uftrace_engine::arena;
+    let key = format!("{}=", arena::NAME);
+    let key = key.as_bytes();
+    let current = envp
+        .iter()
+        .find_map(|e| e.strip_prefix(key))
+        .map(<[u8]>::to_vec);
+    let user_says = envp
+        .iter()
+        .any(|e| e.starts_with(b"QEMU_SET_ENV=") || e.starts_with(b"QEMU_UNSET_ENV="))
+        || (opts.windows(2)).any(|w| arena::touches(&String::from_utf8_lossy(&w[0]), &w[1]));
+    let Some(a) = arena::one_arena(current.as_deref(), user_says) else {
+        return Vec::new();
+    };
+    envp.retain(|e| !e.starts_with(key));
+    envp.push([key, &a.tunables].concat());
+    a.guest_words.to_vec()
 }
 
 /// Linux's longest argument or environment string.
