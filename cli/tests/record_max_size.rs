@@ -162,15 +162,7 @@ fn user_mode_processes_share_one_size_cap() {
     require("gcc");
     let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-x86_64");
     let home = tempfile::tempdir().unwrap();
-    let (src, prog) = (home.path().join("forkloop.c"), home.path().join("forkloop"));
-    std::fs::write(&src, FORK_LOOP).unwrap();
-    let built = Command::new("gcc")
-        .args(["-O1", "-g", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .status()
-        .expect("run gcc");
-    assert!(built.success());
+    let prog = common::user::compile("gcc", &["-O1", "-g"], home.path(), "forkloop", FORK_LOOP);
     let argv: Vec<String> = [qemu.as_path(), prog.as_path()]
         .iter()
         .map(|p| p.to_string_lossy().into_owned())

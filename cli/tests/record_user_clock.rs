@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::user::{record_with, text};
+use common::user::{compile, record_with, text};
 use qemu_uftrace_tests::replay::uftrace;
 use qemu_uftrace_tests::{cached, disassemble_by, user_qemu};
 use std::collections::BTreeMap;
@@ -86,17 +86,13 @@ fn x86_64() -> Arch {
 
 /// The program, a dynamic PIE built now.
 fn build(arch: &Arch, dir: &Path) -> PathBuf {
-    let src = dir.join("prog.c");
-    std::fs::write(&src, PROGRAM).expect("write the source");
-    let elf = dir.join("prog");
-    let status = Command::new(arch.gcc)
-        .args(["-O2", "-g", "-fno-inline", "-o"])
-        .arg(&elf)
-        .arg(&src)
-        .status()
-        .unwrap_or_else(|e| panic!("run {}: {e}", arch.gcc));
-    assert!(status.success(), "{} failed", arch.gcc);
-    elf
+    compile(
+        arch.gcc,
+        &["-O2", "-g", "-fno-inline"],
+        dir,
+        "prog",
+        PROGRAM,
+    )
 }
 
 /// CLOCK_MONOTONIC in ns: the clock wall-time traces are on.
@@ -455,15 +451,7 @@ int main(int argc, char **argv) {
 fn an_exec_d_program_keeps_its_layout_and_its_environment() {
     let qemu = cached("qemu-10.2.2/bin/qemu-x86_64");
     let tmp = tempfile::tempdir().expect("temp dir");
-    let (src, elf) = (tmp.path().join("execs.c"), tmp.path().join("execs"));
-    std::fs::write(&src, EXECS).expect("write the source");
-    let built = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&elf)
-        .arg(&src)
-        .status()
-        .expect("run gcc");
-    assert!(built.success());
+    let elf = compile("gcc", &["-O1"], tmp.path(), "execs", EXECS);
     let elf = elf.to_string_lossy();
     let (fixed, said) = record_layout(&qemu, &[&elf], &[], false);
     assert_eq!(said, "exec'd: GLIBC_TUNABLES=(unset)\n");

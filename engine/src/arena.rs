@@ -15,6 +15,10 @@ const ONE_ARENA: &[u8] = b"glibc.malloc.arena_max=1";
 /// The variable.
 pub const NAME: &str = "GLIBC_TUNABLES";
 
+/// QEMU's own environment variables that set or unset the guest's variables, as `-E`/`-U`
+/// do: where one is set, the user has a say over the variable that is not second-guessed.
+pub const QEMU_ENV_OPTIONS: [&str; 2] = ["QEMU_SET_ENV", "QEMU_UNSET_ENV"];
+
 /// What QEMU is run with.
 #[derive(Debug, PartialEq, Eq)]
 pub struct OneArena {

@@ -340,9 +340,8 @@ pub fn prepare(
     // kept by options after the user's (the plugin does the same for an exec'd program).
     let one_arena = match &inv.user {
         Some(_) if fixed_layout => {
-            let set = |k| std::env::var_os(k).is_some();
-            let user_says = set("QEMU_SET_ENV")
-                || set("QEMU_UNSET_ENV")
+            let user_says = (qemu_uftrace_engine::arena::QEMU_ENV_OPTIONS.iter())
+                .any(|k| std::env::var_os(k).is_some())
                 || (inv.opts.iter()).any(|o| {
                     let value = o.value.as_deref().unwrap_or_default();
                     qemu_uftrace_engine::arena::touches(&o.name, value.as_bytes())

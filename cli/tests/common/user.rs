@@ -7,6 +7,23 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// Builds `source` into `dir/NAME` with the compiler `cc` and `flags`: a program a test
+/// writes itself.
+pub fn compile(cc: &str, flags: &[&str], dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("write the source");
+    let elf = dir.join(name);
+    let status = Command::new(cc)
+        .args(flags)
+        .arg("-o")
+        .arg(&elf)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("run {cc} (scripts/install-deps.sh installs it): {e}"));
+    assert!(status.success(), "{cc} failed");
+    elf
+}
+
 /// One user-mode architecture: its emulator (a path in the cache) and its cross compilers'
 /// prefix.
 pub struct Target {

@@ -302,9 +302,13 @@ fn one_arena(opts: &[Vec<u8>], envp: &mut Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         .iter()
         .find_map(|e| e.strip_prefix(key))
         .map(<[u8]>::to_vec);
-    let user_says = envp
-        .iter()
-        .any(|e| e.starts_with(b"QEMU_SET_ENV=") || e.starts_with(b"QEMU_UNSET_ENV="))
+    let set = |name: &str| {
+        (envp.iter()).any(|e| {
+            e.strip_prefix(name.as_bytes())
+                .is_some_and(|r| r.starts_with(b"="))
+        })
+    };
+    let user_says = arena::QEMU_ENV_OPTIONS.iter().any(|k| set(k))
         || (opts.windows(2)).any(|w| arena::touches(&String::from_utf8_lossy(&w[0]), &w[1]));
     let Some(a) = arena::one_arena(current.as_deref(), user_says) else {
         return Vec::new();
