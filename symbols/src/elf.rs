@@ -178,6 +178,25 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
         known.sort_unstable_by_key(|&(a, len)| (a, std::cmp::Reverse(len)));
         known
     };
+    // A stripped program's `main`, from its `_start` (unless a symbol names it already),
+    // sized by its FDE.
+    if !has_table && !cands.iter().any(|c| c.name == b"main") {
+        let entry: u64 = header.e_entry(endian).into();
+        let fde_at = |a: u64| unwound.iter().any(|&(start, len)| start == a && len > 0);
+        if let Some(main) = main_of(&file, data, entry, fde_at) {
+            let size = unwound
+                .iter()
+                .find(|&&(a, _)| a == main)
+                .map_or(0, |&(_, n)| n);
+            cands.push(Candidate {
+                addr: main,
+                size,
+                name: b"main",
+                global: true,
+                typed: true,
+            });
+        }
+    }
     // A program with no symbols at all still calls through its PLT, whose entries are named
     // after the functions they reach.
     let some = !cands.is_empty() || !unwound.is_empty();
@@ -280,6 +299,91 @@ fn loader_calls<'data, Elf: FileHeader<Endian = Endianness>>(
     }
     out.retain(|&a| in_code(sections, endian, a));
     out
+}
+
+/// A 64-bit little-endian program's `main`, where its entry point is glibc's `_start`
+/// (`start_main`): the address it loads, or the GOT slot's (its `R_*_RELATIVE` addend, else
+/// what the slot holds). Only an address in code, other than the entry point, counts.
+/// `fde_at`: whether an FDE starts at an address (a function of its own, never `_start`'s
+/// `__wrap_main` label).
+fn main_of<'d, Elf: FileHeader<Endian = Endianness>>(
+    file: &ElfFile<'d, Elf, &'d [u8]>,
+    data: &'d [u8],
+    entry: u64,
+    fde_at: impl Fn(u64) -> bool,
+) -> Option<u64> {
+    use crate::start_main::{self, MainAt};
+    let endian = file.endian();
+    let header = file.elf_header();
+    if !header.is_class_64() || !endian.is_little_endian() || entry == 0 {
+        return None;
+    }
+    let sections = file.elf_section_table();
+    // A program: fixed, or position-independent without a soname (a shared library's entry
+    // point, as libc.so.6's that prints its version, is no `_start`).
+    let soname = || {
+        sections
+            .dynamic(endian, data)
+            .ok()
+            .flatten()
+            .is_some_and(|(entries, _)| {
+                tagged::<Elf>(entries, endian, &[elf::DT_SONAME])
+                    .next()
+                    .is_some()
+            })
+    };
+    match header.e_type(endian) {
+        elf::ET_EXEC => {}
+        elf::ET_DYN if !soname() => {}
+        _ => return None,
+    }
+    // The bytes of the section holding `addr`, from `addr` on.
+    let bytes_at = |addr: u64| -> Option<&'d [u8]> {
+        sections.iter().find_map(|s| {
+            let start: u64 = s.sh_addr(endian).into();
+            let size: u64 = s.sh_size(endian).into();
+            if s.sh_type(endian) != elf::SHT_PROGBITS || addr < start || addr - start >= size {
+                return None;
+            }
+            s.data(endian, data)
+                .ok()?
+                .get(usize::try_from(addr - start).ok()?..)
+        })
+    };
+    let code = bytes_at(entry)?;
+    let (found, relative) = match header.e_machine(endian) {
+        elf::EM_X86_64 => (start_main::x86_64(code, entry)?, elf::R_X86_64_RELATIVE),
+        elf::EM_AARCH64 => (start_main::aarch64(code, entry)?, elf::R_AARCH64_RELATIVE),
+        elf::EM_RISCV => (start_main::riscv64(code, entry)?, elf::R_RISCV_RELATIVE),
+        _ => return None,
+    };
+    let main = match found {
+        MainAt::Addr(a) => a,
+        MainAt::Slot(slot) => {
+            // Elf64_Rela: r_offset, r_info (type in the low half), r_addend.
+            let rela = (sections.iter())
+                .filter(|s| s.sh_type(endian) == elf::SHT_RELA)
+                .filter_map(|s| s.data(endian, data).ok())
+                .flat_map(|d| d.chunks_exact(24))
+                .find_map(|r| {
+                    let word =
+                        |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or_default());
+                    (word(0) == slot && word(8) & 0xffff_ffff == u64::from(relative))
+                        .then(|| word(16))
+                });
+            match rela {
+                Some(addend) => addend,
+                None => u64::from_le_bytes(bytes_at(slot)?.get(..8)?.try_into().ok()?),
+            }
+        }
+    };
+    // glibc's `__wrap_main` (`b main`) where `_start` loads that: a label inside
+    // `_start`'s FDE. A `main` that is a tail call only (an FDE of its own) stays.
+    let main = (bytes_at(main))
+        .filter(|_| !fde_at(main))
+        .and_then(|code| start_main::trampoline(header.e_machine(endian), code, main))
+        .unwrap_or(main);
+    (main != entry && in_code(sections, endian, main)).then_some(main)
 }
 
 /// Whether `file` has DWARF lines of its own. By its header: decompressing a kernel's

@@ -21,6 +21,7 @@ mod functions;
 mod kallsyms_tables;
 mod kernel_image;
 mod source_arg;
+mod start_main;
 mod system_map;
 
 pub use banner::{kernel_banner, Banner};
