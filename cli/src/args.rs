@@ -237,14 +237,18 @@ pub struct RecordArgs {
     /// End the trace at the first entry into FUNC; `,exit` stops QEMU too
     ///
     /// FUNC e.g. `panic`. Any task's entry; the symbols on the command line and --symbols name
-    /// FUNC (in user mode the program's shared libraries too, as for -F)
+    /// FUNC (in user mode the program's shared libraries too, as for -F). System mode, a
+    /// Linux guest: PATH:FUNC is a function of the guest's file PATH, found under --sysroot
+    /// and wherever a process maps it (a stripped program's main from its _start)
     #[arg(long, value_name = "FUNC[,exit]", value_parser = crate::stop_at::parse)]
     pub stop_at: Option<crate::stop_at::StopAt>,
 
     /// Begin the trace at the first entry into FUNC
     ///
     /// Any task's entry; each task's frames open then are written first, as entries at the
-    /// times they were entered, so that the replay nests
+    /// times they were entered, so that the replay nests. PATH:FUNC (system mode, a Linux
+    /// guest): a function of the guest's file PATH, e.g.
+    /// /lib/systemd/systemd-journald:main, as for --stop-at
     #[arg(long, value_name = "FUNC")]
     pub start_at: Option<String>,
 
@@ -282,7 +286,8 @@ pub struct RecordArgs {
     /// instruction: FUNC is in its window as uftrace's trace_on trigger has it, among the
     /// opened frames with the calls it was called from (other vCPUs switch where the block
     /// they run ends). In user mode FUNC may be a position-independent program's or a
-    /// shared library's, placed where the guest maps it
+    /// shared library's, placed where the guest maps it; in system mode PATH:FUNC a guest
+    /// file's, as for --stop-at
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 
@@ -291,7 +296,7 @@ pub struct RecordArgs {
     /// Each closes the window at FUNC's first instruction: FUNC's entry is its last record
     /// (as --stop-at's), and the frames open there close (other vCPUs switch where the block
     /// they run ends). In user mode FUNC may be a position-independent program's or a
-    /// shared library's
+    /// shared library's; in system mode PATH:FUNC a guest file's
     #[arg(long, value_name = "FUNC")]
     pub trace_off_at: Vec<String>,
 

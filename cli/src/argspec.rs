@@ -211,6 +211,8 @@ impl ArgSpecs {
                     Some(l) => (format!("L {:x} {:x}", l.dev, l.ino), a),
                     None => continue,
                 },
+                // A guest file's `PATH:FUNC` names a trigger only.
+                Addr::File(..) => continue,
             };
             let args: Vec<String> = (f.values.iter())
                 .filter(|v| !v.is_retval())
@@ -666,9 +668,10 @@ fn auto_from(
         .collect();
     // An address as (its image, where in it).
     let split = |a: Addr| match a {
-        Addr::At(v) => (None, v),
-        Addr::Pie(v) => (Some(None), v),
-        Addr::Lib(i, v) => (Some(Some(i)), v),
+        Addr::At(v) => ((0, 0), v),
+        Addr::Pie(v) => ((1, 0), v),
+        Addr::Lib(i, v) => ((2, i), v),
+        Addr::File(i, v) => ((3, i), v),
     };
     // A DWARF function's symbol: of its name, at its low_pc or up to ENTRY_PAD before it.
     let symbol = |name: &str, low: Addr| -> Option<Addr> {
@@ -1006,6 +1009,7 @@ mod tests {
             sources: 1,
             pie_entry: None,
             libraries: Vec::new(),
+            ..Default::default()
         };
         let sizes = [
             (Addr::At(0x10), 8),
@@ -1094,6 +1098,7 @@ mod tests {
             sources: 1,
             pie_entry: None,
             libraries: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -1119,6 +1124,7 @@ mod tests {
             sources: 1,
             pie_entry: None,
             libraries: Vec::new(),
+            ..Default::default()
         };
         let typed = vec![
             (
@@ -1307,6 +1313,7 @@ mod tests {
             sources: 1,
             pie_entry: None,
             libraries: Vec::new(),
+            ..Default::default()
         };
         let typed = vec![(
             (many.iter())

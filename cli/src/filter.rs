@@ -219,6 +219,7 @@ mod tests {
             sources: 1,
             pie_entry: None,
             libraries: Vec::new(),
+            ..Default::default()
         }
     }
 

@@ -14,6 +14,7 @@ pub mod entries;
 pub mod errors;
 pub mod export;
 pub mod filter;
+pub mod guest_functions;
 pub mod guest_procs;
 pub mod guest_tasks;
 pub mod host_info;

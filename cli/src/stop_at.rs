@@ -47,6 +47,10 @@ pub enum Addr {
     At(u64),
     Pie(u64),
     Lib(u32, u64),
+    /// System mode: at this offset in guest file `Names::guest_files[i]`, wherever a
+    /// process maps it (`PATH:FUNC`, for `--stop-at`, `--start-at`, `--trace-on-at` and
+    /// `--trace-off-at` only).
+    File(u32, u64),
 }
 
 /// A shared library a user-mode program maps, as the plugin knows its file (by device and
@@ -73,6 +77,18 @@ pub struct Names {
     /// User mode, for `-F`/`-N`, `--stop-at`/`--start-at`, `-A`/`-R`: the libraries whose
     /// functions are among `functions` ([`Names::add_libraries`]).
     pub libraries: Vec<Library>,
+    /// System mode: the guest files `PATH:FUNC` names, as the plugin's process-map watch
+    /// renders their paths (`file_…=` options), and their functions by `PATH:FUNC`
+    /// (`guest_functions::add`; apart from `functions`: `-F`, `-N` and `-A` do not
+    /// take them).
+    pub guest_files: Vec<String>,
+    pub file_functions: Vec<(String, Addr)>,
+}
+
+/// `PATH:FUNC`, a function of a guest file: PATH absolute, FUNC after its first colon.
+pub fn guest_function(text: &str) -> Option<(&str, &str)> {
+    let (path, func) = text.split_once(':')?;
+    (path.starts_with('/') && path.len() > 1 && !func.is_empty()).then_some((path, func))
 }
 
 impl Names {
@@ -140,7 +156,8 @@ impl Names {
 /// FUNC's addresses in `names` (every source that defines it) for `option` (`--stop-at`);
 /// an unknown name is one line with the names closest to it.
 pub fn resolve(option: &str, func: &str, names: &Names) -> Result<Vec<Addr>> {
-    let mut addrs: Vec<Addr> = (names.functions.iter())
+    let all_names = || names.functions.iter().chain(&names.file_functions);
+    let mut addrs: Vec<Addr> = all_names()
         .filter(|(name, _)| name == func)
         .map(|&(_, addr)| addr)
         .collect();
@@ -149,9 +166,13 @@ pub fn resolve(option: &str, func: &str, names: &Names) -> Result<Vec<Addr>> {
     if !addrs.is_empty() {
         return Ok(addrs);
     }
-    let all: Vec<String> = names.functions.iter().map(|(n, _)| n.clone()).collect();
+    let all: Vec<String> = all_names().map(|(n, _)| n.clone()).collect();
     let close = closest(func, &all);
-    let hint = if close.is_empty() {
+    let hint = if close.is_empty() && guest_function(func).is_some() {
+        "name a function of that file (its symbols, or its debug file's under the root's \
+         /usr/lib/debug)"
+            .to_string()
+    } else if close.is_empty() {
         "name a function of the guest's symbols (add --symbols FILE for others)".to_string()
     } else {
         format!("did you mean {}?", close.join(", "))
@@ -190,6 +211,26 @@ pub fn start_option(addrs: &[Addr], libraries: &[Library]) -> String {
     keyed("start_at", addrs, libraries)
 }
 
+/// `,file_KEY=HEXPATH.OFFSET:…` for the guest files' functions among `addrs` (`files`:
+/// [`Names::guest_files`]), when there are some.
+pub fn file_keyed(key: &str, addrs: &[Addr], files: &[String]) -> String {
+    let list: Vec<String> = (addrs.iter())
+        .filter_map(|a| match *a {
+            Addr::File(i, at) => {
+                let path = files.get(i as usize)?;
+                let hex: String = path.bytes().map(|b| format!("{b:02x}")).collect();
+                Some(format!("{hex}.{at:x}"))
+            }
+            _ => None,
+        })
+        .collect();
+    if list.is_empty() {
+        String::new()
+    } else {
+        format!(",file_{key}={}", list.join(":"))
+    }
+}
+
 /// `,KEY=A:B` for the run-time addresses, `,pie_KEY=C` for a PIE's and `,lib_KEY=DEV.INO.D`
 /// for a shared library's (in `libraries`), each when there are some, in the order given
 /// (the plugin numbers a library's `-F`/`-N` functions so).
@@ -204,6 +245,8 @@ pub fn keyed(key: &str, addrs: &[Addr], libraries: &[Library]) -> String {
                     lib.push(format!("{:x}.{:x}.{a:x}", l.dev, l.ino));
                 }
             }
+            // Said by `file_keyed`.
+            Addr::File(..) => {}
         }
     }
     let mut v = String::new();
@@ -295,6 +338,24 @@ mod tests {
             ),
             ",pie_start_at=20,lib_start_at=801.b.900"
         );
+    }
+
+    #[test]
+    fn guest_files_functions_are_keyed_by_path_and_offset() {
+        assert_eq!(guest_function("/lib/x:main"), Some(("/lib/x", "main")));
+        assert_eq!(guest_function("/lib/x:ns::f"), Some(("/lib/x", "ns::f")));
+        for plain in ["main", "ns::f", "/:main", "/lib/x:", "lib/x:main"] {
+            assert_eq!(guest_function(plain), None, "{plain}");
+        }
+        let files = vec!["/a".to_string(), "/b c".to_string()];
+        let addrs = [Addr::At(0x10), Addr::File(1, 0x8370), Addr::File(0, 0x20)];
+        assert_eq!(
+            file_keyed("trace_on_at", &addrs, &files),
+            ",file_trace_on_at=2f622063.8370:2f61.20"
+        );
+        // The others' options leave them out.
+        assert_eq!(keyed("trace_on_at", &addrs, &[]), ",trace_on_at=10");
+        assert_eq!(file_keyed("stop_at", &addrs[..1], &files), "");
     }
 
     #[test]

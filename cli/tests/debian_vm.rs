@@ -19,6 +19,7 @@
 //! while inside the root those paths hold the right files: each is named from the root (its
 //! `.sym` the root's file's, the host's differs), no decoy is opened. That boot also keeps
 //! only its last 4 MiB (`--keep-last`): the boot's end, PID 1 running systemd-shutdown.
+//! Another amd64 boot starts writing at journald's `main` (`--start-at PATH:FUNC`).
 //!
 //! Run: `cargo test -p qemu-uftrace --test debian_vm`.
 
@@ -525,6 +526,162 @@ fn systemd_boot_named_from_the_root_on_arm64() {
         &root,
         "aarch64-linux-gnu",
         true,
+    );
+}
+
+/// `--start-at PATH:FUNC` on the amd64 boot: nothing is written before journald's `main`
+/// first runs. The program is named through the root's `/lib` link (`/usr/lib` inside the
+/// root), and is stripped: its `main` is found from its `_start`. Its replay starts with the
+/// frames open then (`qemu:opened`), and every record before that moment, in every task, is
+/// such an open frame's entry.
+#[test]
+fn systemd_boot_started_at_journald_s_main() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = debian_vm_root();
+    let func = "/lib/systemd/systemd-journald:main";
+    let (dir, stderr) = record_boot(
+        "10.2.2",
+        &amd64_boot("10.2.2"),
+        tmp.path(),
+        &root,
+        &["--start-at", func],
+    );
+    assert!(
+        stderr.contains(&format!(
+            "started writing at the first entry into {func} (0x"
+        )),
+        "record did not say where it started:\n{stderr}"
+    );
+    let journald = sessions(&dir)
+        .into_iter()
+        .find(|s| s.2 == "systemd-journald")
+        .unwrap_or_else(|| panic!("no systemd-journald among {:?}", sessions(&dir)));
+    let d = dir.to_string_lossy();
+    let tid = journald.0.to_string();
+    let text = uftrace(&[
+        "replay",
+        "--no-pager",
+        "-d",
+        &d,
+        "-f",
+        "time",
+        "--tid",
+        &tid,
+    ])
+    .expect("uftrace replay");
+    // TIMESTAMP | FUNCTION, the function column as replay indents it.
+    let rows: Vec<(f64, &str)> = (text.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (time, func) = l.split_once('|')?;
+            Some((time.trim().parse().ok()?, func.trim()))
+        })
+        .collect();
+    let head: Vec<&str> = rows.iter().take(4).map(|r| r.1).collect();
+    assert_eq!(
+        head,
+        [
+            "__libc_start_main() {",
+            "__libc_start_call_main() {",
+            "/* qemu:opened */",
+            "main() {"
+        ],
+        "journald's replay does not start at its main:\n{}",
+        text.lines().take(12).collect::<Vec<_>>().join("\n")
+    );
+    let start = rows[3].0;
+    // Every task: before the start, only entries of frames open at it.
+    let all = uftrace(&["replay", "--no-pager", "-d", &d, "-f", "time,tid"]).expect("replay");
+    let early: Vec<&str> = (all.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            let Some((head, func)) = l.split_once('|') else {
+                return false;
+            };
+            let time: Option<f64> = head.split(']').nth(1).and_then(|t| t.trim().parse().ok());
+            time.is_some_and(|t| t < start) && !func.trim_end().ends_with('{')
+        })
+        .take(5)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "records before the start ({start}) that are no open frame's entry: {early:#?}"
+    );
+    assert!(
+        all.lines().count() > 10_000,
+        "the window holds {} lines",
+        all.lines().count()
+    );
+}
+
+/// `PATH:FUNC` given wrong: one line each, before QEMU starts, naming what is wrong and the
+/// way out; user mode refuses it (its libraries' functions are named alone).
+#[test]
+fn path_func_mistakes_are_one_line_each() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let root = debian_vm_root();
+    let root = root.to_str().expect("a UTF-8 cache path");
+    let argv = amd64_boot("10.2.2");
+    let journald = "/lib/systemd/systemd-journald";
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--start-at".into(), format!("{journald}:main")],
+            "is a guest file, found under --sysroot; give the guest's root file system",
+        ),
+        (
+            vec![
+                "--sysroot".into(),
+                root.into(),
+                "--trace-on-at".into(),
+                "/lib/systemd/systemd-nope:main".into(),
+            ],
+            "no file /lib/systemd/systemd-nope under --sysroot",
+        ),
+        (
+            vec![
+                "--sysroot".into(),
+                root.into(),
+                "--stop-at".into(),
+                format!("{journald}:mian"),
+            ],
+            "did you mean /lib/systemd/systemd-journald:main,",
+        ),
+        // `..` stops at the root: the root's /etc/passwd, which is no ELF file.
+        (
+            vec![
+                "--sysroot".into(),
+                root.into(),
+                "--start-at".into(),
+                "/../../../etc/passwd:main".into(),
+            ],
+            "not an ELF file",
+        ),
+    ];
+    for (options, said) in &cases {
+        let out = common::record_into(&tmp.path().join("t.data"), options, &argv);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.code() == Some(2) && err.lines().count() == 1 && err.contains(said),
+            "{options:?}: {} (wanted one line with {said:?}):\n{err}",
+            out.status
+        );
+    }
+    // User mode.
+    let qemu = qemu_uftrace_tests::user_qemu();
+    let prog = qemu_uftrace_tests::user_guest_elf("nested.elf").expect("the user-mode guest");
+    let argv = vec![qemu.display().to_string(), prog.display().to_string()];
+    let out = common::record_into(
+        &tmp.path().join("u.data"),
+        &["--start-at", "/nested.elf:main"],
+        &argv,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2)
+            && err.lines().count() == 1
+            && err.contains("PATH:FUNC names a function of a guest file in system mode"),
+        "user mode: {}:\n{err}",
+        out.status
     );
 }
 

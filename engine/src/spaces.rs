@@ -287,6 +287,19 @@ impl Spaces {
         self.total = self.total - before + space.maps.len();
     }
 
+    /// The id of the file interned for guest path `path`, once some space mapped it.
+    pub fn file_id(&self, path: &str) -> Option<u32> {
+        self.files.get(path).copied()
+    }
+
+    /// The file (its id) and the offset in it that space `space` maps at `addr`, where it
+    /// maps one now.
+    pub fn file_at(&self, space: SpaceId, addr: u64) -> Option<(u32, u64)> {
+        let maps = &self.maps.get(&space)?.maps;
+        let m = (maps.iter()).find(|m| !m.unmapped && m.start <= addr && addr < m.end)?;
+        Some((m.file, (addr - m.start).wrapping_add(m.offset)))
+    }
+
     /// How far code at `addr`, translated in space `from`, lies in space `to`: the
     /// difference of the addresses its file's page has in the two. `None` where either
     /// space does not map it, or `from` was freed (counted in [`Spaces::unmoved`]); then
@@ -682,6 +695,20 @@ mod tests {
         // After it: the reservation's rest, still at its own offset (0x4000 in the file).
         s.mmap(2, "/lib/x.so", 0x60_0000, 0x1000, 0x4000);
         assert_eq!(s.delta(a, b, 0x10_4010), Some(0x60_0000 - 0x10_4000));
+        // Which file and offset an address is (what `--start-at PATH:FUNC` is placed by).
+        let x = s.file_id("/lib/x.so");
+        assert!(x.is_some() && s.file_id("/lib/y.so").is_none());
+        assert_eq!(
+            s.file_at(a, 0x10_1800).map(|(f, o)| (Some(f), o)),
+            Some((x, 0x1800))
+        );
+        assert_eq!(
+            s.file_at(b, 0x60_0010).map(|(f, o)| (Some(f), o)),
+            Some((x, 0x4010))
+        );
+        assert_eq!(s.file_at(b, 0x10_1800), None);
+        s.munmap(2, 0x60_0000, 0x1000);
+        assert_eq!(s.file_at(b, 0x60_0010), None);
         // A PID reused after exit starts clean.
         s.exit(2);
         assert_eq!(s.of(2), 0);

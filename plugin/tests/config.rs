@@ -251,3 +251,30 @@ fn a_shared_library_s_aims_are_file_and_link_address() {
         }
     }
 }
+
+/// System mode: a guest file's functions, by its path (hex) and the offset in the file.
+#[test]
+fn a_guest_file_s_aims_are_path_and_offset() {
+    let Ok(Mode::Record(cfg)) = parse(&args(&[
+        b"out=/t",
+        b"file_start_at=2f612f62.8370:2f78.10",
+        b"file_trace_off_at=2f78.20",
+    ])) else {
+        panic!("refused");
+    };
+    let aims = &cfg.file_aims;
+    assert_eq!(
+        aims.start_at,
+        [("/a/b".to_string(), 0x8370), ("/x".to_string(), 0x10)]
+    );
+    assert_eq!(aims.trace_off_at, [("/x".to_string(), 0x20)]);
+    assert!(aims.stop_at.is_empty() && aims.trace_on_at.is_empty());
+    // Odd hex, a relative path, a bad offset, an empty aim.
+    for bad in ["2f61", "2f6.10", "61.10", "2f61.zz", "2f61.10:", ""] {
+        let arg = format!("file_stop_at={bad}");
+        match parse(&args(&[b"out=/t", arg.as_bytes()])) {
+            Err(e) => assert!(e.contains("HEXPATH.OFFSET"), "{arg}: {e}"),
+            Ok(m) => panic!("{arg} accepted: {m:?}"),
+        }
+    }
+}

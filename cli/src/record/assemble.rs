@@ -157,6 +157,8 @@ pub fn assemble(
                 crate::stop_at::Addr::Lib(i, a) => {
                     prep.filters.lib_ran_at(i, a, &resync_images.first()?.files)
                 }
+                // A guest file's `PATH:FUNC` names a trigger only, never -F/-N.
+                crate::stop_at::Addr::File(..) => None,
             })
             .collect()
     };

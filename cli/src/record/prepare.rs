@@ -182,6 +182,31 @@ pub fn prepare(
         }
         _ => Default::default(),
     };
+    // PATH:FUNC, a guest file's function: system mode, from the guest's root.
+    let mut triggers: Vec<(&str, &str)> = Vec::new();
+    triggers.extend(args.stop_at.iter().map(|s| ("--stop-at", s.func.as_str())));
+    triggers.extend(args.start_at.iter().map(|f| ("--start-at", f.as_str())));
+    triggers.extend(
+        args.trace_on_at
+            .iter()
+            .map(|f| ("--trace-on-at", f.as_str())),
+    );
+    triggers.extend(
+        args.trace_off_at
+            .iter()
+            .map(|f| ("--trace-off-at", f.as_str())),
+    );
+    if let Some((option, text)) = (triggers.iter())
+        .find(|(_, t)| crate::stop_at::guest_function(t).is_some())
+        .filter(|_| inv.is_user_mode())
+    {
+        return Err(crate::errors::usage(
+            format!("{option} {text}: PATH:FUNC names a function of a guest file in system mode"),
+            "in user mode name the function alone (the program's and its libraries' are found \
+             by name)",
+        ));
+    }
+    crate::guest_functions::add(&mut names, &triggers, inv.sysroot.as_deref(), arch)?;
     let stop_at = match &args.stop_at {
         Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &names)?),
         None => None,
@@ -298,6 +323,14 @@ pub fn prepare(
     let proc_watch = if linux {
         match crate::guest_procs::watch_options(layouts.as_ref()) {
             Ok(opts) => Some(opts),
+            // A guest file's function is found where a process maps the file.
+            Err(why) if !names.guest_files.is_empty() => {
+                return Err(crate::errors::usage(
+                    format!("PATH:FUNC cannot be found while the guest runs: {why}"),
+                    "a guest file's function is found where a process maps the file, which \
+                     that watch sees",
+                ));
+            }
             Err(why) => {
                 if inv.initrd().is_some() || inv.sysroot.is_some() {
                     crate::errors::warn_early(why);
@@ -305,6 +338,12 @@ pub fn prepare(
                 None
             }
         }
+    } else if !names.guest_files.is_empty() {
+        return Err(crate::errors::usage(
+            "PATH:FUNC names a function of a file a Linux guest's processes map, and this \
+             guest is not Linux (no Linux kernel among its images)",
+            "name the function alone",
+        ));
     } else {
         None
     };
@@ -507,6 +546,17 @@ impl PluginOptions<'_> {
             self.trace_off_at,
             &self.names.libraries,
         ));
+        // System mode: a guest file's functions (`PATH:FUNC`), found where a process maps
+        // the file.
+        let files = &self.names.guest_files;
+        for (key, addrs) in [
+            ("stop_at", self.stop_at.unwrap_or_default()),
+            ("start_at", self.start_at.unwrap_or_default()),
+            ("trace_on_at", self.trace_on_at),
+            ("trace_off_at", self.trace_off_at),
+        ] {
+            v.push(crate::stop_at::file_keyed(key, addrs, files));
+        }
         // 0 filters nothing: no option, so the plugin keeps its fast path.
         if let Some(threshold) = args.time_filter.filter(|&t| t > 0) {
             v.push(format!(",time_filter={threshold}"));

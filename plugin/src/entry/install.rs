@@ -112,6 +112,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         keep_last: cfg.keep_last,
         start_at: !cfg.start_at.is_empty()
             || !cfg.lib_start_at.is_empty()
+            || !cfg.file_aims.start_at.is_empty()
             || cfg
                 .pie
                 .as_ref()
@@ -144,6 +145,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         trace_on_at: cfg.lib_trace_on_at.clone(),
         trace_off_at: cfg.lib_trace_off_at.clone(),
     });
+    crate::state::file_aims::install(cfg.file_aims.clone());
     // Before the writer's first status, which says whether tracing is on.
     crate::handlers::switch::install(&cfg, register::request_reset);
     // A count of this image's own when the shared one cannot be had: the cap then holds

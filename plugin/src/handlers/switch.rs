@@ -238,6 +238,7 @@ pub fn translates() -> bool {
         || crate::vcpu::clock::insn_counter().is_some()
         || crate::state::aims::triggers_on()
         || crate::state::lib_aims::triggers_on()
+        || crate::state::file_aims::triggers_on()
         || (crate::state::system_mode() && crate::ffi::discontinuity_api().is_none())
 }
 

@@ -8,6 +8,7 @@
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,lib_filter=DEV.INO.ADDR:…][,lib_notrace=…][,lib_stop_at=…][,lib_start_at=…]`
 //! `[,lib_trace_on_at=…][,lib_trace_off_at=…]`
+//! `[,file_stop_at=HEXPATH.OFFSET:…][,file_start_at=…][,file_trace_on_at=…][,file_trace_off_at=…]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]`
 //! `[,pie_trace_on_at=…][,pie_trace_off_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
@@ -96,6 +97,11 @@ pub struct Config {
     pub lib_start_at: Vec<LibAim>,
     pub lib_trace_on_at: Vec<LibAim>,
     pub lib_trace_off_at: Vec<LibAim>,
+    /// System mode: the same four for guest files' functions, each the file's guest path
+    /// and the function's offset in it (`file_stop_at=HEXPATH.OFFSET:…`, `file_start_at=`,
+    /// `file_trace_on_at=`, `file_trace_off_at=`), found where a process maps the file
+    /// (`state::file_aims`).
+    pub file_aims: FileAims,
     /// User mode, a position-independent program: the same six lists for its functions,
     /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
     /// place them once it runs (`aims`).
@@ -306,6 +312,19 @@ impl ModWatch {
 /// A shared library's function: its file's device and inode, its link address.
 pub type LibAim = (u64, u64, u64);
 
+/// A function of a guest file (`state::file_aims`): the file's guest path (as the
+/// process-map watch renders it) and the function's offset in the file.
+pub type FileAim = (String, u64);
+
+/// The guest files' functions, by what names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileAims {
+    pub stop_at: Vec<FileAim>,
+    pub start_at: Vec<FileAim>,
+    pub trace_on_at: Vec<FileAim>,
+    pub trace_off_at: Vec<FileAim>,
+}
+
 /// `DEV.INO.ADDR:…` (hex each).
 fn lib_aims(key: &str, value: &str) -> Result<Vec<LibAim>, String> {
     let hex = |a: &str| u64::from_str_radix(a, 16).ok();
@@ -319,6 +338,28 @@ fn lib_aims(key: &str, value: &str) -> Result<Vec<LibAim>, String> {
         .collect::<Option<Vec<LibAim>>>()
         .filter(|v| !v.is_empty())
         .ok_or_else(|| format!("{key}={value}: expected DEV.INO.ADDR:DEV.INO.ADDR… (hex)"))
+}
+
+/// Parses `HEXPATH.OFFSET:HEXPATH.OFFSET…` (the path's bytes in hex, as the process-map
+/// watch renders a path: escaped, so always UTF-8).
+fn guest_file_aims(key: &str, value: &str) -> Result<Vec<FileAim>, String> {
+    let one = |aim: &str| -> Option<FileAim> {
+        let (path, offset) = aim.split_once('.')?;
+        let bytes = (0..path.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(path.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        let path = String::from_utf8(bytes)
+            .ok()
+            .filter(|p| p.starts_with('/'))?;
+        Some((path, u64::from_str_radix(offset, 16).ok()?))
+    };
+    value
+        .split(':')
+        .map(one)
+        .collect::<Option<Vec<FileAim>>>()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("{key}={value}: expected HEXPATH.OFFSET:HEXPATH.OFFSET… (hex)"))
 }
 
 /// `ADDR:ADDR…`, hex.
@@ -375,6 +416,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let (mut lib_filter, mut lib_notrace) = (Vec::new(), Vec::new());
     let (mut lib_stop_at, mut lib_start_at) = (Vec::new(), Vec::new());
     let (mut lib_trace_on_at, mut lib_trace_off_at) = (Vec::new(), Vec::new());
+    let mut file_aims = FileAims::default();
     let mut time_filter = 0;
     let mut pie_entry = None;
     let mut pie = Aims::default();
@@ -479,6 +521,10 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "lib_start_at" => lib_start_at = lib_aims(&key, value)?,
             "lib_trace_on_at" => lib_trace_on_at = lib_aims(&key, value)?,
             "lib_trace_off_at" => lib_trace_off_at = lib_aims(&key, value)?,
+            "file_stop_at" => file_aims.stop_at = guest_file_aims(&key, value)?,
+            "file_start_at" => file_aims.start_at = guest_file_aims(&key, value)?,
+            "file_trace_on_at" => file_aims.trace_on_at = guest_file_aims(&key, value)?,
+            "file_trace_off_at" => file_aims.trace_off_at = guest_file_aims(&key, value)?,
             "time_filter" => {
                 time_filter = value
                     .parse::<u64>()
@@ -604,6 +650,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         lib_start_at,
         lib_trace_on_at,
         lib_trace_off_at,
+        file_aims,
         time_filter,
         pie,
         args_file,

@@ -8,6 +8,7 @@ pub mod args;
 pub mod config;
 /// The guest's function entries, which a direct jump enters as a call (`entries=`).
 pub mod entries;
+pub mod file_aims;
 pub mod flight;
 pub mod guest;
 /// A Linux kernel's randomised base, found where it first runs in the upper half.
@@ -168,16 +169,18 @@ pub struct AtBlock {
 
 /// The aims at the block at run-time `start`: those given and a PIE's as the guest runs
 /// them (the CLI names functions in the symbol file's space: a randomised kernel's are
-/// moved back), and a shared library's where the guest mapped it (`lib_aims`). A
-/// PIE's and a library's are placed before any of their code is translated.
+/// moved back), a shared library's where the guest mapped it (`lib_aims`), and (system
+/// mode) a guest file's where the translating process maps it (`file_aims`). A PIE's and a
+/// library's are placed before any of their code is translated.
 pub fn aims_at(start: u64) -> AtBlock {
     let aims = aims::now();
     let at = kaslr::to_symbols(start);
     let [stop, start_lib, on, off] = lib_aims::marks_at(start);
+    let [f_stop, f_start, f_on, f_off] = file_aims::marks_at(start);
     AtBlock {
-        stop_at: stop || aims.stop_at.contains(&at),
-        start_at: start_lib || aims.start_at.contains(&at),
-        trace_on_at: on || aims.trace_on_at.contains(&at),
-        trace_off_at: off || aims.trace_off_at.contains(&at),
+        stop_at: stop || f_stop || aims.stop_at.contains(&at),
+        start_at: start_lib || f_start || aims.start_at.contains(&at),
+        trace_on_at: on || f_on || aims.trace_on_at.contains(&at),
+        trace_off_at: off || f_off || aims.trace_off_at.contains(&at),
     }
 }
