@@ -221,7 +221,8 @@ pub struct RecordArgs {
     ///
     /// SIZE in powers of 1024, as QEMU's -m; the trace is marked incomplete, and the exit
     /// status stays QEMU's. One cap for the whole trace: in user mode the guest's forked and
-    /// exec'd processes take from it too. Without it the cap is 4 GiB, or half the free disk
+    /// exec'd processes take from it too (their files ~20 KiB each; those started once it is
+    /// reached run untraced, and are counted). Without it the cap is 4 GiB, or half the free disk
     /// space when that is less (QEMU runs on, and record exits 1 if it is reached); `none`
     /// sets no cap
     #[arg(long, value_name = "SIZE[,exit]", value_parser = crate::max_size::parse)]

@@ -108,18 +108,27 @@ fn default_for(free: u64) -> Cap {
     }
 }
 
-/// In the staging directory, user mode: the 8-byte count of what the cap has given out,
-/// which every process image of the guest maps and takes from (the plugin's
+/// In the staging directory, user mode: two native-endian words, the bytes the cap has
+/// given out and the process images that ran untraced because it had no room for their
+/// files, which every process image of the guest maps and takes from (the plugin's
 /// `state::taken`). A guest forking in a loop would otherwise write the cap once per
-/// process.
+/// process, or fill the disk with each process's small files.
 pub const COUNT_FILE: &str = ".max-size";
 
 /// Makes [`COUNT_FILE`] in `staging`, at 0.
 pub fn make_count_file(staging: &Path) -> anyhow::Result<std::path::PathBuf> {
     use anyhow::Context;
     let file = staging.join(COUNT_FILE);
-    std::fs::write(&file, [0u8; 8]).with_context(|| format!("cannot write {}", file.display()))?;
+    std::fs::write(&file, [0u8; 16]).with_context(|| format!("cannot write {}", file.display()))?;
     Ok(file)
+}
+
+/// The process images [`COUNT_FILE`] in `staging` says ran untraced (0 without it).
+pub fn untraced_images(staging: &Path) -> u64 {
+    std::fs::read(staging.join(COUNT_FILE))
+        .ok()
+        .and_then(|b| Some(u64::from_ne_bytes(b.get(8..16)?.try_into().ok()?)))
+        .unwrap_or(0)
 }
 
 /// What a guest's session maps may take together, after the trace's `written` bytes of

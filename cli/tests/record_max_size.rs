@@ -127,7 +127,8 @@ fn a_bad_size_is_one_line() {
 }
 
 /// A guest that forks in a loop: each child writes 120,000 records (1.8 MiB) alone, every
-/// second one after an exec of the program itself (a new QEMU, `PROG 0 STEPS`).
+/// second one after an exec of the program itself (a new QEMU, `PROG 0 STEPS`). It fails
+/// (exit 1) unless every child ran to its end.
 const FORK_LOOP: &str = r#"
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -139,6 +140,7 @@ int main(int argc, char **argv) {
     long steps = atol(argv[2]);
     if (children == 0)
         return work(steps) == 0;
+    int failed = 0;
     for (int i = 0; i < children; i++) {
         pid_t p = fork();
         if (p == 0) {
@@ -146,11 +148,26 @@ int main(int argc, char **argv) {
                 execl(argv[0], argv[0], "0", argv[2], (char *)0);
             _exit(work(steps) == 0);
         }
-        waitpid(p, 0, 0);
+        int status = 1;
+        waitpid(p, &status, 0);
+        failed |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     }
-    return 0;
+    return failed;
 }
 "#;
+
+/// [`FORK_LOOP`] built in `dir`, run by qemu-x86_64 with `children` children of `steps`
+/// steps each: the command.
+fn fork_loop(dir: &std::path::Path, children: u32, steps: u32) -> Vec<String> {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-x86_64");
+    let prog = common::user::compile("gcc", &["-O1", "-g"], dir, "forkloop", FORK_LOOP);
+    let mut argv: Vec<String> = [qemu.as_path(), prog.as_path()]
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    argv.extend([children.to_string(), steps.to_string()]);
+    argv
+}
 
 /// User mode: `--max-size` bounds the whole trace, not each process. A guest's forked
 /// children and exec'd programs each get a process image of their own; each wrote up to the
@@ -160,14 +177,8 @@ int main(int argc, char **argv) {
 fn user_mode_processes_share_one_size_cap() {
     require("uftrace");
     require("gcc");
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-x86_64");
     let home = tempfile::tempdir().unwrap();
-    let prog = common::user::compile("gcc", &["-O1", "-g"], home.path(), "forkloop", FORK_LOOP);
-    let argv: Vec<String> = [qemu.as_path(), prog.as_path()]
-        .iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .chain(["6".into(), "60000".into()])
-        .collect();
+    let argv = fork_loop(home.path(), 6, 60_000);
     let o = record(home.path(), &["--max-size", "64M"], &argv);
     assert!(o.status.success(), "{}", stderr(&o));
     let dir = home.path().join("t");
@@ -180,20 +191,82 @@ fn user_mode_processes_share_one_size_cap() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     let bytes = dat_bytes(&dir);
     assert!(bytes > 0 && bytes <= 1 << 20, "{bytes} bytes of records");
-    // The first child reached the cap; the first process, the other five children and the
-    // three programs they exec'd (`process PID (PROG)`) found it reached.
+    // The first child reached the cap, and the first process found it reached. The cap had
+    // no room left for the other five children's files: they ran untraced, and so did the
+    // programs they exec'd (the guest's exit status says every child ran to its end).
     assert!(
         err.contains("INCOMPLETE TRACE: the size cap (--max-size 1M) was reached"),
         "{err}"
     );
     assert!(
         err.contains(
-            "INCOMPLETE TRACE: 9 other processes stopped writing at the same size cap (forked \
+            "INCOMPLETE TRACE: 1 other process stopped writing at the same size cap (forked \
              process "
         ),
         "{err}"
     );
-    assert_eq!(err.matches("INCOMPLETE TRACE").count(), 2, "{err}");
+    assert!(
+        err.contains(
+            "INCOMPLETE TRACE: 5 more processes (forked or exec'd) started once the size cap \
+             (--max-size 1M) had no room left for their files: they ran untraced"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("INCOMPLETE TRACE").count(), 3, "{err}");
     assert!(!dir.join(".max-size").exists());
     assert!(replay(&dir).contains("leaf();"));
+}
+
+/// User mode: a guest forking in a loop cannot fill the disk with its processes' own small
+/// files either (issue 32). Each process image's files (a directory and four `plugin.*`
+/// files, ~20 KiB on disk) take their room in the cap before it runs; past it the processes
+/// run untraced, write nothing, and are counted in one line. 200 children of a few hundred
+/// records each: 8 MB of files before (20 KiB a process), within about the cap now.
+#[test]
+fn a_fork_loop_s_process_files_stay_within_the_size_cap() {
+    require("gcc");
+    let home = tempfile::tempdir().unwrap();
+    let argv = fork_loop(home.path(), 200, 100);
+    let o = record(home.path(), &["--max-size", "1M"], &argv);
+    let err = stderr(&o);
+    // Every child ran to its end, traced or not (the guest's exit status).
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let dir = home.path().join("t");
+    let on_disk = disk_usage(&dir);
+    assert!(
+        on_disk <= (1 << 20) + (768 << 10),
+        "{on_disk} bytes on disk for --max-size 1M"
+    );
+    let line = err
+        .lines()
+        .find(|l| l.contains("more processes (forked or exec'd) started once the size cap"))
+        .unwrap_or_else(|| panic!("no line for the untraced processes:\n{err}"));
+    let untraced: u32 = line
+        .split("INCOMPLETE TRACE: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {line}"));
+    let traced = std::fs::read_dir(dir.join("procs")).map_or(0, |d| d.count()) as u32;
+    // The forked children (the exec'd programs of untraced ones are not counted apart).
+    assert!(
+        untraced > 100 && untraced + traced >= 200,
+        "{untraced} untraced, {traced} traced images:\n{err}"
+    );
+}
+
+/// Bytes `dir` takes on disk, its files' blocks and its directories' (as `du`).
+fn disk_usage(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("a trace directory").flatten() {
+            let m = e.metadata().expect("metadata");
+            total += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
 }

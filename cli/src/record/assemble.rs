@@ -53,10 +53,21 @@ pub fn assemble(
         started,
         procs,
         symbols,
+        untraced,
         ..
     } = ran;
     let cap = prep.cap.as_ref().map(|c| c.origin.as_str());
     let mut user = user_processes(&procs, staging, inv, prep.arch, no_auto_symbols, cap);
+    if let (Some(cap), true) = (cap, untraced > 0) {
+        user.problems.push(format!(
+            "{untraced} more process{} (forked or exec'd) started once the size cap ({cap}) had \
+             no room left for their files: {} ran untraced, and so did the processes {} \
+             started",
+            if untraced == 1 { "" } else { "es" },
+            if untraced == 1 { "it" } else { "they" },
+            if untraced == 1 { "it" } else { "they" },
+        ));
+    }
     for line in &user.failures {
         warn(line);
     }
@@ -70,6 +81,11 @@ pub fn assemble(
         )
     })?;
     let stats = stats.map(|s| with_other_processes(s, &user.stats));
+    // Processes the cap had no room for: the cap was reached, as the user asked.
+    let stats = stats.map(|mut s| {
+        s.size_capped |= untraced > 0;
+        s
+    });
     // One line for those at the size cap; the first image's reason, said on its own,
     // not again.
     if let Some((what, why)) = user.capped.take() {

@@ -24,6 +24,9 @@ pub struct Ran {
     pub started: SystemTime,
     /// User mode: the guest's processes after the first.
     pub procs: Vec<Proc>,
+    /// User mode: process images that ran untraced, the size cap having no room left for
+    /// their files (`max_size::untraced_images`).
+    pub untraced: u64,
     /// What the symbol job did.
     pub symbols: SymbolJob,
     /// Every symbol source (user mode: with the libraries the program mapped).
@@ -68,6 +71,7 @@ pub fn run(
     // Written by the system entries' job, read by the plugin.
     let _ = std::fs::remove_file(staging.join(super::kaslr::ANCHOR_FILE));
     // Every image has ended: none takes from the cap's count any more.
+    let untraced = crate::max_size::untraced_images(staging);
     let _ = std::fs::remove_file(staging.join(crate::max_size::COUNT_FILE));
     let mut sources = prep.sources.clone();
     let load = jobs.symbols.unwrap_or_else(|| {
@@ -110,6 +114,7 @@ pub fn run(
         exit,
         started,
         procs,
+        untraced,
         symbols,
         sources,
     })

@@ -101,6 +101,20 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     };
     cfg.clock = ClockChoice::Fixed(clock);
     let _ = ONE_CLOCK.set(one_vcpu);
+    // User mode, an exec'd program the size cap had no room for: no writer and no file,
+    // only its own forks and execs followed (`lifecycle::process`), untraced too.
+    if cfg.untraced && !system {
+        crate::lifecycle::image::set_untraced();
+        process::install(&cfg.out, cfg.proc_key.clone(), register::retire);
+        if let Some(fd) = cfg.record_pidfd {
+            record_watch::start_inherited(fd);
+        }
+        let _ = CONFIG.set(cfg);
+        // SAFETY: registering our callbacks for our own plugin id, during install.
+        unsafe { register::register_untraced(id) };
+        register::remember(id, false);
+        return;
+    }
     *TASKS.lock().unwrap_or_else(|e| e.into_inner()) = Some(TaskTable::new(cfg.split_levels));
     vcpu::init(vcpus);
     let limits = Limits {
@@ -183,7 +197,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
     clock::init(clock, counter, cfg.tsc, !system);
     landing::init(pending);
     if !system {
-        process::install(&cfg.out, cfg.proc_key.clone());
+        process::install(&cfg.out, cfg.proc_key.clone(), register::retire);
         // Every process of the run ends with `record` (a guest's forks too).
         match cfg.record_pidfd {
             Some(fd) => record_watch::start_inherited(fd),

@@ -136,6 +136,24 @@ unsafe extern "C" fn on_syscall_ret(vcpu: c_uint, num: i64, ret: i64, _userdata:
     syscall_ret(vcpu, num, ret);
 }
 
+/// Registers only the system calls' callbacks of an untraced image (user mode).
+///
+/// # Safety
+/// `id` is this plugin's id.
+pub unsafe fn register_untraced(id: qemu_plugin_id_t) {
+    #[cfg(not(feature = "api-v7"))]
+    unsafe {
+        qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret);
+    }
+    #[cfg(feature = "api-v7")]
+    unsafe {
+        let none = std::ptr::null_mut();
+        qemu_plugin_register_vcpu_syscall_cb(id, on_syscall, none);
+        qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret, none);
+    }
+}
+
 /// Registers the discontinuity callback for interrupts, exceptions and host calls, where
 /// this QEMU has it. Returns whether it did.
 ///
@@ -239,12 +257,29 @@ unsafe extern "C" fn on_reset(_userdata: *mut c_void) {
     reset_done();
 }
 
-/// The reset is done: the switch is applied and every callback registered again.
+/// A forked child that runs untraced (`lifecycle::process`) keeps only the system calls'
+/// callbacks, which follow its execs: asked for by [`retire`], taken at the reset.
+static RETIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// User mode, a forked child the size cap has no room for: every translation and callback
+/// dropped (QEMU runs it at its own speed), but the system calls' (`register_untraced`).
+pub fn retire() {
+    RETIRED.store(true, std::sync::atomic::Ordering::Relaxed);
+    request_reset();
+}
+
+/// The reset is done: the switch is applied and every callback registered again (a
+/// retired image's system calls' alone).
 fn reset_done() {
-    guard("a switch", crate::handlers::switch::apply);
     let Some(&id) = ID.get() else {
         return;
     };
+    if RETIRED.load(std::sync::atomic::Ordering::Relaxed) {
+        // SAFETY: registering our callbacks for our own id.
+        unsafe { register_untraced(id) };
+        return;
+    }
+    guard("a switch", crate::handlers::switch::apply);
     let system = crate::state::system_mode();
     // SAFETY: registering our callbacks for our own id, as at install.
     unsafe {
@@ -255,9 +290,13 @@ fn reset_done() {
     }
 }
 
-/// A syscall starts (user mode): file mappings, exec, signal handlers.
+/// A syscall starts (user mode): file mappings, exec, signal handlers (an untraced image's:
+/// its execs only).
 fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
     guard("a syscall", || {
+        if crate::lifecycle::image::untraced() {
+            return crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
+        }
         crate::handlers::usermap::syscall(num, a1, a2, a3, a5, a6);
         crate::lifecycle::process::syscall(vcpu_index, num, a1, a2, a3);
         crate::handlers::signals::syscall(vcpu_index, num, a1, a2);
@@ -265,9 +304,13 @@ fn syscall(vcpu_index: c_uint, num: i64, [a1, a2, a3, a5, a6]: [u64; 5]) {
     });
 }
 
-/// A syscall returned (user mode): mappings, fork, the clock.
+/// A syscall returned (user mode): mappings, fork, the clock (an untraced image's: its
+/// forks only).
 fn syscall_ret(vcpu: c_uint, num: i64, ret: i64) {
     guard("a syscall's return", || {
+        if crate::lifecycle::image::untraced() {
+            return crate::lifecycle::process::syscall_ret(vcpu, ret);
+        }
         crate::handlers::usermap::syscall_ret(num, ret);
         crate::handlers::switch::at_syscall_ret(ret);
         crate::lifecycle::process::syscall_ret(vcpu, ret);

@@ -23,6 +23,10 @@ fn finish_once() {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
         return;
     };
+    // Nothing recorded, nothing to write (its parent's writer is not this process's).
+    if image::untraced() {
+        return;
+    }
     // Exited threads' vCPUs, flushed when they exited, then the running ones: listed in the
     // order they ran.
     let mut states = std::mem::take(&mut *RETIRED.lock().unwrap_or_else(|e| e.into_inner()));

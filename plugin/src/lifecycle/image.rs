@@ -31,6 +31,19 @@ pub fn files_dir(out: &Path) -> PathBuf {
     }
 }
 
+/// This image records nothing and writes no file (`state::taken::IMAGE_BYTES`: the size
+/// cap had no room left for its files): a forked child that found so, or an exec'd image
+/// started `untraced=on`.
+static UNTRACED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn untraced() -> bool {
+    UNTRACED.load(Ordering::Relaxed)
+}
+
+pub fn set_untraced() {
+    UNTRACED.store(true, Ordering::Relaxed);
+}
+
 /// The time an exec'd image's clock starts from (0: none): the exec's, as the image before
 /// wrote it into this image's `plugin.proc` (`process`).
 static TIME_FLOOR: AtomicU64 = AtomicU64::new(0);

@@ -17,6 +17,12 @@
 //! process) and writes its `plugin.*` files into `procs/<key>/`, after a `plugin.proc`
 //! line that says what it is: `kind=fork pid= ppid= time=` or `kind=exec pid= time= exe=`.
 //! The record command waits until each has its `plugin.stats` or its process is gone.
+//!
+//! Each later image's files take their room in the size cap before it runs
+//! (`state::taken::IMAGE_BYTES`: a fork's in its parent, just before the fork, an exec'd
+//! one's in the image that execs it). One the cap has no room for runs untraced: a forked
+//! child drops every callback but the system calls' (`retire`), an exec'd program's QEMU
+//! is run `untraced=on`; neither writes a file, and what they start is untraced too.
 
 use super::image;
 use std::cell::Cell;
@@ -30,15 +36,28 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// The process that forked, set just before the fork (so the child inherits it): the
 /// child's parent even when it exits first (`daemon()`), where `getppid()` would say 1.
 static FORKING_PID: AtomicU32 = AtomicU32::new(0);
+/// Whether the child of the fork under way is traced (its files' room taken in the cap),
+/// set just before the fork (glibc's fork lock orders concurrent forks), so that the child
+/// inherits it.
+static CHILD_TRACED: AtomicBool = AtomicBool::new(true);
+/// How a forked child that runs untraced drops its callbacks (`entry::register`, set at
+/// install).
+static RETIRE: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 
 thread_local! {
     /// Set in the parent on the thread that forked, until the fork's return takes it.
     static FORKED_HERE: Cell<bool> = const { Cell::new(false) };
+    /// Whether that fork's child is traced, for the parent's placeholder line.
+    static TRACED_HERE: Cell<bool> = const { Cell::new(true) };
 }
 
 extern "C" fn forking() {
     // SAFETY: getpid cannot fail.
     FORKING_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+    // The child's files take their room now, in the parent, which still has the count.
+    let traced = !image::untraced() && crate::state::OUTPUT.get().is_some_and(|o| o.take_image());
+    CHILD_TRACED.store(traced, Ordering::Relaxed);
+    TRACED_HERE.with(|t| t.set(traced));
 }
 
 extern "C" fn forked_child() {
@@ -49,8 +68,10 @@ extern "C" fn forked_parent() {
     FORKED_HERE.with(|f| f.set(true));
 }
 
-/// At install (user mode): which image this is (its files in `out`), and the fork handlers.
-pub fn install(out: &Path, key: Option<String>) {
+/// At install (user mode): which image this is (its files in `out`), the fork handlers, and
+/// how an untraced child drops its callbacks.
+pub fn install(out: &Path, key: Option<String>, retire: fn()) {
+    let _ = RETIRE.set(retire);
     if let Some(k) = key.as_deref().filter(|k| !k.ends_with(".0")) {
         image::set_time_floor(exec_time(out, k).unwrap_or(0));
     }
@@ -129,8 +150,10 @@ pub fn syscall_ret(vcpu: u32, ret: i64) {
         take_over(vcpu);
     } else if FORKED_HERE.with(|f| f.replace(false)) && ret > 0 {
         // A placeholder for the child's own line: the child may not have run yet when the
-        // parent (and the first QEMU) ends, and record must wait for it.
-        if let Some(cfg) = crate::state::config() {
+        // parent (and the first QEMU) ends, and record must wait for it. An untraced child
+        // has none: it writes nothing to wait for.
+        let traced = TRACED_HERE.with(Cell::get);
+        if let Some(cfg) = crate::state::config().filter(|_| traced) {
             // SAFETY: getpid cannot fail.
             let ppid = unsafe { libc::getpid() };
             let line = format!("kind=fork\tpid={ret}\tppid={ppid}\ttime={}", now_ns(vcpu));
@@ -141,11 +164,21 @@ pub fn syscall_ret(vcpu: u32, ret: i64) {
 
 /// In a forked child, on the thread that forked (the only one the child has).
 fn take_over(vcpu: u32) {
+    // Watched like its parent, traced or not.
+    super::record_watch::after_fork();
+    if !CHILD_TRACED.load(Ordering::Relaxed) || image::untraced() {
+        // The cap had no room for this image's files: nothing recorded, nothing written;
+        // only its system calls are followed from now on (its execs run untraced too).
+        image::set_untraced();
+        drop(crate::vcpu::take_all());
+        if let Some(retire) = RETIRE.get() {
+            retire();
+        }
+        return;
+    }
     let (Some(cfg), Some(out)) = (crate::state::CONFIG.get(), crate::state::OUTPUT.get()) else {
         return;
     };
-    // Watched like its parent, traced or not.
-    super::record_watch::after_fork();
     // SAFETY: getpid, getppid and gettid cannot fail.
     let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid() as u32) };
     // The parent as it was at the fork: it may have exited by now (`daemon()`), and the
@@ -255,9 +288,14 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
         "kind=exec\tpid={pid}\ttime={time}\texe={}",
         String::from_utf8_lossy(exe.as_os_str().as_bytes()).replace(['\t', '\n'], " ")
     );
-    if let Err(e) = announce(&cfg.out, &key, &line, Announce::Own) {
-        eprintln!("qemu-uftrace plugin: {} runs untraced: {e}", host.display());
-        return;
+    // The new image's files take their room in the size cap now; without it (or from an
+    // untraced image) the program runs untraced, still under QEMU.
+    let traced = !image::untraced() && crate::state::OUTPUT.get().is_some_and(|o| o.take_image());
+    if traced {
+        if let Err(e) = announce(&cfg.out, &key, &line, Announce::Own) {
+            eprintln!("qemu-uftrace plugin: {} runs untraced: {e}", host.display());
+            return;
+        }
     }
     // Everything this image recorded goes to disk before it is replaced.
     crate::lifecycle::finish::finish();
@@ -267,6 +305,9 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     let mut value = qemu_args.plugin;
     // The function entries were the first program's: none for this one.
     value.extend_from_slice(format!(",proc={key},user_opts={},entries=", user_opts + 2).as_bytes());
+    if !traced {
+        value.extend_from_slice(b",untraced=on");
+    }
     if let Some(fd) = super::record_watch::for_exec() {
         value.extend_from_slice(format!(",record_pidfd={fd}").as_bytes());
     }

@@ -66,6 +66,10 @@ pub fn vcpu_init(vcpu_id: u32) {
     let (Some(cfg), Some(out)) = (CONFIG.get(), OUTPUT.get()) else {
         return;
     };
+    // An untraced image's threads record nothing (until its callbacks are gone).
+    if super::image::untraced() {
+        return;
+    }
     guest::init_registers(isa_or_default());
     vcpu::set_thread_vcpu(vcpu_id);
     crate::handlers::switch::vcpu_created(vcpu_id);

@@ -1,6 +1,6 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
-//! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N[,one_arena=on]][,proc=PID.N]`
+//! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N[,one_arena=on][,untraced=on]][,proc=PID.N]`
 //! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
@@ -50,6 +50,10 @@ pub struct Config {
     /// User mode: QEMU runs with one malloc arena (`one_arena=on`,
     /// `qemu_uftrace_engine::arena`), and so does the QEMU run for an exec'd program.
     pub one_arena: bool,
+    /// User mode: an exec'd image started once the size cap had no room left for another
+    /// image's files (`untraced=on`): it records nothing and writes no file, and only
+    /// follows its own execs (`lifecycle::process`).
+    pub untraced: bool,
     /// Where the OS keeps its running task in per-CPU memory, when not in a register
     /// (x86_64 Linux: `current_task`'s per-CPU offset); its stores are task switches.
     pub task_slot: Option<u64>,
@@ -387,6 +391,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut proc_key = None;
     let mut user_opts = None;
     let mut one_arena = false;
+    let mut untraced = false;
     let mut tsc = None;
     let mut max_size = None;
     let mut max_size_exit = false;
@@ -486,6 +491,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                 proc_key = Some(value.to_string())
             }
             "one_arena" => one_arena = on_off("one_arena", value)?,
+            "untraced" => untraced = on_off("untraced", value)?,
             "user_opts" => {
                 user_opts = Some(
                     value
@@ -619,6 +625,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         proc_key,
         user_opts,
         one_arena,
+        untraced,
         task_slot,
         task_slot_file,
         tsc,

@@ -230,6 +230,14 @@ impl Output {
         fits
     }
 
+    /// User mode: a process image about to start (a forked child, an exec'd program) takes
+    /// room for its files within the size cap; false where there is none left (it runs
+    /// untraced, counted for `record`).
+    pub fn take_image(&self) -> bool {
+        let taken = self.chan().taken.clone();
+        taken.take_image(self.limits.max_bytes)
+    }
+
     /// A file beside the records was not written (its own cap).
     pub fn drop_side(&self) {
         self.dropped_side.fetch_add(1, Ordering::SeqCst);

@@ -6,6 +6,11 @@
 //! child inherits the mapping, and an exec'd image maps the file again, so that a guest
 //! forking in a loop cannot write the cap once per process: `--max-size` bounds the whole
 //! trace. Without the file (system mode: one process), the count is this image's own.
+//!
+//! Each process image after the first takes [`IMAGE_BYTES`] for its files (`procs/<key>/`)
+//! before it runs; one the cap has no room for runs untraced, writes nothing, and is
+//! counted in the file's second word, which `record` reads at the end: a guest forking in a
+//! loop cannot fill the disk with small files either.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,42 +21,74 @@ use std::sync::Arc;
 pub struct Taken(Arc<Cell>);
 
 enum Cell {
-    Own(AtomicU64),
-    /// At least 8 bytes of a file mapped shared; page-aligned, so a `u64` may sit there.
+    /// Bytes, untraced images.
+    Own(AtomicU64, AtomicU64),
+    /// The file's first 16 bytes mapped shared (bytes, untraced images); page-aligned, so a
+    /// `u64` may sit there.
     Shared(memmap2::MmapRaw),
 }
+
+/// What a process image's own files take on disk, counted against the cap: its directory
+/// and its four `plugin.*` files, a 4 KiB block each on a usual file system.
+pub const IMAGE_BYTES: u64 = 20 << 10;
+
+/// The count file's length: the bytes given out, then the images that ran untraced.
+pub const FILE_BYTES: u64 = 16;
 
 impl Taken {
     /// A count of this image's own, from 0.
     pub fn own() -> Taken {
-        Taken(Arc::new(Cell::Own(AtomicU64::new(0))))
+        Taken(Arc::new(Cell::Own(AtomicU64::new(0), AtomicU64::new(0))))
     }
 
-    /// The count every image of the guest shares, in `file` (made by `record`, at least
-    /// 8 bytes, all 0 at the start).
+    /// The count every image of the guest shares, in `file` (made by `record`,
+    /// [`FILE_BYTES`] long, all 0 at the start).
     pub fn shared(file: &Path) -> std::io::Result<Taken> {
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(file)?;
         // Mapped past the file's end, the count would fault when touched.
-        if f.metadata()?.len() < 8 {
+        if f.metadata()?.len() < FILE_BYTES {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                "shorter than 8 bytes",
+                format!("shorter than {FILE_BYTES} bytes"),
             ));
         }
-        let map = memmap2::MmapOptions::new().len(8).map_raw(&f)?;
+        let map = memmap2::MmapOptions::new()
+            .len(FILE_BYTES as usize)
+            .map_raw(&f)?;
         Ok(Taken(Arc::new(Cell::Shared(map))))
     }
 
     fn count(&self) -> &AtomicU64 {
+        self.word(0)
+    }
+
+    /// Word `i` (0: bytes, 1: untraced images).
+    fn word(&self, i: usize) -> &AtomicU64 {
         match &*self.0 {
-            Cell::Own(c) => c,
-            // SAFETY: the mapping is page-aligned (so aligned for a u64), 8 bytes long, and
-            // lives as long as `self`; every process touches it only through atomics.
-            Cell::Shared(m) => unsafe { AtomicU64::from_ptr(m.as_mut_ptr().cast()) },
+            Cell::Own(c, _) if i == 0 => c,
+            Cell::Own(_, u) => u,
+            // SAFETY: the mapping is page-aligned (so aligned for a u64), FILE_BYTES long,
+            // and lives as long as `self`; every process touches it only through atomics.
+            Cell::Shared(m) => unsafe {
+                AtomicU64::from_ptr(m.as_mut_ptr().cast::<u64>().add(i.min(1)))
+            },
         }
+    }
+
+    /// A process image about to start takes [`IMAGE_BYTES`] for its files within `max`;
+    /// false, counted as an image that runs untraced, where they do not fit.
+    pub fn take_image(&self, max: Option<u64>) -> bool {
+        let Some(max) = max else {
+            return true;
+        };
+        let fits = self.take_whole(max, IMAGE_BYTES);
+        if !fits {
+            self.word(1).fetch_add(1, Ordering::SeqCst);
+        }
+        fits
     }
 
     /// The bytes given out so far.
@@ -113,16 +150,22 @@ mod tests {
     fn images_mapping_one_file_share_the_count() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("taken");
-        std::fs::write(&file, [0u8; 8]).unwrap();
+        std::fs::write(&file, [0u8; 16]).unwrap();
         let (a, b) = (Taken::shared(&file).unwrap(), Taken::shared(&file).unwrap());
         assert_eq!(a.take_records(64, 48, 16), (48, false));
         assert_eq!(b.take_records(64, 48, 16), (16, true));
         assert!(!a.take_whole(64, 1));
         b.give_back(16);
         assert_eq!(a.now(), 48);
-        assert_eq!(std::fs::read(&file).unwrap(), 48u64.to_ne_bytes());
+        // An image's files where they fit; one that does not fit is counted.
+        assert!(!b.take_image(Some(64)));
+        assert!(a.take_image(Some(48 + IMAGE_BYTES)));
+        assert!(a.take_image(None));
+        let words = std::fs::read(&file).unwrap();
+        assert_eq!(words[..8], (48 + IMAGE_BYTES).to_ne_bytes());
+        assert_eq!(words[8..], 1u64.to_ne_bytes());
         assert!(Taken::shared(&dir.path().join("absent")).is_err());
-        std::fs::write(&file, [0u8; 4]).unwrap();
+        std::fs::write(&file, [0u8; 8]).unwrap();
         assert!(Taken::shared(&file).is_err());
     }
 }
