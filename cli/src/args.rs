@@ -287,8 +287,7 @@ pub struct RecordArgs {
     /// instruction: FUNC is in its window as uftrace's trace_on trigger has it, among the
     /// opened frames with the calls it was called from (other vCPUs switch where the block
     /// they run ends). In user mode FUNC may be a position-independent program's or a
-    /// shared library's, placed where the guest maps it; in system mode PATH:FUNC a guest
-    /// file's, as for --stop-at
+    /// shared library's, placed where the guest maps it
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 
@@ -297,7 +296,7 @@ pub struct RecordArgs {
     /// Each closes the window at FUNC's first instruction: FUNC's entry is its last record
     /// (as --stop-at's), and the frames open there close (other vCPUs switch where the block
     /// they run ends). In user mode FUNC may be a position-independent program's or a
-    /// shared library's; in system mode PATH:FUNC a guest file's
+    /// shared library's
     #[arg(long, value_name = "FUNC")]
     pub trace_off_at: Vec<String>,
 

@@ -1,72 +1,72 @@
 //! `PATH:FUNC` (system mode, a Linux guest): a function of the guest's file PATH for
-//! `--stop-at`, `--start-at`, `--trace-on-at` and `--trace-off-at`, looked up under
-//! `--sysroot` and named by its offset in the file, which the plugin finds wherever a
-//! process maps the file (`plugin/src/state/file_aims.rs`).
+//! `--stop-at` and `--start-at`, looked up under `--sysroot` or in the `-initrd` archive and
+//! named by its offset in the file, which the plugin finds wherever a process maps the file
+//! (`plugin/src/state/file_aims.rs`). Not for `--trace-on-at`/`--trace-off-at`: while
+//! tracing is off the guest's processes are not followed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use crate::errors::usage;
 use crate::stop_at::{guest_function, Addr, Names};
 
+/// Where a guest's files are looked for: its root (`--sysroot`), then the `-initrd`
+/// archive (its regular files, at their paths in it), copied into `scratch` while read.
+pub struct GuestRoot<'a> {
+    pub sysroot: Option<&'a Path>,
+    pub initrd: Option<&'a Path>,
+    pub scratch: &'a Path,
+}
+
 /// System mode: the functions of the guest files that `funcs` (each as typed for
-/// `option`) name as `PATH:FUNC`, looked up under `sysroot` as the guest sees its root
-/// (`contained`), each by offset in its file: the plugin finds them where a process maps
+/// `option`) name as `PATH:FUNC`, found in `root` as the guest sees it (inside the sysroot:
+/// `contained`), each by offset in its file: the plugin finds them where a process maps
 /// the file. A stripped program's `main` is named from its `_start`.
 pub fn add(
     names: &mut Names,
     funcs: &[(&str, &str)],
-    sysroot: Option<&Path>,
+    root: &GuestRoot,
     arch: qemu_uftrace_symbols::Arch,
 ) -> Result<()> {
+    let mut archive: Option<Result<crate::guest_procs::initrd::Files, String>> = None;
     for &(option, text) in funcs {
         let Some((guest, _)) = guest_function(text) else {
             continue;
         };
-        let Some(root) = sysroot else {
+        if root.sysroot.is_none() && root.initrd.is_none() {
             return Err(usage(
-                format!("{option} {text}: {guest} is a guest file, found under --sysroot"),
+                format!(
+                    "{option} {text}: {guest} is a guest file, found under --sysroot or in \
+                     the -initrd archive"
+                ),
                 "give the guest's root file system with --sysroot DIR",
             ));
+        }
+        let found = find(guest, root, &mut archive)?;
+        let (host, rendered, copy) = match found {
+            Ok(found) => found,
+            Err(places) => {
+                let way_out = match root.sysroot {
+                    None => "give the guest's root file system with --sysroot DIR",
+                    Some(_) => "name a file of the guest as the guest sees it",
+                };
+                return Err(usage(
+                    format!("{option} {text}: no file {guest} {places}"),
+                    way_out,
+                ));
+            }
         };
-        let host = crate::contained::file(root, guest.as_bytes()).map_err(|e| {
-            usage(
-                format!(
-                    "{option} {text}: no file {guest} under --sysroot {}: {e}",
-                    root.display()
-                ),
-                "name a file of the guest's root (as the guest sees it)",
-            )
-        })?;
-        // The path the guest's kernel has for it (its links followed inside the root),
-        // as the plugin renders the paths it reads.
-        let real_root = std::fs::canonicalize(root)
-            .with_context(|| format!("cannot resolve --sysroot {}", root.display()))?;
-        let rel = host.strip_prefix(&real_root).unwrap_or(&host);
-        let rendered: String = (rel.components())
-            .map(|c| {
-                let name = c.as_os_str().as_encoded_bytes();
-                format!("/{}", qemu_uftrace_format::text::escape_bytes(name))
-            })
-            .collect();
         if names.guest_files.contains(&rendered) {
             continue;
         }
-        let opts = qemu_uftrace_symbols::LoadOptions {
-            name_entry: true,
-            expected_arch: Some(arch),
-            ..Default::default()
-        };
-        let image = qemu_uftrace_symbols::load(&host, &opts).map_err(|e| {
+        let loaded = load(&host, arch);
+        if copy {
+            let _ = std::fs::remove_file(&host);
+        }
+        let (image, elf) = loaded.map_err(|why| {
             usage(
-                format!("{option} {text}: {e}"),
-                "name a function of an ELF file of the guest",
-            )
-        })?;
-        let elf = crate::qemu::user::Elf::read(&host).ok_or_else(|| {
-            usage(
-                format!("{option} {text}: {} is not an ELF file", host.display()),
+                format!("{option} {text}: {why}"),
                 "name a function of an ELF file of the guest",
             )
         })?;
@@ -84,4 +84,78 @@ pub fn add(
         }
     }
     Ok(())
+}
+
+/// `guest`'s file on the host, its path as the guest's kernel has it (rendered as the
+/// plugin renders the paths it reads), and whether the host file is a copy to remove; or
+/// where it was looked for.
+type Found = std::result::Result<(PathBuf, String, bool), String>;
+
+fn find(
+    guest: &str,
+    root: &GuestRoot,
+    archive: &mut Option<std::result::Result<crate::guest_procs::initrd::Files, String>>,
+) -> Result<Found> {
+    let mut places = Vec::new();
+    if let Some(sysroot) = root.sysroot {
+        match crate::contained::file(sysroot, guest.as_bytes()) {
+            Ok(host) => {
+                // Its links followed inside the root: the path the kernel's dentries give.
+                let real = std::fs::canonicalize(sysroot)
+                    .with_context(|| format!("cannot resolve --sysroot {}", sysroot.display()))?;
+                let rel = host.strip_prefix(&real).unwrap_or(&host);
+                let parts = rel.components().map(|c| c.as_os_str().as_encoded_bytes());
+                return Ok(Ok((host.clone(), rendered(parts), false)));
+            }
+            Err(e) => places.push(format!("under --sysroot {} ({e})", sysroot.display())),
+        }
+    }
+    if let Some(initrd) = root.initrd {
+        let files = archive.get_or_insert_with(|| {
+            crate::guest_procs::initrd::read(initrd)
+                .map(|a| a.files)
+                .map_err(|e| format!("{e:#}"))
+        });
+        match files {
+            Ok(files) => match (files.get(guest), crate::contained::plain_relative(guest)) {
+                (Some(data), Some(rel)) => {
+                    let name = rel.file_name().unwrap_or(rel.as_os_str());
+                    let copy = root.scratch.join(format!(
+                        ".guest-function-{}",
+                        name.to_string_lossy().replace(['/', '\0'], "_")
+                    ));
+                    std::fs::write(&copy, data)
+                        .with_context(|| format!("cannot write {}", copy.display()))?;
+                    let parts = rel.components().map(|c| c.as_os_str().as_encoded_bytes());
+                    return Ok(Ok((copy, rendered(parts), true)));
+                }
+                _ => places.push("in the -initrd archive (its regular files)".to_string()),
+            },
+            Err(e) => places.push(format!("in the -initrd archive, which cannot be read: {e}")),
+        }
+    }
+    Ok(Err(places.join(", nor ")))
+}
+
+/// `/a/b` from a path's components, each escaped as the plugin renders a guest's names.
+fn rendered<'a>(parts: impl Iterator<Item = &'a [u8]>) -> String {
+    parts
+        .map(|name| format!("/{}", qemu_uftrace_format::text::escape_bytes(name)))
+        .collect()
+}
+
+/// A guest file's functions and its headers, or why not.
+fn load(
+    host: &Path,
+    arch: qemu_uftrace_symbols::Arch,
+) -> std::result::Result<(qemu_uftrace_symbols::Image, crate::qemu::user::Elf), String> {
+    let opts = qemu_uftrace_symbols::LoadOptions {
+        name_entry: true,
+        expected_arch: Some(arch),
+        ..Default::default()
+    };
+    let image = qemu_uftrace_symbols::load(host, &opts).map_err(|e| e.to_string())?;
+    let elf = crate::qemu::user::Elf::read(host)
+        .ok_or_else(|| format!("{} is not an ELF file", host.display()))?;
+    Ok((image, elf))
 }

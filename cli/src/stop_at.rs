@@ -48,8 +48,7 @@ pub enum Addr {
     Pie(u64),
     Lib(u32, u64),
     /// System mode: at this offset in guest file `Names::guest_files[i]`, wherever a
-    /// process maps it (`PATH:FUNC`, for `--stop-at`, `--start-at`, `--trace-on-at` and
-    /// `--trace-off-at` only).
+    /// process maps it (`PATH:FUNC`, for `--stop-at` and `--start-at` only).
     File(u32, u64),
 }
 

@@ -626,13 +626,14 @@ fn path_func_mistakes_are_one_line_each() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--start-at".into(), format!("{journald}:main")],
-            "is a guest file, found under --sysroot; give the guest's root file system",
+            "no file /lib/systemd/systemd-journald in the -initrd archive (its regular files); \
+             give the guest's root file system with --sysroot DIR",
         ),
         (
             vec![
                 "--sysroot".into(),
                 root.into(),
-                "--trace-on-at".into(),
+                "--stop-at".into(),
                 "/lib/systemd/systemd-nope:main".into(),
             ],
             "no file /lib/systemd/systemd-nope under --sysroot",
@@ -645,6 +646,15 @@ fn path_func_mistakes_are_one_line_each() {
                 format!("{journald}:mian"),
             ],
             "did you mean /lib/systemd/systemd-journald:main,",
+        ),
+        (
+            vec![
+                "--sysroot".into(),
+                root.into(),
+                "--trace-on-at".into(),
+                format!("{journald}:main"),
+            ],
+            "which it does not while off; use --start-at or --stop-at PATH:FUNC",
         ),
         // `..` stops at the root: the root's /etc/passwd, which is no ELF file.
         (

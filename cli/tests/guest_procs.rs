@@ -772,3 +772,70 @@ fn crafted_archive_members_stay_inside_the_trace() {
         );
     }
 }
+
+/// `--start-at PATH:FUNC` and `--stop-at PATH:FUNC` with the `-initrd` archive's file (no
+/// --sysroot, the stock image alone): writing begins at the first worker's `main` and ends
+/// at its thread's first `thread_step`. The window holds that worker's `main` after its open
+/// frames, its WORKER_STEPS `worker_step` calls and `thread_step`'s entry as its last
+/// record, and nothing of the second worker (which ran later, where the same code lies
+/// elsewhere).
+#[test]
+fn written_from_a_worker_s_main_to_its_thread_s_first_step() {
+    let r = record_with(
+        &arm64_boot(),
+        &[],
+        &[
+            "--start-at",
+            "/worker:main",
+            "--stop-at",
+            "/worker:thread_step",
+        ],
+    );
+    for said in [
+        "started writing at the first entry into /worker:main (0x",
+        "stopped writing at the first entry into /worker:thread_step (0x",
+    ] {
+        assert!(
+            r.stderr.contains(said),
+            "record did not say {said:?}:\n{}",
+            r.stderr
+        );
+    }
+    let workers = child_pids(&r.console, "worker");
+    assert_eq!(workers.len(), 2, "{}", r.console);
+    let (text, calls, counts) = replay_and_calls_of(&r.dir, workers[0]);
+    let head: Vec<&str> = (text.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some(l.split_once('|')?.1.trim()))
+        .take(4)
+        .collect();
+    // (The cross toolchain's libc names `__libc_start_call_main` by its address only.)
+    assert!(
+        head.len() == 4
+            && head[0] == "__libc_start_main() {"
+            && head[1].ends_with("() {")
+            && head[2..] == ["/* qemu:opened */", "main() {"],
+        "the first worker's replay:\n{text}"
+    );
+    assert_eq!(
+        counts.get("worker_step").copied(),
+        Some(procs_count("WORKER_STEPS")),
+        "{counts:?}"
+    );
+    // Its thread: the stop is thread_step's entry.
+    let (_, thread) = worker_threads(&r.console)[0];
+    let thread_counts = calls_of(&r.dir, thread);
+    assert_eq!(
+        thread_counts.get("thread_step"),
+        Some(&1),
+        "{thread_counts:?}"
+    );
+    assert!(!calls.is_empty());
+    let (second, _) = replay_of(&r.dir, workers[1]);
+    assert!(
+        !second
+            .lines()
+            .any(|l| !l.trim().is_empty() && !l.starts_with('#')),
+        "the second worker ran after the window:\n{second}"
+    );
+}

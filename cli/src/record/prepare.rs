@@ -206,7 +206,27 @@ pub fn prepare(
              by name)",
         ));
     }
-    crate::guest_functions::add(&mut names, &triggers, inv.sysroot.as_deref(), arch)?;
+    // While tracing is off the guest's processes are not followed (nothing is translated
+    // with the process watch), so no process is known to map PATH then.
+    if let Some((option, text)) = (triggers.iter())
+        .filter(|(o, _)| o.starts_with("--trace-o"))
+        .find(|(_, t)| crate::stop_at::guest_function(t).is_some())
+    {
+        return Err(crate::errors::usage(
+            format!(
+                "{option} {text}: a guest file's function is found only while tracing follows \
+                 the guest's processes, which it does not while off"
+            ),
+            "use --start-at or --stop-at PATH:FUNC, or a kernel function",
+        ));
+    }
+    let initrd = inv.initrd();
+    let root = crate::guest_functions::GuestRoot {
+        sysroot: inv.sysroot.as_deref(),
+        initrd: initrd.as_deref(),
+        scratch: staging,
+    };
+    crate::guest_functions::add(&mut names, &triggers, &root, arch)?;
     let stop_at = match &args.stop_at {
         Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &names)?),
         None => None,
