@@ -139,6 +139,8 @@ struct Counts {
     /// Returns past the start's frames that closed one, and that matched none.
     matched: u64,
     unmatched: u64,
+    /// Returns past the bottom left out where no marker came before them in the stream.
+    dangling: u64,
     /// Resync markers whose cookie unwound to open frames, and to nothing.
     unwound: usize,
     guessed: usize,
@@ -178,6 +180,8 @@ struct Splice<'a> {
     window: Option<Window<'a>>,
     /// A record's output before the window filters it.
     raw: Vec<Record>,
+    /// Frames the engine's records hold open where nothing is beneath them.
+    open: u16,
     counts: Counts,
 }
 
@@ -198,6 +202,7 @@ impl<'a> Splice<'a> {
             gates,
             window: None,
             raw: Vec::new(),
+            open: 0,
             counts: Counts::default(),
         }
     }
@@ -225,6 +230,7 @@ impl<'a> Splice<'a> {
                 b.close_all(r.time, out);
             }
             self.beneath = None;
+            self.open = 0;
             self.switched_on = false;
             self.counts.switched = true;
             out.push(rec(r.time, r.kind, 0, r.addr));
@@ -264,6 +270,19 @@ impl<'a> Splice<'a> {
             return;
         }
         let Some((b, place)) = &mut self.beneath else {
+            match r.kind {
+                RecordType::Entry => self.open = r.depth.saturating_add(1),
+                // A return past the bottom whose marker is not in the stream: a
+                // `--keep-last` or `--start-at` window began after it (the engine writes
+                // such returns only after a marker). It closes nothing here, as a return
+                // past everything a marker's cookie showed closes nothing (below).
+                RecordType::Exit if self.open == 0 => {
+                    self.counts.dangling += 1;
+                    return;
+                }
+                RecordType::Exit => self.open = r.depth,
+                _ => {}
+            }
             out.push(r);
             return;
         };
@@ -427,6 +446,33 @@ mod tests {
             ]
         );
         assert_eq!(out[5].addr, qemu_uftrace_format::addr48(sig));
+    }
+
+    /// A `--keep-last` window that began after a resync's marker (PID 1 switched out on its
+    /// way back from its first exec): the frames open at the window's start, closed, then the
+    /// engine's return past the bottom to the new program, which closes nothing here (it
+    /// was left to the marker's frames, outside the window): left out, as a return past
+    /// every frame a marker showed is.
+    #[test]
+    fn a_return_past_the_bottom_without_its_marker_is_left_out() {
+        let opened = qemu_uftrace_format::events::OPENED;
+        let recorded = [
+            r(1, Entry, 0, 0x800),
+            r(2, Entry, 1, 0x810),
+            r(3, Event, 2, opened),
+            r(4, Exit, 1, 0x810),
+            r(5, Exit, 0, 0x800),
+            r(6, Entry, 0, 0x820),
+            r(7, Exit, 0, 0x820),
+            r(7, Exit, 0, 0x40_06c0),
+            r(8, Entry, 0, 0x40_0700),
+            r(9, Exit, 0, 0x40_0700),
+        ];
+        let (out, c) = run(&recorded, None, &BTreeMap::new());
+        let mut want = recorded.to_vec();
+        want.remove(7);
+        assert_eq!(out, want);
+        assert_eq!((c.dangling, c.matched, c.unmatched), (1, 0, 0));
     }
 
     #[test]
