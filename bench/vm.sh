@@ -5,6 +5,8 @@
 # reports exceptions). The VMs are the test fixtures (scripts/install-deps.sh builds them).
 #   record   the whole boot
 #   tfilter  the whole boot with -t 10us (what tests/debian_vm records)
+#   startat  --start-at START_AT (/lib/systemd/systemd-journald:main): written from a
+#            service's main on (issue 36), the rest followed but not written
 #   late     --trace=off, switched on by `qemu-uftrace trace on` once QEMU has run for AT
 #            (0.9) of the last plain run's wall time (issue 37's "the last 10%" on a boot
 #            long enough for record's fixed costs, ~0.5 s before and after QEMU, to matter
@@ -14,6 +16,7 @@
 # the processes and modules record saw and named (its summary), and record's time after
 # QEMU exited (from the plugin's last write to record's end: the trace's assembly, symbols).
 # Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] [AT=0.9]
+#        [START_AT=PATH:FUNC]
 #        bench/vm.sh
 set -euo pipefail
 
@@ -55,6 +58,7 @@ timed() {
 traced() {
     local layer=$1 opts=()
     [ "$layer" = tfilter ] && opts=(-t 10us)
+    [ "$layer" = startat ] && opts=(--start-at "${START_AT:-/lib/systemd/systemd-journald:main}")
     rm -rf "$work/trace"
     if [ "$layer" = late ]; then
         opts=(--trace=off)
