@@ -11,6 +11,32 @@ use anyhow::{Context, Result};
 use crate::errors::usage;
 use crate::stop_at::{guest_function, Addr, Names};
 
+/// `PATH:FUNC` where it cannot be: in user mode (a library's functions are named alone),
+/// and for `--trace-on-at`/`--trace-off-at` (while tracing is off the guest's processes are
+/// not followed: nothing is translated with the process watch, so no process is known to
+/// map PATH then). `funcs` as [`add`] takes them.
+pub fn refused(funcs: &[(&str, &str)], user_mode: bool) -> Result<()> {
+    let guest = |(_, text): &&(&str, &str)| guest_function(text).is_some();
+    if let Some((option, text)) = funcs.iter().find(guest).filter(|_| user_mode) {
+        return Err(usage(
+            format!("{option} {text}: PATH:FUNC names a function of a guest file in system mode"),
+            "in user mode name the function alone (the program's and its libraries' are found \
+             by name)",
+        ));
+    }
+    let switch = |(option, _): &&(&str, &str)| option.starts_with("--trace-o");
+    if let Some((option, text)) = funcs.iter().filter(switch).find(guest) {
+        return Err(usage(
+            format!(
+                "{option} {text}: a guest file's function is found only while tracing follows \
+                 the guest's processes, which it does not while off"
+            ),
+            "use --start-at or --stop-at PATH:FUNC, or a kernel function",
+        ));
+    }
+    Ok(())
+}
+
 /// Where a guest's files are looked for: its root (`--sysroot`), then the `-initrd`
 /// archive (its regular files, at their paths in it), copied into `scratch` while read.
 pub struct GuestRoot<'a> {

@@ -196,30 +196,7 @@ pub fn prepare(
             .iter()
             .map(|f| ("--trace-off-at", f.as_str())),
     );
-    if let Some((option, text)) = (triggers.iter())
-        .find(|(_, t)| crate::stop_at::guest_function(t).is_some())
-        .filter(|_| inv.is_user_mode())
-    {
-        return Err(crate::errors::usage(
-            format!("{option} {text}: PATH:FUNC names a function of a guest file in system mode"),
-            "in user mode name the function alone (the program's and its libraries' are found \
-             by name)",
-        ));
-    }
-    // While tracing is off the guest's processes are not followed (nothing is translated
-    // with the process watch), so no process is known to map PATH then.
-    if let Some((option, text)) = (triggers.iter())
-        .filter(|(o, _)| o.starts_with("--trace-o"))
-        .find(|(_, t)| crate::stop_at::guest_function(t).is_some())
-    {
-        return Err(crate::errors::usage(
-            format!(
-                "{option} {text}: a guest file's function is found only while tracing follows \
-                 the guest's processes, which it does not while off"
-            ),
-            "use --start-at or --stop-at PATH:FUNC, or a kernel function",
-        ));
-    }
+    crate::guest_functions::refused(&triggers, inv.is_user_mode())?;
     let initrd = inv.initrd();
     let root = crate::guest_functions::GuestRoot {
         sysroot: inv.sysroot.as_deref(),
