@@ -360,16 +360,12 @@ fn main_of<'d, Elf: FileHeader<Endian = Endianness>>(
     let main = match found {
         MainAt::Addr(a) => a,
         MainAt::Slot(slot) => {
-            // Elf64_Rela: r_offset, r_info (type in the low half), r_addend.
             let rela = (sections.iter())
                 .filter(|s| s.sh_type(endian) == elf::SHT_RELA)
                 .filter_map(|s| s.data(endian, data).ok())
-                .flat_map(|d| d.chunks_exact(24))
-                .find_map(|r| {
-                    let word =
-                        |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or_default());
-                    (word(0) == slot && word(8) & 0xffff_ffff == u64::from(relative))
-                        .then(|| word(16))
+                .flat_map(rela64)
+                .find_map(|(offset, info, addend)| {
+                    (offset == slot && info & 0xffff_ffff == u64::from(relative)).then_some(addend)
                 });
             match rela {
                 Some(addend) => addend,
@@ -384,6 +380,15 @@ fn main_of<'d, Elf: FileHeader<Endian = Endianness>>(
         .and_then(|code| start_main::trampoline(header.e_machine(endian), code, main))
         .unwrap_or(main);
     (main != entry && in_code(sections, endian, main)).then_some(main)
+}
+
+/// The little-endian `Elf64_Rela` entries of a relocation section: `(r_offset, r_info,
+/// r_addend)`; `r_info` holds the symbol index in its high half and the type in its low.
+fn rela64(relocs: &[u8]) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+    relocs.chunks_exact(24).map(|r| {
+        let word = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or_default());
+        (word(0), word(8), word(16))
+    })
 }
 
 /// Whether `file` has DWARF lines of its own. By its header: decompressing a kernel's
@@ -550,15 +555,12 @@ fn plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
     };
     let ifuncs = ifunc_names(file, debug);
     let mut out = Vec::new();
-    // Elf64_Rela: r_offset, r_info (symbol index in the high half), r_addend.
-    for (i, r) in relocs.chunks_exact(24).enumerate() {
+    for (i, (_, info, addend)) in rela64(relocs).enumerate() {
         let addr = plt_addr + header + 16 * i as u64;
         if addr + 16 > plt_addr + plt_size {
             break;
         }
-        let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
         let name = if info & 0xffff_ffff == u64::from(irelative) {
-            let addend = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
             ifuncs.get(&addend).copied()
         } else {
             dynsym
@@ -606,10 +608,7 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
         else {
             continue;
         };
-        // Elf64_Rela: r_offset, r_info (symbol index high, type low), r_addend.
-        for r in relocs.chunks_exact(24) {
-            let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
-            let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
+        for (offset, info, _) in rela64(relocs) {
             if info & 0xffff_ffff != u64::from(kind) {
                 continue;
             }
@@ -632,10 +631,7 @@ fn x86_64_plt_entries<'data, Elf: FileHeader<Endian = Endianness>>(
         .section_by_name(endian, b".rela.plt")
         .and_then(|(_, s)| s.data(endian, data).ok())
     {
-        for r in relocs.chunks_exact(24) {
-            let offset = u64::from_le_bytes(r[0..8].try_into().expect("8 bytes"));
-            let info = u64::from_le_bytes(r[8..16].try_into().expect("8 bytes"));
-            let addend = u64::from_le_bytes(r[16..24].try_into().expect("8 bytes"));
+        for (offset, info, addend) in rela64(relocs) {
             if info & 0xffff_ffff == u64::from(elf::R_X86_64_IRELATIVE) {
                 if let Some(&name) = ifuncs.get(&addend) {
                     slots.insert(offset, name);
