@@ -80,9 +80,9 @@ pub fn assemble(
             "the recorded data is still there",
         )
     })?;
-    let stats = stats.map(|s| with_other_processes(s, &user.stats));
-    // Processes the cap had no room for: the cap was reached, as the user asked.
-    let stats = stats.map(|mut s| {
+    let stats = stats.map(|s| {
+        let mut s = with_other_processes(s, &user.stats);
+        // Processes the cap had no room for: the cap was reached, as the user asked.
         s.size_capped |= untraced > 0;
         s
     });

@@ -111,7 +111,7 @@ fn install(id: ffi::qemu_plugin_id_t, info: &ffi::qemu_info_t, args: &[OsString]
         }
         let _ = CONFIG.set(cfg);
         // SAFETY: registering our callbacks for our own plugin id, during install.
-        unsafe { register::register_untraced(id) };
+        unsafe { register::register_syscalls(id) };
         register::remember(id, false);
         return;
     }

@@ -136,11 +136,12 @@ unsafe extern "C" fn on_syscall_ret(vcpu: c_uint, num: i64, ret: i64, _userdata:
     syscall_ret(vcpu, num, ret);
 }
 
-/// Registers only the system calls' callbacks of an untraced image (user mode).
+/// Registers the system calls' callbacks (user mode): with the rest of ours, or alone for
+/// an untraced image.
 ///
 /// # Safety
 /// `id` is this plugin's id.
-pub unsafe fn register_untraced(id: qemu_plugin_id_t) {
+pub unsafe fn register_syscalls(id: qemu_plugin_id_t) {
     #[cfg(not(feature = "api-v7"))]
     unsafe {
         qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
@@ -196,8 +197,7 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init);
         if vcpu_exits {
             qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit);
-            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall);
-            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret);
+            register_syscalls(id);
         }
         qemu_plugin_register_atexit_cb(id, on_exit, std::ptr::null_mut());
     }
@@ -212,8 +212,7 @@ pub unsafe fn register_callbacks(id: qemu_plugin_id_t, vcpu_exits: bool) {
         qemu_plugin_register_vcpu_init_cb(id, on_vcpu_init, none);
         if vcpu_exits {
             qemu_plugin_register_vcpu_exit_cb(id, on_vcpu_exit, none);
-            qemu_plugin_register_vcpu_syscall_cb(id, on_syscall, none);
-            qemu_plugin_register_vcpu_syscall_ret_cb(id, on_syscall_ret, none);
+            register_syscalls(id);
         }
         qemu_plugin_register_atexit_cb(id, on_exit, none);
     }
@@ -262,7 +261,7 @@ unsafe extern "C" fn on_reset(_userdata: *mut c_void) {
 static RETIRED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// User mode, a forked child the size cap has no room for: every translation and callback
-/// dropped (QEMU runs it at its own speed), but the system calls' (`register_untraced`).
+/// dropped (QEMU runs it at its own speed), but the system calls' (`register_syscalls`).
 pub fn retire() {
     RETIRED.store(true, std::sync::atomic::Ordering::Relaxed);
     request_reset();
@@ -276,7 +275,7 @@ fn reset_done() {
     };
     if RETIRED.load(std::sync::atomic::Ordering::Relaxed) {
         // SAFETY: registering our callbacks for our own id.
-        unsafe { register_untraced(id) };
+        unsafe { register_syscalls(id) };
         return;
     }
     guard("a switch", crate::handlers::switch::apply);

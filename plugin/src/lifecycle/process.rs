@@ -51,11 +51,17 @@ thread_local! {
     static TRACED_HERE: Cell<bool> = const { Cell::new(true) };
 }
 
+/// Whether the cap has room for the files of an image this one starts (a fork's child, an
+/// exec'd program), taken now; never from an untraced image.
+fn room_for_next_image() -> bool {
+    !image::untraced() && crate::state::OUTPUT.get().is_some_and(|o| o.take_image())
+}
+
 extern "C" fn forking() {
     // SAFETY: getpid cannot fail.
     FORKING_PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     // The child's files take their room now, in the parent, which still has the count.
-    let traced = !image::untraced() && crate::state::OUTPUT.get().is_some_and(|o| o.take_image());
+    let traced = room_for_next_image();
     CHILD_TRACED.store(traced, Ordering::Relaxed);
     TRACED_HERE.with(|t| t.set(traced));
 }
@@ -290,7 +296,7 @@ fn exec(vcpu: u32, path_ptr: u64, argv_ptr: u64, envp_ptr: u64) {
     );
     // The new image's files take their room in the size cap now; without it (or from an
     // untraced image) the program runs untraced, still under QEMU.
-    let traced = !image::untraced() && crate::state::OUTPUT.get().is_some_and(|o| o.take_image());
+    let traced = room_for_next_image();
     if traced {
         if let Err(e) = announce(&cfg.out, &key, &line, Announce::Own) {
             eprintln!("qemu-uftrace plugin: {} runs untraced: {e}", host.display());
