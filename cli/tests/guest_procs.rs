@@ -839,3 +839,93 @@ fn written_from_a_worker_s_main_to_its_thread_s_first_step() {
         "the second worker ran after the window:\n{second}"
     );
 }
+
+/// Issue 37: processes that started while tracing was off are named from the switch on. The
+/// recording starts off and goes on at the first `gettid`, which the first worker's thread
+/// makes before its first `thread_step`: `/init` and that worker were exec'd, and the thread
+/// made, while nothing was watched. The plugin reads the guest's processes at the switch
+/// (`seen` in `plugin.procs`), so the thread's 13 `thread_step` calls, the worker's `dlopen`'d
+/// `plug_step` and `/init`'s second `run_worker` are named, and the second worker, started
+/// while on, is whole. Before, the first worker's thread showed none of its functions.
+/// The stock images alone: arm64's kallsyms has no `init_task` (the walk starts from the
+/// running task), amd64's has; riscv64's passes its arguments in a0–a4.
+#[test]
+fn processes_started_while_tracing_was_off_are_named_at_the_switch_on() {
+    let r = record_with(
+        &arm64_boot(),
+        &[],
+        &["--trace=off", "--trace-on-at", "__arm64_sys_gettid"],
+    );
+    check_named_from_the_switch_on(&r);
+}
+
+#[test]
+fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_x86_64() {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let r = record_with(
+        &argv,
+        &[],
+        &["--trace=off", "--trace-on-at", "__x64_sys_gettid"],
+    );
+    check_named_from_the_switch_on(&r);
+}
+
+#[test]
+fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let r = record_with(
+        &argv,
+        &[],
+        &["--trace=off", "--trace-on-at", "__riscv_sys_gettid"],
+    );
+    check_named_from_the_switch_on(&r);
+}
+
+fn check_named_from_the_switch_on(r: &Recorded) {
+    let procs = std::fs::read_to_string(r.dir.join("plugin.procs")).expect("plugin.procs");
+    let stats = std::fs::read_to_string(r.dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.contains("proc_walks=1\n"), "{stats}");
+    assert!(!stats.contains("error="), "{stats}");
+    let workers = child_pids(&r.console, "worker");
+    let threads = worker_threads(&r.console);
+    assert_eq!((workers.len(), threads.len()), (2, 2), "{}", r.console);
+    for (tgid, program) in [(1, 1), (workers[0], 1)] {
+        assert!(
+            procs.lines().any(|l| l.starts_with("seen\ttime=")
+                && l.contains(&format!("\ttgid={tgid}\tprogram={program}"))),
+            "no process {tgid} read at the switch on:\n{procs}"
+        );
+    }
+    let count = |tid: u32, name: &str| calls_of(&r.dir, tid).get(name).copied();
+    let first_thread = threads[0].1;
+    assert_eq!(
+        count(first_thread, "thread_step"),
+        Some(procs_count("THREAD_STEPS")),
+        "{:?}",
+        calls_of(&r.dir, first_thread)
+    );
+    let (text, _, first) = replay_and_calls_of(&r.dir, workers[0]);
+    assert_eq!(
+        first.get("plug_step").copied(),
+        Some(procs_count("PLUG_STEPS")),
+        "{text}"
+    );
+    assert_eq!(first.get("worker_report"), Some(&1), "{first:?}");
+    // Nothing of the first worker before the switch: its main ran its steps while off.
+    assert_eq!(first.get("worker_step"), None, "{first:?}");
+    let init = calls_of(&r.dir, 1);
+    assert_eq!(init.get("run_worker"), Some(&1), "{init:?}");
+    let second = calls_of(&r.dir, workers[1]);
+    assert_eq!(
+        second.get("worker_step").copied(),
+        Some(procs_count("WORKER_STEPS")),
+        "{second:?}"
+    );
+    assert_eq!(
+        count(threads[1].1, "thread_step"),
+        Some(procs_count("THREAD_STEPS"))
+    );
+}

@@ -615,6 +615,13 @@ fn qemu_killed_mid_boot_leaves_an_incomplete_trace() {
             "proc_watch" | "proc_offsets" | "mod_watch" | "mod_offsets" => {
                 assert!(!value.is_empty(), "{argv:?}")
             }
+            // `init_task` (0: arm64's kallsyms has no data symbols) and the 16 offsets the
+            // walk at a switch on reads processes by.
+            "proc_walk" => assert!(
+                value.split(':').count() == 17
+                    && value.split(':').all(|n| n.parse::<u64>().is_ok()),
+                "{argv:?}"
+            ),
             // The munmap wrapper and its pt_regs offsets: ADDR:START:LEN.
             "munmap_watch" => assert!(
                 value.split(':').count() == 3 && value.split(':').all(|n| n.parse::<u64>().is_ok()),

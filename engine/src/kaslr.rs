@@ -37,6 +37,15 @@ impl KernelShift {
         self.len.store(hi - lo, Ordering::Release);
     }
 
+    /// `addr`, an address of the kernel image in its symbol file (text or data: the image
+    /// moves whole, `init_task` with its code), as the guest has it.
+    pub fn to_guest(&self, addr: u64) -> u64 {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return addr;
+        }
+        addr.wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+
     /// `addr` as the guest runs it, in the symbol file's space (other addresses unchanged:
     /// firmware, a kernel's physical-address code, modules, processes).
     #[inline(always)]
@@ -68,6 +77,10 @@ mod tests {
         assert_eq!(s.to_symbols(0xffff_8002_07ff_fffc), 0xffff_8002_07ff_fffc);
         assert_eq!(s.to_symbols(0xffff_8002_09ab_0000), 0xffff_8002_09ab_0000);
         assert_eq!(s.to_symbols(0x4020_0000), 0x4020_0000);
+        // And forth: code or data of the image (data past the functions' range too).
+        assert_eq!(s.to_guest(0xffff_8000_0801_0000), 0xffff_8002_0801_0000);
+        assert_eq!(s.to_guest(0xffff_8000_0a00_0000), 0xffff_8002_0a00_0000);
+        assert_eq!(KernelShift::new().to_guest(0x1000), 0x1000);
         let none = KernelShift::new();
         none.set(0x1000, 0x2000, 0);
         assert_eq!(none.to_symbols(0x1800), 0x1800);

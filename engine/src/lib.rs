@@ -16,6 +16,7 @@ pub mod guest;
 pub mod hot;
 pub mod jumps;
 pub mod kaslr;
+pub mod linux_walk;
 pub mod midway;
 pub mod resync;
 pub mod shadow;

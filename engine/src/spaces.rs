@@ -273,6 +273,37 @@ impl Spaces {
         id
     }
 
+    /// Process `tgid`'s code mappings as read from the guest at one instant (a switch on:
+    /// `linux_walk`), each `(path, start, len, offset)`: where they differ from its current
+    /// space's (it started, exec'd or mapped while nothing was watched), a new space of
+    /// exactly those is its current one, and its id is returned; where they agree, `None`.
+    pub fn snapshot(&mut self, tgid: u32, maps: &[(&str, u64, u64, u64)]) -> Option<SpaceId> {
+        let same = self.maps.get(&self.of(tgid)).is_some_and(|space| {
+            let mut live: Vec<(u32, u64, u64, u64)> = (space.maps.iter())
+                .filter(|m| !m.unmapped)
+                .map(|m| (m.file, m.start, m.end, m.offset))
+                .collect();
+            let mut read = Vec::with_capacity(maps.len());
+            for &(path, start, len, offset) in maps {
+                let Some(&file) = self.files.get(path) else {
+                    return false;
+                };
+                read.push((file, start, start.saturating_add(len), offset));
+            }
+            live.sort_unstable();
+            read.sort_unstable();
+            live == read
+        });
+        if same {
+            return None;
+        }
+        let id = self.exec(tgid);
+        for &(path, start, len, offset) in maps {
+            self.mmap(tgid, path, start, len, offset);
+        }
+        Some(self.of(tgid)).filter(|_| id != 0)
+    }
+
     /// Process `tgid` unmapped `start..start + len`: what its space maps there is marked
     /// unmapped, the first to go past [`MAX_MAPS`] (a process not known yet has nothing to
     /// unmap). Its code no longer runs in this space, but translations made here may still
@@ -591,6 +622,41 @@ mod tests {
         s.mmap(1, "/zero", 0x50_0000, 0, 0);
         assert_eq!(s.mappings(), 1);
         assert_eq!(name_at(&s, a, 0x40_1000), Some("/z"));
+    }
+
+    /// A snapshot that agrees with what the watch followed changes nothing; one of a process
+    /// not followed, or one that exec'd or mapped while unwatched, is its new space, where
+    /// code from before still moves (the old space is kept among the ended).
+    #[test]
+    fn a_snapshot_replaces_only_what_it_contradicts() {
+        let mut s = Spaces::default();
+        let a = s.exec(1);
+        s.mmap(1, "/bin/a", 0x1000, 0x1000, 0);
+        s.mmap(1, "/lib/c", 0x8000, 0x2000, 0x1000);
+        let same = [
+            ("/lib/c", 0x8000, 0x2000, 0x1000),
+            ("/bin/a", 0x1000, 0x1000, 0),
+        ];
+        assert_eq!(s.snapshot(1, &same), None);
+        assert_eq!(s.of(1), a);
+        // A library loaded while unwatched.
+        let more = [
+            ("/bin/a", 0x1000, 0x1000, 0),
+            ("/lib/c", 0x8000, 0x2000, 0x1000),
+            ("/lib/d", 0x20000, 0x1000, 0),
+        ];
+        let b = s.snapshot(1, &more).expect("a new space");
+        assert_ne!(a, b);
+        assert_eq!(s.of(1), b);
+        assert_eq!(name_at(&s, b, 0x20000), Some("/lib/d"));
+        assert_eq!(s.delta(a, b, 0x8100), Some(0));
+        // A process never seen, and one whose file is new to the spaces.
+        assert!(s.snapshot(2, &[("/bin/a", 0x5000, 0x1000, 0)]).is_some());
+        assert_eq!(s.delta(b, s.of(2), 0x1010), Some(0x4000));
+        assert!(s.snapshot(2, &[("/bin/new", 0x5000, 0x1000, 0)]).is_some());
+        // Nothing mapped: an empty space all the same (its exec'd program maps none yet).
+        assert!(s.snapshot(3, &[]).is_some());
+        assert_eq!(s.snapshot(3, &[]), None);
     }
 
     /// A fork loop whose children each fill their space: past the total the oldest ended

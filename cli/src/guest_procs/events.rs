@@ -200,6 +200,18 @@ pub fn parse(text: &str) -> Procs {
                     exec: true,
                 });
             }
+            // Read from guest memory at a switch on (`plugin/src/handlers/proc_walk.rs`):
+            // the process as it is then, its code mappings next, the program's first where
+            // `program=1`. It started, exec'd or mapped while tracing was off.
+            "seen" => {
+                current.insert(tgid, procs.spaces.len());
+                procs.spaces.push(Space {
+                    tgid,
+                    from: time,
+                    maps: Maps::default(),
+                    exec: dec("program") == Some(1),
+                });
+            }
             "mmap" => {
                 let (Some(start), Some(len), Some(offset), Some(path)) =
                     (hex("start"), hex("len"), hex("offset"), get.get("path"))
@@ -282,6 +294,34 @@ mod tests {
             }
         }
         n
+    }
+
+    /// A process read at a switch on: a new space from then, named by its program where the
+    /// walk found it; a thread told then belongs to its process; what came before keeps the
+    /// space it had.
+    #[test]
+    fn a_process_seen_at_a_switch_on_starts_a_space() {
+        let text = "exec\ttime=1\ttid=5\ttgid=5\n\
+                    mmap\ttime=1\ttid=5\ttgid=5\tstart=1000\tlen=1000\toffset=0\tpath=/bin/sh\n\
+                    seen\ttime=9\ttid=5\ttgid=5\tprogram=1\n\
+                    mmap\ttime=9\ttid=5\ttgid=5\tstart=4000\tlen=1000\toffset=0\tpath=/worker\n\
+                    mmap\ttime=9\ttid=5\ttgid=5\tstart=8000\tlen=2000\toffset=1000\tpath=/lib/libc.so.6\n\
+                    task\ttime=9\ttid=6\ttgid=5\tparent=0\n\
+                    seen\ttime=9\ttid=7\ttgid=7\tprogram=0\n";
+        let p = parse(text);
+        assert_eq!(p.spaces.len(), 3);
+        assert_eq!(
+            (p.spaces[0].from, p.spaces[0].program()),
+            (1, Some("/bin/sh"))
+        );
+        let s = &p.spaces[1];
+        assert_eq!(
+            (s.tgid, s.from, s.exec, s.program()),
+            (5, 9, true, Some("/worker"))
+        );
+        assert_eq!(s.maps.len(), 2);
+        assert_eq!(p.tgid_of.get(&6), Some(&5));
+        assert!(!p.spaces[2].exec);
     }
 
     /// A guest's fork loop: each child starts with its parent's 1,000 mappings and adds

@@ -35,10 +35,62 @@ const FIELDS: [(&str, &[(&str, &str)]); 4] = [
     ("dentry.d_parent", &[("dentry", "d_parent")]),
 ];
 
+/// `(what, [(struct, member)…])` of the fields the plugin reads at a switch on to list the
+/// processes and their mappings (`engine::linux_walk::Layout`, in its order): `mm_struct`'s
+/// maple tree is Linux 6.1's and later's.
+const WALK_FIELDS: [(&str, &[(&str, &str)]); 16] = [
+    ("task_struct.tasks", &[("task_struct", "tasks")]),
+    (
+        "task_struct.group_leader",
+        &[("task_struct", "group_leader")],
+    ),
+    ("task_struct.mm", &[("task_struct", "mm")]),
+    ("task_struct.pid", &[("task_struct", "pid")]),
+    ("task_struct.tgid", &[("task_struct", "tgid")]),
+    ("task_struct.signal", &[("task_struct", "signal")]),
+    ("task_struct.thread_node", &[("task_struct", "thread_node")]),
+    (
+        "signal_struct.thread_head",
+        &[("signal_struct", "thread_head")],
+    ),
+    (
+        "mm_struct.mm_mt.ma_root",
+        &[("mm_struct", "mm_mt"), ("maple_tree", "ma_root")],
+    ),
+    ("mm_struct.exe_file", &[("mm_struct", "exe_file")]),
+    ("vm_area_struct.vm_start", &[("vm_area_struct", "vm_start")]),
+    ("vm_area_struct.vm_end", &[("vm_area_struct", "vm_end")]),
+    ("vm_area_struct.vm_flags", &[("vm_area_struct", "vm_flags")]),
+    ("vm_area_struct.vm_pgoff", &[("vm_area_struct", "vm_pgoff")]),
+    ("vm_area_struct.vm_file", &[("vm_area_struct", "vm_file")]),
+    ("vm_area_struct.vm_mm", &[("vm_area_struct", "vm_mm")]),
+];
+
+/// The sums of each field's member offsets along its path, or the first one missing.
+fn field_offsets(
+    kernel: &KernelLayouts,
+    fields: &[(&str, &[(&str, &str)])],
+) -> Result<Vec<u64>, String> {
+    let mut offsets = Vec::new();
+    for (what, path) in fields {
+        let mut sum = 0;
+        for (structure, member) in path.iter() {
+            sum += kernel
+                .types
+                .member_offset(structure, member)
+                .map_err(|e| format!("{} has no {what} ({e})", kernel.source.path.display()))?;
+        }
+        offsets.push(sum);
+    }
+    Ok(offsets)
+}
+
 /// The plugin's `,proc_watch=…,proc_offsets=…` for a Linux kernel whose struct layouts were
 /// found (DWARF or BTF: `symbol_source::kernel_layouts`), or why processes' own functions
-/// cannot be named (one line).
-pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
+/// cannot be named (one line). With them `,proc_walk=…` where the kernel has what the walk
+/// at a switch on reads; else, with `trace_off` (the run starts with tracing off), why the
+/// processes started while off will not be named.
+pub fn watch_options(kernel: Option<&KernelLayouts>, trace_off: bool) -> Result<String, String> {
     let kernel = kernel.ok_or_else(|| {
         "the guest's processes' own functions are not named: no symbol source has the \
          kernel's DWARF or BTF (give the -kernel image of a kernel built with BTF, or the \
@@ -46,21 +98,33 @@ pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
             .to_string()
     })?;
     let source = &kernel.source;
-    let mut offsets = Vec::new();
-    for (what, path) in FIELDS {
-        let mut sum = 0;
-        for (structure, member) in path {
-            sum += kernel.types.member_offset(structure, member).map_err(|e| {
-                format!(
-                    "the guest's processes' own functions are not named: {} has no {what} \
-                         ({e})",
-                    source.path.display()
-                )
-            })?;
+    let offsets = field_offsets(kernel, &FIELDS)
+        .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
+    let offsets: Vec<String> = offsets.iter().map(u64::to_string).collect();
+    let (addresses, munmaps, init_task) = function_addresses(&source.path, source.offset)?;
+    // Without `init_task` (arm64 Debian's kallsyms has no data symbols) the plugin reads
+    // the ring of processes from the task running.
+    let walk = match field_offsets(kernel, &WALK_FIELDS) {
+        Ok(fields) => format!(
+            ",proc_walk={}:{}",
+            init_task.unwrap_or(0),
+            fields
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(":")
+        ),
+        Err(why) => {
+            if trace_off {
+                crate::errors::warn_early(format!(
+                    "processes that start while tracing is off will have their own functions \
+                     unnamed: {why} (the guest's processes are read at a switch on from \
+                     Linux 6.1's structures)"
+                ));
+            }
+            String::new()
         }
-        offsets.push(sum.to_string());
-    }
-    let (addresses, munmaps) = function_addresses(&source.path, source.offset)?;
+    };
     // Kernel modules ride on the same watch; a kernel without what they need still has its
     // processes named (said once, early).
     let modules = modules::watch_options(kernel).unwrap_or_else(|why| {
@@ -69,7 +133,7 @@ pub fn watch_options(kernel: Option<&KernelLayouts>) -> Result<String, String> {
     });
     let munmap = munmap_option(kernel, &munmaps);
     Ok(format!(
-        ",proc_watch={},proc_offsets={}{modules}{munmap}",
+        ",proc_watch={},proc_offsets={}{modules}{munmap}{walk}",
         addresses
             .iter()
             .map(u64::to_string)
@@ -105,17 +169,20 @@ const MUNMAP_ARCHS: [qemu_uftrace_engine::arch::Arch; 3] = [
 ];
 
 /// The entry addresses of [`WATCHED`] in a vmlinux's symbol table or a raw image's kallsyms,
-/// moved by `offset`, and those of [`MUNMAP_ARCHS`]' `munmap` wrappers found (one symbol
-/// lookup for all).
-fn function_addresses(vmlinux: &Path, offset: u64) -> Result<(Vec<u64>, Vec<Option<u64>>), String> {
+/// moved by `offset`, those of [`MUNMAP_ARCHS`]' `munmap` wrappers found, and `init_task`'s
+/// (one symbol lookup for all).
+type Found = (Vec<u64>, Vec<Option<u64>>, Option<u64>);
+fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Found, String> {
     let munmaps: Vec<String> = (MUNMAP_ARCHS.iter())
         .map(|&a| format!("{}munmap", crate::argspec::syscall_prefix(a)))
         .collect();
     let names: Vec<&str> = (WATCHED.iter().copied())
         .chain(munmaps.iter().map(String::as_str))
+        .chain(["init_task"])
         .collect();
     let mut found = qemu_uftrace_symbols::kernel_symbol_addresses(vmlinux, &names)
         .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
+    let init_task = found.pop().flatten().map(|a| a.wrapping_add(offset));
     let munmaps = (found.split_off(WATCHED.len()).into_iter())
         .map(|a| a.map(|a| a.wrapping_add(offset)))
         .collect();
@@ -132,5 +199,5 @@ fn function_addresses(vmlinux: &Path, offset: u64) -> Result<(Vec<u64>, Vec<Opti
             })
         })
         .collect::<Result<_, _>>()?;
-    Ok((watched, munmaps))
+    Ok((watched, munmaps, init_task))
 }

@@ -318,7 +318,8 @@ pub fn prepare(
     // A Linux guest's processes: where they map files, watched where the kernel's layouts
     // say (issue 24); without them, said when there is a userland to name.
     let proc_watch = if linux {
-        match crate::guest_procs::watch_options(layouts.as_ref()) {
+        let trace_off = args.trace == Some(crate::args::OnOff::Off);
+        match crate::guest_procs::watch_options(layouts.as_ref(), trace_off) {
             Ok(opts) => Some(opts),
             // A guest file's function is found where a process maps the file.
             Err(why) if !names.guest_files.is_empty() => {

@@ -1,6 +1,6 @@
 //! The callbacks that run while the guest does: calls, returns, exceptions and task switches
 //! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`; in a
-//! Linux guest's processes: `procmaps`), x86 vector tables (`vector_table`) and the stack
+//! Linux guest's processes: `procmaps`, and `proc_walk` at a switch on), x86 vector tables (`vector_table`) and the stack
 //! cookie of a run that starts mid-way (`midway`).
 
 pub mod args;
@@ -8,6 +8,7 @@ pub mod callbacks;
 pub mod jumps;
 pub mod midway;
 pub mod modules;
+pub mod proc_walk;
 pub mod procmaps;
 pub mod running_task;
 pub mod signals;

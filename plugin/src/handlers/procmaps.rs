@@ -149,7 +149,7 @@ pub(super) fn first_argument(regs: &mut ByteBuf) -> Option<u64> {
 /// would place files wrongly). Not QEMU's smallest page (`state::guest::MIN_PAGE`, 1 KiB):
 /// x86-64's binutils put code at file offset 0x1000 (`-z separate-code`), placed at 0x400
 /// with it.
-const KERNEL_PAGE: u64 = 4096;
+pub(super) const KERNEL_PAGE: u64 = 4096;
 
 /// `VM_EXEC`: only code mappings name functions.
 const VM_EXEC: u64 = 0x4;
@@ -262,6 +262,12 @@ pub fn exec_returned(v: &mut crate::vcpu::VcpuState, time: u64) {
     }
 }
 
+/// The PID and thread group of the task running on `v`, as last learnt.
+pub(super) fn ids_of_running(v: &mut crate::vcpu::VcpuState) -> Option<(u32, u32)> {
+    let (_, off) = watch()?;
+    ids(&mut v.regs, v.task_ptr, &off)
+}
+
 /// A task's PID and thread group, from its structure.
 fn ids(regs: &mut ByteBuf, task: u64, off: &Offsets) -> Option<(u32, u32)> {
     let pid_offset = crate::state::config()?.task_pid?;
@@ -281,7 +287,7 @@ fn ids(regs: &mut ByteBuf, task: u64, off: &Offsets) -> Option<(u32, u32)> {
 /// components behind `/…<dentry>`, and one that cannot be read is
 /// `[unreadable <dentry>]`: never one name that different files share. With it, the root
 /// dentry the walk reached (which file system the path is inside), 0 when it reached none.
-fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> (String, u64) {
+pub(super) fn file_path(regs: &mut ByteBuf, file: u64, off: &Offsets) -> (String, u64) {
     // Named by the file's dentry (one per file, whoever maps it) when that can be read.
     let unreadable = |id: u64| (format!("[unreadable {id:x}]"), 0);
     let Some(mut dentry) = regs.read_le(file.wrapping_add(off.file_dentry), 8) else {

@@ -310,6 +310,9 @@ fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
     if crate::state::system_mode() {
         crate::handlers::running_task::learn_running_task(v, vcpu_index);
     }
+    // Processes that started or changed while off, read from the task running now.
+    crate::handlers::proc_walk::switched_on();
+    crate::handlers::proc_walk::at_switch_on(v);
     let tid = v.engine.tid();
     if edged.insert(tid) {
         // A task first seen now.
@@ -488,6 +491,10 @@ pub fn apply() {
                 OFF_TOTAL.fetch_add(host.saturating_sub(since), Ordering::AcqRel);
             }
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
+            // A trigger's vCPU read the processes already.
+            if !early.contains(&true) {
+                crate::handlers::proc_walk::switched_on();
+            }
             edged.extend(early_edged);
             *EDGED.lock().unwrap_or_else(|e| e.into_inner()) = Some(edged);
             {
@@ -548,6 +555,8 @@ unsafe extern "C" fn on_capture(vcpu_index: c_uint, data: *mut c_void) {
             if crate::state::system_mode() {
                 crate::handlers::running_task::learn_running_task(v, vcpu_index);
             }
+            // Processes that started or changed while off, read from the task running now.
+            crate::handlers::proc_walk::at_switch_on(v);
             let now = v.now();
             let tid = v.engine.tid();
             edge_once(v, tid, now);

@@ -136,6 +136,14 @@ fn finish_once() {
             crate::handlers::procmaps::MAX_BYTES >> 20
         ));
     }
+    let walks_cut = crate::handlers::proc_walk::CUT.load(std::sync::atomic::Ordering::Relaxed);
+    if walks_cut > 0 {
+        written.errors.push(format!(
+            "{walks_cut} readings of the guest's processes at a switch on were cut short (a \
+             list or tree unreadable or past its bound): processes that started while \
+             tracing was off may be unnamed"
+        ));
+    }
     let (spaces, files_past_cap, maps_dropped_spaces, unmoved_dropped, unmaps) =
         crate::state::spaces::with(|s| {
             let freed = (s.freed, s.unmoved);
@@ -316,6 +324,16 @@ fn finish_once() {
         line("maps_past_cap", &maps_dropped_spaces);
         line("unmoved_past_map_cap", &unmoved_dropped);
         line("unmaps_seen", &unmaps);
+        let walks = &crate::handlers::proc_walk::WALKS;
+        line(
+            "proc_walks",
+            &walks.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let snapshots = &crate::handlers::proc_walk::SNAPSHOTS;
+        line(
+            "proc_walk_spaces",
+            &snapshots.load(std::sync::atomic::Ordering::Relaxed),
+        );
     }
     if written.capped {
         line("size_capped", &1);

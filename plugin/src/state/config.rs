@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N[,one_arena=on][,untraced=on]][,proc=PID.N]`
-//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L][,proc_walk=INIT:N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
@@ -124,6 +124,10 @@ pub struct Config {
     /// where its `struct pt_regs` keeps the address and the length
     /// (`munmap_watch=ADDR:START_OFF:LEN_OFF`: `handlers::procmaps`).
     pub munmap_watch: Option<[u64; 3]>,
+    /// System mode, Linux, with `proc_watch`: `init_task`'s address (0: not known) and the
+    /// fields read to list processes and their mappings at a switch on (`proc_walk=INIT:TASKS:…`:
+    /// `handlers::proc_walk`, `engine::linux_walk`).
+    pub proc_walk: Option<Box<(u64, qemu_uftrace_engine::linux_walk::Layout)>>,
     /// The guest's function entries, written by the CLI before QEMU starts: direct jumps
     /// into another function's entry are shown as calls (`entries`).
     pub entries: Option<PathBuf>,
@@ -401,6 +405,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut mod_watch: Option<String> = None;
     let mut mod_offsets: Option<String> = None;
     let mut munmap_watch: Option<[u64; 3]> = None;
+    let mut proc_walk = None;
     let mut entries = None;
     let mut entries_later = false;
     let mut lib_entries = None;
@@ -577,6 +582,24 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                 }
                 munmap_watch = Some(w);
             }
+            "proc_walk" => {
+                let n: [u64; 17] = numbers("proc_walk", value)?;
+                // Bounded like the other structure offsets: a wild one would read far off.
+                if n[1..]
+                    .iter()
+                    .any(|&o| o >= qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET)
+                {
+                    return Err(format!(
+                        "proc_walk={value}: expected an address, then byte offsets"
+                    ));
+                }
+                let mut layout = [0; 16];
+                layout.copy_from_slice(&n[1..]);
+                proc_walk = Some(Box::new((
+                    n[0],
+                    qemu_uftrace_engine::linux_walk::Layout::from_numbers(layout),
+                )));
+            }
             "resume" => resume = on_off("resume", value)?,
             "kaslr_file" => kaslr_file = Some(PathBuf::from(raw_value)),
             "max_size_file" => max_size_file = Some(PathBuf::from(raw_value)),
@@ -601,6 +624,9 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     };
     if munmap_watch.is_some() && proc_watch.is_none() {
         return Err("munmap_watch=… goes with proc_watch=…".into());
+    }
+    if proc_walk.is_some() && proc_watch.is_none() {
+        return Err("proc_walk=… goes with proc_watch=…".into());
     }
     let pie = match pie_entry {
         Some(entry) => Some(Pie { entry, aims: pie }),
@@ -636,6 +662,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         proc_watch,
         mod_watch,
         munmap_watch,
+        proc_walk,
         entries,
         entries_later,
         lib_entries,

@@ -1,0 +1,139 @@
+//! System mode, Linux: the guest's processes read from its memory at a switch on.
+//!
+//! While tracing is off no block carries the process watch (`handlers::procmaps`), so a
+//! process started then, or one that exec'd or loaded a library, would have no files to
+//! name its functions by once tracing comes back on. At each switch on (not at the start:
+//! then everything is watched from the first instruction) the first vCPU to take its
+//! stack cookie reads every process and its code mappings (`engine::linux_walk`) and tells
+//! `plugin.procs` what the watch did not follow: a `seen` line and the process's code
+//! mappings, where they differ from the plugin's own copy (`Spaces::snapshot`), and the
+//! threads not told yet. The other vCPUs wait for it, then each runs in its task's space as
+//! the walk left it.
+//!
+//! One limit: with several vCPUs, a mapping another vCPU makes in the instant of the walk
+//! (its `mmap_region` told before the walk, its VMA in the tree after) is missed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use qemu_uftrace_engine::linux_walk::{self, Memory};
+
+use crate::state::guest::ByteBuf;
+use crate::state::spaces;
+use crate::vcpu::VcpuState;
+
+/// A walk is due (set by a switch on, taken by the first vCPU's cookie); the lock also
+/// holds the other vCPUs back until the walk is done.
+static DUE: Mutex<bool> = Mutex::new(false);
+/// Threads told to `plugin.procs` by a walk, with their process: a later walk tells only
+/// new ones. Cleared past [`MAX_TOLD`] (then told again: lines, not memory, grow).
+static TOLD: Mutex<Option<HashMap<u32, u32>>> = Mutex::new(None);
+const MAX_TOLD: usize = 1 << 18;
+
+/// Walks done, processes given a new space by one, and walks cut short (a list or tree
+/// past its bound, or unreadable).
+pub static WALKS: AtomicU64 = AtomicU64::new(0);
+pub static SNAPSHOTS: AtomicU64 = AtomicU64::new(0);
+pub static CUT: AtomicU64 = AtomicU64::new(0);
+
+fn config() -> Option<(u64, linux_walk::Layout)> {
+    crate::state::config()?.proc_walk.as_deref().copied()
+}
+
+/// Tracing went on (the reset's exclusive section): the next cookie walks.
+pub fn switched_on() {
+    if config().is_some() {
+        *DUE.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    }
+}
+
+/// Guest memory through a vCPU's buffer.
+struct Guest<'a>(&'a mut ByteBuf);
+
+impl Memory for Guest<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
+        buf.copy_from_slice(self.0.read_memory(addr, buf.len())?);
+        Some(())
+    }
+}
+
+/// A vCPU's first block after a switch on (or its `--trace-on-at` trigger), once it learnt
+/// the task running (the walk starts from it where `init_task` is not known): the walk
+/// where one is due, then this vCPU's space, its task's as the walk left it.
+pub fn at_switch_on(v: &mut VcpuState) {
+    let Some((init_task, layout)) = config() else {
+        return;
+    };
+    let mut due = DUE.lock().unwrap_or_else(|e| e.into_inner());
+    if std::mem::take(&mut *due) {
+        walk(v, init_task, &layout);
+    }
+    drop(due);
+    if let Some((_, tgid)) = crate::handlers::procmaps::ids_of_running(v) {
+        v.run_space(crate::handlers::procmaps::space_of(tgid));
+    }
+}
+
+fn walk(v: &mut VcpuState, init_task: u64, layout: &linux_walk::Layout) {
+    let Some((_, off)) = crate::state::config()
+        .and_then(|c| c.proc_watch.as_deref())
+        .copied()
+    else {
+        return;
+    };
+    WALKS.fetch_add(1, Ordering::Relaxed);
+    let init_task = (init_task != 0).then(|| crate::state::kaslr::SHIFT.to_guest(init_task));
+    let found = linux_walk::walk(&mut Guest(&mut v.regs), layout, init_task, v.task_ptr);
+    let time = v.now();
+    // One file's path read once (libc is mapped by every process).
+    let mut paths: HashMap<u64, (String, u64)> = HashMap::new();
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    let told = told.get_or_insert_with(HashMap::new);
+    if told.len() > MAX_TOLD {
+        told.clear();
+    }
+    let mut cut = found.cut;
+    for p in &found.processes {
+        cut |= p.partial;
+        let tgid = p.tgid;
+        for c in &p.code {
+            (paths.entry(c.file))
+                .or_insert_with(|| crate::handlers::procmaps::file_path(&mut v.regs, c.file, &off));
+        }
+        let maps: Vec<(&str, u64, u64, u64, u64)> = (p.code.iter())
+            .filter_map(|c| {
+                let (path, fs) = paths.get(&c.file)?;
+                let offset = c.pgoff.wrapping_mul(crate::handlers::procmaps::KERNEL_PAGE);
+                Some((path.as_str(), c.start, c.end - c.start, offset, *fs))
+            })
+            .collect();
+        let mut lines = String::new();
+        let plain: Vec<(&str, u64, u64, u64)> =
+            maps.iter().map(|&(p, s, l, o, _)| (p, s, l, o)).collect();
+        if spaces::with(|s| s.snapshot(tgid, &plain)).is_some() {
+            SNAPSHOTS.fetch_add(1, Ordering::Relaxed);
+            lines += &format!(
+                "seen\ttime={time}\ttid={tgid}\ttgid={tgid}\tprogram={}\n",
+                u8::from(p.program_first)
+            );
+            for (path, start, len, offset, fs) in maps {
+                lines += &format!(
+                    "mmap\ttime={time}\ttid={tgid}\ttgid={tgid}\tstart={start:x}\tlen={len:x}\
+                     \toffset={offset:x}\tfs={fs:x}\tpath={path}\n"
+                );
+            }
+        }
+        for &tid in p.threads.iter().filter(|&&t| t != tgid) {
+            if told.insert(tid, tgid) != Some(tgid) {
+                lines += &format!("task\ttime={time}\ttid={tid}\ttgid={tgid}\tparent=0\n");
+            }
+        }
+        if !lines.is_empty() {
+            crate::handlers::procmaps::keep(lines);
+        }
+    }
+    if cut {
+        CUT.fetch_add(1, Ordering::Relaxed);
+    }
+}
