@@ -1468,3 +1468,51 @@ fn a_window_switched_on_inside_a_kernel_interrupt_opens_the_calls_it_interrupted
         );
     }
 }
+
+/// A randomised kernel (KASLR) recorded with tracing off and switched on by the command
+/// once it waits for its root device (Debian's amd64 kernel, `rootwait` on a disk it does
+/// not have: PID 1 sleeps in `prepare_namespace` for ever, the timer ticking). Nothing is
+/// translated while off, so the boot's first upper-half block, where the offset is found on
+/// a traced boot, is never seen: the offset is found by the kernel's version banner in guest
+/// memory (as for a snapshot), at the first block after the switch. Before, that block was
+/// taken for the boot's entry and every kernel function was named by a wrong offset.
+#[test]
+fn a_randomised_kernel_switched_on_by_command_is_named_by_its_banner() {
+    common::require("uftrace");
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64")
+        .to_string_lossy()
+        .into_owned();
+    let argv = qemu_uftrace_tests::amd64_kernel_boot_args_on(
+        &qemu,
+        "console=ttyS0 panic=0 cryptomgr.notests root=/dev/vdz rootwait",
+    );
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("kaslr.data");
+    let rec = Recording::start_argv(&argv, &dir, &["--trace=off"]);
+    wait_for("the kernel waits for its root", || {
+        let text = std::fs::read_to_string(&rec.console).unwrap_or_default();
+        (text.contains("Waiting for root device") && value(&live(&dir), "pid").is_some())
+            .then_some(())
+    });
+    trace_ok(&dir, "on", tmp.path());
+    rec.wait_records("records in the window", None);
+    let dir = rec.stop();
+    let stats = std::fs::read_to_string(dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.contains("kaslr_anchor=linux_banner\n"), "{stats}");
+    let offset = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("kaslr_offset=0x"))
+        .and_then(|o| u64::from_str_radix(o, 16).ok())
+        .expect("an offset found");
+    assert!(offset != 0 && offset % (2 << 20) == 0, "{stats}");
+    let d = dir.to_string_lossy();
+    let text = qemu_uftrace_tests::replay::uftrace(&["replay", "--no-pager", "-d", &d])
+        .expect("uftrace replay");
+    // PID 1's frames, taken at its first switch in: it sleeps where the root is awaited.
+    assert!(
+        text.contains("prepare_namespace() {") && text.contains("msleep() {"),
+        "PID 1 is not seen waiting for its root:\n{text:.4000}"
+    );
+    let bare = text.lines().filter(|l| l.contains("<ffffffff")).count();
+    assert_eq!(bare, 0, "kernel code left unnamed:\n{text:.4000}");
+}

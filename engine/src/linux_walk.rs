@@ -4,8 +4,8 @@
 //! fork, an exec, a file mapped. While tracing is off nothing is instrumented, so a process
 //! started then, or one that exec'd or loaded a library then, is not known when tracing
 //! comes back on. At a switch on the plugin reads them instead: the list of thread groups
-//! (`task_struct.tasks`, from `init_task` where the kernel's symbols give it, else from the
-//! running task's group leader: the list is a ring), each one's threads from `signal->thread_head`, and each one's
+//! (`task_struct.tasks`, a ring: from the running task's group leader, else from
+//! `init_task` where the kernel's symbols give it), each one's threads from `signal->thread_head`, and each one's
 //! mappings from its `mm_struct`'s maple tree (Linux 6.1 and later), keeping those mapped
 //! executable from a file.
 //!
@@ -155,15 +155,16 @@ pub trait Memory {
 }
 
 /// Every thread group on the ring of thread groups that has an address space, with its
-/// threads and code mappings: read from `init_task` (an address of the guest) where it is
-/// known, else from the group leader of `running` (a task running now).
+/// threads and code mappings: read from the group leader of `running` (a task running now,
+/// 0 where none is known), else from `init_task` (an address of the guest: the symbols'
+/// moved by a randomised base, which a run that started off may have found late or wrong).
 pub fn walk(mem: &mut dyn Memory, layout: &Layout, init_task: Option<u64>, running: u64) -> Walk {
     let mut out = Walk::default();
-    let from = match init_task {
-        Some(t) => Some(t),
-        None => mem.word(running.wrapping_add(layout.group_leader)),
-    };
-    let Some(from) = from.filter(|&t| kernel_pointer(t)) else {
+    let leader = (kernel_pointer(running))
+        .then(|| mem.word(running.wrapping_add(layout.group_leader)))
+        .flatten()
+        .filter(|&t| kernel_pointer(t));
+    let Some(from) = leader.or(init_task).filter(|&t| kernel_pointer(t)) else {
         out.cut = true;
         return out;
     };
@@ -589,6 +590,8 @@ mod tests {
         assert!(!from_thread.cut);
         let tgids: Vec<u32> = from_thread.processes.iter().map(|p| p.tgid).collect();
         assert_eq!(tgids, vec![20, 10]);
+        // The running task is preferred to an init_task moved by a wrong base.
+        assert_eq!(walk(&mut m, &L, Some(K + 0x7777_0000), t1b), from_thread);
         let idle = K + 0x6000;
         m.put(idle + L.group_leader, idle);
         m.put(idle + L.tasks, t1 + L.tasks);

@@ -317,8 +317,8 @@ pub fn prepare(
     let abs_staging = std::path::absolute(staging).unwrap_or_else(|_| staging.to_path_buf());
     // A Linux guest's processes: where they map files, watched where the kernel's layouts
     // say (issue 24); without them, said when there is a userland to name.
+    let trace_off = args.trace == Some(crate::args::OnOff::Off);
     let proc_watch = if linux {
-        let trace_off = args.trace == Some(crate::args::OnOff::Off);
         match crate::guest_procs::watch_options(layouts.as_ref(), trace_off) {
             Ok(opts) => Some(opts),
             // A guest file's function is found where a process maps the file.
@@ -357,6 +357,9 @@ pub fn prepare(
         kernel.as_deref(),
         &abs_staging,
         anchor.as_deref().map(|file| (file, arch)),
+        // A run that starts off may translate nothing until it goes on, long after the
+        // boot's anchor ran: the banner finds the base from any block, as a snapshot's.
+        inv.resume || trace_off,
     );
     let lib_entries = match (inv.is_user_mode(), images.first(), args.no_auto_symbols) {
         (true, Some(program), false) => Some(start_lib_entries(
@@ -689,6 +692,7 @@ fn start_entries(
     kernel: Option<&Path>,
     staging: &Path,
     anchor: Option<(&Path, Arch)>,
+    banner: bool,
 ) -> Option<Entries> {
     let file = staging.join(".entries");
     if inv.is_user_mode() {
@@ -705,12 +709,11 @@ fn start_entries(
     let kernel = kernel.map(Path::to_path_buf);
     let later = kernel.is_some();
     let anchor = anchor.map(|(file, arch)| (file.to_path_buf(), arch));
-    let resume = inv.resume;
     let job = move || {
         // First: the plugin waits for it only where the kernel proper starts, and for the
         // entries at the first translation.
         if let Some((file, arch)) = &anchor {
-            let text = if resume {
+            let text = if banner {
                 super::kaslr::banner_text(read.images(), kernel.as_deref(), *arch)
             } else {
                 super::kaslr::anchor_text(read.images(), *arch)
