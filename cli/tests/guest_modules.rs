@@ -289,3 +289,65 @@ fn exported_by_load(
          ifb's {ifb:?})"
     );
 }
+
+/// Issue 37: modules loaded while tracing was off are named from the switch on. The
+/// recording starts off and goes on at `dummy.ko`'s unload (`delete_module`): `dummy.ko` was
+/// loaded while nothing was watched, and is read from the kernel's `modules` list at the
+/// switch on (amd64's kallsyms has the list head; arm64's has no data symbols: its -dbg
+/// vmlinux gives it). Its exit functions and `ifb.ko`'s whole life (loaded while on, at the
+/// range `dummy.ko` left) are named, nothing in that range is a bare address. Before,
+/// `dummy.ko`'s functions were addresses.
+#[test]
+fn amd64_modules_loaded_while_tracing_was_off_are_named_at_the_switch_on() {
+    loaded_while_off(ModArch::Amd64, None, "__x64_sys_delete_module");
+}
+
+#[test]
+fn arm64_modules_loaded_while_tracing_was_off_are_named_at_the_switch_on() {
+    let vmlinux = cached("kernel-dbg/vmlinux");
+    loaded_while_off(ModArch::Arm64, Some(&vmlinux), "__arm64_sys_delete_module");
+}
+
+fn loaded_while_off(arch: ModArch, vmlinux: Option<&Path>, syscall: &str) {
+    let argv = modules_boot_args(arch, &qemu(arch)).expect("the module guest builds");
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir: PathBuf = tmp.path().join("trace.data");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"));
+    cmd.arg("record").arg("-o").arg(&dir);
+    if let Some(v) = vmlinux {
+        cmd.arg("--symbols").arg(v);
+    }
+    let out = cmd
+        .args(["--trace=off", "--trace-on-at", syscall])
+        .arg("--")
+        .args(&argv)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run qemu-uftrace");
+    let console = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && console.contains("MOD done") && !stderr.contains("INCOMPLETE"),
+        "record failed ({}):\n{stderr}\nconsole:\n{console}",
+        out.status
+    );
+    // dummy.ko told by the walk, ifb.ko by its load; both unloads while on.
+    assert!(
+        stderr.contains("kernel modules: 2 loads (2 unloads)"),
+        "record did not say what it named:\n{stderr}"
+    );
+    let placed = placed_sections(&console);
+    let calls = report_calls(&dir, &[]).expect("uftrace report");
+    let range = format!("{:x}", (placed["dummy"][".text"] & 0xffff_ffff_ffff) >> 16);
+    let bare: Vec<&String> = calls.keys().filter(|n| n.contains(&range)).collect();
+    assert!(bare.is_empty(), "module code left unnamed: {bare:?}");
+    for (name, n) in [
+        ("dummy_cleanup_module", Some(&1)),
+        ("ifb_init_module", Some(&1)),
+        ("ifb_cleanup_module", Some(&1)),
+        // Its load and init ran while off.
+        ("dummy_init_module", None),
+    ] {
+        assert_eq!(calls.get(name), n, "{name}: {calls:?}");
+    }
+}

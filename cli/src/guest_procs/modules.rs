@@ -88,8 +88,14 @@ pub fn watch_options(kernel: &KernelLayouts) -> Result<String, String> {
         ))
     })?;
     offsets.extend(text.iter().map(u64::to_string));
-    let found = qemu_uftrace_symbols::kernel_symbol_addresses(&source.path, &WATCHED)
+    let names: Vec<&str> = WATCHED.iter().copied().chain(["modules"]).collect();
+    let mut found = qemu_uftrace_symbols::kernel_symbol_addresses(&source.path, &names)
         .map_err(|e| why(e.to_string()))?;
+    // The list of loaded modules (a data symbol: not in arm64 Debian's kallsyms) and where
+    // a module is on it, for the walk at a switch on (modules loaded while off); 0: none.
+    let list = (found.pop().flatten())
+        .zip(kernel.types.member_offset("module", "list").ok())
+        .map_or([0, 0], |(head, at)| [head.wrapping_add(source.offset), at]);
     let mut addresses = Vec::new();
     for (name, a) in WATCHED.iter().zip(found) {
         let a = a.ok_or_else(|| {
@@ -100,6 +106,7 @@ pub fn watch_options(kernel: &KernelLayouts) -> Result<String, String> {
         })?;
         addresses.push(a.wrapping_add(source.offset).to_string());
     }
+    addresses.extend(list.iter().map(u64::to_string));
     Ok(format!(
         ",mod_watch={},mod_offsets={}",
         addresses.join(":"),

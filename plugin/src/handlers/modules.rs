@@ -6,13 +6,18 @@
 //!   values already relocated; after init the kernel keeps only the core ones) and read once:
 //!   the functions in its core and init text.
 //! - `free_module(mod)`: its ranges go (a later module may be placed there).
+//! - At a switch on (`proc_walk`), the `modules` list where its head is known: those loaded
+//!   while tracing was off, read as at their load (after init `mod->kallsyms` keeps the
+//!   core symbols: its functions).
 //!
 //! Lines (tab-separated, addresses in hex):
 //! `module time=T name=N core=A core_text=L init=A init_text=L symbols=K`, then K lines
 //! `msym addr=A size=S name=NAME`; `unload time=T name=N core=A init=A`.
 //! They carry no `tid=`, so the process reader passes them over.
 
+use std::collections::HashSet;
 use std::ffi::{c_uint, c_void};
+use std::sync::Mutex;
 
 use crate::state::config::ModWatch;
 use crate::state::guest::ByteBuf;
@@ -25,6 +30,19 @@ const MAX_SYMBOLS: u64 = 1 << 17;
 const SYM_SIZE: usize = 24;
 /// Bytes of a symbol's name read at most.
 const MAX_NAME: usize = 255;
+/// Modules read at most by one walk of the list (Debian's boot loads ~100).
+const MAX_MODULES: usize = 1 << 12;
+
+/// Modules told to `plugin.procs`, by [`key`] (a load adds, a free takes away): a walk at a
+/// switch on tells only the others. At most [`MAX_MODULES`] after a walk.
+static TOLD: Mutex<Option<HashSet<u64>>> = Mutex::new(None);
+
+fn told(f: impl FnOnce(&mut HashSet<u64>) -> bool) -> bool {
+    f(TOLD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashSet::new))
+}
 
 /// Borrowed, not copied: the translator asks for every instruction it translates.
 fn watch() -> Option<&'static ModWatch> {
@@ -82,11 +100,71 @@ unsafe extern "C" fn on_module(vcpu_index: c_uint, data: *mut c_void) {
             } else {
                 freed(regs, module, w, time)
             };
+            if let Some(k) = key(regs, module, w) {
+                let load = point == Point::Load as usize;
+                told(|t| if load { t.insert(k) } else { t.remove(&k) });
+            }
             if let Some(text) = text {
                 super::procmaps::keep(text);
             }
         });
     });
+}
+
+/// At a switch on: the modules on the kernel's list not told yet (loaded while tracing was
+/// off), each as at its load, at `time`. Returns false where the list could not be read
+/// whole (past [`MAX_MODULES`], or a link unreadable); true where read, or not known.
+pub fn walk_loaded(regs: &mut ByteBuf, time: u64) -> bool {
+    let Some(w) = watch().filter(|w| w.modules != 0) else {
+        return true;
+    };
+    let head = crate::state::kaslr::SHIFT.to_guest(w.modules);
+    let mut read = HashSet::from([head]);
+    let mut at = head;
+    let mut text = String::new();
+    let mut current = HashSet::new();
+    let whole = loop {
+        let Some(next) = regs.read_le(at, 8).filter(|&n| n >> 63 == 1 && n & 7 == 0) else {
+            break false;
+        };
+        if !read.insert(next) {
+            break true;
+        }
+        if read.len() > MAX_MODULES {
+            break false;
+        }
+        at = next;
+        let module = next.wrapping_sub(w.list);
+        let Some(k) = key(regs, module, w) else {
+            continue;
+        };
+        current.insert(k);
+        if !told(|t| t.contains(&k)) {
+            if let Some(lines) = loaded(regs, module, w, time) {
+                text += &lines;
+            }
+        }
+    };
+    // Those on the list now are the ones told: a module freed while off leaves the set.
+    if whole {
+        *TOLD.lock().unwrap_or_else(|e| e.into_inner()) = Some(current);
+    }
+    if !text.is_empty() {
+        super::procmaps::keep(text);
+    }
+    whole
+}
+
+/// What tells a module from another: its core base and its name (a module loaded while off
+/// where one unloaded then was is another).
+fn key(regs: &mut ByteBuf, module: u64, w: &ModWatch) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let core = regs.read_le(module.wrapping_add(w.core_base), 8)?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    regs.read_memory(module.wrapping_add(w.name), NAME_LEN)?
+        .hash(&mut h);
+    core.hash(&mut h);
+    Some(h.finish())
 }
 
 /// A module's name and the base and text size of its core and init layouts.

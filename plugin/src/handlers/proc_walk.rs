@@ -133,6 +133,8 @@ fn walk(v: &mut VcpuState, init_task: u64, layout: &linux_walk::Layout) {
             crate::handlers::procmaps::keep(lines);
         }
     }
+    // Kernel modules loaded while off, at the same instant.
+    cut |= !crate::handlers::modules::walk_loaded(&mut v.regs, time);
     if cut {
         CUT.fetch_add(1, Ordering::Relaxed);
     }

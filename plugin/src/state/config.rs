@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N[,one_arena=on][,untraced=on]][,proc=PID.N]`
-//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F,mod_offsets=N…][,munmap_watch=A:S:L][,proc_walk=INIT:N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F[:H:O],mod_offsets=N…][,munmap_watch=A:S:L][,proc_walk=INIT:N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
@@ -118,7 +118,9 @@ pub struct Config {
     /// given, and the configuration is moved around whole).
     pub proc_watch: Option<Box<(Watch, Offsets)>>,
     /// System mode, Linux, with `proc_watch`: where kernel modules load and go, and the
-    /// fields read there (`mod_watch=LOAD:FREE,mod_offsets=…`: `handlers::modules`).
+    /// fields read there (`mod_watch=LOAD:FREE[:MODULES:LIST],mod_offsets=…`:
+    /// `handlers::modules`; `MODULES` the list head's address, 0 where not known, `LIST`
+    /// `module.list`'s offset: read at a switch on).
     pub mod_watch: Option<Box<ModWatch>>,
     /// System mode, Linux, with `proc_watch`: the kernel's `munmap` syscall wrapper and
     /// where its `struct pt_regs` keeps the address and the length
@@ -277,6 +279,9 @@ impl Offsets {
 pub struct ModWatch {
     pub load: u64,
     pub free: u64,
+    /// The `modules` list head (0: not known) and `module.list`'s offset.
+    pub modules: u64,
+    pub list: u64,
     pub name: u64,
     pub kallsyms: u64,
     pub symtab: u64,
@@ -291,7 +296,16 @@ pub struct ModWatch {
 impl ModWatch {
     /// `watch` is `mod_watch=`'s value, `offsets` `mod_offsets=`'s.
     pub fn parse(watch: &str, offsets: &str) -> Result<ModWatch, String> {
-        let [load, free] = numbers("mod_watch", watch)?;
+        let [load, free, modules, list] = match numbers::<4>("mod_watch", watch) {
+            Ok(n) => n,
+            Err(_) => {
+                let [load, free] = numbers("mod_watch", watch)?;
+                [load, free, 0, 0]
+            }
+        };
+        if list >= qemu_uftrace_engine::tasks::MAX_TASK_NAME_OFFSET {
+            return Err(format!("mod_watch={watch}: expected an offset last"));
+        }
         let o: [u64; 9] = numbers("mod_offsets", offsets)?;
         // Bounded like the other structure offsets: a wild one would read far off.
         if o.iter()
@@ -304,6 +318,8 @@ impl ModWatch {
         Ok(ModWatch {
             load,
             free,
+            modules,
+            list,
             name,
             kallsyms,
             symtab,
