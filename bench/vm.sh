@@ -7,6 +7,9 @@
 #   tfilter  the whole boot with -t 10us (what tests/debian_vm records)
 #   startat  --start-at START_AT (/lib/systemd/systemd-journald:main): written from a
 #            service's main on (issue 36), the rest followed but not written
+#   off      --trace=off, never switched on: the tracer installed, not tracing
+#   offat    --trace=off --trace-on-at OFF_AT (/usr/bin/apt:main, which the boot never
+#            runs): off, the processes followed for a guest file's function (issue 37)
 #   late     --trace=off, switched on by `qemu-uftrace trace on` once QEMU has run for AT
 #            (0.9) of the last plain run's wall time (issue 37's "the last 10%" on a boot
 #            long enough for record's fixed costs, ~0.5 s before and after QEMU, to matter
@@ -16,7 +19,7 @@
 # the processes and modules record saw and named (its summary), and record's time after
 # QEMU exited (from the plugin's last write to record's end: the trace's assembly, symbols).
 # Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] [AT=0.9]
-#        [START_AT=PATH:FUNC]
+#        [START_AT=PATH:FUNC] [OFF_AT=PATH:FUNC]
 #        bench/vm.sh
 set -euo pipefail
 
@@ -59,6 +62,8 @@ traced() {
     local layer=$1 opts=()
     [ "$layer" = tfilter ] && opts=(-t 10us)
     [ "$layer" = startat ] && opts=(--start-at "${START_AT:-/lib/systemd/systemd-journald:main}")
+    [ "$layer" = off ] && opts=(--trace=off)
+    [ "$layer" = offat ] && opts=(--trace=off --trace-on-at "${OFF_AT:-/usr/bin/apt:main}")
     rm -rf "$work/trace"
     if [ "$layer" = late ]; then
         opts=(--trace=off)
@@ -70,8 +75,19 @@ traced() {
             "$qu" trace on -d "$work/trace" >/dev/null 2>&1
         ) &
     fi
-    timed "$work/$layer" "$qu" record -o "$work/trace" --sysroot "$sysroot" "${opts[@]}" -- "${argv[@]}"
+    # Never switched on, record says so and fails, by design: what it costs is still timed.
+    local fails=
+    [ "$layer" = off ] || [ "$layer" = offat ] && fails="tracing was never switched on"
+    TIMED_FAILS_SAYING=$fails timed "$work/$layer" "$qu" record -o "$work/trace" \
+        --sysroot "$sysroot" "${opts[@]}" -- "${argv[@]}"
     wait
+    if [ -n "$fails" ]; then
+        # No trace: its figures are none.
+        echo 0 >>"$work/$layer.bytes"
+        echo 0 >>"$work/$layer.after"
+        cp "$work/time.err" "$work/$layer.said"
+        return
+    fi
     sed -n 's/^events=//p' "$work/trace/plugin.stats" >>"$work/$layer.events"
     # /usr/bin/time writes its file as record ends; the plugin its stats as QEMU exits.
     echo "$(stat -c %.9Y "$work/time") $(stat -c %.9Y "$work/trace/plugin.stats")" |
@@ -99,7 +115,7 @@ for arch in ${ARCHS:-amd64 arm64}; do
         echo "    peak RSS $(($(cut -d' ' -f2 "$work/$l" | median) / 1024)) MB, trace $(($(median <"$work/$l.bytes") / 1048576)) MB, record after QEMU $(median <"$work/$l.after") s (medians)"
         # What the last run's summary said of calls, processes and modules, and how many
         # files it could not name (one warning each).
-        grep -E 'calls and|guest processes: [0-9]|kernel modules:|record: wrote' "$work/$l.said" |
+        { grep -E 'calls and|guest processes: [0-9]|kernel modules:|record: wrote' "$work/$l.said" || true; } |
             sed 's/^qemu-uftrace: /    said: /'
         echo "    files without symbols: $(grep -c 'has no symbols' "$work/$l.said"), with only exported ones: $(grep -c 'only its exported symbols' "$work/$l.said")"
         if [ "$l" = late ] && [ -s "$work/record.events" ]; then

@@ -287,7 +287,8 @@ pub struct RecordArgs {
     /// instruction: FUNC is in its window as uftrace's trace_on trigger has it, among the
     /// opened frames with the calls it was called from (other vCPUs switch where the block
     /// they run ends). In user mode FUNC may be a position-independent program's or a
-    /// shared library's, placed where the guest maps it
+    /// shared library's, placed where the guest maps it; in system mode (a Linux guest)
+    /// PATH:FUNC, a guest file's, as for --start-at
     #[arg(long, value_name = "FUNC")]
     pub trace_on_at: Vec<String>,
 
@@ -296,7 +297,7 @@ pub struct RecordArgs {
     /// Each closes the window at FUNC's first instruction: FUNC's entry is its last record
     /// (as --stop-at's), and the frames open there close (other vCPUs switch where the block
     /// they run ends). In user mode FUNC may be a position-independent program's or a
-    /// shared library's
+    /// shared library's; in system mode (a Linux guest) PATH:FUNC, a guest file's
     #[arg(long, value_name = "FUNC")]
     pub trace_off_at: Vec<String>,
 

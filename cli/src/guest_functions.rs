@@ -1,8 +1,8 @@
 //! `PATH:FUNC` (system mode, a Linux guest): a function of the guest's file PATH for
-//! `--stop-at` and `--start-at`, looked up under `--sysroot` or in the `-initrd` archive and
-//! named by its offset in the file, which the plugin finds wherever a process maps the file
-//! (`plugin/src/state/file_aims.rs`). Not for `--trace-on-at`/`--trace-off-at`: while
-//! tracing is off the guest's processes are not followed.
+//! `--stop-at`, `--start-at`, `--trace-on-at` and `--trace-off-at`, looked up under
+//! `--sysroot` or in the `-initrd` archive and named by its offset in the file, which the
+//! plugin finds wherever a process maps the file (`plugin/src/state/file_aims.rs`; while
+//! tracing is off, a `--trace-on-at` one keeps the processes followed).
 
 use std::path::{Path, PathBuf};
 
@@ -11,10 +11,8 @@ use anyhow::{Context, Result};
 use crate::errors::usage;
 use crate::stop_at::{guest_function, Addr, Names};
 
-/// `PATH:FUNC` where it cannot be: in user mode (a library's functions are named alone),
-/// and for `--trace-on-at`/`--trace-off-at` (while tracing is off the guest's processes are
-/// not followed: nothing is translated with the process watch, so no process is known to
-/// map PATH then). `funcs` as [`add`] takes them.
+/// `PATH:FUNC` where it cannot be: in user mode (a library's functions are named alone).
+/// `funcs` as [`add`] takes them.
 pub fn refused(funcs: &[(&str, &str)], user_mode: bool) -> Result<()> {
     let guest = |(_, text): &&(&str, &str)| guest_function(text).is_some();
     if let Some((option, text)) = funcs.iter().find(guest).filter(|_| user_mode) {
@@ -22,16 +20,6 @@ pub fn refused(funcs: &[(&str, &str)], user_mode: bool) -> Result<()> {
             format!("{option} {text}: PATH:FUNC names a function of a guest file in system mode"),
             "in user mode name the function alone (the program's and its libraries' are found \
              by name)",
-        ));
-    }
-    let switch = |(option, _): &&(&str, &str)| option.starts_with("--trace-o");
-    if let Some((option, text)) = funcs.iter().filter(switch).find(guest) {
-        return Err(usage(
-            format!(
-                "{option} {text}: a guest file's function is found only while tracing follows \
-                 the guest's processes, which it does not while off"
-            ),
-            "use --start-at or --stop-at PATH:FUNC, or a kernel function",
         ));
     }
     Ok(())

@@ -647,15 +647,6 @@ fn path_func_mistakes_are_one_line_each() {
             ],
             "did you mean /lib/systemd/systemd-journald:main,",
         ),
-        (
-            vec![
-                "--sysroot".into(),
-                root.into(),
-                "--trace-on-at".into(),
-                format!("{journald}:main"),
-            ],
-            "which it does not while off; use --start-at or --stop-at PATH:FUNC",
-        ),
         // `..` stops at the root: the root's /etc/passwd, which is no ELF file.
         (
             vec![

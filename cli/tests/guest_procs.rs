@@ -929,3 +929,76 @@ fn check_named_from_the_switch_on(r: &Recorded) {
         Some(procs_count("THREAD_STEPS"))
     );
 }
+
+/// Issue 37 with issue 36's `PATH:FUNC`: windows switched on and off by a guest file's
+/// functions. Off from the start, on at `/worker:thread_step`, off at
+/// `/worker:worker_report`: two windows, one per worker, each from its thread's first
+/// `thread_step` to the worker's report. While off the processes stay followed (the
+/// process watch and the task switches, for the translator only), so the file's function is
+/// found in each worker, which both started while off, at their own addresses; the second
+/// worker's thread may reuse the first's task structure. The window opens at the first
+/// `thread_step`'s first instruction, in user space: its frames open there (`thread_main`,
+/// `thread_step`) are unwound with the worker's own files (the archive's copies, their
+/// CFI) and written first, so the replay nests and all 13 calls count.
+#[test]
+fn windows_open_and_close_at_a_guest_file_s_functions() {
+    windows_at_file_functions(&arm64_boot());
+}
+
+#[test]
+fn windows_open_and_close_at_a_guest_file_s_functions_on_x86_64() {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    windows_at_file_functions(&argv);
+}
+
+fn windows_at_file_functions(argv: &[String]) {
+    let r = record_with(
+        argv,
+        &[],
+        &[
+            "--trace=off",
+            "--trace-on-at",
+            "/worker:thread_step",
+            "--trace-off-at",
+            "/worker:worker_report",
+        ],
+    );
+    let stats = std::fs::read_to_string(r.dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.contains("trace_windows=2\n"), "{stats}");
+    assert!(!stats.contains("error="), "{stats}");
+    let workers = child_pids(&r.console, "worker");
+    let threads = worker_threads(&r.console);
+    assert_eq!((workers.len(), threads.len()), (2, 2), "{}", r.console);
+    for (&worker, &(_, thread)) in workers.iter().zip(&threads) {
+        let (text, _, steps) = replay_and_calls_of(&r.dir, thread);
+        assert_eq!(
+            (steps.get("thread_step").copied(), steps.get("thread_main")),
+            (Some(procs_count("THREAD_STEPS")), Some(&1)),
+            "worker {worker}'s thread {thread}:\n{text:.3000}"
+        );
+        let head: Vec<&str> = (text.lines())
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| Some(l.split_once('|')?.1.trim()))
+            .take(4)
+            .collect();
+        assert_eq!(
+            head[1..],
+            ["thread_main() {", "thread_step() {", "/* qemu:opened */"],
+            "worker {worker}'s thread {thread}:\n{text:.3000}"
+        );
+        let main = calls_of(&r.dir, worker);
+        assert_eq!(
+            (
+                main.get("worker_report"),
+                main.get("plug_step").copied(),
+                main.get("worker_step")
+            ),
+            (Some(&1), Some(procs_count("PLUG_STEPS")), None),
+            "worker {worker}: {main:?}"
+        );
+    }
+    // /init waits for each worker while the windows are open: none of its own calls.
+    let init = calls_of(&r.dir, 1);
+    assert_eq!(init.get("run_worker"), None, "{init:?}");
+}

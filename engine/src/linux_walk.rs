@@ -100,6 +100,10 @@ pub struct Walk {
     /// idle task of another CPU whose links are a stale copy of `init_task`'s, ends where it
     /// comes back to one it read: that is no cut.)
     pub cut: bool,
+    /// Nothing could be read at all: not the running task's leader nor `init_task`'s ring
+    /// (an arm64 or riscv64 vCPU in user space cannot read kernel memory: the caller tries
+    /// again in the kernel).
+    pub unreadable: bool,
 }
 
 /// Thread groups read at most (a guest's fork bomb must not stall a switch on).
@@ -166,9 +170,15 @@ pub fn walk(mem: &mut dyn Memory, layout: &Layout, init_task: Option<u64>, runni
         .filter(|&t| kernel_pointer(t));
     let Some(from) = leader.or(init_task).filter(|&t| kernel_pointer(t)) else {
         out.cut = true;
+        out.unreadable = true;
         return out;
     };
     let head = from.wrapping_add(layout.tasks);
+    if mem.word(head).is_none() {
+        out.cut = true;
+        out.unreadable = true;
+        return out;
+    }
     let mut read = std::collections::HashSet::from([head]);
     let mut at = head;
     loop {
@@ -658,7 +668,9 @@ mod tests {
         let mut m = Mem::default();
         m.put(INIT + L.tasks, K + 0x9999_0000);
         assert!(walk(&mut m, &L, Some(INIT), 0).cut);
-        // No init_task and a running task that cannot be read.
-        assert!(walk(&mut Mem::default(), &L, None, t1).cut);
+        // No init_task and a running task that cannot be read; an init_task that cannot.
+        assert!(walk(&mut Mem::default(), &L, None, t1).unreadable);
+        assert!(walk(&mut Mem::default(), &L, Some(INIT), 0).unreadable);
+        assert!(!walk(&mut m, &L, Some(INIT), 0).unreadable);
     }
 }

@@ -258,6 +258,34 @@ fn initramfs_fs(procs: &Procs, files: &GuestFiles) -> Option<u64> {
         .then_some(first.fs)
 }
 
+/// The host files of the address space process `tgid` ran in at `time` (its latest from
+/// then on), each at the load bias its first code mapping gives, with the space's index:
+/// for unwinding a stack cookie saved in its code (a window switched on in user space,
+/// `record::resync`). Archive members are copied under `scratch/<index>`, which the caller
+/// removes. `None` where no space of it is known then.
+pub fn files_at(
+    scratch: &Path,
+    procs: &Procs,
+    files: &GuestFiles,
+    arch: Arch,
+    tgid: u32,
+    time: u64,
+) -> Option<(usize, Vec<(PathBuf, u64)>)> {
+    let (index, space) =
+        (procs.spaces.iter().enumerate()).rfind(|(_, s)| s.tgid == tgid && s.from <= time)?;
+    let dir = scratch.join(index.to_string());
+    let mut finder = Finder::new(&dir, files, initramfs_fs(procs, files), arch);
+    let mut out: Vec<(PathBuf, u64)> = Vec::new();
+    for m in space.maps.iter() {
+        if let Ok(Ok((host, bias))) = finder.bias(m) {
+            if !out.iter().any(|(h, _)| *h == host) {
+                out.push((host, bias));
+            }
+        }
+    }
+    Some((index, out))
+}
+
 /// Finds, reads and writes the symbols of guest files, each once.
 struct Finder<'a> {
     dir: &'a Path,

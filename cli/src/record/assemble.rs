@@ -179,7 +179,32 @@ pub fn assemble(
             .collect()
     };
     let gates = super::window_gates::Gates::new(ran_at("-F"), ran_at("-N"), prep.max_depth);
-    let resyncs = super::resync::unwind_resyncs(resync_images)?;
+    // System mode, a Linux guest: a cookie saved in user space (a window switched on there)
+    // unwinds with its process's files, found as the sessions find them.
+    let procs = (!inv.is_user_mode())
+        .then(|| crate::guest_procs::events::read(staging))
+        .flatten();
+    let scratch = staging.join(".unwind-files");
+    let guest_files = std::cell::OnceCell::new();
+    let in_process = |tid: u32, time: u64| {
+        let procs = procs.as_ref()?;
+        let tgid = procs.tgid_of.get(&tid).copied().unwrap_or(tid);
+        let files = guest_files.get_or_init(|| crate::guest_procs::sessions::GuestFiles {
+            initrd: inv
+                .initrd()
+                .and_then(|p| crate::guest_procs::initrd::read(&p).ok())
+                .map(|a| a.files),
+            sysroot: inv.sysroot.clone(),
+            symbols: prep.sources.iter().map(|s| s.path.clone()).collect(),
+        });
+        crate::guest_procs::sessions::files_at(&scratch, procs, files, prep.arch, tgid, time)
+    };
+    let processes: Option<&super::resync::ProcessFiles> = procs.is_some().then_some(&in_process);
+    let resyncs = super::resync::unwind_resyncs(resync_images, processes)?;
+    if scratch.symlink_metadata().is_ok() {
+        std::fs::remove_dir_all(&scratch)
+            .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", scratch.display()))?;
+    }
     let (recovered, resyncs) = super::splice::splice(staging, starts, resyncs, gates.as_ref())?;
     for line in recovered.iter().flat_map(|r| &r.problems) {
         warn(format!("stack not unwound: {line}"));

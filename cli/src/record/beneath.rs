@@ -138,13 +138,28 @@ impl<'a> Beneath<'a> {
 
 /// One cookie file unwound: its frames, outermost first, and the cookie.
 pub fn unwind_cookie(path: &Path, images: &[Image]) -> Result<(Vec<unwind::Frame>, StackCookie)> {
+    let cookie = read_cookie(path)?;
+    let frames = unwind_read(path, &cookie, images)?;
+    Ok((frames, cookie))
+}
+
+/// One cookie file read.
+pub fn read_cookie(path: &Path) -> Result<StackCookie> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let cookie = StackCookie::decode(&bytes).with_context(|| path.display().to_string())?;
+    StackCookie::decode(&bytes).with_context(|| path.display().to_string())
+}
+
+/// A cookie read from `path` unwound with `images`: its frames, outermost first.
+pub fn unwind_read(
+    path: &Path,
+    cookie: &StackCookie,
+    images: &[Image],
+) -> Result<Vec<unwind::Frame>> {
     let arch = Arch::from_elf_machine(cookie.machine)
         .with_context(|| format!("{}: unknown ELF machine {}", path.display(), cookie.machine))?;
-    let mut frames = unwind::unwind(&cookie, arch, images);
+    let mut frames = unwind::unwind(cookie, arch, images);
     frames.reverse();
-    Ok((frames, cookie))
+    Ok(frames)
 }
 
 /// A pass over one task's records.

@@ -547,15 +547,16 @@ impl PluginOptions<'_> {
             self.trace_off_at,
             &self.names.libraries,
         ));
-        // System mode: a guest file's functions (`PATH:FUNC`, for the stop and the start
-        // only: `guest_functions::refused`), found where a process maps the file.
+        // System mode: a guest file's functions (`PATH:FUNC`), found where a process maps
+        // the file.
         let files = &self.names.guest_files;
-        for (key, addrs) in [("stop_at", self.stop_at), ("start_at", self.start_at)] {
-            v.push(crate::stop_at::file_keyed(
-                key,
-                addrs.unwrap_or_default(),
-                files,
-            ));
+        for (key, addrs) in [
+            ("stop_at", self.stop_at.unwrap_or_default()),
+            ("start_at", self.start_at.unwrap_or_default()),
+            ("trace_on_at", self.trace_on_at),
+            ("trace_off_at", self.trace_off_at),
+        ] {
+            v.push(crate::stop_at::file_keyed(key, addrs, files));
         }
         // 0 filters nothing: no option, so the plugin keeps its fast path.
         if let Some(threshold) = args.time_filter.filter(|&t| t > 0) {

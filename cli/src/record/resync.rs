@@ -179,9 +179,18 @@ pub struct ResyncFrames {
     pub cookies: Vec<PathBuf>,
 }
 
-/// Unwinds every resync cookie of `images`, each with its own image's files. `None` when
-/// the run saved no resync cookie.
-pub fn unwind_resyncs(images: &[Loaded]) -> Result<Option<ResyncFrames>> {
+/// System mode, a Linux guest: the files of the process task `tid` ran in at `time`, each
+/// at its load bias, with a number that tells that address space from the others (the
+/// files are read once per space); `None` where it is not known.
+pub type ProcessFiles<'a> = dyn Fn(u32, u64) -> Option<(usize, Vec<(PathBuf, u64)>)> + 'a;
+
+/// Unwinds every resync cookie of `images`, each with its own image's files; in system mode
+/// one saved in user space (a window switched on there) with its process's (`processes`).
+/// `None` when the run saved no resync cookie.
+pub fn unwind_resyncs(
+    images: &[Loaded],
+    processes: Option<&ProcessFiles>,
+) -> Result<Option<ResyncFrames>> {
     // Cookie numbers are unique per task across process images (an exec'd image numbers
     // its own from its image index up: it appends to the same task file).
     let mut files: BTreeMap<u32, BTreeMap<u32, (PathBuf, usize)>> = BTreeMap::new();
@@ -198,20 +207,37 @@ pub fn unwind_resyncs(images: &[Loaded]) -> Result<Option<ResyncFrames>> {
     let mut resyncs = Resyncs::default();
     let mut by_task = BTreeMap::new();
     let mut cookies = Vec::new();
-    // Each image's files taken once, at its first cookie.
+    // Each image's files taken once, at its first cookie; a process's, once per space.
     let mut loaded: Vec<Option<&[Image]>> = images.iter().map(|_| None).collect();
+    let mut spaces: BTreeMap<usize, Loaded> = BTreeMap::new();
     for (tid, of_task) in files {
         let mut frames = BTreeMap::new();
         for (seq, (path, i)) in of_task {
-            let files =
-                *loaded[i].get_or_insert_with(|| images[i].unwind_images(&mut resyncs.problems));
-            match beneath::unwind_cookie(&path, files) {
-                Ok((f, _)) => {
+            cookies.push(path.clone());
+            let cookie = match beneath::read_cookie(&path) {
+                Ok(c) => c,
+                Err(e) => {
+                    resyncs.problems.push(format!("task {tid}: {e:#}"));
+                    continue;
+                }
+            };
+            let process =
+                (processes.filter(|_| cookie.pc >> 63 == 0)).and_then(|p| p(tid, cookie.time));
+            let files = match process {
+                Some((space, files)) => spaces
+                    .entry(space)
+                    .or_insert_with(|| Loaded::new(&images[i].dir, files))
+                    .unwind_images(&mut resyncs.problems),
+                None => {
+                    *loaded[i].get_or_insert_with(|| images[i].unwind_images(&mut resyncs.problems))
+                }
+            };
+            match beneath::unwind_read(&path, &cookie, files) {
+                Ok(f) => {
                     frames.insert(seq, f);
                 }
                 Err(e) => resyncs.problems.push(format!("task {tid}: {e:#}")),
             }
-            cookies.push(path);
         }
         by_task.insert(tid, frames);
     }

@@ -98,6 +98,14 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     // Tracing switched off: the clock and the switch's own callbacks only (`handlers::switch`).
     if unsafe { crate::handlers::switch::instrument(tb, start, n, aims) } {
         unsafe { crate::handlers::stop_at::instrument(first, start, aims) };
+        // A guest file's `--trace-on-at` function is told by the process translating it:
+        // the processes stay followed while off.
+        if crate::state::system_mode()
+            && crate::state::file_aims::triggers_on()
+            && isa.is_task_pointer(start)
+        {
+            unsafe { follow_processes_while_off(tb, n, isa, mode, start) };
+        }
         return;
     }
     // `--trace-off-at`'s block: its landing is taken, then its vCPU switches off at its first
@@ -557,6 +565,48 @@ fn fed_by(
 ) -> Option<(*mut qemu_plugin_insn, bool)> {
     let bytes: Vec<&[u8]> = earlier.iter().map(|(_, b, l)| &b[..*l]).collect();
     feeding_load(isa, mode, &bytes, call, reg).map(|f| (earlier[f.load].0, f.direct))
+}
+
+/// Tracing off, a kernel block: the process watch's functions (`procmaps`) and the task
+/// switches (which process runs, for the translator only), nothing else.
+///
+/// # Safety
+/// `tb` is the live handle of the block being translated, of `n` instructions.
+unsafe fn follow_processes_while_off(
+    tb: *mut qemu_plugin_tb,
+    n: usize,
+    isa: &dyn qemu_uftrace_engine::arch::Isa,
+    mode: qemu_uftrace_engine::arch::Mode,
+    start: u64,
+) {
+    let task_slot = crate::state::task_slot(start);
+    let mut bytes = [0u8; 16];
+    for i in 0..n {
+        let insn = unsafe { qemu_plugin_tb_get_insn(tb, i) };
+        let len = unsafe {
+            qemu_plugin_insn_data(insn, bytes.as_mut_ptr() as *mut c_void, isa.fetch_len())
+        };
+        let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
+        unsafe { crate::handlers::procmaps::instrument(insn, crate::state::kaslr::to_symbols(pc)) };
+        let src = match classify_after(isa, mode, None, pc, &bytes[..len]) {
+            InsnKind::SetTaskPointer { src } => Some(src),
+            InsnKind::Other if task_slot.is_some() => isa
+                .per_cpu_store(mode, pc, &bytes[..len])
+                .filter(|&(_, at)| Some(at) == task_slot)
+                .map(|(src, _)| src),
+            _ => None,
+        };
+        if let Some(src) = src {
+            unsafe {
+                qemu_plugin_register_vcpu_insn_exec_cb(
+                    insn,
+                    crate::handlers::callbacks::on_task_pointer_while_off,
+                    CB_R_REGS,
+                    task_pointer_data(src, pc),
+                )
+            };
+        }
+    }
 }
 
 /// A task switch's callback data: the source register in the low byte, the instruction's

@@ -865,6 +865,8 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
     let (src, pc) = task_pointer_site(data as u64);
     let isa = crate::state::isa_or_default();
     vcpu::with(vcpu_index, |v| {
+        // A switch on in user space left the processes to read here, in the kernel.
+        crate::handlers::proc_walk::at_kernel(v);
         let Some(ptr) = v.regs.read_gpr(src) else {
             // A task switch may go unseen: counted (the next unmatched return resyncs).
             v.engine.stats.register_read_failures += 1;
@@ -882,6 +884,21 @@ pub unsafe extern "C" fn on_task_pointer(vcpu_index: c_uint, data: *mut c_void) 
         }
         // Tracing switched on while the guest ran: the arriving task's open frames.
         crate::handlers::switch::at_switch_in(v, pc);
+    });
+}
+
+/// Tracing off with a guest file's `--trace-on-at` function: a task switch tells only which
+/// process runs (`running_task::arrives_while_off`).
+///
+/// # Safety
+/// As [`on_task_pointer`]'s.
+pub unsafe extern "C" fn on_task_pointer_while_off(vcpu_index: c_uint, data: *mut c_void) {
+    let (src, _) = task_pointer_site(data as u64);
+    let isa = crate::state::isa_or_default();
+    vcpu::with(vcpu_index, |v| {
+        if let Some(ptr) = v.regs.read_gpr(src).filter(|&p| isa.is_task_pointer(p)) {
+            crate::handlers::running_task::arrives_while_off(v, ptr);
+        }
     });
 }
 

@@ -8,13 +8,15 @@
 //! `plugin.procs` what the watch did not follow: a `seen` line and the process's code
 //! mappings, where they differ from the plugin's own copy (`Spaces::snapshot`), and the
 //! threads not told yet. The other vCPUs wait for it, then each runs in its task's space as
-//! the walk left it.
+//! the walk left it. An arm64 or riscv64 vCPU in user space cannot read kernel memory: the
+//! walk is then made at its next task-pointer write (each entry into the kernel), its lines
+//! timed at the switch on.
 //!
 //! One limit: with several vCPUs, a mapping another vCPU makes in the instant of the walk
 //! (its `mmap_region` told before the walk, its VMA in the tree after) is missed.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use qemu_uftrace_engine::linux_walk::{self, Memory};
@@ -23,9 +25,12 @@ use crate::state::guest::ByteBuf;
 use crate::state::spaces;
 use crate::vcpu::VcpuState;
 
-/// A walk is due (set by a switch on, taken by the first vCPU's cookie); the lock also
-/// holds the other vCPUs back until the walk is done.
-static DUE: Mutex<bool> = Mutex::new(false);
+/// A walk is due (set by a switch on, taken by the first vCPU's cookie), with the time its
+/// lines carry once a vCPU took it; the lock also holds the other vCPUs back until the walk
+/// is done.
+static DUE: Mutex<Option<Option<u64>>> = Mutex::new(None);
+/// Whether [`DUE`] holds one: read at every kernel entry ([`at_kernel`]).
+static PENDING: AtomicBool = AtomicBool::new(false);
 /// Threads told to `plugin.procs` by a walk, with their process: a later walk tells only
 /// new ones. Cleared past [`MAX_TOLD`] (then told again: lines, not memory, grow).
 static TOLD: Mutex<Option<HashMap<u32, u32>>> = Mutex::new(None);
@@ -44,7 +49,8 @@ fn config() -> Option<(u64, linux_walk::Layout)> {
 /// Tracing went on (the reset's exclusive section): the next cookie walks.
 pub fn switched_on() {
     if config().is_some() {
-        *DUE.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *DUE.lock().unwrap_or_else(|e| e.into_inner()) = Some(None);
+        PENDING.store(true, Ordering::Release);
     }
 }
 
@@ -65,27 +71,59 @@ pub fn at_switch_on(v: &mut VcpuState) {
     let Some((init_task, layout)) = config() else {
         return;
     };
-    let mut due = DUE.lock().unwrap_or_else(|e| e.into_inner());
-    if std::mem::take(&mut *due) {
-        walk(v, init_task, &layout);
-    }
-    drop(due);
+    walk_due(v, init_task, &layout, false);
     if let Some((_, tgid)) = crate::handlers::procmaps::ids_of_running(v) {
         v.run_space(crate::handlers::procmaps::space_of(tgid));
     }
 }
 
-fn walk(v: &mut VcpuState, init_task: u64, layout: &linux_walk::Layout) {
+/// A kernel entry or task switch while on (`handlers::callbacks::on_task_pointer`): the
+/// walk a vCPU in user space could not make at the switch on. One load when none is due.
+#[inline]
+pub fn at_kernel(v: &mut VcpuState) {
+    if !PENDING.load(Ordering::Acquire) {
+        return;
+    }
+    if let Some((init_task, layout)) = config() {
+        walk_due(v, init_task, &layout, true);
+    }
+}
+
+/// The walk, where one is due and this vCPU can read the kernel's memory (`in_kernel`: it
+/// runs the kernel, where what cannot be read is a cut walk); else left due.
+fn walk_due(v: &mut VcpuState, init_task: u64, layout: &linux_walk::Layout, in_kernel: bool) {
+    let mut due = DUE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(at) = due.as_mut() else {
+        return;
+    };
+    let time = *at.get_or_insert_with(|| v.now());
+    if walk(v, init_task, layout, time, in_kernel) {
+        *due = None;
+        PENDING.store(false, Ordering::Release);
+    }
+}
+
+/// Reads the processes and tells what is new, at `time`. Returns false where nothing could
+/// be read and the vCPU may be in user space (`!in_kernel`): tried again in the kernel.
+fn walk(
+    v: &mut VcpuState,
+    init_task: u64,
+    layout: &linux_walk::Layout,
+    time: u64,
+    in_kernel: bool,
+) -> bool {
     let Some((_, off)) = crate::state::config()
         .and_then(|c| c.proc_watch.as_deref())
         .copied()
     else {
-        return;
+        return true;
     };
-    WALKS.fetch_add(1, Ordering::Relaxed);
     let init_task = (init_task != 0).then(|| crate::state::kaslr::SHIFT.to_guest(init_task));
     let found = linux_walk::walk(&mut Guest(&mut v.regs), layout, init_task, v.task_ptr);
-    let time = v.now();
+    if found.unreadable && !in_kernel {
+        return false;
+    }
+    WALKS.fetch_add(1, Ordering::Relaxed);
     // One file's path read once (libc is mapped by every process).
     let mut paths: HashMap<u64, (String, u64)> = HashMap::new();
     let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
@@ -138,4 +176,5 @@ fn walk(v: &mut VcpuState, init_task: u64, layout: &linux_walk::Layout) {
     if cut {
         CUT.fetch_add(1, Ordering::Relaxed);
     }
+    true
 }

@@ -166,7 +166,10 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
             return;
         };
         crate::vcpu::with(vcpu_index, |v| {
-            let task = v.task_ptr;
+            // While off (a guest file's `--trace-on-at` keeps the watch) `task_ptr` is the
+            // task of the switch off: the task switches seen since tell `off_task`.
+            let on = crate::state::switch::active();
+            let task = if on { v.task_ptr } else { v.off_task };
             let time = v.now();
             let Some((tid, tgid)) = ids(&mut v.regs, task, &off) else {
                 return;
@@ -217,8 +220,9 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     let space = spaces::with(|s| s.exec(tgid));
                     v.run_space(space);
                     // The old program's frames end at the system call's return (with
-                    // split levels they are another context's, left as they were).
-                    if !crate::state::config().is_some_and(|c| c.split_levels) {
+                    // split levels they are another context's, left as they were; while
+                    // off there are none).
+                    if on && !crate::state::config().is_some_and(|c| c.split_levels) {
                         v.engine.exec();
                     }
                     format!("exec\ttime={time}\ttid={tid}\ttgid={tgid}\n")

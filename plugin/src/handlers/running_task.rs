@@ -14,16 +14,23 @@ use qemu_uftrace_engine::tasks::{Switch, TASK_NAME_BYTES};
 /// kernel's next entry writes it (`msr sp_el0`), which `callbacks::on_task_pointer` sees.
 pub fn learn_running_task(v: &mut VcpuState, vcpu_index: u32) {
     let isa = crate::state::isa_or_default();
-    let Some(ptr) = running_now(&mut v.regs, isa) else {
+    // In user space on arm64 no register holds the task: the last one written while off,
+    // where task switches were followed then.
+    let off_task = (v.off_task != 0).then_some(v.off_task);
+    let Some(ptr) = running_now(&mut v.regs, isa).or(off_task) else {
         return;
     };
-    if ptr == v.task_ptr {
+    // The same structure may be another task by now: one that ended while tracing was off
+    // freed it for the next (worker b's thread where worker a ran). Its PID tells, where it
+    // can be read.
+    let pid = task_pid(&mut v.regs, isa, ptr);
+    if ptr == v.task_ptr && (pid == 0 || pid == v.engine.tid()) {
         return;
     }
     // A vCPU's first task named is taken as what its boot code became, Linux's idle task;
     // one read here may have started while off (x86_64 sees no switch before `rest_init`):
     // a task with a PID is never the boot code's.
-    if task_pid(&mut v.regs, isa, ptr) != 0 {
+    if pid != 0 {
         crate::state::with_tasks(|t| t.keep_boot(vcpu_index));
     }
     task_arrives(v, vcpu_index, isa, ptr);
@@ -143,6 +150,19 @@ fn running_before(regs: &mut crate::state::guest::ByteBuf, isa: &dyn Isa) -> Opt
     let base = regs.read_named(isa.per_cpu_base_register()?)?;
     let at = base.wrapping_add(crate::state::task_slot_known()?);
     regs.read_le(at, 8)
+}
+
+/// Tracing off, a guest file's `--trace-on-at` function given (`entry::translate`): task
+/// `ptr` runs on `v` from now. Only the translator is told which process runs (the space
+/// its blocks belong to, `state::spaces`): no context switch is made while off (the switch
+/// on learns the running task as always).
+pub fn arrives_while_off(v: &mut VcpuState, ptr: u64) {
+    v.off_task = ptr;
+    let isa = crate::state::isa_or_default();
+    let pid = task_pid(&mut v.regs, isa, ptr);
+    if let Some(tgid) = tgid_of_task(&mut v.regs, ptr, pid) {
+        crate::state::spaces::note_running(crate::handlers::procmaps::space_of(tgid));
+    }
 }
 
 /// A task's PID read from its structure, where the kernel's DWARF said it is (`task_pid=`);

@@ -137,6 +137,7 @@ pub fn vcpu_init(vcpu_id: u32) {
         regs: guest::ByteBuf::new(),
         level: None,
         task_ptr: 0,
+        off_task: 0,
         announced: Default::default(),
         vectors: Default::default(),
         fed_target: 0,

@@ -45,6 +45,11 @@ pub struct VcpuState {
     /// The OS task pointer last written on this vCPU (0: none yet), so that rewriting the
     /// same one (every entry from user space) does not take the task table's lock.
     pub task_ptr: u64,
+    /// While off with a guest file's `--trace-on-at` (task switches followed for the
+    /// translator only): the task pointer last written, which a switch on in user space
+    /// takes where no register holds the task there (arm64's `sp_el0` is the user's stack
+    /// pointer at EL0).
+    pub off_task: u64,
     /// An exception QEMU announced before delivering it (x86).
     pub announced: qemu_uftrace_engine::arch::Announced,
     /// Where exceptions are delivered through, where no register names them (x86).
