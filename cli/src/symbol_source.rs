@@ -56,6 +56,25 @@ pub struct KernelLayouts {
     pub types: symbols::KernelTypes,
 }
 
+impl KernelLayouts {
+    /// Each field's offset, `(what, [(struct, member)…])`: the sum of its members' offsets
+    /// along the path; or the first one missing, said.
+    pub fn field_offsets(&self, fields: &[(&str, &[(&str, &str)])]) -> Result<Vec<u64>, String> {
+        let mut offsets = Vec::new();
+        for (what, path) in fields {
+            let mut sum = 0;
+            for (structure, member) in path.iter() {
+                sum += self
+                    .types
+                    .member_offset(structure, member)
+                    .map_err(|e| format!("{} has no {what} ({e})", self.source.path.display()))?;
+            }
+            offsets.push(sum);
+        }
+        Ok(offsets)
+    }
+}
+
 /// The kernel's struct layouts, for the plugin to read the guest's tasks and processes:
 /// from the first source whose DWARF defines `task_struct` (a -dbg vmlinux), else from the
 /// kernel's own BTF in the first source that has it (the `-kernel` image itself, or a

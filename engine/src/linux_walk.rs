@@ -179,26 +179,37 @@ pub fn walk(mem: &mut dyn Memory, layout: &Layout, init_task: Option<u64>, runni
         out.unreadable = true;
         return out;
     }
-    let mut read = std::collections::HashSet::from([head]);
-    let mut at = head;
-    loop {
+    let (nodes, whole) = ring(mem, head, MAX_PROCESSES);
+    out.cut = !whole;
+    for at in nodes {
         if let Some(p) = process(mem, layout, at.wrapping_sub(layout.tasks)) {
             out.processes.push(p);
         }
-        let Some(next) = mem.word(at).filter(|&l| kernel_pointer(l)) else {
-            out.cut = true;
-            break;
-        };
-        if !read.insert(next) {
-            break;
-        }
-        if read.len() > MAX_PROCESSES {
-            out.cut = true;
-            break;
-        }
-        at = next;
     }
     out
+}
+
+/// The `list_head`s of a kernel list from `head` on, `head` first, each the `next` of the
+/// one before, until a link comes back to one read (a ring read from a node not on it, a
+/// stale copy of a list head, ends there too). `whole` is false where a link could not be
+/// read or was no kernel pointer, or past `max` nodes.
+pub fn ring(mem: &mut dyn Memory, head: u64, max: usize) -> (Vec<u64>, bool) {
+    let mut nodes = vec![head];
+    let mut read = std::collections::HashSet::from([head]);
+    let mut at = head;
+    loop {
+        let Some(next) = mem.word(at).filter(|&l| kernel_pointer(l)) else {
+            return (nodes, false);
+        };
+        if !read.insert(next) {
+            return (nodes, true);
+        }
+        if nodes.len() >= max {
+            return (nodes, false);
+        }
+        nodes.push(next);
+        at = next;
+    }
 }
 
 /// Thread group leader `task`, unless it has no address space (a kernel thread) or its
@@ -230,25 +241,18 @@ fn threads(mem: &mut dyn Memory, layout: &Layout, task: u64, p: &mut Process) {
         p.partial = true;
         return;
     };
-    let head = signal.wrapping_add(layout.thread_head);
-    let mut link = mem.word(head);
-    loop {
-        let Some(at) = link.filter(|&l| kernel_pointer(l)) else {
-            p.partial = true;
-            return;
-        };
-        if at == head {
-            return;
-        }
-        if p.threads.len() >= MAX_THREADS {
-            p.partial = true;
-            return;
-        }
+    let (nodes, whole) = ring(
+        mem,
+        signal.wrapping_add(layout.thread_head),
+        MAX_THREADS + 1,
+    );
+    p.partial |= !whole;
+    // The head is the signal structure's, no thread's.
+    for at in nodes.into_iter().skip(1) {
         match mem.half(at.wrapping_sub(layout.thread_node).wrapping_add(layout.pid)) {
             Some(pid) => p.threads.push(pid),
             None => p.partial = true,
         }
-        link = mem.word(at);
     }
 }
 

@@ -66,25 +66,6 @@ const WALK_FIELDS: [(&str, &[(&str, &str)]); 16] = [
     ("vm_area_struct.vm_mm", &[("vm_area_struct", "vm_mm")]),
 ];
 
-/// The sums of each field's member offsets along its path, or the first one missing.
-fn field_offsets(
-    kernel: &KernelLayouts,
-    fields: &[(&str, &[(&str, &str)])],
-) -> Result<Vec<u64>, String> {
-    let mut offsets = Vec::new();
-    for (what, path) in fields {
-        let mut sum = 0;
-        for (structure, member) in path.iter() {
-            sum += kernel
-                .types
-                .member_offset(structure, member)
-                .map_err(|e| format!("{} has no {what} ({e})", kernel.source.path.display()))?;
-        }
-        offsets.push(sum);
-    }
-    Ok(offsets)
-}
-
 /// The plugin's `,proc_watch=…,proc_offsets=…` for a Linux kernel whose struct layouts were
 /// found (DWARF or BTF: `symbol_source::kernel_layouts`), or why processes' own functions
 /// cannot be named (one line). With them `,proc_walk=…` where the kernel has what the walk
@@ -98,13 +79,14 @@ pub fn watch_options(kernel: Option<&KernelLayouts>, trace_off: bool) -> Result<
             .to_string()
     })?;
     let source = &kernel.source;
-    let offsets = field_offsets(kernel, &FIELDS)
+    let offsets = kernel
+        .field_offsets(&FIELDS)
         .map_err(|e| format!("the guest's processes' own functions are not named: {e}"))?;
     let offsets: Vec<String> = offsets.iter().map(u64::to_string).collect();
     let (addresses, munmaps, init_task) = function_addresses(&source.path, source.offset)?;
     // Without `init_task` (arm64 Debian's kallsyms has no data symbols) the plugin reads
     // the ring of processes from the task running.
-    let walk = match field_offsets(kernel, &WALK_FIELDS) {
+    let walk = match kernel.field_offsets(&WALK_FIELDS) {
         Ok(fields) => format!(
             ",proc_walk={}:{}",
             init_task.unwrap_or(0),

@@ -70,17 +70,9 @@ fn text_offsets(kernel: &KernelLayouts) -> Result<[u64; 4], String> {
 pub fn watch_options(kernel: &KernelLayouts) -> Result<String, String> {
     let source = &kernel.source;
     let why = |e: String| format!("kernel modules' functions are not named: {e}");
-    let mut offsets = Vec::new();
-    for (what, path) in FIELDS {
-        let mut sum = 0;
-        for (structure, member) in path {
-            sum += kernel
-                .types
-                .member_offset(structure, member)
-                .map_err(|e| why(format!("{} has no {what} ({e})", source.path.display())))?;
-        }
-        offsets.push(sum.to_string());
-    }
+    let mut offsets: Vec<String> = (kernel.field_offsets(&FIELDS).map_err(why)?.iter())
+        .map(u64::to_string)
+        .collect();
     let text = text_offsets(kernel).map_err(|e| {
         why(format!(
             "{} has neither module.core_layout nor module.mem ({e})",

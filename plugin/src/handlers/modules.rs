@@ -119,22 +119,12 @@ pub fn walk_loaded(regs: &mut ByteBuf, time: u64) -> bool {
         return true;
     };
     let head = crate::state::kaslr::SHIFT.to_guest(w.modules);
-    let mut read = HashSet::from([head]);
-    let mut at = head;
+    let (nodes, whole) = qemu_uftrace_engine::linux_walk::ring(regs, head, MAX_MODULES + 1);
     let mut text = String::new();
     let mut current = HashSet::new();
-    let whole = loop {
-        let Some(next) = regs.read_le(at, 8).filter(|&n| n >> 63 == 1 && n & 7 == 0) else {
-            break false;
-        };
-        if !read.insert(next) {
-            break true;
-        }
-        if read.len() > MAX_MODULES {
-            break false;
-        }
-        at = next;
-        let module = next.wrapping_sub(w.list);
+    // The head is the list's, no module's.
+    for at in nodes.into_iter().skip(1) {
+        let module = at.wrapping_sub(w.list);
         let Some(k) = key(regs, module, w) else {
             continue;
         };
@@ -144,7 +134,7 @@ pub fn walk_loaded(regs: &mut ByteBuf, time: u64) -> bool {
                 text += &lines;
             }
         }
-    };
+    }
     // Those on the list now are the ones told: a module freed while off leaves the set.
     if whole {
         *TOLD.lock().unwrap_or_else(|e| e.into_inner()) = Some(current);

@@ -19,9 +19,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use qemu_uftrace_engine::linux_walk::{self, Memory};
+use qemu_uftrace_engine::linux_walk;
 
-use crate::state::guest::ByteBuf;
 use crate::state::spaces;
 use crate::vcpu::VcpuState;
 
@@ -51,16 +50,6 @@ pub fn switched_on() {
     if config().is_some() {
         *DUE.lock().unwrap_or_else(|e| e.into_inner()) = Some(None);
         PENDING.store(true, Ordering::Release);
-    }
-}
-
-/// Guest memory through a vCPU's buffer.
-struct Guest<'a>(&'a mut ByteBuf);
-
-impl Memory for Guest<'_> {
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
-        buf.copy_from_slice(self.0.read_memory(addr, buf.len())?);
-        Some(())
     }
 }
 
@@ -119,7 +108,7 @@ fn walk(
         return true;
     };
     let init_task = (init_task != 0).then(|| crate::state::kaslr::SHIFT.to_guest(init_task));
-    let found = linux_walk::walk(&mut Guest(&mut v.regs), layout, init_task, v.task_ptr);
+    let found = linux_walk::walk(&mut v.regs, layout, init_task, v.task_ptr);
     if found.unreadable && !in_kernel {
         return false;
     }

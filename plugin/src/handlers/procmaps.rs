@@ -100,7 +100,9 @@ pub(super) fn keep(line: String) {
 /// tgid=N` ([`exec_returned`]),
 /// `mmap time=T tid=N tgid=N start=HEX len=HEX offset=HEX fs=HEX path=P` (`fs`: the root
 /// dentry of the file's file system, 0 where the path was cut or unreadable: an initramfs's
-/// `/usr/bin/mount` and the root disk's are two files), `exit time=T tid=N tgid=N`.
+/// `/usr/bin/mount` and the root disk's are two files), `exit time=T tid=N tgid=N`; and
+/// from a switch on's walk (`proc_walk`), `seen time=T tid=N tgid=N program=0|1` (a new
+/// space from then, its `mmap` lines next).
 pub fn lines() -> String {
     LINES.lock().unwrap_or_else(|e| e.into_inner()).0.concat()
 }

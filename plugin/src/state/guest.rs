@@ -231,6 +231,14 @@ impl Drop for ByteBuf {
     }
 }
 
+/// Guest memory for the engine's readers of kernel structures (`linux_walk`).
+impl qemu_uftrace_engine::linux_walk::Memory for ByteBuf {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Option<()> {
+        buf.copy_from_slice(self.read_memory(addr, buf.len())?);
+        Some(())
+    }
+}
+
 /// The smallest guest page QEMU may use (Arm's 1 KiB): within it, guest memory is either
 /// all readable or not, and its host copy is contiguous.
 pub const MIN_PAGE: u64 = 1024;
