@@ -12,8 +12,11 @@
 //! walk is then made at its next task-pointer write (each entry into the kernel), its lines
 //! timed at the switch on.
 //!
-//! One limit: with several vCPUs, a mapping another vCPU makes in the instant of the walk
-//! (its `mmap_region` told before the walk, its VMA in the tree after) is missed.
+//! Every vCPU's first block after the reset waits for the walk, so no guest code runs
+//! beside it. One limit, with several vCPUs: a walk made while the others still run (at a
+//! `--trace-on-at` function, before the reset switches them; or one deferred to a kernel
+//! entry) can miss a mapping another vCPU makes in that instant (its `mmap_region` told
+//! before the walk, its VMA in the tree after).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
