@@ -299,6 +299,24 @@ pub const COUNTS: &[Count] = &[
         None,
     ),
     count(
+        "proc_walks",
+        "times a Linux guest's processes, their threads and code mappings and its modules \
+         were read from guest memory at a switch on (tracing switched on while the guest \
+         ran), so that those started while tracing was off are named",
+        None,
+    ),
+    count(
+        "proc_walk_spaces",
+        "processes those readings found started, exec'd or mapping files while tracing was \
+         off (each given a new address space from the switch on)",
+        None,
+    ),
+    count(
+        "proc_walk_us",
+        "host time those readings took, in microseconds (the guest waits meanwhile)",
+        None,
+    ),
+    count(
         "unmoved_past_map_cap",
         "lookups of code translated in one process and run in another that found nothing in \
          a process which had dropped mappings: those events stay at their translated \

@@ -43,6 +43,8 @@ const MAX_TOLD: usize = 1 << 18;
 pub static WALKS: AtomicU64 = AtomicU64::new(0);
 pub static SNAPSHOTS: AtomicU64 = AtomicU64::new(0);
 pub static CUT: AtomicU64 = AtomicU64::new(0);
+/// Host time the walks took (µs): each stops the guest while it reads.
+pub static MICROS: AtomicU64 = AtomicU64::new(0);
 
 fn config() -> Option<(u64, linux_walk::Layout)> {
     crate::state::config()?.proc_walk.as_deref().copied()
@@ -110,6 +112,7 @@ fn walk(
     else {
         return true;
     };
+    let began = std::time::Instant::now();
     let init_task = (init_task != 0).then(|| crate::state::kaslr::SHIFT.to_guest(init_task));
     let found = linux_walk::walk(&mut v.regs, layout, init_task, v.task_ptr);
     if found.unreadable && !in_kernel {
@@ -168,5 +171,6 @@ fn walk(
     if cut {
         CUT.fetch_add(1, Ordering::Relaxed);
     }
+    MICROS.fetch_add(began.elapsed().as_micros() as u64, Ordering::Relaxed);
     true
 }

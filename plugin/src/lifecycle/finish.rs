@@ -334,6 +334,11 @@ fn finish_once() {
             "proc_walk_spaces",
             &snapshots.load(std::sync::atomic::Ordering::Relaxed),
         );
+        let micros = &crate::handlers::proc_walk::MICROS;
+        line(
+            "proc_walk_us",
+            &micros.load(std::sync::atomic::Ordering::Relaxed),
+        );
     }
     if written.capped {
         line("size_capped", &1);
