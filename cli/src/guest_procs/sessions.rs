@@ -258,21 +258,26 @@ fn initramfs_fs(procs: &Procs, files: &GuestFiles) -> Option<u64> {
         .then_some(first.fs)
 }
 
-/// The host files of the address space process `tgid` ran in at `time` (its latest from
-/// then on), each at the load bias its first code mapping gives, with the space's index:
-/// for unwinding a stack cookie saved in its code (a window switched on in user space,
-/// `record::resync`). Archive members are copied under `scratch/<index>`, which the caller
-/// removes. `None` where no space of it is known then.
-pub fn files_at(
+/// The address space process `tgid` ran in at `time` (its latest from then on), as an
+/// index into `procs.spaces`; `None` where no space of it is known then.
+pub fn space_at(procs: &Procs, tgid: u32, time: u64) -> Option<usize> {
+    (procs.spaces.iter()).rposition(|s| s.tgid == tgid && s.from <= time)
+}
+
+/// The host files of address space `index` ([`space_at`]), each at the load bias its first
+/// code mapping gives: for unwinding a stack cookie saved in its code (a window switched
+/// on in user space, `record::resync`). Archive members are copied under `scratch/<index>`,
+/// which the caller removes.
+pub fn space_files(
     scratch: &Path,
     procs: &Procs,
     files: &GuestFiles,
     arch: Arch,
-    tgid: u32,
-    time: u64,
-) -> Option<(usize, Vec<(PathBuf, u64)>)> {
-    let (index, space) =
-        (procs.spaces.iter().enumerate()).rfind(|(_, s)| s.tgid == tgid && s.from <= time)?;
+    index: usize,
+) -> Vec<(PathBuf, u64)> {
+    let Some(space) = procs.spaces.get(index) else {
+        return Vec::new();
+    };
     let dir = scratch.join(index.to_string());
     let mut finder = Finder::new(&dir, files, initramfs_fs(procs, files), arch);
     let mut out: Vec<(PathBuf, u64)> = Vec::new();
@@ -283,7 +288,7 @@ pub fn files_at(
             }
         }
     }
-    Some((index, out))
+    out
 }
 
 /// Finds, reads and writes the symbols of guest files, each once.

@@ -181,25 +181,19 @@ pub fn assemble(
     let gates = super::window_gates::Gates::new(ran_at("-F"), ran_at("-N"), prep.max_depth);
     // System mode, a Linux guest: a cookie saved in user space (a window switched on there)
     // unwinds with its process's files, found as the sessions find them.
+    // The same processes and files name the processes' functions below.
     let procs = (!inv.is_user_mode())
         .then(|| crate::guest_procs::events::read(staging))
-        .flatten();
+        .flatten()
+        .map(|procs| (guest_files(inv, prep), procs));
     let scratch = staging.join(".unwind-files");
-    let guest_files = std::cell::OnceCell::new();
-    let in_process = |tid: u32, time: u64| {
-        let procs = procs.as_ref()?;
-        let tgid = procs.tgid_of.get(&tid).copied().unwrap_or(tid);
-        let files = guest_files.get_or_init(|| crate::guest_procs::sessions::GuestFiles {
-            initrd: inv
-                .initrd()
-                .and_then(|p| crate::guest_procs::initrd::read(&p).ok())
-                .map(|a| a.files),
-            sysroot: inv.sysroot.clone(),
-            symbols: prep.sources.iter().map(|s| s.path.clone()).collect(),
-        });
-        crate::guest_procs::sessions::files_at(&scratch, procs, files, prep.arch, tgid, time)
-    };
-    let processes: Option<&super::resync::ProcessFiles> = procs.is_some().then_some(&in_process);
+    let in_process = procs.as_ref().map(|(files, procs)| InProcess {
+        scratch: &scratch,
+        procs,
+        files,
+        arch: prep.arch,
+    });
+    let processes = (in_process.as_ref()).map(|p| p as &dyn super::resync::ProcessFiles);
     let resyncs = super::resync::unwind_resyncs(resync_images, processes)?;
     if scratch.symlink_metadata().is_ok() {
         std::fs::remove_dir_all(&scratch)
@@ -231,7 +225,12 @@ pub fn assemble(
     // The plugin's early word, said again in plugin.stats.
     let _ = std::fs::remove_file(staging.join(super::kaslr::FOUND_FILE));
     let arg_spec = (!prep.arg_specs.is_empty()).then(|| prep.arg_specs.info.clone());
-    let procs = guest_processes(staging, inv, prep, &symbols.files);
+    let procs = match (&procs, &symbols.files) {
+        (Some((files, procs)), Ok(symbols)) => {
+            guest_processes(staging, procs, files, prep, symbols)
+        }
+        _ => Default::default(),
+    };
     let rec = Recording {
         exename: exename(&prep.images, &prep.qemu.path),
         cmdline: super::common::shell_join(typed),
@@ -311,42 +310,69 @@ pub fn assemble(
     })
 }
 
-/// System mode, Linux guest: a session per address space of each guest process, from what
-/// the plugin saw (`plugin.procs`) and the files found in the `-initrd` archive,
-/// `--sysroot` and `--symbols`; what was not named is said, one line each.
-fn guest_processes(
-    staging: &Path,
-    inv: &Invocation,
-    prep: &Prepared,
-    files: &Result<datadir::SymbolFiles>,
-) -> crate::guest_procs::sessions::Named {
-    use crate::guest_procs::{events, initrd, sessions};
-    let (Some(procs), Ok(files)) = (events::read(staging), files) else {
-        return Default::default();
-    };
-    let archive = inv.initrd().and_then(|p| match initrd::read(&p) {
-        Ok(a) => {
-            for name in &a.refused {
+/// System mode, a Linux guest: a user-space stack cookie's files, found as the sessions
+/// find them (`guest_procs::sessions`); archive members copied under `scratch`.
+struct InProcess<'a> {
+    scratch: &'a Path,
+    procs: &'a crate::guest_procs::events::Procs,
+    files: &'a crate::guest_procs::sessions::GuestFiles,
+    arch: Arch,
+}
+
+impl super::resync::ProcessFiles for InProcess<'_> {
+    fn space_of(&self, tid: u32, time: u64) -> Option<usize> {
+        let tgid = self.procs.tgid_of.get(&tid).copied().unwrap_or(tid);
+        crate::guest_procs::sessions::space_at(self.procs, tgid, time)
+    }
+
+    fn files_of(&self, space: usize) -> Vec<(PathBuf, u64)> {
+        let (scratch, procs, files) = (self.scratch, self.procs, self.files);
+        crate::guest_procs::sessions::space_files(scratch, procs, files, self.arch, space)
+    }
+}
+
+/// System mode, Linux guest: the files its processes ran, found in the `-initrd` archive,
+/// `--sysroot` and `--symbols` (the archive read once: its refused members and a failure to
+/// read it said here).
+fn guest_files(inv: &Invocation, prep: &Prepared) -> crate::guest_procs::sessions::GuestFiles {
+    let archive = inv
+        .initrd()
+        .and_then(|p| match crate::guest_procs::initrd::read(&p) {
+            Ok(a) => {
+                for name in &a.refused {
+                    warn(format!(
+                        "guest processes: member {name} of {} is refused (a `..` in its name)",
+                        p.display()
+                    ));
+                }
+                Some(a.files)
+            }
+            Err(e) => {
                 warn(format!(
-                    "guest processes: member {name} of {} is refused (a `..` in its name)",
+                    "the guest's files in {} cannot be read: {e:#}",
                     p.display()
                 ));
+                None
             }
-            Some(a.files)
-        }
-        Err(e) => {
-            warn(format!(
-                "the guest's files in {} cannot be read: {e:#}",
-                p.display()
-            ));
-            None
-        }
-    });
-    let guest_files = sessions::GuestFiles {
+        });
+    crate::guest_procs::sessions::GuestFiles {
         initrd: archive,
         sysroot: inv.sysroot.clone(),
         symbols: prep.sources.iter().map(|s| s.path.clone()).collect(),
-    };
+    }
+}
+
+/// System mode, Linux guest: a session per address space of each guest process, from what
+/// the plugin saw (`plugin.procs`) and the guest's files ([`guest_files`]); what was not
+/// named is said, one line each.
+fn guest_processes(
+    staging: &Path,
+    procs: &crate::guest_procs::events::Procs,
+    guest_files: &crate::guest_procs::sessions::GuestFiles,
+    prep: &Prepared,
+    files: &datadir::SymbolFiles,
+) -> crate::guest_procs::sessions::Named {
+    use crate::guest_procs::sessions;
     let dats = datadir::dat_files(staging).unwrap_or_default();
     let tids: Vec<u32> = dats.iter().map(|&(t, _)| t).collect();
     // The maps count in the size cap, beside the records written.
@@ -356,8 +382,8 @@ fn guest_processes(
     match sessions::write(
         staging,
         &files.sid,
-        &procs,
-        &guest_files,
+        procs,
+        guest_files,
         prep.arch,
         &tasks,
         &tids,

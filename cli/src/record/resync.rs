@@ -179,17 +179,21 @@ pub struct ResyncFrames {
     pub cookies: Vec<PathBuf>,
 }
 
-/// System mode, a Linux guest: the files of the process task `tid` ran in at `time`, each
-/// at its load bias, with a number that tells that address space from the others (the
-/// files are read once per space); `None` where it is not known.
-pub type ProcessFiles<'a> = dyn Fn(u32, u64) -> Option<(usize, Vec<(PathBuf, u64)>)> + 'a;
+/// System mode, a Linux guest: the processes' address spaces and their files.
+pub trait ProcessFiles {
+    /// The address space task `tid` ran in at `time`, a number that tells it from the
+    /// others; `None` where it is not known.
+    fn space_of(&self, tid: u32, time: u64) -> Option<usize>;
+    /// The files of address space `space`, each at its load bias (asked once per space).
+    fn files_of(&self, space: usize) -> Vec<(PathBuf, u64)>;
+}
 
 /// Unwinds every resync cookie of `images`, each with its own image's files; in system mode
 /// one saved in user space (a window switched on there) with its process's (`processes`).
 /// `None` when the run saved no resync cookie.
 pub fn unwind_resyncs(
     images: &[Loaded],
-    processes: Option<&ProcessFiles>,
+    processes: Option<&dyn ProcessFiles>,
 ) -> Result<Option<ResyncFrames>> {
     // Cookie numbers are unique per task across process images (an exec'd image numbers
     // its own from its image index up: it appends to the same task file).
@@ -221,12 +225,12 @@ pub fn unwind_resyncs(
                     continue;
                 }
             };
-            let process =
-                (processes.filter(|_| cookie.pc >> 63 == 0)).and_then(|p| p(tid, cookie.time));
+            let process = (processes.filter(|_| cookie.pc >> 63 == 0))
+                .and_then(|p| Some((p, p.space_of(tid, cookie.time)?)));
             let files = match process {
-                Some((space, files)) => spaces
+                Some((p, space)) => spaces
                     .entry(space)
-                    .or_insert_with(|| Loaded::new(&images[i].dir, files))
+                    .or_insert_with(|| Loaded::new(&images[i].dir, p.files_of(space)))
                     .unwind_images(&mut resyncs.problems),
                 None => {
                     *loaded[i].get_or_insert_with(|| images[i].unwind_images(&mut resyncs.problems))
