@@ -491,16 +491,10 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 };
                 (cb, CB_R_REGS, pc as usize as *mut c_void)
             }
-            InsnKind::SetTaskPointer { src } => {
-                (on_task_pointer, CB_R_REGS, task_pointer_data(src, pc))
-            }
-            // A store to the per-CPU variable holding the running task: a task switch.
-            InsnKind::Other if task_slot.is_some() => {
-                match isa.per_cpu_store(mode, pc, &bytes[..len]) {
-                    Some((src, at)) if Some(at) == task_slot => {
-                        (on_task_pointer, CB_R_REGS, task_pointer_data(src, pc))
-                    }
-                    _ => continue,
+            InsnKind::SetTaskPointer { .. } | InsnKind::Other => {
+                match task_pointer_write(isa, mode, pc, &bytes[..len], kind, task_slot) {
+                    Some(src) => (on_task_pointer, CB_R_REGS, task_pointer_data(src, pc)),
+                    None => continue,
                 }
             }
             // A system call QEMU takes without reporting it (x86-64 SYSCALL): its `[svc]`
@@ -517,7 +511,7 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 }
             }
             // Exceptions are seen when taken (the discontinuity callback), traps included.
-            InsnKind::Trap | InsnKind::Other => continue,
+            InsnKind::Trap => continue,
         };
         unsafe { qemu_plugin_register_vcpu_insn_exec_cb(insn, cb, flags, data) };
     }
@@ -588,15 +582,8 @@ unsafe fn follow_processes_while_off(
         };
         let pc = unsafe { qemu_plugin_insn_vaddr(insn) };
         unsafe { crate::handlers::procmaps::instrument(insn, crate::state::kaslr::to_symbols(pc)) };
-        let src = match classify_after(isa, mode, None, pc, &bytes[..len]) {
-            InsnKind::SetTaskPointer { src } => Some(src),
-            InsnKind::Other if task_slot.is_some() => isa
-                .per_cpu_store(mode, pc, &bytes[..len])
-                .filter(|&(_, at)| Some(at) == task_slot)
-                .map(|(src, _)| src),
-            _ => None,
-        };
-        if let Some(src) = src {
+        let kind = classify_after(isa, mode, None, pc, &bytes[..len]);
+        if let Some(src) = task_pointer_write(isa, mode, pc, &bytes[..len], kind, task_slot) {
             unsafe {
                 qemu_plugin_register_vcpu_insn_exec_cb(
                     insn,
@@ -606,6 +593,30 @@ unsafe fn follow_processes_while_off(
                 )
             };
         }
+    }
+}
+
+/// Whether the instruction `bytes` at `pc` (of `kind`) writes the running task's pointer (a
+/// task switch), and from which register: an instruction of its own kind (arm64's
+/// `msr sp_el0`, RISC-V's `mv tp`) or a store to the per-CPU variable that holds it
+/// (x86_64's `current_task`, at `task_slot`).
+fn task_pointer_write(
+    isa: &dyn Isa,
+    mode: Mode,
+    pc: u64,
+    bytes: &[u8],
+    kind: InsnKind,
+    task_slot: Option<u64>,
+) -> Option<u8> {
+    match kind {
+        InsnKind::SetTaskPointer { src } => Some(src),
+        InsnKind::Other => {
+            let slot = task_slot?;
+            (isa.per_cpu_store(mode, pc, bytes))
+                .filter(|&(_, at)| at == slot)
+                .map(|(src, _)| src)
+        }
+        _ => None,
     }
 }
 
