@@ -7,6 +7,8 @@
 #   tfilter  the whole boot with -t 10us (what tests/debian_vm records)
 #   startat  --start-at START_AT (/lib/systemd/systemd-journald:main): written from a
 #            service's main on (issue 36), the rest followed but not written
+#   ffile    -F FILTER (/lib/systemd/systemd-journald:main): a service's main subtree
+#            only, placed in each process that maps the file (issue 36)
 #   off      --trace=off, never switched on: the tracer installed, not tracing
 #   offat    --trace=off --trace-on-at OFF_AT (/usr/bin/apt:main, which the boot never
 #            runs): off, the processes followed for a guest file's function (issue 37)
@@ -19,7 +21,7 @@
 # the processes and modules record saw and named (its summary), and record's time after
 # QEMU exited (from the plugin's last write to record's end: the trace's assembly, symbols).
 # Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] [AT=0.9]
-#        [START_AT=PATH:FUNC] [OFF_AT=PATH:FUNC]
+#        [START_AT=PATH:FUNC] [OFF_AT=PATH:FUNC] [FILTER=PATH:FUNC]
 #        bench/vm.sh
 set -euo pipefail
 
@@ -62,6 +64,7 @@ traced() {
     local layer=$1 opts=()
     [ "$layer" = tfilter ] && opts=(-t 10us)
     [ "$layer" = startat ] && opts=(--start-at "${START_AT:-/lib/systemd/systemd-journald:main}")
+    [ "$layer" = ffile ] && opts=(-F "${FILTER:-/lib/systemd/systemd-journald:main}")
     [ "$layer" = off ] && opts=(--trace=off)
     [ "$layer" = offat ] && opts=(--trace=off --trace-on-at "${OFF_AT:-/usr/bin/apt:main}")
     rm -rf "$work/trace"

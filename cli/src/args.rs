@@ -307,7 +307,10 @@ pub struct RecordArgs {
     /// regular expression when it holds one of
     /// .?*+^$|()[]{}\ (matched anywhere in a name, e.g. '^sys_'); exceptions taken inside
     /// stay in. In user mode FUNC may be a shared library's (malloc, or a function libc
-    /// calls only inside itself), placed where the guest maps the library
+    /// calls only inside itself), placed where the guest maps the library. In system mode
+    /// (a Linux guest) PATH:FUNC is a guest file's, as for --start-at, in every process
+    /// that maps the file (e.g. /usr/lib/systemd/systemd-journald:main); its FUNC alone may
+    /// be a regular expression
     #[arg(short = 'F', long, value_name = "FUNC")]
     pub filter: Vec<String>,
 

@@ -11,7 +11,7 @@ use regex::Regex;
 
 use crate::errors::usage;
 use crate::stats::Stats;
-use crate::stop_at::{keyed, resolve, Addr, Names};
+use crate::stop_at::{file_keyed, guest_function, keyed, resolve, Addr, Names};
 
 /// What makes a FUNC a regular expression (uftrace's REGEX_CHARS, with `\`).
 pub(crate) const REGEX_CHARS: &[char] = &[
@@ -33,6 +33,8 @@ pub struct Filters {
     pub patterns: Vec<Pattern>,
     /// User mode: the shared libraries `Addr::Lib` functions are in (`Names::libraries`).
     pub libraries: Vec<crate::stop_at::Library>,
+    /// System mode: the guest files `Addr::File` functions are in (`Names::guest_files`).
+    pub guest_files: Vec<String>,
 }
 
 impl Filters {
@@ -52,6 +54,7 @@ impl Filters {
         Ok(Filters {
             patterns,
             libraries: names.libraries.clone(),
+            guest_files: names.guest_files.clone(),
         })
     }
 
@@ -72,23 +75,45 @@ impl Filters {
 
     /// The plugin's options (`,filter=A:B,notrace=C`, a PIE's as `pie_filter=`…, a shared
     /// library's as `lib_filter=DEV.INO.ADDR:…`, numbered in that order for
-    /// `lib_filter_reached=`).
+    /// `lib_filter_reached=`, a guest file's as `file_filter=HEXPATH.OFFSET:…`, numbered so
+    /// for `file_filter_reached=`).
     pub fn plugin_options(&self) -> String {
         let mut v = String::new();
         for (option, key) in [("-F", "filter"), ("-N", "notrace")] {
             v.push_str(&keyed(key, &self.addrs(option), &self.libraries));
+            v.push_str(&file_keyed(key, &self.addrs(option), &self.guest_files));
         }
         v
     }
 
+    /// System mode: the guest files' functions of every `option` FUNC, each its file's
+    /// guest path (as the process-map watch renders it) and its offset in the file.
+    pub fn file_functions(&self, option: &str) -> Vec<(&str, u64)> {
+        (self.file_addrs(option).into_iter())
+            .filter_map(|(i, at)| Some((self.guest_files.get(i as usize)?.as_str(), at)))
+            .collect()
+    }
+
+    /// The guest files' functions of every `option` FUNC, in the plugin's numbering.
+    fn file_addrs(&self, option: &str) -> Vec<(u32, u64)> {
+        self.numbered(option, |a| match a {
+            Addr::File(i, at) if (i as usize) < self.guest_files.len() => Some((i, at)),
+            _ => None,
+        })
+    }
+
     /// The shared libraries' functions of every `option` FUNC, in the plugin's numbering.
     fn lib_addrs(&self, option: &str) -> Vec<(u32, u64)> {
-        (self.addrs(option).into_iter())
-            .filter_map(|a| match a {
-                Addr::Lib(i, a) if (i as usize) < self.libraries.len() => Some((i, a)),
-                _ => None,
-            })
-            .collect()
+        self.numbered(option, |a| match a {
+            Addr::Lib(i, a) if (i as usize) < self.libraries.len() => Some((i, a)),
+            _ => None,
+        })
+    }
+
+    /// Those of every `option` FUNC's addresses that `kind` takes, in the order the plugin
+    /// numbers them (its `…_reached=` indices).
+    fn numbered(&self, option: &str, kind: impl Fn(Addr) -> Option<(u32, u64)>) -> Vec<(u32, u64)> {
+        self.addrs(option).into_iter().filter_map(kind).collect()
     }
 
     /// Where a shared library's function `i`/`a` ran: at its file's load bias in `files`
@@ -116,16 +141,21 @@ impl Filters {
             all.extend(list(format!("pie_{key}"), Addr::Pie));
             // A library's by the plugin's numbering (decimal indices).
             let option = if key == "filter_reached" { "-F" } else { "-N" };
+            let indices = |prefix: &str| {
+                let key = format!("{prefix}_{key}");
+                (stats.other.iter())
+                    .filter(move |(k, _)| *k == key)
+                    .flat_map(|(_, v)| v.split(','))
+                    .filter_map(|i| i.trim().parse::<usize>().ok())
+                    .collect::<Vec<_>>()
+            };
             let libs = self.lib_addrs(option);
-            let lib_key = format!("lib_{key}");
-            let indices = (stats.other.iter())
-                .filter(|(k, _)| *k == lib_key)
-                .flat_map(|(_, v)| v.split(','));
-            all.extend(
-                indices
-                    .filter_map(|i| libs.get(i.trim().parse::<usize>().ok()?))
-                    .map(|&(i, a)| Addr::Lib(i, a)),
-            );
+            let lib = indices("lib").into_iter().filter_map(|i| libs.get(i));
+            all.extend(lib.map(|&(i, a)| Addr::Lib(i, a)));
+            // A guest file's the same way (`file_filter_reached`).
+            let files = self.file_addrs(option);
+            let file = indices("file").into_iter().filter_map(|i| files.get(i));
+            all.extend(file.map(|&(i, a)| Addr::File(i, a)));
             all
         };
         let (filter, notrace) = (reached("filter_reached"), reached("notrace_reached"));
@@ -173,24 +203,29 @@ impl Filters {
 /// FUNC's addresses: a whole name's (close names offered when none), or every name a
 /// regular expression matches.
 pub(crate) fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Addr>> {
-    if !text.contains(REGEX_CHARS) {
+    // System mode, a guest file's (`PATH:FUNC`): FUNC alone may be a regular expression
+    // (a path has dots), matched among that file's functions.
+    let guest = guest_function(text).filter(|_| !names.guest_files.is_empty());
+    if let Some((path, func)) = guest.filter(|(_, func)| func.contains(REGEX_CHARS)) {
+        let re = regex(option, text, func)?;
+        let prefix = format!("{path}:");
+        let of_file = |name: &str| name.strip_prefix(&prefix).is_some_and(|f| re.is_match(f));
+        let addrs = matched(&names.file_functions, of_file);
+        if addrs.is_empty() {
+            return Err(usage(
+                format!("{option} {text}: the regular expression matches no function of {path}"),
+                "match a function of that file (its symbols, or its debug file's under the \
+                 root's /usr/lib/debug)",
+            ));
+        }
+        return Ok(addrs);
+    }
+    if guest.is_some() || !text.contains(REGEX_CHARS) {
         return resolve(option, text, names);
     }
     let (functions, sources) = (&names.functions, names.sources);
-    let re = Regex::new(text).map_err(|e| {
-        let why = e.to_string();
-        let last = why.lines().last().unwrap_or("invalid").trim().to_string();
-        usage(
-            format!("{option} {text}: not a regular expression ({last})"),
-            "fix it, or give a whole function name",
-        )
-    })?;
-    let mut addrs: Vec<Addr> = (functions.iter())
-        .filter(|(name, _)| re.is_match(name))
-        .map(|&(_, addr)| addr)
-        .collect();
-    addrs.sort_unstable();
-    addrs.dedup();
+    let re = regex(option, text, text)?;
+    let addrs = matched(functions, |name| re.is_match(name));
     if addrs.is_empty() {
         return Err(usage(
             format!(
@@ -204,6 +239,35 @@ pub(crate) fn matching(option: &str, text: &str, names: &Names) -> Result<Vec<Ad
         ));
     }
     Ok(addrs)
+}
+
+/// `pattern` (all of `text`, or its FUNC) as a regular expression; one line where it is
+/// none.
+fn regex(option: &str, text: &str, pattern: &str) -> Result<Regex> {
+    Regex::new(pattern).map_err(|e| {
+        let why = e.to_string();
+        let last = why.lines().last().unwrap_or("invalid").trim().to_string();
+        let what = if pattern == text {
+            String::new()
+        } else {
+            format!("{pattern} is ")
+        };
+        usage(
+            format!("{option} {text}: {what}not a regular expression ({last})"),
+            "fix it, or give a whole function name",
+        )
+    })
+}
+
+/// The addresses of the functions in `list` whose names `takes`, sorted, each once.
+fn matched(list: &[(String, Addr)], takes: impl Fn(&str) -> bool) -> Vec<Addr> {
+    let mut addrs: Vec<Addr> = (list.iter())
+        .filter(|(name, _)| takes(name))
+        .map(|&(_, addr)| addr)
+        .collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    addrs
 }
 
 #[cfg(test)]
@@ -250,6 +314,74 @@ mod tests {
             "{bad}"
         );
         assert!(!bad.contains('\n'), "{bad}");
+    }
+
+    /// System mode: guest files' functions, by file and offset, numbered for the plugin in
+    /// the order of their files and offsets, and said never entered by that numbering.
+    #[test]
+    fn guest_files_functions_options_and_those_never_entered() {
+        let pattern = |option, text: &str, addrs| Pattern {
+            option,
+            text: text.into(),
+            addrs,
+        };
+        let filters = Filters {
+            patterns: vec![
+                pattern("-F", "/w:step", vec![Addr::File(1, 0x1040)]),
+                pattern("-F", "/init:main", vec![Addr::File(0, 0x2000)]),
+                pattern("-F", "do_read", vec![Addr::At(0x30)]),
+                pattern("-N", "/w:log", vec![Addr::File(1, 0x1100)]),
+            ],
+            libraries: Vec::new(),
+            guest_files: vec!["/init".into(), "/w".into()],
+        };
+        assert_eq!(
+            filters.plugin_options(),
+            ",filter=30,file_filter=2f696e6974.2000:2f77.1040,file_notrace=2f77.1100"
+        );
+        // /w:step (1) entered, /init:main (0) not, /w:log (0 of the notraces) entered.
+        let stats = Stats::parse(
+            "filter_reached=0x30
+notrace_reached=
+file_filter_reached=1
+             file_notrace_reached=0
+",
+        );
+        assert_eq!(
+            filters.never_entered(&stats),
+            [(
+                true,
+                "-F /init:main: the guest never entered it; the trace holds nothing of it".into()
+            )]
+        );
+    }
+
+    /// `PATH:FUNC` with a regular expression for FUNC (the path has dots): that file's
+    /// functions it matches, not another file's; a plain one is a whole name.
+    #[test]
+    fn a_guest_file_s_functions_by_regular_expression() {
+        let names = Names {
+            guest_files: vec!["/lib/libc.so.6".into(), "/w".into()],
+            file_functions: [
+                ("/lib/libc.so.6:malloc", Addr::File(0, 0x10)),
+                ("/lib/libc.so.6:malloc_usable_size", Addr::File(0, 0x20)),
+                ("/lib/libc.so.6:free", Addr::File(0, 0x30)),
+                ("/w:malloc", Addr::File(1, 0x40)),
+            ]
+            .iter()
+            .map(|&(n, a)| (n.to_string(), a))
+            .collect(),
+            ..functions()
+        };
+        let found = |text| matching("-F", text, &names).map_err(|e| e.to_string());
+        assert_eq!(
+            found("/lib/libc.so.6:^malloc"),
+            Ok(vec![Addr::File(0, 0x10), Addr::File(0, 0x20)])
+        );
+        assert_eq!(found("/lib/libc.so.6:free"), Ok(vec![Addr::File(0, 0x30)]));
+        assert_eq!(found("/w:mall.c$"), Ok(vec![Addr::File(1, 0x40)]));
+        let none = found("/w:^free").unwrap_err();
+        assert!(none.contains("matches no function of /w"), "{none}");
     }
 
     #[test]
@@ -308,6 +440,7 @@ mod tests {
                     start: 0,
                 },
             ],
+            guest_files: Vec::new(),
         };
         assert_eq!(
             filters.plugin_options(),

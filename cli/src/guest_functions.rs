@@ -1,5 +1,5 @@
-//! `PATH:FUNC` (system mode, a Linux guest): a function of the guest's file PATH for
-//! `--stop-at`, `--start-at`, `--trace-on-at` and `--trace-off-at`, looked up under
+//! `PATH:FUNC` (system mode, a Linux guest): a function of the guest's file PATH for `-F`,
+//! `-N`, `--stop-at`, `--start-at`, `--trace-on-at` and `--trace-off-at`, looked up under
 //! `--sysroot` or in the `-initrd` archive and named by its offset in the file, which the
 //! plugin finds wherever a process maps the file (`plugin/src/state/file_aims.rs`; while
 //! tracing is off, a `--trace-on-at` one keeps the processes followed).

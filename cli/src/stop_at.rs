@@ -48,7 +48,8 @@ pub enum Addr {
     Pie(u64),
     Lib(u32, u64),
     /// System mode: at this offset in guest file `Names::guest_files[i]`, wherever a
-    /// process maps it (`PATH:FUNC`, for `--stop-at` and `--start-at` only).
+    /// process maps it (`PATH:FUNC`: `-F`/`-N`, `--stop-at`/`--start-at`,
+    /// `--trace-on-at`/`--trace-off-at`).
     File(u32, u64),
 }
 
@@ -78,8 +79,8 @@ pub struct Names {
     pub libraries: Vec<Library>,
     /// System mode: the guest files `PATH:FUNC` names, as the plugin's process-map watch
     /// renders their paths (`file_…=` options), and their functions by `PATH:FUNC`
-    /// (`guest_functions::add`; apart from `functions`: `-F`, `-N` and `-A` do not
-    /// take them).
+    /// (`guest_functions::add`; apart from `functions`: `-A` does not take them, and a
+    /// regular expression of `-F`/`-N` matches them only after their `PATH:`).
     pub guest_files: Vec<String>,
     pub file_functions: Vec<(String, Addr)>,
 }

@@ -1002,3 +1002,113 @@ fn windows_at_file_functions(argv: &[String]) {
     let init = calls_of(&r.dir, 1);
     assert_eq!(init.get("run_worker"), None, "{init:?}");
 }
+
+/// Issue 36's "aimed" with `-F`: a guest file's functions as filters (`PATH:FUNC`), in
+/// every process that maps the file, at its own address there. `-F '/worker:^thread_s.ep$'`
+/// (a regular expression of the file's functions) and `-F /lib/libplug.so:plug_step` (a
+/// library each worker loads with `dlopen` and calls through the pointer `dlsym` gives):
+/// the trace holds exactly their subtrees. The oracle is the guest's own counts: each
+/// worker's thread has THREAD_STEPS `thread_step` roots, each calling `gettid` (and the
+/// system call beneath), nothing else at the top; each worker's main task PLUG_STEPS
+/// `plug_step` roots over `getppid`; /init and the kernel's own tasks nothing.
+#[test]
+fn a_guest_file_s_functions_filter_in_every_process_that_maps_it() {
+    file_filters(&arm64_boot(), &[], &[]);
+}
+
+#[test]
+fn a_guest_file_s_functions_filter_in_every_process_that_maps_it_on_x86_64() {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    file_filters(&argv, &[], &[]);
+}
+
+#[test]
+fn a_guest_file_s_functions_filter_in_every_process_that_maps_it_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    file_filters(&argv, &[&riscv64_vmlinux()], &[]);
+}
+
+/// The same filters in a window switched on while the guest runs (`--trace=off`, on at the
+/// first worker's first `worker_step`): the engine writes a window whole, and the filter is
+/// applied after the run, once the window's open frames are unwound. A guest file's function
+/// is then looked up where the window's process mapped the file (`plugin.procs`).
+#[test]
+fn a_guest_file_s_functions_filter_a_window_switched_on_while_the_guest_runs() {
+    let on = ["--trace=off", "--trace-on-at", "/worker:worker_step"];
+    file_filters(&arm64_boot(), &[], &on);
+}
+
+fn file_filters(argv: &[String], symbols: &[&Path], more: &[&str]) {
+    let mut options = vec![
+        "-F",
+        "/worker:^thread_s.ep$",
+        "-F",
+        "/lib/libplug.so:plug_step",
+    ];
+    options.extend(more);
+    let r = record_with(argv, symbols, &options);
+    let stats = std::fs::read_to_string(r.dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.contains("file_filter_reached=0,1\n"), "{stats}");
+    let workers = child_pids(&r.console, "worker");
+    let threads = worker_threads(&r.console);
+    assert_eq!((workers.len(), threads.len()), (2, 2), "{}", r.console);
+    let d = r.dir.to_string_lossy();
+    let text = uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay");
+    let calls = parse_calls(&text).expect("replay parses");
+    // Every call at the top is a filtered function's, each in the task that runs it.
+    let mut roots: BTreeMap<(u32, &str), u64> = BTreeMap::new();
+    for c in calls.iter().filter(|c| c.parent.is_none()) {
+        *roots.entry((c.tid, c.name.as_str())).or_default() += 1;
+    }
+    let mut want = BTreeMap::new();
+    for (&worker, &(_, thread)) in workers.iter().zip(&threads) {
+        want.insert((thread, "thread_step"), procs_count("THREAD_STEPS"));
+        want.insert((worker, "plug_step"), procs_count("PLUG_STEPS"));
+    }
+    assert_eq!(roots, want, "{text:.4000}");
+    // Each root calls its libc function, which makes the system call.
+    for (root, callee) in [("thread_step", "gettid"), ("plug_step", "getppid")] {
+        for c in calls
+            .iter()
+            .filter(|c| c.parent.is_none() && c.name == root)
+        {
+            let names: Vec<&str> = c.children.iter().map(|&i| calls[i].name.as_str()).collect();
+            assert_eq!(names, [callee], "{root} of task {}:\n{text:.4000}", c.tid);
+        }
+    }
+}
+
+/// `-N PATH:FUNC`: a guest file's functions left out, with everything beneath them, in
+/// every process that maps the file; the rest of the workers stays.
+#[test]
+fn a_guest_file_s_functions_left_out_in_every_process_that_maps_it() {
+    let options = [
+        "-N",
+        "/lib/libplug.so:plug_step",
+        "-N",
+        "/worker:thread_main",
+    ];
+    let r = record_with(&arm64_boot(), &[], &options);
+    let stats = std::fs::read_to_string(r.dir.join("plugin.stats")).expect("plugin.stats");
+    assert!(stats.contains("file_notrace_reached=0,1\n"), "{stats}");
+    let workers = child_pids(&r.console, "worker");
+    let threads = worker_threads(&r.console);
+    assert_eq!((workers.len(), threads.len()), (2, 2), "{}", r.console);
+    for (&worker, &(_, thread)) in workers.iter().zip(&threads) {
+        let main = calls_of(&r.dir, worker);
+        let at = |f: &str| main.get(f).copied();
+        assert_eq!(
+            (at("worker_step"), at("worker_report"), at("plug_step")),
+            (Some(procs_count("WORKER_STEPS")), Some(1), None),
+            "worker {worker}: {main:?}"
+        );
+        let of_thread = calls_of(&r.dir, thread);
+        assert!(
+            !of_thread.contains_key("thread_main") && !of_thread.contains_key("thread_step"),
+            "thread {thread}: {of_thread:?}"
+        );
+    }
+}

@@ -15,9 +15,14 @@
 //! User mode, a shared library's `-F`/`-N` functions have run-time addresses only once the
 //! guest maps the library ([`Late`]): every context's gates share those lists, and a context
 //! takes the newest at its next call (one atomic load per call, on the gated path only).
+//! System mode, a guest file's (`PATH:FUNC`) have one in each process that maps the file:
+//! the lists are keyed by address space too, and the gates ask in the space the vCPU runs
+//! ([`Gates::set_space`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+use crate::spaces::SpaceId;
 
 /// Which functions open a filtered subtree or a left-out one, and where the running
 /// context's are open.
@@ -47,6 +52,9 @@ pub struct Gates {
     late_filtering: bool,
     late_seen: u64,
     late_list: Arc<LateList>,
+    /// The address space the vCPU runs (system mode; 0 in user mode and where unknown),
+    /// which [`Late`] functions are looked up in.
+    space: SpaceId,
     /// The [`Late`] aims entered at least once (their indices, sorted: filter and notrace
     /// aims are numbered apart).
     late_hits: Vec<u32>,
@@ -61,12 +69,16 @@ pub struct Late {
     list: RwLock<Option<Arc<LateList>>>,
 }
 
-/// Run-time addresses and the index of the aim each places (the CLI's numbering, for
-/// saying which were entered), sorted by address.
+/// Where a [`Late`] function runs: the address space (0 in user mode, which has one) and
+/// its run-time address there.
+pub type LateKey = (SpaceId, u64);
+
+/// Run-time places and the index of the aim each places (the CLI's numbering, for saying
+/// which were entered), sorted by place.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LateList {
-    pub filter: Vec<(u64, u32)>,
-    pub notrace: Vec<(u64, u32)>,
+    pub filter: Vec<(LateKey, u32)>,
+    pub notrace: Vec<(LateKey, u32)>,
 }
 
 impl Default for Late {
@@ -172,6 +184,7 @@ impl Gates {
             late_filtering: false,
             late_seen: 0,
             late_list: Arc::default(),
+            space: 0,
             late_hits: Vec::new(),
         }
     }
@@ -189,7 +202,8 @@ impl Gates {
     /// These gates with `filter` and `notrace` given instead (the depth limit and the
     /// [`Late`] functions kept).
     pub fn with_given(&self, filter: Vec<u64>, notrace: Vec<u64>) -> Gates {
-        let gates = Gates::new(filter, notrace, self.max_depth);
+        let mut gates = Gates::new(filter, notrace, self.max_depth);
+        gates.space = self.space;
         match self.late {
             Some(late) => gates.with_late(late, self.late_filtering),
             None => gates,
@@ -245,10 +259,18 @@ impl Gates {
         }
     }
 
-    /// The [`Late`] aim placed at `func`, of `list`.
+    /// The vCPU runs address space `space` now (system mode: a task of another process
+    /// arrived, or its process exec'd): [`Late`] functions are looked up there.
+    pub fn set_space(&mut self, space: SpaceId) {
+        self.space = space;
+    }
+
+    /// The [`Late`] aim placed at `func` in the space running, of `list`.
     #[inline(always)]
-    fn late_at(list: &[(u64, u32)], func: u64) -> Option<u32> {
-        let i = list.binary_search_by_key(&func, |e| e.0).ok()?;
+    fn late_at(&self, list: &[(LateKey, u32)], func: u64) -> Option<u32> {
+        let i = list
+            .binary_search_by_key(&(self.space, func), |e| e.0)
+            .ok()?;
         Some(list[i].1)
     }
 
@@ -280,11 +302,11 @@ impl Gates {
             self.roots.filter.get_or_insert(depth);
         }
         if self.late.is_some() {
-            if let Some(aim) = Self::late_at(&self.late_list.notrace, func) {
+            if let Some(aim) = self.late_at(&self.late_list.notrace, func) {
                 hit(&mut self.late_hits, aim);
                 self.roots.notrace.get_or_insert(depth);
             }
-            if let Some(aim) = Self::late_at(&self.late_list.filter, func) {
+            if let Some(aim) = self.late_at(&self.late_list.filter, func) {
                 hit(&mut self.late_hits, aim);
                 self.roots.filter.get_or_insert(depth);
             }
@@ -317,8 +339,8 @@ impl Gates {
             && (self.filter.binary_search(&func).is_ok()
                 || self.notrace.binary_search(&func).is_ok()))
             || (self.late.is_some()
-                && (Self::late_at(&self.late_list.filter, func).is_some()
-                    || Self::late_at(&self.late_list.notrace, func).is_some()))
+                && (self.late_at(&self.late_list.filter, func).is_some()
+                    || self.late_at(&self.late_list.notrace, func).is_some()))
     }
 
     /// The stack is down to `len` frames: subtrees rooted at or above it are closed.
@@ -409,6 +431,14 @@ impl Gates {
     }
 }
 
+/// Of [`Late`] aim indices `reached`, the filter ones and the notrace ones, each from 0:
+/// the first `filters` indices are filter aims, the notrace ones follow.
+pub fn split_reached(reached: &[u32], filters: usize) -> (Vec<u32>, Vec<u32>) {
+    let n = filters as u32;
+    let (filter, notrace): (Vec<u32>, Vec<u32>) = reached.iter().partition(|&&i| i < n);
+    (filter, notrace.into_iter().map(|i| i - n).collect())
+}
+
 /// Counts aim `aim` among `hits` (sorted, each once).
 fn hit(hits: &mut Vec<u32>, aim: u32) {
     if let Err(i) = hits.binary_search(&aim) {
@@ -485,8 +515,8 @@ mod tests {
         assert!(g.outside() && !g.may_open(0x7000));
         assert_eq!(g.window(0), Place::Filtered);
         LATE.replace(LateList {
-            filter: vec![(0x7000, 4)],
-            notrace: vec![(0x7100, 9)],
+            filter: vec![((0, 0x7000), 4)],
+            notrace: vec![((0, 0x7100), 9)],
         });
         assert!(!g.may_open(0x7000), "taken at the next refresh");
         g.refresh();
@@ -499,7 +529,7 @@ mod tests {
         assert!(g.outside());
         // The library unmapped and mapped again elsewhere.
         LATE.replace(LateList {
-            filter: vec![(0x9000, 4)],
+            filter: vec![((0, 0x9000), 4)],
             notrace: Vec::new(),
         });
         g.refresh();
@@ -508,6 +538,34 @@ mod tests {
         // Given functions placed later (a PIE's) keep the late ones and the depth limit.
         let g = g.with_given(vec![0x500], vec![]);
         assert!(g.may_open(0x9000) && g.may_open(0x500) && !g.may_open(0x300));
+    }
+
+    /// System mode: a guest file's filter function, mapped at 0x7000 by process space 3
+    /// and at 0x9000 by space 5. Another process's function at 0x7000 (space 4) opens
+    /// nothing; the vCPU's space decides, as it changes.
+    #[test]
+    fn late_functions_open_subtrees_only_in_the_space_that_maps_them_there() {
+        static LATE: Late = Late::new();
+        let mut g = Gates::new(vec![], vec![], 8).with_late(&LATE, true);
+        LATE.replace(LateList {
+            filter: vec![((5, 0x9000), 0), ((3, 0x7000), 0)],
+            notrace: Vec::new(),
+        });
+        g.refresh();
+        g.set_space(4);
+        assert!(!g.may_open(0x7000) && !g.may_open(0x9000));
+        g.enter(1, 0x7000);
+        assert!(g.outside() && g.late_reached().is_empty());
+        g.set_space(3);
+        assert!(g.may_open(0x7000) && !g.may_open(0x9000));
+        g.enter(1, 0x7000);
+        assert_eq!(g.window(2), Place::Written(1));
+        g.left(1);
+        g.set_space(5);
+        assert!(g.may_open(0x9000) && !g.may_open(0x7000));
+        // Given functions placed later keep the space.
+        let g = g.with_given(vec![0x500], vec![]);
+        assert!(g.may_open(0x9000) && g.may_open(0x500));
     }
 
     #[test]

@@ -164,6 +164,14 @@ impl Engine {
         self.install_gates(gates.with_late(late, filtering));
     }
 
+    /// The vCPU runs address space `space` now (system mode, a Linux guest's processes
+    /// watched): the gates' functions placed per space are asked there.
+    pub fn set_space(&mut self, space: crate::spaces::SpaceId) {
+        if let Some(g) = self.gates.as_deref_mut() {
+            g.set_space(space);
+        }
+    }
+
     /// Gates in place (every event then takes the general path, which asks them).
     fn install_gates(&mut self, mut gates: Gates) {
         if let Some(w) = self.watch {

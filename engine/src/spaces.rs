@@ -331,6 +331,21 @@ impl Spaces {
         Some((m.file, (addr - m.start).wrapping_add(m.offset)))
     }
 
+    /// Where space `space` maps offset `offset` of file `file` now (each mapping of it
+    /// that holds the offset): a guest file's function's run-time addresses in a process.
+    pub fn places(&self, space: SpaceId, file: u32, offset: u64) -> Vec<u64> {
+        let Some(s) = self.maps.get(&space) else {
+            return Vec::new();
+        };
+        (s.maps.iter())
+            .filter(|m| !m.unmapped && m.file == file && m.offset <= offset)
+            .filter_map(|m| {
+                let at = m.start.checked_add(offset - m.offset)?;
+                (at < m.end).then_some(at)
+            })
+            .collect()
+    }
+
     /// How far code at `addr`, translated in space `from`, lies in space `to`: the
     /// difference of the addresses its file's page has in the two. `None` where either
     /// space does not map it, or `from` was freed (counted in [`Spaces::unmoved`]); then
@@ -540,6 +555,34 @@ mod tests {
         let c = s.fork(3, 1);
         assert_eq!(name_at(&s, c, 0x1010), Some("/prog"));
         assert!(s.maps[&c].dropped);
+    }
+
+    /// A file's offset in two processes: where each maps it (two pieces in one of them,
+    /// one holding the offset), nowhere once unmapped, and nowhere in a space of another
+    /// file at that address.
+    ///
+    /// ```text
+    /// 1: mmap /lib @0x1000 off 0, mmap /lib @0x8000 off 0x5000     2: mmap /lib @0x4000
+    /// 3: mmap /other @0x1000
+    /// ```
+    #[test]
+    fn a_files_offset_is_placed_in_each_space_that_maps_it() {
+        let mut s = small(8, 1 << 10, 4);
+        let a = s.exec(1);
+        s.mmap(1, "/lib", 0x1000, 0x2000, 0);
+        s.mmap(1, "/lib", 0x8000, 0x1000, 0x5000);
+        let b = s.exec(2);
+        s.mmap(2, "/lib", 0x4000, 0x2000, 0);
+        let c = s.exec(3);
+        s.mmap(3, "/other", 0x1000, 0x2000, 0);
+        let lib = s.file_id("/lib").unwrap();
+        assert_eq!(s.places(a, lib, 0x1040), [0x2040]);
+        assert_eq!(s.places(a, lib, 0x5010), [0x8010]);
+        assert_eq!(s.places(a, lib, 0x3000), [] as [u64; 0]);
+        assert_eq!(s.places(b, lib, 0x1040), [0x5040]);
+        assert_eq!(s.places(c, lib, 0x1040), [] as [u64; 0]);
+        s.munmap(2, 0x4000, 0x2000);
+        assert_eq!(s.places(b, lib, 0x1040), [] as [u64; 0]);
     }
 
     /// The same loop with its unmaps seen (the kernel's `munmap` watched), and a library

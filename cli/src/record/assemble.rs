@@ -173,7 +173,7 @@ pub fn assemble(
                 crate::stop_at::Addr::Lib(i, a) => {
                     prep.filters.lib_ran_at(i, a, &resync_images.first()?.files)
                 }
-                // A guest file's `PATH:FUNC` names a trigger only, never -F/-N.
+                // A guest file's `PATH:FUNC`: where each process has it (below).
                 crate::stop_at::Addr::File(..) => None,
             })
             .collect()
@@ -186,6 +186,23 @@ pub fn assemble(
         .then(|| crate::guest_procs::events::read(staging))
         .flatten()
         .map(|procs| (guest_files(inv, prep), procs));
+    // And a guest file's -F/-N function is where the window's process maps the file.
+    let file_functions = FileFunctions {
+        procs: procs.as_ref().map(|(_, procs)| procs),
+        filter: prep.filters.file_functions("-F"),
+        notrace: prep.filters.file_functions("-N"),
+    };
+    let gates = if file_functions.filter.is_empty() && file_functions.notrace.is_empty() {
+        gates
+    } else {
+        let (f, filter) = (&file_functions, !file_functions.filter.is_empty());
+        Some(super::window_gates::Gates::with_files(
+            gates,
+            f,
+            filter,
+            prep.max_depth,
+        ))
+    };
     let scratch = staging.join(".unwind-files");
     let in_process = procs.as_ref().map(|(files, procs)| InProcess {
         scratch: &scratch,
@@ -328,6 +345,52 @@ impl super::resync::ProcessFiles for InProcess<'_> {
     fn files_of(&self, space: usize) -> Vec<(PathBuf, u64)> {
         let (scratch, procs, files) = (self.scratch, self.procs, self.files);
         crate::guest_procs::sessions::space_files(scratch, procs, files, self.arch, space)
+    }
+}
+
+/// System mode, a Linux guest: where the guest files' `-F`/`-N` functions are in each
+/// process (`plugin.procs`' mappings), for a window's filter (`window_gates`).
+struct FileFunctions<'a> {
+    /// None where the plugin saw no process: no process has them then.
+    procs: Option<&'a crate::guest_procs::events::Procs>,
+    /// Each a file's guest path and the function's offset in it.
+    filter: Vec<(&'a str, u64)>,
+    notrace: Vec<(&'a str, u64)>,
+}
+
+impl super::window_gates::FilePlaces for FileFunctions<'_> {
+    fn at(&self, tid: u32, time: u64) -> super::window_gates::Placed {
+        let Some(procs) = self.procs else {
+            return super::window_gates::Placed {
+                until: u64::MAX,
+                ..Default::default()
+            };
+        };
+        let tgid = procs.tgid_of.get(&tid).copied().unwrap_or(tid);
+        // The process's next space (it exec'd) starts another program.
+        let until = (procs.spaces.iter())
+            .filter(|s| s.tgid == tgid && s.from > time)
+            .map(|s| s.from)
+            .min()
+            .unwrap_or(u64::MAX);
+        let space = crate::guest_procs::sessions::space_at(procs, tgid, time);
+        let maps: Vec<_> = space.map_or_else(Vec::new, |i| procs.spaces[i].maps.iter().collect());
+        let places = |aims: &[(&str, u64)]| -> Vec<u64> {
+            let mut out = Vec::new();
+            for &(path, offset) in aims {
+                for m in maps.iter().filter(|m| m.path == path && m.offset <= offset) {
+                    if offset - m.offset < m.len {
+                        out.push(m.start.wrapping_add(offset - m.offset));
+                    }
+                }
+            }
+            out
+        };
+        super::window_gates::Placed {
+            filter: places(&self.filter),
+            notrace: places(&self.notrace),
+            until,
+        }
     }
 }
 

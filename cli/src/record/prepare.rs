@@ -184,6 +184,8 @@ pub fn prepare(
     };
     // PATH:FUNC, a guest file's function: system mode, from the guest's root.
     let mut triggers: Vec<(&str, &str)> = Vec::new();
+    triggers.extend(args.filter.iter().map(|f| ("-F", f.as_str())));
+    triggers.extend(args.notrace.iter().map(|f| ("-N", f.as_str())));
     triggers.extend(args.stop_at.iter().map(|s| ("--stop-at", s.func.as_str())));
     triggers.extend(args.start_at.iter().map(|f| ("--start-at", f.as_str())));
     triggers.extend(

@@ -35,7 +35,7 @@ pub fn splice(
     dir: &Path,
     mut starts: Option<Starts>,
     mut resyncs: Option<ResyncFrames>,
-    gates: Option<&Gates>,
+    gates: Option<&Gates<'_>>,
 ) -> Result<(Option<Recovered>, Option<Resyncs>)> {
     if starts.is_none() && resyncs.is_none() {
         return Ok((None, None));
@@ -57,6 +57,7 @@ pub fn splice(
     let start_images = starts.as_ref().map_or(no_images, |s| s.images);
     let task = |tid: u32| -> (u32, Result<Counts>) {
         let mut pass = Splice::new(
+            tid,
             starts.as_ref().and_then(|s| s.by_task.get(&tid)),
             start_images,
             resync_frames.get(&tid).unwrap_or(&none_of_task),
@@ -176,8 +177,10 @@ struct Splice<'a> {
     switched_on: bool,
     /// `-F`/`-N`, and the window they filter now (from a switch on's marker to the off
     /// edge).
-    gates: Option<&'a Gates>,
+    gates: Option<&'a Gates<'a>>,
     window: Option<Window<'a>>,
+    /// The task these records are of.
+    tid: u32,
     /// A record's output before the window filters it.
     raw: Vec<Record>,
     /// Frames the engine's records hold open where nothing is beneath them.
@@ -187,12 +190,14 @@ struct Splice<'a> {
 
 impl<'a> Splice<'a> {
     fn new(
+        tid: u32,
         start: Option<&'a Start>,
         start_images: &'a [Image],
         cookies: &'a BTreeMap<u32, Vec<Frame>>,
-        gates: Option<&'a Gates>,
+        gates: Option<&'a Gates<'a>>,
     ) -> Self {
         Splice {
+            tid,
             start,
             start_images,
             cookies,
@@ -260,7 +265,7 @@ impl<'a> Splice<'a> {
                 self.counts.unwound += 1;
             }
             let label = if std::mem::take(&mut self.switched_on) {
-                self.window = self.gates.map(Window::new);
+                self.window = self.gates.map(|g| Window::new(g, self.tid, r.time));
                 OPENED
             } else {
                 UNWOUND_EVENT
@@ -353,7 +358,7 @@ mod tests {
         start: Option<&Start>,
         cookies: &BTreeMap<u32, Vec<Frame>>,
     ) -> (Vec<Record>, Counts) {
-        let mut pass = Splice::new(start, &[], cookies, None);
+        let mut pass = Splice::new(1, start, &[], cookies, None);
         let mut out = Vec::new();
         for x in records {
             pass.push(*x, &mut out);

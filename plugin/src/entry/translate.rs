@@ -654,11 +654,13 @@ fn direct_call_site(
     }
 }
 
-/// Whether `-F` was given (a shared library's function included): its calls and landings
-/// outside the filtered subtrees take callbacks of their own, so that other runs pay
-/// nothing for them.
+/// Whether `-F` was given (a shared library's or a guest file's function included): its
+/// calls and landings outside the filtered subtrees take callbacks of their own, so that
+/// other runs pay nothing for them.
 fn gated() -> bool {
-    crate::state::aims::filtering() || crate::state::lib_aims::filtering()
+    crate::state::aims::filtering()
+        || crate::state::lib_aims::filtering()
+        || crate::state::file_aims::filtering()
 }
 
 /// Whether `-t` was given: its common calls and returns take callbacks of their own (with

@@ -24,7 +24,6 @@ use std::sync::Mutex;
 
 use qemu_uftrace_engine::linux_walk;
 
-use crate::state::spaces;
 use crate::vcpu::VcpuState;
 
 /// A walk is due (set by a switch on, taken by the first vCPU's cookie), with the time its
@@ -144,7 +143,7 @@ fn walk(
         let mut lines = String::new();
         let plain: Vec<(&str, u64, u64, u64)> =
             maps.iter().map(|&(p, s, l, o, _)| (p, s, l, o)).collect();
-        if spaces::with(|s| s.snapshot(tgid, &plain)).is_some() {
+        if crate::handlers::procmaps::change_space(tgid, |s| s.snapshot(tgid, &plain)).is_some() {
             SNAPSHOTS.fetch_add(1, Ordering::Relaxed);
             lines += &format!(
                 "seen\ttime={time}\ttid={tgid}\ttgid={tgid}\tprogram={}\n",

@@ -67,6 +67,29 @@ pub unsafe fn instrument(insn: *mut crate::ffi::qemu_plugin_insn, pc: u64) {
     };
 }
 
+/// Runs `f`, a change to process `tgid`'s space (a mapping, an unmapping, an exec, a fork
+/// into `tgid`, an exit, a snapshot), and tells `file_aims` which spaces it changed and
+/// which it ended, where guest files' `-F`/`-N` functions are placed per space.
+pub fn change_space<R>(
+    tgid: u32,
+    f: impl FnOnce(&mut qemu_uftrace_engine::spaces::Spaces) -> R,
+) -> R {
+    spaces::with(|s| {
+        let before = s.of(tgid);
+        let out = f(s);
+        if crate::state::file_aims::places_any() {
+            let after = s.of(tgid);
+            if before != after && before != 0 {
+                crate::state::file_aims::space_changed(s, before, false);
+            }
+            if after != 0 {
+                crate::state::file_aims::space_changed(s, after, true);
+            }
+        }
+        out
+    })
+}
+
 /// The lines of `plugin.procs`, in the order the guest did things, and their bytes.
 static LINES: Mutex<(Vec<String>, usize)> = Mutex::new((Vec::new(), 0));
 
@@ -191,7 +214,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                 let start = regs.read_le(pt.wrapping_add(start_at), 8);
                 let len = regs.read_le(pt.wrapping_add(len_at), 8);
                 if let (Some(start), Some(len)) = (start, len) {
-                    spaces::with(|s| s.munmap(tgid, start, len));
+                    change_space(tgid, |s| s.munmap(tgid, start, len));
                 }
                 return;
             }
@@ -211,7 +234,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     }
                     let (path, fs) = file_path(regs, file, &off);
                     let offset = pgoff.wrapping_mul(KERNEL_PAGE);
-                    let space = spaces::with(|s| s.mmap(tgid, &path, start, len, offset));
+                    let space = change_space(tgid, |s| s.mmap(tgid, &path, start, len, offset));
                     v.run_space(space);
                     format!(
                         "mmap\ttime={time}\ttid={tid}\ttgid={tgid}\tstart={start:x}\tlen={len:x}\
@@ -219,7 +242,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     )
                 }
                 p if p == Point::Exec as usize => {
-                    let space = spaces::with(|s| s.exec(tgid));
+                    let space = change_space(tgid, |s| s.exec(tgid));
                     v.run_space(space);
                     // The old program's frames end at the system call's return (with
                     // split levels they are another context's, left as they were; while
@@ -233,7 +256,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                     // The leader's exit ends the process (a leader that leaves early is
                     // rare: its threads then run on in a space no longer listed).
                     if tid == tgid {
-                        spaces::with(|s| s.exit(tgid));
+                        change_space(tgid, |s| s.exit(tgid));
                     }
                     format!("exit\ttime={time}\ttid={tid}\ttgid={tgid}\n")
                 }
@@ -245,7 +268,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                         return;
                     };
                     if pid == child_tgid {
-                        spaces::with(|s| s.fork(child_tgid, tgid));
+                        change_space(child_tgid, |s| s.fork(child_tgid, tgid));
                     }
                     format!("task\ttime={time}\ttid={pid}\ttgid={child_tgid}\tparent={tgid}\n")
                 }

@@ -277,15 +277,30 @@ fn finish_once() {
         line("notrace_reached", &at);
         line("pie_notrace_reached", &pie);
     }
-    // Shared libraries' functions by aim index, as the CLI numbered them.
-    if !cfg.lib_filter.is_empty() || !cfg.lib_notrace.is_empty() {
-        let mut all: Vec<u32> = states.iter().flat_map(|s| s.lib_reached.clone()).collect();
+    // Shared libraries' functions (user mode) or guest files' (system mode) by aim index,
+    // as the CLI numbered them.
+    let files = &cfg.file_aims;
+    let late = if !cfg.lib_filter.is_empty() || !cfg.lib_notrace.is_empty() {
+        Some((
+            "lib",
+            crate::state::lib_aims::split_reached as fn(&[u32]) -> _,
+        ))
+    } else if !files.filter.is_empty() || !files.notrace.is_empty() {
+        Some((
+            "file",
+            crate::state::file_aims::split_reached as fn(&[u32]) -> _,
+        ))
+    } else {
+        None
+    };
+    if let Some((prefix, split)) = late {
+        let mut all: Vec<u32> = states.iter().flat_map(|s| s.late_reached.clone()).collect();
         all.sort_unstable();
         all.dedup();
-        let (filter, notrace) = crate::state::lib_aims::split_reached(&all);
+        let (filter, notrace) = split(&all);
         let list = |v: Vec<u32>| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-        line("lib_filter_reached", &list(filter));
-        line("lib_notrace_reached", &list(notrace));
+        line(&format!("{prefix}_filter_reached"), &list(filter));
+        line(&format!("{prefix}_notrace_reached"), &list(notrace));
     }
     line("bytes", &written.bytes.values().sum::<u64>());
     line("max_depth", &cfg.max_depth);

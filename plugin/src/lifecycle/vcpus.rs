@@ -19,8 +19,9 @@ pub struct Ended {
     /// `-F`/`-N` functions it entered, by address.
     pub filter_reached: Vec<u64>,
     pub notrace_reached: Vec<u64>,
-    /// Shared libraries' `-F`/`-N` functions it entered, by aim index (`state::lib_aims`).
-    pub lib_reached: Vec<u32>,
+    /// Shared libraries' or guest files' `-F`/`-N` functions it entered, by aim index
+    /// (`state::lib_aims`, `state::file_aims`).
+    pub late_reached: Vec<u32>,
 }
 
 impl Ended {
@@ -34,7 +35,7 @@ impl Ended {
                 .map_or_else(Vec::new, |g| g.filter_reached().collect()),
             notrace_reached: (state.engine.gates())
                 .map_or_else(Vec::new, |g| g.notrace_reached().collect()),
-            lib_reached: (state.engine.gates())
+            late_reached: (state.engine.gates())
                 .map_or_else(Vec::new, |g| g.late_reached().to_vec()),
         }
     }
@@ -52,9 +53,9 @@ impl Ended {
             all.sort_unstable();
             all.dedup();
         }
-        self.lib_reached.extend(o.lib_reached);
-        self.lib_reached.sort_unstable();
-        self.lib_reached.dedup();
+        self.late_reached.extend(o.late_reached);
+        self.late_reached.sort_unstable();
+        self.late_reached.dedup();
     }
 }
 
@@ -106,8 +107,10 @@ pub fn vcpu_init(vcpu_id: u32) {
         let shift = crate::state::kaslr::watched();
         engine.set_gates_shifted(aims.filter.clone(), aims.notrace.clone(), shift);
     }
-    // Shared libraries' -F/-N functions, placed as the guest maps them.
-    if let Some((late, filtering)) = crate::state::lib_aims::late() {
+    // Shared libraries' -F/-N functions (user mode), or guest files' (system mode),
+    // placed as the guest maps them.
+    let late = crate::state::lib_aims::late().or_else(crate::state::file_aims::late);
+    if let Some((late, filtering)) = late {
         engine.add_late_gates(late, filtering);
     }
     // -A/-R/-a: values are read only where this vCPU may write frames (its gates say).

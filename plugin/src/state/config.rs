@@ -8,7 +8,8 @@
 //! `[,filter=ADDR:ADDR…][,notrace=ADDR:ADDR…][,time_filter=N]`
 //! `[,lib_filter=DEV.INO.ADDR:…][,lib_notrace=…][,lib_stop_at=…][,lib_start_at=…]`
 //! `[,lib_trace_on_at=…][,lib_trace_off_at=…]`
-//! `[,file_stop_at=HEXPATH.OFFSET:…][,file_start_at=…][,file_trace_on_at=…][,file_trace_off_at=…]`
+//! `[,file_filter=HEXPATH.OFFSET:…][,file_notrace=…][,file_stop_at=…][,file_start_at=…]`
+//! `[,file_trace_on_at=…][,file_trace_off_at=…]`
 //! `[,pie_entry=ADDR[,pie_filter=…][,pie_notrace=…][,pie_stop_at=…][,pie_start_at=…]`
 //! `[,pie_trace_on_at=…][,pie_trace_off_at=…]]`, or
 //! `probe=on` to check that this QEMU loads the plugin at all. Arguments are bytes: DIR is
@@ -101,10 +102,10 @@ pub struct Config {
     pub lib_start_at: Vec<LibAim>,
     pub lib_trace_on_at: Vec<LibAim>,
     pub lib_trace_off_at: Vec<LibAim>,
-    /// System mode: the same four for guest files' functions, each the file's guest path
-    /// and the function's offset in it (`file_stop_at=HEXPATH.OFFSET:…`, `file_start_at=`,
-    /// `file_trace_on_at=`, `file_trace_off_at=`), found where a process maps the file
-    /// (`state::file_aims`).
+    /// System mode: the same six for guest files' functions, each the file's guest path
+    /// and the function's offset in it (`file_filter=HEXPATH.OFFSET:…`, `file_notrace=`,
+    /// `file_stop_at=`, `file_start_at=`, `file_trace_on_at=`, `file_trace_off_at=`), found
+    /// where a process maps the file (`state::file_aims`).
     pub file_aims: FileAims,
     /// User mode, a position-independent program: the same six lists for its functions,
     /// at link addresses (`pie_filter=`…), and its link entry point (`pie_entry=`), which
@@ -343,6 +344,8 @@ pub type FileAim = (String, u64);
 /// The guest files' functions, by what names them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileAims {
+    pub filter: Vec<FileAim>,
+    pub notrace: Vec<FileAim>,
     pub stop_at: Vec<FileAim>,
     pub start_at: Vec<FileAim>,
     pub trace_on_at: Vec<FileAim>,
@@ -548,6 +551,8 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
             "lib_start_at" => lib_start_at = lib_aims(&key, value)?,
             "lib_trace_on_at" => lib_trace_on_at = lib_aims(&key, value)?,
             "lib_trace_off_at" => lib_trace_off_at = lib_aims(&key, value)?,
+            "file_filter" => file_aims.filter = guest_file_aims(&key, value)?,
+            "file_notrace" => file_aims.notrace = guest_file_aims(&key, value)?,
             "file_stop_at" => file_aims.stop_at = guest_file_aims(&key, value)?,
             "file_start_at" => file_aims.start_at = guest_file_aims(&key, value)?,
             "file_trace_on_at" => file_aims.trace_on_at = guest_file_aims(&key, value)?,

@@ -11,7 +11,7 @@
 //! A `-F`/`-N` aim's index (filters first, then notraces, in the CLI's order) is how
 //! `plugin.stats` says which were entered (`lib_filter_reached=`).
 
-use qemu_uftrace_engine::gates::{Late, LateList};
+use qemu_uftrace_engine::gates::{Late, LateKey, LateList};
 use std::sync::{OnceLock, RwLock};
 
 use super::config::LibAim;
@@ -113,7 +113,7 @@ pub fn placed(placements: fn() -> Vec<Placement>) {
         let addrs = |list: &[LibAim]| -> Vec<u64> {
             let mut v: Vec<u64> = place(list, placements, 0)
                 .into_iter()
-                .map(|e| e.0)
+                .map(|((_, at), _)| at)
                 .collect();
             v.sort_unstable();
             v.dedup();
@@ -129,14 +129,14 @@ pub fn placed(placements: fn() -> Vec<Placement>) {
 }
 
 /// Each of `aims` (numbered from `first`) at its run-time address in every placement of
-/// its file whose span holds it.
-fn place(aims: &[LibAim], placements: &[Placement], first: usize) -> Vec<(u64, u32)> {
+/// its file whose span holds it (in space 0: user mode has one).
+fn place(aims: &[LibAim], placements: &[Placement], first: usize) -> Vec<(LateKey, u32)> {
     let mut out = Vec::new();
     for (i, &(dev, ino, link)) in aims.iter().enumerate() {
         for &(pdev, pino, bias, lo, hi) in placements {
             let at = link.wrapping_add(bias);
             if (pdev, pino) == (dev, ino) && lo <= at && at < hi {
-                out.push((at, (first + i) as u32));
+                out.push(((0, at), (first + i) as u32));
             }
         }
     }
@@ -145,9 +145,8 @@ fn place(aims: &[LibAim], placements: &[Placement], first: usize) -> Vec<(u64, u
 
 /// Of aim indices `reached`, the filter ones and the notrace ones (each from 0).
 pub fn split_reached(reached: &[u32]) -> (Vec<u32>, Vec<u32>) {
-    let n = AIMS.get().map_or(0, |a| a.filter.len()) as u32;
-    let (filter, notrace): (Vec<u32>, Vec<u32>) = reached.iter().partition(|&&i| i < n);
-    (filter, notrace.into_iter().map(|i| i - n).collect())
+    let filters = AIMS.get().map_or(0, |a| a.filter.len());
+    qemu_uftrace_engine::gates::split_reached(reached, filters)
 }
 
 #[cfg(test)]
@@ -165,7 +164,7 @@ mod tests {
         ];
         assert_eq!(
             place(&aims, &placements, 3),
-            [(0x7000_1040, 3), (0x7100_1040, 3)]
+            [((0, 0x7000_1040), 3), ((0, 0x7100_1040), 3)]
         );
     }
 }

@@ -99,6 +99,8 @@ impl VcpuState {
     /// The vCPU runs address space `space` from now on.
     pub fn run_space(&mut self, space: qemu_uftrace_engine::spaces::SpaceId) {
         self.deltas.switch(space);
+        // Guest files' -F/-N functions are placed per space (`state::file_aims`).
+        self.engine.set_space(space);
         crate::state::spaces::note_running(space);
     }
 
