@@ -856,7 +856,7 @@ fn processes_started_while_tracing_was_off_are_named_at_the_switch_on() {
         &[],
         &["--trace=off", "--trace-on-at", "__arm64_sys_gettid"],
     );
-    check_named_from_the_switch_on(&r);
+    check_named_from_the_switch_on(&r, true);
 }
 
 #[test]
@@ -868,7 +868,7 @@ fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_x86_64() {
         &[],
         &["--trace=off", "--trace-on-at", "__x64_sys_gettid"],
     );
-    check_named_from_the_switch_on(&r);
+    check_named_from_the_switch_on(&r, true);
 }
 
 #[test]
@@ -881,10 +881,13 @@ fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_riscv64() 
         &[],
         &["--trace=off", "--trace-on-at", "__riscv_sys_gettid"],
     );
-    check_named_from_the_switch_on(&r);
+    check_named_from_the_switch_on(&r, false);
 }
 
-fn check_named_from_the_switch_on(r: &Recorded) {
+/// `nested`: whether /init's calls must nest under `main`. Not on riscv64 without the
+/// kernel's DWARF: a task switched in there may have no kernel frames unwound (a LOST
+/// record), and the engine's guess from there can put a later call beside `main`.
+fn check_named_from_the_switch_on(r: &Recorded, nested: bool) {
     let procs = std::fs::read_to_string(r.dir.join("plugin.procs")).expect("plugin.procs");
     let stats = std::fs::read_to_string(r.dir.join("plugin.stats")).expect("plugin.stats");
     assert!(stats.contains("proc_walks=1\n"), "{stats}");
@@ -916,8 +919,21 @@ fn check_named_from_the_switch_on(r: &Recorded) {
     assert_eq!(first.get("worker_report"), Some(&1), "{first:?}");
     // Nothing of the first worker before the switch: its main ran its steps while off.
     assert_eq!(first.get("worker_step"), None, "{first:?}");
-    let init = calls_of(&r.dir, 1);
-    assert_eq!(init.get("run_worker"), Some(&1), "{init:?}");
+    // /init waited in the kernel for the first worker at the switch on: that run_worker is
+    // open beneath its system call (recovered as it returned to user mode), the second
+    // one called in the window.
+    let (text, calls, init) = replay_and_calls_of(&r.dir, 1);
+    assert_eq!(init.get("run_worker"), Some(&2), "{init:?}");
+    let under_main = (calls.iter())
+        .filter(|c| c.name == "run_worker")
+        .filter(|c| c.parent.is_some_and(|p| calls[p].name == "main"))
+        .count();
+    if nested {
+        assert_eq!(
+            under_main, 2,
+            "/init's run_worker under main:\n{text:.3000}"
+        );
+    }
     let second = calls_of(&r.dir, workers[1]);
     assert_eq!(
         second.get("worker_step").copied(),
@@ -1111,4 +1127,65 @@ fn a_guest_file_s_functions_left_out_in_every_process_that_maps_it() {
             "thread {thread}: {of_thread:?}"
         );
     }
+}
+
+/// Issue 37: a window switched on in the kernel (`--trace-on-at` the gettid system call,
+/// which the first worker's thread makes first, in `thread_main`) opens with the calls of
+/// the user-mode code beneath the kernel's too, as a full recording has them open there:
+/// `thread_main() { gettid() { [svc]() {` (the user frames saved as the thread returns to
+/// user mode, unwound with its process's files), then the kernel's frames down to the
+/// system call, then `/* qemu:opened */`. So the thread's `thread_main` counts once and
+/// its later calls nest under it. Before, the window began at the kernel's frames and
+/// `thread_main` was missing.
+#[test]
+fn a_window_switched_on_in_a_system_call_opens_over_the_user_calls_beneath() {
+    window_in_a_system_call(&arm64_boot(), &[], "__arm64_sys_gettid");
+}
+
+#[test]
+fn a_window_switched_on_in_a_system_call_opens_over_the_user_calls_beneath_on_x86_64() {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    window_in_a_system_call(&argv, &[], "__x64_sys_gettid");
+}
+
+/// On riscv64 S-mode reads no user page: the first user block after the SRET takes them.
+#[test]
+fn a_window_switched_on_in_a_system_call_opens_over_the_user_calls_beneath_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    window_in_a_system_call(&argv, &[&riscv64_vmlinux()], "__riscv_sys_gettid");
+}
+
+fn window_in_a_system_call(argv: &[String], symbols: &[&Path], syscall: &str) {
+    let r = record_with(argv, symbols, &["--trace=off", "--trace-on-at", syscall]);
+    let threads = worker_threads(&r.console);
+    assert_eq!(threads.len(), 2, "{}", r.console);
+    let thread = threads[0].1;
+    let (text, _, counts) = replay_and_calls_of(&r.dir, thread);
+    assert_eq!(
+        (
+            counts.get("thread_main"),
+            counts.get("thread_step").copied()
+        ),
+        (Some(&1), Some(procs_count("THREAD_STEPS"))),
+        "thread {thread}:\n{text:.4000}"
+    );
+    // The frames open at the switch on, outermost first.
+    let opened: Vec<&str> = (text.lines())
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| Some(l.split_once('|')?.1.trim()))
+        .take_while(|l| *l != "/* qemu:opened */")
+        .collect();
+    let at = |f: &str| opened.iter().position(|l| *l == format!("{f}() {{"));
+    let (main, gettid, svc, call) = (at("thread_main"), at("gettid"), at("[svc]"), at(syscall));
+    assert!(
+        main.is_some()
+            && gettid == main.map(|m| m + 1)
+            && svc == gettid.map(|g| g + 1)
+            && call > svc
+            && opened.len() < text.lines().count(),
+        "thread {thread}'s opened frames: {opened:?}\n{text:.4000}"
+    );
 }

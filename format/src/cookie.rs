@@ -56,6 +56,19 @@ pub fn resync_of(name: &str) -> Option<(u32, u32)> {
     Some((tid.parse().ok()?, seq.parse().ok()?))
 }
 
+/// The name of resync cookie `seq`'s user-mode part: a window switched on while task `tid`
+/// ran in the kernel (a system call, an interrupt) has its user-mode calls open beneath the
+/// kernel's. The plugin saves them as the task first returns to user mode (the user
+/// registers are live there), as for a snapshot's start ([`user_file_name`]).
+pub fn resync_user_file_name(tid: u32, seq: u32) -> String {
+    format!("resync-{tid}-{seq}.user.stack")
+}
+
+/// The task and number a resync cookie's user-mode part's file name stands for.
+pub fn resync_user_of(name: &str) -> Option<(u32, u32)> {
+    resync_of(&format!("{}.stack", name.strip_suffix(".user.stack")?))
+}
+
 /// Resync cookies saved at most per process: each is a stack copy (32 KiB); past them the
 /// engine guesses as without.
 pub const MAX_RESYNC_COOKIES: u32 = 1024;
@@ -297,6 +310,10 @@ mod tests {
         assert_eq!(resync_of(&resync_file_name(42, 3)), Some((42, 3)));
         assert_eq!(tid_of(&resync_file_name(42, 3)), None);
         assert_eq!(resync_of(&file_name(42)), None);
+        // A window's user-mode part: its own name, not the kernel part's.
+        assert_eq!(resync_user_of(&resync_user_file_name(42, 3)), Some((42, 3)));
+        assert_eq!(resync_of(&resync_user_file_name(42, 3)), None);
+        assert_eq!(resync_user_of(&resync_file_name(42, 3)), None);
         assert_eq!(resync_seq_of_marker(resync_marker(3)), Some(3));
         assert_eq!(resync_seq_of_marker(crate::events::USER_BASE), None);
         // A later image's (numbered from its index up), and past the last image's.

@@ -19,6 +19,8 @@ use qemu_uftrace_format::{addr48, MAX_STACK};
 use qemu_uftrace_format::cookie::StackCookie;
 use qemu_uftrace_format::Arch;
 
+use qemu_uftrace_engine::arch::ExceptionKind;
+
 use crate::unwind::{self, Frame, Image, Method};
 
 /// The user event that marks the end of recovered frames (`events.txt`).
@@ -160,6 +162,46 @@ pub fn unwind_read(
     let mut frames = unwind::unwind(cookie, arch, images);
     frames.reverse();
     Ok(frames)
+}
+
+/// The exception a task's user-mode code took where it resumes at `pc`: a system call if
+/// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`, RISC-V `ecall`), an
+/// interrupt otherwise.
+pub fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
+    const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
+    const SYSCALL: [u8; 2] = [0x0f, 0x05];
+    const ECALL: [u8; 4] = 0x0000_0073u32.to_le_bytes();
+    let call: &[u8] = match Arch::from_elf_machine(machine) {
+        Some(Arch::Aarch64) => &SVC0,
+        Some(Arch::X86_64) => &SYSCALL,
+        Some(Arch::Riscv64) => &ECALL,
+        _ => &[],
+    };
+    let is_svc = !call.is_empty() && unwind::code_before(images, pc, call.len()) == Some(call);
+    if is_svc {
+        ExceptionKind::Svc
+    } else {
+        ExceptionKind::Irq
+    }
+}
+
+/// A task's calls open in the kernel (`kernel`, outermost first) over those of the user-mode
+/// code that entered it (`user`, unwound from `cookie`, its context where it resumes, with
+/// `images`): the user frames, the exception they took, then the kernel's.
+pub fn under_user(
+    user: Vec<Frame>,
+    cookie: &StackCookie,
+    images: &[Image],
+    kernel: Vec<Frame>,
+) -> Vec<Frame> {
+    let mut frames = user;
+    frames.push(Frame {
+        func: exception_before(cookie.pc, cookie.machine, images).addr(),
+        ret_addr: cookie.pc,
+        method: Method::Exception,
+    });
+    frames.extend(kernel);
+    frames
 }
 
 /// A pass over one task's records.

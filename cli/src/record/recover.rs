@@ -9,13 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use qemu_uftrace_engine::arch::ExceptionKind;
 use qemu_uftrace_format::cookie;
 use qemu_uftrace_format::Arch;
 
 use super::beneath;
 use super::resync::Loaded;
-use crate::unwind::{self, Frame, Image, Method};
+use crate::unwind::{Frame, Image, Method};
 /// What recovery did, for the summary.
 #[derive(Debug, Default)]
 pub struct Recovered {
@@ -143,27 +142,6 @@ fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, TaskCookies>> {
     Ok(out)
 }
 
-/// The exception a task's user-mode code took where it resumes at `pc`: a system call if
-/// the instruction before is one (AArch64 `svc #0`, x86-64 `syscall`, RISC-V `ecall`), an
-/// interrupt otherwise.
-fn exception_before(pc: u64, machine: u16, images: &[Image]) -> ExceptionKind {
-    const SVC0: [u8; 4] = 0xd400_0001u32.to_le_bytes();
-    const SYSCALL: [u8; 2] = [0x0f, 0x05];
-    const ECALL: [u8; 4] = 0x0000_0073u32.to_le_bytes();
-    let call: &[u8] = match Arch::from_elf_machine(machine) {
-        Some(Arch::Aarch64) => &SVC0,
-        Some(Arch::X86_64) => &SYSCALL,
-        Some(Arch::Riscv64) => &ECALL,
-        _ => &[],
-    };
-    let is_svc = !call.is_empty() && unwind::code_before(images, pc, call.len()) == Some(call);
-    if is_svc {
-        ExceptionKind::Svc
-    } else {
-        ExceptionKind::Irq
-    }
-}
-
 /// A task's start: its user-mode frames, the exception entry they took, then its kernel
 /// frames; the time of its first capture.
 fn task_frames(tid: u32, files: &TaskCookies, images: &[Image], done: &mut Recovered) -> Start {
@@ -189,20 +167,13 @@ fn task_frames(tid: u32, files: &TaskCookies, images: &[Image], done: &mut Recov
         .iter()
         .chain(user.iter())
         .find_map(|(_, c)| Arch::from_elf_machine(c.machine));
-    let mut frames = Vec::new();
-    if let Some((user_frames, cookie)) = user {
-        frames.extend(user_frames);
-        if main.is_some() {
-            frames.push(Frame {
-                func: exception_before(cookie.pc, cookie.machine, images).addr(),
-                ret_addr: cookie.pc,
-                method: Method::Exception,
-            });
+    let frames = match (main, user) {
+        (Some((kernel, _)), Some((user, cookie))) => {
+            beneath::under_user(user, &cookie, images, kernel)
         }
-    }
-    if let Some((kernel_frames, _)) = main {
-        frames.extend(kernel_frames);
-    }
+        (Some((frames, _)), None) | (None, Some((frames, _))) => frames,
+        (None, None) => Vec::new(),
+    };
     Start {
         frames,
         capture: time,

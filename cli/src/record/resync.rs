@@ -198,14 +198,18 @@ pub fn unwind_resyncs(
     // Cookie numbers are unique per task across process images (an exec'd image numbers
     // its own from its image index up: it appends to the same task file).
     let mut files: BTreeMap<u32, BTreeMap<u32, (PathBuf, usize)>> = BTreeMap::new();
+    // A window's user-mode parts (system mode: it opened in the kernel), by task and number.
+    let mut user_parts: BTreeMap<(u32, u32), PathBuf> = BTreeMap::new();
     for (i, image) in images.iter().enumerate() {
-        for (tid, of_task) in cookie_files(&image.dir)? {
+        let found = cookie_files(&image.dir)?;
+        for (tid, of_task) in found.kernel {
             for (seq, path) in of_task {
                 files.entry(tid).or_default().insert(seq, (path, i));
             }
         }
+        user_parts.extend(found.user);
     }
-    if files.is_empty() {
+    if files.is_empty() && user_parts.is_empty() {
         return Ok(None);
     }
     let mut resyncs = Resyncs::default();
@@ -238,6 +242,22 @@ pub fn unwind_resyncs(
             };
             match beneath::unwind_read(&path, &cookie, files) {
                 Ok(f) => {
+                    // Opened in the kernel: the user-mode calls beneath, where they were
+                    // saved (at the task's next return to user mode).
+                    let user = (user_parts.get(&(tid, seq)))
+                        .zip(processes)
+                        .and_then(|(path, p)| {
+                            let user = user_part(path, tid, p, &mut spaces, &images[i].dir);
+                            user.map_err(|e| resyncs.problems.push(format!("task {tid}: {e:#}")))
+                                .ok()
+                        })
+                        .flatten();
+                    let f = match user {
+                        Some((user, cookie, images)) => {
+                            beneath::under_user(user, &cookie, images, f)
+                        }
+                        None => f,
+                    };
                     frames.insert(seq, f);
                 }
                 Err(e) => resyncs.problems.push(format!("task {tid}: {e:#}")),
@@ -245,6 +265,7 @@ pub fn unwind_resyncs(
         }
         by_task.insert(tid, frames);
     }
+    cookies.extend(user_parts.into_values());
     Ok(Some(ResyncFrames {
         by_task,
         resyncs,
@@ -252,9 +273,46 @@ pub fn unwind_resyncs(
     }))
 }
 
-/// The resync cookie files of `dir`, by task and number.
-fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, BTreeMap<u32, PathBuf>>> {
-    let mut out: BTreeMap<u32, BTreeMap<u32, PathBuf>> = BTreeMap::new();
+/// A window's user-mode frames, its cookie, and the images they were unwound with.
+type UserPart<'a> = (Vec<Frame>, cookie::StackCookie, &'a [Image]);
+
+/// A window's user-mode part (`path`, task `tid`'s): unwound with the files of its
+/// process's space then, each space's files loaded once (in `spaces`); its frames, the
+/// cookie and the images. `None` where no space of the process is known then.
+fn user_part<'a>(
+    path: &Path,
+    tid: u32,
+    processes: &dyn ProcessFiles,
+    spaces: &'a mut BTreeMap<usize, Loaded>,
+    dir: &Path,
+) -> Result<Option<UserPart<'a>>> {
+    let cookie = beneath::read_cookie(path)?;
+    let Some(space) = processes.space_of(tid, cookie.time) else {
+        return Ok(None);
+    };
+    let mut problems = Vec::new();
+    let loaded = spaces
+        .entry(space)
+        .or_insert_with(|| Loaded::new(dir, processes.files_of(space)));
+    let images = loaded.unwind_images(&mut problems);
+    if let Some(first) = problems.first() {
+        anyhow::bail!("{first}");
+    }
+    let frames = beneath::unwind_read(path, &cookie, images)?;
+    Ok(Some((frames, cookie, images)))
+}
+
+/// A directory's resync cookie files: by task and number, the kernel's (or the only) part,
+/// and by (task, number) a window's user-mode part.
+#[derive(Debug, Default)]
+struct CookieFiles {
+    kernel: BTreeMap<u32, BTreeMap<u32, PathBuf>>,
+    user: BTreeMap<(u32, u32), PathBuf>,
+}
+
+/// The resync cookie files of `dir`.
+fn cookie_files(dir: &Path) -> Result<CookieFiles> {
+    let mut out = CookieFiles::default();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         // A process image that ended before it wrote anything.
@@ -264,8 +322,11 @@ fn cookie_files(dir: &Path) -> Result<BTreeMap<u32, BTreeMap<u32, PathBuf>>> {
     for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
         let name = entry.file_name();
-        if let Some((tid, seq)) = name.to_str().and_then(cookie::resync_of) {
-            out.entry(tid).or_default().insert(seq, entry.path());
+        let Some(name) = name.to_str() else { continue };
+        if let Some((tid, seq)) = cookie::resync_of(name) {
+            out.kernel.entry(tid).or_default().insert(seq, entry.path());
+        } else if let Some(key) = cookie::resync_user_of(name) {
+            out.user.insert(key, entry.path());
         }
     }
     Ok(out)

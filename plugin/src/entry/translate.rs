@@ -163,8 +163,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
                 )
         })
     };
-    // A riscv64 run from a snapshot: the block a system call returns to takes the user
-    // cookie its task's SRET left due (only where the vCPU's word is this block's address).
+    // riscv64 (a run from a snapshot, or a window opened in the kernel): the block a system
+    // call returns to takes the user cookie its task's SRET left due (only where the vCPU's
+    // word is this block's address).
     if system {
         let haddr = || unsafe { qemu_plugin_insn_haddr(first) } as *const u8;
         if let Some(word) = crate::handlers::midway::user_resume_word(isa, start, haddr) {

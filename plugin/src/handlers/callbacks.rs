@@ -716,11 +716,14 @@ pub unsafe extern "C" fn on_exception_return_from_memory(vcpu_index: c_uint, dat
                 enter_level(v, vcpu_index, now, to.level, split);
                 // A run from a snapshot: a task found asleep in the kernel has its user-mode
                 // registers back here (as at ERET, `on_exception_return`).
-                if to.level.0 == 3
-                    && from.is_some_and(|f| f.0 == 0)
-                    && crate::handlers::midway::resuming()
-                {
-                    crate::handlers::midway::at_return_to_user(v, vcpu_index, to.target, |v| {
+                if to.level.0 == 3 && from.is_some_and(|f| f.0 == 0) {
+                    if crate::handlers::midway::resuming() {
+                        crate::handlers::midway::at_return_to_user(v, vcpu_index, to.target, |v| {
+                            crate::handlers::midway::x86_64_user_sp(v, eret_pc)
+                        });
+                    }
+                    // A window opened while this task ran in the kernel: its user calls.
+                    crate::handlers::switch::at_return_to_user(v, vcpu_index, to.target, |v| {
                         crate::handlers::midway::x86_64_user_sp(v, eret_pc)
                     });
                 }
@@ -786,12 +789,16 @@ pub unsafe extern "C" fn on_exception_return(vcpu_index: c_uint, data: *mut c_vo
             v.level = Some(to);
             // A run from a snapshot: a task found asleep in the kernel has its user-mode
             // registers back here.
-            if to.0 & 3 == 0 && level.0 & 3 != 0 && crate::handlers::midway::resuming() {
-                if let Some(target) = target {
+            if let (0, 1.., Some(target)) = (to.0 & 3, level.0 & 3, target) {
+                if crate::handlers::midway::resuming() {
                     crate::handlers::midway::at_return_to_user(v, vcpu_index, target, |v| {
                         v.regs.read_named("SP_EL0")
                     });
                 }
+                // A window opened while this task ran in the kernel: its user calls.
+                crate::handlers::switch::at_return_to_user(v, vcpu_index, target, |v| {
+                    v.regs.read_named("SP_EL0")
+                });
             }
         }
     });

@@ -28,9 +28,7 @@
 
 use crate::ffi::qemu_plugin_u64;
 use crate::state::guest::{ByteBuf, LOOKBEHIND_MAX, MIN_PAGE};
-use crate::state::stacks::{self, STACK_BYTES};
 use crate::state::{arch_or_default, config, isa_or_default, system_mode, OUTPUT};
-use crate::vcpu::scoreboard::{self, Scoreboard};
 use crate::vcpu::{self, VcpuState};
 use qemu_uftrace_engine::arch::{ExceptionKind, Isa};
 use qemu_uftrace_format::cookie::{self, StackCookie};
@@ -53,16 +51,13 @@ static ANY_CAPTURED: AtomicBool = AtomicBool::new(false);
 /// Which tasks still want their user-mode cookie, and (riscv64) whose is due where.
 static USER_COOKIES: Mutex<UserCookies> = Mutex::new(UserCookies::new());
 
-/// Per vCPU, the SRET target where a task's user cookie is due (0: none); riscv64 only.
-static USER_TARGET: OnceLock<Scoreboard> = OnceLock::new();
-
 fn user_cookies() -> std::sync::MutexGuard<'static, UserCookies> {
     USER_COOKIES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The bookkeeping of user-mode cookies, apart from the registers and the files: tasks
 /// captured in kernel mode want one at their next return to user mode. On riscv64 that
-/// return only makes the cookie due on its vCPU (one [`USER_TARGET`] word each), taken at
+/// return only makes the cookie due on its vCPU (one `user_resume` word each), taken at
 /// the first user block; a task preempted between its SRET and that block may find the
 /// word taken by another task's SRET meanwhile, and then wants its cookie again at its own
 /// next SRET, which restores the same user registers. (A suite run lost PID 1's user frames,
@@ -116,23 +111,26 @@ impl UserCookies {
     }
 }
 
-/// At install, with the configuration known: a riscv64 run from a snapshot gets its
-/// [`USER_TARGET`] words.
+/// At install, with the configuration known: a riscv64 run from a snapshot gets its user
+/// words (`user_resume`), and so does one of a Linux guest whose processes are followed (a
+/// window switched on in its kernel takes the user-mode calls beneath at the same block:
+/// `switch::at_user_resume`).
 pub fn install() {
-    if resuming() && arch_or_default() == Arch::Riscv64 {
-        let _ = USER_TARGET.set(scoreboard::one_word());
-    }
+    let windows = system_mode() && config().is_some_and(|c| c.proc_watch.is_some());
+    let on = (resuming() || windows) && arch_or_default() == Arch::Riscv64;
+    crate::handlers::user_resume::install(on);
 }
 
 /// The word a block at `start` (a block of user code, `haddr` its host bytes) checks
-/// against its own address for [`on_user_resume`]: only in a riscv64 run from a snapshot,
-/// and only for a block right after an `ecall` (where a system call returns).
+/// against its own address for [`on_user_resume`]: only on riscv64 (a run from a snapshot,
+/// or one whose processes are followed, [`install`]), and only for a block right after an
+/// `ecall` (where a system call returns).
 pub fn user_resume_word(
     isa: &dyn Isa,
     start: u64,
     haddr: impl FnOnce() -> *const u8,
 ) -> Option<qemu_plugin_u64> {
-    let word = USER_TARGET.get()?;
+    let word = crate::handlers::user_resume::words()?;
     if isa.is_task_pointer(start) || !follows_ecall(start, haddr()) {
         return None;
     }
@@ -159,17 +157,19 @@ fn follows_ecall(pc: u64, haddr: *const u8) -> bool {
 }
 
 /// The first block of user code after an SRET whose task wants its user cookie (a
-/// conditional callback: the vCPU's [`USER_TARGET`] word is this block's address, `data`).
+/// conditional callback: the vCPU's `user_resume` word is this block's address, `data`).
 ///
 /// # Safety
 /// Registered by translation with QEMU_PLUGIN_CB_R_REGS.
 pub unsafe extern "C" fn on_user_resume(vcpu_index: c_uint, data: *mut c_void) {
-    let Some(word) = USER_TARGET.get() else {
+    let Some(word) = crate::handlers::user_resume::words() else {
         return;
     };
     word.for_vcpu(vcpu_index, false).set(0);
     let pc = data as u64;
     vcpu::with(vcpu_index, |v| {
+        // A window switched on while this task ran in the kernel: its user-mode calls.
+        crate::handlers::switch::at_user_resume(v, vcpu_index, pc);
         if !user_cookies().resumed(vcpu_index, v.engine.tid()) {
             return;
         }
@@ -283,16 +283,6 @@ fn interrupted_sp(v: &mut VcpuState) -> Option<u64> {
     v.regs.read_le(rsp.wrapping_add(24), 8)
 }
 
-/// QEMU's names of the stack pointer and link register (none on x86-64, whose return
-/// address is on the stack).
-fn register_names(arch: Arch) -> (&'static str, Option<&'static str>) {
-    match arch {
-        Arch::Aarch64 => ("sp", Some("x30")),
-        Arch::Riscv64 => ("sp", Some("ra")),
-        Arch::X86_64 => ("rsp", None),
-    }
-}
-
 /// A task the OS made current on `vcpu` for the first time since the start (the switch
 /// instruction at `pc`, whose registers are the arriving task's): its kernel stack was
 /// open mid-way, as its switch code left it.
@@ -313,9 +303,8 @@ pub fn at_return_to_user(
     if !user_cookies().take_want(tid) {
         return;
     }
-    if let Some(word) = USER_TARGET.get() {
-        // User pages are not readable here: the cookie is the first user block's.
-        word.for_vcpu(vcpu, false).set(target);
+    // User pages are not readable here (riscv64): the cookie is the first user block's.
+    if crate::handlers::user_resume::due_at(vcpu, target) {
         user_cookies().make_due(vcpu, tid);
         return;
     }
@@ -328,27 +317,8 @@ pub fn at_return_to_user(
 /// A task's user-mode cookie: at `pc` with the user stack at `sp`, the other registers
 /// as they are (the user's).
 fn user_cookie(v: &mut VcpuState, vcpu: u32, pc: u64, sp: u64) {
-    let tid = v.engine.tid();
-    let isa = isa_or_default();
-    let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
-    let lr = register_names(arch_or_default())
-        .1
-        .and_then(|n| v.regs.read_named(n))
-        .unwrap_or(0);
-    let stack = v.regs.copy_from(sp, STACK_BYTES);
-    let cookie = StackCookie {
-        machine: arch_or_default().elf_machine(),
-        tid,
-        vcpu,
-        time: v.now(),
-        pc,
-        sp,
-        fp,
-        lr,
-        stack_base: sp,
-        stack,
-        extra: Vec::new(),
-    };
+    let (tid, now) = (v.engine.tid(), v.now());
+    let cookie = crate::state::resync_cookie::context(&mut v.regs, tid, vcpu, pc, sp, now, false);
     write(&cookie, cookie::user_file_name(tid));
 }
 
@@ -382,18 +352,8 @@ fn write(cookie: &StackCookie, name: String) {
         out.drop_side();
         return;
     }
-    let bytes = cookie.encode();
-    // The size cap counts cookies with the records.
-    if !out.reserve_side(bytes.len() as u64) {
-        return;
-    }
-    let path = cfg.out.join(name);
-    if let Err(e) = std::fs::write(&path, bytes) {
-        out.note_error(format!(
-            "cannot write {}: {e}; the calls open at the start are not recovered",
-            path.display()
-        ));
-    }
+    let lost = "the calls open at the start are not recovered";
+    crate::state::resync_cookie::write(&cfg.out, &name, cookie, lost);
 }
 
 /// `sp`: the stack pointer at `pc`, where the registers' is not (the vCPU is at an
@@ -402,9 +362,8 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
     let Some(out) = OUTPUT.get() else {
         return;
     };
-    let arch = arch_or_default();
     let isa = isa_or_default();
-    let (sp_name, lr_name) = register_names(arch);
+    let sp_name = crate::state::resync_cookie::stack_register(arch_or_default());
     let Some(sp) = sp.or_else(|| v.regs.read_named(sp_name)) else {
         out.note_error(format!(
             "vCPU {vcpu} started mid-way but its stack pointer ({sp_name}) could not be read: \
@@ -412,30 +371,14 @@ fn capture(v: &mut VcpuState, vcpu: u32, pc: u64, sp: Option<u64>) {
         ));
         return;
     };
-    let fp = v.regs.read_gpr(isa.frame_pointer()).unwrap_or(0);
-    let lr = lr_name.and_then(|n| v.regs.read_named(n)).unwrap_or(0);
-    let stack = v.regs.copy_from(sp, STACK_BYTES);
-    let extra = stacks::beyond(&mut v.regs, arch, isa, sp, &stack, fp);
     let time = v.now();
     v.engine.start_midway();
     let tid = v.engine.tid();
+    let cookie = crate::state::resync_cookie::context(&mut v.regs, tid, vcpu, pc, sp, time, true);
     // In an OS's kernel (a kernel stack), the task's user-mode calls may be open beneath.
     if isa.is_task_pointer(sp) {
         user_cookies().want(tid);
     }
-    let cookie = StackCookie {
-        machine: arch.elf_machine(),
-        tid,
-        vcpu,
-        time,
-        pc,
-        sp,
-        fp,
-        lr,
-        stack_base: sp,
-        stack,
-        extra,
-    };
     write(&cookie, cookie::file_name(tid));
 }
 

@@ -1,7 +1,8 @@
 //! The callbacks that run while the guest does: calls, returns, exceptions and task switches
 //! (`callbacks`), user-mode signal deliveries (`signals`), file mappings (`usermap`; in a
-//! Linux guest's processes: `procmaps`, and `proc_walk` at a switch on), x86 vector tables (`vector_table`) and the stack
-//! cookie of a run that starts mid-way (`midway`).
+//! Linux guest's processes: `procmaps`, and `proc_walk` at a switch on), x86 vector tables
+//! (`vector_table`), the stack cookie of a run that starts mid-way (`midway`) and the
+//! riscv64 words where user-mode cookies wait for their first user block (`user_resume`).
 
 pub mod args;
 pub mod callbacks;
@@ -14,6 +15,7 @@ pub mod running_task;
 pub mod signals;
 pub mod stop_at;
 pub mod switch;
+pub mod user_resume;
 pub mod usermap;
 pub mod vector_table;
 

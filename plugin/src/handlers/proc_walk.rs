@@ -49,10 +49,12 @@ fn config() -> Option<(u64, linux_walk::Layout)> {
     crate::state::config()?.proc_walk.as_deref().copied()
 }
 
-/// Tracing went on (the reset's exclusive section): the next cookie walks.
-pub fn switched_on() {
+/// Tracing went on at `at` (the edge's time, where known): the next cookie walks, and what
+/// it finds is told at that time, before any record of the window (its frames open then are
+/// in the processes' sessions).
+pub fn switched_on(at: Option<u64>) {
     if config().is_some() {
-        *DUE.lock().unwrap_or_else(|e| e.into_inner()) = Some(None);
+        *DUE.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
         PENDING.store(true, Ordering::Release);
     }
 }

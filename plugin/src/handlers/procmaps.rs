@@ -243,6 +243,9 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                 }
                 p if p == Point::Exec as usize => {
                     let space = change_space(tgid, |s| s.exec(tgid));
+                    // The return to user mode goes to another program: the calls a window
+                    // found open in this system call are not beneath it.
+                    let _ = crate::state::resync_cookie::take_user_want(tid);
                     v.run_space(space);
                     // The old program's frames end at the system call's return (with
                     // split levels they are another context's, left as they were; while

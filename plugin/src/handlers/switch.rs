@@ -37,7 +37,7 @@ use crate::state::switch::{
 };
 use crate::state::AtBlock;
 use crate::vcpu::scoreboard::{self, Scoreboard};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_uint, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -311,7 +311,7 @@ fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
         crate::handlers::running_task::learn_running_task(v, vcpu_index);
     }
     // Processes that started or changed while off, read from the task running now.
-    crate::handlers::proc_walk::switched_on();
+    crate::handlers::proc_walk::switched_on(Some(now));
     crate::handlers::proc_walk::at_switch_on(v);
     let tid = v.engine.tid();
     if edged.insert(tid) {
@@ -319,9 +319,7 @@ fn switch_on_early(v: &mut crate::vcpu::VcpuState, vcpu_index: u32, pc: u64) {
         v.engine.switch_on(now);
     }
     drop(early);
-    if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
-        v.engine.opened_by_cookie(now, seq);
-    }
+    open_window(v, tid, pc, now);
 }
 
 /// Whether the block (`aims` what starts it) begins a `--trace-off-at` function while
@@ -493,7 +491,7 @@ pub fn apply() {
             *CAPTURE_DUE.lock().unwrap_or_else(|e| e.into_inner()) = due;
             // A trigger's vCPU read the processes already.
             if !early.contains(&true) {
-                crate::handlers::proc_walk::switched_on();
+                crate::handlers::proc_walk::switched_on(at);
             }
             edged.extend(early_edged);
             *EDGED.lock().unwrap_or_else(|e| e.into_inner()) = Some(edged);
@@ -560,11 +558,7 @@ unsafe extern "C" fn on_capture(vcpu_index: c_uint, data: *mut c_void) {
             let now = v.now();
             let tid = v.engine.tid();
             edge_once(v, tid, now);
-            // Without a cookie the engine rebuilds the stack as any resync does, at its
-            // first return that matches nothing.
-            if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
-                v.engine.opened_by_cookie(now, seq);
-            }
+            open_window(v, tid, pc, now);
             if let Some(seen) = SWITCHED_IN
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -596,8 +590,78 @@ pub fn at_switch_in(v: &mut crate::vcpu::VcpuState, pc: u64) {
     }
     let now = v.now();
     edge_once(v, tid, now);
-    if let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) {
-        v.engine.opened_by_cookie(now, seq);
+    open_window(v, tid, pc, now);
+}
+
+/// Task `tid`'s window opens at `pc` with the calls it has open there: its stack cookie,
+/// unwound after the run (without one the engine rebuilds the stack as any resync does, at
+/// its first return that matches nothing). In the kernel of a Linux guest whose processes
+/// are followed, the user-mode calls beneath are taken at its next return to user mode
+/// ([`at_return_to_user`]), unwound with its process's files.
+fn open_window(v: &mut crate::vcpu::VcpuState, tid: u32, pc: u64, now: u64) {
+    let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) else {
+        return;
+    };
+    v.engine.opened_by_cookie(now, seq);
+    if crate::state::system_mode()
+        && crate::handlers::procmaps::enabled()
+        && crate::state::isa_or_default().is_task_pointer(pc)
+    {
+        crate::state::resync_cookie::want_user(tid, seq);
+    }
+}
+
+/// riscv64: vCPU → the task whose SRET made its user-mode part due at the first user block
+/// ([`at_user_resume`]), and that part's cookie number.
+static USER_DUE: Mutex<Option<HashMap<u32, (u32, u32)>>> = Mutex::new(None);
+
+/// A task returns to user mode at `target` on `vcpu` (the user registers restored but for
+/// the stack pointer, which `user_sp` reads): where a window opened while it ran in the
+/// kernel, its user-mode calls are saved now, beneath that window's. On riscv64, whose SRET
+/// reads no user page, at the first user block there ([`at_user_resume`]).
+pub fn at_return_to_user(
+    v: &mut crate::vcpu::VcpuState,
+    vcpu: u32,
+    target: u64,
+    user_sp: impl FnOnce(&mut crate::vcpu::VcpuState) -> Option<u64>,
+) {
+    let tid = v.engine.tid();
+    let Some(seq) = crate::state::resync_cookie::take_user_want(tid) else {
+        return;
+    };
+    if crate::handlers::user_resume::due_at(vcpu, target) {
+        let mut due = USER_DUE.lock().unwrap_or_else(|e| e.into_inner());
+        let displaced = due
+            .get_or_insert_with(HashMap::new)
+            .insert(vcpu, (tid, seq));
+        // Another task due there and preempted before its first user block: its next SRET
+        // restores the same user registers.
+        if let Some((other, seq)) = displaced.filter(|&(other, _)| other != tid) {
+            crate::state::resync_cookie::want_user(other, seq);
+        }
+        return;
+    }
+    if let Some(sp) = user_sp(v) {
+        let now = v.now();
+        crate::state::resync_cookie::save_user(&mut v.regs, tid, seq, target, sp, now);
+    }
+}
+
+/// riscv64: the first user block at `pc` after an SRET on `vcpu` (`midway::on_user_resume`):
+/// the user-mode part due there, if it is this task's (else that task wants it again).
+pub fn at_user_resume(v: &mut crate::vcpu::VcpuState, vcpu: u32, pc: u64) {
+    let due = (USER_DUE.lock().unwrap_or_else(|e| e.into_inner()).as_mut())
+        .and_then(|due| due.remove(&vcpu));
+    let Some((tid, seq)) = due else {
+        return;
+    };
+    if tid != v.engine.tid() {
+        crate::state::resync_cookie::want_user(tid, seq);
+        return;
+    }
+    if let Some(sp) = v.regs.read_named("sp") {
+        let now = v.now();
+        crate::state::resync_cookie::save_user(&mut v.regs, tid, seq, pc, sp, now);
     }
 }
 
