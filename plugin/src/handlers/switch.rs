@@ -597,7 +597,8 @@ pub fn at_switch_in(v: &mut crate::vcpu::VcpuState, pc: u64) {
 /// unwound after the run (without one the engine rebuilds the stack as any resync does, at
 /// its first return that matches nothing). In the kernel of a Linux guest whose processes
 /// are followed, the user-mode calls beneath are taken at its next return to user mode
-/// ([`at_return_to_user`]), unwound with its process's files.
+/// ([`at_return_to_user`]), unwound with its process's files: only for a task whose
+/// process's space is known (a kernel thread has none, and never returns to user mode).
 fn open_window(v: &mut crate::vcpu::VcpuState, tid: u32, pc: u64, now: u64) {
     let Some(seq) = crate::state::resync_cookie::save(&mut v.regs, tid, pc, now) else {
         return;
@@ -606,6 +607,7 @@ fn open_window(v: &mut crate::vcpu::VcpuState, tid: u32, pc: u64, now: u64) {
     if crate::state::system_mode()
         && crate::handlers::procmaps::enabled()
         && crate::state::isa_or_default().is_task_pointer(pc)
+        && v.deltas.running() != 0
     {
         crate::state::resync_cookie::want_user(tid, seq);
     }
