@@ -191,25 +191,17 @@ pub fn parse(text: &str) -> Procs {
                     }
                 }
             }
-            "exec" => {
+            // An exec, or a process read from guest memory at a switch on
+            // (`plugin/src/handlers/proc_walk.rs`): the process as it is then, its code
+            // mappings next, the program's first where `program=1` (it started, exec'd or
+            // mapped while tracing was off). Either starts a new space.
+            "exec" | "seen" => {
                 current.insert(tgid, procs.spaces.len());
                 procs.spaces.push(Space {
                     tgid,
                     from: time,
                     maps: Maps::default(),
-                    exec: true,
-                });
-            }
-            // Read from guest memory at a switch on (`plugin/src/handlers/proc_walk.rs`):
-            // the process as it is then, its code mappings next, the program's first where
-            // `program=1`. It started, exec'd or mapped while tracing was off.
-            "seen" => {
-                current.insert(tgid, procs.spaces.len());
-                procs.spaces.push(Space {
-                    tgid,
-                    from: time,
-                    maps: Maps::default(),
-                    exec: dec("program") == Some(1),
+                    exec: kind == "exec" || dec("program") == Some(1),
                 });
             }
             "mmap" => {
