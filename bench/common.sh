@@ -53,6 +53,7 @@ build_workload_guest() {
 #              window at the end; the trigger keeps a translation callback while off:
 #              bench/off.sh measures the plugin off without one)
 #   retvals    the same boot recorded with -R of five kernel functions (RETVALS)
+#   tfilter-args  tfilter's recording with args' -A (issue 38 beside record's -t)
 #   autoargs   the same boot recorded with -a -F of one subsystem (AUTOARGS, default ^of_)
 #              and the kernel's DWARF vmlinux; autoargs-none: the same without -a;
 #              autoargs-all: the whole boot with -a (every typed function's values)
@@ -85,6 +86,16 @@ workload_argv() {
         # -A of five kernel functions (ARGS: space-separated specs), each call read at entry.
         args)
             extra=("${kernel[@]}")
+            local spec
+            for spec in ${ARGS:-__kmalloc@arg1/u,arg2/x kmem_cache_alloc@arg1/x,arg2/x \
+                of_find_property@arg1/x,arg2/s kstrdup@arg1/s,arg2/x _printk@arg1/s}; do
+                record_opts+=(-A "$spec")
+            done ;;
+        # The same -A with -t 10us: each call's values wait with its entry, and go with it
+        # (against tfilter).
+        tfilter-args)
+            extra=("${kernel[@]}")
+            record_opts=(--clock wall -t "${TFILTER:-10us}")
             local spec
             for spec in ${ARGS:-__kmalloc@arg1/u,arg2/x kmem_cache_alloc@arg1/x,arg2/x \
                 of_find_property@arg1/x,arg2/s kstrdup@arg1/s,arg2/x _printk@arg1/s}; do
@@ -190,14 +201,14 @@ ratio_line() {
 }
 
 # timed_into FORMAT FILE CMD...: runs CMD under /usr/bin/time (FORMAT into FILE), stdin
-# closed, output dropped, stderr kept in FILE.err. A command that fails ends the benchmark:
+# closed, output dropped (or kept in $TIMED_STDOUT), stderr kept in FILE.err. A command that fails ends the benchmark:
 # GNU time would otherwise put a "Command exited" line in FILE, which sorts as a time of 0.
 # Unless its stderr says $TIMED_FAILS_SAYING (a failure the run expects: record never
 # switched on), whose line is then taken out.
 timed_into() {
     local fmt=$1 out=$2
     shift 2
-    if ! /usr/bin/time -f "$fmt" -o "$out" "$@" </dev/null >/dev/null 2>"$out.err"; then
+    if ! /usr/bin/time -f "$fmt" -o "$out" "$@" </dev/null >"${TIMED_STDOUT:-/dev/null}" 2>"$out.err"; then
         if [ -n "${TIMED_FAILS_SAYING:-}" ] && grep -qF "$TIMED_FAILS_SAYING" "$out.err"; then
             sed -i '/^Command exited/d' "$out"
             return 0

@@ -12,6 +12,7 @@
 #              recording that traces only the end (bench/off.sh: the plugin's cost while off)
 #   args       the same boot with -A of five kernel functions (ARGS="SPEC …"; default
 #              __kmalloc, kmem_cache_alloc, of_find_property, kstrdup, _printk): against kernel's
+#   tfilter-args  the same boot with tfilter's -t and args' -A: against tfilter
 #   retvals    the same boot with -R of five kernel functions (RETVALS="SPEC …"; default
 #              __kmalloc, kmem_cache_alloc, of_find_property, kstrdup, strlen): against args'
 #   autoargs   the same boot with -a -F of one subsystem (AUTOARGS=FUNC, default ^of_) and
@@ -35,7 +36,7 @@
 # the range of each, and the verdict: the median and range of each interleaved pair's
 # ratio, of wall and of CPU time (every thread's user + system), and the fastest runs' ratio.
 # Usage: [QEMUS="10.0 10.2.2 11.1.3"] bench/run.sh [calldense] [kernel] [smp4] [filter] [notrace]
-#        [tfilter] [tfilter-insn] [off] [args] [retvals] [autoargs] [autoargs-none] [autoargs-all]
+#        [tfilter] [tfilter-insn] [tfilter-args] [off] [args] [retvals] [autoargs] [autoargs-none] [autoargs-all]
 #        [initramfs] [procs]
 #        [procs-nowatch] [user] [riscv64] [kernel-x86]
 #        (RUNS=3 by default; no workload named: calldense, kernel and user)
@@ -106,7 +107,7 @@ for version in ${QEMUS:-10.0}; do
         # The verdict: each interleaved pair's ratio (median, range), of wall and CPU time.
         printf '           pairs: %s\n' "$(ratio_line "$work/plain" "$work/traced")"
         # A filtered run's size against the whole trace's (recorded once more, untimed).
-        case $name in filter | notrace | tfilter | tfilter-insn) filtered=1 ;; *) filtered=0 ;; esac
+        case $name in filter | notrace | tfilter | tfilter-insn | tfilter-args) filtered=1 ;; *) filtered=0 ;; esac
         if [ "$filtered" = 1 ]; then
             "$qu" record -q -o "$work/full" -- "${argv[@]}" >/dev/null 2>&1 </dev/null
             full=$(du -sb "$work/full" | cut -f1)

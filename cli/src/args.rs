@@ -325,7 +325,8 @@ pub struct RecordArgs {
     /// Their longer ancestors are kept. TIME as uftrace replay -t reads it: a bare number is
     /// ns, or 10us, 1.5ms, 2s; under
     /// the insn clock uftrace's ns are instructions, so -t 100 keeps calls of 100
-    /// instructions or more. Frames still open when the recording ends are written
+    /// instructions or more. Frames still open when the recording ends are written. A kept
+    /// call keeps its -A/-R/-a values; a left-out one takes them along
     #[arg(short = 't', long, value_name = "TIME", value_parser = parse_time_filter, allow_hyphen_values = true)]
     pub time_filter: Option<u64>,
 

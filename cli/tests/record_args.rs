@@ -629,7 +629,6 @@ fn bad_specs_are_one_line() {
         (&["-A", "add@arg1/f80"][..], "long double"),
         (&["-A", "add@fparg9"][..], "8th floating-point"),
         (&["-R", "add@retval/q"][..], "unknown format"),
-        (&["-A", "add@arg1", "-t", "1us"][..], "beside a time filter"),
     ] {
         let out = Command::new(common::BIN)
             .arg("record")

@@ -1,6 +1,7 @@
 //! `-t/--time-filter` on the bare-metal guests (one vCPU: the instruction clock, so two runs
 //! are identical), under every aarch64 QEMU (10.0; 10.2.2 and 11.1.3 with exception entries),
-//! every riscv64 one and every x86_64 one (from `main`): the trace recorded with it replays,
+//! every riscv64 one and every x86_64 one (from `main`), with arguments and return values
+//! too: the trace recorded with it replays,
 //! line for line and time for time, as uftrace's own `replay -t` shows the unfiltered trace
 //! (uftrace's filter is the oracle); what it left out is counted; bad TIMEs are one line
 //! before QEMU starts. In user
@@ -203,6 +204,37 @@ fn a_window_is_cut_as_without_the_filter() {
         let marks = |m: &str| lines.iter().filter(|l| l.contains(m)).count();
         assert_eq!(marks("qemu:opened"), 2, "{label}: {lines:#?}");
         assert_eq!(marks("| main() {"), 2, "{label}: {lines:#?}");
+    }
+}
+
+/// `-A`/`-R` beside `-t` (`tests/guests/sysargs.c`): a kept call keeps its arguments and
+/// return value, a dropped one leaves none behind; line for line as uftrace's `replay -t`
+/// shows the unfiltered trace with its values.
+#[test]
+fn arguments_and_return_values_go_with_their_calls() {
+    let specs = [
+        "-A",
+        "add@arg1/i32,arg2/i32",
+        "-R",
+        "^add$@retval/i32",
+        "-A",
+        "greet@arg1/s,arg2/i32",
+        "-R",
+        "greet@retval/i32",
+        "-A",
+        "six@arg1/i,arg2/i,arg3/i,arg4/i,arg5/i,arg6/i",
+        "-R",
+        "six@retval/i",
+    ];
+    for (label, _, lines) in same_as_uftrace_with(&specs, "sysargs", "20", "20") {
+        let shown = |text: &str| lines.iter().any(|l| l.contains(text));
+        // greet of a 159-letter string (hundreds of instructions) stays, with its values;
+        // add (a few instructions) goes.
+        assert!(
+            shown("greet(\"abcdefghij") && shown(", 0) = 159;"),
+            "{label}: {lines:#?}"
+        );
+        assert!(!shown("add("), "{label}: {lines:#?}");
     }
 }
 

@@ -466,7 +466,7 @@ impl Engine {
             }
         }
         let entry = encode_word(RecordType::Entry, depth as u32, func);
-        match self.last_record() {
+        match self.last_written() {
             Some((time, word)) if word == entry && time == self.last_time => {
                 self.buf.truncate(self.buf.len() - RECORD_SIZE);
                 true
@@ -475,9 +475,18 @@ impl Engine {
         }
     }
 
-    /// The last record in the buffer (its time and second word), where it holds one: what
-    /// an argument reader checks it follows (`format::args`).
+    /// The last record made (its time and second word): the last the time filter holds,
+    /// else the last in the buffer, where it holds one. What an argument reader checks it
+    /// follows (`format::args`).
     pub fn last_record(&self) -> Option<(u64, u64)> {
+        match self.time_filter.as_deref().and_then(|f| f.last()) {
+            Some(w) => Some((w.time, encode_word(w.kind, w.depth as u32, w.addr))),
+            None => self.last_written(),
+        }
+    }
+
+    /// The last record in the buffer (its time and second word), where it holds one.
+    fn last_written(&self) -> Option<(u64, u64)> {
         let len = self.buf.len();
         let rec = self.buf.get(len.checked_sub(RECORD_SIZE)?..)?;
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
@@ -485,14 +494,14 @@ impl Engine {
     }
 
     /// Writes EVENT records of ids `ids` at the last record's time, right after what was
-    /// written (argument carriers, `format::args`; never held by the time filter, which
-    /// the CLI refuses beside arguments).
+    /// made (argument carriers, `format::args`): with `-t`, they wait with their frame's
+    /// records, and go where it goes.
     #[cold]
     #[inline(never)]
     pub fn emit_carriers(&mut self, ids: impl Iterator<Item = u64>) {
         let time = self.last_time;
         for id in ids {
-            self.emit_now(time, RecordType::Event, 0, id);
+            self.emit(time, RecordType::Event, 0, id);
         }
     }
 

@@ -13,7 +13,10 @@
 //! - an exit with no waiting entry (its entry was written with a long descendant) is
 //!   written, after whatever waits;
 //! - a user event (uftrace's `EVENT_ID_USER` and up: the resync markers) and a LOST record
-//!   are written at once, after whatever waits; other events (the scheduler's) wait.
+//!   are written at once, after whatever waits; other events (the scheduler's) wait;
+//! - `-A`/`-R`'s carriers (`format::args`: a function's arguments right after its entry,
+//!   its return value right before its exit) wait with their frame and go with it, so that
+//!   a kept call keeps its values and a dropped one leaves none behind.
 //!
 //! What waits is the open frames' entries and the events among them: bounded by the stack
 //! depth, by [`MAX_WAITING_EVENTS`] for events and by [`MAX_WAITING`] in all (past them
@@ -23,6 +26,7 @@
 //! in `Suspended`), as it takes its stack, and what still waits when the recording ends is
 //! written then (frames still open are written as without `-t`).
 
+use qemu_uftrace_format::args;
 use qemu_uftrace_format::record::RecordType;
 
 /// uftrace's first user event id (`EVENT_ID_USER`): such events are shown whatever the time
@@ -40,6 +44,11 @@ pub const MAX_WAITING: usize = 32 * 1024;
 /// Room for waiting records made at the start and at each resume, so that the timed fast
 /// path (`Engine::try_call_timed`) pushes without growing.
 const RESERVED_WAITING: usize = 256;
+
+/// Whether a waiting record is an argument carrier's.
+fn is_carrier_record(w: &Waiting) -> bool {
+    w.kind == RecordType::Event && args::is_carrier(w.addr)
+}
 
 /// One record not yet written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,9 +148,33 @@ impl TimeFilter {
                     return Verdict::WriteAll;
                 }
                 self.dropped += 1;
-                let gone = self.waiting.len() - i - 1;
+                // What follows the entry goes with it: events, and the carriers of its
+                // arguments and return value (which `events` does not count). Not the
+                // return values of the frames it was tail-called from, which the same
+                // return closes: they come after its own, as their exits will.
+                let w = &self.waiting;
+                let end = (i + 1..w.len().saturating_sub(1))
+                    .find(|&j| {
+                        args::retval_func(w[j].addr, w[j + 1].addr)
+                            .is_some_and(|f| is_carrier_record(&w[j]) && !args::is_func(addr, f))
+                    })
+                    .unwrap_or(w.len());
+                let gone = (w[i + 1..end].iter())
+                    .filter(|w| !is_carrier_record(w))
+                    .count();
                 self.events -= gone;
-                self.waiting.truncate(i);
+                self.waiting.drain(i..end);
+                Verdict::Wait
+            }
+            // A carrier (`-A`/`-R`'s values, `format::args`) shares its frame's fate: it waits
+            // behind the entry it follows (or before the exit it precedes) and goes with the
+            // frame. Not counted among the events: a group is bounded by its payload, and
+            // `-a`'s would bring the events' cap, and so short calls written, far sooner.
+            RecordType::Event if args::is_carrier(addr) => {
+                if self.waiting.is_empty() {
+                    return Verdict::WriteAll;
+                }
+                self.waiting.push(rec);
                 Verdict::Wait
             }
             RecordType::Event if addr < EVENT_ID_USER => {
@@ -160,6 +193,11 @@ impl TimeFilter {
     pub fn drain(&mut self) -> std::vec::Drain<'_, Waiting> {
         self.events = 0;
         self.waiting.drain(..)
+    }
+
+    /// The last record waiting.
+    pub fn last(&self) -> Option<&Waiting> {
+        self.waiting.last()
     }
 
     /// Whether anything waits.
@@ -340,6 +378,73 @@ mod tests {
             Verdict::WriteAll
         );
         assert_eq!(f.offer(1, RecordType::Lost, 0, 0), Verdict::WriteAll);
+    }
+
+    /// A call's argument and return value carriers: kept with a long call, in their
+    /// places; gone with a short one; written at once where nothing waits.
+    #[test]
+    fn carriers_share_their_frames_fate() {
+        let ids = |retval, func| -> Vec<u64> { args::carriers(retval, func, &[1, 2]).collect() };
+        let mut f = TimeFilter::new(100);
+        let offer_all = |f: &mut TimeFilter, time, ids: &[u64]| {
+            for &id in ids {
+                assert_eq!(f.offer(time, RecordType::Event, 0, id), Verdict::Wait);
+            }
+        };
+        // A short call with both: nothing of it stays.
+        assert_eq!(f.offer(0, RecordType::Entry, 0, 0x100), Verdict::Wait);
+        offer_all(&mut f, 0, &ids(false, 0x100));
+        assert_eq!(f.offer(5, RecordType::Entry, 1, 0x200), Verdict::Wait);
+        offer_all(&mut f, 5, &ids(false, 0x200));
+        offer_all(&mut f, 9, &ids(true, 0x200));
+        assert_eq!(f.offer(9, RecordType::Exit, 1, 0x200), Verdict::Wait);
+        assert_eq!(f.dropped, 1);
+        // Its parent's arguments still wait after it; long, the parent is written whole.
+        offer_all(&mut f, 200, &ids(true, 0x100));
+        assert_eq!(f.offer(200, RecordType::Exit, 0, 0x100), Verdict::WriteAll);
+        let got: Vec<(RecordType, u64)> = f.drain().map(|w| (w.kind, w.addr)).collect();
+        let want: Vec<(RecordType, u64)> = std::iter::once((RecordType::Entry, 0x100))
+            .chain(
+                ids(false, 0x100)
+                    .into_iter()
+                    .map(|id| (RecordType::Event, id)),
+            )
+            .chain(
+                ids(true, 0x100)
+                    .into_iter()
+                    .map(|id| (RecordType::Event, id)),
+            )
+            .collect();
+        assert_eq!(got, want);
+        // A scheduler event among them is still counted (and uncounted when its frame goes).
+        assert_eq!(f.offer(300, RecordType::Entry, 0, 0x100), Verdict::Wait);
+        offer_all(&mut f, 300, &ids(false, 0x100));
+        assert_eq!(f.offer(301, RecordType::Event, 0, 7), Verdict::Wait);
+        assert_eq!(f.events, 1);
+        assert_eq!(f.offer(302, RecordType::Exit, 0, 0x100), Verdict::Wait);
+        assert_eq!((f.events, f.is_idle()), (0, true));
+        // Nothing waiting (its entry written with a long descendant): written at once.
+        let id = ids(true, 0x100)[0];
+        assert_eq!(f.offer(400, RecordType::Event, 0, id), Verdict::WriteAll);
+    }
+
+    /// One return closing a tail call (`strdup`'s jump into `memcpy`): the callee's value,
+    /// then its caller's, then the two exits. The short callee goes with its own value
+    /// only; its long caller keeps its value.
+    #[test]
+    fn a_tail_callers_value_outlives_its_short_callee() {
+        let ids = |retval, func| -> Vec<u64> { args::carriers(retval, func, &[1, 2]).collect() };
+        let mut f = TimeFilter::new(100);
+        assert_eq!(f.offer(0, RecordType::Entry, 0, 0x100), Verdict::Wait);
+        assert_eq!(f.offer(150, RecordType::Entry, 1, 0x200), Verdict::Wait);
+        for id in ids(true, 0x200).into_iter().chain(ids(true, 0x100)) {
+            assert_eq!(f.offer(160, RecordType::Event, 0, id), Verdict::Wait);
+        }
+        assert_eq!(f.offer(160, RecordType::Exit, 1, 0x200), Verdict::Wait);
+        assert_eq!(f.offer(160, RecordType::Exit, 0, 0x100), Verdict::WriteAll);
+        let got: Vec<u64> = f.drain().map(|w| w.addr).collect();
+        let want: Vec<u64> = std::iter::once(0x100).chain(ids(true, 0x100)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

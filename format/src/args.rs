@@ -355,6 +355,17 @@ pub fn is_carrier(id: u64) -> bool {
     matches!(id >> TAG_SHIFT, TAG_ARGS | TAG_RETVAL | TAG_FUNC | TAG_DATA)
 }
 
+/// The function (its low 40 bits) whose return value a carrier group starting with `head`,
+/// `func` carries; `None` where those two are not a return value group's first carriers.
+pub fn retval_func(head: u64, func: u64) -> Option<u64> {
+    (head >> TAG_SHIFT == TAG_RETVAL && func >> TAG_SHIFT == TAG_FUNC).then_some(func & LOW40)
+}
+
+/// Whether `addr` is function `low40` of a carrier ([`retval_func`]).
+pub fn is_func(addr: u64, low40: u64) -> bool {
+    addr & LOW40 == low40
+}
+
 /// What [`fold`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Folded {

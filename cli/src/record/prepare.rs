@@ -272,12 +272,6 @@ pub fn prepare(
     let arg_specs = if argument.is_empty() && retval.is_empty() && auto.is_none() {
         crate::argspec::ArgSpecs::default()
     } else {
-        if let Some(t) = args.time_filter.filter(|&t| t > 0) {
-            return Err(crate::errors::usage(
-                format!("-A/-R with -t {t}: arguments beside a time filter are not recorded yet"),
-                "leave out -t, and filter by time when the trace is shown (replay -t)",
-            ));
-        }
         let mut sizes =
             crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
         sizes.extend(lib_sizes);
