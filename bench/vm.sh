@@ -12,15 +12,17 @@
 #   off      --trace=off, never switched on: the tracer installed, not tracing
 #   offat    --trace=off --trace-on-at OFF_AT (/usr/bin/apt:main, which the boot never
 #            runs): off, the processes followed for a guest file's function (issue 37)
-#   late     --trace=off, switched on by `qemu-uftrace trace on` once QEMU has run for AT
-#            (0.9) of the last plain run's wall time (issue 37's "the last 10%" on a boot
-#            long enough for record's fixed costs, ~0.5 s before and after QEMU, to matter
-#            less); its events are said as a share of the whole boot's (record's)
+#   late     --trace=off, switched on by `qemu-uftrace trace on` when the guest's console
+#            says LATE_AT (multi-user.target: systemd reached it, ~88% into the boot;
+#            issue 37's "the last part" on a boot long enough for record's fixed costs,
+#            ~0.5 s before and after QEMU, to matter less); its events are said as a share
+#            of the whole boot's (record's). A guest event, not a share of a plain run's
+#            time: a traced run faster than that plain run would end before it
 # Prints per layer: the pairs' wall and CPU ratios (median and range, CPU = user + system of
 # every thread, record's own included), the largest process's peak RSS, the trace's bytes,
 # the processes and modules record saw and named (its summary), and record's time after
 # QEMU exited (from the plugin's last write to record's end: the trace's assembly, symbols).
-# Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] [AT=0.9]
+# Usage: [RUNS=3] [ARCHS="amd64 arm64"] [LAYERS="record tfilter"] [QEMU=10.2.2] [LATE_AT=TEXT]
 #        [START_AT=PATH:FUNC] [OFF_AT=PATH:FUNC] [FILTER=PATH:FUNC]
 #        bench/vm.sh
 set -euo pipefail
@@ -68,21 +70,27 @@ traced() {
     [ "$layer" = off ] && opts=(--trace=off)
     [ "$layer" = offat ] && opts=(--trace=off --trace-on-at "${OFF_AT:-/usr/bin/apt:main}")
     rm -rf "$work/trace"
+    local console=/dev/null
     if [ "$layer" = late ]; then
         opts=(--trace=off)
-        local at
-        at=$(tail -n1 "$work/plain" | awk -v f="${AT:-0.9}" '{ print $1 * f }')
+        console=$work/console
+        : >"$console"
+        # Polled (a line comes once per boot); given up once record has ended.
         (
-            until [ -e "$work/trace.partial/plugin.status" ]; do sleep 0.01; done
-            sleep "$at"
+            until grep -qF -- "${LATE_AT:-multi-user.target}" "$console"; do
+                [ -e "$work/done" ] || [ ! -d "$work" ] && exit 0
+                sleep 0.01
+            done
             "$qu" trace on -d "$work/trace" >/dev/null 2>&1
         ) &
     fi
+    rm -f "$work/done"
     # Never switched on, record says so and fails, by design: what it costs is still timed.
     local fails=
     [ "$layer" = off ] || [ "$layer" = offat ] && fails="tracing was never switched on"
-    TIMED_FAILS_SAYING=$fails timed "$work/$layer" "$qu" record -o "$work/trace" \
-        --sysroot "$sysroot" "${opts[@]}" -- "${argv[@]}"
+    TIMED_STDOUT=$console TIMED_FAILS_SAYING=$fails timed "$work/$layer" "$qu" record \
+        -o "$work/trace" --sysroot "$sysroot" "${opts[@]}" -- "${argv[@]}"
+    touch "$work/done"
     wait
     if [ -n "$fails" ]; then
         # No trace: its figures are none.
