@@ -332,7 +332,9 @@ pub struct RecordArgs {
 
     /// FUNC's arguments (uftrace's -A): FUNC@arg1/s,arg2/x32; repeatable
     ///
-    /// FUNC as for -F, or in user mode a shared library's function (getenv@arg1/s). Each value argN (arg1 to arg32; past the calling convention's
+    /// FUNC as for -F, or in user mode a shared library's function (getenv@arg1/s), or in
+    /// system mode (a Linux guest) a guest file's as PATH:FUNC (/worker:step@arg1/d), read
+    /// in every process that maps the file. Each value argN (arg1 to arg32; past the calling convention's
     /// registers, x86_64 arg6 and aarch64 and riscv64 arg8, read from the stack) with a format: d (default), i, u, x, o,
     /// s (a string, read from guest memory: at most 98 bytes, <0x…> where it cannot be
     /// read), c, p or f, and a size of 8, 16, 32 or 64 bits. Floating-point values are
@@ -344,8 +346,9 @@ pub struct RecordArgs {
 
     /// FUNC's return value (uftrace's -R): FUNC@retval/d; repeatable
     ///
-    /// FUNC@retval[/FORMAT], the formats as -A's. Read at FUNC's return instructions (its
-    /// symbol's size must be known; one that leaves by a tail call, at its callee's); uftrace
+    /// FUNC@retval[/FORMAT], FUNC and the formats as -A's. Read at FUNC's return instructions
+    /// (its symbol's size must be known; one that leaves by a tail call, at its callee's, but
+    /// not a guest file's PATH:FUNC); uftrace
     /// replay shows } = 3; /* f */
     #[arg(short = 'R', long = "retval", value_name = "SPEC")]
     pub retval: Vec<String>,

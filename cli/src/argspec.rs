@@ -36,6 +36,8 @@ pub struct ArgSpecs {
     pub funcs: Vec<FuncValues>,
     /// User mode: the shared libraries `Addr::Lib` functions are in.
     pub libraries: Vec<crate::stop_at::Library>,
+    /// System mode: the guest files `Addr::File` functions are in (`Names::guest_files`).
+    pub guest_files: Vec<String>,
     /// Whose calling convention the values are read by.
     pub arch: Option<Arch>,
 }
@@ -59,6 +61,15 @@ fn slot(
     })
 }
 
+/// A spec as uftrace's replay reads it from `info`: a guest file's `PATH:FUNC@…` as
+/// `FUNC@…`, by the name its functions have in the trace.
+fn for_replay(spec: &str) -> String {
+    match crate::stop_at::guest_function(spec) {
+        Some((_, func)) => func.to_string(),
+        None => spec.to_string(),
+    }
+}
+
 /// The last argument a register holds in `arch`'s calling convention.
 pub fn max_register_arg(arch: Arch) -> u8 {
     match arch {
@@ -80,12 +91,13 @@ impl ArgSpecs {
     ) -> Result<Self> {
         let mut specs = ArgSpecs {
             info: InfoSpec {
-                argspec: argument.to_vec(),
-                retspec: retval.to_vec(),
+                argspec: argument.iter().map(|s| for_replay(s)).collect(),
+                retspec: retval.iter().map(|s| for_replay(s)).collect(),
                 ..InfoSpec::default()
             },
             funcs: Vec::new(),
             libraries: names.libraries.clone(),
+            guest_files: names.guest_files.clone(),
             arch: Some(arch),
         };
         if argument.is_empty() && retval.is_empty() {
@@ -101,7 +113,10 @@ impl ArgSpecs {
                     "write it as uftrace does: FUNC@arg1/s,arg2/x32 or FUNC@retval/d",
                 )
             })?;
-            let exact = !spec.pattern.contains(crate::filter::REGEX_CHARS);
+            // A guest file's FUNC alone may be a regular expression (a path has dots).
+            let func =
+                crate::stop_at::guest_function(&spec.pattern).map_or(&*spec.pattern, |g| g.1);
+            let exact = !func.contains(crate::filter::REGEX_CHARS);
             let addrs = crate::filter::matching(option, &spec.pattern, names)?;
             for addr in addrs {
                 let size = sizes.get(&addr).copied().unwrap_or(0);
@@ -211,8 +226,11 @@ impl ArgSpecs {
                     Some(l) => (format!("L {:x} {:x}", l.dev, l.ino), a),
                     None => continue,
                 },
-                // A guest file's `PATH:FUNC` names a trigger only.
-                Addr::File(..) => continue,
+                // A guest file's: its path (hex, as `file_aims`' options) and offset.
+                Addr::File(i, a) => match self.guest_files.get(i as usize) {
+                    Some(path) => (format!("F {}", crate::stop_at::hex_path(path)), a),
+                    None => continue,
+                },
             };
             let args: Vec<String> = (f.values.iter())
                 .filter(|v| !v.is_retval())

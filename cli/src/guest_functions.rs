@@ -1,9 +1,10 @@
 //! `PATH:FUNC` (system mode, a Linux guest): a function of the guest's file PATH for `-F`,
-//! `-N`, `--stop-at`, `--start-at`, `--trace-on-at` and `--trace-off-at`, looked up under
+//! `-N`, `--stop-at`, `--start-at`, `--trace-on-at`, `--trace-off-at`, `-A` and `-R`, looked up under
 //! `--sysroot` or in the `-initrd` archive and named by its offset in the file, which the
 //! plugin finds wherever a process maps the file (`plugin/src/state/file_aims.rs`; while
 //! tracing is off, a `--trace-on-at` one keeps the processes followed).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -36,13 +37,15 @@ pub struct GuestRoot<'a> {
 /// System mode: the functions of the guest files that `funcs` (each as typed for
 /// `option`) name as `PATH:FUNC`, found in `root` as the guest sees it (inside the sysroot:
 /// `contained`), each by offset in its file: the plugin finds them where a process maps
-/// the file. A stripped program's `main` is named from its `_start`.
+/// the file. A stripped program's `main` is named from its `_start`. Returns the sizes the
+/// files' symbols give (`-R` reads a value at the return instructions inside them).
 pub fn add(
     names: &mut Names,
     funcs: &[(&str, &str)],
     root: &GuestRoot,
     arch: qemu_uftrace_symbols::Arch,
-) -> Result<()> {
+) -> Result<HashMap<Addr, u64>> {
+    let mut sizes = HashMap::new();
     let mut archive: Option<Result<crate::guest_procs::initrd::Files, String>> = None;
     for &(option, text) in funcs {
         let Some((guest, _)) = guest_function(text) else {
@@ -94,10 +97,13 @@ pub fn add(
                 .map(|s| s.offset + (f.addr - s.vaddr));
             if let Some(at) = at {
                 (names.file_functions).push((format!("{guest}:{}", f.name), Addr::File(i, at)));
+                if f.size > 0 {
+                    sizes.insert(Addr::File(i, at), f.size);
+                }
             }
         }
     }
-    Ok(())
+    Ok(sizes)
 }
 
 /// `guest`'s file on the host, its path as the guest's kernel has it (rendered as the

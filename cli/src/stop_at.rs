@@ -211,16 +211,18 @@ pub fn start_option(addrs: &[Addr], libraries: &[Library]) -> String {
     keyed("start_at", addrs, libraries)
 }
 
+/// A guest file's path as the plugin takes it: the hex of its bytes (any byte but `/` and
+/// NUL may be in a guest's name, the option separators among them).
+pub fn hex_path(path: &str) -> String {
+    path.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
 /// `,file_KEY=HEXPATH.OFFSET:…` for the guest files' functions among `addrs` (`files`:
 /// [`Names::guest_files`]), when there are some.
 pub fn file_keyed(key: &str, addrs: &[Addr], files: &[String]) -> String {
     let list: Vec<String> = (addrs.iter())
         .filter_map(|a| match *a {
-            Addr::File(i, at) => {
-                let path = files.get(i as usize)?;
-                let hex: String = path.bytes().map(|b| format!("{b:02x}")).collect();
-                Some(format!("{hex}.{at:x}"))
-            }
+            Addr::File(i, at) => Some(format!("{}.{at:x}", hex_path(files.get(i as usize)?))),
             _ => None,
         })
         .collect();

@@ -1129,6 +1129,142 @@ fn a_guest_file_s_functions_left_out_in_every_process_that_maps_it() {
     }
 }
 
+/// `-A`/`-R PATH:FUNC` (issue 38): a guest file's function's arguments and return value in
+/// every process that maps the file, each at its own address there (the two workers run
+/// the code QEMU translated once). The oracle is the guest itself: each `worker_step` adds
+/// the worker's pid to its argument and hands the sum on, each `plug_step` (dlopen'd, its
+/// FUNC a regular expression) adds its parent's (/init's, 1), `worker_report` gets the
+/// tag and the sum the worker prints, and libc's `getpid`, called through the worker's
+/// PLT, returns the worker's pid.
+#[test]
+fn a_guest_file_s_functions_arguments_and_return_values_in_every_process_that_maps_it() {
+    file_values(&arm64_boot(), &[]);
+}
+
+#[test]
+fn a_guest_file_s_functions_arguments_and_return_values_on_x86_64() {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    file_values(&argv, &[]);
+}
+
+#[test]
+fn a_guest_file_s_functions_arguments_and_return_values_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    file_values(&argv, &[&riscv64_vmlinux()]);
+}
+
+fn file_values(argv: &[String], symbols: &[&Path]) {
+    let options = [
+        "-A",
+        "/worker:worker_step@arg1/d",
+        "-R",
+        "/worker:worker_step@retval/d",
+        "-A",
+        "/worker:worker_report@arg1/s,arg2/d",
+        "-A",
+        "/lib/libplug.so:^plug_st.p$@arg1/d",
+        "-R",
+        "/lib/libplug.so:plug_step@retval/d",
+        "-R",
+        "/lib/libc.so.6:getpid@retval/d",
+    ];
+    let r = record_with(argv, symbols, &options);
+    let workers = worker_threads(&r.console);
+    assert_eq!(workers.len(), 2, "{}", r.console);
+    let d = r.dir.to_string_lossy();
+    // `(name, arguments, return value)` of each call of `funcs` task `tid` made, in order,
+    // each shown as a leaf (`worker_step(0) = 5;`): none of them calls another.
+    let calls_of = |tid: u32, funcs: &[&str]| -> Vec<(String, String, Option<i64>)> {
+        let t = tid.to_string();
+        let mut shown = vec!["replay", "--no-pager", "-D", "1", "-d", &d, "--tid", &t];
+        for f in funcs {
+            shown.extend(["-F", f]);
+        }
+        let text = uftrace(&shown).expect("uftrace replay");
+        (text.lines())
+            .filter_map(|l| {
+                let body = l.split_once("| ")?.1.trim();
+                let (name, rest) = body.split_once('(')?;
+                let (args, tail) = rest.rsplit_once(')')?;
+                let ret = tail
+                    .strip_prefix(" = ")
+                    .map(|r| r.trim_end_matches(';').parse().expect(l));
+                Some((name.to_string(), args.to_string(), ret))
+            })
+            .collect()
+    };
+    let line = |pid: u32| -> (String, i64) {
+        let l = (r.console.lines())
+            .find(|l| l.contains(&format!(": pid {pid} ")))
+            .expect("the worker's line");
+        let rest = l.split("WORKER ").nth(1).expect("WORKER");
+        let tag = rest.split(':').next().expect("tag").to_string();
+        let sum = rest
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.trim().parse().ok())
+            .expect(l);
+        (tag, sum)
+    };
+    for &(pid, _) in &workers {
+        let calls = calls_of(pid, &["worker_step", "plug_step", "worker_report"]);
+        let named = |n: &str| calls.iter().filter(|c| c.0 == n).collect::<Vec<_>>();
+        let steps = named("worker_step");
+        assert_eq!(
+            steps.len() as u64,
+            procs_count("WORKER_STEPS"),
+            "{calls:#?}"
+        );
+        let mut acc = 0i64;
+        for (_, arg, ret) in &steps {
+            assert_eq!(
+                arg.parse::<i64>().ok(),
+                Some(acc),
+                "worker {pid}: {calls:#?}"
+            );
+            acc += i64::from(pid);
+            assert_eq!(*ret, Some(acc), "worker {pid}: {calls:#?}");
+        }
+        let plugs = named("plug_step");
+        assert_eq!(plugs.len() as u64, procs_count("PLUG_STEPS"), "{calls:#?}");
+        for (_, arg, ret) in &plugs {
+            assert_eq!(
+                arg.parse::<i64>().ok(),
+                Some(acc),
+                "worker {pid}: {calls:#?}"
+            );
+            acc += 1;
+            assert_eq!(*ret, Some(acc), "worker {pid}: {calls:#?}");
+        }
+        // libc's getpid, called through /worker's PLT (the call is made one of getpid's):
+        // the worker's pid each time, but for the first call, which binds the PLT entry
+        // through the loader (nothing is read there: no value, not a wrong one).
+        let getpids = calls_of(pid, &["getpid"]);
+        assert_eq!(
+            getpids.len() as u64,
+            procs_count("WORKER_STEPS") + 1,
+            "{calls:#?}"
+        );
+        let valued: Vec<i64> = getpids.iter().filter_map(|c| c.2).collect();
+        assert!(
+            valued.len() + 1 >= getpids.len(),
+            "worker {pid}: {calls:#?}"
+        );
+        assert!(
+            valued.iter().all(|&p| p == i64::from(pid)),
+            "worker {pid}: {calls:#?}"
+        );
+        let (tag, sum) = line(pid);
+        let report = named("worker_report");
+        assert_eq!(report.len(), 1, "{calls:#?}");
+        assert_eq!(report[0].1, format!("\"{tag}\", {sum}"), "worker {pid}");
+        assert_eq!(report[0].2, None, "worker {pid}");
+    }
+}
+
 /// Issue 37: a window switched on in the kernel (`--trace-on-at` the gettid system call,
 /// which the first worker's thread makes first, in `thread_main`) opens with the calls of
 /// the user-mode code beneath the kernel's too, as a full recording has them open there:

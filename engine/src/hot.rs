@@ -769,6 +769,14 @@ impl Engine {
         true
     }
 
+    /// [`Engine::retarget_top`], for a caller that saw the stub jump: the call to a
+    /// stub (another file's PLT entry) that jumped on to `func` is one of `func`.
+    pub fn call_through_stub(&mut self, func: u64) -> bool {
+        let done = self.retarget_top(func);
+        self.stats.jump_entries += u64::from(done);
+        done
+    }
+
     /// Makes the top frame, entered by a call whose entry is the last record written, a
     /// call of `func` (its entry record rewritten in place): a call to a stub that jumped on
     /// to `func` (`jumps`). False, changing nothing, where that record is not the last one

@@ -145,6 +145,45 @@ pub fn user_site(pc: u64, target: u64, ret_addr: u64, space: SpaceId) -> *mut c_
         })
 }
 
+/// An `-A`/`-R` read in a process's code (a guest file's function, `PATH:FUNC`), and the
+/// address space it was translated in: where another space runs it, its addresses move as
+/// a [`UserSite`]'s.
+#[repr(C)]
+pub struct ValueSite {
+    /// The instruction's address: the function's entry, or one of its return instructions.
+    pub pc: u64,
+    /// The function's entry.
+    pub entry: u64,
+    /// The function's index in the list of values to read.
+    pub func: u64,
+    pub space: SpaceId,
+}
+
+type ValueArena = Arena<(u64, u64, u64, SpaceId), ValueSite>;
+static VALUE_ARENA: OnceLock<Mutex<ValueArena>> = OnceLock::new();
+
+/// The entry for the read at `pc` of function `func` (entry `entry`) translated in `space`,
+/// created on first use.
+pub fn value_site(pc: u64, entry: u64, func: u64, space: SpaceId) -> *mut c_void {
+    VALUE_ARENA
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .intern((pc, entry, func, space), || ValueSite {
+            pc,
+            entry,
+            func,
+            space,
+        })
+}
+
+/// # Safety
+/// `data` came from [`value_site`].
+#[inline(always)]
+pub unsafe fn value_site_at(data: *mut c_void) -> &'static ValueSite {
+    unsafe { &*(data as *const ValueSite) }
+}
+
 /// # Safety
 /// `data` came from [`user_site`].
 #[inline(always)]

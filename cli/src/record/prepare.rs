@@ -198,6 +198,12 @@ pub fn prepare(
             .iter()
             .map(|f| ("--trace-off-at", f.as_str())),
     );
+    // -A/-R's FUNC, before its `@`: a guest file's function's values too.
+    fn spec_func(spec: &str) -> &str {
+        spec.split_once('@').map_or(spec, |(f, _)| f)
+    }
+    triggers.extend(args.argument.iter().map(|s| ("-A", spec_func(s))));
+    triggers.extend(args.retval.iter().map(|s| ("-R", spec_func(s))));
     crate::guest_functions::refused(&triggers, inv.is_user_mode())?;
     let initrd = inv.initrd();
     let root = crate::guest_functions::GuestRoot {
@@ -205,7 +211,7 @@ pub fn prepare(
         initrd: initrd.as_deref(),
         scratch: staging,
     };
-    crate::guest_functions::add(&mut names, &triggers, &root, arch)?;
+    let file_sizes = crate::guest_functions::add(&mut names, &triggers, &root, arch)?;
     let stop_at = match &args.stop_at {
         Some(stop) => Some(crate::stop_at::resolve("--stop-at", &stop.func, &names)?),
         None => None,
@@ -275,6 +281,7 @@ pub fn prepare(
         let mut sizes =
             crate::argspec::sizes(&read, (program.as_ref()).map(|(_, f)| (&f.image, f.rebase)));
         sizes.extend(lib_sizes);
+        sizes.extend(file_sizes);
         // A bare `-A FUNC` of the kernel's syscall wrappers: the syscall's own arguments.
         if argument.iter().any(|a| !a.contains('@')) {
             let files: Vec<std::path::PathBuf> = (read.sources().iter())

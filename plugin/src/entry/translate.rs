@@ -232,6 +232,9 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     let mut earlier: Vec<(*mut qemu_plugin_insn, [u8; 16], usize)> = Vec::new();
     let mut current = None;
     let args_on = crate::state::args::active();
+    if args_on {
+        crate::state::args::new_block();
+    }
     let tails = crate::handlers::args::tails_listened();
     for i in 0..n {
         earlier.extend(current.take());

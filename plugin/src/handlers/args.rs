@@ -12,8 +12,10 @@ use crate::ffi::{
 use crate::state::args::{self, Kind, Mem};
 use crate::state::guest::ByteBuf;
 use crate::vcpu::scoreboard::{self, Scoreboard};
+use crate::vcpu::VcpuState;
 use qemu_uftrace_engine::gates::Watch;
 use qemu_uftrace_engine::shadow::{Frame, ShadowStack};
+use qemu_uftrace_engine::sites::{value_site, value_site_at};
 use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
 use qemu_uftrace_format::record::RecordType;
 use std::ffi::{c_uint, c_void};
@@ -128,11 +130,28 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
     let Some(word) = OUTSIDE.get() else {
         return;
     };
-    let read: Option<(crate::ffi::VcpuUdataCb, u64)> = if !ret {
-        args::entry_at(pc).map(|_| (on_entry as crate::ffi::VcpuUdataCb, pc))
+    let read: Option<(crate::ffi::VcpuUdataCb, *mut c_void)> = if !ret {
+        (args::entry_at(pc)).map(|_| (on_entry as crate::ffi::VcpuUdataCb, pc as *mut c_void))
     } else {
-        args::returning_at(pc).map(|(entry, _)| (on_return as crate::ffi::VcpuUdataCb, entry))
+        (args::returning_at(pc))
+            .map(|(entry, _)| (on_return as crate::ffi::VcpuUdataCb, entry as *mut c_void))
     };
+    // A guest file's function, where the space translating it maps the file (user space).
+    let read = read.or_else(|| {
+        let space = crate::state::spaces::translating();
+        if !args::has_files() || space == 0 || pc >> 63 != 0 {
+            return None;
+        }
+        if !ret {
+            let func = args::file_entry_at(space, pc)?;
+            let site = value_site(pc, pc, func as u64, space);
+            Some((on_file_entry as crate::ffi::VcpuUdataCb, site))
+        } else {
+            let (entry, func) = args::file_returning_at(space, pc)?;
+            let site = value_site(pc, entry, func as u64, space);
+            Some((on_file_return as crate::ffi::VcpuUdataCb, site))
+        }
+    });
     if let Some((cb, data)) = read {
         // SAFETY: our callback, for an instruction of the block being translated,
         // conditional on our scoreboard.
@@ -144,7 +163,7 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
                 COND_EQ,
                 word.entry(),
                 0,
-                data as usize as *mut c_void,
+                data,
             )
         };
     }
@@ -193,57 +212,111 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
         let Some(func) = args::entry_at(pc) else {
             return;
         };
-        let isa = crate::state::isa_or_default();
-        let (regs, _) = args::registers(isa);
-        let (floats, _) = args::float_registers();
-        let sp = args::stack_pointer(isa);
+        crate::vcpu::with(vcpu_index, |v| read_arguments(v, pc, func));
+    });
+}
+
+/// A guest file's function's first instruction, in whichever process runs it: a call
+/// through another file's PLT made one of it ([`through_stub`]), and its arguments, as
+/// [`on_entry`]'s, at the entry the running process has it.
+///
+/// # Safety
+/// Registered by [`instrument`], its data from `sites::value_site`.
+unsafe extern "C" fn on_file_entry(vcpu_index: c_uint, data: *mut c_void) {
+    // SAFETY: as the caller's.
+    let site = unsafe { value_site_at(data) };
+    if super::stop_at::stopped() {
+        return;
+    }
+    crate::state::guard("argument read", || {
+        let Some(func) = args::func(site.func as usize) else {
+            return;
+        };
         crate::vcpu::with(vcpu_index, |v| {
-            // Only right after this function's ENTRY (not where it was not written: a
-            // filter, its depth; not a loop back to its first instruction), or after it and
-            // an interrupt taken before this instruction (`emit_carriers_after_entry`).
-            // Its frame on top and written (not one a filter or the depth limit left out:
-            // `-a` has every typed function here, most of them outside `-F`'s subtrees).
-            let open =
-                v.engine.stack().top().is_some_and(|f| f.func == pc) && v.engine.top_written();
-            let entered = match v.engine.last_record() {
-                Some((_, word)) => {
-                    word & 3 == RecordType::Entry as u64
-                        && word >> 16 == qemu_uftrace_format::addr48(pc)
-                }
-                // The buffer was handed over since (a task switch, a full buffer): its
-                // ENTRY was the last record.
-                None => open,
-            };
-            if !entered && !open {
-                return;
-            }
-            let mut payload = Vec::with_capacity(32);
-            for &(n, kind, at) in &func.args {
-                // A syscall wrapper's arguments are all read through its first, those past
-                // the registers from the stack.
-                let (reg, off) = match at {
-                    None if matches!(kind, Kind::Float(_)) => {
-                        (floats.get(n as usize).copied(), None)
-                    }
-                    None => (regs.get(n as usize).copied(), None),
-                    Some(Mem::FirstArg(off)) => (regs.first().copied(), Some(off)),
-                    Some(Mem::Stack(off)) => (Some(sp), Some(off)),
-                };
-                let Some(reg) = reg else {
-                    return;
-                };
-                if read_value(&mut v.regs, reg, off, kind, &mut payload).is_none() {
-                    return;
-                }
-            }
-            if entered {
-                v.engine.emit_carriers(carriers(false, pc, &payload));
-            } else {
-                let ids: Vec<u64> = carriers(false, pc, &payload).collect();
-                v.engine.emit_carriers_after_entry(pc, &ids);
+            let pc = (site.pc).wrapping_add(v.moved(site.space, site.pc));
+            through_stub(v, pc);
+            if !func.args.is_empty() {
+                read_arguments(v, pc, func)
             }
         });
     });
+}
+
+/// At a guest file's function's first instruction `pc`: where the top frame was entered by
+/// a call just now (nothing recorded since its ENTRY) into another file's code, which
+/// jumped here, that code was a PLT entry (no other code crosses files without a call),
+/// and the call is one of this function, its entry renamed so. Its values then go with
+/// it, as a call through the program's PLT does in user mode. Not in the same file: a
+/// function that tail-calls another without a call of its own stays itself.
+fn through_stub(v: &mut VcpuState, pc: u64) {
+    let Some(top) = v.engine.stack().top().copied() else {
+        return;
+    };
+    if top.func == pc || top.is_jumped() || top.is_exception() {
+        return;
+    }
+    let just_entered = v.engine.last_record().is_some_and(|(_, word)| {
+        word & 3 == RecordType::Entry as u64 && word >> 16 == qemu_uftrace_format::addr48(top.func)
+    });
+    if !just_entered {
+        return;
+    }
+    let space = v.deltas.running();
+    let crossed = crate::state::spaces::with(|s| {
+        let here = s.file_at(space, pc).map(|(file, _)| file);
+        here.is_some() && here != s.file_at(space, top.func).map(|(file, _)| file)
+    });
+    if crossed {
+        v.engine.call_through_stub(pc);
+    }
+}
+
+/// Reads the arguments of `func`, entered at `pc`, into carriers after its ENTRY.
+fn read_arguments(v: &mut VcpuState, pc: u64, func: &args::Func) {
+    let isa = crate::state::isa_or_default();
+    let (regs, _) = args::registers(isa);
+    let (floats, _) = args::float_registers();
+    let sp = args::stack_pointer(isa);
+    // Only right after this function's ENTRY (not where it was not written: a filter, its
+    // depth; not a loop back to its first instruction), or after it and an interrupt taken
+    // before this instruction (`emit_carriers_after_entry`). Its frame on top and written
+    // (not one a filter or the depth limit left out: `-a` has every typed function here,
+    // most of them outside `-F`'s subtrees).
+    let open = v.engine.stack().top().is_some_and(|f| f.func == pc) && v.engine.top_written();
+    let entered = match v.engine.last_record() {
+        Some((_, word)) => {
+            word & 3 == RecordType::Entry as u64 && word >> 16 == qemu_uftrace_format::addr48(pc)
+        }
+        // The buffer was handed over since (a task switch, a full buffer): its ENTRY was
+        // the last record.
+        None => open,
+    };
+    if !entered && !open {
+        return;
+    }
+    let mut payload = Vec::with_capacity(32);
+    for &(n, kind, at) in &func.args {
+        // A syscall wrapper's arguments are all read through its first, those past the
+        // registers from the stack.
+        let (reg, off) = match at {
+            None if matches!(kind, Kind::Float(_)) => (floats.get(n as usize).copied(), None),
+            None => (regs.get(n as usize).copied(), None),
+            Some(Mem::FirstArg(off)) => (regs.first().copied(), Some(off)),
+            Some(Mem::Stack(off)) => (Some(sp), Some(off)),
+        };
+        let Some(reg) = reg else {
+            return;
+        };
+        if read_value(&mut v.regs, reg, off, kind, &mut payload).is_none() {
+            return;
+        }
+    }
+    if entered {
+        v.engine.emit_carriers(carriers(false, pc, &payload));
+    } else {
+        let ids: Vec<u64> = carriers(false, pc, &payload).collect();
+        v.engine.emit_carriers_after_entry(pc, &ids);
+    }
 }
 
 /// # Safety
@@ -257,35 +330,63 @@ unsafe extern "C" fn on_return(vcpu_index: c_uint, data: *mut c_void) {
         let Some((_, func)) = args::returning_at(entry) else {
             return;
         };
-        let isa = crate::state::isa_or_default();
         crate::vcpu::with(vcpu_index, |v| {
             // The frame this return closes: this function's, or one with its own return
             // value that ran into it without a call of its own (a program's PLT stub named
             // for the library function it jumps to, a tail call).
-            // Only for a frame whose records are written (not one a filter or the depth
-            // limit left out: its value would go with no record).
-            let Some(top) = v.engine.stack().top().map(|f| f.func) else {
-                return;
-            };
-            if !v.engine.top_written() {
-                return;
-            }
-            let kind = if top == entry {
-                func.ret
-            } else {
-                args::spec_at(top).and_then(|f| f.ret)
-            };
-            let Some(kind) = kind else {
-                return;
-            };
-            let reg = args::return_register(isa, kind);
-            let mut payload = Vec::with_capacity(8);
-            if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
-                return;
-            }
-            v.engine.emit_carriers(carriers(true, top, &payload));
+            read_return_value(v, |top| {
+                if top == entry {
+                    func.ret
+                } else {
+                    args::spec_at(top).and_then(|f| f.ret)
+                }
+            })
         });
     });
+}
+
+/// A return instruction of a guest file's function with a return value, in whichever
+/// process runs it: its value, as [`on_return`]'s, when the frame it closes is that
+/// function's at the entry the running process has it (not a frame that jumped in).
+///
+/// # Safety
+/// Registered by [`instrument`], its data from `sites::value_site`.
+unsafe extern "C" fn on_file_return(vcpu_index: c_uint, data: *mut c_void) {
+    // SAFETY: as the caller's.
+    let site = unsafe { value_site_at(data) };
+    if super::stop_at::stopped() {
+        return;
+    }
+    crate::state::guard("return value read", || {
+        let Some(func) = args::func(site.func as usize) else {
+            return;
+        };
+        crate::vcpu::with(vcpu_index, |v| {
+            let entry = (site.entry).wrapping_add(v.moved(site.space, site.pc));
+            read_return_value(v, |top| func.ret.filter(|_| top == entry))
+        });
+    });
+}
+
+/// Reads the return value of the top frame, of the kind `kind_of` its function gives, into
+/// carriers before its EXIT. Only for a frame whose records are written (not one a filter
+/// or the depth limit left out: its value would go with no record).
+fn read_return_value(v: &mut VcpuState, kind_of: impl Fn(u64) -> Option<Kind>) {
+    let Some(top) = v.engine.stack().top().map(|f| f.func) else {
+        return;
+    };
+    if !v.engine.top_written() {
+        return;
+    }
+    let Some(kind) = kind_of(top) else {
+        return;
+    };
+    let reg = args::return_register(crate::state::isa_or_default(), kind);
+    let mut payload = Vec::with_capacity(8);
+    if read_value(&mut v.regs, reg, None, kind, &mut payload).is_none() {
+        return;
+    }
+    v.engine.emit_carriers(carriers(true, top, &payload));
 }
 
 /// The frames a return closes, innermost first: the top one and those it was entered from

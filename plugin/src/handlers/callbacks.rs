@@ -13,7 +13,6 @@ use qemu_uftrace_engine::exceptions::EretOutcome;
 use qemu_uftrace_engine::sites::{
     call_site_at, memory_call_target, memory_call_width, unpack, user_site_at, UserSite,
 };
-use qemu_uftrace_engine::spaces::SpaceId;
 use std::ffi::{c_int, c_uint, c_void};
 
 /// A call whose target is known. Each callback wraps this in its own closure, which the
@@ -417,21 +416,7 @@ fn landing(v: &mut VcpuState, target: u64) {
 /// How far the addresses of `site` move in the space the vCPU runs.
 #[inline(always)]
 fn moved(v: &mut VcpuState, site: &UserSite) -> u64 {
-    if site.space == v.deltas.running() {
-        0
-    } else {
-        delta_from(v, site.space, site.ret_addr)
-    }
-}
-
-/// The delta of code at `addr` translated in space `from` (per vCPU, cached per page).
-#[inline(never)]
-fn delta_from(v: &mut VcpuState, from: SpaceId, addr: u64) -> u64 {
-    v.engine.stats.moved_events += 1;
-    let to = v.deltas.running();
-    v.deltas.delta(from, addr, || {
-        crate::state::spaces::with(|s| s.delta(from, to, addr))
-    })
+    v.moved(site.space, site.ret_addr)
 }
 
 /// A direct call in a process's code.

@@ -5,13 +5,16 @@
 //! `A|P ENTRY END ARGS RET` (hex addresses; `P`: a PIE's link address, placed by its load
 //! bias as `aims` places `-F`'s), or, user mode, `L DEV INO ENTRY END ARGS RET`: a shared
 //! library's function at its link address, in the file of that device and inode (hex), placed
-//! where the guest maps it (`state::lib_entries`). ARGS `-` or `N:K,…` (K `s` for a string, else the byte
+//! where the guest maps it (`state::lib_entries`); or, system mode, `F HEXPATH OFFSET END ARGS
+//! RET`: a guest file's function (`PATH:FUNC`) at its offset in the file (END too), found
+//! where a process maps the file (`state::spaces`; see [`file_entry_at`]). ARGS `-` or `N:K,…` (K `s` for a string, else the byte
 //! count of the register to keep; `N:K:OFF`, a kernel syscall wrapper's: the 8 bytes at
 //! the first argument register plus hex OFF, its `struct pt_regs`'s field; `N:K:sp+OFF`, an
 //! argument past the registers: the 8 bytes at the stack pointer plus hex OFF; K `f4` or `f8`,
 //! floating-point register N's low bytes), RET `-`, `s`, `f4`, `f8` or a byte count. END is the function's
 //! end, for its return instructions (0: unknown, no return value).
 
+use qemu_uftrace_engine::spaces::SpaceId;
 use rustc_hash::FxHashMap;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -57,6 +60,19 @@ struct Table {
     ret_at: Vec<(u64, usize)>,
     ret_pie: Vec<(u64, usize)>,
     ret_lib: Vec<(LibAddr, usize)>,
+    /// Guest files' functions (system mode), and the files' guest paths they index.
+    file: Vec<FileFunc>,
+    file_paths: Vec<String>,
+}
+
+/// A guest file's function: its file (in `Table::file_paths`), its offset in the file and
+/// where it ends there, its values (in `Table::funcs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileFunc {
+    file: usize,
+    offset: u64,
+    end: u64,
+    func: usize,
 }
 
 /// A library's function: its file's device and inode, its link address.
@@ -87,9 +103,14 @@ fn parse(text: &str) -> Result<Table, String> {
         let w: Vec<&str> = line.split_whitespace().collect();
         let bad = || format!("bad line {line:?}");
         let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+        let mut path = None;
         let (place, file, [entry, end, args, ret]) = match w[..] {
             ["L", dev, ino, entry, end, args, ret] => {
                 ("L", Some((hex(dev)?, hex(ino)?)), [entry, end, args, ret])
+            }
+            ["F", hex_path, entry, end, args, ret] => {
+                path = Some(super::config::hex_path(hex_path).ok_or_else(bad)?);
+                ("F", None, [entry, end, args, ret])
             }
             [place, entry, end, args, ret] => (place, None, [entry, end, args, ret]),
             _ => return Err(bad()),
@@ -145,6 +166,22 @@ fn parse(text: &str) -> Result<Table, String> {
                     t.ret_pie.push((entry, i));
                 }
             }
+            "F" => {
+                let path = path.ok_or_else(bad)?;
+                let file = match t.file_paths.iter().position(|p| *p == path) {
+                    Some(f) => f,
+                    None => {
+                        t.file_paths.push(path);
+                        t.file_paths.len() - 1
+                    }
+                };
+                t.file.push(FileFunc {
+                    file,
+                    offset: entry,
+                    end: if has_ret { end } else { 0 },
+                    func: i,
+                });
+            }
             "L" => {
                 let (dev, ino) = file.ok_or_else(bad)?;
                 t.lib.insert((dev, ino, entry), i);
@@ -167,6 +204,73 @@ pub fn has_retval() -> bool {
     TABLE
         .get()
         .is_some_and(|t| !(t.ret_at.is_empty() && t.ret_pie.is_empty() && t.ret_lib.is_empty()))
+}
+
+/// Whether some guest file's functions have values to read.
+pub fn has_files() -> bool {
+    TABLE.get().is_some_and(|t| !t.file.is_empty())
+}
+
+/// Function `i`'s values ([`file_entry_at`], [`file_returning_at`]).
+pub fn func(i: usize) -> Option<&'static Func> {
+    TABLE.get()?.funcs.get(i)
+}
+
+/// A page the translator looked up ([`file_entry_at`]): the space, the page, and the aimed
+/// file and the page's offset in it (`None`: none of them there).
+type PageSeen = (SpaceId, u64, Option<(usize, u64)>);
+
+thread_local! {
+    /// The translator's last page looked up. Kept for one block ([`new_block`]): a space's
+    /// mappings change between blocks.
+    static PAGE: std::cell::Cell<Option<PageSeen>> = const { std::cell::Cell::new(None) };
+}
+
+/// The translator starts a block: what [`PAGE`] holds may be out of date.
+pub fn new_block() {
+    PAGE.with(|p| p.set(None));
+}
+
+/// Where user-space `pc`, in space `space`, is in a guest file with functions to read: the
+/// file (in `Table::file_paths`) and the offset there.
+fn file_offset(t: &Table, space: SpaceId, pc: u64) -> Option<(usize, u64)> {
+    const PAGE_SIZE: u64 = 4096;
+    let page = pc / PAGE_SIZE;
+    let cached = PAGE
+        .with(|p| p.get())
+        .filter(|&(s, pg, _)| (s, pg) == (space, page));
+    let at = match cached {
+        Some((_, _, at)) => at,
+        None => {
+            let at = super::spaces::with(|s| {
+                let (id, off) = s.file_at(space, page * PAGE_SIZE)?;
+                let file = (t.file_paths.iter()).position(|p| s.file_id(p) == Some(id))?;
+                Some((file, off))
+            });
+            PAGE.with(|p| p.set(Some((space, page, at))));
+            at
+        }
+    };
+    at.map(|(file, off)| (file, off + pc % PAGE_SIZE))
+}
+
+/// At translation, system mode: the guest file's function whose entry is user-space `pc`
+/// in space `space` (the one translating): its index. A function with only a return value
+/// too: a call through another file's PLT is made one of it there.
+pub fn file_entry_at(space: SpaceId, pc: u64) -> Option<usize> {
+    let t = TABLE.get().filter(|t| !t.file.is_empty())?;
+    let (file, off) = file_offset(t, space, pc)?;
+    let f = (t.file.iter()).find(|f| f.file == file && f.offset == off)?;
+    Some(f.func)
+}
+
+/// At translation, system mode: the guest file's function with a return value whose code
+/// holds `pc` (a return instruction) in space `space`: its entry there, and its index.
+pub fn file_returning_at(space: SpaceId, pc: u64) -> Option<(u64, usize)> {
+    let t = TABLE.get().filter(|t| !t.file.is_empty())?;
+    let (file, off) = file_offset(t, space, pc)?;
+    let f = (t.file.iter()).find(|f| f.file == file && f.offset <= off && off < f.end)?;
+    Some((pc - (off - f.offset), f.func))
 }
 
 /// Whether a jump at `pc` to `target` (`None`: through a register) leaves a function with a
@@ -344,5 +448,33 @@ mod tests {
         assert_eq!(t.lib.get(&(0x803, 0x1f2e, 0x5000)), Some(&1));
         assert_eq!(t.ret_lib, [((0x803, 0x1f2e, 0x4000), 0)]);
         assert!(parse("L 803 4000 4080 1:s 8").is_err());
+        // A guest file's, by its path (hex) and offsets: no value where the end is unknown.
+        let t = parse("F 2f77 1040 1080 1:4 8\nF 2f77 2000 0 - 8\nF 2f6c 10 20 1:s -\n").unwrap();
+        assert_eq!(t.file_paths, ["/w", "/l"]);
+        assert_eq!(
+            t.file,
+            [
+                FileFunc {
+                    file: 0,
+                    offset: 0x1040,
+                    end: 0x1080,
+                    func: 0
+                },
+                FileFunc {
+                    file: 0,
+                    offset: 0x2000,
+                    end: 0,
+                    func: 1
+                },
+                FileFunc {
+                    file: 1,
+                    offset: 0x10,
+                    end: 0,
+                    func: 2
+                },
+            ]
+        );
+        assert!(parse("F 77 1040 1080 1:4 8").is_err(), "a relative path");
+        assert!(parse("F 2f7 1040 1080 1:4 8").is_err(), "half a byte");
     }
 }

@@ -372,14 +372,7 @@ fn lib_aims(key: &str, value: &str) -> Result<Vec<LibAim>, String> {
 fn guest_file_aims(key: &str, value: &str) -> Result<Vec<FileAim>, String> {
     let one = |aim: &str| -> Option<FileAim> {
         let (path, offset) = aim.split_once('.')?;
-        let bytes = (0..path.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(path.get(i..i + 2)?, 16).ok())
-            .collect::<Option<Vec<u8>>>()?;
-        let path = String::from_utf8(bytes)
-            .ok()
-            .filter(|p| p.starts_with('/'))?;
-        Some((path, u64::from_str_radix(offset, 16).ok()?))
+        Some((hex_path(path)?, u64::from_str_radix(offset, 16).ok()?))
     };
     value
         .split(':')
@@ -387,6 +380,16 @@ fn guest_file_aims(key: &str, value: &str) -> Result<Vec<FileAim>, String> {
         .collect::<Option<Vec<FileAim>>>()
         .filter(|v| !v.is_empty())
         .ok_or_else(|| format!("{key}={value}: expected HEXPATH.OFFSET:HEXPATH.OFFSET… (hex)"))
+}
+
+/// A guest path written as the hex of its bytes (as the CLI renders a guest file's path:
+/// any byte but `/` and NUL may be in it); `None` where it is not one, or not absolute.
+pub fn hex_path(hex: &str) -> Option<String> {
+    let bytes = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok().filter(|p| p.starts_with('/'))
 }
 
 /// `ADDR:ADDR…`, hex.

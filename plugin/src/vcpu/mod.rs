@@ -79,6 +79,27 @@ pub type JumpAnswers = [[(u64, u64, u8); JUMP_ANSWERS]; 2];
 pub const JUMP_ANSWERS: usize = 64;
 
 impl VcpuState {
+    /// How far code at `addr`, translated in space `from`, moves in the space this vCPU
+    /// runs (`state::spaces`: a process's code another process translated).
+    #[inline(always)]
+    pub fn moved(&mut self, from: qemu_uftrace_engine::spaces::SpaceId, addr: u64) -> u64 {
+        if from == self.deltas.running() {
+            0
+        } else {
+            self.delta_from(from, addr)
+        }
+    }
+
+    /// The delta of code at `addr` translated in space `from` (cached per page).
+    #[inline(never)]
+    fn delta_from(&mut self, from: qemu_uftrace_engine::spaces::SpaceId, addr: u64) -> u64 {
+        self.engine.stats.moved_events += 1;
+        let to = self.deltas.running();
+        self.deltas.delta(from, addr, || {
+            crate::state::spaces::with(|s| s.delta(from, to, addr))
+        })
+    }
+
     /// A return that landed where no landing block saw it is settled before the next event.
     /// Returns whether one did.
     #[inline(always)]
