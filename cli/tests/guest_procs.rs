@@ -1129,6 +1129,58 @@ fn a_guest_file_s_functions_left_out_in_every_process_that_maps_it() {
     }
 }
 
+/// `-F PATH:FUNC` of a library function the program calls through its PLT (libc's
+/// `getpid`, from /worker's `worker_step` and `worker_report`): the call goes to the PLT
+/// entry, which jumps to libc; at getpid's first instruction the call is made one of getpid,
+/// a filter root. Each worker's main task has WORKER_STEPS + 1 of them, the first too (its
+/// PLT entry bound through the loader), each with its system call beneath. Before, the
+/// filter never matched: "the guest never entered it".
+#[test]
+fn a_library_function_called_through_a_plt_is_filtered_in_every_process() {
+    plt_filter(&arm64_boot(), &[]);
+}
+
+#[test]
+fn a_library_function_called_through_a_plt_is_filtered_on_x86_64() {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    plt_filter(&argv, &[]);
+}
+
+#[test]
+fn a_library_function_called_through_a_plt_is_filtered_on_riscv64() {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    plt_filter(&argv, &[&riscv64_vmlinux()]);
+}
+
+fn plt_filter(argv: &[String], symbols: &[&Path]) {
+    let r = record_with(argv, symbols, &["-F", "/lib/libc.so.6:getpid"]);
+    let workers = worker_threads(&r.console);
+    assert_eq!(workers.len(), 2, "{}", r.console);
+    let d = r.dir.to_string_lossy();
+    let text = uftrace(&["replay", "--no-pager", "-d", &d]).expect("uftrace replay");
+    let calls = parse_calls(&text).expect("replay parses");
+    for &(pid, _) in &workers {
+        let roots: Vec<&Call> = (calls.iter())
+            .filter(|c| c.parent.is_none() && c.tid == pid)
+            .collect();
+        assert_eq!(
+            roots.len() as u64,
+            procs_count("WORKER_STEPS") + 1,
+            "worker {pid}:\n{text:.4000}"
+        );
+        for c in roots {
+            assert_eq!(c.name, "getpid", "worker {pid}:\n{text:.4000}");
+            assert!(
+                !c.children.is_empty(),
+                "worker {pid}: no system call:\n{text:.4000}"
+            );
+        }
+    }
+}
+
 /// `-A`/`-R PATH:FUNC` (issue 38): a guest file's function's arguments and return value in
 /// every process that maps the file, each at its own address there (the two workers run
 /// the code QEMU translated once). The oracle is the guest itself: each `worker_step` adds

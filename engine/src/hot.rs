@@ -412,7 +412,6 @@ impl Engine {
         let Some(&top) = self.stack.top() else {
             return false;
         };
-        let depth = self.stack.len() - 1;
         // `at` is the call, in the caller: right before the return address, and not in the
         // callee's first bytes (a small recursive function's own prologue faulting there
         // after its call ran, which looks the same).
@@ -421,8 +420,37 @@ impl Engine {
             && top.ret_addr > at
             && top.ret_addr - at <= CALL_MAX
             && !(top.func..top.func.saturating_add(CALL_MAX + 1)).contains(&at);
-        if !just_called || self.overflow > 0 {
+        if !just_called {
             return false;
+        }
+        if self.take_back_top().is_none() {
+            return false;
+        }
+        self.stats.faulted_calls += 1;
+        true
+    }
+
+    /// The call on top, just made (nothing ran since it was opened), was into a stub that
+    /// jumped on to `func` (another file's PLT entry): it is made again as a call of
+    /// `func`, at the same time and to the same return address, and decided anew (`func`
+    /// may be a `-F` root the stub was not). False, changing nothing, where it cannot be
+    /// taken back ([`Engine::unmake_faulted_call`]'s rules: its ENTRY no longer last).
+    pub fn call_through_stub(&mut self, func: u64) -> bool {
+        let Some(top) = self.take_back_top() else {
+            return false;
+        };
+        self.stats.jump_entries += 1;
+        self.call(self.last_time, func, top.ret_addr);
+        true
+    }
+
+    /// Takes back the top frame, a call's just opened, and what its opening did (the
+    /// [`Engine::unmake_faulted_call`] rules): the frame, or `None` where it cannot.
+    fn take_back_top(&mut self) -> Option<Frame> {
+        let top = *self.stack.top()?;
+        let depth = self.stack.len() - 1;
+        if top.is_jumped() || top.is_exception() || self.overflow > 0 {
+            return None;
         }
         // Where its opening put the frame, as `open` decided (the gates' roots are as it
         // left them: nothing ran since).
@@ -437,7 +465,7 @@ impl Engine {
         match place {
             Place::Written(d) => {
                 if !self.take_back_entry(d, top.func) {
-                    return false;
+                    return None;
                 }
             }
             Place::Filtered => self.stats.filtered = self.stats.filtered.saturating_sub(1),
@@ -452,8 +480,7 @@ impl Engine {
         // Counted when its callback ran (saturating: a count restarted since, as a forked
         // child's, may not hold it).
         self.stats.calls = self.stats.calls.saturating_sub(1);
-        self.stats.faulted_calls += 1;
-        true
+        Some(top)
     }
 
     /// Takes back the ENTRY of `func` at written depth `depth` made at the last time: the
@@ -767,14 +794,6 @@ impl Engine {
         }
         self.jump_entry(now, target);
         true
-    }
-
-    /// [`Engine::retarget_top`], for a caller that saw the stub jump: the call to a
-    /// stub (another file's PLT entry) that jumped on to `func` is one of `func`.
-    pub fn call_through_stub(&mut self, func: u64) -> bool {
-        let done = self.retarget_top(func);
-        self.stats.jump_entries += u64::from(done);
-        done
     }
 
     /// Makes the top frame, entered by a call whose entry is the last record written, a

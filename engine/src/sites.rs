@@ -156,23 +156,27 @@ pub struct ValueSite {
     pub entry: u64,
     /// The function's index in the list of values to read.
     pub func: u64,
+    /// The extent of the file's mapping that holds `pc` (the code a PLT entry's jump into
+    /// the function came from another file's, outside it).
+    pub code: (u64, u64),
     pub space: SpaceId,
 }
 
-type ValueArena = Arena<(u64, u64, u64, SpaceId), ValueSite>;
+type ValueArena = Arena<(u64, u64, u64, (u64, u64), SpaceId), ValueSite>;
 static VALUE_ARENA: OnceLock<Mutex<ValueArena>> = OnceLock::new();
 
 /// The entry for the read at `pc` of function `func` (entry `entry`) translated in `space`,
-/// created on first use.
-pub fn value_site(pc: u64, entry: u64, func: u64, space: SpaceId) -> *mut c_void {
+/// where `code` maps the file, created on first use.
+pub fn value_site(pc: u64, entry: u64, func: u64, code: (u64, u64), space: SpaceId) -> *mut c_void {
     VALUE_ARENA
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .intern((pc, entry, func, space), || ValueSite {
+        .intern((pc, entry, func, code, space), || ValueSite {
             pc,
             entry,
             func,
+            code,
             space,
         })
 }

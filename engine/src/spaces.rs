@@ -323,6 +323,13 @@ impl Spaces {
         self.files.get(path).copied()
     }
 
+    /// The extent of the mapping of a file that holds `addr` in space `space` now.
+    pub fn mapping_at(&self, space: SpaceId, addr: u64) -> Option<(u64, u64)> {
+        let maps = &self.maps.get(&space)?.maps;
+        let m = (maps.iter()).find(|m| !m.unmapped && m.start <= addr && addr < m.end)?;
+        Some((m.start, m.end))
+    }
+
     /// The file (its id) and the offset in it that space `space` maps at `addr`, where it
     /// maps one now.
     pub fn file_at(&self, space: SpaceId, addr: u64) -> Option<(u32, u64)> {

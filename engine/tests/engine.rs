@@ -1015,6 +1015,48 @@ fn a_call_that_faults_before_it_runs_is_written_once_under_filters() {
     }
 }
 
+/// A call into another file's PLT entry (0x200), which jumps on to a guest file's function
+/// (0x500): at the function's first instruction the call is made again as one of it
+/// (`call_through_stub`), to the same return address. Its ENTRY is the function's; under
+/// `-F` of the function, which the PLT entry was not, it opens the filtered subtree; under
+/// `-t` the entry that waits is the function's. Where something was recorded since the
+/// call, nothing is taken back.
+#[test]
+fn a_call_through_a_stub_is_made_one_of_the_function_it_jumps_to() {
+    let mut g = FakeGuest::default();
+    type Setup = fn(&mut Rig);
+    let whole = s(&["+100@0", "+500@1", "+300@2", "-300@2", "-500@1", "-100@0"]);
+    let cases: [(&str, Setup, Vec<String>); 3] = [
+        ("none", |_| {}, whole.clone()),
+        ("-t 1", |r| r.engine.set_time_filter(1), whole),
+        (
+            "-F 0x500",
+            |r| r.engine.set_gates(vec![0x500], vec![]),
+            s(&["+500@0", "+300@1", "-300@1", "-500@0"]),
+        ),
+    ];
+    for (what, setup, want) in cases {
+        for fast in [true, false] {
+            let mut r = Rig::driven(fast, 1024);
+            setup(&mut r);
+            r.call(0x100, 0x10);
+            r.call(0x200, 0x150);
+            assert!(r.engine.call_through_stub(0x500), "{what}, fast {fast}");
+            r.call(0x300, 0x520);
+            r.ret(0x520, &mut g);
+            // Its callee's records came since: not taken back.
+            assert!(!r.engine.call_through_stub(0x600), "{what}, fast {fast}");
+            r.ret(0x150, &mut g);
+            r.ret(0x10, &mut g);
+            let shape: Vec<String> = (r.shape().into_iter())
+                .filter(|l| !l.starts_with('!'))
+                .collect();
+            assert_eq!(shape, want, "{what}, fast path: {fast}");
+            assert_eq!(r.engine.stats.calls, 3, "{what}, fast path: {fast}");
+        }
+    }
+}
+
 #[test]
 fn exceptions_stay_in_the_subtree_they_were_taken_in() {
     use qemu_uftrace_engine::exceptions::ExceptionKind;

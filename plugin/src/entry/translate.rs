@@ -138,6 +138,11 @@ pub unsafe fn on_tb_translate(tb: *mut qemu_plugin_tb) {
     if !off_trigger {
         unsafe { crate::handlers::stop_at::instrument(first, start, aims) };
     }
+    // A guest file's `-F`/`-N` function: a call through another file's PLT is made one of it
+    // (before its first instruction's own callbacks).
+    if let Some(space) = space.filter(|_| aims.file_gate && !off_trigger) {
+        unsafe { crate::handlers::stubs::instrument(first, start, space) };
+    }
     // Jumps through a register store their address in the pending flag, read where one may
     // enter a function or (user mode) resume a frame (`handlers::jumps`). A Linux guest's
     // process code is left alone: the list holds the kernel's functions only.

@@ -144,11 +144,12 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
         }
         if !ret {
             let func = args::file_entry_at(space, pc)?;
-            let site = value_site(pc, pc, func as u64, space);
+            let code = crate::state::spaces::code_extent(space, pc);
+            let site = value_site(pc, pc, func as u64, code, space);
             Some((on_file_entry as crate::ffi::VcpuUdataCb, site))
         } else {
             let (entry, func) = args::file_returning_at(space, pc)?;
-            let site = value_site(pc, entry, func as u64, space);
+            let site = value_site(pc, entry, func as u64, (0, 0), space);
             Some((on_file_return as crate::ffi::VcpuUdataCb, site))
         }
     });
@@ -217,7 +218,7 @@ unsafe extern "C" fn on_entry(vcpu_index: c_uint, data: *mut c_void) {
 }
 
 /// A guest file's function's first instruction, in whichever process runs it: a call
-/// through another file's PLT made one of it ([`through_stub`]), and its arguments, as
+/// through another file's PLT made one of it (`stubs::through_stub`), and its arguments, as
 /// [`on_entry`]'s, at the entry the running process has it.
 ///
 /// # Safety
@@ -233,42 +234,15 @@ unsafe extern "C" fn on_file_entry(vcpu_index: c_uint, data: *mut c_void) {
             return;
         };
         crate::vcpu::with(vcpu_index, |v| {
-            let pc = (site.pc).wrapping_add(v.moved(site.space, site.pc));
-            through_stub(v, pc);
+            let d = v.moved(site.space, site.pc);
+            let pc = site.pc.wrapping_add(d);
+            let code = (site.code.0.wrapping_add(d), site.code.1.wrapping_add(d));
+            super::stubs::through_stub(v, pc, code);
             if !func.args.is_empty() {
                 read_arguments(v, pc, func)
             }
         });
     });
-}
-
-/// At a guest file's function's first instruction `pc`: where the top frame was entered by
-/// a call just now (nothing recorded since its ENTRY) into another file's code, which
-/// jumped here, that code was a PLT entry (no other code crosses files without a call),
-/// and the call is one of this function, its entry renamed so. Its values then go with
-/// it, as a call through the program's PLT does in user mode. Not in the same file: a
-/// function that tail-calls another without a call of its own stays itself.
-fn through_stub(v: &mut VcpuState, pc: u64) {
-    let Some(top) = v.engine.stack().top().copied() else {
-        return;
-    };
-    if top.func == pc || top.is_jumped() || top.is_exception() {
-        return;
-    }
-    let just_entered = v.engine.last_record().is_some_and(|(_, word)| {
-        word & 3 == RecordType::Entry as u64 && word >> 16 == qemu_uftrace_format::addr48(top.func)
-    });
-    if !just_entered {
-        return;
-    }
-    let space = v.deltas.running();
-    let crossed = crate::state::spaces::with(|s| {
-        let here = s.file_at(space, pc).map(|(file, _)| file);
-        here.is_some() && here != s.file_at(space, top.func).map(|(file, _)| file)
-    });
-    if crossed {
-        v.engine.call_through_stub(pc);
-    }
 }
 
 /// Reads the arguments of `func`, entered at `pc`, into carriers after its ENTRY.

@@ -14,6 +14,7 @@ pub mod procmaps;
 pub mod running_task;
 pub mod signals;
 pub mod stop_at;
+pub mod stubs;
 pub mod switch;
 pub mod user_resume;
 pub mod usermap;

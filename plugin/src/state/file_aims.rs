@@ -69,20 +69,20 @@ pub fn triggers_on() -> bool {
 }
 
 /// Whether the block at `pc`, translated now, starts a guest file's `--stop-at`,
-/// `--start-at`, `--trace-on-at` and `--trace-off-at` function, in that order (asked at
-/// translation: `state::aims_at`). User-space blocks only, in a space the process-map watch
-/// knows.
-pub fn marks_at(pc: u64) -> [bool; 4] {
-    let Some(aims) = AIMS.get().filter(|a| marks_any(a)) else {
-        return [false; 4];
+/// `--start-at`, `--trace-on-at`, `--trace-off-at` and `-F`/`-N` function, in that order
+/// (asked at translation: `state::aims_at`; the last for a call through another file's
+/// PLT, `handlers::stubs`). User-space blocks only, in a space the process-map watch knows.
+pub fn marks_at(pc: u64) -> [bool; 5] {
+    let Some(aims) = AIMS.get().filter(|a| marks_any(a) || gates_any(a)) else {
+        return [false; 5];
     };
     let space = super::spaces::translating();
     if space == 0 || pc >> 63 != 0 {
-        return [false; 4];
+        return [false; 5];
     }
     super::spaces::with(|s| {
         let Some(at) = s.file_at(space, pc) else {
-            return [false; 4];
+            return [false; 5];
         };
         let is = |list: &[FileAim]| {
             (list.iter()).any(|(path, offset)| s.file_id(path) == Some(at.0) && *offset == at.1)
@@ -92,6 +92,7 @@ pub fn marks_at(pc: u64) -> [bool; 4] {
             is(&aims.start_at),
             is(&aims.trace_on_at),
             is(&aims.trace_off_at),
+            is(&aims.filter) || is(&aims.notrace),
         ]
     })
 }

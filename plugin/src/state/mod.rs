@@ -165,6 +165,8 @@ pub struct AtBlock {
     pub start_at: bool,
     pub trace_on_at: bool,
     pub trace_off_at: bool,
+    /// A guest file's `-F`/`-N` function (`handlers::stubs`).
+    pub file_gate: bool,
 }
 
 /// The aims at the block at run-time `start`: those given and a PIE's as the guest runs
@@ -176,11 +178,12 @@ pub fn aims_at(start: u64) -> AtBlock {
     let aims = aims::now();
     let at = kaslr::to_symbols(start);
     let [stop, start_lib, on, off] = lib_aims::marks_at(start);
-    let [f_stop, f_start, f_on, f_off] = file_aims::marks_at(start);
+    let [f_stop, f_start, f_on, f_off, file_gate] = file_aims::marks_at(start);
     AtBlock {
         stop_at: stop || f_stop || aims.stop_at.contains(&at),
         start_at: start_lib || f_start || aims.start_at.contains(&at),
         trace_on_at: on || f_on || aims.trace_on_at.contains(&at),
         trace_off_at: off || f_off || aims.trace_off_at.contains(&at),
+        file_gate,
     }
 }

@@ -29,6 +29,12 @@ pub fn note_running(space: SpaceId) {
     RUNNING.with(|r| r.set(space));
 }
 
+/// The extent of the file mapping that holds `pc` in space `space` (`pc` alone where none
+/// does): asked at translation.
+pub fn code_extent(space: SpaceId, pc: u64) -> (u64, u64) {
+    with(|s| s.mapping_at(space, pc)).unwrap_or((pc, pc.wrapping_add(1)))
+}
+
 /// The space a block translated now belongs to (0: unknown).
 pub fn translating() -> SpaceId {
     RUNNING.with(Cell::get)
