@@ -44,6 +44,19 @@ fn arm64_boot() -> Vec<String> {
     procs_boot_args_on(&qemu).expect("the process guest builds")
 }
 
+/// The x86-64 guest's boot command on QEMU 10.2.2.
+fn x86_64_boot() -> Vec<String> {
+    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
+    procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds")
+}
+
+/// The riscv64 guest's boot command on QEMU 10.2.2.
+fn riscv64_boot() -> Vec<String> {
+    let qemu = &riscv64_qemus()[1];
+    assert_eq!(qemu.label, "10.2.2");
+    procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds")
+}
+
 fn record(argv: &[String], symbols: &[&Path]) -> Recorded {
     record_with(argv, symbols, &[])
 }
@@ -287,9 +300,7 @@ fn dynamic_pie_processes_are_named() {
 /// the task structure at each switch, `jalr` calls).
 #[test]
 fn dynamic_pie_processes_are_named_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     let r = record(&argv, &[&riscv64_vmlinux()]);
     check_processes(&r, "__riscv_sys_getpid");
 }
@@ -299,8 +310,7 @@ fn dynamic_pie_processes_are_named_on_riscv64() {
 /// the struct offsets from its own BTF, as a distribution's user has it.
 #[test]
 fn stock_image_alone_names_processes_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     let r = record(&argv, &[]);
     check_processes(&r, "__x64_sys_getpid");
     check_kernel_tasks(&r);
@@ -611,9 +621,7 @@ fn stock_image_alone_names_processes() {
 /// The same on Debian's riscv64 kernel, its `vmlinux` an `Image` with an EFI stub.
 #[test]
 fn stock_image_alone_names_processes_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     let r = record(&argv, &[]);
     check_processes(&r, "__riscv_sys_getpid");
     check_kernel_tasks(&r);
@@ -861,8 +869,7 @@ fn processes_started_while_tracing_was_off_are_named_at_the_switch_on() {
 
 #[test]
 fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     let r = record_with(
         &argv,
         &[],
@@ -873,9 +880,7 @@ fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_x86_64() {
 
 #[test]
 fn processes_started_while_tracing_was_off_are_named_at_the_switch_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     let r = record_with(
         &argv,
         &[],
@@ -963,8 +968,7 @@ fn windows_open_and_close_at_a_guest_file_s_functions() {
 
 #[test]
 fn windows_open_and_close_at_a_guest_file_s_functions_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     windows_at_file_functions(&argv);
 }
 
@@ -1034,16 +1038,13 @@ fn a_guest_file_s_functions_filter_in_every_process_that_maps_it() {
 
 #[test]
 fn a_guest_file_s_functions_filter_in_every_process_that_maps_it_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     file_filters(&argv, &[], &[]);
 }
 
 #[test]
 fn a_guest_file_s_functions_filter_in_every_process_that_maps_it_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     file_filters(&argv, &[&riscv64_vmlinux()], &[]);
 }
 
@@ -1142,16 +1143,13 @@ fn a_library_function_called_through_a_plt_is_filtered_in_every_process() {
 
 #[test]
 fn a_library_function_called_through_a_plt_is_filtered_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     plt_filter(&argv, &[]);
 }
 
 #[test]
 fn a_library_function_called_through_a_plt_is_filtered_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     plt_filter(&argv, &[&riscv64_vmlinux()]);
 }
 
@@ -1195,16 +1193,13 @@ fn a_guest_file_s_functions_arguments_and_return_values_in_every_process_that_ma
 
 #[test]
 fn a_guest_file_s_functions_arguments_and_return_values_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     file_values(&argv, &[]);
 }
 
 #[test]
 fn a_guest_file_s_functions_arguments_and_return_values_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     file_values(&argv, &[&riscv64_vmlinux()]);
 }
 
@@ -1332,17 +1327,14 @@ fn a_window_switched_on_in_a_system_call_opens_over_the_user_calls_beneath() {
 
 #[test]
 fn a_window_switched_on_in_a_system_call_opens_over_the_user_calls_beneath_on_x86_64() {
-    let qemu = qemu_uftrace_tests::cached("qemu-10.2.2/bin/qemu-system-x86_64");
-    let argv = procs_x86_64_boot_args_on(&qemu.to_string_lossy()).expect("the x86-64 guest builds");
+    let argv = x86_64_boot();
     window_in_a_system_call(&argv, &[], "__x64_sys_gettid");
 }
 
 /// On riscv64 S-mode reads no user page: the first user block after the SRET takes them.
 #[test]
 fn a_window_switched_on_in_a_system_call_opens_over_the_user_calls_beneath_on_riscv64() {
-    let qemu = &riscv64_qemus()[1];
-    assert_eq!(qemu.label, "10.2.2");
-    let argv = procs_riscv64_boot_args_on(&qemu.program).expect("the riscv64 guest builds");
+    let argv = riscv64_boot();
     window_in_a_system_call(&argv, &[&riscv64_vmlinux()], "__riscv_sys_gettid");
 }
 
