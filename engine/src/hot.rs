@@ -505,11 +505,20 @@ impl Engine {
     /// The last record made (its time and second word): the last the time filter holds,
     /// else the last in the buffer, where it holds one. What an argument reader checks it
     /// follows (`format::args`).
-    pub fn last_record(&self) -> Option<(u64, u64)> {
+    fn last_record(&self) -> Option<(u64, u64)> {
         match self.time_filter.as_deref().and_then(|f| f.last()) {
             Some(w) => Some((w.time, encode_word(w.kind, w.depth as u32, w.addr))),
             None => self.last_written(),
         }
+    }
+
+    /// Whether the last record made ([`Engine::last_record`]) is an ENTRY of `func`; `None`
+    /// where there is none (the buffer was handed over).
+    pub fn last_is_entry(&self, func: u64) -> Option<bool> {
+        let (_, word) = self.last_record()?;
+        Some(
+            word & 3 == RecordType::Entry as u64 && word >> 16 == qemu_uftrace_format::addr48(func),
+        )
     }
 
     /// The last record in the buffer (its time and second word), where it holds one.

@@ -17,7 +17,6 @@ use qemu_uftrace_engine::gates::Watch;
 use qemu_uftrace_engine::shadow::{Frame, ShadowStack};
 use qemu_uftrace_engine::sites::{value_site, value_site_at};
 use qemu_uftrace_format::args::{carriers, push_int, push_str, STR_MAX};
-use qemu_uftrace_format::record::RecordType;
 use std::ffi::{c_uint, c_void};
 use std::sync::OnceLock;
 
@@ -234,9 +233,7 @@ unsafe extern "C" fn on_file_entry(vcpu_index: c_uint, data: *mut c_void) {
             return;
         };
         crate::vcpu::with(vcpu_index, |v| {
-            let d = v.moved(site.space, site.pc);
-            let pc = site.pc.wrapping_add(d);
-            let code = (site.code.0.wrapping_add(d), site.code.1.wrapping_add(d));
+            let (pc, code) = super::stubs::placed(v, site);
             super::stubs::through_stub(v, pc, code);
             if !func.args.is_empty() {
                 read_arguments(v, pc, func)
@@ -257,14 +254,9 @@ fn read_arguments(v: &mut VcpuState, pc: u64, func: &args::Func) {
     // (not one a filter or the depth limit left out: `-a` has every typed function here,
     // most of them outside `-F`'s subtrees).
     let open = v.engine.stack().top().is_some_and(|f| f.func == pc) && v.engine.top_written();
-    let entered = match v.engine.last_record() {
-        Some((_, word)) => {
-            word & 3 == RecordType::Entry as u64 && word >> 16 == qemu_uftrace_format::addr48(pc)
-        }
-        // The buffer was handed over since (a task switch, a full buffer): its ENTRY was
-        // the last record.
-        None => open,
-    };
+    // None: the buffer was handed over since (a task switch, a full buffer), its ENTRY
+    // the last record.
+    let entered = v.engine.last_is_entry(pc).unwrap_or(open);
     if !entered && !open {
         return;
     }

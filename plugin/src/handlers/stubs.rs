@@ -7,9 +7,8 @@
 
 use crate::ffi::{qemu_plugin_insn, qemu_plugin_register_vcpu_insn_exec_cb, CB_NO_REGS};
 use crate::vcpu::VcpuState;
-use qemu_uftrace_engine::sites::{value_site, value_site_at};
+use qemu_uftrace_engine::sites::{value_site, value_site_at, ValueSite};
 use qemu_uftrace_engine::spaces::SpaceId;
-use qemu_uftrace_format::record::RecordType;
 use std::ffi::{c_uint, c_void};
 
 /// Instruments `insn`, the first of a guest file's `-F`/`-N` function at `pc`, translated
@@ -34,11 +33,17 @@ unsafe extern "C" fn on_gated_entry(vcpu_index: c_uint, data: *mut c_void) {
     }
     crate::state::guard("a call through a PLT", || {
         crate::vcpu::with(vcpu_index, |v| {
-            let d = v.moved(site.space, site.pc);
-            let code = (site.code.0.wrapping_add(d), site.code.1.wrapping_add(d));
-            through_stub(v, site.pc.wrapping_add(d), code);
+            let (pc, code) = placed(v, site);
+            through_stub(v, pc, code);
         });
     });
+}
+
+/// Where `site`'s instruction and its file's mapping are in the space the vCPU runs.
+pub fn placed(v: &mut VcpuState, site: &ValueSite) -> (u64, (u64, u64)) {
+    let d = v.moved(site.space, site.pc);
+    let code = (site.code.0.wrapping_add(d), site.code.1.wrapping_add(d));
+    (site.pc.wrapping_add(d), code)
 }
 
 /// At the first instruction `pc` of a guest file's function, whose file is mapped at `code`
@@ -56,14 +61,8 @@ pub fn through_stub(v: &mut VcpuState, pc: u64, code: (u64, u64)) {
     if top.func == pc || top.is_jumped() || top.is_exception() {
         return;
     }
-    if v.engine.top_written() {
-        let just_entered = v.engine.last_record().is_some_and(|(_, word)| {
-            word & 3 == RecordType::Entry as u64
-                && word >> 16 == qemu_uftrace_format::addr48(top.func)
-        });
-        if !just_entered {
-            return;
-        }
+    if v.engine.top_written() && v.engine.last_is_entry(top.func) != Some(true) {
+        return;
     }
     if !(code.0..code.1).contains(&top.func) {
         v.engine.call_through_stub(pc);
