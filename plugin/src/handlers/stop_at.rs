@@ -99,11 +99,14 @@ unsafe extern "C" fn on_start_at(vcpu_index: c_uint, data: *mut c_void) {
     if START_HIT.swap(true, Ordering::SeqCst) {
         return;
     }
-    // The entry into FUNC was timed before this block: it is the first record written.
-    let time = crate::vcpu::with(vcpu_index, |v| v.engine.last_time()).unwrap_or(0);
+    // The entry into FUNC was timed before this block: it is the first record written
+    // (or, where the kernel ran in between, the writer finds it on top of the task's
+    // stack: `StartGate`).
+    let (time, tid) =
+        crate::vcpu::with(vcpu_index, |v| (v.engine.last_time(), v.engine.tid())).unwrap_or((0, 0));
     let addr = data as usize as u64;
     let _ = STARTED.set((addr, time));
     if let Some(out) = OUTPUT.get() {
-        out.start_at(time, addr);
+        out.start_at(time, addr, tid);
     }
 }

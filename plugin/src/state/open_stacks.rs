@@ -43,19 +43,27 @@ impl OpenStacks {
 
     /// The task's open frames as entry records, the first time it is asked, then the
     /// `qemu:opened` event at `time` (no later than the task's next record): where its
-    /// recording proper begins. Nothing for a task not seen before (it began after).
-    pub fn open_frames(&mut self, tid: u32, time: u64) -> Vec<u8> {
+    /// recording proper begins. Nothing for a task not seen before (it began after). Where
+    /// the innermost frame is the entry into `entered` (the start's function, entered
+    /// before the start's time was taken), the recording begins with that entry instead:
+    /// the marker goes before it, at its time.
+    pub fn open_frames(&mut self, tid: u32, time: u64, entered: Option<u64>) -> Vec<u8> {
         if !self.opened.insert(tid) {
             return Vec::new();
         }
-        let Some(frames) = self.stacks.remove(&tid) else {
+        let Some(mut frames) = self.stacks.remove(&tid) else {
             return Vec::new();
         };
+        let top = frames.last().and_then(|raw| decode(raw).ok());
+        let begins = top.filter(|r| Some(r.addr) == entered);
+        let first = begins.and_then(|_| frames.pop());
+        let time = begins.map_or(time, |r| r.time);
         self.written_frames += frames.len() as u64;
         let depth = frames.len() as u32;
         let mut out = frames.concat();
         let opened = qemu_uftrace_format::events::OPENED;
         out.extend_from_slice(&encode(time, RecordType::Event, depth, opened));
+        out.extend(first.iter().flatten());
         out
     }
 
@@ -66,7 +74,7 @@ impl OpenStacks {
         let mut tids: Vec<u32> = self.stacks.keys().copied().collect();
         tids.sort_unstable();
         tids.into_iter()
-            .map(|t| (t, self.open_frames(t, time)))
+            .map(|t| (t, self.open_frames(t, time, None)))
             .filter(|(_, f)| !f.is_empty())
             .collect()
     }

@@ -4,7 +4,7 @@
 
 use super::flight::Ring;
 use super::progress::{self, Counts, Progress};
-use super::start_gate::StartGate;
+use super::start_gate::{StartGate, StartPoint};
 use super::taken::Taken;
 use qemu_uftrace_format::record::{encode, RecordType, RECORD_SIZE};
 use std::borrow::Cow;
@@ -87,8 +87,8 @@ pub struct Output {
     stop: Arc<AtomicU64>,
     /// `--start-at`: records before this time are not written (`u64::MAX`: not yet).
     start: Arc<AtomicU64>,
-    /// `--start-at`: the address entered there.
-    start_addr: Arc<AtomicU64>,
+    /// `--start-at`: where it was reached.
+    start_point: Arc<StartPoint>,
 }
 
 /// The queue to one writer thread.
@@ -107,13 +107,13 @@ impl Chan {
         limits: Limits,
         taken: &Taken,
         stop: &Arc<AtomicU64>,
-        (start, start_addr): (&Arc<AtomicU64>, &Arc<AtomicU64>),
+        (start, start_point): (&Arc<AtomicU64>, &Arc<StartPoint>),
     ) -> std::io::Result<Chan> {
         let mut w = Writer::new(dir, limits);
         w.taken = taken.clone();
         w.stop = Arc::clone(stop);
         if limits.start_at {
-            w.gate = Some(StartGate::new(Arc::clone(start), Arc::clone(start_addr)));
+            w.gate = Some(StartGate::new(Arc::clone(start), Arc::clone(start_point)));
         }
         Chan::start_with(w)
     }
@@ -149,8 +149,8 @@ impl Output {
     pub fn start(dir: PathBuf, limits: Limits, taken: &Taken) -> std::io::Result<Output> {
         let stop = Arc::new(AtomicU64::new(u64::MAX));
         let start = Arc::new(AtomicU64::new(u64::MAX));
-        let start_addr = Arc::new(AtomicU64::new(0));
-        let starts = (&start, &start_addr);
+        let start_point = Arc::new(StartPoint::default());
+        let starts = (&start, &start_point);
         Ok(Output {
             limits,
             chan: Mutex::new(Chan::start(dir, limits, taken, &stop, starts)?),
@@ -158,7 +158,7 @@ impl Output {
             dropped_side: AtomicU64::new(0),
             stop,
             start,
-            start_addr,
+            start_point,
         })
     }
 
@@ -171,7 +171,7 @@ impl Output {
     /// new writer and pool; what the parent had queued is the parent's to write. The size
     /// cap's count goes on (user mode: one for all images).
     pub fn restart_after_fork(&self, dir: PathBuf) -> std::io::Result<()> {
-        let start = (&self.start, &self.start_addr);
+        let start = (&self.start, &self.start_point);
         let taken = self.chan().taken.clone();
         let fresh = Chan::start(dir, self.limits, &taken, &self.stop, start)?;
         let old = std::mem::replace(&mut *self.chan(), fresh);
@@ -208,10 +208,11 @@ impl Output {
         self.stop.fetch_min(time, Ordering::SeqCst);
     }
 
-    /// Starts the trace at `time` (`--start-at`), at the entry into `addr`: records before
-    /// it are not written. Once only.
-    pub fn start_at(&self, time: u64, addr: u64) {
-        self.start_addr.store(addr, Ordering::Release);
+    /// Starts the trace at `time` (`--start-at`), at task `tid`'s entry into `addr`:
+    /// records before it are not written. Once only.
+    pub fn start_at(&self, time: u64, addr: u64, tid: u32) {
+        self.start_point.addr.store(addr, Ordering::Release);
+        self.start_point.tid.store(tid, Ordering::Release);
         self.start.fetch_min(time, Ordering::AcqRel);
     }
 
@@ -708,7 +709,7 @@ mod tests {
             dropped_side: AtomicU64::new(0),
             stop: Arc::new(AtomicU64::new(u64::MAX)),
             start: Arc::new(AtomicU64::new(u64::MAX)),
-            start_addr: Arc::default(),
+            start_point: Arc::default(),
         }
     }
 

@@ -5,28 +5,37 @@
 
 use super::open_stacks::{OpenStacks, Raw};
 use qemu_uftrace_format::record::{decode, RecordType, RECORD_SIZE};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Where the start was reached, set (before the start's time) by the vCPU that reached it.
+#[derive(Default)]
+pub struct StartPoint {
+    /// The address entered: the one entered, not FUNC's addresses as given (a PIE's are
+    /// placed only once it runs, `aims`).
+    pub addr: AtomicU64,
+    /// The task that entered it.
+    pub tid: AtomicU32,
+}
 
 pub struct StartGate {
     /// The start's time (`u64::MAX`: not reached yet), set by the vCPU that reached it.
     pub start: Arc<AtomicU64>,
     /// Every task's stack, followed through the records held back.
     pub stacks: OpenStacks,
-    /// The address entered at the start (set before `start`): the start is the entry into
-    /// it at the start's time; records of the same time before it (a return timed in the
-    /// block that makes the call) are still before. The one entered, not FUNC's addresses
-    /// as given: a PIE's are placed only once it runs (`aims`).
-    addr: Arc<AtomicU64>,
+    /// Where the start was reached: the start is the entry into its address at the start's
+    /// time; records of the same time before it (a return timed in the block that makes the
+    /// call) are still before.
+    at: Arc<StartPoint>,
     begun: bool,
 }
 
 impl StartGate {
-    pub fn new(start: Arc<AtomicU64>, addr: Arc<AtomicU64>) -> StartGate {
+    pub fn new(start: Arc<AtomicU64>, at: Arc<StartPoint>) -> StartGate {
         StartGate {
             start,
             stacks: OpenStacks::default(),
-            addr,
+            at,
             begun: false,
         }
     }
@@ -36,6 +45,7 @@ impl StartGate {
     /// frames first, once.
     pub fn pass(&mut self, tid: u32, buf: &[u8]) -> Vec<u8> {
         let start = self.start.load(Ordering::Acquire);
+        let addr = qemu_uftrace_format::addr48(self.at.addr.load(Ordering::Acquire));
         let mut out = Vec::new();
         for raw in buf.chunks_exact(RECORD_SIZE) {
             let Ok(raw) = <Raw>::try_from(raw) else {
@@ -47,7 +57,6 @@ impl StartGate {
             // outside every -F subtree (or in a -N one), and another task's buffer may
             // reach the writer before the one holding it.
             if !self.begun && rec.time == start {
-                let addr = qemu_uftrace_format::addr48(self.addr.load(Ordering::Acquire));
                 self.begun = rec.kind == RecordType::Entry && rec.addr == addr;
             }
             if rec.time < start || (rec.time == start && !self.begun) {
@@ -55,7 +64,13 @@ impl StartGate {
                 continue;
             }
             if out.is_empty() {
-                out.extend(self.stacks.open_frames(tid, rec.time));
+                // The start's time is the last record before FUNC's first block ran, and
+                // that may come after FUNC's entry: the kernel can run between the call and
+                // that block (an instruction fetch's page fault). The entry then lies among
+                // the open frames, on top of the task that reached the start: the start is
+                // before it.
+                let entered = (tid == self.at.tid.load(Ordering::Acquire)).then_some(addr);
+                out.extend(self.stacks.open_frames(tid, rec.time, entered));
             }
             out.extend_from_slice(&raw);
         }
@@ -82,10 +97,17 @@ mod tests {
         encode(time, kind, depth, addr).to_vec()
     }
 
+    fn point(addr: u64, tid: u32) -> Arc<StartPoint> {
+        Arc::new(StartPoint {
+            addr: AtomicU64::new(addr),
+            tid: AtomicU32::new(tid),
+        })
+    }
+
     #[test]
     fn the_open_frames_come_first_once() {
         let start = Arc::new(AtomicU64::new(u64::MAX));
-        let mut g = StartGate::new(Arc::clone(&start), Arc::new(AtomicU64::new(0x60)));
+        let mut g = StartGate::new(Arc::clone(&start), point(0x60, 0));
         use RecordType::{Entry, Exit};
         let before: Vec<u8> = [
             rec(1, Entry, 0, 0x10),
@@ -138,7 +160,7 @@ mod tests {
     #[test]
     fn the_start_comes_without_its_entry() {
         let start = Arc::new(AtomicU64::new(u64::MAX));
-        let mut g = StartGate::new(Arc::clone(&start), Arc::new(AtomicU64::new(0x60)));
+        let mut g = StartGate::new(Arc::clone(&start), point(0x60, 0));
         use RecordType::{Entry, Exit};
         assert!(g.pass(7, &rec(1, Entry, 0, 0x10)).is_empty());
         start.store(10, Ordering::Release);
@@ -161,5 +183,46 @@ mod tests {
             [(1, Entry), (11, RecordType::Event), (11, Entry), (12, Exit)]
         );
         assert_eq!(g.stacks.written_frames, 1);
+    }
+
+    /// The kernel ran between the call into FUNC and FUNC's first block (the page fault of
+    /// its first instruction's fetch): the start's time is its last return, after FUNC's
+    /// entry. The task that reached the start begins at that entry; another task with the
+    /// same function on top begins at the start.
+    #[test]
+    fn a_fault_between_the_call_and_the_start_leaves_the_entry_first() {
+        let start = Arc::new(AtomicU64::new(u64::MAX));
+        let mut g = StartGate::new(Arc::clone(&start), point(0x60, 7));
+        use RecordType::{Entry, Exit};
+        let before = |depth| [rec(1, Entry, 0, 0x10), rec(2, Entry, depth, 0x60)].concat();
+        assert!(g.pass(8, &before(1)).is_empty());
+        let fault = [rec(3, Entry, 2, 0x90), rec(4, Exit, 2, 0x90)].concat();
+        assert!(g.pass(7, &[before(1), fault].concat()).is_empty());
+        start.store(4, Ordering::Release);
+        let rows = |out: Vec<u8>| -> Vec<(u64, RecordType, u64)> {
+            (decode_all(&out).unwrap().iter())
+                .map(|r| (r.time, r.kind, r.addr))
+                .collect()
+        };
+        let opened = qemu_uftrace_format::events::OPENED;
+        assert_eq!(
+            rows(g.pass(7, &rec(5, Entry, 2, 0x70))),
+            [
+                (1, Entry, 0x10),
+                (2, RecordType::Event, opened),
+                (2, Entry, 0x60),
+                (5, Entry, 0x70)
+            ]
+        );
+        assert_eq!(
+            rows(g.pass(8, &rec(6, Exit, 1, 0x60))),
+            [
+                (1, Entry, 0x10),
+                (2, Entry, 0x60),
+                (6, RecordType::Event, opened),
+                (6, Exit, 0x60)
+            ]
+        );
+        assert_eq!(g.stacks.written_frames, 3);
     }
 }
