@@ -37,6 +37,8 @@ seed() {
                 -o "$dir/bare" "$d/bare.c" || true
             aarch64-linux-gnu-gcc -g -O0 -ffreestanding -nostdlib -static -o "$dir/bare-O0" "$d/bare.c" || true
         fi
+        # A kernel module's debug file (relocatable, its DWARF relocated by the reader).
+        [ ! -s "$cache/kernel-dbg/dummy.ko" ] || cp "$cache/kernel-dbg/dummy.ko" "$dir/dummy.ko"
         ;;
     esac
     case $1 in

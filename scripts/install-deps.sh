@@ -159,6 +159,7 @@ need_cmd zstd zstd
 need_cmd lz4 lz4 # the amd64 bzImage's payload, for the kallsyms peer test
 need_cmd /usr/bin/time time
 need_cmd strace strace # late munmaps, for the user-mode layout test
+need_cmd eu-readelf elfutils # kernel modules' source lines: the oracle
 need_cmd tclsh tcl # sqlite's amalgamation
 need_cmd debootstrap debootstrap
 # -M virt's default NIC wants its option ROM (a Recommends of QEMU, skipped).
@@ -364,12 +365,16 @@ dpkg --print-foreign-architectures | grep -qx arm64 ||
     { $SUDO dpkg --add-architecture arm64; $SUDO apt-get update -qq; }
 
 # Debian's arm64 cloud kernel (the kernel tests and the benchmark boot it to its panic) and,
-# from its -dbg package (~260 MB), the DWARF vmlinux and real System.map of that very kernel.
+# from its -dbg package (~260 MB), the DWARF vmlinux and real System.map of that very kernel,
+# and the debug files of the two modules the module test loads (their source lines).
+module_dbg=('path:usr/lib/debug/lib/modules/*/kernel/drivers/net/dummy.ko=dummy.ko'
+    'path:usr/lib/debug/lib/modules/*/kernel/drivers/net/ifb.ko=ifb.ko')
 fresh "$CACHE/kernel" vmlinuz ||
     fetch_kernel "$CACHE/kernel" linux-image-cloud-arm64 :arm64 kernel-image=vmlinuz || exit 1
-fresh "$CACHE/kernel-dbg" vmlinux System.map &&
+fresh "$CACHE/kernel-dbg" vmlinux System.map dummy.ko ifb.ko &&
     [ "$(cat "$CACHE/kernel/package")-dbg" = "$(cat "$CACHE/kernel-dbg/package")" ] ||
-    fetch_dbg "$CACHE/kernel-dbg" "$CACHE/kernel" :arm64 dbg-vmlinux=vmlinux system-map=System.map || exit 1
+    fetch_dbg "$CACHE/kernel-dbg" "$CACHE/kernel" :arm64 dbg-vmlinux=vmlinux system-map=System.map \
+        "${module_dbg[@]}" || exit 1
 # Two modules of that very kernel (its package, already fetched: ~21 MB), for the module test
 # (cli/tests/guest_modules.rs): dummy.ko and ifb.ko, loaded by the guest with finit_module.
 fresh "$CACHE/kernel-modules" dummy.ko ifb.ko &&
@@ -384,9 +389,9 @@ fresh "$CACHE/kernel-6.12" vmlinuz ||
 # Debian's amd64 cloud kernel and its DWARF vmlinux (~283 MB package): the x86_64 kernel test.
 fresh "$CACHE/kernel-amd64" vmlinuz ||
     fetch_kernel "$CACHE/kernel-amd64" linux-image-cloud-amd64 "" kernel-image=vmlinuz || exit 1
-fresh "$CACHE/kernel-amd64-dbg" vmlinux &&
+fresh "$CACHE/kernel-amd64-dbg" vmlinux dummy.ko ifb.ko &&
     [ "$(cat "$CACHE/kernel-amd64/package")-dbg" = "$(cat "$CACHE/kernel-amd64-dbg/package")" ] ||
-    fetch_dbg "$CACHE/kernel-amd64-dbg" "$CACHE/kernel-amd64" "" dbg-vmlinux=vmlinux || exit 1
+    fetch_dbg "$CACHE/kernel-amd64-dbg" "$CACHE/kernel-amd64" "" dbg-vmlinux=vmlinux "${module_dbg[@]}" || exit 1
 # The same two modules of the amd64 kernel (its package, ~21 MB), for the module test.
 fresh "$CACHE/kernel-amd64-modules" dummy.ko ifb.ko &&
     [ "$(cat "$CACHE/kernel-amd64/package")" = "$(cat "$CACHE/kernel-amd64-modules/package")" ] ||

@@ -178,7 +178,10 @@ pub struct RecordArgs {
     /// An ELF file, a System.map, a kallsyms dump or a kernel image. Loaded at OFFSET (hex with
     /// 0x, or decimal) when given. A Linux vmlinux with DWARF
     /// adds source lines; the guest's tasks are named from the kernel's DWARF, else from its
-    /// own BTF (in the -kernel image or a vmlinux; otherwise pid-N)
+    /// own BTF (in the -kernel image or a vmlinux; otherwise pid-N). A kernel module's
+    /// debug file (NAME.ko with DWARF), or a directory of them (a -dbg package's
+    /// /usr/lib/debug/lib/modules/RELEASE), adds source lines to the functions of the module
+    /// NAME the guest loads
     #[arg(long = "symbols", value_name = "FILE[:OFFSET]")]
     pub symbols: Vec<OsString>,
 

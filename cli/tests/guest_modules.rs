@@ -17,7 +17,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -27,7 +27,7 @@ use qemu_uftrace_tests::linux_guest::{run_qemu_argv, INITRAMFS_TIMEOUT};
 use qemu_uftrace_tests::modules_guest::{
     debian_module, modules_boot_args, placed_sections, ModArch, MODULES,
 };
-use qemu_uftrace_tests::replay::report_calls;
+use qemu_uftrace_tests::replay::{replay_body, report_calls, uftrace_at, uftrace_versions};
 use qemu_uftrace_tests::{cached, system_qemus_of};
 
 /// The kernel function between the two modules' lives (`dummy.ko`'s unload): execlog's lines
@@ -41,6 +41,68 @@ fn qemu(arch: ModArch) -> String {
         .find(|q| q.label == "10.2.2")
         .expect("QEMU 10.2.2 in system_qemus")
         .program
+}
+
+/// A module's debug file, from the kernel's -dbg package.
+fn module_debug(arch: ModArch, module: &str) -> PathBuf {
+    cached(&match arch {
+        ModArch::Arm64 => format!("kernel-dbg/{module}.ko"),
+        ModArch::Amd64 => format!("kernel-amd64-dbg/{module}.ko"),
+    })
+}
+
+/// The oracle for a module function's source line (`file:line`, the file by its base
+/// name): the line table of the module's debug file as elfutils' `eu-readelf` decodes it
+/// (its own DWARF reader, which relocates a module's debug sections and gives each row's
+/// section), read as `record` reads one: of the rows at the function's entry the first
+/// statement (else the first), where none is there the first row inside it (ftrace's NOPs
+/// have none).
+fn decoded_line(arch: ModArch, module: &str, function: &str) -> Option<String> {
+    let path = module_debug(arch, module);
+    let data = std::fs::read(&path).expect("read the debug .ko");
+    let file = object::File::parse(&*data).expect("parse the debug .ko");
+    let sym = (file.symbols())
+        .find(|s| s.name() == Ok(function) && s.kind() == SymbolKind::Text)
+        .unwrap_or_else(|| panic!("{} has no {function}", path.display()));
+    let section = file
+        .section_by_index(sym.section_index().expect("its section"))
+        .expect("its section");
+    let section = section.name().expect("section name");
+    let (entry, size) = (sym.address(), sym.size());
+    let out = Command::new("eu-readelf")
+        .arg("--debug-dump=decodedline")
+        .arg(&path)
+        .output()
+        .expect("run eu-readelf (elfutils: scripts/install-deps.sh)");
+    assert!(out.status.success(), "eu-readelf failed: {out:?}");
+    // `  drivers/net/dummy.c (mtime: 0, length: 0)` names the file of the rows below it:
+    // `    60:1   S   0   0  0 .text+0x00000000000002fc <dummy_xmit+0x8>`.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut current = "";
+    let mut rows: Vec<(String, bool, u64)> = Vec::new();
+    for l in text.lines() {
+        if let Some(name) = l.strip_suffix(')').and_then(|l| l.split(" (mtime:").next()) {
+            current = name.trim().rsplit('/').next().unwrap_or("");
+            continue;
+        }
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let Some(line) = words.first().and_then(|w| w.split(':').next()) else {
+            continue;
+        };
+        let Some((sec, off)) = (words.iter()).find_map(|w| w.split_once('+')) else {
+            continue;
+        };
+        let off = u64::from_str_radix(off.trim_start_matches("0x"), 16).unwrap_or(u64::MAX);
+        if sec == section && off >= entry && off < entry + size.max(1) {
+            let stmt = words.get(1).is_some_and(|w| w.starts_with('S'));
+            rows.push((format!("{current}:{line}"), stmt, off));
+        }
+    }
+    let at: Vec<&(String, bool, u64)> = rows.iter().filter(|r| r.2 == entry).collect();
+    let first = at.iter().find(|r| r.1).or(at.first()).copied();
+    first
+        .or_else(|| rows.iter().find(|r| r.2 > entry))
+        .map(|r| r.0.clone())
 }
 
 /// [`BETWEEN`]'s address, from the kernel's -dbg vmlinux (its symbol table).
@@ -161,6 +223,11 @@ fn named_and_counted(arch: ModArch) {
         // From the first module load on: the boot before it is no module's (331 MB of
         // trace on amd64; its export took Perfetto's decoder five minutes).
         .args(["--start-at", "__do_sys_finit_module"])
+        // The modules' debug files: their functions' source lines.
+        .arg("--symbols")
+        .arg(module_debug(arch, "dummy"))
+        .arg("--symbols")
+        .arg(module_debug(arch, "ifb"))
         .arg("--")
         .args(&argv)
         .args(["-plugin", &plugin, "-d", "plugin", "-D"])
@@ -182,7 +249,8 @@ fn named_and_counted(arch: ModArch) {
          the wrong addresses"
     );
     assert!(
-        stderr.contains("kernel modules: 2 loads (2 unloads)"),
+        stderr.contains("kernel modules: 2 loads (2 unloads)")
+            && stderr.contains("; source lines of dummy, ifb"),
         "record did not say what it named:\n{stderr}"
     );
 
@@ -237,20 +305,71 @@ fn named_and_counted(arch: ModArch) {
         traced, expected,
         "module functions: the trace's calls against execlog's"
     );
-    exported_by_load(&dir, &functions, &expected);
+    exported_by_load(arch, &dir, &functions, &expected);
+    source_lines(arch, &dir, &functions, &expected);
+}
+
+/// Every module function the guest ran has its source line in uftrace's replay
+/// (`--srcline`; 0.17 and 0.19 read a module's `.dbg`, 0.13 does not), one of those
+/// `eu-readelf` decodes for its entry ([`decoded_line`]).
+fn source_lines(
+    arch: ModArch,
+    dir: &Path,
+    functions: &BTreeMap<&str, BTreeMap<String, u64>>,
+    expected: &BTreeMap<String, u64>,
+) {
+    let d = dir.to_string_lossy();
+    for u in uftrace_versions().expect("uftrace versions") {
+        if u.version == "0.13" {
+            continue;
+        }
+        let text = uftrace_at(&u.program, &["replay", "--no-pager", "--srcline", "-d", &d])
+            .expect("uftrace replay --srcline");
+        // `dummy_setup() { /* drivers/net/dummy.c:115 */` or `dummy_setup(); /* … */`.
+        let mut shown: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for l in text.lines() {
+            let Some((_, body)) = replay_body(l) else {
+                continue;
+            };
+            let Some((name, rest)) = body.split_once("()") else {
+                continue;
+            };
+            if let Some(at) = rest.split("/* ").nth(1).and_then(|r| r.strip_suffix(" */")) {
+                shown.entry(name).or_default().insert(at);
+            }
+        }
+        for (module, funcs) in functions {
+            for name in funcs.keys().filter(|n| expected.contains_key(*n)) {
+                let oracle = decoded_line(arch, module, name).expect("eu-readelf's line");
+                // By the file's base name: uftrace shows it as the unit names it.
+                let lines: Option<BTreeSet<&str>> = (shown.get(name.as_str())).map(|l| {
+                    l.iter()
+                        .map(|l| l.rsplit('/').next().unwrap_or(l))
+                        .collect()
+                });
+                assert_eq!(
+                    lines,
+                    Some(BTreeSet::from([oracle.as_str()])),
+                    "uftrace {}: {name}'s source lines against eu-readelf's",
+                    u.version
+                );
+            }
+        }
+    }
 }
 
 /// The Perfetto export of the same trace (decoded with Perfetto's own schema by
 /// perfetto_check.py) names the reused range as uftrace does, by the module loaded there at
 /// each call: every module function's slices as many as execlog's runs, every `dummy.ko`
-/// one begun before every `ifb.ko` one.
+/// one begun before every `ifb.ko` one, each with its source line (`--srcline`).
 fn exported_by_load(
+    arch: ModArch,
     dir: &Path,
     functions: &BTreeMap<&str, BTreeMap<String, u64>>,
     expected: &BTreeMap<String, u64>,
 ) {
     let trace = dir.with_extension("pftrace");
-    let out = common::export(dir, &["-o", &trace.to_string_lossy()]);
+    let out = common::export(dir, &["--srcline", "-o", &trace.to_string_lossy()]);
     assert!(
         out.status.success(),
         "export failed: {}",
@@ -266,6 +385,10 @@ fn exported_by_load(
             for name in names.keys() {
                 if let Some(n) = th["slices"][name].as_u64() {
                     *slices.entry(name.clone()).or_default() += n;
+                    // Its source line from the module's debug file, as replay has it.
+                    let line = th["srclines"][name].as_str().map(|l| l.rsplit('/').next());
+                    let oracle = decoded_line(arch, module, name);
+                    assert_eq!(line.flatten(), oracle.as_deref(), "{name}'s exported line");
                 }
                 if let Some([first, last]) = th["begins"][name]
                     .as_array()
@@ -317,7 +440,16 @@ fn loaded_while_off(arch: ModArch, vmlinux: Option<&Path>, syscall: &str) {
     if let Some(v) = vmlinux {
         cmd.arg("--symbols").arg(v);
     }
+    // Debug files as a directory: ifb's own, and in dummy's place another module's (ifb's
+    // again), which record must not take for dummy's.
+    let debug = tmp.path().join("debug");
+    std::fs::create_dir_all(debug.join("kernel/drivers/net")).expect("mkdir");
+    for (from, to) in [("ifb", "kernel/drivers/net/ifb.ko"), ("ifb", "dummy.ko")] {
+        std::fs::copy(module_debug(arch, from), debug.join(to)).expect("copy a debug file");
+    }
     let out = cmd
+        .arg("--symbols")
+        .arg(&debug)
         .args(["--trace=off", "--trace-on-at", syscall])
         .arg("--")
         .args(&argv)
@@ -331,10 +463,20 @@ fn loaded_while_off(arch: ModArch, vmlinux: Option<&Path>, syscall: &str) {
         "record failed ({}):\n{stderr}\nconsole:\n{console}",
         out.status
     );
-    // dummy.ko told by the walk, ifb.ko by its load; both unloads while on.
+    // dummy.ko told by the walk, ifb.ko by its load; both unloads while on. ifb's debug
+    // file gives its lines; the one in dummy's name is refused, in one line.
     assert!(
-        stderr.contains("kernel modules: 2 loads (2 unloads)"),
+        stderr.contains("kernel modules: 2 loads (2 unloads)")
+            && stderr.contains("; source lines of ifb\n"),
         "record did not say what it named:\n{stderr}"
+    );
+    let refused: Vec<&str> = (stderr.lines())
+        .filter(|l| l.contains("is not the debug file of the module dummy"))
+        .collect();
+    assert_eq!(refused.len(), 1, "{stderr}");
+    assert!(
+        refused[0].contains(&format!("{}", debug.join("dummy.ko").display())),
+        "{stderr}"
     );
     let placed = placed_sections(&console);
     let calls = report_calls(&dir, &[]).expect("uftrace report");

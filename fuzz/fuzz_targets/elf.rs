@@ -1,4 +1,5 @@
-//! ELF symbols, DWARF line tables and struct layouts from arbitrary bytes: errors, never panics.
+//! ELF symbols, DWARF line tables, struct layouts and kernel modules' lines from arbitrary
+//! bytes: errors, never panics.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -6,4 +7,5 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let _ = qemu_uftrace_symbols::fuzzing::elf(data, true);
     let _ = qemu_uftrace_symbols::fuzzing::member_offset(data);
+    let _ = qemu_uftrace_symbols::fuzzing::module(data);
 });

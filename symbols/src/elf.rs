@@ -836,7 +836,7 @@ const MAX_DECOMPRESSED: u64 = 1 << 30;
 
 /// The contents of section `name`, decompressed when SHF_COMPRESSED (zlib). Missing,
 /// unreadable or oddly compressed sections read as empty: source lines are best effort.
-fn section_data<'data, Elf: FileHeader<Endian = Endianness>>(
+pub(crate) fn section_data<'data, Elf: FileHeader<Endian = Endianness>>(
     sections: &SectionTable<'data, Elf, &'data [u8]>,
     endian: Endianness,
     data: &'data [u8],

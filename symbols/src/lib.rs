@@ -20,6 +20,7 @@ mod file_data;
 mod functions;
 mod kallsyms_tables;
 mod kernel_image;
+mod module_debug;
 mod source_arg;
 mod start_main;
 mod system_map;
@@ -29,6 +30,7 @@ pub use detect::{detect_kind, Kind};
 pub use dwarf_args::AutoSpec;
 pub use fde::fde_index;
 pub use kernel_image::{boot_format, BootFormat, BOOT_HEAD_BYTES};
+pub use module_debug::{module_functions, ModuleFunction};
 pub use source_arg::parse_source_arg;
 
 /// Guest architectures, shared with the CLI and the plugin.
@@ -478,6 +480,10 @@ pub mod fuzzing {
 
     pub fn kernel_image(data: &[u8]) -> Result<Image, SymbolError> {
         kernel_image::load(Path::new("fuzz"), data, &LoadOptions::default())
+    }
+
+    pub fn module(data: &[u8]) -> Result<usize, SymbolError> {
+        module_debug::functions_in(Path::new("fuzz"), data).map(|f| f.len())
     }
 
     pub fn member_offset(data: &[u8]) -> Result<u64, MemberError> {

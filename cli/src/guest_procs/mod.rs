@@ -6,6 +6,7 @@
 
 pub mod events;
 pub mod initrd;
+pub mod module_debug;
 pub mod modules;
 pub mod sessions;
 

@@ -19,7 +19,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use qemu_uftrace_format::map::{self, MapEntry};
-use qemu_uftrace_format::symfile::{self, SymLine};
+use qemu_uftrace_format::symfile::{self, DbgLine, SymLine};
+use qemu_uftrace_symbols::ModuleFunction;
+
+use super::module_debug::ModuleDebug;
 
 use crate::symbol_source::KernelLayouts;
 use crate::symfiles;
@@ -217,11 +220,18 @@ pub struct Named {
     pub functions: usize,
     /// Modules (by name) whose records were named `[name]+offset`: no symbol read.
     pub by_offset: Vec<String>,
+    /// Modules (by name) given source lines by their debug files (`--symbols`).
+    pub with_lines: Vec<String>,
+    /// Why a module's debug file given was not used, one line each.
+    pub problems: Vec<String>,
+    /// The names of the modules loaded.
+    pub loaded: Vec<String>,
 }
 
 /// Names the modules of a trace directory whose `task.txt` and maps are written (see the
-/// module's comment). `None`: the plugin saw no module load.
-pub fn write(dir: &Path) -> Result<Option<Named>> {
+/// module's comment), with source lines from the debug files in `debug`. `None`: the
+/// plugin saw no module load.
+pub fn write(dir: &Path, debug: &ModuleDebug) -> Result<Option<Named>> {
     let Ok(text) = std::fs::read_to_string(dir.join("plugin.procs")) else {
         return Ok(None);
     };
@@ -232,6 +242,7 @@ pub fn write(dir: &Path) -> Result<Option<Named>> {
     let mut named = Named {
         loads: modules.loads.len(),
         unloads: modules.unloads.len(),
+        loaded: modules.loads.iter().map(|l| l.name.clone()).collect(),
         ..Default::default()
     };
     let all_ranges: Vec<(u64, u64)> = modules.loads.iter().flat_map(Load::ranges).collect();
@@ -252,6 +263,8 @@ pub fn write(dir: &Path) -> Result<Option<Named>> {
     };
     // One `.sym` a load, shared by loads with the same name and content.
     let mut written: BTreeMap<String, Vec<SymLine>> = BTreeMap::new();
+    // Each `.sym`'s module, by its first load.
+    let mut loads_of: BTreeMap<String, &Load> = BTreeMap::new();
     let mut dlops = Vec::new();
     for load in &modules.loads {
         let base = load.base();
@@ -281,18 +294,56 @@ pub fn write(dir: &Path) -> Result<Option<Named>> {
         let syms = symfile::normalize(prefer_own_names(syms));
         named.functions += syms.len();
         let stem = file_stem(&load.name, &syms, &mut written);
+        loads_of.entry(stem.clone()).or_insert(load);
         dlops.push((load.time, base, stem));
     }
     let limit = |syms: &[SymLine]| syms.last().map_or(1, |s| s.offset + s.size.max(1));
+    let mut unused = BTreeSet::new();
     for (stem, syms) in &written {
         symfiles::write_with(&dir.join(format!("{stem}.sym")), |w| {
             symfile::write_sym(w, syms, limit(syms))
         })?;
+        let Some(load) = loads_of.get(stem) else {
+            continue;
+        };
+        match debug.functions(&load.name, &load.symbols) {
+            None => {}
+            // Once a module (its later loads' files share the file given).
+            Some(Err(why)) => named
+                .problems
+                .extend(unused.insert(load.name.clone()).then_some(why)),
+            Some(Ok(funcs)) => {
+                let lines = source_lines(syms, &funcs);
+                symfiles::write_with(&dir.join(format!("{stem}.dbg")), |w| {
+                    symfile::write_dbg(w, syms, &lines, &[])
+                })?;
+                if !lines.is_empty() {
+                    named.with_lines.push(load.name.clone());
+                }
+            }
+        }
     }
+    named.with_lines.sort();
+    named.with_lines.dedup();
     write_task_lines(dir, &dlops)?;
     named.by_offset.sort();
     named.by_offset.dedup();
     Ok(Some(named))
+}
+
+/// The source line of each of `syms` that the module's debug file (`funcs`) has.
+fn source_lines(syms: &[SymLine], funcs: &HashMap<String, ModuleFunction>) -> Vec<DbgLine> {
+    (syms.iter())
+        .filter_map(|s| {
+            let line = funcs.get(&s.name)?.line.as_ref()?;
+            Some(DbgLine {
+                offset: s.offset,
+                name: s.name.clone(),
+                file: line.file.clone(),
+                line: line.line,
+            })
+        })
+        .collect()
 }
 
 /// Every module's init and exit functions are also `init_module` and `cleanup_module`
@@ -554,7 +605,7 @@ mod tests {
             dat.extend(encode(t, kind, 0, addr));
         }
         std::fs::write(d.join("1.dat"), dat).unwrap();
-        let named = write(d).unwrap().expect("a load");
+        let named = write(d, &ModuleDebug::default()).unwrap().expect("a load");
         assert_eq!((named.loads, named.functions), (1, 2));
         assert_eq!(named.by_offset, vec!["m".to_string()]);
         let sym = std::fs::read_to_string(d.join("m.ko.sym")).unwrap();

@@ -273,7 +273,7 @@ pub fn assemble(
             staging.display()
         ))
     })?;
-    guest_modules(staging);
+    guest_modules(staging, &prep.module_debug);
     // -A/-R: the carrier records folded into their records, once nothing walks the task
     // files in 16-byte steps any more (the assembly's scan for code without symbols).
     if !prep.arg_specs.is_empty() {
@@ -474,12 +474,17 @@ fn guest_processes(
 }
 
 /// System mode, Linux guest: the kernel modules the plugin saw loaded, named in the
-/// assembled trace (`guest_procs::modules`); what failed is said.
-fn guest_modules(staging: &Path) {
-    match crate::guest_procs::modules::write(staging) {
+/// assembled trace (`guest_procs::modules`), with source lines from the debug files given;
+/// what failed is said.
+fn guest_modules(staging: &Path, debug: &crate::guest_procs::module_debug::ModuleDebug) {
+    let loaded: Vec<String> = match crate::guest_procs::modules::write(staging, debug) {
         Ok(Some(named)) => {
+            let lines = match named.with_lines.is_empty() {
+                true => String::new(),
+                false => format!("; source lines of {}", named.with_lines.join(", ")),
+            };
             crate::errors::note(format!(
-                "kernel modules: {} loads ({} unloads), {} functions named",
+                "kernel modules: {} loads ({} unloads), {} functions named{lines}",
                 named.loads, named.unloads, named.functions
             ));
             for name in &named.by_offset {
@@ -488,9 +493,24 @@ fn guest_modules(staging: &Path) {
                      are named [{name}]+offset"
                 ));
             }
+            for why in &named.problems {
+                warn(format!("--symbols {why}"));
+            }
+            named.loaded
         }
-        Ok(None) => {}
-        Err(e) => warn(format!("kernel modules are not named: {e:#}")),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            warn(format!("kernel modules are not named: {e:#}"));
+            return;
+        }
+    };
+    let loaded: Vec<&str> = loaded.iter().map(String::as_str).collect();
+    for path in debug.never_loaded(&loaded) {
+        warn(format!(
+            "--symbols {}: the guest loaded no module of that name (the file's, `-` read \
+             as `_`) while it was watched: its lines are not used",
+            path.display()
+        ));
     }
 }
 

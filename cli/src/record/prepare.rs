@@ -47,6 +47,8 @@ pub struct Prepared {
     pub tunables: Option<OsString>,
     /// `-D`: the CLI applies it too, to windows switched on under `-F`/`-N`.
     pub max_depth: Option<u16>,
+    /// Kernel modules' debug files (`--symbols`), for their source lines.
+    pub module_debug: crate::guest_procs::module_debug::ModuleDebug,
 }
 
 /// The work that runs beside QEMU, joined by the run stage.
@@ -112,6 +114,9 @@ pub fn prepare(
         .find(|i| i.origin == ImageOrigin::Kernel)
         .map(|k| k.path.clone());
     let linux = inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel);
+    // Kernel modules given to --symbols name no image: their debug files, by module name.
+    let (extra_sources, module_debug) =
+        crate::guest_procs::module_debug::ModuleDebug::take(extra_sources)?;
     // User mode: where the program and its libraries landed is known once it ran.
     let sources = symbols::sources(
         extra_sources,
@@ -462,6 +467,7 @@ pub fn prepare(
             fixed_layout,
             tunables: one_arena.map(|a| OsString::from_vec(a.tunables)),
             max_depth: args.max_depth,
+            module_debug,
         },
         Jobs {
             symbols,
