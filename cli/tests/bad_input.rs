@@ -75,6 +75,37 @@ fn bad_symbols_offset() {
     assert!(single_error(&o).contains("bad symbol source 'vmlinux:0xzz'"));
 }
 
+/// `--symbols` given a directory without a kernel module's debug file in it (the only
+/// directory it takes): one line, before QEMU starts.
+#[test]
+fn symbols_directory_without_modules() {
+    let home = tempfile::tempdir().unwrap();
+    let empty = home.path().join("debug");
+    std::fs::create_dir_all(empty.join("lib/modules")).unwrap();
+    std::fs::write(empty.join("lib/modules/readme.txt"), "no module here").unwrap();
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
+    let o = qemu_uftrace(home.path())
+        .arg("record")
+        .arg("--symbols")
+        .arg(&empty)
+        .args(["-o", &home.path().join("t.data").to_string_lossy(), "--"])
+        .arg(&qemu)
+        .args(["-M", "virt", "-nographic", "-kernel"])
+        .arg(qemu_uftrace_tests::cached("kernel/vmlinuz"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let line = single_error(&o);
+    assert!(
+        line.contains(&format!(
+            "--symbols {}: a directory, and no kernel module's debug file (NAME.ko) is in it",
+            empty.display()
+        )),
+        "{line}"
+    );
+    assert!(!home.path().join("t.data").exists());
+}
+
 #[test]
 fn unwritable_output_directory() {
     // Root ignores permission bits: /proc refuses new entries to everyone, and a file in

@@ -55,9 +55,22 @@ impl ModuleDebug {
         let mut rest = Vec::new();
         for s in sources {
             if s.path.is_dir() {
+                let before = debug.files.len();
                 debug.search(&s.path, 0).with_context(|| {
                     format!("{} {}: cannot search it", s.origin, s.path.display())
                 })?;
+                if debug.files.len() == before {
+                    return Err(crate::errors::usage(
+                        format!(
+                            "{} {}: a directory, and no kernel module's debug file (NAME.ko) \
+                             is in it",
+                            s.origin,
+                            s.path.display()
+                        ),
+                        "give a directory of modules' debug files (a -dbg package's \
+                         /usr/lib/debug/lib/modules/RELEASE), or a symbol file",
+                    ));
+                }
             } else if s.path.extension().is_some_and(|e| e == "ko") && is_module(&s.path) {
                 let name = module_name(&s.path).unwrap_or_default();
                 debug.named.push(name.clone());
@@ -85,10 +98,6 @@ impl ModuleDebug {
             }
         }
         Ok(())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
     }
 
     /// The modules named one by one that `loaded` (module names) does not hold.
