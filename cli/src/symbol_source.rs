@@ -324,6 +324,10 @@ fn failure_line(e: &SymbolError) -> String {
         // The library's message already says where to get the symbols.
         SymbolError::Stripped { .. } => return e.to_string(),
         SymbolError::WrongArch { .. } => "give the image built for the guest's architecture",
+        SymbolError::Relocatable { .. } => {
+            "a kernel module's functions are named from guest memory; its debug file, named \
+             NAME.ko, gives their source lines to record --symbols"
+        }
     };
     format!("{e}; {fix}")
 }

@@ -566,6 +566,13 @@ fn symbols_refuses_stripped_truncated_and_foreign_images() {
     assert!(rec.status.success(), "{}", stderr(&rec));
     let line = single_error(&run("rec", std::path::Path::new("/bin/true")));
     assert!(line.contains("is built for x86_64, not aarch64"), "{line}");
+    // A kernel module (relocatable: every section at 0) places no function.
+    let module = qemu_uftrace_tests::cached("kernel-dbg/dummy.ko");
+    let line = single_error(&run("rec", &module));
+    assert!(
+        line.contains("dummy.ko is a relocatable object") && line.contains("record --symbols"),
+        "{line}"
+    );
 }
 
 /// `symbols` where no trace is: refused in one line before anything is written (the next

@@ -121,6 +121,12 @@ fn load_as<Elf: FileHeader<Endian = Endianness>>(
     let file = ElfFile::<Elf, &[u8]>::parse(data).map_err(|e| corrupt(path, e))?;
     let endian = file.endian();
     let header = file.elf_header();
+    // Its sections all start at 0 until a loader places them: no function has an address.
+    if header.e_type(endian) == elf::ET_REL {
+        return Err(SymbolError::Relocatable {
+            path: path.to_path_buf(),
+        });
+    }
     let (arch, found) = machine(header.e_machine(endian), header.is_class_64());
     if let Some(expected) = opts.expected_arch {
         if arch != Some(expected) {

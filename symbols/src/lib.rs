@@ -141,6 +141,11 @@ pub enum SymbolError {
     Corrupt { path: PathBuf, reason: String },
     #[error("{path} has no function symbols (stripped?): {hint}")]
     Stripped { path: PathBuf, hint: String },
+    #[error(
+        "{path} is a relocatable object (a kernel module or a .o file): its functions have no \
+         address until it is loaded"
+    )]
+    Relocatable { path: PathBuf },
     #[error("{path} is built for {found}, not {expected}")]
     WrongArch {
         path: PathBuf,
