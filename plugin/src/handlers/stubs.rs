@@ -48,10 +48,17 @@ pub fn placed(v: &mut VcpuState, site: &ValueSite) -> (u64, (u64, u64)) {
 
 /// At the first instruction `pc` of a guest file's function, whose file is mapped at `code`
 /// there: where the top frame is a call's into code outside it (another file's) that
-/// jumped here with nothing recorded since its entry (no call of its own), that code was a
-/// PLT entry (no other code crosses files without a call), and the call is made one of
-/// this function (`Engine::call_through_stub`). A frame the gates left unwritten has no
-/// record to tell: crossing files is the whole test there, and it was not written anyway.
+/// jumped here, that code was a PLT entry (no other code crosses files without a call), or
+/// another file's function that ends in a jump through its PLT (a tail call).
+/// - Nothing recorded since its entry (no call of its own): the call is made one of this
+///   function (`Engine::call_through_stub`). A frame the gates left unwritten has no record
+///   to tell: crossing files is the whole test there, and it was not written anyway.
+/// - Records since (the loader binding a lazy PLT entry on its first call, a page fault on
+///   this function's first instruction, the tail-calling function's own calls), or none at
+///   hand (the buffer handed over since): its entry is beyond taking back, and this
+///   function is entered by a jump, nested in that frame as the engine nests tail calls
+///   (`Engine::jump_entry`), so that it has its own record for its values and its filter.
+///
 /// Not in the same file: a function that tail-calls another without a call of its own
 /// stays itself. No lock: the mapping's extent came from translation, moved as `pc` is.
 pub fn through_stub(v: &mut VcpuState, pc: u64, code: (u64, u64)) {
@@ -61,10 +68,13 @@ pub fn through_stub(v: &mut VcpuState, pc: u64, code: (u64, u64)) {
     if top.func == pc || top.is_jumped() || top.is_exception() {
         return;
     }
-    if v.engine.top_written() && v.engine.last_is_entry(top.func) != Some(true) {
+    if (code.0..code.1).contains(&top.func) {
         return;
     }
-    if !(code.0..code.1).contains(&top.func) {
+    if !v.engine.top_written() || v.engine.last_is_entry(top.func) == Some(true) {
         v.engine.call_through_stub(pc);
+    } else {
+        let now = v.now();
+        v.engine.jump_entry(now, pc);
     }
 }
