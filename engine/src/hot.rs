@@ -46,6 +46,9 @@ pub struct Suspended {
     pub deferred: Deferred,
     /// The depth at which a retpoline's own return is awaited (`thunks`).
     pub thunk_return: Option<usize>,
+    /// Its records from a function's ENTRY on, kept back at the switch away where only
+    /// exception entries followed it (`Engine::hold_fresh_entries`): written at its resume.
+    pub held: Vec<u8>,
 }
 
 /// Call/return tracking and record output for one vCPU. Laid out in C order, what every
@@ -94,6 +97,9 @@ pub struct Engine {
     /// The running context's retpoline call whose own return is still to come: the stack
     /// depth it ran at (`thunks`).
     pub(crate) thunk_return: Option<usize>,
+    /// Which functions' just-written ENTRY a switch away keeps back ([`Engine::suspend`]):
+    /// those with values to read.
+    hold_entries: Option<fn(u64) -> bool>,
 }
 
 impl Engine {
@@ -120,7 +126,19 @@ impl Engine {
             pushed_frames: Vec::new(),
             time_filter: None,
             thunk_return: None,
+            hold_entries: None,
         }
+    }
+
+    /// Argument values follow their function's ENTRY, read at its first instruction. An
+    /// exception taken before that instruction can switch tasks (the first call's page
+    /// fault, scheduled away): the switch hands the buffer to the writer, and the ENTRY with
+    /// it. With this on, a switch away keeps that ENTRY and what followed it back in the
+    /// context (`Suspended::held`) until it resumes, so that the values still find it
+    /// (`emit_carriers_after_entry`). `has_values`: whether a function (its entry, in the
+    /// space running) has them; only then is the buffer looked at.
+    pub fn hold_fresh_entries(&mut self, has_values: Option<fn(u64) -> bool>) {
+        self.hold_entries = has_values;
     }
 
     /// Writes only the subtrees of `filter`'s functions (all when empty), less those of
@@ -264,6 +282,19 @@ impl Engine {
             self.emit_now(w.time, w.kind, w.depth, w.addr);
         }
         self.time_filter = Some(filter);
+    }
+
+    /// Writes context `tid`'s records kept back at its switch away ([`Suspended::held`]):
+    /// it ends, or the recording does, before it resumes.
+    pub fn write_held(&mut self, tid: u32, held: &mut Vec<u8>) {
+        if held.is_empty() {
+            return;
+        }
+        self.flush();
+        let own = std::mem::replace(&mut self.tid, tid);
+        self.buf.append(held);
+        self.flush();
+        self.tid = own;
     }
 
     /// Writes what a context that is not running (`tid`'s, waiting in the task table) left
@@ -1174,6 +1205,10 @@ impl Engine {
     /// Stops running the current context: its records go to the writer, its stack is handed
     /// back for the task table to keep.
     pub fn suspend(&mut self) -> Suspended {
+        let held = match (self.hold_entries, &self.time_filter) {
+            (Some(has_values), None) => self.take_fresh_entry(has_values),
+            _ => Vec::new(),
+        };
         self.flush();
         // The engine is without a stack until `resume` gives it one (the table does both).
         let mut stack = std::mem::replace(&mut self.stack, ShadowStack::empty());
@@ -1187,12 +1222,76 @@ impl Engine {
             deferred: (self.time_filter.as_deref_mut())
                 .map_or_else(Deferred::default, TimeFilter::suspend),
             thunk_return: self.thunk_return.take(),
+            held,
         }
+    }
+
+    /// The buffer's tail from the ENTRY of the frame under the innermost open exception
+    /// entry, where nothing but exception entries (whole, then the open one) and events
+    /// followed it: that function's first instruction may not have run yet. Taken out of
+    /// the buffer; empty where there is no such tail (or a long one: then it goes as is).
+    fn take_fresh_entry(&mut self, has_values: fn(u64) -> bool) -> Vec<u8> {
+        /// The most records kept back (an interrupt's softirq work can be long).
+        const MAX_HELD: usize = 4096;
+        let frames = self.stack.frames();
+        let Some(i) = (1..frames.len())
+            .rev()
+            .find(|&i| frames[i].is_exception() && !frames[i - 1].is_exception())
+        else {
+            return Vec::new();
+        };
+        // Most switches are in a system call made by a function without values.
+        if !has_values(frames[i - 1].func) {
+            return Vec::new();
+        }
+        let want = encode_word(RecordType::Entry, 0, frames[i - 1].func);
+        let n = self.buf.len() / RECORD_SIZE;
+        let word = |k: usize| -> u64 {
+            let at = k * RECORD_SIZE + 8;
+            let b = self.buf.get(at..at + 8).unwrap_or(&[0; 8]);
+            u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
+        };
+        // Its depth as written (a filter writes depths of its own).
+        const DEPTH_BITS: u64 = 0x3ff << 6;
+        let Some(start) = (n.saturating_sub(MAX_HELD)..n)
+            .rev()
+            .find(|&k| word(k) & !DEPTH_BITS == want)
+        else {
+            return Vec::new();
+        };
+        let is_exception = |w: u64| {
+            Frame {
+                func: w >> 16,
+                ret_addr: 0,
+            }
+            .is_exception()
+        };
+        let mut level = 0usize;
+        for k in start + 1..n {
+            let w = word(k);
+            match w & 3 {
+                k if k == RecordType::Event as u64 => {}
+                k if k == RecordType::Entry as u64 => {
+                    if level == 0 && !is_exception(w) {
+                        return Vec::new();
+                    }
+                    level += 1;
+                }
+                k if k == RecordType::Exit as u64 && level > 0 => level -= 1,
+                _ => return Vec::new(),
+            }
+        }
+        if level == 0 {
+            return Vec::new();
+        }
+        self.buf.split_off(start * RECORD_SIZE)
     }
 
     /// Runs context `tid` from its suspended state.
     pub fn resume(&mut self, tid: u32, mut state: Suspended) {
         debug_assert!(self.buf.is_empty(), "suspend flushes");
+        // What the switch away kept back comes first (its records are the oldest).
+        self.buf.extend_from_slice(&std::mem::take(&mut state.held));
         state.stack.resume();
         self.stack = state.stack;
         self.overflow = state.overflow;

@@ -32,3 +32,68 @@ fn a_call_on_a_suspended_engine_is_safe() {
         .enumerate()
         .all(|(i, r)| r.kind == RecordType::Entry && r.depth as usize == i));
 }
+
+/// A function's ENTRY, then an interrupt before its first instruction that switches tasks
+/// (the first call's page fault, scheduled away): the switch keeps the ENTRY and the
+/// interrupt's records back (`hold_fresh_entries`), so that the arguments read at the first
+/// instruction, once the task runs again, still go right after the ENTRY. Without it the
+/// ENTRY has gone to the writer and they have no place.
+#[test]
+fn a_fresh_entry_waits_across_a_switch_for_its_arguments() {
+    use qemu_uftrace_engine::arch::ExceptionKind;
+    use qemu_uftrace_engine::hot::Suspended;
+    for hold in [true, false] {
+        // Each spilled buffer with its task.
+        type Spilled = Arc<Mutex<Vec<(u32, Vec<u8>)>>>;
+        let out: Spilled = Arc::default();
+        let sink = Arc::clone(&out);
+        let spill = Box::new(move |tid: u32, full: Vec<u8>| {
+            sink.lock().unwrap().push((tid, full));
+            Vec::with_capacity(1 << 16)
+        });
+        let mut e = Engine::new(Vec::with_capacity(1 << 16), spill, 64, 1);
+        let has_values: fn(u64) -> bool = |f| f == 0x1100;
+        e.hold_fresh_entries(hold.then_some(has_values));
+        e.call(10, 0x1000, 0x2000); // main
+        e.call(11, 0x1100, 0x1010); // F, whose first instruction has not run
+        e.exception_entry(12, ExceptionKind::Irq, 0x1100);
+        e.call(13, 0xffff_8000_0000_1000, 0xffff_8000_0000_0f00); // schedule
+        let f = e.suspend();
+        e.resume(2, Suspended::default());
+        e.call(20, 0x3000, 0x3100);
+        let other = e.suspend();
+        e.resume(1, f);
+        e.exception_return(30, 0x1100, 0xffff_8000_0000_0800);
+        let placed = e.emit_carriers_after_entry(0x1100, &[0x77, 0x78]);
+        assert_eq!(placed, hold);
+        e.flush();
+        e.resume(2, other);
+        e.flush();
+        let mine: Vec<u8> = (out.lock().unwrap().iter())
+            .filter(|(t, _)| *t == 1)
+            .flat_map(|(_, b)| b.clone())
+            .collect();
+        let rows: Vec<(RecordType, u64)> = (decode_all(&mine).unwrap().iter())
+            .map(|r| (r.kind, r.addr))
+            .collect();
+        let irq = ExceptionKind::Irq.addr() & 0xffff_ffff_ffff;
+        let sched = 0x8000_0000_1000;
+        let mut want = vec![(RecordType::Entry, 0x1000), (RecordType::Entry, 0x1100)];
+        if hold {
+            want.extend([(RecordType::Event, 0x77), (RecordType::Event, 0x78)]);
+        }
+        want.extend([
+            (RecordType::Entry, irq),
+            (RecordType::Entry, sched),
+            (RecordType::Exit, sched),
+            (RecordType::Exit, irq),
+        ]);
+        assert_eq!(rows, want, "hold {hold}");
+        // The other task's records are its own, whole.
+        let theirs = (out.lock().unwrap().iter())
+            .filter(|(t, _)| *t == 2)
+            .map(|(_, b)| b.len())
+            .sum::<usize>();
+        assert_eq!(theirs, 16);
+    }
+}

@@ -57,6 +57,18 @@ pub fn watch(vcpu_index: c_uint) -> Option<Watch> {
     Some(Watch::new(tell, vcpu_index))
 }
 
+/// Whether the function entered at `func` in the space this vCPU runs has arguments to
+/// read (at a task switch: `Engine::hold_fresh_entries`).
+pub fn has_values(func: u64) -> bool {
+    let file = || {
+        args::has_files()
+            && args::file_entry_at(crate::state::spaces::translating(), func)
+                .and_then(args::func)
+                .is_some_and(|f| !f.args.is_empty())
+    };
+    args::spec_at(func).is_some_and(|f| !f.args.is_empty()) || file()
+}
+
 /// Whether return instructions listen for tail calls (`-R` given): only then are jumps
 /// looked at.
 pub fn tails_listened() -> bool {

@@ -117,8 +117,9 @@ pub fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64)
     let now = v.now();
     v.settle(now);
     v.task_ptr = ptr;
-    v.run_space(space);
-    crate::state::with_tasks(|t| {
+    // The space changes after the switch: the context switched away decides in its own
+    // what it keeps back (`Engine::hold_fresh_entries`).
+    let created = crate::state::with_tasks(|t| {
         if let Some((old, pid, tgid)) = before {
             t.task_pointer(&mut v.engine, vcpu_index, now, old, pid);
             t.thread_group(pid, tgid);
@@ -137,7 +138,9 @@ pub fn task_arrives(v: &mut VcpuState, vcpu_index: u32, isa: &dyn Isa, ptr: u64)
         }
         switch == Switch::Switched && t.created() > known
     })
-    .unwrap_or(false)
+    .unwrap_or(false);
+    v.run_space(space);
+    created
 }
 
 /// The task a vCPU ran before the first switch it shows, where the OS set it up without an

@@ -113,9 +113,12 @@ pub fn vcpu_init(vcpu_id: u32) {
     if let Some((late, filtering)) = late {
         engine.add_late_gates(late, filtering);
     }
-    // -A/-R/-a: values are read only where this vCPU may write frames (its gates say).
+    // -A/-R/-a: values are read only where this vCPU may write frames (its gates say), and
+    // a function's ENTRY waits for its arguments across a switch away before its first
+    // instruction.
     if let Some(watch) = crate::handlers::args::watch(vcpu_id) {
         engine.set_watch(watch);
+        engine.hold_fresh_entries(Some(crate::handlers::args::has_values));
     }
     if cfg.clock == ClockChoice::Fixed(ClockKind::Wall) {
         engine.clamp(super::image::time_floor());
