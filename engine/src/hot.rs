@@ -583,20 +583,7 @@ impl Engine {
     pub fn emit_carriers_after_entry(&mut self, func: u64, ids: &[u64]) -> bool {
         /// Records looked back through (an interrupt's softirq work can be long).
         const MAX_BACK: usize = 1 << 16;
-        let word = |at: usize| -> u64 {
-            let b = self.buf.get(at + 8..at + RECORD_SIZE).unwrap_or(&[0; 8]);
-            u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
-        };
-        let is_exception = |w: u64| {
-            Frame {
-                func: w >> 16,
-                ret_addr: 0,
-            }
-            .is_exception()
-        };
-        // Its depth as written (a filter writes depths of its own).
-        const DEPTH_BITS: u64 = 0x3ff << 6;
-        let want = encode_word(RecordType::Entry, 0, func);
+        let word = |at: usize| second_word(&self.buf, at);
         let (mut at, mut level) = (self.buf.len(), 0usize);
         for _ in 0..MAX_BACK {
             let Some(prev) = at.checked_sub(RECORD_SIZE) else {
@@ -606,10 +593,10 @@ impl Engine {
             let w = word(at);
             let kind = w & 3;
             if level == 0 {
-                if w & !DEPTH_BITS == want {
+                if is_entry_of(w, func) {
                     break;
                 }
-                if kind != RecordType::Exit as u64 || !is_exception(w) {
+                if kind != RecordType::Exit as u64 || !names_exception(w) {
                     return false;
                 }
                 level = 1;
@@ -619,12 +606,12 @@ impl Engine {
                 level += 1;
             } else if kind == RecordType::Entry as u64 {
                 level -= 1;
-                if level == 0 && !is_exception(w) {
+                if level == 0 && !names_exception(w) {
                     return false;
                 }
             }
         }
-        if level != 0 || word(at) & !DEPTH_BITS != want {
+        if level != 0 || !is_entry_of(word(at), func) {
             return false;
         }
         let bytes = ids.len() * RECORD_SIZE;
@@ -1240,31 +1227,18 @@ impl Engine {
         else {
             return Vec::new();
         };
+        let func = frames[i - 1].func;
         // Most switches are in a system call made by a function without values.
-        if !has_values(frames[i - 1].func) {
+        if !has_values(func) {
             return Vec::new();
         }
-        let want = encode_word(RecordType::Entry, 0, frames[i - 1].func);
         let n = self.buf.len() / RECORD_SIZE;
-        let word = |k: usize| -> u64 {
-            let at = k * RECORD_SIZE + 8;
-            let b = self.buf.get(at..at + 8).unwrap_or(&[0; 8]);
-            u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
-        };
-        // Its depth as written (a filter writes depths of its own).
-        const DEPTH_BITS: u64 = 0x3ff << 6;
+        let word = |k: usize| second_word(&self.buf, k * RECORD_SIZE);
         let Some(start) = (n.saturating_sub(MAX_HELD)..n)
             .rev()
-            .find(|&k| word(k) & !DEPTH_BITS == want)
+            .find(|&k| is_entry_of(word(k), func))
         else {
             return Vec::new();
-        };
-        let is_exception = |w: u64| {
-            Frame {
-                func: w >> 16,
-                ret_addr: 0,
-            }
-            .is_exception()
         };
         let mut level = 0usize;
         for k in start + 1..n {
@@ -1272,7 +1246,7 @@ impl Engine {
             match w & 3 {
                 k if k == RecordType::Event as u64 => {}
                 k if k == RecordType::Entry as u64 => {
-                    if level == 0 && !is_exception(w) {
+                    if level == 0 && !names_exception(w) {
                         return Vec::new();
                     }
                     level += 1;
@@ -1306,6 +1280,31 @@ impl Engine {
         self.last_time = self.last_time.max(state.last_time);
         self.tid = tid;
     }
+}
+
+/// A record's depth bits in its second word: an ENTRY looked back for is matched without
+/// them (a filter writes depths of its own).
+const DEPTH_BITS: u64 = 0x3ff << 6;
+
+/// The second word (kind, depth, address) of the record at byte `at` of `buf`; 0 past its
+/// end.
+fn second_word(buf: &[u8], at: usize) -> u64 {
+    let b = buf.get(at + 8..at + RECORD_SIZE).unwrap_or(&[0; 8]);
+    u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))
+}
+
+/// Whether second word `w` is an ENTRY of `func`, at whatever depth.
+fn is_entry_of(w: u64, func: u64) -> bool {
+    w & !DEPTH_BITS == encode_word(RecordType::Entry, 0, func)
+}
+
+/// Whether second word `w` names an exception entry's pseudo-function (`[irq]` …).
+fn names_exception(w: u64) -> bool {
+    Frame {
+        func: w >> 16,
+        ret_addr: 0,
+    }
+    .is_exception()
 }
 
 /// How far ahead of the write position the record buffer is prefetched. A recycled buffer
