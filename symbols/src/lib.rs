@@ -30,7 +30,7 @@ pub use detect::{detect_kind, Kind};
 pub use dwarf_args::AutoSpec;
 pub use fde::fde_index;
 pub use kernel_image::{boot_format, BootFormat, BOOT_HEAD_BYTES};
-pub use module_debug::{module_functions, ModuleFunction};
+pub use module_debug::{is_relocatable, module_functions, ModuleFunction};
 pub use source_arg::parse_source_arg;
 
 /// Guest architectures, shared with the CLI and the plugin.

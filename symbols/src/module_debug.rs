@@ -30,6 +30,23 @@ const SECTIONS: [&str; 7] = [
     ".debug_str_offsets",
 ];
 
+/// Whether `path` is a relocatable ELF file (a kernel module or a `.o`), by its header.
+pub fn is_relocatable(path: &Path) -> bool {
+    fn e_type<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<u16> {
+        let header = Elf::parse(data).ok()?;
+        Some(header.e_type(header.endian().ok()?))
+    }
+    let Ok(data) = crate::file_data::map(path) else {
+        return false;
+    };
+    let kind = match object::FileKind::parse(&data[..]) {
+        Ok(object::FileKind::Elf64) => e_type::<elf::FileHeader64<Endianness>>(&data),
+        Ok(object::FileKind::Elf32) => e_type::<elf::FileHeader32<Endianness>>(&data),
+        _ => None,
+    };
+    kind == Some(elf::ET_REL)
+}
+
 /// One function of a module's debug file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleFunction {

@@ -7,7 +7,6 @@
 //! size: another build's lines would be wrong lines shown as right.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -31,20 +30,6 @@ pub struct ModuleDebug {
 fn module_name(path: &Path) -> Option<String> {
     let stem = path.file_name()?.to_str()?.strip_suffix(".ko")?;
     (!stem.is_empty()).then(|| stem.replace('-', "_"))
-}
-
-/// Whether `path` is a relocatable ELF file (a kernel module), by its header.
-fn is_module(path: &Path) -> bool {
-    let mut head = [0u8; 18];
-    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
-    if read.is_err() || !head.starts_with(b"\x7fELF") {
-        return false;
-    }
-    let e_type = match head[5] {
-        2 => u16::from_be_bytes([head[16], head[17]]),
-        _ => u16::from_le_bytes([head[16], head[17]]),
-    };
-    e_type == 1
 }
 
 impl ModuleDebug {
@@ -71,7 +56,9 @@ impl ModuleDebug {
                          /usr/lib/debug/lib/modules/RELEASE), or a symbol file",
                     ));
                 }
-            } else if s.path.extension().is_some_and(|e| e == "ko") && is_module(&s.path) {
+            } else if s.path.extension().is_some_and(|e| e == "ko")
+                && qemu_uftrace_symbols::is_relocatable(&s.path)
+            {
                 let name = module_name(&s.path).unwrap_or_default();
                 debug.named.push(name.clone());
                 debug.files.insert(name, s.path);
