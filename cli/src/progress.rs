@@ -167,6 +167,25 @@ pub fn read(dir: &Path) -> Option<Status> {
     Some(status)
 }
 
+/// The last status of a recording whose QEMU is gone. The plugin writes `done` before QEMU
+/// exits, but a reading taken just before that, or while `record` moves the staging
+/// directory to its place (neither path holds the file for a moment), is not the last one:
+/// read again for a short while before calling the recording interrupted.
+fn settled(dir: &Path, mut status: Status) -> Status {
+    for _ in 0..SETTLE_READS {
+        if status.state == "done" {
+            break;
+        }
+        std::thread::sleep(SETTLE_EVERY);
+        status = read(dir).unwrap_or(status);
+    }
+    status
+}
+
+/// How long [`settled`] waits for the last status: 40 × 50 ms.
+const SETTLE_READS: u32 = 40;
+const SETTLE_EVERY: Duration = Duration::from_millis(50);
+
 /// `qemu-uftrace status [DIR] [--watch]`.
 pub fn run(dir: &Path, watch: bool) -> Result<i32> {
     let Some(mut status) = read(dir) else {
@@ -182,6 +201,12 @@ pub fn run(dir: &Path, watch: bool) -> Result<i32> {
     let tty = std::io::stdout().is_terminal();
     let mut out = std::io::stdout().lock();
     loop {
+        // Asked once per reading, before its line: QEMU may exit between the two, and a
+        // watcher must not stop on a line that still says `recording`.
+        let finished = status.finished();
+        if finished {
+            status = settled(dir, status);
+        }
         // On a terminal the line is rewritten in place; in a pipe, one line per reading.
         if watch && tty {
             write!(out, "\r\x1b[K{}", status.line())?;
@@ -189,7 +214,7 @@ pub fn run(dir: &Path, watch: bool) -> Result<i32> {
             writeln!(out, "{}", status.line())?;
         }
         out.flush()?;
-        if !watch || status.finished() {
+        if !watch || finished {
             break;
         }
         std::thread::sleep(EVERY);
@@ -289,5 +314,35 @@ mod tests {
             "{}",
             done.line()
         );
+    }
+
+    /// The race CI met: QEMU gone while its status still said `recording`, the `done`
+    /// written a moment later (here: the staging directory moved to its place meanwhile).
+    #[test]
+    fn a_watcher_whose_qemu_is_gone_waits_for_the_last_status() {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("t.data");
+        let staging = datadir::staging_path(&dir);
+        std::fs::create_dir_all(&staging).unwrap();
+        let gone = u32::MAX >> 1;
+        let text = move |state: &str| format!("state={state}\npid={gone}\nevents=10\nbytes=160\n");
+        std::fs::write(staging.join(STATUS_FILE), text("recording")).unwrap();
+        let first = read(&dir).expect("status");
+        assert!(first.finished());
+        let publish = {
+            let (staging, dir) = (staging.clone(), dir.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                std::fs::write(staging.join(STATUS_FILE), text("done")).unwrap();
+                std::fs::rename(&staging, &dir).unwrap();
+            })
+        };
+        let last = settled(&dir, first);
+        publish.join().unwrap();
+        assert_eq!(last.state, "done", "{last:?}");
+        // A recording that never wrote `done` stays interrupted.
+        std::fs::write(dir.join(STATUS_FILE), text("recording")).unwrap();
+        let last = settled(&dir, read(&dir).expect("status"));
+        assert!(last.line().starts_with("interrupted"), "{}", last.line());
     }
 }
