@@ -1189,7 +1189,8 @@ fn plt_filter(argv: &[String], symbols: &[&Path]) {
 /// the worker's pid to its argument and hands the sum on, each `plug_step` (dlopen'd, its
 /// FUNC a regular expression) adds its parent's (/init's, 1), `worker_report` gets the
 /// tag and the sum the worker prints, and libc's `getpid`, called through the worker's
-/// PLT, returns the worker's pid.
+/// PLT, returns the worker's pid. `plug_tail` adds 2 by a tail call: its value is read at
+/// the return of the function it jumps to.
 #[test]
 fn a_guest_file_s_functions_arguments_and_return_values_in_every_process_that_maps_it() {
     file_values(&arm64_boot(), &[]);
@@ -1219,6 +1220,10 @@ fn file_values(argv: &[String], symbols: &[&Path]) {
         "/lib/libplug.so:^plug_st.p$@arg1/d",
         "-R",
         "/lib/libplug.so:plug_step@retval/d",
+        "-A",
+        "/lib/libplug.so:plug_tail@arg1/d",
+        "-R",
+        "/lib/libplug.so:plug_tail@retval/d",
         "-R",
         "/lib/libc.so.6:getpid@retval/d",
     ];
@@ -1261,7 +1266,10 @@ fn file_values(argv: &[String], symbols: &[&Path]) {
         (tag, sum)
     };
     for &(pid, _) in &workers {
-        let calls = calls_of(pid, &["worker_step", "plug_step", "worker_report"]);
+        let calls = calls_of(
+            pid,
+            &["worker_step", "plug_step", "plug_tail", "worker_report"],
+        );
         let named = |n: &str| calls.iter().filter(|c| c.0 == n).collect::<Vec<_>>();
         let steps = named("worker_step");
         assert_eq!(
@@ -1290,6 +1298,13 @@ fn file_values(argv: &[String], symbols: &[&Path]) {
             acc += 1;
             assert_eq!(*ret, Some(acc), "worker {pid}: {calls:#?}");
         }
+        // plug_tail leaves by a jump to plug_add (a tail call): its value is the one
+        // plug_add returns, read at plug_add's return.
+        let tails = named("plug_tail");
+        assert_eq!(tails.len(), 1, "{calls:#?}");
+        assert_eq!(tails[0].1.parse::<i64>().ok(), Some(acc), "worker {pid}");
+        acc += 2;
+        assert_eq!(tails[0].2, Some(acc), "worker {pid}: {calls:#?}");
         // libc's getpid, called through /worker's PLT (the call is made one of getpid's):
         // the worker's pid each time. The first call binds the PLT entry through the loader
         // (lazy binding): the PLT entry's frame (named after getpid) holds the loader's

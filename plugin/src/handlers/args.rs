@@ -62,7 +62,7 @@ pub fn watch(vcpu_index: c_uint) -> Option<Watch> {
 pub fn has_values(func: u64) -> bool {
     let file = || {
         args::has_files()
-            && args::file_entry_at(crate::state::spaces::translating(), func)
+            && args::file_entry_now(crate::state::spaces::translating(), func)
                 .and_then(args::func)
                 .is_some_and(|f| !f.args.is_empty())
     };
@@ -116,7 +116,7 @@ pub unsafe fn instrument_return(insn: *mut qemu_plugin_insn, pc: u64) {
     unsafe { instrument(insn, pc, true) }
     if let Some(word) = TAIL.get() {
         // Whether [`on_return`] reads the top frame's value here, decided as it is.
-        let top_read = args::returning_at(pc).is_some();
+        let top_read = args::returning_entry(pc).is_some();
         // SAFETY: our callback, for an instruction of the block being translated.
         unsafe {
             qemu_plugin_register_vcpu_insn_exec_cond_cb(
@@ -384,7 +384,7 @@ fn closed_by_return(stack: &ShadowStack) -> &[Frame] {
 
 /// Whether `func` has a return value to read.
 fn has_retval(func: u64) -> bool {
-    args::spec_at(func).is_some_and(|f| f.ret.is_some())
+    args::retval_of(func).is_some()
 }
 
 /// # Safety
@@ -413,7 +413,7 @@ unsafe extern "C" fn on_tail_return(vcpu_index: c_uint, data: *mut c_void) {
             let base = frames.len() - closed.len();
             let wanted: Vec<(u64, Kind)> = (left.iter().enumerate().rev())
                 .filter(|&(i, _)| v.engine.written_at(base + i))
-                .filter_map(|(_, f)| Some((f.func, args::spec_at(f.func)?.ret?)))
+                .filter_map(|(_, f)| Some((f.func, args::retval_of(f.func)?)))
                 .collect();
             // Another such call open deeper (a recursion's, one a signal interrupted): keep
             // listening; else every return runs at full speed again.

@@ -201,9 +201,10 @@ fn parse(text: &str) -> Result<Table, String> {
 /// Whether any function has a return value to read (`-R`): return instructions then
 /// listen for the tail calls such a function leaves by (`handlers::args`).
 pub fn has_retval() -> bool {
-    TABLE
-        .get()
-        .is_some_and(|t| !(t.ret_at.is_empty() && t.ret_pie.is_empty() && t.ret_lib.is_empty()))
+    TABLE.get().is_some_and(|t| {
+        !(t.ret_at.is_empty() && t.ret_pie.is_empty() && t.ret_lib.is_empty())
+            || t.file.iter().any(|f| f.end != 0)
+    })
 }
 
 /// Whether some guest file's functions have values to read.
@@ -264,6 +265,13 @@ pub fn file_entry_at(space: SpaceId, pc: u64) -> Option<usize> {
     Some(f.func)
 }
 
+/// [`file_entry_at`] at run time: the page the translator looked up last may have been
+/// mapped again since.
+pub fn file_entry_now(space: SpaceId, pc: u64) -> Option<usize> {
+    new_block();
+    file_entry_at(space, pc)
+}
+
 /// At translation, system mode: the guest file's function with a return value whose code
 /// holds `pc` (a return instruction) in space `space`: its entry there, and its index.
 pub fn file_returning_at(space: SpaceId, pc: u64) -> Option<(u64, usize)> {
@@ -273,13 +281,39 @@ pub fn file_returning_at(space: SpaceId, pc: u64) -> Option<(u64, usize)> {
     Some((pc - (off - f.offset), f.func))
 }
 
+/// The run-time entry of the function with a return value whose code holds `pc`: one the
+/// CLI placed ([`returning_at`]) or, system mode, a guest file's where the running space
+/// maps it ([`file_returning_at`]). Whichever reads the value at `pc`, a return instruction.
+pub fn returning_entry(pc: u64) -> Option<u64> {
+    returning_at(pc).map(|(e, _)| e).or_else(|| {
+        let space = super::spaces::translating();
+        if !has_files() || space == 0 || pc >> 63 != 0 {
+            return None;
+        }
+        file_returning_at(space, pc).map(|(e, _)| e)
+    })
+}
+
+/// The kind of return value of the function entered at `pc` in the running space (a frame's
+/// function, at a return that closes it after its tail call): a placed one's or a guest
+/// file's.
+pub fn retval_of(pc: u64) -> Option<Kind> {
+    spec_at(pc).and_then(|f| f.ret).or_else(|| {
+        let space = super::spaces::translating();
+        if !has_files() || space == 0 || pc >> 63 != 0 {
+            return None;
+        }
+        func(file_entry_now(space, pc)?)?.ret
+    })
+}
+
 /// Whether a jump at `pc` to `target` (`None`: through a register) leaves a function with a
 /// return value for another: a tail call, whose callee's return gives the value.
 pub fn leaves_returning(pc: u64, target: Option<u64>) -> bool {
-    let Some((entry, _)) = returning_at(pc) else {
+    let Some(entry) = returning_entry(pc) else {
         return false;
     };
-    target.is_none_or(|t| returning_at(t).map(|(e, _)| e) != Some(entry))
+    target.is_none_or(|t| returning_entry(t) != Some(entry))
 }
 
 /// Whether any function has values to read.

@@ -2,7 +2,8 @@
  * The second program of the process tests: /init runs it twice. Each run calls
  * worker_step WORKER_STEPS times, each making one getpid(2), runs a thread that calls
  * thread_step THREAD_STEPS times, loads /lib/libplug.so with dlopen and calls its plug_step
- * PLUG_STEPS times, and formats its result with snprintf from libc. The second run executes
+ * PLUG_STEPS times and its plug_tail (which leaves by a tail call) once, and formats its
+ * result with snprintf from libc. The second run executes
  * the program's, the loader's and libc's code QEMU translated for the first (translations
  * are shared by physical page), at its own addresses: the recording must be its own.
  */
@@ -60,6 +61,9 @@ int main(int argc, char **argv)
     long (*plug_step)(long) = plug ? (long (*)(long))dlsym(plug, "plug_step") : NULL;
     for (int i = 0; plug_step && i < PLUG_STEPS; i++)
         acc = plug_step(acc);
+    long (*plug_tail)(long) = plug ? (long (*)(long))dlsym(plug, "plug_tail") : NULL;
+    if (plug_tail)
+        acc = plug_tail(acc);
     if (!plug_step)
         acc = -1;
     worker_report(argc > 1 ? argv[1] : "-", acc + (long)ret);
