@@ -1234,30 +1234,34 @@ impl Engine {
         }
         let n = self.buf.len() / RECORD_SIZE;
         let word = |k: usize| second_word(&self.buf, k * RECORD_SIZE);
+        // Whether only exception entries follow record `start`, the innermost still open.
+        let fresh = |start: usize| {
+            let mut level = 0usize;
+            for k in start + 1..n {
+                let w = word(k);
+                match w & 3 {
+                    k if k == RecordType::Event as u64 => {}
+                    k if k == RecordType::Entry as u64 => {
+                        if level == 0 && !names_exception(w) {
+                            return false;
+                        }
+                        level += 1;
+                    }
+                    k if k == RecordType::Exit as u64 && level > 0 => level -= 1,
+                    _ => return false,
+                }
+            }
+            level > 0
+        };
+        // The frame's own ENTRY: not the last one of its function where the interrupt's
+        // handler called it too (a kernel function with values, re-entered from an irq).
         let Some(start) = (n.saturating_sub(MAX_HELD)..n)
             .rev()
-            .find(|&k| is_entry_of(word(k), func))
+            .filter(|&k| is_entry_of(word(k), func))
+            .find(|&k| fresh(k))
         else {
             return Vec::new();
         };
-        let mut level = 0usize;
-        for k in start + 1..n {
-            let w = word(k);
-            match w & 3 {
-                k if k == RecordType::Event as u64 => {}
-                k if k == RecordType::Entry as u64 => {
-                    if level == 0 && !names_exception(w) {
-                        return Vec::new();
-                    }
-                    level += 1;
-                }
-                k if k == RecordType::Exit as u64 && level > 0 => level -= 1,
-                _ => return Vec::new(),
-            }
-        }
-        if level == 0 {
-            return Vec::new();
-        }
         self.buf.split_off(start * RECORD_SIZE)
     }
 

@@ -37,12 +37,14 @@ fn a_call_on_a_suspended_engine_is_safe() {
 /// (the first call's page fault, scheduled away): the switch keeps the ENTRY and the
 /// interrupt's records back (`hold_fresh_entries`), so that the arguments read at the first
 /// instruction, once the task runs again, still go right after the ENTRY. Without it the
-/// ENTRY has gone to the writer and they have no place.
+/// ENTRY has gone to the writer and they have no place. `recall`: the interrupt's handler
+/// calls the same function first (a kernel function with values, called from an irq too):
+/// the ENTRY kept back is still the frame's own, not that later one.
 #[test]
 fn a_fresh_entry_waits_across_a_switch_for_its_arguments() {
     use qemu_uftrace_engine::arch::ExceptionKind;
     use qemu_uftrace_engine::hot::Suspended;
-    for hold in [true, false] {
+    for (hold, recall) in [(true, false), (false, false), (true, true)] {
         // Each spilled buffer with its task.
         type Spilled = Arc<Mutex<Vec<(u32, Vec<u8>)>>>;
         let out: Spilled = Arc::default();
@@ -57,6 +59,10 @@ fn a_fresh_entry_waits_across_a_switch_for_its_arguments() {
         e.call(10, 0x1000, 0x2000); // main
         e.call(11, 0x1100, 0x1010); // F, whose first instruction has not run
         e.exception_entry(12, ExceptionKind::Irq, 0x1100);
+        if recall {
+            e.call(12, 0x1100, 0xffff_8000_0000_0e00); // F again, from the handler
+            assert!(e.try_ret(12, 0xffff_8000_0000_0e00));
+        }
         e.call(13, 0xffff_8000_0000_1000, 0xffff_8000_0000_0f00); // schedule
         let f = e.suspend();
         e.resume(2, Suspended::default());
@@ -82,13 +88,16 @@ fn a_fresh_entry_waits_across_a_switch_for_its_arguments() {
         if hold {
             want.extend([(RecordType::Event, 0x77), (RecordType::Event, 0x78)]);
         }
+        want.push((RecordType::Entry, irq));
+        if recall {
+            want.extend([(RecordType::Entry, 0x1100), (RecordType::Exit, 0x1100)]);
+        }
         want.extend([
-            (RecordType::Entry, irq),
             (RecordType::Entry, sched),
             (RecordType::Exit, sched),
             (RecordType::Exit, irq),
         ]);
-        assert_eq!(rows, want, "hold {hold}");
+        assert_eq!(rows, want, "hold {hold}, recall {recall}");
         // The other task's records are its own, whole.
         let theirs = (out.lock().unwrap().iter())
             .filter(|(t, _)| *t == 2)
