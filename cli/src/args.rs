@@ -191,7 +191,8 @@ pub struct RecordArgs {
     /// (after the
     /// -initrd archive) to name their functions; needs the kernel's BTF (in its -kernel
     /// image) or its DWARF vmlinux among
-    /// --symbols
+    /// --symbols. Its usr/lib/debug/lib/modules (a -dbg package's, any release) gives the
+    /// guest's kernel modules their source lines, as --symbols' do
     #[arg(long, value_name = "DIR")]
     pub sysroot: Option<PathBuf>,
 

@@ -116,7 +116,7 @@ pub fn prepare(
     let linux = inv.mode() == Mode::System && kernel.as_deref().is_some_and(kaslr::is_linux_kernel);
     // Kernel modules given to --symbols name no image: their debug files, by module name.
     let (extra_sources, module_debug) =
-        crate::guest_procs::module_debug::ModuleDebug::take(extra_sources)?;
+        crate::guest_procs::module_debug::ModuleDebug::take(extra_sources, inv.sysroot.as_deref())?;
     // User mode: where the program and its libraries landed is known once it ran.
     let sources = symbols::sources(
         extra_sources,
