@@ -408,7 +408,9 @@ pub struct SymbolsArgs {
 
     /// Symbol sources: ELF, System.map, kallsyms dump or kernel image, each optionally
     /// followed by :OFFSET, the address it was loaded at relative to its link address (a
-    /// kernel given without one is moved by the random base the recording found, KASLR)
+    /// kernel given without one is moved by the random base the recording found, KASLR).
+    /// A kernel module's debug file (NAME.ko with DWARF, or a directory of them) adds source
+    /// lines to the functions of the module NAME the recording named
     #[arg(value_name = "SOURCE[:OFFSET]", required = true)]
     pub sources: Vec<OsString>,
 }

@@ -326,7 +326,8 @@ fn failure_line(e: &SymbolError) -> String {
         SymbolError::WrongArch { .. } => "give the image built for the guest's architecture",
         SymbolError::Relocatable { .. } => {
             "a kernel module's functions are named from guest memory; its debug file, named \
-             NAME.ko, gives their source lines to record --symbols"
+             NAME.ko, gives them source lines (record --symbols, or symbols -d DIR after the \
+             run)"
         }
     };
     format!("{e}; {fix}")

@@ -11,11 +11,60 @@ use crate::errors::{fail, note, warn};
 use crate::symbol_source::{self, Loaded};
 use crate::symfiles;
 
+use crate::guest_procs::module_debug::ModuleDebug;
+
 /// The guest architecture of an existing trace (its `info`), so that an image built for
 /// another one is refused as such.
 fn guest_arch(dir: &Path) -> Option<qemu_uftrace_symbols::Arch> {
     let desc = qemu_uftrace_format::info::read_cpu_desc(&std::fs::read(dir.join("info")).ok()?)?;
     qemu_uftrace_symbols::Arch::from_uftrace_cpu_desc(&desc)
+}
+
+/// Adds the source lines of `debug`'s modules to the trace in `dir`, whose recording named
+/// the modules the guest loaded; says which modules got them and why others did not.
+fn add_module_lines(dir: &Path, debug: &ModuleDebug, syms_only: bool) -> Result<()> {
+    let way_out = "give the module's debug file to record --symbols when recording a Linux \
+                   guest that loads it";
+    if syms_only {
+        return Err(fail(
+            "a kernel module's debug file adds source lines to the modules a recording \
+             named, and --syms-only writes symbol files alone",
+            way_out,
+        ));
+    }
+    let Some(named) = crate::guest_procs::modules::add_lines(dir, debug)? else {
+        return Err(fail(
+            format!(
+                "{}'s recording saw no kernel module loaded: a module's debug file has no \
+                 function to give source lines to",
+                dir.display()
+            ),
+            way_out,
+        ));
+    };
+    let loaded: Vec<&str> = named.loaded.iter().map(String::as_str).collect();
+    for path in debug.never_loaded(&loaded) {
+        warn(format!(
+            "{}: the recording saw no module of that name (the file's, `-` read as `_`) \
+             loaded: its lines are not used",
+            path.display()
+        ));
+    }
+    for why in &named.problems {
+        warn(why.clone());
+    }
+    if named.with_lines.is_empty() {
+        return Err(fail(
+            "no kernel module's source lines were added (said above why)",
+            "give the debug files of the modules this recording named, from the very build \
+             the guest loaded",
+        ));
+    }
+    note(format!(
+        "kernel modules: source lines of {}",
+        named.with_lines.join(", ")
+    ));
+    Ok(())
 }
 
 pub fn run(args: SymbolsArgs) -> Result<i32> {
@@ -34,6 +83,14 @@ pub fn run(args: SymbolsArgs) -> Result<i32> {
         .iter()
         .map(|s| symbol_source::parse_source_arg(s, "SOURCE"))
         .collect::<Result<Vec<_>>>()?;
+    // Kernel modules' debug files add source lines to the modules record named.
+    let (sources, module_debug) = ModuleDebug::take(sources, None)?;
+    if !module_debug.is_empty() {
+        add_module_lines(dir, &module_debug, args.syms_only)?;
+        if sources.is_empty() {
+            return Ok(0);
+        }
+    }
     let mut images = Vec::new();
     // Those given with an OFFSET are where the user put them: never moved by KASLR's too.
     let mut placed_by_user = Vec::new();

@@ -566,11 +566,25 @@ fn symbols_refuses_stripped_truncated_and_foreign_images() {
     assert!(rec.status.success(), "{}", stderr(&rec));
     let line = single_error(&run("rec", std::path::Path::new("/bin/true")));
     assert!(line.contains("is built for x86_64, not aarch64"), "{line}");
-    // A kernel module (relocatable: every section at 0) places no function.
+    // A kernel module's debug file gives lines to the modules a recording named, and this
+    // one named none; --syms-only names none either.
     let module = qemu_uftrace_tests::cached("kernel-dbg/dummy.ko");
     let line = single_error(&run("rec", &module));
     assert!(
-        line.contains("dummy.ko is a relocatable object") && line.contains("record --symbols"),
+        line.contains("recording saw no kernel module loaded") && line.contains("record --symbols"),
+        "{line}"
+    );
+    let line = single_error(&run("t.data", &module));
+    assert!(
+        line.contains("--syms-only writes symbol files alone"),
+        "{line}"
+    );
+    // Any other relocatable file (every section at 0) places no function.
+    let object = home.path().join("dummy.o");
+    std::fs::copy(&module, &object).unwrap();
+    let line = single_error(&run("rec", &object));
+    assert!(
+        line.contains("dummy.o is a relocatable object") && line.contains("record --symbols"),
         "{line}"
     );
 }

@@ -223,9 +223,7 @@ fn named_and_counted(arch: ModArch) {
         // From the first module load on: the boot before it is no module's (331 MB of
         // trace on amd64; its export took Perfetto's decoder five minutes).
         .args(["--start-at", "__do_sys_finit_module"])
-        // The modules' debug files: their functions' source lines.
-        .arg("--symbols")
-        .arg(module_debug(arch, "dummy"))
+        // ifb's debug file: its functions' source lines (dummy's come after the run).
         .arg("--symbols")
         .arg(module_debug(arch, "ifb"))
         .arg("--")
@@ -250,8 +248,22 @@ fn named_and_counted(arch: ModArch) {
     );
     assert!(
         stderr.contains("kernel modules: 2 loads (2 unloads)")
-            && stderr.contains("; source lines of dummy, ifb"),
+            && stderr.contains("; source lines of ifb\n"),
         "record did not say what it named:\n{stderr}"
+    );
+    // dummy's debug file given after the run, to `symbols`.
+    let added = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+        .arg("symbols")
+        .arg("-d")
+        .arg(&dir)
+        .arg(module_debug(arch, "dummy"))
+        .output()
+        .expect("run qemu-uftrace symbols");
+    let said = String::from_utf8_lossy(&added.stderr);
+    assert!(
+        added.status.success() && said.contains("kernel modules: source lines of dummy\n"),
+        "symbols did not add dummy's lines ({}):\n{said}",
+        added.status
     );
 
     // execlog's counts, each module's from its own life.
@@ -512,6 +524,22 @@ fn loaded_while_off(arch: ModArch, vmlinux: Option<&Path>, syscall: &str, sysroo
             refused[0].contains(&format!("{}", debug.join("dummy.ko").display())),
             "{stderr}"
         );
+        // Given again after the run, to `symbols`: refused the same way, and the command
+        // fails, having added nothing.
+        let again = Command::new(env!("CARGO_BIN_EXE_qemu-uftrace"))
+            .args(["symbols", "-d"])
+            .arg(&dir)
+            .arg(debug.join("dummy.ko"))
+            .output()
+            .expect("run qemu-uftrace symbols");
+        let said = String::from_utf8_lossy(&again.stderr);
+        assert_eq!(again.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("is not the debug file of the module dummy")
+                && said.contains("no kernel module's source lines were added"),
+            "{said}"
+        );
+        assert!(!dir.join("dummy.ko.dbg").exists());
     }
     let placed = placed_sections(&console);
     let calls = report_calls(&dir, &[]).expect("uftrace report");

@@ -88,6 +88,11 @@ impl ModuleDebug {
         Ok((rest, debug))
     }
 
+    /// Whether no module's debug file was given.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
     /// How many files were found.
     fn count(&self) -> usize {
         self.files.values().map(Vec::len).sum()

@@ -232,103 +232,156 @@ pub struct Named {
 /// module's comment), with source lines from the debug files in `debug`. `None`: the
 /// plugin saw no module load.
 pub fn write(dir: &Path, debug: &ModuleDebug) -> Result<Option<Named>> {
-    let Ok(text) = std::fs::read_to_string(dir.join("plugin.procs")) else {
+    let Some(modules) = loads(dir) else {
         return Ok(None);
-    };
-    let modules = parse(&text);
-    if modules.loads.is_empty() {
-        return Ok(None);
-    }
-    let mut named = Named {
-        loads: modules.loads.len(),
-        unloads: modules.unloads.len(),
-        loaded: modules.loads.iter().map(|l| l.name.clone()).collect(),
-        ..Default::default()
     };
     let all_ranges: Vec<(u64, u64)> = modules.loads.iter().flat_map(Load::ranges).collect();
     // Module code must not be covered by a map line (those win over DLOP): the regions
     // `unnamed` made of its addresses before go.
     drop_unnamed_over(dir, &all_ranges)?;
-    // Addresses entered in modules that have no symbol there: named by offset.
-    let bare: Vec<&Load> = modules
-        .loads
-        .iter()
-        .filter(|l| l.symbols.is_empty())
-        .collect();
-    let entered = if bare.is_empty() {
-        BTreeSet::new()
-    } else {
-        let ranges: Vec<(u64, u64)> = bare.iter().flat_map(|l| l.ranges()).collect();
-        crate::unnamed::entries_within(dir, &ranges)?
-    };
-    // One `.sym` a load, shared by loads with the same name and content.
-    let mut written: BTreeMap<String, Vec<SymLine>> = BTreeMap::new();
-    // Each `.sym`'s module, by its first load.
-    let mut loads_of: BTreeMap<String, &Load> = BTreeMap::new();
-    let mut dlops = Vec::new();
-    for load in &modules.loads {
-        let base = load.base();
-        let mut syms: Vec<SymLine> = load
-            .symbols
-            .iter()
-            .map(|(a, size, name)| SymLine {
-                offset: qemu_uftrace_format::addr48(*a).wrapping_sub(base),
-                size: *size,
-                name: name.clone(),
-                global: false,
-            })
-            .collect();
-        if syms.is_empty() {
-            for &(start, end) in &load.ranges() {
-                syms.extend(entered.range(start..end).map(|&a| SymLine {
-                    offset: a - base,
-                    size: 1,
-                    name: format!("[{}]+{:#x}", load.name, a - base),
-                    global: false,
-                }));
-            }
-            if !syms.is_empty() {
-                named.by_offset.push(load.name.clone());
-            }
-        }
-        let syms = symfile::normalize(prefer_own_names(syms));
-        named.functions += syms.len();
-        let stem = file_stem(&load.name, &syms, &mut written);
-        loads_of.entry(stem.clone()).or_insert(load);
-        dlops.push((load.time, base, stem));
-    }
+    let plan = Plan::of(dir, &modules)?;
     let limit = |syms: &[SymLine]| syms.last().map_or(1, |s| s.offset + s.size.max(1));
-    let mut unused = BTreeSet::new();
-    for (stem, syms) in &written {
+    for (stem, syms) in &plan.written {
         symfiles::write_with(&dir.join(format!("{stem}.sym")), |w| {
             symfile::write_sym(w, syms, limit(syms))
         })?;
-        let Some(load) = loads_of.get(stem) else {
-            continue;
+    }
+    let mut named = plan.named(&modules);
+    plan.write_lines(dir, debug, &mut named)?;
+    write_task_lines(dir, &plan.dlops)?;
+    Ok(Some(named))
+}
+
+/// `qemu-uftrace symbols` given modules' debug files: their source lines added to a trace
+/// [`write`] named the modules of (the same `.sym` files, from the same `plugin.procs`).
+/// `None`: the recording saw no module load.
+pub fn add_lines(dir: &Path, debug: &ModuleDebug) -> Result<Option<Named>> {
+    let Some(modules) = loads(dir) else {
+        return Ok(None);
+    };
+    let plan = Plan::of(dir, &modules)?;
+    let mut named = plan.named(&modules);
+    plan.write_lines(dir, debug, &mut named)?;
+    Ok(Some(named))
+}
+
+/// The module loads and unloads the plugin saw, where it saw a load.
+fn loads(dir: &Path) -> Option<Modules> {
+    let text = std::fs::read_to_string(dir.join("plugin.procs")).ok()?;
+    let modules = parse(&text);
+    (!modules.loads.is_empty()).then_some(modules)
+}
+
+/// What the loads of a trace are named by: a `.sym` file's symbols by its stem, each stem's
+/// first load, and each load's `DLOP` (time, base, stem).
+struct Plan<'a> {
+    written: BTreeMap<String, Vec<SymLine>>,
+    loads_of: BTreeMap<String, &'a Load>,
+    dlops: Vec<(u64, u64, String)>,
+    /// Modules named `[name]+offset` (no symbol read), and how many functions were named.
+    by_offset: Vec<String>,
+    functions: usize,
+}
+
+impl<'a> Plan<'a> {
+    fn of(dir: &Path, modules: &'a Modules) -> Result<Plan<'a>> {
+        // Addresses entered in modules that have no symbol there: named by offset.
+        let bare: Vec<&Load> = modules
+            .loads
+            .iter()
+            .filter(|l| l.symbols.is_empty())
+            .collect();
+        let entered = if bare.is_empty() {
+            BTreeSet::new()
+        } else {
+            let ranges: Vec<(u64, u64)> = bare.iter().flat_map(|l| l.ranges()).collect();
+            crate::unnamed::entries_within(dir, &ranges)?
         };
-        match debug.functions(&load.name, &load.symbols) {
-            None => {}
-            // Once a module (its later loads' files share the file given).
-            Some(Err(why)) => named
-                .problems
-                .extend(unused.insert(load.name.clone()).then_some(why)),
-            Some(Ok(funcs)) => {
-                let lines = source_lines(syms, &funcs);
-                symfiles::write_with(&dir.join(format!("{stem}.dbg")), |w| {
-                    symfile::write_dbg(w, syms, &lines, &[])
-                })?;
-                if !lines.is_empty() {
-                    named.with_lines.push(load.name.clone());
+        let mut plan = Plan {
+            written: BTreeMap::new(),
+            loads_of: BTreeMap::new(),
+            dlops: Vec::new(),
+            by_offset: Vec::new(),
+            functions: 0,
+        };
+        for load in &modules.loads {
+            let base = load.base();
+            let mut syms: Vec<SymLine> = load
+                .symbols
+                .iter()
+                .map(|(a, size, name)| SymLine {
+                    offset: qemu_uftrace_format::addr48(*a).wrapping_sub(base),
+                    size: *size,
+                    name: name.clone(),
+                    global: false,
+                })
+                .collect();
+            if syms.is_empty() {
+                for &(start, end) in &load.ranges() {
+                    syms.extend(entered.range(start..end).map(|&a| SymLine {
+                        offset: a - base,
+                        size: 1,
+                        name: format!("[{}]+{:#x}", load.name, a - base),
+                        global: false,
+                    }));
+                }
+                if !syms.is_empty() {
+                    plan.by_offset.push(load.name.clone());
+                }
+            }
+            let syms = symfile::normalize(prefer_own_names(syms));
+            plan.functions += syms.len();
+            // One `.sym` a load, shared by loads with the same name and content.
+            let stem = file_stem(&load.name, &syms, &mut plan.written);
+            plan.loads_of.entry(stem.clone()).or_insert(load);
+            plan.dlops.push((load.time, base, stem));
+        }
+        plan.by_offset.sort();
+        plan.by_offset.dedup();
+        Ok(plan)
+    }
+
+    /// What it names, before any source line.
+    fn named(&self, modules: &Modules) -> Named {
+        Named {
+            loads: modules.loads.len(),
+            unloads: modules.unloads.len(),
+            loaded: modules.loads.iter().map(|l| l.name.clone()).collect(),
+            functions: self.functions,
+            by_offset: self.by_offset.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Writes the `.dbg` of each `.sym` whose module has a debug file in `debug` that fits
+    /// it; says which in `named` (`with_lines`, `problems`).
+    fn write_lines(&self, dir: &Path, debug: &ModuleDebug, named: &mut Named) -> Result<()> {
+        let mut unused = BTreeSet::new();
+        for (stem, syms) in &self.written {
+            let Some(load) = self.loads_of.get(stem) else {
+                continue;
+            };
+            match debug.functions(&load.name, &load.symbols) {
+                None => {}
+                // Once a module (its later loads' files share the file given).
+                Some(Err(why)) => named
+                    .problems
+                    .extend(unused.insert(load.name.clone()).then_some(why)),
+                Some(Ok(funcs)) => {
+                    let lines = source_lines(syms, &funcs);
+                    symfiles::write_with(&dir.join(format!("{stem}.dbg")), |w| {
+                        symfile::write_dbg(w, syms, &lines, &[])
+                    })?;
+                    if !lines.is_empty() {
+                        named.with_lines.push(load.name.clone());
+                    }
                 }
             }
         }
+        named.with_lines.sort();
+        named.with_lines.dedup();
+        Ok(())
     }
-    named.with_lines.sort();
-    named.with_lines.dedup();
-    write_task_lines(dir, &dlops)?;
-    named.by_offset.sort();
-    named.by_offset.dedup();
-    Ok(Some(named))
 }
 
 /// The source line of each of `syms` that the module's debug file (`funcs`) has.
