@@ -214,19 +214,25 @@ impl Engine {
     /// The running task execs (Linux's `begin_new_exec`, inside its `execve`): the frames
     /// below its outermost exception entry, the old program's that made the system call,
     /// are never returned to. The return from that entry, to the new program, closes them
-    /// with it, at once rather than when some later return matches nothing. A task with no
-    /// exception entry open (a kernel thread's first exec) is handed over at its return
-    /// instead (`exception_return_down`).
+    /// with it, at once rather than when some later return matches nothing.
     ///
     /// Where exception entries are not seen (a QEMU without the discontinuity callback) no
     /// entry marks where the old program's frames end: every frame open is the old
     /// program's or its system call's, so the outermost is marked, and the task's next
     /// return to a less privileged level closes them all (`exception_return_unseen_down`).
+    ///
+    /// A kernel thread's first exec (`kernel_init` running `/init`) has no program below:
+    /// its frames are all the kernel's (upper half), none open on an exception entry, and
+    /// each returns where it was called from (`kernel_init` to `ret_from_fork`), which then
+    /// returns to user mode, handing the task over (`exception_return_down`). Marking its
+    /// outermost frame made that frame's own return match nothing: a LOST record and a
+    /// cookie on every Linux boot.
     pub fn exec(&mut self) {
         let frames = self.stack().frames();
         match frames.iter().position(Frame::is_exception) {
             Some(0) => {}
             Some(o) => self.stack_mut().mark_execed(o),
+            None if frames.first().is_some_and(|f| f.func >> 63 != 0) => {}
             None => self.stack_mut().mark_execed(0),
         }
     }

@@ -1738,6 +1738,49 @@ fn an_exec_with_no_exception_entry_open_is_handed_over_at_its_return() {
     assert!(r.engine.stack().is_empty());
 }
 
+/// A kernel thread's first exec (`kernel_init` running `/init`, every Linux boot): its
+/// frames are all the kernel's and each returns where it was called from, `kernel_init`
+/// to `ret_from_fork`, which then returns to user mode. Before, the exec marked
+/// `kernel_init`'s frame as the old program's, and its own return matched nothing: a LOST
+/// record and a cookie. With exception entries seen and without.
+#[test]
+fn a_kernel_thread_s_exec_leaves_its_own_frames_their_returns() {
+    use qemu_uftrace_engine::exceptions::EretOutcome;
+    const KERNEL_INIT: u64 = 0xffff_8000_08ba_ff70;
+    const RET_FROM_FORK: u64 = 0xffff_8000_0801_66cc;
+    const EXECVE: u64 = 0xffff_8000_083a_c674;
+    for seen in [true, false] {
+        let mut g = FakeGuest::default();
+        let mut r = Rig::new(1024);
+        r.call(KERNEL_INIT, RET_FROM_FORK);
+        r.call(EXECVE, KERNEL_INIT + 0x84);
+        r.engine.exec();
+        r.ret(KERNEL_INIT + 0x84, &mut g);
+        r.ret(RET_FROM_FORK, &mut g);
+        let outcome = if seen {
+            r.engine
+                .exception_return_down(r.t + 1, 0x50_0000, 0xffff_8000_0801_20b0)
+        } else {
+            r.engine
+                .exception_return_unseen_down(r.t + 1, 0x50_0000, 0xffff_8000_0801_20b0)
+        };
+        assert_eq!(outcome, EretOutcome::Nothing, "seen {seen}");
+        assert_eq!(
+            r.shape(),
+            // Records keep 48 bits of an address.
+            s(&[
+                "+800008baff70@0",
+                "+8000083ac674@1",
+                "-8000083ac674@1",
+                "-800008baff70@0",
+            ]),
+            "seen {seen}"
+        );
+        assert_eq!(r.engine.stats.unmatched_returns, 0, "seen {seen}");
+        assert_eq!(r.engine.stats.resync_cookies, 0, "seen {seen}");
+    }
+}
+
 /// Where exception entries are not seen (QEMU 10.0: no discontinuity callback), a system
 /// call's kernel functions run on top of the program's frames. After an exec the return to
 /// user space closes them all, the old program's with the kernel's still open; any other
