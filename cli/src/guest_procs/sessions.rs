@@ -42,6 +42,87 @@ pub struct Named {
     pub files: usize,
     /// What was not named, and why (one line each).
     pub problems: Vec<String>,
+    /// Files placed whose functions are named by their address in the file (no symbol
+    /// table, or only the exported symbols): said together ([`Named::by_address_lines`]).
+    pub by_address: Vec<ByAddress>,
+}
+
+/// A file named by address: its guest path, whether it had its exported symbols, and one of
+/// the names it got (`bash+0x2f000`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ByAddress {
+    pub exports_only: bool,
+    pub path: String,
+    pub example: Option<String>,
+}
+
+impl Named {
+    /// One line for the files with no symbol table and one for those with only their
+    /// exported symbols, each naming every such file: a Debian root has dozens, and a
+    /// line each buried the rest of the summary.
+    pub fn by_address_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for exports_only in [false, true] {
+            let mut files: Vec<&ByAddress> = (self.by_address.iter())
+                .filter(|f| f.exports_only == exports_only)
+                .collect();
+            files.sort();
+            files.dedup_by(|a, b| a.path == b.path);
+            let Some(first) = files.first() else {
+                continue;
+            };
+            let (n, one) = (files.len(), files.len() == 1);
+            let what = match (exports_only, one) {
+                (false, true) => "has no symbol table",
+                (false, false) => "have no symbol table",
+                (true, true) => "has only its exported symbols",
+                (true, false) => "have only their exported symbols",
+            };
+            let example = (files.iter().find_map(|f| f.example.as_deref()))
+                .or(first.example.as_deref())
+                .map_or(String::new(), |e| format!(", as {e}"));
+            let its = if one { "its" } else { "their" };
+            let which = if exports_only {
+                "internal functions"
+            } else {
+                "functions"
+            };
+            let give = if one {
+                format!(
+                    "its debug file under --sysroot's {DEBUG_TREE}, or a copy with its symbol \
+                     table with --symbols"
+                )
+            } else {
+                format!(
+                    "their debug files under --sysroot's {DEBUG_TREE}, or copies with their \
+                     symbol tables with --symbols"
+                )
+            };
+            lines.push(format!(
+                "{n} file{} {what}: {its} {which} are named by their address in the file{example} \
+                 (give {give}): {}",
+                if one { "" } else { "s" },
+                grouped_paths(files.iter().map(|f| f.path.as_str()))
+            ));
+        }
+        lines
+    }
+}
+
+/// Guest paths listed by directory: `/usr/bin/{bash, dash}, /usr/lib/x.so`.
+fn grouped_paths<'a>(paths: impl Iterator<Item = &'a str>) -> String {
+    let mut dirs: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for p in paths {
+        let (dir, name) = p.rsplit_once('/').unwrap_or(("", p));
+        dirs.entry(dir).or_default().push(name);
+    }
+    (dirs.iter())
+        .map(|(dir, names)| match names[..] {
+            [one] => format!("{dir}/{one}"),
+            _ => format!("{dir}/{{{}}}", names.join(", ")),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The subdirectory of the staging directory where the guest's files taken from the archive
@@ -688,6 +769,7 @@ impl<'a> Finder<'a> {
                 n.problems.push(why);
             }
         };
+        let mut by_address = Vec::new();
         for m in space.maps.iter() {
             if !seen.insert(m.path.as_str()) {
                 continue;
@@ -710,23 +792,16 @@ impl<'a> Finder<'a> {
             // Named by address only, or only its exports by name: the file's (or its debug
             // file's) symbol table was not there.
             if !img.by_address.is_empty() || img.functions.iter().all(|f| f.global) {
-                let what = if img.functions.is_empty() {
-                    "has no symbol table: its functions are"
-                } else {
-                    "has only its exported symbols: its internal functions are"
-                };
-                let named = img.by_address.first().map_or_else(
-                    || "shown as addresses".to_string(),
-                    |f| format!("named by their address in the file, as {}", f.name),
-                );
-                problem(format!(
-                    "{} ({}) {what} {named} (give a copy with its symbol table or debug file \
-                     with --symbols)",
-                    m.path,
-                    self.shown(&host)
-                ));
+                by_address.push(ByAddress {
+                    exports_only: !img.functions.is_empty(),
+                    path: m.path.clone(),
+                    example: img.by_address.first().map(|f| f.name.clone()),
+                });
             }
             out.push((m.path.clone(), img.shifted(bias)));
+        }
+        if let Some(n) = named {
+            n.by_address.append(&mut by_address);
         }
         Ok(out)
     }
@@ -1167,6 +1242,40 @@ mod tests {
             assert!(said.contains(guest), "{guest} in:\n{said}");
         }
         assert_eq!(named.problems.len(), 5, "{said}");
+    }
+
+    /// Files named by address are said in one line a kind, each file once, by directory.
+    #[test]
+    fn files_named_by_address_are_said_together() {
+        let file = |exports_only, path: &str, example: Option<&str>| ByAddress {
+            exports_only,
+            path: path.to_string(),
+            example: example.map(str::to_string),
+        };
+        let named = Named {
+            by_address: vec![
+                file(true, "/usr/bin/dash", Some("dash+0x4000")),
+                file(true, "/usr/bin/bash", Some("bash+0x2f000")),
+                file(false, "/usr/bin/cat", None),
+                file(true, "/usr/lib/libz.so.1", None),
+                // The same file again (another space, or the archive's copy).
+                file(true, "/usr/bin/bash", Some("bash+0x2f000")),
+            ],
+            ..Named::default()
+        };
+        assert_eq!(
+            named.by_address_lines(),
+            [
+                "1 file has no symbol table: its functions are named by their address in the \
+                 file (give its debug file under --sysroot's /usr/lib/debug, or a copy with its \
+                 symbol table with --symbols): /usr/bin/cat",
+                "3 files have only their exported symbols: their internal functions are named \
+                 by their address in the file, as bash+0x2f000 (give their debug files under \
+                 --sysroot's /usr/lib/debug, or copies with their symbol tables with \
+                 --symbols): /usr/bin/{bash, dash}, /usr/lib/libz.so.1",
+            ]
+        );
+        assert!(Named::default().by_address_lines().is_empty());
     }
 
     /// Runs a cross tool, which must succeed.

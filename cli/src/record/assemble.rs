@@ -459,7 +459,7 @@ fn guest_processes(
                     named.processes, named.spaces, named.files
                 ));
             }
-            for why in &named.problems {
+            for why in named.problems.iter().chain(&named.by_address_lines()) {
                 warn(format!("guest processes: {why}"));
             }
             named
