@@ -284,28 +284,18 @@ impl Engine {
         self.time_filter = Some(filter);
     }
 
-    /// Writes context `tid`'s records kept back at its switch away ([`Suspended::held`]):
-    /// it ends, or the recording does, before it resumes.
-    pub fn write_held(&mut self, tid: u32, held: &mut Vec<u8>) {
-        if held.is_empty() {
+    /// Writes what a context that is not running (`tid`'s, waiting in the task table) still
+    /// holds back, into its own task's records: the records kept at its switch away
+    /// ([`Suspended::held`]), then the time filter's open frames not yet written. At its
+    /// end, or the recording's, before it resumes.
+    pub fn write_waiting(&mut self, tid: u32, state: &mut Suspended) {
+        if state.held.is_empty() && state.deferred.is_empty() {
             return;
         }
         self.flush();
         let own = std::mem::replace(&mut self.tid, tid);
-        self.buf.append(held);
-        self.flush();
-        self.tid = own;
-    }
-
-    /// Writes what a context that is not running (`tid`'s, waiting in the task table) left
-    /// held back by the time filter, into its own task's records: at the end of a recording.
-    pub fn write_deferred(&mut self, tid: u32, deferred: &mut Deferred) {
-        if deferred.is_empty() {
-            return;
-        }
-        self.flush();
-        let own = std::mem::replace(&mut self.tid, tid);
-        for w in deferred.drain() {
+        self.buf.append(&mut state.held);
+        for w in state.deferred.drain() {
             self.emit_now(w.time, w.kind, w.depth, w.addr);
         }
         self.flush();

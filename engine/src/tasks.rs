@@ -272,14 +272,13 @@ impl TaskTable {
     }
 
     /// Writes what each waiting context still holds back (`-t`'s open frames' entries not
-    /// yet written, `Engine::write_deferred`; a fresh ENTRY kept at its switch away,
-    /// `Engine::write_held`) with `engine`, any vCPU's: at the end of a recording, so that
-    /// frames still open are written as without `-t`.
+    /// yet written; a fresh ENTRY kept at its switch away: `Engine::write_waiting`) with
+    /// `engine`, any vCPU's: at the end of a recording, so that frames still open are
+    /// written as without `-t`.
     pub fn write_deferred(&mut self, engine: &mut Engine) {
         for c in self.slots.iter_mut().flatten() {
             if let Some(state) = c.state.as_mut() {
-                engine.write_held(c.tid, &mut state.held);
-                engine.write_deferred(c.tid, &mut state.deferred);
+                engine.write_waiting(c.tid, state);
             }
         }
     }
@@ -543,8 +542,7 @@ impl TaskTable {
         };
         if let Some(mut state) = c.state.take() {
             if let Some(engine) = engine {
-                engine.write_held(c.tid, &mut state.held);
-                engine.write_deferred(c.tid, &mut state.deferred);
+                engine.write_waiting(c.tid, &mut state);
             }
             self.freed_open_frames += state.stack.len() as u64;
         }

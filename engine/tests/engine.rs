@@ -1460,7 +1460,7 @@ fn a_context_switched_away_takes_what_waits_along() {
     r.ret(0x8200, &mut g); // 180: 0x300 is 110 long: written after 0x100's entry
     assert_eq!(r.shape(), s(&["+100@0", "+300@1", "-300@1"]));
     // At the end, the waiting task's open frame is written into its own records.
-    r.engine.write_deferred(2, &mut other.deferred);
+    r.engine.write_waiting(2, &mut other);
     r.engine.release_waiting();
     assert_eq!(r.shape(), s(&["+100@0", "+300@1", "-300@1", "+900@0"]));
     assert_eq!(r.engine.stats().time_filtered, 2);
