@@ -61,10 +61,10 @@ pub fn watch(vcpu_index: c_uint) -> Option<Watch> {
 /// read (at a task switch: `Engine::hold_fresh_entries`).
 pub fn has_values(func: u64) -> bool {
     let file = || {
-        args::has_files()
-            && args::file_entry_now(crate::state::spaces::translating(), func)
-                .and_then(args::func)
-                .is_some_and(|f| !f.args.is_empty())
+        (args::file_space(func))
+            .and_then(|space| args::file_entry_now(space, func))
+            .and_then(args::func)
+            .is_some_and(|f| !f.args.is_empty())
     };
     args::spec_at(func).is_some_and(|f| !f.args.is_empty()) || file()
 }
@@ -149,10 +149,7 @@ pub unsafe fn instrument(insn: *mut qemu_plugin_insn, pc: u64, ret: bool) {
     };
     // A guest file's function, where the space translating it maps the file (user space).
     let read = read.or_else(|| {
-        let space = crate::state::spaces::translating();
-        if !args::has_files() || space == 0 || pc >> 63 != 0 {
-            return None;
-        }
+        let space = args::file_space(pc)?;
         if !ret {
             let func = args::file_entry_at(space, pc)?;
             let code = crate::state::spaces::code_extent(space, pc);

@@ -285,26 +285,23 @@ pub fn file_returning_at(space: SpaceId, pc: u64) -> Option<(u64, usize)> {
 /// CLI placed ([`returning_at`]) or, system mode, a guest file's where the running space
 /// maps it ([`file_returning_at`]). Whichever reads the value at `pc`, a return instruction.
 pub fn returning_entry(pc: u64) -> Option<u64> {
-    returning_at(pc).map(|(e, _)| e).or_else(|| {
-        let space = super::spaces::translating();
-        if !has_files() || space == 0 || pc >> 63 != 0 {
-            return None;
-        }
-        file_returning_at(space, pc).map(|(e, _)| e)
-    })
+    returning_at(pc)
+        .map(|(e, _)| e)
+        .or_else(|| file_returning_at(file_space(pc)?, pc).map(|(e, _)| e))
 }
 
 /// The kind of return value of the function entered at `pc` in the running space (a frame's
 /// function, at a return that closes it after its tail call): a placed one's or a guest
 /// file's.
 pub fn retval_of(pc: u64) -> Option<Kind> {
-    spec_at(pc).and_then(|f| f.ret).or_else(|| {
-        let space = super::spaces::translating();
-        if !has_files() || space == 0 || pc >> 63 != 0 {
-            return None;
-        }
-        func(file_entry_now(space, pc)?)?.ret
-    })
+    (spec_at(pc).and_then(|f| f.ret)).or_else(|| func(file_entry_now(file_space(pc)?, pc)?)?.ret)
+}
+
+/// The space a guest file's function at `pc` is looked up in: the running one (the one
+/// translating, at translation), where some guest file has values and `pc` is user space.
+pub fn file_space(pc: u64) -> Option<SpaceId> {
+    let space = super::spaces::translating();
+    (has_files() && space != 0 && pc >> 63 == 0).then_some(space)
 }
 
 /// Whether a jump at `pc` to `target` (`None`: through a register) leaves a function with a
