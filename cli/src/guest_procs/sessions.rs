@@ -68,9 +68,9 @@ impl Named {
                 .collect();
             files.sort();
             files.dedup_by(|a, b| a.path == b.path);
-            let Some(first) = files.first() else {
+            if files.is_empty() {
                 continue;
-            };
+            }
             let (n, one) = (files.len(), files.len() == 1);
             let what = match (exports_only, one) {
                 (false, true) => "has no symbol table",
@@ -79,29 +79,20 @@ impl Named {
                 (true, false) => "have only their exported symbols",
             };
             let example = (files.iter().find_map(|f| f.example.as_deref()))
-                .or(first.example.as_deref())
                 .map_or(String::new(), |e| format!(", as {e}"));
-            let its = if one { "its" } else { "their" };
+            let (s, its, copies) = match one {
+                true => ("", "its", "a copy"),
+                false => ("s", "their", "copies"),
+            };
             let which = if exports_only {
                 "internal functions"
             } else {
                 "functions"
             };
-            let give = if one {
-                format!(
-                    "its debug file under --sysroot's {DEBUG_TREE}, or a copy with its symbol \
-                     table with --symbols"
-                )
-            } else {
-                format!(
-                    "their debug files under --sysroot's {DEBUG_TREE}, or copies with their \
-                     symbol tables with --symbols"
-                )
-            };
             lines.push(format!(
-                "{n} file{} {what}: {its} {which} are named by their address in the file{example} \
-                 (give {give}): {}",
-                if one { "" } else { "s" },
+                "{n} file{s} {what}: {its} {which} are named by their address in the file{example} \
+                 (give {its} debug file{s} under --sysroot's {DEBUG_TREE}, or {copies} with {its} \
+                 symbol table{s} with --symbols): {}",
                 grouped_paths(files.iter().map(|f| f.path.as_str()))
             ));
         }
