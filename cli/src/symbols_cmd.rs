@@ -42,16 +42,12 @@ fn add_module_lines(dir: &Path, debug: &ModuleDebug, syms_only: bool) -> Result<
             way_out,
         ));
     };
-    let loaded: Vec<&str> = named.loaded.iter().map(String::as_str).collect();
-    for path in debug.never_loaded(&loaded) {
-        warn(format!(
-            "{}: the recording saw no module of that name (the file's, `-` read as `_`) \
-             loaded: its lines are not used",
-            path.display()
-        ));
-    }
-    for why in &named.problems {
-        warn(why.clone());
+    for line in debug
+        .never_loaded(&named.loaded)
+        .iter()
+        .chain(&named.problems)
+    {
+        warn(line.clone());
     }
     if named.with_lines.is_empty() {
         return Err(fail(

@@ -116,11 +116,19 @@ impl ModuleDebug {
         Ok(())
     }
 
-    /// The modules named one by one that `loaded` (module names) does not hold.
-    pub fn never_loaded<'a>(&'a self, loaded: &[&str]) -> Vec<&'a Path> {
+    /// One line for each module named one by one that `loaded` (the names of the modules
+    /// the recording saw loaded) does not hold.
+    pub fn never_loaded(&self, loaded: &[String]) -> Vec<String> {
         (self.named.iter())
-            .filter(|n| !loaded.contains(&n.as_str()))
-            .filter_map(|n| self.files.get(n)?.first().map(PathBuf::as_path))
+            .filter(|n| !loaded.contains(n))
+            .filter_map(|n| self.files.get(n)?.first())
+            .map(|path| {
+                format!(
+                    "{}: the guest loaded no module of that name (the file's, `-` read as `_`) \
+                     while it was watched: its lines are not used",
+                    path.display()
+                )
+            })
             .collect()
     }
 

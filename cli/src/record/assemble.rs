@@ -504,13 +504,8 @@ fn guest_modules(staging: &Path, debug: &crate::guest_procs::module_debug::Modul
             return;
         }
     };
-    let loaded: Vec<&str> = loaded.iter().map(String::as_str).collect();
-    for path in debug.never_loaded(&loaded) {
-        warn(format!(
-            "--symbols {}: the guest loaded no module of that name (the file's, `-` read \
-             as `_`) while it was watched: its lines are not used",
-            path.display()
-        ));
+    for line in debug.never_loaded(&loaded) {
+        warn(format!("--symbols {line}"));
     }
 }
 
