@@ -493,8 +493,9 @@ fn guest_modules(staging: &Path, debug: &crate::guest_procs::module_debug::Modul
                      are named [{name}]+offset"
                 ));
             }
+            // Each names its file, which --symbols or --sysroot's debug tree gave.
             for why in &named.problems {
-                warn(format!("--symbols {why}"));
+                warn(why.clone());
             }
             named.loaded
         }
