@@ -32,9 +32,7 @@ use crate::ffi::{
     COND_NE, INLINE_ADD_U64,
 };
 use crate::state::config::Config;
-use crate::state::switch::{
-    self, ACTIVE, OFF_SINCE, OFF_TOTAL, OFF_TRANSLATIONS, SWITCHES, WANTED, WINDOWS,
-};
+use crate::state::switch::{self, OFF_SINCE, OFF_TOTAL, OFF_TRANSLATIONS, SWITCHES, WANTED};
 use crate::state::AtBlock;
 use crate::vcpu::scoreboard::{self, Scoreboard};
 use std::collections::{HashMap, HashSet};
@@ -85,10 +83,8 @@ pub fn install(cfg: &Config, reset: fn()) {
         .and_then(read_file)
         .unwrap_or(!cfg.trace_off);
     WANTED.store(on, Ordering::Relaxed);
-    ACTIVE.store(on, Ordering::Relaxed);
-    if on {
-        WINDOWS.store(1, Ordering::Relaxed);
-    } else {
+    switch::set(on, u64::from(on));
+    if !on {
         OFF_SINCE.store(switch::since_start(), Ordering::Relaxed);
     }
     let _ = BELL.set(scoreboard::one_word());
@@ -389,7 +385,7 @@ fn switch_off_early(v: &mut crate::vcpu::VcpuState) {
 /// registers the callbacks again.
 pub fn apply() {
     let want = WANTED.load(Ordering::Acquire);
-    let was = ACTIVE.load(Ordering::Acquire);
+    let was = switch::active();
     let n = crate::vcpu::capacity() as u32;
     // vCPUs a trigger switched on already (`switch_on_early`): their edge and frames are
     // written, and what their last block left pending is theirs to take.
@@ -411,7 +407,7 @@ pub fn apply() {
         // Switched off again before the reset: a window of one block, closed where the
         // trigger opened it.
         SWITCHES.fetch_add(2, Ordering::AcqRel);
-        WINDOWS.fetch_add(1, Ordering::AcqRel);
+        switch::set(false, switch::windows() + 1);
         let mut waiting_closed = false;
         for i in (0..n).filter(|&i| early[i as usize]) {
             crate::vcpu::with(i, |v| {
@@ -427,11 +423,8 @@ pub fn apply() {
     if want != was {
         // Said first: the edges' buffers wake the writer, which rewrites the status at once
         // when it sees a new switch.
-        ACTIVE.store(want, Ordering::Release);
+        switch::set(want, switch::windows() + u64::from(want));
         SWITCHES.fetch_add(1, Ordering::AcqRel);
-        if want {
-            WINDOWS.fetch_add(1, Ordering::AcqRel);
-        }
         let mut at = None;
         let mut due = Vec::new();
         let mut edged = HashSet::new();
