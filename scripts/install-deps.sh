@@ -386,6 +386,10 @@ fresh "$CACHE/kernel-modules" dummy.ko ifb.ko &&
 # kallsyms of both kernels' raw images.
 fresh "$CACHE/kernel-6.12" vmlinuz ||
     fetch_kernel "$CACHE/kernel-6.12" linux-image-cloud-arm64 ":arm64${backports:+/$backports}" kernel-image=vmlinuz || exit 1
+# Debian's arm64 kernel built for 16 KiB pages (a ~92 MB package; only its Image is kept):
+# processes' files placed by the kernel's own page size (cli/tests/guest_procs.rs).
+fresh "$CACHE/kernel-16k" vmlinuz ||
+    fetch_kernel "$CACHE/kernel-16k" linux-image-arm64-16k ":arm64${backports:+/$backports}" kernel-image=vmlinuz || exit 1
 # Debian's amd64 cloud kernel and its DWARF vmlinux (~283 MB package): the x86_64 kernel test.
 fresh "$CACHE/kernel-amd64" vmlinuz ||
     fetch_kernel "$CACHE/kernel-amd64" linux-image-cloud-amd64 "" kernel-image=vmlinuz || exit 1

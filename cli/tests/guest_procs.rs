@@ -20,7 +20,8 @@ use std::process::{Command, Stdio};
 
 use qemu_uftrace_tests::execlog::debian_vmlinux;
 use qemu_uftrace_tests::procs_guest::{
-    procs_boot_args_on, procs_count, procs_riscv64_boot_args_on, procs_x86_64_boot_args_on,
+    procs_16k_boot_args_on, procs_boot_args_on, procs_count, procs_riscv64_boot_args_on,
+    procs_x86_64_boot_args_on,
 };
 use qemu_uftrace_tests::replay::{
     parse_calls, parse_report_calls, report_calls, uftrace, uftrace_at, uftrace_versions, Call,
@@ -614,6 +615,27 @@ fn check_processes(r: &Recorded, syscall: &str) {
 #[test]
 fn stock_image_alone_names_processes() {
     let r = record(&arm64_boot(), &[]);
+    check_processes(&r, "__arm64_sys_getpid");
+    check_kernel_tasks(&r);
+}
+
+/// Debian's arm64 kernel built for 16 KiB pages, its image alone: the kernel gives a
+/// mapping's file offset in its own pages, which the Image header names. libplug.so's code
+/// is 64 KiB into its file (`-z separate-code`): 4 pages here, which read as 4 KiB pages
+/// had placed it 16 KiB in, and named none of its functions.
+#[test]
+fn a_16k_page_kernel_s_processes_are_named() {
+    let qemu = qemu_uftrace_tests::system_qemu("10.2.2");
+    let argv = procs_16k_boot_args_on(&qemu).expect("the process guest builds");
+    let r = record(&argv, &[]);
+    let procs = std::fs::read_to_string(r.dir.join("plugin.procs")).expect("plugin.procs");
+    let plug: Vec<&str> = (procs.lines())
+        .filter(|l| l.starts_with("mmap\t") && l.ends_with("\tpath=/lib/libplug.so"))
+        .collect();
+    assert!(
+        plug.len() == 2 && plug.iter().all(|l| l.contains("\toffset=10000\t")),
+        "each worker maps libplug.so's code from 64 KiB into the file: {plug:#?}"
+    );
     check_processes(&r, "__arm64_sys_getpid");
     check_kernel_tasks(&r);
 }

@@ -141,6 +141,25 @@ fn the_munmap_watch_goes_with_the_process_watch() {
 }
 
 #[test]
+fn the_kernel_s_page_size_is_4k_unless_given_as_one_arm64_has() {
+    let Ok(Mode::Record(cfg)) = parse(&args(&[b"out=/t"])) else {
+        panic!("refused");
+    };
+    assert_eq!(cfg.kernel_page, 4096);
+    let Ok(Mode::Record(cfg)) = parse(&args(&[b"out=/t", b"kernel_page=16384"])) else {
+        panic!("refused");
+    };
+    assert_eq!(cfg.kernel_page, 16384);
+    for bad in ["kernel_page=8192", "kernel_page=0", "kernel_page=16k"] {
+        let err = parse(&args(&[b"out=/t", bad.as_bytes()])).err();
+        assert!(
+            err.as_deref().is_some_and(|e| e.starts_with(bad)),
+            "{bad}: {err:?}"
+        );
+    }
+}
+
+#[test]
 fn function_entries_come_now_or_later_and_an_empty_list_is_none() {
     let cfg = |a: &[&[u8]]| match parse(&args(a)) {
         Ok(Mode::Record(cfg)) => (cfg.entries, cfg.entries_later),

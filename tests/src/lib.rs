@@ -294,6 +294,11 @@ pub fn debian_kernel() -> PathBuf {
     cached("kernel/vmlinuz")
 }
 
+/// Debian's arm64 kernel built for 16 KiB pages (`linux-image-arm64-16k`), its raw `Image`.
+pub fn debian_16k_kernel() -> PathBuf {
+    cached("kernel-16k/vmlinuz")
+}
+
 /// The QEMU command that boots Debian's kernel to its "Unable to mount root fs" panic on
 /// `cpu` (`nokaslr`, so that its symbols line up; `-no-reboot`, so that QEMU then exits).
 pub fn kernel_boot_args(cpu: &str) -> Vec<String> {

@@ -272,13 +272,22 @@ pub fn procs_x86_64_boot_args_on(qemu: &str) -> Result<Vec<String>> {
 /// The QEMU command (argv, emulator first) that boots Debian's arm64 kernel into this
 /// guest on one vCPU, as [`crate::linux_guest::initramfs_boot_args_on`] does.
 pub fn procs_boot_args_on(qemu: &str) -> Result<Vec<String>> {
+    procs_boot_of(qemu, &debian_kernel())
+}
+
+/// [`procs_boot_args_on`] with Debian's arm64 kernel built for 16 KiB pages.
+pub fn procs_16k_boot_args_on(qemu: &str) -> Result<Vec<String>> {
+    procs_boot_of(qemu, &crate::debian_16k_kernel())
+}
+
+fn procs_boot_of(qemu: &str, kernel: &Path) -> Result<Vec<String>> {
     let guest = procs_guest()?;
     Ok(crate::linux_guest::initramfs_boot(
         qemu,
         &["-M", "virt", "-cpu", "max"],
         "512M",
         1,
-        &debian_kernel(),
+        kernel,
         &guest.cpio,
         crate::linux_guest::INITRAMFS_APPEND,
     ))

@@ -72,7 +72,11 @@ const WALK_FIELDS: [(&str, &[(&str, &str)]); 16] = [
 /// cannot be named (one line). With them `,proc_walk=…` where the kernel has what the walk
 /// at a switch on reads; else, with `trace_off` (the run starts with tracing off), why the
 /// processes started while off will not be named.
-pub fn watch_options(kernel: Option<&KernelLayouts>, trace_off: bool) -> Result<String, String> {
+pub fn watch_options(
+    kernel: Option<&KernelLayouts>,
+    trace_off: bool,
+    page: Option<u64>,
+) -> Result<String, String> {
     let kernel = kernel.ok_or_else(|| {
         "the guest's processes' own functions are not named: no symbol source has the \
          kernel's DWARF or BTF (give the -kernel image of a kernel built with BTF, or the \
@@ -115,8 +119,9 @@ pub fn watch_options(kernel: Option<&KernelLayouts>, trace_off: bool) -> Result<
         String::new()
     });
     let munmap = munmap_option(kernel, &munmaps);
+    let page = page.map_or_else(String::new, |p| format!(",kernel_page={p}"));
     Ok(format!(
-        ",proc_watch={},proc_offsets={}{modules}{munmap}{walk}",
+        ",proc_watch={},proc_offsets={}{modules}{munmap}{walk}{page}",
         addresses
             .iter()
             .map(u64::to_string)
@@ -124,6 +129,54 @@ pub fn watch_options(kernel: Option<&KernelLayouts>, trace_off: bool) -> Result<
             .join(":"),
         offsets.join(":")
     ))
+}
+
+/// The kernel's `PAGE_SIZE` where it is not 4 KiB, the unit in which it gives a mapping's
+/// file offset: an arm64 Image says it in its header's flags (bits 1–2: 4, 16 or 64 KiB;
+/// the kernel's `Documentation/arch/arm64/booting.rst`). Read from the first of `files` that
+/// has the header: the `-kernel` file, raw or gzip-compressed, or an ELF vmlinux, whose
+/// `.head.text` is the header. None: 4 KiB or not said (x86-64 and riscv64 kernels, and
+/// arm64 ones before 3.17, all use 4 KiB).
+pub fn kernel_page(files: &[&Path]) -> Option<u64> {
+    files
+        .iter()
+        .find_map(|path| page_of_header(&kernel_head(path)?))
+}
+
+/// The first 64 bytes of a kernel file's image: the file's own, a gzip stream's unpacked,
+/// or an ELF's `.head.text`.
+fn kernel_head(path: &Path) -> Option<[u8; 64]> {
+    use object::{Object, ObjectSection};
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let mut file = std::fs::File::open(path).ok()?;
+    file.read_exact(&mut head).ok()?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        let file = std::fs::File::open(path).ok()?;
+        flate2::read::GzDecoder::new(file)
+            .read_exact(&mut head)
+            .ok()?;
+    } else if head.starts_with(b"\x7fELF") {
+        let cache = object::read::ReadCache::new(file);
+        let elf = object::File::parse(&cache).ok()?;
+        let text = elf.section_by_name(".head.text")?;
+        let bytes = text.data_range(0, 64).ok()??;
+        head.copy_from_slice(bytes);
+    }
+    Some(head)
+}
+
+/// An arm64 Image header's page size, where its flags say one other than 4 KiB.
+fn page_of_header(head: &[u8; 64]) -> Option<u64> {
+    if &head[0x38..0x3c] != b"ARM\x64" {
+        return None;
+    }
+    let flags = u64::from_le_bytes(head[0x18..0x20].try_into().ok()?);
+    match (flags >> 1) & 3 {
+        2 => Some(16 << 10),
+        3 => Some(64 << 10),
+        _ => None,
+    }
 }
 
 /// The plugin's `,munmap_watch=ADDR:START:LEN`: the kernel's `munmap` syscall wrapper (its
@@ -183,4 +236,94 @@ fn function_addresses(vmlinux: &Path, offset: u64) -> Result<Found, String> {
         })
         .collect::<Result<_, _>>()?;
     Ok((watched, munmaps, init_task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An arm64 Image header with `flags`.
+    fn header(flags: u64) -> [u8; 64] {
+        let mut h = [0u8; 64];
+        h[0x18..0x20].copy_from_slice(&flags.to_le_bytes());
+        h[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        h
+    }
+
+    #[test]
+    fn an_arm64_image_s_flags_say_its_page_size() {
+        // Bit 0 big-endian, bits 1-2 the page size, bit 3 where it may be placed.
+        assert_eq!(page_of_header(&header(0b1010)), None, "4 KiB");
+        assert_eq!(page_of_header(&header(0b1100)), Some(16384));
+        assert_eq!(page_of_header(&header(0b1110)), Some(65536));
+        assert_eq!(page_of_header(&header(0)), None, "not said: 4 KiB");
+        let mut not_arm64 = header(0b1100);
+        not_arm64[0x38..0x3c].copy_from_slice(b"RSC\x05");
+        assert_eq!(page_of_header(&not_arm64), None);
+    }
+
+    /// A relocatable aarch64 ELF whose one section, `.head.text`, holds `head`.
+    fn elf_with_head_text(head: &[u8; 64]) -> Vec<u8> {
+        let names = b"\0.head.text\0.shstrtab\0";
+        let shoff = 64 + 64 + names.len().next_multiple_of(8);
+        let mut elf = Vec::new();
+        elf.extend_from_slice(b"\x7fELF\x02\x01\x01");
+        elf.resize(16, 0);
+        elf.extend_from_slice(&1u16.to_le_bytes()); // ET_REL
+        elf.extend_from_slice(&183u16.to_le_bytes()); // EM_AARCH64
+        elf.extend_from_slice(&1u32.to_le_bytes());
+        elf.extend_from_slice(&[0u8; 16]); // entry, phoff
+        elf.extend_from_slice(&(shoff as u64).to_le_bytes());
+        elf.extend_from_slice(&0u32.to_le_bytes());
+        for half in [64u16, 0, 0, 64, 3, 2] {
+            elf.extend_from_slice(&half.to_le_bytes());
+        }
+        elf.extend_from_slice(head);
+        elf.extend_from_slice(names);
+        elf.resize(shoff, 0);
+        // name, type, flags, offset, size, align of each section; the first is empty.
+        let sections: [(u32, u32, u64, u64, u64, u64); 3] = [
+            (0, 0, 0, 0, 0, 0),
+            (1, 1, 6, 64, 64, 4),
+            (12, 3, 0, 128, names.len() as u64, 1),
+        ];
+        for (name, kind, flags, offset, size, align) in sections {
+            elf.extend_from_slice(&name.to_le_bytes());
+            elf.extend_from_slice(&kind.to_le_bytes());
+            elf.extend_from_slice(&flags.to_le_bytes());
+            elf.extend_from_slice(&0u64.to_le_bytes());
+            elf.extend_from_slice(&offset.to_le_bytes());
+            elf.extend_from_slice(&size.to_le_bytes());
+            elf.extend_from_slice(&[0u8; 8]);
+            elf.extend_from_slice(&align.to_le_bytes());
+            elf.extend_from_slice(&0u64.to_le_bytes());
+        }
+        elf
+    }
+
+    /// The same header unpacked from gzip (a distribution's `vmlinuz`) and from an ELF
+    /// vmlinux's `.head.text`.
+    #[test]
+    fn the_header_is_read_from_a_compressed_image_and_from_a_vmlinux() {
+        use std::io::Write;
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let raw = tmp.path().join("Image");
+        let mut image = header(0b1100).to_vec();
+        image.extend_from_slice(&[0u8; 4096]);
+        std::fs::write(&raw, &image).expect("write");
+        let gz = tmp.path().join("vmlinuz");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&image).expect("gzip");
+        std::fs::write(&gz, enc.finish().expect("gzip")).expect("write");
+        let elf = tmp.path().join("vmlinux");
+        std::fs::write(&elf, elf_with_head_text(&header(0b1110))).expect("write");
+        assert_eq!(kernel_page(&[&raw]), Some(16384));
+        assert_eq!(kernel_page(&[&gz]), Some(16384));
+        assert_eq!(kernel_page(&[&elf]), Some(65536));
+        // The first file that says one.
+        let none = tmp.path().join("none");
+        std::fs::write(&none, [0u8; 64]).expect("write");
+        assert_eq!(kernel_page(&[&none, &elf]), Some(65536));
+        assert_eq!(kernel_page(&[&none]), None);
+    }
 }

@@ -327,7 +327,12 @@ pub fn prepare(
     // say (issue 24); without them, said when there is a userland to name.
     let trace_off = args.trace == Some(crate::args::OnOff::Off);
     let proc_watch = if linux {
-        match crate::guest_procs::watch_options(layouts.as_ref(), trace_off) {
+        // The unit of a mapping's file offset: the image's own page size.
+        let from: Vec<&Path> = (kernel.iter().map(PathBuf::as_path))
+            .chain(layouts.iter().map(|l| l.source.path.as_path()))
+            .collect();
+        let page = crate::guest_procs::kernel_page(&from);
+        match crate::guest_procs::watch_options(layouts.as_ref(), trace_off, page) {
             Ok(opts) => Some(opts),
             // A guest file's function is found where a process maps the file.
             Err(why) if !names.guest_files.is_empty() => {

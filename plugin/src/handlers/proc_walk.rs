@@ -138,7 +138,9 @@ fn walk(
         let maps: Vec<(&str, u64, u64, u64, u64)> = (p.code.iter())
             .filter_map(|c| {
                 let (path, fs) = paths.get(&c.file)?;
-                let offset = c.pgoff.wrapping_mul(crate::handlers::procmaps::KERNEL_PAGE);
+                let offset = c
+                    .pgoff
+                    .wrapping_mul(crate::handlers::procmaps::kernel_page());
                 Some((path.as_str(), c.start, c.end - c.start, offset, *fs))
             })
             .collect();

@@ -170,11 +170,13 @@ pub(super) fn first_argument(regs: &mut ByteBuf) -> Option<u64> {
 }
 
 /// The kernel's `PAGE_SIZE`, the unit of `mmap_region`'s `pgoff`: 4 KiB on every x86-64 and
-/// riscv64 Linux and on Debian's arm64 kernels (an arm64 kernel built for 16 or 64 KiB pages
-/// would place files wrongly). Not QEMU's smallest page (`state::guest::MIN_PAGE`, 1 KiB):
-/// x86-64's binutils put code at file offset 0x1000 (`-z separate-code`), placed at 0x400
-/// with it.
-pub(super) const KERNEL_PAGE: u64 = 4096;
+/// riscv64 Linux and on most arm64 kernels, 16 or 64 KiB on an arm64 kernel built so (the
+/// CLI reads it from the Image header: `kernel_page=`). Not QEMU's smallest page
+/// (`state::guest::MIN_PAGE`, 1 KiB): x86-64's binutils put code at file offset 0x1000
+/// (`-z separate-code`), placed at 0x400 with it.
+pub(super) fn kernel_page() -> u64 {
+    crate::state::config().map_or(4096, |c| c.kernel_page)
+}
 
 /// `VM_EXEC`: only code mappings name functions.
 const VM_EXEC: u64 = 0x4;
@@ -233,7 +235,7 @@ unsafe extern "C" fn on_watched(vcpu_index: c_uint, data: *mut c_void) {
                         return;
                     }
                     let (path, fs) = file_path(regs, file, &off);
-                    let offset = pgoff.wrapping_mul(KERNEL_PAGE);
+                    let offset = pgoff.wrapping_mul(kernel_page());
                     let space = change_space(tgid, |s| s.mmap(tgid, &path, start, len, offset));
                     v.run_space(space);
                     format!(

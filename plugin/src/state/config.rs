@@ -1,7 +1,7 @@
 //! Plugin arguments, as the CLI passes them:
 //! `out=DIR,clock=auto|insn|wall[,max_depth=N][,split_levels=on][,task_comm=OFFSET]
 //! `[,task_pid=OFFSET][,task_tgid=OFFSET][,task_state=OFFSET][,task_slot=ADDR|task_slot_file=FILE][,user_opts=N[,one_arena=on][,untraced=on]][,proc=PID.N]`
-//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F[:H:O],mod_offsets=N…][,munmap_watch=A:S:L][,proc_walk=INIT:N…]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
+//! `[,proc_watch=A:B:C:D,proc_offsets=W:X:Y:Z[,mod_watch=L:F[:H:O],mod_offsets=N…][,munmap_watch=A:S:L][,proc_walk=INIT:N…][,kernel_page=BYTES]][,tsc=TICKS:NS][,max_size=BYTES[,max_size_exit=on][,max_size_file=FILE]][,record_pidfd=FD]`
 //! `[,entries=FILE|entries_file=FILE][,lib_entries=FILE][,resume=on][,args_file=FILE]`
 //! `[,trace=on|off][,switch=FILE][,trace_on_at=ADDR:ADDR…][,trace_off_at=ADDR:ADDR…]`
 //! `[,stop_at=ADDR:ADDR…[,stop_at_exit=on]][,start_at=ADDR:ADDR…][,keep_last=BYTES]`
@@ -127,6 +127,9 @@ pub struct Config {
     /// where its `struct pt_regs` keeps the address and the length
     /// (`munmap_watch=ADDR:START_OFF:LEN_OFF`: `handlers::procmaps`).
     pub munmap_watch: Option<[u64; 3]>,
+    /// System mode, Linux: the kernel's `PAGE_SIZE` (`kernel_page=BYTES`, 4 KiB unless
+    /// given), the unit of a mapping's `pgoff`: 16 or 64 KiB on an arm64 kernel built so.
+    pub kernel_page: u64,
     /// System mode, Linux, with `proc_watch`: `init_task`'s address (0: not known) and the
     /// fields read to list processes and their mappings at a switch on (`proc_walk=INIT:TASKS:…`:
     /// `handlers::proc_walk`, `engine::linux_walk`).
@@ -427,6 +430,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
     let mut mod_watch: Option<String> = None;
     let mut mod_offsets: Option<String> = None;
     let mut munmap_watch: Option<[u64; 3]> = None;
+    let mut kernel_page = 4096;
     let mut proc_walk = None;
     let mut entries = None;
     let mut entries_later = false;
@@ -606,6 +610,13 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
                 }
                 munmap_watch = Some(w);
             }
+            "kernel_page" => {
+                kernel_page = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|p| matches!(p, 4096 | 16384 | 65536))
+                    .ok_or_else(|| format!("kernel_page={value}: expected 4096, 16384 or 65536"))?;
+            }
             "proc_walk" => {
                 let n: [u64; 17] = numbers("proc_walk", value)?;
                 // Bounded like the other structure offsets: a wild one would read far off.
@@ -686,6 +697,7 @@ pub fn parse(raw: &[OsString]) -> Result<Mode, String> {
         proc_watch,
         mod_watch,
         munmap_watch,
+        kernel_page,
         proc_walk,
         entries,
         entries_later,
