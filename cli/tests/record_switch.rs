@@ -359,21 +359,39 @@ fn check_against(
             "{label} {what}: window {n}'s open frames at {}",
             w.taken
         );
-        let want = span(full, w, calls_before);
-        assert!(!want.is_empty(), "{label} {what}: window {n} is empty");
-        assert_eq!(
-            w.body.len(),
-            want.len(),
-            "{label} {what}: window {n} ({}..{}) records",
-            w.taken,
-            w.off
-        );
-        for (a, b) in w.body.iter().zip(&want) {
-            let b = Record {
-                depth: b.depth - beneath as u16,
+        let want: Vec<Record> = (span(full, w, calls_before).iter())
+            .map(|b| Record {
+                depth: b.depth.saturating_sub(beneath as u16),
                 ..*b
+            })
+            .collect();
+        assert!(!want.is_empty(), "{label} {what}: window {n} is empty");
+        // Record for record; where they part, the records around it from both.
+        let first = (0..w.body.len().max(want.len())).find(|&i| w.body.get(i) != want.get(i));
+        if let Some(i) = first {
+            let around = |v: &[Record]| {
+                (v.iter().enumerate().skip(i.saturating_sub(4)).take(9))
+                    .map(|(j, r)| {
+                        format!(
+                            "{j}: {:?} {} @{} d{}",
+                            r.kind,
+                            names(r.addr),
+                            r.time,
+                            r.depth
+                        )
+                    })
+                    .collect::<Vec<_>>()
             };
-            assert_eq!(*a, b, "{label} {what}: window {n}");
+            panic!(
+                "{label} {what}: window {n} ({}..{}): {} records, the full trace {} in its \
+                 span; they part at record {i}:\nwindow: {:#?}\nfull:   {:#?}",
+                w.taken,
+                w.off,
+                w.body.len(),
+                want.len(),
+                around(&w.body),
+                around(&want)
+            );
         }
     }
 }
