@@ -2,8 +2,11 @@
 //! then. While QEMU runs, Ctrl-C (which the terminal sends to QEMU as well) must stop QEMU,
 //! not us, or nobody would assemble the trace; SIGTERM, SIGHUP and a SIGINT that did not
 //! come from the terminal (`kill -INT`, `timeout -s INT`) are passed on to QEMU, which then
-//! stops as on Ctrl-C. While a viewer (uftrace) runs, Ctrl-C is its own. Once the child has exited, each signal does what it does by default again (ends
-//! us), so that symbol loading, assembly and `--then` stop like any other program.
+//! stops as on Ctrl-C. While a viewer (uftrace) runs, Ctrl-C is its own. Once the run has
+//! seen its child end (reaped it), each signal does what it does by default again (ends
+//! us), so that symbol loading, assembly and `--then` stop like any other program; one
+//! that comes between the child's end and then was sent with the child's own, and is
+//! dropped.
 //!
 //! Whose a signal is gets decided in the handler, when the signal arrives: a thread reading
 //! the signals later could find the child gone and take the user's Ctrl-C for ours.
@@ -209,14 +212,20 @@ impl SignalScope {
                     }
                 } else if pid == 0 {
                     let _ = emulate_default_handler(sig);
-                } else if child.reaped.load(Ordering::SeqCst) || exited(pid) {
-                    // The child is gone. In user mode the scope around this one waits on
+                } else if child.reaped.load(Ordering::SeqCst) {
+                    // The run has ended. In user mode the scope around this one waits on
                     // the guest's other processes and passes the signal on to them: it
                     // decides (a SIGTERM here, between the first QEMU's end and the wait,
                     // ended us and left the other processes' traces unassembled).
                     if !taken_elsewhere(sig) {
                         let _ = emulate_default_handler(sig);
                     }
+                } else if exited(pid) {
+                    // The child ended as this signal came, and the run has not seen it yet
+                    // (it may have reaped it: no pid to pass a signal on to). A Ctrl-C or
+                    // `kill -INT -PGID` reaches QEMU and us together; QEMU may stop, and be
+                    // reaped, before this handler runs. The signal was the run's: the
+                    // default action here ended us under load, and lost the trace.
                 } else if forward {
                     child.forwarded.store(sig, Ordering::SeqCst);
                     // SAFETY: kill has no memory effects.

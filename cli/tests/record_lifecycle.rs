@@ -715,6 +715,41 @@ fn ctrl_c_stops_qemu_but_not_us() {
     check_stopped_trace(&env, "int", &err);
 }
 
+/// The same race, in process: a signal sent to the process group reaches QEMU and us
+/// together, and QEMU may stop, and be reaped, before our handler runs (the test above once
+/// saw `record` end by SIGINT under the full suite's load). Until the run has seen its child
+/// end, such a signal is dropped: this test process survives it, the child a zombie and
+/// then reaped.
+#[test]
+fn a_signal_that_comes_as_qemu_ends_does_not_end_us() {
+    use qemu_uftrace::signal_scope::SignalScope;
+    let scope = SignalScope::qemu().expect("the run's signal handling");
+    let mut child = Command::new("true").spawn().expect("run true");
+    scope.child_started(child.id());
+    // SAFETY: waitid writes into `info` only; WNOWAIT leaves the child a zombie.
+    let exited = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            child.id() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    };
+    assert_eq!(exited, 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: raise runs the handler on this thread before it returns.
+    assert_eq!(unsafe { libc::raise(libc::SIGINT) }, 0);
+    child.wait().expect("reap true");
+    assert_eq!(unsafe { libc::raise(libc::SIGTERM) }, 0);
+    assert_eq!(
+        scope.forwarded(),
+        None,
+        "nothing passed on to a child that is gone"
+    );
+    scope.child_reaped();
+    drop(scope);
+}
+
 /// SIGKILL of `record` itself (no handler can run) must not leave QEMU running unwatched:
 /// QEMU gets SIGTERM from the kernel when we die, stops, and its plugin flushes into the
 /// staging directory; the next `record` into the same directory says what is there.
